@@ -1,0 +1,50 @@
+"""Look inside Vision Transformers: load a timm ViT, capture its attention, analyse it.
+
+    >>> from analysis import load_vit, load_image, capture_attention, attention_rollout
+    >>> vit = load_vit("demo")
+    >>> record = capture_attention(vit, vit.preprocess(load_image("assets/samples/cat.png")))
+    >>> attention_rollout(record).shape   # (B, gh, gw)
+"""
+
+from .attention_maps import attention_map
+from .capture import AttentionRecord, attention_taps, capture_attention
+from .distance import mean_attention_distance, uniform_attention_distance
+from .errors import (
+    AnalysisError,
+    CheckpointError,
+    ImageLoadError,
+    ModelLoadError,
+    UnsupportedModelError,
+    VitExplorerError,
+    WeightsUnavailableError,
+)
+from .filters import patch_embedding_components, patch_embedding_filters
+from .images import load_image
+from .loading import LoadedViT, load_vit
+from .position import position_embedding_similarity
+from .rollout import attention_rollout
+from .spec import ViTSpec
+
+__all__ = [
+    "load_vit",
+    "LoadedViT",
+    "ViTSpec",
+    "capture_attention",
+    "AttentionRecord",
+    "attention_taps",
+    "attention_map",
+    "attention_rollout",
+    "mean_attention_distance",
+    "uniform_attention_distance",
+    "position_embedding_similarity",
+    "patch_embedding_components",
+    "patch_embedding_filters",
+    "load_image",
+    "VitExplorerError",
+    "ModelLoadError",
+    "UnsupportedModelError",
+    "CheckpointError",
+    "WeightsUnavailableError",
+    "ImageLoadError",
+    "AnalysisError",
+]

@@ -1,0 +1,37 @@
+"""One query's attention over the patch grid."""
+
+from __future__ import annotations
+
+import torch
+
+from .capture import AttentionRecord
+from .errors import AnalysisError
+from .queries import Query, query_rows_for, select_query
+
+__all__ = ["attention_map"]
+
+
+def attention_map(
+    record: AttentionRecord, layer: int, *, head: int | None = None, query: Query = "cls"
+) -> torch.Tensor:
+    """Attention of one query over the patch tokens, as an image-shaped grid.
+
+        map[b, i, j] = A[layer, b, head, q, prefix + i·gw + j]
+
+    with ``head=None`` averaging ``A`` over heads first and ``query="mean"`` averaging over
+    all patch queries. Prefix keys (class / distillation / register tokens) are left out,
+    so a map does not sum to one when the query also attends to them.
+
+    Returns:
+        ``(B, gh, gw)`` float32.
+    """
+    spec = record.spec
+    attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
+    if head is not None:
+        if not -spec.num_heads <= head < spec.num_heads:
+            raise AnalysisError(f"Head {head} does not exist: the model has {spec.num_heads} heads.")
+        attention = attention[:, head : head + 1] if head >= 0 else attention[:, [head]]
+    rows = query_rows_for(record, query)
+    over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
+    gh, gw = spec.grid_size
+    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw)

@@ -1,0 +1,252 @@
+"""Capture every layer's attention probabilities in one forward pass.
+
+timm's ``Attention`` computes ``softmax(q·kᵀ·scale)`` only on its unfused path; with
+fused attention (``F.scaled_dot_product_attention``, the default) the weights never
+exist. We therefore never rely on ``fused_attn`` (nor on timm's global
+``set_fused_attn``, which only affects models built after the call). Instead, for each
+requested layer, forward hooks on the block's ``q_norm`` and ``k_norm`` modules (identity
+for most ViTs) receive ``q`` and ``k`` *as the module itself uses them*, and we compute
+
+    P = softmax(q · kᵀ · scale)        # (B, heads, T, T), in float32
+
+beside the untouched forward. The model's own output is therefore bit-identical to an
+uncaptured forward, and layers that are not requested keep the fused kernel.
+
+Hooks are registered per call and removed in ``finally``; they only react to the thread
+that registered them, so one model can be shared by many threads (browser sessions),
+each capturing its own input at the same time. Nothing is stored on the modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from .devices import autocast_context
+from .errors import AnalysisError
+from .spec import ViTSpec
+
+__all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
+
+# (layer index, probabilities (B, heads, Q, T)) -> None
+AttentionSink = Callable[[int, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class AttentionRecord:
+    """Attention captured from one forward pass.
+
+    Attributes:
+        attentions: ``(L, B, heads, Q, T)`` softmax probabilities. ``Q == T`` (every query
+            token) unless the capture asked for ``query_tokens``; rows sum to one over keys.
+        logits: ``(B, classes)`` the model's output for the same forward pass.
+        spec: the token geometry of *this* input (differs from the model's default for
+            ``dynamic_img_size`` models fed another resolution).
+        layers: model layer index of each entry along ``L``.
+        query_tokens: token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
+    """
+
+    attentions: torch.Tensor
+    logits: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+    query_tokens: tuple[int, ...] | None = None
+
+    def layer_position(self, layer: int) -> int:
+        """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
+        if layer < 0:
+            layer += self.spec.num_layers
+        try:
+            return self.layers.index(layer)
+        except ValueError:
+            raise AnalysisError(
+                f"Layer {layer} was not captured (captured: {list(self.layers)}). "
+                "Capture it with capture_attention(..., layers=None) for all layers."
+            ) from None
+
+    def query_rows(self, tokens: Sequence[int]) -> list[int]:
+        """Positions along ``Q`` of the given token indices."""
+        if self.query_tokens is None:
+            return list(tokens)
+        lookup = {t: i for i, t in enumerate(self.query_tokens)}
+        missing = [t for t in tokens if t not in lookup]
+        if missing:
+            raise AnalysisError(
+                f"Query tokens {missing[:5]} were not captured (only {len(self.query_tokens)} query rows "
+                "were kept). Capture again with query_tokens=None for every query."
+            )
+        return [lookup[t] for t in tokens]
+
+
+def attention_probabilities(
+    q: torch.Tensor, k: torch.Tensor, scale: float, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``softmax(q·kᵀ·scale)`` over keys, in float32.
+
+    q, k: ``(B, heads, T, head_dim)``; ``rows`` optionally selects query rows.
+    Returns ``(B, heads, Q, T)``.
+    """
+    if rows is not None:
+        q = q.index_select(2, rows)
+    scores = (q.float() * scale) @ k.float().transpose(-2, -1)  # (B, heads, Q, T)
+    return scores.softmax(dim=-1)
+
+
+@contextlib.contextmanager
+def attention_taps(
+    model: nn.Module,
+    layers: Sequence[int],
+    sink: AttentionSink,
+    *,
+    query_tokens: Sequence[int] | None = None,
+) -> Iterator[None]:
+    """Within the block, every forward of ``model`` *by this thread* reports the attention
+    probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``.
+
+    Hooks are removed on exit, also when the forward raises.
+    """
+    owner = threading.get_ident()
+    pending_q: dict[int, torch.Tensor] = {}
+    handles = []
+    rows_cache: dict[torch.device, torch.Tensor] = {}
+
+    def rows_on(device: torch.device) -> torch.Tensor | None:
+        if query_tokens is None:
+            return None
+        if device not in rows_cache:
+            rows_cache[device] = torch.as_tensor(list(query_tokens), dtype=torch.long, device=device)
+        return rows_cache[device]
+
+    try:
+        for layer in layers:
+            attn = model.blocks[layer].attn
+
+            def keep_q(module, args, q, layer=layer):
+                if threading.get_ident() == owner:
+                    pending_q[layer] = q  # (B, heads, T, head_dim)
+
+            def emit(module, args, k, layer=layer, scale=float(attn.scale)):
+                if threading.get_ident() != owner:
+                    return
+                q = pending_q.pop(layer)
+                sink(layer, attention_probabilities(q, k, scale, rows_on(k.device)))
+
+            handles.append(attn.q_norm.register_forward_hook(keep_q))
+            handles.append(attn.k_norm.register_forward_hook(emit))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        pending_q.clear()
+
+
+def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
+    if layers is None:
+        return tuple(range(num_layers))
+    if isinstance(layers, int):
+        layers = [layers]
+    resolved = []
+    for layer in layers:
+        index = layer + num_layers if layer < 0 else layer
+        if not 0 <= index < num_layers:
+            raise AnalysisError(f"Layer {layer} does not exist: the model has {num_layers} layers (0..{num_layers - 1}).")
+        resolved.append(int(index))
+    return tuple(sorted(set(resolved)))
+
+
+def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
+    """The spec for this input, checking its shape against the model."""
+    if pixels.ndim != 4 or pixels.shape[1] != 3:
+        raise AnalysisError(
+            f"Expected pixels of shape (B, 3, H, W), got {tuple(pixels.shape)}. Use vit.preprocess(image)."
+        )
+    height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
+    spec = vit.spec
+    if getattr(vit.model, "dynamic_img_size", False):
+        return spec.with_image_size(height, width)  # timm floors (or pads, with dynamic_img_pad)
+    if (height, width) != spec.img_size:
+        raise AnalysisError(
+            f"The model expects {spec.img_size[0]}x{spec.img_size[1]} inputs, got {height}x{width}. "
+            "Use vit.preprocess(image), or load the model with img_size=... or dynamic_img_size=True."
+        )
+    return spec
+
+
+def capture_attention(
+    vit,
+    pixels: torch.Tensor,
+    *,
+    layers: Sequence[int] | int | None = None,
+    query_tokens: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float32,
+    precision: str = "auto",
+    to_cpu: bool = True,
+) -> AttentionRecord:
+    """Run one forward pass and return every requested layer's attention and the logits.
+
+    Args:
+        vit: a :class:`~analysis.loading.LoadedViT`.
+        pixels: ``(B, 3, H, W)`` preprocessed input (any device; moved to the model's).
+        layers: model layer indices to keep (``None``: all). Others keep the fused kernel.
+        query_tokens: keep only these query rows (token indices; e.g. ``[0]`` for the class
+            token) to save memory: attentions are then ``(L, B, heads, len(query_tokens), T)``.
+        dtype: storage dtype of the kept maps (``torch.float16`` halves memory); the
+            probabilities themselves are always computed in float32.
+        precision: autocast for the forward: ``"auto"`` (bf16/fp16 on cuda, fp32 on cpu),
+            ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        to_cpu: move the kept maps to CPU memory (default), else keep them on the device.
+
+    Returns:
+        An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``.
+    """
+    spec = input_spec(vit, pixels)
+    layer_ids = _resolve_layers(layers, spec.num_layers)
+    if query_tokens is not None:
+        query_tokens = tuple(int(t) for t in query_tokens)
+        bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
+        if bad:
+            raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
+    position = {layer: i for i, layer in enumerate(layer_ids)}
+    out_device = torch.device("cpu") if to_cpu else vit.device
+    pin = to_cpu and vit.device.type == "cuda"
+    store: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def keep(layer: int, probs: torch.Tensor) -> None:  # probs (B, heads, Q, T)
+        if "maps" not in store:
+            shape = (len(layer_ids), *probs.shape)  # (L, B, heads, Q, T)
+            store["maps"] = torch.empty(shape, dtype=dtype, device=out_device, pin_memory=pin)
+        store["maps"][position[layer]].copy_(probs, non_blocking=pin)
+        seen.add(layer)
+
+    pixels = pixels.to(vit.device, non_blocking=True)
+    with torch.no_grad(), attention_taps(vit.model, layer_ids, keep, query_tokens=query_tokens):
+        with autocast_context(vit.device, precision):
+            logits = vit.model(pixels)
+    if vit.device.type == "cuda":
+        torch.cuda.synchronize(vit.device)
+    missing = [layer for layer in layer_ids if layer not in seen]
+    if missing:
+        raise AnalysisError(
+            f"The attention of layers {missing} was never computed during the forward pass: this "
+            "model's blocks do not call their attention's q_norm/k_norm, so it is not supported."
+        )
+    attentions = store["maps"]
+    expected_tokens = spec.num_tokens
+    if attentions.shape[-1] != expected_tokens:
+        raise AnalysisError(
+            f"Captured {attentions.shape[-1]} tokens but the spec predicts {expected_tokens} "
+            f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
+        )
+    return AttentionRecord(
+        attentions=attentions,
+        logits=logits.float().to(out_device),
+        spec=spec,
+        layers=layer_ids,
+        query_tokens=query_tokens,
+    )

@@ -1,0 +1,39 @@
+"""Device choice and mixed precision, kept in one place."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+__all__ = ["resolve_device", "autocast_context"]
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``None`` picks cuda, then mps, then cpu; anything else is passed to ``torch.device``."""
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def autocast_context(device: torch.device, precision: str = "auto"):
+    """Autocast for the model's forward pass.
+
+    ``precision``: ``"auto"`` (bfloat16 on cuda when supported, else float16 on cuda,
+    float32 elsewhere), ``"float32"``, ``"bfloat16"`` or ``"float16"``. Attention
+    probabilities are always computed in float32 by the capture code, whatever this is.
+    """
+    if precision not in ("auto", "float32", "bfloat16", "float16"):
+        raise ValueError(f"precision must be auto, float32, bfloat16 or float16, not {precision!r}")
+    if precision == "auto":
+        if device.type != "cuda":
+            return contextlib.nullcontext()
+        precision = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, precision))

@@ -1,0 +1,45 @@
+"""Typed errors raised by the analysis API.
+
+Every message says what went wrong *and* what to do about it, so the app can show
+it verbatim and a notebook user can act on it without reading our source.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VitExplorerError",
+    "ModelLoadError",
+    "UnsupportedModelError",
+    "CheckpointError",
+    "WeightsUnavailableError",
+    "ImageLoadError",
+    "AnalysisError",
+]
+
+
+class VitExplorerError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ModelLoadError(VitExplorerError, ValueError):
+    """A model could not be built or its weights could not be loaded."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The model exists but is not a Vision Transformer this tool can inspect."""
+
+
+class CheckpointError(ModelLoadError):
+    """A checkpoint file is missing, unreadable or does not fit the architecture."""
+
+
+class WeightsUnavailableError(ModelLoadError):
+    """Pretrained weights are neither cached locally nor downloadable right now."""
+
+
+class ImageLoadError(VitExplorerError, ValueError):
+    """The input is not an image we can decode (or is unsafe to decode)."""
+
+
+class AnalysisError(VitExplorerError, ValueError):
+    """An analysis was asked for something the captured record cannot give."""

@@ -1,0 +1,89 @@
+"""Decode user images safely into RGB."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import ImageLoadError
+
+__all__ = ["load_image", "MAX_IMAGE_PIXELS"]
+
+MAX_IMAGE_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused (decompression bombs)
+
+
+def _read_bytes(source) -> tuple[bytes, str]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), "the uploaded data"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise ImageLoadError(f"No image file at {path}.")
+        return path.read_bytes(), path.name
+    if hasattr(source, "read"):
+        if hasattr(source, "seek"):
+            try:
+                source.seek(0)
+            except (OSError, ValueError):
+                pass
+        data = source.read()
+        if isinstance(data, str):
+            raise ImageLoadError("The file object was opened in text mode; open it with 'rb'.")
+        return data, getattr(source, "name", "the file")
+    raise ImageLoadError(f"Cannot read an image from a {type(source).__name__}; pass bytes, a path or a file object.")
+
+
+def _flatten_alpha(image: Image.Image) -> Image.Image:
+    """Composite transparent images on white, then convert any mode to RGB."""
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        # 16/32-bit greyscale: rescale the used range to 8 bits instead of clipping.
+        extrema = image.getextrema()
+        low, high = (extrema if isinstance(extrema[0], (int, float)) else (0, 65535))
+        scale = 255.0 / max(high - low, 1)
+        image = image.point(lambda v: (v - low) * scale).convert("L")
+    if image.mode == "F":
+        image = image.convert("L")
+    return image.convert("RGB")
+
+
+def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
+    """Decode bytes, a path or a binary file object into an RGB ``PIL.Image``.
+
+    EXIF orientation is applied, transparency is composited on white, animated images
+    give their first frame. Anything that is not a decodable image raises
+    :class:`ImageLoadError` (a ``ValueError``) with a message meant for people.
+    """
+    data, label = _read_bytes(source)
+    if not data:
+        raise ImageLoadError(f"{label} is empty (0 bytes). Choose an image file (JPEG, PNG, WebP, BMP or GIF).")
+    previous_limit = Image.MAX_IMAGE_PIXELS
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            pixels = opened.width * opened.height
+            if pixels > MAX_IMAGE_PIXELS:
+                raise ImageLoadError(
+                    f"{label} is {opened.width}x{opened.height} = {pixels:,} pixels, above the limit of "
+                    f"{MAX_IMAGE_PIXELS:,} pixels (decompression-bomb protection). Downscale it first."
+                )
+            opened.seek(0)  # first frame of animations
+            opened.load()
+            image = ImageOps.exif_transpose(opened) or opened
+            return _flatten_alpha(image).copy()
+    except ImageLoadError:
+        raise
+    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise ImageLoadError(
+            f"{label} is not an image we can read ({exc.__class__.__name__}). Use JPEG, PNG, WebP, BMP or GIF."
+        ) from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageLoadError(f"{label} looks truncated or corrupt and cannot be decoded: {exc}.") from exc
+    finally:
+        Image.MAX_IMAGE_PIXELS = previous_limit

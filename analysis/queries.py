@@ -1,0 +1,47 @@
+"""Resolving a user's query ("cls", a patch index, "mean") to attention rows."""
+
+from __future__ import annotations
+
+import torch
+
+from .capture import AttentionRecord
+from .errors import AnalysisError
+
+__all__ = ["Query", "query_rows_for"]
+
+Query = str | int  # "cls" | "mean" | row-major patch index
+
+
+def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
+    """Positions along the record's ``Q`` axis whose attention rows make up ``query``.
+
+    ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
+    (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers).
+    """
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    if isinstance(query, str):
+        if query == "cls":
+            if not spec.has_class_token:
+                raise AnalysisError(
+                    "This model has no class token (it pools patch tokens): use query='mean' "
+                    "or a patch index instead of 'cls'."
+                )
+            return record.query_rows([0])
+        if query == "mean":
+            return record.query_rows(range(prefix, prefix + spec.num_patches))
+        raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
+    if isinstance(query, bool) or not isinstance(query, int):
+        raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
+    if not 0 <= query < spec.num_patches:
+        gh, gw = spec.grid_size
+        raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{spec.num_patches - 1}).")
+    return record.query_rows([prefix + query])
+
+
+def select_query(attention: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """``(..., Q, T)`` -> ``(..., T)``: the mean of the chosen query rows."""
+    if len(rows) == 1:
+        return attention[..., rows[0], :].float()
+    index = torch.as_tensor(rows, device=attention.device)
+    return attention.index_select(-2, index).float().mean(dim=-2)

@@ -1,0 +1,107 @@
+"""Attention rollout (Abnar & Zuidema, 2020), as in the ViT paper's Figure 6."""
+
+from __future__ import annotations
+
+import torch
+
+from .capture import AttentionRecord
+from .errors import AnalysisError
+from .queries import Query, query_rows_for
+
+__all__ = ["attention_rollout", "rollout_matrices", "fuse_heads", "discard_lowest"]
+
+HEAD_FUSIONS = ("mean", "max", "min")
+
+
+def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
+    """``(B, heads, T, T)`` -> ``(B, T, T)`` by the mean, max or min over heads."""
+    if head_fusion == "mean":
+        return attention.mean(dim=1)
+    if head_fusion == "max":
+        return attention.amax(dim=1)
+    if head_fusion == "min":
+        return attention.amin(dim=1)
+    raise AnalysisError(f"head_fusion must be one of {HEAD_FUSIONS}, not {head_fusion!r}.")
+
+
+def discard_lowest(fused: torch.Tensor, discard_ratio: float) -> torch.Tensor:
+    """Zero the ``floor(discard_ratio · T·(T−1))`` smallest off-diagonal entries of each
+    ``(T, T)`` matrix in ``fused (B, T, T)``. The diagonal (a token's attention to itself)
+    is never discarded. Returns a new tensor."""
+    if not 0.0 <= discard_ratio < 1.0:
+        raise AnalysisError(f"discard_ratio must be in [0, 1), not {discard_ratio}.")
+    batch, tokens, _ = fused.shape
+    count = int(discard_ratio * tokens * (tokens - 1))
+    if count == 0:
+        return fused.clone()
+    eye = torch.eye(tokens, dtype=torch.bool, device=fused.device)
+    candidates = fused.masked_fill(eye, float("inf")).reshape(batch, -1)  # diagonal never chosen
+    lowest = candidates.topk(count, dim=-1, largest=False).indices  # (B, count)
+    flat = fused.reshape(batch, -1).clone()
+    flat.scatter_(1, lowest, 0.0)
+    return flat.reshape(batch, tokens, tokens)
+
+
+def rollout_matrices(
+    record: AttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+) -> torch.Tensor:
+    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, T, T)`` float64.
+
+    Per layer: fuse heads, discard (optional), ``Â = ½·A + ½·I``, then each row of ``Â``
+    is divided by its sum over keys (``Â / Â.sum(-1, keepdim=True)``) so that every row of
+    ``Â`` and of ``R`` is a probability distribution.
+    """
+    if record.query_tokens is not None:
+        raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
+    spec = record.spec
+    last = spec.num_layers - 1 if end_layer is None else end_layer
+    if last < 0:
+        last += spec.num_layers
+    if start_layer < 0:
+        start_layer += spec.num_layers
+    if not 0 <= start_layer <= last < spec.num_layers:
+        raise AnalysisError(
+            f"Need 0 <= start_layer ({start_layer}) <= end_layer ({last}) < {spec.num_layers} layers."
+        )
+    rollout = None
+    for layer in range(start_layer, last + 1):
+        attention = record.attentions[record.layer_position(layer)].double()  # (B, heads, T, T)
+        fused = discard_lowest(fuse_heads(attention, head_fusion), discard_ratio)  # (B, T, T)
+        eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+        mixed = 0.5 * fused + 0.5 * eye
+        mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
+        rollout = mixed if rollout is None else mixed @ rollout
+    return rollout
+
+
+def attention_rollout(
+    record: AttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    query: Query | None = None,
+) -> torch.Tensor:
+    """Attention rollout of one query over the patch grid.
+
+    ``R = Â_end ⋯ Â_start`` as in :func:`rollout_matrices` (``end_layer`` defaults to the
+    last layer, inclusive). Returns the query's row of ``R`` restricted to patch tokens,
+    not rescaled: ``(B, gh, gw)`` float32. ``query=None`` is the class token when the model
+    has one, else the mean over patch queries; otherwise ``"cls"``, ``"mean"`` or a patch index.
+    """
+    spec = record.spec
+    if query is None:
+        query = "cls" if spec.has_class_token else "mean"
+    rows = query_rows_for(record, query)
+    rollout = rollout_matrices(
+        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer
+    )
+    over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
+    gh, gw = spec.grid_size
+    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw).float()

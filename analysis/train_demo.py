@@ -1,0 +1,314 @@
+"""Train the bundled demo ViT on procedural shape scenes (CPU, from scratch).
+
+Usage (defaults are the shipped recipe)::
+
+    python -m analysis.train_demo                       # writes assets/demo_vit/
+    python -m analysis.train_demo --out /tmp/vit --epochs 2 --pool 2000
+
+The model is a small timm ``VisionTransformer`` built with
+``timm.create_model(ARCHITECTURE, pretrained=False, num_classes=..., **model_args)``;
+the output folder uses timm's hub layout (``config.json`` + ``model.safetensors``), so
+``timm.create_model("local-dir:<folder>", pretrained=True)`` and
+``analysis.load_vit("<folder>")`` both rebuild it.
+
+Recipe facts worth knowing:
+
+* ``pos_embed`` / ``cls_token`` / biases / norms are excluded from weight decay (timm's
+  ``create_optimizer_v2`` does that via ``model.no_weight_decay()``); with weight decay on
+  ``pos_embed`` the position embeddings do not become local.
+* Training data is a fixed pool of scenes from ``--seed`` (sample indices
+  ``0..pool-1``), re-augmented every epoch with a random element of the dihedral group
+  (flips / 90-degree rotations; every class is invariant under those). A small
+  validation set from ``--seed + 1`` is used for progress output only; it never steers
+  training. The held-out evaluation (``analysis.evaluate_demo``) uses yet another seed.
+* The LR schedule is step-based (linear warm-up, cosine decay), so a run is reproducible
+  from its arguments. ``--minutes`` instead sizes the run from the measured speed of the
+  first steps and prints the equivalent ``--steps`` so it can be replayed exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from analysis.demo_data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
+
+__all__ = [
+    "ARCHITECTURE",
+    "DEFAULT_MODEL_ARGS",
+    "MEAN",
+    "STD",
+    "build_model",
+    "make_config",
+    "save_model",
+    "train",
+    "main",
+]
+
+ARCHITECTURE = "vit_tiny_patch16_224"  # timm entry point; model_args override its sizes
+DEFAULT_MODEL_ARGS: dict = dict(
+    img_size=DEFAULT_SIZE,
+    patch_size=4,
+    embed_dim=128,
+    depth=4,
+    num_heads=4,
+    mlp_ratio=2.0,
+    class_token=True,
+    global_pool="token",
+)
+MEAN = (0.5, 0.5, 0.5)
+STD = (0.25, 0.25, 0.25)
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "assets" / "demo_vit"
+
+
+def build_model(model_args: dict | None = None, num_classes: int = len(CLASS_NAMES)):
+    import timm
+
+    args = dict(DEFAULT_MODEL_ARGS if model_args is None else model_args)
+    return timm.create_model(ARCHITECTURE, pretrained=False, num_classes=num_classes, **args)
+
+
+def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> dict:
+    size = model_args["img_size"]
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    return {
+        "architecture": ARCHITECTURE,
+        "num_classes": num_classes,
+        "num_features": model_args["embed_dim"],
+        "model_args": dict(model_args),
+        "pretrained_cfg": {
+            "tag": "demo_shapes",
+            "custom_load": False,
+            "input_size": [3, h, w],
+            "fixed_input_size": True,
+            "interpolation": "bicubic",
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+            "mean": list(MEAN),
+            "std": list(STD),
+            "num_classes": num_classes,
+            "pool_size": None,
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+        "label_names": list(label_names),
+    }
+
+
+def save_model(model, out: Path, model_args: dict, label_names: list[str] = CLASS_NAMES) -> None:
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = make_config(model_args, len(label_names), label_names)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _to_tensor(images_u8: np.ndarray) -> torch.Tensor:
+    x = torch.from_numpy(images_u8).permute(0, 3, 1, 2).float().div_(255.0)
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def _dihedral(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Apply a random dihedral transform per sample (x: B,C,H,W with H == W)."""
+    k = torch.randint(0, 4, (x.shape[0],), generator=g)
+    flip = torch.randint(0, 2, (x.shape[0],), generator=g).bool()
+    x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
+    out = torch.empty_like(x)
+    for r in range(4):
+        sel = k == r
+        if sel.any():
+            out[sel] = torch.rot90(x[sel], r, dims=(-2, -1))
+    return out
+
+
+def _locality_gap(model) -> float:
+    """Private copy of the locality metric for progress output (see evaluate_demo)."""
+    pe = model.pos_embed.detach()[0, model.num_prefix_tokens:]
+    gh, gw = model.patch_embed.grid_size
+    pe = F.normalize(pe, dim=-1)
+    sim = (pe @ pe.T).view(gh, gw, gh, gw)
+    yy, xx = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    dy = (yy.reshape(-1, 1) - yy.reshape(1, -1)).abs().view(gh, gw, gh, gw)
+    dx = (xx.reshape(-1, 1) - xx.reshape(1, -1)).abs().view(gh, gw, gh, gw)
+    near = (dy + dx) == 1
+    far = torch.maximum(dy, dx) >= max(gh, gw) / 2
+    return float(sim[near].mean() - sim[far].mean())
+
+
+@torch.no_grad()
+def _accuracy(model, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> float:
+    model.eval()
+    correct = 0
+    for i in range(0, len(x), batch):
+        correct += (model(x[i:i + batch]).argmax(-1) == y[i:i + batch]).sum().item()
+    model.train()
+    return correct / max(len(x), 1)
+
+
+def train(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    seed: int = 0,
+    pool: int = 60000,
+    epochs: float = 30,
+    steps: int | None = None,
+    minutes: float | None = None,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    weight_decay: float = 0.05,
+    warmup_frac: float = 0.05,
+    label_smoothing: float = 0.1,
+    val_size: int = 1000,
+    model_args: dict | None = None,
+    threads: int = 2,
+    log_every: int | None = None,
+    log=print,
+) -> dict:
+    """Train and save; returns a summary dict (steps, wall time, final val numbers)."""
+    from timm.optim import create_optimizer_v2
+
+    t_start = time.time()
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model_args = dict(DEFAULT_MODEL_ARGS if model_args is None else model_args)
+    size = model_args["img_size"]
+
+    log(f"[train_demo] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
+    imgs, labels, _ = generate_arrays(pool, seed, size=size)
+    x_train = _to_tensor(imgs)
+    y_train = torch.from_numpy(labels)
+    del imgs
+    if val_size:
+        vi, vl, _ = generate_arrays(val_size, seed + 1, size=size)
+        x_val, y_val = _to_tensor(vi), torch.from_numpy(vl)
+    log(f"[train_demo] data ready in {time.time() - t_start:.1f}s")
+
+    model = build_model(model_args, len(CLASS_NAMES))
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"[train_demo] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
+    opt = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
+    no_decay = [n for n, p in model.named_parameters() if p.ndim <= 1 or n in model.no_weight_decay()]
+    log(f"[train_demo] no weight decay on {len(no_decay)} tensors incl. "
+        f"{[n for n in no_decay if n in ('pos_embed', 'cls_token')]}")
+
+    steps_per_epoch = max(1, pool // batch_size)
+    g = torch.Generator().manual_seed(seed)
+
+    def lr_at(step: int, total: int) -> float:
+        warm = max(1, int(warmup_frac * total))
+        if step < warm:
+            return lr * (step + 1) / warm
+        t = (step - warm) / max(1, total - warm)
+        return 1e-5 + (lr - 1e-5) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+
+    total = steps if steps is not None else int(round(epochs * steps_per_epoch))
+    probe = 30
+    if minutes is not None and steps is None:
+        total = None  # decided after timing the first `probe` steps
+    log_every = log_every or steps_per_epoch
+
+    model.train()
+    t_train = time.time()
+    step = 0
+    perm = torch.randperm(pool, generator=g)
+    pos = 0
+    run_loss, run_correct, run_n = 0.0, 0, 0
+    while True:
+        cur_total = total if total is not None else 10 ** 9
+        if step >= cur_total:
+            break
+        if pos + batch_size > pool:
+            perm, pos = torch.randperm(pool, generator=g), 0
+        idx = perm[pos:pos + batch_size]
+        pos += batch_size
+        xb = _dihedral(x_train[idx], g)
+        yb = y_train[idx]
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cur_total if total is not None else 10 ** 6)
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb, label_smoothing=label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        run_loss += loss.item() * len(yb)
+        run_correct += (logits.argmax(-1) == yb).sum().item()
+        run_n += len(yb)
+        if total is None and step == probe:
+            per_step = (time.time() - t_train) / probe
+            budget = minutes * 60 - (time.time() - t_start) - 30
+            total = max(probe + 1, int(budget / per_step))
+            log(f"[train_demo] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
+                f"(replay exactly with --steps {total})")
+        if step % log_every == 0 or step == total:
+            msg = (f"[train_demo] step {step}/{total} ep {step / steps_per_epoch:.2f} "
+                   f"lr {opt.param_groups[0]['lr']:.2e} loss {run_loss / run_n:.4f} "
+                   f"train_acc {run_correct / run_n:.3f}")
+            if val_size:
+                msg += f" val_acc {_accuracy(model, x_val, y_val):.3f}"
+            msg += f" loc_gap {_locality_gap(model):.3f} elapsed {time.time() - t_start:.0f}s"
+            log(msg)
+            sys.stdout.flush()
+            run_loss, run_correct, run_n = 0.0, 0, 0
+
+    model.eval()
+    wall = time.time() - t_start
+    summary = {
+        "steps": step,
+        "epochs": step / steps_per_epoch,
+        "wall_s": wall,
+        "val_acc": _accuracy(model, x_val, y_val) if val_size else None,
+        "locality_gap": _locality_gap(model),
+        "params": n_params,
+    }
+    save_model(model, Path(out), model_args)
+    log(f"[train_demo] done: {json.dumps(summary)} -> {out}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (timm hub layout)")
+    p.add_argument("--seed", type=int, default=0, help="seed of model init, order and the data pool")
+    p.add_argument("--pool", type=int, default=60000, help="number of distinct training scenes")
+    p.add_argument("--epochs", type=float, default=30, help="passes over the pool (default recipe)")
+    p.add_argument("--steps", type=int, default=None, help="exact number of optimizer steps (overrides --epochs)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="size the run to about this wall time (overrides --epochs; prints the equivalent --steps)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--val-size", type=int, default=1000)
+    p.add_argument("--depth", type=int, default=DEFAULT_MODEL_ARGS["depth"])
+    p.add_argument("--embed-dim", type=int, default=DEFAULT_MODEL_ARGS["embed_dim"])
+    p.add_argument("--num-heads", type=int, default=DEFAULT_MODEL_ARGS["num_heads"])
+    p.add_argument("--mlp-ratio", type=float, default=DEFAULT_MODEL_ARGS["mlp_ratio"])
+    p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
+    p.add_argument("--log-every", type=int, default=None, help="steps between progress lines (default: one epoch)")
+    a = p.parse_args(argv)
+    model_args = dict(DEFAULT_MODEL_ARGS, depth=a.depth, embed_dim=a.embed_dim,
+                      num_heads=a.num_heads, mlp_ratio=a.mlp_ratio)
+    train(a.out, seed=a.seed, pool=a.pool, epochs=a.epochs, steps=a.steps, minutes=a.minutes,
+          batch_size=a.batch_size, lr=a.lr, weight_decay=a.weight_decay, val_size=a.val_size,
+          model_args=model_args, threads=a.threads, log_every=a.log_every)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
