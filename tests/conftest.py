@@ -1,0 +1,50 @@
+"""Shared fixtures: offline, small random-weight timm ViTs of every token layout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from analysis import load_vit  # noqa: E402
+
+# name -> (timm architecture, create_model kwargs). Small sizes keep the suite fast; the
+# token layouts (prefix tokens, grid shape, patch size) are what these tests are about.
+ARCHITECTURES = {
+    "class_token": ("vit_tiny_patch16_224", dict(img_size=64, depth=3)),
+    "registers": ("vit_small_patch14_reg4_dinov2", dict(img_size=56, depth=2)),
+    "distilled": ("deit_tiny_distilled_patch16_224", dict(img_size=64, depth=2)),
+    "no_class_token": ("vit_medium_patch16_gap_256", dict(img_size=64, depth=2)),
+    "no_embed_class": ("deit3_small_patch16_224", dict(img_size=64, depth=2)),
+    "non_square": ("vit_tiny_patch16_224", dict(img_size=(48, 80), depth=3)),
+    "qk_norm": ("vit_tiny_patch16_224", dict(img_size=48, depth=2, qk_norm=True)),
+}
+
+
+def make_vit(kind: str, **overrides):
+    arch, kwargs = ARCHITECTURES[kind]
+    torch.manual_seed(0)
+    return load_vit(arch, pretrained=False, device="cpu", **{**kwargs, **overrides})
+
+
+@pytest.fixture(scope="session")
+def vits():
+    """One loaded model per token layout, shared by the session (read-only use)."""
+    return {kind: make_vit(kind) for kind in ARCHITECTURES}
+
+
+@pytest.fixture(params=sorted(ARCHITECTURES))
+def any_vit(request, vits):
+    return vits[request.param]
+
+
+def random_pixels(vit, batch: int = 2, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    height, width = vit.spec.img_size
+    return torch.randn(batch, 3, height, width, generator=generator)

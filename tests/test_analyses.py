@@ -1,0 +1,290 @@
+"""Every analysis against explicit loops, plus analytic cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from analysis import (
+    AnalysisError,
+    AttentionRecord,
+    ViTSpec,
+    attention_map,
+    attention_rollout,
+    capture_attention,
+    mean_attention_distance,
+    patch_embedding_components,
+    position_embedding_similarity,
+)
+from analysis.rollout import rollout_matrices
+from conftest import random_pixels
+from reference import loop_attention_distance, loop_rollout
+
+
+def synthetic_record(attentions: torch.Tensor, grid=(3, 4), patch=(16, 8), prefix=1, has_cls=True) -> AttentionRecord:
+    """A record built from given attention (L, B, heads, T, T)."""
+    layers, batch, heads, tokens, _ = attentions.shape
+    assert tokens == prefix + grid[0] * grid[1]
+    spec = ViTSpec(
+        patch_size=patch,
+        grid_size=grid,
+        num_prefix_tokens=prefix,
+        num_layers=layers,
+        num_heads=heads,
+        embed_dim=8,
+        img_size=(grid[0] * patch[0], grid[1] * patch[1]),
+        has_class_token=has_cls,
+    )
+    return AttentionRecord(attentions=attentions, logits=torch.zeros(batch, 1), spec=spec, layers=tuple(range(layers)))
+
+
+def random_attention(layers=3, batch=2, heads=3, tokens=13, seed=0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(layers, batch, heads, tokens, tokens, generator=generator) * 2
+    return scores.softmax(-1)
+
+
+# ----------------------------------------------------------------------------- attention_map
+
+
+def test_attention_map_picks_the_right_row_and_columns():
+    attn = random_attention(tokens=14)  # 2 prefix tokens + a 3x4 grid
+    record = synthetic_record(attn, grid=(3, 4), prefix=2)
+    got = attention_map(record, 1, head=2, query="cls")
+    for b in range(2):
+        for i in range(3):
+            for j in range(4):
+                assert got[b, i, j] == pytest.approx(float(attn[1, b, 2, 0, 2 + i * 4 + j]), abs=1e-7)
+    mean_heads = attention_map(record, 0, query=5)
+    expected = attn[0, :, :, 2 + 5, 2:].mean(1).reshape(2, 3, 4)
+    torch.testing.assert_close(mean_heads, expected)
+    mean_query = attention_map(record, -1, head=0, query="mean")
+    expected = attn[2, :, 0, 2:, 2:].mean(1).reshape(2, 3, 4)
+    torch.testing.assert_close(mean_query, expected)
+
+
+def test_attention_map_errors_are_typed():
+    record = synthetic_record(random_attention(tokens=12), grid=(3, 4), prefix=0, has_cls=False)
+    with pytest.raises(AnalysisError, match="no class token"):
+        attention_map(record, 0, query="cls")
+    with pytest.raises(AnalysisError, match="outside"):
+        attention_map(record, 0, query=12)
+    with pytest.raises(AnalysisError, match="Head 7"):
+        attention_map(record, 0, head=7, query="mean")
+    with pytest.raises(AnalysisError, match="not captured"):
+        attention_map(record, 5, query="mean")
+
+
+def test_attention_map_on_real_models(any_vit):
+    record = capture_attention(any_vit, random_pixels(any_vit))
+    query = "cls" if any_vit.spec.has_class_token else "mean"
+    grid = attention_map(record, 0, query=query)
+    assert grid.shape == (2, *any_vit.spec.grid_size)
+
+
+# ----------------------------------------------------------------------------- distance
+
+
+def test_distance_matches_explicit_loops():
+    attn = random_attention(layers=2, tokens=13)
+    record = synthetic_record(attn, grid=(3, 4), patch=(16, 8), prefix=1)
+    for renormalize in (True, False):
+        got = mean_attention_distance(record, renormalize=renormalize, per_image=True)  # (B, L, heads)
+        for layer in range(2):
+            expected = loop_attention_distance(attn[layer].double().numpy(), (3, 4), (16, 8), 1, renormalize)
+            np.testing.assert_allclose(got[:, layer].numpy(), expected, rtol=1e-10, atol=1e-9)
+    averaged = mean_attention_distance(record)
+    torch.testing.assert_close(averaged, mean_attention_distance(record, per_image=True).mean(0))
+
+
+def test_distance_analytic_identity_and_uniform():
+    tokens = 1 + 14 * 14
+    identity = torch.eye(tokens).expand(1, 1, 2, tokens, tokens).clone()
+    record = synthetic_record(identity, grid=(14, 14), patch=(16, 16), prefix=1)
+    assert mean_attention_distance(record).abs().max() == 0
+    uniform = torch.full((1, 1, 2, tokens, tokens), 1.0 / tokens)
+    record = synthetic_record(uniform, grid=(14, 14), patch=(16, 16), prefix=1)
+    assert mean_attention_distance(record)[0, 0].item() == pytest.approx(116.49, abs=0.01)
+    # one neighbour exactly one patch to the right, as in a known grid
+    shift = torch.zeros(1, 1, 1, 4, 4)
+    shift[0, 0, 0, 0, 1] = shift[0, 0, 0, 1, 0] = shift[0, 0, 0, 2, 3] = shift[0, 0, 0, 3, 2] = 1.0
+    record = synthetic_record(shift, grid=(2, 2), patch=(10, 7), prefix=0, has_cls=False)
+    assert mean_attention_distance(record).item() == pytest.approx(7.0)
+
+
+def test_distance_on_real_models_is_within_the_grid(any_vit):
+    record = capture_attention(any_vit, random_pixels(any_vit))
+    distance = mean_attention_distance(record)
+    gh, gw = any_vit.spec.grid_size
+    ph, pw = any_vit.spec.patch_size
+    assert distance.shape == (any_vit.spec.num_layers, any_vit.spec.num_heads)
+    assert (distance >= 0).all() and (distance <= math.hypot((gh - 1) * ph, (gw - 1) * pw)).all()
+
+
+# ----------------------------------------------------------------------------- rollout
+
+
+@pytest.mark.parametrize("fusion", ["mean", "max", "min"])
+@pytest.mark.parametrize("discard", [0.0, 0.3, 0.9])
+def test_rollout_matches_explicit_loops(fusion, discard):
+    attn = random_attention(layers=3, batch=2, heads=3, tokens=13, seed=1)
+    record = synthetic_record(attn, grid=(3, 4), prefix=1)
+    got = rollout_matrices(record, head_fusion=fusion, discard_ratio=discard)
+    for b in range(2):
+        expected = loop_rollout(attn[:, b].double().numpy(), fusion, discard)
+        np.testing.assert_allclose(got[b].numpy(), expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got.sum(-1), torch.ones(2, 13, dtype=torch.float64))
+    grid = attention_rollout(record, head_fusion=fusion, discard_ratio=discard)
+    torch.testing.assert_close(grid, got[:, 0, 1:].reshape(2, 3, 4).float())
+
+
+def test_rollout_normalises_rows_not_columns():
+    """Dividing by column sums (the widespread bug) changes max fusion results; ours matches rows."""
+    attn = random_attention(layers=1, batch=1, heads=4, tokens=5, seed=3)
+    record = synthetic_record(attn, grid=(2, 2), prefix=1)
+    fused = attn[0, 0].double().amax(0)
+    mixed = 0.5 * fused + 0.5 * torch.eye(5, dtype=torch.float64)
+    rows = mixed / mixed.sum(-1, keepdim=True)
+    columns = mixed / mixed.sum(-1)  # broadcasting divides entry (i, j) by row j's sum
+    got = rollout_matrices(record, head_fusion="max")[0]
+    torch.testing.assert_close(got, rows)
+    assert (got - columns).abs().max() > 1e-3
+
+
+def test_rollout_start_end_and_queries():
+    attn = random_attention(layers=4, tokens=13, seed=2)
+    record = synthetic_record(attn, grid=(3, 4), prefix=1)
+    later = rollout_matrices(record, start_layer=2)
+    sub = synthetic_record(attn[2:], grid=(3, 4), prefix=1)
+    torch.testing.assert_close(later, rollout_matrices(sub))
+    first_two = rollout_matrices(record, end_layer=1)
+    torch.testing.assert_close(first_two, rollout_matrices(synthetic_record(attn[:2], grid=(3, 4), prefix=1)))
+    patch = attention_rollout(record, query=5)
+    torch.testing.assert_close(patch, rollout_matrices(record)[:, 6, 1:].reshape(2, 3, 4).float())
+
+
+def test_rollout_analytic_identity_and_no_class_token():
+    tokens = 1 + 6
+    identity = torch.eye(tokens).expand(3, 1, 2, tokens, tokens).clone()
+    record = synthetic_record(identity, grid=(2, 3), prefix=1)
+    assert attention_rollout(record).abs().max() == 0  # the class token only ever sees itself
+    uniform = torch.full((2, 1, 1, 6, 6), 1 / 6)
+    record = synthetic_record(uniform, grid=(2, 3), prefix=0, has_cls=False)
+    grid = attention_rollout(record)  # query=None -> mean over patch queries
+    torch.testing.assert_close(grid, torch.full((1, 2, 3), 1 / 6))
+
+
+def test_rollout_on_real_models(any_vit):
+    record = capture_attention(any_vit, random_pixels(any_vit))
+    for fusion in ("mean", "max", "min"):
+        full = rollout_matrices(record, head_fusion=fusion, discard_ratio=0.5)
+        torch.testing.assert_close(full.sum(-1), torch.ones(full.shape[:-1], dtype=torch.float64))
+    assert attention_rollout(record).shape == (2, *any_vit.spec.grid_size)
+
+
+# ----------------------------------------------------------------------------- position embedding
+
+
+def explicit_cosine_grid(embeddings: torch.Tensor, grid) -> np.ndarray:
+    gh, gw = grid
+    e = embeddings.double().numpy()
+    out = np.zeros((gh, gw, gh, gw))
+    for a in range(gh * gw):
+        for b in range(gh * gw):
+            out[a // gw, a % gw, b // gw, b % gw] = e[a] @ e[b] / (np.linalg.norm(e[a]) * np.linalg.norm(e[b]))
+    return out
+
+
+def test_position_similarity_matches_explicit_cosine(any_vit):
+    model = any_vit.model
+    n = any_vit.spec.num_patches
+    patch_positions = model.pos_embed[0, -n:].detach()
+    expected_prefix = 0 if model.no_embed_class else any_vit.spec.num_prefix_tokens
+    assert model.pos_embed.shape[1] == expected_prefix + n
+    got = position_embedding_similarity(any_vit)
+    assert got.shape == (*any_vit.spec.grid_size, *any_vit.spec.grid_size)
+    np.testing.assert_allclose(got.numpy(), explicit_cosine_grid(patch_positions, any_vit.spec.grid_size), atol=1e-6)
+
+
+def test_position_similarity_resampled(vits):
+    vit = vits["non_square"]
+    gh, gw = vit.spec.grid_size
+    same = position_embedding_similarity(vit, grid_size=(gh, gw))
+    torch.testing.assert_close(same, position_embedding_similarity(vit))
+    patches = vit.model.pos_embed[0, 1:].detach().reshape(1, gh, gw, -1).permute(0, 3, 1, 2)
+    resampled = F.interpolate(patches, size=(6, 7), mode="bicubic", antialias=True, align_corners=False)
+    resampled = resampled.permute(0, 2, 3, 1).reshape(42, -1)
+    got = position_embedding_similarity(vit, grid_size=(6, 7))
+    np.testing.assert_allclose(got.numpy(), explicit_cosine_grid(resampled, (6, 7)), atol=1e-5)
+
+
+def test_position_similarity_analytic_known_grid(vits):
+    """Embeddings set by hand: orthogonal rows and a known cosine between two patches."""
+    vit = vits["class_token"]
+    model = vit.model
+    saved = model.pos_embed.data.clone()
+    try:
+        n = vit.spec.num_patches
+        dim = model.pos_embed.shape[-1]
+        new = torch.zeros(1, 1 + n, dim)
+        new[0, 1:, :n] = torch.eye(n)  # every patch orthogonal to every other
+        new[0, 0] = 1.0  # the class position must be ignored
+        new[0, 2, 0] = 1.0  # patch 1 = e1 + e0 -> cos with patch 0 = 1/sqrt(2)
+        model.pos_embed.data.copy_(new)
+        sim = position_embedding_similarity(vit).reshape(n, n)
+        assert sim[0, 1].item() == pytest.approx(1 / math.sqrt(2), abs=1e-6)
+        off = sim.clone()
+        off[0, 1] = off[1, 0] = 0
+        torch.testing.assert_close(off, torch.eye(n))
+    finally:
+        model.pos_embed.data.copy_(saved)
+
+
+# ----------------------------------------------------------------------------- patch-embedding PCA
+
+
+def test_pca_matches_direct_svd_and_covariance(vits):
+    vit = vits["non_square"]
+    components, ratio = patch_embedding_components(vit, n_components=10)
+    weight = vit.model.patch_embed.proj.weight.detach().double().numpy()
+    flat = weight.reshape(weight.shape[0], -1)
+    centred = flat - flat.mean(0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    np.testing.assert_allclose(ratio.numpy(), (s**2 / (s**2).sum())[:10], rtol=1e-5)
+    got = components.reshape(10, -1).double().numpy()
+    for i in range(10):
+        sign = np.sign(got[i] @ vt[i])
+        np.testing.assert_allclose(got[i], sign * vt[i], atol=1e-5)
+    # an independent route: eigenvectors of the covariance
+    eigenvalues = np.sort(np.linalg.eigvalsh(centred.T @ centred))[::-1]
+    np.testing.assert_allclose(ratio.numpy(), (eigenvalues / eigenvalues.sum())[:10], rtol=1e-4)
+    assert components.shape == (10, 3, *vit.spec.patch_size)
+
+
+def test_pca_analytic_rank_one_filters(vits):
+    vit = vits["qk_norm"]
+    proj = vit.model.patch_embed.proj
+    saved = proj.weight.data.clone()
+    try:
+        direction = torch.randn(proj.weight[0].shape)
+        scales = torch.linspace(-2, 3, proj.weight.shape[0]).view(-1, 1, 1, 1)
+        proj.weight.data.copy_(scales * direction)
+        components, ratio = patch_embedding_components(vit, n_components=3)
+        assert ratio[0].item() == pytest.approx(1.0, abs=1e-5)
+        unit = direction / direction.norm()
+        cos = (components[0].flatten() @ unit.flatten()).abs().item()
+        assert cos == pytest.approx(1.0, abs=1e-5)
+    finally:
+        proj.weight.data.copy_(saved)
+
+
+def test_pca_refuses_hybrid_models():
+    from analysis import load_vit
+
+    hybrid = load_vit("vit_tiny_r_s16_p8_224", pretrained=False, img_size=64)
+    with pytest.raises(AnalysisError, match="hybrid"):
+        patch_embedding_components(hybrid)

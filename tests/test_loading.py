@@ -1,0 +1,168 @@
+"""load_vit from every source, preprocessing, and its typed errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from analysis import (
+    CheckpointError,
+    ModelLoadError,
+    UnsupportedModelError,
+    WeightsUnavailableError,
+    capture_attention,
+    load_vit,
+)
+from analysis.loading import DEMO_MODEL_DIR
+
+ARCH = "vit_tiny_patch16_224"
+SMALL = dict(img_size=32, depth=2, num_classes=3)
+
+
+@pytest.fixture(scope="module")
+def source_model():
+    torch.manual_seed(1)
+    return load_vit(ARCH, pretrained=False, **SMALL)
+
+
+def _assert_same_weights(a, b):
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+
+
+def test_hub_layout_folder_loads_names_and_normalisation(tmp_path, source_model):
+    config = {
+        "architecture": ARCH,
+        "num_classes": 3,
+        "model_args": {"img_size": 32, "depth": 2},
+        "pretrained_cfg": {"mean": [0.1, 0.2, 0.3], "std": [0.5, 0.25, 0.125], "input_size": [3, 32, 32],
+                           "interpolation": "bilinear", "crop_pct": 1.0, "num_classes": 3},
+        "label_names": ["circle", "square", "star"],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file(source_model.model.state_dict(), str(tmp_path / "model.safetensors"))
+    for source in (str(tmp_path), f"local-dir:{tmp_path}"):
+        vit = load_vit(source)
+        assert vit.class_names == ["circle", "square", "star"]
+        assert vit.spec.img_size == (32, 32)
+        _assert_same_weights(vit, source_model)
+        pixels = vit.preprocess(Image.new("RGB", (50, 40), (255, 0, 51)))
+        assert pixels.shape == (1, 3, 32, 32)
+        expected = torch.tensor([(1.0 - 0.1) / 0.5, (0.0 - 0.2) / 0.25, (0.2 - 0.3) / 0.125])
+        torch.testing.assert_close(pixels[0, :, 5, 5], expected)
+        assert vit.preprocessing.interpolation == "bilinear"
+
+
+def test_single_file_state_dicts_load_exactly(tmp_path, source_model):
+    state = source_model.model.state_dict()
+    save_file(state, str(tmp_path / "w.safetensors"))
+    torch.save({"state_dict": state, "epoch": 3}, tmp_path / "nested.pth")
+    torch.save(state, tmp_path / "bare.pt")
+    torch.save({"model": {f"module.{k}": v for k, v in state.items()}}, tmp_path / "ddp.pth")
+    for name in ("w.safetensors", "nested.pth", "bare.pt", "ddp.pth"):
+        vit = load_vit(tmp_path / name, arch=ARCH, img_size=32, depth=2)
+        assert vit.num_classes == 3  # inferred from the head
+        _assert_same_weights(vit, source_model)
+        x = torch.randn(1, 3, 32, 32)
+        torch.testing.assert_close(capture_attention(vit, x).logits, capture_attention(source_model, x).logits)
+
+
+def test_single_file_needs_an_architecture(tmp_path, source_model):
+    save_file(source_model.model.state_dict(), str(tmp_path / "w.safetensors"))
+    with pytest.raises(CheckpointError, match="arch="):
+        load_vit(tmp_path / "w.safetensors")
+
+
+def test_wrong_keys_and_shapes_are_listed(tmp_path, source_model):
+    state = dict(source_model.model.state_dict())
+    state.pop("cls_token")
+    state["extra.weight"] = torch.zeros(1)
+    save_file(state, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(CheckpointError, match=r"missing keys \(1\): cls_token.*unexpected keys \(1\): extra.weight"):
+        load_vit(tmp_path / "bad.safetensors", arch=ARCH, img_size=32, depth=2)
+    save_file(source_model.model.state_dict(), str(tmp_path / "w.safetensors"))
+    with pytest.raises(CheckpointError, match="wrong shapes"):
+        load_vit(tmp_path / "w.safetensors", arch="vit_small_patch16_224", img_size=32, depth=2)
+
+
+def test_missing_file_and_folder_without_config(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        load_vit(tmp_path / "nope.safetensors", arch=ARCH)
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_vit(str(tmp_path))
+
+
+class _Exploit:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_malicious_pickle_never_runs(tmp_path):
+    marker = tmp_path / "pwned.txt"
+    torch.save({"state_dict": {"x": _Exploit(str(marker))}}, tmp_path / "evil.pth")
+    with pytest.raises(CheckpointError, match="weights_only"):
+        load_vit(tmp_path / "evil.pth", arch=ARCH)
+    assert not marker.exists()
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(ModelLoadError, match="vit_base_patch16_224"):
+        load_vit("vit_base_patch16_22", pretrained=False)
+
+
+def test_non_vits_are_refused():
+    for name in ("resnet18", "convnext_atto"):
+        with pytest.raises(UnsupportedModelError, match="Supported"):
+            load_vit(name, pretrained=False)
+
+
+def test_offline_pretrained_fails_fast_with_advice(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(WeightsUnavailableError, match="demo"):
+        load_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    with pytest.raises(WeightsUnavailableError):
+        load_vit("hf-hub:timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    assert time.monotonic() - start < 10
+
+
+def test_overridden_img_size_wins_over_the_pretrained_default():
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, img_size=96, depth=1)
+    assert vit.spec.img_size == (96, 96) and vit.spec.grid_size == (6, 6)
+    assert vit.preprocess(Image.new("RGB", (300, 200))).shape == (1, 3, 96, 96)
+    assert vit.data_config["input_size"] == (3, 96, 96)
+    assert vit.class_names is not None and len(vit.class_names) == 1000  # ImageNet-1k head
+
+
+def test_preprocess_centre_crops_like_timm():
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, img_size=(32, 64), depth=1)
+    image = Image.fromarray(np.arange(100 * 300 * 3, dtype=np.uint8).reshape(100, 300, 3) % 251)
+    crop = vit.model_input_image(image)
+    assert crop.size == (64, 32)
+    assert vit.preprocess(image).shape == (1, 3, 32, 64)
+
+
+def test_device_auto_selection_is_cpu_here():
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1)
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert vit.device.type in (expected, "mps")
+
+
+def test_demo_model_loads_or_says_how_to_get_it():
+    if (DEMO_MODEL_DIR / "config.json").is_file():
+        vit = load_vit("demo")
+        assert vit.class_names and vit.num_classes == len(vit.class_names)
+    else:
+        with pytest.raises(ModelLoadError, match="train_demo"):
+            load_vit("demo")
