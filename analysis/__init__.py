@@ -24,6 +24,7 @@ from .loading import LoadedViT, load_vit
 from .position import position_embedding_similarity
 from .rollout import attention_rollout
 from .spec import ViTSpec
+from .streaming import dataset_attention_distance
 
 __all__ = [
     "load_vit",
@@ -36,6 +37,7 @@ __all__ = [
     "attention_rollout",
     "mean_attention_distance",
     "uniform_attention_distance",
+    "dataset_attention_distance",
     "position_embedding_similarity",
     "patch_embedding_components",
     "patch_embedding_filters",

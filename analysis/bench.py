@@ -1,0 +1,233 @@
+"""Benchmark: ratios measured side by side in one run (medians of several runs).
+
+    python -m analysis.bench              # everything (a few minutes on 2 CPU cores)
+    python -m analysis.bench --quick      # fewer repeats and images
+
+Prints, each with its target:
+  1. capture_attention vs timm's own fused forward, vit_base_patch16_224, batch 8;
+  2. dataset attention distance throughput vs plain forward throughput (same model, same
+     images, JPEG decode and preprocessing included);
+  3. peak memory (max RSS, fresh processes) of the dataset attention distance for 32 vs 160 images;
+  4. memory of a ViT-L/16 at 384 px record in float32 vs float16 (with --vit-large, it is captured);
+  5. app rerun time after a layer change on the demo model (Streamlit AppTest, server time);
+  6. on CUDA: capture vs the fused bf16 forward.
+Random weights are used for the timm architectures (timing does not depend on the values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from analysis import capture_attention, dataset_attention_distance, load_vit  # noqa: E402
+from analysis.streaming import iter_batches  # noqa: E402
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def jpeg_images(count: int, size=(320, 240), seed: int = 0) -> list[bytes]:
+    """Encoded JPEGs, so that decoding is part of what is measured."""
+    rng = np.random.default_rng(seed)
+    images = []
+    for _ in range(count):
+        base = rng.integers(0, 255, size=(size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+        image = Image.fromarray(base).resize(size, Image.Resampling.BICUBIC)
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=90)
+        images.append(buffer.getvalue())
+    return images
+
+
+def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dict:
+    vit = load_vit(model_name, pretrained=False, device=device)
+    pixels = torch.randn(batch, 3, *vit.spec.img_size, device=vit.device)
+    precision = "auto"
+    from analysis.devices import autocast_context
+
+    def forward():
+        with torch.no_grad(), autocast_context(vit.device, precision):
+            vit.model(pixels)
+        _sync(vit.device)
+
+    def capture():
+        capture_attention(vit, pixels, precision=precision, to_cpu=vit.device.type == "cpu")
+        _sync(vit.device)
+
+    forward(), capture()  # warm-up
+    forward_times, capture_times = [], []
+    for _ in range(repeats):  # interleaved, so drifts in machine load hit both alike
+        forward_times.append(_median_time(forward, 1))
+        capture_times.append(_median_time(capture, 1))
+    f, c = statistics.median(forward_times), statistics.median(capture_times)
+    return {"device": vit.device.type, "forward_s": f, "capture_s": c, "ratio": c / f}
+
+
+def bench_dataset(model_name: str, count: int, batch: int, repeats: int) -> dict:
+    vit = load_vit(model_name, pretrained=False)
+    images = jpeg_images(count)
+
+    def plain():
+        with torch.no_grad():
+            for pixels in iter_batches(vit, images, batch, workers=min(4, os.cpu_count() or 1)):
+                vit.model(pixels.to(vit.device))
+        _sync(vit.device)
+
+    def streamed():
+        dataset_attention_distance(vit, images, batch_size=batch)
+        _sync(vit.device)
+
+    plain_times, stream_times = [], []
+    for _ in range(repeats):
+        plain_times.append(_median_time(plain, 1))
+        stream_times.append(_median_time(streamed, 1))
+    p, s = statistics.median(plain_times), statistics.median(stream_times)
+    return {"plain_img_per_s": count / p, "stream_img_per_s": count / s, "ratio": p / s}
+
+
+def _memory_probe(model_name: str, count: int, batch: int) -> int:
+    """Run in a fresh process: dataset distance over ``count`` images; print max RSS (KiB)."""
+    import resource
+
+    vit = load_vit(model_name, pretrained=False)
+    dataset_attention_distance(vit, jpeg_images(count), batch_size=batch)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def bench_memory(model_name: str, counts=(32, 160), batch: int = 16) -> dict:
+    peaks = {}
+    for count in counts:
+        out = subprocess.run(
+            [sys.executable, "-m", "analysis.bench", "--memory-probe", str(count), "--model", model_name, "--batch", str(batch)],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        )
+        peaks[count] = int(out.stdout.strip().splitlines()[-1])
+    return {"peak_mib": {k: v / 1024 for k, v in peaks.items()}, "ratio": peaks[counts[1]] / peaks[counts[0]]}
+
+
+def bench_vit_large(capture: bool) -> dict:
+    layers, heads, tokens = 24, 16, 1 + (384 // 16) ** 2
+    entries = layers * heads * tokens * tokens
+    result = {"entries_per_image": entries, "float32_gib": entries * 4 / 2**30, "float16_gib": entries * 2 / 2**30}
+    if capture:
+        vit = load_vit("vit_large_patch16_384", pretrained=False)
+        pixels = torch.randn(1, 3, 384, 384)
+        start = time.perf_counter()
+        record = capture_attention(vit, pixels, dtype=torch.float16)
+        result["captured_shape"] = tuple(record.attentions.shape)
+        result["captured_gib"] = record.attentions.numel() * record.attentions.element_size() / 2**30
+        result["capture_s"] = time.perf_counter() - start
+    return result
+
+
+def bench_app_rerun(repeats: int) -> dict | None:
+    try:
+        from streamlit.testing.v1 import AppTest
+    except ImportError:
+        return None
+    app = REPO / "vizapp" / "app.py"
+    if not app.is_file():
+        return None
+    at = AppTest.from_file(str(app), default_timeout=180)
+    at.run()
+    if at.exception:
+        return {"error": str(at.exception[0].message)[:200]}
+    try:
+        slider = at.slider(key="layer")
+    except KeyError:
+        return {"error": "no widget with key 'layer'"}
+    low, high = slider.min, slider.max
+    times = []
+    for i in range(repeats):
+        value = high if i % 2 == 0 else low
+        start = time.perf_counter()
+        at.slider(key="layer").set_value(value).run()
+        times.append(time.perf_counter() - start)
+    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and images")
+    parser.add_argument("--vit-large", action="store_true", help="also capture a ViT-L/16 at 384 px (slow on CPU)")
+    parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="vit_small_patch16_224", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
+    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture dataset memory large app gpu")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.memory_probe:
+        print(_memory_probe(args.model, args.memory_probe, args.batch))
+        return 0
+
+    repeats = 3 if args.quick else 5
+    rows = []
+
+    def report(name, value, target, ok):
+        rows.append((name, value, target, "PASS" if ok else "FAIL"))
+        print(f"{name:<58} {value:>14}   target {target:<10} {'PASS' if ok else 'FAIL'}", flush=True)
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, cuda={torch.cuda.is_available()}\n", flush=True)
+    if "capture" not in args.skip:
+        r = bench_capture("vit_base_patch16_224", batch=8, repeats=repeats, device="cpu")
+        print(f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s (cpu, batch 8)")
+        report("capture / fused forward (ViT-B/16, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.10", r["ratio"] <= 1.10)
+    if "dataset" not in args.skip:
+        count = 32 if args.quick else 64
+        r = bench_dataset("vit_base_patch16_224", count=count, batch=16, repeats=max(2, repeats - 2))
+        print(f"  plain {r['plain_img_per_s']:.2f} img/s, streamed distance {r['stream_img_per_s']:.2f} img/s ({count} JPEGs)")
+        report("dataset distance / plain forward throughput (ViT-B/16)", f"{r['ratio']:.3f}", ">= 0.80", r["ratio"] >= 0.8)
+    if "memory" not in args.skip:
+        r = bench_memory("vit_small_patch16_224")
+        print(f"  peak RSS: {', '.join(f'{k} images {v:.0f} MiB' for k, v in r['peak_mib'].items())}")
+        report("peak memory 160 / 32 images (ViT-S/16, batch 16)", f"{r['ratio']:.3f}", "<= 1.15", r["ratio"] <= 1.15)
+    if "large" not in args.skip:
+        r = bench_vit_large(capture=args.vit_large)
+        print(f"  ViT-L/16 @384: {r['entries_per_image']:,} attention entries per image = "
+              f"{r['float32_gib']:.2f} GiB float32, {r['float16_gib']:.2f} GiB float16 per image")
+        if "captured_gib" in r:
+            print(f"  captured {r['captured_shape']} in float16: {r['captured_gib']:.2f} GiB, {r['capture_s']:.1f} s")
+    if "app" not in args.skip:
+        r = bench_app_rerun(repeats=7)
+        if r is None:
+            print("  app: vizapp/app.py or streamlit missing, skipped")
+        elif "error" in r:
+            print(f"  app rerun: skipped ({r['error']})")
+        else:
+            report("app rerun after a layer change (demo model, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms", r["rerun_ms"] <= 150)
+    if "gpu" not in args.skip and torch.cuda.is_available():
+        r = bench_capture("vit_base_patch16_224", batch=8, repeats=max(10, repeats), device="cuda")
+        print(f"  cuda bf16: fused forward {r['forward_s'] * 1000:.2f} ms, capture {r['capture_s'] * 1000:.2f} ms")
+        report("capture / fused bf16 forward (ViT-B/16, batch 8, cuda)", f"{r['ratio']:.3f}", "<= 1.30", r["ratio"] <= 1.3)
+    print("\n" + json.dumps([dict(zip(("measure", "value", "target", "result"), row)) for row in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
