@@ -64,7 +64,6 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
     data, label = _read_bytes(source)
     if not data:
         raise ImageLoadError(f"{label} is empty (0 bytes). Choose an image file (JPEG, PNG, WebP, BMP or GIF).")
-    previous_limit = Image.MAX_IMAGE_PIXELS
     try:
         with Image.open(io.BytesIO(data)) as opened:
             pixels = opened.width * opened.height
@@ -85,5 +84,3 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
         ) from exc
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageLoadError(f"{label} looks truncated or corrupt and cannot be decoded: {exc}.") from exc
-    finally:
-        Image.MAX_IMAGE_PIXELS = previous_limit

@@ -49,18 +49,27 @@ class Preprocessing:
         )
 
     def crop(self, image: Image.Image) -> Image.Image:
-        """The RGB image of size (W, H) that the model sees, before normalisation."""
+        """The RGB image of size (W, H) that the model sees, before normalisation.
+
+        Same pixels as timm's eval transform (torchvision ``Resize`` of the shorter side to
+        ``floor(size / crop_pct)``, then ``CenterCrop``), generalised to non-square sizes by
+        keeping the aspect ratio. Only the source region that survives the crop is resampled
+        (PIL's ``resize(box=...)`` samples exactly the same positions), so a 1x10000 strip
+        costs no more than a normal photo.
+        """
         image = image.convert("RGB")
         height, width = self.img_size
-        scale = max(height / self.crop_pct / image.height, width / self.crop_pct / image.width)
-        new_w = max(width, math.floor(image.width * scale + 0.5))
-        new_h = max(height, math.floor(image.height * scale + 0.5))
+        scaled_h, scaled_w = math.floor(height / self.crop_pct), math.floor(width / self.crop_pct)
+        if scaled_h / image.height >= scaled_w / image.width:
+            new_h, new_w = scaled_h, max(scaled_w, int(scaled_h * image.width / image.height))
+        else:
+            new_h, new_w = max(scaled_h, int(scaled_w * image.height / image.width)), scaled_w
+        new_h, new_w = max(new_h, height), max(new_w, width)
+        top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))
+        sx, sy = image.width / new_w, image.height / new_h  # source pixels per resized pixel
+        box = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
         resample = _RESAMPLE.get(self.interpolation, Image.Resampling.BICUBIC)
-        if (new_w, new_h) != image.size:
-            image = image.resize((new_w, new_h), resample=resample)
-        left = (new_w - width) // 2
-        top = (new_h - height) // 2
-        return image.crop((left, top, left + width, top + height))
+        return image.resize((width, height), resample=resample, box=box)
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> normalised float tensor ``(1, 3, H, W)``."""

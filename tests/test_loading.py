@@ -166,3 +166,25 @@ def test_demo_model_loads_or_says_how_to_get_it():
     else:
         with pytest.raises(ModelLoadError, match="train_demo"):
             load_vit("demo")
+
+
+@pytest.mark.parametrize("size", [(800, 600), (600, 800), (333, 517), (100, 50)])
+def test_preprocess_matches_timms_eval_transform(size):
+    import timm.data
+
+    vit = load_vit("deit_tiny_patch16_224", pretrained=False, depth=1)  # crop_pct 0.875, ImageNet mean/std
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=vit.model))
+    rng = np.random.RandomState(0)
+    image = Image.fromarray(rng.randint(0, 255, (30, 40, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
+    ours, theirs = vit.preprocess(image), transform(image).unsqueeze(0)
+    std = torch.tensor(vit.preprocessing.std).view(1, 3, 1, 1)
+    diff_in_levels = ((ours - theirs) * std * 255).abs()  # 8-bit intensity levels
+    assert diff_in_levels.max() <= 8.5 and diff_in_levels.mean() < 0.1  # only PIL rounding differs
+
+
+def test_extreme_aspect_ratios_and_tiny_images_load_fast():
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, depth=1)
+    start = time.monotonic()
+    for size in ((1, 1), (1, 20000), (20000, 2)):
+        assert vit.preprocess(Image.new("RGB", size, (9, 9, 9))).shape == (1, 3, 224, 224)
+    assert time.monotonic() - start < 2

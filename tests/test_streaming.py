@@ -1,0 +1,95 @@
+"""Streaming dataset statistics give the same numbers as the plain path."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from analysis import AnalysisError, capture_attention, dataset_attention_distance, mean_attention_distance
+from conftest import make_vit
+
+
+def _images(count: int, seed: int = 0) -> list[Image.Image]:
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 255, (40 + 7 * i, 50 + 3 * i, 3), dtype=np.uint8)) for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return make_vit("registers")
+
+
+def _plain(vit, images) -> torch.Tensor:
+    pixels = torch.cat([vit.preprocess(image) for image in images])
+    return mean_attention_distance(capture_attention(vit, pixels), per_image=True).mean(0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+def test_streamed_distance_equals_plain_path(vit, batch_size):
+    images = _images(7)
+    calls = []
+    got = dataset_attention_distance(vit, images, batch_size=batch_size, progress=lambda d, t: calls.append((d, t)))
+    torch.testing.assert_close(got, _plain(vit, images), atol=1e-9, rtol=1e-9)
+    assert calls[-1] == (7, 7) and len(calls) == -(-7 // batch_size)
+
+
+def test_streamed_distance_without_renormalising(vit):
+    images = _images(3)
+    pixels = torch.cat([vit.preprocess(image) for image in images])
+    expected = mean_attention_distance(capture_attention(vit, pixels), renormalize=False)
+    got = dataset_attention_distance(vit, images, batch_size=2, renormalize=False)
+    torch.testing.assert_close(got, expected, atol=1e-9, rtol=1e-9)
+
+
+def test_paths_bytes_and_generators(vit, tmp_path):
+    images = _images(4, seed=3)
+    paths = []
+    for i, image in enumerate(images):
+        path = tmp_path / f"{i}.png"
+        image.save(path)
+        paths.append(path)
+    blobs = [p.read_bytes() for p in paths]
+    expected = _plain(vit, images)
+    calls = []
+    from_paths = dataset_attention_distance(vit, (p for p in paths), batch_size=3, progress=lambda d, t: calls.append((d, t)))
+    torch.testing.assert_close(from_paths, expected, atol=1e-9, rtol=1e-9)
+    assert calls == [(3, None), (4, None)]  # no length: total unknown
+    torch.testing.assert_close(dataset_attention_distance(vit, blobs, batch_size=2), expected, atol=1e-9, rtol=1e-9)
+
+
+def test_the_maps_are_never_stored(vit, monkeypatch):
+    """Each layer's probabilities are reduced in the hook: only patch query rows are computed
+    and nothing of shape (L, B, ...) is allocated."""
+    import analysis.capture as capture_module
+
+    seen = []
+    original = capture_module.attention_probabilities
+
+    def spy(q, k, scale, rows=None):
+        out = original(q, k, scale, rows)
+        seen.append(tuple(out.shape))
+        return out
+
+    monkeypatch.setattr(capture_module, "attention_probabilities", spy)
+    dataset_attention_distance(vit, _images(5), batch_size=2)
+    spec = vit.spec
+    assert len(seen) == spec.num_layers * 3
+    assert all(shape[2] == spec.num_patches and shape[3] == spec.num_tokens for shape in seen)
+
+
+def test_empty_input_and_bad_batch(vit):
+    with pytest.raises(AnalysisError, match="No images"):
+        dataset_attention_distance(vit, [])
+    with pytest.raises(AnalysisError, match="batch_size"):
+        dataset_attention_distance(vit, _images(1), batch_size=0)
+
+
+def test_a_bad_file_in_the_set_is_reported(vit):
+    from analysis import ImageLoadError
+
+    with pytest.raises(ImageLoadError):
+        dataset_attention_distance(vit, [b"garbage"], batch_size=2)
