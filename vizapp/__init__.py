@@ -1,0 +1,1 @@
+"""Streamlit explorer for Vision Transformer attention: ``streamlit run vizapp/app.py``."""

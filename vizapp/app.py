@@ -1,0 +1,40 @@
+"""ViT explorer: ``streamlit run vizapp/app.py`` from the repository root.
+
+The entrypoint only routes: it draws the shared sidebar (model, image) and runs the
+chosen page. Pages live in ``vizapp/views/``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
+    sys.path.insert(0, str(REPO_ROOT))
+
+import streamlit as st  # noqa: E402
+
+from vizapp.state import keep_page_state, render_sidebar  # noqa: E402
+
+started = time.perf_counter()
+st.set_page_config(page_title="ViT explorer", page_icon=":material/grid_view:", layout="wide")
+keep_page_state()
+
+VIEWS = Path(__file__).resolve().parent / "views"
+pages = [
+    st.Page(VIEWS / "attention.py", title="Attention", icon=":material/visibility:", default=True),
+    st.Page(VIEWS / "rollout.py", title="Rollout", icon=":material/layers:"),
+    st.Page(VIEWS / "compare.py", title="Compare layers", icon=":material/view_column:"),
+    st.Page(VIEWS / "position.py", title="Position embeddings", icon=":material/grid_on:"),
+    st.Page(VIEWS / "filters.py", title="Patch-embedding filters", icon=":material/filter:"),
+    st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
+]
+page = st.navigation(pages)
+render_sidebar()
+timing = st.sidebar.empty()
+page.run()
+elapsed_ms = (time.perf_counter() - started) * 1000
+st.session_state["last_run_ms"] = elapsed_ms
+timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")

@@ -1,0 +1,49 @@
+"""Small numpy derivations the pages need (no streamlit, no torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["similarity_by_distance", "map_layer", "map_query"]
+
+
+def similarity_by_distance(similarity: np.ndarray, unit: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean cosine similarity as a function of the distance between patch centres.
+
+    similarity: ``(gh, gw, gh, gw)``. Distances are Euclidean in grid steps, multiplied by
+    ``unit`` (e.g. ``original_grid / resampled_grid`` to express a resampled grid in the
+    original grid's patches). Returns ``(distances, mean_similarity)``, sorted by distance,
+    one entry per distinct distance (self-similarity at distance 0 included).
+    """
+    gh, gw = similarity.shape[:2]
+    rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    dr = rows.reshape(-1, 1) - rows.reshape(1, -1)
+    dc = cols.reshape(-1, 1) - cols.reshape(1, -1)
+    squared = (dr**2 + dc**2).ravel()  # exact integers: group without float noise
+    values = similarity.reshape(gh * gw, gh * gw).ravel().astype(np.float64)
+    keys, inverse = np.unique(squared, return_inverse=True)
+    sums = np.bincount(inverse, weights=values)
+    counts = np.bincount(inverse)
+    return np.sqrt(keys) * unit, sums / counts
+
+
+def map_layer(layer: int, from_layers: int, to_layers: int) -> int:
+    """The layer at the same relative depth in a model with ``to_layers`` layers."""
+    if from_layers <= 1 or to_layers <= 1:
+        return min(layer, to_layers - 1)
+    return int(round(layer * (to_layers - 1) / (from_layers - 1)))
+
+
+def map_query(
+    query: str | int, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool
+) -> str | int:
+    """The same query in another model: the class token (or the mean without one), or the
+    patch at the same relative position of the image."""
+    if query == "cls":
+        return "cls" if to_has_class_token else "mean"
+    if query == "mean":
+        return "mean"
+    r, c = divmod(int(query), from_grid[1])
+    r2 = min(int((r + 0.5) * to_grid[0] / from_grid[0]), to_grid[0] - 1)
+    c2 = min(int((c + 0.5) * to_grid[1] / from_grid[1]), to_grid[1] - 1)
+    return r2 * to_grid[1] + c2

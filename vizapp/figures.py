@@ -1,0 +1,486 @@
+"""Plotly figure builders: numpy in, ``go.Figure`` out (no streamlit, no torch).
+
+Geometry conventions shared by every image figure:
+
+* the model-input image covers ``[0, W] x [0, H]`` in input pixels (y pointing down);
+* a patch map ``(gh, gw)`` is a heatmap whose cell ``(r, c)`` covers exactly
+  ``[c·pw, (c+1)·pw] x [r·ph, (r+1)·ph]``, i.e. heatmap cells are patches;
+* "mosaics" lay many small maps out as tiles of one big heatmap (one cell per patch,
+  thin separators between tiles), which stays crisp and light at any grid size.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+from plotly.subplots import make_subplots
+from PIL import Image
+
+__all__ = [
+    "COLORSCALES",
+    "image_data_uri",
+    "patch_centres",
+    "attention_overlay",
+    "mosaic",
+    "map_panels",
+    "predictions_bar",
+    "similarity_tile",
+    "similarity_vs_distance",
+    "rgb_patch_grid",
+    "explained_variance",
+    "attention_distance_scatter",
+]
+
+COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
+SEPARATOR = "rgba(255,255,255,0.9)"
+HIGHLIGHT = "#ff4b4b"
+MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
+_FONT = dict(size=12)
+_CLICK_MARKER = dict(color="rgba(0,0,0,0)", size=8)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def image_data_uri(image: np.ndarray) -> str:
+    """``(H, W, 3)`` uint8 -> data URI (PNG for small images, JPEG q92 for large ones)."""
+    pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8), "RGB")
+    buffer = io.BytesIO()
+    if pil.width * pil.height <= 128 * 128:
+        pil.save(buffer, format="PNG")
+        mime = "image/png"
+    else:
+        pil.save(buffer, format="JPEG", quality=92)
+        mime = "image/jpeg"
+    return f"data:{mime};base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def patch_centres(grid_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Row-major ``(x, y)`` pixel centres of every patch."""
+    gh, gw = grid_size
+    ph, pw = patch_size
+    ys, xs = np.meshgrid((np.arange(gh) + 0.5) * ph, (np.arange(gw) + 0.5) * pw, indexing="ij")
+    return xs.ravel(), ys.ravel()
+
+
+def _colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
+    """Map ``z`` through ``colorscale`` to uint8 RGB; NaN becomes white."""
+    lut = np.array(
+        [[int(v) for v in c[c.index("(") + 1 : -1].split(",")[:3]] for c in sample_colorscale(colorscale, 256)],
+        dtype=np.uint8,
+    )  # (256, 3)
+    scaled = (np.nan_to_num(z, nan=zmin) - zmin) / max(zmax - zmin, 1e-12)
+    index = np.clip(np.round(scaled * 255), 0, 255).astype(np.int64)
+    rgb = lut[index]
+    rgb[np.isnan(z)] = 255
+    return rgb
+
+
+def _image_axes(fig: go.Figure, width: int, height: int, *, row=None, col=None, titles=True) -> None:
+    """Pixel axes with y pointing down, square pixels, no padding."""
+    fig.update_xaxes(
+        range=[0, width], constrain="domain", showgrid=False, zeroline=False,
+        title_text="x (input px)" if titles else None, row=row, col=col,
+    )
+    fig.update_yaxes(
+        range=[height, 0], scaleanchor="x" if row is None else None, constrain="domain",
+        showgrid=False, zeroline=False, title_text="y (input px)" if titles else None, row=row, col=col,
+    )
+
+
+def _layout(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
+        height=height,
+        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+        font=_FONT,
+        plot_bgcolor="white",
+        hovermode="closest",
+        **extra,
+    )
+    return fig
+
+
+def _colorbar(title: str) -> dict:
+    return dict(title=dict(text=title, side="right"), thickness=14, len=0.9)
+
+
+# --------------------------------------------------------------------------- attention on the image
+
+
+def attention_overlay(
+    background: str,
+    image_size: tuple[int, int],
+    attention: np.ndarray,
+    patch_size: tuple[int, int],
+    *,
+    opacity: float = 0.6,
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    title: str | None = None,
+    colorbar_title: str = "attention weight (probability)",
+    query_patch: int | None = None,
+    height: int = 560,
+) -> go.Figure:
+    """The model-input image with a patch map on top.
+
+    background: data URI of the ``image_size = (H, W)`` model-input image.
+    attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``.
+    The last trace is one transparent marker per patch centre (row-major, so point
+    index = patch index): clicking anywhere selects the patch under the cursor.
+    """
+    height_px, width_px = image_size
+    gh, gw = attention.shape
+    ph, pw = patch_size
+    xs, ys = patch_centres((gh, gw), (ph, pw))
+    index = np.arange(gh * gw)
+    fig = go.Figure()
+    fig.add_trace(go.Image(source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"))
+    fig.add_trace(
+        go.Heatmap(
+            z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, colorscale=colorscale,
+            zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title),
+            name="attention",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
+            customdata=np.stack([index, index // gw, index % gw, attention.ravel()], axis=1),
+            hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[1]:.0f}, col %{customdata[2]:.0f})"
+            "<br>value %{customdata[3]:.4g}<extra></extra>",
+        )
+    )
+    if query_patch is not None and 0 <= query_patch < gh * gw:
+        r, c = divmod(int(query_patch), gw)
+        fig.add_shape(
+            type="rect", x0=c * pw, x1=(c + 1) * pw, y0=r * ph, y1=(r + 1) * ph,
+            line=dict(color=HIGHLIGHT, width=2.5), layer="above",
+        )
+    _image_axes(fig, width_px, height_px)
+    return _layout(fig, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan")
+
+
+def map_panels(
+    background: str | Sequence[str],
+    image_size: tuple[int, int] | Sequence[tuple[int, int]],
+    maps: Sequence[np.ndarray],
+    patch_size: tuple[int, int] | Sequence[tuple[int, int]],
+    titles: Sequence[str],
+    *,
+    ncols: int = 4,
+    opacity: float = 0.6,
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    colorbar_title: str = "attention weight (probability)",
+    panel_height: int = 260,
+) -> go.Figure:
+    """Several patch maps over their images, side by side on ONE shared colour scale.
+
+    ``background``, ``image_size`` and ``patch_size`` may be one value for all panels or
+    one per panel (two models of different geometry on the same image).
+    """
+    n = len(maps)
+    backgrounds = [background] * n if isinstance(background, str) else list(background)
+    sizes = [image_size] * n if isinstance(image_size[0], int) else list(image_size)
+    patches = [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size)
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    finite = [m for m in maps if m.size]
+    lo = float(min(m.min() for m in finite)) if zmin is None else zmin
+    hi = float(max(m.max() for m in finite)) if zmax is None else zmax
+    fig = make_subplots(
+        rows=nrows, cols=ncols, subplot_titles=list(titles), horizontal_spacing=0.02,
+        vertical_spacing=0.08 / max(nrows, 1),
+    )
+    for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps)):
+        row, col = divmod(i, ncols)
+        ph, pw = patch
+        fig.add_trace(
+            go.Image(source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"), row=row + 1, col=col + 1
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, coloraxis="coloraxis",
+                zsmooth=False, name=titles[i],
+                hovertemplate=titles[i] + "<br>x %{x:.0f} px, y %{y:.0f} px<br>value %{z:.4g}<extra></extra>",
+            ),
+            row=row + 1, col=col + 1,
+        )
+        axis = "" if i == 0 else str(i + 1)
+        fig.update_xaxes(range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
+                         constrain="domain", row=row + 1, col=col + 1)
+        fig.update_yaxes(range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0,
+                         scaleanchor=f"x{axis}", constrain="domain", row=row + 1, col=col + 1)
+    fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)))
+    fig.update_xaxes(title_text="x (input px)", row=nrows, col=1)
+    fig.update_yaxes(title_text="y (input px)", row=nrows, col=1)
+    return _layout(fig, title=None, height=panel_height * nrows + 60)
+
+
+# --------------------------------------------------------------------------- mosaics
+
+
+def mosaic(
+    tiles: np.ndarray,
+    ncols: int,
+    *,
+    tile_names: Sequence[str],
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    normalize_each: bool = False,
+    colorbar_title: str = "value",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    col_labels: Sequence[str] | None = None,
+    row_labels: Sequence[str] | None = None,
+    highlight: int | None = None,
+    height: int | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Tiles ``(n, gh, gw)`` laid out row-major in ``ncols`` columns as one big map.
+
+    One heatmap cell per patch; thin white lines separate tiles. With
+    ``normalize_each`` each tile is divided by its own maximum (colour bar 0..1).
+    Above :data:`MAX_HEATMAP_CELLS` cells the mosaic is sent as a colour-mapped PNG.
+    The last trace has one transparent marker per tile centre (point index = tile
+    index), so clicking a tile selects it.
+    """
+    n, gh, gw = tiles.shape
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    values = tiles.astype(np.float32)
+    if normalize_each:
+        peak = np.nanmax(np.abs(values.reshape(n, -1)), axis=1).reshape(n, 1, 1)
+        values = values / np.where(peak > 0, peak, 1.0)
+    big = np.full((nrows * gh, ncols * gw), np.nan, np.float32)
+    for i in range(n):
+        r, c = divmod(i, ncols)
+        big[r * gh : (r + 1) * gh, c * gw : (c + 1) * gw] = values[i]
+    lo = float(np.nanmin(values)) if zmin is None else zmin
+    hi = float(np.nanmax(values)) if zmax is None else zmax
+    if normalize_each and zmin is None:
+        lo, hi = min(0.0, lo), 1.0
+    fig = go.Figure()
+    if big.size <= MAX_HEATMAP_CELLS:
+        fig.add_trace(
+            go.Heatmap(
+                z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colorscale, zmin=lo, zmax=hi, zsmooth=False,
+                hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
+            )
+        )
+    else:
+        fig.add_trace(
+            go.Image(z=_colorize(big, colorscale, lo, hi), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip")
+        )
+        fig.add_trace(  # colour bar only
+            go.Scatter(
+                x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+                marker=dict(colorscale=colorscale, cmin=lo, cmax=hi, color=[lo], showscale=True,
+                            colorbar=_colorbar(colorbar_title)),
+            )
+        )
+    width, height_cells = ncols * gw, nrows * gh
+    for c in range(1, ncols):
+        fig.add_shape(type="line", x0=c * gw, x1=c * gw, y0=0, y1=height_cells, line=dict(color=SEPARATOR, width=1.5))
+    for r in range(1, nrows):
+        fig.add_shape(type="line", x0=0, x1=width, y0=r * gh, y1=r * gh, line=dict(color=SEPARATOR, width=1.5))
+    if highlight is not None and 0 <= highlight < n:
+        r, c = divmod(int(highlight), ncols)
+        fig.add_shape(
+            type="rect", x0=c * gw, x1=(c + 1) * gw, y0=r * gh, y1=(r + 1) * gh,
+            line=dict(color=HIGHLIGHT, width=2.5), layer="above",
+        )
+    index = np.arange(n)
+    peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
+    fig.add_trace(
+        go.Scatter(
+            x=(index % ncols + 0.5) * gw, y=(index // ncols + 0.5) * gh, mode="markers", marker=_CLICK_MARKER,
+            showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
+            text=list(tile_names),
+            hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
+        )
+    )
+    fig.update_xaxes(
+        range=[0, width], showgrid=False, zeroline=False, constrain="domain", title_text=x_title,
+        tickvals=(np.arange(ncols) + 0.5) * gw if col_labels is not None else None,
+        ticktext=list(col_labels) if col_labels is not None else None,
+        showticklabels=col_labels is not None, side="top",
+    )
+    fig.update_yaxes(
+        range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
+        title_text=y_title,
+        tickvals=(np.arange(nrows) + 0.5) * gh if row_labels is not None else None,
+        ticktext=list(row_labels) if row_labels is not None else None,
+        showticklabels=row_labels is not None,
+    )
+    if height is None:
+        height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
+    return _layout(fig, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan")
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240) -> go.Figure:
+    """Top-k predictions as horizontal bars, most probable on top."""
+    fig = go.Figure(
+        go.Bar(
+            x=probabilities[::-1] * 100, y=list(names)[::-1], orientation="h",
+            text=[f"{p * 100:.1f}%" for p in probabilities[::-1]], textposition="auto",
+            marker_color="#440154", hovertemplate="%{y}: %{x:.2f}%<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="probability (%)", range=[0, 100], showgrid=True)
+    fig.update_yaxes(automargin=True)
+    return _layout(fig, title=None, height=height)
+
+
+# --------------------------------------------------------------------------- position embeddings
+
+
+def similarity_tile(
+    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420
+) -> go.Figure:
+    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined."""
+    gh, gw = similarity.shape
+    r, c = patch
+    fig = go.Figure(
+        go.Heatmap(
+            z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colorscale, zsmooth=False,
+            colorbar=_colorbar("cosine similarity"),
+            hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color=HIGHLIGHT, width=2.5))
+    fig.update_xaxes(title_text="patch column", range=[-0.5, gw - 0.5], constrain="domain", showgrid=False)
+    fig.update_yaxes(title_text="patch row", range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
+                     showgrid=False)
+    return _layout(fig, title=f"Patch (row {r}, col {c})", height=height)
+
+
+def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, height: int = 360) -> go.Figure:
+    """Mean cosine similarity against patch distance, one line per ``(name, distance, similarity)``."""
+    fig = go.Figure()
+    for name, distance, similarity in curves:
+        fig.add_trace(
+            go.Scatter(
+                x=distance, y=similarity, mode="lines+markers", name=name, marker=dict(size=5),
+                hovertemplate="distance %{x:.2f}<br>mean cos %{y:.3f}<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_xaxes(title_text="distance between patch centres (patches of the model's grid)", showgrid=True)
+    fig.update_yaxes(title_text="mean cosine similarity", range=[-1.05, 1.05], showgrid=True)
+    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.08, x=0))
+
+
+# --------------------------------------------------------------------------- patch-embedding filters
+
+
+def rgb_patch_grid(
+    patches: np.ndarray,
+    ncols: int,
+    *,
+    tile_names: Sequence[str],
+    gap: int = 1,
+    height: int | None = None,
+) -> go.Figure:
+    """Filters or components ``(k, C, ph, pw)`` as RGB tiles, each min-max scaled to [0, 1].
+
+    One-channel filters are shown in grey; more than three channels show the first three.
+    """
+    k, channels, ph, pw = patches.shape
+    rgb = patches[:, :3] if channels >= 3 else np.repeat(patches[:, :1], 3, axis=1)
+    flat = rgb.reshape(k, -1)
+    lo, hi = flat.min(axis=1).reshape(k, 1, 1, 1), flat.max(axis=1).reshape(k, 1, 1, 1)
+    scaled = (rgb - lo) / np.where(hi - lo > 0, hi - lo, 1.0)  # (k, 3, ph, pw) in [0, 1]
+    ncols = max(1, min(ncols, k))
+    nrows = math.ceil(k / ncols)
+    canvas = np.full((nrows * (ph + gap) - gap, ncols * (pw + gap) - gap, 3), 255, np.uint8)
+    for i in range(k):
+        r, c = divmod(i, ncols)
+        y, x = r * (ph + gap), c * (pw + gap)
+        canvas[y : y + ph, x : x + pw] = np.round(scaled[i].transpose(1, 2, 0) * 255).astype(np.uint8)
+    fig = go.Figure(go.Image(z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"))
+    index = np.arange(k)
+    fig.add_trace(
+        go.Scatter(
+            x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2, mode="markers",
+            marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>", showlegend=False,
+        )
+    )
+    fig.update_xaxes(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
+                     constrain="domain")
+    fig.update_yaxes(range=[canvas.shape[0], 0], scaleanchor="x", showticklabels=False, showgrid=False,
+                     zeroline=False, constrain="domain")
+    if height is None:
+        height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
+    return _layout(fig, title=None, height=height, hoverdistance=-1)
+
+
+def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
+    """Explained variance ratio per principal component (bars) and cumulative (line)."""
+    k = np.arange(1, ratio.size + 1)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=k, y=ratio * 100, name="per component", marker_color="#31688e",
+                         hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>"))
+    fig.add_trace(go.Scatter(x=k, y=np.cumsum(ratio) * 100, name="cumulative", mode="lines+markers",
+                             line=dict(color="#fde725", width=2), marker=dict(color="#35b779"),
+                             hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"))
+    fig.update_xaxes(title_text="principal component", dtick=max(1, ratio.size // 14))
+    fig.update_yaxes(title_text="explained variance (%)", range=[0, 100], showgrid=True)
+    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0))
+
+
+# --------------------------------------------------------------------------- attention distance
+
+
+_SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
+
+
+def attention_distance_scatter(
+    series: Sequence[tuple[str, np.ndarray]],
+    *,
+    references: Sequence[tuple[str, float]] = (),
+    height: int = 460,
+) -> go.Figure:
+    """Figure 7 (right): one dot per head at each layer, mean attention distance in pixels.
+
+    series: ``(name, (L, heads) distances)``; series are shifted sideways a little so
+    they do not hide each other. references: ``(name, pixels)`` horizontal lines (the
+    distance under uniform attention).
+    """
+    fig = go.Figure()
+    count = len(series)
+    for i, (name, values) in enumerate(series):
+        layers, heads = values.shape
+        offset = (i - (count - 1) / 2) * (0.5 / max(count, 1)) if count > 1 else 0.0
+        layer_ids = np.repeat(np.arange(layers), heads)
+        head_ids = np.tile(np.arange(heads), layers)
+        fig.add_trace(
+            go.Scatter(
+                x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
+                marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
+                            line=dict(width=0.5, color="white")),
+                customdata=np.stack([layer_ids, head_ids], axis=1),
+                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:.1f} px<extra>"
+                + name + "</extra>",
+            )
+        )
+    for j, (name, value) in enumerate(references):
+        fig.add_hline(
+            y=value, line=dict(dash="dash", color="#777", width=1.2),
+            annotation_text=f"{name}: {value:.1f} px", annotation_position="top left" if j % 2 == 0 else "bottom right",
+        )
+    fig.update_xaxes(title_text="network depth (layer index)", dtick=1, showgrid=True)
+    fig.update_yaxes(title_text="mean attention distance (input pixels)", rangemode="tozero", showgrid=True)
+    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.08, x=0))

@@ -1,0 +1,252 @@
+"""The sidebar (model and image choice) and the per-session "current" selection.
+
+The sidebar runs on every page. It resolves what the user asked for into a working
+(model, image) pair: a model that fails to load or an image that fails to decode is
+reported with ``st.error`` and the last pair that worked stays in use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+import analysis
+from vizapp import resources
+from vizapp.figures import COLORSCALES
+from vizapp.resources import ImageRef, ModelRef
+
+__all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
+
+# Well-known timm ViTs: label -> ModelRef. Weights are downloaded on first use.
+CURATED_MODELS: dict[str, ModelRef] = {
+    "ViT-B/16 AugReg (IN-21k → IN-1k)": ModelRef("vit_base_patch16_224.augreg2_in21k_ft_in1k"),
+    "ViT-L/16 AugReg (IN-21k → IN-1k)": ModelRef("vit_large_patch16_224.augreg_in21k_ft_in1k"),
+    "DeiT-S/16 distilled": ModelRef("deit_small_distilled_patch16_224.fb_in1k"),
+    "DeiT-B/16 distilled": ModelRef("deit_base_distilled_patch16_224.fb_in1k"),
+    "DINO ViT-S/16": ModelRef("vit_small_patch16_224.dino"),
+    "DINO ViT-B/16": ModelRef("vit_base_patch16_224.dino"),
+    "DINOv2 ViT-S/14 + 4 registers (at 224 px)": ModelRef("vit_small_patch14_reg4_dinov2.lvd142m", img_size=224),
+    "CLIP ViT-B/16 (OpenAI, IN-1k fine-tuned)": ModelRef("vit_base_patch16_clip_224.openai_ft_in1k"),
+    "ViT-M/16 global-average-pool, no class token": ModelRef("vit_medium_patch16_gap_256.sw_in12k_ft_in1k"),
+}
+
+MODEL_SOURCES = {
+    "default": "Bundled demo model",
+    "curated": "Well-known timm ViT",
+    "timm": "Any timm model name",
+    "local": "Local folder or checkpoint",
+}
+
+# Page widgets whose values survive page switches (streamlit drops the state of widgets
+# that a run does not draw; re-assigning it keeps it).
+PERSISTENT_KEYS = (
+    "layer", "head", "query_mode", "query_patch", "opacity", "thumb_scale",
+    "fusion", "discard_ratio", "start_layer",
+    "cmp_layers", "cmp_all", "cmp_model2",
+    "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
+    "filt_mode", "filt_n",
+    "dist_set", "dist_model2",
+)
+
+
+@dataclass(frozen=True)
+class Current:
+    """What every page works on: the model that loaded and the image that decoded."""
+
+    model: ModelRef
+    vit: analysis.LoadedViT
+    image: ImageRef
+    colorscale: str
+
+    @property
+    def spec(self) -> analysis.ViTSpec:
+        return self.vit.spec
+
+    @property
+    def args(self) -> tuple[ModelRef, str, bytes]:
+        """``(model, digest, image bytes)``: the arguments of the cached image analyses."""
+        return self.model, self.image.digest, self.image.data
+
+
+def current() -> Current:
+    return st.session_state["current"]
+
+
+def keep_page_state() -> None:
+    for key in PERSISTENT_KEYS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+
+
+def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
+    """The model, or ``(None, reason)``. Failures are remembered per session (no retry
+    storm on every rerun, e.g. an offline download) until the user presses Retry."""
+    failures: dict = st.session_state.setdefault("_model_failures", {})
+    if ref in failures:
+        return None, failures[ref]
+    try:
+        with st.spinner(f"Loading {ref.label} (weights are downloaded on first use)…", show_time=True):
+            return resources.get_model(ref), None
+    except Exception as exc:  # noqa: BLE001 - any failure is shown; the previous model stays
+        failures[ref] = _error_text(exc)
+        return None, failures[ref]
+
+
+def _requested_model() -> ModelRef | None:
+    source = st.sidebar.radio(
+        "Model", list(MODEL_SOURCES), format_func=MODEL_SOURCES.get, key="model_source",
+    )
+    ref: ModelRef | None
+    if source == "default":
+        ref = resources.default_model_ref()
+        if ref.source != "demo":
+            st.sidebar.caption(f"Default set by VIZAPP_DEFAULT_MODEL: `{ref.label}`")
+    elif source == "curated":
+        label = st.sidebar.selectbox("Well-known ViT", list(CURATED_MODELS), key="model_curated")
+        ref = CURATED_MODELS[label]
+        st.sidebar.caption(f"timm: `{ref.source}`")
+    elif source == "timm":
+        name = st.sidebar.text_input(
+            "timm name", key="model_timm", placeholder="vit_small_patch16_224.augreg_in21k_ft_in1k",
+            help="Any timm ViT name, optionally with a pretrained tag, or hf-hub:org/name. "
+            "Prefix with random: for random weights.",
+        ).strip()
+        ref = resources.parse_model_ref(name) if name else None
+    else:
+        path = st.sidebar.text_input(
+            "Folder or checkpoint path (on the server)", key="model_path",
+            help="A folder in timm's hub layout (config.json + model.safetensors) or a single "
+            ".safetensors/.pth/.npz file.",
+        ).strip()
+        arch = st.sidebar.text_input(
+            "Architecture (for a single file)", key="model_arch", placeholder="vit_base_patch16_224"
+        ).strip()
+        ref = ModelRef(path, arch=arch or None) if path else None
+    resolution = st.sidebar.number_input(
+        "Input resolution (px, 0 = the model's own)", min_value=0, max_value=1024, step=16, key="resolution",
+        help="Feed the model another square input size (timm resamples the position embedding).",
+    )
+    if ref is not None and resolution:
+        ref = ref.with_img_size(int(resolution))
+    return ref
+
+
+def _choose_model() -> tuple[ModelRef, analysis.LoadedViT]:
+    requested = _requested_model()
+    if requested is not None:
+        vit, error = load_model(requested)
+        if vit is not None:
+            st.session_state["_good_model"] = requested
+            return requested, vit
+        st.sidebar.error(f"Could not load **{requested.label}**: {error}")
+
+        def retry(ref=requested):
+            st.session_state.get("_model_failures", {}).pop(ref, None)
+
+        st.sidebar.button("Retry loading", key="retry_model", on_click=retry)
+    candidates = [st.session_state.get("_good_model"), resources.default_model_ref(), resources.fallback_model_ref()]
+    for ref in candidates:
+        if ref is None or ref == requested:
+            continue
+        vit, error = load_model(ref)
+        if vit is not None:
+            if requested is not None or ref == resources.fallback_model_ref():
+                st.sidebar.info(f"Showing **{ref.label}** instead.")
+            st.session_state["_good_model"] = ref
+            return ref, vit
+        if ref == resources.default_model_ref():
+            st.error(f"The default model could not be loaded: {error} Using a random-weight model instead.")
+    st.error("No model could be loaded, not even a random-weight one; see the messages in the sidebar.")
+    st.stop()
+
+
+def _requested_image() -> ImageRef | None:
+    samples = resources.sample_paths()
+    names = [p.name for p in samples]
+    upload = st.sidebar.file_uploader(
+        "Upload an image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="image_upload",
+        help="JPEG, PNG, WebP, BMP or GIF (first frame). Remove it to use a sample again.",
+    )
+    sample = st.sidebar.selectbox(
+        "…or a bundled sample", names, key="image_sample", disabled=upload is not None,
+        help="Photos are CC0/public domain (see assets/README.md); scene_* are synthetic demo scenes.",
+    ) if names else None
+    if upload is not None:
+        return ImageRef.from_bytes(upload.name, upload.getvalue())
+    if sample is not None:
+        return ImageRef.from_bytes(sample, resources.read_sample(sample))
+    return None
+
+
+def _choose_image() -> ImageRef:
+    requested = _requested_image()
+    if requested is not None:
+        try:
+            resources.decode_image(requested.digest, requested.data)
+            st.session_state["_good_image"] = requested
+            return requested
+        except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
+            st.sidebar.error(f"Could not read **{requested.name}**: {_error_text(exc)}")
+    good = st.session_state.get("_good_image")
+    if good is not None:
+        st.sidebar.info(f"Showing **{good.name}** instead.")
+        return good
+    samples = resources.sample_paths()
+    if samples:
+        return ImageRef.from_bytes(samples[0].name, resources.read_sample(samples[0].name))
+    st.error("No image: upload one in the sidebar.")
+    st.stop()
+
+
+def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, analysis.LoadedViT, ImageRef]:
+    """Run (or fetch) the cached forward pass; if it fails, go back to the last working pair."""
+    try:
+        resources.forward(model, image.digest, image.data)
+        st.session_state["_good_pair"] = (model, image)
+        return model, vit, image
+    except Exception as exc:  # noqa: BLE001 - shown, then the last working pair is used
+        st.error(f"**{model.label}** could not process **{image.name}**: {_error_text(exc)}")
+        if isinstance(exc, analysis.ImageLoadError):
+            st.session_state.pop("_good_image", None)
+        else:
+            st.session_state.setdefault("_model_failures", {})[model] = _error_text(exc)
+            st.session_state.pop("_good_model", None)
+    pair = st.session_state.get("_good_pair")
+    if pair is None:
+        st.stop()
+    good_model, good_image = pair
+    vit, _ = load_model(good_model)
+    if vit is None:
+        st.stop()
+    st.info(f"Showing **{good_model.label}** on **{good_image.name}** instead.")
+    return good_model, vit, good_image
+
+
+def render_sidebar() -> Current:
+    """Draw the sidebar, resolve the (model, image) pair and store it as ``current()``."""
+    st.sidebar.header("ViT explorer")
+    model, vit = _choose_model()
+    image = _choose_image()
+    model, vit, image = _check_forward(model, vit, image)
+    spec = vit.spec
+    ph, pw = spec.patch_size
+    gh, gw = spec.grid_size
+    prefix = spec.num_prefix_tokens
+    prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}" + ("" if spec.has_class_token else ", no class token")
+    st.sidebar.markdown(
+        f"**{model.label}**  \n"
+        f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · patch {pw}×{ph} px · grid {gw}×{gh}  \n"
+        f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}  \n"
+        f"device **{vit.device.type}** · image *{image.name}*"
+    )
+    colorscale = st.sidebar.selectbox(
+        "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
+    )
+    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale)
+    st.session_state["current"] = selection
+    return selection

@@ -1,0 +1,155 @@
+"""Small streamlit helpers shared by the pages: charts with downloads, shared controls."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from analysis import ViTSpec
+
+__all__ = [
+    "plot_config",
+    "show_chart",
+    "npz_bytes",
+    "csv_bytes",
+    "download_npz",
+    "download_csv",
+    "clamp_state",
+    "query_controls",
+    "selected_point",
+    "describe_query",
+]
+
+
+def plot_config(filename: str) -> dict:
+    """Plotly toolbar: PNG download at 2x, no plotly logo, scroll zoom."""
+    return {
+        "displaylogo": False,
+        "scrollZoom": True,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+    }
+
+
+def show_chart(
+    fig: go.Figure,
+    key: str,
+    *,
+    filename: str,
+    on_select: Callable[[], None] | None = None,
+):
+    """``st.plotly_chart`` with a PNG toolbar button; clicking points calls ``on_select``."""
+    if on_select is None:
+        return st.plotly_chart(fig, key=key, config=plot_config(filename), width="stretch")
+    return st.plotly_chart(
+        fig, key=key, config=plot_config(filename), width="stretch", on_select=on_select, selection_mode="points"
+    )
+
+
+def npz_bytes(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buffer.getvalue()
+
+
+def csv_bytes(header: Sequence[str], rows: Sequence[Sequence]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([f"{v:.6g}" if isinstance(v, float) else v for v in row] for row in rows)
+    return buffer.getvalue().encode()
+
+
+def download_npz(key: str, filename: str, label: str = "Data (.npz)", **arrays) -> None:
+    st.download_button(
+        label, data=npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
+        key=key, on_click="ignore", icon=":material/download:",
+    )
+
+
+def download_csv(key: str, filename: str, header: Sequence[str], rows: Sequence[Sequence], label: str = "Data (.csv)") -> None:
+    st.download_button(
+        label, data=csv_bytes(header, rows), file_name=f"{filename}.csv", mime="text/csv", key=key,
+        on_click="ignore", icon=":material/download:",
+    )
+
+
+def clamp_state(key: str, options_or_range, default) -> None:
+    """Before a widget is drawn: reset its stored value if the current model cannot take it
+    (fewer layers, heads or patches than the previous model)."""
+    if key not in st.session_state:
+        return
+    value = st.session_state[key]
+    if isinstance(options_or_range, tuple) and len(options_or_range) == 2 and all(
+        isinstance(v, (int, float)) for v in options_or_range
+    ):
+        lo, hi = options_or_range
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+    else:
+        ok = value in list(options_or_range)
+    if not ok:
+        st.session_state[key] = default
+
+
+QUERY_LABELS = {"cls": "class token", "mean": "mean over patches", "patch": "one patch"}
+
+
+def query_controls(spec: ViTSpec, *, container=None) -> str | int:
+    """The shared query picker (keys ``query_mode`` and ``query_patch``).
+
+    Returns the ``analysis`` query: ``"cls"``, ``"mean"`` or a row-major patch index.
+    Models without a class token start on ``"mean"``.
+    """
+    container = container or st
+    modes = ["cls", "mean", "patch"] if spec.has_class_token else ["mean", "patch"]
+    clamp_state("query_mode", modes, modes[0])
+    last = spec.num_patches - 1
+    gh, gw = spec.grid_size
+    centre = (gh // 2) * gw + gw // 2
+    st.session_state.setdefault("query_patch", centre)
+    clamp_state("query_patch", (0, last), centre)
+    mode = container.radio(
+        "Query", modes, format_func=QUERY_LABELS.get, key="query_mode", horizontal=True,
+        help="Whose attention to show: the class token's, the average over all patch queries, "
+        "or one patch's (click the image to pick it).",
+    )
+    patch = container.number_input(
+        f"Query patch (row-major, 0..{last}; grid {spec.grid_size[0]}×{spec.grid_size[1]})",
+        min_value=0, max_value=last, step=1, key="query_patch", disabled=mode != "patch",
+    )
+    return int(patch) if mode == "patch" else mode
+
+
+def describe_query(query: str | int, spec: ViTSpec) -> str:
+    if isinstance(query, int):
+        r, c = divmod(query, spec.grid_size[1])
+        return f"patch {query} (row {r}, col {c})"
+    return QUERY_LABELS[query]
+
+
+def selected_point(chart_key: str) -> dict | None:
+    """The first clicked point of a chart's selection state, or None."""
+    event = st.session_state.get(chart_key)
+    if not event:
+        return None
+    selection = event.get("selection") if isinstance(event, dict) else getattr(event, "selection", None)
+    if not selection:
+        return None
+    points = selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)
+    return points[0] if points else None
+
+
+def point_index(point: dict) -> int | None:
+    """Index of a clicked point of our click-target scatter (customdata[0], else point index)."""
+    custom = point.get("customdata")
+    if isinstance(custom, (list, tuple)) and custom:
+        return int(round(float(custom[0])))
+    for name in ("point_index", "point_number", "pointIndex", "pointNumber"):
+        if point.get(name) is not None:
+            return int(point[name])
+    return None

@@ -1,0 +1,123 @@
+"""Attention: one head's (or the mean) attention for one query, over the image."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from vizapp import figures, resources
+from vizapp.state import current
+from vizapp.ui import (
+    clamp_state,
+    describe_query,
+    download_npz,
+    point_index,
+    query_controls,
+    selected_point,
+    show_chart,
+)
+
+cur = current()
+spec = cur.spec
+L, H = spec.num_layers, spec.num_heads
+HEADS = ["mean", *range(H)]
+
+
+def head_label(head) -> str:
+    return "mean over heads" if head == "mean" else f"head {head}"
+
+
+def on_patch_click() -> None:
+    """A click on the image makes the clicked patch the query."""
+    point = selected_point("attn_overlay")
+    index = point_index(point) if point else None
+    if index is not None and 0 <= index < spec.num_patches:
+        st.session_state["query_mode"] = "patch"
+        st.session_state["query_patch"] = index
+
+
+def on_tile_click() -> None:
+    """A click on a thumbnail opens that (layer, head) large."""
+    point = selected_point("attn_grid")
+    index = point_index(point) if point else None
+    if index is not None and 0 <= index < L * (H + 1):
+        layer, column = divmod(index, H + 1)
+        st.session_state["layer"] = layer
+        st.session_state["head"] = "mean" if column == H else column
+
+
+st.header("Attention", divider="gray")
+st.caption(
+    "Attention probabilities of one query token over the patch tokens, drawn over exactly the "
+    "pixels the model saw (one heatmap cell per patch). Click the image to query a patch."
+)
+
+left, right = st.columns([3, 2], gap="medium")
+with right:
+    st.session_state.setdefault("layer", L - 1)
+    clamp_state("layer", (0, L - 1), L - 1)
+    if L > 1:
+        layer = st.slider("Layer (block index)", 0, L - 1, step=1, key="layer")
+    else:
+        layer = 0
+    clamp_state("head", HEADS, "mean")
+    head = st.selectbox("Head", HEADS, format_func=head_label, key="head")
+    query = query_controls(spec)
+    st.session_state.setdefault("opacity", 0.6)
+    opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
+
+maps = resources.attention_grid(*cur.args, query)  # (L, heads + 1, gh, gw); [:, heads] = mean
+column = H if head == "mean" else int(head)
+shown = maps[layer, column]
+query_text = describe_query(query, spec)
+
+with left:
+    figure = figures.attention_overlay(
+        resources.background_uri(*cur.args),
+        spec.img_size,
+        shown,
+        spec.patch_size,
+        opacity=opacity,
+        colorscale=cur.colorscale,
+        title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
+        query_patch=query if isinstance(query, int) else None,
+    )
+    show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}", on_select=on_patch_click)
+    download_npz(
+        "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
+        head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,
+        image_size_hw=spec.img_size,
+    )
+
+with right:
+    st.subheader("Top-5 predictions")
+    names, probabilities = resources.top_predictions(*cur.args)
+    if len(names):
+        show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
+    else:
+        st.caption("This model has no classification head.")
+
+st.subheader(f"All layers × heads · query: {query_text}")
+scale = st.radio(
+    "Thumbnail colour scale", ["each", "shared"], horizontal=True, key="thumb_scale",
+    format_func={"each": "each map to its own maximum", "shared": "one shared scale"}.get,
+)
+tiles = maps.reshape(L * (H + 1), *spec.grid_size)
+grid = figures.mosaic(
+    tiles,
+    H + 1,
+    tile_names=[f"layer {lyr}, {head_label('mean' if h == H else h)}" for lyr in range(L) for h in range(H + 1)],
+    colorscale=cur.colorscale,
+    normalize_each=scale == "each",
+    colorbar_title="attention / map max" if scale == "each" else "attention weight (probability)",
+    x_title="head",
+    y_title="layer",
+    col_labels=[*map(str, range(H)), "mean"],
+    row_labels=[str(i) for i in range(L)],
+    highlight=layer * (H + 1) + column,
+)
+st.caption("Click a thumbnail to open it above. The last column is the mean over heads.")
+show_chart(grid, "attn_grid", filename="attention_layers_x_heads", on_select=on_tile_click)
+download_npz(
+    "attn_grid_data", "attention_layers_x_heads", attention=maps[:, :H], mean_over_heads=maps[:, H],
+    query=str(query), layers=list(range(L)),
+)

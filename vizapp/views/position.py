@@ -1,0 +1,114 @@
+"""Position embeddings: cosine similarity of every patch's embedding to all others
+(ViT paper, Figure 7 centre)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from vizapp import figures, resources
+from vizapp.derive import similarity_by_distance
+from vizapp.state import current
+from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
+
+cur = current()
+
+st.header("Position embeddings", divider="gray")
+st.caption(
+    "Tile (row i, col j) shows the cosine similarity between the position embedding of patch "
+    "(i, j) and those of all patches. Click a tile to enlarge it."
+)
+
+try:
+    similarity = resources.position_similarity(cur.model)  # (gh, gw, gh, gw)
+except ValueError as exc:  # AnalysisError: e.g. rotary / relative positions
+    st.info(str(exc))
+    st.stop()
+gh, gw = similarity.shape[:2]
+
+
+def on_tile_click() -> None:
+    point = selected_point("pos_mosaic")
+    index = point_index(point) if point else None
+    if index is not None and 0 <= index < gh * gw:
+        st.session_state["pos_row"], st.session_state["pos_col"] = divmod(index, gw)
+
+
+def tile_figure(sim: np.ndarray, highlight: int | None):
+    n_h, n_w = sim.shape[:2]
+    small = n_w <= 32
+    return figures.mosaic(
+        sim.reshape(n_h * n_w, n_h, n_w),
+        n_w,
+        tile_names=[f"patch (row {r}, col {c})" for r in range(n_h) for c in range(n_w)],
+        colorscale=cur.colorscale,
+        zmin=-1.0,
+        zmax=1.0,
+        colorbar_title="cosine similarity",
+        x_title="input patch column",
+        y_title="input patch row",
+        col_labels=[str(c) for c in range(n_w)] if small else None,
+        row_labels=[str(r) for r in range(n_h)] if small else None,
+        highlight=highlight,
+        height=640,
+    )
+
+
+left, right = st.columns([3, 2], gap="medium")
+clamp_state("pos_row", (0, gh - 1), gh // 2)
+clamp_state("pos_col", (0, gw - 1), gw // 2)
+st.session_state.setdefault("pos_row", gh // 2)
+st.session_state.setdefault("pos_col", gw // 2)
+with right:
+    r_col, c_col = st.columns(2)
+    row = r_col.number_input("Tile row", 0, gh - 1, step=1, key="pos_row")
+    col = c_col.number_input("Tile column", 0, gw - 1, step=1, key="pos_col")
+    show_chart(
+        figures.similarity_tile(similarity[row, col], (row, col), colorscale=cur.colorscale),
+        "pos_tile", filename=f"position_similarity_r{row}_c{col}",
+    )
+with left:
+    st.markdown(f"**{gh}×{gw} grid** ({cur.model.label})")
+    show_chart(tile_figure(similarity, row * gw + col), "pos_mosaic", filename="position_similarity",
+               on_select=on_tile_click)
+
+st.subheader("Resample to another grid")
+resample = st.checkbox(
+    "Resample the position embedding (bicubic, as when fine-tuning at a higher resolution)", key="pos_resample"
+)
+curves = [(f"{gh}×{gw} (model)", *similarity_by_distance(similarity))]
+arrays = {"similarity": similarity}
+if resample:
+    st.session_state.setdefault("pos_grid_h", max(2, round(gh * 1.5)))
+    st.session_state.setdefault("pos_grid_w", max(2, round(gw * 1.5)))
+    g1, g2, _ = st.columns([1, 1, 3])
+    new_h = g1.number_input("Rows", 2, 64, step=1, key="pos_grid_h")
+    new_w = g2.number_input("Columns", 2, 64, step=1, key="pos_grid_w")
+    try:
+        resampled = resources.position_similarity(cur.model, (int(new_h), int(new_w)))
+    except ValueError as exc:
+        st.error(str(exc))
+    else:
+        arrays["resampled_similarity"] = resampled
+        # express distances in patches of the model's grid so both curves share an axis
+        unit = float(np.sqrt((gh / new_h) * (gw / new_w)))
+        curves.append((f"{new_h}×{new_w} (resampled)", *similarity_by_distance(resampled, unit)))
+        a, b = st.columns(2, gap="medium")
+        with a:
+            st.markdown(f"**Model grid {gh}×{gw}**")
+            show_chart(tile_figure(similarity, None), "pos_mosaic_orig", filename="position_similarity")
+        with b:
+            st.markdown(f"**Resampled {new_h}×{new_w}**")
+            show_chart(tile_figure(resampled, None), "pos_mosaic_resampled",
+                       filename=f"position_similarity_{new_h}x{new_w}")
+
+st.subheader("Similarity against distance")
+show_chart(figures.similarity_vs_distance(curves), "pos_curve", filename="position_similarity_vs_distance")
+d1, d2, _ = st.columns([1, 1, 4])
+with d1:
+    download_npz("pos_data", "position_similarity", **arrays)
+with d2:
+    download_csv(
+        "pos_curve_data", "position_similarity_vs_distance", ["grid", "distance_patches", "mean_cosine"],
+        [(name, float(d), float(s)) for name, ds, ss in curves for d, s in zip(ds, ss)],
+    )

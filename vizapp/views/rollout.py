@@ -1,0 +1,67 @@
+"""Rollout: attention rolled out through the layers (Abnar & Zuidema, 2020)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from vizapp import figures, resources
+from vizapp.state import current
+from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
+
+cur = current()
+spec = cur.spec
+L = spec.num_layers
+FUSIONS = ["mean", "max", "min"]
+
+st.header("Attention rollout", divider="gray")
+st.caption(
+    "R = Â_end ⋯ Â_start with Â = ½·(fused heads) + ½·I, rows renormalised; "
+    "the map is the query's row of R over the patch tokens."
+)
+
+left, right = st.columns([3, 2], gap="medium")
+with right:
+    fusion = st.radio("Head fusion", FUSIONS, horizontal=True, key="fusion")
+    st.session_state.setdefault("discard_ratio", 0.0)
+    discard = st.slider(
+        "Discard ratio", 0.0, 0.95, step=0.05, key="discard_ratio",
+        help="Fraction of the smallest off-diagonal fused attention weights set to zero in each layer.",
+    )
+    clamp_state("start_layer", (0, L - 1), 0)
+    start = st.slider("Start layer", 0, L - 1, step=1, key="start_layer") if L > 1 else 0
+    query = query_controls(spec)
+    st.session_state.setdefault("opacity", 0.6)
+    opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
+
+strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), query)  # (L - start, gh, gw)
+final = strip[-1]
+query_text = describe_query(query, spec)
+
+with left:
+    figure = figures.attention_overlay(
+        resources.background_uri(*cur.args), spec.img_size, final, spec.patch_size, opacity=opacity,
+        colorscale=cur.colorscale, colorbar_title="rollout weight",
+        title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
+        query_patch=query if isinstance(query, int) else None,
+    )
+    show_chart(figure, "rollout_overlay", filename="rollout")
+    download_npz(
+        "rollout_data", "rollout", rollout=final, after_each_layer=strip,
+        end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
+        query=str(query),
+    )
+
+st.subheader("Rollout after each layer")
+normalise = st.toggle("Scale each map to its own maximum", value=True, key="rollout_norm")
+strip_fig = figures.mosaic(
+    strip,
+    min(len(strip), 12),
+    tile_names=[f"layers {start}–{end}" for end in range(start, L)],
+    colorscale=cur.colorscale,
+    normalize_each=normalise,
+    colorbar_title="rollout / map max" if normalise else "rollout weight",
+    col_labels=[str(end) for end in range(start, L)][: min(len(strip), 12)] if len(strip) <= 12 else None,
+    x_title="after layer" if len(strip) <= 12 else None,
+    highlight=len(strip) - 1,
+)
+show_chart(strip_fig, "rollout_strip", filename="rollout_after_each_layer")
