@@ -8,6 +8,7 @@ in the forward pass (PIL decoding releases the GIL).
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +24,7 @@ from .distance import attention_distance_per_image, patch_distance_matrix
 from .errors import AnalysisError
 from .images import load_image
 
-__all__ = ["dataset_attention_distance", "iter_batches"]
+__all__ = ["dataset_attention_distance", "iter_batches", "run_with_oom_fallback"]
 
 Progress = Callable[[int, int | None], None]
 
@@ -49,7 +50,42 @@ def iter_batches(vit, images: Iterable, batch_size: int, workers: int) -> Iterat
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    text = str(exc).lower()
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
+def run_with_oom_fallback(
+    run: Callable[[torch.Tensor], torch.Tensor],
+    batch: torch.Tensor,
+    cpu_fallback: Callable[[torch.Tensor], torch.Tensor] | None,
+) -> torch.Tensor:
+    """``run(batch)``, summing over pieces: on out-of-memory, halve the batch and retry;
+    a single image that still does not fit goes to ``cpu_fallback`` with a warning."""
+    result = None
+    pieces = [batch]
+    while pieces:
+        piece = pieces.pop(0)
+        try:
+            value = run(piece)
+        except RuntimeError as exc:
+            if not _is_oom(exc):
+                raise
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if piece.shape[0] > 1:
+                half = piece.shape[0] // 2
+                pieces[:0] = [piece[:half], piece[half:]]
+                continue
+            if cpu_fallback is None:
+                raise
+            warnings.warn(
+                "Out of accelerator memory even for one image: falling back to the CPU (slower).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            value = cpu_fallback(piece)
+        result = value if result is None else result + value
+    return result
 
 
 def dataset_attention_distance(
@@ -91,7 +127,7 @@ def dataset_attention_distance(
     totals = torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64)
     done = 0
 
-    def run_batch(pixels: torch.Tensor, device: torch.device) -> torch.Tensor:
+    def run_batch(pixels: torch.Tensor, model, device: torch.device) -> torch.Tensor:
         batch_spec = input_spec(vit, pixels)
         per_layer = torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64)
 
@@ -103,33 +139,24 @@ def dataset_attention_distance(
             )  # (b, heads)
             per_layer[layer] = per_image.sum(0).double().cpu()
 
-        model = vit.model
         with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries):
             with autocast_context(device, precision):
                 model(pixels.to(device, non_blocking=True))
         return per_layer
 
+    def on_device(chunk: torch.Tensor) -> torch.Tensor:
+        return run_batch(chunk, vit.model, vit.device)
+
+    def on_cpu(chunk: torch.Tensor) -> torch.Tensor:
+        # A private CPU copy: the shared model stays where other sessions are using it.
+        if "cpu_model" not in fallback:
+            fallback["cpu_model"] = copy.deepcopy(vit.model).float().to("cpu")
+        return run_batch(chunk, fallback["cpu_model"], torch.device("cpu"))
+
+    fallback: dict = {}
     for batch in iter_batches(vit, images, batch_size, workers):
-        chunks = [batch]
-        while chunks:
-            chunk = chunks.pop(0)
-            try:
-                totals += run_batch(chunk, vit.device)
-            except RuntimeError as exc:
-                if not (vit.device.type == "cuda" and _is_oom(exc)):
-                    raise
-                torch.cuda.empty_cache()
-                if chunk.shape[0] > 1:
-                    half = chunk.shape[0] // 2
-                    chunks[:0] = [chunk[:half], chunk[half:]]
-                    continue
-                warnings.warn("CUDA out of memory even at batch 1: this image is processed on the CPU.", stacklevel=2)
-                vit.model.to("cpu")
-                try:
-                    totals += run_batch(chunk, torch.device("cpu"))
-                finally:
-                    vit.model.to(vit.device)
-            done += chunk.shape[0]
+        totals += run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None)
+        done += batch.shape[0]
         if progress is not None:
             progress(done, total)
     if done == 0:

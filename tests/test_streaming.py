@@ -93,3 +93,23 @@ def test_a_bad_file_in_the_set_is_reported(vit):
 
     with pytest.raises(ImageLoadError):
         dataset_attention_distance(vit, [b"garbage"], batch_size=2)
+
+
+def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
+    from analysis.streaming import run_with_oom_fallback
+
+    seen = []
+
+    def run(batch):
+        seen.append(batch.shape[0])
+        if batch.shape[0] > 2 or int(batch[0]) == 6:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return batch.sum(0, keepdim=True)
+
+    batch = torch.arange(8, dtype=torch.float64).view(8, 1)
+    with pytest.warns(RuntimeWarning, match="falling back to the CPU"):
+        total = run_with_oom_fallback(run, batch, cpu_fallback=lambda piece: piece.sum(0, keepdim=True) * 1.0)
+    assert total.item() == sum(range(8))
+    assert seen[:3] == [8, 4, 2]
+    with pytest.raises(RuntimeError, match="other"):
+        run_with_oom_fallback(lambda b: (_ for _ in ()).throw(RuntimeError("other")), batch, None)

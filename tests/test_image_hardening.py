@@ -1,0 +1,105 @@
+"""Images from strangers: every mode becomes RGB, orientation is applied, bad data is refused fast."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from analysis import ImageLoadError, load_image
+from analysis.images import MAX_IMAGE_PIXELS
+
+
+def _encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def test_exif_orientation_is_applied():
+    image = Image.new("RGB", (40, 20), (200, 0, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    loaded = load_image(_encode(image, "JPEG", exif=exif.tobytes()))
+    assert loaded.size == (20, 40)
+
+
+@pytest.mark.parametrize(
+    "mode, color, expected",
+    [
+        ("LA", (0, 0), (255, 255, 255)),  # fully transparent -> white
+        ("RGBA", (255, 0, 0, 255), (255, 0, 0)),
+        ("L", 128, (128, 128, 128)),
+        ("1", 1, (255, 255, 255)),
+    ],
+)
+def test_modes_become_rgb(mode, color, expected):
+    loaded = load_image(_encode(Image.new(mode, (5, 5), color), "PNG"))
+    assert loaded.mode == "RGB" and loaded.getpixel((2, 2)) == expected
+
+
+def test_palette_with_transparency_and_cmyk():
+    palette = Image.new("P", (4, 4), 0)
+    palette.putpalette([10, 20, 30] + [0, 0, 0] * 255)
+    loaded = load_image(_encode(palette, "PNG", transparency=0))
+    assert loaded.getpixel((0, 0)) == (255, 255, 255)
+    cmyk = load_image(_encode(Image.new("CMYK", (4, 4), (0, 255, 255, 0)), "JPEG"))
+    r, g, b = cmyk.getpixel((1, 1))
+    assert r > 200 and g < 60 and b < 60
+
+
+def test_sixteen_bit_greyscale_uses_the_full_range():
+    array = np.array([[0, 1000], [30000, 65535]], dtype=np.uint16)
+    image = Image.fromarray(array)
+    assert image.mode.startswith("I;16")
+    loaded = load_image(_encode(image, "PNG"))
+    assert loaded.getpixel((0, 0))[0] == 0 and loaded.getpixel((1, 1))[0] == 255
+    assert 100 < loaded.getpixel((0, 1))[0] < 130  # 30000 / 65535 * 255 ≈ 117, not clipped to 255
+
+
+def test_animated_gif_gives_its_first_frame():
+    frames = [Image.new("RGB", (6, 6), c) for c in ((255, 0, 0), (0, 0, 255))]
+    data = _encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=50)
+    r, g, b = load_image(data).getpixel((3, 3))
+    assert r > 200 and b < 50
+
+
+@pytest.mark.parametrize("size", [(1, 1), (1, 3000), (3000, 1)])
+def test_tiny_and_extreme_aspect_images_load(size):
+    assert load_image(_encode(Image.new("RGB", size, (1, 2, 3)), "PNG")).size == size
+
+
+def test_webp_and_bmp():
+    for fmt in ("WEBP", "BMP"):
+        assert load_image(_encode(Image.new("RGB", (8, 8), (0, 128, 0)), fmt)).size == (8, 8)
+
+
+def test_decompression_bomb_is_refused_quickly_naming_the_limit():
+    bomb = _encode(Image.new("1", (12_000, 6_000)), "PNG")  # 72 Mpx in a few kB
+    assert len(bomb) < 200_000
+    start = time.monotonic()
+    with pytest.raises(ImageLoadError, match=f"{MAX_IMAGE_PIXELS:,}"):
+        load_image(bomb)
+    assert time.monotonic() - start < 3
+
+
+def test_truncated_and_non_image_files_are_refused_quickly():
+    jpeg = _encode(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)), "JPEG")
+    start = time.monotonic()
+    for data, pattern in ((jpeg[: len(jpeg) // 2], "truncated|corrupt"), (b"%PDF-1.4 hello", "not an image"),
+                          (b"\x00" * 1000, "not an image"), (b"", "empty")):
+        with pytest.raises(ImageLoadError, match=pattern):
+            load_image(data)
+    assert time.monotonic() - start < 3
+
+
+def test_text_mode_file_objects_and_other_types_are_explained(tmp_path):
+    path = tmp_path / "x.png"
+    path.write_bytes(_encode(Image.new("RGB", (2, 2)), "PNG"))
+    with open(path, "r", encoding="latin-1") as handle, pytest.raises(ImageLoadError, match="text mode"):
+        load_image(handle)
+    with pytest.raises(ImageLoadError, match="int"):
+        load_image(12)
