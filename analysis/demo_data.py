@@ -145,11 +145,22 @@ def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: b
                   ) -> tuple[np.ndarray, int, np.ndarray]:
     """Render sample ``index`` of stream ``seed``: ``(uint8 HxWx3, label, bool HxW mask)``.
 
-    ``clutter=False`` draws the object on a plain mid-grey background without distractors
-    or noise (handy for checking that the mask is exactly the object's pixels).
+    The object's class and geometry come from their own random stream, so they (and the
+    mask) do not depend on ``clutter``. ``clutter=False`` draws the same object on a plain
+    mid-grey (128) background without distractors or noise -- handy for checking that
+    the mask is exactly the object's pixels.
     """
-    rng = np.random.default_rng((int(seed), int(index)))
-    label = int(rng.integers(0, len(CLASS_NAMES)))
+    rng_obj = np.random.default_rng((int(seed), int(index), 0))
+    rng = np.random.default_rng((int(seed), int(index), 1))
+    label = int(rng_obj.integers(0, len(CLASS_NAMES)))
+    r = rng_obj.uniform(*_OBJ_RADIUS) * size
+    margin = r * 0.8
+    cx, cy = rng_obj.uniform(margin, size - margin, size=2)
+    angle = rng_obj.uniform(0, 2 * math.pi)
+    mask_img = Image.new("1", (size, size), 0)
+    _draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
+    mask = np.array(mask_img, dtype=bool)
+
     if clutter:
         bg = _background(rng, size)
         canvas = Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8), "RGB")
@@ -157,27 +168,19 @@ def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: b
     else:
         canvas = Image.new("RGB", (size, size), (128, 128, 128))
 
-    r = rng.uniform(*_OBJ_RADIUS) * size
-    margin = r * 0.8
-    cx, cy = rng.uniform(margin, size - margin, size=2)
-    angle = rng.uniform(0, 2 * math.pi)
-    mask_img = Image.new("1", (size, size), 0)
-    _draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
-    mask = np.array(mask_img, dtype=bool)
-
     img = np.array(canvas, dtype=np.float32)
     # Object colour: random, but at least _MIN_CONTRAST (max over channels) away from
     # the mean colour of what it covers, so the object is visible; a few redraws at most.
     under = img[mask].mean(axis=0) if mask.any() else np.full(3, 128.0, dtype=np.float32)
-    colour = _random_colour(rng)
+    colour = _random_colour(rng_obj)
     for _ in range(8):
         if np.abs(colour - under).max() >= _MIN_CONTRAST:
             break
-        colour = _random_colour(rng)
+        colour = _random_colour(rng_obj)
     else:
         colour = np.where(under < 128, 255, 0)
     # Object with a gentle shading so it is not a perfectly flat patch.
-    shade = 1.0 + rng.uniform(-0.12, 0.12) * ((np.mgrid[0:size, 0:size][0] - cy) / size)
+    shade = 1.0 + rng_obj.uniform(-0.12, 0.12) * ((np.mgrid[0:size, 0:size][0] - cy) / size)
     obj = np.clip(colour[None, None, :].astype(np.float32) * shade[..., None], 0, 255)
     img[mask] = obj[mask]
     if clutter:

@@ -115,6 +115,14 @@ def save_model(model, out: Path, model_args: dict, label_names: list[str] = CLAS
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+def _normalize(x_u8: torch.Tensor) -> torch.Tensor:
+    """uint8 (B,3,H,W) -> normalised float, exactly what ``pretrained_cfg`` mean/std say."""
+    x = x_u8.float().div_(255.0)
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
 def _to_tensor(images_u8: np.ndarray) -> torch.Tensor:
     x = torch.from_numpy(images_u8).permute(0, 3, 1, 2).float().div_(255.0)
     mean = torch.tensor(MEAN).view(1, 3, 1, 1)
@@ -164,11 +172,11 @@ def train(
     *,
     seed: int = 0,
     pool: int = 60000,
-    epochs: float = 30,
-    steps: int | None = None,
+    epochs: float | None = None,
+    steps: int | None = 4500,
     minutes: float | None = None,
     batch_size: int = 128,
-    lr: float = 1e-3,
+    lr: float = 2e-3,
     weight_decay: float = 0.05,
     warmup_frac: float = 0.05,
     label_smoothing: float = 0.1,
@@ -176,6 +184,7 @@ def train(
     model_args: dict | None = None,
     threads: int = 2,
     log_every: int | None = None,
+    save_every: int | None = None,
     log=print,
 ) -> dict:
     """Train and save; returns a summary dict (steps, wall time, final val numbers)."""
@@ -189,7 +198,7 @@ def train(
 
     log(f"[train_demo] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
     imgs, labels, _ = generate_arrays(pool, seed, size=size)
-    x_train = _to_tensor(imgs)
+    x_train = torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous()  # uint8 (N,3,H,W)
     y_train = torch.from_numpy(labels)
     del imgs
     if val_size:
@@ -215,10 +224,12 @@ def train(
         t = (step - warm) / max(1, total - warm)
         return 1e-5 + (lr - 1e-5) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
 
-    total = steps if steps is not None else int(round(epochs * steps_per_epoch))
+    if epochs is not None:
+        steps = None
+    total = steps if steps is not None else int(round((epochs or 1) * steps_per_epoch))
     probe = 30
-    if minutes is not None and steps is None:
-        total = None  # decided after timing the first `probe` steps
+    if minutes is not None:
+        steps, total = None, None  # decided after timing the first `probe` steps
     log_every = log_every or steps_per_epoch
 
     model.train()
@@ -235,7 +246,7 @@ def train(
             perm, pos = torch.randperm(pool, generator=g), 0
         idx = perm[pos:pos + batch_size]
         pos += batch_size
-        xb = _dihedral(x_train[idx], g)
+        xb = _normalize(_dihedral(x_train[idx], g))
         yb = y_train[idx]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cur_total if total is not None else 10 ** 6)
@@ -265,6 +276,10 @@ def train(
             log(msg)
             sys.stdout.flush()
             run_loss, run_correct, run_n = 0.0, 0, 0
+        if save_every and step % save_every == 0 and step != total:
+            model.eval()
+            save_model(model, Path(out), model_args)  # a usable snapshot if the run is cut short
+            model.train()
 
     model.eval()
     wall = time.time() - t_start
@@ -287,12 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (timm hub layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of model init, order and the data pool")
     p.add_argument("--pool", type=int, default=60000, help="number of distinct training scenes")
-    p.add_argument("--epochs", type=float, default=30, help="passes over the pool (default recipe)")
-    p.add_argument("--steps", type=int, default=None, help="exact number of optimizer steps (overrides --epochs)")
+    p.add_argument("--steps", type=int, default=4500, help="optimizer steps (default: the shipped recipe)")
+    p.add_argument("--epochs", type=float, default=None, help="passes over the pool (overrides --steps)")
     p.add_argument("--minutes", type=float, default=None,
-                   help="size the run to about this wall time (overrides --epochs; prints the equivalent --steps)")
+                   help="size the run to about this wall time (overrides --steps/--epochs; prints the equivalent --steps)")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate")
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--val-size", type=int, default=1000)
     p.add_argument("--depth", type=int, default=DEFAULT_MODEL_ARGS["depth"])
@@ -301,12 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mlp-ratio", type=float, default=DEFAULT_MODEL_ARGS["mlp_ratio"])
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=None, help="steps between progress lines (default: one epoch)")
+    p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
     a = p.parse_args(argv)
     model_args = dict(DEFAULT_MODEL_ARGS, depth=a.depth, embed_dim=a.embed_dim,
                       num_heads=a.num_heads, mlp_ratio=a.mlp_ratio)
     train(a.out, seed=a.seed, pool=a.pool, epochs=a.epochs, steps=a.steps, minutes=a.minutes,
           batch_size=a.batch_size, lr=a.lr, weight_decay=a.weight_decay, val_size=a.val_size,
-          model_args=model_args, threads=a.threads, log_every=a.log_every)
+          model_args=model_args, threads=a.threads, log_every=a.log_every,
+          save_every=a.save_every)
     return 0
 
 
