@@ -43,6 +43,7 @@ HIGHLIGHT = "#ff4b4b"
 MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
 _FONT = dict(size=12)
 _CLICK_MARKER = dict(color="rgba(0,0,0,0)", size=8)
+_SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -82,20 +83,18 @@ def _colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.nd
     return rgb
 
 
-def _image_axes(fig: go.Figure, width: int, height: int, *, row=None, col=None, titles=True) -> None:
-    """Pixel axes with y pointing down, square pixels, no padding."""
-    fig.update_xaxes(
-        range=[0, width], constrain="domain", showgrid=False, zeroline=False,
-        title_text="x (input px)" if titles else None, row=row, col=col,
-    )
-    fig.update_yaxes(
-        range=[height, 0], scaleanchor="x" if row is None else None, constrain="domain",
-        showgrid=False, zeroline=False, title_text="y (input px)" if titles else None, row=row, col=col,
+def _image_axes(width: int, height: int, *, titles: bool = True) -> dict:
+    """Layout for pixel axes with y pointing down, square pixels, no padding."""
+    return dict(
+        xaxis=dict(range=[0, width], constrain="domain", showgrid=False, zeroline=False,
+                   title=dict(text="x (input px)" if titles else None)),
+        yaxis=dict(range=[height, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
+                   title=dict(text="y (input px)" if titles else None)),
     )
 
 
-def _layout(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
-    fig.update_layout(
+def _base_layout(*, title: str | None, height: int, **extra) -> dict:
+    return dict(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
         height=height,
         margin=dict(l=10, r=10, t=40 if title else 10, b=10),
@@ -104,7 +103,22 @@ def _layout(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Fi
         hovermode="closest",
         **extra,
     )
+
+
+def _figure(traces: list, *, title: str | None, height: int, **layout) -> go.Figure:
+    """One-shot construction: plotly validates the whole figure once (much faster than
+    incremental ``add_*``/``update_*`` calls, which matters for a 150 ms rerun budget)."""
+    return go.Figure(data=traces, layout=_base_layout(title=title, height=height, **layout))
+
+
+def _layout(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
+    fig.update_layout(**_base_layout(title=title, height=height, **extra))
     return fig
+
+
+def _rect(x0: float, y0: float, x1: float, y1: float) -> dict:
+    """The outline that marks the selected patch or tile."""
+    return dict(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, line=dict(color=HIGHLIGHT, width=2.5), layer="above")
 
 
 def _colorbar(title: str) -> dict:
@@ -134,38 +148,36 @@ def attention_overlay(
     background: data URI of the ``image_size = (H, W)`` model-input image.
     attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``.
     The last trace is one transparent marker per patch centre (row-major, so point
-    index = patch index): clicking anywhere selects the patch under the cursor.
+    index = patch index, also in ``customdata[0]``): clicking selects the patch under
+    the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
     """
     height_px, width_px = image_size
     gh, gw = attention.shape
     ph, pw = patch_size
     xs, ys = patch_centres((gh, gw), (ph, pw))
     index = np.arange(gh * gw)
-    fig = go.Figure()
-    fig.add_trace(go.Image(source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"))
-    fig.add_trace(
-        go.Heatmap(
-            z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, colorscale=colorscale,
-            zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title),
-            name="attention",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
+    traces = [
+        dict(type="image", source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
+        dict(
+            type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
+            colorscale=colorscale, zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
+            colorbar=_colorbar(colorbar_title), name="attention",
+        ),
+        dict(
+            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
             customdata=np.stack([index, index // gw, index % gw, attention.ravel()], axis=1),
             hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[1]:.0f}, col %{customdata[2]:.0f})"
             "<br>value %{customdata[3]:.4g}<extra></extra>",
-        )
-    )
+        ),
+    ]
+    shapes = []
     if query_patch is not None and 0 <= query_patch < gh * gw:
         r, c = divmod(int(query_patch), gw)
-        fig.add_shape(
-            type="rect", x0=c * pw, x1=(c + 1) * pw, y0=r * ph, y1=(r + 1) * ph,
-            line=dict(color=HIGHLIGHT, width=2.5), layer="above",
-        )
-    _image_axes(fig, width_px, height_px)
-    return _layout(fig, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan")
+        shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
+    return _figure(
+        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
+        shapes=shapes, **_image_axes(width_px, height_px),
+    )
 
 
 def map_panels(
@@ -194,36 +206,39 @@ def map_panels(
     patches = [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size)
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
-    finite = [m for m in maps if m.size]
-    lo = float(min(m.min() for m in finite)) if zmin is None else zmin
-    hi = float(max(m.max() for m in finite)) if zmax is None else zmax
+    lo = float(min(m.min() for m in maps)) if zmin is None else zmin
+    hi = float(max(m.max() for m in maps)) if zmax is None else zmax
     fig = make_subplots(
         rows=nrows, cols=ncols, subplot_titles=list(titles), horizontal_spacing=0.02,
         vertical_spacing=0.08 / max(nrows, 1),
     )
+    traces = []
+    axes = {}
     for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps)):
         row, col = divmod(i, ncols)
         ph, pw = patch
-        fig.add_trace(
-            go.Image(source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"), row=row + 1, col=col + 1
+        suffix = "" if i == 0 else str(i + 1)
+        traces.append(dict(type="image", source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip",
+                           xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        traces.append(dict(
+            type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
+            coloraxis="coloraxis", zsmooth=False, name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}",
+            hovertemplate=titles[i] + "<br>x %{x:.0f} px, y %{y:.0f} px<br>value %{z:.4g}<extra></extra>",
+        ))
+        first_col_last_row = row == nrows - 1 and col == 0
+        axes[f"xaxis{suffix}"] = dict(
+            range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
+            constrain="domain", title=dict(text="x (input px)" if first_col_last_row else None),
         )
-        fig.add_trace(
-            go.Heatmap(
-                z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, coloraxis="coloraxis",
-                zsmooth=False, name=titles[i],
-                hovertemplate=titles[i] + "<br>x %{x:.0f} px, y %{y:.0f} px<br>value %{z:.4g}<extra></extra>",
-            ),
-            row=row + 1, col=col + 1,
+        axes[f"yaxis{suffix}"] = dict(
+            range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0, scaleanchor=f"x{suffix}",
+            constrain="domain", title=dict(text="y (input px)" if first_col_last_row else None),
         )
-        axis = "" if i == 0 else str(i + 1)
-        fig.update_xaxes(range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
-                         constrain="domain", row=row + 1, col=col + 1)
-        fig.update_yaxes(range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0,
-                         scaleanchor=f"x{axis}", constrain="domain", row=row + 1, col=col + 1)
-    fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)))
-    fig.update_xaxes(title_text="x (input px)", row=nrows, col=1)
-    fig.update_yaxes(title_text="y (input px)", row=nrows, col=1)
-    return _layout(fig, title=None, height=panel_height * nrows + 60)
+    fig.add_traces(traces)
+    return _layout(
+        fig, title=None, height=panel_height * nrows + 60,
+        coloraxis=dict(colorscale=colorscale, cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)), **axes,
+    )
 
 
 # --------------------------------------------------------------------------- mosaics
@@ -253,7 +268,7 @@ def mosaic(
     ``normalize_each`` each tile is divided by its own maximum (colour bar 0..1).
     Above :data:`MAX_HEATMAP_CELLS` cells the mosaic is sent as a colour-mapped PNG.
     The last trace has one transparent marker per tile centre (point index = tile
-    index), so clicking a tile selects it.
+    index = ``customdata[0]``), so clicking a tile selects it.
     """
     n, gh, gw = tiles.shape
     ncols = max(1, min(ncols, n))
@@ -270,62 +285,52 @@ def mosaic(
     hi = float(np.nanmax(values)) if zmax is None else zmax
     if normalize_each and zmin is None:
         lo, hi = min(0.0, lo), 1.0
-    fig = go.Figure()
     if big.size <= MAX_HEATMAP_CELLS:
-        fig.add_trace(
-            go.Heatmap(
-                z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colorscale, zmin=lo, zmax=hi, zsmooth=False,
-                hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
-            )
-        )
+        traces = [dict(
+            type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colorscale, zmin=lo, zmax=hi,
+            zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
+        )]
     else:
-        fig.add_trace(
-            go.Image(z=_colorize(big, colorscale, lo, hi), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip")
-        )
-        fig.add_trace(  # colour bar only
-            go.Scatter(
-                x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+        traces = [
+            dict(type="image", z=_colorize(big, colorscale, lo, hi), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
+            dict(  # colour bar only
+                type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                 marker=dict(colorscale=colorscale, cmin=lo, cmax=hi, color=[lo], showscale=True,
                             colorbar=_colorbar(colorbar_title)),
-            )
-        )
+            ),
+        ]
     width, height_cells = ncols * gw, nrows * gh
-    for c in range(1, ncols):
-        fig.add_shape(type="line", x0=c * gw, x1=c * gw, y0=0, y1=height_cells, line=dict(color=SEPARATOR, width=1.5))
-    for r in range(1, nrows):
-        fig.add_shape(type="line", x0=0, x1=width, y0=r * gh, y1=r * gh, line=dict(color=SEPARATOR, width=1.5))
+    separator = dict(color=SEPARATOR, width=1.5)
+    shapes = [dict(type="line", x0=c * gw, x1=c * gw, y0=0, y1=height_cells, line=separator) for c in range(1, ncols)]
+    shapes += [dict(type="line", x0=0, x1=width, y0=r * gh, y1=r * gh, line=separator) for r in range(1, nrows)]
     if highlight is not None and 0 <= highlight < n:
         r, c = divmod(int(highlight), ncols)
-        fig.add_shape(
-            type="rect", x0=c * gw, x1=(c + 1) * gw, y0=r * gh, y1=(r + 1) * gh,
-            line=dict(color=HIGHLIGHT, width=2.5), layer="above",
-        )
+        shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
     index = np.arange(n)
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
-    fig.add_trace(
-        go.Scatter(
-            x=(index % ncols + 0.5) * gw, y=(index // ncols + 0.5) * gh, mode="markers", marker=_CLICK_MARKER,
-            showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
-            text=list(tile_names),
-            hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
-        )
-    )
-    fig.update_xaxes(
-        range=[0, width], showgrid=False, zeroline=False, constrain="domain", title_text=x_title,
-        tickvals=(np.arange(ncols) + 0.5) * gw if col_labels is not None else None,
-        ticktext=list(col_labels) if col_labels is not None else None,
+    traces.append(dict(
+        type="scatter", x=(index % ncols + 0.5) * gw, y=(index // ncols + 0.5) * gh, mode="markers",
+        marker=_CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
+        text=list(tile_names), hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
+    ))
+    xaxis = dict(
+        range=[0, width], showgrid=False, zeroline=False, constrain="domain", title=dict(text=x_title),
         showticklabels=col_labels is not None, side="top",
     )
-    fig.update_yaxes(
+    if col_labels is not None:
+        xaxis.update(tickvals=(np.arange(ncols) + 0.5) * gw, ticktext=list(col_labels))
+    yaxis = dict(
         range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
-        title_text=y_title,
-        tickvals=(np.arange(nrows) + 0.5) * gh if row_labels is not None else None,
-        ticktext=list(row_labels) if row_labels is not None else None,
-        showticklabels=row_labels is not None,
+        title=dict(text=y_title), showticklabels=row_labels is not None,
     )
+    if row_labels is not None:
+        yaxis.update(tickvals=(np.arange(nrows) + 0.5) * gh, ticktext=list(row_labels))
     if height is None:
         height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
-    return _layout(fig, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan")
+    return _figure(
+        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
+        shapes=shapes, xaxis=xaxis, yaxis=yaxis,
+    )
 
 
 # --------------------------------------------------------------------------- predictions
@@ -333,16 +338,15 @@ def mosaic(
 
 def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240) -> go.Figure:
     """Top-k predictions as horizontal bars, most probable on top."""
-    fig = go.Figure(
-        go.Bar(
-            x=probabilities[::-1] * 100, y=list(names)[::-1], orientation="h",
-            text=[f"{p * 100:.1f}%" for p in probabilities[::-1]], textposition="auto",
-            marker_color="#440154", hovertemplate="%{y}: %{x:.2f}%<extra></extra>",
-        )
+    probs = np.asarray(probabilities, dtype=np.float64)[::-1] * 100
+    trace = dict(
+        type="bar", x=probs, y=list(names)[::-1], orientation="h", text=[f"{p:.1f}%" for p in probs],
+        textposition="auto", marker=dict(color="#3b528b"), hovertemplate="%{y}: %{x:.2f}%<extra></extra>",
     )
-    fig.update_xaxes(title_text="probability (%)", range=[0, 100], showgrid=True)
-    fig.update_yaxes(automargin=True)
-    return _layout(fig, title=None, height=height)
+    return _figure(
+        [trace], title=None, height=height,
+        xaxis=dict(title=dict(text="probability (%)"), range=[0, 100], showgrid=True), yaxis=dict(automargin=True),
+    )
 
 
 # --------------------------------------------------------------------------- position embeddings
@@ -354,33 +358,35 @@ def similarity_tile(
     """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined."""
     gh, gw = similarity.shape
     r, c = patch
-    fig = go.Figure(
-        go.Heatmap(
-            z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colorscale, zsmooth=False,
-            colorbar=_colorbar("cosine similarity"),
-            hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
-        )
+    trace = dict(
+        type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colorscale,
+        zsmooth=False, colorbar=_colorbar("cosine similarity"),
+        hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
-    fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color=HIGHLIGHT, width=2.5))
-    fig.update_xaxes(title_text="patch column", range=[-0.5, gw - 0.5], constrain="domain", showgrid=False)
-    fig.update_yaxes(title_text="patch row", range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
-                     showgrid=False)
-    return _layout(fig, title=f"Patch (row {r}, col {c})", height=height)
+    return _figure(
+        [trace], title=f"Patch (row {r}, col {c})", height=height,
+        shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
+        xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False),
+        yaxis=dict(title=dict(text="patch row"), range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
+                   showgrid=False),
+    )
 
 
 def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, height: int = 360) -> go.Figure:
     """Mean cosine similarity against patch distance, one line per ``(name, distance, similarity)``."""
-    fig = go.Figure()
-    for name, distance, similarity in curves:
-        fig.add_trace(
-            go.Scatter(
-                x=distance, y=similarity, mode="lines+markers", name=name, marker=dict(size=5),
-                hovertemplate="distance %{x:.2f}<br>mean cos %{y:.3f}<extra>" + name + "</extra>",
-            )
+    traces = [
+        dict(
+            type="scatter", x=distance, y=similarity, mode="lines+markers", name=name, marker=dict(size=5),
+            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
+            hovertemplate="distance %{x:.2f}<br>mean cos %{y:.3f}<extra>" + name + "</extra>",
         )
-    fig.update_xaxes(title_text="distance between patch centres (patches of the model's grid)", showgrid=True)
-    fig.update_yaxes(title_text="mean cosine similarity", range=[-1.05, 1.05], showgrid=True)
-    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.08, x=0))
+        for i, (name, distance, similarity) in enumerate(curves)
+    ]
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0),
+        xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
+        yaxis=dict(title=dict(text="mean cosine similarity"), range=[-1.05, 1.05], showgrid=True),
+    )
 
 
 # --------------------------------------------------------------------------- patch-embedding filters
@@ -410,41 +416,46 @@ def rgb_patch_grid(
         r, c = divmod(i, ncols)
         y, x = r * (ph + gap), c * (pw + gap)
         canvas[y : y + ph, x : x + pw] = np.round(scaled[i].transpose(1, 2, 0) * 255).astype(np.uint8)
-    fig = go.Figure(go.Image(z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"))
     index = np.arange(k)
-    fig.add_trace(
-        go.Scatter(
-            x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2, mode="markers",
-            marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>", showlegend=False,
-        )
-    )
-    fig.update_xaxes(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
-                     constrain="domain")
-    fig.update_yaxes(range=[canvas.shape[0], 0], scaleanchor="x", showticklabels=False, showgrid=False,
-                     zeroline=False, constrain="domain")
+    traces = [
+        dict(type="image", z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
+        dict(
+            type="scatter", x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2,
+            mode="markers", marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
+            showlegend=False,
+        ),
+    ]
     if height is None:
         height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
-    return _layout(fig, title=None, height=height, hoverdistance=-1)
+    return _figure(
+        traces, title=None, height=height, hoverdistance=-1,
+        xaxis=dict(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
+                   constrain="domain"),
+        yaxis=dict(range=[canvas.shape[0], 0], scaleanchor="x", showticklabels=False, showgrid=False,
+                   zeroline=False, constrain="domain"),
+    )
 
 
 def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
-    """Explained variance ratio per principal component (bars) and cumulative (line)."""
+    """Explained variance ratio per principal component (bars, left axis) and cumulative (line, right)."""
     k = np.arange(1, ratio.size + 1)
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=k, y=ratio * 100, name="per component", marker_color="#31688e",
-                         hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>"))
-    fig.add_trace(go.Scatter(x=k, y=np.cumsum(ratio) * 100, name="cumulative", mode="lines+markers",
-                             line=dict(color="#fde725", width=2), marker=dict(color="#35b779"),
-                             hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"))
-    fig.update_xaxes(title_text="principal component", dtick=max(1, ratio.size // 14))
-    fig.update_yaxes(title_text="explained variance (%)", range=[0, 100], showgrid=True)
-    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0))
+    traces = [
+        dict(type="bar", x=k, y=ratio * 100, name="per component", marker=dict(color="#31688e"),
+             hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>"),
+        dict(type="scatter", x=k, y=np.cumsum(ratio) * 100, name="cumulative (right axis)", mode="lines+markers",
+             line=dict(color="#35b779", width=2), marker=dict(color="#35b779", size=5), yaxis="y2",
+             hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"),
+    ]
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0),
+        xaxis=dict(title=dict(text="principal component"), dtick=max(1, ratio.size // 14)),
+        yaxis=dict(title=dict(text="explained variance per component (%)"), rangemode="tozero", showgrid=True),
+        yaxis2=dict(title=dict(text="cumulative (%)"), overlaying="y", side="right", range=[0, 100], showgrid=False),
+    )
 
 
 # --------------------------------------------------------------------------- attention distance
 
-
-_SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
 
 
 def attention_distance_scatter(
@@ -459,28 +470,30 @@ def attention_distance_scatter(
     they do not hide each other. references: ``(name, pixels)`` horizontal lines (the
     distance under uniform attention).
     """
-    fig = go.Figure()
+    traces = []
     count = len(series)
     for i, (name, values) in enumerate(series):
         layers, heads = values.shape
-        offset = (i - (count - 1) / 2) * (0.5 / max(count, 1)) if count > 1 else 0.0
+        offset = (i - (count - 1) / 2) * (0.5 / count) if count > 1 else 0.0
         layer_ids = np.repeat(np.arange(layers), heads)
         head_ids = np.tile(np.arange(heads), layers)
-        fig.add_trace(
-            go.Scatter(
-                x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
-                marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
-                            line=dict(width=0.5, color="white")),
-                customdata=np.stack([layer_ids, head_ids], axis=1),
-                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:.1f} px<extra>"
-                + name + "</extra>",
-            )
-        )
+        traces.append(dict(
+            type="scatter", x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
+            marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
+                        line=dict(width=0.5, color="white")),
+            customdata=np.stack([layer_ids, head_ids], axis=1),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:.1f} px<extra>" + name + "</extra>",
+        ))
+    shapes, annotations = [], []
     for j, (name, value) in enumerate(references):
-        fig.add_hline(
-            y=value, line=dict(dash="dash", color="#777", width=1.2),
-            annotation_text=f"{name}: {value:.1f} px", annotation_position="top left" if j % 2 == 0 else "bottom right",
-        )
-    fig.update_xaxes(title_text="network depth (layer index)", dtick=1, showgrid=True)
-    fig.update_yaxes(title_text="mean attention distance (input pixels)", rangemode="tozero", showgrid=True)
-    return _layout(fig, title=None, height=height, legend=dict(orientation="h", y=1.08, x=0))
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=value, y1=value,
+                           line=dict(dash="dash", color="#777", width=1.2)))
+        annotations.append(dict(xref="paper", x=1.0 if j % 2 else 0.0, xanchor="right" if j % 2 else "left",
+                                y=value, yanchor="bottom", text=f"{name}: {value:.1f} px", showarrow=False,
+                                font=dict(color="#555")))
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0), shapes=shapes,
+        annotations=annotations,
+        xaxis=dict(title=dict(text="network depth (layer index)"), dtick=1, showgrid=True),
+        yaxis=dict(title=dict(text="mean attention distance (input pixels)"), rangemode="tozero", showgrid=True),
+    )
