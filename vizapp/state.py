@@ -42,7 +42,7 @@ MODEL_SOURCES = {
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
     "layer", "head", "query_mode", "query_patch", "opacity", "thumb_scale",
-    "fusion", "discard_ratio", "start_layer",
+    "fusion", "discard_ratio", "start_layer", "rollout_norm",
     "cmp_layers", "cmp_all", "cmp_model2",
     "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
@@ -143,7 +143,7 @@ def _choose_model() -> tuple[ModelRef, analysis.LoadedViT]:
         if vit is not None:
             st.session_state["_good_model"] = requested
             return requested, vit
-        st.sidebar.error(f"Could not load **{requested.label}**: {error}")
+        st.error(f"Could not load **{requested.label}**: {error}", icon=":material/error:")
 
         def retry(ref=requested):
             st.session_state.get("_model_failures", {}).pop(ref, None)
@@ -159,8 +159,8 @@ def _choose_model() -> tuple[ModelRef, analysis.LoadedViT]:
                 st.sidebar.info(f"Showing **{ref.label}** instead.")
             st.session_state["_good_model"] = ref
             return ref, vit
-        if ref == resources.default_model_ref():
-            st.error(f"The default model could not be loaded: {error} Using a random-weight model instead.")
+        if ref == resources.default_model_ref() and ref != requested:
+            st.error(f"The default model could not be loaded either: {error}")
     st.error("No model could be loaded, not even a random-weight one; see the messages in the sidebar.")
     st.stop()
 
@@ -191,7 +191,7 @@ def _choose_image() -> ImageRef:
             st.session_state["_good_image"] = requested
             return requested
         except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
-            st.sidebar.error(f"Could not read **{requested.name}**: {_error_text(exc)}")
+            st.error(f"Could not read **{requested.name}**: {_error_text(exc)}", icon=":material/broken_image:")
     good = st.session_state.get("_good_image")
     if good is not None:
         st.sidebar.info(f"Showing **{good.name}** instead.")

@@ -52,7 +52,8 @@ with left:
     )
 
 st.subheader("Rollout after each layer")
-normalise = st.toggle("Scale each map to its own maximum", value=True, key="rollout_norm")
+st.session_state.setdefault("rollout_norm", True)
+normalise = st.toggle("Scale each map to its own maximum", key="rollout_norm")
 strip_fig = figures.mosaic(
     strip,
     min(len(strip), 12),

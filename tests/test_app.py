@@ -1,0 +1,502 @@
+"""The Streamlit explorer, driven headless through its entrypoint with AppTest.
+
+Every page is opened through ``vizapp/app.py`` (the router), widgets are driven by key,
+and charts are read back from their plotly JSON and compared numerically with direct
+calls to the ``analysis`` API on the same model and image.
+
+The bundled demo model is used when present; otherwise the app is pointed at a tiny
+random-weight timm ViT through ``VIZAPP_DEFAULT_MODEL`` so the tests stay fast and offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import statistics
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from PIL import Image  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import analysis  # noqa: E402
+from vizapp import derive, figures  # noqa: E402
+
+APP = str(REPO / "vizapp" / "app.py")
+DEMO_PRESENT = (REPO / "assets" / "demo_vit" / "config.json").is_file()
+RANDOM_MODEL = "random:vit_tiny_patch16_224"
+TIMEOUT = 120
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def model_source() -> tuple[str, bool]:
+    """(source, pretrained) of the model the app opens on in these tests."""
+    return ("demo", True) if DEMO_PRESENT else ("vit_tiny_patch16_224", False)
+
+
+@pytest.fixture(autouse=True)
+def _default_model(monkeypatch):
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def vit(model_source):
+    """The very model instance the app uses (random weights differ per instance): streamlit's
+    resource cache is process-wide, and AppTest runs the app in this process."""
+    from vizapp.resources import ModelRef, get_model
+
+    source, pretrained = model_source
+    return get_model(ModelRef(source, pretrained=pretrained))
+
+
+def first_sample() -> Path:
+    files = sorted((REPO / "assets" / "samples").iterdir(), key=lambda p: (not p.name.startswith("scene_"), p.name))
+    return next(p for p in files if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
+
+
+@pytest.fixture(scope="module")
+def record(vit):
+    """The analysis record of the image the app opens on."""
+    image = analysis.load_image(first_sample())
+    return analysis.capture_attention(vit, vit.preprocess(image))
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert_clean(at)
+    return at
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def array(value) -> np.ndarray:
+    """A plotly JSON array (plain list or base64 typed array) as numpy."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            data = data.reshape([int(s) for s in str(shape).split(",")])
+        return data
+    return np.asarray(value, dtype=np.float64)
+
+
+def traces(spec: dict, kind: str) -> list[dict]:
+    return [t for t in spec["data"] if t.get("type") == kind]
+
+
+def overlay_map(spec: dict) -> np.ndarray:
+    (heatmap,) = traces(spec, "heatmap")
+    return array(heatmap["z"])
+
+
+def png_bytes(size=(40, 30), colour=(200, 30, 60), fmt="PNG") -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def tiles_of(big: np.ndarray, tile_shape: tuple[int, int], ncols: int, n: int) -> np.ndarray:
+    th, tw = tile_shape
+    return np.stack([big[(i // ncols) * th : (i // ncols + 1) * th, (i % ncols) * tw : (i % ncols + 1) * tw]
+                     for i in range(n)])
+
+
+# --------------------------------------------------------------------------- attention page
+
+
+def test_opens_on_default_model_and_sample_with_charts(app, vit, record):
+    spec = vit.spec
+    current = app.session_state["current"]
+    assert current.model.source == ("demo" if DEMO_PRESENT else "vit_tiny_patch16_224")
+    assert current.image.name == first_sample().name
+    sidebar_text = " ".join(m.value for m in app.sidebar.markdown)
+    assert f"{spec.img_size[1]}×{spec.img_size[0]} px" in sidebar_text and "device" in sidebar_text
+
+    overlay = charts(app)[0]
+    (image,) = traces(overlay, "image")
+    (heatmap,) = traces(overlay, "heatmap")
+    ph, pw = spec.patch_size
+    # heatmap cells are patches: the first cell spans [0, pw] x [0, ph] in input pixels
+    assert heatmap["x0"] - heatmap["dx"] / 2 == 0 and heatmap["dx"] == pw
+    assert heatmap["y0"] - heatmap["dy"] / 2 == 0 and heatmap["dy"] == ph
+    assert image["x0"] == 0.5 and image["source"].startswith("data:image/")
+    assert overlay["layout"]["xaxis"]["range"] == [0, spec.img_size[1]]
+    # default view: last layer, mean over heads, class token (or mean query without one)
+    query = "cls" if spec.has_class_token else "mean"
+    expected = analysis.attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
+    np.testing.assert_allclose(overlay_map(overlay), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_layer_head_and_query_change_rerender_without_a_new_forward_pass(app, vit, record, monkeypatch):
+    import vizapp.resources as resources
+
+    calls = []
+    original = resources.capture_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(resources, "capture_attention", counting)
+    spec = vit.spec
+    app.slider(key="layer").set_value(0).run()
+    app.selectbox(key="head").set_value(spec.num_heads - 1).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(3).run()
+    app.slider(key="opacity").set_value(0.3).run()
+    assert_clean(app)
+    assert calls == [], "changing layer/head/query/opacity must not rerun the model"
+
+    overlay = charts(app)[0]
+    expected = analysis.attention_map(record, 0, head=spec.num_heads - 1, query=3)[0].numpy()
+    np.testing.assert_allclose(overlay_map(overlay), expected, rtol=1e-5, atol=1e-7)
+    (heatmap,) = traces(overlay, "heatmap")
+    assert heatmap["opacity"] == 0.3
+    # the query patch is outlined
+    ph, pw = spec.patch_size
+    r, c = divmod(3, spec.grid_size[1])
+    (rect,) = [s for s in overlay["layout"]["shapes"] if s["type"] == "rect"]
+    assert (rect["x0"], rect["y0"], rect["x1"], rect["y1"]) == (c * pw, r * ph, (c + 1) * pw, (r + 1) * ph)
+
+    app.radio(key="query_mode").set_value("mean").run()
+    expected = analysis.attention_map(record, 0, head=spec.num_heads - 1, query="mean")[0].numpy()
+    np.testing.assert_allclose(overlay_map(charts(app)[0]), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_layers_by_heads_grid_holds_every_map(app, vit, record):
+    spec = vit.spec
+    app.radio(key="thumb_scale").set_value("shared").run()
+    grid = charts(app)[-1]
+    (heatmap,) = traces(grid, "heatmap")
+    big = array(heatmap["z"])
+    columns = spec.num_heads + 1
+    tiles = tiles_of(big, spec.grid_size, columns, spec.num_layers * columns)
+    query = "cls" if spec.has_class_token else "mean"
+    for layer in (0, spec.num_layers - 1):
+        for head in (0, spec.num_heads - 1):
+            expected = analysis.attention_map(record, layer, head=head, query=query)[0].numpy()
+            np.testing.assert_allclose(tiles[layer * columns + head], expected, rtol=1e-5, atol=1e-7)
+        mean = analysis.attention_map(record, layer, head=None, query=query)[0].numpy()
+        np.testing.assert_allclose(tiles[layer * columns + spec.num_heads], mean, rtol=1e-5, atol=1e-7)
+    # one click target per tile
+    click = traces(grid, "scatter")[-1]
+    assert len(array(click["x"])) == spec.num_layers * columns
+
+
+def test_top5_predictions_match_logits(app, vit, record):
+    logits = record.logits[0]
+    if logits.numel() <= 1:
+        pytest.skip("model without a classification head")
+    bars = traces(charts(app)[1], "bar")[0]
+    probs = logits.softmax(-1).numpy()
+    top = np.sort(probs)[::-1][:5]
+    np.testing.assert_allclose(array(bars["x"])[::-1], top * 100, rtol=1e-4)
+    names = vit.class_names
+    if names:
+        assert bars["y"][-1] == names[int(np.argmax(probs))]
+
+
+def test_clicked_points_resolve_to_their_index():
+    """Clicks arrive as selection points of the transparent click-target scatter (the real
+    click is exercised in tests/test_browser.py)."""
+    from vizapp.ui import point_index
+
+    assert point_index({"customdata": [17, 0.3]}) == 17
+    assert point_index({"customdata": [4.0, 1, 2, 0.1]}) == 4
+    assert point_index({"point_index": 7}) == 7
+    assert point_index({"x": 1.0}) is None
+
+
+# --------------------------------------------------------------------------- other pages
+
+
+def test_rollout_page_matches_analysis(app, vit, record):
+    spec = vit.spec
+    app.switch_page("views/rollout.py").run()
+    assert_clean(app)
+    start = 1 if spec.num_layers > 1 else 0
+    app.radio(key="fusion").set_value("max").run()
+    app.slider(key="discard_ratio").set_value(0.5).run()
+    if spec.num_layers > 1:
+        app.slider(key="start_layer").set_value(start).run()
+    assert_clean(app)
+    overlay, strip = charts(app)[:2]
+    expected = analysis.attention_rollout(record, head_fusion="max", discard_ratio=0.5, start_layer=start)[0].numpy()
+    np.testing.assert_allclose(overlay_map(overlay), expected, rtol=1e-5, atol=1e-7)
+    # the strip: one tile per end layer, the last one equal to the full rollout (per-tile normalised)
+    (heatmap,) = traces(strip, "heatmap")
+    n = spec.num_layers - start
+    tiles = tiles_of(array(heatmap["z"]), spec.grid_size, min(n, 12), n)
+    np.testing.assert_allclose(tiles[-1], expected / expected.max(), rtol=1e-5, atol=1e-6)
+    after_first = analysis.attention_rollout(
+        record, head_fusion="max", discard_ratio=0.5, start_layer=start, end_layer=start
+    )[0].numpy()
+    np.testing.assert_allclose(tiles[0], after_first / after_first.max(), rtol=1e-5, atol=1e-6)
+
+
+def test_compare_layers_share_one_colour_scale(app, vit, record):
+    spec = vit.spec
+    app.switch_page("views/compare.py").run()
+    assert_clean(app)
+    layers = [0, spec.num_layers - 1]
+    app.multiselect(key="cmp_layers").set_value(layers).run()
+    app.selectbox(key="head").set_value(0).run()
+    assert_clean(app)
+    panels = charts(app)[0]
+    heatmaps = traces(panels, "heatmap")
+    assert len(heatmaps) == 2
+    query = "cls" if spec.has_class_token else "mean"
+    for layer, heatmap in zip(layers, heatmaps):
+        assert heatmap["coloraxis"] == "coloraxis"
+        expected = analysis.attention_map(record, layer, head=0, query=query)[0].numpy()
+        np.testing.assert_allclose(array(heatmap["z"]), expected, rtol=1e-5, atol=1e-7)
+    both = np.concatenate([array(h["z"]).ravel() for h in heatmaps])
+    axis = panels["layout"]["coloraxis"]
+    assert axis["cmin"] == pytest.approx(both.min(), rel=1e-5) and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)
+
+    app.checkbox(key="cmp_all").check().run()
+    assert len(traces(charts(app)[0], "heatmap")) == spec.num_layers
+
+
+def test_compare_with_a_second_model_that_cannot_load_keeps_the_first(app):
+    app.switch_page("views/compare.py").run()
+    app.selectbox(key="cmp_model2").set_value("ViT-B/16 AugReg (IN-21k → IN-1k)").run()
+    assert_clean(app)
+    if not any("Could not load" in e.value for e in app.error):
+        pytest.skip("the ViT-B/16 weights are cached locally, so it loaded")
+    assert len(traces(charts(app)[0], "heatmap")) >= 2
+
+
+def test_position_embedding_page(app, vit):
+    app.switch_page("views/position.py").run()
+    assert_clean(app)
+    similarity = analysis.position_embedding_similarity(vit).numpy()
+    gh, gw = similarity.shape[:2]
+    mosaic_spec = next(s for s in charts(app) if s["layout"]["yaxis"].get("title", {}).get("text") == "input patch row")
+    (heatmap,) = traces(mosaic_spec, "heatmap")
+    big = array(heatmap["z"])
+    assert big.shape == (gh * gh, gw * gw)
+    tiles = tiles_of(big, (gh, gw), gw, gh * gw)
+    np.testing.assert_allclose(tiles.reshape(gh, gw, gh, gw), similarity, rtol=1e-5, atol=1e-6)
+    assert heatmap["zmin"] == -1 and heatmap["zmax"] == 1
+    # separators between tiles, not subplots
+    assert sum(1 for s in mosaic_spec["layout"]["shapes"] if s["type"] == "line") == (gh - 1) + (gw - 1)
+
+    app.number_input(key="pos_row").set_value(0).run()
+    app.number_input(key="pos_col").set_value(gw - 1).run()
+    tile = next(s for s in charts(app) if (s["layout"].get("title") or {}).get("text", "").startswith("Patch (row 0"))
+    np.testing.assert_allclose(array(traces(tile, "heatmap")[0]["z"]), similarity[0, gw - 1], rtol=1e-5, atol=1e-6)
+
+    app.checkbox(key="pos_resample").check().run()
+    app.number_input(key="pos_grid_h").set_value(gh + 2).run()
+    app.number_input(key="pos_grid_w").set_value(gw + 2).run()
+    assert_clean(app)
+    resampled = analysis.position_embedding_similarity(vit, grid_size=(gh + 2, gw + 2)).numpy()
+    big_specs = [s for s in charts(app) if traces(s, "heatmap") and array(traces(s, "heatmap")[0]["z"]).shape
+                 == ((gh + 2) ** 2, (gw + 2) ** 2)]
+    assert big_specs, "the resampled mosaic is shown"
+    tiles = tiles_of(array(traces(big_specs[0], "heatmap")[0]["z"]), (gh + 2, gw + 2), gw + 2, (gh + 2) * (gw + 2))
+    np.testing.assert_allclose(tiles.reshape(resampled.shape), resampled, rtol=1e-5, atol=1e-6)
+    curve = next(s for s in charts(app) if s["layout"]["yaxis"].get("title", {}).get("text") == "mean cosine similarity")
+    assert len(traces(curve, "scatter")) == 2
+
+
+def test_patch_embedding_filters_page(app, vit):
+    app.switch_page("views/filters.py").run()
+    assert_clean(app)
+    components, ratio = analysis.patch_embedding_components(vit, n_components=min(28, vit.spec.embed_dim))
+    variance = next(s for s in charts(app) if traces(s, "bar"))
+    np.testing.assert_allclose(array(traces(variance, "bar")[0]["y"]), ratio.numpy() * 100, rtol=1e-4, atol=1e-6)
+    grid = charts(app)[0]
+    (image,) = traces(grid, "image")
+    assert len(traces(grid, "scatter")[0]["text"]) == len(ratio)
+
+    app.radio(key="filt_mode").set_value("raw").run()
+    app.slider(key="filt_n").set_value(5).run()
+    assert_clean(app)
+    assert len(traces(charts(app)[0], "scatter")[0]["text"]) == 5
+
+
+def test_attention_distance_page(app, vit, record):
+    app.switch_page("views/distance.py").run()
+    assert_clean(app)
+    scatter = charts(app)[0]
+    series = traces(scatter, "scatter")
+    assert len(series) == 2  # current image + the bundled sample set
+    expected = analysis.mean_attention_distance(record).numpy()
+    np.testing.assert_allclose(array(series[0]["y"]), expected.ravel(), rtol=1e-4)
+    (line,) = scatter["layout"]["shapes"]
+    assert line["y0"] == pytest.approx(analysis.uniform_attention_distance(record.spec), rel=1e-6)
+
+    # my own image set: two files and a zip holding one more image and a non-image
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("inner/blue.png", png_bytes(colour=(20, 30, 220)))
+        zf.writestr("notes.txt", "not an image")
+    app.radio(key="dist_set").set_value("mine").run()
+    app.file_uploader(key="dist_files").set_value([
+        ("red.png", png_bytes(), "image/png"),
+        ("green.jpg", png_bytes(colour=(10, 200, 10), fmt="JPEG"), "image/jpeg"),
+        ("set.zip", archive.getvalue(), "application/zip"),
+    ]).run()
+    assert_clean(app)
+    series = traces(charts(app)[0], "scatter")
+    assert len(series) == 2 and "mean over 3 images" in series[1]["name"]
+    per_image = []
+    for data in (png_bytes(), png_bytes(colour=(10, 200, 10), fmt="JPEG"), png_bytes(colour=(20, 30, 220))):
+        image = analysis.load_image(data)
+        per_image.append(analysis.mean_attention_distance(analysis.capture_attention(vit, vit.preprocess(image))).numpy())
+    np.testing.assert_allclose(array(series[1]["y"]), np.mean(per_image, axis=0).ravel(), rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- inputs and failures
+
+
+def test_upload_replaces_the_sample(app, vit):
+    data = png_bytes(size=(64, 48))
+    app.file_uploader(key="image_upload").set_value(("red.png", data, "image/png")).run()
+    assert_clean(app)
+    assert app.session_state["current"].image.name == "red.png"
+    image = analysis.load_image(data)
+    rec = analysis.capture_attention(vit, vit.preprocess(image))
+    spec = vit.spec
+    query = "cls" if spec.has_class_token else "mean"
+    layer = app.slider(key="layer").value
+    expected = analysis.attention_map(rec, layer, head=None, query=query)[0].numpy()
+    np.testing.assert_allclose(overlay_map(charts(app)[0]), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_animated_gif_upload_uses_its_first_frame(app):
+    frames = [Image.new("RGB", (32, 32), c) for c in ((255, 0, 0), (0, 0, 255))]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:])
+    app.file_uploader(key="image_upload").set_value(("anim.gif", buffer.getvalue(), "image/gif")).run()
+    assert_clean(app)
+    assert not app.error
+    assert app.session_state["current"].image.name == "anim.gif"
+
+
+def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
+    before = app.session_state["current"].image.name
+    app.file_uploader(key="image_upload").set_value(("broken.png", b"definitely not a png", "image/png")).run()
+    assert_clean(app)
+    assert any("broken.png" in e.value for e in app.error)
+    assert app.session_state["current"].image.name == before
+    assert len(charts(app)) >= 2  # still working
+
+
+def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(app):
+    before = app.session_state["current"].model
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("vit_nonexistent_patch16_224").run()
+    assert_clean(app)
+    assert any("Unknown timm model" in e.value for e in app.error)
+    assert app.session_state["current"].model == before
+    assert len(charts(app)) >= 2
+
+    app.radio(key="model_source").set_value("local").run()
+    app.text_input(key="model_path").input(str(REPO / "no_such_checkpoint.safetensors")).run()
+    assert_clean(app)
+    assert any("no_such_checkpoint" in e.value for e in app.error)
+    assert app.session_state["current"].model == before
+
+
+def test_offline_curated_model_reports_why(app):
+    app.radio(key="model_source").set_value("curated").run()
+    assert_clean(app)
+    if not app.error:
+        pytest.skip("the curated model's weights are cached locally")
+    assert any("cannot be downloaded" in e.value or "offline" in e.value.lower() for e in app.error)
+    assert len(charts(app)) >= 2
+
+
+def test_random_weight_timm_model_by_name(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
+    assert_clean(app)
+    assert app.session_state["current"].model.source == "vit_tiny_patch16_224"
+    assert len(charts(app)) >= 2
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def test_layer_change_is_served_from_cache_quickly(app, vit):
+    """Target: <= 150 ms server time per rerun on the demo model (measured by the app itself
+    around the whole script run). The assertion is loose so a loaded CI machine does not flake;
+    the measured median is printed."""
+    layers = vit.spec.num_layers
+    times = []
+    for i in range(8):
+        app.slider(key="layer").set_value(i % layers).run()
+        times.append(app.session_state["last_run_ms"])
+    median = statistics.median(times)
+    print(f"\nlayer-change rerun, server time: median {median:.0f} ms, all {[round(t) for t in times]}")
+    assert median < 600
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_mosaic_puts_each_tile_in_its_place():
+    tiles = np.random.default_rng(0).random((5, 3, 4)).astype(np.float32)
+    fig = figures.mosaic(tiles, 2, tile_names=[str(i) for i in range(5)])
+    big = fig.data[0].z
+    assert big.shape == (9, 8)
+    np.testing.assert_array_equal(tiles_of(big, (3, 4), 2, 5), tiles)
+    assert np.isnan(big[6:, 4:]).all()  # the empty sixth slot
+
+
+def test_overlay_cells_are_patches():
+    attention = np.arange(6, dtype=np.float32).reshape(2, 3)
+    fig = figures.attention_overlay("data:image/png;base64,", (32, 48), attention, (16, 16), query_patch=4)
+    heatmap = fig.data[1]
+    assert (heatmap.x0, heatmap.dx, heatmap.y0, heatmap.dy) == (8, 16, 8, 16)
+    click = fig.data[2]
+    np.testing.assert_array_equal(click.x, [8, 24, 40, 8, 24, 40])
+    np.testing.assert_array_equal(click.customdata[:, 0], np.arange(6))
+    rect = fig.layout.shapes[0]
+    assert (rect.x0, rect.y0, rect.x1, rect.y1) == (16, 16, 32, 32)
+
+
+def test_similarity_by_distance_and_query_mapping():
+    sim = np.zeros((2, 2, 2, 2))
+    for i in range(2):
+        for j in range(2):
+            sim[i, j, i, j] = 1.0
+    distance, mean = derive.similarity_by_distance(sim)
+    np.testing.assert_allclose(distance, [0, 1, np.sqrt(2)])
+    np.testing.assert_allclose(mean, [1, 0, 0])
+    assert derive.map_query("cls", (14, 14), (16, 16), False) == "mean"
+    assert derive.map_query(0, (14, 14), (16, 16), True) == 0
+    assert derive.map_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
+    assert derive.map_layer(11, 12, 24) == 23
