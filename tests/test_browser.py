@@ -1,0 +1,194 @@
+"""The explorer in a real browser: Debian's Chromium driven by Playwright.
+
+Serves ``vizapp/app.py`` with ``python -m streamlit run`` on a free local port, then:
+loads it, uploads an image through the file input, clicks a patch on the image to make
+it the query, clicks a thumbnail to open it, visits every page, and checks that no
+exception is shown anywhere. Screenshots land in ``artifacts/browser/`` (or
+``$VIZAPP_ARTIFACTS``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+DEMO_PRESENT = (REPO / "assets" / "demo_vit" / "config.json").is_file()
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PAGES = {  # navigation label -> page header
+    "Rollout": "Attention rollout",
+    "Compare layers": "Compare layers",
+    "Position embeddings": "Position embeddings",
+    "Patch-embedding filters": "Patch-embedding filters",
+    "Attention distance": "Attention distance",
+}
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium (apt-get install -y chromium)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    folder = Path(os.environ.get("VIZAPP_ARTIFACTS", REPO / "artifacts")) / "browser"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(artifacts):
+    port = _free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    if not DEMO_PRESENT:
+        env["VIZAPP_DEFAULT_MODEL"] = "random:vit_tiny_patch16_224"
+    log = open(artifacts / "streamlit.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "vizapp/app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            log.close()
+            pytest.fail(f"streamlit did not start: {(artifacts / 'streamlit.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1440, "height": 1100})
+        tab = context.new_page()
+        tab.set_default_timeout(60_000)
+        yield tab
+        context.close()
+        browser.close()
+
+
+def wait_idle(page) -> None:
+    """Wait until the script run finished (the status widget disappears) and charts are drawn."""
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", state="attached")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=60_000
+    )
+    page.wait_for_timeout(300)
+
+
+def assert_no_exception(page, where: str) -> None:
+    assert page.locator("[data-testid='stException']").count() == 0, (
+        f"exception shown on {where}: {page.locator('[data-testid=stException]').first.inner_text()}"
+    )
+
+
+def overlay_title(page) -> str:
+    return page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle").inner_text()
+
+
+def grid_size(page) -> tuple[int, int]:
+    text = page.locator("section[data-testid='stSidebar']").inner_text()
+    gw, gh = re.search(r"grid (\d+)×(\d+)", text).groups()
+    return int(gh), int(gw)
+
+
+def test_explorer_in_chromium(page, server, artifacts):
+    from playwright.sync_api import expect
+    from PIL import Image
+
+    page.goto(server)
+    wait_idle(page)
+    assert_no_exception(page, "start")
+    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(3)
+    page.screenshot(path=str(artifacts / "01_start.png"))
+
+    # upload an image through the real file input
+    upload = artifacts / "upload_gradient.png"
+    gradient = Image.linear_gradient("L").resize((300, 200)).convert("RGB")
+    gradient.save(upload)
+    page.locator("section[data-testid='stSidebar'] input[type='file']").set_input_files(str(upload))
+    expect(page.locator("section[data-testid='stSidebar']")).to_contain_text(re.compile(r"image\s+upload_gradient\.png"))
+    wait_idle(page)
+    assert_no_exception(page, "upload")
+    page.screenshot(path=str(artifacts / "02_uploaded.png"))
+
+    # click a patch on the image: it becomes the query
+    gh, gw = grid_size(page)
+    row, col = 1, gw - 2
+    plot_area = page.locator("[data-testid='stPlotlyChart']").first.locator(".nsewdrag").first
+    box = plot_area.bounding_box()
+    x = box["x"] + box["width"] * (col + 0.5) / gw
+    y = box["y"] + box["height"] * (row + 0.5) / gh
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
+        f"query: patch {row * gw + col} (row {row}, col {col})"
+    )
+    wait_idle(page)
+    assert_no_exception(page, "patch click")
+    page.screenshot(path=str(artifacts / "03_patch_query.png"))
+
+    # click the top-left thumbnail (layer 0, head 0): it opens large
+    grid = page.locator("[data-testid='stPlotlyChart']").last
+    grid.scroll_into_view_if_needed()
+    tiles = grid.locator(".nsewdrag").first.bounding_box()
+    heads = int(re.search(r"(\d+) heads", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
+    layers = int(re.search(r"(\d+) layers", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
+    tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
+    ty = tiles["y"] + tiles["height"] * 0.5 / layers
+    page.mouse.move(tx, ty)
+    page.mouse.click(tx, ty)
+    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
+        "Layer 0 · head 0"
+    )
+    wait_idle(page)
+    assert_no_exception(page, "thumbnail click")
+
+    # every other page
+    for index, (name, header) in enumerate(PAGES.items(), start=4):
+        page.locator("[data-testid='stSidebarNav'] a", has_text=name).first.click()
+        expect(page.locator("h2", has_text=header).first).to_be_visible()
+        wait_idle(page)
+        assert_no_exception(page, name)
+        page.screenshot(path=str(artifacts / f"{index:02d}_{name.lower().replace(' ', '_')}.png"))
