@@ -447,6 +447,19 @@ def test_random_weight_timm_model_by_name(app):
     assert len(charts(app)) >= 2
 
 
+def test_input_resolution_override(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
+    app.number_input(key="resolution").set_value(160).run()
+    assert_clean(app)
+    current = app.session_state["current"]
+    assert current.spec.img_size == (160, 160) and current.spec.grid_size == (10, 10)
+    assert "160×160 px" in " ".join(m.value for m in app.sidebar.markdown)
+    overlay = charts(app)[0]
+    assert overlay_map(overlay).shape == (10, 10)
+    assert overlay["layout"]["xaxis"]["range"] == [0, 160]
+
+
 # --------------------------------------------------------------------------- speed
 
 

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,6 +154,17 @@ def test_explorer_in_chromium(page, server, artifacts):
     assert_no_exception(page, "upload")
     page.screenshot(path=str(artifacts / "02_uploaded.png"))
 
+    # the figure's data downloads as .npz; the plotly toolbar offers the PNG
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Data (.npz)").first.click()
+    saved = artifacts / download.value.suggested_filename
+    download.value.save_as(saved)
+    with np.load(saved) as data:
+        assert data["attention"].shape == grid_size(page)
+    page.locator("[data-testid='stPlotlyChart']").first.hover()
+    assert page.locator("[data-testid='stPlotlyChart']").first.locator(
+        ".modebar-btn[data-title^='Download plot']").count() == 1
+
     # click a patch on the image: it becomes the query
     gh, gw = grid_size(page)
     row, col = 1, gw - 2
@@ -161,6 +173,7 @@ def test_explorer_in_chromium(page, server, artifacts):
     x = box["x"] + box["width"] * (col + 0.5) / gw
     y = box["y"] + box["height"] * (row + 0.5) / gh
     page.mouse.move(x, y)
+    page.wait_for_timeout(300)  # plotly throttles hover; the click reports the hovered point
     page.mouse.click(x, y)
     expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
         f"query: patch {row * gw + col} (row {row}, col {col})"
@@ -178,6 +191,7 @@ def test_explorer_in_chromium(page, server, artifacts):
     tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
     ty = tiles["y"] + tiles["height"] * 0.5 / layers
     page.mouse.move(tx, ty)
+    page.wait_for_timeout(300)
     page.mouse.click(tx, ty)
     expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
         "Layer 0 · head 0"

@@ -66,15 +66,19 @@ def csv_bytes(header: Sequence[str], rows: Sequence[Sequence]) -> bytes:
 
 
 def download_npz(key: str, filename: str, label: str = "Data (.npz)", **arrays) -> None:
+    """A download button for the figure's data; the file is only built when clicked."""
     st.download_button(
-        label, data=npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
+        label, data=lambda: npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
         key=key, on_click="ignore", icon=":material/download:",
     )
 
 
-def download_csv(key: str, filename: str, header: Sequence[str], rows: Sequence[Sequence], label: str = "Data (.csv)") -> None:
+def download_csv(
+    key: str, filename: str, header: Sequence[str], rows: Sequence[Sequence], label: str = "Data (.csv)"
+) -> None:
+    """A download button for tabular data (curves); the file is only built when clicked."""
     st.download_button(
-        label, data=csv_bytes(header, rows), file_name=f"{filename}.csv", mime="text/csv", key=key,
+        label, data=lambda: csv_bytes(header, rows), file_name=f"{filename}.csv", mime="text/csv", key=key,
         on_click="ignore", icon=":material/download:",
     )
 
