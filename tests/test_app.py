@@ -16,7 +16,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -111,6 +110,10 @@ def array(value) -> np.ndarray:
 
 def traces(spec: dict, kind: str) -> list[dict]:
     return [t for t in spec["data"] if t.get("type") == kind]
+
+
+def axis_title(spec: dict, axis: str) -> str | None:
+    return (spec["layout"].get(axis, {}).get("title") or {}).get("text")
 
 
 def overlay_map(spec: dict) -> np.ndarray:
@@ -275,7 +278,7 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
     heatmaps = traces(panels, "heatmap")
     assert len(heatmaps) == 2
     query = "cls" if spec.has_class_token else "mean"
-    for layer, heatmap in zip(layers, heatmaps):
+    for layer, heatmap in zip(layers, heatmaps, strict=True):
         assert heatmap["coloraxis"] == "coloraxis"
         expected = analysis.attention_map(record, layer, head=0, query=query)[0].numpy()
         np.testing.assert_allclose(array(heatmap["z"]), expected, rtol=1e-5, atol=1e-7)
@@ -301,7 +304,7 @@ def test_position_embedding_page(app, vit):
     assert_clean(app)
     similarity = analysis.position_embedding_similarity(vit).numpy()
     gh, gw = similarity.shape[:2]
-    mosaic_spec = next(s for s in charts(app) if s["layout"]["yaxis"].get("title", {}).get("text") == "input patch row")
+    mosaic_spec = next(s for s in charts(app) if axis_title(s, "yaxis") == "input patch row")
     (heatmap,) = traces(mosaic_spec, "heatmap")
     big = array(heatmap["z"])
     assert big.shape == (gh * gh, gw * gw)
@@ -326,7 +329,7 @@ def test_position_embedding_page(app, vit):
     assert big_specs, "the resampled mosaic is shown"
     tiles = tiles_of(array(traces(big_specs[0], "heatmap")[0]["z"]), (gh + 2, gw + 2), gw + 2, (gh + 2) * (gw + 2))
     np.testing.assert_allclose(tiles.reshape(resampled.shape), resampled, rtol=1e-5, atol=1e-6)
-    curve = next(s for s in charts(app) if s["layout"]["yaxis"].get("title", {}).get("text") == "mean cosine similarity")
+    curve = next(s for s in charts(app) if axis_title(s, "yaxis") == "mean cosine similarity")
     assert len(traces(curve, "scatter")) == 2
 
 
@@ -374,7 +377,8 @@ def test_attention_distance_page(app, vit, record):
     per_image = []
     for data in (png_bytes(), png_bytes(colour=(10, 200, 10), fmt="JPEG"), png_bytes(colour=(20, 30, 220))):
         image = analysis.load_image(data)
-        per_image.append(analysis.mean_attention_distance(analysis.capture_attention(vit, vit.preprocess(image))).numpy())
+        captured = analysis.capture_attention(vit, vit.preprocess(image))
+        per_image.append(analysis.mean_attention_distance(captured).numpy())
     np.testing.assert_allclose(array(series[1]["y"]), np.mean(per_image, axis=0).ravel(), rtol=1e-4)
 
 

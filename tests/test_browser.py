@@ -9,7 +9,6 @@ exception is shown anywhere. Screenshots land in ``artifacts/browser/`` (or
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import socket
@@ -135,8 +134,8 @@ def grid_size(page) -> tuple[int, int]:
 
 
 def test_explorer_in_chromium(page, server, artifacts):
-    from playwright.sync_api import expect
     from PIL import Image
+    from playwright.sync_api import expect
 
     page.goto(server)
     wait_idle(page)

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from PIL import Image
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
-from PIL import Image
 
 __all__ = [
     "COLORSCALES",
@@ -214,7 +214,7 @@ def map_panels(
     )
     traces = []
     axes = {}
-    for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps)):
+    for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps, strict=True)):
         row, col = divmod(i, ncols)
         ph, pw = patch
         suffix = "" if i == 0 else str(i + 1)
@@ -450,7 +450,8 @@ def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
         traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0),
         xaxis=dict(title=dict(text="principal component"), dtick=max(1, ratio.size // 14)),
         yaxis=dict(title=dict(text="explained variance per component (%)"), rangemode="tozero", showgrid=True),
-        yaxis2=dict(title=dict(text="cumulative (%)"), overlaying="y", side="right", range=[0, 100], showgrid=False),
+        yaxis2=dict(title=dict(text="cumulative (%)"), overlaying="y", side="right", range=[0, 100],
+                    tickmode="linear", tick0=0, dtick=25, showgrid=False),
     )
 
 

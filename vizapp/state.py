@@ -237,7 +237,9 @@ def render_sidebar() -> Current:
     ph, pw = spec.patch_size
     gh, gw = spec.grid_size
     prefix = spec.num_prefix_tokens
-    prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}" + ("" if spec.has_class_token else ", no class token")
+    prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
+    if not spec.has_class_token:
+        prefix_text += ", no class token"
     st.sidebar.markdown(
         f"**{model.label}**  \n"
         f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · patch {pw}×{ph} px · grid {gw}×{gh}  \n"

@@ -10,10 +10,14 @@ from vizapp.state import CURATED_MODELS, current, load_model
 from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
 
 cur = current()
+# second-model choices: the default model and the curated ones, minus the model already shown
+SECOND = {"none": "none"}
+if cur.model != resources.default_model_ref():
+    SECOND["default"] = "the default model"
+SECOND.update({k: k for k, ref in CURATED_MODELS.items() if ref != cur.model})
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
 HEADS = ["mean", *range(H)]
-SECOND = {"none": "none", "default": "the default model", **{k: k for k in CURATED_MODELS}}
 
 
 def head_label(head) -> str:

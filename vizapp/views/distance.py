@@ -9,11 +9,15 @@ import streamlit as st
 from vizapp import figures, resources
 from vizapp.resources import ImageRef, ModelRef
 from vizapp.state import CURATED_MODELS, current, load_model
-from vizapp.ui import download_csv, download_npz, show_chart, clamp_state
+from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
 cur = current()
+# second-model choices: the default model and the curated ones, minus the model already shown
+SECOND = {"none": "none"}
+if cur.model != resources.default_model_ref():
+    SECOND["default"] = "the default model"
+SECOND.update({k: k for k, ref in CURATED_MODELS.items() if ref != cur.model})
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
-SECOND = {"none": "none", "default": "the default model", **{k: k for k in CURATED_MODELS}}
 
 st.header("Attention distance", divider="gray")
 st.caption(
@@ -73,7 +77,8 @@ mean1, stack1 = set_average(cur.model, name1)
 if mean1 is not None:
     series.append((f"{name1} · mean over {len(stack1)} images", mean1))
     arrays["set_mean"], arrays["set_per_image"] = mean1, stack1
-references.append((f"uniform ({cur.spec.grid_size[0]}×{cur.spec.grid_size[1]} grid)", resources.uniform_distance(*cur.args)))
+gh, gw = cur.spec.grid_size
+references.append((f"uniform ({gh}×{gw} grid)", resources.uniform_distance(*cur.args)))
 
 if second != "none":
     ref2 = resources.default_model_ref() if second == "default" else CURATED_MODELS[second]

@@ -110,5 +110,5 @@ with d1:
 with d2:
     download_csv(
         "pos_curve_data", "position_similarity_vs_distance", ["grid", "distance_patches", "mean_cosine"],
-        [(name, float(d), float(s)) for name, ds, ss in curves for d, s in zip(ds, ss)],
+        [(name, float(d), float(s)) for name, ds, ss in curves for d, s in zip(ds, ss, strict=True)],
     )
