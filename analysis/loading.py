@@ -292,7 +292,28 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _resample_position_embedding(model: nn.Module, state_dict: dict) -> dict:
+    """Fit a checkpoint's ``pos_embed`` to the model's grid (bicubic, as timm does when a
+    model is built at another ``img_size`` than it was trained at)."""
+    saved = state_dict.get("pos_embed")
+    own = getattr(model, "pos_embed", None)
+    if not isinstance(saved, torch.Tensor) or not isinstance(own, torch.Tensor) or saved.shape == own.shape:
+        return state_dict
+    from timm.layers import resample_abs_pos_embed
+
+    prefix = 0 if getattr(model, "no_embed_class", False) else int(model.num_prefix_tokens)
+    saved_patches = saved.shape[1] - prefix
+    side = int(round(saved_patches**0.5))
+    if saved.ndim != 3 or saved.shape[-1] != own.shape[-1] or side * side != saved_patches:
+        return state_dict  # not a square grid we can resample: let the shape check explain it
+    resampled = resample_abs_pos_embed(
+        saved, new_size=list(model.patch_embed.grid_size), old_size=[side, side], num_prefix_tokens=prefix
+    )
+    return {**state_dict, "pos_embed": resampled}
+
+
 def _load_state_dict_into(model: nn.Module, state_dict: dict, path: Path) -> None:
+    state_dict = _resample_position_embedding(model, state_dict)
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))

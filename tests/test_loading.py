@@ -188,3 +188,15 @@ def test_extreme_aspect_ratios_and_tiny_images_load_fast():
     for size in ((1, 1), (1, 20000), (20000, 2)):
         assert vit.preprocess(Image.new("RGB", size, (9, 9, 9))).shape == (1, 3, 224, 224)
     assert time.monotonic() - start < 2
+
+
+def test_a_checkpoint_loads_at_another_resolution(tmp_path, source_model):
+    """img_size= on a saved model resamples its position embedding, as timm does for hub weights."""
+    from timm.layers import resample_abs_pos_embed
+
+    save_file(source_model.model.state_dict(), str(tmp_path / "w.safetensors"))
+    vit = load_vit(tmp_path / "w.safetensors", arch=ARCH, img_size=48, depth=2)
+    assert vit.spec.grid_size == (3, 3)
+    expected = resample_abs_pos_embed(source_model.model.pos_embed.detach(), new_size=[3, 3], num_prefix_tokens=1)
+    torch.testing.assert_close(vit.model.pos_embed.detach(), expected)
+    assert torch.equal(vit.model.blocks[0].attn.qkv.weight, source_model.model.blocks[0].attn.qkv.weight)
