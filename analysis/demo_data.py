@@ -11,7 +11,7 @@ The clutter is built so that the label cannot be read off a global statistic:
 * the background is a random two-colour gradient plus low-frequency blotches, random
   stripes and pixel noise;
 * distractors use the same colour distribution as the object and come in shape
-  families that are **not** classes: thin line strokes, 1-2 px specks and small
+  families that are **not** classes: thin line strokes, tiny specks and small
   irregular blobs (random 5-7 vertex polygons with jittered radii), all clearly
   smaller than the object;
 * the object is drawn last, so it is never occluded; its mask is the set of pixels the
@@ -34,8 +34,8 @@ from PIL import Image, ImageDraw
 
 __all__ = ["CLASS_NAMES", "DEFAULT_SIZE", "generate_samples", "generate_arrays", "render_sample"]
 
-CLASS_NAMES: list[str] = ["circle", "square", "triangle", "cross", "ring", "star"]
-DEFAULT_SIZE = 32
+CLASS_NAMES: list[str] = ["circle", "ring", "bar", "triangle", "cross", "star"]
+DEFAULT_SIZE = 48
 
 # Object radius as a fraction of the image side (circumradius-ish), distractor limits.
 _OBJ_RADIUS = (0.22, 0.34)
@@ -63,12 +63,15 @@ def _draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: f
     name = CLASS_NAMES[cls]
     if name == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
-    elif name == "square":
-        _polygon(draw, _regular_polygon(4, r * 1.05, angle), cx, cy, fill)
+    elif name == "bar":
+        # A thick rectangle, 2.6 : 1.
+        a, b = r * 1.15, r * 0.44
+        pts = np.array([[-a, -b], [a, -b], [a, b], [-a, b]])
+        _polygon(draw, _rotate(pts, angle), cx, cy, fill)
     elif name == "triangle":
         _polygon(draw, _regular_polygon(3, r * 1.15, angle), cx, cy, fill)
     elif name == "cross":
-        a, b = r * 1.05, r * 0.36
+        a, b = r * 1.1, r * 0.4
         pts = np.array([[-b, -a], [b, -a], [b, -b], [a, -b], [a, b], [b, b], [b, a], [-b, a],
                         [-b, b], [-a, b], [-a, -b], [-b, -b]])
         _polygon(draw, _rotate(pts, angle), cx, cy, fill)
@@ -78,7 +81,7 @@ def _draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: f
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], outline=fill, width=width)
     elif name == "star":
         t = angle + np.arange(10) * (math.pi / 5)
-        rad = np.where(np.arange(10) % 2 == 0, r * 1.2, r * 0.48)
+        rad = np.where(np.arange(10) % 2 == 0, r * 1.25, r * 0.5)
         pts = np.stack([np.cos(t) * rad, np.sin(t) * rad], axis=1)
         _polygon(draw, pts, cx, cy, fill)
     else:  # pragma: no cover - CLASS_NAMES and this function must agree
@@ -114,6 +117,7 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def _draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
+    unit = max(1, int(round(size / 32)))  # stroke width / speck size scale with the image
     # Thin strokes (1 px wide lines / polylines).
     for _ in range(int(rng.integers(2, 6))):
         x0, y0 = rng.uniform(-2, size + 2, size=2)
@@ -124,11 +128,11 @@ def _draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size:
             a += rng.uniform(-1.0, 1.0)
             x0, y0 = x0 + math.cos(a) * length / 2, y0 + math.sin(a) * length / 2
             pts.append((x0, y0))
-        draw.line([(float(x), float(y)) for x, y in pts], fill=tuple(_random_colour(rng).tolist()), width=1)
+        draw.line([(float(x), float(y)) for x, y in pts], fill=tuple(_random_colour(rng).tolist()), width=unit)
     # Specks (single pixels or 2x2).
     for _ in range(int(rng.integers(4, 12))):
         x, y = rng.integers(0, size, size=2)
-        s = int(rng.integers(0, 2))
+        s = int(rng.integers(0, unit + 1))
         draw.rectangle([int(x), int(y), int(x) + s, int(y) + s], fill=tuple(_random_colour(rng).tolist()))
     # Small irregular blobs (not a class: 5-7 jittered vertices, much smaller than objects).
     for _ in range(int(rng.integers(2, 5))):
