@@ -11,27 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-DEMO_PRESENT = (REPO / "assets" / "demo_vit" / "config.json").is_file()
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
+
 PAGES = {  # navigation label -> page header
     "Rollout": "Attention rollout",
     "Compare layers": "Compare layers",
@@ -45,12 +31,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def artifacts() -> Path:
     folder = Path(os.environ.get("VIZAPP_ARTIFACTS", REPO / "artifacts")) / "browser"
@@ -60,38 +40,11 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def server(artifacts):
-    port = _free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    if not DEMO_PRESENT:
-        env["VIZAPP_DEFAULT_MODEL"] = "random:vit_tiny_patch16_224"
-    log = open(artifacts / "streamlit.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "vizapp/app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            log.close()
-            pytest.fail(f"streamlit did not start: {(artifacts / 'streamlit.log').read_text()[-2000:]}")
-        time.sleep(0.3)
-    yield url
-    process.terminate()
     try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+        with streamlit_server(artifacts / "streamlit.log") as (url, _process):
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,20 @@ FALLBACK_SOURCE = "vit_tiny_patch16_224"  # random weights: used when the demo i
 MAX_DATASET_IMAGES = 256
 
 
+def _limit(name: str, default: int) -> int:
+    """A positive integer from the environment (documented in the README), else ``default``."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+# Memory bounds for one server shared by many sessions: least-recently-used entries are evicted.
+MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (cache_resource)
+MAX_FORWARDS = _limit("VIZAPP_MAX_FORWARDS", 8)  # captured forward passes (full attention records)
+MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
+
+
 # --------------------------------------------------------------------------- model identity
 
 
@@ -97,7 +111,7 @@ def fallback_model_ref() -> ModelRef:
     return ModelRef(FALLBACK_SOURCE, pretrained=False)
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@st.cache_resource(show_spinner=False, max_entries=MAX_MODELS)
 def get_model(ref: ModelRef) -> analysis.LoadedViT:
     """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
@@ -128,12 +142,12 @@ def sample_paths() -> list[Path]:
     return sorted(files, key=lambda p: (not p.name.startswith("scene_"), p.name))
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def read_sample(name: str) -> bytes:
     return (SAMPLES_DIR / name).read_bytes()
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def decode_image(digest: str, _image_bytes: bytes) -> tuple[int, int]:
     """Decode once to validate; returns (width, height). Raises ImageLoadError."""
     image = load_image(_image_bytes)
@@ -184,7 +198,7 @@ class Forward:
     probabilities: np.ndarray
 
 
-@st.cache_data(show_spinner="Running the model…", max_entries=8)
+@st.cache_data(show_spinner="Running the model…", max_entries=MAX_FORWARDS)
 def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
     """The single forward pass for (model, image, resolution): everything else derives from it."""
     vit = get_model(ref)
@@ -219,7 +233,7 @@ def top_predictions(ref: ModelRef, digest: str, _image_bytes: bytes, k: int = 5)
     return labels, probs[order]
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str | int) -> np.ndarray:
     """Every layer's attention maps for one query: ``(L, heads + 1, gh, gw)`` float32.
 
@@ -236,7 +250,7 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def rollout_by_layer(
     ref: ModelRef,
     digest: str,
@@ -262,7 +276,7 @@ def rollout_by_layer(
     return np.stack(maps).astype(np.float32)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
     return mean_attention_distance(forward(ref, digest, _image_bytes).record).numpy()

@@ -1,0 +1,148 @@
+"""Load test on loopback: one app server, 8 concurrent browser sessions.
+
+One ``streamlit run`` server; eight Chromium sessions at once, each choosing one of two
+models (folders written here, so the test can recompute their answers) and uploading a
+different image. Each session reads its attention map back from the drawn plotly figure and it must equal what the
+analysis API gives for that model and image: no cross-talk between sessions, no hang, no
+exception on screen. A second wave of sessions must not grow the server's memory beyond a
+bound, since models and attention records sit in LRU caches (``VIZAPP_MAX_*``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+import analysis
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS, rss_mib, streamlit_server
+
+SESSIONS = 8
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium (apt-get install -y chromium)"
+)
+
+
+def _write_model(folder: Path, seed: int, depth: int) -> Path:
+    torch.manual_seed(seed)
+    vit = analysis.load_vit("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=depth, num_classes=5)
+    folder.mkdir()
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 5,
+              "model_args": {"img_size": 64, "depth": depth},
+              "pretrained_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3, "input_size": [3, 64, 64], "crop_pct": 1.0},
+              "label_names": [f"class {seed}-{i}" for i in range(5)]}
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(vit.model.state_dict(), str(folder / "model.safetensors"))
+    return folder
+
+
+def _write_image(path: Path, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)
+    Image.fromarray(small).resize((160, 120), Image.Resampling.BICUBIC).save(path)
+    return path
+
+
+def _expected_map(model: Path, image: Path) -> np.ndarray:
+    vit = analysis.load_vit(str(model))
+    record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(image)))
+    return analysis.attention_map(record, vit.spec.num_layers - 1, query="cls")[0].numpy()
+
+
+async def _wait_idle(page) -> None:
+    await page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", state="attached")
+    await page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
+    )
+    await page.wait_for_timeout(300)
+
+
+async def _session(browser, url: str, model: Path, image: Path, downloads: Path, index: int) -> np.ndarray:
+    context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = await context.new_page()
+    page.set_default_timeout(180_000)
+    try:
+        await page.goto(url)
+        await _wait_idle(page)
+        sidebar = page.locator("section[data-testid='stSidebar']")
+        await sidebar.get_by_text("Local folder or checkpoint").click()
+        path_box = sidebar.get_by_role("textbox", name="Folder or checkpoint path (on the server)")
+        await path_box.fill(str(model))
+        await path_box.press("Enter")
+        await page.wait_for_function(
+            "path => document.querySelector('section[data-testid=\"stSidebar\"]').innerText.includes(path)",
+            arg=str(model),
+        )
+        await _wait_idle(page)
+        await sidebar.locator("input[type='file']").set_input_files(str(image))
+        # the app's own summary line (not the uploader's file chip) names the image in use
+        await page.wait_for_function(
+            "args => { const t = document.querySelector('section[data-testid=\"stSidebar\"]').innerText;"
+            " return t.includes('image ' + args[0]) && t.includes(args[1]); }",
+            arg=[image.name, str(model)],
+        )
+        await _wait_idle(page)
+        exceptions = await page.locator("[data-testid='stException']").count()
+        assert exceptions == 0, f"session {index}: exception on screen"
+        sidebar_text = await sidebar.inner_text()
+        assert model.name in sidebar_text or str(model) in sidebar_text, f"session {index} shows another model"
+        z = await page.evaluate(
+            """() => {
+                const plot = document.querySelector("[data-testid='stPlotlyChart'] .js-plotly-plot");
+                const heatmap = plot._fullData.find(t => t.type === "heatmap");
+                return Array.from(heatmap.z, row => Array.from(row));
+            }"""
+        )
+        await page.screenshot(path=str(downloads / f"session_{index}.png"))
+        return np.asarray(z, dtype=np.float64)
+    finally:
+        await context.close()
+
+
+async def _wave(url: str, jobs, downloads: Path) -> list[np.ndarray]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            return await asyncio.wait_for(
+                asyncio.gather(*(_session(browser, url, m, img, downloads, i) for i, (m, img) in enumerate(jobs))),
+                timeout=480,
+            )
+        finally:
+            await browser.close()
+
+
+def test_eight_concurrent_browser_sessions_get_their_own_results(tmp_path):
+    models = [_write_model(tmp_path / "model_a", seed=1, depth=2), _write_model(tmp_path / "model_b", seed=2, depth=3)]
+    images = [_write_image(tmp_path / f"image_{i}.png", seed=i) for i in range(2 * SESSIONS)]
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    artifacts = Path(os.environ.get("VIZAPP_ARTIFACTS", Path(__file__).resolve().parent.parent / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    limits = {"VIZAPP_MAX_FORWARDS": "4", "VIZAPP_MAX_RESULTS": "16"}
+    with streamlit_server(artifacts / "load_test_streamlit.log", limits) as (url, process):
+        first = [(models[i % 2], images[i]) for i in range(SESSIONS)]
+        results = asyncio.run(_wave(url, first, downloads))
+        after_first = rss_mib(process.pid)
+        second = [(models[i % 2], images[SESSIONS + i]) for i in range(SESSIONS)]
+        results += asyncio.run(_wave(url, second, downloads))
+        after_second = rss_mib(process.pid)
+        assert process.poll() is None, "the server died"
+    for (model, image), got in zip(first + second, results):
+        if not np.allclose(got, _expected_map(model, image), rtol=1e-5, atol=1e-7):
+            candidates = [(m.name, i.name) for m in models for i in images + [None] if i is not None
+                          and np.allclose(got, _expected_map(m, i), rtol=1e-5, atol=1e-7)]
+            print("MISMATCH", model.name, image.name, "matches", candidates)
+        np.testing.assert_allclose(got, _expected_map(model, image), rtol=1e-5, atol=1e-7, err_msg=f"{model.name} {image.name}")
+    assert not np.allclose(results[0], results[2])  # different images really differ: cross-talk would show
+    growth = after_second - after_first
+    print(f"server RSS after wave 1: {after_first:.0f} MiB, after wave 2: {after_second:.0f} MiB")
+    assert growth < 250, f"server memory grew {growth:.0f} MiB over a second wave of {SESSIONS} sessions"
