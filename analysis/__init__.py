@@ -22,7 +22,7 @@ from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .loading import LoadedViT, load_vit
 from .position import position_embedding_similarity
-from .rollout import attention_rollout
+from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import dataset_attention_distance
 
@@ -35,6 +35,7 @@ __all__ = [
     "attention_taps",
     "attention_map",
     "attention_rollout",
+    "attention_rollout_by_layer",
     "mean_attention_distance",
     "uniform_attention_distance",
     "dataset_attention_distance",

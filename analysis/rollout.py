@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from .capture import AttentionRecord
 from .errors import AnalysisError
 from .queries import Query, query_rows_for
 
-__all__ = ["attention_rollout", "rollout_matrices", "fuse_heads", "discard_lowest"]
+__all__ = ["attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "fuse_heads", "discard_lowest"]
 
 HEAD_FUSIONS = ("mean", "max", "min")
 
@@ -42,20 +44,10 @@ def discard_lowest(fused: torch.Tensor, discard_ratio: float) -> torch.Tensor:
     return flat.reshape(batch, tokens, tokens)
 
 
-def rollout_matrices(
-    record: AttentionRecord,
-    *,
-    head_fusion: str = "mean",
-    discard_ratio: float = 0.0,
-    start_layer: int = 0,
-    end_layer: int | None = None,
-) -> torch.Tensor:
-    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, T, T)`` float64.
-
-    Per layer: fuse heads, discard (optional), ``Â = ½·A + ½·I``, then each row of ``Â``
-    is divided by its sum over keys (``Â / Â.sum(-1, keepdim=True)``) so that every row of
-    ``Â`` and of ``R`` is a probability distribution.
-    """
+def _rollout_steps(
+    record: AttentionRecord, head_fusion: str, discard_ratio: float, start_layer: int, end_layer: int | None
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` for layer = start..end."""
     if record.query_tokens is not None:
         raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
     spec = record.spec
@@ -76,7 +68,59 @@ def rollout_matrices(
         mixed = 0.5 * fused + 0.5 * eye
         mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
         rollout = mixed if rollout is None else mixed @ rollout
+        yield layer, rollout
+
+
+def rollout_matrices(
+    record: AttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+) -> torch.Tensor:
+    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, T, T)`` float64.
+
+    Per layer: fuse heads, discard (optional), ``Â = ½·A + ½·I``, then each row of ``Â``
+    is divided by its sum over keys (``Â / Â.sum(-1, keepdim=True)``) so that every row of
+    ``Â`` and of ``R`` is a probability distribution.
+    """
+    rollout = None
+    for _, rollout in _rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer):
+        pass
     return rollout
+
+
+def _query_grid(record: AttentionRecord, rollout: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """``(B, T, T)`` rolled-out matrix -> ``(B, gh, gw)``: the query's row over patch tokens."""
+    spec = record.spec
+    over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
+    gh, gw = spec.grid_size
+    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw).float()
+
+
+def _default_query(record: AttentionRecord, query: Query | None) -> Query:
+    if query is None:
+        return "cls" if record.spec.has_class_token else "mean"
+    return query
+
+
+def attention_rollout_by_layer(
+    record: AttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    query: Query | None = None,
+) -> torch.Tensor:
+    """The rollout after each layer, in one pass: ``(L - start, B, gh, gw)``.
+
+    Entry ``i`` equals ``attention_rollout(record, ..., end_layer=start_layer + i)``, but all
+    partial products ``Â_end ⋯ Â_start`` are built incrementally (L matrix products, not L²/2).
+    """
+    rows = query_rows_for(record, _default_query(record, query))
+    steps = _rollout_steps(record, head_fusion, discard_ratio, start_layer, None)
+    return torch.stack([_query_grid(record, rollout, rows) for _, rollout in steps])
 
 
 def attention_rollout(
@@ -95,13 +139,8 @@ def attention_rollout(
     not rescaled: ``(B, gh, gw)`` float32. ``query=None`` is the class token when the model
     has one, else the mean over patch queries; otherwise ``"cls"``, ``"mean"`` or a patch index.
     """
-    spec = record.spec
-    if query is None:
-        query = "cls" if spec.has_class_token else "mean"
-    rows = query_rows_for(record, query)
+    rows = query_rows_for(record, _default_query(record, query))
     rollout = rollout_matrices(
         record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer
     )
-    over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
-    gh, gw = spec.grid_size
-    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw).float()
+    return _query_grid(record, rollout, rows)

@@ -167,6 +167,19 @@ def test_rollout_start_end_and_queries():
     torch.testing.assert_close(patch, rollout_matrices(record)[:, 6, 1:].reshape(2, 3, 4).float())
 
 
+@pytest.mark.parametrize("start", [0, 2])
+def test_rollout_by_layer_equals_one_rollout_per_end_layer(start):
+    from analysis import attention_rollout_by_layer
+
+    attn = random_attention(layers=4, tokens=13, seed=5)
+    record = synthetic_record(attn, grid=(3, 4), prefix=1)
+    strip = attention_rollout_by_layer(record, head_fusion="max", discard_ratio=0.2, start_layer=start, query=3)
+    assert strip.shape == (4 - start, 2, 3, 4)
+    for i, end in enumerate(range(start, 4)):
+        one = attention_rollout(record, head_fusion="max", discard_ratio=0.2, start_layer=start, end_layer=end, query=3)
+        torch.testing.assert_close(strip[i], one)
+
+
 def test_rollout_analytic_identity_and_no_class_token():
     tokens = 1 + 6
     identity = torch.eye(tokens).expand(3, 1, 2, tokens, tokens).clone()

@@ -33,7 +33,6 @@ from analysis import (
     AnalysisError,
     ImageLoadError,
     attention_map,
-    attention_rollout,
     capture_attention,
     load_image,
     load_vit,
@@ -262,18 +261,10 @@ def rollout_by_layer(
 ) -> np.ndarray:
     """The rollout after each layer ``start_layer..L-1``: ``(L - start_layer, gh, gw)`` float32."""
     record = forward(ref, digest, _image_bytes).record
-    maps = [
-        attention_rollout(
-            record,
-            head_fusion=head_fusion,
-            discard_ratio=discard_ratio,
-            start_layer=start_layer,
-            end_layer=end,
-            query=query,
-        )[0].numpy()
-        for end in range(start_layer, record.spec.num_layers)
-    ]
-    return np.stack(maps).astype(np.float32)
+    strip = analysis.attention_rollout_by_layer(
+        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, query=query
+    )  # (L - start_layer, 1, gh, gw): all partial products in one pass
+    return strip[:, 0].numpy().astype(np.float32)
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
