@@ -97,6 +97,27 @@ def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
         return None, failures[ref]
 
 
+def second_model_choices(shown: ModelRef) -> dict[str, str]:
+    """Choices for an optional comparison model: none, the default model and the curated
+    ones, minus the model already shown. Maps choice -> label."""
+    choices = {"none": "none"}
+    if shown != resources.default_model_ref():
+        choices["default"] = "the default model"
+    choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
+    return choices
+
+
+def load_second_model(choice: str) -> tuple[ModelRef, analysis.LoadedViT] | None:
+    """The comparison model picked in :func:`second_model_choices`, or ``None`` (after
+    showing why) when it cannot be loaded."""
+    ref = resources.default_model_ref() if choice == "default" else CURATED_MODELS[choice]
+    vit, error = load_model(ref)
+    if vit is None:
+        st.error(f"Could not load **{ref.label}**: {error}")
+        return None
+    return ref, vit
+
+
 def _requested_model() -> ModelRef | None:
     source = st.sidebar.radio(
         "Model", list(MODEL_SOURCES), format_func=MODEL_SOURCES.get, key="model_source",

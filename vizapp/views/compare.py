@@ -6,15 +6,11 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.derive import map_layer, map_query
-from vizapp.state import CURATED_MODELS, current, load_model
+from vizapp.state import current, load_second_model, second_model_choices
 from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
 
 cur = current()
-# second-model choices: the default model and the curated ones, minus the model already shown
-SECOND = {"none": "none"}
-if cur.model != resources.default_model_ref():
-    SECOND["default"] = "the default model"
-SECOND.update({k: k for k, ref in CURATED_MODELS.items() if ref != cur.model})
+SECOND = second_model_choices(cur.model)
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
 HEADS = ["mean", *range(H)]
@@ -68,11 +64,9 @@ second = st.selectbox(
 )
 extra_rows = {}
 if second != "none":
-    ref2 = resources.default_model_ref() if second == "default" else CURATED_MODELS[second]
-    vit2, error = load_model(ref2)
-    if vit2 is None:
-        st.error(f"Could not load **{ref2.label}**: {error}")
-    else:
+    loaded = load_second_model(second)
+    if loaded is not None:
+        ref2, vit2 = loaded
         try:
             args2 = (ref2, cur.image.digest, cur.image.data)
             spec2 = vit2.spec

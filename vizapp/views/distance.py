@@ -8,15 +8,11 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.resources import ImageRef, ModelRef
-from vizapp.state import CURATED_MODELS, current, load_model
+from vizapp.state import current, load_second_model, second_model_choices
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
 cur = current()
-# second-model choices: the default model and the curated ones, minus the model already shown
-SECOND = {"none": "none"}
-if cur.model != resources.default_model_ref():
-    SECOND["default"] = "the default model"
-SECOND.update({k: k for k, ref in CURATED_MODELS.items() if ref != cur.model})
+SECOND = second_model_choices(cur.model)
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
 
 st.header("Attention distance", divider="gray")
@@ -81,11 +77,9 @@ gh, gw = cur.spec.grid_size
 references.append((f"uniform ({gh}×{gw} grid)", resources.uniform_distance(*cur.args)))
 
 if second != "none":
-    ref2 = resources.default_model_ref() if second == "default" else CURATED_MODELS[second]
-    vit2, error = load_model(ref2)
-    if vit2 is None:
-        st.error(f"Could not load **{ref2.label}**: {error}")
-    else:
+    loaded = load_second_model(second)
+    if loaded is not None:
+        ref2, vit2 = loaded
         try:
             args2 = (ref2, cur.image.digest, cur.image.data)
             name2 = ref2.source.split("/")[-1]
