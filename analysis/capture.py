@@ -168,7 +168,15 @@ def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     spec = vit.spec
     if getattr(vit.model, "dynamic_img_size", False):
-        return spec.with_image_size(height, width)  # timm floors (or pads, with dynamic_img_pad)
+        ph, pw = spec.patch_size
+        if getattr(vit.model.patch_embed, "dynamic_img_pad", False):  # timm pads up to whole patches
+            height, width = -(-height // ph) * ph, -(-width // pw) * pw
+        elif height % ph or width % pw or height < ph or width < pw:
+            raise AnalysisError(
+                f"A {height}x{width} input is not a whole number of {ph}x{pw} patches: resize or crop it "
+                "(or load the model with dynamic_img_pad=True)."
+            )
+        return spec.with_image_size(height, width)
     if (height, width) != spec.img_size:
         raise AnalysisError(
             f"The model expects {spec.img_size[0]}x{spec.img_size[1]} inputs, got {height}x{width}. "
@@ -238,6 +246,8 @@ def capture_attention(
         )
     attentions = store["maps"]
     expected_tokens = spec.num_tokens
+    if attentions.shape[2] != spec.num_heads:
+        raise AnalysisError(f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads.")
     if attentions.shape[-1] != expected_tokens:
         raise AnalysisError(
             f"Captured {attentions.shape[-1]} tokens but the spec predicts {expected_tokens} "

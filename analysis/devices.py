@@ -12,7 +12,14 @@ __all__ = ["resolve_device", "autocast_context"]
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
     """``None`` picks cuda, then mps, then cpu; anything else is passed to ``torch.device``."""
     if device is not None:
-        return torch.device(device)
+        try:
+            return torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            from .errors import ModelLoadError
+
+            raise ModelLoadError(
+                f"Unknown device {device!r}: use None (automatic), 'cpu', 'cuda', 'cuda:1' or 'mps'."
+            ) from exc
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -29,7 +36,9 @@ def autocast_context(device: torch.device, precision: str = "auto"):
     probabilities are always computed in float32 by the capture code, whatever this is.
     """
     if precision not in ("auto", "float32", "bfloat16", "float16"):
-        raise ValueError(f"precision must be auto, float32, bfloat16 or float16, not {precision!r}")
+        from .errors import AnalysisError
+
+        raise AnalysisError(f"precision must be 'auto', 'float32', 'bfloat16' or 'float16', not {precision!r}.")
     if precision == "auto":
         if device.type != "cuda":
             return contextlib.nullcontext()

@@ -11,7 +11,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import ImageLoadError
 
-__all__ = ["load_image", "MAX_IMAGE_PIXELS"]
+__all__ = ["load_image", "to_rgb", "MAX_IMAGE_PIXELS"]
 
 MAX_IMAGE_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused (decompression bombs)
 
@@ -37,8 +37,10 @@ def _read_bytes(source) -> tuple[bytes, str]:
     raise ImageLoadError(f"Cannot read an image from a {type(source).__name__}; pass bytes, a path or a file object.")
 
 
-def _flatten_alpha(image: Image.Image) -> Image.Image:
-    """Composite transparent images on white, then convert any mode to RGB."""
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL mode to RGB: transparency composited on white, 16/32-bit greyscale rescaled."""
+    if image.mode == "RGB":
+        return image
     if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -75,7 +77,7 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
             opened.seek(0)  # first frame of animations
             opened.load()
             image = ImageOps.exif_transpose(opened) or opened
-            return _flatten_alpha(image).copy()
+            return to_rgb(image).copy()
     except ImageLoadError:
         raise
     except (UnidentifiedImageError, Image.DecompressionBombError) as exc:

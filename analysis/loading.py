@@ -27,6 +27,7 @@ import timm
 import torch
 import torch.nn as nn
 from PIL import Image
+from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 
 from .devices import resolve_device
@@ -196,7 +197,10 @@ def _model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Mod
         )
     _check_supported_architecture(arch)
     if path.suffix.lower() == ".npz":
-        model = _create(arch, pretrained=False, **model_kwargs)
+        kwargs = dict(model_kwargs)
+        if "num_classes" not in kwargs:
+            kwargs["num_classes"] = _npz_num_classes(path)
+        model = _create(arch, pretrained=False, **kwargs)
         try:
             model.load_pretrained(str(path))  # timm's loader for Google's original ViT .npz files
         except Exception as exc:  # noqa: BLE001 - any failure means the file does not fit
@@ -214,6 +218,17 @@ def _model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Mod
     return model
 
 
+def _npz_num_classes(path: Path) -> int:
+    """Classes of the head stored in a Google ViT .npz (0 when it has none)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as weights:
+            return int(weights["head/bias"].shape[0]) if "head/bias" in weights.files else 0
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"{path.name} is not a readable .npz archive: {exc}") from exc
+
+
 def _model_from_timm(name: str, pretrained: bool, model_kwargs: dict) -> nn.Module:
     if name.startswith("hf-hub:"):
         if pretrained:
@@ -228,9 +243,13 @@ def _model_from_timm(name: str, pretrained: bool, model_kwargs: dict) -> nn.Modu
             "for your own weights pass a folder or a file path."
         )
     _check_supported_architecture(architecture)
+    if tag:
+        tags = [n.partition(".")[2] for n in timm.list_pretrained(f"{architecture}.*")]
+        if tag not in tags:
+            raise ModelLoadError(
+                f"{architecture!r} has no pretrained tag {tag!r}. Available: {', '.join(tags) or 'none'}."
+            )
     if pretrained:
-        if not timm.models.get_pretrained_cfg(name if tag else architecture):
-            pass  # timm reports "no pretrained weights" itself below
         _ensure_pretrained_available(name)
     return _create(name, pretrained=pretrained, **model_kwargs)
 
@@ -447,16 +466,27 @@ def _wrap(model: nn.Module, name: str, device: torch.device, label_names) -> Loa
         )
     for index, block in enumerate(model.blocks):
         attn = getattr(block, "attn", None)
-        if attn is None or not all(hasattr(attn, a) for a in ("q_norm", "k_norm", "num_heads", "scale")):
+        if type(attn) is not Attention:  # variants (differential, rope, ...) compute other maps
             raise UnsupportedModelError(
-                f"{name!r}: block {index} ({type(block).__name__}) has no standard multi-head "
-                f"attention (q_norm/k_norm/scale), so its attention cannot be captured. Supported: {SUPPORTED_FAMILIES}."
+                f"{name!r}: block {index} uses {type(attn).__name__ if attn is not None else 'no attention module'}, "
+                f"not timm's standard multi-head Attention, so softmax(q·kᵀ) would not be the map it uses. "
+                f"Supported: {SUPPORTED_FAMILIES}."
             )
     if getattr(model, "patch_embed", None) is None:
         raise UnsupportedModelError(f"{name!r} has no patch embedding.")
-    model = model.to(device).eval()
-    model.requires_grad_(False)
+    declared = tuple(int(v) for v in model.patch_embed.img_size) if model.patch_embed.img_size else None
     spec = spec_from_model(model)
+    if declared and declared != spec.img_size and not getattr(model, "dynamic_img_size", False):
+        ph, pw = spec.patch_size
+        raise UnsupportedModelError(
+            f"img_size {declared[0]}x{declared[1]} is not a multiple of the patch size {ph}x{pw}: "
+            f"use e.g. img_size={spec.img_size[0]} or {spec.img_size[0] + ph}."
+        )
+    try:
+        model = model.to(device).eval()
+    except (RuntimeError, AssertionError) as exc:
+        raise ModelLoadError(f"Cannot move the model to {device}: {exc}. Use device='cpu'.") from exc
+    model.requires_grad_(False)
     from timm.data import resolve_data_config
 
     data_config = dict(resolve_data_config({}, model=model))

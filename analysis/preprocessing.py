@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .images import to_rgb
+
 __all__ = ["Preprocessing"]
 
 _RESAMPLE = {
@@ -29,14 +31,15 @@ _RESAMPLE = {
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """Resize (keeping aspect) so the image covers ``img_size / crop_pct``, centre-crop
-    ``img_size``, scale to [0, 1] and normalise with ``(x - mean) / std`` per channel."""
+    """Resize and crop to ``img_size`` as timm's eval transform does (see :meth:`crop`),
+    scale to [0, 1] and normalise with ``(x - mean) / std`` per channel."""
 
     img_size: tuple[int, int]  # (H, W)
     mean: tuple[float, ...]
     std: tuple[float, ...]
     interpolation: str = "bicubic"
     crop_pct: float = 1.0
+    crop_mode: str = "center"  # "center" | "squash" | "border", as in timm's data config
 
     @classmethod
     def from_data_config(cls, data_config: dict, img_size: tuple[int, int]) -> "Preprocessing":
@@ -46,29 +49,52 @@ class Preprocessing:
             std=tuple(float(s) for s in data_config.get("std", (0.5, 0.5, 0.5))),
             interpolation=str(data_config.get("interpolation", "bicubic")),
             crop_pct=float(data_config.get("crop_pct", 1.0) or 1.0),
+            crop_mode=str(data_config.get("crop_mode") or "center"),
         )
+
+    def _resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """(new_w, new_h) of the resize step, exactly as timm's eval transform computes it."""
+        target_h, target_w = self.img_size
+        scale_h, scale_w = math.floor(target_h / self.crop_pct), math.floor(target_w / self.crop_pct)
+        if self.crop_mode == "squash":  # each edge to its own scale: aspect ratio not kept
+            return scale_w, scale_h
+        if self.crop_mode == "center" and scale_h == scale_w:  # torchvision Resize(int): shorter edge
+            if width <= height:
+                return scale_w, int(scale_w * height / width)
+            return int(scale_h * width / height), scale_h
+        # timm ResizeKeepRatio: shorter edge fits ("center") or longer edge fits ("border")
+        ratio_h, ratio_w = height / scale_h, width / scale_w
+        ratio = max(ratio_h, ratio_w) if self.crop_mode == "border" else min(ratio_h, ratio_w)
+        return max(1, round(width / ratio)), max(1, round(height / ratio))
 
     def crop(self, image: Image.Image) -> Image.Image:
         """The RGB image of size (W, H) that the model sees, before normalisation.
 
-        Same pixels as timm's eval transform (torchvision ``Resize`` of the shorter side to
-        ``floor(size / crop_pct)``, then ``CenterCrop``), generalised to non-square sizes by
-        keeping the aspect ratio. Only the source region that survives the crop is resampled
-        (PIL's ``resize(box=...)`` samples exactly the same positions), so a 1x10000 strip
-        costs no more than a normal photo.
+        The same pixels as timm's eval transform for the model's ``crop_mode``: "center"
+        (resize keeping the aspect ratio so the shorter edge is ``floor(size / crop_pct)``,
+        then centre-crop), "squash" (resize each edge to ``floor(size / crop_pct)``, then
+        centre-crop) or "border" (fit the longer edge, then pad with the mean colour and
+        centre-crop). Only the source region that survives the crop is resampled (PIL's
+        ``resize(box=...)`` samples exactly the same positions as resize-then-crop), so a
+        1x10000 strip costs no more than a normal photo.
         """
-        image = image.convert("RGB")
+        image = to_rgb(image)
         height, width = self.img_size
-        scaled_h, scaled_w = math.floor(height / self.crop_pct), math.floor(width / self.crop_pct)
-        if scaled_h / image.height >= scaled_w / image.width:
-            new_h, new_w = scaled_h, max(scaled_w, int(scaled_h * image.width / image.height))
-        else:
-            new_h, new_w = max(scaled_h, int(scaled_w * image.height / image.width)), scaled_w
-        new_h, new_w = max(new_h, height), max(new_w, width)
+        new_w, new_h = self._resized_size(image.width, image.height)
+        resample = _RESAMPLE.get(self.interpolation, Image.Resampling.BICUBIC)
+        if self.crop_mode == "border" and (new_w < width or new_h < height):
+            resized = image.resize((new_w, new_h), resample=resample)
+            fill = tuple(round(255 * m) for m in self.mean[:3])
+            canvas = Image.new("RGB", (max(width, new_w), max(height, new_h)), fill)
+            pad_left = (width - new_w) // 2 if width > new_w else 0
+            pad_top = (height - new_h) // 2 if height > new_h else 0
+            canvas.paste(resized, (pad_left, pad_top))
+            left = int(round((canvas.width - width) / 2.0))
+            top = int(round((canvas.height - height) / 2.0))
+            return canvas.crop((left, top, left + width, top + height))
         top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))
         sx, sy = image.width / new_w, image.height / new_h  # source pixels per resized pixel
         box = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
-        resample = _RESAMPLE.get(self.interpolation, Image.Resampling.BICUBIC)
         return image.resize((width, height), resample=resample, box=box)
 
     def __call__(self, image: Image.Image) -> torch.Tensor:

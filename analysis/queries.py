@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .capture import AttentionRecord
@@ -31,8 +33,9 @@ def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
         if query == "mean":
             return record.query_rows(range(prefix, prefix + spec.num_patches))
         raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
-    if isinstance(query, bool) or not isinstance(query, int):
+    if isinstance(query, bool) or not isinstance(query, numbers.Integral):
         raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
+    query = int(query)
     if not 0 <= query < spec.num_patches:
         gh, gw = spec.grid_size
         raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{spec.num_patches - 1}).")

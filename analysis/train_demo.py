@@ -185,6 +185,7 @@ def train(
     threads: int = 2,
     log_every: int | None = None,
     save_every: int | None = None,
+    init: Path | str | None = None,
     log=print,
 ) -> dict:
     """Train and save; returns a summary dict (steps, wall time, final val numbers)."""
@@ -207,6 +208,15 @@ def train(
     log(f"[train_demo] data ready in {time.time() - t_start:.1f}s")
 
     model = build_model(model_args, len(CLASS_NAMES))
+    if init is not None:
+        from safetensors.torch import load_file
+
+        init_cfg = json.loads((Path(init) / "config.json").read_text())
+        if init_cfg.get("model_args") != json.loads(json.dumps(model_args)):
+            raise ValueError(f"--init {init} was trained with model_args {init_cfg.get('model_args')}, "
+                             f"not {model_args}; pass the same architecture options.")
+        model.load_state_dict(load_file(str(Path(init) / "model.safetensors")), strict=True)
+        log(f"[train_demo] initialised from {init} (fresh optimizer state and LR schedule)")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"[train_demo] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
     opt = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
@@ -316,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mlp-ratio", type=float, default=DEFAULT_MODEL_ARGS["mlp_ratio"])
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=None, help="steps between progress lines (default: one epoch)")
+    p.add_argument("--init", default=None,
+                   help="start from the weights of a folder this script wrote (a continuation phase)")
     p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
     a = p.parse_args(argv)
     model_args = dict(DEFAULT_MODEL_ARGS, depth=a.depth, embed_dim=a.embed_dim,
@@ -323,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     train(a.out, seed=a.seed, pool=a.pool, epochs=a.epochs, steps=a.steps, minutes=a.minutes,
           batch_size=a.batch_size, lr=a.lr, weight_decay=a.weight_decay, val_size=a.val_size,
           model_args=model_args, threads=a.threads, log_every=a.log_every,
-          save_every=a.save_every)
+          save_every=a.save_every, init=a.init)
     return 0
 
 

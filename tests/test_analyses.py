@@ -59,6 +59,7 @@ def test_attention_map_picks_the_right_row_and_columns():
         for i in range(3):
             for j in range(4):
                 assert got[b, i, j] == pytest.approx(float(attn[1, b, 2, 0, 2 + i * 4 + j]), abs=1e-7)
+    assert torch.equal(attention_map(record, 0, query=np.int64(5)), attention_map(record, 0, query=5))
     mean_heads = attention_map(record, 0, query=5)
     expected = attn[0, :, :, 2 + 5, 2:].mean(1).reshape(2, 3, 4)
     torch.testing.assert_close(mean_heads, expected)
@@ -116,13 +117,15 @@ def test_distance_analytic_identity_and_uniform():
     assert mean_attention_distance(record).item() == pytest.approx(7.0)
 
 
-def test_distance_on_real_models_is_within_the_grid(any_vit):
-    record = capture_attention(any_vit, random_pixels(any_vit))
-    distance = mean_attention_distance(record)
-    gh, gw = any_vit.spec.grid_size
-    ph, pw = any_vit.spec.patch_size
-    assert distance.shape == (any_vit.spec.num_layers, any_vit.spec.num_heads)
-    assert (distance >= 0).all() and (distance <= math.hypot((gh - 1) * ph, (gw - 1) * pw)).all()
+def test_distance_on_real_models_matches_loops(any_vit):
+    record = capture_attention(any_vit, random_pixels(any_vit, batch=1))
+    spec = any_vit.spec
+    distance = mean_attention_distance(record, per_image=True)[0]  # (L, heads)
+    for layer in range(spec.num_layers):
+        expected = loop_attention_distance(
+            record.attentions[layer].double().numpy(), spec.grid_size, spec.patch_size, spec.num_prefix_tokens
+        )
+        np.testing.assert_allclose(distance[layer].numpy(), expected[0], rtol=1e-9)
 
 
 # ----------------------------------------------------------------------------- rollout
@@ -191,12 +194,19 @@ def test_rollout_analytic_identity_and_no_class_token():
     torch.testing.assert_close(grid, torch.full((1, 2, 3), 1 / 6))
 
 
-def test_rollout_on_real_models(any_vit):
-    record = capture_attention(any_vit, random_pixels(any_vit))
-    for fusion in ("mean", "max", "min"):
-        full = rollout_matrices(record, head_fusion=fusion, discard_ratio=0.5)
-        torch.testing.assert_close(full.sum(-1), torch.ones(full.shape[:-1], dtype=torch.float64))
-    assert attention_rollout(record).shape == (2, *any_vit.spec.grid_size)
+def test_rollout_on_real_models_matches_loops(any_vit):
+    record = capture_attention(any_vit, random_pixels(any_vit, batch=1))
+    for fusion, discard in (("mean", 0.0), ("max", 0.5)):
+        full = rollout_matrices(record, head_fusion=fusion, discard_ratio=discard)
+        expected = loop_rollout(record.attentions[:, 0].double().numpy(), fusion, discard)
+        np.testing.assert_allclose(full[0].numpy(), expected, rtol=1e-9, atol=1e-12)
+    grid = attention_rollout(record)
+    assert grid.shape == (1, *any_vit.spec.grid_size)
+    spec = any_vit.spec
+    row = 0 if spec.has_class_token else None
+    full = rollout_matrices(record)[0]
+    over = full[row] if row is not None else full[spec.num_prefix_tokens :].mean(0)
+    torch.testing.assert_close(grid[0].flatten().double(), over[spec.num_prefix_tokens :], atol=1e-7, rtol=0)
 
 
 # ----------------------------------------------------------------------------- position embedding

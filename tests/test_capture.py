@@ -70,6 +70,22 @@ def test_dynamic_img_size_uses_the_input_grid():
     torch.testing.assert_close(record.attentions.double(), reference_attention(vit.model, pixels), atol=2e-6, rtol=1e-4)
 
 
+def test_dynamic_img_size_refuses_partial_patches_and_pads_when_asked():
+    vit = make_vit("class_token", dynamic_img_size=True)
+    with pytest.raises(AnalysisError, match="whole number"):
+        capture_attention(vit, torch.randn(1, 3, 48, 50))
+    padded = make_vit("class_token", dynamic_img_size=True, dynamic_img_pad=True)
+    pixels = torch.randn(1, 3, 40, 50)  # padded by timm to 48 x 64: a 3 x 4 grid
+    record = capture_attention(padded, pixels)
+    assert record.spec.grid_size == (3, 4) and record.attentions.shape[-1] == 13
+    torch.testing.assert_close(record.attentions.double(), reference_attention(padded.model, pixels), atol=2e-6, rtol=1e-4)
+
+
+def test_bad_precision_is_typed(vits):
+    with pytest.raises(AnalysisError, match="precision"):
+        capture_attention(vits["class_token"], random_pixels(vits["class_token"]), precision="fp8")
+
+
 def test_wrong_input_size_is_a_clear_error(vits):
     with pytest.raises(AnalysisError, match="expects 64x64"):
         capture_attention(vits["class_token"], torch.randn(1, 3, 32, 32))
