@@ -1,9 +1,12 @@
 """Train the bundled demo ViT on procedural shape scenes (CPU, from scratch).
 
-Usage (defaults are the shipped recipe)::
+Usage -- the shipped model (assets/demo_vit) is two runs of this script: phase 1 is the
+defaults, phase 2 continues from phase 1's weights on a fresh pool of scenes::
 
-    python -m analysis.train_demo                       # writes assets/demo_vit/
-    python -m analysis.train_demo --out /tmp/vit --epochs 2 --pool 2000
+    python -m analysis.train_demo --out artifacts/demo_vit_phase1
+    python -m analysis.train_demo --init artifacts/demo_vit_phase1 --seed 3 --steps 3000 --lr 1e-3
+
+    python -m analysis.train_demo --out /tmp/vit --epochs 2 --pool 2000   # a quick try
 
 The model is a small timm ``VisionTransformer`` built with
 ``timm.create_model(ARCHITECTURE, pretrained=False, num_classes=..., **model_args)``;
@@ -17,10 +20,13 @@ Recipe facts worth knowing:
   ``create_optimizer_v2`` does that via ``model.no_weight_decay()``); with weight decay on
   ``pos_embed`` the position embeddings do not become local.
 * Training data is a fixed pool of scenes from ``--seed`` (sample indices
-  ``0..pool-1``), re-augmented every epoch with a random element of the dihedral group
+  ``0..pool-1``; ``--seed`` also seeds the model init and the batch order), re-augmented
+  every epoch with a random element of the dihedral group
   (flips / 90-degree rotations; every class is invariant under those). A small
   validation set from ``--seed + 1`` is used for progress output only; it never steers
   training. The held-out evaluation (``analysis.evaluate_demo``) uses yet another seed.
+* ``--init`` starts from a previous output folder (same architecture) with a fresh AdamW
+  state and a fresh warm-up + cosine schedule: the shipped model's second phase.
 * The LR schedule is step-based (linear warm-up, cosine decay), so a run is reproducible
   from its arguments. ``--minutes`` instead sizes the run from the measured speed of the
   first steps and prints the equivalent ``--steps`` so it can be replayed exactly.
