@@ -84,17 +84,38 @@ class AttentionRecord:
 
 
 def attention_probabilities(
-    q: torch.Tensor, k: torch.Tensor, scale: float, rows: torch.Tensor | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    scale: float,
+    rows: torch.Tensor | None = None,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``softmax(q·kᵀ·scale)`` over keys, in float32.
 
     q, k: ``(B, heads, T, head_dim)``; ``rows`` optionally selects query rows.
+    ``out``: optional float32 ``(B, heads, Q, T)`` tensor on q's device to write into
+    (saves a temporary and a copy: the capture writes straight into its record).
     Returns ``(B, heads, Q, T)``.
     """
     if rows is not None:
         q = q.index_select(2, rows)
-    scores = (q.float() * scale) @ k.float().transpose(-2, -1)  # (B, heads, Q, T)
-    return scores.softmax(dim=-1)
+    q, k = q.float(), k.float()
+    batch, heads, queries, head_dim = q.shape
+    tokens = k.shape[2]
+    if out is None:
+        out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+    scores = out.view(batch * heads, queries, tokens)
+    torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
+        scores,
+        q.reshape(batch * heads, queries, head_dim),
+        k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
+        beta=0.0,
+        alpha=scale,
+        out=scores,
+    )
+    torch.ops.aten._softmax.out(out, -1, False, out=out)  # in place, row by row: no temporary
+    return out
 
 
 @contextlib.contextmanager
@@ -104,11 +125,14 @@ def attention_taps(
     sink: AttentionSink,
     *,
     query_tokens: Sequence[int] | None = None,
+    buffer_for: Callable[[int, tuple[int, ...], torch.device], torch.Tensor | None] | None = None,
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` *by this thread* reports the attention
     probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``.
 
-    Hooks are removed on exit, also when the forward raises.
+    ``buffer_for(layer, shape, device)`` may return a float32 tensor of that shape to
+    compute the probabilities into (``None``: a new tensor). Hooks are removed on exit,
+    also when the forward raises.
     """
     owner = threading.get_ident()
     pending_q: dict[int, torch.Tensor] = {}
@@ -134,7 +158,12 @@ def attention_taps(
                 if threading.get_ident() != owner:
                     return
                 q = pending_q.pop(layer)
-                sink(layer, attention_probabilities(q, k, scale, rows_on(k.device)))
+                rows = rows_on(k.device)
+                out = None
+                if buffer_for is not None:
+                    shape = (q.shape[0], q.shape[1], q.shape[2] if rows is None else len(rows), k.shape[2])
+                    out = buffer_for(layer, shape, k.device)
+                sink(layer, attention_probabilities(q, k, scale, rows, out=out))
 
             handles.append(attn.q_norm.register_forward_hook(keep_q))
             handles.append(attn.k_norm.register_forward_hook(emit))
@@ -143,6 +172,10 @@ def attention_taps(
         for handle in handles:
             handle.remove()
         pending_q.clear()
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
@@ -225,15 +258,24 @@ def capture_attention(
     store: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
 
+    def allocate(shape: tuple[int, ...]) -> torch.Tensor:
+        if "maps" not in store:  # (L, B, heads, Q, T)
+            store["maps"] = torch.empty((len(layer_ids), *shape), dtype=dtype, device=out_device, pin_memory=pin)
+        return store["maps"]
+
+    def buffer_for(layer: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
+        if dtype != torch.float32 or not _same_device(device, out_device):
+            return None  # computed on the device, then converted / transferred by keep()
+        return allocate(shape)[position[layer]]
+
     def keep(layer: int, probs: torch.Tensor) -> None:  # probs (B, heads, Q, T)
-        if "maps" not in store:
-            shape = (len(layer_ids), *probs.shape)  # (L, B, heads, Q, T)
-            store["maps"] = torch.empty(shape, dtype=dtype, device=out_device, pin_memory=pin)
-        store["maps"][position[layer]].copy_(probs, non_blocking=pin)
+        target = allocate(tuple(probs.shape))[position[layer]]
+        if probs.data_ptr() != target.data_ptr():
+            target.copy_(probs, non_blocking=pin)
         seen.add(layer)
 
     pixels = pixels.to(vit.device, non_blocking=True)
-    with torch.no_grad(), attention_taps(vit.model, layer_ids, keep, query_tokens=query_tokens):
+    with torch.no_grad(), attention_taps(vit.model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for):
         with autocast_context(vit.device, precision):
             logits = vit.model(pixels)
     if vit.device.type == "cuda":
