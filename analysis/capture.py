@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from .devices import autocast_context
 from .errors import AnalysisError
+from .oom import run_with_oom_fallback
 from .spec import ViTSpec
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
@@ -252,9 +253,42 @@ def capture_attention(
         bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
         if bad:
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
-    position = {layer: i for i, layer in enumerate(layer_ids)}
+    options = dict(spec=spec, layer_ids=layer_ids, query_tokens=query_tokens, dtype=dtype, precision=precision)
     out_device = torch.device("cpu") if to_cpu else vit.device
-    pin = to_cpu and vit.device.type == "cuda"
+
+    def on_device(piece: torch.Tensor) -> AttentionRecord:
+        return _capture_once(vit.model, vit.device, piece, out_device=out_device, **options)
+
+    def on_cpu(piece: torch.Tensor) -> AttentionRecord:
+        return _capture_once(vit.cpu_model(), torch.device("cpu"), piece, out_device=torch.device("cpu"), **options)
+
+    pieces = run_with_oom_fallback(on_device, pixels, on_cpu if vit.device.type != "cpu" else None)
+    if len(pieces) == 1:
+        return pieces[0]
+    return AttentionRecord(
+        attentions=torch.cat([p.attentions.to(out_device) for p in pieces], dim=1),
+        logits=torch.cat([p.logits.to(out_device) for p in pieces], dim=0),
+        spec=spec,
+        layers=layer_ids,
+        query_tokens=query_tokens,
+    )
+
+
+def _capture_once(
+    model: nn.Module,
+    device: torch.device,
+    pixels: torch.Tensor,
+    *,
+    spec: ViTSpec,
+    layer_ids: tuple[int, ...],
+    query_tokens: tuple[int, ...] | None,
+    dtype: torch.dtype,
+    precision: str,
+    out_device: torch.device,
+) -> AttentionRecord:
+    """One forward pass of ``model`` on ``device`` with taps on ``layer_ids``."""
+    position = {layer: i for i, layer in enumerate(layer_ids)}
+    pin = out_device.type == "cpu" and device.type == "cuda"
     store: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
 
@@ -263,8 +297,8 @@ def capture_attention(
             store["maps"] = torch.empty((len(layer_ids), *shape), dtype=dtype, device=out_device, pin_memory=pin)
         return store["maps"]
 
-    def buffer_for(layer: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
-        if dtype != torch.float32 or not _same_device(device, out_device):
+    def buffer_for(layer: int, shape: tuple[int, ...], where: torch.device) -> torch.Tensor | None:
+        if dtype != torch.float32 or not _same_device(where, out_device):
             return None  # computed on the device, then converted / transferred by keep()
         return allocate(shape)[position[layer]]
 
@@ -274,12 +308,12 @@ def capture_attention(
             target.copy_(probs, non_blocking=pin)
         seen.add(layer)
 
-    pixels = pixels.to(vit.device, non_blocking=True)
-    with torch.no_grad(), attention_taps(vit.model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for):
-        with autocast_context(vit.device, precision):
-            logits = vit.model(pixels)
-    if vit.device.type == "cuda":
-        torch.cuda.synchronize(vit.device)
+    pixels = pixels.to(device, non_blocking=True)
+    with torch.no_grad(), attention_taps(model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for):
+        with autocast_context(device, precision):
+            logits = model(pixels)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     missing = [layer for layer in layer_ids if layer not in seen]
     if missing:
         raise AnalysisError(

@@ -14,6 +14,7 @@ Pickle-based files are only ever read with ``torch.load(..., weights_only=True)`
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
@@ -51,6 +52,7 @@ SUPPORTED_FAMILIES = (
     "CLIP/SigLIP image towers built as VisionTransformer, hybrid vit_*_r50_*)"
 )
 _HUB_PROBE_TIMEOUT_S = 3.0
+_CPU_COPY_LOCK = threading.Lock()
 
 
 @dataclass(eq=False)
@@ -73,6 +75,7 @@ class LoadedViT:
     class_names: list[str] | None
     preprocessing: Preprocessing
     data_config: dict = field(default_factory=dict)
+    _cpu_copy: nn.Module | None = field(default=None, repr=False)
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size."""
@@ -81,6 +84,16 @@ class LoadedViT:
     def model_input_image(self, image: Image.Image) -> Image.Image:
         """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""
         return self.preprocessing.crop(image)
+
+    def cpu_model(self) -> nn.Module:
+        """A private float32 CPU copy of the model (made once), for out-of-memory fallbacks:
+        the shared model stays on its device, where other sessions are using it."""
+        if self.device.type == "cpu":
+            return self.model
+        with _CPU_COPY_LOCK:
+            if self._cpu_copy is None:
+                self._cpu_copy = copy.deepcopy(self.model).float().to("cpu")
+            return self._cpu_copy
 
     @property
     def num_classes(self) -> int:

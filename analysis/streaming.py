@@ -8,9 +8,7 @@ in the forward pass (PIL decoding releases the GIL).
 
 from __future__ import annotations
 
-import copy
 import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
@@ -23,8 +21,9 @@ from .devices import autocast_context
 from .distance import attention_distance_per_image, patch_distance_matrix
 from .errors import AnalysisError
 from .images import load_image
+from .oom import run_with_oom_fallback
 
-__all__ = ["dataset_attention_distance", "iter_batches", "run_with_oom_fallback"]
+__all__ = ["dataset_attention_distance", "iter_batches"]
 
 Progress = Callable[[int, int | None], None]
 
@@ -47,45 +46,6 @@ def iter_batches(vit, images: Iterable, batch_size: int, workers: int) -> Iterat
             upcoming = submit()  # starts decoding batch n+1 before batch n is returned
             yield torch.stack([future.result() for future in pending])
             pending = upcoming
-
-
-def _is_oom(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
-
-
-def run_with_oom_fallback(
-    run: Callable[[torch.Tensor], torch.Tensor],
-    batch: torch.Tensor,
-    cpu_fallback: Callable[[torch.Tensor], torch.Tensor] | None,
-) -> torch.Tensor:
-    """``run(batch)``, summing over pieces: on out-of-memory, halve the batch and retry;
-    a single image that still does not fit goes to ``cpu_fallback`` with a warning."""
-    result = None
-    pieces = [batch]
-    while pieces:
-        piece = pieces.pop(0)
-        try:
-            value = run(piece)
-        except RuntimeError as exc:
-            if not _is_oom(exc):
-                raise
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            if piece.shape[0] > 1:
-                half = piece.shape[0] // 2
-                pieces[:0] = [piece[:half], piece[half:]]
-                continue
-            if cpu_fallback is None:
-                raise
-            warnings.warn(
-                "Out of accelerator memory even for one image: falling back to the CPU (slower).",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            value = cpu_fallback(piece)
-        result = value if result is None else result + value
-    return result
 
 
 def dataset_attention_distance(
@@ -148,14 +108,10 @@ def dataset_attention_distance(
         return run_batch(chunk, vit.model, vit.device)
 
     def on_cpu(chunk: torch.Tensor) -> torch.Tensor:
-        # A private CPU copy: the shared model stays where other sessions are using it.
-        if "cpu_model" not in fallback:
-            fallback["cpu_model"] = copy.deepcopy(vit.model).float().to("cpu")
-        return run_batch(chunk, fallback["cpu_model"], torch.device("cpu"))
+        return run_batch(chunk, vit.cpu_model(), torch.device("cpu"))
 
-    fallback: dict = {}
     for batch in iter_batches(vit, images, batch_size, workers):
-        totals += run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None)
+        totals += sum(run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None))
         done += batch.shape[0]
         if progress is not None:
             progress(done, total)

@@ -517,3 +517,23 @@ def test_similarity_by_distance_and_query_mapping():
     assert derive.map_query(0, (14, 14), (16, 16), True) == 0
     assert derive.map_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
     assert derive.map_layer(11, 12, 24) == 23
+
+
+def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
+    """When capture falls back to the CPU (it warns), the page says so and still works."""
+    import warnings
+
+    import vizapp.resources as resources
+    from analysis.oom import OOM_FALLBACK_WARNING
+
+    original = resources.capture_attention
+
+    def warning_capture(*args, **kwargs):
+        warnings.warn(OOM_FALLBACK_WARNING, RuntimeWarning)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(resources, "capture_attention", warning_capture)
+    app.file_uploader(key="image_upload").set_value(("oom.png", png_bytes(size=(33, 47), colour=(1, 2, 3)), "image/png")).run()
+    assert_clean(app)
+    assert any("falling back to the CPU" in w.value for w in app.warning)
+    assert len(charts(app)) >= 2

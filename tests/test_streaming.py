@@ -95,7 +95,7 @@ def test_a_bad_file_in_the_set_is_reported(vit):
 
 
 def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
-    from analysis.streaming import run_with_oom_fallback
+    from analysis.oom import run_with_oom_fallback
 
     seen = []
 
@@ -107,8 +107,29 @@ def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
 
     batch = torch.arange(8, dtype=torch.float64).view(8, 1)
     with pytest.warns(RuntimeWarning, match="falling back to the CPU"):
-        total = run_with_oom_fallback(run, batch, cpu_fallback=lambda piece: piece.sum(0, keepdim=True) * 1.0)
-    assert total.item() == sum(range(8))
+        pieces = run_with_oom_fallback(run, batch, cpu_fallback=lambda piece: piece.sum(0, keepdim=True) * 1.0)
+    assert [p.item() for p in pieces] == [0 + 1, 2 + 3, 4 + 5, 6, 7]  # batch order kept
     assert seen[:3] == [8, 4, 2]
     with pytest.raises(RuntimeError, match="other"):
         run_with_oom_fallback(lambda b: (_ for _ in ()).throw(RuntimeError("other")), batch, None)
+
+
+def test_capture_recovers_from_out_of_memory_with_identical_results(monkeypatch):
+    """A capture whose forward runs out of memory above batch 2 splits the batch: same numbers."""
+    import analysis.capture as capture_module
+
+    vit = make_vit("distilled")
+    pixels = torch.randn(5, 3, 64, 64)
+    expected = capture_attention(vit, pixels)
+    original = capture_module._capture_once
+
+    def flaky(model, device, piece, **kwargs):
+        if piece.shape[0] > 2:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")
+        return original(model, device, piece, **kwargs)
+
+    monkeypatch.setattr(capture_module, "_capture_once", flaky)
+    got = capture_attention(vit, pixels)
+    torch.testing.assert_close(got.attentions, expected.attentions, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)
+    assert vit.cpu_model() is vit.model  # on the CPU there is no second copy

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,7 @@ class Forward:
     record: analysis.AttentionRecord
     input_image: np.ndarray
     probabilities: np.ndarray
+    notes: tuple[str, ...] = ()  # e.g. "out of GPU memory: ran on the CPU", shown to the user
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=MAX_FORWARDS)
@@ -202,13 +204,16 @@ def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
     """The single forward pass for (model, image, resolution): everything else derives from it."""
     vit = get_model(ref)
     image = load_image(_image_bytes)
-    record = capture_attention(vit, vit.preprocess(image))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        record = capture_attention(vit, vit.preprocess(image))
     logits = record.logits[0]
     probabilities = logits.softmax(-1).numpy() if logits.numel() > 1 else np.zeros(0, np.float32)
     return Forward(
         record=record,
         input_image=np.asarray(vit.model_input_image(image), dtype=np.uint8),
         probabilities=probabilities.astype(np.float32),
+        notes=tuple(str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)),
     )
 
 

@@ -227,7 +227,8 @@ def _choose_image() -> ImageRef:
 def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, analysis.LoadedViT, ImageRef]:
     """Run (or fetch) the cached forward pass; if it fails, go back to the last working pair."""
     try:
-        resources.forward(model, image.digest, image.data)
+        for note in resources.forward(model, image.digest, image.data).notes:
+            st.warning(note, icon=":material/memory:")
         st.session_state["_good_pair"] = (model, image)
         return model, vit, image
     except Exception as exc:  # noqa: BLE001 - shown, then the last working pair is used
