@@ -64,7 +64,31 @@ async def _wait_idle(page) -> None:
     await page.wait_for_timeout(300)
 
 
-async def _session(browser, url: str, model: Path, image: Path, downloads: Path, index: int) -> np.ndarray:
+READ_OVERLAY = """() => {
+    const plot = document.querySelector("[data-testid='stPlotlyChart'] .js-plotly-plot");
+    const heatmap = plot && plot._fullData && plot._fullData.find(t => t.type === "heatmap");
+    return heatmap ? Array.from(heatmap.z, row => Array.from(row)) : null;
+}"""
+
+
+async def _shown_map(page, expected: np.ndarray, seconds: float = 45.0) -> np.ndarray:
+    """The attention map drawn in this session, once it is the one for the current model and
+    image. Streamlit keeps the previous run's elements on screen until the new run replaces
+    them, so an early read can show this session's previous state; a wrong map that persists
+    (cross-talk from another session) is returned after the timeout and fails the test."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        z = await page.evaluate(READ_OVERLAY)
+        shown = np.asarray(z if z is not None else [], dtype=np.float64)
+        if shown.shape == expected.shape and np.allclose(shown, expected, rtol=1e-5, atol=1e-7):
+            return shown
+        if loop.time() > deadline:
+            return shown
+        await page.wait_for_timeout(250)
+
+
+async def _session(browser, url: str, model: Path, image: Path, expected: np.ndarray, downloads: Path, index: int):
     context = await browser.new_context(viewport={"width": 1280, "height": 1000})
     page = await context.new_page()
     page.set_default_timeout(180_000)
@@ -93,27 +117,23 @@ async def _session(browser, url: str, model: Path, image: Path, downloads: Path,
         assert exceptions == 0, f"session {index}: exception on screen"
         sidebar_text = await sidebar.inner_text()
         assert model.name in sidebar_text or str(model) in sidebar_text, f"session {index} shows another model"
-        z = await page.evaluate(
-            """() => {
-                const plot = document.querySelector("[data-testid='stPlotlyChart'] .js-plotly-plot");
-                const heatmap = plot._fullData.find(t => t.type === "heatmap");
-                return Array.from(heatmap.z, row => Array.from(row));
-            }"""
-        )
+        shown = await _shown_map(page, expected)
+        assert await page.locator("[data-testid='stException']").count() == 0, f"session {index}: exception"
         await page.screenshot(path=str(downloads / f"session_{index}.png"))
-        return np.asarray(z, dtype=np.float64)
+        return shown
     finally:
         await context.close()
 
 
 async def _wave(url: str, jobs, downloads: Path) -> list[np.ndarray]:
+    """Run one session per (model, image, expected map) job, all at once."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             return await asyncio.wait_for(
-                asyncio.gather(*(_session(browser, url, m, img, downloads, i) for i, (m, img) in enumerate(jobs))),
+                asyncio.gather(*(_session(browser, url, *job, downloads, i) for i, job in enumerate(jobs))),
                 timeout=480,
             )
         finally:
@@ -127,21 +147,18 @@ def test_eight_concurrent_browser_sessions_get_their_own_results(tmp_path):
     downloads.mkdir()
     artifacts = Path(os.environ.get("VIZAPP_ARTIFACTS", Path(__file__).resolve().parent.parent / "artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
+    expected = [_expected_map(models[i % 2], image) for i, image in enumerate(images)]
     limits = {"VIZAPP_MAX_FORWARDS": "4", "VIZAPP_MAX_RESULTS": "16"}
     with streamlit_server(artifacts / "load_test_streamlit.log", limits) as (url, process):
-        first = [(models[i % 2], images[i]) for i in range(SESSIONS)]
+        first = [(models[i % 2], images[i], expected[i]) for i in range(SESSIONS)]
         results = asyncio.run(_wave(url, first, downloads))
         after_first = rss_mib(process.pid)
-        second = [(models[i % 2], images[SESSIONS + i]) for i in range(SESSIONS)]
+        second = [(models[i % 2], images[SESSIONS + i], expected[SESSIONS + i]) for i in range(SESSIONS)]
         results += asyncio.run(_wave(url, second, downloads))
         after_second = rss_mib(process.pid)
         assert process.poll() is None, "the server died"
-    for (model, image), got in zip(first + second, results):
-        if not np.allclose(got, _expected_map(model, image), rtol=1e-5, atol=1e-7):
-            candidates = [(m.name, i.name) for m in models for i in images + [None] if i is not None
-                          and np.allclose(got, _expected_map(m, i), rtol=1e-5, atol=1e-7)]
-            print("MISMATCH", model.name, image.name, "matches", candidates)
-        np.testing.assert_allclose(got, _expected_map(model, image), rtol=1e-5, atol=1e-7, err_msg=f"{model.name} {image.name}")
+    for (model, image, want), got in zip(first + second, results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=f"{model.name} {image.name}")
     assert not np.allclose(results[0], results[2])  # different images really differ: cross-talk would show
     growth = after_second - after_first
     print(f"server RSS after wave 1: {after_first:.0f} MiB, after wave 2: {after_second:.0f} MiB")
