@@ -1,13 +1,14 @@
 """Capture every layer's attention probabilities in one forward pass.
 
-timm's ``Attention`` computes ``softmax(q·kᵀ·scale)`` only on its unfused path; with
+timm's attention modules compute ``softmax(q·kᵀ·scale)`` only on their unfused path; with
 fused attention (``F.scaled_dot_product_attention``, the default) the weights never
 exist. We therefore never rely on ``fused_attn`` (nor on timm's global
-``set_fused_attn``, which only affects models built after the call). Instead, for each
-requested layer, forward hooks on the block's ``q_norm`` and ``k_norm`` modules (identity
-for most ViTs) receive ``q`` and ``k`` *as the module itself uses them*, and we compute
+``set_fused_attn``, which only affects models built after the call). Instead each block's
+attention adapter (:mod:`analysis.adapters`, one per attention family) reads what the
+module itself uses, q and k after q/k norm and RoPE and the relative-position bias, and
+we compute
 
-    P = softmax(q · kᵀ · scale)        # (B, heads, T, T), in float32
+    P = softmax(q · kᵀ · scale + M)        # (B, heads, T, T), in float32
 
 beside the untouched forward. The model's own output is therefore bit-identical to an
 uncaptured forward, and layers that are not requested keep the fused kernel.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from .adapters import AttentionInputs, block_sites, pool_site
 from .devices import autocast_context
 from .errors import AnalysisError
 from .oom import run_with_oom_fallback
@@ -50,6 +52,8 @@ class AttentionRecord:
             ``dynamic_img_size`` models fed another resolution).
         layers: model layer index of each entry along ``L``.
         query_tokens: token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
+        pool_attention: ``(B, heads, probes, T)`` attention of an attention-pooling head
+            (SigLIP/PE ``map`` pooling: learned probe queries over the output tokens), else ``None``.
     """
 
     attentions: torch.Tensor
@@ -57,6 +61,7 @@ class AttentionRecord:
     spec: ViTSpec
     layers: tuple[int, ...]
     query_tokens: tuple[int, ...] | None = None
+    pool_attention: torch.Tensor | None = None
 
     def layer_position(self, layer: int) -> int:
         """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
@@ -90,32 +95,64 @@ def attention_probabilities(
     scale: float,
     rows: torch.Tensor | None = None,
     *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``softmax(q·kᵀ·scale)`` over keys, in float32.
+    """``softmax(scale·q·kᵀ + M)`` over keys, in float32 (autocast off), as SDPA defines it.
 
-    q, k: ``(B, heads, T, head_dim)``; ``rows`` optionally selects query rows.
-    ``out``: optional float32 ``(B, heads, Q, T)`` tensor on q's device to write into
-    (saves a temporary and a copy: the capture writes straight into its record).
+    q: ``(B, heads, T, d)``; k: ``(B, kv_heads, T, d)`` (grouped-query keys are repeated per
+    head); ``mask`` broadcastable to ``(B, heads, T, T)``: a float bias added to the scores,
+    or a boolean keep-mask (False → −∞); ``is_causal`` keeps keys ``j ≤ i``. ``rows``
+    optionally selects query rows. ``out``: optional float32 ``(B, heads, Q, T)`` tensor on
+    q's device to write into (the capture writes straight into its record).
     Returns ``(B, heads, Q, T)``.
     """
-    if rows is not None:
-        q = q.index_select(2, rows)
-    q, k = q.float(), k.float()
-    batch, heads, queries, head_dim = q.shape
-    tokens = k.shape[2]
+    with torch.autocast(q.device.type, enabled=False):
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        full_queries = q.shape[2]
+        if rows is not None:
+            q = q.index_select(2, rows)
+        q, k = q.float(), k.float()
+        batch, heads, queries, head_dim = q.shape
+        tokens = k.shape[2]
+        if out is None:
+            out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+        scores = out.view(batch * heads, queries, tokens)
+        torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
+            scores,
+            q.reshape(batch * heads, queries, head_dim),
+            k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
+            beta=0.0,
+            alpha=scale,
+            out=scores,
+        )
+        if is_causal:
+            query_index = rows if rows is not None else torch.arange(full_queries, device=q.device)
+            keep = torch.arange(tokens, device=q.device)[None, :] <= query_index[:, None]  # (Q, T)
+            out.masked_fill_(~keep, float("-inf"))
+        if mask is not None:
+            if rows is not None and mask.ndim >= 2 and mask.shape[-2] == full_queries and full_queries > 1:
+                mask = mask.index_select(-2, rows)
+            if mask.dtype == torch.bool:
+                out.masked_fill_(~mask, float("-inf"))
+            else:
+                out.add_(mask.float())
+        torch.ops.aten._softmax.out(out, -1, False, out=out)  # in place, row by row: no temporary
+    return out
+
+
+def _probabilities_from(inputs: AttentionInputs, rows: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    """Probabilities ``(B, heads, Q, T)`` of one reported attention call."""
+    if inputs.probs is None:
+        return attention_probabilities(
+            inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal, out=out
+        )
+    probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
     if out is None:
-        out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
-    scores = out.view(batch * heads, queries, tokens)
-    torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
-        scores,
-        q.reshape(batch * heads, queries, head_dim),
-        k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
-        beta=0.0,
-        alpha=scale,
-        out=scores,
-    )
-    torch.ops.aten._softmax.out(out, -1, False, out=out)  # in place, row by row: no temporary
+        return probs.float()
+    out.copy_(probs)
     return out
 
 
@@ -127,18 +164,21 @@ def attention_taps(
     *,
     query_tokens: Sequence[int] | None = None,
     buffer_for: Callable[[int, tuple[int, ...], torch.device], torch.Tensor | None] | None = None,
+    pool_sink: Callable[[torch.Tensor], None] | None = None,
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` *by this thread* reports the attention
-    probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``.
+    probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
+    read by each block's attention adapter (:mod:`analysis.adapters`).
 
     ``buffer_for(layer, shape, device)`` may return a float32 tensor of that shape to
-    compute the probabilities into (``None``: a new tensor). Hooks are removed on exit,
-    also when the forward raises.
+    compute the probabilities into (``None``: a new tensor). ``pool_sink(probs)`` receives
+    an attention-pooling head's ``(B, heads, probes, T)`` probabilities, if the model has one.
+    Hooks are removed on exit, also when the forward raises.
     """
     owner = threading.get_ident()
-    pending_q: dict[int, torch.Tensor] = {}
     handles = []
     rows_cache: dict[torch.device, torch.Tensor] = {}
+    sites = {site.layer: site for site in block_sites(model)}
 
     def rows_on(device: torch.device) -> torch.Tensor | None:
         if query_tokens is None:
@@ -147,32 +187,33 @@ def attention_taps(
             rows_cache[device] = torch.as_tensor(list(query_tokens), dtype=torch.long, device=device)
         return rows_cache[device]
 
+    def emitter(layer: int):
+        def emit(inputs: AttentionInputs) -> None:
+            reference = inputs.q if inputs.probs is None else inputs.probs
+            rows = rows_on(reference.device)
+            out = None
+            if buffer_for is not None:
+                queries = reference.shape[2] if rows is None else len(rows)
+                tokens = inputs.k.shape[2] if inputs.probs is None else inputs.probs.shape[-1]
+                out = buffer_for(layer, (reference.shape[0], reference.shape[1], queries, tokens), reference.device)
+            sink(layer, _probabilities_from(inputs, rows, out))
+
+        return emit
+
+    def emit_pool(inputs: AttentionInputs) -> None:
+        pool_sink(_probabilities_from(inputs, None, None))
+
     try:
         for layer in layers:
-            attn = model.blocks[layer].attn
-
-            def keep_q(module, args, q, layer=layer):
-                if threading.get_ident() == owner:
-                    pending_q[layer] = q  # (B, heads, T, head_dim)
-
-            def emit(module, args, k, layer=layer, scale=float(attn.scale)):
-                if threading.get_ident() != owner:
-                    return
-                q = pending_q.pop(layer)
-                rows = rows_on(k.device)
-                out = None
-                if buffer_for is not None:
-                    shape = (q.shape[0], q.shape[1], q.shape[2] if rows is None else len(rows), k.shape[2])
-                    out = buffer_for(layer, shape, k.device)
-                sink(layer, attention_probabilities(q, k, scale, rows, out=out))
-
-            handles.append(attn.q_norm.register_forward_hook(keep_q))
-            handles.append(attn.k_norm.register_forward_hook(emit))
+            site = sites[layer]
+            handles.extend(site.adapter.tap(site.module, emitter(layer), owner))
+        pool = pool_site(model) if pool_sink is not None else None
+        if pool is not None:
+            handles.extend(pool.adapter.tap(pool.module, emit_pool, owner))
         yield
     finally:
         for handle in handles:
             handle.remove()
-        pending_q.clear()
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -184,6 +225,9 @@ def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tupl
         return tuple(range(num_layers))
     if isinstance(layers, int):
         layers = [layers]
+    layers = list(layers)
+    if not layers:
+        raise AnalysisError(f"layers is empty: pass None for all {num_layers} layers, or some of 0..{num_layers - 1}.")
     resolved = []
     for layer in layers:
         index = layer + num_layers if layer < 0 else layer
@@ -201,9 +245,9 @@ def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
         )
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     spec = vit.spec
-    if getattr(vit.model, "dynamic_img_size", False):
+    if spec.dynamic_img_size:
         ph, pw = spec.patch_size
-        if getattr(vit.model.patch_embed, "dynamic_img_pad", False):  # timm pads up to whole patches
+        if spec.dynamic_img_pad:  # timm pads up to whole patches
             height, width = -(-height // ph) * ph, -(-width // pw) * pw
         elif height % ph or width % pw or height < ph or width < pw:
             raise AnalysisError(
@@ -265,12 +309,14 @@ def capture_attention(
     pieces = run_with_oom_fallback(on_device, pixels, on_cpu if vit.device.type != "cpu" else None)
     if len(pieces) == 1:
         return pieces[0]
+    pools = [p.pool_attention for p in pieces]
     return AttentionRecord(
         attentions=torch.cat([p.attentions.to(out_device) for p in pieces], dim=1),
         logits=torch.cat([p.logits.to(out_device) for p in pieces], dim=0),
         spec=spec,
         layers=layer_ids,
         query_tokens=query_tokens,
+        pool_attention=None if pools[0] is None else torch.cat([p.to(out_device) for p in pools], dim=0),
     )
 
 
@@ -308,8 +354,14 @@ def _capture_once(
             target.copy_(probs, non_blocking=pin)
         seen.add(layer)
 
+    def keep_pool(probs: torch.Tensor) -> None:  # (B, heads, probes, T)
+        store["pool"] = probs.to(dtype=dtype, device=out_device)
+
     pixels = pixels.to(device, non_blocking=True)
-    with torch.no_grad(), attention_taps(model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for):
+    taps = attention_taps(
+        model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for, pool_sink=keep_pool
+    )
+    with torch.no_grad(), taps:
         with autocast_context(device, precision):
             logits = model(pixels)
     if device.type == "cuda":
@@ -318,7 +370,7 @@ def _capture_once(
     if missing:
         raise AnalysisError(
             f"The attention of layers {missing} was never computed during the forward pass: this "
-            "model's blocks do not call their attention's q_norm/k_norm, so it is not supported."
+            "model's attention modules did not run as their adapter expects, so it is not supported."
         )
     attentions = store["maps"]
     expected_tokens = spec.num_tokens
@@ -335,4 +387,5 @@ def _capture_once(
         spec=spec,
         layers=layer_ids,
         query_tokens=query_tokens,
+        pool_attention=store.get("pool"),
     )

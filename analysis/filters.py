@@ -6,13 +6,19 @@ import torch
 import torch.nn as nn
 
 from .errors import AnalysisError
+from .spec import patch_embedding_module
 
 __all__ = ["patch_embedding_filters", "patch_embedding_components"]
 
 
 def patch_embedding_filters(vit) -> torch.Tensor:
-    """The linear patch projection as ``(D, C, ph, pw)`` float32 filters."""
-    patch_embed = vit.model.patch_embed
+    """The linear patch projection as ``(D, C, ph, pw)`` float32 filters.
+
+    A convolution stem (``PatchEmbed.proj``) gives its weight as is; NaFlex's ``Linear`` over
+    flattened patches is unflattened in its own patch layout (``(ph, pw, C)`` when
+    ``channels_last``, else ``(C, ph, pw)``).
+    """
+    patch_embed = patch_embedding_module(vit.model)
     if getattr(patch_embed, "backbone", None) is not None:
         raise AnalysisError(
             f"{vit.name} is a hybrid ViT: its patch embedding is a CNN stem followed by a 1x1 "
@@ -20,6 +26,13 @@ def patch_embedding_filters(vit) -> torch.Tensor:
             "cannot be shown as image patches."
         )
     proj = getattr(patch_embed, "proj", None)
+    if isinstance(proj, nn.Linear) and getattr(patch_embed, "is_linear", False):
+        ph, pw = (int(v) for v in patch_embed.patch_size)
+        channels = proj.in_features // (ph * pw)
+        weight = proj.weight.detach().float().cpu()  # (D, ph·pw·C) or (D, C·ph·pw)
+        if getattr(patch_embed, "channels_last", True):
+            return weight.reshape(-1, ph, pw, channels).permute(0, 3, 1, 2).contiguous()
+        return weight.reshape(-1, channels, ph, pw)
     if not isinstance(proj, nn.Conv2d):
         raise AnalysisError(f"{vit.name}: the patch embedding is not a single convolution over pixels.")
     return proj.weight.detach().float().cpu()

@@ -238,7 +238,7 @@ def test_bad_pretrained_tag_lists_the_valid_ones():
 
 
 def test_npz_head_size_is_read_from_the_file(tmp_path):
-    from analysis.loading import _npz_num_classes
+    from analysis.loading.checkpoints import npz_num_classes as _npz_num_classes
 
     np.savez(tmp_path / "in21k.npz", **{"head/bias": np.zeros(21843, np.float32), "head/kernel": np.zeros((2, 21843))})
     np.savez(tmp_path / "headless.npz", **{"embedding/bias": np.zeros(4, np.float32)})

@@ -1,0 +1,29 @@
+"""Attention adapters: one small file per attention family, all in one registry.
+
+See :mod:`analysis.adapters.base` for how probabilities are read exactly, and
+:mod:`analysis.adapters.registry` for how a module finds its adapter.
+"""
+
+from . import attention_pool, multihead, relative_position, rotary  # noqa: F401  (register the families)
+from .base import AttentionAdapter, AttentionInputs
+from .registry import (
+    AttentionSite,
+    adapter_for,
+    block_sites,
+    pool_site,
+    register_adapter,
+    registered_adapters,
+    supported_attention,
+)
+
+__all__ = [
+    "AttentionAdapter",
+    "AttentionInputs",
+    "AttentionSite",
+    "adapter_for",
+    "block_sites",
+    "pool_site",
+    "register_adapter",
+    "registered_adapters",
+    "supported_attention",
+]

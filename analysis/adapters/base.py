@@ -1,0 +1,139 @@
+"""How attention probabilities are read out of an attention module, exactly as it uses them.
+
+Every attention module of the families we support ends in one of two ways:
+
+* **fused**: it calls ``F.scaled_dot_product_attention(q, k, v, attn_mask=..., scale=...)``.
+  The weights never exist. While *this thread* runs the module, a thread-local
+  :class:`~torch.overrides.TorchFunctionMode` sees that call and receives ``q``, ``k`` and
+  the mask *as the module passes them*: after q/k norm, after RoPE, with relative-position
+  bias folded into ``attn_mask``. We compute, in float32, beside the untouched call::
+
+      P = softmax(scale · q·kᵀ + M)         # M: float bias, or 0 / −∞ from a boolean mask
+
+* **explicit**: it computes ``softmax`` itself and passes the result through its
+  ``attn_drop`` dropout (identity in eval). A forward hook on ``attn_drop`` reads ``P``.
+
+Either way the module's own computation is unchanged, so logits stay bit-identical, and
+nothing is stored on the module: hooks live for one call of :func:`attention_taps`, react
+only to the thread that registered them, and are removed in ``finally``.
+
+An :class:`AttentionAdapter` describes one attention family (its module types, what its
+probabilities include). Families that do not follow this contract override :meth:`tap`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
+
+__all__ = ["AttentionInputs", "AttentionAdapter", "Report"]
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """What one attention call used: either the scores' ingredients or the probabilities.
+
+    ``q (B, heads, Q, d)``, ``k (B, kv_heads, T, d)``, ``mask`` broadcastable to
+    ``(B, heads, Q, T)`` (float bias or boolean keep-mask), ``scale`` the factor on q·kᵀ;
+    or ``probs (B, heads, Q, T)`` already computed by the module.
+    """
+
+    q: torch.Tensor | None = None
+    k: torch.Tensor | None = None
+    scale: float | None = None
+    mask: torch.Tensor | None = None
+    is_causal: bool = False
+    probs: torch.Tensor | None = None
+
+
+# Called with the inputs of one attention call of the tapped module.
+Report = Callable[[AttentionInputs], None]
+
+
+class _SdpaListener(TorchFunctionMode):
+    """Reports every ``scaled_dot_product_attention`` call made while it is on this thread's
+    stack (and, with ``softmax=True``, every ``softmax`` result: for modules whose explicit
+    path has no ``attn_drop``)."""
+
+    def __init__(self, report: Report, *, softmax: bool = False) -> None:
+        super().__init__()
+        self.report = report
+        self.softmax = softmax
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            self.report(_sdpa_inputs(*args, **kwargs))
+        result = func(*args, **kwargs)
+        if self.softmax and func in (torch.Tensor.softmax, torch.softmax, F.softmax):
+            self.report(AttentionInputs(probs=result))
+        return result
+
+
+def _sdpa_inputs(
+    query, key, value=None, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+) -> AttentionInputs:
+    """The arguments of ``F.scaled_dot_product_attention`` as :class:`AttentionInputs`."""
+    return AttentionInputs(
+        q=query,
+        k=key,
+        scale=float(scale) if scale is not None else query.shape[-1] ** -0.5,  # SDPA's own default
+        mask=attn_mask,
+        is_causal=bool(is_causal),
+    )
+
+
+class AttentionAdapter:
+    """One attention family: which module types, and how their probabilities are read.
+
+    Subclasses set ``name``, ``module_types`` and ``includes`` (what the probabilities
+    include, e.g. "rotary position embedding on patch tokens"). The default :meth:`tap`
+    follows the fused/explicit contract in the module docstring.
+    """
+
+    name: str = "attention"
+    module_types: tuple[type[nn.Module], ...] = ()
+    includes: str = "softmax(q·kᵀ·scale)"
+    # The explicit path has no attn_drop: read the result of its softmax call instead.
+    explicit_softmax: bool = False
+
+    def num_heads(self, module: nn.Module) -> int:
+        return int(module.num_heads)
+
+    def tap(self, module: nn.Module, report: Report, owner: int) -> list[RemovableHandle]:
+        """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread ``owner``."""
+        listener = _SdpaListener(report, softmax=self.explicit_softmax)
+        entered: list[bool] = []
+
+        def enter(mod, args):
+            if threading.get_ident() == owner:
+                listener.__enter__()
+                entered.append(True)
+
+        def leave(mod, args, output):
+            if threading.get_ident() == owner and entered:
+                entered.pop()
+                listener.__exit__(None, None, None)
+
+        def explicit(mod, args, output):
+            if threading.get_ident() == owner:
+                report(AttentionInputs(probs=args[0]))
+
+        handles = [
+            module.register_forward_pre_hook(enter),
+            module.register_forward_hook(leave, always_call=True),  # pops the mode even if forward raises
+        ]
+        dropout = getattr(module, "attn_drop", None)
+        if isinstance(dropout, nn.Module) and not self.explicit_softmax:
+            handles.append(dropout.register_forward_hook(explicit))
+        return handles
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

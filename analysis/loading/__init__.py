@@ -1,0 +1,107 @@
+"""Load any supported ViT into one :class:`LoadedViT`, from wherever it lives.
+
+``load_vit(source)`` returns the model in eval mode on its device, its geometry
+(:class:`~analysis.spec.ViTSpec`), its own preprocessing and its class names. Sources:
+
+* an ``nn.Module`` a notebook already holds (timm, Hugging Face or torchvision): wrapped
+  without copying weights (:mod:`.objects`);
+* ``"demo"``: the bundled demo model in ``assets/demo_vit``;
+* ``"local-dir:PATH"`` or a folder: timm's hub layout (``config.json`` with ``architecture``),
+  or a Hugging Face ``save_pretrained`` folder (``config.json`` with ``model_type``);
+* ``"hf:org/name"``: a Hugging Face transformers model, from the local cache or the hub;
+* ``"torchvision:vit_b_16"`` (and the other torchvision ViT names);
+* a single weights file (``.safetensors``, ``.pth``/``.pt``/``.bin``, Google's ``.npz``) with
+  ``arch=`` (a timm name, or ``"torchvision:<name>"``);
+* ``"hf-hub:org/name"`` or a timm model name, with or without a pretrained tag.
+
+One module per source; every foreign model is converted once, at this boundary, into the
+equivalent timm model, so everything after sees one kind of model. Pickle-based files are
+only ever read with ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..devices import resolve_device
+from ..errors import ModelLoadError
+from . import hf_transformers, objects, torchvision_source
+from .families import SUPPORTED_FAMILIES, is_embedding_tower
+from .files import looks_like_file, model_from_file, model_from_timm_folder, read_folder_config
+from .loaded import LoadedViT, wrap_model
+from .timm_source import model_from_timm_name
+
+__all__ = ["LoadedViT", "load_vit", "DEMO_MODEL_DIR", "SUPPORTED_FAMILIES"]
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "demo_vit"
+
+
+def load_vit(
+    source: str | os.PathLike | nn.Module,
+    *,
+    pretrained: bool = True,
+    device: str | torch.device | None = None,
+    arch: str | None = None,
+    **model_kwargs: Any,
+) -> LoadedViT:
+    """Load a ViT for inspection.
+
+    Args:
+        source: an ``nn.Module``; ``"demo"``; a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
+            ``"hf-hub:org/name"`` (timm weights on the hub); ``"hf:org/name"`` (a transformers
+            model); ``"torchvision:vit_b_16"``; ``"local-dir:folder"`` or a folder (timm hub layout
+            or transformers ``save_pretrained``); or a single weights file (then ``arch`` is required).
+        pretrained: for names only: load pretrained weights (from the local cache, else
+            downloaded). ``False`` gives random weights.
+        device: ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
+        arch: the architecture of a single weights file: a timm name or ``"torchvision:<name>"``.
+        **model_kwargs: for timm sources, passed on to ``timm.create_model`` (``img_size=``,
+            ``num_classes=``, ``dynamic_img_size=``...; they win over a folder's saved
+            ``model_args``). For module objects and foreign models: ``img_size=``, ``mean=``,
+            ``std=`` override the preprocessing.
+
+    Raises:
+        ModelLoadError and its subclasses, with a message that says what to do.
+    """
+    if isinstance(source, nn.Module):
+        return objects.wrap_module(source, device=None if device is None else resolve_device(device), **model_kwargs)
+    target = resolve_device(device)
+    source_str = os.fspath(source)
+    if source_str.startswith("hf:"):
+        return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
+    if source_str.startswith("torchvision:"):
+        return torchvision_source.load_torchvision(source_str, target, pretrained=pretrained, **model_kwargs)
+    if source_str == "demo":
+        if not (DEMO_MODEL_DIR / "config.json").is_file():
+            raise ModelLoadError(
+                f"The bundled demo model is missing ({DEMO_MODEL_DIR}). Restore it from git "
+                "(`git checkout -- assets/demo_vit`) or retrain it with `python -m analysis.train_demo`."
+            )
+        return _from_folder(DEMO_MODEL_DIR, source_str, target, model_kwargs)
+    if source_str.startswith("local-dir:") or Path(source_str).is_dir():
+        folder = Path(source_str.removeprefix("local-dir:")).expanduser()
+        return _from_folder(folder, source_str, target, model_kwargs)
+    if looks_like_file(source_str):
+        path = Path(source_str).expanduser()
+        if arch and arch.startswith("torchvision:"):
+            return torchvision_source.load_torchvision_file(path, arch, target, **model_kwargs)
+        return wrap_model(model_from_file(path, arch, model_kwargs), source_str, target)
+    model = model_from_timm_name(source_str, pretrained, model_kwargs)
+    label_names = getattr(model, "pretrained_cfg", {}).get("label_names")
+    embedding = is_embedding_tower(source_str, int(getattr(model, "num_classes", 0) or 0))
+    return wrap_model(model, source_str, target, label_names, embedding_output=embedding)
+
+
+def _from_folder(folder: Path, name: str, device: torch.device, model_kwargs: dict) -> LoadedViT:
+    config = read_folder_config(folder)
+    if "model_type" in config and "architecture" not in config:
+        return hf_transformers.load_hf_folder(folder, config, name, device, **model_kwargs)
+    model = model_from_timm_folder(folder, config, model_kwargs)
+    architecture = str(config.get("architecture"))
+    embedding = is_embedding_tower(architecture, int(getattr(model, "num_classes", 0) or 0))
+    return wrap_model(model, name, device, config.get("label_names"), embedding_output=embedding)

@@ -1,0 +1,2 @@
+"""placeholder"""
+def is_hf_model(m): return False

@@ -1,0 +1,161 @@
+"""``LoadedViT``: the one object every analysis sees, whatever library the model came from."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from PIL import Image
+
+from ..adapters import block_sites
+from ..errors import ModelLoadError, UnsupportedModelError
+from ..preprocessing import Preprocessing
+from ..spec import ViTSpec, patch_embedding_module, spec_from_model
+from .families import SUPPORTED_FAMILIES
+
+__all__ = ["LoadedViT", "wrap_model", "class_names_for"]
+
+_CPU_COPY_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class LoadedViT:
+    """A loaded ViT with everything needed to feed it and read it.
+
+    Attributes:
+        model: a timm ViT-like model (``VisionTransformer``, ``Eva``, ``Beit``, ...), eval
+            mode, on ``device``. Hugging Face and torchvision models are assembled into the
+            equivalent timm model from their own modules (weights are shared, not copied).
+        name: the source it was loaded from.
+        device: where the model lives.
+        spec: token geometry at the configured input size, position-embedding kind and head kind.
+        class_names: one name per output class, or ``None`` (also for models without classes).
+        preprocessing: resize / crop / normalise at ``spec.img_size``.
+        source_library: "timm", "transformers" or "torchvision".
+    """
+
+    model: nn.Module
+    name: str
+    device: torch.device
+    spec: ViTSpec
+    class_names: list[str] | None
+    preprocessing: Preprocessing
+    data_config: dict = field(default_factory=dict)
+    source_library: str = "timm"
+    _cpu_copy: nn.Module | None = field(default=None, repr=False)
+
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size."""
+        return self.preprocessing(image)
+
+    def model_input_image(self, image: Image.Image) -> Image.Image:
+        """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""
+        return self.preprocessing.crop(image)
+
+    def cpu_model(self) -> nn.Module:
+        """A private float32 CPU copy of the model (made once), for out-of-memory fallbacks:
+        the shared model stays on its device, where other sessions are using it."""
+        if self.device.type == "cpu":
+            return self.model
+        with _CPU_COPY_LOCK:
+            if self._cpu_copy is None:
+                self._cpu_copy = copy.deepcopy(self.model).float().to("cpu")
+            return self._cpu_copy
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes of a classification head (0 for embedding towers and headless models)."""
+        return self.spec.num_outputs if self.spec.has_classifier else 0
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"LoadedViT({self.name!r}, {s.family}, device={self.device.type}, img_size={s.img_size}, "
+            f"patch={s.patch_size}, grid={s.grid_size}, prefix_tokens={s.num_prefix_tokens}, "
+            f"layers={s.num_layers}, heads={s.num_heads}, positions={s.position_embedding}, head={s.head})"
+        )
+
+
+def class_names_for(model: nn.Module, label_names: list[str] | None) -> list[str] | None:
+    num_classes = int(getattr(model, "num_classes", 0) or 0)
+    if label_names and len(label_names) == num_classes:
+        return [str(n) for n in label_names]
+    if num_classes in (1000, 11821, 21841, 21843):
+        try:
+            from timm.data import ImageNetInfo, infer_imagenet_subset
+
+            subset = infer_imagenet_subset(model)
+            if subset:
+                return list(ImageNetInfo(subset).label_descriptions())
+        except Exception:  # noqa: BLE001 - class names are a nicety, never a failure
+            return None
+    return None
+
+
+def _timm_data_config(model: nn.Module) -> dict:
+    from timm.data import resolve_data_config
+
+    return dict(resolve_data_config({}, model=model))
+
+
+def wrap_model(
+    model: nn.Module,
+    name: str,
+    device: torch.device | None,
+    label_names: list[str] | None = None,
+    *,
+    embedding_output: bool = False,
+    data_config: dict | None = None,
+    source_library: str = "timm",
+    default_img_size: tuple[int, int] | None = None,
+    freeze: bool = True,
+) -> LoadedViT:
+    """Check that ``model`` is a ViT the adapters can read, then wrap it.
+
+    ``device=None`` leaves the model where it is (model objects from a notebook);
+    ``freeze=False`` leaves ``requires_grad`` untouched (the caller's own module).
+    """
+    if patch_embedding_module(model) is None:
+        raise UnsupportedModelError(
+            f"{name!r} ({type(model).__name__}) has no patch embedding: it is not a ViT this tool can inspect. "
+            f"Supported: {SUPPORTED_FAMILIES}."
+        )
+    block_sites(model, name)  # every block's attention must have an adapter
+    if default_img_size is None and patch_embedding_module(model) is getattr(model, "embeds", None):
+        input_size = (getattr(model, "pretrained_cfg", None) or {}).get("input_size") or (3, 224, 224)
+        default_img_size = tuple(input_size[-2:])
+    spec = spec_from_model(model, embedding_output=embedding_output, default_img_size=default_img_size)
+    embed = patch_embedding_module(model)
+    declared = getattr(embed, "img_size", None)
+    declared = tuple(int(v) for v in declared) if declared else None
+    if declared and declared != spec.img_size and not spec.dynamic_img_size:
+        ph, pw = spec.patch_size
+        raise UnsupportedModelError(
+            f"img_size {declared[0]}x{declared[1]} is not a multiple of the patch size {ph}x{pw}: "
+            f"use e.g. img_size={spec.img_size[0]} or {spec.img_size[0] + ph}."
+        )
+    if device is not None:
+        try:
+            model = model.to(device)
+        except (RuntimeError, AssertionError) as exc:
+            raise ModelLoadError(f"Cannot move the model to {device}: {exc}. Use device='cpu'.") from exc
+    else:
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    model.eval()
+    if freeze:
+        model.requires_grad_(False)
+    config = dict(data_config) if data_config is not None else _timm_data_config(model)
+    config["input_size"] = (3, *spec.img_size)  # the model's actual size wins over the pretrained default
+    return LoadedViT(
+        model=model,
+        name=name,
+        device=device,
+        spec=spec,
+        class_names=class_names_for(model, label_names) if spec.has_classifier else None,
+        preprocessing=Preprocessing.from_data_config(config, spec.img_size),
+        data_config=config,
+        source_library=source_library,
+    )

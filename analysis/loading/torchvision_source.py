@@ -1,0 +1,2 @@
+"""placeholder"""
+def is_torchvision_vit(m): return False
