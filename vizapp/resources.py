@@ -190,7 +190,8 @@ class Forward:
 
     record: attention ``(L, 1, heads, T, T)`` and logits of the pass.
     input_image: ``(H, W, 3)`` uint8, exactly the pixels the model saw.
-    probabilities: ``(classes,)`` softmax of the logits (empty for headless models).
+    probabilities: ``(classes,)`` softmax of the logits; empty unless the model has a
+        classification head (embedding towers and headless models have no classes).
     """
 
     record: analysis.AttentionRecord
@@ -208,7 +209,7 @@ def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
         warnings.simplefilter("always", RuntimeWarning)
         record = capture_attention(vit, vit.preprocess(image))
     logits = record.logits[0]
-    probabilities = logits.softmax(-1).numpy() if logits.numel() > 1 else np.zeros(0, np.float32)
+    probabilities = logits.softmax(-1).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
     return Forward(
         record=record,
         input_image=np.asarray(vit.model_input_image(image), dtype=np.uint8),
@@ -252,6 +253,19 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
             maps[layer, head] = attention_map(record, layer, head=head, query=query)[0].numpy()
         maps[layer, spec.num_heads] = attention_map(record, layer, head=None, query=query)[0].numpy()
     return maps
+
+
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
+    """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
+    float32 (index ``heads`` is the mean over heads), or ``None`` without such a head."""
+    record = forward(ref, digest, _image_bytes).record
+    if record.pool_attention is None:
+        return None
+    spec = record.spec
+    probe = record.pool_attention[0, :, 0, spec.num_prefix_tokens :]  # (heads, N)
+    maps = torch.cat([probe, probe.mean(0, keepdim=True)]).reshape(-1, *spec.grid_size)
+    return maps.numpy().astype(np.float32)
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
@@ -301,9 +315,10 @@ def uniform_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> float:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None) -> np.ndarray:
-    """Cosine similarity of patch position embeddings, ``(gh, gw, gh, gw)`` float32."""
-    return position_embedding_similarity(get_model(ref), grid_size=grid_size).numpy()
+def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None, kind: str | None = None) -> np.ndarray:
+    """Cosine similarity of patch position encodings (learned table or rotary features),
+    ``(gh, gw, gh, gw)`` float32."""
+    return position_embedding_similarity(get_model(ref), grid_size=grid_size, kind=kind).numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -338,6 +353,7 @@ __all__ = [
     "parse_model_ref",
     "patch_components",
     "patch_filters",
+    "pooling_attention",
     "position_similarity",
     "read_sample",
     "rollout_by_layer",

@@ -44,7 +44,7 @@ PERSISTENT_KEYS = (
     "layer", "head", "query_mode", "query_patch", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
     "cmp_layers", "cmp_all", "cmp_model2",
-    "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
+    "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
     "dist_set", "dist_model2",
 )

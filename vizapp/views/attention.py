@@ -89,12 +89,37 @@ with left:
     )
 
 with right:
-    st.subheader("Top-5 predictions")
-    names, probabilities = resources.top_predictions(*cur.args)
-    if len(names):
+    if spec.has_classifier:
+        st.subheader("Top-5 predictions")
+        names, probabilities = resources.top_predictions(*cur.args)
         show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
+    elif spec.head == "embedding":
+        st.caption(
+            f"No class predictions: this model's head projects to a {spec.num_outputs}-d image embedding "
+            "(CLIP/SigLIP/PE tower), not to classes."
+        )
     else:
-        st.caption("This model has no classification head.")
+        st.caption("No class predictions: this model has no classification head (its output is pooled features).")
+
+pooling = resources.pooling_attention(*cur.args)  # (heads + 1, gh, gw) or None
+if pooling is not None:
+    st.subheader("Attention-pooling head")
+    st.caption(
+        "Not a block: the model pools its output tokens with a learned probe query (``map`` pooling). "
+        "This is that probe's attention over the patch tokens, for the head chosen above "
+        "(its own heads; the mean if the choice exceeds them)."
+    )
+    pool_heads = pooling.shape[0] - 1
+    pool_column = pool_heads if head == "mean" or int(head) >= pool_heads else int(head)
+    pool_label = "mean over heads" if pool_column == pool_heads else f"head {pool_column}"
+    show_chart(
+        figures.attention_overlay(
+            resources.background_uri(*cur.args), spec.img_size, pooling[pool_column], spec.patch_size,
+            opacity=opacity, colorscale=cur.colorscale, title=f"Pooling probe · {pool_label}",
+        ),
+        "pool_overlay", filename="attention_pooling_head",
+    )
+    download_npz("pool_data", "attention_pooling_head", attention=pooling[:pool_heads], mean_over_heads=pooling[-1])
 
 st.subheader(f"All layers × heads · query: {query_text}")
 scale = st.radio(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+import analysis
 from vizapp import figures, resources
 from vizapp.derive import similarity_by_distance
 from vizapp.state import current
@@ -14,14 +15,39 @@ from vizapp.ui import clamp_state, download_csv, download_npz, point_index, sele
 cur = current()
 
 st.header("Position embeddings", divider="gray")
-st.caption(
-    "Tile (row i, col j) shows the cosine similarity between the position embedding of patch "
-    "(i, j) and those of all patches. Click a tile to enlarge it."
-)
+KIND_LABELS = {
+    "table": "learned position table (Figure 7)",
+    "rope": "rotary features [sin θp, cos θp] (RoPE)",
+}
+kinds = analysis.position.position_encoding_kinds(cur.vit)
+if not kinds:
+    st.info(
+        f"{cur.model.label} encodes positions as {cur.spec.position_embedding}: "
+        + ("a bias on the attention scores that depends only on the displacement between two patches, so "
+           "there is no per-position embedding to compare." if "relative" in cur.spec.position_embedding
+           else "it has no position embedding at all.")
+    )
+    st.stop()
+kind = kinds[0]
+if len(kinds) > 1:
+    kind = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
+if kind == "rope":
+    st.caption(
+        "This model has no learned position table: it rotates queries and keys by rotary embeddings (RoPE). "
+        "The well-defined analogue is shown: tile (row i, col j) is the cosine similarity between the rotary "
+        "feature vector [sin θp, cos θp] of patch (i, j) (all frequencies θ, as the model passes it to its "
+        "attention) and those of all patches. It equals the mean over frequencies of cos(θ·(p − p′)), so it "
+        "depends only on the displacement. Click a tile to enlarge it."
+    )
+else:
+    st.caption(
+        "Tile (row i, col j) shows the cosine similarity between the position embedding of patch "
+        "(i, j) and those of all patches. Click a tile to enlarge it."
+    )
 
 try:
-    similarity = resources.position_similarity(cur.model)  # (gh, gw, gh, gw)
-except ValueError as exc:  # AnalysisError: e.g. rotary / relative positions
+    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
+except ValueError as exc:  # AnalysisError
     st.info(str(exc))
     st.stop()
 gh, gw = similarity.shape[:2]
@@ -74,7 +100,9 @@ with left:
 
 st.subheader("Resample to another grid")
 resample = st.checkbox(
-    "Resample the position embedding (bicubic, as when fine-tuning at a higher resolution)", key="pos_resample"
+    "Resample the position embedding (bicubic, as when fine-tuning at a higher resolution)"
+    if kind == "table" else "Rotary features on another grid (needs a model that takes other input sizes)",
+    key="pos_resample",
 )
 curves = [(f"{gh}×{gw} (model)", *similarity_by_distance(similarity))]
 arrays = {"similarity": similarity}
@@ -85,7 +113,7 @@ if resample:
     new_h = g1.number_input("Rows", 2, 64, step=1, key="pos_grid_h")
     new_w = g2.number_input("Columns", 2, 64, step=1, key="pos_grid_w")
     try:
-        resampled = resources.position_similarity(cur.model, (int(new_h), int(new_w)))
+        resampled = resources.position_similarity(cur.model, (int(new_h), int(new_w)), kind)
     except ValueError as exc:
         st.error(str(exc))
     else:
