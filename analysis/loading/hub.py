@@ -81,7 +81,7 @@ def ensure_pretrained_available(name: str) -> None:
 def ensure_hub_reachable(hub_id: str | None, name: str, filenames: tuple[str, ...] | None = None) -> None:
     if hub_id and in_hf_cache(hub_id, filenames):
         return
-    if hub_offline_env() or not _can_reach("huggingface.co", 443):
+    if hub_offline_env() or not can_reach("huggingface.co", 443):
         raise WeightsUnavailableError(offline_message(name))
 
 
@@ -103,7 +103,7 @@ def in_hf_cache(repo_id: str, filenames: tuple[str, ...] | None = None) -> bool:
     return False
 
 
-def _can_reach(host: str, port: int) -> bool:
+def can_reach(host: str, port: int) -> bool:
     result: list[bool] = []
 
     def probe() -> None:

@@ -37,10 +37,10 @@ def wrap_module(
     from . import hf_transformers, torchvision_source
 
     name = f"<{type(module).__module__}.{type(module).__name__} object>"
-    if torchvision_source.is_torchvision_vit(module):
+    if type(module).__module__.startswith("torchvision.models"):
         vit = torchvision_source.wrap_torchvision(module, name, device, freeze=False)
-    elif hf_transformers.is_hf_model(module):
-        vit = hf_transformers.wrap_hf(module, name, device, freeze=False)
+    elif hf_transformers.is_hf_model(module):  # its position table is resized the way transformers does
+        return hf_transformers.wrap_hf(module, name, device, freeze=False, img_size=img_size, mean=mean, std=std)
     else:
         vit = wrap_model(module, name, device, getattr(module, "pretrained_cfg", {}).get("label_names"), freeze=False)
     return apply_overrides(vit, img_size=img_size, mean=mean, std=std)

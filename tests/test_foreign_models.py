@@ -1,0 +1,310 @@
+"""Hugging Face transformers and torchvision ViTs, as folders, files and model objects.
+
+Tiny random models are built in temporary folders (no network). The reference is the source
+library itself: transformers' ``output_attentions=True`` under eager attention, and
+torchvision's ``nn.MultiheadAttention(need_weights=True, average_attn_weights=False)`` on
+each block's ``ln_1`` input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import torch
+
+from analysis import (
+    AnalysisError,
+    CheckpointError,
+    ModelLoadError,
+    UnsupportedModelError,
+    WeightsUnavailableError,
+    attention_rollout,
+    capture_attention,
+    load_vit,
+    mean_attention_distance,
+    patch_embedding_components,
+    position_embedding_similarity,
+)
+
+transformers = pytest.importorskip("transformers", reason="transformers is optional: pip install transformers")
+torchvision = pytest.importorskip("torchvision")
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
+
+
+def _perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Random init leaves biases, layer scales and tokens at constants: perturb every parameter."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    return model.eval()
+
+
+def _hf(model_class: str, config_class: str, **extra) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**SMALL, **extra)
+    config._attn_implementation = "eager"  # so output_attentions returns the softmax weights
+    return _perturbed(getattr(transformers, model_class)(config))
+
+
+HF_CASES = {
+    "vit_classifier": ("ViTForImageClassification", "ViTConfig", {}),
+    "vit_model_pooler": ("ViTModel", "ViTConfig", {}),
+    "deit_distilled": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", {}),
+    "deit_classifier": ("DeiTForImageClassification", "DeiTConfig", {}),
+    "dinov2": ("Dinov2Model", "Dinov2Config", {}),
+    "dinov2_classifier": ("Dinov2ForImageClassification", "Dinov2Config", dict(num_labels=3)),
+    "dinov2_registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", dict(num_register_tokens=4)),
+    "clip_vision": ("CLIPVisionModel", "CLIPVisionConfig", {}),
+    "clip_vision_projection": ("CLIPVisionModelWithProjection", "CLIPVisionConfig", dict(projection_dim=16)),
+    "siglip_vision": ("SiglipVisionModel", "SiglipVisionConfig", {}),
+}
+# case -> (prefix tokens, head kind)
+EXPECTED = {
+    "vit_classifier": (1, "classifier"),
+    "vit_model_pooler": (1, "none"),
+    "deit_distilled": (2, "classifier"),
+    "deit_classifier": (2, "classifier"),
+    "dinov2": (1, "none"),
+    "dinov2_classifier": (1, "classifier"),
+    "dinov2_registers": (5, "none"),
+    "clip_vision": (1, "none"),
+    "clip_vision_projection": (1, "embedding"),
+    "siglip_vision": (0, "none"),
+}
+
+
+def _hf_output(model, pixels, **kwargs):
+    with torch.no_grad():
+        out = model(pixel_values=pixels, output_attentions=True, **kwargs)
+    for name in ("logits", "image_embeds", "pooler_output"):
+        value = getattr(out, name, None)
+        if value is not None:
+            return value, torch.stack(out.attentions)
+    raise AssertionError("no output")
+
+
+def _storages(module: torch.nn.Module) -> set[int]:
+    return {p.untyped_storage().data_ptr() for p in module.parameters()}
+
+
+def _copied_numel(wrapped: torch.nn.Module, original: torch.nn.Module) -> int:
+    """Elements of ``wrapped``'s parameters that do not live in ``original``'s storage."""
+    own = _storages(original)
+    return sum(p.numel() for p in wrapped.parameters() if p.untyped_storage().data_ptr() not in own)
+
+
+@pytest.mark.parametrize("case", sorted(HF_CASES))
+def test_transformers_model_object_matches_its_own_attention_and_output(case):
+    model = _hf(*HF_CASES[case][:2], **HF_CASES[case][2])
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    expected_out, expected_attention = _hf_output(model, pixels)
+    vit = load_vit(model)
+    prefix, head = EXPECTED[case]
+    assert vit.source_library == "transformers"
+    assert vit.spec.num_prefix_tokens == prefix and vit.spec.head == head
+    record = capture_attention(vit, pixels)
+    torch.testing.assert_close(record.attentions, expected_attention, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(record.logits, expected_out, atol=1e-5, rtol=1e-4)
+    # nothing copied: every weight is the original's; DINOv2 with registers folds the class
+    # position into the class token (one D-vector), since registers have no position
+    assert _copied_numel(vit.model, model) == (SMALL["hidden_size"] if case == "dinov2_registers" else 0)
+    assert attention_rollout(record).shape == (2, 4, 4)
+    assert mean_attention_distance(record).shape == (2, 2)
+    assert position_embedding_similarity(vit).shape == (4, 4, 4, 4)
+    assert patch_embedding_components(vit, n_components=3)[0].shape == (3, 3, 8, 8)
+
+
+def test_siglip_pooling_head_attention_matches_its_multihead_attention():
+    model = _hf("SiglipVisionModel", "SiglipVisionConfig")
+    pixels = torch.randn(1, 3, 32, 32)
+    seen = {}
+    head = getattr(model, "vision_model", model).head  # transformers 4.x nests the tower
+    handle = head.register_forward_pre_hook(lambda m, args: seen.__setitem__("x", args[0]))
+    with torch.no_grad():
+        model(pixel_values=pixels)
+    handle.remove()
+    probe = head.probe.expand(1, -1, -1)
+    with torch.no_grad():
+        _, weights = head.attention(probe, seen["x"], seen["x"], need_weights=True, average_attn_weights=False)
+    record = capture_attention(load_vit(model), pixels)
+    torch.testing.assert_close(record.pool_attention, weights, atol=1e-5, rtol=1e-4)
+
+
+def test_save_pretrained_folder_with_its_preprocessor(tmp_path):
+    model = _hf("ViTForImageClassification", "ViTConfig", num_labels=3, id2label={0: "cat", 1: "dog", 2: "fox"})
+    model.save_pretrained(tmp_path)
+    transformers.ViTImageProcessor(
+        size={"height": 32, "width": 32}, image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6], resample=3
+    ).save_pretrained(tmp_path)
+    vit = load_vit(tmp_path, device="cpu")
+    assert vit.class_names == ["cat", "dog", "fox"]
+    assert vit.preprocessing.mean == (0.1, 0.2, 0.3) and vit.preprocessing.std == (0.4, 0.5, 0.6)
+    assert vit.preprocessing.interpolation == "bicubic" and vit.preprocessing.crop_mode == "squash"
+    pixels = torch.randn(1, 3, 32, 32)
+    expected_out, expected_attention = _hf_output(model, pixels)
+    record = capture_attention(vit, pixels)
+    torch.testing.assert_close(record.attentions, expected_attention, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(record.logits, expected_out, atol=1e-5, rtol=1e-4)
+
+
+def test_dinov2_folder_at_its_preprocessors_crop_uses_transformers_own_position_resize(tmp_path):
+    """DINOv2's processor crops below the config's image_size; transformers then resizes its
+    position table, so the converted model must use exactly those positions."""
+    model = _hf("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", num_register_tokens=2)
+    model.save_pretrained(tmp_path)
+    transformers.BitImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 24, "width": 24}).save_pretrained(
+        tmp_path
+    )
+    vit = load_vit(f"local-dir:{tmp_path}", device="cpu")
+    assert vit.spec.img_size == (24, 24) and vit.spec.grid_size == (3, 3)
+    assert vit.preprocessing.crop_pct == pytest.approx(24 / 28)
+    pixels = torch.randn(2, 3, 24, 24)
+    expected_out, expected_attention = _hf_output(model, pixels)
+    record = capture_attention(vit, pixels)
+    torch.testing.assert_close(record.attentions, expected_attention, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(record.logits, expected_out, atol=1e-5, rtol=1e-4)
+
+
+def test_hf_repo_id_loads_from_the_local_cache_offline(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hub_constants
+
+    model = _hf("ViTModel", "ViTConfig")
+    snapshot = tmp_path / "models--someone--tiny-vit" / "snapshots" / "0123abcd"
+    model.save_pretrained(snapshot)
+    (tmp_path / "models--someone--tiny-vit" / "refs").mkdir()
+    (tmp_path / "models--someone--tiny-vit" / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    vit = load_vit("hf:someone/tiny-vit", device="cpu")
+    pixels = torch.randn(1, 3, 32, 32)
+    expected_out, _ = _hf_output(model, pixels)
+    torch.testing.assert_close(capture_attention(vit, pixels).logits, expected_out, atol=1e-5, rtol=1e-4)
+    started = time.perf_counter()
+    with pytest.raises(WeightsUnavailableError, match="cannot be downloaded"):
+        load_vit("hf:someone/not-cached", device="cpu")
+    assert time.perf_counter() - started < 10
+
+
+def test_a_non_vision_transformers_folder_is_refused_quickly(tmp_path):
+    transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=64)).save_pretrained(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(UnsupportedModelError, match="'bert' model, not a supported vision transformer"):
+        load_vit(tmp_path, device="cpu")
+    assert time.perf_counter() - started < 10
+
+
+def test_without_transformers_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+    _hf("ViTModel", "ViTConfig").save_pretrained(tmp_path)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
+    with pytest.raises(ModelLoadError, match="pip install transformers"):
+        load_vit(tmp_path, device="cpu")
+
+
+# --------------------------------------------------------------------------- torchvision
+
+
+def _torchvision_vit(**overrides) -> torch.nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    options = dict(image_size=48, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=5)
+    return _perturbed(VisionTransformer(**{**options, **overrides}))
+
+
+@torch.no_grad()
+def torchvision_reference(tv: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+    """(L, B, heads, T, T) from each block's own MultiheadAttention with need_weights=True."""
+    maps = []
+    handles = [
+        layer.ln_1.register_forward_hook(
+            lambda m, a, x, layer=layer: maps.append(
+                layer.self_attention(x, x, x, need_weights=True, average_attn_weights=False)[1]
+            )
+        )
+        for layer in tv.encoder.layers
+    ]
+    tv(pixels)
+    for handle in handles:
+        handle.remove()
+    return torch.stack(maps)
+
+
+def test_torchvision_object_matches_multihead_attention_weights():
+    tv = _torchvision_vit()
+    pixels = torch.randn(2, 3, 48, 48)
+    expected = torchvision_reference(tv, pixels)
+    with torch.no_grad():
+        logits = tv(pixels)
+    vit = load_vit(tv)
+    assert vit.source_library == "torchvision" and vit.spec.grid_size == (3, 3) and vit.spec.has_classifier
+    record = capture_attention(vit, pixels)
+    torch.testing.assert_close(record.attentions, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(record.logits, logits, atol=1e-5, rtol=1e-4)
+    assert _copied_numel(vit.model, tv) == 0
+    assert attention_rollout(record).shape == (2, 3, 3)
+    assert position_embedding_similarity(vit).shape == (3, 3, 3, 3)
+    assert patch_embedding_components(vit, n_components=2)[0].shape == (2, 3, 16, 16)
+
+
+def test_torchvision_state_dict_with_arch(tmp_path):
+    tv = torchvision.models.vit_b_32(weights=None, image_size=64, num_classes=7)
+    _perturbed(tv)
+    path = tmp_path / "vit_b_32.pth"
+    torch.save(tv.state_dict(), path)
+    vit = load_vit(path, arch="torchvision:vit_b_32", device="cpu")
+    assert vit.spec.img_size == (64, 64) and vit.spec.num_outputs == 7
+    pixels = torch.randn(1, 3, 64, 64)
+    torch.testing.assert_close(
+        capture_attention(vit, pixels).attentions, torchvision_reference(tv, pixels), atol=1e-5, rtol=1e-4
+    )
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_vit(path, arch="torchvision:vit_b_16", device="cpu")
+
+
+def test_torchvision_random_weights_by_name_and_refusals():
+    vit = load_vit("torchvision:vit_b_32", pretrained=False, device="cpu")
+    assert vit.spec.grid_size == (7, 7) and vit.spec.num_layers == 12
+    with pytest.raises(UnsupportedModelError, match="convolutional network"):
+        load_vit(torchvision.models.resnet18())
+    with pytest.raises(UnsupportedModelError, match="not a Vision Transformer"):
+        load_vit("torchvision:resnet50", pretrained=False)
+    with pytest.raises(ModelLoadError, match="Unknown torchvision model"):
+        load_vit("torchvision:vit_q_99", pretrained=False)
+
+
+# --------------------------------------------------------------------------- model objects
+
+
+def test_a_timm_object_is_wrapped_without_a_copy_and_takes_overrides():
+    import timm
+
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, dynamic_img_size=True)
+    vit = load_vit(model, mean=(0.2, 0.2, 0.2), std=(0.3, 0.3, 0.3), img_size=48)
+    assert vit.model is model and not model.training
+    assert vit.spec.img_size == (48, 48) and vit.preprocessing.mean == (0.2, 0.2, 0.2)
+    assert model.cls_token.requires_grad  # the caller's module keeps its own flags
+    fixed = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1)
+    with pytest.raises(ModelLoadError, match="cannot take img_size"):
+        load_vit(fixed, img_size=48)
+    with pytest.raises(ModelLoadError, match="only img_size"):
+        load_vit(fixed, depth=3)
+    with pytest.raises(UnsupportedModelError):
+        load_vit(torch.nn.Linear(3, 3))
+
+
+def test_transformers_object_with_another_input_size():
+    model = _hf("Dinov2Model", "Dinov2Config")
+    vit = load_vit(model, img_size=40)
+    pixels = torch.randn(1, 3, 40, 40)
+    expected_out, expected_attention = _hf_output(model, pixels)
+    record = capture_attention(vit, pixels)
+    assert record.spec.grid_size == (5, 5)
+    torch.testing.assert_close(record.attentions, expected_attention, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(record.logits, expected_out, atol=1e-5, rtol=1e-4)
+    with pytest.raises(AnalysisError):
+        capture_attention(vit, torch.randn(1, 3, 32, 32))
