@@ -1,9 +1,11 @@
-"""Look inside Vision Transformers: load a timm ViT, capture its attention, analyse it.
+"""Look inside Vision Transformers: load a ViT (timm, Hugging Face, torchvision), capture its
+attention, analyse it.
 
     >>> from analysis import load_vit, load_image, capture_attention, attention_rollout
     >>> vit = load_vit("demo")
-    >>> record = capture_attention(vit, vit.preprocess(load_image("assets/samples/cat.png")))
+    >>> record = capture_attention(vit, vit.preprocess(load_image("assets/samples/scene_1_star.png")))
     >>> attention_rollout(record).shape   # (B, gh, gw)
+    torch.Size([1, 8, 8])
 """
 
 from .attention_maps import attention_map
@@ -21,7 +23,7 @@ from .errors import (
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .loading import LoadedViT, load_vit
-from .position import position_embedding_similarity
+from .position import position_embedding_similarity, position_encoding_kinds, rotary_position_features
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import dataset_attention_distance
@@ -40,6 +42,8 @@ __all__ = [
     "uniform_attention_distance",
     "dataset_attention_distance",
     "position_embedding_similarity",
+    "position_encoding_kinds",
+    "rotary_position_features",
     "patch_embedding_components",
     "patch_embedding_filters",
     "load_image",

@@ -4,7 +4,8 @@
     python -m analysis.bench --quick      # fewer repeats and images
 
 Prints, each with its target:
-  1. capture_attention vs timm's own fused forward, vit_base_patch16_224, batch 8;
+  1. capture_attention vs timm's own fused forward, vit_base_patch16_224 and the RoPE
+     vit_base_patch16_dinov3, batch 8;
   2. dataset attention distance throughput vs plain forward throughput (same model, same
      images, JPEG decode and preprocessing included);
   3. peak memory (max RSS, fresh processes) of the dataset attention distance for 32 vs 160 images;
@@ -198,6 +199,10 @@ def main(argv=None) -> int:
         r = bench_capture("vit_base_patch16_224", batch=8, repeats=repeats, device="cpu")
         print(f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s (cpu, batch 8)")
         report("capture / fused forward (ViT-B/16, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.10", r["ratio"] <= 1.10)
+        r = bench_capture("vit_base_patch16_dinov3", batch=8, repeats=repeats, device="cpu")
+        print(f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s (cpu, batch 8, 256 px, RoPE)")
+        report("capture / fused forward (DINOv3 ViT-B/16 RoPE, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.10",
+               r["ratio"] <= 1.10)
     if "dataset" not in args.skip:
         count = 32 if args.quick else 64
         r = bench_dataset("vit_base_patch16_224", count=count, batch=16, repeats=max(2, repeats - 2))

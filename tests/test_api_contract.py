@@ -28,3 +28,10 @@ def test_analysis_never_imports_streamlit():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_package_docstring_example_runs():
+    import doctest
+
+    failures, tried = doctest.testmod(analysis, verbose=False)
+    assert tried >= 4 and failures == 0

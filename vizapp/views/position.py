@@ -19,7 +19,7 @@ KIND_LABELS = {
     "table": "learned position table (Figure 7)",
     "rope": "rotary features [sin θp, cos θp] (RoPE)",
 }
-kinds = analysis.position.position_encoding_kinds(cur.vit)
+kinds = analysis.position_encoding_kinds(cur.vit)
 if not kinds:
     st.info(
         f"{cur.model.label} encodes positions as {cur.spec.position_embedding}: "
