@@ -8,11 +8,13 @@ attention, analyse it.
     torch.Size([1, 8, 8])
 """
 
+from .archives import ArchiveLimits, read_image_archive
 from .attention_maps import attention_map
 from .capture import AttentionRecord, attention_taps, capture_attention
 from .distance import mean_attention_distance, uniform_attention_distance
 from .errors import (
     AnalysisError,
+    ArchiveError,
     CheckpointError,
     ImageLoadError,
     ModelLoadError,
@@ -47,11 +49,14 @@ __all__ = [
     "patch_embedding_components",
     "patch_embedding_filters",
     "load_image",
+    "read_image_archive",
+    "ArchiveLimits",
     "VitExplorerError",
     "ModelLoadError",
     "UnsupportedModelError",
     "CheckpointError",
     "WeightsUnavailableError",
     "ImageLoadError",
+    "ArchiveError",
     "AnalysisError",
 ]

@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointError",
     "WeightsUnavailableError",
     "ImageLoadError",
+    "ArchiveError",
     "AnalysisError",
 ]
 
@@ -39,6 +40,10 @@ class WeightsUnavailableError(ModelLoadError):
 
 class ImageLoadError(VitExplorerError, ValueError):
     """The input is not an image we can decode (or is unsafe to decode)."""
+
+
+class ArchiveError(ImageLoadError):
+    """An archive of images is unreadable, unsafe (path traversal) or over its size limits."""
 
 
 class AnalysisError(VitExplorerError, ValueError):

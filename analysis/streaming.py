@@ -9,8 +9,10 @@ in the forward pass (PIL decoding releases the GIL).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import islice
 
 import torch
@@ -23,9 +25,27 @@ from .errors import AnalysisError
 from .images import load_image
 from .oom import run_with_oom_fallback
 
-__all__ = ["dataset_attention_distance", "iter_batches"]
+__all__ = ["dataset_attention_distance", "iter_batches", "SkippedImage"]
 
 Progress = Callable[[int, int | None], None]
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class SkippedImage:
+    """An image of a set that could not be used: its position in the set and why."""
+
+    index: int
+    name: str
+    reason: str
+
+
+def _describe(item) -> str:
+    if isinstance(item, (str, os.PathLike)):
+        return os.fspath(item)
+    if isinstance(item, Image.Image):
+        return f"PIL image {item.size[0]}x{item.size[1]}"
+    return type(item).__name__
 
 
 def _to_pixels(vit, item) -> torch.Tensor:
@@ -33,18 +53,37 @@ def _to_pixels(vit, item) -> torch.Tensor:
     return vit.preprocess(image)[0]  # (3, H, W)
 
 
-def iter_batches(vit, images: Iterable, batch_size: int, workers: int) -> Iterator[torch.Tensor]:
-    """Yield ``(b, 3, H, W)`` batches; the next batch is decoded while the caller works."""
-    iterator = iter(images)
+def iter_batches(
+    vit, images: Iterable, batch_size: int, workers: int, skipped: list[SkippedImage] | None = None
+) -> Iterator[torch.Tensor]:
+    """Yield ``(b, 3, H, W)`` batches; the next batch is decoded while the caller works.
+
+    With ``skipped`` a list, images that fail to decode or preprocess (typed errors) are left
+    out and recorded there; otherwise the first failure is raised.
+    """
+    iterator = enumerate(images)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vit-decode") as pool:
 
-        def submit() -> list[Future]:
-            return [pool.submit(_to_pixels, vit, item) for item in islice(iterator, batch_size)]
+        def submit() -> list[tuple[int, object, Future]]:
+            return [(i, item, pool.submit(_to_pixels, vit, item)) for i, item in islice(iterator, batch_size)]
+
+        def collect(pending) -> list[torch.Tensor]:
+            pixels = []
+            for index, item, future in pending:
+                try:
+                    pixels.append(future.result())
+                except ValueError as exc:  # ImageLoadError, AnalysisError: typed and explained
+                    if skipped is None:
+                        raise
+                    skipped.append(SkippedImage(index, _describe(item), str(exc)))
+            return pixels
 
         pending = submit()
         while pending:
             upcoming = submit()  # starts decoding batch n+1 before batch n is returned
-            yield torch.stack([future.result() for future in pending])
+            pixels = collect(pending)
+            if pixels:
+                yield torch.stack(pixels)
             pending = upcoming
 
 
@@ -57,6 +96,9 @@ def dataset_attention_distance(
     renormalize: bool = True,
     precision: str = "auto",
     workers: int | None = None,
+    on_error: str = "raise",
+    skipped: list[SkippedImage] | None = None,
+    per_image: bool = False,
 ) -> torch.Tensor:
     """Mean attention distance over a set of images, streamed batch by batch.
 
@@ -70,12 +112,28 @@ def dataset_attention_distance(
         progress: called as ``progress(done, total)`` after each batch (``total`` is ``None``
             when ``images`` has no length).
         workers: decode threads (default: ``min(4, cpu count)``).
+        on_error: ``"raise"`` (default): the first image that cannot be decoded raises its
+            :class:`~analysis.errors.ImageLoadError`. ``"skip"``: such images are left out of
+            the mean, each recorded in ``skipped`` as a :class:`SkippedImage` (index, name,
+            reason); a :class:`RuntimeWarning` gives the count when no list is passed.
+        per_image: return every used image's ``(L, heads)`` distances, stacked, instead of the mean.
 
     Returns:
-        ``(L, heads)`` float64, in input pixels.
+        ``(L, heads)`` float64, in input pixels (``(N, L, heads)`` with ``per_image=True``, N the
+        images used).
     """
-    if batch_size < 1:
-        raise AnalysisError(f"batch_size must be at least 1, got {batch_size}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise AnalysisError(f"batch_size must be an integer of at least 1, got {batch_size!r}.")
+    if on_error not in ON_ERROR:
+        raise AnalysisError(f"on_error must be one of {ON_ERROR}, got {on_error!r}.")
+    if skipped is not None and not isinstance(skipped, list):
+        raise AnalysisError(f"skipped must be a list to append SkippedImage records to, got {type(skipped).__name__}.")
+    if isinstance(images, (str, bytes, os.PathLike, Image.Image)):
+        raise AnalysisError("images must be an iterable of images or paths; wrap a single image in a list.")
+    skip_log: list[SkippedImage] | None = None
+    if on_error == "skip":
+        skip_log = skipped if skipped is not None else []
+    first_skipped = len(skip_log) if skip_log is not None else 0
     total = len(images) if hasattr(images, "__len__") else None
     workers = workers or min(4, os.cpu_count() or 1)
     spec = vit.spec
@@ -85,23 +143,37 @@ def dataset_attention_distance(
     distances_on: dict[torch.device, torch.Tensor] = {}
     compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
     totals = torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64)
+    kept: list[torch.Tensor] = []  # per-image (b, L, heads), only with per_image=True
     done = 0
 
     def run_batch(pixels: torch.Tensor, model, device: torch.device) -> torch.Tensor:
         batch_spec = input_spec(vit, pixels)
-        per_layer = torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64)
+        per_layer = torch.zeros(pixels.shape[0], spec.num_layers, spec.num_heads, dtype=torch.float64)
+        seen: set[int] = set()
 
         def reduce(layer: int, probs: torch.Tensor) -> None:  # probs (b, heads, N, T)
+            if probs.shape[-1] != batch_spec.num_tokens or probs.shape[1] != spec.num_heads:
+                raise AnalysisError(
+                    f"Layer {layer} attended over {probs.shape[-1]} tokens with {probs.shape[1]} heads, but the "
+                    f"spec predicts {batch_spec.num_tokens} tokens and {spec.num_heads} heads."
+                )
             if probs.device not in distances_on:
                 distances_on[probs.device] = patch_distance_matrix(batch_spec).to(probs.device)
             per_image = attention_distance_per_image(
                 probs, batch_spec, distances_on[probs.device], renormalize=renormalize, compute_dtype=compute_dtype
             )  # (b, heads)
-            per_layer[layer] = per_image.sum(0).double().cpu()
+            per_layer[:, layer] = per_image.double().cpu()
+            seen.add(layer)
 
         with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries):
             with autocast_context(device, precision):
                 model(pixels.to(device, non_blocking=True))
+        missing = [layer for layer in layers if layer not in seen]
+        if missing:  # a silent zero would be averaged in as data
+            raise AnalysisError(
+                f"The attention of layers {missing} was never computed during the forward pass: this "
+                "model's attention modules did not run as their adapter expects, so it is not supported."
+            )
         return per_layer
 
     def on_device(chunk: torch.Tensor) -> torch.Tensor:
@@ -110,11 +182,26 @@ def dataset_attention_distance(
     def on_cpu(chunk: torch.Tensor) -> torch.Tensor:
         return run_batch(chunk, vit.cpu_model(), torch.device("cpu"))
 
-    for batch in iter_batches(vit, images, batch_size, workers):
-        totals += sum(run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None))
+    for batch in iter_batches(vit, images, batch_size, workers, skip_log):
+        per_image_batch = torch.cat(run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None))
+        totals += per_image_batch.sum(0)
+        if per_image:
+            kept.append(per_image_batch)
         done += batch.shape[0]
         if progress is not None:
-            progress(done, total)
+            progress(done + (len(skip_log) - first_skipped if skip_log is not None else 0), total)
+    newly_skipped = skip_log[first_skipped:] if skip_log is not None else []
     if done == 0:
+        if newly_skipped:
+            reasons = "; ".join(f"{s.name}: {s.reason}" for s in newly_skipped[:3])
+            raise AnalysisError(f"None of the {len(newly_skipped)} images could be used ({reasons}).")
         raise AnalysisError("No images were given: pass at least one image or path.")
+    if newly_skipped and skipped is None:
+        warnings.warn(
+            f"{len(newly_skipped)} of {done + len(newly_skipped)} images were skipped (pass skipped=[] to see why).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if per_image:
+        return torch.cat(kept)
     return totals / done

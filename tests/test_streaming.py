@@ -133,3 +133,41 @@ def test_capture_recovers_from_out_of_memory_with_identical_results(monkeypatch)
     torch.testing.assert_close(got.attentions, expected.attentions, atol=1e-6, rtol=0)
     torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)
     assert vit.cpu_model() is vit.model  # on the CPU there is no second copy
+
+
+def test_skip_leaves_bad_images_out_and_says_why(vit):
+    images = _images(5, seed=4)
+    good = [images[0], images[2], images[4]]
+    mixed = [images[0], b"not an image", images[2], b"", images[4]]
+    skipped: list = []
+    calls = []
+    got = dataset_attention_distance(
+        vit, mixed, batch_size=2, on_error="skip", skipped=skipped, progress=lambda d, t: calls.append((d, t))
+    )
+    torch.testing.assert_close(got, _plain(vit, good), atol=1e-9, rtol=1e-9)
+    assert [s.index for s in skipped] == [1, 3]
+    assert all(isinstance(s.reason, str) and s.reason for s in skipped)
+    assert calls[-1] == (5, 5)  # skipped images count as processed for progress
+    per_image = dataset_attention_distance(vit, mixed, batch_size=2, on_error="skip", skipped=[], per_image=True)
+    assert per_image.shape == (3, vit.spec.num_layers, vit.spec.num_heads)
+    torch.testing.assert_close(per_image.mean(0), got, atol=1e-12, rtol=1e-12)
+    with pytest.warns(RuntimeWarning, match="2 of 5 images were skipped"):
+        dataset_attention_distance(vit, mixed, batch_size=2, on_error="skip")
+    with pytest.raises(AnalysisError, match="None of the 2 images"):
+        dataset_attention_distance(vit, [b"x", b"y"], on_error="skip", skipped=[])
+    with pytest.raises(AnalysisError, match="on_error"):
+        dataset_attention_distance(vit, images, on_error="ignore")
+
+
+def test_streaming_refuses_a_layer_whose_hook_never_fired(vit, monkeypatch):
+    """If a block's attention is never reported, the mean must not silently include zeros."""
+    import analysis.streaming as streaming
+
+    real_taps = streaming.attention_taps
+
+    def taps_missing_last_layer(model, layers, sink, **kwargs):
+        return real_taps(model, layers[:-1], sink, **kwargs)
+
+    monkeypatch.setattr(streaming, "attention_taps", taps_missing_last_layer)
+    with pytest.raises(AnalysisError, match=r"layers \[%d\] was never computed" % (vit.spec.num_layers - 1)):
+        dataset_attention_distance(vit, _images(2), batch_size=2)

@@ -34,7 +34,7 @@ CURATED_MODELS: dict[str, ModelRef] = {
 MODEL_SOURCES = {
     "default": "Bundled demo model",
     "curated": "Well-known timm ViT",
-    "timm": "Any timm model name",
+    "timm": "Model name (timm, hf:, torchvision:)",
     "local": "Local folder or checkpoint",
 }
 
@@ -133,19 +133,22 @@ def _requested_model() -> ModelRef | None:
         st.sidebar.caption(f"timm: `{ref.source}`")
     elif source == "timm":
         name = st.sidebar.text_input(
-            "timm name", key="model_timm", placeholder="vit_small_patch16_224.augreg_in21k_ft_in1k",
-            help="Any timm ViT name, optionally with a pretrained tag, or hf-hub:org/name. "
+            "Model name", key="model_timm", placeholder="vit_small_patch16_224.augreg_in21k_ft_in1k",
+            help="A timm ViT name (optionally with a pretrained tag) or hf-hub:org/name (timm weights); "
+            "hf:org/name for a Hugging Face transformers model (ViT, DeiT, DINOv2, CLIP, SigLIP); "
+            "torchvision:vit_b_16 and the other torchvision ViTs. "
             "Prefix with random: for random weights.",
         ).strip()
         ref = resources.parse_model_ref(name) if name else None
     else:
         path = st.sidebar.text_input(
             "Folder or checkpoint path (on the server)", key="model_path",
-            help="A folder in timm's hub layout (config.json + model.safetensors) or a single "
-            ".safetensors/.pth/.npz file.",
+            help="A folder in timm's hub layout (config.json + model.safetensors), a transformers "
+            "save_pretrained folder, or a single .safetensors/.pth/.npz file.",
         ).strip()
         arch = st.sidebar.text_input(
-            "Architecture (for a single file)", key="model_arch", placeholder="vit_base_patch16_224"
+            "Architecture (for a single file)", key="model_arch", placeholder="vit_base_patch16_224",
+            help="The file's architecture: a timm name, or torchvision:vit_b_16 for a torchvision state dict.",
         ).strip()
         ref = ModelRef(path, arch=arch or None) if path else None
     resolution = st.sidebar.number_input(
