@@ -28,7 +28,7 @@ from .loading import LoadedViT, load_vit
 from .position import position_embedding_similarity, position_encoding_kinds, rotary_position_features
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
-from .streaming import dataset_attention_distance
+from .streaming import SkippedImage, dataset_attention_distance
 
 __all__ = [
     "load_vit",
@@ -43,6 +43,7 @@ __all__ = [
     "mean_attention_distance",
     "uniform_attention_distance",
     "dataset_attention_distance",
+    "SkippedImage",
     "position_embedding_similarity",
     "position_encoding_kinds",
     "rotary_position_features",

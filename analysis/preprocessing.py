@@ -28,6 +28,9 @@ _RESAMPLE = {
     "hamming": Image.Resampling.HAMMING,
 }
 
+# Resize the whole image (timm's exact pixels) unless the resized image would exceed this.
+_EXACT_RESIZE_PIXELS = 4096 * 4096
+
 
 @dataclass(frozen=True)
 class Preprocessing:
@@ -74,9 +77,11 @@ class Preprocessing:
         (resize keeping the aspect ratio so the shorter edge is ``floor(size / crop_pct)``,
         then centre-crop), "squash" (resize each edge to ``floor(size / crop_pct)``, then
         centre-crop) or "border" (fit the longer edge, then pad with the mean colour and
-        centre-crop). Only the source region that survives the crop is resampled (PIL's
-        ``resize(box=...)`` samples exactly the same positions as resize-then-crop), so a
-        1x10000 strip costs no more than a normal photo.
+        centre-crop). Normally the whole image is resized, then cropped, exactly as timm
+        does. When the resized image would be much larger than the crop (a 1x10000 strip),
+        only the source region that survives the crop is resampled with PIL's
+        ``resize(box=...)``: it samples the same positions, but PIL's fixed-point filter
+        weights then differ by up to a few grey levels, so this path is kept for such shapes.
         """
         image = to_rgb(image)
         height, width = self.img_size
@@ -93,6 +98,9 @@ class Preprocessing:
             top = int(round((canvas.height - height) / 2.0))
             return canvas.crop((left, top, left + width, top + height))
         top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))
+        if new_w * new_h <= max(_EXACT_RESIZE_PIXELS, 4 * width * height):
+            resized = image.resize((new_w, new_h), resample=resample)
+            return resized.crop((left, top, left + width, top + height))
         sx, sy = image.width / new_w, image.height / new_h  # source pixels per resized pixel
         box = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
         return image.resize((width, height), resample=resample, box=box)

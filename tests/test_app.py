@@ -14,7 +14,6 @@ import base64
 import io
 import json
 import os
-import statistics
 import sys
 import zipfile
 from pathlib import Path
@@ -60,7 +59,8 @@ def _default_model(monkeypatch):
 def vit(model_source):
     """The very model instance the app uses (random weights differ per instance): streamlit's
     resource cache is process-wide, and AppTest runs the app in this process."""
-    from vizapp.resources import ModelRef, get_model
+    from vizapp.refs import ModelRef
+    from vizapp.resources import get_model
 
     source, pretrained = model_source
     return get_model(ModelRef(source, pretrained=pretrained))
@@ -216,9 +216,8 @@ def test_layers_by_heads_grid_holds_every_map(app, vit, record):
 
 
 def test_top5_predictions_match_logits(app, vit, record):
+    assert vit.spec.has_classifier  # the demo (or the random fallback) is a classifier
     logits = record.logits[0]
-    if logits.numel() <= 1:
-        pytest.skip("model without a classification head")
     bars = traces(charts(app)[1], "bar")[0]
     probs = logits.softmax(-1).numpy()
     top = np.sort(probs)[::-1][:5]
@@ -290,12 +289,20 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
     assert len(traces(charts(app)[0], "heatmap")) == spec.num_layers
 
 
-def test_compare_with_a_second_model_that_cannot_load_keeps_the_first(app):
+@pytest.fixture
+def weights_not_cached(monkeypatch):
+    """Hub weights are neither in the local cache nor reachable, whatever this machine holds."""
+    import analysis.loading.hub as hub
+
+    monkeypatch.setattr(hub, "in_hf_cache", lambda *args, **kwargs: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_compare_with_a_second_model_that_cannot_load_keeps_the_first(weights_not_cached, app):
     app.switch_page("views/compare.py").run()
     app.selectbox(key="cmp_model2").set_value("ViT-B/16 AugReg (IN-21k → IN-1k)").run()
     assert_clean(app)
-    if not any("Could not load" in e.value for e in app.error):
-        pytest.skip("the ViT-B/16 weights are cached locally, so it loaded")
+    assert any("Could not load" in e.value for e in app.error)
     assert len(traces(charts(app)[0], "heatmap")) >= 2
 
 
@@ -434,11 +441,9 @@ def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(
     assert app.session_state["current"].model == before
 
 
-def test_offline_curated_model_reports_why(app):
+def test_offline_curated_model_reports_why(weights_not_cached, app):
     app.radio(key="model_source").set_value("curated").run()
     assert_clean(app)
-    if not app.error:
-        pytest.skip("the curated model's weights are cached locally")
     assert any("cannot be downloaded" in e.value or "offline" in e.value.lower() for e in app.error)
     assert len(charts(app)) >= 2
 
@@ -462,23 +467,6 @@ def test_input_resolution_override(app):
     overlay = charts(app)[0]
     assert overlay_map(overlay).shape == (10, 10)
     assert overlay["layout"]["xaxis"]["range"] == [0, 160]
-
-
-# --------------------------------------------------------------------------- speed
-
-
-def test_layer_change_is_served_from_cache_quickly(app, vit):
-    """Target: <= 150 ms server time per rerun on the demo model (measured by the app itself
-    around the whole script run). The assertion is loose so a loaded CI machine does not flake;
-    the measured median is printed."""
-    layers = vit.spec.num_layers
-    times = []
-    for i in range(8):
-        app.slider(key="layer").set_value(i % layers).run()
-        times.append(app.session_state["last_run_ms"])
-    median = statistics.median(times)
-    print(f"\nlayer-change rerun, server time: median {median:.0f} ms, all {[round(t) for t in times]}")
-    assert median < 600
 
 
 # --------------------------------------------------------------------------- pure helpers

@@ -175,7 +175,8 @@ def test_demo_model_loads_or_says_how_to_get_it():
 @pytest.mark.parametrize("crop_mode", ["center", "squash", "border"])
 @pytest.mark.parametrize("img_size", [None, (96, 160), (160, 96)])
 def test_preprocess_matches_timms_eval_transform(crop_mode, img_size):
-    """Pixel for pixel (up to PIL rounding) the transform timm builds from the data config."""
+    """Pixel for pixel the transform timm builds from the data config, on per-pixel noise (a
+    one-pixel offset in the resize or the crop changes most pixels by tens of grey levels)."""
     import timm.data
 
     from analysis.preprocessing import Preprocessing
@@ -187,11 +188,10 @@ def test_preprocess_matches_timms_eval_transform(crop_mode, img_size):
     transform = timm.data.create_transform(**config)
     std = torch.tensor(ours.std).view(1, 3, 1, 1)
     rng = np.random.RandomState(0)
-    base = Image.fromarray(rng.randint(0, 255, (30, 40, 3), dtype=np.uint8))
-    for size in ((800, 600), (600, 800), (333, 517), (100, 50)):
-        image = base.resize(size, Image.Resampling.BICUBIC)
+    for size in ((800, 600), (600, 800), (333, 517), (517, 333), (100, 50), (224, 224)):
+        image = Image.fromarray(rng.randint(0, 256, (size[1], size[0], 3), dtype=np.uint8))
         diff_in_levels = ((ours(image) - transform(image).unsqueeze(0)) * std * 255).abs()  # 8-bit levels
-        assert diff_in_levels.max() <= 3.5 and diff_in_levels.mean() < 0.3, (size, float(diff_in_levels.max()))
+        assert diff_in_levels.max() <= 1.0, (size, float(diff_in_levels.max()))
 
 
 def test_squash_models_use_squash():

@@ -16,14 +16,8 @@ forward pass is cached, and so are the small per-query arrays derived from it.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
 import warnings
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import streamlit as st
@@ -31,84 +25,21 @@ import torch
 
 import analysis
 from analysis import (
-    AnalysisError,
-    ImageLoadError,
     attention_map,
     capture_attention,
+    dataset_attention_distance,
     load_image,
     load_vit,
     mean_attention_distance,
     patch_embedding_components,
     position_embedding_similarity,
 )
+from vizapp.limits import MAX_FORWARDS, MAX_MODELS, MAX_RESULTS
+from vizapp.refs import ImageRef, ModelRef
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
-DEMO_DIR = REPO_ROOT / "assets" / "demo_vit"
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
-FALLBACK_SOURCE = "vit_tiny_patch16_224"  # random weights: used when the demo is missing
-MAX_DATASET_IMAGES = 256
+SET_CHUNK = 8  # images per cached piece of an image-set average (the progress bar's step)
 
-
-def _limit(name: str, default: int) -> int:
-    """A positive integer from the environment (documented in the README), else ``default``."""
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
-# Memory bounds for one server shared by many sessions: least-recently-used entries are evicted.
-MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (cache_resource)
-MAX_FORWARDS = _limit("VIZAPP_MAX_FORWARDS", 8)  # captured forward passes (full attention records)
-MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
-
-
-# --------------------------------------------------------------------------- model identity
-
-
-class ModelRef(NamedTuple):
-    """Everything that identifies a loaded model: the cache key of :func:`get_model`.
-
-    ``source`` is whatever :func:`analysis.load_vit` accepts ("demo", a timm name,
-    "hf-hub:...", a folder or a file); ``arch`` is needed for a bare weights file;
-    ``img_size`` overrides the input resolution (``None``: the model's own).
-    """
-
-    source: str
-    pretrained: bool = True
-    arch: str | None = None
-    img_size: int | None = None
-
-    @property
-    def label(self) -> str:
-        text = self.source if self.pretrained else f"{self.source} (random weights)"
-        if self.arch:
-            text += f" [{self.arch}]"
-        if self.img_size:
-            text += f" @ {self.img_size}px"
-        return text
-
-    def with_img_size(self, img_size: int | None) -> "ModelRef":
-        return self._replace(img_size=img_size or None)
-
-
-def parse_model_ref(text: str) -> ModelRef:
-    """``"demo"``, ``"random:<timm name>"`` (random weights), ``"<timm name>"`` or a path."""
-    text = text.strip()
-    if text.startswith("random:"):
-        return ModelRef(text.removeprefix("random:"), pretrained=False)
-    return ModelRef(text)
-
-
-def default_model_ref() -> ModelRef:
-    """The model the app opens on: ``$VIZAPP_DEFAULT_MODEL`` if set, else the bundled demo."""
-    return parse_model_ref(os.environ.get("VIZAPP_DEFAULT_MODEL", "demo") or "demo")
-
-
-def fallback_model_ref() -> ModelRef:
-    """A model that always loads offline (random weights), for when the default cannot."""
-    return ModelRef(FALLBACK_SOURCE, pretrained=False)
+# --------------------------------------------------------------------------- the model
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_MODELS)
@@ -116,69 +47,6 @@ def get_model(ref: ModelRef) -> analysis.LoadedViT:
     """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
     return load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
-
-
-# --------------------------------------------------------------------------- images
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """An input image: its name, bytes and the SHA-1 of the bytes (the cache key)."""
-
-    name: str
-    data: bytes
-    digest: str
-
-    @classmethod
-    def from_bytes(cls, name: str, data: bytes) -> "ImageRef":
-        return cls(name=name, data=data, digest=hashlib.sha1(data).hexdigest())
-
-
-def sample_paths() -> list[Path]:
-    """The bundled sample images, demo scenes first."""
-    if not SAMPLES_DIR.is_dir():
-        return []
-    files = [p for p in SAMPLES_DIR.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
-    return sorted(files, key=lambda p: (not p.name.startswith("scene_"), p.name))
-
-
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
-def read_sample(name: str) -> bytes:
-    return (SAMPLES_DIR / name).read_bytes()
-
-
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
-def decode_image(digest: str, _image_bytes: bytes) -> tuple[int, int]:
-    """Decode once to validate; returns (width, height). Raises ImageLoadError."""
-    image = load_image(_image_bytes)
-    return image.size
-
-
-def images_from_uploads(files) -> tuple[list[ImageRef], list[str]]:
-    """Images (and images inside .zip archives) from uploaded files; returns (images, problems)."""
-    images: list[ImageRef] = []
-    problems: list[str] = []
-    for file in files or []:
-        data = file.getvalue()
-        if file.name.lower().endswith(".zip"):
-            try:
-                with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                    for info in archive.infolist():
-                        name = info.filename
-                        if info.is_dir() or not name.lower().endswith(IMAGE_SUFFIXES) or "__MACOSX" in name:
-                            continue
-                        if info.file_size > 50_000_000:
-                            problems.append(f"{name}: larger than 50 MB, skipped.")
-                            continue
-                        images.append(ImageRef.from_bytes(f"{file.name}/{name}", archive.read(info)))
-            except zipfile.BadZipFile:
-                problems.append(f"{file.name} is not a readable zip archive.")
-        else:
-            images.append(ImageRef.from_bytes(file.name, data))
-    if len(images) > MAX_DATASET_IMAGES:
-        problems.append(f"Only the first {MAX_DATASET_IMAGES} of {len(images)} images are used.")
-        images = images[:MAX_DATASET_IMAGES]
-    return images, problems
 
 
 # --------------------------------------------------------------------------- the forward pass
@@ -292,17 +160,29 @@ def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) ->
     return mean_attention_distance(forward(ref, digest, _image_bytes).record).numpy()
 
 
-@st.cache_data(show_spinner=False, max_entries=2048)
-def attention_distance_of(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
-    """Mean attention distance of one image of an image set, ``(L, heads)`` pixels.
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def set_chunk_distances(
+    ref: ModelRef, digests: tuple[str, ...], _images: tuple[bytes, ...]
+) -> tuple[np.ndarray, tuple[tuple[int, str], ...]]:
+    """Mean attention distance of each image of one piece of an image set, through
+    :func:`analysis.dataset_attention_distance` (streamed: no attention map is kept).
 
-    Runs its own forward pass and keeps only the (small) result, so scanning an image
-    set does not fill the cache with attention tensors.
+    Returns ``(n_used, L, heads)`` pixels and ``(index in the piece, reason)`` for every image
+    that could not be decoded. The app calls this per :data:`SET_CHUNK` images, so a progress
+    bar can advance between pieces and a grown image set reuses the pieces already computed.
     """
     vit = get_model(ref)
-    with torch.inference_mode():
-        record = capture_attention(vit, vit.preprocess(load_image(_image_bytes)))
-    return mean_attention_distance(record).numpy()
+    skipped: list[analysis.SkippedImage] = []
+    spec = vit.spec
+    try:
+        per_image = dataset_attention_distance(
+            vit, list(_images), batch_size=len(_images), on_error="skip", skipped=skipped, per_image=True, workers=1
+        )
+    except analysis.AnalysisError:
+        if len(skipped) != len(_images):
+            raise
+        per_image = torch.zeros(0, spec.num_layers, spec.num_heads)
+    return per_image.numpy(), tuple((item.index, item.reason) for item in skipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -334,30 +214,3 @@ def patch_filters(ref: ModelRef) -> np.ndarray:
     return analysis.patch_embedding_filters(get_model(ref)).numpy()
 
 
-__all__ = [
-    "AnalysisError",
-    "Forward",
-    "ImageLoadError",
-    "ImageRef",
-    "ModelRef",
-    "attention_distance_of",
-    "attention_grid",
-    "background_uri",
-    "decode_image",
-    "default_model_ref",
-    "fallback_model_ref",
-    "forward",
-    "get_model",
-    "image_attention_distance",
-    "images_from_uploads",
-    "parse_model_ref",
-    "patch_components",
-    "patch_filters",
-    "pooling_attention",
-    "position_similarity",
-    "read_sample",
-    "rollout_by_layer",
-    "sample_paths",
-    "top_predictions",
-    "uniform_distance",
-]

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 import analysis
-from vizapp import resources
+from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
-from vizapp.resources import ImageRef, ModelRef
+from vizapp.refs import ImageRef, ModelRef
 
 __all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
 
@@ -101,7 +101,7 @@ def second_model_choices(shown: ModelRef) -> dict[str, str]:
     """Choices for an optional comparison model: none, the default model and the curated
     ones, minus the model already shown. Maps choice -> label."""
     choices = {"none": "none"}
-    if shown != resources.default_model_ref():
+    if shown != refs.default_model_ref():
         choices["default"] = "the default model"
     choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
     return choices
@@ -110,7 +110,7 @@ def second_model_choices(shown: ModelRef) -> dict[str, str]:
 def load_second_model(choice: str) -> tuple[ModelRef, analysis.LoadedViT] | None:
     """The comparison model picked in :func:`second_model_choices`, or ``None`` (after
     showing why) when it cannot be loaded."""
-    ref = resources.default_model_ref() if choice == "default" else CURATED_MODELS[choice]
+    ref = refs.default_model_ref() if choice == "default" else CURATED_MODELS[choice]
     vit, error = load_model(ref)
     if vit is None:
         st.error(f"Could not load **{ref.label}**: {error}")
@@ -124,7 +124,7 @@ def _requested_model() -> ModelRef | None:
     )
     ref: ModelRef | None
     if source == "default":
-        ref = resources.default_model_ref()
+        ref = refs.default_model_ref()
         if ref.source != "demo":
             st.sidebar.caption(f"Default set by VIZAPP_DEFAULT_MODEL: `{ref.label}`")
     elif source == "curated":
@@ -139,7 +139,7 @@ def _requested_model() -> ModelRef | None:
             "torchvision:vit_b_16 and the other torchvision ViTs. "
             "Prefix with random: for random weights.",
         ).strip()
-        ref = resources.parse_model_ref(name) if name else None
+        ref = refs.parse_model_ref(name) if name else None
     else:
         path = st.sidebar.text_input(
             "Folder or checkpoint path (on the server)", key="model_path",
@@ -173,24 +173,24 @@ def _choose_model() -> tuple[ModelRef, analysis.LoadedViT]:
             st.session_state.get("_model_failures", {}).pop(ref, None)
 
         st.sidebar.button("Retry loading", key="retry_model", on_click=retry)
-    candidates = [st.session_state.get("_good_model"), resources.default_model_ref(), resources.fallback_model_ref()]
+    candidates = [st.session_state.get("_good_model"), refs.default_model_ref(), refs.fallback_model_ref()]
     for ref in candidates:
         if ref is None or ref == requested:
             continue
         vit, error = load_model(ref)
         if vit is not None:
-            if requested is not None or ref == resources.fallback_model_ref():
+            if requested is not None or ref == refs.fallback_model_ref():
                 st.sidebar.info(f"Showing **{ref.label}** instead.")
             st.session_state["_good_model"] = ref
             return ref, vit
-        if ref == resources.default_model_ref() and ref != requested:
+        if ref == refs.default_model_ref() and ref != requested:
             st.error(f"The default model could not be loaded either: {error}")
     st.error("No model could be loaded, not even a random-weight one; see the messages in the sidebar.")
     st.stop()
 
 
 def _requested_image() -> ImageRef | None:
-    samples = resources.sample_paths()
+    samples = inputs.sample_paths()
     names = [p.name for p in samples]
     upload = st.sidebar.file_uploader(
         "Upload an image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="image_upload",
@@ -203,7 +203,7 @@ def _requested_image() -> ImageRef | None:
     if upload is not None:
         return ImageRef.from_bytes(upload.name, upload.getvalue())
     if sample is not None:
-        return ImageRef.from_bytes(sample, resources.read_sample(sample))
+        return ImageRef.from_bytes(sample, inputs.read_sample(sample))
     return None
 
 
@@ -211,7 +211,7 @@ def _choose_image() -> ImageRef:
     requested = _requested_image()
     if requested is not None:
         try:
-            resources.decode_image(requested.digest, requested.data)
+            inputs.decode_image(requested.digest, requested.data)
             st.session_state["_good_image"] = requested
             return requested
         except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
@@ -220,9 +220,9 @@ def _choose_image() -> ImageRef:
     if good is not None:
         st.sidebar.info(f"Showing **{good.name}** instead.")
         return good
-    samples = resources.sample_paths()
+    samples = inputs.sample_paths()
     if samples:
-        return ImageRef.from_bytes(samples[0].name, resources.read_sample(samples[0].name))
+        return ImageRef.from_bytes(samples[0].name, inputs.read_sample(samples[0].name))
     st.error("No image: upload one in the sidebar.")
     st.stop()
 

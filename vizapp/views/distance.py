@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vizapp import figures, resources
-from vizapp.resources import ImageRef, ModelRef
+from vizapp import figures, inputs, resources
+from vizapp.refs import ImageRef, ModelRef
 from vizapp.state import current, load_second_model, second_model_choices
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -30,9 +30,9 @@ with c1:
             "Images or a .zip of images", type=["jpg", "jpeg", "png", "webp", "bmp", "gif", "zip"],
             accept_multiple_files=True, key="dist_files",
         )
-        images, problems = resources.images_from_uploads(files)
+        images, problems = inputs.images_from_uploads(files)
     else:
-        images = [ImageRef.from_bytes(p.name, resources.read_sample(p.name)) for p in resources.sample_paths()]
+        images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
         problems = []
 with c2:
     clamp_state("dist_model2", list(SECOND), "none")
@@ -41,23 +41,28 @@ with c2:
 
 
 def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Mean over the image set, ``(L, heads)``, and the per-image stack, with a progress bar."""
+    """Mean over the image set, ``(L, heads)``, and the per-image stack ``(N, L, heads)``.
+
+    :func:`analysis.dataset_attention_distance` runs per piece of ``SET_CHUNK`` images (each
+    piece cached), so the progress bar advances; undecodable images are skipped and named.
+    """
     if not images:
         return None, None
     bar = st.progress(0.0, text=f"{label}: 0 / {len(images)} images")
-    results, failed = [], []
-    for i, image in enumerate(images, start=1):
-        try:
-            results.append(resources.attention_distance_of(ref, image.digest, image.data))
-        except ValueError as exc:  # ImageLoadError and friends: skip that image, say so
-            failed.append(f"{image.name}: {exc}")
-        bar.progress(i / len(images), text=f"{label}: {i} / {len(images)} images")
+    pieces = []
+    for start in range(0, len(images), resources.SET_CHUNK):
+        chunk = images[start : start + resources.SET_CHUNK]
+        per_image, skipped = resources.set_chunk_distances(
+            ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
+        )
+        pieces.append(per_image)
+        problems.extend(f"{chunk[index].name}: {reason} (skipped)" for index, reason in skipped)
+        done = start + len(chunk)
+        bar.progress(done / len(images), text=f"{label}: {done} / {len(images)} images")
     bar.empty()
-    if failed:
-        problems.extend(failed)
-    if not results:
+    stack = np.concatenate(pieces)
+    if not len(stack):
         return None, None
-    stack = np.stack(results)
     return stack.mean(axis=0), stack
 
 

@@ -1,0 +1,25 @@
+"""Memory bounds of one app server shared by many sessions (documented in the README).
+
+Least-recently-used entries are evicted beyond these counts.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["MAX_MODELS", "MAX_FORWARDS", "MAX_RESULTS", "MAX_DATASET_IMAGES", "MAX_ARCHIVE_BYTES"]
+
+
+def _limit(name: str, default: int) -> int:
+    """A positive integer from the environment, else ``default``."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (cache_resource)
+MAX_FORWARDS = _limit("VIZAPP_MAX_FORWARDS", 8)  # captured forward passes (full attention records)
+MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
+MAX_DATASET_IMAGES = 256  # images averaged over on the distance page
+MAX_ARCHIVE_BYTES = 200_000_000  # decompressed images read from one uploaded zip
