@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .capture import AttentionRecord
-from .errors import AnalysisError
+from .checks import check_index, check_record
 from .queries import Query, query_rows_for, select_query
 
 __all__ = ["attention_map"]
@@ -25,12 +25,11 @@ def attention_map(
     Returns:
         ``(B, gh, gw)`` float32.
     """
-    spec = record.spec
+    spec = check_record(record, "attention_map").spec
     attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
     if head is not None:
-        if not -spec.num_heads <= head < spec.num_heads:
-            raise AnalysisError(f"Head {head} does not exist: the model has {spec.num_heads} heads.")
-        attention = attention[:, head : head + 1] if head >= 0 else attention[:, [head]]
+        head = check_index("head", head, spec.num_heads, "heads")
+        attention = attention[:, head : head + 1]
     rows = query_rows_for(record, query)
     over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
     gh, gw = spec.grid_size

@@ -21,6 +21,7 @@ each capturing its own input at the same time. Nothing is stored on the modules.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from .adapters import AttentionInputs, block_sites, pool_site
+from .checks import check_float_dtype, check_index, check_int, check_pixels
 from .devices import autocast_context
 from .errors import AnalysisError
 from .oom import run_with_oom_fallback
@@ -65,8 +67,7 @@ class AttentionRecord:
 
     def layer_position(self, layer: int) -> int:
         """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
-        if layer < 0:
-            layer += self.spec.num_layers
+        layer = check_index("layer", layer, self.spec.num_layers, "layers")
         try:
             return self.layers.index(layer)
         except ValueError:
@@ -223,26 +224,19 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
     if layers is None:
         return tuple(range(num_layers))
-    if isinstance(layers, int):
+    if isinstance(layers, numbers.Integral):
         layers = [layers]
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise AnalysisError(f"layers must be None, a layer index or a list of them, got {layers!r}.")
     layers = list(layers)
     if not layers:
         raise AnalysisError(f"layers is empty: pass None for all {num_layers} layers, or some of 0..{num_layers - 1}.")
-    resolved = []
-    for layer in layers:
-        index = layer + num_layers if layer < 0 else layer
-        if not 0 <= index < num_layers:
-            raise AnalysisError(f"Layer {layer} does not exist: the model has {num_layers} layers (0..{num_layers - 1}).")
-        resolved.append(int(index))
-    return tuple(sorted(set(resolved)))
+    return tuple(sorted({check_index("layer", layer, num_layers, "layers") for layer in layers}))
 
 
 def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
     """The spec for this input, checking its shape against the model."""
-    if pixels.ndim != 4 or pixels.shape[1] != 3:
-        raise AnalysisError(
-            f"Expected pixels of shape (B, 3, H, W), got {tuple(pixels.shape)}. Use vit.preprocess(image)."
-        )
+    check_pixels(pixels)
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     spec = vit.spec
     if spec.dynamic_img_size:
@@ -292,8 +286,11 @@ def capture_attention(
     """
     spec = input_spec(vit, pixels)
     layer_ids = _resolve_layers(layers, spec.num_layers)
+    check_float_dtype("dtype", dtype)
     if query_tokens is not None:
-        query_tokens = tuple(int(t) for t in query_tokens)
+        query_tokens = tuple(check_int("query token", t) for t in query_tokens)
+        if not query_tokens:
+            raise AnalysisError("query_tokens is empty: pass None for every query row, or some token indices.")
         bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
         if bad:
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")

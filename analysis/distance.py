@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .capture import AttentionRecord
+from .checks import check_record, check_spec
 from .errors import AnalysisError
 from .spec import ViTSpec
 
@@ -28,8 +29,9 @@ def patch_distance_matrix(spec: ViTSpec) -> torch.Tensor:
 
 
 def uniform_attention_distance(spec: ViTSpec) -> float:
-    """The mean attention distance if every patch attended uniformly to every patch."""
-    return float(patch_distance_matrix(spec).mean())
+    """The mean attention distance if every patch attended uniformly to every patch
+    (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used)."""
+    return float(patch_distance_matrix(check_spec(spec, "uniform_attention_distance")).mean())
 
 
 def attention_distance_per_image(
@@ -68,7 +70,7 @@ def mean_attention_distance(
     Returns:
         ``(L, heads)`` float64, or ``(B, L, heads)`` with ``per_image=True``.
     """
-    spec = record.spec
+    spec = check_record(record, "mean_attention_distance").spec
     prefix = spec.num_prefix_tokens
     rows = record.query_rows(range(prefix, prefix + spec.num_patches))
     distances = patch_distance_matrix(spec).to(record.attentions.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .checks import check_int
 from .errors import AnalysisError
 from .spec import patch_embedding_module
 
@@ -50,8 +51,7 @@ def patch_embedding_components(vit, n_components: int = 28) -> tuple[torch.Tenso
         ``components (k, C, ph, pw)`` and ``explained_variance_ratio (k,)``, float32,
         with ``k = min(n_components, D, C·ph·pw)``.
     """
-    if n_components < 1:
-        raise AnalysisError(f"n_components must be at least 1, got {n_components}.")
+    n_components = check_int("n_components", n_components, minimum=1)
     filters = patch_embedding_filters(vit)  # (D, C, ph, pw)
     count, channels, ph, pw = filters.shape
     flat = filters.reshape(count, -1).double()  # (D, C·ph·pw)

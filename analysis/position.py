@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from timm.layers import resample_abs_pos_embed
 
+from .checks import check_int
 from .errors import AnalysisError
 from .spec import patch_embedding_module
 
@@ -84,9 +85,9 @@ def patch_position_embeddings(vit, *, grid_size: tuple[int, int] | None = None) 
 def _checked_grid(grid_size, default: tuple[int, int]) -> tuple[int, int]:
     if grid_size is None:
         return tuple(default)
-    grid = (int(grid_size[0]), int(grid_size[1]))
-    if min(grid) < 1:
-        raise AnalysisError(f"grid_size must be positive, got {grid_size}.")
+    if isinstance(grid_size, (str, bytes)) or not hasattr(grid_size, "__len__") or len(grid_size) != 2:
+        raise AnalysisError(f"grid_size must be a (rows, columns) pair, got {grid_size!r}.")
+    grid = (check_int("grid_size rows", grid_size[0], minimum=1), check_int("grid_size columns", grid_size[1], minimum=1))
     return grid
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import torch
 
 from .capture import AttentionRecord
+from .checks import check_int, check_record
 from .errors import AnalysisError
 from .queries import Query, query_rows_for
 
@@ -48,12 +49,14 @@ def _rollout_steps(
     record: AttentionRecord, head_fusion: str, discard_ratio: float, start_layer: int, end_layer: int | None
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` for layer = start..end."""
+    check_record(record, "attention_rollout")
     if record.query_tokens is not None:
         raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
     spec = record.spec
-    last = spec.num_layers - 1 if end_layer is None else end_layer
+    last = spec.num_layers - 1 if end_layer is None else check_int("end_layer", end_layer)
     if last < 0:
         last += spec.num_layers
+    start_layer = check_int("start_layer", start_layer)
     if start_layer < 0:
         start_layer += spec.num_layers
     if not 0 <= start_layer <= last < spec.num_layers:

@@ -74,9 +74,9 @@ def test_attention_map_errors_are_typed():
         attention_map(record, 0, query="cls")
     with pytest.raises(AnalysisError, match="outside"):
         attention_map(record, 0, query=12)
-    with pytest.raises(AnalysisError, match="Head 7"):
+    with pytest.raises(AnalysisError, match="head=7 does not exist"):
         attention_map(record, 0, head=7, query="mean")
-    with pytest.raises(AnalysisError, match="not captured"):
+    with pytest.raises(AnalysisError, match="layer=5 does not exist"):
         attention_map(record, 5, query="mean")
 
 

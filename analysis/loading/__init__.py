@@ -70,8 +70,15 @@ def load_vit(
     """
     if isinstance(source, nn.Module):
         return objects.wrap_module(source, device=None if device is None else resolve_device(device), **model_kwargs)
-    target = resolve_device(device)
+    if not isinstance(source, (str, os.PathLike)):
+        raise ModelLoadError(
+            f"load_vit takes a model name (timm, 'hf:org/name', 'torchvision:vit_b_16'), a folder or file "
+            f"path, or an nn.Module; got {type(source).__name__}."
+        )
     source_str = os.fspath(source)
+    if not source_str.strip():
+        raise ModelLoadError("load_vit got an empty name: pass 'demo', a model name, a path or an nn.Module.")
+    target = resolve_device(device)
     if source_str.startswith("hf:"):
         return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
     if source_str.startswith("torchvision:"):

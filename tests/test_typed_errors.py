@@ -1,0 +1,152 @@
+"""Every public function, given bad arguments, raises one of the project's typed errors.
+
+A bare ``KeyError``/``IndexError``/``TypeError`` from deep inside torch tells a notebook user
+nothing; ours say what was wrong and what to pass instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import analysis
+from analysis import (
+    VitExplorerError,
+    attention_map,
+    attention_rollout,
+    attention_rollout_by_layer,
+    capture_attention,
+    dataset_attention_distance,
+    load_image,
+    load_vit,
+    mean_attention_distance,
+    patch_embedding_components,
+    position_embedding_similarity,
+    read_image_archive,
+    rotary_position_features,
+    uniform_attention_distance,
+)
+from conftest import make_vit
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return make_vit("registers")
+
+
+@pytest.fixture(scope="module")
+def pixels(vit):
+    height, width = vit.spec.img_size
+    return torch.randn(1, 3, height, width)
+
+
+@pytest.fixture(scope="module")
+def record(vit, pixels):
+    return capture_attention(vit, pixels)
+
+
+class Context:
+    def __init__(self, vit, pixels, record):
+        self.vit, self.pixels, self.record = vit, pixels, record
+        self.layers, self.heads, self.patches = vit.spec.num_layers, vit.spec.num_heads, vit.spec.num_patches
+        self.partial = capture_attention(vit, pixels, layers=[0], query_tokens=[0])
+
+
+@pytest.fixture(scope="module")
+def context(vit, pixels, record):
+    return Context(vit, pixels, record)
+
+
+CASES = [
+    # capture
+    ("layers empty", lambda c: capture_attention(c.vit, c.pixels, layers=[])),
+    ("layer too high", lambda c: capture_attention(c.vit, c.pixels, layers=[c.layers])),
+    ("layer too low", lambda c: capture_attention(c.vit, c.pixels, layers=[-c.layers - 1])),
+    ("layer not an int", lambda c: capture_attention(c.vit, c.pixels, layers=["0"])),
+    ("layer a float", lambda c: capture_attention(c.vit, c.pixels, layers=[0.5])),
+    ("query token out of range", lambda c: capture_attention(c.vit, c.pixels, query_tokens=[10_000])),
+    ("query token negative", lambda c: capture_attention(c.vit, c.pixels, query_tokens=[-1])),
+    ("query tokens empty", lambda c: capture_attention(c.vit, c.pixels, query_tokens=[])),
+    ("dtype not a dtype", lambda c: capture_attention(c.vit, c.pixels, dtype="float16")),
+    ("dtype an integer type", lambda c: capture_attention(c.vit, c.pixels, dtype=torch.int64)),
+    ("precision unknown", lambda c: capture_attention(c.vit, c.pixels, precision="fp8")),
+    ("pixels not a tensor", lambda c: capture_attention(c.vit, c.pixels.numpy())),
+    ("pixels wrong rank", lambda c: capture_attention(c.vit, c.pixels[0])),
+    ("pixels integer", lambda c: capture_attention(c.vit, (c.pixels * 100).long())),
+    ("pixels wrong size", lambda c: capture_attention(c.vit, c.pixels[..., :-1, :-1])),
+    ("empty batch", lambda c: capture_attention(c.vit, c.pixels[:0])),
+    # maps
+    ("map layer out of range", lambda c: attention_map(c.record, c.layers)),
+    ("map layer not captured", lambda c: attention_map(c.partial, 1)),
+    ("map layer not an int", lambda c: attention_map(c.record, "last")),
+    ("map head out of range", lambda c: attention_map(c.record, 0, head=c.heads)),
+    ("map head negative", lambda c: attention_map(c.record, 0, head=-c.heads - 1)),
+    ("map head not an int", lambda c: attention_map(c.record, 0, head="mean")),
+    ("map query out of range", lambda c: attention_map(c.record, 0, query=c.patches)),
+    ("map query unknown", lambda c: attention_map(c.record, 0, query="dist")),
+    ("map query float", lambda c: attention_map(c.record, 0, query=1.5)),
+    ("map query row not captured", lambda c: attention_map(c.partial, 0, query=3)),
+    ("map of a non-record", lambda c: attention_map(torch.zeros(3), 0)),
+    # rollout
+    ("rollout fusion unknown", lambda c: attention_rollout(c.record, head_fusion="median")),
+    ("rollout discard above 1", lambda c: attention_rollout(c.record, discard_ratio=1.5)),
+    ("rollout discard negative", lambda c: attention_rollout(c.record, discard_ratio=-0.1)),
+    ("rollout start out of range", lambda c: attention_rollout(c.record, start_layer=c.layers)),
+    ("rollout end before start", lambda c: attention_rollout(c.record, start_layer=1, end_layer=0)),
+    ("rollout query out of range", lambda c: attention_rollout(c.record, query=c.patches)),
+    ("rollout of partial rows", lambda c: attention_rollout(c.partial)),
+    ("rollout by layer start out of range", lambda c: attention_rollout_by_layer(c.record, start_layer=-c.layers - 1)),
+    # distance
+    ("distance of partial rows", lambda c: mean_attention_distance(c.partial)),
+    ("distance of a non-record", lambda c: mean_attention_distance(None)),
+    ("uniform distance of a non-spec", lambda c: uniform_attention_distance((8, 8))),
+    ("dataset empty list", lambda c: dataset_attention_distance(c.vit, [])),
+    ("dataset batch zero", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=0)),
+    ("dataset batch float", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=2.5)),
+    ("dataset single path", lambda c: dataset_attention_distance(c.vit, "assets/samples")),
+    ("dataset on_error unknown", lambda c: dataset_attention_distance(c.vit, [b"x"], on_error="ignore")),
+    ("dataset bad image", lambda c: dataset_attention_distance(c.vit, [b"not an image"])),
+    # model-only analyses
+    ("position grid zero", lambda c: position_embedding_similarity(c.vit, grid_size=(0, 4))),
+    ("position grid not a pair", lambda c: position_embedding_similarity(c.vit, grid_size=5)),
+    ("position kind unknown", lambda c: position_embedding_similarity(c.vit, kind="sinusoid")),
+    ("rope on a table model", lambda c: rotary_position_features(c.vit)),
+    ("components zero", lambda c: patch_embedding_components(c.vit, 0)),
+    ("components not an int", lambda c: patch_embedding_components(c.vit, "all")),
+    # inputs
+    ("image empty bytes", lambda c: load_image(b"")),
+    ("image missing file", lambda c: load_image("no/such/image.png")),
+    ("image of a wrong type", lambda c: load_image(3)),
+    ("archive not a zip", lambda c: read_image_archive(b"nope")),
+    # loading
+    ("model empty name", lambda c: load_vit("", pretrained=False)),
+    ("model unknown name", lambda c: load_vit("vit_nonexistent_patch16_224", pretrained=False)),
+    ("model of a wrong type", lambda c: load_vit(3.5)),
+    ("model not a ViT", lambda c: load_vit("resnet18", pretrained=False)),
+    ("model device unknown", lambda c: load_vit("demo", device="tpu9")),
+    ("model file without arch", lambda c: load_vit("weights.safetensors")),
+]
+
+
+@pytest.mark.parametrize("name, call", CASES, ids=[name for name, _ in CASES])
+def test_bad_arguments_raise_a_typed_error(context, name, call):
+    with pytest.raises(VitExplorerError) as info:
+        call(context)
+    assert isinstance(info.value, ValueError)  # every typed error is also a ValueError
+    assert len(str(info.value)) > 20  # and says something
+
+
+def test_every_public_function_is_walked():
+    """A new public function must get bad-argument cases here."""
+    walked = {
+        "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
+        "mean_attention_distance", "uniform_attention_distance", "dataset_attention_distance",
+        "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
+        "load_image", "read_image_archive",
+    }
+    source = open(__file__).read()
+    for name in walked:
+        assert f"{name}(" in source.split("CASES = [")[1], name
+    not_walked = {"attention_taps", "position_encoding_kinds", "patch_embedding_filters"}
+    functions = {n for n in analysis.__all__ if callable(getattr(analysis, n)) and not isinstance(getattr(analysis, n), type)}
+    assert functions <= walked | not_walked, functions - walked - not_walked
