@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Iterator
 
 import torch
@@ -14,6 +16,11 @@ from .queries import Query, query_rows_for
 __all__ = ["attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "fuse_heads", "discard_lowest"]
 
 HEAD_FUSIONS = ("mean", "max", "min")
+POST_NORM_WARNING = (
+    "This model normalises each residual branch after attention (post-norm, x + norm(attn(x))): "
+    "rollout's ½·A + ½·I assumes pre-norm blocks (x + attn(norm(x))), where the identity and "
+    "attention paths are of comparable size. Read this rollout as a heuristic."
+)
 
 
 def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
@@ -50,6 +57,8 @@ def _rollout_steps(
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` for layer = start..end."""
     check_record(record, "attention_rollout")
+    if record.spec.residual_norm == "post":
+        warnings.warn(POST_NORM_WARNING, RuntimeWarning, stacklevel=4)
     if record.query_tokens is not None:
         raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
     spec = record.spec

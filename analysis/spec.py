@@ -40,6 +40,7 @@ class ViTSpec:
     dynamic_img_size: bool = False  # accepts other whole-patch input sizes
     dynamic_img_pad: bool = False  # pads partial patches up to whole ones
     family: str = ""  # the model class, e.g. "VisionTransformer", "Eva", "Beit"
+    residual_norm: str = "pre"  # "pre": x + f(norm(x)); "post": x + norm(f(x)) (timm's *_rpn ResPost blocks)
 
     @property
     def num_patches(self) -> int:
@@ -142,4 +143,11 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         dynamic_img_size=dynamic,
         dynamic_img_pad=bool(getattr(embed, "dynamic_img_pad", False)),
         family=type(model).__name__,
+        residual_norm=_residual_norm(model),
     )
+
+
+def _residual_norm(model: nn.Module) -> str:
+    """"post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
+    blocks = getattr(model, "blocks", None) or ()
+    return "post" if any(type(block).__name__.startswith("ResPost") for block in blocks) else "pre"

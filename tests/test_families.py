@@ -35,6 +35,7 @@ FAMILIES = {
     "beit": ("beit_base_patch16_224", dict(img_size=64, depth=2, embed_dim=96, num_heads=4), (64, 64)),
     "beitv2": ("beitv2_base_patch16_224", dict(img_size=48, depth=2, embed_dim=96, num_heads=4), (48, 48)),
     "relpos": ("vit_relpos_small_patch16_224", dict(img_size=(48, 64), depth=2), (48, 64)),
+    "relpos_rpn": ("vit_relpos_small_patch16_rpn_224", dict(img_size=48, depth=2), (48, 48)),
     "srelpos": ("vit_srelpos_small_patch16_224", dict(img_size=64, depth=2), (64, 64)),
     "rope_reg1_gap": (
         "vit_base_patch16_rope_reg1_gap_256",
@@ -269,3 +270,21 @@ def test_unsupported_families_are_refused_with_the_real_reason(arch, reason):
     with pytest.raises(UnsupportedModelError, match=reason) as info:
         load_vit(arch, pretrained=False, device="cpu")
     assert "Supported:" in str(info.value)
+
+
+def test_rollout_says_when_blocks_are_post_norm(family_vits):
+    """ResPost blocks (x + norm(attn(x))) break rollout's ½A + ½I assumption: rollout says so."""
+    import warnings
+
+    from analysis.rollout import POST_NORM_WARNING
+
+    post = family_vits["relpos_rpn"]
+    assert post.spec.residual_norm == "post"
+    with pytest.warns(RuntimeWarning, match="post-norm"):
+        attention_rollout(capture_attention(post, _pixels("relpos_rpn")))
+    assert "heuristic" in POST_NORM_WARNING
+    pre = family_vits["relpos"]
+    assert pre.spec.residual_norm == "pre"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        attention_rollout(capture_attention(pre, _pixels("relpos")))

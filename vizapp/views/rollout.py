@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.rollout import POST_NORM_WARNING
+
 from vizapp import figures, resources
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
@@ -18,6 +20,8 @@ st.caption(
     "R = Â_end ⋯ Â_start with Â = ½·(fused heads) + ½·I, rows renormalised; "
     "the map is the query's row of R over the patch tokens."
 )
+if spec.residual_norm == "post":
+    st.warning(POST_NORM_WARNING, icon=":material/warning:")
 
 left, right = st.columns([3, 2], gap="medium")
 with right:
