@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
-import zlib
 
 import numpy as np
 import pytest

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.demo_data import CLASS_NAMES, generate_arrays, generate_samples, render_sample
+from analysis.demo.data import CLASS_NAMES, generate_arrays, generate_samples, render_sample
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_vit"
 TEST_SEED = 777
@@ -101,7 +101,7 @@ def demo_vit():
 
 @pytest.fixture(scope="module")
 def demo_metrics(demo_vit):
-    from analysis.evaluate_demo import evaluate
+    from analysis.demo.evaluate import evaluate
 
     return evaluate(demo_vit, n=TEST_N, seed=TEST_SEED)
 
@@ -157,8 +157,8 @@ def test_demo_rollout_points_at_the_object(demo_metrics):
 def test_locality_gap_of_random_embeddings_is_near_zero():
     """The metric itself: an untrained (random) ViT scores about 0."""
     from analysis import load_vit
-    from analysis.evaluate_demo import locality_gap
-    from analysis.train_demo import DEFAULT_MODEL_ARGS
+    from analysis.demo.evaluate import locality_gap
+    from analysis.demo.train import DEFAULT_MODEL_ARGS
 
     vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", num_classes=len(CLASS_NAMES),
                    **DEFAULT_MODEL_ARGS)
@@ -166,7 +166,7 @@ def test_locality_gap_of_random_embeddings_is_near_zero():
 
 
 def test_pointing_game_helpers():
-    from analysis.evaluate_demo import patch_overlap, pointing_game
+    from analysis.demo.evaluate import patch_overlap, pointing_game
 
     masks = np.zeros((2, 8, 8), dtype=bool)
     masks[0, 0, 5] = True  # one pixel in patch (0, 1) of a 2x2 grid of 4x4 patches
@@ -182,7 +182,7 @@ def test_pointing_game_helpers():
 
 def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     from analysis import capture_attention, load_vit
-    from analysis.train_demo import DEFAULT_MODEL_ARGS, train
+    from analysis.demo.train import DEFAULT_MODEL_ARGS, train
 
     tiny = dict(DEFAULT_MODEL_ARGS, embed_dim=32, depth=1, num_heads=2)
     summary = train(tmp_path, seed=3, pool=20, steps=2, batch_size=8, val_size=0, model_args=tiny,

@@ -168,7 +168,7 @@ def test_demo_model_loads_or_says_how_to_get_it():
         vit = load_vit("demo")
         assert vit.class_names and vit.num_classes == len(vit.class_names)
     else:
-        with pytest.raises(ModelLoadError, match="train_demo"):
+        with pytest.raises(ModelLoadError, match="analysis.demo.train"):
             load_vit("demo")
 
 

@@ -35,7 +35,7 @@ from analysis import (
     position_embedding_similarity,
 )
 from vizapp.limits import MAX_FORWARDS, MAX_MODELS, MAX_RESULTS
-from vizapp.refs import ImageRef, ModelRef
+from vizapp.refs import ModelRef
 
 SET_CHUNK = 8  # images per cached piece of an image-set average (the progress bar's step)
 

@@ -15,6 +15,7 @@ import analysis
 from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
 from vizapp.refs import ImageRef, ModelRef
+from vizapp.ui import clamp_state
 
 __all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
 
@@ -105,6 +106,15 @@ def second_model_choices(shown: ModelRef) -> dict[str, str]:
         choices["default"] = "the default model"
     choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
     return choices
+
+
+def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | None = None):
+    """A picker for an optional comparison model; returns ``(ref, vit)``, or ``None`` when
+    none is picked or it cannot be loaded (then the reason is shown)."""
+    choices = second_model_choices(shown)
+    clamp_state(key, list(choices), "none")
+    choice = st.selectbox(label, list(choices), format_func=choices.get, key=key, help=help)
+    return None if choice == "none" else load_second_model(choice)
 
 
 def load_second_model(choice: str) -> tuple[ModelRef, analysis.LoadedViT] | None:

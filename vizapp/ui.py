@@ -100,6 +100,17 @@ def clamp_state(key: str, options_or_range, default) -> None:
         st.session_state[key] = default
 
 
+def head_label(head: str | int) -> str:
+    return "mean over heads" if head == "mean" else f"head {head}"
+
+
+def head_control(spec: ViTSpec, *, key: str = "head") -> str | int:
+    """The head picker shared by the pages: ``"mean"`` or a head index of this model."""
+    heads = ["mean", *range(spec.num_heads)]
+    clamp_state(key, heads, "mean")
+    return st.selectbox("Head", heads, format_func=head_label, key=key)
+
+
 QUERY_LABELS = {"cls": "class token", "mean": "mean over patches", "patch": "one patch"}
 
 

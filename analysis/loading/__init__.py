@@ -87,7 +87,7 @@ def load_vit(
         if not (DEMO_MODEL_DIR / "config.json").is_file():
             raise ModelLoadError(
                 f"The bundled demo model is missing ({DEMO_MODEL_DIR}). Restore it from git "
-                "(`git checkout -- assets/demo_vit`) or retrain it with `python -m analysis.train_demo`."
+                "(`git checkout -- assets/demo_vit`) or retrain it with `python -m analysis.demo.train`."
             )
         return _from_folder(DEMO_MODEL_DIR, source_str, target, model_kwargs)
     if source_str.startswith("local-dir:") or Path(source_str).is_dir():

@@ -24,7 +24,7 @@ from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from ..errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
-from .assemble import ConcatLinear, finish, shared_linear, skeleton
+from .assemble import ConcatLinear, finish, shared_linear
 from .loaded import LoadedViT, wrap_model
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "preprocessing_config"]

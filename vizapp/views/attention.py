@@ -10,6 +10,8 @@ from vizapp.ui import (
     clamp_state,
     describe_query,
     download_npz,
+    head_control,
+    head_label,
     point_index,
     query_controls,
     selected_point,
@@ -19,11 +21,6 @@ from vizapp.ui import (
 cur = current()
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
-HEADS = ["mean", *range(H)]
-
-
-def head_label(head) -> str:
-    return "mean over heads" if head == "mean" else f"head {head}"
 
 
 def on_patch_click() -> None:
@@ -59,8 +56,7 @@ with right:
         layer = st.slider("Layer (block index)", 0, L - 1, step=1, key="layer")
     else:
         layer = 0
-    clamp_state("head", HEADS, "mean")
-    head = st.selectbox("Head", HEADS, format_func=head_label, key="head")
+    head = head_control(spec)
     query = query_controls(spec)
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")

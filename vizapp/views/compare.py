@@ -6,18 +6,12 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.derive import map_layer, map_query
-from vizapp.state import current, load_second_model, second_model_choices
-from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
+from vizapp.state import current, second_model_control
+from vizapp.ui import describe_query, download_npz, head_control, head_label, query_controls, show_chart
 
 cur = current()
-SECOND = second_model_choices(cur.model)
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
-HEADS = ["mean", *range(H)]
-
-
-def head_label(head) -> str:
-    return "mean over heads" if head == "mean" else f"head {head}"
 
 
 st.header("Compare layers", divider="gray")
@@ -36,8 +30,7 @@ with c1:
         format_func=lambda x: f"layer {x}",
     )
 with c2:
-    clamp_state("head", HEADS, "mean")
-    head = st.selectbox("Head", HEADS, format_func=head_label, key="head")
+    head = head_control(spec)
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
 with c3:
@@ -56,35 +49,32 @@ backgrounds = [resources.background_uri(*cur.args)] * len(layers)
 sizes = [spec.img_size] * len(layers)
 patches = [spec.patch_size] * len(layers)
 
-clamp_state("cmp_model2", list(SECOND), "none")
-second = st.selectbox(
-    "Second model on the same image (optional)", list(SECOND), format_func=SECOND.get, key="cmp_model2",
+loaded = second_model_control(
+    "cmp_model2", "Second model on the same image (optional)", cur.model,
     help="Shown in a second row at the same relative depth, with the same head (or the mean) and the "
     "query at the same image position.",
 )
 extra_rows = {}
-if second != "none":
-    loaded = load_second_model(second)
-    if loaded is not None:
-        ref2, vit2 = loaded
-        try:
-            args2 = (ref2, cur.image.digest, cur.image.data)
-            spec2 = vit2.spec
-            query2 = map_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
-            maps2 = resources.attention_grid(*args2, query2)
-            column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
-            layers2 = [map_layer(layer, L, spec2.num_layers) for layer in layers]
-            for layer2 in layers2:
-                panels.append(maps2[layer2, column2])
-                titles.append(f"{ref2.source.split('.')[0]} · layer {layer2}")
-            backgrounds += [resources.background_uri(*args2)] * len(layers2)
-            sizes += [spec2.img_size] * len(layers2)
-            patches += [spec2.patch_size] * len(layers2)
-            extra_rows = {"second_model_attention": maps2[layers2, column2], "second_model_layers": layers2}
-            if column2 != column:
-                st.caption(f"{ref2.label} has {spec2.num_heads} heads: showing its mean over heads.")
-        except Exception as exc:  # noqa: BLE001 - the first model's panels still show
-            st.error(f"**{ref2.label}** could not process this image: {exc}")
+if loaded is not None:
+    ref2, vit2 = loaded
+    try:
+        args2 = (ref2, cur.image.digest, cur.image.data)
+        spec2 = vit2.spec
+        query2 = map_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
+        maps2 = resources.attention_grid(*args2, query2)
+        column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
+        layers2 = [map_layer(layer, L, spec2.num_layers) for layer in layers]
+        for layer2 in layers2:
+            panels.append(maps2[layer2, column2])
+            titles.append(f"{ref2.source.split('.')[0]} · layer {layer2}")
+        backgrounds += [resources.background_uri(*args2)] * len(layers2)
+        sizes += [spec2.img_size] * len(layers2)
+        patches += [spec2.patch_size] * len(layers2)
+        extra_rows = {"second_model_attention": maps2[layers2, column2], "second_model_layers": layers2}
+        if column2 != column:
+            st.caption(f"{ref2.label} has {spec2.num_heads} heads: showing its mean over heads.")
+    except Exception as exc:  # noqa: BLE001 - the first model's panels still show
+        st.error(f"**{ref2.label}** could not process this image: {exc}")
 
 ncols = len(layers) if len(layers) <= 4 else 6
 figure = figures.map_panels(

@@ -8,11 +8,10 @@ import streamlit as st
 
 from vizapp import figures, inputs, resources
 from vizapp.refs import ImageRef, ModelRef
-from vizapp.state import current, load_second_model, second_model_choices
-from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.state import current, second_model_control
+from vizapp.ui import download_csv, download_npz, show_chart
 
 cur = current()
-SECOND = second_model_choices(cur.model)
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
 
 st.header("Attention distance", divider="gray")
@@ -35,9 +34,7 @@ with c1:
         images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
         problems = []
 with c2:
-    clamp_state("dist_model2", list(SECOND), "none")
-    second = st.selectbox("Overlay a second model (optional)", list(SECOND), format_func=SECOND.get,
-                          key="dist_model2")
+    loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
 
 
 def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -81,26 +78,24 @@ if mean1 is not None:
 gh, gw = cur.spec.grid_size
 references.append((f"uniform ({gh}×{gw} grid)", resources.uniform_distance(*cur.args)))
 
-if second != "none":
-    loaded = load_second_model(second)
-    if loaded is not None:
-        ref2, vit2 = loaded
-        try:
-            args2 = (ref2, cur.image.digest, cur.image.data)
-            name2 = ref2.source.split("/")[-1]
-            second_image = resources.image_attention_distance(*args2)
-            series.append((f"{name2} · {cur.image.name}", second_image))
-            arrays["second_current_image"] = second_image
-            mean2, stack2 = set_average(ref2, name2)
-            if mean2 is not None:
-                series.append((f"{name2} · mean over {len(stack2)} images", mean2))
-                arrays["second_set_mean"] = mean2
-            uniform2 = resources.uniform_distance(*args2)
-            if abs(uniform2 - references[0][1]) > 1e-6:
-                g = vit2.spec.grid_size
-                references.append((f"uniform ({g[0]}×{g[1]} grid)", uniform2))
-        except Exception as exc:  # noqa: BLE001 - the first model's series still show
-            st.error(f"**{ref2.label}** could not process the images: {exc}")
+if loaded is not None:
+    ref2, vit2 = loaded
+    try:
+        args2 = (ref2, cur.image.digest, cur.image.data)
+        name2 = ref2.source.split("/")[-1]
+        second_image = resources.image_attention_distance(*args2)
+        series.append((f"{name2} · {cur.image.name}", second_image))
+        arrays["second_current_image"] = second_image
+        mean2, stack2 = set_average(ref2, name2)
+        if mean2 is not None:
+            series.append((f"{name2} · mean over {len(stack2)} images", mean2))
+            arrays["second_set_mean"] = mean2
+        uniform2 = resources.uniform_distance(*args2)
+        if abs(uniform2 - references[0][1]) > 1e-6:
+            g = vit2.spec.grid_size
+            references.append((f"uniform ({g[0]}×{g[1]} grid)", uniform2))
+    except Exception as exc:  # noqa: BLE001 - the first model's series still show
+        st.error(f"**{ref2.label}** could not process the images: {exc}")
 
 for problem in problems:
     st.warning(problem)

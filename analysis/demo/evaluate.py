@@ -2,13 +2,13 @@
 
 Usage::
 
-    python -m analysis.evaluate_demo                    # assets/demo_vit, 2000 scenes, seed 2026
-    python -m analysis.evaluate_demo --model /tmp/vit --n 500 --seed 7
+    python -m analysis.demo.evaluate                    # assets/demo_vit, 2000 scenes, seed 2026
+    python -m analysis.demo.evaluate --model /tmp/vit --n 500 --seed 7
 
 Everything goes through the public analysis API (``load_vit``, ``capture_attention``,
 ``attention_rollout``, ``position_embedding_similarity``), so this also checks that the
 API reads the shipped folder correctly. Scenes come from
-:func:`analysis.demo_data.generate_samples` with a seed the training run never used
+:func:`analysis.demo.data.generate_samples` with a seed the training run never used
 (the shipped recipe's two phases draw their data pools from seeds 0 and 3 and their
 progress-only validation sets from seeds 1 and 4; the default here is 2026, the tests
 use 777).
@@ -44,7 +44,7 @@ import time
 import numpy as np
 import torch
 
-from analysis.demo_data import CLASS_NAMES, generate_samples
+from analysis.demo.data import CLASS_NAMES, generate_samples
 
 __all__ = [
     "DEFAULT_EVAL_SEED",
@@ -62,7 +62,11 @@ def locality_gap(vit) -> float:
     """Neighbour-minus-far cosine similarity of the position embeddings (see module doc)."""
     from analysis import position_embedding_similarity
 
-    sim = torch.as_tensor(position_embedding_similarity(vit)).float()
+    return similarity_locality_gap(torch.as_tensor(position_embedding_similarity(vit)).float())
+
+
+def similarity_locality_gap(sim: torch.Tensor) -> float:
+    """Mean similarity of 4-neighbours minus that of pairs ≥ half the grid apart; ``sim (gh, gw, gh, gw)``."""
     gh, gw = sim.shape[:2]
     yy, xx = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     yy, xx = yy.reshape(-1), xx.reshape(-1)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 

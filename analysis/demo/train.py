@@ -3,10 +3,10 @@
 Usage -- the shipped model (assets/demo_vit) is two runs of this script: phase 1 is the
 defaults, phase 2 continues from phase 1's weights on a fresh pool of scenes::
 
-    python -m analysis.train_demo --out artifacts/demo_vit_phase1
-    python -m analysis.train_demo --init artifacts/demo_vit_phase1 --seed 3 --steps 3000 --lr 1e-3
+    python -m analysis.demo.train --out artifacts/demo_vit_phase1
+    python -m analysis.demo.train --init artifacts/demo_vit_phase1 --seed 3 --steps 3000 --lr 1e-3
 
-    python -m analysis.train_demo --out /tmp/vit --epochs 2 --pool 2000   # a quick try
+    python -m analysis.demo.train --out /tmp/vit --epochs 2 --pool 2000   # a quick try
 
 The model is a small timm ``VisionTransformer`` built with
 ``timm.create_model(ARCHITECTURE, pretrained=False, num_classes=..., **model_args)``;
@@ -24,7 +24,7 @@ Recipe facts worth knowing:
   every epoch with a random element of the dihedral group
   (flips / 90-degree rotations; every class is invariant under those). A small
   validation set from ``--seed + 1`` is used for progress output only; it never steers
-  training. The held-out evaluation (``analysis.evaluate_demo``) uses yet another seed.
+  training. The held-out evaluation (``analysis.demo.evaluate``) uses yet another seed.
 * ``--init`` starts from a previous output folder (same architecture) with a fresh AdamW
   state and a fresh warm-up + cosine schedule: the shipped model's second phase.
 * The LR schedule is step-based (linear warm-up, cosine decay), so a run is reproducible
@@ -46,7 +46,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analysis.demo_data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
+from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
+from analysis.demo.evaluate import similarity_locality_gap
 
 __all__ = [
     "ARCHITECTURE",
@@ -73,7 +74,7 @@ DEFAULT_MODEL_ARGS: dict = dict(
 )
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.25, 0.25, 0.25)
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "assets" / "demo_vit"
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "assets" / "demo_vit"
 
 
 def build_model(model_args: dict | None = None, num_classes: int = len(CLASS_NAMES)):
@@ -150,17 +151,10 @@ def _dihedral(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
 
 
 def _locality_gap(model) -> float:
-    """Private copy of the locality metric for progress output (see evaluate_demo)."""
-    pe = model.pos_embed.detach()[0, model.num_prefix_tokens:]
+    """The evaluation's locality metric on the raw timm model, for progress output."""
+    pe = F.normalize(model.pos_embed.detach()[0, model.num_prefix_tokens:], dim=-1)  # (N, D)
     gh, gw = model.patch_embed.grid_size
-    pe = F.normalize(pe, dim=-1)
-    sim = (pe @ pe.T).view(gh, gw, gh, gw)
-    yy, xx = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    dy = (yy.reshape(-1, 1) - yy.reshape(1, -1)).abs().view(gh, gw, gh, gw)
-    dx = (xx.reshape(-1, 1) - xx.reshape(1, -1)).abs().view(gh, gw, gh, gw)
-    near = (dy + dx) == 1
-    far = torch.maximum(dy, dx) >= max(gh, gw) / 2
-    return float(sim[near].mean() - sim[far].mean())
+    return similarity_locality_gap((pe @ pe.T).view(gh, gw, gh, gw))
 
 
 @torch.no_grad()
@@ -203,7 +197,7 @@ def train(
     model_args = dict(DEFAULT_MODEL_ARGS if model_args is None else model_args)
     size = model_args["img_size"]
 
-    log(f"[train_demo] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
+    log(f"[demo.train] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
     imgs, labels, _ = generate_arrays(pool, seed, size=size)
     x_train = torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous()  # uint8 (N,3,H,W)
     y_train = torch.from_numpy(labels)
@@ -211,7 +205,7 @@ def train(
     if val_size:
         vi, vl, _ = generate_arrays(val_size, seed + 1, size=size)
         x_val, y_val = _to_tensor(vi), torch.from_numpy(vl)
-    log(f"[train_demo] data ready in {time.time() - t_start:.1f}s")
+    log(f"[demo.train] data ready in {time.time() - t_start:.1f}s")
 
     model = build_model(model_args, len(CLASS_NAMES))
     if init is not None:
@@ -222,12 +216,12 @@ def train(
             raise ValueError(f"--init {init} was trained with model_args {init_cfg.get('model_args')}, "
                              f"not {model_args}; pass the same architecture options.")
         model.load_state_dict(load_file(str(Path(init) / "model.safetensors")), strict=True)
-        log(f"[train_demo] initialised from {init} (fresh optimizer state and LR schedule)")
+        log(f"[demo.train] initialised from {init} (fresh optimizer state and LR schedule)")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"[train_demo] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
+    log(f"[demo.train] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
     opt = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
     no_decay = [n for n, p in model.named_parameters() if p.ndim <= 1 or n in model.no_weight_decay()]
-    log(f"[train_demo] no weight decay on {len(no_decay)} tensors incl. "
+    log(f"[demo.train] no weight decay on {len(no_decay)} tensors incl. "
         f"{[n for n in no_decay if n in ('pos_embed', 'cls_token')]}")
 
     steps_per_epoch = max(1, pool // batch_size)
@@ -280,10 +274,10 @@ def train(
             per_step = (time.time() - t_train) / probe
             budget = minutes * 60 - (time.time() - t_start) - 30
             total = max(probe + 1, int(budget / per_step))
-            log(f"[train_demo] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
+            log(f"[demo.train] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
                 f"(replay exactly with --steps {total})")
         if step % log_every == 0 or step == total:
-            msg = (f"[train_demo] step {step}/{total} ep {step / steps_per_epoch:.2f} "
+            msg = (f"[demo.train] step {step}/{total} ep {step / steps_per_epoch:.2f} "
                    f"lr {opt.param_groups[0]['lr']:.2e} loss {run_loss / run_n:.4f} "
                    f"train_acc {run_correct / run_n:.3f}")
             if val_size:
@@ -308,7 +302,7 @@ def train(
         "params": n_params,
     }
     save_model(model, Path(out), model_args)
-    log(f"[train_demo] done: {json.dumps(summary)} -> {out}")
+    log(f"[demo.train] done: {json.dumps(summary)} -> {out}")
     return summary
 
 
