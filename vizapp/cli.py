@@ -1,0 +1,50 @@
+"""``vit-explorer``: start the app from anywhere (after ``pip install -e .``).
+
+    vit-explorer                          # streamlit run vizapp/app.py, with the repo's settings
+    vit-explorer --server.port 8600       # any `streamlit run` option is passed on
+
+Streamlit reads ``.streamlit/config.toml`` only from the working directory, so the
+repository's settings (upload limit, no usage stats, toolbar, theme) are passed as flags;
+flags given on the command line win.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = None
+
+APP = Path(__file__).resolve().parent / "app.py"
+CONFIG = Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml"
+
+
+def config_flags(path: Path = CONFIG) -> list[str]:
+    """``--section.option=value`` for every option of a Streamlit config file."""
+    if not path.is_file() or tomllib is None:
+        return []
+    with path.open("rb") as handle:
+        config = tomllib.load(handle)
+    flags = []
+    for section, options in config.items():
+        for option, value in options.items():
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            flags.append(f"--{section}.{option}={text}")
+    return flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    from streamlit.web import cli as streamlit_cli
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    given = {arg.split("=")[0] for arg in args if arg.startswith("--")}
+    defaults = [flag for flag in config_flags() if flag.split("=")[0] not in given]
+    sys.argv = ["streamlit", "run", str(APP), *defaults, *args]
+    return streamlit_cli.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
