@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -437,7 +438,7 @@ def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(
     app.radio(key="model_source").set_value("local").run()
     app.text_input(key="model_path").input(str(REPO / "no_such_checkpoint.safetensors")).run()
     assert_clean(app)
-    assert any("no_such_checkpoint" in e.value for e in app.error)
+    assert any("no\\_such\\_checkpoint" in e.value for e in app.error)  # escaped Markdown
     assert app.session_state["current"].model == before
 
 
@@ -525,3 +526,28 @@ def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
     assert_clean(app)
     assert any("falling back to the CPU" in w.value for w in app.warning)
     assert len(charts(app)) >= 2
+
+
+def test_random_weights_show_a_banner_on_every_page(app):
+    from vizapp.state import RANDOM_WEIGHTS_BANNER
+
+    assert not any(RANDOM_WEIGHTS_BANNER in w.value for w in app.warning) or not DEMO_PRESENT
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
+    for page in ("views/attention.py", "views/rollout.py", "views/position.py"):
+        app.switch_page(page).run()
+        assert_clean(app)
+        assert any(w.value == RANDOM_WEIGHTS_BANNER for w in app.warning), page
+
+
+def test_error_text_is_escaped_and_names_the_app_field(app, tmp_path):
+    bare = tmp_path / "weights_v2*.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(bare))
+    app.radio(key="model_source").set_value("local").run()
+    app.text_input(key="model_path").input(str(bare)).run()
+    assert_clean(app)
+    (error,) = [e for e in app.error if "bare weights file" in e.value]
+    assert "weights\\_v2\\*" in error.value  # rendered as the literal name, not italics
+    assert "load_vit(" not in error.value and "Architecture (for a single file)" in error.value

@@ -158,3 +158,58 @@ def test_explorer_in_chromium(page, server, artifacts):
         wait_idle(page)
         assert_no_exception(page, name)
         page.screenshot(path=str(artifacts / f"{index:02d}_{name.lower().replace(' ', '_')}.png"))
+
+
+def _drawn_colour_stops(page) -> list[list[str]]:
+    """The colour scale of every heatmap (and colour axis) as plotly drew it in the browser."""
+    return page.evaluate(
+        """() => {
+            const out = [];
+            for (const plot of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
+                for (const trace of plot._fullData || []) {
+                    if (trace.type === 'heatmap' && trace.colorscale) out.push(trace.colorscale.map(s => s[1]));
+                }
+                const axis = (plot._fullLayout || {}).coloraxis;
+                if (axis && axis.colorscale) out.push(axis.colorscale.map(s => s[1]));
+            }
+            return out;
+        }"""
+    )
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    from plotly.colors import hex_to_rgb, unlabel_rgb
+
+    colour = colour.strip()
+    if colour.startswith("#"):
+        return tuple(hex_to_rgb(colour))
+    return tuple(int(round(float(v))) for v in unlabel_rgb(colour)[:3])
+
+
+def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
+    """Streamlit's chart theme once replaced the dark first stop of Magma/Inferno with pink
+    (#ffabab): near-zero attention looked like mid-range. What the browser draws must be the
+    scale itself, first stop to last."""
+    import plotly.colors
+
+    from vizapp.figures import COLORSCALES
+
+    page.goto(server)
+    wait_idle(page)
+    sidebar = page.locator("section[data-testid='stSidebar']")
+    for name in COLORSCALES:
+        selectbox = sidebar.locator("[data-testid='stSelectbox']", has_text="Colour scale")
+        selectbox.click()
+        page.locator("[role='option']", has_text=re.compile(f"^{name}$")).click()
+        wait_idle(page)
+        true_scale = [_rgb(c) for _, c in plotly.colors.get_colorscale(name)]
+        for _ in range(60):  # charts re-render one by one after the rerun: poll until all are new
+            drawn = _drawn_colour_stops(page)
+            if drawn and all(_rgb(stops[-1]) == true_scale[-1] for stops in drawn):
+                break
+            page.wait_for_timeout(250)
+        assert drawn, f"no heatmap drawn with {name}"
+        for stops in drawn:
+            got = [_rgb(c) for c in stops]
+            assert got[0] == true_scale[0] and got[-1] == true_scale[-1], (name, got[0], true_scale[0], drawn)
+            assert got == true_scale, name

@@ -11,6 +11,8 @@ Geometry conventions shared by every image figure:
 
 from __future__ import annotations
 
+import functools
+
 import base64
 import io
 import math
@@ -19,11 +21,12 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
-from plotly.colors import sample_colorscale
+from plotly.colors import get_colorscale, hex_to_rgb, sample_colorscale, unlabel_rgb
 from plotly.subplots import make_subplots
 
 __all__ = [
     "COLORSCALES",
+    "colour_stops",
     "image_data_uri",
     "patch_centres",
     "attention_overlay",
@@ -70,6 +73,29 @@ def patch_centres(grid_size: tuple[int, int], patch_size: tuple[int, int]) -> tu
     return xs.ravel(), ys.ravel()
 
 
+@functools.lru_cache(maxsize=32)
+def _stops(name: str) -> tuple[tuple[float, str], ...]:
+    return tuple((float(position), "rgb({}, {}, {})".format(*_rgb_triplet(colour)))
+                 for position, colour in get_colorscale(name))
+
+
+def _rgb_triplet(colour: str) -> tuple[int, int, int]:
+    if colour.startswith("#"):
+        return tuple(hex_to_rgb(colour))
+    return tuple(int(round(float(v))) for v in unlabel_rgb(colour)[:3])
+
+
+def colour_stops(name: str) -> list[list]:
+    """The named plotly scale as explicit ``[position, "rgb(r, g, b)"]`` stops.
+
+    Streamlit's front end swaps a few placeholder hex colours of its chart theme (``#000004``
+    among them) wherever they appear in a figure, whatever ``theme=`` says; Magma's and
+    Inferno's first stop is exactly ``#000004`` and came out pink. Writing every stop as
+    ``rgb(...)`` keeps the scale as it is.
+    """
+    return [list(stop) for stop in _stops(name)]
+
+
 def _colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
     """Map ``z`` through ``colorscale`` to uint8 RGB; NaN becomes white."""
     lut = np.array(
@@ -99,6 +125,7 @@ def _base_layout(*, title: str | None, height: int, **extra) -> dict:
         height=height,
         margin=dict(l=10, r=10, t=40 if title else 10, b=10),
         font=_FONT,
+        template="plotly_white",
         plot_bgcolor="white",
         hovermode="closest",
         **extra,
@@ -160,7 +187,7 @@ def attention_overlay(
         dict(type="image", source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
         dict(
             type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
-            colorscale=colorscale, zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
+            colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
             colorbar=_colorbar(colorbar_title), name="attention",
         ),
         dict(
@@ -237,7 +264,7 @@ def map_panels(
     fig.add_traces(traces)
     return _layout(
         fig, title=None, height=panel_height * nrows + 60,
-        coloraxis=dict(colorscale=colorscale, cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)), **axes,
+        coloraxis=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)), **axes,
     )
 
 
@@ -287,7 +314,7 @@ def mosaic(
         lo, hi = min(0.0, lo), 1.0
     if big.size <= MAX_HEATMAP_CELLS:
         traces = [dict(
-            type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colorscale, zmin=lo, zmax=hi,
+            type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
             zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
         )]
     else:
@@ -295,7 +322,7 @@ def mosaic(
             dict(type="image", z=_colorize(big, colorscale, lo, hi), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
             dict(  # colour bar only
                 type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-                marker=dict(colorscale=colorscale, cmin=lo, cmax=hi, color=[lo], showscale=True,
+                marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
                             colorbar=_colorbar(colorbar_title)),
             ),
         ]
@@ -359,7 +386,7 @@ def similarity_tile(
     gh, gw = similarity.shape
     r, c = patch
     trace = dict(
-        type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colorscale,
+        type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
         zsmooth=False, colorbar=_colorbar("cosine similarity"),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )

@@ -14,6 +14,7 @@ import streamlit as st
 import analysis
 from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
+from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import clamp_state
 
@@ -80,10 +81,6 @@ def keep_page_state() -> None:
             st.session_state[key] = st.session_state[key]
 
 
-def _error_text(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-
-
 def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
     """The model, or ``(None, reason)``. Failures are remembered per session (no retry
     storm on every rerun, e.g. an offline download) until the user presses Retry."""
@@ -94,7 +91,7 @@ def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
         with st.spinner(f"Loading {ref.label} (weights are downloaded on first use)…", show_time=True):
             return resources.get_model(ref), None
     except Exception as exc:  # noqa: BLE001 - any failure is shown; the previous model stays
-        failures[ref] = _error_text(exc)
+        failures[ref] = error_text(exc)
         return None, failures[ref]
 
 
@@ -123,7 +120,7 @@ def load_second_model(choice: str) -> tuple[ModelRef, analysis.LoadedViT] | None
     ref = refs.default_model_ref() if choice == "default" else CURATED_MODELS[choice]
     vit, error = load_model(ref)
     if vit is None:
-        st.error(f"Could not load **{ref.label}**: {error}")
+        st.error(f"Could not load **{escape_markdown(ref.label)}**: {error}")
         return None
     return ref, vit
 
@@ -177,7 +174,7 @@ def _choose_model() -> tuple[ModelRef, analysis.LoadedViT]:
         if vit is not None:
             st.session_state["_good_model"] = requested
             return requested, vit
-        st.error(f"Could not load **{requested.label}**: {error}", icon=":material/error:")
+        st.error(f"Could not load **{escape_markdown(requested.label)}**: {error}", icon=":material/error:")
 
         def retry(ref=requested):
             st.session_state.get("_model_failures", {}).pop(ref, None)
@@ -225,7 +222,7 @@ def _choose_image() -> ImageRef:
             st.session_state["_good_image"] = requested
             return requested
         except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
-            st.error(f"Could not read **{requested.name}**: {_error_text(exc)}", icon=":material/broken_image:")
+            st.error(f"Could not read **{escape_markdown(requested.name)}**: {error_text(exc)}", icon=":material/broken_image:")
     good = st.session_state.get("_good_image")
     if good is not None:
         st.sidebar.info(f"Showing **{good.name}** instead.")
@@ -241,15 +238,15 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
     """Run (or fetch) the cached forward pass; if it fails, go back to the last working pair."""
     try:
         for note in resources.forward(model, image.digest, image.data).notes:
-            st.warning(note, icon=":material/memory:")
+            st.warning(escape_markdown(note), icon=":material/memory:")
         st.session_state["_good_pair"] = (model, image)
         return model, vit, image
     except Exception as exc:  # noqa: BLE001 - shown, then the last working pair is used
-        st.error(f"**{model.label}** could not process **{image.name}**: {_error_text(exc)}")
+        st.error(f"**{escape_markdown(model.label)}** could not process **{escape_markdown(image.name)}**: {error_text(exc)}")
         if isinstance(exc, analysis.ImageLoadError):
             st.session_state.pop("_good_image", None)
         else:
-            st.session_state.setdefault("_model_failures", {})[model] = _error_text(exc)
+            st.session_state.setdefault("_model_failures", {})[model] = error_text(exc)
             st.session_state.pop("_good_model", None)
     pair = st.session_state.get("_good_pair")
     if pair is None:
@@ -258,8 +255,15 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
     vit, _ = load_model(good_model)
     if vit is None:
         st.stop()
-    st.info(f"Showing **{good_model.label}** on **{good_image.name}** instead.")
+    st.info(f"Showing **{escape_markdown(good_model.label)}** on **{escape_markdown(good_image.name)}** instead.")
     return good_model, vit, good_image
+
+
+RANDOM_WEIGHTS_BANNER = (
+    "**Random weights.** This model was not trained: its attention, rollout, distances, position "
+    "embeddings and filters show an initialisation, not what a trained ViT does. Use them to check "
+    "shapes and plumbing only."
+)
 
 
 def render_sidebar() -> Current:
@@ -276,11 +280,13 @@ def render_sidebar() -> Current:
     if not spec.has_class_token:
         prefix_text += ", no class token"
     st.sidebar.markdown(
-        f"**{model.label}**  \n"
+        f"**{escape_markdown(model.label)}**  \n"
         f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · patch {pw}×{ph} px · grid {gw}×{gh}  \n"
         f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}  \n"
-        f"device **{vit.device.type}** · image *{image.name}*"
+        f"device **{vit.device.type}** · image *{escape_markdown(image.name)}*"
     )
+    if not model.pretrained:
+        st.warning(RANDOM_WEIGHTS_BANNER, icon=":material/casino:")
     colorscale = st.sidebar.selectbox(
         "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
     )

@@ -27,10 +27,11 @@ __all__ = [
 
 
 def plot_config(filename: str) -> dict:
-    """Plotly toolbar: PNG download at 2x, no plotly logo, scroll zoom."""
+    """Plotly toolbar: PNG download at 2x, no plotly logo; the mouse wheel scrolls the page
+    (zoom with the toolbar or a drag instead)."""
     return {
         "displaylogo": False,
-        "scrollZoom": True,
+        "scrollZoom": False,
         "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
         "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
     }
@@ -43,11 +44,16 @@ def show_chart(
     filename: str,
     on_select: Callable[[], None] | None = None,
 ):
-    """``st.plotly_chart`` with a PNG toolbar button; clicking points calls ``on_select``."""
+    """``st.plotly_chart`` with a PNG toolbar button; clicking points calls ``on_select``.
+
+    ``theme=None``: Streamlit's chart theme rewrites colour scales (it replaces the dark first
+    stop of Magma and Inferno with pink), so the figure is drawn exactly as built.
+    """
     if on_select is None:
-        return st.plotly_chart(fig, key=key, config=plot_config(filename), width="stretch")
+        return st.plotly_chart(fig, key=key, config=plot_config(filename), width="stretch", theme=None)
     return st.plotly_chart(
-        fig, key=key, config=plot_config(filename), width="stretch", on_select=on_select, selection_mode="points"
+        fig, key=key, config=plot_config(filename), width="stretch", theme=None,
+        on_select=on_select, selection_mode="points",
     )
 
 

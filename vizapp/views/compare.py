@@ -6,6 +6,7 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.derive import map_layer, map_query
+from vizapp.messages import error_text, escape_markdown
 from vizapp.state import current, second_model_control
 from vizapp.ui import describe_query, download_npz, head_control, head_label, query_controls, show_chart
 
@@ -74,7 +75,7 @@ if loaded is not None:
         if column2 != column:
             st.caption(f"{ref2.label} has {spec2.num_heads} heads: showing its mean over heads.")
     except Exception as exc:  # noqa: BLE001 - the first model's panels still show
-        st.error(f"**{ref2.label}** could not process this image: {exc}")
+        st.error(f"**{escape_markdown(ref2.label)}** could not process this image: {error_text(exc)}")
 
 ncols = len(layers) if len(layers) <= 4 else 6
 figure = figures.map_panels(

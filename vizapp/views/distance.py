@@ -8,6 +8,7 @@ import streamlit as st
 
 from vizapp import figures, inputs, resources
 from vizapp.refs import ImageRef, ModelRef
+from vizapp.messages import error_text, escape_markdown
 from vizapp.state import current, second_model_control
 from vizapp.ui import download_csv, download_npz, show_chart
 
@@ -95,10 +96,10 @@ if loaded is not None:
             g = vit2.spec.grid_size
             references.append((f"uniform ({g[0]}×{g[1]} grid)", uniform2))
     except Exception as exc:  # noqa: BLE001 - the first model's series still show
-        st.error(f"**{ref2.label}** could not process the images: {exc}")
+        st.error(f"**{escape_markdown(ref2.label)}** could not process the images: {error_text(exc)}")
 
 for problem in problems:
-    st.warning(problem)
+    st.warning(escape_markdown(problem))
 if which == "mine" and not images:
     st.info("Upload images (or a .zip of images) to average over them.")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from vizapp import figures, resources
+from vizapp.messages import error_text
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -22,7 +23,7 @@ st.caption(
 try:
     filters = resources.patch_filters(cur.model)  # (D, C, ph, pw)
 except ValueError as exc:  # AnalysisError: hybrid stems have no pixel filters
-    st.info(str(exc))
+    st.info(error_text(exc))
     st.stop()
 count = filters.shape[0]
 

@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from vizapp import figures, resources
 from vizapp.derive import similarity_by_distance
+from vizapp.messages import error_text
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
 
@@ -48,7 +49,7 @@ else:
 try:
     similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
 except ValueError as exc:  # AnalysisError
-    st.info(str(exc))
+    st.info(error_text(exc))
     st.stop()
 gh, gw = similarity.shape[:2]
 
@@ -115,7 +116,7 @@ if resample:
     try:
         resampled = resources.position_similarity(cur.model, (int(new_h), int(new_w)), kind)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(error_text(exc))
     else:
         arrays["resampled_similarity"] = resampled
         # express distances in patches of the model's grid so both curves share an axis
