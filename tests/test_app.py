@@ -284,6 +284,9 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
         np.testing.assert_allclose(array(heatmap["z"]), expected, rtol=1e-5, atol=1e-7)
     both = np.concatenate([array(h["z"]).ravel() for h in heatmaps])
     axis = panels["layout"]["coloraxis"]
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)  # default: 0 to max
+    app.radio(key="map_range").set_value("minmax").run()
+    axis = charts(app)[0]["layout"]["coloraxis"]
     assert axis["cmin"] == pytest.approx(both.min(), rel=1e-5) and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)
 
     app.checkbox(key="cmp_all").check().run()
@@ -551,3 +554,30 @@ def test_error_text_is_escaped_and_names_the_app_field(app, tmp_path):
     (error,) = [e for e in app.error if "bare weights file" in e.value]
     assert "weights\\_v2\\*" in error.value  # rendered as the literal name, not italics
     assert "load_vit(" not in error.value and "Architecture (for a single file)" in error.value
+
+
+def test_map_colour_range_choices_and_label(app, vit, record):
+    """Default 0..max: a near-uniform map stays pale; min..max stretches it; shared uses the
+    maximum over every layer and head for the query. The colour bar states which."""
+    spec = vit.spec
+    query = "cls" if spec.has_class_token else "mean"
+    layer = app.slider(key="layer").value
+    shown = analysis.attention_map(record, layer, head=None, query=query)[0].numpy()
+    every = np.stack([
+        analysis.attention_map(record, lyr, head=h, query=query)[0].numpy()
+        for lyr in range(spec.num_layers) for h in [*range(spec.num_heads), None]
+    ])
+
+    def heatmap():
+        (trace,) = traces(charts(app)[0], "heatmap")
+        return trace["zmin"], trace["zmax"], trace["colorbar"]["title"]["text"]
+
+    lo, hi, title = heatmap()
+    assert lo == 0 and hi == pytest.approx(shown.max(), rel=1e-6) and "0–max" in title
+    app.radio(key="map_range").set_value("minmax").run()
+    lo, hi, title = heatmap()
+    assert lo == pytest.approx(shown.min(), rel=1e-6) and hi == pytest.approx(shown.max(), rel=1e-6)
+    assert "min–max" in title
+    app.radio(key="map_range").set_value("shared").run()
+    lo, hi, title = heatmap()
+    assert lo == 0 and hi == pytest.approx(every.max(), rel=1e-6) and "all layers" in title

@@ -4,7 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["similarity_by_distance", "map_layer", "map_query"]
+__all__ = ["similarity_by_distance", "map_layer", "map_query", "colour_range", "MAP_RANGES"]
+
+# How a map's values are spread over the colour scale (the sidebar's "Map colour range").
+MAP_RANGES = {
+    "zero": "0 to the map's maximum",
+    "minmax": "the map's minimum to maximum",
+    "shared": "0 to the maximum over all layers and heads",
+}
+
+
+def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = None) -> tuple[float, float, str]:
+    """``(lo, hi, label)`` of the colour scale for the map ``shown``.
+
+    ``"zero"`` (default for probabilities): ``[0, max(shown)]``, so a near-uniform map stays
+    pale instead of filling the scale. ``"minmax"``: ``[min, max]`` of ``shown``, the most
+    contrast. ``"shared"``: ``[0, max(everything)]`` (e.g. every layer and head for this
+    query), so maps compare by colour. The label says which, with the numbers.
+    """
+    values = shown if mode != "shared" or everything is None else everything
+    lo = float(np.nanmin(shown)) if mode == "minmax" else 0.0
+    hi = float(np.nanmax(values))
+    if hi <= lo:
+        hi = lo + 1e-12
+    name = {"zero": "0–max", "minmax": "min–max", "shared": "0–max of all layers, heads"}.get(mode, mode)
+    return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}"
 
 
 def similarity_by_distance(similarity: np.ndarray, unit: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

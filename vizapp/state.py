@@ -13,6 +13,7 @@ import streamlit as st
 
 import analysis
 from vizapp import inputs, refs, resources
+from vizapp.derive import MAP_RANGES
 from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
@@ -60,6 +61,7 @@ class Current:
     vit: analysis.LoadedViT
     image: ImageRef
     colorscale: str
+    map_range: str = "zero"  # a key of derive.MAP_RANGES
 
     @property
     def spec(self) -> analysis.ViTSpec:
@@ -290,6 +292,11 @@ def render_sidebar() -> Current:
     colorscale = st.sidebar.selectbox(
         "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
     )
-    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale)
+    map_range = st.sidebar.radio(
+        "Map colour range", list(MAP_RANGES), format_func=MAP_RANGES.get, key="map_range",
+        help="Attention maps are probabilities: from 0 (default) a near-uniform map stays pale. "
+        "Min to max stretches every map to full contrast; shared makes layers and heads comparable.",
+    )
+    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range)
     st.session_state["current"] = selection
     return selection

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from vizapp import figures, resources
+from vizapp.derive import colour_range
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -65,6 +66,7 @@ maps = resources.attention_grid(*cur.args, query)  # (L, heads + 1, gh, gw); [:,
 column = H if head == "mean" else int(head)
 shown = maps[layer, column]
 query_text = describe_query(query, spec)
+lo, hi, range_text = colour_range(cur.map_range, shown, maps)
 
 with left:
     figure = figures.attention_overlay(
@@ -74,6 +76,9 @@ with left:
         spec.patch_size,
         opacity=opacity,
         colorscale=cur.colorscale,
+        zmin=lo,
+        zmax=hi,
+        colorbar_title=f"attention probability ({range_text})",
         title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
     )
@@ -108,10 +113,12 @@ if pooling is not None:
     pool_heads = pooling.shape[0] - 1
     pool_column = pool_heads if head == "mean" or int(head) >= pool_heads else int(head)
     pool_label = "mean over heads" if pool_column == pool_heads else f"head {pool_column}"
+    pool_lo, pool_hi, pool_range = colour_range(cur.map_range, pooling[pool_column], pooling)
     show_chart(
         figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, pooling[pool_column], spec.patch_size,
             opacity=opacity, colorscale=cur.colorscale, title=f"Pooling probe · {pool_label}",
+            zmin=pool_lo, zmax=pool_hi, colorbar_title=f"attention probability ({pool_range})",
         ),
         "pool_overlay", filename="attention_pooling_head",
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from vizapp import figures, resources
-from vizapp.derive import map_layer, map_query
+from vizapp.derive import MAP_RANGES, colour_range, map_layer, map_query
 from vizapp.messages import error_text, escape_markdown
 from vizapp.state import current, second_model_control
 from vizapp.ui import describe_query, download_npz, head_control, head_label, query_controls, show_chart
@@ -78,10 +79,16 @@ if loaded is not None:
         st.error(f"**{escape_markdown(ref2.label)}** could not process this image: {error_text(exc)}")
 
 ncols = len(layers) if len(layers) <= 4 else 6
+all_panels = np.concatenate([p.ravel() for p in panels])
+lo, hi, range_text = colour_range(cur.map_range, all_panels, maps)
 figure = figures.map_panels(
     backgrounds, sizes, panels, patches, titles, ncols=ncols, opacity=opacity, colorscale=cur.colorscale,
+    zmin=lo, zmax=hi, colorbar_title=f"attention probability ({range_text})",
 )
-st.caption(f"{head_label(head)} · query: {describe_query(query, spec)} · shared colour scale over all panels")
+st.caption(
+    f"{head_label(head)} · query: {describe_query(query, spec)} · one colour scale over all panels, "
+    f"{MAP_RANGES[cur.map_range].replace('the map', 'the panels')}"
+)
 show_chart(figure, "cmp_panels", filename="compare_layers")
 download_npz(
     "cmp_data", "compare_layers", attention=maps[layers, column], layers=layers,

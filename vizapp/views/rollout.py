@@ -7,6 +7,7 @@ import streamlit as st
 from analysis.rollout import POST_NORM_WARNING
 
 from vizapp import figures, resources
+from vizapp.derive import colour_range
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
 
@@ -40,11 +41,13 @@ with right:
 strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), query)  # (L - start, gh, gw)
 final = strip[-1]
 query_text = describe_query(query, spec)
+lo, hi, range_text = colour_range(cur.map_range, final, strip)
 
 with left:
     figure = figures.attention_overlay(
         resources.background_uri(*cur.args), spec.img_size, final, spec.patch_size, opacity=opacity,
-        colorscale=cur.colorscale, colorbar_title="rollout weight",
+        colorscale=cur.colorscale, colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
+        zmin=lo, zmax=hi,
         title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
     )
