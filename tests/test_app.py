@@ -581,3 +581,30 @@ def test_map_colour_range_choices_and_label(app, vit, record):
     app.radio(key="map_range").set_value("shared").run()
     lo, hi, title = heatmap()
     assert lo == 0 and hi == pytest.approx(every.max(), rel=1e-6) and "all layers" in title
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (6, 4), (1, 7), (5, 5)])
+def test_similarity_by_distance_equals_a_loop_over_every_pair(grid):
+    from vizapp.derive import similarity_by_distance
+
+    gh, gw = grid
+    sim = np.random.default_rng(gh * 10 + gw).random((gh, gw, gh, gw))
+    by_distance: dict[int, list[float]] = {}
+    for r in range(gh):
+        for c in range(gw):
+            for r2 in range(gh):
+                for c2 in range(gw):
+                    by_distance.setdefault((r - r2) ** 2 + (c - c2) ** 2, []).append(sim[r, c, r2, c2])
+    keys = sorted(by_distance)
+    distances, means = similarity_by_distance(sim, unit=0.5)
+    np.testing.assert_allclose(distances, np.sqrt(keys) * 0.5)
+    np.testing.assert_allclose(means, [np.mean(by_distance[k]) for k in keys])
+    # bins of width 1 (in units): distance 0 alone, then [0, 1), [1, 2), ... pair-weighted
+    centres, binned = similarity_by_distance(sim, unit=0.5, bin_width=1.0)
+    pairs = [(np.sqrt(k) * 0.5, v) for k in keys for v in by_distance[k]]
+    groups: dict[int, list] = {}
+    for d, v in pairs:
+        groups.setdefault(0 if d == 0 else int(np.floor(d)) + 1, []).append((d, v))
+    order = sorted(groups)
+    np.testing.assert_allclose(centres, [np.mean([d for d, _ in groups[g]]) for g in order])
+    np.testing.assert_allclose(binned, [np.mean([v for _, v in groups[g]]) for g in order])

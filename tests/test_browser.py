@@ -213,3 +213,35 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
             got = [_rgb(c) for c in stops]
             assert got[0] == true_scale[0] and got[-1] == true_scale[-1], (name, got[0], true_scale[0], drawn)
             assert got == true_scale, name
+
+
+def test_a_64x64_resample_renders_quickly_and_the_tab_survives(page, server):
+    """It once sent 69 MB of JSON, took 59 s and crashed the tab."""
+    import time
+
+    from playwright.sync_api import expect
+
+    page.goto(server)
+    wait_idle(page)
+    page.locator("[data-testid='stSidebarNav'] a", has_text="Position embeddings").first.click()
+    expect(page.locator("h2", has_text="Position embeddings").first).to_be_visible()
+    wait_idle(page)
+    page.get_by_text("Resample the position embedding", exact=False).first.click()
+    wait_idle(page)
+    started = time.monotonic()
+    for label in ("Rows", "Columns"):
+        field = page.get_by_label(label, exact=True).first
+        field.fill("64")
+        field.press("Enter")
+        wait_idle(page)
+    expect(page.get_by_text("Resampled 64×64", exact=False).first).to_be_visible(timeout=30_000)
+    wait_idle(page)
+    elapsed = time.monotonic() - started
+    assert page.evaluate("() => 1 + 1") == 2  # the tab is alive
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
+                 .map(p => JSON.stringify(p.data || []).length)"""
+    )
+    assert max(sizes) < 8_000_000, sizes  # bounded: PNG tiles, not a JSON cell per patch
+    assert_no_exception(page, "64x64 resample")
+    print(f"\n64x64 resample: {elapsed:.1f} s until drawn; largest chart {max(sizes) / 1e6:.1f} MB of data")

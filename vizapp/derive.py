@@ -31,24 +31,45 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
     return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}"
 
 
-def similarity_by_distance(similarity: np.ndarray, unit: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def similarity_by_distance(
+    similarity: np.ndarray, unit: float = 1.0, bin_width: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean cosine similarity as a function of the distance between patch centres.
 
     similarity: ``(gh, gw, gh, gw)``. Distances are Euclidean in grid steps, multiplied by
     ``unit`` (e.g. ``original_grid / resampled_grid`` to express a resampled grid in the
     original grid's patches). Returns ``(distances, mean_similarity)``, sorted by distance,
     one entry per distinct distance (self-similarity at distance 0 included).
+
+    ``bin_width`` (in the same unit): pool distances into bins ``[k·w, (k+1)·w)`` instead,
+    each reported at the pair-weighted mean distance of its pairs (distance 0 keeps its own
+    bin). A resampled grid has many near-equal distances whose means zig-zag; bins smooth that
+    without moving any pair.
     """
     gh, gw = similarity.shape[:2]
-    rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
-    dr = rows.reshape(-1, 1) - rows.reshape(1, -1)
-    dc = cols.reshape(-1, 1) - cols.reshape(1, -1)
-    squared = (dr**2 + dc**2).ravel()  # exact integers: group without float noise
-    values = similarity.reshape(gh * gw, gh * gw).ravel().astype(np.float64)
+    # Sum over all pairs with displacement (dy, dx), without a (N², N²) index: along each
+    # diagonal of the (row, row') plane, then along each diagonal of the (col, col') plane.
+    by_rows = similarity.astype(np.float64).transpose(0, 2, 1, 3)  # (gh, gh, gw, gw): [r, r', c, c']
+    dys, dxs, totals, pairs = [], [], [], []
+    for dy in range(-(gh - 1), gh):
+        cols = np.diagonal(by_rows, offset=dy, axis1=0, axis2=1).sum(-1)  # (gw, gw): summed over r
+        for dx in range(-(gw - 1), gw):
+            dys.append(dy)
+            dxs.append(dx)
+            totals.append(np.trace(cols, offset=dx))
+            pairs.append((gh - abs(dy)) * (gw - abs(dx)))
+    squared = np.asarray(dys) ** 2 + np.asarray(dxs) ** 2  # exact integers: group without float noise
     keys, inverse = np.unique(squared, return_inverse=True)
-    sums = np.bincount(inverse, weights=values)
-    counts = np.bincount(inverse)
-    return np.sqrt(keys) * unit, sums / counts
+    sums = np.bincount(inverse, weights=np.asarray(totals))
+    counts = np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64))
+    distances = np.sqrt(keys) * unit
+    if bin_width is None:
+        return distances, sums / counts
+    bins = np.where(distances == 0, 0, np.floor(distances / bin_width).astype(np.int64) + 1)
+    _, which = np.unique(bins, return_inverse=True)
+    pair_counts = np.bincount(which, weights=counts)
+    centres = np.bincount(which, weights=distances * counts) / pair_counts
+    return centres, np.bincount(which, weights=sums) / pair_counts
 
 
 def map_layer(layer: int, from_layers: int, to_layers: int) -> int:

@@ -44,6 +44,7 @@ COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
 SEPARATOR = "rgba(255,255,255,0.9)"
 HIGHLIGHT = "#ff4b4b"
 MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
+MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-averaged to fit)
 _FONT = dict(size=12)
 _CLICK_MARKER = dict(color="rgba(0,0,0,0)", size=8)
 _SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
@@ -52,11 +53,11 @@ _SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec9
 # --------------------------------------------------------------------------- helpers
 
 
-def image_data_uri(image: np.ndarray) -> str:
-    """``(H, W, 3)`` uint8 -> data URI (PNG for small images, JPEG q92 for large ones)."""
+def image_data_uri(image: np.ndarray, *, lossless: bool = False) -> str:
+    """``(H, W, 3)`` uint8 -> data URI (PNG for small images or ``lossless``, else JPEG q92)."""
     pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8), "RGB")
     buffer = io.BytesIO()
-    if pil.width * pil.height <= 128 * 128:
+    if lossless or pil.width * pil.height <= 128 * 128:
         pil.save(buffer, format="PNG")
         mime = "image/png"
     else:
@@ -94,6 +95,27 @@ def colour_stops(name: str) -> list[list]:
     ``rgb(...)`` keeps the scale as it is.
     """
     return [list(stop) for stop in _stops(name)]
+
+
+def _reduction(shape: tuple[int, int], gh: int, gw: int) -> int:
+    """The smallest integer factor dividing both tile sides that brings ``shape`` within
+    :data:`MAX_IMAGE_SIDE` (1 when it already fits; the largest common divisor otherwise)."""
+    need = math.ceil(max(shape) / MAX_IMAGE_SIDE)
+    common = math.gcd(gh, gw)
+    for factor in range(max(need, 1), common + 1):
+        if common % factor == 0:
+            return factor
+    return common if need > 1 else 1
+
+
+def _box_reduce(big: np.ndarray, factor: int) -> np.ndarray:
+    """Mean over ``factor x factor`` blocks (NaN-aware), ``(H, W) -> (H/f, W/f)``."""
+    if factor == 1:
+        return big
+    h, w = big.shape
+    blocks = big.reshape(h // factor, factor, w // factor, factor)
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(blocks, axis=(1, 3)) if np.isnan(big).any() else blocks.mean(axis=(1, 3))
 
 
 def _colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
@@ -317,9 +339,15 @@ def mosaic(
             type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
             zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
         )]
-    else:
+    else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
+        factor = _reduction(big.shape, gh, gw)
+        shown = _box_reduce(big, factor)
+        if factor > 1:
+            note = f"tiles shown at 1/{factor} resolution (box average); the data download is exact"
+            title = f"{title} · {note}" if title else note
         traces = [
-            dict(type="image", z=_colorize(big, colorscale, lo, hi), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
+            dict(type="image", source=image_data_uri(_colorize(shown, colorscale, lo, hi), lossless=True),
+                 x0=0.5 * factor, y0=0.5 * factor, dx=factor, dy=factor, hoverinfo="skip"),
             dict(  # colour bar only
                 type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                 marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
@@ -327,9 +355,11 @@ def mosaic(
             ),
         ]
     width, height_cells = ncols * gw, nrows * gh
-    separator = dict(color=SEPARATOR, width=1.5)
-    shapes = [dict(type="line", x0=c * gw, x1=c * gw, y0=0, y1=height_cells, line=separator) for c in range(1, ncols)]
-    shapes += [dict(type="line", x0=0, x1=width, y0=r * gh, y1=r * gh, line=separator) for r in range(1, nrows)]
+    shapes = []
+    if max(ncols, nrows) <= 32:  # beyond that, lines would cover the tiles themselves
+        separator = dict(color=SEPARATOR, width=1.5 if max(ncols, nrows) <= 16 else 0.75)
+        shapes += [dict(type="line", x0=c * gw, x1=c * gw, y0=0, y1=height_cells, line=separator) for c in range(1, ncols)]
+        shapes += [dict(type="line", x0=0, x1=width, y0=r * gh, y1=r * gh, line=separator) for r in range(1, nrows)]
     if highlight is not None and 0 <= highlight < n:
         r, c = divmod(int(highlight), ncols)
         shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))

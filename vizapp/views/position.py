@@ -121,15 +121,33 @@ if resample:
         arrays["resampled_similarity"] = resampled
         # express distances in patches of the model's grid so both curves share an axis
         unit = float(np.sqrt((gh / new_h) * (gw / new_w)))
-        curves.append((f"{new_h}×{new_w} (resampled)", *similarity_by_distance(resampled, unit)))
-        a, b = st.columns(2, gap="medium")
-        with a:
-            st.markdown(f"**Model grid {gh}×{gw}**")
-            show_chart(tile_figure(similarity, None), "pos_mosaic_orig", filename="position_similarity")
+        curves.append((f"{new_h}×{new_w} (resampled, binned by ½ patch)",
+                       *similarity_by_distance(resampled, unit, bin_width=0.5)))
+        clamp_state("pos_rs_row", (0, new_h - 1), new_h // 2)
+        clamp_state("pos_rs_col", (0, new_w - 1), new_w // 2)
+        st.session_state.setdefault("pos_rs_row", new_h // 2)
+        st.session_state.setdefault("pos_rs_col", new_w // 2)
+
+        def on_resampled_click(n_w=int(new_w), n=int(new_h) * int(new_w)) -> None:
+            point = selected_point("pos_mosaic_resampled")
+            index = point_index(point) if point else None
+            if index is not None and 0 <= index < n:
+                st.session_state["pos_rs_row"], st.session_state["pos_rs_col"] = divmod(index, n_w)
+
+        a, b = st.columns([3, 2], gap="medium")
         with b:
-            st.markdown(f"**Resampled {new_h}×{new_w}**")
-            show_chart(tile_figure(resampled, None), "pos_mosaic_resampled",
-                       filename=f"position_similarity_{new_h}x{new_w}")
+            rr, rc = st.columns(2)
+            rs_row = rr.number_input("Tile row", 0, int(new_h) - 1, step=1, key="pos_rs_row")
+            rs_col = rc.number_input("Tile column", 0, int(new_w) - 1, step=1, key="pos_rs_col")
+            show_chart(
+                figures.similarity_tile(resampled[rs_row, rs_col], (rs_row, rs_col), colorscale=cur.colorscale),
+                "pos_rs_tile", filename=f"position_similarity_{new_h}x{new_w}_r{rs_row}_c{rs_col}",
+            )
+        with a:
+            st.markdown(f"**Resampled {new_h}×{new_w}** (the model's {gh}×{gw} grid is above)")
+            with st.spinner("Drawing the resampled grid…"):
+                show_chart(tile_figure(resampled, rs_row * int(new_w) + rs_col), "pos_mosaic_resampled",
+                           filename=f"position_similarity_{new_h}x{new_w}", on_select=on_resampled_click)
 
 st.subheader("Similarity against distance")
 show_chart(figures.similarity_vs_distance(curves), "pos_curve", filename="position_similarity_vs_distance")
