@@ -245,3 +245,40 @@ def test_a_64x64_resample_renders_quickly_and_the_tab_survives(page, server):
     assert max(sizes) < 8_000_000, sizes  # bounded: PNG tiles, not a JSON cell per patch
     assert_no_exception(page, "64x64 resample")
     print(f"\n64x64 resample: {elapsed:.1f} s until drawn; largest chart {max(sizes) / 1e6:.1f} MB of data")
+
+
+def _click_patch(page, chart, row: int, col: int, gh: int, gw: int, panel: int = 0) -> None:
+    """Click the centre of patch (row, col) of a chart's ``panel``-th plot area."""
+    area = chart.locator(".nsewdrag").nth(panel)
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    x = box["x"] + box["width"] * (col + 0.5) / gw
+    y = box["y"] + box["height"] * (row + 0.5) / gh
+    page.mouse.move(x, y)
+    page.wait_for_timeout(300)  # plotly throttles hover; the click reports the hovered point
+    page.mouse.click(x, y)
+
+
+@pytest.mark.parametrize("name, header", [("Rollout", "Attention rollout"), ("Compare layers", "Compare layers")])
+def test_a_click_on_rollout_and_compare_changes_the_query(page, server, name, header):
+    from playwright.sync_api import expect
+
+    page.goto(server)
+    wait_idle(page)
+    page.locator("[data-testid='stSidebarNav'] a", has_text=name).first.click()
+    expect(page.locator("h2", has_text=header).first).to_be_visible()
+    wait_idle(page)
+    gh, gw = grid_size(page)
+    row, col = gh - 2, 1
+    chart = page.locator("[data-testid='stPlotlyChart']").first
+    _click_patch(page, chart, row, col, gh, gw, panel=1 if name == "Compare layers" else 0)
+    wait_idle(page)
+    patch = row * gw + col
+    field = page.get_by_label(re.compile(r"Query patch \(row-major"))
+    expect(field).to_have_value(str(patch))
+    assert_no_exception(page, f"{name} click")
+    outlines = page.evaluate(
+        """() => (document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot')._fullLayout.shapes || [])
+                 .filter(s => s.type === 'rect').length"""
+    )
+    assert outlines >= 1  # the query patch is outlined

@@ -214,9 +214,9 @@ def attention_overlay(
         ),
         dict(
             type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
-            customdata=np.stack([index, index // gw, index % gw, attention.ravel()], axis=1),
-            hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[1]:.0f}, col %{customdata[2]:.0f})"
-            "<br>value %{customdata[3]:.4g}<extra></extra>",
+            customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
+            hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[2]:.0f}, col %{customdata[3]:.0f})"
+            "<br>value %{customdata[4]:.4g}<extra>click: make it the query</extra>",
         ),
     ]
     shapes = []
@@ -243,37 +243,68 @@ def map_panels(
     zmax: float | None = None,
     colorbar_title: str = "attention weight (probability)",
     panel_height: int = 260,
+    query_patches: Sequence[int | None] | None = None,
+    slots: Sequence[int] | None = None,
+    color_groups: Sequence[int] | None = None,
+    group_ranges: Sequence[tuple[float, float, str]] | None = None,
 ) -> go.Figure:
     """Several patch maps over their images, side by side on ONE shared colour scale.
 
     ``background``, ``image_size`` and ``patch_size`` may be one value for all panels or
-    one per panel (two models of different geometry on the same image).
+    one per panel (two models of different geometry on the same image). Each panel has
+    transparent click targets on its patch centres with ``customdata = [patch, panel, value]``;
+    ``query_patches[i]`` (a patch index of panel i's grid) is outlined. ``slots[i]`` places
+    panel i in grid cell ``slots[i]`` (row-major; default i), so a second model can start on a
+    new row. ``color_groups[i]`` picks panel i's colour scale, with ``group_ranges[g] = (lo, hi,
+    colour bar title)`` (default: one scale, ``zmin``..``zmax``, over all panels).
     """
     n = len(maps)
     backgrounds = [background] * n if isinstance(background, str) else list(background)
     sizes = [image_size] * n if isinstance(image_size[0], int) else list(image_size)
     patches = [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size)
-    ncols = max(1, min(ncols, n))
-    nrows = math.ceil(n / ncols)
+    slots = list(range(n)) if slots is None else [int(s) for s in slots]
+    ncols = max(1, min(ncols, max(slots) + 1))
+    nrows = max(slots) // ncols + 1
     lo = float(min(m.min() for m in maps)) if zmin is None else zmin
     hi = float(max(m.max() for m in maps)) if zmax is None else zmax
+    groups = [0] * n if color_groups is None else [int(g) for g in color_groups]
+    ranges = list(group_ranges) if group_ranges is not None else [(lo, hi, colorbar_title)]
+    slot_titles = [""] * (nrows * ncols)
+    for slot, title in zip(slots, titles, strict=True):
+        slot_titles[slot] = title
     fig = make_subplots(
-        rows=nrows, cols=ncols, subplot_titles=list(titles), horizontal_spacing=0.02,
+        rows=nrows, cols=ncols, subplot_titles=slot_titles, horizontal_spacing=0.02,
         vertical_spacing=0.08 / max(nrows, 1),
     )
     traces = []
+    click_targets = []
+    shapes = []
     axes = {}
     for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps, strict=True)):
-        row, col = divmod(i, ncols)
+        row, col = divmod(slots[i], ncols)
         ph, pw = patch
-        suffix = "" if i == 0 else str(i + 1)
+        suffix = "" if slots[i] == 0 else str(slots[i] + 1)
         traces.append(dict(type="image", source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip",
                            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         traces.append(dict(
             type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
-            coloraxis="coloraxis", zsmooth=False, name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}",
-            hovertemplate=titles[i] + "<br>x %{x:.0f} px, y %{y:.0f} px<br>value %{z:.4g}<extra></extra>",
+            coloraxis="coloraxis" if groups[i] == 0 else f"coloraxis{groups[i] + 1}", zsmooth=False,
+            name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverinfo="skip",
         ))
+        gh, gw = attention.shape
+        xs, ys = patch_centres((gh, gw), (ph, pw))
+        index = np.arange(gh * gw)
+        click_targets.append(dict(
+            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False,
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}", name=titles[i],
+            customdata=np.stack([index, np.full_like(index, i), attention.ravel()], axis=1),
+            hovertemplate=titles[i] + "<br>patch %{customdata[0]:.0f}<br>value %{customdata[2]:.4g}"
+            "<extra>click: make it the query</extra>",
+        ))
+        query = query_patches[i] if query_patches is not None else None
+        if query is not None and 0 <= query < gh * gw:
+            r, c = divmod(int(query), gw)
+            shapes.append({**_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": f"x{suffix}", "yref": f"y{suffix}"})
         first_col_last_row = row == nrows - 1 and col == 0
         axes[f"xaxis{suffix}"] = dict(
             range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
@@ -283,10 +314,18 @@ def map_panels(
             range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0, scaleanchor=f"x{suffix}",
             constrain="domain", title=dict(text="y (input px)" if first_col_last_row else None),
         )
-    fig.add_traces(traces)
+    fig.add_traces(traces + click_targets)
+    color_axes = {}
+    for g, (g_lo, g_hi, g_title) in enumerate(ranges):
+        bar = _colorbar(g_title)
+        if len(ranges) > 1:  # stacked colour bars, one per model, top to bottom
+            bar.update(len=0.9 / len(ranges), y=1 - (g + 0.5) / len(ranges), yanchor="middle")
+        color_axes["coloraxis" if g == 0 else f"coloraxis{g + 1}"] = dict(
+            colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi, colorbar=bar,
+        )
     return _layout(
-        fig, title=None, height=panel_height * nrows + 60,
-        coloraxis=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, colorbar=_colorbar(colorbar_title)), **axes,
+        fig, title=None, height=panel_height * nrows + 60, shapes=shapes, hoverdistance=-1,
+        clickmode="event+select", dragmode="pan", **color_axes, **axes,
     )
 
 

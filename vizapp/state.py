@@ -46,7 +46,7 @@ MODEL_SOURCES = {
 PERSISTENT_KEYS = (
     "layer", "head", "query_mode", "query_patch", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
-    "cmp_layers", "cmp_all", "cmp_model2",
+    "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
     "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
     "dist_set", "dist_model2",
@@ -78,9 +78,18 @@ def current() -> Current:
 
 
 def keep_page_state() -> None:
+    """Keep page widgets' values across page switches without touching live widgets.
+
+    Streamlit drops a widget's state after a run that does not draw it. Each run copies the
+    live values to shadow keys, and only a key that Streamlit dropped is restored from its
+    shadow. A live widget key is never re-assigned (that once lost fast slider key presses).
+    """
     for key in PERSISTENT_KEYS:
+        shadow = f"_kept_{key}"
         if key in st.session_state:
-            st.session_state[key] = st.session_state[key]
+            st.session_state[shadow] = st.session_state[key]
+        elif shadow in st.session_state:
+            st.session_state[key] = st.session_state[shadow]
 
 
 def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:

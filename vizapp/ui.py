@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import ViTSpec
+from vizapp.derive import map_query
 
 __all__ = [
     "plot_config",
@@ -23,6 +24,9 @@ __all__ = [
     "query_controls",
     "selected_point",
     "describe_query",
+    "patch_click",
+    "head_control",
+    "head_label",
 ]
 
 
@@ -127,6 +131,13 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     Models without a class token start on ``"mean"``.
     """
     container = container or st
+    previous_grid = st.session_state.get("_query_grid")
+    if previous_grid is not None and tuple(previous_grid) != tuple(spec.grid_size) and "query_patch" in st.session_state:
+        # another model or resolution: the same place in the image, not the same index
+        st.session_state["query_patch"] = map_query(
+            int(st.session_state["query_patch"]), tuple(previous_grid), tuple(spec.grid_size), True
+        )
+    st.session_state["_query_grid"] = tuple(spec.grid_size)
     modes = ["cls", "mean", "patch"] if spec.has_class_token else ["mean", "patch"]
     clamp_state("query_mode", modes, modes[0])
     last = spec.num_patches - 1
@@ -163,6 +174,32 @@ def selected_point(chart_key: str) -> dict | None:
         return None
     points = selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)
     return points[0] if points else None
+
+
+def patch_click(chart_key: str, grids: Sequence[tuple[int, int]], to_grid: tuple[int, int]) -> Callable[[], None]:
+    """A chart's ``on_select``: the clicked patch becomes the query.
+
+    The chart's click targets carry ``customdata = [patch index, panel]``; panel ``i`` is on
+    grid ``grids[i]``, and its patch is mapped to the same image position on ``to_grid``
+    (the current model's grid).
+    """
+
+    def on_click() -> None:
+        point = selected_point(chart_key)
+        if not point:
+            return
+        custom = point.get("customdata")
+        index = point_index(point)
+        panel = int(round(float(custom[1]))) if isinstance(custom, (list, tuple)) and len(custom) > 1 else 0
+        if index is None or not 0 <= panel < len(grids):
+            return
+        grid = tuple(grids[panel])
+        if not 0 <= index < grid[0] * grid[1]:
+            return
+        st.session_state["query_mode"] = "patch"
+        st.session_state["query_patch"] = int(map_query(index, grid, tuple(to_grid), True))
+
+    return on_click
 
 
 def point_index(point: dict) -> int | None:

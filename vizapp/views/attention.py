@@ -13,6 +13,7 @@ from vizapp.ui import (
     download_npz,
     head_control,
     head_label,
+    patch_click,
     point_index,
     query_controls,
     selected_point,
@@ -22,15 +23,6 @@ from vizapp.ui import (
 cur = current()
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
-
-
-def on_patch_click() -> None:
-    """A click on the image makes the clicked patch the query."""
-    point = selected_point("attn_overlay")
-    index = point_index(point) if point else None
-    if index is not None and 0 <= index < spec.num_patches:
-        st.session_state["query_mode"] = "patch"
-        st.session_state["query_patch"] = index
 
 
 def on_tile_click() -> None:
@@ -82,7 +74,7 @@ with left:
         title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
     )
-    show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}", on_select=on_patch_click)
+    show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}", on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size))
     download_npz(
         "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
         head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,

@@ -9,7 +9,15 @@ from vizapp import figures, resources
 from vizapp.derive import MAP_RANGES, colour_range, map_layer, map_query
 from vizapp.messages import error_text, escape_markdown
 from vizapp.state import current, second_model_control
-from vizapp.ui import describe_query, download_npz, head_control, head_label, query_controls, show_chart
+from vizapp.ui import (
+    describe_query,
+    download_npz,
+    head_control,
+    head_label,
+    patch_click,
+    query_controls,
+    show_chart,
+)
 
 cur = current()
 spec = cur.spec
@@ -17,18 +25,20 @@ L, H = spec.num_layers, spec.num_heads
 
 
 st.header("Compare layers", divider="gray")
-st.caption("Two to four layers (or all of them) side by side, same head and query, one shared colour scale.")
+st.caption(
+    "One to four layers (or all of them) side by side, same head and query, on one colour scale; "
+    "optionally a second model on the same image. Click any panel to query that patch."
+)
 
 c1, c2, c3 = st.columns([2, 1, 2], gap="medium")
 with c1:
     every = st.checkbox("All layers", key="cmp_all")
-    defaults = sorted({0, L // 3, (2 * L) // 3, L - 1})[:4]
-    if "cmp_layers" in st.session_state:
-        st.session_state["cmp_layers"] = [x for x in st.session_state["cmp_layers"] if 0 <= x < L][:4] or defaults
-    else:
-        st.session_state["cmp_layers"] = defaults
+    if "cmp_layers" not in st.session_state:
+        st.session_state["cmp_layers"] = sorted({0, L // 3, (2 * L) // 3, L - 1})[:4]
+    elif any(not 0 <= x < L for x in st.session_state["cmp_layers"]):  # a model with fewer layers
+        st.session_state["cmp_layers"] = [x for x in st.session_state["cmp_layers"] if 0 <= x < L]
     chosen = st.multiselect(
-        "Layers (2–4)", list(range(L)), key="cmp_layers", max_selections=4, disabled=every,
+        "Layers (1–4)", list(range(L)), key="cmp_layers", max_selections=4, disabled=every,
         format_func=lambda x: f"layer {x}",
     )
 with c2:
@@ -43,53 +53,82 @@ if not layers:
     st.info("Choose at least one layer.")
     st.stop()
 
+NCOLS = min(len(layers), 4)  # wrap into rows of at most 4 panels
+name1 = cur.model.source.split("/")[-1].split(".")[0]
 maps = resources.attention_grid(*cur.args, query)
 column = H if head == "mean" else int(head)
 panels = [maps[layer, column] for layer in layers]
-titles = [f"layer {layer}" for layer in layers]
+titles = [f"{name1} · layer {layer}" for layer in layers]
 backgrounds = [resources.background_uri(*cur.args)] * len(layers)
 sizes = [spec.img_size] * len(layers)
 patches = [spec.patch_size] * len(layers)
+grids = [spec.grid_size] * len(layers)
+queries = [query if isinstance(query, int) else None] * len(layers)
+slots = list(range(len(layers)))
+groups = [0] * len(layers)
 
 loaded = second_model_control(
     "cmp_model2", "Second model on the same image (optional)", cur.model,
-    help="Shown in a second row at the same relative depth, with the same head (or the mean) and the "
+    help="Shown in its own rows at the same relative depth, with the same head (or the mean) and the "
     "query at the same image position.",
 )
 extra_rows = {}
+panels2: list[np.ndarray] = []
 if loaded is not None:
     ref2, vit2 = loaded
     try:
         args2 = (ref2, cur.image.digest, cur.image.data)
         spec2 = vit2.spec
+        name2 = ref2.source.split("/")[-1].split(".")[0]
         query2 = map_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
         maps2 = resources.attention_grid(*args2, query2)
         column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
         layers2 = [map_layer(layer, L, spec2.num_layers) for layer in layers]
-        for layer2 in layers2:
-            panels.append(maps2[layer2, column2])
-            titles.append(f"{ref2.source.split('.')[0]} · layer {layer2}")
+        first_slot = -(-len(layers) // NCOLS) * NCOLS  # the second model starts on a new row
+        for i, layer2 in enumerate(layers2):
+            panels2.append(maps2[layer2, column2])
+            titles.append(f"{name2} · layer {layer2}")
+            slots.append(first_slot + i)
+        groups += [1] * len(layers2)
         backgrounds += [resources.background_uri(*args2)] * len(layers2)
         sizes += [spec2.img_size] * len(layers2)
         patches += [spec2.patch_size] * len(layers2)
+        grids += [spec2.grid_size] * len(layers2)
+        queries += [query2 if isinstance(query2, int) else None] * len(layers2)
         extra_rows = {"second_model_attention": maps2[layers2, column2], "second_model_layers": layers2}
         if column2 != column:
-            st.caption(f"{ref2.label} has {spec2.num_heads} heads: showing its mean over heads.")
+            st.caption(f"{escape_markdown(ref2.label)} has {spec2.num_heads} heads: showing its mean over heads.")
     except Exception as exc:  # noqa: BLE001 - the first model's panels still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process this image: {error_text(exc)}")
+        panels2 = []
+        del titles[len(layers):], slots[len(layers):], groups[len(layers):], backgrounds[len(layers):]
+        del sizes[len(layers):], patches[len(layers):], grids[len(layers):], queries[len(layers):]
 
-ncols = len(layers) if len(layers) <= 4 else 6
-all_panels = np.concatenate([p.ravel() for p in panels])
-lo, hi, range_text = colour_range(cur.map_range, all_panels, maps)
+separate = False
+if panels2:
+    separate = st.toggle("One colour scale per model", key="cmp_separate",
+                         help="Models differ in sequence length, so their probabilities differ in scale.")
+if separate:
+    lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps)
+    lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2)
+    group_ranges = [(lo1, hi1, f"{name1} ({text1})"), (lo2, hi2, f"{name2} ({text2})")]
+    scale_text = "one colour scale per model"
+else:
+    everything = np.concatenate([maps.ravel(), *([maps2.ravel()] if panels2 else [])])
+    lo, hi, range_text = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels + panels2]), everything)
+    group_ranges = [(lo, hi, f"attention probability ({range_text})")]
+    groups = [0] * len(groups)
+    scale_text = "one colour scale over all panels"
 figure = figures.map_panels(
-    backgrounds, sizes, panels, patches, titles, ncols=ncols, opacity=opacity, colorscale=cur.colorscale,
-    zmin=lo, zmax=hi, colorbar_title=f"attention probability ({range_text})",
+    backgrounds, sizes, panels + panels2, patches, titles, ncols=NCOLS, opacity=opacity, colorscale=cur.colorscale,
+    query_patches=queries, slots=slots, color_groups=groups, group_ranges=group_ranges,
+    panel_height=300 if NCOLS >= 3 else 420,
 )
 st.caption(
-    f"{head_label(head)} · query: {describe_query(query, spec)} · one colour scale over all panels, "
+    f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "
     f"{MAP_RANGES[cur.map_range].replace('the map', 'the panels')}"
 )
-show_chart(figure, "cmp_panels", filename="compare_layers")
+show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
     "cmp_data", "compare_layers", attention=maps[layers, column], layers=layers,
     head=-1 if head == "mean" else int(head), query=str(query), **extra_rows,

@@ -9,7 +9,7 @@ from analysis.rollout import POST_NORM_WARNING
 from vizapp import figures, resources
 from vizapp.derive import colour_range
 from vizapp.state import current
-from vizapp.ui import clamp_state, describe_query, download_npz, query_controls, show_chart
+from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, show_chart
 
 cur = current()
 spec = cur.spec
@@ -51,7 +51,8 @@ with left:
         title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
     )
-    show_chart(figure, "rollout_overlay", filename="rollout")
+    show_chart(figure, "rollout_overlay", filename="rollout",
+               on_select=patch_click("rollout_overlay", [spec.grid_size], spec.grid_size))
     download_npz(
         "rollout_data", "rollout", rollout=final, after_each_layer=strip,
         end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
