@@ -143,6 +143,9 @@ def main() -> None:
         print("  --  transformers not installed: skipped the Hugging Face models")
     else:
         for model_class, (config_class, extra) in HF_CASES.items():
+            if not hasattr(transformers, model_class):  # e.g. Dinov2WithRegisters arrived in 4.48
+                print(f"  --  transformers {transformers.__version__} has no {model_class}: nothing to check")
+                continue
             torch.manual_seed(0)
             config = getattr(transformers, config_class)(**HF_SMALL, **extra)
             config._attn_implementation = "eager"

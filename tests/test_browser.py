@@ -276,9 +276,14 @@ def test_a_click_on_rollout_and_compare_changes_the_query(page, server, name, he
     patch = row * gw + col
     field = page.get_by_label(re.compile(r"Query patch \(row-major"))
     expect(field).to_have_value(str(patch))
+    wait_idle(page)
     assert_no_exception(page, f"{name} click")
-    outlines = page.evaluate(
-        """() => (document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot')._fullLayout.shapes || [])
-                 .filter(s => s.type === 'rect').length"""
-    )
-    assert outlines >= 1  # the query patch is outlined
+    count_outlines = """() => {
+        const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+        return plot && plot._fullLayout ? (plot._fullLayout.shapes || []).filter(s => s.type === 'rect').length : 0;
+    }"""
+    try:  # the rerun that draws the outline may still be on its way to the browser
+        page.wait_for_function(f"({count_outlines})() >= 1", timeout=20_000)
+    except Exception:
+        pass
+    assert page.evaluate(count_outlines) >= 1  # the query patch is outlined

@@ -93,3 +93,38 @@ def test_the_repository_settings_travel_with_the_script():
 
     flags = config_flags()
     assert "--server.maxUploadSize=20" in flags and "--browser.gatherUsageStats=false" in flags
+
+
+def _requirements(path: Path, operator: str) -> dict[str, str]:
+    """``name -> version`` for every ``name<operator>version`` line (comments dropped)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if operator in line:
+            name, version = line.split(operator)
+            found[name.strip().lower().replace("_", "-")] = version.strip()
+    return found
+
+
+def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs():
+    """requirements.txt, pyproject.toml and .ci/min-versions.txt name the same floors, so the
+    CI job that installs the floors together tests exactly what users are promised."""
+    import tomllib
+
+    from packaging.version import Version
+
+    floors = _requirements(REPO / "requirements.txt", ">=")
+    pins = _requirements(REPO / ".ci" / "min-versions.txt", "==")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["hf"]]
+    pyproject_floors = dict(
+        (name.strip().lower().replace("_", "-"), version.strip()) for name, version in (d.split(">=") for d in declared)
+    )
+    runtime = {name: version for name, version in floors.items() if name not in ("pytest", "playwright")}
+    assert runtime, "no floors found in requirements.txt"
+    assert set(runtime) == set(pins), (sorted(runtime), sorted(pins))
+    assert set(pyproject_floors) == set(runtime), (sorted(pyproject_floors), sorted(runtime))
+    for name, floor in runtime.items():
+        assert Version(floor) == Version(pins[name]), f"{name}: floor {floor}, CI installs {pins[name]}"
+        assert Version(pyproject_floors[name]) == Version(floor), f"{name}: pyproject {pyproject_floors[name]}"
+    assert "tests/min_versions_smoke.py" in (REPO / ".ci" / "run").read_text()

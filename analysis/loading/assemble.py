@@ -20,10 +20,18 @@ from ..errors import ModelLoadError
 __all__ = ["skeleton", "shared_linear", "ConcatLinear", "finish"]
 
 
-def skeleton(**kwargs) -> VisionTransformer:
-    """A timm ``VisionTransformer`` with meta-device parameters, to be filled in."""
-    with torch.device("meta"):
-        return VisionTransformer(**kwargs)
+def skeleton(model_class: type[VisionTransformer] = VisionTransformer, **kwargs) -> VisionTransformer:
+    """A timm ``VisionTransformer`` with meta-device parameters, to be filled in.
+
+    torch < 2.4 has no meta kernel for ``Tensor.item()``, which timm's stochastic-depth
+    schedule calls; there the skeleton is built on the CPU instead (random init, then
+    replaced all the same).
+    """
+    try:
+        with torch.device("meta"):
+            return model_class(**kwargs)
+    except NotImplementedError:
+        return model_class(**kwargs)
 
 
 def shared_linear(weight: nn.Parameter, bias: nn.Parameter | None) -> nn.Linear:

@@ -24,7 +24,7 @@ from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from ..errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
-from .assemble import ConcatLinear, finish, shared_linear
+from .assemble import ConcatLinear, finish, shared_linear, skeleton
 from .loaded import LoadedViT, wrap_model
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "preprocessing_config"]
@@ -195,8 +195,7 @@ def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[
                                                  else ("avg" if kind == "siglip" else "token")),
     )
     model_class = VisionTransformerDistilled if teacher else VisionTransformer
-    with torch.device("meta"):
-        timm_model = model_class(**options)
+    timm_model = skeleton(model_class, **options)
     timm_model.patch_embed.proj = _get(embeddings, "patch_embeddings.projection", "patch_embedding")
     prefix_in_table = 0 if kind == "siglip" else (2 if distilled else 1)
     positions = _position_table(embeddings, prefix_in_table, grid, patch, native)
