@@ -11,7 +11,13 @@ attention, analyse it.
 from .archives import ArchiveLimits, read_image_archive
 from .attention_maps import attention_map
 from .capture import AttentionRecord, attention_taps, capture_attention
-from .distance import mean_attention_distance, uniform_attention_distance
+from .distance import (
+    DISTANCE_UNITS,
+    distance_in_units,
+    distance_unit_length,
+    mean_attention_distance,
+    uniform_attention_distance,
+)
 from .errors import (
     AnalysisError,
     ArchiveError,
@@ -42,6 +48,9 @@ __all__ = [
     "attention_rollout_by_layer",
     "mean_attention_distance",
     "uniform_attention_distance",
+    "DISTANCE_UNITS",
+    "distance_unit_length",
+    "distance_in_units",
     "dataset_attention_distance",
     "SkippedImage",
     "position_embedding_similarity",

@@ -9,7 +9,17 @@ from .checks import check_record, check_spec
 from .errors import AnalysisError
 from .spec import ViTSpec
 
-__all__ = ["mean_attention_distance", "patch_centres", "patch_distance_matrix", "attention_distance_per_image", "uniform_attention_distance"]
+__all__ = [
+    "mean_attention_distance", "patch_centres", "patch_distance_matrix", "attention_distance_per_image",
+    "uniform_attention_distance", "DISTANCE_UNITS", "distance_unit_length", "distance_in_units",
+]
+
+#: Units for attention distances, with the length each one divides the pixel value by.
+DISTANCE_UNITS = {
+    "px": "input pixels",
+    "patches": "patch sides: √(ph·pw) px (the patch side for square patches)",
+    "image": "fractions of the image side: √(H·W) px (the side for square inputs)",
+}
 
 
 def patch_centres(spec: ViTSpec) -> torch.Tensor:
@@ -32,6 +42,31 @@ def uniform_attention_distance(spec: ViTSpec) -> float:
     """The mean attention distance if every patch attended uniformly to every patch
     (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used)."""
     return float(patch_distance_matrix(check_spec(spec, "uniform_attention_distance")).mean())
+
+
+def distance_unit_length(spec: ViTSpec, unit: str) -> float:
+    """How many input pixels one ``unit`` is for this model (see :data:`DISTANCE_UNITS`).
+
+    ``"px"`` -> 1; ``"patches"`` -> √(ph·pw); ``"image"`` -> √(H·W). Patch units compare models
+    with different patch sizes on one grid; image units compare any two models, since they
+    measure how far attention reaches across the picture, whatever the input resolution.
+    """
+    spec = check_spec(spec, "distance_unit_length")
+    if unit == "px":
+        return 1.0
+    if unit == "patches":
+        ph, pw = spec.patch_size
+        return float(ph * pw) ** 0.5
+    if unit == "image":
+        height, width = spec.img_size
+        return float(height * width) ** 0.5
+    raise AnalysisError(f"Unknown distance unit {unit!r}; use one of {', '.join(map(repr, DISTANCE_UNITS))}.")
+
+
+def distance_in_units(distance_px, spec: ViTSpec, unit: str):
+    """``distance_px / distance_unit_length(spec, unit)``: a distance (tensor, array or float)
+    from input pixels into ``unit``."""
+    return distance_px / distance_unit_length(spec, unit)
 
 
 def attention_distance_per_image(

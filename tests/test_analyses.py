@@ -311,3 +311,29 @@ def test_pca_refuses_hybrid_models():
     hybrid = load_vit("vit_tiny_r_s16_p8_224", pretrained=False, img_size=64)
     with pytest.raises(AnalysisError, match="hybrid"):
         patch_embedding_components(hybrid)
+
+
+def test_distance_units_divide_by_the_patch_side_and_the_image_side():
+    """Analytic: one 3x4 grid with 16x8 px or 4x2 px patches (one picture, 4x the resolution)
+    has one uniform distance in patch units and in image-side units, not in pixels; one
+    patch step between square-patch neighbours is exactly 1 patch."""
+    from analysis import DISTANCE_UNITS, distance_in_units, distance_unit_length, uniform_attention_distance
+
+    uniform = torch.full((1, 1, 1, 13, 13), 1 / 13)
+    big = synthetic_record(uniform, patch=(16, 8)).spec
+    small = synthetic_record(uniform, patch=(4, 2)).spec
+    assert distance_unit_length(big, "px") == 1.0
+    assert distance_unit_length(big, "patches") == pytest.approx(math.sqrt(16 * 8))
+    assert distance_unit_length(big, "image") == pytest.approx(math.sqrt(48 * 32))
+    for unit in ("patches", "image"):
+        assert distance_in_units(uniform_attention_distance(big), big, unit) == pytest.approx(
+            distance_in_units(uniform_attention_distance(small), small, unit), rel=1e-12)
+    assert uniform_attention_distance(big) == pytest.approx(4 * uniform_attention_distance(small))
+    # square patches: one patch step between horizontal neighbours is exactly 1 patch
+    square = synthetic_record(torch.full((1, 1, 1, 3, 3), 1 / 3), grid=(1, 2), patch=(10, 10), prefix=1).spec
+    from analysis.distance import patch_distance_matrix
+
+    assert distance_in_units(patch_distance_matrix(square)[0, 1].item(), square, "patches") == pytest.approx(1.0)
+    assert set(DISTANCE_UNITS) == {"px", "patches", "image"}
+    with pytest.raises(AnalysisError, match="Unknown distance unit"):
+        distance_unit_length(big, "inches")

@@ -235,7 +235,17 @@ def test_top5_predictions_match_logits(app, vit, record):
     np.testing.assert_allclose(array(bars["x"])[::-1], top * 100, rtol=1e-4)
     names = vit.class_names
     if names:
-        assert bars["y"][-1] == names[int(np.argmax(probs))]
+        assert bars["customdata"][-1] == names[int(np.argmax(probs))]
+
+
+def test_long_class_names_are_wrapped_not_clipped():
+    name = "great white shark, white shark, man-eater, man-eating shark, Carcharodon carcharias"
+    figure = figures.predictions_bar([name, "cat"], np.array([0.7, 0.3]))
+    ticks = figure.to_plotly_json()["layout"]["yaxis"]["ticktext"]
+    top = ticks[-1].split("<br>")
+    assert len(top) > 1 and all(len(line) <= figures.LABEL_WIDTH for line in top)
+    assert " ".join(top) == name  # every word is kept
+    assert ticks[0] == "cat"
 
 
 def test_clicked_points_resolve_to_their_index():
@@ -274,6 +284,17 @@ def test_rollout_page_matches_analysis(app, vit, record):
         record, head_fusion="max", discard_ratio=0.5, start_layer=start, end_layer=start
     )[0].numpy()
     np.testing.assert_allclose(tiles[0], after_first / after_first.max(), rtol=1e-5, atol=1e-6)
+
+
+def test_rollout_from_the_last_layer_draws_no_duplicate_strip(app, vit):
+    last = vit.spec.num_layers - 1
+    app.switch_page("views/rollout.py").run()
+    if last > 0:
+        app.slider(key="start_layer").set_value(last).run()
+    assert_clean(app)
+    keys = [chart.proto.id for chart in app.get("plotly_chart")]
+    assert len(charts(app)) == 1, keys  # the overlay only
+    assert any("the whole strip" in c.value for c in app.caption)
 
 
 def test_compare_layers_share_one_colour_scale(app, vit, record):
@@ -401,6 +422,40 @@ def test_attention_distance_page(app, vit, record):
         captured = analysis.capture_attention(vit, vit.preprocess(image))
         per_image.append(analysis.mean_attention_distance(captured).numpy())
     np.testing.assert_allclose(array(series[1]["y"]), np.mean(per_image, axis=0).ravel(), rtol=1e-4)
+
+
+def test_distance_units_make_two_models_comparable(app, vit, record):
+    """A second model from any source (here random:, another patch size and resolution); in
+    patch and image-side units every series and reference line uses its own model's sizes."""
+    app.switch_page("views/distance.py").run()
+    app.selectbox(key="dist_model2").set_value("other").run()
+    app.text_input(key="dist_model2_other").set_value(RANDOM_MODEL).run()
+    assert_clean(app)
+    assert any("random weights" in w.value for w in app.warning)
+    second = analysis.load_vit(RANDOM_MODEL.removeprefix("random:"), pretrained=False)
+    expected_px = analysis.mean_attention_distance(record).numpy()
+    uniform_px = [analysis.uniform_attention_distance(record.spec), analysis.uniform_attention_distance(second.spec)]
+    specs = [record.spec, second.spec]
+    for unit, lengths in {
+        "px": [1.0, 1.0],
+        "patches": [float(np.sqrt(np.prod(s.patch_size))) for s in specs],
+        "image": [float(np.sqrt(np.prod(s.img_size))) for s in specs],
+    }.items():
+        app.radio(key="dist_unit").set_value(unit).run()
+        assert_clean(app)
+        scatter = charts(app)[0]
+        series = traces(scatter, "scatter")
+        names = [trace["name"] for trace in series]
+        assert len(series) == 4, names  # current image + sample set, for each model
+        np.testing.assert_allclose(array(series[0]["y"]), expected_px.ravel() / lengths[0], rtol=1e-4)
+        assert array(series[2]["y"]).size == second.spec.num_layers * second.spec.num_heads
+        lines = [shape["y0"] for shape in scatter["layout"]["shapes"]]
+        labels = [note["text"] for note in scatter["layout"]["annotations"]]
+        assert lines == pytest.approx([u / n for u, n in zip(uniform_px, lengths)], rel=1e-6), (unit, labels)
+        assert labels[0].startswith(app.session_state["current"].model.source.split("/")[-1])
+        assert "vit_tiny_patch16_224" in labels[1] and "uniform" in labels[1]
+        title = scatter["layout"]["yaxis"]["title"]["text"]
+        assert {"px": "input pixels", "patches": "patch sides", "image": "image side"}[unit] in title
 
 
 # --------------------------------------------------------------------------- inputs and failures

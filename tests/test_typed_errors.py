@@ -25,6 +25,8 @@ from analysis import (
     read_image_archive,
     rotary_position_features,
     uniform_attention_distance,
+    distance_in_units,
+    distance_unit_length,
 )
 from conftest import make_vit
 
@@ -100,6 +102,9 @@ CASES = [
     ("distance of partial rows", lambda c: mean_attention_distance(c.partial)),
     ("distance of a non-record", lambda c: mean_attention_distance(None)),
     ("uniform distance of a non-spec", lambda c: uniform_attention_distance((8, 8))),
+    ("distance unit unknown", lambda c: distance_unit_length(c.vit, "inches")),
+    ("distance unit of a non-spec", lambda c: distance_unit_length((16, 16), "patches")),
+    ("distance in units, unknown unit", lambda c: distance_in_units(3.0, c.vit, "cm")),
     ("dataset empty list", lambda c: dataset_attention_distance(c.vit, [])),
     ("dataset batch zero", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=0)),
     ("dataset batch float", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=2.5)),
@@ -141,6 +146,7 @@ def test_every_public_function_is_walked():
     walked = {
         "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
         "mean_attention_distance", "uniform_attention_distance", "dataset_attention_distance",
+        "distance_unit_length", "distance_in_units",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "read_image_archive",
     }

@@ -433,16 +433,40 @@ def mosaic(
 
 
 def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240) -> go.Figure:
-    """Top-k predictions as horizontal bars, most probable on top."""
+    """Top-k predictions as horizontal bars, most probable on top. Long class names (ImageNet's
+    "tench, Tinca tinca") are wrapped onto lines of at most ``LABEL_WIDTH`` characters rather
+    than clipped; the hover shows the name whole."""
     probs = np.asarray(probabilities, dtype=np.float64)[::-1] * 100
+    full = list(names)[::-1]
+    wrapped = [wrap_label(name) for name in full]
+    lines = max((label.count("<br>") + 1 for label in wrapped), default=1)
     trace = dict(
-        type="bar", x=probs, y=list(names)[::-1], orientation="h", text=[f"{p:.1f}%" for p in probs],
-        textposition="auto", marker=dict(color="#3b528b"), hovertemplate="%{y}: %{x:.2f}%<extra></extra>",
+        type="bar", x=probs, y=list(range(len(full))), orientation="h", text=[f"{p:.1f}%" for p in probs],
+        textposition="auto", marker=dict(color="#3b528b"), customdata=full,
+        hovertemplate="%{customdata}: %{x:.2f}%<extra></extra>",
     )
     return _figure(
-        [trace], title=None, height=height,
-        xaxis=dict(title=dict(text="probability (%)"), range=[0, 100], showgrid=True), yaxis=dict(automargin=True),
+        [trace], title=None, height=max(height, 40 + len(full) * 18 * lines),
+        xaxis=dict(title=dict(text="probability (%)"), range=[0, 100], showgrid=True),
+        yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
     )
+
+
+LABEL_WIDTH = 22
+
+
+def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
+    """Break ``text`` at spaces into lines of at most ``width`` characters (longer words stay
+    whole), joined with ``<br>`` for plotly; HTML-escaped."""
+    import html
+
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(html.escape(line) for line in lines) or html.escape(text)
 
 
 # --------------------------------------------------------------------------- position embeddings
@@ -555,18 +579,26 @@ def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
 
 
 
+DISTANCE_UNIT_SHORT = {"px": "px", "patches": "patches", "image": "× image side"}
+DISTANCE_UNIT_TITLE = {"px": "input pixels", "patches": "patch sides", "image": "fraction of the image side"}
+
+
 def attention_distance_scatter(
     series: Sequence[tuple[str, np.ndarray]],
     *,
     references: Sequence[tuple[str, float]] = (),
+    unit: str = "px",
     height: int = 460,
 ) -> go.Figure:
-    """Figure 7 (right): one dot per head at each layer, mean attention distance in pixels.
+    """Figure 7 (right): one dot per head at each layer, mean attention distance.
 
-    series: ``(name, (L, heads) distances)``; series are shifted sideways a little so
-    they do not hide each other. references: ``(name, pixels)`` horizontal lines (the
-    distance under uniform attention).
+    series: ``(name, (L, heads) distances)`` in ``unit`` (a key of
+    :data:`analysis.DISTANCE_UNITS`); series are shifted sideways a little so they do not hide
+    each other. references: ``(name, value)`` labelled horizontal lines (the distance under
+    uniform attention), in the same unit.
     """
+    short = DISTANCE_UNIT_SHORT[unit]
+    digits = ".1f" if unit == "px" else (".2f" if unit == "patches" else ".3f")
     traces = []
     count = len(series)
     for i, (name, values) in enumerate(series):
@@ -579,18 +611,20 @@ def attention_distance_scatter(
             marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
                         line=dict(width=0.5, color="white")),
             customdata=np.stack([layer_ids, head_ids], axis=1),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:.1f} px<extra>" + name + "</extra>",
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:" + digits + "} " + short
+            + "<extra>" + name + "</extra>",
         ))
     shapes, annotations = [], []
     for j, (name, value) in enumerate(references):
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=value, y1=value,
                            line=dict(dash="dash", color="#777", width=1.2)))
         annotations.append(dict(xref="paper", x=1.0 if j % 2 else 0.0, xanchor="right" if j % 2 else "left",
-                                y=value, yanchor="bottom", text=f"{name}: {value:.1f} px", showarrow=False,
+                                y=value, yanchor="bottom", text=f"{name}: {value:{digits}} {short}", showarrow=False,
                                 font=dict(color="#555")))
     return _figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0), shapes=shapes,
         annotations=annotations,
         xaxis=dict(title=dict(text="network depth (layer index)"), dtick=1, showgrid=True),
-        yaxis=dict(title=dict(text="mean attention distance (input pixels)"), rangemode="tozero", showgrid=True),
+        yaxis=dict(title=dict(text=f"mean attention distance ({DISTANCE_UNIT_TITLE[unit]})"), rangemode="tozero",
+                   showgrid=True),
     )

@@ -94,7 +94,7 @@ def background_uri(ref: ModelRef, digest: str, _image_bytes: bytes) -> str:
     return image_data_uri(forward(ref, digest, _image_bytes).input_image)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner="Ranking the classes…", max_entries=32)
 def top_predictions(ref: ModelRef, digest: str, _image_bytes: bytes, k: int = 5) -> tuple[list[str], np.ndarray]:
     """The k most probable classes: (names, probabilities)."""
     probs = forward(ref, digest, _image_bytes).probabilities
@@ -106,7 +106,7 @@ def top_predictions(ref: ModelRef, digest: str, _image_bytes: bytes, k: int = 5)
     return labels, probs[order]
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+@st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)
 def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str | int) -> np.ndarray:
     """Every layer's attention maps for one query: ``(L, heads + 1, gh, gw)`` float32.
 
@@ -123,7 +123,7 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+@st.cache_data(show_spinner="Gathering the pooling attention…", max_entries=MAX_RESULTS)
 def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
     """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
     float32 (index ``heads`` is the mean over heads), or ``None`` without such a head."""
@@ -136,7 +136,7 @@ def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.nda
     return maps.numpy().astype(np.float32)
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+@st.cache_data(show_spinner="Computing attention rollout…", max_entries=MAX_RESULTS)
 def rollout_by_layer(
     ref: ModelRef,
     digest: str,
@@ -154,7 +154,7 @@ def rollout_by_layer(
     return strip[:, 0].numpy().astype(np.float32)
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+@st.cache_data(show_spinner="Measuring attention distances…", max_entries=MAX_RESULTS)
 def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
     return mean_attention_distance(forward(ref, digest, _image_bytes).record).numpy()
@@ -194,14 +194,14 @@ def uniform_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> float:
 # --------------------------------------------------------------------------- model-only analyses
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_data(show_spinner="Comparing position embeddings…", max_entries=16)
 def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None, kind: str | None = None) -> np.ndarray:
     """Cosine similarity of patch position encodings (learned table or rotary features),
     ``(gh, gw, gh, gw)`` float32."""
     return position_embedding_similarity(get_model(ref), grid_size=grid_size, kind=kind).numpy()
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_data(show_spinner="Computing the filters' principal components…", max_entries=16)
 def patch_components(ref: ModelRef, n_components: int) -> tuple[np.ndarray, np.ndarray]:
     """Principal components of the patch-embedding filters: ``(k, C, ph, pw)``, ``(k,)``."""
     components, ratio = patch_embedding_components(get_model(ref), n_components=n_components)

@@ -49,7 +49,7 @@ PERSISTENT_KEYS = (
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
     "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
-    "dist_set", "dist_model2",
+    "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
 )
 
 
@@ -107,12 +107,14 @@ def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
 
 
 def second_model_choices(shown: ModelRef) -> dict[str, str]:
-    """Choices for an optional comparison model: none, the default model and the curated
-    ones, minus the model already shown. Maps choice -> label."""
+    """Choices for an optional comparison model: none, the default model, the curated ones
+    (minus the model already shown) and "other" (any source the sidebar accepts).
+    Maps choice -> label."""
     choices = {"none": "none"}
     if shown != refs.default_model_ref():
         choices["default"] = "the default model"
     choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
+    choices["other"] = "other: a model name, path or random:…"
     return choices
 
 
@@ -122,17 +124,29 @@ def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | N
     choices = second_model_choices(shown)
     clamp_state(key, list(choices), "none")
     choice = st.selectbox(label, list(choices), format_func=choices.get, key=key, help=help)
-    return None if choice == "none" else load_second_model(choice)
+    if choice == "none":
+        return None
+    if choice == "other":
+        text = st.text_input(
+            "Second model", key=f"{key}_other", placeholder="random:vit_small_patch16_224",
+            help="As the sidebar's model name: a timm name, hf:org/name, torchvision:vit_b_16, "
+            "a folder or file on the server; prefix random: for random weights.",
+        ).strip()
+        if not text:
+            return None
+        return load_second_model(refs.parse_model_ref(text))
+    return load_second_model(refs.default_model_ref() if choice == "default" else CURATED_MODELS[choice])
 
 
-def load_second_model(choice: str) -> tuple[ModelRef, analysis.LoadedViT] | None:
-    """The comparison model picked in :func:`second_model_choices`, or ``None`` (after
-    showing why) when it cannot be loaded."""
-    ref = refs.default_model_ref() if choice == "default" else CURATED_MODELS[choice]
+def load_second_model(ref: ModelRef) -> tuple[ModelRef, analysis.LoadedViT] | None:
+    """The comparison model, or ``None`` (after showing why) when it cannot be loaded."""
     vit, error = load_model(ref)
     if vit is None:
         st.error(f"Could not load **{escape_markdown(ref.label)}**: {error}")
         return None
+    if not ref.pretrained:
+        st.warning(f"**{escape_markdown(ref.label)}** has random weights: its maps mean nothing.",
+                   icon=":material/casino:")
     return ref, vit
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+import analysis
 from vizapp import figures, inputs, resources
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.messages import error_text, escape_markdown
@@ -18,9 +19,11 @@ SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)
 st.header("Attention distance", divider="gray")
 st.caption(
     "For each head: Σ_k a_qk·‖c_q − c_k‖ over patch keys (attention renormalised over patches), "
-    "averaged over all patch queries, in input pixels. The dashed line is the value under "
-    "uniform attention on this grid."
+    "averaged over all patch queries. Each dashed line is a model's value under uniform attention "
+    "on its grid. Patch units (√(ph·pw) px) and fractions of the image side (√(H·W) px) compare "
+    "models with other patch sizes or input resolutions."
 )
+UNITS = {"px": "input pixels", "patches": "patches", "image": "fraction of image side"}
 
 c1, c2 = st.columns([2, 3], gap="medium")
 with c1:
@@ -36,6 +39,7 @@ with c1:
         problems = []
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
+    unit = st.radio("Units", list(UNITS), format_func=UNITS.get, key="dist_unit", horizontal=True)
 
 
 def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -64,37 +68,43 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
     return stack.mean(axis=0), stack
 
 
-series: list[tuple[str, np.ndarray]] = []
-references: list[tuple[str, float]] = []
+series: list[tuple[str, np.ndarray]] = []  # (name, (L, heads) in `unit`)
+references: list[tuple[str, float]] = []  # (label, value in `unit`)
 arrays: dict[str, np.ndarray] = {}
 
-name1 = cur.model.source.split("/")[-1]
-current_image = resources.image_attention_distance(*cur.args)
-series.append((f"{name1} · {cur.image.name}", current_image))
-arrays["current_image"] = current_image
-mean1, stack1 = set_average(cur.model, name1)
-if mean1 is not None:
-    series.append((f"{name1} · mean over {len(stack1)} images", mean1))
-    arrays["set_mean"], arrays["set_per_image"] = mean1, stack1
-gh, gw = cur.spec.grid_size
-references.append((f"uniform ({gh}×{gw} grid)", resources.uniform_distance(*cur.args)))
 
+def add_model(ref: ModelRef, name: str, prefix: str) -> None:
+    """The current image's and the set's distances of one model, and its uniform reference line,
+    converted from pixels into ``unit`` with this model's own patch and input size."""
+    args = (ref, cur.image.digest, cur.image.data)
+    spec = resources.forward(*args).record.spec
+    to_unit = 1.0 / analysis.distance_unit_length(spec, unit)
+    current_image = resources.image_attention_distance(*args) * to_unit
+    series.append((f"{name} · {cur.image.name}", current_image))
+    arrays[f"{prefix}current_image"] = current_image
+    mean, stack = set_average(ref, name)
+    if mean is not None:
+        series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
+        arrays[f"{prefix}set_mean"], arrays[f"{prefix}set_per_image"] = mean * to_unit, stack * to_unit
+    gh, gw = spec.grid_size
+    uniform = resources.uniform_distance(*args) * to_unit
+    arrays[f"{prefix}uniform_reference"] = np.array(uniform)
+    for i, (label, value) in enumerate(references):  # the same line for both models: one label
+        if abs(value - uniform) <= 1e-9 * max(1.0, abs(value)):
+            references[i] = (label.replace(" uniform", f" and {name} uniform", 1), value)
+            return
+    references.append((f"{name} uniform ({gh}×{gw} grid)", uniform))
+
+
+name1 = cur.model.source.split("/")[-1]
+name2 = loaded[0].source.split("/")[-1] if loaded is not None else None
+if name2 == name1:  # e.g. the same architecture with and without weights
+    name1, name2 = f"{name1} (1)", f"{name2} (2)"
+add_model(cur.model, name1, "")
 if loaded is not None:
-    ref2, vit2 = loaded
+    ref2, _ = loaded
     try:
-        args2 = (ref2, cur.image.digest, cur.image.data)
-        name2 = ref2.source.split("/")[-1]
-        second_image = resources.image_attention_distance(*args2)
-        series.append((f"{name2} · {cur.image.name}", second_image))
-        arrays["second_current_image"] = second_image
-        mean2, stack2 = set_average(ref2, name2)
-        if mean2 is not None:
-            series.append((f"{name2} · mean over {len(stack2)} images", mean2))
-            arrays["second_set_mean"] = mean2
-        uniform2 = resources.uniform_distance(*args2)
-        if abs(uniform2 - references[0][1]) > 1e-6:
-            g = vit2.spec.grid_size
-            references.append((f"uniform ({g[0]}×{g[1]} grid)", uniform2))
+        add_model(ref2, name2, "second_")
     except Exception as exc:  # noqa: BLE001 - the first model's series still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process the images: {error_text(exc)}")
 
@@ -103,15 +113,14 @@ for problem in problems:
 if which == "mine" and not images:
     st.info("Upload images (or a .zip of images) to average over them.")
 
-show_chart(figures.attention_distance_scatter(series, references=references), "dist_scatter",
-           filename="mean_attention_distance")
+show_chart(figures.attention_distance_scatter(series, references=references, unit=unit), "dist_scatter",
+           filename=f"mean_attention_distance_{unit}")
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
-    download_npz("dist_data", "mean_attention_distance", **arrays,
-                 uniform_reference=np.array([v for _, v in references]))
+    download_npz("dist_data", f"mean_attention_distance_{unit}", **arrays, unit=np.array(unit))
 with d2:
     rows = [
         (name, layer, head, float(values[layer, head]))
         for name, values in series for layer in range(values.shape[0]) for head in range(values.shape[1])
     ]
-    download_csv("dist_csv", "mean_attention_distance", ["series", "layer", "head", "distance_px"], rows)
+    download_csv("dist_csv", f"mean_attention_distance_{unit}", ["series", "layer", "head", f"distance_{unit}"], rows)

@@ -60,17 +60,20 @@ with left:
     )
 
 st.subheader("Rollout after each layer")
-st.session_state.setdefault("rollout_norm", True)
-normalise = st.toggle("Scale each map to its own maximum", key="rollout_norm")
-strip_fig = figures.mosaic(
-    strip,
-    min(len(strip), 12),
-    tile_names=[f"layers {start}–{end}" for end in range(start, L)],
-    colorscale=cur.colorscale,
-    normalize_each=normalise,
-    colorbar_title="rollout / map max" if normalise else "rollout weight",
-    col_labels=[str(end) for end in range(start, L)][: min(len(strip), 12)] if len(strip) <= 12 else None,
-    x_title="after layer" if len(strip) <= 12 else None,
-    highlight=len(strip) - 1,
-)
-show_chart(strip_fig, "rollout_strip", filename="rollout_after_each_layer")
+if len(strip) == 1:  # start layer = last layer: the strip would repeat the map above
+    st.caption(f"One layer only (start layer {start} is the last): the map above is the whole strip.")
+else:
+    st.session_state.setdefault("rollout_norm", True)
+    normalise = st.toggle("Scale each map to its own maximum", key="rollout_norm")
+    strip_fig = figures.mosaic(
+        strip,
+        min(len(strip), 12),
+        tile_names=[f"layers {start}–{end}" for end in range(start, L)],
+        colorscale=cur.colorscale,
+        normalize_each=normalise,
+        colorbar_title="rollout / map max" if normalise else "rollout weight",
+        col_labels=[str(end) for end in range(start, L)][: min(len(strip), 12)] if len(strip) <= 12 else None,
+        x_title="after layer" if len(strip) <= 12 else None,
+        highlight=len(strip) - 1,
+    )
+    show_chart(strip_fig, "rollout_strip", filename="rollout_after_each_layer")
