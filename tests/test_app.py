@@ -673,3 +673,61 @@ def test_similarity_by_distance_equals_a_loop_over_every_pair(grid):
     order = sorted(groups)
     np.testing.assert_allclose(centres, [np.mean([d for d, _ in groups[g]]) for g in order])
     np.testing.assert_allclose(binned, [np.mean([v for _, v in groups[g]]) for g in order])
+
+
+# --------------------------------------------------------------------------- shareable state
+
+
+def test_the_url_reproduces_the_view():
+    """Model, resolution, sample, layer, head, query and colours come from the URL on the first
+    run, and every later change is written back (the real reload is in test_browser.py)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(
+        model=RANDOM_MODEL, res="64", img="scene_4_ring.png", layer="1", head="2",
+        query="patch", patch="5", colours="Magma", range="minmax",
+    )
+    at.run()
+    assert_clean(at)
+    current = at.session_state["current"]
+    assert current.model.source == "vit_tiny_patch16_224" and not current.model.pretrained
+    assert current.model.img_size == 64 and current.vit.spec.img_size == (64, 64)
+    assert current.image.name == "scene_4_ring.png"
+    assert (current.colorscale, current.map_range) == ("Magma", "minmax")
+    assert at.slider(key="layer").value == 1 and at.selectbox(key="head").value == 2
+    assert at.radio(key="query_mode").value == "patch" and at.number_input(key="query_patch").value == 5
+    at.slider(key="layer").set_value(2).run()
+    at.selectbox(key="colorscale").set_value("Cividis").run()
+    params = {k: at.query_params[k] for k in at.query_params}
+    flat = {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()}
+    assert flat["layer"] == "2" and flat["colours"] == "Cividis" and flat["model"] == RANDOM_MODEL
+    assert flat["res"] == "64" and flat["img"] == "scene_4_ring.png" and flat["patch"] == "5"
+
+
+def test_a_url_with_bad_values_opens_the_default_view():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(layer="many", head="-x", colours="Rainbow", img="../../etc/passwd", query="nope")
+    at.run()
+    assert_clean(at)
+    assert at.session_state["current"].colorscale != "Rainbow"
+    assert at.session_state["current"].image.name != "../../etc/passwd"
+
+
+def test_url_parameters_round_trip_every_model_kind():
+    from vizapp import url_state
+    from vizapp.refs import ModelRef
+    from vizapp.state import CURATED_MODELS
+
+    for ref in [ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=96),
+                ModelRef("/data/ckpt.safetensors", arch="vit_small_patch16_224"),
+                ModelRef("hf:facebook/dinov2-small"), next(iter(CURATED_MODELS.values()))]:
+        state = url_state.model_widget_state(url_state.model_params(ref), CURATED_MODELS)
+        assert state["model_source"] in ("timm", "local", "curated"), state
+        if state["model_source"] == "curated":
+            assert CURATED_MODELS[state["model_curated"]] == ref
+        elif state["model_source"] == "local":
+            assert (state["model_path"], state["model_arch"]) == (ref.source, ref.arch)
+        else:
+            from vizapp.refs import parse_model_ref
+
+            assert parse_model_ref(state["model_timm"]) == ref._replace(img_size=None)
+            assert state.get("resolution") == ref.img_size

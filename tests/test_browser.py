@@ -287,3 +287,27 @@ def test_a_click_on_rollout_and_compare_changes_the_query(page, server, name, he
     except Exception:
         pass
     assert page.evaluate(count_outlines) >= 1  # the query patch is outlined
+
+
+def test_the_url_reproduces_a_view_after_a_reload(page, server):
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/rollout?query=patch&patch=5&colours=Magma")
+    wait_idle(page)
+    expect(page.locator("h2", has_text="Attention rollout").first).to_be_visible()
+    field = page.get_by_label(re.compile(r"Query patch \(row-major"))
+    expect(field).to_have_value("5")
+    colours = page.get_by_role("combobox", name="Colour scale")
+    expect(colours).to_have_value("Magma")
+    field.fill("7")
+    field.press("Enter")
+    wait_idle(page)
+    page.wait_for_function("() => location.search.includes('patch=7')", timeout=20_000)
+    assert "colours=Magma" in page.url and "/rollout" in page.url, page.url
+
+    page.reload()
+    wait_idle(page)
+    expect(page.locator("h2", has_text="Attention rollout").first).to_be_visible()
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value("7")
+    expect(page.get_by_role("combobox", name="Colour scale")).to_have_value("Magma")
+    assert_no_exception(page, "reload")

@@ -16,10 +16,18 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 
 import streamlit as st  # noqa: E402
 
-from vizapp.state import keep_page_state, render_sidebar  # noqa: E402
+from vizapp import inputs, url_state  # noqa: E402
+from vizapp.derive import MAP_RANGES  # noqa: E402
+from vizapp.figures import COLORSCALES  # noqa: E402
+from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa: E402
+from vizapp.ui import QUERY_LABELS  # noqa: E402
 
 started = time.perf_counter()
 st.set_page_config(page_title="ViT explorer", page_icon=":material/grid_view:", layout="wide")
+url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
+    "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
+    "map_range": list(MAP_RANGES), "query_mode": list(QUERY_LABELS),
+})
 keep_page_state()
 
 VIEWS = Path(__file__).resolve().parent / "views"
@@ -32,7 +40,8 @@ pages = [
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
 ]
 page = st.navigation(pages)
-render_sidebar()
+current = render_sidebar()
+url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 timing = st.sidebar.empty()
 page.run()
 elapsed_ms = (time.perf_counter() - started) * 1000
