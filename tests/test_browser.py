@@ -311,3 +311,5 @@ def test_the_url_reproduces_a_view_after_a_reload(page, server):
     expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value("7")
     expect(page.get_by_role("combobox", name="Colour scale")).to_have_value("Magma")
     assert_no_exception(page, "reload")
+    icons = page.evaluate("() => [...document.querySelectorAll('link[rel*=icon]')].map(l => l.href)")
+    assert icons and all(href.startswith(server) or href.startswith("data:") for href in icons), icons  # offline

@@ -23,7 +23,8 @@ from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa
 from vizapp.ui import QUERY_LABELS  # noqa: E402
 
 started = time.perf_counter()
-st.set_page_config(page_title="ViT explorer", page_icon=":material/grid_view:", layout="wide")
+FAVICON = REPO_ROOT / "assets" / "favicon.png"  # shipped: a Material icon would come from a font CDN
+st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
     "map_range": list(MAP_RANGES), "query_mode": list(QUERY_LABELS),
