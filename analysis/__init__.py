@@ -35,6 +35,7 @@ from .position import position_embedding_similarity, position_encoding_kinds, ro
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import SkippedImage, dataset_attention_distance
+from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
     "load_vit",
@@ -52,6 +53,9 @@ __all__ = [
     "distance_unit_length",
     "distance_in_units",
     "dataset_attention_distance",
+    "UPSAMPLING_MODES",
+    "upsample_map",
+    "masked_image",
     "SkippedImage",
     "position_embedding_similarity",
     "position_encoding_kinds",

@@ -27,6 +27,8 @@ from analysis import (
     uniform_attention_distance,
     distance_in_units,
     distance_unit_length,
+    masked_image,
+    upsample_map,
 )
 from conftest import make_vit
 
@@ -105,6 +107,10 @@ CASES = [
     ("distance unit unknown", lambda c: distance_unit_length(c.vit, "inches")),
     ("distance unit of a non-spec", lambda c: distance_unit_length((16, 16), "patches")),
     ("distance in units, unknown unit", lambda c: distance_in_units(3.0, c.vit, "cm")),
+    ("upsample unknown mode", lambda c: upsample_map([[1.0]], (4, 4), mode="cubic")),
+    ("upsample a 1-d map", lambda c: upsample_map([1.0, 2.0], (4, 4))),
+    ("upsample to zero rows", lambda c: upsample_map([[1.0]], (0, 4))),
+    ("mask a grey image", lambda c: masked_image([[0, 0]], [[1.0]])),
     ("dataset empty list", lambda c: dataset_attention_distance(c.vit, [])),
     ("dataset batch zero", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=0)),
     ("dataset batch float", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=2.5)),
@@ -146,7 +152,7 @@ def test_every_public_function_is_walked():
     walked = {
         "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
         "mean_attention_distance", "uniform_attention_distance", "dataset_attention_distance",
-        "distance_unit_length", "distance_in_units",
+        "distance_unit_length", "distance_in_units", "upsample_map", "masked_image",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "read_image_archive",
     }
