@@ -31,6 +31,7 @@ from .errors import (
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .loading import LoadedViT, load_vit
+from .mass import top_mass_mask
 from .position import position_embedding_similarity, position_encoding_kinds, rotary_position_features
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
@@ -38,6 +39,7 @@ from .streaming import SkippedImage, dataset_attention_distance
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
+    "top_mass_mask",
     "load_vit",
     "LoadedViT",
     "ViTSpec",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import os
 import sys
 import zipfile
@@ -106,6 +107,12 @@ def assert_clean(at: AppTest) -> None:
 
 def charts(at: AppTest) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def chart(at: AppTest, key: str) -> dict:
+    """The plotly JSON of the chart drawn with widget key ``key``."""
+    (found,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
+    return found
 
 
 def array(value) -> np.ndarray:
@@ -209,7 +216,7 @@ def test_layer_head_and_query_change_rerender_without_a_new_forward_pass(app, vi
 def test_layers_by_heads_grid_holds_every_map(app, vit, record):
     spec = vit.spec
     app.radio(key="thumb_scale").set_value("shared").run()
-    grid = charts(app)[-1]
+    grid = chart(app, "attn_grid")
     (heatmap,) = traces(grid, "heatmap")
     big = array(heatmap["z"])
     columns = spec.num_heads + 1
@@ -731,3 +738,112 @@ def test_url_parameters_round_trip_every_model_kind():
 
             assert parse_model_ref(state["model_timm"]) == ref._replace(img_size=None)
             assert state.get("resolution") == ref.img_size
+
+
+# --------------------------------------------------------------------------- smooth maps, DINO masses, Figure 6
+
+
+def decode_data_uri(uri: str) -> np.ndarray:
+    header, data = uri.split(",", 1)
+    assert header == "data:image/png;base64", header  # lossless: colours are exact
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+
+
+def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
+    spec = vit.spec
+    query = "cls" if spec.has_class_token else "mean"
+    layer = app.slider(key="layer").value
+    shown = analysis.attention_map(record, layer, head=None, query=query)[0].numpy()
+    app.radio(key="map_cells").set_value("bilinear").run()
+    assert_clean(app)
+    overlay = charts(app)[0]
+    assert not traces(overlay, "heatmap")  # no patch cells drawn
+    (layer_trace,) = [t for t in traces(overlay, "image") if t.get("name") == "attention (bilinear)"]
+    drawn = decode_data_uri(layer_trace["source"])  # (H, W, 3)
+    assert drawn.shape == (*spec.img_size, 3)
+    colorscale = app.session_state["colorscale"]
+    smooth = analysis.upsample_map(shown, spec.img_size, "bilinear")
+    expected = figures._colorize(smooth, colorscale, 0.0, float(shown.max()))
+    np.testing.assert_array_equal(drawn, expected)
+    cells = figures._colorize(analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max()))
+    assert (drawn != cells).any()  # not the exact cells under another name
+    # the colour bar still states the range, and hover still reads the patch values
+    (carrier,) = [t for t in traces(overlay, "scatter") if t.get("name") == "colour bar"]
+    assert carrier["marker"]["cmin"] == 0 and carrier["marker"]["cmax"] == pytest.approx(float(shown.max()))
+    assert "0–max" in carrier["marker"]["colorbar"]["title"]["text"]
+    (targets,) = [t for t in traces(overlay, "scatter") if t.get("name") == "patches"]
+    np.testing.assert_allclose(array(targets["customdata"])[:, 4], shown.ravel(), rtol=1e-6)
+    app.switch_page("views/compare.py").run()
+    assert_clean(app)
+    assert not traces(charts(app)[0], "heatmap")
+
+
+def test_top_mass_panels_keep_the_dino_mass_per_head(app, vit, record):
+    spec = vit.spec
+    query = "cls" if spec.has_class_token else "mean"
+    layer = app.slider(key="layer").value
+    app.slider(key="dino_mass").set_value(0.4).run()
+    assert_clean(app)
+    panels = chart(app, "mass_panels")
+    heatmaps = traces(panels, "heatmap")
+    assert len(heatmaps) == spec.num_heads
+    for head, trace in enumerate(heatmaps):
+        attention = analysis.attention_map(record, layer, head=head, query=query)[0]
+        expected = analysis.top_mass_mask(attention, 0.4).numpy()
+        z = array(trace["z"]).reshape(spec.grid_size)
+        np.testing.assert_array_equal(~np.isnan(z), expected)
+        np.testing.assert_allclose(z[expected], attention.numpy()[expected], rtol=1e-6)
+        assert f"head {head} · {expected.sum()} of {spec.num_patches} patches" in [
+            a["text"] for a in panels["layout"]["annotations"]
+        ]
+
+
+def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record, monkeypatch):
+    import streamlit as st
+
+    shown = []
+    original = st.image
+
+    def spy(image, *args, **kwargs):
+        shown.append((np.array(image), kwargs))
+        return original(image, *args, **kwargs)
+
+    monkeypatch.setattr(st, "image", spy)
+    app.switch_page("views/rollout.py").run()
+    assert_clean(app)
+    (image, kwargs), = shown
+    rollout = analysis.attention_rollout(record)[0].numpy()
+    model_input = np.asarray(vit.model_input_image(analysis.load_image(first_sample())), dtype=np.uint8)
+    np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear"))
+    assert kwargs.get("output_format") == "PNG"
+    assert "Figure 6" in app.get("image")[0].proto.imgs[0].caption
+
+
+def test_a_patch_query_keeps_its_image_position_when_the_grid_changes(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input(RANDOM_MODEL).run()  # 14 × 14 patches of 16 px
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(17).run()  # row 1, column 3
+    assert app.session_state["current"].spec.grid_size == (14, 14)
+    app.number_input(key="resolution").set_value(96).run()  # 6 × 6
+    assert_clean(app)
+    assert app.session_state["current"].spec.grid_size == (6, 6)
+    expected = derive.map_query(17, (14, 14), (6, 6), True)
+    assert app.number_input(key="query_patch").value == expected
+    assert expected != 17 and expected < 36
+    row, col = divmod(expected, 6)
+    (outline,) = charts(app)[0]["layout"]["shapes"]
+    assert (outline["x0"], outline["y0"]) == (col * 16, row * 16)
+
+
+def test_the_resolution_stepper_steps_by_the_patch_size(app):
+    assert app.number_input(key="resolution").proto.step == math.lcm(*app.session_state["current"].spec.patch_size)
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()
+    assert_clean(app)
+    assert app.number_input(key="resolution").proto.step == 14
+    app.number_input(key="resolution").set_value(112).run()
+    assert app.session_state["current"].spec.grid_size == (8, 8)
+    app.text_input(key="model_timm").input(RANDOM_MODEL).run()
+    assert app.number_input(key="resolution").proto.step == 16
+    assert app.number_input(key="resolution").value == 112  # kept across the step change

@@ -28,6 +28,7 @@ from analysis import (
     distance_in_units,
     distance_unit_length,
     masked_image,
+    top_mass_mask,
     upsample_map,
 )
 from conftest import make_vit
@@ -111,6 +112,8 @@ CASES = [
     ("upsample a 1-d map", lambda c: upsample_map([1.0, 2.0], (4, 4))),
     ("upsample to zero rows", lambda c: upsample_map([[1.0]], (0, 4))),
     ("mask a grey image", lambda c: masked_image([[0, 0]], [[1.0]])),
+    ("top mass above one", lambda c: top_mass_mask([[0.5, 0.5]], 1.2)),
+    ("top mass of negative maps", lambda c: top_mass_mask([[0.5, -0.5]], 0.6)),
     ("dataset empty list", lambda c: dataset_attention_distance(c.vit, [])),
     ("dataset batch zero", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=0)),
     ("dataset batch float", lambda c: dataset_attention_distance(c.vit, [c.pixels], batch_size=2.5)),
@@ -153,6 +156,7 @@ def test_every_public_function_is_walked():
         "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
         "mean_attention_distance", "uniform_attention_distance", "dataset_attention_distance",
         "distance_unit_length", "distance_in_units", "upsample_map", "masked_image",
+        "top_mass_mask",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "read_image_archive",
     }

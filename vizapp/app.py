@@ -17,7 +17,7 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 import streamlit as st  # noqa: E402
 
 from vizapp import inputs, url_state  # noqa: E402
-from vizapp.derive import MAP_RANGES  # noqa: E402
+from vizapp.derive import MAP_CELLS, MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS  # noqa: E402
@@ -27,7 +27,7 @@ FAVICON = REPO_ROOT / "assets" / "favicon.png"  # shipped: a Material icon would
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
-    "map_range": list(MAP_RANGES), "query_mode": list(QUERY_LABELS),
+    "map_range": list(MAP_RANGES), "map_cells": list(MAP_CELLS), "query_mode": list(QUERY_LABELS),
 })
 keep_page_state()
 

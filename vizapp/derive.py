@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["similarity_by_distance", "map_layer", "map_query", "colour_range", "MAP_RANGES"]
+__all__ = ["similarity_by_distance", "map_layer", "map_query", "colour_range", "MAP_RANGES", "MAP_CELLS"]
+
+# How a patch map is drawn on the image (the sidebar's "Map cells"): values of
+# ``analysis.upsample_map``'s modes.
+MAP_CELLS = {
+    "nearest": "exact patch cells",
+    "bilinear": "smooth (bilinear)",
+}
 
 # How a map's values are spread over the colour scale (the sidebar's "Map colour range").
 MAP_RANGES = {

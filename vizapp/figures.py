@@ -174,6 +174,26 @@ def _colorbar(title: str) -> dict:
     return dict(title=dict(text=title, side="right"), thickness=14, len=0.9)
 
 
+def _smooth_layer(upsampled: np.ndarray, colorscale: str, lo: float, hi: float, opacity: float, **axes) -> dict:
+    """A map already upsampled to ``(H, W)`` input pixels, sent as one colour-mapped PNG
+    (a heatmap of H·W cells would be megabytes of JSON)."""
+    rgb = _colorize(np.asarray(upsampled, dtype=np.float64), colorscale, lo, hi)  # (H, W, 3)
+    return dict(type="image", source=image_data_uri(rgb, lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
+                opacity=opacity, hoverinfo="skip", name="attention (bilinear)", **axes)
+
+
+def _colorbar_carrier(lo: float, hi: float, *, colorscale: str | None = None, colorbar: dict | None = None,
+                      coloraxis: str | None = None, **axes) -> dict:
+    """An invisible trace whose only job is to show the colour bar of a PNG layer."""
+    marker = dict(color=[lo, hi], size=0.001, opacity=0)
+    if coloraxis:
+        marker["coloraxis"] = coloraxis
+    else:
+        marker.update(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, showscale=True, colorbar=colorbar)
+    return dict(type="scatter", x=[None, None], y=[None, None], mode="markers", marker=marker,
+                hoverinfo="skip", showlegend=False, name="colour bar", **axes)
+
+
 # --------------------------------------------------------------------------- attention on the image
 
 
@@ -191,11 +211,14 @@ def attention_overlay(
     colorbar_title: str = "attention weight (probability)",
     query_patch: int | None = None,
     height: int = 560,
+    upsampled: np.ndarray | None = None,
 ) -> go.Figure:
     """The model-input image with a patch map on top.
 
     background: data URI of the ``image_size = (H, W)`` model-input image.
-    attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``.
+    attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``,
+    unless ``upsampled`` (the same map at ``(H, W)`` pixels, e.g. bilinear) is given: then
+    that is drawn instead, while hover and clicks still read the patch values.
     The last trace is one transparent marker per patch centre (row-major, so point
     index = patch index, also in ``customdata[0]``): clicking selects the patch under
     the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
@@ -205,13 +228,22 @@ def attention_overlay(
     ph, pw = patch_size
     xs, ys = patch_centres((gh, gw), (ph, pw))
     index = np.arange(gh * gw)
-    traces = [
-        dict(type="image", source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
-        dict(
+    if upsampled is None:
+        layers = [dict(
             type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
             colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
             colorbar=_colorbar(colorbar_title), name="attention",
-        ),
+        )]
+    else:
+        lo = float(attention.min()) if zmin is None else float(zmin)
+        hi = float(attention.max()) if zmax is None else float(zmax)
+        layers = [
+            _smooth_layer(upsampled, colorscale, lo, hi, opacity),
+            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title)),
+        ]
+    traces = [
+        dict(type="image", source=background, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
+        *layers,
         dict(
             type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
             customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
@@ -247,6 +279,7 @@ def map_panels(
     slots: Sequence[int] | None = None,
     color_groups: Sequence[int] | None = None,
     group_ranges: Sequence[tuple[float, float, str]] | None = None,
+    upsampled: Sequence[np.ndarray | None] | None = None,
 ) -> go.Figure:
     """Several patch maps over their images, side by side on ONE shared colour scale.
 
@@ -257,6 +290,8 @@ def map_panels(
     panel i in grid cell ``slots[i]`` (row-major; default i), so a second model can start on a
     new row. ``color_groups[i]`` picks panel i's colour scale, with ``group_ranges[g] = (lo, hi,
     colour bar title)`` (default: one scale, ``zmin``..``zmax``, over all panels).
+    ``upsampled[i]``, when given, is panel i's map at its image's pixels, drawn instead of
+    the patch cells (see :func:`attention_overlay`).
     """
     n = len(maps)
     backgrounds = [background] * n if isinstance(background, str) else list(background)
@@ -286,11 +321,18 @@ def map_panels(
         suffix = "" if slots[i] == 0 else str(slots[i] + 1)
         traces.append(dict(type="image", source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip",
                            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-        traces.append(dict(
-            type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
-            coloraxis="coloraxis" if groups[i] == 0 else f"coloraxis{groups[i] + 1}", zsmooth=False,
-            name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverinfo="skip",
-        ))
+        coloraxis = "coloraxis" if groups[i] == 0 else f"coloraxis{groups[i] + 1}"
+        smooth = upsampled[i] if upsampled is not None else None
+        if smooth is None:
+            traces.append(dict(
+                type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
+                coloraxis=coloraxis, zsmooth=False,
+                name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverinfo="skip",
+            ))
+        else:
+            g_lo, g_hi, _ = ranges[groups[i]]
+            traces.append(_smooth_layer(smooth, colorscale, g_lo, g_hi, opacity, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            traces.append(_colorbar_carrier(g_lo, g_hi, coloraxis=coloraxis, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         gh, gw = attention.shape
         xs, ys = patch_centres((gh, gw), (ph, pw))
         index = np.arange(gh * gw)

@@ -7,13 +7,14 @@ reported with ``st.error`` and the last pair that worked stays in use.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import streamlit as st
 
 import analysis
 from vizapp import inputs, refs, resources
-from vizapp.derive import MAP_RANGES
+from vizapp.derive import MAP_CELLS, MAP_RANGES
 from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
@@ -62,6 +63,19 @@ class Current:
     image: ImageRef
     colorscale: str
     map_range: str = "zero"  # a key of derive.MAP_RANGES
+    map_cells: str = "nearest"  # a key of derive.MAP_CELLS (an analysis.upsample_map mode)
+
+    @property
+    def smooth(self) -> bool:
+        """Draw maps bilinearly upsampled rather than as exact patch cells."""
+        return self.map_cells != "nearest"
+
+    def upsampled(self, grid_map, image_size: tuple[int, int] | None = None):
+        """``(gh, gw)`` map -> ``(H, W)`` map at the input pixels when maps are drawn smooth
+        (``analysis.upsample_map``), else None (the figure draws exact patch cells)."""
+        if not self.smooth:
+            return None
+        return analysis.upsample_map(grid_map, tuple(image_size or self.spec.img_size), self.map_cells)
 
     @property
     def spec(self) -> analysis.ViTSpec:
@@ -183,9 +197,11 @@ def _requested_model() -> ModelRef | None:
             help="The file's architecture: a timm name, or torchvision:vit_b_16 for a torchvision state dict.",
         ).strip()
         ref = ModelRef(path, arch=arch or None) if path else None
+    step = int(st.session_state.get(RESOLUTION_STEP, 16))  # the last loaded model's patch side
     resolution = st.sidebar.number_input(
-        "Input resolution (px, 0 = the model's own)", min_value=0, max_value=1024, step=16, key="resolution",
-        help="Feed the model another square input size (timm resamples the position embedding).",
+        "Input resolution (px, 0 = the model's own)", min_value=0, max_value=1024, step=step, key="resolution",
+        help=f"Feed the model another square input size (timm resamples the position embedding). "
+        f"Steps by the patch size ({step} px) so the grid stays whole.",
     )
     if ref is not None and resolution:
         ref = ref.with_img_size(int(resolution))
@@ -284,6 +300,7 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
     return good_model, vit, good_image
 
 
+RESOLUTION_STEP = "_resolution_step"  # session key: the loaded model's patch side, the stepper's step
 RANDOM_WEIGHTS_BANNER = (
     "**Random weights.** This model was not trained: its attention, rollout, distances, position "
     "embeddings and filters show an initialisation, not what a trained ViT does. Use them to check "
@@ -300,6 +317,10 @@ def render_sidebar() -> Current:
     spec = vit.spec
     ph, pw = spec.patch_size
     gh, gw = spec.grid_size
+    step = math.lcm(ph, pw)  # a square input whose side is a multiple of both patch sides
+    if st.session_state.get(RESOLUTION_STEP, 16) != step:
+        st.session_state[RESOLUTION_STEP] = step
+        st.rerun()  # redraw the resolution stepper with this model's step (models are cached)
     prefix = spec.num_prefix_tokens
     prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
     if not spec.has_class_token:
@@ -320,6 +341,13 @@ def render_sidebar() -> Current:
         help="Attention maps are probabilities: from 0 (default) a near-uniform map stays pale. "
         "Min to max stretches every map to full contrast; shared makes layers and heads comparable.",
     )
-    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range)
+    map_cells = st.sidebar.radio(
+        "Map cells", list(MAP_CELLS), format_func=MAP_CELLS.get, key="map_cells", horizontal=True,
+        help="Exact: one cell per patch, the values the model computed. Smooth: the same values at "
+        "patch centres, interpolated bilinearly between them (as in the paper's Figure 6); "
+        "hover and downloads keep the patch values.",
+    )
+    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range,
+                        map_cells=map_cells)
     st.session_state["current"] = selection
     return selection

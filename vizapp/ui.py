@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
+from PIL import Image
 
 from analysis import ViTSpec
 from vizapp.derive import map_query
@@ -20,6 +21,8 @@ __all__ = [
     "csv_bytes",
     "download_npz",
     "download_csv",
+    "download_png",
+    "png_bytes",
     "clamp_state",
     "query_controls",
     "selected_point",
@@ -80,6 +83,21 @@ def download_npz(key: str, filename: str, label: str = "Data (.npz)", **arrays) 
     st.download_button(
         label, data=lambda: npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
         key=key, on_click="ignore", icon=":material/download:",
+    )
+
+
+def png_bytes(image) -> bytes:
+    """``(H, W, 3)`` uint8 -> lossless PNG bytes."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def download_png(key: str, filename: str, image, label: str = "Image (.png)") -> None:
+    """A download button for an image shown with ``st.image``; built only when clicked."""
+    st.download_button(
+        label, data=lambda: png_bytes(image), file_name=f"{filename}.png", mime="image/png", key=key,
+        on_click="ignore", icon=":material/download:",
     )
 
 

@@ -38,6 +38,7 @@ WIDGET_PARAMS: dict[str, tuple[str, Callable[[str], object]]] = {
     "patch": ("query_patch", _int),
     "colours": ("colorscale", str),
     "range": ("map_range", str),
+    "cells": ("map_cells", str),
 }
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
+from analysis import top_mass_mask
 from vizapp import figures, resources
 from vizapp.derive import colour_range
 from vizapp.state import current
@@ -73,6 +75,7 @@ with left:
         colorbar_title=f"attention probability ({range_text})",
         title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
+        upsampled=cur.upsampled(shown),
     )
     show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}", on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size))
     download_npz(
@@ -111,6 +114,7 @@ if pooling is not None:
             resources.background_uri(*cur.args), spec.img_size, pooling[pool_column], spec.patch_size,
             opacity=opacity, colorscale=cur.colorscale, title=f"Pooling probe · {pool_label}",
             zmin=pool_lo, zmax=pool_hi, colorbar_title=f"attention probability ({pool_range})",
+            upsampled=cur.upsampled(pooling[pool_column]),
         ),
         "pool_overlay", filename="attention_pooling_head",
     )
@@ -140,4 +144,39 @@ show_chart(grid, "attn_grid", filename="attention_layers_x_heads", on_select=on_
 download_npz(
     "attn_grid_data", "attention_layers_x_heads", attention=maps[:, :H], mean_over_heads=maps[:, H],
     query=str(query), layers=list(range(L)),
+)
+
+st.subheader(f"Top attention mass per head · layer {layer} · query: {query_text}")
+st.session_state.setdefault("dino_mass", 0.6)
+mass = st.slider(
+    "Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass",
+    help="Per head, the fewest patches whose attention adds up to this fraction of the query's "
+    "attention over the patches (DINO, Caron et al. 2021, keep 60%).",
+)
+head_maps = maps[layer, :H]  # (heads, gh, gw)
+masks = top_mass_mask(head_maps, float(mass)).numpy()  # (heads, gh, gw) bool
+kept = np.where(masks, head_maps, np.nan)  # outside the mask: the plain image
+counts = masks.reshape(H, -1).sum(1)
+n_patches = spec.num_patches
+mass_cols = min(H, 6)
+mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps)
+show_chart(
+    figures.map_panels(
+        resources.background_uri(*cur.args), spec.img_size, list(kept), spec.patch_size,
+        [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)], ncols=mass_cols,
+        opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=mass_lo, zmax=mass_hi,
+        colorbar_title=f"attention probability ({mass_range})",
+        panel_height=240 if mass_cols >= 4 else 360,
+        query_patches=[query if isinstance(query, int) else None] * H,
+    ),
+    "mass_panels", filename=f"attention_top_mass_L{layer}",
+    on_select=patch_click("mass_panels", [spec.grid_size] * H, spec.grid_size),
+)
+st.caption(
+    f"Coloured: the patches holding {mass:.0%} of each head's attention; the rest shows the plain image. "
+    "A head that needs few patches attends sharply."
+)
+download_npz(
+    "mass_data", f"attention_top_mass_L{layer}", masks=masks, attention=head_maps, mass=float(mass),
+    layer=layer, query=str(query), patches_kept=counts,
 )

@@ -123,6 +123,7 @@ figure = figures.map_panels(
     backgrounds, sizes, panels + panels2, patches, titles, ncols=NCOLS, opacity=opacity, colorscale=cur.colorscale,
     query_patches=queries, slots=slots, color_groups=groups, group_ranges=group_ranges,
     panel_height=300 if NCOLS >= 3 else 420,
+    upsampled=[cur.upsampled(p, size) for p, size in zip(panels + panels2, sizes, strict=True)] if cur.smooth else None,
 )
 st.caption(
     f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis import masked_image
 from analysis.rollout import POST_NORM_WARNING
 
 from vizapp import figures, resources
 from vizapp.derive import colour_range
 from vizapp.state import current
-from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, show_chart
+from vizapp.ui import (
+    clamp_state,
+    describe_query,
+    download_npz,
+    download_png,
+    patch_click,
+    query_controls,
+    show_chart,
+)
 
 cur = current()
 spec = cur.spec
@@ -50,6 +59,7 @@ with left:
         zmin=lo, zmax=hi,
         title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) else None,
+        upsampled=cur.upsampled(final),
     )
     show_chart(figure, "rollout_overlay", filename="rollout",
                on_select=patch_click("rollout_overlay", [spec.grid_size], spec.grid_size))
@@ -58,6 +68,16 @@ with left:
         end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
         query=str(query),
     )
+
+with right:
+    st.subheader("Figure 6 view")
+    figure6 = masked_image(resources.forward(*cur.args).input_image, final, "bilinear")  # (H, W, 3) uint8
+    st.image(
+        figure6, width="stretch", output_format="PNG",
+        caption="The input multiplied by the rollout, upsampled bilinearly to the pixels and divided by "
+        "its maximum (black: no attention), as in the ViT paper's Figure 6.",
+    )
+    download_png("rollout_figure6_png", "rollout_figure6", figure6)
 
 st.subheader("Rollout after each layer")
 if len(strip) == 1:  # start layer = last layer: the strip would repeat the map above
