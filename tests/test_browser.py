@@ -93,7 +93,8 @@ def test_explorer_in_chromium(page, server, artifacts):
     page.goto(server)
     wait_idle(page)
     assert_no_exception(page, "start")
-    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(3)
+    # overlay, top-5, layers × heads, top attention mass per head
+    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(4)
     page.screenshot(path=str(artifacts / "01_start.png"))
 
     # upload an image through the real file input
@@ -135,7 +136,7 @@ def test_explorer_in_chromium(page, server, artifacts):
     page.screenshot(path=str(artifacts / "03_patch_query.png"))
 
     # click the top-left thumbnail (layer 0, head 0): it opens large
-    grid = page.locator("[data-testid='stPlotlyChart']").last
+    grid = page.locator("[data-testid='stPlotlyChart']").nth(2)  # overlay, top-5, then the grid
     grid.scroll_into_view_if_needed()
     tiles = grid.locator(".nsewdrag").first.bounding_box()
     heads = int(re.search(r"(\d+) heads", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
@@ -168,6 +169,9 @@ def _drawn_colour_stops(page) -> list[list[str]]:
             for (const plot of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
                 for (const trace of plot._fullData || []) {
                     if (trace.type === 'heatmap' && trace.colorscale) out.push(trace.colorscale.map(s => s[1]));
+                    const marker = trace.marker || {};
+                    if (trace.type === 'scatter' && marker.showscale && marker.colorscale)
+                        out.push(marker.colorscale.map(s => s[1]));
                 }
                 const axis = (plot._fullLayout || {}).coloraxis;
                 if (axis && axis.colorscale) out.push(axis.colorscale.map(s => s[1]));
@@ -213,6 +217,31 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
             got = [_rgb(c) for c in stops]
             assert got[0] == true_scale[0] and got[-1] == true_scale[-1], (name, got[0], true_scale[0], drawn)
             assert got == true_scale, name
+
+
+def test_smooth_maps_are_drawn_as_an_image_with_a_true_colour_bar(page, server, artifacts):
+    """Bilinear maps travel as a PNG layer: the colour bar must still be drawn, from the true scale."""
+    import plotly.colors
+
+    from playwright.sync_api import expect
+
+    page.goto(server + "/?cells=bilinear&colours=Magma")
+    wait_idle(page)
+    overlay = page.locator("[data-testid='stPlotlyChart']").first
+    expect(overlay.locator(".colorbar")).to_have_count(1)
+    assert overlay.locator(".heatmaplayer image, .heatmaplayer .hm").count() == 0  # no patch cells
+    layers = page.evaluate(
+        """() => (document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot')._fullData || [])
+                 .map(t => t.type + ':' + t.name)"""
+    )
+    assert "image:attention (bilinear)" in layers, layers
+    true_scale = [_rgb(c) for _, c in plotly.colors.get_colorscale("Magma")]
+    drawn = _drawn_colour_stops(page)
+    assert drawn and all([_rgb(c) for c in stops] == true_scale for stops in drawn), drawn
+    bar_box = overlay.locator(".colorbar").bounding_box()
+    assert bar_box and bar_box["height"] > 100  # drawn, not collapsed
+    assert_no_exception(page, "smooth maps")
+    page.screenshot(path=str(artifacts / "smooth_maps.png"))
 
 
 def test_a_64x64_resample_renders_quickly_and_the_tab_survives(page, server):

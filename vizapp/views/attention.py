@@ -40,7 +40,10 @@ def on_tile_click() -> None:
 st.header("Attention", divider="gray")
 st.caption(
     "Attention probabilities of one query token over the patch tokens, drawn over exactly the "
-    "pixels the model saw (one heatmap cell per patch). Click the image to query a patch."
+    "pixels the model saw ("
+    + ("bilinearly upsampled from the patch centres; hover shows each patch's value" if cur.smooth
+       else "one heatmap cell per patch")
+    + "). Click the image to query a patch."
 )
 
 left, right = st.columns([3, 2], gap="medium")

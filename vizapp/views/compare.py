@@ -127,7 +127,7 @@ figure = figures.map_panels(
 )
 st.caption(
     f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "
-    f"{MAP_RANGES[cur.map_range].replace('the map', 'the panels')}"
+    + MAP_RANGES[cur.map_range].replace("the map's", "the panels'").replace("the map", "the panels")
 )
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(

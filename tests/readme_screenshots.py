@@ -1,0 +1,81 @@
+"""Regenerate the README's screenshots: one per page of the running app, in Chromium.
+
+    .venv/bin/python tests/readme_screenshots.py          # writes assets/screenshots/*.png
+
+Serves ``vizapp/app.py`` (the bundled demo model, offline) on a free local port, opens each
+page by its URL (see ``vizapp/url_state.py``), waits until the run has finished and every
+chart is drawn, and saves the visible window, scaled to :data:`WIDTH` pixels wide.
+tests/test_packaging.py checks that the README shows exactly these files and that every
+page of the app has one.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import tempfile
+from pathlib import Path
+
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server  # noqa: E402
+
+OUT = REPO / "assets" / "screenshots"
+WIDTH = 1100  # px of the saved PNG (the window is 1440 px wide)
+
+#: file stem -> (URL path and query, what the view shows). The URL path is the page's file name.
+SHOTS = {
+    "attention": ("/?query=patch&patch=27", "Attention: one patch's query, layers × heads"),
+    "rollout": ("/rollout", "Rollout and the Figure 6 view"),
+    "compare": ("/compare", "Compare layers on one colour scale"),
+    "position": ("/position", "Position-embedding similarity (Figure 7 centre)"),
+    "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),
+    "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),
+}
+
+
+def wait_until_drawn(page) -> None:
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", state="attached")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
+    )
+    page.wait_for_timeout(1500)  # plotly's transitions and images settle
+
+
+def shrink(png: bytes) -> bytes:
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    height = round(image.height * WIDTH / image.width)
+    buffer = io.BytesIO()
+    # lossless and unquantised: a palette would shift the colour scales the shots are meant to show
+    image.resize((WIDTH, height), Image.LANCZOS).save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        print(f"needs Debian's Chromium at {CHROMIUM} (apt-get install -y chromium)", file=sys.stderr)
+        return 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, streamlit_server(Path(tmp) / "streamlit.log") as (url, _):
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(120_000)
+            for stem, (path, caption) in SHOTS.items():
+                page.goto(url + path)
+                wait_until_drawn(page)
+                if page.locator("[data-testid='stException']").count():
+                    print(f"{stem}: the page shows an exception", file=sys.stderr)
+                    return 1
+                target = OUT / f"{stem}.png"
+                target.write_bytes(shrink(page.screenshot()))
+                print(f"{target.relative_to(REPO)}  ({target.stat().st_size // 1024} KiB)  {caption}")
+            browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
