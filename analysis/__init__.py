@@ -18,6 +18,7 @@ from .distance import (
     mean_attention_distance,
     uniform_attention_distance,
 )
+from .explain import EXPLANATION_METHODS, explain
 from .errors import (
     AnalysisError,
     ArchiveError,
@@ -39,6 +40,8 @@ from .streaming import SkippedImage, dataset_attention_distance
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
+    "explain",
+    "EXPLANATION_METHODS",
     "top_mass_mask",
     "load_vit",
     "LoadedViT",

@@ -166,6 +166,7 @@ def attention_taps(
     query_tokens: Sequence[int] | None = None,
     buffer_for: Callable[[int, tuple[int, ...], torch.device], torch.Tensor | None] | None = None,
     pool_sink: Callable[[torch.Tensor], None] | None = None,
+    differentiable: bool = False,
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` *by this thread* reports the attention
     probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
@@ -174,6 +175,9 @@ def attention_taps(
     ``buffer_for(layer, shape, device)`` may return a float32 tensor of that shape to
     compute the probabilities into (``None``: a new tensor). ``pool_sink(probs)`` receives
     an attention-pooling head's ``(B, heads, probes, T)`` probabilities, if the model has one.
+    ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
+    the blocks multiply with ``v`` (fused calls become explicit for this thread and this
+    block only), so gradients with respect to them are exact; no buffers are used.
     Hooks are removed on exit, also when the forward raises.
     """
     owner = threading.get_ident()
@@ -193,7 +197,7 @@ def attention_taps(
             reference = inputs.q if inputs.probs is None else inputs.probs
             rows = rows_on(reference.device)
             out = None
-            if buffer_for is not None:
+            if buffer_for is not None and not differentiable:
                 queries = reference.shape[2] if rows is None else len(rows)
                 tokens = inputs.k.shape[2] if inputs.probs is None else inputs.probs.shape[-1]
                 out = buffer_for(layer, (reference.shape[0], reference.shape[1], queries, tokens), reference.device)
@@ -207,7 +211,7 @@ def attention_taps(
     try:
         for layer in layers:
             site = sites[layer]
-            handles.extend(site.adapter.tap(site.module, emitter(layer), owner))
+            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable))
         pool = pool_site(model) if pool_sink is not None else None
         if pool is not None:
             handles.extend(pool.adapter.tap(pool.module, emit_pool, owner))

@@ -17,6 +17,13 @@ Either way the module's own computation is unchanged, so logits stay bit-identic
 nothing is stored on the module: hooks live for one call of :func:`attention_taps`, react
 only to the thread that registered them, and are removed in ``finally``.
 
+For gradients with respect to the probabilities (class-specific explanations), ``tap(...,
+differentiable=True)`` makes the fused call itself explicit, for this thread and this call
+only: the listener returns ``P·v`` with ``P = softmax(scale·q·kᵀ + M)`` computed by
+differentiable float32 ops and reports that very ``P``, so ``∂y/∂P`` is the gradient of the
+attention the output was computed from. Explicit-path modules need nothing: the reported
+``P`` is already the one they multiply with ``v``.
+
 An :class:`AttentionAdapter` describes one attention family (its module types, what its
 probabilities include). Families that do not follow this contract override :meth:`tap`.
 """
@@ -33,7 +40,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["AttentionInputs", "AttentionAdapter", "Report"]
+__all__ = ["AttentionInputs", "AttentionAdapter", "Report", "differentiable_probabilities"]
 
 
 @dataclass(frozen=True)
@@ -62,15 +69,21 @@ class _SdpaListener(TorchFunctionMode):
     stack (and, with ``softmax=True``, every ``softmax`` result: for modules whose explicit
     path has no ``attn_drop``)."""
 
-    def __init__(self, report: Report, *, softmax: bool = False) -> None:
+    def __init__(self, report: Report, *, softmax: bool = False, substitute: bool = False) -> None:
         super().__init__()
         self.report = report
         self.softmax = softmax
+        self.substitute = substitute
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
-            self.report(_sdpa_inputs(*args, **kwargs))
+            inputs = _sdpa_inputs(*args, **kwargs)
+            if self.substitute:
+                probs = differentiable_probabilities(inputs)  # (B, heads, Q, T) float32, in the graph
+                self.report(AttentionInputs(probs=probs))
+                return _attend(probs, args[2] if len(args) > 2 else kwargs["value"])
+            self.report(inputs)
         result = func(*args, **kwargs)
         if self.softmax and func in (torch.Tensor.softmax, torch.softmax, F.softmax):
             self.report(AttentionInputs(probs=result))
@@ -90,6 +103,35 @@ def _sdpa_inputs(
     )
 
 
+def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
+    """``softmax(scale·q·kᵀ + M)`` over keys in float32, by out-of-place (differentiable) ops.
+
+    The same definition as :func:`analysis.capture.attention_probabilities` (which writes in
+    place, for speed without autograd): grouped-query keys are repeated per head, a boolean
+    mask keeps ``True``, a float mask is added, ``is_causal`` keeps keys ``j ≤ i``.
+    """
+    q, k, mask = inputs.q, inputs.k, inputs.mask
+    with torch.autocast(q.device.type, enabled=False):
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * inputs.scale  # (B, heads, Q, T)
+        if inputs.is_causal:
+            queries, tokens = scores.shape[-2:]
+            keep = torch.ones(queries, tokens, dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+        return scores.softmax(-1)
+
+
+def _attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``P·v`` in ``v``'s dtype, ``v (B, kv_heads, T, d)`` repeated for grouped-query heads."""
+    if value.shape[1] != probs.shape[1]:
+        value = value.repeat_interleave(probs.shape[1] // value.shape[1], dim=1)
+    with torch.autocast(value.device.type, enabled=False):
+        return torch.matmul(probs.to(value.dtype), value)
+
+
 class AttentionAdapter:
     """One attention family: which module types, and how their probabilities are read.
 
@@ -107,9 +149,13 @@ class AttentionAdapter:
     def num_heads(self, module: nn.Module) -> int:
         return int(module.num_heads)
 
-    def tap(self, module: nn.Module, report: Report, owner: int) -> list[RemovableHandle]:
-        """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread ``owner``."""
-        listener = _SdpaListener(report, softmax=self.explicit_softmax)
+    def tap(
+        self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False
+    ) -> list[RemovableHandle]:
+        """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread
+        ``owner``. ``differentiable``: a fused call is replaced by its explicit equivalent
+        whose probabilities are reported (see the module docstring)."""
+        listener = _SdpaListener(report, softmax=self.explicit_softmax, substitute=differentiable)
         entered: list[bool] = []
 
         def enter(mod, args):

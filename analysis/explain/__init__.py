@@ -1,0 +1,73 @@
+"""Why this class? Class-specific explanations of a ViT's prediction.
+
+    >>> maps = explain(vit, pixels, target=None, method="chefer")   # (B, gh, gw), the predicted class
+
+Methods (see each function for its formula and source):
+
+* ``"attention"``: the last block's class-token attention, mean over heads (not class-specific);
+* ``"rollout"``: attention rollout (not class-specific);
+* ``"chefer"``: Chefer et al. 2021b gradient-weighted relevance propagation;
+* ``"gradcam"``: Grad-CAM on the last block's attention input;
+* ``"input_x_gradient"``: input × gradient pooled per patch;
+* ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..capture import input_spec
+from ..errors import AnalysisError
+from .gradients import AttentionGradients, attention_gradients, resolve_targets
+from .methods import (
+    BASELINES,
+    chefer_relevance,
+    grad_cam,
+    input_x_gradient,
+    integrated_gradients,
+    raw_attention,
+    relevance_from_gradients,
+    rollout_map,
+)
+
+__all__ = [
+    "EXPLANATION_METHODS",
+    "CLASS_SPECIFIC",
+    "BASELINES",
+    "explain",
+    "attention_gradients",
+    "AttentionGradients",
+    "relevance_from_gradients",
+    "resolve_targets",
+]
+
+#: method name -> function; the class-specific ones take ``target``.
+EXPLANATION_METHODS = {
+    "attention": raw_attention,
+    "rollout": rollout_map,
+    "chefer": chefer_relevance,
+    "gradcam": grad_cam,
+    "input_x_gradient": input_x_gradient,
+    "integrated_gradients": integrated_gradients,
+}
+CLASS_SPECIFIC = ("chefer", "gradcam", "input_x_gradient", "integrated_gradients")
+
+
+def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:
+    """A ``(B, gh, gw)`` float32 CPU map of why the model scores ``target`` on ``pixels``.
+
+    target: a class index, a ``(B,)`` sequence/tensor of them, or ``None`` for each image's
+    predicted class (ignored by ``"attention"`` and ``"rollout"``, which are not
+    class-specific; passing one is an error). ``options`` go to the method
+    (``integrated_gradients``: ``steps``, ``baseline``; ``rollout``: ``head_fusion``, ...).
+    """
+    if method not in EXPLANATION_METHODS:
+        raise AnalysisError(f"Unknown explanation method {method!r}; use one of {', '.join(EXPLANATION_METHODS)}.")
+    input_spec(vit, pixels)
+    function = EXPLANATION_METHODS[method]
+    if method not in CLASS_SPECIFIC:
+        if target is not None:
+            raise AnalysisError(f"method={method!r} is not class-specific and takes no target; use 'chefer' or 'gradcam'.")
+        return function(vit, pixels, **options)
+    maps, _targets = function(vit, pixels, target, **options)
+    return maps

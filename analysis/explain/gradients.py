@@ -1,0 +1,160 @@
+"""Gradients of one class score, read through the attention adapters.
+
+Every gradient method here differentiates ``y = Σ_b logits[b, target_b]`` (the pre-softmax
+class score, each image its own target) with ``torch.autograd.grad``, so no ``.grad`` is
+ever written on the model's parameters, and every hook lives for one call, reacts only to
+the calling thread, and is removed in ``finally``: one loaded model can serve several
+explanations at once. The pixels are cloned with ``requires_grad`` (the loaded models'
+parameters are frozen), which connects the graph whatever the model's own settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..adapters.registry import block_sites
+from ..capture import attention_taps, input_spec
+from ..checks import check_int
+from ..devices import autocast_context
+from ..errors import AnalysisError
+from ..spec import ViTSpec
+
+__all__ = ["AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients"]
+
+
+@dataclass(frozen=True)
+class AttentionGradients:
+    """Attention probabilities and the gradient of the target score with respect to them.
+
+    Attributes:
+        attentions: ``(L, B, heads, T, T)`` the probabilities each block multiplied with ``v``.
+        gradients: ``(L, B, heads, T, T)`` ``∂y/∂A`` of the target score ``y``.
+        logits: ``(B, classes)`` of the same forward pass.
+        targets: ``(B,)`` the class explained in each image.
+        spec: the token geometry of this input.
+    """
+
+    attentions: torch.Tensor
+    gradients: torch.Tensor
+    logits: torch.Tensor
+    targets: torch.Tensor
+    spec: ViTSpec
+
+
+def _require_classes(spec: ViTSpec, what: str) -> None:
+    if not spec.has_classifier:
+        kind = {"embedding": f"a {spec.num_outputs}-d embedding head (CLIP/SigLIP/PE tower)",
+                "none": "no head (pooled features)"}.get(spec.head, f"a {spec.head} head")
+        raise AnalysisError(
+            f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
+            "Use method='attention' or 'rollout', or load a classifier."
+        )
+
+
+def resolve_targets(target, logits: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """``(B,)`` long targets: ``None`` → each image's predicted class; an int → that class for
+    every image; a ``(B,)`` sequence or tensor → one class per image. Checked against the head."""
+    batch, classes = logits.shape
+    if target is None:
+        return logits.argmax(-1).cpu()
+    if isinstance(target, torch.Tensor):
+        if target.ndim == 0:
+            target = int(target)
+        else:
+            target = target.tolist()
+    if isinstance(target, Sequence) and not isinstance(target, (str, bytes)):
+        values = [check_int("target", t) for t in target]
+        if len(values) != batch:
+            raise AnalysisError(f"target has {len(values)} classes for a batch of {batch} images: pass one per image.")
+    else:
+        values = [check_int("target", target)] * batch
+    bad = [t for t in values if not 0 <= t < classes]
+    if bad:
+        raise AnalysisError(f"target {bad[0]} is not a class of this model: it has {classes} classes (0..{classes - 1}).")
+    return torch.tensor(values, dtype=torch.long)
+
+
+def _score(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``Σ_b logits[b, target_b]``: gradients of a sum are per image (images do not interact)."""
+    return logits.float().gather(1, targets.to(logits.device)[:, None]).sum()
+
+
+def _prepare(vit, pixels: torch.Tensor) -> tuple[ViTSpec, torch.Tensor]:
+    spec = input_spec(vit, pixels)
+    _require_classes(spec, "A gradient explanation")
+    return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
+
+
+def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> AttentionGradients:
+    """One forward and one backward pass: every block's attention and ``∂y/∂A``.
+
+    Fused attention is made explicit for this call and thread only (see
+    :mod:`analysis.adapters.base`), so ``A`` is exactly what produced the logits.
+    """
+    spec, pixels = _prepare(vit, pixels)
+    sites = block_sites(vit.model)
+    kept: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T, T), in the graph
+        kept[layer] = probs
+
+    layers = [site.layer for site in sites]
+    with torch.enable_grad(), attention_taps(vit.model, layers, keep, differentiable=True):
+        with autocast_context(vit.device, precision):
+            logits = vit.model(pixels)
+        missing = [layer for layer in layers if layer not in kept]
+        if missing:
+            raise AnalysisError(f"The attention of layers {missing} was never computed: this model is not supported.")
+        targets = resolve_targets(None if target is None else target, logits.detach(), spec)
+        probabilities = [kept[layer] for layer in layers]
+        gradients = torch.autograd.grad(_score(logits, targets), probabilities, allow_unused=True)
+    gradients = [torch.zeros_like(p) if g is None else g for p, g in zip(probabilities, gradients)]
+    return AttentionGradients(
+        attentions=torch.stack([p.detach().float().cpu() for p in probabilities]),
+        gradients=torch.stack([g.detach().float().cpu() for g in gradients]),
+        logits=logits.detach().float().cpu(),
+        targets=targets,
+        spec=spec,
+    )
+
+
+def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
+                          precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
+    """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
+    gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
+    spec, pixels = _prepare(vit, pixels)
+    sites = block_sites(vit.model)
+    site = sites[layer]
+    owner = threading.get_ident()
+    seen: list[torch.Tensor] = []
+
+    def grab(module, args):
+        if threading.get_ident() == owner:
+            seen.append(args[0])
+
+    handle = site.module.register_forward_pre_hook(grab)
+    try:
+        with torch.enable_grad():
+            with autocast_context(vit.device, precision):
+                logits = vit.model(pixels)
+            if len(seen) != 1:
+                raise AnalysisError(f"Block {site.layer}'s attention ran {len(seen)} times in one forward pass, expected once.")
+            targets = resolve_targets(target, logits.detach(), spec)
+            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
+    finally:
+        handle.remove()
+    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets, spec
+
+
+def pixel_gradients(vit, pixels: torch.Tensor, targets: torch.Tensor, *, precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits (B, classes), ∂y/∂x (B, 3, H, W))`` for already resolved ``targets``."""
+    _, pixels = _prepare(vit, pixels)
+    with torch.enable_grad():
+        with autocast_context(vit.device, precision):
+            logits = vit.model(pixels)
+        (gradient,) = torch.autograd.grad(_score(logits, targets), [pixels])
+    return logits.detach().float().cpu(), gradient.detach().float().cpu()

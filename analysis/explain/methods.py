@@ -1,0 +1,181 @@
+"""Class-specific explanation methods, each ``(vit, pixels, targets...) -> (B, gh, gw)``.
+
+All maps are over the patch grid in row-major order, prefix tokens (class, distillation,
+registers) dropped by index from the model's own spec, never by a hard-coded grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..capture import capture_attention
+from ..checks import check_int
+from ..errors import AnalysisError
+from ..rollout import attention_rollout
+from ..spec import ViTSpec
+from .gradients import _require_classes, attention_gradients, block_input_gradients, pixel_gradients, resolve_targets
+
+__all__ = [
+    "raw_attention",
+    "rollout_map",
+    "chefer_relevance",
+    "relevance_from_gradients",
+    "grad_cam",
+    "input_x_gradient",
+    "integrated_gradients",
+    "BASELINES",
+]
+
+#: Integrated-gradients baselines: ``"black"`` (pixel value 0, then the model's
+#: normalisation), ``"mean"`` (the normalised zero: the dataset mean colour), ``"blur"``
+#: (the image under a Gaussian blur with σ = one patch side).
+BASELINES = ("black", "mean", "blur")
+
+
+def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """``(B, N_patches)`` -> ``(B, gh, gw)`` float32 on the CPU."""
+    return values.float().cpu().reshape(values.shape[0], *spec.grid_size)
+
+
+def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
+    """The last block's class-token attention over the patches, mean over heads:
+    ``mean_h A_L[h, cls, patches]``. Needs a class token."""
+    if not vit.spec.has_class_token:
+        raise AnalysisError(
+            "method='attention' is the class token's attention, and this model has no class token "
+            "(global-average pooling): use 'rollout' or 'chefer', which fall back to the mean over patch queries."
+        )
+    record = capture_attention(vit, pixels, layers=-1, query_tokens=[0])
+    spec = record.spec
+    return _grid(record.attentions[0, :, :, 0, spec.num_prefix_tokens:].mean(1), spec)
+
+
+def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) of the class token (mean over patch queries
+    without one); ``options`` go to :func:`analysis.attention_rollout`."""
+    record = capture_attention(vit, pixels)
+    return attention_rollout(record, **options).float()
+
+
+def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """Chefer et al. 2021b ("Generic Attention-model Explainability", eq. 5-6) for a
+    self-attention encoder:
+
+        R⁰ = I (T×T);   Āˡ = E_h[(∇Aˡ ⊙ Aˡ)⁺];   Rˡ = Rˡ⁻¹ + Āˡ·Rˡ⁻¹
+
+    attentions, gradients: ``(L, B, heads, T, T)``. Returns the class token's row of R over
+    the patch tokens, ``(B, gh, gw)``; without a class token, the mean of the patch tokens'
+    rows (every patch query, as global-average pooling reads them).
+    """
+    _, batch, _, tokens, _ = attentions.shape
+    relevance = torch.eye(tokens, dtype=torch.float64).expand(batch, tokens, tokens).clone()  # (B, T, T)
+    for layer_attention, layer_gradient in zip(attentions, gradients):
+        fused = (layer_gradient.double() * layer_attention.double()).clamp(min=0).mean(1)  # (B, T, T)
+        relevance = relevance + torch.bmm(fused, relevance)
+    prefix = spec.num_prefix_tokens
+    if spec.has_class_token:
+        rows = relevance[:, 0, prefix:]  # (B, N)
+    else:
+        rows = relevance[:, prefix:, prefix:].mean(1)
+    return _grid(rows, spec)
+
+
+def chefer_relevance(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients`."""
+    record = attention_gradients(vit, pixels, target)
+    return relevance_from_gradients(record.attentions, record.gradients, record.spec), record.targets
+
+
+def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grad-CAM (Selvaraju et al. 2017) on the patch tokens of the last block's attention
+    input ``X`` (after ``norm1``, the layer pytorch-grad-cam recommends for ViTs):
+
+        w_c = mean_patches ∂y/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
+
+    Prefix tokens are dropped from both the weights and the map.
+    """
+    activations, gradients, targets, spec = block_input_gradients(vit, pixels, target)
+    prefix = spec.num_prefix_tokens
+    patches, patch_gradients = activations[:, prefix:], gradients[:, prefix:]  # (B, N, D)
+    weights = patch_gradients.mean(1, keepdim=True)  # (B, 1, D)
+    return _grid((patches * weights).sum(-1).clamp(min=0), spec), targets
+
+
+def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """``(B, H, W)`` per-pixel values -> ``(B, gh, gw)`` sums over each patch's pixels."""
+    (gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
+    height, width = gh * ph, gw * pw
+    if pixel_map.shape[-2] < height or pixel_map.shape[-1] < width:  # padded up to whole patches
+        pixel_map = F.pad(pixel_map, (0, width - pixel_map.shape[-1], 0, height - pixel_map.shape[-2]))
+    blocks = pixel_map[:, :height, :width].reshape(-1, gh, ph, gw, pw)
+    return blocks.sum((2, 4))
+
+
+def _targets_for(vit, pixels: torch.Tensor, target) -> torch.Tensor:
+    _require_classes(vit.spec, "A gradient explanation")
+    if target is None:
+        with torch.no_grad():
+            logits = vit.model(pixels.to(vit.device, dtype=torch.float32))
+        return logits.argmax(-1).cpu()
+    return resolve_targets(target, torch.empty(pixels.shape[0], vit.spec.num_outputs), vit.spec)
+
+
+def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input × gradient (Shrikumar et al. 2016) pooled per patch:
+    ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j] · ∂y/∂x[c, i, j]`` on the normalised input (signed:
+    positive is evidence for the class)."""
+    targets = _targets_for(vit, pixels, target)
+    _, gradient = pixel_gradients(vit, pixels, targets)
+    return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
+
+
+def _baseline(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
+    mean = torch.tensor(vit.preprocessing.mean, dtype=torch.float32)[:, None, None]
+    std = torch.tensor(vit.preprocessing.std, dtype=torch.float32)[:, None, None]
+    if baseline == "black":
+        return ((0.0 - mean) / std).expand_as(pixels).clone()
+    if baseline == "mean":
+        return torch.zeros_like(pixels)
+    if baseline == "blur":
+        sigma = float(max(vit.spec.patch_size))
+        radius = int(math.ceil(3 * sigma))
+        offsets = torch.arange(-radius, radius + 1, dtype=torch.float32)
+        kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
+        kernel = kernel / kernel.sum()
+        blurred = pixels
+        for shape, pad in (((1, 1, 1, -1), (radius, radius, 0, 0)), ((1, 1, -1, 1), (0, 0, radius, radius))):
+            flat = F.pad(blurred.reshape(-1, 1, *blurred.shape[-2:]), pad, mode="replicate")
+            blurred = F.conv2d(flat, kernel.reshape(shape)).reshape(pixels.shape)
+        return blurred
+    raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
+
+
+def integrated_gradients(
+    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = "black", internal_batch: int = 16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integrated gradients (Sundararajan et al. 2017) pooled per patch, midpoint rule:
+
+        IG(x) = (x − x′) ⊙ (1/n) Σ_{k=0}^{n−1} ∂y/∂x (x′ + (k + ½)/n · (x − x′))
+
+    summed over channels and each patch's pixels. Completeness: ``Σ_p map[p] ≈ y(x) − y(x′)``,
+    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`.
+    """
+    steps = check_int("steps", steps, minimum=1)
+    internal_batch = check_int("internal_batch", internal_batch, minimum=1)
+    targets = _targets_for(vit, pixels, target)
+    inputs = pixels.detach().float().cpu()
+    reference = _baseline(vit, inputs, baseline)  # (B, 3, H, W)
+    difference = inputs - reference
+    total = torch.zeros_like(inputs)
+    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
+    for b in range(inputs.shape[0]):
+        for start in range(0, steps, internal_batch):
+            chunk = alphas[start : start + internal_batch]  # (n,)
+            path = reference[b] + chunk[:, None, None, None] * difference[b]  # (n, 3, H, W)
+            _, gradient = pixel_gradients(vit, path, targets[b].repeat(len(chunk)))
+            total[b] += gradient.sum(0)
+    attributions = difference * total / steps  # (B, 3, H, W)
+    return _pool_patches(attributions.sum(1), vit.spec), targets
