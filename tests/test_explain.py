@@ -125,7 +125,7 @@ def test_gradcam_equals_the_loop_reference(models, kind):
     maps = explain(vit, pixels, target=[0, 1], method="gradcam")
     _, _, inputs = reference_pass(vit, pixels, [0, 1], tap_block_input=True)
     (activation,) = inputs
-    prefix, spec = vit.spec.num_prefix_tokens, vit.spec
+    prefix = vit.spec.num_prefix_tokens
     for b in range(2):
         a = activation.detach()[b, prefix:].double().numpy()  # (N, D)
         g = activation.grad[b, prefix:].double().numpy()

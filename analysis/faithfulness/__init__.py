@@ -1,0 +1,36 @@
+"""How faithful is an explanation? Perturbation curves, localisation against known masks,
+the model-randomisation sanity check, and a benchmark over every method with a random
+baseline (``python -m analysis.faithfulness --model demo --n 500``)."""
+
+from .benchmark import COLUMNS, RANDOM, MethodScores, benchmark, format_table
+from .localisation import mask_iou, patch_mask, pointing_hit
+from .perturbation import (
+    CURVE_METRICS,
+    CURVE_MODES,
+    PERTURBATION_FRACTIONS,
+    area_under_curve,
+    patch_ranking,
+    perturbation_curve,
+    perturbed_inputs,
+)
+from .sanity import randomized_copy, rank_correlation
+
+__all__ = [
+    "COLUMNS",
+    "RANDOM",
+    "MethodScores",
+    "benchmark",
+    "format_table",
+    "mask_iou",
+    "patch_mask",
+    "pointing_hit",
+    "CURVE_METRICS",
+    "CURVE_MODES",
+    "PERTURBATION_FRACTIONS",
+    "area_under_curve",
+    "patch_ranking",
+    "perturbation_curve",
+    "perturbed_inputs",
+    "randomized_copy",
+    "rank_correlation",
+]

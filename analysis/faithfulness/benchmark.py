@@ -1,0 +1,133 @@
+"""The faithfulness benchmark: every explanation method, and a random map, scored on the same
+images by localisation (pointing game, mask IoU), perturbation (deletion / insertion AUC,
+Chefer et al.'s positive / negative perturbation AUC), the model-randomisation sanity check
+and time per image. ``python -m analysis.faithfulness`` runs it from a command line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..errors import AnalysisError
+from ..explain import EXPLANATION_METHODS, explain
+from .localisation import mask_iou, patch_mask, pointing_hit
+from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
+from .sanity import randomized_copy, rank_correlation
+
+__all__ = ["RANDOM", "COLUMNS", "MethodScores", "benchmark", "format_table", "method_maps"]
+
+RANDOM = "random"  # the baseline: a uniformly random map per image (seeded by image index)
+
+#: column -> (header, better: "high" | "low")
+COLUMNS = {
+    "pointing": ("pointing ↑", "high"),
+    "mask_iou": ("mask IoU ↑", "high"),
+    "deletion_auc": ("deletion AUC ↓", "low"),
+    "insertion_auc": ("insertion AUC ↑", "high"),
+    "positive_auc": ("pos. perturb. AUC ↓", "low"),
+    "negative_auc": ("neg. perturb. AUC ↑", "high"),
+    "sanity_rho": ("sanity ρ ↓", "low"),
+    "ms_per_image": ("ms / image", "low"),
+}
+
+
+@dataclass
+class MethodScores:
+    """Per-image scores of one method (lists grow with each image)."""
+
+    method: str
+    values: dict[str, list[float]] = field(default_factory=lambda: {key: [] for key in COLUMNS})
+
+    def mean(self, key: str) -> float:
+        scores = self.values[key]
+        return float(np.mean(scores)) if scores else float("nan")
+
+
+def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: int = 0, **options) -> torch.Tensor:
+    """``(gh, gw)`` map of one image by ``method`` (or the seeded random baseline)."""
+    if method == RANDOM:
+        generator = torch.Generator().manual_seed(int(index))
+        return torch.rand(vit.spec.grid_size, generator=generator)
+    kwargs = dict(options.get(method, {}))
+    target_arg = target if method in ("chefer", "gradcam", "input_x_gradient", "integrated_gradients") else None
+    return explain(vit, pixels, target=target_arg, method=method, **kwargs)[0]
+
+
+def benchmark(
+    vit,
+    images: Sequence[Image.Image],
+    masks: Sequence[np.ndarray] | None = None,
+    *,
+    methods: Sequence[str] = tuple(EXPLANATION_METHODS),
+    steps: int = 16,
+    baseline: str = "mean",
+    sanity_images: int = 20,
+    method_options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[MethodScores]:
+    """Score every method (and :data:`RANDOM`) on ``images``; ``masks[i]`` is image i's
+    ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is
+    explained for the model's predicted class. The sanity check runs on the first
+    ``sanity_images`` images against a copy with the head and every block re-initialised."""
+    unknown = [m for m in methods if m not in EXPLANATION_METHODS]
+    if unknown:
+        raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")
+    if masks is not None and len(masks) != len(images):
+        raise AnalysisError(f"{len(masks)} masks for {len(images)} images.")
+    names = [RANDOM, *methods]
+    scores = {name: MethodScores(name) for name in names}
+    options = method_options or {}
+    randomized = randomized_copy(vit, vit.spec.num_layers) if sanity_images > 0 else None
+    spec = vit.spec
+    for index, image in enumerate(images):
+        pixels = vit.preprocess(image)
+        with torch.no_grad():
+            target = int(vit.model(pixels.to(vit.device)).argmax(-1)[0])
+        object_patches = None
+        if masks is not None:
+            mask_image = Image.fromarray(np.asarray(masks[index], dtype=np.uint8) * 255, "L").convert("RGB")
+            pixel_mask = np.asarray(vit.model_input_image(mask_image))[..., 0] > 127
+            object_patches = patch_mask(pixel_mask, spec.patch_size, spec.grid_size)
+        for name in names:
+            started = time.perf_counter()
+            saliency = method_maps(vit, pixels, name, target, index=index, **options)
+            elapsed = time.perf_counter() - started
+            row = scores[name].values
+            row["ms_per_image"].append(1000 * elapsed)
+            if object_patches is not None and object_patches.any():
+                row["pointing"].append(float(pointing_hit(saliency, object_patches)))
+                row["mask_iou"].append(mask_iou(saliency, object_patches))
+            for key, mode in (("deletion_auc", "deletion"), ("insertion_auc", "insertion")):
+                fractions, values = perturbation_curve(vit, pixels, saliency, target, mode=mode, baseline=baseline, steps=steps)
+                row[key].append(area_under_curve(fractions, values))
+            for key, most_first in (("positive_auc", True), ("negative_auc", False)):
+                fractions, values = perturbation_curve(
+                    vit, pixels, saliency, target, fractions=PERTURBATION_FRACTIONS, most_first=most_first,
+                    metric="top1", baseline=baseline,
+                )
+                row[key].append(100 * area_under_curve(fractions, values))
+            if randomized is not None and index < sanity_images:
+                other = method_maps(randomized, pixels, name, target, index=index + 1_000_000 if name == RANDOM else index,
+                                    **options)
+                row["sanity_rho"].append(rank_correlation(saliency, other))
+        if progress is not None:
+            progress(index + 1, len(images))
+    return [scores[name] for name in names]
+
+
+def format_table(results: Sequence[MethodScores]) -> str:
+    """A Markdown table, one row per method, the random baseline first."""
+    headers = ["method", *(header for header, _ in COLUMNS.values())]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for scores in results:
+        cells = [scores.method]
+        for key in COLUMNS:
+            value = scores.mean(key)
+            cells.append("n/a" if np.isnan(value) else (f"{value:.1f}" if key in ("ms_per_image", "positive_auc", "negative_auc") else f"{value:.3f}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""Perturbation curves: how fast the class score falls when the patches an explanation ranks
+first are removed (deletion), or rises when they are restored (insertion).
+
+A patch is "removed" by replacing its pixels with a baseline image's pixels (the model's
+normalised zero, i.e. the dataset mean colour, by default; Chefer et al. and RISE do the same).
+Patches are ranked by the saliency map, ties broken by patch order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..checks import check_int
+from ..errors import AnalysisError
+from ..explain.methods import BASELINES, _baseline
+
+__all__ = [
+    "CURVE_MODES",
+    "CURVE_METRICS",
+    "PERTURBATION_FRACTIONS",
+    "patch_ranking",
+    "perturbed_inputs",
+    "perturbation_curve",
+    "area_under_curve",
+]
+
+#: ``deletion``: remove the top-ranked patches first (a faithful map falls fast: low AUC);
+#: ``insertion``: start from the baseline and restore the top-ranked patches first (high AUC).
+CURVE_MODES = ("deletion", "insertion")
+#: Chefer et al.'s positive / negative perturbation removes 0%, 10%, ..., 90% of the patches.
+PERTURBATION_FRACTIONS = tuple(i / 10 for i in range(10))
+
+
+def patch_ranking(saliency: torch.Tensor, *, most_first: bool = True) -> torch.Tensor:
+    """``(gh, gw)`` map -> ``(N,)`` row-major patch indices, highest (or lowest) first; ties
+    keep patch order."""
+    flat = torch.as_tensor(saliency).detach().reshape(-1).double()
+    if not torch.isfinite(flat).all():
+        raise AnalysisError("The saliency map has NaN or infinite values: it cannot rank patches.")
+    return torch.sort(-flat if most_first else flat, stable=True).indices
+
+
+def perturbed_inputs(pixels: torch.Tensor, replacement: torch.Tensor, patch_sets: list[torch.Tensor],
+                     patch_size: tuple[int, int], grid_size: tuple[int, int]) -> torch.Tensor:
+    """``(K, 3, H, W)``: copy ``k`` of ``pixels (3, H, W)`` with the patches in ``patch_sets[k]``
+    taken from ``replacement (3, H, W)``."""
+    (ph, pw), (_, gw) = patch_size, grid_size
+    height, width = pixels.shape[-2:]
+    mask = torch.zeros(len(patch_sets), 1, height, width, dtype=torch.bool)
+    for k, patches in enumerate(patch_sets):
+        for index in patches.tolist():
+            r, c = divmod(int(index), gw)
+            mask[k, 0, r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = True
+    return torch.where(mask, replacement[None], pixels[None])
+
+
+#: What a curve measures at each step: the target's softmax ``probability`` (deletion and
+#: insertion, as in RISE), or ``top1``: 1 while the target is still the top class (Chefer et
+#: al.'s positive / negative perturbation accuracy).
+CURVE_METRICS = ("probability", "top1")
+
+
+def _measure(vit, batch: torch.Tensor, target: int, metric: str, chunk: int) -> torch.Tensor:
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(batch), chunk):
+            logits = vit.model(batch[start : start + chunk].to(vit.device)).float().cpu()
+            if metric == "probability":
+                out.append(logits.softmax(-1)[:, target])
+            else:
+                out.append((logits.argmax(-1) == target).double())
+    return torch.cat(out)
+
+
+def perturbation_curve(
+    vit,
+    pixels: torch.Tensor,
+    saliency: torch.Tensor,
+    target: int,
+    *,
+    mode: str = "deletion",
+    baseline: str = "mean",
+    steps: int = 16,
+    fractions=None,
+    most_first: bool = True,
+    metric: str = "probability",
+    chunk: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(fractions (S,), probabilities (S,))`` of one image ``pixels (1, 3, H, W)``.
+
+    At fraction ``f`` the ``round(f·N)`` patches ranked first by ``saliency (gh, gw)`` are
+    removed (``deletion``) or are the only ones kept (``insertion``); the value is the softmax
+    probability of ``target`` (or, ``metric="top1"``, whether it is still the top class). ``fractions`` default to ``steps + 1`` even points on [0, 1].
+    ``most_first=False`` ranks the lowest saliency first (negative perturbation).
+    """
+    if mode not in CURVE_MODES:
+        raise AnalysisError(f"mode must be one of {', '.join(CURVE_MODES)}, got {mode!r}.")
+    if metric not in CURVE_METRICS:
+        raise AnalysisError(f"metric must be one of {', '.join(CURVE_METRICS)}, got {metric!r}.")
+    if baseline not in BASELINES:
+        raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
+    spec = vit.spec
+    if pixels.ndim != 4 or pixels.shape[0] != 1:
+        raise AnalysisError(f"perturbation_curve takes one image (1, 3, H, W), got {tuple(pixels.shape)}.")
+    if tuple(torch.as_tensor(saliency).shape) != tuple(spec.grid_size):
+        raise AnalysisError(f"The saliency map is {tuple(torch.as_tensor(saliency).shape)}, the model's grid is {spec.grid_size}.")
+    if fractions is None:
+        steps = check_int("steps", steps, minimum=1)
+        fractions = np.linspace(0.0, 1.0, steps + 1)
+    fractions = np.asarray(fractions, dtype=np.float64)
+    n = spec.num_patches
+    order = patch_ranking(saliency, most_first=most_first)
+    image = pixels[0].detach().float().cpu()
+    reference = _baseline(vit, pixels.detach().float().cpu(), baseline)[0]
+    counts = [int(round(f * n)) for f in fractions]
+    if mode == "deletion":
+        batch = perturbed_inputs(image, reference, [order[:k] for k in counts], spec.patch_size, spec.grid_size)
+    else:  # the baseline with the first k patches restored
+        batch = perturbed_inputs(reference, image, [order[:k] for k in counts], spec.patch_size, spec.grid_size)
+    return fractions, _measure(vit, batch, int(target), metric, chunk).numpy().astype(np.float64)
+
+
+def area_under_curve(fractions, values) -> float:
+    """Trapezoidal area ``Σ_i (f_{i+1} − f_i)·(v_i + v_{i+1})/2``."""
+    f, v = np.asarray(fractions, np.float64), np.asarray(values, np.float64)
+    return float(np.sum(np.diff(f) * (v[1:] + v[:-1]) / 2))
