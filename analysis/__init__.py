@@ -18,7 +18,7 @@ from .distance import (
     mean_attention_distance,
     uniform_attention_distance,
 )
-from .explain import EXPLANATION_METHODS, explain
+from .explanations import EXPLANATION_METHODS, explain
 from .errors import (
     AnalysisError,
     ArchiveError,

@@ -28,6 +28,7 @@ WIDTH = 1100  # px of the saved PNG (the window is 1440 px wide)
 SHOTS = {
     "attention": ("/?query=patch&patch=27", "Attention: one patch's query, layers × heads"),
     "rollout": ("/rollout", "Rollout and the Figure 6 view"),
+    "explain": ("/explain", "Why this class? Explanations and their deletion / insertion curves"),
     "compare": ("/compare", "Compare layers on one colour scale"),
     "position": ("/position", "Position-embedding similarity (Figure 7 centre)"),
     "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),

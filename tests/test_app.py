@@ -847,3 +847,58 @@ def test_the_resolution_stepper_steps_by_the_patch_size(app):
     app.text_input(key="model_timm").input(RANDOM_MODEL).run()
     assert app.number_input(key="resolution").proto.step == 16
     assert app.number_input(key="resolution").value == 112  # kept across the step change
+
+
+# --------------------------------------------------------------------------- why this class?
+
+
+def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
+    spec = vit.spec
+    app.switch_page("views/explain.py").run()
+    assert_clean(app)
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    probabilities = vit.model(pixels).softmax(-1)[0]
+    ranked = probabilities.argsort(descending=True).tolist()
+    target = app.selectbox(key="explain_target")
+    assert target.value == ranked[0]  # the prediction first
+    chosen = ranked[2]
+    target.set_value(chosen).run()
+    app.multiselect(key="explain_methods").set_value(["chefer", "gradcam", "rollout"]).run()
+    assert_clean(app)
+    panels = chart(app, "explain_panels")
+    heatmaps = traces(panels, "heatmap")
+    assert len(heatmaps) == 3
+    expected = {
+        "chefer": analysis.explain(vit, pixels, target=chosen, method="chefer")[0].numpy(),
+        "gradcam": analysis.explain(vit, pixels, target=chosen, method="gradcam")[0].numpy(),
+        "rollout": analysis.explain(vit, pixels, method="rollout")[0].numpy(),
+    }
+    for trace, (method, reference) in zip(heatmaps, expected.items()):
+        drawn = array(trace["z"]).reshape(spec.grid_size)
+        np.testing.assert_allclose(drawn, np.clip(reference / np.abs(reference).max(), 0, None), rtol=1e-4, atol=1e-6)
+    titles = [a["text"] for a in panels["layout"]["annotations"]]
+    name = vit.class_names[chosen]
+    assert f"Chefer et al. 2021 · {name}" in titles and "rollout" in titles  # rollout is not class-specific
+    # deletion / insertion: the random baseline and one curve per method, each equal to the analysis
+    from analysis.faithfulness import perturbation_curve
+
+    curves = chart(app, "explain_curves")
+    names = [t["name"] for t in traces(curves, "scatter") if t.get("showlegend")]
+    assert names[0].startswith("random") and len(names) == 4
+    chefer_deletion = [t for t in traces(curves, "scatter") if t["name"].startswith("Chefer") and t["xaxis"] == "x"][0]
+    _, reference_curve = perturbation_curve(vit, pixels, torch.from_numpy(expected["chefer"]), chosen, steps=16)
+    np.testing.assert_allclose(array(chefer_deletion["y"]), reference_curve, rtol=1e-5, atol=1e-6)
+    # a second class adds a row
+    app.toggle(key="explain_compare").set_value(True).run()
+    assert_clean(app)
+    assert len(traces(chart(app, "explain_panels"), "heatmap")) == 6
+
+
+def test_explain_page_on_a_headless_model_says_why_and_keeps_attention(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()  # no classifier
+    app.switch_page("views/explain.py").run()
+    assert_clean(app)
+    assert any("no class to explain" in i.value for i in app.info)
+    assert set(app.multiselect(key="explain_methods").options) == {"attention (last layer)", "rollout"}
+    assert not [c for c in app.get("plotly_chart") if c.proto.id.endswith("-explain_curves")]

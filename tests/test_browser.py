@@ -20,6 +20,7 @@ from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
 
 PAGES = {  # navigation label -> page header
     "Rollout": "Attention rollout",
+    "Why this class?": "Why this class?",
     "Compare layers": "Compare layers",
     "Position embeddings": "Position embeddings",
     "Patch-embedding filters": "Patch-embedding filters",
@@ -342,3 +343,28 @@ def test_the_url_reproduces_a_view_after_a_reload(page, server):
     assert_no_exception(page, "reload")
     icons = page.evaluate("() => [...document.querySelectorAll('link[rel*=icon]')].map(l => l.href)")
     assert icons and all(href.startswith(server) or href.startswith("data:") for href in icons), icons  # offline
+
+
+def test_explain_page_takes_a_class_and_a_method(page, server):
+    from playwright.sync_api import expect
+
+    page.goto(server + "/explain")
+    wait_idle(page)
+    assert_no_exception(page, "explain")
+    classes = page.locator("[data-testid='stSelectbox']", has_text="Class to explain")
+    classes.click()
+    options = page.locator("[role='option']")
+    expect(options.first).to_be_visible()
+    second_name = options.nth(1).inner_text().split(" · ")[0]
+    options.nth(1).click()
+    wait_idle(page)
+    methods = page.locator("[data-testid='stMultiSelect']", has_text="Methods")
+    methods.locator("input").first.click()
+    page.keyboard.type("input")
+    page.locator("[role='option']", has_text="input × gradient").first.click()
+    page.keyboard.press("Escape")
+    wait_idle(page)
+    panels = page.locator("[data-testid='stPlotlyChart']").first  # the maps, then the curves
+    expect(panels.locator(".annotation-text", has_text="input × gradient")).to_have_count(1)
+    expect(panels.locator(".annotation-text", has_text=f"Chefer et al. 2021 · {second_name}")).to_have_count(1)
+    assert_no_exception(page, "explain after a class and a method")

@@ -16,7 +16,7 @@ import torch
 
 import analysis
 from analysis import AnalysisError, capture_attention
-from analysis.explain import attention_gradients, explain
+from analysis.explanations import attention_gradients, explain
 from conftest import make_vit, random_pixels
 
 REFERENCE_KINDS = ["demo", "registers", "no_class_token", "distilled"]
@@ -154,7 +154,7 @@ def test_input_x_gradient_sums_each_patch_of_the_pixel_attribution(models):
 @pytest.mark.parametrize("baseline", ["black", "mean", "blur"])
 def test_integrated_gradients_complete_the_score_difference(models, baseline):
     """Completeness: Σ IG = y(x) − y(x′) up to the midpoint rule's error."""
-    from analysis.explain.methods import _baseline
+    from analysis.explanations.methods import _baseline
 
     vit = models["demo"]
     pixels = pixels_for(vit, batch=1, seed=3)

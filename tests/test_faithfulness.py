@@ -71,7 +71,7 @@ def test_deletion_curve_equals_a_loop_of_forward_passes(demo):
     assert fractions.tolist() == [0, 0.25, 0.5, 0.75, 1.0]
     n = demo.spec.num_patches
     order = sorted(range(n), key=lambda i: -float(saliency.reshape(-1)[i]))
-    (gh, gw), (ph, pw) = demo.spec.grid_size, demo.spec.patch_size
+    (ph, pw), gw = demo.spec.patch_size, demo.spec.grid_size[1]
     for f, value in zip(fractions, values):
         x = pixels.clone()
         for index in order[: int(round(f * n))]:

@@ -35,6 +35,7 @@ VIEWS = Path(__file__).resolve().parent / "views"
 pages = [
     st.Page(VIEWS / "attention.py", title="Attention", icon=":material/visibility:", default=True),
     st.Page(VIEWS / "rollout.py", title="Rollout", icon=":material/layers:"),
+    st.Page(VIEWS / "explain.py", title="Why this class?", icon=":material/help:"),
     st.Page(VIEWS / "compare.py", title="Compare layers", icon=":material/view_column:"),
     st.Page(VIEWS / "position.py", title="Position embeddings", icon=":material/grid_on:"),
     st.Page(VIEWS / "filters.py", title="Patch-embedding filters", icon=":material/filter:"),

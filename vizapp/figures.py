@@ -38,6 +38,7 @@ __all__ = [
     "rgb_patch_grid",
     "explained_variance",
     "attention_distance_scatter",
+    "perturbation_curves",
 ]
 
 COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
@@ -549,6 +550,38 @@ def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]],
         xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
         yaxis=dict(title=dict(text="mean cosine similarity"), range=[-1.05, 1.05], showgrid=True),
     )
+
+
+def perturbation_curves(
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]], *, height: int = 380
+) -> go.Figure:
+    """Deletion (left) and insertion (right) curves, one line per
+    ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``; the AUCs are in
+    the legend. The random baseline, when named ``"random"``, is drawn dashed grey."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["Deletion (lower is more faithful)",
+                                                        "Insertion (higher is more faithful)"],
+                        horizontal_spacing=0.08)
+    traces = []
+    for i, (name, fractions, deletion, insertion, deletion_auc, insertion_auc) in enumerate(curves):
+        baseline = name == "random"
+        line = dict(color="#9e9e9e", dash="dash") if baseline else dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)])
+        for column, values, auc in ((1, deletion, deletion_auc), (2, insertion, insertion_auc)):
+            traces.append(dict(
+                type="scatter", x=100 * np.asarray(fractions), y=values, mode="lines+markers", marker=dict(size=4),
+                line=line, name=f"{name} (AUC {deletion_auc:.3f} / {insertion_auc:.3f})", legendgroup=name,
+                showlegend=column == 1, xaxis="x" if column == 1 else "x2", yaxis="y" if column == 1 else "y2",
+                hovertemplate="%{x:.0f}% of patches<br>p = %{y:.3f}<extra>" + name + f" · AUC {auc:.3f}</extra>",
+            ))
+    fig.add_traces(traces)
+    axis = dict(range=[0, 100], showgrid=True, title=dict(text="patches removed, most relevant first (%)"))
+    fig = _layout(
+        fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
+        xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
+        yaxis=dict(range=[0, 1.02], title=dict(text="probability of the class"), showgrid=True),
+        yaxis2=dict(range=[0, 1.02], showgrid=True),
+    )
+    fig.update_layout(margin=dict(t=40))  # room for the subplot titles
+    return fig
 
 
 # --------------------------------------------------------------------------- patch-embedding filters

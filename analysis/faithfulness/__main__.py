@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..explain import EXPLANATION_METHODS
+from ..explanations import EXPLANATION_METHODS
 from .benchmark import benchmark, format_table
 
 BENCHMARK_SEED = 20261203  # held out: the demo model trained and was evaluated on other seeds

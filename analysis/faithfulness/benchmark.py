@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from ..errors import AnalysisError
-from ..explain import EXPLANATION_METHODS, explain
+from ..explanations import EXPLANATION_METHODS, explain
 from .localisation import mask_iou, patch_mask, pointing_hit
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
 from .sanity import randomized_copy, rank_correlation

@@ -13,7 +13,7 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
-from ..explain.methods import BASELINES, _baseline
+from ..explanations.methods import BASELINES, _baseline
 
 __all__ = [
     "CURVE_MODES",

@@ -1,0 +1,135 @@
+"""Why this class? Class-specific explanations side by side, with their deletion and
+insertion curves against a random map."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
+from analysis.faithfulness import area_under_curve
+from vizapp import figures, resources
+from vizapp.state import current
+from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+
+METHOD_LABELS = {
+    "attention": "attention (last layer)",
+    "rollout": "rollout",
+    "chefer": "Chefer et al. 2021",
+    "gradcam": "Grad-CAM",
+    "input_x_gradient": "input × gradient",
+    "integrated_gradients": "integrated gradients",
+}
+DEFAULT_METHODS = ["chefer", "rollout", "gradcam"]
+
+cur = current()
+spec = cur.spec
+
+st.header("Why this class?", divider="gray")
+st.caption(
+    "Which patches make the model score a class. Chefer et al.'s relevance, Grad-CAM, input × gradient "
+    "and integrated gradients are class-specific; attention and rollout show where the model looks, "
+    "whatever the class. Below, deletion and insertion curves measure each map on this image, next to a random map."
+)
+
+class_specific = spec.has_classifier
+if class_specific:
+    probabilities = resources.forward(*cur.args).probabilities  # (classes,)
+    names = cur.vit.class_names or [f"class {i}" for i in range(len(probabilities))]
+    ranked = [int(i) for i in np.argsort(-probabilities)]  # most probable first: the top-k lead the list
+    methods_offered = list(EXPLANATION_METHODS)
+else:
+    probabilities, names, ranked = np.zeros(0), [], []
+    methods_offered = [m for m in EXPLANATION_METHODS if m not in CLASS_SPECIFIC]
+    st.info(
+        "This model has no class scores (an embedding tower or a headless backbone), so there is no "
+        "class to explain: only the class-agnostic attention and rollout are shown.",
+        icon=":material/info:",
+    )
+if not spec.has_class_token:
+    methods_offered = [m for m in methods_offered if m != "attention"]  # the class token's attention
+
+
+def class_label(index: int) -> str:
+    return f"{names[index]} · {probabilities[index]:.1%}"
+
+
+controls, second = st.columns([3, 2], gap="medium")
+with controls:
+    st.session_state.setdefault("explain_methods", [m for m in DEFAULT_METHODS if m in methods_offered])
+    if any(m not in methods_offered for m in st.session_state["explain_methods"]):  # another model
+        st.session_state["explain_methods"] = [m for m in st.session_state["explain_methods"] if m in methods_offered]
+    methods = st.multiselect(
+        "Methods", methods_offered, format_func=METHOD_LABELS.get, key="explain_methods", max_selections=4,
+        help="Up to four, side by side; each map is scaled to its own maximum.",
+    )
+    target = None
+    if class_specific:
+        clamp_state("explain_target", ranked, ranked[0])
+        target = st.selectbox(
+            "Class to explain (type to search)", ranked, format_func=class_label, key="explain_target",
+            help="The classes in order of probability: the prediction first.",
+        )
+with second:
+    target2 = None
+    if class_specific and len(ranked) > 1:
+        if st.toggle("Compare with a second class", key="explain_compare"):
+            clamp_state("explain_target2", ranked, ranked[1])
+            st.session_state.setdefault("explain_target2", ranked[1])
+            target2 = st.selectbox("Second class", ranked, format_func=class_label, key="explain_target2")
+    options: dict[str, tuple] = {m: () for m in EXPLANATION_METHODS}
+    if "integrated_gradients" in methods:
+        st.session_state.setdefault("ig_steps", 32)
+        steps = st.slider("Integrated-gradients steps", 4, 128, step=4, key="ig_steps")
+        baseline = st.radio("Integrated-gradients baseline", BASELINES, horizontal=True, key="ig_baseline")
+        options["integrated_gradients"] = (("steps", int(steps)), ("baseline", baseline))
+
+if not methods:
+    st.info("Choose at least one method.", icon=":material/info:")
+    st.stop()
+
+targets = [target] + ([target2] if target2 is not None else [])
+maps, titles, raw = [], [], {}
+for row, class_index in enumerate(targets):
+    for method in methods:
+        explained = class_index if method in CLASS_SPECIFIC else None
+        grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
+        peak = float(np.abs(grid_map).max())
+        maps.append(np.clip(grid_map / peak, 0, None) if peak > 0 else np.zeros_like(grid_map))
+        label = METHOD_LABELS[method]
+        titles.append(f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label)
+        raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
+
+ncols = len(methods)
+figure = figures.map_panels(
+    resources.background_uri(*cur.args), spec.img_size, maps, spec.patch_size, titles, ncols=ncols,
+    opacity=0.65, colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
+    colorbar_title="map / its max |value| (negative → 0)",
+    panel_height=360 if ncols <= 2 else 280,
+    slots=list(range(len(maps))),
+    upsampled=[cur.upsampled(m) for m in maps] if cur.smooth else None,
+)
+st.caption(
+    "Each map is divided by its largest absolute value, so all share one 0–1 colour scale; negative "
+    "evidence (input × gradient, integrated gradients) is drawn as 0 and kept, signed, in the download."
+)
+show_chart(figure, "explain_panels", filename="explanations")
+download_npz("explain_data", "explanations", classes=np.array([t for t in targets if t is not None]), **raw)
+
+if class_specific:
+    st.subheader(f"Deletion and insertion · {names[target]}")
+    curves, rows = [], []
+    for method in ["random", *methods]:
+        result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
+        fractions, deletion, insertion = result["fractions"], result["deletion"], result["insertion"]
+        deletion_auc, insertion_auc = area_under_curve(fractions, deletion), area_under_curve(fractions, insertion)
+        label = "random" if method == "random" else METHOD_LABELS[method]
+        curves.append((label, fractions, deletion, insertion, deletion_auc, insertion_auc))
+        rows.extend([label, float(f), float(d), float(i)] for f, d, i in zip(fractions, deletion, insertion))
+    show_chart(figures.perturbation_curves(curves), "explain_curves", filename="deletion_insertion")
+    st.caption(
+        "The class's probability as the patches a map ranks first are replaced by the mean colour "
+        "(deletion) or restored onto a mean-colour image (insertion). A faithful map beats the random one "
+        "(dashed): lower deletion AUC, higher insertion AUC. The whole benchmark: `python -m analysis.faithfulness`."
+    )
+    download_csv("explain_curves_data", "deletion_insertion", ["method", "fraction", "deletion_p", "insertion_p"], rows)
