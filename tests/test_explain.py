@@ -244,3 +244,63 @@ def test_bad_requests_are_typed_errors(models):
         with pytest.raises(AnalysisError, match="no class to explain"):
             explain(headless, pixels_for(headless), method=method)
     assert explain(headless, pixels_for(headless), method="rollout").shape[1:] == headless.spec.grid_size
+
+
+# --------------------------------------------------------------------------- every family
+
+
+@pytest.fixture(scope="module")
+def family_classifiers():
+    """Every timm family of tests/test_families.py, with a 7-class head (some are headless)."""
+    from test_families import FAMILIES
+
+    out = {}
+    for family, (arch, kwargs, size) in FAMILIES.items():
+        torch.manual_seed(0)
+        vit = analysis.load_vit(arch, pretrained=False, device="cpu", **{**kwargs, "num_classes": 7})
+        with torch.no_grad():
+            for param in vit.model.parameters():
+                param.add_(torch.randn_like(param) * 0.02)
+        out[family] = (vit, size)
+    return out
+
+
+def test_every_family_is_explained_through_the_attention_it_used(family_classifiers):
+    """Gradients w.r.t. the substituted explicit attention equal those of each module's own
+    unfused path (RoPE, relative-position bias, EVA's SwiGLU blocks, SigLIP's MAP head, ...)."""
+    from analysis.adapters import block_sites
+
+    checked = []
+    for family, (vit, (height, width)) in family_classifiers.items():
+        pixels = torch.randn(2, 3, height, width, generator=torch.Generator().manual_seed(1))
+        if not vit.spec.has_classifier:  # PE and SigLIP towers are read as image-embedding heads
+            assert vit.spec.head == "embedding", family
+            with pytest.raises(AnalysisError, match="no class to explain"):
+                explain(vit, pixels, method="chefer")
+            continue
+        record = attention_gradients(vit, pixels, target=[2, 5])
+        twin = copy.deepcopy(vit.model)
+        kept = []
+        for site in block_sites(twin):
+            site.module.fused_attn = False
+
+            def keep(module, args, output):
+                output.retain_grad()
+                kept.append(output)
+
+            site.module.attn_drop.register_forward_hook(keep)
+        x = pixels.clone().requires_grad_(True)
+        logits = twin(x)
+        (logits[0, 2] + logits[1, 5]).backward()
+        torch.testing.assert_close(record.logits, logits.detach(), rtol=1e-4, atol=1e-4, msg=family)
+        assert len(kept) == vit.spec.num_layers, family
+        for layer, reference in enumerate(kept):
+            torch.testing.assert_close(record.attentions[layer], reference.detach(), rtol=1e-4, atol=1e-5, msg=family)
+            scale = float(reference.grad.abs().max())
+            torch.testing.assert_close(record.gradients[layer], reference.grad, rtol=1e-3, atol=1e-4 * scale + 1e-12,
+                                       msg=family)
+        for method in ("chefer", "gradcam"):
+            maps = explain(vit, pixels, target=[2, 5], method=method)
+            assert maps.shape == (2, *record.spec.grid_size) and torch.isfinite(maps).all(), (family, method)
+        checked.append(family)
+    assert len(checked) >= len(family_classifiers) - 2, checked  # all but the PE / SigLIP towers

@@ -308,3 +308,38 @@ def test_transformers_object_with_another_input_size():
     torch.testing.assert_close(record.logits, expected_out, atol=1e-5, rtol=1e-4)
     with pytest.raises(AnalysisError):
         capture_attention(vit, torch.randn(1, 3, 32, 32))
+
+
+@pytest.mark.parametrize("case", ["vit_classifier", "deit_distilled", "dinov2_classifier"])
+def test_transformers_attention_gradients_equal_the_originals(case):
+    """Explanations of a converted model differentiate the original's own attention: its
+    eager ``output_attentions`` tensors, with ``retain_grad``, are the reference."""
+    from analysis import explain
+    from analysis.explanations import attention_gradients
+
+    model = _hf(*HF_CASES[case][:2], **HF_CASES[case][2])
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    vit = load_vit(model)
+    record = attention_gradients(vit, pixels, target=[1, 0])
+    x = pixels.clone().requires_grad_(True)
+    output = model(pixel_values=x, output_attentions=True)
+    for attention in output.attentions:
+        attention.retain_grad()
+    (output.logits[0, 1] + output.logits[1, 0]).backward()
+    torch.testing.assert_close(record.logits, output.logits.detach(), atol=1e-5, rtol=1e-4)
+    for layer, attention in enumerate(output.attentions):
+        torch.testing.assert_close(record.attentions[layer], attention.detach(), atol=1e-5, rtol=1e-4)
+        scale = float(attention.grad.abs().max())
+        torch.testing.assert_close(record.gradients[layer], attention.grad, atol=1e-4 * scale + 1e-12, rtol=1e-3)
+    assert explain(vit, pixels, target=[1, 0], method="chefer").shape == (2, 4, 4)
+
+
+def test_torchvision_models_are_explained():
+    from analysis import explain
+
+    tv = _torchvision_vit()
+    vit = load_vit(tv)
+    pixels = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(3))
+    for method in ("chefer", "gradcam", "input_x_gradient"):
+        maps = explain(vit, pixels, target=4, method=method)
+        assert maps.shape == (2, 3, 3) and torch.isfinite(maps).all() and maps.abs().sum() > 0
