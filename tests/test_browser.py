@@ -368,3 +368,25 @@ def test_explain_page_takes_a_class_and_a_method(page, server):
     expect(panels.locator(".annotation-text", has_text="input × gradient")).to_have_count(1)
     expect(panels.locator(".annotation-text", has_text=f"Chefer et al. 2021 · {second_name}")).to_have_count(1)
     assert_no_exception(page, "explain after a class and a method")
+
+
+def test_a_long_run_shows_its_progress_and_a_stop_button(page, server):
+    """The toolbar once hid Streamlit's running indicator: 8-19 s runs showed nothing but faded
+    elements. A fresh ViT-B/16 (load + first forward, several seconds here) must show a spinner
+    naming the step, and the status widget with Stop."""
+    import time
+
+    page.goto(server + "/?model=random:vit_base_patch16_224")
+    seen: set[str] = set()
+    started = time.monotonic()
+    while time.monotonic() - started < 90:
+        for selector, name in (("[data-testid='stSpinner']", "spinner"), ("[data-testid='stStatusWidget']", "status")):
+            found = page.locator(selector)
+            if found.count() and found.first.is_visible():
+                seen.add(name if name == "spinner" else f"status:{'Stop' in found.first.inner_text()}")
+        if {"spinner", "status:True"} <= seen:
+            break
+        page.wait_for_timeout(100)
+    assert {"spinner", "status:True"} <= seen, seen
+    wait_idle(page)
+    assert_no_exception(page, "ViT-B/16 from the URL")
