@@ -37,9 +37,16 @@ from .position import position_embedding_similarity, position_encoding_kinds, ro
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import SkippedImage, dataset_attention_distance
+from .tokens import TOKEN_KINDS, attention_mass, capture_tokens, high_norm_tokens, logit_lens, token_norms
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
+    "TOKEN_KINDS",
+    "capture_tokens",
+    "logit_lens",
+    "token_norms",
+    "high_norm_tokens",
+    "attention_mass",
     "explain",
     "EXPLANATION_METHODS",
     "top_mass_mask",

@@ -58,6 +58,7 @@ class AttentionInputs:
     mask: torch.Tensor | None = None
     is_causal: bool = False
     probs: torch.Tensor | None = None
+    v: torch.Tensor | None = None  # ``(B, kv_heads, T, d)``, the values of a fused call
 
 
 # Called with the inputs of one attention call of the tapped module.
@@ -100,6 +101,7 @@ def _sdpa_inputs(
         scale=float(scale) if scale is not None else query.shape[-1] ** -0.5,  # SDPA's own default
         mask=attn_mask,
         is_causal=bool(is_causal),
+        v=value,
     )
 
 

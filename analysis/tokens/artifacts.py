@@ -1,0 +1,107 @@
+"""High-norm artifact tokens ("Vision Transformers Need Registers", Darcet et al. 2024) and the
+attention mass that goes to prefix tokens and to those artifacts.
+
+Outliers are found per layer without a fixed threshold: sort the patch tokens' log-norms,
+take the largest gap between neighbours inside the top :data:`MAX_OUTLIER_FRACTION` of
+them; it separates outliers when the norms across it differ by at least
+:data:`MIN_NORM_RATIO`. The threshold is the geometric mean of the two norms at the gap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..capture import AttentionRecord
+from ..checks import check_record
+from ..errors import AnalysisError
+
+__all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "HighNormTokens", "token_norms", "high_norm_tokens",
+           "attention_mass"]
+
+MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper's models)
+MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
+
+
+def token_norms(tokens: torch.Tensor) -> torch.Tensor:
+    """``(..., T, D)`` -> ``(..., T)`` Euclidean norms ``‖h‖₂`` in float32."""
+    tokens = torch.as_tensor(tokens)
+    if tokens.ndim < 2:
+        raise AnalysisError(f"token_norms expects (..., T, D) tokens, got shape {tuple(tokens.shape)}.")
+    return tokens.float().norm(dim=-1)
+
+
+@dataclass(frozen=True)
+class HighNormTokens:
+    """Per layer: ``thresholds (L,)`` (``inf`` where no outliers), ``mask (L, B, N)`` over the
+    patch tokens, ``fraction (L,)`` of patch tokens above the threshold, ``first_layer`` with
+    any (``None`` if none)."""
+
+    thresholds: torch.Tensor
+    mask: torch.Tensor
+    fraction: torch.Tensor
+    first_layer: int | None
+
+    def positions(self, layer: int, image: int = 0) -> list[int]:
+        """Row-major patch indices of the outliers of one layer and image."""
+        return torch.nonzero(self.mask[layer, image]).flatten().tolist()
+
+
+def _gap_threshold(norms: torch.Tensor, max_fraction: float, min_ratio: float) -> float:
+    values = torch.sort(norms.double().flatten().clamp(min=1e-12)).values
+    n = len(values)
+    top = max(1, int(math.floor(max_fraction * n)))
+    if n < 2:
+        return math.inf
+    logs = values.log()
+    gaps = logs[n - top :] - logs[n - top - 1 : n - 1]  # gaps below each of the top candidates
+    best = int(torch.argmax(gaps))
+    if float(gaps[best]) < math.log(min_ratio):
+        return math.inf
+    below, above = values[n - top - 1 + best], values[n - top + best]
+    return float(torch.sqrt(below * above))
+
+
+def high_norm_tokens(
+    norms: torch.Tensor, num_prefix_tokens: int, *, max_fraction: float = MAX_OUTLIER_FRACTION,
+    min_ratio: float = MIN_NORM_RATIO,
+) -> HighNormTokens:
+    """Outlier patch tokens of ``norms (L, B, T)`` (prefix tokens excluded), layer by layer,
+    pooling the batch's patch tokens to fit each layer's split."""
+    norms = torch.as_tensor(norms).float()
+    if norms.ndim != 3:
+        raise AnalysisError(f"high_norm_tokens expects (L, B, T) norms, got shape {tuple(norms.shape)}.")
+    if not 0 <= num_prefix_tokens < norms.shape[-1]:
+        raise AnalysisError(f"num_prefix_tokens={num_prefix_tokens} leaves no patch tokens of {norms.shape[-1]}.")
+    if not 0 < max_fraction < 1 or not min_ratio > 1:
+        raise AnalysisError("max_fraction must be in (0, 1) and min_ratio above 1.")
+    patches = norms[..., num_prefix_tokens:]  # (L, B, N)
+    thresholds = torch.tensor([_gap_threshold(layer, max_fraction, min_ratio) for layer in patches])
+    mask = patches > thresholds[:, None, None]
+    fraction = mask.float().mean((1, 2))
+    layers = torch.nonzero(fraction > 0).flatten().tolist()
+    return HighNormTokens(thresholds=thresholds, mask=mask, fraction=fraction, first_layer=layers[0] if layers else None)
+
+
+def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """``(L, B, heads)``: the attention the patch queries give to ``key_tokens``, averaged over
+    the patch queries: ``mean_q Σ_{k ∈ key_tokens} A[q, k]``. ``key_tokens`` are token indices
+    (e.g. ``range(num_prefix_tokens)``) or a ``(B, T)`` bool mask (per-image outliers)."""
+    check_record(record, "attention_mass")
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    rows = record.query_rows(range(prefix, spec.num_tokens))
+    attention = record.attentions[:, :, :, rows].float()  # (L, B, heads, N, T)
+    keys = torch.as_tensor(key_tokens)
+    if keys.dtype == torch.bool:
+        if tuple(keys.shape) != (attention.shape[1], attention.shape[-1]):
+            raise AnalysisError(f"A key mask must be (B, T) = {(attention.shape[1], attention.shape[-1])}, got {tuple(keys.shape)}.")
+        weights = keys.float()[None, :, None, None, :]  # (1, B, 1, 1, T)
+        return (attention * weights).sum(-1).mean(-1)
+    keys = keys.long().flatten()
+    if len(keys) and (keys.min() < 0 or keys.max() >= spec.num_tokens):
+        raise AnalysisError(f"Key tokens must be in 0..{spec.num_tokens - 1}.")
+    return attention[..., keys].sum(-1).mean(-1)

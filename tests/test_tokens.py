@@ -1,0 +1,181 @@
+"""Token capture, the logit lens and high-norm artifacts, against plain hooks and loops."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import analysis
+from analysis import AnalysisError, capture_attention
+from analysis.tokens import attention_mass, capture_tokens, high_norm_tokens, logit_lens, token_norms
+from conftest import make_vit, random_pixels
+
+
+@pytest.fixture(scope="module")
+def models(vits):
+    return {"demo": analysis.load_vit("demo", device="cpu"), "registers": vits["registers"],
+            "no_class_token": vits["no_class_token"], "class_token": vits["class_token"]}
+
+
+def hooked(model, pixels):
+    """Independent reference: per block, its output, and q/k (k_norm / q_norm outputs) and v
+    (recomputed from the block's qkv projection)."""
+    out = {"token": [], "query": [], "key": [], "value": []}
+    handles = []
+    for block in model.blocks:
+        attn = block.attn
+        handles.append(block.register_forward_hook(lambda m, a, o: out["token"].append(o)))
+        handles.append(attn.q_norm.register_forward_hook(lambda m, a, o: out["query"].append(o)))
+        handles.append(attn.k_norm.register_forward_hook(lambda m, a, o: out["key"].append(o)))
+
+        def values(module, args, attn=attn):
+            x = args[0]
+            batch, tokens, _ = x.shape
+            qkv = attn.qkv(x).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+            out["value"].append(qkv[2])
+
+        handles.append(attn.register_forward_pre_hook(values))
+    with torch.no_grad():
+        model(pixels)
+    for handle in handles:
+        handle.remove()
+    concat = lambda x: x.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1)  # noqa: E731
+    return {
+        "token": torch.stack(out["token"]),
+        **{kind: torch.stack([concat(x) for x in out[kind]]) for kind in ("query", "key", "value")},
+    }
+
+
+@pytest.mark.parametrize("name", ["demo", "registers", "no_class_token"])
+def test_capture_tokens_equals_plain_hooks(models, name):
+    vit = models[name]
+    pixels = random_pixels(vit)
+    reference = hooked(vit.model, pixels)
+    for kind, expected in reference.items():
+        got = capture_tokens(vit, pixels, kind=kind)
+        assert got.shape == expected.shape == (vit.spec.num_layers, 2, vit.spec.num_tokens, vit.spec.embed_dim)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=kind)
+    some = capture_tokens(vit, pixels, kind="key", layers=[-1, 0], dtype=torch.float16)
+    assert some.dtype == torch.float16 and some.shape[0] == 2
+    torch.testing.assert_close(some[1].float(), reference["key"][-1], rtol=1e-2, atol=1e-2)
+    for module in vit.model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+def test_rope_keys_are_taken_after_the_rotation():
+    """For RoPE models the captured q and k are what the softmax compares: softmax(scale·q·kᵀ)
+    rebuilt from them equals the captured attention (the k_norm output would not)."""
+    from test_families import FAMILIES
+
+    arch, kwargs, size = FAMILIES["eva02"]
+    vit = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
+    pixels = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(0))
+    q, k = capture_tokens(vit, pixels, kind="query"), capture_tokens(vit, pixels, kind="key")
+    attention = capture_attention(vit, pixels).attentions  # (L, 1, heads, T, T)
+    heads, dim = vit.spec.num_heads, vit.spec.embed_dim // vit.spec.num_heads
+    for layer in range(vit.spec.num_layers):
+        ql = q[layer, 0].reshape(-1, heads, dim).transpose(0, 1)  # (heads, T, d)
+        kl = k[layer, 0].reshape(-1, heads, dim).transpose(0, 1)
+        rebuilt = (ql @ kl.transpose(-2, -1) * dim**-0.5).softmax(-1)
+        torch.testing.assert_close(rebuilt, attention[layer, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_logit_lens_reads_every_layer_through_the_head(models):
+    vit = models["demo"]
+    pixels = random_pixels(vit)
+    lens = logit_lens(vit, pixels)
+    spec = vit.spec
+    assert lens.shape == (spec.num_layers, 2, spec.num_outputs)
+    hidden = hooked(vit.model, pixels)["token"]
+    with torch.no_grad():
+        logits = vit.model(pixels)
+        for layer in range(spec.num_layers):
+            torch.testing.assert_close(lens[layer], vit.model.forward_head(vit.model.norm(hidden[layer])))
+    assert torch.equal(lens[-1], logits)
+
+
+def test_logit_lens_last_layer_is_the_logits_for_every_family():
+    from test_families import FAMILIES
+
+    for family, (arch, kwargs, size) in FAMILIES.items():
+        vit = analysis.load_vit(arch, pretrained=False, device="cpu", **{**kwargs, "num_classes": 5})
+        pixels = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(0))
+        if not vit.spec.has_classifier:
+            with pytest.raises(AnalysisError, match="no"):
+                logit_lens(vit, pixels)
+            continue
+        with torch.no_grad():
+            logits = vit.model(pixels)
+        torch.testing.assert_close(logit_lens(vit, pixels)[-1], logits, rtol=1e-5, atol=1e-5, msg=family)
+
+
+def test_high_norm_tokens_finds_exactly_the_edited_tokens():
+    vit = make_vit("class_token", img_size=160)  # 10 x 10 patches: 2 planted = 2%, as in the paper
+    model = copy.deepcopy(vit.model)
+    prefix = vit.spec.num_prefix_tokens
+    planted = [3, 57]
+    with torch.no_grad():
+        direction = torch.randn(vit.spec.embed_dim, generator=torch.Generator().manual_seed(0))
+        for patch in planted:
+            model.pos_embed[0, prefix + patch] += 40 * direction / direction.norm() * 10
+    edited = analysis.load_vit(model, img_size=vit.spec.img_size)
+    pixels = random_pixels(vit)
+    found = high_norm_tokens(token_norms(capture_tokens(edited, pixels)), prefix)
+    assert found.first_layer == 0
+    for layer in range(vit.spec.num_layers):
+        for image in range(2):
+            assert found.positions(layer, image) == planted, (layer, image)
+    assert torch.allclose(found.fraction, torch.full((vit.spec.num_layers,), 2 / vit.spec.num_patches))
+    clean = high_norm_tokens(token_norms(capture_tokens(vit, pixels)), prefix)
+    assert clean.first_layer is None and not clean.mask.any() and torch.isinf(clean.thresholds).all()
+
+
+def test_token_norms_and_attention_mass_against_loops(models):
+    vit = models["registers"]
+    pixels = random_pixels(vit)
+    tokens = capture_tokens(vit, pixels)
+    norms = token_norms(tokens)
+    assert norms[1, 0, 3] == pytest.approx(float(np.sqrt((tokens[1, 0, 3].double() ** 2).sum())), rel=1e-5)
+    record = capture_attention(vit, pixels)
+    prefix = vit.spec.num_prefix_tokens
+    mass = attention_mass(record, range(prefix))  # (L, B, heads)
+    a = record.attentions.double()
+    for layer in range(vit.spec.num_layers):
+        for head in range(vit.spec.num_heads):
+            queries = range(prefix, vit.spec.num_tokens)
+            expected = sum(float(a[layer, 1, head, q, :prefix].sum()) for q in queries) / len(queries)
+            assert float(mass[layer, 1, head]) == pytest.approx(expected, rel=1e-5)
+    mask = torch.zeros(2, vit.spec.num_tokens, dtype=torch.bool)
+    mask[:, :prefix] = True
+    torch.testing.assert_close(attention_mass(record, mask), mass)
+
+
+def test_uniform_attention_gives_each_token_one_over_t():
+    from test_analyses import synthetic_record
+
+    tokens = 2 + 3 * 4
+    record = synthetic_record(torch.full((2, 1, 3, tokens, tokens), 1 / tokens), grid=(3, 4), prefix=2)
+    mass = attention_mass(record, [0, 1, 5])
+    torch.testing.assert_close(mass, torch.full_like(mass, 3 / record.spec.num_tokens))
+
+
+def test_bad_token_requests_are_typed_errors(models):
+    vit = models["demo"]
+    pixels = random_pixels(vit)
+    with pytest.raises(AnalysisError, match="kind"):
+        capture_tokens(vit, pixels, kind="residual")
+    headless = models["registers"]
+    with pytest.raises(AnalysisError, match="class head"):
+        logit_lens(headless, random_pixels(headless))
+    explicit = copy.deepcopy(vit.model)
+    for block in explicit.blocks:
+        block.attn.fused_attn = False
+    with pytest.raises(AnalysisError, match="explicit attention path"):
+        capture_tokens(analysis.load_vit(explicit, img_size=vit.spec.img_size), pixels, kind="key")
+    with pytest.raises(AnalysisError, match="no patch tokens"):
+        high_norm_tokens(torch.ones(1, 1, 3), 3)
+    with pytest.raises(AnalysisError, match="Key tokens"):
+        attention_mass(capture_attention(vit, pixels), [vit.spec.num_tokens])
