@@ -37,11 +37,22 @@ from .position import position_embedding_similarity, position_encoding_kinds, ro
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import SkippedImage, dataset_attention_distance
-from .tokens import TOKEN_KINDS, attention_mass, capture_tokens, high_norm_tokens, logit_lens, token_norms
+from .tokens import (
+    TOKEN_KINDS,
+    attention_mass,
+    capture_tokens,
+    feature_pca,
+    high_norm_tokens,
+    logit_lens,
+    patch_similarity,
+    token_norms,
+)
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
     "TOKEN_KINDS",
+    "feature_pca",
+    "patch_similarity",
     "capture_tokens",
     "logit_lens",
     "token_norms",

@@ -179,3 +179,70 @@ def test_bad_token_requests_are_typed_errors(models):
         high_norm_tokens(torch.ones(1, 1, 3), 3)
     with pytest.raises(AnalysisError, match="Key tokens"):
         attention_mass(capture_attention(vit, pixels), [vit.spec.num_tokens])
+
+
+def _spec(grid=(3, 5), prefix=2, dim=6):
+    from analysis import ViTSpec
+
+    return ViTSpec(patch_size=(4, 4), grid_size=grid, num_prefix_tokens=prefix, num_layers=1, num_heads=1,
+                   embed_dim=dim, img_size=(4 * grid[0], 4 * grid[1]), has_class_token=True)
+
+
+def test_feature_pca_equals_numpy_pca_with_its_sign_rule():
+    from analysis.tokens import feature_pca
+
+    spec = _spec()
+    rng = np.random.default_rng(0)
+    tokens = torch.from_numpy(rng.normal(size=(2, spec.num_tokens, spec.embed_dim)) * [5, 3, 2, 1, 0.5, 0.1])
+    rgb, fitted = feature_pca(tokens, spec)
+    assert rgb.shape == (2, 3, 5, 3) and fitted.all()
+    rows = tokens[:, 2:].numpy().reshape(-1, spec.embed_dim)
+    centred = rows - rows.mean(0)
+    covariance = centred.T @ centred / len(rows)
+    values, vectors = np.linalg.eigh(covariance)
+    axes = vectors[:, ::-1][:, :3].T  # the three largest
+    axes *= np.sign(axes[np.arange(3), np.abs(axes).argmax(1)])[:, None]
+    projected = centred @ axes.T
+    expected = (projected - projected.min(0)) / (projected.max(0) - projected.min(0))
+    np.testing.assert_allclose(rgb.numpy().reshape(-1, 3), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_feature_pca_on_one_direction_and_foreground():
+    from analysis.tokens import feature_pca
+
+    spec = _spec(grid=(4, 4), prefix=1, dim=5)
+    direction = torch.tensor([0.0, 3.0, 0.0, 4.0, 0.0]) / 5
+    amount = torch.zeros(16)
+    amount[[5, 6, 9]] = 10.0  # a small bright "object"
+    amount += torch.linspace(0, 1, 16)  # and a gentle background ramp
+    tokens = torch.zeros(1, 17, 5)
+    tokens[0, 1:] = amount[:, None] * direction
+    tokens[0, 1:, 0] = torch.linspace(-0.01, 0.01, 16)  # a tiny second direction
+    rgb, _ = feature_pca(tokens, spec, n_components=1)
+    order = rgb[0, ..., 0].flatten().argsort()
+    assert order.tolist() == amount.argsort().tolist()  # the first component is the amount
+    fg_rgb, fg = feature_pca(tokens, spec, n_components=1, foreground=True)
+    assert fg[0].flatten().nonzero().flatten().tolist() == [5, 6, 9]
+    assert (fg_rgb[0][~fg[0]] == 0).all()
+
+
+def test_patch_similarity_against_a_loop():
+    from analysis.tokens import patch_similarity
+
+    spec = _spec()
+    rng = np.random.default_rng(1)
+    tokens = torch.from_numpy(rng.normal(size=(1, spec.num_tokens, spec.embed_dim)))
+    other = torch.from_numpy(rng.normal(size=(1, spec.num_tokens, spec.embed_dim)))
+    for query, vector in ((4, tokens[0, 2 + 4]), ("cls", tokens[0, 0]), ("mean", tokens[0, 2:].mean(0))):
+        for target in (None, other):
+            got = patch_similarity(tokens, spec, query, other=target)
+            patches = (tokens if target is None else target)[0, 2:]
+            for p in range(spec.num_patches):
+                u, v = patches[p].numpy(), vector.numpy()
+                expected = u @ v / (np.linalg.norm(u) * np.linalg.norm(v))
+                assert float(got.flatten()[p]) == pytest.approx(expected, abs=1e-6)
+    assert float(patch_similarity(tokens, spec, 4).flatten()[4]) == pytest.approx(1.0)
+    with pytest.raises(AnalysisError, match="outside"):
+        patch_similarity(tokens, spec, spec.num_patches)
+    with pytest.raises(AnalysisError, match="T="):
+        patch_similarity(tokens[:, 1:], spec, 0)

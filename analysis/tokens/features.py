@@ -1,0 +1,87 @@
+"""Patch features as pictures: PCA of the patch tokens as RGB (the DINOv2 figure) and the
+cosine similarity of one token to every patch, in the same image or another."""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import check_int
+from ..errors import AnalysisError
+from ..spec import ViTSpec
+
+__all__ = ["feature_pca", "patch_similarity"]
+
+
+def _patches(tokens: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    tokens = torch.as_tensor(tokens)
+    if tokens.ndim != 3 or tokens.shape[1] != spec.num_tokens:
+        raise AnalysisError(f"Expected (B, T={spec.num_tokens}, D) tokens for this model, got {tuple(tokens.shape)}.")
+    return tokens[:, spec.num_prefix_tokens :].double()  # (B, N, D)
+
+
+def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean ``(D,)`` and the top-``k`` principal axes ``(k, D)`` of rows ``x (n, D)``; each
+    axis' sign makes its largest-magnitude entry positive (deterministic)."""
+    mean = x.mean(0)
+    _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
+    axes = vh[:k]
+    signs = torch.sign(axes.gather(1, axes.abs().argmax(1, keepdim=True)))
+    return mean, axes * signs
+
+
+def feature_pca(tokens: torch.Tensor, spec: ViTSpec, *, n_components: int = 3, foreground: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rgb (B, gh, gw, k), fitted (B, gh, gw) bool)``: patch tokens projected on their first
+    ``k`` principal components, fitted jointly on all images' patches, each component min-max
+    scaled to [0, 1] over the fitted patches (values outside are clipped).
+
+    ``foreground=True`` follows DINOv2: a first PCA's first component splits the patches
+    (those above its mean are kept: the larger side is taken as background and dropped when
+    it holds most patches), and the PCA is refitted on the kept ones; the rest is drawn black.
+    """
+    k = check_int("n_components", n_components, minimum=1)
+    patches = _patches(tokens, spec)  # (B, N, D)
+    batch, n, dim = patches.shape
+    if k > min(batch * n, dim):
+        raise AnalysisError(f"n_components={k} exceeds the {min(batch * n, dim)} available.")
+    rows = patches.reshape(-1, dim)
+    fitted = torch.ones(batch * n, dtype=torch.bool)
+    if foreground:
+        mean, axes = _principal_axes(rows, 1)
+        first = (rows - mean) @ axes[0]
+        above = first > 0
+        fitted = above if above.sum() <= (~above).sum() else ~above  # the object is the smaller side
+        if fitted.sum() <= k:
+            fitted = torch.ones_like(fitted)
+    mean, axes = _principal_axes(rows[fitted], k)
+    projected = (rows - mean) @ axes.T  # (B·N, k)
+    low, high = projected[fitted].min(0).values, projected[fitted].max(0).values
+    rgb = ((projected - low) / (high - low).clamp(min=1e-12)).clamp(0, 1)
+    rgb[~fitted] = 0.0
+    return rgb.float().reshape(batch, *spec.grid_size, k), fitted.reshape(batch, *spec.grid_size)
+
+
+def patch_similarity(tokens: torch.Tensor, spec: ViTSpec, query: int | str, *, other: torch.Tensor | None = None,
+                     image: int = 0) -> torch.Tensor:
+    """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
+    same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
+    correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the
+    class token) or ``"mean"`` (the mean patch token). ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
+    patches = _patches(tokens, spec)[image]  # (N, D)
+    if isinstance(query, str):
+        if query == "cls":
+            if not spec.has_class_token:
+                raise AnalysisError("This model has no class token: query a patch or 'mean'.")
+            vector = torch.as_tensor(tokens)[image, 0].double()
+        elif query == "mean":
+            vector = patches.mean(0)
+        else:
+            raise AnalysisError(f"query must be a patch index, 'cls' or 'mean', got {query!r}.")
+    else:
+        index = check_int("query", query)
+        if not 0 <= index < spec.num_patches:
+            raise AnalysisError(f"query patch {index} is outside 0..{spec.num_patches - 1}.")
+        vector = patches[index]
+    target = patches if other is None else _patches(other, spec)[0]
+    similarity = torch.nn.functional.cosine_similarity(target, vector[None], dim=-1, eps=1e-12)
+    return similarity.float().reshape(spec.grid_size)
