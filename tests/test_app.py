@@ -902,3 +902,37 @@ def test_explain_page_on_a_headless_model_says_why_and_keeps_attention(app):
     assert any("no class to explain" in i.value for i in app.info)
     assert set(app.multiselect(key="explain_methods").options) == {"attention (last layer)", "rollout"}
     assert not [c for c in app.get("plotly_chart") if c.proto.id.endswith("-explain_curves")]
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def test_tokens_page_matches_the_token_analyses(app, vit):
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    app.switch_page("views/tokens.py").run()
+    app.radio(key="tok_kind").set_value("key").run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(5).run()
+    assert_clean(app)
+    layer = app.slider(key="tok_layer").value if spec.num_layers > 1 else 0
+    keys = analysis.capture_tokens(vit, pixels, kind="key")[layer]  # (1, T, D)
+    rgb, _ = analysis.feature_pca(keys, spec)
+    (pca,) = traces(chart(app, "tok_pca"), "image")
+    np.testing.assert_array_equal(array(pca["z"]).reshape(*spec.grid_size, 3).astype(np.uint8), np.round(rgb[0].numpy() * 255).astype(np.uint8))
+    similarity = analysis.patch_similarity(keys, spec, 5).numpy()
+    np.testing.assert_allclose(overlay_map(chart(app, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
+    norms = analysis.token_norms(analysis.capture_tokens(vit, pixels))[layer, 0, spec.num_prefix_tokens:]
+    np.testing.assert_allclose(overlay_map(chart(app, "tok_norms")).ravel(), norms.numpy(), rtol=1e-5)
+    lens = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1)
+    final = int(lens[-1].argmax())
+    (curve,) = traces(chart(app, "tok_lens"), "scatter")
+    np.testing.assert_allclose(array(curve["y"]), lens[:, final].numpy(), rtol=1e-5)
+    # correspondence: the same query token against another sample's keys
+    other = app.selectbox(key="tok_other")
+    other.set_value(other.options[1]).run()
+    assert_clean(app)
+    other_pixels = vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / other.options[1]))
+    other_keys = analysis.capture_tokens(vit, other_pixels, kind="key")[layer]
+    expected = analysis.patch_similarity(keys, spec, 5, other=other_keys).numpy()
+    np.testing.assert_allclose(overlay_map(chart(app, "tok_other_similarity")), expected, rtol=1e-5, atol=1e-6)

@@ -22,6 +22,7 @@ PAGES = {  # navigation label -> page header
     "Rollout": "Attention rollout",
     "Why this class?": "Why this class?",
     "Compare layers": "Compare layers",
+    "Tokens": "Tokens",
     "Position embeddings": "Position embeddings",
     "Patch-embedding filters": "Patch-embedding filters",
     "Attention distance": "Attention distance",
@@ -390,3 +391,18 @@ def test_a_long_run_shows_its_progress_and_a_stop_button(page, server):
     assert {"spinner", "status:True"} <= seen, seen
     wait_idle(page)
     assert_no_exception(page, "ViT-B/16 from the URL")
+
+
+def test_a_click_on_the_token_pca_shows_that_patchs_similarity(page, server):
+    from playwright.sync_api import expect
+
+    page.goto(server + "/tokens")
+    wait_idle(page)
+    gh, gw = grid_size(page)
+    pca = page.locator("[data-testid='stPlotlyChart']").first
+    row, col = gh - 2, 1
+    _click_patch(page, pca, row, col, gh, gw)
+    expect(page.locator("h3", has_text=f"similarity to the patch {row * gw + col} (row {row}, col {col})").first
+           ).to_be_visible(timeout=30_000)
+    wait_idle(page)
+    assert_no_exception(page, "token PCA click")

@@ -254,3 +254,20 @@ def perturbation_curves(
     fractions, deletion = perturbation_curve(vit, pixels, saliency, target, mode="deletion", steps=steps)
     _, insertion = perturbation_curve(vit, pixels, saliency, target, mode="insertion", steps=steps)
     return {"fractions": fractions, "deletion": deletion, "insertion": insertion}
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@st.cache_data(show_spinner="Capturing the tokens…", max_entries=MAX_RESULTS)
+def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.ndarray:
+    """``(L, T, D)`` float32: ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value)."""
+    vit = get_model(ref)
+    return analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)[:, 0].numpy()
+
+
+@st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)
+def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
+    """``(L, classes)`` softmax of ``analysis.logit_lens``."""
+    vit = get_model(ref)
+    return analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0].softmax(-1).numpy()
