@@ -1,4 +1,4 @@
-"""Resolving a user's query ("cls", a patch index, "mean") to attention rows."""
+"""Resolving a user's query ("cls", a patch index, "mean", "prefix:<i>") to attention rows."""
 
 from __future__ import annotations
 
@@ -9,19 +9,38 @@ import torch
 from .capture import AttentionRecord
 from .errors import AnalysisError
 
-__all__ = ["Query", "query_rows_for"]
+__all__ = ["Query", "query_rows_for", "prefix_query", "parse_prefix_query"]
 
-Query = str | int  # "cls" | "mean" | row-major patch index
+Query = str | int  # "cls" | "mean" | "prefix:<i>" | row-major patch index
+
+
+def prefix_query(index: int) -> str:
+    """The query of prefix token ``index`` (0 = the class token when there is one; then the
+    distillation token and registers, as ``spec.token_names`` names them)."""
+    return f"prefix:{int(index)}"
+
+
+def parse_prefix_query(query) -> int | None:
+    """``"prefix:<i>"`` -> ``i``; anything else -> None."""
+    if isinstance(query, str) and query.startswith("prefix:") and query[7:].isdigit():
+        return int(query[7:])
+    return None
 
 
 def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
     """Positions along the record's ``Q`` axis whose attention rows make up ``query``.
 
     ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
-    (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers).
+    (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers);
+    ``"prefix:<i>"`` is prefix token i (class, distillation or register token).
     """
     spec = record.spec
     prefix = spec.num_prefix_tokens
+    token = parse_prefix_query(query)
+    if token is not None:
+        if not 0 <= token < prefix:
+            raise AnalysisError(f"{query!r}: this model has {prefix} prefix tokens ({', '.join(spec.token_names) or 'none'}).")
+        return record.query_rows([token])
     if isinstance(query, str):
         if query == "cls":
             if not spec.has_class_token:
@@ -32,7 +51,7 @@ def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
             return record.query_rows([0])
         if query == "mean":
             return record.query_rows(range(prefix, prefix + spec.num_patches))
-        raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
+        raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
     if isinstance(query, bool) or not isinstance(query, numbers.Integral):
         raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
     query = int(query)

@@ -41,6 +41,16 @@ class ViTSpec:
     dynamic_img_pad: bool = False  # pads partial patches up to whole ones
     family: str = ""  # the model class, e.g. "VisionTransformer", "Eva", "Beit"
     residual_norm: str = "pre"  # "pre": x + f(norm(x)); "post": x + norm(f(x)) (timm's *_rpn ResPost blocks)
+    prefix_names: tuple[str, ...] = ()  # one per prefix token, e.g. ("class", "register 1", ...); see token_names
+
+    @property
+    def token_names(self) -> tuple[str, ...]:
+        """A name for each prefix token: "class", "distillation", "register k" (read from the
+        model; specs built by hand get "class" then registers)."""
+        if len(self.prefix_names) == self.num_prefix_tokens:
+            return self.prefix_names
+        first = ("class",) if self.has_class_token else ()
+        return first + tuple(f"register {k}" for k in range(1, self.num_prefix_tokens - len(first) + 1))
 
     @property
     def num_patches(self) -> int:
@@ -144,7 +154,17 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         dynamic_img_pad=bool(getattr(embed, "dynamic_img_pad", False)),
         family=type(model).__name__,
         residual_norm=_residual_norm(model),
+        prefix_names=_prefix_names(model, embed),
     )
+
+
+def _prefix_names(model: nn.Module, embed: nn.Module | None) -> tuple[str, ...]:
+    """Prefix tokens in timm's order: class token, distillation token, registers."""
+    names = ["class"] if _class_token(model, embed) is not None else []
+    if getattr(model, "dist_token", None) is not None:
+        names.append("distillation")
+    registers = int(model.num_prefix_tokens) - len(names)
+    return tuple(names + [f"register {k}" for k in range(1, registers + 1)])
 
 
 def _residual_norm(model: nn.Module) -> str:

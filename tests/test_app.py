@@ -936,3 +936,23 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     other_keys = analysis.capture_tokens(vit, other_pixels, kind="key")[layer]
     expected = analysis.patch_similarity(keys, spec, 5, other=other_keys).numpy()
     np.testing.assert_allclose(overlay_map(chart(app, "tok_other_similarity")), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_register_tokens_are_queries_by_name(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()
+    assert "prefix token" in app.radio(key="query_mode").options  # registers: one more query kind
+    app.radio(key="query_mode").set_value("prefix").run()
+    assert_clean(app)
+    box = app.selectbox(key="query_prefix")
+    assert box.options == [f"{n} token (token {i})" for i, n in enumerate(["class", "register 1", "register 2", "register 3", "register 4"])]
+    box.set_value(2).run()
+    assert_clean(app)
+    title = chart(app, "attn_overlay")["layout"]["title"]["text"]
+    assert title.endswith("query: register 2 token"), title
+    current = app.session_state["current"]
+    vit = current.vit
+    record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(current.image.data)))
+    layer = app.slider(key="layer").value
+    expected = analysis.attention_map(record, layer, head=None, query="prefix:2")[0].numpy()
+    np.testing.assert_allclose(overlay_map(chart(app, "attn_overlay")), expected, rtol=1e-5, atol=1e-7)

@@ -246,3 +246,28 @@ def test_patch_similarity_against_a_loop():
         patch_similarity(tokens, spec, spec.num_patches)
     with pytest.raises(AnalysisError, match="T="):
         patch_similarity(tokens[:, 1:], spec, 0)
+
+
+def test_prefix_tokens_are_named_and_queryable(vits):
+    from test_families import FAMILIES
+
+    assert vits["registers"].spec.token_names == ("class", "register 1", "register 2", "register 3", "register 4")
+    assert vits["distilled"].spec.token_names == ("class", "distillation")
+    assert vits["no_class_token"].spec.token_names == ()
+    arch, kwargs, _ = FAMILIES["rope_reg1_gap"]
+    assert analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs).spec.token_names == ("register 1",)
+    vit = vits["registers"]
+    record = capture_attention(vit, random_pixels(vit))
+    prefix = vit.spec.num_prefix_tokens
+    for token in range(prefix):
+        got = analysis.attention_map(record, 1, head=2, query=f"prefix:{token}")
+        expected = record.attentions[1, :, 2, token, prefix:].reshape(2, *vit.spec.grid_size)
+        torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(analysis.attention_map(record, 0, query="prefix:0"), analysis.attention_map(record, 0, query="cls"))
+    with pytest.raises(AnalysisError, match="5 prefix tokens"):
+        analysis.attention_map(record, 0, query="prefix:5")
+    tokens = capture_tokens(vit, random_pixels(vit))[-1]
+    from analysis import patch_similarity
+
+    expected = torch.nn.functional.cosine_similarity(tokens[0, prefix:].double(), tokens[0, 3].double()[None], dim=-1)
+    torch.testing.assert_close(patch_similarity(tokens, vit.spec, "prefix:3").flatten(), expected.float())

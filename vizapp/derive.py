@@ -93,8 +93,8 @@ def map_query(
     patch at the same relative position of the image."""
     if query == "cls":
         return "cls" if to_has_class_token else "mean"
-    if query == "mean":
-        return "mean"
+    if query == "mean" or (isinstance(query, str) and query.startswith("prefix:")):
+        return "cls" if query == "prefix:0" and to_has_class_token else "mean"  # registers differ per model
     r, c = divmod(int(query), from_grid[1])
     r2 = min(int((r + 0.5) * to_grid[0] / from_grid[0]), to_grid[0] - 1)
     c2 = min(int((c + 0.5) * to_grid[1] / from_grid[1]), to_grid[1] - 1)

@@ -45,7 +45,7 @@ MODEL_SOURCES = {
 # Page widgets whose values survive page switches (streamlit drops the state of widgets
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
-    "layer", "head", "query_mode", "query_patch", "opacity", "thumb_scale",
+    "layer", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
     "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",

@@ -12,6 +12,7 @@ import streamlit as st
 from PIL import Image
 
 from analysis import ViTSpec
+from analysis.queries import parse_prefix_query, prefix_query
 from vizapp.derive import map_query
 
 __all__ = [
@@ -139,14 +140,15 @@ def head_control(spec: ViTSpec, *, key: str = "head") -> str | int:
     return st.selectbox("Head", heads, format_func=head_label, key=key)
 
 
-QUERY_LABELS = {"cls": "class token", "mean": "mean over patches", "patch": "one patch"}
+QUERY_LABELS = {"cls": "class token", "mean": "mean over patches", "patch": "one patch", "prefix": "prefix token"}
 
 
 def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     """The shared query picker (keys ``query_mode`` and ``query_patch``).
 
-    Returns the ``analysis`` query: ``"cls"``, ``"mean"`` or a row-major patch index.
-    Models without a class token start on ``"mean"``.
+    Returns the ``analysis`` query: ``"cls"``, ``"mean"``, a row-major patch index, or
+    ``"prefix:<i>"`` for models with prefix tokens besides the class token (registers,
+    distillation: key ``query_prefix``, picked by name). Models without a class token start on ``"mean"``.
     """
     container = container or st
     previous_grid = st.session_state.get("_query_grid")
@@ -157,6 +159,9 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
         )
     st.session_state["_query_grid"] = tuple(spec.grid_size)
     modes = ["cls", "mean", "patch"] if spec.has_class_token else ["mean", "patch"]
+    names = spec.token_names
+    if spec.num_prefix_tokens > int(spec.has_class_token):  # registers or a distillation token
+        modes.append("prefix")
     clamp_state("query_mode", modes, modes[0])
     last = spec.num_patches - 1
     gh, gw = spec.grid_size
@@ -172,10 +177,20 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
         f"Query patch (row-major, 0..{last}; grid {spec.grid_size[0]}×{spec.grid_size[1]})",
         min_value=0, max_value=last, step=1, key="query_patch", disabled=mode != "patch",
     )
+    if mode == "prefix":
+        tokens = list(range(spec.num_prefix_tokens))
+        clamp_state("query_prefix", tokens, tokens[-1])
+        st.session_state.setdefault("query_prefix", tokens[-1])
+        token = container.selectbox("Prefix token", tokens, format_func=lambda i: f"{names[i]} token (token {i})",
+                                    key="query_prefix")
+        return prefix_query(int(token))
     return int(patch) if mode == "patch" else mode
 
 
 def describe_query(query: str | int, spec: ViTSpec) -> str:
+    token = parse_prefix_query(query)
+    if token is not None:
+        return f"{spec.token_names[token]} token"
     if isinstance(query, int):
         r, c = divmod(query, spec.grid_size[1])
         return f"patch {query} (row {r}, col {c})"

@@ -36,6 +36,7 @@ WIDGET_PARAMS: dict[str, tuple[str, Callable[[str], object]]] = {
     "head": ("head", _head),
     "query": ("query_mode", str),
     "patch": ("query_patch", _int),
+    "ptok": ("query_prefix", _int),
     "colours": ("colorscale", str),
     "range": ("map_range", str),
     "cells": ("map_cells", str),

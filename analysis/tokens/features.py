@@ -66,9 +66,16 @@ def patch_similarity(tokens: torch.Tensor, spec: ViTSpec, query: int | str, *, o
     """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
     same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
     correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the
-    class token) or ``"mean"`` (the mean patch token). ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
+    class token), ``"mean"`` (the mean patch token) or ``"prefix:<i>"`` (prefix token i). ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
     patches = _patches(tokens, spec)[image]  # (N, D)
-    if isinstance(query, str):
+    from ..queries import parse_prefix_query
+
+    token = parse_prefix_query(query)
+    if token is not None:
+        if not 0 <= token < spec.num_prefix_tokens:
+            raise AnalysisError(f"{query!r}: this model has {spec.num_prefix_tokens} prefix tokens.")
+        vector = torch.as_tensor(tokens)[image, token].double()
+    elif isinstance(query, str):
         if query == "cls":
             if not spec.has_class_token:
                 raise AnalysisError("This model has no class token: query a patch or 'mean'.")

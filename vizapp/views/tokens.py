@@ -58,6 +58,9 @@ with left:
         layout=dict(
             height=420, margin=dict(l=10, r=10, t=10, b=10), hovermode="closest", hoverdistance=-1,
             clickmode="event+select", dragmode="pan", template="plotly_white",
+            shapes=[dict(type="rect", x0=(query % gw) * pw, y0=(query // gw) * ph, x1=(query % gw + 1) * pw,
+                         y1=(query // gw + 1) * ph, line=dict(color=figures.HIGHLIGHT, width=2.5))]
+            if isinstance(query, int) else [],
             xaxis=dict(range=[0, spec.img_size[1]], constrain="domain", showgrid=False, title=dict(text="x (input px)")),
             yaxis=dict(range=[spec.img_size[0], 0], scaleanchor="x", constrain="domain", showgrid=False,
                        title=dict(text="y (input px)")),
