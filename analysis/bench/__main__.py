@@ -10,7 +10,8 @@ Prints, each with its target:
      images, JPEG decode and preprocessing included);
   3. peak memory (max RSS, fresh processes) of the dataset attention distance for 32 vs 160 images;
   4. memory of a ViT-L/16 at 384 px record in float32 vs float16 (with --vit-large, it is captured);
-  5. app rerun time after a layer change on the demo model (Streamlit AppTest, server time);
+  5. app rerun time after a layer change on the demo model (Streamlit AppTest, server time),
+     and the Tokens page's rerun after a patch click on ViT-B/16;
   6. on CUDA: capture vs the fused bf16 forward.
 Random weights are used for the timm architectures (timing does not depend on the values).
 """
@@ -173,6 +174,29 @@ def bench_app_rerun(repeats: int) -> dict | None:
     return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times]}
 
 
+def bench_tokens_click(repeats: int, model: str = "random:vit_base_patch16_224") -> dict | None:
+    """Server time of the Tokens page when the query patch changes (a click), ViT-B/16,
+    after the first capture (the tokens are cached; PCA, similarity, norms are recomputed)."""
+    try:
+        from streamlit.testing.v1 import AppTest
+    except ImportError:
+        return None
+    at = AppTest.from_file(str(REPO / "vizapp" / "app.py"), default_timeout=300)
+    at.run()
+    at.radio(key="model_source").set_value("timm").run()
+    at.text_input(key="model_timm").input(model).run()
+    at.switch_page("views/tokens.py").run()
+    at.radio(key="query_mode").set_value("patch").run()
+    if at.exception:
+        return {"error": str(at.exception[0].message)[:200]}
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        at.number_input(key="query_patch").set_value(10 + 7 * i).run()
+        times.append(time.perf_counter() - start)
+    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times]}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repeats and images")
@@ -180,7 +204,7 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", default="vit_small_patch16_224", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
-    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture dataset memory large app gpu")
+    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture dataset memory large app tokens gpu")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.memory_probe:
@@ -226,6 +250,13 @@ def main(argv=None) -> int:
             print(f"  app rerun: skipped ({r['error']})")
         else:
             report("app rerun after a layer change (demo model, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms", r["rerun_ms"] <= 150)
+    if "tokens" not in args.skip:
+        r = bench_tokens_click(repeats=5)
+        if r is None or "error" in r:
+            print(f"  tokens click: skipped ({'streamlit missing' if r is None else r['error']})")
+        else:
+            report("Tokens page after a patch click (ViT-B/16, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms",
+                   r["rerun_ms"] <= 150)
     if "gpu" not in args.skip and torch.cuda.is_available():
         r = bench_capture("vit_base_patch16_224", batch=8, repeats=max(10, repeats), device="cuda")
         print(f"  cuda bf16: fused forward {r['forward_s'] * 1000:.2f} ms, capture {r['capture_s'] * 1000:.2f} ms")
