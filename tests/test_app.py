@@ -782,6 +782,8 @@ def test_top_mass_panels_keep_the_dino_mass_per_head(app, vit, record):
     spec = vit.spec
     query = "cls" if spec.has_class_token else "mean"
     layer = app.slider(key="layer").value
+    assert not [c for c in app.get("plotly_chart") if c.proto.id.endswith("-mass_panels")]  # off by default
+    app.toggle(key="dino_show").set_value(True).run()
     app.slider(key="dino_mass").set_value(0.4).run()
     assert_clean(app)
     panels = chart(app, "mass_panels")

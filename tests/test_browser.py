@@ -95,8 +95,8 @@ def test_explorer_in_chromium(page, server, artifacts):
     page.goto(server)
     wait_idle(page)
     assert_no_exception(page, "start")
-    # overlay, top-5, layers × heads, top attention mass per head
-    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(4)
+    # overlay, top-5, layers × heads (the top-mass panels are opt-in)
+    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(3)
     page.screenshot(path=str(artifacts / "01_start.png"))
 
     # upload an image through the real file input

@@ -259,11 +259,70 @@ def perturbation_curves(
 # --------------------------------------------------------------------------- tokens
 
 
-@st.cache_data(show_spinner="Capturing the tokens…", max_entries=MAX_RESULTS)
+@st.cache_resource(show_spinner="Capturing the tokens…", max_entries=MAX_FORWARDS)
 def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.ndarray:
-    """``(L, T, D)`` float32: ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value)."""
+    """``(L, T, D)`` float32, read-only and shared (never copied on a rerun):
+    ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value)."""
     vit = get_model(ref)
-    return analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)[:, 0].numpy()
+    features = analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)[:, 0].numpy()
+    features.flags.writeable = False
+    return features
+
+
+def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> torch.Tensor:
+    """``(1, T, D)``: one layer of :func:`tokens` (a small copy the caller owns)."""
+    return torch.from_numpy(np.array(tokens(ref, digest, _image_bytes, kind)[layer : layer + 1]))
+
+
+@st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
+def token_pca(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer."""
+    spec = forward(ref, digest, _image_bytes).record.spec  # this input's geometry
+    rgb, fitted = analysis.feature_pca(layer_tokens(ref, digest, _image_bytes, kind, layer), spec, foreground=foreground)
+    return rgb[0].numpy(), fitted[0].numpy()
+
+
+@dataclass(frozen=True)
+class TokenNorms:
+    """Block-output norms ``(L, T)`` and the high-norm outliers found in them (patch tokens)."""
+
+    norms: np.ndarray
+    thresholds: np.ndarray  # (L,), inf where none
+    mask: np.ndarray  # (L, N) bool
+    fraction: np.ndarray  # (L,)
+    first_layer: int | None
+    prefix_mass: np.ndarray | None  # (L, heads) attention of patch queries to the prefix tokens
+    outlier_mass: np.ndarray | None  # (L, heads) ... to the outlier patches of each layer
+
+
+@st.cache_data(show_spinner="Measuring token norms…", max_entries=MAX_RESULTS)
+def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
+    """Norms, outliers (``analysis.high_norm_tokens``) and attention masses (``analysis.attention_mass``)."""
+    record = forward(ref, digest, _image_bytes).record
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    norms = analysis.token_norms(torch.from_numpy(np.array(tokens(ref, digest, _image_bytes, "token"))))[:, None]
+    found = analysis.high_norm_tokens(norms, prefix)  # mask (L, 1, N)
+    prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
+    outlier_mass = None
+    if found.mask.any():
+        outlier_mass = np.stack([
+            analysis.attention_mass(
+                _one_layer(record, layer),
+                torch.cat([torch.zeros(1, prefix, dtype=torch.bool), found.mask[layer]], dim=1),
+            )[0, 0].numpy()
+            for layer in range(spec.num_layers)
+        ])
+    return TokenNorms(norms=norms[:, 0].numpy(), thresholds=found.thresholds.numpy(), mask=found.mask[:, 0].numpy(),
+                      fraction=found.fraction.numpy(), first_layer=found.first_layer,
+                      prefix_mass=prefix_mass, outlier_mass=outlier_mass)
+
+
+def _one_layer(record: analysis.AttentionRecord, layer: int) -> analysis.AttentionRecord:
+    from dataclasses import replace
+
+    return replace(record, attentions=record.attentions[layer : layer + 1], layers=(record.layers[layer],))
 
 
 @st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)

@@ -51,7 +51,7 @@ PERSISTENT_KEYS = (
     "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
     "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
-    "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
+    "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
     "tok_layer", "tok_kind", "tok_foreground", "tok_other",
 )
 

@@ -150,36 +150,38 @@ download_npz(
 )
 
 st.subheader(f"Top attention mass per head · layer {layer} · query: {query_text}")
-st.session_state.setdefault("dino_mass", 0.6)
-mass = st.slider(
-    "Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass",
-    help="Per head, the fewest patches whose attention adds up to this fraction of the query's "
-    "attention over the patches (DINO, Caron et al. 2021, keep 60%).",
-)
-head_maps = maps[layer, :H]  # (heads, gh, gw)
-masks = top_mass_mask(head_maps, float(mass)).numpy()  # (heads, gh, gw) bool
-kept = np.where(masks, head_maps, np.nan)  # outside the mask: the plain image
-counts = masks.reshape(H, -1).sum(1)
-n_patches = spec.num_patches
-mass_cols = min(H, 6)
-mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps)
-show_chart(
-    figures.map_panels(
-        resources.background_uri(*cur.args), spec.img_size, list(kept), spec.patch_size,
-        [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)], ncols=mass_cols,
-        opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=mass_lo, zmax=mass_hi,
-        colorbar_title=f"attention probability ({mass_range})",
-        panel_height=240 if mass_cols >= 4 else 360,
-        query_patches=[query if isinstance(query, int) else None] * H,
-    ),
-    "mass_panels", filename=f"attention_top_mass_L{layer}",
-    on_select=patch_click("mass_panels", [spec.grid_size] * H, spec.grid_size),
-)
-st.caption(
-    f"Coloured: the patches holding {mass:.0%} of each head's attention; the rest shows the plain image. "
-    "A head that needs few patches attends sharply."
-)
-download_npz(
-    "mass_data", f"attention_top_mass_L{layer}", masks=masks, attention=head_maps, mass=float(mass),
-    layer=layer, query=str(query), patches_kept=counts,
-)
+if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
+             help="Per head, the fewest patches that hold a chosen share of the query's attention."):
+    st.session_state.setdefault("dino_mass", 0.6)
+    mass = st.slider(
+        "Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass",
+        help="Per head, the fewest patches whose attention adds up to this fraction of the query's "
+        "attention over the patches (DINO, Caron et al. 2021, keep 60%).",
+    )
+    head_maps = maps[layer, :H]  # (heads, gh, gw)
+    masks = top_mass_mask(head_maps, float(mass)).numpy()  # (heads, gh, gw) bool
+    kept = np.where(masks, head_maps, np.nan)  # outside the mask: the plain image
+    counts = masks.reshape(H, -1).sum(1)
+    n_patches = spec.num_patches
+    mass_cols = min(H, 6)
+    mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps)
+    show_chart(
+        figures.map_panels(
+            resources.background_uri(*cur.args), spec.img_size, list(kept), spec.patch_size,
+            [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)], ncols=mass_cols,
+            opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=mass_lo, zmax=mass_hi,
+            colorbar_title=f"attention probability ({mass_range})",
+            panel_height=240 if mass_cols >= 4 else 360,
+            query_patches=[query if isinstance(query, int) else None] * H,
+        ),
+        "mass_panels", filename=f"attention_top_mass_L{layer}",
+        on_select=patch_click("mass_panels", [spec.grid_size] * H, spec.grid_size),
+    )
+    st.caption(
+        f"Coloured: the patches holding {mass:.0%} of each head's attention; the rest shows the plain image. "
+        "A head that needs few patches attends sharply."
+    )
+    download_npz(
+        "mass_data", f"attention_top_mass_L{layer}", masks=masks, attention=head_maps, mass=float(mass),
+        layer=layer, query=str(query), patches_kept=counts,
+    )

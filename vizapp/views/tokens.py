@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
-import torch
 
-from analysis import ViTSpec, attention_mass, feature_pca, high_norm_tokens, patch_similarity, token_norms
+from analysis import ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS
 from vizapp import figures, inputs, resources
 from vizapp.refs import ImageRef
@@ -38,9 +37,8 @@ with right:
                            help="A first PCA's first component splits the patches; the smaller side is refitted, the rest drawn black.")
     query = query_controls(spec)
 
-features = resources.tokens(*cur.args, kind)  # (L, T, D)
-layer_tokens = torch.from_numpy(features[layer : layer + 1])  # (1, T, D)
-rgb, fitted = feature_pca(layer_tokens, spec, foreground=foreground)  # (1, gh, gw, 3), (1, gh, gw)
+layer_tokens = resources.layer_tokens(*cur.args, kind, layer)  # (1, T, D)
+rgb, fitted = resources.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
 (gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
 
 with left:
@@ -49,7 +47,7 @@ with left:
     xs, ys = figures.patch_centres(spec.grid_size, spec.patch_size)
     pca_figure = go.Figure(
         data=[
-            dict(type="image", z=np.round(rgb[0].numpy() * 255).astype(np.uint8), x0=pw / 2, dx=pw, y0=ph / 2, dy=ph,
+            dict(type="image", z=np.round(rgb * 255).astype(np.uint8), x0=pw / 2, dx=pw, y0=ph / 2, dy=ph,
                  hoverinfo="skip", name="PCA"),
             dict(type="scatter", x=xs, y=ys, mode="markers", marker=dict(color="rgba(0,0,0,0)", size=8),
                  customdata=np.stack([index, np.zeros_like(index)], axis=1), showlegend=False, name="patches",
@@ -70,7 +68,7 @@ with left:
                on_select=patch_click("tok_pca", [spec.grid_size], spec.grid_size))
     st.caption("Red, green, blue: the first three principal components of this layer's patch features, each "
                "scaled to 0–1 over the fitted patches. Click a patch to see what resembles it.")
-    download_npz("tok_pca_data", f"pca_{kind}_L{layer}", rgb=rgb[0].numpy(), fitted=fitted[0].numpy(), layer=layer)
+    download_npz("tok_pca_data", f"pca_{kind}_L{layer}", rgb=rgb, fitted=fitted, layer=layer)
 
 # --------------------------------------------------------------------------- similarity
 query_text = describe_query(query, spec)
@@ -96,7 +94,7 @@ with sim_right:
     if other_name != "none":
         other = ImageRef.from_bytes(other_name, inputs.read_sample(other_name))
         other_args = (cur.model, other.digest, other.data)
-        other_tokens = torch.from_numpy(resources.tokens(*other_args, kind)[layer : layer + 1])
+        other_tokens = resources.layer_tokens(*other_args, kind, layer)
         other_similarity = patch_similarity(layer_tokens, spec, similarity_query, other=other_tokens).numpy()
         show_chart(
             figures.attention_overlay(
@@ -113,68 +111,96 @@ download_npz("tok_similarity_data", f"similarity_{kind}_L{layer}", similarity=si
 
 # --------------------------------------------------------------------------- norms and outliers
 st.subheader("Token norms and high-norm outliers")
-block_tokens = resources.tokens(*cur.args, "token")  # (L, T, D)
-norms = token_norms(torch.from_numpy(block_tokens))[:, None]  # (L, 1, T)
-outliers = high_norm_tokens(norms, prefix)
-norm_left, norm_right = st.columns(2, gap="medium")
-layer_norms = norms[layer, 0, prefix:].numpy()
-threshold = float(outliers.thresholds[layer])
-found = outliers.positions(layer)
-with norm_left:
-    norm_figure = figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, layer_norms.reshape(gh, gw), spec.patch_size,
-        opacity=0.75, colorscale=cur.colorscale, zmin=0.0, zmax=float(layer_norms.max()),
+
+
+# The charts below do not depend on the query: built once per (model, image, layer, colours)
+# and shared (cache_resource), so a click re-renders only the PCA outline and the similarity.
+@st.cache_resource(show_spinner=False, max_entries=64)
+def norm_figures(ref, digest: str, _image_bytes: bytes, layer: int, colorscale: str) -> tuple[go.Figure, go.Figure, list[int]]:
+    summary = resources.token_norms(ref, digest, _image_bytes)
+    layer_norms = summary.norms[layer, prefix:]  # (N,)
+    found = np.flatnonzero(summary.mask[layer]).tolist()
+    overlay = figures.attention_overlay(
+        resources.background_uri(ref, digest, _image_bytes), spec.img_size, layer_norms.reshape(gh, gw), spec.patch_size,
+        opacity=0.75, colorscale=colorscale, zmin=0.0, zmax=float(layer_norms.max()),
         colorbar_title="‖block output‖₂ (0–max)", title=f"Layer {layer}: {len(found)} outlier patch(es)", height=420,
     )
     for patch in found:
         r, c = divmod(patch, gw)
-        norm_figure.add_shape(type="rect", x0=c * pw, y0=r * ph, x1=(c + 1) * pw, y1=(r + 1) * ph,
-                              line=dict(color="#00e5ff", width=2.5, dash="dot"))
-    show_chart(norm_figure, "tok_norms", filename=f"token_norms_L{layer}")
-with norm_right:
+        overlay.add_shape(type="rect", x0=c * pw, y0=r * ph, x1=(c + 1) * pw, y1=(r + 1) * ph,
+                          line=dict(color="#00e5ff", width=2.5, dash="dot"))
     histogram = go.Figure(
         data=[dict(type="histogram", x=layer_norms, nbinsx=40, marker=dict(color="#3b528b"), name="patch tokens")],
         layout=dict(height=420, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white", bargap=0.05,
                     title=dict(text=f"Patch-token norms, layer {layer}", font=dict(size=14)),
                     xaxis=dict(title=dict(text="‖block output‖₂")), yaxis=dict(title=dict(text="patches"))),
     )
+    threshold = float(summary.thresholds[layer])
     if np.isfinite(threshold):
         histogram.add_vline(x=threshold, line=dict(color="#e16462", dash="dash"),
                             annotation_text=f"threshold {threshold:.3g}", annotation_position="top right")
+    return overlay, histogram, found
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: str) -> go.Figure:
+    summary = resources.token_norms(ref, digest, _image_bytes)
+    value = summary.prefix_mass if name == "prefix tokens" else summary.outlier_mass
+    return go.Figure(
+        data=[dict(type="heatmap", z=value, zmin=0, zmax=1, colorscale=figures.colour_stops(colorscale),
+                   colorbar=dict(title=dict(text="mass (0–1)", side="right")),
+                   hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>")],
+        layout=dict(height=360, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
+                    title=dict(text=f"To the {name}", font=dict(size=14)),
+                    xaxis=dict(title=dict(text="head"), dtick=1), yaxis=dict(title=dict(text="layer"), dtick=1)),
+    )
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.Figure, go.Figure]:
+    lens = resources.logit_lens_probabilities(ref, digest, _image_bytes)  # (L, classes)
+    names = get_names(lens.shape[1])
+    final = int(lens[-1].argmax())
+    curve = go.Figure(
+        data=[dict(type="scatter", x=list(range(L)), y=lens[:, final], mode="lines+markers",
+                   line=dict(color="#21918c"), name=names[final], hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>")],
+        layout=dict(height=340, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
+                    title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
+                    xaxis=dict(title=dict(text="layer"), dtick=1), yaxis=dict(title=dict(text="probability"), range=[0, 1.02])),
+    )
+    order = np.argsort(-lens[layer])[:5]
+    return curve, figures.predictions_bar([names[i] for i in order], lens[layer, order])
+
+
+def get_names(classes: int) -> list[str]:
+    return cur.vit.class_names or [f"class {i}" for i in range(classes)]
+
+
+summary = resources.token_norms(*cur.args)
+norm_overlay, histogram, found = norm_figures(*cur.args, layer, cur.colorscale)
+norm_left, norm_right = st.columns(2, gap="medium")
+with norm_left:
+    show_chart(norm_overlay, "tok_norms", filename=f"token_norms_L{layer}")
+with norm_right:
     show_chart(histogram, "tok_norm_hist", filename=f"token_norm_histogram_L{layer}")
-first = outliers.first_layer
+first = summary.first_layer
 st.caption(
     "Outliers: per layer, the largest gap in log-norm among the top 10% of patch tokens, when the norms across "
     f"it differ at least 2× (no fixed threshold). First layer with outliers: {first if first is not None else 'none'}; "
-    f"fraction per layer: {', '.join(f'{f:.1%}' for f in outliers.fraction.tolist())}."
+    f"fraction per layer: {', '.join(f'{f:.1%}' for f in summary.fraction.tolist())}."
 )
-download_npz("tok_norm_data", "token_norms", norms=norms[:, 0].numpy(), thresholds=outliers.thresholds.numpy(),
-             outlier_mask=outliers.mask[:, 0].numpy())
+download_npz("tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds,
+             outlier_mask=summary.mask)
 
-# --------------------------------------------------------------------------- attention mass
 st.subheader("Attention mass to prefix tokens and to outliers")
-record = resources.forward(*cur.args).record
-mass_prefix = attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None  # (L, heads)
-mass_outliers = None
-if outliers.mask.any():
-    key_mask = torch.zeros(L, 1, spec.num_tokens, dtype=torch.bool)
-    key_mask[:, :, prefix:] = outliers.mask
-    mass_outliers = np.stack([attention_mass(record, key_mask[lyr])[lyr, 0].numpy() for lyr in range(L)])
-panels = [(name, value) for name, value in (("prefix tokens", mass_prefix), ("outlier patches", mass_outliers))
+panels = [(name, value) for name, value in (("prefix tokens", summary.prefix_mass), ("outlier patches", summary.outlier_mass))
           if value is not None]
 if panels:
     columns = st.columns(len(panels), gap="medium")
-    for column, (name, value) in zip(columns, panels):
+    for column, (name, _value) in zip(columns, panels):
         with column:
-            heatmap = go.Figure(
-                data=[dict(type="heatmap", z=value, zmin=0, zmax=1, colorscale=figures.colour_stops(cur.colorscale),
-                           colorbar=dict(title=dict(text="mass (0–1)", side="right")),
-                           hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>")],
-                layout=dict(height=360, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
-                            title=dict(text=f"To the {name}", font=dict(size=14)),
-                            xaxis=dict(title=dict(text="head"), dtick=1), yaxis=dict(title=dict(text="layer"), dtick=1)),
-            )
-            show_chart(heatmap, f"tok_mass_{name.split()[0]}", filename=f"attention_mass_{name.replace(' ', '_')}")
+            show_chart(mass_figure(*cur.args, name, cur.colorscale), f"tok_mass_{name.split()[0]}",
+                       filename=f"attention_mass_{name.replace(' ', '_')}")
     st.caption("Mean over the patch queries of the attention they give to these keys (1 = all of it).")
     download_npz("tok_mass_data", "attention_mass", **{name.replace(" ", "_"): value for name, value in panels})
 else:
@@ -185,23 +211,12 @@ st.subheader("Logit lens")
 if not spec.has_classifier:
     st.caption("No class head: the logit lens reads each layer through the classifier, which this model lacks.")
 else:
-    lens = resources.logit_lens_probabilities(*cur.args)  # (L, classes)
-    names = cur.vit.class_names or [f"class {i}" for i in range(lens.shape[1])]
-    final = int(lens[-1].argmax())
+    curve, top5 = lens_figures(*cur.args, layer)
     lens_left, lens_right = st.columns(2, gap="medium")
     with lens_left:
-        curve = go.Figure(
-            data=[dict(type="scatter", x=list(range(L)), y=lens[:, final], mode="lines+markers",
-                       line=dict(color="#21918c"), name=names[final],
-                       hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>")],
-            layout=dict(height=340, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
-                        title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
-                        xaxis=dict(title=dict(text="layer"), dtick=1), yaxis=dict(title=dict(text="probability"), range=[0, 1.02])),
-        )
         show_chart(curve, "tok_lens", filename="logit_lens")
     with lens_right:
-        order = np.argsort(-lens[layer])[:5]
-        show_chart(figures.predictions_bar([names[i] for i in order], lens[layer, order]), "tok_lens_top5",
-                   filename=f"logit_lens_top5_L{layer}")
+        show_chart(top5, "tok_lens_top5", filename=f"logit_lens_top5_L{layer}")
         st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
-    download_npz("tok_lens_data", "logit_lens", probabilities=lens, class_names=np.array(names))
+    lens = resources.logit_lens_probabilities(*cur.args)
+    download_npz("tok_lens_data", "logit_lens", probabilities=lens, class_names=np.array(get_names(lens.shape[1])))
