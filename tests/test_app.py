@@ -818,7 +818,7 @@ def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record,
     model_input = np.asarray(vit.model_input_image(analysis.load_image(first_sample())), dtype=np.uint8)
     np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear"))
     assert kwargs.get("output_format") == "PNG"
-    assert "Figure 6" in app.get("image")[0].proto.imgs[0].caption
+    assert "Figure 6" in kwargs.get("caption", "")
 
 
 def test_a_patch_query_keeps_its_image_position_when_the_grid_changes(app):
@@ -957,4 +957,5 @@ def test_register_tokens_are_queries_by_name(app):
     record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(current.image.data)))
     layer = app.slider(key="layer").value
     expected = analysis.attention_map(record, layer, head=None, query="prefix:2")[0].numpy()
-    np.testing.assert_allclose(overlay_map(chart(app, "attn_overlay")), expected, rtol=1e-5, atol=1e-7)
+    # 1374 tokens of random weights: float32 summation order differs between torch builds (1e-4 relative)
+    np.testing.assert_allclose(overlay_map(chart(app, "attn_overlay")), expected, rtol=1e-4, atol=1e-6)

@@ -199,6 +199,8 @@ def _requested_model() -> ModelRef | None:
             help="The file's architecture: a timm name, or torchvision:vit_b_16 for a torchvision state dict.",
         ).strip()
         ref = ModelRef(path, arch=arch or None) if path else None
+    if RESOLUTION_PENDING in st.session_state:  # the value from before a step change (see render_sidebar)
+        st.session_state["resolution"] = st.session_state.pop(RESOLUTION_PENDING)
     step = int(st.session_state.get(RESOLUTION_STEP, 16))  # the last loaded model's patch side
     resolution = st.sidebar.number_input(
         "Input resolution (px, 0 = the model's own)", min_value=0, max_value=1024, step=step, key="resolution",
@@ -303,6 +305,7 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
 
 
 RESOLUTION_STEP = "_resolution_step"  # session key: the loaded model's patch side, the stepper's step
+RESOLUTION_PENDING = "_resolution_pending"  # the stepper's value across a step change
 RANDOM_WEIGHTS_BANNER = (
     "**Random weights.** This model was not trained: its attention, rollout, distances, position "
     "embeddings and filters show an initialisation, not what a trained ViT does. Use them to check "
@@ -322,6 +325,8 @@ def render_sidebar() -> Current:
     step = math.lcm(ph, pw)  # a square input whose side is a multiple of both patch sides
     if st.session_state.get(RESOLUTION_STEP, 16) != step:
         st.session_state[RESOLUTION_STEP] = step
+        # a new step is a new widget for some Streamlit versions (1.52 resets its value): carry it over
+        st.session_state[RESOLUTION_PENDING] = st.session_state.get("resolution", 0)
         st.rerun()  # redraw the resolution stepper with this model's step (models are cached)
     prefix = spec.num_prefix_tokens
     prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
