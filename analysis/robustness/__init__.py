@@ -1,0 +1,28 @@
+"""Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
+
+from .curves import PERTURBATIONS, RobustnessCurve, perturb, robustness_curve
+from .perturbations import (
+    DROP_SELECTIONS,
+    drop_pixels,
+    gaussian_blur,
+    gaussian_noise,
+    patch_drop_indices,
+    shuffle_grids,
+    shuffle_patches,
+    token_drop,
+)
+
+__all__ = [
+    "PERTURBATIONS",
+    "RobustnessCurve",
+    "perturb",
+    "robustness_curve",
+    "DROP_SELECTIONS",
+    "drop_pixels",
+    "gaussian_blur",
+    "gaussian_noise",
+    "patch_drop_indices",
+    "shuffle_grids",
+    "shuffle_patches",
+    "token_drop",
+]

@@ -1,0 +1,151 @@
+"""Robustness curves: accuracy (or agreement with the clean prediction) against the level of
+one perturbation, streamed over an image set, with the ViT's attention summary per level."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..capture import capture_attention
+from ..distance import mean_attention_distance
+from ..errors import AnalysisError
+from ..images import load_image
+from ..rollout import attention_rollout
+from .perturbations import drop_pixels, gaussian_blur, gaussian_noise, patch_drop_indices, shuffle_patches, token_drop
+
+__all__ = ["PERTURBATIONS", "RobustnessCurve", "perturb", "robustness_curve"]
+
+#: perturbation -> what its level means
+PERTURBATIONS = {
+    "token_drop": "fraction of patch tokens removed after the position embedding (ViT only)",
+    "pixel_drop": "fraction of patches set to the mean colour",
+    "shuffle": "shuffle grid g (g x g blocks permuted; 1 = none)",
+    "noise": "Gaussian noise σ (normalised units)",
+    "blur": "Gaussian blur σ (pixels)",
+}
+
+
+@dataclass(frozen=True)
+class RobustnessCurve:
+    """One value per level. ``score``: top-1 accuracy against ``labels``, or, without labels,
+    agreement with the clean prediction (``metric`` says which). ``probability``: mean softmax
+    probability of the label (or the clean prediction). ViT only (NaN otherwise, and for token
+    drop): ``attention_distance`` (mean over layers, heads and images, input pixels) and
+    ``rollout_entropy`` (nats, of the class-token rollout normalised over the patches)."""
+
+    perturbation: str
+    levels: tuple[float, ...]
+    metric: str
+    score: np.ndarray
+    probability: np.ndarray
+    attention_distance: np.ndarray
+    rollout_entropy: np.ndarray
+    images: int
+
+
+def perturb(vit, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(pixels', dropped token indices or None)`` for one image batch at one level."""
+    spec = vit.spec
+    if perturbation == "pixel_drop":
+        return drop_pixels(pixels, spec, patch_drop_indices(spec, level, seed=seed)), None
+    if perturbation == "token_drop":
+        return pixels, patch_drop_indices(spec, level, seed=seed)
+    if perturbation == "shuffle":
+        return shuffle_patches(pixels, spec, int(level), seed=seed), None
+    if perturbation == "noise":
+        return gaussian_noise(pixels, float(level), seed=seed), None
+    if perturbation == "blur":
+        return gaussian_blur(pixels, float(level)), None
+    raise AnalysisError(f"perturbation must be one of {', '.join(PERTURBATIONS)}, got {perturbation!r}.")
+
+
+def _entropy(maps: torch.Tensor) -> torch.Tensor:
+    p = maps.flatten(1).double()
+    p = p / p.sum(1, keepdim=True).clamp(min=1e-300)
+    return -(p * p.clamp(min=1e-300).log()).sum(1)
+
+
+def robustness_curve(
+    vit,
+    images: Sequence,
+    perturbation: str,
+    levels: Sequence[float],
+    labels: Sequence[int] | None = None,
+    *,
+    seed: int = 0,
+    attention: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> RobustnessCurve:
+    """Score ``vit`` on every image at every level of ``perturbation`` (:data:`PERTURBATIONS`).
+
+    images: paths, bytes, PIL images or preprocessed ``(3, H, W)`` tensors. Image ``i`` at any
+    level uses seed ``seed + i``, so random drops and shuffles are reproducible. Images are
+    processed one at a time (``progress(done, total)`` after each), so memory does not grow
+    with the set. ``attention=False`` skips the attention summary (faster).
+    """
+    if perturbation not in PERTURBATIONS:
+        raise AnalysisError(f"perturbation must be one of {', '.join(PERTURBATIONS)}, got {perturbation!r}.")
+    levels = tuple(float(level) for level in levels)
+    if not levels:
+        raise AnalysisError("levels is empty: pass the perturbation levels to measure, e.g. [0, 0.25, 0.5].")
+    if len(images) == 0:
+        raise AnalysisError("No images: pass at least one.")
+    if labels is not None and len(labels) != len(images):
+        raise AnalysisError(f"{len(labels)} labels for {len(images)} images.")
+    if perturbation == "shuffle":
+        for level in levels:
+            if level != int(level):
+                raise AnalysisError(f"Shuffle levels are whole grid sizes, got {level}.")
+    if perturbation == "token_drop":
+        token_drop(vit, [])  # refuses models where token drop is undefined, before any work
+    spec = vit.spec
+    classes = spec.num_outputs
+    if not spec.has_classifier:
+        raise AnalysisError("Robustness curves score class predictions, and this model has no class head.")
+    steps = len(levels)
+    score = np.zeros(steps)
+    probability = np.zeros(steps)
+    distance = np.zeros(steps)
+    entropy = np.zeros(steps)
+    with_attention = attention and perturbation != "token_drop"
+    for index, image in enumerate(images):
+        if isinstance(image, torch.Tensor):
+            pixels = image[None]
+        else:
+            pixels = vit.preprocess(image.convert("RGB") if isinstance(image, Image.Image) else load_image(image))
+        with torch.no_grad():
+            clean = vit.model(pixels.to(vit.device)).float().cpu()
+        reference = int(labels[index]) if labels is not None else int(clean.argmax(-1)[0])
+        if not 0 <= reference < classes:
+            raise AnalysisError(f"Label {reference} of image {index} is not one of the {classes} classes.")
+        for step, level in enumerate(levels):
+            perturbed, dropped = perturb(vit, pixels, perturbation, level, seed=seed + index)
+            if with_attention:
+                record = capture_attention(vit, perturbed)
+                logits = record.logits
+                distance[step] += float(mean_attention_distance(record).mean())
+                entropy[step] += float(_entropy(attention_rollout(record))[0])
+            else:
+                with torch.no_grad():
+                    if dropped is not None:
+                        with token_drop(vit, dropped):
+                            logits = vit.model(perturbed.to(vit.device)).float().cpu()
+                    else:
+                        logits = vit.model(perturbed.to(vit.device)).float().cpu()
+            score[step] += float(int(logits.argmax(-1)[0]) == reference)
+            probability[step] += float(logits.float().softmax(-1)[0, reference])
+        if progress is not None:
+            progress(index + 1, len(images))
+    n = len(images)
+    nan = np.full(steps, math.nan)
+    return RobustnessCurve(
+        perturbation=perturbation, levels=levels, metric="accuracy" if labels is not None else "agreement",
+        score=score / n, probability=probability / n,
+        attention_distance=distance / n if with_attention else nan,
+        rollout_entropy=entropy / n if with_attention else nan, images=n,
+    )

@@ -1,0 +1,172 @@
+"""Perturbations of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021):
+patch drop (as pixels, for any model, or as tokens removed from a ViT's sequence), patch
+shuffle, Gaussian noise and blur. Pure functions of the pixels, except :func:`token_drop`,
+which hooks one call of the model (this thread only) and removes the hook afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..checks import check_int
+from ..errors import AnalysisError
+from ..spec import ViTSpec
+
+__all__ = [
+    "DROP_SELECTIONS",
+    "patch_drop_indices",
+    "drop_pixels",
+    "token_drop",
+    "shuffle_grids",
+    "shuffle_patches",
+    "gaussian_noise",
+    "gaussian_blur",
+]
+
+#: ``random`` (seeded), ``most_salient`` / ``least_salient`` (by a saliency map: any
+#: ``explain`` method or rollout), ``foreground`` / ``background`` (of a known object mask; the
+#: fraction is then of that region).
+DROP_SELECTIONS = ("random", "most_salient", "least_salient", "foreground", "background")
+
+
+def _check_fraction(fraction) -> float:
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0.0 <= float(fraction) <= 1.0:
+        raise AnalysisError(f"fraction must be in [0, 1], got {fraction!r}.")
+    return float(fraction)
+
+
+def patch_drop_indices(
+    spec: ViTSpec, fraction: float, *, selection: str = "random", seed: int = 0, saliency=None, mask=None
+) -> torch.Tensor:
+    """Row-major indices of the patches to drop: ``round(fraction · n)`` of the ``n``
+    candidates (all patches, or the object's / the background's patches), chosen by
+    ``selection`` (:data:`DROP_SELECTIONS`). Ties in saliency keep patch order."""
+    fraction = _check_fraction(fraction)
+    if selection not in DROP_SELECTIONS:
+        raise AnalysisError(f"selection must be one of {', '.join(DROP_SELECTIONS)}, got {selection!r}.")
+    n = spec.num_patches
+    generator = torch.Generator().manual_seed(int(seed))
+    if selection in ("most_salient", "least_salient"):
+        if saliency is None:
+            raise AnalysisError(f"selection={selection!r} needs a saliency map (e.g. from explain or rollout).")
+        values = torch.as_tensor(saliency).detach().double().reshape(-1)
+        if values.numel() != n:
+            raise AnalysisError(f"The saliency map has {values.numel()} values for {n} patches.")
+        order = torch.sort(-values if selection == "most_salient" else values, stable=True).indices
+        return order[: int(round(fraction * n))]
+    if selection in ("foreground", "background"):
+        if mask is None:
+            raise AnalysisError(f"selection={selection!r} needs the object's (gh, gw) patch mask.")
+        region = torch.as_tensor(np.asarray(mask, dtype=bool)).reshape(-1)
+        if region.numel() != n:
+            raise AnalysisError(f"The mask has {region.numel()} patches, the model's grid {n}.")
+        candidates = torch.nonzero(region if selection == "foreground" else ~region).flatten()
+    else:
+        candidates = torch.arange(n)
+    chosen = candidates[torch.randperm(len(candidates), generator=generator)]
+    return torch.sort(chosen[: int(round(fraction * len(candidates)))]).values
+
+
+def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, fill: float = 0.0) -> torch.Tensor:
+    """``(B, 3, H, W)`` copy with the patches ``indices`` set to ``fill`` (0 in normalised
+    space: the dataset mean colour). Works for any model, CNNs included."""
+    out = pixels.clone()
+    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
+    for index in torch.as_tensor(indices).tolist():
+        r, c = divmod(int(index), gw)
+        out[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = fill
+    return out
+
+
+@contextlib.contextmanager
+def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
+    """Within the block, this thread's forward passes of ``vit.model`` drop the patch tokens
+    ``indices`` right after the position embedding (the paper's protocol); prefix tokens are
+    kept. Needs a ViT with an absolute position embedding added before the blocks (timm's
+    ``VisionTransformer``: ViT, DeiT, DINOv2, SigLIP, ...): with RoPE or relative-position
+    bias the remaining tokens' positions would be wrong, so those are refused."""
+    model = getattr(vit, "model", None)
+    spec = getattr(vit, "spec", None)
+    if spec is None or model is None or not hasattr(model, "blocks"):
+        raise AnalysisError("Token drop needs a ViT loaded with load_vit; for a CNN drop pixels (drop_pixels).")
+    site = getattr(model, "patch_drop", None)
+    if site is None or spec.position_embedding != "learned" or spec.family != "VisionTransformer":
+        raise AnalysisError(
+            f"Token drop needs a learned absolute position embedding added before the blocks; this "
+            f"{spec.family} uses {spec.position_embedding} positions. Drop pixels instead (drop_pixels)."
+        )
+    keep_patches = torch.ones(spec.num_patches, dtype=torch.bool)
+    keep_patches[torch.as_tensor(indices, dtype=torch.long)] = False
+    keep = torch.cat([torch.ones(spec.num_prefix_tokens, dtype=torch.bool), keep_patches])  # (T,)
+    owner = threading.get_ident()
+
+    def drop(module, args, output):
+        if threading.get_ident() != owner or bool(keep.all()):
+            return output  # fraction 0: the very same tensor, logits unchanged
+        if output.shape[1] != len(keep):
+            raise AnalysisError(f"Expected {len(keep)} tokens after the position embedding, got {output.shape[1]}.")
+        return output[:, keep.to(output.device)]
+
+    handle = site.register_forward_hook(drop)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def shuffle_grids(spec: ViTSpec) -> list[int]:
+    """Shuffle grids ``g`` whose ``g x g`` blocks are whole patches: ``g`` divides both sides of the patch grid."""
+    gh, gw = spec.grid_size
+    return [g for g in range(1, min(gh, gw) + 1) if gh % g == 0 and gw % g == 0]
+
+
+def shuffle_patches(pixels: torch.Tensor, spec: ViTSpec, grid: int, *, seed: int = 0) -> torch.Tensor:
+    """Cut the image into ``grid x grid`` blocks and permute them (seeded; ``grid=1`` returns
+    the pixels unchanged). The same permutation for every image of the batch."""
+    grid = check_int("grid", grid, minimum=1)
+    allowed = shuffle_grids(spec)
+    if grid not in allowed:
+        raise AnalysisError(f"A {grid}x{grid} shuffle does not split the {spec.grid_size[0]}x{spec.grid_size[1]} "
+                            f"patch grid into whole patches; use one of {allowed}.")
+    if grid == 1:
+        return pixels.clone()
+    batch, channels, height, width = pixels.shape
+    bh, bw = height // grid, width // grid
+    blocks = pixels.reshape(batch, channels, grid, bh, grid, bw).permute(0, 2, 4, 1, 3, 5).reshape(batch, grid * grid, channels, bh, bw)
+    order = torch.randperm(grid * grid, generator=torch.Generator().manual_seed(int(seed)))
+    blocks = blocks[:, order].reshape(batch, grid, grid, channels, bh, bw).permute(0, 3, 1, 4, 2, 5)
+    return blocks.reshape(batch, channels, height, width)
+
+
+def gaussian_noise(pixels: torch.Tensor, sigma: float, *, seed: int = 0) -> torch.Tensor:
+    """``x + σ·ε``, ``ε ~ N(0, 1)`` (seeded), in normalised units."""
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or sigma < 0:
+        raise AnalysisError(f"sigma must be a non-negative number, got {sigma!r}.")
+    noise = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(int(seed)))
+    return pixels + float(sigma) * noise.to(pixels.dtype)
+
+
+def gaussian_blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur with standard deviation ``sigma`` pixels (edges replicated;
+    ``sigma = 0`` is the identity)."""
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or sigma < 0:
+        raise AnalysisError(f"sigma must be a non-negative number, got {sigma!r}.")
+    if sigma == 0:
+        return pixels.clone()
+    radius = max(1, int(math.ceil(3 * sigma)))
+    offsets = torch.arange(-radius, radius + 1, dtype=torch.float32)
+    kernel = torch.exp(-0.5 * (offsets / float(sigma)) ** 2)
+    kernel = (kernel / kernel.sum()).to(pixels.dtype)
+    out = pixels
+    for shape, pad in (((1, 1, 1, -1), (radius, radius, 0, 0)), ((1, 1, -1, 1), (0, 0, radius, radius))):
+        flat = F.pad(out.reshape(-1, 1, *out.shape[-2:]), pad, mode="replicate")
+        out = F.conv2d(flat, kernel.reshape(shape)).reshape(pixels.shape)
+    return out

@@ -1,0 +1,202 @@
+"""Robustness perturbations: identities at level 0, exact selections, seeds, typed errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import analysis
+from analysis import AnalysisError, capture_attention
+from analysis.robustness import (
+    drop_pixels,
+    gaussian_blur,
+    gaussian_noise,
+    patch_drop_indices,
+    shuffle_grids,
+    shuffle_patches,
+    token_drop,
+)
+from conftest import random_pixels
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return analysis.load_vit("demo", device="cpu")
+
+
+def test_token_drop_at_fraction_zero_and_shuffle_at_one_are_the_clean_logits(demo, vits):
+    for vit in (demo, vits["registers"], vits["no_class_token"]):
+        pixels = random_pixels(vit)
+        with torch.no_grad():
+            clean = vit.model(pixels)
+            with token_drop(vit, patch_drop_indices(vit.spec, 0.0)):
+                dropped = vit.model(pixels)
+            shuffled = vit.model(shuffle_patches(pixels, vit.spec, 1))
+        assert torch.equal(dropped, clean) and torch.equal(shuffled, clean)
+        for module in vit.model.modules():
+            assert not module._forward_hooks
+
+
+def test_token_drop_removes_exactly_the_chosen_tokens(demo, vits):
+    vit = vits["registers"]
+    spec = vit.spec
+    pixels = random_pixels(vit)
+    dropped = patch_drop_indices(spec, 0.5, seed=3)
+    seen = []
+    handle = vit.model.blocks[0].register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[1]))
+    try:
+        with torch.no_grad(), token_drop(vit, dropped):
+            vit.model(pixels)
+        with torch.no_grad(), token_drop(vit, patch_drop_indices(spec, 1.0)):
+            vit.model(pixels)  # everything dropped: only the prefix tokens remain
+    finally:
+        handle.remove()
+    assert seen == [spec.num_tokens - len(dropped), spec.num_prefix_tokens]
+    # the kept tokens are the reference model's own tokens at those positions
+    keep = torch.ones(spec.num_tokens, dtype=torch.bool)
+    keep[spec.num_prefix_tokens + dropped] = False
+    model = vit.model
+    with torch.no_grad():
+        x = model._pos_embed(model.patch_embed(pixels))[:, keep]
+        x = model.norm_pre(x)
+        for block in model.blocks:
+            x = block(x)
+        expected = model.forward_head(model.norm(x))
+        with token_drop(vit, dropped):
+            got = model(pixels)
+    torch.testing.assert_close(got, expected)
+
+
+def test_random_drops_are_reproducible_by_seed(demo):
+    spec = demo.spec
+    a, b, c = (patch_drop_indices(spec, 0.3, seed=s) for s in (7, 7, 8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert len(a) == round(0.3 * spec.num_patches) and len(set(a.tolist())) == len(a)
+    assert len(patch_drop_indices(spec, 1.0)) == spec.num_patches and len(patch_drop_indices(spec, 0.0)) == 0
+
+
+def test_foreground_drop_on_a_demo_scene_removes_exactly_the_mask(demo):
+    from analysis.demo.data import generate_samples
+    from analysis.faithfulness import patch_mask
+
+    images, _, masks = generate_samples(1, 99)
+    spec = demo.spec
+    object_patches = patch_mask(masks[0], spec.patch_size, spec.grid_size)
+    dropped = patch_drop_indices(spec, 1.0, selection="foreground", mask=object_patches)
+    assert sorted(dropped.tolist()) == np.flatnonzero(object_patches).tolist()
+    pixels = demo.preprocess(images[0])
+    out = drop_pixels(pixels, spec, dropped)
+    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
+    for index in range(spec.num_patches):
+        r, c = divmod(index, gw)
+        block = out[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw]
+        original = pixels[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw]
+        assert torch.equal(block, torch.zeros_like(block) if object_patches.flat[index] else original)
+    background = patch_drop_indices(spec, 1.0, selection="background", mask=object_patches)
+    assert set(background.tolist()) | set(dropped.tolist()) == set(range(spec.num_patches))
+    assert not set(background.tolist()) & set(dropped.tolist())
+
+
+def test_salient_drops_follow_the_map(demo):
+    saliency = torch.arange(demo.spec.num_patches, dtype=torch.float32).reshape(demo.spec.grid_size)
+    most = patch_drop_indices(demo.spec, 0.25, selection="most_salient", saliency=saliency)
+    least = patch_drop_indices(demo.spec, 0.25, selection="least_salient", saliency=saliency)
+    n = demo.spec.num_patches
+    assert most.tolist() == list(range(n - 1, n - 1 - len(most), -1)) and least.tolist() == list(range(len(least)))
+
+
+def test_shuffle_permutes_whole_blocks(demo):
+    spec = demo.spec  # 8 x 8 patches
+    assert shuffle_grids(spec) == [1, 2, 4, 8]
+    pixels = torch.arange(2 * 3 * 48 * 48, dtype=torch.float32).reshape(2, 3, 48, 48)
+    shuffled = shuffle_patches(pixels, spec, 4, seed=1)
+    blocks = lambda x: {tuple(x[0, :, r * 12 : (r + 1) * 12, c * 12 : (c + 1) * 12].flatten()[:3].tolist())  # noqa: E731
+                        for r in range(4) for c in range(4)}
+    assert blocks(shuffled) == blocks(pixels) and not torch.equal(shuffled, pixels)
+    assert torch.equal(shuffle_patches(pixels, spec, 4, seed=1), shuffled)
+    assert sorted(shuffled.flatten().tolist()) == sorted(pixels.flatten().tolist())
+
+
+def test_noise_and_blur():
+    pixels = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(gaussian_noise(pixels, 0.0), pixels) and torch.equal(gaussian_blur(pixels, 0), pixels)
+    noisy = gaussian_noise(pixels, 0.5, seed=2)
+    assert torch.equal(noisy, gaussian_noise(pixels, 0.5, seed=2))
+    assert float((noisy - pixels).std()) == pytest.approx(0.5, rel=0.15)
+    constant = torch.full((1, 3, 16, 16), 0.7)
+    torch.testing.assert_close(gaussian_blur(constant, 2.0), constant)  # a blur keeps flat images flat
+    assert float(gaussian_blur(pixels, 2.0).std()) < float(pixels.std())
+
+
+def test_bad_perturbations_are_typed_errors(demo):
+    from test_families import FAMILIES
+
+    spec = demo.spec
+    with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
+        patch_drop_indices(spec, 1.5)
+    with pytest.raises(AnalysisError, match="use one of \\[1, 2, 4, 8\\]"):
+        shuffle_patches(torch.zeros(1, 3, 48, 48), spec, 3)
+    with pytest.raises(AnalysisError, match="saliency"):
+        patch_drop_indices(spec, 0.5, selection="most_salient")
+    with pytest.raises(AnalysisError, match="CNN"):
+        with token_drop(object(), []):
+            pass
+    arch, kwargs, _ = FAMILIES["eva02"]
+    eva = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
+    with pytest.raises(AnalysisError, match="Drop pixels instead"):
+        with token_drop(eva, []):
+            pass
+    with pytest.raises(AnalysisError, match="sigma"):
+        gaussian_noise(torch.zeros(1), -1.0)
+    capture_attention(demo, random_pixels(demo))  # the model still works afterwards
+
+
+def test_a_curve_starts_at_the_clean_accuracy_and_matches_a_loop(demo):
+    from analysis.demo.data import generate_samples
+    from analysis.robustness import robustness_curve
+
+    images, labels, _ = generate_samples(6, 123)
+    pixels = [demo.preprocess(image)[0] for image in images]
+    with torch.no_grad():
+        predictions = [int(demo.model(p[None]).argmax()) for p in pixels]
+    clean_accuracy = np.mean([p == y for p, y in zip(predictions, labels)])
+    done = []
+    curve = robustness_curve(demo, images, "token_drop", [0.0, 0.5, 1.0], labels, seed=5,
+                             progress=lambda d, t: done.append((d, t)))
+    assert curve.metric == "accuracy" and curve.images == 6 and done[-1] == (6, 6)
+    assert curve.score[0] == pytest.approx(clean_accuracy)
+    assert np.isnan(curve.attention_distance).all()  # token drop changes the sequence: no attention summary
+    # level 0.5 by a loop over the images with the same seeds
+    hits = 0
+    for i, p in enumerate(pixels):
+        with torch.no_grad(), token_drop(demo, patch_drop_indices(demo.spec, 0.5, seed=5 + i)):
+            hits += int(demo.model(p[None]).argmax()) == labels[i]
+    assert curve.score[1] == pytest.approx(hits / 6)
+    agreement = robustness_curve(demo, pixels, "pixel_drop", [0.0, 0.25], None)
+    assert agreement.metric == "agreement" and agreement.score[0] == 1.0
+    assert np.isfinite(agreement.attention_distance).all() and np.isfinite(agreement.rollout_entropy).all()
+    # entropy: a uniform rollout over N patches has log N nats
+    from analysis.robustness.curves import _entropy
+
+    assert float(_entropy(torch.ones(1, 4, 4))[0]) == pytest.approx(np.log(16))
+
+
+def test_bad_curves_are_typed_errors(demo, vits):
+    from analysis.robustness import robustness_curve
+
+    image = demo.preprocess(analysis.load_image(REPO / "assets" / "samples" / "scene_0_bar.png"))[0]
+    with pytest.raises(AnalysisError, match="perturbation"):
+        robustness_curve(demo, [image], "rotate", [0])
+    with pytest.raises(AnalysisError, match="levels is empty"):
+        robustness_curve(demo, [image], "noise", [])
+    with pytest.raises(AnalysisError, match="whole grid"):
+        robustness_curve(demo, [image], "shuffle", [2.5])
+    with pytest.raises(AnalysisError, match="class head"):
+        robustness_curve(vits["registers"], [random_pixels(vits["registers"])[0]], "noise", [0.0])
+    with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
+        robustness_curve(demo, [image], "pixel_drop", [1.2])
