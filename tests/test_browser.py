@@ -205,8 +205,15 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
     sidebar = page.locator("section[data-testid='stSidebar']")
     for name in COLORSCALES:
         selectbox = sidebar.locator("[data-testid='stSelectbox']", has_text="Colour scale")
-        selectbox.click()
-        page.locator("[role='option']", has_text=re.compile(f"^{name}$")).click()
+        selectbox.scroll_into_view_if_needed()  # the sidebar is long: the box may sit at the window's edge
+        selectbox.locator("input").first.click()
+        page.keyboard.type(name)  # Streamlit's selectbox filters as one types
+        option = page.locator("[role='option']", has_text=re.compile(f"^{name}$"))
+        try:
+            option.click(timeout=15_000)
+        except Exception:
+            page.screenshot(path=str(REPO / "artifacts" / "browser" / "colour_scale_failure.png"))
+            raise
         wait_idle(page)
         true_scale = [_rgb(c) for _, c in plotly.colors.get_colorscale(name)]
         for _ in range(60):  # charts re-render one by one after the rerun: poll until all are new
