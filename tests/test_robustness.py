@@ -200,3 +200,26 @@ def test_bad_curves_are_typed_errors(demo, vits):
         robustness_curve(vits["registers"], [random_pixels(vits["registers"])[0]], "noise", [0.0])
     with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
         robustness_curve(demo, [image], "pixel_drop", [1.2])
+
+
+def test_the_demo_cnn_runs_the_pixel_probes_and_refuses_token_drop(demo):
+    from analysis.demo.data import generate_samples
+    from analysis.robustness import load_cnn, robustness_curve
+
+    cnn = load_cnn("demo")
+    assert cnn.spec.grid_size == demo.spec.grid_size and cnn.spec.patch_size == demo.spec.patch_size
+    assert cnn.class_names == demo.class_names
+    images, labels, _ = generate_samples(5, 321)
+    pixels = [cnn.preprocess(image)[0] for image in images]
+    with torch.no_grad():
+        clean = np.mean([int(cnn.model(p[None]).argmax()) == y for p, y in zip(pixels, labels)])
+    curve = robustness_curve(cnn, images, "pixel_drop", [0.0, 0.5], labels)
+    assert curve.score[0] == pytest.approx(clean) and np.isnan(curve.attention_distance).all()
+    shuffled = robustness_curve(cnn, images, "shuffle", [1, 2], labels)
+    assert shuffled.score[0] == pytest.approx(clean)
+    with pytest.raises(AnalysisError, match="drop pixels"):
+        robustness_curve(cnn, images, "token_drop", [0.5], labels)
+    with pytest.raises(analysis.ModelLoadError, match="transformer"):
+        load_cnn("vit_tiny_patch16_224", pretrained=False)
+    random_cnn = load_cnn("test_resnet", pretrained=False)
+    assert random_cnn.spec.patch_size == (16, 16) and random_cnn.spec.num_outputs == 1000

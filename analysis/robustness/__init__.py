@@ -1,5 +1,6 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
+from .cnn import DEMO_CNN_DIR, LoadedCNN, load_cnn
 from .curves import PERTURBATIONS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
     DROP_SELECTIONS,
@@ -13,6 +14,9 @@ from .perturbations import (
 )
 
 __all__ = [
+    "DEMO_CNN_DIR",
+    "LoadedCNN",
+    "load_cnn",
     "PERTURBATIONS",
     "RobustnessCurve",
     "perturb",

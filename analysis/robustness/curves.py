@@ -81,7 +81,8 @@ def robustness_curve(
     attention: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> RobustnessCurve:
-    """Score ``vit`` on every image at every level of ``perturbation`` (:data:`PERTURBATIONS`).
+    """Score ``vit`` (a :class:`~analysis.LoadedViT`, or a CNN from :func:`load_cnn`) on every
+    image at every level of ``perturbation`` (:data:`PERTURBATIONS`).
 
     images: paths, bytes, PIL images or preprocessed ``(3, H, W)`` tensors. Image ``i`` at any
     level uses seed ``seed + i``, so random drops and shuffles are reproducible. Images are
@@ -112,7 +113,7 @@ def robustness_curve(
     probability = np.zeros(steps)
     distance = np.zeros(steps)
     entropy = np.zeros(steps)
-    with_attention = attention and perturbation != "token_drop"
+    with_attention = attention and perturbation != "token_drop" and hasattr(vit.model, "blocks")  # ViTs only
     for index, image in enumerate(images):
         if isinstance(image, torch.Tensor):
             pixels = image[None]

@@ -1,0 +1,76 @@
+"""CNN comparison models for the robustness probes: a timm CNN (or the bundled demo CNN) with
+its preprocessing and a patch grid on which pixel drops and shuffles are defined."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from PIL import Image
+
+from ..devices import resolve_device
+from ..errors import ModelLoadError
+from ..preprocessing import Preprocessing
+from ..spec import ViTSpec
+
+__all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn"]
+
+DEMO_CNN_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_cnn"
+
+
+@dataclass(eq=False)
+class LoadedCNN:
+    """A CNN classifier, shaped like :class:`~analysis.LoadedViT` where the robustness code
+    needs it: ``model``, ``device``, ``preprocess``, ``class_names`` and a ``spec`` whose patch
+    grid (``patch_size`` pixels per cell, no tokens, no layers) places pixel drops and shuffles."""
+
+    model: nn.Module
+    name: str
+    device: torch.device
+    spec: ViTSpec
+    class_names: list[str] | None
+    preprocessing: Preprocessing
+    data_config: dict = field(default_factory=dict)
+
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        return self.preprocessing(image)
+
+    def model_input_image(self, image: Image.Image) -> Image.Image:
+        return self.preprocessing.crop(image)
+
+
+def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int | None = None, device=None) -> LoadedCNN:
+    """``"demo"`` (``assets/demo_cnn``, its drop grid the demo ViT's 6 px patches), a timm CNN
+    name (weights from the local cache or the hub; ``pretrained=False`` for random weights),
+    or a folder in timm's hub layout. ``patch_size``: the drop grid's cell (default 16 px)."""
+    import timm
+
+    path = DEMO_CNN_DIR if source == "demo" else Path(source)
+    names = None
+    try:
+        if path.is_dir():
+            config = json.loads((path / "config.json").read_text())
+            names = config.get("label_names")
+            model = timm.create_model(f"local-dir:{path}", pretrained=True)
+        else:
+            model = timm.create_model(source, pretrained=pretrained)
+    except Exception as exc:  # noqa: BLE001 - one typed error, whatever timm raised
+        raise ModelLoadError(f"Could not load the CNN {source!r}: {exc}") from exc
+    if hasattr(model, "blocks") and hasattr(model, "patch_embed"):
+        raise ModelLoadError(f"{source!r} is a transformer: load it with load_vit.")
+    where = resolve_device(device)
+    model = model.eval().to(where).requires_grad_(False)
+    data_config = timm.data.resolve_data_config({}, model=model)
+    height, width = data_config["input_size"][1:]
+    cell = int(patch_size or (6 if source == "demo" else 16))
+    grid = (height // cell, width // cell)
+    spec = ViTSpec(
+        patch_size=(cell, cell), grid_size=grid, num_prefix_tokens=0, num_layers=0, num_heads=0, embed_dim=0,
+        img_size=(grid[0] * cell, grid[1] * cell), has_class_token=False, position_embedding="none",
+        head="classifier", num_outputs=int(model.num_classes), family=type(model).__name__,
+    )
+    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=names,
+                     preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
