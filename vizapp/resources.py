@@ -278,7 +278,7 @@ def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, lay
 def token_pca(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
               ) -> tuple[np.ndarray, np.ndarray]:
     """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer."""
-    spec = forward(ref, digest, _image_bytes).record.spec  # this input's geometry
+    spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
     rgb, fitted = analysis.feature_pca(layer_tokens(ref, digest, _image_bytes, kind, layer), spec, foreground=foreground)
     return rgb[0].numpy(), fitted[0].numpy()
 

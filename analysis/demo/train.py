@@ -84,6 +84,23 @@ def build_model(model_args: dict | None = None, num_classes: int = len(CLASS_NAM
     return timm.create_model(ARCHITECTURE, pretrained=False, num_classes=num_classes, **args)
 
 
+def demo_pretrained_cfg(height: int, width: int, num_classes: int, **extra) -> dict:
+    """timm's ``pretrained_cfg`` of a demo model: the scenes' size and normalisation; ``extra``
+    names the model's own parts (``first_conv``, ``classifier``, ...)."""
+    return {
+        "tag": "demo_shapes",
+        "custom_load": False,
+        "input_size": [3, height, width],
+        "interpolation": "bicubic",
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+        "mean": list(MEAN),
+        "std": list(STD),
+        "num_classes": num_classes,
+        **extra,
+    }
+
+
 def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> dict:
     size = model_args["img_size"]
     h, w = (size, size) if isinstance(size, int) else tuple(size)
@@ -92,21 +109,8 @@ def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> d
         "num_classes": num_classes,
         "num_features": model_args["embed_dim"],
         "model_args": dict(model_args),
-        "pretrained_cfg": {
-            "tag": "demo_shapes",
-            "custom_load": False,
-            "input_size": [3, h, w],
-            "fixed_input_size": True,
-            "interpolation": "bicubic",
-            "crop_pct": 1.0,
-            "crop_mode": "center",
-            "mean": list(MEAN),
-            "std": list(STD),
-            "num_classes": num_classes,
-            "pool_size": None,
-            "first_conv": "patch_embed.proj",
-            "classifier": "head",
-        },
+        "pretrained_cfg": demo_pretrained_cfg(h, w, num_classes, fixed_input_size=True, pool_size=None,
+                                              first_conv="patch_embed.proj", classifier="head"),
         "label_names": list(label_names),
     }
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
-from .train import MEAN, STD, _accuracy, _dihedral, _normalize, _to_tensor
+from .train import _accuracy, _dihedral, _normalize, _to_tensor, demo_pretrained_cfg
 
 __all__ = ["ARCHITECTURE", "DEFAULT_OUT", "build_cnn", "make_cnn_config", "train_cnn", "main"]
 
@@ -39,20 +39,8 @@ def make_cnn_config(num_classes: int, label_names: list[str], size: int = DEFAUL
     return {
         "architecture": ARCHITECTURE,
         "num_classes": num_classes,
-        "pretrained_cfg": {
-            "tag": "demo_shapes",
-            "custom_load": False,
-            "input_size": [3, size, size],
-            "fixed_input_size": False,
-            "interpolation": "bicubic",
-            "crop_pct": 1.0,
-            "crop_mode": "center",
-            "mean": list(MEAN),
-            "std": list(STD),
-            "num_classes": num_classes,
-            "first_conv": "conv1.0",
-            "classifier": "fc",
-        },
+        "pretrained_cfg": demo_pretrained_cfg(size, size, num_classes, fixed_input_size=False,
+                                              first_conv="conv1.0", classifier="fc"),
         "label_names": list(label_names),
     }
 

@@ -109,7 +109,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
         missing = [layer for layer in layers if layer not in kept]
         if missing:
             raise AnalysisError(f"The attention of layers {missing} was never computed: this model is not supported.")
-        targets = resolve_targets(None if target is None else target, logits.detach(), spec)
+        targets = resolve_targets(target, logits.detach(), spec)
         probabilities = [kept[layer] for layer in layers]
         gradients = torch.autograd.grad(_score(logits, targets), probabilities, allow_unused=True)
     gradients = [torch.zeros_like(p) if g is None else g for p, g in zip(probabilities, gradients)]
@@ -150,11 +150,13 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets, spec
 
 
-def pixel_gradients(vit, pixels: torch.Tensor, targets: torch.Tensor, *, precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits (B, classes), ∂y/∂x (B, 3, H, W))`` for already resolved ``targets``."""
-    _, pixels = _prepare(vit, pixels)
+def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
+    (``None``: the prediction of this very pass)."""
+    spec, pixels = _prepare(vit, pixels)
     with torch.enable_grad():
         with autocast_context(vit.device, precision):
             logits = vit.model(pixels)
+        targets = resolve_targets(target, logits.detach(), spec)
         (gradient,) = torch.autograd.grad(_score(logits, targets), [pixels])
-    return logits.detach().float().cpu(), gradient.detach().float().cpu()
+    return gradient.detach().float().cpu(), targets

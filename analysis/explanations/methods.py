@@ -6,7 +6,6 @@ registers) dropped by index from the model's own spec, never by a hard-coded gri
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +15,7 @@ from ..checks import check_int
 from ..errors import AnalysisError
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
+from ..robustness.perturbations import gaussian_blur
 from .gradients import _require_classes, attention_gradients, block_input_gradients, pixel_gradients, resolve_targets
 
 __all__ = [
@@ -115,6 +115,7 @@ def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 
 
 def _targets_for(vit, pixels: torch.Tensor, target) -> torch.Tensor:
+    """Targets fixed on the clean input (integrated gradients evaluates other inputs)."""
     _require_classes(vit.spec, "A gradient explanation")
     if target is None:
         with torch.no_grad():
@@ -127,8 +128,7 @@ def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tens
     """Input × gradient (Shrikumar et al. 2016) pooled per patch:
     ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j] · ∂y/∂x[c, i, j]`` on the normalised input (signed:
     positive is evidence for the class)."""
-    targets = _targets_for(vit, pixels, target)
-    _, gradient = pixel_gradients(vit, pixels, targets)
+    gradient, targets = pixel_gradients(vit, pixels, target)  # one forward and backward
     return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
 
 
@@ -140,16 +140,7 @@ def _baseline(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
     if baseline == "mean":
         return torch.zeros_like(pixels)
     if baseline == "blur":
-        sigma = float(max(vit.spec.patch_size))
-        radius = int(math.ceil(3 * sigma))
-        offsets = torch.arange(-radius, radius + 1, dtype=torch.float32)
-        kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
-        kernel = kernel / kernel.sum()
-        blurred = pixels
-        for shape, pad in (((1, 1, 1, -1), (radius, radius, 0, 0)), ((1, 1, -1, 1), (0, 0, radius, radius))):
-            flat = F.pad(blurred.reshape(-1, 1, *blurred.shape[-2:]), pad, mode="replicate")
-            blurred = F.conv2d(flat, kernel.reshape(shape)).reshape(pixels.shape)
-        return blurred
+        return gaussian_blur(pixels, float(max(vit.spec.patch_size)))
     raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
 
 
@@ -175,7 +166,7 @@ def integrated_gradients(
         for start in range(0, steps, internal_batch):
             chunk = alphas[start : start + internal_batch]  # (n,)
             path = reference[b] + chunk[:, None, None, None] * difference[b]  # (n, 3, H, W)
-            _, gradient = pixel_gradients(vit, path, targets[b].repeat(len(chunk)))
+            gradient, _ = pixel_gradients(vit, path, targets[b].repeat(len(chunk)))
             total[b] += gradient.sum(0)
     attributions = difference * total / steps  # (B, 3, H, W)
     return _pool_patches(attributions.sum(1), vit.spec), targets

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from ..errors import AnalysisError
-from ..explanations import EXPLANATION_METHODS, explain
+from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
 from .localisation import mask_iou, patch_mask, pointing_hit
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
@@ -54,7 +54,7 @@ def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: i
         generator = torch.Generator().manual_seed(int(index))
         return torch.rand(vit.spec.grid_size, generator=generator)
     kwargs = dict(options.get(method, {}))
-    target_arg = target if method in ("chefer", "gradcam", "input_x_gradient", "integrated_gradients") else None
+    target_arg = target if method in CLASS_SPECIFIC else None
     return explain(vit, pixels, target=target_arg, method=method, **kwargs)[0]
 
 
