@@ -13,7 +13,9 @@ from .checks import check_int, check_record
 from .errors import AnalysisError
 from .queries import Query, query_rows_for
 
-__all__ = ["attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "fuse_heads", "discard_lowest"]
+__all__ = [
+    "attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "rollout_step", "fuse_heads", "discard_lowest",
+]
 
 HEAD_FUSIONS = ("mean", "max", "min")
 POST_NORM_WARNING = (
@@ -52,6 +54,15 @@ def discard_lowest(fused: torch.Tensor, discard_ratio: float) -> torch.Tensor:
     return flat.reshape(batch, tokens, tokens)
 
 
+def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
+    """One layer's ``Â``: ``(B, heads, T, T)`` attention -> ``(B, T, T)`` float64,
+    ``Â = ½·fuse(A) + ½·I`` (after the optional discard), each row divided by its sum over keys."""
+    fused = discard_lowest(fuse_heads(attention.double(), head_fusion), discard_ratio)  # (B, T, T)
+    eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    mixed = 0.5 * fused + 0.5 * eye
+    return mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
+
+
 def _rollout_steps(
     record: AttentionRecord, head_fusion: str, discard_ratio: float, start_layer: int, end_layer: int | None
 ) -> Iterator[tuple[int, torch.Tensor]]:
@@ -74,11 +85,7 @@ def _rollout_steps(
         )
     rollout = None
     for layer in range(start_layer, last + 1):
-        attention = record.attentions[record.layer_position(layer)].double()  # (B, heads, T, T)
-        fused = discard_lowest(fuse_heads(attention, head_fusion), discard_ratio)  # (B, T, T)
-        eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
-        mixed = 0.5 * fused + 0.5 * eye
-        mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
+        mixed = rollout_step(record.attentions[record.layer_position(layer)], head_fusion, discard_ratio)  # (B, T, T)
         rollout = mixed if rollout is None else mixed @ rollout
         yield layer, rollout
 

@@ -223,3 +223,67 @@ def test_the_demo_cnn_runs_the_pixel_probes_and_refuses_token_drop(demo):
         load_cnn("vit_tiny_patch16_224", pretrained=False)
     random_cnn = load_cnn("test_resnet", pretrained=False)
     assert random_cnn.spec.patch_size == (16, 16) and random_cnn.spec.num_outputs == 1000
+
+
+def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
+    from analysis.robustness import kept_rollout, token_drop_attention
+
+    for vit in (demo, vits["registers"]):
+        pixels = random_pixels(vit, batch=2)
+        clean = token_drop_attention(vit, pixels, [])  # nothing dropped: the full capture exactly
+        record = capture_attention(vit, pixels)
+        assert torch.equal(clean.logits, record.logits) and torch.equal(clean.attentions, record.attentions)
+        assert torch.allclose(kept_rollout(clean), analysis.attention_rollout(record), atol=1e-6)
+        dropped = patch_drop_indices(vit.spec, 0.5, seed=4)
+        passed = token_drop_attention(vit, pixels, dropped)
+        prefix = vit.spec.num_prefix_tokens
+        kept_tokens = prefix + vit.spec.num_patches - len(dropped)
+        assert passed.attentions.shape == (vit.spec.num_layers, 2, vit.spec.num_heads, kept_tokens, kept_tokens)
+        with torch.no_grad(), token_drop(vit, dropped):
+            assert torch.equal(passed.logits, vit.model(pixels))
+        # reference: the class row of a hand-rolled product over the kept tokens, by explicit loops
+        reference = None
+        for layer in range(vit.spec.num_layers):
+            a = passed.attentions[layer].double().mean(1)  # (B, T', T')
+            a = 0.5 * a + 0.5 * torch.eye(kept_tokens, dtype=torch.float64)
+            a = a / a.sum(-1, keepdim=True)
+            reference = a if reference is None else a @ reference
+        grid = kept_rollout(passed)  # (B, gh, gw)
+        flat = grid.reshape(2, -1)
+        assert flat.isnan().sum(1).tolist() == [len(dropped)] * 2
+        assert torch.isnan(flat[:, dropped]).all()
+        kept_patches = [p for p in range(vit.spec.num_patches) if p not in set(dropped.tolist())]
+        assert torch.allclose(flat[:, kept_patches].double(), reference[:, 0, prefix:], atol=1e-6)
+        for module in vit.model.modules():
+            assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+def test_cnn_gradcam_is_the_class_activation_map_for_a_pooled_linear_head():
+    """For global average pooling then a linear layer, Grad-CAM's weights are W[target] / (h·w),
+    so the map is relu(Σ_c W[target, c] F_c) / (h·w): Zhou et al.'s CAM."""
+    from analysis.robustness import cnn_gradcam, load_cnn
+
+    cnn = load_cnn("demo")
+    pixels = torch.randn(3, 3, *cnn.spec.img_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        features = cnn.model.forward_features(pixels)  # (B, C, h, w)
+        predicted = cnn.model(pixels).argmax(-1)
+    weight = cnn.model.get_classifier().weight  # (classes, C)
+    h, w = features.shape[-2:]
+    for target in (None, 2):
+        maps = cnn_gradcam(cnn, pixels, target)
+        classes = predicted if target is None else torch.full((3,), target)
+        expected = torch.relu(torch.einsum("bc,bchw->bhw", weight[classes], features)) / (h * w)
+        assert maps.shape == (3, h, w) and torch.allclose(maps, expected, atol=1e-6)
+    with pytest.raises(AnalysisError, match="classes"):
+        cnn_gradcam(cnn, pixels, 99)
+
+
+def test_the_benchmark_command_prints_the_table(capsys):
+    from analysis.robustness.__main__ import main
+
+    assert main(["--n", "6"]) == 0
+    out = capsys.readouterr().out
+    for row in ("ViT token drop", "ViT pixel drop", "CNN pixel drop", "ViT shuffle", "CNN shuffle", "chance"):
+        assert row in out
+    assert "90%" in out and "g=8" in out

@@ -1,6 +1,7 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
-from .cnn import DEMO_CNN_DIR, LoadedCNN, load_cnn
+from .cnn import DEMO_CNN_DIR, LoadedCNN, cnn_gradcam, load_cnn
+from .dropped import DroppedTokenPass, kept_rollout, token_drop_attention
 from .curves import PERTURBATIONS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
     DROP_SELECTIONS,
@@ -17,6 +18,10 @@ __all__ = [
     "DEMO_CNN_DIR",
     "LoadedCNN",
     "load_cnn",
+    "cnn_gradcam",
+    "DroppedTokenPass",
+    "kept_rollout",
+    "token_drop_attention",
     "PERTURBATIONS",
     "RobustnessCurve",
     "perturb",

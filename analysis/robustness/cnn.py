@@ -12,11 +12,11 @@ import torch.nn as nn
 from PIL import Image
 
 from ..devices import resolve_device
-from ..errors import ModelLoadError
+from ..errors import AnalysisError, ModelLoadError
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
-__all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn"]
+__all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn", "cnn_gradcam"]
 
 DEMO_CNN_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_cnn"
 
@@ -74,3 +74,24 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     )
     return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=names,
                      preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
+
+
+def cnn_gradcam(cnn: LoadedCNN, pixels: torch.Tensor, target: int | None = None) -> torch.Tensor:
+    """Grad-CAM (Selvaraju et al. 2017) on the CNN's last feature map ``F`` ``(B, C, h, w)``
+    (timm's ``forward_features``): ``relu(Σ_c α_c F_c)`` with ``α_c = mean_hw ∂y_target/∂F_c``.
+    ``target``: a class index (``None``: each image's prediction). Returns ``(B, h, w)`` float32
+    at the feature map's own resolution (upsample it to compare with a ViT's patch map)."""
+    model = cnn.model
+    if not (hasattr(model, "forward_features") and hasattr(model, "forward_head")):
+        raise AnalysisError(f"{type(model).__name__} has no forward_features / forward_head: Grad-CAM needs a timm CNN.")
+    with torch.enable_grad():
+        features = model.forward_features(pixels.to(cnn.device)).detach().requires_grad_(True)  # (B, C, h, w)
+        if features.ndim != 4:
+            raise AnalysisError(f"Grad-CAM needs a (B, C, h, w) feature map; {type(model).__name__} gives {tuple(features.shape)}.")
+        logits = model.forward_head(features)  # (B, classes)
+        classes = logits.argmax(-1) if target is None else torch.full((len(logits),), int(target), device=logits.device)
+        if not bool(((classes >= 0) & (classes < logits.shape[-1])).all()):
+            raise AnalysisError(f"target {target} is not one of the {logits.shape[-1]} classes.")
+        (gradient,) = torch.autograd.grad(logits.gather(1, classes[:, None]).sum(), features)
+    weights = gradient.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    return torch.relu((weights * features.detach()).sum(1)).float().cpu()

@@ -1,0 +1,69 @@
+"""Attention of a ViT whose patch tokens were dropped (:func:`token_drop`): the shorter
+sequence's attention, read by the same adapters as :func:`~analysis.capture_attention`, and
+its rollout placed back on the full patch grid (dropped patches: NaN)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..capture import attention_taps, input_spec
+from ..rollout import rollout_step
+from ..spec import ViTSpec
+from .perturbations import token_drop
+
+__all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout"]
+
+
+@dataclass(frozen=True)
+class DroppedTokenPass:
+    """One forward pass with tokens dropped.
+
+    attentions: ``(L, B, heads, T', T')`` float32 over the kept tokens ``kept`` (``(T',)``
+    indices into the full sequence: the prefix tokens, then the kept patches in order).
+    """
+
+    logits: torch.Tensor
+    attentions: torch.Tensor
+    kept: torch.Tensor
+    spec: ViTSpec
+
+
+def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass:
+    """Logits and every layer's attention of ``vit`` on ``pixels`` ``(B, 3, H, W)`` with the
+    patch tokens ``indices`` removed after the position embedding (this thread, one call)."""
+    spec = input_spec(vit, pixels)
+    dropped = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
+    keep = torch.ones(spec.num_tokens, dtype=torch.bool)
+    keep[spec.num_prefix_tokens + dropped] = False
+    maps: dict[int, torch.Tensor] = {}
+
+    def sink(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
+        maps[layer] = probs.detach().float().cpu()
+
+    with torch.no_grad(), token_drop(vit, dropped), attention_taps(vit.model, range(spec.num_layers), sink):
+        logits = vit.model(pixels.to(vit.device)).float().cpu()
+    attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
+    return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)
+
+
+def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
+    """Rollout ``R = Â_L ⋯ Â_1`` (:func:`~analysis.rollout.rollout_step`) of the shorter
+    sequence; the class token's row (without one: the mean over kept patch queries) over the
+    kept patches, scattered onto the ``(B, gh, gw)`` grid, NaN where a patch was dropped.
+    With nothing dropped it equals :func:`~analysis.attention_rollout`."""
+    spec = passed.spec
+    rollout = None
+    for attention in passed.attentions:  # (B, heads, T', T')
+        mixed = rollout_step(attention, head_fusion, discard_ratio)
+        rollout = mixed if rollout is None else mixed @ rollout
+    prefix = spec.num_prefix_tokens
+    patch_rows = passed.kept[prefix:] - prefix  # (N',) patch indices of the kept tokens
+    if spec.has_class_token:
+        row = rollout[:, 0, prefix:]
+    else:
+        row = rollout[:, prefix:, prefix:].mean(dim=1)
+    grid = torch.full((rollout.shape[0], spec.num_patches), float("nan"), dtype=torch.float64)
+    grid[:, patch_rows] = row
+    return grid.reshape(-1, *spec.grid_size).float()
