@@ -112,3 +112,12 @@ class Preprocessing:
         mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
         return ((pixels - mean) / std).unsqueeze(0)
+
+    def to_image(self, pixels: torch.Tensor) -> np.ndarray:
+        """Normalised ``(3, H, W)`` (or ``(1, 3, H, W)``) -> ``(H, W, 3)`` uint8: ``x·std + mean``,
+        clipped to [0, 1], times 255, rounded. Inverts :meth:`__call__` on its own output exactly."""
+        pixels = pixels.detach().float().cpu().reshape(-1, *pixels.shape[-2:])  # (3, H, W)
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        unit = (pixels * std + mean).clamp(0.0, 1.0)
+        return (unit * 255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()

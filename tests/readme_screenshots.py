@@ -31,6 +31,7 @@ SHOTS = {
     "explain": ("/explain", "Why this class? Explanations and their deletion / insertion curves"),
     "compare": ("/compare", "Compare layers on one colour scale"),
     "tokens": ("/tokens?query=patch&patch=27", "Tokens: feature PCA, similarity, norms, logit lens"),
+    "robustness": ("/robustness", "Robustness: token drop on one image, the ViT beside the demo CNN"),
     "position": ("/position", "Position-embedding similarity (Figure 7 centre)"),
     "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),
     "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),

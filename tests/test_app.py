@@ -959,3 +959,75 @@ def test_register_tokens_are_queries_by_name(app):
     expected = analysis.attention_map(record, layer, head=None, query="prefix:2")[0].numpy()
     # 1374 tokens of random weights: float32 summation order differs between torch builds (1e-4 relative)
     np.testing.assert_allclose(overlay_map(chart(app, "attn_overlay")), expected, rtol=1e-4, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def test_robustness_page_matches_the_probes_and_curves(app, vit):
+    from analysis.robustness import kept_rollout, load_cnn, probe, robustness_curve, token_drop_attention
+    from analysis.robustness.curves import SET_LEVELS
+
+    app.switch_page("views/robustness.py").run()
+    assert_clean(app)
+    spec = vit.spec
+    image = analysis.load_image(first_sample())
+    pixels = vit.preprocess(image)
+    perturbation = app.radio(key="rob_perturbation").value
+    assert perturbation == ("token_drop" if spec.family == "VisionTransformer" else "pixel_drop")
+    app.slider(key="rob_fraction").set_value(0.75).run()
+    app.number_input(key="rob_seed").set_value(3).run()
+    assert_clean(app)
+    expected = probe(vit, pixels, perturbation, 0.75, seed=3)
+    names = vit.class_names or [f"class {i}" for i in range(spec.num_outputs)]
+    probabilities = expected.logits[0].softmax(-1)
+    best = int(probabilities.argmax())
+    predictions = [m.value for m in app.markdown if m.value.startswith("**prediction:**")]
+    assert predictions[1] == f"**prediction:** {names[best]} · {float(probabilities[best]):.1%}"
+    panels = traces(chart(app, "rob_maps"), "heatmap")
+    clean = analysis.attention_rollout(analysis.capture_attention(vit, pixels))[0].numpy()
+    perturbed = expected.saliency.numpy()
+    peak = max(np.nanmax(clean), np.nanmax(perturbed))
+    np.testing.assert_allclose(array(panels[0]["z"]), clean / peak, rtol=1e-5)
+    drawn = array(panels[1]["z"]).astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(drawn), np.isnan(perturbed))
+    np.testing.assert_allclose(drawn[~np.isnan(drawn)], (perturbed / peak)[~np.isnan(perturbed)], rtol=1e-5)
+    if perturbation == "token_drop":
+        assert np.isnan(perturbed).sum() == round(0.75 * spec.num_patches)
+        dropped = token_drop_attention(vit, pixels, expected.dropped)
+        np.testing.assert_allclose(kept_rollout(dropped)[0].numpy(), perturbed, equal_nan=True)
+    if DEMO_PRESENT:  # the bundled CNN beside the demo ViT, with its Grad-CAM
+        assert len(panels) == 4 and app.selectbox(key="rob_cnn").value == "demo"
+        cnn = load_cnn("demo")
+        on_cnn = probe(cnn, cnn.preprocess(image), "pixel_drop", 0.75, seed=3,
+                       target=int(cnn.model(cnn.preprocess(image)).argmax()))
+        cam = on_cnn.saliency.numpy()
+        cnn_clean = probe(cnn, cnn.preprocess(image), "pixel_drop", 0.0).saliency.numpy()
+        np.testing.assert_allclose(array(panels[3]["z"]), cam / max(cam.max(), cnn_clean.max()), rtol=1e-5, atol=1e-7)
+        assert torch.equal(on_cnn.dropped, expected.dropped)  # the same patches as the ViT's tokens
+    # the set curve: agreement with the clean prediction over the bundled samples, seed + i per image
+    from vizapp.inputs import sample_paths
+
+    samples = sample_paths()  # in the page's order: image i gets seed + i
+    curve = robustness_curve(vit, [analysis.load_image(p) for p in samples], perturbation, SET_LEVELS[perturbation],
+                             seed=3, attention=False)
+    (vit_line, *others) = [t for t in traces(chart(app, "rob_curves_chart"), "scatter")]
+    np.testing.assert_allclose(array(vit_line["y"]), curve.score)
+    assert curve.score[0] == 1.0 and len(others) == (1 if DEMO_PRESENT else 0)
+
+
+def test_robustness_page_offers_only_what_the_model_supports(app):
+    app.switch_page("views/robustness.py").run()
+    app.selectbox(key="rob_cnn").set_value("other").run()
+    app.text_input(key="rob_cnn_other").input("no_such_cnn_xyz").run()
+    assert_clean(app)
+    assert any("Could not load the CNN" in e.value for e in app.error)
+    assert len(traces(chart(app, "rob_maps"), "heatmap")) == 2  # the ViT's half still works
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch16_rope_224").run()  # RoPE: no token drop
+    assert_clean(app)
+    assert "token_drop" not in app.radio(key="rob_perturbation").options
+    app.radio(key="rob_perturbation").set_value("shuffle").run()
+    assert_clean(app)
+    grids = app.select_slider(key="rob_grid").options
+    assert [int(g) for g in grids] == [1, 2, 7, 14]

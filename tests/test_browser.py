@@ -23,6 +23,7 @@ PAGES = {  # navigation label -> page header
     "Why this class?": "Why this class?",
     "Compare layers": "Compare layers",
     "Tokens": "Tokens",
+    "Robustness": "Robustness",
     "Position embeddings": "Position embeddings",
     "Patch-embedding filters": "Patch-embedding filters",
     "Attention distance": "Attention distance",
@@ -413,3 +414,23 @@ def test_a_click_on_the_token_pca_shows_that_patchs_similarity(page, server):
            ).to_be_visible(timeout=30_000)
     wait_idle(page)
     assert_no_exception(page, "token PCA click")
+
+
+def test_moving_the_robustness_level_slider_changes_the_prediction(page, server):
+    """The perturbed ViT's prediction (the second "prediction:" line) is recomputed when the
+    drop fraction moves: at 100% only the prefix tokens remain."""
+    from playwright.sync_api import expect
+
+    page.goto(server + "/robustness")
+    wait_idle(page)
+    predictions = page.locator("[data-testid='stMarkdownContainer'] p", has_text="prediction:")
+    expect(predictions).to_have_count(4 if (REPO / "assets" / "demo_cnn" / "config.json").is_file() else 2)
+    before = predictions.nth(1).inner_text()
+    slider = page.locator("[data-testid='stSlider']", has_text="Fraction of patches dropped")
+    expect(slider.locator("[data-testid='stSliderThumbValue']")).to_have_text("0.50")
+    slider.get_by_role("slider").focus()
+    page.keyboard.press("End")
+    expect(slider.locator("[data-testid='stSliderThumbValue']")).to_have_text("1.00")
+    expect(predictions.nth(1)).not_to_have_text(before, timeout=30_000)
+    wait_idle(page)
+    assert_no_exception(page, "robustness after moving the level")

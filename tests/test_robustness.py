@@ -287,3 +287,35 @@ def test_the_benchmark_command_prints_the_table(capsys):
     for row in ("ViT token drop", "ViT pixel drop", "CNN pixel drop", "ViT shuffle", "CNN shuffle", "chance"):
         assert row in out
     assert "90%" in out and "g=8" in out
+
+
+def test_probe_shows_what_the_model_saw(demo):
+    from analysis.robustness import check_token_drop, load_cnn, probe
+
+    cnn = load_cnn("demo")
+    image = analysis.load_image(REPO / "assets" / "samples" / "scene_1_star.png")
+    pixels = demo.preprocess(image)
+    record = capture_attention(demo, pixels)
+    clean = probe(demo, pixels, "pixel_drop", 0.0)
+    assert torch.equal(clean.logits, record.logits) and torch.equal(clean.pixels, pixels) and len(clean.dropped) == 0
+    assert torch.allclose(clean.saliency, analysis.attention_rollout(record)[0])
+    dropped = probe(demo, pixels, "token_drop", 0.5, seed=3)
+    assert torch.equal(dropped.pixels, pixels) and len(dropped.dropped) == 32
+    assert torch.isnan(dropped.saliency.reshape(-1)[dropped.dropped]).all()
+    salient = probe(demo, pixels, "pixel_drop", 0.25, selection="most_salient", saliency=clean.saliency)
+    assert set(salient.dropped.tolist()) == set(torch.argsort(-clean.saliency.reshape(-1))[:16].tolist())
+    cnn_pixels = cnn.preprocess(image)
+    on_cnn = probe(cnn, cnn_pixels, "pixel_drop", 0.5, seed=3)
+    assert torch.equal(on_cnn.dropped, dropped.dropped)  # the same grid and seed: the same patches
+    assert on_cnn.saliency.shape == (2, 2)
+    for bad in (lambda: probe(cnn, cnn_pixels, "token_drop", 0.5), lambda: check_token_drop(cnn)):
+        with pytest.raises(AnalysisError, match="drop pixels"):
+            bad()
+
+
+def test_to_image_inverts_the_preprocessing_exactly(demo, vits):
+    """What the Robustness page shows as the model's input: x·std + mean, back to uint8."""
+    image = analysis.load_image(REPO / "assets" / "samples" / "cat_chelsea.jpg")
+    for vit in (demo, vits["registers"]):
+        shown = vit.preprocessing.to_image(vit.preprocess(image))
+        np.testing.assert_array_equal(shown, np.asarray(vit.model_input_image(image)))

@@ -599,6 +599,31 @@ def perturbation_curves(
     return fig
 
 
+def robustness_curves(
+    curves: Sequence[tuple[str, Sequence[float], np.ndarray]], *, x_title: str, y_title: str,
+    chance: float | None = None, height: int = 380,
+) -> go.Figure:
+    """Score against perturbation level, one line per ``(name, levels, scores)`` (scores in
+    [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line."""
+    traces = [
+        dict(
+            type="scatter", x=list(levels), y=scores, mode="lines+markers", name=name, marker=dict(size=6),
+            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
+            hovertemplate="level %{x:.3g}<br>%{y:.3f}<extra>" + name + "</extra>",
+        )
+        for i, (name, levels, scores) in enumerate(curves)
+    ]
+    shapes = []
+    if chance is not None:
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=chance, y1=chance,
+                           line=dict(color="#9e9e9e", dash="dot", width=1)))
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
+        xaxis=dict(title=dict(text=x_title), showgrid=True),
+        yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
+    )
+
+
 # --------------------------------------------------------------------------- patch-embedding filters
 
 

@@ -35,6 +35,7 @@ from analysis import (
     position_embedding_similarity,
 )
 from analysis.explanations import CLASS_SPECIFIC
+from analysis.robustness import LoadedCNN
 from vizapp.limits import MAX_FORWARDS, MAX_MODELS, MAX_RESULTS
 from vizapp.refs import ModelRef
 
@@ -330,3 +331,103 @@ def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) ->
     """``(L, classes)`` softmax of ``analysis.logit_lens``."""
     vit = get_model(ref)
     return analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0].softmax(-1).numpy()
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@st.cache_resource(show_spinner="Loading the comparison CNN…", max_entries=2)
+def get_cnn(source: str, pretrained: bool = True) -> LoadedCNN:
+    """The comparison CNN (``analysis.robustness.load_cnn``), shared by every session."""
+    from analysis.robustness import load_cnn
+
+    return load_cnn(source, pretrained=pretrained)
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    """One model on one image at one perturbation level (``analysis.robustness.probe``).
+
+    input_image: ``(H, W, 3)`` uint8 as the model saw it (token drop: dropped patches shown
+    as the mean colour, though the model never saw them); probabilities ``(classes,)``;
+    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped) or ``(h, w)`` Grad-CAM;
+    dropped: the removed patch indices, or None.
+    """
+
+    input_image: np.ndarray
+    probabilities: np.ndarray
+    saliency: np.ndarray
+    dropped: np.ndarray | None
+
+
+def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, selection: str, seed: int,
+                clean_saliency: np.ndarray | None, target: int | None = None) -> ProbeView:
+    from analysis.robustness import drop_pixels, probe
+
+    result = probe(model, pixels, perturbation, level, seed=seed, selection=selection, saliency=clean_saliency,
+                   target=target)
+    shown = result.pixels
+    if perturbation == "token_drop":
+        shown = drop_pixels(result.pixels, model.spec, result.dropped)
+    return ProbeView(
+        input_image=model.preprocessing.to_image(shown[0]),
+        probabilities=result.logits[0].softmax(-1).numpy().astype(np.float32),
+        saliency=result.saliency.numpy().astype(np.float32),
+        dropped=None if result.dropped is None else result.dropped.numpy(),
+    )
+
+
+@st.cache_data(show_spinner="Perturbing the input and running the ViT…", max_entries=MAX_RESULTS)
+def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str,
+              seed: int) -> ProbeView:
+    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout."""
+    vit = get_model(ref)
+    saliency = None
+    if selection != "random":
+        saliency = _probe_view(vit, vit.preprocess(load_image(_image_bytes)), "pixel_drop", 0.0, "random", 0, None).saliency
+    return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
+
+
+@st.cache_data(show_spinner="Perturbing the input and running the CNN…", max_entries=MAX_RESULTS)
+def cnn_probe(source: str, pretrained: bool, digest: str, _image_bytes: bytes, perturbation: str, level: float,
+              selection: str, seed: int) -> ProbeView:
+    """The comparison CNN under one perturbation (token drop becomes pixel drop: a CNN has no
+    tokens). Grad-CAM explains the clean prediction before and after; salient drops rank the
+    CNN's drop grid by its clean Grad-CAM, bilinearly resized to that grid."""
+    cnn = get_cnn(source, pretrained)
+    pixels = cnn.preprocess(load_image(_image_bytes))
+    clean = _probe_view(cnn, pixels, "pixel_drop", 0.0, "random", 0, None)
+    target = int(np.argmax(clean.probabilities))
+    saliency = None
+    if selection != "random":
+        saliency = torch.nn.functional.interpolate(
+            torch.from_numpy(clean.saliency)[None, None], size=cnn.spec.grid_size, mode="bilinear", align_corners=False
+        )[0, 0].numpy()
+    kind = "pixel_drop" if perturbation == "token_drop" else perturbation
+    return _probe_view(cnn, pixels, kind, level, selection, seed, saliency, target)
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def robustness_chunk(
+    model_key: tuple, digests: tuple[str, ...], _images: tuple[bytes, ...], perturbation: str,
+    levels: tuple[float, ...], seed: int,
+) -> tuple[np.ndarray, np.ndarray, int, tuple[tuple[int, str], ...]]:
+    """Agreement with the clean prediction, summed over one piece of an image set, per level
+    (``analysis.robustness.robustness_curve``; image ``i`` of the piece uses seed ``seed + i``).
+    ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``. Returns the summed
+    agreement and probability ``(levels,)``, the images used, and ``(index, reason)`` per skipped image."""
+    from analysis.robustness import robustness_curve
+
+    model = get_model(model_key[1]) if model_key[0] == "vit" else get_cnn(*model_key[1:])
+    images, skipped = [], []
+    for index, data in enumerate(_images):
+        try:
+            images.append((index, load_image(data)))
+        except analysis.ImageLoadError as exc:
+            skipped.append((index, str(exc)))
+    score, probability = np.zeros(len(levels)), np.zeros(len(levels))
+    for index, image in images:  # one image at a time, each with its own seed
+        curve = robustness_curve(model, [image], perturbation, levels, seed=seed + index, attention=False)
+        score += curve.score
+        probability += curve.probability
+    return score, probability, len(images), tuple(skipped)

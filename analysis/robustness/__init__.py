@@ -1,10 +1,12 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
 from .cnn import DEMO_CNN_DIR, LoadedCNN, cnn_gradcam, load_cnn
+from .probe import Probe, probe
 from .dropped import DroppedTokenPass, kept_rollout, token_drop_attention
-from .curves import PERTURBATIONS, RobustnessCurve, perturb, robustness_curve
+from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
     DROP_SELECTIONS,
+    check_token_drop,
     drop_pixels,
     gaussian_blur,
     gaussian_noise,
@@ -19,14 +21,18 @@ __all__ = [
     "LoadedCNN",
     "load_cnn",
     "cnn_gradcam",
+    "Probe",
+    "probe",
     "DroppedTokenPass",
     "kept_rollout",
     "token_drop_attention",
     "PERTURBATIONS",
+    "SET_LEVELS",
     "RobustnessCurve",
     "perturb",
     "robustness_curve",
     "DROP_SELECTIONS",
+    "check_token_drop",
     "drop_pixels",
     "gaussian_blur",
     "gaussian_noise",

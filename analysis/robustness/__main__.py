@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from .curves import RobustnessCurve, robustness_curve
+from .curves import SET_LEVELS, RobustnessCurve, robustness_curve
 
 BENCHMARK_SEED = 20261204  # held out: the demo models trained on seeds 0-4 and 10-11, were evaluated on 2026
-DROP_LEVELS = (0.0, 0.25, 0.5, 0.75, 0.9)
+DROP_LEVELS = SET_LEVELS["token_drop"]
 SHUFFLE_GRIDS = (1, 2, 4, 8)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 

@@ -16,9 +16,9 @@ from ..distance import mean_attention_distance
 from ..errors import AnalysisError
 from ..images import load_image
 from ..rollout import attention_rollout
-from .perturbations import drop_pixels, gaussian_blur, gaussian_noise, patch_drop_indices, shuffle_patches, token_drop
+from .perturbations import check_token_drop, drop_pixels, gaussian_blur, gaussian_noise, patch_drop_indices, shuffle_patches, token_drop
 
-__all__ = ["PERTURBATIONS", "RobustnessCurve", "perturb", "robustness_curve"]
+__all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustness_curve"]
 
 #: perturbation -> what its level means
 PERTURBATIONS = {
@@ -27,6 +27,14 @@ PERTURBATIONS = {
     "shuffle": "shuffle grid g (g x g blocks permuted; 1 = none)",
     "noise": "Gaussian noise σ (normalised units)",
     "blur": "Gaussian blur σ (pixels)",
+}
+
+#: levels measured over an image set (shuffle: every grid that divides the patch grid)
+SET_LEVELS = {
+    "token_drop": (0.0, 0.25, 0.5, 0.75, 0.9),
+    "pixel_drop": (0.0, 0.25, 0.5, 0.75, 0.9),
+    "noise": (0.0, 0.25, 0.5, 1.0, 2.0),
+    "blur": (0.0, 1.0, 2.0, 4.0, 8.0),
 }
 
 
@@ -48,13 +56,16 @@ class RobustnessCurve:
     images: int
 
 
-def perturb(vit, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(pixels', dropped token indices or None)`` for one image batch at one level."""
+def perturb(
+    vit, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0, selection: str = "random",
+    saliency=None, mask=None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(pixels', dropped token indices or None)`` for one image batch at one level.
+    ``selection``, ``saliency`` and ``mask`` choose the dropped patches (:func:`patch_drop_indices`)."""
     spec = vit.spec
-    if perturbation == "pixel_drop":
-        return drop_pixels(pixels, spec, patch_drop_indices(spec, level, seed=seed)), None
-    if perturbation == "token_drop":
-        return pixels, patch_drop_indices(spec, level, seed=seed)
+    if perturbation in ("pixel_drop", "token_drop"):
+        indices = patch_drop_indices(spec, level, selection=selection, seed=seed, saliency=saliency, mask=mask)
+        return (drop_pixels(pixels, spec, indices), None) if perturbation == "pixel_drop" else (pixels, indices)
     if perturbation == "shuffle":
         return shuffle_patches(pixels, spec, int(level), seed=seed), None
     if perturbation == "noise":
@@ -103,7 +114,7 @@ def robustness_curve(
             if level != int(level):
                 raise AnalysisError(f"Shuffle levels are whole grid sizes, got {level}.")
     if perturbation == "token_drop":
-        token_drop(vit, [])  # refuses models where token drop is undefined, before any work
+        check_token_drop(vit)  # refuses models where token drop is undefined, before any work
     spec = vit.spec
     classes = spec.num_outputs
     if not spec.has_classifier:

@@ -25,6 +25,7 @@ __all__ = [
     "patch_drop_indices",
     "drop_pixels",
     "token_drop",
+    "check_token_drop",
     "shuffle_grids",
     "shuffle_patches",
     "gaussian_noise",
@@ -86,13 +87,9 @@ def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, f
     return out
 
 
-@contextlib.contextmanager
-def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
-    """Within the block, this thread's forward passes of ``vit.model`` drop the patch tokens
-    ``indices`` right after the position embedding (the paper's protocol); prefix tokens are
-    kept. Needs a ViT with an absolute position embedding added before the blocks (timm's
-    ``VisionTransformer``: ViT, DeiT, DINOv2, SigLIP, ...): with RoPE or relative-position
-    bias the remaining tokens' positions would be wrong, so those are refused."""
+def check_token_drop(vit):
+    """The module after which :func:`token_drop` removes tokens, or a typed error saying why
+    this model cannot drop tokens (a CNN; RoPE or relative positions)."""
     model = getattr(vit, "model", None)
     spec = getattr(vit, "spec", None)
     if spec is None or model is None or not hasattr(model, "blocks"):
@@ -103,6 +100,18 @@ def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
             f"Token drop needs a learned absolute position embedding added before the blocks; this "
             f"{spec.family} uses {spec.position_embedding} positions. Drop pixels instead (drop_pixels)."
         )
+    return site
+
+
+@contextlib.contextmanager
+def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
+    """Within the block, this thread's forward passes of ``vit.model`` drop the patch tokens
+    ``indices`` right after the position embedding (the paper's protocol); prefix tokens are
+    kept. Needs a ViT with an absolute position embedding added before the blocks (timm's
+    ``VisionTransformer``: ViT, DeiT, DINOv2, SigLIP, ...): with RoPE or relative-position
+    bias the remaining tokens' positions would be wrong, so those are refused."""
+    site = check_token_drop(vit)
+    spec = vit.spec
     keep_patches = torch.ones(spec.num_patches, dtype=torch.bool)
     keep_patches[torch.as_tensor(indices, dtype=torch.long)] = False
     keep = torch.cat([torch.ones(spec.num_prefix_tokens, dtype=torch.bool), keep_patches])  # (T,)

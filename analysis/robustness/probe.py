@@ -1,0 +1,57 @@
+"""One image, one perturbation level: what the app's Robustness page shows. The perturbed
+input, the logits, and the model's map before and after (a ViT's class-token rollout, over the
+kept tokens under token drop; a CNN's Grad-CAM of the clean prediction)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..capture import capture_attention
+from ..rollout import attention_rollout
+from .cnn import LoadedCNN, cnn_gradcam
+from .curves import perturb
+from .dropped import kept_rollout, token_drop_attention
+from .perturbations import check_token_drop, drop_pixels, patch_drop_indices
+
+__all__ = ["Probe", "probe"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """pixels ``(1, 3, H, W)`` as the model saw them (under token drop: the clean pixels);
+    logits ``(1, classes)``; dropped: the removed patch indices (drops only, else None);
+    saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens) or ``(h, w)`` CNN Grad-CAM."""
+
+    pixels: torch.Tensor
+    logits: torch.Tensor
+    dropped: torch.Tensor | None
+    saliency: torch.Tensor
+
+
+def probe(
+    model, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0, selection: str = "random",
+    saliency=None, mask=None, target: int | None = None,
+) -> Probe:
+    """``model`` (a :class:`~analysis.LoadedViT` or :class:`LoadedCNN`) on one ``(1, 3, H, W)``
+    image under ``perturbation`` at ``level`` (see :func:`~analysis.robustness.perturb`; the
+    selection only matters for drops). ``target``: the CNN's Grad-CAM class (default: its
+    prediction on these pixels)."""
+    if perturbation == "token_drop":
+        check_token_drop(model)
+    dropped = None
+    if perturbation in ("pixel_drop", "token_drop"):
+        dropped = patch_drop_indices(model.spec, level, selection=selection, seed=seed, saliency=saliency, mask=mask)
+        perturbed = drop_pixels(pixels, model.spec, dropped) if perturbation == "pixel_drop" else pixels
+    else:
+        perturbed, _ = perturb(model, pixels, perturbation, level, seed=seed)
+    if isinstance(model, LoadedCNN):
+        with torch.no_grad():
+            logits = model.model(perturbed.to(model.device)).float().cpu()
+        return Probe(perturbed, logits, dropped, cnn_gradcam(model, perturbed, target)[0])
+    if perturbation == "token_drop":
+        passed = token_drop_attention(model, perturbed, dropped)
+        return Probe(perturbed, passed.logits, dropped, kept_rollout(passed)[0])
+    record = capture_attention(model, perturbed)
+    return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])

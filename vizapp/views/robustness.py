@@ -1,0 +1,261 @@
+"""Robustness: patch drop, patch shuffle, noise and blur on one image and over an image set,
+the ViT beside a CNN, as in Naseer et al. 2021, "Intriguing Properties of Vision Transformers"."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+import analysis
+from analysis.robustness import SET_LEVELS, check_token_drop, shuffle_grids
+from vizapp import figures, inputs, resources
+from vizapp.messages import error_text, escape_markdown
+from vizapp.refs import ImageRef
+from vizapp.state import current
+from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+
+PERTURBATION_LABELS = {
+    "token_drop": "drop tokens",
+    "pixel_drop": "drop patches (pixels)",
+    "shuffle": "shuffle patches",
+    "noise": "Gaussian noise",
+    "blur": "Gaussian blur",
+}
+SELECTIONS = {"random": "random (seeded)", "most_salient": "most salient first", "least_salient": "least salient first"}
+CNN_CHOICES = {"demo": "the bundled demo CNN", "none": "none", "other": "a timm CNN name"}
+SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
+LEVEL_AXIS = {
+    "token_drop": "fraction of patches dropped (ViT: tokens; CNN: pixels)", "pixel_drop": "fraction of patches dropped",
+    "shuffle": "shuffle grid g (g × g blocks)", "noise": "noise σ (normalised units)", "blur": "blur σ (px)",
+}
+
+cur = current()
+spec = cur.spec
+vit = cur.vit
+
+st.header("Robustness", divider="gray")
+st.caption(
+    "How the prediction and the attention change when patches are dropped or shuffled, or the image is "
+    "blurred or noisy, beside a CNN (Naseer et al. 2021, “Intriguing Properties of Vision Transformers”). "
+    "Token drop removes patch tokens after the position embedding (the paper's protocol; prefix tokens stay); "
+    "pixel drop sets patches to the mean colour, for any model."
+)
+if not spec.has_classifier:
+    st.info("This model has no class head (an embedding tower or a headless backbone): there is no prediction "
+            "to perturb. Pick a classifier in the sidebar.", icon=":material/info:")
+    st.stop()
+
+try:
+    check_token_drop(vit)
+    offered = list(PERTURBATION_LABELS)
+    token_note = None
+except analysis.AnalysisError as exc:
+    offered = [p for p in PERTURBATION_LABELS if p != "token_drop"]
+    token_note = str(exc)
+
+controls, comparison = st.columns([3, 2], gap="medium")
+with controls:
+    clamp_state("rob_perturbation", offered, offered[0])
+    perturbation = st.radio("Perturbation", offered, format_func=PERTURBATION_LABELS.get, key="rob_perturbation",
+                            horizontal=True)
+    if token_note:
+        st.caption(f"Token drop is not offered: {token_note}")
+    selection = "random"
+    if perturbation in ("token_drop", "pixel_drop"):
+        st.session_state.setdefault("rob_fraction", 0.5)
+        level = st.slider("Fraction of patches dropped", 0.0, 1.0, step=0.05, key="rob_fraction")
+        selection = st.radio("Which patches", list(SELECTIONS), format_func=SELECTIONS.get, key="rob_selection",
+                             horizontal=True, help="Salient: by the clean image's class-token rollout (ViT) "
+                             "and Grad-CAM (CNN), each model by its own map.")
+    elif perturbation == "shuffle":
+        grids = shuffle_grids(spec)
+        clamp_state("rob_grid", grids, grids[min(1, len(grids) - 1)])
+        level = st.select_slider("Shuffle grid g (g × g blocks of whole patches)", grids, key="rob_grid",
+                                 help=f"The grids that divide the {spec.grid_size[0]}×{spec.grid_size[1]} patch grid.")
+    elif perturbation == "noise":
+        st.session_state.setdefault("rob_noise", 0.5)
+        level = st.slider("Noise σ (normalised units)", 0.0, 2.0, step=0.05, key="rob_noise")
+    else:
+        st.session_state.setdefault("rob_blur", 1.0)
+        level = st.slider("Blur σ (px)", 0.0, 8.0, step=0.25, key="rob_blur")
+    seed = int(st.number_input("Seed", 0, 2**31 - 1, step=1, key="rob_seed",
+                               help="Random drops and shuffles are reproducible by seed."))
+with comparison:
+    clamp_state("rob_cnn", list(CNN_CHOICES), "demo" if cur.model.source == "demo" else "none")
+    choice = st.selectbox("Comparison CNN", list(CNN_CHOICES), format_func=CNN_CHOICES.get, key="rob_cnn",
+                          help="The demo CNN was trained on the same scenes as the demo ViT.")
+    cnn_key = None
+    if choice == "demo":
+        cnn_key = ("demo", True)
+    elif choice == "other":
+        text = st.text_input("timm CNN", key="rob_cnn_other", placeholder="resnet50.a1_in1k or random:resnet18",
+                             help="Any timm CNN; weights from the local cache or the hub; random: for random weights.").strip()
+        if text:
+            cnn_key = (text.removeprefix("random:"), not text.startswith("random:"))
+    cnn = None
+    if cnn_key is not None:
+        try:
+            cnn = resources.get_cnn(*cnn_key)
+        except Exception as exc:  # noqa: BLE001 - shown; the ViT's half of the page still works
+            st.error(f"Could not load the CNN **{escape_markdown(cnn_key[0])}**: {error_text(exc)}")
+    if cnn is not None and perturbation == "token_drop":
+        st.caption("A CNN has no tokens: it gets the same patches dropped as pixels.")
+    if cnn is not None and perturbation == "shuffle" and int(level) not in shuffle_grids(cnn.spec):
+        st.caption(f"The CNN's {cnn.spec.grid_size[0]}×{cnn.spec.grid_size[1]} drop grid has no {int(level)}×{int(level)} "
+                   "shuffle: it is left out here.")
+        cnn = None
+
+names = vit.class_names or [f"class {i}" for i in range(spec.num_outputs)]
+
+
+def top5(probabilities: np.ndarray, class_names) -> tuple[list[str], np.ndarray]:
+    order = np.argsort(-probabilities)[:5]
+    labels = [class_names[i] if class_names else f"class {i}" for i in order]
+    return labels, probabilities[order]
+
+
+def prediction_text(label: str, probabilities: np.ndarray, class_names) -> str:
+    best = int(np.argmax(probabilities))
+    name = class_names[best] if class_names else f"class {best}"
+    return f"**{label}:** {escape_markdown(name)} · {probabilities[best]:.1%}"
+
+
+try:
+    before = resources.vit_probe(*cur.args, perturbation, 0.0 if perturbation != "shuffle" else 1, selection, seed)
+    after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
+except analysis.AnalysisError as exc:
+    st.error(error_text(exc))
+    st.stop()
+cnn_before = cnn_after = None
+if cnn is not None:
+    try:
+        args = (*cnn_key, cur.image.digest, cur.image.data, perturbation)
+        cnn_before = resources.cnn_probe(*args, 0.0 if perturbation != "shuffle" else 1, selection, seed)
+        cnn_after = resources.cnn_probe(*args, float(level), selection, seed)
+    except Exception as exc:  # noqa: BLE001 - shown; the ViT's half stays
+        st.error(f"The CNN could not process the image: {error_text(exc)}")
+        cnn = None
+
+st.subheader("One image")
+level_text = f"{level:.0%}" if perturbation.endswith("drop") else f"{level:g}"
+columns = st.columns(4 if cnn is not None else 2, gap="small")
+panels = [("ViT · clean", before, names), (f"ViT · {PERTURBATION_LABELS[perturbation]} {level_text}", after, names)]
+if cnn is not None:
+    cnn_names = cnn.class_names
+    panels += [("CNN · clean", cnn_before, cnn_names), (f"CNN · {PERTURBATION_LABELS[perturbation]} {level_text}", cnn_after, cnn_names)]
+for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels)):
+    with column:
+        st.image(view.input_image, caption=title, width="stretch", output_format="PNG")
+        st.markdown(prediction_text("prediction", view.probabilities, class_names))
+        labels, probabilities = top5(view.probabilities, class_names)
+        show_chart(figures.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}",
+                   filename="top5")
+flipped = int(np.argmax(before.probabilities)) != int(np.argmax(after.probabilities))
+summary = [f"ViT: {'prediction changed' if flipped else 'same prediction'}, "
+           f"p(clean class) {before.probabilities.max():.1%} → {after.probabilities[int(np.argmax(before.probabilities))]:.1%}"]
+if cnn is not None:
+    cnn_class = int(np.argmax(cnn_before.probabilities))
+    summary.append(f"CNN: {'prediction changed' if int(np.argmax(cnn_after.probabilities)) != cnn_class else 'same prediction'}, "
+                   f"p(clean class) {cnn_before.probabilities.max():.1%} → {cnn_after.probabilities[cnn_class]:.1%}")
+st.markdown(" · ".join(summary))
+
+
+def pair_scaled(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both maps divided by the larger finite maximum of the two, so that a map that fades
+    under the perturbation reads fainter (NaN: a dropped token, left blank)."""
+    peak = max((float(np.nanmax(m)) for m in (first, second) if np.isfinite(m).any()), default=0.0)
+    return (first / peak, second / peak) if peak > 0 else (first * 0.0, second * 0.0)
+
+
+maps = list(pair_scaled(before.saliency, after.saliency))
+backgrounds = [figures.image_data_uri(before.input_image), figures.image_data_uri(after.input_image)]
+sizes, cells = [spec.img_size] * 2, [spec.patch_size] * 2
+titles = ["ViT rollout · clean", "ViT rollout · perturbed"]
+if cnn is not None:
+    h, w = cnn_before.saliency.shape
+    height_px, width_px = cnn.spec.img_size
+    maps += list(pair_scaled(cnn_before.saliency, cnn_after.saliency))
+    backgrounds += [figures.image_data_uri(cnn_before.input_image), figures.image_data_uri(cnn_after.input_image)]
+    sizes += [cnn.spec.img_size] * 2
+    cells += [(height_px // h, width_px // w)] * 2
+    titles += ["CNN Grad-CAM · clean", "CNN Grad-CAM · perturbed"]
+show_chart(figures.map_panels(
+    backgrounds, sizes, maps, cells, titles, ncols=len(maps), colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
+    colorbar_title="map / max of the pair", panel_height=300, opacity=0.6,
+), "rob_maps", filename="robustness_maps")
+cnn_text = ""
+if cnn is not None:
+    cnn_text = (f" The CNN's Grad-CAM of its clean prediction, on its last {h}×{w} feature map "
+                f"({height_px // h}×{width_px // w} px cells).")
+st.caption(
+    "The ViT's class-token rollout" + (" (blank: dropped tokens; the rollout runs over the tokens that remain)"
+                                       if perturbation == "token_drop" else "") + "." + cnn_text +
+    " Each model's clean and perturbed maps are divided by the larger maximum of the two, so a fading map reads fainter."
+)
+arrays = {"vit_clean_rollout": before.saliency, "vit_perturbed_rollout": after.saliency,
+          "vit_clean_probabilities": before.probabilities, "vit_perturbed_probabilities": after.probabilities,
+          "vit_perturbed_input": after.input_image, "level": np.array(float(level)), "seed": np.array(seed)}
+if after.dropped is not None:
+    arrays["dropped_patches"] = after.dropped
+if cnn is not None:
+    arrays.update(cnn_clean_gradcam=cnn_before.saliency, cnn_perturbed_gradcam=cnn_after.saliency,
+                  cnn_clean_probabilities=cnn_before.probabilities, cnn_perturbed_probabilities=cnn_after.probabilities)
+download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbation=np.array(perturbation))
+
+st.subheader("Over an image set")
+set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
+problems: list[str] = []
+if set_choice == "mine":
+    files = st.file_uploader("Images or a .zip of images", type=["jpg", "jpeg", "png", "webp", "bmp", "gif", "zip"],
+                             accept_multiple_files=True, key="rob_files")
+    images, problems = inputs.images_from_uploads(files)
+else:
+    images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
+levels = tuple(float(g) for g in shuffle_grids(spec)) if perturbation == "shuffle" else SET_LEVELS[perturbation]
+
+
+def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float, ...]):
+    """Mean agreement and probability per level over the set, streamed in cached pieces."""
+    bar = st.progress(0.0, text=f"{label}: 0 / {len(images)} images")
+    score, probability, used = np.zeros(len(model_levels)), np.zeros(len(model_levels)), 0
+    for start in range(0, len(images), resources.SET_CHUNK):
+        chunk = images[start : start + resources.SET_CHUNK]
+        s, p, n, skipped = resources.robustness_chunk(
+            model_key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), kind, model_levels, seed + start)
+        score, probability, used = score + s, probability + p, used + n
+        problems.extend(f"{chunk[index].name}: {reason} (skipped)" for index, reason in skipped)
+        done = start + len(chunk)
+        bar.progress(done / len(images), text=f"{label}: {done} / {len(images)} images")
+    bar.empty()
+    return (score / used, probability / used, used) if used else (None, None, 0)
+
+
+curves, rows = [], []
+st.session_state.setdefault("rob_curves", True)
+if images and st.toggle("Measure the curves", key="rob_curves",
+                        help="One forward pass per image and level for each model."):
+    vit_score, vit_probability, used = set_curve(("vit", cur.model), "ViT", perturbation, levels)
+    if vit_score is not None:
+        curves.append((f"ViT · {PERTURBATION_LABELS[perturbation]}", levels, vit_score))
+        rows += [("ViT", lv, float(a), float(p)) for lv, a, p in zip(levels, vit_score, vit_probability)]
+    if cnn is not None:
+        cnn_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
+        cnn_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(cnn.spec))
+        cnn_score, cnn_probability, _ = set_curve(("cnn", *cnn_key), "CNN", cnn_kind, cnn_levels)
+        if cnn_score is not None:
+            curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
+            rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
+    if curves:
+        show_chart(figures.robustness_curves(
+            curves, x_title=LEVEL_AXIS[perturbation], y_title=f"agreement with the clean prediction ({used} images)",
+            chance=1.0 / spec.num_outputs,
+        ), "rob_curves_chart", filename=f"robustness_curve_{perturbation}")
+        st.caption("Agreement: the share of images whose prediction is unchanged. Image i uses seed "
+                   "seed + i at every level, so both models lose the same patches. Dotted: chance (1 / classes). "
+                   "The labelled benchmark: `python -m analysis.robustness --n 500`.")
+        download_csv("rob_curves_data", f"robustness_curve_{perturbation}",
+                     ["model", "level", "agreement", "mean_probability_of_clean_class"], rows)
+for problem in problems:
+    st.warning(escape_markdown(problem))
+if set_choice == "mine" and not images:
+    st.info("Upload images (or a .zip of images) to measure the curves over them.")
