@@ -170,7 +170,13 @@ def test_a_curve_starts_at_the_clean_accuracy_and_matches_a_loop(demo):
                              progress=lambda d, t: done.append((d, t)))
     assert curve.metric == "accuracy" and curve.images == 6 and done[-1] == (6, 6)
     assert curve.score[0] == pytest.approx(clean_accuracy)
-    assert np.isnan(curve.attention_distance).all()  # token drop changes the sequence: no attention summary
+    # the shorter sequence's attention summary; at fraction 1 no patch is left to summarise
+    assert np.isfinite(curve.attention_distance[:2]).all() and np.isnan(curve.attention_distance[2])
+    assert np.isnan(curve.rollout_entropy[2])
+    first = demo.preprocess(images[0])
+    clean_record = capture_attention(demo, first)
+    one = robustness_curve(demo, [first[0]], "token_drop", [0.0], None)
+    assert one.attention_distance[0] == pytest.approx(float(analysis.mean_attention_distance(clean_record).mean()))
     # level 0.5 by a loop over the images with the same seeds
     hits = 0
     for i, p in enumerate(pixels):
@@ -226,7 +232,7 @@ def test_the_demo_cnn_runs_the_pixel_probes_and_refuses_token_drop(demo):
 
 
 def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
-    from analysis.robustness import kept_rollout, token_drop_attention
+    from analysis.robustness import kept_attention_distance, kept_rollout, token_drop_attention
 
     for vit in (demo, vits["registers"]):
         pixels = random_pixels(vit, batch=2)
@@ -234,6 +240,7 @@ def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
         record = capture_attention(vit, pixels)
         assert torch.equal(clean.logits, record.logits) and torch.equal(clean.attentions, record.attentions)
         assert torch.allclose(kept_rollout(clean), analysis.attention_rollout(record), atol=1e-6)
+        assert torch.allclose(kept_attention_distance(clean), analysis.mean_attention_distance(record))
         dropped = patch_drop_indices(vit.spec, 0.5, seed=4)
         passed = token_drop_attention(vit, pixels, dropped)
         prefix = vit.spec.num_prefix_tokens
@@ -254,6 +261,22 @@ def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
         assert torch.isnan(flat[:, dropped]).all()
         kept_patches = [p for p in range(vit.spec.num_patches) if p not in set(dropped.tolist())]
         assert torch.allclose(flat[:, kept_patches].double(), reference[:, 0, prefix:], atol=1e-6)
+        # distance reference: explicit loops over kept patch queries and keys, original centres
+        ph, pw = vit.spec.patch_size
+        gw = vit.spec.grid_size[1]
+        centre = {p: ((p // gw + 0.5) * ph, (p % gw + 0.5) * pw) for p in kept_patches}
+        expected = torch.zeros(vit.spec.num_layers, vit.spec.num_heads, dtype=torch.float64)
+        for layer in range(vit.spec.num_layers):
+            for head in range(vit.spec.num_heads):
+                total = 0.0
+                for b in range(2):
+                    for qi, q in enumerate(kept_patches):
+                        row = passed.attentions[layer, b, head, prefix + qi, prefix:].double()
+                        row = row / row.sum()
+                        total += sum(float(row[ki]) * float(np.hypot(centre[q][0] - centre[k][0], centre[q][1] - centre[k][1]))
+                                     for ki, k in enumerate(kept_patches))
+                expected[layer, head] = total / (2 * len(kept_patches))
+        assert torch.allclose(kept_attention_distance(passed), expected, atol=1e-9)
         for module in vit.model.modules():
             assert not module._forward_hooks and not module._forward_pre_hooks
 

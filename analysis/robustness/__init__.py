@@ -2,7 +2,7 @@
 
 from .cnn import DEMO_CNN_DIR, LoadedCNN, cnn_gradcam, load_cnn
 from .probe import Probe, probe
-from .dropped import DroppedTokenPass, kept_rollout, token_drop_attention
+from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
 from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
     DROP_SELECTIONS,
@@ -25,6 +25,7 @@ __all__ = [
     "probe",
     "DroppedTokenPass",
     "kept_rollout",
+    "kept_attention_distance",
     "token_drop_attention",
     "PERTURBATIONS",
     "SET_LEVELS",

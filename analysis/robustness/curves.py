@@ -16,6 +16,7 @@ from ..distance import mean_attention_distance
 from ..errors import AnalysisError
 from ..images import load_image
 from ..rollout import attention_rollout
+from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
 from .perturbations import check_token_drop, drop_pixels, gaussian_blur, gaussian_noise, patch_drop_indices, shuffle_patches, token_drop
 
 __all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustness_curve"]
@@ -42,9 +43,10 @@ SET_LEVELS = {
 class RobustnessCurve:
     """One value per level. ``score``: top-1 accuracy against ``labels``, or, without labels,
     agreement with the clean prediction (``metric`` says which). ``probability``: mean softmax
-    probability of the label (or the clean prediction). ViT only (NaN otherwise, and for token
-    drop): ``attention_distance`` (mean over layers, heads and images, input pixels) and
-    ``rollout_entropy`` (nats, of the class-token rollout normalised over the patches)."""
+    probability of the label (or the clean prediction). ViT only (NaN otherwise):
+    ``attention_distance`` (mean over layers, heads and images, input pixels) and
+    ``rollout_entropy`` (nats, of the class-token rollout normalised over the patches); under
+    token drop both are of the shorter sequence, over the patches that remain."""
 
     perturbation: str
     levels: tuple[float, ...]
@@ -124,7 +126,7 @@ def robustness_curve(
     probability = np.zeros(steps)
     distance = np.zeros(steps)
     entropy = np.zeros(steps)
-    with_attention = attention and perturbation != "token_drop" and hasattr(vit.model, "blocks")  # ViTs only
+    with_attention = attention and hasattr(vit.model, "blocks")  # ViTs only
     for index, image in enumerate(images):
         if isinstance(image, torch.Tensor):
             pixels = image[None]
@@ -137,7 +139,16 @@ def robustness_curve(
             raise AnalysisError(f"Label {reference} of image {index} is not one of the {classes} classes.")
         for step, level in enumerate(levels):
             perturbed, dropped = perturb(vit, pixels, perturbation, level, seed=seed + index)
-            if with_attention:
+            if with_attention and dropped is not None:  # the shorter sequence's own attention
+                passed = token_drop_attention(vit, perturbed, dropped)
+                logits = passed.logits
+                kept = kept_rollout(passed)[0]
+                if bool(kept.isnan().all()):  # every patch dropped: no patch attention to summarise
+                    distance[step] = entropy[step] = math.nan
+                else:
+                    distance[step] += float(kept_attention_distance(passed).mean())
+                    entropy[step] += float(_entropy(kept[~kept.isnan()][None])[0])
+            elif with_attention:
                 record = capture_attention(vit, perturbed)
                 logits = record.logits
                 distance[step] += float(mean_attention_distance(record).mean())

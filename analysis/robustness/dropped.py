@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import torch
 
 from ..capture import attention_taps, input_spec
+from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
 from ..spec import ViTSpec
 from .perturbations import token_drop
 
-__all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout"]
+__all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_attention_distance"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,18 @@ def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard
     grid = torch.full((rollout.shape[0], spec.num_patches), float("nan"), dtype=torch.float64)
     grid[:, patch_rows] = row
     return grid.reshape(-1, *spec.grid_size).float()
+
+
+def kept_attention_distance(passed: DroppedTokenPass) -> torch.Tensor:
+    """Mean attention distance (input pixels) of the shorter sequence, ``(L, heads)`` float64:
+    for each kept patch query, ``Σ_k w_qk·‖c_q − c_k‖`` over the kept patch keys (``w``
+    renormalised over them), averaged over kept queries and images. Patches keep their
+    original centres. With nothing dropped it equals :func:`~analysis.mean_attention_distance`."""
+    spec = passed.spec
+    prefix = spec.num_prefix_tokens
+    patches = passed.kept[prefix:] - prefix  # (N',)
+    distances = patch_distance_matrix(spec)[patches][:, patches]  # (N', N')
+    return torch.stack([
+        attention_distance_per_image(attention[:, :, prefix:], spec, distances).mean(0)  # (heads,)
+        for attention in passed.attentions  # (B, heads, T', T')
+    ]).double()
