@@ -1031,3 +1031,56 @@ def test_robustness_page_offers_only_what_the_model_supports(app):
     assert_clean(app)
     grids = app.select_slider(key="rob_grid").options
     assert [int(g) for g in grids] == [1, 2, 7, 14]
+
+
+# --------------------------------------------------------------------------- shared records
+
+
+def test_a_rerun_reads_the_shared_record_without_copying_it(app, monkeypatch):
+    """The captured pass is kept once per process: a layer change reruns with the very same
+    record object (nothing unpickled or copied) and never recomputes it."""
+    import pickle
+
+    import vizapp.resources as resources
+
+    current = app.session_state["current"]
+    store = resources.record_store()
+    shared = resources.forward(*current.args)
+    computed = store.computed
+    pickled = []
+    original_loads = pickle.loads
+
+    def counting_loads(data, *args, **kwargs):
+        pickled.append(len(data))
+        return original_loads(data, *args, **kwargs)
+
+    monkeypatch.setattr(pickle, "loads", counting_loads)
+    layers = app.slider(key="layer")
+    for value in (layers.min, layers.max, layers.min):
+        app.slider(key="layer").set_value(value).run()
+        assert_clean(app)
+    assert resources.forward(*current.args) is shared and store.computed == computed
+    record_bytes = shared.record.attentions.numel() * shared.record.attentions.element_size()
+    assert all(size < record_bytes for size in pickled), "a rerun unpickled something as large as the record"
+
+
+def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, vit, record):
+    import vizapp.resources as resources
+
+    monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
+    assert resources.record_dtype(vit.spec) == torch.float16
+    resources.record_store().clear()
+    app.slider(key="layer").set_value(0).run()
+    assert_clean(app)
+    current = app.session_state["current"]
+    stored = resources.forward(*current.args)
+    assert stored.record.attentions.dtype == torch.float16
+    resources.attention_grid.clear()
+    app.slider(key="layer").set_value(app.slider(key="layer").max).run()
+    assert_clean(app)
+    layer = app.slider(key="layer").value
+    expected = analysis.attention_map(record, layer, head=None, query="cls" if vit.spec.has_class_token else "mean")
+    drawn = overlay_map(chart(app, "attn_overlay"))
+    np.testing.assert_allclose(drawn, expected[0].numpy(), rtol=2e-3, atol=1e-5)  # float16: 11 significant bits
+    resources.record_store().clear()
+    resources.attention_grid.clear()

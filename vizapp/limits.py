@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_MODELS", "MAX_FORWARDS", "MAX_RESULTS", "MAX_DATASET_IMAGES", "MAX_ARCHIVE_BYTES"]
+__all__ = [
+    "MAX_MODELS", "MAX_FORWARDS", "MAX_RECORD_BYTES", "FLOAT16_RECORD_BYTES", "MAX_RESULTS", "MAX_DATASET_IMAGES",
+    "MAX_ARCHIVE_BYTES",
+]
 
 
 def _limit(name: str, default: int) -> int:
@@ -20,6 +23,8 @@ def _limit(name: str, default: int) -> int:
 
 MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (cache_resource)
 MAX_FORWARDS = _limit("VIZAPP_MAX_FORWARDS", 8)  # captured forward passes (full attention records)
+MAX_RECORD_BYTES = _limit("VIZAPP_MAX_RECORD_MB", 4096) * 2**20  # ... and their total memory
+FLOAT16_RECORD_BYTES = _limit("VIZAPP_FLOAT16_RECORD_MB", 1024) * 2**20  # larger records are kept in float16
 MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
 MAX_DATASET_IMAGES = 256  # images averaged over on the distance page
 MAX_ARCHIVE_BYTES = 200_000_000  # decompressed images read from one uploaded zip

@@ -6,8 +6,11 @@ Data flow: image bytes -> RGB image -> model input -> one captured forward pass
 * ``st.cache_resource`` holds models: one shared instance per :class:`ModelRef` for all
   sessions. ``analysis`` captures attention with per-call, per-thread hooks, so sharing
   a model between browser sessions is safe.
-* ``st.cache_data`` holds results (numpy arrays, small dataclasses): every caller gets
-  its own copy. Image bytes are passed as ``_image_bytes`` (not hashed) next to their
+* :func:`forward` keeps each captured pass once per process (:mod:`vizapp.records`): the
+  same read-only object for every session and rerun, never pickled or copied, LRU by count
+  (``VIZAPP_MAX_FORWARDS``) and bytes (``VIZAPP_MAX_RECORD_MB``).
+* ``st.cache_data`` holds small derived results (numpy arrays, small dataclasses): every
+  caller gets its own copy. Image bytes are passed as ``_image_bytes`` (not hashed) next to their
   SHA-1 ``digest`` (hashed), so a rerun never re-hashes megabytes.
 
 Changing a layer, head, query, fusion or opacity therefore never reruns the model: the
@@ -36,7 +39,8 @@ from analysis import (
 )
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN
-from vizapp.limits import MAX_FORWARDS, MAX_MODELS, MAX_RESULTS
+from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
+from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
 
 SET_CHUNK = 8  # images per cached piece of an image-set average (the progress bar's step)
@@ -70,19 +74,53 @@ class Forward:
     notes: tuple[str, ...] = ()  # e.g. "out of GPU memory: ran on the CPU", shown to the user
 
 
-@st.cache_data(show_spinner="Running the model…", max_entries=MAX_FORWARDS)
+    @property
+    def nbytes(self) -> int:
+        """Memory held: the attention record (maps, pooling maps, logits) and the input image."""
+        record = self.record
+        tensors = [record.attentions, record.logits] + ([record.pool_attention] if record.pool_attention is not None else [])
+        return sum(t.numel() * t.element_size() for t in tensors) + self.input_image.nbytes + self.probabilities.nbytes
+
+
+def record_dtype(spec: analysis.ViTSpec) -> torch.dtype:
+    """float32, or float16 when one image's float32 record would exceed
+    :data:`~vizapp.limits.FLOAT16_RECORD_BYTES` (the probabilities are still computed in float32)."""
+    entries = spec.num_layers * spec.num_heads * spec.num_tokens**2
+    return torch.float16 if entries * 4 > FLOAT16_RECORD_BYTES else torch.float32
+
+
+@st.cache_resource(show_spinner=False)
+def record_store() -> RecordStore[Forward]:
+    """The process's captured forward passes (shared by every session; LRU by count and bytes)."""
+    return RecordStore(MAX_FORWARDS, MAX_RECORD_BYTES, size=lambda f: f.nbytes)
+
+
 def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
-    """The single forward pass for (model, image, resolution): everything else derives from it."""
+    """The single forward pass for (model, image, resolution): everything else derives from it.
+
+    Kept once per process in :func:`record_store` and returned as the same object to every
+    caller: treat it as read-only. A rerun reads slices of it; nothing is copied or unpickled.
+    """
+    def run() -> Forward:
+        with st.spinner("Running the model…", show_time=True):
+            return _capture_forward(ref, _image_bytes)
+
+    return record_store().get((ref, digest), run)
+
+
+def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
     vit = get_model(ref)
     image = load_image(_image_bytes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        record = capture_attention(vit, vit.preprocess(image))
+        record = capture_attention(vit, vit.preprocess(image), dtype=record_dtype(vit.spec))
     logits = record.logits[0]
-    probabilities = logits.softmax(-1).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
+    probabilities = logits.float().softmax(-1).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
+    input_image = np.asarray(vit.model_input_image(image), dtype=np.uint8)
+    input_image.flags.writeable = False
     return Forward(
         record=record,
-        input_image=np.asarray(vit.model_input_image(image), dtype=np.uint8),
+        input_image=input_image,
         probabilities=probabilities.astype(np.float32),
         notes=tuple(str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)),
     )
