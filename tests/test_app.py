@@ -361,7 +361,10 @@ def test_position_embedding_page(app, vit):
     np.testing.assert_allclose(tiles.reshape(gh, gw, gh, gw), similarity, rtol=1e-5, atol=1e-6)
     assert heatmap["zmin"] == -1 and heatmap["zmax"] == 1
     # separators between tiles, not subplots
-    assert sum(1 for s in mosaic_spec["layout"]["shapes"] if s["type"] == "line") == (gh - 1) + (gw - 1)
+    (separators,) = [s for s in mosaic_spec["layout"]["shapes"] if s["type"] == "path"]
+    moves = separators["path"].split("M")[1:]
+    assert sorted(m for m in moves if "V" in m) == sorted(f"{c * gw},0V{gh * gh}" for c in range(1, gw))
+    assert sorted(m for m in moves if "H" in m) == sorted(f"0,{r * gh}H{gw * gw}" for r in range(1, gh))
 
     app.number_input(key="pos_row").set_value(0).run()
     app.number_input(key="pos_col").set_value(gw - 1).run()

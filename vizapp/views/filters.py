@@ -42,9 +42,7 @@ if mode == "pca":
     left, right = st.columns([3, 2], gap="medium")
     with left:
         st.markdown(f"**First {len(ratio)} principal components** of {count} filters of {pw}×{ph} px")
-        grid = figures.rgb_patch_grid(
-            components, 7, tile_names=[f"PC {i + 1}: {r * 100:.2f}% of variance" for i, r in enumerate(ratio)]
-        )
+        grid = figures.filter_components_grid(components, ratio)
         show_chart(grid, "filt_grid", filename="patch_embedding_components")
     with right:
         st.markdown("**Explained variance**")

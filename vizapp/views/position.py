@@ -62,23 +62,7 @@ def on_tile_click() -> None:
 
 
 def tile_figure(sim: np.ndarray, highlight: int | None):
-    n_h, n_w = sim.shape[:2]
-    small = n_w <= 32
-    return figures.mosaic(
-        sim.reshape(n_h * n_w, n_h, n_w),
-        n_w,
-        tile_names=[f"patch (row {r}, col {c})" for r in range(n_h) for c in range(n_w)],
-        colorscale=cur.colorscale,
-        zmin=-1.0,
-        zmax=1.0,
-        colorbar_title="cosine similarity",
-        x_title="input patch column",
-        y_title="input patch row",
-        col_labels=[str(c) for c in range(n_w)] if small else None,
-        row_labels=[str(r) for r in range(n_h)] if small else None,
-        highlight=highlight,
-        height=640,
-    )
+    return figures.position_similarity_mosaic(sim, colorscale=cur.colorscale, highlight=highlight)
 
 
 left, right = st.columns([3, 2], gap="medium")

@@ -53,9 +53,9 @@ with left:
                  customdata=np.stack([index, np.zeros_like(index)], axis=1), showlegend=False, name="patches",
                  hovertemplate="patch %{customdata[0]:.0f}<extra>click: similarity to this patch</extra>"),
         ],
-        layout=dict(
+        layout=figures.styled_layout(
             height=420, margin=dict(l=10, r=10, t=10, b=10), hovermode="closest", hoverdistance=-1,
-            clickmode="event+select", dragmode="pan", template="plotly_white",
+            clickmode="event+select", dragmode="pan",
             shapes=[dict(type="rect", x0=(query % gw) * pw, y0=(query // gw) * ph, x1=(query % gw + 1) * pw,
                          y1=(query // gw + 1) * ph, line=dict(color=figures.HIGHLIGHT, width=2.5))]
             if isinstance(query, int) else [],
@@ -131,7 +131,7 @@ def norm_figures(ref, digest: str, _image_bytes: bytes, layer: int, colorscale: 
                           line=dict(color="#00e5ff", width=2.5, dash="dot"))
     histogram = go.Figure(
         data=[dict(type="histogram", x=layer_norms, nbinsx=40, marker=dict(color="#3b528b"), name="patch tokens")],
-        layout=dict(height=420, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white", bargap=0.05,
+        layout=figures.styled_layout(height=420, margin=dict(l=10, r=10, t=40, b=10), bargap=0.05,
                     title=dict(text=f"Patch-token norms, layer {layer}", font=dict(size=14)),
                     xaxis=dict(title=dict(text="‖block output‖₂")), yaxis=dict(title=dict(text="patches"))),
     )
@@ -150,7 +150,7 @@ def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: st
         data=[dict(type="heatmap", z=value, zmin=0, zmax=1, colorscale=figures.colour_stops(colorscale),
                    colorbar=dict(title=dict(text="mass (0–1)", side="right")),
                    hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>")],
-        layout=dict(height=360, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
+        layout=figures.styled_layout(height=360, margin=dict(l=10, r=10, t=40, b=10),
                     title=dict(text=f"To the {name}", font=dict(size=14)),
                     xaxis=dict(title=dict(text="head"), dtick=1), yaxis=dict(title=dict(text="layer"), dtick=1)),
     )
@@ -164,7 +164,7 @@ def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.
     curve = go.Figure(
         data=[dict(type="scatter", x=list(range(L)), y=lens[:, final], mode="lines+markers",
                    line=dict(color="#21918c"), name=names[final], hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>")],
-        layout=dict(height=340, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white",
+        layout=figures.styled_layout(height=340, margin=dict(l=10, r=10, t=40, b=10),
                     title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
                     xaxis=dict(title=dict(text="layer"), dtick=1), yaxis=dict(title=dict(text="probability"), range=[0, 1.02])),
     )

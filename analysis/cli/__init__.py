@@ -1,0 +1,40 @@
+"""Command line: ``python -m analysis <command>`` (``distance``, ``report``).
+
+Every command runs as one process, or under ``torchrun --nproc_per_node=N -m analysis ...``
+as N ranks that split the images and reduce their sums (see :mod:`analysis.cli.distributed`).
+Exit codes: 0 done (unreadable images are skipped and counted), 1 nothing could be done
+(unknown model, no usable image), 2 bad arguments (a missing path, an empty folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import CommandError
+from .distributed import start, stop
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import distance, report
+
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
+    distance.add_parser(subparsers)
+    report.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    ranks = start(args.device)
+    try:
+        return args.run(args, ranks)
+    except CommandError as exc:
+        if ranks.is_main:
+            print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    finally:
+        stop(ranks)

@@ -1,0 +1,111 @@
+"""``python -m analysis distance``: the dataset mean attention distance per layer and head
+(the ViT paper's Figure 7 right, Appendix D.7), streamed, on one process or sharded across
+``torchrun`` ranks. Writes ``OUT.npz`` and, next to it, ``OUT.png`` and ``OUT.html``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import AnalysisError
+from ..streaming import dataset_attention_distance
+from .common import CommandError, add_model_arguments, load_model, progress_bar, say
+from .distributed import Ranks
+from .sources import resolve_images
+
+__all__ = ["add_parser", "run", "shard_distance_sums"]
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "distance", help="dataset mean attention distance per layer and head (Figure 7 right)",
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
+    parser.add_argument("--out", required=True, type=Path, help="result .npz (the .png and .html go next to it)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
+    parser.set_defaults(run=run)
+
+
+def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, progress=None
+                        ) -> tuple[torch.Tensor, int, list]:
+    """``(Σ over usable images of the (L, heads) distances, how many, skipped)`` for one shard."""
+    spec = vit.spec
+    skipped: list = []
+    if not len(items):
+        return torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64), 0, skipped
+    try:
+        per_image = dataset_attention_distance(vit, list(items), batch_size=batch_size, workers=workers,
+                                               on_error="skip", skipped=skipped, per_image=True, progress=progress)
+    except AnalysisError:
+        if len(skipped) != len(items):
+            raise
+        return torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64), 0, skipped
+    return per_image.sum(0), int(per_image.shape[0]), skipped
+
+
+def run(args, ranks: Ranks) -> int:
+    if args.batch_size < 1:
+        raise CommandError("--batch-size must be at least 1.", code=2)
+    try:
+        source = resolve_images(args.images)
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    vit = load_model(args, ranks.device)
+    shard = source.shard(ranks.rank, ranks.world)
+    say(ranks, f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
+               f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}")
+    with progress_bar(ranks, len(shard), "distance") as advance:
+        sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size,
+                                                   workers=args.workers, progress=advance)
+    total = ranks.sum(sums)  # (L, heads)
+    used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
+    skipped_names = [
+        (shard_names[item.index], item.reason)
+        for shard_names, shard_skipped in ranks.gather((list(shard.names), skipped)) for item in shard_skipped
+    ]
+    if not ranks.is_main:
+        return 0
+    for name, reason in skipped_names:
+        print(f"skipped {name}: {reason}", file=sys.stderr)
+    for problem in source.problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    if used == 0:
+        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    distance = (total / used).numpy()
+    write_distance(args.out, distance, vit, model=args.model, images=source.description, count=used,
+                   skipped=[f"{n}: {r}" for n, r in skipped_names] + list(source.problems), world=ranks.world)
+    print(f"{used} images used, {len(skipped_names) + len(source.problems)} skipped; "
+          f"mean distance by layer (px): {np.array2string(distance.mean(1), precision=1, max_line_width=200)}")
+    print(f"wrote {args.out}, {args.out.with_suffix('.png')} and {args.out.with_suffix('.html')}")
+    return 0
+
+
+def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: str, count: int, skipped: list[str],
+                   world: int) -> None:
+    """``out`` (.npz: distance, count and metadata), and Figure 7 (right) as ``.png`` and ``.html``."""
+    from ..distance import uniform_attention_distance
+    from .png_plot import distance_png
+
+    spec = vit.spec
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    uniform = float(uniform_attention_distance(spec))
+    np.savez(
+        out, distance=distance, count=np.int64(count), skipped=np.int64(len(skipped)),
+        skipped_images=np.array(skipped, dtype=str), model=np.array(model), images=np.array(images), unit=np.array("px"),
+        uniform_distance=np.float64(uniform), patch_size=np.array(spec.patch_size), grid_size=np.array(spec.grid_size),
+        img_size=np.array(spec.img_size), num_prefix_tokens=np.int64(spec.num_prefix_tokens), world_size=np.int64(world),
+    )
+    title = f"{model} · mean over {count} images"
+    distance_png(distance, out.with_suffix(".png"), uniform=uniform, title=title)
+    from vizapp.figures import attention_distance_scatter  # plotly only: the app's own figure builder
+
+    figure = attention_distance_scatter([(title, distance)], references=[("uniform attention", uniform)], unit="px")
+    figure.write_html(out.with_suffix(".html"), include_plotlyjs=True, full_html=True)

@@ -1,0 +1,96 @@
+"""A Figure 7 (right) PNG without a browser: mean attention distance per head against depth,
+drawn with Pillow (plotly's static export needs Chrome and kaleido, which a server may lack)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+__all__ = ["distance_png", "nice_ticks"]
+
+_HEAD_COLOURS = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#e16462", "#fca636", "#0d0887")
+
+
+def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
+    """Round tick values covering ``[lo, hi]`` (steps of 1, 2 or 5 times a power of ten)."""
+    span = max(hi - lo, 1e-12)
+    raw = span / max(count - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(lo / step) * step
+    return [first + i * step for i in range(int(math.ceil((hi - first) / step)) + 1)]
+
+
+def _font(size: int):
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: one bitmap size
+        return ImageFont.load_default()
+
+
+def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | None = None, title: str = "",
+                 unit: str = "px", size: tuple[int, int] = (900, 600)) -> Path:
+    """Write ``distance`` ``(L, heads)`` as dots (x = layer, one colour per head) with the
+    uniform-attention reference as a dashed line. Returns the path."""
+    distance = np.asarray(distance, dtype=np.float64)
+    layers, heads = distance.shape
+    width, height = size
+    left, right, top, bottom = 90, 30, 60, 70
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    font, small = _font(16), _font(13)
+    values = distance[np.isfinite(distance)]
+    hi = max(float(values.max()) if values.size else 1.0, uniform or 0.0) * 1.05
+    ticks = nice_ticks(0.0, hi)
+    y_max = ticks[-1]
+
+    def x_of(layer: float) -> float:
+        return left + (layer + 0.5) / layers * (width - left - right)
+
+    def y_of(value: float) -> float:
+        return height - bottom - value / y_max * (height - top - bottom)
+
+    for tick in ticks:  # grid and y labels
+        y = y_of(tick)
+        draw.line([(left, y), (width - right, y)], fill="#EBF0F8", width=1)
+        draw.text((left - 8, y), f"{tick:g}", fill="#2a3f5f", font=small, anchor="rm")
+    step = max(1, math.ceil(layers / 24))
+    for layer in range(0, layers, step):
+        draw.text((x_of(layer), height - bottom + 8), str(layer), fill="#2a3f5f", font=small, anchor="mt")
+    draw.line([(left, top), (left, height - bottom), (width - right, height - bottom)], fill="#2a3f5f", width=1)
+    if uniform is not None and math.isfinite(uniform):
+        y = y_of(uniform)
+        for x in range(left, width - right, 12):
+            draw.line([(x, y), (min(x + 6, width - right), y)], fill="#9e9e9e", width=2)
+        draw.text((width - right - 4, y - 4), f"uniform attention ({uniform:.3g} {unit})", fill="#6e6e6e",
+                  font=small, anchor="rb")
+    radius = 5
+    for head in range(heads):
+        colour = _HEAD_COLOURS[head % len(_HEAD_COLOURS)]
+        for layer in range(layers):
+            value = distance[layer, head]
+            if not math.isfinite(value):
+                continue
+            jitter = (head - (heads - 1) / 2) / max(heads, 1) * 0.5  # heads side by side within a layer
+            x, y = x_of(layer + jitter), y_of(value)
+            draw.ellipse([x - radius, y - radius, x + radius, y + radius], fill=colour, outline="white")
+    draw.text((left, 20), title, fill="#2a3f5f", font=font, anchor="lm")
+    x = width - right  # legend, right-aligned: "head 0 1 2 ..." (colours repeat after 8 heads)
+    for head in reversed(range(min(heads, len(_HEAD_COLOURS)))):
+        draw.text((x, 20), str(head), fill="#2a3f5f", font=small, anchor="rm")
+        x -= draw.textlength(str(head), font=small) + 4
+        draw.ellipse([x - 2 * radius, 20 - radius, x, 20 + radius], fill=_HEAD_COLOURS[head])
+        x -= 2 * radius + 10
+    label = "head" if heads <= len(_HEAD_COLOURS) else f"head (mod {len(_HEAD_COLOURS)})"
+    draw.text((x, 20), label, fill="#2a3f5f", font=small, anchor="rm")
+    draw.text(((left + width - right) / 2, height - 22), "network depth (layer)", fill="#2a3f5f", font=font, anchor="mm")
+    axis_label = Image.new("RGB", (height - top - bottom, 24), "white")
+    ImageDraw.Draw(axis_label).text((axis_label.width / 2, 12), f"mean attention distance ({unit})", fill="#2a3f5f",
+                                    font=font, anchor="mm")
+    image.paste(axis_label.rotate(90, expand=True), (12, top))
+    path = Path(path)
+    image.save(path, format="PNG")
+    return path

@@ -1,0 +1,194 @@
+"""``python -m analysis report``: one self-contained HTML file with the ViT paper's Figure 7
+panels (patch-embedding filter components, position-embedding similarity, attention distance
+against depth), attention and rollout on a few images, and the model's spec. The figures are
+the app's own (``vizapp.figures``, plotly only); plotly.js is embedded once, so the file opens
+offline."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import AnalysisError
+from .common import CommandError, add_model_arguments, load_model, progress_bar, say
+from .distance import shard_distance_sums
+from .distributed import Ranks
+from .sources import ImageSource, resolve_images
+
+__all__ = ["add_parser", "run", "PANELS"]
+
+SAMPLES = Path(__file__).resolve().parents[2] / "assets" / "samples"
+#: panel id -> heading; each appears in the report (with a note when a model has none)
+PANELS = {
+    "spec": "Model",
+    "filters": "Patch-embedding filters: principal components (Figure 7 left)",
+    "position": "Position-embedding similarity (Figure 7 centre)",
+    "distance": "Mean attention distance against depth (Figure 7 right)",
+    "attention": "Attention of the last layer",
+    "rollout": "Attention rollout (Figure 6)",
+}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report", help="a self-contained HTML report: Figure 7 panels, attention, rollout, the spec",
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--images", default=None,
+                        help="a folder, a .zip or a glob pattern (default: the bundled sample images)")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (report.html goes there)")
+    parser.add_argument("--examples", type=int, default=3, help="images shown with attention and rollout (default 3)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass for the distance")
+    parser.add_argument("--colorscale", default="Viridis", help="colour scale of the maps (default Viridis)")
+    parser.set_defaults(run=run)
+
+
+def _spec_table(vit, model: str) -> str:
+    spec = vit.spec
+    rows = {
+        "model": model, "family": spec.family, "input (H × W px)": f"{spec.img_size[0]} × {spec.img_size[1]}",
+        "patch (h × w px)": f"{spec.patch_size[0]} × {spec.patch_size[1]}",
+        "grid (rows × columns)": f"{spec.grid_size[0]} × {spec.grid_size[1]}",
+        "layers × heads": f"{spec.num_layers} × {spec.num_heads}", "embedding width": spec.embed_dim,
+        "prefix tokens": ", ".join(spec.token_names) or "none", "position encoding": spec.position_embedding,
+        "head": f"{spec.head} ({spec.num_outputs} outputs)", "blocks": f"{spec.residual_norm}-norm",
+    }
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows.items())
+    return f"<table class='spec'>{cells}</table>"
+
+
+class _Page:
+    """Sections of HTML; plotly.js is inlined with the first figure only."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.plotly_included = False
+
+    def section(self, panel: str, body: str = "", note: str | None = None) -> None:
+        text = f"<p class='note'>{html.escape(note)}</p>" if note else ""
+        self.parts.append(f"<section id='{panel}'><h2>{html.escape(PANELS[panel])}</h2>{text}{body}</section>")
+
+    def figure(self, figure) -> str:
+        out = figure.to_html(full_html=False, include_plotlyjs=not self.plotly_included,
+                             config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}})
+        self.plotly_included = True
+        return out
+
+
+def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -> str | None:
+    from vizapp import figures
+
+    from ..distance import uniform_attention_distance
+
+    shard = source.shard(ranks.rank, ranks.world)
+    with progress_bar(ranks, len(shard), "distance") as advance:
+        sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size, workers=None,
+                                                   progress=advance)
+    total, used = ranks.sum(sums), int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
+    skipped_count = sum(len(s) for s in ranks.gather(skipped)) + len(source.problems)
+    if not ranks.is_main:
+        return None
+    if used == 0:
+        page.section("distance", note=f"None of the {len(source)} images could be read.")
+        return None
+    distance = (total / used).numpy()
+    uniform = float(uniform_attention_distance(vit.spec))
+    figure = figures.attention_distance_scatter([(f"mean over {used} images", distance)],
+                                                references=[("uniform attention", uniform)], unit="px")
+    note = f"{used} images from {source.description}" + (f"; {skipped_count} unreadable, skipped" if skipped_count else "")
+    page.section("distance", page.figure(figure), note)
+    return note
+
+
+def run(args, ranks: Ranks) -> int:
+    from vizapp import figures
+
+    from .. import (
+        attention_map, attention_rollout, capture_attention, load_image, masked_image, patch_embedding_components,
+        position_embedding_similarity,
+    )
+
+    if args.examples < 0:
+        raise CommandError("--examples must be 0 or more.", code=2)
+    try:
+        source = resolve_images(args.images if args.images is not None else str(SAMPLES))
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    vit = load_model(args, ranks.device)
+    spec = vit.spec
+    page = _Page()
+    say(ranks, f"{args.model}: report over {len(source)} images ({source.description})")
+    distance_note = _distance_panel(page, vit, source, ranks, args)
+    if not ranks.is_main:
+        return 0
+    distance_part = page.parts.pop()
+    page.section("spec", _spec_table(vit, args.model))
+    try:
+        components, ratio = patch_embedding_components(vit, n_components=min(28, spec.embed_dim))
+        page.section("filters", page.figure(figures.filter_components_grid(components.numpy(), ratio.numpy()))
+                     + page.figure(figures.explained_variance(ratio.numpy())))
+    except AnalysisError as exc:
+        page.section("filters", note=str(exc))
+    try:
+        similarity = position_embedding_similarity(vit).numpy()
+        page.section("position", page.figure(figures.position_similarity_mosaic(similarity, colorscale=args.colorscale)))
+    except AnalysisError as exc:
+        page.section("position", note=str(exc))
+    page.parts.append(distance_part)
+    attention_parts, rollout_parts, problems = [], [], []
+    query = "cls" if spec.has_class_token else "mean"
+    for name, item in zip(source.names, source.items):
+        if len(attention_parts) >= args.examples:
+            break
+        try:
+            image = load_image(item)
+        except AnalysisError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        record = capture_attention(vit, vit.preprocess(image))
+        background = figures.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
+        last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
+        label = Path(name).name
+        attention_parts.append(page.figure(figures.attention_overlay(
+            background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=0.0,
+            title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
+            colorbar_title="attention probability (0 to max)", height=460,
+        )))
+        rollout = attention_rollout(record)[0].numpy()
+        shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear")
+        rollout_parts.append(
+            f"<figure><img alt='rollout of {html.escape(label)}' src='{figures.image_data_uri(shown)}'>"
+            f"<figcaption>{html.escape(label)}: the input × its bilinearly upsampled rollout / max</figcaption></figure>"
+        )
+    if attention_parts:
+        page.section("attention", "".join(attention_parts))
+        page.section("rollout", "<div class='row'>" + "".join(rollout_parts) + "</div>")
+    else:
+        for panel in ("attention", "rollout"):
+            page.section(panel, note="No example images (--examples 0, or none could be read).")
+    for problem in problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "report.html"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    target.write_text(_document(args.model, stamp, distance_note, page.parts), encoding="utf-8")
+    print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _document(model: str, stamp: str, distance_note: str | None, parts: list[str]) -> str:
+    style = ("body{font-family:system-ui,sans-serif;color:#2a3f5f;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #EBF0F8}"
+             "table.spec th{text-align:left;padding:2px 1em 2px 0;font-weight:600}.note{color:#6e6e6e}"
+             ".row{display:flex;gap:1em;flex-wrap:wrap}figure{margin:0}figure img{width:280px;image-rendering:pixelated}")
+    subtitle = html.escape(distance_note or "")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ViT report: {html.escape(model)}</title>"
+            f"<style>{style}</style></head><body><h1>ViT report: {html.escape(model)}</h1>"
+            f"<p class='note'>python -m analysis report · {stamp} · {subtitle}</p>{''.join(parts)}</body></html>")
