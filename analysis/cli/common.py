@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ..errors import AnalysisError
+from ..errors import VitExplorerError
 from .distributed import Ranks
 
 __all__ = ["CommandError", "add_model_arguments", "load_model", "progress_bar", "say"]
@@ -43,7 +43,7 @@ def load_model(args, device: torch.device):
     kwargs = {"img_size": args.img_size} if args.img_size else {}
     try:
         return load_vit(source, pretrained=pretrained, arch=args.arch, device=device, **kwargs)
-    except AnalysisError as exc:
+    except VitExplorerError as exc:  # ModelLoadError, WeightsUnavailableError, ...
         raise CommandError(f"could not load the model {args.model!r}: {exc}", code=1) from exc
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError
+from ..errors import AnalysisError, VitExplorerError
 from ..streaming import dataset_attention_distance
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
 from .distributed import Ranks
@@ -55,7 +55,7 @@ def run(args, ranks: Ranks) -> int:
         raise CommandError("--batch-size must be at least 1.", code=2)
     try:
         source = resolve_images(args.images)
-    except AnalysisError as exc:
+    except VitExplorerError as exc:  # AnalysisError, ArchiveError
         raise CommandError(str(exc), code=2) from exc
     vit = load_model(args, ranks.device)
     shard = source.shard(ranks.rank, ranks.world)

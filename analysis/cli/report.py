@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError
+from ..errors import AnalysisError, VitExplorerError
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
 from .distance import shard_distance_sums
 from .distributed import Ranks
@@ -119,7 +119,7 @@ def run(args, ranks: Ranks) -> int:
         raise CommandError("--examples must be 0 or more.", code=2)
     try:
         source = resolve_images(args.images if args.images is not None else str(SAMPLES))
-    except AnalysisError as exc:
+    except VitExplorerError as exc:  # AnalysisError, ArchiveError
         raise CommandError(str(exc), code=2) from exc
     vit = load_model(args, ranks.device)
     spec = vit.spec
@@ -149,7 +149,7 @@ def run(args, ranks: Ranks) -> int:
             break
         try:
             image = load_image(item)
-        except AnalysisError as exc:
+        except VitExplorerError as exc:  # ImageLoadError
             problems.append(f"{name}: {exc}")
             continue
         record = capture_attention(vit, vit.preprocess(image))
