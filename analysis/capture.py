@@ -10,8 +10,11 @@ we compute
 
     P = softmax(q · kᵀ · scale + M)        # (B, heads, T, T), in float32
 
-beside the untouched forward. The model's own output is therefore bit-identical to an
-uncaptured forward, and layers that are not requested keep the fused kernel.
+By default that very ``P`` then gives the call's output, ``P·v``, in place of the fused
+kernel: the scores are computed once, so a capture costs about a plain forward, and the
+logits equal an uncaptured forward's to float rounding (~1e-6 relative). With
+``exact_logits=True`` the fused kernel runs untouched beside the capture and the model's
+output is bit-identical. Layers that are not requested keep the fused kernel either way.
 
 Hooks are registered per call and removed in ``finally``; they only react to the thread
 that registered them, so one model can be shared by many threads (browser sessions),
@@ -167,6 +170,7 @@ def attention_taps(
     buffer_for: Callable[[int, tuple[int, ...], torch.device], torch.Tensor | None] | None = None,
     pool_sink: Callable[[torch.Tensor], None] | None = None,
     differentiable: bool = False,
+    reuse: bool = False,
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` *by this thread* reports the attention
     probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
@@ -178,6 +182,10 @@ def attention_taps(
     ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
     the blocks multiply with ``v`` (fused calls become explicit for this thread and this
     block only), so gradients with respect to them are exact; no buffers are used.
+    ``reuse=True``: each fused call's output is computed as ``P·v`` from the very probabilities
+    reported (all query rows are computed, then the requested rows are reported), instead of
+    running the fused kernel beside them: the scores are computed once, and the logits equal
+    an uncaptured forward to float rounding (about 1e-6 relative) rather than bit for bit.
     Hooks are removed on exit, also when the forward raises.
     """
     owner = threading.get_ident()
@@ -193,15 +201,29 @@ def attention_taps(
         return rows_cache[device]
 
     def emitter(layer: int):
-        def emit(inputs: AttentionInputs) -> None:
+        def emit(inputs: AttentionInputs) -> torch.Tensor | None:
             reference = inputs.q if inputs.probs is None else inputs.probs
             rows = rows_on(reference.device)
+            fused = inputs.probs is None and not differentiable
+            if reuse and fused and (rows is None or _row_range(query_tokens) is not None):
+                out = None  # all rows, for the output; the requested rows reported as a view
+                if rows is None and buffer_for is not None:
+                    out = buffer_for(layer, (reference.shape[0], reference.shape[1], reference.shape[2], inputs.k.shape[2]),
+                                     reference.device)
+                full = _probabilities_from(inputs, None, out)  # (B, heads, T, T)
+                if rows is None:
+                    sink(layer, full)
+                else:
+                    first, stop = _row_range(query_tokens)
+                    sink(layer, full[:, :, first:stop])
+                return full
             out = None
             if buffer_for is not None and not differentiable:
                 queries = reference.shape[2] if rows is None else len(rows)
                 tokens = inputs.k.shape[2] if inputs.probs is None else inputs.probs.shape[-1]
                 out = buffer_for(layer, (reference.shape[0], reference.shape[1], queries, tokens), reference.device)
             sink(layer, _probabilities_from(inputs, rows, out))
+            return None
 
         return emit
 
@@ -211,7 +233,8 @@ def attention_taps(
     try:
         for layer in layers:
             site = sites[layer]
-            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable))
+            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable,
+                                            reuse=reuse and not differentiable))
         pool = pool_site(model) if pool_sink is not None else None
         if pool is not None:
             handles.extend(pool.adapter.tap(pool.module, emit_pool, owner))
@@ -219,6 +242,14 @@ def attention_taps(
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _row_range(tokens: Sequence[int] | None) -> tuple[int, int] | None:
+    """``(first, stop)`` when ``tokens`` are consecutive and ascending (a slice, no copy), else None."""
+    if not tokens:
+        return None
+    first = int(tokens[0])
+    return (first, first + len(tokens)) if list(tokens) == list(range(first, first + len(tokens))) else None
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -270,6 +301,7 @@ def capture_attention(
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
     to_cpu: bool = True,
+    exact_logits: bool = False,
 ) -> AttentionRecord:
     """Run one forward pass and return every requested layer's attention and the logits.
 
@@ -284,6 +316,11 @@ def capture_attention(
         precision: autocast for the forward: ``"auto"`` (bf16/fp16 on cuda, fp32 on cpu),
             ``"float32"``, ``"bfloat16"``, ``"float16"``.
         to_cpu: move the kept maps to CPU memory (default), else keep them on the device.
+        exact_logits: ``False`` (default): each fused attention call's output is computed as
+            ``P·v`` from the very probabilities recorded, so the scores are computed once and
+            capture costs about a plain forward; the logits then equal an uncaptured forward's
+            to float rounding (tested at 1e-5). ``True``: the fused kernel runs untouched
+            beside the capture and the logits are bit-identical, at about 1.1x the cost.
 
     Returns:
         An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``.
@@ -298,7 +335,8 @@ def capture_attention(
         bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
         if bad:
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
-    options = dict(spec=spec, layer_ids=layer_ids, query_tokens=query_tokens, dtype=dtype, precision=precision)
+    options = dict(spec=spec, layer_ids=layer_ids, query_tokens=query_tokens, dtype=dtype, precision=precision,
+                   reuse=not exact_logits)
     out_device = torch.device("cpu") if to_cpu else vit.device
 
     def on_device(piece: torch.Tensor) -> AttentionRecord:
@@ -332,6 +370,7 @@ def _capture_once(
     dtype: torch.dtype,
     precision: str,
     out_device: torch.device,
+    reuse: bool = True,
 ) -> AttentionRecord:
     """One forward pass of ``model`` on ``device`` with taps on ``layer_ids``."""
     position = {layer: i for i, layer in enumerate(layer_ids)}
@@ -360,7 +399,7 @@ def _capture_once(
 
     pixels = pixels.to(device, non_blocking=True)
     taps = attention_taps(
-        model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for, pool_sink=keep_pool
+        model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for, pool_sink=keep_pool, reuse=reuse
     )
     with torch.no_grad(), taps:
         with autocast_context(device, precision):

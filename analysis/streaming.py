@@ -165,7 +165,7 @@ def dataset_attention_distance(
             per_layer[:, layer] = per_image.double().cpu()
             seen.add(layer)
 
-        with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries):
+        with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries, reuse=True):
             with autocast_context(device, precision):
                 model(pixels.to(device, non_blocking=True))
         missing = [layer for layer in layers if layer not in seen]

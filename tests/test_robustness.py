@@ -246,8 +246,8 @@ def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
         prefix = vit.spec.num_prefix_tokens
         kept_tokens = prefix + vit.spec.num_patches - len(dropped)
         assert passed.attentions.shape == (vit.spec.num_layers, 2, vit.spec.num_heads, kept_tokens, kept_tokens)
-        with torch.no_grad(), token_drop(vit, dropped):
-            assert torch.equal(passed.logits, vit.model(pixels))
+        with torch.no_grad(), token_drop(vit, dropped):  # P·v from the recorded P: equal to float rounding
+            torch.testing.assert_close(passed.logits, vit.model(pixels), rtol=1e-5, atol=1e-5)
         # reference: the class row of a hand-rolled product over the kept tokens, by explicit loops
         reference = None
         for layer in range(vit.spec.num_layers):

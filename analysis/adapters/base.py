@@ -61,8 +61,10 @@ class AttentionInputs:
     v: torch.Tensor | None = None  # ``(B, kv_heads, T, d)``, the values of a fused call
 
 
-# Called with the inputs of one attention call of the tapped module.
-Report = Callable[[AttentionInputs], None]
+# Called with the inputs of one attention call of the tapped module. It may return the call's
+# full (B, heads, T, T) float32 probabilities, which a ``reuse`` tap then multiplies with v
+# instead of running the fused kernel (None: the module's own call runs).
+Report = Callable[[AttentionInputs], "torch.Tensor | None"]
 
 
 class _SdpaListener(TorchFunctionMode):
@@ -70,11 +72,12 @@ class _SdpaListener(TorchFunctionMode):
     stack (and, with ``softmax=True``, every ``softmax`` result: for modules whose explicit
     path has no ``attn_drop``)."""
 
-    def __init__(self, report: Report, *, softmax: bool = False, substitute: bool = False) -> None:
+    def __init__(self, report: Report, *, softmax: bool = False, substitute: bool = False, reuse: bool = False) -> None:
         super().__init__()
         self.report = report
         self.softmax = softmax
         self.substitute = substitute
+        self.reuse = reuse
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -83,8 +86,10 @@ class _SdpaListener(TorchFunctionMode):
             if self.substitute:
                 probs = differentiable_probabilities(inputs)  # (B, heads, Q, T) float32, in the graph
                 self.report(AttentionInputs(probs=probs))
-                return _attend(probs, args[2] if len(args) > 2 else kwargs["value"])
-            self.report(inputs)
+                return _attend(probs, inputs.v)
+            used = self.report(inputs)
+            if self.reuse and used is not None and _dropout_p(*args, **kwargs) == 0.0:
+                return _attend(used, inputs.v)  # the scores once: the output from the very P reported
         result = func(*args, **kwargs)
         if self.softmax and func in (torch.Tensor.softmax, torch.softmax, F.softmax):
             self.report(AttentionInputs(probs=result))
@@ -103,6 +108,10 @@ def _sdpa_inputs(
         is_causal=bool(is_causal),
         v=value,
     )
+
+
+def _dropout_p(query, key, value=None, attn_mask=None, dropout_p=0.0, *args, **kwargs) -> float:
+    return float(dropout_p)
 
 
 def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
@@ -152,12 +161,14 @@ class AttentionAdapter:
         return int(module.num_heads)
 
     def tap(
-        self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False
+        self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False
     ) -> list[RemovableHandle]:
         """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread
         ``owner``. ``differentiable``: a fused call is replaced by its explicit equivalent
-        whose probabilities are reported (see the module docstring)."""
-        listener = _SdpaListener(report, softmax=self.explicit_softmax, substitute=differentiable)
+        whose probabilities are reported (see the module docstring). ``reuse``: when ``report``
+        returns the call's probabilities ``P``, the fused call is replaced by ``P·v``, so the
+        scores are computed once (the output then equals the fused kernel's to float rounding)."""
+        listener = _SdpaListener(report, softmax=self.explicit_softmax, substitute=differentiable, reuse=reuse)
         entered: list[bool] = []
 
         def enter(mod, args):

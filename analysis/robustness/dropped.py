@@ -43,7 +43,7 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     def sink(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
         maps[layer] = probs.detach().float().cpu()
 
-    with torch.no_grad(), token_drop(vit, dropped), attention_taps(vit.model, range(spec.num_layers), sink):
+    with torch.no_grad(), token_drop(vit, dropped), attention_taps(vit.model, range(spec.num_layers), sink, reuse=True):
         logits = vit.model(pixels.to(vit.device)).float().cpu()
     attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
     return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)
