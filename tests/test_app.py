@@ -1087,3 +1087,29 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     np.testing.assert_allclose(drawn, expected[0].numpy(), rtol=2e-3, atol=1e-5)  # float16: 11 significant bits
     resources.record_store().clear()
     resources.attention_grid.clear()
+
+
+def test_tokens_correspondence_into_an_uploaded_image(app, vit):
+    spec = vit.spec
+    app.switch_page("views/tokens.py").run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(5).run()
+    app.selectbox(key="tok_other").set_value("__upload__").run()
+    assert_clean(app)
+    other_image = Image.fromarray(np.random.default_rng(3).integers(0, 255, (70, 90, 3), dtype=np.uint8))
+    buffer = io.BytesIO()
+    other_image.save(buffer, format="PNG")
+    uploader(app, key="tok_other_upload").set_value(("mine.png", buffer.getvalue(), "image/png")).run()
+    assert_clean(app)
+    layer = app.slider(key="tok_layer").value if spec.num_layers > 1 else 0
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    other_pixels = vit.preprocess(analysis.load_image(buffer.getvalue()))
+    expected = analysis.patch_similarity(
+        analysis.capture_tokens(vit, pixels)[layer], spec, 5, other=analysis.capture_tokens(vit, other_pixels)[layer]
+    ).numpy()
+    figure = chart(app, "tok_other_similarity")
+    np.testing.assert_allclose(overlay_map(figure), expected, rtol=1e-5, atol=1e-6)
+    assert figure["layout"]["title"]["text"].startswith("mine.png: similarity")
+    uploader(app, key="tok_other_upload").set_value(("bad.png", b"not an image", "image/png")).run()
+    assert_clean(app)
+    assert any("Could not read **bad.png**" in e.value for e in app.error)

@@ -10,10 +10,12 @@ import streamlit as st
 from analysis import ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS
 from vizapp import figures, inputs, resources
+from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, show_chart
 
+UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
 KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value": "value"}
 
 cur = current()
@@ -89,10 +91,23 @@ with sim_left:
     )
 with sim_right:
     samples = [p.name for p in inputs.sample_paths() if p.name != cur.image.name]
-    other_name = st.selectbox("Another image (correspondence)", ["none", *samples], key="tok_other")
+    other_name = st.selectbox("Another image (correspondence)", ["none", UPLOAD, *samples], key="tok_other",
+                              format_func=lambda name: "upload an image…" if name == UPLOAD else name)
     other_similarity = None
-    if other_name != "none":
+    other = None
+    if other_name == UPLOAD:
+        upload = st.file_uploader("Second image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="tok_other_upload")
+        if upload is not None:
+            other = ImageRef.from_bytes(upload.name, upload.getvalue())
+            try:
+                inputs.decode_image(other.digest, other.data)
+            except Exception as exc:  # noqa: BLE001 - ImageLoadError or anything PIL raised: shown, page goes on
+                st.error(f"Could not read **{escape_markdown(upload.name)}**: {error_text(exc)}")
+                other = None
+    elif other_name != "none":
         other = ImageRef.from_bytes(other_name, inputs.read_sample(other_name))
+    if other is not None:
+        other_name = other.name
         other_args = (cur.model, other.digest, other.data)
         other_tokens = resources.layer_tokens(*other_args, kind, layer)
         other_similarity = patch_similarity(layer_tokens, spec, similarity_query, other=other_tokens).numpy()
