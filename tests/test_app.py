@@ -935,9 +935,10 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     np.testing.assert_allclose(array(curve["y"]), lens[:, final].numpy(), rtol=1e-5)
     # correspondence: the same query token against another sample's keys
     other = app.selectbox(key="tok_other")
-    other.set_value(other.options[1]).run()
+    sample = other.options[2]  # after "none" and "upload an image…"
+    other.set_value(sample).run()
     assert_clean(app)
-    other_pixels = vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / other.options[1]))
+    other_pixels = vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / sample))
     other_keys = analysis.capture_tokens(vit, other_pixels, kind="key")[layer]
     expected = analysis.patch_similarity(keys, spec, 5, other=other_keys).numpy()
     np.testing.assert_allclose(overlay_map(chart(app, "tok_other_similarity")), expected, rtol=1e-5, atol=1e-6)
