@@ -31,6 +31,16 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
+def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, anchor: str = "la",
+          fill: str = "#2a3f5f") -> None:
+    """``draw.text`` with an anchor (``l/m/r`` then ``t/m/b``) placed by the text's own bounding
+    box, so it also works with the bitmap default font of older Pillow releases."""
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    x = xy[0] - {"l": left, "m": (left + right) / 2, "r": right}[anchor[0]]
+    y = xy[1] - {"t": top, "a": top, "m": (top + bottom) / 2, "b": bottom}[anchor[1]]
+    draw.text((x, y), text, fill=fill, font=font)
+
+
 def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | None = None, title: str = "",
                  unit: str = "px", size: tuple[int, int] = (900, 600)) -> Path:
     """Write ``distance`` ``(L, heads)`` as dots (x = layer, one colour per head) with the
@@ -56,17 +66,16 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | Non
     for tick in ticks:  # grid and y labels
         y = y_of(tick)
         draw.line([(left, y), (width - right, y)], fill="#EBF0F8", width=1)
-        draw.text((left - 8, y), f"{tick:g}", fill="#2a3f5f", font=small, anchor="rm")
+        _text(draw, (left - 8, y), f"{tick:g}", small, "rm", fill="#2a3f5f")
     step = max(1, math.ceil(layers / 24))
     for layer in range(0, layers, step):
-        draw.text((x_of(layer), height - bottom + 8), str(layer), fill="#2a3f5f", font=small, anchor="mt")
+        _text(draw, (x_of(layer), height - bottom + 8), str(layer), small, "mt", fill="#2a3f5f")
     draw.line([(left, top), (left, height - bottom), (width - right, height - bottom)], fill="#2a3f5f", width=1)
     if uniform is not None and math.isfinite(uniform):
         y = y_of(uniform)
         for x in range(left, width - right, 12):
             draw.line([(x, y), (min(x + 6, width - right), y)], fill="#9e9e9e", width=2)
-        draw.text((width - right - 4, y - 4), f"uniform attention ({uniform:.3g} {unit})", fill="#6e6e6e",
-                  font=small, anchor="rb")
+        _text(draw, (width - right - 4, y - 4), f"uniform attention ({uniform:.3g} {unit})", small, "rb", fill="#6e6e6e")
     radius = 5
     for head in range(heads):
         colour = _HEAD_COLOURS[head % len(_HEAD_COLOURS)]
@@ -77,19 +86,18 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | Non
             jitter = (head - (heads - 1) / 2) / max(heads, 1) * 0.5  # heads side by side within a layer
             x, y = x_of(layer + jitter), y_of(value)
             draw.ellipse([x - radius, y - radius, x + radius, y + radius], fill=colour, outline="white")
-    draw.text((left, 20), title, fill="#2a3f5f", font=font, anchor="lm")
+    _text(draw, (left, 20), title, font, "lm", fill="#2a3f5f")
     x = width - right  # legend, right-aligned: "head 0 1 2 ..." (colours repeat after 8 heads)
     for head in reversed(range(min(heads, len(_HEAD_COLOURS)))):
-        draw.text((x, 20), str(head), fill="#2a3f5f", font=small, anchor="rm")
+        _text(draw, (x, 20), str(head), small, "rm", fill="#2a3f5f")
         x -= draw.textlength(str(head), font=small) + 4
         draw.ellipse([x - 2 * radius, 20 - radius, x, 20 + radius], fill=_HEAD_COLOURS[head])
         x -= 2 * radius + 10
     label = "head" if heads <= len(_HEAD_COLOURS) else f"head (mod {len(_HEAD_COLOURS)})"
-    draw.text((x, 20), label, fill="#2a3f5f", font=small, anchor="rm")
-    draw.text(((left + width - right) / 2, height - 22), "network depth (layer)", fill="#2a3f5f", font=font, anchor="mm")
+    _text(draw, (x, 20), label, small, "rm", fill="#2a3f5f")
+    _text(draw, ((left + width - right) / 2, height - 22), "network depth (layer)", font, "mm", fill="#2a3f5f")
     axis_label = Image.new("RGB", (height - top - bottom, 24), "white")
-    ImageDraw.Draw(axis_label).text((axis_label.width / 2, 12), f"mean attention distance ({unit})", fill="#2a3f5f",
-                                    font=font, anchor="mm")
+    _text(ImageDraw.Draw(axis_label), (axis_label.width / 2, 12), f"mean attention distance ({unit})", font, "mm")
     image.paste(axis_label.rotate(90, expand=True), (12, top))
     path = Path(path)
     image.save(path, format="PNG")
