@@ -147,6 +147,33 @@ def attention_probabilities(
     return out
 
 
+_CHUNK_BYTES = 4 << 20  # probabilities per piece of attend_and_record: small enough to stay in cache
+
+
+def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, P·v)`` for one fused attention call: ``P = softmax(scale·q·kᵀ + M)`` in float32 as
+    :func:`attention_probabilities` (into ``out`` when given), and the call's output ``P·v`` in
+    ``v``'s dtype, computed a few images at a time so each piece of ``P`` is multiplied with
+    ``v`` while it is still in cache. ``P (B, heads, T, T)``, ``P·v (B, heads, T, d)``."""
+    q, k, v, mask = inputs.q, inputs.k, inputs.v, inputs.mask
+    batch, heads, queries, _ = q.shape
+    tokens = k.shape[2]
+    if out is None:
+        out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+    if v.shape[1] != heads:  # grouped-query values, repeated per head
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    output = torch.empty(batch, heads, queries, v.shape[-1], dtype=v.dtype, device=v.device)
+    step = max(1, _CHUNK_BYTES // max(1, heads * queries * tokens * 4))
+    per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
+    for start in range(0, batch, step):
+        piece = slice(start, start + step)
+        probs = attention_probabilities(q[piece], k[piece], inputs.scale, mask=mask[piece] if per_image_mask else mask,
+                                        is_causal=inputs.is_causal, out=out[piece])
+        with torch.autocast(v.device.type, enabled=False):
+            torch.matmul(probs.to(v.dtype), v[piece], out=output[piece])
+    return out, output
+
+
 def _probabilities_from(inputs: AttentionInputs, rows: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
     """Probabilities ``(B, heads, Q, T)`` of one reported attention call."""
     if inputs.probs is None:
@@ -210,13 +237,13 @@ def attention_taps(
                 if rows is None and buffer_for is not None:
                     out = buffer_for(layer, (reference.shape[0], reference.shape[1], reference.shape[2], inputs.k.shape[2]),
                                      reference.device)
-                full = _probabilities_from(inputs, None, out)  # (B, heads, T, T)
+                full, output = attend_and_record(inputs, out)  # (B, heads, T, T), (B, heads, T, d)
                 if rows is None:
                     sink(layer, full)
                 else:
                     first, stop = _row_range(query_tokens)
                     sink(layer, full[:, :, first:stop])
-                return full
+                return output
             out = None
             if buffer_for is not None and not differentiable:
                 queries = reference.shape[2] if rows is None else len(rows)

@@ -61,9 +61,9 @@ class AttentionInputs:
     v: torch.Tensor | None = None  # ``(B, kv_heads, T, d)``, the values of a fused call
 
 
-# Called with the inputs of one attention call of the tapped module. It may return the call's
-# full (B, heads, T, T) float32 probabilities, which a ``reuse`` tap then multiplies with v
-# instead of running the fused kernel (None: the module's own call runs).
+# Called with the inputs of one attention call of the tapped module. Under a ``reuse`` tap it may
+# return the call's output P·v (B, heads, T, d), computed from the very P it recorded, which
+# then replaces the fused kernel (None: the module's own call runs).
 Report = Callable[[AttentionInputs], "torch.Tensor | None"]
 
 
@@ -87,9 +87,12 @@ class _SdpaListener(TorchFunctionMode):
                 probs = differentiable_probabilities(inputs)  # (B, heads, Q, T) float32, in the graph
                 self.report(AttentionInputs(probs=probs))
                 return _attend(probs, inputs.v)
-            used = self.report(inputs)
-            if self.reuse and used is not None and _dropout_p(*args, **kwargs) == 0.0:
-                return _attend(used, inputs.v)  # the scores once: the output from the very P reported
+            if self.reuse and _dropout_p(*args, **kwargs) == 0.0:
+                output = self.report(inputs)
+                if output is not None:
+                    return output  # P·v from the very P reported: the scores computed once
+            else:
+                self.report(inputs)
         result = func(*args, **kwargs)
         if self.softmax and func in (torch.Tensor.softmax, torch.softmax, F.softmax):
             self.report(AttentionInputs(probs=result))
@@ -166,8 +169,8 @@ class AttentionAdapter:
         """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread
         ``owner``. ``differentiable``: a fused call is replaced by its explicit equivalent
         whose probabilities are reported (see the module docstring). ``reuse``: when ``report``
-        returns the call's probabilities ``P``, the fused call is replaced by ``P·v``, so the
-        scores are computed once (the output then equals the fused kernel's to float rounding)."""
+        returns the call's output ``P·v`` (from the probabilities it recorded), that replaces the
+        fused call, so the scores are computed once (equal to the fused kernel's to float rounding)."""
         listener = _SdpaListener(report, softmax=self.explicit_softmax, substitute=differentiable, reuse=reuse)
         entered: list[bool] = []
 
