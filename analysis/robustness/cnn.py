@@ -51,10 +51,10 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     path = DEMO_CNN_DIR if source == "demo" else Path(source)
     names = None
     try:
-        if path.is_dir():
+        if path.is_dir():  # built here, not by timm's local-dir: (older timm releases unpickle safetensors)
             config = json.loads((path / "config.json").read_text())
             names = config.get("label_names")
-            model = timm.create_model(f"local-dir:{path}", pretrained=True)
+            model = _cnn_from_folder(timm, path, config)
         else:
             model = timm.create_model(source, pretrained=pretrained)
     except Exception as exc:  # noqa: BLE001 - one typed error, whatever timm raised
@@ -74,6 +74,19 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     )
     return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=names,
                      preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
+
+
+def _cnn_from_folder(timm, folder: Path, config: dict) -> nn.Module:
+    """timm's hub layout: config.json (architecture, num_classes, model_args, pretrained_cfg) and
+    model.safetensors, loaded strictly."""
+    from ..loading.checkpoints import read_state_dict
+
+    kwargs = dict(config.get("model_args") or {})
+    kwargs.setdefault("num_classes", config.get("num_classes", (config.get("pretrained_cfg") or {}).get("num_classes")))
+    model = timm.create_model(config["architecture"], pretrained=False,
+                              pretrained_cfg_overlay=dict(config.get("pretrained_cfg") or {}), **kwargs)
+    model.load_state_dict(read_state_dict(folder / "model.safetensors"), strict=True)
+    return model
 
 
 def cnn_gradcam(cnn: LoadedCNN, pixels: torch.Tensor, target: int | None = None) -> torch.Tensor:
