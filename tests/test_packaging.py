@@ -128,3 +128,20 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
         assert Version(floor) == Version(pins[name]), f"{name}: floor {floor}, CI installs {pins[name]}"
         assert Version(pyproject_floors[name]) == Version(floor), f"{name}: pyproject {pyproject_floors[name]}"
     assert "tests/min_versions_smoke.py" in (REPO / ".ci" / "run").read_text()
+
+
+def test_analysis_console_script_runs_the_command_line(installed, tmp_path):
+    """``vit-analysis`` is ``python -m analysis``: the distance of the demo model on one sample."""
+    bin_dir, root = installed
+    script = bin_dir / "vit-analysis"
+    assert script.is_file()
+    out = tmp_path / "d.npz"
+    result = subprocess.run(
+        [str(script), "distance", "--model", "demo", "--images", str(REPO / "assets" / "samples" / "scene_0_bar.png"),
+         "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    import numpy as np
+
+    assert int(np.load(out)["count"]) == 1
