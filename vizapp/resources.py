@@ -38,7 +38,7 @@ from analysis import (
     position_embedding_similarity,
 )
 from analysis.explanations import CLASS_SPECIFIC
-from analysis.robustness import LoadedCNN
+from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -377,8 +377,6 @@ def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) ->
 @st.cache_resource(show_spinner="Loading the comparison CNN…", max_entries=2)
 def get_cnn(source: str, pretrained: bool = True) -> LoadedCNN:
     """The comparison CNN (``analysis.robustness.load_cnn``), shared by every session."""
-    from analysis.robustness import load_cnn
-
     return load_cnn(source, pretrained=pretrained)
 
 
@@ -400,8 +398,6 @@ class ProbeView:
 
 def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, selection: str, seed: int,
                 clean_saliency: np.ndarray | None, target: int | None = None) -> ProbeView:
-    from analysis.robustness import drop_pixels, probe
-
     result = probe(model, pixels, perturbation, level, seed=seed, selection=selection, saliency=clean_saliency,
                    target=target)
     shown = result.pixels
@@ -421,8 +417,8 @@ def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str
     """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout."""
     vit = get_model(ref)
     saliency = None
-    if selection != "random":
-        saliency = _probe_view(vit, vit.preprocess(load_image(_image_bytes)), "pixel_drop", 0.0, "random", 0, None).saliency
+    if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
+        saliency = analysis.attention_rollout(forward(ref, digest, _image_bytes).record)[0].numpy()
     return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
 
 
@@ -454,8 +450,6 @@ def robustness_chunk(
     (``analysis.robustness.robustness_curve``; image ``i`` of the piece uses seed ``seed + i``).
     ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``. Returns the summed
     agreement and probability ``(levels,)``, the images used, and ``(index, reason)`` per skipped image."""
-    from analysis.robustness import robustness_curve
-
     model = get_model(model_key[1]) if model_key[0] == "vit" else get_cnn(*model_key[1:])
     images, skipped = [], []
     for index, data in enumerate(_images):

@@ -16,25 +16,24 @@ from ..preprocessing import Preprocessing
 from ..spec import ViTSpec, patch_embedding_module, spec_from_model
 from .families import SUPPORTED_FAMILIES
 
-__all__ = ["LoadedViT", "wrap_model", "class_names_for"]
+__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for"]
 
 _CPU_COPY_LOCK = threading.Lock()
 
 
 @dataclass(eq=False)
-class LoadedViT:
-    """A loaded ViT with everything needed to feed it and read it.
+class LoadedModel:
+    """A loaded image model with its preprocessing: what feeding it needs, for a ViT
+    (:class:`LoadedViT`) and for a comparison CNN (:class:`~analysis.robustness.LoadedCNN`).
 
     Attributes:
-        model: a timm ViT-like model (``VisionTransformer``, ``Eva``, ``Beit``, ...), eval
-            mode, on ``device``. Hugging Face and torchvision models are assembled into the
-            equivalent timm model from their own modules (weights are shared, not copied).
+        model: the ``nn.Module``, eval mode, on ``device``.
         name: the source it was loaded from.
         device: where the model lives.
-        spec: token geometry at the configured input size, position-embedding kind and head kind.
+        spec: its geometry (for a ViT: tokens, position-embedding kind and head kind).
         class_names: one name per output class, or ``None`` (also for models without classes).
         preprocessing: resize / crop / normalise at ``spec.img_size``.
-        source_library: "timm", "transformers" or "torchvision".
+        data_config: timm's data config it was built from.
     """
 
     model: nn.Module
@@ -44,8 +43,6 @@ class LoadedViT:
     class_names: list[str] | None
     preprocessing: Preprocessing
     data_config: dict = field(default_factory=dict)
-    source_library: str = "timm"
-    _cpu_copy: nn.Module | None = field(default=None, repr=False)
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size."""
@@ -54,6 +51,23 @@ class LoadedViT:
     def model_input_image(self, image: Image.Image) -> Image.Image:
         """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""
         return self.preprocessing.crop(image)
+
+
+@dataclass(eq=False)
+class LoadedViT(LoadedModel):
+    """A loaded ViT with everything needed to feed it and read it (the fields of
+    :class:`LoadedModel`, and:)
+
+    Attributes:
+        model: a timm ViT-like model (``VisionTransformer``, ``Eva``, ``Beit``, ...), eval
+            mode, on ``device``. Hugging Face and torchvision models are assembled into the
+            equivalent timm model from their own modules (weights are shared, not copied).
+        spec: token geometry at the configured input size, position-embedding kind and head kind.
+        source_library: "timm", "transformers" or "torchvision".
+    """
+
+    source_library: str = "timm"
+    _cpu_copy: nn.Module | None = field(default=None, repr=False)
 
     def cpu_model(self) -> nn.Module:
         """A private float32 CPU copy of the model (made once), for out-of-memory fallbacks:

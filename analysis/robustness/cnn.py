@@ -4,15 +4,15 @@ its preprocessing and a patch grid on which pixel drops and shuffles are defined
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-from PIL import Image
 
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
+from ..loading.loaded import LoadedModel
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
@@ -22,24 +22,10 @@ DEMO_CNN_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_cnn"
 
 
 @dataclass(eq=False)
-class LoadedCNN:
-    """A CNN classifier, shaped like :class:`~analysis.LoadedViT` where the robustness code
-    needs it: ``model``, ``device``, ``preprocess``, ``class_names`` and a ``spec`` whose patch
-    grid (``patch_size`` pixels per cell, no tokens, no layers) places pixel drops and shuffles."""
-
-    model: nn.Module
-    name: str
-    device: torch.device
-    spec: ViTSpec
-    class_names: list[str] | None
-    preprocessing: Preprocessing
-    data_config: dict = field(default_factory=dict)
-
-    def preprocess(self, image: Image.Image) -> torch.Tensor:
-        return self.preprocessing(image)
-
-    def model_input_image(self, image: Image.Image) -> Image.Image:
-        return self.preprocessing.crop(image)
+class LoadedCNN(LoadedModel):
+    """A CNN classifier, fed like :class:`~analysis.LoadedViT` (the same :class:`LoadedModel`
+    fields). Its ``spec`` has no tokens and no layers: only a patch grid (``patch_size``
+    pixels per cell) on which pixel drops and shuffles are placed."""
 
 
 def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int | None = None, device=None) -> LoadedCNN:
