@@ -132,11 +132,16 @@ def test_report_writes_one_self_contained_file_with_every_panel(scenes, tmp_path
 
 
 def test_a_model_without_a_position_table_says_why_in_the_report(tmp_path):
-    result = run("-m", "analysis", "report", "--model", "random:vit_small_patch16_rope_224", "--out", str(tmp_path),
+    """A relative-position model has no per-position embedding: its panel carries the reason,
+    and the other panels are still drawn."""
+    result = run("-m", "analysis", "report", "--model", "random:vit_relpos_small_patch16_224", "--out", str(tmp_path),
                  "--examples", "1", "--images", str(REPO / "assets" / "samples" / "scene_0_bar.png"))
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "report.html").read_text()
-    assert "<section id='position'>" in page and "<section id='rollout'>" in page
+    position = page[page.index("<section id='position'>"):]
+    position = position[: position.index("</section>")]
+    assert "relative-position bias" in position and "plotly-graph-div" not in position
+    assert "<section id='rollout'>" in page and "alt='rollout of" in page
 
 
 def test_nice_ticks_cover_the_range():
