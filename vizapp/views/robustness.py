@@ -115,13 +115,21 @@ def top5(probabilities: np.ndarray, class_names) -> tuple[list[str], np.ndarray]
 
 
 def prediction_text(label: str, probabilities: np.ndarray, class_names) -> str:
-    best = int(np.argmax(probabilities))
-    name = class_names[best] if class_names else f"class {best}"
-    return f"**{label}:** {escape_markdown(name)} · {probabilities[best]:.1%}"
+    (name, *_), (probability, *_) = top5(probabilities, class_names)
+    return f"**{label}:** {escape_markdown(name)} · {probability:.1%}"
 
 
+def change_text(model: str, clean, perturbed) -> str:
+    """Whether the prediction changed, and the clean class's probability before → after."""
+    best = int(np.argmax(clean.probabilities))
+    changed = int(np.argmax(perturbed.probabilities)) != best
+    return (f"{model}: {'prediction changed' if changed else 'same prediction'}, "
+            f"p(clean class) {clean.probabilities[best]:.1%} → {perturbed.probabilities[best]:.1%}")
+
+
+clean_level = 1 if perturbation == "shuffle" else 0.0  # g = 1 is no shuffle
 try:
-    before = resources.vit_probe(*cur.args, perturbation, 0.0 if perturbation != "shuffle" else 1, selection, seed)
+    before = resources.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
     after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
 except analysis.AnalysisError as exc:
     st.error(error_text(exc))
@@ -130,7 +138,7 @@ cnn_before = cnn_after = None
 if cnn is not None:
     try:
         args = (*cnn_key, cur.image.digest, cur.image.data, perturbation)
-        cnn_before = resources.cnn_probe(*args, 0.0 if perturbation != "shuffle" else 1, selection, seed)
+        cnn_before = resources.cnn_probe(*args, clean_level, selection, seed)
         cnn_after = resources.cnn_probe(*args, float(level), selection, seed)
     except Exception as exc:  # noqa: BLE001 - shown; the ViT's half stays
         st.error(f"The CNN could not process the image: {error_text(exc)}")
@@ -150,13 +158,7 @@ for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels
         labels, probabilities = top5(view.probabilities, class_names)
         show_chart(figures.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}",
                    filename="top5")
-flipped = int(np.argmax(before.probabilities)) != int(np.argmax(after.probabilities))
-summary = [f"ViT: {'prediction changed' if flipped else 'same prediction'}, "
-           f"p(clean class) {before.probabilities.max():.1%} → {after.probabilities[int(np.argmax(before.probabilities))]:.1%}"]
-if cnn is not None:
-    cnn_class = int(np.argmax(cnn_before.probabilities))
-    summary.append(f"CNN: {'prediction changed' if int(np.argmax(cnn_after.probabilities)) != cnn_class else 'same prediction'}, "
-                   f"p(clean class) {cnn_before.probabilities.max():.1%} → {cnn_after.probabilities[cnn_class]:.1%}")
+summary = [change_text("ViT", before, after)] + ([change_text("CNN", cnn_before, cnn_after)] if cnn is not None else [])
 st.markdown(" · ".join(summary))
 
 
