@@ -34,6 +34,7 @@ from .images import load_image
 from .loading import LoadedViT, load_vit
 from .mass import top_mass_mask
 from .position import position_embedding_similarity, position_encoding_kinds, rotary_position_features
+from .record_memory import idle_record_bytes, release_record_memory
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
 from .streaming import SkippedImage, dataset_attention_distance
@@ -67,6 +68,8 @@ __all__ = [
     "capture_attention",
     "AttentionRecord",
     "attention_taps",
+    "release_record_memory",
+    "idle_record_bytes",
     "attention_map",
     "attention_rollout",
     "attention_rollout_by_layer",

@@ -16,6 +16,10 @@ logits equal an uncaptured forward's to float rounding (~1e-6 relative). With
 ``exact_logits=True`` the fused kernel runs untouched beside the capture and the model's
 output is bit-identical. Layers that are not requested keep the fused kernel either way.
 
+A record's maps go straight into their final buffer; on the CPU a large one reuses the
+memory of a record already dropped (:mod:`analysis.record_memory`), so a loop of captures
+does not fault in fresh pages for every batch.
+
 Hooks are registered per call and removed in ``finally``; they only react to the thread
 that registered them, so one model can be shared by many threads (browser sessions),
 each capturing its own input at the same time. Nothing is stored on the modules.
@@ -37,6 +41,7 @@ from .checks import check_float_dtype, check_index, check_int, check_pixels
 from .devices import autocast_context
 from .errors import AnalysisError
 from .oom import run_with_oom_fallback
+from .record_memory import record_buffer
 from .spec import ViTSpec
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
@@ -407,7 +412,11 @@ def _capture_once(
 
     def allocate(shape: tuple[int, ...]) -> torch.Tensor:
         if "maps" not in store:  # (L, B, heads, Q, T)
-            store["maps"] = torch.empty((len(layer_ids), *shape), dtype=dtype, device=out_device, pin_memory=pin)
+            full_shape = (len(layer_ids), *shape)
+            if out_device.type == "cpu" and not pin:  # reuses a dropped record's memory
+                store["maps"] = record_buffer(full_shape, dtype)
+            else:  # pinned and device memory: torch's caching allocators reuse it
+                store["maps"] = torch.empty(full_shape, dtype=dtype, device=out_device, pin_memory=pin)
         return store["maps"]
 
     def buffer_for(layer: int, shape: tuple[int, ...], where: torch.device) -> torch.Tensor | None:

@@ -1,0 +1,125 @@
+"""Host memory for attention records, reused once a record is dropped.
+
+A record of ViT-B/16 at batch 8 holds 12 x 8 x 12 x 197 x 197 float32 maps, 179 MB. glibc
+hands an allocation this large straight from ``mmap``, so every capture writes pages the
+kernel must fault in and zero first (on the 2-core VM of the benchmark: 65 ms, 3.5 % of the
+batch's forward pass), and ``free`` gives them back. Smaller blocks (under glibc's 32 MiB
+``mmap`` ceiling) are recycled by ``malloc`` itself. Here large records get the same:
+when every tensor and array viewing a record's memory is gone, the memory waits, already
+faulted in, for the next record of the same size, as torch's caching allocators do for
+CUDA and pinned memory.
+
+    record = capture_attention(vit, batch)    # new memory: faulted in once
+    del record                                # every view gone: memory kept idle
+    record = capture_attention(vit, batch)    # same size: the idle memory, no page faults
+
+A buffer is only reused after the last view of it is gone (a ``weakref.finalize`` on the
+``memoryview`` each tensor's storage holds), so a slice or ``.numpy()`` of an old record
+keeps its memory. Idle memory is bounded by ``ANALYSIS_IDLE_RECORD_MB`` (default 1024; 0
+turns reuse off); :func:`release_record_memory` gives it back at once.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["record_buffer", "release_record_memory", "idle_record_bytes", "REUSED_FROM_BYTES"]
+
+REUSED_FROM_BYTES = 32 << 20  # smaller blocks: glibc's malloc recycles them itself
+
+
+def _idle_limit_from_env() -> int:
+    raw = os.environ.get("ANALYSIS_IDLE_RECORD_MB", "1024")
+    try:
+        return max(0, int(raw)) << 20
+    except ValueError:
+        return 1024 << 20
+
+
+class _IdleBuffers:
+    """Anonymous mappings no record uses, newest last, at most ``limit`` bytes in all.
+
+    Reports arrive from ``weakref.finalize`` callbacks, in whichever thread drops a record's
+    last view (also inside garbage collection), hence the re-entrant lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.RLock()
+        self._idle: OrderedDict[int, mmap.mmap] = OrderedDict()  # id(mapping) -> mapping
+        self._bytes = 0
+
+    def take(self, nbytes: int) -> mmap.mmap | None:
+        with self._lock:
+            for key, mapping in reversed(self._idle.items()):
+                if len(mapping) == nbytes:
+                    del self._idle[key]
+                    self._bytes -= nbytes
+                    return mapping
+        return None
+
+    def give_back(self, mapping: mmap.mmap) -> None:
+        with self._lock:
+            if len(mapping) > self.limit:
+                mapping.close()
+                return
+            self._idle[id(mapping)] = mapping
+            self._bytes += len(mapping)
+            while self._bytes > self.limit:
+                _, oldest = self._idle.popitem(last=False)
+                self._bytes -= len(oldest)
+                oldest.close()
+
+    def release(self) -> int:
+        with self._lock:
+            released = self._bytes
+            for mapping in self._idle.values():
+                mapping.close()
+            self._idle.clear()
+            self._bytes = 0
+            return released
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+
+_IDLE = _IdleBuffers(_idle_limit_from_env())
+
+
+def record_buffer(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor of ``shape`` and ``dtype`` for a record's maps.
+
+    From ``REUSED_FROM_BYTES`` up, its memory is an anonymous mapping that returns to the
+    idle set when the last view of the tensor is gone, and an idle mapping of the same size
+    is used when there is one; smaller tensors come from ``torch.empty``."""
+    shape = tuple(int(s) for s in shape)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes < REUSED_FROM_BYTES or nbytes > _IDLE.limit:
+        return torch.empty(shape, dtype=dtype)
+    mapping = _IDLE.take(nbytes) or mmap.mmap(-1, nbytes)
+    lease = memoryview(mapping)  # held by the tensor's storage until its last view dies
+    finalizer = weakref.finalize(lease, _return, mapping)
+    finalizer.atexit = False
+    return torch.frombuffer(lease, dtype=dtype).view(shape)
+
+
+def _return(mapping: mmap.mmap) -> None:
+    _IDLE.give_back(mapping)
+
+
+def release_record_memory() -> int:
+    """Give the idle record memory back to the operating system now; returns the bytes freed."""
+    return _IDLE.release()
+
+
+def idle_record_bytes() -> int:
+    """Bytes of record memory kept idle for the next record of the same size."""
+    return _IDLE.bytes
