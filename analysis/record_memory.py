@@ -17,12 +17,20 @@ A buffer is only reused after the last view of it is gone (a ``weakref.finalize`
 ``memoryview`` each tensor's storage holds), so a slice or ``.numpy()`` of an old record
 keeps its memory. Idle memory is bounded by ``ANALYSIS_IDLE_RECORD_MB`` (default 1024; 0
 turns reuse off); :func:`release_record_memory` gives it back at once.
+
+The mappings are private (copy-on-write across ``fork``, like ``malloc``'s), and a forked
+child starts with no idle memory of its own. Unlike ``torch.empty``'s, a record's storage
+cannot grow (``resize_``). ``share_memory_()`` (also done by ``torch.multiprocessing``
+queues) moves a tensor to new memory and frees the old, as for any tensor: a ``.numpy()``
+or DLPack array taken before it would then read freed memory (here: the next record), so
+take such arrays after sharing.
 """
 
 from __future__ import annotations
 
 import math
 import mmap
+import operator
 import os
 import threading
 import weakref
@@ -94,17 +102,33 @@ class _IdleBuffers:
 _IDLE = _IdleBuffers(_idle_limit_from_env())
 
 
+def _forget_in_child() -> None:
+    """A forked child gets its own (empty) idle set and lock: the parent's lock may have been
+    held by another thread at the fork, and its idle mappings are the parent's to reuse."""
+    global _IDLE
+    _IDLE = _IdleBuffers(_IDLE.limit)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}  # Windows maps are private anyway
+
+
 def record_buffer(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised CPU tensor of ``shape`` and ``dtype`` for a record's maps.
 
     From ``REUSED_FROM_BYTES`` up, its memory is an anonymous mapping that returns to the
     idle set when the last view of the tensor is gone, and an idle mapping of the same size
     is used when there is one; smaller tensors come from ``torch.empty``."""
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(operator.index(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"A record's shape cannot have negative sizes, got {shape}.")
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    if nbytes < REUSED_FROM_BYTES or nbytes > _IDLE.limit:
+    idle = _IDLE
+    if nbytes < REUSED_FROM_BYTES or nbytes > idle.limit:
         return torch.empty(shape, dtype=dtype)
-    mapping = _IDLE.take(nbytes) or mmap.mmap(-1, nbytes)
+    mapping = idle.take(nbytes) or mmap.mmap(-1, nbytes, **_PRIVATE)
     lease = memoryview(mapping)  # held by the tensor's storage until its last view dies
     finalizer = weakref.finalize(lease, _return, mapping)
     finalizer.atexit = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import numpy as np
@@ -130,3 +131,73 @@ def test_captures_reuse_a_dropped_record_and_leave_a_kept_one_intact(monkeypatch
     torch.testing.assert_close(again.attentions.double(), reference_attention(vit.model, second_pixels),
                                atol=2e-6, rtol=1e-4)
     assert torch.equal(kept.attentions, kept_values)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only; Windows maps are private")
+def test_a_forked_child_never_writes_into_the_parents_records():
+    """The mappings are private: after fork, a child that writes into its copy of a live record,
+    and into records of its own (its idle set starts empty), leaves the parent's untouched."""
+    live = record_buffer(BIG, torch.float32)
+    live.numpy()[:] = 1.0  # numpy, not torch ops: no OpenMP pool in the forked child
+    idle = record_buffer(BIG, torch.float32)
+    idle.numpy()[:] = 2.0
+    idle_address = _address(idle)
+    del idle
+    assert idle_record_bytes() == 9 << 22
+    pid = os.fork()
+    if pid == 0:  # child: exit status 0 only if everything went as expected
+        status = 1
+        try:
+            inherited_idle_kept = idle_record_bytes() == 0
+            live.numpy()[:] = 7.0
+            mine = record_buffer(BIG, torch.float32)
+            mine.numpy()[:] = 7.0
+            status = 0 if inherited_idle_kept else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert float(live.numpy().min()) == float(live.numpy().max()) == 1.0
+    reused = record_buffer(BIG, torch.float32)  # the parent's idle buffer, values as it left them
+    assert _address(reused) == idle_address
+    assert float(reused.numpy().min()) == float(reused.numpy().max()) == 2.0
+
+
+def test_shapes_are_checked_like_torch_empty():
+    with pytest.raises(TypeError):
+        record_buffer((9.7, 1 << 20), torch.float32)
+    with pytest.raises(ValueError, match="negative"):
+        record_buffer((-9, -(1 << 20)), torch.float32)
+    assert idle_record_bytes() == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_child_forked_while_another_thread_holds_the_lock_still_allocates():
+    import signal
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with record_memory._IDLE._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)  # a deadlocked child dies of SIGALRM instead of hanging the suite
+            status = 1
+            try:
+                buffer = record_buffer(BIG, torch.float32)
+                del buffer
+                status = 0 if idle_record_bytes() == 9 << 22 else 2
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0
