@@ -34,7 +34,6 @@ import operator
 import os
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -61,16 +60,15 @@ class _IdleBuffers:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.RLock()
-        self._idle: OrderedDict[int, mmap.mmap] = OrderedDict()  # id(mapping) -> mapping
+        self._idle: list[mmap.mmap] = []  # oldest first
         self._bytes = 0
 
     def take(self, nbytes: int) -> mmap.mmap | None:
         with self._lock:
-            for key, mapping in reversed(self._idle.items()):
-                if len(mapping) == nbytes:
-                    del self._idle[key]
+            for i in range(len(self._idle) - 1, -1, -1):  # the newest of that size
+                if len(self._idle[i]) == nbytes:
                     self._bytes -= nbytes
-                    return mapping
+                    return self._idle.pop(i)
         return None
 
     def give_back(self, mapping: mmap.mmap) -> None:
@@ -78,17 +76,17 @@ class _IdleBuffers:
             if len(mapping) > self.limit:
                 mapping.close()
                 return
-            self._idle[id(mapping)] = mapping
+            self._idle.append(mapping)
             self._bytes += len(mapping)
             while self._bytes > self.limit:
-                _, oldest = self._idle.popitem(last=False)
+                oldest = self._idle.pop(0)
                 self._bytes -= len(oldest)
                 oldest.close()
 
     def release(self) -> int:
         with self._lock:
             released = self._bytes
-            for mapping in self._idle.values():
+            for mapping in self._idle:
                 mapping.close()
             self._idle.clear()
             self._bytes = 0
@@ -124,7 +122,7 @@ def record_buffer(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     shape = tuple(operator.index(s) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"A record's shape cannot have negative sizes, got {shape}.")
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     idle = _IDLE
     if nbytes < REUSED_FROM_BYTES or nbytes > idle.limit:
         return torch.empty(shape, dtype=dtype)

@@ -115,8 +115,9 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
         _sync(vit.device)
 
     def capture():
-        capture_attention(vit, pixels, precision=precision, to_cpu=vit.device.type == "cpu")
+        record = capture_attention(vit, pixels, precision=precision, to_cpu=vit.device.type == "cpu")
         _sync(vit.device)
+        return record
 
     peers_run = peers_capture(vit.model)
 
@@ -126,7 +127,8 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
         _sync(vit.device)
 
     variants = {"forward": forward, "peers": peers, "capture": capture, "capture_new": capture}
-    forward(), capture(), peers()  # warm-up
+    forward(), peers()  # warm-up
+    record_mib = capture().attentions.nbytes / 2**20
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
         for name, fn in variants.items():
@@ -142,12 +144,7 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
             "capture_s": statistics.median(times["capture"]), "peers_s": statistics.median(times["peers"]),
             "capture_new_s": statistics.median(times["capture_new"]), "ratio": paired("capture", "forward"),
             "peers_ratio": paired("peers", "forward"), "vs_peers": paired("capture", "peers"),
-            "new_ratio": paired("capture_new", "forward"), "record_mib": _record_mib(vit, batch)}
-
-
-def _record_mib(vit, batch: int) -> float:
-    spec = vit.spec
-    return spec.num_layers * batch * spec.num_heads * spec.num_tokens**2 * 4 / 2**20
+            "new_ratio": paired("capture_new", "forward"), "record_mib": record_mib}
 
 
 def bench_dataset(model_name: str, count: int, batch: int, repeats: int) -> dict:
