@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 import analysis
+from analysis.loading.hub import hub_reachable, pretrained_weights_cached
 from vizapp import inputs, refs, resources
 from vizapp.derive import MAP_CELLS, MAP_RANGES
 from vizapp.figures import COLORSCALES
@@ -168,6 +169,21 @@ def load_second_model(ref: ModelRef) -> tuple[ModelRef, analysis.LoadedViT] | No
     return ref, vit
 
 
+@st.cache_data(ttl=300, show_spinner="Checking whether model weights can be downloaded…")
+def curated_offline_note() -> str | None:
+    """One note for the whole curated list when the hub cannot be reached (checked at most
+    every 5 minutes): these models need a download, and which of them are cached already."""
+    if hub_reachable():
+        return None
+    cached = [label for label, ref in CURATED_MODELS.items() if pretrained_weights_cached(ref.source)]
+    note = ("**Offline:** the well-known ViTs below are downloaded on first use, and the model hub cannot "
+            "be reached from this machine (or `HF_HUB_OFFLINE` is set). ")
+    if cached:
+        return note + "Cached here, so they work: " + ", ".join(f"*{escape_markdown(c)}*" for c in cached) + "."
+    return note + ("None of them is cached here: use the bundled demo model, a local folder, or "
+                   "`random:` with a model name.")
+
+
 def _requested_model() -> ModelRef | None:
     source = st.sidebar.radio(
         "Model", list(MODEL_SOURCES), format_func=MODEL_SOURCES.get, key="model_source",
@@ -178,6 +194,9 @@ def _requested_model() -> ModelRef | None:
         if ref.source != "demo":
             st.sidebar.caption(f"Default set by VIZAPP_DEFAULT_MODEL: `{ref.label}`")
     elif source == "curated":
+        offline_note = curated_offline_note()
+        if offline_note:
+            st.sidebar.warning(offline_note, icon=":material/cloud_off:")
         label = st.sidebar.selectbox("Well-known ViT", list(CURATED_MODELS), key="model_curated")
         ref = CURATED_MODELS[label]
         st.sidebar.caption(f"timm: `{ref.source}`")
@@ -342,6 +361,9 @@ def render_sidebar() -> Current:
     )
     if not model.pretrained:
         st.warning(RANDOM_WEIGHTS_BANNER, icon=":material/casino:")
+    small_note = vit.small_input_note(*inputs.decode_image(image.digest, image.data))
+    if small_note:
+        st.warning(small_note, icon=":material/photo_size_select_small:")
     colorscale = st.sidebar.selectbox(
         "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
     )

@@ -8,7 +8,8 @@ import streamlit as st
 
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
-from vizapp import figures, resources
+from vizapp import figures, inputs, resources
+from vizapp.messages import demo_scope_note
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -70,6 +71,9 @@ with controls:
             "Class to explain (type to search)", ranked, format_func=class_label, key="explain_target",
             help="The classes in order of probability: the prediction first.",
         )
+        scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
+        if scope:
+            st.caption(scope)
 with second:
     target2 = None
     if class_specific and len(ranked) > 1:
