@@ -9,7 +9,9 @@ import torch
 from .capture import AttentionRecord
 from .errors import AnalysisError
 
-__all__ = ["Query", "query_rows_for", "prefix_query", "parse_prefix_query"]
+__all__ = [
+    "Query", "query_rows_for", "prefix_query", "parse_prefix_query", "corresponding_layer", "corresponding_query",
+]
 
 Query = str | int  # "cls" | "mean" | "prefix:<i>" | row-major patch index
 
@@ -67,3 +69,29 @@ def select_query(attention: torch.Tensor, rows: list[int]) -> torch.Tensor:
         return attention[..., rows[0], :].float()
     index = torch.as_tensor(rows, device=attention.device)
     return attention.index_select(-2, index).float().mean(dim=-2)
+
+
+def corresponding_layer(layer: int, from_layers: int, to_layers: int) -> int:
+    """The layer at the same relative depth in a model with ``to_layers`` layers:
+    ``round(layer · (to_layers − 1) / (from_layers − 1))`` (the first maps to the first, the
+    last to the last)."""
+    if from_layers <= 1 or to_layers <= 1:
+        return min(layer, to_layers - 1)
+    return int(round(layer * (to_layers - 1) / (from_layers - 1)))
+
+
+def corresponding_query(
+    query: Query, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool
+) -> Query:
+    """The same query in another model (or at another grid): the class token (or ``"mean"``
+    without one); ``"mean"`` for the other prefix tokens, whose roles differ between models;
+    for a patch, the patch of ``to_grid`` that contains the centre of patch ``(r, c)`` of
+    ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``."""
+    if query == "cls":
+        return "cls" if to_has_class_token else "mean"
+    if query == "mean" or (isinstance(query, str) and query.startswith("prefix:")):
+        return "cls" if query == "prefix:0" and to_has_class_token else "mean"  # registers differ per model
+    r, c = divmod(int(query), from_grid[1])
+    r2 = min(int((r + 0.5) * to_grid[0] / from_grid[0]), to_grid[0] - 1)
+    c2 = min(int((c + 0.5) * to_grid[1] / from_grid[1]), to_grid[1] - 1)
+    return r2 * to_grid[1] + c2
