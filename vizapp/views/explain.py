@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analysis import scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, inputs, resources
@@ -98,8 +99,7 @@ for row, class_index in enumerate(targets):
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
-        peak = float(np.abs(grid_map).max())
-        maps.append(np.clip(grid_map / peak, 0, None) if peak > 0 else np.zeros_like(grid_map))
+        maps.append(scale_by_peak(grid_map, negative="zero"))
         label = METHOD_LABELS[method]
         titles.append(f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label)
         raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
