@@ -104,3 +104,19 @@ def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
     assert command in script.splitlines(), command
     assert "export CI=true" in script.split(command)[0]
     assert '-m "not upload"' in script  # the minimum-versions job deselects (never skips) the upload tests
+
+
+def test_every_app_test_that_uploads_is_marked_upload():
+    """The minimum-versions job deselects by the marker: an unmarked upload test would skip
+    there instead (and the CI check would not know it as an upload test)."""
+    import ast
+
+    tree = ast.parse((TESTS / "test_app.py").read_text())
+    unmarked = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            calls = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+            marks = {ast.unparse(d) for d in node.decorator_list}
+            if "uploader" in calls and "pytest.mark.upload" not in marks:
+                unmarked.append(node.name)
+    assert not unmarked, f"call uploader() but are not marked @pytest.mark.upload: {unmarked}"
