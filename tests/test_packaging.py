@@ -76,9 +76,12 @@ def installed(tmp_path_factory):
 def _copy_sources(target: Path) -> None:
     """The files a clean clone has (tracked and new, not ignored): the wheel is built from a
     copy, so the build leaves nothing in the checkout and sees nothing a clone would not."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True)
-    if listed.returncode != 0:  # not a git checkout (an unpacked source archive)
+    try:
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                capture_output=True, text=True)
+    except FileNotFoundError:  # no git on this machine
+        listed = None
+    if listed is None or listed.returncode != 0:  # not a git checkout (an unpacked source archive)
         shutil.copytree(REPO, target, ignore=shutil.ignore_patterns(
             ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "artifacts"))
         return
