@@ -47,8 +47,9 @@ TIMEOUT = 120
 
 def uploader(app, key: str):
     """``app.file_uploader(key=...)``. AppTest drives uploads only in newer Streamlit releases
-    than the app's floor; the minimum-versions job (an older Streamlit) skips these tests,
-    while the main suite (the newest Streamlit) always runs them."""
+    than the app's floor: the tests that call it are marked ``upload``, which the
+    minimum-versions job deselects (``-m "not upload"``) and the main suite must run (under
+    CI=true a skipped ``upload`` test fails the run: tests/ci_skip_check.py)."""
     if not hasattr(app, "file_uploader"):
         pytest.skip(f"Streamlit {st_version}'s AppTest cannot drive file uploads")
     return app.file_uploader(key=key)
@@ -412,7 +413,11 @@ def test_attention_distance_page(app, vit, record):
     (line,) = scatter["layout"]["shapes"]
     assert line["y0"] == pytest.approx(analysis.uniform_attention_distance(record.spec), rel=1e-6)
 
-    # my own image set: two files and a zip holding one more image and a non-image
+
+@pytest.mark.upload
+def test_attention_distance_page_on_my_own_image_set(app, vit):
+    """Two uploaded files and a zip holding one more image and a non-image."""
+    app.switch_page("views/distance.py").run()
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("inner/blue.png", png_bytes(colour=(20, 30, 220)))
@@ -471,6 +476,7 @@ def test_distance_units_make_two_models_comparable(app, vit, record):
 # --------------------------------------------------------------------------- inputs and failures
 
 
+@pytest.mark.upload
 def test_upload_replaces_the_sample(app, vit):
     data = png_bytes(size=(64, 48))
     uploader(app, key="image_upload").set_value(("red.png", data, "image/png")).run()
@@ -485,6 +491,7 @@ def test_upload_replaces_the_sample(app, vit):
     np.testing.assert_allclose(overlay_map(charts(app)[0]), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.upload
 def test_animated_gif_upload_uses_its_first_frame(app):
     frames = [Image.new("RGB", (32, 32), c) for c in ((255, 0, 0), (0, 0, 255))]
     buffer = io.BytesIO()
@@ -495,6 +502,7 @@ def test_animated_gif_upload_uses_its_first_frame(app):
     assert app.session_state["current"].image.name == "anim.gif"
 
 
+@pytest.mark.upload
 def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
     before = app.session_state["current"].image.name
     uploader(app, key="image_upload").set_value(("broken.png", b"definitely not a png", "image/png")).run()
@@ -586,6 +594,7 @@ def test_similarity_by_distance_and_query_mapping():
     assert derive.map_layer(11, 12, 24) == 23
 
 
+@pytest.mark.upload
 def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
     """When capture falls back to the CPU (it warns), the page says so and still works."""
     import warnings
@@ -1090,6 +1099,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     resources.attention_grid.clear()
 
 
+@pytest.mark.upload
 def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     spec = vit.spec
     app.switch_page("views/tokens.py").run()

@@ -16,6 +16,7 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 
 import streamlit as st  # noqa: E402
 
+from analysis.assets import asset_path  # noqa: E402
 from vizapp import inputs, url_state  # noqa: E402
 from vizapp.derive import MAP_CELLS, MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
@@ -23,7 +24,7 @@ from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa
 from vizapp.ui import QUERY_LABELS  # noqa: E402
 
 started = time.perf_counter()
-FAVICON = REPO_ROOT / "assets" / "favicon.png"  # shipped: a Material icon would come from a font CDN
+FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from a font CDN
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
