@@ -59,6 +59,7 @@ def test_robustness_labels_the_cnn_panel_with_what_the_cnn_gets(app):
     assert not any(label.startswith("CNN · drop tokens") for label in labels)
 
 
+@pytest.mark.upload
 def test_a_tiny_upload_is_warned_about_and_still_shown(app):
     vit = analysis.load_vit("demo")
     minimum = vit.minimum_input_side()

@@ -111,12 +111,12 @@ def test_every_app_test_that_uploads_is_marked_upload():
     there instead (and the CI check would not know it as an upload test)."""
     import ast
 
-    tree = ast.parse((TESTS / "test_app.py").read_text())
     unmarked = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            calls = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-            marks = {ast.unparse(d) for d in node.decorator_list}
-            if "uploader" in calls and "pytest.mark.upload" not in marks:
-                unmarked.append(node.name)
+    for path in sorted(TESTS.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                calls = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                marks = {ast.unparse(d) for d in node.decorator_list}
+                if "uploader" in calls and "pytest.mark.upload" not in marks:
+                    unmarked.append(f"{path.name}::{node.name}")
     assert not unmarked, f"call uploader() but are not marked @pytest.mark.upload: {unmarked}"
