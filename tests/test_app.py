@@ -1114,3 +1114,102 @@ def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     uploader(app, key="tok_other_upload").set_value(("bad.png", b"not an image", "image/png")).run()
     assert_clean(app)
     assert any("Could not read **bad.png**" in e.value for e in app.error)
+
+
+# --------------------------------------------------------------------------- "Reproduce in Python"
+
+
+@pytest.fixture
+def npz_downloads(monkeypatch) -> dict:
+    """Every ``.npz`` download a run offers, by widget key, as the user would receive it
+    (``ui.npz_bytes``, then ``np.load``)."""
+    import vizapp.ui as ui
+
+    files: dict[str, dict[str, np.ndarray]] = {}
+    original = ui.download_npz
+
+    def recording(key, filename, label="Data (.npz)", **arrays):
+        with np.load(io.BytesIO(ui.npz_bytes(**arrays))) as data:
+            files[key] = {name: data[name] for name in data.files}
+        original(key, filename, label, **arrays)
+
+    monkeypatch.setattr(ui, "download_npz", recording)
+    return files
+
+
+def reproduce(at: AppTest) -> dict:
+    """Run the page's "Reproduce in Python" script; its global names."""
+    (expander,) = [e for e in at.expander if e.label == "Reproduce in Python"]
+    (block,) = expander.code
+    namespace: dict = {}
+    exec(compile(block.value, "<reproduce in python>", "exec"), namespace)  # noqa: S102 - our own generated code
+    return namespace
+
+
+def assert_same_arrays(script: dict, npz: dict, names) -> None:
+    for name in names:
+        np.testing.assert_allclose(np.asarray(script[name]), npz[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+needs_demo = pytest.mark.skipif(not DEMO_PRESENT, reason="random weights differ per load: the script cannot reproduce them")
+
+
+@needs_demo
+@pytest.mark.parametrize("layer, head, mode, patch", [(1, 2, "patch", 21), (0, "mean", "cls", None), (2, 0, "mean", None)])
+def test_the_attention_page_reproduces_in_python(app, npz_downloads, layer, head, mode, patch):
+    app.slider(key="layer").set_value(layer).run()
+    app.selectbox(key="head").set_value(head).run()
+    app.radio(key="query_mode").set_value(mode).run()
+    if patch is not None:
+        app.number_input(key="query_patch").set_value(patch).run()
+    assert_clean(app)
+    script = reproduce(app)
+    assert "IMAGE = " in app.expander[-1].code[0].value and str(REPO / "assets" / "samples") in app.expander[-1].code[0].value
+    npz = npz_downloads["attn_overlay_data"]
+    assert (int(npz["layer"]), int(npz["head"])) == (layer, -1 if head == "mean" else head)
+    assert_same_arrays(script, npz, ["attention"])
+
+
+@needs_demo
+def test_the_rollout_page_reproduces_in_python(app, npz_downloads):
+    app.switch_page("views/rollout.py").run()
+    app.radio(key="fusion").set_value("max").run()
+    app.slider(key="discard_ratio").set_value(0.1).run()
+    app.slider(key="start_layer").set_value(1).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(9).run()
+    assert_clean(app)
+    npz = npz_downloads["rollout_data"]
+    assert (str(npz["head_fusion"]), float(npz["discard_ratio"]), int(npz["start_layer"])) == ("max", 0.1, 1)
+    assert_same_arrays(reproduce(app), npz, ["rollout", "after_each_layer"])
+
+
+@needs_demo
+@pytest.mark.parametrize("unit", ["px", "patches"])
+def test_the_attention_distance_page_reproduces_in_python(app, npz_downloads, unit):
+    app.switch_page("views/distance.py").run()
+    app.radio(key="dist_unit").set_value(unit).run()
+    assert_clean(app)
+    npz = npz_downloads["dist_data"]
+    assert str(npz["unit"]) == unit
+    names = ["current_image", "uniform_reference", "set_mean", "set_per_image"]
+    assert set(names) <= set(npz)
+    assert_same_arrays(reproduce(app), npz, names)
+
+
+def test_the_model_pages_reproduce_in_python(app, npz_downloads):
+    """Position embeddings (and a resampled grid) and the patch-embedding filters (PCA and
+    raw) depend on the model only."""
+    app.switch_page("views/position.py").run()
+    app.checkbox(key="pos_resample").check().run()
+    assert_clean(app)
+    npz = npz_downloads["pos_data"]
+    assert {"similarity", "resampled_similarity"} <= set(npz)
+    assert_same_arrays(reproduce(app), npz, ["similarity", "resampled_similarity"])
+
+    app.switch_page("views/filters.py").run()
+    app.slider(key="filt_n").set_value(5).run()
+    assert_clean(app)
+    assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["components", "explained_variance_ratio"])
+    app.radio(key="filt_mode").set_value("raw").run()
+    assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["filters"])
