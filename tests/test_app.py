@@ -1213,3 +1213,35 @@ def test_the_model_pages_reproduce_in_python(app, npz_downloads):
     assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["components", "explained_variance_ratio"])
     app.radio(key="filt_mode").set_value("raw").run()
     assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["filters"])
+
+
+# --------------------------------------------------------------------------- page switches
+
+
+def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
+    """Layer, head, a patch query and the opacity stay what they were through switches
+    between Attention and Rollout. A widget's id includes its page, so after a switch each
+    one is new to the browser: its message must carry the kept value (``set_value``), or the
+    browser shows the widget's own default (a slider's minimum) and sends that back."""
+    spec = vit.spec
+    layer, head, patch, opacity = 1, spec.num_heads - 1, spec.num_patches - 2, 0.35
+    app.slider(key="layer").set_value(layer).run()
+    app.selectbox(key="head").set_value(head).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(patch).run()
+    app.slider(key="opacity").set_value(opacity).run()
+    for switch in range(6):
+        page = "views/rollout.py" if switch % 2 == 0 else "views/attention.py"
+        app.switch_page(page).run()
+        assert_clean(app)
+        widgets = [app.radio(key="query_mode"), app.number_input(key="query_patch"), app.slider(key="opacity")]
+        if page == "views/attention.py":
+            widgets += [app.slider(key="layer"), app.selectbox(key="head")]
+            title = charts(app)[0]["layout"]["title"]["text"]
+            assert title.startswith(f"Layer {layer} · head {head} · query: patch {patch} "), title
+        for widget in widgets:
+            assert widget.proto.set_value, f"{page}: {widget.key} is not sent to the browser"
+        assert (app.slider(key="opacity").proto.value[0], app.number_input(key="query_patch").value) == (opacity, patch)
+        assert app.radio(key="query_mode").value == "patch"
+        expected = {"query": "patch", "patch": str(patch), "layer": str(layer), "head": str(head)}
+        assert {k: app.query_params.get(k) for k in expected} == expected, dict(app.query_params)
