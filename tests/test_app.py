@@ -1245,3 +1245,44 @@ def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
         assert app.radio(key="query_mode").value == "patch"
         expected = {"query": "patch", "patch": str(patch), "layer": str(layer), "head": str(head)}
         assert {k: app.query_params.get(k) for k in expected} == expected, dict(app.query_params)
+
+
+@needs_demo
+def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vit):
+    app.switch_page("views/compare.py").run()
+    app.multiselect(key="cmp_layers").set_value([0, 2]).run()
+    app.selectbox(key="head").set_value(1).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(13).run()
+    assert_clean(app)
+    assert list(npz_downloads["cmp_data"]["layers"]) == [0, 2]
+    assert_same_arrays(reproduce(app), npz_downloads["cmp_data"], ["attention"])
+
+    app.switch_page("views/tokens.py").run()
+    app.slider(key="tok_layer").set_value(1).run()
+    app.radio(key="tok_kind").set_value("key").run()
+    other = next(p.name for p in (REPO / "assets" / "samples").iterdir() if p.name != first_sample().name)
+    app.selectbox(key="tok_other").set_value(other).run()
+    assert_clean(app)
+    script = reproduce(app)
+    assert_same_arrays(script, npz_downloads["tok_pca_data"], ["rgb", "fitted"])
+    assert_same_arrays(script, npz_downloads["tok_similarity_data"], ["similarity", "other_image_similarity"])
+    assert_same_arrays(script, npz_downloads["tok_norm_data"], ["norms", "thresholds", "outlier_mask"])
+    assert_same_arrays(script, npz_downloads["tok_lens_data"], ["probabilities"])
+    if vit.spec.num_prefix_tokens:
+        assert_same_arrays(script, npz_downloads["tok_mass_data"], ["prefix_tokens"])
+
+
+@needs_demo
+def test_the_explain_page_reproduces_in_python(app, npz_downloads):
+    app.switch_page("views/explain.py").run()
+    app.multiselect(key="explain_methods").set_value(["chefer", "rollout", "integrated_gradients"]).run()
+    app.slider(key="ig_steps").set_value(8).run()
+    app.toggle(key="explain_compare").set_value(True).run()
+    assert_clean(app)
+    npz = npz_downloads["explain_data"]
+    maps = [name for name in npz if name != "classes"]
+    assert len(maps) == 6 and len(npz["classes"]) == 2
+    script = reproduce(app)
+    assert sorted(script["explanations"]) == sorted(maps)
+    assert_same_arrays(script["explanations"], npz, maps)

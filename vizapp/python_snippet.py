@@ -30,6 +30,9 @@ __all__ = [
     "attention_code",
     "rollout_code",
     "distance_code",
+    "compare_code",
+    "tokens_code",
+    "explain_code",
     "position_code",
     "filters_code",
     "show_code",
@@ -88,15 +91,18 @@ def _image_path(source: Source) -> str:
     return f"IMAGE = {source.image_name!r}  # the image you uploaded: fill in its path on your machine"
 
 
-def _forward(source: Source) -> list[str]:
-    """Load the model and the image, run one forward pass capturing every layer's attention."""
-    lines = ["import analysis"]
-    if source.float16:
+def _forward(source: Source, *, imports: Sequence[str] = (), record: bool = True) -> list[str]:
+    """Load the model and the image; with ``record``, run one forward pass capturing every
+    layer's attention."""
+    lines = [*imports, "import analysis"]
+    if source.float16 and record:
         lines.append("import torch")
-    lines += ["", *_load_model(source.model), _image_path(source), "image = analysis.load_image(IMAGE)"]
-    dtype = ", dtype=torch.float16" if source.float16 else ""
-    note = "  # kept in float16, as the app does for big models" if source.float16 else ""
-    lines.append(f"record = analysis.capture_attention(vit, vit.preprocess(image){dtype}){note}")
+    lines += ["", *_load_model(source.model), _image_path(source), "image = analysis.load_image(IMAGE)",
+              "pixels = vit.preprocess(image)  # (1, 3, H, W): resized and normalised as the model expects"]
+    if record:
+        dtype = ", dtype=torch.float16" if source.float16 else ""
+        note = "  # kept in float16, as the app does for big models" if source.float16 else ""
+        lines.append(f"record = analysis.capture_attention(vit, pixels{dtype}){note}  # every layer's attention")
     return lines
 
 
@@ -156,6 +162,79 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
             ").numpy() * to_unit  # (N, L, heads); undecodable images are skipped",
             "set_mean = set_per_image.mean(axis=0)  # (L, heads)",
         ]
+    return _script(lines)
+
+
+def compare_code(source: Source, *, layers: Sequence[int], head: str | int, query: str | int) -> str:
+    """The Compare layers page (first model): ``attention`` ``(len(layers), gh, gw)``, one head
+    (or the mean) and one query at each chosen layer."""
+    head_arg = "None" if head == "mean" else str(int(head))
+    return _script([
+        *_forward(source, imports=["import numpy as np"]),
+        "",
+        f"LAYERS = {[int(x) for x in layers]!r}",
+        "attention = np.stack([",
+        f"    analysis.attention_map(record, layer, head={head_arg}, query={query!r})[0].numpy() for layer in LAYERS",
+        "])  # (len(LAYERS), gh, gw)",
+    ])
+
+
+def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, query: str | int,
+                other: ImageRef | None = None) -> str:
+    """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
+    query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
+    and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
+    (``probabilities``), as the page's downloads name them."""
+    lines = [
+        *_forward(source),
+        "",
+        f"features = analysis.capture_tokens(vit, pixels, kind={kind!r})  # (L, 1, T, D): the {kind} features",
+        f"rgb, fitted = analysis.feature_pca(features[{int(layer)}], vit.spec, foreground={bool(foreground)!r})",
+        "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
+        f"similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}).numpy()  # (gh, gw)",
+    ]
+    if other is not None:
+        path = sample_path(other)
+        lines += [
+            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
+            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            f"other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind={kind!r})",
+            f"other_image_similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}, "
+            f"other=other_features[{int(layer)}]).numpy()  # (gh, gw): into the other image",
+        ]
+    lines += [
+        "",
+        "outputs = features" if kind == "token" else "outputs = analysis.capture_tokens(vit, pixels, kind='token')"
+        "  # (L, 1, T, D): the block outputs",
+        "norms = analysis.token_norms(outputs)  # (L, 1, T): block-output norms",
+        "found = analysis.high_norm_tokens(norms, vit.spec.num_prefix_tokens)",
+        "norms = norms[:, 0].numpy()  # (L, T)",
+        "thresholds, outlier_mask = found.thresholds.numpy(), found.mask[:, 0].numpy()  # (L,), (L, patches)",
+        "if vit.spec.num_prefix_tokens:",
+        "    prefix_tokens = analysis.attention_mass(record, list(range(vit.spec.num_prefix_tokens)))[:, 0].numpy()"
+        "  # (L, heads)",
+        "if vit.spec.has_classifier:",
+        "    probabilities = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1).numpy()  # (L, classes)",
+    ]
+    return _script(lines)
+
+
+def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[int | None],
+                 class_specific: Sequence[str], options: dict[str, tuple] | None = None) -> str:
+    """The "Why this class?" page: ``explanations``, a dict of ``(gh, gw)`` maps keyed like the
+    page's download (``<method>_class<c>`` for class-specific methods, else ``<method>``)."""
+    options = options or {}
+    lines = [*_forward(source, record=False), "", "explanations = {}"]
+    for target in targets:
+        for method in methods:
+            specific = target is not None and method in class_specific
+            name = f"{method}_class{target}" if target is not None else method
+            args = [f"method={method!r}"]
+            if specific:
+                args.insert(0, f"target={int(target)}")
+            args += [f"{k}={v!r}" for k, v in options.get(method, ())]
+            lines.append(f"explanations[{name!r}] = analysis.explain(vit, pixels, {', '.join(args)})[0].numpy()")
+    lines.append("# each (gh, gw); the page draws each map divided by its largest |value|, negatives as 0")
     return _script(lines)
 
 
