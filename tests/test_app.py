@@ -1286,3 +1286,20 @@ def test_the_explain_page_reproduces_in_python(app, npz_downloads):
     script = reproduce(app)
     assert sorted(script["explanations"]) == sorted(maps)
     assert_same_arrays(script["explanations"], npz, maps)
+
+
+@needs_demo
+@pytest.mark.parametrize("perturbation, selection", [("token_drop", "most_salient"), ("pixel_drop", "random"), ("noise", None)])
+def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbation, selection):
+    app.switch_page("views/robustness.py").run()
+    app.radio(key="rob_perturbation").set_value(perturbation).run()
+    if selection is not None:
+        app.radio(key="rob_selection").set_value(selection).run()
+    app.number_input(key="rob_seed").set_value(3).run()
+    assert_clean(app)
+    npz = npz_downloads["rob_image_data"]
+    names = ["vit_clean_rollout", "vit_perturbed_rollout", "vit_clean_probabilities", "vit_perturbed_probabilities"]
+    if selection is not None:
+        names.append("dropped_patches")
+    assert set(names) <= set(npz)
+    assert_same_arrays(reproduce(app), npz, names)

@@ -33,6 +33,7 @@ __all__ = [
     "compare_code",
     "tokens_code",
     "explain_code",
+    "robustness_code",
     "position_code",
     "filters_code",
     "show_code",
@@ -235,6 +236,31 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
             args += [f"{k}={v!r}" for k, v in options.get(method, ())]
             lines.append(f"explanations[{name!r}] = analysis.explain(vit, pixels, {', '.join(args)})[0].numpy()")
     lines.append("# each (gh, gw); the page draws each map divided by its largest |value|, negatives as 0")
+    return _script(lines)
+
+
+def robustness_code(source: Source, *, perturbation: str, clean_level: float, level: float, selection: str,
+                    seed: int) -> str:
+    """The Robustness page's one-image probe of the ViT (the comparison CNN is left out):
+    ``vit_clean_*`` and ``vit_perturbed_*`` rollouts ``(gh, gw)`` (NaN: a dropped token) and
+    probabilities ``(classes,)``, and ``dropped_patches`` for drops."""
+    lines = [
+        *_forward(source, imports=["from analysis.robustness import probe"]),
+        "",
+        f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
+    ]
+    if selection != "random":
+        lines.append("saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
+    saliency = ", saliency=saliency" if selection != "random" else ""
+    lines += [
+        f"clean = probe(vit, pixels, PERTURBATION, {clean_level!r}, seed=SEED, selection=SELECTION{saliency})",
+        f"perturbed = probe(vit, pixels, PERTURBATION, {float(level)!r}, seed=SEED, selection=SELECTION{saliency})",
+        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)",
+        "vit_clean_probabilities = clean.logits[0].softmax(-1).numpy()  # (classes,)",
+        "vit_perturbed_probabilities = perturbed.logits[0].softmax(-1).numpy()",
+    ]
+    if perturbation in ("token_drop", "pixel_drop"):
+        lines.append("dropped_patches = perturbed.dropped.numpy()  # row-major patch indices")
     return _script(lines)
 
 
