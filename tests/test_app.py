@@ -1303,3 +1303,43 @@ def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbat
         names.append("dropped_patches")
     assert set(names) <= set(npz)
     assert_same_arrays(reproduce(app), npz, names)
+
+
+@needs_demo
+def test_an_uploaded_image_is_a_path_to_fill_in(app, npz_downloads, tmp_path):
+    """The script names the upload by its file name and says to fill in its path; with the
+    path filled in, it reproduces the page."""
+    data = png_bytes(size=(64, 48), colour=(30, 160, 90))
+    uploader(app, key="image_upload").set_value(("my photo.png", data, "image/png")).run()
+    app.radio(key="query_mode").set_value("mean").run()
+    assert_clean(app)
+    (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+    code = expander.code[0].value
+    line = "IMAGE = 'my photo.png'  # the image you uploaded: fill in its path on your machine"
+    assert line in code.splitlines() and str(REPO / "assets") not in code
+    saved = tmp_path / "my photo.png"
+    saved.write_bytes(data)
+    namespace: dict = {}
+    exec(code.replace(line, f"IMAGE = {str(saved)!r}"), namespace)  # noqa: S102 - our own generated code
+    assert_same_arrays(namespace, npz_downloads["attn_overlay_data"], ["attention"])
+
+
+@needs_demo
+def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypatch):
+    """Big models' records are kept in float16 by the app; the script captures the same way."""
+    import vizapp.resources as resources
+
+    monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
+    resources.record_store().clear()
+    resources.attention_grid.clear()
+    try:
+        app.slider(key="layer").set_value(1).run()
+        assert_clean(app)
+        (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+        assert "dtype=torch.float16" in expander.code[0].value
+        npz = npz_downloads["attn_overlay_data"]
+        script = reproduce(app)
+        np.testing.assert_array_equal(script["attention"], npz["attention"])  # the same float16 record
+    finally:
+        resources.record_store().clear()
+        resources.attention_grid.clear()
