@@ -30,7 +30,6 @@ url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
     "map_range": list(MAP_RANGES), "map_cells": list(MAP_CELLS), "query_mode": list(QUERY_LABELS),
 })
-keep_page_state()
 
 VIEWS = Path(__file__).resolve().parent / "views"
 pages = [
@@ -45,10 +44,13 @@ pages = [
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
 ]
 page = st.navigation(pages)
+keep_page_state(page.url_path)
 current = render_sidebar()
 url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 timing = st.sidebar.empty()
 page.run()
+# again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
+url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 elapsed_ms = (time.perf_counter() - started) * 1000
 st.session_state["last_run_ms"] = elapsed_ms
 timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")

@@ -96,19 +96,44 @@ def current() -> Current:
     return st.session_state["current"]
 
 
-def keep_page_state() -> None:
-    """Keep page widgets' values across page switches without touching live widgets.
+KEPT_PREFIX = "_kept_"  # session key prefix of a setting's permanent copy
+KEPT_PAGE = "_kept_page"  # session key: the page the previous run drew
 
-    Streamlit drops a widget's state after a run that does not draw it. Each run copies the
-    live values to shadow keys, and only a key that Streamlit dropped is restored from its
-    shadow. A live widget key is never re-assigned (that once lost fast slider key presses).
+
+def kept_key(key: str) -> str:
+    """The session key that holds the setting ``key`` whether or not its widget is drawn."""
+    return KEPT_PREFIX + key
+
+
+def keep_page_state(page: str) -> None:
+    """Keep every page setting across page switches; call before any page widget is drawn.
+
+    Each setting in ``PERSISTENT_KEYS`` lives in two session keys: the widget's own key, which
+    Streamlit drops after a run that does not draw that widget, and a permanent copy
+    (:func:`kept_key`) that nothing drops. Each run, before the page draws:
+
+    - a widget key that holds a value (the browser's latest, or one set in code) is copied
+      to the permanent key;
+    - on a switch to another ``page``, and for every key Streamlit dropped, the permanent
+      value is written back into the widget key.
+
+    The write-back on a switch is what keeps the browser in step: a widget's id includes its
+    page, so after a switch every widget is new to the browser, and Streamlit sends a value
+    to a new widget only when the script set it this run. Without it the browser shows the
+    widget's own default (a slider's minimum: layer 0, opacity 0.00) while the server draws
+    the kept value, and the browser's default wins on the next rerun. Within one page a live
+    widget key is never re-assigned (that once lost fast slider key presses).
     """
+    switched = st.session_state.get(KEPT_PAGE) != page
+    st.session_state[KEPT_PAGE] = page
     for key in PERSISTENT_KEYS:
-        shadow = f"_kept_{key}"
+        kept = kept_key(key)
         if key in st.session_state:
-            st.session_state[shadow] = st.session_state[key]
-        elif shadow in st.session_state:
-            st.session_state[key] = st.session_state[shadow]
+            st.session_state[kept] = st.session_state[key]
+            if switched:
+                st.session_state[key] = st.session_state[kept]
+        elif kept in st.session_state:
+            st.session_state[key] = st.session_state[kept]
 
 
 def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:

@@ -9,6 +9,7 @@ from analysis import top_mass_mask
 from vizapp import figures, inputs, resources
 from vizapp.derive import colour_range
 from vizapp.messages import demo_scope_note
+from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -87,6 +88,7 @@ with left:
         head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,
         image_size_hw=spec.img_size,
     )
+    show_code(attention_code(Source.of(cur), layer=layer, head=head, query=query))
 
 with right:
     if spec.has_classifier:

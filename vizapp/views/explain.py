@@ -11,6 +11,7 @@ from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, inputs, resources
 from vizapp.messages import demo_scope_note
+from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -119,6 +120,7 @@ st.caption(
 )
 show_chart(figure, "explain_panels", filename="explanations")
 download_npz("explain_data", "explanations", classes=np.array([t for t in targets if t is not None]), **raw)
+show_code(explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options))
 
 if class_specific:
     st.subheader(f"Deletion and insertion · {names[target]}")

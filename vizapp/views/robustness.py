@@ -10,6 +10,7 @@ import analysis
 from analysis.robustness import SET_LEVELS, check_token_drop, shuffle_grids
 from vizapp import figures, inputs, resources
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
+from vizapp.python_snippet import Source, robustness_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
@@ -208,6 +209,8 @@ if cnn is not None:
     arrays.update(cnn_clean_gradcam=cnn_before.saliency, cnn_perturbed_gradcam=cnn_after.saliency,
                   cnn_clean_probabilities=cnn_before.probabilities, cnn_perturbed_probabilities=cnn_after.probabilities)
 download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbation=np.array(perturbation))
+show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level=clean_level, level=level,
+                          selection=selection, seed=seed))
 
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
