@@ -35,7 +35,7 @@ from analysis.plots import (
     styled_layout,
     wrap_label,
 )
-from analysis.plots import colorize as _colorize
+from analysis.plots import colorize as _colorize  # noqa: F401 - the colour mapping tests compare with
 from analysis.plots import mosaic as _plain_mosaic
 from analysis.plots import position_similarity_mosaic as _plain_position_similarity_mosaic
 from vizapp.records import RecordStore
