@@ -154,13 +154,13 @@ def test_input_x_gradient_sums_each_patch_of_the_pixel_attribution(models):
 @pytest.mark.parametrize("baseline", ["black", "mean", "blur"])
 def test_integrated_gradients_complete_the_score_difference(models, baseline):
     """Completeness: Σ IG = y(x) − y(x′) up to the midpoint rule's error."""
-    from analysis.explanations.methods import _baseline
+    from analysis.image_ops import baseline_pixels
 
     vit = models["demo"]
     pixels = pixels_for(vit, batch=1, seed=3)
     target = int(vit.model(pixels).argmax())
     maps = explain(vit, pixels, target=target, method="integrated_gradients", steps=128, baseline=baseline)
-    reference = _baseline(vit, pixels, baseline)
+    reference = baseline_pixels(vit, pixels, baseline)
     with torch.no_grad():
         difference = float(vit.model(pixels)[0, target] - vit.model(reference)[0, target])
     assert abs(float(maps.sum()) - difference) <= 0.02 * abs(difference) + 1e-3, (float(maps.sum()), difference)

@@ -204,90 +204,19 @@ def bench_vit_large(capture: bool) -> dict:
     return result
 
 
-def bench_app_rerun(repeats: int) -> dict | None:
-    try:
-        from streamlit.testing.v1 import AppTest
-    except ImportError:
+def bench_app(sections: list[str]) -> dict | None:
+    """The app's sections (``app``, ``rerun``, ``tokens``) measured by ``python -m vizapp.bench``
+    in a child process (the library never imports its app): ``{section: result}``, or ``None``
+    when the app or streamlit is not there."""
+    if not (REPO / "vizapp" / "bench.py").is_file():
         return None
-    app = REPO / "vizapp" / "app.py"
-    if not app.is_file():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "vizapp.bench", *sections], cwd=REPO, env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
         return None
-    at = AppTest.from_file(str(app), default_timeout=180)
-    at.run()
-    if at.exception:
-        return {"error": str(at.exception[0].message)[:200]}
-    try:
-        slider = at.slider(key="layer")
-    except KeyError:
-        return {"error": "no widget with key 'layer'"}
-    low, high = slider.min, slider.max
-    times = []
-    for i in range(repeats):
-        value = high if i % 2 == 0 else low
-        start = time.perf_counter()
-        at.slider(key="layer").set_value(value).run()
-        times.append(time.perf_counter() - start)
-    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times]}
-
-
-RERUN_MODELS = {  # label -> (model name for the sidebar, input resolution or 0)
-    "ViT-B/16": ("random:vit_base_patch16_224", 0),
-    "ViT-L/16 @ 384 px": ("random:vit_large_patch16_384", 0),
-    "DINOv2-S/14 @ 518 px": ("random:vit_small_patch14_dinov2", 518),
-}
-
-
-def bench_model_rerun(model: str, resolution: int, repeats: int) -> dict:
-    """Server time of the Attention page after a layer change on ``model`` (after its first
-    capture), and the memory of its one shared record."""
-    from streamlit.testing.v1 import AppTest
-
-    from vizapp import resources
-
-    at = AppTest.from_file(str(REPO / "vizapp" / "app.py"), default_timeout=600)
-    at.run()
-    at.radio(key="model_source").set_value("timm").run()
-    at.text_input(key="model_timm").input(model).run()
-    if resolution:
-        at.number_input(key="resolution").set_value(resolution).run()
-    if at.exception:
-        return {"error": str(at.exception[0].message)[:200]}
-    current = at.session_state["current"]
-    record = resources.forward(*current.args)
-    slider = at.slider(key="layer")
-    low, high = slider.min, slider.max
-    at.slider(key="layer").set_value(high).run()  # the first visit of a layer's maps
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        at.slider(key="layer").set_value(low if i % 2 == 0 else high).run()
-        times.append(time.perf_counter() - start)
-    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times],
-            "record_mib": record.nbytes / 2**20, "dtype": str(record.record.attentions.dtype).removeprefix("torch."),
-            "tokens": current.spec.num_tokens}
-
-
-def bench_tokens_click(repeats: int, model: str = "random:vit_base_patch16_224") -> dict | None:
-    """Server time of the Tokens page when the query patch changes (a click), ViT-B/16,
-    after the first capture (the tokens are cached; PCA, similarity, norms are recomputed)."""
-    try:
-        from streamlit.testing.v1 import AppTest
-    except ImportError:
-        return None
-    at = AppTest.from_file(str(REPO / "vizapp" / "app.py"), default_timeout=300)
-    at.run()
-    at.radio(key="model_source").set_value("timm").run()
-    at.text_input(key="model_timm").input(model).run()
-    at.switch_page("views/tokens.py").run()
-    at.radio(key="query_mode").set_value("patch").run()
-    if at.exception:
-        return {"error": str(at.exception[0].message)[:200]}
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        at.number_input(key="query_patch").set_value(10 + 7 * i).run()
-        times.append(time.perf_counter() - start)
-    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -342,17 +271,21 @@ def main(argv=None) -> int:
               f"{r['float32_gib']:.2f} GiB float32, {r['float16_gib']:.2f} GiB float16 per image")
         if "captured_gib" in r:
             print(f"  captured {r['captured_shape']} in float16: {r['captured_gib']:.2f} GiB, {r['capture_s']:.1f} s")
-    if "app" not in args.skip:
-        r = bench_app_rerun(repeats=7)
+    app_sections = [name for name in ("app", "rerun", "tokens") if name not in args.skip]
+    app = bench_app(app_sections) if app_sections else {}
+    if app is None:
+        print("  app: vizapp/app.py or streamlit missing, skipped")
+        app = {}
+    if "app" in app:
+        r = app["app"]
         if r is None:
             print("  app: vizapp/app.py or streamlit missing, skipped")
         elif "error" in r:
             print(f"  app rerun: skipped ({r['error']})")
         else:
             report("app rerun after a layer change (demo model, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms", r["rerun_ms"] <= 150)
-    if "rerun" not in args.skip:
-        for label, (model, resolution) in RERUN_MODELS.items():
-            r = bench_model_rerun(model, resolution, repeats=5)
+    if "rerun" in app:
+        for label, r in app["rerun"].items():
             if "error" in r:
                 print(f"  rerun {label}: skipped ({r['error']})")
                 continue
@@ -360,8 +293,8 @@ def main(argv=None) -> int:
                   f"reruns {r['all_ms']} ms")
             report(f"app rerun after a layer change ({label}, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms",
                    r["rerun_ms"] <= 150)
-    if "tokens" not in args.skip:
-        r = bench_tokens_click(repeats=5)
+    if "tokens" in app:
+        r = app["tokens"]
         if r is None or "error" in r:
             print(f"  tokens click: skipped ({'streamlit missing' if r is None else r['error']})")
         else:

@@ -105,7 +105,7 @@ def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: 
     )
     title = f"{model} · mean over {count} images"
     distance_png(distance, out.with_suffix(".png"), uniform=uniform, title=title)
-    from vizapp.figures import attention_distance_scatter  # plotly only: the app's own figure builder
+    from ..plots import attention_distance_scatter  # the app's own figure
 
     figure = attention_distance_scatter([(title, distance)], references=[("uniform attention", uniform)], unit="px")
     figure.write_html(out.with_suffix(".html"), include_plotlyjs=True, full_html=True)

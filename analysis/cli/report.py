@@ -1,8 +1,8 @@
 """``python -m analysis report``: one self-contained HTML file with the ViT paper's Figure 7
 panels (patch-embedding filter components, position-embedding similarity, attention distance
 against depth), attention and rollout on a few images, and the model's spec. The figures are
-the app's own (``vizapp.figures``, plotly only); plotly.js is embedded once, so the file opens
-offline."""
+the app's own (:mod:`analysis.plots`); plotly.js is embedded once, in the head before any
+figure, so the file opens offline."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import plots
 from ..assets import asset_path
 from ..errors import AnalysisError, VitExplorerError
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
@@ -66,26 +67,22 @@ def _spec_table(vit, model: str) -> str:
 
 
 class _Page:
-    """Sections of HTML; plotly.js is inlined with the first figure only."""
+    """Sections of HTML. Figures carry no plotly.js: :func:`_document` inlines it once in the
+    head, so every figure finds ``Plotly`` defined whatever order the sections end up in."""
 
     def __init__(self):
         self.parts: list[str] = []
-        self.plotly_included = False
 
     def section(self, panel: str, body: str = "", note: str | None = None) -> None:
         text = f"<p class='note'>{html.escape(note)}</p>" if note else ""
         self.parts.append(f"<section id='{panel}'><h2>{html.escape(PANELS[panel])}</h2>{text}{body}</section>")
 
     def figure(self, figure) -> str:
-        out = figure.to_html(full_html=False, include_plotlyjs=not self.plotly_included,
-                             config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}})
-        self.plotly_included = True
-        return out
+        return figure.to_html(full_html=False, include_plotlyjs=False,
+                              config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}})
 
 
 def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -> str | None:
-    from vizapp import figures
-
     from ..distance import uniform_attention_distance
 
     shard = source.shard(ranks.rank, ranks.world)
@@ -101,7 +98,7 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
         return None
     distance = (total / used).numpy()
     uniform = float(uniform_attention_distance(vit.spec))
-    figure = figures.attention_distance_scatter([(f"mean over {used} images", distance)],
+    figure = plots.attention_distance_scatter([(f"mean over {used} images", distance)],
                                                 references=[("uniform attention", uniform)], unit="px")
     note = f"{used} images from {source.description}" + (f"; {skipped_count} unreadable, skipped" if skipped_count else "")
     page.section("distance", page.figure(figure), note)
@@ -109,8 +106,6 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
 
 def run(args, ranks: Ranks) -> int:
-    from vizapp import figures
-
     from .. import (
         attention_map, attention_rollout, capture_attention, load_image, masked_image, patch_embedding_components,
         position_embedding_similarity,
@@ -133,13 +128,13 @@ def run(args, ranks: Ranks) -> int:
     page.section("spec", _spec_table(vit, args.model))
     try:
         components, ratio = patch_embedding_components(vit, n_components=min(28, spec.embed_dim))
-        page.section("filters", page.figure(figures.filter_components_grid(components.numpy(), ratio.numpy()))
-                     + page.figure(figures.explained_variance(ratio.numpy())))
+        page.section("filters", page.figure(plots.filter_components_grid(components.numpy(), ratio.numpy()))
+                     + page.figure(plots.explained_variance(ratio.numpy())))
     except AnalysisError as exc:
         page.section("filters", note=str(exc))
     try:
         similarity = position_embedding_similarity(vit).numpy()
-        page.section("position", page.figure(figures.position_similarity_mosaic(similarity, colorscale=args.colorscale)))
+        page.section("position", page.figure(plots.position_similarity_mosaic(similarity, colorscale=args.colorscale)))
     except AnalysisError as exc:
         page.section("position", note=str(exc))
     page.parts.append(distance_part)
@@ -154,10 +149,10 @@ def run(args, ranks: Ranks) -> int:
             problems.append(f"{name}: {exc}")
             continue
         record = capture_attention(vit, vit.preprocess(image))
-        background = figures.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
+        background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
         label = Path(name).name
-        attention_parts.append(page.figure(figures.attention_overlay(
+        attention_parts.append(page.figure(plots.attention_overlay(
             background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=0.0,
             title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
             colorbar_title="attention probability (0 to max)", height=460,
@@ -165,7 +160,7 @@ def run(args, ranks: Ranks) -> int:
         rollout = attention_rollout(record)[0].numpy()
         shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear")
         rollout_parts.append(
-            f"<figure><img alt='rollout of {html.escape(label)}' src='{figures.image_data_uri(shown)}'>"
+            f"<figure><img alt='rollout of {html.escape(label)}' src='{plots.image_data_uri(shown)}'>"
             f"<figcaption>{html.escape(label)}: the input × its bilinearly upsampled rollout / max</figcaption></figure>"
         )
     if attention_parts:
@@ -179,17 +174,36 @@ def run(args, ranks: Ranks) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "report.html"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    target.write_text(_document(args.model, stamp, distance_note, page.parts), encoding="utf-8")
+    target.write_text(_document(args.model, stamp, distance_note, page.parts, random_weights=random_weights(args.model)),
+                      encoding="utf-8")
     print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
     return 0
 
 
-def _document(model: str, stamp: str, distance_note: str | None, parts: list[str]) -> str:
+def random_weights(model: str) -> bool:
+    """Whether ``--model`` asked for random weights (the ``random:`` prefix of :func:`load_model`)."""
+    return model.startswith("random:")
+
+
+def random_weights_banner(model: str) -> str:
+    """The app's warning for a model with random weights, as the report's first line."""
+    name = model.removeprefix("random:")
+    return (f"<p class='warning' role='alert'><strong>{html.escape(name)}</strong> has random weights: "
+            "its maps mean nothing.</p>")
+
+
+def _document(model: str, stamp: str, distance_note: str | None, parts: list[str], *, random_weights: bool = False
+              ) -> str:
+    from plotly.offline import get_plotlyjs
+
     style = ("body{font-family:system-ui,sans-serif;color:#2a3f5f;max-width:1200px;margin:2em auto;padding:0 1em}"
              "h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #EBF0F8}"
              "table.spec th{text-align:left;padding:2px 1em 2px 0;font-weight:600}.note{color:#6e6e6e}"
-             ".row{display:flex;gap:1em;flex-wrap:wrap}figure{margin:0}figure img{width:280px;image-rendering:pixelated}")
+             ".row{display:flex;gap:1em;flex-wrap:wrap}figure{margin:0}figure img{width:280px;image-rendering:pixelated}"
+             ".warning{background:#fffce7;color:#926c05;border-radius:0.5em;padding:0.8em 1em}")
     subtitle = html.escape(distance_note or "")
+    banner = random_weights_banner(model) if random_weights else ""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ViT report: {html.escape(model)}</title>"
-            f"<style>{style}</style></head><body><h1>ViT report: {html.escape(model)}</h1>"
+            f"<style>{style}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            f"<h1>ViT report: {html.escape(model)}</h1>{banner}"
             f"<p class='note'>python -m analysis report · {stamp} · {subtitle}</p>{''.join(parts)}</body></html>")

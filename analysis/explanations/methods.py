@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from ..capture import capture_attention
 from ..checks import check_int
 from ..errors import AnalysisError
+from ..image_ops import BASELINES, baseline_pixels
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
-from ..robustness.perturbations import gaussian_blur
 from .gradients import _require_classes, attention_gradients, block_input_gradients, pixel_gradients, resolve_targets
 
 __all__ = [
@@ -28,12 +28,6 @@ __all__ = [
     "integrated_gradients",
     "BASELINES",
 ]
-
-#: Integrated-gradients baselines: ``"black"`` (pixel value 0, then the model's
-#: normalisation), ``"mean"`` (the normalised zero: the dataset mean colour), ``"blur"``
-#: (the image under a Gaussian blur with σ = one patch side).
-BASELINES = ("black", "mean", "blur")
-
 
 def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
     """``(B, N_patches)`` -> ``(B, gh, gw)`` float32 on the CPU."""
@@ -132,18 +126,6 @@ def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tens
     return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
 
 
-def _baseline(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
-    mean = torch.tensor(vit.preprocessing.mean, dtype=torch.float32)[:, None, None]
-    std = torch.tensor(vit.preprocessing.std, dtype=torch.float32)[:, None, None]
-    if baseline == "black":
-        return ((0.0 - mean) / std).expand_as(pixels).clone()
-    if baseline == "mean":
-        return torch.zeros_like(pixels)
-    if baseline == "blur":
-        return gaussian_blur(pixels, float(max(vit.spec.patch_size)))
-    raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
-
-
 def integrated_gradients(
     vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = "black", internal_batch: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +140,7 @@ def integrated_gradients(
     internal_batch = check_int("internal_batch", internal_batch, minimum=1)
     targets = _targets_for(vit, pixels, target)
     inputs = pixels.detach().float().cpu()
-    reference = _baseline(vit, inputs, baseline)  # (B, 3, H, W)
+    reference = baseline_pixels(vit, inputs, baseline)  # (B, 3, H, W)
     difference = inputs - reference
     total = torch.zeros_like(inputs)
     alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps

@@ -13,7 +13,7 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
-from ..explanations.methods import BASELINES, _baseline
+from ..image_ops import BASELINES, baseline_pixels
 
 __all__ = [
     "CURVE_MODES",
@@ -112,7 +112,7 @@ def perturbation_curve(
     n = spec.num_patches
     order = patch_ranking(saliency, most_first=most_first)
     image = pixels[0].detach().float().cpu()
-    reference = _baseline(vit, pixels.detach().float().cpu(), baseline)[0]
+    reference = baseline_pixels(vit, pixels.detach().float().cpu(), baseline)[0]
     counts = [int(round(f * n)) for f in fractions]
     if mode == "deletion":
         batch = perturbed_inputs(image, reference, [order[:k] for k in counts], spec.patch_size, spec.grid_size)

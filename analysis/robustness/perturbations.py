@@ -1,23 +1,23 @@
 """Perturbations of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021):
 patch drop (as pixels, for any model, or as tokens removed from a ViT's sequence), patch
-shuffle, Gaussian noise and blur. Pure functions of the pixels, except :func:`token_drop`,
-which hooks one call of the model (this thread only) and removes the hook afterwards.
+shuffle, Gaussian noise and blur (those two live in :mod:`analysis.image_ops`, shared with the
+explanations). Pure functions of the pixels, except :func:`token_drop`, which hooks one call
+of the model (this thread only) and removes the hook afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import numbers
 import threading
 from collections.abc import Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..checks import check_int
 from ..errors import AnalysisError
+from ..image_ops import gaussian_blur, gaussian_noise
 from ..spec import ViTSpec
 
 __all__ = [
@@ -153,29 +153,3 @@ def shuffle_patches(pixels: torch.Tensor, spec: ViTSpec, grid: int, *, seed: int
     order = torch.randperm(grid * grid, generator=torch.Generator().manual_seed(int(seed)))
     blocks = blocks[:, order].reshape(batch, grid, grid, channels, bh, bw).permute(0, 3, 1, 4, 2, 5)
     return blocks.reshape(batch, channels, height, width)
-
-
-def gaussian_noise(pixels: torch.Tensor, sigma: float, *, seed: int = 0) -> torch.Tensor:
-    """``x + σ·ε``, ``ε ~ N(0, 1)`` (seeded), in normalised units."""
-    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or sigma < 0:
-        raise AnalysisError(f"sigma must be a non-negative number, got {sigma!r}.")
-    noise = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(int(seed)))
-    return pixels + float(sigma) * noise.to(pixels.dtype)
-
-
-def gaussian_blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur with standard deviation ``sigma`` pixels (edges replicated;
-    ``sigma = 0`` is the identity)."""
-    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or sigma < 0:
-        raise AnalysisError(f"sigma must be a non-negative number, got {sigma!r}.")
-    if sigma == 0:
-        return pixels.clone()
-    radius = max(1, int(math.ceil(3 * sigma)))
-    offsets = torch.arange(-radius, radius + 1, dtype=torch.float32)
-    kernel = torch.exp(-0.5 * (offsets / float(sigma)) ** 2)
-    kernel = (kernel / kernel.sum()).to(pixels.dtype)
-    out = pixels
-    for shape, pad in (((1, 1, 1, -1), (radius, radius, 0, 0)), ((1, 1, -1, 1), (0, 0, radius, radius))):
-        flat = F.pad(out.reshape(-1, 1, *out.shape[-2:]), pad, mode="replicate")
-        out = F.conv2d(flat, kernel.reshape(shape)).reshape(pixels.shape)
-    return out

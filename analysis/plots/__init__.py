@@ -1,0 +1,65 @@
+"""Plotly figures of the analyses: numpy in, ``plotly.graph_objects.Figure`` out.
+
+The app's pages, ``python -m analysis report`` and notebooks draw with these same builders,
+so a figure keeps the app's colour stops (explicit ``rgb(...)`` stops of the named scale),
+stated ranges (the colour bar's title says what 0 and the maximum mean) and units (input
+pixels, patches, percent) wherever it is shown. No streamlit, no torch needed::
+
+    >>> import numpy as np
+    >>> from analysis import load_vit, load_image, capture_attention, attention_map, plots
+    >>> vit = load_vit("demo")
+    >>> image = load_image("assets/samples/scene_1_star.png")
+    >>> record = capture_attention(vit, vit.preprocess(image))
+    >>> figure = plots.attention_overlay(
+    ...     np.asarray(vit.model_input_image(image)), vit.spec.img_size,
+    ...     attention_map(record, 3, query="cls")[0].numpy(), vit.spec.patch_size,
+    ...     zmin=0.0, colorbar_title="attention probability (0 to max)")
+    >>> figure.show()  # doctest: +SKIP
+"""
+
+from .charts import (
+    LABEL_WIDTH,
+    attention_distance_scatter,
+    explained_variance,
+    perturbation_curves,
+    predictions_bar,
+    robustness_curves,
+    similarity_vs_distance,
+    wrap_label,
+)
+from .mosaics import (
+    colorized_png,
+    filter_components_grid,
+    mosaic,
+    position_similarity_mosaic,
+    rgb_patch_grid,
+    similarity_tile,
+)
+from .overlays import attention_overlay, map_panels
+from .style import COLORSCALES, HIGHLIGHT, colorize, colour_stops, image_data_uri, patch_centres, styled_layout
+
+__all__ = [
+    "COLORSCALES",
+    "HIGHLIGHT",
+    "LABEL_WIDTH",
+    "attention_distance_scatter",
+    "attention_overlay",
+    "colorize",
+    "colorized_png",
+    "colour_stops",
+    "explained_variance",
+    "filter_components_grid",
+    "image_data_uri",
+    "map_panels",
+    "mosaic",
+    "patch_centres",
+    "perturbation_curves",
+    "position_similarity_mosaic",
+    "predictions_bar",
+    "rgb_patch_grid",
+    "robustness_curves",
+    "similarity_tile",
+    "similarity_vs_distance",
+    "styled_layout",
+    "wrap_label",
+]

@@ -1,0 +1,199 @@
+"""Charts without an image: predictions, explained variance, similarity against distance,
+attention distance against depth, deletion/insertion and robustness curves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .style import _SERIES_COLOURS, _figure, _layout
+
+__all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance",
+           "attention_distance_scatter", "perturbation_curves", "robustness_curves", "DISTANCE_UNIT_SHORT",
+           "DISTANCE_UNIT_TITLE"]
+
+
+def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240) -> go.Figure:
+    """Top-k predictions as horizontal bars, most probable on top. Long class names (ImageNet's
+    "tench, Tinca tinca") are wrapped onto lines of at most ``LABEL_WIDTH`` characters rather
+    than clipped; the hover shows the name whole."""
+    probs = np.asarray(probabilities, dtype=np.float64)[::-1] * 100
+    full = list(names)[::-1]
+    wrapped = [wrap_label(name) for name in full]
+    lines = max((label.count("<br>") + 1 for label in wrapped), default=1)
+    trace = dict(
+        type="bar", x=probs, y=list(range(len(full))), orientation="h", text=[f"{p:.1f}%" for p in probs],
+        textposition="auto", marker=dict(color="#3b528b"), customdata=full,
+        hovertemplate="%{customdata}: %{x:.2f}%<extra></extra>",
+    )
+    return _figure(
+        [trace], title=None, height=max(height, 40 + len(full) * 18 * lines),
+        xaxis=dict(title=dict(text="probability (%)"), range=[0, 100], showgrid=True),
+        yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
+    )
+
+
+LABEL_WIDTH = 22
+
+
+def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
+    """Break ``text`` at spaces into lines of at most ``width`` characters (longer words stay
+    whole), joined with ``<br>`` for plotly; HTML-escaped."""
+    import html
+
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(html.escape(line) for line in lines) or html.escape(text)
+
+
+def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, height: int = 360) -> go.Figure:
+    """Mean cosine similarity against patch distance, one line per ``(name, distance, similarity)``."""
+    traces = [
+        dict(
+            type="scatter", x=distance, y=similarity, mode="lines+markers", name=name, marker=dict(size=5),
+            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
+            hovertemplate="distance %{x:.2f}<br>mean cos %{y:.3f}<extra>" + name + "</extra>",
+        )
+        for i, (name, distance, similarity) in enumerate(curves)
+    ]
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0),
+        xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
+        yaxis=dict(title=dict(text="mean cosine similarity"), range=[-1.05, 1.05], showgrid=True),
+    )
+
+
+def perturbation_curves(
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]], *, height: int = 380
+) -> go.Figure:
+    """Deletion (left) and insertion (right) curves, one line per
+    ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``; the AUCs are in
+    the legend. The random baseline, when named ``"random"``, is drawn dashed grey."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["Deletion (lower is more faithful)",
+                                                        "Insertion (higher is more faithful)"],
+                        horizontal_spacing=0.08)
+    traces = []
+    for i, (name, fractions, deletion, insertion, deletion_auc, insertion_auc) in enumerate(curves):
+        baseline = name == "random"
+        line = dict(color="#9e9e9e", dash="dash") if baseline else dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)])
+        for column, values, auc in ((1, deletion, deletion_auc), (2, insertion, insertion_auc)):
+            traces.append(dict(
+                type="scatter", x=100 * np.asarray(fractions), y=values, mode="lines+markers", marker=dict(size=4),
+                line=line, name=f"{name} (AUC {deletion_auc:.3f} / {insertion_auc:.3f})", legendgroup=name,
+                showlegend=column == 1, xaxis="x" if column == 1 else "x2", yaxis="y" if column == 1 else "y2",
+                hovertemplate="%{x:.0f}% of patches<br>p = %{y:.3f}<extra>" + name + f" · AUC {auc:.3f}</extra>",
+            ))
+    fig.add_traces(traces)
+    axis = dict(range=[0, 100], showgrid=True, title=dict(text="patches removed, most relevant first (%)"))
+    fig = _layout(
+        fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
+        xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
+        yaxis=dict(range=[0, 1.02], title=dict(text="probability of the class"), showgrid=True),
+        yaxis2=dict(range=[0, 1.02], showgrid=True),
+    )
+    fig.update_layout(margin=dict(t=40))  # room for the subplot titles
+    return fig
+
+
+def robustness_curves(
+    curves: Sequence[tuple[str, Sequence[float], np.ndarray]], *, x_title: str, y_title: str,
+    chance: float | None = None, height: int = 380,
+) -> go.Figure:
+    """Score against perturbation level, one line per ``(name, levels, scores)`` (scores in
+    [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line."""
+    traces = [
+        dict(
+            type="scatter", x=list(levels), y=scores, mode="lines+markers", name=name, marker=dict(size=6),
+            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
+            hovertemplate="level %{x:.3g}<br>%{y:.3f}<extra>" + name + "</extra>",
+        )
+        for i, (name, levels, scores) in enumerate(curves)
+    ]
+    shapes = []
+    if chance is not None:
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=chance, y1=chance,
+                           line=dict(color="#9e9e9e", dash="dot", width=1)))
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
+        xaxis=dict(title=dict(text=x_title), showgrid=True),
+        yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
+    )
+
+
+def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
+    """Explained variance ratio per principal component (bars, left axis) and cumulative (line, right)."""
+    ratio = np.asarray(ratio, dtype=np.float64)
+    k = np.arange(1, ratio.size + 1)
+    traces = [
+        dict(type="bar", x=k, y=ratio * 100, name="per component", marker=dict(color="#31688e"),
+             hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>"),
+        dict(type="scatter", x=k, y=np.cumsum(ratio) * 100, name="cumulative (right axis)", mode="lines+markers",
+             line=dict(color="#35b779", width=2), marker=dict(color="#35b779", size=5), yaxis="y2",
+             hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"),
+    ]
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0),
+        xaxis=dict(title=dict(text="principal component"), dtick=max(1, ratio.size // 14)),
+        yaxis=dict(title=dict(text="explained variance per component (%)"), rangemode="tozero", showgrid=True),
+        yaxis2=dict(title=dict(text="cumulative (%)"), overlaying="y", side="right", range=[0, 100],
+                    tickmode="linear", tick0=0, dtick=25, showgrid=False),
+    )
+
+
+DISTANCE_UNIT_SHORT = {"px": "px", "patches": "patches", "image": "× image side"}
+DISTANCE_UNIT_TITLE = {"px": "input pixels", "patches": "patch sides", "image": "fraction of the image side"}
+
+
+def attention_distance_scatter(
+    series: Sequence[tuple[str, np.ndarray]],
+    *,
+    references: Sequence[tuple[str, float]] = (),
+    unit: str = "px",
+    height: int = 460,
+) -> go.Figure:
+    """Figure 7 (right): one dot per head at each layer, mean attention distance.
+
+    series: ``(name, (L, heads) distances)`` in ``unit`` (a key of
+    :data:`analysis.DISTANCE_UNITS`); series are shifted sideways a little so they do not hide
+    each other. references: ``(name, value)`` labelled horizontal lines (the distance under
+    uniform attention), in the same unit.
+    """
+    short = DISTANCE_UNIT_SHORT[unit]
+    digits = ".1f" if unit == "px" else (".2f" if unit == "patches" else ".3f")
+    traces = []
+    count = len(series)
+    for i, (name, values) in enumerate(series):
+        values = np.asarray(values)
+        layers, heads = values.shape
+        offset = (i - (count - 1) / 2) * (0.5 / count) if count > 1 else 0.0
+        layer_ids = np.repeat(np.arange(layers), heads)
+        head_ids = np.tile(np.arange(heads), layers)
+        traces.append(dict(
+            type="scatter", x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
+            marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
+                        line=dict(width=0.5, color="white")),
+            customdata=np.stack([layer_ids, head_ids], axis=1),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:" + digits + "} " + short
+            + "<extra>" + name + "</extra>",
+        ))
+    shapes, annotations = [], []
+    for j, (name, value) in enumerate(references):
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=value, y1=value,
+                           line=dict(dash="dash", color="#777", width=1.2)))
+        annotations.append(dict(xref="paper", x=1.0 if j % 2 else 0.0, xanchor="right" if j % 2 else "left",
+                                y=value, yanchor="bottom", text=f"{name}: {value:{digits}} {short}", showarrow=False,
+                                font=dict(color="#555")))
+    return _figure(
+        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0), shapes=shapes,
+        annotations=annotations,
+        xaxis=dict(title=dict(text="network depth (layer index)"), dtick=1, showgrid=True),
+        yaxis=dict(title=dict(text=f"mean attention distance ({DISTANCE_UNIT_TITLE[unit]})"), rangemode="tozero",
+                   showgrid=True),
+    )

@@ -1,0 +1,238 @@
+"""Many small maps as the tiles of one picture (:func:`mosaic`), the position-embedding
+similarity mosaic and single tile, and RGB grids of patch-embedding filters."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
+
+__all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
+           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE"]
+
+MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
+MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-averaged to fit)
+
+
+def _reduction(shape: tuple[int, int], gh: int, gw: int) -> int:
+    """The smallest integer factor dividing both tile sides that brings ``shape`` within
+    :data:`MAX_IMAGE_SIDE` (1 when it already fits; the largest common divisor otherwise)."""
+    need = math.ceil(max(shape) / MAX_IMAGE_SIDE)
+    common = math.gcd(gh, gw)
+    for factor in range(max(need, 1), common + 1):
+        if common % factor == 0:
+            return factor
+    return common if need > 1 else 1
+
+
+def colorized_png(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> str:
+    """Lossless PNG data URI of ``z`` mapped through ``colorscale`` on ``zmin..zmax`` (:func:`colorize`)."""
+    return image_data_uri(colorize(z, colorscale, zmin, zmax), lossless=True)
+
+
+def _box_reduce(big: np.ndarray, factor: int) -> np.ndarray:
+    """Mean over ``factor x factor`` blocks (NaN-aware), ``(H, W) -> (H/f, W/f)``."""
+    if factor == 1:
+        return big
+    h, w = big.shape
+    blocks = big.reshape(h // factor, factor, w // factor, factor)
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(blocks, axis=(1, 3)) if np.isnan(big).any() else blocks.mean(axis=(1, 3))
+
+
+def mosaic(
+    tiles: np.ndarray,
+    ncols: int,
+    *,
+    tile_names: Sequence[str],
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    normalize_each: bool = False,
+    colorbar_title: str = "value",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    col_labels: Sequence[str] | None = None,
+    row_labels: Sequence[str] | None = None,
+    highlight: int | None = None,
+    height: int | None = None,
+    title: str | None = None,
+    png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+) -> go.Figure:
+    """Tiles ``(n, gh, gw)`` laid out row-major in ``ncols`` columns as one big map.
+
+    One heatmap cell per patch; thin white lines separate tiles. With
+    ``normalize_each`` each tile is divided by its own maximum (colour bar 0..1).
+    Above :data:`MAX_HEATMAP_CELLS` cells the mosaic is sent as a colour-mapped PNG, made by
+    ``png_uri(values, colorscale, zmin, zmax)`` (default :func:`colorized_png`; the app passes
+    one that keeps the pictures it made per digest).
+    The last trace has one transparent marker per tile centre (point index = tile
+    index = ``customdata[0]``), so clicking a tile selects it.
+    """
+    tiles = np.asarray(tiles)
+    n, gh, gw = tiles.shape
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    values = tiles.astype(np.float32)
+    if normalize_each:
+        peak = np.nanmax(np.abs(values.reshape(n, -1)), axis=1).reshape(n, 1, 1)
+        values = values / np.where(peak > 0, peak, 1.0)
+    big = np.full((nrows * gh, ncols * gw), np.nan, np.float32)
+    for i in range(n):
+        r, c = divmod(i, ncols)
+        big[r * gh : (r + 1) * gh, c * gw : (c + 1) * gw] = values[i]
+    lo = float(np.nanmin(values)) if zmin is None else zmin
+    hi = float(np.nanmax(values)) if zmax is None else zmax
+    if normalize_each and zmin is None:
+        lo, hi = min(0.0, lo), 1.0
+    if big.size <= MAX_HEATMAP_CELLS:
+        traces = [dict(
+            type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
+            zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
+        )]
+    else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
+        factor = _reduction(big.shape, gh, gw)
+        shown = _box_reduce(big, factor)
+        if factor > 1:
+            note = f"tiles shown at 1/{factor} resolution (box average); the data download is exact"
+            title = f"{title} · {note}" if title else note
+        traces = [
+            dict(type="image", source=(png_uri or colorized_png)(shown, colorscale, lo, hi),
+                 x0=0.5 * factor, y0=0.5 * factor, dx=factor, dy=factor, hoverinfo="skip"),
+            dict(  # colour bar only
+                type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+                marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
+                            colorbar=_colorbar(colorbar_title)),
+            ),
+        ]
+    width, height_cells = ncols * gw, nrows * gh
+    shapes = []
+    if max(ncols, nrows) <= 32:  # beyond that, lines would cover the tiles themselves
+        separator = dict(color=SEPARATOR, width=1.5 if max(ncols, nrows) <= 16 else 0.75)
+        segments = [f"M{c * gw},0V{height_cells}" for c in range(1, ncols)] + [f"M0,{r * gh}H{width}" for r in range(1, nrows)]
+        if segments:  # one path for all separators: one shape for plotly to validate, not one per line
+            shapes.append(dict(type="path", path="".join(segments), line=separator))
+    if highlight is not None and 0 <= highlight < n:
+        r, c = divmod(int(highlight), ncols)
+        shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
+    index = np.arange(n)
+    peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
+    traces.append(dict(
+        type="scatter", x=(index % ncols + 0.5) * gw, y=(index // ncols + 0.5) * gh, mode="markers",
+        marker=_CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
+        text=list(tile_names), hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
+    ))
+    xaxis = dict(
+        range=[0, width], showgrid=False, zeroline=False, constrain="domain", title=dict(text=x_title),
+        showticklabels=col_labels is not None, side="top",
+    )
+    if col_labels is not None:
+        xaxis.update(tickvals=(np.arange(ncols) + 0.5) * gw, ticktext=list(col_labels))
+    yaxis = dict(
+        range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
+        title=dict(text=y_title), showticklabels=row_labels is not None,
+    )
+    if row_labels is not None:
+        yaxis.update(tickvals=(np.arange(nrows) + 0.5) * gh, ticktext=list(row_labels))
+    if height is None:
+        height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
+    return _figure(
+        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
+        shapes=shapes, xaxis=xaxis, yaxis=yaxis,
+    )
+
+
+def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Viridis", highlight: int | None = None,
+                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None) -> go.Figure:
+    """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
+    col j: patch (i, j) against every patch), on the fixed range -1..1."""
+    similarity = np.asarray(similarity)
+    n_h, n_w = similarity.shape[:2]
+    small = n_w <= 32
+    return mosaic(
+        similarity.reshape(n_h * n_w, n_h, n_w),
+        n_w,
+        tile_names=[f"patch (row {r}, col {c})" for r in range(n_h) for c in range(n_w)],
+        colorscale=colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity",
+        x_title="input patch column", y_title="input patch row",
+        col_labels=[str(c) for c in range(n_w)] if small else None,
+        row_labels=[str(r) for r in range(n_h)] if small else None,
+        highlight=highlight, height=640, png_uri=png_uri,
+    )
+
+
+def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: int = 7) -> go.Figure:
+    """Figure 7 (left): principal components ``(k, C, ph, pw)`` of the patch-embedding filters as RGB tiles."""
+    ratio = np.asarray(ratio)
+    return rgb_patch_grid(np.asarray(components), ncols, tile_names=[f"PC {i + 1}: {r * 100:.2f}% of variance" for i, r in enumerate(ratio)])
+
+
+def similarity_tile(
+    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420
+) -> go.Figure:
+    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined."""
+    similarity = np.asarray(similarity)
+    gh, gw = similarity.shape
+    r, c = patch
+    trace = dict(
+        type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
+        zsmooth=False, colorbar=_colorbar("cosine similarity"),
+        hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
+    )
+    return _figure(
+        [trace], title=f"Patch (row {r}, col {c})", height=height,
+        shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
+        xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False),
+        yaxis=dict(title=dict(text="patch row"), range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
+                   showgrid=False),
+    )
+
+
+def rgb_patch_grid(
+    patches: np.ndarray,
+    ncols: int,
+    *,
+    tile_names: Sequence[str],
+    gap: int = 1,
+    height: int | None = None,
+) -> go.Figure:
+    """Filters or components ``(k, C, ph, pw)`` as RGB tiles, each min-max scaled to [0, 1].
+
+    One-channel filters are shown in grey; more than three channels show the first three.
+    """
+    patches = np.asarray(patches)
+    k, channels, ph, pw = patches.shape
+    rgb = patches[:, :3] if channels >= 3 else np.repeat(patches[:, :1], 3, axis=1)
+    flat = rgb.reshape(k, -1)
+    lo, hi = flat.min(axis=1).reshape(k, 1, 1, 1), flat.max(axis=1).reshape(k, 1, 1, 1)
+    scaled = (rgb - lo) / np.where(hi - lo > 0, hi - lo, 1.0)  # (k, 3, ph, pw) in [0, 1]
+    ncols = max(1, min(ncols, k))
+    nrows = math.ceil(k / ncols)
+    canvas = np.full((nrows * (ph + gap) - gap, ncols * (pw + gap) - gap, 3), 255, np.uint8)
+    for i in range(k):
+        r, c = divmod(i, ncols)
+        y, x = r * (ph + gap), c * (pw + gap)
+        canvas[y : y + ph, x : x + pw] = np.round(scaled[i].transpose(1, 2, 0) * 255).astype(np.uint8)
+    index = np.arange(k)
+    traces = [
+        dict(type="image", z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
+        dict(
+            type="scatter", x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2,
+            mode="markers", marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
+            showlegend=False,
+        ),
+    ]
+    if height is None:
+        height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
+    return _figure(
+        traces, title=None, height=height, hoverdistance=-1,
+        xaxis=dict(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
+                   constrain="domain"),
+        yaxis=dict(range=[canvas.shape[0], 0], scaleanchor="x", showticklabels=False, showgrid=False,
+                   zeroline=False, constrain="domain"),
+    )
+

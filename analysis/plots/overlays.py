@@ -1,0 +1,231 @@
+"""Patch maps drawn over the model-input image: one map (:func:`attention_overlay`) or
+several on one shared colour scale (:func:`map_panels`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .style import (
+    _CLICK_MARKER, _colorbar, _figure, _image_axes, _rect, as_background, colorize, colour_stops, image_data_uri,
+    patch_centres,
+)
+
+__all__ = ["attention_overlay", "map_panels"]
+
+
+def _smooth_layer(upsampled: np.ndarray, colorscale: str, lo: float, hi: float, opacity: float, **axes) -> dict:
+    """A map already upsampled to ``(H, W)`` input pixels, sent as one colour-mapped PNG
+    (a heatmap of H·W cells would be megabytes of JSON)."""
+    rgb = colorize(np.asarray(upsampled, dtype=np.float64), colorscale, lo, hi)  # (H, W, 3)
+    return dict(type="image", source=image_data_uri(rgb, lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
+                opacity=opacity, hoverinfo="skip", name="attention (bilinear)", **axes)
+
+
+def _colorbar_carrier(lo: float, hi: float, *, colorscale: str | None = None, colorbar: dict | None = None,
+                      coloraxis: str | None = None, **axes) -> dict:
+    """An invisible trace whose only job is to show the colour bar of a PNG layer."""
+    marker = dict(color=[lo, hi], size=0.001, opacity=0)
+    if coloraxis:
+        marker["coloraxis"] = coloraxis
+    else:
+        marker.update(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, showscale=True, colorbar=colorbar)
+    return dict(type="scatter", x=[None, None], y=[None, None], mode="markers", marker=marker,
+                hoverinfo="skip", showlegend=False, name="colour bar", **axes)
+
+
+def attention_overlay(
+    background: str | np.ndarray,
+    image_size: tuple[int, int],
+    attention: np.ndarray,
+    patch_size: tuple[int, int],
+    *,
+    opacity: float = 0.6,
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    title: str | None = None,
+    colorbar_title: str = "attention weight (probability)",
+    query_patch: int | None = None,
+    height: int = 560,
+    upsampled: np.ndarray | None = None,
+) -> go.Figure:
+    """The model-input image with a patch map on top.
+
+    background: the ``image_size = (H, W)`` model-input image, as an ``(H, W, 3)`` uint8 array
+    (``np.asarray(vit.model_input_image(image))``) or a data URI (:func:`image_data_uri`).
+    attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``,
+    unless ``upsampled`` (the same map at ``(H, W)`` pixels, e.g. bilinear) is given: then
+    that is drawn instead, while hover and clicks still read the patch values.
+    The last trace is one transparent marker per patch centre (row-major, so point
+    index = patch index, also in ``customdata[0]``): clicking selects the patch under
+    the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
+    """
+    height_px, width_px = image_size
+    attention = np.asarray(attention)
+    gh, gw = attention.shape
+    ph, pw = patch_size
+    xs, ys = patch_centres((gh, gw), (ph, pw))
+    index = np.arange(gh * gw)
+    if upsampled is None:
+        layers = [dict(
+            type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
+            colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
+            colorbar=_colorbar(colorbar_title), name="attention",
+        )]
+    else:
+        lo = float(attention.min()) if zmin is None else float(zmin)
+        hi = float(attention.max()) if zmax is None else float(zmax)
+        layers = [
+            _smooth_layer(upsampled, colorscale, lo, hi, opacity),
+            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title)),
+        ]
+    traces = [
+        dict(type="image", source=as_background(background), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
+        *layers,
+        dict(
+            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
+            customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
+            hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[2]:.0f}, col %{customdata[3]:.0f})"
+            "<br>value %{customdata[4]:.4g}<extra>click: make it the query</extra>",
+        ),
+    ]
+    shapes = []
+    if query_patch is not None and 0 <= query_patch < gh * gw:
+        r, c = divmod(int(query_patch), gw)
+        shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
+    return _figure(
+        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
+        shapes=shapes, **_image_axes(width_px, height_px),
+    )
+
+
+def map_panels(
+    background: str | np.ndarray | Sequence[str | np.ndarray],
+    image_size: tuple[int, int] | Sequence[tuple[int, int]],
+    maps: Sequence[np.ndarray],
+    patch_size: tuple[int, int] | Sequence[tuple[int, int]],
+    titles: Sequence[str],
+    *,
+    ncols: int = 4,
+    opacity: float = 0.6,
+    colorscale: str = "Viridis",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    colorbar_title: str = "attention weight (probability)",
+    panel_height: int = 260,
+    query_patches: Sequence[int | None] | None = None,
+    slots: Sequence[int] | None = None,
+    color_groups: Sequence[int] | None = None,
+    group_ranges: Sequence[tuple[float, float, str]] | None = None,
+    upsampled: Sequence[np.ndarray | None] | None = None,
+) -> go.Figure:
+    """Several patch maps over their images, side by side on ONE shared colour scale.
+
+    ``background`` (arrays or data URIs, as in :func:`attention_overlay`), ``image_size`` and
+    ``patch_size`` may be one value for all panels or
+    one per panel (two models of different geometry on the same image). Each panel has
+    transparent click targets on its patch centres with ``customdata = [patch, panel, value]``;
+    ``query_patches[i]`` (a patch index of panel i's grid) is outlined. ``slots[i]`` places
+    panel i in grid cell ``slots[i]`` (row-major; default i), so a second model can start on a
+    new row. ``color_groups[i]`` picks panel i's colour scale, with ``group_ranges[g] = (lo, hi,
+    colour bar title)`` (default: one scale, ``zmin``..``zmax``, over all panels).
+    ``upsampled[i]``, when given, is panel i's map at its image's pixels, drawn instead of
+    the patch cells (see :func:`attention_overlay`).
+    """
+    n = len(maps)
+    one = isinstance(background, str) or (isinstance(background, np.ndarray) and background.ndim == 3)
+    backgrounds = [as_background(b) for b in ([background] * n if one else background)]
+    maps = [np.asarray(m) for m in maps]
+    sizes = [image_size] * n if isinstance(image_size[0], int) else list(image_size)
+    patches = [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size)
+    slots = list(range(n)) if slots is None else [int(s) for s in slots]
+    ncols = max(1, min(ncols, max(slots) + 1))
+    nrows = max(slots) // ncols + 1
+    lo = float(min(m.min() for m in maps)) if zmin is None else zmin
+    hi = float(max(m.max() for m in maps)) if zmax is None else zmax
+    groups = [0] * n if color_groups is None else [int(g) for g in color_groups]
+    ranges = list(group_ranges) if group_ranges is not None else [(lo, hi, colorbar_title)]
+    slot_titles = [""] * (nrows * ncols)
+    for slot, title in zip(slots, titles, strict=True):
+        slot_titles[slot] = title
+    x_domains, y_domains, title_annotations = _grid_domains(nrows, ncols, slot_titles, 0.02, 0.08 / max(nrows, 1))
+    traces = []
+    click_targets = []
+    shapes = []
+    axes = {}
+    for i, (bg, size, patch, attention) in enumerate(zip(backgrounds, sizes, patches, maps, strict=True)):
+        row, col = divmod(slots[i], ncols)
+        ph, pw = patch
+        suffix = "" if slots[i] == 0 else str(slots[i] + 1)
+        traces.append(dict(type="image", source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip",
+                           xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        coloraxis = "coloraxis" if groups[i] == 0 else f"coloraxis{groups[i] + 1}"
+        smooth = upsampled[i] if upsampled is not None else None
+        if smooth is None:
+            traces.append(dict(
+                type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
+                coloraxis=coloraxis, zsmooth=False,
+                name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverinfo="skip",
+            ))
+        else:
+            g_lo, g_hi, _ = ranges[groups[i]]
+            traces.append(_smooth_layer(smooth, colorscale, g_lo, g_hi, opacity, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            traces.append(_colorbar_carrier(g_lo, g_hi, coloraxis=coloraxis, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        gh, gw = attention.shape
+        xs, ys = patch_centres((gh, gw), (ph, pw))
+        index = np.arange(gh * gw)
+        click_targets.append(dict(
+            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False,
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}", name=titles[i],
+            customdata=np.stack([index, np.full_like(index, i), attention.ravel()], axis=1),
+            hovertemplate=titles[i] + "<br>patch %{customdata[0]:.0f}<br>value %{customdata[2]:.4g}"
+            "<extra>click: make it the query</extra>",
+        ))
+        query = query_patches[i] if query_patches is not None else None
+        if query is not None and 0 <= query < gh * gw:
+            r, c = divmod(int(query), gw)
+            shapes.append({**_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": f"x{suffix}", "yref": f"y{suffix}"})
+        first_col_last_row = row == nrows - 1 and col == 0
+        axes[f"xaxis{suffix}"] = dict(
+            range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
+            constrain="domain", title=dict(text="x (input px)" if first_col_last_row else None),
+            domain=x_domains[col], anchor=f"y{suffix}",
+        )
+        axes[f"yaxis{suffix}"] = dict(
+            range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0, scaleanchor=f"x{suffix}",
+            constrain="domain", title=dict(text="y (input px)" if first_col_last_row else None),
+            domain=y_domains[row], anchor=f"x{suffix}",
+        )
+    color_axes = {}
+    for g, (g_lo, g_hi, g_title) in enumerate(ranges):
+        bar = _colorbar(g_title)
+        if len(ranges) > 1:  # stacked colour bars, one per model, top to bottom
+            bar.update(len=0.9 / len(ranges), y=1 - (g + 0.5) / len(ranges), yanchor="middle")
+        color_axes["coloraxis" if g == 0 else f"coloraxis{g + 1}"] = dict(
+            colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi, colorbar=bar,
+        )
+    # one-shot construction (make_subplots + add_traces validated everything twice: 60 ms for 4 panels)
+    return _figure(
+        traces + click_targets, title=None, height=panel_height * nrows + 60, shapes=shapes, hoverdistance=-1,
+        clickmode="event+select", dragmode="pan", annotations=title_annotations, **color_axes, **axes,
+    )
+
+
+def _grid_domains(nrows: int, ncols: int, titles: Sequence[str], h_space: float, v_space: float
+                  ) -> tuple[list[list[float]], list[list[float]], list[dict]]:
+    """Axis domains of an ``nrows x ncols`` grid of plots (row 0 on top), and one title
+    annotation above each titled cell (as ``make_subplots`` lays them out)."""
+    width = (1 - h_space * (ncols - 1)) / ncols
+    height = (1 - v_space * (nrows - 1)) / nrows
+    x_domains = [[c * (width + h_space), c * (width + h_space) + width] for c in range(ncols)]
+    y_domains = [[1 - r * (height + v_space) - height, 1 - r * (height + v_space)] for r in range(nrows)]
+    annotations = [
+        dict(text=title, x=sum(x_domains[i % ncols]) / 2, y=y_domains[i // ncols][1], xref="paper", yref="paper",
+             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16))
+        for i, title in enumerate(titles) if title
+    ]
+    return x_domains, y_domains, annotations
+

@@ -1,0 +1,135 @@
+"""``analysis.plots``: the README's figures run and say what the app's say; the app draws with
+these very builders (its figures unchanged, the mosaic PNG cache included)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from analysis import plots
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURES = ("attention", "rollout", "why", "compare", "tokens", "robustness", "position", "filters", "variance",
+           "distance")  # one per page of the app (filters: two)
+
+
+def readme_figures_block() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Figures (`analysis.plots`)"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def readme_figures(tmp_path_factory) -> dict:
+    """The README's figure block executed as written, in a folder that has the repository's
+    ``assets`` (its relative paths) and takes the HTML it writes."""
+    import os
+
+    folder = tmp_path_factory.mktemp("readme_figures")
+    (folder / "assets").symlink_to(REPO / "assets")
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        namespace: dict = {"__name__": "readme_figures"}
+        exec(compile(readme_figures_block(), "README.md (Figures)", "exec"), namespace)
+    finally:
+        os.chdir(before)
+    namespace["folder"] = folder
+    return namespace
+
+
+def trace(figure: go.Figure, kind: str):
+    return next(t for t in figure.data if t.type == kind)
+
+
+def test_the_readme_block_makes_one_figure_per_page(readme_figures):
+    for name in FIGURES:
+        assert isinstance(readme_figures[name], go.Figure), name
+    assert (readme_figures["folder"] / "attention.html").stat().st_size > 0
+
+
+def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_figures):
+    """The array background is the app's data URI; the map, the colour stops, the range and the
+    colour bar's statement are the app's."""
+    from vizapp import figures
+
+    ns = readme_figures
+    figure = ns["attention"]
+    heatmap = trace(figure, "heatmap")
+    expected = ns["attention_map"](ns["record"], ns["last"], head=None, query="cls")[0].numpy()
+    np.testing.assert_array_equal(np.asarray(heatmap.z), expected)
+    assert heatmap.zmin == 0.0 and heatmap.zmax is None  # 0 to the map's maximum
+    assert [list(stop) for stop in heatmap.colorscale] == figures.colour_stops("Viridis")
+    assert heatmap.colorbar.title.text == "attention probability (0–max)"
+    assert figure.layout.xaxis.title.text == "x (input px)" and list(figure.layout.yaxis.range) == [ns["size"][0], 0]
+    app = figures.attention_overlay(figures.image_data_uri(ns["picture"]), ns["size"], expected, ns["patch"],
+                                    zmin=0.0, colorbar_title="attention probability (0–max)")
+    assert figure.to_json() == app.to_json()
+
+
+def test_the_readme_figures_state_their_ranges_and_units(readme_figures):
+    ns = readme_figures
+    spec = ns["vit"].spec
+    tokens = trace(ns["tokens"], "heatmap")
+    assert (tokens.zmin, tokens.zmax) == (-1.0, 1.0) and tokens.colorbar.title.text == "cosine similarity (−1 to 1)"
+    why = ns["why"].layout.coloraxis
+    assert (why.cmin, why.cmax) == (0.0, 1.0) and why.colorbar.title.text == "map / its max |value| (negative → 0)"
+    panels = [np.asarray(t.z) for t in ns["why"].data if t.type == "heatmap"]
+    assert len(panels) == 2 and all(p.min() >= 0 and p.max() == pytest.approx(1.0) for p in panels)
+    compare = ns["compare"].layout.coloraxis
+    everything = np.stack(ns["layers"])
+    assert compare.cmin == 0.0 and compare.cmax == pytest.approx(float(everything.max()))  # one scale for all
+    position = ns["position"]
+    drawn = [t for t in position.data if t.type == "heatmap"]
+    assert drawn and (drawn[0].zmin, drawn[0].zmax) == (-1.0, 1.0)
+    gh, gw = spec.grid_size
+    assert np.asarray(drawn[0].z).shape == (gh * gh, gw * gw)
+    assert ns["distance"].layout.yaxis.title.text == "mean attention distance (input pixels)"
+    uniform = float(ns["uniform_attention_distance"](spec))
+    assert [shape.y0 for shape in ns["distance"].layout.shapes] == [pytest.approx(uniform)]
+    assert ns["robustness"].layout.shapes[0].y0 == pytest.approx(1 / spec.num_outputs)
+    assert list(ns["robustness"].layout.yaxis.range) == [0, 1.02]
+    bars = trace(ns["variance"], "bar")
+    np.testing.assert_allclose(np.asarray(bars.y), ns["explained"].numpy() * 100)
+    names = trace(ns["filters"], "scatter").text
+    assert len(names) == 8 and names[0] == f"PC 1: {float(ns['explained'][0]) * 100:.2f}% of variance"
+
+
+def test_the_app_draws_with_the_library_builders():
+    from vizapp import figures
+
+    for name in figures.__all__:
+        if name in ("mosaic", "position_similarity_mosaic"):
+            continue
+        assert getattr(figures, name) is getattr(plots, name), name
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 4), (80, 50, 50)])  # heatmap cells, and a PNG above MAX_HEATMAP_CELLS
+def test_the_app_mosaic_is_the_library_mosaic_with_a_cache(shape):
+    from vizapp import figures
+
+    tiles = np.random.default_rng(1).random(shape)
+    names = [str(i) for i in range(shape[0])]
+    app = figures.mosaic(tiles, 9, tile_names=names, title="t").to_json()
+    assert app == plots.mosaic(tiles, 9, tile_names=names, title="t").to_json()
+    assert figures.mosaic(tiles, 9, tile_names=names, title="t").to_json() == app  # from the cache
+    similarity = np.random.default_rng(2).random((6, 5, 6, 5)) * 2 - 1
+    assert (figures.position_similarity_mosaic(similarity, highlight=3).to_json()
+            == plots.position_similarity_mosaic(similarity, highlight=3).to_json())
+
+
+def test_a_background_array_is_its_data_uri():
+    rng = np.random.default_rng(3)
+    picture = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    maps = [rng.random((2, 3)), rng.random((2, 3))]
+    uri = plots.image_data_uri(picture)
+    assert (plots.attention_overlay(picture, (32, 48), maps[0], (16, 16)).to_json()
+            == plots.attention_overlay(uri, (32, 48), maps[0], (16, 16)).to_json())
+    assert (plots.map_panels(picture, (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+            == plots.map_panels(uri, (32, 48), maps, (16, 16), ["a", "b"]).to_json())
+    assert (plots.map_panels([picture, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+            == plots.map_panels([uri, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json())

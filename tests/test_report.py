@@ -1,0 +1,102 @@
+"""``python -m analysis report`` opened as a reader would: offline, from a file:// URL, in
+Debian's Chromium (Playwright). No console error, every figure drawn, and the random-weights
+warning the app shows (issue 29, items 2 and 8b)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+SAMPLES = REPO / "assets" / "samples"
+#: the demo model, and a random DeiT with a distillation token at 64 px (a 4 x 4 grid)
+MODELS = {
+    "demo": ["--model", "demo"],
+    "deit": ["--model", "random:deit_tiny_distilled_patch16_224", "--img-size", "64"],
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, Path]:
+    """report.html of each model over three sample images, two of them shown."""
+    images = tmp_path_factory.mktemp("images")
+    for name in ("scene_0_bar.png", "scene_1_star.png", "cat_chelsea.jpg"):
+        (images / name).write_bytes((SAMPLES / name).read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    out = {}
+    for label, model in MODELS.items():
+        folder = tmp_path_factory.mktemp(label)
+        result = subprocess.run(
+            [sys.executable, "-m", "analysis", "report", *model, "--images", str(images), "--out", str(folder),
+             "--examples", "2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr
+        out[label] = folder / "report.html"
+    return out
+
+
+@pytest.mark.parametrize("label", MODELS)
+def test_plotly_js_comes_once_before_every_figure(reports, label):
+    page = reports[label].read_text(encoding="utf-8")
+    library = [m.start() for m in re.finditer(r"\* plotly\.js v\d", page)]
+    figures = [m.start() for m in re.finditer(r'class="plotly-graph-div"', page)]
+    assert len(library) == 1 and len(figures) >= 6, (len(library), len(figures))
+    assert library[0] < figures[0]
+
+
+def test_the_random_weights_warning_is_in_the_report_of_a_random_model_only(reports):
+    deit = reports["deit"].read_text(encoding="utf-8")
+    warning = re.search(r"<p class='warning' role='alert'>(.*?)</p>", deit)
+    assert warning and re.sub("<[^>]+>", "", warning.group(1)) == (
+        "deit_tiny_distilled_patch16_224 has random weights: its maps mean nothing.")
+    assert deit.index("role='alert'") < deit.index("<section")  # above every panel
+    assert "has random weights" not in reports["demo"].read_text(encoding="utf-8")
+
+
+DRAWN = """() => [...document.querySelectorAll('.plotly-graph-div')].map(div => {
+    const shown = mark => { const box = mark.getBoundingClientRect(); return box.width > 0 && box.height > 0; };
+    const painted = mark => { const style = getComputedStyle(mark);
+        return parseFloat(style.opacity) > 0 && !/rgba\\(.*, 0\\)$/.test(style.fill) && style.fill !== 'none'; };
+    const pictures = [...div.querySelectorAll('.main-svg image.im, .main-svg image.hm')]
+        .filter(image => shown(image) && (image.getAttribute('href') || '').startsWith('data:image/'));
+    const bars = [...div.querySelectorAll('.main-svg .trace.bars path')].filter(shown);
+    const points = [...div.querySelectorAll('.main-svg .trace.scatter path.point')].filter(m => shown(m) && painted(m));
+    return {id: div.closest('section') ? div.closest('section').id : '?', svg: !!div.querySelector('.main-svg'),
+            traces: (div._fullData || []).length, marks: pictures.length + bars.length + points.length};
+})"""
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")
+@pytest.mark.parametrize("label", MODELS)
+def test_the_report_draws_every_figure_offline_without_a_console_error(reports, label):
+    from playwright.sync_api import sync_playwright
+
+    errors, requests = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 1000})
+            page = context.new_page()
+            page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("request", lambda request: request.url.startswith("file:") or request.url.startswith("data:")
+                    or requests.append(request.url))
+            page.goto(reports[label].as_uri(), wait_until="load")
+            page.wait_for_timeout(500)
+            figures = page.evaluate(DRAWN)
+            sections = {s: page.locator(f"section#{s}").count() for s in ("filters", "position", "distance")}
+            warning = page.locator("p.warning[role=alert]")
+            warning_shown = warning.count() == 1 and warning.is_visible()
+        finally:
+            browser.close()
+    assert errors == [], errors
+    assert requests == [], requests  # the file needs nothing from the network
+    assert all(sections.values()), sections
+    assert {f["id"] for f in figures} >= {"filters", "position", "distance", "attention"}, figures
+    assert len(figures) >= 6 and all(f["svg"] and f["traces"] > 0 and f["marks"] > 0 for f in figures), figures
+    assert warning_shown == (label == "deit")
