@@ -181,7 +181,7 @@ def main() -> None:
             torch.testing.assert_close(record.attentions, torch.stack(out.attentions), atol=1e-5, rtol=1e-4)
 
     # 5. the app's modules import (streamlit, plotly)
-    import vizapp.derive  # noqa: F401
+    import vizapp.state  # noqa: F401
     import vizapp.figures  # noqa: F401
 
     print(f"min-versions smoke OK ({time.perf_counter() - started:.1f} s, analysis from {Path(analysis.__file__).parent})")

@@ -34,7 +34,7 @@ from streamlit import __version__ as st_version  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
-from vizapp import derive, figures  # noqa: E402
+from vizapp import figures  # noqa: E402
 
 APP = str(REPO / "vizapp" / "app.py")
 DEMO_PRESENT = (REPO / "assets" / "demo_vit" / "config.json").is_file()
@@ -585,13 +585,13 @@ def test_similarity_by_distance_and_query_mapping():
     for i in range(2):
         for j in range(2):
             sim[i, j, i, j] = 1.0
-    distance, mean = derive.similarity_by_distance(sim)
+    distance, mean = analysis.similarity_by_distance(sim)
     np.testing.assert_allclose(distance, [0, 1, np.sqrt(2)])
     np.testing.assert_allclose(mean, [1, 0, 0])
-    assert derive.map_query("cls", (14, 14), (16, 16), False) == "mean"
-    assert derive.map_query(0, (14, 14), (16, 16), True) == 0
-    assert derive.map_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
-    assert derive.map_layer(11, 12, 24) == 23
+    assert analysis.corresponding_query("cls", (14, 14), (16, 16), False) == "mean"
+    assert analysis.corresponding_query(0, (14, 14), (16, 16), True) == 0
+    assert analysis.corresponding_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
+    assert analysis.corresponding_layer(11, 12, 24) == 23
 
 
 @pytest.mark.upload
@@ -669,7 +669,7 @@ def test_map_colour_range_choices_and_label(app, vit, record):
 
 @pytest.mark.parametrize("grid", [(3, 5), (6, 4), (1, 7), (5, 5)])
 def test_similarity_by_distance_equals_a_loop_over_every_pair(grid):
-    from vizapp.derive import similarity_by_distance
+    from analysis import similarity_by_distance
 
     gh, gw = grid
     sim = np.random.default_rng(gh * 10 + gw).random((gh, gw, gh, gw))
@@ -842,7 +842,7 @@ def test_a_patch_query_keeps_its_image_position_when_the_grid_changes(app):
     app.number_input(key="resolution").set_value(96).run()  # 6 × 6
     assert_clean(app)
     assert app.session_state["current"].spec.grid_size == (6, 6)
-    expected = derive.map_query(17, (14, 14), (6, 6), True)
+    expected = analysis.corresponding_query(17, (14, 14), (6, 6), True)
     assert app.number_input(key="query_patch").value == expected
     assert expected != 17 and expected < 36
     row, col = divmod(expected, 6)

@@ -8,6 +8,7 @@ import io
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -111,3 +112,31 @@ def test_offline_note_names_the_cached_models(offline, monkeypatch):
     label = next(label for label, ref in state.CURATED_MODELS.items() if ref.source == cached)
     assert "Cached here" in note and label.replace("/", "/") in note
     assert sum(l in note for l in state.CURATED_MODELS) == 1
+
+
+def test_a_random_models_maps_are_not_saturated_at_the_default(app):
+    """Random weights attend almost uniformly: at the default colour range the main map sits
+    at about 1/UNIFORM_FLOOR of its scale, and so do the layers × heads thumbnails (one top
+    per layer), instead of a solid top colour (issue 29, item 4)."""
+    import json
+
+    from analysis.plots import UNIFORM_FLOOR
+
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
+    assert_clean(app)
+    vit = app.session_state["current"].vit
+    uniform = 1 / vit.spec.num_tokens
+    assert app.radio(key="map_range").value == "zero" and app.radio(key="thumb_scale").value == "layer"
+    specs = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    (overlay,) = [t for t in specs["attn_overlay"]["data"] if t.get("type") == "heatmap"]
+    from tests.test_app import array
+
+    shown = array(overlay["z"])
+    assert overlay["zmin"] == 0 and overlay["zmax"] == pytest.approx(UNIFORM_FLOOR * uniform, rel=1e-6)
+    assert shown.max() / overlay["zmax"] < 0.5
+    assert "uniform" in overlay["colorbar"]["title"]["text"]
+    (thumbs,) = [t for t in specs["attn_grid"]["data"] if t.get("type") == "heatmap"]
+    tiles = array(thumbs["z"]).astype(np.float64)
+    assert (thumbs["zmin"], thumbs["zmax"]) == (0.0, 1.0)
+    assert np.nanmax(tiles) < 0.5  # the old default (each map to its own maximum) drew every tile at 1.0

@@ -1,10 +1,8 @@
 """The small derivations that the app's pages show, as library functions (issue 27, item 5):
 the attention-pooling head's map, record slicing, per-map peak scaling, the same query and
-layer in another model, similarity against distance. Each against explicit loops."""
+layer in another model (similarity against distance: tests/test_app.py). Each against explicit loops."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from analysis import (
     corresponding_query,
     pooling_attention_map,
     scale_by_peak,
-    similarity_by_distance,
 )
 from tests.conftest import random_pixels
 
@@ -103,18 +100,24 @@ def test_corresponding_query_and_layer():
     assert corresponding_layer(3, 1, 4) == 3 and corresponding_layer(3, 8, 1) == 0
 
 
-@pytest.mark.parametrize("grid", [(3, 4), (5, 5)])
-def test_similarity_by_distance_equals_a_loop_over_every_pair(grid):
-    gh, gw = grid
-    rng = np.random.default_rng(0)
-    sim = rng.normal(size=(gh, gw, gh, gw))
-    pairs: dict[int, list[float]] = {}
-    for r in range(gh):
-        for c in range(gw):
-            for r2 in range(gh):
-                for c2 in range(gw):
-                    pairs.setdefault((r - r2) ** 2 + (c - c2) ** 2, []).append(sim[r, c, r2, c2])
-    keys = sorted(pairs)
-    distances, means = similarity_by_distance(sim, unit=0.5)
-    np.testing.assert_allclose(distances, [math.sqrt(k) * 0.5 for k in keys])
-    np.testing.assert_allclose(means, [np.mean(pairs[k]) for k in keys])
+def test_default_colour_range_keeps_a_uniform_map_pale():
+    from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
+
+    tokens = 197
+    flat = np.full((14, 14), 1 / tokens) + np.linspace(0, 1e-6, 196).reshape(14, 14)
+    lo, hi, label = colour_range("zero", flat, uniform=1 / tokens)
+    assert (lo, hi) == (0.0, UNIFORM_FLOOR / tokens)
+    assert flat.max() / hi < 0.26 and "uniform" in label and f"{1 / tokens:.2g}" in label
+    sharp = np.zeros((14, 14))
+    sharp[3, 4] = 0.9
+    assert colour_range("zero", sharp, uniform=1 / tokens)[:2] == (0.0, 0.9)  # a real peak spans the scale
+    assert colour_range("zero", flat)[1] == flat.max()  # not a probability: plain 0–max
+    assert colour_range("minmax", flat, uniform=1 / tokens)[:2] == (flat.min(), flat.max())
+    # per layer: one top per layer, at least the floor
+    maps = np.stack([np.stack([flat, flat * 1.1]), np.stack([sharp, flat])])  # (L=2, n=2, 14, 14)
+    scaled, tops = layer_scaled(maps, uniform=1 / tokens)
+    np.testing.assert_allclose(tops, [UNIFORM_FLOOR / tokens, 0.9], rtol=1e-6)
+    for layer in range(2):
+        for index in range(2):
+            np.testing.assert_allclose(scaled[layer, index], maps[layer, index] / tops[layer], rtol=1e-6)
+    assert scaled[0].max() < 0.3 and scaled[1].max() == pytest.approx(1.0)

@@ -18,9 +18,9 @@ import streamlit as st  # noqa: E402
 
 from analysis.assets import asset_path  # noqa: E402
 from vizapp import inputs, url_state  # noqa: E402
-from vizapp.derive import MAP_CELLS, MAP_RANGES  # noqa: E402
+from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
-from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa: E402
+from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS  # noqa: E402
 
 started = time.perf_counter()

@@ -15,13 +15,20 @@ import streamlit as st
 import analysis
 from analysis.loading.hub import hub_reachable, pretrained_weights_cached
 from vizapp import inputs, refs, resources
-from vizapp.derive import MAP_CELLS, MAP_RANGES
+from analysis.plots import MAP_RANGES, UNIFORM_FLOOR
 from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import clamp_state
 
 __all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
+
+# How a patch map is drawn on the image (the sidebar's "Map cells"): values of
+# ``analysis.upsample_map``'s modes.
+MAP_CELLS = {
+    "nearest": "exact patch cells",
+    "bilinear": "smooth (bilinear)",
+}
 
 # Well-known timm ViTs: label -> ModelRef. Weights are downloaded on first use.
 CURATED_MODELS: dict[str, ModelRef] = {
@@ -67,8 +74,8 @@ class Current:
     vit: analysis.LoadedViT
     image: ImageRef
     colorscale: str
-    map_range: str = "zero"  # a key of derive.MAP_RANGES
-    map_cells: str = "nearest"  # a key of derive.MAP_CELLS (an analysis.upsample_map mode)
+    map_range: str = "zero"  # a key of analysis.plots.MAP_RANGES
+    map_cells: str = "nearest"  # a key of MAP_CELLS (an analysis.upsample_map mode)
 
     @property
     def smooth(self) -> bool:
@@ -394,7 +401,8 @@ def render_sidebar() -> Current:
     )
     map_range = st.sidebar.radio(
         "Map colour range", list(MAP_RANGES), format_func=MAP_RANGES.get, key="map_range",
-        help="Attention maps are probabilities: from 0 (default) a near-uniform map stays pale. "
+        help="Attention maps are probabilities. From 0 (default): the top is the map's maximum, but at least "
+        f"{UNIFORM_FLOOR:g}× the uniform level 1/T, so a near-uniform map stays pale; the colour bar states both. "
         "Min to max stretches every map to full contrast; shared makes layers and heads comparable.",
     )
     map_cells = st.sidebar.radio(

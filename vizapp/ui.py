@@ -13,7 +13,7 @@ from PIL import Image
 
 from analysis import ViTSpec
 from analysis.queries import parse_prefix_query, prefix_query
-from vizapp.derive import map_query
+from analysis import corresponding_query
 
 __all__ = [
     "plot_config",
@@ -154,7 +154,7 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     previous_grid = st.session_state.get("_query_grid")
     if previous_grid is not None and tuple(previous_grid) != tuple(spec.grid_size) and "query_patch" in st.session_state:
         # another model or resolution: the same place in the image, not the same index
-        st.session_state["query_patch"] = map_query(
+        st.session_state["query_patch"] = corresponding_query(
             int(st.session_state["query_patch"]), tuple(previous_grid), tuple(spec.grid_size), True
         )
     st.session_state["_query_grid"] = tuple(spec.grid_size)
@@ -230,7 +230,7 @@ def patch_click(chart_key: str, grids: Sequence[tuple[int, int]], to_grid: tuple
         if not 0 <= index < grid[0] * grid[1]:
             return
         st.session_state["query_mode"] = "patch"
-        st.session_state["query_patch"] = int(map_query(index, grid, tuple(to_grid), True))
+        st.session_state["query_patch"] = int(corresponding_query(index, grid, tuple(to_grid), True))
 
     return on_click
 

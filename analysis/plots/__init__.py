@@ -36,9 +36,14 @@ from .mosaics import (
     similarity_tile,
 )
 from .overlays import attention_overlay, map_panels
+from .ranges import MAP_RANGES, UNIFORM_FLOOR, colour_range, layer_scaled
 from .style import COLORSCALES, HIGHLIGHT, colorize, colour_stops, image_data_uri, patch_centres, styled_layout
 
 __all__ = [
+    "MAP_RANGES",
+    "UNIFORM_FLOOR",
+    "colour_range",
+    "layer_scaled",
     "COLORSCALES",
     "HIGHLIGHT",
     "LABEL_WIDTH",

@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import top_mass_mask
 from vizapp import figures, inputs, resources
-from vizapp.derive import colour_range
+from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
@@ -27,6 +27,7 @@ from vizapp.ui import (
 cur = current()
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
+uniform = 1 / spec.num_tokens  # the attention every key gets under uniform attention
 
 
 def on_tile_click() -> None:
@@ -65,7 +66,7 @@ maps = resources.attention_grid(*cur.args, query)  # (L, heads + 1, gh, gw); [:,
 column = H if head == "mean" else int(head)
 shown = maps[layer, column]
 query_text = describe_query(query, spec)
-lo, hi, range_text = colour_range(cur.map_range, shown, maps)
+lo, hi, range_text = colour_range(cur.map_range, shown, maps, uniform=uniform)
 
 with left:
     figure = figures.attention_overlay(
@@ -117,7 +118,7 @@ if pooling is not None:
     pool_heads = pooling.shape[0] - 1
     pool_column = pool_heads if head == "mean" or int(head) >= pool_heads else int(head)
     pool_label = "mean over heads" if pool_column == pool_heads else f"head {pool_column}"
-    pool_lo, pool_hi, pool_range = colour_range(cur.map_range, pooling[pool_column], pooling)
+    pool_lo, pool_hi, pool_range = colour_range(cur.map_range, pooling[pool_column], pooling, uniform=uniform)
     show_chart(
         figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, pooling[pool_column], spec.patch_size,
@@ -130,18 +131,31 @@ if pooling is not None:
     download_npz("pool_data", "attention_pooling_head", attention=pooling[:pool_heads], mean_over_heads=pooling[-1])
 
 st.subheader(f"All layers × heads · query: {query_text}")
-scale = st.radio(
-    "Thumbnail colour scale", ["each", "shared"], horizontal=True, key="thumb_scale",
-    format_func={"each": "each map to its own maximum", "shared": "one shared scale"}.get,
-)
+THUMBNAIL_SCALES = {
+    "layer": f"one scale per layer (its maximum, at least {UNIFORM_FLOOR:g}× uniform)",
+    "each": "each map to its own maximum",
+    "shared": "one shared scale",
+}
+clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
+scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
+                 format_func=THUMBNAIL_SCALES.get)
 tiles = maps.reshape(L * (H + 1), *spec.grid_size)
+if scale == "layer":  # heads compare within a layer; a near-uniform layer stays pale
+    tiles = layer_scaled(maps, uniform=uniform)[0].reshape(L * (H + 1), *spec.grid_size)
+thumbnail_titles = {
+    "layer": f"attention / its layer's top (uniform 1/T = {uniform:.2g})",
+    "each": "attention / map max",
+    "shared": "attention weight (probability)",
+}
 grid = figures.mosaic(
     tiles,
     H + 1,
     tile_names=[f"layer {lyr}, {head_label('mean' if h == H else h)}" for lyr in range(L) for h in range(H + 1)],
     colorscale=cur.colorscale,
     normalize_each=scale == "each",
-    colorbar_title="attention / map max" if scale == "each" else "attention weight (probability)",
+    zmin=0.0 if scale == "layer" else None,
+    zmax=1.0 if scale == "layer" else None,
+    colorbar_title=thumbnail_titles[scale],
     x_title="head",
     y_title="layer",
     col_labels=[*map(str, range(H)), "mean"],
@@ -170,7 +184,7 @@ if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
     counts = masks.reshape(H, -1).sum(1)
     n_patches = spec.num_patches
     mass_cols = min(H, 6)
-    mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps)
+    mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps, uniform=uniform)
     show_chart(
         figures.map_panels(
             resources.background_uri(*cur.args), spec.img_size, list(kept), spec.patch_size,

@@ -6,7 +6,8 @@ import numpy as np
 import streamlit as st
 
 from vizapp import figures, resources
-from vizapp.derive import MAP_RANGES, colour_range, map_layer, map_query
+from analysis import corresponding_layer, corresponding_query
+from analysis.plots import MAP_RANGES, colour_range
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
@@ -81,10 +82,10 @@ if loaded is not None:
         args2 = (ref2, cur.image.digest, cur.image.data)
         spec2 = vit2.spec
         name2 = ref2.source.split("/")[-1].split(".")[0]
-        query2 = map_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
+        query2 = corresponding_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
         maps2 = resources.attention_grid(*args2, query2)
         column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
-        layers2 = [map_layer(layer, L, spec2.num_layers) for layer in layers]
+        layers2 = [corresponding_layer(layer, L, spec2.num_layers) for layer in layers]
         first_slot = -(-len(layers) // NCOLS) * NCOLS  # the second model starts on a new row
         for i, layer2 in enumerate(layers2):
             panels2.append(maps2[layer2, column2])
@@ -110,13 +111,17 @@ if panels2:
     separate = st.toggle("One colour scale per model", key="cmp_separate",
                          help="Models differ in sequence length, so their probabilities differ in scale.")
 if separate:
-    lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps)
-    lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2)
+    lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps,
+                                   uniform=1 / spec.num_tokens)
+    lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2,
+                                   uniform=1 / spec2.num_tokens)
     group_ranges = [(lo1, hi1, f"{name1} ({text1})"), (lo2, hi2, f"{name2} ({text2})")]
     scale_text = "one colour scale per model"
 else:
     everything = np.concatenate([maps.ravel(), *([maps2.ravel()] if panels2 else [])])
-    lo, hi, range_text = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels + panels2]), everything)
+    uniform = 1 / min([spec.num_tokens] + ([spec2.num_tokens] if panels2 else []))  # the larger level: neither saturates
+    lo, hi, range_text = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels + panels2]), everything,
+                                      uniform=uniform)
     group_ranges = [(lo, hi, f"attention probability ({range_text})")]
     groups = [0] * len(groups)
     scale_text = "one colour scale over all panels"

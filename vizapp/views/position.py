@@ -8,7 +8,7 @@ import streamlit as st
 
 import analysis
 from vizapp import figures, resources
-from vizapp.derive import similarity_by_distance
+from analysis import similarity_by_distance
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current

@@ -8,7 +8,7 @@ from analysis import masked_image
 from analysis.rollout import POST_NORM_WARNING
 
 from vizapp import figures, resources
-from vizapp.derive import colour_range
+from analysis.plots import colour_range
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -51,7 +51,7 @@ with right:
 strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), query)  # (L - start, gh, gw)
 final = strip[-1]
 query_text = describe_query(query, spec)
-lo, hi, range_text = colour_range(cur.map_range, final, strip)
+lo, hi, range_text = colour_range(cur.map_range, final, strip, uniform=1 / spec.num_tokens)
 
 with left:
     figure = figures.attention_overlay(
