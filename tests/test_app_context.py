@@ -140,3 +140,32 @@ def test_a_random_models_maps_are_not_saturated_at_the_default(app):
     tiles = array(thumbs["z"]).astype(np.float64)
     assert (thumbs["zmin"], thumbs["zmax"]) == (0.0, 1.0)
     assert np.nanmax(tiles) < 0.5  # the old default (each map to its own maximum) drew every tile at 1.0
+
+
+def test_top_mass_panels_dim_the_image_outside_each_heads_mask(app):
+    """Each head's panel has its own background: the image at full brightness inside the
+    head's top-mass patches and at OUTSIDE_MASK_BRIGHTNESS outside (issue 29, item 6)."""
+    import base64
+    import io
+    import json
+
+    from tests.test_app import array
+
+    app.toggle(key="dino_show").set_value(True).run()
+    assert_clean(app)
+    (panels,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith("-mass_panels")]
+    forward = app.session_state["current"]
+    vit = forward.vit
+    from vizapp import resources
+
+    image = resources.forward(*forward.args).input_image.astype(np.float64)
+    ph, pw = vit.spec.patch_size
+    pictures = [t for t in panels["data"] if t.get("type") == "image"]
+    heatmaps = [t for t in panels["data"] if t.get("type") == "heatmap"]
+    assert len(pictures) == len(heatmaps) == vit.spec.num_heads
+    for picture, trace in zip(pictures, heatmaps):
+        mask = ~np.isnan(array(trace["z"]).reshape(vit.spec.grid_size))
+        drawn = np.asarray(Image.open(io.BytesIO(base64.b64decode(picture["source"].split(",", 1)[1]))).convert("RGB"))
+        weights = np.kron(np.where(mask, 1.0, 0.3), np.ones((ph, pw)))[..., None]
+        expected = np.clip(np.rint(image * weights), 0, 255)
+        assert np.abs(drawn.astype(np.float64) - expected).mean() < 2.0  # lossy encoding of the background

@@ -133,3 +133,24 @@ def test_a_background_array_is_its_data_uri():
             == plots.map_panels(uri, (32, 48), maps, (16, 16), ["a", "b"]).to_json())
     assert (plots.map_panels([picture, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json()
             == plots.map_panels([uri, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json())
+
+
+def test_deletion_and_insertion_axes_follow_the_data_and_mark_the_start():
+    """A class the model gives 2% is not a flat line on a 0–1 axis (issue 29, item 9)."""
+    from analysis import plots
+
+    fractions = np.linspace(0, 1, 5)
+    deletion = np.array([0.020, 0.012, 0.006, 0.004, 0.003])
+    insertion = np.array([0.003, 0.010, 0.016, 0.019, 0.020])
+    random_deletion = np.array([0.020, 0.018, 0.011, 0.007, 0.003])
+    figure = plots.perturbation_curves([
+        ("random", fractions, random_deletion, insertion[::-1], 0.01, 0.01),
+        ("rollout", fractions, deletion, insertion, 0.007, 0.014),
+    ])
+    layout = figure.layout
+    assert tuple(layout.yaxis.range) == tuple(layout.yaxis2.range) == (0, pytest.approx(0.021))
+    starts = [shape for shape in layout.shapes if shape.type == "line"]
+    assert [s.y0 for s in starts] == [0.02, 0.02] and {s.yref for s in starts} == {"y", "y2"}
+    assert any("unperturbed p = 0.02" in (a.text or "") for a in layout.annotations)
+    high = plots.perturbation_curves([("rollout", fractions, deletion * 49, insertion * 49, 0.3, 0.6)])
+    assert tuple(high.layout.yaxis.range) == (0, 1.02)  # never above a probability's range

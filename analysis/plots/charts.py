@@ -12,7 +12,8 @@ from plotly.subplots import make_subplots
 from .style import _SERIES_COLOURS, _figure, _layout
 
 __all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance",
-           "attention_distance_scatter", "perturbation_curves", "robustness_curves", "DISTANCE_UNIT_SHORT",
+           "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "robustness_curves",
+           "DISTANCE_UNIT_SHORT",
            "DISTANCE_UNIT_TITLE"]
 
 
@@ -92,14 +93,35 @@ def perturbation_curves(
             ))
     fig.add_traces(traces)
     axis = dict(range=[0, 100], showgrid=True, title=dict(text="patches removed, most relevant first (%)"))
+    top = perturbation_axis_top(curves)
+    start = float(np.asarray(curves[0][2])[0]) if curves else None  # deletion at 0%: the unperturbed image
+    shapes, notes = [], []
+    if start is not None and np.isfinite(start):
+        for x_ref, y_ref in (("x", "y"), ("x2", "y2")):
+            shapes.append(dict(type="line", xref=f"{x_ref} domain", yref=y_ref, x0=0, x1=1, y0=start, y1=start,
+                               line=dict(color="#616161", width=1, dash="dot")))
+        notes.append(dict(xref="x domain", yref="y", x=1, y=start, xanchor="right", yanchor="bottom",
+                          showarrow=False, text=f"unperturbed p = {start:.3g}", font=dict(size=11, color="#616161")))
     fig = _layout(
         fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
         xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
-        yaxis=dict(range=[0, 1.02], title=dict(text="probability of the class"), showgrid=True),
-        yaxis2=dict(range=[0, 1.02], showgrid=True),
+        yaxis=dict(range=[0, top], title=dict(text="probability of the class"), showgrid=True),
+        yaxis2=dict(range=[0, top], showgrid=True),
     )
+    fig.update_layout(shapes=shapes)
+    for note in notes:
+        fig.add_annotation(**note)
     fig.update_layout(margin=dict(t=40))  # room for the subplot titles
     return fig
+
+
+def perturbation_axis_top(curves) -> float:
+    """The y-axis top of :func:`perturbation_curves`: 5% above the largest probability on any
+    curve (a low-probability class is not flattened onto a 0–1 axis), at most 1.02; both
+    panels share it so deletion and insertion compare."""
+    values = [np.asarray(v, dtype=np.float64) for curve in curves for v in (curve[2], curve[3])]
+    peak = max((float(np.nanmax(v)) for v in values if v.size and np.isfinite(v).any()), default=1.0)
+    return min(1.02, peak * 1.05) if peak > 0 else 1.02
 
 
 def robustness_curves(

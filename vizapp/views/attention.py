@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import top_mass_mask
+from analysis import masked_image, top_mass_mask
 from vizapp import figures, inputs, resources
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.messages import demo_scope_note
@@ -28,6 +28,7 @@ cur = current()
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads
 uniform = 1 / spec.num_tokens  # the attention every key gets under uniform attention
+OUTSIDE_MASK_BRIGHTNESS = 0.3  # top-mass panels: the image outside a head's mask, dimmed
 
 
 def on_tile_click() -> None:
@@ -185,9 +186,11 @@ if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
     n_patches = spec.num_patches
     mass_cols = min(H, 6)
     mass_lo, mass_hi, mass_range = colour_range(cur.map_range, head_maps, maps, uniform=uniform)
+    input_image = resources.forward(*cur.args).input_image  # (H, W, 3) uint8, shared read-only
+    dimmed = [masked_image(input_image, np.where(mask, 1.0, OUTSIDE_MASK_BRIGHTNESS), "nearest") for mask in masks]
     show_chart(
         figures.map_panels(
-            resources.background_uri(*cur.args), spec.img_size, list(kept), spec.patch_size,
+            dimmed, spec.img_size, list(kept), spec.patch_size,
             [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)], ncols=mass_cols,
             opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=mass_lo, zmax=mass_hi,
             colorbar_title=f"attention probability ({mass_range})",
@@ -198,7 +201,8 @@ if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
         on_select=patch_click("mass_panels", [spec.grid_size] * H, spec.grid_size),
     )
     st.caption(
-        f"Coloured: the patches holding {mass:.0%} of each head's attention; the rest shows the plain image. "
+        f"Coloured: the patches holding {mass:.0%} of each head's attention; outside them the image is dimmed "
+        f"to {OUTSIDE_MASK_BRIGHTNESS:.0%} brightness. "
         "A head that needs few patches attends sharply."
     )
     download_npz(
