@@ -154,3 +154,48 @@ def test_deletion_and_insertion_axes_follow_the_data_and_mark_the_start():
     assert any("unperturbed p = 0.02" in (a.text or "") for a in layout.annotations)
     high = plots.perturbation_curves([("rollout", fractions, deletion * 49, insertion * 49, 0.3, 0.6)])
     assert tuple(high.layout.yaxis.range) == (0, 1.02)  # never above a probability's range
+
+
+def test_a_37x37_position_grid_keeps_its_tiles_readable():
+    """DINOv2 at 518 px: 37×37 tiles of 37×37 cells. Each tile is drawn with at least
+    MIN_TILE_PIXELS per side, each pixel the area-weighted mean of the cells it covers
+    (issue 29, item 3; the old box average divided 37 only by 37: one pixel per tile)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from analysis.plots.mosaics import MIN_TILE_PIXELS, _area_weights
+
+    n = 37
+    rng = np.random.default_rng(0)
+    similarity = rng.uniform(-1, 1, size=(n, n, n, n)).astype(np.float32)
+    figure = plots.position_similarity_mosaic(similarity)
+    (picture,) = [t for t in figure.data if t.type == "image"]
+    drawn = np.asarray(Image.open(io.BytesIO(base64.b64decode(picture.source.split(",", 1)[1]))).convert("RGB"))
+    side = drawn.shape[0] // n
+    assert drawn.shape[:2] == (n * side, n * side) and side >= MIN_TILE_PIXELS
+    assert picture.dx == pytest.approx(n / side) and picture.dy == pytest.approx(n / side)
+    assert f"drawn at {side}×{side} px" in figure.layout.title.text
+    # tile (row 3, col 5), pixel (p, q): an explicit area average over the cells it covers
+    weights = _area_weights(n, side)
+    np.testing.assert_allclose(weights.sum(1), 1.0)
+    tile = similarity[3, 5].astype(np.float64)
+    for p, q in [(0, 0), (side // 2, side - 1), (side - 1, 3)]:
+        covered = [(i, j) for i in range(n) for j in range(n) if weights[p, i] > 0 and weights[q, j] > 0]
+        expected = sum(weights[p, i] * weights[q, j] * tile[i, j] for i, j in covered)
+        rgb = plots.colorize(np.array([[expected]], np.float32), "Viridis", -1.0, 1.0)[0, 0]
+        assert np.abs(drawn[3 * side + p, 5 * side + q].astype(int) - rgb.astype(int)).max() <= 1
+
+
+def test_a_64x64_resample_mosaic_stays_fast():
+    import time
+
+    n = 64
+    similarity = np.random.default_rng(1).uniform(-1, 1, size=(n, n, n, n)).astype(np.float32)
+    started = time.perf_counter()
+    figure = plots.position_similarity_mosaic(similarity)
+    elapsed = time.perf_counter() - started
+    (picture,) = [t for t in figure.data if t.type == "image"]
+    assert picture.dx == pytest.approx(4.0)  # 16 px per 64-cell tile: the exact 4×4 box average
+    assert elapsed < 10  # a generous bound for a loaded CI machine; the benchmark measures it properly

@@ -12,36 +12,59 @@ import plotly.graph_objects as go
 from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
 
 __all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
-           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE"]
+           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS"]
 
 MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
 MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-averaged to fit)
 
 
-def _reduction(shape: tuple[int, int], gh: int, gw: int) -> int:
-    """The smallest integer factor dividing both tile sides that brings ``shape`` within
-    :data:`MAX_IMAGE_SIDE` (1 when it already fits; the largest common divisor otherwise)."""
-    need = math.ceil(max(shape) / MAX_IMAGE_SIDE)
-    common = math.gcd(gh, gw)
-    for factor in range(max(need, 1), common + 1):
-        if common % factor == 0:
-            return factor
-    return common if need > 1 else 1
+MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile side (its pattern stays visible)
+
+
+def _tile_pixels(nrows: int, ncols: int, gh: int, gw: int) -> tuple[int, int]:
+    """Pixels per tile ``(ph, pw)`` of a PNG mosaic: each tile's own cells when the mosaic fits
+    in :data:`MAX_IMAGE_SIDE`; else the tile shrunk (aspect kept) so the mosaic fits, but never
+    below :data:`MIN_TILE_PIXELS` on its longer side (the picture then grows past the limit)."""
+    if max(nrows * gh, ncols * gw) <= MAX_IMAGE_SIDE:
+        return gh, gw
+    longer = max(gh, gw)
+    side = max(MIN_TILE_PIXELS, MAX_IMAGE_SIDE // max(nrows, ncols))
+    side = min(side, longer)
+    return max(1, round(gh * side / longer)), max(1, round(gw * side / longer))
+
+
+def _area_weights(cells: int, pixels: int) -> np.ndarray:
+    """``(pixels, cells)`` weights of an area (box) resample along one axis: output pixel p
+    covers ``[p·cells/pixels, (p+1)·cells/pixels)`` in cell units; each weight is the overlap
+    with a cell divided by the pixel's width, so every row sums to one."""
+    edges = np.arange(pixels + 1) * (cells / pixels)
+    lower = np.maximum(edges[:-1, None], np.arange(cells)[None, :])
+    upper = np.minimum(edges[1:, None], np.arange(cells)[None, :] + 1)
+    return np.clip(upper - lower, 0, None) * (pixels / cells)
+
+
+def _cell_average(big: np.ndarray, nrows: int, ncols: int, gh: int, gw: int, ph: int, pw: int) -> np.ndarray:
+    """Each ``(gh, gw)`` tile of ``big`` area-resampled to ``(ph, pw)`` pixels: a pixel is the
+    area-weighted mean of the cells of its own tile that it covers, NaN cells left out (a
+    pixel over NaN cells only, e.g. an empty slot after the last tile, stays NaN)."""
+    if (ph, pw) == (gh, gw):
+        return big
+    rows, cols = _area_weights(gh, ph), _area_weights(gw, pw)
+    tiles = big.reshape(nrows, gh, ncols, gw).astype(np.float64)
+    valid = ~np.isnan(tiles)
+
+    def resample(values: np.ndarray) -> np.ndarray:  # (nrows, gh, ncols, gw) -> (nrows, ph, ncols, pw)
+        return np.einsum("rpcw,qw->rpcq", np.einsum("ph,rhcw->rpcw", rows, values), cols)
+
+    weight = resample(valid.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(weight > 0, resample(np.where(valid, tiles, 0.0)) / weight, np.nan)
+    return out.reshape(nrows * ph, ncols * pw).astype(np.float32)
 
 
 def colorized_png(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> str:
     """Lossless PNG data URI of ``z`` mapped through ``colorscale`` on ``zmin..zmax`` (:func:`colorize`)."""
     return image_data_uri(colorize(z, colorscale, zmin, zmax), lossless=True)
-
-
-def _box_reduce(big: np.ndarray, factor: int) -> np.ndarray:
-    """Mean over ``factor x factor`` blocks (NaN-aware), ``(H, W) -> (H/f, W/f)``."""
-    if factor == 1:
-        return big
-    h, w = big.shape
-    blocks = big.reshape(h // factor, factor, w // factor, factor)
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(blocks, axis=(1, 3)) if np.isnan(big).any() else blocks.mean(axis=(1, 3))
 
 
 def mosaic(
@@ -95,14 +118,15 @@ def mosaic(
             zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
         )]
     else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
-        factor = _reduction(big.shape, gh, gw)
-        shown = _box_reduce(big, factor)
-        if factor > 1:
-            note = f"tiles shown at 1/{factor} resolution (box average); the data download is exact"
+        ph, pw = _tile_pixels(nrows, ncols, gh, gw)
+        shown = _cell_average(big, nrows, ncols, gh, gw, ph, pw)
+        if (ph, pw) != (gh, gw):
+            note = f"each {gh}×{gw} tile drawn at {pw}×{ph} px (cell average); the data download is exact"
             title = f"{title} · {note}" if title else note
+        dy, dx = gh / ph, gw / pw  # cells per picture pixel
         traces = [
             dict(type="image", source=(png_uri or colorized_png)(shown, colorscale, lo, hi),
-                 x0=0.5 * factor, y0=0.5 * factor, dx=factor, dy=factor, hoverinfo="skip"),
+                 x0=0.5 * dx, y0=0.5 * dy, dx=dx, dy=dy, hoverinfo="skip"),
             dict(  # colour bar only
                 type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                 marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
