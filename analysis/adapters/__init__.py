@@ -4,12 +4,13 @@ See :mod:`analysis.adapters.base` for how probabilities are read exactly, and
 :mod:`analysis.adapters.registry` for how a module finds its adapter.
 """
 
-from . import attention_pool, multihead, relative_position, rotary  # noqa: F401  (register the families)
+from . import attention_pool, cosine_window, multihead, relative_position, rotary, shifted_window  # noqa: F401  (register the families)
 from .base import AttentionAdapter, AttentionInputs
 from .registry import (
     AttentionSite,
     adapter_for,
     block_sites,
+    model_blocks,
     pool_site,
     register_adapter,
     registered_adapters,
@@ -22,6 +23,7 @@ __all__ = [
     "AttentionSite",
     "adapter_for",
     "block_sites",
+    "model_blocks",
     "pool_site",
     "register_adapter",
     "registered_adapters",

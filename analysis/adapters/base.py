@@ -163,6 +163,12 @@ class AttentionAdapter:
     def num_heads(self, module: nn.Module) -> int:
         return int(module.num_heads)
 
+    def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]):
+        """The :class:`~analysis.spec.LayerGeometry` of a windowed family's layer at ``site``
+        (an :class:`~analysis.adapters.registry.AttentionSite`), or ``None`` for global attention
+        over ``[prefix, patches]`` (a ViT)."""
+        return None
+
     def tap(
         self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False
     ) -> list[RemovableHandle]:
