@@ -37,6 +37,9 @@ def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
     ``"prefix:<i>"`` is prefix token i (class, distillation or register token); a tuple
     ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`).
     """
+    from .windowed import refuse_windowed
+
+    refuse_windowed(record, "Token queries over [prefix, patches]")
     spec = record.spec
     prefix = spec.num_prefix_tokens
     if isinstance(query, tuple):

@@ -42,8 +42,8 @@ def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) ->
     if isinstance(spec, ViTSpec) and spec.is_windowed:
         raise error(
             f"{what}: windowed attention ({spec.family}, attention inside local windows of each stage's "
-            f"grid) is not yet supported for Swin; see issue 23. What works for windowed models today: "
-            f"{WINDOWED_SUPPORT}."
+            f"grid) is not yet supported for Swin; see issue 23. What works for windowed models today, in the "
+            f"Python API: {WINDOWED_SUPPORT}."
         )
 
 
