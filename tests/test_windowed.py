@@ -123,6 +123,9 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
         rows = (torch.arange(height) + sh) % height
         cols = (torch.arange(width) + sw) % width
         shifted = x[:, rows][:, :, cols]
+        # padded with zero tokens up to whole windows (after the shift, as timm does)
+        padded_h, padded_w = -(-height // wh) * wh, -(-width // ww) * ww
+        shifted = F.pad(shifted, (0, 0, 0, padded_w - width, 0, padded_h - height))
         index = _relative_index(wh, ww)
         if hasattr(attn, "cpb_mlp"):  # v2: continuous position bias from the module's own MLP and table
             table = attn.cpb_mlp(attn.relative_coords_table).view(-1, heads).double()
@@ -131,9 +134,9 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
         else:
             bias = attn.relative_position_bias_table.double()[index.view(-1)].view(wh * ww, wh * ww, heads).permute(2, 0, 1)
             qkv_bias = attn.qkv.bias.double()
-        layer = torch.empty(batch, (height // wh) * (width // ww), heads, wh * ww, wh * ww, dtype=torch.float64)
-        for a in range(height // wh):  # the partition, written out: row-major windows
-            for b in range(width // ww):
+        layer = torch.empty(batch, (padded_h // wh) * (padded_w // ww), heads, wh * ww, wh * ww, dtype=torch.float64)
+        for a in range(padded_h // wh):  # the partition, written out: row-major windows
+            for b in range(padded_w // ww):
                 tokens = shifted[:, a * wh:(a + 1) * wh, b * ww:(b + 1) * ww].reshape(batch, wh * ww, channels)
                 qkv = F.linear(tokens, attn.qkv.weight.double(), qkv_bias).view(batch, wh * ww, 3, heads, -1)
                 q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, heads, Wt, d)
@@ -144,12 +147,12 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
                     scores = q @ k.transpose(-1, -2) * attn.scale
                 scores = scores + bias
                 region = [
-                    (_roll_region(a * wh + i // ww, height, wh, sh), _roll_region(b * ww + i % ww, width, ww, sw))
+                    (_roll_region(a * wh + i // ww, padded_h, wh, sh), _roll_region(b * ww + i % ww, padded_w, ww, sw))
                     for i in range(wh * ww)
                 ]
                 masked = torch.tensor([[region[i] != region[j] for j in range(wh * ww)] for i in range(wh * ww)])
                 scores = scores.masked_fill(masked, float("-inf"))
-                layer[:, a * (width // ww) + b] = scores.softmax(-1)
+                layer[:, a * (padded_w // ww) + b] = scores.softmax(-1)
         out.append(layer)
     return out
 
@@ -189,6 +192,27 @@ def test_swin_v2_windows_equal_the_hand_reference(swin_v2, pixels):
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
         assert torch.equal(got == 0, want == 0)
     assert swin_v2.spec.residual_norm == "post"
+
+
+def test_a_grid_that_is_not_whole_windows_is_padded_as_the_module_does():
+    # 48 px: stage 1 is 6x6 cells in 4x4 windows, padded to 8x8 (2x2 windows) after the shift
+    torch.manual_seed(0)
+    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **{**SMALL, "img_size": 48})
+    _randomise(vit.model, 2)
+    geometry = vit.spec.geometry(3)
+    assert (geometry.grid_size, geometry.padded_grid, geometry.num_windows) == ((6, 6), (8, 8), 4)
+    pixels = torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(4))
+    record = capture_attention(vit, pixels)
+    for got, want in zip(record.windows, reference_windows(vit.model, pixels)):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+        assert torch.equal(got == 0, want == 0)
+    cells = geometry.window_cells()  # padding slots are −1, every cell appears once
+    assert sorted(cells[cells >= 0].tolist()) == list(range(36)) and int((cells < 0).sum()) == 64 - 36
+    # a map leaves out the keys at padding slots: the query's row restricted to real cells
+    ((window, slot),) = (cells == 35).nonzero().tolist()  # the bottom-right cell's window and slot
+    row = record.windows[3][0, window, :, slot].mean(dim=0)  # (Wt,)
+    got = attention_map(record, 3, query=35)
+    torch.testing.assert_close(got.sum(), row[cells[window] >= 0].sum(), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
@@ -344,5 +368,7 @@ def test_the_app_refuses_a_swin_with_the_reason_and_keeps_its_model(monkeypatch)
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:swin_tiny_patch4_window7_224").run()
     assert not app.exception, [e.value for e in app.exception]
-    assert any("windowed attention" in e.value and "issue 23" in e.value for e in app.error)
+    # refused when loading (so no page ever gets it), with the reason, not at a page's first forward
+    assert any("Could not load" in e.value and "windowed attention" in e.value and "issue 23" in e.value
+               for e in app.error), [e.value for e in app.error]
     assert app.session_state["current"].model == before
