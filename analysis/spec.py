@@ -1,6 +1,6 @@
 """The geometry of a ViT, read from the model itself (never assumed).
 
-Windowed and hierarchical models (Swin, issue 23) add one :class:`LayerGeometry` per layer:
+Windowed and hierarchical models (Swin, SAM; issue 23) add one :class:`LayerGeometry` per layer:
 where that layer's tokens sit on the image and which of them each query may attend to.
 
 * **Stage grid and stride.** Layer ``l`` works on a ``grid_size = (gh, gw)`` grid of cells,
@@ -8,7 +8,8 @@ where that layer's tokens sit on the image and which of them each query may atte
   merging before the layer's stage). Cells are numbered row-major on that grid.
 * **Windows.** Attention runs separately inside ``num_windows`` windows of
   ``window_size = (wh, ww)`` cells (``Wt = wh·ww`` tokens each). A shifted layer first rolls
-  the grid by ``−shift`` (Swin's cyclic shift, ``torch.roll``), pads it to whole windows,
+  the grid by ``−shift`` (Swin's cyclic shift, ``torch.roll``), pads it to whole windows
+  (zero tokens at the bottom and right, which stay keys: a map may sum to less than one),
   and cuts it into windows in row-major window order; window slot ``(i, j)`` of window
   ``(a, b)`` therefore holds cell ``((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw)``, or
   padding when ``a·wh + i ≥ gh`` or ``b·ww + j ≥ gw`` (:meth:`LayerGeometry.window_cells`).
@@ -16,7 +17,8 @@ where that layer's tokens sit on the image and which of them each query may atte
   borders; the module masks pairs from different roll regions (:meth:`LayerGeometry.allowed`).
   Their recorded probability is exactly 0.
 
-A ViT is the special case of one stage and one global window over the patch grid (plus its
+SAM's global blocks are one window of the whole grid. A ViT is the special case of one stage
+and one global window over the patch grid (plus its
 prefix tokens): :meth:`ViTSpec.geometry` returns that, and a ViT's spec stores no per-layer
 geometry (``layer_geometry == ()``), so every ViT record, field and result is unchanged. A
 windowed record (:class:`analysis.windowed.WindowedAttentionRecord`) keeps one tensor
@@ -238,6 +240,11 @@ def _position_kind(model: nn.Module) -> str:
     return "learned" if table else "none"
 
 
+def _windowed_position_kind(model: nn.Module) -> str:
+    """Windowed models: a relative-position bias inside attention, plus SAM's absolute table if present."""
+    return "learned+relative" if isinstance(getattr(model, "pos_embed", None), torch.Tensor) else "relative"
+
+
 def _class_token(model: nn.Module, embed: nn.Module | None):
     token = getattr(model, "cls_token", None)
     return token if token is not None else getattr(embed, "cls_token", None)
@@ -276,6 +283,11 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
     geometry = geometry if any(g is not None for g in geometry) else ()
     if geometry and not all(geometry):
         raise UnsupportedModelError(f"{type(model).__name__} mixes windowed and global layers: not yet supported (see issue 23).")
+    if geometry and getattr(model, "dynamic_img_size", False):
+        raise UnsupportedModelError(
+            "windowed attention: dynamic_img_size is not yet supported for windowed models (their windows change "
+            "with the input size); load it at a fixed img_size. See issue 23."
+        )
     head, outputs = _head_kind(model, embedding_output)
     dynamic = bool(getattr(model, "dynamic_img_size", False)) or type(model).__name__ == "NaFlexVit"
     return ViTSpec(
@@ -287,7 +299,7 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         embed_dim=int(getattr(model, "embed_dim", None) or model.num_features),
         img_size=(grid[0] * patch[0], grid[1] * patch[1]),
         has_class_token=_class_token(model, embed) is not None,
-        position_embedding="relative" if geometry else _position_kind(model),
+        position_embedding=_windowed_position_kind(model) if geometry else _position_kind(model),
         head=head,
         num_outputs=outputs,
         dynamic_img_size=dynamic,

@@ -1,4 +1,4 @@
-"""Records of windowed attention (Swin), and the one map they give today.
+"""Records of windowed attention (Swin v1/v2, SAM's image encoder), and the one map they give today.
 
 A windowed layer attends inside windows of its stage grid (:class:`~analysis.spec.LayerGeometry`
 says which cells each window holds, and which pairs the shift mask keeps). The capture
@@ -42,7 +42,7 @@ def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) ->
     if isinstance(spec, ViTSpec) and spec.is_windowed:
         raise error(
             f"{what}: windowed attention ({spec.family}, attention inside local windows of each stage's "
-            f"grid) is not yet supported for Swin; see issue 23. What works for windowed models today, in the "
+            f"grid) is not yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
             f"Python API: {WINDOWED_SUPPORT}."
         )
 

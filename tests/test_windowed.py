@@ -157,6 +157,61 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
     return out
 
 
+SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
+                 window_size=3, neck_chans=16)  # an 8x8 grid: 3x3 windows padded to 9x9, and two global blocks
+
+
+@pytest.fixture(scope="module")
+def sam():
+    torch.manual_seed(0)
+    vit = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **SAM_SMALL)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # timm starts the decomposed tables at zero: make them matter
+        for name, parameter in vit.model.named_parameters():
+            if name.endswith(("rel_pos_h", "rel_pos_w")):
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return vit
+
+
+@torch.no_grad()
+def reference_sam_windows(model, pixels) -> list[torch.Tensor]:
+    """Per layer ``(B, windows, heads, Wt, Wt)`` float64: ``softmax(scale·q·kᵀ + B)`` with
+    ``B[(i,j),(k,l)] = q_(i,j)·R_h[i−k+h−1] + q_(i,j)·R_w[j−l+w−1]`` written out per pair, in
+    zero-padded ``w×w`` windows (global blocks: one window of the whole grid)."""
+    inputs = []
+    handles = [block.register_forward_pre_hook(lambda mod, args: inputs.append(mod.norm1(args[0]).detach()))
+               for block in model.blocks]
+    try:
+        model(pixels)
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = []
+    for block, x in zip(model.blocks, inputs):
+        attn, x = block.attn, x.double()
+        batch, height, width, channels = x.shape
+        side_h, side_w = (block.window_size,) * 2 if block.window_size else (height, width)
+        padded_h, padded_w = -(-height // side_h) * side_h, -(-width // side_w) * side_w
+        x = F.pad(x, (0, 0, 0, padded_w - width, 0, padded_h - height))
+        heads, tokens = attn.num_heads, side_h * side_w
+        rel_h, rel_w = attn.rel_pos_h.double(), attn.rel_pos_w.double()  # (2h−1, d), (2w−1, d)
+        layer = torch.empty(batch, (padded_h // side_h) * (padded_w // side_w), heads, tokens, tokens, dtype=torch.float64)
+        for a in range(padded_h // side_h):
+            for b in range(padded_w // side_w):
+                window = x[:, a * side_h:(a + 1) * side_h, b * side_w:(b + 1) * side_w].reshape(batch, tokens, channels)
+                qkv = F.linear(window, attn.qkv.weight.double(), attn.qkv.bias.double()).view(batch, tokens, 3, heads, -1)
+                q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, heads, Wt, d)
+                bias = torch.empty(batch, heads, tokens, tokens, dtype=torch.float64)
+                for i in range(tokens):
+                    for j in range(tokens):
+                        (qi, qj), (ki, kj) = divmod(i, side_w), divmod(j, side_w)
+                        bias[:, :, i, j] = (q[:, :, i] * (rel_h[qi - ki + side_h - 1] + rel_w[qj - kj + side_w - 1])).sum(-1)
+                scores = q @ k.transpose(-1, -2) * attn.scale + bias
+                layer[:, a * (padded_w // side_w) + b] = scores.softmax(-1)
+        out.append(layer)
+    return out
+
+
 # --------------------------------------------------------------------------- capture
 
 
@@ -213,6 +268,31 @@ def test_a_grid_that_is_not_whole_windows_is_padded_as_the_module_does():
     row = record.windows[3][0, window, :, slot].mean(dim=0)  # (Wt,)
     got = attention_map(record, 3, query=35)
     torch.testing.assert_close(got.sum(), row[cells[window] >= 0].sum(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
+def test_sam_windows_and_global_blocks_equal_the_hand_reference(sam, pixels, fused):
+    got = [(g.grid_size, g.stride, g.window_size, g.num_windows, g.is_global) for g in sam.spec.layer_geometry]
+    assert got == [((8, 8), (8, 8), (3, 3), 9, False), ((8, 8), (8, 8), (8, 8), 1, True)] * 2
+    for block in sam.model.blocks:
+        block.attn.fused_attn = fused
+    try:
+        with torch.no_grad():
+            plain = sam.model(pixels)
+        record = capture_attention(sam, pixels)
+        reference = reference_sam_windows(sam.model, pixels)
+    finally:
+        for block in sam.model.blocks:
+            block.attn.fused_attn = False
+    torch.testing.assert_close(record.logits, plain, atol=1e-5, rtol=1e-5)
+    for got, want in zip(record.windows, reference):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+    # a global block's map is the query's whole row; a windowed one is the row on its window's cells
+    torch.testing.assert_close(attention_map(record, 1, head=0, query=9), record.windows[1][:, 0, 0, 9].view(2, 8, 8))
+    corner = attention_map(record, 0, head=1, query=(63, 63))  # cell (7, 7): window (2, 2), slot (1, 1)
+    want = torch.zeros(2, 8, 8)
+    want[:, 6:8, 6:8] = record.windows[0][:, 8, 1, 4].view(2, 3, 3)[:, :2, :2]  # slots of row/column 8 are padding
+    torch.testing.assert_close(corner, want, atol=1e-7, rtol=0)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
@@ -349,7 +429,7 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
 
 
 def test_families_not_covered_are_still_refused_with_their_structure():
-    for name, words in [("swinv2_cr_tiny_ns_224", "swinv2_cr"), ("samvit_base_patch16", "SAM's image encoder"),
+    for name, words in [("swinv2_cr_tiny_ns_224", "swinv2_cr"), ("hiera_tiny_224", "mask-unit"),
                         ("maxvit_tiny_tf_224", "block/grid")]:
         with pytest.raises(UnsupportedModelError, match=words):
             load_vit(name, pretrained=False, device="cpu")
@@ -372,3 +452,8 @@ def test_the_app_refuses_a_swin_with_the_reason_and_keeps_its_model(monkeypatch)
     assert any("Could not load" in e.value and "windowed attention" in e.value and "issue 23" in e.value
                for e in app.error), [e.value for e in app.error]
     assert app.session_state["current"].model == before
+
+
+def test_patch_embedding_filters_are_the_stem_convolution(swin, sam):
+    for vit in (swin, sam):
+        assert torch.equal(analysis.patch_embedding_filters(vit), vit.model.patch_embed.proj.weight.detach())

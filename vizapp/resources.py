@@ -57,7 +57,7 @@ def get_model(ref: ModelRef) -> analysis.LoadedViT:
     """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
     vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
-    # Windowed models (Swin) open in the Python API only, so far: the pages assume one global grid.
+    # Windowed models (Swin, SAM) open in the Python API only, so far: the pages assume one global grid.
     refuse_windowed(vit, "The app's pages", UnsupportedModelError)
     return vit
 

@@ -4,7 +4,15 @@ See :mod:`analysis.adapters.base` for how probabilities are read exactly, and
 :mod:`analysis.adapters.registry` for how a module finds its adapter.
 """
 
-from . import attention_pool, cosine_window, multihead, relative_position, rotary, shifted_window  # noqa: F401  (register the families)
+from . import (  # noqa: F401  (register the families)
+    attention_pool,
+    cosine_window,
+    decomposed_window,
+    multihead,
+    relative_position,
+    rotary,
+    shifted_window,
+)
 from .base import AttentionAdapter, AttentionInputs
 from .registry import (
     AttentionSite,
