@@ -43,7 +43,7 @@ from .errors import AnalysisError
 from .oom import run_with_oom_fallback
 from .record_memory import record_buffer
 from .spec import ViTSpec
-from .windowed import WindowedAttentionRecord, concatenate_windowed, window_probabilities
+from .windowed import WindowedAttentionRecord, concatenate_windowed, window_probabilities, windowed_message
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
 
@@ -239,6 +239,8 @@ def attention_taps(
     handles = []
     rows_cache: dict[torch.device, torch.Tensor] = {}
     sites = {site.layer: site for site in block_sites(model)}
+    if query_tokens is not None and any(sites[layer].adapter.windowed for layer in layers):
+        raise AnalysisError(windowed_message("query_tokens (rows of attention over all tokens)", type(model).__name__))
 
     def rows_on(device: torch.device) -> torch.Tensor | None:
         if query_tokens is None:

@@ -35,7 +35,7 @@ def check_record(value, function: str):
     from .capture import AttentionRecord
     from .windowed import refuse_windowed
 
-    refuse_windowed(value, function)  # a windowed (Swin) record: named, with the reason
+    refuse_windowed(value, function)  # a windowed (Swin, SAM) record: named, with the reason
     if not isinstance(value, AttentionRecord):
         raise AnalysisError(
             f"{function} takes the AttentionRecord that capture_attention(vit, pixels) returns, "
@@ -47,7 +47,6 @@ def check_record(value, function: str):
 def check_spec(value, function: str):
     """A :class:`~analysis.spec.ViTSpec`, also read off a LoadedViT or an AttentionRecord."""
     from .spec import ViTSpec
-
     from .windowed import refuse_windowed
 
     spec = getattr(value, "spec", value)

@@ -7,8 +7,8 @@ where that layer's tokens sit on the image and which of them each query may atte
   each ``stride = (sy, sx)`` input pixels (Swin: the patch size, doubled by every patch
   merging before the layer's stage). Cells are numbered row-major on that grid.
 * **Windows.** Attention runs separately inside ``num_windows`` windows of
-  ``window_size = (wh, ww)`` cells (``Wt = wh·ww`` tokens each). A shifted layer first rolls
-  the grid by ``−shift`` (Swin's cyclic shift, ``torch.roll``), pads it to whole windows
+  ``window_size = (wh, ww)`` cells (``Wt = wh·ww`` tokens each). A layer rolls the grid by
+  ``−shift`` (Swin's cyclic shift, ``torch.roll``; ``(0, 0)`` for most), pads it to whole windows
   (zero tokens at the bottom and right, which stay keys: a map may sum to less than one),
   and cuts it into windows in row-major window order; window slot ``(i, j)`` of window
   ``(a, b)`` therefore holds cell ``((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw)``, or
@@ -18,8 +18,8 @@ where that layer's tokens sit on the image and which of them each query may atte
   Their recorded probability is exactly 0.
 
 SAM's global blocks are one window of the whole grid. A ViT is the special case of one stage
-and one global window over the patch grid (plus its
-prefix tokens): :meth:`ViTSpec.geometry` returns that, and a ViT's spec stores no per-layer
+and one global window over the patch grid (plus its prefix tokens): :meth:`ViTSpec.geometry`
+returns that, and a ViT's spec stores no per-layer
 geometry (``layer_geometry == ()``), so every ViT record, field and result is unchanged. A
 windowed record (:class:`analysis.windowed.WindowedAttentionRecord`) keeps one tensor
 ``(B, windows, heads, Wt, Wt)`` per layer, since stages differ in grid, heads and windows.

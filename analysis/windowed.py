@@ -30,7 +30,7 @@ from .errors import AnalysisError, UnsupportedModelError
 from .spec import LayerGeometry, ViTSpec
 
 __all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",
-           "WINDOWED_SUPPORT"]
+           "windowed_message", "WINDOWED_SUPPORT"]
 
 WINDOWED_SUPPORT = "capture_attention (record.windows) and attention_map"
 
@@ -40,11 +40,16 @@ def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) ->
     ``what`` is not yet defined for it. Does nothing for a ViT."""
     spec = getattr(value, "spec", value)
     if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise error(
-            f"{what}: windowed attention ({spec.family}, attention inside local windows of each stage's "
-            f"grid) is not yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
-            f"Python API: {WINDOWED_SUPPORT}."
-        )
+        raise error(windowed_message(what, spec.family))
+
+
+def windowed_message(what: str, family: str) -> str:
+    """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
+    return (
+        f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
+        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
+        f"Python API: {WINDOWED_SUPPORT}."
+    )
 
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:

@@ -457,3 +457,10 @@ def test_the_app_refuses_a_swin_with_the_reason_and_keeps_its_model(monkeypatch)
 def test_patch_embedding_filters_are_the_stem_convolution(swin, sam):
     for vit in (swin, sam):
         assert torch.equal(analysis.patch_embedding_filters(vit), vit.model.patch_embed.proj.weight.detach())
+
+
+def test_streamed_distance_refuses_a_windowed_model(swin):
+    from PIL import Image
+
+    # it taps the patch-query rows of every layer, which a window does not have
+    _refused(lambda: analysis.dataset_attention_distance(swin, [Image.new("RGB", (64, 64))]))

@@ -159,6 +159,8 @@ class AttentionAdapter:
     includes: str = "softmax(q·kᵀ·scale)"
     # The explicit path has no attn_drop: read the result of its softmax call instead.
     explicit_softmax: bool = False
+    # Attends inside windows: one call sees (B·windows, heads, Wt, Wt), not all tokens (Swin, SAM).
+    windowed: bool = False
 
     def num_heads(self, module: nn.Module) -> int:
         return int(module.num_heads)

@@ -29,6 +29,7 @@ from .registry import register_adapter
 class DecomposedWindowAttentionAdapter(AttentionAdapter):
     name = "windowed / global attention with decomposed relative positions (SAM)"
     module_types = (SamAttention,)
+    windowed = True
     includes = (
         "softmax(scale·q·kᵀ + B) inside each window (global blocks: over the grid), B the decomposed "
         "relative-position bias from rel_pos_h / rel_pos_w; q, k after q/k norm"

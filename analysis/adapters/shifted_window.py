@@ -28,6 +28,7 @@ from .registry import register_adapter
 class ShiftedWindowAttentionAdapter(AttentionAdapter):
     name = "shifted-window attention (Swin)"
     module_types = (WindowAttention,)
+    windowed = True
     includes = (
         "softmax(scale·q·kᵀ + B + M) inside each window: B the window's relative-position bias, "
         "M the shift mask (masked pairs recorded as exactly 0)"
