@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import AnalysisError, UnsupportedModelError
+from .errors import AnalysisError
 from .spec import LayerGeometry, ViTSpec
 
 __all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",

@@ -464,3 +464,28 @@ def test_streamed_distance_refuses_a_windowed_model(swin):
 
     # it taps the patch-query rows of every layer, which a window does not have
     _refused(lambda: analysis.dataset_attention_distance(swin, [Image.new("RGB", (64, 64))]))
+
+
+def test_pieces_of_a_batch_concatenate_to_the_batchs_record(swin, pixels, record):
+    from analysis.windowed import concatenate_windowed
+
+    pieces = [capture_attention(swin, pixels[i : i + 1]) for i in range(2)]
+    joined = concatenate_windowed(pieces, torch.device("cpu"))
+    assert joined.layers == record.layers
+    for got, want in zip(joined.windows, record.windows):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(joined.logits, record.logits, atol=1e-5, rtol=0)
+    assert joined.layer_windows(-1) is joined.windows[3]
+
+
+def test_a_geometry_that_is_not_the_modules_is_caught(record):
+    from dataclasses import replace
+
+    from analysis.windowed import window_probabilities
+
+    shifted = record.spec.geometry(1)  # the shift mask of layer 1, put on layer 0's unmasked windows
+    flat = record.windows[0].flatten(0, 1)  # (B·windows, heads, Wt, Wt)
+    with pytest.raises(AnalysisError, match="shift mask"):
+        window_probabilities(flat, shifted)
+    with pytest.raises(AnalysisError, match="geometry predicts"):
+        window_probabilities(flat, replace(shifted, num_heads=4))
