@@ -7,6 +7,7 @@ import torch
 from .capture import AttentionRecord
 from .checks import check_index, check_record
 from .queries import Query, query_rows_for, select_query
+from .windowed import WindowedAttentionRecord, windowed_attention_map
 
 __all__ = ["attention_map", "pooling_attention_map"]
 
@@ -22,9 +23,16 @@ def attention_map(
     all patch queries. Prefix keys (class / distillation / register tokens) are left out,
     so a map does not sum to one when the query also attends to them.
 
+    ``query`` may also be an input-pixel position ``(y, x)``: the patch that contains it.
+    For a windowed record (Swin) the map lies on that layer's stage grid, zero outside the
+    query's window (:func:`analysis.windowed.windowed_attention_map`; queries: a cell index on
+    that grid, ``(y, x)`` or ``"mean"``).
+
     Returns:
         ``(B, gh, gw)`` float32.
     """
+    if isinstance(record, WindowedAttentionRecord):
+        return windowed_attention_map(record, layer, head=head, query=query)
     spec = check_record(record, "attention_map").spec
     attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
     if head is not None:

@@ -43,6 +43,7 @@ from .errors import AnalysisError
 from .oom import run_with_oom_fallback
 from .record_memory import record_buffer
 from .spec import ViTSpec
+from .windowed import WindowedAttentionRecord, concatenate_windowed, window_probabilities, windowed_message
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
 
@@ -238,6 +239,8 @@ def attention_taps(
     handles = []
     rows_cache: dict[torch.device, torch.Tensor] = {}
     sites = {site.layer: site for site in block_sites(model)}
+    if query_tokens is not None and any(sites[layer].adapter.windowed for layer in layers):
+        raise AnalysisError(windowed_message("query_tokens (rows of attention over all tokens)", type(model).__name__))
 
     def rows_on(device: torch.device) -> torch.Tensor | None:
         if query_tokens is None:
@@ -369,11 +372,16 @@ def capture_attention(
             beside the capture and the logits are bit-identical, at about 1.1x the cost.
 
     Returns:
-        An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``.
+        An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``; for
+        a windowed model (Swin) a :class:`~analysis.windowed.WindowedAttentionRecord` with one
+        ``(B, windows, heads, Wt, Wt)`` tensor per layer (``query_tokens`` must be ``None``).
     """
     spec = input_spec(vit, pixels)
     layer_ids = _resolve_layers(layers, spec.num_layers)
     check_float_dtype("dtype", dtype)
+    if query_tokens is not None and spec.is_windowed:
+        raise AnalysisError("query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
+                            "Pass query_tokens=None.")
     if query_tokens is not None:
         query_tokens = tuple(check_int("query token", t) for t in query_tokens)
         if not query_tokens:
@@ -394,6 +402,8 @@ def capture_attention(
     pieces = run_with_oom_fallback(on_device, pixels, on_cpu if vit.device.type != "cpu" else None)
     if len(pieces) == 1:
         return pieces[0]
+    if spec.is_windowed:
+        return concatenate_windowed(pieces, out_device)
     pools = [p.pool_attention for p in pieces]
     return AttentionRecord(
         attentions=torch.cat([p.attentions.to(out_device) for p in pieces], dim=1),
@@ -421,7 +431,7 @@ def _capture_once(
     """One forward pass of ``model`` on ``device`` with taps on ``layer_ids``."""
     position = {layer: i for i, layer in enumerate(layer_ids)}
     pin = out_device.type == "cpu" and device.type == "cuda"
-    store: dict[str, torch.Tensor] = {}
+    store: dict[str, torch.Tensor | dict[int, torch.Tensor]] = {}
     seen: set[int] = set()
 
     def allocate(shape: tuple[int, ...]) -> torch.Tensor:
@@ -434,11 +444,16 @@ def _capture_once(
         return store["maps"]
 
     def buffer_for(layer: int, shape: tuple[int, ...], where: torch.device) -> torch.Tensor | None:
-        if dtype != torch.float32 or not _same_device(where, out_device):
+        if spec.is_windowed or dtype != torch.float32 or not _same_device(where, out_device):
             return None  # computed on the device, then converted / transferred by keep()
         return allocate(shape)[position[layer]]
 
     def keep(layer: int, probs: torch.Tensor) -> None:  # probs (B, heads, Q, T)
+        if spec.is_windowed:  # probs (B·windows, heads, Wt, Wt): one tensor per layer, stages differ in shape
+            windows = window_probabilities(probs, spec.geometry(layer))  # (B, windows, heads, Wt, Wt)
+            store.setdefault("maps", {})[layer] = windows.to(dtype=dtype, device=out_device)
+            seen.add(layer)
+            return
         target = allocate(tuple(probs.shape))[position[layer]]
         if probs.data_ptr() != target.data_ptr():
             target.copy_(probs, non_blocking=pin)
@@ -463,6 +478,9 @@ def _capture_once(
             "model's attention modules did not run as their adapter expects, so it is not supported."
         )
     attentions = store["maps"]
+    if spec.is_windowed:  # attentions: {layer: (B, windows, heads, Wt, Wt)}
+        return WindowedAttentionRecord(windows=tuple(attentions[layer] for layer in layer_ids),
+                                       logits=logits.float().to(out_device), spec=spec, layers=layer_ids)
     expected_tokens = spec.num_tokens
     if attentions.shape[2] != spec.num_heads:
         raise AnalysisError(f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads.")

@@ -33,7 +33,9 @@ def check_index(name: str, value, size: int, what: str) -> int:
 def check_record(value, function: str):
     """``value`` must be an :class:`~analysis.capture.AttentionRecord`."""
     from .capture import AttentionRecord
+    from .windowed import refuse_windowed
 
+    refuse_windowed(value, function)  # a windowed (Swin, SAM) record: named, with the reason
     if not isinstance(value, AttentionRecord):
         raise AnalysisError(
             f"{function} takes the AttentionRecord that capture_attention(vit, pixels) returns, "
@@ -45,10 +47,12 @@ def check_record(value, function: str):
 def check_spec(value, function: str):
     """A :class:`~analysis.spec.ViTSpec`, also read off a LoadedViT or an AttentionRecord."""
     from .spec import ViTSpec
+    from .windowed import refuse_windowed
 
     spec = getattr(value, "spec", value)
     if not isinstance(spec, ViTSpec):
         raise AnalysisError(f"{function} takes a ViTSpec (vit.spec or record.spec), got {type(value).__name__}.")
+    refuse_windowed(spec, function)
     return spec
 
 

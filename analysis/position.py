@@ -20,6 +20,7 @@ from timm.layers import resample_abs_pos_embed
 
 from .checks import check_int
 from .errors import AnalysisError
+from .windowed import refuse_windowed
 from .spec import patch_embedding_module
 
 __all__ = [
@@ -162,6 +163,7 @@ def position_embedding_similarity(
     Returns:
         ``(gh, gw, gh, gw)`` float32.
     """
+    refuse_windowed(vit, "position_embedding_similarity (Swin's relative-position bias tables are not shown yet)")
     kinds = position_encoding_kinds(vit)
     if kind is None:
         if not kinds:

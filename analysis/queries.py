@@ -10,10 +10,10 @@ from .capture import AttentionRecord
 from .errors import AnalysisError
 
 __all__ = [
-    "Query", "query_rows_for", "prefix_query", "parse_prefix_query", "corresponding_layer", "corresponding_query",
+    "Query", "query_rows_for", "patch_of_pixel", "prefix_query", "parse_prefix_query", "corresponding_layer", "corresponding_query",
 ]
 
-Query = str | int  # "cls" | "mean" | "prefix:<i>" | row-major patch index
+Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major patch index | (y, x) input pixel
 
 
 def prefix_query(index: int) -> str:
@@ -34,10 +34,16 @@ def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
 
     ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
     (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers);
-    ``"prefix:<i>"`` is prefix token i (class, distillation or register token).
+    ``"prefix:<i>"`` is prefix token i (class, distillation or register token); a tuple
+    ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`).
     """
+    from .windowed import refuse_windowed
+
+    refuse_windowed(record, "Token queries over [prefix, patches]")
     spec = record.spec
     prefix = spec.num_prefix_tokens
+    if isinstance(query, tuple):
+        return record.query_rows([prefix + patch_of_pixel(spec, query)])
     token = parse_prefix_query(query)
     if token is not None:
         if not 0 <= token < prefix:
@@ -61,6 +67,24 @@ def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
         gh, gw = spec.grid_size
         raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{spec.num_patches - 1}).")
     return record.query_rows([prefix + query])
+
+
+def patch_of_pixel(spec, pixel: tuple[int, int]) -> int:
+    """The row-major patch that contains input pixel ``(y, x)`` (of the ``spec.img_size``
+    input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.spec.LayerGeometry.cell_of_pixel`."""
+    return spec.geometry(0).cell_of_pixel(*check_pixel_query(pixel, spec.img_size))
+
+
+def check_pixel_query(pixel: tuple, img_size: tuple[int, int]) -> tuple[int, int]:
+    """``(y, x)`` as ints inside an ``img_size = (H, W)`` input, else AnalysisError."""
+    height, width = img_size
+    if (
+        len(pixel) != 2
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pixel)
+        or not (0 <= pixel[0] < height and 0 <= pixel[1] < width)
+    ):
+        raise AnalysisError(f"Pixel query {pixel!r} must be integers (y, x) inside the {height}x{width} input.")
+    return int(pixel[0]), int(pixel[1])
 
 
 def select_query(attention: torch.Tensor, rows: list[int]) -> torch.Tensor:

@@ -137,6 +137,7 @@ def attention_rollout_by_layer(
     Entry ``i`` equals ``attention_rollout(record, ..., end_layer=start_layer + i)``, but all
     partial products ``Â_end ⋯ Â_start`` are built incrementally (L matrix products, not L²/2).
     """
+    check_record(record, "attention_rollout")
     rows = query_rows_for(record, _default_query(record, query))
     steps = _rollout_steps(record, head_fusion, discard_ratio, start_layer, None)
     return torch.stack([_query_grid(record, rollout, rows) for _, rollout in steps])
@@ -158,6 +159,7 @@ def attention_rollout(
     not rescaled: ``(B, gh, gw)`` float32. ``query=None`` is the class token when the model
     has one, else the mean over patch queries; otherwise ``"cls"``, ``"mean"`` or a patch index.
     """
+    check_record(record, "attention_rollout")
     rows = query_rows_for(record, _default_query(record, query))
     rollout = rollout_matrices(
         record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer

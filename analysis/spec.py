@@ -1,13 +1,41 @@
-"""The geometry of a ViT, read from the model itself (never assumed)."""
+"""The geometry of a ViT, read from the model itself (never assumed).
+
+Windowed and hierarchical models (Swin, SAM; issue 23) add one :class:`LayerGeometry` per layer:
+where that layer's tokens sit on the image and which of them each query may attend to.
+
+* **Stage grid and stride.** Layer ``l`` works on a ``grid_size = (gh, gw)`` grid of cells,
+  each ``stride = (sy, sx)`` input pixels (Swin: the patch size, doubled by every patch
+  merging before the layer's stage). Cells are numbered row-major on that grid.
+* **Windows.** Attention runs separately inside ``num_windows`` windows of
+  ``window_size = (wh, ww)`` cells (``Wt = wh·ww`` tokens each). A layer rolls the grid by
+  ``−shift`` (Swin's cyclic shift, ``torch.roll``; ``(0, 0)`` for most), pads it to whole windows
+  (zero tokens at the bottom and right, which stay keys: a map may sum to less than one),
+  and cuts it into windows in row-major window order; window slot ``(i, j)`` of window
+  ``(a, b)`` therefore holds cell ``((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw)``, or
+  padding when ``a·wh + i ≥ gh`` or ``b·ww + j ≥ gw`` (:meth:`LayerGeometry.window_cells`).
+* **Shift mask.** After the roll, a window at the far edge holds cells from opposite image
+  borders; the module masks pairs from different roll regions (:meth:`LayerGeometry.allowed`).
+  Their recorded probability is exactly 0.
+
+SAM's global blocks are one window of the whole grid. A ViT is the special case of one stage
+and one global window over the patch grid (plus its prefix tokens): :meth:`ViTSpec.geometry`
+returns that, and a ViT's spec stores no per-layer
+geometry (``layer_geometry == ()``), so every ViT record, field and result is unchanged. A
+windowed record (:class:`analysis.windowed.WindowedAttentionRecord`) keeps one tensor
+``(B, windows, heads, Wt, Wt)`` per layer, since stages differ in grid, heads and windows.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import functools
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
 
-__all__ = ["ViTSpec", "spec_from_model", "patch_embedding_module", "POSITION_KINDS", "HEAD_KINDS"]
+from .errors import UnsupportedModelError
+
+__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "POSITION_KINDS", "HEAD_KINDS"]
 
 # How positions enter the model: a learned absolute table, rotary embeddings inside
 # attention, a relative-position bias on the attention scores, or combinations.
@@ -15,6 +43,101 @@ POSITION_KINDS = ("learned", "rope", "learned+rope", "relative", "learned+relati
 # What the model's output is: class scores, an embedding (CLIP/SigLIP/PE projection), or
 # pooled features with no head at all.
 HEAD_KINDS = ("classifier", "embedding", "none")
+
+
+@dataclass(frozen=True)
+class LayerGeometry:
+    """Where one layer's attention lives on the image (see the module docstring).
+
+    ``grid_size (gh, gw)`` cells of ``stride (sy, sx)`` input pixels; attention inside
+    windows of ``window_size (wh, ww)`` cells after a cyclic shift of ``shift (sh, sw)``
+    cells; ``num_heads`` heads. A global layer has one window of the whole grid and
+    ``prefix_tokens`` extra (class / register) tokens before the cells.
+    """
+
+    stage: int
+    grid_size: tuple[int, int]
+    stride: tuple[int, int]
+    window_size: tuple[int, int]
+    shift: tuple[int, int] = (0, 0)
+    num_heads: int = 1
+    prefix_tokens: int = 0
+
+    @property
+    def is_global(self) -> bool:
+        """One window over the whole grid, no shift: every query sees every cell (a ViT layer)."""
+        return self.window_size == self.grid_size and self.shift == (0, 0)
+
+    @property
+    def padded_grid(self) -> tuple[int, int]:
+        """The grid padded up to whole windows: ``(⌈gh/wh⌉·wh, ⌈gw/ww⌉·ww)``."""
+        (gh, gw), (wh, ww) = self.grid_size, self.window_size
+        return (-(-gh // wh) * wh, -(-gw // ww) * ww)
+
+    @property
+    def windows_per_side(self) -> tuple[int, int]:
+        (ph, pw), (wh, ww) = self.padded_grid, self.window_size
+        return (ph // wh, pw // ww)
+
+    @property
+    def num_windows(self) -> int:
+        rows, cols = self.windows_per_side
+        return rows * cols
+
+    @property
+    def window_tokens(self) -> int:
+        """``Wt``, tokens per window (prefix tokens included for a global layer)."""
+        return self.prefix_tokens + self.window_size[0] * self.window_size[1]
+
+    def window_cells(self) -> torch.Tensor:
+        """``(windows, Wt)`` long: the row-major cell index on :attr:`grid_size` of each
+        window slot, ``−1`` for padding and prefix slots."""
+        return _window_cells(self).clone()
+
+    def allowed(self) -> torch.Tensor:
+        """``(windows, Wt, Wt)`` bool: the (query slot, key slot) pairs the shift mask keeps
+        (all True without a shift). Slots are labelled by roll region, as Swin does: along
+        each axis of the padded, shifted grid, ``[0, P−w)``, ``[P−w, P−s)`` and ``[P−s, P)``
+        (``P`` the padded side, ``w`` the window side, ``s`` the shift); pairs with different
+        labels are masked."""
+        return _allowed(self).clone()
+
+    def cell_of_pixel(self, y: int, x: int) -> int:
+        """The row-major cell that input pixel ``(y, x)`` falls in: ``(⌊y/sy⌋, ⌊x/sx⌋)``."""
+        (sy, sx), (gh, gw) = self.stride, self.grid_size
+        return min(int(y) // sy, gh - 1) * gw + min(int(x) // sx, gw - 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _window_cells(geometry: LayerGeometry) -> torch.Tensor:
+    (gh, gw), (wh, ww), (sh, sw) = geometry.grid_size, geometry.window_size, geometry.shift
+    (rows, cols), prefix = geometry.windows_per_side, geometry.prefix_tokens
+    y = torch.arange(rows * wh).view(rows, wh)  # shifted, padded row of each (window row, slot row)
+    x = torch.arange(cols * ww).view(cols, ww)
+    source_y = torch.where(y < gh, (y + sh) % gh, -1)  # (rows, wh) the original row, −1: padding
+    source_x = torch.where(x < gw, (x + sw) % gw, -1)  # (cols, ww)
+    cells = source_y[:, None, :, None] * gw + source_x[None, :, None, :]  # (rows, cols, wh, ww)
+    padding = (source_y[:, None, :, None] < 0) | (source_x[None, :, None, :] < 0)
+    cells = cells.masked_fill(padding, -1).reshape(rows * cols, wh * ww)
+    return torch.cat([torch.full((rows * cols, prefix), -1, dtype=torch.long), cells], dim=1)
+
+
+def _roll_regions(padded: int, window: int, shift: int) -> torch.Tensor:
+    """Region label of each position along one padded, shifted axis (0, 1, 2)."""
+    position = torch.arange(padded)
+    if shift == 0:
+        return torch.zeros(padded, dtype=torch.long)
+    return (position >= padded - window).long() + (position >= padded - shift).long()
+
+
+@functools.lru_cache(maxsize=64)
+def _allowed(geometry: LayerGeometry) -> torch.Tensor:
+    (rows, cols), (wh, ww) = geometry.windows_per_side, geometry.window_size
+    (ph, pw), (sh, sw) = geometry.padded_grid, geometry.shift
+    labels = _roll_regions(ph, wh, sh)[:, None] * 3 + _roll_regions(pw, ww, sw)[None, :]  # (ph, pw)
+    labels = labels.view(rows, wh, cols, ww).permute(0, 2, 1, 3).reshape(rows * cols, wh * ww)
+    labels = torch.cat([torch.full((rows * cols, geometry.prefix_tokens), -1, dtype=torch.long), labels], dim=1)
+    return labels[:, :, None] == labels[:, None, :]  # (windows, Wt, Wt)
 
 
 @dataclass(frozen=True)
@@ -42,6 +165,21 @@ class ViTSpec:
     family: str = ""  # the model class, e.g. "VisionTransformer", "Eva", "Beit"
     residual_norm: str = "pre"  # "pre": x + f(norm(x)); "post": x + norm(f(x)) (timm's *_rpn ResPost blocks)
     prefix_names: tuple[str, ...] = ()  # one per prefix token, e.g. ("class", "register 1", ...); see token_names
+    # Windowed / hierarchical models only: one LayerGeometry per layer (empty for a ViT).
+    layer_geometry: tuple[LayerGeometry, ...] = field(default=(), repr=False)
+
+    @property
+    def is_windowed(self) -> bool:
+        """True for a model whose layers attend inside windows or on stage grids (Swin)."""
+        return bool(self.layer_geometry)
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s :class:`LayerGeometry`; for a ViT, one global window over the
+        patch grid with the prefix tokens in front."""
+        if self.layer_geometry:
+            return self.layer_geometry[layer]
+        return LayerGeometry(stage=0, grid_size=self.grid_size, stride=self.patch_size, window_size=self.grid_size,
+                             num_heads=self.num_heads, prefix_tokens=self.num_prefix_tokens)
 
     @property
     def token_names(self) -> tuple[str, ...]:
@@ -102,6 +240,11 @@ def _position_kind(model: nn.Module) -> str:
     return "learned" if table else "none"
 
 
+def _windowed_position_kind(model: nn.Module) -> str:
+    """Windowed models: a relative-position bias inside attention, plus SAM's absolute table if present."""
+    return "learned+relative" if isinstance(getattr(model, "pos_embed", None), torch.Tensor) else "relative"
+
+
 def _class_token(model: nn.Module, embed: nn.Module | None):
     token = getattr(model, "cls_token", None)
     return token if token is not None else getattr(embed, "cls_token", None)
@@ -136,18 +279,27 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         img = _pair(default_img_size or 224)
         grid = (img[0] // patch[0], img[1] // patch[1])
     sites = block_sites(model)
+    geometry = tuple(site.adapter.layer_geometry(site, grid, patch) for site in sites)
+    geometry = geometry if any(g is not None for g in geometry) else ()
+    if geometry and not all(geometry):
+        raise UnsupportedModelError(f"{type(model).__name__} mixes windowed and global layers: not yet supported (see issue 23).")
+    if geometry and getattr(model, "dynamic_img_size", False):
+        raise UnsupportedModelError(
+            "windowed attention: dynamic_img_size is not yet supported for windowed models (their windows change "
+            "with the input size); load it at a fixed img_size. See issue 23."
+        )
     head, outputs = _head_kind(model, embedding_output)
     dynamic = bool(getattr(model, "dynamic_img_size", False)) or type(model).__name__ == "NaFlexVit"
     return ViTSpec(
         patch_size=patch,
         grid_size=grid,
-        num_prefix_tokens=int(model.num_prefix_tokens),
+        num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 0)),
         num_layers=len(sites),
         num_heads=sites[0].adapter.num_heads(sites[0].module),
         embed_dim=int(getattr(model, "embed_dim", None) or model.num_features),
         img_size=(grid[0] * patch[0], grid[1] * patch[1]),
         has_class_token=_class_token(model, embed) is not None,
-        position_embedding=_position_kind(model),
+        position_embedding=_windowed_position_kind(model) if geometry else _position_kind(model),
         head=head,
         num_outputs=outputs,
         dynamic_img_size=dynamic,
@@ -155,6 +307,7 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         family=type(model).__name__,
         residual_norm=_residual_norm(model),
         prefix_names=_prefix_names(model, embed),
+        layer_geometry=geometry,
     )
 
 
@@ -163,11 +316,13 @@ def _prefix_names(model: nn.Module, embed: nn.Module | None) -> tuple[str, ...]:
     names = ["class"] if _class_token(model, embed) is not None else []
     if getattr(model, "dist_token", None) is not None:
         names.append("distillation")
-    registers = int(model.num_prefix_tokens) - len(names)
+    registers = int(getattr(model, "num_prefix_tokens", 0)) - len(names)
     return tuple(names + [f"register {k}" for k in range(1, registers + 1)])
 
 
 def _residual_norm(model: nn.Module) -> str:
     """"post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
-    blocks = getattr(model, "blocks", None) or ()
-    return "post" if any(type(block).__name__.startswith("ResPost") for block in blocks) else "pre"
+    from .adapters import model_blocks
+
+    post = ("ResPost", "SwinTransformerV2Block")  # Swin V2 blocks: x + norm(attn(x))
+    return "post" if any(type(block).__name__.startswith(post) for _, block in model_blocks(model)) else "pre"

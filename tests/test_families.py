@@ -259,8 +259,8 @@ def test_query_tokens_and_layers_select_rows_after_rope(family_vits):
 @pytest.mark.parametrize(
     "arch, reason",
     [
-        ("swin_tiny_patch4_window7_224", "windowed attention"),
-        ("samvit_base_patch16", "windowed attention"),
+        ("swinv2_cr_tiny_ns_224", "windowed attention"),
+        ("hiera_tiny_224", "mask-unit"),
         ("resnet18", "convolutional network"),
         ("xcit_tiny_12_p16_224", "cross-covariance"),
     ],

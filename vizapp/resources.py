@@ -39,8 +39,10 @@ from analysis import (
     position_embedding_similarity,
     upsample_map,
 )
+from analysis.errors import UnsupportedModelError
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
+from analysis.windowed import refuse_windowed
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -54,7 +56,10 @@ SET_CHUNK = 8  # images per cached piece of an image-set average (the progress b
 def get_model(ref: ModelRef) -> analysis.LoadedViT:
     """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
-    return load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    # Windowed models (Swin, SAM) open in the Python API only, so far: the pages assume one global grid.
+    refuse_windowed(vit, "The app's pages", UnsupportedModelError)
+    return vit
 
 
 # --------------------------------------------------------------------------- the forward pass

@@ -4,12 +4,21 @@ See :mod:`analysis.adapters.base` for how probabilities are read exactly, and
 :mod:`analysis.adapters.registry` for how a module finds its adapter.
 """
 
-from . import attention_pool, multihead, relative_position, rotary  # noqa: F401  (register the families)
+from . import (  # noqa: F401  (register the families)
+    attention_pool,
+    cosine_window,
+    decomposed_window,
+    multihead,
+    relative_position,
+    rotary,
+    shifted_window,
+)
 from .base import AttentionAdapter, AttentionInputs
 from .registry import (
     AttentionSite,
     adapter_for,
     block_sites,
+    model_blocks,
     pool_site,
     register_adapter,
     registered_adapters,
@@ -22,6 +31,7 @@ __all__ = [
     "AttentionSite",
     "adapter_for",
     "block_sites",
+    "model_blocks",
     "pool_site",
     "register_adapter",
     "registered_adapters",

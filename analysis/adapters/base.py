@@ -159,9 +159,17 @@ class AttentionAdapter:
     includes: str = "softmax(q·kᵀ·scale)"
     # The explicit path has no attn_drop: read the result of its softmax call instead.
     explicit_softmax: bool = False
+    # Attends inside windows: one call sees (B·windows, heads, Wt, Wt), not all tokens (Swin, SAM).
+    windowed: bool = False
 
     def num_heads(self, module: nn.Module) -> int:
         return int(module.num_heads)
+
+    def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]):
+        """The :class:`~analysis.spec.LayerGeometry` of a windowed family's layer at ``site``
+        (an :class:`~analysis.adapters.registry.AttentionSite`), or ``None`` for global attention
+        over ``[prefix, patches]`` (a ViT)."""
+        return None
 
     def tap(
         self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False

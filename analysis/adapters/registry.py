@@ -13,7 +13,9 @@ import torch.nn as nn
 from ..errors import UnsupportedModelError
 from .base import AttentionAdapter
 
-__all__ = ["register_adapter", "adapter_for", "registered_adapters", "AttentionSite", "block_sites", "pool_site"]
+__all__ = [
+    "register_adapter", "adapter_for", "registered_adapters", "AttentionSite", "block_sites", "model_blocks", "pool_site",
+]
 
 _ADAPTERS: list[AttentionAdapter] = []
 
@@ -38,21 +40,37 @@ def adapter_for(module: nn.Module | None) -> AttentionAdapter | None:
 
 @dataclass(frozen=True)
 class AttentionSite:
-    """One attention module of a model: ``layer`` is the block index (``None`` for a pooling head)."""
+    """One attention module of a model: ``layer`` is the block index (``None`` for a pooling
+    head), counted through all stages of a hierarchical model; ``block`` the block that holds
+    it and ``stage`` its stage (0 for a ViT)."""
 
     layer: int | None
     module: nn.Module
     adapter: AttentionAdapter
+    block: nn.Module | None = None
+    stage: int = 0
+
+
+def model_blocks(model: nn.Module) -> list[tuple[int, nn.Module]]:
+    """``(stage, block)`` for every transformer block in forward order: ``model.blocks`` (a
+    ViT: stage 0), else the ``blocks`` of each of ``model.layers`` (timm Swin v1/v2 stages)."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None:
+        return [(0, block) for block in blocks]
+    stages = getattr(model, "layers", None)
+    if isinstance(stages, nn.Sequential) and all(isinstance(getattr(s, "blocks", None), nn.Module) for s in stages):
+        return [(index, block) for index, stage in enumerate(stages) for block in stage.blocks]
+    return []
 
 
 def block_sites(model: nn.Module, name: str = "model") -> list[AttentionSite]:
     """The self-attention of every block, in order. Raises UnsupportedModelError naming the
     first block whose attention no adapter knows."""
-    blocks = getattr(model, "blocks", None)
-    if blocks is None or len(blocks) == 0:
+    blocks = model_blocks(model)
+    if len(blocks) == 0:
         raise UnsupportedModelError(f"{name!r} has no transformer blocks (model.blocks).")
     sites = []
-    for index, block in enumerate(blocks):
+    for index, (stage, block) in enumerate(blocks):
         attn = getattr(block, "attn", None)
         adapter = adapter_for(attn)
         if adapter is None:
@@ -61,7 +79,7 @@ def block_sites(model: nn.Module, name: str = "model") -> list[AttentionSite]:
                 f"{name!r}: block {index} uses {kind}, an attention module no adapter knows, so its "
                 f"probabilities cannot be read exactly. Supported attention: {supported_attention()}."
             )
-        sites.append(AttentionSite(index, attn, adapter))
+        sites.append(AttentionSite(index, attn, adapter, block, stage))
     return sites
 
 

@@ -18,6 +18,7 @@ import torch
 
 from ..capture import input_spec
 from ..errors import AnalysisError
+from ..windowed import refuse_windowed
 from .gradients import AttentionGradients, attention_gradients, resolve_targets
 from .methods import (
     BASELINES,
@@ -63,6 +64,7 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     """
     if method not in EXPLANATION_METHODS:
         raise AnalysisError(f"Unknown explanation method {method!r}; use one of {', '.join(EXPLANATION_METHODS)}.")
+    refuse_windowed(vit, f"explain(method={method!r})")
     input_spec(vit, pixels)
     function = EXPLANATION_METHODS[method]
     if method not in CLASS_SPECIFIC:

@@ -21,6 +21,7 @@ from ..capture import attention_taps, input_spec
 from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
+from ..windowed import refuse_windowed
 from ..spec import ViTSpec
 
 __all__ = ["AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients"]
@@ -84,6 +85,7 @@ def _score(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _prepare(vit, pixels: torch.Tensor) -> tuple[ViTSpec, torch.Tensor]:
+    refuse_windowed(vit, "Gradient explanations")
     spec = input_spec(vit, pixels)
     _require_classes(spec, "A gradient explanation")
     return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)

@@ -10,7 +10,9 @@ from ..errors import ModelLoadError, UnsupportedModelError
 
 __all__ = ["SUPPORTED_FAMILIES", "SUPPORTED_MODULES", "check_supported_architecture", "is_embedding_tower"]
 
-# timm modules whose models are ViTs with per-token self-attention over [prefix, patches].
+# timm modules whose models are ViTs with per-token self-attention over [prefix, patches], and
+# (Swin v1/v2, SAM) windowed models whose attention is captured per window (issue 23: the API's
+# capture_attention and attention_map work; the other analyses and the app refuse them, saying so).
 SUPPORTED_MODULES = (
     "vision_transformer",
     "vision_transformer_hybrid",
@@ -19,19 +21,21 @@ SUPPORTED_MODULES = (
     "beit",
     "vision_transformer_relpos",
     "naflexvit",
+    "swin_transformer",
+    "swin_transformer_v2",
+    "vision_transformer_sam",
 )
 SUPPORTED_FAMILIES = (
     "timm ViTs: vit_*, deit_*/deit3_*, DINO/DINOv2 (incl. registers), DINOv3, EVA-02, PE, "
     "BEiT/BEiTv2, vit_relpos/vit_srelpos, RoPE ViTs, NaFlex, CLIP/SigLIP image towers, hybrid vit_*_r50_*; "
-    "Hugging Face transformers ViT/DeiT/DINOv2/CLIP/SigLIP vision models; torchvision vit_*"
+    "Hugging Face transformers ViT/DeiT/DINOv2/CLIP/SigLIP vision models; torchvision vit_*; "
+    "windowed (capture and attention maps only, so far): timm swin_*, swinv2_* (not swinv2_cr_*) and SAM's samvit_*"
 )
 
 # timm module -> why its attention maps are not the per-token maps this tool shows.
 _REFUSALS = {
-    "swin_transformer": "windowed attention: maps exist only inside 7×7 windows (shifted every other block), not over the image",
-    "swin_transformer_v2": "windowed attention: maps exist only inside local windows, not over the image",
-    "swin_transformer_v2_cr": "windowed attention: maps exist only inside local windows, not over the image",
-    "vision_transformer_sam": "windowed attention: most blocks attend only inside 14×14 windows (SAM's image encoder)",
+    "swin_transformer_v2_cr": "windowed attention: swinv2_cr_* (its own scaled-cosine window module) is not yet "
+    "supported (timm swin_* and swinv2_* are; see issue 23)",
     "hiera": "hierarchical windowed (mask-unit) attention with pooled queries: no per-token map over the image",
     "maxxvit": "block/grid (windowed) attention mixed with convolutions",
     "cait": "class attention in separate layers: the patch blocks use talking-heads attention",

@@ -14,6 +14,7 @@ from PIL import Image
 from ..capture import capture_attention
 from ..distance import mean_attention_distance
 from ..errors import AnalysisError
+from ..windowed import refuse_windowed
 from ..images import load_image
 from ..rollout import attention_rollout
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
@@ -104,6 +105,7 @@ def robustness_curve(
     """
     if perturbation not in PERTURBATIONS:
         raise AnalysisError(f"perturbation must be one of {', '.join(PERTURBATIONS)}, got {perturbation!r}.")
+    refuse_windowed(vit, "robustness_curve")
     levels = tuple(float(level) for level in levels)
     if not levels:
         raise AnalysisError("levels is empty: pass the perturbation levels to measure, e.g. [0, 0.25, 0.5].")

@@ -12,6 +12,7 @@ from ..capture import attention_taps, input_spec
 from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
 from ..spec import ViTSpec
+from ..windowed import refuse_windowed
 from .perturbations import token_drop
 
 __all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_attention_distance"]
@@ -34,6 +35,7 @@ class DroppedTokenPass:
 def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass:
     """Logits and every layer's attention of ``vit`` on ``pixels`` ``(B, 3, H, W)`` with the
     patch tokens ``indices`` removed after the position embedding (this thread, one call)."""
+    refuse_windowed(vit, "token_drop_attention")
     spec = input_spec(vit, pixels)
     dropped = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
     keep = torch.ones(spec.num_tokens, dtype=torch.bool)

@@ -19,6 +19,7 @@ from ..capture import _resolve_layers, input_spec
 from ..checks import check_float_dtype
 from ..devices import autocast_context
 from ..errors import AnalysisError
+from ..windowed import refuse_windowed
 
 __all__ = ["TOKEN_KINDS", "capture_tokens", "logit_lens"]
 
@@ -52,6 +53,7 @@ def capture_tokens(
     if kind not in TOKEN_KINDS:
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
     check_float_dtype("dtype", dtype)
+    refuse_windowed(vit, "capture_tokens")
     spec = input_spec(vit, pixels)
     layer_ids = _resolve_layers(layers, spec.num_layers)
     sites = {site.layer: site for site in block_sites(vit.model)}
@@ -105,6 +107,7 @@ def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "float32") -> torc
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
     head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``). The last layer
     equals the logits: the model's forward is exactly that applied to the last block."""
+    refuse_windowed(vit, "logit_lens")
     spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(

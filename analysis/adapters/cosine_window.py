@@ -1,0 +1,29 @@
+"""Swin V2's scaled-cosine window attention (timm ``SwinTransformerV2``).
+
+The same shifted windows as Swin v1 (:mod:`.shifted_window`), with the scores
+
+    P = softmax(τ·cos(q, k) + 16·sigmoid(cpb_mlp(Δ)) + M)      # (B·windows, heads, Wt, Wt)
+
+``τ = exp(min(logit_scale, log 100))`` per head, ``cpb_mlp`` the continuous position bias
+of the log-spaced relative offsets ``Δ``, ``M`` the shift mask. The module always computes
+``P`` explicitly and passes it through ``attn_drop``, where the base contract reads it.
+"""
+
+from __future__ import annotations
+
+from timm.models.swin_transformer_v2 import WindowAttention as CosineWindowAttention
+
+from .registry import register_adapter
+from .shifted_window import ShiftedWindowAttentionAdapter
+
+
+class CosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
+    name = "scaled-cosine shifted-window attention (Swin V2)"
+    module_types = (CosineWindowAttention,)
+    includes = (
+        "softmax(τ·cos(q,k) + 16·sigmoid(cpb_mlp(Δ)) + M) inside each window: τ from logit_scale, "
+        "M the shift mask (masked pairs recorded as exactly 0)"
+    )
+
+
+ADAPTER = register_adapter(CosineWindowAttentionAdapter())

@@ -1,0 +1,66 @@
+"""SAM's image encoder (timm ``samvit_*``): windowed blocks and global blocks, both with
+decomposed relative positions.
+
+A windowed block pads its grid to whole ``w×w`` windows and attends inside each (no shift,
+no mask: padding tokens are keys like any other); a global block (``window_size == 0``)
+attends over the whole grid. Either way the scores are
+
+    P = softmax(scale·q·kᵀ + B),   B[(i,j),(k,l)] = q_(i,j)·R_h[i−k] + q_(i,j)·R_w[j−l]
+
+with ``R_h``, ``R_w`` the module's ``rel_pos_h``/``rel_pos_w`` tables (``get_decomposed_rel_pos_bias``),
+and the module passes ``B`` to its fused call or adds it on its explicit path. The module
+folds heads into the batch (``q (B·windows·heads, N, d)``); this adapter unfolds them to
+``(B·windows, heads, N, d)`` for the base contract and folds the call's output back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn as nn
+from timm.models.vision_transformer_sam import Attention as SamAttention
+
+from ..spec import LayerGeometry
+from .base import AttentionAdapter, AttentionInputs, Report
+from .registry import register_adapter
+
+
+class DecomposedWindowAttentionAdapter(AttentionAdapter):
+    name = "windowed / global attention with decomposed relative positions (SAM)"
+    module_types = (SamAttention,)
+    windowed = True
+    includes = (
+        "softmax(scale·q·kᵀ + B) inside each window (global blocks: over the grid), B the decomposed "
+        "relative-position bias from rel_pos_h / rel_pos_w; q, k after q/k norm"
+    )
+
+    def tap(self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False):
+        heads = self.num_heads(module)
+
+        def unfold(tensor: torch.Tensor | None) -> torch.Tensor | None:  # (B'·heads, ...) -> (B', heads, ...)
+            return None if tensor is None or tensor.ndim != 3 else tensor.unflatten(0, (-1, heads))
+
+        def per_head(inputs: AttentionInputs):
+            if inputs.probs is not None:
+                return report(AttentionInputs(probs=unfold(inputs.probs)))
+            output = report(replace(inputs, q=unfold(inputs.q), k=unfold(inputs.k), v=unfold(inputs.v),
+                                    mask=unfold(inputs.mask)))
+            return None if output is None else output.flatten(0, 1)  # (B', heads, N, d) -> (B'·heads, N, d)
+
+        return super().tap(module, per_head, owner, differentiable=differentiable, reuse=reuse)
+
+    def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]) -> LayerGeometry:
+        """One stage on the patch grid; a windowed block's ``w×w`` windows, or one window of
+        the whole grid for a global block."""
+        window = int(getattr(site.block, "window_size", 0) or 0)
+        return LayerGeometry(
+            stage=0,
+            grid_size=tuple(patch_grid),
+            stride=tuple(patch_size),
+            window_size=(window, window) if window > 0 else tuple(patch_grid),
+            num_heads=self.num_heads(site.module),
+        )
+
+
+ADAPTER = register_adapter(DecomposedWindowAttentionAdapter())

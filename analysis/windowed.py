@@ -1,0 +1,183 @@
+"""Records of windowed attention (Swin v1/v2, SAM's image encoder), and the one map they give today.
+
+A windowed layer attends inside windows of its stage grid (:class:`~analysis.spec.LayerGeometry`
+says which cells each window holds, and which pairs the shift mask keeps). The capture
+(:func:`analysis.capture.capture_attention`, the same path as for ViTs) returns a
+:class:`WindowedAttentionRecord` that keeps each layer's probabilities as the module computed
+them, one window at a time:
+
+    record.windows[l]   # (B, windows, heads, Wt, Wt), rows sum to one over each window's keys
+
+Stages differ in grid, heads and window count, so there is one tensor per layer rather than a
+stacked ``(L, B, heads, Q, T)`` like a ViT's ``record.attentions``. Pairs the shift mask
+removes are exactly 0.
+
+:func:`windowed_attention_map` puts one query's row back on its layer's grid, with zeros
+outside the query's window. Every other analysis (rollout, attention distance, explanations,
+tokens, position) is not yet defined for these records and refuses them with
+:func:`refuse_windowed`, which names the reason (issue 23).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .errors import AnalysisError
+from .spec import LayerGeometry, ViTSpec
+
+__all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",
+           "windowed_message", "WINDOWED_SUPPORT"]
+
+WINDOWED_SUPPORT = "capture_attention (record.windows) and attention_map"
+
+
+def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
+    """Raise ``error`` when ``value`` (a LoadedViT, a spec or a record) is a windowed model:
+    ``what`` is not yet defined for it. Does nothing for a ViT."""
+    spec = getattr(value, "spec", value)
+    if isinstance(spec, ViTSpec) and spec.is_windowed:
+        raise error(windowed_message(what, spec.family))
+
+
+def windowed_message(what: str, family: str) -> str:
+    """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
+    return (
+        f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
+        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
+        f"Python API: {WINDOWED_SUPPORT}."
+    )
+
+
+def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
+    """One windowed attention call's probabilities ``(B·windows, heads, Wt, Wt)`` (timm's
+    batch-major window order) as ``(B, windows, heads, Wt, Wt)``, with the pairs the shift
+    mask removes set to exactly 0 (a new tensor: ``probs`` may be the module's own, which it
+    still multiplies with ``v``).
+
+    Raises AnalysisError when the masked pairs carried real probability (more than 1e-6 of a
+    row): then the geometry read off the model is not the one the module used."""
+    windows, tokens = geometry.num_windows, geometry.window_tokens
+    if probs.shape[0] % windows or tuple(probs.shape[-2:]) != (tokens, tokens) or probs.shape[1] != geometry.num_heads:
+        raise AnalysisError(
+            f"A stage-{geometry.stage} attention call gave {tuple(probs.shape)} probabilities; its geometry predicts "
+            f"(B·{windows}, {geometry.num_heads}, {tokens}, {tokens}). This windowed model is not supported."
+        )
+    probs = probs.reshape(probs.shape[0] // windows, windows, *probs.shape[1:])
+    allowed = geometry.allowed().to(probs.device)[None, :, None]  # (1, windows, 1, Wt, Wt)
+    if not bool(allowed.all()):
+        leaked = probs.masked_fill(allowed, 0).sum(-1).amax() if probs.numel() else 0.0
+        if float(leaked) > 1e-6:
+            raise AnalysisError(
+                f"The shift mask of a stage-{geometry.stage} layer did not match the module's ({float(leaked):.2g} of a "
+                "row on masked pairs): this windowed model is not supported."
+            )
+        probs = probs.masked_fill(~allowed, 0.0)
+    return probs
+
+
+@dataclass(frozen=True)
+class WindowedAttentionRecord:
+    """Windowed attention captured from one forward pass (see the module docstring).
+
+    Attributes:
+        windows: one ``(B, windows, heads, Wt, Wt)`` tensor per captured layer, in the order
+            of ``layers``; the geometry of layer ``l`` is ``spec.geometry(l)``.
+        logits: ``(B, classes)`` the model's output for the same forward pass.
+        spec: the model's spec, with ``spec.layer_geometry`` one entry per layer.
+        layers: model layer index of each entry of ``windows``.
+    """
+
+    windows: tuple[torch.Tensor, ...]
+    logits: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+    query_tokens: None = None
+    pool_attention: None = None
+
+    @property
+    def attentions(self) -> torch.Tensor:
+        """Not defined: a windowed model has no ``(L, B, heads, T, T)`` attention over all tokens."""
+        refuse_windowed(self, "record.attentions (one (L, B, heads, T, T) tensor over all tokens)")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def layer_position(self, layer: int) -> int:
+        """Position in ``windows`` of model layer ``layer`` (negative indices count from the end)."""
+        from .capture import AttentionRecord
+
+        return AttentionRecord.layer_position(self, layer)
+
+    def layer_windows(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities."""
+        return self.windows[self.layer_position(layer)]
+
+
+def concatenate_windowed(pieces: Sequence[WindowedAttentionRecord], device: torch.device) -> WindowedAttentionRecord:
+    """Records of consecutive pieces of one batch, as one record (out-of-memory fallbacks)."""
+    first = pieces[0]
+    windows = tuple(torch.cat([p.windows[i].to(device) for p in pieces], dim=0) for i in range(len(first.windows)))
+    logits = torch.cat([p.logits.to(device) for p in pieces], dim=0)
+    return WindowedAttentionRecord(windows=windows, logits=logits, spec=first.spec, layers=first.layers)
+
+
+def query_cells(geometry: LayerGeometry, query) -> list[int]:
+    """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,
+    an input-pixel position ``(y, x)``, or ``"mean"`` (every cell)."""
+    from .queries import check_pixel_query
+
+    gh, gw = geometry.grid_size
+    if isinstance(query, tuple):
+        pixel = check_pixel_query(query, (gh * geometry.stride[0], gw * geometry.stride[1]))
+        return [geometry.cell_of_pixel(*pixel)]
+    if query == "mean":
+        return list(range(gh * gw))
+    if isinstance(query, str):
+        raise AnalysisError(
+            f"query={query!r}: a windowed model (Swin) has no class or prefix tokens; use a cell index on the "
+            f"layer's {gh}x{gw} grid, a pixel position (y, x), or 'mean'."
+        )
+    if isinstance(query, bool) or not isinstance(query, numbers.Integral) or not 0 <= int(query) < gh * gw:
+        raise AnalysisError(f"query={query!r} is not a cell of this layer's {gh}x{gw} grid (0..{gh * gw - 1}).")
+    return [int(query)]
+
+
+def windowed_attention_map(
+    record: WindowedAttentionRecord, layer: int, *, head: int | None = None, query="mean"
+) -> torch.Tensor:
+    """Attention of one query over its layer's grid, zero outside the query's window.
+
+    For a query cell ``c`` in window ``w`` at slot ``s`` (``window_cells[w, s] == c``):
+
+        map[b, window_cells[w, t]] = A[b, w, head, s, t]     for every non-padding key slot t
+
+    and 0 at every other cell; ``head=None`` averages over heads, ``query="mean"`` averages
+    the maps of all cells. Keys at padding slots (grids that are not whole windows) are not on
+    the grid, so a map may then sum to less than one.
+
+    Returns:
+        ``(B, gh, gw)`` float32 on the layer's grid (``record.spec.geometry(layer).grid_size``).
+    """
+    from .checks import check_index
+
+    position = record.layer_position(layer)
+    geometry = record.spec.geometry(record.layers[position])
+    attention = record.windows[position]  # (B, windows, heads, Wt, Wt)
+    if head is not None:
+        head = check_index("head", head, geometry.num_heads, f"heads in stage {geometry.stage}")
+        attention = attention[:, :, head : head + 1]
+    attention = attention.float().mean(dim=2)  # (B, windows, Wt, Wt)
+    cells = geometry.window_cells().to(attention.device)  # (windows, Wt), −1: padding / prefix
+    wanted = torch.zeros(geometry.grid_size[0] * geometry.grid_size[1], dtype=torch.bool, device=attention.device)
+    wanted[query_cells(geometry, query)] = True
+    is_query = (cells >= 0) & wanted[cells.clamp(min=0)]  # (windows, Wt): query slots
+    rows = attention * is_query[None, :, :, None]  # (B, windows, Wt_q, Wt_k), other rows zeroed
+    per_key = rows.sum(dim=2)  # (B, windows, Wt_k)
+    keys = cells >= 0
+    batch = attention.shape[0]
+    out = torch.zeros(batch, geometry.grid_size[0] * geometry.grid_size[1], device=attention.device)
+    out.index_add_(1, cells[keys], per_key[:, keys])
+    out /= int(wanted.sum())
+    return out.reshape(batch, *geometry.grid_size)
