@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import analysis
+import analysis.robustness  # noqa: F401 - analysis.robustness.* below
 from analysis import AnalysisError, attention_map, capture_attention, load_vit
 from analysis.errors import UnsupportedModelError
 
