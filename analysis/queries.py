@@ -9,7 +9,7 @@ import torch
 from .capture import AttentionRecord
 from .errors import AnalysisError
 
-__all__ = ["Query", "query_rows_for", "prefix_query", "parse_prefix_query"]
+__all__ = ["Query", "default_query", "query_rows_for", "prefix_query", "parse_prefix_query"]
 
 Query = str | int  # "cls" | "mean" | "prefix:<i>" | row-major patch index
 
@@ -27,14 +27,27 @@ def parse_prefix_query(query) -> int | None:
     return None
 
 
-def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
+def default_query(spec, query: Query | None = None) -> Query:
+    """The query an analysis reads when the caller passes ``query=None``: the token the model's
+    head reads, i.e. the class token when the model has one, else the mean over every patch
+    query (global-average pooling). Every map of one query (``attention_map``,
+    ``attention_rollout``, ``attention_rollout_by_layer``) defaults to this, so the default
+    works on every model; ``"cls"`` asked for explicitly on a model without one is an error."""
+    if query is None:
+        return "cls" if spec.has_class_token else "mean"
+    return query
+
+
+def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
     """Positions along the record's ``Q`` axis whose attention rows make up ``query``.
 
     ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
     (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers);
-    ``"prefix:<i>"`` is prefix token i (class, distillation or register token).
+    ``"prefix:<i>"`` is prefix token i (class, distillation or register token); ``None`` is
+    :func:`default_query`.
     """
     spec = record.spec
+    query = default_query(spec, query)
     prefix = spec.num_prefix_tokens
     token = parse_prefix_query(query)
     if token is not None:

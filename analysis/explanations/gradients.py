@@ -89,7 +89,7 @@ def _prepare(vit, pixels: torch.Tensor) -> tuple[ViTSpec, torch.Tensor]:
     return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
 
 
-def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> AttentionGradients:
+def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> AttentionGradients:
     """One forward and one backward pass: every block's attention and ``∂y/∂A``.
 
     Fused attention is made explicit for this call and thread only (see
@@ -123,7 +123,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
 
 
 def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
-                          precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
+                          precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
     gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
     spec, pixels = _prepare(vit, pixels)
@@ -150,7 +150,7 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets, spec
 
 
-def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
     (``None``: the prediction of this very pass)."""
     spec, pixels = _prepare(vit, pixels)

@@ -29,10 +29,11 @@ __all__ = [
     "BASELINES",
 ]
 
-#: Integrated-gradients baselines: ``"black"`` (pixel value 0, then the model's
-#: normalisation), ``"mean"`` (the normalised zero: the dataset mean colour), ``"blur"``
-#: (the image under a Gaussian blur with σ = one patch side).
-BASELINES = ("black", "mean", "blur")
+#: Baselines of integrated gradients and of the perturbation curves, the first the default of
+#: both: ``"mean"`` (the normalised zero: the dataset mean colour), ``"black"`` (pixel value 0,
+#: then the model's normalisation), ``"blur"`` (the image under a Gaussian blur with σ = one
+#: patch side).
+BASELINES = ("mean", "black", "blur")
 
 
 def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
@@ -145,7 +146,7 @@ def _baseline(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
 
 
 def integrated_gradients(
-    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = "black", internal_batch: int = 16
+    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = BASELINES[0], internal_batch: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Integrated gradients (Sundararajan et al. 2017) pooled per patch, midpoint rule:
 

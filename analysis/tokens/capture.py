@@ -41,13 +41,14 @@ def capture_tokens(
     kind: str = "token",
     layers: Sequence[int] | int | None = None,
     dtype: torch.dtype = torch.float32,
-    precision: str = "float32",
+    precision: str = "auto",
 ) -> torch.Tensor:
     """``(L, B, T, D)`` on the CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested
     layer (``None``: all), in token order (prefix tokens first, then patches row-major).
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
-    grouped-query keys and values).
+    grouped-query keys and values). ``precision``: autocast for the forward, as in
+    :func:`analysis.capture_attention` (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
     """
     if kind not in TOKEN_KINDS:
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
@@ -101,7 +102,7 @@ def capture_tokens(
     return torch.stack([kept[layer] for layer in layer_ids])
 
 
-def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "float32") -> torch.Tensor:
+def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "auto") -> torch.Tensor:
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
     head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``). The last layer
     equals the logits: the model's forward is exactly that applied to the last block."""
