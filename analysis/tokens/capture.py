@@ -106,7 +106,7 @@ def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "auto") -> torch.T
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
     head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``). The last layer
     equals the logits: the model's forward is exactly that applied to the last block."""
-    spec = vit.spec
+    spec = input_spec(vit, pixels)
     if not spec.has_classifier:
         raise AnalysisError(
             "The logit lens reads each layer through the class head, and this model has none "
