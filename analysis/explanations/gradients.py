@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..adapters.registry import block_sites
-from ..capture import attention_taps, input_spec
+from ..capture import attention_taps, input_spec, require_every_layer
 from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
@@ -106,9 +106,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     with torch.enable_grad(), attention_taps(vit.model, layers, keep, differentiable=True):
         with autocast_context(vit.device, precision):
             logits = vit.model(pixels)
-        missing = [layer for layer in layers if layer not in kept]
-        if missing:
-            raise AnalysisError(f"The attention of layers {missing} was never computed: this model is not supported.")
+        require_every_layer(layers, kept)
         targets = resolve_targets(target, logits.detach(), spec)
         probabilities = [kept[layer] for layer in layers]
         gradients = torch.autograd.grad(_score(logits, targets), probabilities, allow_unused=True)

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from ..adapters.base import AttentionInputs
 from ..adapters.registry import block_sites
-from ..capture import _resolve_layers, input_spec
+from ..capture import _resolve_layers, input_spec, require_every_layer
 from ..checks import check_float_dtype
 from ..devices import autocast_context
 from ..errors import AnalysisError
@@ -96,9 +96,7 @@ def capture_tokens(
             f"Layers {sorted(set(explicit))} ran their explicit attention path (fused_attn=False), where "
             f"{kind}s are never passed out: capture kind='{kind}' needs the default fused attention."
         )
-    missing = [layer for layer in layer_ids if layer not in kept]
-    if missing:
-        raise AnalysisError(f"No {kind}s were seen for layers {missing}: this model is not supported.")
+    require_every_layer(layer_ids, kept, what=f"{kind} output")
     return torch.stack([kept[layer] for layer in layer_ids])
 
 
