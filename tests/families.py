@@ -1,6 +1,7 @@
 """The one matrix of supported timm ViT families, shared by ``tests/test_families.py`` (the full
-checks on the current versions) and ``tests/min_versions_smoke.py`` (the CI floor versions,
-run as a plain script: keep this module free of pytest and of anything newer than Python 3.10).
+checks on the current versions), the per-family tests of explanations, tokens and robustness,
+and ``tests/min_versions_smoke.py`` (the CI floor versions, run as a plain script: keep this
+module free of pytest and of anything newer than Python 3.10).
 
 Each entry builds a random-weight model small enough for the CPU: ``(timm architecture,
 timm.create_model kwargs, input (H, W), oldest timm that has it)``. A family the floor timm
