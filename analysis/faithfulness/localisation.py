@@ -47,7 +47,7 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
     Under the split rule a flat map scores the object's share of the patches, i.e. the chance
     level of a uniformly random patch, and the score does not depend on the patch order.
     """
-    values = torch.as_tensor(saliency).detach().double()
+    values = torch.as_tensor(saliency).detach().double().cpu()
     truth = torch.as_tensor(np.asarray(object_patches, dtype=bool))
     if values.ndim < 2 or tuple(values.shape) != tuple(truth.shape):
         raise AnalysisError(
