@@ -9,7 +9,7 @@ attention, analyse it.
 """
 
 from .archives import ArchiveLimits, read_image_archive
-from .attention_maps import attention_map
+from .attention_maps import attention_map, pooling_attention_map
 from .capture import AttentionRecord, attention_taps, capture_attention
 from .distance import (
     DISTANCE_UNITS,
@@ -32,8 +32,15 @@ from .errors import (
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .loading import LoadedViT, load_vit
+from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
-from .position import position_embedding_similarity, position_encoding_kinds, rotary_position_features
+from .position import (
+    position_embedding_similarity,
+    position_encoding_kinds,
+    rotary_position_features,
+    similarity_by_distance,
+)
+from .queries import corresponding_layer, corresponding_query
 from .record_memory import idle_record_bytes, release_record_memory
 from .rollout import attention_rollout, attention_rollout_by_layer
 from .spec import ViTSpec
@@ -71,6 +78,10 @@ __all__ = [
     "release_record_memory",
     "idle_record_bytes",
     "attention_map",
+    "pooling_attention_map",
+    "corresponding_layer",
+    "corresponding_query",
+    "similarity_by_distance",
     "attention_rollout",
     "attention_rollout_by_layer",
     "mean_attention_distance",
@@ -81,6 +92,7 @@ __all__ = [
     "dataset_attention_distance",
     "UPSAMPLING_MODES",
     "upsample_map",
+    "scale_by_peak",
     "masked_image",
     "SkippedImage",
     "position_embedding_similarity",

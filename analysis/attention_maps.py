@@ -8,7 +8,7 @@ from .capture import AttentionRecord
 from .checks import check_index, check_record
 from .queries import Query, query_rows_for, select_query
 
-__all__ = ["attention_map"]
+__all__ = ["attention_map", "pooling_attention_map"]
 
 
 def attention_map(
@@ -35,3 +35,25 @@ def attention_map(
     over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
     gh, gw = spec.grid_size
     return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw)
+
+
+def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, probe: int = 0) -> torch.Tensor | None:
+    """The attention-pooling head's map over the patch grid (SigLIP / PE ``map`` pooling: a
+    learned probe query attends over the last block's output tokens):
+
+        map[b, i, j] = P[b, head, probe, prefix + i·gw + j]
+
+    with ``head=None`` averaging ``P`` over the pooling head's own heads. Prefix keys are left
+    out, as in :func:`attention_map`. Returns ``(B, gh, gw)`` float32, or ``None`` for a model
+    without an attention-pooling head.
+    """
+    spec = check_record(record, "pooling_attention_map").spec
+    if record.pool_attention is None:
+        return None
+    pool = record.pool_attention  # (B, heads, probes, T)
+    probe = check_index("probe", probe, pool.shape[2], "probe queries")
+    if head is not None:
+        head = check_index("head", head, pool.shape[1], "pooling heads")
+        pool = pool[:, head : head + 1]
+    gh, gw = spec.grid_size
+    return pool[:, :, probe, spec.num_prefix_tokens :].float().mean(dim=1).reshape(-1, gh, gw)

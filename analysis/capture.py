@@ -31,7 +31,7 @@ import contextlib
 import numbers
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -83,6 +83,20 @@ class AttentionRecord:
                 f"Layer {layer} was not captured (captured: {list(self.layers)}). "
                 "Capture it with capture_attention(..., layers=None) for all layers."
             ) from None
+
+    def select_layers(self, layers: Sequence[int]) -> "AttentionRecord":
+        """The same record over some of its layers, in the order given. Consecutive layers are
+        a view of the maps (nothing copied); other selections gather their maps. Every analysis
+        that takes a record takes the result."""
+        positions = [self.layer_position(layer) for layer in layers]
+        if not positions:
+            raise AnalysisError("select_layers needs at least one layer.")
+        first = positions[0]
+        if positions == list(range(first, first + len(positions))):
+            attentions = self.attentions[first : first + len(positions)]
+        else:
+            attentions = self.attentions[torch.as_tensor(positions, dtype=torch.long)]
+        return replace(self, attentions=attentions, layers=tuple(self.layers[p] for p in positions))
 
     def query_rows(self, tokens: Sequence[int]) -> list[int]:
         """Positions along ``Q`` of the given token indices."""

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.layers import resample_abs_pos_embed
@@ -26,6 +27,7 @@ __all__ = [
     "rotary_position_features",
     "position_embedding_similarity",
     "position_encoding_kinds",
+    "similarity_by_distance",
 ]
 
 
@@ -174,3 +176,51 @@ def position_embedding_similarity(
     gh, gw, _ = grid_embed.shape
     unit = F.normalize(grid_embed.reshape(gh * gw, -1).double(), dim=-1)  # (N, D)
     return (unit @ unit.T).reshape(gh, gw, gh, gw).float()
+
+
+def similarity_by_distance(
+    similarity: np.ndarray, unit: float = 1.0, bin_width: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean cosine similarity as a function of the distance between patch centres.
+
+    similarity: ``(gh, gw, gh, gw)``. Distances are Euclidean in grid steps, multiplied by
+    ``unit`` (e.g. ``original_grid / resampled_grid`` to express a resampled grid in the
+    original grid's patches). Returns ``(distances, mean_similarity)``, sorted by distance,
+    one entry per distinct distance (self-similarity at distance 0 included).
+
+    ``bin_width`` (in the same unit): pool distances into bins ``[k·w, (k+1)·w)`` instead,
+    each reported at the pair-weighted mean distance of its pairs (distance 0 keeps its own
+    bin). A resampled grid has many near-equal distances whose means zig-zag; bins smooth that
+    without moving any pair.
+    """
+    similarity = np.asarray(similarity)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
+        raise AnalysisError(
+            f"similarity_by_distance expects a (gh, gw, gh, gw) similarity grid "
+            f"(position_embedding_similarity's), got shape {similarity.shape}.")
+    if not unit > 0 or (bin_width is not None and not bin_width > 0):
+        raise AnalysisError(f"unit and bin_width must be positive, got unit={unit!r}, bin_width={bin_width!r}.")
+    gh, gw = similarity.shape[:2]
+    # Sum over all pairs with displacement (dy, dx), without a (N², N²) index: along each
+    # diagonal of the (row, row') plane, then along each diagonal of the (col, col') plane.
+    by_rows = similarity.astype(np.float64).transpose(0, 2, 1, 3)  # (gh, gh, gw, gw): [r, r', c, c']
+    dys, dxs, totals, pairs = [], [], [], []
+    for dy in range(-(gh - 1), gh):
+        cols = np.diagonal(by_rows, offset=dy, axis1=0, axis2=1).sum(-1)  # (gw, gw): summed over r
+        for dx in range(-(gw - 1), gw):
+            dys.append(dy)
+            dxs.append(dx)
+            totals.append(np.trace(cols, offset=dx))
+            pairs.append((gh - abs(dy)) * (gw - abs(dx)))
+    squared = np.asarray(dys) ** 2 + np.asarray(dxs) ** 2  # exact integers: group without float noise
+    keys, inverse = np.unique(squared, return_inverse=True)
+    sums = np.bincount(inverse, weights=np.asarray(totals))
+    counts = np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64))
+    distances = np.sqrt(keys) * unit
+    if bin_width is None:
+        return distances, sums / counts
+    bins = np.where(distances == 0, 0, np.floor(distances / bin_width).astype(np.int64) + 1)
+    _, which = np.unique(bins, return_inverse=True)
+    pair_counts = np.bincount(which, weights=counts)
+    centres = np.bincount(which, weights=distances * counts) / pair_counts
+    return centres, np.bincount(which, weights=sums) / pair_counts

@@ -7,9 +7,13 @@ import numbers
 import torch
 
 from .capture import AttentionRecord
+from .checks import check_int
 from .errors import AnalysisError
 
-__all__ = ["Query", "default_query", "query_rows_for", "prefix_query", "parse_prefix_query"]
+__all__ = [
+    "Query", "default_query", "query_rows_for", "prefix_query", "parse_prefix_query", "corresponding_layer",
+    "corresponding_query",
+]
 
 Query = str | int  # "cls" | "mean" | "prefix:<i>" | row-major patch index
 
@@ -80,3 +84,43 @@ def select_query(attention: torch.Tensor, rows: list[int]) -> torch.Tensor:
         return attention[..., rows[0], :].float()
     index = torch.as_tensor(rows, device=attention.device)
     return attention.index_select(-2, index).float().mean(dim=-2)
+
+
+def corresponding_layer(layer: int, from_layers: int, to_layers: int) -> int:
+    """The layer at the same relative depth in a model with ``to_layers`` layers:
+    ``round(layer · (to_layers − 1) / (from_layers − 1))`` (the first maps to the first, the
+    last to the last)."""
+    from_layers = check_int("from_layers", from_layers, minimum=1)
+    to_layers = check_int("to_layers", to_layers, minimum=1)
+    layer = check_int("layer", layer, minimum=0)
+    if from_layers <= 1 or to_layers <= 1:
+        return min(layer, to_layers - 1)
+    return int(round(layer * (to_layers - 1) / (from_layers - 1)))
+
+
+def _grid_pair(name: str, grid) -> tuple[int, int]:
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise AnalysisError(f"{name} must be a (rows, columns) pair, got {grid!r}.")
+    return check_int(f"{name} rows", grid[0], minimum=1), check_int(f"{name} columns", grid[1], minimum=1)
+
+
+def corresponding_query(
+    query: Query, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool
+) -> Query:
+    """The same query in another model (or at another grid): the class token (or ``"mean"``
+    without one); ``"mean"`` for the other prefix tokens, whose roles differ between models;
+    for a patch, the patch of ``to_grid`` that contains the centre of patch ``(r, c)`` of
+    ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``."""
+    from_grid, to_grid = _grid_pair("from_grid", from_grid), _grid_pair("to_grid", to_grid)
+    if query == "cls":
+        return "cls" if to_has_class_token else "mean"
+    if query == "mean" or (isinstance(query, str) and query.startswith("prefix:")):
+        return "cls" if query == "prefix:0" and to_has_class_token else "mean"  # registers differ per model
+    if isinstance(query, str) or isinstance(query, bool) or not isinstance(query, numbers.Integral):
+        raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
+    if not 0 <= int(query) < from_grid[0] * from_grid[1]:
+        raise AnalysisError(f"Patch index {query} is outside the {from_grid[0]}x{from_grid[1]} grid.")
+    r, c = divmod(int(query), from_grid[1])
+    r2 = min(int((r + 0.5) * to_grid[0] / from_grid[0]), to_grid[0] - 1)
+    c2 = min(int((c + 0.5) * to_grid[1] / from_grid[1]), to_grid[1] - 1)
+    return r2 * to_grid[1] + c2

@@ -47,8 +47,9 @@ TIMEOUT = 120
 
 def uploader(app, key: str):
     """``app.file_uploader(key=...)``. AppTest drives uploads only in newer Streamlit releases
-    than the app's floor; the minimum-versions job (an older Streamlit) skips these tests,
-    while the main suite (the newest Streamlit) always runs them."""
+    than the app's floor: the tests that call it are marked ``upload``, which the
+    minimum-versions job deselects (``-m "not upload"``) and the main suite must run (under
+    CI=true a skipped ``upload`` test fails the run: tests/ci_skip_check.py)."""
     if not hasattr(app, "file_uploader"):
         pytest.skip(f"Streamlit {st_version}'s AppTest cannot drive file uploads")
     return app.file_uploader(key=key)
@@ -412,7 +413,11 @@ def test_attention_distance_page(app, vit, record):
     (line,) = scatter["layout"]["shapes"]
     assert line["y0"] == pytest.approx(analysis.uniform_attention_distance(record.spec), rel=1e-6)
 
-    # my own image set: two files and a zip holding one more image and a non-image
+
+@pytest.mark.upload
+def test_attention_distance_page_on_my_own_image_set(app, vit):
+    """Two uploaded files and a zip holding one more image and a non-image."""
+    app.switch_page("views/distance.py").run()
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("inner/blue.png", png_bytes(colour=(20, 30, 220)))
@@ -471,6 +476,7 @@ def test_distance_units_make_two_models_comparable(app, vit, record):
 # --------------------------------------------------------------------------- inputs and failures
 
 
+@pytest.mark.upload
 def test_upload_replaces_the_sample(app, vit):
     data = png_bytes(size=(64, 48))
     uploader(app, key="image_upload").set_value(("red.png", data, "image/png")).run()
@@ -485,6 +491,7 @@ def test_upload_replaces_the_sample(app, vit):
     np.testing.assert_allclose(overlay_map(charts(app)[0]), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.upload
 def test_animated_gif_upload_uses_its_first_frame(app):
     frames = [Image.new("RGB", (32, 32), c) for c in ((255, 0, 0), (0, 0, 255))]
     buffer = io.BytesIO()
@@ -495,6 +502,7 @@ def test_animated_gif_upload_uses_its_first_frame(app):
     assert app.session_state["current"].image.name == "anim.gif"
 
 
+@pytest.mark.upload
 def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
     before = app.session_state["current"].image.name
     uploader(app, key="image_upload").set_value(("broken.png", b"definitely not a png", "image/png")).run()
@@ -586,6 +594,7 @@ def test_similarity_by_distance_and_query_mapping():
     assert derive.map_layer(11, 12, 24) == 23
 
 
+@pytest.mark.upload
 def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
     """When capture falls back to the CPU (it warns), the page says so and still works."""
     import warnings
@@ -1090,6 +1099,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     resources.attention_grid.clear()
 
 
+@pytest.mark.upload
 def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     spec = vit.spec
     app.switch_page("views/tokens.py").run()
@@ -1114,3 +1124,232 @@ def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     uploader(app, key="tok_other_upload").set_value(("bad.png", b"not an image", "image/png")).run()
     assert_clean(app)
     assert any("Could not read **bad.png**" in e.value for e in app.error)
+
+
+# --------------------------------------------------------------------------- "Reproduce in Python"
+
+
+@pytest.fixture
+def npz_downloads(monkeypatch) -> dict:
+    """Every ``.npz`` download a run offers, by widget key, as the user would receive it
+    (``ui.npz_bytes``, then ``np.load``)."""
+    import vizapp.ui as ui
+
+    files: dict[str, dict[str, np.ndarray]] = {}
+    original = ui.download_npz
+
+    def recording(key, filename, label="Data (.npz)", **arrays):
+        with np.load(io.BytesIO(ui.npz_bytes(**arrays))) as data:
+            files[key] = {name: data[name] for name in data.files}
+        original(key, filename, label, **arrays)
+
+    monkeypatch.setattr(ui, "download_npz", recording)
+    return files
+
+
+def reproduce(at: AppTest) -> dict:
+    """Run the page's "Reproduce in Python" script; its global names."""
+    (expander,) = [e for e in at.expander if e.label == "Reproduce in Python"]
+    (block,) = expander.code
+    namespace: dict = {}
+    exec(compile(block.value, "<reproduce in python>", "exec"), namespace)  # noqa: S102 - our own generated code
+    return namespace
+
+
+def assert_same_arrays(script: dict, npz: dict, names) -> None:
+    for name in names:
+        np.testing.assert_allclose(np.asarray(script[name]), npz[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+needs_demo = pytest.mark.skipif(not DEMO_PRESENT, reason="random weights differ per load: the script cannot reproduce them")
+
+
+@needs_demo
+@pytest.mark.parametrize("layer, head, mode, patch", [(1, 2, "patch", 21), (0, "mean", "cls", None), (2, 0, "mean", None)])
+def test_the_attention_page_reproduces_in_python(app, npz_downloads, layer, head, mode, patch):
+    app.slider(key="layer").set_value(layer).run()
+    app.selectbox(key="head").set_value(head).run()
+    app.radio(key="query_mode").set_value(mode).run()
+    if patch is not None:
+        app.number_input(key="query_patch").set_value(patch).run()
+    assert_clean(app)
+    script = reproduce(app)
+    assert "IMAGE = " in app.expander[-1].code[0].value and str(REPO / "assets" / "samples") in app.expander[-1].code[0].value
+    npz = npz_downloads["attn_overlay_data"]
+    assert (int(npz["layer"]), int(npz["head"])) == (layer, -1 if head == "mean" else head)
+    assert_same_arrays(script, npz, ["attention"])
+
+
+@needs_demo
+def test_the_rollout_page_reproduces_in_python(app, npz_downloads):
+    app.switch_page("views/rollout.py").run()
+    app.radio(key="fusion").set_value("max").run()
+    app.slider(key="discard_ratio").set_value(0.1).run()
+    app.slider(key="start_layer").set_value(1).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(9).run()
+    assert_clean(app)
+    npz = npz_downloads["rollout_data"]
+    assert (str(npz["head_fusion"]), float(npz["discard_ratio"]), int(npz["start_layer"])) == ("max", 0.1, 1)
+    assert_same_arrays(reproduce(app), npz, ["rollout", "after_each_layer"])
+
+
+@needs_demo
+@pytest.mark.parametrize("unit", ["px", "patches"])
+def test_the_attention_distance_page_reproduces_in_python(app, npz_downloads, unit):
+    app.switch_page("views/distance.py").run()
+    app.radio(key="dist_unit").set_value(unit).run()
+    assert_clean(app)
+    npz = npz_downloads["dist_data"]
+    assert str(npz["unit"]) == unit
+    names = ["current_image", "uniform_reference", "set_mean", "set_per_image"]
+    assert set(names) <= set(npz)
+    assert_same_arrays(reproduce(app), npz, names)
+
+
+def test_the_model_pages_reproduce_in_python(app, npz_downloads):
+    """Position embeddings (and a resampled grid) and the patch-embedding filters (PCA and
+    raw) depend on the model only."""
+    app.switch_page("views/position.py").run()
+    app.checkbox(key="pos_resample").check().run()
+    assert_clean(app)
+    npz = npz_downloads["pos_data"]
+    assert {"similarity", "resampled_similarity"} <= set(npz)
+    assert_same_arrays(reproduce(app), npz, ["similarity", "resampled_similarity"])
+
+    app.switch_page("views/filters.py").run()
+    app.slider(key="filt_n").set_value(5).run()
+    assert_clean(app)
+    assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["components", "explained_variance_ratio"])
+    app.radio(key="filt_mode").set_value("raw").run()
+    assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["filters"])
+
+
+# --------------------------------------------------------------------------- page switches
+
+
+def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
+    """Layer, head, a patch query and the opacity stay what they were through switches
+    between Attention and Rollout. A widget's id includes its page, so after a switch each
+    one is new to the browser: its message must carry the kept value (``set_value``), or the
+    browser shows the widget's own default (a slider's minimum) and sends that back."""
+    spec = vit.spec
+    layer, head, patch, opacity = 1, spec.num_heads - 1, spec.num_patches - 2, 0.35
+    app.slider(key="layer").set_value(layer).run()
+    app.selectbox(key="head").set_value(head).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(patch).run()
+    app.slider(key="opacity").set_value(opacity).run()
+    for switch in range(6):
+        page = "views/rollout.py" if switch % 2 == 0 else "views/attention.py"
+        app.switch_page(page).run()
+        assert_clean(app)
+        widgets = [app.radio(key="query_mode"), app.number_input(key="query_patch"), app.slider(key="opacity")]
+        if page == "views/attention.py":
+            widgets += [app.slider(key="layer"), app.selectbox(key="head")]
+            title = charts(app)[0]["layout"]["title"]["text"]
+            assert title.startswith(f"Layer {layer} · head {head} · query: patch {patch} "), title
+        for widget in widgets:
+            assert widget.proto.set_value, f"{page}: {widget.key} is not sent to the browser"
+        assert (app.slider(key="opacity").proto.value[0], app.number_input(key="query_patch").value) == (opacity, patch)
+        assert app.radio(key="query_mode").value == "patch"
+        expected = {"query": "patch", "patch": str(patch), "layer": str(layer), "head": str(head)}
+        assert {k: app.query_params.get(k) for k in expected} == expected, dict(app.query_params)
+
+
+@needs_demo
+def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vit):
+    app.switch_page("views/compare.py").run()
+    app.multiselect(key="cmp_layers").set_value([0, 2]).run()
+    app.selectbox(key="head").set_value(1).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(13).run()
+    assert_clean(app)
+    assert list(npz_downloads["cmp_data"]["layers"]) == [0, 2]
+    assert_same_arrays(reproduce(app), npz_downloads["cmp_data"], ["attention"])
+
+    app.switch_page("views/tokens.py").run()
+    app.slider(key="tok_layer").set_value(1).run()
+    app.radio(key="tok_kind").set_value("key").run()
+    other = next(p.name for p in (REPO / "assets" / "samples").iterdir() if p.name != first_sample().name)
+    app.selectbox(key="tok_other").set_value(other).run()
+    assert_clean(app)
+    script = reproduce(app)
+    assert_same_arrays(script, npz_downloads["tok_pca_data"], ["rgb", "fitted"])
+    assert_same_arrays(script, npz_downloads["tok_similarity_data"], ["similarity", "other_image_similarity"])
+    assert_same_arrays(script, npz_downloads["tok_norm_data"], ["norms", "thresholds", "outlier_mask"])
+    assert_same_arrays(script, npz_downloads["tok_lens_data"], ["probabilities"])
+    if vit.spec.num_prefix_tokens:
+        assert_same_arrays(script, npz_downloads["tok_mass_data"], ["prefix_tokens"])
+
+
+@needs_demo
+def test_the_explain_page_reproduces_in_python(app, npz_downloads):
+    app.switch_page("views/explain.py").run()
+    app.multiselect(key="explain_methods").set_value(["chefer", "rollout", "integrated_gradients"]).run()
+    app.slider(key="ig_steps").set_value(8).run()
+    app.toggle(key="explain_compare").set_value(True).run()
+    assert_clean(app)
+    npz = npz_downloads["explain_data"]
+    maps = [name for name in npz if name != "classes"]
+    assert len(maps) == 6 and len(npz["classes"]) == 2
+    script = reproduce(app)
+    assert sorted(script["explanations"]) == sorted(maps)
+    assert_same_arrays(script["explanations"], npz, maps)
+
+
+@needs_demo
+@pytest.mark.parametrize("perturbation, selection", [("token_drop", "most_salient"), ("pixel_drop", "random"), ("noise", None)])
+def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbation, selection):
+    app.switch_page("views/robustness.py").run()
+    app.radio(key="rob_perturbation").set_value(perturbation).run()
+    if selection is not None:
+        app.radio(key="rob_selection").set_value(selection).run()
+    app.number_input(key="rob_seed").set_value(3).run()
+    assert_clean(app)
+    npz = npz_downloads["rob_image_data"]
+    names = ["vit_clean_rollout", "vit_perturbed_rollout", "vit_clean_probabilities", "vit_perturbed_probabilities"]
+    if selection is not None:
+        names.append("dropped_patches")
+    assert set(names) <= set(npz)
+    assert_same_arrays(reproduce(app), npz, names)
+
+
+@needs_demo
+def test_an_uploaded_image_is_a_path_to_fill_in(app, npz_downloads, tmp_path):
+    """The script names the upload by its file name and says to fill in its path; with the
+    path filled in, it reproduces the page."""
+    data = png_bytes(size=(64, 48), colour=(30, 160, 90))
+    uploader(app, key="image_upload").set_value(("my photo.png", data, "image/png")).run()
+    app.radio(key="query_mode").set_value("mean").run()
+    assert_clean(app)
+    (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+    code = expander.code[0].value
+    line = "IMAGE = 'my photo.png'  # the image you uploaded: fill in its path on your machine"
+    assert line in code.splitlines() and str(REPO / "assets") not in code
+    saved = tmp_path / "my photo.png"
+    saved.write_bytes(data)
+    namespace: dict = {}
+    exec(code.replace(line, f"IMAGE = {str(saved)!r}"), namespace)  # noqa: S102 - our own generated code
+    assert_same_arrays(namespace, npz_downloads["attn_overlay_data"], ["attention"])
+
+
+@needs_demo
+def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypatch):
+    """Big models' records are kept in float16 by the app; the script captures the same way."""
+    import vizapp.resources as resources
+
+    monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
+    resources.record_store().clear()
+    resources.attention_grid.clear()
+    try:
+        app.slider(key="layer").set_value(1).run()
+        assert_clean(app)
+        (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+        assert "dtype=torch.float16" in expander.code[0].value
+        npz = npz_downloads["attn_overlay_data"]
+        script = reproduce(app)
+        np.testing.assert_array_equal(script["attention"], npz["attention"])  # the same float16 record
+    finally:
+        resources.record_store().clear()
+        resources.attention_grid.clear()

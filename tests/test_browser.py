@@ -434,3 +434,81 @@ def test_moving_the_robustness_level_slider_changes_the_prediction(page, server)
     expect(predictions.nth(1)).not_to_have_text(before, timeout=30_000)
     wait_idle(page)
     assert_no_exception(page, "robustness after moving the level")
+
+
+def _nav(page, name: str) -> None:
+    """Click a page in the sidebar navigation (by its exact title)."""
+    page.locator("[data-testid='stSidebarNav']").get_by_role("link", name=name, exact=True).click()
+
+
+def _slider_text(page, label: str):
+    return page.locator("[data-testid='stSlider']", has_text=label).locator("[data-testid='stSliderThumbValue']")
+
+
+def _overlay_opacity(page) -> float | None:
+    """The opacity of the first chart's attention layer, as plotly drew it."""
+    return page.evaluate("""() => {
+        const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+        const trace = plot && plot._fullData ? plot._fullData.find(t => t.type === 'heatmap') : null;
+        return trace ? trace.opacity : null;
+    }""")
+
+
+def test_the_view_survives_page_switches(page, server):
+    """Layer, head, a patch query and the opacity, set on the Attention page, stay what they
+    were through 10 switches to Rollout and back: every widget, the chart title, the drawn
+    opacity and the URL agree after each switch (issue 29, item 1: they fell back to
+    defaults, opacity 0.00 and layer 0, while the URL and title kept the old values)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/?query=patch&patch=21")
+    wait_idle(page)
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value("21")
+    layers = int(re.search(r"(\d+) layers", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
+    assert layers >= 3, "the test needs a non-default layer below the last"
+    layer, head, patch = 1, 2, 21
+    page.get_by_role("combobox", name="Head").click()
+    page.get_by_role("option", name=f"head {head}", exact=True).click()
+    wait_idle(page)
+    layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+    layer_slider.focus()
+    page.keyboard.press("Home")
+    wait_idle(page)
+    for _ in range(layer):
+        layer_slider.focus()
+        page.keyboard.press("ArrowRight")
+        wait_idle(page)
+    opacity_slider = page.locator("[data-testid='stSlider']", has_text="Overlay opacity").get_by_role("slider")
+    for _ in range(2):  # 0.60 -> 0.70
+        opacity_slider.focus()
+        page.keyboard.press("ArrowRight")
+        wait_idle(page)
+    opacity = 0.7
+
+    def check(where: str) -> None:
+        title = page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")
+        expect(title).to_contain_text(f"query: patch {patch} (row")
+        expect(page.get_by_role("radio", name="one patch")).to_be_checked()
+        expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(patch))
+        expect(_slider_text(page, "Overlay opacity")).to_have_text(f"{opacity:.2f}")
+        if where == "Attention":
+            expect(title).to_contain_text(f"Layer {layer} · head {head} · ")
+            expect(_slider_text(page, "Layer (block index)")).to_have_text(str(layer))
+            expect(page.get_by_role("combobox", name="Head")).to_have_value(f"head {head}")
+        page.wait_for_function(f"() => location.search.includes('patch={patch}')", timeout=20_000)
+        params = dict(p.split("=", 1) for p in page.url.split("?", 1)[1].split("&"))
+        assert (params.get("layer"), params.get("head"), params.get("query"), params.get("patch")) == (
+            str(layer), str(head), "patch", str(patch)), f"{where}: {page.url}"
+        assert _overlay_opacity(page) == pytest.approx(opacity), where
+        assert_no_exception(page, where)
+
+    check("Attention")
+    for switch in range(10):
+        name, header = ("Rollout", "Attention rollout") if switch % 2 == 0 else ("Attention", "Attention")
+        _nav(page, name)
+        expect(page.locator("h2", has_text=header).first).to_be_visible()
+        wait_idle(page)
+        try:
+            check(name)
+        except AssertionError as exc:
+            raise AssertionError(f"after switch {switch + 1} (to {name}): {exc}") from exc

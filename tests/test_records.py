@@ -56,3 +56,94 @@ def test_a_failed_computation_stores_nothing():
     with pytest.raises(ValueError):
         store.get("k", lambda: (_ for _ in ()).throw(ValueError("bad image")))
     assert len(store) == 0 and store.get("k", lambda: b"ok") == b"ok"
+
+
+class _PausingLock:
+    """The store's lock, with a hook: the first time ``thread`` releases it after ``armed`` is
+    set, ``on_release()`` runs before ``thread`` goes on. Used to hold the computing thread at
+    the moment it leaves a critical section after ``compute()`` returned."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.thread, self.armed, self.on_release = None, False, None
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        if self.armed and threading.current_thread() is self.thread:
+            self.armed = False
+            self.on_release()
+
+
+def test_callers_arriving_while_the_first_finishes_do_not_compute_again():
+    """N threads ask for one key at the moment the computing thread has returned from
+    ``compute()`` and left its first critical section: each must find the gate or the value.
+
+    Deterministic: the computing thread is held at that exact point until the N threads have
+    finished (a regression that retires the gate before storing the value computes twice here)."""
+    store = RecordStore(max_entries=4, max_bytes=10**9, size=len)
+    lock = store._lock = _PausingLock()
+    calls, results = [], []
+
+    def compute():
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:  # the first computation: hold its thread when it next leaves the lock
+            lock.thread, lock.armed = threading.current_thread(), True
+        return b"value"
+
+    def late_callers():
+        threads = [threading.Thread(target=lambda: results.append(store.get("k", compute))) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not any(t.is_alive() for t in threads), "a late caller is stuck behind the computing thread"
+
+    lock.on_release = late_callers
+    first = store.get("k", compute)
+    assert len(calls) == 1, f"computed {len(calls)} times for one key"
+    assert store.computed == 1 and len(results) == 8 and all(r is first for r in results)
+    assert store._computing == {}, "a gate outlived its computation"
+
+
+def test_callers_waiting_on_a_failed_computation_retry_one_at_a_time():
+    """The first computation fails; the callers that waited on it retry, and the first retry's
+    value is shared by the rest (one success, no second success computed)."""
+    store = RecordStore(max_entries=4, max_bytes=10**9, size=len)
+    started, release = threading.Event(), threading.Event()
+    calls = []
+
+    def compute():
+        calls.append(1)
+        if len(calls) == 1:
+            started.set()
+            release.wait(timeout=10)
+            raise ValueError("first attempt fails")
+        return b"value"
+
+    errors, results = [], []
+
+    def ask():
+        try:
+            results.append(store.get("k", compute))
+        except ValueError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert started.wait(timeout=10)
+    waiters = [threading.Thread(target=ask) for _ in range(5)]
+    for thread in waiters:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while store._computing["k"].users < 6:  # all five are queued on the first caller's gate
+        assert time.monotonic() < deadline, "the waiting callers never queued on the gate"
+        time.sleep(0.01)
+    release.set()
+    for thread in [first, *waiters]:
+        thread.join(timeout=10)
+    assert len(errors) == 1 and len(results) == 5 and all(r is results[0] for r in results)
+    assert len(calls) == 2 and store.computed == 1 and store._computing == {}

@@ -40,6 +40,11 @@ from analysis import (
     token_norms,
     top_mass_mask,
     upsample_map,
+    corresponding_layer,
+    corresponding_query,
+    pooling_attention_map,
+    scale_by_peak,
+    similarity_by_distance,
 )
 from conftest import make_vit
 
@@ -102,6 +107,16 @@ CASES = [
     ("map query float", "query must be", lambda c: attention_map(c.record, 0, query=1.5)),
     ("map query row not captured", "not captured", lambda c: attention_map(c.partial, 0, query=3)),
     ("map of a non-record", "AttentionRecord", lambda c: attention_map(torch.zeros(3), 0)),
+    ("pooling map of a non-record", "AttentionRecord", lambda c: pooling_attention_map(torch.zeros(3))),
+    ("scaling with an unknown negative rule", "negative must be", lambda c: scale_by_peak([[1.0]], negative="abs")),
+    ("scaling a 1-d map", r"\(\.\.\., h, w\)", lambda c: scale_by_peak([1.0, 2.0])),
+    ("corresponding layer not an int", "layer must be an integer", lambda c: corresponding_layer("last", c.layers, 12)),
+    ("corresponding layer of a model without layers", "to_layers must be at least 1", lambda c: corresponding_layer(0, c.layers, 0)),
+    ("corresponding query outside the grid", "outside the 4x4 grid", lambda c: corresponding_query(16, (4, 4), (2, 2), True)),
+    ("corresponding query of a float", "query must be", lambda c: corresponding_query(1.5, (4, 4), (2, 2), True)),
+    ("corresponding query to a bad grid", "to_grid must be a", lambda c: corresponding_query(0, (4, 4), 2, True)),
+    ("similarity by distance of a flat grid", r"\(gh, gw, gh, gw\)", lambda c: similarity_by_distance(torch.ones(4, 4).numpy())),
+    ("similarity by distance in zero units", "must be positive", lambda c: similarity_by_distance(torch.ones(2, 2, 2, 2).numpy(), unit=0)),
     # rollout
     ("rollout fusion unknown", "head_fusion", lambda c: attention_rollout(c.record, head_fusion="median")),
     ("rollout discard above 1", "discard_ratio", lambda c: attention_rollout(c.record, discard_ratio=1.5)),
@@ -185,7 +200,8 @@ def test_every_public_function_is_walked():
         "top_mass_mask", "explain", "capture_tokens", "logit_lens", "token_norms", "high_norm_tokens",
         "attention_mass", "feature_pca", "patch_similarity",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
-        "load_image", "read_image_archive",
+        "load_image", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
+        "corresponding_query", "similarity_by_distance",
     }
     source = open(__file__).read()
     for name in walked:

@@ -16,6 +16,7 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 
 import streamlit as st  # noqa: E402
 
+from analysis.assets import asset_path  # noqa: E402
 from vizapp import inputs, url_state  # noqa: E402
 from vizapp.derive import MAP_CELLS, MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
@@ -23,13 +24,12 @@ from vizapp.state import CURATED_MODELS, keep_page_state, render_sidebar  # noqa
 from vizapp.ui import QUERY_LABELS  # noqa: E402
 
 started = time.perf_counter()
-FAVICON = REPO_ROOT / "assets" / "favicon.png"  # shipped: a Material icon would come from a font CDN
+FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from a font CDN
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
     "map_range": list(MAP_RANGES), "map_cells": list(MAP_CELLS), "query_mode": list(QUERY_LABELS),
 })
-keep_page_state()
 
 VIEWS = Path(__file__).resolve().parent / "views"
 pages = [
@@ -44,10 +44,13 @@ pages = [
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
 ]
 page = st.navigation(pages)
+keep_page_state(page.url_path)
 current = render_sidebar()
 url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 timing = st.sidebar.empty()
 page.run()
+# again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
+url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 elapsed_ms = (time.perf_counter() - started) * 1000
 st.session_state["last_run_ms"] = elapsed_ms
 timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")

@@ -1,11 +1,13 @@
-"""``vit-explorer``: start the app from anywhere (after ``pip install -e .``).
+"""``vit-explorer``: start the app from anywhere (after ``pip install .`` or ``pip install -e .``).
 
     vit-explorer                          # streamlit run vizapp/app.py, with the repo's settings
     vit-explorer --server.port 8600       # any `streamlit run` option is passed on
 
 Streamlit reads ``.streamlit/config.toml`` only from the working directory, so the
 repository's settings (upload limit, no usage stats, toolbar, theme) are passed as flags;
-flags given on the command line win.
+flags given on the command line win. The settings come from the checkout's
+``.streamlit/config.toml``, or from the copy a wheel carries as ``vizapp/_streamlit/config.toml``
+(``pyproject.toml`` maps it there).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ except ImportError:  # Python 3.10
     tomllib = None
 
 APP = Path(__file__).resolve().parent / "app.py"
-CONFIG = Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml"
+PACKAGED_CONFIG = Path(__file__).resolve().parent / "_streamlit" / "config.toml"  # an installed wheel
+CHECKOUT_CONFIG = Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml"  # a source checkout
+CONFIG = PACKAGED_CONFIG if PACKAGED_CONFIG.is_file() else CHECKOUT_CONFIG
 
 
 def config_flags(path: Path = CONFIG) -> list[str]:

@@ -12,13 +12,14 @@ from pathlib import Path
 import streamlit as st
 
 from analysis import ArchiveError, ArchiveLimits, load_image, read_image_archive
+from analysis.assets import asset_path
 from vizapp.limits import MAX_ARCHIVE_BYTES, MAX_DATASET_IMAGES, MAX_RESULTS
 from vizapp.refs import ImageRef
 
-__all__ = ["SAMPLES_DIR", "IMAGE_SUFFIXES", "sample_paths", "read_sample", "decode_image", "images_from_uploads"]
+__all__ = ["SAMPLES_DIR", "IMAGE_SUFFIXES", "sample_paths", "read_sample", "decode_image", "images_from_uploads",
+           "is_demo_scene"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
+SAMPLES_DIR = asset_path("samples")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
 ARCHIVE_LIMITS = ArchiveLimits(max_entries=MAX_DATASET_IMAGES, max_total_bytes=MAX_ARCHIVE_BYTES)
 
@@ -34,6 +35,12 @@ def sample_paths() -> list[Path]:
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def read_sample(name: str) -> bytes:
     return (SAMPLES_DIR / name).read_bytes()
+
+
+def is_demo_scene(image: ImageRef) -> bool:
+    """Whether the image is one of the bundled synthetic demo scenes (same bytes as a
+    ``scene_*`` sample), the kind of image the demo models were trained on."""
+    return any(path.name.startswith("scene_") and read_sample(path.name) == image.data for path in sample_paths())
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["escape_markdown", "app_wording", "error_text"]
+__all__ = ["escape_markdown", "app_wording", "error_text", "demo_scope_note"]
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
@@ -45,3 +45,17 @@ def error_text(exc: BaseException) -> str:
     in the app's wording and Markdown-escaped."""
     text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
     return escape_markdown(app_wording(text))
+
+
+def demo_scope_note(model_source: str, class_names, is_demo_scene: bool) -> str | None:
+    """What the bundled demo model's predictions mean on an image that is not one of its
+    scenes; ``None`` for other models and for the demo scenes."""
+    if model_source != "demo" or is_demo_scene:
+        return None
+    names = ", ".join(class_names or [])
+    return (
+        f"The bundled demo model is a {len(class_names or [])}-class synthetic-shapes classifier ({names}), "
+        "trained on generated 48×48 scenes of one shape on clutter (assets/demo_vit/MODEL_CARD.md). "
+        "This image is not one of its scenes: it still names one of these shapes, which says nothing "
+        "about what the image shows."
+    )

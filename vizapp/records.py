@@ -19,6 +19,14 @@ __all__ = ["RecordStore"]
 T = TypeVar("T")
 
 
+class _Gate:
+    """The lock one key's computation is serialised on, and how many callers hold or await it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 class RecordStore(Generic[T]):
     """A thread-safe LRU map ``key -> value`` bounded by ``max_entries`` and ``max_bytes``
     (``size(value)``). The newest value is always kept, even alone over the byte budget."""
@@ -27,7 +35,7 @@ class RecordStore(Generic[T]):
         self.max_entries, self.max_bytes, self._size = int(max_entries), int(max_bytes), size
         self._values: OrderedDict[Hashable, T] = OrderedDict()
         self._lock = threading.Lock()
-        self._computing: dict[Hashable, threading.Lock] = {}
+        self._computing: dict[Hashable, _Gate] = {}
         self.computed = 0  # how many values were computed (a test and the benchmark read it)
 
     def __len__(self) -> int:
@@ -39,28 +47,38 @@ class RecordStore(Generic[T]):
             return sum(self._size(v) for v in self._values.values())
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """The stored value of ``key``, or ``compute()`` stored (once per key across threads;
-        an exception is raised to every waiting caller's own retry and nothing is stored)."""
+        """The stored value of ``key``, or ``compute()`` stored: once per key across threads.
+
+        The first caller computes while later callers for the same key wait on the key's gate;
+        the value is stored *before* the gate is retired, in one critical section, so a caller
+        arriving at any moment finds either the gate (and waits) or the value (and returns it),
+        never neither. An exception reaches the caller that computed; every caller waiting on
+        the same gate then tries again in turn, and nothing is stored."""
         with self._lock:
             if key in self._values:
                 self._values.move_to_end(key)
                 return self._values[key]
-            gate = self._computing.setdefault(key, threading.Lock())
-        with gate:  # a second thread asking for the same key waits here for the first
-            with self._lock:
-                if key in self._values:
-                    self._values.move_to_end(key)
-                    return self._values[key]
-            try:
-                value = compute()
-            finally:
+            gate = self._computing.get(key)
+            if gate is None:
+                gate = self._computing[key] = _Gate()
+            gate.users += 1
+        try:
+            with gate.lock:  # a second thread asking for the same key waits here for the first
                 with self._lock:
-                    self._computing.pop(key, None)
-            with self._lock:
-                self.computed += 1
-                self._values[key] = value
-                self._evict()
-            return value
+                    if key in self._values:
+                        self._values.move_to_end(key)
+                        return self._values[key]
+                value = compute()
+                with self._lock:
+                    self.computed += 1
+                    self._values[key] = value
+                    self._evict()
+                return value
+        finally:
+            with self._lock:  # the last caller of a gate retires it (the value, if any, is stored)
+                gate.users -= 1
+                if gate.users == 0 and self._computing.get(key) is gate:
+                    del self._computing[key]
 
     def clear(self) -> None:
         with self._lock:

@@ -35,7 +35,9 @@ from analysis import (
     load_vit,
     mean_attention_distance,
     patch_embedding_components,
+    pooling_attention_map,
     position_embedding_similarity,
+    upsample_map,
 )
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
@@ -170,10 +172,9 @@ def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.nda
     record = forward(ref, digest, _image_bytes).record
     if record.pool_attention is None:
         return None
-    spec = record.spec
-    probe = record.pool_attention[0, :, 0, spec.num_prefix_tokens :]  # (heads, N)
-    maps = torch.cat([probe, probe.mean(0, keepdim=True)]).reshape(-1, *spec.grid_size)
-    return maps.numpy().astype(np.float32)
+    heads = record.pool_attention.shape[1]
+    maps = [pooling_attention_map(record, head=head)[0] for head in [*range(heads), None]]
+    return torch.stack(maps).numpy().astype(np.float32)
 
 
 @st.cache_data(show_spinner="Computing attention rollout…", max_entries=MAX_RESULTS)
@@ -348,7 +349,7 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     if found.mask.any():
         outlier_mass = np.stack([
             analysis.attention_mass(
-                _one_layer(record, layer),
+                record.select_layers([layer]),
                 torch.cat([torch.zeros(1, prefix, dtype=torch.bool), found.mask[layer]], dim=1),
             )[0, 0].numpy()
             for layer in range(spec.num_layers)
@@ -356,12 +357,6 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     return TokenNorms(norms=norms[:, 0].numpy(), thresholds=found.thresholds.numpy(), mask=found.mask[:, 0].numpy(),
                       fraction=found.fraction.numpy(), first_layer=found.first_layer,
                       prefix_mass=prefix_mass, outlier_mass=outlier_mass)
-
-
-def _one_layer(record: analysis.AttentionRecord, layer: int) -> analysis.AttentionRecord:
-    from dataclasses import replace
-
-    return replace(record, attentions=record.attentions[layer : layer + 1], layers=(record.layers[layer],))
 
 
 @st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)
@@ -434,9 +429,7 @@ def cnn_probe(source: str, pretrained: bool, digest: str, _image_bytes: bytes, p
     target = int(np.argmax(clean.probabilities))
     saliency = None
     if selection != "random":
-        saliency = torch.nn.functional.interpolate(
-            torch.from_numpy(clean.saliency)[None, None], size=cnn.spec.grid_size, mode="bilinear", align_corners=False
-        )[0, 0].numpy()
+        saliency = upsample_map(clean.saliency, cnn.spec.grid_size, "bilinear")  # resized to the drop grid
     kind = "pixel_drop" if perturbation == "token_drop" else perturbation
     return _probe_view(cnn, pixels, kind, level, selection, seed, saliency, target)
 

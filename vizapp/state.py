@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 import analysis
+from analysis.loading.hub import hub_reachable, pretrained_weights_cached
 from vizapp import inputs, refs, resources
 from vizapp.derive import MAP_CELLS, MAP_RANGES
 from vizapp.figures import COLORSCALES
@@ -95,19 +96,44 @@ def current() -> Current:
     return st.session_state["current"]
 
 
-def keep_page_state() -> None:
-    """Keep page widgets' values across page switches without touching live widgets.
+KEPT_PREFIX = "_kept_"  # session key prefix of a setting's permanent copy
+KEPT_PAGE = "_kept_page"  # session key: the page the previous run drew
 
-    Streamlit drops a widget's state after a run that does not draw it. Each run copies the
-    live values to shadow keys, and only a key that Streamlit dropped is restored from its
-    shadow. A live widget key is never re-assigned (that once lost fast slider key presses).
+
+def kept_key(key: str) -> str:
+    """The session key that holds the setting ``key`` whether or not its widget is drawn."""
+    return KEPT_PREFIX + key
+
+
+def keep_page_state(page: str) -> None:
+    """Keep every page setting across page switches; call before any page widget is drawn.
+
+    Each setting in ``PERSISTENT_KEYS`` lives in two session keys: the widget's own key, which
+    Streamlit drops after a run that does not draw that widget, and a permanent copy
+    (:func:`kept_key`) that nothing drops. Each run, before the page draws:
+
+    - a widget key that holds a value (the browser's latest, or one set in code) is copied
+      to the permanent key;
+    - on a switch to another ``page``, and for every key Streamlit dropped, the permanent
+      value is written back into the widget key.
+
+    The write-back on a switch is what keeps the browser in step: a widget's id includes its
+    page, so after a switch every widget is new to the browser, and Streamlit sends a value
+    to a new widget only when the script set it this run. Without it the browser shows the
+    widget's own default (a slider's minimum: layer 0, opacity 0.00) while the server draws
+    the kept value, and the browser's default wins on the next rerun. Within one page a live
+    widget key is never re-assigned (that once lost fast slider key presses).
     """
+    switched = st.session_state.get(KEPT_PAGE) != page
+    st.session_state[KEPT_PAGE] = page
     for key in PERSISTENT_KEYS:
-        shadow = f"_kept_{key}"
+        kept = kept_key(key)
         if key in st.session_state:
-            st.session_state[shadow] = st.session_state[key]
-        elif shadow in st.session_state:
-            st.session_state[key] = st.session_state[shadow]
+            st.session_state[kept] = st.session_state[key]
+            if switched:
+                st.session_state[key] = st.session_state[kept]
+        elif kept in st.session_state:
+            st.session_state[key] = st.session_state[kept]
 
 
 def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:
@@ -168,6 +194,21 @@ def load_second_model(ref: ModelRef) -> tuple[ModelRef, analysis.LoadedViT] | No
     return ref, vit
 
 
+@st.cache_data(ttl=300, show_spinner="Checking whether model weights can be downloaded…")
+def curated_offline_note() -> str | None:
+    """One note for the whole curated list when the hub cannot be reached (checked at most
+    every 5 minutes): these models need a download, and which of them are cached already."""
+    if hub_reachable():
+        return None
+    cached = [label for label, ref in CURATED_MODELS.items() if pretrained_weights_cached(ref.source)]
+    note = ("**Offline:** the well-known ViTs below are downloaded on first use, and the model hub cannot "
+            "be reached from this machine (or `HF_HUB_OFFLINE` is set). ")
+    if cached:
+        return note + "Cached here, so they work: " + ", ".join(f"*{escape_markdown(c)}*" for c in cached) + "."
+    return note + ("None of them is cached here: use the bundled demo model, a local folder, or "
+                   "`random:` with a model name.")
+
+
 def _requested_model() -> ModelRef | None:
     source = st.sidebar.radio(
         "Model", list(MODEL_SOURCES), format_func=MODEL_SOURCES.get, key="model_source",
@@ -178,6 +219,9 @@ def _requested_model() -> ModelRef | None:
         if ref.source != "demo":
             st.sidebar.caption(f"Default set by VIZAPP_DEFAULT_MODEL: `{ref.label}`")
     elif source == "curated":
+        offline_note = curated_offline_note()
+        if offline_note:
+            st.sidebar.warning(offline_note, icon=":material/cloud_off:")
         label = st.sidebar.selectbox("Well-known ViT", list(CURATED_MODELS), key="model_curated")
         ref = CURATED_MODELS[label]
         st.sidebar.caption(f"timm: `{ref.source}`")
@@ -342,6 +386,9 @@ def render_sidebar() -> Current:
     )
     if not model.pretrained:
         st.warning(RANDOM_WEIGHTS_BANNER, icon=":material/casino:")
+    small_note = vit.small_input_note(*inputs.decode_image(image.digest, image.data))
+    if small_note:
+        st.warning(small_note, icon=":material/photo_size_select_small:")
     colorscale = st.sidebar.selectbox(
         "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
     )

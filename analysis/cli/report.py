@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..assets import asset_path
 from ..errors import AnalysisError, VitExplorerError
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
 from .distance import shard_distance_sums
@@ -23,7 +24,7 @@ from .sources import ImageSource, resolve_images
 
 __all__ = ["add_parser", "run", "PANELS"]
 
-SAMPLES = Path(__file__).resolve().parents[2] / "assets" / "samples"
+SAMPLES = asset_path("samples")
 #: panel id -> heading; each appears in the report (with a note when a model has none)
 PANELS = {
     "spec": "Model",

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from analysis.assets import asset_path
 from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
 from analysis.demo.evaluate import similarity_locality_gap
 
@@ -74,7 +75,7 @@ DEFAULT_MODEL_ARGS: dict = dict(
 )
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.25, 0.25, 0.25)
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "assets" / "demo_vit"
+DEFAULT_OUT = asset_path("demo_vit")  # where load_vit("demo") looks (a checkout or a wheel)
 
 
 def build_model(model_args: dict | None = None, num_classes: int = len(CLASS_NAMES)):

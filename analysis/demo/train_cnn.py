@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..assets import asset_path
 from .data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
 from .train import _accuracy, _dihedral, _normalize, _to_tensor, demo_pretrained_cfg
 
 __all__ = ["ARCHITECTURE", "DEFAULT_OUT", "build_cnn", "make_cnn_config", "train_cnn", "main"]
 
 ARCHITECTURE = "test_resnet"
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "assets" / "demo_cnn"
+DEFAULT_OUT = asset_path("demo_cnn")  # where load_cnn("demo") looks (a checkout or a wheel)
 
 
 def build_cnn(num_classes: int = len(CLASS_NAMES)):

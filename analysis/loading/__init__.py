@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import ModelLoadError
 from . import hf_transformers, objects, torchvision_source
@@ -38,7 +39,7 @@ from .timm_source import model_from_timm_name
 
 __all__ = ["LoadedViT", "load_vit", "DEMO_MODEL_DIR", "SUPPORTED_FAMILIES"]
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "demo_vit"
+DEMO_MODEL_DIR = asset_path("demo_vit")
 
 
 def load_vit(
@@ -87,7 +88,8 @@ def load_vit(
         if not (DEMO_MODEL_DIR / "config.json").is_file():
             raise ModelLoadError(
                 f"The bundled demo model is missing ({DEMO_MODEL_DIR}). Restore it from git "
-                "(`git checkout -- assets/demo_vit`) or retrain it with `python -m analysis.demo.train`."
+                "(`git checkout -- assets/demo_vit`) or reinstall the package, or retrain it with "
+                "`python -m analysis.demo.train`."
             )
         return _from_folder(DEMO_MODEL_DIR, source_str, target, model_kwargs)
     if source_str.startswith("local-dir:") or Path(source_str).is_dir():

@@ -12,7 +12,10 @@ import torch.nn as nn
 
 from ..errors import ModelLoadError, WeightsUnavailableError
 
-__all__ = ["create_timm_model", "ensure_pretrained_available", "ensure_hub_reachable", "offline_message"]
+__all__ = [
+    "create_timm_model", "ensure_pretrained_available", "ensure_hub_reachable", "offline_message",
+    "pretrained_weights_cached", "hub_reachable",
+]
 
 _HUB_PROBE_TIMEOUT_S = 3.0
 
@@ -66,14 +69,33 @@ def hub_offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def ensure_pretrained_available(name: str) -> None:
-    """Fail within seconds, not minutes, when weights are neither cached nor reachable."""
+def _timm_hub_id(name: str) -> str | None:
+    """The Hugging Face repository that holds a timm model's pretrained weights, if any."""
     try:
         cfg = timm.models.get_pretrained_cfg(name, allow_unregistered=False)
     except Exception:  # noqa: BLE001
         cfg = None
     hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
-    if hub_id and in_hf_cache(hub_id.split("@")[0]):
+    return hub_id.split("@")[0] if hub_id else None
+
+
+def pretrained_weights_cached(name: str) -> bool:
+    """Whether a timm model's pretrained weights are in the local Hugging Face cache (so it
+    loads offline)."""
+    hub_id = _timm_hub_id(name)
+    return bool(hub_id) and in_hf_cache(hub_id)
+
+
+def hub_reachable() -> bool:
+    """Whether weights can be downloaded now: ``HF_HUB_OFFLINE`` is not set and
+    huggingface.co answers within a few seconds."""
+    return not hub_offline_env() and can_reach("huggingface.co", 443)
+
+
+def ensure_pretrained_available(name: str) -> None:
+    """Fail within seconds, not minutes, when weights are neither cached nor reachable."""
+    hub_id = _timm_hub_id(name)
+    if hub_id and in_hf_cache(hub_id):
         return
     ensure_hub_reachable(hub_id, name)
 

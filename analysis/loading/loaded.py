@@ -52,6 +52,28 @@ class LoadedModel:
         """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""
         return self.preprocessing.crop(image)
 
+    def minimum_input_side(self) -> int:
+        """The smallest image side (px) worth feeding: the larger of the patch side and the
+        grid side. Below it, a patch holds less than one original pixel, or the whole image
+        is smaller than one patch."""
+        return max(*self.spec.patch_size, *self.spec.grid_size)
+
+    def small_input_note(self, width: int, height: int) -> str | None:
+        """A warning for an image too small to say anything about (see
+        :meth:`minimum_input_side`), else ``None``. The model still runs on it: the image is
+        upsampled to the model's input like any other."""
+        minimum = self.minimum_input_side()
+        if min(width, height) >= minimum:
+            return None
+        input_h, input_w = self.spec.img_size
+        return (
+            f"The image is only {width}×{height} px: it is upsampled to the model's "
+            f"{input_w}×{input_h} px input, so each {self.spec.patch_size[1]}×{self.spec.patch_size[0]} px "
+            f"patch holds about {min(width, height) / min(self.spec.grid_size):.2g} original pixels across "
+            f"and the maps and the prediction say little about the image. Use an image of at least "
+            f"{minimum}×{minimum} px."
+        )
+
 
 @dataclass(eq=False)
 class LoadedViT(LoadedModel):

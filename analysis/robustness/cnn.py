@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
 from ..loading.loaded import LoadedModel
@@ -18,7 +19,7 @@ from ..spec import ViTSpec
 
 __all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn", "cnn_gradcam"]
 
-DEMO_CNN_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_cnn"
+DEMO_CNN_DIR = asset_path("demo_cnn")
 
 
 @dataclass(eq=False)

@@ -6,8 +6,10 @@ import numpy as np
 import streamlit as st
 
 from analysis import top_mass_mask
-from vizapp import figures, resources
+from vizapp import figures, inputs, resources
 from vizapp.derive import colour_range
+from vizapp.messages import demo_scope_note
+from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -86,12 +88,16 @@ with left:
         head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,
         image_size_hw=spec.img_size,
     )
+    show_code(attention_code(Source.of(cur), layer=layer, head=head, query=query))
 
 with right:
     if spec.has_classifier:
         st.subheader("Top-5 predictions")
         names, probabilities = resources.top_predictions(*cur.args)
         show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
+        scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
+        if scope:
+            st.caption(scope)
     elif spec.head == "embedding":
         st.caption(
             f"No class predictions: this model's head projects to a {spec.num_outputs}-d image embedding "

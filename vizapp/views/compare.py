@@ -8,6 +8,7 @@ import streamlit as st
 from vizapp import figures, resources
 from vizapp.derive import MAP_RANGES, colour_range, map_layer, map_query
 from vizapp.messages import error_text, escape_markdown
+from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
 from vizapp.ui import (
     describe_query,
@@ -134,3 +135,4 @@ download_npz(
     "cmp_data", "compare_layers", attention=maps[layers, column], layers=layers,
     head=-1 if head == "mean" else int(head), query=str(query), **extra_rows,
 )
+show_code(compare_code(Source.of(cur), layers=layers, head=head, query=query))

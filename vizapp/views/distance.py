@@ -11,6 +11,7 @@ from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.messages import error_text, escape_markdown
+from vizapp.python_snippet import Source, distance_code, show_code
 from vizapp.state import current, second_model_control
 from vizapp.ui import download_csv, download_npz, show_chart
 
@@ -115,3 +116,5 @@ with d2:
         for name, values in series for layer in range(values.shape[0]) for head in range(values.shape[1])
     ]
     download_csv("dist_csv", f"mean_attention_distance_{unit}", ["series", "layer", "head", f"distance_{unit}"], rows)
+show_code(distance_code(Source.of(cur), unit=unit, image_set=inputs.sample_paths() if which == "samples" else None,
+                        image_set_names=[i.name for i in images]))

@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analysis import scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
-from vizapp import figures, resources
+from vizapp import figures, inputs, resources
+from vizapp.messages import demo_scope_note
+from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -70,6 +73,9 @@ with controls:
             "Class to explain (type to search)", ranked, format_func=class_label, key="explain_target",
             help="The classes in order of probability: the prediction first.",
         )
+        scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
+        if scope:
+            st.caption(scope)
 with second:
     target2 = None
     if class_specific and len(ranked) > 1:
@@ -94,8 +100,7 @@ for row, class_index in enumerate(targets):
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
-        peak = float(np.abs(grid_map).max())
-        maps.append(np.clip(grid_map / peak, 0, None) if peak > 0 else np.zeros_like(grid_map))
+        maps.append(scale_by_peak(grid_map, negative="zero"))
         label = METHOD_LABELS[method]
         titles.append(f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label)
         raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
@@ -115,6 +120,7 @@ st.caption(
 )
 show_chart(figure, "explain_panels", filename="explanations")
 download_npz("explain_data", "explanations", classes=np.array([t for t in targets if t is not None]), **raw)
+show_code(explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options))
 
 if class_specific:
     st.subheader(f"Deletion and insertion · {names[target]}")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.messages import error_text
+from vizapp.python_snippet import filters_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 
@@ -60,3 +61,4 @@ else:
     grid = figures.rgb_patch_grid(shown, 8, tile_names=[f"filter {i} (embedding dim {i})" for i in range(len(shown))])
     show_chart(grid, "filt_grid", filename="patch_embedding_filters")
     download_npz("filt_data", "patch_embedding_filters", filters=shown)
+show_code(filters_code(cur.model, mode=mode, n=int(n)))

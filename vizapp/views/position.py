@@ -10,6 +10,7 @@ import analysis
 from vizapp import figures, resources
 from vizapp.derive import similarity_by_distance
 from vizapp.messages import error_text
+from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
 
@@ -143,3 +144,5 @@ with d2:
         "pos_curve_data", "position_similarity_vs_distance", ["grid", "distance_patches", "mean_cosine"],
         [(name, float(d), float(s)) for name, ds, ss in curves for d, s in zip(ds, ss, strict=True)],
     )
+show_code(position_code(cur.model, kind=kind, resampled_grid=(int(new_h), int(new_w))
+                        if "resampled_similarity" in arrays else None))

@@ -10,7 +10,8 @@ import analysis
 from analysis.robustness import SET_LEVELS, check_token_drop, shuffle_grids
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.messages import error_text, escape_markdown
+from vizapp.messages import demo_scope_note, error_text, escape_markdown
+from vizapp.python_snippet import Source, robustness_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
@@ -151,7 +152,9 @@ columns = st.columns(4 if cnn is not None else 2, gap="small")
 panels = [("ViT · clean", before, names), (f"ViT · {PERTURBATION_LABELS[perturbation]} {level_text}", after, names)]
 if cnn is not None:
     cnn_names = cnn.class_names
-    panels += [("CNN · clean", cnn_before, cnn_names), (f"CNN · {PERTURBATION_LABELS[perturbation]} {level_text}", cnn_after, cnn_names)]
+    cnn_perturbation = "pixel_drop" if perturbation == "token_drop" else perturbation  # a CNN has no tokens
+    panels += [("CNN · clean", cnn_before, cnn_names),
+               (f"CNN · {PERTURBATION_LABELS[cnn_perturbation]} {level_text}", cnn_after, cnn_names)]
 for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels)):
     with column:
         st.image(view.input_image, caption=title, width="stretch", output_format="PNG")
@@ -161,6 +164,9 @@ for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels
                    filename="top5")
 summary = [change_text("ViT", before, after)] + ([change_text("CNN", cnn_before, cnn_after)] if cnn is not None else [])
 st.markdown(" · ".join(summary))
+scope = demo_scope_note(cur.model.source, names, inputs.is_demo_scene(cur.image))
+if scope:
+    st.caption(scope)
 
 
 def pair_scaled(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +210,8 @@ if cnn is not None:
     arrays.update(cnn_clean_gradcam=cnn_before.saliency, cnn_perturbed_gradcam=cnn_after.saliency,
                   cnn_clean_probabilities=cnn_before.probabilities, cnn_perturbed_probabilities=cnn_after.probabilities)
 download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbation=np.array(perturbation))
+show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level=clean_level, level=level,
+                          selection=selection, seed=seed))
 
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)

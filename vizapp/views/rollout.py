@@ -9,6 +9,7 @@ from analysis.rollout import POST_NORM_WARNING
 
 from vizapp import figures, resources
 from vizapp.derive import colour_range
+from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -68,6 +69,7 @@ with left:
         end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
         query=str(query),
     )
+    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=query))
 
 with right:
     st.subheader("Figure 6 view")

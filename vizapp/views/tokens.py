@@ -11,6 +11,7 @@ from analysis import ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS
 from vizapp import figures, inputs, resources
 from vizapp.messages import error_text, escape_markdown
+from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, show_chart
@@ -235,3 +236,4 @@ else:
         st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
     lens = resources.logit_lens_probabilities(*cur.args)
     download_npz("tok_lens_data", "logit_lens", probabilities=lens, class_names=np.array(get_names(lens.shape[1])))
+show_code(tokens_code(Source.of(cur), kind=kind, layer=layer, foreground=foreground, query=similarity_query, other=other))

@@ -1,0 +1,77 @@
+"""Under ``CI=true``, a run fails when a test that CI must run was skipped.
+
+A skip is the right answer on a laptop without Chromium or transformers, and the wrong one in
+CI, where it would let the most realistic tests (a real browser, eight concurrent sessions,
+uploads driven through the app, the Hugging Face conversions) pass by not running. The tests
+CI must run are every test of :data:`REQUIRED_MODULES` and every test marked ``upload``.
+A job that cannot run some of them deselects them by name or marker (``-m "not upload"``);
+deselected tests are not skipped and do not trip this check.
+
+Loaded by ``tests/conftest.py``; a pytest plugin of its own (``-p ci_skip_check``) so that it
+can be tested on a synthetic test file (``tests/test_ci.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePath
+
+import pytest
+
+#: test files of which every test must run in CI
+REQUIRED_MODULES = ("test_browser.py", "test_load.py", "test_foreign_models.py")
+#: the marker of the other tests that must run in CI (the app's uploads)
+REQUIRED_MARKER = "upload"
+
+_skipped: list[tuple[str, str]] = []  # (node id, reason)
+
+
+def in_ci() -> bool:
+    """``CI`` set to true (GitHub Actions, GitLab and ``.ci/run`` all set ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _required_module(nodeid: str) -> bool:
+    return PurePath(nodeid.split("::")[0]).name in REQUIRED_MODULES
+
+
+def _reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (file, line, "Skipped: why")
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", f"{REQUIRED_MARKER}: drives a file upload through the app (must run in CI)")
+
+
+def pytest_collectreport(report) -> None:
+    """A whole module skipped at import (``importorskip``, ``pytest.skip(allow_module_level=True)``)."""
+    if report.skipped and _required_module(report.nodeid):
+        _skipped.append((report.nodeid, _reason(report)))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):  # an expected failure is not a skip
+        return
+    if _required_module(report.nodeid) or REQUIRED_MARKER in report.keywords:
+        _skipped.append((report.nodeid, _reason(report)))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if in_ci() and _skipped and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not (in_ci() and _skipped):
+        return
+    terminalreporter.section("tests that CI must run were skipped", sep="=", red=True, bold=True)
+    for nodeid, reason in _skipped:
+        terminalreporter.line(f"SKIPPED IN CI {nodeid}: {reason}", red=True)
+    terminalreporter.line(
+        f"CI=true: {len(_skipped)} required test(s) skipped, so this run fails. Install what they need "
+        "(Chromium at /usr/bin/chromium, transformers, a Streamlit whose AppTest drives uploads), "
+        "or deselect them explicitly in .ci/run.", red=True, bold=True,
+    )

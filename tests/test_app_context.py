@@ -1,0 +1,113 @@
+"""What the app says about its inputs and models (issue 29, items 5, 7 and 8): the demo
+model's scope on a non-demo image, the offline note for the curated models, the warning for
+a tiny upload, and the Robustness page's CNN label under token drop."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import analysis  # noqa: E402
+from tests.test_app import APP, DEMO_PRESENT, TIMEOUT, assert_clean, png_bytes, uploader  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo model (assets/demo_vit)")
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def captions(at: AppTest) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+def image_captions(at: AppTest) -> list[str]:
+    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+
+
+def test_demo_model_states_its_scope_on_a_photo_only(app):
+    assert app.session_state["current"].image.name.startswith("scene_")
+    assert not any("synthetic-shapes classifier" in c for c in captions(app))
+    app.selectbox(key="image_sample").set_value("astronaut.jpg").run()
+    assert_clean(app)
+    (note,) = [c for c in captions(app) if "synthetic-shapes classifier" in c]
+    names = analysis.load_vit("demo").class_names
+    assert f"{len(names)}-class" in note and all(name in note for name in names)
+    app.switch_page("views/robustness.py").run()
+    assert any("synthetic-shapes classifier" in c for c in captions(app))
+
+
+def test_robustness_labels_the_cnn_panel_with_what_the_cnn_gets(app):
+    app.switch_page("views/robustness.py").run()
+    assert app.radio(key="rob_perturbation").value == "token_drop"
+    labels = image_captions(app)
+    assert "ViT · drop tokens 50%" in labels
+    assert "CNN · drop patches (pixels) 50%" in labels
+    assert not any(label.startswith("CNN · drop tokens") for label in labels)
+
+
+@pytest.mark.upload
+def test_a_tiny_upload_is_warned_about_and_still_shown(app):
+    vit = analysis.load_vit("demo")
+    minimum = vit.minimum_input_side()
+    assert minimum == max(*vit.spec.patch_size, *vit.spec.grid_size)
+    uploader(app, key="image_upload").set_value(("dot.png", png_bytes(size=(1, 1)), "image/png")).run()
+    assert_clean(app)
+    assert app.session_state["current"].image.name == "dot.png"
+    (warning,) = [w.value for w in app.warning if "1×1 px" in w.value]
+    assert f"at least {minimum}×{minimum} px" in warning
+    uploader(app, key="image_upload").set_value(("ok.png", png_bytes(size=(minimum, minimum)), "image/png")).run()
+    assert not [w.value for w in app.warning if "upsampled to the model" in w.value]
+
+
+def test_small_input_note_threshold():
+    vit = analysis.load_vit("demo")
+    side = vit.minimum_input_side()
+    assert vit.small_input_note(side, side) is None
+    assert vit.small_input_note(side * 10, side) is None
+    assert "upsampled" in vit.small_input_note(side - 1, side * 10)
+    assert "upsampled" in vit.small_input_note(side * 10, side - 1)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    import analysis.loading.hub as hub
+    from vizapp import state
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "in_hf_cache", lambda *args, **kwargs: False)
+    state.curated_offline_note.clear()
+    yield hub
+    state.curated_offline_note.clear()
+
+
+def test_offline_curated_models_are_explained_once(offline, app):
+    app.radio(key="model_source").set_value("curated").run()
+    assert_clean(app)
+    (note,) = [w.value for w in app.sidebar.warning if "Offline" in w.value]
+    assert "None of them is cached here" in note
+
+
+def test_offline_note_names_the_cached_models(offline, monkeypatch):
+    from vizapp import state
+
+    cached = "vit_small_patch16_224.dino"
+    monkeypatch.setattr(offline, "pretrained_weights_cached", lambda name: name == cached)
+    monkeypatch.setattr(state, "pretrained_weights_cached", lambda name: name == cached)
+    note = state.curated_offline_note()
+    label = next(label for label, ref in state.CURATED_MODELS.items() if ref.source == cached)
+    assert "Cached here" in note and label.replace("/", "/") in note
+    assert sum(l in note for l in state.CURATED_MODELS) == 1

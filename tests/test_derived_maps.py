@@ -1,0 +1,120 @@
+"""The small derivations that the app's pages show, as library functions (issue 27, item 5):
+the attention-pooling head's map, record slicing, per-map peak scaling, the same query and
+layer in another model, similarity against distance. Each against explicit loops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import analysis
+from analysis import (
+    capture_attention,
+    corresponding_layer,
+    corresponding_query,
+    pooling_attention_map,
+    scale_by_peak,
+    similarity_by_distance,
+)
+from tests.conftest import random_pixels
+
+
+@pytest.fixture(scope="module")
+def siglip():
+    torch.manual_seed(0)
+    return analysis.load_vit("vit_base_patch16_siglip_224", pretrained=False, device="cpu",
+                             img_size=48, depth=2, embed_dim=96, num_heads=4)
+
+
+def test_pooling_attention_map_is_the_probe_row_over_the_patches(siglip):
+    record = capture_attention(siglip, random_pixels(siglip, batch=2))
+    pool = record.pool_attention  # (B, heads, probes, T)
+    assert pool is not None
+    spec = record.spec
+    gh, gw = spec.grid_size
+    prefix = spec.num_prefix_tokens
+    heads = pool.shape[1]
+    for head in [None, *range(heads)]:
+        got = pooling_attention_map(record, head=head)
+        expected = torch.zeros(2, gh, gw)
+        for b in range(2):
+            for i in range(gh):
+                for j in range(gw):
+                    chosen = range(heads) if head is None else [head]
+                    expected[b, i, j] = sum(float(pool[b, h, 0, prefix + i * gw + j]) for h in chosen) / len(chosen)
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    with pytest.raises(analysis.AnalysisError, match="head"):
+        pooling_attention_map(record, head=heads)
+
+
+def test_pooling_attention_map_is_none_without_a_pooling_head(vits):
+    vit = vits["class_token"]
+    assert pooling_attention_map(capture_attention(vit, random_pixels(vit, batch=1))) is None
+
+
+def test_select_layers_keeps_the_order_asked_and_views_consecutive_layers(vits):
+    vit = vits["class_token"]  # 3 layers
+    pixels = random_pixels(vit, batch=1)
+    record = capture_attention(vit, pixels)
+    for layers in ([2, 0], [1], [0, 1], [1, 2]):
+        chosen = record.select_layers(layers)
+        assert chosen.layers == tuple(layers)
+        for position, layer in enumerate(layers):
+            assert torch.equal(chosen.attentions[position], record.attentions[layer])
+            assert torch.equal(analysis.attention_map(chosen, layer), analysis.attention_map(record, layer))
+    consecutive = record.select_layers([1, 2])
+    assert consecutive.attentions.untyped_storage().data_ptr() == record.attentions.untyped_storage().data_ptr()
+    with pytest.raises(analysis.AnalysisError, match="not captured"):
+        record.select_layers([0]).select_layers([1])
+    with pytest.raises(analysis.AnalysisError, match="at least one"):
+        record.select_layers([])
+
+
+def test_scale_by_peak_divides_each_map_by_its_largest_magnitude():
+    maps = np.array([[[1.0, -4.0], [2.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[np.nan, 3.0], [1.5, 0.0]]])
+    kept = scale_by_peak(maps)
+    np.testing.assert_array_equal(kept[0], [[0.25, -1.0], [0.5, 0.0]])
+    np.testing.assert_array_equal(kept[1], np.zeros((2, 2)))
+    np.testing.assert_array_equal(kept[2], [[np.nan, 1.0], [0.5, 0.0]])
+    np.testing.assert_array_equal(scale_by_peak(maps, negative="zero")[0], [[0.25, 0.0], [0.5, 0.0]])
+    with pytest.raises(analysis.AnalysisError, match="negative"):
+        scale_by_peak(maps, negative="abs")
+
+
+def test_corresponding_query_and_layer():
+    assert corresponding_query("cls", (14, 14), (16, 16), False) == "mean"
+    assert corresponding_query("prefix:0", (14, 14), (16, 16), True) == "cls"
+    assert corresponding_query("prefix:2", (14, 14), (16, 16), True) == "mean"
+    assert corresponding_query(0, (14, 14), (16, 16), True) == 0
+    assert corresponding_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
+    # every patch: the target patch contains the source patch's centre (a loop over pixels' fractions)
+    for source_grid, target_grid in [((14, 14), (6, 6)), ((3, 5), (7, 4))]:
+        for index in range(source_grid[0] * source_grid[1]):
+            r, c = divmod(index, source_grid[1])
+            centre_y, centre_x = (r + 0.5) / source_grid[0], (c + 0.5) / source_grid[1]
+            r2, c2 = divmod(corresponding_query(index, source_grid, target_grid, True), target_grid[1])
+            assert r2 / target_grid[0] <= centre_y < (r2 + 1) / target_grid[0]
+            assert c2 / target_grid[1] <= centre_x < (c2 + 1) / target_grid[1]
+    assert corresponding_layer(11, 12, 24) == 23 and corresponding_layer(0, 12, 24) == 0
+    assert corresponding_layer(6, 12, 6) == round(6 * 5 / 11)
+    assert corresponding_layer(3, 1, 4) == 3 and corresponding_layer(3, 8, 1) == 0
+
+
+@pytest.mark.parametrize("grid", [(3, 4), (5, 5)])
+def test_similarity_by_distance_equals_a_loop_over_every_pair(grid):
+    gh, gw = grid
+    rng = np.random.default_rng(0)
+    sim = rng.normal(size=(gh, gw, gh, gw))
+    pairs: dict[int, list[float]] = {}
+    for r in range(gh):
+        for c in range(gw):
+            for r2 in range(gh):
+                for c2 in range(gw):
+                    pairs.setdefault((r - r2) ** 2 + (c - c2) ** 2, []).append(sim[r, c, r2, c2])
+    keys = sorted(pairs)
+    distances, means = similarity_by_distance(sim, unit=0.5)
+    np.testing.assert_allclose(distances, [math.sqrt(k) * 0.5 for k in keys])
+    np.testing.assert_allclose(means, [np.mean(pairs[k]) for k in keys])

@@ -1,0 +1,299 @@
+""""Reproduce in Python": the few public ``analysis`` calls that recompute what a page shows.
+
+One generator per page kind. Each takes the page's settings and returns the source of a
+self-contained script that ends with the page's arrays under the names its ``.npz``
+download uses (``attention``, ``rollout``, ``current_image``, ...), so a notebook gets the
+same numbers as the screen::
+
+    code = attention_code(Source.of(cur), layer=3, head=2, query=21)
+    namespace = {}; exec(code, namespace); namespace["attention"]   # (gh, gw)
+
+Only public ``analysis`` names are used (``analysis.__all__`` and ``LoadedViT`` methods).
+A bundled sample is named by its real path; an uploaded image by its file name, with a
+comment asking for its path (the server never sees the user's path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from vizapp.inputs import SAMPLES_DIR
+from vizapp.refs import ImageRef, ModelRef
+
+__all__ = [
+    "Source",
+    "sample_path",
+    "attention_code",
+    "rollout_code",
+    "distance_code",
+    "compare_code",
+    "tokens_code",
+    "explain_code",
+    "robustness_code",
+    "position_code",
+    "filters_code",
+    "show_code",
+]
+
+
+def sample_path(image: ImageRef) -> Path | None:
+    """The bundled sample file ``image`` was read from, or None (an upload)."""
+    path = SAMPLES_DIR / Path(image.name).name
+    try:
+        if path.is_file() and path.stat().st_size == len(image.data) and path.read_bytes() == image.data:
+            return path
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a script needs to rebuild the app's forward pass: the model, the image's path
+    (None for an upload, then ``image_name`` is shown) and whether the app keeps the
+    attention in float16 (big models, ``resources.record_dtype``)."""
+
+    model: ModelRef
+    image_name: str
+    image_path: Path | None
+    float16: bool = False
+
+    @classmethod
+    def of(cls, cur) -> "Source":
+        """From the app's ``state.Current``."""
+        import torch
+
+        from vizapp.resources import record_dtype
+
+        return cls(cur.model, cur.image.name, sample_path(cur.image), record_dtype(cur.spec) == torch.float16)
+
+
+def _load_model(model: ModelRef) -> list[str]:
+    args = [repr(model.source)]
+    if not model.pretrained:
+        args.append("pretrained=False")
+    if model.arch:
+        args.append(f"arch={model.arch!r}")
+    if model.img_size:
+        args.append(f"img_size={model.img_size}")
+    lines = [f"vit = analysis.load_vit({', '.join(args)})"]
+    if not model.pretrained:
+        lines[0] += "  # random weights: each load draws new ones, so values differ from the app's"
+    return lines
+
+
+def _image_path(source: Source) -> str:
+    if source.image_path is not None:
+        return f"IMAGE = {str(source.image_path)!r}  # the bundled sample shown in the app"
+    return f"IMAGE = {source.image_name!r}  # the image you uploaded: fill in its path on your machine"
+
+
+def _forward(source: Source, *, imports: Sequence[str] = (), record: bool = True) -> list[str]:
+    """Load the model and the image; with ``record``, run one forward pass capturing every
+    layer's attention."""
+    lines = [*imports, "import analysis"]
+    if source.float16 and record:
+        lines.append("import torch")
+    lines += ["", *_load_model(source.model), _image_path(source), "image = analysis.load_image(IMAGE)",
+              "pixels = vit.preprocess(image)  # (1, 3, H, W): resized and normalised as the model expects"]
+    if record:
+        dtype = ", dtype=torch.float16" if source.float16 else ""
+        note = "  # kept in float16, as the app does for big models" if source.float16 else ""
+        lines.append(f"record = analysis.capture_attention(vit, pixels{dtype}){note}  # every layer's attention")
+    return lines
+
+
+def _script(lines: Sequence[str]) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def attention_code(source: Source, *, layer: int, head: str | int, query: str | int) -> str:
+    """The Attention page's map: ``attention`` ``(gh, gw)``, one head's (or the mean over
+    heads) attention of ``query`` over the patches at ``layer``."""
+    head_arg = "None" if head == "mean" else str(int(head))
+    return _script([
+        *_forward(source),
+        "",
+        f"# layer {layer}, {'mean over heads' if head == 'mean' else f'head {head}'}, query {query!r}",
+        f"attention = analysis.attention_map(record, {int(layer)}, head={head_arg}, query={query!r})[0].numpy()"
+        "  # (gh, gw)",
+    ])
+
+
+def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int, query: str | int) -> str:
+    """The Rollout page: ``after_each_layer`` ``(L - start, gh, gw)``, ``rollout`` (the last of
+    them, the map shown) and ``figure6`` (the input times the upsampled rollout)."""
+    return _script([
+        *_forward(source),
+        "",
+        "after_each_layer = analysis.attention_rollout_by_layer(",
+        f"    record, head_fusion={fusion!r}, discard_ratio={float(discard_ratio)!r}, "
+        f"start_layer={int(start_layer)}, query={query!r},",
+        ")[:, 0].numpy()  # (L - start_layer, gh, gw): the rollout after each layer",
+        "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
+        "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
+    ])
+
+
+def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None, image_set_names: Sequence[str] = ()) -> str:
+    """The Attention distance page (first model): ``current_image`` ``(L, heads)``,
+    ``uniform_reference`` and, over an image set, ``set_per_image`` ``(N, L, heads)`` and
+    ``set_mean`` ``(L, heads)``, all in ``unit``. ``image_set``: the bundled samples' paths,
+    or None for uploaded files (named by ``image_set_names``)."""
+    lines = [
+        *_forward(source),
+        "",
+        f"to_unit = 1.0 / analysis.distance_unit_length(vit.spec, {unit!r})  # pixels -> {unit}",
+        "current_image = analysis.mean_attention_distance(record).numpy() * to_unit  # (L, heads)",
+        "uniform_reference = analysis.uniform_attention_distance(vit.spec) * to_unit",
+    ]
+    if image_set is not None:
+        lines += ["", "IMAGE_SET = [  # the bundled samples", *(f"    {str(p)!r}," for p in image_set), "]"]
+    elif image_set_names:
+        lines += ["", "IMAGE_SET = [  # the images you uploaded: fill in their paths on your machine",
+                  *(f"    {name!r}," for name in image_set_names), "]"]
+    if image_set is not None or image_set_names:
+        lines += [
+            "set_per_image = analysis.dataset_attention_distance(",
+            "    vit, IMAGE_SET, per_image=True, on_error='skip',",
+            ").numpy() * to_unit  # (N, L, heads); undecodable images are skipped",
+            "set_mean = set_per_image.mean(axis=0)  # (L, heads)",
+        ]
+    return _script(lines)
+
+
+def compare_code(source: Source, *, layers: Sequence[int], head: str | int, query: str | int) -> str:
+    """The Compare layers page (first model): ``attention`` ``(len(layers), gh, gw)``, one head
+    (or the mean) and one query at each chosen layer."""
+    head_arg = "None" if head == "mean" else str(int(head))
+    return _script([
+        *_forward(source, imports=["import numpy as np"]),
+        "",
+        f"LAYERS = {[int(x) for x in layers]!r}",
+        "attention = np.stack([",
+        f"    analysis.attention_map(record, layer, head={head_arg}, query={query!r})[0].numpy() for layer in LAYERS",
+        "])  # (len(LAYERS), gh, gw)",
+    ])
+
+
+def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, query: str | int,
+                other: ImageRef | None = None) -> str:
+    """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
+    query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
+    and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
+    (``probabilities``), as the page's downloads name them."""
+    lines = [
+        *_forward(source),
+        "",
+        f"features = analysis.capture_tokens(vit, pixels, kind={kind!r})  # (L, 1, T, D): the {kind} features",
+        f"rgb, fitted = analysis.feature_pca(features[{int(layer)}], vit.spec, foreground={bool(foreground)!r})",
+        "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
+        f"similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}).numpy()  # (gh, gw)",
+    ]
+    if other is not None:
+        path = sample_path(other)
+        lines += [
+            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
+            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            f"other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind={kind!r})",
+            f"other_image_similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}, "
+            f"other=other_features[{int(layer)}]).numpy()  # (gh, gw): into the other image",
+        ]
+    lines += [
+        "",
+        "outputs = features" if kind == "token" else "outputs = analysis.capture_tokens(vit, pixels, kind='token')"
+        "  # (L, 1, T, D): the block outputs",
+        "norms = analysis.token_norms(outputs)  # (L, 1, T): block-output norms",
+        "found = analysis.high_norm_tokens(norms, vit.spec.num_prefix_tokens)",
+        "norms = norms[:, 0].numpy()  # (L, T)",
+        "thresholds, outlier_mask = found.thresholds.numpy(), found.mask[:, 0].numpy()  # (L,), (L, patches)",
+        "if vit.spec.num_prefix_tokens:",
+        "    prefix_tokens = analysis.attention_mass(record, list(range(vit.spec.num_prefix_tokens)))[:, 0].numpy()"
+        "  # (L, heads)",
+        "if vit.spec.has_classifier:",
+        "    probabilities = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1).numpy()  # (L, classes)",
+    ]
+    return _script(lines)
+
+
+def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[int | None],
+                 class_specific: Sequence[str], options: dict[str, tuple] | None = None) -> str:
+    """The "Why this class?" page: ``explanations``, a dict of ``(gh, gw)`` maps keyed like the
+    page's download (``<method>_class<c>`` for class-specific methods, else ``<method>``)."""
+    options = options or {}
+    lines = [*_forward(source, record=False), "", "explanations = {}"]
+    for target in targets:
+        for method in methods:
+            specific = target is not None and method in class_specific
+            name = f"{method}_class{target}" if target is not None else method
+            args = [f"method={method!r}"]
+            if specific:
+                args.insert(0, f"target={int(target)}")
+            args += [f"{k}={v!r}" for k, v in options.get(method, ())]
+            lines.append(f"explanations[{name!r}] = analysis.explain(vit, pixels, {', '.join(args)})[0].numpy()")
+    lines.append("# each (gh, gw); the page draws each map divided by its largest |value|, negatives as 0")
+    return _script(lines)
+
+
+def robustness_code(source: Source, *, perturbation: str, clean_level: float, level: float, selection: str,
+                    seed: int) -> str:
+    """The Robustness page's one-image probe of the ViT (the comparison CNN is left out):
+    ``vit_clean_*`` and ``vit_perturbed_*`` rollouts ``(gh, gw)`` (NaN: a dropped token) and
+    probabilities ``(classes,)``, and ``dropped_patches`` for drops."""
+    lines = [
+        *_forward(source, imports=["from analysis.robustness import probe"]),
+        "",
+        f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
+    ]
+    if selection != "random":
+        lines.append("saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
+    saliency = ", saliency=saliency" if selection != "random" else ""
+    lines += [
+        f"clean = probe(vit, pixels, PERTURBATION, {clean_level!r}, seed=SEED, selection=SELECTION{saliency})",
+        f"perturbed = probe(vit, pixels, PERTURBATION, {float(level)!r}, seed=SEED, selection=SELECTION{saliency})",
+        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)",
+        "vit_clean_probabilities = clean.logits[0].softmax(-1).numpy()  # (classes,)",
+        "vit_perturbed_probabilities = perturbed.logits[0].softmax(-1).numpy()",
+    ]
+    if perturbation in ("token_drop", "pixel_drop"):
+        lines.append("dropped_patches = perturbed.dropped.numpy()  # row-major patch indices")
+    return _script(lines)
+
+
+def position_code(model: ModelRef, *, kind: str, resampled_grid: tuple[int, int] | None) -> str:
+    """The Position embeddings page: ``similarity`` ``(gh, gw, gh, gw)`` and, when resampled,
+    ``resampled_similarity`` on ``resampled_grid``."""
+    lines = ["import analysis", "", *_load_model(model),
+             f"similarity = analysis.position_embedding_similarity(vit, kind={kind!r}).numpy()  # (gh, gw, gh, gw)"]
+    if resampled_grid is not None:
+        h, w = (int(v) for v in resampled_grid)
+        lines.append(f"resampled_similarity = analysis.position_embedding_similarity(vit, grid_size=({h}, {w}), "
+                     f"kind={kind!r}).numpy()  # ({h}, {w}, {h}, {w})")
+    return _script(lines)
+
+
+def filters_code(model: ModelRef, *, mode: str, n: int) -> str:
+    """The Patch-embedding filters page: ``components`` ``(n, C, ph, pw)`` and
+    ``explained_variance_ratio`` ``(n,)`` (mode ``"pca"``), or the first ``n`` ``filters``."""
+    lines = ["import analysis", "", *_load_model(model)]
+    if mode == "pca":
+        lines += [
+            f"components, explained_variance_ratio = analysis.patch_embedding_components(vit, n_components={int(n)})",
+            "components, explained_variance_ratio = components.numpy(), explained_variance_ratio.numpy()"
+            "  # (n, C, ph, pw), (n,)",
+        ]
+    else:
+        lines.append(f"filters = analysis.patch_embedding_filters(vit)[:{int(n)}].numpy()  # (n, C, ph, pw)")
+    return _script(lines)
+
+
+def show_code(code: str) -> None:
+    """An expander with the script (Streamlit's code block has a copy button)."""
+    with st.expander("Reproduce in Python", icon=":material/code:"):
+        st.caption("The public `analysis` calls that recompute this view's data "
+                   "(the arrays carry the names of the page's .npz download).")
+        st.code(code, language="python")
