@@ -13,14 +13,15 @@ __all__ = ["attention_map", "pooling_attention_map"]
 
 
 def attention_map(
-    record: AttentionRecord, layer: int, *, head: int | None = None, query: Query = "cls"
+    record: AttentionRecord, layer: int, *, head: int | None = None, query: Query | None = None
 ) -> torch.Tensor:
     """Attention of one query over the patch tokens, as an image-shaped grid.
 
         map[b, i, j] = A[layer, b, head, q, prefix + i·gw + j]
 
     with ``head=None`` averaging ``A`` over heads first and ``query="mean"`` averaging over
-    all patch queries. Prefix keys (class / distillation / register tokens) are left out,
+    all patch queries. ``query=None`` is the class token when the model has one, else the
+    mean over patch queries (:func:`analysis.queries.default_query`, as in rollout). Prefix keys (class / distillation / register tokens) are left out,
     so a map does not sum to one when the query also attends to them.
 
     ``query`` may also be an input-pixel position ``(y, x)``: the patch that contains it.

@@ -45,7 +45,7 @@ from .record_memory import record_buffer
 from .spec import ViTSpec
 from .windowed import WindowedAttentionRecord, concatenate_windowed, window_probabilities, windowed_message
 
-__all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities"]
+__all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
 
 # (layer index, probabilities (B, heads, Q, T)) -> None
 AttentionSink = Callable[[int, torch.Tensor], None]
@@ -318,6 +318,21 @@ def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tupl
     return tuple(sorted({check_index("layer", layer, num_layers, "layers") for layer in layers}))
 
 
+def require_every_layer(requested: Sequence[int], seen, what: str = "attention") -> None:
+    """Refuse a forward pass in which some requested layer's tap never fired.
+
+    Every capture (records, streamed distances, tokens, gradients) calls this after its
+    forward: a layer whose adapter saw nothing would otherwise come back as zeros or a stale
+    buffer and be read (or averaged in) as data. ``seen``: the layers the taps reported.
+    """
+    missing = [layer for layer in requested if layer not in seen]
+    if missing:
+        raise AnalysisError(
+            f"The {what} of layers {missing} was never computed during the forward pass: this "
+            "model's blocks did not run as their attention adapter expects, so it is not supported."
+        )
+
+
 def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
     """The spec for this input, checking its shape against the model."""
     check_pixels(pixels)
@@ -471,12 +486,7 @@ def _capture_once(
             logits = model(pixels)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    missing = [layer for layer in layer_ids if layer not in seen]
-    if missing:
-        raise AnalysisError(
-            f"The attention of layers {missing} was never computed during the forward pass: this "
-            "model's attention modules did not run as their adapter expects, so it is not supported."
-        )
+    require_every_layer(layer_ids, seen)
     attentions = store["maps"]
     if spec.is_windowed:  # attentions: {layer: (B, windows, heads, Wt, Wt)}
         return WindowedAttentionRecord(windows=tuple(attentions[layer] for layer in layer_ids),

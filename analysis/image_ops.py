@@ -20,10 +20,11 @@ from .errors import AnalysisError
 
 __all__ = ["gaussian_noise", "gaussian_blur", "BASELINES", "baseline_pixels"]
 
-#: ``"black"`` (pixel value 0, then the model's normalisation), ``"mean"`` (the normalised
-#: zero: the dataset mean colour), ``"blur"`` (the image under a Gaussian blur with σ = one
+#: Baselines of integrated gradients and of the perturbation curves, the first the default of
+#: both: ``"mean"`` (the normalised zero: the dataset mean colour), ``"black"`` (pixel value 0,
+#: then the model's normalisation), ``"blur"`` (the image under a Gaussian blur with σ = one
 #: patch side).
-BASELINES = ("black", "mean", "blur")
+BASELINES = ("mean", "black", "blur")
 
 
 def _check_sigma(sigma) -> float:

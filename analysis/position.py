@@ -195,6 +195,13 @@ def similarity_by_distance(
     bin). A resampled grid has many near-equal distances whose means zig-zag; bins smooth that
     without moving any pair.
     """
+    similarity = np.asarray(similarity)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
+        raise AnalysisError(
+            f"similarity_by_distance expects a (gh, gw, gh, gw) similarity grid "
+            f"(position_embedding_similarity's), got shape {similarity.shape}.")
+    if not unit > 0 or (bin_width is not None and not bin_width > 0):
+        raise AnalysisError(f"unit and bin_width must be positive, got unit={unit!r}, bin_width={bin_width!r}.")
     gh, gw = similarity.shape[:2]
     # Sum over all pairs with displacement (dy, dx), without a (N², N²) index: along each
     # diagonal of the (row, row') plane, then along each diagonal of the (col, col') plane.

@@ -7,10 +7,12 @@ import numbers
 import torch
 
 from .capture import AttentionRecord
+from .checks import check_int
 from .errors import AnalysisError
 
 __all__ = [
-    "Query", "query_rows_for", "patch_of_pixel", "prefix_query", "parse_prefix_query", "corresponding_layer", "corresponding_query",
+    "Query", "default_query", "query_rows_for", "patch_of_pixel", "prefix_query", "parse_prefix_query",
+    "corresponding_layer", "corresponding_query",
 ]
 
 Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major patch index | (y, x) input pixel
@@ -29,18 +31,31 @@ def parse_prefix_query(query) -> int | None:
     return None
 
 
-def query_rows_for(record: AttentionRecord, query: Query) -> list[int]:
+def default_query(spec, query: Query | None = None) -> Query:
+    """The query an analysis reads when the caller passes ``query=None``: the token the model's
+    head reads, i.e. the class token when the model has one, else the mean over every patch
+    query (global-average pooling). Every map of one query (``attention_map``,
+    ``attention_rollout``, ``attention_rollout_by_layer``) defaults to this, so the default
+    works on every model; ``"cls"`` asked for explicitly on a model without one is an error."""
+    if query is None:
+        return "cls" if spec.has_class_token else "mean"
+    return query
+
+
+def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
     """Positions along the record's ``Q`` axis whose attention rows make up ``query``.
 
     ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
     (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers);
     ``"prefix:<i>"`` is prefix token i (class, distillation or register token); a tuple
-    ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`).
+    ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`);
+    ``None`` is :func:`default_query`.
     """
     from .windowed import refuse_windowed
 
     refuse_windowed(record, "Token queries over [prefix, patches]")
     spec = record.spec
+    query = default_query(spec, query)
     prefix = spec.num_prefix_tokens
     if isinstance(query, tuple):
         return record.query_rows([prefix + patch_of_pixel(spec, query)])
@@ -99,9 +114,18 @@ def corresponding_layer(layer: int, from_layers: int, to_layers: int) -> int:
     """The layer at the same relative depth in a model with ``to_layers`` layers:
     ``round(layer · (to_layers − 1) / (from_layers − 1))`` (the first maps to the first, the
     last to the last)."""
+    from_layers = check_int("from_layers", from_layers, minimum=1)
+    to_layers = check_int("to_layers", to_layers, minimum=1)
+    layer = check_int("layer", layer, minimum=0)
     if from_layers <= 1 or to_layers <= 1:
         return min(layer, to_layers - 1)
     return int(round(layer * (to_layers - 1) / (from_layers - 1)))
+
+
+def _grid_pair(name: str, grid) -> tuple[int, int]:
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise AnalysisError(f"{name} must be a (rows, columns) pair, got {grid!r}.")
+    return check_int(f"{name} rows", grid[0], minimum=1), check_int(f"{name} columns", grid[1], minimum=1)
 
 
 def corresponding_query(
@@ -111,10 +135,15 @@ def corresponding_query(
     without one); ``"mean"`` for the other prefix tokens, whose roles differ between models;
     for a patch, the patch of ``to_grid`` that contains the centre of patch ``(r, c)`` of
     ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``."""
+    from_grid, to_grid = _grid_pair("from_grid", from_grid), _grid_pair("to_grid", to_grid)
     if query == "cls":
         return "cls" if to_has_class_token else "mean"
     if query == "mean" or (isinstance(query, str) and query.startswith("prefix:")):
         return "cls" if query == "prefix:0" and to_has_class_token else "mean"  # registers differ per model
+    if isinstance(query, str) or isinstance(query, bool) or not isinstance(query, numbers.Integral):
+        raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
+    if not 0 <= int(query) < from_grid[0] * from_grid[1]:
+        raise AnalysisError(f"Patch index {query} is outside the {from_grid[0]}x{from_grid[1]} grid.")
     r, c = divmod(int(query), from_grid[1])
     r2 = min(int((r + 0.5) * to_grid[0] / from_grid[0]), to_grid[0] - 1)
     c2 = min(int((c + 0.5) * to_grid[1] / from_grid[1]), to_grid[1] - 1)

@@ -118,12 +118,6 @@ def _query_grid(record: AttentionRecord, rollout: torch.Tensor, rows: list[int])
     return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw).float()
 
 
-def _default_query(record: AttentionRecord, query: Query | None) -> Query:
-    if query is None:
-        return "cls" if record.spec.has_class_token else "mean"
-    return query
-
-
 def attention_rollout_by_layer(
     record: AttentionRecord,
     *,
@@ -138,7 +132,7 @@ def attention_rollout_by_layer(
     partial products ``Â_end ⋯ Â_start`` are built incrementally (L matrix products, not L²/2).
     """
     check_record(record, "attention_rollout")
-    rows = query_rows_for(record, _default_query(record, query))
+    rows = query_rows_for(record, query)
     steps = _rollout_steps(record, head_fusion, discard_ratio, start_layer, None)
     return torch.stack([_query_grid(record, rollout, rows) for _, rollout in steps])
 
@@ -156,11 +150,12 @@ def attention_rollout(
 
     ``R = Â_end ⋯ Â_start`` as in :func:`rollout_matrices` (``end_layer`` defaults to the
     last layer, inclusive). Returns the query's row of ``R`` restricted to patch tokens,
-    not rescaled: ``(B, gh, gw)`` float32. ``query=None`` is the class token when the model
-    has one, else the mean over patch queries; otherwise ``"cls"``, ``"mean"`` or a patch index.
+    not rescaled: ``(B, gh, gw)`` float32. ``query=None`` (the default of every one-query map,
+    :func:`analysis.queries.default_query`) is the class token when the model has one, else
+    the mean over patch queries; otherwise ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index.
     """
     check_record(record, "attention_rollout")
-    rows = query_rows_for(record, _default_query(record, query))
+    rows = query_rows_for(record, query)
     rollout = rollout_matrices(
         record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer
     )

@@ -18,7 +18,7 @@ from itertools import islice
 import torch
 from PIL import Image
 
-from .capture import attention_taps, input_spec
+from .capture import attention_taps, input_spec, require_every_layer
 from .devices import autocast_context
 from .distance import attention_distance_per_image, patch_distance_matrix
 from .errors import AnalysisError
@@ -168,12 +168,7 @@ def dataset_attention_distance(
         with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries, reuse=True):
             with autocast_context(device, precision):
                 model(pixels.to(device, non_blocking=True))
-        missing = [layer for layer in layers if layer not in seen]
-        if missing:  # a silent zero would be averaged in as data
-            raise AnalysisError(
-                f"The attention of layers {missing} was never computed during the forward pass: this "
-                "model's attention modules did not run as their adapter expects, so it is not supported."
-            )
+        require_every_layer(layers, seen)  # a silent zero would be averaged in as data
         return per_layer
 
     def on_device(chunk: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,17 @@ def test_attention_map_picks_the_right_row_and_columns():
     torch.testing.assert_close(mean_query, expected)
 
 
+def test_one_query_default_for_every_map():
+    """``query=None`` is the class token when there is one, else the mean of the patch queries,
+    for attention_map as for rollout (one rule: analysis.queries.default_query)."""
+    with_cls = synthetic_record(random_attention(tokens=14), grid=(3, 4), prefix=2, has_cls=True)
+    gap = synthetic_record(random_attention(tokens=12), grid=(3, 4), prefix=0, has_cls=False)
+    torch.testing.assert_close(attention_map(with_cls, 1), attention_map(with_cls, 1, query="cls"))
+    torch.testing.assert_close(attention_map(gap, 1), attention_map(gap, 1, query="mean"))
+    torch.testing.assert_close(attention_rollout(with_cls), attention_rollout(with_cls, query="cls"))
+    torch.testing.assert_close(attention_rollout(gap), attention_rollout(gap, query="mean"))
+
+
 def test_attention_map_errors_are_typed():
     record = synthetic_record(random_attention(tokens=12), grid=(3, 4), prefix=0, has_cls=False)
     with pytest.raises(AnalysisError, match="no class token"):

@@ -25,6 +25,8 @@ APP = str(REPO / "vizapp" / "app.py")
 
 # timm name -> (shows class predictions, has a pooling-head map, position page shows)
 FAMILIES = {
+    "vit_tiny_r_s16_p8_224": (True, False, "position embedding"),  # hybrid: a CNN stem
+    "vit_base_patch16_clip_224": (True, False, "position embedding"),  # CLIP image tower
     "vit_small_patch16_dinov3": (False, False, "rotary"),
     "eva02_tiny_patch14_224": (False, False, "both"),
     "beit_base_patch16_224": (True, False, "relative"),
@@ -83,3 +85,5 @@ def test_app_opens_every_family(name, monkeypatch):
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])
+    if name == "vit_tiny_r_s16_p8_224":  # the filters page says why a hybrid has no pixel filters
+        assert "CNN stem" in " ".join(i.body for i in at.info)

@@ -173,3 +173,29 @@ def test_capture_does_not_modify_the_model(vits):
     capture_attention(vit, random_pixels(vit))
     for key, value in vit.model.state_dict().items():
         assert torch.equal(value, snapshot[key])
+
+
+@pytest.mark.parametrize("where", ["analysis.capture", "analysis.explanations.gradients"])  # streaming: test_streaming.py
+def test_a_layer_whose_tap_never_fired_is_refused(vits, monkeypatch, where):
+    """One check (analysis.capture.require_every_layer) after every capture: a layer the taps
+    never reported must not come back as zeros."""
+    import importlib
+
+    import analysis
+
+    module = importlib.import_module(where)
+    real_taps = module.attention_taps
+    vit = vits["class_token"]
+    last = vit.spec.num_layers - 1
+
+    def taps_missing_last_layer(model, layers, sink, **kwargs):
+        return real_taps(model, [layer for layer in layers if layer != last], sink, **kwargs)
+
+    monkeypatch.setattr(module, "attention_taps", taps_missing_last_layer)
+    pixels = random_pixels(vit)
+    calls = {
+        "analysis.capture": lambda: capture_attention(vit, pixels),
+        "analysis.explanations.gradients": lambda: analysis.explain(vit, pixels, method="chefer"),
+    }
+    with pytest.raises(AnalysisError, match=rf"layers \[{last}\] was never computed"):
+        calls[where]()

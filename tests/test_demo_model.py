@@ -166,15 +166,16 @@ def test_locality_gap_of_random_embeddings_is_near_zero():
 
 
 def test_pointing_game_helpers():
-    from analysis.demo.evaluate import patch_overlap, pointing_game
+    """The evaluation uses the faithfulness benchmark's rule, batched over scenes."""
+    from analysis.faithfulness import patch_mask, pointing_score
 
     masks = np.zeros((2, 8, 8), dtype=bool)
     masks[0, 0, 5] = True  # one pixel in patch (0, 1) of a 2x2 grid of 4x4 patches
     masks[1, 6:8, 0:2] = True  # patch (1, 0)
-    overlap = patch_overlap(masks, (4, 4), (2, 2))
+    overlap = patch_mask(masks, (4, 4), (2, 2))
     assert overlap.tolist() == [[[False, True], [False, False]], [[False, False], [True, False]]]
     rollout = torch.tensor([[[0.0, 1.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 0.5]]])
-    assert pointing_game(rollout, overlap).tolist() == [True, False]
+    assert pointing_score(rollout, overlap).tolist() == [1.0, 0.0]
 
 
 # --------------------------------------------------------------------------- training smoke

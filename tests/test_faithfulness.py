@@ -20,7 +20,7 @@ from analysis.faithfulness import (
     patch_ranking,
     perturbation_curve,
     perturbed_inputs,
-    pointing_hit,
+    pointing_score,
     randomized_copy,
     rank_correlation,
 )
@@ -93,13 +93,32 @@ def test_localisation_metrics():
     patches = patch_mask(mask, (4, 4), (2, 3))
     assert patches.tolist() == [[True, False, False], [False, False, True]]
     perfect = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-    assert pointing_hit(perfect, patches) and mask_iou(perfect, patches) == 1.0
+    assert pointing_score(perfect, patches) == 1.0 and mask_iou(perfect, patches) == 1.0
     wrong = torch.tensor([[1.0, 3.0, 0.0], [0.0, 0.0, 0.5]])
-    assert not pointing_hit(wrong, patches)
+    assert pointing_score(wrong, patches) == 0.0
     assert mask_iou(wrong, patches) == pytest.approx(1 / 3)  # top-2 = {1, 0}: 1 shared of {0, 1, 5}
-    assert not pointing_hit(torch.ones(2, 3), patches)  # a flat map points nowhere in particular
+    # a flat map scores the chance level (2 of 6 patches on the object), whatever the patch order
+    assert pointing_score(torch.ones(2, 3), patches) == pytest.approx(2 / 6)
+    assert pointing_score(torch.tensor([[3.0, 3.0, 0.0], [0.0, 0.0, 3.0]]), patches) == pytest.approx(2 / 3)
     with pytest.raises(AnalysisError, match="no patch"):
         mask_iou(perfect, np.zeros((2, 3), dtype=bool))
+
+
+def test_pointing_score_matches_a_loop_over_random_tied_maps():
+    """The batched rule against an explicit loop: share of the maximal patches on the object."""
+    generator = torch.Generator().manual_seed(0)
+    maps = torch.randint(0, 3, (40, 3, 5), generator=generator).float()  # small integers: many ties
+    objects = torch.rand(40, 3, 5, generator=generator) < 0.3
+    scores = pointing_score(maps, objects.numpy())
+    assert scores.shape == (40,)
+    for saliency, on_object, score in zip(maps, objects, scores):
+        top = float(saliency.max())
+        peaks = [(i, j) for i in range(3) for j in range(5) if float(saliency[i, j]) == top]
+        expected = sum(bool(on_object[i, j]) for i, j in peaks) / len(peaks)
+        assert score == pytest.approx(expected)
+        assert pointing_score(saliency, on_object.numpy()) == pytest.approx(expected)  # one map at a time
+    with pytest.raises(AnalysisError, match="same grid"):
+        pointing_score(maps[0], objects[0, :2].numpy())
 
 
 def test_rank_correlation_matches_a_direct_spearman():

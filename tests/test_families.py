@@ -1,4 +1,5 @@
-"""Every supported timm ViT family: exact attention, identical logits, all four analyses.
+"""Every supported timm ViT family (the matrix in tests/families.py): exact attention,
+identical logits, all four analyses.
 
 The reference for each family is the attention module's *own* explicit path: a copy of the
 model with ``fused_attn = False`` on every attention module, whose softmax output is read
@@ -25,32 +26,11 @@ from analysis import (
 )
 from analysis.adapters import block_sites, pool_site
 from analysis.position import position_encoding_kinds
+from families import FAMILIES
 from reference import manual_softmax
 
-# family -> (timm architecture, create_model kwargs, input (H, W)). Random weights, small sizes.
-FAMILIES = {
-    "dinov3": ("vit_small_patch16_dinov3", dict(img_size=64, depth=2), (64, 64)),
-    "dinov3_plus": ("vit_small_plus_patch16_dinov3", dict(img_size=48, depth=2), (48, 48)),
-    "eva02": ("eva02_tiny_patch14_224", dict(img_size=56, depth=2), (56, 56)),
-    "beit": ("beit_base_patch16_224", dict(img_size=64, depth=2, embed_dim=96, num_heads=4), (64, 64)),
-    "beitv2": ("beitv2_base_patch16_224", dict(img_size=48, depth=2, embed_dim=96, num_heads=4), (48, 48)),
-    "relpos": ("vit_relpos_small_patch16_224", dict(img_size=(48, 64), depth=2), (48, 64)),
-    "relpos_rpn": ("vit_relpos_small_patch16_rpn_224", dict(img_size=48, depth=2), (48, 48)),
-    "srelpos": ("vit_srelpos_small_patch16_224", dict(img_size=64, depth=2), (64, 64)),
-    "rope_reg1_gap": (
-        "vit_base_patch16_rope_reg1_gap_256",
-        dict(img_size=64, depth=2, embed_dim=96, num_heads=4),
-        (64, 64),
-    ),
-    "rope_mixed": ("vit_small_patch16_rope_mixed_224", dict(img_size=48, depth=2), (48, 48)),
-    "pe_core": ("vit_pe_core_small_patch16_384", dict(img_size=64, depth=2), (64, 64)),
-    "naflex": ("naflexvit_base_patch16_gap", dict(depth=2, embed_dim=96, num_heads=4), (48, 64)),
-    "siglip": ("vit_base_patch16_siglip_224", dict(img_size=48, depth=2, embed_dim=96, num_heads=4), (48, 48)),
-}
-
-
 def _load(family: str):
-    arch, kwargs, _ = FAMILIES[family]
+    arch, kwargs = FAMILIES[family].arch, FAMILIES[family].kwargs
     torch.manual_seed(0)
     vit = load_vit(arch, pretrained=False, device="cpu", **kwargs)
     with torch.no_grad():  # random init leaves some biases at zero: make every parameter count
@@ -65,7 +45,7 @@ def family_vits():
 
 
 def _pixels(family: str, batch: int = 2, seed: int = 0) -> torch.Tensor:
-    height, width = FAMILIES[family][2]
+    height, width = FAMILIES[family].size
     return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))
 
 
@@ -141,6 +121,10 @@ def test_all_four_analyses_run(family, family_vits):
         assert "relative" in vit.spec.position_embedding
         with pytest.raises(AnalysisError, match="relative-position bias"):
             position_embedding_similarity(vit)
+    if family == "hybrid":  # a CNN stem, not a linear map of pixels: no filters to show
+        with pytest.raises(AnalysisError, match="hybrid"):
+            patch_embedding_components(vit, n_components=4)
+        return
     components, ratio = patch_embedding_components(vit, n_components=4)
     assert components.shape == (4, 3, *spec.patch_size) and float(ratio.sum()) <= 1.0 + 1e-6
 
@@ -159,6 +143,9 @@ def test_prefix_tokens_and_position_kinds_are_read_from_each_model(family_vits):
     assert spec["dinov3"].head == "none" and spec["siglip"].head == "none"
     assert spec["pe_core"].head == "embedding" and not spec["pe_core"].has_classifier
     assert spec["beit"].has_classifier
+    assert spec["hybrid"].patch_size == (32, 32) and spec["hybrid"].grid_size == (3, 3)  # the stem's stride
+    assert spec["deit_distilled"].num_prefix_tokens == 2 and spec["dinov2_registers"].num_prefix_tokens == 5
+    assert spec["clip"].num_prefix_tokens == 1 and spec["clip"].position_embedding == "learned"
 
 
 def test_zero_queries_and_keys_leave_exactly_the_relative_position_bias():

@@ -92,6 +92,50 @@ def _hf_output(model, pixels, **kwargs):
     raise AssertionError("no output")
 
 
+def _source_patch_positions(model: torch.nn.Module, num_patches: int) -> torch.Tensor:
+    """``(N, D)``: the patch rows of the source model's own position-embedding parameter
+    (transformers' ``position_embedding(s)``, torchvision's ``pos_embedding``), read by name;
+    prefix rows (class, distillation) come first, so the patches are the last ``N``."""
+    tables = [p for name, p in model.named_parameters() if name.split(".")[-1] in ("position_embeddings", "pos_embedding")
+              or name.endswith("position_embedding.weight")]
+    assert len(tables) == 1, [name for name, _ in model.named_parameters()]
+    table = tables[0].detach().double()
+    return table.reshape(-1, table.shape[-1])[-num_patches:]
+
+
+def check_position_similarity_by_hand(vit, model: torch.nn.Module) -> None:
+    """position_embedding_similarity equals the cosine similarity of every pair of the source
+    model's own patch position rows, computed one pair at a time."""
+    gh, gw = vit.spec.grid_size
+    rows = _source_patch_positions(model, gh * gw)
+    got = torch.as_tensor(position_embedding_similarity(vit)).double()
+    assert got.shape == (gh, gw, gh, gw)
+    for p in range(gh * gw):
+        for q in range(gh * gw):
+            cosine = float(rows[p] @ rows[q]) / (float(rows[p].norm()) * float(rows[q].norm()))
+            assert float(got[p // gw, p % gw, q // gw, q % gw]) == pytest.approx(cosine, abs=1e-5)
+
+
+def check_filter_pca_by_hand(vit, model: torch.nn.Module, k: int) -> None:
+    """patch_embedding_components equals a PCA of the source model's own patch convolution,
+    done another way: the eigenvectors of the filters' covariance ``Xcᵀ·Xc`` (``torch.linalg.eigh``),
+    each signed so its largest-magnitude entry is positive, and eigenvalue / trace as the ratio."""
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    filters = conv.weight.detach().double()  # (D, C, ph, pw)
+    flat = filters.reshape(filters.shape[0], -1)
+    centred = flat - flat.mean(0, keepdim=True)
+    eigenvalues, eigenvectors = torch.linalg.eigh(centred.T @ centred)  # ascending
+    order = eigenvalues.argsort(descending=True)[:k]
+    expected_ratio = eigenvalues[order] / eigenvalues.clamp_min(0).sum()
+    components, ratio = patch_embedding_components(vit, n_components=k)
+    assert components.shape == (k, *filters.shape[1:])
+    torch.testing.assert_close(ratio.double(), expected_ratio, atol=1e-5, rtol=1e-4)
+    for got, index in zip(components.double().reshape(k, -1), order):
+        vector = eigenvectors[:, index]
+        vector = vector * torch.sign(vector[vector.abs().argmax()])
+        torch.testing.assert_close(got, vector, atol=1e-4, rtol=0)
+
+
 def _storages(module: torch.nn.Module) -> set[int]:
     return {p.untyped_storage().data_ptr() for p in module.parameters()}
 
@@ -119,8 +163,8 @@ def test_transformers_model_object_matches_its_own_attention_and_output(case):
     assert _copied_numel(vit.model, model) == (SMALL["hidden_size"] if case == "dinov2_registers" else 0)
     assert attention_rollout(record).shape == (2, 4, 4)
     assert mean_attention_distance(record).shape == (2, 2)
-    assert position_embedding_similarity(vit).shape == (4, 4, 4, 4)
-    assert patch_embedding_components(vit, n_components=3)[0].shape == (3, 3, 8, 8)
+    check_position_similarity_by_hand(vit, model)
+    check_filter_pca_by_hand(vit, model, k=3)
 
 
 def test_siglip_pooling_head_attention_matches_its_multihead_attention():
@@ -252,8 +296,8 @@ def test_torchvision_object_matches_multihead_attention_weights():
     torch.testing.assert_close(record.logits, logits, atol=1e-5, rtol=1e-4)
     assert _copied_numel(vit.model, tv) == 0
     assert attention_rollout(record).shape == (2, 3, 3)
-    assert position_embedding_similarity(vit).shape == (3, 3, 3, 3)
-    assert patch_embedding_components(vit, n_components=2)[0].shape == (2, 3, 16, 16)
+    check_position_similarity_by_hand(vit, tv)
+    check_filter_pca_by_hand(vit, tv, k=2)
 
 
 def test_torchvision_state_dict_with_arch(tmp_path):
@@ -339,12 +383,44 @@ def test_transformers_attention_gradients_equal_the_originals(case):
     assert explain(vit, pixels, target=[1, 0], method="chefer").shape == (2, 4, 4)
 
 
-def test_torchvision_models_are_explained():
+def test_torchvision_explanations_equal_autograd_on_the_torchvision_model():
+    """Input × gradient and Grad-CAM of a converted torchvision ViT against the same formulas
+    written out with autograd on the torchvision module itself (its own forward, its own
+    ``ln_1`` output as the last block's attention input)."""
     from analysis import explain
 
     tv = _torchvision_vit()
     vit = load_vit(tv)
     pixels = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(3))
-    for method in ("chefer", "gradcam", "input_x_gradient"):
-        maps = explain(vit, pixels, target=4, method=method)
-        assert maps.shape == (2, 3, 3) and torch.isfinite(maps).all() and maps.abs().sum() > 0
+    target, (ph, pw), (gh, gw) = 4, vit.spec.patch_size, vit.spec.grid_size
+
+    # input × gradient: Σ over channels and each patch's pixels of x · ∂y_target/∂x
+    x = pixels.clone().requires_grad_(True)
+    tv(x)[:, target].sum().backward()  # images are independent: one backward gives every image's gradient
+    per_pixel = (x * x.grad).detach().sum(1)  # (B, H, W)
+    expected = torch.zeros(2, gh, gw)
+    for i in range(gh):
+        for j in range(gw):
+            expected[:, i, j] = per_pixel[:, i * ph : (i + 1) * ph, j * pw : (j + 1) * pw].sum((1, 2))
+    torch.testing.assert_close(explain(vit, pixels, target=target, method="input_x_gradient"), expected,
+                               atol=1e-5, rtol=1e-4)
+
+    # Grad-CAM on the last block's attention input X (ln_1's output), class token dropped:
+    # w_c = mean_p ∂y/∂X[p, c];  map[p] = ReLU(Σ_c w_c · X[p, c])
+    kept = {}
+
+    def keep(module, args, out):  # (B, T, D), class token first
+        out.retain_grad()
+        kept["X"] = out
+
+    handle = tv.encoder.layers[-1].ln_1.register_forward_hook(keep)
+    try:
+        tv(pixels)[:, target].sum().backward()
+    finally:
+        handle.remove()
+    activations, gradients = kept["X"].detach()[:, 1:], kept["X"].grad[:, 1:]  # (B, N, D)
+    weights = gradients.mean(1, keepdim=True)  # (B, 1, D)
+    expected = (activations * weights).sum(-1).clamp(min=0).reshape(2, gh, gw)
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(explain(vit, pixels, target=target, method="gradcam"), expected, atol=1e-5, rtol=1e-4)
+    assert torch.isfinite(explain(vit, pixels, target=target, method="chefer")).all()

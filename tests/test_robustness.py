@@ -134,7 +134,7 @@ def test_noise_and_blur():
 
 
 def test_bad_perturbations_are_typed_errors(demo):
-    from test_families import FAMILIES
+    from families import FAMILIES
 
     spec = demo.spec
     with pytest.raises(AnalysisError, match=r"\[0, 1\]"):
@@ -146,7 +146,7 @@ def test_bad_perturbations_are_typed_errors(demo):
     with pytest.raises(AnalysisError, match="CNN"):
         with token_drop(object(), []):
             pass
-    arch, kwargs, _ = FAMILIES["eva02"]
+    arch, kwargs, _, _ = FAMILIES["eva02"]
     eva = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
     with pytest.raises(AnalysisError, match="Drop pixels instead"):
         with token_drop(eva, []):

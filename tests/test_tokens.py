@@ -68,9 +68,9 @@ def test_capture_tokens_equals_plain_hooks(models, name):
 def test_rope_keys_are_taken_after_the_rotation():
     """For RoPE models the captured q and k are what the softmax compares: softmax(scale·q·kᵀ)
     rebuilt from them equals the captured attention (the k_norm output would not)."""
-    from test_families import FAMILIES
+    from families import FAMILIES
 
-    arch, kwargs, size = FAMILIES["eva02"]
+    arch, kwargs, size, _ = FAMILIES["eva02"]
     vit = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
     pixels = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(0))
     q, k = capture_tokens(vit, pixels, kind="query"), capture_tokens(vit, pixels, kind="key")
@@ -98,9 +98,9 @@ def test_logit_lens_reads_every_layer_through_the_head(models):
 
 
 def test_logit_lens_last_layer_is_the_logits_for_every_family():
-    from test_families import FAMILIES
+    from families import FAMILIES
 
-    for family, (arch, kwargs, size) in FAMILIES.items():
+    for family, (arch, kwargs, size, _) in FAMILIES.items():
         vit = analysis.load_vit(arch, pretrained=False, device="cpu", **{**kwargs, "num_classes": 5})
         pixels = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(0))
         if not vit.spec.has_classifier:
@@ -249,12 +249,12 @@ def test_patch_similarity_against_a_loop():
 
 
 def test_prefix_tokens_are_named_and_queryable(vits):
-    from test_families import FAMILIES
+    from families import FAMILIES
 
     assert vits["registers"].spec.token_names == ("class", "register 1", "register 2", "register 3", "register 4")
     assert vits["distilled"].spec.token_names == ("class", "distillation")
     assert vits["no_class_token"].spec.token_names == ()
-    arch, kwargs, _ = FAMILIES["rope_reg1_gap"]
+    arch, kwargs, _, _ = FAMILIES["rope_reg1_gap"]
     assert analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs).spec.token_names == ("register 1",)
     vit = vits["registers"]
     record = capture_attention(vit, random_pixels(vit))

@@ -26,10 +26,12 @@ locality gap
     8x8 grid of the demo model: 4 or more rows or columns apart). A random,
     position-agnostic embedding scores about 0; a local one scores clearly above 0.
 pointing game
-    For each **correctly classified** sample, the peak (arg-max, first on ties) patch of
-    the attention rollout (``head_fusion="mean"``, ``discard_ratio=0``) is a hit if the
-    patch overlaps the object, where "overlaps" means at least one object-mask pixel
-    lies inside that patch's ``ph x pw`` pixel square. The score is hits / correct.
+    For each **correctly classified** sample, the peak patch of the attention rollout
+    (``head_fusion="mean"``, ``discard_ratio=0``) is a hit if the patch overlaps the object,
+    where "overlaps" means at least one object-mask pixel lies inside that patch's
+    ``ph x pw`` pixel square (:func:`analysis.faithfulness.patch_mask`). Ties between peak
+    patches are split as a fraction (:func:`analysis.faithfulness.pointing_score`, the same
+    rule as the faithfulness benchmark). The score is the mean over correct samples.
 chance
     The pointing game of a uniformly random patch on the same (correctly classified)
     samples: the mean over samples of (patches overlapping the object / all patches).
@@ -49,8 +51,6 @@ from analysis.demo.data import CLASS_NAMES, generate_samples
 __all__ = [
     "DEFAULT_EVAL_SEED",
     "locality_gap",
-    "patch_overlap",
-    "pointing_game",
     "evaluate",
     "main",
 ]
@@ -77,33 +77,18 @@ def similarity_locality_gap(sim: torch.Tensor) -> float:
     return float(sim[near].mean() - sim[far].mean())
 
 
-def patch_overlap(masks: np.ndarray, patch_size: tuple[int, int], grid_size: tuple[int, int]) -> np.ndarray:
-    """Bool ``(n, gh, gw)``: does patch (i, j) contain at least one mask pixel?"""
-    ph, pw = patch_size
-    gh, gw = grid_size
-    m = np.asarray(masks, dtype=bool)[:, : gh * ph, : gw * pw]
-    return m.reshape(m.shape[0], gh, ph, gw, pw).any(axis=(2, 4))
-
-
-def pointing_game(rollout: torch.Tensor | np.ndarray, overlap: np.ndarray) -> np.ndarray:
-    """Bool ``(n,)``: does the rollout's peak patch overlap the object?"""
-    r = torch.as_tensor(rollout).float()
-    n, gh, gw = r.shape
-    peak = r.reshape(n, -1).argmax(dim=1).numpy()
-    return overlap.reshape(n, -1)[np.arange(n), peak]
-
-
 @torch.no_grad()
 def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: int = 250) -> dict:
     """Accuracy, locality gap, rollout pointing game and its chance level on ``n`` fresh
     scenes from ``seed``. ``vit`` is what :func:`analysis.load_vit` returns."""
     from analysis import attention_rollout, capture_attention
+    from analysis.faithfulness import patch_mask, pointing_score
 
     spec = vit.spec
     size = int(spec.img_size[0])
     images, labels, masks = generate_samples(n, seed, size=size)
     labels_t = torch.tensor(labels)
-    overlap = patch_overlap(masks, spec.patch_size, spec.grid_size)
+    overlap = patch_mask(masks, spec.patch_size, spec.grid_size)  # (n, gh, gw)
 
     preds, hits = [], []
     for i in range(0, n, batch_size):
@@ -111,7 +96,7 @@ def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: i
         record = capture_attention(vit, pixels)
         preds.append(torch.as_tensor(record.logits).argmax(dim=-1))
         rollout = attention_rollout(record, head_fusion="mean", discard_ratio=0.0)
-        hits.append(pointing_game(rollout, overlap[i:i + batch_size]))
+        hits.append(pointing_score(rollout, overlap[i:i + batch_size]))  # (batch,) in [0, 1]
     pred = torch.cat(preds)
     hit = np.concatenate(hits)
     correct = (pred == labels_t).numpy()

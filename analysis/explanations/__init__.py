@@ -14,10 +14,13 @@ Methods (see each function for its formula and source):
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from ..capture import input_spec
 from ..errors import AnalysisError
+from ..rollout import attention_rollout
 from ..windowed import refuse_windowed
 from .gradients import AttentionGradients, attention_gradients, resolve_targets
 from .methods import (
@@ -36,6 +39,7 @@ __all__ = [
     "CLASS_SPECIFIC",
     "BASELINES",
     "explain",
+    "method_options",
     "attention_gradients",
     "AttentionGradients",
     "relevance_from_gradients",
@@ -54,6 +58,13 @@ EXPLANATION_METHODS = {
 CLASS_SPECIFIC = ("chefer", "gradcam", "input_x_gradient", "integrated_gradients")
 
 
+def method_options(method: str) -> tuple[str, ...]:
+    """The keyword options ``explain(..., method=method, **options)`` accepts, read from the
+    method's own signature (``"rollout"`` passes its options to :func:`analysis.attention_rollout`)."""
+    function = attention_rollout if method == "rollout" else EXPLANATION_METHODS[method]
+    return tuple(p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY)
+
+
 def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:
     """A ``(B, gh, gw)`` float32 CPU map of why the model scores ``target`` on ``pixels``.
 
@@ -65,6 +76,11 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     if method not in EXPLANATION_METHODS:
         raise AnalysisError(f"Unknown explanation method {method!r}; use one of {', '.join(EXPLANATION_METHODS)}.")
     refuse_windowed(vit, f"explain(method={method!r})")
+    accepted = method_options(method)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no options"
+        raise AnalysisError(f"method={method!r} does not accept {', '.join(unknown)}: it {takes}.")
     input_spec(vit, pixels)
     function = EXPLANATION_METHODS[method]
     if method not in CLASS_SPECIFIC:

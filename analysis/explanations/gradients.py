@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..adapters.registry import block_sites
-from ..capture import attention_taps, input_spec
+from ..capture import attention_taps, input_spec, require_every_layer
 from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
@@ -91,7 +91,7 @@ def _prepare(vit, pixels: torch.Tensor) -> tuple[ViTSpec, torch.Tensor]:
     return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
 
 
-def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> AttentionGradients:
+def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> AttentionGradients:
     """One forward and one backward pass: every block's attention and ``∂y/∂A``.
 
     Fused attention is made explicit for this call and thread only (see
@@ -108,9 +108,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     with torch.enable_grad(), attention_taps(vit.model, layers, keep, differentiable=True):
         with autocast_context(vit.device, precision):
             logits = vit.model(pixels)
-        missing = [layer for layer in layers if layer not in kept]
-        if missing:
-            raise AnalysisError(f"The attention of layers {missing} was never computed: this model is not supported.")
+        require_every_layer(layers, kept)
         targets = resolve_targets(target, logits.detach(), spec)
         probabilities = [kept[layer] for layer in layers]
         gradients = torch.autograd.grad(_score(logits, targets), probabilities, allow_unused=True)
@@ -125,7 +123,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
 
 
 def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
-                          precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
+                          precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
     gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
     spec, pixels = _prepare(vit, pixels)
@@ -152,7 +150,7 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets, spec
 
 
-def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
     (``None``: the prediction of this very pass)."""
     spec, pixels = _prepare(vit, pixels)

@@ -127,7 +127,7 @@ def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tens
 
 
 def integrated_gradients(
-    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = "black", internal_batch: int = 16
+    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = BASELINES[0], internal_batch: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Integrated gradients (Sundararajan et al. 2017) pooled per patch, midpoint rule:
 

@@ -3,7 +3,7 @@ the model-randomisation sanity check, and a benchmark over every method with a r
 baseline (``python -m analysis.faithfulness --model demo --n 500``)."""
 
 from .benchmark import COLUMNS, RANDOM, MethodScores, benchmark, format_table
-from .localisation import mask_iou, patch_mask, pointing_hit
+from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import (
     CURVE_METRICS,
     CURVE_MODES,
@@ -23,7 +23,7 @@ __all__ = [
     "format_table",
     "mask_iou",
     "patch_mask",
-    "pointing_hit",
+    "pointing_score",
     "CURVE_METRICS",
     "CURVE_MODES",
     "PERTURBATION_FRACTIONS",

@@ -15,7 +15,7 @@ from PIL import Image
 
 from ..errors import AnalysisError
 from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
-from .localisation import mask_iou, patch_mask, pointing_hit
+from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
 
@@ -100,7 +100,7 @@ def benchmark(
             row = scores[name].values
             row["ms_per_image"].append(1000 * elapsed)
             if object_patches is not None and object_patches.any():
-                row["pointing"].append(float(pointing_hit(saliency, object_patches)))
+                row["pointing"].append(float(pointing_score(saliency, object_patches)))
                 row["mask_iou"].append(mask_iou(saliency, object_patches))
             for key, mode in (("deletion_auc", "deletion"), ("insertion_auc", "insertion")):
                 fractions, values = perturbation_curve(vit, pixels, saliency, target, mode=mode, baseline=baseline, steps=steps)

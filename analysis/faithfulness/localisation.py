@@ -1,4 +1,8 @@
-"""Localisation of an explanation against a known object mask (the demo scenes' exact masks)."""
+"""Localisation of an explanation against a known object mask (the demo scenes' exact masks).
+
+One rule for each metric, used by the faithfulness benchmark and the demo model's evaluation
+(``python -m analysis.demo.evaluate``) alike.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +11,52 @@ import torch
 
 from ..errors import AnalysisError
 
-__all__ = ["patch_mask", "pointing_hit", "mask_iou"]
+__all__ = ["patch_mask", "pointing_score", "mask_iou"]
 
 
 def patch_mask(pixel_mask, patch_size: tuple[int, int], grid_size: tuple[int, int]) -> np.ndarray:
-    """``(H, W)`` bool pixel mask -> ``(gh, gw)`` bool: the patch holds at least one object pixel."""
+    """``(..., H, W)`` bool pixel mask -> ``(..., gh, gw)`` bool: the patch holds at least one
+    object pixel (pixels past the grid's ``gh·ph x gw·pw`` are ignored)."""
     mask = np.asarray(pixel_mask, dtype=bool)
     (ph, pw), (gh, gw) = patch_size, grid_size
-    if mask.ndim != 2 or mask.shape[0] < gh * ph or mask.shape[1] < gw * pw:
+    if mask.ndim < 2 or mask.shape[-2] < gh * ph or mask.shape[-1] < gw * pw:
         raise AnalysisError(f"The mask is {mask.shape}; the model's input is {gh * ph}x{gw * pw} pixels.")
-    return mask[: gh * ph, : gw * pw].reshape(gh, ph, gw, pw).any(axis=(1, 3))
+    lead = mask.shape[:-2]
+    cropped = mask[..., : gh * ph, : gw * pw].reshape(*lead, gh, ph, gw, pw)
+    return cropped.any(axis=(-3, -1))
 
 
-def pointing_hit(saliency, object_patches: np.ndarray) -> bool:
-    """Pointing game (Zhang et al. 2016) on patches: the map's maximum lies on the object
-    (a tie counts as a hit only if every maximal patch is on the object)."""
-    values = torch.as_tensor(saliency).detach().double().numpy()
-    peak = values == values.max()
-    return bool(object_patches[peak].all())
+def pointing_score(saliency, object_patches) -> np.ndarray:
+    """Pointing game (Zhang et al. 2016) on patches, ties split evenly.
+
+    ``saliency (..., gh, gw)``, ``object_patches (..., gh, gw)`` bool -> ``(...)`` float in
+    ``[0, 1]``::
+
+        score = |argmax(saliency) ∩ object| / |argmax(saliency)|
+
+    where ``argmax`` is the *set* of patches holding the map's maximum. With one maximum this
+    is the classic game (1 if the peak patch is on the object, else 0). Ties are split as a
+    fraction, which is the expected score when a tie is broken uniformly at random. We chose
+    this over the other rules because each of them rewards or punishes ties for no reason:
+
+    * "first arg-max" (raster order) decides a tie by where the patches sit: a flat map hits
+      exactly when the top-left patch is on the object;
+    * "any maximum on the object" gives a flat map a perfect score;
+    * "every maximum on the object" gives a flat map zero.
+
+    Under the split rule a flat map scores the object's share of the patches, i.e. the chance
+    level of a uniformly random patch, and the score does not depend on the patch order.
+    """
+    values = torch.as_tensor(saliency).detach().double().cpu()
+    truth = torch.as_tensor(np.asarray(object_patches, dtype=bool))
+    if values.ndim < 2 or tuple(values.shape) != tuple(truth.shape):
+        raise AnalysisError(
+            f"The map is {tuple(values.shape)} and the object patches {tuple(truth.shape)}; "
+            "pass both as (..., gh, gw) on the same grid.")
+    flat = values.reshape(*values.shape[:-2], -1)  # (..., gh·gw)
+    peak = flat == flat.amax(dim=-1, keepdim=True)  # (..., gh·gw): the maximal patches
+    on_object = (peak & truth.reshape(flat.shape)).sum(-1)
+    return (on_object.double() / peak.sum(-1).double()).numpy()
 
 
 def mask_iou(saliency, object_patches: np.ndarray) -> float:

@@ -80,7 +80,7 @@ def perturbation_curve(
     target: int,
     *,
     mode: str = "deletion",
-    baseline: str = "mean",
+    baseline: str = BASELINES[0],
     steps: int = 16,
     fractions=None,
     most_first: bool = True,

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from ..adapters.base import AttentionInputs
 from ..adapters.registry import block_sites
-from ..capture import _resolve_layers, input_spec
+from ..capture import _resolve_layers, input_spec, require_every_layer
 from ..checks import check_float_dtype
 from ..devices import autocast_context
 from ..errors import AnalysisError
@@ -42,13 +42,14 @@ def capture_tokens(
     kind: str = "token",
     layers: Sequence[int] | int | None = None,
     dtype: torch.dtype = torch.float32,
-    precision: str = "float32",
+    precision: str = "auto",
 ) -> torch.Tensor:
     """``(L, B, T, D)`` on the CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested
     layer (``None``: all), in token order (prefix tokens first, then patches row-major).
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
-    grouped-query keys and values).
+    grouped-query keys and values). ``precision``: autocast for the forward, as in
+    :func:`analysis.capture_attention` (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
     """
     if kind not in TOKEN_KINDS:
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
@@ -97,18 +98,16 @@ def capture_tokens(
             f"Layers {sorted(set(explicit))} ran their explicit attention path (fused_attn=False), where "
             f"{kind}s are never passed out: capture kind='{kind}' needs the default fused attention."
         )
-    missing = [layer for layer in layer_ids if layer not in kept]
-    if missing:
-        raise AnalysisError(f"No {kind}s were seen for layers {missing}: this model is not supported.")
+    require_every_layer(layer_ids, kept, what=f"{kind} output")
     return torch.stack([kept[layer] for layer in layer_ids])
 
 
-def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "float32") -> torch.Tensor:
+def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "auto") -> torch.Tensor:
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
     head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``). The last layer
     equals the logits: the model's forward is exactly that applied to the last block."""
     refuse_windowed(vit, "logit_lens")
-    spec = vit.spec
+    spec = input_spec(vit, pixels)
     if not spec.has_classifier:
         raise AnalysisError(
             "The logit lens reads each layer through the class head, and this model has none "

@@ -8,6 +8,7 @@ import streamlit as st
 
 import analysis
 from vizapp import figures, inputs, resources
+from vizapp.image_sets import over_image_set
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
@@ -51,18 +52,8 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
     """
     if not images:
         return None, None
-    bar = st.progress(0.0, text=f"{label}: 0 / {len(images)} images")
-    pieces = []
-    for start in range(0, len(images), resources.SET_CHUNK):
-        chunk = images[start : start + resources.SET_CHUNK]
-        per_image, skipped = resources.set_chunk_distances(
-            ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
-        )
-        pieces.append(per_image)
-        problems.extend(f"{chunk[index].name}: {reason} (skipped)" for index, reason in skipped)
-        done = start + len(chunk)
-        bar.progress(done / len(images), text=f"{label}: {done} / {len(images)} images")
-    bar.empty()
+    pieces = over_image_set(images, label, lambda chunk, _start: resources.set_chunk_distances(
+        ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)), problems)
     stack = np.concatenate(pieces)
     if not len(stack):
         return None, None

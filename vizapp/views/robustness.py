@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from analysis.robustness import SET_LEVELS, check_token_drop, shuffle_grids
 from vizapp import figures, inputs, resources
+from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
 from vizapp.refs import ImageRef
@@ -226,17 +227,14 @@ levels = tuple(float(g) for g in shuffle_grids(spec)) if perturbation == "shuffl
 
 def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float, ...]):
     """Mean agreement and probability per level over the set, streamed in cached pieces."""
-    bar = st.progress(0.0, text=f"{label}: 0 / {len(images)} images")
-    score, probability, used = np.zeros(len(model_levels)), np.zeros(len(model_levels)), 0
-    for start in range(0, len(images), resources.SET_CHUNK):
-        chunk = images[start : start + resources.SET_CHUNK]
-        s, p, n, skipped = resources.robustness_chunk(
+    def piece(chunk, start):
+        *sums, skipped = resources.robustness_chunk(
             model_key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), kind, model_levels, seed + start)
+        return sums, skipped
+
+    score, probability, used = np.zeros(len(model_levels)), np.zeros(len(model_levels)), 0
+    for s, p, n in over_image_set(images, label, piece, problems):
         score, probability, used = score + s, probability + p, used + n
-        problems.extend(f"{chunk[index].name}: {reason} (skipped)" for index, reason in skipped)
-        done = start + len(chunk)
-        bar.progress(done / len(images), text=f"{label}: {done} / {len(images)} images")
-    bar.empty()
     return (score / used, probability / used, used) if used else (None, None, 0)
 
 
