@@ -57,6 +57,6 @@ def test_baselines_are_black_the_mean_colour_and_a_patch_wide_blur():
     assert torch.equal(baseline_pixels(vit, pixels, "mean"), torch.zeros_like(pixels))
     torch.testing.assert_close(baseline_pixels(vit, pixels, "blur"),
                                gaussian_blur(pixels, float(max(vit.spec.patch_size))))
-    assert BASELINES == ("black", "mean", "blur")
+    assert BASELINES == ("mean", "black", "blur")  # the first is the default of explain and perturbation_curve
     with pytest.raises(AnalysisError, match="baseline must be one of"):
         baseline_pixels(vit, pixels, "white")
