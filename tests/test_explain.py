@@ -173,6 +173,15 @@ def test_attention_and_rollout_methods_are_the_capture_views(models):
     expected = analysis.attention_map(record, -1, head=None, query="cls")
     torch.testing.assert_close(explain(vit, pixels, method="attention"), expected)
     torch.testing.assert_close(explain(vit, pixels, method="rollout"), analysis.attention_rollout(record))
+    # without a class token both follow the one query rule: the mean over every patch query
+    pooled = models["no_class_token"]
+    pixels = pixels_for(pooled)
+    record = capture_attention(pooled, pixels)
+    spec = record.spec
+    rows = record.attentions[-1, :, :, spec.num_prefix_tokens :, spec.num_prefix_tokens :]  # (B, heads, N, N)
+    by_hand = rows.float().mean(dim=2).mean(dim=1).reshape(-1, *spec.grid_size)  # mean over queries, then heads
+    torch.testing.assert_close(explain(pooled, pixels, method="attention"), by_hand)
+    torch.testing.assert_close(explain(pooled, pixels, method="rollout"), analysis.attention_rollout(record))
 
 
 def test_explaining_leaves_nothing_behind(models):
@@ -230,8 +239,6 @@ def test_bad_requests_are_typed_errors(models):
         (lambda: explain(demo, pixels, target=-1, method="gradcam"), "not a class"),
         (lambda: explain(demo, pixels, target=[0, 1, 2], method="chefer"), "batch of 2"),
         (lambda: explain(demo, pixels, target=1, method="rollout"), "not class-specific"),
-        (lambda: explain(models["no_class_token"], pixels_for(models["no_class_token"]), method="attention"),
-         "no class token"),
         (lambda: explain(demo, pixels, method="integrated_gradients", baseline="white"), "baseline"),
         (lambda: explain(demo, pixels, method="integrated_gradients", steps=0), "steps"),
         (lambda: explain(demo, pixels[:, :, :8], method="chefer"), "expects"),

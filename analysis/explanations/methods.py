@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..attention_maps import attention_map
 from ..capture import capture_attention
 from ..checks import check_int
 from ..errors import AnalysisError
@@ -35,16 +36,13 @@ def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 
 
 def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
-    """The last block's class-token attention over the patches, mean over heads:
-    ``mean_h A_L[h, cls, patches]``. Needs a class token."""
-    if not vit.spec.has_class_token:
-        raise AnalysisError(
-            "method='attention' is the class token's attention, and this model has no class token "
-            "(global-average pooling): use 'rollout' or 'chefer', which fall back to the mean over patch queries."
-        )
-    record = capture_attention(vit, pixels, layers=-1, query_tokens=[0])
-    spec = record.spec
-    return _grid(record.attentions[0, :, :, 0, spec.num_prefix_tokens:].mean(1), spec)
+    """The last block's attention over the patches, mean over heads, for the default query
+    (:func:`~analysis.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
+    class token the mean over every patch query (what a global-average-pooling head reads).
+    ``(B, gh, gw)``."""
+    queries = [0] if vit.spec.has_class_token else None  # keep only the class token's row when it is the query
+    record = capture_attention(vit, pixels, layers=-1, query_tokens=queries)
+    return attention_map(record, record.layers[0], head=None).float().cpu()
 
 
 def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:

@@ -49,8 +49,6 @@ else:
         "class to explain: only the class-agnostic attention and rollout are shown.",
         icon=":material/info:",
     )
-if not spec.has_class_token:
-    methods_offered = [m for m in methods_offered if m != "attention"]  # the class token's attention
 
 
 def class_label(index: int) -> str:
