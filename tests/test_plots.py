@@ -62,12 +62,14 @@ def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_fi
     heatmap = trace(figure, "heatmap")
     expected = ns["attention_map"](ns["record"], ns["last"], head=None, query="cls")[0].numpy()
     np.testing.assert_array_equal(np.asarray(heatmap.z), expected)
-    assert heatmap.zmin == 0.0 and heatmap.zmax is None  # 0 to the map's maximum
+    # the app's default range (vizapp/views/attention.py): 0 to the maximum, at least 4x uniform
+    lo, hi, range_text = plots.colour_range("zero", expected, uniform=1 / ns["vit"].spec.num_tokens)
+    assert (heatmap.zmin, heatmap.zmax) == (0.0, pytest.approx(max(float(expected.max()), 4 / ns["vit"].spec.num_tokens)))
     assert [list(stop) for stop in heatmap.colorscale] == figures.colour_stops("Viridis")
-    assert heatmap.colorbar.title.text == "attention probability (0–max)"
+    assert heatmap.colorbar.title.text == f"attention probability ({range_text})" and "uniform" in range_text
     assert figure.layout.xaxis.title.text == "x (input px)" and list(figure.layout.yaxis.range) == [ns["size"][0], 0]
     app = figures.attention_overlay(figures.image_data_uri(ns["picture"]), ns["size"], expected, ns["patch"],
-                                    zmin=0.0, colorbar_title="attention probability (0–max)")
+                                    zmin=lo, zmax=hi, colorbar_title=f"attention probability ({range_text})")
     assert figure.to_json() == app.to_json()
 
 
