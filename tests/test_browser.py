@@ -512,3 +512,62 @@ def test_the_view_survives_page_switches(page, server):
             check(name)
         except AssertionError as exc:
             raise AssertionError(f"after switch {switch + 1} (to {name}): {exc}") from exc
+
+
+def _data_uri_image(href: str):
+    """The picture of an ``<image>`` element's ``data:`` href, decoded."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    assert href.startswith("data:image/"), href[:40]
+    return Image.open(io.BytesIO(base64.b64decode(href.split(",", 1)[1]))).convert("RGB")
+
+
+def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifacts):
+    """DINOv2 ViT-S/14 at 518 px has a 37×37 grid: its position mosaic (37×37 tiles of 37×37
+    cells) is sent as a PNG. It was box-averaged by a factor that had to divide 37, so each
+    tile became ONE pixel, a flat square (issue 29, item 3). The picture the browser draws must
+    keep at least 8 pixels per tile side, each tile must show a pattern (not
+    one colour), and on screen a tile must be at least 8 CSS px wide."""
+    from playwright.sync_api import expect
+
+    min_pixels = 8  # the issue's floor (analysis.plots.mosaics.MIN_TILE_PIXELS)
+    page.goto(f"{server}/position?model=random:vit_small_patch14_reg4_dinov2&res=518")
+    expect(page.locator("h2", has_text="Position embeddings").first).to_be_visible(timeout=60_000)  # loads the model
+    wait_idle(page)
+    assert_no_exception(page, "position embeddings at 518 px")
+    assert grid_size(page) == (37, 37)
+    expect(page.get_by_text("37×37 grid").first).to_be_visible()
+    drawn = page.evaluate(
+        """() => {
+            for (const plot of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
+                if (!(plot._fullData || []).some(t => t.type === 'image')) continue;
+                const image = plot.querySelector('.imagelayer image, g.im image');
+                if (!image) continue;
+                const box = image.getBoundingClientRect();
+                return {href: image.getAttribute('href') || image.getAttribute('xlink:href'),
+                        width: box.width, height: box.height};
+            }
+            return null;
+        }"""
+    )
+    assert drawn is not None, "no mosaic drawn as a picture"
+    tiles = 37
+    picture = _data_uri_image(drawn["href"])
+    px_w, px_h = picture.width / tiles, picture.height / tiles
+    assert px_w >= min_pixels and px_h >= min_pixels, (picture.size, "pixels per tile", px_w, px_h)
+    assert picture.width % tiles == 0 and picture.height % tiles == 0, picture.size  # whole pixels per tile
+    pixels = np.asarray(picture)  # each tile keeps its own pattern: many colours, not one
+    side_h, side_w = picture.height // tiles, picture.width // tiles
+    colours_per_tile = [
+        len(np.unique(pixels[r * side_h:(r + 1) * side_h, c * side_w:(c + 1) * side_w].reshape(-1, 3), axis=0))
+        for r in (0, 18, 36) for c in (0, 18, 36)
+    ]
+    assert min(colours_per_tile) >= min_pixels, colours_per_tile
+    on_screen = drawn["width"] / tiles, drawn["height"] / tiles
+    assert min(on_screen) >= min_pixels, ("CSS px per tile", on_screen)
+    page.screenshot(path=str(artifacts / "position_37x37.png"))
+    print(f"\n37x37 position mosaic: picture {picture.width}x{picture.height} px "
+          f"({px_w:.0f} px per tile), on screen {on_screen[0]:.1f}x{on_screen[1]:.1f} CSS px per tile")
