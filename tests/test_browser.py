@@ -571,3 +571,76 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
     page.screenshot(path=str(artifacts / "position_37x37.png"))
     print(f"\n37x37 position mosaic: picture {picture.width}x{picture.height} px "
           f"({px_w:.0f} px per tile), on screen {on_screen[0]:.1f}x{on_screen[1]:.1f} CSS px per tile")
+
+
+def _scale_positions(png: bytes, stops: list[str]) -> tuple[np.ndarray, float]:
+    """Where each drawn pixel lies on the colour scale: ``(positions in 0..1, share on the scale)``.
+
+    Each pixel is matched to the nearest of 256 colours sampled from ``stops`` (the scale as
+    plotly drew it); pixels farther than a small tolerance from every scale colour (separator
+    lines, the page background) are left out and lower the share.
+    """
+    import io
+
+    import plotly.colors
+    from PIL import Image
+
+    scale = [[i / (len(stops) - 1), f"rgb{_rgb(c)}"] for i, c in enumerate(stops)]
+    lut = np.array([_rgb(c) for c in plotly.colors.sample_colorscale(scale, 256)], dtype=np.float64)  # (256, 3)
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3)
+    colours, which = np.unique(pixels, axis=0, return_inverse=True)  # (colours, 3), (pixels,)
+    distance = np.linalg.norm(colours[:, None, :].astype(np.float64) - lut[None, :, :], axis=2)  # (colours, 256)
+    nearest = distance.argmin(axis=1)
+    on_colour = distance[np.arange(len(colours)), nearest] <= 20
+    on_scale = on_colour[which.reshape(-1)]
+    return nearest[which.reshape(-1)][on_scale] / 255, float(on_scale.mean())
+
+
+def test_a_random_models_maps_and_thumbnails_are_not_saturated_at_the_default(page, server, artifacts):
+    """A random ViT attends almost uniformly (every key near 1/T). Scaled from 0 to its own
+    maximum such a map filled the whole colour scale: the main map and all layers × heads
+    thumbnails were solid top colour (yellow), while the help said a near-uniform map "stays
+    pale" (issue 29, item 4). At the default range, the pixels the browser draws for the map
+    (at opacity 1) and for the thumbnails must sit low on the scale, far from its top stop."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/?model=random:vit_tiny_patch16_224")
+    expect(page.locator("h2", has_text="Attention").first).to_be_visible(timeout=60_000)
+    wait_idle(page)
+    assert_no_exception(page, "random ViT-Ti")
+    expect(page.get_by_role("radio", name=re.compile("one scale per layer"))).to_be_checked()  # the default
+    opacity = page.locator("[data-testid='stSlider']", has_text="Overlay opacity")
+    opacity.get_by_role("slider").focus()
+    page.keyboard.press("End")  # opacity 1: the drawn colours are the map's own, not mixed with the image
+    expect(opacity.locator("[data-testid='stSliderThumbValue']")).to_have_text("1.00")
+    wait_idle(page)
+    page.wait_for_function(
+        """() => { const p = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+                   const t = p && p._fullData ? p._fullData.find(t => t.type === 'heatmap') : null;
+                   return t && t.opacity === 1; }""", timeout=20_000)
+    page.wait_for_timeout(500)
+    charts = page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')].map(p => {
+               const t = (p._fullData || []).find(t => t.type === 'heatmap');
+               return t ? {name: t.name || '', stops: t.colorscale.map(s => s[1])} : null; })"""
+    )
+    thumbnails = next(i for i, c in enumerate(charts) if c and c["name"] == "tiles")
+    results = {}
+    for label, index in (("main map", 0), ("thumbnails", thumbnails)):
+        area = page.locator("[data-testid='stPlotlyChart']").nth(index).locator(".nsewdrag").first
+        area.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        box = area.bounding_box()
+        inset = 0.03 * min(box["width"], box["height"])
+        png = page.screenshot(clip=dict(x=box["x"] + inset, y=box["y"] + inset,
+                                        width=box["width"] - 2 * inset, height=box["height"] - 2 * inset))
+        (artifacts / f"unsaturated_{label.replace(' ', '_')}.png").write_bytes(png)
+        positions, share = _scale_positions(png, charts[index]["stops"])
+        assert share > 0.8, f"{label}: only {share:.0%} of the drawn pixels are colours of the scale"
+        results[label] = (float(positions.mean()), float((positions > 0.9).mean()))
+    for label, (mean, top_share) in results.items():
+        # uniform attention sits at 1/UNIFORM_FLOOR = 0.25 of the scale; saturated maps sat near 1
+        assert mean < 0.5 and top_share < 0.05, (label, f"mean scale position {mean:.2f}",
+                                                 f"{top_share:.0%} of pixels in the top tenth")
+    print("\n" + "; ".join(f"{label}: mean scale position {mean:.2f}, {top:.1%} in the top tenth"
+                          for label, (mean, top) in results.items()))
