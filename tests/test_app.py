@@ -1147,9 +1147,16 @@ def npz_downloads(monkeypatch) -> dict:
     return files
 
 
+def reproduce_expander(at: AppTest):
+    """The page's "Reproduce in Python" expander (Streamlit 1.52's AppTest reads an expander
+    with an icon as a status block; newer releases as an expander)."""
+    (expander,) = [e for e in [*at.expander, *at.status] if e.label == "Reproduce in Python"]
+    return expander
+
+
 def reproduce(at: AppTest) -> dict:
     """Run the page's "Reproduce in Python" script; its global names."""
-    (expander,) = [e for e in at.expander if e.label == "Reproduce in Python"]
+    expander = reproduce_expander(at)
     (block,) = expander.code
     namespace: dict = {}
     exec(compile(block.value, "<reproduce in python>", "exec"), namespace)  # noqa: S102 - our own generated code
@@ -1174,7 +1181,8 @@ def test_the_attention_page_reproduces_in_python(app, npz_downloads, layer, head
         app.number_input(key="query_patch").set_value(patch).run()
     assert_clean(app)
     script = reproduce(app)
-    assert "IMAGE = " in app.expander[-1].code[0].value and str(REPO / "assets" / "samples") in app.expander[-1].code[0].value
+    code = reproduce_expander(app).code[0].value
+    assert "IMAGE = " in code and str(REPO / "assets" / "samples") in code
     npz = npz_downloads["attn_overlay_data"]
     assert (int(npz["layer"]), int(npz["head"])) == (layer, -1 if head == "mean" else head)
     assert_same_arrays(script, npz, ["attention"])
@@ -1254,7 +1262,8 @@ def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
         assert (app.slider(key="opacity").proto.value[0], app.number_input(key="query_patch").value) == (opacity, patch)
         assert app.radio(key="query_mode").value == "patch"
         expected = {"query": "patch", "patch": str(patch), "layer": str(layer), "head": str(head)}
-        assert {k: app.query_params.get(k) for k in expected} == expected, dict(app.query_params)
+        params = {k: app.query_params.get(k) for k in expected}  # a list per key in Streamlit 1.52's AppTest
+        assert {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()} == expected, dict(app.query_params)
 
 
 @needs_demo
@@ -1316,6 +1325,7 @@ def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbat
 
 
 @needs_demo
+@pytest.mark.upload
 def test_an_uploaded_image_is_a_path_to_fill_in(app, npz_downloads, tmp_path):
     """The script names the upload by its file name and says to fill in its path; with the
     path filled in, it reproduces the page."""
@@ -1323,7 +1333,7 @@ def test_an_uploaded_image_is_a_path_to_fill_in(app, npz_downloads, tmp_path):
     uploader(app, key="image_upload").set_value(("my photo.png", data, "image/png")).run()
     app.radio(key="query_mode").set_value("mean").run()
     assert_clean(app)
-    (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+    expander = reproduce_expander(app)
     code = expander.code[0].value
     line = "IMAGE = 'my photo.png'  # the image you uploaded: fill in its path on your machine"
     assert line in code.splitlines() and str(REPO / "assets") not in code
@@ -1345,7 +1355,7 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
     try:
         app.slider(key="layer").set_value(1).run()
         assert_clean(app)
-        (expander,) = [e for e in app.expander if e.label == "Reproduce in Python"]
+        expander = reproduce_expander(app)
         assert "dtype=torch.float16" in expander.code[0].value
         npz = npz_downloads["attn_overlay_data"]
         script = reproduce(app)
