@@ -17,6 +17,7 @@ from .distance import (
     distance_unit_length,
     mean_attention_distance,
     uniform_attention_distance,
+    uniform_attention_distance_by_layer,
 )
 from .explanations import EXPLANATION_METHODS, explain
 from .errors import (
@@ -55,6 +56,7 @@ from .tokens import (
     patch_similarity,
     token_norms,
 )
+from .windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
@@ -86,6 +88,7 @@ __all__ = [
     "attention_rollout_by_layer",
     "mean_attention_distance",
     "uniform_attention_distance",
+    "uniform_attention_distance_by_layer",
     "DISTANCE_UNITS",
     "distance_unit_length",
     "distance_in_units",
@@ -98,6 +101,9 @@ __all__ = [
     "position_embedding_similarity",
     "position_encoding_kinds",
     "rotary_position_features",
+    "relative_position_bias",
+    "decomposed_relative_position",
+    "DecomposedPosition",
     "patch_embedding_components",
     "patch_embedding_filters",
     "load_image",

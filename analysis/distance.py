@@ -1,4 +1,10 @@
-"""Mean attention distance (ViT paper, Figure 7 right and Appendix D.7)."""
+"""Mean attention distance (ViT paper, Figure 7 right and Appendix D.7).
+
+For a ViT, every patch query against every patch key on the one patch grid. For a windowed
+model (Swin, SAM; :mod:`analysis.windowed`) the same sum over each query's window on its
+layer's stage grid, in input pixels, so the two compare on one chart: see
+:func:`mean_attention_distance` and :func:`uniform_attention_distance_by_layer`.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ import torch
 from .capture import AttentionRecord
 from .checks import check_record, check_spec
 from .errors import AnalysisError
-from .spec import ViTSpec
+from .spec import LayerGeometry, ViTSpec
+from .windowed import WindowedAttentionRecord
 
 __all__ = [
     "mean_attention_distance", "patch_centres", "patch_distance_matrix", "attention_distance_per_image",
-    "uniform_attention_distance", "DISTANCE_UNITS", "distance_unit_length", "distance_in_units",
+    "uniform_attention_distance", "uniform_attention_distance_by_layer", "window_distance_matrices", "DISTANCE_UNITS", "distance_unit_length", "distance_in_units",
 ]
 
 #: Units for attention distances, with the length each one divides the pixel value by.
@@ -40,8 +47,70 @@ def patch_distance_matrix(spec: ViTSpec) -> torch.Tensor:
 
 def uniform_attention_distance(spec: ViTSpec) -> float:
     """The mean attention distance if every patch attended uniformly to every patch
-    (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used)."""
+    (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used).
+
+    A windowed model has no single such number (each layer's window and stride differ):
+    it is refused, naming :func:`uniform_attention_distance_by_layer`."""
+    given = getattr(spec, "spec", spec)
+    if isinstance(given, ViTSpec) and given.is_windowed:
+        raise AnalysisError(
+            f"uniform_attention_distance: a windowed model ({given.family}) has no single uniform-attention "
+            "distance, since each layer attends inside its own windows on its own stage grid; use "
+            "uniform_attention_distance_by_layer(spec), one value per layer."
+        )
     return float(patch_distance_matrix(check_spec(spec, "uniform_attention_distance")).mean())
+
+
+def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's distances between the slots of each window, in input pixels.
+
+        D[w, s, t] = ‖c(cells[w, s]) − c(cells[w, t])‖₂,   c(r, col) = ((r + ½)·sy, (col + ½)·sx)
+
+    with ``cells = geometry.window_cells()`` and ``(sy, sx)`` the layer's stride: each slot
+    at the true centre of the grid cell it holds (a shifted window's cells from opposite
+    borders at their own, far apart, positions). Padding and prefix slots are no image
+    position: their rows and columns are 0, and ``real`` marks them False.
+
+    Returns:
+        ``D (windows, Wt, Wt)`` float64 and ``real (windows, Wt)`` bool.
+    """
+    (gh, gw), (sy, sx) = geometry.grid_size, geometry.stride
+    cells = geometry.window_cells()  # (windows, Wt), −1: padding / prefix
+    real = cells >= 0
+    rows = (torch.div(cells.clamp(min=0), gw, rounding_mode="floor").double() + 0.5) * sy
+    cols = (cells.clamp(min=0).remainder(gw).double() + 0.5) * sx
+    centres = torch.stack([rows, cols], dim=-1)  # (windows, Wt, 2)
+    distances = torch.cdist(centres, centres)  # (windows, Wt, Wt)
+    pairs = real[:, :, None] & real[:, None, :]
+    return distances.masked_fill(~pairs, 0.0), real
+
+
+def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
+    """Each layer's mean attention distance under uniform attention, ``(L,)`` float64 in
+    input pixels (``spec``: a ViTSpec, or a LoadedViT / record, whose spec is used).
+
+    A ViT: every layer is :func:`uniform_attention_distance` (all patches to all patches).
+    A windowed model: each real query cell attends uniformly to the real cells its window
+    lets it see (the shift mask's allowed pairs; padding slots left out, as
+    :func:`mean_attention_distance` leaves them out with ``renormalize=True``), averaged over
+    the real query cells of the layer's stage grid:
+
+        u_l = mean_q  Σ_k a_qk · D_qk / Σ_k a_qk,   a_qk = 1 for allowed real keys, else 0.
+
+    The reference a layer's measured distance is read against: near it, the heads spread
+    over the whole window; far below it, they learned locality beyond what the window gives.
+    """
+    given = getattr(spec, "spec", spec)
+    if not (isinstance(given, ViTSpec) and given.is_windowed):
+        uniform = uniform_attention_distance(spec)
+        return torch.full((given.num_layers,), uniform, dtype=torch.float64)
+    values = []
+    for geometry in given.layer_geometry:
+        distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
+        keys = (geometry.allowed() & real[:, None, :]).double()  # (windows, Wt, Wt)
+        per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
+        values.append(per_query[real].mean())
+    return torch.stack(values)
 
 
 def distance_unit_length(spec: ViTSpec, unit: str) -> float:
@@ -50,8 +119,19 @@ def distance_unit_length(spec: ViTSpec, unit: str) -> float:
     ``"px"`` -> 1; ``"patches"`` -> √(ph·pw); ``"image"`` -> √(H·W). Patch units compare models
     with different patch sizes on one grid; image units compare any two models, since they
     measure how far attention reaches across the picture, whatever the input resolution.
+    A windowed model has ``"px"`` and ``"image"``; ``"patches"`` only when every layer has the
+    same cell size (SAM), and is refused where patch merging changes it (Swin).
     """
-    spec = check_spec(spec, "distance_unit_length")
+    given = getattr(spec, "spec", spec)
+    windowed = isinstance(given, ViTSpec) and given.is_windowed  # px and image units exist; one patch side does not
+    spec = given if windowed else check_spec(spec, "distance_unit_length")
+    strides = {geometry.stride for geometry in spec.layer_geometry}
+    if windowed and unit == "patches" and len(strides) > 1:
+        raise AnalysisError(
+            f"distance unit 'patches': this windowed model ({spec.family}) has a different cell size on each stage "
+            f"({', '.join(f'{sy}x{sx}' for sy, sx in sorted(strides))} px: patch merging), so there is no one patch "
+            "side; use 'px' or 'image'."
+        )
     if unit == "px":
         return 1.0
     if unit == "patches":
@@ -92,8 +172,49 @@ def attention_distance_per_image(
     return per_query.mean(-1)
 
 
+def windowed_attention_distance_per_image(
+    windows: torch.Tensor, geometry: LayerGeometry, *, renormalize: bool = True
+) -> torch.Tensor:
+    """One windowed layer: ``windows (B, windows, heads, Wt, Wt)`` -> ``(B, heads)``.
+
+        d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂
+
+    over the real query cells ``q`` of the layer's grid (each lies in exactly one window),
+    ``k`` over the real cells of the query's window, ``c`` cell centres in input pixels
+    (:func:`window_distance_matrices`). Padding slots (a grid that is not whole windows: timm
+    pads with zero tokens, which the module keeps as keys, so they do take attention) are
+    treated as a ViT's prefix tokens are: never queries, and as keys not image positions, so
+    ``w`` is the row restricted to real keys, divided by its sum when ``renormalize``
+    (otherwise attention on padding counts as distance 0). Masked pairs are 0 already.
+    """
+    distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
+    distances, real = distances.to(windows.device), real.to(windows.device)
+    weights = windows.double() * real[None, :, None, None, :]  # (B, windows, heads, Wt, Wt)
+    per_query = torch.einsum("bwhqk,wqk->bwhq", weights, distances)  # (B, windows, heads, Wt)
+    if renormalize:
+        per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+    per_query = per_query * real[None, :, None, :]
+    return per_query.sum(dim=(1, 3)) / real.sum()  # (B, heads)
+
+
+def _windowed_mean_attention_distance(record: WindowedAttentionRecord, renormalize: bool) -> torch.Tensor:
+    """``(B, L, H)`` with ``H`` the most heads of any layer, NaN beyond a layer's own heads."""
+    per_layer = [
+        windowed_attention_distance_per_image(windows, record.spec.geometry(layer), renormalize=renormalize)
+        for windows, layer in zip(record.windows, record.layers)
+    ]
+    if not per_layer or per_layer[0].shape[0] == 0:
+        raise AnalysisError("The record holds no attention to measure.")
+    heads = max(distance.shape[1] for distance in per_layer)
+    out = torch.full((per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64,
+                     device=per_layer[0].device)
+    for position, distance in enumerate(per_layer):
+        out[:, position, : distance.shape[1]] = distance
+    return out
+
+
 def mean_attention_distance(
-    record: AttentionRecord, *, renormalize: bool = True, per_image: bool = False
+    record: AttentionRecord | WindowedAttentionRecord, *, renormalize: bool = True, per_image: bool = False
 ) -> torch.Tensor:
     """Average distance in input pixels between each patch query and the patches it attends to.
 
@@ -102,9 +223,19 @@ def mean_attention_distance(
     patch keys (renormalised to sum to one when ``renormalize``). Identity attention gives
     0; uniform attention on a 14×14 grid of 16 px patches gives ≈116.5 px.
 
+    A windowed record (Swin, SAM) gives the same quantity on each layer's stage grid: ``c``
+    the centres of that layer's cells (stride = the stage's cell size in input pixels), ``k``
+    over the query's window, padding slots treated like prefix tokens (see
+    :func:`windowed_attention_distance_per_image`). Stages differ in head count, so the head
+    axis is as long as the widest layer's and is NaN beyond a layer's own heads. Read it
+    against :func:`uniform_attention_distance_by_layer`, each layer's uniform reference.
+
     Returns:
         ``(L, heads)`` float64, or ``(B, L, heads)`` with ``per_image=True``.
     """
+    if isinstance(record, WindowedAttentionRecord):
+        result = _windowed_mean_attention_distance(record, renormalize)
+        return result if per_image else result.mean(dim=0)
     spec = check_record(record, "mean_attention_distance").spec
     prefix = spec.num_prefix_tokens
     rows = record.query_rows(range(prefix, prefix + spec.num_patches))

@@ -163,7 +163,7 @@ def position_embedding_similarity(
     Returns:
         ``(gh, gw, gh, gw)`` float32.
     """
-    refuse_windowed(vit, "position_embedding_similarity (Swin's relative-position bias tables are not shown yet)")
+    refuse_windowed(vit, "position_embedding_similarity (a windowed model's position is its relative-position bias: relative_position_bias or decomposed_relative_position)")
     kinds = position_encoding_kinds(vit)
     if kind is None:
         if not kinds:

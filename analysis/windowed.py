@@ -13,9 +13,12 @@ stacked ``(L, B, heads, Q, T)`` like a ViT's ``record.attentions``. Pairs the sh
 removes are exactly 0.
 
 :func:`windowed_attention_map` puts one query's row back on its layer's grid, with zeros
-outside the query's window. Every other analysis (rollout, attention distance, explanations,
-tokens, position) is not yet defined for these records and refuses them with
-:func:`refuse_windowed`, which names the reason (issue 23).
+outside the query's window. :func:`analysis.mean_attention_distance` measures these records
+per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
+as each layer's reference), and :mod:`analysis.windowed_position` draws the learned
+relative-position biases. Every other analysis (rollout, explanations, tokens, absolute
+position similarity, streamed distance, robustness) is not yet defined for these records and
+refuses them with :func:`refuse_windowed`, which names the reason (issue 23).
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ from .spec import LayerGeometry, ViTSpec
 __all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",
            "windowed_message", "WINDOWED_SUPPORT"]
 
-WINDOWED_SUPPORT = "capture_attention (record.windows) and attention_map"
+WINDOWED_SUPPORT = (
+    "capture_attention (record.windows), attention_map, mean_attention_distance with "
+    "uniform_attention_distance_by_layer, relative_position_bias (Swin) / decomposed_relative_position (SAM), "
+    "and patch_embedding_filters"
+)
 
 
 def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
