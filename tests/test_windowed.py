@@ -414,8 +414,6 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
     from analysis.explanations import EXPLANATION_METHODS
 
     _refused(lambda: analysis.attention_rollout(record))
-    _refused(lambda: analysis.mean_attention_distance(record))
-    _refused(lambda: analysis.uniform_attention_distance(swin.spec))
     _refused(lambda: analysis.attention_mass(record, [0]))
     _refused(lambda: analysis.pooling_attention_map(record))
     _refused(lambda: record.attentions)
@@ -427,6 +425,11 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
     _refused(lambda: analysis.robustness.robustness_curve(swin, [pixels[0]], "noise", [0.0]))
     with pytest.raises(AnalysisError, match="query_tokens"):
         capture_attention(swin, pixels, query_tokens=[0])
+
+
+def test_the_one_uniform_distance_refuses_a_windowed_model_naming_the_per_layer_one(swin):
+    with pytest.raises(AnalysisError, match=r"no single uniform-attention distance.*uniform_attention_distance_by_layer"):
+        analysis.uniform_attention_distance(swin.spec)
 
 
 def test_families_not_covered_are_still_refused_with_their_structure():
@@ -490,3 +493,239 @@ def test_a_geometry_that_is_not_the_modules_is_caught(record):
         window_probabilities(flat, shifted)
     with pytest.raises(AnalysisError, match="geometry predicts"):
         window_probabilities(flat, replace(shifted, num_heads=4))
+
+
+# --------------------------------------------------------------------------- mean attention distance
+
+
+def _slot_layout(grid, window, shift):
+    """Every window's slots, by hand: ``[(window index, slot, cell (r, c) or None for padding)]``.
+
+    Windows are row-major over the grid padded up to whole windows; slot (i, j) of window
+    (a, b) sits at (a·wh + i, b·ww + j) of the shifted, padded grid, which is padding past the
+    grid's last row or column and otherwise holds cell ((y + sh) mod gh, (x + sw) mod gw)."""
+    (gh, gw), (wh, ww), (sh, sw) = grid, window, shift
+    rows, cols = -(-gh // wh), -(-gw // ww)
+    layout = []
+    for a in range(rows):
+        for b in range(cols):
+            for i in range(wh):
+                for j in range(ww):
+                    y, x = a * wh + i, b * ww + j
+                    cell = ((y + sh) % gh, (x + sw) % gw) if y < gh and x < gw else None
+                    layout.append((a * cols + b, i * ww + j, cell, (y, x)))
+    return layout, rows * wh, cols * ww
+
+
+def _centre_distance(cell_q, cell_k, stride) -> float:
+    """Distance in input pixels between two cell centres ((r + ½)·sy, (c + ½)·sx)."""
+    return math.hypot((cell_q[0] - cell_k[0]) * stride[0], (cell_q[1] - cell_k[1]) * stride[1])
+
+
+def _hand_distance(windows, grid, stride, window, shift, renormalize=True) -> torch.Tensor:
+    """``(B, heads)``: for every real query slot, Σ over the real key slots of its window of
+    P·distance (divided by the attention on real keys when ``renormalize``), averaged over
+    the real queries. Padding slots: never queries; as keys, left out like prefix tokens."""
+    windows = windows.double()
+    layout, _, _ = _slot_layout(grid, window, shift)
+    by_window = {}
+    for w, slot, cell, _ in layout:
+        by_window.setdefault(w, []).append((slot, cell))
+    total, queries = torch.zeros(windows.shape[0], windows.shape[2], dtype=torch.float64), 0
+    for w, slots in by_window.items():
+        for q, cell_q in slots:
+            if cell_q is None:
+                continue
+            weighted = torch.zeros_like(total)
+            mass = torch.zeros_like(total)
+            for k, cell_k in slots:
+                if cell_k is None:
+                    continue
+                weighted += windows[:, w, :, q, k] * _centre_distance(cell_q, cell_k, stride)
+                mass += windows[:, w, :, q, k]
+            total += weighted / mass if renormalize else weighted
+            queries += 1
+    assert queries == grid[0] * grid[1]
+    return total / queries
+
+
+def _hand_uniform(grid, stride, window, shift) -> float:
+    """Uniform attention over each real query's real, unmasked keys (same roll region on
+    both axes of the shifted, padded grid), averaged over the real queries."""
+    layout, padded_h, padded_w = _slot_layout(grid, window, shift)
+    by_window = {}
+    for w, slot, cell, (y, x) in layout:
+        region = (_roll_region(y, padded_h, window[0], shift[0]), _roll_region(x, padded_w, window[1], shift[1]))
+        by_window.setdefault(w, []).append((cell, region))
+    values = []
+    for slots in by_window.values():
+        for cell_q, region_q in slots:
+            if cell_q is None:
+                continue
+            keys = [_centre_distance(cell_q, cell_k, stride) for cell_k, region_k in slots
+                    if cell_k is not None and region_k == region_q]
+            values.append(sum(keys) / len(keys))
+    return sum(values) / len(values)
+
+
+def test_swin_distance_equals_loops_over_windows_queries_and_keys(swin, record):
+    uniform = analysis.uniform_attention_distance_by_layer(swin.spec)
+    assert uniform.shape == (4,) and uniform.dtype == torch.float64
+    for renormalize in (True, False):
+        got = analysis.mean_attention_distance(record, renormalize=renormalize, per_image=True)  # (B, L, 4)
+        assert got.shape == (2, 4, 4)
+        for layer, (_, grid, stride, window, shift, heads) in enumerate(EXPECTED_GEOMETRY):
+            want = _hand_distance(record.windows[layer], grid, stride, window, shift, renormalize)
+            torch.testing.assert_close(got[:, layer, :heads], want, atol=1e-9, rtol=1e-9)
+            assert torch.isnan(got[:, layer, heads:]).all()  # stage 0 has 2 heads of the widest stage's 4
+    for layer, (_, grid, stride, window, shift, _) in enumerate(EXPECTED_GEOMETRY):
+        assert float(uniform[layer]) == pytest.approx(_hand_uniform(grid, stride, window, shift), abs=1e-9)
+    # the shift changes the reference: masked pairs shorten each query's reach
+    assert float(uniform[1]) < float(uniform[0]) and float(uniform[3]) < float(uniform[2])
+    averaged = analysis.mean_attention_distance(record)
+    torch.testing.assert_close(averaged, analysis.mean_attention_distance(record, per_image=True).mean(0), equal_nan=True)
+
+
+def test_distance_of_a_padded_shifted_grid_leaves_padding_keys_out():
+    # 48 px: stage 1 is 6x6 cells in 4x4 windows, padded to 8x8 after the shift; padding keys take attention
+    torch.manual_seed(0)
+    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **{**SMALL, "img_size": 48})
+    _randomise(vit.model, 2)
+    record = capture_attention(vit, torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(4)))
+    geometry = vit.spec.geometry(3)
+    assert (geometry.grid_size, geometry.shift, geometry.stride) == ((6, 6), (2, 2), (8, 8))
+    padding_keys = (geometry.window_cells() < 0)[None, :, None, None, :]  # (1, windows, 1, 1, Wt)
+    padding_mass = record.windows[3] * padding_keys
+    for renormalize in (True, False):
+        got = analysis.mean_attention_distance(record, renormalize=renormalize)
+        want = _hand_distance(record.windows[3], (6, 6), (8, 8), (4, 4), (2, 2), renormalize)[0]
+        torch.testing.assert_close(got[3], want, atol=1e-9, rtol=1e-9)
+    uniform = analysis.uniform_attention_distance_by_layer(vit.spec)
+    assert float(uniform[3]) == pytest.approx(_hand_uniform((6, 6), (8, 8), (4, 4), (2, 2)), abs=1e-9)
+    assert float(padding_mass.sum()) > 0  # the padding keys did carry attention that the rule leaves out
+
+
+def test_sam_distance_over_windowed_and_global_blocks_equals_loops(sam, pixels):
+    record = capture_attention(sam, pixels)
+    got = analysis.mean_attention_distance(record, per_image=True)  # (B, 4, 2)
+    uniform = analysis.uniform_attention_distance_by_layer(sam.spec)
+    layers = [((8, 8), (8, 8), (3, 3)), ((8, 8), (8, 8), (8, 8))] * 2  # windowed 3x3 (padded to 9x9), global
+    for layer, (grid, stride, window) in enumerate(layers):
+        want = _hand_distance(record.windows[layer], grid, stride, window, (0, 0))
+        torch.testing.assert_close(got[:, layer], want, atol=1e-9, rtol=1e-9)
+        assert float(uniform[layer]) == pytest.approx(_hand_uniform(grid, stride, window, (0, 0)), abs=1e-9)
+    # a global block's reference is the ViT one on the same 8x8 grid of 8 px patches
+    vit_like = analysis.ViTSpec(patch_size=(8, 8), grid_size=(8, 8), num_prefix_tokens=0, num_layers=1, num_heads=1,
+                                embed_dim=8, img_size=(64, 64), has_class_token=False)
+    assert float(uniform[1]) == pytest.approx(analysis.uniform_attention_distance(vit_like), abs=1e-9)
+    assert analysis.distance_unit_length(sam, "patches") == 8.0  # one cell size: SAM has patch units
+
+
+def test_distance_units_of_a_swin(swin):
+    assert analysis.distance_unit_length(swin, "px") == 1.0
+    assert analysis.distance_unit_length(swin, "image") == 64.0
+    with pytest.raises(AnalysisError, match=r"different cell size on each stage \(4x4, 8x8 px"):
+        analysis.distance_unit_length(swin, "patches")
+
+
+def test_vit_uniform_reference_by_layer_is_the_one_number():
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", img_size=(48, 80), depth=3)
+    got = analysis.uniform_attention_distance_by_layer(vit.spec)
+    want = analysis.uniform_attention_distance(vit.spec)
+    assert got.dtype == torch.float64 and torch.equal(got, torch.full((3,), want, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------- relative-position bias
+
+
+def test_swin_v1_bias_image_is_the_bias_the_module_adds_per_offset(swin):
+    for layer, block in enumerate(b for stage in swin.model.layers for b in stage.blocks):
+        attn = block.attn
+        image = analysis.relative_position_bias(swin, layer)
+        (wh, ww), heads = block.window_size, attn.num_heads
+        assert image.shape == (heads, 2 * wh - 1, 2 * ww - 1)
+        seen = torch.zeros(2 * wh - 1, 2 * ww - 1, dtype=torch.bool)
+        for i in range(wh * ww):  # every (query slot, key slot) pair of a window
+            for j in range(wh * ww):
+                (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
+                dy, dx = yi - yj, xi - xj
+                added = attn.relative_position_bias_table[attn.relative_position_index[i, j]]  # (heads,)
+                assert torch.equal(image[:, dy + wh - 1, dx + ww - 1], added.detach())
+                seen[dy + wh - 1, dx + ww - 1] = True
+        assert seen.all()
+    assert analysis.relative_position_bias(swin, -1).shape == (4, 7, 7)
+
+
+def test_swin_v2_bias_image_is_what_the_module_adds_in_its_forward(swin_v2):
+    # With k = 0 (zero input: v2 has no k bias) the cosine term is 0, so what the module hands its
+    # softmax is exactly τ·0 + 16·sigmoid(cpb) = the bias, read here from the module's own forward.
+    for layer, block in enumerate(b for stage in swin_v2.model.layers for b in stage.blocks):
+        attn = block.attn
+        (wh, ww), heads = block.window_size, attn.num_heads
+        scores = []
+        handle = attn.softmax.register_forward_hook(lambda mod, args, out: scores.append(args[0].detach()))
+        try:
+            with torch.no_grad():
+                attn(torch.zeros(1, wh * ww, attn.qkv.in_features))
+        finally:
+            handle.remove()
+        added = scores[0][0]  # (heads, Wt, Wt)
+        image = analysis.relative_position_bias(swin_v2, layer)
+        assert image.shape == (heads, 2 * wh - 1, 2 * ww - 1)
+        for i in range(wh * ww):
+            for j in range(wh * ww):
+                (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
+                torch.testing.assert_close(image[:, yi - yj + wh - 1, xi - xj + ww - 1], added[:, i, j], atol=1e-6, rtol=0)
+        assert float(image.min()) > 0 and float(image.max()) < 16  # 16·sigmoid
+
+
+def _decomposed_bias_by_hand(q, rows, cols, height, width):
+    """``(B, Wt, Wt)``: B[(i,j),(k,l)] = q_(i,j)·rows[i−k+h−1] + q_(i,j)·cols[j−l+w−1], pair by pair."""
+    out = torch.empty(q.shape[0], height * width, height * width)
+    for a in range(height * width):
+        for b in range(height * width):
+            (i, j), (k, l) = divmod(a, width), divmod(b, width)
+            out[:, a, b] = (q[:, a] * (rows[i - k + height - 1] + cols[j - l + width - 1])).sum(-1)
+    return out
+
+
+def test_sam_decomposed_tables_give_the_bias_the_module_computes(sam):
+    from timm.models.vision_transformer_sam import get_decomposed_rel_pos_bias
+
+    generator = torch.Generator().manual_seed(7)
+    for layer, side in [(0, 3), (1, 8)]:  # a windowed and a global block
+        attn = sam.model.blocks[layer].attn
+        tables = analysis.decomposed_relative_position(sam, layer)
+        assert tables.rows.shape == (2 * side - 1, attn.head_dim) == tables.cols.shape
+        q = torch.randn(2, side * side, attn.head_dim, generator=generator)
+        with torch.no_grad():
+            module = get_decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (side, side), (side, side))
+        torch.testing.assert_close(_decomposed_bias_by_hand(q, tables.rows, tables.cols, side, side), module,
+                                   atol=1e-5, rtol=1e-5)
+    # a table of another length is resized as the module resizes it (linear interpolation)
+    attn = sam.model.blocks[0].attn
+    original = attn.rel_pos_h
+    try:
+        attn.rel_pos_h = torch.nn.Parameter(torch.randn(9, attn.head_dim, generator=generator))
+        rows = analysis.decomposed_relative_position(sam, 0).rows
+        q = torch.randn(1, 9, attn.head_dim, generator=generator)
+        with torch.no_grad():
+            module = get_decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (3, 3), (3, 3))
+        torch.testing.assert_close(_decomposed_bias_by_hand(q, rows, analysis.decomposed_relative_position(sam, 0).cols,
+                                                            3, 3), module, atol=1e-5, rtol=1e-5)
+        assert rows.shape == (5, attn.head_dim)
+    finally:
+        attn.rel_pos_h = original
+
+
+def test_bias_functions_refuse_the_wrong_kind_of_model_by_name(swin, sam):
+    with pytest.raises(AnalysisError, match="decomposed_relative_position"):
+        analysis.relative_position_bias(sam, 0)
+    with pytest.raises(AnalysisError, match=r"relative_position_bias\(vit, layer\)"):
+        analysis.decomposed_relative_position(swin, 0)
+    with pytest.raises(AnalysisError, match="layer=4 does not exist"):
+        analysis.relative_position_bias(swin, 4)
+    vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", img_size=32, depth=1)
+    for function in (analysis.relative_position_bias, analysis.decomposed_relative_position):
+        with pytest.raises(AnalysisError, match="is not windowed: use position_embedding_similarity"):
+            function(vit, 0)
