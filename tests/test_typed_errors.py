@@ -27,6 +27,9 @@ from analysis import (
     read_image_archive,
     rotary_position_features,
     uniform_attention_distance,
+    uniform_attention_distance_by_layer,
+    relative_position_bias,
+    decomposed_relative_position,
     distance_in_units,
     distance_unit_length,
     attention_mass,
@@ -130,6 +133,7 @@ CASES = [
     ("distance of partial rows", "not captured", lambda c: mean_attention_distance(c.partial)),
     ("distance of a non-record", "AttentionRecord", lambda c: mean_attention_distance(None)),
     ("uniform distance of a non-spec", "ViTSpec", lambda c: uniform_attention_distance((8, 8))),
+    ("uniform distance by layer of a non-spec", "ViTSpec", lambda c: uniform_attention_distance_by_layer((8, 8))),
     ("distance unit unknown", "distance unit", lambda c: distance_unit_length(c.vit, "inches")),
     ("distance unit of a non-spec", "ViTSpec", lambda c: distance_unit_length((16, 16), "patches")),
     ("distance in units, unknown unit", "distance unit", lambda c: distance_in_units(3.0, c.vit, "cm")),
@@ -164,6 +168,9 @@ CASES = [
     ("position grid not a pair", "grid_size", lambda c: position_embedding_similarity(c.vit, grid_size=5)),
     ("position kind unknown", "kind must be", lambda c: position_embedding_similarity(c.vit, kind="sinusoid")),
     ("rope on a table model", "no rotary", lambda c: rotary_position_features(c.vit)),
+    ("window bias of a ViT", "is not windowed", lambda c: relative_position_bias(c.vit, 0)),
+    ("window bias of a non-model", "LoadedViT", lambda c: relative_position_bias(None, 0)),
+    ("decomposed positions of a ViT", "is not windowed", lambda c: decomposed_relative_position(c.vit, 0)),
     ("components zero", "n_components", lambda c: patch_embedding_components(c.vit, 0)),
     ("components not an int", "n_components", lambda c: patch_embedding_components(c.vit, "all")),
     # inputs
@@ -195,7 +202,8 @@ def test_every_public_function_is_walked():
     """A new public function must get bad-argument cases here."""
     walked = {
         "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
-        "mean_attention_distance", "uniform_attention_distance", "dataset_attention_distance",
+        "mean_attention_distance", "uniform_attention_distance", "uniform_attention_distance_by_layer",
+        "relative_position_bias", "decomposed_relative_position", "dataset_attention_distance",
         "distance_unit_length", "distance_in_units", "upsample_map", "masked_image",
         "top_mass_mask", "explain", "capture_tokens", "logit_lens", "token_norms", "high_norm_tokens",
         "attention_mass", "feature_pca", "patch_similarity",
