@@ -129,17 +129,29 @@ def _grid_pair(name: str, grid) -> tuple[int, int]:
 
 
 def corresponding_query(
-    query: Query, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool
+    query: Query, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool, *,
+    from_has_class_token: bool | None = None,
 ) -> Query:
     """The same query in another model (or at another grid): the class token (or ``"mean"``
-    without one); ``"mean"`` for the other prefix tokens, whose roles differ between models;
-    for a patch, the patch of ``to_grid`` that contains the centre of patch ``(r, c)`` of
-    ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``."""
+    without one); ``"mean"`` for the other prefix tokens, whose roles differ between models
+    (``"prefix:0"`` is the class token only when ``from_has_class_token``: in a registers-only
+    model it is a register, so it needs saying); for a patch, the patch of ``to_grid`` that
+    contains the centre of patch ``(r, c)`` of ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``.
+    A pixel query ``(y, x)`` is already a place in the image: turn it into a patch with
+    :func:`patch_of_pixel` first."""
     from_grid, to_grid = _grid_pair("from_grid", from_grid), _grid_pair("to_grid", to_grid)
     if query == "cls":
         return "cls" if to_has_class_token else "mean"
+    if query == "prefix:0" and from_has_class_token is None:
+        raise AnalysisError(
+            "query='prefix:0' is the class token only in a model that has one: pass from_has_class_token="
+            "spec.has_class_token of the model the query comes from."
+        )
     if query == "mean" or (isinstance(query, str) and query.startswith("prefix:")):
-        return "cls" if query == "prefix:0" and to_has_class_token else "mean"  # registers differ per model
+        is_class_token = query == "prefix:0" and bool(from_has_class_token)
+        return "cls" if is_class_token and to_has_class_token else "mean"  # registers differ per model
+    if isinstance(query, tuple):
+        raise AnalysisError(f"query={query!r} is a pixel position: map it with patch_of_pixel(...) first.")
     if isinstance(query, str) or isinstance(query, bool) or not isinstance(query, numbers.Integral):
         raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
     if not 0 <= int(query) < from_grid[0] * from_grid[1]:

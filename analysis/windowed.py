@@ -132,14 +132,15 @@ def concatenate_windowed(pieces: Sequence[WindowedAttentionRecord], device: torc
 
 def query_cells(geometry: LayerGeometry, query) -> list[int]:
     """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,
-    an input-pixel position ``(y, x)``, or ``"mean"`` (every cell)."""
+    an input-pixel position ``(y, x)``, or ``"mean"`` (every cell). ``None``, the default query
+    (:func:`~analysis.queries.default_query`), is ``"mean"``: a windowed model has no class token."""
     from .queries import check_pixel_query
 
     gh, gw = geometry.grid_size
     if isinstance(query, tuple):
         pixel = check_pixel_query(query, (gh * geometry.stride[0], gw * geometry.stride[1]))
         return [geometry.cell_of_pixel(*pixel)]
-    if query == "mean":
+    if query is None or query == "mean":
         return list(range(gh * gw))
     if isinstance(query, str):
         raise AnalysisError(

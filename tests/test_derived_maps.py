@@ -83,7 +83,13 @@ def test_scale_by_peak_divides_each_map_by_its_largest_magnitude():
 
 def test_corresponding_query_and_layer():
     assert corresponding_query("cls", (14, 14), (16, 16), False) == "mean"
-    assert corresponding_query("prefix:0", (14, 14), (16, 16), True) == "cls"
+    assert corresponding_query("prefix:0", (14, 14), (16, 16), True, from_has_class_token=True) == "cls"
+    # a registers-only model's prefix 0 is a register, not the other model's class token
+    assert corresponding_query("prefix:0", (14, 14), (16, 16), True, from_has_class_token=False) == "mean"
+    with pytest.raises(analysis.AnalysisError, match="from_has_class_token"):
+        corresponding_query("prefix:0", (14, 14), (16, 16), True)
+    with pytest.raises(analysis.AnalysisError, match="patch_of_pixel"):
+        corresponding_query((3, 4), (14, 14), (16, 16), True)
     assert corresponding_query("prefix:2", (14, 14), (16, 16), True) == "mean"
     assert corresponding_query(0, (14, 14), (16, 16), True) == 0
     assert corresponding_query(14 * 14 - 1, (14, 14), (16, 16), True) == 16 * 16 - 1
@@ -121,3 +127,15 @@ def test_default_colour_range_keeps_a_uniform_map_pale():
         for index in range(2):
             np.testing.assert_allclose(scaled[layer, index], maps[layer, index] / tops[layer], rtol=1e-6)
     assert scaled[0].max() < 0.3 and scaled[1].max() == pytest.approx(1.0)
+
+
+def test_colour_range_of_a_map_with_nan_cells():
+    from analysis.plots import colour_range
+
+    blank = np.full((3, 3), np.nan)
+    lo, hi, label = colour_range("zero", blank, uniform=0.1)
+    assert (lo, hi) == (0.0, pytest.approx(0.4)) and "nan" not in label
+    lo, hi, label = colour_range("minmax", blank)
+    assert np.isfinite([lo, hi]).all() and hi > lo and "nan" not in label
+    partly = np.array([[np.nan, 0.2], [0.1, 0.05]])
+    assert colour_range("minmax", partly)[:2] == (0.05, 0.2)

@@ -172,6 +172,16 @@ def test_the_repository_settings_travel_with_the_script():
     assert "--server.maxUploadSize=20" in flags and "--browser.gatherUsageStats=false" in flags
 
 
+def test_without_a_toml_parser_the_script_says_so_and_still_never_phones_home(monkeypatch, capsys):
+    """Python 3.10 has no tomllib: without tomli the settings cannot be read; say so, and keep
+    usage statistics off whatever else is missing."""
+    import vizapp.cli as cli
+
+    monkeypatch.setattr(cli, "tomllib", None)
+    assert cli.config_flags() == ["--browser.gatherUsageStats=false"]
+    assert "pip install tomli" in capsys.readouterr().err
+
+
 def _requirements(path: Path, operator: str) -> dict[str, str]:
     """``name -> version`` for every ``name<operator>version`` line (comments dropped)."""
     found = {}

@@ -201,3 +201,24 @@ def test_a_64x64_resample_mosaic_stays_fast():
     (picture,) = [t for t in figure.data if t.type == "image"]
     assert picture.dx == pytest.approx(4.0)  # 16 px per 64-cell tile: the exact 4×4 box average
     assert elapsed < 10  # a generous bound for a loaded CI machine; the benchmark measures it properly
+
+
+def test_non_square_mosaics_keep_8_px_per_tile_on_both_axes():
+    """A 16x64 grid (e.g. a resampled position grid) has 16x64-cell tiles: each axis keeps
+    MIN_TILE_PIXELS on its own (the tile is not shrunk by its longer side's factor)."""
+    from analysis.plots.mosaics import MAX_IMAGE_SIDE, MIN_TILE_PIXELS, _tile_pixels
+
+    assert _tile_pixels(16, 64, 16, 64) == (16, 16)
+    assert _tile_pixels(24, 80, 24, 80) == (24, 12)
+    assert _tile_pixels(300, 4, 300, 4) == (MIN_TILE_PIXELS, 4)  # a 4-cell side stays exact
+    assert _tile_pixels(8, 8, 8, 8) == (8, 8)  # fits: every cell its own pixel
+    for nrows, ncols in [(37, 37), (16, 64), (5, 200)]:
+        ph, pw = _tile_pixels(nrows, ncols, nrows, ncols)
+        assert ph >= min(nrows, MIN_TILE_PIXELS) and pw >= min(ncols, MIN_TILE_PIXELS)  # a side never below 8 px or its cells
+        assert nrows * ph <= max(MAX_IMAGE_SIDE, nrows * MIN_TILE_PIXELS)
+    n_h, n_w = 16, 64
+    similarity = np.random.default_rng(3).uniform(-1, 1, size=(n_h, n_w, n_h, n_w)).astype(np.float32)
+    figure = plots.position_similarity_mosaic(similarity)
+    (picture,) = [t for t in figure.data if t.type == "image"]
+    assert (picture.dy, picture.dx) == (pytest.approx(1.0), pytest.approx(4.0))
+    assert "drawn at 16×16 px" in figure.layout.title.text

@@ -375,6 +375,8 @@ def test_mean_query_averages_every_cells_map(record):
     got = attention_map(record, 3, head=2, query="mean").double()
     want = sum(_hand_map(record, 3, 2, (r, c)) for r in range(8) for c in range(8)) / 64
     torch.testing.assert_close(got, want, atol=1e-7, rtol=0)
+    # the default query (None) is the mean over every cell: a windowed model has no class token
+    torch.testing.assert_close(attention_map(record, 3, head=2).double(), want, atol=1e-7, rtol=0)
 
 
 def test_bad_queries_are_refused_by_name(record):

@@ -17,8 +17,11 @@ from pathlib import Path
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    tomllib = None
+except ImportError:  # Python 3.10: the same parser, if installed as tomli
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
 
 APP = Path(__file__).resolve().parent / "app.py"
 PACKAGED_CONFIG = Path(__file__).resolve().parent / "_streamlit" / "config.toml"  # an installed wheel
@@ -28,8 +31,13 @@ CONFIG = PACKAGED_CONFIG if PACKAGED_CONFIG.is_file() else CHECKOUT_CONFIG
 
 def config_flags(path: Path = CONFIG) -> list[str]:
     """``--section.option=value`` for every option of a Streamlit config file."""
-    if not path.is_file() or tomllib is None:
+    if not path.is_file():
         return []
+    if tomllib is None:
+        print(f"vit-explorer: cannot read {path} on Python {sys.version_info.major}.{sys.version_info.minor} without "
+              "tomli, so the app's settings (upload limit, no usage statistics, theme) are not applied: "
+              "pip install tomli", file=sys.stderr)
+        return ["--browser.gatherUsageStats=false"]  # never phone home, whatever else is missing
     with path.open("rb") as handle:
         config = tomllib.load(handle)
     flags = []

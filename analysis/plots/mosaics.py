@@ -22,15 +22,14 @@ MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile sid
 
 
 def _tile_pixels(nrows: int, ncols: int, gh: int, gw: int) -> tuple[int, int]:
-    """Pixels per tile ``(ph, pw)`` of a PNG mosaic: each tile's own cells when the mosaic fits
-    in :data:`MAX_IMAGE_SIDE`; else the tile shrunk (aspect kept) so the mosaic fits, but never
-    below :data:`MIN_TILE_PIXELS` on its longer side (the picture then grows past the limit)."""
-    if max(nrows * gh, ncols * gw) <= MAX_IMAGE_SIDE:
-        return gh, gw
-    longer = max(gh, gw)
-    side = max(MIN_TILE_PIXELS, MAX_IMAGE_SIDE // max(nrows, ncols))
-    side = min(side, longer)
-    return max(1, round(gh * side / longer)), max(1, round(gw * side / longer))
+    """Pixels per tile ``(ph, pw)`` of a PNG mosaic, each axis on its own: a tile's own cells
+    where the mosaic fits :data:`MAX_IMAGE_SIDE` along that axis; else the tile shrunk until it
+    fits, but never below :data:`MIN_TILE_PIXELS` (the picture then grows past the limit) and
+    never above its own cells. The picture's pixels need not be square: the figure places
+    them at ``gh/ph`` by ``gw/pw`` cells each."""
+    ph = min(gh, max(MIN_TILE_PIXELS, MAX_IMAGE_SIDE // nrows))
+    pw = min(gw, max(MIN_TILE_PIXELS, MAX_IMAGE_SIDE // ncols))
+    return ph, pw
 
 
 def _area_weights(cells: int, pixels: int) -> np.ndarray:

@@ -41,8 +41,10 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
     colour. The label says which, with the numbers and the uniform level.
     """
     values = shown if mode != "shared" or everything is None else everything
-    lo = float(np.nanmin(shown)) if mode == "minmax" else 0.0
-    hi = float(np.nanmax(values))
+    finite_shown = np.asarray(shown, dtype=np.float64)[np.isfinite(shown)]
+    finite_values = np.asarray(values, dtype=np.float64)[np.isfinite(values)]
+    lo = float(finite_shown.min()) if mode == "minmax" and finite_shown.size else 0.0
+    hi = float(finite_values.max()) if finite_values.size else lo  # an all-NaN map: an empty scale from lo
     name = {"zero": "0–max", "minmax": "min–max", "shared": "0–max of all layers, heads"}.get(mode, mode)
     if mode == "zero" and uniform and hi < UNIFORM_FLOOR * uniform:
         hi = UNIFORM_FLOOR * uniform

@@ -82,7 +82,8 @@ if loaded is not None:
         args2 = (ref2, cur.image.digest, cur.image.data)
         spec2 = vit2.spec
         name2 = ref2.source.split("/")[-1].split(".")[0]
-        query2 = corresponding_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token)
+        query2 = corresponding_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token,
+                                     from_has_class_token=spec.has_class_token)
         maps2 = resources.attention_grid(*args2, query2)
         column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
         layers2 = [corresponding_layer(layer, L, spec2.num_layers) for layer in layers]
