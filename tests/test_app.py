@@ -775,9 +775,9 @@ def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
     assert drawn.shape == (*spec.img_size, 3)
     colorscale = app.session_state["colorscale"]
     smooth = analysis.upsample_map(shown, spec.img_size, "bilinear")
-    expected = figures._colorize(smooth, colorscale, 0.0, float(shown.max()))
+    expected = figures.colorize(smooth, colorscale, 0.0, float(shown.max()))
     np.testing.assert_array_equal(drawn, expected)
-    cells = figures._colorize(analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max()))
+    cells = figures.colorize(analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max()))
     assert (drawn != cells).any()  # not the exact cells under another name
     # the colour bar still states the range, and hover still reads the patch values
     (carrier,) = [t for t in traces(overlay, "scatter") if t.get("name") == "colour bar"]
