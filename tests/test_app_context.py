@@ -17,18 +17,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
-from tests.test_app import APP, DEMO_PRESENT, TIMEOUT, assert_clean, png_bytes, uploader  # noqa: E402
+from tests.test_app import DEMO_PRESENT, app, assert_clean, png_bytes, uploader  # noqa: E402, F401 - app: the fixture
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo model (assets/demo_vit)")
-
-
-@pytest.fixture
-def app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.run()
-    assert_clean(at)
-    return at
 
 
 def captions(at: AppTest) -> list[str]:
