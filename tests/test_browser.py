@@ -70,6 +70,12 @@ def wait_idle(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=60_000
     )
+    # Every chart, not only the first: a page's later charts can still be drawing (CI once read
+    # the Position page before its mosaic existed).
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                 .every(chart => chart.querySelector('.main-svg'))""", polling=200, timeout=60_000
+    )
     page.wait_for_timeout(300)
 
 
@@ -540,20 +546,29 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
     assert_no_exception(page, "position embeddings at 518 px")
     assert grid_size(page) == (37, 37)
     expect(page.get_by_text("37×37 grid").first).to_be_visible()
-    drawn = page.evaluate(
-        """() => {
+    # The mosaic is the page's second chart: it can still be drawing when the status widget is
+    # gone (a slower machine drew it after the first look), so wait for the picture itself.
+    page.locator("[data-testid='stPlotlyChart']").last.scroll_into_view_if_needed()
+    find_picture = """() => {
             for (const plot of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
                 if (!(plot._fullData || []).some(t => t.type === 'image')) continue;
                 const image = plot.querySelector('.imagelayer image, g.im image');
-                if (!image) continue;
+                const href = image && (image.getAttribute('href') || image.getAttribute('xlink:href'));
+                if (!href) continue;
                 const box = image.getBoundingClientRect();
-                return {href: image.getAttribute('href') || image.getAttribute('xlink:href'),
-                        width: box.width, height: box.height};
+                if (!(box.width > 0)) continue;
+                return {href: href, width: box.width, height: box.height};
             }
             return null;
         }"""
-    )
-    assert drawn is not None, "no mosaic drawn as a picture"
+    try:
+        drawn = page.wait_for_function(find_picture, polling=200, timeout=60_000).json_value()
+    except Exception:  # playwright's TimeoutError: say what the page drew instead
+        page.screenshot(path=str(artifacts / "position_37x37_missing.png"))
+        traces = page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
+                     .map(p => (p._fullData || []).map(t => t.type))""")
+        raise AssertionError(f"no mosaic drawn as a picture within 60 s; chart traces: {traces}")
     tiles = 37
     picture = _data_uri_image(drawn["href"])
     px_w, px_h = picture.width / tiles, picture.height / tiles
