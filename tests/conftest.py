@@ -52,6 +52,15 @@ def any_vit(request, vits):
     return vits[request.param]
 
 
+@pytest.fixture(scope="session")
+def family_vits():
+    """One loaded model per family of tests/families.py, shared by the session (read-only use:
+    tests that change a model work on a deep copy)."""
+    from families import FAMILIES, load_family
+
+    return {family: load_family(family) for family in FAMILIES}
+
+
 def random_pixels(vit, batch: int = 2, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     height, width = vit.spec.img_size

@@ -49,3 +49,27 @@ FAMILIES: dict[str, Family] = {
     "naflex": Family("naflexvit_base_patch16_gap", dict(depth=2, embed_dim=96, num_heads=4), (48, 64)),
     "siglip": Family("vit_base_patch16_siglip_224", dict(img_size=48, depth=2, embed_dim=96, num_heads=4), (48, 48)),
 }
+
+
+def load_family(name: str):
+    """The family's random-weight model on the CPU, every parameter nudged off its initial
+    value (random init leaves some biases and layer scales at exactly zero), seeded."""
+    import torch
+
+    from analysis import load_vit
+
+    family = FAMILIES[name]
+    torch.manual_seed(0)
+    vit = load_vit(family.arch, pretrained=False, device="cpu", **family.kwargs)
+    with torch.no_grad():
+        for param in vit.model.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    return vit
+
+
+def family_pixels(name: str, batch: int = 2, seed: int = 0):
+    """``(batch, 3, H, W)`` standard-normal input of the family's size, seeded."""
+    import torch
+
+    height, width = FAMILIES[name].size
+    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))

@@ -26,27 +26,8 @@ from analysis import (
 )
 from analysis.adapters import block_sites, pool_site
 from analysis.position import position_encoding_kinds
-from families import FAMILIES
+from families import FAMILIES, family_pixels, load_family
 from reference import manual_softmax
-
-def _load(family: str):
-    arch, kwargs = FAMILIES[family].arch, FAMILIES[family].kwargs
-    torch.manual_seed(0)
-    vit = load_vit(arch, pretrained=False, device="cpu", **kwargs)
-    with torch.no_grad():  # random init leaves some biases at zero: make every parameter count
-        for param in vit.model.parameters():
-            param.add_(torch.randn_like(param) * 0.02)
-    return vit
-
-
-@pytest.fixture(scope="module")
-def family_vits():
-    return {family: _load(family) for family in FAMILIES}
-
-
-def _pixels(family: str, batch: int = 2, seed: int = 0) -> torch.Tensor:
-    height, width = FAMILIES[family].size
-    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))
 
 
 @torch.no_grad()
@@ -70,7 +51,7 @@ def explicit_path_attention(model, pixels: torch.Tensor) -> torch.Tensor:
 def test_attention_equals_the_modules_own_explicit_path(family, family_vits):
     vit = family_vits[family]
     assert all(site.module.fused_attn for site in block_sites(vit.model))  # the capture reads the fused path
-    pixels = _pixels(family)
+    pixels = family_pixels(family)
     record = capture_attention(vit, pixels)
     expected = explicit_path_attention(vit.model, pixels)
     assert record.attentions.shape == expected.shape
@@ -81,7 +62,7 @@ def test_attention_equals_the_modules_own_explicit_path(family, family_vits):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_logits_identical_to_an_uncaptured_forward(family, family_vits):
     vit = family_vits[family]
-    pixels = _pixels(family)
+    pixels = family_pixels(family)
     with torch.no_grad():
         plain = vit.model(pixels)
     assert torch.equal(capture_attention(vit, pixels, exact_logits=True).logits, plain)
@@ -91,8 +72,8 @@ def test_logits_identical_to_an_uncaptured_forward(family, family_vits):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_explicit_path_capture_equals_fused_capture(family):
     """With fused attention off the adapter reads the module's own softmax (attn_drop)."""
-    vit = _load(family)
-    pixels = _pixels(family)
+    vit = load_family(family)
+    pixels = family_pixels(family)
     fused = capture_attention(vit, pixels)
     for site in block_sites(vit.model):
         site.module.fused_attn = False
@@ -103,7 +84,7 @@ def test_explicit_path_capture_equals_fused_capture(family):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_all_four_analyses_run(family, family_vits):
     vit = family_vits[family]
-    record = capture_attention(vit, _pixels(family, batch=1))
+    record = capture_attention(vit, family_pixels(family, batch=1))
     spec = record.spec
     rollout = attention_rollout(record)
     assert rollout.shape == (1, *spec.grid_size)
@@ -150,12 +131,12 @@ def test_prefix_tokens_and_position_kinds_are_read_from_each_model(family_vits):
 
 def test_zero_queries_and_keys_leave_exactly_the_relative_position_bias():
     """Analytic case: with q = k = 0 the scores are the bias alone, so P = softmax(B)."""
-    vit = _load("beit")
+    vit = load_family("beit")
     attn = vit.model.blocks[0].attn
     with torch.no_grad():
         attn.qkv.weight.zero_()
         attn.q_bias.zero_()
-    record = capture_attention(vit, _pixels("beit", batch=1), layers=[0])
+    record = capture_attention(vit, family_pixels("beit", batch=1), layers=[0])
     bias = attn._get_rel_pos_bias().double()  # (1, heads, T, T)
     torch.testing.assert_close(record.attentions[0].double(), manual_softmax(bias), atol=1e-6, rtol=1e-5)
 
@@ -174,7 +155,7 @@ def test_rotary_similarity_depends_only_on_the_displacement(family, family_vits)
 def test_attention_pooling_head_is_captured_as_its_own_map(family, family_vits):
     vit = family_vits[family]
     pool = pool_site(vit.model).module
-    pixels = _pixels(family)
+    pixels = family_pixels(family)
     seen = {}
     handle = pool.register_forward_pre_hook(lambda m, args: seen.__setitem__("x", args[0]))
     try:
@@ -203,18 +184,18 @@ def test_no_hooks_or_function_modes_survive_a_failing_forward(family_vits):
     handle = block.register_forward_pre_hook(explode, with_kwargs=True)
     try:
         with pytest.raises(RuntimeError, match="boom"):
-            capture_attention(vit, _pixels("dinov3"))
+            capture_attention(vit, family_pixels("dinov3"))
     finally:
         handle.remove()
     assert torch._C._len_torch_function_stack() == 0
     assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in vit.model.modules()) == 0
-    record = capture_attention(vit, _pixels("dinov3"))  # and the model still works
+    record = capture_attention(vit, family_pixels("dinov3"))  # and the model still works
     assert record.attentions.shape[0] == 2
 
 
 def test_threads_capturing_a_rope_model_at_once_each_get_their_own_maps(family_vits):
     vit = family_vits["dinov3"]
-    inputs = [_pixels("dinov3", batch=1, seed=s) for s in range(4)]
+    inputs = [family_pixels("dinov3", batch=1, seed=s) for s in range(4)]
     expected = [explicit_path_attention(vit.model, x) for x in inputs]
     results: dict[int, torch.Tensor] = {}
     barrier = threading.Barrier(len(inputs))
@@ -235,7 +216,7 @@ def test_threads_capturing_a_rope_model_at_once_each_get_their_own_maps(family_v
 
 def test_query_tokens_and_layers_select_rows_after_rope(family_vits):
     vit = family_vits["eva02"]
-    pixels = _pixels("eva02")
+    pixels = family_pixels("eva02")
     full = capture_attention(vit, pixels)
     part = capture_attention(vit, pixels, layers=[1], query_tokens=[0, 5])
     torch.testing.assert_close(part.attentions[0], full.attentions[1][:, :, [0, 5]])
@@ -269,10 +250,10 @@ def test_rollout_says_when_blocks_are_post_norm(family_vits):
     post = family_vits["relpos_rpn"]
     assert post.spec.residual_norm == "post"
     with pytest.warns(RuntimeWarning, match="post-norm"):
-        attention_rollout(capture_attention(post, _pixels("relpos_rpn")))
+        attention_rollout(capture_attention(post, family_pixels("relpos_rpn")))
     assert "heuristic" in POST_NORM_WARNING
     pre = family_vits["relpos"]
     assert pre.spec.residual_norm == "pre"
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        attention_rollout(capture_attention(pre, _pixels("relpos")))
+        attention_rollout(capture_attention(pre, family_pixels("relpos")))

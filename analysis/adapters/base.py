@@ -193,8 +193,9 @@ class AttentionAdapter:
                 listener.__exit__(None, None, None)
 
         def explicit(mod, args, output):
-            if threading.get_ident() == owner:
-                report(AttentionInputs(probs=args[0]))
+            if threading.get_ident() == owner:  # a returned tensor replaces the probabilities (interventions)
+                return report(AttentionInputs(probs=args[0]))
+            return None
 
         handles = [
             module.register_forward_pre_hook(enter),

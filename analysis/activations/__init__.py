@@ -1,0 +1,15 @@
+"""Named hook points, one activation cache, and interventions (issue 26).
+
+    >>> from analysis.activations import run_with_cache, run_with_hooks, HOOK_POINTS
+    >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
+    >>> logits = run_with_hooks(vit, pixels, {"blocks.0.attn.z": lambda z: z * 0})
+
+See :mod:`.points` for the table of names and shapes and :mod:`.run` for the guarantees.
+"""
+
+from .cache import ActivationCache
+from .points import HOOK_POINTS, HookPoint, hook_point_names, parse_hook_name
+from .run import Hook, run_with_cache, run_with_hooks
+
+__all__ = ["ActivationCache", "HOOK_POINTS", "HookPoint", "Hook", "hook_point_names", "parse_hook_name",
+           "run_with_cache", "run_with_hooks"]

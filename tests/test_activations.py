@@ -1,0 +1,279 @@
+"""Named hook points, the activation cache and interventions (issue 26, step 1).
+
+References are independent of the code under test: plain forward hooks written here, the
+block's own pieces run by hand, a deep copy with a head's projection weights zeroed, the
+existing captures (computed by other code paths), and analytic cases.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+
+from analysis import AnalysisError, capture_attention, capture_tokens, load_vit
+from analysis.activations import HOOK_POINTS, hook_point_names, run_with_cache, run_with_hooks
+from analysis.adapters import block_sites
+from families import FAMILIES, family_pixels
+
+
+def _plain_block_io(model, pixels):
+    """Each block's input and output by plain forward hooks, and the logits of that forward."""
+    inputs, outputs, handles = {}, {}, []
+    for layer, block in enumerate(model.blocks):
+        handles.append(block.register_forward_pre_hook(lambda m, a, layer=layer: inputs.__setitem__(layer, a[0].clone())))
+        handles.append(block.register_forward_hook(lambda m, a, o, layer=layer: outputs.__setitem__(layer, o.clone())))
+    try:
+        with torch.no_grad():
+            logits = model(pixels)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return inputs, outputs, logits
+
+
+def _assert_no_hooks(model):
+    for name, module in model.named_modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks, f"hook left on {name or 'model'}"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_vits):
+    vit = family_vits[family]
+    pixels = family_pixels(family)
+    cache = run_with_cache(vit, pixels)
+    spec = cache.spec
+    assert list(cache) == hook_point_names(spec.num_layers)
+    inputs, outputs, logits = _plain_block_io(vit.model, pixels)
+    torch.testing.assert_close(cache.logits, logits.float(), rtol=1e-5, atol=1e-5)
+    record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
+    queries = capture_tokens(vit, pixels, kind="query")  # (L, B, T, heads·d)
+    values = capture_tokens(vit, pixels, kind="value")
+    for layer in range(spec.num_layers):
+        at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
+        torch.testing.assert_close(at("resid_pre"), inputs[layer], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("resid_post"), outputs[layer], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("attn.probs"), record.attentions[layer], rtol=1e-5, atol=1e-6)
+        batch, heads, tokens, dim = at("attn.q").shape
+        torch.testing.assert_close(at("attn.q").permute(0, 2, 1, 3).reshape(batch, tokens, -1), queries[layer],
+                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("attn.v").permute(0, 2, 1, 3).flatten(2), values[layer], rtol=1e-5, atol=1e-5)
+        # z = P·v, each head's output (grouped-query values repeated per head)
+        v = at("attn.v").repeat_interleave(heads // at("attn.v").shape[1], dim=1)
+        torch.testing.assert_close(at("attn.z"), (at("attn.probs") @ v).transpose(1, 2), rtol=1e-4, atol=1e-5)
+        # the two branches add up to the block's output exactly as the block adds them
+        assert torch.equal(at("resid_mid"), at("resid_pre") + at("attn.out"))
+        assert torch.equal(at("resid_post"), at("resid_mid") + at("mlp.out"))
+        if layer + 1 < spec.num_layers:
+            assert torch.equal(at("resid_post"), cache[f"blocks.{layer + 1}.resid_pre"])
+    _assert_no_hooks(vit.model)
+
+
+@pytest.mark.parametrize("family", ["vit", "eva02", "beit", "relpos_rpn"])
+def test_attention_branch_output_equals_the_block_pieces_run_by_hand(family, family_vits):
+    """attn.out is what the block adds: ls1(attn(norm1(x))) (ViT), gamma_1·attn(norm1(x)) (EVA,
+    BEiT), norm1(attn(x)) (post-norm), recomputed here from the block's own submodules."""
+    vit = family_vits[family]
+    pixels = family_pixels(family)
+    cache = run_with_cache(vit, pixels, names=["blocks.1.attn.out"])
+    block, captured = vit.model.blocks[1], {}
+    handle = block.attn.register_forward_hook(lambda m, a, o: captured.setdefault("attn", o))  # a plain hook
+    try:
+        with torch.no_grad():
+            vit.model(pixels)
+    finally:
+        handle.remove()
+    attended = captured["attn"]
+    if family == "vit":
+        expected = block.ls1(attended)
+    elif family == "relpos_rpn":
+        expected = block.norm1(attended)
+    else:
+        expected = block.gamma_1 * attended if block.gamma_1 is not None else attended
+    torch.testing.assert_close(cache["blocks.1.attn.out"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_names_keep_the_order_asked_and_the_prefix_split(family_vits):
+    vit = family_vits["dinov2_registers"]  # class token + 4 registers
+    pixels = family_pixels("dinov2_registers")
+    names = ["blocks.1.resid_post", "blocks.0.attn.probs", "blocks.0.resid_post"]
+    cache = run_with_cache(vit, pixels, names=names)
+    assert list(cache) == names
+    tokens = cache["blocks.1.resid_post"]
+    assert torch.equal(cache.prefix("blocks.1.resid_post"), tokens[:, :5])
+    assert torch.equal(cache.patches("blocks.1.resid_post"), tokens[:, 5:])
+    probs = cache["blocks.0.attn.probs"]  # the query axis by default, the key axis on request
+    assert torch.equal(cache.patches("blocks.0.attn.probs"), probs[:, :, 5:])
+    assert torch.equal(cache.prefix("blocks.0.attn.probs", axis=-1), probs[..., :5])
+    with pytest.raises(KeyError, match="blocks.0.mlp.out"):
+        cache["blocks.0.mlp.out"]
+    only_z = run_with_cache(vit, pixels, names=lambda name: name.endswith("attn.z"))
+    assert list(only_z) == ["blocks.0.attn.z", "blocks.1.attn.z"]
+
+
+def test_an_empty_cache_is_a_plain_forward(family_vits):
+    vit = family_vits["vit"]
+    pixels = family_pixels("vit")
+    with torch.no_grad():
+        plain = vit.model(pixels)
+    cache = run_with_cache(vit, pixels, names=[])
+    assert len(cache) == 0 and torch.equal(cache.logits, plain.float())
+    assert torch.equal(run_with_hooks(vit, pixels, {}), plain.float())
+    # hooks that keep every activation leave the logits as a plain forward's (to the P·v rounding)
+    keep = {name: (lambda t: None) for name in hook_point_names(vit.spec.num_layers)}
+    torch.testing.assert_close(run_with_hooks(vit, pixels, keep), plain.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_zeroing_a_heads_z_equals_zeroing_its_projection_weights(family, family_vits):
+    """The acceptance reference of issue 26: ablating head h equals a deep copy whose output
+    projection ignores h's slice of its input."""
+    vit = family_vits[family]
+    pixels = family_pixels(family)
+    layer, head = vit.spec.num_layers - 1, 1
+    site = block_sites(vit.model)[layer]
+    heads = site.adapter.num_heads(site.module)
+    dim = site.module.proj.in_features // heads
+
+    def ablate(z):  # (B, T, heads, d)
+        z = z.clone()
+        z[:, :, head] = 0
+        return z
+
+    ablated = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": ablate})
+    twin = copy.deepcopy(vit.model)
+    with torch.no_grad():
+        block_sites(twin)[layer].module.proj.weight[:, head * dim:(head + 1) * dim] = 0
+        expected = twin(pixels).float()
+    torch.testing.assert_close(ablated, expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        assert (ablated - vit.model(pixels).float()).abs().max() > 1e-4  # the ablation changed something
+
+
+def test_patching_resid_pre_from_a_clean_run_restores_its_logits(family_vits):
+    vit = family_vits["deit_distilled"]
+    clean, corrupted = family_pixels("deit_distilled", seed=1), family_pixels("deit_distilled", seed=2)
+    clean_cache = run_with_cache(vit, clean, names=["blocks.0.resid_pre"])
+    with torch.no_grad():
+        corrupted_logits = vit.model(corrupted).float()
+    patched = run_with_hooks(vit, corrupted, {"blocks.0.resid_pre": lambda x: clean_cache["blocks.0.resid_pre"]})
+    torch.testing.assert_close(patched, clean_cache.logits, rtol=1e-5, atol=1e-5)
+    untouched = run_with_hooks(vit, corrupted, {"blocks.0.resid_pre": lambda x: None})
+    torch.testing.assert_close(untouched, corrupted_logits, rtol=1e-6, atol=1e-6)
+    assert (patched - corrupted_logits).abs().max() > 1e-3
+    # resid_mid patched from the clean run: from that layer on the stream is the clean one
+    mid = run_with_cache(vit, clean, names=["blocks.1.resid_mid"])["blocks.1.resid_mid"]
+    torch.testing.assert_close(run_with_hooks(vit, corrupted, {"blocks.1.resid_mid": lambda x: mid}),
+                               clean_cache.logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_replaced_probabilities_are_the_ones_multiplied_with_v(fused, family_vits):
+    """Uniform attention over the keys makes every query's head output the mean of the
+    values, on the fused path (P·v from the replaced P) and on the explicit one (the
+    replacement is what attn_drop passes on)."""
+    vit = family_vits["vit"]
+    if not fused:
+        vit = copy.copy(vit)
+        vit.model = copy.deepcopy(vit.model)
+        for site in block_sites(vit.model):
+            site.module.fused_attn = False
+    pixels = family_pixels("vit")
+    uniform = {"blocks.0.attn.probs": lambda p: torch.full_like(p, 1.0 / p.shape[-1])}
+    cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.attn.z", "blocks.0.resid_pre"],
+                           hooks=uniform)
+    assert torch.allclose(cache["blocks.0.attn.probs"], torch.tensor(1.0 / cache.spec.num_tokens))
+    block = vit.model.blocks[0]
+    with torch.no_grad():  # the values, by hand from the block's own qkv projection
+        qkv = block.attn.qkv(block.norm1(cache["blocks.0.resid_pre"]))
+        heads = block.attn.num_heads
+        v = qkv.unflatten(-1, (3, heads, -1))[:, :, 2]  # (B, T, heads, d)
+    expected = v.mean(dim=1, keepdim=True).expand_as(v)
+    torch.testing.assert_close(cache["blocks.0.attn.z"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_q_k_v_need_the_fused_path_and_say_so(family_vits):
+    vit = copy.copy(family_vits["vit"])
+    vit.model = copy.deepcopy(vit.model)
+    for site in block_sites(vit.model):
+        site.module.fused_attn = False
+    with pytest.raises(AnalysisError, match="explicit attention path"):
+        run_with_cache(vit, family_pixels("vit"), names=["blocks.0.attn.q"])
+    _assert_no_hooks(vit.model)
+
+
+def test_bad_names_and_replacements_are_typed_errors_and_leave_no_hooks(family_vits):
+    vit = family_vits["vit"]
+    pixels = family_pixels("vit")
+    with pytest.raises(AnalysisError, match="not a hook point"):
+        run_with_cache(vit, pixels, names=["blocks.0.attn.pattern"])
+    with pytest.raises(AnalysisError, match="blocks 0..1"):
+        run_with_cache(vit, pixels, names=["blocks.7.resid_pre"])
+    with pytest.raises(AnalysisError, match="not callable"):
+        run_with_hooks(vit, pixels, {"blocks.0.attn.z": 3})
+    with pytest.raises(AnalysisError, match=r"activation's shape \(2, 10, 3, 64\)"):
+        run_with_hooks(vit, pixels, {"blocks.0.attn.z": lambda z: z[:, :1]})
+    _assert_no_hooks(vit.model)
+
+    def fails(x):
+        raise RuntimeError("user hook failed")
+
+    with pytest.raises(RuntimeError, match="user hook failed"):
+        run_with_hooks(vit, pixels, {"blocks.1.mlp.out": fails})
+    _assert_no_hooks(vit.model)
+    assert [p.suffix for p in HOOK_POINTS][0] == "resid_pre"
+
+
+def test_windowed_models_are_refused_with_the_reason():
+    swin = load_vit("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(1, 1), num_heads=(2, 4),
+                    embed_dim=32, window_size=7)
+    with pytest.raises(AnalysisError, match="windowed attention"):
+        run_with_cache(swin, torch.randn(1, 3, 56, 56))
+
+
+def test_other_threads_keep_the_untouched_model_while_a_hook_runs(family_vits):
+    """A hook that zeroes every head waits, mid-forward, until another thread has run the same
+    model: that thread's logits are bit-identical to an unhooked forward."""
+    vit = family_vits["vit"]
+    pixels = family_pixels("vit")
+    with torch.no_grad():
+        baseline = vit.model(pixels)
+    inside, release = threading.Event(), threading.Event()
+    results = {}
+
+    def hook(z):
+        inside.set()
+        release.wait(timeout=60)
+        return torch.zeros_like(z)
+
+    def hooked():
+        results["hooked"] = run_with_hooks(vit, pixels, {"blocks.0.attn.z": hook})
+
+    worker = threading.Thread(target=hooked)
+    worker.start()
+    try:
+        assert inside.wait(timeout=60)
+        with torch.no_grad():
+            results["other"] = vit.model(pixels)
+    finally:
+        release.set()
+        worker.join(timeout=60)
+    assert torch.equal(results["other"], baseline)
+    assert (results["hooked"] - baseline.float()).abs().max() > 1e-4
+    _assert_no_hooks(vit.model)
+
+
+def test_a_batch_split_after_out_of_memory_gives_the_same_cache(family_vits, monkeypatch):
+    import analysis.activations.run as run_module
+
+    vit = family_vits["vit"]
+    pixels = family_pixels("vit", batch=3)
+    whole = run_with_cache(vit, pixels, names=["blocks.1.attn.probs", "blocks.0.resid_post"])
+    monkeypatch.setattr(run_module, "run_with_oom_fallback",
+                        lambda run, batch, cpu: [run(batch[:1]), run(batch[1:])])  # as after one out-of-memory halving
+    split = run_with_cache(vit, pixels, names=["blocks.1.attn.probs", "blocks.0.resid_post"])
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(split.logits, whole.logits, rtol=1e-5, atol=1e-6)
