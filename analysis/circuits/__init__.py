@@ -1,0 +1,9 @@
+"""Causal and decomposition analyses on the activation cache (issue 26), one file each:
+direct logit attribution, head ablation and activation patching."""
+
+from .ablation import ABLATIONS, HeadAblation, cumulative_head_ablation, head_ablation, heads_by_effect
+from .attribution import DirectLogitAttribution, direct_logit_attribution
+from .patching import PATCH_POINTS, PatchingResult, activation_patching
+
+__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect",
+           "DirectLogitAttribution", "direct_logit_attribution", "PATCH_POINTS", "PatchingResult", "activation_patching"]

@@ -1,0 +1,157 @@
+"""Head ablation: what the prediction loses when one head's output is removed.
+
+For block ``l`` and head ``h`` the head's output ``z_{l,h}`` (``blocks.{l}.attn.z[:, :, h]``,
+what the output projection receives from it) is replaced by
+
+* ``"zero"``: 0 — the same as zeroing the projection's input columns for ``h`` (tested);
+* ``"mean"``: its mean over a reference image set, per token position (mean ablation,
+  Wang et al. 2022 "Interpretability in the Wild", §3);
+* ``"resample"``: its value on another image (resample ablation, Chan et al. 2022 "Causal
+  scrubbing"),
+
+and the forward pass continues from there (:func:`analysis.activations.run_with_hooks`). The
+effect is ``Δ = logit_c(ablated) − logit_c(clean)`` of the target class ``c``, and likewise for
+its softmax probability. :func:`cumulative_head_ablation` removes heads together, in a given
+order (e.g. most important first), and traces the target logit as heads go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..activations import run_with_cache, run_with_hooks
+from ..adapters.registry import block_sites
+from ..errors import AnalysisError
+from ..explanations.gradients import resolve_targets
+from ..windowed import refuse_windowed
+
+__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect"]
+
+ABLATIONS = ("zero", "mean", "resample")
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """Effects of ablating each head alone.
+
+    Attributes:
+        delta_logit: ``(B, L, heads)`` target logit after ablation minus before.
+        delta_probability: ``(B, L, heads)`` the same for the target's softmax probability.
+        clean_logit, clean_probability: ``(B,)`` before ablation.
+        targets: ``(B,)`` the class of each image whose logit is measured.
+        method: one of :data:`ABLATIONS`.
+    """
+
+    delta_logit: torch.Tensor
+    delta_probability: torch.Tensor
+    clean_logit: torch.Tensor
+    clean_probability: torch.Tensor
+    targets: torch.Tensor
+    method: str
+
+
+def _replacements(vit, pixels: torch.Tensor, method: str, reference: torch.Tensor | None, layers: Sequence[int]):
+    """Per layer, the ``(B or 1, T, heads, d)`` values that replace ``z`` (``None`` for "zero")."""
+    if method not in ABLATIONS:
+        raise AnalysisError(f"method must be one of {', '.join(ABLATIONS)}, got {method!r}.")
+    if method == "zero":
+        return {layer: None for layer in layers}
+    if reference is None:
+        if method == "resample":
+            raise AnalysisError("method='resample' needs reference=: the image(s) whose head outputs replace this one's.")
+        reference = pixels  # mean ablation over the batch itself
+    if method == "resample" and reference.shape[0] not in (1, pixels.shape[0]):
+        raise AnalysisError(f"reference has {reference.shape[0]} images: pass 1, or one per image ({pixels.shape[0]}).")
+    cache = run_with_cache(vit, reference, names=[f"blocks.{layer}.attn.z" for layer in layers], precision="float32",
+                           to_cpu=False)
+    values = {layer: cache[f"blocks.{layer}.attn.z"] for layer in layers}  # (R, T, heads, d)
+    if method == "mean":
+        values = {layer: z.mean(0, keepdim=True) for layer, z in values.items()}
+    return values
+
+
+def _ablating(heads: Sequence[int], value: torch.Tensor | None):
+    """A hook on ``attn.z`` that replaces the listed heads' outputs."""
+
+    def hook(z: torch.Tensor) -> torch.Tensor:  # (B, T, heads, d)
+        z = z.clone()
+        for head in heads:
+            z[:, :, head] = 0 if value is None else value[:, :, head].to(z.dtype)
+        return z
+
+    return hook
+
+
+def _measure(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float()
+    return logits.gather(1, targets[:, None])[:, 0], logits.softmax(-1).gather(1, targets[:, None])[:, 0]
+
+
+def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero", reference: torch.Tensor | None = None,
+                  progress: Progress | None = None) -> HeadAblation:
+    """Ablate every head alone (``L × heads`` forward passes of the batch) and measure the target.
+
+    Args:
+        target: ``None`` (each image's predicted class), a class, or one per image.
+        method: ``"zero"``, ``"mean"`` (over ``reference``, default the batch itself) or
+            ``"resample"`` (from ``reference``: one image, or one per image).
+        progress: optional ``progress(done, total)`` after each forward pass.
+    """
+    refuse_windowed(vit, "head_ablation")
+    spec = vit.spec
+    if not spec.has_classifier:
+        raise AnalysisError(f"Head ablation measures a class logit; this model has a {spec.head} head.")
+    clean = run_with_hooks(vit, pixels, {}, precision="float32")
+    targets = resolve_targets(target, clean, spec)
+    clean_logit, clean_probability = _measure(clean, targets)
+    layers = list(range(spec.num_layers))
+    values = _replacements(vit, pixels, method, reference, layers)
+    heads = [site.adapter.num_heads(site.module) for site in block_sites(vit.model)]
+    delta_logit = torch.full((pixels.shape[0], len(layers), max(heads)), float("nan"))
+    delta_probability = delta_logit.clone()
+    total, done = sum(heads), 0
+    for layer in layers:
+        for head in range(heads[layer]):
+            logits = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": _ablating([head], values[layer])},
+                                    precision="float32")
+            logit, probability = _measure(logits, targets)
+            delta_logit[:, layer, head] = logit - clean_logit
+            delta_probability[:, layer, head] = probability - clean_probability
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    return HeadAblation(delta_logit, delta_probability, clean_logit, clean_probability, targets, method)
+
+
+def heads_by_effect(ablation: HeadAblation) -> list[tuple[int, int]]:
+    """``(layer, head)`` pairs ordered from the largest drop of the target logit (mean over the
+    batch) to the largest gain."""
+    effect = ablation.delta_logit.mean(0)  # (L, heads)
+    order = torch.argsort(effect.flatten().nan_to_num(float("inf")), stable=True)
+    width = effect.shape[1]
+    return [(int(i) // width, int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
+
+
+def cumulative_head_ablation(vit, pixels: torch.Tensor, heads: Sequence[tuple[int, int]], *, target=None,
+                             method: str = "zero", reference: torch.Tensor | None = None,
+                             progress: Progress | None = None) -> torch.Tensor:
+    """``(K + 1, B)`` target logits with the first ``k`` of ``heads`` ablated together, ``k = 0..K``."""
+    refuse_windowed(vit, "cumulative_head_ablation")
+    clean = run_with_hooks(vit, pixels, {}, precision="float32")
+    targets = resolve_targets(target, clean, vit.spec)
+    pairs = [(int(layer), int(head)) for layer, head in heads]
+    values = _replacements(vit, pixels, method, reference, sorted({layer for layer, _ in pairs}))
+    curve = [_measure(clean, targets)[0]]
+    for k in range(1, len(pairs) + 1):
+        by_layer: dict[int, list[int]] = {}
+        for layer, head in pairs[:k]:
+            by_layer.setdefault(layer, []).append(head)
+        hooks = {f"blocks.{layer}.attn.z": _ablating(chosen, values[layer]) for layer, chosen in by_layer.items()}
+        curve.append(_measure(run_with_hooks(vit, pixels, hooks, precision="float32"), targets)[0])
+        if progress is not None:
+            progress(k, len(pairs))
+    return torch.stack(curve)

@@ -1,0 +1,257 @@
+"""Direct logit attribution: the target logit as a sum over the embedding, every head and every MLP.
+
+The residual stream after the last block is a sum of what each part wrote into it
+(:mod:`analysis.activations.points`)::
+
+    x_L = e + Σ_l (Σ_h a_{l,h} + a_l^bias) + Σ_l m_l
+
+with ``e = resid_pre`` of block 0 (patch, class and position embeddings), ``m_l`` block
+``l``'s ``mlp.out``, and ``a_{l,h} = γ_l ⊙ (z_{l,h} · W_O[:, h]ᵀ)`` head ``h``'s share of the
+attention branch (``z`` its output, ``W_O`` the output projection's columns for that head, ``γ_l``
+the block's layer scale, 1 without one), ``a_l^bias = γ_l ⊙ b_O``. The readout — final norm,
+pooling over tokens (class token or mean of patches), the pooled norm and the linear head —
+is affine once each LayerNorm's scale ``σ`` is **frozen at its value on the real forward pass**:
+
+    LN(x) = γ ⊙ (x − mean(x)) / σ + β     ⇒     logit_c = Σ_parts r_c(part) + const_c
+
+where ``r_c`` is the readout's linear part (per token, before pooling) and ``const_c`` collects
+the norms' ``β`` and the head's bias. So the attribution is exact **only with the norm scales
+frozen**; it says what each part writes along the target's direction given this input's
+normalisation, not what removing a part would do (that is :func:`head_ablation`). Method:
+Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits" (direct path terms), as
+TransformerLens's ``ActivationCache.decompose_resid`` / ``logit_attrs``; the frozen scale as
+there (``apply_ln_to_stack`` with the cached scale).
+
+Post-norm blocks (``x + norm(attn(x))``) are not linear in their heads: per-head terms are
+refused for them, as are attention-pooling heads (SigLIP ``map``) and max pooling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..activations import run_with_cache
+from ..adapters.registry import block_sites
+from ..errors import AnalysisError
+from ..explanations.gradients import resolve_targets
+from ..windowed import refuse_windowed
+
+__all__ = ["DirectLogitAttribution", "direct_logit_attribution"]
+
+
+@dataclass(frozen=True)
+class DirectLogitAttribution:
+    """Each part's direct contribution to the target logit (or logit difference), per token.
+
+    Attributes:
+        embedding: ``(B, T)`` the embeddings' terms (block 0's input), per token.
+        heads: ``(B, L, heads, T)`` head ``h`` of block ``l``, per token (the token where the
+            head *wrote*, i.e. the query position).
+        head_bias: ``(B, L, T)`` each block's output-projection bias (times its layer scale).
+        mlps: ``(B, L, T)`` each block's MLP.
+        constant: ``(B,)`` the norms' shifts ``β`` and the head's bias, through the readout.
+        target_logit: ``(B,)`` the model's own logit (or logit difference) being decomposed.
+        targets: ``(B,)`` the class, or ``(B, 2)`` the pair ``(a, b)`` of ``logit_a − logit_b``.
+
+    ``embedding.sum(-1) + heads.sum((1, 2, 3)) + head_bias.sum((1, 2)) + mlps.sum((1, 2)) +
+    constant`` equals ``target_logit`` (float rounding; tested at 1e-4).
+    """
+
+    embedding: torch.Tensor
+    heads: torch.Tensor
+    head_bias: torch.Tensor
+    mlps: torch.Tensor
+    constant: torch.Tensor
+    target_logit: torch.Tensor
+    targets: torch.Tensor
+
+    def total(self) -> torch.Tensor:
+        """``(B,)`` the sum of every term (equals ``target_logit``)."""
+        return (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
+                + self.mlps.sum((1, 2)) + self.constant)
+
+    def per_head(self) -> torch.Tensor:
+        """``(B, L, heads)`` each head's term summed over tokens."""
+        return self.heads.sum(-1)
+
+    def per_layer(self) -> torch.Tensor:
+        """``(B, L, 2)`` each block's attention (heads and bias) and MLP terms, summed over tokens."""
+        return torch.stack([self.heads.sum((2, 3)) + self.head_bias.sum(-1), self.mlps.sum(-1)], dim=-1)
+
+
+def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=None,
+                             precision: str = "float32") -> DirectLogitAttribution:
+    """Decompose the target logit of each image into direct contributions (module docstring).
+
+    Args:
+        vit: a :class:`~analysis.loading.LoadedViT` with a linear class head.
+        pixels: ``(B, 3, H, W)`` preprocessed input.
+        target: ``None`` (each image's predicted class), a class, or one class per image.
+        versus: optional second class (or one per image): decompose ``logit_target − logit_versus``.
+        precision: autocast of the forward (``"float32"`` by default: the terms are then exact
+            to float32 rounding).
+    """
+    refuse_windowed(vit, "direct_logit_attribution")
+    model, spec = vit.model, vit.spec
+    if not spec.has_classifier:
+        raise AnalysisError(f"Direct logit attribution needs class scores; this model has a {spec.head} head.")
+    layers = spec.num_layers
+    names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
+    names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
+    cache = run_with_cache(vit, pixels, names=names, precision=precision, to_cpu=False)
+    logits = cache.logits.float()
+    targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
+    versus_targets = None if versus is None else resolve_targets(versus, logits.cpu(), spec).to(logits.device)
+
+    with torch.no_grad():
+        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec)
+        direction, offset = readout.direction(targets, versus_targets)  # (B, D) head rows, (B,) head bias
+        project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
+        sites = block_sites(model)
+        heads, head_bias, mlps = [], [], []
+        for layer, site in enumerate(sites):
+            z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
+            weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
+            scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
+            per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:]))  # (B, heads, T, D)
+            per_head = per_head * scale
+            bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
+            branch = cache[f"blocks.{layer}.attn.out"].float()
+            error = (per_head.sum(1) + bias_term - branch).abs().max()
+            if float(error) > 1e-4 * (1.0 + float(branch.abs().max())):
+                raise AnalysisError(
+                    f"Block {layer}'s attention branch ({type(model.blocks[layer]).__name__}) is not a sum of its heads' "
+                    f"outputs through the projection (off by {float(error):.2g}; post-norm blocks normalise it): "
+                    "per-head direct logit attribution is not defined for this model."
+                )
+            heads.append(torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1))  # (B, heads, T)
+            head_bias.append(project(bias_term))
+            mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
+        embedding = project(cache["blocks.0.resid_pre"])
+        constant = readout.constant(direction) + offset
+    target_logit = logits.gather(1, targets[:, None])[:, 0]
+    if versus_targets is not None:
+        target_logit = target_logit - logits.gather(1, versus_targets[:, None])[:, 0]
+    result = DirectLogitAttribution(
+        embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
+        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=target_logit.cpu(),
+        targets=(targets if versus_targets is None else torch.stack([targets, versus_targets], -1)).cpu(),
+    )
+    return result
+
+
+# --------------------------------------------------------------------------- model pieces
+
+
+def _projection(attention: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    projection = getattr(attention, "proj", None)
+    if not isinstance(projection, nn.Linear):
+        raise AnalysisError(f"Block {layer}'s attention has no linear output projection 'proj': DLA is not defined for it.")
+    bias = projection.bias if projection.bias is not None else torch.zeros(projection.out_features,
+                                                                             device=projection.weight.device)
+    return projection.weight, bias
+
+
+def _layer_scale(block: nn.Module):
+    """The factor between the projection's output and what the attention branch adds:
+    ``ls1.gamma`` (timm LayerScale), ``gamma_1`` (EVA, BEiT), or 1."""
+    gamma = getattr(getattr(block, "ls1", None), "gamma", None)
+    if gamma is None:
+        gamma = getattr(block, "gamma_1", None)
+    return gamma.float() if isinstance(gamma, torch.Tensor) else 1.0
+
+
+class _Readout:
+    """The model's readout ``head(fc_norm(pool(norm(x))))`` with both norms' scales frozen at
+    their values on ``final`` ``(B, T, D)``, the last block's output; checked against the model."""
+
+    def __init__(self, model: nn.Module, final: torch.Tensor, spec) -> None:
+        self.model = model
+        if getattr(model, "attn_pool", None) is not None:
+            raise AnalysisError("This model pools its tokens with attention (a 'map' head), which is not linear: "
+                                "direct logit attribution is not defined for it.")
+        pool = getattr(model, "global_pool", "token")
+        tokens = final.shape[1]
+        weights = torch.zeros(tokens, device=final.device)  # (T,) the pooling's weight on each token
+        if pool == "token":
+            weights[0] = 1.0
+        elif pool == "avg":
+            first = 0 if getattr(model, "pool_include_prefix", False) else spec.num_prefix_tokens
+            weights[first:] = 1.0 / (tokens - first)
+        else:
+            raise AnalysisError(f"Pooling {pool!r} is not linear: direct logit attribution is not defined for it.")
+        self.weights = weights
+        self.norm, self.fc_norm = self._norm(getattr(model, "norm", None)), self._norm(getattr(model, "fc_norm", None))
+        self.norm_scale = self._scale(self.norm, final)  # (B, T, 1)
+        pooled = torch.einsum("btd,t->bd", self._apply(self.norm, final, self.norm_scale), weights)
+        self.fc_scale = self._scale(self.fc_norm, pooled)  # (B, 1)
+        self.head = getattr(model, "head", None)
+        if not isinstance(self.head, nn.Linear) or getattr(model, "head_dist", None) is not None:
+            raise AnalysisError(f"{type(model).__name__}'s head is not one linear layer on the pooled token "
+                                "(e.g. a distilled two-head model): direct logit attribution is not defined for it.")
+        rebuilt = self.head(self._apply(self.fc_norm, pooled, self.fc_scale))
+        norm = getattr(model, "norm", None) or nn.Identity()
+        real = model.forward_head(norm(final)) if hasattr(model, "forward_head") else None
+        if real is None or (rebuilt - real).abs().max() > 1e-4 * (1.0 + real.abs().max()):
+            raise AnalysisError(f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
+                                "direct logit attribution is not defined for it.")
+
+    @staticmethod
+    def _norm(module):
+        if module is None or isinstance(module, nn.Identity):
+            return None
+        if isinstance(module, nn.LayerNorm):
+            return module
+        raise AnalysisError(f"The readout's {type(module).__name__} is not a LayerNorm: its frozen form is not defined here.")
+
+    @staticmethod
+    def _scale(norm, x: torch.Tensor) -> torch.Tensor | None:
+        """σ = sqrt(Var(x) + eps) over the last axis (LayerNorm's biased variance), frozen."""
+        if norm is None:
+            return None
+        return (x.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+
+    @staticmethod
+    def _apply(norm, x: torch.Tensor, scale, *, shift: bool = True) -> torch.Tensor:
+        """``γ ⊙ (x − mean(x)) / σ (+ β)``: the norm with its scale frozen (identity without a norm)."""
+        if norm is None:
+            return x
+        out = (x - x.mean(-1, keepdim=True)) / scale
+        if norm.weight is not None:
+            out = out * norm.weight
+        if shift and norm.bias is not None:
+            out = out + norm.bias
+        return out
+
+    def direction(self, targets: torch.Tensor, versus: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, D)`` the head's row(s) for each image's target, ``(B,)`` their bias."""
+        weight, bias = self.head.weight, self.head.bias
+        bias = bias if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+        rows, offset = weight[targets], bias[targets]
+        if versus is not None:
+            rows, offset = rows - weight[versus], offset - bias[versus]
+        return rows.float(), offset.float()
+
+    def linear(self, part: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+        """``(B, T)``: each token's share of ``part`` ``(B, T, D)`` along ``direction``, through the
+        frozen readout without its shifts (the pooling weight folded in per token)."""
+        normed = self._apply(self.norm, part, self.norm_scale, shift=False) * self.weights[None, :, None]
+        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, normed, self.fc_scale_per_token, shift=False), direction)
+
+    @property
+    def fc_scale_per_token(self):
+        return None if self.fc_scale is None else self.fc_scale[:, None, :]  # (B, 1, 1)
+
+    def constant(self, direction: torch.Tensor) -> torch.Tensor:
+        """``(B,)``: the norms' shifts through the rest of the readout, along ``direction``."""
+        dim = direction.shape[-1]
+        shift = torch.zeros(direction.shape[0], 1, dim, device=direction.device)
+        if self.norm is not None and self.norm.bias is not None:
+            shift = shift + self.norm.bias.float() * float(self.weights.sum())
+        pooled = self._apply(self.fc_norm, shift, self.fc_scale_per_token, shift=False)[:, 0]
+        if self.fc_norm is not None and self.fc_norm.bias is not None:
+            pooled = pooled + self.fc_norm.bias.float()
+        return (pooled * direction).sum(-1)
