@@ -219,3 +219,42 @@ def test_patching_every_token_at_block_zero_restores_the_clean_answer(demo):
         activation_patching(demo, _demo_pixels(2), _demo_pixels(2))
     with pytest.raises(AnalysisError, match="nothing to restore"):
         activation_patching(demo, clean, clean)
+
+
+def test_heads_command_on_two_ranks_equals_one_process_and_the_api(tmp_path):
+    """``python -m analysis heads``: torchrun on 2 ranks, one process and the API give the same
+    means; an unreadable file is skipped and named."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    from analysis.demo.data import generate_samples
+    from analysis.circuits import dataset_head_effects
+
+    repo = Path(__file__).resolve().parent.parent
+    folder = tmp_path / "scenes"
+    folder.mkdir()
+    images, _, _ = generate_samples(5, 99)
+    for i, image in enumerate(images):
+        image.save(folder / f"scene_{i}.png")
+    (folder / "broken.png").write_bytes(b"not an image")
+    env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+
+    def heads(*prefix, out):
+        return subprocess.run([sys.executable, *prefix, "-m", "analysis", "heads", "--model", "demo", "--images",
+                               str(folder), "--out", str(out), "--batch-size", "2"],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+    single = heads(out=tmp_path / "one.npz")
+    assert single.returncode == 0, single.stderr
+    ranks = heads("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", out=tmp_path / "two.npz")
+    assert ranks.returncode == 0, ranks.stderr
+    one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    sums = dataset_head_effects(load_vit("demo"), sorted(folder.glob("scene_*.png")))
+    assert int(one["count"]) == int(two["count"]) == sums.count == 5
+    for key, value in (("ablation_delta_logit", sums.delta_logit), ("direct_logit_attribution", sums.direct_logit)):
+        np.testing.assert_allclose(one[key], (value / 5).numpy(), atol=1e-5)
+        np.testing.assert_allclose(two[key], one[key], atol=1e-5)
+    assert int(one["skipped"]) == 1 and "broken.png" in str(one["skipped_images"][0]) and "broken.png" in single.stderr

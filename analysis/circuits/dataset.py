@@ -1,0 +1,67 @@
+"""Head effects over an image set: the mean zero-ablation effect and the mean direct logit
+attribution of every head, streamed batch by batch (:func:`analysis.streaming.iter_batches`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import AnalysisError
+from ..streaming import SkippedImage, iter_batches
+from .ablation import head_ablation
+from .attribution import direct_logit_attribution
+
+__all__ = ["HeadEffectSums", "dataset_head_effects"]
+
+
+@dataclass(frozen=True)
+class HeadEffectSums:
+    """Sums over the images used (divide by ``count`` for means; sums add across shards).
+
+    Attributes:
+        delta_logit, delta_probability: ``(L, heads)`` float64, Σ over images of the change of the
+            predicted class's logit / probability when the head's output is zeroed.
+        direct_logit: ``(L, heads)`` float64, Σ over images of the head's direct logit
+            attribution to the predicted class (NaN where the model's readout refuses it).
+        count: images used.
+        skipped: images that could not be read.
+        attribution_note: why ``direct_logit`` is NaN, or "".
+    """
+
+    delta_logit: torch.Tensor
+    delta_probability: torch.Tensor
+    direct_logit: torch.Tensor
+    count: int
+    skipped: tuple[SkippedImage, ...] = ()
+    attribution_note: str = ""
+
+
+def dataset_head_effects(vit, images: Iterable, *, batch_size: int = 16, workers: int | None = None,
+                         progress: Callable[[int, int | None], None] | None = None) -> HeadEffectSums:
+    """Zero-ablate each head and attribute the logit to each head, on every readable image of
+    ``images`` (paths, bytes or PIL images), for each image's own predicted class."""
+    images = list(images)
+    spec = vit.spec
+    shape = (spec.num_layers, spec.num_heads)
+    sums = {key: torch.zeros(shape, dtype=torch.float64) for key in ("delta_logit", "delta_probability", "direct_logit")}
+    skipped: list[SkippedImage] = []
+    count, note = 0, ""
+    workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+    for pixels in iter_batches(vit, images, batch_size, workers, skipped):
+        ablation = head_ablation(vit, pixels)
+        sums["delta_logit"] += ablation.delta_logit.double().sum(0)
+        sums["delta_probability"] += ablation.delta_probability.double().sum(0)
+        if not note:
+            try:
+                sums["direct_logit"] += direct_logit_attribution(vit, pixels, target=ablation.targets).per_head().double().sum(0)
+            except AnalysisError as exc:
+                note = str(exc)
+        count += int(pixels.shape[0])
+        if progress is not None:
+            progress(count + len(skipped), len(images))
+    if note:
+        sums["direct_logit"].fill_(float("nan"))
+    return HeadEffectSums(count=count, skipped=tuple(skipped), attribution_note=note, **sums)
