@@ -258,3 +258,17 @@ def test_heads_command_on_two_ranks_equals_one_process_and_the_api(tmp_path):
         np.testing.assert_allclose(one[key], (value / 5).numpy(), atol=1e-5)
         np.testing.assert_allclose(two[key], one[key], atol=1e-5)
     assert int(one["skipped"]) == 1 and "broken.png" in str(one["skipped_images"][0]) and "broken.png" in single.stderr
+
+
+def test_a_subset_of_layers_gives_the_same_rows(demo):
+    pixels = _demo_pixels(1, seed=9)
+    whole = head_ablation(demo, pixels)
+    some = head_ablation(demo, pixels, layers=[3, 1])
+    assert some.layers == (1, 3) and whole.layers == (0, 1, 2, 3)
+    torch.testing.assert_close(some.delta_logit, whole.delta_logit[:, [1, 3]])
+    assert heads_by_effect(some)[0][0] in (1, 3)
+    clean, corrupted = _demo_pixels(1, seed=10), _demo_pixels(1, seed=11)
+    full = activation_patching(demo, clean, corrupted, point="attn.z")
+    part = activation_patching(demo, clean, corrupted, point="attn.z", layers=[2])
+    assert part.layers == (2,)
+    torch.testing.assert_close(part.effect, full.effect[[2]])

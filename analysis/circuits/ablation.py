@@ -24,6 +24,7 @@ import torch
 
 from ..activations import run_with_cache, run_with_hooks
 from ..adapters.registry import block_sites
+from ..capture import _resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
@@ -44,6 +45,7 @@ class HeadAblation:
         clean_logit, clean_probability: ``(B,)`` before ablation.
         targets: ``(B,)`` the class of each image whose logit is measured.
         method: one of :data:`ABLATIONS`.
+        layers: the model layers of the rows (all, unless ``layers=`` chose some).
     """
 
     delta_logit: torch.Tensor
@@ -52,6 +54,7 @@ class HeadAblation:
     clean_probability: torch.Tensor
     targets: torch.Tensor
     method: str
+    layers: tuple[int, ...] = ()
 
 
 def _replacements(vit, pixels: torch.Tensor, method: str, reference: torch.Tensor | None, layers: Sequence[int]):
@@ -92,13 +95,14 @@ def _measure(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero", reference: torch.Tensor | None = None,
-                  progress: Progress | None = None) -> HeadAblation:
+                  layers: Sequence[int] | None = None, progress: Progress | None = None) -> HeadAblation:
     """Ablate every head alone (``L × heads`` forward passes of the batch) and measure the target.
 
     Args:
         target: ``None`` (each image's predicted class), a class, or one per image.
         method: ``"zero"``, ``"mean"`` (over ``reference``, default the batch itself) or
             ``"resample"`` (from ``reference``: one image, or one per image).
+        layers: only these layers' heads (one row each, ascending; default all).
         progress: optional ``progress(done, total)`` after each forward pass.
     """
     refuse_windowed(vit, "head_ablation")
@@ -108,32 +112,33 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, spec)
     clean_logit, clean_probability = _measure(clean, targets)
-    layers = list(range(spec.num_layers))
+    layers = _resolve_layers(layers, spec.num_layers)
     values = _replacements(vit, pixels, method, reference, layers)
     heads = [site.adapter.num_heads(site.module) for site in block_sites(vit.model)]
     delta_logit = torch.full((pixels.shape[0], len(layers), max(heads)), float("nan"))
     delta_probability = delta_logit.clone()
-    total, done = sum(heads), 0
-    for layer in layers:
+    total, done = sum(heads[layer] for layer in layers), 0
+    for row, layer in enumerate(layers):
         for head in range(heads[layer]):
             logits = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": _ablating([head], values[layer])},
                                     precision="float32")
             logit, probability = _measure(logits, targets)
-            delta_logit[:, layer, head] = logit - clean_logit
-            delta_probability[:, layer, head] = probability - clean_probability
+            delta_logit[:, row, head] = logit - clean_logit
+            delta_probability[:, row, head] = probability - clean_probability
             done += 1
             if progress is not None:
                 progress(done, total)
-    return HeadAblation(delta_logit, delta_probability, clean_logit, clean_probability, targets, method)
+    return HeadAblation(delta_logit, delta_probability, clean_logit, clean_probability, targets, method, tuple(layers))
 
 
 def heads_by_effect(ablation: HeadAblation) -> list[tuple[int, int]]:
     """``(layer, head)`` pairs ordered from the largest drop of the target logit (mean over the
     batch) to the largest gain."""
-    effect = ablation.delta_logit.mean(0)  # (L, heads)
+    effect = ablation.delta_logit.mean(0)  # (rows, heads)
     order = torch.argsort(effect.flatten().nan_to_num(float("inf")), stable=True)
     width = effect.shape[1]
-    return [(int(i) // width, int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
+    return [(ablation.layers[int(i) // width], int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
+
 
 
 def cumulative_head_ablation(vit, pixels: torch.Tensor, heads: Sequence[tuple[int, int]], *, target=None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..activations import run_with_cache, run_with_hooks
+from ..capture import _resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
@@ -44,6 +45,7 @@ class PatchingResult:
         clean, corrupted: the metric on the clean and on the corrupted image.
         point: one of :data:`PATCH_POINTS`.
         target: the class (or ``(a, b)`` pair of the logit difference) measured.
+        layers: the model layer of each row (all, unless ``layers=`` chose some).
     """
 
     effect: torch.Tensor
@@ -52,10 +54,11 @@ class PatchingResult:
     corrupted: float
     point: str
     target: tuple[int, ...]
+    layers: tuple[int, ...] = ()
 
 
 def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, point: str = "resid_pre", target=None,
-                        versus=None, batch_size: int = 16,
+                        versus=None, layers=None, batch_size: int = 16,
                         progress: Callable[[int, int], None] | None = None) -> PatchingResult:
     """Patch each (layer, token) or (layer, head) of ``clean`` into ``corrupted``, one at a time.
 
@@ -64,6 +67,7 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
         point: ``"resid_pre"`` or ``"attn.z"``.
         target: the class measured (``None``: the clean image's prediction); ``versus``: a
             second class, to measure ``logit_target − logit_versus``.
+        layers: only these layers (one row each, ascending; default all).
         batch_size: patched copies per forward pass.
         progress: optional ``progress(done, total)`` after each forward pass.
     """
@@ -76,8 +80,8 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
     spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Patching measures a class logit; this model has a {spec.head} head.")
-    layers = spec.num_layers
-    names = [f"blocks.{layer}.{point}" for layer in range(layers)]
+    layers = _resolve_layers(layers, spec.num_layers)
+    names = [f"blocks.{layer}.{point}" for layer in layers]
     source = run_with_cache(vit, clean, names=names, precision="float32", to_cpu=False)
     targets = resolve_targets(target, source.logits.cpu(), spec)
     rival = None if versus is None else resolve_targets(versus, source.logits.cpu(), spec)
@@ -91,11 +95,11 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
     clean_metric = float(metric(source.logits)[0])
     axis = 1 if point == "resid_pre" else 2  # tokens of (B, T, D), heads of (B, T, heads, d)
     width = source[names[0]].shape[axis]
-    patched = torch.empty(layers, width)
-    total = layers * -(-width // batch_size)
+    patched = torch.empty(len(layers), width)
+    total = len(layers) * -(-width // batch_size)
     done = 0
-    for layer in range(layers):
-        clean_value = source[names[layer]][0]  # (T, D) or (T, heads, d)
+    for row, name in enumerate(names):
+        clean_value = source[name][0]  # (T, D) or (T, heads, d)
         for start in range(0, width, batch_size):
             where = list(range(start, min(start + batch_size, width)))
 
@@ -108,9 +112,8 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
                         x[copy, :, index] = clean_value[:, index].to(x.dtype)
                 return x
 
-            logits = run_with_hooks(vit, corrupted.expand(len(where), -1, -1, -1), {names[layer]: patch},
-                                    precision="float32")
-            patched[layer, start:start + len(where)] = metric(logits)
+            logits = run_with_hooks(vit, corrupted.expand(len(where), -1, -1, -1), {name: patch}, precision="float32")
+            patched[row, start:start + len(where)] = metric(logits)
             done += 1
             if progress is not None:
                 progress(done, total)
@@ -119,4 +122,5 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
         raise AnalysisError("The clean and corrupted images give the same metric: there is nothing to restore. "
                             "Choose another corruption or target.")
     chosen = (int(targets[0]),) if rival is None else (int(targets[0]), int(rival[0]))
-    return PatchingResult((patched - corrupted_metric) / gap, patched, clean_metric, corrupted_metric, point, chosen)
+    return PatchingResult((patched - corrupted_metric) / gap, patched, clean_metric, corrupted_metric, point, chosen,
+                          tuple(layers))
