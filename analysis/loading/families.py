@@ -23,6 +23,7 @@ SUPPORTED_MODULES = (
     "naflexvit",
     "swin_transformer",
     "swin_transformer_v2",
+    "swin_transformer_v2_cr",
     "vision_transformer_sam",
 )
 SUPPORTED_FAMILIES = (
@@ -34,8 +35,6 @@ SUPPORTED_FAMILIES = (
 
 # timm module -> why its attention maps are not the per-token maps this tool shows.
 _REFUSALS = {
-    "swin_transformer_v2_cr": "windowed attention: swinv2_cr_* (its own scaled-cosine window module) is not yet "
-    "supported (timm swin_* and swinv2_* are; see issue 23)",
     "hiera": "hierarchical windowed (mask-unit) attention with pooled queries: no per-token map over the image",
     "maxxvit": "block/grid (windowed) attention mixed with convolutions",
     "cait": "class attention in separate layers: the patch blocks use talking-heads attention",
