@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from ..errors import ModelLoadError
 from ..preprocessing import Preprocessing
+from .families import check_supported_module
 from .loaded import LoadedViT, wrap_model
 
 __all__ = ["wrap_module", "apply_overrides"]
@@ -44,6 +45,7 @@ def wrap_module(
     elif hf_transformers.is_hf_model(module):  # its position table is resized the way transformers does
         return hf_transformers.wrap_hf(module, name, device, freeze=False, img_size=img_size, mean=mean, std=std)
     else:
+        check_supported_module(module)  # a refused timm family: the reason its name would get
         vit = wrap_model(module, name, device, getattr(module, "pretrained_cfg", {}).get("label_names"), freeze=False)
     return apply_overrides(vit, img_size=img_size, mean=mean, std=std)
 
