@@ -177,6 +177,21 @@ def test_swinv2_cr_corner_map_is_the_row_of_window_zero(swin_cr, pixels):
     torch.testing.assert_close(attention_map(record, 0, head=1, query=(0, 0)), want, atol=1e-7, rtol=0)
 
 
+def test_swinv2_cr_bias_image_is_what_the_module_adds_per_pair(swin_cr):
+    import analysis
+
+    for layer, block in enumerate(b for stage in swin_cr.model.stages for b in stage.blocks):
+        (wh, ww), heads = block.window_size, block.attn.num_heads
+        with torch.no_grad():
+            added = block.attn._relative_positional_encodings()[0]  # (heads, Wt, Wt), the module's own
+        image = analysis.relative_position_bias(swin_cr, layer)
+        assert image.shape == (heads, 2 * wh - 1, 2 * ww - 1)
+        for i in range(wh * ww):
+            for j in range(wh * ww):
+                (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
+                torch.testing.assert_close(image[:, yi - yj + wh - 1, xi - xj + ww - 1], added[:, i, j], atol=1e-6, rtol=0)
+
+
 # --------------------------------------------------------------------------- torchvision
 
 
