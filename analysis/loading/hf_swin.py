@@ -91,6 +91,11 @@ def to_timm_swin(model: nn.Module, img_size: tuple[int, int] | None = None) -> t
     config = model.config
     v2 = config.model_type == "swinv2"
     backbone = _get(model, "swinv2" if v2 else "swin") or model
+    if getattr(backbone, "layernorm", None) is None or getattr(backbone, "encoder", None) is None:
+        raise UnsupportedModelError(
+            f"transformers' {type(model).__name__} is not a Swin classifier or SwinModel (no final layernorm): "
+            "load SwinForImageClassification / Swinv2ForImageClassification or SwinModel / Swinv2Model."
+        )
     embeddings = backbone.embeddings
     native = (int(config.image_size),) * 2 if isinstance(config.image_size, int) else tuple(config.image_size)
     size = tuple(img_size or native)

@@ -164,8 +164,8 @@ def assemble_swin(parts: SwinParts, source: str) -> nn.Module:
                 attn.relative_coords_table = theirs.coords_table
             else:
                 attn.relative_position_bias_table = theirs.bias_table
-            mask = block.get_attn_mask(device=device, dtype=torch.float32)  # no weights: the shift's roll regions
-            block.register_buffer("attn_mask", mask, persistent=False)
+            mask = block.get_attn_mask()  # no weights: the shift's roll regions (float32, CPU; timm ≥ 1.0.20)
+            block.register_buffer("attn_mask", None if mask is None else mask.to(device), persistent=False)
     model.norm = parts.norm
     if parts.classifier is not None:
         model.head.fc = parts.classifier
