@@ -338,5 +338,5 @@ def _residual_norm(model: nn.Module) -> str:
     """"post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
     from .adapters import model_blocks
 
-    post = ("ResPost", "SwinTransformerV2Block")  # Swin V2 blocks: x + norm(attn(x))
+    post = ("ResPost", "SwinTransformerV2Block", "SwinTransformerV2CrBlock")  # Swin V2 blocks: x + norm(attn(x))
     return "post" if any(type(block).__name__.startswith(post) for _, block in model_blocks(model)) else "pre"

@@ -8,7 +8,8 @@ picture of what the model learned about position:
 
 * Swin v1: ``relative_position_bias_table``, one learned value per head and offset;
 * Swin v2: the continuous position bias ``16·sigmoid(cpb_mlp(Δ))`` of the log-spaced
-  offsets ``Δ`` (``relative_coords_table``), per head and offset;
+  offsets ``Δ`` (``relative_coords_table``), per head and offset (timm ``swinv2_cr``:
+  ``meta_mlp(sign(d)·log(1 + |d|))``, no sigmoid);
 * SAM: decomposed tables ``rel_pos_h``, ``rel_pos_w`` (one row per offset along each axis,
   a head-dimension vector), shared by the heads; the bias ``q·R_h[Δy] + q·R_w[Δx]`` depends
   on the query's content, so there is no per-head image, only the tables.
@@ -38,9 +39,9 @@ def _attention_module(vit, layer: int, function: str) -> tuple[nn.Module, int]:
             "is not windowed: use position_embedding_similarity(vit) for its position embeddings."
         )
     layer = check_index("layer", layer, spec.num_layers, "layers")
-    blocks = [block for stage in vit.model.layers for block in stage.blocks] if hasattr(vit.model, "layers") \
-        else list(vit.model.blocks)
-    return blocks[layer].attn, layer
+    from .adapters import model_blocks
+
+    return model_blocks(vit.model)[layer][1].attn, layer
 
 
 def relative_position_bias(vit, layer: int) -> torch.Tensor:
@@ -52,7 +53,8 @@ def relative_position_bias(vit, layer: int) -> torch.Tensor:
 
     for ``|Δy| < wh``, ``|Δx| < ww`` (``wh × ww`` the layer's window). The centre is the
     query's own cell. Swin v1 reads the learned ``relative_position_bias_table``; Swin v2
-    computes ``16·sigmoid(cpb_mlp(relative_coords_table))`` as the module does.
+    computes ``16·sigmoid(cpb_mlp(relative_coords_table))`` as the module does, and timm's
+    ``swinv2_cr`` ``meta_mlp(sign(Δ)·log(1 + |Δ|))``.
 
     Args:
         vit: a windowed LoadedViT (Swin v1 or v2).
@@ -67,6 +69,10 @@ def relative_position_bias(vit, layer: int) -> torch.Tensor:
     with torch.no_grad():
         if hasattr(attn, "cpb_mlp"):  # v2: (1, 2wh−1, 2ww−1, 2) log-spaced offsets -> (2wh−1, 2ww−1, heads)
             table = 16 * torch.sigmoid(attn.cpb_mlp(attn.relative_coords_table).view(*side, -1))
+        elif hasattr(attn, "meta_mlp"):  # swinv2_cr: meta_mlp of the log-spaced offset sign(d)·log(1 + |d|)
+            rows, cols = (torch.arange(-(w - 1), w, dtype=torch.float32, device=attn.logit_scale.device) for w in window)
+            offsets = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)  # (2wh−1, 2ww−1, 2) as (Δy, Δx)
+            table = attn.meta_mlp((torch.sign(offsets) * torch.log1p(offsets.abs())).to(attn.logit_scale.dtype))
         elif hasattr(attn, "relative_position_bias_table"):  # v1: ((2wh−1)·(2ww−1), heads), row-major in (Δy, Δx)
             table = attn.relative_position_bias_table.view(*side, -1)
         else:

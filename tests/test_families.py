@@ -227,7 +227,7 @@ def test_query_tokens_and_layers_select_rows_after_rope(family_vits):
 @pytest.mark.parametrize(
     "arch, reason",
     [
-        ("swinv2_cr_tiny_ns_224", "windowed attention"),
+        ("mvitv2_tiny", "pooling attention"),
         ("hiera_tiny_224", "mask-unit"),
         ("resnet18", "convolutional network"),
         ("xcit_tiny_12_p16_224", "cross-covariance"),

@@ -435,8 +435,8 @@ def test_the_one_uniform_distance_refuses_a_windowed_model_naming_the_per_layer_
 
 
 def test_families_not_covered_are_still_refused_with_their_structure():
-    for name, words in [("swinv2_cr_tiny_ns_224", "swinv2_cr"), ("hiera_tiny_224", "mask-unit"),
-                        ("maxvit_tiny_tf_224", "block/grid")]:
+    for name, words in [("mvitv2_tiny", "pooling attention"), ("hiera_tiny_224", "mask-unit"),
+                        ("maxvit_tiny_tf_224", "grid attention")]:
         with pytest.raises(UnsupportedModelError, match=words):
             load_vit(name, pretrained=False, device="cpu")
 

@@ -7,6 +7,7 @@ See :mod:`analysis.adapters.base` for how probabilities are read exactly, and
 from . import (  # noqa: F401  (register the families)
     attention_pool,
     cosine_window,
+    cosine_window_cr,
     decomposed_window,
     multihead,
     relative_position,

@@ -53,11 +53,14 @@ class AttentionSite:
 
 def model_blocks(model: nn.Module) -> list[tuple[int, nn.Module]]:
     """``(stage, block)`` for every transformer block in forward order: ``model.blocks`` (a
-    ViT: stage 0), else the ``blocks`` of each of ``model.layers`` (timm Swin v1/v2 stages)."""
+    ViT: stage 0), else the ``blocks`` of each of ``model.layers`` (timm Swin v1/v2 stages) or
+    of ``model.stages`` (timm ``swinv2_cr_*``)."""
     blocks = getattr(model, "blocks", None)
     if blocks is not None:
         return [(0, block) for block in blocks]
     stages = getattr(model, "layers", None)
+    if stages is None:
+        stages = getattr(model, "stages", None)
     if isinstance(stages, nn.Sequential) and all(isinstance(getattr(s, "blocks", None), nn.Module) for s in stages):
         return [(index, block) for index, stage in enumerate(stages) for block in stage.blocks]
     return []

@@ -29,6 +29,8 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
     name = "shifted-window attention (Swin)"
     module_types = (WindowAttention,)
     windowed = True
+    # The block attribute that holds its stage grid (timm swinv2_cr: ``feat_size``).
+    grid_attribute = "input_resolution"
     includes = (
         "softmax(scale·q·kᵀ + B + M) inside each window: B the window's relative-position bias, "
         "M the shift mask (masked pairs recorded as exactly 0)"
@@ -43,7 +45,7 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
                 "windowed attention: dynamic_img_size is not yet supported for Swin (its windows and "
                 "shift mask change with every input size); load it at a fixed img_size. See issue 23."
             )
-        grid = tuple(int(v) for v in block.input_resolution)
+        grid = tuple(int(v) for v in getattr(block, self.grid_attribute))
         if patch_grid[0] % grid[0] or patch_grid[1] % grid[1]:
             raise UnsupportedModelError(
                 f"windowed attention: stage {site.stage}'s {grid[0]}x{grid[1]} grid does not divide the "

@@ -7,7 +7,8 @@ copied): its patch projection, class/distillation/register tokens and position t
 layer's LayerNorms, MLP and layer scales, and its head. The separate q/k/v projections
 become timm's ``qkv`` through :class:`~.assemble.ConcatLinear`, so the timm attention
 adapter reads ``softmax(q·kᵀ/√d)``, the same probabilities that transformers returns with
-``output_attentions=True`` under eager attention.
+``output_attentions=True`` under eager attention. Swin and Swin V2 classifiers become timm's
+Swin the same way, in :mod:`.hf_swin`.
 
 ``transformers`` is optional: without it these sources raise a ModelLoadError that says
 ``pip install transformers``.
@@ -24,6 +25,7 @@ from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from ..errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
+from . import hf_swin
 from .assemble import ConcatLinear, finish, shared_linear, skeleton
 from .loaded import LoadedViT, wrap_model
 
@@ -31,6 +33,7 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", 
 
 SUPPORTED_MODEL_TYPES = (
     "vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip", "siglip_vision_model",
+    "swin", "swinv2",
 )
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 _CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
@@ -42,6 +45,8 @@ _DEFAULT_PREPROCESSING = {
     "dinov2": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=224 / 256, crop_mode="center"),
     "clip": dict(mean=_CLIP[0], std=_CLIP[1], interpolation="bicubic", crop_pct=1.0, crop_mode="center"),
     "siglip": dict(mean=_HALF[0], std=_HALF[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
+    "swin": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
+    "swinv2": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
 }
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -297,7 +302,8 @@ def wrap_hf(
 ) -> LoadedViT:
     """Wrap a transformers model (its modules are shared with the timm model made of them)."""
     model.eval()
-    model_type = _parts(model)["type"]
+    swin = _model_type(model) in hf_swin.SWIN_MODEL_TYPES
+    model_type = _model_type(model) if swin else _parts(model)["type"]
     data_config, target = preprocessing_config(model_type, preprocessor)
     if img_size is not None:
         target = (int(img_size), int(img_size)) if isinstance(img_size, int) else tuple(int(v) for v in img_size)
@@ -305,7 +311,7 @@ def wrap_hf(
         data_config["mean"] = tuple(float(m) for m in mean)
     if std is not None:
         data_config["std"] = tuple(float(s) for s in std)
-    timm_model, head_kind = to_timm(model, target)
+    timm_model, head_kind = hf_swin.to_timm_swin(model, target) if swin else to_timm(model, target)
     label_names = None
     id2label = getattr(model.config, "id2label", None)
     if head_kind == "classifier" and id2label and len(id2label) == timm_model.num_classes:

@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from ..errors import ModelLoadError
 from ..preprocessing import Preprocessing
+from .families import check_supported_module
 from .loaded import LoadedViT, wrap_model
 
 __all__ = ["wrap_module", "apply_overrides"]
@@ -38,10 +39,13 @@ def wrap_module(
 
     name = f"<{type(module).__module__}.{type(module).__name__} object>"
     if type(module).__module__.startswith("torchvision.models"):
-        vit = torchvision_source.wrap_torchvision(module, name, device, freeze=False)
+        swin = torchvision_source.is_torchvision_swin(module)  # any input size: built at img_size (default 224/256)
+        vit = torchvision_source.wrap_torchvision(module, name, device, freeze=False, img_size=img_size if swin else None)
+        img_size = None if swin else img_size
     elif hf_transformers.is_hf_model(module):  # its position table is resized the way transformers does
         return hf_transformers.wrap_hf(module, name, device, freeze=False, img_size=img_size, mean=mean, std=std)
     else:
+        check_supported_module(module)  # a refused timm family: the reason its name would get
         vit = wrap_model(module, name, device, getattr(module, "pretrained_cfg", {}).get("label_names"), freeze=False)
     return apply_overrides(vit, img_size=img_size, mean=mean, std=std)
 

@@ -6,6 +6,9 @@ projection, ``class_token`` and ``encoder.pos_embedding`` the tokens, each
 ``nn.MultiheadAttention``'s ``in_proj_weight``/``in_proj_bias`` (already one fused
 ``(3D, D)`` matrix) the ``qkv`` projection and ``out_proj`` the output projection; the
 LayerNorms, MLPs and head are torchvision's own modules.
+
+torchvision's Swins (``swin_t/s/b``, ``swin_v2_t/s/b``) are converted the same way, into timm's
+Swin, by :mod:`.torchvision_swin`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from ..errors import CheckpointError, ModelLoadError, UnsupportedModelError, Wei
 from .assemble import finish, shared_linear, skeleton
 from .checkpoints import load_state_dict_into, read_state_dict
 from .loaded import LoadedViT, wrap_model
+from .torchvision_swin import TORCHVISION_SWINS, is_torchvision_swin, to_timm_swin
 
-__all__ = ["TORCHVISION_VITS", "is_torchvision_vit", "wrap_torchvision", "load_torchvision", "load_torchvision_file"]
+__all__ = ["TORCHVISION_VITS", "TORCHVISION_SWINS", "is_torchvision_vit", "is_torchvision_swin", "wrap_torchvision", "load_torchvision", "load_torchvision_file"]
 
 TORCHVISION_VITS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 # torchvision's IMAGENET1K_V1 eval transform: resize 256 (bilinear), centre crop 224.
+_SUPPORTED = TORCHVISION_VITS + TORCHVISION_SWINS
 _DEFAULT_DATA_CONFIG = dict(
     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), interpolation="bilinear", crop_pct=224 / 256,
     crop_mode="center",
@@ -85,31 +90,39 @@ def to_timm(tv: nn.Module) -> nn.Module:
 
 def wrap_torchvision(
     tv: nn.Module, name: str, device: torch.device | None, *, data_config: dict | None = None,
-    label_names: list[str] | None = None, freeze: bool = True,
+    label_names: list[str] | None = None, freeze: bool = True, img_size=None,
 ) -> LoadedViT:
-    if not is_torchvision_vit(tv):
+    """``img_size``: the input size of a Swin (torchvision's Swins take any; the converted
+    model has one). A ViT has its own."""
+    if not (is_torchvision_vit(tv) or is_torchvision_swin(tv)):
         raise UnsupportedModelError(
             f"{name}: torchvision's {type(tv).__name__} is a convolutional network, not a Vision "
-            f"Transformer: it has no attention. torchvision ViTs: {', '.join(TORCHVISION_VITS)}."
+            f"Transformer: it has no attention. torchvision transformers: {', '.join(_SUPPORTED)}."
         )
     tv.eval()
+    if is_torchvision_swin(tv):
+        model = to_timm_swin(tv, img_size)
+    elif img_size is not None:
+        raise ModelLoadError("img_size= is for torchvision Swins; a torchvision ViT has its own image_size.")
+    else:
+        model = to_timm(tv)
     return wrap_model(
-        to_timm(tv), name, device, label_names, data_config=dict(data_config or _DEFAULT_DATA_CONFIG),
+        model, name, device, label_names, data_config=dict(data_config or _DEFAULT_DATA_CONFIG),
         source_library="torchvision", freeze=freeze,
     )
 
 
 def _architecture(arch: str) -> str:
     name = arch.removeprefix("torchvision:")
-    if name not in TORCHVISION_VITS:
+    if name not in _SUPPORTED:
         torchvision = _torchvision()
         known = set(torchvision.models.list_models(module=torchvision.models))
         if name in known:
             raise UnsupportedModelError(
-                f"torchvision's {name!r} is not a Vision Transformer (swin_* use windowed attention, the others "
-                f"are convolutional networks). torchvision ViTs: {', '.join(TORCHVISION_VITS)}."
+                f"torchvision's {name!r} is not a Vision Transformer (a convolutional network: no attention). "
+                f"torchvision transformers: {', '.join(_SUPPORTED)}."
             )
-        raise ModelLoadError(f"Unknown torchvision model {name!r}. torchvision ViTs: {', '.join(TORCHVISION_VITS)}.")
+        raise ModelLoadError(f"Unknown torchvision model {name!r}. torchvision transformers: {', '.join(_SUPPORTED)}.")
     return name
 
 
@@ -127,10 +140,12 @@ def load_torchvision(source: str, device: torch.device, *, pretrained: bool = Tr
     else downloaded), or random weights with ``pretrained=False``."""
     torchvision = _torchvision()
     name = _architecture(source)
+    img_size = kwargs.pop("img_size", None) if name in TORCHVISION_SWINS else None
     if kwargs:
-        raise ModelLoadError(f"torchvision models take no options here (got {', '.join(sorted(kwargs))}).")
+        allowed = " (Swins take img_size=)" if name in TORCHVISION_SWINS else ""
+        raise ModelLoadError(f"torchvision models take no options here{allowed} (got {', '.join(sorted(kwargs))}).")
     if not pretrained:
-        return wrap_torchvision(torchvision.models.get_model(name, weights=None), source, device)
+        return wrap_torchvision(torchvision.models.get_model(name, weights=None), source, device, img_size=img_size)
     weights = torchvision.models.get_model_weights(name).DEFAULT
     cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
     from .hub import can_reach, hub_offline_env
@@ -144,20 +159,25 @@ def load_torchvision(source: str, device: torch.device, *, pretrained: bool = Tr
         tv = torchvision.models.get_model(name, weights=weights)
     except Exception as exc:  # noqa: BLE001
         raise WeightsUnavailableError(f"Could not get torchvision weights for {name}: {exc}") from exc
+    data_config = _weights_data_config(weights)
+    if img_size is None and name in TORCHVISION_SWINS:
+        img_size = int(weights.transforms().crop_size[0])  # the size the weights were evaluated at
     return wrap_torchvision(
-        tv, source, device, data_config=_weights_data_config(weights), label_names=list(weights.meta["categories"])
+        tv, source, device, data_config=data_config, label_names=list(weights.meta["categories"]), img_size=img_size
     )
 
 
 def load_torchvision_file(path: Path, arch: str, device: torch.device, **kwargs) -> LoadedViT:
-    """A torchvision ViT state dict (``.pth``/``.safetensors``) with ``arch="torchvision:vit_b_16"``."""
+    """A torchvision ViT or Swin state dict (``.pth``/``.safetensors``) with ``arch="torchvision:vit_b_16"``
+    (a Swin also takes ``img_size=``)."""
     torchvision = _torchvision()
     name = _architecture(arch)
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file not found: {path}.")
     state_dict = read_state_dict(path)
-    head = state_dict.get("heads.head.weight")
     options = dict(kwargs)
+    img_size = options.pop("img_size", None) if name in TORCHVISION_SWINS else None
+    head = state_dict.get("head.weight" if name in TORCHVISION_SWINS else "heads.head.weight")
     if isinstance(head, torch.Tensor) and "num_classes" not in options:
         options["num_classes"] = int(head.shape[0])
     if "encoder.pos_embedding" in state_dict and "image_size" not in options:
@@ -171,4 +191,4 @@ def load_torchvision_file(path: Path, arch: str, device: torch.device, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(f"torchvision could not build {name} with {options}: {exc}") from exc
     load_state_dict_into(tv, state_dict, path)
-    return wrap_torchvision(tv, str(path), device)
+    return wrap_torchvision(tv, str(path), device, img_size=img_size)

@@ -1,0 +1,36 @@
+"""timm ``swinv2_cr_*`` (``SwinTransformerV2Cr``): its own scaled-cosine window attention with a
+meta-network position bias.
+
+The same shifted windows as Swin v1/v2 (:mod:`.shifted_window`: cyclic shift by half a window in
+every other block, zero padding to whole windows after the shift, row-major windows, the
+−100 shift mask), with the scores
+
+    P = softmax(τ·cos(q, k) + meta_mlp(Δ) + M)      # (B·windows, heads, Wt, Wt)
+
+``τ = exp(min(logit_scale, log 100))`` per head, ``meta_mlp`` a two-layer MLP of the
+log-spaced relative offset ``Δ = sign(d)·log(1 + |d|)`` of each (query, key) pair (no
+sigmoid, unlike Swin V2's ``16·sigmoid(cpb_mlp)``), ``M`` the shift mask. The module always
+computes ``P`` explicitly and passes it through ``attn_drop``, where the base contract reads
+it. Its block keeps the stage grid as ``feat_size`` (Swin: ``input_resolution``) and its
+stages are ``model.stages`` (see :func:`~.registry.model_blocks`).
+"""
+
+from __future__ import annotations
+
+from timm.models.swin_transformer_v2_cr import WindowMultiHeadAttention
+
+from .registry import register_adapter
+from .shifted_window import ShiftedWindowAttentionAdapter
+
+
+class MetaCosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
+    name = "scaled-cosine shifted-window attention with a meta-network position bias (swinv2_cr)"
+    module_types = (WindowMultiHeadAttention,)
+    grid_attribute = "feat_size"
+    includes = (
+        "softmax(τ·cos(q,k) + meta_mlp(Δ) + M) inside each window: τ from logit_scale, Δ the log-spaced "
+        "relative offset, M the shift mask (masked pairs recorded as exactly 0)"
+    )
+
+
+ADAPTER = register_adapter(MetaCosineWindowAttentionAdapter())
