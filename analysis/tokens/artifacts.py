@@ -47,7 +47,7 @@ class HighNormTokens:
 
     def positions(self, layer: int, image: int = 0) -> list[int]:
         """Row-major patch indices of the outliers of one layer and image."""
-        return torch.nonzero(self.mask[layer, image]).flatten().tolist()
+        return torch.nonzero(self.mask[layer][image]).flatten().tolist()
 
 
 def _gap_threshold(norms: torch.Tensor, max_fraction: float, min_ratio: float) -> float:
@@ -95,7 +95,8 @@ def stage_high_norm_tokens(
 
     Returns a :class:`HighNormTokens` whose ``mask`` is a tuple of ``(B, gh·gw)`` masks, one
     per captured layer (grids differ), ``thresholds``/``fraction`` ``(L,)`` and
-    ``first_layer`` the model layer index of the first layer with outliers."""
+    ``first_layer`` the first with outliers; layers are counted along ``tokens.layers``, as
+    :func:`high_norm_tokens` counts them along its ``L``."""
     per_layer = [high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
                  for layer_tokens in tokens.tokens]  # each over one layer: mask (1, B, N_l)
     fraction = torch.cat([found.fraction for found in per_layer])
@@ -104,7 +105,7 @@ def stage_high_norm_tokens(
         thresholds=torch.cat([found.thresholds for found in per_layer]),
         mask=tuple(found.mask[0] for found in per_layer),
         fraction=fraction,
-        first_layer=tokens.layers[with_outliers[0]] if with_outliers else None,
+        first_layer=with_outliers[0] if with_outliers else None,
     )
 
 
