@@ -4,6 +4,12 @@
 capture hook, as soon as the layer is computed, so no image's attention maps outlive its layer.
 Decoding and preprocessing of the next batch run in worker threads while the current batch is
 in the forward pass (PIL decoding releases the GIL).
+
+Windowed models (Swin, SAM) stream the same way: each layer's windows are reduced on their
+stage grid by :func:`analysis.distance.windowed_attention_distance_per_image` as soon as the
+layer is computed; the head axis is the widest layer's, NaN beyond a layer's own heads, as
+:func:`analysis.mean_attention_distance` gives it for one batch. Their uniform reference is
+one value per layer (:func:`analysis.uniform_attention_distance_by_layer`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from PIL import Image
 
 from .capture import attention_taps, input_spec, require_every_layer
 from .devices import autocast_context
-from .distance import attention_distance_per_image, patch_distance_matrix
+from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
 from .errors import AnalysisError
 from .images import load_image
 from .oom import run_with_oom_fallback
+from .windowed import window_probabilities
 
-__all__ = ["dataset_attention_distance", "iter_batches", "SkippedImage"]
+__all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
 
 Progress = Callable[[int, int | None], None]
 ON_ERROR = ("raise", "skip")
@@ -87,6 +94,15 @@ def iter_batches(
             pending = upcoming
 
 
+def distance_heads(spec) -> int:
+    """Length of the head axis of a distance result: the model's heads, or for a windowed model
+    the most heads of any layer (``spec``: a ViTSpec, or a LoadedViT / record)."""
+    spec = getattr(spec, "spec", spec)
+    if spec.is_windowed:
+        return max(geometry.num_heads for geometry in spec.layer_geometry)
+    return spec.num_heads
+
+
 def dataset_attention_distance(
     vit,
     images: Iterable,
@@ -120,7 +136,9 @@ def dataset_attention_distance(
 
     Returns:
         ``(L, heads)`` float64, in input pixels (``(N, L, heads)`` with ``per_image=True``, N the
-        images used).
+        images used). A windowed model (Swin, SAM): each layer on its own stage grid, the head
+        axis :func:`distance_heads` long, NaN beyond a layer's own heads; read it against
+        :func:`~analysis.uniform_attention_distance_by_layer`.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise AnalysisError(f"batch_size must be an integer of at least 1, got {batch_size!r}.")
@@ -139,17 +157,25 @@ def dataset_attention_distance(
     spec = vit.spec
     layers = tuple(range(spec.num_layers))
     prefix = spec.num_prefix_tokens
-    patch_queries = list(range(prefix, prefix + spec.num_patches))
+    patch_queries = None if spec.is_windowed else list(range(prefix, prefix + spec.num_patches))  # windows stay whole
+    heads = distance_heads(spec)
     distances_on: dict[torch.device, torch.Tensor] = {}
     compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
-    totals = torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64)
+    totals = torch.zeros(spec.num_layers, heads, dtype=torch.float64)
     kept: list[torch.Tensor] = []  # per-image (b, L, heads), only with per_image=True
     done = 0
 
     def run_batch(pixels: torch.Tensor, model, device: torch.device) -> torch.Tensor:
         batch_spec = input_spec(vit, pixels)
-        per_layer = torch.zeros(pixels.shape[0], spec.num_layers, spec.num_heads, dtype=torch.float64)
+        per_layer = torch.full((pixels.shape[0], spec.num_layers, heads), float("nan"), dtype=torch.float64)
         seen: set[int] = set()
+
+        def reduce_windows(layer: int, probs: torch.Tensor) -> None:  # probs (b·windows, heads, Wt, Wt)
+            geometry = batch_spec.geometry(layer)
+            windows = window_probabilities(probs, geometry)  # (b, windows, heads, Wt, Wt), masked pairs 0
+            per_image = windowed_attention_distance_per_image(windows, geometry, renormalize=renormalize)  # (b, heads)
+            per_layer[:, layer, : geometry.num_heads] = per_image.double().cpu()
+            seen.add(layer)
 
         def reduce(layer: int, probs: torch.Tensor) -> None:  # probs (b, heads, N, T)
             if probs.shape[-1] != batch_spec.num_tokens or probs.shape[1] != spec.num_heads:
@@ -165,7 +191,8 @@ def dataset_attention_distance(
             per_layer[:, layer] = per_image.double().cpu()
             seen.add(layer)
 
-        with torch.no_grad(), attention_taps(model, layers, reduce, query_tokens=patch_queries, reuse=True):
+        sink = reduce_windows if spec.is_windowed else reduce
+        with torch.no_grad(), attention_taps(model, layers, sink, query_tokens=patch_queries, reuse=True):
             with autocast_context(device, precision):
                 model(pixels.to(device, non_blocking=True))
         require_every_layer(layers, seen)  # a silent zero would be averaged in as data

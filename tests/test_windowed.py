@@ -421,10 +421,7 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
     _refused(lambda: record.attentions)
     for method in EXPLANATION_METHODS:
         _refused(lambda: analysis.explain(swin, pixels[:1], method=method))
-    _refused(lambda: analysis.capture_tokens(swin, pixels[:1]))
-    _refused(lambda: analysis.logit_lens(swin, pixels[:1]))
     _refused(lambda: analysis.position_embedding_similarity(swin))
-    _refused(lambda: analysis.robustness.robustness_curve(swin, [pixels[0]], "noise", [0.0]))
     with pytest.raises(AnalysisError, match="query_tokens"):
         capture_attention(swin, pixels, query_tokens=[0])
 
@@ -463,13 +460,6 @@ def test_the_app_refuses_a_swin_with_the_reason_and_keeps_its_model(monkeypatch)
 def test_patch_embedding_filters_are_the_stem_convolution(swin, sam):
     for vit in (swin, sam):
         assert torch.equal(analysis.patch_embedding_filters(vit), vit.model.patch_embed.proj.weight.detach())
-
-
-def test_streamed_distance_refuses_a_windowed_model(swin):
-    from PIL import Image
-
-    # it taps the patch-query rows of every layer, which a window does not have
-    _refused(lambda: analysis.dataset_attention_distance(swin, [Image.new("RGB", (64, 64))]))
 
 
 def test_pieces_of_a_batch_concatenate_to_the_batchs_record(swin, pixels, record):

@@ -1,6 +1,9 @@
 """``python -m analysis distance``: the dataset mean attention distance per layer and head
 (the ViT paper's Figure 7 right, Appendix D.7), streamed, on one process or sharded across
-``torchrun`` ranks. Writes ``OUT.npz`` and, next to it, ``OUT.png`` and ``OUT.html``."""
+``torchrun`` ranks. Writes ``OUT.npz`` and, next to it, ``OUT.png`` and ``OUT.html``.
+
+Windowed models (Swin, SAM) too: each layer on its own stage grid, NaN beyond a layer's own
+heads, with each layer's uniform-attention reference (``uniform_distance_by_layer``)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import AnalysisError, VitExplorerError
-from ..streaming import dataset_attention_distance
+from ..streaming import dataset_attention_distance, distance_heads
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
 from .distributed import Ranks
 from .sources import resolve_images
@@ -38,15 +41,16 @@ def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, pro
     """``(Σ over usable images of the (L, heads) distances, how many, skipped)`` for one shard."""
     spec = vit.spec
     skipped: list = []
+    empty = torch.zeros(spec.num_layers, distance_heads(spec), dtype=torch.float64)
     if not len(items):
-        return torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64), 0, skipped
+        return empty, 0, skipped
     try:
         per_image = dataset_attention_distance(vit, list(items), batch_size=batch_size, workers=workers,
                                                on_error="skip", skipped=skipped, per_image=True, progress=progress)
     except AnalysisError:
         if len(skipped) != len(items):
             raise
-        return torch.zeros(spec.num_layers, spec.num_heads, dtype=torch.float64), 0, skipped
+        return empty, 0, skipped
     return per_image.sum(0), int(per_image.shape[0]), skipped
 
 
@@ -89,23 +93,44 @@ def run(args, ranks: Ranks) -> int:
 
 def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: str, count: int, skipped: list[str],
                    world: int) -> None:
-    """``out`` (.npz: distance, count and metadata), and Figure 7 (right) as ``.png`` and ``.html``."""
-    from ..distance import uniform_attention_distance
+    """``out`` (.npz: distance, count and metadata), and Figure 7 (right) as ``.png`` and ``.html``.
+
+    ``uniform_distance_by_layer`` ``(L,)``: each layer's distance under uniform attention
+    (:func:`~analysis.uniform_attention_distance_by_layer`). A ViT also has the one value
+    ``uniform_distance``; a windowed model has none (each layer attends inside its own
+    windows) and instead its per-layer ``layer_grid_size``, ``layer_stride``,
+    ``layer_window_size`` and ``layer_num_heads`` (the head axis is NaN beyond them)."""
+    from ..distance import uniform_attention_distance_by_layer
     from .png_plot import distance_png
 
     spec = vit.spec
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    uniform = float(uniform_attention_distance(spec))
-    np.savez(
-        out, distance=distance, count=np.int64(count), skipped=np.int64(len(skipped)),
+    by_layer = uniform_attention_distance_by_layer(spec).numpy()  # (L,)
+    fields = dict(
+        distance=distance, count=np.int64(count), skipped=np.int64(len(skipped)),
         skipped_images=np.array(skipped, dtype=str), model=np.array(model), images=np.array(images), unit=np.array("px"),
-        uniform_distance=np.float64(uniform), patch_size=np.array(spec.patch_size), grid_size=np.array(spec.grid_size),
+        uniform_distance_by_layer=by_layer, patch_size=np.array(spec.patch_size), grid_size=np.array(spec.grid_size),
         img_size=np.array(spec.img_size), num_prefix_tokens=np.int64(spec.num_prefix_tokens), world_size=np.int64(world),
     )
+    if spec.is_windowed:
+        geometry = spec.layer_geometry
+        fields.update(layer_grid_size=np.array([g.grid_size for g in geometry]),
+                      layer_stride=np.array([g.stride for g in geometry]),
+                      layer_window_size=np.array([g.window_size for g in geometry]),
+                      layer_num_heads=np.array([g.num_heads for g in geometry]))
+        uniform = None
+    else:
+        uniform = float(by_layer[0])
+        fields.update(uniform_distance=np.float64(uniform))
+    np.savez(out, **fields)
     title = f"{model} · mean over {count} images"
-    distance_png(distance, out.with_suffix(".png"), uniform=uniform, title=title)
+    distance_png(distance, out.with_suffix(".png"), uniform=uniform if uniform is not None else by_layer, title=title)
     from ..plots import attention_distance_scatter  # the app's own figure
 
-    figure = attention_distance_scatter([(title, distance)], references=[("uniform attention", uniform)], unit="px")
+    if uniform is not None:
+        figure = attention_distance_scatter([(title, distance)], references=[("uniform attention", uniform)], unit="px")
+    else:  # one reference per layer: drawn as its own series, one dot per layer
+        figure = attention_distance_scatter(
+            [(title, distance), ("uniform attention in each layer's windows", by_layer[:, None])], unit="px")
     figure.write_html(out.with_suffix(".html"), include_plotlyjs=True, full_html=True)

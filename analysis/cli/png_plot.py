@@ -41,19 +41,26 @@ def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, a
     draw.text((x, y), text, fill=fill, font=font)
 
 
-def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | None = None, title: str = "",
-                 unit: str = "px", size: tuple[int, int] = (900, 600)) -> Path:
+def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.ndarray | None = None,
+                 title: str = "", unit: str = "px", size: tuple[int, int] = (900, 600)) -> Path:
     """Write ``distance`` ``(L, heads)`` as dots (x = layer, one colour per head) with the
-    uniform-attention reference as a dashed line. Returns the path."""
+    uniform-attention reference as a dashed line (``uniform`` one value), or as a dashed
+    segment over each layer (``uniform`` ``(L,)``: a windowed model's per-layer references).
+    Returns the path."""
     distance = np.asarray(distance, dtype=np.float64)
     layers, heads = distance.shape
+    per_layer = None
+    if uniform is not None and np.ndim(uniform) == 1:
+        per_layer, uniform = np.asarray(uniform, dtype=np.float64), None
     width, height = size
     left, right, top, bottom = 90, 30, 60, 70
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
     font, small = _font(16), _font(13)
     values = distance[np.isfinite(distance)]
-    hi = max(float(values.max()) if values.size else 1.0, uniform or 0.0) * 1.05
+    references = per_layer[np.isfinite(per_layer)] if per_layer is not None else np.zeros(0)
+    hi = max(float(values.max()) if values.size else 1.0, uniform or 0.0,
+             float(references.max()) if references.size else 0.0) * 1.05
     ticks = nice_ticks(0.0, hi)
     y_max = ticks[-1]
 
@@ -76,6 +83,14 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | Non
         for x in range(left, width - right, 12):
             draw.line([(x, y), (min(x + 6, width - right), y)], fill="#9e9e9e", width=2)
         _text(draw, (width - right - 4, y - 4), f"uniform attention ({uniform:.3g} {unit})", small, "rb", fill="#6e6e6e")
+    if per_layer is not None:
+        for layer, value in enumerate(per_layer):
+            if math.isfinite(value):
+                y, start, stop = y_of(value), x_of(layer - 0.45), x_of(layer + 0.45)
+                for x in np.arange(start, stop, 8):
+                    draw.line([(x, y), (min(x + 4, stop), y)], fill="#9e9e9e", width=2)
+        _text(draw, (width - right - 4, top - 4), f"dashes: uniform attention in each layer's windows ({unit})", small,
+              "rb", fill="#6e6e6e")
     radius = 5
     for head in range(heads):
         colour = _HEAD_COLOURS[head % len(_HEAD_COLOURS)]

@@ -1,7 +1,7 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
 from .cnn import DEMO_CNN_DIR, LoadedCNN, cnn_gradcam, load_cnn
-from .probe import Probe, probe
+from .probe import SALIENCY_NAMES, Probe, probe
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
 from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
@@ -23,6 +23,7 @@ __all__ = [
     "cnn_gradcam",
     "Probe",
     "probe",
+    "SALIENCY_NAMES",
     "DroppedTokenPass",
     "kept_rollout",
     "kept_attention_distance",

@@ -14,7 +14,6 @@ from PIL import Image
 from ..capture import capture_attention
 from ..distance import mean_attention_distance
 from ..errors import AnalysisError
-from ..windowed import refuse_windowed
 from ..images import load_image
 from ..rollout import attention_rollout
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
@@ -24,7 +23,7 @@ __all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustn
 
 #: perturbation -> what its level means
 PERTURBATIONS = {
-    "token_drop": "fraction of patch tokens removed after the position embedding (ViT only)",
+    "token_drop": "fraction of patch tokens removed after the position embedding (ViT only; not Swin, SAM or CNNs)",
     "pixel_drop": "fraction of patches set to the mean colour",
     "shuffle": "shuffle grid g (g x g blocks permuted; 1 = none)",
     "noise": "Gaussian noise σ (normalised units)",
@@ -47,7 +46,10 @@ class RobustnessCurve:
     probability of the label (or the clean prediction). ViT only (NaN otherwise):
     ``attention_distance`` (mean over layers, heads and images, input pixels) and
     ``rollout_entropy`` (nats, of the class-token rollout normalised over the patches); under
-    token drop both are of the shorter sequence, over the patches that remain."""
+    token drop both are of the shorter sequence, over the patches that remain. A windowed
+    model (Swin, SAM) has ``attention_distance``, each layer on its own stage grid
+    (:func:`~analysis.mean_attention_distance`, averaged over every layer's own heads), and
+    ``rollout_entropy`` NaN (no class-token rollout across its windows and stages)."""
 
     perturbation: str
     levels: tuple[float, ...]
@@ -64,7 +66,11 @@ def perturb(
     saliency=None, mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(pixels', dropped token indices or None)`` for one image batch at one level.
-    ``selection``, ``saliency`` and ``mask`` choose the dropped patches (:func:`patch_drop_indices`)."""
+    ``selection``, ``saliency`` and ``mask`` choose the dropped patches (:func:`patch_drop_indices`).
+
+    Every perturbation but token drop is a function of the pixels and the patch grid only
+    (``vit.spec.patch_size``, ``vit.spec.grid_size``: a windowed model's stem patches), so a
+    ViT, a Swin, SAM or a CNN with the same grid get the same pixels."""
     spec = vit.spec
     if perturbation in ("pixel_drop", "token_drop"):
         indices = patch_drop_indices(spec, level, selection=selection, seed=seed, saliency=saliency, mask=mask)
@@ -105,7 +111,6 @@ def robustness_curve(
     """
     if perturbation not in PERTURBATIONS:
         raise AnalysisError(f"perturbation must be one of {', '.join(PERTURBATIONS)}, got {perturbation!r}.")
-    refuse_windowed(vit, "robustness_curve")
     levels = tuple(float(level) for level in levels)
     if not levels:
         raise AnalysisError("levels is empty: pass the perturbation levels to measure, e.g. [0, 0.25, 0.5].")
@@ -128,7 +133,8 @@ def robustness_curve(
     probability = np.zeros(steps)
     distance = np.zeros(steps)
     entropy = np.zeros(steps)
-    with_attention = attention and hasattr(vit.model, "blocks")  # ViTs only
+    windowed = spec.is_windowed
+    with_attention = attention and (hasattr(vit.model, "blocks") or windowed)  # ViTs, Swin, SAM: not CNNs
     for index, image in enumerate(images):
         if isinstance(image, torch.Tensor):
             pixels = image[None]
@@ -150,6 +156,11 @@ def robustness_curve(
                 else:
                     distance[step] += float(kept_attention_distance(passed).mean())
                     entropy[step] += float(_entropy(kept[~kept.isnan()][None])[0])
+            elif with_attention and windowed:
+                record = capture_attention(vit, perturbed)  # (B, windows, heads, Wt, Wt) per layer
+                logits = record.logits
+                distance[step] += float(mean_attention_distance(record).nanmean())  # NaN: heads a layer lacks
+                entropy[step] = math.nan
             elif with_attention:
                 record = capture_attention(vit, perturbed)
                 logits = record.logits

@@ -12,8 +12,7 @@ from ..capture import attention_taps, input_spec
 from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
 from ..spec import ViTSpec
-from ..windowed import refuse_windowed
-from .perturbations import token_drop
+from .perturbations import check_token_drop, token_drop
 
 __all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_attention_distance"]
 
@@ -34,8 +33,10 @@ class DroppedTokenPass:
 
 def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass:
     """Logits and every layer's attention of ``vit`` on ``pixels`` ``(B, 3, H, W)`` with the
-    patch tokens ``indices`` removed after the position embedding (this thread, one call)."""
-    refuse_windowed(vit, "token_drop_attention")
+    patch tokens ``indices`` removed after the position embedding (this thread, one call).
+    Refused, with the reason, where token drop is not defined (:func:`check_token_drop`:
+    CNNs, windowed models, positions that are not a learned absolute table)."""
+    check_token_drop(vit)
     spec = input_spec(vit, pixels)
     dropped = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
     keep = torch.ones(spec.num_tokens, dtype=torch.bool)

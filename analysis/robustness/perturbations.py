@@ -89,9 +89,16 @@ def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, f
 
 def check_token_drop(vit):
     """The module after which :func:`token_drop` removes tokens, or a typed error saying why
-    this model cannot drop tokens (a CNN; RoPE or relative positions)."""
+    this model cannot drop tokens (a CNN; a windowed model; RoPE or relative positions)."""
     model = getattr(vit, "model", None)
     spec = getattr(vit, "spec", None)
+    if isinstance(spec, ViTSpec) and spec.is_windowed:
+        raise AnalysisError(
+            f"Token drop is not defined for a windowed model ({spec.family}): it has no token sequence to remove "
+            "tokens from after the position embedding. Its blocks work on the whole stage grid (windows cut "
+            "from it, patch merging of 2x2 neighbours), so every cell must stay. Drop pixels instead "
+            "(perturbation 'pixel_drop', drop_pixels)."
+        )
     if spec is None or model is None or not hasattr(model, "blocks"):
         raise AnalysisError("Token drop needs a ViT loaded with load_vit; for a CNN drop pixels (drop_pixels).")
     site = getattr(model, "patch_drop", None)

@@ -1,6 +1,7 @@
 """One image, one perturbation level: what the app's Robustness page shows. The perturbed
 input, the logits, and the model's map before and after (a ViT's class-token rollout, over the
-kept tokens under token drop; a CNN's Grad-CAM of the clean prediction)."""
+kept tokens under token drop; a windowed model's last-layer attention; a CNN's Grad-CAM of the
+clean prediction)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,38 @@ import torch
 
 from ..capture import capture_attention
 from ..rollout import attention_rollout
+from ..windowed import windowed_attention_map
 from .cnn import LoadedCNN, cnn_gradcam
 from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
 from .perturbations import check_token_drop, drop_pixels, patch_drop_indices
 
-__all__ = ["Probe", "probe"]
+__all__ = ["Probe", "probe", "SALIENCY_NAMES"]
+
+#: what ``Probe.saliency`` is, per kind of model
+SALIENCY_NAMES = {
+    "vit": "class-token attention rollout",
+    "windowed": "last layer's attention, mean over every query cell and head",
+    "cnn": "Grad-CAM",
+}
 
 
 @dataclass(frozen=True)
 class Probe:
     """pixels ``(1, 3, H, W)`` as the model saw them (under token drop: the clean pixels);
     logits ``(1, classes)``; dropped: the removed patch indices (drops only, else None);
-    saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens) or ``(h, w)`` CNN Grad-CAM."""
+    saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens), ``(h, w)`` CNN Grad-CAM, or for
+    a windowed model (Swin, SAM: no rollout across windows and stages) the last layer's
+    attention map on its own grid (``spec.geometry(-1).grid_size``), averaged over every query
+    cell and head (:func:`~analysis.windowed.windowed_attention_map` with ``query="mean"``):
+    how much attention each cell receives. ``saliency_name`` says which
+    (a value of :data:`SALIENCY_NAMES`)."""
 
     pixels: torch.Tensor
     logits: torch.Tensor
     dropped: torch.Tensor | None
     saliency: torch.Tensor
+    saliency_name: str = SALIENCY_NAMES["vit"]
 
 
 def probe(
@@ -49,9 +64,14 @@ def probe(
     if isinstance(model, LoadedCNN):
         with torch.no_grad():
             logits = model.model(perturbed.to(model.device)).float().cpu()
-        return Probe(perturbed, logits, dropped, cnn_gradcam(model, perturbed, target)[0])
+        return Probe(perturbed, logits, dropped, cnn_gradcam(model, perturbed, target)[0], SALIENCY_NAMES["cnn"])
     if perturbation == "token_drop":
         passed = token_drop_attention(model, perturbed, dropped)
         return Probe(perturbed, passed.logits, dropped, kept_rollout(passed)[0])
+    if model.spec.is_windowed:
+        last = model.spec.num_layers - 1
+        record = capture_attention(model, perturbed, layers=[last])
+        saliency = windowed_attention_map(record, last, query="mean")[0]  # (gh, gw) of the last layer's grid
+        return Probe(perturbed, record.logits.float(), dropped, saliency, SALIENCY_NAMES["windowed"])
     record = capture_attention(model, perturbed)
     return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])

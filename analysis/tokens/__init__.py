@@ -1,18 +1,31 @@
-"""Inside the tokens: block outputs and attention's q/k/v, the logit lens, high-norm artifacts."""
+"""Inside the tokens: block outputs and attention's q/k/v, the logit lens, high-norm artifacts
+(windowed models: each block's output on its stage grid, :mod:`analysis.tokens.stages`)."""
 
-from .artifacts import MAX_OUTLIER_FRACTION, MIN_NORM_RATIO, HighNormTokens, attention_mass, high_norm_tokens, token_norms
+from .artifacts import (
+    MAX_OUTLIER_FRACTION,
+    MIN_NORM_RATIO,
+    HighNormTokens,
+    attention_mass,
+    high_norm_tokens,
+    stage_high_norm_tokens,
+    token_norms,
+)
 from .capture import TOKEN_KINDS, capture_tokens, logit_lens
 from .features import feature_pca, patch_similarity
+from .stages import WindowedTokens, logit_lens_layers
 
 __all__ = [
     "TOKEN_KINDS",
     "capture_tokens",
     "logit_lens",
+    "logit_lens_layers",
+    "WindowedTokens",
     "feature_pca",
     "patch_similarity",
     "token_norms",
     "high_norm_tokens",
     "HighNormTokens",
+    "stage_high_norm_tokens",
     "attention_mass",
     "MAX_OUTLIER_FRACTION",
     "MIN_NORM_RATIO",

@@ -20,7 +20,7 @@ from ..checks import check_record
 from ..errors import AnalysisError
 
 __all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "HighNormTokens", "token_norms", "high_norm_tokens",
-           "attention_mass"]
+           "stage_high_norm_tokens", "attention_mass"]
 
 MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper's models)
 MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
@@ -47,7 +47,7 @@ class HighNormTokens:
 
     def positions(self, layer: int, image: int = 0) -> list[int]:
         """Row-major patch indices of the outliers of one layer and image."""
-        return torch.nonzero(self.mask[layer, image]).flatten().tolist()
+        return torch.nonzero(self.mask[layer][image]).flatten().tolist()
 
 
 def _gap_threshold(norms: torch.Tensor, max_fraction: float, min_ratio: float) -> float:
@@ -84,6 +84,29 @@ def high_norm_tokens(
     fraction = mask.float().mean((1, 2))
     layers = torch.nonzero(fraction > 0).flatten().tolist()
     return HighNormTokens(thresholds=thresholds, mask=mask, fraction=fraction, first_layer=layers[0] if layers else None)
+
+
+def stage_high_norm_tokens(
+    tokens, *, max_fraction: float = MAX_OUTLIER_FRACTION, min_ratio: float = MIN_NORM_RATIO
+) -> HighNormTokens:
+    """Outlier tokens of a windowed model's :class:`~analysis.tokens.stages.WindowedTokens`,
+    each layer on its own stage grid with the same rule as :func:`high_norm_tokens` (the
+    layer's ``‖h‖₂`` over the batch, the largest log-gap in the top ``max_fraction``).
+
+    Returns a :class:`HighNormTokens` whose ``mask`` is a tuple of ``(B, gh·gw)`` masks, one
+    per captured layer (grids differ), ``thresholds``/``fraction`` ``(L,)`` and
+    ``first_layer`` the first with outliers; layers are counted along ``tokens.layers``, as
+    :func:`high_norm_tokens` counts them along its ``L``."""
+    per_layer = [high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
+                 for layer_tokens in tokens.tokens]  # each over one layer: mask (1, B, N_l)
+    fraction = torch.cat([found.fraction for found in per_layer])
+    with_outliers = torch.nonzero(fraction > 0).flatten().tolist()
+    return HighNormTokens(
+        thresholds=torch.cat([found.thresholds for found in per_layer]),
+        mask=tuple(found.mask[0] for found in per_layer),
+        fraction=fraction,
+        first_layer=with_outliers[0] if with_outliers else None,
+    )
 
 
 def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:

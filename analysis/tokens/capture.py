@@ -1,6 +1,9 @@
 """What the tokens carry: each block's output, and the queries, keys and values its attention
 really uses; the logit lens (each block's output read by the model's own head).
 
+Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer
+(:class:`~analysis.tokens.stages.WindowedTokens`); the logit lens on the last stage's layers.
+
 Same discipline as :func:`analysis.capture_attention`: hooks for one call, reacting only to
 the calling thread, removed in ``finally``; the model is never modified.
 """
@@ -19,7 +22,8 @@ from ..capture import _resolve_layers, input_spec, require_every_layer
 from ..checks import check_float_dtype
 from ..devices import autocast_context
 from ..errors import AnalysisError
-from ..windowed import refuse_windowed
+from ..spec import ViTSpec
+from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
 __all__ = ["TOKEN_KINDS", "capture_tokens", "logit_lens"]
 
@@ -43,19 +47,30 @@ def capture_tokens(
     layers: Sequence[int] | int | None = None,
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
-) -> torch.Tensor:
+) -> torch.Tensor | WindowedTokens:
     """``(L, B, T, D)`` on the CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested
-    layer (``None``: all), in token order (prefix tokens first, then patches row-major).
+    layer (``None``: all, in increasing order), in token order (prefix tokens first, then
+    patches row-major).
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
     grouped-query keys and values). ``precision``: autocast for the forward, as in
     :func:`analysis.capture_attention` (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
+
+    A windowed model (Swin, SAM) returns a :class:`~analysis.tokens.stages.WindowedTokens`:
+    each block's ``(B, gh, gw, C)`` output as ``(B, gh·gw, C)`` on its own stage grid, one
+    tensor per layer (stages differ in grid and width). Only ``kind="token"``: their q/k/v
+    exist per window, not per cell of the grid.
     """
     if kind not in TOKEN_KINDS:
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
     check_float_dtype("dtype", dtype)
-    refuse_windowed(vit, "capture_tokens")
     spec = input_spec(vit, pixels)
+    if spec.is_windowed and kind != "token":
+        raise AnalysisError(
+            f"capture_tokens(kind={kind!r}): a windowed model ({spec.family}) computes its {kind}s window by "
+            "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
+            "(each block's output on its stage grid)."
+        )
     layer_ids = _resolve_layers(layers, spec.num_layers)
     sites = {site.layer: site for site in block_sites(vit.model)}
     owner = threading.get_ident()
@@ -64,6 +79,8 @@ def capture_tokens(
     handles = []
 
     def keep(layer: int, value: torch.Tensor) -> None:
+        if spec.is_windowed:  # the block's NHWC output (B, gh, gw, C) -> (B, gh·gw, C), cells row-major
+            value = _grid_tokens(value, spec, layer)
         kept[layer] = value.detach().to("cpu", dtype)
 
     def block_output(layer: int):
@@ -84,7 +101,7 @@ def capture_tokens(
     try:
         for layer in layer_ids:
             if kind == "token":
-                handles.append(vit.model.blocks[layer].register_forward_hook(block_output(layer)))
+                handles.append(sites[layer].block.register_forward_hook(block_output(layer)))
             else:
                 site = sites[layer]
                 handles.extend(site.adapter.tap(site.module, attention_inputs(layer), owner))
@@ -99,25 +116,55 @@ def capture_tokens(
             f"{kind}s are never passed out: capture kind='{kind}' needs the default fused attention."
         )
     require_every_layer(layer_ids, kept, what=f"{kind} output")
+    if spec.is_windowed:
+        return WindowedTokens(tokens=tuple(kept[layer] for layer in layer_ids), spec=spec, layers=layer_ids)
     return torch.stack([kept[layer] for layer in layer_ids])
 
 
-def logit_lens(vit, pixels: torch.Tensor, *, precision: str = "auto") -> torch.Tensor:
+def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tensor:
+    """A windowed block's ``(B, gh, gw, C)`` output as ``(B, gh·gw, C)``, checked against its geometry."""
+    grid = spec.geometry(layer).grid_size
+    if output.ndim != 4 or tuple(output.shape[1:3]) != tuple(grid):
+        raise AnalysisError(
+            f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts (B, {grid[0]}, {grid[1]}, C) "
+            "on its stage grid: this windowed model is not supported."
+        )
+    return output.reshape(output.shape[0], grid[0] * grid[1], output.shape[-1])
+
+
+def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None = None,
+               precision: str = "auto") -> torch.Tensor:
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
-    head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``). The last layer
-    equals the logits: the model's forward is exactly that applied to the last block."""
-    refuse_windowed(vit, "logit_lens")
+    head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``), for ``layers``
+    (``None``: :func:`~analysis.tokens.stages.logit_lens_layers`, every layer of a ViT). The
+    last layer equals the logits: the model's forward is exactly that applied to the last block.
+
+    A windowed model (Swin, SAM): the same read by its own readout after the last block
+    (:func:`~analysis.tokens.stages.windowed_readout`: Swin's ``norm``, SAM's ``neck``, then
+    ``forward_head``), defined only for the last stage's layers (the grid and width that
+    readout takes); ``layers=None`` gives those, and an earlier layer is refused with the reason.
+    """
     spec = input_spec(vit, pixels)
     if not spec.has_classifier:
         raise AnalysisError(
             "The logit lens reads each layer through the class head, and this model has none "
             f"({spec.head} head): load a classifier."
         )
-    tokens = capture_tokens(vit, pixels, kind="token", precision=precision)  # (L, B, T, D)
     model = vit.model
-    norm = getattr(model, "norm", None) or nn.Identity()
+    if spec.is_windowed:
+        if layers is None:
+            layer_ids = logit_lens_layers(spec)
+        else:
+            requested = [layers] if isinstance(layers, int) else list(layers)
+            layer_ids = _resolve_layers([check_logit_lens_layer(spec, layer) for layer in requested], spec.num_layers)
+        captured = capture_tokens(vit, pixels, kind="token", layers=layer_ids, precision=precision)
+        readout = windowed_readout(model)
+        hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
+    else:
+        readout = (lambda hidden, norm=getattr(model, "norm", None) or nn.Identity(): model.forward_head(norm(hidden)))
+        hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision)  # (L, B, T, D)
     out = []
     with torch.no_grad():
-        for hidden in tokens:
-            out.append(model.forward_head(norm(hidden.to(vit.device))).float().cpu())
+        for hidden in hidden_states:
+            out.append(readout(hidden.to(vit.device)).float().cpu())
     return torch.stack(out)

@@ -1,5 +1,11 @@
 """Patch features as pictures: PCA of the patch tokens as RGB (the DINOv2 figure) and the
-cosine similarity of one token to every patch, in the same image or another."""
+cosine similarity of one token to every patch, in the same image or another.
+
+Both take the tokens with their layout: a ViT's ``(B, T, D)`` tokens with its
+:class:`~analysis.spec.ViTSpec`, or one layer of a windowed model's
+:class:`~analysis.tokens.stages.WindowedTokens` (``(B, gh·gw, C)``) with that layer's
+:class:`~analysis.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,29 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
-from ..spec import ViTSpec
+from ..spec import LayerGeometry, ViTSpec
 
 __all__ = ["feature_pca", "patch_similarity"]
 
 
-def _patches(tokens: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+def _layout(spec: ViTSpec | LayerGeometry) -> tuple[tuple[int, int], int, bool]:
+    """``(grid (gh, gw), prefix tokens, has a class token)`` of a ViT spec or of one layer's geometry."""
+    if isinstance(spec, LayerGeometry):
+        return tuple(spec.grid_size), spec.prefix_tokens, False
+    if isinstance(spec, ViTSpec) and spec.is_windowed:
+        raise AnalysisError(
+            f"A windowed model's ({spec.family}) layers differ in grid: pass one layer's tokens with its geometry, "
+            "tokens.layer_tokens(layer) and tokens.geometry(layer)."
+        )
+    return tuple(spec.grid_size), spec.num_prefix_tokens, spec.has_class_token
+
+
+def _patches(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry) -> torch.Tensor:
     tokens = torch.as_tensor(tokens)
-    if tokens.ndim != 3 or tokens.shape[1] != spec.num_tokens:
-        raise AnalysisError(f"Expected (B, T={spec.num_tokens}, D) tokens for this model, got {tuple(tokens.shape)}.")
-    return tokens[:, spec.num_prefix_tokens :].double()  # (B, N, D)
+    (gh, gw), prefix, _ = _layout(spec)
+    if tokens.ndim != 3 or tokens.shape[1] != prefix + gh * gw:
+        raise AnalysisError(f"Expected (B, T={prefix + gh * gw}, D) tokens for this model, got {tuple(tokens.shape)}.")
+    return tokens[:, prefix:].double()  # (B, N, D)
 
 
 def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,7 +48,7 @@ def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return mean, axes * signs
 
 
-def feature_pca(tokens: torch.Tensor, spec: ViTSpec, *, n_components: int = 3, foreground: bool = False
+def feature_pca(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, n_components: int = 3, foreground: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rgb (B, gh, gw, k), fitted (B, gh, gw) bool)``: patch tokens projected on their first
     ``k`` principal components, fitted jointly on all images' patches, each component min-max
@@ -58,10 +77,11 @@ def feature_pca(tokens: torch.Tensor, spec: ViTSpec, *, n_components: int = 3, f
     low, high = projected[fitted].min(0).values, projected[fitted].max(0).values
     rgb = ((projected - low) / (high - low).clamp(min=1e-12)).clamp(0, 1)
     rgb[~fitted] = 0.0
-    return rgb.float().reshape(batch, *spec.grid_size, k), fitted.reshape(batch, *spec.grid_size)
+    grid = _layout(spec)[0]
+    return rgb.float().reshape(batch, *grid, k), fitted.reshape(batch, *grid)
 
 
-def patch_similarity(tokens: torch.Tensor, spec: ViTSpec, query: int | str, *, other: torch.Tensor | None = None,
+def patch_similarity(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, query: int | str, *, other: torch.Tensor | None = None,
                      image: int = 0) -> torch.Tensor:
     """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
     same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
@@ -70,14 +90,15 @@ def patch_similarity(tokens: torch.Tensor, spec: ViTSpec, query: int | str, *, o
     patches = _patches(tokens, spec)[image]  # (N, D)
     from ..queries import parse_prefix_query
 
+    grid, prefix, has_class_token = _layout(spec)
     token = parse_prefix_query(query)
     if token is not None:
-        if not 0 <= token < spec.num_prefix_tokens:
-            raise AnalysisError(f"{query!r}: this model has {spec.num_prefix_tokens} prefix tokens.")
+        if not 0 <= token < prefix:
+            raise AnalysisError(f"{query!r}: this model has {prefix} prefix tokens.")
         vector = torch.as_tensor(tokens)[image, token].double()
     elif isinstance(query, str):
         if query == "cls":
-            if not spec.has_class_token:
+            if not has_class_token:
                 raise AnalysisError("This model has no class token: query a patch or 'mean'.")
             vector = torch.as_tensor(tokens)[image, 0].double()
         elif query == "mean":
@@ -86,9 +107,9 @@ def patch_similarity(tokens: torch.Tensor, spec: ViTSpec, query: int | str, *, o
             raise AnalysisError(f"query must be a patch index, 'cls' or 'mean', got {query!r}.")
     else:
         index = check_int("query", query)
-        if not 0 <= index < spec.num_patches:
-            raise AnalysisError(f"query patch {index} is outside 0..{spec.num_patches - 1}.")
+        if not 0 <= index < len(patches):
+            raise AnalysisError(f"query patch {index} is outside 0..{len(patches) - 1}.")
         vector = patches[index]
     target = patches if other is None else _patches(other, spec)[0]
     similarity = torch.nn.functional.cosine_similarity(target, vector[None], dim=-1, eps=1e-12)
-    return similarity.float().reshape(spec.grid_size)
+    return similarity.float().reshape(grid)

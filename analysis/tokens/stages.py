@@ -1,0 +1,102 @@
+"""Tokens of a windowed or hierarchical model (Swin v1/v2, SAM's image encoder; issue 23).
+
+Every block of these models works on an NHWC map ``(B, gh, gw, C)`` of its stage grid
+(:class:`~analysis.spec.LayerGeometry`): stages differ in grid and width (Swin's patch merging
+halves the grid and doubles the channels), so the block outputs cannot be one
+``(L, B, T, D)`` tensor as a ViT's are. :func:`~analysis.tokens.capture_tokens` returns a
+:class:`WindowedTokens` instead, one ``(B, gh·gw, C)`` tensor per layer, cells row-major on
+that layer's grid (no prefix tokens). :func:`~analysis.tokens.feature_pca` and
+:func:`~analysis.tokens.patch_similarity` take one layer's tokens with its geometry
+(``tokens.layer_tokens(l)``, ``tokens.geometry(l)``).
+
+The logit lens (``head(readout(h_l))``) is defined only for layers whose output the model's
+own readout accepts: those of the last block's stage (same grid and width). Swin's readout is
+its final ``norm`` then ``forward_head`` (average pooling and the classifier); SAM's is its
+``neck`` (convolutions on the whole map) then ``forward_head``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..capture import AttentionRecord
+from ..checks import check_index
+from ..errors import AnalysisError
+from ..spec import LayerGeometry, ViTSpec
+
+__all__ = ["WindowedTokens", "logit_lens_layers", "windowed_readout"]
+
+
+@dataclass(frozen=True)
+class WindowedTokens:
+    """Block outputs of a windowed model, captured in one forward pass.
+
+    Attributes:
+        tokens: one ``(B, gh·gw, C)`` tensor per captured layer, in the order of ``layers``:
+            the block's ``(B, gh, gw, C)`` output with its cells row-major on the layer's stage
+            grid ``spec.geometry(layer).grid_size``; ``C`` the stage's width.
+        spec: the model's spec (``spec.layer_geometry`` one entry per layer).
+        layers: model layer index of each entry of ``tokens``.
+    """
+
+    tokens: tuple[torch.Tensor, ...]
+    spec: ViTSpec
+    layers: tuple[int, ...]
+
+    def layer_position(self, layer: int) -> int:
+        """Position in ``tokens`` of model layer ``layer`` (negative indices count from the end)."""
+        return AttentionRecord.layer_position(self, layer)
+
+    def layer_tokens(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, gh·gw, C)`` tokens."""
+        return self.tokens[self.layer_position(layer)]
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s :class:`~analysis.spec.LayerGeometry` (its grid, stride, stage)."""
+        return self.spec.geometry(check_index("layer", layer, self.spec.num_layers, "layers"))
+
+    def grid_tokens(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s tokens as the block gave them: ``(B, gh, gw, C)``."""
+        tokens = self.layer_tokens(layer)
+        return tokens.reshape(tokens.shape[0], *self.geometry(layer).grid_size, tokens.shape[-1])
+
+
+def logit_lens_layers(spec) -> tuple[int, ...]:
+    """The layers the logit lens reads (``spec``: a ViTSpec, or a LoadedViT / record whose spec
+    is used): every layer of a ViT; for a windowed model, the layers of the last block's stage,
+    whose outputs have the grid and width the model's final readout takes."""
+    spec = getattr(spec, "spec", spec)
+    if not spec.is_windowed:
+        return tuple(range(spec.num_layers))
+    last = spec.layer_geometry[-1]
+    return tuple(layer for layer, geometry in enumerate(spec.layer_geometry)
+                 if geometry.stage == last.stage and geometry.grid_size == last.grid_size)
+
+
+def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
+    """``layer`` (made non-negative) if the logit lens reads it, else AnalysisError naming why."""
+    layer = check_index("layer", layer, spec.num_layers, "layers")
+    defined = logit_lens_layers(spec)
+    if layer not in defined:
+        geometry, last = spec.geometry(layer), spec.layer_geometry[-1]
+        raise AnalysisError(
+            f"logit lens: layer {layer} is in stage {geometry.stage} ({geometry.grid_size[0]}x{geometry.grid_size[1]} "
+            f"grid), but this {spec.family}'s final norm and head read the last stage's output (stage {last.stage}, "
+            f"{last.grid_size[0]}x{last.grid_size[1]} grid, after every patch merging, at its width): the lens is "
+            f"defined only for layers {list(defined)}."
+        )
+    return layer
+
+
+def windowed_readout(model: nn.Module):
+    """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
+    lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``."""
+    if isinstance(getattr(model, "neck", None), nn.Module):  # SAM: forward_features ends with neck(x.permute(0, 3, 1, 2))
+        return lambda hidden: model.forward_head(model.neck(hidden.permute(0, 3, 1, 2)))
+    if isinstance(getattr(model, "layers", None), nn.Sequential):  # Swin: forward_features ends with norm(x)
+        norm = getattr(model, "norm", None) or nn.Identity()
+        return lambda hidden: model.forward_head(norm(hidden))
+    raise AnalysisError(f"logit lens: the readout after the last block of {type(model).__name__} is not known.")
