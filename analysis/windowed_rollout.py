@@ -180,6 +180,9 @@ def _steps(record, head_fusion, discard_ratio, start, end, merged) -> Iterator[t
         warnings.warn(MERGE_WARNING, RuntimeWarning, stacklevel=5)
     for layer in range(start, end + 1):
         geometry = spec.geometry(layer)
+        if geometry.prefix_tokens:  # their rows and columns would be dropped with the padding slots
+            raise AnalysisError(f"Layer {layer} has {geometry.prefix_tokens} prefix tokens in its windows: windowed "
+                                "rollout covers grid cells only, so this model is not supported.")
         windows = record.windows[record.layer_position(layer)]  # (B, windows, heads, Wt, Wt)
         fused = fuse_heads(windows.double().transpose(1, 2), head_fusion)  # (B, windows, Wt, Wt)
         dense = _densify(fused, geometry)  # (B, N, N)

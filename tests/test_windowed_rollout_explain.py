@@ -412,3 +412,16 @@ def test_deletion_curve_removes_the_cells_of_the_maps_own_grid(swin, pixels, met
         perturbation_curve(swin, image, torch.zeros(4, 4), 3)
     with pytest.raises(AnalysisError, match="benchmark: a windowed model"):
         analysis.faithfulness.benchmark(swin, [])
+
+
+def test_post_norm_swin_v2_rollout_warns_and_a_headless_model_names_what_works(pixels):
+    torch.manual_seed(0)
+    v2 = load_vit("swinv2_tiny_window8_256", pretrained=False, device="cpu", **SMALL)
+    record = capture_attention(v2, pixels[:1])
+    with pytest.warns(RuntimeWarning, match="post-norm"):
+        got = analysis.attention_rollout(record, stage=0)
+    torch.testing.assert_close(got.double(), _hand_rollout(record, SWIN_LAYERS, 0, 1).mean(1).view(1, 16, 16),
+                               atol=1e-6, rtol=0)
+    headless = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **{**SAM_SMALL, "num_classes": 0})
+    with pytest.raises(AnalysisError, match=r"no class to explain\. Use method='rollout', or load a classifier"):
+        explain(headless, pixels[:1], method="gradcam")

@@ -56,7 +56,8 @@ def _require_classes(spec: ViTSpec, what: str) -> None:
                 "none": "no head (pooled features)"}.get(spec.head, f"a {spec.head} head")
         raise AnalysisError(
             f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
-            "Use method='attention' or 'rollout', or load a classifier."
+            + ("Use method='rollout', or load a classifier." if spec.is_windowed  # no 'attention' for Swin / SAM
+               else "Use method='attention' or 'rollout', or load a classifier.")
         )
 
 
