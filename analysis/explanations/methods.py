@@ -87,6 +87,7 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
         return geometry.grid_size, geometry.stride
     return tuple(spec.grid_size), tuple(spec.patch_size)
 
+
 def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
     """``(B, N_patches)`` -> ``(B, gh, gw)`` float32 on the CPU."""
     return values.float().cpu().reshape(values.shape[0], *spec.grid_size)
