@@ -57,6 +57,7 @@ from .tokens import (
     token_norms,
 )
 from .windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
+from .windowed_rollout import WindowedRollout, windowed_rollout
 from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
@@ -103,6 +104,8 @@ __all__ = [
     "rotary_position_features",
     "relative_position_bias",
     "decomposed_relative_position",
+    "windowed_rollout",
+    "WindowedRollout",
     "DecomposedPosition",
     "patch_embedding_components",
     "patch_embedding_filters",

@@ -16,11 +16,13 @@ removes are exactly 0.
 outside the query's window. :func:`analysis.mean_attention_distance` measures these records
 per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
 as each layer's reference), and :mod:`analysis.windowed_position` draws the learned
-relative-position biases. Tokens (:mod:`analysis.tokens.stages`: each block's output on its
-stage grid), the streamed dataset distance and the pixel-space robustness perturbations
-work too. Every other analysis (rollout, explanations, absolute position similarity) is not
-yet defined for these records and refuses them with :func:`refuse_windowed`, which names
-the reason (issue 23).
+relative-position biases. :func:`analysis.attention_rollout` composes them exactly within a
+stage (:mod:`analysis.windowed_rollout`), and :func:`analysis.explain` gives Grad-CAM,
+input × gradient, integrated gradients and rollout (``"attention"`` and ``"chefer"`` refuse
+with the reason). Tokens (:mod:`analysis.tokens.stages`: each block's output on its stage
+grid), the streamed dataset distance and the pixel-space robustness perturbations work too.
+Absolute position similarity is not defined for these records and refuses them with
+:func:`refuse_windowed`, which names the reason (issue 23).
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ __all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attentio
 WINDOWED_SUPPORT = (
     "capture_attention (record.windows), attention_map, mean_attention_distance with "
     "uniform_attention_distance_by_layer, relative_position_bias (Swin) / decomposed_relative_position (SAM), "
-    "and patch_embedding_filters; capture_tokens (stage outputs) with feature_pca / patch_similarity per layer, "
+    "patch_embedding_filters, attention_rollout within a stage (SAM: every layer; across Swin's patch merging "
+    "only with merge='mean_2x2', an approximation; windowed_rollout gives the grid), explain with "
+    "'gradcam' (last stage), 'input_x_gradient', 'integrated_gradients' (stem patch grid) and 'rollout'; "
+    "capture_tokens (stage outputs) with feature_pca / patch_similarity per layer, "
     "logit_lens on the last stage, dataset_attention_distance, and robustness_curve / probe except token drop"
 )
 

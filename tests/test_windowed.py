@@ -413,14 +413,10 @@ def _refused(call, *, error=AnalysisError):
 
 
 def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
-    from analysis.explanations import EXPLANATION_METHODS
-
-    _refused(lambda: analysis.attention_rollout(record))
+    # rollout and explanations: tests/test_windowed_rollout_explain.py
     _refused(lambda: analysis.attention_mass(record, [0]))
     _refused(lambda: analysis.pooling_attention_map(record))
     _refused(lambda: record.attentions)
-    for method in EXPLANATION_METHODS:
-        _refused(lambda: analysis.explain(swin, pixels[:1], method=method))
     _refused(lambda: analysis.position_embedding_similarity(swin))
     with pytest.raises(AnalysisError, match="query_tokens"):
         capture_attention(swin, pixels, query_tokens=[0])

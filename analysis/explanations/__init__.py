@@ -10,6 +10,11 @@ Methods (see each function for its formula and source):
 * ``"gradcam"``: Grad-CAM on the last block's attention input;
 * ``"input_x_gradient"``: input × gradient pooled per patch;
 * ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``).
+
+Windowed models (Swin, SAM; issue 23): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
+``"integrated_gradients"`` (stem patch grid) and ``"rollout"`` (:mod:`analysis.windowed_rollout`)
+work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
+grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import torch
 from ..capture import input_spec
 from ..errors import AnalysisError
 from ..rollout import attention_rollout
-from ..windowed import refuse_windowed
-from .gradients import AttentionGradients, attention_gradients, resolve_targets
+from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
 from .methods import (
     BASELINES,
+    GLOBAL_TOKEN_METHODS,
+    explanation_grid,
     chefer_relevance,
     grad_cam,
     input_x_gradient,
@@ -44,6 +50,10 @@ __all__ = [
     "AttentionGradients",
     "relevance_from_gradients",
     "resolve_targets",
+    "last_stage_gradients",
+    "explanation_grid",
+    "methods_for",
+    "GLOBAL_TOKEN_METHODS",
 ]
 
 #: method name -> function; the class-specific ones take ``target``.
@@ -65,6 +75,13 @@ def method_options(method: str) -> tuple[str, ...]:
     return tuple(p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
+def methods_for(vit) -> tuple[str, ...]:
+    """The methods of :data:`EXPLANATION_METHODS` defined for this model: every one for a ViT;
+    a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`."""
+    windowed = vit.spec.is_windowed
+    return tuple(m for m in EXPLANATION_METHODS if not (windowed and m in GLOBAL_TOKEN_METHODS))
+
+
 def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:
     """A ``(B, gh, gw)`` float32 CPU map of why the model scores ``target`` on ``pixels``.
 
@@ -72,10 +89,12 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     predicted class (ignored by ``"attention"`` and ``"rollout"``, which are not
     class-specific; passing one is an error). ``options`` go to the method
     (``integrated_gradients``: ``steps``, ``baseline``; ``rollout``: ``head_fusion``, ...).
+
+    A windowed model's (Swin, SAM) map lies on the grid :func:`explanation_grid` names;
+    ``"attention"`` and ``"chefer"`` are refused for it with the reason.
     """
     if method not in EXPLANATION_METHODS:
         raise AnalysisError(f"Unknown explanation method {method!r}; use one of {', '.join(EXPLANATION_METHODS)}.")
-    refuse_windowed(vit, f"explain(method={method!r})")
     accepted = method_options(method)
     unknown = sorted(set(options) - set(accepted))
     if unknown:

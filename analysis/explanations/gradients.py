@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn as nn
 
 from ..adapters.registry import block_sites
 from ..capture import attention_taps, input_spec, require_every_layer
@@ -22,9 +23,12 @@ from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
 from ..windowed import refuse_windowed
-from ..spec import ViTSpec
+from ..spec import LayerGeometry, ViTSpec
 
-__all__ = ["AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients"]
+__all__ = [
+    "AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients",
+    "last_stage_gradients",
+]
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ def _require_classes(spec: ViTSpec, what: str) -> None:
                 "none": "no head (pooled features)"}.get(spec.head, f"a {spec.head} head")
         raise AnalysisError(
             f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
-            "Use method='attention' or 'rollout', or load a classifier."
+            + ("Use method='rollout', or load a classifier." if spec.is_windowed  # no 'attention' for Swin / SAM
+               else "Use method='attention' or 'rollout', or load a classifier.")
         )
 
 
@@ -84,8 +89,11 @@ def _score(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.float().gather(1, targets.to(logits.device)[:, None]).sum()
 
 
-def _prepare(vit, pixels: torch.Tensor) -> tuple[ViTSpec, torch.Tensor]:
-    refuse_windowed(vit, "Gradient explanations")
+def _prepare(vit, pixels: torch.Tensor, windowed: bool = False) -> tuple[ViTSpec, torch.Tensor]:
+    """``windowed``: the caller is defined for windowed models (Swin, SAM) too; else they are
+    refused with the reason."""
+    if not windowed:
+        refuse_windowed(vit, "Gradients of attention over all tokens (attention_gradients, block_input_gradients)")
     spec = input_spec(vit, pixels)
     _require_classes(spec, "A gradient explanation")
     return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
@@ -153,10 +161,75 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
 def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
     (``None``: the prediction of this very pass)."""
-    spec, pixels = _prepare(vit, pixels)
+    spec, pixels = _prepare(vit, pixels, windowed=True)  # model-agnostic: windowed models too
     with torch.enable_grad():
         with autocast_context(vit.device, precision):
             logits = vit.model(pixels)
         targets = resolve_targets(target, logits.detach(), spec)
         (gradient,) = torch.autograd.grad(_score(logits, targets), [pixels])
     return gradient.detach().float().cpu(), targets
+
+
+_NORM_NAMES = ("norm1", "layernorm_before")  # timm (Swin, SAM, torchvision) / Hugging Face
+
+
+def _last_block_norm(vit) -> nn.Module:
+    """The last block's first norm: pytorch-grad-cam's target layer for Swin."""
+    block = block_sites(vit.model)[-1].block
+    for name in _NORM_NAMES:
+        module = getattr(block, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise AnalysisError(
+        f"Grad-CAM on the last stage reads the last block's norm ({' or '.join(_NORM_NAMES)}); "
+        f"{type(block).__name__} has none, so this windowed model is not supported by method='gradcam'."
+    )
+
+
+def _on_grid(activations: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """``(B, gh, gw, C)`` (timm works NHWC) or ``(B, gh·gw, C)`` -> ``(B, gh, gw, C)``."""
+    gh, gw = grid
+    if activations.ndim == 4 and tuple(activations.shape[1:3]) == (gh, gw):
+        return activations
+    if activations.ndim == 3 and activations.shape[1] == gh * gw:
+        return activations.reshape(activations.shape[0], gh, gw, activations.shape[-1])
+    raise AnalysisError(
+        f"The last block's norm gave {tuple(activations.shape)} activations; the last stage's grid is {gh}x{gw} "
+        "cells: this windowed model is not supported by method='gradcam'."
+    )
+
+
+def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
+                         precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
+    """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
+    pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
+    reshaped to the last stage's grid. ``(B, gh, gw, C)`` activations, ``(B, gh, gw, C)``
+    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.spec.LayerGeometry`
+    (``grid_size``, ``stride`` in input pixels).
+
+    Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2
+    is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention."""
+    spec, pixels = _prepare(vit, pixels, windowed=True)
+    if not spec.is_windowed:
+        raise AnalysisError("last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients.")
+    geometry = spec.geometry(spec.num_layers - 1)
+    owner = threading.get_ident()
+    seen: list[torch.Tensor] = []
+
+    def grab(module, args, output):
+        if threading.get_ident() == owner:
+            seen.append(output)
+
+    handle = _last_block_norm(vit).register_forward_hook(grab)
+    try:
+        with torch.enable_grad():
+            with autocast_context(vit.device, precision):
+                logits = vit.model(pixels)
+            if len(seen) != 1:
+                raise AnalysisError(f"The last block's norm ran {len(seen)} times in one forward pass, expected once.")
+            targets = resolve_targets(target, logits.detach(), spec)
+            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
+    finally:
+        handle.remove()
+    activations = _on_grid(seen[0].detach().float().cpu(), geometry.grid_size)
+    return activations, _on_grid(gradient.detach().float().cpu(), geometry.grid_size), targets, geometry

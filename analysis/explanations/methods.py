@@ -2,6 +2,12 @@
 
 All maps are over the patch grid in row-major order, prefix tokens (class, distillation,
 registers) dropped by index from the model's own spec, never by a hard-coded grid.
+
+Windowed models (Swin, SAM; issue 23) have no one grid for every layer:
+:func:`explanation_grid` says which grid each method's map lies on. ``"gradcam"`` works on
+the last stage's grid, ``"input_x_gradient"`` and ``"integrated_gradients"`` on the stem's
+patch grid, ``"rollout"`` on its start layer's grid; ``"attention"`` and ``"chefer"``, which
+read a class token's row over one global token set, are refused with the reason.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from ..errors import AnalysisError
 from ..image_ops import BASELINES, baseline_pixels
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
-from .gradients import _require_classes, attention_gradients, block_input_gradients, pixel_gradients, resolve_targets
+from .gradients import (
+    _require_classes, attention_gradients, block_input_gradients, last_stage_gradients, pixel_gradients, resolve_targets,
+)
 
 __all__ = [
     "raw_attention",
@@ -27,8 +35,58 @@ __all__ = [
     "grad_cam",
     "input_x_gradient",
     "integrated_gradients",
+    "explanation_grid",
+    "GLOBAL_TOKEN_METHODS",
     "BASELINES",
 ]
+
+#: method -> why it is not defined for a windowed model (Swin, SAM).
+GLOBAL_TOKEN_METHODS = {
+    "attention": (
+        "it reads the class token's row of the last layer's attention over every token (or the mean over every "
+        "patch query of one global attention); a windowed model has no class token, and a Swin's last layer "
+        "attends inside windows. For one cell's window use attention_map(record, layer, query=cell or (y, x))"
+    ),
+    "chefer": (
+        "Chefer et al.'s rule R = R + E_h[(∇A ⊙ A)⁺]·R propagates relevance through every layer over one token "
+        "set with a class token; a windowed model has no class token and a Swin's token set changes at every "
+        "patch merging, where the rule has no step"
+    ),
+}
+
+
+def _refuse_global_token_method(vit, method: str) -> None:
+    """AnalysisError naming why ``method`` is not defined for a windowed model."""
+    spec = getattr(vit, "spec", vit)
+    if isinstance(spec, ViTSpec) and spec.is_windowed:
+        raise AnalysisError(
+            f"method={method!r} is not defined for a windowed model ({spec.family}): {GLOBAL_TOKEN_METHODS[method]}. "
+            "Use method='gradcam', 'input_x_gradient', 'integrated_gradients' or 'rollout' (stage=k)."
+        )
+
+
+def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(grid_size, stride)`` of the map ``explain(vit, ..., method=method, **options)``
+    returns: ``(gh, gw)`` cells of ``(sy, sx)`` input pixels each. A ViT: its patch grid for
+    every method. A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``
+    and ``"integrated_gradients"`` the stem's patch grid (``spec.grid_size``, ``spec.patch_size``);
+    ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``)."""
+    spec = vit.spec
+    if not spec.is_windowed:
+        return tuple(spec.grid_size), tuple(spec.patch_size)
+    if method in GLOBAL_TOKEN_METHODS:
+        _refuse_global_token_method(vit, method)
+    if method == "gradcam":
+        geometry = spec.geometry(spec.num_layers - 1)
+        return geometry.grid_size, geometry.stride
+    if method == "rollout":
+        from ..rollout import layer_range
+
+        start, _ = layer_range(spec, options.get("start_layer", 0), options.get("end_layer"), options.get("stage"))
+        geometry = spec.geometry(start)
+        return geometry.grid_size, geometry.stride
+    return tuple(spec.grid_size), tuple(spec.patch_size)
+
 
 def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
     """``(B, N_patches)`` -> ``(B, gh, gw)`` float32 on the CPU."""
@@ -39,7 +97,8 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
     """The last block's attention over the patches, mean over heads, for the default query
     (:func:`~analysis.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
     class token the mean over every patch query (what a global-average-pooling head reads).
-    ``(B, gh, gw)``."""
+    ``(B, gh, gw)``. Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
+    _refuse_global_token_method(vit, "attention")
     queries = [0] if vit.spec.has_class_token else None  # keep only the class token's row when it is the query
     record = capture_attention(vit, pixels, layers=-1, query_tokens=queries)
     return attention_map(record, record.layers[0], head=None).float().cpu()
@@ -47,7 +106,9 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
 
 def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) of the class token (mean over patch queries
-    without one); ``options`` go to :func:`analysis.attention_rollout`."""
+    without one); ``options`` go to :func:`analysis.attention_rollout`. A windowed model: the
+    mean over every cell (see :mod:`analysis.windowed_rollout`; a Swin needs ``stage=k`` or
+    ``merge="mean_2x2"``), on :func:`explanation_grid`'s grid."""
     record = capture_attention(vit, pixels)
     return attention_rollout(record, **options).float()
 
@@ -76,7 +137,9 @@ def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, 
 
 
 def chefer_relevance(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients`."""
+    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients`. Refused for
+    a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
+    _refuse_global_token_method(vit, "chefer")
     record = attention_gradients(vit, pixels, target)
     return relevance_from_gradients(record.attentions, record.gradients, record.spec), record.targets
 
@@ -88,7 +151,17 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
         w_c = mean_patches ∂y/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
 
     Prefix tokens are dropped from both the weights and the map.
+
+    A windowed model (Swin, SAM): pytorch-grad-cam's Swin recipe, on the last stage's grid
+    (:func:`explanation_grid`): ``X`` is the last block's ``norm1`` output ``(B, gh, gw, C)``
+    (:func:`~analysis.explanations.gradients.last_stage_gradients`),
+
+        w_c = mean_{cells} ∂y/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
     """
+    if vit.spec.is_windowed:
+        activations, gradients, targets, _ = last_stage_gradients(vit, pixels, target)  # (B, gh, gw, C)
+        weights = gradients.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, C)
+        return (activations * weights).sum(-1).clamp(min=0).float(), targets
     activations, gradients, targets, spec = block_input_gradients(vit, pixels, target)
     prefix = spec.num_prefix_tokens
     patches, patch_gradients = activations[:, prefix:], gradients[:, prefix:]  # (B, N, D)
@@ -97,7 +170,9 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
 
 
 def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
-    """``(B, H, W)`` per-pixel values -> ``(B, gh, gw)`` sums over each patch's pixels."""
+    """``(B, H, W)`` per-pixel values -> ``(B, gh, gw)`` sums over each patch's pixels: the
+    patch grid read off the model's patch embedding (``spec.grid_size`` of ``spec.patch_size``
+    pixels; for a windowed model, the stem's grid, which is its first stage's)."""
     (gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
     height, width = gh * ph, gw * pw
     if pixel_map.shape[-2] < height or pixel_map.shape[-1] < width:  # padded up to whole patches
@@ -119,7 +194,8 @@ def _targets_for(vit, pixels: torch.Tensor, target) -> torch.Tensor:
 def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Input × gradient (Shrikumar et al. 2016) pooled per patch:
     ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j] · ∂y/∂x[c, i, j]`` on the normalised input (signed:
-    positive is evidence for the class)."""
+    positive is evidence for the class). Model-agnostic: a windowed model's map lies on its
+    stem's patch grid (:func:`explanation_grid`)."""
     gradient, targets = pixel_gradients(vit, pixels, target)  # one forward and backward
     return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
 
@@ -132,7 +208,8 @@ def integrated_gradients(
         IG(x) = (x − x′) ⊙ (1/n) Σ_{k=0}^{n−1} ∂y/∂x (x′ + (k + ½)/n · (x − x′))
 
     summed over channels and each patch's pixels. Completeness: ``Σ_p map[p] ≈ y(x) − y(x′)``,
-    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`.
+    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`. Model-agnostic:
+    a windowed model's map lies on its stem's patch grid (:func:`explanation_grid`).
     """
     steps = check_int("steps", steps, minimum=1)
     internal_batch = check_int("internal_batch", internal_batch, minimum=1)

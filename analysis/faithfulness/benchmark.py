@@ -74,6 +74,12 @@ def benchmark(
     ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is
     explained for the model's predicted class. The sanity check runs on the first
     ``sanity_images`` images against a copy with the head and every block re-initialised."""
+    if vit.spec.is_windowed:
+        raise AnalysisError(
+            f"benchmark: a windowed model ({vit.spec.family}) is not supported: its methods' maps lie on different "
+            "grids (explanation_grid), which one table cannot compare, and the sanity check re-initialises ViT "
+            "blocks. Score each map on its own with perturbation_curve(vit, pixels, saliency, target)."
+        )
     unknown = [m for m in methods if m not in EXPLANATION_METHODS]
     if unknown:
         raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")

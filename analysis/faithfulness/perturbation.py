@@ -23,6 +23,7 @@ __all__ = [
     "perturbed_inputs",
     "perturbation_curve",
     "area_under_curve",
+    "map_cells",
 ]
 
 #: ``deletion``: remove the top-ranked patches first (a faithful map falls fast: low AUC);
@@ -53,6 +54,21 @@ def perturbed_inputs(pixels: torch.Tensor, replacement: torch.Tensor, patch_sets
             r, c = divmod(int(index), gw)
             mask[k, 0, r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = True
     return torch.where(mask, replacement[None], pixels[None])
+
+
+def map_cells(spec, shape: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(grid_size, cell size in pixels)`` of a saliency map of ``shape``: the model's patch
+    grid (``spec.grid_size`` of ``spec.patch_size``), or for a windowed model (Swin, SAM) the
+    layer grid of that shape (``spec.geometry(l).grid_size`` of ``.stride`` pixels, e.g. the
+    last stage's for Grad-CAM). Any other shape: AnalysisError."""
+    if tuple(shape) == tuple(spec.grid_size):
+        return tuple(spec.grid_size), tuple(spec.patch_size)
+    for geometry in spec.layer_geometry:
+        if tuple(shape) == tuple(geometry.grid_size):
+            return geometry.grid_size, geometry.stride
+    grids = sorted({tuple(g.grid_size) for g in spec.layer_geometry} | {tuple(spec.grid_size)})
+    raise AnalysisError(f"The saliency map is {tuple(shape)}, the model's grid is {spec.grid_size}"
+                        + (f" (its layer grids: {grids})." if len(grids) > 1 else "."))
 
 
 #: What a curve measures at each step: the target's softmax ``probability`` (deletion and
@@ -93,6 +109,8 @@ def perturbation_curve(
     removed (``deletion``) or are the only ones kept (``insertion``); the value is the softmax
     probability of ``target`` (or, ``metric="top1"``, whether it is still the top class). ``fractions`` default to ``steps + 1`` even points on [0, 1].
     ``most_first=False`` ranks the lowest saliency first (negative perturbation).
+    A windowed model's (Swin, SAM) map may lie on any of its layer grids (:func:`map_cells`):
+    its cells are then what is removed.
     """
     if mode not in CURVE_MODES:
         raise AnalysisError(f"mode must be one of {', '.join(CURVE_MODES)}, got {mode!r}.")
@@ -103,21 +121,20 @@ def perturbation_curve(
     spec = vit.spec
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise AnalysisError(f"perturbation_curve takes one image (1, 3, H, W), got {tuple(pixels.shape)}.")
-    if tuple(torch.as_tensor(saliency).shape) != tuple(spec.grid_size):
-        raise AnalysisError(f"The saliency map is {tuple(torch.as_tensor(saliency).shape)}, the model's grid is {spec.grid_size}.")
+    grid, cell = map_cells(spec, tuple(torch.as_tensor(saliency).shape))
     if fractions is None:
         steps = check_int("steps", steps, minimum=1)
         fractions = np.linspace(0.0, 1.0, steps + 1)
     fractions = np.asarray(fractions, dtype=np.float64)
-    n = spec.num_patches
+    n = grid[0] * grid[1]
     order = patch_ranking(saliency, most_first=most_first)
     image = pixels[0].detach().float().cpu()
     reference = baseline_pixels(vit, pixels.detach().float().cpu(), baseline)[0]
     counts = [int(round(f * n)) for f in fractions]
     if mode == "deletion":
-        batch = perturbed_inputs(image, reference, [order[:k] for k in counts], spec.patch_size, spec.grid_size)
+        batch = perturbed_inputs(image, reference, [order[:k] for k in counts], cell, grid)
     else:  # the baseline with the first k patches restored
-        batch = perturbed_inputs(reference, image, [order[:k] for k in counts], spec.patch_size, spec.grid_size)
+        batch = perturbed_inputs(reference, image, [order[:k] for k in counts], cell, grid)
     return fractions, _measure(vit, batch, int(target), metric, chunk).numpy().astype(np.float64)
 
 
