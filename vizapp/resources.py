@@ -257,6 +257,14 @@ def uniform_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> float:
     return float(analysis.uniform_attention_distance(forward(ref, digest, _image_bytes).record.spec))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def uniform_distance_by_layer(ref: ModelRef) -> np.ndarray:
+    """Each layer's mean attention distance under uniform attention, ``(L,)`` px
+    (:func:`analysis.uniform_attention_distance_by_layer`: a windowed model's reference is its
+    layer's window on its stage grid; a ViT's is the same value for every layer)."""
+    return analysis.uniform_attention_distance_by_layer(get_model(ref).spec).numpy()
+
+
 # --------------------------------------------------------------------------- model-only analyses
 
 
