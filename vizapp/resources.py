@@ -275,6 +275,21 @@ def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None,
     return position_embedding_similarity(get_model(ref), grid_size=grid_size, kind=kind).numpy()
 
 
+@st.cache_data(show_spinner="Reading the relative-position bias…", max_entries=32)
+def relative_position_bias(ref: ModelRef, layer: int) -> np.ndarray:
+    """A Swin layer's relative-position bias per head, ``(heads, 2·wh − 1, 2·ww − 1)`` float32
+    (:func:`analysis.relative_position_bias`; v2: computed from ``cpb_mlp``)."""
+    return analysis.relative_position_bias(get_model(ref), layer).cpu().numpy()
+
+
+@st.cache_data(show_spinner="Reading the decomposed position tables…", max_entries=32)
+def decomposed_position(ref: ModelRef, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """SAM's decomposed tables of one layer: rows ``(2h − 1, head_dim)``, cols ``(2w − 1, head_dim)``
+    float32 (:func:`analysis.decomposed_relative_position`)."""
+    tables = analysis.decomposed_relative_position(get_model(ref), layer)
+    return tables.rows.cpu().numpy(), tables.cols.cpu().numpy()
+
+
 @st.cache_data(show_spinner="Computing the filters' principal components…", max_entries=16)
 def patch_components(ref: ModelRef, n_components: int) -> tuple[np.ndarray, np.ndarray]:
     """Principal components of the patch-embedding filters: ``(k, C, ph, pw)``, ``(k,)``."""

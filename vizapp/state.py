@@ -56,7 +56,7 @@ PERSISTENT_KEYS = (
     "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
-    "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
+    "pos_kind", "pos_bias_layer", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
     "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
     "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
@@ -376,8 +376,8 @@ def render_sidebar() -> Current:
     ph, pw = spec.patch_size
     gh, gw = spec.grid_size
     step = math.lcm(ph, pw)  # a square input whose side is a multiple of both patch sides
-    if spec.is_windowed:  # every stage's cell side (Swin: patch merging doubles it per stage)
-        step = math.lcm(step, *(side for g in spec.layer_geometry for side in g.stride))
+    if spec.is_windowed:  # whole cells on every stage: patch merging halves the grid between stages (Swin)
+        step *= 2 ** (len({g.stage for g in spec.layer_geometry}) - 1)
     if st.session_state.get(RESOLUTION_STEP, 16) != step:
         st.session_state[RESOLUTION_STEP] = step
         # a new step is a new widget for some Streamlit versions (1.52 resets its value): carry it over

@@ -20,7 +20,8 @@ from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp import figures, inputs, resources
 from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, attention_code, show_code
-from vizapp.ui import clamp_state, download_npz, head_label, point_index, query_controls, selected_point, show_chart
+from vizapp import ui
+from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
 from vizapp.windowed import (
     analysis_query,
     layer_cell_to_query_patch,
@@ -162,7 +163,7 @@ def render(cur) -> None:
                f"{geometry.num_windows} windows of {ww}×{wh} cells, shift {geometry.shift[1]}×{geometry.shift[0]}")
             + f"; uniform attention inside a window gives each of its {geometry.window_tokens} slots {uniform:.2g}."
         )
-        download_npz(
+        ui.download_npz(
             "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
             head=-1 if head == "mean" else int(head), query=str(library_query), stride=geometry.stride,
             image_size_hw=spec.img_size,
@@ -224,7 +225,7 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
         key = f"attn_grid_s{stage}"
         show_chart(grid, key, filename=f"attention_layers_x_heads_stage{stage}",
                    on_select=_tile_click(key, layers, heads))
-        download_npz(
+        ui.download_npz(
             f"attn_grid_data_s{stage}", f"attention_layers_x_heads_stage{stage}", attention=stacked[:, :heads],
             mean_over_heads=stacked[:, heads], layers=layers, stride=geometry.stride,
         )
