@@ -358,3 +358,27 @@ def test_a_swin_typed_in_the_sidebar_opens():
     assert current.model.source == "swin_tiny_patch4_window7_224" and current.spec.is_windowed
     assert current.spec.img_size == (128, 128)
     assert at.number_input(key="resolution").step == 32  # whole cells on every stage: 4 px patches, merged 3 times
+
+
+def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downloads, monkeypatch):  # noqa: F811
+    at = open_app("swin")
+    vit = loaded("swin")
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)  # the app's random weights
+    at.switch_page("views/distance.py").run()
+    assert_clean(at)
+    script = reproduce(at)
+    npz = npz_downloads["dist_data"]
+    np.testing.assert_allclose(script["current_image"], npz["current_image"], rtol=1e-5, equal_nan=True)
+    np.testing.assert_allclose(script["uniform_reference"], npz["uniform_reference"], rtol=1e-6)
+    assert npz["uniform_reference"].shape == (vit.spec.num_layers,)
+
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="cmp_layers").set_value([0, 5, 11]).run()
+    at.selectbox(key="head").set_value(5).run()  # stage 0 has 3 heads: its layers show the mean
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(100).run()
+    assert_clean(at)
+    script = reproduce(at)
+    npz = npz_downloads["cmp_data"]
+    for layer in (0, 5, 11):
+        np.testing.assert_allclose(script["attention"][layer], npz[f"attention_layer{layer}"], rtol=1e-5, atol=1e-7)

@@ -70,6 +70,7 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
 series: list[tuple[str, np.ndarray]] = []  # (name, (L, heads) in `unit`)
 references: list[tuple[str, float]] = []  # (label, value in `unit`)
 layer_references: list[tuple[str, np.ndarray]] = []  # windowed models: (label, (L,) in `unit`), one per layer
+set_refused: list[str] = []  # prefixes of the models whose image-set average the library refused
 arrays: dict[str, np.ndarray] = {}
 
 
@@ -86,6 +87,7 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
         mean, stack = set_average(ref, name)
     except analysis.AnalysisError as exc:  # e.g. the streamed average is not yet defined for windowed models
         st.info(f"No image-set average for **{escape_markdown(name)}**: {error_text(exc)}", icon=":material/block:")
+        set_refused.append(prefix)
         mean = stack = None
     if mean is not None:
         series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
@@ -137,5 +139,7 @@ with d2:
         if np.isfinite(values[layer, head])  # a windowed model's layers have fewer heads than its widest (NaN)
     ]
     download_csv("dist_csv", f"mean_attention_distance_{unit}", ["series", "layer", "head", f"distance_{unit}"], rows)
-show_code(distance_code(Source.of(cur), unit=unit, image_set=inputs.sample_paths() if which == "samples" else None,
-                        image_set_names=[i.name for i in images], windowed=cur.spec.is_windowed))
+with_set = "" not in set_refused  # the script recomputes what the page shows: no set where it was refused
+show_code(distance_code(Source.of(cur), unit=unit,
+                        image_set=inputs.sample_paths() if which == "samples" and with_set else None,
+                        image_set_names=[i.name for i in images] if with_set else (), windowed=cur.spec.is_windowed))
