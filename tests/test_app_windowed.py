@@ -382,3 +382,35 @@ def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downl
     npz = npz_downloads["cmp_data"]
     for layer in (0, 5, 11):
         np.testing.assert_allclose(script["attention"][layer], npz[f"attention_layer{layer}"], rtol=1e-5, atol=1e-7)
+
+
+def test_a_windowed_forward_pass_counts_every_windows_bytes():
+    """The record store's LRU by bytes and the float16 choice read ``record.windows`` (a
+    windowed record has no ``record.attentions``)."""
+    import torch
+
+    from vizapp import resources
+
+    at = open_app("swin")
+    cur = at.session_state["current"]
+    forward = resources.forward(*cur.args)
+    windows = forward.record.windows
+    assert forward.nbytes == (sum(w.numel() * w.element_size() for w in windows)
+                              + forward.record.logits.numel() * forward.record.logits.element_size()
+                              + forward.input_image.nbytes + forward.probabilities.nbytes)
+    entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in cur.spec.layer_geometry)
+    assert entries == sum(w[0].numel() for w in windows)
+    assert resources.record_dtype(cur.spec) == torch.float32  # far below the float16 limit at 112 px
+
+
+def test_the_url_layer_picks_its_stage_and_both_survive_a_page_switch():
+    at = open_app("swin", layer="3", query="patch", patch="40")
+    assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
+    at.switch_page("views/distance.py").run()
+    at.switch_page("views/attention.py").run()
+    assert_clean(at)
+    assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
+    assert at.number_input(key="query_patch").value == 40
+    params = {k: at.query_params[k] for k in at.query_params}
+    flat = {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()}
+    assert flat["layer"] == "3" and flat["res"] == "112" and flat["patch"] == "40"
