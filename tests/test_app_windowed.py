@@ -414,3 +414,21 @@ def test_the_url_layer_picks_its_stage_and_both_survive_a_page_switch():
     params = {k: at.query_params[k] for k in at.query_params}
     flat = {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()}
     assert flat["layer"] == "3" and flat["res"] == "112" and flat["patch"] == "40"
+
+
+def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
+    """Patch sides exist for the ViT, not across a Swin's patch merging: the Swin's series is
+    left out with the library's reason, the ViT's stays."""
+    from tests.test_app import RANDOM_MODEL
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model=RANDOM_MODEL, res="64")
+    at.run()
+    at.switch_page("views/distance.py").run()
+    at.radio(key="dist_unit").set_value("patches").run()
+    at.selectbox(key="dist_model2").set_value("other").run()
+    at.text_input(key="dist_model2_other").set_value(f"random:{SWIN[0]}").run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("no one patch side" in i.body for i in at.info), [i.body for i in at.info]
+    assert chart(at, "dist_scatter")["data"]

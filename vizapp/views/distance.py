@@ -116,6 +116,8 @@ if loaded is not None:
     ref2, _ = loaded
     try:
         add_model(ref2, name2, "second_")
+    except analysis.AnalysisError as exc:  # e.g. no one patch side for a Swin: the reason, as information
+        st.info(f"**{escape_markdown(ref2.label)}** is not shown: {error_text(exc)}", icon=":material/block:")
     except Exception as exc:  # noqa: BLE001 - the first model's series still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process the images: {error_text(exc)}")
 
