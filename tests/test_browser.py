@@ -659,3 +659,60 @@ def test_a_random_models_maps_and_thumbnails_are_not_saturated_at_the_default(pa
                                                  f"{top_share:.0%} of pixels in the top tenth")
     print("\n" + "; ".join(f"{label}: mean scale position {mean:.2f}, {top:.1%} in the top tenth"
                           for label, (mean, top) in results.items()))
+
+
+def _window_cells_by_hand(grid, window, shift, cell) -> set[tuple[int, int]]:
+    """The (row, col) cells of the window holding ``cell``, written out: slot (i, j) of rolled,
+    padded window (a, b) holds ((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw)."""
+    (gh, gw), (wh, ww), (sh, sw) = grid, window, shift
+    for a in range(-(-gh // wh)):
+        for b in range(-(-gw // ww)):
+            cells = {((a * wh + i + sh) % gh, (b * ww + j + sw) % gw) for i in range(wh) for j in range(ww)
+                     if a * wh + i < gh and b * ww + j < gw}
+            if cell in cells:
+                return cells
+    raise AssertionError(f"no window holds {cell}")
+
+
+def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
+    """A random Swin at 112 px, layer 1 (28×28 cells of 4 px, 7×7 windows, shift 3): clicking
+    cell (1, 26) makes it the query; its rolled window wraps around both image borders, so the
+    outline is 4 rectangles exactly over the window's cells, and the map is 0 outside them."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1&query=mean")
+    wait_idle(page)
+    assert_no_exception(page, "Swin attention")
+    overlay = page.locator("[data-testid='stPlotlyChart']").first
+    expect(overlay.locator(".gtitle")).to_contain_text("Layer 1 (stage 0)")
+    row, col, gh, gw = 1, 26, 28, 28
+    _click_patch(page, overlay, row, col, gh, gw)
+    expect(overlay.locator(".gtitle")).to_contain_text(f"cell (row {row}, col {col})")
+    wait_idle(page)
+    assert_no_exception(page, "Swin patch click")
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(row * gw + col))
+    drawn = page.evaluate(
+        """() => {
+            const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+            const heatmap = plot._fullData.find(t => t.type === 'heatmap');
+            return {
+                shapes: (plot._fullLayout.shapes || []).filter(s => s.name === 'query window')
+                        .map(s => [s.x0, s.y0, s.x1, s.y1]),
+                z: Array.from(heatmap.z, r => Array.from(r)),
+                dx: heatmap.dx,
+            };
+        }"""
+    )
+    expected = _window_cells_by_hand((gh, gw), (7, 7), (3, 3), (row, col))
+    assert len(drawn["shapes"]) == 4, drawn["shapes"]  # rows 24-27 and 0-2, the same columns: 4 pieces
+    stride = 4
+    covered = sorted((r, c) for x0, y0, x1, y1 in drawn["shapes"]
+                     for r in range(int(y0) // stride, int(y1) // stride) for c in range(int(x0) // stride, int(x1) // stride))
+    assert covered == sorted(expected)
+    z = np.asarray(drawn["z"], dtype=np.float64)
+    assert z.shape == (gh, gw) and drawn["dx"] == stride
+    inside = np.zeros((gh, gw), bool)
+    for r, c in expected:
+        inside[r, c] = True
+    assert np.all(z[~inside] == 0) and z[inside].sum() > 0.99
+    page.screenshot(path=str(artifacts / "swin_window_outline.png"))

@@ -434,25 +434,6 @@ def test_families_not_covered_are_still_refused_with_their_structure():
             load_vit(name, pretrained=False, device="cpu")
 
 
-def test_the_app_refuses_a_swin_with_the_reason_and_keeps_its_model(monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.test_app import APP, DEMO_PRESENT, RANDOM_MODEL
-
-    if not DEMO_PRESENT:
-        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
-    app = AppTest.from_file(APP, default_timeout=120)
-    app.run()
-    before = app.session_state["current"].model
-    app.radio(key="model_source").set_value("timm").run()
-    app.text_input(key="model_timm").input("random:swin_tiny_patch4_window7_224").run()
-    assert not app.exception, [e.value for e in app.exception]
-    # refused when loading (so no page ever gets it), with the reason, not at a page's first forward
-    assert any("Could not load" in e.value and "windowed attention" in e.value and "issue 23" in e.value
-               for e in app.error), [e.value for e in app.error]
-    assert app.session_state["current"].model == before
-
-
 def test_patch_embedding_filters_are_the_stem_convolution(swin, sam):
     for vit in (swin, sam):
         assert torch.equal(analysis.patch_embedding_filters(vit), vit.model.patch_embed.proj.weight.detach())

@@ -21,7 +21,7 @@ from vizapp import inputs, url_state  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
-from vizapp.ui import QUERY_LABELS  # noqa: E402
+from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
 
 started = time.perf_counter()
 FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from a font CDN
@@ -48,7 +48,10 @@ keep_page_state(page.url_path)
 current = render_sidebar()
 url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 timing = st.sidebar.empty()
-page.run()
+try:
+    page.run()
+except PageRefused:  # the page showed why the library refused it (ui.refuse_page)
+    pass
 # again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
 url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
 elapsed_ms = (time.perf_counter() - started) * 1000

@@ -139,17 +139,22 @@ def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_lay
     ])
 
 
-def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None, image_set_names: Sequence[str] = ()) -> str:
+def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None, image_set_names: Sequence[str] = (),
+                  windowed: bool = False) -> str:
     """The Attention distance page (first model): ``current_image`` ``(L, heads)``,
     ``uniform_reference`` and, over an image set, ``set_per_image`` ``(N, L, heads)`` and
     ``set_mean`` ``(L, heads)``, all in ``unit``. ``image_set``: the bundled samples' paths,
-    or None for uploaded files (named by ``image_set_names``)."""
+    or None for uploaded files (named by ``image_set_names``). ``windowed`` (Swin, SAM): the
+    reference is one value per layer, ``(L,)``, and layers with fewer heads are NaN."""
+    uniform = ("analysis.uniform_attention_distance_by_layer(vit.spec).numpy() * to_unit  # (L,): each layer's window"
+               if windowed else "analysis.uniform_attention_distance(vit.spec) * to_unit")
     lines = [
         *_forward(source),
         "",
         f"to_unit = 1.0 / analysis.distance_unit_length(vit.spec, {unit!r})  # pixels -> {unit}",
-        "current_image = analysis.mean_attention_distance(record).numpy() * to_unit  # (L, heads)",
-        "uniform_reference = analysis.uniform_attention_distance(vit.spec) * to_unit",
+        "current_image = analysis.mean_attention_distance(record).numpy() * to_unit  # (L, heads)"
+        + (", NaN beyond a layer's heads" if windowed else ""),
+        f"uniform_reference = {uniform}",
     ]
     if image_set is not None:
         lines += ["", "IMAGE_SET = [  # the bundled samples", *(f"    {str(p)!r}," for p in image_set), "]"]
@@ -166,10 +171,25 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
     return _script(lines)
 
 
-def compare_code(source: Source, *, layers: Sequence[int], head: str | int, query: str | int) -> str:
+def compare_code(source: Source, *, layers: Sequence[int], head: str | int, query: str | int | tuple[int, int],
+                 windowed: bool = False) -> str:
     """The Compare layers page (first model): ``attention`` ``(len(layers), gh, gw)``, one head
-    (or the mean) and one query at each chosen layer."""
+    (or the mean) and one query at each chosen layer. ``windowed`` (Swin, SAM; ``query`` then an
+    input pixel ``(y, x)`` or ``"mean"``): ``attention`` is ``{layer: (gh_l, gw_l)}``, each on its
+    own stage grid, the mean over heads where a layer has fewer heads than ``head``."""
     head_arg = "None" if head == "mean" else str(int(head))
+    if windowed:
+        head_of = ("None" if head == "mean"
+                   else f"({head_arg} if {head_arg} < vit.spec.geometry(layer).num_heads else None)")
+        return _script([
+            *_forward(source),
+            "",
+            f"LAYERS = {[int(x) for x in layers]!r}",
+            "attention = {  # a windowed model: each layer on its own stage grid, 0 outside the query's window",
+            f"    layer: analysis.attention_map(record, layer, head={head_of}, query={query!r})[0].numpy()",
+            "    for layer in LAYERS",
+            "}",
+        ])
     return _script([
         *_forward(source, imports=["import numpy as np"]),
         "",

@@ -39,10 +39,9 @@ from analysis import (
     position_embedding_similarity,
     upsample_map,
 )
-from analysis.errors import UnsupportedModelError
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
-from analysis.windowed import refuse_windowed
+from analysis.windowed import WindowedAttentionRecord
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -56,10 +55,7 @@ SET_CHUNK = 8  # images per cached piece of an image-set average (the progress b
 def get_model(ref: ModelRef) -> analysis.LoadedViT:
     """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
-    vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
-    # Windowed models (Swin, SAM) open in the Python API only, so far: the pages assume one global grid.
-    refuse_windowed(vit, "The app's pages", UnsupportedModelError)
-    return vit
+    return load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
 
 
 # --------------------------------------------------------------------------- the forward pass
@@ -69,13 +65,15 @@ def get_model(ref: ModelRef) -> analysis.LoadedViT:
 class Forward:
     """One captured forward pass of one image through one model.
 
-    record: attention ``(L, 1, heads, T, T)`` and logits of the pass.
+    record: attention ``(L, 1, heads, T, T)`` and logits of the pass; for a windowed model
+        (Swin, SAM) a :class:`~analysis.windowed.WindowedAttentionRecord`, one
+        ``(1, windows, heads, Wt, Wt)`` tensor per layer in ``record.windows``.
     input_image: ``(H, W, 3)`` uint8, exactly the pixels the model saw.
     probabilities: ``(classes,)`` softmax of the logits; empty unless the model has a
         classification head (embedding towers and headless models have no classes).
     """
 
-    record: analysis.AttentionRecord
+    record: analysis.AttentionRecord | WindowedAttentionRecord
     input_image: np.ndarray
     probabilities: np.ndarray
     notes: tuple[str, ...] = ()  # e.g. "out of GPU memory: ran on the CPU", shown to the user
@@ -85,14 +83,18 @@ class Forward:
     def nbytes(self) -> int:
         """Memory held: the attention record (maps, pooling maps, logits) and the input image."""
         record = self.record
-        tensors = [record.attentions, record.logits] + ([record.pool_attention] if record.pool_attention is not None else [])
+        maps = list(record.windows) if isinstance(record, WindowedAttentionRecord) else [record.attentions]
+        tensors = [*maps, record.logits] + ([record.pool_attention] if record.pool_attention is not None else [])
         return sum(t.numel() * t.element_size() for t in tensors) + self.input_image.nbytes + self.probabilities.nbytes
 
 
 def record_dtype(spec: analysis.ViTSpec) -> torch.dtype:
     """float32, or float16 when one image's float32 record would exceed
     :data:`~vizapp.limits.FLOAT16_RECORD_BYTES` (the probabilities are still computed in float32)."""
-    entries = spec.num_layers * spec.num_heads * spec.num_tokens**2
+    if spec.is_windowed:  # one (windows, heads, Wt, Wt) tensor per layer
+        entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.layer_geometry)
+    else:
+        entries = spec.num_layers * spec.num_heads * spec.num_tokens**2
     return torch.float16 if entries * 4 > FLOAT16_RECORD_BYTES else torch.float32
 
 
@@ -170,6 +172,24 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
+@st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)
+def windowed_attention_grid(
+    ref: ModelRef, digest: str, _image_bytes: bytes, query: str | tuple[int, int]
+) -> tuple[np.ndarray, ...]:
+    """A windowed model's maps for one query (``"mean"`` or an input pixel ``(y, x)``): per
+    layer ``(heads_l + 1, gh_l, gw_l)`` float32 on that layer's own grid, zero outside the
+    query's window. Index ``h < heads_l`` is head h, the last the mean over heads (both from
+    :func:`analysis.attention_map`)."""
+    record = forward(ref, digest, _image_bytes).record
+    spec = record.spec
+    maps = []
+    for layer in range(spec.num_layers):
+        heads = spec.geometry(layer).num_heads
+        per_head = [attention_map(record, layer, head=head, query=query)[0] for head in [*range(heads), None]]
+        maps.append(torch.stack(per_head).numpy().astype(np.float32))
+    return tuple(maps)
+
+
 @st.cache_data(show_spinner="Gathering the pooling attention…", max_entries=MAX_RESULTS)
 def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
     """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
@@ -237,6 +257,14 @@ def uniform_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> float:
     return float(analysis.uniform_attention_distance(forward(ref, digest, _image_bytes).record.spec))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def uniform_distance_by_layer(ref: ModelRef) -> np.ndarray:
+    """Each layer's mean attention distance under uniform attention, ``(L,)`` px
+    (:func:`analysis.uniform_attention_distance_by_layer`: a windowed model's reference is its
+    layer's window on its stage grid; a ViT's is the same value for every layer)."""
+    return analysis.uniform_attention_distance_by_layer(get_model(ref).spec).numpy()
+
+
 # --------------------------------------------------------------------------- model-only analyses
 
 
@@ -245,6 +273,21 @@ def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None,
     """Cosine similarity of patch position encodings (learned table or rotary features),
     ``(gh, gw, gh, gw)`` float32."""
     return position_embedding_similarity(get_model(ref), grid_size=grid_size, kind=kind).numpy()
+
+
+@st.cache_data(show_spinner="Reading the relative-position bias…", max_entries=32)
+def relative_position_bias(ref: ModelRef, layer: int) -> np.ndarray:
+    """A Swin layer's relative-position bias per head, ``(heads, 2·wh − 1, 2·ww − 1)`` float32
+    (:func:`analysis.relative_position_bias`; v2: computed from ``cpb_mlp``)."""
+    return analysis.relative_position_bias(get_model(ref), layer).cpu().numpy()
+
+
+@st.cache_data(show_spinner="Reading the decomposed position tables…", max_entries=32)
+def decomposed_position(ref: ModelRef, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """SAM's decomposed tables of one layer: rows ``(2h − 1, head_dim)``, cols ``(2w − 1, head_dim)``
+    float32 (:func:`analysis.decomposed_relative_position`)."""
+    tables = analysis.decomposed_relative_position(get_model(ref), layer)
+    return tables.rows.cpu().numpy(), tables.cols.cpu().numpy()
 
 
 @st.cache_data(show_spinner="Computing the filters' principal components…", max_entries=16)

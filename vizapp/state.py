@@ -53,10 +53,10 @@ MODEL_SOURCES = {
 # Page widgets whose values survive page switches (streamlit drops the state of widgets
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
-    "layer", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
+    "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
-    "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
+    "pos_kind", "pos_bias_layer", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
     "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
     "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
@@ -376,6 +376,8 @@ def render_sidebar() -> Current:
     ph, pw = spec.patch_size
     gh, gw = spec.grid_size
     step = math.lcm(ph, pw)  # a square input whose side is a multiple of both patch sides
+    if spec.is_windowed:  # whole cells on every stage: patch merging halves the grid between stages (Swin)
+        step *= 2 ** (len({g.stage for g in spec.layer_geometry}) - 1)
     if st.session_state.get(RESOLUTION_STEP, 16) != step:
         st.session_state[RESOLUTION_STEP] = step
         # a new step is a new widget for some Streamlit versions (1.52 resets its value): carry it over
@@ -385,10 +387,18 @@ def render_sidebar() -> Current:
     prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
     if not spec.has_class_token:
         prefix_text += ", no class token"
+    if spec.is_windowed:  # per-stage grids and heads (issue 23)
+        stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
+        grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
+        heads = "/".join(str(n) for _, _, n in stages)
+        layout = (f"patch {pw}×{ph} px · stage grids {grids}  \n"
+                  f"{spec.num_layers} layers · heads per stage {heads} · windowed attention ({spec.family})")
+    else:
+        layout = (f"patch {pw}×{ph} px · grid {gw}×{gh}  \n"
+                  f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}")
     st.sidebar.markdown(
         f"**{escape_markdown(model.label)}**  \n"
-        f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · patch {pw}×{ph} px · grid {gw}×{gh}  \n"
-        f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}  \n"
+        f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · {layout}  \n"
         f"device **{vit.device.type}** · image *{escape_markdown(image.name)}*"
     )
     if not model.pretrained:

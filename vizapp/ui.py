@@ -31,6 +31,9 @@ __all__ = [
     "patch_click",
     "head_control",
     "head_label",
+    "PageRefused",
+    "refuse_page",
+    "stride_of_map",
 ]
 
 
@@ -133,9 +136,10 @@ def head_label(head: str | int) -> str:
     return "mean over heads" if head == "mean" else f"head {head}"
 
 
-def head_control(spec: ViTSpec, *, key: str = "head") -> str | int:
-    """The head picker shared by the pages: ``"mean"`` or a head index of this model."""
-    heads = ["mean", *range(spec.num_heads)]
+def head_control(spec: ViTSpec, *, key: str = "head", heads: int | None = None) -> str | int:
+    """The head picker shared by the pages: ``"mean"`` or a head index of this model
+    (``heads``: how many to offer, default ``spec.num_heads``)."""
+    heads = ["mean", *range(spec.num_heads if heads is None else heads)]
     clamp_state(key, heads, "mean")
     return st.selectbox("Head", heads, format_func=head_label, key=key)
 
@@ -244,3 +248,25 @@ def point_index(point: dict) -> int | None:
         if point.get(name) is not None:
             return int(point[name])
     return None
+
+
+class PageRefused(Exception):
+    """Raised by :func:`refuse_page`; ``app.py`` catches it after the page, so the run ends
+    cleanly (URL and timing still published) with the reason on screen."""
+
+
+def refuse_page(exc: Exception) -> None:
+    """End the page here, showing why the library refused it (a typed ``AnalysisError``, e.g.
+    an analysis not yet defined for windowed models) as an info box, never a traceback."""
+    from vizapp.messages import error_text
+
+    st.info(error_text(exc), icon=":material/block:")
+    raise PageRefused(str(exc)) from exc
+
+
+def stride_of_map(image_size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:
+    """The cell size ``(sy, sx)`` in input pixels of a ``grid`` map over an ``image_size``
+    ``(H, W)`` input: read from the map itself, so a result on any stage grid (windowed models)
+    is drawn where it belongs."""
+    (height, width), (gh, gw) = image_size, grid
+    return (max(1, height // gh), max(1, width // gw))

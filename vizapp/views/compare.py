@@ -11,6 +11,7 @@ from analysis.plots import MAP_RANGES, colour_range
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
+from vizapp.windowed import analysis_query, query_pixel, uniform_level
 from vizapp.ui import (
     describe_query,
     download_npz,
@@ -23,7 +24,52 @@ from vizapp.ui import (
 
 cur = current()
 spec = cur.spec
-L, H = spec.num_layers, spec.num_heads
+L = spec.num_layers
+# a windowed model's heads differ per stage: offer its most, and show the mean where a layer has fewer
+H = max(spec.geometry(layer).num_heads for layer in range(L))
+
+
+def layer_panels(args, model_spec, model_query, chosen_layers, head):
+    """One model's maps of ``chosen_layers`` for ``head`` (the mean where a layer has fewer heads):
+    ``(panels, strides, grids, query cells, uniform level, everything, fell back to the mean)``.
+
+    A ViT: every layer on its patch grid. A windowed model (Swin, SAM): each layer on its own
+    stage grid, zero outside the query's window, the query handed over as the pixel at the
+    chosen cell's centre (:mod:`vizapp.windowed`), so a query means the same image position in
+    every layer and in both models."""
+    panels_, strides, grids_, cells = [], [], [], []
+    fell_back = False
+    if model_spec.is_windowed:
+        all_maps = resources.windowed_attention_grid(*args, analysis_query(model_spec, model_query))
+        levels = []
+        for layer in chosen_layers:
+            geometry = model_spec.geometry(layer)
+            heads = geometry.num_heads
+            fell_back |= head != "mean" and int(head) >= heads
+            panels_.append(all_maps[layer][heads if head == "mean" or int(head) >= heads else int(head)])
+            strides.append(geometry.stride)
+            grids_.append(geometry.grid_size)
+            cells.append(None if isinstance(model_query, str)
+                         else geometry.cell_of_pixel(*query_pixel(model_spec, model_query)))
+            levels.append(uniform_level(geometry))
+        everything_ = np.concatenate([m.ravel() for m in all_maps])
+        return panels_, strides, grids_, cells, max(levels), everything_, fell_back
+    all_maps = resources.attention_grid(*args, model_query)  # (L, heads + 1, gh, gw)
+    heads = model_spec.num_heads
+    fell_back = head != "mean" and int(head) >= heads
+    col = heads if head == "mean" or int(head) >= heads else int(head)
+    count = len(chosen_layers)
+    return ([all_maps[layer, col] for layer in chosen_layers], [model_spec.patch_size] * count,
+            [model_spec.grid_size] * count, [model_query if isinstance(model_query, int) else None] * count,
+            1 / model_spec.num_tokens, all_maps, fell_back)
+
+
+def stacked(name: str, chosen_layers, panels_) -> dict[str, np.ndarray]:
+    """For the download: ``{name: (layers, gh, gw)}`` when every panel shares a grid, else one
+    ``name_layer<l>`` array per layer (a windowed model's stages differ in grid)."""
+    if len({p.shape for p in panels_}) == 1:
+        return {name: np.stack(panels_)}
+    return {f"{name}_layer{layer}": panel for layer, panel in zip(chosen_layers, panels_)}
 
 
 st.header("Compare layers", divider="gray")
@@ -44,7 +90,7 @@ with c1:
         format_func=lambda x: f"layer {x}",
     )
 with c2:
-    head = head_control(spec)
+    head = head_control(spec, heads=H)
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
 with c3:
@@ -57,15 +103,10 @@ if not layers:
 
 NCOLS = min(len(layers), 4)  # wrap into rows of at most 4 panels
 name1 = cur.model.source.split("/")[-1].split(".")[0]
-maps = resources.attention_grid(*cur.args, query)
-column = H if head == "mean" else int(head)
-panels = [maps[layer, column] for layer in layers]
+panels, patches, grids, queries, uniform1, maps, _ = layer_panels(cur.args, spec, query, layers, head)
 titles = [f"{name1} · layer {layer}" for layer in layers]
 backgrounds = [resources.background_uri(*cur.args)] * len(layers)
 sizes = [spec.img_size] * len(layers)
-patches = [spec.patch_size] * len(layers)
-grids = [spec.grid_size] * len(layers)
-queries = [query if isinstance(query, int) else None] * len(layers)
 slots = list(range(len(layers)))
 groups = [0] * len(layers)
 
@@ -84,23 +125,23 @@ if loaded is not None:
         name2 = ref2.source.split("/")[-1].split(".")[0]
         query2 = corresponding_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token,
                                      from_has_class_token=spec.has_class_token)
-        maps2 = resources.attention_grid(*args2, query2)
-        column2 = spec2.num_heads if head == "mean" or int(head) >= spec2.num_heads else int(head)
         layers2 = [corresponding_layer(layer, L, spec2.num_layers) for layer in layers]
+        panels2, patches2, grids2, queries2, uniform2, maps2, fell_back = layer_panels(args2, spec2, query2, layers2,
+                                                                                      head)
         first_slot = -(-len(layers) // NCOLS) * NCOLS  # the second model starts on a new row
         for i, layer2 in enumerate(layers2):
-            panels2.append(maps2[layer2, column2])
             titles.append(f"{name2} · layer {layer2}")
             slots.append(first_slot + i)
         groups += [1] * len(layers2)
         backgrounds += [resources.background_uri(*args2)] * len(layers2)
         sizes += [spec2.img_size] * len(layers2)
-        patches += [spec2.patch_size] * len(layers2)
-        grids += [spec2.grid_size] * len(layers2)
-        queries += [query2 if isinstance(query2, int) else None] * len(layers2)
-        extra_rows = {"second_model_attention": maps2[layers2, column2], "second_model_layers": layers2}
-        if column2 != column:
-            st.caption(f"{escape_markdown(ref2.label)} has {spec2.num_heads} heads: showing its mean over heads.")
+        patches += patches2
+        grids += grids2
+        queries += queries2
+        extra_rows = {**stacked("second_model_attention", layers2, panels2), "second_model_layers": layers2}
+        if fell_back:
+            st.caption(f"{escape_markdown(ref2.label)} has fewer heads in some of these layers: showing its mean "
+                       "over heads there.")
     except Exception as exc:  # noqa: BLE001 - the first model's panels still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process this image: {error_text(exc)}")
         panels2 = []
@@ -113,14 +154,14 @@ if panels2:
                          help="Models differ in sequence length, so their probabilities differ in scale.")
 if separate:
     lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps,
-                                   uniform=1 / spec.num_tokens)
+                                   uniform=uniform1)
     lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2,
-                                   uniform=1 / spec2.num_tokens)
+                                   uniform=uniform2)
     group_ranges = [(lo1, hi1, f"{name1} ({text1})"), (lo2, hi2, f"{name2} ({text2})")]
     scale_text = "one colour scale per model"
 else:
     everything = np.concatenate([maps.ravel(), *([maps2.ravel()] if panels2 else [])])
-    uniform = 1 / min([spec.num_tokens] + ([spec2.num_tokens] if panels2 else []))  # the larger level: neither saturates
+    uniform = max([uniform1] + ([uniform2] if panels2 else []))  # the larger level: neither saturates
     lo, hi, range_text = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels + panels2]), everything,
                                       uniform=uniform)
     group_ranges = [(lo, hi, f"attention probability ({range_text})")]
@@ -138,7 +179,8 @@ st.caption(
 )
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
-    "cmp_data", "compare_layers", attention=maps[layers, column], layers=layers,
+    "cmp_data", "compare_layers", **stacked("attention", layers, panels), layers=layers,
     head=-1 if head == "mean" else int(head), query=str(query), **extra_rows,
 )
-show_code(compare_code(Source.of(cur), layers=layers, head=head, query=query))
+show_code(compare_code(Source.of(cur), layers=layers, head=head, windowed=spec.is_windowed,
+                       query=analysis_query(spec, query) if spec.is_windowed else query))

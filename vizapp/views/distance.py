@@ -13,7 +13,9 @@ from vizapp.refs import ImageRef, ModelRef
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
 from vizapp.state import current, second_model_control
-from vizapp.ui import download_csv, download_npz, show_chart
+from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.windowed import layer_reference_trace
+from analysis.plots.charts import DISTANCE_UNIT_SHORT
 
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
@@ -23,7 +25,9 @@ st.caption(
     "For each head: Σ_k a_qk·‖c_q − c_k‖ over patch keys (attention renormalised over patches), "
     "averaged over all patch queries. Each dashed line is a model's value under uniform attention "
     "on its grid. Patch units (√(ph·pw) px) and fractions of the image side (√(H·W) px) compare "
-    "models with other patch sizes or input resolutions."
+    "models with other patch sizes or input resolutions. A windowed model (Swin, SAM) attends inside windows "
+    "of each stage's grid: its dashed steps are each layer's uniform attention inside its window, so a Swin "
+    "beside a ViT in pixels shows where locality comes from, the window or the learning."
 )
 UNITS = {"px": "input pixels", "patches": "patches", "image": "fraction of image side"}
 
@@ -41,7 +45,10 @@ with c1:
         problems = []
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
-    unit = st.radio("Units", list(UNITS), format_func=UNITS.get, key="dist_unit", horizontal=True)
+    # one patch side exists only where every layer has one cell size (not across Swin's patch merging)
+    units = [u for u in UNITS if u != "patches" or len({g.stride for g in cur.spec.layer_geometry}) <= 1]
+    clamp_state("dist_unit", units, "px")
+    unit = st.radio("Units", units, format_func=UNITS.get, key="dist_unit", horizontal=True)
 
 
 def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -62,6 +69,8 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
 
 series: list[tuple[str, np.ndarray]] = []  # (name, (L, heads) in `unit`)
 references: list[tuple[str, float]] = []  # (label, value in `unit`)
+layer_references: list[tuple[str, np.ndarray]] = []  # windowed models: (label, (L,) in `unit`), one per layer
+set_refused: list[str] = []  # prefixes of the models whose image-set average the library refused
 arrays: dict[str, np.ndarray] = {}
 
 
@@ -74,10 +83,20 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
     current_image = resources.image_attention_distance(*args) * to_unit
     series.append((f"{name} · {cur.image.name}", current_image))
     arrays[f"{prefix}current_image"] = current_image
-    mean, stack = set_average(ref, name)
+    try:
+        mean, stack = set_average(ref, name)
+    except analysis.AnalysisError as exc:  # e.g. the streamed average is not yet defined for windowed models
+        st.info(f"No image-set average for **{escape_markdown(name)}**: {error_text(exc)}", icon=":material/block:")
+        set_refused.append(prefix)
+        mean = stack = None
     if mean is not None:
         series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
         arrays[f"{prefix}set_mean"], arrays[f"{prefix}set_per_image"] = mean * to_unit, stack * to_unit
+    if spec.is_windowed:  # one reference per layer: its window on its stage grid
+        per_layer = resources.uniform_distance_by_layer(ref) * to_unit
+        arrays[f"{prefix}uniform_reference"] = per_layer
+        layer_references.append((f"{name} uniform in each layer's window", per_layer))
+        return
     gh, gw = spec.grid_size
     uniform = resources.uniform_distance(*args) * to_unit
     arrays[f"{prefix}uniform_reference"] = np.array(uniform)
@@ -97,6 +116,8 @@ if loaded is not None:
     ref2, _ = loaded
     try:
         add_model(ref2, name2, "second_")
+    except analysis.AnalysisError as exc:  # e.g. no one patch side for a Swin: the reason, as information
+        st.info(f"**{escape_markdown(ref2.label)}** is not shown: {error_text(exc)}", icon=":material/block:")
     except Exception as exc:  # noqa: BLE001 - the first model's series still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process the images: {error_text(exc)}")
 
@@ -105,8 +126,11 @@ for problem in problems:
 if which == "mine" and not images:
     st.info("Upload images (or a .zip of images) to average over them.")
 
-show_chart(figures.attention_distance_scatter(series, references=references, unit=unit), "dist_scatter",
-           filename=f"mean_attention_distance_{unit}")
+distance_chart = figures.attention_distance_scatter(series, references=references, unit=unit)
+for label, values in layer_references:
+    distance_chart.add_trace(layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit],
+                                                   digits=".1f" if unit == "px" else ".3f"))
+show_chart(distance_chart, "dist_scatter", filename=f"mean_attention_distance_{unit}")
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
     download_npz("dist_data", f"mean_attention_distance_{unit}", **arrays, unit=np.array(unit))
@@ -114,7 +138,10 @@ with d2:
     rows = [
         (name, layer, head, float(values[layer, head]))
         for name, values in series for layer in range(values.shape[0]) for head in range(values.shape[1])
+        if np.isfinite(values[layer, head])  # a windowed model's layers have fewer heads than its widest (NaN)
     ]
     download_csv("dist_csv", f"mean_attention_distance_{unit}", ["series", "layer", "head", f"distance_{unit}"], rows)
-show_code(distance_code(Source.of(cur), unit=unit, image_set=inputs.sample_paths() if which == "samples" else None,
-                        image_set_names=[i.name for i in images]))
+with_set = "" not in set_refused  # the script recomputes what the page shows: no set where it was refused
+show_code(distance_code(Source.of(cur), unit=unit,
+                        image_set=inputs.sample_paths() if which == "samples" and with_set else None,
+                        image_set_names=[i.name for i in images] if with_set else (), windowed=cur.spec.is_windowed))

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import scale_by_peak
+from analysis import AnalysisError, scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, inputs, resources
 from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
-from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.messages import error_text
+from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
 
 METHOD_LABELS = {
     "attention": "attention (last layer)",
@@ -93,6 +94,17 @@ if not methods:
     st.stop()
 
 targets = [target] + ([target2] if target2 is not None else [])
+refused: dict[str, str] = {}  # method -> why the library refused it for this model (typed AnalysisError)
+for method in methods:
+    try:
+        resources.explanation(*cur.args, method, targets[0] if method in CLASS_SPECIFIC else None, options[method])
+    except AnalysisError as exc:
+        refused[method] = error_text(exc)
+for method, reason in refused.items():
+    st.info(f"**{METHOD_LABELS[method]}**: {reason}", icon=":material/block:")
+methods = [m for m in methods if m not in refused]
+if not methods:
+    refuse_page(AnalysisError("None of the chosen methods is defined for this model (reasons above): choose another."))
 maps, titles, raw = [], [], {}
 for row, class_index in enumerate(targets):
     for method in methods:
@@ -105,7 +117,9 @@ for row, class_index in enumerate(targets):
 
 ncols = len(methods)
 figure = figures.map_panels(
-    resources.background_uri(*cur.args), spec.img_size, maps, spec.patch_size, titles, ncols=ncols,
+    resources.background_uri(*cur.args), spec.img_size, maps,
+    [stride_of_map(spec.img_size, m.shape) for m in maps],  # each map on its own grid (windowed: a stage grid)
+    titles, ncols=ncols,
     opacity=0.65, colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
     colorbar_title="map / its max |value| (negative → 0)",
     panel_height=360 if ncols <= 2 else 280,
@@ -124,7 +138,12 @@ if class_specific:
     st.subheader(f"Deletion and insertion · {names[target]}")
     curves, rows = [], []
     for method in ["random", *methods]:
-        result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
+        try:
+            result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
+        except AnalysisError as exc:  # not yet defined for this model: say so, keep the other curves
+            st.info(f"No deletion / insertion curve for **{METHOD_LABELS.get(method, method)}**: {error_text(exc)}",
+                    icon=":material/block:")
+            continue
         fractions, deletion, insertion = result["fractions"], result["deletion"], result["insertion"]
         deletion_auc, insertion_auc = area_under_curve(fractions, deletion), area_under_curve(fractions, insertion)
         label = "random" if method == "random" else METHOD_LABELS[method]

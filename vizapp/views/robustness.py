@@ -14,7 +14,7 @@ from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
-from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
 
 PERTURBATION_LABELS = {
     "token_drop": "drop tokens",
@@ -134,6 +134,8 @@ try:
     before = resources.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
     after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
 except analysis.AnalysisError as exc:
+    if spec.is_windowed:  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
+        refuse_page(exc)
     st.error(error_text(exc))
     st.stop()
 cnn_before = cnn_after = None
@@ -178,7 +180,8 @@ def pair_scaled(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.n
 
 maps = list(pair_scaled(before.saliency, after.saliency))
 backgrounds = [figures.image_data_uri(before.input_image), figures.image_data_uri(after.input_image)]
-sizes, cells = [spec.img_size] * 2, [spec.patch_size] * 2
+sizes = [spec.img_size] * 2
+cells = [stride_of_map(spec.img_size, m.shape) for m in maps]  # each map's own grid (windowed: a stage grid)
 titles = ["ViT rollout · clean", "ViT rollout · perturbed"]
 if cnn is not None:
     h, w = cnn_before.saliency.shape
@@ -242,7 +245,11 @@ curves, rows = [], []
 st.session_state.setdefault("rob_curves", True)
 if images and st.toggle("Measure the curves", key="rob_curves",
                         help="One forward pass per image and level for each model."):
-    vit_score, vit_probability, used = set_curve(("vit", cur.model), "ViT", perturbation, levels)
+    try:
+        vit_score, vit_probability, used = set_curve(("vit", cur.model), "ViT", perturbation, levels)
+    except analysis.AnalysisError as exc:  # e.g. not yet defined for this model: the CNN's curve still shows
+        st.info(f"No ViT curve: {error_text(exc)}", icon=":material/block:")
+        vit_score, vit_probability, used = None, None, 0
     if vit_score is not None:
         curves.append((f"ViT · {PERTURBATION_LABELS[perturbation]}", levels, vit_score))
         rows += [("ViT", lv, float(a), float(p)) for lv, a, p in zip(levels, vit_score, vit_probability)]

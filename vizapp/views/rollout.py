@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis import masked_image
+from analysis import AnalysisError, masked_image
 from analysis.rollout import POST_NORM_WARNING
 
 from vizapp import figures, resources
@@ -18,8 +18,11 @@ from vizapp.ui import (
     download_png,
     patch_click,
     query_controls,
+    refuse_page,
     show_chart,
+    stride_of_map,
 )
+from vizapp.windowed import analysis_query
 
 cur = current()
 spec = cur.spec
@@ -48,28 +51,36 @@ with right:
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
 
-strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), query)  # (L - start, gh, gw)
+# a windowed model's query is the pixel at the chosen cell's centre (vizapp.windowed), valid on any stage grid
+library_query = analysis_query(spec, query) if spec.is_windowed else query
+try:
+    strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), library_query)  # (L - start, gh, gw)
+except AnalysisError as exc:  # e.g. not yet defined for this model (windowed attention): say why
+    refuse_page(exc)
 final = strip[-1]
+grid = tuple(final.shape)  # the result's own grid (a windowed model's may be a stage grid)
+stride = stride_of_map(spec.img_size, grid)
 query_text = describe_query(query, spec)
-lo, hi, range_text = colour_range(cur.map_range, final, strip, uniform=1 / spec.num_tokens)
+uniform = 1 / final.size if spec.is_windowed else 1 / spec.num_tokens
+lo, hi, range_text = colour_range(cur.map_range, final, strip, uniform=uniform)
 
 with left:
     figure = figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, final, spec.patch_size, opacity=opacity,
+        resources.background_uri(*cur.args), spec.img_size, final, stride, opacity=opacity,
         colorscale=cur.colorscale, colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
         zmin=lo, zmax=hi,
         title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
-        query_patch=query if isinstance(query, int) else None,
+        query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
         upsampled=cur.upsampled(final),
     )
     show_chart(figure, "rollout_overlay", filename="rollout",
-               on_select=patch_click("rollout_overlay", [spec.grid_size], spec.grid_size))
+               on_select=patch_click("rollout_overlay", [grid], spec.grid_size))
     download_npz(
         "rollout_data", "rollout", rollout=final, after_each_layer=strip,
         end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
-        query=str(query),
+        query=str(library_query),
     )
-    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=query))
+    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=library_query))
 
 with right:
     st.subheader("Figure 6 view")

@@ -7,14 +7,14 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis import ViTSpec, patch_similarity
+from analysis import AnalysisError, ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS
 from vizapp import figures, inputs, resources
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
-from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, show_chart
+from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
 
 UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
 KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value": "value"}
@@ -40,8 +40,11 @@ with right:
                            help="A first PCA's first component splits the patches; the smaller side is refitted, the rest drawn black.")
     query = query_controls(spec)
 
-layer_tokens = resources.layer_tokens(*cur.args, kind, layer)  # (1, T, D)
-rgb, fitted = resources.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
+try:
+    layer_tokens = resources.layer_tokens(*cur.args, kind, layer)  # (1, T, D)
+    rgb, fitted = resources.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
+except AnalysisError as exc:  # e.g. not yet defined for windowed models (Swin, SAM): say why
+    refuse_page(exc)
 (gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
 
 with left:

@@ -1,0 +1,434 @@
+"""The app on windowed models (issue 23): a random Swin v1, Swin v2 and SAM at small inputs.
+
+Every page opens each of them without an exception. The Attention page draws each layer's
+map on its own stage grid, with the query's window outlined: the outline is checked against
+the window arithmetic written out here as loops (the cyclic shift as modular index
+arithmetic, padding as cells past the grid), never against :meth:`LayerGeometry.window_cells`.
+Maps, thumbnails, distances and position biases are compared numerically with direct calls
+to ``analysis`` on the very model instance the app uses (Streamlit's resource cache is
+process-wide and AppTest runs the app in this process).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import analysis  # noqa: E402
+from analysis.spec import LayerGeometry  # noqa: E402
+from tests.test_app import (  # noqa: E402
+    APP,
+    array,
+    assert_clean,
+    chart,
+    first_sample,
+    npz_downloads,  # noqa: F401 - a fixture
+    overlay_map,
+    reproduce,
+    tiles_of,
+    traces,
+)
+from vizapp import windowed  # noqa: E402
+
+TIMEOUT = 180
+# timm name -> input side (px): small inputs keep the suite fast on two cores
+SWIN = ("swin_tiny_patch4_window7_224", 112)  # 28x28 -> 14 -> 7 -> 4 cells, 7x7 windows, shift 3 on stages 0-1
+SWIN_V2 = ("swinv2_tiny_window8_256", 128)  # 32x32 -> 16 -> 8 -> 4 cells, 8x8 windows
+SAM = ("samvit_base_patch16", 128)  # one 8x8 grid: 14x14 windows padded, and global blocks
+FAMILIES = {"swin": SWIN, "swinv2": SWIN_V2, "sam": SAM}
+PAGES = ("attention", "rollout", "explain", "compare", "tokens", "robustness", "position", "filters", "distance")
+
+
+def loaded(family: str) -> analysis.LoadedViT:
+    """The model instance the app holds for ``family`` (random weights differ per load)."""
+    from vizapp.refs import ModelRef
+    from vizapp.resources import get_model
+
+    name, side = FAMILIES[family]
+    return get_model(ModelRef(name, pretrained=False, img_size=side))
+
+
+def open_app(family: str, **params) -> AppTest:
+    name, side = FAMILIES[family]
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model=f"random:{name}", res=str(side), **params)
+    at.run()
+    assert_clean(at)
+    assert at.session_state["current"].spec.is_windowed
+    return at
+
+
+def record_of(vit) -> analysis.windowed.WindowedAttentionRecord:
+    return analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
+
+
+def chart_keys(at: AppTest) -> list[str]:
+    return [c.proto.id for c in at.get("plotly_chart")]
+
+
+# --------------------------------------------------------------------------- window outline
+
+
+def hand_window_cells(grid, window, shift, a: int, b: int) -> set[tuple[int, int]]:
+    """The (row, col) cells of window (a, b), written out: slot (i, j) of the rolled, padded
+    grid holds cell ((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw), or padding past the grid."""
+    (gh, gw), (wh, ww), (sh, sw) = grid, window, shift
+    cells = set()
+    for i in range(wh):
+        for j in range(ww):
+            y, x = a * wh + i, b * ww + j
+            if y < gh and x < gw:
+                cells.add(((y + sh) % gh, (x + sw) % gw))
+    return cells
+
+
+def covered(rectangles, stride) -> list[tuple[int, int]]:
+    """Every cell a list of pixel rectangles covers, with repeats (overlaps would repeat)."""
+    sy, sx = stride
+    return [(r, c) for x0, y0, x1, y1 in rectangles for r in range(y0 // sy, y1 // sy) for c in range(x0 // sx, x1 // sx)]
+
+
+@pytest.mark.parametrize("grid, window, shift", [
+    ((8, 8), (4, 4), (2, 2)),  # the last window row and column wrap around: 4 pieces
+    ((8, 8), (4, 4), (0, 0)),  # no shift: one rectangle per window
+    ((7, 10), (4, 4), (2, 2)),  # padding: windows at the bottom and right hold fewer cells
+    ((6, 9), (3, 3), (1, 0)),  # a shift along rows only
+])
+def test_the_window_outline_is_the_window_arithmetic(grid, window, shift):
+    stride = (8, 4)
+    geometry = LayerGeometry(stage=0, grid_size=grid, stride=stride, window_size=window, shift=shift, num_heads=1)
+    rows, cols = -(-grid[0] // window[0]), -(-grid[1] // window[1])
+    for a in range(rows):
+        for b in range(cols):
+            expected = hand_window_cells(grid, window, shift, a, b)
+            for r, c in expected:
+                rectangles = windowed.window_rectangles(geometry, r * grid[1] + c)
+                cells = covered(rectangles, stride)
+                assert sorted(cells) == sorted(expected), (a, b, rectangles)  # the window, each cell once
+    if shift == (2, 2) and grid == (8, 8):  # the corner window: rows 6,7,0,1 x cols 6,7,0,1
+        assert sorted(windowed.window_rectangles(geometry, 0)) == sorted([
+            (0, 0, 2 * 4, 2 * 8), (6 * 4, 0, 8 * 4, 2 * 8), (0, 6 * 8, 2 * 4, 8 * 8), (6 * 4, 6 * 8, 8 * 4, 8 * 8),
+        ])
+
+
+def test_a_click_on_any_layer_grid_queries_that_cell_on_that_layer():
+    spec = loaded("swin").spec
+    for layer in range(spec.num_layers):
+        geometry = spec.geometry(layer)
+        for cell in range(geometry.grid_size[0] * geometry.grid_size[1]):
+            patch = windowed.layer_cell_to_query_patch(spec, geometry, cell)
+            assert geometry.cell_of_pixel(*windowed.query_pixel(spec, patch)) == cell
+
+
+# --------------------------------------------------------------------------- every page, every family
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_page_opens_a_windowed_model(family):
+    at = open_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    stages = windowed.stage_layers(spec)
+    sidebar = " ".join(m.value for m in at.sidebar.markdown)
+    assert "windowed attention" in sidebar and spec.family in sidebar
+    for page in PAGES:
+        at.switch_page(f"views/{page}.py").run()
+        assert_clean(at)
+        assert not at.error, (page, [e.value for e in at.error])
+        keys = chart_keys(at)
+        if page == "attention":
+            assert any(k.endswith("-attn_overlay") for k in keys)
+            assert sum("-attn_grid_s" in k for k in keys) == len(stages)  # one thumbnail mosaic per stage
+        elif page in ("rollout", "explain", "tokens", "robustness"):
+            # the library's typed refusal, as information, or (once defined) the page's charts
+            assert at.info or keys, page
+        elif page == "position":
+            assert any(k.endswith(("-pos_bias", "-pos_table_rows")) for k in keys), keys
+        elif page == "filters":
+            assert any(k.endswith("-filt_grid") for k in keys), keys
+        elif page == "distance":
+            scatter = chart(at, "dist_scatter")
+            (reference,) = [t for t in scatter["data"] if "uniform in each layer" in t.get("name", "")]
+            steps = array(reference["y"])
+            np.testing.assert_allclose(steps[np.isfinite(steps)][::2],
+                                       analysis.uniform_attention_distance_by_layer(spec).numpy(), rtol=1e-6)
+        elif page == "compare":
+            assert any(k.endswith("-cmp_panels") for k in keys)
+
+
+# --------------------------------------------------------------------------- the Attention page
+
+
+def test_the_attention_page_outlines_the_query_window_and_draws_its_map():
+    """Swin v1, layer 1 (shifted by 3 cells), the query at the image's top-left cell: its
+    window wraps around both borders, so the outline is 4 rectangles and the map is zero
+    outside them."""
+    at = open_app("swin")
+    vit = loaded("swin")
+    spec = vit.spec
+    record = record_of(vit)
+    at.radio(key="attn_stage").set_value(0).run()
+    at.slider(key="layer").set_value(1).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(0).run()
+    assert_clean(at)
+    geometry = spec.geometry(1)
+    assert geometry.shift == (3, 3) and geometry.grid_size == (28, 28)
+    overlay = chart(at, "attn_overlay")
+    shown = overlay_map(overlay)
+    (heatmap,) = traces(overlay, "heatmap")
+    assert (heatmap["dx"], heatmap["dy"]) == (4, 4)  # cells of this layer's stride
+    np.testing.assert_allclose(shown, analysis.attention_map(record, 1, head=None, query=(2, 2))[0].numpy(),
+                               rtol=1e-5, atol=1e-7)
+    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
+    # cell (0, 0) sits in the last rolled window: rows and columns 24..27 and 0..2
+    expected_cells = hand_window_cells((28, 28), (7, 7), (3, 3), 3, 3)
+    assert (0, 0) in expected_cells
+    rectangles = [(int(s["x0"]), int(s["y0"]), int(s["x1"]), int(s["y1"])) for s in outline]
+    assert len(rectangles) == 4
+    assert sorted(covered(rectangles, (4, 4))) == sorted(expected_cells)
+    inside = np.zeros((28, 28), bool)
+    for r, c in expected_cells:
+        inside[r, c] = True
+    assert np.all(shown[~inside] == 0) and shown[inside].sum() > 0.99
+
+    # another stage: the layer slider moves within it, the map is on its grid
+    at.radio(key="attn_stage").set_value(1).run()
+    assert_clean(at)
+    layer = at.slider(key="layer").value
+    assert layer in windowed.stage_layers(spec)[1]
+    overlay = chart(at, "attn_overlay")
+    assert overlay_map(overlay).shape == spec.geometry(layer).grid_size == (14, 14)
+    assert traces(overlay, "heatmap")[0]["dx"] == 8
+
+
+def test_the_thumbnails_hold_every_layer_and_head_of_each_stage():
+    at = open_app("swin")
+    vit = loaded("swin")
+    spec = vit.spec
+    record = record_of(vit)
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(5 * 28 + 9).run()
+    at.radio(key="thumb_scale").set_value("shared").run()
+    assert_clean(at)
+    query = windowed.query_pixel(spec, 5 * 28 + 9)
+    for stage, layers in windowed.stage_layers(spec).items():
+        geometry = spec.geometry(layers[0])
+        heads = geometry.num_heads
+        (heatmap,) = traces(chart(at, f"attn_grid_s{stage}"), "heatmap")
+        tiles = tiles_of(array(heatmap["z"]), geometry.grid_size, heads + 1, len(layers) * (heads + 1))
+        for row, layer in enumerate(layers):
+            for head in (0, heads - 1, None):
+                column = heads if head is None else head
+                expected = analysis.attention_map(record, layer, head=head, query=query)[0].numpy()
+                np.testing.assert_allclose(tiles[row * (heads + 1) + column], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_attention_page_reproduces_in_python_for_a_swin(npz_downloads, monkeypatch):  # noqa: F811
+    at = open_app("swin")
+    vit = loaded("swin")
+    at.radio(key="attn_stage").set_value(1).run()
+    at.slider(key="layer").set_value(3).run()
+    at.selectbox(key="head").set_value(4).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(27).run()
+    assert_clean(at)
+    calls = []
+
+    def same_model(source, **kwargs):  # random weights: the script gets the app's own instance
+        calls.append((source, kwargs))
+        return vit
+
+    monkeypatch.setattr(analysis, "load_vit", same_model)
+    script = reproduce(at)
+    assert calls == [(SWIN[0], {"pretrained": False, "img_size": SWIN[1]})]
+    npz = npz_downloads["attn_overlay_data"]
+    assert script["attention"].shape == (14, 14)
+    np.testing.assert_allclose(script["attention"], npz["attention"], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- the other pages
+
+
+def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
+    at = open_app("swin")
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="cmp_layers").set_value([1, 11]).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(0).run()
+    at.selectbox(key="cmp_model2").set_value("other").run()
+    at.text_input(key="cmp_model2_other").set_value("random:vit_tiny_patch16_224").run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    spec = loaded("swin").spec
+    panels = chart(at, "cmp_panels")
+    heatmaps = traces(panels, "heatmap")
+    assert [array(h["z"]).shape for h in heatmaps] == [(28, 28), (4, 4), (14, 14), (14, 14)]
+    assert [h["dx"] for h in heatmaps] == [4, 28, 16, 16]
+    query = windowed.query_pixel(spec, 0)
+    record = record_of(loaded("swin"))
+    np.testing.assert_allclose(array(heatmaps[0]["z"]), analysis.attention_map(record, 1, query=query)[0].numpy(),
+                               rtol=1e-5, atol=1e-7)
+    # the ViT's query: the patch at the same image position (its top-left patch)
+    rects = [s for s in panels["layout"]["shapes"] if s["type"] == "rect"]
+    assert any(s["x0"] == 0 and s["y0"] == 0 and s["x1"] == 16 and s["y1"] == 16 for s in rects)
+
+
+def test_distance_puts_a_swin_beside_a_vit_in_pixels():
+    at = open_app("swin")
+    vit = loaded("swin")
+    at.switch_page("views/distance.py").run()
+    assert list(at.radio(key="dist_unit").options) == ["input pixels", "fraction of image side"]  # no one patch side
+    at.selectbox(key="dist_model2").set_value("other").run()
+    at.text_input(key="dist_model2_other").set_value("random:vit_tiny_patch16_224").run()
+    assert_clean(at)
+    scatter = chart(at, "dist_scatter")
+    names = [t["name"] for t in scatter["data"]]
+    swin_series = scatter["data"][0]
+    expected = analysis.mean_attention_distance(record_of(vit)).numpy()  # (L, max heads), NaN past a layer's heads
+    values = array(swin_series["y"])
+    np.testing.assert_allclose(values[np.isfinite(values)], expected[np.isfinite(expected)], rtol=1e-4)
+    assert any("vit_tiny_patch16_224" in n for n in names), names
+    second = analysis.load_vit("vit_tiny_patch16_224", pretrained=False)
+    lines = [shape["y0"] for shape in scatter["layout"]["shapes"]]
+    assert lines == pytest.approx([analysis.uniform_attention_distance(second.spec)], rel=1e-6)  # the ViT's line
+    assert any("uniform in each layer's window" in n for n in names)  # the Swin's steps
+
+
+@pytest.mark.parametrize("family", ["swin", "swinv2", "sam"])
+def test_the_position_page_draws_the_relative_position_bias(family, npz_downloads):  # noqa: F811
+    at = open_app(family)
+    vit = loaded(family)
+    at.switch_page("views/position.py").run()
+    at.selectbox(key="pos_bias_layer").set_value(2).run()
+    assert_clean(at)
+    text = " ".join(c.value for c in at.caption)
+    if family == "sam":
+        rows, cols = analysis.decomposed_relative_position(vit, 2)
+        (heatmap,) = traces(chart(at, "pos_table_rows"), "heatmap")
+        np.testing.assert_allclose(array(heatmap["z"]), rows.numpy().T, rtol=1e-6)
+        assert "decomposes" in text
+        return
+    bias = analysis.relative_position_bias(vit, 2).numpy()  # (heads, 2M − 1, 2M − 1)
+    heads = bias.shape[0]
+    (heatmap,) = traces(chart(at, "pos_bias"), "heatmap")
+    tiles = tiles_of(array(heatmap["z"]), bias.shape[1:], min(heads, 6), heads)
+    np.testing.assert_allclose(tiles, bias, rtol=1e-6)
+    assert "Figure 7 (centre)" in text
+    np.testing.assert_array_equal(npz_downloads["pos_bias_data"]["bias"], bias)
+
+
+@pytest.mark.parametrize("page, resource", [
+    ("rollout", "rollout_by_layer"), ("explain", "explanation"), ("tokens", "layer_tokens"),
+    ("robustness", "vit_probe"),
+])
+def test_a_refused_analysis_is_shown_as_its_reason(page, resource, monkeypatch):
+    """Where the library refuses a windowed model (typed AnalysisError), the page says why as
+    information and the run ends cleanly: no traceback, the URL still published."""
+    import vizapp.resources as resources
+
+    def refused(*args, **kwargs):
+        raise analysis.AnalysisError("not yet defined for windowed attention (test)")
+
+    at = open_app("swin")
+    monkeypatch.setattr(resources, resource, refused)
+    at.switch_page(f"views/{page}.py").run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("not yet defined for windowed attention" in i.body for i in at.info), [i.body for i in at.info]
+    params = {k: at.query_params[k] for k in at.query_params}
+    assert "swin_tiny_patch4_window7_224" in str(params.get("model"))
+
+
+def test_a_swin_typed_in_the_sidebar_opens():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.radio(key="model_source").set_value("timm").run()
+    at.text_input(key="model_timm").input("random:swin_tiny_patch4_window7_224").run()
+    at.number_input(key="resolution").set_value(128).run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    current = at.session_state["current"]
+    assert current.model.source == "swin_tiny_patch4_window7_224" and current.spec.is_windowed
+    assert current.spec.img_size == (128, 128)
+    assert at.number_input(key="resolution").step == 32  # whole cells on every stage: 4 px patches, merged 3 times
+
+
+def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downloads, monkeypatch):  # noqa: F811
+    at = open_app("swin")
+    vit = loaded("swin")
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)  # the app's random weights
+    at.switch_page("views/distance.py").run()
+    assert_clean(at)
+    script = reproduce(at)
+    npz = npz_downloads["dist_data"]
+    np.testing.assert_allclose(script["current_image"], npz["current_image"], rtol=1e-5, equal_nan=True)
+    np.testing.assert_allclose(script["uniform_reference"], npz["uniform_reference"], rtol=1e-6)
+    assert npz["uniform_reference"].shape == (vit.spec.num_layers,)
+
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="cmp_layers").set_value([0, 5, 11]).run()
+    at.selectbox(key="head").set_value(5).run()  # stage 0 has 3 heads: its layers show the mean
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(100).run()
+    assert_clean(at)
+    script = reproduce(at)
+    npz = npz_downloads["cmp_data"]
+    for layer in (0, 5, 11):
+        np.testing.assert_allclose(script["attention"][layer], npz[f"attention_layer{layer}"], rtol=1e-5, atol=1e-7)
+
+
+def test_a_windowed_forward_pass_counts_every_windows_bytes():
+    """The record store's LRU by bytes and the float16 choice read ``record.windows`` (a
+    windowed record has no ``record.attentions``)."""
+    import torch
+
+    from vizapp import resources
+
+    at = open_app("swin")
+    cur = at.session_state["current"]
+    forward = resources.forward(*cur.args)
+    windows = forward.record.windows
+    assert forward.nbytes == (sum(w.numel() * w.element_size() for w in windows)
+                              + forward.record.logits.numel() * forward.record.logits.element_size()
+                              + forward.input_image.nbytes + forward.probabilities.nbytes)
+    entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in cur.spec.layer_geometry)
+    assert entries == sum(w[0].numel() for w in windows)
+    assert resources.record_dtype(cur.spec) == torch.float32  # far below the float16 limit at 112 px
+
+
+def test_the_url_layer_picks_its_stage_and_both_survive_a_page_switch():
+    at = open_app("swin", layer="3", query="patch", patch="40")
+    assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
+    at.switch_page("views/distance.py").run()
+    at.switch_page("views/attention.py").run()
+    assert_clean(at)
+    assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
+    assert at.number_input(key="query_patch").value == 40
+    params = {k: at.query_params[k] for k in at.query_params}
+    flat = {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()}
+    assert flat["layer"] == "3" and flat["res"] == "112" and flat["patch"] == "40"
+
+
+def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
+    """Patch sides exist for the ViT, not across a Swin's patch merging: the Swin's series is
+    left out with the library's reason, the ViT's stays."""
+    from tests.test_app import RANDOM_MODEL
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model=RANDOM_MODEL, res="64")
+    at.run()
+    at.switch_page("views/distance.py").run()
+    at.radio(key="dist_unit").set_value("patches").run()
+    at.selectbox(key="dist_model2").set_value("other").run()
+    at.text_input(key="dist_model2_other").set_value(f"random:{SWIN[0]}").run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("no one patch side" in i.body for i in at.info), [i.body for i in at.info]
+    assert chart(at, "dist_scatter")["data"]
