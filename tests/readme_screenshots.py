@@ -35,6 +35,7 @@ SHOTS = {
     "position": ("/position", "Position-embedding similarity (Figure 7 centre)"),
     "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),
     "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),
+    "circuits": ("/circuits", "Circuits: direct logit attribution, head ablation and activation patching"),
 }
 
 

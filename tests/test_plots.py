@@ -224,3 +224,23 @@ def test_non_square_mosaics_keep_8_px_per_tile_on_both_axes():
     (picture,) = [t for t in figure.data if t.type == "image"]
     assert (picture.dy, picture.dx) == (pytest.approx(1.0), pytest.approx(4.0))
     assert "drawn at 16×16 px" in figure.layout.title.text
+
+
+def test_signed_circuit_figures_are_centred_on_zero_with_their_range_stated():
+    """Signed effects (analysis.plots.circuits): white is exactly 0, the range is ±max|v| and
+    the colour bar says so, and the click targets carry (layer, head)."""
+    from analysis import plots
+
+    values = np.array([[0.5, -2.0, 0.0], [1.0, np.nan, 0.25]])
+    figure = plots.head_heatmap(values, title="t", colorbar_title="Δ logit", selected=(5, 2), layers=[3, 5])
+    heatmap, targets = figure.data
+    assert heatmap.zmin == -2.0 and heatmap.zmax == 2.0 and heatmap.zmid == 0
+    assert "±2" in heatmap.colorbar.title.text
+    middle = plots.colorize(np.zeros((1, 1)), plots.DIVERGING, -2.0, 2.0)[0, 0]
+    assert middle.min() >= 240  # 0 is (near) white on RdBu_r
+    assert targets.customdata[:, :2].tolist()[:3] == [[3, 0], [3, 1], [3, 2]]
+    (outline,) = figure.layout.shapes
+    assert (outline.x0, outline.y0) == (1.5, 0.5)  # head 2 of layer 5 (row 1)
+    assert plots.symmetric_limit(np.zeros(3)) > 0 and plots.symmetric_limit(np.array([np.nan, -3.0])) == 3.0
+    patching = plots.patching_heatmap(np.array([[0.2, -0.8]]), ["class", "patch 0"], title=None)
+    assert patching.data[0].zmin == -0.8 and patching.data[0].zmax == 0.8

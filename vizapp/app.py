@@ -39,6 +39,7 @@ pages = [
     st.Page(VIEWS / "compare.py", title="Compare layers", icon=":material/view_column:"),
     st.Page(VIEWS / "tokens.py", title="Tokens", icon=":material/scatter_plot:"),
     st.Page(VIEWS / "robustness.py", title="Robustness", icon=":material/shield:"),
+    st.Page(VIEWS / "circuits.py", title="Circuits", icon=":material/account_tree:"),
     st.Page(VIEWS / "position.py", title="Position embeddings", icon=":material/grid_on:"),
     st.Page(VIEWS / "filters.py", title="Patch-embedding filters", icon=":material/filter:"),
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),

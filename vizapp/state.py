@@ -55,6 +55,8 @@ MODEL_SOURCES = {
 PERSISTENT_KEYS = (
     "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
     "fusion", "discard_ratio", "start_layer", "rollout_norm",
+    "circ_target", "circ_layer", "circ_head", "circ_method", "circ_reference", "circ_ablate", "circ_cumulative",
+    "circ_corruption", "circ_sample", "circ_level", "circ_point", "circ_patch", "circ_patch_layer",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
     "pos_kind", "pos_bias_layer", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",

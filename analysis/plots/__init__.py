@@ -27,6 +27,7 @@ from .charts import (
     similarity_vs_distance,
     wrap_label,
 )
+from .circuits import DIVERGING, ablation_curve, head_heatmap, layer_contributions, patching_heatmap, symmetric_limit
 from .mosaics import (
     colorized_png,
     filter_components_grid,
@@ -40,6 +41,12 @@ from .ranges import MAP_RANGES, UNIFORM_FLOOR, colour_range, layer_scaled
 from .style import COLORSCALES, HIGHLIGHT, colorize, colour_stops, image_data_uri, patch_centres, styled_layout
 
 __all__ = [
+    "DIVERGING",
+    "ablation_curve",
+    "head_heatmap",
+    "layer_contributions",
+    "patching_heatmap",
+    "symmetric_limit",
     "MAP_RANGES",
     "UNIFORM_FLOOR",
     "colour_range",
