@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 
 from .adapters import AttentionInputs, block_sites, pool_site
+from .adapters.probabilities import attention_probabilities  # the one softmax rule; re-exported here
 from .checks import check_float_dtype, check_index, check_int, check_pixels
 from .devices import autocast_context
 from .errors import AnalysisError
@@ -111,60 +112,6 @@ class AttentionRecord:
                 "were kept). Capture again with query_tokens=None for every query."
             )
         return [lookup[t] for t in tokens]
-
-
-def attention_probabilities(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    scale: float,
-    rows: torch.Tensor | None = None,
-    *,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``softmax(scale·q·kᵀ + M)`` over keys, in float32 (autocast off), as SDPA defines it.
-
-    q: ``(B, heads, T, d)``; k: ``(B, kv_heads, T, d)`` (grouped-query keys are repeated per
-    head); ``mask`` broadcastable to ``(B, heads, T, T)``: a float bias added to the scores,
-    or a boolean keep-mask (False → −∞); ``is_causal`` keeps keys ``j ≤ i``. ``rows``
-    optionally selects query rows. ``out``: optional float32 ``(B, heads, Q, T)`` tensor on
-    q's device to write into (the capture writes straight into its record).
-    Returns ``(B, heads, Q, T)``.
-    """
-    with torch.autocast(q.device.type, enabled=False):
-        if k.shape[1] != q.shape[1]:
-            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        full_queries = q.shape[2]
-        if rows is not None:
-            q = q.index_select(2, rows)
-        q, k = q.float(), k.float()
-        batch, heads, queries, head_dim = q.shape
-        tokens = k.shape[2]
-        if out is None:
-            out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
-        scores = out.view(batch * heads, queries, tokens)
-        torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
-            scores,
-            q.reshape(batch * heads, queries, head_dim),
-            k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
-            beta=0.0,
-            alpha=scale,
-            out=scores,
-        )
-        if is_causal:
-            query_index = rows if rows is not None else torch.arange(full_queries, device=q.device)
-            keep = torch.arange(tokens, device=q.device)[None, :] <= query_index[:, None]  # (Q, T)
-            out.masked_fill_(~keep, float("-inf"))
-        if mask is not None:
-            if rows is not None and mask.ndim >= 2 and mask.shape[-2] == full_queries and full_queries > 1:
-                mask = mask.index_select(-2, rows)
-            if mask.dtype == torch.bool:
-                out.masked_fill_(~mask, float("-inf"))
-            else:
-                out.add_(mask.float())
-        torch.ops.aten._softmax.out(out, -1, False, out=out)  # in place, row by row: no temporary
-    return out
 
 
 _CHUNK_BYTES = 4 << 20  # probabilities per piece of attend_and_record: small enough to stay in cache

@@ -118,24 +118,13 @@ def _dropout_p(query, key, value=None, attn_mask=None, dropout_p=0.0, *args, **k
 
 
 def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
-    """``softmax(scale·q·kᵀ + M)`` over keys in float32, by out-of-place (differentiable) ops.
+    """``softmax(scale·q·kᵀ + M)`` of one fused call, in float32, by out-of-place
+    (differentiable) ops: :func:`~analysis.adapters.probabilities.attention_probabilities`
+    with ``differentiable=True``, the one definition of the rule."""
+    from .probabilities import attention_probabilities
 
-    The same definition as :func:`analysis.capture.attention_probabilities` (which writes in
-    place, for speed without autograd): grouped-query keys are repeated per head, a boolean
-    mask keeps ``True``, a float mask is added, ``is_causal`` keeps keys ``j ≤ i``.
-    """
-    q, k, mask = inputs.q, inputs.k, inputs.mask
-    with torch.autocast(q.device.type, enabled=False):
-        if k.shape[1] != q.shape[1]:
-            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * inputs.scale  # (B, heads, Q, T)
-        if inputs.is_causal:
-            queries, tokens = scores.shape[-2:]
-            keep = torch.ones(queries, tokens, dtype=torch.bool, device=q.device).tril()
-            scores = scores.masked_fill(~keep, float("-inf"))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
-        return scores.softmax(-1)
+    return attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal,
+                                   differentiable=True)
 
 
 def _attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
