@@ -58,9 +58,11 @@ def test_capture_tokens_equals_plain_hooks(models, name):
         got = capture_tokens(vit, pixels, kind=kind)
         assert got.shape == expected.shape == (vit.spec.num_layers, 2, vit.spec.num_tokens, vit.spec.embed_dim)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=kind)
-    some = capture_tokens(vit, pixels, kind="key", layers=[-1, 0], dtype=torch.float16)
+    some = capture_tokens(vit, pixels, kind="key", layers=[-1, 0], dtype=torch.float16)  # kept in the order asked
     assert some.dtype == torch.float16 and some.shape[0] == 2
-    torch.testing.assert_close(some[1].float(), reference["key"][-1], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(some[0].float(), reference["key"][-1], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(some[1].float(), reference["key"][0], rtol=1e-2, atol=1e-2)
+    assert not torch.equal(some[0], some[1])
     for module in vit.model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks
 

@@ -130,7 +130,7 @@ def test_block_outputs_equal_the_model_run_stage_by_stage(name, request, pixels)
     if name != "sam":  # Swin: stage 1 is half the grid, twice the width
         assert captured.layer_tokens(0).shape == (2, 16 * 16, 32) and captured.layer_tokens(3).shape == (2, 8 * 8, 64)
     some = capture_tokens(vit, pixels, layers=[3, 1], dtype=torch.float16)
-    assert some.layers == (1, 3) and some.tokens[1].dtype == torch.float16
+    assert some.layers == (3, 1) and some.tokens[1].dtype == torch.float16  # the order asked (issue 26)
     torch.testing.assert_close(some.layer_tokens(3).float(), _flat(reference[3]), rtol=1e-2, atol=1e-2)
     _no_hooks_left(vit.model)
 

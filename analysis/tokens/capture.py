@@ -16,10 +16,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ..adapters.base import AttentionInputs
+from ..activations import run_with_cache
 from ..adapters.registry import block_sites
 from ..capture import _resolve_layers, input_spec, require_every_layer
-from ..checks import check_float_dtype
+from ..checks import check_float_dtype, check_index
 from ..devices import autocast_context
 from ..errors import AnalysisError
 from ..spec import ViTSpec
@@ -49,8 +49,9 @@ def capture_tokens(
     precision: str = "auto",
 ) -> torch.Tensor | WindowedTokens:
     """``(L, B, T, D)`` on the CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested
-    layer (``None``: all, in increasing order), in token order (prefix tokens first, then
-    patches row-major).
+    layer, in the order asked (``None``: all, in increasing order), in token order (prefix
+    tokens first, then patches row-major). For a ViT this is a view over
+    :func:`analysis.activations.run_with_cache` (``resid_post``, ``attn.q``/``.k``/``.v``).
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
     grouped-query keys and values). ``precision``: autocast for the forward, as in
@@ -71,54 +72,53 @@ def capture_tokens(
             "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
             "(each block's output on its stage grid)."
         )
-    layer_ids = _resolve_layers(layers, spec.num_layers)
+    layer_ids = _layers_in_order(layers, spec.num_layers)
+    if not spec.is_windowed:  # a view over the activation cache: one named point per layer
+        names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]
+        cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
+        values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
+        return torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
     sites = {site.layer: site for site in block_sites(vit.model)}
     owner = threading.get_ident()
     kept: dict[int, torch.Tensor] = {}
-    explicit: list[int] = []
     handles = []
-
-    def keep(layer: int, value: torch.Tensor) -> None:
-        if spec.is_windowed:  # the block's NHWC output (B, gh, gw, C) -> (B, gh·gw, C), cells row-major
-            value = _grid_tokens(value, spec, layer)
-        kept[layer] = value.detach().to("cpu", dtype)
 
     def block_output(layer: int):
         def hook(module, args, output):
-            if threading.get_ident() == owner:
-                keep(layer, output[0] if isinstance(output, tuple) else output)
+            if threading.get_ident() == owner:  # the block's NHWC output (B, gh, gw, C) -> (B, gh·gw, C)
+                output = output[0] if isinstance(output, tuple) else output
+                kept[layer] = _grid_tokens(output, spec, layer).detach().to("cpu", dtype)
         return hook
-
-    def attention_inputs(layer: int):
-        def report(inputs: AttentionInputs) -> None:
-            if inputs.q is None:  # the module ran its explicit path: no q/k/v were passed to us
-                explicit.append(layer)
-                return
-            tensor = {"query": inputs.q, "key": inputs.k, "value": inputs.v}[kind]
-            keep(layer, _heads_concatenated(tensor))
-        return report
 
     try:
         for layer in layer_ids:
-            if kind == "token":
-                handles.append(sites[layer].block.register_forward_hook(block_output(layer)))
-            else:
-                site = sites[layer]
-                handles.extend(site.adapter.tap(site.module, attention_inputs(layer), owner))
+            handles.append(sites[layer].block.register_forward_hook(block_output(layer)))
         with torch.no_grad(), autocast_context(vit.device, precision):
             vit.model(pixels.to(vit.device))
     finally:
         for handle in handles:
             handle.remove()
-    if explicit:
-        raise AnalysisError(
-            f"Layers {sorted(set(explicit))} ran their explicit attention path (fused_attn=False), where "
-            f"{kind}s are never passed out: capture kind='{kind}' needs the default fused attention."
-        )
-    require_every_layer(layer_ids, kept, what=f"{kind} output")
-    if spec.is_windowed:
-        return WindowedTokens(tokens=tuple(kept[layer] for layer in layer_ids), spec=spec, layers=layer_ids)
-    return torch.stack([kept[layer] for layer in layer_ids])
+    require_every_layer(layer_ids, kept, what="token output")
+    return WindowedTokens(tokens=tuple(kept[layer] for layer in layer_ids), spec=spec, layers=layer_ids)
+
+
+_POINT = {"token": "resid_post", "query": "attn.q", "key": "attn.k", "value": "attn.v"}  # analysis.activations names
+
+
+def _layers_in_order(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
+    """The requested layers in the order asked (negative indices from the end), each once;
+    ``None``: every layer."""
+    if layers is None:
+        return tuple(range(num_layers))
+    if isinstance(layers, int):
+        layers = [layers]
+    _resolve_layers(layers, num_layers)  # the same checks and messages as capture_attention's
+    ordered: list[int] = []
+    for layer in layers:
+        index = check_index("layer", layer, num_layers, "layers")
+        if index not in ordered:
+            ordered.append(index)
+    return tuple(ordered)
 
 
 def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tensor:
