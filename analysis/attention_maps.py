@@ -42,7 +42,7 @@ def attention_map(
     rows = query_rows_for(record, query)
     over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
     gh, gw = spec.grid_size
-    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw)
+    return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw)
 
 
 def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, probe: int = 0) -> torch.Tensor | None:
@@ -64,4 +64,4 @@ def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, p
         head = check_index("head", head, pool.shape[1], "pooling heads")
         pool = pool[:, head : head + 1]
     gh, gw = spec.grid_size
-    return pool[:, :, probe, spec.num_prefix_tokens :].float().mean(dim=1).reshape(-1, gh, gw)
+    return spec.split_prefix(pool[:, :, probe], -1)[1].float().mean(dim=1).reshape(-1, gh, gw)

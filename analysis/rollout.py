@@ -199,7 +199,7 @@ def _query_grid(record: AttentionRecord, rollout: torch.Tensor, rows: list[int])
     spec = record.spec
     over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
     gh, gw = spec.grid_size
-    return over_keys[:, spec.num_prefix_tokens :].reshape(-1, gh, gw).float()
+    return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw).float()
 
 
 def attention_rollout_by_layer(

@@ -128,11 +128,8 @@ def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, 
     for layer_attention, layer_gradient in zip(attentions, gradients):
         fused = (layer_gradient.double() * layer_attention.double()).clamp(min=0).mean(1)  # (B, T, T)
         relevance = relevance + torch.bmm(fused, relevance)
-    prefix = spec.num_prefix_tokens
-    if spec.has_class_token:
-        rows = relevance[:, 0, prefix:]  # (B, N)
-    else:
-        rows = relevance[:, prefix:, prefix:].mean(1)
+    to_patches = spec.split_prefix(relevance, 2)[1]  # (B, T, N): relevance of each token to the patches
+    rows = to_patches[:, 0] if spec.has_class_token else spec.split_prefix(to_patches, 1)[1].mean(1)  # (B, N)
     return _grid(rows, spec)
 
 
@@ -163,8 +160,7 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
         weights = gradients.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, C)
         return (activations * weights).sum(-1).clamp(min=0).float(), targets
     activations, gradients, targets, spec = block_input_gradients(vit, pixels, target)
-    prefix = spec.num_prefix_tokens
-    patches, patch_gradients = activations[:, prefix:], gradients[:, prefix:]  # (B, N, D)
+    patches, patch_gradients = spec.split_prefix(activations, 1)[1], spec.split_prefix(gradients, 1)[1]  # (B, N, D)
     weights = patch_gradients.mean(1, keepdim=True)  # (B, 1, D)
     return _grid((patches * weights).sum(-1).clamp(min=0), spec), targets
 
