@@ -6,6 +6,8 @@
 Prints, each with its target:
   1. capture_attention vs timm's own fused forward and vs the peers' approach (fused attention
      off, a hook on attn_drop), vit_base_patch16_224 and the RoPE vit_base_patch16_dinov3, batch 8;
+  1b. run_with_cache (named activations) with no names, every residual stream and every
+     attention map, vs the fused forward and vs capture_attention;
   2. dataset attention distance throughput vs plain forward throughput (same model, same
      images, JPEG decode and preprocessing included);
   3. peak memory (max RSS, fresh processes) of the dataset attention distance for 32 vs 160 images;
@@ -147,6 +149,41 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
             "new_ratio": paired("capture_new", "forward"), "record_mib": record_mib}
 
 
+def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
+    """``run_with_cache`` (issue 26) beside a plain fused forward, interleaved: with no names
+    (no hook at all), with every block's residual stream, and with every block's probabilities
+    beside ``capture_attention`` (the same adapters; the cache copies each map once more)."""
+    from analysis.activations import run_with_cache
+
+    vit = load_vit(model_name, pretrained=False, device="cpu")
+    pixels = torch.randn(batch, 3, *vit.spec.img_size)
+    layers = range(vit.spec.num_layers)
+    residual = [f"blocks.{layer}.resid_post" for layer in layers]
+    probs = [f"blocks.{layer}.attn.probs" for layer in layers]
+
+    def forward():
+        with torch.no_grad():
+            vit.model(pixels)
+
+    variants = {"forward": forward, "empty": lambda: run_with_cache(vit, pixels, names=[]),
+                "residual": lambda: run_with_cache(vit, pixels, names=residual),
+                "probs": lambda: run_with_cache(vit, pixels, names=probs),
+                "capture": lambda: capture_attention(vit, pixels)}
+    for fn in variants.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            times[name].append(_median_time(fn, 1))
+
+    def paired(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+    return {"forward_s": statistics.median(times["forward"]), "empty": paired("empty", "forward"),
+            "residual": paired("residual", "forward"), "probs": paired("probs", "forward"),
+            "probs_vs_capture": paired("probs", "capture")}
+
+
 def bench_dataset(model_name: str, count: int, batch: int, repeats: int) -> dict:
     vit = load_vit(model_name, pretrained=False)
     images = jpeg_images(count)
@@ -226,7 +263,7 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", default="vit_small_patch16_224", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
-    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture dataset memory large app rerun tokens gpu")
+    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture cache dataset memory large app rerun tokens gpu")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.memory_probe:
@@ -256,6 +293,14 @@ def main(argv=None) -> int:
               f"{r['record_mib']:.0f} MiB record; into new memory {r['new_ratio']:.3f} x)")
         report("capture / fused forward (DINOv3 ViT-B/16 RoPE, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.05",
                r["ratio"] <= 1.05)
+    if "cache" not in args.skip:
+        r = bench_cache("vit_base_patch16_224", batch=8, repeats=max(5, repeats))
+        print(f"  fused forward {r['forward_s']:.3f} s; run_with_cache: every residual stream {r['residual']:.3f} x, "
+              f"every attention map {r['probs']:.3f} x the forward ({r['probs_vs_capture']:.3f} x capture_attention)")
+        report("run_with_cache(names=[]) / fused forward (ViT-B/16, batch 8)", f"{r['empty']:.3f}", "<= 1.02",
+               r["empty"] <= 1.02)
+        report("run_with_cache(every attn.probs) / capture_attention", f"{r['probs_vs_capture']:.3f}", "<= 1.25",
+               r["probs_vs_capture"] <= 1.25)
     if "dataset" not in args.skip:
         count = 32 if args.quick else 64
         r = bench_dataset("vit_base_patch16_224", count=count, batch=16, repeats=max(2, repeats - 2))
