@@ -201,11 +201,14 @@ def compare_code(source: Source, *, layers: Sequence[int], head: str | int, quer
 
 
 def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, query: str | int,
-                other: ImageRef | None = None) -> str:
+                other: ImageRef | None = None, windowed: bool = False) -> str:
     """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
     query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
     and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
-    (``probabilities``), as the page's downloads name them."""
+    (``probabilities``), as the page's downloads name them. ``windowed`` (Swin, SAM; ``query``
+    then a cell of the layer's stage grid or ``"mean"``): block outputs per layer on its grid."""
+    if windowed:
+        return _windowed_tokens_code(source, layer=layer, foreground=foreground, query=query, other=other)
     lines = [
         *_forward(source),
         "",
@@ -236,6 +239,40 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
         "  # (L, heads)",
         "if vit.spec.has_classifier:",
         "    probabilities = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1).numpy()  # (L, classes)",
+    ]
+    return _script(lines)
+
+
+def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query: str | int,
+                          other: ImageRef | None) -> str:
+    lines = [
+        *_forward(source),
+        "",
+        "features = analysis.capture_tokens(vit, pixels, kind='token')  # WindowedTokens: one (1, gh·gw, C) per layer",
+        f"tokens, geometry = features.layer_tokens({int(layer)}), features.geometry({int(layer)})  # the layer's stage grid",
+        f"rgb, fitted = analysis.feature_pca(tokens, geometry, foreground={bool(foreground)!r})",
+        "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
+        f"similarity = analysis.patch_similarity(tokens, geometry, {query!r}).numpy()  # (gh, gw)",
+    ]
+    if other is not None:
+        path = sample_path(other)
+        lines += [
+            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
+            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            "other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind='token')",
+            f"other_image_similarity = analysis.patch_similarity(tokens, geometry, {query!r}, "
+            f"other=other_features.layer_tokens({int(layer)})).numpy()  # (gh, gw): into the other image",
+        ]
+    lines += [
+        "",
+        "from analysis.tokens import logit_lens_layers, stage_high_norm_tokens",
+        "",
+        "found = stage_high_norm_tokens(features)  # each layer on its own stage grid",
+        f"norms = analysis.token_norms(features.layer_tokens({int(layer)}))[0].numpy()  # (gh·gw,)",
+        f"thresholds, outlier_mask = found.thresholds.numpy(), found.mask[{int(layer)}][0].numpy()  # (L,), (gh·gw,)",
+        "if vit.spec.has_classifier:  # rows: the last stage's layers, logit_lens_layers(vit)",
+        "    layers = logit_lens_layers(vit)",
+        "    probabilities = analysis.logit_lens(vit, pixels, layers=layers)[:, 0].softmax(-1).numpy()  # (L', classes)",
     ]
     return _script(lines)
 
