@@ -432,3 +432,120 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
     assert not at.error, [e.value for e in at.error]
     assert any("no one patch side" in i.body for i in at.info), [i.body for i in at.info]
     assert chart(at, "dist_scatter")["data"]
+
+
+# --------------------------------------------------------------------------- analyses the library now defines for windowed models
+
+
+def pixel_query(spec, patch: int) -> tuple[int, int]:
+    """The input pixel at the centre of finest-grid cell ``patch``, written out."""
+    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
+    return ((patch // gw) * ph + ph // 2, (patch % gw) * pw + pw // 2)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkeypatch):  # noqa: F811
+    at = open_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    record = record_of(vit)
+    at.switch_page("views/rollout.py").run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(9).run()
+    stages = windowed.stage_layers(spec)
+    if len(stages) > 1:
+        at.radio(key="rollout_span").set_value(1).run()
+        expected = analysis.attention_rollout(record, stage=1, query=pixel_query(spec, 9))[0].numpy()
+        layers = stages[1]
+    else:  # SAM: one stage, every layer exact
+        expected = analysis.attention_rollout(record, query=pixel_query(spec, 9))[0].numpy()
+        layers = list(range(spec.num_layers))
+    assert_clean(at)
+    assert not at.info and not at.error
+    overlay = chart(at, "rollout_overlay")
+    shown = overlay_map(overlay)
+    assert shown.shape == spec.geometry(layers[0]).grid_size
+    assert traces(overlay, "heatmap")[0]["dx"] == spec.geometry(layers[0]).stride[1]
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-7)
+    npz = npz_downloads["rollout_data"]
+    assert list(npz["end_layers"]) == layers and npz["after_each_layer"].shape == (len(layers), *shown.shape)
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    np.testing.assert_allclose(reproduce(at)["rollout"], npz["rollout"], rtol=1e-5, atol=1e-7)
+
+
+def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
+    from analysis.windowed_rollout import MERGE_WARNING
+
+    at = open_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
+    vit = loaded("swinv2")
+    spec = vit.spec
+    at.switch_page("views/rollout.py").run()
+    at.radio(key="rollout_span").set_value("across").run()
+    at.slider(key="start_layer").set_value(0).run()
+    assert_clean(at)
+    assert any("patch merging" in i.body and "mean_2x2" in i.body.replace("\\", "") for i in at.info), [i.body for i in at.info]
+    assert not chart_keys(at)
+    at.checkbox(key="rollout_merge").check().run()
+    assert_clean(at)
+    assert any(MERGE_WARNING in w.body for w in at.warning)
+    with pytest.warns(RuntimeWarning, match="mean_2x2"):
+        expected = analysis.attention_rollout(record_of(vit), start_layer=0, merge="mean_2x2", query="mean")[0].numpy()
+    shown = overlay_map(chart(at, "rollout_overlay"))
+    assert shown.shape == spec.grid_size
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.tokens import logit_lens_layers, stage_high_norm_tokens
+
+    at = open_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    layer = 3  # Swin: stage 1 (14x14 / 16x16 cells); SAM: its one 8x8 grid
+    at.switch_page("views/tokens.py").run()
+    at.slider(key="tok_layer").set_value(layer).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(9).run()
+    assert_clean(at)
+    assert all("logit lens" in i.body for i in at.info), [i.body for i in at.info]  # nothing else refused
+    features = analysis.capture_tokens(vit, pixels)
+    geometry = spec.geometry(layer)
+    tokens = features.layer_tokens(layer)
+    rgb, _ = analysis.feature_pca(tokens, geometry)
+    (pca,) = traces(chart(at, "tok_pca"), "image")
+    assert pca["dx"] == geometry.stride[1]
+    np.testing.assert_array_equal(array(pca["z"]).reshape(*geometry.grid_size, 3).astype(np.uint8),
+                                  np.round(rgb[0].numpy() * 255).astype(np.uint8))
+    cell = geometry.cell_of_pixel(*pixel_query(spec, 9))
+    similarity = analysis.patch_similarity(tokens, geometry, cell).numpy()
+    np.testing.assert_allclose(overlay_map(chart(at, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
+    norms = analysis.token_norms(tokens)[0].numpy()
+    np.testing.assert_allclose(overlay_map(chart(at, "tok_norms")).ravel(), norms, rtol=1e-5)
+    found = stage_high_norm_tokens(features)
+    np.testing.assert_array_equal(npz_downloads["tok_norm_data"]["thresholds"], found.thresholds.numpy())
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    script = reproduce(at)
+    np.testing.assert_allclose(script["rgb"], npz_downloads["tok_pca_data"]["rgb"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(), rtol=1e-5)
+    if spec.has_classifier:  # the logit lens: rows are the last stage's layers, labelled by them
+        lens_layers = logit_lens_layers(vit)
+        assert layer not in lens_layers  # stage 1: the lens says why it is not defined there
+        assert any("logit lens: layer 3" in i.body for i in at.info)
+        assert not [k for k in chart_keys(at) if k.endswith("-tok_lens_top5")]
+        lens = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1)
+        (curve,) = traces(chart(at, "tok_lens"), "scatter")
+        assert list(array(curve["x"])) == list(lens_layers)
+        np.testing.assert_allclose(array(curve["y"]), lens[:, int(lens[-1].argmax())].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(script["probabilities"], npz_downloads["tok_lens_data"]["probabilities"], rtol=1e-5)
+        at.slider(key="tok_layer").set_value(lens_layers[0]).run()
+        assert_clean(at)
+        (bar,) = traces(chart(at, "tok_lens_top5"), "bar")
+        np.testing.assert_allclose(sorted(array(bar["x"] if "x" in bar else bar["y"]))[-1], 100 * lens[0].max().item(), rtol=1e-5)  # percent
+    # queries, keys and values exist per window: the library's reason, as information
+    at.radio(key="tok_kind").set_value("query").run()
+    assert_clean(at)
+    assert any("window by window" in i.body for i in at.info), [i.body for i in at.info]

@@ -124,16 +124,21 @@ def attention_code(source: Source, *, layer: int, head: str | int, query: str | 
     ])
 
 
-def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int, query: str | int) -> str:
+def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int,
+                 query: str | int | tuple[int, int], stage: int | None = None, merge: str | None = None) -> str:
     """The Rollout page: ``after_each_layer`` ``(L - start, gh, gw)``, ``rollout`` (the last of
-    them, the map shown) and ``figure6`` (the input times the upsampled rollout)."""
+    them, the map shown) and ``figure6`` (the input times the upsampled rollout). A windowed
+    model: ``query`` a pixel ``(y, x)`` or ``"mean"``; ``stage`` (its layers only, exact) or
+    ``start_layer`` with ``merge`` (``"mean_2x2"``: across patch merging, an approximation)."""
+    span = f"stage={int(stage)}" if stage is not None else f"start_layer={int(start_layer)}"
+    extra = f", merge={merge!r}" if merge is not None else ""
     return _script([
         *_forward(source),
         "",
         "after_each_layer = analysis.attention_rollout_by_layer(",
         f"    record, head_fusion={fusion!r}, discard_ratio={float(discard_ratio)!r}, "
-        f"start_layer={int(start_layer)}, query={query!r},",
-        ")[:, 0].numpy()  # (L - start_layer, gh, gw): the rollout after each layer",
+        f"{span}, query={query!r}{extra},",
+        ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
         "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
         "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
     ])

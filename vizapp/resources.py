@@ -212,13 +212,24 @@ def rollout_by_layer(
     head_fusion: str,
     discard_ratio: float,
     start_layer: int,
-    query: str | int,
+    query: str | int | tuple[int, int],
+    stage: int | None = None,
+    merge: str | None = None,
 ) -> np.ndarray:
-    """The rollout after each layer ``start_layer..L-1``: ``(L - start_layer, gh, gw)`` float32."""
+    """The rollout after each layer ``start_layer..L-1``: ``(L - start_layer, gh, gw)`` float32.
+
+    A windowed model (Swin, SAM; ``query`` a pixel ``(y, x)`` or ``"mean"``): ``stage`` rolls
+    out that stage's layers only (exact; ``start_layer`` then unused), one map per layer of it;
+    every map lies on the first layer's grid. ``merge="mean_2x2"`` crosses Swin's patch merging
+    as an approximation (the page states ``analysis.windowed_rollout.MERGE_WARNING``; the
+    library's RuntimeWarning is not repeated); without it such a range is refused (AnalysisError)."""
     record = forward(ref, digest, _image_bytes).record
-    strip = analysis.attention_rollout_by_layer(
-        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, query=query
-    )  # (L - start_layer, 1, gh, gw): all partial products in one pass
+    span = {"stage": stage} if stage is not None else {"start_layer": start_layer}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*merge='mean_2x2'", category=RuntimeWarning)
+        strip = analysis.attention_rollout_by_layer(
+            record, head_fusion=head_fusion, discard_ratio=discard_ratio, query=query, merge=merge, **span
+        )  # (steps, 1, gh, gw): all partial products in one pass
     return strip[:, 0].numpy().astype(np.float32)
 
 

@@ -54,7 +54,7 @@ MODEL_SOURCES = {
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
     "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
-    "fusion", "discard_ratio", "start_layer", "rollout_norm",
+    "fusion", "discard_ratio", "start_layer", "rollout_norm", "rollout_span", "rollout_merge",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
     "pos_kind", "pos_bias_layer", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
     "filt_mode", "filt_n",
