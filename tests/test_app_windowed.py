@@ -549,3 +549,51 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     at.radio(key="tok_kind").set_value("query").run()
     assert_clean(at)
     assert any("window by window" in i.body for i in at.info), [i.body for i in at.info]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_explain_page_draws_each_method_on_its_grid(family):
+    from analysis.explanations import GLOBAL_TOKEN_METHODS, explanation_grid
+    from analysis.faithfulness import perturbation_curve
+
+    at = open_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    at.switch_page("views/explain.py").run()
+    # attention and Chefer are not offered: each named with the library's reason
+    for method in GLOBAL_TOKEN_METHODS:
+        assert method not in at.multiselect(key="explain_methods").options
+    info = " ".join(i.body for i in at.info).replace("\\", "")
+    assert "method='chefer' is not defined for a windowed model" in info
+    assert "method='attention' is not defined for a windowed model" in info
+    methods = ["rollout", "gradcam", "input_x_gradient"] if spec.has_classifier else ["rollout"]
+    at.multiselect(key="explain_methods").set_value(methods).run()
+    stages = windowed.stage_layers(spec)
+    rollout_options = {}
+    if len(stages) > 1:
+        at.selectbox(key="explain_rollout_stage").set_value(1).run()
+        rollout_options = {"stage": 1}
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    target = at.selectbox(key="explain_target").value if spec.has_classifier else None
+    heatmaps = traces(chart(at, "explain_panels"), "heatmap")
+    assert len(heatmaps) == len(methods)
+    for trace, method in zip(heatmaps, methods):
+        options = rollout_options if method == "rollout" else {}
+        kwargs = {} if method == "rollout" else {"target": target}
+        reference = analysis.explain(vit, pixels, method=method, **kwargs, **options)[0].numpy()
+        grid, stride = explanation_grid(vit, method, **options)
+        assert reference.shape == grid and (trace["dy"], trace["dx"]) == stride, method
+        drawn = array(trace["z"]).reshape(grid)
+        peak = np.abs(reference).max()  # a random Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
+        np.testing.assert_allclose(drawn, np.clip(reference / peak, 0, None) if peak > 0 else reference, rtol=1e-4,
+                                   atol=1e-6)
+    if spec.has_classifier:  # deletion / insertion on each map's own grid, next to the random map
+        curves = chart(at, "explain_curves")
+        gradcam = analysis.explain(vit, pixels, method="gradcam", target=target)[0]
+        _, deletion = perturbation_curve(vit, pixels, gradcam, target, mode="deletion", steps=16)
+        names = {str(t.get("name")).split(" (AUC")[0] for t in curves["data"]}
+        assert {"random", "rollout", "Grad-CAM", "input × gradient"} <= names, names
+        ys = [array(t["y"]) for t in curves["data"] if str(t.get("name")).startswith("Grad-CAM")]
+        assert any(np.allclose(y, np.asarray(deletion), rtol=1e-5) for y in ys)

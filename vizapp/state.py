@@ -60,6 +60,7 @@ PERSISTENT_KEYS = (
     "filt_mode", "filt_n",
     "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
     "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
+    "explain_rollout_stage",
     "tok_layer", "tok_kind", "tok_foreground", "tok_other",
     "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
     "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves",
