@@ -597,3 +597,53 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
         assert {"random", "rollout", "Grad-CAM", "input × gradient"} <= names, names
         ys = [array(t["y"]) for t in curves["data"] if str(t.get("name")).startswith("Grad-CAM")]
         assert any(np.allclose(y, np.asarray(deletion), rtol=1e-5) for y in ys)
+
+
+def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.robustness import SALIENCY_NAMES, check_token_drop, probe, shuffle_grids
+
+    at = open_app("swin")
+    vit = loaded("swin")
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    at.switch_page("views/robustness.py").run()
+    at.selectbox(key="rob_cnn").set_value("none").run()
+    # token drop is not offered: the library's reason is shown
+    assert "token_drop" not in at.radio(key="rob_perturbation").options
+    with pytest.raises(analysis.AnalysisError) as refused:
+        check_token_drop(vit)
+    assert any(str(refused.value)[:40] in c.value.replace("\\", "") for c in at.caption), [c.value for c in at.caption]
+    at.radio(key="rob_perturbation").set_value("pixel_drop").run()
+    at.slider(key="rob_fraction").set_value(0.25).run()
+    at.radio(key="rob_selection").set_value("most_salient").run()
+    assert_clean(at)
+    assert not at.info and not at.error, ([i.body for i in at.info], [e.value for e in at.error])
+    ranking = analysis.attention_rollout(record_of(vit), stage=0, query="mean")[0].numpy()  # on the stem's patch grid
+    assert ranking.shape == spec.grid_size
+    seed = at.number_input(key="rob_seed").value
+    clean = probe(vit, pixels, "pixel_drop", 0.0, seed=seed, selection="most_salient", saliency=ranking)
+    perturbed = probe(vit, pixels, "pixel_drop", 0.25, seed=seed, selection="most_salient", saliency=ranking)
+    assert perturbed.saliency_name == SALIENCY_NAMES["windowed"]
+    panels = chart(at, "rob_maps")
+    heatmaps = traces(panels, "heatmap")
+    last = spec.geometry(spec.num_layers - 1)
+    peak = max(clean.saliency.max().item(), perturbed.saliency.max().item())
+    for trace, expected in zip(heatmaps, (clean.saliency, perturbed.saliency)):
+        assert array(trace["z"]).shape == last.grid_size and trace["dx"] == last.stride[1]
+        np.testing.assert_allclose(array(trace["z"]), expected.numpy() / peak, rtol=1e-4, atol=1e-6)
+    titles = " ".join(a["text"] for a in panels["layout"]["annotations"])
+    assert SALIENCY_NAMES["windowed"] in titles
+    npz = npz_downloads["rob_image_data"]
+    np.testing.assert_array_equal(npz["dropped_patches"], perturbed.dropped.numpy())
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    script = reproduce(at)
+    np.testing.assert_array_equal(script["dropped_patches"], npz["dropped_patches"])
+    np.testing.assert_allclose(script["vit_perturbed_probabilities"], npz["vit_perturbed_probabilities"], rtol=1e-5)
+    # the image-set curve runs for the Swin
+    curve = chart(at, "rob_curves_chart")
+    assert any(str(t.get("name", "")).startswith("ViT") for t in curve["data"])
+    # shuffles split the stem's 28x28 patch grid (4 px patches): blocks of whole patches
+    at.radio(key="rob_perturbation").set_value("shuffle").run()
+    assert_clean(at)
+    assert list(at.select_slider(key="rob_grid").options) == [str(g) for g in shuffle_grids(spec)] == [
+        "1", "2", "4", "7", "14", "28"]

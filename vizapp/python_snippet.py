@@ -302,7 +302,7 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
 
 
 def robustness_code(source: Source, *, perturbation: str, clean_level: float, level: float, selection: str,
-                    seed: int) -> str:
+                    seed: int, windowed: bool = False) -> str:
     """The Robustness page's one-image probe of the ViT (the comparison CNN is left out):
     ``vit_clean_*`` and ``vit_perturbed_*`` rollouts ``(gh, gw)`` (NaN: a dropped token) and
     probabilities ``(classes,)``, and ``dropped_patches`` for drops."""
@@ -312,12 +312,15 @@ def robustness_code(source: Source, *, perturbation: str, clean_level: float, le
         f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
     ]
     if selection != "random":
-        lines.append("saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
+        lines.append("saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()  # the first stage's "
+                     "rollout (patch grid) ranks the patches" if windowed else
+                     "saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
     saliency = ", saliency=saliency" if selection != "random" else ""
     lines += [
         f"clean = probe(vit, pixels, PERTURBATION, {clean_level!r}, seed=SEED, selection=SELECTION{saliency})",
         f"perturbed = probe(vit, pixels, PERTURBATION, {float(level)!r}, seed=SEED, selection=SELECTION{saliency})",
-        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)",
+        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)"
+        + ("; a windowed model: clean.saliency_name, on the last layer's grid" if windowed else ""),
         "vit_clean_probabilities = clean.logits[0].softmax(-1).numpy()  # (classes,)",
         "vit_perturbed_probabilities = perturbed.logits[0].softmax(-1).numpy()",
     ]

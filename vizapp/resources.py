@@ -483,14 +483,16 @@ class ProbeView:
 
     input_image: ``(H, W, 3)`` uint8 as the model saw it (token drop: dropped patches shown
     as the mean colour, though the model never saw them); probabilities ``(classes,)``;
-    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped) or ``(h, w)`` Grad-CAM;
-    dropped: the removed patch indices, or None.
+    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped), ``(h, w)`` Grad-CAM, or a
+    windowed model's last-layer attention on that layer's grid; saliency_name: which (a value of
+    ``analysis.robustness.SALIENCY_NAMES``); dropped: the removed patch indices, or None.
     """
 
     input_image: np.ndarray
     probabilities: np.ndarray
     saliency: np.ndarray
     dropped: np.ndarray | None
+    saliency_name: str = ""
 
 
 def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, selection: str, seed: int,
@@ -505,17 +507,22 @@ def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, se
         probabilities=result.logits[0].softmax(-1).numpy().astype(np.float32),
         saliency=result.saliency.numpy().astype(np.float32),
         dropped=None if result.dropped is None else result.dropped.numpy(),
+        saliency_name=result.saliency_name,
     )
 
 
 @st.cache_data(show_spinner="Perturbing the input and running the ViT…", max_entries=MAX_RESULTS)
 def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str,
               seed: int) -> ProbeView:
-    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout."""
+    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout
+    (a windowed model: the rollout of its first stage for the mean cell, exact and on the stem's
+    patch grid, the grid the drops use)."""
     vit = get_model(ref)
     saliency = None
     if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
-        saliency = analysis.attention_rollout(forward(ref, digest, _image_bytes).record)[0].numpy()
+        record = forward(ref, digest, _image_bytes).record
+        span = {"stage": 0, "query": "mean"} if vit.spec.is_windowed else {}
+        saliency = analysis.attention_rollout(record, **span)[0].numpy()
     return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
 
 
