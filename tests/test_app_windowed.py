@@ -145,9 +145,14 @@ def test_every_page_opens_a_windowed_model(family):
         if page == "attention":
             assert any(k.endswith("-attn_overlay") for k in keys)
             assert sum("-attn_grid_s" in k for k in keys) == len(stages)  # one thumbnail mosaic per stage
-        elif page in ("rollout", "explain", "tokens", "robustness"):
-            # the library's typed refusal, as information, or (once defined) the page's charts
-            assert at.info or keys, page
+        elif page == "rollout":
+            assert any(k.endswith("-rollout_overlay") for k in keys) and any(k.endswith("-rollout_strip") for k in keys)
+        elif page == "explain":
+            assert any(k.endswith("-explain_panels") for k in keys)
+        elif page == "tokens":
+            assert all(any(k.endswith(f"-{key}") for k in keys) for key in ("tok_pca", "tok_similarity", "tok_norms"))
+        elif page == "robustness":  # SAM's image encoder has no class head: nothing to perturb, said so
+            assert any(k.endswith("-rob_maps") for k in keys) if spec.has_classifier else at.info
         elif page == "position":
             assert any(k.endswith(("-pos_bias", "-pos_table_rows")) for k in keys), keys
         elif page == "filters":
@@ -647,3 +652,25 @@ def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_download
     assert_clean(at)
     assert list(at.select_slider(key="rob_grid").options) == [str(g) for g in shuffle_grids(spec)] == [
         "1", "2", "4", "7", "14", "28"]
+
+
+def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.streaming import distance_heads
+    from vizapp import inputs
+
+    at = open_app("swin")
+    vit = loaded("swin")
+    at.switch_page("views/distance.py").run()
+    assert_clean(at)
+    assert not at.info, [i.body for i in at.info]
+    paths = inputs.sample_paths()
+    expected = analysis.dataset_attention_distance(vit, [str(p) for p in paths], per_image=True).numpy()  # (N, L, H)
+    assert expected.shape == (len(paths), vit.spec.num_layers, distance_heads(vit.spec))
+    npz = npz_downloads["dist_data"]
+    np.testing.assert_allclose(npz["set_per_image"], expected, rtol=1e-4, equal_nan=True)
+    (mean_series,) = [t for t in chart(at, "dist_scatter")["data"] if f"mean over {len(paths)} images" in t["name"]]
+    shown = array(mean_series["y"])
+    mean = expected.mean(axis=0)
+    np.testing.assert_allclose(shown, mean.ravel(), rtol=1e-4, equal_nan=True)  # NaN beyond a layer's heads
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    np.testing.assert_allclose(reproduce(at)["set_mean"], npz["set_mean"], rtol=1e-4, equal_nan=True)

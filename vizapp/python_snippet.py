@@ -171,7 +171,7 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
             "set_per_image = analysis.dataset_attention_distance(",
             "    vit, IMAGE_SET, per_image=True, on_error='skip',",
             ").numpy() * to_unit  # (N, L, heads); undecodable images are skipped",
-            "set_mean = set_per_image.mean(axis=0)  # (L, heads)",
+            "set_mean = set_per_image.mean(axis=0)  # (L, heads)" + (", NaN beyond a layer's heads" if windowed else ""),
         ]
     return _script(lines)
 
