@@ -442,6 +442,17 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
 # --------------------------------------------------------------------------- analyses the library now defines for windowed models
 
 
+def fresh_app(family: str, **params) -> AppTest:
+    """:func:`open_app` with Streamlit's caches emptied first: random weights differ per load, and
+    a model evicted from the model cache by an earlier test would leave results of its old
+    weights in the result caches; here the page and :func:`loaded` share one instance."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    return open_app(family, **params)
+
+
 def pixel_query(spec, patch: int) -> tuple[int, int]:
     """The input pixel at the centre of finest-grid cell ``patch``, written out."""
     (ph, pw), gw = spec.patch_size, spec.grid_size[1]
@@ -450,7 +461,7 @@ def pixel_query(spec, patch: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkeypatch):  # noqa: F811
-    at = open_app(family)
+    at = fresh_app(family)
     vit = loaded(family)
     spec = vit.spec
     record = record_of(vit)
@@ -481,7 +492,7 @@ def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkey
 def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
     from analysis.windowed_rollout import MERGE_WARNING
 
-    at = open_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
+    at = fresh_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
     vit = loaded("swinv2")
     spec = vit.spec
     at.switch_page("views/rollout.py").run()
@@ -504,7 +515,7 @@ def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
 def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_downloads, monkeypatch):  # noqa: F811
     from analysis.tokens import logit_lens_layers, stage_high_norm_tokens
 
-    at = open_app(family)
+    at = fresh_app(family)
     vit = loaded(family)
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
@@ -561,7 +572,7 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
     from analysis.explanations import GLOBAL_TOKEN_METHODS, explanation_grid
     from analysis.faithfulness import perturbation_curve
 
-    at = open_app(family)
+    at = fresh_app(family)
     vit = loaded(family)
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
@@ -607,7 +618,7 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
 def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_downloads, monkeypatch):  # noqa: F811
     from analysis.robustness import SALIENCY_NAMES, check_token_drop, probe, shuffle_grids
 
-    at = open_app("swin")
+    at = fresh_app("swin")
     vit = loaded("swin")
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
@@ -658,7 +669,7 @@ def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, mon
     from analysis.streaming import distance_heads
     from vizapp import inputs
 
-    at = open_app("swin")
+    at = fresh_app("swin")
     vit = loaded("swin")
     at.switch_page("views/distance.py").run()
     assert_clean(at)
