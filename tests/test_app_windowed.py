@@ -439,7 +439,7 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
     assert chart(at, "dist_scatter")["data"]
 
 
-# --------------------------------------------------------------------------- analyses the library now defines for windowed models
+# --------------------------------------------------------------------------- rollout, explain, tokens, robustness, set distance
 
 
 def fresh_app(family: str, **params) -> AppTest:
@@ -499,7 +499,8 @@ def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
     at.radio(key="rollout_span").set_value("across").run()
     at.slider(key="start_layer").set_value(0).run()
     assert_clean(at)
-    assert any("patch merging" in i.body and "mean_2x2" in i.body.replace("\\", "") for i in at.info), [i.body for i in at.info]
+    reasons = [i.body.replace("\\", "") for i in at.info]  # markdown escapes removed
+    assert any("patch merging" in r and "mean_2x2" in r for r in reasons), reasons
     assert not chart_keys(at)
     at.checkbox(key="rollout_merge").check().run()
     assert_clean(at)
@@ -546,7 +547,8 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     np.testing.assert_allclose(script["rgb"], npz_downloads["tok_pca_data"]["rgb"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5,
                                atol=1e-6)
-    np.testing.assert_allclose(script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(), rtol=1e-5)
+    np.testing.assert_allclose(script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(),
+                               rtol=1e-5)
     if spec.has_classifier:  # the logit lens: rows are the last stage's layers, labelled by them
         lens_layers = logit_lens_layers(vit)
         assert layer not in lens_layers  # stage 1: the lens says why it is not defined there
@@ -560,7 +562,8 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
         at.slider(key="tok_layer").set_value(lens_layers[0]).run()
         assert_clean(at)
         (bar,) = traces(chart(at, "tok_lens_top5"), "bar")
-        np.testing.assert_allclose(sorted(array(bar["x"] if "x" in bar else bar["y"]))[-1], 100 * lens[0].max().item(), rtol=1e-5)  # percent
+        top = sorted(array(bar["x"] if "x" in bar else bar["y"]))[-1]
+        np.testing.assert_allclose(top, 100 * lens[0].max().item(), rtol=1e-5)  # percent
     # queries, keys and values exist per window: the library's reason, as information
     at.radio(key="tok_kind").set_value("query").run()
     assert_clean(at)

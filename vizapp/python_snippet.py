@@ -171,7 +171,8 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
             "set_per_image = analysis.dataset_attention_distance(",
             "    vit, IMAGE_SET, per_image=True, on_error='skip',",
             ").numpy() * to_unit  # (N, L, heads); undecodable images are skipped",
-            "set_mean = set_per_image.mean(axis=0)  # (L, heads)" + (", NaN beyond a layer's heads" if windowed else ""),
+            "set_mean = set_per_image.mean(axis=0)  # (L, heads)"
+            + (", NaN beyond a layer's heads" if windowed else ""),
         ]
     return _script(lines)
 
@@ -254,7 +255,8 @@ def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query
         *_forward(source),
         "",
         "features = analysis.capture_tokens(vit, pixels, kind='token')  # WindowedTokens: one (1, gh·gw, C) per layer",
-        f"tokens, geometry = features.layer_tokens({int(layer)}), features.geometry({int(layer)})  # the layer's stage grid",
+        f"tokens = features.layer_tokens({int(layer)})  # (1, gh·gw, C)",
+        f"geometry = features.geometry({int(layer)})  # the layer's stage grid",
         f"rgb, fitted = analysis.feature_pca(tokens, geometry, foreground={bool(foreground)!r})",
         "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
         f"similarity = analysis.patch_similarity(tokens, geometry, {query!r}).numpy()  # (gh, gw)",
@@ -277,7 +279,8 @@ def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query
         f"thresholds, outlier_mask = found.thresholds.numpy(), found.mask[{int(layer)}][0].numpy()  # (L,), (gh·gw,)",
         "if vit.spec.has_classifier:  # rows: the last stage's layers, logit_lens_layers(vit)",
         "    layers = logit_lens_layers(vit)",
-        "    probabilities = analysis.logit_lens(vit, pixels, layers=layers)[:, 0].softmax(-1).numpy()  # (L', classes)",
+        "    probabilities = analysis.logit_lens(vit, pixels, layers=layers)[:, 0].softmax(-1).numpy()"
+        "  # (L', classes)",
     ]
     return _script(lines)
 
@@ -312,8 +315,8 @@ def robustness_code(source: Source, *, perturbation: str, clean_level: float, le
         f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
     ]
     if selection != "random":
-        lines.append("saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()  # the first stage's "
-                     "rollout (patch grid) ranks the patches" if windowed else
+        lines.append("saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()"
+                     "  # the first stage's rollout (patch grid) ranks the patches" if windowed else
                      "saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
     saliency = ", saliency=saliency" if selection != "random" else ""
     lines += [
