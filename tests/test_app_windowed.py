@@ -145,9 +145,14 @@ def test_every_page_opens_a_windowed_model(family):
         if page == "attention":
             assert any(k.endswith("-attn_overlay") for k in keys)
             assert sum("-attn_grid_s" in k for k in keys) == len(stages)  # one thumbnail mosaic per stage
-        elif page in ("rollout", "explain", "tokens", "robustness"):
-            # the library's typed refusal, as information, or (once defined) the page's charts
-            assert at.info or keys, page
+        elif page == "rollout":
+            assert any(k.endswith("-rollout_overlay") for k in keys) and any(k.endswith("-rollout_strip") for k in keys)
+        elif page == "explain":
+            assert any(k.endswith("-explain_panels") for k in keys)
+        elif page == "tokens":
+            assert all(any(k.endswith(f"-{key}") for k in keys) for key in ("tok_pca", "tok_similarity", "tok_norms"))
+        elif page == "robustness":  # SAM's image encoder has no class head: nothing to perturb, said so
+            assert any(k.endswith("-rob_maps") for k in keys) if spec.has_classifier else at.info
         elif page == "position":
             assert any(k.endswith(("-pos_bias", "-pos_table_rows")) for k in keys), keys
         elif page == "filters":
@@ -432,3 +437,254 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
     assert not at.error, [e.value for e in at.error]
     assert any("no one patch side" in i.body for i in at.info), [i.body for i in at.info]
     assert chart(at, "dist_scatter")["data"]
+
+
+# --------------------------------------------------------------------------- rollout, explain, tokens, robustness, set distance
+
+
+def fresh_app(family: str, **params) -> AppTest:
+    """:func:`open_app` with Streamlit's caches emptied first: random weights differ per load, and
+    a model evicted from the model cache by an earlier test would leave results of its old
+    weights in the result caches; here the page and :func:`loaded` share one instance."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    return open_app(family, **params)
+
+
+def pixel_query(spec, patch: int) -> tuple[int, int]:
+    """The input pixel at the centre of finest-grid cell ``patch``, written out."""
+    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
+    return ((patch // gw) * ph + ph // 2, (patch % gw) * pw + pw // 2)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkeypatch):  # noqa: F811
+    at = fresh_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    record = record_of(vit)
+    at.switch_page("views/rollout.py").run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(9).run()
+    stages = windowed.stage_layers(spec)
+    if len(stages) > 1:
+        at.radio(key="rollout_span").set_value(1).run()
+        expected = analysis.attention_rollout(record, stage=1, query=pixel_query(spec, 9))[0].numpy()
+        layers = stages[1]
+    else:  # SAM: one stage, every layer exact
+        expected = analysis.attention_rollout(record, query=pixel_query(spec, 9))[0].numpy()
+        layers = list(range(spec.num_layers))
+    assert_clean(at)
+    assert not at.info and not at.error
+    overlay = chart(at, "rollout_overlay")
+    shown = overlay_map(overlay)
+    assert shown.shape == spec.geometry(layers[0]).grid_size
+    assert traces(overlay, "heatmap")[0]["dx"] == spec.geometry(layers[0]).stride[1]
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-7)
+    npz = npz_downloads["rollout_data"]
+    assert list(npz["end_layers"]) == layers and npz["after_each_layer"].shape == (len(layers), *shown.shape)
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    np.testing.assert_allclose(reproduce(at)["rollout"], npz["rollout"], rtol=1e-5, atol=1e-7)
+
+
+def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
+    from analysis.windowed_rollout import MERGE_WARNING
+
+    at = fresh_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
+    vit = loaded("swinv2")
+    spec = vit.spec
+    at.switch_page("views/rollout.py").run()
+    at.radio(key="rollout_span").set_value("across").run()
+    at.slider(key="start_layer").set_value(0).run()
+    assert_clean(at)
+    reasons = [i.body.replace("\\", "") for i in at.info]  # markdown escapes removed
+    assert any("patch merging" in r and "mean_2x2" in r for r in reasons), reasons
+    assert not chart_keys(at)
+    at.checkbox(key="rollout_merge").check().run()
+    assert_clean(at)
+    assert any(MERGE_WARNING in w.body for w in at.warning)
+    with pytest.warns(RuntimeWarning, match="mean_2x2"):
+        expected = analysis.attention_rollout(record_of(vit), start_layer=0, merge="mean_2x2", query="mean")[0].numpy()
+    shown = overlay_map(chart(at, "rollout_overlay"))
+    assert shown.shape == spec.grid_size
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.tokens import logit_lens_layers, stage_high_norm_tokens
+
+    at = fresh_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    layer = 3  # Swin: stage 1 (14x14 / 16x16 cells); SAM: its one 8x8 grid
+    at.switch_page("views/tokens.py").run()
+    at.slider(key="tok_layer").set_value(layer).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(9).run()
+    assert_clean(at)
+    assert all("logit lens" in i.body for i in at.info), [i.body for i in at.info]  # nothing else refused
+    features = analysis.capture_tokens(vit, pixels)
+    geometry = spec.geometry(layer)
+    tokens = features.layer_tokens(layer)
+    rgb, _ = analysis.feature_pca(tokens, geometry)
+    (pca,) = traces(chart(at, "tok_pca"), "image")
+    assert pca["dx"] == geometry.stride[1]
+    np.testing.assert_array_equal(array(pca["z"]).reshape(*geometry.grid_size, 3).astype(np.uint8),
+                                  np.round(rgb[0].numpy() * 255).astype(np.uint8))
+    cell = geometry.cell_of_pixel(*pixel_query(spec, 9))
+    similarity = analysis.patch_similarity(tokens, geometry, cell).numpy()
+    np.testing.assert_allclose(overlay_map(chart(at, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
+    norms = analysis.token_norms(tokens)[0].numpy()
+    np.testing.assert_allclose(overlay_map(chart(at, "tok_norms")).ravel(), norms, rtol=1e-5)
+    found = stage_high_norm_tokens(features)
+    np.testing.assert_array_equal(npz_downloads["tok_norm_data"]["thresholds"], found.thresholds.numpy())
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    script = reproduce(at)
+    np.testing.assert_allclose(script["rgb"], npz_downloads["tok_pca_data"]["rgb"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(),
+                               rtol=1e-5)
+    if spec.has_classifier:  # the logit lens: rows are the last stage's layers, labelled by them
+        lens_layers = logit_lens_layers(vit)
+        assert layer not in lens_layers  # stage 1: the lens says why it is not defined there
+        assert any("logit lens: layer 3" in i.body for i in at.info)
+        assert not [k for k in chart_keys(at) if k.endswith("-tok_lens_top5")]
+        lens = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1)
+        (curve,) = traces(chart(at, "tok_lens"), "scatter")
+        assert list(array(curve["x"])) == list(lens_layers)
+        np.testing.assert_allclose(array(curve["y"]), lens[:, int(lens[-1].argmax())].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(script["probabilities"], npz_downloads["tok_lens_data"]["probabilities"], rtol=1e-5)
+        at.slider(key="tok_layer").set_value(lens_layers[0]).run()
+        assert_clean(at)
+        (bar,) = traces(chart(at, "tok_lens_top5"), "bar")
+        top = sorted(array(bar["x"] if "x" in bar else bar["y"]))[-1]
+        np.testing.assert_allclose(top, 100 * lens[0].max().item(), rtol=1e-5)  # percent
+    # queries, keys and values exist per window: the library's reason, as information
+    at.radio(key="tok_kind").set_value("query").run()
+    assert_clean(at)
+    assert any("window by window" in i.body for i in at.info), [i.body for i in at.info]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_explain_page_draws_each_method_on_its_grid(family):
+    from analysis.explanations import GLOBAL_TOKEN_METHODS, explanation_grid
+    from analysis.faithfulness import perturbation_curve
+
+    at = fresh_app(family)
+    vit = loaded(family)
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    at.switch_page("views/explain.py").run()
+    # attention and Chefer are not offered: each named with the library's reason
+    for method in GLOBAL_TOKEN_METHODS:
+        assert method not in at.multiselect(key="explain_methods").options
+    info = " ".join(i.body for i in at.info).replace("\\", "")
+    assert "method='chefer' is not defined for a windowed model" in info
+    assert "method='attention' is not defined for a windowed model" in info
+    methods = ["rollout", "gradcam", "input_x_gradient"] if spec.has_classifier else ["rollout"]
+    at.multiselect(key="explain_methods").set_value(methods).run()
+    stages = windowed.stage_layers(spec)
+    rollout_options = {}
+    if len(stages) > 1:
+        at.selectbox(key="explain_rollout_stage").set_value(1).run()
+        rollout_options = {"stage": 1}
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    target = at.selectbox(key="explain_target").value if spec.has_classifier else None
+    heatmaps = traces(chart(at, "explain_panels"), "heatmap")
+    assert len(heatmaps) == len(methods)
+    for trace, method in zip(heatmaps, methods):
+        options = rollout_options if method == "rollout" else {}
+        kwargs = {} if method == "rollout" else {"target": target}
+        reference = analysis.explain(vit, pixels, method=method, **kwargs, **options)[0].numpy()
+        grid, stride = explanation_grid(vit, method, **options)
+        assert reference.shape == grid and (trace["dy"], trace["dx"]) == stride, method
+        drawn = array(trace["z"]).reshape(grid)
+        peak = np.abs(reference).max()  # a random Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
+        np.testing.assert_allclose(drawn, np.clip(reference / peak, 0, None) if peak > 0 else reference, rtol=1e-4,
+                                   atol=1e-6)
+    if spec.has_classifier:  # deletion / insertion on each map's own grid, next to the random map
+        curves = chart(at, "explain_curves")
+        gradcam = analysis.explain(vit, pixels, method="gradcam", target=target)[0]
+        _, deletion = perturbation_curve(vit, pixels, gradcam, target, mode="deletion", steps=16)
+        names = {str(t.get("name")).split(" (AUC")[0] for t in curves["data"]}
+        assert {"random", "rollout", "Grad-CAM", "input × gradient"} <= names, names
+        ys = [array(t["y"]) for t in curves["data"] if str(t.get("name")).startswith("Grad-CAM")]
+        assert any(np.allclose(y, np.asarray(deletion), rtol=1e-5) for y in ys)
+
+
+def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.robustness import SALIENCY_NAMES, check_token_drop, probe, shuffle_grids
+
+    at = fresh_app("swin")
+    vit = loaded("swin")
+    spec = vit.spec
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    at.switch_page("views/robustness.py").run()
+    at.selectbox(key="rob_cnn").set_value("none").run()
+    # token drop is not offered: the library's reason is shown
+    assert "token_drop" not in at.radio(key="rob_perturbation").options
+    with pytest.raises(analysis.AnalysisError) as refused:
+        check_token_drop(vit)
+    assert any(str(refused.value)[:40] in c.value.replace("\\", "") for c in at.caption), [c.value for c in at.caption]
+    at.radio(key="rob_perturbation").set_value("pixel_drop").run()
+    at.slider(key="rob_fraction").set_value(0.25).run()
+    at.radio(key="rob_selection").set_value("most_salient").run()
+    assert_clean(at)
+    assert not at.info and not at.error, ([i.body for i in at.info], [e.value for e in at.error])
+    ranking = analysis.attention_rollout(record_of(vit), stage=0, query="mean")[0].numpy()  # on the stem's patch grid
+    assert ranking.shape == spec.grid_size
+    seed = at.number_input(key="rob_seed").value
+    clean = probe(vit, pixels, "pixel_drop", 0.0, seed=seed, selection="most_salient", saliency=ranking)
+    perturbed = probe(vit, pixels, "pixel_drop", 0.25, seed=seed, selection="most_salient", saliency=ranking)
+    assert perturbed.saliency_name == SALIENCY_NAMES["windowed"]
+    panels = chart(at, "rob_maps")
+    heatmaps = traces(panels, "heatmap")
+    last = spec.geometry(spec.num_layers - 1)
+    peak = max(clean.saliency.max().item(), perturbed.saliency.max().item())
+    for trace, expected in zip(heatmaps, (clean.saliency, perturbed.saliency)):
+        assert array(trace["z"]).shape == last.grid_size and trace["dx"] == last.stride[1]
+        np.testing.assert_allclose(array(trace["z"]), expected.numpy() / peak, rtol=1e-4, atol=1e-6)
+    titles = " ".join(a["text"] for a in panels["layout"]["annotations"])
+    assert SALIENCY_NAMES["windowed"] in titles
+    npz = npz_downloads["rob_image_data"]
+    np.testing.assert_array_equal(npz["dropped_patches"], perturbed.dropped.numpy())
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    script = reproduce(at)
+    np.testing.assert_array_equal(script["dropped_patches"], npz["dropped_patches"])
+    np.testing.assert_allclose(script["vit_perturbed_probabilities"], npz["vit_perturbed_probabilities"], rtol=1e-5)
+    # the image-set curve runs for the Swin
+    curve = chart(at, "rob_curves_chart")
+    assert any(str(t.get("name", "")).startswith("ViT") for t in curve["data"])
+    # shuffles split the stem's 28x28 patch grid (4 px patches): blocks of whole patches
+    at.radio(key="rob_perturbation").set_value("shuffle").run()
+    assert_clean(at)
+    assert list(at.select_slider(key="rob_grid").options) == [str(g) for g in shuffle_grids(spec)] == [
+        "1", "2", "4", "7", "14", "28"]
+
+
+def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, monkeypatch):  # noqa: F811
+    from analysis.streaming import distance_heads
+    from vizapp import inputs
+
+    at = fresh_app("swin")
+    vit = loaded("swin")
+    at.switch_page("views/distance.py").run()
+    assert_clean(at)
+    assert not at.info, [i.body for i in at.info]
+    paths = inputs.sample_paths()
+    expected = analysis.dataset_attention_distance(vit, [str(p) for p in paths], per_image=True).numpy()  # (N, L, H)
+    assert expected.shape == (len(paths), vit.spec.num_layers, distance_heads(vit.spec))
+    npz = npz_downloads["dist_data"]
+    np.testing.assert_allclose(npz["set_per_image"], expected, rtol=1e-4, equal_nan=True)
+    (mean_series,) = [t for t in chart(at, "dist_scatter")["data"] if f"mean over {len(paths)} images" in t["name"]]
+    shown = array(mean_series["y"])
+    mean = expected.mean(axis=0)
+    np.testing.assert_allclose(shown, mean.ravel(), rtol=1e-4, equal_nan=True)  # NaN beyond a layer's heads
+    monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
+    np.testing.assert_allclose(reproduce(at)["set_mean"], npz["set_mean"], rtol=1e-4, equal_nan=True)

@@ -124,16 +124,21 @@ def attention_code(source: Source, *, layer: int, head: str | int, query: str | 
     ])
 
 
-def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int, query: str | int) -> str:
+def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int,
+                 query: str | int | tuple[int, int], stage: int | None = None, merge: str | None = None) -> str:
     """The Rollout page: ``after_each_layer`` ``(L - start, gh, gw)``, ``rollout`` (the last of
-    them, the map shown) and ``figure6`` (the input times the upsampled rollout)."""
+    them, the map shown) and ``figure6`` (the input times the upsampled rollout). A windowed
+    model: ``query`` a pixel ``(y, x)`` or ``"mean"``; ``stage`` (its layers only, exact) or
+    ``start_layer`` with ``merge`` (``"mean_2x2"``: across patch merging, an approximation)."""
+    span = f"stage={int(stage)}" if stage is not None else f"start_layer={int(start_layer)}"
+    extra = f", merge={merge!r}" if merge is not None else ""
     return _script([
         *_forward(source),
         "",
         "after_each_layer = analysis.attention_rollout_by_layer(",
         f"    record, head_fusion={fusion!r}, discard_ratio={float(discard_ratio)!r}, "
-        f"start_layer={int(start_layer)}, query={query!r},",
-        ")[:, 0].numpy()  # (L - start_layer, gh, gw): the rollout after each layer",
+        f"{span}, query={query!r}{extra},",
+        ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
         "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
         "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
     ])
@@ -166,7 +171,8 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
             "set_per_image = analysis.dataset_attention_distance(",
             "    vit, IMAGE_SET, per_image=True, on_error='skip',",
             ").numpy() * to_unit  # (N, L, heads); undecodable images are skipped",
-            "set_mean = set_per_image.mean(axis=0)  # (L, heads)",
+            "set_mean = set_per_image.mean(axis=0)  # (L, heads)"
+            + (", NaN beyond a layer's heads" if windowed else ""),
         ]
     return _script(lines)
 
@@ -201,11 +207,14 @@ def compare_code(source: Source, *, layers: Sequence[int], head: str | int, quer
 
 
 def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, query: str | int,
-                other: ImageRef | None = None) -> str:
+                other: ImageRef | None = None, windowed: bool = False) -> str:
     """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
     query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
     and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
-    (``probabilities``), as the page's downloads name them."""
+    (``probabilities``), as the page's downloads name them. ``windowed`` (Swin, SAM; ``query``
+    then a cell of the layer's stage grid or ``"mean"``): block outputs per layer on its grid."""
+    if windowed:
+        return _windowed_tokens_code(source, layer=layer, foreground=foreground, query=query, other=other)
     lines = [
         *_forward(source),
         "",
@@ -240,6 +249,42 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
     return _script(lines)
 
 
+def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query: str | int,
+                          other: ImageRef | None) -> str:
+    lines = [
+        *_forward(source),
+        "",
+        "features = analysis.capture_tokens(vit, pixels, kind='token')  # WindowedTokens: one (1, gh·gw, C) per layer",
+        f"tokens = features.layer_tokens({int(layer)})  # (1, gh·gw, C)",
+        f"geometry = features.geometry({int(layer)})  # the layer's stage grid",
+        f"rgb, fitted = analysis.feature_pca(tokens, geometry, foreground={bool(foreground)!r})",
+        "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
+        f"similarity = analysis.patch_similarity(tokens, geometry, {query!r}).numpy()  # (gh, gw)",
+    ]
+    if other is not None:
+        path = sample_path(other)
+        lines += [
+            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
+            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            "other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind='token')",
+            f"other_image_similarity = analysis.patch_similarity(tokens, geometry, {query!r}, "
+            f"other=other_features.layer_tokens({int(layer)})).numpy()  # (gh, gw): into the other image",
+        ]
+    lines += [
+        "",
+        "from analysis.tokens import logit_lens_layers, stage_high_norm_tokens",
+        "",
+        "found = stage_high_norm_tokens(features)  # each layer on its own stage grid",
+        f"norms = analysis.token_norms(features.layer_tokens({int(layer)}))[0].numpy()  # (gh·gw,)",
+        f"thresholds, outlier_mask = found.thresholds.numpy(), found.mask[{int(layer)}][0].numpy()  # (L,), (gh·gw,)",
+        "if vit.spec.has_classifier:  # rows: the last stage's layers, logit_lens_layers(vit)",
+        "    layers = logit_lens_layers(vit)",
+        "    probabilities = analysis.logit_lens(vit, pixels, layers=layers)[:, 0].softmax(-1).numpy()"
+        "  # (L', classes)",
+    ]
+    return _script(lines)
+
+
 def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[int | None],
                  class_specific: Sequence[str], options: dict[str, tuple] | None = None) -> str:
     """The "Why this class?" page: ``explanations``, a dict of ``(gh, gw)`` maps keyed like the
@@ -260,7 +305,7 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
 
 
 def robustness_code(source: Source, *, perturbation: str, clean_level: float, level: float, selection: str,
-                    seed: int) -> str:
+                    seed: int, windowed: bool = False) -> str:
     """The Robustness page's one-image probe of the ViT (the comparison CNN is left out):
     ``vit_clean_*`` and ``vit_perturbed_*`` rollouts ``(gh, gw)`` (NaN: a dropped token) and
     probabilities ``(classes,)``, and ``dropped_patches`` for drops."""
@@ -270,12 +315,15 @@ def robustness_code(source: Source, *, perturbation: str, clean_level: float, le
         f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
     ]
     if selection != "random":
-        lines.append("saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
+        lines.append("saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()"
+                     "  # the first stage's rollout (patch grid) ranks the patches" if windowed else
+                     "saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
     saliency = ", saliency=saliency" if selection != "random" else ""
     lines += [
         f"clean = probe(vit, pixels, PERTURBATION, {clean_level!r}, seed=SEED, selection=SELECTION{saliency})",
         f"perturbed = probe(vit, pixels, PERTURBATION, {float(level)!r}, seed=SEED, selection=SELECTION{saliency})",
-        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)",
+        "vit_clean_rollout, vit_perturbed_rollout = clean.saliency.numpy(), perturbed.saliency.numpy()  # (gh, gw)"
+        + ("; a windowed model: clean.saliency_name, on the last layer's grid" if windowed else ""),
         "vit_clean_probabilities = clean.logits[0].softmax(-1).numpy()  # (classes,)",
         "vit_perturbed_probabilities = perturbed.logits[0].softmax(-1).numpy()",
     ]

@@ -41,6 +41,8 @@ from analysis import (
 )
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
+from analysis.spec import LayerGeometry
+from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from analysis.windowed import WindowedAttentionRecord
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
@@ -210,13 +212,24 @@ def rollout_by_layer(
     head_fusion: str,
     discard_ratio: float,
     start_layer: int,
-    query: str | int,
+    query: str | int | tuple[int, int],
+    stage: int | None = None,
+    merge: str | None = None,
 ) -> np.ndarray:
-    """The rollout after each layer ``start_layer..L-1``: ``(L - start_layer, gh, gw)`` float32."""
+    """The rollout after each layer ``start_layer..L-1``: ``(L - start_layer, gh, gw)`` float32.
+
+    A windowed model (Swin, SAM; ``query`` a pixel ``(y, x)`` or ``"mean"``): ``stage`` rolls
+    out that stage's layers only (exact; ``start_layer`` then unused), one map per layer of it;
+    every map lies on the first layer's grid. ``merge="mean_2x2"`` crosses Swin's patch merging
+    as an approximation (the page states ``analysis.windowed_rollout.MERGE_WARNING``; the
+    library's RuntimeWarning is not repeated); without it such a range is refused (AnalysisError)."""
     record = forward(ref, digest, _image_bytes).record
-    strip = analysis.attention_rollout_by_layer(
-        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, query=query
-    )  # (L - start_layer, 1, gh, gw): all partial products in one pass
+    span = {"stage": stage} if stage is not None else {"start_layer": start_layer}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*merge='mean_2x2'", category=RuntimeWarning)
+        strip = analysis.attention_rollout_by_layer(
+            record, head_fusion=head_fusion, discard_ratio=discard_ratio, query=query, merge=merge, **span
+        )  # (steps, 1, gh, gw): all partial products in one pass
     return strip[:, 0].numpy().astype(np.float32)
 
 
@@ -348,49 +361,89 @@ def perturbation_curves(
 
 
 @st.cache_resource(show_spinner="Capturing the tokens…", max_entries=MAX_FORWARDS)
-def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.ndarray:
+def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.ndarray | WindowedTokens:
     """``(L, T, D)`` float32, read-only and shared (never copied on a rerun):
-    ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value)."""
+    ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value). A windowed
+    model (Swin, SAM): its :class:`~analysis.tokens.stages.WindowedTokens` (one ``(1, gh·gw, C)``
+    tensor per layer, each on its stage grid); the library refuses other kinds than ``token``."""
     vit = get_model(ref)
-    features = analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)[:, 0].numpy()
+    features = analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)
+    if isinstance(features, WindowedTokens):
+        return features
+    features = features[:, 0].numpy()
     features.flags.writeable = False
     return features
 
 
 def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> torch.Tensor:
-    """``(1, T, D)``: one layer of :func:`tokens` (a small copy the caller owns)."""
-    return torch.from_numpy(np.array(tokens(ref, digest, _image_bytes, kind)[layer : layer + 1]))
+    """``(1, T, D)``: one layer of :func:`tokens` (a small copy the caller owns); a windowed
+    model's ``(1, gh·gw, C)`` on the layer's own grid."""
+    features = tokens(ref, digest, _image_bytes, kind)
+    if isinstance(features, WindowedTokens):
+        return features.layer_tokens(layer).clone()
+    return torch.from_numpy(np.array(features[layer : layer + 1]))
+
+
+def token_layout(spec: analysis.ViTSpec, layer: int) -> analysis.ViTSpec | LayerGeometry:
+    """What ``feature_pca`` / ``patch_similarity`` read the tokens of ``layer`` with: the spec
+    for a ViT, the layer's :class:`LayerGeometry` (its stage grid) for a windowed model."""
+    return spec.geometry(layer) if spec.is_windowed else spec
 
 
 @st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
 def token_pca(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
               ) -> tuple[np.ndarray, np.ndarray]:
-    """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer."""
+    """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer (a
+    windowed model: on that layer's stage grid)."""
     spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
-    rgb, fitted = analysis.feature_pca(layer_tokens(ref, digest, _image_bytes, kind, layer), spec, foreground=foreground)
+    rgb, fitted = analysis.feature_pca(layer_tokens(ref, digest, _image_bytes, kind, layer), token_layout(spec, layer),
+                                       foreground=foreground)
     return rgb[0].numpy(), fitted[0].numpy()
 
 
 @dataclass(frozen=True)
 class TokenNorms:
-    """Block-output norms ``(L, T)`` and the high-norm outliers found in them (patch tokens)."""
+    """Block-output norms and the high-norm outliers found in them (patch tokens).
 
-    norms: np.ndarray
+    A ViT: ``norms (L, T)``, ``mask (L, N)``. A windowed model: one ``(gh·gw,)`` norm and mask
+    array per layer (tuples: stage grids differ), no prefix tokens; read them per layer with
+    :meth:`patch_norms` / :meth:`outliers`."""
+
+    norms: np.ndarray | tuple[np.ndarray, ...]
     thresholds: np.ndarray  # (L,), inf where none
-    mask: np.ndarray  # (L, N) bool
+    mask: np.ndarray | tuple[np.ndarray, ...]  # (L, N) bool
     fraction: np.ndarray  # (L,)
     first_layer: int | None
     prefix_mass: np.ndarray | None  # (L, heads) attention of patch queries to the prefix tokens
     outlier_mass: np.ndarray | None  # (L, heads) ... to the outlier patches of each layer
+    prefix: int = 0  # prefix tokens in front of each row of ``norms``
+
+    def patch_norms(self, layer: int) -> np.ndarray:
+        """``(N_l,)`` the patch (cell) tokens' norms of one layer, row-major on its grid."""
+        return self.norms[layer][self.prefix :]
+
+    def outliers(self, layer: int) -> list[int]:
+        """Row-major indices of one layer's outlier patches (cells)."""
+        return np.flatnonzero(self.mask[layer]).tolist()
 
 
 @st.cache_data(show_spinner="Measuring token norms…", max_entries=MAX_RESULTS)
 def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
-    """Norms, outliers (``analysis.high_norm_tokens``) and attention masses (``analysis.attention_mass``)."""
+    """Norms, outliers (``analysis.high_norm_tokens``; a windowed model:
+    ``analysis.tokens.stage_high_norm_tokens``, each layer on its stage grid) and attention
+    masses (``analysis.attention_mass``; not for a windowed model: no prefix tokens, and its
+    attention is per window)."""
+    features = tokens(ref, digest, _image_bytes, "token")
+    if isinstance(features, WindowedTokens):
+        found = stage_high_norm_tokens(features)
+        return TokenNorms(norms=tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens),
+                          thresholds=found.thresholds.numpy(), mask=tuple(m[0].numpy() for m in found.mask),
+                          fraction=found.fraction.numpy(), first_layer=found.first_layer,
+                          prefix_mass=None, outlier_mass=None)
     record = forward(ref, digest, _image_bytes).record
     spec = record.spec
     prefix = spec.num_prefix_tokens
-    norms = analysis.token_norms(torch.from_numpy(np.array(tokens(ref, digest, _image_bytes, "token"))))[:, None]
+    norms = analysis.token_norms(torch.from_numpy(np.array(features)))[:, None]
     found = analysis.high_norm_tokens(norms, prefix)  # mask (L, 1, N)
     prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
     outlier_mass = None
@@ -404,12 +457,13 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
         ])
     return TokenNorms(norms=norms[:, 0].numpy(), thresholds=found.thresholds.numpy(), mask=found.mask[:, 0].numpy(),
                       fraction=found.fraction.numpy(), first_layer=found.first_layer,
-                      prefix_mass=prefix_mass, outlier_mass=outlier_mass)
+                      prefix_mass=prefix_mass, outlier_mass=outlier_mass, prefix=prefix)
 
 
 @st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)
 def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
-    """``(L, classes)`` softmax of ``analysis.logit_lens``."""
+    """``(L', classes)`` softmax of ``analysis.logit_lens``: one row per layer of
+    ``analysis.tokens.logit_lens_layers`` (every layer of a ViT; a windowed model's last stage)."""
     vit = get_model(ref)
     return analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0].softmax(-1).numpy()
 
@@ -429,14 +483,16 @@ class ProbeView:
 
     input_image: ``(H, W, 3)`` uint8 as the model saw it (token drop: dropped patches shown
     as the mean colour, though the model never saw them); probabilities ``(classes,)``;
-    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped) or ``(h, w)`` Grad-CAM;
-    dropped: the removed patch indices, or None.
+    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped), ``(h, w)`` Grad-CAM, or a
+    windowed model's last-layer attention on that layer's grid; saliency_name: which (a value of
+    ``analysis.robustness.SALIENCY_NAMES``); dropped: the removed patch indices, or None.
     """
 
     input_image: np.ndarray
     probabilities: np.ndarray
     saliency: np.ndarray
     dropped: np.ndarray | None
+    saliency_name: str = ""
 
 
 def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, selection: str, seed: int,
@@ -451,17 +507,22 @@ def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, se
         probabilities=result.logits[0].softmax(-1).numpy().astype(np.float32),
         saliency=result.saliency.numpy().astype(np.float32),
         dropped=None if result.dropped is None else result.dropped.numpy(),
+        saliency_name=result.saliency_name,
     )
 
 
 @st.cache_data(show_spinner="Perturbing the input and running the ViT…", max_entries=MAX_RESULTS)
 def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str,
               seed: int) -> ProbeView:
-    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout."""
+    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout
+    (a windowed model: the rollout of its first stage for the mean cell, exact and on the stem's
+    patch grid, the grid the drops use)."""
     vit = get_model(ref)
     saliency = None
     if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
-        saliency = analysis.attention_rollout(forward(ref, digest, _image_bytes).record)[0].numpy()
+        record = forward(ref, digest, _image_bytes).record
+        span = {"stage": 0, "query": "mean"} if vit.spec.is_windowed else {}
+        saliency = analysis.attention_rollout(record, **span)[0].numpy()
     return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
 
 

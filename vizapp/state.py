@@ -54,7 +54,7 @@ MODEL_SOURCES = {
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
     "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
-    "fusion", "discard_ratio", "start_layer", "rollout_norm",
+    "fusion", "discard_ratio", "start_layer", "rollout_norm", "rollout_span", "rollout_merge",
     "circ_target", "circ_layer", "circ_head", "circ_method", "circ_reference", "circ_ablate", "circ_cumulative",
     "circ_corruption", "circ_sample", "circ_level", "circ_point", "circ_patch", "circ_patch_layer",
     "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
@@ -62,6 +62,7 @@ PERSISTENT_KEYS = (
     "filt_mode", "filt_n",
     "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
     "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
+    "explain_rollout_stage",
     "tok_layer", "tok_kind", "tok_foreground", "tok_other",
     "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
     "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves",

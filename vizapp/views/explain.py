@@ -7,14 +7,15 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, scale_by_peak
-from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
+from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, inputs, resources
 from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
 from vizapp.messages import error_text
-from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
+from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart
+from vizapp.windowed import stage_label, stage_layers
 
 METHOD_LABELS = {
     "attention": "attention (last layer)",
@@ -41,15 +42,23 @@ if class_specific:
     probabilities = resources.forward(*cur.args).probabilities  # (classes,)
     names = cur.vit.class_names or [f"class {i}" for i in range(len(probabilities))]
     ranked = [int(i) for i in np.argsort(-probabilities)]  # most probable first: the top-k lead the list
-    methods_offered = list(EXPLANATION_METHODS)
+    methods_offered = list(methods_for(cur.vit))  # a windowed model (Swin, SAM): no class-token methods
 else:
     probabilities, names, ranked = np.zeros(0), [], []
-    methods_offered = [m for m in EXPLANATION_METHODS if m not in CLASS_SPECIFIC]
+    methods_offered = [m for m in methods_for(cur.vit) if m not in CLASS_SPECIFIC]
     st.info(
         "This model has no class scores (an embedding tower or a headless backbone), so there is no "
         "class to explain: only the class-agnostic attention and rollout are shown.",
         icon=":material/info:",
     )
+
+
+not_defined = [m for m in EXPLANATION_METHODS if m not in methods_for(cur.vit)]
+for method in not_defined:  # the library's own reason (a typed AnalysisError), e.g. chefer on a Swin
+    try:
+        explanation_grid(cur.vit, method)
+    except AnalysisError as exc:
+        st.info(f"**{METHOD_LABELS[method]}** is not offered: {error_text(exc)}", icon=":material/block:")
 
 
 def class_label(index: int) -> str:
@@ -88,6 +97,14 @@ with second:
         steps = st.slider("Integrated-gradients steps", 4, 128, step=4, key="ig_steps")
         baseline = st.radio("Integrated-gradients baseline", BASELINES, horizontal=True, key="ig_baseline")
         options["integrated_gradients"] = (("steps", int(steps)), ("baseline", baseline))
+    stages = stage_layers(spec)
+    if "rollout" in methods and len(stages) > 1:  # Swin: rollout is exact within one stage, on its grid
+        clamp_state("explain_rollout_stage", list(stages), 0)
+        rollout_stage = st.selectbox("Rollout stage", list(stages), format_func=lambda s: stage_label(spec, s),
+                                     key="explain_rollout_stage",
+                                     help="Rollout multiplies attention over one token set: exact within a stage "
+                                     "(the Rollout page also offers an approximation across stages).")
+        options["rollout"] = (("stage", int(rollout_stage)),)
 
 if not methods:
     st.info("Choose at least one method.", icon=":material/info:")
@@ -118,7 +135,8 @@ for row, class_index in enumerate(targets):
 ncols = len(methods)
 figure = figures.map_panels(
     resources.background_uri(*cur.args), spec.img_size, maps,
-    [stride_of_map(spec.img_size, m.shape) for m in maps],  # each map on its own grid (windowed: a stage grid)
+    # each map on the grid the library names for its method (windowed: a stage grid or the stem's)
+    [explanation_grid(cur.vit, method, **dict(options[method]))[1] for _ in targets for method in methods],
     titles, ncols=ncols,
     opacity=0.65, colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
     colorbar_title="map / its max |value| (negative → 0)",

@@ -67,7 +67,8 @@ with controls:
         st.session_state.setdefault("rob_fraction", 0.5)
         level = st.slider("Fraction of patches dropped", 0.0, 1.0, step=0.05, key="rob_fraction")
         selection = st.radio("Which patches", list(SELECTIONS), format_func=SELECTIONS.get, key="rob_selection",
-                             horizontal=True, help="Salient: by the clean image's class-token rollout (ViT) "
+                             horizontal=True, help="Salient: by the clean image's class-token rollout (ViT; "
+                             "Swin, SAM: the first stage's rollout of the mean cell, on the patch grid) "
                              "and Grad-CAM (CNN), each model by its own map.")
     elif perturbation == "shuffle":
         grids = shuffle_grids(spec)
@@ -182,7 +183,7 @@ maps = list(pair_scaled(before.saliency, after.saliency))
 backgrounds = [figures.image_data_uri(before.input_image), figures.image_data_uri(after.input_image)]
 sizes = [spec.img_size] * 2
 cells = [stride_of_map(spec.img_size, m.shape) for m in maps]  # each map's own grid (windowed: a stage grid)
-titles = ["ViT rollout · clean", "ViT rollout · perturbed"]
+titles = [f"ViT {before.saliency_name} · clean", f"ViT {after.saliency_name} · perturbed"]
 if cnn is not None:
     h, w = cnn_before.saliency.shape
     height_px, width_px = cnn.spec.img_size
@@ -199,9 +200,13 @@ cnn_text = ""
 if cnn is not None:
     cnn_text = (f" The CNN's Grad-CAM of its clean prediction, on its last {h}×{w} feature map "
                 f"({height_px // h}×{width_px // w} px cells).")
+vit_map_text = f"The ViT's map: {before.saliency_name}"
+if spec.is_windowed:
+    (gh, gw), (sy, sx) = before.saliency.shape, stride_of_map(spec.img_size, before.saliency.shape)
+    vit_map_text += f", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across windows and stages)"
 st.caption(
-    "The ViT's class-token rollout" + (" (blank: dropped tokens; the rollout runs over the tokens that remain)"
-                                       if perturbation == "token_drop" else "") + "." + cnn_text +
+    vit_map_text + (" (blank: dropped tokens; the rollout runs over the tokens that remain)"
+                    if perturbation == "token_drop" else "") + "." + cnn_text +
     " Each model's clean and perturbed maps are divided by the larger maximum of the two, so a fading map reads fainter."
 )
 arrays = {"vit_clean_rollout": before.saliency, "vit_perturbed_rollout": after.saliency,
@@ -214,7 +219,7 @@ if cnn is not None:
                   cnn_clean_probabilities=cnn_before.probabilities, cnn_perturbed_probabilities=cnn_after.probabilities)
 download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbation=np.array(perturbation))
 show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level=clean_level, level=level,
-                          selection=selection, seed=seed))
+                          selection=selection, seed=seed, windowed=spec.is_windowed))
 
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)

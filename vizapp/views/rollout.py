@@ -6,6 +6,7 @@ import streamlit as st
 
 from analysis import AnalysisError, masked_image
 from analysis.rollout import POST_NORM_WARNING
+from analysis.windowed_rollout import MERGE_WARNING
 
 from vizapp import figures, resources
 from analysis.plots import colour_range
@@ -22,12 +23,14 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
-from vizapp.windowed import analysis_query
+from vizapp.windowed import analysis_query, stage_label, stage_layers
 
 cur = current()
 spec = cur.spec
 L = spec.num_layers
 FUSIONS = ["mean", "max", "min"]
+STAGES = stage_layers(spec)  # a ViT or SAM: one stage holding every layer
+ACROSS = "across"  # the span choice "from a start layer, across stages" (a windowed model with several)
 
 st.header("Attention rollout", divider="gray")
 st.caption(
@@ -45,8 +48,25 @@ with right:
         "Discard ratio", 0.0, 0.95, step=0.05, key="discard_ratio",
         help="Fraction of the smallest off-diagonal fused attention weights set to zero in each layer.",
     )
-    clamp_state("start_layer", (0, L - 1), 0)
-    start = st.slider("Start layer", 0, L - 1, step=1, key="start_layer") if L > 1 else 0
+    stage, merge = None, None
+    if len(STAGES) > 1:  # Swin: exact within a stage; across patch merging only as an opted-in approximation
+        spans = [*STAGES, ACROSS]
+        clamp_state("rollout_span", spans, spans[0])
+        span = st.radio("Layers", spans, key="rollout_span",
+                        format_func=lambda s: "across stages, from a start layer" if s == ACROSS else stage_label(spec, s),
+                        help="Rollout multiplies attention matrices over one token set: exact within a stage. "
+                        "Patch merging changes the token set through a learned layer.")
+        if span != ACROSS:
+            stage = int(span)
+    if stage is None:
+        clamp_state("start_layer", (0, L - 1), 0)
+        start = st.slider("Start layer", 0, L - 1, step=1, key="start_layer") if L > 1 else 0
+        if len(STAGES) > 1 and st.checkbox("Approximate across patch merging (merge='mean_2x2')", key="rollout_merge",
+                                           help="Each merged token taken as the mean of its 2×2 parents: not what "
+                                           "the model computes."):
+            merge = "mean_2x2"
+    else:
+        start = STAGES[stage][0]
     query = query_controls(spec)
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
@@ -54,9 +74,14 @@ with right:
 # a windowed model's query is the pixel at the chosen cell's centre (vizapp.windowed), valid on any stage grid
 library_query = analysis_query(spec, query) if spec.is_windowed else query
 try:
-    strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), library_query)  # (L - start, gh, gw)
-except AnalysisError as exc:  # e.g. not yet defined for this model (windowed attention): say why
+    # (steps, gh, gw): after each layer of start..L-1 (or of the stage), every map on start's grid
+    strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), library_query, stage, merge)
+except AnalysisError as exc:  # e.g. a range across Swin's patch merging without the opt-in: say why
     refuse_page(exc)
+end_layers = STAGES[stage] if stage is not None else list(range(start, L))
+end = end_layers[-1]
+if merge is not None and any(spec.geometry(layer).stage != spec.geometry(start).stage for layer in end_layers):
+    st.warning(f"**An approximation.** {MERGE_WARNING}", icon=":material/warning:")
 final = strip[-1]
 grid = tuple(final.shape)  # the result's own grid (a windowed model's may be a stage grid)
 stride = stride_of_map(spec.img_size, grid)
@@ -69,7 +94,7 @@ with left:
         resources.background_uri(*cur.args), spec.img_size, final, stride, opacity=opacity,
         colorscale=cur.colorscale, colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
         zmin=lo, zmax=hi,
-        title=f"Rollout layers {start}–{L - 1} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
+        title=f"Rollout layers {start}–{end} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
         upsampled=cur.upsampled(final),
     )
@@ -77,10 +102,12 @@ with left:
                on_select=patch_click("rollout_overlay", [grid], spec.grid_size))
     download_npz(
         "rollout_data", "rollout", rollout=final, after_each_layer=strip,
-        end_layers=list(range(start, L)), head_fusion=fusion, discard_ratio=discard, start_layer=start,
-        query=str(library_query),
+        end_layers=end_layers, head_fusion=fusion, discard_ratio=discard, start_layer=start,
+        query=str(library_query), **({"stage": stage} if stage is not None else {}),
+        **({"merge": merge} if merge is not None else {}),
     )
-    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=library_query))
+    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=library_query,
+                           stage=stage, merge=merge))
 
 with right:
     st.subheader("Figure 6 view")
@@ -101,11 +128,11 @@ else:
     strip_fig = figures.mosaic(
         strip,
         min(len(strip), 12),
-        tile_names=[f"layers {start}–{end}" for end in range(start, L)],
+        tile_names=[f"layers {start}–{last}" for last in end_layers],
         colorscale=cur.colorscale,
         normalize_each=normalise,
         colorbar_title="rollout / map max" if normalise else "rollout weight",
-        col_labels=[str(end) for end in range(start, L)][: min(len(strip), 12)] if len(strip) <= 12 else None,
+        col_labels=[str(last) for last in end_layers][: min(len(strip), 12)] if len(strip) <= 12 else None,
         x_title="after layer" if len(strip) <= 12 else None,
         highlight=len(strip) - 1,
     )

@@ -8,13 +8,15 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import AnalysisError, ViTSpec, patch_similarity
-from analysis.tokens import TOKEN_KINDS
+from analysis.tokens import TOKEN_KINDS, logit_lens_layers
+from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
+from vizapp.windowed import query_pixel
 
 UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
 KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value": "value"}
@@ -22,12 +24,13 @@ KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value":
 cur = current()
 spec: ViTSpec = cur.spec
 L = spec.num_layers
-prefix = spec.num_prefix_tokens
 
 st.header("Tokens", divider="gray")
 st.caption(
     "What the tokens carry. Queries, keys and values are what each block's attention really compared "
     "(after q/k norm and, for RoPE models, after the rotation); the block output is the residual stream."
+    + (f" This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
+       "each layer on its own stage grid." if spec.is_windowed else "")
 )
 
 left, right = st.columns([3, 2], gap="medium")
@@ -45,12 +48,17 @@ try:
     rgb, fitted = resources.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
 except AnalysisError as exc:  # e.g. not yet defined for windowed models (Swin, SAM): say why
     refuse_page(exc)
-(gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
+# the layer's own grid: a windowed model's stage grid (cells of its stride), a ViT's patch grid
+layout = resources.token_layout(spec, layer)
+grid = tuple(layout.grid_size)
+(gh, gw), (ph, pw) = grid, (tuple(layout.stride) if spec.is_windowed else spec.patch_size)
+# a windowed model's query patch (finest grid) is the layer cell under that patch's centre pixel
+layer_query = layout.cell_of_pixel(*query_pixel(spec, query)) if spec.is_windowed and isinstance(query, int) else query
 
 with left:
     st.subheader(f"PCA of the {KIND_LABELS[kind]}s · layer {layer}")
-    index = np.arange(spec.num_patches)
-    xs, ys = figures.patch_centres(spec.grid_size, spec.patch_size)
+    index = np.arange(gh * gw)
+    xs, ys = figures.patch_centres(grid, (ph, pw))
     pca_figure = go.Figure(
         data=[
             dict(type="image", z=np.round(rgb * 255).astype(np.uint8), x0=pw / 2, dx=pw, y0=ph / 2, dy=ph,
@@ -62,36 +70,37 @@ with left:
         layout=figures.styled_layout(
             height=420, margin=dict(l=10, r=10, t=10, b=10), hovermode="closest", hoverdistance=-1,
             clickmode="event+select", dragmode="pan",
-            shapes=[dict(type="rect", x0=(query % gw) * pw, y0=(query // gw) * ph, x1=(query % gw + 1) * pw,
-                         y1=(query // gw + 1) * ph, line=dict(color=figures.HIGHLIGHT, width=2.5))]
-            if isinstance(query, int) else [],
+            shapes=[dict(type="rect", x0=(layer_query % gw) * pw, y0=(layer_query // gw) * ph,
+                         x1=(layer_query % gw + 1) * pw, y1=(layer_query // gw + 1) * ph,
+                         line=dict(color=figures.HIGHLIGHT, width=2.5))]
+            if isinstance(layer_query, int) else [],
             xaxis=dict(range=[0, spec.img_size[1]], constrain="domain", showgrid=False, title=dict(text="x (input px)")),
             yaxis=dict(range=[spec.img_size[0], 0], scaleanchor="x", constrain="domain", showgrid=False,
                        title=dict(text="y (input px)")),
         ),
     )
     show_chart(pca_figure, "tok_pca", filename=f"pca_{kind}_L{layer}",
-               on_select=patch_click("tok_pca", [spec.grid_size], spec.grid_size))
+               on_select=patch_click("tok_pca", [grid], spec.grid_size))
     st.caption("Red, green, blue: the first three principal components of this layer's patch features, each "
                "scaled to 0–1 over the fitted patches. Click a patch to see what resembles it.")
     download_npz("tok_pca_data", f"pca_{kind}_L{layer}", rgb=rgb, fitted=fitted, layer=layer)
 
 # --------------------------------------------------------------------------- similarity
 query_text = describe_query(query, spec)
-similarity_query = query if not (query == "cls" and not spec.has_class_token) else "mean"
-similarity = patch_similarity(layer_tokens, spec, similarity_query).numpy()  # (gh, gw)
+similarity_query = layer_query if not (query == "cls" and not spec.has_class_token) else "mean"
+similarity = patch_similarity(layer_tokens, layout, similarity_query).numpy()  # (gh, gw) on the layer's grid
 st.subheader(f"Cosine similarity to the {query_text} · {KIND_LABELS[kind]}s, layer {layer}")
 sim_left, sim_right = st.columns(2, gap="medium")
 with sim_left:
     show_chart(
         figures.attention_overlay(
-            resources.background_uri(*cur.args), spec.img_size, similarity, spec.patch_size, opacity=0.7,
+            resources.background_uri(*cur.args), spec.img_size, similarity, (ph, pw), opacity=0.7,
             colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
-            title="This image", query_patch=query if isinstance(query, int) else None, height=420,
+            title="This image", query_patch=layer_query if isinstance(layer_query, int) else None, height=420,
             upsampled=cur.upsampled(similarity),
         ),
         "tok_similarity", filename=f"similarity_{kind}_L{layer}",
-        on_select=patch_click("tok_similarity", [spec.grid_size], spec.grid_size),
+        on_select=patch_click("tok_similarity", [grid], spec.grid_size),
     )
 with sim_right:
     samples = [p.name for p in inputs.sample_paths() if p.name != cur.image.name]
@@ -114,10 +123,10 @@ with sim_right:
         other_name = other.name
         other_args = (cur.model, other.digest, other.data)
         other_tokens = resources.layer_tokens(*other_args, kind, layer)
-        other_similarity = patch_similarity(layer_tokens, spec, similarity_query, other=other_tokens).numpy()
+        other_similarity = patch_similarity(layer_tokens, layout, similarity_query, other=other_tokens).numpy()
         show_chart(
             figures.attention_overlay(
-                resources.background_uri(*other_args), spec.img_size, other_similarity, spec.patch_size, opacity=0.7,
+                resources.background_uri(*other_args), spec.img_size, other_similarity, (ph, pw), opacity=0.7,
                 colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
                 title=f"{other_name}: similarity to this image's {query_text}", height=420,
                 upsampled=cur.upsampled(other_similarity),
@@ -137,10 +146,10 @@ st.subheader("Token norms and high-norm outliers")
 @st.cache_resource(show_spinner=False, max_entries=64)
 def norm_figures(ref, digest: str, _image_bytes: bytes, layer: int, colorscale: str) -> tuple[go.Figure, go.Figure, list[int]]:
     summary = resources.token_norms(ref, digest, _image_bytes)
-    layer_norms = summary.norms[layer, prefix:]  # (N,)
-    found = np.flatnonzero(summary.mask[layer]).tolist()
+    layer_norms = summary.patch_norms(layer)  # (N,) on the layer's grid
+    found = summary.outliers(layer)
     overlay = figures.attention_overlay(
-        resources.background_uri(ref, digest, _image_bytes), spec.img_size, layer_norms.reshape(gh, gw), spec.patch_size,
+        resources.background_uri(ref, digest, _image_bytes), spec.img_size, layer_norms.reshape(gh, gw), (ph, pw),
         opacity=0.75, colorscale=colorscale, zmin=0.0, zmax=float(layer_norms.max()),
         colorbar_title="‖block output‖₂ (0–max)", title=f"Layer {layer}: {len(found)} outlier patch(es)", height=420,
     )
@@ -177,18 +186,24 @@ def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: st
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.Figure, go.Figure]:
-    lens = resources.logit_lens_probabilities(ref, digest, _image_bytes)  # (L, classes)
+    lens = resources.logit_lens_probabilities(ref, digest, _image_bytes)  # (L', classes): rows of lens_layers
     names = get_names(lens.shape[1])
     final = int(lens[-1].argmax())
     curve = go.Figure(
-        data=[dict(type="scatter", x=list(range(L)), y=lens[:, final], mode="lines+markers",
+        data=[dict(type="scatter", x=list(lens_layers), y=lens[:, final], mode="lines+markers",
                    line=dict(color="#21918c"), name=names[final], hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>")],
         layout=figures.styled_layout(height=340, margin=dict(l=10, r=10, t=40, b=10),
                     title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
                     xaxis=dict(title=dict(text="layer"), dtick=1), yaxis=dict(title=dict(text="probability"), range=[0, 1.02])),
     )
-    order = np.argsort(-lens[layer])[:5]
-    return curve, figures.predictions_bar([names[i] for i in order], lens[layer, order])
+    if layer not in lens_layers:
+        return curve, None
+    row = lens_layers.index(layer)
+    order = np.argsort(-lens[row])[:5]
+    return curve, figures.predictions_bar([names[i] for i in order], lens[row, order])
+
+
+lens_layers = list(logit_lens_layers(spec))  # every layer of a ViT; a windowed model's last stage
 
 
 def get_names(classes: int) -> list[str]:
@@ -207,9 +222,15 @@ st.caption(
     "Outliers: per layer, the largest gap in log-norm among the top 10% of patch tokens, when the norms across "
     f"it differ at least 2× (no fixed threshold). First layer with outliers: {first if first is not None else 'none'}; "
     f"fraction per layer: {', '.join(f'{f:.1%}' for f in summary.fraction.tolist())}."
+    + (" A windowed model: each layer's cells on its own stage grid." if spec.is_windowed else "")
 )
-download_npz("tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds,
-             outlier_mask=summary.mask)
+if spec.is_windowed:  # stage grids differ: one array per layer
+    download_npz("tok_norm_data", "token_norms", thresholds=summary.thresholds,
+                 **{f"norms_layer{i}": summary.patch_norms(i).reshape(spec.geometry(i).grid_size) for i in range(L)},
+                 **{f"outlier_mask_layer{i}": summary.mask[i].reshape(spec.geometry(i).grid_size) for i in range(L)})
+else:
+    download_npz("tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds,
+                 outlier_mask=summary.mask)
 
 st.subheader("Attention mass to prefix tokens and to outliers")
 panels = [(name, value) for name, value in (("prefix tokens", summary.prefix_mass), ("outlier patches", summary.outlier_mass))
@@ -222,6 +243,9 @@ if panels:
                        filename=f"attention_mass_{name.replace(' ', '_')}")
     st.caption("Mean over the patch queries of the attention they give to these keys (1 = all of it).")
     download_npz("tok_mass_data", "attention_mass", **{name.replace(" ", "_"): value for name, value in panels})
+elif spec.is_windowed:
+    st.caption(f"Not defined for this {spec.family}: it has no prefix tokens, and its cells attend only inside their "
+               "windows, so the mass to the outliers of a layer is not one number per head over the whole image.")
 else:
     st.caption("No prefix tokens and no outliers in this model and image.")
 
@@ -235,8 +259,16 @@ else:
     with lens_left:
         show_chart(curve, "tok_lens", filename="logit_lens")
     with lens_right:
-        show_chart(top5, "tok_lens_top5", filename=f"logit_lens_top5_L{layer}")
-        st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
+        if top5 is None:  # a windowed model's earlier stage: the library's reason
+            try:
+                check_logit_lens_layer(spec, layer)
+            except AnalysisError as exc:
+                st.info(error_text(exc), icon=":material/block:")
+        else:
+            show_chart(top5, "tok_lens_top5", filename=f"logit_lens_top5_L{layer}")
+            st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
     lens = resources.logit_lens_probabilities(*cur.args)
-    download_npz("tok_lens_data", "logit_lens", probabilities=lens, class_names=np.array(get_names(lens.shape[1])))
-show_code(tokens_code(Source.of(cur), kind=kind, layer=layer, foreground=foreground, query=similarity_query, other=other))
+    download_npz("tok_lens_data", "logit_lens", probabilities=lens, layers=np.array(lens_layers),
+                 class_names=np.array(get_names(lens.shape[1])))
+show_code(tokens_code(Source.of(cur), kind=kind, layer=layer, foreground=foreground, query=similarity_query, other=other,
+                        windowed=spec.is_windowed))
