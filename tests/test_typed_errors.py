@@ -25,6 +25,7 @@ from analysis import (
     patch_embedding_components,
     position_embedding_similarity,
     read_image_archive,
+    windowed_rollout,
     rotary_position_features,
     uniform_attention_distance,
     uniform_attention_distance_by_layer,
@@ -98,6 +99,7 @@ CASES = [
     ("pixels integer", "floating point", lambda c: capture_attention(c.vit, (c.pixels * 100).long())),
     ("pixels wrong size", "expects 56x56", lambda c: capture_attention(c.vit, c.pixels[..., :-1, :-1])),
     ("empty batch", "no image", lambda c: capture_attention(c.vit, c.pixels[:0])),
+    ("windowed rollout of a ViT record", "takes a WindowedAttentionRecord", lambda c: windowed_rollout(c.record)),
     # maps
     ("map layer out of range", "layer=2 does not exist", lambda c: attention_map(c.record, c.layers)),
     ("map layer not captured", "not captured", lambda c: attention_map(c.partial, 1)),
@@ -209,7 +211,7 @@ def test_every_public_function_is_walked():
         "attention_mass", "feature_pca", "patch_similarity",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
-        "corresponding_query", "similarity_by_distance",
+        "corresponding_query", "similarity_by_distance", "windowed_rollout",
     }
     source = open(__file__).read()
     for name in walked:
