@@ -55,22 +55,27 @@ def warmup_cosine(step: int, total: int, peak: float, warm: int, floor: float = 
 
 
 def scene_pool(pool: int, seed: int, val_size: int, *, size: int = DEFAULT_SIZE, log=print):
-    """Training scenes ``0..pool-1`` of stream ``seed`` as uint8 ``(pool, 3, H, W)`` with labels,
-    and ``val_size`` normalised validation scenes of stream ``seed + 1`` (progress output only)."""
+    """Training scenes ``0..pool-1`` of stream ``seed`` as uint8 ``(pool, 3, H, W)``, their labels
+    and object masks (uint8 ``(pool, 1, H, W)``, 1 on the object), and ``val_size`` normalised
+    validation scenes of stream ``seed + 1`` (progress output only) with their labels."""
     started = time.time()
-    images, labels, _ = generate_arrays(pool, seed, size=size)
+    images, labels, masks = generate_arrays(pool, seed, size=size)
     x_train = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     y_train = torch.from_numpy(labels)
-    del images
+    m_train = torch.from_numpy(masks).to(torch.uint8)[:, None]
+    del images, masks
     val_images, val_labels, _ = generate_arrays(val_size, seed + 1, size=size)
     x_val, y_val = scenes_to_tensor(val_images), torch.from_numpy(val_labels)
     log(f"{pool} scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ready in {time.time() - started:.0f} s")
-    return x_train, y_train, x_val, y_val
+    return x_train, y_train, m_train, x_val, y_val
 
 
-def batch_of(x_train: torch.Tensor, index: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """The augmented, normalised training batch of ``index``."""
-    return normalize_uint8(dihedral(x_train[index], g))
+def batch_of(x_train: torch.Tensor, m_train: torch.Tensor, index: torch.Tensor, g: torch.Generator
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The augmented training batch of ``index``: normalised scenes ``(B, 3, H, W)`` and their
+    object masks ``(B, 1, H, W)`` in {0, 1}, both under the same random dihedral transform."""
+    both = dihedral(torch.cat([x_train[index], m_train[index]], dim=1), g)
+    return normalize_uint8(both[:, :3]), both[:, 3:].float()
 
 
 def save_timm_folder(model, out: Path | str, config: dict) -> Path:

@@ -21,6 +21,17 @@ three compare on the same inputs. Saved in timm's hub layout (``config.json`` wi
 ``model_args`` + ``model.safetensors``): ``load_vit("demo_swin")`` and
 ``timm.create_model("local-dir:assets/demo_swin", pretrained=True)`` open it.
 
+Recipe: AdamW (peak LR 2e-3, 5% linear warm-up, cosine decay; weight decay 0.05, none on
+biases, norms and the relative-position bias tables), label smoothing 0.1, gradient clipping
+at 1.0, batch 128. On top of the labels, a **training-only object-mask loss**: a linear head
+per stage (not saved; the shipped model is a plain timm Swin) predicts, for every cell of the
+stage grid, the share of its pixels on the object (the scenes' exact masks, under the same
+dihedral transform as the image), scored by binary cross-entropy and weighted by
+``--mask-weight``. Without it this small Swin stays near chance for the first thousands of
+steps (validation accuracy 0.26 after 1,500 of 3,000 steps); in 600-step probe runs of this
+script on 6,000 scenes it had 0.22 after 400 steps with labels alone and 0.40 with the mask
+loss at weight 3 (0.37 at weight 1).
+
 Seeds: the pool is scenes ``0..pool-1`` of ``--seed`` (default 20; also the init and batch
 order), progress-only validation from ``--seed + 1``. The demo ViT used 0, 1, 3, 4, the CNN
 10, 11; held-out evaluation uses 2026 and the tests 777.
@@ -56,6 +67,7 @@ MODEL_ARGS: dict = dict(
     depths=(2, 2, 2),
     num_heads=(2, 4, 8),
     mlp_ratio=2.0,
+    drop_path_rate=0.0,  # timm's default 0.1 slows this small, short run
 )
 DEFAULT_OUT = asset_path("demo_swin")  # where load_vit("demo_swin") looks (a checkout or a wheel)
 
@@ -80,22 +92,55 @@ def make_swin_config(label_names: list[str] = CLASS_NAMES, model_args: dict | No
     }
 
 
-def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 30000, steps: int = 4000,
+def forward_with_stages(model, pixels: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """timm's ``SwinTransformer.forward`` step by step: the logits ``(B, classes)`` and each
+    stage's output ``(B, gh, gw, C)`` (tests check the logits equal ``model(pixels)``)."""
+    x = model.patch_embed(pixels)
+    stages = []
+    for layer in model.layers:
+        x = layer(x)
+        stages.append(x)
+    return model.forward_head(model.norm(x)), stages
+
+
+def mask_loss(stages: list[torch.Tensor], heads: torch.nn.ModuleList, masks: torch.Tensor) -> torch.Tensor:
+    """Mean over stages of the binary cross-entropy between each cell's predicted and true share
+    of object pixels (the mask ``(B, 1, H, W)`` averaged over the cell's pixels)."""
+    losses = []
+    for stage, head in zip(stages, heads):
+        share = F.adaptive_avg_pool2d(masks, stage.shape[1:3])[:, 0]  # (B, gh, gw)
+        losses.append(F.binary_cross_entropy_with_logits(head(stage)[..., 0], share))
+    return torch.stack(losses).mean()
+
+
+def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 30000, steps: int = 4500,
                batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05, val_size: int = 1000,
-               threads: int = 2, log_every: int = 500, log=print) -> dict:
-    """Train and save to ``out``; returns a summary (steps, seconds, final validation accuracy)."""
+               mask_weight: float = 3.0, threads: int = 2, log_every: int = 500, init: Path | str | None = None,
+               log=print) -> dict:
+    """Train and save to ``out``; returns a summary (steps, seconds, final validation accuracy).
+    ``init``: start from the weights of a folder this script wrote (a continuation phase, with a
+    fresh optimizer and schedule)."""
     from timm.optim import create_optimizer_v2
 
     started = time.time()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    x_train, y_train, x_val, y_val = scene_pool(pool, seed, val_size, log=lambda m: log(f"[train_demo_swin] {m}"))
+    x_train, y_train, m_train, x_val, y_val = scene_pool(pool, seed, val_size,
+                                                         log=lambda m: log(f"[train_demo_swin] {m}"))
     model = build_swin()
+    # Training-only heads (not saved): each stage's cells predict the share of their pixels on the object.
+    mask_heads = torch.nn.ModuleList(torch.nn.Linear(int(info["num_chs"]), 1) for info in model.feature_info)
+    if init is not None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(Path(init) / "model.safetensors")), strict=True)
+        log(f"[train_demo_swin] initialised from {init} (fresh optimizer state and schedule)")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"[train_demo_swin] {ARCHITECTURE} {MODEL_ARGS} -> {n_params / 1e6:.3f} M parameters")
     # AdamW without weight decay on biases, norms and the relative-position bias tables
     # (timm's create_optimizer_v2 reads model.no_weight_decay()).
     optimizer = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
+    optimizer.add_param_group({"params": list(mask_heads.parameters()), "weight_decay": 0.0})
     generator = torch.Generator().manual_seed(seed)
     warm = max(1, steps // 20)
     model.train()
@@ -108,10 +153,14 @@ def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 300
             order, position = torch.randperm(pool, generator=generator), 0
         index = order[position:position + batch_size]
         position += batch_size
-        loss = F.cross_entropy(model(batch_of(x_train, index, generator)), y_train[index], label_smoothing=0.1)
+        pixels, masks = batch_of(x_train, m_train, index, generator)
+        logits, stages = forward_with_stages(model, pixels)
+        loss = F.cross_entropy(logits, y_train[index], label_smoothing=0.1)
+        if mask_weight:
+            loss = loss + mask_weight * mask_loss(stages, mask_heads, masks)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([*model.parameters(), *mask_heads.parameters()], 1.0)
         optimizer.step()
         if (step + 1) % log_every == 0 or step + 1 == steps:
             val = accuracy(model, x_val, y_val)
@@ -130,15 +179,20 @@ def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 300
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.train_demo_swin", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (timm hub layout)")
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=4500)
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--pool", type=int, default=30000, help="number of distinct training scenes")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate")
+    parser.add_argument("--mask-weight", type=float, default=3.0,
+                        help="weight of the training-only object-mask loss on every stage (0: labels only)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--log-every", type=int, default=500)
+    parser.add_argument("--init", type=Path, default=None,
+                        help="start from the weights of a folder this script wrote (a continuation phase)")
     args = parser.parse_args(argv)
-    train_swin(args.out, steps=args.steps, seed=args.seed, pool=args.pool, lr=args.lr, threads=args.threads,
-               log_every=args.log_every)
+    train_swin(args.out, steps=args.steps, seed=args.seed, pool=args.pool, lr=args.lr, mask_weight=args.mask_weight,
+               threads=args.threads,
+               log_every=args.log_every, init=args.init)
     return 0
 
 
