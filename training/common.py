@@ -1,4 +1,4 @@
-"""What the demo training scripts share: the scene pool, the augmentation, the schedule, the output.
+"""What the training scripts of the demo models share: scene pool, augmentation, schedule, output.
 
 Every demo model trains on the same scenes (:mod:`analysis.demo.data`) with the same
 augmentation (a random element of the dihedral group per sample: every class is invariant

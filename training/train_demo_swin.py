@@ -1,6 +1,6 @@
 """Train the bundled demo Swin (``assets/demo_swin``) on the demo scenes, from scratch, on the CPU.
 
-    python -m training.train_demo_swin            # writes assets/demo_swin (minutes on 2 cores)
+    python -m training.train_demo_swin --threads 1   # writes assets/demo_swin (the shipped run: 24 minutes)
     python training/train_demo_swin.py --out /tmp/swin --steps 300 --pool 3000   # a quick try
 
 A timm ``SwinTransformer`` (v1) sized for the 48 x 48 scenes, built with
@@ -28,9 +28,9 @@ per stage (not saved; the shipped model is a plain timm Swin) predicts, for ever
 stage grid, the share of its pixels on the object (the scenes' exact masks, under the same
 dihedral transform as the image), scored by binary cross-entropy and weighted by
 ``--mask-weight``. Without it this small Swin stays near chance for the first thousands of
-steps (validation accuracy 0.26 after 1,500 of 3,000 steps); in 600-step probe runs of this
-script on 6,000 scenes it had 0.22 after 400 steps with labels alone and 0.40 with the mask
-loss at weight 3 (0.37 at weight 1).
+steps (validation accuracy 0.26 after 1,500 of 3,000 steps, with timm's default drop path
+0.1); in 600-step probe runs of this script on 6,000 scenes (drop path 0) it had 0.22 after
+400 steps with labels alone and 0.40 with the mask loss at weight 3 (0.37 at weight 1).
 
 Seeds: the pool is scenes ``0..pool-1`` of ``--seed`` (default 20; also the init and batch
 order), progress-only validation from ``--seed + 1``. The demo ViT used 0, 1, 3, 4, the CNN
