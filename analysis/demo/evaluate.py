@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"scenes           : {a.n} (seed {a.seed})")
         for name, score in scores.items():
-            print(f"accuracy, {name:<7}: {score:.4f}")
+            print(f"accuracy, {name:<9}: {score:.4f}")
         print(f"time             : {time.time() - t0:.1f} s")
         return 0
 
