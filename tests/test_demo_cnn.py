@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from analysis.demo.data import CLASS_NAMES, generate_arrays
-from analysis.demo.train import _to_tensor
+from analysis.demo.config import scenes_to_tensor
 
 CNN_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_cnn"
 HELD_OUT_SEED = 777  # also the demo ViT's test seed, so the two are scored on the same scenes
@@ -32,6 +32,6 @@ def test_the_demo_cnn_classifies_held_out_scenes():
     model = timm.create_model(f"local-dir:{CNN_DIR}", pretrained=True).eval()
     images, labels, _ = generate_arrays(HELD_OUT_N, HELD_OUT_SEED)
     with torch.no_grad():
-        predictions = model(_to_tensor(images)).argmax(-1)
+        predictions = model(scenes_to_tensor(images)).argmax(-1)
     accuracy = float((predictions == torch.from_numpy(labels)).float().mean())
     assert accuracy >= 0.90, accuracy

@@ -158,7 +158,7 @@ def test_locality_gap_of_random_embeddings_is_near_zero():
     """The metric itself: an untrained (random) ViT scores about 0."""
     from analysis import load_vit
     from analysis.demo.evaluate import locality_gap
-    from analysis.demo.train import DEFAULT_MODEL_ARGS
+    from training.train_demo_vit import DEFAULT_MODEL_ARGS
 
     vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", num_classes=len(CLASS_NAMES),
                    **DEFAULT_MODEL_ARGS)
@@ -183,7 +183,7 @@ def test_pointing_game_helpers():
 
 def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     from analysis import capture_attention, load_vit
-    from analysis.demo.train import DEFAULT_MODEL_ARGS, train
+    from training.train_demo_vit import DEFAULT_MODEL_ARGS, train
 
     tiny = dict(DEFAULT_MODEL_ARGS, embed_dim=32, depth=1, num_heads=2)
     summary = train(tmp_path, seed=3, pool=20, steps=2, batch_size=8, val_size=0, model_args=tiny,

@@ -163,13 +163,16 @@ def test_device_auto_selection_and_bad_devices():
         load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1, device="gpu")
 
 
-def test_demo_model_loads_or_says_how_to_get_it():
-    if (DEMO_MODEL_DIR / "config.json").is_file():
-        vit = load_vit("demo")
-        assert vit.class_names and vit.num_classes == len(vit.class_names)
-    else:
-        with pytest.raises(ModelLoadError, match="analysis.demo.train"):
-            load_vit("demo")
+def test_demo_model_loads_or_says_how_to_get_it(monkeypatch, tmp_path):
+    vit = load_vit("demo")
+    assert vit.class_names and vit.num_classes == len(vit.class_names)
+    import analysis.loading as loading
+
+    assert loading.DEMO_MODELS["demo"][0] == DEMO_MODEL_DIR
+    folder, command = loading.DEMO_MODELS["demo"]
+    monkeypatch.setitem(loading.DEMO_MODELS, "demo", (tmp_path / folder.name, command))
+    with pytest.raises(ModelLoadError, match=r"git checkout -- assets/demo_vit.*python -m training\.train_demo_vit`"):
+        load_vit("demo")
 
 
 @pytest.mark.parametrize("crop_mode", ["center", "squash", "border"])

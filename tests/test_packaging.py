@@ -255,15 +255,17 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
     _, _, wheel = wheel_installed
     names = set(zipfile.ZipFile(wheel).namelist())
     for asset in ("demo_vit/model.safetensors", "demo_vit/config.json", "demo_cnn/model.safetensors",
-                  "demo_cnn/config.json", "favicon.png", "README.md", "samples/scene_1_star.png", "samples/coffee.jpg"):
+                  "demo_cnn/config.json", "demo_swin/model.safetensors", "demo_swin/config.json",
+                  "favicon.png", "README.md", "samples/scene_1_star.png", "samples/coffee.jpg"):
         assert f"analysis/_assets/{asset}" in names, asset
+    assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
     assert not [n for n in names if "screenshots" in n]
     assert wheel.stat().st_size < 8 * 2**20, f"the wheel weighs {wheel.stat().st_size / 2**20:.1f} MiB"
 
 
 def test_the_installed_demo_models_load_from_another_directory(wheel_installed):
-    """The demo ViT and CNN come from the installed package, not from any checkout, and each
+    """The demo ViT, Swin and CNN come from the installed package, not from any checkout, and each
     names the class of every bundled synthetic scene (its class is in the file name)."""
     bin_dir, work, _ = wheel_installed
     code = """
@@ -276,7 +278,7 @@ print("FILES", analysis.__file__, vizapp.__file__, assets_dir())
 holders = [os.path.abspath(p or ".") for p in sys.path
            if any(os.path.isfile(os.path.join(p or ".", name, "__init__.py")) for name in ("analysis", "vizapp"))]
 print("HOLDERS", *holders)  # every sys.path entry an `analysis` or `vizapp` could be imported from
-for model in (load_vit("demo"), load_cnn("demo")):
+for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
     for path in sorted(asset_path("samples").glob("scene_*.png")):
         with torch.no_grad():
             logits = model.model(model.preprocess(load_image(path)))
@@ -293,7 +295,7 @@ for model in (load_vit("demo"), load_cnn("demo")):
     holders = next(line for line in out.splitlines() if line.startswith("HOLDERS")).split()[1:]
     assert len(holders) == 1 and Path(holders[0]).resolve().is_relative_to(venv), holders
     predictions = [line.split()[1:] for line in out.splitlines() if line.startswith("PRED")]
-    assert len(predictions) == 6 and all(truth == predicted for truth, predicted in predictions), predictions
+    assert len(predictions) == 9 and all(truth == predicted for truth, predicted in predictions), predictions
 
 
 def test_the_installed_report_runs_on_the_bundled_samples(wheel_installed):

@@ -4,14 +4,19 @@ Usage::
 
     python -m analysis.demo.evaluate                    # assets/demo_vit, 2000 scenes, seed 2026
     python -m analysis.demo.evaluate --model /tmp/vit --n 500 --seed 7
+    python -m analysis.demo.evaluate --compare          # accuracy of the demo ViT, Swin and CNN
 
 Everything goes through the public analysis API (``load_vit``, ``capture_attention``,
 ``attention_rollout``, ``position_embedding_similarity``), so this also checks that the
 API reads the shipped folder correctly. Scenes come from
-:func:`analysis.demo.data.generate_samples` with a seed the training run never used
-(the shipped recipe's two phases draw their data pools from seeds 0 and 3 and their
-progress-only validation sets from seeds 1 and 4; the default here is 2026, the tests
-use 777).
+:func:`analysis.demo.data.generate_samples` with a seed no training run used
+(the demo ViT's two phases draw their data pools from seeds 0 and 3 and their
+progress-only validation sets from seeds 1 and 4, the demo CNN 10 and 11, the demo Swin
+20 and 21; the default here is 2026, the tests use 777).
+
+``--compare`` scores only the accuracy, of the three bundled demo models on the same scenes
+(:func:`demo_accuracies`): rollout and the position-embedding metrics are ViT-only (the Swin
+has relative-position biases and patch merging, the CNN no attention at all).
 
 Metrics
 -------
@@ -52,6 +57,8 @@ __all__ = [
     "DEFAULT_EVAL_SEED",
     "locality_gap",
     "evaluate",
+    "accuracy",
+    "demo_accuracies",
     "main",
 ]
 
@@ -118,16 +125,54 @@ def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: i
     }
 
 
+@torch.no_grad()
+def accuracy(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: int = 250) -> float:
+    """Share of ``n`` fresh scenes of ``seed`` whose arg-max logit is the true class. ``model``
+    is what :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn` returns: it is fed
+    through its own ``preprocess``, as the app feeds it."""
+    images, labels, _ = generate_samples(n, seed)
+    correct = 0
+    for i in range(0, n, batch_size):
+        pixels = torch.cat([model.preprocess(im) for im in images[i:i + batch_size]], dim=0)
+        logits = model.model(pixels.to(model.device))
+        correct += int((logits.argmax(-1).cpu() == torch.tensor(labels[i:i + batch_size])).sum())
+    return correct / n
+
+
+def demo_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, float]:
+    """:func:`accuracy` of the bundled demo ViT, Swin and CNN on the same ``n`` scenes of ``seed``."""
+    from analysis import load_vit
+    from analysis.robustness import load_cnn
+
+    models = {"demo ViT": load_vit("demo", device="cpu"), "demo Swin": load_vit("demo_swin", device="cpu"),
+              "demo CNN": load_cnn("demo", device="cpu")}
+    return {name: accuracy(model, n, seed) for name, model in models.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Evaluate the demo ViT on held-out procedural scenes.")
+    p = argparse.ArgumentParser(prog="python -m analysis.demo.evaluate", description="Evaluate the demo models on held-out procedural scenes.")
     p.add_argument("--model", default="demo", help='"demo" (the bundled model) or a timm hub-layout folder')
     p.add_argument("--n", type=int, default=2000, help="number of fresh scenes")
-    p.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3 and 4)")
+    p.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    p.add_argument("--compare", action="store_true",
+                   help="only the accuracy of the three bundled demo models (ViT, Swin, CNN) on the same scenes")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     from analysis import load_vit
+
+    if a.compare:
+        t0 = time.time()
+        scores = demo_accuracies(a.n, a.seed)
+        if a.json:
+            print(json.dumps({"n": a.n, "seed": a.seed, "accuracy": scores}, indent=2))
+            return 0
+        print(f"scenes           : {a.n} (seed {a.seed})")
+        for name, score in scores.items():
+            print(f"accuracy, {name:<9}: {score:.4f}")
+        print(f"time             : {time.time() - t0:.1f} s")
+        return 0
 
     t0 = time.time()
     vit = load_vit(a.model)

@@ -5,7 +5,8 @@
 
 * an ``nn.Module`` a notebook already holds (timm, Hugging Face or torchvision): wrapped
   without copying weights (:mod:`.objects`);
-* ``"demo"``: the bundled demo model in ``assets/demo_vit``;
+* ``"demo"``: the bundled demo model in ``assets/demo_vit``; ``"demo_swin"``: the bundled demo
+  Swin in ``assets/demo_swin`` (same scenes and classes);
 * ``"local-dir:PATH"`` or a folder: timm's hub layout (``config.json`` with ``architecture``),
   or a Hugging Face ``save_pretrained`` folder (``config.json`` with ``model_type``);
 * ``"hf:org/name"``: a Hugging Face transformers model, from the local cache or the hub;
@@ -37,9 +38,14 @@ from .files import looks_like_file, model_from_file, model_from_timm_folder, rea
 from .loaded import LoadedViT, wrap_model
 from .timm_source import model_from_timm_name
 
-__all__ = ["LoadedViT", "load_vit", "DEMO_MODEL_DIR", "SUPPORTED_FAMILIES"]
+__all__ = ["LoadedViT", "load_vit", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES"]
 
 DEMO_MODEL_DIR = asset_path("demo_vit")
+# The bundled demo models by name: (folder, the command that trains it again).
+DEMO_MODELS: dict[str, tuple[Path, str]] = {
+    "demo": (DEMO_MODEL_DIR, "python -m training.train_demo_vit"),
+    "demo_swin": (asset_path("demo_swin"), "python -m training.train_demo_swin"),
+}
 
 
 def load_vit(
@@ -53,7 +59,7 @@ def load_vit(
     """Load a ViT for inspection.
 
     Args:
-        source: an ``nn.Module``; ``"demo"``; a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
+        source: an ``nn.Module``; ``"demo"`` or ``"demo_swin"``; a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
             ``"hf-hub:org/name"`` (timm weights on the hub); ``"hf:org/name"`` (a transformers
             model); ``"torchvision:vit_b_16"``; ``"local-dir:folder"`` or a folder (timm hub layout
             or transformers ``save_pretrained``); or a single weights file (then ``arch`` is required).
@@ -84,14 +90,15 @@ def load_vit(
         return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
     if source_str.startswith("torchvision:"):
         return torchvision_source.load_torchvision(source_str, target, pretrained=pretrained, **model_kwargs)
-    if source_str == "demo":
-        if not (DEMO_MODEL_DIR / "config.json").is_file():
+    if source_str in DEMO_MODELS:
+        folder, retrain = DEMO_MODELS[source_str]
+        if not (folder / "config.json").is_file():
             raise ModelLoadError(
-                f"The bundled demo model is missing ({DEMO_MODEL_DIR}). Restore it from git "
-                "(`git checkout -- assets/demo_vit`) or reinstall the package, or retrain it with "
-                "`python -m analysis.demo.train`."
+                f"The bundled demo model {source_str!r} is missing ({folder}). Restore it from git "
+                f"(`git checkout -- assets/{folder.name}`) or reinstall the package, or retrain it with "
+                f"`{retrain}` (from a checkout's root)."
             )
-        return _from_folder(DEMO_MODEL_DIR, source_str, target, model_kwargs)
+        return _from_folder(folder, source_str, target, model_kwargs)
     if source_str.startswith("local-dir:") or Path(source_str).is_dir():
         folder = Path(source_str.removeprefix("local-dir:")).expanduser()
         return _from_folder(folder, source_str, target, model_kwargs)

@@ -3,10 +3,12 @@
 Usage -- the shipped model (assets/demo_vit) is two runs of this script: phase 1 is the
 defaults, phase 2 continues from phase 1's weights on a fresh pool of scenes::
 
-    python -m analysis.demo.train --out artifacts/demo_vit_phase1
-    python -m analysis.demo.train --init artifacts/demo_vit_phase1 --seed 3 --steps 3000 --lr 1e-3
+    python -m training.train_demo_vit --out artifacts/demo_vit_phase1
+    python -m training.train_demo_vit --init artifacts/demo_vit_phase1 --seed 3 --steps 3000 --lr 1e-3
 
-    python -m analysis.demo.train --out /tmp/vit --epochs 2 --pool 2000   # a quick try
+    python -m training.train_demo_vit --out /tmp/vit --epochs 2 --pool 2000   # a quick try
+
+(from the repository root; ``python training/train_demo_vit.py ...`` works too).
 
 The model is a small timm ``VisionTransformer`` built with
 ``timm.create_model(ARCHITECTURE, pretrained=False, num_classes=..., **model_args)``;
@@ -24,7 +26,7 @@ Recipe facts worth knowing:
   every epoch with a random element of the dihedral group
   (flips / 90-degree rotations; every class is invariant under those). A small
   validation set from ``--seed + 1`` is used for progress output only; it never steers
-  training. The held-out evaluation (``analysis.demo.evaluate``) uses yet another seed.
+  training. The held-out evaluation (``python -m analysis.demo.evaluate``) uses yet another seed.
 * ``--init`` starts from a previous output folder (same architecture) with a fresh AdamW
   state and a fresh warm-up + cosine schedule: the shipped model's second phase.
 * The LR schedule is step-based (linear warm-up, cosine decay), so a run is reproducible
@@ -42,13 +44,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+if __package__ in (None, ""):  # run as a file: the repository root holds `analysis` and `training`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import torch
 import torch.nn.functional as F
 
 from analysis.assets import asset_path
+from analysis.demo.config import MEAN, STD, demo_pretrained_cfg, normalize_uint8, scenes_to_tensor
 from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
 from analysis.demo.evaluate import similarity_locality_gap
+from training.common import accuracy, dihedral, save_timm_folder
 
 __all__ = [
     "ARCHITECTURE",
@@ -73,8 +79,6 @@ DEFAULT_MODEL_ARGS: dict = dict(
     class_token=True,
     global_pool="token",
 )
-MEAN = (0.5, 0.5, 0.5)
-STD = (0.25, 0.25, 0.25)
 DEFAULT_OUT = asset_path("demo_vit")  # where load_vit("demo") looks (a checkout or a wheel)
 
 
@@ -83,23 +87,6 @@ def build_model(model_args: dict | None = None, num_classes: int = len(CLASS_NAM
 
     args = dict(DEFAULT_MODEL_ARGS if model_args is None else model_args)
     return timm.create_model(ARCHITECTURE, pretrained=False, num_classes=num_classes, **args)
-
-
-def demo_pretrained_cfg(height: int, width: int, num_classes: int, **extra) -> dict:
-    """timm's ``pretrained_cfg`` of a demo model: the scenes' size and normalisation; ``extra``
-    names the model's own parts (``first_conv``, ``classifier``, ...)."""
-    return {
-        "tag": "demo_shapes",
-        "custom_load": False,
-        "input_size": [3, height, width],
-        "interpolation": "bicubic",
-        "crop_pct": 1.0,
-        "crop_mode": "center",
-        "mean": list(MEAN),
-        "std": list(STD),
-        "num_classes": num_classes,
-        **extra,
-    }
 
 
 def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> dict:
@@ -117,42 +104,7 @@ def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> d
 
 
 def save_model(model, out: Path, model_args: dict, label_names: list[str] = CLASS_NAMES) -> None:
-    from safetensors.torch import save_file
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = make_config(model_args, len(label_names), label_names)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-
-
-def _normalize(x_u8: torch.Tensor) -> torch.Tensor:
-    """uint8 (B,3,H,W) -> normalised float, exactly what ``pretrained_cfg`` mean/std say."""
-    x = x_u8.float().div_(255.0)
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
-    return (x - mean) / std
-
-
-def _to_tensor(images_u8: np.ndarray) -> torch.Tensor:
-    x = torch.from_numpy(images_u8).permute(0, 3, 1, 2).float().div_(255.0)
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
-    return (x - mean) / std
-
-
-def _dihedral(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """Apply a random dihedral transform per sample (x: B,C,H,W with H == W)."""
-    k = torch.randint(0, 4, (x.shape[0],), generator=g)
-    flip = torch.randint(0, 2, (x.shape[0],), generator=g).bool()
-    x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
-    out = torch.empty_like(x)
-    for r in range(4):
-        sel = k == r
-        if sel.any():
-            out[sel] = torch.rot90(x[sel], r, dims=(-2, -1))
-    return out
+    save_timm_folder(model, out, make_config(model_args, len(label_names), label_names))
 
 
 def _locality_gap(model) -> float:
@@ -160,16 +112,6 @@ def _locality_gap(model) -> float:
     pe = F.normalize(model.pos_embed.detach()[0, model.num_prefix_tokens:], dim=-1)  # (N, D)
     gh, gw = model.patch_embed.grid_size
     return similarity_locality_gap((pe @ pe.T).view(gh, gw, gh, gw))
-
-
-@torch.no_grad()
-def _accuracy(model, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> float:
-    model.eval()
-    correct = 0
-    for i in range(0, len(x), batch):
-        correct += (model(x[i:i + batch]).argmax(-1) == y[i:i + batch]).sum().item()
-    model.train()
-    return correct / max(len(x), 1)
 
 
 def train(
@@ -202,15 +144,15 @@ def train(
     model_args = dict(DEFAULT_MODEL_ARGS if model_args is None else model_args)
     size = model_args["img_size"]
 
-    log(f"[demo.train] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
+    log(f"[train_demo_vit] generating {pool} training scenes (seed {seed}) + {val_size} val (seed {seed + 1}) ...")
     imgs, labels, _ = generate_arrays(pool, seed, size=size)
     x_train = torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous()  # uint8 (N,3,H,W)
     y_train = torch.from_numpy(labels)
     del imgs
     if val_size:
         vi, vl, _ = generate_arrays(val_size, seed + 1, size=size)
-        x_val, y_val = _to_tensor(vi), torch.from_numpy(vl)
-    log(f"[demo.train] data ready in {time.time() - t_start:.1f}s")
+        x_val, y_val = scenes_to_tensor(vi), torch.from_numpy(vl)
+    log(f"[train_demo_vit] data ready in {time.time() - t_start:.1f}s")
 
     model = build_model(model_args, len(CLASS_NAMES))
     if init is not None:
@@ -221,12 +163,12 @@ def train(
             raise ValueError(f"--init {init} was trained with model_args {init_cfg.get('model_args')}, "
                              f"not {model_args}; pass the same architecture options.")
         model.load_state_dict(load_file(str(Path(init) / "model.safetensors")), strict=True)
-        log(f"[demo.train] initialised from {init} (fresh optimizer state and LR schedule)")
+        log(f"[train_demo_vit] initialised from {init} (fresh optimizer state and LR schedule)")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"[demo.train] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
+    log(f"[train_demo_vit] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
     opt = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
     no_decay = [n for n, p in model.named_parameters() if p.ndim <= 1 or n in model.no_weight_decay()]
-    log(f"[demo.train] no weight decay on {len(no_decay)} tensors incl. "
+    log(f"[train_demo_vit] no weight decay on {len(no_decay)} tensors incl. "
         f"{[n for n in no_decay if n in ('pos_embed', 'cls_token')]}")
 
     steps_per_epoch = max(1, pool // batch_size)
@@ -261,7 +203,7 @@ def train(
             perm, pos = torch.randperm(pool, generator=g), 0
         idx = perm[pos:pos + batch_size]
         pos += batch_size
-        xb = _normalize(_dihedral(x_train[idx], g))
+        xb = normalize_uint8(dihedral(x_train[idx], g))
         yb = y_train[idx]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cur_total if total is not None else 10 ** 6)
@@ -279,14 +221,14 @@ def train(
             per_step = (time.time() - t_train) / probe
             budget = minutes * 60 - (time.time() - t_start) - 30
             total = max(probe + 1, int(budget / per_step))
-            log(f"[demo.train] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
+            log(f"[train_demo_vit] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
                 f"(replay exactly with --steps {total})")
         if step % log_every == 0 or step == total:
-            msg = (f"[demo.train] step {step}/{total} ep {step / steps_per_epoch:.2f} "
+            msg = (f"[train_demo_vit] step {step}/{total} ep {step / steps_per_epoch:.2f} "
                    f"lr {opt.param_groups[0]['lr']:.2e} loss {run_loss / run_n:.4f} "
                    f"train_acc {run_correct / run_n:.3f}")
             if val_size:
-                msg += f" val_acc {_accuracy(model, x_val, y_val):.3f}"
+                msg += f" val_acc {accuracy(model, x_val, y_val):.3f}"
             msg += f" loc_gap {_locality_gap(model):.3f} elapsed {time.time() - t_start:.0f}s"
             log(msg)
             sys.stdout.flush()
@@ -302,17 +244,17 @@ def train(
         "steps": step,
         "epochs": step / steps_per_epoch,
         "wall_s": wall,
-        "val_acc": _accuracy(model, x_val, y_val) if val_size else None,
+        "val_acc": accuracy(model, x_val, y_val) if val_size else None,
         "locality_gap": _locality_gap(model),
         "params": n_params,
     }
     save_model(model, Path(out), model_args)
-    log(f"[demo.train] done: {json.dumps(summary)} -> {out}")
+    log(f"[train_demo_vit] done: {json.dumps(summary)} -> {out}")
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.train_demo_vit", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (timm hub layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of model init, order and the data pool")
