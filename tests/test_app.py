@@ -1026,7 +1026,14 @@ def test_robustness_page_matches_the_probes_and_curves(app, vit):
                              seed=3, attention=False)
     (vit_line, *others) = [t for t in traces(chart(app, "rob_curves_chart"), "scatter")]
     np.testing.assert_allclose(array(vit_line["y"]), curve.score)
-    assert curve.score[0] == 1.0 and len(others) == (1 if DEMO_PRESENT else 0)
+    assert curve.score[0] == 1.0 and len(others) == (2 if DEMO_PRESENT else 0)  # the demo CNN and the demo Swin
+    if DEMO_PRESENT:  # the bundled Swin: the same images, seeds and pixel perturbations (issue 23)
+        swin = analysis.load_vit("demo_swin")
+        kind = "pixel_drop" if perturbation == "token_drop" else perturbation
+        swin_curve = robustness_curve(swin, [analysis.load_image(p) for p in samples], kind, SET_LEVELS[perturbation], seed=3,
+                                      attention=False)
+        (swin_line,) = [t for t in others if t["name"].startswith("Swin")]
+        np.testing.assert_allclose(array(swin_line["y"]), swin_curve.score)
 
 
 def test_robustness_page_offers_only_what_the_model_supports(app):

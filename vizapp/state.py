@@ -43,6 +43,8 @@ CURATED_MODELS: dict[str, ModelRef] = {
     "ViT-M/16 global-average-pool, no class token": ModelRef("vit_medium_patch16_gap_256.sw_in12k_ft_in1k"),
 }
 
+DEMO_SWIN = ModelRef("demo_swin")  # the bundled windowed comparison model (analysis.loading.DEMO_MODELS)
+
 MODEL_SOURCES = {
     "default": "Bundled demo model",
     "curated": "Well-known timm ViT",
@@ -65,7 +67,7 @@ PERSISTENT_KEYS = (
     "explain_rollout_stage",
     "tok_layer", "tok_kind", "tok_foreground", "tok_other",
     "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
-    "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves",
+    "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves", "rob_swin",
 )
 
 
@@ -167,6 +169,8 @@ def second_model_choices(shown: ModelRef) -> dict[str, str]:
     choices = {"none": "none"}
     if shown != refs.default_model_ref():
         choices["default"] = "the default model"
+    if shown != DEMO_SWIN and DEMO_SWIN != refs.default_model_ref():
+        choices["demo_swin"] = "the bundled demo Swin (windowed, same scenes)"
     choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
     choices["other"] = "other: a model name, path or random:…"
     return choices
@@ -189,7 +193,8 @@ def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | N
         if not text:
             return None
         return load_second_model(refs.parse_model_ref(text))
-    return load_second_model(refs.default_model_ref() if choice == "default" else CURATED_MODELS[choice])
+    fixed = {"default": refs.default_model_ref(), "demo_swin": DEMO_SWIN}
+    return load_second_model(fixed[choice] if choice in fixed else CURATED_MODELS[choice])
 
 
 def load_second_model(ref: ModelRef) -> tuple[ModelRef, analysis.LoadedViT] | None:

@@ -13,7 +13,7 @@ from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
 from vizapp.refs import ImageRef
-from vizapp.state import current
+from vizapp.state import DEMO_SWIN, current
 from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
 
 PERTURBATION_LABELS = {
@@ -247,6 +247,12 @@ def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float
 
 
 curves, rows = [], []
+add_swin = False
+if cur.model != DEMO_SWIN:
+    st.session_state.setdefault("rob_swin", cur.model.source == "demo")
+    add_swin = st.toggle("Add the bundled demo Swin (windowed attention, trained on the same scenes)", key="rob_swin",
+                         help="With the demo ViT and the demo CNN: the ViT vs Swin vs CNN comparison, offline. "
+                              "The Swin gets the same pixel perturbations (patch drop in pixels for token drop).")
 st.session_state.setdefault("rob_curves", True)
 if images and st.toggle("Measure the curves", key="rob_curves",
                         help="One forward pass per image and level for each model."):
@@ -265,6 +271,14 @@ if images and st.toggle("Measure the curves", key="rob_curves",
         if cnn_score is not None:
             curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
             rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
+    if add_swin:
+        swin_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
+        swin_spec = resources.get_model(DEMO_SWIN).spec
+        swin_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(swin_spec))
+        swin_score, swin_probability, _ = set_curve(("vit", DEMO_SWIN), "Swin", swin_kind, swin_levels)
+        if swin_score is not None:
+            curves.append((f"Swin · {PERTURBATION_LABELS[swin_kind]}", swin_levels, swin_score))
+            rows += [("Swin", lv, float(a), float(p)) for lv, a, p in zip(swin_levels, swin_score, swin_probability)]
     if curves:
         show_chart(figures.robustness_curves(
             curves, x_title=LEVEL_AXIS[perturbation], y_title=f"agreement with the clean prediction ({used} images)",
