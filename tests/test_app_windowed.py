@@ -42,6 +42,9 @@ SWIN = ("swin_tiny_patch4_window7_224", 112)  # 28x28 -> 14 -> 7 -> 4 cells, 7x7
 SWIN_V2 = ("swinv2_tiny_window8_256", 128)  # 32x32 -> 16 -> 8 -> 4 cells, 8x8 windows
 SAM = ("samvit_base_patch16", 128)  # one 8x8 grid: 14x14 windows padded, and global blocks
 FAMILIES = {"swin": SWIN, "swinv2": SWIN_V2, "sam": SAM}
+# Also opened on every page: timm's swinv2_cr (its own window module). torchvision's Swin-T (converted at
+# the boundary into timm's Swin, at its own 224 px) opens on the Attention page (every page: 40 s on 2 cores)
+OTHER_FAMILIES = {"swinv2_cr": ("swinv2_cr_tiny_ns_224", 128), "torchvision_swin": ("torchvision:swin_t", 224)}
 PAGES = ("attention", "rollout", "explain", "compare", "tokens", "robustness", "position", "filters", "distance")
 
 
@@ -50,12 +53,12 @@ def loaded(family: str) -> analysis.LoadedViT:
     from vizapp.refs import ModelRef
     from vizapp.resources import get_model
 
-    name, side = FAMILIES[family]
+    name, side = {**FAMILIES, **OTHER_FAMILIES}[family]
     return get_model(ModelRef(name, pretrained=False, img_size=side))
 
 
 def open_app(family: str, **params) -> AppTest:
-    name, side = FAMILIES[family]
+    name, side = {**FAMILIES, **OTHER_FAMILIES}[family]
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model=f"random:{name}", res=str(side), **params)
     at.run()
@@ -129,7 +132,7 @@ def test_a_click_on_any_layer_grid_queries_that_cell_on_that_layer():
 # --------------------------------------------------------------------------- every page, every family
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(FAMILIES) + ["swinv2_cr"])
 def test_every_page_opens_a_windowed_model(family):
     at = open_app(family)
     vit = loaded(family)
@@ -688,3 +691,27 @@ def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, mon
     np.testing.assert_allclose(shown, mean.ravel(), rtol=1e-4, equal_nan=True)  # NaN beyond a layer's heads
     monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
     np.testing.assert_allclose(reproduce(at)["set_mean"], npz["set_mean"], rtol=1e-4, equal_nan=True)
+
+
+def test_a_torchvision_swin_opens_with_its_windows_outlined():
+    """torchvision's swin_t, converted once into timm's Swin sharing its modules: layer 0's map
+    for the patch at pixel (100, 60) is drawn on the 56x56 stage grid, zero outside its 7x7
+    window (cells 21..27 x 14..20, written out), which is outlined."""
+    at = open_app("torchvision_swin")
+    vit = loaded("torchvision_swin")
+    assert vit.spec.geometry(0).grid_size == (56, 56) and vit.spec.geometry(0).window_size == (7, 7)
+    at.radio(key="attn_stage").set_value(0).run()
+    at.slider(key="layer").set_value(0).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(25 * 56 + 15).run()  # cell (25, 15): pixel (100, 60)
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    overlay = chart(at, "attn_overlay")
+    shown = overlay_map(overlay)
+    expected = analysis.attention_map(record_of(vit), 0, head=None, query=(102, 62))[0].numpy()
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-7)
+    inside = np.zeros((56, 56), bool)
+    inside[21:28, 14:21] = True
+    assert np.all(shown[~inside] == 0) and shown[inside].sum() > 0.99
+    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
+    assert [(int(s["x0"]), int(s["y0"]), int(s["x1"]), int(s["y1"])) for s in outline] == [(56, 84, 84, 112)]

@@ -373,3 +373,18 @@ def test_probe_of_a_windowed_model_shows_its_last_layers_attention(name, request
     with torch.no_grad():
         torch.testing.assert_close(result.logits, vit.model(perturbed), rtol=1e-5, atol=1e-5)
     assert math.isclose(float(expected.sum()), 1.0, abs_tol=1e-5)  # no padding cells: every row sums to one
+
+
+def test_the_logit_lens_reads_swinv2_cr_through_its_own_head():
+    """timm's swinv2_cr hands its head the last stage's (B, C, gh, gw) map with no final norm:
+    the lens's last row is the model's own logits, and its stage outputs are captured per layer."""
+    torch.manual_seed(0)
+    vit = load_vit("swinv2_cr_tiny_ns_224", pretrained=False, img_size=64, depths=(1, 1, 1, 1), embed_dim=16,
+                   num_heads=(1, 2, 2, 4), num_classes=5)
+    pixels = torch.randn(2, 3, 64, 64)
+    lens = logit_lens(vit, pixels)
+    with torch.no_grad():
+        logits = vit.model(pixels)
+    torch.testing.assert_close(lens[-1], logits.float(), rtol=1e-5, atol=1e-5)
+    tokens = capture_tokens(vit, pixels)
+    assert [tuple(t.shape[1:]) for t in tokens.tokens] == [(256, 16), (64, 32), (16, 64), (4, 128)]

@@ -93,9 +93,12 @@ def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
 
 def windowed_readout(model: nn.Module):
     """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
-    lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``."""
+    lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``;
+    timm's ``swinv2_cr``: ``forward_head(h as NCHW)``."""
     if isinstance(getattr(model, "neck", None), nn.Module):  # SAM: forward_features ends with neck(x.permute(0, 3, 1, 2))
         return lambda hidden: model.forward_head(model.neck(hidden.permute(0, 3, 1, 2)))
+    if type(model).__name__ == "SwinTransformerV2Cr":  # its last stage hands the head (B, C, gh, gw), no final norm
+        return lambda hidden: model.forward_head(hidden.permute(0, 3, 1, 2))
     if isinstance(getattr(model, "layers", None), nn.Sequential):  # Swin: forward_features ends with norm(x)
         norm = getattr(model, "norm", None) or nn.Identity()
         return lambda hidden: model.forward_head(norm(hidden))

@@ -254,7 +254,12 @@ st.subheader("Logit lens")
 if not spec.has_classifier:
     st.caption("No class head: the logit lens reads each layer through the classifier, which this model lacks.")
 else:
-    curve, top5 = lens_figures(*cur.args, layer)
+    try:
+        curve, top5 = lens_figures(*cur.args, layer)
+    except AnalysisError as exc:  # a readout the library does not know: its reason, and the page goes on
+        st.info(error_text(exc), icon=":material/block:")
+        curve = top5 = None
+if spec.has_classifier and curve is not None:
     lens_left, lens_right = st.columns(2, gap="medium")
     with lens_left:
         show_chart(curve, "tok_lens", filename="logit_lens")
