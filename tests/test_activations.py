@@ -277,3 +277,16 @@ def test_a_batch_split_after_out_of_memory_gives_the_same_cache(family_vits, mon
     for name in whole:
         torch.testing.assert_close(split[name], whole[name], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(split.logits, whole.logits, rtol=1e-5, atol=1e-6)
+
+
+def test_a_block_missing_a_branch_point_leaves_no_hook_behind(family_vits):
+    """A check that fails halfway through a block's hooks (no drop_path2 for mlp.out) must not
+    leave the hooks registered before it on the model."""
+    vit = copy.copy(family_vits["vit"])
+    vit.model = copy.deepcopy(vit.model)
+    del vit.model.blocks[0].drop_path2
+    with pytest.raises(AnalysisError, match="no drop_path2"):
+        run_with_cache(vit, family_pixels("vit"), names=["blocks.0.resid_pre", "blocks.0.attn.probs", "blocks.0.mlp.out"])
+    _assert_no_hooks(vit.model)
+    with pytest.raises(AnalysisError, match="names must be"):
+        run_with_cache(vit, family_pixels("vit"), names=5)

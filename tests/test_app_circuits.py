@@ -49,6 +49,9 @@ def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):
     app.run()
     assert_clean(app)
     assert any(h.value == "Layer 1, head 2" for h in app.subheader)
+    # the demo reads only its class token: the head's whole term is there, said in words, not an empty map
+    assert not any(c.proto.id.endswith("-circ_head_dla") for c in app.get("plotly_chart"))
+    assert any("written at the class token" in c.value for c in app.caption)
     outline = [s for s in chart(app, "circ_dla")["layout"].get("shapes", []) if s.get("type") == "rect"]
     assert outline and outline[0]["x0"] == 1.5 and outline[0]["y0"] == 0.5  # head 2, row of layer 1
     app.radio(key="circ_method").set_value("resample").run()
@@ -87,3 +90,20 @@ def test_the_circuits_page_reproduces_in_python(app, npz_downloads, method, corr
     assert_same_arrays(script, npz_downloads["circ_dla_data"], ["heads"])
     assert_same_arrays(script, npz_downloads["circ_ablation_data"], ["delta_logit"])
     assert_same_arrays(script, npz_downloads["circ_patch_data"], ["effect"])
+
+
+def test_a_head_picked_on_a_bigger_model_and_the_auto_sections_follow_the_model(app):
+    """A selected head beyond the current model is clamped (it raised an IndexError), and the
+    sections that run without a click are decided again for each model: 16 passes on the demo
+    run at once, 72 on a 6-head, 12-layer ViT wait for the toggle."""
+    app.switch_page("views/circuits.py").run()
+    assert app.toggle(key="circ_ablate").value is True
+    app.session_state["circ_layer"], app.session_state["circ_head"] = 10, 7
+    app.run()
+    assert_clean(app)
+    assert any(h.value == "Layer 3, head 0" for h in app.subheader)  # clamped to the last layer, head 0
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch16_224").run()
+    assert_clean(app)
+    assert app.toggle(key="circ_ablate").value is False
+    assert not any(c.proto.id.endswith("-circ_ablation") for c in app.get("plotly_chart"))

@@ -272,3 +272,32 @@ def test_a_subset_of_layers_gives_the_same_rows(demo):
     part = activation_patching(demo, clean, corrupted, point="attn.z", layers=[2])
     assert part.layers == (2,)
     torch.testing.assert_close(part.effect, full.effect[[2]])
+
+
+def test_heads_mixed_by_an_inner_norm_are_refused_with_the_reason():
+    """BEiT-3 normalises the heads' joint output before the projection: attn.z is that norm's
+    output, so no single head can be removed, patched or attributed."""
+    torch.manual_seed(0)
+    vit = load_vit("beit3_base_patch16_224", pretrained=False, img_size=32, depth=1, embed_dim=32, num_heads=2,
+                   num_classes=3)
+    pixels = torch.randn(1, 3, 32, 32)
+    for call in (lambda: head_ablation(vit, pixels), lambda: direct_logit_attribution(vit, pixels),
+                 lambda: cumulative_head_ablation(vit, pixels, [(0, 0)]),
+                 lambda: activation_patching(vit, pixels, pixels + 1, point="attn.z")):
+        with pytest.raises(AnalysisError, match="normalises the heads' joint output"):
+            call()
+
+
+def test_bad_arguments_are_typed_errors(demo):
+    pixels = _demo_pixels(1)
+    with pytest.raises(AnalysisError, match="needs reference="):
+        head_ablation(demo, pixels, method="mean")  # the image itself would make every effect 0
+    with pytest.raises(AnalysisError, match="head=7 does not exist"):
+        cumulative_head_ablation(demo, pixels, [(0, 7)])
+    with pytest.raises(AnalysisError, match=r"\(layer, head\) pairs"):
+        cumulative_head_ablation(demo, pixels, [3])
+    with pytest.raises(AnalysisError, match="preprocessed images"):
+        activation_patching(demo, pixels, [1, 2])
+    curve = cumulative_head_ablation(demo, pixels, [(-1, 0)])  # negative layers count from the end
+    single = head_ablation(demo, pixels, layers=[3])
+    assert (curve[1, 0] - curve[0, 0]).item() == pytest.approx(single.delta_logit[0, 0, 0].item(), abs=1e-5)

@@ -66,6 +66,8 @@ def run_with_cache(
         pixels: ``(B, 3, H, W)`` preprocessed input.
         names: ``None`` (every point of every block), a name, a list of names (the cache keeps
             that order), or a predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
+            ``attn.q``/``.k``/``.v`` exist only on the fused attention path (the default): on a
+            model built with ``fused_attn=False`` leave them out (a typed error says so).
         hooks: optional interventions ``{name: fn}`` applied in the same pass (see
             :func:`run_with_hooks`); a cached point that is also hooked holds the replacement.
         dtype: storage dtype of floating activations; ``precision``: autocast of the forward
@@ -133,6 +135,8 @@ def _select(names, num_layers: int) -> list[str]:
         return [name for name in everything if names(name)]
     if isinstance(names, str):
         names = [names]
+    if not isinstance(names, Iterable):
+        raise AnalysisError(f"names must be None, a name, a list of names or a predicate, got {names!r}.")
     chosen: list[str] = []
     for name in names:
         parse_hook_name(name, num_layers)
@@ -193,10 +197,10 @@ def _hooked_forward(
     blocks = [block for _, block in model_blocks(model)]
     sites = block_sites(model)
     explicit: list[int] = []
-    handles = []
+    handles: list = []  # every hook registered so far, also when a later block's check raises
     try:
         for layer, points in wanted.items():
-            handles.extend(_block_hooks(layer, blocks[layer], sites[layer], points, owner, explicit))
+            _block_hooks(layer, blocks[layer], sites[layer], points, owner, explicit, handles)
         with torch.no_grad(), autocast_context(device, precision):
             logits = model(pixels.to(device))
     finally:
@@ -221,8 +225,10 @@ def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> 
 
 
 def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict[str, Hook], owner: int,
-                 explicit: list[int]) -> list:
-    """The hooks of one block for the points it was asked for (see the module docstring)."""
+                 explicit: list[int], handles: list) -> None:
+    """Register the hooks of one block for the points it was asked for (see the module
+    docstring) into ``handles``, one at a time, so the caller removes every one of them even
+    when a check here raises halfway."""
 
     def mine() -> bool:
         return threading.get_ident() == owner
@@ -231,7 +237,6 @@ def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict
         fn = points.get(suffix)
         return None if fn is None else fn(value)
 
-    handles = []
     block_input: list[torch.Tensor] = []  # resid_pre of the running call, as the block received it
 
     if "resid_pre" in points or "resid_mid" in points:
@@ -294,7 +299,6 @@ def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict
 
     if any(point in points for point in _ATTENTION_POINTS):
         handles.extend(site.adapter.tap(site.module, _attention_report(layer, points, visit, explicit), owner, reuse=True))
-    return handles
 
 
 def _attention_report(layer: int, points: dict[str, Hook], visit, explicit: list[int]):

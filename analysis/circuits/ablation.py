@@ -25,11 +25,13 @@ import torch
 from ..activations import run_with_cache, run_with_hooks
 from ..adapters.registry import block_sites
 from ..capture import _resolve_layers
+from ..checks import check_index
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 
-__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect"]
+__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect",
+           "check_separable_heads"]
 
 ABLATIONS = ("zero", "mean", "resample")
 Progress = Callable[[int, int], None]
@@ -57,16 +59,30 @@ class HeadAblation:
     layers: tuple[int, ...] = ()
 
 
+def check_separable_heads(vit, what: str) -> None:
+    """Raise AnalysisError when a block's attention normalises the heads' joint output before its
+    projection (timm ``scale_norm``: BEiT-3, EVA-02-CLIP): there ``attn.z`` mixes the heads, so a
+    single head's output cannot be removed, patched or attributed."""
+    for site in block_sites(vit.model):
+        norm = getattr(site.module, "norm", None)
+        if isinstance(norm, torch.nn.Module) and not isinstance(norm, torch.nn.Identity):
+            raise AnalysisError(
+                f"{what}: block {site.layer}'s attention normalises the heads' joint output ({type(norm).__name__}) "
+                "before its projection, so no single head's output exists there to remove or attribute."
+            )
+
+
 def _replacements(vit, pixels: torch.Tensor, method: str, reference: torch.Tensor | None, layers: Sequence[int]):
     """Per layer, the ``(B or 1, T, heads, d)`` values that replace ``z`` (``None`` for "zero")."""
     if method not in ABLATIONS:
         raise AnalysisError(f"method must be one of {', '.join(ABLATIONS)}, got {method!r}.")
     if method == "zero":
         return {layer: None for layer in layers}
-    if reference is None:
-        if method == "resample":
-            raise AnalysisError("method='resample' needs reference=: the image(s) whose head outputs replace this one's.")
-        reference = pixels  # mean ablation over the batch itself
+    if reference is None:  # the batch itself would make a one-image mean ablation a no-op
+        raise AnalysisError(f"method={method!r} needs reference=: the images whose head outputs "
+                            f"{'are averaged' if method == 'mean' else 'replace this one'} (e.g. a set of samples).")
+    if not isinstance(reference, torch.Tensor) or reference.ndim != 4:
+        raise AnalysisError("reference must be preprocessed images, a (R, 3, H, W) tensor (vit.preprocess).")
     if method == "resample" and reference.shape[0] not in (1, pixels.shape[0]):
         raise AnalysisError(f"reference has {reference.shape[0]} images: pass 1, or one per image ({pixels.shape[0]}).")
     cache = run_with_cache(vit, reference, names=[f"blocks.{layer}.attn.z" for layer in layers], precision="float32",
@@ -100,7 +116,7 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
 
     Args:
         target: ``None`` (each image's predicted class), a class, or one per image.
-        method: ``"zero"``, ``"mean"`` (over ``reference``, default the batch itself) or
+        method: ``"zero"``, ``"mean"`` (over the ``reference`` images, required) or
             ``"resample"`` (from ``reference``: one image, or one per image).
         layers: only these layers' heads (one row each, ascending; default all).
         progress: optional ``progress(done, total)`` after each forward pass.
@@ -109,6 +125,7 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Head ablation measures a class logit; this model has a {spec.head} head.")
+    check_separable_heads(vit, "head_ablation")
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, spec)
     clean_logit, clean_probability = _measure(clean, targets)
@@ -131,13 +148,18 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     return HeadAblation(delta_logit, delta_probability, clean_logit, clean_probability, targets, method, tuple(layers))
 
 
-def heads_by_effect(ablation: HeadAblation) -> list[tuple[int, int]]:
-    """``(layer, head)`` pairs ordered from the largest drop of the target logit (mean over the
-    batch) to the largest gain."""
-    effect = ablation.delta_logit.mean(0)  # (rows, heads)
+def heads_by_effect(ablation: HeadAblation | torch.Tensor, layers: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """``(layer, head)`` pairs ordered from the largest drop of the target logit to the largest
+    gain: of a :class:`HeadAblation` (mean over its batch), or of an ``(rows, heads)`` array of
+    effects whose rows are ``layers`` (default ``0..rows−1``). NaN entries are left out."""
+    if isinstance(ablation, HeadAblation):
+        effect, layers = ablation.delta_logit.mean(0), ablation.layers
+    else:
+        effect = torch.as_tensor(ablation, dtype=torch.float64)
+        layers = tuple(range(effect.shape[0])) if layers is None else tuple(layers)
     order = torch.argsort(effect.flatten().nan_to_num(float("inf")), stable=True)
     width = effect.shape[1]
-    return [(ablation.layers[int(i) // width], int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
+    return [(int(layers[int(i) // width]), int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
 
 
 
@@ -146,9 +168,18 @@ def cumulative_head_ablation(vit, pixels: torch.Tensor, heads: Sequence[tuple[in
                              progress: Progress | None = None) -> torch.Tensor:
     """``(K + 1, B)`` target logits with the first ``k`` of ``heads`` ablated together, ``k = 0..K``."""
     refuse_windowed(vit, "cumulative_head_ablation")
+    if not vit.spec.has_classifier:
+        raise AnalysisError(f"Head ablation measures a class logit; this model has a {vit.spec.head} head.")
+    check_separable_heads(vit, "cumulative_head_ablation")
+    counts = [site.adapter.num_heads(site.module) for site in block_sites(vit.model)]
+    pairs = []
+    for pair in heads:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise AnalysisError(f"heads must be (layer, head) pairs, got {pair!r}.")
+        layer = check_index("layer", pair[0], len(counts), "layers")
+        pairs.append((layer, check_index("head", pair[1], counts[layer], f"heads in layer {layer}")))
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, vit.spec)
-    pairs = [(int(layer), int(head)) for layer, head in heads]
     values = _replacements(vit, pixels, method, reference, sorted({layer for layer, _ in pairs}))
     curve = [_measure(clean, targets)[0]]
     for k in range(1, len(pairs) + 1):

@@ -38,6 +38,7 @@ from ..adapters.registry import block_sites
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
+from .ablation import check_separable_heads
 
 __all__ = ["DirectLogitAttribution", "direct_logit_attribution"]
 
@@ -82,8 +83,7 @@ class DirectLogitAttribution:
         return torch.stack([self.heads.sum((2, 3)) + self.head_bias.sum(-1), self.mlps.sum(-1)], dim=-1)
 
 
-def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=None,
-                             precision: str = "float32") -> DirectLogitAttribution:
+def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=None) -> DirectLogitAttribution:
     """Decompose the target logit of each image into direct contributions (module docstring).
 
     Args:
@@ -91,17 +91,19 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
         pixels: ``(B, 3, H, W)`` preprocessed input.
         target: ``None`` (each image's predicted class), a class, or one class per image.
         versus: optional second class (or one per image): decompose ``logit_target − logit_versus``.
-        precision: autocast of the forward (``"float32"`` by default: the terms are then exact
-            to float32 rounding).
+
+    The forward pass runs in float32 (no autocast), so the terms sum to the logit to float32
+    rounding; a lower precision would break the decomposition by more than its checks allow.
     """
     refuse_windowed(vit, "direct_logit_attribution")
     model, spec = vit.model, vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Direct logit attribution needs class scores; this model has a {spec.head} head.")
+    check_separable_heads(vit, "direct_logit_attribution")
     layers = spec.num_layers
     names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
     names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
-    cache = run_with_cache(vit, pixels, names=names, precision=precision, to_cpu=False)
+    cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
     logits = cache.logits.float()
     targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
     versus_targets = None if versus is None else resolve_targets(versus, logits.cpu(), spec).to(logits.device)

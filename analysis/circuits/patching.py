@@ -27,6 +27,7 @@ from ..capture import _resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
+from .ablation import check_separable_heads
 
 __all__ = ["PATCH_POINTS", "PatchingResult", "activation_patching"]
 
@@ -74,12 +75,16 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
     refuse_windowed(vit, "activation_patching")
     if point not in PATCH_POINTS:
         raise AnalysisError(f"point must be one of {', '.join(PATCH_POINTS)}, got {point!r}.")
+    if not isinstance(clean, torch.Tensor) or not isinstance(corrupted, torch.Tensor):
+        raise AnalysisError("clean and corrupted must be preprocessed images, (1, 3, H, W) tensors (vit.preprocess).")
     if clean.ndim != 4 or clean.shape[0] != 1 or corrupted.shape != clean.shape:
         raise AnalysisError(f"Patching compares one clean and one corrupted image of the same size, (1, 3, H, W); got "
                             f"{tuple(clean.shape)} and {tuple(corrupted.shape)}.")
     spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Patching measures a class logit; this model has a {spec.head} head.")
+    if point == "attn.z":
+        check_separable_heads(vit, "activation_patching(point='attn.z')")
     layers = _resolve_layers(layers, spec.num_layers)
     names = [f"blocks.{layer}.{point}" for layer in layers]
     source = run_with_cache(vit, clean, names=names, precision="float32", to_cpu=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.circuits import ABLATIONS, PATCH_POINTS
+from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.errors import AnalysisError
 from analysis.windowed import refuse_windowed
 from vizapp import circuit_results, figures, inputs, resources
@@ -45,6 +45,8 @@ target = st.selectbox("Target class (the logit measured)", order, format_func=la
                       help="The five most probable classes of this image; the first is the prediction.")
 st.session_state.setdefault("circ_layer", L - 1)
 st.session_state.setdefault("circ_head", 0)
+clamp_state("circ_layer", (0, L - 1), L - 1)  # a head picked on a bigger model
+clamp_state("circ_head", (0, H - 1), 0)
 
 
 def pick_head(chart_key: str):
@@ -59,9 +61,14 @@ def pick_head(chart_key: str):
     return on_click
 
 
-def heads_by_logit(delta: np.ndarray) -> list[tuple[int, int]]:
-    flat = np.argsort(np.nan_to_num(delta, nan=np.inf), axis=None, kind="stable")
-    return [(int(i) // delta.shape[1], int(i) % delta.shape[1]) for i in flat]
+def auto_toggle(key: str, passes: int) -> None:
+    """Sections of at most AUTO_PASSES forward passes run without a click: decided again for
+    each model (and setting) the section is drawn for, not once per session."""
+    decided_for = f"_{key}_decided_for"
+    signature = (cur.model, passes)
+    if st.session_state.get(decided_for) != signature:
+        st.session_state[decided_for] = signature
+        st.session_state[key] = passes <= AUTO_PASSES
 
 
 selected = (int(st.session_state["circ_layer"]), int(st.session_state["circ_head"]))
@@ -108,7 +115,7 @@ if method == "resample":
     clamp_state("circ_reference", samples, samples[-1] if samples else None)
     reference = a2.selectbox("Sample", samples, key="circ_reference")
 passes = L * H
-st.session_state.setdefault("circ_ablate", passes <= AUTO_PASSES)
+auto_toggle("circ_ablate", passes)
 run_ablation = st.toggle(f"Ablate every head ({passes} forward passes)", key="circ_ablate")
 delta = None
 if run_ablation:
@@ -126,7 +133,7 @@ if run_ablation:
                                         colorbar_title="Δ logit", selected=selected),
                    "circ_ablation", filename="head_ablation", on_select=pick_head("circ_ablation"))
     with right:
-        worst = heads_by_logit(delta)[: min(12, passes)]
+        worst = heads_by_effect(delta)[: min(12, passes)]
         if st.toggle("Remove the most important heads one after another", key="circ_cumulative"):
             curve = circuit_results.ablation_curve(*cur.args, target, method, reference, tuple(worst))
             show_chart(figures.ablation_curve(curve, [f"L{l} H{h}" for l, h in worst], title="Cumulative ablation",
@@ -150,8 +157,16 @@ with left:
         zmin=0.0, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
         colorbar_title="attention probability (0 to max)"), "circ_head_attention", filename=f"head_L{layer}_H{head}_attention")
 with right:
-    if dla is not None:
-        per_patch = dla["heads"][layer, head, prefix:].reshape(spec.grid_size)
+    on_patches = dla["heads"][layer, head, prefix:] if dla is not None else None
+    if dla is not None and not np.any(on_patches):  # a class-token readout: only the class token is read
+        st.markdown("**Its direct logit attribution**")
+        st.caption(
+            f"{dla['heads'][layer, head, 0]:+.4f} logit, all of it written at the class token: this model's head "
+            "reads only the class token, so no patch position carries a direct term. Where the head gathers "
+            "what it writes there is its class-token attention (left)."
+        )
+    elif dla is not None:
+        per_patch = on_patches.reshape(spec.grid_size)
         limit = figures.symmetric_limit(per_patch)
         show_chart(figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, per_patch, spec.patch_size, colorscale=figures.DIVERGING,
@@ -182,7 +197,7 @@ POINT_LABELS = {"resid_pre": "residual stream per token", "attn.z": "head output
 point = p3.radio("Patch", PATCH_POINTS, format_func=POINT_LABELS.get, key="circ_point", horizontal=True)
 width = spec.num_tokens if point == "resid_pre" else H
 patch_passes = L * -(-width // 32)
-st.session_state.setdefault("circ_patch", patch_passes <= AUTO_PASSES)
+auto_toggle("circ_patch", patch_passes)
 if st.toggle(f"Patch every {'token' if point == 'resid_pre' else 'head'} of every layer ({patch_passes} batched forward "
              "passes)", key="circ_patch"):
     bar = st.progress(0.0, text="Patching…")

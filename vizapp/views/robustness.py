@@ -267,7 +267,8 @@ if images and st.toggle("Measure the curves", key="rob_curves",
     if cnn is not None:
         cnn_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
         cnn_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(cnn.spec))
-        cnn_score, cnn_probability, _ = set_curve(("cnn", *cnn_key), "CNN", cnn_kind, cnn_levels)
+        cnn_score, cnn_probability, cnn_used = set_curve(("cnn", *cnn_key), "CNN", cnn_kind, cnn_levels)
+        used = max(used, cnn_used)
         if cnn_score is not None:
             curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
             rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
@@ -275,7 +276,8 @@ if images and st.toggle("Measure the curves", key="rob_curves",
         swin_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
         swin_spec = resources.get_model(DEMO_SWIN).spec
         swin_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(swin_spec))
-        swin_score, swin_probability, _ = set_curve(("vit", DEMO_SWIN), "Swin", swin_kind, swin_levels)
+        swin_score, swin_probability, swin_used = set_curve(("vit", DEMO_SWIN), "Swin", swin_kind, swin_levels)
+        used = max(used, swin_used)
         if swin_score is not None:
             curves.append((f"Swin · {PERTURBATION_LABELS[swin_kind]}", swin_levels, swin_score))
             rows += [("Swin", lv, float(a), float(p)) for lv, a, p in zip(swin_levels, swin_score, swin_probability)]
@@ -285,7 +287,7 @@ if images and st.toggle("Measure the curves", key="rob_curves",
             chance=1.0 / spec.num_outputs,
         ), "rob_curves_chart", filename=f"robustness_curve_{perturbation}")
         st.caption("Agreement: the share of images whose prediction is unchanged. Image i uses seed "
-                   "seed + i at every level, so both models lose the same patches. Dotted: chance (1 / classes). "
+                   "seed + i at every level and for every model (each perturbs on its own patch grid). Dotted: chance (1 / classes). "
                    "The labelled benchmark: `python -m analysis.robustness --n 500`.")
         download_csv("rob_curves_data", f"robustness_curve_{perturbation}",
                      ["model", "level", "agreement", "mean_probability_of_clean_class"], rows)
