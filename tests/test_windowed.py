@@ -18,9 +18,9 @@ import analysis
 import analysis.robustness  # noqa: F401 - analysis.robustness.* below
 from analysis import AnalysisError, attention_map, capture_attention, load_vit
 from analysis.errors import UnsupportedModelError
+from windowed_models import small_pixels, small_sam, small_swin
 
-SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
-# The stages of SMALL: 64 px / patch 4 = 16x16 cells, then 8x8 after one patch merging.
+# The stages of SWIN_SMALL: 64 px / patch 4 = 16x16 cells, then 8x8 after one patch merging.
 EXPECTED_GEOMETRY = [  # (stage, grid, stride, window, shift, heads) per layer
     (0, (16, 16), (4, 4), (4, 4), (0, 0), 2),
     (0, (16, 16), (4, 4), (4, 4), (2, 2), 2),
@@ -29,32 +29,19 @@ EXPECTED_GEOMETRY = [  # (stage, grid, stride, window, shift, heads) per layer
 ]
 
 
-def _randomise(model: torch.nn.Module, seed: int) -> None:
-    """Position biases of size 1, not timm's std 0.02, so a wrong bias index shows."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith("relative_position_bias_table"):
-                parameter.copy_(torch.randn(parameter.shape, generator=generator))
-
-
 @pytest.fixture(scope="module")
 def swin():
-    torch.manual_seed(0)
-    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **SMALL)
-    _randomise(vit.model, 1)
-    return vit
+    return small_swin(bias_seed=1)
 
 
 @pytest.fixture(scope="module")
 def swin_v2():
-    torch.manual_seed(0)
-    return load_vit("swinv2_tiny_window8_256", pretrained=False, device="cpu", **SMALL)
+    return small_swin("swinv2_tiny_window8_256")
 
 
 @pytest.fixture(scope="module")
 def pixels():
-    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    return small_pixels()
 
 
 @pytest.fixture(scope="module")
@@ -158,20 +145,9 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
     return out
 
 
-SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
-                 window_size=3, neck_chans=16)  # an 8x8 grid: 3x3 windows padded to 9x9, and two global blocks
-
-
 @pytest.fixture(scope="module")
 def sam():
-    torch.manual_seed(0)
-    vit = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **SAM_SMALL)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # timm starts the decomposed tables at zero: make them matter
-        for name, parameter in vit.model.named_parameters():
-            if name.endswith(("rel_pos_h", "rel_pos_w")):
-                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
-    return vit
+    return small_sam()
 
 
 @torch.no_grad()
@@ -252,9 +228,7 @@ def test_swin_v2_windows_equal_the_hand_reference(swin_v2, pixels):
 
 def test_a_grid_that_is_not_whole_windows_is_padded_as_the_module_does():
     # 48 px: stage 1 is 6x6 cells in 4x4 windows, padded to 8x8 (2x2 windows) after the shift
-    torch.manual_seed(0)
-    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **{**SMALL, "img_size": 48})
-    _randomise(vit.model, 2)
+    vit = small_swin(bias_seed=2, img_size=48)
     geometry = vit.spec.geometry(3)
     assert (geometry.grid_size, geometry.padded_grid, geometry.num_windows) == ((6, 6), (8, 8), 4)
     pixels = torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(4))
@@ -557,9 +531,7 @@ def test_swin_distance_equals_loops_over_windows_queries_and_keys(swin, record):
 
 def test_distance_of_a_padded_shifted_grid_leaves_padding_keys_out():
     # 48 px: stage 1 is 6x6 cells in 4x4 windows, padded to 8x8 after the shift; padding keys take attention
-    torch.manual_seed(0)
-    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **{**SMALL, "img_size": 48})
-    _randomise(vit.model, 2)
+    vit = small_swin(bias_seed=2, img_size=48)
     record = capture_attention(vit, torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(4)))
     geometry = vit.spec.geometry(3)
     assert (geometry.grid_size, geometry.shift, geometry.stride) == ((6, 6), (2, 2), (8, 8))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from analysis import attention_map, capture_attention, load_vit
 from analysis.errors import ModelLoadError, UnsupportedModelError
 from tests.test_windowed import _roll_region
+from windowed_models import small_swin
 
 from ci_skip_check import in_ci
 
@@ -115,13 +116,9 @@ def _assert_windows_equal(got: torch.Tensor, want: torch.Tensor) -> None:
 # --------------------------------------------------------------------------- timm swinv2_cr
 
 
-CR_SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
-
-
 @pytest.fixture(scope="module")
 def swin_cr():
-    torch.manual_seed(0)
-    vit = load_vit("swinv2_cr_tiny_ns_224", pretrained=False, device="cpu", **CR_SMALL)
+    vit = small_swin("swinv2_cr_tiny_ns_224")  # windowed_models.SWIN_SMALL
     _perturb(vit.model, 1)
     return vit
 

@@ -19,43 +19,27 @@ from analysis import AnalysisError, capture_attention, explain, load_vit
 from analysis.explanations import explanation_grid, methods_for
 from analysis.faithfulness import perturbation_curve
 from analysis.windowed_rollout import merge_matrix, windowed_rollout, windowed_rollout_by_layer
+from windowed_models import small_pixels, small_sam, small_swin
 
-SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
-# (grid, stride, window, shift) per layer of SMALL: 16x16 cells of 4 px, then 8x8 of 8 px
+# (grid, stride, window, shift) per layer of SWIN_SMALL: 16x16 cells of 4 px, then 8x8 of 8 px
 SWIN_LAYERS = [((16, 16), (4, 4), (4, 4), (0, 0)), ((16, 16), (4, 4), (4, 4), (2, 2)),
                ((8, 8), (8, 8), (4, 4), (0, 0)), ((8, 8), (8, 8), (4, 4), (2, 2))]
-SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
-                 window_size=3, neck_chans=16, num_classes=5)  # an 8x8 grid: 3x3 windows padded to 9x9, and two global blocks
 SAM_LAYERS = [((8, 8), (8, 8), (3, 3), (0, 0)), ((8, 8), (8, 8), (8, 8), (0, 0))] * 2
 
 
 @pytest.fixture(scope="module")
 def swin():
-    torch.manual_seed(0)
-    vit = load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", num_classes=5, **SMALL)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # position biases of size 1 and a head that is not near zero: maps that differ
-        for name, parameter in vit.model.named_parameters():
-            if name.endswith("relative_position_bias_table"):
-                parameter.copy_(torch.randn(parameter.shape, generator=generator))
-    return vit
+    return small_swin(bias_seed=1, num_classes=5)  # position biases of size 1: maps that differ
 
 
 @pytest.fixture(scope="module")
 def sam():
-    torch.manual_seed(0)
-    vit = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **SAM_SMALL)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, parameter in vit.model.named_parameters():
-            if name.endswith(("rel_pos_h", "rel_pos_w")):
-                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
-    return vit
+    return small_sam(num_classes=5)
 
 
 @pytest.fixture(scope="module")
 def pixels():
-    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    return small_pixels()
 
 
 @pytest.fixture(scope="module")
@@ -415,13 +399,12 @@ def test_deletion_curve_removes_the_cells_of_the_maps_own_grid(swin, pixels, met
 
 
 def test_post_norm_swin_v2_rollout_warns_and_a_headless_model_names_what_works(pixels):
-    torch.manual_seed(0)
-    v2 = load_vit("swinv2_tiny_window8_256", pretrained=False, device="cpu", **SMALL)
+    v2 = small_swin("swinv2_tiny_window8_256")
     record = capture_attention(v2, pixels[:1])
     with pytest.warns(RuntimeWarning, match="post-norm"):
         got = analysis.attention_rollout(record, stage=0)
     torch.testing.assert_close(got.double(), _hand_rollout(record, SWIN_LAYERS, 0, 1).mean(1).view(1, 16, 16),
                                atol=1e-6, rtol=0)
-    headless = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **{**SAM_SMALL, "num_classes": 0})
+    headless = small_sam(num_classes=0)
     with pytest.raises(AnalysisError, match=r"no class to explain\. Use method='rollout', or load a classifier"):
         explain(headless, pixels[:1], method="gradcam")

@@ -38,44 +38,26 @@ from analysis.tokens import (
     token_norms,
 )
 from analysis.windowed import windowed_attention_map
-
-SWIN_SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4), num_classes=5)
-SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
-                 window_size=3, neck_chans=16, num_classes=5)
-
+from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
 
 @pytest.fixture(scope="module")
 def swin():
-    torch.manual_seed(0)
-    return load_vit("swin_tiny_patch4_window7_224", pretrained=False, device="cpu", **SWIN_SMALL)
+    return small_swin(num_classes=5)
 
 
 @pytest.fixture(scope="module")
 def swin_v2():
-    torch.manual_seed(0)
-    return load_vit("swinv2_tiny_window8_256", pretrained=False, device="cpu", **SWIN_SMALL)
+    return small_swin("swinv2_tiny_window8_256", num_classes=5)
 
 
 @pytest.fixture(scope="module")
 def sam():
-    torch.manual_seed(0)
-    vit = load_vit("samvit_base_patch16", pretrained=False, device="cpu", **SAM_SMALL)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # timm starts the decomposed tables at zero: make them matter
-        for name, parameter in vit.model.named_parameters():
-            if name.endswith(("rel_pos_h", "rel_pos_w")):
-                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
-    return vit
+    return small_sam(num_classes=5)
 
 
 @pytest.fixture(scope="module")
 def pixels():
-    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
-
-
-def _no_hooks_left(model: torch.nn.Module) -> None:
-    for module in model.modules():
-        assert not module._forward_hooks and not module._forward_pre_hooks
+    return small_pixels()
 
 
 # --------------------------------------------------------------------------- references: the model run by hand
@@ -132,14 +114,14 @@ def test_block_outputs_equal_the_model_run_stage_by_stage(name, request, pixels)
     some = capture_tokens(vit, pixels, layers=[3, 1], dtype=torch.float16)
     assert some.layers == (3, 1) and some.tokens[1].dtype == torch.float16  # the order asked (issue 26)
     torch.testing.assert_close(some.layer_tokens(3).float(), _flat(reference[3]), rtol=1e-2, atol=1e-2)
-    _no_hooks_left(vit.model)
+    no_hooks_left(vit.model)
 
 
 def test_windowed_qkv_is_refused_with_the_reason(swin, pixels):
     for kind in ("query", "key", "value"):
         with pytest.raises(AnalysisError, match=r"window by window.*kind='token'"):
             capture_tokens(swin, pixels, kind=kind)
-    _no_hooks_left(swin.model)
+    no_hooks_left(swin.model)
 
 
 @pytest.mark.parametrize("name", ["swin", "swin_v2"])
@@ -355,7 +337,7 @@ def test_token_drop_is_refused_with_the_reason(name, request, pixels):
             call()
     with pytest.raises(AnalysisError, match=reason), token_drop(vit, [0]):
         pass
-    _no_hooks_left(vit.model)
+    no_hooks_left(vit.model)
 
 
 @pytest.mark.parametrize("name", ["swin", "sam"])
