@@ -270,3 +270,27 @@ def stride_of_map(image_size: tuple[int, int], grid: tuple[int, int]) -> tuple[i
     is drawn where it belongs."""
     (height, width), (gh, gw) = image_size, grid
     return (max(1, height // gh), max(1, width // gw))
+
+
+def predictions_panel(cur) -> None:
+    """The Attention page's right column: the top-5 predictions (with the demo model's scope note),
+    or why there are none (an embedding tower, or no head). ``cur``: the page's ``state.Current``."""
+    from vizapp import figures, inputs, resources
+    from vizapp.messages import demo_scope_note
+
+    spec = cur.spec
+    if spec.has_classifier:
+        st.subheader("Top-5 predictions")
+        names, probabilities = resources.top_predictions(*cur.args)
+        show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
+        scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
+        if scope:
+            st.caption(scope)
+    elif spec.head == "embedding":
+        st.caption(
+            f"No class predictions: this model's head projects to a {spec.num_outputs}-d image embedding "
+            "(CLIP/SigLIP/PE tower), not to classes."
+        )
+    else:
+        output = "features" if spec.is_windowed else "pooled features"
+        st.caption(f"No class predictions: this model has no classification head (its output is {output}).")

@@ -17,8 +17,7 @@ import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from vizapp import figures, inputs, resources
-from vizapp.messages import demo_scope_note
+from vizapp import figures, resources
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp import ui
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
@@ -171,15 +170,7 @@ def render(cur) -> None:
         show_code(attention_code(Source.of(cur), layer=layer, head=head, query=library_query))
 
     with right:
-        if spec.has_classifier:
-            st.subheader("Top-5 predictions")
-            names, probabilities = resources.top_predictions(*cur.args)
-            show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
-            scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
-            if scope:
-                st.caption(scope)
-        else:
-            st.caption("No class predictions: this model has no classification head (its output is features).")
+        ui.predictions_panel(cur)
 
     _thumbnails(cur, maps, stages, layer, column, query_text)
     _top_mass(cur, maps[layer][:heads], geometry, layer, query_cell, opacity, everything, uniform, query_text)

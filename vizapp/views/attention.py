@@ -6,9 +6,8 @@ import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
-from vizapp import figures, inputs, resources
+from vizapp import figures, resources
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -19,6 +18,7 @@ from vizapp.ui import (
     head_label,
     patch_click,
     point_index,
+    predictions_panel,
     query_controls,
     selected_point,
     show_chart,
@@ -98,20 +98,7 @@ else:  # a ViT: one grid for every layer
         show_code(attention_code(Source.of(cur), layer=layer, head=head, query=query))
 
     with right:
-        if spec.has_classifier:
-            st.subheader("Top-5 predictions")
-            names, probabilities = resources.top_predictions(*cur.args)
-            show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
-            scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
-            if scope:
-                st.caption(scope)
-        elif spec.head == "embedding":
-            st.caption(
-                f"No class predictions: this model's head projects to a {spec.num_outputs}-d image embedding "
-                "(CLIP/SigLIP/PE tower), not to classes."
-            )
-        else:
-            st.caption("No class predictions: this model has no classification head (its output is pooled features).")
+        predictions_panel(cur)
 
     pooling = resources.pooling_attention(*cur.args)  # (heads + 1, gh, gw) or None
     if pooling is not None:
