@@ -1,4 +1,5 @@
-"""What the subcommands share: typed failures with exit codes, the model arguments, progress."""
+"""What the subcommands share: typed failures with exit codes, the model arguments, progress, and
+the image-set commands' arguments, start (resolve, load, shard) and skipped-image report."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from ..errors import VitExplorerError
 from .distributed import Ranks
 
-__all__ = ["CommandError", "add_model_arguments", "load_model", "progress_bar", "say"]
+__all__ = ["CommandError", "add_model_arguments", "load_model", "progress_bar", "say", "add_image_set_arguments",
+           "open_image_set", "gather_skipped"]
 
 
 class CommandError(Exception):
@@ -66,3 +68,42 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
             bar.update(done - bar.n)
 
         yield advance
+
+
+def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
+    """``--images``, ``--out``, ``--batch-size`` and ``--workers`` of a command over an image set."""
+    from pathlib import Path
+
+    parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
+    parser.add_argument("--out", required=True, type=Path, help=out_help)
+    parser.add_argument("--batch-size", type=int, default=batch_size,
+                        help=f"images per forward pass (default {batch_size})")
+    parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
+
+
+def open_image_set(args, ranks: Ranks, require: Callable | None = None):
+    """``(source, vit, shard)`` of an image-set command: ``--batch-size`` checked, ``--images``
+    resolved (exit code 2 when it names nothing usable), ``--model`` loaded, ``require(vit)``
+    (which may raise a :class:`CommandError`) called, this rank's shard taken and the run announced."""
+    from .sources import resolve_images
+
+    if args.batch_size < 1:
+        raise CommandError("--batch-size must be at least 1.", code=2)
+    try:
+        source = resolve_images(args.images)
+    except VitExplorerError as exc:  # AnalysisError, ArchiveError
+        raise CommandError(str(exc), code=2) from exc
+    vit = load_model(args, ranks.device)
+    if require is not None:
+        require(vit)
+    shard = source.shard(ranks.rank, ranks.world)
+    say(ranks, f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
+               f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}")
+    return source, vit, shard
+
+
+def gather_skipped(ranks: Ranks, shard, skipped) -> list[tuple[str, str]]:
+    """``(name, reason)`` of every rank's skipped images (``SkippedImage`` indices into its shard),
+    in rank order; the same list on every rank."""
+    return [(names[item.index], item.reason) for names, items in ranks.gather((list(shard.names), list(skipped)))
+            for item in items]

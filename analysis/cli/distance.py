@@ -14,11 +14,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError, VitExplorerError
+from ..errors import AnalysisError
 from ..streaming import dataset_attention_distance, distance_heads
-from .common import CommandError, add_model_arguments, load_model, progress_bar, say
+from .common import (
+    CommandError,
+    add_image_set_arguments,
+    add_model_arguments,
+    gather_skipped,
+    open_image_set,
+    progress_bar,
+)
 from .distributed import Ranks
-from .sources import resolve_images
 
 __all__ = ["add_parser", "run", "shard_distance_sums"]
 
@@ -29,10 +35,7 @@ def add_parser(subparsers) -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
-    parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
-    parser.add_argument("--out", required=True, type=Path, help="result .npz (the .png and .html go next to it)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
-    parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
+    add_image_set_arguments(parser, out_help="result .npz (the .png and .html go next to it)", batch_size=32)
     parser.set_defaults(run=run)
 
 
@@ -55,25 +58,13 @@ def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, pro
 
 
 def run(args, ranks: Ranks) -> int:
-    if args.batch_size < 1:
-        raise CommandError("--batch-size must be at least 1.", code=2)
-    try:
-        source = resolve_images(args.images)
-    except VitExplorerError as exc:  # AnalysisError, ArchiveError
-        raise CommandError(str(exc), code=2) from exc
-    vit = load_model(args, ranks.device)
-    shard = source.shard(ranks.rank, ranks.world)
-    say(ranks, f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
-               f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}")
+    source, vit, shard = open_image_set(args, ranks)
     with progress_bar(ranks, len(shard), "distance") as advance:
         sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size,
                                                    workers=args.workers, progress=advance)
     total = ranks.sum(sums)  # (L, heads)
     used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
-    skipped_names = [
-        (shard_names[item.index], item.reason)
-        for shard_names, shard_skipped in ranks.gather((list(shard.names), skipped)) for item in shard_skipped
-    ]
+    skipped_names = gather_skipped(ranks, shard, skipped)
     if not ranks.is_main:
         return 0
     for name, reason in skipped_names:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..circuits import dataset_head_effects
-from ..errors import VitExplorerError
-from .common import CommandError, add_model_arguments, load_model, progress_bar, say
+from .common import (
+    CommandError,
+    add_image_set_arguments,
+    add_model_arguments,
+    gather_skipped,
+    open_image_set,
+    progress_bar,
+)
 from .distributed import Ranks
-from .sources import resolve_images
 
 __all__ = ["add_parser", "run"]
 
@@ -26,33 +30,22 @@ def add_parser(subparsers) -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
-    parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
-    parser.add_argument("--out", required=True, type=Path, help="result .npz")
-    parser.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
+    add_image_set_arguments(parser, out_help="result .npz", batch_size=16)
     parser.set_defaults(run=run)
 
 
 def run(args, ranks: Ranks) -> int:
-    if args.batch_size < 1:
-        raise CommandError("--batch-size must be at least 1.", code=2)
-    try:
-        source = resolve_images(args.images)
-    except VitExplorerError as exc:
-        raise CommandError(str(exc), code=2) from exc
-    vit = load_model(args, ranks.device)
-    if not vit.spec.has_classifier or vit.spec.is_windowed:
-        raise CommandError(f"{args.model}: heads needs a global-attention classifier (this one has a {vit.spec.head} "
-                           f"head{', windowed attention' if vit.spec.is_windowed else ''}).", code=1)
-    shard = source.shard(ranks.rank, ranks.world)
-    say(ranks, f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
-               f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}")
+    def require(vit) -> None:
+        if not vit.spec.has_classifier or vit.spec.is_windowed:
+            raise CommandError(f"{args.model}: heads needs a global-attention classifier (this one has a "
+                               f"{vit.spec.head} head{', windowed attention' if vit.spec.is_windowed else ''}).", code=1)
+
+    source, vit, shard = open_image_set(args, ranks, require)
     with progress_bar(ranks, len(shard), "heads") as advance:
         sums = dataset_head_effects(vit, shard.items, batch_size=args.batch_size, workers=args.workers, progress=advance)
     totals = {key: ranks.sum(getattr(sums, key)) for key in ("delta_logit", "delta_probability", "direct_logit")}
     used = int(ranks.sum(torch.tensor([sums.count], dtype=torch.float64))[0])
-    skipped = [(names[item.index], item.reason) for names, items in ranks.gather((list(shard.names), sums.skipped))
-               for item in items]
+    skipped = gather_skipped(ranks, shard, sums.skipped)
     if not ranks.is_main:
         return 0
     for name, reason in skipped:
