@@ -301,3 +301,26 @@ def test_bad_arguments_are_typed_errors(demo):
     curve = cumulative_head_ablation(demo, pixels, [(-1, 0)])  # negative layers count from the end
     single = head_ablation(demo, pixels, layers=[3])
     assert (curve[1, 0] - curve[0, 0]).item() == pytest.approx(single.delta_logit[0, 0, 0].item(), abs=1e-5)
+
+
+def test_heads_command_counts_archive_entries_left_out_before_decoding(tmp_path, monkeypatch, capsys):
+    """Entries an archive leaves out before decoding (e.g. too large) are named and counted as
+    skipped, as the distance command does."""
+    import dataclasses
+
+    import numpy as np
+
+    import analysis.cli.sources as sources
+    from analysis.cli import main
+    from analysis.demo.data import generate_samples
+
+    images, _, _ = generate_samples(2, 7)
+    for i, image in enumerate(images):
+        image.save(tmp_path / f"scene_{i}.png")
+    resolve = sources.resolve_images
+    monkeypatch.setattr(sources, "resolve_images", lambda text: dataclasses.replace(
+        resolve(text), problems=("set.zip/huge.png: larger than the archive limit",)))
+    assert main(["heads", "--model", "demo", "--images", str(tmp_path), "--out", str(tmp_path / "h.npz")]) == 0
+    result = np.load(tmp_path / "h.npz")
+    assert int(result["count"]) == 2 and int(result["skipped"]) == 1
+    assert "huge.png" in str(result["skipped_images"][0]) and "huge.png" in capsys.readouterr().err

@@ -46,10 +46,11 @@ def run(args, ranks: Ranks) -> int:
     totals = {key: ranks.sum(getattr(sums, key)) for key in ("delta_logit", "delta_probability", "direct_logit")}
     used = int(ranks.sum(torch.tensor([sums.count], dtype=torch.float64))[0])
     skipped = gather_skipped(ranks, shard, sums.skipped)
+    left_out = [f"{n}: {r}" for n, r in skipped] + list(source.problems)  # problems: left out before decoding
     if not ranks.is_main:
         return 0
-    for name, reason in skipped:
-        print(f"skipped {name}: {reason}", file=sys.stderr)
+    for entry in left_out:
+        print(f"skipped {entry}", file=sys.stderr)
     if used == 0:
         raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
     if sums.attribution_note:
@@ -57,12 +58,12 @@ def run(args, ranks: Ranks) -> int:
     means = {key: (value / used).numpy() for key, value in totals.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(args.out, ablation_delta_logit=means["delta_logit"], ablation_delta_probability=means["delta_probability"],
-             direct_logit_attribution=means["direct_logit"], count=np.int64(used), skipped=np.int64(len(skipped)),
-             skipped_images=np.array([f"{n}: {r}" for n, r in skipped], dtype=str), model=np.array(args.model),
+             direct_logit_attribution=means["direct_logit"], count=np.int64(used), skipped=np.int64(len(left_out)),
+             skipped_images=np.array(left_out, dtype=str), model=np.array(args.model),
              images=np.array(source.description), world_size=np.int64(ranks.world),
              attribution_note=np.array(sums.attribution_note))
     strongest = np.unravel_index(np.argmin(means["delta_logit"]), means["delta_logit"].shape)
-    print(f"{used} images used, {len(skipped)} skipped; the head whose removal costs the most: layer {strongest[0]}, "
+    print(f"{used} images used, {len(left_out)} skipped; the head whose removal costs the most: layer {strongest[0]}, "
           f"head {strongest[1]} ({means['delta_logit'][strongest]:+.3f} logit on average)")
     print(f"wrote {args.out}")
     return 0
