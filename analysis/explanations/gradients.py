@@ -130,6 +130,32 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     )
 
 
+def _gradient_at(vit, pixels: torch.Tensor, module: nn.Module, read: str, target, spec: ViTSpec, precision: str,
+                 what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(X, ∂y/∂X, targets)``: ``X`` the input (``read="input"``) or output of ``module`` in one
+    forward pass, ``y`` each image's target score, both float32 on the CPU. A hook for this call
+    and this thread only, removed in ``finally``; ``what`` names the module if it runs other than once."""
+    owner = threading.get_ident()
+    seen: list[torch.Tensor] = []
+
+    def grab(module, args, output=None):
+        if threading.get_ident() == owner:
+            seen.append(args[0] if read == "input" else output)
+
+    handle = module.register_forward_pre_hook(grab) if read == "input" else module.register_forward_hook(grab)
+    try:
+        with torch.enable_grad():
+            with autocast_context(vit.device, precision):
+                logits = vit.model(pixels)
+            if len(seen) != 1:
+                raise AnalysisError(f"{what} ran {len(seen)} times in one forward pass, expected once.")
+            targets = resolve_targets(target, logits.detach(), spec)
+            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
+    finally:
+        handle.remove()
+    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets
+
+
 def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
                           precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
@@ -137,25 +163,9 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     spec, pixels = _prepare(vit, pixels)
     sites = block_sites(vit.model)
     site = sites[layer]
-    owner = threading.get_ident()
-    seen: list[torch.Tensor] = []
-
-    def grab(module, args):
-        if threading.get_ident() == owner:
-            seen.append(args[0])
-
-    handle = site.module.register_forward_pre_hook(grab)
-    try:
-        with torch.enable_grad():
-            with autocast_context(vit.device, precision):
-                logits = vit.model(pixels)
-            if len(seen) != 1:
-                raise AnalysisError(f"Block {site.layer}'s attention ran {len(seen)} times in one forward pass, expected once.")
-            targets = resolve_targets(target, logits.detach(), spec)
-            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
-    finally:
-        handle.remove()
-    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets, spec
+    activation, gradient, targets = _gradient_at(vit, pixels, site.module, "input", target, spec, precision,
+                                                 f"Block {site.layer}'s attention")
+    return activation, gradient, targets, spec
 
 
 def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,23 +223,6 @@ def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
     if not spec.is_windowed:
         raise AnalysisError("last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients.")
     geometry = spec.geometry(spec.num_layers - 1)
-    owner = threading.get_ident()
-    seen: list[torch.Tensor] = []
-
-    def grab(module, args, output):
-        if threading.get_ident() == owner:
-            seen.append(output)
-
-    handle = _last_block_norm(vit).register_forward_hook(grab)
-    try:
-        with torch.enable_grad():
-            with autocast_context(vit.device, precision):
-                logits = vit.model(pixels)
-            if len(seen) != 1:
-                raise AnalysisError(f"The last block's norm ran {len(seen)} times in one forward pass, expected once.")
-            targets = resolve_targets(target, logits.detach(), spec)
-            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
-    finally:
-        handle.remove()
-    activations = _on_grid(seen[0].detach().float().cpu(), geometry.grid_size)
-    return activations, _on_grid(gradient.detach().float().cpu(), geometry.grid_size), targets, geometry
+    activation, gradient, targets = _gradient_at(vit, pixels, _last_block_norm(vit), "output", target, spec, precision,
+                                                 "The last block's norm")
+    return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), targets, geometry
