@@ -92,6 +92,14 @@ def _image_path(source: Source) -> str:
     return f"IMAGE = {source.image_name!r}  # the image you uploaded: fill in its path on your machine"
 
 
+def _other_image_path(other: ImageRef) -> str:
+    """The line naming the second image of the Tokens page's correspondence (``OTHER``)."""
+    path = sample_path(other)
+    if path is not None:
+        return f"OTHER = {str(path)!r}  # a bundled sample"
+    return f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine"
+
+
 def _forward(source: Source, *, imports: Sequence[str] = (), record: bool = True) -> list[str]:
     """Load the model and the image; with ``record``, run one forward pass capturing every
     layer's attention."""
@@ -224,10 +232,8 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
         f"similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}).numpy()  # (gh, gw)",
     ]
     if other is not None:
-        path = sample_path(other)
         lines += [
-            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
-            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            _other_image_path(other),
             f"other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind={kind!r})",
             f"other_image_similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}, "
             f"other=other_features[{int(layer)}]).numpy()  # (gh, gw): into the other image",
@@ -262,10 +268,8 @@ def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query
         f"similarity = analysis.patch_similarity(tokens, geometry, {query!r}).numpy()  # (gh, gw)",
     ]
     if other is not None:
-        path = sample_path(other)
         lines += [
-            f"OTHER = {str(path)!r}  # a bundled sample" if path is not None
-            else f"OTHER = {other.name!r}  # the image you uploaded: fill in its path on your machine",
+            _other_image_path(other),
             "other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind='token')",
             f"other_image_similarity = analysis.patch_similarity(tokens, geometry, {query!r}, "
             f"other=other_features.layer_tokens({int(layer)})).numpy()  # (gh, gw): into the other image",
