@@ -18,7 +18,7 @@ import analysis
 import analysis.robustness  # noqa: F401 - analysis.robustness.* below
 from analysis import AnalysisError, attention_map, capture_attention, load_vit
 from analysis.errors import UnsupportedModelError
-from windowed_models import small_pixels, small_sam, small_swin
+from windowed_models import assert_bias_image_is_per_pair, small_pixels, small_sam, small_swin
 
 # The stages of SWIN_SMALL: 64 px / patch 4 = 16x16 cells, then 8x8 after one patch merging.
 EXPECTED_GEOMETRY = [  # (stage, grid, stride, window, shift, heads) per layer
@@ -613,10 +613,7 @@ def test_swin_v2_bias_image_is_what_the_module_adds_in_its_forward(swin_v2):
         added = scores[0][0]  # (heads, Wt, Wt)
         image = analysis.relative_position_bias(swin_v2, layer)
         assert image.shape == (heads, 2 * wh - 1, 2 * ww - 1)
-        for i in range(wh * ww):
-            for j in range(wh * ww):
-                (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
-                torch.testing.assert_close(image[:, yi - yj + wh - 1, xi - xj + ww - 1], added[:, i, j], atol=1e-6, rtol=0)
+        assert_bias_image_is_per_pair(image, added, (wh, ww))
         assert float(image.min()) > 0 and float(image.max()) < 16  # 16·sigmoid
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from analysis import attention_map, capture_attention, load_vit
 from analysis.errors import ModelLoadError, UnsupportedModelError
 from tests.test_windowed import _roll_region
-from windowed_models import small_swin
+from windowed_models import assert_bias_image_is_per_pair, small_swin
 
 from ci_skip_check import in_ci
 
@@ -183,10 +183,7 @@ def test_swinv2_cr_bias_image_is_what_the_module_adds_per_pair(swin_cr):
             added = block.attn._relative_positional_encodings()[0]  # (heads, Wt, Wt), the module's own
         image = analysis.relative_position_bias(swin_cr, layer)
         assert image.shape == (heads, 2 * wh - 1, 2 * ww - 1)
-        for i in range(wh * ww):
-            for j in range(wh * ww):
-                (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
-                torch.testing.assert_close(image[:, yi - yj + wh - 1, xi - xj + ww - 1], added[:, i, j], atol=1e-6, rtol=0)
+        assert_bias_image_is_per_pair(image, added, (wh, ww))
 
 
 # --------------------------------------------------------------------------- torchvision

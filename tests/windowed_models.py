@@ -9,7 +9,7 @@ import torch
 from analysis import load_vit
 
 __all__ = ["SWIN_SMALL", "SAM_SMALL", "small_swin", "small_sam", "small_pixels", "randomise_bias_tables",
-           "no_hooks_left"]
+           "no_hooks_left", "assert_bias_image_is_per_pair"]
 
 # Swin: a 16x16 grid of 4 px cells in 4x4 windows (shift 2 every other block), then 8x8 cells of 8 px
 SWIN_SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
@@ -57,3 +57,15 @@ def no_hooks_left(model: torch.nn.Module) -> None:
     """Every forward hook and pre-hook a capture registered is gone."""
     for name, module in model.named_modules():
         assert not module._forward_hooks and not module._forward_pre_hooks, f"hook left on {name or 'model'}"
+
+
+def assert_bias_image_is_per_pair(image: torch.Tensor, added: torch.Tensor, window: tuple[int, int]) -> None:
+    """``image (heads, 2wh−1, 2ww−1)`` (a relative-position bias image) holds, at offset
+    ``(yi − yj, xi − xj)``, what the module adds to the scores of slots ``i, j``: ``added (heads, Wt, Wt)``,
+    every pair of a window written out."""
+    wh, ww = window
+    assert image.shape == (added.shape[0], 2 * wh - 1, 2 * ww - 1)
+    for i in range(wh * ww):
+        for j in range(wh * ww):
+            (yi, xi), (yj, xj) = divmod(i, ww), divmod(j, ww)
+            torch.testing.assert_close(image[:, yi - yj + wh - 1, xi - xj + ww - 1], added[:, i, j], atol=1e-6, rtol=0)
