@@ -18,15 +18,10 @@ import analysis
 import analysis.robustness  # noqa: F401 - analysis.robustness.* below
 from analysis import AnalysisError, attention_map, capture_attention, load_vit
 from analysis.errors import UnsupportedModelError
-from windowed_models import assert_bias_image_is_per_pair, small_pixels, small_sam, small_swin
+from windowed_models import SWIN_SMALL_GEOMETRY, assert_bias_image_is_per_pair, small_pixels, small_sam, small_swin
 
 # The stages of SWIN_SMALL: 64 px / patch 4 = 16x16 cells, then 8x8 after one patch merging.
-EXPECTED_GEOMETRY = [  # (stage, grid, stride, window, shift, heads) per layer
-    (0, (16, 16), (4, 4), (4, 4), (0, 0), 2),
-    (0, (16, 16), (4, 4), (4, 4), (2, 2), 2),
-    (1, (8, 8), (8, 8), (4, 4), (0, 0), 4),
-    (1, (8, 8), (8, 8), (4, 4), (2, 2), 4),
-]
+EXPECTED_GEOMETRY = SWIN_SMALL_GEOMETRY  # (stage, grid, stride, window, shift, heads) per layer
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from analysis import attention_map, capture_attention, load_vit
 from analysis.errors import ModelLoadError, UnsupportedModelError
 from tests.test_windowed import _roll_region
-from windowed_models import assert_bias_image_is_per_pair, small_swin
+from windowed_models import SWIN_SMALL_GEOMETRY, assert_bias_image_is_per_pair, small_pixels, small_swin
 
 from ci_skip_check import in_ci
 
@@ -38,17 +38,12 @@ else:
     transformers = pytest.importorskip("transformers", reason="transformers is optional: pip install transformers")
 
 # 64 px / patch 4 = a 16x16 grid of 4x4 windows, then 8x8 after one patch merging; every other block shifted by 2.
-EXPECTED_GEOMETRY = [  # (stage, grid, stride, window, shift, heads) per layer
-    (0, (16, 16), (4, 4), (4, 4), (0, 0), 2),
-    (0, (16, 16), (4, 4), (4, 4), (2, 2), 2),
-    (1, (8, 8), (8, 8), (4, 4), (0, 0), 4),
-    (1, (8, 8), (8, 8), (4, 4), (2, 2), 4),
-]
+EXPECTED_GEOMETRY = SWIN_SMALL_GEOMETRY  # (stage, grid, stride, window, shift, heads) per layer
 
 
 @pytest.fixture(scope="module")
 def pixels():
-    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    return small_pixels()
 
 
 def _geometry(vit) -> list[tuple]:

@@ -8,11 +8,19 @@ import torch
 
 from analysis import load_vit
 
-__all__ = ["SWIN_SMALL", "SAM_SMALL", "small_swin", "small_sam", "small_pixels", "randomise_bias_tables",
+__all__ = ["SWIN_SMALL", "SWIN_SMALL_GEOMETRY", "SAM_SMALL", "small_swin", "small_sam", "small_pixels", "randomise_bias_tables",
            "no_hooks_left", "assert_bias_image_is_per_pair"]
 
 # Swin: a 16x16 grid of 4 px cells in 4x4 windows (shift 2 every other block), then 8x8 cells of 8 px
 SWIN_SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
+# The layers of SWIN_SMALL (and of the HF / torchvision Swins built to the same sizes):
+# (stage, grid, stride, window, shift, heads) per layer
+SWIN_SMALL_GEOMETRY = [
+    (0, (16, 16), (4, 4), (4, 4), (0, 0), 2),
+    (0, (16, 16), (4, 4), (4, 4), (2, 2), 2),
+    (1, (8, 8), (8, 8), (4, 4), (0, 0), 4),
+    (1, (8, 8), (8, 8), (4, 4), (2, 2), 4),
+]
 # SAM: one 8x8 grid: 3x3 windows padded to 9x9, and two global blocks
 SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
                  window_size=3, neck_chans=16)
