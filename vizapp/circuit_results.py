@@ -32,8 +32,10 @@ def _pixels(ref: ModelRef, image_bytes: bytes) -> torch.Tensor:
     return vit.preprocess(load_image(image_bytes))
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
 def reference_pixels(ref: ModelRef, name: str | None) -> torch.Tensor:
-    """The mean-ablation reference (``None``: every bundled sample) or one sample by name."""
+    """The mean-ablation reference (``None``: every bundled sample) or one sample by name,
+    preprocessed once per model (each layer's ablation reads it; treat it as read-only)."""
     vit = get_model(ref)
     paths = [p for p in inputs.sample_paths() if name is None or p.name == name]
     return torch.cat([vit.preprocess(load_image(p)) for p in paths])
