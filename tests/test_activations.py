@@ -49,8 +49,8 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
     inputs, outputs, logits = _plain_block_io(vit.model, pixels)
     torch.testing.assert_close(cache.logits, logits.float(), rtol=1e-5, atol=1e-5)
     record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
-    queries = capture_tokens(vit, pixels, kind="query")  # (L, B, T, heads·d)
-    values = capture_tokens(vit, pixels, kind="value")
+    queries = capture_tokens(vit, pixels, kind="query").tokens  # (L, B, T, heads·d)
+    values = capture_tokens(vit, pixels, kind="value").tokens
     for layer in range(spec.num_layers):
         at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
         torch.testing.assert_close(at("resid_pre"), inputs[layer], rtol=1e-5, atol=1e-5)
