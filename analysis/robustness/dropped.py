@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..capture import attention_taps, input_spec
+from ..activations.run import visit_forward
+from ..capture import input_spec, require_every_layer
 from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
 from ..spec import ViTSpec
@@ -43,11 +44,14 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     keep[spec.num_prefix_tokens + dropped] = False
     maps: dict[int, torch.Tensor] = {}
 
-    def sink(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
+    def keep_map(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
         maps[layer] = probs.detach().float().cpu()
 
-    with torch.no_grad(), token_drop(vit, dropped), attention_taps(vit.model, range(spec.num_layers), sink, reuse=True):
-        logits = vit.model(pixels.to(vit.device)).float().cpu()
+    hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: keep_map(layer, probs))
+             for layer in range(spec.num_layers)}
+    with token_drop(vit, dropped):
+        logits = visit_forward(vit.model, vit.device, pixels, spec, hooks).float().cpu()
+    require_every_layer(range(spec.num_layers), maps)
     attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
     return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)
 
