@@ -118,6 +118,39 @@ def test_names_keep_the_order_asked_and_the_prefix_split(family_vits):
     assert list(only_z) == ["blocks.0.attn.z", "blocks.1.attn.z"]
 
 
+def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch):
+    """cache.stack(point) is the cached layers in the order asked; a batch split by an
+    out-of-memory fallback joins into the same cache (one tensor per name, and stacked)."""
+    import analysis.activations.run as engine
+
+    vit = family_vits["dinov2_registers"]
+    pixels = family_pixels("dinov2_registers", batch=3)
+    names = ["blocks.1.resid_post", "blocks.0.attn.probs", "blocks.0.resid_post"]
+    cache = run_with_cache(vit, pixels, names=names)
+    assert cache.layers_of("resid_post") == (1, 0)
+    stacked = cache.stack("resid_post")
+    assert torch.equal(stacked[0], cache["blocks.1.resid_post"]) and torch.equal(stacked[1], cache["blocks.0.resid_post"])
+    with pytest.raises(KeyError, match="attn.z"):
+        cache.stack("attn.z")
+    original = engine._hooked_forward
+
+    def flaky(model, device, piece, *args, **kwargs):
+        if piece.shape[0] > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 9 GiB")
+        return original(model, device, piece, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    joined = run_with_cache(vit, pixels, names=names)
+    assert list(joined) == names
+    for name in names:
+        torch.testing.assert_close(joined[name], cache[name], rtol=1e-6, atol=1e-6)
+    record = capture_attention(vit, pixels, layers=[1, 0])  # stacked pieces
+    monkeypatch.setattr(engine, "_hooked_forward", original)
+    whole = capture_attention(vit, pixels, layers=[1, 0])
+    torch.testing.assert_close(record.attentions, whole.attentions, rtol=1e-6, atol=1e-6)
+    assert torch.equal(record.attentions[0], record.attentions[record.layer_position(0)])
+
+
 def test_an_empty_cache_is_a_plain_forward(family_vits):
     vit = family_vits["vit"]
     pixels = family_pixels("vit")
