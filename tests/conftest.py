@@ -65,3 +65,27 @@ def random_pixels(vit, batch: int = 2, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     height, width = vit.spec.img_size
     return torch.randn(batch, 3, height, width, generator=generator)
+
+
+@pytest.fixture
+def out_of_memory_above(monkeypatch):
+    """``limit -> batches``: from now on, every forward pass of the activation engine with more
+    than ``limit`` images raises an out-of-memory error (as a CUDA allocator would), so the
+    captures' fallback splits the batch; ``batches`` lists the sizes that were tried."""
+    import analysis.activations.run as engine
+
+    original = engine._hooked_forward
+
+    def install(limit: int) -> list[int]:
+        batches: list[int] = []
+
+        def flaky(model, device, piece, *args, **kwargs):
+            batches.append(piece.shape[0])
+            if piece.shape[0] > limit:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 9 GiB")
+            return original(model, device, piece, *args, **kwargs)
+
+        monkeypatch.setattr(engine, "_hooked_forward", flaky)
+        return batches
+
+    return install

@@ -118,7 +118,7 @@ def test_names_keep_the_order_asked_and_the_prefix_split(family_vits):
     assert list(only_z) == ["blocks.0.attn.z", "blocks.1.attn.z"]
 
 
-def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch):
+def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch, out_of_memory_above):
     """cache.stack(point) is the cached layers in the order asked; a batch split by an
     out-of-memory fallback joins into the same cache (one tensor per name, and stacked)."""
     import analysis.activations.run as engine
@@ -133,13 +133,7 @@ def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch):
     with pytest.raises(KeyError, match="attn.z"):
         cache.stack("attn.z")
     original = engine._hooked_forward
-
-    def flaky(model, device, piece, *args, **kwargs):
-        if piece.shape[0] > 1:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 9 GiB")
-        return original(model, device, piece, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    out_of_memory_above(1)
     joined = run_with_cache(vit, pixels, names=names)
     assert list(joined) == names
     for name in names:

@@ -115,23 +115,12 @@ def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
         run_with_oom_fallback(lambda b: (_ for _ in ()).throw(RuntimeError("other")), batch, None)
 
 
-def test_capture_recovers_from_out_of_memory_with_identical_results(monkeypatch):
+def test_capture_recovers_from_out_of_memory_with_identical_results(out_of_memory_above):
     """A capture whose forward runs out of memory above batch 2 splits the batch: same numbers."""
-    import analysis.activations.run as engine
-
     vit = make_vit("distilled")
     pixels = torch.randn(5, 3, 64, 64)
     expected = capture_attention(vit, pixels, layers=[1, 0])
-    original = engine._hooked_forward
-    batches = []
-
-    def flaky(model, device, piece, *args, **kwargs):
-        batches.append(piece.shape[0])
-        if piece.shape[0] > 2:
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")
-        return original(model, device, piece, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    batches = out_of_memory_above(2)
     got = capture_attention(vit, pixels, layers=[1, 0])
     assert batches == [5, 2, 3, 1, 2] and got.layers == expected.layers == (0, 1)
     torch.testing.assert_close(got.attentions, expected.attentions, atol=1e-6, rtol=0)

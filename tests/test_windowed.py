@@ -408,19 +408,10 @@ def test_patch_embedding_filters_are_the_stem_convolution(swin, sam):
         assert torch.equal(analysis.patch_embedding_filters(vit), vit.model.patch_embed.proj.weight.detach())
 
 
-def test_pieces_of_a_batch_concatenate_to_the_batchs_record(swin, pixels, record, monkeypatch):
+def test_pieces_of_a_batch_concatenate_to_the_batchs_record(swin, pixels, record, out_of_memory_above):
     """A capture that runs out of memory for the whole batch is run image by image; the
     pieces join into the batch's record."""
-    import analysis.activations.run as engine
-
-    original = engine._hooked_forward
-
-    def flaky(model, device, piece, *args, **kwargs):
-        if piece.shape[0] > 1:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 9 GiB")
-        return original(model, device, piece, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    assert out_of_memory_above(1) == []
     joined = capture_attention(swin, pixels)
     assert joined.layers == record.layers
     for got, want in zip(joined.windows, record.windows):
