@@ -22,13 +22,20 @@ def scale_by_peak(maps, *, negative: str = "keep") -> np.ndarray:
     """``(..., h, w)`` maps -> float32 maps ``m / max|m|``, each ``(h, w)`` map by its own peak.
 
     NaN cells (e.g. dropped tokens) are ignored for the peak and stay NaN; an all-zero (or
-    all-NaN) map stays as it is. ``negative="zero"`` then sets negative values to 0.
+    all-NaN) map stays as it is. ``negative="zero"`` then sets negative values to 0. An infinite
+    value has no finite scale: it is refused with an AnalysisError (the map overflowed upstream).
     """
     if negative not in NEGATIVE_HANDLING:
         raise AnalysisError(f"negative must be one of {', '.join(NEGATIVE_HANDLING)}, not {negative!r}.")
     values = np.asarray(maps, dtype=np.float32)
     if values.ndim < 2:
         raise AnalysisError(f"scale_by_peak expects (..., h, w) maps, got shape {values.shape}.")
+    infinite = int(np.isinf(values).sum())
+    if infinite:
+        raise AnalysisError(
+            f"{infinite} map value(s) are infinite, so no map can be scaled by its peak: the map overflowed "
+            "where it was computed (e.g. float16); compute it in float32, or replace the infinities first."
+        )
     flat = np.abs(values.reshape(*values.shape[:-2], -1))
     finite = np.where(np.isnan(flat), -np.inf, flat)
     peak = finite.max(axis=-1, initial=0.0)[..., None, None] if flat.size else np.zeros((*values.shape[:-2], 1, 1))

@@ -79,6 +79,8 @@ def test_scale_by_peak_divides_each_map_by_its_largest_magnitude():
     np.testing.assert_array_equal(scale_by_peak(maps, negative="zero")[0], [[0.25, 0.0], [0.5, 0.0]])
     with pytest.raises(analysis.AnalysisError, match="negative"):
         scale_by_peak(maps, negative="abs")
+    with pytest.raises(analysis.AnalysisError, match="1 map value.*infinite"):
+        scale_by_peak(np.array([[[1.0, np.inf], [0.0, 2.0]]]))
 
 
 def test_corresponding_query_and_layer():

@@ -102,6 +102,11 @@ def test_localisation_metrics():
     assert pointing_score(torch.tensor([[3.0, 3.0, 0.0], [0.0, 0.0, 3.0]]), patches) == pytest.approx(2 / 3)
     with pytest.raises(AnalysisError, match="no patch"):
         mask_iou(perfect, np.zeros((2, 3), dtype=bool))
+    # NaN cells (dropped tokens) are not candidates; a map NaN everywhere has no maximum
+    holes = torch.tensor([[[np.nan, 0.0, 0.0], [0.0, 0.0, 1.0]], [[np.nan, 1.0, np.nan], [1.0, 0.0, np.nan]],
+                          [[np.nan] * 3, [np.nan] * 3]])
+    scores = pointing_score(holes, np.broadcast_to(patches, (3, 2, 3)))
+    assert scores[0] == 1.0 and scores[1] == 0.0 and np.isnan(scores[2])
 
 
 def test_pointing_score_matches_a_loop_over_random_tied_maps():

@@ -46,6 +46,9 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
 
     Under the split rule a flat map scores the object's share of the patches, i.e. the chance
     level of a uniformly random patch, and the score does not depend on the patch order.
+
+    NaN cells (e.g. dropped tokens) are not candidates for the maximum; a map that is NaN
+    everywhere has no maximum and scores NaN.
     """
     values = torch.as_tensor(saliency).detach().double().cpu()
     truth = torch.as_tensor(np.asarray(object_patches, dtype=bool))
@@ -54,7 +57,8 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
             f"The map is {tuple(values.shape)} and the object patches {tuple(truth.shape)}; "
             "pass both as (..., gh, gw) on the same grid.")
     flat = values.reshape(*values.shape[:-2], -1)  # (..., gh·gw)
-    peak = flat == flat.amax(dim=-1, keepdim=True)  # (..., gh·gw): the maximal patches
+    candidates = torch.where(torch.isnan(flat), -torch.inf, flat)  # NaN cells never hold the maximum
+    peak = (candidates == candidates.amax(dim=-1, keepdim=True)) & ~torch.isnan(flat)  # (..., gh·gw)
     on_object = (peak & truth.reshape(flat.shape)).sum(-1)
     return (on_object.double() / peak.sum(-1).double()).numpy()
 
