@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..activations import run_with_cache
 from ..adapters.registry import block_sites
@@ -40,7 +41,7 @@ from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 from .ablation import check_separable_heads
 
-__all__ = ["DirectLogitAttribution", "direct_logit_attribution"]
+__all__ = ["DirectLogitAttribution", "direct_logit_attribution", "output_attribution"]
 
 
 @dataclass(frozen=True)
@@ -96,21 +97,45 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
     rounding; a lower precision would break the decomposition by more than its checks allow.
     """
     refuse_windowed(vit, "direct_logit_attribution")
-    model, spec = vit.model, vit.spec
+    spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Direct logit attribution needs class scores; this model has a {spec.head} head.")
-    check_separable_heads(vit, "direct_logit_attribution")
+
+    def class_weights(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
+        weights = F.one_hot(targets, logits.shape[-1]).float()  # (B, classes)
+        if versus is None:
+            return weights, targets
+        versus_targets = resolve_targets(versus, logits.cpu(), spec).to(logits.device)
+        return weights - F.one_hot(versus_targets, logits.shape[-1]).float(), torch.stack([targets, versus_targets], -1)
+
+    return output_attribution(vit, pixels, class_weights, what="direct_logit_attribution")
+
+
+def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution") -> DirectLogitAttribution:
+    """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
+    direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
+    picks the weights from the real forward pass (a class's one-hot row; an image–text score's
+    text direction) and names what ``targets`` records. Needs a linear readout (class or
+    embedding head); ``target_logit`` is ``y``.
+
+    The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
+    rounding; a lower precision would break the decomposition by more than its checks allow.
+    """
+    refuse_windowed(vit, what)
+    model, spec = vit.model, vit.spec
+    check_separable_heads(vit, what)
     layers = spec.num_layers
     names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
     names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
     cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
     logits = cache.logits.float()
-    targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
-    versus_targets = None if versus is None else resolve_targets(versus, logits.cpu(), spec).to(logits.device)
+    weights, targets = weights_of(logits)
+    weights = weights.float().to(logits.device)
 
     with torch.no_grad():
         readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec)
-        direction, offset = readout.direction(targets, versus_targets)  # (B, D) head rows, (B,) head bias
+        direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
         heads, head_bias, mlps = [], [], []
@@ -134,15 +159,11 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
             mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
         embedding = project(cache["blocks.0.resid_pre"])
         constant = readout.constant(direction) + offset
-    target_logit = logits.gather(1, targets[:, None])[:, 0]
-    if versus_targets is not None:
-        target_logit = target_logit - logits.gather(1, versus_targets[:, None])[:, 0]
-    result = DirectLogitAttribution(
+    return DirectLogitAttribution(
         embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
-        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=target_logit.cpu(),
-        targets=(targets if versus_targets is None else torch.stack([targets, versus_targets], -1)).cpu(),
+        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=(weights * logits).sum(-1).cpu(),
+        targets=torch.as_tensor(targets).cpu(),
     )
-    return result
 
 
 # --------------------------------------------------------------------------- model pieces
@@ -228,14 +249,11 @@ class _Readout:
             out = out + norm.bias
         return out
 
-    def direction(self, targets: torch.Tensor, versus: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(B, D)`` the head's row(s) for each image's target, ``(B,)`` their bias."""
-        weight, bias = self.head.weight, self.head.bias
-        bias = bias if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
-        rows, offset = weight[targets], bias[targets]
-        if versus is not None:
-            rows, offset = rows - weight[versus], offset - bias[versus]
-        return rows.float(), offset.float()
+    def direction(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, D)`` the head's rows weighted by ``weights`` ``(B, outputs)``, ``(B,)`` its bias so weighted."""
+        weight, bias = self.head.weight.float(), self.head.bias
+        bias = bias.float() if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+        return weights @ weight, weights @ bias
 
     def linear(self, part: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
         """``(B, T)``: each token's share of ``part`` ``(B, T, D)`` along ``direction``, through the
