@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from analysis import AnalysisError, ModelLoadError, NoTextTowerError, TextPromptError, load_clip, load_vit
+from analysis.text import explain_text, zero_shot
 
 from ci_skip_check import in_ci
 
@@ -137,3 +138,152 @@ def test_open_clip_without_the_package_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "open_clip", None)  # an import of it fails, installed or not
     with pytest.raises(ModelLoadError, match="pip install open_clip_torch"):
         load_clip("open_clip:ViT-B-32", device="cpu")
+
+
+# --------------------------------------------------------------------------- zero-shot
+
+
+def test_zero_shot_is_the_models_own_logits_and_rule(pair):
+    model, clip, kind = pair
+    pixels = _pixels(3)
+    result = zero_shot(clip, pixels, PROMPTS)
+    with torch.no_grad():
+        expected = _hf_forward(model, kind, clip, PROMPTS, pixels).logits_per_image  # (B, P)
+    torch.testing.assert_close(result.logits, expected, atol=1e-5, rtol=1e-4)
+    if kind == "clip":
+        torch.testing.assert_close(result.probabilities, expected.softmax(-1), atol=1e-6, rtol=1e-5)
+        assert result.rule == "softmax"
+    else:
+        torch.testing.assert_close(result.probabilities, torch.sigmoid(expected), atol=1e-6, rtol=1e-5)
+        assert result.rule == "sigmoid" and not torch.allclose(result.probabilities.sum(-1), torch.ones(3))
+    assert result.prompts == tuple(PROMPTS)
+
+
+def test_zero_shot_returns_the_truncation_notice(pair):
+    _, clip, _ = pair
+    with pytest.warns(UserWarning):
+        result = zero_shot(clip, _pixels(1), ["a red star", "a photo of the big red star on the left of the small dog"])
+    assert len(result.notices) == 1 and "truncated" in result.notices[0]
+
+
+@pytest.mark.parametrize("method", ["zero_shot", "explain_text"])
+def test_an_image_only_model_asked_for_text_scores_is_a_typed_error(method):
+    vit = load_vit("demo", device="cpu")
+    pixels = torch.zeros(1, 3, *vit.spec.img_size)
+    call = (lambda: zero_shot(vit, pixels, ["a star"])) if method == "zero_shot" else (
+        lambda: explain_text(vit, pixels, "a star"))
+    with pytest.raises(NoTextTowerError, match="image-only"):
+        call()
+
+
+# --------------------------------------------------------------------------- explanations
+
+
+def _hf_score_graph(model, kind, clip, prompt, pixels, **kwargs):
+    """The source model's forward with ``output_attentions`` / ``output_hidden_states``, in autograd."""
+    with torch.enable_grad():
+        return _hf_forward(model, kind, clip, [prompt], pixels, output_attentions=True, output_hidden_states=True, **kwargs)
+
+
+def test_chefer_equals_the_published_rule_on_the_source_models_own_score(pair):
+    """Transformer-MM-Explainability's rule, from the Hugging Face model's eager attention and
+    autograd on its own ``logits_per_image``: R = I; R += mean_h (∇A ⊙ A)⁺ · R per block. The
+    map is the class token's row over the patches (CLIP), or the mean over every row (SigLIP:
+    no class token, every token a patch)."""
+    model, clip, kind = pair
+    pixels, prompt = _pixels(2), PROMPTS[0]
+    out = _hf_score_graph(model, kind, clip, prompt, pixels)
+    attentions = out.vision_model_output.attentions  # L × (B, heads, T, T)
+    gradients = torch.autograd.grad(out.logits_per_image[:, 0].sum(), attentions)
+    got = explain_text(clip, pixels, prompt, method="chefer")
+    torch.testing.assert_close(got.scores, out.logits_per_image[:, 0].detach(), atol=1e-5, rtol=1e-4)
+    prefix = 1 if kind == "clip" else 0
+    for b in range(pixels.shape[0]):
+        tokens = attentions[0].shape[-1]
+        relevance = torch.eye(tokens, dtype=torch.float64)
+        for attention, gradient in zip(attentions, gradients):
+            fused = torch.zeros(tokens, tokens, dtype=torch.float64)
+            for head in range(attention.shape[1]):
+                fused += (gradient[b, head].double() * attention[b, head].detach().double()).clamp(min=0)
+            relevance = relevance + (fused / attention.shape[1]) @ relevance
+        row = relevance[0, prefix:] if kind == "clip" else relevance.mean(0)
+        torch.testing.assert_close(got.maps[b].reshape(-1).double(), row, atol=1e-5, rtol=1e-4)
+    assert got.readout.startswith("the class token") == (kind == "clip")
+
+
+def test_gradcam_of_the_score_equals_grad_cam_on_the_source_models_last_attention_input(pair):
+    model, clip, kind = pair
+    pixels, prompt = _pixels(2), PROMPTS[1]
+    seen = []
+    norm = model.vision_model.encoder.layers[-1].layer_norm1
+    handle = norm.register_forward_hook(lambda module, args, output: seen.append(output))
+    try:
+        out = _hf_score_graph(model, kind, clip, prompt, pixels)
+    finally:
+        handle.remove()
+    (gradient,) = torch.autograd.grad(out.logits_per_image[:, 0].sum(), seen)
+    got = explain_text(clip, pixels, prompt, method="gradcam")
+    prefix = 1 if kind == "clip" else 0
+    activations = seen[0].detach()[:, prefix:]  # (B, N, D)
+    gradient = gradient[:, prefix:]
+    for b in range(pixels.shape[0]):
+        weights = gradient[b].mean(0)  # (D,)
+        expected = torch.stack([torch.relu((activations[b, p] * weights).sum()) for p in range(activations.shape[1])])
+        torch.testing.assert_close(got.maps[b].reshape(-1), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_patch_text_is_each_patch_through_the_source_models_own_readout(pair):
+    model, clip, kind = pair
+    pixels, prompt = _pixels(2), PROMPTS[2]
+    with torch.no_grad():
+        out = _hf_forward(model, kind, clip, [prompt], pixels, output_hidden_states=True)
+        final = model.vision_model.post_layernorm(out.vision_model_output.hidden_states[-1])  # (B, T, D)
+        prefix = 1 if kind == "clip" else 0
+        patches = final[:, prefix:]
+        if kind == "clip":
+            embeddings = model.visual_projection(patches)
+        else:  # the pooling head on one token at a time
+            embeddings = torch.stack([model.vision_model.head(patches[:, p : p + 1]) for p in range(patches.shape[1])], 1)
+    expected = torch.nn.functional.cosine_similarity(embeddings, out.text_embeds[0], dim=-1)  # (B, N)
+    got = explain_text(clip, pixels, prompt, method="patch_text")
+    torch.testing.assert_close(got.maps.reshape(2, -1), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_the_decomposition_sums_to_the_models_score(tmp_path):
+    model = text_models.save("clip", tmp_path)
+    clip = load_clip(tmp_path, device="cpu")
+    pixels, prompt = _pixels(2), PROMPTS[0]
+    with torch.no_grad():
+        score = _hf_forward(model, "clip", clip, [prompt], pixels).logits_per_image[:, 0]
+    explanation = explain_text(clip, pixels, prompt, method="decomposition")
+    decomposition = explanation.decomposition
+    remainder = decomposition.remainder()
+    assert set(remainder) == {"embedding", "mlps", "head_bias", "constant", "logit_bias"}
+    heads = decomposition.heads()  # (B, L, heads)
+    assert heads.shape == (2, 2, 2)
+    torch.testing.assert_close(heads.sum((1, 2)) + sum(remainder.values()), score, atol=1e-4, rtol=0)
+    torch.testing.assert_close(decomposition.total(), score, atol=1e-4, rtol=0)
+    torch.testing.assert_close(explanation.scores, score, atol=1e-5, rtol=1e-4)
+    # by source token: the same head terms, spread over the tokens each head read
+    by_source = decomposition.terms.heads_by_source  # (B, L, heads, T)
+    torch.testing.assert_close(by_source.sum(-1), heads, atol=1e-5, rtol=1e-4)
+    class_token_share = by_source[..., 0].sum((1, 2))
+    torch.testing.assert_close(explanation.maps.sum((1, 2)) + class_token_share, heads.sum((1, 2)), atol=1e-5, rtol=1e-4)
+    assert explanation.maps.abs().max() > 1e-3  # the patches carry most of it, not the class token alone
+
+
+def test_the_decomposition_of_an_attention_pooled_model_is_refused_with_the_reason(tmp_path):
+    text_models.save("siglip", tmp_path)
+    clip = load_clip(tmp_path, device="cpu")
+    with pytest.raises(AnalysisError, match="not linear"):
+        explain_text(clip, _pixels(1), PROMPTS[0], method="decomposition")
+
+
+def test_explain_text_refuses_an_empty_prompt_and_an_unknown_method(pair):
+    _, clip, _ = pair
+    with pytest.raises(TextPromptError, match="empty"):
+        explain_text(clip, _pixels(1), " ", method="chefer")
+    with pytest.raises(AnalysisError, match="Unknown text explanation method"):
+        explain_text(clip, _pixels(1), "a star", method="rollout")
+    with pytest.raises(TextPromptError, match="one prompt"):
+        explain_text(clip, _pixels(1), ["a star", "a dog"])

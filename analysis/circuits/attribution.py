@@ -57,6 +57,10 @@ class DirectLogitAttribution:
         constant: ``(B,)`` the norms' shifts ``β`` and the head's bias, through the readout.
         target_logit: ``(B,)`` the model's own logit (or logit difference) being decomposed.
         targets: ``(B,)`` the class, or ``(B, 2)`` the pair ``(a, b)`` of ``logit_a − logit_b``.
+        heads_by_source: ``(B, L, heads, T)`` the same head terms by the token each head *read*
+            (the key position: ``c_{l,h,s} = Σ_q P_{l,h}[q, s] · r_q(γ_l ⊙ W_O[:, h] v_{l,h,s})``),
+            when asked for (``by_source=True``), else ``None``. Summed over tokens it equals
+            ``heads`` summed over tokens.
 
     ``embedding.sum(-1) + heads.sum((1, 2, 3)) + head_bias.sum((1, 2)) + mlps.sum((1, 2)) +
     constant`` equals ``target_logit`` (float rounding; tested at 1e-4).
@@ -69,6 +73,7 @@ class DirectLogitAttribution:
     constant: torch.Tensor
     target_logit: torch.Tensor
     targets: torch.Tensor
+    heads_by_source: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term (equals ``target_logit``)."""
@@ -112,12 +117,14 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
     return output_attribution(vit, pixels, class_weights, what="direct_logit_attribution")
 
 
-def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution") -> DirectLogitAttribution:
+def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution",
+                       by_source: bool = False) -> DirectLogitAttribution:
     """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
     direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
     picks the weights from the real forward pass (a class's one-hot row; an image–text score's
     text direction) and names what ``targets`` records. Needs a linear readout (class or
-    embedding head); ``target_logit`` is ``y``.
+    embedding head); ``target_logit`` is ``y``. ``by_source``: also split each head's term over
+    the tokens it attended to (``heads_by_source``; Gandelsman et al. 2024's spatial decomposition).
 
     The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
@@ -128,6 +135,8 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
     layers = spec.num_layers
     names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
     names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
+    if by_source:
+        names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.probs", "attn.v")]
     cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
     logits = cache.logits.float()
     weights, targets = weights_of(logits)
@@ -138,7 +147,8 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
         direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
-        heads, head_bias, mlps = [], [], []
+        heads, head_bias, mlps, by_sources = [], [], [], []
+        reads = readout.per_token_direction(direction) if by_source else None  # (B, T, D)
         for layer, site in enumerate(sites):
             z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
             weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
@@ -155,6 +165,8 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
                     "per-head direct logit attribution is not defined for this model."
                 )
             heads.append(torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1))  # (B, heads, T)
+            if reads is not None:
+                by_sources.append(_by_source(cache, layer, weight, scale, reads))
             head_bias.append(project(bias_term))
             mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
         embedding = project(cache["blocks.0.resid_pre"])
@@ -163,7 +175,22 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
         embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
         mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=(weights * logits).sum(-1).cpu(),
         targets=torch.as_tensor(targets).cpu(),
+        heads_by_source=torch.stack(by_sources, 1).cpu() if by_sources else None,
     )
+
+
+def _by_source(cache, layer: int, weight: torch.Tensor, scale, reads: torch.Tensor) -> torch.Tensor:
+    """``(B, heads, T)``: block ``layer``'s head terms by the key token each head read,
+    ``Σ_q P[h, q, s] · (γ ⊙ W_O[:, h] v[h, s]) · g_q`` with ``g_q`` (``reads``, ``(B, T, D)``) the
+    readout's linear map at query token ``q``."""
+    probs = cache[f"blocks.{layer}.attn.probs"].float()  # (B, heads, T, T)
+    values = cache[f"blocks.{layer}.attn.v"].float()  # (B, kv_heads, T, d)
+    heads = probs.shape[1]
+    if values.shape[1] != heads:  # grouped-query values, repeated per head
+        values = values.repeat_interleave(heads // values.shape[1], dim=1)
+    written = torch.einsum("bhsd,ehd->bhse", values, weight.float().unflatten(1, (heads, values.shape[-1]))) * scale
+    read = torch.einsum("bhse,bqe->bhqs", written, reads)  # (B, heads, T_query, T_key)
+    return (read * probs).sum(2)
 
 
 # --------------------------------------------------------------------------- model pieces
@@ -260,6 +287,16 @@ class _Readout:
         frozen readout without its shifts (the pooling weight folded in per token)."""
         normed = self._apply(self.norm, part, self.norm_scale, shift=False) * self.weights[None, :, None]
         return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, normed, self.fc_scale_per_token, shift=False), direction)
+
+    def per_token_direction(self, direction: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)`` ``g`` with ``linear(part, direction)[b, t] = part[b, t] · g[b, t]``: the
+        readout's linear map (frozen norms, pooling weights) as one vector per token, read off as
+        the gradient of a linear function (exact)."""
+        with torch.enable_grad():
+            probe = torch.zeros(direction.shape[0], self.weights.shape[0], direction.shape[-1], device=direction.device,
+                                requires_grad=True)
+            (gradient,) = torch.autograd.grad(self.linear(probe, direction).sum(), probe)
+        return gradient
 
     @property
     def fc_scale_per_token(self):
