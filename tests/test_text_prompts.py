@@ -106,6 +106,14 @@ def test_token_ids_longer_than_the_text_tower_are_a_typed_error(pair):
         clip.encode_text(torch.ones(1, text_models.CONTEXT + 1, dtype=torch.long))
 
 
+def test_token_ids_outside_the_vocabulary_are_a_typed_error(pair):
+    _, clip, _ = pair
+    with pytest.raises(TextPromptError, match="vocabulary"):
+        clip.encode_text(torch.tensor([[text_models.START, len(text_models.VOCAB), text_models.END]]))
+    with pytest.raises(TextPromptError, match="vocabulary"):
+        clip.encode_text([[text_models.START, -1, text_models.END]])
+
+
 def test_prompts_without_a_tokenizer_say_to_pass_token_ids(tmp_path):
     text_models.save("clip", tmp_path, tokenizer=False)
     clip = load_clip(tmp_path, device="cpu")

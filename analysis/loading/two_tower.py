@@ -81,6 +81,7 @@ class LoadedCLIP:
         name: the source it was loaded from.
         source_library: ``"transformers"`` or ``"open_clip"``.
         tokenizer_note: why there is no tokenizer, when there is none.
+        vocab_size: the text tower's vocabulary (token ids lie in ``0..vocab_size-1``), when known.
     """
 
     image: LoadedViT
@@ -95,6 +96,7 @@ class LoadedCLIP:
     use_attention_mask: bool = True
     source_library: str = "transformers"
     tokenizer_note: str = ""
+    vocab_size: int | None = None
     _count_tokens: Any = field(default=None, repr=False)
 
     @property
@@ -188,6 +190,11 @@ class LoadedCLIP:
                 "Cut them yourself (keeping the end token, which the text tower pools), or pass the prompt as text "
                 "to have it truncated with a notice."
             )
+        if self.vocab_size is not None and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            raise TextPromptError(
+                f"Token ids must lie in 0..{self.vocab_size - 1} (the text tower's vocabulary); got "
+                f"{int(ids.min())}..{int(ids.max())}."
+            )
         return ids.long(), torch.ones_like(ids, dtype=torch.long)
 
     # ------------------------------------------------------------------ scores
@@ -260,7 +267,8 @@ def load_clip(
     if folder.is_dir():
         return load_hf_two_tower_folder(folder, name, target)
     raise NoTextTowerError(
-        f"{name!r} is not a two-tower image-text model this loader knows (image models go to load_vit). {_IMAGE_ONLY_HINT}"
+        f"{name!r} is not a two-tower image-text model: model names, 'demo' and weights files open image-only models "
+        f"(no text tower), with load_vit. {_IMAGE_ONLY_HINT}"
     )
 
 
@@ -304,7 +312,7 @@ def wrap_hf_two_tower(model: nn.Module, name: str, device: torch.device, *, toke
         probability="sigmoid" if kind == "siglip" else "softmax",
         context_length=int(text_config.max_position_embeddings), tokenizer=tokenizer, name=name,
         pad_to_context=kind == "siglip", use_attention_mask=kind == "clip", source_library="transformers",
-        tokenizer_note=tokenizer_note,
+        tokenizer_note=tokenizer_note, vocab_size=int(text_config.vocab_size),
         _count_tokens=None if tokenizer is None else (lambda prompt: len(tokenizer(prompt, truncation=False)["input_ids"])),
     )
 

@@ -51,7 +51,9 @@ class TextDecomposition:
         terms: the direct contributions, each along the text direction ``w = exp(t)·v̂/‖u‖``:
             ``heads (B, L, heads, T)``, ``embedding (B, T)``, ``mlps (B, L, T)``, ``head_bias (B, L, T)``,
             ``constant (B,)`` (:class:`~analysis.circuits.DirectLogitAttribution`; ``terms.target_logit``
-            is ``s − b``).
+            is ``s − b``), and ``heads_by_source (B, L, heads, T)``: each head's term split over the
+            tokens it attended to (Gandelsman et al.'s spatial decomposition; the patches' share is
+            the ``"decomposition"`` map).
         logit_bias: ``b``, SigLIP's learned bias (0 for CLIP).
         score: ``(B,)`` the model's own score ``s``.
         spec: the token geometry (``spec.split_prefix`` separates the class token from the patches).
