@@ -295,3 +295,28 @@ def test_explain_text_refuses_an_empty_prompt_and_an_unknown_method(pair):
         explain_text(clip, _pixels(1), "a star", method="rollout")
     with pytest.raises(TextPromptError, match="one prompt"):
         explain_text(clip, _pixels(1), ["a star", "a dog"])
+
+
+def test_legrad_equals_its_rule_on_the_source_models_own_layers(pair):
+    """LeGrad from the Hugging Face model: each of the last two layers' hidden state read out by
+    the model's own post-layernorm and projection (CLIP: class token; SigLIP: its pooling head),
+    scored against the text, differentiated with respect to that layer's eager attention; ReLU,
+    mean over heads and query rows, summed over the layers, min-max per image."""
+    model, clip, kind = pair
+    pixels, prompt = _pixels(2), PROMPTS[0]
+    out = _hf_score_graph(model, kind, clip, prompt, pixels)
+    text = out.text_embeds[0].detach()
+    vision = model.vision_model
+    prefix = 1 if kind == "clip" else 0
+    total = 0
+    layers = len(out.vision_model_output.attentions)
+    for layer in range(layers - 2, layers):
+        hidden = vision.post_layernorm(out.vision_model_output.hidden_states[layer + 1])
+        embedding = model.visual_projection(hidden[:, 0]) if kind == "clip" else vision.head(hidden)
+        score = (torch.nn.functional.normalize(embedding, dim=-1) @ text).sum()
+        (gradient,) = torch.autograd.grad(score, [out.vision_model_output.attentions[layer]], retain_graph=True)
+        total = total + gradient.clamp(min=0).mean((1, 2))[:, prefix:]
+    expected = torch.stack([(m - m.min()) / (m.max() - m.min()) for m in total])
+    got = explain_text(clip, pixels, prompt, method="legrad")
+    torch.testing.assert_close(got.maps.reshape(2, -1), expected.float(), atol=1e-4, rtol=1e-3)
+    assert float(got.maps.min()) == 0.0 and float(got.maps.max()) == 1.0

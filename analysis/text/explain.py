@@ -11,7 +11,8 @@ the text embedding ``v`` is a constant. Methods (formulas and sources on each fu
 * ``"chefer"``: Chefer et al. 2021b relevance of the score (:func:`chefer_text`);
 * ``"gradcam"``: Grad-CAM of the score on the last block's attention input (:func:`gradcam_text`);
 * ``"patch_text"``: each patch token through the final norm and projection, cosine with the text (:func:`patch_text`);
-* ``"decomposition"``: each patch's direct contribution through every head (:func:`decomposition_text`).
+* ``"decomposition"``: each patch's direct contribution through every head (:func:`decomposition_text`);
+* ``"legrad"``: LeGrad, the positive gradients of each late layer's own score (:mod:`analysis.text.legrad`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..explanations.gradients import block_input_score_gradients, output_attenti
 from ..explanations.methods import _refuse_global_token_method, grad_cam_from, relevance_from_gradients
 from ..spec import ViTSpec
 from .decomposition import TextDecomposition, text_decomposition
+from .legrad import legrad_text
 from .prompts import one_prompt, require_clip, score_of
 
 __all__ = ["TEXT_METHODS", "TextExplanation", "explain_text", "chefer_text", "gradcam_text", "patch_text",
@@ -163,6 +165,7 @@ TEXT_METHODS = {
     "gradcam": gradcam_text,
     "patch_text": patch_text,
     "decomposition": decomposition_text,
+    "legrad": legrad_text,
 }
 
 
