@@ -257,34 +257,68 @@ def test_patch_text_is_each_patch_through_the_source_models_own_readout(pair):
     torch.testing.assert_close(got.maps.reshape(2, -1), expected, atol=1e-5, rtol=1e-4)
 
 
-def test_the_decomposition_sums_to_the_models_score(tmp_path):
-    model = text_models.save("clip", tmp_path)
-    clip = load_clip(tmp_path, device="cpu")
+def test_the_decomposition_sums_to_the_models_score(pair):
+    """Heads plus the named remainder terms equal the Hugging Face model's own score to 1e-4."""
+    model, clip, kind = pair
     pixels, prompt = _pixels(2), PROMPTS[0]
     with torch.no_grad():
-        score = _hf_forward(model, "clip", clip, [prompt], pixels).logits_per_image[:, 0]
+        score = _hf_forward(model, kind, clip, [prompt], pixels).logits_per_image[:, 0]
     explanation = explain_text(clip, pixels, prompt, method="decomposition")
     decomposition = explanation.decomposition
     remainder = decomposition.remainder()
-    assert set(remainder) == {"embedding", "mlps", "head_bias", "constant", "logit_bias"}
+    named = {"embedding", "mlps", "head_bias", "constant", "logit_bias"}
+    assert set(remainder) == (named | {"pool_mlp"} if kind == "siglip" else named)
     heads = decomposition.heads()  # (B, L, heads)
     assert heads.shape == (2, 2, 2)
     torch.testing.assert_close(heads.sum((1, 2)) + sum(remainder.values()), score, atol=1e-4, rtol=0)
     torch.testing.assert_close(decomposition.total(), score, atol=1e-4, rtol=0)
     torch.testing.assert_close(explanation.scores, score, atol=1e-5, rtol=1e-4)
+    if kind == "siglip":
+        assert float(remainder["logit_bias"][0]) == pytest.approx(float(model.logit_bias.detach()))
     # by source token: the same head terms, spread over the tokens each head read
     by_source = decomposition.terms.heads_by_source  # (B, L, heads, T)
     torch.testing.assert_close(by_source.sum(-1), heads, atol=1e-5, rtol=1e-4)
-    class_token_share = by_source[..., 0].sum((1, 2))
-    torch.testing.assert_close(explanation.maps.sum((1, 2)) + class_token_share, heads.sum((1, 2)), atol=1e-5, rtol=1e-4)
-    assert explanation.maps.abs().max() > 1e-3  # the patches carry most of it, not the class token alone
+    prefix_share = by_source[..., : clip.spec.num_prefix_tokens].sum((1, 2, 3))
+    torch.testing.assert_close(explanation.maps.sum((1, 2)) + prefix_share, heads.sum((1, 2)), atol=1e-5, rtol=1e-4)
+    assert explanation.maps.abs().max() > 1e-3
 
 
-def test_the_decomposition_of_an_attention_pooled_model_is_refused_with_the_reason(tmp_path):
-    text_models.save("siglip", tmp_path)
+def test_a_siglip_head_term_is_its_share_through_the_frozen_pooling_head(tmp_path):
+    """One head's term by an independent route, from the Hugging Face model's own modules: the
+    head's output (attention-weighted values through its columns of ``out_proj``) through the
+    post-layernorm with the clean run's scale and no shift, the pooling head's values, its own
+    probe probabilities (``nn.MultiheadAttention(need_weights=True)``) and ``out_proj``, along
+    ``exp(t)·v̂/‖u‖``."""
+    model = text_models.save("siglip", tmp_path)
     clip = load_clip(tmp_path, device="cpu")
-    with pytest.raises(AnalysisError, match="not linear"):
-        explain_text(clip, _pixels(1), PROMPTS[0], method="decomposition")
+    pixels, prompt = _pixels(1), PROMPTS[1]
+    decomposition = explain_text(clip, pixels, prompt, method="decomposition").decomposition
+    vision = model.vision_model
+    with torch.no_grad():
+        out = _hf_forward(model, "siglip", clip, [prompt], pixels, output_hidden_states=True, output_attentions=True)
+        text = torch.nn.functional.normalize(out.text_embeds[0], dim=-1)
+        last = out.vision_model_output.hidden_states[-1]  # (1, T, D) before post_layernorm
+        layer = vision.encoder.layers[-1]
+        dim = last.shape[-1]
+        heads, width = 2, dim // 2
+        before = out.vision_model_output.hidden_states[-2]
+        values = layer.self_attn.v_proj(layer.layer_norm1(before)).unflatten(-1, (heads, width))  # (1, T, heads, d)
+        attention = out.vision_model_output.attentions[-1]  # (1, heads, T, T)
+        for head in range(heads):
+            z = attention[0, head] @ values[0, :, head]  # (T, d)
+            written = z @ layer.self_attn.out_proj.weight[:, head * width:(head + 1) * width].T  # (T, D)
+            sigma = (last[0].var(-1, unbiased=False, keepdim=True) + vision.post_layernorm.eps).sqrt()
+            normed = (written - written.mean(-1, keepdim=True)) / sigma * vision.post_layernorm.weight
+            pool = vision.head
+            final = vision.post_layernorm(last)
+            probe = pool.attention(pool.probe, final, final, need_weights=True,
+                                   average_attn_weights=False)[1][0, :, 0]  # (heads, T)
+            pooled_values = normed @ pool.attention.in_proj_weight[2 * dim:].T  # (T, D), no bias
+            mixed = (pooled_values.unflatten(-1, (heads, width)) * probe.T[..., None]).sum(0).flatten()  # (D,)
+            moved = pool.attention.out_proj.weight @ mixed  # (D,)
+            u = out.vision_model_output.pooler_output[0]
+            expected = float(model.logit_scale.exp() * (moved @ text) / u.norm())
+            assert float(decomposition.heads()[0, -1, head]) == pytest.approx(expected, rel=1e-4, abs=1e-6)
 
 
 def test_explain_text_refuses_an_empty_prompt_and_an_unknown_method(pair):

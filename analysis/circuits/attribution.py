@@ -28,6 +28,7 @@ refused for them, as are attention-pooling heads (SigLIP ``map``) and max poolin
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,8 @@ class DirectLogitAttribution:
             (the key position: ``c_{l,h,s} = Σ_q P_{l,h}[q, s] · r_q(γ_l ⊙ W_O[:, h] v_{l,h,s})``),
             when asked for (``by_source=True``), else ``None``. Summed over tokens it equals
             ``heads`` summed over tokens.
+        pool_mlp: ``(B,)`` an attention-pooling head's MLP branch ``mlp(norm(a))`` along the target,
+            a remainder not split over the parts (``attention_pool=True`` only), else ``None``.
 
     ``embedding.sum(-1) + heads.sum((1, 2, 3)) + head_bias.sum((1, 2)) + mlps.sum((1, 2)) +
     constant`` equals ``target_logit`` (float rounding; tested at 1e-4).
@@ -74,11 +77,13 @@ class DirectLogitAttribution:
     target_logit: torch.Tensor
     targets: torch.Tensor
     heads_by_source: torch.Tensor | None = None
+    pool_mlp: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term (equals ``target_logit``)."""
-        return (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
-                + self.mlps.sum((1, 2)) + self.constant)
+        total = (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
+                 + self.mlps.sum((1, 2)) + self.constant)
+        return total if self.pool_mlp is None else total + self.pool_mlp
 
     def per_head(self) -> torch.Tensor:
         """``(B, L, heads)`` each head's term summed over tokens."""
@@ -118,13 +123,15 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
 
 
 def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution",
-                       by_source: bool = False) -> DirectLogitAttribution:
+                       by_source: bool = False, attention_pool: bool = False) -> DirectLogitAttribution:
     """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
     direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
     picks the weights from the real forward pass (a class's one-hot row; an image–text score's
     text direction) and names what ``targets`` records. Needs a linear readout (class or
     embedding head); ``target_logit`` is ``y``. ``by_source``: also split each head's term over
     the tokens it attended to (``heads_by_source``; Gandelsman et al. 2024's spatial decomposition).
+    ``attention_pool``: read an attention-pooling head with its probabilities frozen, its MLP
+    branch a named remainder (``pool_mlp``; see :class:`_Readout`); else such a head is refused.
 
     The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
@@ -143,7 +150,7 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
     weights = weights.float().to(logits.device)
 
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec)
+        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec, attention_pool=attention_pool)
         direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
@@ -171,11 +178,13 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
             mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
         embedding = project(cache["blocks.0.resid_pre"])
         constant = readout.constant(direction) + offset
+        pool_mlp = readout.pool_remainder(direction)
     return DirectLogitAttribution(
         embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
         mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=(weights * logits).sum(-1).cpu(),
         targets=torch.as_tensor(targets).cpu(),
         heads_by_source=torch.stack(by_sources, 1).cpu() if by_sources else None,
+        pool_mlp=None if pool_mlp is None else pool_mlp.cpu(),
     )
 
 
@@ -216,17 +225,26 @@ def _layer_scale(block: nn.Module):
 
 class _Readout:
     """The model's readout ``head(fc_norm(pool(norm(x))))`` with both norms' scales frozen at
-    their values on ``final`` ``(B, T, D)``, the last block's output; checked against the model."""
+    their values on ``final`` ``(B, T, D)``, the last block's output; checked against the model.
 
-    def __init__(self, model: nn.Module, final: torch.Tensor, spec) -> None:
+    ``attention_pool=True`` also reads an attention-pooling head (SigLIP's ``map``: one learned
+    probe ``q`` over the tokens, ``a = W_proj·concat_h(Σ_t P[h, t]·W_v,h·x̂_t) + b``, then
+    ``a + mlp(norm(a))``) with its probabilities ``P`` frozen at their values on this input: ``a``
+    is then linear in the tokens, and ``mlp(norm(a))`` is one named remainder (:meth:`pool_remainder`),
+    not split over the parts."""
+
+    def __init__(self, model: nn.Module, final: torch.Tensor, spec, *, attention_pool: bool = False) -> None:
         self.model = model
-        if getattr(model, "attn_pool", None) is not None:
+        self.pool = getattr(model, "attn_pool", None)
+        if self.pool is not None and not attention_pool:
             raise AnalysisError("This model pools its tokens with attention (a 'map' head), which is not linear: "
                                 "direct logit attribution is not defined for it.")
-        pool = getattr(model, "global_pool", "token")
         tokens = final.shape[1]
         weights = torch.zeros(tokens, device=final.device)  # (T,) the pooling's weight on each token
-        if pool == "token":
+        pool = getattr(model, "global_pool", "token")
+        if self.pool is not None:
+            weights[:] = 1.0  # unused: the probe's probabilities weigh the tokens
+        elif pool == "token":
             weights[0] = 1.0
         elif pool == "avg":
             first = 0 if getattr(model, "pool_include_prefix", False) else spec.num_prefix_tokens
@@ -236,10 +254,15 @@ class _Readout:
         self.weights = weights
         self.norm, self.fc_norm = self._norm(getattr(model, "norm", None)), self._norm(getattr(model, "fc_norm", None))
         self.norm_scale = self._scale(self.norm, final)  # (B, T, 1)
-        pooled = torch.einsum("btd,t->bd", self._apply(self.norm, final, self.norm_scale), weights)
+        normed = self._apply(self.norm, final, self.norm_scale)  # (B, T, D): the norm, exactly
+        if self.pool is not None:
+            pooled = self._read_attention_pool(normed)
+        else:
+            pooled = torch.einsum("btd,t->bd", normed, weights)
         self.fc_scale = self._scale(self.fc_norm, pooled)  # (B, 1)
         self.head = getattr(model, "head", None)
-        if not isinstance(self.head, nn.Linear) or getattr(model, "head_dist", None) is not None:
+        embedding_identity = isinstance(self.head, nn.Identity) and attention_pool
+        if not (isinstance(self.head, nn.Linear) or embedding_identity) or getattr(model, "head_dist", None) is not None:
             raise AnalysisError(f"{type(model).__name__}'s head is not one linear layer on the pooled token "
                                 "(e.g. a distilled two-head model): direct logit attribution is not defined for it.")
         rebuilt = self.head(self._apply(self.fc_norm, pooled, self.fc_scale))
@@ -248,6 +271,61 @@ class _Readout:
         if real is None or (rebuilt - real).abs().max() > 1e-4 * (1.0 + real.abs().max()):
             raise AnalysisError(f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
                                 "direct logit attribution is not defined for it.")
+
+    def _read_attention_pool(self, normed: torch.Tensor) -> torch.Tensor:
+        """Run the pooling head on ``normed`` ``(B, T, D)``: keep its probabilities ``P`` ``(B, heads, T)``
+        (through the capture path), the output of its projection ``a`` (before ``+ mlp(norm(a))``)
+        and the remainder ``mlp(norm(a))`` ``(B, D)``; check ``a`` against ``W_proj·(P·v) + b``.
+        Returns the pooled ``(B, D)``."""
+        from ..capture import attention_taps
+
+        pool = self.pool
+        if getattr(pool, "pos_embed", None) is not None or getattr(pool, "pool", "token") != "token" \
+                or pool.latent.shape[1] != 1 or not isinstance(pool.proj, nn.Linear) or not isinstance(pool.kv, nn.Linear):
+            raise AnalysisError("This attention-pooling head (several probes, its own position table, or no linear "
+                                "value and output projections) has no frozen linear form here.")
+        owner = threading.get_ident()
+        kept: dict[str, torch.Tensor] = {}
+
+        def keep_projection(module, args, output):
+            if threading.get_ident() == owner:
+                kept["a"] = output
+
+        handle = pool.proj.register_forward_hook(keep_projection)
+        try:
+            with attention_taps(self.model, [], lambda layer, probs: None,
+                                pool_sink=lambda probs: kept.__setitem__("probs", probs)):
+                pooled = pool(normed)  # (B, D)
+        finally:
+            handle.remove()
+        if "probs" not in kept or "a" not in kept:
+            raise AnalysisError("The attention-pooling head did not report its attention: its form is not supported here.")
+        self.pool_probs = kept["probs"][:, :, 0].float()  # (B, heads, T)
+        a = kept["a"][:, 0].float()  # (B, D)
+        self.pool_rest = pooled.float() - a  # (B, D): mlp(norm(a))
+        rebuilt = self._pool_tokens(normed).sum(1) + self._pool_bias()
+        if (rebuilt - a).abs().max() > 1e-4 * (1.0 + a.abs().max()):
+            raise AnalysisError("The attention-pooling head is not W_proj·(P·v) + b as read: direct attribution is "
+                                "not defined for it.")
+        return pooled.float()
+
+    def _pool_tokens(self, normed: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)``: each token's share of the pooled vector, without shifts: the token or mean
+        pooling weight, or the probe's probabilities through the pooling head's values and projection."""
+        if self.pool is None:
+            return normed * self.weights[None, :, None]
+        dim = normed.shape[-1]
+        heads = self.pool_probs.shape[1]
+        values = normed @ self.pool.kv.weight[dim:].float().T  # (B, T, D) W_v·x̂, no bias
+        weighted = values.unflatten(-1, (heads, -1)) * self.pool_probs.transpose(1, 2)[..., None]  # (B, T, heads, d)
+        return weighted.flatten(-2) @ self.pool.proj.weight.float().T  # (B, T, D)
+
+    def _pool_bias(self) -> torch.Tensor:
+        """``(D,)`` the pooling head's shift from the value bias and the projection bias (``Σ_t P = 1``)."""
+        dim = self.pool.proj.weight.shape[0]
+        value_bias = self.pool.kv.bias[dim:].float() if self.pool.kv.bias is not None else 0.0
+        bias = self.pool.proj.weight.float() @ (value_bias * torch.ones(dim, device=self.pool.proj.weight.device))
+        return bias + (self.pool.proj.bias.float() if self.pool.proj.bias is not None else 0.0)
 
     @staticmethod
     def _norm(module):
@@ -277,7 +355,10 @@ class _Readout:
         return out
 
     def direction(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(B, D)`` the head's rows weighted by ``weights`` ``(B, outputs)``, ``(B,)`` its bias so weighted."""
+        """``(B, D)`` the head's rows weighted by ``weights`` ``(B, outputs)``, ``(B,)`` its bias so
+        weighted (an identity head: ``weights`` themselves, no bias)."""
+        if isinstance(self.head, nn.Identity):
+            return weights, torch.zeros(weights.shape[0], device=weights.device)
         weight, bias = self.head.weight.float(), self.head.bias
         bias = bias.float() if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
         return weights @ weight, weights @ bias
@@ -285,8 +366,8 @@ class _Readout:
     def linear(self, part: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
         """``(B, T)``: each token's share of ``part`` ``(B, T, D)`` along ``direction``, through the
         frozen readout without its shifts (the pooling weight folded in per token)."""
-        normed = self._apply(self.norm, part, self.norm_scale, shift=False) * self.weights[None, :, None]
-        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, normed, self.fc_scale_per_token, shift=False), direction)
+        pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False))
+        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False), direction)
 
     def per_token_direction(self, direction: torch.Tensor) -> torch.Tensor:
         """``(B, T, D)`` ``g`` with ``linear(part, direction)[b, t] = part[b, t] · g[b, t]``: the
@@ -303,12 +384,25 @@ class _Readout:
         return None if self.fc_scale is None else self.fc_scale[:, None, :]  # (B, 1, 1)
 
     def constant(self, direction: torch.Tensor) -> torch.Tensor:
-        """``(B,)``: the norms' shifts through the rest of the readout, along ``direction``."""
+        """``(B,)``: the norms' shifts (and an attention-pooling head's biases) through the rest of
+        the readout, along ``direction``."""
         dim = direction.shape[-1]
         shift = torch.zeros(direction.shape[0], 1, dim, device=direction.device)
-        if self.norm is not None and self.norm.bias is not None:
-            shift = shift + self.norm.bias.float() * float(self.weights.sum())
+        beta = self.norm.bias.float() if self.norm is not None and self.norm.bias is not None else None
+        if self.pool is not None:
+            values = 0.0 if beta is None else self.pool.proj.weight.float() @ (self.pool.kv.weight[dim:].float() @ beta)
+            shift = shift + values + self._pool_bias()
+        elif beta is not None:
+            shift = shift + beta * float(self.weights.sum())
         pooled = self._apply(self.fc_norm, shift, self.fc_scale_per_token, shift=False)[:, 0]
         if self.fc_norm is not None and self.fc_norm.bias is not None:
             pooled = pooled + self.fc_norm.bias.float()
         return (pooled * direction).sum(-1)
+
+    def pool_remainder(self, direction: torch.Tensor) -> torch.Tensor | None:
+        """``(B,)`` an attention-pooling head's ``mlp(norm(a))`` along ``direction`` (through the
+        frozen ``fc_norm``), or ``None`` without one."""
+        if self.pool is None:
+            return None
+        rest = self._apply(self.fc_norm, self.pool_rest[:, None], self.fc_scale_per_token, shift=False)[:, 0]
+        return (rest * direction).sum(-1)

@@ -20,7 +20,10 @@ readout's shifts (``β`` of the norms, projection bias) and SigLIP's logit bias 
 :func:`analysis.circuits.output_attribution`, the direct logit attribution with the text
 direction in place of a class row; the terms sum to the score to float32 rounding.
 
-An attention-pooling head (SigLIP) is not linear in its input, so it is refused with the reason.
+An attention-pooling head (SigLIP: a learned probe attends over the tokens, ``a = W_proj·(P·v) + b``,
+then ``u = a + mlp(norm(a))``) is read with its attention probabilities ``P`` frozen at this input's
+values, so ``a`` is linear in the tokens; its MLP branch ``mlp(norm(a))`` is one more named remainder
+term, ``pool_mlp``, not split over the parts (it is not linear).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .prompts import one_prompt, require_clip
 __all__ = ["TextDecomposition", "text_decomposition", "REMAINDER_TERMS"]
 
 #: the terms of the score besides the heads, by name (fields of :class:`TextDecomposition`).
-REMAINDER_TERMS = ("embedding", "mlps", "head_bias", "constant", "logit_bias")
+REMAINDER_TERMS = ("embedding", "mlps", "head_bias", "constant", "pool_mlp", "logit_bias")
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,16 @@ class TextDecomposition:
         return self.terms.per_head()
 
     def remainder(self) -> dict[str, torch.Tensor]:
-        """The named non-head terms, each ``(B,)``."""
+        """The named non-head terms, each ``(B,)``: the embeddings, the MLPs, the attention output
+        biases, the readout's shifts (``constant``), an attention-pooling head's MLP branch
+        (``pool_mlp``, SigLIP only) and the logit bias."""
         t = self.terms
         bias = torch.full_like(t.constant, self.logit_bias)
-        return {"embedding": t.embedding.sum(-1), "mlps": t.mlps.sum((1, 2)), "head_bias": t.head_bias.sum((1, 2)),
-                "constant": t.constant, "logit_bias": bias}
+        terms = {"embedding": t.embedding.sum(-1), "mlps": t.mlps.sum((1, 2)), "head_bias": t.head_bias.sum((1, 2)),
+                 "constant": t.constant, "logit_bias": bias}
+        if t.pool_mlp is not None:
+            terms["pool_mlp"] = t.pool_mlp
+        return terms
 
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term: equals :attr:`score` (tested at 1e-4)."""
@@ -86,12 +94,6 @@ def text_decomposition(clip, pixels: torch.Tensor, prompt) -> TextDecomposition:
     clip = require_clip(clip, "text_decomposition")
     spec = input_spec(clip.image, pixels)
     text = prompt if isinstance(prompt, TextEncoding) else one_prompt(clip, prompt)
-    if getattr(clip.image.model, "attn_pool", None) is not None:
-        raise AnalysisError(
-            "This model pools its image tokens with an attention head (SigLIP's 'map' head), which is not linear in "
-            "them: the score has no exact decomposition over layers and heads. Use method='chefer', 'gradcam' or "
-            "'patch_text'."
-        )
     direction = F.normalize(text.embeddings.float(), dim=-1)  # (1, E) v̂
 
     def text_weights(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,6 +102,7 @@ def text_decomposition(clip, pixels: torch.Tensor, prompt) -> TextDecomposition:
         weights = clip.logit_scale * direction.to(output.device) / norms
         return weights, torch.zeros(output.shape[0], dtype=torch.long)
 
-    terms = output_attribution(clip.image, pixels, text_weights, what="text_decomposition", by_source=True)
+    terms = output_attribution(clip.image, pixels, text_weights, what="text_decomposition", by_source=True,
+                               attention_pool=True)
     bias = 0.0 if clip.logit_bias is None else float(clip.logit_bias)
     return TextDecomposition(terms=terms, logit_bias=bias, score=terms.target_logit + bias, spec=spec)

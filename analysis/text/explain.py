@@ -151,7 +151,8 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
     """The score's direct contributions through every head (:func:`~analysis.text.text_decomposition`),
     by the patch each head attended to, summed over layers and heads:
     ``map[s] = Σ_l Σ_h Σ_q P_{l,h}[q, s] · w·R(γ_l ⊙ W_O[:, h] v_{l,h,s})`` (Gandelsman et al. 2024's
-    spatial decomposition; the query ``q`` is the token the readout reads: CLIP's class token).
+    spatial decomposition; the query ``q`` is the token the readout reads: CLIP's class token, every
+    token a SigLIP's pooling probe attends to, by its frozen probabilities).
     Signed, in units of the score."""
     decomposition = text_decomposition(clip, pixels, text)
     per_token = decomposition.terms.heads_by_source.sum((1, 2))  # (B, T)
