@@ -354,3 +354,111 @@ def test_legrad_equals_its_rule_on_the_source_models_own_layers(pair):
     got = explain_text(clip, pixels, prompt, method="legrad")
     torch.testing.assert_close(got.maps.reshape(2, -1), expected.float(), atol=1e-4, rtol=1e-3)
     assert float(got.maps.min()) == 0.0 and float(got.maps.max()) == 1.0
+
+
+# --------------------------------------------------------------------------- head texts (TextSpan)
+
+
+def _text_span_by_loops(data, texts, count, rank):
+    """TextSpan with explicit loops over images, texts and coordinates (float64 lists)."""
+    data = data.double()
+    texts = texts.double()
+    if rank is not None:
+        _, _, vh = torch.linalg.svd(data, full_matrices=False)
+        texts = torch.stack([sum(float(t @ vh[r]) * vh[r] for r in range(min(rank, vh.shape[0]))) for t in texts])
+    images, dim = data.shape
+    rows = [[float(data[k, e]) for e in range(dim)] for k in range(images)]
+    mean = [sum(rows[k][e] for k in range(images)) / images for e in range(dim)]
+    rows = [[rows[k][e] - mean[e] for e in range(dim)] for k in range(images)]
+    candidates = [[float(t[e]) for e in range(dim)] for t in texts]
+    total = sum(sum(v * v for v in row) for row in rows) / images
+    picked, shares = [], []
+    for _ in range(count):
+        best, best_variance = None, -1.0
+        for j, t in enumerate(candidates):
+            projections = [sum(row[e] * t[e] for e in range(dim)) for row in rows]
+            average = sum(projections) / images
+            variance = sum((p - average) ** 2 for p in projections) / images
+            if variance > best_variance:
+                best, best_variance = j, variance
+        if best_variance <= 1e-12 * total:  # nothing left to explain (the texts' span is exhausted): stop
+            break
+        t = candidates[best]
+        norm2 = sum(v * v for v in t)
+        unit_projections = [sum(row[e] * t[e] for e in range(dim)) / norm2 ** 0.5 for row in rows]
+        shares.append(sum(p * p for p in unit_projections) / images / total)
+        picked.append(best)
+        rows = [[row[e] - sum(row[i] * t[i] for i in range(dim)) / norm2 * t[e] for e in range(dim)] for row in rows]
+        candidates = [[c[e] - sum(c[i] * t[i] for i in range(dim)) / norm2 * t[e] for e in range(dim)] for c in candidates]
+    return picked, shares, total
+
+
+@pytest.mark.parametrize("rank", [None, 3])
+def test_text_span_equals_the_greedy_search_done_by_loops(rank):
+    from analysis.text import text_span
+
+    generator = torch.Generator().manual_seed(3)
+    data = torch.randn(7, 5, generator=generator) * torch.tensor([3.0, 1.0, 0.5, 2.0, 0.2]) + 1.5  # (K, E)
+    texts = torch.nn.functional.normalize(torch.randn(9, 5, generator=generator), dim=-1)  # (M, E)
+    picked, shares, total = text_span(data, texts, 4, rank)
+    assert len(picked) == (4 if rank is None else 3)  # rank 3: three texts span all there is
+    expected_picked, expected_shares, expected_total = _text_span_by_loops(data, texts, 4, rank)
+    assert picked == expected_picked
+    assert shares == pytest.approx(expected_shares, rel=1e-9, abs=1e-12)
+    assert total == pytest.approx(expected_total, rel=1e-9)
+    # the shares add up to the variance the picked texts' span explains (a projection by least squares)
+    centred = data.double() - data.double().mean(0)
+    basis = texts.double()[picked]
+    if rank is not None:
+        _, _, vh = torch.linalg.svd(data.double(), full_matrices=False)
+        basis = basis @ vh[:rank].T @ vh[:rank]
+    coefficients = torch.linalg.lstsq(basis.T, centred.T).solution  # (picked, K)
+    explained = float(((basis.T @ coefficients) ** 2).sum(0).mean()) / total
+    assert sum(shares) == pytest.approx(explained, rel=1e-9)
+    assert 0 < sum(shares) <= 1 + 1e-12
+
+
+def test_head_texts_describe_every_head_by_its_own_direct_contributions(pair):
+    """The head vectors head_texts searches are the decomposition's head terms (tested above
+    against the source model) before their reading along the text: along ``exp(t)·v̂/‖u‖``
+    they equal ``decomposition.heads()``; and each head's texts are text_span's on them."""
+    from analysis.circuits.attribution import head_output_vectors
+    from analysis.text import HeadTexts, head_texts, text_span
+
+    _, clip, kind = pair
+    pixels = _pixels(4, seed=5)
+    vocabulary = ["a red star", "a blue dog", "the green circle on the left", "a small cat", "a big square"]
+    result = head_texts(clip, pixels, vocabulary, texts_per_head=2, rank=None)
+    assert isinstance(result, HeadTexts) and result.images == 4 and result.vocabulary_size == 5
+    assert [(d.layer, d.head) for d in result.heads] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    vectors = head_output_vectors(clip.image, pixels, attention_pool=True)  # (B, L, heads, E)
+    text = clip.encode_text(PROMPTS[0]).embeddings
+    with torch.no_grad():
+        u = clip.image.model(pixels)
+    weights = clip.logit_scale * torch.nn.functional.normalize(text, dim=-1) / u.norm(dim=-1, keepdim=True)  # (B, E)
+    decomposition = explain_text(clip, pixels, PROMPTS[0], method="decomposition").decomposition
+    torch.testing.assert_close(torch.einsum("blhe,be->blh", vectors, weights), decomposition.heads(), atol=1e-5, rtol=1e-4)
+    embeddings = torch.nn.functional.normalize(clip.encode_text(vocabulary).embeddings, dim=-1)
+    for description in result.heads:
+        picked, shares, total = text_span(vectors[:, description.layer, description.head], embeddings, 2)
+        assert description.texts == tuple(vocabulary[i] for i in picked)
+        assert description.shares == pytest.approx(shares) and description.variance == pytest.approx(total)
+        assert 0 < description.explained <= 1 + 1e-9
+    assert result.of(1, 1).layer == 1
+
+
+def test_head_texts_default_vocabulary_and_bad_input(pair):
+    from analysis.text import default_vocabulary, head_texts
+
+    _, clip, _ = pair
+    vocabulary = default_vocabulary()
+    assert len(vocabulary) >= 50 and len(set(vocabulary)) == len(vocabulary)
+    result = head_texts(clip, _pixels(3), layers=[-1], texts_per_head=1)
+    assert {d.layer for d in result.heads} == {1} and result.vocabulary_size == len(vocabulary)
+    assert all(text in vocabulary for d in result.heads for text in d.texts)
+    with pytest.raises(AnalysisError, match="at least 2 images"):
+        head_texts(clip, _pixels(1), ["a star"])
+    with pytest.raises(TextPromptError, match="vocabulary is empty"):
+        head_texts(clip, _pixels(2), ["", "  "])
+    with pytest.raises(NoTextTowerError):
+        head_texts(load_vit("demo", device="cpu"), torch.zeros(2, 3, 64, 64), ["a star"])

@@ -37,12 +37,13 @@ import torch.nn.functional as F
 
 from ..activations import run_with_cache
 from ..adapters.registry import block_sites
+from ..checks import check_index
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 from .ablation import check_separable_heads
 
-__all__ = ["DirectLogitAttribution", "direct_logit_attribution", "output_attribution"]
+__all__ = ["DirectLogitAttribution", "direct_logit_attribution", "output_attribution", "head_output_vectors"]
 
 
 @dataclass(frozen=True)
@@ -157,20 +158,7 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
         heads, head_bias, mlps, by_sources = [], [], [], []
         reads = readout.per_token_direction(direction) if by_source else None  # (B, T, D)
         for layer, site in enumerate(sites):
-            z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
-            weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
-            scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
-            per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:]))  # (B, heads, T, D)
-            per_head = per_head * scale
-            bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
-            branch = cache[f"blocks.{layer}.attn.out"].float()
-            error = (per_head.sum(1) + bias_term - branch).abs().max()
-            if float(error) > 1e-4 * (1.0 + float(branch.abs().max())):
-                raise AnalysisError(
-                    f"Block {layer}'s attention branch ({type(model.blocks[layer]).__name__}) is not a sum of its heads' "
-                    f"outputs through the projection (off by {float(error):.2g}; post-norm blocks normalise it): "
-                    "per-head direct logit attribution is not defined for this model."
-                )
+            per_head, bias_term, weight, scale = _head_parts(model, cache, layer, site)
             heads.append(torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1))  # (B, heads, T)
             if reads is not None:
                 by_sources.append(_by_source(cache, layer, weight, scale, reads))
@@ -202,7 +190,51 @@ def _by_source(cache, layer: int, weight: torch.Tensor, scale, reads: torch.Tens
     return (read * probs).sum(2)
 
 
+def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_pool: bool = False) -> torch.Tensor:
+    """``(B, len(layers), heads, outputs)``: each head's direct contribution to the model's output
+    vector (an embedding, or the logits), summed over the tokens it wrote to, through the readout
+    with its norms' scales frozen and without their shifts (module docstring): the vectors that
+    :func:`output_attribution` reads along one direction. ``layers``: model layer indices (``None``:
+    every layer). ``attention_pool``: as :func:`output_attribution`."""
+    refuse_windowed(vit, "head_output_vectors")
+    model, spec = vit.model, vit.spec
+    check_separable_heads(vit, "head_output_vectors")
+    last = spec.num_layers - 1
+    layers = list(range(spec.num_layers)) if layers is None else [check_index("layer", l, spec.num_layers, "layers")
+                                                                   for l in layers]
+    names = [f"blocks.{last}.resid_post"] + [f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")]
+    cache = run_with_cache(vit, pixels, names=list(dict.fromkeys(names)), precision="float32", to_cpu=False)
+    sites = block_sites(model)
+    with torch.no_grad():
+        readout = _Readout(model, cache[f"blocks.{last}.resid_post"].float(), spec, attention_pool=attention_pool)
+        vectors = []
+        for layer in layers:
+            per_head = _head_parts(model, cache, layer, sites[layer])[0]  # (B, heads, T, D)
+            vectors.append(torch.stack([readout.vector(per_head[:, h]) for h in range(per_head.shape[1])], 1))
+    return torch.stack(vectors, 1).cpu()
+
+
 # --------------------------------------------------------------------------- model pieces
+
+
+def _head_parts(model: nn.Module, cache, layer: int, site):
+    """Block ``layer``'s attention branch split by head: ``(B, heads, T, D)`` each head's output
+    ``γ ⊙ W_O[:, h] z_h``, ``(B, T, D)`` the projection bias term, the projection weight and the
+    layer scale; checked to sum to the branch the block added."""
+    z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
+    weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
+    scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
+    per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:])) * scale  # (B, heads, T, D)
+    bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
+    branch = cache[f"blocks.{layer}.attn.out"].float()
+    error = (per_head.sum(1) + bias_term - branch).abs().max()
+    if float(error) > 1e-4 * (1.0 + float(branch.abs().max())):
+        raise AnalysisError(
+            f"Block {layer}'s attention branch ({type(model.blocks[layer]).__name__}) is not a sum of its heads' "
+            f"outputs through the projection (off by {float(error):.2g}; post-norm blocks normalise it): "
+            "per-head direct logit attribution is not defined for this model."
+        )
+    return per_head, bias_term, weight, scale
 
 
 def _projection(attention: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -368,6 +400,13 @@ class _Readout:
         frozen readout without its shifts (the pooling weight folded in per token)."""
         pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False))
         return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False), direction)
+
+    def vector(self, part: torch.Tensor) -> torch.Tensor:
+        """``(B, outputs)``: ``part`` ``(B, T, D)`` through the frozen readout without its shifts,
+        summed over tokens (before the head's bias)."""
+        pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False)).sum(1, keepdim=True)
+        pooled = self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False)[:, 0]  # (B, D)
+        return pooled if isinstance(self.head, nn.Identity) else pooled @ self.head.weight.float().T
 
     def per_token_direction(self, direction: torch.Tensor) -> torch.Tensor:
         """``(B, T, D)`` ``g`` with ``linear(part, direction)[b, t] = part[b, t] · g[b, t]``: the
