@@ -462,3 +462,93 @@ def test_head_texts_default_vocabulary_and_bad_input(pair):
         head_texts(clip, _pixels(2), ["", "  "])
     with pytest.raises(NoTextTowerError):
         head_texts(load_vit("demo", device="cpu"), torch.zeros(2, 3, 64, 64), ["a star"])
+
+
+# --------------------------------------------------------------------------- open_clip (without the package)
+
+
+class _OpenCLIPBlock(torch.nn.Module):
+    """open_clip's ``ResidualAttentionBlock`` layout: ln_1, attn (nn.MultiheadAttention), ls_1, ln_2, mlp, ls_2."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        from collections import OrderedDict
+
+        super().__init__()
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.attn = torch.nn.MultiheadAttention(width, heads, batch_first=True)
+        self.ls_1, self.ls_2 = torch.nn.Identity(), torch.nn.Identity()
+        self.mlp = torch.nn.Sequential(OrderedDict(c_fc=torch.nn.Linear(width, 2 * width), gelu=torch.nn.GELU(),
+                                                   c_proj=torch.nn.Linear(2 * width, width)))
+
+    def forward(self, x):
+        y = self.ln_1(x)
+        x = x + self.ls_1(self.attn(y, y, y, need_weights=False)[0])
+        return x + self.ls_2(self.mlp(self.ln_2(x)))
+
+
+class _OpenCLIPVisual(torch.nn.Module):
+    """open_clip's ``VisionTransformer`` attribute names and forward (token pooling, no attention pool)."""
+
+    def __init__(self, width=32, heads=2, layers=2, image=32, patch=8, output=16) -> None:
+        super().__init__()
+        self.image_size, self.patch_size = (image, image), (patch, patch)
+        self.conv1 = torch.nn.Conv2d(3, width, patch, patch, bias=False)
+        self.class_embedding = torch.nn.Parameter(torch.randn(width) * 0.2)
+        self.positional_embedding = torch.nn.Parameter(torch.randn((image // patch) ** 2 + 1, width) * 0.2)
+        self.ln_pre, self.ln_post = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.transformer = torch.nn.Module()
+        self.transformer.resblocks = torch.nn.ModuleList(_OpenCLIPBlock(width, heads) for _ in range(layers))
+        self.attn_pool, self.pool_type, self.final_ln_after_pool = None, "tok", False
+        self.proj = torch.nn.Parameter(torch.randn(width, output) * 0.2)
+
+    def forward(self, x):
+        x = self.conv1(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_embedding.expand(x.shape[0], 1, -1), x], 1) + self.positional_embedding
+        x = self.ln_pre(x)
+        for block in self.transformer.resblocks:
+            x = block(x)
+        return self.ln_post(x)[:, 0] @ self.proj
+
+
+class _OpenCLIPModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.visual = _OpenCLIPVisual()
+        self.token_embedding = torch.nn.Embedding(20, 16)
+        self.logit_scale = torch.nn.Parameter(torch.tensor(2.0))
+        self.context_length, self.vocab_size = 6, 20
+
+    def encode_text(self, ids):
+        return self.token_embedding(ids).mean(1)
+
+
+def test_an_open_clip_image_tower_becomes_the_same_timm_vit():
+    """open_clip is not installed here: its ViT image tower's layout, rebuilt in this file with its
+    forward, converts into a timm ViT that gives the same embedding and sees the same attention."""
+    from analysis.loading.open_clip_source import wrap_open_clip
+
+    torch.manual_seed(0)
+    model = _OpenCLIPModel().eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    clip = wrap_open_clip(model, "open_clip:fake", torch.device("cpu"), tokenizer=None)
+    pixels = _pixels(2)
+    with torch.no_grad():
+        torch.testing.assert_close(clip.image.model(pixels), model.visual(pixels), atol=1e-5, rtol=1e-4)
+        block = model.visual.transformer.resblocks[0]
+        x = model.visual.conv1(pixels).flatten(2).transpose(1, 2)
+        x = model.visual.ln_pre(torch.cat([model.visual.class_embedding.expand(2, 1, -1), x], 1)
+                                + model.visual.positional_embedding)
+        y = block.ln_1(x)
+        expected = block.attn(y, y, y, need_weights=True, average_attn_weights=False)[1]  # (B, heads, T, T)
+    from analysis import capture_attention
+
+    record = capture_attention(clip.image, pixels, layers=[0])
+    torch.testing.assert_close(record.attentions[0], expected, atol=1e-5, rtol=1e-4)
+    assert clip.probability == "softmax" and clip.logit_scale == pytest.approx(float(model.logit_scale.detach().exp()))
+    result = zero_shot(clip, pixels, torch.tensor([[1, 2, 3], [4, 5, 6]]))
+    with torch.no_grad():
+        u = torch.nn.functional.normalize(model.visual(pixels), dim=-1)
+        v = torch.nn.functional.normalize(model.encode_text(torch.tensor([[1, 2, 3], [4, 5, 6]])), dim=-1)
+    torch.testing.assert_close(result.logits, model.logit_scale.detach().exp() * u @ v.T, atol=1e-5, rtol=1e-4)

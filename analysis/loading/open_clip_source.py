@@ -94,7 +94,7 @@ def _visual_to_timm(visual: nn.Module) -> nn.Module:
         img_size=image_size, patch_size=patch, embed_dim=hidden, depth=len(blocks), num_heads=int(first.num_heads),
         mlp_ratio=float(blocks[0].mlp.c_fc.out_features) / hidden, qkv_bias=first.in_proj_bias is not None,
         num_classes=0 if projection is None else int(projection.shape[1]), pre_norm=True,
-        global_pool="token" if pool == "tok" else "avg",
+        global_pool="token" if pool == "tok" else "avg", fc_norm=False,  # ln_post runs on every token, then the pool
     )
     model.patch_embed.proj = visual.conv1
     model.cls_token = nn.Parameter(visual.class_embedding.data.view(1, 1, -1))  # a view: shared storage
