@@ -329,6 +329,10 @@ def test_explain_text_refuses_an_empty_prompt_and_an_unknown_method(pair):
         explain_text(clip, _pixels(1), "a star", method="rollout")
     with pytest.raises(TextPromptError, match="one prompt"):
         explain_text(clip, _pixels(1), ["a star", "a dog"])
+    with pytest.raises(AnalysisError, match="does not accept steps: it takes no options"):
+        explain_text(clip, _pixels(1), "a star", method="chefer", steps=3)
+    with pytest.raises(AnalysisError, match="layers=3, but the image tower has 2 blocks"):
+        explain_text(clip, _pixels(1), "a star", method="legrad", layers=3)
 
 
 def test_legrad_equals_its_rule_on_the_source_models_own_layers(pair):
@@ -342,18 +346,22 @@ def test_legrad_equals_its_rule_on_the_source_models_own_layers(pair):
     text = out.text_embeds[0].detach()
     vision = model.vision_model
     prefix = 1 if kind == "clip" else 0
-    total = 0
+    total, terms = 0, []
     layers = len(out.vision_model_output.attentions)
     for layer in range(layers - 2, layers):
         hidden = vision.post_layernorm(out.vision_model_output.hidden_states[layer + 1])
         embedding = model.visual_projection(hidden[:, 0]) if kind == "clip" else vision.head(hidden)
         score = (torch.nn.functional.normalize(embedding, dim=-1) @ text).sum()
         (gradient,) = torch.autograd.grad(score, [out.vision_model_output.attentions[layer]], retain_graph=True)
-        total = total + gradient.clamp(min=0).mean((1, 2))[:, prefix:]
+        terms.append(gradient.clamp(min=0).mean((1, 2))[:, prefix:])
+        total = total + terms[-1]
     expected = torch.stack([(m - m.min()) / (m.max() - m.min()) for m in total])
     got = explain_text(clip, pixels, prompt, method="legrad")
     torch.testing.assert_close(got.maps.reshape(2, -1), expected.float(), atol=1e-4, rtol=1e-3)
     assert float(got.maps.min()) == 0.0 and float(got.maps.max()) == 1.0
+    last_only = explain_text(clip, pixels, prompt, method="legrad", layers=1)  # the last block alone
+    expected_last = torch.stack([(m - m.min()) / (m.max() - m.min()) for m in terms[-1]])
+    torch.testing.assert_close(last_only.maps.reshape(2, -1), expected_last.float(), atol=1e-4, rtol=1e-3)
 
 
 # --------------------------------------------------------------------------- head texts (TextSpan)

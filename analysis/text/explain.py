@@ -17,6 +17,7 @@ the text embedding ``v`` is a constant. Methods (formulas and sources on each fu
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -170,17 +171,24 @@ TEXT_METHODS = {
 }
 
 
-def explain_text(clip, pixels: torch.Tensor, prompt, method: str = "chefer") -> TextExplanation:
+def explain_text(clip, pixels: torch.Tensor, prompt, method: str = "chefer", **options) -> TextExplanation:
     """A ``(B, gh, gw)`` map of where each image matches ``prompt`` (a string, or one row of token
     ids), by ``method`` (one of :data:`TEXT_METHODS`), with the model's score and any notice
-    about the prompt (truncation). Raises NoTextTowerError for an image-only model and
+    about the prompt (truncation). ``options`` go to the method (``"legrad"``: ``layers``, how
+    many of the last blocks it reads). Raises NoTextTowerError for an image-only model and
     TextPromptError for an empty prompt."""
     clip = require_clip(clip, "explain_text")
     if method not in TEXT_METHODS:
         raise AnalysisError(f"Unknown text explanation method {method!r}; use one of {', '.join(TEXT_METHODS)}.")
+    function = TEXT_METHODS[method]
+    accepted = [p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no options"
+        raise AnalysisError(f"method={method!r} does not accept {', '.join(unknown)}: it {takes}.")
     input_spec(clip.image, pixels)
     text = one_prompt(clip, prompt)
-    maps, scores, readout, *rest = TEXT_METHODS[method](clip, pixels, text)
+    maps, scores, readout, *rest = function(clip, pixels, text, **options)
     return TextExplanation(
         maps=maps.float().cpu(), scores=scores.detach().float().cpu(), method=method,
         prompt=text.prompts[0] if text.prompts else None, readout=readout, notices=text.notices,
