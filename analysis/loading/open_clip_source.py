@@ -151,6 +151,7 @@ def wrap_open_clip(model: nn.Module, name: str, device: torch.device, *, tokeniz
         logit_scale=float(model.logit_scale.detach().exp()),
         logit_bias=None if bias is None else float(bias.detach().reshape(-1)[0]),
         probability="softmax" if bias is None else "sigmoid", context_length=context, tokenizer=tokenizer, name=name,
-        source_library="open_clip", vocab_size=getattr(model, "vocab_size", None), tokenizer_note="" if tokenizer is not None else "pass the tokenizer's token ids",
+        source_library="open_clip", vocab_size=getattr(model, "vocab_size", None),
+        tokenizer_note="" if tokenizer is not None else "this model object came without its tokenizer",
         _count_tokens=count_tokens if tokenizer is not None else None,
     )
