@@ -50,6 +50,7 @@ from .spec import ViTSpec
 from .streaming import SkippedImage, dataset_attention_distance
 from .tokens import (
     TOKEN_KINDS,
+    TokenRecord,
     attention_mass,
     capture_tokens,
     feature_pca,
@@ -67,6 +68,7 @@ __all__ = [
     "feature_pca",
     "patch_similarity",
     "capture_tokens",
+    "TokenRecord",
     "logit_lens",
     "token_norms",
     "high_norm_tokens",

@@ -16,9 +16,12 @@ logits equal an uncaptured forward's to float rounding (~1e-6 relative). With
 ``exact_logits=True`` the fused kernel runs untouched beside the capture and the model's
 output is bit-identical. Layers that are not requested keep the fused kernel either way.
 
-A record's maps go straight into their final buffer; on the CPU a large one reuses the
-memory of a record already dropped (:mod:`analysis.record_memory`), so a loop of captures
-does not fault in fresh pages for every batch.
+:func:`capture_attention` is a view over the activation engine
+(:func:`analysis.activations.run_with_cache`'s ``blocks.{i}.attn.probs``, stacked): one capture
+path for records, caches, tokens and the streamed analyses. A record's maps go straight into
+their final ``(L, B, heads, Q, T)`` buffer; on the CPU a large one reuses the memory of a record
+already dropped (:mod:`analysis.record_memory`), so a loop of captures does not fault in fresh
+pages for every batch. :func:`attention_taps` is the gradient path (``differentiable=True``).
 
 Hooks are registered per call and removed in ``finally``; they only react to the thread
 that registered them, so one model can be shared by many threads (browser sessions),
@@ -36,15 +39,14 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
+from .activations.points import POOL_NAME
+from .activations.run import cache_forward
 from .adapters import AttentionInputs, block_sites, pool_site
-from .adapters.probabilities import attention_probabilities  # the one softmax rule; re-exported here
-from .checks import check_float_dtype, check_index, check_int, check_pixels
-from .devices import autocast_context
+from .adapters.probabilities import attend_and_record, attention_probabilities  # noqa: F401 (the one softmax rule; re-exported)
+from .checks import check_float_dtype, check_index, check_int, input_spec
 from .errors import AnalysisError
-from .oom import run_with_oom_fallback
-from .record_memory import record_buffer
 from .spec import ViTSpec
-from .windowed import WindowedAttentionRecord, concatenate_windowed, window_probabilities, windowed_message
+from .windowed import WindowedAttentionRecord, windowed_message
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
 
@@ -114,44 +116,14 @@ class AttentionRecord:
         return [lookup[t] for t in tokens]
 
 
-_CHUNK_BYTES = 4 << 20  # probabilities per piece of attend_and_record: small enough to stay in cache
-
-
-def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(P, P·v)`` for one fused attention call: ``P = softmax(scale·q·kᵀ + M)`` in float32 as
-    :func:`attention_probabilities` (into ``out`` when given), and the call's output ``P·v`` in
-    ``v``'s dtype, computed a few images at a time so each piece of ``P`` is multiplied with
-    ``v`` while it is still in cache. ``P (B, heads, T, T)``, ``P·v (B, heads, T, d)``."""
-    q, k, v, mask = inputs.q, inputs.k, inputs.v, inputs.mask
-    batch, heads, queries, _ = q.shape
-    tokens = k.shape[2]
-    if out is None:
-        out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
-    if v.shape[1] != heads:  # grouped-query values, repeated per head
-        v = v.repeat_interleave(heads // v.shape[1], dim=1)
-    output = torch.empty(batch, heads, queries, v.shape[-1], dtype=v.dtype, device=v.device)
-    step = max(1, _CHUNK_BYTES // max(1, heads * queries * tokens * 4))
-    per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
-    for start in range(0, batch, step):
-        piece = slice(start, start + step)
-        probs = attention_probabilities(q[piece], k[piece], inputs.scale, mask=mask[piece] if per_image_mask else mask,
-                                        is_causal=inputs.is_causal, out=out[piece])
-        with torch.autocast(v.device.type, enabled=False):
-            torch.matmul(probs.to(v.dtype), v[piece], out=output[piece])
-    return out, output
-
-
-def _probabilities_from(inputs: AttentionInputs, rows: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
-    """Probabilities ``(B, heads, Q, T)`` of one reported attention call."""
+def _probabilities_from(inputs: AttentionInputs, rows: torch.Tensor | None) -> torch.Tensor:
+    """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
+    its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
     if inputs.probs is None:
-        return attention_probabilities(
-            inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal, out=out
-        )
+        return attention_probabilities(inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask,
+                                       is_causal=inputs.is_causal)
     probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
-    if out is None:
-        return probs.float()
-    out.copy_(probs)
-    return out
+    return probs.float()
 
 
 @contextlib.contextmanager
@@ -161,26 +133,19 @@ def attention_taps(
     sink: AttentionSink,
     *,
     query_tokens: Sequence[int] | None = None,
-    buffer_for: Callable[[int, tuple[int, ...], torch.device], torch.Tensor | None] | None = None,
-    pool_sink: Callable[[torch.Tensor], None] | None = None,
     differentiable: bool = False,
-    reuse: bool = False,
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` *by this thread* reports the attention
     probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
-    read by each block's attention adapter (:mod:`analysis.adapters`).
+    read by each block's attention adapter (:mod:`analysis.adapters`); the fused kernel keeps
+    computing each call's output.
 
-    ``buffer_for(layer, shape, device)`` may return a float32 tensor of that shape to
-    compute the probabilities into (``None``: a new tensor). ``pool_sink(probs)`` receives
-    an attention-pooling head's ``(B, heads, probes, T)`` probabilities, if the model has one.
-    ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
-    the blocks multiply with ``v`` (fused calls become explicit for this thread and this
-    block only), so gradients with respect to them are exact; no buffers are used.
-    ``reuse=True``: each fused call's output is computed as ``P·v`` from the very probabilities
-    reported (all query rows are computed, then the requested rows are reported), instead of
-    running the fused kernel beside them: the scores are computed once, and the logits equal
-    an uncaptured forward to float rounding (about 1e-6 relative) rather than bit for bit.
-    Hooks are removed on exit, also when the forward raises.
+    This is the gradient path. ``differentiable=True`` (under autograd): the reported
+    probabilities are the very tensors the blocks multiply with ``v`` (fused calls become
+    explicit for this thread and this block only), so gradients with respect to them are
+    exact. Reading and editing activations without gradients goes through
+    :mod:`analysis.activations` (``capture_attention``, ``run_with_cache``, the streamed
+    analyses), which computes the scores once. Hooks are removed on exit, also when the forward raises.
     """
     owner = threading.get_ident()
     handles = []
@@ -197,59 +162,20 @@ def attention_taps(
         return rows_cache[device]
 
     def emitter(layer: int):
-        def emit(inputs: AttentionInputs) -> torch.Tensor | None:
+        def emit(inputs: AttentionInputs) -> None:
             reference = inputs.q if inputs.probs is None else inputs.probs
-            rows = rows_on(reference.device)
-            fused = inputs.probs is None and not differentiable
-            if reuse and fused and (rows is None or _row_range(query_tokens) is not None):
-                out = None  # all rows, for the output; the requested rows reported as a view
-                if rows is None and buffer_for is not None:
-                    out = buffer_for(layer, (reference.shape[0], reference.shape[1], reference.shape[2], inputs.k.shape[2]),
-                                     reference.device)
-                full, output = attend_and_record(inputs, out)  # (B, heads, T, T), (B, heads, T, d)
-                if rows is None:
-                    sink(layer, full)
-                else:
-                    first, stop = _row_range(query_tokens)
-                    sink(layer, full[:, :, first:stop])
-                return output
-            out = None
-            if buffer_for is not None and not differentiable:
-                queries = reference.shape[2] if rows is None else len(rows)
-                tokens = inputs.k.shape[2] if inputs.probs is None else inputs.probs.shape[-1]
-                out = buffer_for(layer, (reference.shape[0], reference.shape[1], queries, tokens), reference.device)
-            sink(layer, _probabilities_from(inputs, rows, out))
-            return None
+            sink(layer, _probabilities_from(inputs, rows_on(reference.device)))
 
         return emit
-
-    def emit_pool(inputs: AttentionInputs) -> None:
-        pool_sink(_probabilities_from(inputs, None, None))
 
     try:
         for layer in layers:
             site = sites[layer]
-            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable,
-                                            reuse=reuse and not differentiable))
-        pool = pool_site(model) if pool_sink is not None else None
-        if pool is not None:
-            handles.extend(pool.adapter.tap(pool.module, emit_pool, owner))
+            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable))
         yield
     finally:
         for handle in handles:
             handle.remove()
-
-
-def _row_range(tokens: Sequence[int] | None) -> tuple[int, int] | None:
-    """``(first, stop)`` when ``tokens`` are consecutive and ascending (a slice, no copy), else None."""
-    if not tokens:
-        return None
-    first = int(tokens[0])
-    return (first, first + len(tokens)) if list(tokens) == list(range(first, first + len(tokens))) else None
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
@@ -278,29 +204,6 @@ def require_every_layer(requested: Sequence[int], seen, what: str = "attention")
             f"The {what} of layers {missing} was never computed during the forward pass: this "
             "model's blocks did not run as their attention adapter expects, so it is not supported."
         )
-
-
-def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
-    """The spec for this input, checking its shape against the model."""
-    check_pixels(pixels)
-    height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
-    spec = vit.spec
-    if spec.dynamic_img_size:
-        ph, pw = spec.patch_size
-        if spec.dynamic_img_pad:  # timm pads up to whole patches
-            height, width = -(-height // ph) * ph, -(-width // pw) * pw
-        elif height % ph or width % pw or height < ph or width < pw:
-            raise AnalysisError(
-                f"A {height}x{width} input is not a whole number of {ph}x{pw} patches: resize or crop it "
-                "(or load the model with dynamic_img_pad=True)."
-            )
-        return spec.with_image_size(height, width)
-    if (height, width) != spec.img_size:
-        raise AnalysisError(
-            f"The model expects {spec.img_size[0]}x{spec.img_size[1]} inputs, got {height}x{width}. "
-            "Use vit.preprocess(image), or load the model with img_size=... or dynamic_img_size=True."
-        )
-    return spec
 
 
 def capture_attention(
@@ -351,106 +254,21 @@ def capture_attention(
         bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
         if bad:
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
-    options = dict(spec=spec, layer_ids=layer_ids, query_tokens=query_tokens, dtype=dtype, precision=precision,
-                   reuse=not exact_logits)
-    out_device = torch.device("cpu") if to_cpu else vit.device
-
-    def on_device(piece: torch.Tensor) -> AttentionRecord:
-        return _capture_once(vit.model, vit.device, piece, out_device=out_device, **options)
-
-    def on_cpu(piece: torch.Tensor) -> AttentionRecord:
-        return _capture_once(vit.cpu_model(), torch.device("cpu"), piece, out_device=torch.device("cpu"), **options)
-
-    pieces = run_with_oom_fallback(on_device, pixels, on_cpu if vit.device.type != "cpu" else None)
-    if len(pieces) == 1:
-        return pieces[0]
-    if spec.is_windowed:
-        return concatenate_windowed(pieces, out_device)
-    pools = [p.pool_attention for p in pieces]
-    return AttentionRecord(
-        attentions=torch.cat([p.attentions.to(out_device) for p in pieces], dim=1),
-        logits=torch.cat([p.logits.to(out_device) for p in pieces], dim=0),
-        spec=spec,
-        layers=layer_ids,
-        query_tokens=query_tokens,
-        pool_attention=None if pools[0] is None else torch.cat([p.to(out_device) for p in pools], dim=0),
-    )
-
-
-def _capture_once(
-    model: nn.Module,
-    device: torch.device,
-    pixels: torch.Tensor,
-    *,
-    spec: ViTSpec,
-    layer_ids: tuple[int, ...],
-    query_tokens: tuple[int, ...] | None,
-    dtype: torch.dtype,
-    precision: str,
-    out_device: torch.device,
-    reuse: bool = True,
-) -> AttentionRecord:
-    """One forward pass of ``model`` on ``device`` with taps on ``layer_ids``."""
-    position = {layer: i for i, layer in enumerate(layer_ids)}
-    pin = out_device.type == "cpu" and device.type == "cuda"
-    store: dict[str, torch.Tensor | dict[int, torch.Tensor]] = {}
-    seen: set[int] = set()
-
-    def allocate(shape: tuple[int, ...]) -> torch.Tensor:
-        if "maps" not in store:  # (L, B, heads, Q, T)
-            full_shape = (len(layer_ids), *shape)
-            if out_device.type == "cpu" and not pin:  # reuses a dropped record's memory
-                store["maps"] = record_buffer(full_shape, dtype)
-            else:  # pinned and device memory: torch's caching allocators reuse it
-                store["maps"] = torch.empty(full_shape, dtype=dtype, device=out_device, pin_memory=pin)
-        return store["maps"]
-
-    def buffer_for(layer: int, shape: tuple[int, ...], where: torch.device) -> torch.Tensor | None:
-        if spec.is_windowed or dtype != torch.float32 or not _same_device(where, out_device):
-            return None  # computed on the device, then converted / transferred by keep()
-        return allocate(shape)[position[layer]]
-
-    def keep(layer: int, probs: torch.Tensor) -> None:  # probs (B, heads, Q, T)
-        if spec.is_windowed:  # probs (B·windows, heads, Wt, Wt): one tensor per layer, stages differ in shape
-            windows = window_probabilities(probs, spec.geometry(layer))  # (B, windows, heads, Wt, Wt)
-            store.setdefault("maps", {})[layer] = windows.to(dtype=dtype, device=out_device)
-            seen.add(layer)
-            return
-        target = allocate(tuple(probs.shape))[position[layer]]
-        if probs.data_ptr() != target.data_ptr():
-            target.copy_(probs, non_blocking=pin)
-        seen.add(layer)
-
-    def keep_pool(probs: torch.Tensor) -> None:  # (B, heads, probes, T)
-        store["pool"] = probs.to(dtype=dtype, device=out_device)
-
-    pixels = pixels.to(device, non_blocking=True)
-    taps = attention_taps(
-        model, layer_ids, keep, query_tokens=query_tokens, buffer_for=buffer_for, pool_sink=keep_pool, reuse=reuse
-    )
-    with torch.no_grad(), taps:
-        with autocast_context(device, precision):
-            logits = model(pixels)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    require_every_layer(layer_ids, seen)
-    attentions = store["maps"]
-    if spec.is_windowed:  # attentions: {layer: (B, windows, heads, Wt, Wt)}
-        return WindowedAttentionRecord(windows=tuple(attentions[layer] for layer in layer_ids),
-                                       logits=logits.float().to(out_device), spec=spec, layers=layer_ids)
-    expected_tokens = spec.num_tokens
+    names = [f"blocks.{layer}.attn.probs" for layer in layer_ids]
+    has_pool = pool_site(vit.model) is not None
+    cache = cache_forward(vit, pixels, spec, names + ([POOL_NAME] if has_pool else []), dtype=dtype,
+                          precision=precision, to_cpu=to_cpu, query_rows=query_tokens, exact=exact_logits,
+                          stack=not spec.is_windowed)
+    if spec.is_windowed:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
+        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.logits, spec=spec,
+                                       layers=layer_ids)
+    attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
     if attentions.shape[2] != spec.num_heads:
         raise AnalysisError(f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads.")
-    if attentions.shape[-1] != expected_tokens:
+    if attentions.shape[-1] != spec.num_tokens:
         raise AnalysisError(
-            f"Captured {attentions.shape[-1]} tokens but the spec predicts {expected_tokens} "
+            f"Captured {attentions.shape[-1]} tokens but the spec predicts {spec.num_tokens} "
             f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
         )
-    return AttentionRecord(
-        attentions=attentions,
-        logits=logits.float().to(out_device),
-        spec=spec,
-        layers=layer_ids,
-        query_tokens=query_tokens,
-        pool_attention=store.get("pool"),
-    )
+    return AttentionRecord(attentions=attentions, logits=cache.logits, spec=spec, layers=layer_ids,
+                           query_tokens=query_tokens, pool_attention=cache.get(POOL_NAME))

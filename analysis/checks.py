@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import numbers
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .errors import AnalysisError
 
-__all__ = ["check_int", "check_index", "check_record", "check_spec", "check_pixels", "check_float_dtype"]
+if TYPE_CHECKING:
+    from .spec import ViTSpec
+
+__all__ = ["check_int", "check_index", "check_record", "check_spec", "check_pixels", "check_float_dtype", "input_spec"]
 
 
 def check_int(name: str, value, *, minimum: int | None = None) -> int:
@@ -78,3 +83,26 @@ def check_float_dtype(name: str, dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise AnalysisError(f"{name} must be a floating torch dtype (torch.float32, torch.float16, torch.bfloat16), got {dtype!r}.")
     return dtype
+
+
+def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
+    """The spec for this input, checking its shape against the model."""
+    check_pixels(pixels)
+    height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
+    spec = vit.spec
+    if spec.dynamic_img_size:
+        ph, pw = spec.patch_size
+        if spec.dynamic_img_pad:  # timm pads up to whole patches
+            height, width = -(-height // ph) * ph, -(-width // pw) * pw
+        elif height % ph or width % pw or height < ph or width < pw:
+            raise AnalysisError(
+                f"A {height}x{width} input is not a whole number of {ph}x{pw} patches: resize or crop it "
+                "(or load the model with dynamic_img_pad=True)."
+            )
+        return spec.with_image_size(height, width)
+    if (height, width) != spec.img_size:
+        raise AnalysisError(
+            f"The model expects {spec.img_size[0]}x{spec.img_size[1]} inputs, got {height}x{width}. "
+            "Use vit.preprocess(image), or load the model with img_size=... or dynamic_img_size=True."
+        )
+    return spec

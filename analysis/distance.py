@@ -165,7 +165,7 @@ def attention_distance_per_image(
     ``renormalize`` (so attention spent on prefix tokens does not shrink the distance).
     ``distances`` is :func:`patch_distance_matrix` on the same device.
     """
-    weights = probs[..., spec.num_prefix_tokens :].to(compute_dtype)  # (B, heads, N, N); also a shorter (dropped) sequence
+    weights = spec.split_prefix(probs, -1, dropped=True)[1].to(compute_dtype)  # (B, heads, N, N); also a shorter (dropped) sequence
     per_query = torch.einsum("bhqk,qk->bhq", weights, distances.to(compute_dtype))  # (B, heads, N)
     if renormalize:
         per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(compute_dtype).tiny)

@@ -204,19 +204,23 @@ class ViTSpec:
         """True when the output is class scores (a softmax over it means something)."""
         return self.head == "classifier" and self.num_outputs > 1
 
-    def split_prefix(self, tokens: torch.Tensor, dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(prefix, patches)``: views of ``tokens`` along its token axis ``dim``, the first
-        ``num_prefix_tokens`` entries and the ``gh·gw`` patch tokens (row-major on
-        :attr:`grid_size`). No copy. Raises AnalysisError when that axis is not ``T`` long."""
+    def split_prefix(self, tokens, dim: int = 1, *, dropped: bool = False):
+        """``(prefix, patches)``: views of ``tokens`` (a tensor or a numpy array) along its token
+        axis ``dim``, the first ``num_prefix_tokens`` entries and the patch tokens (row-major on
+        :attr:`grid_size`). No copy. The one prefix split of the project.
+
+        Raises AnalysisError when that axis is not ``T`` long; ``dropped=True``: a sequence
+        whose patches were partly removed (token drop), ``prefix + N'`` long with ``N' ≤ N``."""
         from .errors import AnalysisError
 
-        if tokens.shape[dim] != self.num_tokens:
+        length, prefix = tokens.shape[dim], self.num_prefix_tokens
+        if length != self.num_tokens and not (dropped and prefix <= length <= self.num_tokens):
             raise AnalysisError(
                 f"Axis {dim} of a {tuple(tokens.shape)} tensor is not this model's token axis: it has "
                 f"{self.num_tokens} tokens ({self.num_prefix_tokens} prefix + {self.grid_size[0]}x{self.grid_size[1]} patches)."
             )
-        prefix = self.num_prefix_tokens
-        return tokens.narrow(dim, 0, prefix), tokens.narrow(dim, prefix, self.num_patches)
+        before = (slice(None),) * (dim % len(tokens.shape))
+        return tokens[(*before, slice(0, prefix))], tokens[(*before, slice(prefix, length))]
 
     def with_image_size(self, height: int, width: int) -> "ViTSpec":
         """The spec for an input of another size (models with ``dynamic_img_size``)."""

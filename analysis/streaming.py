@@ -24,13 +24,12 @@ from itertools import islice
 import torch
 from PIL import Image
 
-from .capture import attention_taps, input_spec, require_every_layer
-from .devices import autocast_context
+from .activations.run import visit_forward
+from .capture import input_spec, require_every_layer
 from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
 from .errors import AnalysisError
 from .images import load_image
 from .oom import run_with_oom_fallback
-from .windowed import window_probabilities
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
 
@@ -170,9 +169,8 @@ def dataset_attention_distance(
         per_layer = torch.full((pixels.shape[0], spec.num_layers, heads), float("nan"), dtype=torch.float64)
         seen: set[int] = set()
 
-        def reduce_windows(layer: int, probs: torch.Tensor) -> None:  # probs (b·windows, heads, Wt, Wt)
+        def reduce_windows(layer: int, windows: torch.Tensor) -> None:  # (b, windows, heads, Wt, Wt), masked pairs 0
             geometry = batch_spec.geometry(layer)
-            windows = window_probabilities(probs, geometry)  # (b, windows, heads, Wt, Wt), masked pairs 0
             per_image = windowed_attention_distance_per_image(windows, geometry, renormalize=renormalize)  # (b, heads)
             per_layer[:, layer, : geometry.num_heads] = per_image.double().cpu()
             seen.add(layer)
@@ -192,9 +190,9 @@ def dataset_attention_distance(
             seen.add(layer)
 
         sink = reduce_windows if spec.is_windowed else reduce
-        with torch.no_grad(), attention_taps(model, layers, sink, query_tokens=patch_queries, reuse=True):
-            with autocast_context(device, precision):
-                model(pixels.to(device, non_blocking=True))
+        hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: sink(layer, probs)) for layer in layers}
+        visit_forward(model, device, pixels, batch_spec, hooks, precision=precision,
+                      query_rows=None if patch_queries is None else tuple(patch_queries))
         require_every_layer(layers, seen)  # a silent zero would be averaged in as data
         return per_layer
 

@@ -130,14 +130,6 @@ class WindowedAttentionRecord:
         return self.windows[self.layer_position(layer)]
 
 
-def concatenate_windowed(pieces: Sequence[WindowedAttentionRecord], device: torch.device) -> WindowedAttentionRecord:
-    """Records of consecutive pieces of one batch, as one record (out-of-memory fallbacks)."""
-    first = pieces[0]
-    windows = tuple(torch.cat([p.windows[i].to(device) for p in pieces], dim=0) for i in range(len(first.windows)))
-    logits = torch.cat([p.logits.to(device) for p in pieces], dim=0)
-    return WindowedAttentionRecord(windows=windows, logits=logits, spec=first.spec, layers=first.layers)
-
-
 def query_cells(geometry: LayerGeometry, query) -> list[int]:
     """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,
     an input-pixel position ``(y, x)``, or ``"mean"`` (every cell). ``None``, the default query

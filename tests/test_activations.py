@@ -17,6 +17,7 @@ from analysis import AnalysisError, capture_attention, capture_tokens, load_vit
 from analysis.activations import HOOK_POINTS, hook_point_names, run_with_cache, run_with_hooks
 from analysis.adapters import block_sites
 from families import FAMILIES, family_pixels
+from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
 
 
 def _plain_block_io(model, pixels):
@@ -45,12 +46,16 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
     pixels = family_pixels(family)
     cache = run_with_cache(vit, pixels)
     spec = cache.spec
-    assert list(cache) == hook_point_names(spec.num_layers)
+    record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
+    pooled = record.pool_attention is not None  # SigLIP and PE: an attention-pooling head
+    assert list(cache) == hook_point_names(spec.num_layers) + (["pool.probs"] if pooled else [])
+    assert pooled == (family in ("siglip", "pe_core"))
+    if pooled:
+        torch.testing.assert_close(cache["pool.probs"], record.pool_attention, rtol=1e-5, atol=1e-6)
     inputs, outputs, logits = _plain_block_io(vit.model, pixels)
     torch.testing.assert_close(cache.logits, logits.float(), rtol=1e-5, atol=1e-5)
-    record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
-    queries = capture_tokens(vit, pixels, kind="query")  # (L, B, T, heads·d)
-    values = capture_tokens(vit, pixels, kind="value")
+    queries = capture_tokens(vit, pixels, kind="query").tokens  # (L, B, T, heads·d)
+    values = capture_tokens(vit, pixels, kind="value").tokens
     for layer in range(spec.num_layers):
         at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
         torch.testing.assert_close(at("resid_pre"), inputs[layer], rtol=1e-5, atol=1e-5)
@@ -111,6 +116,39 @@ def test_names_keep_the_order_asked_and_the_prefix_split(family_vits):
         cache["blocks.0.mlp.out"]
     only_z = run_with_cache(vit, pixels, names=lambda name: name.endswith("attn.z"))
     assert list(only_z) == ["blocks.0.attn.z", "blocks.1.attn.z"]
+
+
+def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch):
+    """cache.stack(point) is the cached layers in the order asked; a batch split by an
+    out-of-memory fallback joins into the same cache (one tensor per name, and stacked)."""
+    import analysis.activations.run as engine
+
+    vit = family_vits["dinov2_registers"]
+    pixels = family_pixels("dinov2_registers", batch=3)
+    names = ["blocks.1.resid_post", "blocks.0.attn.probs", "blocks.0.resid_post"]
+    cache = run_with_cache(vit, pixels, names=names)
+    assert cache.layers_of("resid_post") == (1, 0)
+    stacked = cache.stack("resid_post")
+    assert torch.equal(stacked[0], cache["blocks.1.resid_post"]) and torch.equal(stacked[1], cache["blocks.0.resid_post"])
+    with pytest.raises(KeyError, match="attn.z"):
+        cache.stack("attn.z")
+    original = engine._hooked_forward
+
+    def flaky(model, device, piece, *args, **kwargs):
+        if piece.shape[0] > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 9 GiB")
+        return original(model, device, piece, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    joined = run_with_cache(vit, pixels, names=names)
+    assert list(joined) == names
+    for name in names:
+        torch.testing.assert_close(joined[name], cache[name], rtol=1e-6, atol=1e-6)
+    record = capture_attention(vit, pixels, layers=[1, 0])  # stacked pieces
+    monkeypatch.setattr(engine, "_hooked_forward", original)
+    whole = capture_attention(vit, pixels, layers=[1, 0])
+    torch.testing.assert_close(record.attentions, whole.attentions, rtol=1e-6, atol=1e-6)
+    assert torch.equal(record.attentions[0], record.attentions[record.layer_position(0)])
 
 
 def test_an_empty_cache_is_a_plain_forward(family_vits):
@@ -226,11 +264,101 @@ def test_bad_names_and_replacements_are_typed_errors_and_leave_no_hooks(family_v
     assert [p.suffix for p in HOOK_POINTS][0] == "resid_pre"
 
 
-def test_windowed_models_are_refused_with_the_reason():
-    swin = load_vit("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(1, 1), num_heads=(2, 4),
-                    embed_dim=32, window_size=7)
-    with pytest.raises(AnalysisError, match="windowed attention"):
-        run_with_cache(swin, torch.randn(1, 3, 56, 56))
+def _windowed_block_io(vit, pixels):
+    """Plain forward hooks on every windowed block: its NHWC input and output, and what its
+    two branches add (drop_path1 / drop_path2 outputs)."""
+    sites = block_sites(vit.model)
+    seen, handles = {}, []
+    for site in sites:
+        layer, block = site.layer, site.block
+        handles += [
+            block.register_forward_pre_hook(lambda m, a, layer=layer: seen.__setitem__((layer, "in"), a[0].clone())),
+            block.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "out"), o.clone())),
+            block.drop_path1.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "attn"), o.clone())),
+            block.drop_path2.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "mlp"), o.clone())),
+        ]
+    try:
+        with torch.no_grad():
+            logits = vit.model(pixels)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, logits
+
+
+@pytest.mark.parametrize("kind", ["swin", "swinv2", "sam"])
+def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind):
+    vit = {"swin": lambda: small_swin(bias_seed=1), "swinv2": lambda: small_swin("swinv2_tiny_window8_256", bias_seed=1),
+           "sam": small_sam}[kind]()
+    pixels = small_pixels()
+    spec = vit.spec
+    points = ["resid_pre", "attn.probs", "attn.z", "attn.out", "mlp.out", "resid_post"]
+    cache = run_with_cache(vit, pixels, names=[f"blocks.{layer}.{p}" for layer in range(spec.num_layers) for p in points])
+    seen, logits = _windowed_block_io(vit, pixels)
+    torch.testing.assert_close(cache.logits, logits.float(), rtol=1e-5, atol=1e-5)
+    tokens = capture_tokens(vit, pixels)  # its own block hooks, not the cache (SAM's fused calls become P·v: 1e-5)
+    record = capture_attention(vit, pixels)
+    for layer in range(spec.num_layers):
+        at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
+        grid = spec.geometry(layer).grid_size
+        assert at("resid_post").shape[:3] == (2, *grid)  # NHWC on the layer's stage grid
+        torch.testing.assert_close(at("resid_pre"), seen[layer, "in"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("resid_post"), seen[layer, "out"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("resid_post"), tokens.grid_tokens(layer), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(at("attn.out"), seen[layer, "attn"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(at("mlp.out"), seen[layer, "mlp"], rtol=1e-5, atol=1e-5)
+        assert at("attn.probs").shape == record.layer_windows(layer).shape
+        torch.testing.assert_close(at("attn.probs"), record.layer_windows(layer), rtol=0, atol=0)
+        windows, heads, wt = at("attn.probs").shape[1], spec.geometry(layer).num_heads, spec.geometry(layer).window_tokens
+        assert at("attn.z").shape[:3] == (2 * windows, wt, heads)
+    with pytest.raises(AnalysisError, match="no prefix tokens"):
+        cache.patches("blocks.0.resid_post")
+    no_hooks_left(vit.model)
+
+
+def test_swin_resid_mid_adds_up_and_sam_refuses_it_per_window():
+    swin, pixels = small_swin(bias_seed=1), small_pixels()
+    names = [f"blocks.2.{p}" for p in ("resid_pre", "attn.out", "resid_mid", "mlp.out", "resid_post")]
+    cache = run_with_cache(swin, pixels, names=names)
+    at = lambda point: cache[f"blocks.2.{point}"]  # noqa: E731
+    assert torch.equal(at("resid_mid"), at("resid_pre") + at("attn.out"))
+    assert torch.equal(at("resid_post").flatten(1, 2), at("resid_mid").flatten(1, 2) + at("mlp.out"))  # Swin adds its MLP on (B, gh·gw, C)
+    sam = small_sam()
+    with pytest.raises(AnalysisError, match="resid_mid is not defined"):
+        run_with_cache(sam, pixels, names=["blocks.0.resid_mid"])  # block 0 is windowed: attn.out per window
+    cache = run_with_cache(sam, pixels, names=["blocks.1.resid_pre", "blocks.1.attn.out", "blocks.1.resid_mid"])
+    assert torch.equal(cache["blocks.1.resid_mid"], cache["blocks.1.resid_pre"] + cache["blocks.1.attn.out"])  # global block
+    with pytest.raises(AnalysisError, match="explicit attention path"):
+        run_with_cache(swin, pixels, names=["blocks.0.attn.q"])  # timm's Swin computes P itself: q, k, v never leave it
+    no_hooks_left(swin.model)
+    no_hooks_left(sam.model)
+
+
+@pytest.mark.parametrize("kind", ["swin", "sam"])
+def test_zeroing_a_windowed_head_equals_zeroing_its_projection_columns(kind):
+    """Ablation on a windowed model: z's head h set to 0 equals a deep copy whose output
+    projection ignores head h (its input columns zeroed)."""
+    vit = small_swin(bias_seed=1) if kind == "swin" else small_sam()
+    pixels = small_pixels()
+    layer, head = 2, 1
+    site = block_sites(vit.model)[layer]
+    heads = site.adapter.num_heads(site.module)
+
+    def zero_head(z):  # (B·windows, Wt, heads, d), or (B, gh, gw, heads, d) in SAM's global blocks
+        z = z.clone()
+        z[..., head, :] = 0
+        return z
+
+    got = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": zero_head})
+    reference = copy.deepcopy(vit.model)
+    projection = block_sites(reference)[layer].module.proj
+    d = projection.in_features // heads
+    with torch.no_grad():
+        projection.weight[:, head * d:(head + 1) * d] = 0
+        expected = reference(pixels)
+    torch.testing.assert_close(got, expected.float(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(got, run_with_hooks(vit, pixels, {}), atol=1e-4)
+    no_hooks_left(vit.model)
 
 
 def test_other_threads_keep_the_untouched_model_while_a_hook_runs(family_vits):

@@ -930,7 +930,7 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     app.number_input(key="query_patch").set_value(5).run()
     assert_clean(app)
     layer = app.slider(key="tok_layer").value if spec.num_layers > 1 else 0
-    keys = analysis.capture_tokens(vit, pixels, kind="key")[layer]  # (1, T, D)
+    keys = analysis.capture_tokens(vit, pixels, kind="key").layer_tokens(layer)  # (1, T, D)
     rgb, _ = analysis.feature_pca(keys, spec)
     (pca,) = traces(chart(app, "tok_pca"), "image")
     np.testing.assert_array_equal(array(pca["z"]).reshape(*spec.grid_size, 3).astype(np.uint8), np.round(rgb[0].numpy() * 255).astype(np.uint8))
@@ -948,7 +948,7 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     other.set_value(sample).run()
     assert_clean(app)
     other_pixels = vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / sample))
-    other_keys = analysis.capture_tokens(vit, other_pixels, kind="key")[layer]
+    other_keys = analysis.capture_tokens(vit, other_pixels, kind="key").layer_tokens(layer)
     expected = analysis.patch_similarity(keys, spec, 5, other=other_keys).numpy()
     np.testing.assert_allclose(overlay_map(chart(app, "tok_other_similarity")), expected, rtol=1e-5, atol=1e-6)
 
@@ -1123,7 +1123,8 @@ def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     other_pixels = vit.preprocess(analysis.load_image(buffer.getvalue()))
     expected = analysis.patch_similarity(
-        analysis.capture_tokens(vit, pixels)[layer], spec, 5, other=analysis.capture_tokens(vit, other_pixels)[layer]
+        analysis.capture_tokens(vit, pixels).layer_tokens(layer), spec, 5,
+        other=analysis.capture_tokens(vit, other_pixels).layer_tokens(layer)
     ).numpy()
     figure = chart(app, "tok_other_similarity")
     np.testing.assert_allclose(overlay_map(figure), expected, rtol=1e-5, atol=1e-6)

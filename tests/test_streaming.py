@@ -64,7 +64,7 @@ def test_the_maps_are_never_stored(vit, monkeypatch):
     """Each layer's probabilities are reduced in the hook: one layer of one batch at a time
     (all rows, whose product with v is the layer's output, then the patch-query rows as a
     view), and nothing of shape (L, B, ...) is allocated."""
-    import analysis.capture as capture_module
+    import analysis.adapters.probabilities as capture_module  # the one softmax rule, and attend_and_record
 
     seen = []
     original = capture_module.attention_probabilities
@@ -117,20 +117,23 @@ def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
 
 def test_capture_recovers_from_out_of_memory_with_identical_results(monkeypatch):
     """A capture whose forward runs out of memory above batch 2 splits the batch: same numbers."""
-    import analysis.capture as capture_module
+    import analysis.activations.run as engine
 
     vit = make_vit("distilled")
     pixels = torch.randn(5, 3, 64, 64)
-    expected = capture_attention(vit, pixels)
-    original = capture_module._capture_once
+    expected = capture_attention(vit, pixels, layers=[1, 0])
+    original = engine._hooked_forward
+    batches = []
 
-    def flaky(model, device, piece, **kwargs):
+    def flaky(model, device, piece, *args, **kwargs):
+        batches.append(piece.shape[0])
         if piece.shape[0] > 2:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")
-        return original(model, device, piece, **kwargs)
+        return original(model, device, piece, *args, **kwargs)
 
-    monkeypatch.setattr(capture_module, "_capture_once", flaky)
-    got = capture_attention(vit, pixels)
+    monkeypatch.setattr(engine, "_hooked_forward", flaky)
+    got = capture_attention(vit, pixels, layers=[1, 0])
+    assert batches == [5, 2, 3, 1, 2] and got.layers == expected.layers == (0, 1)
     torch.testing.assert_close(got.attentions, expected.attentions, atol=1e-6, rtol=0)
     torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)
     assert vit.cpu_model() is vit.model  # on the CPU there is no second copy
@@ -162,13 +165,14 @@ def test_skip_leaves_bad_images_out_and_says_why(vit):
 
 def test_streaming_refuses_a_layer_whose_hook_never_fired(vit, monkeypatch):
     """If a block's attention is never reported, the mean must not silently include zeros."""
-    import analysis.streaming as streaming
+    import analysis.activations.run as engine
 
-    real_taps = streaming.attention_taps
+    real_block_hooks, last = engine._block_hooks, vit.spec.num_layers - 1
 
-    def taps_missing_last_layer(model, layers, sink, **kwargs):
-        return real_taps(model, layers[:-1], sink, **kwargs)
+    def block_hooks_missing_last_layer(layer, *args, **kwargs):
+        if layer != last:
+            real_block_hooks(layer, *args, **kwargs)
 
-    monkeypatch.setattr(streaming, "attention_taps", taps_missing_last_layer)
+    monkeypatch.setattr(engine, "_block_hooks", block_hooks_missing_last_layer)
     with pytest.raises(AnalysisError, match=r"layers \[%d\] was never computed" % (vit.spec.num_layers - 1)):
         dataset_attention_distance(vit, _images(2), batch_size=2)

@@ -56,13 +56,21 @@ def test_capture_tokens_equals_plain_hooks(models, name):
     reference = hooked(vit.model, pixels)
     for kind, expected in reference.items():
         got = capture_tokens(vit, pixels, kind=kind)
-        assert got.shape == expected.shape == (vit.spec.num_layers, 2, vit.spec.num_tokens, vit.spec.embed_dim)
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=kind)
+        assert isinstance(got, analysis.TokenRecord) and got.kind == kind and got.spec == vit.spec
+        assert got.layers == tuple(range(vit.spec.num_layers))
+        assert got.tokens.shape == expected.shape == (vit.spec.num_layers, 2, vit.spec.num_tokens, vit.spec.embed_dim)
+        torch.testing.assert_close(got.tokens, expected, rtol=1e-5, atol=1e-5, msg=kind)
+    last = vit.spec.num_layers - 1
     some = capture_tokens(vit, pixels, kind="key", layers=[-1, 0], dtype=torch.float16)  # kept in the order asked
-    assert some.dtype == torch.float16 and some.shape[0] == 2
-    torch.testing.assert_close(some[0].float(), reference["key"][-1], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(some[1].float(), reference["key"][0], rtol=1e-2, atol=1e-2)
-    assert not torch.equal(some[0], some[1])
+    assert some.tokens.dtype == torch.float16 and some.layers == (last, 0)
+    torch.testing.assert_close(some.tokens[0].float(), reference["key"][-1], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(some.tokens[1].float(), reference["key"][0], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(some.layer_tokens(0), some.tokens[1], rtol=0, atol=0)
+    assert not torch.equal(some.tokens[0], some.tokens[1])
+    prefix = vit.spec.num_prefix_tokens  # the split, against slices of the reference
+    torch.testing.assert_close(some.prefix(0).float(), reference["key"][0][:, :prefix], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(some.patches(last).float(), reference["key"][-1][:, prefix:], rtol=1e-2, atol=1e-2)
+    assert some.patches().shape == (2, 2, vit.spec.num_patches, vit.spec.embed_dim)
     for module in vit.model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks
 
@@ -75,7 +83,7 @@ def test_rope_keys_are_taken_after_the_rotation():
     arch, kwargs, size, _ = FAMILIES["eva02"]
     vit = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
     pixels = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(0))
-    q, k = capture_tokens(vit, pixels, kind="query"), capture_tokens(vit, pixels, kind="key")
+    q, k = capture_tokens(vit, pixels, kind="query").tokens, capture_tokens(vit, pixels, kind="key").tokens
     attention = capture_attention(vit, pixels).attentions  # (L, 1, heads, T, T)
     heads, dim = vit.spec.num_heads, vit.spec.embed_dim // vit.spec.num_heads
     for layer in range(vit.spec.num_layers):
@@ -138,8 +146,9 @@ def test_high_norm_tokens_finds_exactly_the_edited_tokens():
 def test_token_norms_and_attention_mass_against_loops(models):
     vit = models["registers"]
     pixels = random_pixels(vit)
-    tokens = capture_tokens(vit, pixels)
-    norms = token_norms(tokens)
+    captured = capture_tokens(vit, pixels)
+    tokens = captured.tokens
+    norms = token_norms(captured)
     assert norms[1, 0, 3] == pytest.approx(float(np.sqrt((tokens[1, 0, 3].double() ** 2).sum())), rel=1e-5)
     record = capture_attention(vit, pixels)
     prefix = vit.spec.num_prefix_tokens
@@ -268,7 +277,7 @@ def test_prefix_tokens_are_named_and_queryable(vits):
     torch.testing.assert_close(analysis.attention_map(record, 0, query="prefix:0"), analysis.attention_map(record, 0, query="cls"))
     with pytest.raises(AnalysisError, match="5 prefix tokens"):
         analysis.attention_map(record, 0, query="prefix:5")
-    tokens = capture_tokens(vit, random_pixels(vit))[-1]
+    tokens = capture_tokens(vit, random_pixels(vit)).tokens[-1]
     from analysis import patch_similarity
 
     expected = torch.nn.functional.cosine_similarity(tokens[0, prefix:].double(), tokens[0, 3].double()[None], dim=-1)

@@ -226,22 +226,23 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
     lines = [
         *_forward(source),
         "",
-        f"features = analysis.capture_tokens(vit, pixels, kind={kind!r})  # (L, 1, T, D): the {kind} features",
-        f"rgb, fitted = analysis.feature_pca(features[{int(layer)}], vit.spec, foreground={bool(foreground)!r})",
+        f"features = analysis.capture_tokens(vit, pixels, kind={kind!r})  # TokenRecord: .tokens (L, 1, T, D)",
+        f"tokens = features.layer_tokens({int(layer)})  # (1, T, D): the {kind} features of layer {int(layer)}",
+        f"rgb, fitted = analysis.feature_pca(tokens, vit.spec, foreground={bool(foreground)!r})",
         "rgb, fitted = rgb[0].numpy(), fitted[0].numpy()  # (gh, gw, 3) in 0..1, (gh, gw) bool",
-        f"similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}).numpy()  # (gh, gw)",
+        f"similarity = analysis.patch_similarity(tokens, vit.spec, {query!r}).numpy()  # (gh, gw)",
     ]
     if other is not None:
         lines += [
             _other_image_path(other),
             f"other_features = analysis.capture_tokens(vit, vit.preprocess(analysis.load_image(OTHER)), kind={kind!r})",
-            f"other_image_similarity = analysis.patch_similarity(features[{int(layer)}], vit.spec, {query!r}, "
-            f"other=other_features[{int(layer)}]).numpy()  # (gh, gw): into the other image",
+            f"other_image_similarity = analysis.patch_similarity(tokens, vit.spec, {query!r}, "
+            f"other=other_features.layer_tokens({int(layer)})).numpy()  # (gh, gw): into the other image",
         ]
     lines += [
         "",
         "outputs = features" if kind == "token" else "outputs = analysis.capture_tokens(vit, pixels, kind='token')"
-        "  # (L, 1, T, D): the block outputs",
+        "  # TokenRecord of the block outputs",
         "norms = analysis.token_norms(outputs)  # (L, 1, T): block-output norms",
         "found = analysis.high_norm_tokens(norms, vit.spec.num_prefix_tokens)",
         "norms = norms[:, 0].numpy()  # (L, T)",

@@ -370,7 +370,7 @@ def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.nda
     features = analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)
     if isinstance(features, WindowedTokens):
         return features
-    features = features[:, 0].numpy()
+    features = features.tokens[:, 0].numpy()  # every layer, in order
     features.flags.writeable = False
     return features
 

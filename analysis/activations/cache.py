@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from ..errors import AnalysisError
 from ..spec import ViTSpec
 from .points import parse_hook_name
 
@@ -25,10 +26,58 @@ class ActivationCache(Mapping):
         logits: ``(B, outputs)`` float32, the model's output for the same pass.
     """
 
-    def __init__(self, activations: dict[str, torch.Tensor], spec: ViTSpec, logits: torch.Tensor) -> None:
+    def __init__(self, activations: dict[str, torch.Tensor], spec: ViTSpec, logits: torch.Tensor,
+                 stacks: dict[str, torch.Tensor] | None = None) -> None:
         self._activations = dict(activations)
         self.spec = spec
         self.logits = logits
+        self._stacks = dict(stacks or {})  # point kind -> (L, ...) whose slices are the entries
+
+    @classmethod
+    def concatenate(cls, pieces: list["ActivationCache"], device: torch.device) -> "ActivationCache":
+        """The caches of consecutive pieces of one batch as one cache (batch axis first; a
+        stacked point kind is concatenated along its batch axis, 1)."""
+        first = pieces[0]
+        stacks = {point: torch.cat([p._stacks[point].to(device) for p in pieces], dim=1) for point in first._stacks}
+        activations = {}
+        for name in first:
+            stacked = next((point for point in stacks if first._stacked_position(name, point) is not None), None)
+            if stacked is not None:
+                activations[name] = stacks[stacked][first._stacked_position(name, stacked)]
+            else:
+                activations[name] = torch.cat([p[name].to(device) for p in pieces])
+        return cls(activations, first.spec, torch.cat([p.logits.to(device) for p in pieces]), stacks)
+
+    def _stacked_position(self, name: str, point: str) -> int | None:
+        if not name.startswith("blocks.") or parse_hook_name(name, self.spec.num_layers)[1].suffix != point:
+            return None
+        return [n for n in self if n.startswith("blocks.") and n.endswith("." + point)].index(name)
+
+    def layers_of(self, point: str) -> tuple[int, ...]:
+        """The layers whose ``point`` (e.g. ``"attn.probs"``) this cache holds, in the order asked."""
+        layers = []
+        for name in self:
+            if name.startswith("blocks."):
+                layer, kind = parse_hook_name(name, self.spec.num_layers)
+                if kind.suffix == point:
+                    layers.append(layer)
+        return tuple(layers)
+
+    def stack(self, point: str) -> torch.Tensor:
+        """``(L, …)``: ``point`` (e.g. ``"resid_post"``) of every cached layer, in the order asked
+        (:meth:`layers_of`). No copy when the forward pass stacked them (``capture_attention``);
+        otherwise a new tensor (TransformerLens's ``cache.stack_activation``)."""
+        if point in self._stacks:
+            return self._stacks[point]
+        layers = self.layers_of(point)
+        if not layers:
+            raise KeyError(f"No layer's {point!r} was cached (this cache holds: {', '.join(self) or 'nothing'}).")
+        values = [self[f"blocks.{layer}.{point}"] for layer in layers]
+        shapes = {tuple(v.shape) for v in values}
+        if len(shapes) > 1:
+            raise AnalysisError(f"The cached {point} have shapes {sorted(shapes)} (a hierarchical model's stages "
+                                "differ): they cannot be stacked; read them one layer at a time.")
+        return torch.stack(values)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -44,6 +93,9 @@ class ActivationCache(Mapping):
         return len(self._activations)
 
     def _token_axis(self, name: str, axis: int | None) -> int:
+        if self.spec.is_windowed:
+            raise AnalysisError(f"A windowed model ({self.spec.family}) has no prefix tokens and no single token axis: "
+                                f"{name} is laid out per stage grid or per window (see analysis.activations.points).")
         _, point = parse_hook_name(name, self.spec.num_layers)
         if axis is None:
             return point.token_axes[0]

@@ -24,6 +24,19 @@ name                        shape                       what it is
 ``blocks.{i}.resid_post``   ``(B, T, D)``               the block's output, ``resid_mid + mlp.out``
 ==========================  ==========================  ==============================================
 
+A model with an attention-pooling head (SigLIP's and PE's ``map`` pooling: learned probe
+queries attend over the output tokens) also has ``pool.probs``, ``(B, heads, probes, T)``, read
+(and replaceable) like ``attn.probs``; it is cached when asked for by name or with ``names=None``.
+
+Windowed and hierarchical models (Swin, SAM) have the same points, laid out as their blocks
+compute them: ``resid_pre``/``resid_post`` are the block's NHWC map ``(B, gh, gw, C)`` on its
+stage grid; ``attn.out`` and ``mlp.out`` are laid out as the block adds them (Swin's ``mlp.out``
+is ``(B, gh·gw, C)``, SAM's windowed ``attn.out`` is per window, so its ``resid_mid`` is not
+defined and is refused); ``attn.q``/``.k``/``.v``
+and ``attn.z`` are per window, ``(B·windows, heads, Wt, d)`` and ``(B·windows, Wt, heads, d)``;
+``attn.probs`` is ``(B, windows, heads, Wt, Wt)`` (pairs the shift mask removes exactly 0), as
+:func:`analysis.capture_attention` records it. They have no prefix tokens.
+
 ``d`` is the head width; ``kv_heads < heads`` only for grouped-query attention. The branch
 outputs are read where the block adds them (its ``drop_path1`` / ``drop_path2``, identity at
 inference), so ``resid_mid = resid_pre + attn.out`` and ``resid_post = resid_mid + mlp.out``
@@ -41,7 +54,7 @@ from dataclasses import dataclass
 
 from ..errors import AnalysisError
 
-__all__ = ["HookPoint", "HOOK_POINTS", "hook_point_names", "parse_hook_name"]
+__all__ = ["HookPoint", "HOOK_POINTS", "POOL_POINT", "POOL_NAME", "hook_point_names", "parse_hook_name"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,10 @@ HOOK_POINTS: tuple[HookPoint, ...] = (
     HookPoint("mlp.out", "(B, T, D)", (1,), "what the MLP branch adds to the residual stream"),
     HookPoint("resid_post", "(B, T, D)", (1,), "the block's output, resid_mid + mlp.out"),
 )
+#: The attention-pooling head's probabilities (a model-level point, not a block's).
+POOL_POINT = HookPoint("pool.probs", "(B, heads, probes, T)", (3,),
+                       "an attention-pooling head's probe queries over the output tokens (SigLIP, PE)")
+POOL_NAME = "pool.probs"
 _BY_SUFFIX = {point.suffix: point for point in HOOK_POINTS}
 _ORDER = {point.suffix: index for index, point in enumerate(HOOK_POINTS)}
 _NAME = re.compile(r"blocks\.(\d+)\.(.+)")
@@ -78,14 +95,17 @@ def hook_point_names(num_layers: int) -> list[str]:
 
 
 def parse_hook_name(name: str, num_layers: int) -> tuple[int, HookPoint]:
-    """``"blocks.3.attn.z"`` → ``(3, HookPoint("attn.z", ...))``; AnalysisError naming the
-    valid names otherwise."""
+    """``"blocks.3.attn.z"`` → ``(3, HookPoint("attn.z", ...))``; ``"pool.probs"`` →
+    ``(num_layers, POOL_POINT)`` (after every block); AnalysisError naming the valid names otherwise."""
+    if name == POOL_NAME:
+        return num_layers, POOL_POINT
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     point = _BY_SUFFIX.get(match.group(2)) if match else None
     if point is None:
         raise AnalysisError(
             f"{name!r} is not a hook point. Names are 'blocks.{{i}}.<point>' with <point> one of: "
-            f"{', '.join(_BY_SUFFIX)} (see analysis.activations.HOOK_POINTS)."
+            f"{', '.join(_BY_SUFFIX)} (see analysis.activations.HOOK_POINTS); an attention-pooling head's is "
+            f"'{POOL_NAME}'."
         )
     layer = int(match.group(1))
     if not 0 <= layer < num_layers:
@@ -96,4 +116,4 @@ def parse_hook_name(name: str, num_layers: int) -> tuple[int, HookPoint]:
 def forward_order(name: str, num_layers: int) -> tuple[int, int]:
     """A sort key putting names in the order the forward pass reaches them."""
     layer, point = parse_hook_name(name, num_layers)
-    return layer, _ORDER[point.suffix]
+    return layer, _ORDER.get(point.suffix, 0)

@@ -28,16 +28,17 @@ import torch
 import torch.nn as nn
 
 from ..adapters.base import AttentionInputs, _attend
-from ..adapters.registry import AttentionSite, block_sites, model_blocks
-from ..capture import attend_and_record, input_spec
-from ..checks import check_float_dtype
+from ..adapters.probabilities import attend_and_record, attention_probabilities
+from ..adapters.registry import AttentionSite, block_sites, pool_site
+from ..checks import check_float_dtype, input_spec
 from ..devices import autocast_context
 from ..errors import AnalysisError
 from ..oom import run_with_oom_fallback
 from ..spec import ViTSpec
-from ..windowed import refuse_windowed
+from ..windowed import window_probabilities
 from .cache import ActivationCache
-from .points import forward_order, hook_point_names, parse_hook_name
+from .points import POOL_NAME, forward_order, hook_point_names, parse_hook_name
+from .store import ActivationStore
 
 __all__ = ["run_with_cache", "run_with_hooks", "Hook", "NamesFilter"]
 
@@ -62,10 +63,12 @@ def run_with_cache(
     """One forward pass that keeps the activations at ``names`` (see :mod:`analysis.activations.points`).
 
     Args:
-        vit: a :class:`~analysis.loading.LoadedViT` with global attention (windowed models: not yet).
+        vit: a :class:`~analysis.loading.LoadedViT` (windowed models: the points are laid out
+            per stage grid and per window, see :mod:`analysis.activations.points`).
         pixels: ``(B, 3, H, W)`` preprocessed input.
-        names: ``None`` (every point of every block), a name, a list of names (the cache keeps
-            that order), or a predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
+        names: ``None`` (every point of every block, and ``pool.probs`` when the model has an
+            attention-pooling head), a name, a list of names (the cache keeps that order), or a
+            predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
             ``attn.q``/``.k``/``.v`` exist only on the fused attention path (the default): on a
             model built with ``fused_attn=False`` leave them out (a typed error says so).
         hooks: optional interventions ``{name: fn}`` applied in the same pass (see
@@ -76,35 +79,11 @@ def run_with_cache(
     Without hooks, a batch that runs out of accelerator memory is split in halves (and a
     single image falls back to the CPU), as :func:`analysis.capture_attention` does.
     """
-    refuse_windowed(vit, "run_with_cache")
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
-    kept = _select(names, spec.num_layers)
-    hooks = _check_hooks(hooks, spec.num_layers)
-    out_device = torch.device("cpu") if to_cpu else vit.device
-
-    def once(model: nn.Module, device: torch.device, piece: torch.Tensor) -> ActivationCache:
-        store: dict[str, torch.Tensor] = {}
-        callbacks = {name: _callback(name, hooks.get(name), store if name in kept else None, dtype, out_device)
-                     for name in {*kept, *hooks}}
-        logits = _hooked_forward(model, device, piece, spec, callbacks, precision)
-        missing = [name for name in kept if name not in store]
-        if missing:
-            raise AnalysisError(f"The forward pass never reached {missing[:4]}: this model's blocks do not run them.")
-        return ActivationCache({name: store[name] for name in kept}, spec, logits.float().to(out_device))
-
-    if hooks:  # interventions see the batch whole
-        return once(vit.model, vit.device, pixels)
-    pieces = run_with_oom_fallback(
-        lambda piece: once(vit.model, vit.device, piece), pixels,
-        (lambda piece: once(vit.cpu_model(), torch.device("cpu"), piece)) if vit.device.type != "cpu" else None,
-    )
-    if len(pieces) == 1:
-        return pieces[0]
-    return ActivationCache(
-        {name: torch.cat([p[name].to(out_device) for p in pieces]) for name in kept}, spec,
-        torch.cat([p.logits.to(out_device) for p in pieces]),
-    )
+    kept = _select(names, spec.num_layers, has_pool=pool_site(vit.model) is not None)
+    return cache_forward(vit, pixels, spec, kept, hooks=_check_hooks(hooks, spec.num_layers), dtype=dtype,
+                         precision=precision, to_cpu=to_cpu)
 
 
 def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, precision: str = "auto") -> torch.Tensor:
@@ -115,20 +94,83 @@ def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, prec
         ...     z = z.clone(); z[:, :, 3] = 0; return z
         >>> logits = run_with_hooks(vit, pixels, {"blocks.5.attn.z": zero_head_3})
     """
-    refuse_windowed(vit, "run_with_hooks")
     spec = input_spec(vit, pixels)
     hooks = _check_hooks(hooks, spec.num_layers)
-    callbacks = {name: _callback(name, fn, None, torch.float32, torch.device("cpu")) for name, fn in hooks.items()}
-    return _hooked_forward(vit.model, vit.device, pixels, spec, callbacks, precision).float().cpu()
+    store = ActivationStore([], spec.num_layers, torch.float32, torch.device("cpu"))
+    return _hooked_forward(vit.model, vit.device, pixels, spec, hooks, store, precision).float().cpu()
+
+
+def visit_forward(model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec,
+                  hooks: Mapping[str, Hook], *, precision: str = "auto",
+                  query_rows: tuple[int, ...] | None = None) -> torch.Tensor:
+    """The logits of one forward pass of ``model`` (``vit.model``, or its CPU copy for an
+    out-of-memory fallback) on ``device`` in which read-only ``hooks`` see their points: the
+    engine behind the streamed analyses (:func:`analysis.dataset_attention_distance`, token
+    drop). ``query_rows``: ``attn.probs`` hooks see only these query rows (a view when consecutive)."""
+    hooks = _check_hooks(hooks, spec.num_layers)
+    store = ActivationStore([], spec.num_layers, torch.float32, torch.device("cpu"))
+    return _hooked_forward(model, device, pixels, spec, hooks, store, precision, query_rows=query_rows)
+
+
+def cache_forward(
+    vit,
+    pixels: torch.Tensor,
+    spec: ViTSpec,
+    kept: list[str],
+    *,
+    hooks: dict[str, Hook] | None = None,
+    dtype: torch.dtype = torch.float32,
+    precision: str = "auto",
+    to_cpu: bool = True,
+    query_rows: tuple[int, ...] | None = None,
+    exact: bool = False,
+    stack: bool = False,
+) -> ActivationCache:
+    """The forward pass behind :func:`run_with_cache` and :func:`analysis.capture_attention`:
+    ``kept`` (validated names, in order) on ``spec``'s input, with ``hooks`` (checked, in forward order).
+
+    ``query_rows``: ``attn.probs`` keeps only these query rows (token indices). ``exact``: the
+    attention's own fused kernel computes each call's output beside the recorded probabilities
+    (bit-identical logits), instead of ``P·v`` from them. ``stack``: every point kind's layers
+    are slices of one ``(L, …)`` tensor (:meth:`ActivationCache.stack` returns it, no copy).
+    """
+    hooks = hooks or {}
+    if (query_rows is not None or exact) and hooks:
+        raise AnalysisError("query_rows and exact apply to reading attention, not to interventions: pass no hooks.")
+    out_device = torch.device("cpu") if to_cpu else vit.device
+
+    def once(model: nn.Module, device: torch.device, piece: torch.Tensor) -> ActivationCache:
+        pin = out_device.type == "cpu" and device.type == "cuda"
+        store = ActivationStore(kept, spec.num_layers, dtype, out_device, stack=stack, pin=pin)
+        logits = _hooked_forward(model, device, piece, spec, hooks, store, precision, query_rows=query_rows,
+                                 exact=exact)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # pinned copies are asynchronous
+        missing = [name for name in kept if name not in store]
+        if missing:
+            raise AnalysisError(
+                f"The forward pass never reached {missing[:4]}: this model's blocks did not run them as their "
+                "adapters expect, so they are not supported."
+            )
+        return ActivationCache({name: store.values[name] for name in kept}, spec, logits.float().to(out_device),
+                               store.stacks)
+
+    if hooks:  # interventions see the batch whole
+        return once(vit.model, vit.device, pixels)
+    pieces = run_with_oom_fallback(
+        lambda piece: once(vit.model, vit.device, piece), pixels,
+        (lambda piece: once(vit.cpu_model(), torch.device("cpu"), piece)) if vit.device.type != "cpu" else None,
+    )
+    return pieces[0] if len(pieces) == 1 else ActivationCache.concatenate(pieces, out_device)
 
 
 # --------------------------------------------------------------------------- names and callbacks
 
 
-def _select(names, num_layers: int) -> list[str]:
+def _select(names, num_layers: int, *, has_pool: bool = False) -> list[str]:
     """The names to cache, validated, without repeats, in the order asked (a predicate or
     ``None``: forward order)."""
-    everything = hook_point_names(num_layers)
+    everything = hook_point_names(num_layers) + ([POOL_NAME] if has_pool else [])
     if names is None:
         return everything
     if callable(names):
@@ -157,7 +199,7 @@ def _check_hooks(hooks: Mapping[str, Hook] | None, num_layers: int) -> dict[str,
     return dict(sorted(hooks.items(), key=lambda item: forward_order(item[0], num_layers)))
 
 
-def _callback(name: str, hook: Hook | None, store: dict | None, dtype: torch.dtype, device: torch.device) -> Hook:
+def _callback(name: str, hook: Hook | None, store: ActivationStore | None) -> Hook:
     """Apply ``hook`` (checked: same shape), then keep what the model continues with in ``store``."""
 
     def visit(value: torch.Tensor) -> torch.Tensor | None:
@@ -173,9 +215,7 @@ def _callback(name: str, hook: Hook | None, store: dict | None, dtype: torch.dty
                     )
                 replaced = replaced.to(dtype=value.dtype, device=value.device)
         if store is not None:
-            current = (replaced if replaced is not None else value).detach()
-            kept = current.to(device=device, dtype=dtype if current.is_floating_point() else current.dtype)
-            store[name] = kept.clone() if kept.data_ptr() == current.data_ptr() else kept  # never the model's own tensor
+            store.keep(name, replaced if replaced is not None else value)
         return replaced
 
     return visit
@@ -185,24 +225,35 @@ def _callback(name: str, hook: Hook | None, store: dict | None, dtype: torch.dty
 
 
 def _hooked_forward(
-    model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec, callbacks: dict[str, Hook],
-    precision: str,
+    model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec, hooks: dict[str, Hook],
+    store: ActivationStore, precision: str, *, query_rows: tuple[int, ...] | None = None, exact: bool = False,
 ) -> torch.Tensor:
-    """One forward pass of ``model`` with ``callbacks`` at their points; hooks removed on exit."""
+    """One forward pass of ``model`` with ``hooks`` applied and ``store.kept`` kept; every hook
+    registered here is removed on exit, also when the forward raises."""
     owner = threading.get_ident()
     wanted: dict[int, dict[str, Hook]] = {}
-    for name, fn in callbacks.items():
+    for name in [*hooks, *(name for name in store.kept if name not in hooks)]:
         layer, point = parse_hook_name(name, spec.num_layers)
-        wanted.setdefault(layer, {})[point.suffix] = fn
-    blocks = [block for _, block in model_blocks(model)]
-    sites = block_sites(model)
+        suffix = "attn.probs" if name == POOL_NAME else point.suffix
+        wanted.setdefault(layer, {})[suffix] = _callback(name, hooks.get(name), store if name in store.kept else None)
+    sites = {site.layer: site for site in block_sites(model)}
     explicit: list[int] = []
     handles: list = []  # every hook registered so far, also when a later block's check raises
     try:
         for layer, points in wanted.items():
-            _block_hooks(layer, blocks[layer], sites[layer], points, owner, explicit, handles)
+            if layer == spec.num_layers:  # pool.probs
+                pool = pool_site(model)
+                if pool is None:
+                    raise AnalysisError(f"{POOL_NAME!r}: this model ({type(model).__name__}) has no attention-pooling head.")
+                report = _attention_report(layer, POOL_NAME, points, store, explicit, exact=exact)
+                handles.extend(pool.adapter.tap(pool.module, report, owner, reuse=True))
+                continue
+            geometry = spec.geometry(layer) if spec.is_windowed else None
+            report = _attention_report(layer, f"blocks.{layer}.attn.probs", points, store, explicit, exact=exact,
+                                       query_rows=query_rows, geometry=geometry)
+            _block_hooks(layer, sites[layer], points, owner, report, handles)
         with torch.no_grad(), autocast_context(device, precision):
-            logits = model(pixels.to(device))
+            logits = model(pixels.to(device, non_blocking=True))
     finally:
         for handle in handles:
             handle.remove()
@@ -224,11 +275,12 @@ def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> 
     return module
 
 
-def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict[str, Hook], owner: int,
-                 explicit: list[int], handles: list) -> None:
+def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner: int, attention_report,
+                 handles: list) -> None:
     """Register the hooks of one block for the points it was asked for (see the module
     docstring) into ``handles``, one at a time, so the caller removes every one of them even
     when a check here raises halfway."""
+    block = site.block
 
     def mine() -> bool:
         return threading.get_ident() == owner
@@ -258,6 +310,12 @@ def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict
             replaced = visit("attn.out", output)
             added = replaced if replaced is not None else output
             if "resid_mid" in points:
+                if added.shape != block_input[0].shape:
+                    raise AnalysisError(
+                        f"Block {layer} ({type(block).__name__}) adds its attention branch as {tuple(added.shape)} to a "
+                        f"{tuple(block_input[0].shape)} input (per window): resid_mid is not defined for it; read "
+                        "resid_pre and attn.out."
+                    )
                 new_mid = visit("resid_mid", block_input[0] + added)
                 if new_mid is not None:
                     replaced = new_mid - block_input[0]  # the block adds this to resid_pre
@@ -291,34 +349,94 @@ def _block_hooks(layer: int, block: nn.Module, site: AttentionSite, points: dict
         def head_outputs(module, args):
             if not mine():
                 return None
-            flat = args[0]  # (B, T, heads·d)
+            flat = args[0]  # (B, T, heads·d); per window for a windowed model
             replaced = visit("attn.z", flat.unflatten(-1, (heads, flat.shape[-1] // heads)))  # (B, T, heads, d)
             return None if replaced is None else (replaced.flatten(-2), *args[1:])
 
         handles.append(projection.register_forward_pre_hook(head_outputs))
 
     if any(point in points for point in _ATTENTION_POINTS):
-        handles.extend(site.adapter.tap(site.module, _attention_report(layer, points, visit, explicit), owner, reuse=True))
+        handles.extend(site.adapter.tap(site.module, attention_report, owner, reuse=True))
 
 
-def _attention_report(layer: int, points: dict[str, Hook], visit, explicit: list[int]):
-    """The adapter's report for the attention points of one block: returns the call's output
-    ``P·v`` (fused path) or the replacement probabilities (explicit path), or None."""
+def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], store: ActivationStore,
+                      explicit: list[int], *, exact: bool = False, query_rows: tuple[int, ...] | None = None,
+                      geometry=None):
+    """The adapter's report for the attention points of one block (or the pooling head):
+    returns the call's output ``P·v`` (fused path), the replacement probabilities (explicit
+    path), or None (the module's own kernel runs).
+
+    ``P = softmax(scale·q·kᵀ + M)`` is computed once in float32 (:func:`attend_and_record`), into
+    its place in ``store`` when it is only read. ``exact``: only ``P`` is computed and the fused
+    kernel gives the output. ``query_rows``: ``attn.probs`` is those rows of ``P`` (consecutive:
+    a view of the full ``P``; otherwise only they are computed, beside the fused kernel).
+    ``geometry`` (windowed layers): ``attn.probs`` is ``(B, windows, heads, Wt, Wt)``."""
     wants_qkv = any(point in points for point in ("attn.q", "attn.k", "attn.v"))
+    wants_probs = "attn.probs" in points
+    rows_range = _row_range(query_rows)
+    rows_only = exact or (query_rows is not None and rows_range is None)  # P (or its rows) beside the fused kernel
+    rows_cache: dict[torch.device, torch.Tensor] = {}
+
+    def rows_on(device: torch.device) -> torch.Tensor | None:
+        if query_rows is None:
+            return None
+        if device not in rows_cache:
+            rows_cache[device] = torch.as_tensor(query_rows, dtype=torch.long, device=device)
+        return rows_cache[device]
+
+    def visit_probs(probs: torch.Tensor, rows_done: bool = False) -> torch.Tensor | None:
+        """``probs`` (B, heads, Q, K) as the point shows it; a replacement mapped back to its layout."""
+        shown = probs
+        if query_rows is not None and not rows_done:
+            shown = (probs[:, :, rows_range[0]:rows_range[1]] if rows_range is not None
+                     else probs.index_select(2, rows_on(probs.device)))
+        if geometry is not None:
+            shown = window_probabilities(probs, geometry)  # (B, windows, heads, Wt, Wt)
+        replaced = points["attn.probs"](shown)
+        if replaced is None or geometry is None:
+            return replaced
+        return replaced.reshape(probs.shape)
+
+    def destination(shape: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
+        if geometry is not None:  # windowed: reshaped (and masked) on the way into the store
+            return None
+        return store.destination(probs_name, shape, device)
 
     def report(inputs: AttentionInputs) -> torch.Tensor | None:
         if inputs.probs is not None:  # explicit path: the module computed P itself
             if wants_qkv:
                 explicit.append(layer)
                 return None
-            return visit("attn.probs", inputs.probs)
-        q, k, v = (visit(f"attn.{part}", tensor) for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)))
-        if "attn.probs" not in points and q is None and k is None and v is None:
+            return visit_probs(inputs.probs) if wants_probs else None
+        q, k, v = (points[f"attn.{part}"](tensor) if f"attn.{part}" in points else None
+                   for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)))
+        if not wants_probs and q is None and k is None and v is None:
             return None  # nothing changed, probabilities not asked: the module's own kernel runs
         inputs = replace(inputs, q=inputs.q if q is None else q, k=inputs.k if k is None else k,
                          v=inputs.v if v is None else v)
-        probs, output = attend_and_record(inputs)  # (B, heads, T, T) float32, (B, heads, T, d)
-        new_probs = visit("attn.probs", probs)
+        batch, heads, queries, _ = inputs.q.shape
+        keys = inputs.k.shape[2]
+        if wants_probs and rows_only and q is None and k is None and v is None:
+            rows = rows_on(inputs.q.device)
+            out = destination((batch, heads, queries if rows is None else len(rows), keys), inputs.q.device)
+            probs = attention_probabilities(inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask,
+                                            is_causal=inputs.is_causal, out=out)
+            visit_probs(probs, rows_done=True)  # read only (no hooks with exact or query rows)
+            return None
+        whole = wants_probs and query_rows is None
+        out = destination((batch, heads, queries, keys), inputs.q.device) if whole else None
+        probs, output = attend_and_record(inputs, out)  # (B, heads, T, T) float32, (B, heads, T, d)
+        if not wants_probs:
+            return output
+        new_probs = visit_probs(probs)
         return output if new_probs is None else _attend(new_probs, inputs.v)
 
     return report
+
+
+def _row_range(tokens: tuple[int, ...] | None) -> tuple[int, int] | None:
+    """``(first, stop)`` when ``tokens`` are consecutive and ascending (a slice, no copy), else None."""
+    if not tokens:
+        return None
+    first = int(tokens[0])
+    return (first, first + len(tokens)) if list(tokens) == list(range(first, first + len(tokens))) else None

@@ -10,13 +10,21 @@ scores; ``is_causal`` keeps keys ``j ≤ i``. Two ways to evaluate it, one rule:
   row by row without temporaries): the capture's fast path, no autograd;
 * ``differentiable=True`` uses out-of-place ops, so gradients flow to q, k and the mask (the
   class-specific explanations' path through :func:`~analysis.adapters.base.differentiable_probabilities`).
+
+:func:`attend_and_record` evaluates it together with the call's output ``P·v`` (the path every
+capture takes when it replaces a fused call: the scores are computed once).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-__all__ = ["attention_probabilities"]
+if TYPE_CHECKING:
+    from .base import AttentionInputs
+
+__all__ = ["attention_probabilities", "attend_and_record"]
 
 
 def attention_probabilities(
@@ -73,3 +81,30 @@ def attention_probabilities(
             return scores.softmax(-1)
         torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # in place, row by row: no temporary
     return scores
+
+
+_CHUNK_BYTES = 4 << 20  # probabilities per piece of attend_and_record: small enough to stay in cache
+
+
+def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, P·v)`` for one fused attention call: ``P = softmax(scale·q·kᵀ + M)`` in float32 as
+    :func:`attention_probabilities` (into ``out`` when given), and the call's output ``P·v`` in
+    ``v``'s dtype, computed a few images at a time so each piece of ``P`` is multiplied with
+    ``v`` while it is still in cache. ``P (B, heads, T, T)``, ``P·v (B, heads, T, d)``."""
+    q, k, v, mask = inputs.q, inputs.k, inputs.v, inputs.mask
+    batch, heads, queries, _ = q.shape
+    tokens = k.shape[2]
+    if out is None:
+        out = torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+    if v.shape[1] != heads:  # grouped-query values, repeated per head
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    output = torch.empty(batch, heads, queries, v.shape[-1], dtype=v.dtype, device=v.device)
+    step = max(1, _CHUNK_BYTES // max(1, heads * queries * tokens * 4))
+    per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
+    for start in range(0, batch, step):
+        piece = slice(start, start + step)
+        probs = attention_probabilities(q[piece], k[piece], inputs.scale, mask=mask[piece] if per_image_mask else mask,
+                                        is_causal=inputs.is_causal, out=out[piece])
+        with torch.autocast(v.device.type, enabled=False):
+            torch.matmul(probs.to(v.dtype), v[piece], out=output[piece])
+    return out, output

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..capture import attention_taps, input_spec
+from ..activations.run import visit_forward
+from ..capture import input_spec, require_every_layer
 from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
 from ..spec import ViTSpec
@@ -43,11 +44,14 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     keep[spec.num_prefix_tokens + dropped] = False
     maps: dict[int, torch.Tensor] = {}
 
-    def sink(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
+    def keep_map(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
         maps[layer] = probs.detach().float().cpu()
 
-    with torch.no_grad(), token_drop(vit, dropped), attention_taps(vit.model, range(spec.num_layers), sink, reuse=True):
-        logits = vit.model(pixels.to(vit.device)).float().cpu()
+    hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: keep_map(layer, probs))
+             for layer in range(spec.num_layers)}
+    with token_drop(vit, dropped):
+        logits = visit_forward(vit.model, vit.device, pixels, spec, hooks).float().cpu()
+    require_every_layer(range(spec.num_layers), maps)
     attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
     return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)
 
@@ -62,12 +66,12 @@ def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard
     for attention in passed.attentions:  # (B, heads, T', T')
         mixed = rollout_step(attention, head_fusion, discard_ratio)
         rollout = mixed if rollout is None else mixed @ rollout
-    prefix = spec.num_prefix_tokens
-    patch_rows = passed.kept[prefix:] - prefix  # (N',) patch indices of the kept tokens
+    patch_rows = spec.split_prefix(passed.kept, 0, dropped=True)[1] - spec.num_prefix_tokens  # (N',) patch indices
+    to_patches = spec.split_prefix(rollout, 2, dropped=True)[1]  # (B, T', N')
     if spec.has_class_token:
-        row = rollout[:, 0, prefix:]
+        row = to_patches[:, 0]
     else:
-        row = rollout[:, prefix:, prefix:].mean(dim=1)
+        row = spec.split_prefix(to_patches, 1, dropped=True)[1].mean(dim=1)
     grid = torch.full((rollout.shape[0], spec.num_patches), float("nan"), dtype=torch.float64)
     grid[:, patch_rows] = row
     return grid.reshape(-1, *spec.grid_size).float()
@@ -79,10 +83,9 @@ def kept_attention_distance(passed: DroppedTokenPass) -> torch.Tensor:
     renormalised over them), averaged over kept queries and images. Patches keep their
     original centres. With nothing dropped it equals :func:`~analysis.mean_attention_distance`."""
     spec = passed.spec
-    prefix = spec.num_prefix_tokens
-    patches = passed.kept[prefix:] - prefix  # (N',)
+    patches = spec.split_prefix(passed.kept, 0, dropped=True)[1] - spec.num_prefix_tokens  # (N',)
     distances = patch_distance_matrix(spec)[patches][:, patches]  # (N', N')
     return torch.stack([
-        attention_distance_per_image(attention[:, :, prefix:], spec, distances).mean(0)  # (heads,)
+        attention_distance_per_image(spec.split_prefix(attention, 2, dropped=True)[1], spec, distances).mean(0)  # (heads,)
         for attention in passed.attentions  # (B, heads, T', T')
     ]).double()

@@ -12,6 +12,7 @@ from .artifacts import (
 )
 from .capture import TOKEN_KINDS, capture_tokens, logit_lens
 from .features import feature_pca, patch_similarity
+from .record import TokenRecord
 from .stages import WindowedTokens, logit_lens_layers
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "capture_tokens",
     "logit_lens",
     "logit_lens_layers",
+    "TokenRecord",
     "WindowedTokens",
     "feature_pca",
     "patch_similarity",

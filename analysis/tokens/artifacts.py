@@ -18,6 +18,7 @@ import torch
 from ..capture import AttentionRecord
 from ..checks import check_record
 from ..errors import AnalysisError
+from .record import TokenRecord
 
 __all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "HighNormTokens", "token_norms", "high_norm_tokens",
            "stage_high_norm_tokens", "attention_mass"]
@@ -26,9 +27,10 @@ MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper
 MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
 
 
-def token_norms(tokens: torch.Tensor) -> torch.Tensor:
-    """``(..., T, D)`` -> ``(..., T)`` Euclidean norms ``‖h‖₂`` in float32."""
-    tokens = torch.as_tensor(tokens)
+def token_norms(tokens) -> torch.Tensor:
+    """``(..., T, D)`` -> ``(..., T)`` Euclidean norms ``‖h‖₂`` in float32. ``tokens``: a tensor,
+    or a :class:`~analysis.tokens.record.TokenRecord` (its ``(L, B, T, D)`` tokens)."""
+    tokens = torch.as_tensor(tokens.tokens if isinstance(tokens, TokenRecord) else tokens)
     if tokens.ndim < 2:
         raise AnalysisError(f"token_norms expects (..., T, D) tokens, got shape {tuple(tokens.shape)}.")
     return tokens.float().norm(dim=-1)

@@ -23,9 +23,10 @@ from ..checks import check_float_dtype, check_index
 from ..devices import autocast_context
 from ..errors import AnalysisError
 from ..spec import ViTSpec
+from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
-__all__ = ["TOKEN_KINDS", "capture_tokens", "logit_lens"]
+__all__ = ["TOKEN_KINDS", "capture_tokens", "logit_lens", "TokenRecord"]
 
 #: ``token``: each block's output (the residual stream after the block); ``query``, ``key``,
 #: ``value``: the tensors the block's fused attention call received, i.e. after q/k norm and,
@@ -47,11 +48,13 @@ def capture_tokens(
     layers: Sequence[int] | int | None = None,
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
-) -> torch.Tensor | WindowedTokens:
-    """``(L, B, T, D)`` on the CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested
-    layer, in the order asked (``None``: all, in increasing order), in token order (prefix
-    tokens first, then patches row-major). For a ViT this is a view over
-    :func:`analysis.activations.run_with_cache` (``resid_post``, ``attn.q``/``.k``/``.v``).
+) -> TokenRecord | WindowedTokens:
+    """A :class:`~analysis.tokens.record.TokenRecord` whose ``tokens`` are ``(L, B, T, D)`` on the
+    CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested layer, in the order asked
+    (``None``: all, in increasing order; ``record.layers`` says which), in token order (prefix
+    tokens first, then patches row-major; ``record.prefix()`` / ``record.patches()`` split them).
+    For a ViT this is a view over :func:`analysis.activations.run_with_cache` (``resid_post``,
+    ``attn.q``/``.k``/``.v``).
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
     grouped-query keys and values). ``precision``: autocast for the forward, as in
@@ -77,7 +80,8 @@ def capture_tokens(
         names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]
         cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
         values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
-        return torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
+        tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
+        return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
     sites = {site.layer: site for site in block_sites(vit.model)}
     owner = threading.get_ident()
     kept: dict[int, torch.Tensor] = {}
@@ -162,7 +166,7 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
         hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
     else:
         readout = (lambda hidden, norm=getattr(model, "norm", None) or nn.Identity(): model.forward_head(norm(hidden)))
-        hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision)  # (L, B, T, D)
+        hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision).tokens  # (L, B, T, D)
     out = []
     with torch.no_grad():
         for hidden in hidden_states:

@@ -35,7 +35,9 @@ def _patches(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry) -> torch.Tenso
     (gh, gw), prefix, _ = _layout(spec)
     if tokens.ndim != 3 or tokens.shape[1] != prefix + gh * gw:
         raise AnalysisError(f"Expected (B, T={prefix + gh * gw}, D) tokens for this model, got {tuple(tokens.shape)}.")
-    return tokens[:, prefix:].double()  # (B, N, D)
+    if isinstance(spec, ViTSpec):
+        return spec.split_prefix(tokens, 1)[1].double()  # (B, N, D)
+    return tokens[:, prefix:].double()  # a windowed layer: no prefix tokens (prefix == 0)
 
 
 def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -157,7 +157,7 @@ with left:
         zmin=0.0, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
         colorbar_title="attention probability (0 to max)"), "circ_head_attention", filename=f"head_L{layer}_H{head}_attention")
 with right:
-    on_patches = dla["heads"][layer, head, prefix:] if dla is not None else None
+    on_patches = spec.split_prefix(dla["heads"][layer, head], 0)[1] if dla is not None else None
     if dla is not None and not np.any(on_patches):  # a class-token readout: only the class token is read
         st.markdown("**Its direct logit attribution**")
         st.caption(
@@ -174,7 +174,7 @@ with right:
             colorbar_title=f"logit (±{limit:.3g})"), "circ_head_dla", filename=f"head_L{layer}_H{head}_dla")
         if prefix:
             st.caption("On the prefix tokens: " + ", ".join(
-                f"{name} {value:+.3f}" for name, value in zip(spec.token_names, dla["heads"][layer, head, :prefix])))
+                f"{name} {value:+.3f}" for name, value in zip(spec.token_names, spec.split_prefix(dla["heads"][layer, head], 0)[0])))
 
 # --------------------------------------------------------------------------- activation patching
 st.subheader("Activation patching")
@@ -227,7 +227,7 @@ if st.toggle(f"Patch every {'token' if point == 'resid_pre' else 'head'} of ever
             with right:
                 clamp_state("circ_patch_layer", (0, L - 1), 0)
                 shown = st.slider("Layer drawn on the image", 0, L - 1, key="circ_patch_layer") if L > 1 else 0
-                on_grid = effect[shown, prefix:].reshape(spec.grid_size)
+                on_grid = spec.split_prefix(effect[shown], 0)[1].reshape(spec.grid_size)
                 limit = figures.symmetric_limit(effect)
                 show_chart(figures.attention_overlay(
                     resources.background_uri(*cur.args), spec.img_size, on_grid, spec.patch_size,

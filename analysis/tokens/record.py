@@ -1,0 +1,58 @@
+"""What :func:`~analysis.tokens.capture_tokens` returns for a ViT: the tokens of the layers
+asked for, in the order asked, with the spec that says which are prefix and which are patches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..capture import AttentionRecord
+from ..spec import ViTSpec
+
+__all__ = ["TokenRecord"]
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """Tokens captured from one forward pass of a global-attention ViT.
+
+    Attributes:
+        tokens: ``(L, B, T, D)`` on the CPU: entry ``i`` is model layer ``layers[i]``; tokens in
+            model order (the ``spec.num_prefix_tokens`` prefix tokens first, then the patches
+            row-major on ``spec.grid_size``). For ``query``/``key``/``value``, ``D = heads · d``
+            (``kv_heads · d`` for grouped-query keys and values).
+        spec: the token layout of *this* input.
+        layers: model layer index of each entry along ``L``, in the order they were asked for.
+        kind: ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
+
+        >>> record = capture_tokens(vit, pixels, kind="key", layers=[5, 0])
+        >>> record.layers                     # (5, 0): the order asked
+        >>> record.layer_tokens(5).shape      # (B, T, D)
+        >>> record.patches(5).shape           # (B, gh·gw, D), a view
+    """
+
+    tokens: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+    kind: str = "token"
+
+    def layer_position(self, layer: int) -> int:
+        """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
+        return AttentionRecord.layer_position(self, layer)
+
+    def layer_tokens(self, layer: int) -> torch.Tensor:
+        """Model layer ``layer``'s ``(B, T, D)`` tokens (a view)."""
+        return self.tokens[self.layer_position(layer)]
+
+    def prefix(self, layer: int | None = None) -> torch.Tensor:
+        """The prefix tokens (class, distillation, registers): ``(L, B, prefix, D)``, or
+        ``(B, prefix, D)`` of one ``layer``. A view."""
+        tokens = self.tokens if layer is None else self.layer_tokens(layer)
+        return self.spec.split_prefix(tokens, tokens.ndim - 2)[0]
+
+    def patches(self, layer: int | None = None) -> torch.Tensor:
+        """The patch tokens, row-major on ``spec.grid_size``: ``(L, B, gh·gw, D)``, or
+        ``(B, gh·gw, D)`` of one ``layer``. A view."""
+        tokens = self.tokens if layer is None else self.layer_tokens(layer)
+        return self.spec.split_prefix(tokens, tokens.ndim - 2)[1]
