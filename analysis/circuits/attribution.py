@@ -28,7 +28,6 @@ refused for them, as are attention-pooling heads (SigLIP ``map``) and max poolin
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..activations import run_with_cache
+from ..activations.points import POOL_NAME
 from ..adapters.registry import block_sites
 from ..checks import check_index
 from ..errors import AnalysisError
@@ -145,13 +145,17 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
     names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
     if by_source:
         names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.probs", "attn.v")]
+    pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
+    if pooled_by_attention:
+        names.append(POOL_NAME)
     cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
     logits = cache.logits.float()
     weights, targets = weights_of(logits)
     weights = weights.float().to(logits.device)
 
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec, attention_pool=attention_pool)
+        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec, attention_pool=attention_pool,
+                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
         direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
@@ -203,10 +207,14 @@ def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_poo
     layers = list(range(spec.num_layers)) if layers is None else [check_index("layer", l, spec.num_layers, "layers")
                                                                    for l in layers]
     names = [f"blocks.{last}.resid_post"] + [f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")]
+    pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
+    if pooled_by_attention:
+        names.append(POOL_NAME)
     cache = run_with_cache(vit, pixels, names=list(dict.fromkeys(names)), precision="float32", to_cpu=False)
     sites = block_sites(model)
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{last}.resid_post"].float(), spec, attention_pool=attention_pool)
+        readout = _Readout(model, cache[f"blocks.{last}.resid_post"].float(), spec, attention_pool=attention_pool,
+                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
         vectors = []
         for layer in layers:
             per_head = _head_parts(model, cache, layer, sites[layer])[0]  # (B, heads, T, D)
@@ -261,11 +269,13 @@ class _Readout:
 
     ``attention_pool=True`` also reads an attention-pooling head (SigLIP's ``map``: one learned
     probe ``q`` over the tokens, ``a = W_proj·concat_h(Σ_t P[h, t]·W_v,h·x̂_t) + b``, then
-    ``a + mlp(norm(a))``) with its probabilities ``P`` frozen at their values on this input: ``a``
+    ``a + mlp(norm(a))``) with its probabilities ``P`` (``pool_probs``, the forward pass's
+    ``pool.probs``) frozen at their values on this input: ``a``
     is then linear in the tokens, and ``mlp(norm(a))`` is one named remainder (:meth:`pool_remainder`),
     not split over the parts."""
 
-    def __init__(self, model: nn.Module, final: torch.Tensor, spec, *, attention_pool: bool = False) -> None:
+    def __init__(self, model: nn.Module, final: torch.Tensor, spec, *, attention_pool: bool = False,
+                 pool_probs: torch.Tensor | None = None) -> None:
         self.model = model
         self.pool = getattr(model, "attn_pool", None)
         if self.pool is not None and not attention_pool:
@@ -288,7 +298,7 @@ class _Readout:
         self.norm_scale = self._scale(self.norm, final)  # (B, T, 1)
         normed = self._apply(self.norm, final, self.norm_scale)  # (B, T, D): the norm, exactly
         if self.pool is not None:
-            pooled = self._read_attention_pool(normed)
+            pooled = self._read_attention_pool(normed, pool_probs)
         else:
             pooled = torch.einsum("btd,t->bd", normed, weights)
         self.fc_scale = self._scale(self.fc_norm, pooled)  # (B, 1)
@@ -304,42 +314,28 @@ class _Readout:
             raise AnalysisError(f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
                                 "direct logit attribution is not defined for it.")
 
-    def _read_attention_pool(self, normed: torch.Tensor) -> torch.Tensor:
-        """Run the pooling head on ``normed`` ``(B, T, D)``: keep its probabilities ``P`` ``(B, heads, T)``
-        (through the capture path), the output of its projection ``a`` (before ``+ mlp(norm(a))``)
-        and the remainder ``mlp(norm(a))`` ``(B, D)``; check ``a`` against ``W_proj·(P·v) + b``.
-        Returns the pooled ``(B, D)``."""
-        from ..capture import attention_taps
-
+    def _read_attention_pool(self, normed: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """The pooling head on ``normed`` ``(B, T, D)`` with its probabilities ``probs`` ``(B, heads,
+        probes, T)`` from the same forward pass (the cache's ``pool.probs``): keep ``P`` ``(B, heads, T)``,
+        ``a = W_proj·(P·v) + b`` and the remainder ``mlp(norm(a))`` ``(B, D)``, checked against the
+        head's own output (``a + mlp(norm(a))``). Returns the pooled ``(B, D)``."""
         pool = self.pool
         if getattr(pool, "pos_embed", None) is not None or getattr(pool, "pool", "token") != "token" \
                 or pool.latent.shape[1] != 1 or not isinstance(pool.proj, nn.Linear) or not isinstance(pool.kv, nn.Linear):
             raise AnalysisError("This attention-pooling head (several probes, its own position table, or no linear "
                                 "value and output projections) has no frozen linear form here.")
-        owner = threading.get_ident()
-        kept: dict[str, torch.Tensor] = {}
-
-        def keep_projection(module, args, output):
-            if threading.get_ident() == owner:
-                kept["a"] = output
-
-        handle = pool.proj.register_forward_hook(keep_projection)
-        try:
-            with attention_taps(self.model, [], lambda layer, probs: None,
-                                pool_sink=lambda probs: kept.__setitem__("probs", probs)):
-                pooled = pool(normed)  # (B, D)
-        finally:
-            handle.remove()
-        if "probs" not in kept or "a" not in kept:
-            raise AnalysisError("The attention-pooling head did not report its attention: its form is not supported here.")
-        self.pool_probs = kept["probs"][:, :, 0].float()  # (B, heads, T)
-        a = kept["a"][:, 0].float()  # (B, D)
-        self.pool_rest = pooled.float() - a  # (B, D): mlp(norm(a))
-        rebuilt = self._pool_tokens(normed).sum(1) + self._pool_bias()
-        if (rebuilt - a).abs().max() > 1e-4 * (1.0 + a.abs().max()):
-            raise AnalysisError("The attention-pooling head is not W_proj·(P·v) + b as read: direct attribution is "
-                                "not defined for it.")
-        return pooled.float()
+        if probs is None:
+            raise AnalysisError("The attention-pooling head's probabilities (pool.probs) were not captured.")
+        self.pool_probs = probs[:, :, 0].float()  # (B, heads, T)
+        a = self._pool_tokens(normed).sum(1) + self._pool_bias()  # (B, D)
+        pooled = pool(normed).float()  # (B, D): the head's own output
+        mlp = getattr(pool, "mlp", None)
+        expected = a if mlp is None else a + mlp(pool.norm(a[:, None]))[:, 0].float()
+        if (expected - pooled).abs().max() > 1e-4 * (1.0 + pooled.abs().max()):
+            raise AnalysisError("The attention-pooling head is not W_proj·(P·v) + b, then + mlp(norm(·)), as read: "
+                                "direct attribution is not defined for it.")
+        self.pool_rest = pooled - a  # (B, D): mlp(norm(a))
+        return pooled
 
     def _pool_tokens(self, normed: torch.Tensor) -> torch.Tensor:
         """``(B, T, D)``: each token's share of the pooled vector, without shifts: the token or mean
