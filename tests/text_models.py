@@ -10,7 +10,7 @@ import torch
 VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
 CONTEXT = 8  # tokens the text tower reads
 WORDS = ("a photo of the red blue green star circle square dog cat on left right big small").split()
-# ids: pad 0, unk 1, start 2... no: CLIP's legacy pooling (argmax of the ids) starts when eos_token_id == 2
+# start and end are 3 and 4, not 2: CLIP's text model pools the argmax of the ids (its legacy rule) when eos_token_id == 2
 PAD, UNK, START, END = 0, 1, 3, 4
 VOCAB = {"<pad>": PAD, "<unk>": UNK, "<filler>": 2, "<start>": START, "<end>": END,
          **{word: 5 + index for index, word in enumerate(WORDS)}}
@@ -57,8 +57,7 @@ def build(kind: str, seed: int = 0) -> torch.nn.Module:
     else:
         config = transformers.SiglipConfig(text_config=_text_config(), vision_config=VISION)
         model = transformers.SiglipModel(config)
-    model.config._attn_implementation = "eager"
-    model.set_attn_implementation("eager") if hasattr(model, "set_attn_implementation") else None
+    model.set_attn_implementation("eager")  # so output_attentions returns the softmax weights
     return _perturbed(model, seed)
 
 
