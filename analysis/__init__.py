@@ -26,13 +26,15 @@ from .errors import (
     CheckpointError,
     ImageLoadError,
     ModelLoadError,
+    NoTextTowerError,
+    TextPromptError,
     UnsupportedModelError,
     VitExplorerError,
     WeightsUnavailableError,
 )
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
-from .loading import LoadedViT, load_vit
+from .loading import LoadedCLIP, LoadedViT, load_clip, load_vit
 from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
 from .position import (
@@ -76,6 +78,8 @@ __all__ = [
     "top_mass_mask",
     "load_vit",
     "LoadedViT",
+    "load_clip",
+    "LoadedCLIP",
     "ViTSpec",
     "capture_attention",
     "AttentionRecord",
@@ -122,4 +126,6 @@ __all__ = [
     "ImageLoadError",
     "ArchiveError",
     "AnalysisError",
+    "TextPromptError",
+    "NoTextTowerError",
 ]

@@ -15,6 +15,8 @@ __all__ = [
     "ImageLoadError",
     "ArchiveError",
     "AnalysisError",
+    "TextPromptError",
+    "NoTextTowerError",
 ]
 
 
@@ -48,3 +50,11 @@ class ArchiveError(ImageLoadError):
 
 class AnalysisError(VitExplorerError, ValueError):
     """An analysis was asked for something the captured record cannot give."""
+
+
+class TextPromptError(AnalysisError):
+    """A text prompt (or its token ids) cannot be encoded: empty, no tokenizer, or malformed ids."""
+
+
+class NoTextTowerError(AnalysisError):
+    """Text was asked of an image-only model (a ViT, or a CLIP/SigLIP vision tower alone)."""

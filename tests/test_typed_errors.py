@@ -19,6 +19,7 @@ from analysis import (
     attention_rollout_by_layer,
     capture_attention,
     dataset_attention_distance,
+    load_clip,
     load_image,
     load_vit,
     mean_attention_distance,
@@ -187,6 +188,11 @@ CASES = [
     ("model not a ViT", "not a Vision Transformer", lambda c: load_vit("resnet18", pretrained=False)),
     ("model device unknown", "Unknown device", lambda c: load_vit("demo", device="tpu9")),
     ("model file missing", "not found", lambda c: load_vit("weights.safetensors")),
+    ("two-tower model empty name", "load_clip takes", lambda c: load_clip("")),
+    ("two-tower model of a wrong type", "load_clip takes", lambda c: load_clip(3.5)),
+    ("two-tower model image-only", "image-only", lambda c: load_clip("demo")),
+    ("two-tower model image-only object", "image-only", lambda c: load_clip(c.vit)),
+    ("two-tower model device unknown", "Unknown device", lambda c: load_clip("demo", device="tpu9")),
 ]
 
 
@@ -210,7 +216,7 @@ def test_every_public_function_is_walked():
         "top_mass_mask", "explain", "capture_tokens", "logit_lens", "token_norms", "high_norm_tokens",
         "attention_mass", "feature_pca", "patch_similarity",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
-        "load_image", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
+        "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
         "corresponding_query", "similarity_by_distance", "windowed_rollout",
     }
     source = open(__file__).read()

@@ -2,10 +2,10 @@
 direct logit attribution, head ablation and activation patching."""
 
 from .ablation import ABLATIONS, HeadAblation, cumulative_head_ablation, head_ablation, heads_by_effect
-from .attribution import DirectLogitAttribution, direct_logit_attribution
+from .attribution import DirectLogitAttribution, direct_logit_attribution, output_attribution
 from .dataset import HeadEffectSums, dataset_head_effects
 from .patching import PATCH_POINTS, PatchingResult, activation_patching
 
 __all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect",
-           "DirectLogitAttribution", "direct_logit_attribution", "PATCH_POINTS", "PatchingResult", "activation_patching",
+           "DirectLogitAttribution", "direct_logit_attribution", "output_attribution", "PATCH_POINTS", "PatchingResult", "activation_patching",
            "HeadEffectSums", "dataset_head_effects"]

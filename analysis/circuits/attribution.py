@@ -32,15 +32,18 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..activations import run_with_cache
+from ..activations.points import POOL_NAME
 from ..adapters.registry import block_sites
+from ..checks import check_index
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 from .ablation import check_separable_heads
 
-__all__ = ["DirectLogitAttribution", "direct_logit_attribution"]
+__all__ = ["DirectLogitAttribution", "direct_logit_attribution", "output_attribution", "head_output_vectors"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ class DirectLogitAttribution:
         constant: ``(B,)`` the norms' shifts ``β`` and the head's bias, through the readout.
         target_logit: ``(B,)`` the model's own logit (or logit difference) being decomposed.
         targets: ``(B,)`` the class, or ``(B, 2)`` the pair ``(a, b)`` of ``logit_a − logit_b``.
+        heads_by_source: ``(B, L, heads, T)`` the same head terms by the token each head *read*
+            (the key position: ``c_{l,h,s} = Σ_q P_{l,h}[q, s] · r_q(γ_l ⊙ W_O[:, h] v_{l,h,s})``),
+            when asked for (``by_source=True``), else ``None``. Summed over tokens it equals
+            ``heads`` summed over tokens.
+        pool_mlp: ``(B,)`` an attention-pooling head's MLP branch ``mlp(norm(a))`` along the target,
+            a remainder not split over the parts (``attention_pool=True`` only), else ``None``.
 
     ``embedding.sum(-1) + heads.sum((1, 2, 3)) + head_bias.sum((1, 2)) + mlps.sum((1, 2)) +
     constant`` equals ``target_logit`` (float rounding; tested at 1e-4).
@@ -68,11 +77,14 @@ class DirectLogitAttribution:
     constant: torch.Tensor
     target_logit: torch.Tensor
     targets: torch.Tensor
+    heads_by_source: torch.Tensor | None = None
+    pool_mlp: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term (equals ``target_logit``)."""
-        return (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
-                + self.mlps.sum((1, 2)) + self.constant)
+        total = (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
+                 + self.mlps.sum((1, 2)) + self.constant)
+        return total if self.pool_mlp is None else total + self.pool_mlp
 
     def per_head(self) -> torch.Tensor:
         """``(B, L, heads)`` each head's term summed over tokens."""
@@ -96,56 +108,141 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
     rounding; a lower precision would break the decomposition by more than its checks allow.
     """
     refuse_windowed(vit, "direct_logit_attribution")
-    model, spec = vit.model, vit.spec
+    spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Direct logit attribution needs class scores; this model has a {spec.head} head.")
-    check_separable_heads(vit, "direct_logit_attribution")
+
+    def class_weights(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
+        weights = F.one_hot(targets, logits.shape[-1]).float()  # (B, classes)
+        if versus is None:
+            return weights, targets
+        versus_targets = resolve_targets(versus, logits.cpu(), spec).to(logits.device)
+        return weights - F.one_hot(versus_targets, logits.shape[-1]).float(), torch.stack([targets, versus_targets], -1)
+
+    return output_attribution(vit, pixels, class_weights, what="direct_logit_attribution")
+
+
+def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution",
+                       by_source: bool = False, attention_pool: bool = False) -> DirectLogitAttribution:
+    """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
+    direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
+    picks the weights from the real forward pass (a class's one-hot row; an image–text score's
+    text direction) and names what ``targets`` records. Needs a linear readout (class or
+    embedding head); ``target_logit`` is ``y``. ``by_source``: also split each head's term over
+    the tokens it attended to (``heads_by_source``; Gandelsman et al. 2024's spatial decomposition).
+    ``attention_pool``: read an attention-pooling head with its probabilities frozen, its MLP
+    branch a named remainder (``pool_mlp``; see :class:`_Readout`); else such a head is refused.
+
+    The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
+    rounding; a lower precision would break the decomposition by more than its checks allow.
+    """
+    refuse_windowed(vit, what)
+    model, spec = vit.model, vit.spec
+    check_separable_heads(vit, what)
     layers = spec.num_layers
     names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
     names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
+    if by_source:
+        names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.probs", "attn.v")]
+    pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
+    if pooled_by_attention:
+        names.append(POOL_NAME)
     cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
     logits = cache.logits.float()
-    targets = resolve_targets(target, logits.cpu(), spec).to(logits.device)
-    versus_targets = None if versus is None else resolve_targets(versus, logits.cpu(), spec).to(logits.device)
+    weights, targets = weights_of(logits)
+    weights = weights.float().to(logits.device)
 
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec)
-        direction, offset = readout.direction(targets, versus_targets)  # (B, D) head rows, (B,) head bias
+        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec, attention_pool=attention_pool,
+                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
+        direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
-        heads, head_bias, mlps = [], [], []
+        heads, head_bias, mlps, by_sources = [], [], [], []
+        reads = readout.per_token_direction(direction) if by_source else None  # (B, T, D)
         for layer, site in enumerate(sites):
-            z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
-            weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
-            scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
-            per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:]))  # (B, heads, T, D)
-            per_head = per_head * scale
-            bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
-            branch = cache[f"blocks.{layer}.attn.out"].float()
-            error = (per_head.sum(1) + bias_term - branch).abs().max()
-            if float(error) > 1e-4 * (1.0 + float(branch.abs().max())):
-                raise AnalysisError(
-                    f"Block {layer}'s attention branch ({type(model.blocks[layer]).__name__}) is not a sum of its heads' "
-                    f"outputs through the projection (off by {float(error):.2g}; post-norm blocks normalise it): "
-                    "per-head direct logit attribution is not defined for this model."
-                )
+            per_head, bias_term, weight, scale = _head_parts(model, cache, layer, site)
             heads.append(torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1))  # (B, heads, T)
+            if reads is not None:
+                by_sources.append(_by_source(cache, layer, weight, scale, reads))
             head_bias.append(project(bias_term))
             mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
         embedding = project(cache["blocks.0.resid_pre"])
         constant = readout.constant(direction) + offset
-    target_logit = logits.gather(1, targets[:, None])[:, 0]
-    if versus_targets is not None:
-        target_logit = target_logit - logits.gather(1, versus_targets[:, None])[:, 0]
-    result = DirectLogitAttribution(
+        pool_mlp = readout.pool_remainder(direction)
+    return DirectLogitAttribution(
         embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
-        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=target_logit.cpu(),
-        targets=(targets if versus_targets is None else torch.stack([targets, versus_targets], -1)).cpu(),
+        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=(weights * logits).sum(-1).cpu(),
+        targets=torch.as_tensor(targets).cpu(),
+        heads_by_source=torch.stack(by_sources, 1).cpu() if by_sources else None,
+        pool_mlp=None if pool_mlp is None else pool_mlp.cpu(),
     )
-    return result
+
+
+def _by_source(cache, layer: int, weight: torch.Tensor, scale, reads: torch.Tensor) -> torch.Tensor:
+    """``(B, heads, T)``: block ``layer``'s head terms by the key token each head read,
+    ``Σ_q P[h, q, s] · (γ ⊙ W_O[:, h] v[h, s]) · g_q`` with ``g_q`` (``reads``, ``(B, T, D)``) the
+    readout's linear map at query token ``q``."""
+    probs = cache[f"blocks.{layer}.attn.probs"].float()  # (B, heads, T, T)
+    values = cache[f"blocks.{layer}.attn.v"].float()  # (B, kv_heads, T, d)
+    heads = probs.shape[1]
+    if values.shape[1] != heads:  # grouped-query values, repeated per head
+        values = values.repeat_interleave(heads // values.shape[1], dim=1)
+    written = torch.einsum("bhsd,ehd->bhse", values, weight.float().unflatten(1, (heads, values.shape[-1]))) * scale
+    read = torch.einsum("bhse,bqe->bhqs", written, reads)  # (B, heads, T_query, T_key)
+    return (read * probs).sum(2)
+
+
+def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_pool: bool = False) -> torch.Tensor:
+    """``(B, len(layers), heads, outputs)``: each head's direct contribution to the model's output
+    vector (an embedding, or the logits), summed over the tokens it wrote to, through the readout
+    with its norms' scales frozen and without their shifts (module docstring): the vectors that
+    :func:`output_attribution` reads along one direction. ``layers``: model layer indices (``None``:
+    every layer). ``attention_pool``: as :func:`output_attribution`."""
+    refuse_windowed(vit, "head_output_vectors")
+    model, spec = vit.model, vit.spec
+    check_separable_heads(vit, "head_output_vectors")
+    last = spec.num_layers - 1
+    layers = list(range(spec.num_layers)) if layers is None else [check_index("layer", l, spec.num_layers, "layers")
+                                                                   for l in layers]
+    names = [f"blocks.{last}.resid_post"] + [f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")]
+    pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
+    if pooled_by_attention:
+        names.append(POOL_NAME)
+    cache = run_with_cache(vit, pixels, names=list(dict.fromkeys(names)), precision="float32", to_cpu=False)
+    sites = block_sites(model)
+    with torch.no_grad():
+        readout = _Readout(model, cache[f"blocks.{last}.resid_post"].float(), spec, attention_pool=attention_pool,
+                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
+        vectors = []
+        for layer in layers:
+            per_head = _head_parts(model, cache, layer, sites[layer])[0]  # (B, heads, T, D)
+            vectors.append(torch.stack([readout.vector(per_head[:, h]) for h in range(per_head.shape[1])], 1))
+    return torch.stack(vectors, 1).cpu()
 
 
 # --------------------------------------------------------------------------- model pieces
+
+
+def _head_parts(model: nn.Module, cache, layer: int, site):
+    """Block ``layer``'s attention branch split by head: ``(B, heads, T, D)`` each head's output
+    ``γ ⊙ W_O[:, h] z_h``, ``(B, T, D)`` the projection bias term, the projection weight and the
+    layer scale; checked to sum to the branch the block added."""
+    z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
+    weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
+    scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
+    per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:])) * scale  # (B, heads, T, D)
+    bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
+    branch = cache[f"blocks.{layer}.attn.out"].float()
+    error = (per_head.sum(1) + bias_term - branch).abs().max()
+    if float(error) > 1e-4 * (1.0 + float(branch.abs().max())):
+        raise AnalysisError(
+            f"Block {layer}'s attention branch ({type(model.blocks[layer]).__name__}) is not a sum of its heads' "
+            f"outputs through the projection (off by {float(error):.2g}; post-norm blocks normalise it): "
+            "per-head direct logit attribution is not defined for this model."
+        )
+    return per_head, bias_term, weight, scale
 
 
 def _projection(attention: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,17 +265,28 @@ def _layer_scale(block: nn.Module):
 
 class _Readout:
     """The model's readout ``head(fc_norm(pool(norm(x))))`` with both norms' scales frozen at
-    their values on ``final`` ``(B, T, D)``, the last block's output; checked against the model."""
+    their values on ``final`` ``(B, T, D)``, the last block's output; checked against the model.
 
-    def __init__(self, model: nn.Module, final: torch.Tensor, spec) -> None:
+    ``attention_pool=True`` also reads an attention-pooling head (SigLIP's ``map``: one learned
+    probe ``q`` over the tokens, ``a = W_proj·concat_h(Σ_t P[h, t]·W_v,h·x̂_t) + b``, then
+    ``a + mlp(norm(a))``) with its probabilities ``P`` (``pool_probs``, the forward pass's
+    ``pool.probs``) frozen at their values on this input: ``a``
+    is then linear in the tokens, and ``mlp(norm(a))`` is one named remainder (:meth:`pool_remainder`),
+    not split over the parts."""
+
+    def __init__(self, model: nn.Module, final: torch.Tensor, spec, *, attention_pool: bool = False,
+                 pool_probs: torch.Tensor | None = None) -> None:
         self.model = model
-        if getattr(model, "attn_pool", None) is not None:
+        self.pool = getattr(model, "attn_pool", None)
+        if self.pool is not None and not attention_pool:
             raise AnalysisError("This model pools its tokens with attention (a 'map' head), which is not linear: "
                                 "direct logit attribution is not defined for it.")
-        pool = getattr(model, "global_pool", "token")
         tokens = final.shape[1]
         weights = torch.zeros(tokens, device=final.device)  # (T,) the pooling's weight on each token
-        if pool == "token":
+        pool = getattr(model, "global_pool", "token")
+        if self.pool is not None:
+            weights[:] = 1.0  # unused: the probe's probabilities weigh the tokens
+        elif pool == "token":
             weights[0] = 1.0
         elif pool == "avg":
             first = 0 if getattr(model, "pool_include_prefix", False) else spec.num_prefix_tokens
@@ -188,10 +296,15 @@ class _Readout:
         self.weights = weights
         self.norm, self.fc_norm = self._norm(getattr(model, "norm", None)), self._norm(getattr(model, "fc_norm", None))
         self.norm_scale = self._scale(self.norm, final)  # (B, T, 1)
-        pooled = torch.einsum("btd,t->bd", self._apply(self.norm, final, self.norm_scale), weights)
+        normed = self._apply(self.norm, final, self.norm_scale)  # (B, T, D): the norm, exactly
+        if self.pool is not None:
+            pooled = self._read_attention_pool(normed, pool_probs)
+        else:
+            pooled = torch.einsum("btd,t->bd", normed, weights)
         self.fc_scale = self._scale(self.fc_norm, pooled)  # (B, 1)
         self.head = getattr(model, "head", None)
-        if not isinstance(self.head, nn.Linear) or getattr(model, "head_dist", None) is not None:
+        embedding_identity = isinstance(self.head, nn.Identity) and attention_pool
+        if not (isinstance(self.head, nn.Linear) or embedding_identity) or getattr(model, "head_dist", None) is not None:
             raise AnalysisError(f"{type(model).__name__}'s head is not one linear layer on the pooled token "
                                 "(e.g. a distilled two-head model): direct logit attribution is not defined for it.")
         rebuilt = self.head(self._apply(self.fc_norm, pooled, self.fc_scale))
@@ -200,6 +313,47 @@ class _Readout:
         if real is None or (rebuilt - real).abs().max() > 1e-4 * (1.0 + real.abs().max()):
             raise AnalysisError(f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
                                 "direct logit attribution is not defined for it.")
+
+    def _read_attention_pool(self, normed: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """The pooling head on ``normed`` ``(B, T, D)`` with its probabilities ``probs`` ``(B, heads,
+        probes, T)`` from the same forward pass (the cache's ``pool.probs``): keep ``P`` ``(B, heads, T)``,
+        ``a = W_proj·(P·v) + b`` and the remainder ``mlp(norm(a))`` ``(B, D)``, checked against the
+        head's own output (``a + mlp(norm(a))``). Returns the pooled ``(B, D)``."""
+        pool = self.pool
+        if getattr(pool, "pos_embed", None) is not None or getattr(pool, "pool", "token") != "token" \
+                or pool.latent.shape[1] != 1 or not isinstance(pool.proj, nn.Linear) or not isinstance(pool.kv, nn.Linear):
+            raise AnalysisError("This attention-pooling head (several probes, its own position table, or no linear "
+                                "value and output projections) has no frozen linear form here.")
+        if probs is None:
+            raise AnalysisError("The attention-pooling head's probabilities (pool.probs) were not captured.")
+        self.pool_probs = probs[:, :, 0].float()  # (B, heads, T)
+        a = self._pool_tokens(normed).sum(1) + self._pool_bias()  # (B, D)
+        pooled = pool(normed).float()  # (B, D): the head's own output
+        mlp = getattr(pool, "mlp", None)
+        expected = a if mlp is None else a + mlp(pool.norm(a[:, None]))[:, 0].float()
+        if (expected - pooled).abs().max() > 1e-4 * (1.0 + pooled.abs().max()):
+            raise AnalysisError("The attention-pooling head is not W_proj·(P·v) + b, then + mlp(norm(·)), as read: "
+                                "direct attribution is not defined for it.")
+        self.pool_rest = pooled - a  # (B, D): mlp(norm(a))
+        return pooled
+
+    def _pool_tokens(self, normed: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)``: each token's share of the pooled vector, without shifts: the token or mean
+        pooling weight, or the probe's probabilities through the pooling head's values and projection."""
+        if self.pool is None:
+            return normed * self.weights[None, :, None]
+        dim = normed.shape[-1]
+        heads = self.pool_probs.shape[1]
+        values = normed @ self.pool.kv.weight[dim:].float().T  # (B, T, D) W_v·x̂, no bias
+        weighted = values.unflatten(-1, (heads, -1)) * self.pool_probs.transpose(1, 2)[..., None]  # (B, T, heads, d)
+        return weighted.flatten(-2) @ self.pool.proj.weight.float().T  # (B, T, D)
+
+    def _pool_bias(self) -> torch.Tensor:
+        """``(D,)`` the pooling head's shift from the value bias and the projection bias (``Σ_t P = 1``)."""
+        dim = self.pool.proj.weight.shape[0]
+        value_bias = self.pool.kv.bias[dim:].float() if self.pool.kv.bias is not None else 0.0
+        bias = self.pool.proj.weight.float() @ (value_bias * torch.ones(dim, device=self.pool.proj.weight.device))
+        return bias + (self.pool.proj.bias.float() if self.pool.proj.bias is not None else 0.0)
 
     @staticmethod
     def _norm(module):
@@ -228,32 +382,62 @@ class _Readout:
             out = out + norm.bias
         return out
 
-    def direction(self, targets: torch.Tensor, versus: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(B, D)`` the head's row(s) for each image's target, ``(B,)`` their bias."""
-        weight, bias = self.head.weight, self.head.bias
-        bias = bias if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
-        rows, offset = weight[targets], bias[targets]
-        if versus is not None:
-            rows, offset = rows - weight[versus], offset - bias[versus]
-        return rows.float(), offset.float()
+    def direction(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, D)`` the head's rows weighted by ``weights`` ``(B, outputs)``, ``(B,)`` its bias so
+        weighted (an identity head: ``weights`` themselves, no bias)."""
+        if isinstance(self.head, nn.Identity):
+            return weights, torch.zeros(weights.shape[0], device=weights.device)
+        weight, bias = self.head.weight.float(), self.head.bias
+        bias = bias.float() if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+        return weights @ weight, weights @ bias
 
     def linear(self, part: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
         """``(B, T)``: each token's share of ``part`` ``(B, T, D)`` along ``direction``, through the
         frozen readout without its shifts (the pooling weight folded in per token)."""
-        normed = self._apply(self.norm, part, self.norm_scale, shift=False) * self.weights[None, :, None]
-        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, normed, self.fc_scale_per_token, shift=False), direction)
+        pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False))
+        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False), direction)
+
+    def vector(self, part: torch.Tensor) -> torch.Tensor:
+        """``(B, outputs)``: ``part`` ``(B, T, D)`` through the frozen readout without its shifts,
+        summed over tokens (before the head's bias)."""
+        pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False)).sum(1, keepdim=True)
+        pooled = self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False)[:, 0]  # (B, D)
+        return pooled if isinstance(self.head, nn.Identity) else pooled @ self.head.weight.float().T
+
+    def per_token_direction(self, direction: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)`` ``g`` with ``linear(part, direction)[b, t] = part[b, t] · g[b, t]``: the
+        readout's linear map (frozen norms, pooling weights) as one vector per token, read off as
+        the gradient of a linear function (exact)."""
+        with torch.enable_grad():
+            probe = torch.zeros(direction.shape[0], self.weights.shape[0], direction.shape[-1], device=direction.device,
+                                requires_grad=True)
+            (gradient,) = torch.autograd.grad(self.linear(probe, direction).sum(), probe)
+        return gradient
 
     @property
     def fc_scale_per_token(self):
         return None if self.fc_scale is None else self.fc_scale[:, None, :]  # (B, 1, 1)
 
     def constant(self, direction: torch.Tensor) -> torch.Tensor:
-        """``(B,)``: the norms' shifts through the rest of the readout, along ``direction``."""
+        """``(B,)``: the norms' shifts (and an attention-pooling head's biases) through the rest of
+        the readout, along ``direction``."""
         dim = direction.shape[-1]
         shift = torch.zeros(direction.shape[0], 1, dim, device=direction.device)
-        if self.norm is not None and self.norm.bias is not None:
-            shift = shift + self.norm.bias.float() * float(self.weights.sum())
+        beta = self.norm.bias.float() if self.norm is not None and self.norm.bias is not None else None
+        if self.pool is not None:
+            values = 0.0 if beta is None else self.pool.proj.weight.float() @ (self.pool.kv.weight[dim:].float() @ beta)
+            shift = shift + values + self._pool_bias()
+        elif beta is not None:
+            shift = shift + beta * float(self.weights.sum())
         pooled = self._apply(self.fc_norm, shift, self.fc_scale_per_token, shift=False)[:, 0]
         if self.fc_norm is not None and self.fc_norm.bias is not None:
             pooled = pooled + self.fc_norm.bias.float()
         return (pooled * direction).sum(-1)
+
+    def pool_remainder(self, direction: torch.Tensor) -> torch.Tensor | None:
+        """``(B,)`` an attention-pooling head's ``mlp(norm(a))`` along ``direction`` (through the
+        frozen ``fc_norm``), or ``None`` without one."""
+        if self.pool is None:
+            return None
+        rest = self._apply(self.fc_norm, self.pool_rest[:, None], self.fc_scale_per_token, shift=False)[:, 0]
+        return (rest * direction).sum(-1)

@@ -27,7 +27,7 @@ from ..spec import LayerGeometry, ViTSpec
 
 __all__ = [
     "AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients",
-    "last_stage_gradients",
+    "last_stage_gradients", "output_attention_gradients", "block_input_score_gradients",
 ]
 
 
@@ -106,6 +106,23 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     :mod:`analysis.adapters.base`), so ``A`` is exactly what produced the logits.
     """
     spec, pixels = _prepare(vit, pixels)
+    chosen: list[torch.Tensor] = []
+    attentions, gradients, logits = _attention_gradients_of(vit, pixels, _class_score(target, spec, chosen), precision)
+    return AttentionGradients(attentions=attentions, gradients=gradients, logits=logits, targets=chosen[0], spec=spec)
+
+
+def output_attention_gradients(vit, pixels: torch.Tensor, score, *,
+                               precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Like :func:`attention_gradients` for any scalar ``y = score(output)`` of the model's output
+    ``(B, outputs)`` (an embedding tower too: e.g. an image–text score). Returns ``(L, B, heads, T, T)``
+    attentions, ``(L, B, heads, T, T)`` ``∂y/∂A`` and the ``(B, outputs)`` output, float32 on the CPU."""
+    refuse_windowed(vit, "Gradients of attention over all tokens (output_attention_gradients)")
+    input_spec(vit, pixels)
+    pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
+    return _attention_gradients_of(vit, pixels, score, precision)
+
+
+def _attention_gradients_of(vit, pixels: torch.Tensor, score, precision: str):
     sites = block_sites(vit.model)
     kept: dict[int, torch.Tensor] = {}
 
@@ -115,26 +132,21 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     layers = [site.layer for site in sites]
     with torch.enable_grad(), attention_taps(vit.model, layers, keep, differentiable=True):
         with autocast_context(vit.device, precision):
-            logits = vit.model(pixels)
+            output = vit.model(pixels)
         require_every_layer(layers, kept)
-        targets = resolve_targets(target, logits.detach(), spec)
         probabilities = [kept[layer] for layer in layers]
-        gradients = torch.autograd.grad(_score(logits, targets), probabilities, allow_unused=True)
+        gradients = torch.autograd.grad(score(output), probabilities, allow_unused=True)
     gradients = [torch.zeros_like(p) if g is None else g for p, g in zip(probabilities, gradients)]
-    return AttentionGradients(
-        attentions=torch.stack([p.detach().float().cpu() for p in probabilities]),
-        gradients=torch.stack([g.detach().float().cpu() for g in gradients]),
-        logits=logits.detach().float().cpu(),
-        targets=targets,
-        spec=spec,
-    )
+    return (torch.stack([p.detach().float().cpu() for p in probabilities]),
+            torch.stack([g.detach().float().cpu() for g in gradients]), output.detach().float().cpu())
 
 
-def _gradient_at(vit, pixels: torch.Tensor, module: nn.Module, read: str, target, spec: ViTSpec, precision: str,
+def _gradient_at(vit, pixels: torch.Tensor, module: nn.Module, read: str, score, precision: str,
                  what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(X, ∂y/∂X, targets)``: ``X`` the input (``read="input"``) or output of ``module`` in one
-    forward pass, ``y`` each image's target score, both float32 on the CPU. A hook for this call
-    and this thread only, removed in ``finally``; ``what`` names the module if it runs other than once."""
+    """``(X, ∂y/∂X, output)``: ``X`` the input (``read="input"``) or output of ``module`` in one
+    forward pass, ``y = score(output)`` a scalar of the model's output, all float32 on the CPU. A
+    hook for this call and this thread only, removed in ``finally``; ``what`` names the module if
+    it runs other than once."""
     owner = threading.get_ident()
     seen: list[torch.Tensor] = []
 
@@ -146,14 +158,23 @@ def _gradient_at(vit, pixels: torch.Tensor, module: nn.Module, read: str, target
     try:
         with torch.enable_grad():
             with autocast_context(vit.device, precision):
-                logits = vit.model(pixels)
+                output = vit.model(pixels)
             if len(seen) != 1:
                 raise AnalysisError(f"{what} ran {len(seen)} times in one forward pass, expected once.")
-            targets = resolve_targets(target, logits.detach(), spec)
-            (gradient,) = torch.autograd.grad(_score(logits, targets), [seen[0]])
+            (gradient,) = torch.autograd.grad(score(output), [seen[0]])
     finally:
         handle.remove()
-    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), targets
+    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), output.detach().float().cpu()
+
+
+def _class_score(target, spec: ViTSpec, chosen: list):
+    """``score(logits)`` of the target classes (``None``: the prediction of this very pass),
+    appending the resolved ``(B,)`` targets to ``chosen``."""
+    def score(logits: torch.Tensor) -> torch.Tensor:
+        chosen.append(resolve_targets(target, logits.detach(), spec))
+        return _score(logits, chosen[-1])
+
+    return score
 
 
 def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
@@ -163,9 +184,21 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     spec, pixels = _prepare(vit, pixels)
     sites = block_sites(vit.model)
     site = sites[layer]
-    activation, gradient, targets = _gradient_at(vit, pixels, site.module, "input", target, spec, precision,
-                                                 f"Block {site.layer}'s attention")
-    return activation, gradient, targets, spec
+    chosen: list[torch.Tensor] = []
+    activation, gradient, _ = _gradient_at(vit, pixels, site.module, "input", _class_score(target, spec, chosen), precision,
+                                           f"Block {site.layer}'s attention")
+    return activation, gradient, chosen[0], spec
+
+
+def block_input_score_gradients(vit, pixels: torch.Tensor, score, *, layer: int = -1,
+                                precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Like :func:`block_input_gradients` for any scalar ``y = score(output)`` of the model's
+    output (an embedding tower too): ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B, outputs)`` output."""
+    refuse_windowed(vit, "block_input_score_gradients")
+    input_spec(vit, pixels)
+    pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
+    site = block_sites(vit.model)[layer]
+    return _gradient_at(vit, pixels, site.module, "input", score, precision, f"Block {site.layer}'s attention")
 
 
 def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,6 +256,7 @@ def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
     if not spec.is_windowed:
         raise AnalysisError("last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients.")
     geometry = spec.geometry(spec.num_layers - 1)
-    activation, gradient, targets = _gradient_at(vit, pixels, _last_block_norm(vit), "output", target, spec, precision,
-                                                 "The last block's norm")
-    return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), targets, geometry
+    chosen: list[torch.Tensor] = []
+    activation, gradient, _ = _gradient_at(vit, pixels, _last_block_norm(vit), "output", _class_score(target, spec, chosen),
+                                           precision, "The last block's norm")
+    return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), chosen[0], geometry

@@ -33,6 +33,7 @@ __all__ = [
     "chefer_relevance",
     "relevance_from_gradients",
     "grad_cam",
+    "grad_cam_from",
     "input_x_gradient",
     "integrated_gradients",
     "explanation_grid",
@@ -160,9 +161,15 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
         weights = gradients.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, C)
         return (activations * weights).sum(-1).clamp(min=0).float(), targets
     activations, gradients, targets, spec = block_input_gradients(vit, pixels, target)
+    return grad_cam_from(activations, gradients, spec), targets
+
+
+def grad_cam_from(activations: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """Grad-CAM's rule on ``(B, T, D)`` token activations and their gradient:
+    ``map[p] = ReLU(Σ_c mean_patches(∂y/∂X)[c] · X[p, c])`` over the patch tokens, ``(B, gh, gw)``."""
     patches, patch_gradients = spec.split_prefix(activations, 1)[1], spec.split_prefix(gradients, 1)[1]  # (B, N, D)
     weights = patch_gradients.mean(1, keepdim=True)  # (B, 1, D)
-    return _grid((patches * weights).sum(-1).clamp(min=0), spec), targets
+    return _grid((patches * weights).sum(-1).clamp(min=0), spec)
 
 
 def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:

@@ -37,8 +37,9 @@ from .families import SUPPORTED_FAMILIES, is_embedding_tower
 from .files import looks_like_file, model_from_file, model_from_timm_folder, read_folder_config
 from .loaded import LoadedViT, wrap_model
 from .timm_source import model_from_timm_name
+from .two_tower import LoadedCLIP, TextEncoding, load_clip
 
-__all__ = ["LoadedViT", "load_vit", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES"]
+__all__ = ["LoadedViT", "load_vit", "LoadedCLIP", "TextEncoding", "load_clip", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES"]
 
 DEMO_MODEL_DIR = asset_path("demo_vit")
 # The bundled demo models by name: (folder, the command that trains it again).

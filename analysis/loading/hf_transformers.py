@@ -29,7 +29,9 @@ from . import hf_swin
 from .assemble import ConcatLinear, finish, shared_linear, skeleton
 from .loaded import LoadedViT, wrap_model
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "preprocessing_config"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "preprocessing_config", "read_preprocessor",
+]
 
 SUPPORTED_MODEL_TYPES = (
     "vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip", "siglip_vision_model",
@@ -339,14 +341,18 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
         model = model_class.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
-    preprocessor = None
-    preprocessor_path = folder / "preprocessor_config.json"
-    if preprocessor_path.is_file():
-        try:
-            preprocessor = json.loads(preprocessor_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"Could not read {preprocessor_path}: {exc}") from exc
-    return wrap_hf(model, name, device, preprocessor=preprocessor, **options)
+    return wrap_hf(model, name, device, preprocessor=read_preprocessor(folder), **options)
+
+
+def read_preprocessor(folder: Path) -> dict | None:
+    """The folder's ``preprocessor_config.json`` as a dict, or ``None`` when it has none."""
+    path = folder / "preprocessor_config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"Could not read {path}: {exc}") from exc
 
 
 def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **options) -> LoadedViT:

@@ -1,0 +1,196 @@
+"""Where in the image does this text match? Maps of one prompt's image–text score.
+
+    >>> explanation = explain_text(clip, pixels, "a photo of a dog", method="chefer")
+    >>> explanation.maps      # (B, gh, gw) float32 on the patch grid, prefix tokens dropped
+
+The explained quantity is always the model's own score ``s = exp(t)·cos(u, v) + b`` of each
+image with the prompt (:meth:`~analysis.loading.LoadedCLIP.logits`), differentiated with
+``torch.autograd.grad`` through the image tower's capture path (:mod:`analysis.explanations.gradients`);
+the text embedding ``v`` is a constant. Methods (formulas and sources on each function):
+
+* ``"chefer"``: Chefer et al. 2021b relevance of the score (:func:`chefer_text`);
+* ``"gradcam"``: Grad-CAM of the score on the last block's attention input (:func:`gradcam_text`);
+* ``"patch_text"``: each patch token through the final norm and projection, cosine with the text (:func:`patch_text`);
+* ``"decomposition"``: each patch's direct contribution through every head (:func:`decomposition_text`);
+* ``"legrad"``: LeGrad, the positive gradients of each late layer's own score (:mod:`analysis.text.legrad`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..activations import run_with_cache
+from ..capture import input_spec
+from ..errors import AnalysisError
+from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
+from ..explanations.methods import _refuse_global_token_method, grad_cam_from, relevance_from_gradients
+from ..spec import ViTSpec
+from .decomposition import TextDecomposition, text_decomposition
+from .legrad import legrad_text
+from .prompts import one_prompt, require_clip, score_of
+
+__all__ = ["TEXT_METHODS", "TextExplanation", "explain_text", "chefer_text", "gradcam_text", "patch_text",
+           "decomposition_text", "token_embeddings"]
+
+
+@dataclass(frozen=True)
+class TextExplanation:
+    """One prompt's map over each image.
+
+    Attributes:
+        maps: ``(B, gh, gw)`` float32 on the patch grid (prefix tokens dropped).
+        scores: ``(B,)`` the model's score ``exp(t)·cos(u, v) + b`` of each image with the prompt.
+        method: the method's name.
+        prompt: the prompt (``None`` when token ids were given).
+        readout: which token's relevance the map reads (``"chefer"``), or what the map's values are.
+        notices: what was done to the prompt (truncated to the text tower's length).
+        decomposition: the full :class:`TextDecomposition` (``"decomposition"`` only).
+    """
+
+    maps: torch.Tensor
+    scores: torch.Tensor
+    method: str
+    prompt: str | None
+    readout: str
+    notices: tuple[str, ...] = ()
+    decomposition: TextDecomposition | None = None
+
+
+def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """``(B, T)`` per token -> ``(B, gh, gw)`` over the patches, float32 on the CPU."""
+    return spec.split_prefix(values, 1)[1].float().cpu().reshape(values.shape[0], *spec.grid_size)
+
+
+def _chefer_readout(spec: ViTSpec) -> str:
+    if spec.has_class_token:
+        return "the class token's row of R (the token the image embedding is read from)"
+    return ("the mean of the patch tokens' rows of R (this model has no class token; its pooling head reads every "
+            "patch)")
+
+
+def chefer_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Chefer et al. 2021b ("Generic Attention-model Explainability for Interpreting Bi-Modal and
+    Encoder-Decoder Transformers", eq. 5-6; Transformer-MM-Explainability's CLIP notebook) on the
+    image–text score ``s``:
+
+        R⁰ = I (T×T);   Āˡ = E_h[(∂s/∂Aˡ ⊙ Aˡ)⁺];   Rˡ = Rˡ⁻¹ + Āˡ·Rˡ⁻¹
+
+    over every block of the image tower (:func:`~analysis.explanations.relevance_from_gradients`,
+    the rule the class explanations use). The map is the class token's row of R over the patches;
+    a model without a class token (SigLIP, pooled by attention over every token) gives the mean of
+    the patch tokens' rows. Returns ``(maps (B, gh, gw), scores (B,), readout)``."""
+    vit = clip.image
+    _refuse_global_token_method(vit, "chefer")
+    spec = input_spec(vit, pixels)
+    attentions, gradients, output = output_attention_gradients(vit, pixels, score_of(clip, text.embeddings))
+    scores = clip.logits(output, text.embeddings)[:, 0]
+    return relevance_from_gradients(attentions, gradients, spec), scores, _chefer_readout(spec)
+
+
+def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Grad-CAM (Selvaraju et al. 2017) of the image–text score ``s`` on the patch tokens of the
+    last block's attention input ``X`` (after its norm), as the class Grad-CAM
+    (:func:`~analysis.explanations.methods.grad_cam_from`):
+
+        w_c = mean_patches ∂s/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
+    """
+    vit = clip.image
+    spec = input_spec(vit, pixels)
+    activations, gradients, output = block_input_score_gradients(vit, pixels, score_of(clip, text.embeddings))
+    scores = clip.logits(output, text.embeddings)[:, 0]
+    return grad_cam_from(activations, gradients, spec), scores, "ReLU of the gradient-weighted last attention input"
+
+
+def token_embeddings(model: torch.nn.Module, final: torch.Tensor) -> torch.Tensor:
+    """``(B, T, E)``: every token of the last block's output ``final`` ``(B, T, D)`` read out on
+    its own, by the model's own modules: its final norm, then
+
+    * a token or mean pooling model (CLIP): ``fc_norm`` and the head (the projection) per token;
+    * an attention-pooling head (SigLIP): the pooling head applied to that token alone, i.e. the
+      embedding the head gives when its probe attends only to that token (softmax over one key
+      is 1), then ``fc_norm`` and the head. (MaskCLIP, Zhou et al. 2022, reads CLIP's attention
+      pool the same way.)
+    """
+    batch, tokens, dim = final.shape
+    normed = model.norm(final)
+    pool = getattr(model, "attn_pool", None)
+    if pool is not None:
+        if getattr(pool, "pos_embed", None) is not None:
+            raise AnalysisError("This attention-pooling head adds its own position table: a token cannot be read alone.")
+        normed = pool(normed.reshape(batch * tokens, 1, dim)).reshape(batch, tokens, -1)
+    elif getattr(model, "global_pool", "token") not in ("token", "avg"):
+        raise AnalysisError(f"Pooling {getattr(model, 'global_pool', None)!r} has no per-token reading.")
+    return model.head(getattr(model, "head_drop", torch.nn.Identity())(model.fc_norm(normed)))
+
+
+def patch_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Each patch token of the last block, projected into the joint space by the image tower's
+    own readout (:func:`token_embeddings`: final norm, projection; SigLIP's pooling head on that
+    token alone), compared with the text:
+
+        map[p] = cos(readout(x_L[p]), v)      ∈ [−1, 1]
+
+    (the dense reading of CLIP features of MaskCLIP, Zhou et al. 2022, and Gandelsman et al. 2024's
+    spatial decomposition read at the last layer). Not scaled by ``exp(t)``: a cosine."""
+    vit = clip.image
+    spec = input_spec(vit, pixels)
+    last = f"blocks.{spec.num_layers - 1}.resid_post"
+    cache = run_with_cache(vit, pixels, names=[last], precision="float32", to_cpu=False)
+    with torch.no_grad():
+        per_token = token_embeddings(vit.model, cache[last].float())  # (B, T, E)
+        direction = F.normalize(text.embeddings.to(per_token.device), dim=-1)[0]  # (E,)
+        cosines = F.normalize(per_token, dim=-1) @ direction  # (B, T)
+        scores = clip.logits(cache.logits.float(), text.embeddings)[:, 0]
+    return _grid(cosines, spec), scores.cpu(), "cosine of each patch's own embedding with the text embedding"
+
+
+def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str, TextDecomposition]:
+    """The score's direct contributions through every head (:func:`~analysis.text.text_decomposition`),
+    by the patch each head attended to, summed over layers and heads:
+    ``map[s] = Σ_l Σ_h Σ_q P_{l,h}[q, s] · w·R(γ_l ⊙ W_O[:, h] v_{l,h,s})`` (Gandelsman et al. 2024's
+    spatial decomposition; the query ``q`` is the token the readout reads: CLIP's class token, every
+    token a SigLIP's pooling probe attends to, by its frozen probabilities).
+    Signed, in units of the score."""
+    decomposition = text_decomposition(clip, pixels, text)
+    per_token = decomposition.terms.heads_by_source.sum((1, 2))  # (B, T)
+    return (_grid(per_token, decomposition.spec), decomposition.score,
+            "each patch's direct contribution through every head that read it, summed over layers and heads", decomposition)
+
+
+#: method -> function ``(clip, pixels, text) -> (maps, scores, readout[, decomposition])``.
+TEXT_METHODS = {
+    "chefer": chefer_text,
+    "gradcam": gradcam_text,
+    "patch_text": patch_text,
+    "decomposition": decomposition_text,
+    "legrad": legrad_text,
+}
+
+
+def explain_text(clip, pixels: torch.Tensor, prompt, method: str = "chefer", **options) -> TextExplanation:
+    """A ``(B, gh, gw)`` map of where each image matches ``prompt`` (a string, or one row of token
+    ids), by ``method`` (one of :data:`TEXT_METHODS`), with the model's score and any notice
+    about the prompt (truncation). ``options`` go to the method (``"legrad"``: ``layers``, how
+    many of the last blocks it reads). Raises NoTextTowerError for an image-only model and
+    TextPromptError for an empty prompt."""
+    clip = require_clip(clip, "explain_text")
+    if method not in TEXT_METHODS:
+        raise AnalysisError(f"Unknown text explanation method {method!r}; use one of {', '.join(TEXT_METHODS)}.")
+    function = TEXT_METHODS[method]
+    accepted = [p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no options"
+        raise AnalysisError(f"method={method!r} does not accept {', '.join(unknown)}: it {takes}.")
+    input_spec(clip.image, pixels)
+    text = one_prompt(clip, prompt)
+    maps, scores, readout, *rest = function(clip, pixels, text, **options)
+    return TextExplanation(
+        maps=maps.float().cpu(), scores=scores.detach().float().cpu(), method=method,
+        prompt=text.prompts[0] if text.prompts else None, readout=readout, notices=text.notices,
+        decomposition=rest[0] if rest else None,
+    )
