@@ -39,7 +39,9 @@ def folders(tmp_path_factory) -> dict[bool, str]:
     for norm in (True, False):
         torch.manual_seed(11 if norm else 12)
         model = transformers.ViTMAEForPreTraining(tiny_config(norm))
-        with torch.no_grad():  # random (not zero) decoder positions and mask token, so they matter
+        with torch.no_grad():  # random (not zero, as transformers builds them) positions and mask token, so they matter
+            model.vit.embeddings.position_embeddings.normal_()
+            model.decoder.decoder_pos_embed.normal_()
             model.decoder.mask_token.normal_(std=0.5)
         folder = tmp_path_factory.mktemp(f"mae_norm{int(norm)}")
         model.save_pretrained(folder)
