@@ -4,8 +4,9 @@
 decoder, eval mode, on its device; not converted, since reconstruction runs the model's own
 forward), the encoder's geometry as a :class:`~analysis.spec.ViTSpec`, its preprocessing and
 the config's ``norm_pix_loss``, patch size and image size. Sources: a ``save_pretrained``
-folder (or ``"local-dir:PATH"``), ``"hf:org/name"`` (local cache, else the hub), or a
-``ViTMAEForPreTraining`` a notebook already holds.
+folder (or ``"local-dir:PATH"``), ``"hf:org/name"`` (local cache, else the hub), ``"demo_mae"`` (the bundled demo MAE in
+``assets/demo_mae``, trained on the demo scenes) or a ``ViTMAEForPreTraining`` a notebook
+already holds.
 
 An MAE *encoder* alone (a timm ``.mae`` model, a Hugging Face ``ViTMAEModel``) cannot
 reconstruct anything: it is refused with a :class:`~analysis.errors.MissingDecoderError` that
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
 from ..loading.hf_transformers import hf_snapshot, preprocessing_config
@@ -29,7 +31,11 @@ from ..loading.loaded import LoadedModel
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
-__all__ = ["LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER"]
+__all__ = ["LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER", "DEMO_MAE_DIR"]
+
+#: The bundled demo MAE (``load_mae("demo_mae")``) and the command that trains it again.
+DEMO_MAE_DIR = asset_path("demo_mae")
+_DEMO_MAE_RETRAIN = "python -m training.train_demo_mae --threads 1"
 
 #: A public MAE that ships its decoder (ViT-B/16, ImageNet-1k, norm_pix_loss).
 MAE_WITH_DECODER = "hf:facebook/vit-mae-base"
@@ -169,7 +175,8 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
 
     Args:
         source: a ``ViTMAEForPreTraining`` object; a ``save_pretrained`` folder or
-            ``"local-dir:PATH"``; or ``"hf:org/name"`` (e.g. ``"hf:facebook/vit-mae-base"``).
+            ``"local-dir:PATH"``; ``"hf:org/name"`` (e.g. ``"hf:facebook/vit-mae-base"``); or
+            ``"demo_mae"``, the bundled demo MAE.
         device: ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
         img_size: the input size to preprocess to (default: the preprocessor's, else the
             config's ``image_size``); other sizes than the model's own run with its own
@@ -183,15 +190,23 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
         return wrap_mae(source, type(source).__name__, None if device is None else resolve_device(device),
                         img_size=img_size)
     if not isinstance(source, (str, os.PathLike)) or not os.fspath(source).strip():
-        raise ModelLoadError(f"load_mae takes a folder, 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}) or a "
+        raise ModelLoadError(f"load_mae takes 'demo_mae', a folder, 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}) or a "
                              f"{_DECODER_ARCHITECTURE} object; got {source!r}.")
     text = os.fspath(source)
     target = resolve_device(device)
+    if text == "demo_mae":
+        if not (DEMO_MAE_DIR / "config.json").is_file():
+            raise ModelLoadError(
+                f"The bundled demo MAE is missing ({DEMO_MAE_DIR}). Restore it from git (`git checkout -- "
+                f"assets/demo_mae`) or reinstall the package, or retrain it with `{_DEMO_MAE_RETRAIN}` (from a "
+                "checkout's root)."
+            )
+        return _load_folder(DEMO_MAE_DIR, text, target, img_size)
     if text.startswith("hf:"):
         return _load_folder(hf_snapshot(text.removeprefix("hf:")), text, target, img_size)
     if text.startswith("local-dir:") or Path(text).expanduser().is_dir():
         return _load_folder(Path(text.removeprefix("local-dir:")).expanduser(), text, target, img_size)
     if "mae" in text.lower():  # a timm name such as vit_base_patch16_224.mae
         raise _no_decoder(repr(text))
-    raise ModelLoadError(f"load_mae cannot open {text!r}: pass a {_DECODER_ARCHITECTURE} save_pretrained folder or "
-                         f"'hf:org/name' (e.g. {MAE_WITH_DECODER!r}).")
+    raise ModelLoadError(f"load_mae cannot open {text!r}: pass 'demo_mae', a {_DECODER_ARCHITECTURE} save_pretrained "
+                         f"folder or 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}).")
