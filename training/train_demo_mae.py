@@ -121,6 +121,21 @@ def held_out_mse(mae, *, scenes: int = 200, seed: int = HELD_OUT_SEED, ratio: fl
     return {"model": model, "baseline": baseline, "reduction": 1.0 - model / baseline}
 
 
+def save_with_original_names(model, out: Path) -> None:
+    """``save_pretrained``, with the decoder's layers under the names of MAE's released checkpoints
+    (``decoder.decoder_layers.N...``, as in ``facebook/vit-mae-base``): transformers 5.25 writes them as
+    ``decoder.decoder_encoder.layer.N...``, which it reads back itself but transformers 4 does not
+    (it would leave the decoder layers random). Every version reads the released names."""
+    from safetensors.torch import load_file, save_file
+
+    model.save_pretrained(out)
+    path = out / "model.safetensors"
+    state = load_file(str(path))
+    renamed = {key.replace("decoder.decoder_encoder.layer.", "decoder.decoder_layers."): value
+               for key, value in state.items()}
+    save_file(renamed, str(path), metadata={"format": "pt"})
+
+
 def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 20000, steps: int = 4000,
               batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05, threads: int = 1,
               log_every: int = 250, log=print) -> dict:
@@ -166,7 +181,7 @@ def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 2000
             sys.stdout.flush()
     model.eval()
     out = Path(out)
-    model.save_pretrained(out)
+    save_with_original_names(model, out)
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
     training_seconds = round(time.time() - started, 1)
     evaluation = held_out_mse(load_mae(out, device="cpu"))
