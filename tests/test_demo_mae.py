@@ -30,6 +30,12 @@ def test_the_demo_mae_is_small_and_has_its_decoder(mae):
     assert type(mae.model).__name__ == "ViTMAEForPreTraining" and not mae.norm_pix_loss
     assert mae.spec.img_size == (48, 48) and mae.spec.grid_size == (8, 8)
     assert mae.preprocessing.mean == (0.5, 0.5, 0.5) and mae.preprocessing.std == (0.25, 0.25, 0.25)
+    # the released checkpoints' names (transformers 4 reads no other name for the decoder's layers)
+    from safetensors import safe_open
+
+    keys = list(safe_open(str(ASSET / "model.safetensors"), "pt").keys())
+    assert any(k.startswith("decoder.decoder_layers.0.") for k in keys)
+    assert not [k for k in keys if "decoder_encoder" in k]
 
 
 def test_the_demo_mae_beats_the_mean_colour_baseline_by_30_percent(mae):
