@@ -251,6 +251,13 @@ def test_a_model_without_a_decoder_is_refused_naming_where_to_get_one(folders, t
             load_mae(source, device="cpu")
     with pytest.raises(MissingDecoderError, match="decoder"):
         mae_reconstruct(encoder, pixels_of(NATIVE))
+    import timm
+
+    timm_encoder = timm.create_model("vit_base_patch16_224.mae", pretrained=False, depth=1)
+    with pytest.raises(MissingDecoderError, match="hf:facebook/vit-mae-base"):
+        load_mae(timm_encoder)
+    with pytest.raises(UnsupportedModelError, match="not a masked autoencoder"):
+        load_mae(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1))
 
 
 def test_load_vit_points_an_mae_folder_to_load_mae(folders):

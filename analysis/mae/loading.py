@@ -89,13 +89,18 @@ def _is_pretraining_model(module: nn.Module) -> bool:
     return type(module).__name__ == _DECODER_ARCHITECTURE and hasattr(module, "decoder") and hasattr(module, "vit")
 
 
+def _is_mae_encoder(module: nn.Module) -> bool:
+    """An MAE encoder alone: transformers' ``ViTMAEModel``, or a timm model with an ``mae`` pretrained tag."""
+    tag = (getattr(module, "pretrained_cfg", None) or {}).get("tag") or ""
+    return type(module).__name__ == "ViTMAEModel" or "mae" in str(tag)
+
+
 def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, preprocessor: dict | None = None,
              img_size=None) -> LoadedMAE:
     """Check that ``model`` is a ``ViTMAEForPreTraining``, then wrap it (``device=None``: where it is)."""
     if not _is_pretraining_model(model):
         kind = type(model).__name__
-        if kind == "ViTMAEModel" or "mae" in str(getattr(model, "default_cfg", {}).get("tag", "")) \
-                or "mae" in str(getattr(model, "pretrained_cfg", {}).get("tag", "")):
+        if _is_mae_encoder(model):
             raise _no_decoder(f"{name!r} ({kind})")
         raise UnsupportedModelError(
             f"{name!r} is a {kind}, not a masked autoencoder with a decoder: load_mae needs a Hugging Face "
@@ -123,7 +128,8 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
     spec = ViTSpec(
         patch_size=patch, grid_size=grid, num_prefix_tokens=1, num_layers=int(config.num_hidden_layers),
         num_heads=int(config.num_attention_heads), embed_dim=int(config.hidden_size), img_size=size,
-        has_class_token=True, position_embedding="learned", head="none", num_outputs=0, dynamic_img_size=True,
+        has_class_token=True, position_embedding="learned",  # a table (MAE: fixed sine-cosine), added to each patch
+        head="none", num_outputs=0, dynamic_img_size=True,
         family=type(model).__name__, prefix_names=("class",),
     )
     data_config = dict(data_config, input_size=(3, *size))
