@@ -186,6 +186,12 @@ def test_distance_and_rollout_on_the_visible_set_equal_explicit_loops(folders):
             mixed = 0.5 * record.attentions[layer, b].double().mean(0) + 0.5 * torch.eye(1 + len(patches), dtype=torch.float64)
             product = (mixed / mixed.sum(-1, keepdim=True)) @ product
         torch.testing.assert_close(rollout[b], product)
+        # the class token's rollout row on the image grid: NaN exactly where a patch was hidden
+        grid = record.grid_of(rollout[b, 0, 1:], image=b).reshape(-1)
+        assert torch.equal(torch.isnan(grid), result.mask[b])
+        torch.testing.assert_close(grid[record.visible_patches[b]], rollout[b, 0, 1:].float())
+    with pytest.raises(AnalysisError, match="one value per visible patch"):
+        record.grid_of(torch.ones(3))
 
 
 def test_the_call_leaves_no_hook_and_restores_the_ratio(folders):

@@ -5,7 +5,7 @@ its attention is ``(1 + V) × (1 + V)`` per head, not ``T × T``. A
 :class:`VisibleAttentionRecord` keeps those maps with the patch index of every visible
 token, so each row and column has its place on the image grid: :meth:`~VisibleAttentionRecord.key_grid`
 puts a query's attention back on the ``(gh, gw)`` grid (NaN where a patch was hidden: it was
-never a key), :func:`visible_attention_distance` and :func:`visible_rollout` run the
+never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value, :func:`visible_attention_distance` and :func:`visible_rollout` run the
 project's distance and rollout rules on the visible set.
 
 The probabilities are read during the model's own forward: for each encoder layer a
@@ -77,9 +77,17 @@ class VisibleAttentionRecord:
             raise AnalysisError(f"Layer {layer} is not in the record (layers {list(self.layers)}).")
         row = 0 if query_patch is None else self.token_of_patch(image, query_patch)
         maps = self.attentions[position, image, :, row, 1:]  # (heads, V)
-        values = maps.mean(0) if head is None else maps[head]
+        return self.grid_of(maps.mean(0) if head is None else maps[head], image=image)
+
+    def grid_of(self, values: torch.Tensor, *, image: int = 0) -> torch.Tensor:
+        """``(V,)`` values, one per visible patch token of ``image`` (e.g. a row of
+        :func:`visible_rollout` without its class column) -> ``(gh, gw)`` float32 on the image
+        grid, NaN on the hidden patches (they have no value: they were never tokens)."""
+        if values.shape != (self.num_visible,):
+            raise AnalysisError(f"grid_of takes one value per visible patch, shape ({self.num_visible},); "
+                                f"got {tuple(values.shape)}.")
         grid = torch.full((self.spec.num_patches,), float("nan"), dtype=torch.float32)
-        grid[self.visible_patches[image].cpu()] = values.float().cpu()
+        grid[self.visible_patches[image].cpu()] = values.detach().float().cpu()
         return grid.reshape(self.spec.grid_size)
 
 
