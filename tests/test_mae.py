@@ -207,6 +207,19 @@ def test_the_call_leaves_no_hook_and_restores_the_ratio(folders):
     assert mae.model.vit.embeddings.config.mask_ratio == 0.75
 
 
+def test_a_forward_that_raises_leaves_no_hook_and_restores_the_ratio(folders, monkeypatch):
+    mae = load_mae(folders[True], device="cpu")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("decoder failed")
+
+    monkeypatch.setattr(mae.model.decoder, "forward", broken)
+    with pytest.raises(RuntimeError, match="decoder failed"):
+        mae_reconstruct(mae, pixels_of(NATIVE), mask_ratio=0.5)
+    assert mae.model.vit.embeddings.config.mask_ratio == 0.75
+    assert not any(m._forward_pre_hooks for m in mae.model.modules())
+
+
 def test_threads_sharing_one_model_each_get_their_own_mask(folders):
     mae = load_mae(folders[True], device="cpu")
     pixels = pixels_of(NATIVE, batch=1)
