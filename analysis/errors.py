@@ -12,6 +12,7 @@ __all__ = [
     "UnsupportedModelError",
     "CheckpointError",
     "WeightsUnavailableError",
+    "MissingDecoderError",
     "ImageLoadError",
     "ArchiveError",
     "AnalysisError",
@@ -38,6 +39,10 @@ class CheckpointError(ModelLoadError):
 
 class WeightsUnavailableError(ModelLoadError):
     """Pretrained weights are neither cached locally nor downloadable right now."""
+
+
+class MissingDecoderError(UnsupportedModelError):
+    """A masked-autoencoder encoder was asked to reconstruct, but its decoder is not there."""
 
 
 class ImageLoadError(VitExplorerError, ValueError):

@@ -256,6 +256,7 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
     names = set(zipfile.ZipFile(wheel).namelist())
     for asset in ("demo_vit/model.safetensors", "demo_vit/config.json", "demo_cnn/model.safetensors",
                   "demo_cnn/config.json", "demo_swin/model.safetensors", "demo_swin/config.json",
+                  "demo_mae/model.safetensors", "demo_mae/config.json", "demo_mae/preprocessor_config.json",
                   "favicon.png", "README.md", "samples/scene_1_star.png", "samples/coffee.jpg"):
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out

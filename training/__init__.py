@@ -1,4 +1,4 @@
-"""Training scripts of the bundled demo models (``assets/demo_vit``, ``demo_cnn``, ``demo_swin``).
+"""Training scripts of the bundled demo models (``assets/demo_vit``, ``demo_cnn``, ``demo_swin``, ``demo_mae``).
 
 Outside the library's import path on purpose: the wheel carries the trained models, not the
 code that trained them (``pyproject.toml`` lists its packages; this folder is not among them).

@@ -81,10 +81,11 @@ def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
     parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
 
 
-def open_image_set(args, ranks: Ranks, require: Callable | None = None):
+def open_image_set(args, ranks: Ranks, require: Callable | None = None, load: Callable | None = None):
     """``(source, vit, shard)`` of an image-set command: ``--batch-size`` checked, ``--images``
-    resolved (exit code 2 when it names nothing usable), ``--model`` loaded, ``require(vit)``
-    (which may raise a :class:`CommandError`) called, this rank's shard taken and the run announced."""
+    resolved (exit code 2 when it names nothing usable), ``--model`` loaded (by ``load(args,
+    device)``, default :func:`load_model`), ``require(vit)`` (which may raise a
+    :class:`CommandError`) called, this rank's shard taken and the run announced."""
     from .sources import resolve_images
 
     if args.batch_size < 1:
@@ -93,7 +94,7 @@ def open_image_set(args, ranks: Ranks, require: Callable | None = None):
         source = resolve_images(args.images)
     except VitExplorerError as exc:  # AnalysisError, ArchiveError
         raise CommandError(str(exc), code=2) from exc
-    vit = load_model(args, ranks.device)
+    vit = (load or load_model)(args, ranks.device)
     if require is not None:
         require(vit)
     shard = source.shard(ranks.rank, ranks.world)

@@ -30,7 +30,8 @@ from .assemble import ConcatLinear, finish, shared_linear, skeleton
 from .loaded import LoadedViT, wrap_model
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "preprocessing_config", "read_preprocessor",
+    "SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "hf_snapshot", "preprocessing_config",
+    "read_preprocessor",
 ]
 
 SUPPORTED_MODEL_TYPES = (
@@ -49,6 +50,7 @@ _DEFAULT_PREPROCESSING = {
     "siglip": dict(mean=_HALF[0], std=_HALF[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
     "swin": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
     "swinv2": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
+    "vit_mae": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
 }
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -328,6 +330,11 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
     """A ``save_pretrained`` folder (config.json with ``model_type``)."""
     transformers = _transformers()
     model_type = str(config.get("model_type"))
+    if model_type == "vit_mae":
+        raise UnsupportedModelError(
+            f"{folder} holds a masked autoencoder (transformers vit_mae): open it with "
+            f"analysis.mae.load_mae({str(folder)!r}) to reconstruct masked patches and see its encoder's attention."
+        )
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModelError(
             f"{folder} holds a transformers {model_type!r} model, not a supported vision transformer. "
@@ -355,23 +362,30 @@ def read_preprocessor(folder: Path) -> dict | None:
         raise ModelLoadError(f"Could not read {path}: {exc}") from exc
 
 
-def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **options) -> LoadedViT:
-    """``"hf:org/name"``: a transformers model from the local Hugging Face cache, else the hub."""
+def hf_snapshot(repo_id: str, *, pretrained: bool = True) -> Path:
+    """The local folder of ``"hf:org/name"`` (its json files, and its safetensors when
+    ``pretrained``): from the local Hugging Face cache, else downloaded from the hub."""
     _transformers()
     from huggingface_hub import snapshot_download
 
-    from .files import read_folder_config
     from .hub import hub_offline_env, in_hf_cache, offline_message
 
     if not in_hf_cache(repo_id, ("config.json",)) and hub_offline_env():
         raise WeightsUnavailableError(offline_message(f"hf:{repo_id}"))
     try:
-        folder = Path(snapshot_download(
+        return Path(snapshot_download(
             repo_id, allow_patterns=["*.json", "*.safetensors"] if pretrained else ["*.json"],
             local_files_only=hub_offline_env(),
         ))
     except Exception as exc:  # noqa: BLE001 - offline, missing repo, auth
         raise WeightsUnavailableError(f"{offline_message(f'hf:{repo_id}')} ({type(exc).__name__}: {exc})") from exc
+
+
+def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **options) -> LoadedViT:
+    """``"hf:org/name"``: a transformers model from the local Hugging Face cache, else the hub."""
+    from .files import read_folder_config
+
+    folder = hf_snapshot(repo_id, pretrained=pretrained)
     config = read_folder_config(folder)
     if pretrained:
         return load_hf_folder(folder, config, f"hf:{repo_id}", device, **options)

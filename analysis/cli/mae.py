@@ -1,0 +1,98 @@
+"""``python -m analysis mae``: a masked autoencoder's mean reconstruction loss at each mask ratio
+over an image set, on one process or sharded across ``torchrun`` ranks. Writes ``OUT.npz``.
+
+Image ``i`` of the set is masked with MAE's own draw from ``--seed`` + i, so the result does
+not depend on the batch size or the number of ranks (:mod:`analysis.mae.dataset`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+
+from ..errors import VitExplorerError
+from .common import CommandError, add_image_set_arguments, gather_skipped, open_image_set, progress_bar
+from .distributed import Ranks
+
+__all__ = ["add_parser", "run", "parse_ratios"]
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "mae", help="masked autoencoder: mean reconstruction loss per mask ratio over an image set",
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", required=True,
+                        help="what load_mae accepts: a ViTMAEForPreTraining save_pretrained folder or hf:org/name "
+                             "(e.g. hf:facebook/vit-mae-base)")
+    parser.add_argument("--ratios", default="0.25,0.5,0.75,0.9", help="comma-separated mask ratios in [0, 1)")
+    parser.add_argument("--seed", type=int, default=0, help="image i is masked with MAE's draw from seed + i")
+    parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="default: a GPU per process when there are enough, else the CPU")
+    add_image_set_arguments(parser, out_help="result .npz", batch_size=16)
+    parser.set_defaults(run=run)
+
+
+def parse_ratios(text: str) -> tuple[float, ...]:
+    try:
+        ratios = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise CommandError(f"--ratios must be comma-separated numbers, e.g. 0.25,0.5,0.75,0.9; got {text!r}.", code=2) from None
+    if not ratios:
+        raise CommandError("--ratios is empty: give some mask ratios, e.g. 0.25,0.5,0.75,0.9.", code=2)
+    return ratios
+
+
+def load_mae_model(args, device: torch.device):
+    from ..mae import load_mae
+
+    try:
+        return load_mae(args.model, device=device, img_size=args.img_size)
+    except VitExplorerError as exc:  # MissingDecoderError, ModelLoadError, WeightsUnavailableError
+        raise CommandError(f"could not load the masked autoencoder {args.model!r}: {exc}", code=1) from exc
+
+
+def run(args, ranks: Ranks) -> int:
+    from ..mae.dataset import check_ratios, dataset_mae_loss
+
+    ratios = parse_ratios(args.ratios)
+
+    def require(mae) -> None:
+        try:
+            check_ratios(ratios, mae.spec.num_patches)
+        except VitExplorerError as exc:
+            raise CommandError(f"--ratios: {exc}", code=2) from exc
+
+    source, mae, shard = open_image_set(args, ranks, require, load=load_mae_model)
+    skipped: list = []
+    with progress_bar(ranks, len(shard), "mae") as advance:
+        losses = dataset_mae_loss(mae, shard.items, ratios, seed=args.seed, batch_size=args.batch_size,
+                                  workers=args.workers, index_of=lambda j: ranks.rank + j * ranks.world,
+                                  skipped=skipped, progress=advance)  # (n, R)
+    total = ranks.sum(losses.sum(0))  # (R,)
+    used = int(ranks.sum(torch.tensor([losses.shape[0]], dtype=torch.float64))[0])
+    skipped_names = gather_skipped(ranks, shard, skipped)
+    left_out = [f"{n}: {r}" for n, r in skipped_names] + list(source.problems)
+    if not ranks.is_main:
+        return 0
+    for entry in left_out:
+        print(f"skipped {entry}", file=sys.stderr)
+    if used == 0:
+        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    mean_loss = (total / used).numpy()
+    spec = mae.spec
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(args.out, ratios=np.array(ratios), mean_loss=mean_loss,
+             visible_patches=np.array([int(spec.num_patches * (1 - r)) for r in ratios], dtype=np.int64),
+             count=np.int64(used), skipped=np.int64(len(left_out)), skipped_images=np.array(left_out, dtype=str),
+             model=np.array(args.model), images=np.array(source.description), seed=np.int64(args.seed),
+             norm_pix_loss=np.bool_(mae.norm_pix_loss), patch_size=np.array(spec.patch_size),
+             grid_size=np.array(spec.grid_size), img_size=np.array(spec.img_size), world_size=np.int64(ranks.world))
+    loss_kind = "per-patch normalised pixels (norm_pix_loss)" if mae.norm_pix_loss else "model-input pixels"
+    print(f"{used} images used, {len(left_out)} skipped; mean masked-patch MSE in {loss_kind}: "
+          + ", ".join(f"{r:g}: {loss:.4f}" for r, loss in zip(ratios, mean_loss)))
+    print(f"wrote {args.out}")
+    return 0

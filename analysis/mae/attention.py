@@ -1,0 +1,191 @@
+"""The MAE encoder's attention over the tokens it is shown, mapped back to image positions.
+
+The encoder of a masked autoencoder sees the class token and the visible patches only, so
+its attention is ``(1 + V) × (1 + V)`` per head, not ``T × T``. A
+:class:`VisibleAttentionRecord` keeps those maps with the patch index of every visible
+token, so each row and column has its place on the image grid: :meth:`~VisibleAttentionRecord.key_grid`
+puts a query's attention back on the ``(gh, gw)`` grid (NaN where a patch was hidden: it was
+never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value, :func:`visible_attention_distance` and :func:`visible_rollout` run the
+project's distance and rollout rules on the visible set.
+
+The probabilities are read during the model's own forward: for each encoder layer a
+forward pre-hook on its self-attention module takes the layer-normed hidden states, applies
+the module's own query and key projections and evaluates the one softmax rule,
+:func:`~analysis.adapters.probabilities.attention_probabilities`,
+``P = softmax(q·kᵀ·scale)`` with ``scale = head_dim^-½``, as transformers' eager attention
+does. The hooks live for one call, react only to the thread that registered them, and are
+removed in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..adapters.probabilities import attention_probabilities
+from ..capture import require_every_layer
+from ..distance import attention_distance_per_image, patch_centres
+from ..errors import AnalysisError, UnsupportedModelError
+from ..rollout import compose_rollout, rollout_step
+from ..spec import ViTSpec
+
+__all__ = ["VisibleAttentionRecord", "encoder_attention_taps", "visible_attention_distance", "visible_rollout"]
+
+
+@dataclass(frozen=True)
+class VisibleAttentionRecord:
+    """Attention of an MAE encoder over the class token and the visible patches.
+
+    Attributes:
+        attentions: ``(L, B, heads, 1 + V, 1 + V)`` float32 softmax probabilities; token 0 is
+            the class token, token ``1 + j`` is patch ``visible_patches[b, j]``. Rows sum to one.
+        visible_patches: ``(B, V)`` long, the row-major grid index of each visible token, ascending.
+        spec: the geometry of the full input (grid, patch size, image size, layers, heads).
+        layers: model layer index of each entry along ``L`` (every encoder layer).
+    """
+
+    attentions: torch.Tensor
+    visible_patches: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+
+    @property
+    def num_visible(self) -> int:
+        return int(self.visible_patches.shape[1])
+
+    def token_of_patch(self, image: int, patch: int) -> int:
+        """The token index (``1 + j``) of grid patch ``patch`` in image ``image``; a typed error
+        when that patch was hidden (it is no token of the encoder)."""
+        found = (self.visible_patches[image] == patch).nonzero()
+        if not len(found):
+            raise AnalysisError(f"Patch {patch} was hidden from the encoder, so it has no attention: "
+                                "choose a visible patch as the query (record.visible_patches).")
+        return 1 + int(found[0, 0])
+
+    def key_grid(self, layer: int, query_patch: int | None = None, *, image: int = 0, head: int | None = None
+                 ) -> torch.Tensor:
+        """``(gh, gw)`` float32: the attention of one query (``query_patch`` a grid index, or
+        ``None`` for the class token) over the visible patches, on the image grid; NaN on hidden
+        patches. ``head=None`` averages the heads. Attention on the class token is not drawn."""
+        position = self.layers.index(layer) if layer in self.layers else None
+        if position is None:
+            raise AnalysisError(f"Layer {layer} is not in the record (layers {list(self.layers)}).")
+        row = 0 if query_patch is None else self.token_of_patch(image, query_patch)
+        maps = self.attentions[position, image, :, row, 1:]  # (heads, V)
+        return self.grid_of(maps.mean(0) if head is None else maps[head], image=image)
+
+    def grid_of(self, values: torch.Tensor, *, image: int = 0) -> torch.Tensor:
+        """``(V,)`` values, one per visible patch token of ``image`` (e.g. a row of
+        :func:`visible_rollout` without its class column) -> ``(gh, gw)`` float32 on the image
+        grid, NaN on the hidden patches (they have no value: they were never tokens)."""
+        if values.shape != (self.num_visible,):
+            raise AnalysisError(f"grid_of takes one value per visible patch, shape ({self.num_visible},); "
+                                f"got {tuple(values.shape)}.")
+        grid = torch.full((self.spec.num_patches,), float("nan"), dtype=torch.float32)
+        grid[self.visible_patches[image].cpu()] = values.detach().float().cpu()
+        return grid.reshape(self.spec.grid_size)
+
+
+def visible_attention_distance(record: VisibleAttentionRecord, *, renormalize: bool = True) -> torch.Tensor:
+    """``(B, L, heads)`` float64 mean attention distance in input pixels over the visible set:
+    :func:`~analysis.distance.attention_distance_per_image` with the visible patches' own
+    centre-to-centre distances (each query and key a visible patch; the class token is left
+    out as a prefix token is)."""
+    centres = patch_centres(record.spec)  # (N, 2)
+    out = []
+    for image in range(record.visible_patches.shape[0]):
+        mine = centres[record.visible_patches[image].cpu()]  # (V, 2)
+        distances = torch.cdist(mine, mine)  # (V, V)
+        probs = record.attentions[:, image : image + 1, :, 1:, :]  # (L, 1, heads, V, 1 + V)
+        out.append(torch.stack([attention_distance_per_image(p, record.spec, distances, renormalize=renormalize)[0]
+                                for p in probs]))  # (L, heads)
+    return torch.stack(out)
+
+
+def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
+                    ) -> torch.Tensor:
+    """``(B, 1 + V, 1 + V)`` float64 attention rollout (Abnar & Zuidema 2020) over all layers of
+    the record, on the visible tokens: :func:`~analysis.rollout.rollout_step` and
+    :func:`~analysis.rollout.compose_rollout`, the rules every rollout here uses."""
+    steps = ((layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
+             for i, layer in enumerate(record.layers))
+    result = None
+    for _, result in compose_rollout(steps):
+        pass
+    return result
+
+
+def _encoder_layers(model: nn.Module) -> list[nn.Module]:
+    encoder = model.vit
+    for path in ("layers", "encoder.layer"):  # transformers 5, transformers 4
+        value = encoder
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if value is not None:
+            return list(value)
+    raise UnsupportedModelError(f"Could not find the encoder layers of {type(model).__name__}.")
+
+
+def _query_key(layer: nn.Module) -> tuple[nn.Module, nn.Linear, nn.Linear]:
+    """(the self-attention module whose first input is the normed hidden states, its q, its k)."""
+    attention = layer.attention
+    for owner, q, k in ((attention, "q_proj", "k_proj"), (getattr(attention, "attention", None), "query", "key")):
+        if owner is not None and isinstance(getattr(owner, q, None), nn.Linear):
+            return owner, getattr(owner, q), getattr(owner, k)
+    raise UnsupportedModelError(f"Unrecognised attention layout in {type(layer).__name__}.")
+
+
+@contextlib.contextmanager
+def encoder_attention_taps(model: nn.Module, num_heads: int, sink: Callable[[int, torch.Tensor], None]
+                           ) -> Iterator[None]:
+    """Within the block, every forward of ``model`` by this thread reports each encoder layer's
+    attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)`` (module docstring)."""
+    owner = threading.get_ident()
+    handles = []
+
+    def tap(layer_index: int, q_proj: nn.Linear, k_proj: nn.Linear):
+        def hook(module, args, kwargs):
+            if threading.get_ident() != owner:
+                return None
+            hidden = args[0] if args else kwargs["hidden_states"]  # (B, T, D)
+            batch, tokens, _ = hidden.shape
+            q = q_proj(hidden).view(batch, tokens, num_heads, -1).transpose(1, 2)  # (B, heads, T, d)
+            k = k_proj(hidden).view(batch, tokens, num_heads, -1).transpose(1, 2)  # (B, heads, T, d)
+            scale = float(getattr(module, "scaling", q.shape[-1] ** -0.5))
+            sink(layer_index, attention_probabilities(q, k, scale))
+            return None
+
+        return hook
+
+    try:
+        for index, layer in enumerate(_encoder_layers(model)):
+            module, q_proj, k_proj = _query_key(layer)
+            handles.append(module.register_forward_pre_hook(tap(index, q_proj, k_proj), with_kwargs=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def collect_visible_attention(num_layers: int) -> tuple[dict[int, torch.Tensor], Callable[[int, torch.Tensor], None]]:
+    """``(store, sink)``: a sink for :func:`encoder_attention_taps` that keeps each layer's map."""
+    store: dict[int, torch.Tensor] = {}
+
+    def sink(layer: int, probs: torch.Tensor) -> None:
+        store[layer] = probs
+
+    return store, sink
+
+
+def stack_visible_attention(store: dict[int, torch.Tensor], visible_patches: torch.Tensor, spec: ViTSpec
+                            ) -> VisibleAttentionRecord:
+    """The record of one forward, after checking every layer was seen."""
+    layers = tuple(range(spec.num_layers))
+    require_every_layer(layers, store, "encoder attention")
+    return VisibleAttentionRecord(attentions=torch.stack([store[layer].cpu() for layer in layers]),
+                                  visible_patches=visible_patches, spec=spec, layers=layers)

@@ -1,0 +1,53 @@
+"""Images as rows of patches, in MAE's layout, and MAE's per-patch normalised target.
+
+A patch row holds its ``ph·pw·C`` values in ``(row, column, channel)`` order, patches in
+row-major order over the grid: the layout of MAE's ``patchify`` (facebookresearch/mae
+``models_mae.py``, and Hugging Face's ``ViTMAEForPreTraining.patchify``), written for any
+``(ph, pw)`` patch and any ``(gh, gw)`` grid. Pure tensor functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["NORM_PIX_EPS", "patchify", "unpatchify", "patch_statistics", "normalise_patches", "pixel_mask"]
+
+#: MAE's ``norm_pix_loss`` epsilon: ``(x − mean) / (var + 1e-6) ** 0.5``.
+NORM_PIX_EPS = 1.0e-6
+
+
+def patchify(pixels: torch.Tensor, patch_size: tuple[int, int]) -> torch.Tensor:
+    """``(B, C, H, W)`` -> ``(B, N, ph·pw·C)`` with ``N = (H/ph)·(W/pw)``."""
+    batch, channels, height, width = pixels.shape
+    ph, pw = patch_size
+    gh, gw = height // ph, width // pw
+    x = pixels.reshape(batch, channels, gh, ph, gw, pw)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(batch, gh * gw, ph * pw * channels)  # (B, N, ph·pw·C)
+
+
+def unpatchify(patches: torch.Tensor, grid_size: tuple[int, int], patch_size: tuple[int, int]) -> torch.Tensor:
+    """``(B, N, ph·pw·C)`` -> ``(B, C, gh·ph, gw·pw)``, the inverse of :func:`patchify`."""
+    batch = patches.shape[0]
+    (gh, gw), (ph, pw) = grid_size, patch_size
+    channels = patches.shape[-1] // (ph * pw)
+    x = patches.reshape(batch, gh, gw, ph, pw, channels)
+    return x.permute(0, 5, 1, 3, 2, 4).reshape(batch, channels, gh * ph, gw * pw)
+
+
+def patch_statistics(patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, var)``, each ``(B, N, 1)``, of every patch row over its ``ph·pw·C`` values;
+    ``var`` is the unbiased variance (``torch.var``), as MAE's ``norm_pix_loss`` uses it."""
+    return patches.mean(dim=-1, keepdim=True), patches.var(dim=-1, keepdim=True)
+
+
+def normalise_patches(patches: torch.Tensor) -> torch.Tensor:
+    """MAE's ``norm_pix_loss`` target: ``(x − mean) / √(var + 1e-6)`` per patch row."""
+    mean, var = patch_statistics(patches)
+    return (patches - mean) / (var + NORM_PIX_EPS) ** 0.5
+
+
+def pixel_mask(mask: torch.Tensor, grid_size: tuple[int, int], patch_size: tuple[int, int]) -> torch.Tensor:
+    """``(B, N)`` patch mask -> ``(B, 1, gh·ph, gw·pw)`` float, each patch's value over its pixels."""
+    (gh, gw), (ph, pw) = grid_size, patch_size
+    grid = mask.reshape(mask.shape[0], 1, gh, gw).float()
+    return grid.repeat_interleave(ph, dim=2).repeat_interleave(pw, dim=3)
