@@ -222,7 +222,10 @@ def capture_attention(
     Args:
         vit: a :class:`~analysis.loading.LoadedViT`.
         pixels: ``(B, 3, H, W)`` preprocessed input (any device; moved to the model's).
-        layers: model layer indices to keep (``None``: all). Others keep the fused kernel.
+        layers: model layer indices to keep (``None``: all). Others keep the fused kernel (an
+            attention-pooling head's is always recorded, as ``P·v``). The record holds them in
+            increasing order, the order of the forward pass that rollout composes;
+            ``record.select_layers([...])`` gives any other order.
         query_tokens: keep only these query rows (token indices; e.g. ``[0]`` for the class
             token) to save memory: attentions are then ``(L, B, heads, len(query_tokens), T)``.
         dtype: storage dtype of the kept maps (``torch.float16`` halves memory); the

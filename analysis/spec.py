@@ -213,11 +213,15 @@ class ViTSpec:
         whose patches were partly removed (token drop), ``prefix + N'`` long with ``N' ≤ N``."""
         from .errors import AnalysisError
 
+        ndim = len(tokens.shape)
+        if not -ndim <= dim < ndim:
+            raise AnalysisError(f"A {tuple(tokens.shape)} tensor has no axis {dim}: pass its token axis.")
         length, prefix = tokens.shape[dim], self.num_prefix_tokens
         if length != self.num_tokens and not (dropped and prefix <= length <= self.num_tokens):
+            allowed = f"{prefix}..{self.num_tokens} (some patches dropped)" if dropped else str(self.num_tokens)
             raise AnalysisError(
-                f"Axis {dim} of a {tuple(tokens.shape)} tensor is not this model's token axis: it has "
-                f"{self.num_tokens} tokens ({self.num_prefix_tokens} prefix + {self.grid_size[0]}x{self.grid_size[1]} patches)."
+                f"Axis {dim} of a {tuple(tokens.shape)} tensor is not this model's token axis: it must be {allowed} "
+                f"long ({self.num_prefix_tokens} prefix + {self.grid_size[0]}x{self.grid_size[1]} patches)."
             )
         before = (slice(None),) * (dim % len(tokens.shape))
         return tokens[(*before, slice(0, prefix))], tokens[(*before, slice(prefix, length))]

@@ -231,9 +231,37 @@ def test_q_k_v_need_the_fused_path_and_say_so(family_vits):
     vit.model = copy.deepcopy(vit.model)
     for site in block_sites(vit.model):
         site.module.fused_attn = False
-    with pytest.raises(AnalysisError, match="explicit attention path"):
+    with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         run_with_cache(vit, family_pixels("vit"), names=["blocks.0.attn.q"])
+    everything = run_with_cache(vit, family_pixels("vit"))  # names=None: the points this model has
+    assert list(everything) == [n for n in hook_point_names(vit.spec.num_layers) if not n.endswith((".q", ".k", ".v"))]
     _assert_no_hooks(vit.model)
+
+
+def test_a_replacement_that_is_a_view_of_the_maps_is_cached_as_replaced(family_vits):
+    """A hook may return another view of the very buffer it was given (every query attends
+    like the class token): the cache holds what the model continued with."""
+    vit, pixels = family_vits["vit"], family_pixels("vit")
+    name = "blocks.0.attn.probs"
+    like_class_token = lambda p: p[:, :, :1].expand_as(p)  # noqa: E731
+    plain = run_with_cache(vit, pixels, names=[name])[name]
+    hooked = run_with_cache(vit, pixels, names=[name], hooks={name: like_class_token})
+    torch.testing.assert_close(hooked[name], plain[:, :, :1].expand_as(plain), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(hooked.logits, run_with_hooks(vit, pixels, {name: like_class_token}), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["siglip", "pe_core"])
+def test_a_pooling_head_replacement_acts_on_both_paths(family, family_vits):
+    """pool.probs replaced by uniform attention: the explicit path (fused_attn=False) gives the
+    logits of the fused path, and both differ from the untouched model."""
+    vit, pixels = family_vits[family], family_pixels(family)
+    uniform = lambda p: torch.full_like(p, 1.0 / p.shape[-1])  # noqa: E731
+    fused = run_with_hooks(vit, pixels, {"pool.probs": uniform})
+    explicit = copy.copy(vit)
+    explicit.model = copy.deepcopy(vit.model)
+    explicit.model.attn_pool.fused_attn = False
+    torch.testing.assert_close(run_with_hooks(explicit, pixels, {"pool.probs": uniform}), fused, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(fused, run_with_hooks(vit, pixels, {}), atol=1e-6)
 
 
 def test_bad_names_and_replacements_are_typed_errors_and_leave_no_hooks(family_vits):
@@ -282,8 +310,7 @@ def _windowed_block_io(vit, pixels):
 
 @pytest.mark.parametrize("kind", ["swin", "swinv2", "sam"])
 def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind):
-    vit = {"swin": lambda: small_swin(bias_seed=1), "swinv2": lambda: small_swin("swinv2_tiny_window8_256", bias_seed=1),
-           "sam": small_sam}[kind]()
+    vit = {"swin": lambda: small_swin(bias_seed=1), "swinv2": _live_swinv2, "sam": small_sam}[kind]()
     pixels = small_pixels()
     spec = vit.spec
     points = ["resid_pre", "attn.probs", "attn.z", "attn.out", "mlp.out", "resid_post"]
@@ -307,6 +334,12 @@ def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind)
         assert at("attn.z").shape[:3] == (2 * windows, wt, heads)
     with pytest.raises(AnalysisError, match="no prefix tokens"):
         cache.patches("blocks.0.resid_post")
+    everything = run_with_cache(vit, pixels)  # names=None: every point these blocks define
+    missing = {"swin": {"attn.q", "attn.k", "attn.v"}, "swinv2": {"attn.q", "attn.k", "attn.v"}}.get(kind, set())
+    for name in hook_point_names(spec.num_layers):
+        layer, point = name.split(".", 2)[1:]
+        undefined = point in missing or (kind == "sam" and point == "resid_mid" and int(layer) not in (1, 3))
+        assert (name in everything) != undefined, name
     no_hooks_left(vit.model)
 
 
@@ -322,23 +355,41 @@ def test_swin_resid_mid_adds_up_and_sam_refuses_it_per_window():
         run_with_cache(sam, pixels, names=["blocks.0.resid_mid"])  # block 0 is windowed: attn.out per window
     cache = run_with_cache(sam, pixels, names=["blocks.1.resid_pre", "blocks.1.attn.out", "blocks.1.resid_mid"])
     assert torch.equal(cache["blocks.1.resid_mid"], cache["blocks.1.resid_pre"] + cache["blocks.1.attn.out"])  # global block
-    with pytest.raises(AnalysisError, match="explicit attention path"):
+    with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         run_with_cache(swin, pixels, names=["blocks.0.attn.q"])  # timm's Swin computes P itself: q, k, v never leave it
+    explicit_sam = copy.copy(sam)  # SAM's explicit path: a replacement goes back in the module's layout
+    explicit_sam.model = copy.deepcopy(sam.model)
+    for site in block_sites(explicit_sam.model):
+        site.module.fused_attn = False
+    halved = lambda p: p * 0.5  # noqa: E731
+    torch.testing.assert_close(run_with_hooks(explicit_sam, pixels, {"blocks.0.attn.probs": halved}),
+                               run_with_hooks(sam, pixels, {"blocks.0.attn.probs": halved}), rtol=1e-5, atol=1e-5)
     no_hooks_left(swin.model)
     no_hooks_left(sam.model)
 
 
-@pytest.mark.parametrize("kind", ["swin", "sam"])
+def _live_swinv2():
+    """A small Swin v2 whose residual branches count: timm starts its post-norms at weight 0
+    (every block the identity), where zeroing a head could not change anything."""
+    vit = small_swin("swinv2_tiny_window8_256", bias_seed=1)
+    with torch.no_grad():
+        for name, parameter in vit.model.named_parameters():
+            if name.endswith(("norm1.weight", "norm2.weight")):
+                parameter.fill_(1.0)
+    return vit
+
+
+@pytest.mark.parametrize("kind", ["swin", "swinv2", "sam"])
 def test_zeroing_a_windowed_head_equals_zeroing_its_projection_columns(kind):
     """Ablation on a windowed model: z's head h set to 0 equals a deep copy whose output
     projection ignores head h (its input columns zeroed)."""
-    vit = small_swin(bias_seed=1) if kind == "swin" else small_sam()
+    vit = {"swin": lambda: small_swin(bias_seed=1), "swinv2": _live_swinv2, "sam": small_sam}[kind]()
     pixels = small_pixels()
     layer, head = 2, 1
     site = block_sites(vit.model)[layer]
     heads = site.adapter.num_heads(site.module)
 
-    def zero_head(z):  # (B·windows, Wt, heads, d), or (B, gh, gw, heads, d) in SAM's global blocks
+    def zero_head(z):  # (B·windows, Wt, heads, d); a SAM global block: one window
         z = z.clone()
         z[..., head, :] = 0
         return z

@@ -184,7 +184,7 @@ def test_bad_token_requests_are_typed_errors(models):
     explicit = copy.deepcopy(vit.model)
     for block in explicit.blocks:
         block.attn.fused_attn = False
-    with pytest.raises(AnalysisError, match="explicit attention path"):
+    with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         capture_tokens(analysis.load_vit(explicit, img_size=vit.spec.img_size), pixels, kind="key")
     with pytest.raises(AnalysisError, match="no patch tokens"):
         high_norm_tokens(torch.ones(1, 1, 3), 3)

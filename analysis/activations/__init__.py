@@ -8,8 +8,8 @@ See :mod:`.points` for the table of names and shapes and :mod:`.run` for the gua
 """
 
 from .cache import ActivationCache
-from .points import HOOK_POINTS, HookPoint, hook_point_names, parse_hook_name
+from .points import HOOK_POINTS, POOL_NAME, HookPoint, hook_point_names, parse_hook_name
 from .run import Hook, run_with_cache, run_with_hooks
 
-__all__ = ["ActivationCache", "HOOK_POINTS", "HookPoint", "Hook", "hook_point_names", "parse_hook_name",
+__all__ = ["ActivationCache", "HOOK_POINTS", "POOL_NAME", "HookPoint", "Hook", "hook_point_names", "parse_hook_name",
            "run_with_cache", "run_with_hooks"]

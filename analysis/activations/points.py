@@ -30,10 +30,12 @@ queries attend over the output tokens) also has ``pool.probs``, ``(B, heads, pro
 
 Windowed and hierarchical models (Swin, SAM) have the same points, laid out as their blocks
 compute them: ``resid_pre``/``resid_post`` are the block's NHWC map ``(B, gh, gw, C)`` on its
-stage grid; ``attn.out`` and ``mlp.out`` are laid out as the block adds them (Swin's ``mlp.out``
-is ``(B, gh·gw, C)``, SAM's windowed ``attn.out`` is per window, so its ``resid_mid`` is not
-defined and is refused); ``attn.q``/``.k``/``.v``
-and ``attn.z`` are per window, ``(B·windows, heads, Wt, d)`` and ``(B·windows, Wt, heads, d)``;
+stage grid; ``attn.out`` and ``mlp.out`` are laid out as the block adds them (``mlp.out`` is
+``(B, gh·gw, C)`` in Swin and SAM; SAM's windowed ``attn.out`` is per window, so its
+``resid_mid`` is not defined: left out of ``names=None``, refused when asked for); timm's Swin
+computes its softmax itself, so it has no ``attn.q``/``.k``/``.v`` (likewise any model built with
+``fused_attn=False``); SAM's ``attn.q``/``.k``/``.v`` and every ``attn.z`` are per window,
+``(B·windows, heads, Wt, d)`` and ``(B·windows, Wt, heads, d)`` (a global block: one window);
 ``attn.probs`` is ``(B, windows, heads, Wt, Wt)`` (pairs the shift mask removes exactly 0), as
 :func:`analysis.capture_attention` records it. They have no prefix tokens.
 

@@ -81,7 +81,8 @@ def run_with_cache(
     """
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
-    kept = _select(names, spec.num_layers, has_pool=pool_site(vit.model) is not None)
+    kept = _select(names, spec.num_layers, has_pool=pool_site(vit.model) is not None,
+                   defined=_defined_points(vit.model, spec.num_layers))
     return cache_forward(vit, pixels, spec, kept, hooks=_check_hooks(hooks, spec.num_layers), dtype=dtype,
                          precision=precision, to_cpu=to_cpu)
 
@@ -107,9 +108,19 @@ def visit_forward(model: nn.Module, device: torch.device, pixels: torch.Tensor, 
     out-of-memory fallback) on ``device`` in which read-only ``hooks`` see their points: the
     engine behind the streamed analyses (:func:`analysis.dataset_attention_distance`, token
     drop). ``query_rows``: ``attn.probs`` hooks see only these query rows (a view when consecutive)."""
-    hooks = _check_hooks(hooks, spec.num_layers)
+    hooks = {name: _read_only(name, fn) for name, fn in _check_hooks(hooks, spec.num_layers).items()}
     store = ActivationStore([], spec.num_layers, torch.float32, torch.device("cpu"))
     return _hooked_forward(model, device, pixels, spec, hooks, store, precision, query_rows=query_rows)
+
+
+def _read_only(name: str, fn: Hook) -> Hook:
+    def visit(value: torch.Tensor) -> None:
+        if fn(value) is not None:
+            raise AnalysisError(f"The hook on {name!r} returned a tensor: visit_forward's hooks only read "
+                                "(use run_with_hooks to replace an activation).")
+        return None
+
+    return visit
 
 
 def cache_forward(
@@ -167,10 +178,26 @@ def cache_forward(
 # --------------------------------------------------------------------------- names and callbacks
 
 
-def _select(names, num_layers: int, *, has_pool: bool = False) -> list[str]:
+def _defined_points(model: nn.Module, num_layers: int) -> Callable[[str], bool]:
+    """``name -> bool``: whether this model's block has that point (its attention adapter says;
+    e.g. Swin computes its softmax itself, so it has no ``attn.q``/``.k``/``.v``)."""
+    sites = {site.layer: site for site in block_sites(model)}
+
+    def defined(name: str) -> bool:
+        layer, point = parse_hook_name(name, num_layers)
+        site = sites.get(layer)
+        return site is None or site.adapter.defines(site, point.suffix)
+
+    return defined
+
+
+def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable[[str], bool] | None = None) -> list[str]:
     """The names to cache, validated, without repeats, in the order asked (a predicate or
-    ``None``: forward order)."""
+    ``None``: forward order, only the points this model defines; a name asked for explicitly
+    that the model does not define is refused with the reason during the pass)."""
     everything = hook_point_names(num_layers) + ([POOL_NAME] if has_pool else [])
+    if defined is not None:
+        everything = [name for name in everything if defined(name)]
     if names is None:
         return everything
     if callable(names):
@@ -259,8 +286,9 @@ def _hooked_forward(
             handle.remove()
     if explicit:
         raise AnalysisError(
-            f"Blocks {sorted(set(explicit))} ran their explicit attention path (fused_attn=False), where q, k and v "
-            "are never passed out: read attn.q/k/v with the default fused attention (attn.probs works on both)."
+            f"Blocks {sorted(set(explicit))} compute their softmax themselves (fused_attn=False: set by the user, "
+            "or timm's default for Swin), so q, k and v never leave the module: read attn.probs, or attn.q/k/v "
+            "of a model built with fused attention."
         )
     return logits
 

@@ -31,6 +31,13 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same elements of the same memory (a hook may return another view of a buffer,
+    e.g. ``p[:, :, :1].expand_as(p)``: same start and shape, other contents)."""
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.dtype == b.dtype)
+
+
 class ActivationStore:
     """The kept activations of one forward pass.
 
@@ -80,10 +87,10 @@ class ActivationStore:
 
     def keep(self, name: str, value: torch.Tensor) -> None:
         """Keep ``value`` (what the forward pass continues with at ``name``)."""
-        value = value.detach()
         handed = self._handed.pop(name, None)
-        if handed is not None and handed.data_ptr() == value.data_ptr() and handed.shape == value.shape:
-            self.values[name] = handed  # computed in place: nothing to copy
+        value = value.detach()
+        if handed is not None and _same_view(value, handed):  # computed in place: nothing to copy
+            self.values[name] = handed
             return
         if name in self._slot_of:
             slot = self._slot(name, tuple(value.shape))

@@ -95,7 +95,9 @@ class _SdpaListener(TorchFunctionMode):
                 self.report(inputs)
         result = func(*args, **kwargs)
         if self.softmax and func in (torch.Tensor.softmax, torch.softmax, F.softmax):
-            self.report(AttentionInputs(probs=result))
+            replaced = self.report(AttentionInputs(probs=result))  # a returned tensor replaces P (interventions)
+            if replaced is not None:
+                return replaced
         return result
 
 
@@ -150,9 +152,20 @@ class AttentionAdapter:
     explicit_softmax: bool = False
     # Attends inside windows: one call sees (B·windows, heads, Wt, Wt), not all tokens (Swin, SAM).
     windowed: bool = False
+    # Never calls the fused kernel (its softmax is always explicit, e.g. Swin v2's cosine attention).
+    always_explicit: bool = False
 
     def num_heads(self, module: nn.Module) -> int:
         return int(module.num_heads)
+
+    def defines(self, site, point: str) -> bool:
+        """Whether the block at ``site`` has the hook point ``point`` (``"attn.q"``, ``"resid_mid"``,
+        … of :mod:`analysis.activations.points`): q, k and v exist only where the module calls
+        the fused kernel (not with ``fused_attn=False``, timm's default for Swin, nor in families
+        that are ``always_explicit``)."""
+        if point in ("attn.q", "attn.k", "attn.v"):
+            return not self.always_explicit and getattr(site.module, "fused_attn", True) is not False
+        return True
 
     def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]):
         """The :class:`~analysis.spec.LayerGeometry` of a windowed family's layer at ``site``

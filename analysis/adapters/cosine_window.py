@@ -20,6 +20,7 @@ from .shifted_window import ShiftedWindowAttentionAdapter
 class CosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
     name = "scaled-cosine shifted-window attention (Swin V2)"
     module_types = (CosineWindowAttention,)
+    always_explicit = True  # cosine attention: its softmax is never the fused kernel
     includes = (
         "softmax(τ·cos(q,k) + 16·sigmoid(cpb_mlp(Δ)) + M) inside each window: τ from logit_scale, "
         "M the shift mask (masked pairs recorded as exactly 0)"

@@ -26,6 +26,7 @@ from .shifted_window import ShiftedWindowAttentionAdapter
 class MetaCosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
     name = "scaled-cosine shifted-window attention with a meta-network position bias (swinv2_cr)"
     module_types = (WindowMultiHeadAttention,)
+    always_explicit = True  # cosine attention: its softmax is never the fused kernel
     grid_attribute = "feat_size"
     includes = (
         "softmax(τ·cos(q,k) + meta_mlp(Δ) + M) inside each window: τ from logit_scale, Δ the log-spaced "

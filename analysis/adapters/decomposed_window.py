@@ -42,13 +42,21 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
             return None if tensor is None or tensor.ndim != 3 else tensor.unflatten(0, (-1, heads))
 
         def per_head(inputs: AttentionInputs):
-            if inputs.probs is not None:
-                return report(AttentionInputs(probs=unfold(inputs.probs)))
+            if inputs.probs is not None:  # a replacement goes back in the module's (B'·heads, N, N) layout
+                replaced = report(AttentionInputs(probs=unfold(inputs.probs)))
+                return None if replaced is None else replaced.flatten(0, 1)
             output = report(replace(inputs, q=unfold(inputs.q), k=unfold(inputs.k), v=unfold(inputs.v),
                                     mask=unfold(inputs.mask)))
             return None if output is None else output.flatten(0, 1)  # (B', heads, N, d) -> (B'·heads, N, d)
 
         return super().tap(module, per_head, owner, differentiable=differentiable, reuse=reuse)
+
+    def defines(self, site, point: str) -> bool:
+        """A windowed SAM block adds its attention branch per window, before un-partitioning:
+        ``resid_mid`` (input + that branch) is not defined there."""
+        if point == "resid_mid" and int(getattr(site.block, "window_size", 0) or 0) > 0:
+            return False
+        return super().defines(site, point)
 
     def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]) -> LayerGeometry:
         """One stage on the patch grid; a windowed block's ``w×w`` windows, or one window of

@@ -50,7 +50,7 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: keep_map(layer, probs))
              for layer in range(spec.num_layers)}
     with token_drop(vit, dropped):
-        logits = visit_forward(vit.model, vit.device, pixels, spec, hooks).float().cpu()
+        logits = visit_forward(vit.model, vit.device, pixels, spec, hooks, precision="float32").float().cpu()  # as the clean reference
     require_every_layer(range(spec.num_layers), maps)
     attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
     return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)

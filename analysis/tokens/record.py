@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..capture import AttentionRecord
+from ..checks import check_index
+from ..errors import AnalysisError
 from ..spec import ViTSpec
 
 __all__ = ["TokenRecord"]
@@ -39,7 +40,11 @@ class TokenRecord:
 
     def layer_position(self, layer: int) -> int:
         """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
-        return AttentionRecord.layer_position(self, layer)
+        layer = check_index("layer", layer, self.spec.num_layers, "layers")
+        if layer not in self.layers:
+            raise AnalysisError(f"Layer {layer} was not captured (captured: {list(self.layers)}). Capture it with "
+                                "capture_tokens(..., layers=None) for all layers.")
+        return self.layers.index(layer)
 
     def layer_tokens(self, layer: int) -> torch.Tensor:
         """Model layer ``layer``'s ``(B, T, D)`` tokens (a view)."""
