@@ -330,6 +330,8 @@ at = AppTest.from_file(str(vizapp.cli.APP), default_timeout=240).run()
 assert not at.exception, [e.value for e in at.exception]
 print("SAMPLES", *at.selectbox(key="image_sample").options)
 print("CHARTS", len(at.get("plotly_chart")))
+import vizapp.attention_view as view
+print("VIEW", len(at.get("component_instance")), (view.COMPONENT_DIR / "index.html").is_file(), view.COMPONENT_DIR)
 """
     out = _run_in(bin_dir, work, "-c", code).stdout
     config = Path(next(line for line in out.splitlines() if line.startswith("CONFIG")).split()[1])
@@ -342,4 +344,7 @@ print("CHARTS", len(at.get("plotly_chart")))
     samples = next(line for line in out.splitlines() if line.startswith("SAMPLES")).split()[1:]
     assert "scene_1_star.png" in samples and "coffee.jpg" in samples and len(samples) == 7
     assert int(next(line for line in out.splitlines() if line.startswith("CHARTS")).split()[1]) > 0
+    views, page_found, folder = next(line for line in out.splitlines() if line.startswith("VIEW")).split()[1:]
+    # the instant attention view is drawn, and its page comes from the installed package
+    assert int(views) == 1 and page_found == "True" and Path(folder).resolve().is_relative_to(bin_dir.parent.resolve())
     _serve_until_the_page_answers([str(bin_dir / "vit-explorer")], work, work / "vit-explorer.log")
