@@ -188,3 +188,21 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
     exact_rgb = colorize(exact, current.colorscale, lo_c, hi_c)
     index = np.clip(np.rint((got - lo_c) / (hi_c - lo_c) * 255), 0, 255).astype(int)
     assert all(any((lut[max(0, min(255, i + d))] == rgb).all() for d in (-1, 0, 1)) for i, rgb in zip(index, exact_rgb))
+
+
+def test_a_layer_over_the_limit_keeps_the_chart_and_says_why(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import vizapp.limits
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", 1024)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert not [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    assert any("instant hover view is off" in c.value and "VIZAPP_VIEW_MB" in c.value for c in app.caption)
+    assert app.get("plotly_chart")  # the map is still drawn, as a chart

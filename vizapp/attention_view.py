@@ -26,14 +26,29 @@ from pathlib import Path
 import numpy as np
 import streamlit.components.v1 as components
 
+from vizapp import limits
+
 from analysis import attention_rows
 from analysis.queries import parse_prefix_query
 from analysis.plots import UNIFORM_FLOOR, colour_lut, quantise_maps
 
-__all__ = ["COMPONENT_DIR", "attention_view", "layer_data", "query_row"]
+__all__ = ["COMPONENT_DIR", "attention_view", "layer_bytes", "layer_data", "query_row", "view_fits"]
 
 COMPONENT_DIR = Path(__file__).resolve().parent / "components" / "attention_view"
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
+
+
+def layer_bytes(spec) -> int:
+    """Bytes of one layer's codes (before base64, which adds a third): rows and columns."""
+    heads, tokens, patches = spec.num_heads, spec.num_tokens, spec.num_patches
+    return (heads + 1) * ((tokens + 1) * patches + patches * patches)
+
+
+def view_fits(spec) -> bool:
+    """Whether one layer fits :data:`vizapp.limits.MAX_VIEW_BYTES` (``VIZAPP_VIEW_MB``): the
+    data travels with every rerun, so large grids keep the chart only (ViT-B/16: 1 MiB, ViT-L/16 at
+    384 px: 11 MiB, DINOv2-S/14 at 518 px: 25 MiB)."""
+    return layer_bytes(spec) <= limits.MAX_VIEW_BYTES
 
 
 def layer_data(record, layer: int) -> dict[str, str]:
