@@ -9,7 +9,7 @@ attention, analyse it.
 """
 
 from .archives import ArchiveLimits, read_image_archive
-from .attention_maps import attention_map, pooling_attention_map
+from .attention_maps import attention_map, attention_rows, pooling_attention_map
 from .capture import AttentionRecord, attention_taps, capture_attention
 from .distance import (
     DISTANCE_UNITS,
@@ -87,6 +87,7 @@ __all__ = [
     "release_record_memory",
     "idle_record_bytes",
     "attention_map",
+    "attention_rows",
     "pooling_attention_map",
     "corresponding_layer",
     "corresponding_query",

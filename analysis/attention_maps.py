@@ -9,7 +9,7 @@ from .checks import check_index, check_record
 from .queries import Query, query_rows_for, select_query
 from .windowed import WindowedAttentionRecord, windowed_attention_map
 
-__all__ = ["attention_map", "pooling_attention_map"]
+__all__ = ["attention_map", "attention_rows", "pooling_attention_map"]
 
 
 def attention_map(
@@ -65,3 +65,30 @@ def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, p
         pool = pool[:, head : head + 1]
     gh, gw = spec.grid_size
     return spec.split_prefix(pool[:, :, probe], -1)[1].float().mean(dim=1).reshape(-1, gh, gw)
+
+
+def attention_rows(record: AttentionRecord, layer: int) -> torch.Tensor:
+    """Every query's attention over the patch keys of one layer, per head and their mean:
+
+        rows[b, h, q, k] = A[layer, b, h, q, prefix + k]     (h < heads)
+        rows[b, heads, q, k] = mean_h A[layer, b, h, q, prefix + k]
+
+    ``q`` runs over all ``T`` tokens in model order (the prefix tokens, then the patches
+    row-major), ``k`` over the ``N`` patch keys row-major on ``spec.grid_size``. Row
+    ``prefix + p`` is :func:`attention_map` of patch query ``p``; row ``i < prefix`` that of
+    ``"prefix:<i>"``. Column ``k`` over the patch queries is "who looks at patch k".
+    Needs every query row captured (``capture_attention(..., query_tokens=None)``); refuses
+    windowed records (their attention is per window).
+
+    Returns:
+        ``(B, heads + 1, T, N)`` float32.
+    """
+    from .windowed import refuse_windowed
+
+    refuse_windowed(record, "attention_rows")
+    spec = check_record(record, "attention_rows").spec
+    attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
+    rows = record.query_rows(range(spec.num_tokens))
+    every = attention[:, :, rows].float()  # (B, heads, T, T)
+    with_mean = torch.cat([every, every.mean(dim=1, keepdim=True)], dim=1)  # (B, heads + 1, T, T)
+    return spec.split_prefix(with_mean, -1)[1].contiguous()  # (B, heads + 1, T, N)

@@ -130,13 +130,8 @@ def test_explorer_in_chromium(page, server, artifacts):
     # click a patch on the image: it becomes the query
     gh, gw = grid_size(page)
     row, col = 1, gw - 2
-    plot_area = page.locator("[data-testid='stPlotlyChart']").first.locator(".nsewdrag").first
-    box = plot_area.bounding_box()
-    x = box["x"] + box["width"] * (col + 0.5) / gw
-    y = box["y"] + box["height"] * (row + 0.5) / gh
-    page.mouse.move(x, y)
-    page.wait_for_timeout(300)  # plotly throttles hover; the click reports the hovered point
-    page.mouse.click(x, y)
+    # the chart sits below the instant view (issue 28): scrolled into view before the click
+    _click_patch(page, page.locator("[data-testid='stPlotlyChart']").first, row, col, gh, gw)
     expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
         f"query: patch {row * gw + col} (row {row}, col {col})"
     )
@@ -716,3 +711,120 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
         inside[r, c] = True
     assert np.all(z[~inside] == 0) and z[inside].sum() > 0.99
     page.screenshot(path=str(artifacts / "swin_window_outline.png"))
+
+
+# --------------------------------------------------------------------------- the instant attention view (issue 28)
+
+
+def attention_view_frame(page):
+    """The instant view's iframe (a Frame), once it has drawn a map."""
+    page.wait_for_selector("iframe[title*='attention_view']", timeout=60_000)
+    for _ in range(100):
+        frame = next((f for f in page.frames if "attention_view" in f.url), None)
+        if frame is not None:
+            break
+        page.wait_for_timeout(100)
+    frame.wait_for_function("() => window.attentionView && window.attentionView.shown", timeout=60_000)
+    return frame
+
+
+def view_patch_position(page, frame, patch: int, grid: tuple[int, int]) -> tuple[float, float]:
+    """Page coordinates of the centre of ``patch`` on the view's map canvas."""
+    iframe = page.locator("iframe[title*='attention_view']").first
+    iframe.scroll_into_view_if_needed()
+    outer = iframe.bounding_box()
+    inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
+                           " return {x: b.left, y: b.top, width: b.width, height: b.height}; }")
+    gh, gw = grid
+    row, col = divmod(patch, gw)
+    return (outer["x"] + inner["x"] + inner["width"] * (col + 0.5) / gw,
+            outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh)
+
+
+def canvas_rgb(frame, grid: tuple[int, int]) -> np.ndarray:
+    """``(gh, gw, 3)`` uint8: the view's map canvas, one pixel per patch."""
+    gh, gw = grid
+    data = frame.evaluate(f"""() => Array.from(document.getElementById('map').getContext('2d')
+                                .getImageData(0, 0, {gw}, {gh}).data)""")
+    return np.asarray(data, dtype=np.uint8).reshape(gh, gw, 4)[..., :3]
+
+
+def assert_within_one_colour_step(drawn: np.ndarray, values: np.ndarray, colorscale: str, lo: float, hi: float,
+                                  what: str) -> None:
+    """Every drawn pixel is the scale's colour of its value (``colorize``'s index), or a neighbour."""
+    from analysis.plots import colour_lut
+
+    lut = colour_lut(colorscale).astype(int)  # (256, 3)
+    index = np.clip(np.rint((values - lo) / (hi - lo) * 255), 0, 255).astype(int)
+    for (r, c), i in np.ndenumerate(index):
+        near = [lut[j] for j in (i - 1, i, i + 1) if 0 <= j <= 255]
+        assert any((drawn[r, c] == colour).all() for colour in near), (
+            f"{what}: patch ({r}, {c}) drawn {drawn[r, c].tolist()}, expected ≈ {lut[i].tolist()} (index {i})")
+
+
+def _demo_record():
+    import analysis
+
+    from streamlit_server import DEMO_PRESENT
+
+    if not DEMO_PRESENT:
+        pytest.skip("the pixel check needs the bundled demo model (the server's random fallback has other weights)")
+    samples = sorted((REPO / "assets" / "samples").iterdir(), key=lambda p: (not p.name.startswith("scene_"), p.name))
+    image = analysis.load_image(next(p for p in samples if p.suffix.lower() in (".png", ".jpg", ".jpeg")))
+    vit = analysis.load_vit("demo")
+    return analysis.capture_attention(vit, vit.preprocess(image))
+
+
+def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, server, artifacts):
+    """Hover two patches: the canvas shows, cell for cell, the colours of ``attention_map`` for
+    those queries after quantisation (within one colour step), with no rerun; the column toggle
+    shows who looks at the hovered patch; a click makes the patch the page's query."""
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+    from playwright.sync_api import expect
+
+    record = _demo_record()
+    spec = record.spec
+    page.goto(server)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    layer, grid, uniform = spec.num_layers - 1, spec.grid_size, 1 / spec.num_tokens  # the default view: last layer, mean
+    gh, gw = grid
+    reruns = page.evaluate("() => performance.getEntriesByType('resource').length")
+    for patch in (0, gh * gw - gw // 2 - 2):
+        page.mouse.move(*view_patch_position(page, frame, patch, grid))
+        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.hover === {patch}")
+        exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"row of patch {patch}")
+        assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    frame.locator("#mode").click()
+    key = gh * gw // 2
+    page.mouse.move(*view_patch_position(page, frame, key, grid))
+    frame.wait_for_function(f"() => window.attentionView.shown.patch === {key} && window.attentionView.shown.mode === 'col'")
+    column = analysis.attention_rows(record, layer)[0, spec.num_heads, spec.num_prefix_tokens:, key].numpy()
+    decoded = quantise_maps(column).decoded().reshape(grid)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"column of patch {key}")
+    page.screenshot(path=str(artifacts / "attention_view_hover.png"))
+    assert page.evaluate("() => performance.getEntriesByType('resource').length") == reruns  # nothing was fetched
+    assert page.get_by_role("radio", name="class token").is_checked()  # hovering changed nothing on the server
+
+    # arrow keys step the head in the browser; a click pins the patch and the page follows (head too)
+    frame.locator("#mode").click()
+    frame.locator("#stage").focus()
+    frame.locator("#stage").press("ArrowRight")  # mean over heads -> head 0
+    frame.wait_for_function("() => window.attentionView.shown.head === 0")
+    patch = gw + 1
+    page.mouse.click(*view_patch_position(page, frame, patch, grid))
+    row, col = divmod(patch, gw)
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(patch), timeout=30_000)
+    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
+        f"Layer {layer} · head 0 · query: patch {patch} (row {row}, col {col})", timeout=30_000)
+    page.wait_for_function(f"() => location.search.includes('patch={patch}')", timeout=20_000)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch}")
+    assert_no_exception(page, "attention view click")

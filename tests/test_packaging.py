@@ -261,6 +261,7 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
+    assert "vizapp/components/attention_view/index.html" in names  # the instant view's page (no build step)
     assert not [n for n in names if "screenshots" in n]
     assert wheel.stat().st_size < 8 * 2**20, f"the wheel weighs {wheel.stat().st_size / 2**20:.1f} MiB"
 
@@ -330,6 +331,8 @@ at = AppTest.from_file(str(vizapp.cli.APP), default_timeout=240).run()
 assert not at.exception, [e.value for e in at.exception]
 print("SAMPLES", *at.selectbox(key="image_sample").options)
 print("CHARTS", len(at.get("plotly_chart")))
+import vizapp.attention_view as view
+print("VIEW", len(at.get("component_instance")), (view.COMPONENT_DIR / "index.html").is_file(), view.COMPONENT_DIR)
 """
     out = _run_in(bin_dir, work, "-c", code).stdout
     config = Path(next(line for line in out.splitlines() if line.startswith("CONFIG")).split()[1])
@@ -342,4 +345,7 @@ print("CHARTS", len(at.get("plotly_chart")))
     samples = next(line for line in out.splitlines() if line.startswith("SAMPLES")).split()[1:]
     assert "scene_1_star.png" in samples and "coffee.jpg" in samples and len(samples) == 7
     assert int(next(line for line in out.splitlines() if line.startswith("CHARTS")).split()[1]) > 0
+    views, page_found, folder = next(line for line in out.splitlines() if line.startswith("VIEW")).split()[1:]
+    # the instant attention view is drawn, and its page comes from the installed package
+    assert int(views) == 1 and page_found == "True" and Path(folder).resolve().is_relative_to(bin_dir.parent.resolve())
     _serve_until_the_page_answers([str(bin_dir / "vit-explorer")], work, work / "vit-explorer.log")

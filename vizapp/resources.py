@@ -174,6 +174,15 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+def attention_view_data(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> dict[str, str]:
+    """One layer's every-query attention, quantised for the browser view
+    (:func:`vizapp.attention_view.layer_data`)."""
+    from vizapp.attention_view import layer_data
+
+    return layer_data(forward(ref, digest, _image_bytes).record, layer)
+
+
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)
 def windowed_attention_grid(
     ref: ModelRef, digest: str, _image_bytes: bytes, query: str | tuple[int, int]

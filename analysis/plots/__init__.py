@@ -37,8 +37,9 @@ from .mosaics import (
     similarity_tile,
 )
 from .overlays import attention_overlay, map_panels
+from .quantise import QuantisedMaps, quantise_maps
 from .ranges import MAP_RANGES, UNIFORM_FLOOR, colour_range, layer_scaled
-from .style import COLORSCALES, HIGHLIGHT, colorize, colour_stops, image_data_uri, patch_centres, styled_layout
+from .style import COLORSCALES, HIGHLIGHT, colorize, colour_lut, colour_stops, image_data_uri, patch_centres, styled_layout
 
 __all__ = [
     "DIVERGING",
@@ -50,6 +51,9 @@ __all__ = [
     "MAP_RANGES",
     "UNIFORM_FLOOR",
     "colour_range",
+    "QuantisedMaps",
+    "quantise_maps",
+    "colour_lut",
     "layer_scaled",
     "COLORSCALES",
     "HIGHLIGHT",

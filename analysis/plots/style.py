@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from PIL import Image
 from plotly.colors import get_colorscale, hex_to_rgb, sample_colorscale, unlabel_rgb
 
-__all__ = ["COLORSCALES", "HIGHLIGHT", "SEPARATOR", "colour_stops", "colorize", "image_data_uri", "patch_centres",
+__all__ = ["COLORSCALES", "HIGHLIGHT", "SEPARATOR", "colour_lut", "colour_stops", "colorize", "image_data_uri", "patch_centres",
            "styled_layout"]
 
 COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
@@ -76,12 +76,18 @@ def colour_stops(name: str) -> list[list]:
     return [list(stop) for stop in _stops(name)]
 
 
-def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
-    """Map ``z`` through ``colorscale`` to uint8 RGB; NaN becomes white."""
-    lut = np.array(
+def colour_lut(colorscale: str) -> np.ndarray:
+    """``(256, 3)`` uint8: the named scale sampled at 256 evenly spaced positions, the colours
+    :func:`colorize` maps to (entry ``round((z − zmin) / (zmax − zmin) · 255)``)."""
+    return np.array(
         [[int(v) for v in c[c.index("(") + 1 : -1].split(",")[:3]] for c in sample_colorscale(colorscale, 256)],
         dtype=np.uint8,
     )  # (256, 3)
+
+
+def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
+    """Map ``z`` through ``colorscale`` to uint8 RGB (:func:`colour_lut`); NaN becomes white."""
+    lut = colour_lut(colorscale)  # (256, 3)
     scaled = (np.nan_to_num(z, nan=zmin) - zmin) / max(zmax - zmin, 1e-12)
     index = np.clip(np.round(scaled * 255), 0, 255).astype(np.int64)
     rgb = lut[index]

@@ -1,0 +1,208 @@
+"""The instant attention view (issue 28): its quantisation rule, the every-query layer matrix it
+holds (against ``attention_map`` query by query), and the arguments the Attention page gives the
+component (AppTest). The browser side (hover, pixels, click) is in tests/test_browser.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import analysis
+from analysis.errors import AnalysisError
+from analysis.plots import colorize, colour_lut, colour_range, quantise_maps
+from families import family_pixels, load_family
+
+# --------------------------------------------------------------------------- quantisation
+
+
+def quantise_by_hand(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rule written out map by map: code = round((v − min) / (max − min) · 255)."""
+    flat = values.reshape(-1, values.shape[-1]).astype(np.float64)
+    codes = np.zeros(flat.shape, np.uint8)
+    ranges = np.zeros((flat.shape[0], 2), np.float64)
+    for m, row in enumerate(flat):
+        lo, hi = row.min(), row.max()
+        ranges[m] = lo, hi
+        for k, v in enumerate(row):
+            codes[m, k] = 0 if hi == lo else int(np.floor((v - lo) / (hi - lo) * 255 + 0.5))
+    return codes.reshape(values.shape), ranges.reshape(*values.shape[:-1], 2)
+
+
+def test_quantisation_follows_the_rule_and_round_trips_within_half_a_step():
+    generator = np.random.default_rng(0)
+    values = generator.dirichlet(np.ones(30) * 0.3, size=(3, 7)).astype(np.float32)  # (3, 7, 30) attention-like
+    values[0, 0] = 0.0
+    values[0, 0, 5] = 0.4  # a map that is zero but for one key
+    quantised = quantise_maps(values)
+    codes, ranges = quantise_by_hand(values)
+    assert quantised.codes.dtype == np.uint8 and quantised.codes.shape == values.shape
+    assert np.abs(quantised.codes.astype(int) - codes.astype(int)).max() <= 1  # ties may round either way
+    np.testing.assert_allclose(quantised.ranges, ranges, rtol=1e-6)
+    decoded = quantised.decoded()
+    half_step = (values.max(-1, keepdims=True) - values.min(-1, keepdims=True)) / 510
+    assert np.all(np.abs(decoded - values) <= half_step * (1 + 1e-4) + 1e-9)
+    # each map's maximum is code 255 and comes back exactly; its minimum is code 0
+    assert np.all(quantised.codes.max(-1) == 255) and np.all(quantised.codes.min(-1) == 0)
+    np.testing.assert_array_equal(decoded.max(-1), values.max(-1))
+    # zeros of a map whose minimum is zero are code 0 and decode to exactly 0
+    assert np.all(quantised.codes[0, 0][values[0, 0] == 0] == 0)
+    assert np.all(decoded[0, 0][values[0, 0] == 0] == 0.0)
+    assert decoded[0, 0, 5] == np.float32(0.4)
+
+
+def test_quantised_colours_are_within_one_colour_step_for_every_range_mode():
+    """The promise the view relies on: under any of the app's colour ranges, a decoded map's
+    colour index differs from the exact map's by at most one."""
+    generator = np.random.default_rng(1)
+    uniform = 1 / 50
+    for trial in range(40):
+        values = generator.dirichlet(np.ones(49) * generator.uniform(0.05, 20)).astype(np.float32)
+        decoded = quantise_maps(values).decoded()
+        for mode in ("zero", "minmax", "shared"):
+            everything = np.concatenate([values, values * 1.5])
+            lo, hi, _ = colour_range(mode, values, everything, uniform=uniform)
+            lo_q, hi_q, _ = colour_range(mode, decoded, everything, uniform=uniform)
+            exact = np.rint((values - lo) / (hi - lo) * 255)
+            shown = np.rint((decoded - lo_q) / (hi_q - lo_q) * 255)
+            assert np.abs(exact - shown).max() <= 1, (trial, mode)
+
+
+def test_a_flat_map_and_bad_values():
+    flat = quantise_maps(np.full((2, 4), 0.25, np.float32))
+    assert np.all(flat.codes == 0)
+    np.testing.assert_array_equal(flat.decoded(), np.full((2, 4), 0.25, np.float32))
+    for bad in (np.array([0.1, np.nan]), np.array([np.inf, 0.0])):
+        with pytest.raises(AnalysisError, match="finite"):
+            quantise_maps(bad)
+    with pytest.raises(AnalysisError, match="last axis"):
+        quantise_maps(np.zeros((3, 0)))
+
+
+def test_the_base64_text_decodes_to_the_codes_and_ranges():
+    quantised = quantise_maps(np.random.default_rng(2).random((2, 3, 5)).astype(np.float32))
+    codes, ranges = quantised.as_base64()
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(codes), np.uint8).reshape(2, 3, 5), quantised.codes)
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(ranges), "<f4").reshape(2, 3, 2), quantised.ranges)
+
+
+# --------------------------------------------------------------------------- the layer matrix
+
+
+@pytest.mark.parametrize("family", ["vit", "dinov2_registers", "relpos", "siglip"])
+def test_attention_rows_are_attention_map_for_every_query(family):
+    """Row by row against attention_map: registers (5 prefix tokens), a 3×4 grid, no class token."""
+    vit = load_family(family)
+    record = analysis.capture_attention(vit, family_pixels(family, batch=2))
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    for layer in range(spec.num_layers):
+        rows = analysis.attention_rows(record, layer)
+        assert rows.shape == (2, spec.num_heads + 1, spec.num_tokens, spec.num_patches)
+        for head in [*range(spec.num_heads), None]:
+            column = spec.num_heads if head is None else head
+            for token in range(spec.num_tokens):
+                query = token - prefix if token >= prefix else f"prefix:{token}"
+                expected = analysis.attention_map(record, layer, head=head, query=query).reshape(2, -1)
+                torch.testing.assert_close(rows[:, column, token], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_layer_data_holds_every_query_and_the_columns():
+    from vizapp.attention_view import layer_data, query_row
+
+    vit = load_family("dinov2_registers")
+    record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
+    spec = record.spec
+    heads, tokens, patches, prefix = spec.num_heads, spec.num_tokens, spec.num_patches, spec.num_prefix_tokens
+    data = layer_data(record, 1)
+    rows = np.frombuffer(base64.b64decode(data["rows"]), np.uint8).reshape(heads + 1, tokens + 1, patches)
+    row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(heads + 1, tokens + 1, 2)
+    cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(heads + 1, patches, patches)
+    col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(heads + 1, patches, 2)
+    decode = lambda codes, ranges: ranges[..., :1] + codes / 255 * (ranges[..., 1:] - ranges[..., :1])  # noqa: E731
+    for query in ["prefix:0", "prefix:3", 0, patches - 1, "mean"]:
+        for head in (0, None):
+            column = heads if head is None else head
+            exact = analysis.attention_map(record, 1, head=head, query=query)[0].numpy().ravel()
+            got = decode(rows[column, query_row(query, spec)], row_ranges[column, query_row(query, spec)])
+            assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7, (query, head)
+    every = analysis.attention_rows(record, 1)[0].numpy()  # (heads + 1, T, N)
+    for key in (0, 7, patches - 1):  # column k: who looks at patch k, over the patch queries
+        exact = every[2, prefix:, key]
+        got = decode(cols[2, key], col_ranges[2, key])
+        assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7
+    assert query_row("mean", spec) == tokens and query_row(3, spec) == prefix + 3
+
+
+# --------------------------------------------------------------------------- the page (AppTest)
+
+
+def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL, first_sample
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    app.slider(key="layer").set_value(1).run()
+    app.selectbox(key="head").set_value(2).run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(5).run()
+    assert not app.exception, [e.value for e in app.exception]
+    (view,) = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    args = json.loads(view.proto.json_args)
+    current = app.session_state["current"]
+    spec = current.spec
+    assert args["grid"] == list(spec.grid_size) and args["patch_size"] == list(spec.patch_size)
+    assert args["img_size"] == list(spec.img_size) and args["prefix"] == spec.num_prefix_tokens
+    assert (args["layer"], args["head"], args["query_row"], args["query_patch"]) == (1, 2, spec.num_prefix_tokens + 5, 5)
+    assert args["range_mode"] == current.map_range and args["uniform"] == pytest.approx(1 / spec.num_tokens)
+    assert args["lut"] == colour_lut(current.colorscale).ravel().tolist()
+    assert args["image"].startswith("data:image/")
+    # the pinned query's map, decoded as the browser decodes it, is attention_map's within half a step
+    vit = analysis.load_vit("demo") if DEMO_PRESENT else None
+    image = analysis.load_image(first_sample())
+    if vit is None:
+        from vizapp.refs import ModelRef
+        from vizapp.resources import get_model
+
+        vit = get_model(ModelRef("vit_tiny_patch16_224", pretrained=False))
+    record = analysis.capture_attention(vit, vit.preprocess(image))
+    heads, queries, patches = spec.num_heads, spec.num_tokens + 1, spec.num_patches
+    codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(heads + 1, queries, patches)
+    ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(heads + 1, queries, 2)
+    lo, hi = ranges[2, args["query_row"]]
+    got = lo + codes[2, args["query_row"]] / 255 * (hi - lo)
+    exact = analysis.attention_map(record, 1, head=2, query=5)[0].numpy().ravel()
+    assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7
+    # the colours it draws (colour_range's rule on the decoded map) are within one step of the chart's
+    lo_c, hi_c, _ = colour_range(current.map_range, exact, uniform=1 / spec.num_tokens)
+    lut = colour_lut(current.colorscale)
+    exact_rgb = colorize(exact, current.colorscale, lo_c, hi_c)
+    index = np.clip(np.rint((got - lo_c) / (hi_c - lo_c) * 255), 0, 255).astype(int)
+    assert all(any((lut[max(0, min(255, i + d))] == rgb).all() for d in (-1, 0, 1)) for i, rgb in zip(index, exact_rgb))
+
+
+def test_a_layer_over_the_limit_keeps_the_chart_and_says_why(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import vizapp.limits
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", 1024)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert not [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    assert any("instant hover view is off" in c.value and "VIZAPP_VIEW_MB" in c.value for c in app.caption)
+    assert app.get("plotly_chart")  # the map is still drawn, as a chart
