@@ -116,7 +116,7 @@ class AttentionRecord:
         return [lookup[t] for t in tokens]
 
 
-def _probabilities_from(inputs: AttentionInputs, rows: torch.Tensor | None) -> torch.Tensor:
+def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
     its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
     if inputs.probs is None:
@@ -164,7 +164,7 @@ def attention_taps(
     def emitter(layer: int):
         def emit(inputs: AttentionInputs) -> None:
             reference = inputs.q if inputs.probs is None else inputs.probs
-            sink(layer, _probabilities_from(inputs, rows_on(reference.device)))
+            sink(layer, reported_probabilities(inputs, rows_on(reference.device)))
 
         return emit
 

@@ -105,6 +105,8 @@ CASES = [
     ("map layer out of range", "layer=2 does not exist", lambda c: attention_map(c.record, c.layers)),
     ("map layer not captured", "not captured", lambda c: attention_map(c.partial, 1)),
     ("map layer not an int", "layer must be an integer", lambda c: attention_map(c.record, "last")),
+    ("rows layer out of range", "layer=2 does not exist", lambda c: analysis.attention_rows(c.record, c.layers)),
+    ("rows of a record without every query", "were not captured", lambda c: analysis.attention_rows(c.partial, 0)),
     ("map head out of range", "head=6 does not exist", lambda c: attention_map(c.record, 0, head=c.heads)),
     ("map head negative", "head=-7 does not exist", lambda c: attention_map(c.record, 0, head=-c.heads - 1)),
     ("map head not an int", "head must be an integer", lambda c: attention_map(c.record, 0, head="mean")),
@@ -217,7 +219,7 @@ def test_every_public_function_is_walked():
         "attention_mass", "feature_pca", "patch_similarity",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
-        "corresponding_query", "similarity_by_distance", "windowed_rollout",
+        "corresponding_query", "similarity_by_distance", "windowed_rollout", "attention_rows",
     }
     source = open(__file__).read()
     for name in walked:

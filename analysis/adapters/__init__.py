@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (register the families)
     cosine_window,
     cosine_window_cr,
     decomposed_window,
+    hf_vit_mae,
     multihead,
     relative_position,
     rotary,

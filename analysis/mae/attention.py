@@ -8,13 +8,12 @@ puts a query's attention back on the ``(gh, gw)`` grid (NaN where a patch was hi
 never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value, :func:`visible_attention_distance` and :func:`visible_rollout` run the
 project's distance and rollout rules on the visible set.
 
-The probabilities are read during the model's own forward: for each encoder layer a
-forward pre-hook on its self-attention module takes the layer-normed hidden states, applies
-the module's own query and key projections and evaluates the one softmax rule,
-:func:`~analysis.adapters.probabilities.attention_probabilities`,
-``P = softmax(q·kᵀ·scale)`` with ``scale = head_dim^-½``, as transformers' eager attention
-does. The hooks live for one call, react only to the thread that registered them, and are
-removed in ``finally``.
+The probabilities are read during the model's own forward by each encoder layer's attention
+adapter (:mod:`analysis.adapters.hf_vit_mae`, in the one registry): the SDPA call's own ``q``,
+``k`` and scale evaluated by the one softmax rule
+(:func:`~analysis.adapters.probabilities.attention_probabilities`), or the eager path's own
+``softmax`` result. The hooks live for one call, react only to the thread that registered
+them, and are removed in ``finally``.
 """
 
 from __future__ import annotations
@@ -27,8 +26,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..adapters.probabilities import attention_probabilities
-from ..capture import require_every_layer
+from ..adapters import AttentionInputs, adapter_for
+from ..adapters.registry import supported_attention
+from ..capture import reported_probabilities, require_every_layer
 from ..distance import attention_distance_per_image, patch_centres
 from ..errors import AnalysisError, UnsupportedModelError
 from ..rollout import compose_rollout, rollout_step
@@ -131,41 +131,41 @@ def _encoder_layers(model: nn.Module) -> list[nn.Module]:
     raise UnsupportedModelError(f"Could not find the encoder layers of {type(model).__name__}.")
 
 
-def _query_key(layer: nn.Module) -> tuple[nn.Module, nn.Linear, nn.Linear]:
-    """(the self-attention module whose first input is the normed hidden states, its q, its k)."""
-    attention = layer.attention
-    for owner, q, k in ((attention, "q_proj", "k_proj"), (getattr(attention, "attention", None), "query", "key")):
-        if owner is not None and isinstance(getattr(owner, q, None), nn.Linear):
-            return owner, getattr(owner, q), getattr(owner, k)
-    raise UnsupportedModelError(f"Unrecognised attention layout in {type(layer).__name__}.")
+def _attention_of(layer: nn.Module):
+    """(the module of ``layer`` that computes its attention probabilities, its adapter)."""
+    for module in (getattr(layer, "attention", None), getattr(getattr(layer, "attention", None), "attention", None)):
+        adapter = adapter_for(module)
+        if adapter is not None:
+            return module, adapter
+    raise UnsupportedModelError(
+        f"{type(layer).__name__}'s attention ({type(getattr(layer, 'attention', None)).__name__}) has no adapter, so its "
+        f"probabilities cannot be read exactly. Supported attention: {supported_attention()}."
+    )
 
 
 @contextlib.contextmanager
 def encoder_attention_taps(model: nn.Module, num_heads: int, sink: Callable[[int, torch.Tensor], None]
                            ) -> Iterator[None]:
     """Within the block, every forward of ``model`` by this thread reports each encoder layer's
-    attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)`` (module docstring)."""
+    attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)``, read by the layer's
+    attention adapter (:mod:`analysis.adapters.hf_vit_mae`), the path every capture takes."""
     owner = threading.get_ident()
     handles = []
 
-    def tap(layer_index: int, q_proj: nn.Linear, k_proj: nn.Linear):
-        def hook(module, args, kwargs):
-            if threading.get_ident() != owner:
-                return None
-            hidden = args[0] if args else kwargs["hidden_states"]  # (B, T, D)
-            batch, tokens, _ = hidden.shape
-            q = q_proj(hidden).view(batch, tokens, num_heads, -1).transpose(1, 2)  # (B, heads, T, d)
-            k = k_proj(hidden).view(batch, tokens, num_heads, -1).transpose(1, 2)  # (B, heads, T, d)
-            scale = float(getattr(module, "scaling", q.shape[-1] ** -0.5))
-            sink(layer_index, attention_probabilities(q, k, scale))
-            return None
+    def reporter(layer_index: int):
+        def report(inputs: AttentionInputs) -> None:
+            probs = reported_probabilities(inputs)  # (B, heads, T, T) float32
+            if probs.shape[1] != num_heads:
+                raise UnsupportedModelError(
+                    f"Encoder layer {layer_index} gave {probs.shape[1]} heads; the config says {num_heads}.")
+            sink(layer_index, probs)
 
-        return hook
+        return report
 
     try:
         for index, layer in enumerate(_encoder_layers(model)):
-            module, q_proj, k_proj = _query_key(layer)
-            handles.append(module.register_forward_pre_hook(tap(index, q_proj, k_proj), with_kwargs=True))
+            module, adapter = _attention_of(layer)
+            handles.extend(adapter.tap(module, reporter(index), owner))
         yield
     finally:
         for handle in handles:

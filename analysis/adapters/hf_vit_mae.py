@@ -1,0 +1,45 @@
+"""Hugging Face ``ViTMAEForPreTraining``'s encoder attention (transformers 5: ``ViTMAEAttention``;
+4.x: ``ViTMAESelfAttention`` and its SDPA twin), read in place for :mod:`analysis.mae`.
+
+The MAE is run as transformers builds it (its reconstruction needs the model's own forward),
+so its attention is not converted into timm's. Its probabilities are read by the base contract:
+the SDPA call's ``q``, ``k`` and scale (``attn_implementation="sdpa"``, the default), or the
+result of the eager path's ``softmax`` (``"eager"``; that path has no ``attn_drop`` module).
+Registered only when transformers is installed.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from .base import AttentionAdapter
+from .registry import register_adapter
+
+
+def _module_types() -> tuple[type[nn.Module], ...]:
+    """The classes that compute P: transformers 5's ``ViTMAEAttention``; in 4.x that class only
+    wraps ``ViTMAESelfAttention`` / ``ViTMAESdpaSelfAttention``, which compute it."""
+    try:
+        import transformers
+        from transformers.models.vit_mae import modeling_vit_mae as mae
+    except ImportError:  # transformers is an optional extra
+        return ()
+    major = int(transformers.__version__.split(".")[0])
+    names = ("ViTMAEAttention",) if major >= 5 else ("ViTMAESelfAttention", "ViTMAESdpaSelfAttention")
+    return tuple(t for t in (getattr(mae, name, None) for name in names) if isinstance(t, type))
+
+
+class ViTMAEAttentionAdapter(AttentionAdapter):
+    name = "Hugging Face ViTMAE self-attention"
+    module_types = _module_types()
+    includes = "softmax(scale·q·kᵀ) over the class token and the visible patches (no position term: MAE adds a fixed table to the input)"
+    explicit_softmax = True  # the eager path calls softmax and has no attn_drop module
+
+    def num_heads(self, module: nn.Module) -> int:
+        heads = getattr(module, "num_attention_heads", None)
+        if heads is None:
+            heads = module.config.num_attention_heads
+        return int(heads)
+
+
+ADAPTER = register_adapter(ViTMAEAttentionAdapter()) if ViTMAEAttentionAdapter.module_types else None
