@@ -778,7 +778,8 @@ def _demo_record():
 def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, server, artifacts):
     """Hover two patches: the canvas shows, cell for cell, the colours of ``attention_map`` for
     those queries after quantisation (within one colour step), with no rerun; the column toggle
-    shows who looks at the hovered patch; a click makes the patch the page's query."""
+    shows who looks at the hovered patch; ↓ draws the previous layer's map from the page's data
+    and the layer slider follows; a click makes the patch the page's query."""
     import analysis
     from analysis.plots import colour_range, quantise_maps
     from playwright.sync_api import expect
@@ -812,11 +813,31 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     assert page.evaluate("() => performance.getEntriesByType('resource').length") == reruns  # nothing was fetched
     assert page.get_by_role("radio", name="class token").is_checked()  # hovering changed nothing on the server
 
-    # arrow keys step the head in the browser; a click pins the patch and the page follows (head too)
+    # arrow keys step the head (←/→) and the layer (↑/↓) in the browser: the new layer's map is
+    # drawn from the data already in the page, then the page's layer slider follows
     frame.locator("#mode").click()
     frame.locator("#stage").focus()
     frame.locator("#stage").press("ArrowRight")  # mean over heads -> head 0
     frame.wait_for_function("() => window.attentionView.shown.head === 0")
+    assert spec.num_layers >= 2
+    new_layer = layer - 1
+    fetched = page.evaluate("() => performance.getEntriesByType('resource').length")
+    frame.locator("#stage").press("ArrowDown")
+    frame.wait_for_function(f"() => window.attentionView.shown.layer === {new_layer} && window.attentionView.shown.mode === 'row'")
+    assert frame.evaluate("() => [window.attentionView.hover, window.attentionView.pinnedRow]") == [None, 0]
+    exact = analysis.attention_map(record, new_layer, head=0, query="cls")[0].numpy()  # the page's query
+    decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"layer {new_layer}, head 0")
+    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert page.evaluate("() => performance.getEntriesByType('resource').length") == fetched  # drawn from the page's data
+    layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+    expect(layer_slider).to_have_value(str(new_layer), timeout=30_000)  # the page follows
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    layer = new_layer
+
+    # a click pins the patch and the page follows (head and layer too)
     patch = gw + 1
     page.mouse.click(*view_patch_position(page, frame, patch, grid))
     row, col = divmod(patch, gw)

@@ -174,13 +174,13 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
-def attention_view_data(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> dict[str, str]:
-    """One layer's every-query attention, quantised for the browser view
-    (:func:`vizapp.attention_view.layer_data`)."""
-    from vizapp.attention_view import layer_data
+@st.cache_data(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
+def attention_view_data(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> dict:
+    """Every query's attention in ``layers``, quantised for the browser view
+    (:func:`analysis.attention_view.view_data`)."""
+    from analysis.attention_view import view_data
 
-    return layer_data(forward(ref, digest, _image_bytes).record, layer)
+    return view_data(forward(ref, digest, _image_bytes).record, layers)
 
 
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)

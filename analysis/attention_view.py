@@ -1,0 +1,135 @@
+"""The instant attention view: every query's attention, held in the browser, drawn on a canvas.
+
+One page, ``analysis/attention_view_page/index.html`` (plain JavaScript, no build step, no
+network), serves both places the view appears:
+
+* the app, as a Streamlit custom component (:mod:`vizapp.attention_view` declares this folder);
+* ``python -m analysis report``, which inlines the same file in an ``<iframe srcdoc>`` and feeds
+  it the same arguments with the same ``streamlit:render`` message (:func:`embed`), so the saved
+  report hovers offline without Streamlit.
+
+The page receives the image and, for each layer it holds, every query's attention over every
+patch key, per head and for their mean, quantised to one byte per value
+(:func:`analysis.plots.quantise_maps`: one ``[min, max]`` per map, every value back within half
+a step). Hovering a patch redraws its map in the next animation frame; arrow keys step the head
+(←/→) and the layer (↑/↓) in the page when it holds all layers (:func:`layers_to_send`).
+
+The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds:
+
+* ``rows``: ``(len(layers), heads + 1, T + 1, N)`` codes: row ``q < T`` is token ``q``'s
+  attention over the patch keys (:func:`analysis.attention_rows`), row ``T`` the mean over the
+  patch queries (``query="mean"``); head index ``heads`` is the mean over heads.
+* ``cols``: ``(len(layers), heads + 1, N, N)`` codes: entry ``[l, h, k, i]`` is patch query
+  ``i``'s attention to patch key ``k``, i.e. "who looks at patch k", quantised per column.
+* ``row_ranges`` / ``col_ranges``: each map's ``(lo, hi)`` as little-endian float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .attention_maps import attention_rows
+from .errors import AnalysisError
+from .plots import UNIFORM_FLOOR, colour_lut, quantise_maps
+from .queries import parse_prefix_query
+
+__all__ = ["PAGE", "PAGE_DIR", "embed", "layer_bytes", "layers_to_send", "query_row", "view_args", "view_data"]
+
+PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
+PAGE = PAGE_DIR / "index.html"
+
+
+def layer_bytes(spec) -> int:
+    """Bytes of one layer's codes (before base64, which adds a third): rows and columns."""
+    heads, tokens, patches = spec.num_heads, spec.num_tokens, spec.num_patches
+    return (heads + 1) * ((tokens + 1) * patches + patches * patches)
+
+
+def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:
+    """The layers the view holds under ``budget_bytes`` of codes: every layer when they fit (layer
+    and head then switch in the browser), else only ``layer`` (a new layer is new data), else
+    ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12."""
+    one = layer_bytes(spec)
+    if one * spec.num_layers <= budget_bytes:
+        return tuple(range(spec.num_layers))
+    return (int(layer),) if one <= budget_bytes else None
+
+
+def view_data(record, layers) -> dict:
+    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
+    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only)."""
+    spec = record.spec
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    layers = [int(layer) for layer in layers]
+    if not layers:
+        raise AnalysisError("view_data needs at least one layer.")
+    every_rows, every_cols = [], []
+    for layer in layers:
+        rows = attention_rows(record, layer)[0].numpy()  # (heads + 1, T, N)
+        mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (heads + 1, 1, N)
+        rows = np.concatenate([rows, mean_query], axis=1)  # (heads + 1, T + 1, N)
+        every_rows.append(rows)
+        every_cols.append(rows[:, prefix : prefix + patches].transpose(0, 2, 1))  # (heads + 1, N keys, N queries)
+    row_codes, row_ranges = quantise_maps(np.stack(every_rows)).as_base64()  # (layers, heads + 1, T + 1, N)
+    col_codes, col_ranges = quantise_maps(np.stack(every_cols)).as_base64()  # (layers, heads + 1, N, N)
+    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}".encode()).hexdigest()[:16]
+    return {"rows": row_codes, "row_ranges": row_ranges, "cols": col_codes, "col_ranges": col_ranges,
+            "layers": layers, "data_id": digest}
+
+
+def query_row(query, spec) -> int:
+    """The row of ``rows`` that holds the app's query (``"cls"``, ``"prefix:<i>"``, a patch
+    index, ``"mean"``)."""
+    token = parse_prefix_query(query)
+    if token is not None:
+        return token
+    if query == "cls":
+        return 0
+    if query == "mean":
+        return spec.num_tokens
+    return spec.num_prefix_tokens + int(query)
+
+
+def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
+              map_range: str, opacity: float, max_height: int = 520, note: str = "") -> dict:
+    """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
+    ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
+    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view."""
+    return dict(
+        image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
+        prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=spec.num_heads,
+        token_names=list(spec.token_names), layer=int(layer), num_layers=spec.num_layers,
+        head=spec.num_heads if head == "mean" else int(head),
+        query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
+        range_mode=map_range, uniform=1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
+        lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability",
+        opacity=float(opacity), max_height=int(max_height), note=note, **data,
+    )
+
+
+def embed(args: dict, *, title: str = "instant attention view") -> str:
+    """The view as a self-contained HTML fragment for a static page (the report): the page's own
+    file inlined in an ``<iframe srcdoc>``, and a few lines that play Streamlit's part (answer its
+    ``componentReady`` with ``streamlit:render`` and ``args``, follow ``setFrameHeight``;
+    a click's value has nowhere to go). Needs no network."""
+    page = PAGE.read_text(encoding="utf-8")
+    payload = json.dumps(args, separators=(",", ":")).replace("</", "<\\/")
+    return (
+        f"<iframe class='attention-view' title='{html.escape(title)}' style='width:100%;border:0;height:560px' "
+        f"srcdoc=\"{html.escape(page, quote=True)}\"></iframe>"
+        "<script>(function () {"
+        "const frame = document.currentScript.previousElementSibling;"
+        f"const args = {payload};"
+        "window.addEventListener('message', (event) => {"
+        " if (event.source !== frame.contentWindow || !event.data) return;"
+        " if (event.data.type === 'streamlit:componentReady')"
+        "  frame.contentWindow.postMessage({type: 'streamlit:render', args: args, dfs: [], disabled: false}, '*');"
+        " if (event.data.type === 'streamlit:setFrameHeight') frame.style.height = event.data.height + 'px';"
+        "});"
+        "})();</script>"
+    )
