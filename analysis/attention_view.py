@@ -38,7 +38,10 @@ from .errors import AnalysisError
 from .plots import UNIFORM_FLOOR, colour_lut, quantise_maps
 from .queries import parse_prefix_query
 
-__all__ = ["PAGE", "PAGE_DIR", "embed", "layer_bytes", "layers_to_send", "query_row", "view_args", "view_data"]
+__all__ = [
+    "PAGE", "PAGE_DIR", "embed", "layer_bytes", "layers_to_send", "quantised_view", "query_row", "view_args", "view_blob",
+    "view_data",
+]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
 PAGE = PAGE_DIR / "index.html"
@@ -60,26 +63,46 @@ def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | Non
     return (int(layer),) if one <= budget_bytes else None
 
 
-def view_data(record, layers) -> dict:
-    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
-    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only)."""
+def quantised_view(record, layers) -> tuple:
+    """``(rows, cols)`` :class:`analysis.plots.QuantisedMaps` of ``layers`` (image 0 of
+    ``record``), in the module docstring's layout."""
     spec = record.spec
     prefix, patches = spec.num_prefix_tokens, spec.num_patches
-    layers = [int(layer) for layer in layers]
     if not layers:
-        raise AnalysisError("view_data needs at least one layer.")
+        raise AnalysisError("the attention view needs at least one layer.")
     every_rows, every_cols = [], []
     for layer in layers:
-        rows = attention_rows(record, layer)[0].numpy()  # (heads + 1, T, N)
+        rows = attention_rows(record, int(layer))[0].numpy()  # (heads + 1, T, N)
         mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (heads + 1, 1, N)
         rows = np.concatenate([rows, mean_query], axis=1)  # (heads + 1, T + 1, N)
         every_rows.append(rows)
         every_cols.append(rows[:, prefix : prefix + patches].transpose(0, 2, 1))  # (heads + 1, N keys, N queries)
-    row_codes, row_ranges = quantise_maps(np.stack(every_rows)).as_base64()  # (layers, heads + 1, T + 1, N)
-    col_codes, col_ranges = quantise_maps(np.stack(every_cols)).as_base64()  # (layers, heads + 1, N, N)
+    return quantise_maps(np.stack(every_rows)), quantise_maps(np.stack(every_cols))
+
+
+def view_data(record, layers) -> dict:
+    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
+    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
+    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead."""
+    layers = [int(layer) for layer in layers]
+    rows, cols = quantised_view(record, layers)
+    row_codes, row_ranges = rows.as_base64()
+    col_codes, col_ranges = cols.as_base64()
     digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}".encode()).hexdigest()[:16]
     return {"rows": row_codes, "row_ranges": row_ranges, "cols": col_codes, "col_ranges": col_ranges,
             "layers": layers, "data_id": digest}
+
+
+def view_blob(record, layers) -> tuple[bytes, dict]:
+    """The same maps as one binary file, for a page that fetches it once (the app: then only the
+    small arguments travel with each rerun): ``row_ranges``, ``col_ranges`` (little-endian float32),
+    ``rows``, ``cols`` (uint8), back to back in C order. Returns ``(bytes, {"layers", "data_id"})``."""
+    layers = [int(layer) for layer in layers]
+    rows, cols = quantised_view(record, layers)
+    parts = [np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(cols.ranges, "<f4").tobytes(),
+             np.ascontiguousarray(rows.codes).tobytes(), np.ascontiguousarray(cols.codes).tobytes()]
+    blob = b"".join(parts)
+    return blob, {"layers": layers, "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16]}
 
 
 def query_row(query, spec) -> int:
@@ -122,9 +145,10 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
     return (
         f"<iframe class='attention-view' title='{html.escape(title)}' style='width:100%;border:0;height:560px' "
         f"srcdoc=\"{html.escape(page, quote=True)}\"></iframe>"
+        f"<script type='application/json' class='attention-view-args'>{payload}</script>"
         "<script>(function () {"
-        "const frame = document.currentScript.previousElementSibling;"
-        f"const args = {payload};"
+        "const data = document.currentScript.previousElementSibling, frame = data.previousElementSibling;"
+        "const args = JSON.parse(data.textContent);"
         "window.addEventListener('message', (event) => {"
         " if (event.source !== frame.contentWindow || !event.data) return;"
         " if (event.data.type === 'streamlit:componentReady')"

@@ -154,6 +154,32 @@ def test_view_data_holds_every_query_and_the_columns_of_every_layer():
         view_data(record, [2])
 
 
+def unpack_blob(blob: bytes, layers, spec):
+    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges (float32), rows, cols (uint8)."""
+    held, heads, tokens, patches = len(layers), spec.num_heads, spec.num_tokens, spec.num_patches
+    row_maps, col_maps = held * (heads + 1) * (tokens + 1), held * (heads + 1) * patches
+    row_ranges = np.frombuffer(blob, "<f4", 2 * row_maps, 0).reshape(held, heads + 1, tokens + 1, 2)
+    col_ranges = np.frombuffer(blob, "<f4", 2 * col_maps, 8 * row_maps).reshape(held, heads + 1, patches, 2)
+    start = 8 * (row_maps + col_maps)
+    rows = np.frombuffer(blob, np.uint8, row_maps * patches, start).reshape(held, heads + 1, tokens + 1, patches)
+    cols = np.frombuffer(blob, np.uint8, col_maps * patches, start + row_maps * patches)
+    assert len(blob) == start + (row_maps + col_maps) * patches
+    return rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges
+
+
+def test_the_served_file_holds_the_same_maps_as_the_inline_data():
+    from analysis.attention_view import view_blob, view_data
+
+    vit = load_family("dinov2_registers")
+    record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
+    blob, meta = view_blob(record, (1, 0))
+    assert meta["layers"] == [1, 0]
+    inline = unpack(view_data(record, [1, 0]), record.spec)
+    for got, expected in zip(unpack_blob(blob, meta["layers"], record.spec), inline):
+        np.testing.assert_array_equal(got, expected)
+    assert view_blob(record, (1,))[1]["data_id"] != meta["data_id"]
+
+
 def test_all_layers_are_sent_when_they_fit_else_the_current_one():
     from analysis.attention_view import layer_bytes, layers_to_send
 
@@ -204,8 +230,12 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
         vit = get_model(ModelRef("vit_tiny_patch16_224", pretrained=False))
     record = analysis.capture_attention(vit, vit.preprocess(image))
     assert args["layers"] == list(range(spec.num_layers)) and args["num_layers"] == spec.num_layers  # all fit
-    assert args["note"] == ""
-    codes, ranges, _, _ = unpack(args, spec)
+    assert args["note"] == "" and args["data_url"].endswith(".bin") and "rows" not in args  # fetched once, by URL
+    from analysis.attention_view import view_blob
+
+    blob, meta = view_blob(record, args["layers"])
+    assert args["data_id"] == meta["data_id"]  # a digest of every byte: the page fetches exactly this file
+    codes, ranges, _, _ = unpack_blob(blob, meta["layers"], spec)
     lo, hi = ranges[1, 2, args["query_row"]]
     got = lo + codes[1, 2, args["query_row"]] / 255 * (hi - lo)
     exact = analysis.attention_map(record, 1, head=2, query=5)[0].numpy().ravel()
@@ -256,5 +286,3 @@ def test_when_all_layers_do_not_fit_the_view_holds_the_current_one_and_says_so(m
     args = json.loads(view.proto.json_args)
     assert args["layers"] == [1] and args["layer"] == 1
     assert "Only this layer is in the page" in args["note"] and "VIZAPP_VIEW_MB" in args["note"]
-    codes, ranges, _, _ = unpack(args, spec)
-    assert codes.shape[0] == 1

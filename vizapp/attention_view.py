@@ -2,8 +2,10 @@
 Streamlit custom component (the folder ``analysis/attention_view_page``, served by Streamlit; the
 HTML report inlines the same file).
 
-The page holds every layer when they fit :data:`vizapp.limits.MAX_VIEW_BYTES`
-(``VIZAPP_VIEW_MB``; the data travels with each rerun): the layer (↑/↓) and head (←/→) then
+The data (:func:`analysis.attention_view.view_blob`) is one binary file served by Streamlit's
+media endpoint and fetched by the page once per image and model, so a rerun sends only the small
+arguments. The page holds every layer when they fit :data:`vizapp.limits.MAX_VIEW_BYTES`
+(``VIZAPP_VIEW_MB``): the layer (↑/↓) and head (←/→) then
 switch in the browser, and a layer step reports ``{"event": "layer", "layer"}`` here once the
 keys rest, so the page and URL follow without the rerun holding up the redraw. Otherwise only
 the current layer travels (a layer step is then a rerun, and the view says so), or, over the
@@ -14,11 +16,12 @@ budget even for one layer, the page keeps its chart. A click reports
 from __future__ import annotations
 
 import streamlit.components.v1 as components
+from streamlit import runtime
 
-from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, view_data
+from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args
 from vizapp import limits
 
-__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "query_row", "sent_layers", "view_data"]
+__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "query_row", "sent_layers", "served"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -38,10 +41,18 @@ def fallback_note(spec, layers) -> str:
             "of VIZAPP_VIEW_MB; a layer step (↑/↓) asks the server for the new layer.")
 
 
+def served(blob: bytes, meta: dict, key: str) -> dict:
+    """The page's data arguments for ``view_blob``'s ``(blob, meta)``: ``meta`` and ``data_url``,
+    the file in Streamlit's media store (held while the element ``key`` shows it)."""
+    url = runtime.get_instance().media_file_mgr.add(
+        blob, "application/octet-stream", f"attention_view.{key}", file_name=f"attention_view_{meta['data_id']}.bin")
+    return {**meta, "data_url": url}
+
+
 def attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
                    map_range: str, opacity: float, key: str, on_change=None, max_height: int = 520):
     """Draw the view; returns its last value (a click or a layer step, see the module docstring),
-    else None. ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
+    else None. ``data``: :func:`served`'s (or inline :func:`analysis.attention_view.view_data`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
     args = view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query=query,
                      colorscale=colorscale, map_range=map_range, opacity=opacity, max_height=max_height,
                      note=fallback_note(spec, data["layers"]))

@@ -174,13 +174,13 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
-def attention_view_data(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> dict:
-    """Every query's attention in ``layers``, quantised for the browser view
-    (:func:`analysis.attention_view.view_data`)."""
-    from analysis.attention_view import view_data
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
+def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> tuple[bytes, dict]:
+    """Every query's attention in ``layers``, quantised for the browser view, as the one file
+    the page fetches (:func:`analysis.attention_view.view_blob`; shared read-only: bytes)."""
+    from analysis.attention_view import view_blob
 
-    return view_data(forward(ref, digest, _image_bytes).record, layers)
+    return view_blob(forward(ref, digest, _image_bytes).record, layers)
 
 
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, layer_bytes, sent_layers
+from vizapp.attention_view import attention_view, layer_bytes, sent_layers, served
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
@@ -94,7 +94,7 @@ else:  # a ViT: one grid for every layer
         view_layers = sent_layers(spec, layer)
         if view_layers is not None:
             attention_view(
-                data=resources.attention_view_data(*cur.args, view_layers),
+                data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
                 on_change=on_view_change,
