@@ -107,8 +107,8 @@ else:  # a ViT: one grid for every layer
         else:
             st.caption(
                 f"The instant hover view is off for this model: one layer's attention for every query is "
-                f"{layer_bytes(spec) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB sent per "
-                "rerun (VIZAPP_VIEW_MB). Click the chart to pick a query."
+                f"{layer_bytes(spec) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page "
+                "may hold (VIZAPP_VIEW_MB). Click the chart to pick a query."
             )
         figure = figures.attention_overlay(
             resources.background_uri(*cur.args),
