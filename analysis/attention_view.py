@@ -39,8 +39,8 @@ from .plots import UNIFORM_FLOOR, colour_lut, quantise_maps
 from .queries import parse_prefix_query
 
 __all__ = [
-    "PAGE", "PAGE_DIR", "embed", "layer_bytes", "layers_to_send", "quantised_view", "query_row", "view_args", "view_blob",
-    "view_data",
+    "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "quantised_view", "query_row",
+    "rollout_view_rows", "view_args", "view_blob", "view_data",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -63,29 +63,57 @@ def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | Non
     return (int(layer),) if one <= budget_bytes else None
 
 
-def quantised_view(record, layers) -> tuple:
-    """``(rows, cols)`` :class:`analysis.plots.QuantisedMaps` of ``layers`` (image 0 of
-    ``record``), in the module docstring's layout."""
-    spec = record.spec
-    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+def attention_view_rows(record, layers) -> np.ndarray:
+    """``(len(layers), heads + 1, T + 1, N)`` float32, the view's rows for image 0 of ``record``:
+    ``[l, h, q]`` is token ``q``'s attention over the patch keys (:func:`analysis.attention_rows`),
+    ``[l, h, T]`` the mean over the patch queries; ``h = heads`` the mean over heads."""
     if not layers:
         raise AnalysisError("the attention view needs at least one layer.")
-    every_rows, every_cols = [], []
-    for layer in layers:
-        rows = attention_rows(record, int(layer))[0].numpy()  # (heads + 1, T, N)
-        mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (heads + 1, 1, N)
-        rows = np.concatenate([rows, mean_query], axis=1)  # (heads + 1, T + 1, N)
-        every_rows.append(rows)
-        every_cols.append(rows[:, prefix : prefix + patches].transpose(0, 2, 1))  # (heads + 1, N keys, N queries)
-    return quantise_maps(np.stack(every_rows)), quantise_maps(np.stack(every_cols))
+    return np.stack([_with_mean_query(attention_rows(record, int(layer))[0].numpy(), record.spec) for layer in layers])
 
 
-def view_data(record, layers) -> dict:
+def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
+                      ) -> tuple[list[int], np.ndarray]:
+    """The rollout after each layer ``start_layer..L-1`` for every query, as view rows:
+    ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
+    ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout_matrices`, the same composition) over the patch
+    keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
+    ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
+    from .rollout import _rollout_steps
+    from .windowed import refuse_windowed
+
+    refuse_windowed(record, "rollout_view_rows")
+    spec = record.spec
+    ends, rows = [], []
+    for layer, rollout in _rollout_steps(record, head_fusion, discard_ratio, start_layer, None):  # (B, T, T) float64
+        every = spec.split_prefix(rollout[0].float(), -1)[1].numpy()  # (T, N)
+        ends.append(layer)
+        rows.append(_with_mean_query(every[None], spec))  # (1, T + 1, N)
+    return ends, np.stack(rows)
+
+
+def _with_mean_query(rows: np.ndarray, spec) -> np.ndarray:
+    """``(maps, T, N)`` -> ``(maps, T + 1, N)``: row ``T`` the mean of the patch queries' rows."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (maps, 1, N)
+    return np.concatenate([rows, mean_query], axis=1)
+
+
+def quantised_view(rows: np.ndarray, spec) -> tuple:
+    """``(layers, maps, T + 1, N)`` view rows -> ``(rows, cols)`` :class:`analysis.plots.QuantisedMaps`
+    (the module docstring's layout; a column is "who looks at patch k" over the patch queries)."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    cols = rows[:, :, prefix : prefix + patches].transpose(0, 1, 3, 2)  # (layers, maps, N keys, N queries)
+    return quantise_maps(rows), quantise_maps(cols)
+
+
+def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
     docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
-    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead."""
+    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
+    ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
     layers = [int(layer) for layer in layers]
-    rows, cols = quantised_view(record, layers)
+    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
     row_codes, row_ranges = rows.as_base64()
     col_codes, col_ranges = cols.as_base64()
     digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}".encode()).hexdigest()[:16]
@@ -93,12 +121,12 @@ def view_data(record, layers) -> dict:
             "layers": layers, "data_id": digest}
 
 
-def view_blob(record, layers) -> tuple[bytes, dict]:
+def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:
     """The same maps as one binary file, for a page that fetches it once (the app: then only the
     small arguments travel with each rerun): ``row_ranges``, ``col_ranges`` (little-endian float32),
     ``rows``, ``cols`` (uint8), back to back in C order. Returns ``(bytes, {"layers", "data_id"})``."""
     layers = [int(layer) for layer in layers]
-    rows, cols = quantised_view(record, layers)
+    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
     parts = [np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(cols.ranges, "<f4").tobytes(),
              np.ascontiguousarray(rows.codes).tobytes(), np.ascontiguousarray(cols.codes).tobytes()]
     blob = b"".join(parts)
@@ -119,18 +147,29 @@ def query_row(query, spec) -> int:
 
 
 def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
-              map_range: str, opacity: float, max_height: int = 520, note: str = "") -> dict:
+              map_range: str, opacity: float, max_height: int = 520, note: str = "", heads: int | None = None,
+              head_names: list[str] | None = None, value_name: str = "attention probability",
+              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads"
+              ) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
-    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view."""
+    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
+
+    Other maps than attention's (the rollout) name what they hold: ``heads`` (maps per layer less
+    one; default the model's heads, the last map their mean), ``head_names`` (one per map),
+    ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
+    ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
+    without it ↑/↓ stay within the held layers)."""
+    heads = spec.num_heads if heads is None else int(heads)
     return dict(
         image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
-        prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=spec.num_heads,
+        prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=heads,
         token_names=list(spec.token_names), layer=int(layer), num_layers=spec.num_layers,
-        head=spec.num_heads if head == "mean" else int(head),
+        head=heads if head == "mean" else int(head), head_names=head_names,
         query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
         range_mode=map_range, uniform=1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
-        lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability",
+        lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
+        report_layer=bool(report_layer), shared_name=shared_name,
         opacity=float(opacity), max_height=int(max_height), note=note, **data,
     )
 

@@ -286,3 +286,54 @@ def test_when_all_layers_do_not_fit_the_view_holds_the_current_one_and_says_so(m
     args = json.loads(view.proto.json_args)
     assert args["layers"] == [1] and args["layer"] == 1
     assert "Only this layer is in the page" in args["note"] and "VIZAPP_VIEW_MB" in args["note"]
+
+
+# --------------------------------------------------------------------------- the rollout in the view
+
+
+@pytest.mark.parametrize("family", ["vit", "dinov2_registers"])
+def test_rollout_view_rows_are_attention_rollout_for_every_query_and_end_layer(family):
+    from analysis.attention_view import rollout_view_rows
+
+    vit = load_family(family)
+    record = analysis.capture_attention(vit, family_pixels(family, batch=1))
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    ends, rows = rollout_view_rows(record, head_fusion="max", discard_ratio=0.3, start_layer=1)
+    assert ends == list(range(1, spec.num_layers))
+    assert rows.shape == (len(ends), 1, spec.num_tokens + 1, spec.num_patches)
+    for i, end in enumerate(ends):
+        for token in [*range(spec.num_tokens), "mean"]:
+            query = "mean" if token == "mean" else token - prefix if token >= prefix else f"prefix:{token}"
+            row = spec.num_tokens if token == "mean" else token
+            expected = analysis.attention_rollout(record, head_fusion="max", discard_ratio=0.3, start_layer=1,
+                                                  end_layer=end, query=query)[0].numpy().ravel()
+            np.testing.assert_allclose(rows[i, 0, row], expected, rtol=1e-5, atol=1e-7, err_msg=f"{end}, {query}")
+
+
+def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from analysis.attention_view import rollout_view_rows, view_blob
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL, first_sample
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    app.switch_page("views/rollout.py").run()
+    app.radio(key="fusion").set_value("max").run()
+    app.slider(key="start_layer").set_value(1).run()
+    assert not app.exception, [e.value for e in app.exception]
+    (view,) = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    args = json.loads(view.proto.json_args)
+    spec = app.session_state["current"].spec
+    assert (args["heads"], args["head"], args["head_names"]) == (0, 0, ["max fusion, discard 0.00"])
+    assert args["value_name"] == "rollout weight" and args["report_layer"] is False
+    assert args["layers"] == list(range(1, spec.num_layers)) and args["layer"] == spec.num_layers - 1
+    if DEMO_PRESENT:
+        vit = analysis.load_vit("demo")
+        record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
+        ends, rows = rollout_view_rows(record, head_fusion="max", start_layer=1)
+        assert args["data_id"] == view_blob(record, ends, rows)[1]["data_id"]  # the page fetches exactly these maps

@@ -849,3 +849,37 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     frame = attention_view_frame(page)
     frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch}")
     assert_no_exception(page, "attention view click")
+
+
+def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server, artifacts):
+    """The Rollout page's instant view: the hovered patch's rollout (``attention_rollout`` of that
+    query after quantisation, within one colour step), and ↓ rolls out one layer fewer."""
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+
+    record = _demo_record()
+    spec = record.spec
+    page.goto(server)
+    wait_idle(page)
+    _nav(page, "Rollout")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    args = frame.evaluate("() => window.attentionView.args")
+    fusion, discard = re.fullmatch(r"(\w+) fusion, discard ([\d.]+)", args["head_names"][0]).groups()
+    start, grid, uniform = args["layers"][0], spec.grid_size, 1 / spec.num_tokens
+    gh, gw = grid
+    patch = gh * gw - 2
+    page.mouse.move(*view_patch_position(page, frame, patch, grid))
+    for end in (spec.num_layers - 1, spec.num_layers - 2):
+        if end != spec.num_layers - 1:
+            frame.locator("#stage").press("ArrowDown")
+        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.shown.layer === {end}")
+        exact = analysis.attention_rollout(record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start,
+                                           end_layer=end, query=patch)[0].numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"rollout to {end}")
+        assert f"Rollout layers {start} to {end}" in frame.locator("#title").text_content()
+    page.screenshot(path=str(artifacts / "rollout_view_hover.png"))
+    assert_no_exception(page, "rollout view")

@@ -50,10 +50,12 @@ def served(blob: bytes, meta: dict, key: str) -> dict:
 
 
 def attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
-                   map_range: str, opacity: float, key: str, on_change=None, max_height: int = 520):
+                   map_range: str, opacity: float, key: str, on_change=None, max_height: int = 520,
+                   note: str | None = None, **labels):
     """Draw the view; returns its last value (a click or a layer step, see the module docstring),
-    else None. ``data``: :func:`served`'s (or inline :func:`analysis.attention_view.view_data`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
+    else None. ``data``: :func:`served`'s (or inline :func:`analysis.attention_view.view_data`).
+    ``labels``: what other maps than attention's are (:func:`analysis.attention_view.view_args`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
     args = view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query=query,
                      colorscale=colorscale, map_range=map_range, opacity=opacity, max_height=max_height,
-                     note=fallback_note(spec, data["layers"]))
+                     note=fallback_note(spec, data["layers"]) if note is None else note, **labels)
     return _component(key=key, default=None, on_change=on_change, **args)
