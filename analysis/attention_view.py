@@ -47,10 +47,12 @@ PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
 PAGE = PAGE_DIR / "index.html"
 
 
-def layer_bytes(spec) -> int:
-    """Bytes of one layer's codes (before base64, which adds a third): rows and columns."""
-    heads, tokens, patches = spec.num_heads, spec.num_tokens, spec.num_patches
-    return (heads + 1) * ((tokens + 1) * patches + patches * patches)
+def layer_bytes(spec, maps: int | None = None) -> int:
+    """Bytes of one layer's codes (before base64, which adds a third): rows and columns of
+    ``maps`` maps (default: every head and their mean; the rollout has one)."""
+    maps = spec.num_heads + 1 if maps is None else maps
+    tokens, patches = spec.num_tokens, spec.num_patches
+    return maps * ((tokens + 1) * patches + patches * patches)
 
 
 def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:

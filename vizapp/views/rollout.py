@@ -9,7 +9,7 @@ from analysis.rollout import POST_NORM_WARNING
 from analysis.windowed_rollout import MERGE_WARNING
 
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, served
+from vizapp.attention_view import attention_view, layer_bytes, served
 from analysis.plots import colour_range
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
@@ -102,7 +102,7 @@ def on_view_click() -> None:
 
 
 # the instant view of every query's rollout after each layer: a ViT, within VIZAPP_VIEW_MB
-view_bytes = len(end_layers) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches**2)
+view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
 with left:
     if not spec.is_windowed and view_bytes <= limits.MAX_VIEW_BYTES:
         attention_view(
