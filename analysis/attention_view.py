@@ -22,6 +22,10 @@ The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds
 * ``cols``: ``(len(layers), heads + 1, N, N)`` codes: entry ``[l, h, k, i]`` is patch query
   ``i``'s attention to patch key ``k``, i.e. "who looks at patch k", quantised per column.
 * ``row_ranges`` / ``col_ranges``: each map's ``(lo, hi)`` as little-endian float32.
+
+:func:`view_data` gives them as base64 text (inline, the report), :func:`view_blob` as one binary
+file (the app serves it; the page fetches it once). The Rollout page sends other rows in the same
+layout (:func:`rollout_view_rows`: one map per layer, the rollout up to that layer).
 """
 
 from __future__ import annotations
