@@ -11,8 +11,9 @@ It prints, median and max over ``--repeats`` (≥ 5) changes each:
   patch's map. ``in page``: from the mousemove event's timestamp to the end of the animation-frame
   callback that wrote the pixels (what the person waits for, less the compositor's last frame);
   ``round trip``: the same measured from this script, with Playwright's own messages in it.
-* a layer step → new map: the layer slider's arrow key until the view has drawn the new layer
-  (a Streamlit rerun: only the current layer is in the page).
+* a layer step → new map: ↓/↑ pressed in the view until it has drawn the new layer (from the
+  data in the page when it holds every layer; ``in page`` from the keydown event's timestamp),
+  and the same from the page's layer slider (a Streamlit rerun, then the view follows).
 * a click on the view → the rest of the page updated: until the plotly chart's title names the
   clicked patch (a rerun, as before).
 """
@@ -99,24 +100,44 @@ def run(model: str | None, repeats: int) -> list[str]:
             lines.append(_summary("hover -> map repainted, in page", in_page))
             lines.append(_summary("hover -> map repainted, round trip from the script", round_trip))
 
-            layer_steps = []
-            slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
-            layers = args["layer"] + 1
-            for i in range(repeats):
-                current = frame.evaluate("() => window.attentionView.args.layer")
+            layers = args["num_layers"]
+            held = len(frame.evaluate("() => window.attentionView.layers"))
+            lines.append(f"layers in the page: {held} of {layers}")
+            key_in_page, key_round_trip, slider_steps = [], [], []
+            stage = frame.locator("#stage")
+            for i in range(repeats if layers > 1 else 0):  # ↑/↓ in the view: drawn from the page's data
+                current = frame.evaluate("() => window.attentionView.layer")
                 target = current - 1 if current > 0 else current + 1
-                if layers < 2:
-                    break
+                count = frame.evaluate("() => window.attentionView.paints.length")
+                stage.focus()
+                page.wait_for_timeout(50)
+                t0 = time.perf_counter()
+                stage.press("ArrowDown" if target < current else "ArrowUp")
+                frame.wait_for_function(
+                    f"() => {{ const p = window.attentionView.paints; return p.length > {count} && p[p.length - 1].layer === {target}; }}",
+                    polling="raf", timeout=120_000)
+                key_round_trip.append((time.perf_counter() - t0) * 1000)
+                last = frame.evaluate("() => window.attentionView.paints[window.attentionView.paints.length - 1]")
+                key_in_page.append(last["painted"] - last["input"])
+                page.wait_for_timeout(400)  # the report to Python (after 250 ms of rest) and its rerun
+                _idle(page)
+            if key_in_page:
+                lines.append(_summary("layer step (↓/↑ in the view) -> new map, in page", key_in_page))
+                lines.append(_summary("layer step (↓/↑ in the view) -> new map, round trip from the script", key_round_trip))
+            slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+            for i in range(repeats if layers > 1 else 0):  # the page's slider: a rerun, then the view follows
+                current = frame.evaluate("() => window.attentionView.layer")
+                target = current - 1 if current > 0 else current + 1
                 slider.focus()
                 t0 = time.perf_counter()
                 page.keyboard.press("ArrowLeft" if target < current else "ArrowRight")
                 frame.wait_for_function(
                     f"() => {{ const p = window.attentionView.paints; return p.length && p[p.length - 1].layer === {target}; }}",
                     polling="raf", timeout=120_000)
-                layer_steps.append((time.perf_counter() - t0) * 1000)
+                slider_steps.append((time.perf_counter() - t0) * 1000)
                 _idle(page)
-            if layer_steps:
-                lines.append(_summary("layer step -> new map in the view (a rerun)", layer_steps))
+            if slider_steps:
+                lines.append(_summary("layer step (the page's slider, a rerun) -> new map in the view", slider_steps))
 
             clicks = []
             title = "[data-testid='stPlotlyChart'] .gtitle"

@@ -110,31 +110,85 @@ def test_attention_rows_are_attention_map_for_every_query(family):
                 torch.testing.assert_close(rows[:, column, token], expected, rtol=1e-5, atol=1e-7)
 
 
-def test_layer_data_holds_every_query_and_the_columns():
-    from vizapp.attention_view import layer_data, query_row
+def decode(codes, ranges):
+    """The page's decoding rule: v = lo + code / 255 · (hi − lo)."""
+    return ranges[..., :1] + codes / 255 * (ranges[..., 1:] - ranges[..., :1])
+
+
+def unpack(data, spec):
+    """``view_data``'s base64 text -> (rows, row_ranges, cols, col_ranges) arrays, layers first."""
+    held, heads, tokens, patches = len(data["layers"]), spec.num_heads, spec.num_tokens, spec.num_patches
+    rows = np.frombuffer(base64.b64decode(data["rows"]), np.uint8).reshape(held, heads + 1, tokens + 1, patches)
+    row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(held, heads + 1, tokens + 1, 2)
+    cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(held, heads + 1, patches, patches)
+    col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(held, heads + 1, patches, 2)
+    return rows, row_ranges, cols, col_ranges
+
+
+def test_view_data_holds_every_query_and_the_columns_of_every_layer():
+    from analysis.attention_view import query_row, view_data
 
     vit = load_family("dinov2_registers")
     record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
     spec = record.spec
     heads, tokens, patches, prefix = spec.num_heads, spec.num_tokens, spec.num_patches, spec.num_prefix_tokens
-    data = layer_data(record, 1)
-    rows = np.frombuffer(base64.b64decode(data["rows"]), np.uint8).reshape(heads + 1, tokens + 1, patches)
-    row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(heads + 1, tokens + 1, 2)
-    cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(heads + 1, patches, patches)
-    col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(heads + 1, patches, 2)
-    decode = lambda codes, ranges: ranges[..., :1] + codes / 255 * (ranges[..., 1:] - ranges[..., :1])  # noqa: E731
-    for query in ["prefix:0", "prefix:3", 0, patches - 1, "mean"]:
-        for head in (0, None):
-            column = heads if head is None else head
-            exact = analysis.attention_map(record, 1, head=head, query=query)[0].numpy().ravel()
-            got = decode(rows[column, query_row(query, spec)], row_ranges[column, query_row(query, spec)])
-            assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7, (query, head)
-    every = analysis.attention_rows(record, 1)[0].numpy()  # (heads + 1, T, N)
-    for key in (0, 7, patches - 1):  # column k: who looks at patch k, over the patch queries
-        exact = every[2, prefix:, key]
-        got = decode(cols[2, key], col_ranges[2, key])
-        assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7
+    data = view_data(record, [1, 0])  # held in this order: slot 0 is layer 1
+    assert data["layers"] == [1, 0]
+    rows, row_ranges, cols, col_ranges = unpack(data, spec)
+    for slot, layer in enumerate(data["layers"]):
+        for query in ["prefix:0", "prefix:3", 0, patches - 1, "mean"]:
+            for head in (0, None):
+                column = heads if head is None else head
+                exact = analysis.attention_map(record, layer, head=head, query=query)[0].numpy().ravel()
+                row = query_row(query, spec)
+                got = decode(rows[slot, column, row], row_ranges[slot, column, row])
+                assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7, (layer, query, head)
+        every = analysis.attention_rows(record, layer)[0].numpy()  # (heads + 1, T, N)
+        for key in (0, 7, patches - 1):  # column k: who looks at patch k, over the patch queries
+            exact = every[2, prefix:, key]
+            got = decode(cols[slot, 2, key], col_ranges[slot, 2, key])
+            assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7
     assert query_row("mean", spec) == tokens and query_row(3, spec) == prefix + 3
+    assert view_data(record, [1])["data_id"] != data["data_id"]
+    with pytest.raises(AnalysisError, match="layer=2 does not exist"):
+        view_data(record, [2])
+
+
+def unpack_blob(blob: bytes, layers, spec):
+    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges (float32), rows, cols (uint8)."""
+    held, heads, tokens, patches = len(layers), spec.num_heads, spec.num_tokens, spec.num_patches
+    row_maps, col_maps = held * (heads + 1) * (tokens + 1), held * (heads + 1) * patches
+    row_ranges = np.frombuffer(blob, "<f4", 2 * row_maps, 0).reshape(held, heads + 1, tokens + 1, 2)
+    col_ranges = np.frombuffer(blob, "<f4", 2 * col_maps, 8 * row_maps).reshape(held, heads + 1, patches, 2)
+    start = 8 * (row_maps + col_maps)
+    rows = np.frombuffer(blob, np.uint8, row_maps * patches, start).reshape(held, heads + 1, tokens + 1, patches)
+    cols = np.frombuffer(blob, np.uint8, col_maps * patches, start + row_maps * patches)
+    assert len(blob) == start + (row_maps + col_maps) * patches
+    return rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges
+
+
+def test_the_served_file_holds_the_same_maps_as_the_inline_data():
+    from analysis.attention_view import view_blob, view_data
+
+    vit = load_family("dinov2_registers")
+    record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
+    blob, meta = view_blob(record, (1, 0))
+    assert meta["layers"] == [1, 0]
+    inline = unpack(view_data(record, [1, 0]), record.spec)
+    for got, expected in zip(unpack_blob(blob, meta["layers"], record.spec), inline):
+        np.testing.assert_array_equal(got, expected)
+    assert view_blob(record, (1,))[1]["data_id"] != meta["data_id"]
+
+
+def test_all_layers_are_sent_when_they_fit_else_the_current_one():
+    from analysis.attention_view import layer_bytes, layers_to_send
+
+    spec = load_family("vit").spec
+    one = layer_bytes(spec)
+    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2)
+    assert layers_to_send(spec, 1, one * spec.num_layers) == tuple(range(spec.num_layers))
+    assert layers_to_send(spec, 1, one * spec.num_layers - 1) == (1,)
+    assert layers_to_send(spec, 1, one - 1) is None
 
 
 # --------------------------------------------------------------------------- the page (AppTest)
@@ -175,11 +229,15 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
 
         vit = get_model(ModelRef("vit_tiny_patch16_224", pretrained=False))
     record = analysis.capture_attention(vit, vit.preprocess(image))
-    heads, queries, patches = spec.num_heads, spec.num_tokens + 1, spec.num_patches
-    codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(heads + 1, queries, patches)
-    ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(heads + 1, queries, 2)
-    lo, hi = ranges[2, args["query_row"]]
-    got = lo + codes[2, args["query_row"]] / 255 * (hi - lo)
+    assert args["layers"] == list(range(spec.num_layers)) and args["num_layers"] == spec.num_layers  # all fit
+    assert args["note"] == "" and args["data_url"].endswith(".bin") and "rows" not in args  # fetched once, by URL
+    from analysis.attention_view import view_blob
+
+    blob, meta = view_blob(record, args["layers"])
+    assert args["data_id"] == meta["data_id"]  # a digest of every byte: the page fetches exactly this file
+    codes, ranges, _, _ = unpack_blob(blob, meta["layers"], spec)
+    lo, hi = ranges[1, 2, args["query_row"]]
+    got = lo + codes[1, 2, args["query_row"]] / 255 * (hi - lo)
     exact = analysis.attention_map(record, 1, head=2, query=5)[0].numpy().ravel()
     assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7
     # the colours it draws (colour_range's rule on the decoded map) are within one step of the chart's
@@ -206,3 +264,76 @@ def test_a_layer_over_the_limit_keeps_the_chart_and_says_why(monkeypatch):
     assert not [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
     assert any("instant hover view is off" in c.value and "VIZAPP_VIEW_MB" in c.value for c in app.caption)
     assert app.get("plotly_chart")  # the map is still drawn, as a chart
+
+
+def test_when_all_layers_do_not_fit_the_view_holds_the_current_one_and_says_so(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import vizapp.limits
+    from analysis.attention_view import layer_bytes
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    spec = app.session_state["current"].spec
+    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", layer_bytes(spec) * spec.num_layers - 1)
+    app.slider(key="layer").set_value(1).run()
+    assert not app.exception, [e.value for e in app.exception]
+    (view,) = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    args = json.loads(view.proto.json_args)
+    assert args["layers"] == [1] and args["layer"] == 1
+    assert "Only this layer is in the page" in args["note"] and "VIZAPP_VIEW_MB" in args["note"]
+
+
+# --------------------------------------------------------------------------- the rollout in the view
+
+
+@pytest.mark.parametrize("family", ["vit", "dinov2_registers"])
+def test_rollout_view_rows_are_attention_rollout_for_every_query_and_end_layer(family):
+    from analysis.attention_view import rollout_view_rows
+
+    vit = load_family(family)
+    record = analysis.capture_attention(vit, family_pixels(family, batch=1))
+    spec = record.spec
+    prefix = spec.num_prefix_tokens
+    ends, rows = rollout_view_rows(record, head_fusion="max", discard_ratio=0.3, start_layer=1)
+    assert ends == list(range(1, spec.num_layers))
+    assert rows.shape == (len(ends), 1, spec.num_tokens + 1, spec.num_patches)
+    for i, end in enumerate(ends):
+        for token in [*range(spec.num_tokens), "mean"]:
+            query = "mean" if token == "mean" else token - prefix if token >= prefix else f"prefix:{token}"
+            row = spec.num_tokens if token == "mean" else token
+            expected = analysis.attention_rollout(record, head_fusion="max", discard_ratio=0.3, start_layer=1,
+                                                  end_layer=end, query=query)[0].numpy().ravel()
+            np.testing.assert_allclose(rows[i, 0, row], expected, rtol=1e-5, atol=1e-7, err_msg=f"{end}, {query}")
+
+
+def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from analysis.attention_view import rollout_view_rows, view_blob
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL, first_sample
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    app.switch_page("views/rollout.py").run()
+    app.radio(key="fusion").set_value("max").run()
+    app.slider(key="start_layer").set_value(1).run()
+    assert not app.exception, [e.value for e in app.exception]
+    (view,) = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    args = json.loads(view.proto.json_args)
+    spec = app.session_state["current"].spec
+    assert (args["heads"], args["head"], args["head_names"]) == (0, 0, ["max fusion, discard 0.00"])
+    assert args["value_name"] == "rollout weight" and args["report_layer"] is False
+    assert args["layers"] == list(range(1, spec.num_layers)) and args["layer"] == spec.num_layers - 1
+    if DEMO_PRESENT:
+        vit = analysis.load_vit("demo")
+        record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
+        ends, rows = rollout_view_rows(record, head_fusion="max", start_layer=1)
+        assert args["data_id"] == view_blob(record, ends, rows)[1]["data_id"]  # the page fetches exactly these maps

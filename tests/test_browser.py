@@ -778,7 +778,8 @@ def _demo_record():
 def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, server, artifacts):
     """Hover two patches: the canvas shows, cell for cell, the colours of ``attention_map`` for
     those queries after quantisation (within one colour step), with no rerun; the column toggle
-    shows who looks at the hovered patch; a click makes the patch the page's query."""
+    shows who looks at the hovered patch; ↓ draws the previous layer's map from the page's data
+    and the layer slider follows; a click makes the patch the page's query."""
     import analysis
     from analysis.plots import colour_range, quantise_maps
     from playwright.sync_api import expect
@@ -812,11 +813,31 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     assert page.evaluate("() => performance.getEntriesByType('resource').length") == reruns  # nothing was fetched
     assert page.get_by_role("radio", name="class token").is_checked()  # hovering changed nothing on the server
 
-    # arrow keys step the head in the browser; a click pins the patch and the page follows (head too)
+    # arrow keys step the head (←/→) and the layer (↑/↓) in the browser: the new layer's map is
+    # drawn from the data already in the page, then the page's layer slider follows
     frame.locator("#mode").click()
     frame.locator("#stage").focus()
     frame.locator("#stage").press("ArrowRight")  # mean over heads -> head 0
     frame.wait_for_function("() => window.attentionView.shown.head === 0")
+    assert spec.num_layers >= 2
+    new_layer = layer - 1
+    fetched = page.evaluate("() => performance.getEntriesByType('resource').length")
+    frame.locator("#stage").press("ArrowDown")
+    frame.wait_for_function(f"() => window.attentionView.shown.layer === {new_layer} && window.attentionView.shown.mode === 'row'")
+    assert frame.evaluate("() => [window.attentionView.hover, window.attentionView.pinnedRow]") == [None, 0]
+    exact = analysis.attention_map(record, new_layer, head=0, query="cls")[0].numpy()  # the page's query
+    decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"layer {new_layer}, head 0")
+    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert page.evaluate("() => performance.getEntriesByType('resource').length") == fetched  # drawn from the page's data
+    layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+    expect(layer_slider).to_have_value(str(new_layer), timeout=30_000)  # the page follows
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    layer = new_layer
+
+    # a click pins the patch and the page follows (head and layer too)
     patch = gw + 1
     page.mouse.click(*view_patch_position(page, frame, patch, grid))
     row, col = divmod(patch, gw)
@@ -828,3 +849,37 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     frame = attention_view_frame(page)
     frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch}")
     assert_no_exception(page, "attention view click")
+
+
+def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server, artifacts):
+    """The Rollout page's instant view: the hovered patch's rollout (``attention_rollout`` of that
+    query after quantisation, within one colour step), and ↓ rolls out one layer fewer."""
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+
+    record = _demo_record()
+    spec = record.spec
+    page.goto(server)
+    wait_idle(page)
+    _nav(page, "Rollout")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    args = frame.evaluate("() => window.attentionView.args")
+    fusion, discard = re.fullmatch(r"(\w+) fusion, discard ([\d.]+)", args["head_names"][0]).groups()
+    start, grid, uniform = args["layers"][0], spec.grid_size, 1 / spec.num_tokens
+    gh, gw = grid
+    patch = gh * gw - 2
+    page.mouse.move(*view_patch_position(page, frame, patch, grid))
+    for end in (spec.num_layers - 1, spec.num_layers - 2):
+        if end != spec.num_layers - 1:
+            frame.locator("#stage").press("ArrowDown")
+        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.shown.layer === {end}")
+        exact = analysis.attention_rollout(record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start,
+                                           end_layer=end, query=patch)[0].numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"rollout to {end}")
+        assert f"Rollout layers {start} to {end}" in frame.locator("#title").text_content()
+    page.screenshot(path=str(artifacts / "rollout_view_hover.png"))
+    assert_no_exception(page, "rollout view")

@@ -261,7 +261,7 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
-    assert "vizapp/components/attention_view/index.html" in names  # the instant view's page (no build step)
+    assert "analysis/attention_view_page/index.html" in names  # the instant view's page (no build step)
     assert not [n for n in names if "screenshots" in n]
     assert wheel.stat().st_size < 8 * 2**20, f"the wheel weighs {wheel.stat().st_size / 2**20:.1f} MiB"
 

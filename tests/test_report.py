@@ -4,6 +4,7 @@ warning the app shows (issue 29, items 2 and 8b)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -100,3 +101,102 @@ def test_the_report_draws_every_figure_offline_without_a_console_error(reports, 
     assert {f["id"] for f in figures} >= {"filters", "position", "distance", "attention"}, figures
     assert len(figures) >= 6 and all(f["svg"] and f["traces"] > 0 and f["marks"] > 0 for f in figures), figures
     assert warning_shown == (label == "deit")
+
+
+# --------------------------------------------------------------------------- the instant view (issue 28)
+
+VIEW_FRAME = re.compile(r"<iframe class='attention-view' title='instant attention view of ([^']+)'[^>]*"
+                        r"srcdoc=\"([^\"]*)\"></iframe><script type='application/json' class='attention-view-args'>(.*?)</script>")
+
+
+def embedded_views(report: Path) -> list[tuple[str, str, dict]]:
+    """``(image name, inlined page, args)`` of each instant view in the report."""
+    import html
+    import json
+
+    text = report.read_text(encoding="utf-8")
+    return [(name, html.unescape(page), json.loads(args)) for name, page, args in VIEW_FRAME.findall(text)]
+
+
+def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
+    """The report inlines the app's own page file (one implementation) and feeds it every layer's
+    quantised attention, which decodes to ``attention_map`` of that image within half a step."""
+    import numpy as np
+
+    import analysis
+    from analysis.attention_view import PAGE
+
+    views = embedded_views(reports["demo"])
+    assert len(views) == 2 and len(embedded_views(reports["deit"])) == 2
+    vit = analysis.load_vit("demo")
+    spec = vit.spec
+    heads, queries, patches = spec.num_heads, spec.num_tokens + 1, spec.num_patches
+    for name, page, args in views:
+        assert page == PAGE.read_text(encoding="utf-8")
+        assert args["layers"] == list(range(spec.num_layers)) and args["layer"] == spec.num_layers - 1
+        assert (args["head"], args["query_row"], args["range_mode"]) == (heads, 0, "zero")  # mean, class token
+        assert args["image"].startswith("data:image/png;base64,")
+        record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
+        codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(spec.num_layers, heads + 1, queries, patches)
+        ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(spec.num_layers, heads + 1, queries, 2)
+        for layer in range(spec.num_layers):
+            for head, query in ((None, "cls"), (0, 5), (heads - 1, patches - 1)):
+                row = 0 if query == "cls" else spec.num_prefix_tokens + query
+                column = heads if head is None else head
+                lo, hi = ranges[layer, column, row]
+                got = lo + codes[layer, column, row] / 255 * (hi - lo)
+                exact = analysis.attention_map(record, layer, head=head, query=query)[0].numpy().ravel()
+                assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7, (name, layer, head, query)
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")
+def test_hovering_a_patch_in_the_saved_report_draws_its_map(reports):
+    """Opened from file:// with no network: the view in the report draws the hovered patch's
+    attention (``attention_map`` after quantisation, within one colour step), ↓ the layer below."""
+    from playwright.sync_api import sync_playwright
+
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+    from test_browser import assert_within_one_colour_step, canvas_rgb
+
+    name = embedded_views(reports["demo"])[0][0]
+    vit = analysis.load_vit("demo")
+    spec = vit.spec
+    record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
+    grid, last = spec.grid_size, spec.num_layers - 1
+    errors = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 1000})
+            page = context.new_page()
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(reports["demo"].as_uri(), wait_until="load")
+            iframe = page.locator("iframe.attention-view").first
+            iframe.scroll_into_view_if_needed()
+            frame = iframe.element_handle().content_frame()
+            frame.wait_for_function("() => window.attentionView && window.attentionView.shown", timeout=30_000)
+            patch = grid[1] + 2
+            outer = iframe.bounding_box()
+            inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
+                                   " return [b.left, b.top, b.width, b.height]; }")
+            row, col = divmod(patch, grid[1])
+            page.mouse.move(outer["x"] + inner[0] + inner[2] * (col + 0.5) / grid[1],
+                            outer["y"] + inner[1] + inner[3] * (row + 0.5) / grid[0])
+            checks = []
+            for layer in (last, last - 1):
+                if layer != last:
+                    frame.locator("#stage").press("ArrowDown")
+                frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}"
+                                        f" && window.attentionView.shown.layer === {layer}", timeout=10_000)
+                checks.append((layer, canvas_rgb(frame, grid)))
+            title = frame.locator("#title").text_content()
+        finally:
+            browser.close()
+    assert errors == [], errors
+    assert f"query: patch {patch}" in title
+    for layer, drawn in checks:
+        exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", decoded, uniform=1 / spec.num_tokens)
+        assert_within_one_colour_step(drawn, decoded, "Viridis", lo, hi, f"report, layer {layer}, patch {patch}")

@@ -28,4 +28,4 @@ FLOAT16_RECORD_BYTES = _limit("VIZAPP_FLOAT16_RECORD_MB", 1024) * 2**20  # large
 MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
 MAX_DATASET_IMAGES = 256  # images averaged over on the distance page
 MAX_ARCHIVE_BYTES = 200_000_000  # decompressed images read from one uploaded zip
-MAX_VIEW_BYTES = _limit("VIZAPP_VIEW_MB", 12) * 2**20  # one layer of the instant attention view, sent per rerun
+MAX_VIEW_BYTES = _limit("VIZAPP_VIEW_MB", 12) * 2**20  # the instant view's data: all layers, else the current one

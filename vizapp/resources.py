@@ -174,13 +174,25 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return maps
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
-def attention_view_data(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> dict[str, str]:
-    """One layer's every-query attention, quantised for the browser view
-    (:func:`vizapp.attention_view.layer_data`)."""
-    from vizapp.attention_view import layer_data
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
+def rollout_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, head_fusion: str, discard_ratio: float,
+                      start_layer: int) -> tuple[bytes, dict]:
+    """Every query's rollout after each layer ``start_layer..L-1`` (a ViT), quantised for the
+    browser view (:func:`analysis.attention_view.rollout_view_rows`, as one served file)."""
+    from analysis.attention_view import rollout_view_rows, view_blob
 
-    return layer_data(forward(ref, digest, _image_bytes).record, layer)
+    record = forward(ref, digest, _image_bytes).record
+    ends, rows = rollout_view_rows(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer)
+    return view_blob(record, ends, rows)
+
+
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
+def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> tuple[bytes, dict]:
+    """Every query's attention in ``layers``, quantised for the browser view, as the one file
+    the page fetches (:func:`analysis.attention_view.view_blob`; shared read-only: bytes)."""
+    from analysis.attention_view import view_blob
+
+    return view_blob(forward(ref, digest, _image_bytes).record, layers)
 
 
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)

@@ -2,7 +2,9 @@
 panels (patch-embedding filter components, position-embedding similarity, attention distance
 against depth), attention and rollout on a few images, and the model's spec. The figures are
 the app's own (:mod:`analysis.plots`); plotly.js is embedded once, in the head before any
-figure, so the file opens offline."""
+figure, so the file opens offline. Each example's attention comes first as the app's instant
+view (:func:`analysis.attention_view.embed`, the same page inlined): hover a patch to see its
+attention, ←/→ step the head and ↑/↓ the layer, with no server and no network."""
 
 from __future__ import annotations
 
@@ -49,6 +51,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--examples", type=int, default=3, help="images shown with attention and rollout (default 3)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass for the distance")
     parser.add_argument("--colorscale", default="Viridis", help="colour scale of the maps (default Viridis)")
+    parser.add_argument("--view-mb", type=float, default=12,
+                        help="the instant view's data per example: every layer when they fit in this many MiB, "
+                             "else the last layer only; 0 leaves the view out (default 12)")
     parser.set_defaults(run=run)
 
 
@@ -106,6 +111,7 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
 
 def run(args, ranks: Ranks) -> int:
+    from ..attention_view import embed, layers_to_send, view_args, view_data
     from .. import (
         attention_map, attention_rollout, capture_attention, load_image, masked_image, patch_embedding_components,
         position_embedding_similarity,
@@ -113,6 +119,8 @@ def run(args, ranks: Ranks) -> int:
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)
+    if args.view_mb < 0:
+        raise CommandError("--view-mb must be 0 or more.", code=2)
     try:
         source = resolve_images(args.images if args.images is not None else str(SAMPLES))
     except VitExplorerError as exc:  # AnalysisError, ArchiveError
@@ -141,7 +149,7 @@ def run(args, ranks: Ranks) -> int:
     attention_parts, rollout_parts, problems = [], [], []
     query = "cls" if spec.has_class_token else "mean"
     for name, item in zip(source.names, source.items):
-        if len(attention_parts) >= args.examples:
+        if len(rollout_parts) >= args.examples:
             break
         try:
             image = load_image(item)
@@ -152,6 +160,14 @@ def run(args, ranks: Ranks) -> int:
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
         label = Path(name).name
+        view_layers = layers_to_send(spec, spec.num_layers - 1, int(args.view_mb * 2**20))
+        if view_layers is not None:
+            note = "" if len(view_layers) == spec.num_layers else (
+                f"Only the last layer is in this file (all {spec.num_layers} layers exceed --view-mb {args.view_mb:g}).")
+            attention_parts.append(embed(view_args(
+                data=view_data(record, view_layers), image_uri=background, spec=spec, layer=spec.num_layers - 1,
+                head="mean", query=query, colorscale=args.colorscale, map_range="zero", opacity=0.6,
+                max_height=460, note=note), title=f"instant attention view of {label}"))
         attention_parts.append(page.figure(plots.attention_overlay(
             background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=0.0,
             title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",

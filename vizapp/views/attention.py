@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, layer_bytes, view_fits
+from vizapp.attention_view import attention_view, layer_bytes, sent_layers, served
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
@@ -75,10 +75,15 @@ else:  # a ViT: one grid for every layer
     query_text = describe_query(query, spec)
     lo, hi, range_text = colour_range(cur.map_range, shown, maps, uniform=uniform)
 
-    def on_view_click() -> None:
-        """A click on the instant view pins that patch (and the head it showed) for the page."""
+    def on_view_change() -> None:
+        """The instant view reports a layer step (the page and URL follow) or a click, which pins
+        that patch, with the head and layer it showed, for the page."""
         value = st.session_state.get("attn_view")
-        if isinstance(value, dict) and isinstance(value.get("patch"), int) and 0 <= value["patch"] < spec.num_patches:
+        if not isinstance(value, dict):
+            return
+        if isinstance(value.get("layer"), int) and 0 <= value["layer"] < L:
+            st.session_state["layer"] = value["layer"]
+        if value.get("event") == "click" and isinstance(value.get("patch"), int) and 0 <= value["patch"] < spec.num_patches:
             st.session_state["query_mode"] = "patch"
             st.session_state["query_patch"] = value["patch"]
             if value.get("head") == "mean" or (isinstance(value.get("head"), int) and 0 <= value["head"] < H):
@@ -86,22 +91,24 @@ else:  # a ViT: one grid for every layer
 
 
     with left:
-        if view_fits(spec):
+        view_layers = sent_layers(spec, layer)
+        if view_layers is not None:
             attention_view(
-                data=resources.attention_view_data(*cur.args, layer), image_uri=resources.background_uri(*cur.args),
-                spec=spec, layer=layer, head=head, query=query, colorscale=cur.colorscale, map_range=cur.map_range,
-                opacity=opacity, key="attn_view", on_click=on_view_click,
+                data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
+                image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
+                colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
+                on_change=on_view_change,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
-                "values to one 255th of each map's range); click to make it the query. The same map as a "
-                "chart, with hover values and downloads:"
+                "values to one 255th of each map's range); ←/→ step the head and ↑/↓ the layer; click to make "
+                "the patch the query. The same map as a chart, with hover values and downloads:"
             )
         else:
             st.caption(
                 f"The instant hover view is off for this model: one layer's attention for every query is "
-                f"{layer_bytes(spec) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB sent per "
-                "rerun (VIZAPP_VIEW_MB). Click the chart to pick a query."
+                f"{layer_bytes(spec) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page "
+                "may hold (VIZAPP_VIEW_MB). Click the chart to pick a query."
             )
         figure = figures.attention_overlay(
             resources.background_uri(*cur.args),

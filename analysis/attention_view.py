@@ -1,0 +1,204 @@
+"""The instant attention view: every query's attention, held in the browser, drawn on a canvas.
+
+One page, ``analysis/attention_view_page/index.html`` (plain JavaScript, no build step, no
+network), serves both places the view appears:
+
+* the app, as a Streamlit custom component (:mod:`vizapp.attention_view` declares this folder);
+* ``python -m analysis report``, which inlines the same file in an ``<iframe srcdoc>`` and feeds
+  it the same arguments with the same ``streamlit:render`` message (:func:`embed`), so the saved
+  report hovers offline without Streamlit.
+
+The page receives the image and, for each layer it holds, every query's attention over every
+patch key, per head and for their mean, quantised to one byte per value
+(:func:`analysis.plots.quantise_maps`: one ``[min, max]`` per map, every value back within half
+a step). Hovering a patch redraws its map in the next animation frame; arrow keys step the head
+(←/→) and the layer (↑/↓) in the page when it holds all layers (:func:`layers_to_send`).
+
+The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds:
+
+* ``rows``: ``(len(layers), heads + 1, T + 1, N)`` codes: row ``q < T`` is token ``q``'s
+  attention over the patch keys (:func:`analysis.attention_rows`), row ``T`` the mean over the
+  patch queries (``query="mean"``); head index ``heads`` is the mean over heads.
+* ``cols``: ``(len(layers), heads + 1, N, N)`` codes: entry ``[l, h, k, i]`` is patch query
+  ``i``'s attention to patch key ``k``, i.e. "who looks at patch k", quantised per column.
+* ``row_ranges`` / ``col_ranges``: each map's ``(lo, hi)`` as little-endian float32.
+
+:func:`view_data` gives them as base64 text (inline, the report), :func:`view_blob` as one binary
+file (the app serves it; the page fetches it once). The Rollout page sends other rows in the same
+layout (:func:`rollout_view_rows`: one map per layer, the rollout up to that layer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .attention_maps import attention_rows
+from .errors import AnalysisError
+from .plots import UNIFORM_FLOOR, colour_lut, quantise_maps
+from .queries import parse_prefix_query
+
+__all__ = [
+    "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "quantised_view", "query_row",
+    "rollout_view_rows", "view_args", "view_blob", "view_data",
+]
+
+PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
+PAGE = PAGE_DIR / "index.html"
+
+
+def layer_bytes(spec, maps: int | None = None) -> int:
+    """Bytes of one layer's codes (before base64, which adds a third): rows and columns of
+    ``maps`` maps (default: every head and their mean; the rollout has one)."""
+    maps = spec.num_heads + 1 if maps is None else maps
+    tokens, patches = spec.num_tokens, spec.num_patches
+    return maps * ((tokens + 1) * patches + patches * patches)
+
+
+def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:
+    """The layers the view holds under ``budget_bytes`` of codes: every layer when they fit (layer
+    and head then switch in the browser), else only ``layer`` (a new layer is new data), else
+    ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12."""
+    one = layer_bytes(spec)
+    if one * spec.num_layers <= budget_bytes:
+        return tuple(range(spec.num_layers))
+    return (int(layer),) if one <= budget_bytes else None
+
+
+def attention_view_rows(record, layers) -> np.ndarray:
+    """``(len(layers), heads + 1, T + 1, N)`` float32, the view's rows for image 0 of ``record``:
+    ``[l, h, q]`` is token ``q``'s attention over the patch keys (:func:`analysis.attention_rows`),
+    ``[l, h, T]`` the mean over the patch queries; ``h = heads`` the mean over heads."""
+    if not layers:
+        raise AnalysisError("the attention view needs at least one layer.")
+    return np.stack([_with_mean_query(attention_rows(record, int(layer))[0].numpy(), record.spec) for layer in layers])
+
+
+def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
+                      ) -> tuple[list[int], np.ndarray]:
+    """The rollout after each layer ``start_layer..L-1`` for every query, as view rows:
+    ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
+    ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout_matrices`, the same composition) over the patch
+    keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
+    ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
+    from .rollout import _rollout_steps
+    from .windowed import refuse_windowed
+
+    refuse_windowed(record, "rollout_view_rows")
+    spec = record.spec
+    ends, rows = [], []
+    for layer, rollout in _rollout_steps(record, head_fusion, discard_ratio, start_layer, None):  # (B, T, T) float64
+        every = spec.split_prefix(rollout[0].float(), -1)[1].numpy()  # (T, N)
+        ends.append(layer)
+        rows.append(_with_mean_query(every[None], spec))  # (1, T + 1, N)
+    return ends, np.stack(rows)
+
+
+def _with_mean_query(rows: np.ndarray, spec) -> np.ndarray:
+    """``(maps, T, N)`` -> ``(maps, T + 1, N)``: row ``T`` the mean of the patch queries' rows."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (maps, 1, N)
+    return np.concatenate([rows, mean_query], axis=1)
+
+
+def quantised_view(rows: np.ndarray, spec) -> tuple:
+    """``(layers, maps, T + 1, N)`` view rows -> ``(rows, cols)`` :class:`analysis.plots.QuantisedMaps`
+    (the module docstring's layout; a column is "who looks at patch k" over the patch queries)."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    cols = rows[:, :, prefix : prefix + patches].transpose(0, 1, 3, 2)  # (layers, maps, N keys, N queries)
+    return quantise_maps(rows), quantise_maps(cols)
+
+
+def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
+    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
+    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
+    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
+    ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
+    layers = [int(layer) for layer in layers]
+    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
+    row_codes, row_ranges = rows.as_base64()
+    col_codes, col_ranges = cols.as_base64()
+    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}".encode()).hexdigest()[:16]
+    return {"rows": row_codes, "row_ranges": row_ranges, "cols": col_codes, "col_ranges": col_ranges,
+            "layers": layers, "data_id": digest}
+
+
+def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:
+    """The same maps as one binary file, for a page that fetches it once (the app: then only the
+    small arguments travel with each rerun): ``row_ranges``, ``col_ranges`` (little-endian float32),
+    ``rows``, ``cols`` (uint8), back to back in C order. Returns ``(bytes, {"layers", "data_id"})``."""
+    layers = [int(layer) for layer in layers]
+    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
+    parts = [np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(cols.ranges, "<f4").tobytes(),
+             np.ascontiguousarray(rows.codes).tobytes(), np.ascontiguousarray(cols.codes).tobytes()]
+    blob = b"".join(parts)
+    return blob, {"layers": layers, "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16]}
+
+
+def query_row(query, spec) -> int:
+    """The row of ``rows`` that holds the app's query (``"cls"``, ``"prefix:<i>"``, a patch
+    index, ``"mean"``)."""
+    token = parse_prefix_query(query)
+    if token is not None:
+        return token
+    if query == "cls":
+        return 0
+    if query == "mean":
+        return spec.num_tokens
+    return spec.num_prefix_tokens + int(query)
+
+
+def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
+              map_range: str, opacity: float, max_height: int = 520, note: str = "", heads: int | None = None,
+              head_names: list[str] | None = None, value_name: str = "attention probability",
+              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads"
+              ) -> dict:
+    """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
+    ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
+    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
+
+    Other maps than attention's (the rollout) name what they hold: ``heads`` (maps per layer less
+    one; default the model's heads, the last map their mean), ``head_names`` (one per map),
+    ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
+    ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
+    without it ↑/↓ stay within the held layers)."""
+    heads = spec.num_heads if heads is None else int(heads)
+    return dict(
+        image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
+        prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=heads,
+        token_names=list(spec.token_names), layer=int(layer), num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head), head_names=head_names,
+        query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
+        range_mode=map_range, uniform=1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
+        lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
+        report_layer=bool(report_layer), shared_name=shared_name,
+        opacity=float(opacity), max_height=int(max_height), note=note, **data,
+    )
+
+
+def embed(args: dict, *, title: str = "instant attention view") -> str:
+    """The view as a self-contained HTML fragment for a static page (the report): the page's own
+    file inlined in an ``<iframe srcdoc>``, and a few lines that play Streamlit's part (answer its
+    ``componentReady`` with ``streamlit:render`` and ``args``, follow ``setFrameHeight``;
+    a click's value has nowhere to go). Needs no network."""
+    page = PAGE.read_text(encoding="utf-8")
+    payload = json.dumps(args, separators=(",", ":")).replace("</", "<\\/")
+    return (
+        f"<iframe class='attention-view' title='{html.escape(title)}' style='width:100%;border:0;height:560px' "
+        f"srcdoc=\"{html.escape(page, quote=True)}\"></iframe>"
+        f"<script type='application/json' class='attention-view-args'>{payload}</script>"
+        "<script>(function () {"
+        "const data = document.currentScript.previousElementSibling, frame = data.previousElementSibling;"
+        "const args = JSON.parse(data.textContent);"
+        "window.addEventListener('message', (event) => {"
+        " if (event.source !== frame.contentWindow || !event.data) return;"
+        " if (event.data.type === 'streamlit:componentReady')"
+        "  frame.contentWindow.postMessage({type: 'streamlit:render', args: args, dfs: [], disabled: false}, '*');"
+        " if (event.data.type === 'streamlit:setFrameHeight') frame.style.height = event.data.height + 'px';"
+        "});"
+        "})();</script>"
+    )
