@@ -18,11 +18,11 @@ from .reconstruct import MAEReconstruction
 __all__ = ["FIGURE_2_PANELS", "unit_pixels", "figure_2_images", "hidden_patch_loss", "flip_patches"]
 
 #: The pictures of MAE Figure 2, in the order shown: name -> title.
-FIGURE_2_PANELS = {
+FIGURE_2_PANELS = {  # composite: the reconstruction with the visible patches pasted back
     "original": "original",
     "masked": "masked input",
-    "reconstruction": "reconstruction",
-    "composite": "reconstruction + visible patches",
+    "reconstruction": "reconstruction",  # every patch as the decoder predicts it
+    "composite": "composite",
 }
 
 

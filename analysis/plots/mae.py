@@ -47,7 +47,7 @@ def _click_targets(grid_size, patch_size, panel: int, hidden: np.ndarray, axes: 
     state = np.where(hidden, "hidden", "visible")
     return dict(
         type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name=title,
-        customdata=np.stack([index, np.full_like(index, panel), hidden.astype(np.int64), index // gw, index % gw], axis=1),
+        customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw], axis=1).astype(np.float64),
         text=state, hovertemplate=title + "<br>patch %{customdata[0]:.0f} (row %{customdata[3]:.0f}, col "
         "%{customdata[4]:.0f}), %{text}<extra>" + hint + "</extra>", **axes,
     )
@@ -62,7 +62,7 @@ def mae_panels(
     *,
     outline: Sequence[int] = (),
     click_hint: str = "click: hide or reveal this patch",
-    panel_height: int = 300,
+    panel_height: int = 240,
 ) -> go.Figure:
     """The pictures side by side, each ``(H, W, 3)`` in 0..1 (NaN: hidden), on one pixel scale
     (:func:`unit_to_uint8`, lossless PNG). Every panel has transparent click targets on its patch

@@ -100,14 +100,21 @@ hidden = result.mask[0].numpy()  # (N,)
 hidden_count = int(hidden.sum())
 
 
+def clicked_patch(chart_key: str) -> int | None:
+    """The patch index of a chart's clicked click target (``customdata[0]``; plotly returns a
+    row as a list, or as a ``{"0": ..}`` dict when it was sent as a typed array), or None."""
+    custom = (selected_point(chart_key) or {}).get("customdata")
+    first = custom.get("0") if isinstance(custom, dict) else custom[0] if isinstance(custom, (list, tuple)) and custom else None
+    if first is None:
+        return None
+    patch = int(round(float(first)))
+    return patch if 0 <= patch < num_patches else None
+
+
 def toggle_patch(chart_key: str) -> None:
     """A click on a Figure 2 panel: switch that patch between hidden and visible."""
-    point = selected_point(chart_key)
-    custom = (point or {}).get("customdata")
-    if not isinstance(custom, (list, tuple)) or not custom:
-        return
-    patch = int(round(float(custom[0])))
-    if not 0 <= patch < num_patches:
+    patch = clicked_patch(chart_key)
+    if patch is None:
         return
     clicked = set(st.session_state.get(FLIPPED, []))
     clicked ^= {patch}
@@ -132,7 +139,7 @@ st.markdown(
 st.caption(
     "All four pictures on one scale: RGB in 0..1, the model's normalisation undone (x·std + mean), drawn as "
     f"round(255·x); values outside 0..1 are clipped ({clipped:.1%} of the reconstruction's values). Hidden patches "
-    "are grey in the masked input. Click any panel to hide or reveal the patch under the cursor."
+    "are grey in the masked input; the composite is the reconstruction with the visible patches pasted back. Click any panel to hide or reveal the patch under the cursor."
 )
 with st.container(horizontal=True):
     for name, title in FIGURE_2_PANELS.items():
@@ -170,10 +177,9 @@ with attention_column:
     peak = float(np.nanmax(attention))
 
     def choose_query() -> None:
-        point = selected_point("mae_attention")
-        custom = (point or {}).get("customdata")
-        if isinstance(custom, (list, tuple)) and custom:
-            st.session_state[QUERY] = int(round(float(custom[0])))
+        patch = clicked_patch("mae_attention")
+        if patch is not None:
+            st.session_state[QUERY] = patch
 
     who = "the class token" if query is None else f"patch {query} (row {query // grid[1]}, col {query % grid[1]})"
     show_chart(figures.mae_patch_map(
@@ -216,8 +222,9 @@ if samples and st.toggle("Measure the curve", key="mae_curves", help="One recons
     show_chart(figures.mae_loss_by_ratio(
         SET_RATIOS, losses, names, y_title="reconstruction loss (MSE on hidden patches)", current_ratio=float(ratio),
     ), "mae_curve", filename="mae_loss_by_ratio")
-    st.caption(f"Grey: each of the {len(names)} images; colour: their mean. Image i is masked from seed {seed} + i "
-               f"(as `python -m analysis mae --seed {seed}`); dotted: this page's ratio. Loss in {loss_units}.")
+    st.caption(f"Grey: each of the {len(names)} images; colour: their mean. Image i of the sample list is masked "
+               f"from seed {seed} + i with MAE's draw at every ratio (a higher ratio hides a superset); dotted: this "
+               f"page's ratio. Loss: mean squared error over the hidden patches, in {loss_units}.")
     for problem in problems:
         st.warning(escape_markdown(problem))
     download_npz("mae_curve_data", "mae_loss_by_ratio", ratios=np.asarray(SET_RATIOS), losses=losses,
