@@ -21,7 +21,9 @@ from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef
 from vizapp.state import current
-from vizapp.ui import PageRefused, clamp_state, download_npz, download_png, head_label, selected_point, show_chart
+from vizapp.ui import (
+    PageRefused, clamp_state, download_npz, download_png, head_label, point_index, selected_point, show_chart,
+)
 
 SOURCES = {"demo": "the bundled demo MAE", "hf": "a Hugging Face ViTMAEForPreTraining (hf:org/name or a folder)"}
 SET_RATIOS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -101,14 +103,11 @@ hidden_count = int(hidden.sum())
 
 
 def clicked_patch(chart_key: str) -> int | None:
-    """The patch index of a chart's clicked click target (``customdata[0]``; plotly returns a
-    row as a list, or as a ``{"0": ..}`` dict when it was sent as a typed array), or None."""
-    custom = (selected_point(chart_key) or {}).get("customdata")
-    first = custom.get("0") if isinstance(custom, dict) else custom[0] if isinstance(custom, (list, tuple)) and custom else None
-    if first is None:
-        return None
-    patch = int(round(float(first)))
-    return patch if 0 <= patch < num_patches else None
+    """The patch under a chart's click (its click targets are row-major: the point index is the
+    patch, also in ``customdata[0]``), or None."""
+    point = selected_point(chart_key)
+    patch = point_index(point) if point else None
+    return patch if patch is not None and 0 <= patch < num_patches else None
 
 
 def toggle_patch(chart_key: str) -> None:
