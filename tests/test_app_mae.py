@@ -194,3 +194,20 @@ def test_the_downloads(page, demo, monkeypatch):
         np.testing.assert_array_equal(pngs[f"mae_png_{name}"], plots.unit_to_uint8(picture))
     labels = [b.label for b in page.get("download_button")]
     assert labels.count("Data (.npz)") == 2
+
+
+def test_a_timm_mae_encoder_in_the_sidebar_is_offered_and_gets_the_decoder_message(page):
+    """The sidebar's model, a timm ``.mae`` encoder (random weights, at 32 px to stay fast), is the
+    page's first choice; the page says the library's reason, and the demo MAE still works."""
+    page.number_input(key="resolution").set_value(32)
+    page.radio(key="model_source").set_value("timm").run()
+    page.text_input(key="model_timm").input("random:vit_base_patch16_224.mae").run()
+    assert_clean(page)
+    assert page.session_state["current"].model.source == "vit_base_patch16_224.mae"
+    assert page.radio(key="mae_source").value == "sidebar"
+    (message,) = [i.value for i in page.info]
+    assert "without its decoder" in message and "hf:facebook/vit-mae-base" in message
+    assert any("headless ViT" in c.value for c in page.caption)
+    page.radio(key="mae_source").set_value("demo").run()
+    assert_clean(page)
+    assert hidden_text(page).startswith("**48 of 64**")

@@ -30,6 +30,7 @@ SET_RATIOS = (0.1, 0.25, 0.5, 0.75, 0.9)
 FLIPPED = "mae_flipped"  # session key: the patches the user's clicks switched (hidden <-> visible), sorted
 FLIPPED_GRID = "mae_flipped_grid"  # the grid those indices belong to
 QUERY = "mae_query"  # session key: the attention's query patch (None: the class token)
+SIDEBAR_SEEN = "_mae_sidebar_seen"  # session key: the sidebar model the page saw last
 CLICKS = "mae_clicks"  # session key: clicks so far (a new chart key per click clears plotly's selection)
 
 cur = current()
@@ -40,23 +41,33 @@ st.caption(
     "(the paper's Figure 2); click patches to hide or reveal them yourself, e.g. hide the whole object."
 )
 
-choice = st.radio("Masked autoencoder", list(SOURCES), format_func=SOURCES.get, key="mae_source", horizontal=True,
+sidebar_source = cur.model.source  # an MAE in the sidebar (a timm .mae encoder, an hf: MAE) is offered too
+sources = dict(SOURCES)
+if "mae" in sidebar_source.lower():
+    sources = {"sidebar": f"the sidebar's model ({escape_markdown(cur.model.label)})", **SOURCES}
+    if st.session_state.get(SIDEBAR_SEEN) != sidebar_source:  # a new MAE in the sidebar: show it first
+        st.session_state["mae_source"] = "sidebar"
+st.session_state[SIDEBAR_SEEN] = sidebar_source
+clamp_state("mae_source", list(sources), "demo")
+choice = st.radio("Masked autoencoder", list(sources), format_func=sources.get, key="mae_source", horizontal=True,
                   help="The page has its own model: MAEs reconstruct, they do not classify. The image is the sidebar's.")
 source = "demo_mae"
-if choice == "hf":
+if choice == "sidebar":
+    source = sidebar_source
+elif choice == "hf":
     source = st.text_input("ViTMAEForPreTraining", key="mae_other", placeholder=MAE_WITH_DECODER,
                            help="hf:org/name (local cache, else the hub) or a save_pretrained folder on the server. "
                            "A timm .mae model is an encoder alone: it has no decoder.").strip()
     if not source:
         st.info(f"Type a Hugging Face ViTMAEForPreTraining, e.g. `{MAE_WITH_DECODER}`, or pick the demo MAE.")
         raise PageRefused("no MAE named")
-if "mae" in cur.model.source.lower():  # the sidebar's model is an MAE encoder (e.g. timm's .mae)
-    st.caption(f"The sidebar's **{escape_markdown(cur.model.label)}** opens on the other pages as a headless ViT "
-               "(its attention); reconstruction needs the decoder, so this page uses its own model.")
 try:
     mae = resources.get_mae(source)
-except MissingDecoderError as exc:
+except MissingDecoderError as exc:  # an encoder alone: the library says where to get the decoder
     st.info(error_text(exc), icon=":material/block:")
+    if choice == "sidebar":
+        st.caption("It still opens on the other pages as a headless ViT (its attention). Pick the demo MAE above to "
+                   "see a reconstruction offline.")
     raise PageRefused(str(exc)) from exc
 except Exception as exc:  # noqa: BLE001 - any load failure is shown; the rest of the app keeps working
     st.error(f"Could not load **{escape_markdown(source)}**: {error_text(exc)}", icon=":material/error:")
