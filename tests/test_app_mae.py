@@ -16,6 +16,7 @@ from PIL import Image
 import analysis
 from analysis import plots
 from analysis.mae import draw_mask, figure_2_images, hidden_patch_loss, load_mae, mae_reconstruct
+from tests.test_mae import folders  # noqa: F401 - fixture: tiny random ViTMAEForPreTraining folders
 from tests.test_app import APP, TIMEOUT, REPO, array, assert_clean, first_sample, npz_downloads  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json
 @pytest.fixture(scope="module")
 def demo():
     """The demo MAE and the image the app opens on (the sidebar's first sample)."""
-    mae = load_mae("demo_mae", device="cpu")
+    mae = load_mae("demo_mae")  # the device the app picks
     return mae, mae.preprocess(analysis.load_image(first_sample()))
 
 
@@ -211,3 +212,21 @@ def test_a_timm_mae_encoder_in_the_sidebar_is_offered_and_gets_the_decoder_messa
     page.radio(key="mae_source").set_value("demo").run()
     assert_clean(page)
     assert hidden_text(page).startswith("**48 of 64**")
+
+
+def test_a_hugging_face_mae_folder_opens_with_its_own_grid_and_norm_pix_loss(page, folders):
+    """A ``save_pretrained`` ViTMAEForPreTraining (tiny, random, ``norm_pix_loss`` on) typed into the
+    page: its own grid, the library's reconstruction (un-normalised per patch) and the loss's units."""
+    folder = folders[True]
+    page.radio(key="mae_source").set_value("hf").run()
+    page.text_input(key="mae_other").input(folder).run()
+    assert_clean(page)
+    mae = load_mae(folder)  # the device the app picks
+    n = mae.spec.num_patches
+    assert n != 64  # not the demo's grid
+    mask = draw_mask(1, n, 0.75, 0)[0]
+    pixels = mae.preprocess(analysis.load_image(first_sample()))
+    result, pictures = expected(mae, pixels, mask)
+    assert hidden_text(page).startswith(f"**{int(mask.sum())} of {n}**")
+    assert "norm_pix_loss" in hidden_text(page) and f"**{float(result.loss):.4g}**" in hidden_text(page)
+    np.testing.assert_array_equal(panel_pictures(page)[2], plots.unit_to_uint8(pictures["reconstruction"]))
