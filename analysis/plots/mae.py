@@ -16,7 +16,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .overlays import _grid_domains
-from .style import _CLICK_MARKER, _SERIES_COLOURS, _colorbar, _figure, _image_axes, _rect, colour_stops, image_data_uri, patch_centres
+from .style import (
+    _CLICK_MARKER, _SERIES_COLOURS, _colorbar, _figure, _image_axes, _rect, colour_stops, image_data_uri, patch_centres,
+)
 
 __all__ = ["HIDDEN_GREY", "unit_to_uint8", "clipped_fraction", "mae_panels", "mae_patch_map", "mae_loss_by_ratio"]
 
@@ -47,7 +49,8 @@ def _click_targets(grid_size, patch_size, panel: int, hidden: np.ndarray, axes: 
     state = np.where(hidden, "hidden", "visible")
     return dict(
         type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name=title,
-        customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw], axis=1).astype(np.float64),
+        customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw],
+                            axis=1).astype(np.float64),  # (N, 5); floats: plotly returns them as a list
         text=state, hovertemplate=title + "<br>patch %{customdata[0]:.0f} (row %{customdata[3]:.0f}, col "
         "%{customdata[4]:.0f}), %{text}<extra>" + hint + "</extra>", **axes,
     )

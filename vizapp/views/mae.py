@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import streamlit as st
-import torch
 
 import analysis
 from analysis.errors import MissingDecoderError
@@ -50,7 +49,8 @@ if "mae" in sidebar_source.lower():
 st.session_state[SIDEBAR_SEEN] = sidebar_source
 clamp_state("mae_source", list(sources), "demo")
 choice = st.radio("Masked autoencoder", list(sources), format_func=sources.get, key="mae_source", horizontal=True,
-                  help="The page has its own model: MAEs reconstruct, they do not classify. The image is the sidebar's.")
+                  help="The page has its own model: MAEs reconstruct, they do not classify. The image is the "
+                  "sidebar's.")
 source = "demo_mae"
 if choice == "sidebar":
     source = sidebar_source
@@ -94,7 +94,8 @@ with ratio_column:
                       "first int(N·(1 − ratio)) patches of a seeded random order.")
 with seed_column:
     seed = int(st.number_input("Seed", 0, 2**31 - 1, step=1, key="mae_seed",
-                               help="The random order of the patches (the same seed hides a superset at a higher ratio)."))
+                               help="The random order of the patches (the same seed hides a superset at a "
+                               "higher ratio)."))
 with reset_column:
     st.button("Reset my clicks", key="mae_reset", on_click=reset_clicks, disabled=not flipped,
               icon=":material/restart_alt:")
@@ -149,7 +150,8 @@ st.markdown(
 st.caption(
     "All four pictures on one scale: RGB in 0..1, the model's normalisation undone (x·std + mean), drawn as "
     f"round(255·x); values outside 0..1 are clipped ({clipped:.1%} of the reconstruction's values). Hidden patches "
-    "are grey in the masked input; the composite is the reconstruction with the visible patches pasted back. Click any panel to hide or reveal the patch under the cursor."
+    "are grey in the masked input; the composite is the reconstruction with the visible patches pasted back. "
+    "Click any panel to hide or reveal the patch under the cursor."
 )
 with st.container(horizontal=True):
     for name, title in FIGURE_2_PANELS.items():
