@@ -230,3 +230,16 @@ def test_a_hugging_face_mae_folder_opens_with_its_own_grid_and_norm_pix_loss(pag
     assert hidden_text(page).startswith(f"**{int(mask.sum())} of {n}**")
     assert "norm_pix_loss" in hidden_text(page) and f"**{float(result.loss):.4g}**" in hidden_text(page)
     np.testing.assert_array_equal(panel_pictures(page)[2], plots.unit_to_uint8(pictures["reconstruction"]))
+
+
+def test_at_ratio_zero_nothing_is_hidden_until_a_click_hides_a_patch(page, demo):
+    mae, pixels = demo
+    page.slider(key="mae_ratio").set_value(0.0).run()
+    assert_clean(page)
+    assert hidden_text(page).startswith("**0 of 64**") and "no loss" in hidden_text(page)
+    page.session_state["mae_flipped"] = [27]  # hide one patch by hand
+    page.run()
+    mask = torch.zeros(64, dtype=torch.bool)
+    mask[27] = True
+    result, _ = expected(mae, pixels, mask)
+    assert hidden_text(page).startswith("**1 of 64**") and f"**{float(result.loss):.4g}**" in hidden_text(page)

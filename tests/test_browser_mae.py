@@ -48,4 +48,11 @@ def test_a_click_hides_a_patch_and_the_reconstruction_changes(page, server, arti
     assert after[0] == before[0]  # the original is the same picture
     assert after[1] != before[1] and after[2] != before[2] and after[3] != before[3]
     page.screenshot(path=str(artifacts / "mae_after_click.png"), full_page=True)
+    # a click on a visible patch of the attention map makes it the query (the map's title says so)
+    query = next(p for p in range(gh * gw) if not drawn[p] and p != patch)
+    attention = page.locator("[data-testid='stPlotlyChart']").nth(2)
+    expect(attention.locator(".gtitle")).to_have_text("query: the class token")
+    _click_patch(page, attention, query // gw, query % gw, gh, gw)
+    expect(attention.locator(".gtitle")).to_have_text(f"query: patch {query} (row {query // gw}, col {query % gw})",
+                                                      timeout=30_000)
     assert_no_exception(page, "masked autoencoder after a click")

@@ -30,7 +30,10 @@ FLIPPED = "mae_flipped"  # session key: the patches the user's clicks switched (
 FLIPPED_GRID = "mae_flipped_grid"  # the grid those indices belong to
 QUERY = "mae_query"  # session key: the attention's query patch (None: the class token)
 SIDEBAR_SEEN = "_mae_sidebar_seen"  # session key: the sidebar model the page saw last
-CLICKS = "mae_clicks"  # session key: clicks so far (a new chart key per click clears plotly's selection)
+# session keys: clicks so far on the Figure 2 panels and on the attention map (each chart's key changes with
+# every click, so plotly's selection starts empty and a second click on the same patch counts)
+CLICKS = "mae_clicks"
+QUERY_CLICKS = "mae_query_clicks"
 
 cur = current()
 st.header("Masked autoencoder", divider="gray")
@@ -144,8 +147,9 @@ loss_units = ("each patch normalised by its own mean and variance (norm_pix_loss
 clipped = figures.clipped_fraction(pictures["reconstruction"])
 st.markdown(
     f"**{hidden_count} of {num_patches}** patches hidden ({hidden_count / num_patches:.0%}; the draw hides "
-    f"{int(drawn.sum())}, your clicks switched {len(flipped)}, outlined) · reconstruction loss "
-    f"**{float(result.loss):.4g}** (mean squared error over the hidden patches, in {loss_units})"
+    f"{int(drawn.sum())}, your clicks switched {len(flipped)}, outlined) · "
+    + (f"reconstruction loss **{float(result.loss):.4g}** (mean squared error over the hidden patches, in "
+       f"{loss_units})" if hidden_count else "nothing hidden, so no loss: raise the ratio or click patches to hide them")
 )
 st.caption(
     "All four pictures on one scale: RGB in 0..1, the model's normalisation undone (x·std + mean), drawn as "
@@ -188,21 +192,28 @@ with attention_column:
                                 head=None if head == "mean" else int(head)).numpy()  # (gh, gw), NaN hidden
     peak = float(np.nanmax(attention))
 
+    attention_key = f"mae_attention_{st.session_state.get(QUERY_CLICKS, 0)}"  # new per click: a fresh selection
+
     def choose_query() -> None:
-        patch = clicked_patch("mae_attention")
+        patch = clicked_patch(attention_key)
         if patch is not None:
             st.session_state[QUERY] = patch
+            st.session_state[QUERY_CLICKS] = st.session_state.get(QUERY_CLICKS, 0) + 1
+
+    def class_token_query() -> None:
+        st.session_state[QUERY] = None
+        st.session_state[QUERY_CLICKS] = st.session_state.get(QUERY_CLICKS, 0) + 1
 
     who = "the class token" if query is None else f"patch {query} (row {query // grid[1]}, col {query % grid[1]})"
     show_chart(figures.mae_patch_map(
         pictures["masked"], attention, spec.patch_size, hidden, zmin=0.0, zmax=peak, colorscale=cur.colorscale,
         colorbar_title=f"attention probability (0 to max {peak:.3g})", outline=query,
         click_hint="click a visible patch: make it the query", title=f"query: {who}",
-    ), "mae_attention", filename="mae_visible_attention", on_select=choose_query)
+    ), attention_key, filename="mae_visible_attention", on_select=choose_query)
     if note:
         st.caption(note)
     st.button("Class token as the query", key="mae_cls_query", disabled=query is None,
-              on_click=lambda: st.session_state.update({QUERY: None}))
+              on_click=class_token_query)
     st.caption(f"Layer {layer}, {head_label(head)}: the attention of {who} over the {len(record.visible_patches[0])} "
                f"visible patches (0 to its largest, {peak:.3g}; attention to the class token not drawn). The encoder "
                "never saw the hidden patches: they are grey and empty.")
