@@ -1,6 +1,7 @@
 """Regenerate the README's screenshots: one per page of the running app, in Chromium.
 
     .venv/bin/python tests/readme_screenshots.py          # writes assets/screenshots/*.png
+    .venv/bin/python tests/readme_screenshots.py mae      # only the named shots
 
 Serves ``vizapp/app.py`` (the bundled demo model, offline) on a free local port, opens each
 page by its URL (see ``vizapp/url_state.py``), waits until the run has finished and every
@@ -36,6 +37,7 @@ SHOTS = {
     "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),
     "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),
     "circuits": ("/circuits", "Circuits: direct logit attribution, head ablation and activation patching"),
+    "mae": ("/mae", "Masked autoencoder: the demo MAE's reconstruction of a 75%-masked scene (MAE Figure 2)"),
 }
 
 
@@ -56,8 +58,13 @@ def shrink(png: bytes) -> bytes:
     return buffer.getvalue()
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
     from playwright.sync_api import sync_playwright
+
+    unknown = set(names) - set(SHOTS)
+    if unknown:
+        print(f"no such shot: {', '.join(sorted(unknown))} (choose from {', '.join(SHOTS)})", file=sys.stderr)
+        return 1
 
     if not CHROMIUM.exists():
         print(f"needs Debian's Chromium at {CHROMIUM} (apt-get install -y chromium)", file=sys.stderr)
@@ -69,6 +76,8 @@ def main() -> int:
             page = browser.new_page(viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(120_000)
             for stem, (path, caption) in SHOTS.items():
+                if names and stem not in names:
+                    continue
                 page.goto(url + path)
                 wait_until_drawn(page)
                 if page.locator("[data-testid='stException']").count():
@@ -82,4 +91,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

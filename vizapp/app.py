@@ -43,6 +43,7 @@ pages = [
     st.Page(VIEWS / "position.py", title="Position embeddings", icon=":material/grid_on:"),
     st.Page(VIEWS / "filters.py", title="Patch-embedding filters", icon=":material/filter:"),
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
+    st.Page(VIEWS / "mae.py", title="Masked autoencoder", icon=":material/auto_fix_high:"),
 ]
 page = st.navigation(pages)
 keep_page_state(page.url_path)

@@ -68,6 +68,7 @@ PERSISTENT_KEYS = (
     "tok_layer", "tok_kind", "tok_foreground", "tok_other",
     "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
     "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves", "rob_swin",
+    "mae_source", "mae_other", "mae_ratio", "mae_seed", "mae_layer", "mae_head", "mae_curves",
 )
 
 
