@@ -13,7 +13,7 @@ from ..errors import VitExplorerError
 from .distributed import Ranks
 
 __all__ = ["CommandError", "add_model_arguments", "load_model", "progress_bar", "say", "add_image_set_arguments",
-           "open_image_set", "gather_skipped"]
+           "open_image_set", "gather_skipped", "images_used"]
 
 
 class CommandError(Exception):
@@ -108,3 +108,19 @@ def gather_skipped(ranks: Ranks, shard, skipped) -> list[tuple[str, str]]:
     in rank order; the same list on every rank."""
     return [(names[item.index], item.reason) for names, items in ranks.gather((list(shard.names), list(skipped)))
             for item in items]
+
+
+def images_used(ranks: Ranks, shard, source, count: int, skipped) -> tuple[int, list[str]] | None:
+    """After every rank has run its shard: ``(images used over all ranks, "name: reason" of each
+    image left out)`` on the main rank, which also prints what was left out; ``None`` on the
+    others. Raises CommandError (exit 1) when no image could be used at all."""
+    used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
+    left_out = [f"{name}: {reason}" for name, reason in gather_skipped(ranks, shard, skipped)]
+    left_out += list(source.problems)  # left out before decoding
+    if not ranks.is_main:
+        return None
+    for entry in left_out:
+        print(f"skipped {entry}", file=sys.stderr)
+    if used == 0:
+        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    return used, left_out

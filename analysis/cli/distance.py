@@ -8,7 +8,6 @@ heads, with each layer's uniform-attention reference (``uniform_distance_by_laye
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,9 @@ import torch
 from ..errors import AnalysisError
 from ..streaming import dataset_attention_distance, distance_heads
 from .common import (
-    CommandError,
     add_image_set_arguments,
     add_model_arguments,
-    gather_skipped,
+    images_used,
     open_image_set,
     progress_bar,
 )
@@ -63,20 +61,14 @@ def run(args, ranks: Ranks) -> int:
         sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size,
                                                    workers=args.workers, progress=advance)
     total = ranks.sum(sums)  # (L, heads)
-    used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
-    skipped_names = gather_skipped(ranks, shard, skipped)
-    if not ranks.is_main:
+    outcome = images_used(ranks, shard, source, count, skipped)
+    if outcome is None:  # not the main rank
         return 0
-    for name, reason in skipped_names:
-        print(f"skipped {name}: {reason}", file=sys.stderr)
-    for problem in source.problems:
-        print(f"skipped {problem}", file=sys.stderr)
-    if used == 0:
-        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    used, left_out = outcome
     distance = (total / used).numpy()
     write_distance(args.out, distance, vit, model=args.model, images=source.description, count=used,
-                   skipped=[f"{n}: {r}" for n, r in skipped_names] + list(source.problems), world=ranks.world)
-    print(f"{used} images used, {len(skipped_names) + len(source.problems)} skipped; "
+                   skipped=left_out, world=ranks.world)
+    print(f"{used} images used, {len(left_out)} skipped; "
           f"mean distance by layer (px): {np.array2string(distance.mean(1), precision=1, max_line_width=200)}")
     print(f"wrote {args.out}, {args.out.with_suffix('.png')} and {args.out.with_suffix('.html')}")
     return 0

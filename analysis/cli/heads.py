@@ -8,14 +8,13 @@ import argparse
 import sys
 
 import numpy as np
-import torch
 
 from ..circuits import dataset_head_effects
 from .common import (
     CommandError,
     add_image_set_arguments,
     add_model_arguments,
-    gather_skipped,
+    images_used,
     open_image_set,
     progress_bar,
 )
@@ -44,15 +43,10 @@ def run(args, ranks: Ranks) -> int:
     with progress_bar(ranks, len(shard), "heads") as advance:
         sums = dataset_head_effects(vit, shard.items, batch_size=args.batch_size, workers=args.workers, progress=advance)
     totals = {key: ranks.sum(getattr(sums, key)) for key in ("delta_logit", "delta_probability", "direct_logit")}
-    used = int(ranks.sum(torch.tensor([sums.count], dtype=torch.float64))[0])
-    skipped = gather_skipped(ranks, shard, sums.skipped)
-    left_out = [f"{n}: {r}" for n, r in skipped] + list(source.problems)  # problems: left out before decoding
-    if not ranks.is_main:
+    outcome = images_used(ranks, shard, source, sums.count, sums.skipped)
+    if outcome is None:  # not the main rank
         return 0
-    for entry in left_out:
-        print(f"skipped {entry}", file=sys.stderr)
-    if used == 0:
-        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    used, left_out = outcome
     if sums.attribution_note:
         print(f"direct logit attribution not computed: {sums.attribution_note}", file=sys.stderr)
     means = {key: (value / used).numpy() for key, value in totals.items()}

@@ -7,13 +7,12 @@ not depend on the batch size or the number of ranks (:mod:`analysis.mae.dataset`
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 import torch
 
 from ..errors import VitExplorerError
-from .common import CommandError, add_image_set_arguments, gather_skipped, open_image_set, progress_bar
+from .common import CommandError, add_image_set_arguments, images_used, open_image_set, progress_bar
 from .distributed import Ranks
 
 __all__ = ["add_parser", "run", "parse_ratios"]
@@ -73,15 +72,10 @@ def run(args, ranks: Ranks) -> int:
                                   workers=args.workers, index_of=lambda j: ranks.rank + j * ranks.world,
                                   skipped=skipped, progress=advance)  # (n, R)
     total = ranks.sum(losses.sum(0))  # (R,)
-    used = int(ranks.sum(torch.tensor([losses.shape[0]], dtype=torch.float64))[0])
-    skipped_names = gather_skipped(ranks, shard, skipped)
-    left_out = [f"{n}: {r}" for n, r in skipped_names] + list(source.problems)
-    if not ranks.is_main:
+    outcome = images_used(ranks, shard, source, losses.shape[0], skipped)
+    if outcome is None:  # not the main rank
         return 0
-    for entry in left_out:
-        print(f"skipped {entry}", file=sys.stderr)
-    if used == 0:
-        raise CommandError(f"None of the {len(source)} images could be read: nothing to average.", code=1)
+    used, left_out = outcome
     mean_loss = (total / used).numpy()
     spec = mae.spec
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from ..preprocessing import Preprocessing
 from ..spec import ViTSpec, patch_embedding_module, spec_from_model
 from .families import SUPPORTED_FAMILIES
 
-__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for"]
+__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for", "place_model"]
 
 _CPU_COPY_LOCK = threading.Lock()
 
@@ -173,13 +173,7 @@ def wrap_model(
             f"img_size {declared[0]}x{declared[1]} is not a multiple of the patch size {ph}x{pw}: "
             f"use e.g. img_size={spec.img_size[0]} or {spec.img_size[0] + ph}."
         )
-    if device is not None:
-        try:
-            model = model.to(device)
-        except (RuntimeError, AssertionError) as exc:
-            raise ModelLoadError(f"Cannot move the model to {device}: {exc}. Use device='cpu'.") from exc
-    else:
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    model, device = place_model(model, device)
     model.eval()
     if freeze:
         model.requires_grad_(False)
@@ -195,3 +189,14 @@ def wrap_model(
         data_config=config,
         source_library=source_library,
     )
+
+
+def place_model(model: nn.Module, device: torch.device | None) -> tuple[nn.Module, torch.device]:
+    """``(model on device, device)``; ``device=None`` keeps it where its parameters are. A model
+    that cannot move (e.g. no such GPU) is a ModelLoadError that says to use the CPU."""
+    if device is None:
+        return model, next((p.device for p in model.parameters()), torch.device("cpu"))
+    try:
+        return model.to(device), device
+    except (RuntimeError, AssertionError) as exc:
+        raise ModelLoadError(f"Cannot move the model to {device}: {exc}. Use device='cpu'.") from exc

@@ -26,8 +26,8 @@ import torch.nn as nn
 from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
-from ..loading.hf_transformers import hf_snapshot, preprocessing_config
-from ..loading.loaded import LoadedModel
+from ..loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
+from ..loading.loaded import LoadedModel, place_model
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
@@ -115,13 +115,7 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
     size = target or native
     if size[0] % patch[0] or size[1] % patch[1]:
         raise ModelLoadError(f"img_size={size} is not a whole number of {patch[0]}x{patch[1]}-pixel patches.")
-    if device is not None:
-        try:
-            model = model.to(device)
-        except (RuntimeError, AssertionError) as exc:
-            raise ModelLoadError(f"Cannot move the model to {device}: {exc}. Use device='cpu'.") from exc
-    else:
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    model, device = place_model(model, device)
     model.eval()
     model.requires_grad_(False)
     grid = (size[0] // patch[0], size[1] // patch[1])
@@ -163,16 +157,7 @@ def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> Loa
         model = transformers.ViTMAEForPreTraining.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
-    preprocessor = None
-    preprocessor_path = folder / "preprocessor_config.json"
-    if preprocessor_path.is_file():
-        import json
-
-        try:
-            preprocessor = json.loads(preprocessor_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"Could not read {preprocessor_path}: {exc}") from exc
-    return wrap_mae(model, name, device, preprocessor=preprocessor, img_size=img_size)
+    return wrap_mae(model, name, device, preprocessor=read_preprocessor(folder), img_size=img_size)
 
 
 def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.device | None = None,
