@@ -19,8 +19,9 @@ Recipe facts worth knowing:
   folded into the position table, ``pre_layrnorm`` set to undo the average token scale);
   ``--init-vision none`` trains from scratch.
 * The loss is CLIP's symmetric cross-entropy over the batch (Radford et al. 2021) with one
-  change: captions that are the same string are all positives of each other (the soft target
-  spreads evenly over them), since with six classes ``"a star"`` is often in a batch twice.
+  change: every caption in the batch that is true of an image is a positive of it (the soft
+  target spreads evenly over them; :func:`~analysis.demo.text_scenes.describes`), since with six
+  classes ``"a star"`` often fits several images, and a two-object scene fits captions of both.
 * AdamW; no weight decay on biases, norms, embeddings and the logit scale; the image tower
   learns at ``--lr-vision``, everything else at ``--lr``; linear warm-up then cosine decay.
 * Progress: zero-shot accuracy of :data:`~analysis.demo.text_scenes.CLASS_PROMPTS` on
@@ -47,7 +48,8 @@ import torch.nn.functional as F
 from analysis.assets import asset_path
 from analysis.demo.config import MEAN, STD, normalize_uint8
 from analysis.demo.data import DEFAULT_SIZE
-from analysis.demo.text_scenes import CLASS_PROMPTS, caption, caption_words, generate_text_scenes, SceneObject
+from analysis.demo.text_scenes import (CLASS_PROMPTS, SceneObject, caption_fields, caption_text, caption_words, describes,
+                                      generate_text_scenes)
 from training.common import warmup_cosine
 
 __all__ = ["VISION", "TEXT", "PROJECTION", "build_model", "build_tokenizer", "vision_state_from_timm", "train", "main"]
@@ -147,7 +149,7 @@ def zero_shot_accuracy(model, tokenizer, pixels: torch.Tensor, labels: torch.Ten
     return ((u @ v.T).argmax(-1) == labels).float().mean().item()
 
 
-def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 30000, steps: int = 500, batch_size: int = 96,
+def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, steps: int = 400, batch_size: int = 96,
           lr: float = 2e-3, lr_vision: float = 5e-4, weight_decay: float = 0.05, warmup: int = 30,
           val_size: int = 500, init_vision: str | None = str(asset_path("demo_vit")), threads: int = 2,
           log_every: int = 100, save_every: int | None = None, log=print) -> dict:
@@ -193,14 +195,16 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 30000, st
         index = torch.randint(0, pool, (batch_size,), generator=g)
         flips = rng.integers(0, 2, size=(batch_size, 2)).astype(bool)
         images = x_train[index]
-        captions = []
+        captions, fields, seen = [], [], []
         for row, (i, (fh, fv)) in enumerate(zip(index.tolist(), flips)):
             if fh:
                 images[row] = images[row].flip(-1)
             if fv:
                 images[row] = images[row].flip(-2)
-            obj = objects[i][int(rng.integers(len(objects[i])))]
-            captions.append(caption(_flip(obj, fh, fv, size), size, rng))
+            flipped = [_flip(obj, fh, fv, size) for obj in objects[i]]
+            fields.append(caption_fields(flipped[int(rng.integers(len(flipped)))], size, rng))
+            captions.append(caption_text(fields[-1]))
+            seen.append(flipped)
         for text in captions:
             if text not in cache:
                 cache[text] = tokenizer(text)["input_ids"]
@@ -209,14 +213,17 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 30000, st
         for row, text in enumerate(captions):
             ids[row, :len(cache[text])] = torch.tensor(cache[text])
         mask = (ids != PAD).long()
-        same = torch.tensor([[a == b for b in captions] for a in captions], dtype=torch.float32)  # (B, B)
-        target = same / same.sum(-1, keepdim=True)
+        # (B images, B captions): caption j is true of image i (names one of its objects correctly)
+        true = torch.tensor([[any(describes(f, obj, size) for obj in objs) for f in fields] for objs in seen],
+                            dtype=torch.float32)
+        target_image = true / true.sum(-1, keepdim=True)  # each image: spread over every caption true of it
+        target_text = true.T / true.T.sum(-1, keepdim=True)  # each caption: over every image it is true of
 
         for group in opt.param_groups:
             group["lr"] = warmup_cosine(step, steps, group["peak"], warmup)
         output = model(input_ids=ids, attention_mask=mask, pixel_values=normalize_uint8(images))
         logits = output.logits_per_image  # (B, B) exp(t)·cos
-        loss = 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+        loss = 0.5 * (F.cross_entropy(logits, target_image) + F.cross_entropy(logits.T, target_text))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -261,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (save_pretrained layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of the scenes, the init, the batches and the captions")
-    p.add_argument("--pool", type=int, default=30000, help="number of distinct training scenes")
-    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--pool", type=int, default=20000, help="number of distinct training scenes")
+    p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=96)
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of the text tower, projections, scale")
     p.add_argument("--lr-vision", type=float, default=5e-4, help="peak learning rate of the image tower")

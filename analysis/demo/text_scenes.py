@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw
 from .data import CLASS_NAMES, DEFAULT_SIZE, _background, _draw_distractors, _draw_object
 
 __all__ = ["COLOURS", "CLASS_PROMPTS", "TextScene", "SceneObject", "render_text_scene", "generate_text_scenes",
-           "position_words", "caption", "caption_words"]
+           "position_words", "caption", "caption_fields", "caption_text", "describes", "caption_words"]
 
 #: the named colours objects are painted in (RGB before jitter).
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -77,10 +77,30 @@ def position_words(cx: float, cy: float, size: int) -> str:
     return " ".join(w for w in (vertical, horizontal) if w) or "middle"
 
 
+def caption_fields(obj: SceneObject, size: int, rng: np.random.Generator) -> tuple[str, str | None, str | None]:
+    """What a random template of :data:`_TEMPLATES` says of ``obj``: ``(shape, colour or None,
+    position words or None)``."""
+    template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
+    return (obj.shape, obj.colour if "{colour}" in template else None,
+            position_words(*obj.centre, size) if "{where}" in template else None)
+
+
+def caption_text(fields: tuple[str, str | None, str | None]) -> str:
+    """``("star", "red", "left")`` -> ``"a red star on the left"`` (``None`` fields left out)."""
+    shape, colour, where = fields
+    return f"a {colour + ' ' if colour else ''}{shape}{' on the ' + where if where else ''}"
+
+
+def describes(fields: tuple[str, str | None, str | None], obj: SceneObject, size: int) -> bool:
+    """Whether a caption's fields are true of ``obj`` (every field it names matches)."""
+    shape, colour, where = fields
+    return (shape == obj.shape and (colour is None or colour == obj.colour)
+            and (where is None or where == position_words(*obj.centre, size)))
+
+
 def caption(obj: SceneObject, size: int, rng: np.random.Generator) -> str:
     """A caption of ``obj`` by a random template of :data:`_TEMPLATES`."""
-    template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
-    return template.format(shape=obj.shape, colour=obj.colour, where=position_words(*obj.centre, size))
+    return caption_text(caption_fields(obj, size, rng))
 
 
 def caption_words() -> list[str]:
