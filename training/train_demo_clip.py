@@ -152,13 +152,14 @@ def zero_shot_accuracy(model, tokenizer, pixels: torch.Tensor, labels: torch.Ten
 def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, steps: int = 400, batch_size: int = 96,
           lr: float = 2e-3, lr_vision: float = 5e-4, weight_decay: float = 0.05, warmup: int = 30,
           val_size: int = 500, init_vision: str | None = str(asset_path("demo_vit")), threads: int = 2,
-          log_every: int = 100, save_every: int | None = None, log=print) -> dict:
+          log_every: int = 100, save_every: int | None = None, init: str | None = None, objects: int | None = None,
+          log=print) -> dict:
     """Train and save to ``out``; returns a summary dict."""
     t_start = time.time()
     torch.set_num_threads(threads)
     out = Path(out)
     size = VISION["image_size"]
-    scenes = generate_text_scenes(pool, seed, size=size)
+    scenes = generate_text_scenes(pool, seed, size=size, objects=objects)
     x_train = torch.from_numpy(np.stack([s.image for s in scenes])).permute(0, 3, 1, 2).contiguous()  # uint8 (N, 3, H, W)
     objects = [s.objects for s in scenes]
     del scenes
@@ -169,7 +170,13 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
 
     tokenizer = build_tokenizer()
     model = build_model(seed)
-    if init_vision:
+    if init:
+        import transformers
+
+        model = transformers.CLIPModel.from_pretrained(init)
+        model.set_attn_implementation("eager")
+        log(f"[train_demo_clip] initialised from {init} (fresh optimizer state and schedule)")
+    elif init_vision:
         state = vision_state_from_timm(Path(init_vision), model, x_val[:256])
         model.vision_model.load_state_dict(state, strict=True)
         log(f"[train_demo_clip] image tower from {init_vision}")
@@ -278,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-size", type=int, default=500)
     p.add_argument("--init-vision", default=str(asset_path("demo_vit")),
                    help="a demo ViT folder to start the image tower from, or 'none'")
+    p.add_argument("--init", default=None, help="continue from a folder this script wrote (fresh optimizer and schedule)")
+    p.add_argument("--objects", type=int, default=None, choices=(1, 2), help="only scenes with this many objects")
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
@@ -285,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     train(a.out, seed=a.seed, pool=a.pool, steps=a.steps, batch_size=a.batch_size, lr=a.lr, lr_vision=a.lr_vision,
           weight_decay=a.weight_decay, warmup=a.warmup, val_size=a.val_size,
           init_vision=None if a.init_vision.lower() == "none" else a.init_vision, threads=a.threads,
-          log_every=a.log_every, save_every=a.save_every)
+          log_every=a.log_every, save_every=a.save_every, init=a.init, objects=a.objects)
     return 0
 
 
