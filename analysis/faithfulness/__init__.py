@@ -1,6 +1,7 @@
 """How faithful is an explanation? Perturbation curves, localisation against known masks,
 the model-randomisation sanity check, and a benchmark over every method with a random
-baseline (``python -m analysis.faithfulness --model demo --n 500``)."""
+baseline (``python -m analysis.faithfulness --model demo --n 500``; the text methods of a
+two-tower model: ``--model demo_clip``)."""
 
 from .benchmark import COLUMNS, RANDOM, MethodScores, benchmark, format_table
 from .localisation import mask_iou, patch_mask, pointing_score
@@ -14,6 +15,7 @@ from .perturbation import (
     perturbed_inputs,
 )
 from .sanity import randomized_copy, rank_correlation
+from .text_benchmark import TEXT_COLUMNS, text_benchmark
 
 __all__ = [
     "COLUMNS",
@@ -33,4 +35,6 @@ __all__ = [
     "perturbed_inputs",
     "randomized_copy",
     "rank_correlation",
+    "TEXT_COLUMNS",
+    "text_benchmark",
 ]

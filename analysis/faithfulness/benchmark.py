@@ -126,13 +126,15 @@ def benchmark(
     return [scores[name] for name in names]
 
 
-def format_table(results: Sequence[MethodScores]) -> str:
-    """A Markdown table, one row per method, the random baseline first."""
-    headers = ["method", *(header for header, _ in COLUMNS.values())]
+def format_table(results: Sequence[MethodScores], columns: Sequence[str] | None = None) -> str:
+    """A Markdown table, one row per method, the random baseline first; ``columns`` (keys of
+    :data:`COLUMNS`, default all) picks the columns."""
+    keys = list(COLUMNS) if columns is None else list(columns)
+    headers = ["method", *(COLUMNS[key][0] for key in keys)]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for scores in results:
         cells = [scores.method]
-        for key in COLUMNS:
+        for key in keys:
             value = scores.mean(key)
             cells.append("n/a" if np.isnan(value) else (f"{value:.1f}" if key in ("ms_per_image", "positive_auc", "negative_auc") else f"{value:.3f}"))
         lines.append("| " + " | ".join(cells) + " |")

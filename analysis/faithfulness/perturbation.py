@@ -77,11 +77,15 @@ def map_cells(spec, shape: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int,
 CURVE_METRICS = ("probability", "top1")
 
 
-def _measure(vit, batch: torch.Tensor, target: int, metric: str, chunk: int) -> torch.Tensor:
+def _measure(vit, batch: torch.Tensor, target: int, metric: str, chunk: int, value=None) -> torch.Tensor:
     out = []
     with torch.no_grad():
         for start in range(0, len(batch), chunk):
-            logits = vit.model(batch[start : start + chunk].to(vit.device)).float().cpu()
+            logits = vit.model(batch[start : start + chunk].to(vit.device)).float()
+            if value is not None:
+                out.append(value(logits).double().cpu())
+                continue
+            logits = logits.cpu()
             if metric == "probability":
                 out.append(logits.softmax(-1)[:, target])
             else:
@@ -102,6 +106,7 @@ def perturbation_curve(
     most_first: bool = True,
     metric: str = "probability",
     chunk: int = 64,
+    value=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(fractions (S,), probabilities (S,))`` of one image ``pixels (1, 3, H, W)``.
 
@@ -109,6 +114,9 @@ def perturbation_curve(
     removed (``deletion``) or are the only ones kept (``insertion``); the value is the softmax
     probability of ``target`` (or, ``metric="top1"``, whether it is still the top class). ``fractions`` default to ``steps + 1`` even points on [0, 1].
     ``most_first=False`` ranks the lowest saliency first (negative perturbation).
+    ``value``, ``output (K, ...) -> (K,)``, measures something else of the model's output
+    instead of ``metric`` (a two-tower model's image–text score of the image embedding:
+    :func:`~analysis.faithfulness.text_benchmark.text_benchmark`); ``target`` is then unused.
     A windowed model's (Swin, SAM) map may lie on any of its layer grids (:func:`map_cells`):
     its cells are then what is removed.
     """
@@ -135,7 +143,7 @@ def perturbation_curve(
         batch = perturbed_inputs(image, reference, [order[:k] for k in counts], cell, grid)
     else:  # the baseline with the first k patches restored
         batch = perturbed_inputs(reference, image, [order[:k] for k in counts], cell, grid)
-    return fractions, _measure(vit, batch, int(target), metric, chunk).numpy().astype(np.float64)
+    return fractions, _measure(vit, batch, int(target), metric, chunk, value).numpy().astype(np.float64)
 
 
 def area_under_curve(fractions, values) -> float:

@@ -40,6 +40,9 @@ _IMAGE_ONLY_HINT = (
     "'hf:openai/clip-vit-base-patch32', or 'open_clip:ViT-B-32' (pip install open_clip_torch)."
 )
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "spiece.model")
+#: the bundled demo CLIP by name (``"demo-clip"`` is the same model): its folder is ``asset_path("demo_clip")``.
+DEMO_CLIP_NAMES = ("demo_clip", "demo-clip")
+_DEMO_CLIP_RETRAIN = "python -m training.train_demo_clip"
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,8 @@ def load_clip(
     """Load a two-tower image–text model.
 
     Args:
-        source: a Hugging Face ``CLIPModel`` / ``SiglipModel`` ``save_pretrained`` folder (or
+        source: ``"demo_clip"`` (the bundled demo CLIP, trained on the demo scenes), a Hugging Face
+            ``CLIPModel`` / ``SiglipModel`` ``save_pretrained`` folder (or
             ``"local-dir:PATH"``), ``"hf:org/name"`` (the local cache, else the hub), such a model
             object, ``"open_clip:<arch>"`` (e.g. ``"open_clip:ViT-B-32"``, ``"open_clip:hf-hub:org/name"``),
             or a :class:`LoadedCLIP` (returned as is).
@@ -261,6 +265,8 @@ def load_clip(
         from .open_clip_source import load_open_clip
 
         return load_open_clip(name.removeprefix("open_clip:"), target, checkpoint=checkpoint)
+    if name in DEMO_CLIP_NAMES:
+        return _load_demo_clip(name, target)
     if name.startswith("hf:"):
         return _load_hf_hub(name.removeprefix("hf:"), target, pretrained=pretrained)
     folder = Path(name.removeprefix("local-dir:")).expanduser()
@@ -268,8 +274,21 @@ def load_clip(
         return load_hf_two_tower_folder(folder, name, target)
     raise NoTextTowerError(
         f"{name!r} is not a two-tower image-text model: model names, 'demo' and weights files open image-only models "
-        f"(no text tower), with load_vit. {_IMAGE_ONLY_HINT}"
+        f"(no text tower), with load_vit. {_IMAGE_ONLY_HINT} The bundled demo CLIP is 'demo_clip'."
     )
+
+
+def _load_demo_clip(name: str, device: torch.device) -> LoadedCLIP:
+    """The bundled demo CLIP (``assets/demo_clip``: a ``CLIPModel`` folder with its tokenizer)."""
+    from ..assets import asset_path
+
+    folder = asset_path("demo_clip")
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"The bundled demo CLIP is missing ({folder}). Restore it from git (`git checkout -- assets/demo_clip`) "
+            f"or reinstall the package, or retrain it with `{_DEMO_CLIP_RETRAIN}` (from a checkout's root)."
+        )
+    return load_hf_two_tower_folder(folder, name, device)
 
 
 class _HFTextTower(nn.Module):
