@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from .errors import UnsupportedModelError
 
-__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "POSITION_KINDS", "HEAD_KINDS"]
+__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "as_pair", "POSITION_KINDS", "HEAD_KINDS"]
 
 # How positions enter the model: a learned absolute table, rotary embeddings inside
 # attention, a relative-position bias on the attention scores, or combinations.
@@ -233,10 +233,12 @@ class ViTSpec:
         return replace(self, grid_size=grid, img_size=(grid[0] * ph, grid[1] * pw))
 
 
-def _pair(value) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    return (int(value[0]), int(value[1]))
+def as_pair(value) -> tuple[int, int]:
+    """``(h, w)`` ints from one size (``16`` -> ``(16, 16)``) or a pair (``[16, 12]``), as model
+    configs give patch, image and window sizes."""
+    if isinstance(value, (list, tuple)):
+        return (int(value[0]), int(value[1]))
+    return (int(value), int(value))
 
 
 def patch_embedding_module(model: nn.Module) -> nn.Module | None:
@@ -291,14 +293,14 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
 
     embed = patch_embedding_module(model)
     if getattr(embed, "grid_size", None) is not None and getattr(embed, "img_size", None) is not None:
-        grid = _pair(embed.grid_size)
-        img = _pair(embed.img_size)
+        grid = as_pair(embed.grid_size)
+        img = as_pair(embed.img_size)
         # For hybrid (CNN stem) embeddings patch_size is the stem's feature patch, so derive
         # the effective stride in input pixels from the image and grid sizes instead.
         patch = (img[0] // grid[0], img[1] // grid[1])
     else:
-        patch = _pair(embed.patch_size)
-        img = _pair(default_img_size or 224)
+        patch = as_pair(embed.patch_size)
+        img = as_pair(default_img_size or 224)
         grid = (img[0] // patch[0], img[1] // patch[1])
     sites = block_sites(model)
     geometry = tuple(site.adapter.layer_geometry(site, grid, patch) for site in sites)

@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from ..errors import ModelLoadError
 from ..preprocessing import Preprocessing
+from ..spec import as_pair
 from .families import check_supported_module
 from .loaded import LoadedViT, wrap_model
 
@@ -50,15 +51,11 @@ def wrap_module(
     return apply_overrides(vit, img_size=img_size, mean=mean, std=std)
 
 
-def _pair(value) -> tuple[int, int]:
-    return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
-
-
 def apply_overrides(vit: LoadedViT, *, img_size=None, mean=None, std=None) -> LoadedViT:
     """The same model with another input size (dynamic-size models only) or normalisation."""
     spec = vit.spec
     if img_size is not None:
-        height, width = _pair(img_size)
+        height, width = as_pair(img_size)
         ph, pw = spec.patch_size
         if (height, width) != spec.img_size:
             if not spec.dynamic_img_size:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..errors import UnsupportedModelError
+from ..spec import as_pair
 from .swin_assemble import KeyBiasFreeLinear, SwinBlockParts, SwinParts, assemble_swin
 
 __all__ = ["TORCHVISION_SWINS", "is_torchvision_swin", "to_timm_swin", "default_img_size"]
@@ -40,15 +41,11 @@ def default_img_size(tv: nn.Module) -> int:
     return 256 if _is_v2(tv) else 224
 
 
-def _pair(value) -> tuple[int, int]:
-    return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
-
-
 def _block(block: nn.Module, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
     attn = block.attn
-    window = _pair(attn.window_size)
+    window = as_pair(attn.window_size)
     # shifted_window_attention drops the shift where the window covers the (padded) grid
-    shift = tuple(0 if w >= g else int(s) for w, g, s in zip(window, grid, _pair(attn.shift_size)))
+    shift = tuple(0 if w >= g else int(s) for w, g, s in zip(window, grid, as_pair(attn.shift_size)))
     common = dict(
         norm1=block.norm1, proj=attn.proj, norm2=block.norm2, mlp=block.mlp,
         position_index=attn.relative_position_index, window=window, shift=shift,
@@ -63,11 +60,11 @@ def _block(block: nn.Module, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
 
 def to_timm_swin(tv: nn.Module, img_size: int | tuple[int, int] | None = None) -> nn.Module:
     """The timm Swin made of ``tv``'s own modules (shared, not copied), at ``img_size``."""
-    size = _pair(img_size or default_img_size(tv))
+    size = as_pair(img_size or default_img_size(tv))
     features = list(tv.features)
     stem, stages, mergings = features[0], features[1::2], features[2::2]
     conv, norm = stem[0], stem[2]
-    patch = _pair(conv.stride)
+    patch = as_pair(conv.stride)
     if patch[0] != patch[1] or size[0] % patch[0] or size[1] % patch[1]:
         raise UnsupportedModelError(
             f"torchvision Swin: img_size {size} is not a whole number of its {patch[0]}x{patch[1]} patches."

@@ -29,7 +29,7 @@ from ..errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
 from ..loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
 from ..loading.loaded import LoadedModel, place_model
 from ..preprocessing import Preprocessing
-from ..spec import ViTSpec
+from ..spec import ViTSpec, as_pair
 
 __all__ = ["LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER", "DEMO_MAE_DIR"]
 
@@ -49,12 +49,6 @@ def _no_decoder(what: str) -> MissingDecoderError:
         f"load_mae({MAE_WITH_DECODER!r}) (downloaded once, with internet; also the -large and -huge variants). "
         "The encoder alone still opens as a headless ViT with load_vit(...), for its attention."
     )
-
-
-def _pair(value) -> tuple[int, int]:
-    if isinstance(value, (list, tuple)):
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
 
 
 @dataclass(eq=False)
@@ -107,11 +101,11 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
             f"{_DECODER_ARCHITECTURE}, e.g. {MAE_WITH_DECODER!r}."
         )
     config = model.config
-    patch = _pair(config.patch_size)
-    native = _pair(config.image_size)
+    patch = as_pair(config.patch_size)
+    native = as_pair(config.image_size)
     data_config, target = preprocessing_config("vit_mae", preprocessor)
     if img_size is not None:
-        target = _pair(img_size)
+        target = as_pair(img_size)
     size = target or native
     if size[0] % patch[0] or size[1] % patch[1]:
         raise ModelLoadError(f"img_size={size} is not a whole number of {patch[0]}x{patch[1]}-pixel patches.")
