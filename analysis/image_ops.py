@@ -1,6 +1,8 @@
 """Operations on model-input pixels that several analyses share: Gaussian noise and blur
-(robustness probes), and the reference images that stand for "no information" (baselines of
-integrated gradients, and what deletion/insertion fill removed patches with).
+(robustness probes), the reference images that stand for "no information" (baselines of
+integrated gradients, and what deletion/insertion fill removed patches with), and the one rule
+that turns chosen patches into the pixels they cover (:func:`patch_pixel_mask`: pixel drop,
+deletion/insertion, MAE's masks).
 
 All take and return normalised ``(..., H, W)`` tensors (usually ``(B, 3, H, W)``, after the
 model's own normalisation). Resizing patch maps to image pixels is
@@ -18,7 +20,7 @@ import torch.nn.functional as F
 
 from .errors import AnalysisError
 
-__all__ = ["gaussian_noise", "gaussian_blur", "BASELINES", "baseline_pixels"]
+__all__ = ["gaussian_noise", "gaussian_blur", "BASELINES", "baseline_pixels", "patch_grid", "patch_pixel_mask"]
 
 #: Baselines of integrated gradients and of the perturbation curves, the first the default of
 #: both: ``"mean"`` (the normalised zero: the dataset mean colour), ``"black"`` (pixel value 0,
@@ -71,3 +73,28 @@ def baseline_pixels(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
     if baseline == "mean":
         return torch.zeros_like(pixels)
     return gaussian_blur(pixels, float(max(vit.spec.patch_size)))
+
+
+def patch_grid(patch_sets, grid_size: tuple[int, int]) -> torch.Tensor:
+    """``(K, gh, gw)`` bool: row ``k`` is True at the patches ``patch_sets[k]`` (row-major
+    indices into the ``(gh, gw)`` grid, index ``r·gw + c``)."""
+    gh, gw = grid_size
+    grid = torch.zeros(len(patch_sets), gh * gw, dtype=torch.bool)
+    for k, patches in enumerate(patch_sets):
+        grid[k, torch.as_tensor(patches).to("cpu", torch.long).reshape(-1)] = True
+    return grid.reshape(len(patch_sets), gh, gw)
+
+
+def patch_pixel_mask(grid: torch.Tensor, patch_size: tuple[int, int], image_size: tuple[int, int] | None = None
+                     ) -> torch.Tensor:
+    """``(..., gh, gw)`` patch values -> ``(..., H, W)``: each patch's value over the
+    ``ph × pw`` pixels it covers (patch ``(r, c)`` covers rows ``r·ph … (r+1)·ph − 1`` and columns
+    ``c·pw … (c+1)·pw − 1``). ``image_size`` larger than ``(gh·ph, gw·pw)`` pads with zeros (the
+    pixels no patch covers, e.g. a border that the patch embedding drops); smaller crops."""
+    ph, pw = patch_size
+    pixels = grid.repeat_interleave(ph, dim=-2).repeat_interleave(pw, dim=-1)  # (..., gh·ph, gw·pw)
+    if image_size is None:
+        return pixels
+    height, width = image_size
+    pixels = pixels[..., :height, :width]
+    return F.pad(pixels, (0, width - pixels.shape[-1], 0, height - pixels.shape[-2]))

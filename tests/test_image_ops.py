@@ -1,4 +1,5 @@
-"""``analysis.image_ops`` against explicit loops: blur, noise and the baseline images."""
+"""``analysis.image_ops`` against explicit loops: blur, noise, the baseline images and the
+pixels that chosen patches cover."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from analysis import AnalysisError, load_vit
-from analysis.image_ops import BASELINES, baseline_pixels, gaussian_blur, gaussian_noise
+from analysis.image_ops import BASELINES, baseline_pixels, gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
 
 
 def blur_by_loops(image: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -60,3 +61,20 @@ def test_baselines_are_black_the_mean_colour_and_a_patch_wide_blur():
     assert BASELINES == ("mean", "black", "blur")  # the first is the default of explain and perturbation_curve
     with pytest.raises(AnalysisError, match="baseline must be one of"):
         baseline_pixels(vit, pixels, "white")
+
+
+@pytest.mark.parametrize("image_size", [(9, 20), (7, 13), (10, 22)])  # exact, cropped, padded
+def test_patch_pixel_mask_covers_exactly_the_pixels_of_the_chosen_patches(image_size):
+    """A 3×4 grid of 3×5 patches (not square, not a square grid): pixel (y, x) is chosen iff the
+    patch (y // 3, x // 5) is, and pixels beyond the grid are never chosen."""
+    grid_size, patch_size = (3, 4), (3, 5)
+    sets = [torch.tensor([0, 5, 11]), torch.tensor([], dtype=torch.long), [3, 4]]
+    mask = patch_pixel_mask(patch_grid(sets, grid_size), patch_size, image_size)
+    assert mask.shape == (3, *image_size) and mask.dtype == torch.bool
+    for k, chosen in enumerate(sets):
+        chosen = {int(i) for i in chosen}
+        for y in range(image_size[0]):
+            for x in range(image_size[1]):
+                r, c = y // 3, x // 5
+                inside = r < 3 and c < 4
+                assert bool(mask[k, y, x]) == (inside and r * 4 + c in chosen), (k, y, x)

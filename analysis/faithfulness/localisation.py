@@ -51,7 +51,7 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
     everywhere has no maximum and scores NaN.
     """
     values = torch.as_tensor(saliency).detach().double().cpu()
-    truth = torch.as_tensor(np.asarray(object_patches, dtype=bool))
+    truth = torch.tensor(np.asarray(object_patches, dtype=bool))  # a copy: the mask may be read-only
     if values.ndim < 2 or tuple(values.shape) != tuple(truth.shape):
         raise AnalysisError(
             f"The map is {tuple(values.shape)} and the object patches {tuple(truth.shape)}; "

@@ -13,7 +13,7 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
-from ..image_ops import BASELINES, baseline_pixels
+from ..image_ops import BASELINES, baseline_pixels, patch_grid, patch_pixel_mask
 
 __all__ = [
     "CURVE_MODES",
@@ -46,13 +46,8 @@ def perturbed_inputs(pixels: torch.Tensor, replacement: torch.Tensor, patch_sets
                      patch_size: tuple[int, int], grid_size: tuple[int, int]) -> torch.Tensor:
     """``(K, 3, H, W)``: copy ``k`` of ``pixels (3, H, W)`` with the patches in ``patch_sets[k]``
     taken from ``replacement (3, H, W)``."""
-    (ph, pw), (_, gw) = patch_size, grid_size
-    height, width = pixels.shape[-2:]
-    mask = torch.zeros(len(patch_sets), 1, height, width, dtype=torch.bool)
-    for k, patches in enumerate(patch_sets):
-        for index in patches.tolist():
-            r, c = divmod(int(index), gw)
-            mask[k, 0, r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = True
+    mask = patch_pixel_mask(patch_grid(patch_sets, grid_size), patch_size, pixels.shape[-2:])  # (K, H, W)
+    mask = mask[:, None].to(pixels.device)  # (K, 1, H, W)
     return torch.where(mask, replacement[None], pixels[None])
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..image_ops import patch_pixel_mask
+
 __all__ = ["NORM_PIX_EPS", "patchify", "unpatchify", "patch_statistics", "normalise_patches", "pixel_mask"]
 
 #: MAE's ``norm_pix_loss`` epsilon: ``(x − mean) / (var + 1e-6) ** 0.5``.
@@ -48,6 +50,5 @@ def normalise_patches(patches: torch.Tensor) -> torch.Tensor:
 
 def pixel_mask(mask: torch.Tensor, grid_size: tuple[int, int], patch_size: tuple[int, int]) -> torch.Tensor:
     """``(B, N)`` patch mask -> ``(B, 1, gh·ph, gw·pw)`` float, each patch's value over its pixels."""
-    (gh, gw), (ph, pw) = grid_size, patch_size
-    grid = mask.reshape(mask.shape[0], 1, gh, gw).float()
-    return grid.repeat_interleave(ph, dim=2).repeat_interleave(pw, dim=3)
+    gh, gw = grid_size
+    return patch_pixel_mask(mask.reshape(mask.shape[0], 1, gh, gw).float(), patch_size)

@@ -17,7 +17,7 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
-from ..image_ops import gaussian_blur, gaussian_noise
+from ..image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
 from ..spec import ViTSpec
 
 __all__ = [
@@ -79,12 +79,8 @@ def patch_drop_indices(
 def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, fill: float = 0.0) -> torch.Tensor:
     """``(B, 3, H, W)`` copy with the patches ``indices`` set to ``fill`` (0 in normalised
     space: the dataset mean colour). Works for any model, CNNs included."""
-    out = pixels.clone()
-    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
-    for index in torch.as_tensor(indices).tolist():
-        r, c = divmod(int(index), gw)
-        out[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = fill
-    return out
+    dropped = patch_pixel_mask(patch_grid([indices], spec.grid_size)[0], spec.patch_size, pixels.shape[-2:])  # (H, W)
+    return pixels.masked_fill(dropped.to(pixels.device), fill)
 
 
 def check_token_drop(vit):
