@@ -4,23 +4,20 @@ really uses; the logit lens (each block's output read by the model's own head).
 Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer
 (:class:`~analysis.tokens.stages.WindowedTokens`); the logit lens on the last stage's layers.
 
-Same discipline as :func:`analysis.capture_attention`: hooks for one call, reacting only to
-the calling thread, removed in ``finally``; the model is never modified.
+Both are views over the one activation engine (:func:`analysis.activations.run_with_cache`):
+its hooks live for one call and one thread and are always removed; the model is never modified.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
 
 from ..activations import run_with_cache
-from ..adapters.registry import block_sites
-from ..capture import _resolve_layers, input_spec, require_every_layer
+from ..capture import _resolve_layers, input_spec
 from ..checks import check_float_dtype, check_index
-from ..devices import autocast_context
 from ..errors import AnalysisError
 from ..spec import ViTSpec
 from .record import TokenRecord
@@ -53,16 +50,16 @@ def capture_tokens(
     CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested layer, in the order asked
     (``None``: all, in increasing order; ``record.layers`` says which), in token order (prefix
     tokens first, then patches row-major; ``record.prefix()`` / ``record.patches()`` split them).
-    For a ViT this is a view over :func:`analysis.activations.run_with_cache` (``resid_post``,
-    ``attn.q``/``.k``/``.v``).
+    It is a view over :func:`analysis.activations.run_with_cache` (``resid_post``,
+    ``attn.q``/``.k``/``.v``), for every family.
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
     grouped-query keys and values). ``precision``: autocast for the forward, as in
     :func:`analysis.capture_attention` (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
 
     A windowed model (Swin, SAM) returns a :class:`~analysis.tokens.stages.WindowedTokens`:
-    each block's ``(B, gh, gw, C)`` output as ``(B, gh·gw, C)`` on its own stage grid, one
-    tensor per layer (stages differ in grid and width). Only ``kind="token"``: their q/k/v
+    each block's ``(B, gh, gw, C)`` output (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on
+    its own stage grid, one tensor per layer (stages differ in grid and width). Only ``kind="token"``: their q/k/v
     exist per window, not per cell of the grid.
     """
     if kind not in TOKEN_KINDS:
@@ -76,34 +73,14 @@ def capture_tokens(
             "(each block's output on its stage grid)."
         )
     layer_ids = _layers_in_order(layers, spec.num_layers)
-    if not spec.is_windowed:  # a view over the activation cache: one named point per layer
-        names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]
-        cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
-        values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
-        tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
-        return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
-    sites = {site.layer: site for site in block_sites(vit.model)}
-    owner = threading.get_ident()
-    kept: dict[int, torch.Tensor] = {}
-    handles = []
-
-    def block_output(layer: int):
-        def hook(module, args, output):
-            if threading.get_ident() == owner:  # the block's NHWC output (B, gh, gw, C) -> (B, gh·gw, C)
-                output = output[0] if isinstance(output, tuple) else output
-                kept[layer] = _grid_tokens(output, spec, layer).detach().to("cpu", dtype)
-        return hook
-
-    try:
-        for layer in layer_ids:
-            handles.append(sites[layer].block.register_forward_hook(block_output(layer)))
-        with torch.no_grad(), autocast_context(vit.device, precision):
-            vit.model(pixels.to(vit.device))
-    finally:
-        for handle in handles:
-            handle.remove()
-    require_every_layer(layer_ids, kept, what="token output")
-    return WindowedTokens(tokens=tuple(kept[layer] for layer in layer_ids), spec=spec, layers=layer_ids)
+    names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
+    cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
+    if spec.is_windowed:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
+        tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
+        return WindowedTokens(tokens=tokens, spec=spec, layers=layer_ids)
+    values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
+    tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
+    return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
 
 
 _POINT = {"token": "resid_post", "query": "attn.q", "key": "attn.k", "value": "attn.v"}  # analysis.activations names
