@@ -250,3 +250,23 @@ def test_npz_head_size_is_read_from_the_file(tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"nope")
     with pytest.raises(CheckpointError):
         load_vit(tmp_path / "broken.npz", arch=ARCH)
+
+
+def test_random_weights_are_the_same_on_every_load_and_leave_the_callers_random_stream_alone():
+    """``pretrained=False`` (the app's ``random:``) builds under a fixed seed, so a model loaded
+    again (e.g. after a cache eviction) is the one whose results were cached; the caller's RNG
+    continues as if nothing had been drawn."""
+    from analysis.robustness import load_cnn
+
+    torch.manual_seed(123)
+    first = load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1)
+    after_load = torch.rand(3)
+    torch.manual_seed(456)  # a different caller state: the weights must not depend on it
+    second = load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1)
+    torch.manual_seed(123)
+    assert torch.equal(after_load, torch.rand(3))
+    one, two = first.model.state_dict(), second.model.state_dict()
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+    assert one["blocks.0.attn.qkv.weight"].std() > 0  # random, not zeros
+    cnns = [load_cnn("resnet10t", pretrained=False).model.state_dict() for _ in range(2)]
+    assert all(torch.equal(cnns[0][k], cnns[1][k]) for k in cnns[0])

@@ -36,6 +36,7 @@ from . import hf_transformers, objects, torchvision_source
 from .families import SUPPORTED_FAMILIES, is_embedding_tower
 from .files import looks_like_file, model_from_file, model_from_timm_folder, read_folder_config
 from .loaded import LoadedViT, wrap_model
+from .random_weights import RANDOM_WEIGHTS_SEED, seeded_random_weights
 from .timm_source import model_from_timm_name
 from .two_tower import LoadedCLIP, TextEncoding, load_clip
 
@@ -65,7 +66,9 @@ def load_vit(
             model); ``"torchvision:vit_b_16"``; ``"local-dir:folder"`` or a folder (timm hub layout
             or transformers ``save_pretrained``); or a single weights file (then ``arch`` is required).
         pretrained: for names only: load pretrained weights (from the local cache, else
-            downloaded). ``False`` gives random weights.
+            downloaded). ``False`` gives random weights, the same on every load (seeded with
+            :data:`~analysis.loading.random_weights.RANDOM_WEIGHTS_SEED`; the caller's random
+            state is left as it was).
         device: ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
         arch: the architecture of a single weights file: a timm name or ``"torchvision:<name>"``.
         **model_kwargs: for timm sources, passed on to ``timm.create_model`` (``img_size=``,
@@ -88,9 +91,11 @@ def load_vit(
         raise ModelLoadError("load_vit got an empty name: pass 'demo', a model name, a path or an nn.Module.")
     target = resolve_device(device)
     if source_str.startswith("hf:"):
-        return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
+        with seeded_random_weights(enabled=not pretrained):
+            return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
     if source_str.startswith("torchvision:"):
-        return torchvision_source.load_torchvision(source_str, target, pretrained=pretrained, **model_kwargs)
+        with seeded_random_weights(enabled=not pretrained):
+            return torchvision_source.load_torchvision(source_str, target, pretrained=pretrained, **model_kwargs)
     if source_str in DEMO_MODELS:
         folder, retrain = DEMO_MODELS[source_str]
         if not (folder / "config.json").is_file():
@@ -108,7 +113,8 @@ def load_vit(
         if arch and arch.startswith("torchvision:"):
             return torchvision_source.load_torchvision_file(path, arch, target, **model_kwargs)
         return wrap_model(model_from_file(path, arch, model_kwargs), source_str, target)
-    model = model_from_timm_name(source_str, pretrained, model_kwargs)
+    with seeded_random_weights(enabled=not pretrained):
+        model = model_from_timm_name(source_str, pretrained, model_kwargs)
     label_names = getattr(model, "pretrained_cfg", {}).get("label_names")
     embedding = is_embedding_tower(source_str, int(getattr(model, "num_classes", 0) or 0))
     return wrap_model(model, source_str, target, label_names, embedding_output=embedding)

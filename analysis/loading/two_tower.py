@@ -396,5 +396,9 @@ def _load_hf_hub(repo_id: str, device: torch.device, *, pretrained: bool) -> Loa
     tokenizer, note = _hf_tokenizer(folder)
     from .hf_transformers import read_preprocessor
 
-    return wrap_hf_two_tower(model_class._from_config(config), f"hf:{repo_id}", device, tokenizer=tokenizer,
+    from .random_weights import seeded_random_weights
+
+    with seeded_random_weights():
+        model = model_class._from_config(config)
+    return wrap_hf_two_tower(model, f"hf:{repo_id}", device, tokenizer=tokenizer,
                              tokenizer_note=note, preprocessor=read_preprocessor(folder))

@@ -14,6 +14,7 @@ from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
 from ..loading.loaded import LoadedModel
+from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
@@ -43,7 +44,8 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
             names = config.get("label_names")
             model = _cnn_from_folder(timm, path, config)
         else:
-            model = timm.create_model(source, pretrained=pretrained)
+            with seeded_random_weights(enabled=not pretrained):
+                model = timm.create_model(source, pretrained=pretrained)
     except Exception as exc:  # noqa: BLE001 - one typed error, whatever timm raised
         raise ModelLoadError(f"Could not load the CNN {source!r}: {exc}") from exc
     if hasattr(model, "blocks") and hasattr(model, "patch_embed"):
