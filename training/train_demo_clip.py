@@ -4,6 +4,7 @@ Usage (from the repository root; ``python training/train_demo_clip.py ...`` work
 
     python -m training.train_demo_clip                       # the shipped model -> assets/demo_clip
     python -m training.train_demo_clip --out /tmp/clip --steps 200 --pool 2000   # a quick try
+    python -m training.validate_demo_clip /tmp/clip          # its validation numbers (seed 7)
 
 The image tower is a ``CLIPVisionModel`` of the demo ViT's size (48×48 input, 6×6 patches, 128
 wide, 4 blocks of 4 heads, GELU, LayerNorm eps 1e-6); the text tower a 2-block, 64-wide causal
@@ -22,6 +23,19 @@ Recipe facts worth knowing:
   change: every caption in the batch that is true of an image is a positive of it (the soft
   target spreads evenly over them; :func:`~analysis.demo.text_scenes.describes`), since with six
   classes ``"a star"`` often fits several images, and a two-object scene fits captions of both.
+* Two auxiliary terms (weights 1 and 2 by default), both against the six class prompts
+  ``"a {shape}"`` (:data:`~analysis.demo.text_scenes.CLASS_PROMPTS`, encoded by the text tower
+  at every step): ``--shape-loss``, the image embedding's cross-entropy over the six prompts
+  with the target spread evenly over the shapes the scene holds (a multi-label classification
+  read through text), and ``--dense-loss``, a dense alignment term: every patch token of the
+  last ``--dense-layers`` blocks' outputs that an object covers at least half of, read out as the
+  image embedding is (``post_layernorm``, ``visual_projection``), classified over the six prompts
+  by ``exp(t)·cos`` with its object's shape as the target (LSeg's recipe, Li et al. 2022,
+  "Language-driven Semantic Segmentation": per-location embeddings classified against label
+  text embeddings, supervised by masks; here the locations are patches read out as MaskCLIP,
+  Zhou et al. 2022, reads CLIP's patch tokens); background patches are left out. The
+  explanation maps are still computed from the image–text score only.
+* ``--pair-share`` (default 0.7) of the pool are two-object scenes.
 * AdamW; no weight decay on biases, norms, embeddings and the logit scale; the image tower
   learns at ``--lr-vision``, everything else at ``--lr``; linear warm-up then cosine decay.
 * Progress: zero-shot accuracy of :data:`~analysis.demo.text_scenes.CLASS_PROMPTS` on
@@ -149,19 +163,34 @@ def zero_shot_accuracy(model, tokenizer, pixels: torch.Tensor, labels: torch.Ten
     return ((u @ v.T).argmax(-1) == labels).float().mean().item()
 
 
-def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, steps: int = 400, batch_size: int = 96,
+def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, steps: int = 1000, batch_size: int = 96,
           lr: float = 2e-3, lr_vision: float = 5e-4, weight_decay: float = 0.05, warmup: int = 30,
           val_size: int = 500, init_vision: str | None = str(asset_path("demo_vit")), threads: int = 2,
           log_every: int = 100, save_every: int | None = None, init: str | None = None, objects: int | None = None,
+          pair_share: float | None = 0.7, shape_loss: float = 1.0, dense_loss: float = 2.0, dense_layers: int = 3,
           log=print) -> dict:
     """Train and save to ``out``; returns a summary dict."""
     t_start = time.time()
     torch.set_num_threads(threads)
     out = Path(out)
     size = VISION["image_size"]
-    scenes = generate_text_scenes(pool, seed, size=size, objects=objects)
+    if pair_share is None:
+        scenes = generate_text_scenes(pool, seed, size=size, objects=objects)
+    else:  # a fixed share of two-object scenes (disjoint indices of the stream)
+        n_pairs = round(pool * pair_share)
+        scenes = (generate_text_scenes(pool - n_pairs, seed, size=size, objects=1)
+                  + generate_text_scenes(n_pairs, seed, size=size, objects=2, start=pool))
+    patch = VISION["patch_size"]
+    grid = size // patch
+    # (N, gh, gw) int64: the class of the object covering at least half of each patch, -1 for none
+    patch_labels = torch.full((len(scenes), grid, grid), -1, dtype=torch.long)
+    for n, s in enumerate(scenes):
+        for obj in s.objects:
+            cover = obj.mask[:grid * patch, :grid * patch].reshape(grid, patch, grid, patch).mean(axis=(1, 3))
+            patch_labels[n][torch.from_numpy(cover >= 0.5)] = obj.label
     x_train = torch.from_numpy(np.stack([s.image for s in scenes])).permute(0, 3, 1, 2).contiguous()  # uint8 (N, 3, H, W)
     objects = [s.objects for s in scenes]
+    pool = len(scenes)
     del scenes
     val = generate_text_scenes(val_size, seed + 1, size=size, objects=1)
     x_val = normalize_uint8(torch.from_numpy(np.stack([s.image for s in val])).permute(0, 3, 1, 2))
@@ -194,6 +223,8 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         for (vision, decay), params in groups.items()])
 
     cache: dict[str, list[int]] = {}
+    class_text = tokenizer(CLASS_PROMPTS, padding=True, return_tensors="pt")
+    class_ids, class_mask = class_text["input_ids"], class_text["attention_mask"]
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     t_train, run_loss, run_n = time.time(), 0.0, 0
@@ -202,12 +233,15 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         index = torch.randint(0, pool, (batch_size,), generator=g)
         flips = rng.integers(0, 2, size=(batch_size, 2)).astype(bool)
         images = x_train[index]
+        labels_grid = patch_labels[index]  # (B, gh, gw)
         captions, fields, seen = [], [], []
         for row, (i, (fh, fv)) in enumerate(zip(index.tolist(), flips)):
             if fh:
                 images[row] = images[row].flip(-1)
+                labels_grid[row] = labels_grid[row].flip(-1)
             if fv:
                 images[row] = images[row].flip(-2)
+                labels_grid[row] = labels_grid[row].flip(-2)
             flipped = [_flip(obj, fh, fv, size) for obj in objects[i]]
             fields.append(caption_fields(flipped[int(rng.integers(len(flipped)))], size, rng))
             captions.append(caption_text(fields[-1]))
@@ -228,9 +262,29 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
 
         for group in opt.param_groups:
             group["lr"] = warmup_cosine(step, steps, group["peak"], warmup)
-        output = model(input_ids=ids, attention_mask=mask, pixel_values=normalize_uint8(images))
+        auxiliary = shape_loss > 0 or dense_loss > 0
+        output = model(input_ids=ids, attention_mask=mask, pixel_values=normalize_uint8(images),
+                       output_hidden_states=dense_loss > 0)
         logits = output.logits_per_image  # (B, B) exp(t)·cos
         loss = 0.5 * (F.cross_entropy(logits, target_image) + F.cross_entropy(logits.T, target_text))
+        if auxiliary:
+            classes = F.normalize(model.text_projection(model.text_model(input_ids=class_ids, attention_mask=class_mask).pooler_output), dim=-1)  # (6, E)
+            scale = model.logit_scale.exp()
+        if shape_loss > 0:  # every image against the six class prompts; target: the shapes it holds, evenly
+            present = torch.zeros(batch_size, len(CLASS_PROMPTS))
+            for row, objs in enumerate(seen):
+                for obj in objs:
+                    present[row, obj.label] = 1.0
+            u = F.normalize(output.image_embeds, dim=-1)
+            loss = loss + shape_loss * F.cross_entropy(scale * u @ classes.T, present / present.sum(-1, keepdim=True))
+        if dense_loss > 0:  # each object patch, read out like the image embedding, against the six class prompts
+            keep = labels_grid.reshape(batch_size, -1) >= 0  # (B, N)
+            dense = 0.0
+            for hidden in output.vision_model_output.hidden_states[-dense_layers:]:
+                tokens = model.visual_projection(model.vision_model.post_layernorm(hidden[:, 1:]))  # (B, N, E)
+                cos = F.normalize(tokens[keep], dim=-1) @ classes.T  # (P, 6)
+                dense = dense + F.cross_entropy(scale * cos, labels_grid.reshape(batch_size, -1)[keep])
+            loss = loss + dense_loss * dense / dense_layers
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -276,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (save_pretrained layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of the scenes, the init, the batches and the captions")
     p.add_argument("--pool", type=int, default=20000, help="number of distinct training scenes")
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=96)
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of the text tower, projections, scale")
     p.add_argument("--lr-vision", type=float, default=5e-4, help="peak learning rate of the image tower")
@@ -287,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="a demo ViT folder to start the image tower from, or 'none'")
     p.add_argument("--init", default=None, help="continue from a folder this script wrote (fresh optimizer and schedule)")
     p.add_argument("--objects", type=int, default=None, choices=(1, 2), help="only scenes with this many objects")
+    p.add_argument("--pair-share", type=float, default=0.7,
+                   help="share of two-object scenes in the pool (a negative value: drawn per scene, about half)")
+    p.add_argument("--shape-loss", type=float, default=1.0,
+                   help="weight of each image against the six class prompts (target: the shapes it holds)")
+    p.add_argument("--dense-loss", type=float, default=2.0,
+                   help="weight of each object patch's readout against the six class prompts (its object's shape)")
+    p.add_argument("--dense-layers", type=int, default=3, help="how many of the last blocks the dense loss reads")
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
@@ -294,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     train(a.out, seed=a.seed, pool=a.pool, steps=a.steps, batch_size=a.batch_size, lr=a.lr, lr_vision=a.lr_vision,
           weight_decay=a.weight_decay, warmup=a.warmup, val_size=a.val_size,
           init_vision=None if a.init_vision.lower() == "none" else a.init_vision, threads=a.threads,
-          log_every=a.log_every, save_every=a.save_every, init=a.init, objects=a.objects)
+          log_every=a.log_every, save_every=a.save_every, init=a.init, objects=a.objects, pair_share=None if a.pair_share < 0 else a.pair_share,
+          shape_loss=a.shape_loss, dense_loss=a.dense_loss, dense_layers=a.dense_layers)
     return 0
 
 
