@@ -94,12 +94,14 @@ else:  # a ViT: one grid for every layer
     with left:
         view_layers = sent_layers(spec, layer)
         held = hold_for_first_paint(view_layers is not None)  # a session's first open: the view draws first
+        if held:  # ... from this layer's data alone (ViT-B/16: 1 of 12.5 MB); every layer follows with the charts
+            view_layers = (layer,)
         if view_layers is not None:
             attention_view(
                 data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=on_view_change, report_drawn=held,
+                on_change=on_view_change, report_drawn=held, note="" if held else None,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
