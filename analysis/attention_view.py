@@ -155,8 +155,8 @@ def query_row(query, spec) -> int:
 def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
               map_range: str, opacity: float, max_height: int = 520, note: str = "", heads: int | None = None,
               head_names: list[str] | None = None, value_name: str = "attention probability",
-              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads"
-              ) -> dict:
+              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads",
+              report_drawn: bool = False) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
     colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
@@ -165,7 +165,8 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
     one; default the model's heads, the last map their mean), ``head_names`` (one per map),
     ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
     ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
-    without it ↑/↓ stay within the held layers)."""
+    without it ↑/↓ stay within the held layers). ``report_drawn``: report ``{"event": "drawn"}``
+    once the first map is on the canvas (the app holds its other charts back until then)."""
     heads = spec.num_heads if heads is None else int(heads)
     return dict(
         image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
@@ -175,7 +176,7 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
         query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
         range_mode=map_range, uniform=1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
         lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
-        report_layer=bool(report_layer), shared_name=shared_name,
+        report_layer=bool(report_layer), shared_name=shared_name, report_drawn=bool(report_drawn),
         opacity=float(opacity), max_height=int(max_height), note=note, **data,
     )
 

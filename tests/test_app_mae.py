@@ -17,7 +17,10 @@ import analysis
 from analysis import plots
 from analysis.mae import draw_mask, figure_2_images, hidden_patch_loss, load_mae, mae_reconstruct
 from tests.test_mae import folders  # noqa: F401 - fixture: tiny random ViTMAEForPreTraining folders
-from tests.test_app import APP, TIMEOUT, REPO, array, assert_clean, first_sample, npz_downloads  # noqa: F401 - fixture
+from tests.test_app import (  # noqa: F401 - npz_downloads: a fixture
+    APP, TIMEOUT, REPO, array, assert_clean, assert_same_arrays, first_sample, npz_downloads, reproduce,
+    reproduce_expander,
+)
 
 pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
                                 reason="needs the bundled demo MAE (assets/demo_mae)")
@@ -243,3 +246,41 @@ def test_at_ratio_zero_nothing_is_hidden_until_a_click_hides_a_patch(page, demo)
     mask[27] = True
     result, _ = expected(mae, pixels, mask)
     assert hidden_text(page).startswith("**1 of 64**") and f"**{float(result.loss):.4g}**" in hidden_text(page)
+
+
+def test_the_page_reproduces_in_python_with_a_clicked_mask(page, demo, npz_downloads):
+    """The "Reproduce in Python" script recomputes what the page shows for a mask the user edited
+    (one drawn-visible patch hidden, one drawn-hidden patch revealed) at another ratio, seed,
+    layer, head and query: the four pictures as drawn, the loss as printed, the error map, the
+    attention and the loss curve, equal to the page's own numbers."""
+    mae, _ = demo
+    n = mae.spec.num_patches
+    page.slider(key="mae_ratio").set_value(0.6).run()
+    page.number_input(key="mae_seed").set_value(3).run()
+    drawn = draw_mask(1, n, 0.6, 3)[0].numpy()
+    hide, reveal = int(np.flatnonzero(~drawn)[0]), int(np.flatnonzero(drawn)[0])
+    page.session_state["mae_flipped"] = sorted([hide, reveal])  # what two clicks' on_select (toggle_patch) sets
+    query = int(np.flatnonzero(~drawn)[1])  # visible, and not the patch the click hid
+    page.session_state["mae_query"] = query
+    page.slider(key="mae_layer").set_value(1).run()
+    page.selectbox(key="mae_head").set_value(2).run()
+    assert_clean(page)
+    code = reproduce_expander(page).code[0].value
+    assert f"FLIPPED = {sorted([hide, reveal])!r}" in code and "RATIO, SEED = 0.6, 3" in code
+    script = reproduce(page)
+    npz = npz_downloads["mae_data"]
+    expected_mask = drawn.copy()
+    expected_mask[[hide, reveal]] = ~expected_mask[[hide, reveal]]
+    np.testing.assert_array_equal(npz["mask"].ravel(), expected_mask)  # the page used the edited mask
+    assert (int(npz["attention_query"]), str(npz["attention_head"]), int(npz["attention_layer"])) == (query, "2", 1)
+    assert_same_arrays(script, npz, ["original", "masked", "reconstruction", "composite", "mask", "drawn_mask",
+                                     "patch_loss_hidden", "attention"])
+    assert script["loss"] == pytest.approx(float(npz["loss"]), rel=1e-6)
+    assert f"reconstruction loss **{script['loss']:.4g}**" in hidden_text(page)  # the number the page prints
+    for shown, name in zip(panel_pictures(page), ("original", "masked", "reconstruction", "composite")):
+        np.testing.assert_array_equal(shown, plots.unit_to_uint8(script[name]), err_msg=name)  # the pixels drawn
+    attention = array(next(t for t in chart_by_prefix(page, "mae_attention")["data"] if t["type"] == "heatmap")["z"])
+    np.testing.assert_allclose(attention, script["attention"], rtol=1e-5)
+    curve = npz_downloads["mae_curve_data"]
+    assert tuple(script["SET_RATIOS"]) == tuple(curve["ratios"])
+    assert_same_arrays(script, curve, ["losses"])

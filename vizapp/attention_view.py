@@ -11,20 +11,62 @@ keys rest, so the page and URL follow without the rerun holding up the redraw. O
 the current layer travels (a layer step is then a rerun, and the view says so), or, over the
 budget even for one layer, the page keeps its chart. A click reports
 ``{"event": "click", "patch", "head", "layer"}``.
+
+First paint (:func:`hold_for_first_paint`): the view's iframe shares the browser's main thread with
+the page, and plotly's bundle (4.7 MB of JavaScript), its charts and the code highlighter (1.5 MB)
+held it for 1.5–2 s on a 2-core machine before the view could draw. So the first time a session
+opens the page, the page sends the view first and its other charts once the view reports
+``{"event": "drawn"}`` (or after :data:`HOLD_LIMIT_S`, should it never report).
 """
 
 from __future__ import annotations
 
 import streamlit.components.v1 as components
+import time
+
+import streamlit as st
 from streamlit import runtime
 
 from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args
 from vizapp import limits
 
-__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "query_row", "sent_layers", "served"]
+__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "hold_for_first_paint", "layer_bytes", "note_drawn",
+           "query_row", "sent_layers", "served"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
+
+DRAWN = "_attention_view_drawn"  # session key: a view of this session has drawn its first map
+HELD_SINCE = "_attention_view_held_since"  # session key: when the page first held its charts back (monotonic s)
+HOLD_LIMIT_S = 8.0  # the charts come after this long even if the view never reports (a failed iframe)
+
+
+def note_drawn(value) -> None:
+    """Record a view's ``{"event": "drawn"}`` report (call it from the component's ``on_change``)."""
+    if isinstance(value, dict) and value.get("event") == "drawn":
+        st.session_state[DRAWN] = True
+
+
+def hold_for_first_paint(shown: bool) -> bool:
+    """Whether the page should send only the view now and its plotly charts and code block once
+    the view has drawn: the first time this session shows a view (``shown``) in a browser. Without
+    a browser (no request headers: AppTest, a script) nothing would report, so nothing is held.
+    Holds at most :data:`HOLD_LIMIT_S` (a fragment timer then reruns the page)."""
+    if not shown or st.session_state.get(DRAWN) or not st.context.headers:
+        return False
+    since = st.session_state.setdefault(HELD_SINCE, time.monotonic())
+    if time.monotonic() - since >= HOLD_LIMIT_S:
+        st.session_state[DRAWN] = True
+        return False
+
+    @st.fragment(run_every=HOLD_LIMIT_S)
+    def release() -> None:  # runs with the page, then every HOLD_LIMIT_S until a run no longer holds
+        if not st.session_state.get(DRAWN) and time.monotonic() - since >= HOLD_LIMIT_S:
+            st.session_state[DRAWN] = True
+            st.rerun(scope="app")
+
+    release()
+    return True
 
 
 def sent_layers(spec, layer: int) -> tuple[int, ...] | None:

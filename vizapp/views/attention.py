@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, layer_bytes, sent_layers, served
+from vizapp.attention_view import attention_view, hold_for_first_paint, layer_bytes, note_drawn, sent_layers, served
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
@@ -81,6 +81,7 @@ else:  # a ViT: one grid for every layer
         value = st.session_state.get("attn_view")
         if not isinstance(value, dict):
             return
+        note_drawn(value)  # the first map is on screen: the held-back charts follow
         if isinstance(value.get("layer"), int) and 0 <= value["layer"] < L:
             st.session_state["layer"] = value["layer"]
         if value.get("event") == "click" and isinstance(value.get("patch"), int) and 0 <= value["patch"] < spec.num_patches:
@@ -92,12 +93,15 @@ else:  # a ViT: one grid for every layer
 
     with left:
         view_layers = sent_layers(spec, layer)
+        held = hold_for_first_paint(view_layers is not None)  # a session's first open: the view draws first
+        if held:  # ... from this layer's data alone (ViT-B/16: 1 of 12.5 MB); every layer follows with the charts
+            view_layers = (layer,)
         if view_layers is not None:
             attention_view(
                 data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=on_view_change,
+                on_change=on_view_change, report_drawn=held, note="" if held else None,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
@@ -124,19 +128,25 @@ else:  # a ViT: one grid for every layer
             query_patch=query if isinstance(query, int) else None,
             upsampled=cur.upsampled(shown),
         )
-        show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}", on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size))
+        if held:
+            st.caption("The chart follows as soon as the view above has drawn.")
+        else:
+            show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}",
+                       on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size))
         download_npz(
             "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
             head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,
             image_size_hw=spec.img_size,
         )
-        show_code(attention_code(Source.of(cur), layer=layer, head=head, query=query))
+        if not held:
+            show_code(attention_code(Source.of(cur), layer=layer, head=head, query=query))
 
     with right:
-        predictions_panel(cur)
+        if not held:
+            predictions_panel(cur)
 
     pooling = resources.pooling_attention(*cur.args)  # (heads + 1, gh, gw) or None
-    if pooling is not None:
+    if pooling is not None and not held:
         st.subheader("Attention-pooling head")
         st.caption(
             "Not a block: the model pools its output tokens with a learned probe query (``map`` pooling). "
@@ -191,7 +201,8 @@ else:  # a ViT: one grid for every layer
         highlight=layer * (H + 1) + column,
     )
     st.caption("Click a thumbnail to open it above. The last column is the mean over heads.")
-    show_chart(grid, "attn_grid", filename="attention_layers_x_heads", on_select=on_tile_click)
+    if not held:
+        show_chart(grid, "attn_grid", filename="attention_layers_x_heads", on_select=on_tile_click)
     download_npz(
         "attn_grid_data", "attention_layers_x_heads", attention=maps[:, :H], mean_over_heads=maps[:, H],
         query=str(query), layers=list(range(L)),
@@ -199,7 +210,7 @@ else:  # a ViT: one grid for every layer
 
     st.subheader(f"Top attention mass per head · layer {layer} · query: {query_text}")
     if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
-                 help="Per head, the fewest patches that hold a chosen share of the query's attention."):
+                 help="Per head, the fewest patches that hold a chosen share of the query's attention.") and not held:
         st.session_state.setdefault("dino_mass", 0.6)
         mass = st.slider(
             "Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass",

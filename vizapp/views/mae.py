@@ -18,6 +18,7 @@ from analysis.mae.loading import MAE_WITH_DECODER
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
+from vizapp.python_snippet import mae_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import (
@@ -228,9 +229,11 @@ download_npz(
 )
 
 st.subheader("Loss against mask ratio over the bundled samples")
-samples = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
+sample_paths = inputs.sample_paths()
+samples = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in sample_paths]
 st.session_state.setdefault("mae_curves", True)
-if samples and st.toggle("Measure the curve", key="mae_curves", help="One reconstruction per image and ratio."):
+curve = bool(samples) and st.toggle("Measure the curve", key="mae_curves", help="One reconstruction per image and ratio.")
+if curve:
     problems: list[str] = []
 
     def piece(chunk, start):
@@ -252,3 +255,7 @@ if samples and st.toggle("Measure the curve", key="mae_curves", help="One recons
         st.warning(escape_markdown(problem))
     download_npz("mae_curve_data", "mae_loss_by_ratio", ratios=np.asarray(SET_RATIOS), losses=losses,
                  images=np.asarray(names), seed=np.array(seed), model=np.array(source))
+
+show_code(mae_code(source, cur.image, ratio=float(ratio), seed=seed, flipped=flipped, layer=layer, head=head,
+                   query=None if query is None else int(query), image_set=sample_paths if curve else None,
+                   set_ratios=SET_RATIOS))

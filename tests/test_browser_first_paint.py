@@ -1,0 +1,66 @@
+"""The Attention page's first paint in a real browser (issue 28, item 2; Chromium via Playwright,
+the server of ``tests/test_browser.py``). The instant view's iframe shares the browser's main
+thread with the page, and plotly's bundle (4.7 MB) and the code highlighter (1.5 MB) held it for
+1.5–2 s: so a session's first open sends the view alone, and the charts once it has drawn
+(``vizapp.attention_view.hold_for_first_paint``). If the view never draws, the charts still come."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS
+from test_browser import artifacts, assert_no_exception, attention_view_frame, server, wait_idle  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")
+
+CHART_CHUNKS = """() => performance.getEntriesByType('resource')
+    .filter(r => /PlotlyChart|StreamlitSyntaxHighlighter/.test(r.name)).map(r => [r.name, r.startTime])"""
+
+
+@pytest.fixture
+def fresh_page(server):
+    """A new browser context: a new Streamlit session and an empty browser cache, as a first visit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1440, "height": 1100})
+        tab = context.new_page()
+        tab.set_default_timeout(120_000)
+        yield tab
+        context.close()
+        browser.close()
+
+
+def test_the_view_draws_before_plotly_and_the_code_highlighter_load_and_then_the_charts_come(fresh_page, server):
+    page = fresh_page
+    page.goto(server)
+    frame = attention_view_frame(page)
+    frame.wait_for_function("() => window.attentionView && window.attentionView.paints.length")
+    # the view's clock starts at its own navigation: put its first paint on the page's clock
+    origin = frame.evaluate("() => performance.timeOrigin") - page.evaluate("() => performance.timeOrigin")
+    painted = frame.evaluate("() => window.attentionView.paints[0].painted") + origin
+    wait_idle(page)
+    charts = page.locator("[data-testid='stPlotlyChart']")
+    assert charts.count() >= 3  # the map with hover values, the predictions, the layers × heads thumbnails
+    assert page.get_by_text("Reproduce in Python").count() == 1
+    chunks = page.evaluate(CHART_CHUNKS)
+    assert len(chunks) == 2, chunks  # both were needed in the end
+    for name, requested in chunks:
+        assert requested > painted, f"{name} was requested {requested:.0f} ms after opening, before the view drew ({painted:.0f} ms)"
+    assert page.get_by_text("The chart follows as soon as the view above has drawn.").count() == 0
+    assert_no_exception(page, "the Attention page after its first paint")
+
+
+def test_the_charts_come_even_if_the_view_never_draws(fresh_page, server):
+    """The view's page fails to load: after the hold's limit the page draws its charts anyway."""
+    from vizapp.attention_view import HOLD_LIMIT_S
+
+    page = fresh_page
+    page.route("**/component/**attention_view**", lambda route: route.abort())
+    page.goto(server)
+    page.get_by_text("The chart follows as soon as the view above has drawn.").wait_for()
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=(HOLD_LIMIT_S + 60) * 1000)
+    wait_idle(page)
+    assert page.locator("[data-testid='stPlotlyChart']").count() >= 3
+    assert_no_exception(page, "the Attention page whose view never drew")
