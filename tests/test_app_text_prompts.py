@@ -241,3 +241,13 @@ def test_head_descriptions_are_computed_on_demand_and_kept(page, demo):
         assert row["explained"] == pytest.approx(round(description.explained, 3))
     page.run()  # kept: shown again without a click, and no button
     assert len(page.dataframe) == 1 and not [b for b in page.button if b.key == "tp_describe"]
+
+
+def test_a_clicked_points_customdata_reads_as_streamlit_returns_it():
+    """Streamlit returns a 2-D numpy customdata's row as a dict {"0": .., "1": ..} (it once made the
+    heatmap's head clicks do nothing); a list stays a list."""
+    from vizapp.ui import point_customdata
+
+    assert point_customdata({"customdata": {"0": 2, "1": 3, "2": 0.5}}) == [2, 3, 0.5]
+    assert point_customdata({"customdata": [1, 0]}) == [1, 0]
+    assert point_customdata({"point_index": 4}) is None

@@ -24,7 +24,9 @@ from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import show_code, text_prompts_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
-from vizapp.ui import PageRefused, clamp_state, download_csv, download_npz, selected_point, show_chart
+from vizapp.ui import (
+    PageRefused, clamp_state, download_csv, download_npz, point_customdata, selected_point, show_chart,
+)
 
 SOURCES = {"demo": "the bundled demo CLIP", "other": "a Hugging Face CLIP or SigLIP (hf:org/name or a folder)"}
 MODES = {"prompts": "prompts, one a line", "classes": "class names and a template"}
@@ -215,8 +217,8 @@ heatmap_key = f"tp_heads_{st.session_state.get(HEAD_CLICKS, 0)}"
 def choose_head() -> None:
     """A click on the heatmap: that cell becomes the shown head."""
     point = selected_point(heatmap_key)
-    custom = point.get("customdata") if point else None
-    if isinstance(custom, (list, tuple)) and len(custom) >= 2:
+    custom = point_customdata(point) if point else None
+    if custom is not None and len(custom) >= 2:
         cell = f"{int(round(float(custom[0])))}:{int(round(float(custom[1])))}"
         if cell in cells:
             st.session_state[HEAD] = cell
