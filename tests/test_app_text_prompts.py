@@ -115,6 +115,11 @@ def test_the_default_page_draws_the_librarys_numbers(page, demo, npz_downloads):
         np.testing.assert_allclose(curves[mode], values, rtol=1e-4, atol=1e-4)
         assert float(curves[f"{mode}_auc"]) == pytest.approx(area_under_curve(fractions, values), abs=1e-4)
     assert curves["deletion"][0] == pytest.approx(float(decomposition.score[0]), abs=1e-3)  # nothing removed yet
+    layout = chart_by_prefix(page, "tp_curves")["layout"]
+    assert layout["yaxis"]["title"]["text"] == "image–text score s"
+    low, high = layout["yaxis"]["range"]  # a score is not a probability: the axis holds every point
+    drawn = np.concatenate([curves[k] for k in ("deletion", "insertion", "random_deletion", "random_insertion")])
+    assert low <= min(0.0, drawn.min()) and high >= drawn.max()
     names = [t["name"] for t in traces(chart_by_prefix(page, "tp_curves"), "scatter") if t.get("showlegend")]
     assert names[0].startswith("random (AUC") and names[1].startswith("Chefer")
 
