@@ -100,34 +100,34 @@ st.session_state.setdefault("tp_prompts", "\n".join(f"a {name}" for name in CLAS
                             "a photo of a dog\na photo of a cat")
 st.session_state.setdefault("tp_template", "a {}" if demo else "a photo of a {}")
 st.session_state.setdefault("tp_classes", ", ".join(CLASS_NAMES) if demo else "dog, cat, car")
-clamp_state("tp_mode", list(MODES), "prompts")
-mode = st.radio("Prompts as", list(MODES), format_func=MODES.get, key="tp_mode", horizontal=True)
-prompts: list[str] = []
-try:
-    if mode == "prompts":
-        typed = st.text_area("Prompts (one a line)", key="tp_prompts", height=130,
-                             help="Each line is one prompt; blank lines are skipped (and said so).")
-        lines = typed.splitlines()
-        prompts = [line.strip() for line in lines if line.strip()]
-        blank = sum(1 for line in lines if not line.strip())
-        if blank and prompts:
-            st.caption(f"{blank} blank line{'s' if blank != 1 else ''} skipped.")
-        if not prompts:  # the library's own message for no prompt
-            resources.text_zero_shot(*image_args, ())
-    else:
-        template_column, classes_column = st.columns([1, 2])
-        with template_column:
+entry, scores_column = st.columns([2, 3], gap="medium")
+with entry:
+    clamp_state("tp_mode", list(MODES), "prompts")
+    mode = st.radio("Prompts as", list(MODES), format_func=MODES.get, key="tp_mode", horizontal=True)
+    prompts: list[str] = []
+    try:
+        if mode == "prompts":
+            typed = st.text_area("Prompts (one a line)", key="tp_prompts", height=170,
+                                 help="Each line is one prompt; blank lines are skipped (and said so). "
+                                 "Ctrl+Enter applies.")
+            lines = typed.splitlines()
+            prompts = [line.strip() for line in lines if line.strip()]
+            blank = sum(1 for line in lines if not line.strip())
+            if blank and prompts:
+                st.caption(f"{blank} blank line{'s' if blank != 1 else ''} skipped.")
+            if not prompts:  # the library's own message for no prompt
+                resources.text_zero_shot(*image_args, ())
+        else:
             template = st.text_input("Template", key="tp_template",
                                      help="One {} where each class name goes, e.g. 'a photo of a {}'.")
-        with classes_column:
             classes = st.text_input("Class names (comma-separated)", key="tp_classes")
-        prompts = prompts_from_template(template, classes.replace("\n", ",").split(","))
-    zero_shot = resources.text_zero_shot(*image_args, tuple(prompts))
-except TextPromptError as exc:  # an empty prompt, a bad template: the typed error, never silence
-    st.error(error_text(exc), icon=":material/error:")
-    raise PageRefused(str(exc)) from exc
-for notice in zero_shot.notices:  # a prompt over the text tower's length: truncated, and said so
-    st.warning(escape_markdown(notice), icon=":material/content_cut:")
+            prompts = prompts_from_template(template, classes.replace("\n", ",").split(","))
+        zero_shot = resources.text_zero_shot(*image_args, tuple(prompts))
+    except TextPromptError as exc:  # an empty prompt, a bad template: the typed error, never silence
+        st.error(error_text(exc), icon=":material/error:")
+        raise PageRefused(str(exc)) from exc
+    for notice in zero_shot.notices:  # a prompt over the text tower's length: truncated, and said so
+        st.warning(escape_markdown(notice), icon=":material/content_cut:")
 
 probabilities = zero_shot.probabilities[0].numpy()  # (P,)
 logits = zero_shot.logits[0].numpy()  # (P,)
@@ -135,13 +135,13 @@ rule = zero_shot.rule
 rule_text = ("softmax over the prompts: they sum to 100%, so each is relative to the others typed"
              if rule == "softmax" else
              "a sigmoid per prompt: each is its own yes/no, they need not sum to 100% (SigLIP's training loss)")
-st.subheader("Zero-shot")
-show_chart(figures.predictions_bar(prompts, probabilities, x_title=f"probability (%): {PROBABILITY_RULES[rule]}"),
-           "tp_zero_shot", filename="text_zero_shot")
-st.caption(f"What the model computes: the score s of each prompt ({', '.join(f'{s:.3g}' for s in logits)}), then "
-           f"a {rule_text}.")
-download_npz("tp_scores_data", "text_zero_shot", prompts=np.asarray(prompts), logits=logits,
-             probabilities=probabilities, rule=np.array(rule), model=np.array(source))
+with scores_column:
+    show_chart(figures.predictions_bar(prompts, probabilities, x_title=f"zero-shot probability (%): "
+                                       f"{PROBABILITY_RULES[rule]}"), "tp_zero_shot", filename="text_zero_shot")
+    st.caption(f"What the model computes: the score s of each prompt ({', '.join(f'{s:.3g}' for s in logits)}), "
+               f"then a {rule_text}.")
+    download_npz("tp_scores_data", "text_zero_shot", prompts=np.asarray(prompts), logits=logits,
+                 probabilities=probabilities, rule=np.array(rule), model=np.array(source))
 
 # --------------------------------------------------------------------------- maps
 
