@@ -256,3 +256,56 @@ def test_a_clicked_points_customdata_reads_as_streamlit_returns_it():
     assert point_customdata({"customdata": {"0": 2, "1": 3, "2": 0.5}}) == [2, 3, 0.5]
     assert point_customdata({"customdata": [1, 0]}) == [1, 0]
     assert point_customdata({"point_index": 4}) is None
+
+
+def test_a_siglip_folder_is_scored_by_its_own_sigmoid(page, tmp_path):
+    """The page's other source: a Hugging Face SigLIP folder (tiny, random, saved here). Its
+    probabilities are sigmoids (not a distribution, and the chart says so), its decomposition
+    names the logit bias and the pooling head's MLP, and all of it is the library's on the same
+    model instance the app cached."""
+    pytest.importorskip("tokenizers")
+    import text_models
+
+    from vizapp.resources import get_clip
+
+    text_models.save("siglip", tmp_path)
+    page.radio(key="tp_source").set_value("other").run()
+    page.text_input(key="tp_other").input(str(tmp_path)).run()
+    page.text_area(key="tp_prompts").input("a red star\na blue dog\na green circle").run()
+    assert_clean(page)
+    clip = get_clip(str(tmp_path))
+    pixels = clip.preprocess(analysis.load_image(first_sample()))
+    prompts = ["a red star", "a blue dog", "a green circle"]
+    expected = zero_shot(clip, pixels, prompts)
+    assert expected.rule == "sigmoid"
+    shown, probabilities = bars(page)
+    assert shown == prompts
+    np.testing.assert_allclose(probabilities, expected.probabilities[0].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probabilities, torch.sigmoid(expected.logits[0]).numpy(), rtol=1e-5, atol=1e-6)
+    assert "sigmoid per prompt" in chart_by_prefix(page, "tp_zero_shot")["layout"]["xaxis"]["title"]["text"]
+    mapped = page.multiselect(key="tp_mapped").value
+    assert_maps(page, clip, pixels, mapped, ["chefer", "legrad", "patch_text"])
+    (total,) = [m.value for m in page.markdown if m.value.startswith("s('")]
+    assert "logit bias" in total and "pooling head" in total
+    score = float(text_decomposition(clip, pixels, mapped[0]).score[0])
+    assert f"**{score:.4g}**" in total
+
+
+@pytest.mark.upload
+def test_head_descriptions_over_uploaded_images(page, demo):
+    from PIL import Image
+
+    from tests.test_app import uploader
+
+    clip, _ = demo
+    scenes = sorted((REPO / "assets" / "samples").glob("scene_*.png"))[:2]
+    page.radio(key="tp_set").set_value("mine").run()
+    uploader(page, key="tp_files").set_value([(p.name, p.read_bytes(), "image/png") for p in scenes]).run()
+    page.button(key="tp_describe").click().run()
+    assert_clean(page)
+    (table,) = page.dataframe
+    expected = head_texts(clip, [Image.open(p).convert("RGB") for p in scenes], texts_per_head=3, batch_size=8)
+    assert any(f"Over {len(scenes)} images" in c.value for c in page.caption)
+    for (_, row), description in zip(table.value.iterrows(), expected.heads):
+        assert row["texts (share of the head's variance)"] == " · ".join(
+            f"{t} ({s:.0%})" for t, s in zip(description.texts, description.shares))

@@ -123,7 +123,7 @@ with entry:
             classes = st.text_input("Class names (comma-separated)", key="tp_classes")
             prompts = prompts_from_template(template, classes.replace("\n", ",").split(","))
         zero_shot = resources.text_zero_shot(*image_args, tuple(prompts))
-    except TextPromptError as exc:  # an empty prompt, a bad template: the typed error, never silence
+    except AnalysisError as exc:  # TextPromptError (an empty prompt, a bad template): typed, never silence
         st.error(error_text(exc), icon=":material/error:")
         raise PageRefused(str(exc)) from exc
     for notice in zero_shot.notices:  # a prompt over the text tower's length: truncated, and said so
@@ -204,7 +204,11 @@ st.subheader("Which heads make the score?")
 clamp_state("tp_focus", prompts, mapped[0])
 st.session_state.setdefault("tp_focus", mapped[0])
 focus = st.selectbox("Prompt to decompose (and to score below)", prompts, key="tp_focus")
-parts = resources.text_decomposition(*image_args, focus)
+try:
+    parts = resources.text_decomposition(*image_args, focus)
+except AnalysisError as exc:  # e.g. heads that do not separate: the library's reason; the sections above stay
+    st.info(error_text(exc), icon=":material/block:")
+    raise PageRefused(str(exc)) from exc
 heads = parts["heads"]  # (L, heads)
 cells = [f"{layer}:{head}" for layer in range(heads.shape[0]) for head in range(heads.shape[1])]
 strongest = np.unravel_index(int(np.argmax(np.abs(heads))), heads.shape)
@@ -266,7 +270,11 @@ curve_method = st.selectbox("Map to test", [m for m in TEXT_METHODS if m not in 
                             key="tp_curve_method")
 curves, rows, curve_data = [], [], {}
 for name in ["random", curve_method]:
-    result = resources.text_curves(*image_args, focus, name, STEPS)
+    try:
+        result = resources.text_curves(*image_args, focus, name, STEPS)
+    except AnalysisError as exc:  # the map is not defined for this model: the library's reason
+        st.info(f"No curves for **{METHOD_LABELS.get(name, name)}**: {error_text(exc)}", icon=":material/block:")
+        raise PageRefused(str(exc)) from exc
     fractions, deletion, insertion = result["fractions"], result["deletion"], result["insertion"]
     aucs = area_under_curve(fractions, deletion), area_under_curve(fractions, insertion)
     label = "random" if name == "random" else METHOD_LABELS[name]
