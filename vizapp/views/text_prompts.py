@@ -235,10 +235,12 @@ with heat_column:
                                     selected=(layer, head)), heatmap_key, filename="text_head_contributions",
                on_select=choose_head)
 with head_column:
-    layer, head = (int(v) for v in st.selectbox(
-        "Head (or click the heatmap)", cells, key=HEAD,
-        format_func=lambda c: f"layer {c.split(':')[0]}, head {c.split(':')[1]} ({heads[tuple(map(int, c.split(':')))]:+.3g})",
-    ).split(":"))
+    def cell_label(cell: str) -> str:
+        row, column = (int(v) for v in cell.split(":"))
+        return f"layer {row}, head {column} ({heads[row, column]:+.3g})"
+
+    layer, head = (int(v) for v in st.selectbox("Head (or click the heatmap)", cells, key=HEAD,
+                                                 format_func=cell_label).split(":"))
     head_map = parts["head_maps"][layer, head]  # (gh, gw), score units
     limit = symmetric_limit(head_map)
     show_chart(figures.map_panels(
@@ -247,8 +249,10 @@ with head_column:
         panel_height=300,
     ), "tp_head_map", filename=f"text_head_L{layer}H{head}")
     st.caption(f"Head {head} of layer {layer}: its term ({heads[layer, head]:+.4g}) split over the patches it "
-               f"attended to; blue lowers the score, red raises it (±{limit:.3g}, the map's largest |value|). Its "
-               "share read from the class token is not drawn.")
+               f"attended to; blue lowers the score, red raises it (±{limit:.3g}, the map's largest |value|)."
+               + (f" Its share read from the {spec.num_prefix_tokens} prefix token(s) "
+                  f"({', '.join(spec.token_names[:spec.num_prefix_tokens])}) is not drawn."
+                  if spec.num_prefix_tokens else ""))
 remainder = parts["remainder"]
 terms = "".join(f" {'−' if value < 0 else '+'} {abs(value):.4g} ({REMAINDER_LABELS.get(name, name)})"
                 for name, value in remainder.items())
