@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from analysis import TextPromptError
-from analysis.faithfulness import perturbation_curve, perturbed_inputs
-from analysis.faithfulness.perturbation import baseline_pixels, patch_ranking
+from analysis.faithfulness import perturbation_curve
+from analysis.image_ops import baseline_pixels
 from analysis.text import explain_text, head_texts, prompts_from_template, score_value, text_decomposition
 from test_text_prompts import PROMPTS, _pixels, pair  # noqa: F401 - fixture
 
@@ -49,11 +49,18 @@ def test_score_value_makes_perturbation_curves_of_the_image_text_score(pair):
     saliency = torch.rand(clip.spec.grid_size, generator=torch.Generator().manual_seed(0))
     fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode="deletion", steps=4,
                                              value=score_value(clip, text))
-    order = patch_ranking(saliency)
+    order = torch.argsort(saliency.reshape(-1), descending=True, stable=True)  # most salient first
     reference = baseline_pixels(clip.image, pixels, "mean")[0]
-    n = clip.spec.num_patches
-    batch = perturbed_inputs(pixels[0], reference, [order[: round(f * n)] for f in fractions], clip.spec.patch_size,
-                             clip.spec.grid_size)
+    (ph, pw), (_, gw) = clip.spec.patch_size, clip.spec.grid_size
+    batch = []
+    for fraction in fractions:  # the perturbed images by hand: the first round(f·N) patches replaced
+        image = pixels[0].clone()
+        for patch in order[: round(fraction * clip.spec.num_patches)].tolist():
+            r, c = divmod(patch, gw)
+            cell = (slice(None), slice(r * ph, (r + 1) * ph), slice(c * pw, (c + 1) * pw))
+            image[cell] = reference[cell]
+        batch.append(image)
+    batch = torch.stack(batch)
     with torch.no_grad():
         u = clip.image.model(batch)
     v = text[0]
