@@ -69,6 +69,8 @@ PERSISTENT_KEYS = (
     "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
     "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves", "rob_swin",
     "mae_source", "mae_other", "mae_ratio", "mae_seed", "mae_layer", "mae_head", "mae_curves",
+    "tp_source", "tp_other", "tp_mode", "tp_prompts", "tp_template", "tp_classes", "tp_methods", "tp_mapped",
+    "tp_focus", "tp_head", "tp_curve_method", "tp_set", "tp_texts_per_head",
 )
 
 

@@ -239,6 +239,19 @@ def patch_click(chart_key: str, grids: Sequence[tuple[int, int]], to_grid: tuple
     return on_click
 
 
+def point_customdata(point: dict) -> list | None:
+    """A clicked point's ``customdata`` as a list, or None. A figure built from a 2-D numpy
+    ``customdata`` reaches the browser as a typed array, and its row comes back from Streamlit
+    as a dict ``{"0": ..., "1": ...}``; a plain list comes back as a list."""
+    custom = point.get("customdata")
+    if isinstance(custom, dict):
+        try:
+            return [custom[str(i)] for i in range(len(custom))]
+        except KeyError:
+            return None
+    return list(custom) if isinstance(custom, (list, tuple)) else None
+
+
 def point_index(point: dict) -> int | None:
     """Index of a clicked point of our click-target scatter (customdata[0], else point index)."""
     custom = point.get("customdata")

@@ -48,7 +48,7 @@ def text_benchmark(
     """Score every text method (and :data:`RANDOM`) on ``images``: image ``i`` is explained for
     ``prompts[i]``, whose object's ``(H, W)`` bool mask is ``masks[i]``."""
     from ..text import TEXT_METHODS, explain_text
-    from ..text.prompts import one_prompt, require_clip
+    from ..text.prompts import one_prompt, require_clip, score_value
 
     clip = require_clip(clip, "text_benchmark")
     methods = list(TEXT_METHODS) if methods is None else list(methods)
@@ -65,10 +65,7 @@ def text_benchmark(
         pixels = clip.preprocess(image)
         if prompt not in encodings:
             encodings[prompt] = one_prompt(clip, prompt).embeddings
-        text = encodings[prompt]
-
-        def score(output: torch.Tensor, text=text) -> torch.Tensor:
-            return clip.logits(output, text)[:, 0]  # (K,) the image-text score of each perturbed input
+        score = score_value(clip, encodings[prompt])  # (K, E) -> (K,) the image-text score of each perturbed input
 
         mask_image = Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255, "L").convert("RGB")
         object_patches = patch_mask(np.asarray(vit.model_input_image(mask_image))[..., 0] > 127,

@@ -12,12 +12,13 @@ from plotly.subplots import make_subplots
 from .style import _SERIES_COLOURS, _figure, _layout
 
 __all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance",
-           "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "robustness_curves",
+           "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "perturbation_axis_bottom", "robustness_curves",
            "DISTANCE_UNIT_SHORT",
            "DISTANCE_UNIT_TITLE"]
 
 
-def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240) -> go.Figure:
+def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240,
+                    x_title: str = "probability (%)") -> go.Figure:
     """Top-k predictions as horizontal bars, most probable on top. Long class names (ImageNet's
     "tench, Tinca tinca") are wrapped onto lines of at most ``LABEL_WIDTH`` characters rather
     than clipped; the hover shows the name whole."""
@@ -32,7 +33,7 @@ def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: 
     )
     return _figure(
         [trace], title=None, height=max(height, 40 + len(full) * 18 * lines),
-        xaxis=dict(title=dict(text="probability (%)"), range=[0, 100], showgrid=True),
+        xaxis=dict(title=dict(text=x_title), range=[0, 100], showgrid=True),
         yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
     )
 
@@ -72,11 +73,14 @@ def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]],
 
 
 def perturbation_curves(
-    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]], *, height: int = 380
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]], *, height: int = 380,
+    y_title: str = "probability of the class", symbol: str = "p",
 ) -> go.Figure:
     """Deletion (left) and insertion (right) curves, one line per
     ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``; the AUCs are in
-    the legend. The random baseline, when named ``"random"``, is drawn dashed grey."""
+    the legend. The random baseline, when named ``"random"``, is drawn dashed grey. ``y_title``
+    and ``symbol`` name the measured value (default the class probability, ``p``); a value that
+    goes below 0 (an image–text score) gets an axis from its minimum."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=["Deletion (lower is more faithful)",
                                                         "Insertion (higher is more faithful)"],
                         horizontal_spacing=0.08)
@@ -89,7 +93,7 @@ def perturbation_curves(
                 type="scatter", x=100 * np.asarray(fractions), y=values, mode="lines+markers", marker=dict(size=4),
                 line=line, name=f"{name} (AUC {deletion_auc:.3f} / {insertion_auc:.3f})", legendgroup=name,
                 showlegend=column == 1, xaxis="x" if column == 1 else "x2", yaxis="y" if column == 1 else "y2",
-                hovertemplate="%{x:.0f}% of patches<br>p = %{y:.3f}<extra>" + name + f" · AUC {auc:.3f}</extra>",
+                hovertemplate="%{x:.0f}% of patches<br>" + symbol + " = %{y:.3f}<extra>" + name + f" · AUC {auc:.3f}</extra>",
             ))
     fig.add_traces(traces)
     axis = dict(range=[0, 100], showgrid=True, title=dict(text="patches removed, most relevant first (%)"))
@@ -101,12 +105,13 @@ def perturbation_curves(
             shapes.append(dict(type="line", xref=f"{x_ref} domain", yref=y_ref, x0=0, x1=1, y0=start, y1=start,
                                line=dict(color="#616161", width=1, dash="dot")))
         notes.append(dict(xref="x domain", yref="y", x=1, y=start, xanchor="right", yanchor="bottom",
-                          showarrow=False, text=f"unperturbed p = {start:.3g}", font=dict(size=11, color="#616161")))
+                          showarrow=False, text=f"unperturbed {symbol} = {start:.3g}", font=dict(size=11, color="#616161")))
+    bottom = perturbation_axis_bottom(curves)
     fig = _layout(
         fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
         xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
-        yaxis=dict(range=[0, top], title=dict(text="probability of the class"), showgrid=True),
-        yaxis2=dict(range=[0, top], showgrid=True),
+        yaxis=dict(range=[bottom, top], title=dict(text=y_title), showgrid=True),
+        yaxis2=dict(range=[bottom, top], showgrid=True),
     )
     fig.update_layout(shapes=shapes)
     for note in notes:
@@ -118,10 +123,21 @@ def perturbation_curves(
 def perturbation_axis_top(curves) -> float:
     """The y-axis top of :func:`perturbation_curves`: 5% above the largest probability on any
     curve (a low-probability class is not flattened onto a 0–1 axis), at most 1.02; both
-    panels share it so deletion and insertion compare."""
+    panels share it so deletion and insertion compare. A value beyond 1 (an image–text score):
+    5% above its largest."""
     values = [np.asarray(v, dtype=np.float64) for curve in curves for v in (curve[2], curve[3])]
     peak = max((float(np.nanmax(v)) for v in values if v.size and np.isfinite(v).any()), default=1.0)
+    if peak > 1:
+        return peak * 1.05
     return min(1.02, peak * 1.05) if peak > 0 else 1.02
+
+
+def perturbation_axis_bottom(curves) -> float:
+    """The y-axis bottom of :func:`perturbation_curves`: 0, or 5% below the smallest value when
+    a curve goes below 0 (a score, not a probability)."""
+    values = [np.asarray(v, dtype=np.float64) for curve in curves for v in (curve[2], curve[3])]
+    low = min((float(np.nanmin(v)) for v in values if v.size and np.isfinite(v).any()), default=0.0)
+    return 0.0 if low >= 0 else low * 1.05
 
 
 def robustness_curves(

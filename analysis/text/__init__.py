@@ -14,9 +14,11 @@ Every analysis scores an image against a prompt with the model's own score
 from .decomposition import TextDecomposition, text_decomposition
 from .explain import TEXT_METHODS, TextExplanation, explain_text
 from .head_texts import DEFAULT_VOCABULARY, HeadDescription, HeadTexts, default_vocabulary, head_texts, text_span
+from .prompts import prompts_from_template, score_value
 from .zero_shot import ZeroShot, zero_shot
 
 __all__ = [
     "zero_shot", "ZeroShot", "explain_text", "TextExplanation", "TEXT_METHODS", "text_decomposition", "TextDecomposition",
     "head_texts", "HeadTexts", "HeadDescription", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY",
+    "prompts_from_template", "score_value",
 ]

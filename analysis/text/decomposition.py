@@ -83,6 +83,15 @@ class TextDecomposition:
             terms["pool_mlp"] = t.pool_mlp
         return terms
 
+    def head_maps(self) -> torch.Tensor:
+        """``(B, L, heads, gh, gw)``: each head's term split over the patches it attended to
+        (``terms.heads_by_source`` without the prefix tokens' share, on the patch grid): head
+        ``(l, h)``'s own patch map, in units of the score. Summed over layers and heads it is
+        the ``"decomposition"`` map of :func:`~analysis.text.explain_text`."""
+        by_source = self.terms.heads_by_source  # (B, L, heads, T)
+        patches = self.spec.split_prefix(by_source, 3)[1]  # (B, L, heads, N)
+        return patches.float().cpu().reshape(*patches.shape[:3], *self.spec.grid_size)
+
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term: equals :attr:`score` (tested at 1e-4)."""
         return self.terms.total() + self.logit_bias

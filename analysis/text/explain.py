@@ -156,8 +156,7 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
     token a SigLIP's pooling probe attends to, by its frozen probabilities).
     Signed, in units of the score."""
     decomposition = text_decomposition(clip, pixels, text)
-    per_token = decomposition.terms.heads_by_source.sum((1, 2))  # (B, T)
-    return (_grid(per_token, decomposition.spec), decomposition.score,
+    return (decomposition.head_maps().sum((1, 2)), decomposition.score,
             "each patch's direct contribution through every head that read it, summed over layers and heads", decomposition)
 
 

@@ -21,7 +21,7 @@ code: of ``C·t`` with the text vectors as they shrink, unnormalised).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,12 +151,13 @@ def _pixels(clip, images) -> torch.Tensor:
 
 
 def head_texts(clip, images, vocabulary=None, layers=None, *, texts_per_head: int = 5, rank: int | None = 80,
-               batch_size: int = 16) -> HeadTexts:
+               batch_size: int = 16, progress: Callable[[int, int], None] | None = None) -> HeadTexts:
     """Describe each head of ``layers`` (``None``: every layer) by the ``texts_per_head`` texts of
     ``vocabulary`` (``None``: the bundled :data:`DEFAULT_VOCABULARY`; a text file, one description a
     line; or a list) that explain most of its direct contribution's variance over ``images`` (a
     ``(N, 3, H, W)`` preprocessed tensor or a list of PIL images, N ≥ 2), by :func:`text_span`.
-    ``rank``: as :func:`text_span` (``None``: no projection)."""
+    ``rank``: as :func:`text_span` (``None``: no projection). ``progress(done, total)`` is called
+    after each batch of images with the images read so far."""
     clip = require_clip(clip, "head_texts")
     pixels = _pixels(clip, images)
     input_spec(clip.image, pixels)
@@ -168,10 +169,12 @@ def head_texts(clip, images, vocabulary=None, layers=None, *, texts_per_head: in
     embeddings = F.normalize(torch.cat([e.embeddings.cpu() for e in encodings]), dim=-1)  # (M, E)
     notices = tuple(notice for e in encodings for notice in e.notices)
     layer_ids = list(range(clip.spec.num_layers)) if layers is None else layers
-    vectors = torch.cat([
-        head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True)
-        for start in range(0, pixels.shape[0], batch_size)
-    ])  # (N, L', heads, E)
+    pieces = []
+    for start in range(0, pixels.shape[0], batch_size):
+        pieces.append(head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True))
+        if progress is not None:
+            progress(min(start + batch_size, pixels.shape[0]), pixels.shape[0])
+    vectors = torch.cat(pieces)  # (N, L', heads, E)
     resolved = [layer % clip.spec.num_layers for layer in layer_ids]
     descriptions = []
     for position, layer in enumerate(resolved):

@@ -7,7 +7,7 @@ import torch
 from ..errors import NoTextTowerError, TextPromptError
 from ..loading.two_tower import LoadedCLIP, TextEncoding
 
-__all__ = ["require_clip", "one_prompt", "image_embeddings", "score_of"]
+__all__ = ["require_clip", "one_prompt", "image_embeddings", "score_of", "score_value", "prompts_from_template"]
 
 
 def require_clip(clip, what: str) -> LoadedCLIP:
@@ -42,3 +42,32 @@ def score_of(clip: LoadedCLIP, text_embedding: torch.Tensor):
         return clip.logits(output, text_embedding).sum()
 
     return score
+
+
+def score_value(clip: LoadedCLIP, text_embedding: torch.Tensor):
+    """``value(u (K, E)) -> (K,)``: each image's score ``exp(t)·cos(u_k, v) + b`` with one prompt's
+    embedding ``v`` ``(1, E)``: what :func:`~analysis.faithfulness.perturbation_curve` measures
+    (``value=``) for a text explanation's deletion and insertion curves."""
+    def value(output: torch.Tensor) -> torch.Tensor:
+        return clip.logits(output, text_embedding)[:, 0]
+
+    return value
+
+
+#: the placeholder a template's class name goes in.
+TEMPLATE_SLOT = "{}"
+
+
+def prompts_from_template(template: str, classes) -> list[str]:
+    """``template`` with each class name in its ``{}`` (CLIP's zero-shot prompts, Radford et al.
+    2021: ``"a photo of a {}"``). Blank class names are dropped; a template without exactly one
+    ``{}``, or no class name, is a TextPromptError."""
+    if not isinstance(template, str) or template.count(TEMPLATE_SLOT) != 1:
+        raise TextPromptError(
+            f"The template {template!r} must hold exactly one {TEMPLATE_SLOT} where the class name goes, "
+            "e.g. 'a photo of a {}'."
+        )
+    names = [str(name).strip() for name in classes if str(name).strip()]
+    if not names:
+        raise TextPromptError("No class name was given: type at least one (comma- or line-separated).")
+    return [template.replace(TEMPLATE_SLOT, name) for name in names]
