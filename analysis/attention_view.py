@@ -21,7 +21,12 @@ The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds
   patch queries (``query="mean"``); head index ``heads`` is the mean over heads.
 * ``cols``: ``(len(layers), heads + 1, N, N)`` codes: entry ``[l, h, k, i]`` is patch query
   ``i``'s attention to patch key ``k``, i.e. "who looks at patch k", quantised per column.
-* ``row_ranges`` / ``col_ranges``: each map's ``(lo, hi)`` as little-endian float32.
+* ``pre``: ``(len(layers), heads + 1, T · P)`` codes, ``P`` the prefix tokens: entry
+  ``[l, h, q · P + j]`` is token ``q``'s attention to prefix key ``j``, quantised per layer and
+  head. With ``rows`` it completes each head's full ``T × T`` matrix, which the page draws
+  bertviz-style (rows = queries, columns = keys, the prefix tokens named from ``spec.token_names``).
+  Empty (``P = 0``, or maps with no prefix keys, such as the rollout's).
+* ``row_ranges`` / ``col_ranges`` / ``pre_ranges``: each map's ``(lo, hi)`` as little-endian float32.
 
 :func:`view_data` gives them as base64 text (inline, the report), :func:`view_blob` as one binary
 file (the app serves it; the page fetches it once). The Rollout page sends other rows in the same
@@ -39,12 +44,12 @@ import numpy as np
 
 from .attention_maps import attention_rows
 from .errors import AnalysisError
-from .plots import UNIFORM_FLOOR, colour_lut, quantise_maps
+from .plots import UNIFORM_FLOOR, QuantisedMaps, colour_lut, quantise_maps
 from .queries import parse_prefix_query
 
 __all__ = [
-    "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "quantised_view", "query_row",
-    "rollout_view_rows", "view_args", "view_blob", "view_data",
+    "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "prefix_key_rows",
+    "quantised_view", "query_row", "rollout_view_rows", "view_args", "view_blob", "view_data",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -52,11 +57,11 @@ PAGE = PAGE_DIR / "index.html"
 
 
 def layer_bytes(spec, maps: int | None = None) -> int:
-    """Bytes of one layer's codes (before base64, which adds a third): rows and columns of
-    ``maps`` maps (default: every head and their mean; the rollout has one)."""
+    """Bytes of one layer's codes (before base64, which adds a third): rows, columns and prefix
+    keys of ``maps`` maps (default: every head and their mean; the rollout has one)."""
     maps = spec.num_heads + 1 if maps is None else maps
     tokens, patches = spec.num_tokens, spec.num_patches
-    return maps * ((tokens + 1) * patches + patches * patches)
+    return maps * ((tokens + 1) * patches + patches * patches + tokens * spec.num_prefix_tokens)
 
 
 def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:
@@ -76,6 +81,17 @@ def attention_view_rows(record, layers) -> np.ndarray:
     if not layers:
         raise AnalysisError("the attention view needs at least one layer.")
     return np.stack([_with_mean_query(attention_rows(record, int(layer))[0].numpy(), record.spec) for layer in layers])
+
+
+def prefix_key_rows(record, layers) -> np.ndarray:
+    """``(len(layers), heads + 1, T, P)`` float32: ``[l, h, q, j]`` is token ``q``'s attention to
+    prefix key ``j`` (:func:`analysis.attention_rows` with ``keys="all"``, its first ``P`` keys);
+    ``h = heads`` the mean over heads. With :func:`attention_view_rows` the full ``T × T`` matrix."""
+    if not layers:
+        raise AnalysisError("the attention view needs at least one layer.")
+    spec = record.spec
+    return np.stack([spec.split_prefix(attention_rows(record, int(layer), keys="all")[0].numpy(), -1)[0]
+                     for layer in layers])
 
 
 def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
@@ -105,12 +121,26 @@ def _with_mean_query(rows: np.ndarray, spec) -> np.ndarray:
     return np.concatenate([rows, mean_query], axis=1)
 
 
-def quantised_view(rows: np.ndarray, spec) -> tuple:
-    """``(layers, maps, T + 1, N)`` view rows -> ``(rows, cols)`` :class:`analysis.plots.QuantisedMaps`
-    (the module docstring's layout; a column is "who looks at patch k" over the patch queries)."""
+def quantised_view(rows: np.ndarray, spec, prefix_keys: np.ndarray | None = None) -> tuple:
+    """``(layers, maps, T + 1, N)`` view rows and ``(layers, maps, T, P)`` prefix keys (or None:
+    none sent) -> ``(rows, cols, pre)`` :class:`analysis.plots.QuantisedMaps` (the module
+    docstring's layout; a column is "who looks at patch k" over the patch queries; ``pre`` one
+    map per layer and head, ``(layers, maps, 0)`` codes when there is nothing to send)."""
     prefix, patches = spec.num_prefix_tokens, spec.num_patches
     cols = rows[:, :, prefix : prefix + patches].transpose(0, 1, 3, 2)  # (layers, maps, N keys, N queries)
-    return quantise_maps(rows), quantise_maps(cols)
+    if prefix_keys is None or prefix_keys.shape[-1] == 0:
+        pre = QuantisedMaps(np.zeros((*rows.shape[:2], 0), np.uint8), np.zeros((*rows.shape[:2], 2), np.float32))
+    else:
+        pre = quantise_maps(prefix_keys.reshape(*prefix_keys.shape[:2], -1))  # (layers, maps, T · P)
+    return quantise_maps(rows), quantise_maps(cols), pre
+
+
+def _view_maps(record, layers, rows):
+    """The quantised maps of the module docstring for ``layers``: attention's own, or ``rows``
+    (other maps, e.g. the rollout's, which send no prefix keys)."""
+    if rows is None:
+        return quantised_view(attention_view_rows(record, layers), record.spec, prefix_key_rows(record, layers))
+    return quantised_view(rows, record.spec)
 
 
 def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
@@ -118,25 +148,29 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
     Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
     ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
-    layers = [int(layer) for layer in layers]
-    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
+    layers, matrix = [int(layer) for layer in layers], rows is None
+    rows, cols, pre = _view_maps(record, layers, rows)
     row_codes, row_ranges = rows.as_base64()
     col_codes, col_ranges = cols.as_base64()
-    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}".encode()).hexdigest()[:16]
+    pre_codes, pre_ranges = pre.as_base64()
+    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}:{pre_codes}".encode()).hexdigest()[:16]
     return {"rows": row_codes, "row_ranges": row_ranges, "cols": col_codes, "col_ranges": col_ranges,
+            "pre": pre_codes, "pre_ranges": pre_ranges, "matrix": matrix,
             "layers": layers, "data_id": digest}
 
 
 def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:
     """The same maps as one binary file, for a page that fetches it once (the app: then only the
-    small arguments travel with each rerun): ``row_ranges``, ``col_ranges`` (little-endian float32),
-    ``rows``, ``cols`` (uint8), back to back in C order. Returns ``(bytes, {"layers", "data_id"})``."""
+    small arguments travel with each rerun): ``row_ranges``, ``col_ranges``, ``pre_ranges``
+    (little-endian float32), ``rows``, ``cols``, ``pre`` (uint8), back to back in C order.
+    Returns ``(bytes, {"layers", "data_id", "matrix"})``; ``matrix``: whether these are attention's
+    own maps, with ``pre`` (the page then offers the ``T × T`` matrix)."""
     layers = [int(layer) for layer in layers]
-    rows, cols = quantised_view(attention_view_rows(record, layers) if rows is None else rows, record.spec)
-    parts = [np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(cols.ranges, "<f4").tobytes(),
-             np.ascontiguousarray(rows.codes).tobytes(), np.ascontiguousarray(cols.codes).tobytes()]
-    blob = b"".join(parts)
-    return blob, {"layers": layers, "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16]}
+    maps = _view_maps(record, layers, rows)
+    blob = b"".join([np.ascontiguousarray(m.ranges, "<f4").tobytes() for m in maps]
+                    + [np.ascontiguousarray(m.codes).tobytes() for m in maps])
+    return blob, {"layers": layers, "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16],
+                  "matrix": rows is None}
 
 
 def query_row(query, spec) -> int:

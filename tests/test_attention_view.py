@@ -122,7 +122,9 @@ def unpack(data, spec):
     row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(held, heads + 1, tokens + 1, 2)
     cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(held, heads + 1, patches, patches)
     col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(held, heads + 1, patches, 2)
-    return rows, row_ranges, cols, col_ranges
+    pre = np.frombuffer(base64.b64decode(data["pre"]), np.uint8).reshape(held, heads + 1, -1)
+    pre_ranges = np.frombuffer(base64.b64decode(data["pre_ranges"]), "<f4").reshape(held, heads + 1, 2)
+    return rows, row_ranges, cols, col_ranges, pre, pre_ranges
 
 
 def test_view_data_holds_every_query_and_the_columns_of_every_layer():
@@ -134,7 +136,7 @@ def test_view_data_holds_every_query_and_the_columns_of_every_layer():
     heads, tokens, patches, prefix = spec.num_heads, spec.num_tokens, spec.num_patches, spec.num_prefix_tokens
     data = view_data(record, [1, 0])  # held in this order: slot 0 is layer 1
     assert data["layers"] == [1, 0]
-    rows, row_ranges, cols, col_ranges = unpack(data, spec)
+    rows, row_ranges, cols, col_ranges, _, _ = unpack(data, spec)
     for slot, layer in enumerate(data["layers"]):
         for query in ["prefix:0", "prefix:3", 0, patches - 1, "mean"]:
             for head in (0, None):
@@ -154,17 +156,63 @@ def test_view_data_holds_every_query_and_the_columns_of_every_layer():
         view_data(record, [2])
 
 
-def unpack_blob(blob: bytes, layers, spec):
-    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges (float32), rows, cols (uint8)."""
+def unpack_blob(blob: bytes, layers, spec, matrix: bool = True):
+    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges, pre_ranges (float32),
+    rows, cols, pre (uint8; ``pre`` empty unless ``matrix``)."""
     held, heads, tokens, patches = len(layers), spec.num_heads, spec.num_tokens, spec.num_patches
-    row_maps, col_maps = held * (heads + 1) * (tokens + 1), held * (heads + 1) * patches
+    maps = held * (heads + 1)
+    row_maps, col_maps, pre_length = maps * (tokens + 1), maps * patches, tokens * spec.num_prefix_tokens if matrix else 0
     row_ranges = np.frombuffer(blob, "<f4", 2 * row_maps, 0).reshape(held, heads + 1, tokens + 1, 2)
     col_ranges = np.frombuffer(blob, "<f4", 2 * col_maps, 8 * row_maps).reshape(held, heads + 1, patches, 2)
-    start = 8 * (row_maps + col_maps)
+    pre_ranges = np.frombuffer(blob, "<f4", 2 * maps, 8 * (row_maps + col_maps)).reshape(held, heads + 1, 2)
+    start = 8 * (row_maps + col_maps + maps)
     rows = np.frombuffer(blob, np.uint8, row_maps * patches, start).reshape(held, heads + 1, tokens + 1, patches)
     cols = np.frombuffer(blob, np.uint8, col_maps * patches, start + row_maps * patches)
-    assert len(blob) == start + (row_maps + col_maps) * patches
-    return rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges
+    pre = np.frombuffer(blob, np.uint8, maps * pre_length, start + (row_maps + col_maps) * patches)
+    assert len(blob) == start + (row_maps + col_maps) * patches + maps * pre_length
+    return (rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges,
+            pre.reshape(held, heads + 1, pre_length), pre_ranges)
+
+
+@pytest.mark.parametrize("family", ["dinov2_registers", "siglip"])
+def test_the_prefix_keys_complete_each_heads_full_matrix(family):
+    """The T×T matrix the page draws: ``attention_rows(keys="all")`` is the captured attention
+    (every key, prefix first; the mean over heads averaged by hand), and the page's rows plus its
+    prefix keys decode to it within half a step of each map's range. SigLIP: no prefix, no
+    prefix keys, the patch rows alone are the matrix."""
+    from analysis.attention_view import prefix_key_rows, view_data
+
+    vit = load_family(family)
+    record = analysis.capture_attention(vit, family_pixels(family, batch=1))
+    spec = record.spec
+    heads, T, P = spec.num_heads, spec.num_tokens, spec.num_prefix_tokens
+    for layer in range(spec.num_layers):
+        full = analysis.attention_rows(record, layer, keys="all")[0].numpy()  # (heads + 1, T, T)
+        captured = record.attentions[layer][0].float().numpy()  # (heads, T, T): every query was captured
+        np.testing.assert_allclose(full[:heads], captured, rtol=1e-6, atol=1e-8)
+        mean = sum(captured[h] for h in range(heads)) / heads
+        np.testing.assert_allclose(full[heads], mean, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(full[..., P:], analysis.attention_rows(record, layer)[0].numpy(), rtol=0, atol=0)
+    data = view_data(record, [1, 0])
+    assert data["matrix"] is True
+    rows, row_ranges, _, _, pre, pre_ranges = unpack(data, spec)
+    assert pre.shape == (2, heads + 1, T * P)
+    np.testing.assert_allclose(prefix_key_rows(record, [1, 0])[:, :, :, :P],
+                               np.stack([analysis.attention_rows(record, layer, keys="all")[0].numpy()[..., :P]
+                                         for layer in (1, 0)]), rtol=0, atol=0)
+    for slot, layer in enumerate(data["layers"]):
+        full = analysis.attention_rows(record, layer, keys="all")[0].numpy()
+        for head in (0, heads):
+            matrix = np.zeros((T, T))
+            for q in range(T):  # the page's decoding, written out
+                for j in range(P):
+                    lo, hi = pre_ranges[slot, head]
+                    matrix[q, j] = lo + pre[slot, head, q * P + j] / 255 * (hi - lo)
+                matrix[q, P:] = decode(rows[slot, head, q], row_ranges[slot, head, q])
+            half_step = max(np.ptp(full[head, :, :P]) if P else 0, np.ptp(full[head, :, P:], axis=1).max()) / 510
+            assert np.abs(matrix - full[head]).max() <= half_step + 1e-7, (layer, head)
+    with pytest.raises(AnalysisError, match='keys must be "patches" or "all"'):
+        analysis.attention_rows(record, 0, keys="prefix")
 
 
 def test_the_served_file_holds_the_same_maps_as_the_inline_data():
@@ -173,8 +221,9 @@ def test_the_served_file_holds_the_same_maps_as_the_inline_data():
     vit = load_family("dinov2_registers")
     record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
     blob, meta = view_blob(record, (1, 0))
-    assert meta["layers"] == [1, 0]
+    assert meta["layers"] == [1, 0] and meta["matrix"] is True
     inline = unpack(view_data(record, [1, 0]), record.spec)
+    assert inline[4].shape[-1] == record.spec.num_tokens * record.spec.num_prefix_tokens
     for got, expected in zip(unpack_blob(blob, meta["layers"], record.spec), inline):
         np.testing.assert_array_equal(got, expected)
     assert view_blob(record, (1,))[1]["data_id"] != meta["data_id"]
@@ -185,7 +234,8 @@ def test_all_layers_are_sent_when_they_fit_else_the_current_one():
 
     spec = load_family("vit").spec
     one = layer_bytes(spec)
-    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2)
+    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2
+                                          + spec.num_tokens * spec.num_prefix_tokens)
     assert layers_to_send(spec, 1, one * spec.num_layers) == tuple(range(spec.num_layers))
     assert layers_to_send(spec, 1, one * spec.num_layers - 1) == (1,)
     assert layers_to_send(spec, 1, one - 1) is None
@@ -235,7 +285,7 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
 
     blob, meta = view_blob(record, args["layers"])
     assert args["data_id"] == meta["data_id"]  # a digest of every byte: the page fetches exactly this file
-    codes, ranges, _, _ = unpack_blob(blob, meta["layers"], spec)
+    codes, ranges, *_ = unpack_blob(blob, meta["layers"], spec)
     lo, hi = ranges[1, 2, args["query_row"]]
     got = lo + codes[1, 2, args["query_row"]] / 255 * (hi - lo)
     exact = analysis.attention_map(record, 1, head=2, query=5)[0].numpy().ravel()

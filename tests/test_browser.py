@@ -51,17 +51,23 @@ def server(artifacts):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def chromium():
+    """One Chromium for the module (Playwright's sync API runs one at a time)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 1100})
-        tab = context.new_page()
-        tab.set_default_timeout(60_000)
-        yield tab
-        context.close()
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(server, chromium):
+    context = chromium.new_context(viewport={"width": 1440, "height": 1100})
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    yield tab
+    context.close()
 
 
 def wait_idle(page) -> None:
@@ -762,6 +768,25 @@ def assert_within_one_colour_step(drawn: np.ndarray, values: np.ndarray, colorsc
             f"{what}: patch ({r}, {c}) drawn {drawn[r, c].tolist()}, expected ≈ {lut[i].tolist()} (index {i})")
 
 
+def decoded_matrix(record, layer: int, head: int) -> np.ndarray:
+    """``(T, T)``: one head's full matrix (``head = heads``: the mean) as the page decodes it, each
+    query's row over every key, prefix keys first (``attention_rows(keys="all")``, quantised as sent)."""
+    import analysis
+    from analysis.plots import quantise_maps
+
+    full = analysis.attention_rows(record, layer, keys="all")[0, head].numpy()  # (T, T)
+    P = record.spec.num_prefix_tokens
+    prefix = quantise_maps(full[:, :P].ravel()).decoded().reshape(-1, P) if P else full[:, :0]
+    return np.concatenate([prefix, quantise_maps(full[:, P:]).decoded()], axis=1)
+
+
+def matrix_rgb(frame, tokens: int) -> np.ndarray:
+    """``(T, T, 3)`` uint8: the view's T×T matrix canvas, one pixel per (query, key)."""
+    data = frame.evaluate(f"() => Array.from(document.getElementById('matrix').getContext('2d')"
+                          f".getImageData(0, 0, {tokens}, {tokens}).data)")
+    return np.asarray(data, np.uint8).reshape(tokens, tokens, 4)[..., :3]
+
+
 def _demo_record():
     import analysis
 
@@ -809,6 +834,14 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     decoded = quantise_maps(column).decoded().reshape(grid)
     lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"column of patch {key}")
+    # the T×T matrix, from the served file (its prefix keys after the rows and columns)
+    frame.locator("#matrix-toggle").click()
+    frame.wait_for_function(f"() => window.attentionView.matrixShown && window.attentionView.matrixShown.layer === {layer}")
+    decoded = decoded_matrix(record, layer, spec.num_heads)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(matrix_rgb(frame, spec.num_tokens), decoded, colorscale, lo, hi, "T×T matrix (served)")
+    page.screenshot(path=str(artifacts / "attention_view_matrix.png"))
+    frame.locator("#matrix-toggle").click()
     page.screenshot(path=str(artifacts / "attention_view_hover.png"))
     assert page.evaluate("() => performance.getEntriesByType('resource').length") == reruns  # nothing was fetched
     assert page.get_by_role("radio", name="class token").is_checked()  # hovering changed nothing on the server
@@ -883,3 +916,108 @@ def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server,
         assert f"Rollout layers {start} to {end}" in frame.locator("#title").text_content()
     page.screenshot(path=str(artifacts / "rollout_view_hover.png"))
     assert_no_exception(page, "rollout view")
+
+
+# --------------------------------------------------------------------------- the view's page on its own (no server)
+
+
+def _grey_png_uri(size: tuple[int, int]) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (size[1], size[0]), (128, 128, 128)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+@pytest.fixture
+def static_browser(chromium):
+    """A Chromium page with no network, for the view's own page inlined as the report inlines it."""
+    context = chromium.new_context(offline=True, viewport={"width": 1280, "height": 1400})
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    tab.errors = []
+    tab.on("pageerror", lambda error: tab.errors.append(str(error)))
+    yield tab
+    context.close()
+
+
+def open_static_view(tab, folder: Path, args: dict):
+    """Write ``analysis.attention_view.embed(args)`` to a file, open it; returns ``(iframe locator, frame)``."""
+    from analysis.attention_view import embed
+
+    path = folder / "view.html"
+    path.write_text(f"<!doctype html><html><body>{embed(args)}</body></html>", encoding="utf-8")
+    tab.goto(path.as_uri(), wait_until="load")
+    iframe = tab.locator("iframe.attention-view").first
+    frame = iframe.element_handle().content_frame()
+    frame.wait_for_function("() => window.attentionView && window.attentionView.shown", timeout=30_000)
+    return iframe, frame
+
+
+def element_point(tab, iframe, frame, element_id: str, row: float, col: float, rows: int, cols: int):
+    """Page coordinates of cell ``(row, col)`` of a ``rows × cols`` grid drawn on ``element_id``."""
+    outer = iframe.bounding_box()
+    box = frame.evaluate(f"() => {{ const b = document.getElementById('{element_id}').getBoundingClientRect();"
+                         " return [b.left, b.top, b.width, b.height]; }")
+    return outer["x"] + box[0] + box[2] * (col + 0.5) / cols, outer["y"] + box[1] + box[3] * (row + 0.5) / rows
+
+
+def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_on_the_image(static_browser, tmp_path):
+    """The bertviz-style matrix of a model with registers: every prefix token named on both axes
+    (``spec.token_names``), the matrix's pixels the colours of ``attention_rows(keys="all")`` after
+    the page's quantisation, and hovering a row (a register's, a patch's) or a column draws on the
+    image canvas ``attention_map`` of that query (its column) within one colour step."""
+    import analysis
+    from analysis.attention_view import view_args, view_data
+    from analysis.plots import colour_range, quantise_maps
+    from families import family_pixels, load_family
+
+    record = analysis.capture_attention(load_family("dinov2_registers"), family_pixels("dinov2_registers", batch=1))
+    spec = record.spec
+    T, P, grid, heads, layer = spec.num_tokens, spec.num_prefix_tokens, spec.grid_size, spec.num_heads, spec.num_layers - 1
+    assert P == 5 and spec.token_names[1:] == ("register 1", "register 2", "register 3", "register 4")
+    uniform, scale = 1 / T, "Viridis"
+    args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
+                     layer=layer, head=1, query="cls", colorscale=scale, map_range="zero", opacity=1.0)
+    iframe, frame = open_static_view(static_browser, tmp_path, args)
+    frame.locator("#matrix-toggle").click()
+    frame.wait_for_function("() => window.attentionView.matrixShown && window.attentionView.matrixShown.head === 1")
+    for kind in ("query", "key"):
+        names = frame.eval_on_selector_all(f".axis-label.{kind}[data-token]", "els => els.map(e => [+e.dataset.token, e.textContent])")
+        assert names == [[i, name] for i, name in enumerate(spec.token_names)], kind
+
+    decoded = decoded_matrix(record, layer, 1)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(matrix_rgb(frame, T), decoded, scale, lo, hi, "T×T matrix")
+    assert frame.evaluate("() => window.attentionView.matrixShown.hi") == pytest.approx(hi, rel=1e-5)
+    assert f": 0–{hi:.3g}; uniform" in frame.locator("#matrix-bar-title").text_content()  # the range, stated
+
+    # hovering a row draws that query's map on the image: a register, then a patch
+    for token, query in ((2, "prefix:2"), (P + 5, 5)):
+        static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", token, 3, T, T))
+        frame.wait_for_function(f"() => window.attentionView.shown.row === {token}")
+        exact = analysis.attention_map(record, layer, head=1, query=query)[0].numpy()
+        expected = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", expected, uniform=uniform)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), expected, scale, lo, hi, f"row of token {token}")
+        assert frame.evaluate("() => window.attentionView.matrixCell") == {"q": token, "k": 3}
+        assert f"key {spec.token_names[3]} token" in frame.locator("#status").text_content()
+
+    # the column toggle: hovering a patch key's column draws who looks at that patch
+    frame.locator("#mode").click()
+    key = spec.num_patches - 2
+    static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 0, P + key, T, T))
+    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {key}"
+                            " && window.attentionView.shown.mode === 'col'")
+    column = analysis.attention_rows(record, layer)[0, 1, P:, key].numpy()
+    expected = quantise_maps(column).decoded().reshape(grid)
+    lo, hi, _ = colour_range("zero", expected, uniform=uniform)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), expected, scale, lo, hi, f"column of patch {key}")
+    # a prefix key has no column on the image: nothing is drawn, and the status says why
+    static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 7, 1, T, T))
+    frame.wait_for_function("() => window.attentionView.shown === null")
+    assert "prefix key" in frame.locator("#status").text_content()
+    assert static_browser.errors == []
