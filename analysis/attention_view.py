@@ -49,7 +49,7 @@ from .queries import parse_prefix_query
 
 __all__ = [
     "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "prefix_key_rows",
-    "quantised_view", "query_row", "rollout_view_rows", "view_args", "view_blob", "view_data",
+    "quantised_view", "query_row", "rollout_view_rows", "similarity_view_rows", "view_args", "view_blob", "view_data",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -112,6 +112,20 @@ def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float
         ends.append(layer)
         rows.append(_with_mean_query(every[None], spec))  # (1, T + 1, N)
     return ends, np.stack(rows)
+
+
+def similarity_view_rows(tokens, spec) -> np.ndarray:
+    """``(1, 1, T + 1, N)`` float32 view rows of one layer's tokens (a ViT's ``(1, T, D)``): row ``q``
+    is token ``q``'s cosine similarity to every patch token (:func:`analysis.patch_similarity`, query
+    by query: ``"prefix:<i>"``, then the patches), row ``T`` that of the mean patch token
+    (``query="mean"``: the similarity to the mean, not the mean of the similarities)."""
+    from .tokens.features import patch_similarity
+    from .windowed import refuse_windowed
+
+    refuse_windowed(spec, "similarity_view_rows")
+    queries = [f"prefix:{i}" for i in range(spec.num_prefix_tokens)] + list(range(spec.num_patches)) + ["mean"]
+    rows = np.stack([patch_similarity(tokens, spec, query).numpy().ravel() for query in queries])  # (T + 1, N)
+    return rows[None, None].astype(np.float32)
 
 
 def _with_mean_query(rows: np.ndarray, spec) -> np.ndarray:
@@ -189,7 +203,8 @@ def query_row(query, spec) -> int:
 def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
               map_range: str, opacity: float, max_height: int = 520, note: str = "", heads: int | None = None,
               head_names: list[str] | None = None, value_name: str = "attention probability",
-              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads"
+              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads",
+              panels: list[int] | None = None, fixed_range: tuple[float, float] | None = None, columns: bool = True
               ) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
@@ -199,15 +214,25 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
     one; default the model's heads, the last map their mean), ``head_names`` (one per map),
     ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
     ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
-    without it ↑/↓ stay within the held layers)."""
+    without it ↑/↓ stay within the held layers).
+
+    ``panels``: held layers drawn side by side on one colour scale (the Compare page; the
+    ``"shared"`` range then spans their heads). ``fixed_range``: ``(lo, hi)`` for maps on a fixed
+    scale (cosine similarity, −1 to 1); it replaces ``map_range`` and the uniform level. ``columns``:
+    whether to offer the "who looks at this patch" toggle (not for maps that are not attention)."""
     heads = spec.num_heads if heads is None else int(heads)
+    if panels is not None and not set(panels) <= {int(layer) for layer in data["layers"]}:
+        raise AnalysisError(f"the view's panels {list(panels)} must be held layers ({data['layers']}).")
     return dict(
         image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
         prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=heads,
         token_names=list(spec.token_names), layer=int(layer), num_layers=spec.num_layers,
         head=heads if head == "mean" else int(head), head_names=head_names,
         query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
-        range_mode=map_range, uniform=1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
+        range_mode="fixed" if fixed_range is not None else map_range,
+        fixed_range=None if fixed_range is None else [float(fixed_range[0]), float(fixed_range[1])],
+        uniform=None if fixed_range is not None else 1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
+        panels=None if panels is None else [int(layer) for layer in panels], columns=bool(columns),
         lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
         report_layer=bool(report_layer), shared_name=shared_name,
         opacity=float(opacity), max_height=int(max_height), note=note, **data,

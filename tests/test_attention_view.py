@@ -387,3 +387,116 @@ def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
         record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
         ends, rows = rollout_view_rows(record, head_fusion="max", start_layer=1)
         assert args["data_id"] == view_blob(record, ends, rows)[1]["data_id"]  # the page fetches exactly these maps
+
+
+# --------------------------------------------------------------------------- Compare and Tokens pages
+
+
+def _the_view(app) -> dict:
+    views = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    assert len(views) == 1, len(views)
+    return json.loads(views[0].proto.json_args)
+
+
+def _demo_app(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    return app
+
+
+def _record_of(app):
+    from vizapp.resources import forward
+
+    current = app.session_state["current"]
+    return forward(*current.args).record
+
+
+def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
+    """The chosen layers as the view's panels (held: every layer, the Attention page's file), the
+    page's head and query; a click reported by the view pins that patch and the head for the page."""
+    from analysis.attention_view import view_blob
+
+    app = _demo_app(monkeypatch)
+    app.switch_page("views/compare.py").run()
+    app.selectbox(key="head").set_value(1).run()
+    assert not app.exception, [e.value for e in app.exception]
+    args = _the_view(app)
+    spec = app.session_state["current"].spec
+    layers = sorted(app.session_state["cmp_layers"])
+    assert args["panels"] == layers and args["report_layer"] is False and args["head"] == 1
+    assert args["layers"] == list(range(spec.num_layers)) and args["data_id"] == view_blob(_record_of(app), args["layers"])[1]["data_id"]
+    assert args["shared_name"] == "0–max of these layers' heads" and args["note"] == ""
+    # the page's query and head reach the panels (a click in the browser sets them: pin_on_click)
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(5).run()
+    app.selectbox(key="head").set_value("mean").run()
+    args = _the_view(app)
+    assert (args["query_patch"], args["head"], args["query_row"]) == (5, spec.num_heads, spec.num_prefix_tokens + 5)
+
+
+def test_a_click_in_a_view_pins_its_patch_and_head_for_the_page(monkeypatch):
+    """``pin_on_click``, the Compare and Tokens pages' ``on_change``: a reported click sets the
+    page's query (and head, when the page has heads); other reports and bad values change nothing."""
+    import vizapp.attention_view as view_module
+
+    spec = load_family("vit").spec
+    state = {}
+    monkeypatch.setattr(view_module.st, "session_state", state)
+    on_change = view_module.pin_on_click("v", spec, heads=spec.num_heads)
+    state["v"] = {"event": "click", "patch": 5, "head": "mean", "layer": 0, "n": 1}
+    on_change()
+    assert (state["query_mode"], state["query_patch"], state["head"]) == ("patch", 5, "mean")
+    for value in ({"event": "layer", "layer": 1}, {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
+                  None):
+        state["v"] = value
+        on_change()
+        assert (state["query_patch"], state["head"]) == (5, "mean"), value
+    state["v"] = {"event": "click", "patch": 2, "head": 1}
+    view_module.pin_on_click("v", spec)()  # no heads on the page: the head stays
+    assert (state["query_patch"], state["head"]) == (2, "mean")
+
+
+def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
+    """The Tokens page's view: one layer of cosine similarities on the fixed −1..1 scale, row by
+    row ``patch_similarity`` of that query (the served file, decoded as the page decodes it)."""
+    from analysis.attention_view import similarity_view_rows, view_blob
+
+    app = _demo_app(monkeypatch)
+    app.switch_page("views/tokens.py").run()
+    app.slider(key="tok_layer").set_value(1).run()
+    app.radio(key="tok_kind").set_value("key").run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(3).run()
+    assert not app.exception, [e.value for e in app.exception]
+    args = _the_view(app)
+    spec = app.session_state["current"].spec
+    assert (args["range_mode"], args["fixed_range"], args["uniform"]) == ("fixed", [-1.0, 1.0], None)
+    assert (args["layers"], args["layer"], args["heads"], args["head_names"]) == ([1], 1, 0, ["keys"])
+    assert args["columns"] is False and args["matrix"] is False and args["query_row"] == spec.num_prefix_tokens + 3
+    from vizapp.resources import layer_tokens
+
+    keys = layer_tokens(*app.session_state["current"].args, "key", 1)  # (1, T, D)
+    blob, meta = view_blob(_record_of(app), [1], similarity_view_rows(keys, spec))
+    assert args["data_id"] == meta["data_id"]  # the page fetches exactly these maps
+    codes, ranges, *_ = unpack_blob(blob, [1], _one_map(spec), matrix=False)
+    for token, query in [(0, "prefix:0"), (spec.num_prefix_tokens + 3, 3), (spec.num_tokens, "mean")]:
+        if token == 0 and spec.num_prefix_tokens == 0:
+            continue
+        exact = analysis.patch_similarity(keys, spec, query).numpy().ravel()
+        got = decode(codes[0, 0, token], ranges[0, 0, token])
+        assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-6, query
+
+
+def _one_map(spec):
+    """``spec`` as the unpacking helpers read a one-map view (no heads besides the map itself)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(num_heads=0, num_tokens=spec.num_tokens, num_patches=spec.num_patches,
+                           num_prefix_tokens=spec.num_prefix_tokens)

@@ -747,10 +747,10 @@ def view_patch_position(page, frame, patch: int, grid: tuple[int, int]) -> tuple
             outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh)
 
 
-def canvas_rgb(frame, grid: tuple[int, int]) -> np.ndarray:
-    """``(gh, gw, 3)`` uint8: the view's map canvas, one pixel per patch."""
+def canvas_rgb(frame, grid: tuple[int, int], element_id: str = "map") -> np.ndarray:
+    """``(gh, gw, 3)`` uint8: the view's map canvas (a panel's: ``map-<i>``), one pixel per patch."""
     gh, gw = grid
-    data = frame.evaluate(f"""() => Array.from(document.getElementById('map').getContext('2d')
+    data = frame.evaluate(f"""() => Array.from(document.getElementById('{element_id}').getContext('2d')
                                 .getImageData(0, 0, {gw}, {gh}).data)""")
     return np.asarray(data, dtype=np.uint8).reshape(gh, gw, 4)[..., :3]
 
@@ -787,7 +787,8 @@ def matrix_rgb(frame, tokens: int) -> np.ndarray:
     return np.asarray(data, np.uint8).reshape(tokens, tokens, 4)[..., :3]
 
 
-def _demo_record():
+def _demo_inputs():
+    """``(vit, pixels)``: the bundled demo model and the app's first sample, as the server shows them."""
     import analysis
 
     from streamlit_server import DEMO_PRESENT
@@ -797,7 +798,13 @@ def _demo_record():
     samples = sorted((REPO / "assets" / "samples").iterdir(), key=lambda p: (not p.name.startswith("scene_"), p.name))
     image = analysis.load_image(next(p for p in samples if p.suffix.lower() in (".png", ".jpg", ".jpeg")))
     vit = analysis.load_vit("demo")
-    return analysis.capture_attention(vit, vit.preprocess(image))
+    return vit, vit.preprocess(image)
+
+
+def _demo_record():
+    import analysis
+
+    return analysis.capture_attention(*_demo_inputs())
 
 
 def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, server, artifacts):
@@ -1021,3 +1028,86 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     frame.wait_for_function("() => window.attentionView.shown === null")
     assert "prefix key" in frame.locator("#status").text_content()
     assert static_browser.errors == []
+
+
+def _panel_point(page, frame, panel: int, patch: int, grid: tuple[int, int]) -> tuple[float, float]:
+    iframe = page.locator("iframe[title*='attention_view']").first
+    iframe.scroll_into_view_if_needed()
+    return element_point(page, iframe, frame, "map" if panel == 0 else f"map-{panel}", *divmod(patch, grid[1]), *grid)
+
+
+def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_scale(page, server, artifacts):
+    """Compare layers: the view's panels are the chosen layers; hovering a patch in any panel draws
+    in every panel ``attention_map`` of that query (after quantisation, within one colour step) on
+    one colour scale over the panels; a click makes it the page's query and the chart follows."""
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+    from playwright.sync_api import expect
+
+    record = _demo_record()
+    spec = record.spec
+    page.goto(server)
+    wait_idle(page)
+    _nav(page, "Compare layers")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    layers, grid = frame.evaluate("() => window.attentionView.args.panels"), spec.grid_size
+    assert len(layers) >= 2 and frame.locator(".panel-label").all_text_contents() == [f"layer {layer}" for layer in layers]
+    gh, gw = grid
+    patch = gh * gw - gw - 3
+    page.mouse.move(*_panel_point(page, frame, 1, patch, grid))
+    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {patch}")
+    decoded = [quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
+               for layer in layers]
+    lo, hi, _ = colour_range("zero", np.concatenate(decoded), uniform=1 / spec.num_tokens)
+    for panel, (layer, values) in enumerate(zip(layers, decoded)):
+        assert_within_one_colour_step(canvas_rgb(frame, grid, "map" if panel == 0 else f"map-{panel}"),
+                                      values.reshape(grid), colorscale, lo, hi, f"layer {layer}")
+    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    page.screenshot(path=str(artifacts / "compare_view_hover.png"))
+    # a click pins the patch; the page's query and the chart follow
+    page.mouse.click(*_panel_point(page, frame, 0, patch, grid))
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(patch), timeout=30_000)
+    row, col = divmod(patch, gw)
+    expect(page.get_by_text(f"query: patch {patch} (row {row}, col {col})").first).to_be_visible(timeout=30_000)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch} && window.attentionView.args.query_patch === {patch}")
+    assert_no_exception(page, "compare view")
+
+
+def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifacts):
+    """Tokens: hovering a patch draws its cosine similarity to every patch (``patch_similarity``
+    after quantisation, on the fixed −1..1 scale, within one colour step); a click makes it the
+    query and the similarity section follows."""
+    import analysis
+    from analysis.plots import quantise_maps
+    from playwright.sync_api import expect
+
+    vit, pixels = _demo_inputs()
+    spec = vit.spec
+    page.goto(server + "/tokens")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    args = frame.evaluate("() => window.attentionView.args")
+    (layer,), grid = args["layers"], spec.grid_size
+    assert args["head_names"] == ["block outputs"] and args["range_mode"] == "fixed"
+    tokens = analysis.capture_tokens(vit, pixels, kind="token").layer_tokens(layer)  # (1, T, D)
+    gh, gw = grid
+    for patch in (0, gh * gw // 2 + 1):
+        page.mouse.move(*view_patch_position(page, frame, patch, grid))
+        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}")
+        exact = analysis.patch_similarity(tokens, spec, patch).numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, -1.0, 1.0, f"similarity of {patch}")
+    assert "cosine similarity (fixed: -1–1)" in frame.locator("#bar-title").text_content()
+    assert not frame.locator("#mode").is_visible()  # no "who looks at" for similarities
+    page.screenshot(path=str(artifacts / "tokens_view_hover.png"))
+    page.mouse.click(*view_patch_position(page, frame, patch, grid))
+    row, col = divmod(patch, gw)
+    expect(page.locator("h3", has_text=f"similarity to the patch {patch} (row {row}, col {col})").first).to_be_visible(
+        timeout=30_000)
+    wait_idle(page)
+    assert_no_exception(page, "tokens view")

@@ -15,13 +15,15 @@ budget even for one layer, the page keeps its chart. A click reports
 
 from __future__ import annotations
 
+import streamlit as st
 import streamlit.components.v1 as components
 from streamlit import runtime
 
 from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args
 from vizapp import limits
 
-__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "query_row", "sent_layers", "served"]
+__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "panel_layers", "pin_on_click", "query_row",
+           "sent_layers", "served"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -30,6 +32,34 @@ _component = components.declare_component("attention_view", path=str(COMPONENT_D
 def sent_layers(spec, layer: int) -> tuple[int, ...] | None:
     """The layers the page gets under ``VIZAPP_VIEW_MB`` (:func:`analysis.attention_view.layers_to_send`)."""
     return layers_to_send(spec, layer, limits.MAX_VIEW_BYTES)
+
+
+def panel_layers(spec, layers) -> tuple[int, ...] | None:
+    """The layers the page gets to draw ``layers`` side by side (the Compare page): every layer when
+    they fit ``VIZAPP_VIEW_MB`` (the same file as the Attention page's), else ``layers`` alone when
+    they fit, else ``None`` (no view)."""
+    every = layers_to_send(spec, 0, limits.MAX_VIEW_BYTES)
+    if every is not None and len(every) == spec.num_layers:
+        return every
+    return tuple(int(layer) for layer in layers) if layer_bytes(spec) * len(layers) <= limits.MAX_VIEW_BYTES else None
+
+
+def pin_on_click(key: str, spec, *, heads: int | None = None):
+    """An ``on_change`` for a view whose clicks pin the query: the clicked patch becomes the page's
+    query (``query_mode``, ``query_patch``) and, given ``heads``, the head it showed the page's head."""
+
+    def on_change() -> None:
+        value = st.session_state.get(key)
+        if not isinstance(value, dict) or value.get("event") != "click":
+            return
+        patch, head = value.get("patch"), value.get("head")
+        if isinstance(patch, int) and 0 <= patch < spec.num_patches:
+            st.session_state["query_mode"] = "patch"
+            st.session_state["query_patch"] = patch
+        if heads is not None and (head == "mean" or (isinstance(head, int) and 0 <= head < heads)):
+            st.session_state["head"] = head
+
+    return on_change
 
 
 def fallback_note(spec, layers) -> str:
