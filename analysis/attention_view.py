@@ -41,6 +41,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .attention_maps import attention_rows
 from .errors import AnalysisError
@@ -50,6 +51,7 @@ from .queries import parse_prefix_query
 __all__ = [
     "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "prefix_key_rows",
     "quantised_view", "query_row", "rollout_view_rows", "similarity_view_rows", "view_args", "view_blob", "view_data",
+    "windowed_view_args", "windowed_view_blob", "windowed_view_bytes",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -260,4 +262,67 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
         " if (event.data.type === 'streamlit:setFrameHeight') frame.style.height = event.data.height + 'px';"
         "});"
         "})();</script>"
+    )
+
+
+# --------------------------------------------------------------------------- windowed models (Swin, SAM)
+
+
+def windowed_view_bytes(geometry) -> int:
+    """Bytes of one windowed layer's codes (:func:`windowed_view_blob`): every window's every
+    query slot over its key slots, per head and their mean. Swin-T stage 1: 0.6 MiB; a SAM
+    global layer (one window of 4096 cells): 208 MiB, no view."""
+    return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens ** 2
+
+
+def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
+    """One windowed layer of image 0 of ``record`` (a :class:`analysis.WindowedAttentionRecord`)
+    for the view, as one binary file. Back to back in C order, ``Wt`` slots a window, ``N`` cells:
+
+    * ``row_ranges``: ``(heads + 1, windows, Wt, 2)`` float32, ``mean_ranges``: ``(heads + 1, 2)``;
+    * ``cells``: ``(windows, Wt)`` int32, the grid cell of each slot (``−1``: padding or prefix),
+      :meth:`analysis.LayerGeometry.window_cells`;
+    * ``rows``: ``(heads + 1, windows, Wt, Wt)`` uint8: ``[h, w, s, t]`` is the attention of the
+      query in slot ``s`` of window ``w`` to key slot ``t`` (``record.windows``; head ``heads`` the
+      mean over heads), quantised per row, the keys off the grid set to 0 (never drawn);
+    * ``mean``: ``(heads + 1, N)`` uint8, :func:`analysis.attention_map` with ``query="mean"``.
+
+    Scattered onto the grid, a query cell's row is :func:`analysis.attention_map` of that cell
+    (zero outside its window, which the page leaves undrawn). Returns ``(bytes, {"layers",
+    "data_id", "windowed"})``."""
+    from .attention_maps import attention_map
+
+    geometry = record.spec.geometry(layer)
+    heads, cells = geometry.num_heads, geometry.window_cells()  # (windows, Wt)
+    probs = record.layer_windows(layer)[0].float()  # (windows, heads, Wt, Wt)
+    with_mean = torch.cat([probs, probs.mean(dim=1, keepdim=True)], dim=1).transpose(0, 1)  # (heads + 1, windows, Wt, Wt)
+    on_grid = (cells >= 0)[None, :, None, :]  # key slots that are grid cells
+    rows = quantise_maps(with_mean.masked_fill(~on_grid, 0.0).numpy())
+    mean = quantise_maps(np.stack([attention_map(record, layer, head=head, query="mean")[0].numpy().ravel()
+                                   for head in [*range(heads), None]]))
+    blob = b"".join([np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(mean.ranges, "<f4").tobytes(),
+                     np.ascontiguousarray(cells.numpy(), "<i4").tobytes(), np.ascontiguousarray(rows.codes).tobytes(),
+                     np.ascontiguousarray(mean.codes).tobytes()])
+    return blob, {"layers": [int(layer)], "windowed": True,
+                  "data_id": hashlib.sha1(f"windowed {layer}:".encode() + blob).hexdigest()[:16]}
+
+
+def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
+                       colorscale: str, map_range: str, opacity: float, max_height: int = 520, note: str = "") -> dict:
+    """The page's arguments for one windowed layer (:func:`windowed_view_blob`'s ``data``): the
+    layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
+    the mean over cells), the uniform level ``1/Wt`` of a window. Rows only: a key's "who looks
+    at it" is not offered (each row is quantised on its own range)."""
+    geometry = spec.geometry(layer)
+    heads, cells = geometry.num_heads, geometry.grid_size[0] * geometry.grid_size[1]
+    return dict(
+        image=image_uri, img_size=list(spec.img_size), grid=list(geometry.grid_size), patch_size=list(geometry.stride),
+        prefix=0, tokens=cells, heads=heads, token_names=[], layer=int(layer), num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head), head_names=None,
+        query_row=cells if query_cell is None else int(query_cell), query_patch=query_cell,
+        range_mode=map_range, uniform=1 / geometry.window_tokens, uniform_floor=UNIFORM_FLOOR,
+        lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability", layer_label="Layer",
+        report_layer=False, shared_name="0–max of this layer's heads", panels=None, fixed_range=None, columns=False,
+        unit="cell", windows=geometry.num_windows, window_tokens=geometry.window_tokens, matrix=False,
+        opacity=float(opacity), max_height=int(max_height), note=note, **data,
     )

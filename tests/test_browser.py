@@ -718,6 +718,26 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     assert np.all(z[~inside] == 0) and z[inside].sum() > 0.99
     page.screenshot(path=str(artifacts / "swin_window_outline.png"))
 
+    # the instant view (the served windowed file): the pinned cell's window drawn with the chart's
+    # colours (within one step), nothing outside it; hovering another cell draws that cell's window
+    from analysis.plots import colour_range
+
+    frame = attention_view_frame(page)
+    frame.wait_for_function(f"() => window.attentionView.shown.patch === {row * gw + col}")
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    pixels = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                                       f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)
+    assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0)
+    lo, hi, _ = colour_range("zero", z, uniform=1 / 49)
+    assert_within_one_colour_step(np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)), z,
+                                  colorscale, lo, hi, "the view's window")
+    other = (gh // 2) * gw + 3
+    page.mouse.move(*view_patch_position(page, frame, other, (gh, gw)))
+    frame.wait_for_function(f"() => window.attentionView.shown.patch === {other}")
+    alpha = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                                      f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)[..., 3]
+    assert sorted(zip(*np.nonzero(alpha))) == sorted(_window_cells_by_hand((gh, gw), (7, 7), (3, 3), divmod(other, gw)))
+
 
 # --------------------------------------------------------------------------- the instant attention view (issue 28)
 
@@ -1111,3 +1131,63 @@ def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifa
         timeout=30_000)
     wait_idle(page)
     assert_no_exception(page, "tokens view")
+
+
+@pytest.mark.parametrize("family, layer", [("swin", 1), ("sam", 0)])
+def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static_browser, tmp_path, family, layer):
+    """A windowed layer (Swin with its shifted windows wrapping the border; SAM with windows padded
+    past the grid): hovering a cell draws ``attention_map`` of that cell on the layer's grid within
+    one colour step inside the cell's window, and nothing (transparent) outside it; the pinned
+    "mean" query draws the whole grid. The data: ``windowed_view_blob`` of the windowed record."""
+    import base64
+
+    import analysis
+    from analysis.attention_view import windowed_view_args, windowed_view_blob
+    from analysis.plots import colour_range
+    from windowed_models import small_pixels, small_sam, small_swin
+
+    vit = small_swin() if family == "swin" else small_sam()
+    record = analysis.capture_attention(vit, small_pixels()[:1])
+    spec, geometry = record.spec, record.spec.geometry(layer)
+    assert not geometry.is_global
+    grid, scale = geometry.grid_size, "Viridis"
+    blob, meta = windowed_view_blob(record, layer)
+    args = windowed_view_args(data={**meta, "data_b64": base64.b64encode(blob).decode("ascii")},
+                              image_uri=_grey_png_uri(spec.img_size), spec=spec, layer=layer, head="mean",
+                              query_cell=None, colorscale=scale, map_range="zero", opacity=1.0)
+    iframe, frame = open_static_view(static_browser, tmp_path, args)
+
+    def drawn() -> np.ndarray:  # (gh, gw, 4) RGBA
+        data = frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                              f".getImageData(0, 0, {grid[1]}, {grid[0]}).data)")
+        return np.asarray(data, np.uint8).reshape(*grid, 4)
+
+    uniform = 1 / geometry.window_tokens
+    mean = analysis.attention_map(record, layer, head=None, query="mean")[0].numpy()
+    lo, hi, _ = colour_range("zero", mean, uniform=uniform)
+    assert np.all(drawn()[..., 3] == 255)
+    assert_within_one_colour_step(drawn()[..., :3], mean, scale, lo, hi, "mean over cells")
+    gh, gw = grid
+    for cell in (0, gh * gw - 1, (gh // 2) * gw + gw // 2 - 1):  # corners wrap (Swin) or meet the padding (SAM)
+        static_browser.mouse.move(*element_point(static_browser, iframe, frame, "map", *divmod(cell, gw), gh, gw))
+        frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {cell}")
+        exact = analysis.attention_map(record, layer, head=None, query=cell)[0].numpy()  # (gh, gw), 0 outside
+        inside = np.zeros(grid, bool)
+        for r, c in _window_cells_by_hand(grid, geometry.window_size, geometry.shift, divmod(cell, gw)):
+            inside[r, c] = True
+        assert np.all(exact[~inside] == 0)
+        pixels = drawn()
+        assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0), f"cell {cell}: window"
+        lo, hi, _ = colour_range("zero", exact, uniform=uniform)
+        values = np.where(inside, exact, lo)
+        shown = np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(scale, lo, lo, hi))
+        assert_within_one_colour_step(shown, values, scale, lo, hi, f"cell {cell}")
+        assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert static_browser.errors == []
+
+
+def colour_lut_rgb(scale: str, value: float, lo: float, hi: float) -> np.ndarray:
+    """The scale's colour of ``value`` on ``lo..hi`` (``colorize``'s index)."""
+    from analysis.plots import colour_lut
+
+    return colour_lut(scale)[int(np.clip(np.rint((value - lo) / (hi - lo) * 255), 0, 255))]

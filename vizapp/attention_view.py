@@ -19,11 +19,11 @@ import streamlit as st
 import streamlit.components.v1 as components
 from streamlit import runtime
 
-from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args
+from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, windowed_view_args
 from vizapp import limits
 
 __all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "layer_bytes", "panel_layers", "pin_on_click", "query_row",
-           "sent_layers", "served"]
+           "sent_layers", "served", "windowed_attention_view"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -88,4 +88,13 @@ def attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | 
     args = view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query=query,
                      colorscale=colorscale, map_range=map_range, opacity=opacity, max_height=max_height,
                      note=fallback_note(spec, data["layers"]) if note is None else note, **labels)
+    return _component(key=key, default=None, on_change=on_change, **args)
+
+
+def windowed_attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
+                            colorscale: str, map_range: str, opacity: float, key: str, on_change=None):
+    """The view of one windowed layer (Swin, SAM; :func:`analysis.attention_view.windowed_view_args`):
+    the hovered cell's attention inside its window. Returns its last click, else None."""
+    args = windowed_view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query_cell=query_cell,
+                              colorscale=colorscale, map_range=map_range, opacity=opacity)
     return _component(key=key, default=None, on_change=on_change, **args)

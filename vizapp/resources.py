@@ -187,6 +187,15 @@ def rollout_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, head_fusi
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
+def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> tuple[bytes, dict]:
+    """One windowed layer's attention, every window's every query, quantised for the browser view
+    (:func:`analysis.attention_view.windowed_view_blob`, from the one windowed record)."""
+    from analysis.attention_view import windowed_view_blob as blob
+
+    return blob(forward(ref, digest, _image_bytes).record, layer)
+
+
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
 def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> tuple[bytes, dict]:
     """Every token's cosine similarity to the patch tokens of one layer (a ViT), quantised for the
     browser view (:func:`analysis.attention_view.similarity_view_rows`, as one served file)."""
