@@ -1191,3 +1191,51 @@ def colour_lut_rgb(scale: str, value: float, lo: float, hi: float) -> np.ndarray
     from analysis.plots import colour_lut
 
     return colour_lut(scale)[int(np.clip(np.rint((value - lo) / (hi - lo) * 255), 0, 255))]
+
+
+def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts):
+    """With ``VIZAPP_VIEW_MB`` under all layers of a random ViT-S/16 (0.5 MiB a layer, 6 MiB in
+    all, 1 MiB allowed) the page holds only the shown layer: ↓ says it is loading, asks the server,
+    and once the new layer's file arrives draws its map, the colours of the page's own chart of
+    that layer (the server's ``attention_map``) within one colour step."""
+    from analysis.plots import colour_range
+    from playwright.sync_api import expect
+
+    model, tokens = "random:vit_small_patch16_224", 197
+    with streamlit_server(artifacts / "streamlit_view_mb.log", extra_env={"VIZAPP_VIEW_MB": "1"}) as (url, _process):
+        context = chromium.new_context(viewport={"width": 1440, "height": 1100})
+        page = context.new_page()
+        page.set_default_timeout(90_000)
+        try:
+            page.goto(f"{url}/?model={model}")
+            wait_idle(page)
+            frame = attention_view_frame(page)
+            args = frame.evaluate("() => window.attentionView.args")
+            last, grid = args["num_layers"] - 1, tuple(args["grid"])
+            assert args["layers"] == [last] and "Only this layer is in the page" in args["note"]
+            colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+            frame.locator("#stage").focus()
+            frame.locator("#stage").press("ArrowDown")
+            frame.wait_for_function(f"() => window.attentionView.layer === {last - 1}", timeout=5_000)
+            layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+            expect(layer_slider).to_have_value(str(last - 1), timeout=60_000)  # the server heard the step
+            wait_idle(page)
+            frame = attention_view_frame(page)
+            frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.layer === {last - 1}"
+                                    f" && window.attentionView.layers.length === 1 && window.attentionView.layers[0] === {last - 1}",
+                                    timeout=60_000)
+            fetched = frame.evaluate("() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.endsWith('.bin'))")
+            assert len(set(fetched)) == 2, fetched  # the first layer's file, then the new one's
+            chart = page.locator("[data-testid='stPlotlyChart']").first
+            expect(chart.locator(".gtitle")).to_contain_text(f"Layer {last - 1} · mean over heads · query: class token")
+            z = np.asarray(page.evaluate(
+                """() => { const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+                           return Array.from(plot._fullData.find(t => t.type === 'heatmap').z, r => Array.from(r)); }"""),
+                np.float64)
+            assert z.shape == grid
+            lo, hi, _ = colour_range("zero", z, uniform=1 / tokens)
+            assert_within_one_colour_step(canvas_rgb(frame, grid), z, colorscale, lo, hi, f"fetched layer {last - 1}")
+            page.screenshot(path=str(artifacts / "attention_view_fetched_layer.png"))
+            assert_no_exception(page, "a fetched layer")
+        finally:
+            context.close()
