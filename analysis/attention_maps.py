@@ -6,6 +6,7 @@ import torch
 
 from .capture import AttentionRecord
 from .checks import check_index, check_record
+from .errors import AnalysisError
 from .queries import Query, query_rows_for, select_query
 from .windowed import WindowedAttentionRecord, windowed_attention_map
 
@@ -67,7 +68,7 @@ def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, p
     return spec.split_prefix(pool[:, :, probe], -1)[1].float().mean(dim=1).reshape(-1, gh, gw)
 
 
-def attention_rows(record: AttentionRecord, layer: int) -> torch.Tensor:
+def attention_rows(record: AttentionRecord, layer: int, *, keys: str = "patches") -> torch.Tensor:
     """Every query's attention over the patch keys of one layer, per head and their mean:
 
         rows[b, h, q, k] = A[layer, b, h, q, prefix + k]     (h < heads)
@@ -78,17 +79,22 @@ def attention_rows(record: AttentionRecord, layer: int) -> torch.Tensor:
     ``prefix + p`` is :func:`attention_map` of patch query ``p``; row ``i < prefix`` that of
     ``"prefix:<i>"``. Column ``k`` over the patch queries is "who looks at patch k".
     Needs every query row captured (``capture_attention(..., query_tokens=None)``); refuses
-    windowed records (their attention is per window).
+    windowed records (their attention is per window). ``keys="all"``: every key, the prefix
+    tokens first (the full ``T × T`` matrix per head, as a bertviz-style view draws it).
 
     Returns:
-        ``(B, heads + 1, T, N)`` float32.
+        ``(B, heads + 1, T, N)`` float32; ``(B, heads + 1, T, T)`` with ``keys="all"``.
     """
     from .windowed import refuse_windowed
 
     refuse_windowed(record, "attention_rows")
     spec = check_record(record, "attention_rows").spec
+    if keys not in ("patches", "all"):
+        raise AnalysisError(f'attention_rows: keys must be "patches" or "all", got {keys!r}.')
     attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
     rows = record.query_rows(range(spec.num_tokens))
     every = attention[:, :, rows].float()  # (B, heads, T, T)
     with_mean = torch.cat([every, every.mean(dim=1, keepdim=True)], dim=1)  # (B, heads + 1, T, T)
+    if keys == "all":
+        return with_mean
     return spec.split_prefix(with_mean, -1)[1].contiguous()  # (B, heads + 1, T, N)

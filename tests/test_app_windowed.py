@@ -715,3 +715,85 @@ def test_a_torchvision_swin_opens_with_its_windows_outlined():
     assert np.all(shown[~inside] == 0) and shown[inside].sum() > 0.99
     outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
     assert [(int(s["x0"]), int(s["y0"]), int(s["x1"]), int(s["y1"])) for s in outline] == [(56, 84, 84, 112)]
+
+
+# --------------------------------------------------------------------------- the instant view (issue 28)
+
+
+def unpack_windowed_blob(blob: bytes, geometry) -> dict:
+    """``windowed_view_blob``'s bytes as the page reads them."""
+    heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
+    cells_n = geometry.grid_size[0] * geometry.grid_size[1]
+    sizes = [("row_ranges", "<f4", heads * windows * slots * 2), ("mean_ranges", "<f4", heads * 2),
+             ("cells", "<i4", windows * slots), ("rows", np.uint8, heads * windows * slots * slots),
+             ("mean", np.uint8, heads * cells_n)]
+    out, offset = {}, 0
+    for name, dtype, count in sizes:
+        out[name] = np.frombuffer(blob, dtype, count, offset)
+        offset += count * np.dtype(dtype).itemsize
+    assert offset == len(blob)
+    return out
+
+
+@pytest.mark.parametrize("family, layer", [("swin", 1), ("sam", 0)])
+def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, layer):
+    """The view of a windowed layer: its own grid and stride, the query as the layer's cell, and
+    data from the windowed record whose rows, scattered through the window's cells as the page
+    does, are ``attention_map`` of each cell within half a step of each row's range."""
+    import json
+
+    from analysis.attention_view import windowed_view_blob
+
+    at = open_app(family)
+    vit = loaded(family)
+    spec, record = vit.spec, record_of(vit)
+    if "attn_stage" in at.session_state:
+        at.radio(key="attn_stage").set_value(spec.geometry(layer).stage).run()
+    if at.slider(key="layer") is not None and layer != at.session_state["layer"]:
+        at.slider(key="layer").set_value(layer).run()
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(5).run()
+    assert_clean(at)
+    geometry = spec.geometry(layer)
+    (view,) = [c for c in at.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    args = json.loads(view.proto.json_args)
+    query_cell = geometry.cell_of_pixel(*windowed.query_pixel(spec, 5))
+    assert args["windowed"] is True and (args["grid"], args["patch_size"]) == (list(geometry.grid_size), list(geometry.stride))
+    assert (args["layer"], args["query_patch"], args["heads"], args["columns"]) == (layer, query_cell, geometry.num_heads, False)
+    assert args["uniform"] == pytest.approx(1 / geometry.window_tokens)
+    blob, meta = windowed_view_blob(record, layer)
+    assert args["data_id"] == meta["data_id"]  # the page fetches exactly this file
+    data = unpack_windowed_blob(blob, geometry)
+    heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
+    codes, ranges = data["rows"].reshape(heads, windows, slots, slots), data["row_ranges"].reshape(heads, windows, slots, 2)
+    cells = data["cells"].reshape(windows, slots)
+    gh, gw = geometry.grid_size
+    for cell in (0, query_cell, gh * gw - 1):
+        (window,), (slot,) = np.nonzero(cells == cell)
+        for head in (0, None):
+            h = geometry.num_heads if head is None else head
+            lo, hi = ranges[h, window, slot]
+            grid = np.zeros(gh * gw)
+            keys = cells[window] >= 0
+            grid[cells[window][keys]] = (lo + codes[h, window, slot] / 255 * (hi - lo))[keys]
+            exact = analysis.attention_map(record, layer, head=head, query=cell)[0].numpy().ravel()
+            assert np.abs(grid - exact).max() <= (hi - lo) / 510 + 1e-7 and hi <= exact.max() + 1e-7, (cell, head)
+    mean = data["mean"].reshape(heads, gh * gw)
+    lo, hi = data["mean_ranges"].reshape(heads, 2)[1]
+    exact = analysis.attention_map(record, layer, head=1, query="mean")[0].numpy().ravel()
+    assert np.abs(lo + mean[1] / 255 * (hi - lo) - exact).max() <= (hi - lo) / 510 + 1e-7
+
+
+def test_a_sam_global_layer_over_the_view_budget_keeps_the_chart(monkeypatch):
+    import vizapp.limits
+    from analysis.attention_view import windowed_view_bytes
+
+    vit = loaded("sam")
+    spec = vit.spec
+    glob = next(layer for layer in range(spec.num_layers) if spec.geometry(layer).is_global)
+    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", windowed_view_bytes(spec.geometry(glob)) - 1)
+    at = open_app("sam", layer=str(glob))
+    assert at.session_state["layer"] == glob
+    assert not [c for c in at.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    assert any("instant hover view is off for this layer" in c.value for c in at.caption)
+    assert at.get("plotly_chart")

@@ -122,7 +122,9 @@ def unpack(data, spec):
     row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(held, heads + 1, tokens + 1, 2)
     cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(held, heads + 1, patches, patches)
     col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(held, heads + 1, patches, 2)
-    return rows, row_ranges, cols, col_ranges
+    pre = np.frombuffer(base64.b64decode(data["pre"]), np.uint8).reshape(held, heads + 1, -1)
+    pre_ranges = np.frombuffer(base64.b64decode(data["pre_ranges"]), "<f4").reshape(held, heads + 1, 2)
+    return rows, row_ranges, cols, col_ranges, pre, pre_ranges
 
 
 def test_view_data_holds_every_query_and_the_columns_of_every_layer():
@@ -134,7 +136,7 @@ def test_view_data_holds_every_query_and_the_columns_of_every_layer():
     heads, tokens, patches, prefix = spec.num_heads, spec.num_tokens, spec.num_patches, spec.num_prefix_tokens
     data = view_data(record, [1, 0])  # held in this order: slot 0 is layer 1
     assert data["layers"] == [1, 0]
-    rows, row_ranges, cols, col_ranges = unpack(data, spec)
+    rows, row_ranges, cols, col_ranges, _, _ = unpack(data, spec)
     for slot, layer in enumerate(data["layers"]):
         for query in ["prefix:0", "prefix:3", 0, patches - 1, "mean"]:
             for head in (0, None):
@@ -154,17 +156,63 @@ def test_view_data_holds_every_query_and_the_columns_of_every_layer():
         view_data(record, [2])
 
 
-def unpack_blob(blob: bytes, layers, spec):
-    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges (float32), rows, cols (uint8)."""
+def unpack_blob(blob: bytes, layers, spec, matrix: bool = True):
+    """``view_blob``'s bytes as the page reads them: row_ranges, col_ranges, pre_ranges (float32),
+    rows, cols, pre (uint8; ``pre`` empty unless ``matrix``)."""
     held, heads, tokens, patches = len(layers), spec.num_heads, spec.num_tokens, spec.num_patches
-    row_maps, col_maps = held * (heads + 1) * (tokens + 1), held * (heads + 1) * patches
+    maps = held * (heads + 1)
+    row_maps, col_maps, pre_length = maps * (tokens + 1), maps * patches, tokens * spec.num_prefix_tokens if matrix else 0
     row_ranges = np.frombuffer(blob, "<f4", 2 * row_maps, 0).reshape(held, heads + 1, tokens + 1, 2)
     col_ranges = np.frombuffer(blob, "<f4", 2 * col_maps, 8 * row_maps).reshape(held, heads + 1, patches, 2)
-    start = 8 * (row_maps + col_maps)
+    pre_ranges = np.frombuffer(blob, "<f4", 2 * maps, 8 * (row_maps + col_maps)).reshape(held, heads + 1, 2)
+    start = 8 * (row_maps + col_maps + maps)
     rows = np.frombuffer(blob, np.uint8, row_maps * patches, start).reshape(held, heads + 1, tokens + 1, patches)
     cols = np.frombuffer(blob, np.uint8, col_maps * patches, start + row_maps * patches)
-    assert len(blob) == start + (row_maps + col_maps) * patches
-    return rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges
+    pre = np.frombuffer(blob, np.uint8, maps * pre_length, start + (row_maps + col_maps) * patches)
+    assert len(blob) == start + (row_maps + col_maps) * patches + maps * pre_length
+    return (rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges,
+            pre.reshape(held, heads + 1, pre_length), pre_ranges)
+
+
+@pytest.mark.parametrize("family", ["dinov2_registers", "siglip"])
+def test_the_prefix_keys_complete_each_heads_full_matrix(family):
+    """The T×T matrix the page draws: ``attention_rows(keys="all")`` is the captured attention
+    (every key, prefix first; the mean over heads averaged by hand), and the page's rows plus its
+    prefix keys decode to it within half a step of each map's range. SigLIP: no prefix, no
+    prefix keys, the patch rows alone are the matrix."""
+    from analysis.attention_view import prefix_key_rows, view_data
+
+    vit = load_family(family)
+    record = analysis.capture_attention(vit, family_pixels(family, batch=1))
+    spec = record.spec
+    heads, T, P = spec.num_heads, spec.num_tokens, spec.num_prefix_tokens
+    for layer in range(spec.num_layers):
+        full = analysis.attention_rows(record, layer, keys="all")[0].numpy()  # (heads + 1, T, T)
+        captured = record.attentions[layer][0].float().numpy()  # (heads, T, T): every query was captured
+        np.testing.assert_allclose(full[:heads], captured, rtol=1e-6, atol=1e-8)
+        mean = sum(captured[h] for h in range(heads)) / heads
+        np.testing.assert_allclose(full[heads], mean, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(full[..., P:], analysis.attention_rows(record, layer)[0].numpy(), rtol=0, atol=0)
+    data = view_data(record, [1, 0])
+    assert data["matrix"] is True
+    rows, row_ranges, _, _, pre, pre_ranges = unpack(data, spec)
+    assert pre.shape == (2, heads + 1, T * P)
+    np.testing.assert_allclose(prefix_key_rows(record, [1, 0])[:, :, :, :P],
+                               np.stack([analysis.attention_rows(record, layer, keys="all")[0].numpy()[..., :P]
+                                         for layer in (1, 0)]), rtol=0, atol=0)
+    for slot, layer in enumerate(data["layers"]):
+        full = analysis.attention_rows(record, layer, keys="all")[0].numpy()
+        for head in (0, heads):
+            matrix = np.zeros((T, T))
+            for q in range(T):  # the page's decoding, written out
+                for j in range(P):
+                    lo, hi = pre_ranges[slot, head]
+                    matrix[q, j] = lo + pre[slot, head, q * P + j] / 255 * (hi - lo)
+                matrix[q, P:] = decode(rows[slot, head, q], row_ranges[slot, head, q])
+            half_step = max(np.ptp(full[head, :, :P]) if P else 0, np.ptp(full[head, :, P:], axis=1).max()) / 510
+            assert np.abs(matrix - full[head]).max() <= half_step + 1e-7, (layer, head)
+    with pytest.raises(AnalysisError, match='keys must be "patches" or "all"'):
+        analysis.attention_rows(record, 0, keys="prefix")
 
 
 def test_the_served_file_holds_the_same_maps_as_the_inline_data():
@@ -173,8 +221,9 @@ def test_the_served_file_holds_the_same_maps_as_the_inline_data():
     vit = load_family("dinov2_registers")
     record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
     blob, meta = view_blob(record, (1, 0))
-    assert meta["layers"] == [1, 0]
+    assert meta["layers"] == [1, 0] and meta["matrix"] is True
     inline = unpack(view_data(record, [1, 0]), record.spec)
+    assert inline[4].shape[-1] == record.spec.num_tokens * record.spec.num_prefix_tokens
     for got, expected in zip(unpack_blob(blob, meta["layers"], record.spec), inline):
         np.testing.assert_array_equal(got, expected)
     assert view_blob(record, (1,))[1]["data_id"] != meta["data_id"]
@@ -185,7 +234,8 @@ def test_all_layers_are_sent_when_they_fit_else_the_current_one():
 
     spec = load_family("vit").spec
     one = layer_bytes(spec)
-    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2)
+    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2
+                                          + spec.num_tokens * spec.num_prefix_tokens)
     assert layers_to_send(spec, 1, one * spec.num_layers) == tuple(range(spec.num_layers))
     assert layers_to_send(spec, 1, one * spec.num_layers - 1) == (1,)
     assert layers_to_send(spec, 1, one - 1) is None
@@ -235,7 +285,7 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
 
     blob, meta = view_blob(record, args["layers"])
     assert args["data_id"] == meta["data_id"]  # a digest of every byte: the page fetches exactly this file
-    codes, ranges, _, _ = unpack_blob(blob, meta["layers"], spec)
+    codes, ranges, *_ = unpack_blob(blob, meta["layers"], spec)
     lo, hi = ranges[1, 2, args["query_row"]]
     got = lo + codes[1, 2, args["query_row"]] / 255 * (hi - lo)
     exact = analysis.attention_map(record, 1, head=2, query=5)[0].numpy().ravel()
@@ -337,3 +387,116 @@ def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
         record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
         ends, rows = rollout_view_rows(record, head_fusion="max", start_layer=1)
         assert args["data_id"] == view_blob(record, ends, rows)[1]["data_id"]  # the page fetches exactly these maps
+
+
+# --------------------------------------------------------------------------- Compare and Tokens pages
+
+
+def _the_view(app) -> dict:
+    views = [c for c in app.get("component_instance") if c.proto.component_name.endswith("attention_view")]
+    assert len(views) == 1, len(views)
+    return json.loads(views[0].proto.json_args)
+
+
+def _demo_app(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not DEMO_PRESENT:
+        monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    return app
+
+
+def _record_of(app):
+    from vizapp.resources import forward
+
+    current = app.session_state["current"]
+    return forward(*current.args).record
+
+
+def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
+    """The chosen layers as the view's panels (held: every layer, the Attention page's file), the
+    page's head and query; a click reported by the view pins that patch and the head for the page."""
+    from analysis.attention_view import view_blob
+
+    app = _demo_app(monkeypatch)
+    app.switch_page("views/compare.py").run()
+    app.selectbox(key="head").set_value(1).run()
+    assert not app.exception, [e.value for e in app.exception]
+    args = _the_view(app)
+    spec = app.session_state["current"].spec
+    layers = sorted(app.session_state["cmp_layers"])
+    assert args["panels"] == layers and args["report_layer"] is False and args["head"] == 1
+    assert args["layers"] == list(range(spec.num_layers)) and args["data_id"] == view_blob(_record_of(app), args["layers"])[1]["data_id"]
+    assert args["shared_name"] == "0–max of these layers' heads" and args["note"] == ""
+    # the page's query and head reach the panels (a click in the browser sets them: pin_on_click)
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(5).run()
+    app.selectbox(key="head").set_value("mean").run()
+    args = _the_view(app)
+    assert (args["query_patch"], args["head"], args["query_row"]) == (5, spec.num_heads, spec.num_prefix_tokens + 5)
+
+
+def test_a_click_in_a_view_pins_its_patch_and_head_for_the_page(monkeypatch):
+    """``pin_on_click``, the Compare and Tokens pages' ``on_change``: a reported click sets the
+    page's query (and head, when the page has heads); other reports and bad values change nothing."""
+    import vizapp.attention_view as view_module
+
+    spec = load_family("vit").spec
+    state = {}
+    monkeypatch.setattr(view_module.st, "session_state", state)
+    on_change = view_module.pin_on_click("v", spec, heads=spec.num_heads)
+    state["v"] = {"event": "click", "patch": 5, "head": "mean", "layer": 0, "n": 1}
+    on_change()
+    assert (state["query_mode"], state["query_patch"], state["head"]) == ("patch", 5, "mean")
+    for value in ({"event": "layer", "layer": 1}, {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
+                  None):
+        state["v"] = value
+        on_change()
+        assert (state["query_patch"], state["head"]) == (5, "mean"), value
+    state["v"] = {"event": "click", "patch": 2, "head": 1}
+    view_module.pin_on_click("v", spec)()  # no heads on the page: the head stays
+    assert (state["query_patch"], state["head"]) == (2, "mean")
+
+
+def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
+    """The Tokens page's view: one layer of cosine similarities on the fixed −1..1 scale, row by
+    row ``patch_similarity`` of that query (the served file, decoded as the page decodes it)."""
+    from analysis.attention_view import similarity_view_rows, view_blob
+
+    app = _demo_app(monkeypatch)
+    app.switch_page("views/tokens.py").run()
+    app.slider(key="tok_layer").set_value(1).run()
+    app.radio(key="tok_kind").set_value("key").run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(3).run()
+    assert not app.exception, [e.value for e in app.exception]
+    args = _the_view(app)
+    spec = app.session_state["current"].spec
+    assert (args["range_mode"], args["fixed_range"], args["uniform"]) == ("fixed", [-1.0, 1.0], None)
+    assert (args["layers"], args["layer"], args["heads"], args["head_names"]) == ([1], 1, 0, ["keys"])
+    assert args["columns"] is False and args["matrix"] is False and args["query_row"] == spec.num_prefix_tokens + 3
+    from vizapp.resources import layer_tokens
+
+    keys = layer_tokens(*app.session_state["current"].args, "key", 1)  # (1, T, D)
+    blob, meta = view_blob(_record_of(app), [1], similarity_view_rows(keys, spec))
+    assert args["data_id"] == meta["data_id"]  # the page fetches exactly these maps
+    codes, ranges, *_ = unpack_blob(blob, [1], _one_map(spec), matrix=False)
+    for token, query in [(0, "prefix:0"), (spec.num_prefix_tokens + 3, 3), (spec.num_tokens, "mean")]:
+        if token == 0 and spec.num_prefix_tokens == 0:
+            continue
+        exact = analysis.patch_similarity(keys, spec, query).numpy().ravel()
+        got = decode(codes[0, 0, token], ranges[0, 0, token])
+        assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-6, query
+
+
+def _one_map(spec):
+    """``spec`` as the unpacking helpers read a one-map view (no heads besides the map itself)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(num_heads=0, num_tokens=spec.num_tokens, num_patches=spec.num_patches,
+                           num_prefix_tokens=spec.num_prefix_tokens)

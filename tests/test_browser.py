@@ -51,17 +51,23 @@ def server(artifacts):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def chromium():
+    """One Chromium for the module (Playwright's sync API runs one at a time)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 1100})
-        tab = context.new_page()
-        tab.set_default_timeout(60_000)
-        yield tab
-        context.close()
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(server, chromium):
+    context = chromium.new_context(viewport={"width": 1440, "height": 1100})
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    yield tab
+    context.close()
 
 
 def wait_idle(page) -> None:
@@ -712,6 +718,26 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     assert np.all(z[~inside] == 0) and z[inside].sum() > 0.99
     page.screenshot(path=str(artifacts / "swin_window_outline.png"))
 
+    # the instant view (the served windowed file): the pinned cell's window drawn with the chart's
+    # colours (within one step), nothing outside it; hovering another cell draws that cell's window
+    from analysis.plots import colour_range
+
+    frame = attention_view_frame(page)
+    frame.wait_for_function(f"() => window.attentionView.shown.patch === {row * gw + col}")
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    pixels = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                                       f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)
+    assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0)
+    lo, hi, _ = colour_range("zero", z, uniform=1 / 49)
+    assert_within_one_colour_step(np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)), z,
+                                  colorscale, lo, hi, "the view's window")
+    other = (gh // 2) * gw + 3
+    page.mouse.move(*view_patch_position(page, frame, other, (gh, gw)))
+    frame.wait_for_function(f"() => window.attentionView.shown.patch === {other}")
+    alpha = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                                      f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)[..., 3]
+    assert sorted(zip(*np.nonzero(alpha))) == sorted(_window_cells_by_hand((gh, gw), (7, 7), (3, 3), divmod(other, gw)))
+
 
 # --------------------------------------------------------------------------- the instant attention view (issue 28)
 
@@ -741,10 +767,10 @@ def view_patch_position(page, frame, patch: int, grid: tuple[int, int]) -> tuple
             outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh)
 
 
-def canvas_rgb(frame, grid: tuple[int, int]) -> np.ndarray:
-    """``(gh, gw, 3)`` uint8: the view's map canvas, one pixel per patch."""
+def canvas_rgb(frame, grid: tuple[int, int], element_id: str = "map") -> np.ndarray:
+    """``(gh, gw, 3)`` uint8: the view's map canvas (a panel's: ``map-<i>``), one pixel per patch."""
     gh, gw = grid
-    data = frame.evaluate(f"""() => Array.from(document.getElementById('map').getContext('2d')
+    data = frame.evaluate(f"""() => Array.from(document.getElementById('{element_id}').getContext('2d')
                                 .getImageData(0, 0, {gw}, {gh}).data)""")
     return np.asarray(data, dtype=np.uint8).reshape(gh, gw, 4)[..., :3]
 
@@ -762,7 +788,27 @@ def assert_within_one_colour_step(drawn: np.ndarray, values: np.ndarray, colorsc
             f"{what}: patch ({r}, {c}) drawn {drawn[r, c].tolist()}, expected ≈ {lut[i].tolist()} (index {i})")
 
 
-def _demo_record():
+def decoded_matrix(record, layer: int, head: int) -> np.ndarray:
+    """``(T, T)``: one head's full matrix (``head = heads``: the mean) as the page decodes it, each
+    query's row over every key, prefix keys first (``attention_rows(keys="all")``, quantised as sent)."""
+    import analysis
+    from analysis.plots import quantise_maps
+
+    full = analysis.attention_rows(record, layer, keys="all")[0, head].numpy()  # (T, T)
+    P = record.spec.num_prefix_tokens
+    prefix = quantise_maps(full[:, :P].ravel()).decoded().reshape(-1, P) if P else full[:, :0]
+    return np.concatenate([prefix, quantise_maps(full[:, P:]).decoded()], axis=1)
+
+
+def matrix_rgb(frame, tokens: int) -> np.ndarray:
+    """``(T, T, 3)`` uint8: the view's T×T matrix canvas, one pixel per (query, key)."""
+    data = frame.evaluate(f"() => Array.from(document.getElementById('matrix').getContext('2d')"
+                          f".getImageData(0, 0, {tokens}, {tokens}).data)")
+    return np.asarray(data, np.uint8).reshape(tokens, tokens, 4)[..., :3]
+
+
+def _demo_inputs():
+    """``(vit, pixels)``: the bundled demo model and the app's first sample, as the server shows them."""
     import analysis
 
     from streamlit_server import DEMO_PRESENT
@@ -772,7 +818,13 @@ def _demo_record():
     samples = sorted((REPO / "assets" / "samples").iterdir(), key=lambda p: (not p.name.startswith("scene_"), p.name))
     image = analysis.load_image(next(p for p in samples if p.suffix.lower() in (".png", ".jpg", ".jpeg")))
     vit = analysis.load_vit("demo")
-    return analysis.capture_attention(vit, vit.preprocess(image))
+    return vit, vit.preprocess(image)
+
+
+def _demo_record():
+    import analysis
+
+    return analysis.capture_attention(*_demo_inputs())
 
 
 def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, server, artifacts):
@@ -809,6 +861,14 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     decoded = quantise_maps(column).decoded().reshape(grid)
     lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"column of patch {key}")
+    # the T×T matrix, from the served file (its prefix keys after the rows and columns)
+    frame.locator("#matrix-toggle").click()
+    frame.wait_for_function(f"() => window.attentionView.matrixShown && window.attentionView.matrixShown.layer === {layer}")
+    decoded = decoded_matrix(record, layer, spec.num_heads)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(matrix_rgb(frame, spec.num_tokens), decoded, colorscale, lo, hi, "T×T matrix (served)")
+    page.screenshot(path=str(artifacts / "attention_view_matrix.png"))
+    frame.locator("#matrix-toggle").click()
     page.screenshot(path=str(artifacts / "attention_view_hover.png"))
     assert page.evaluate("() => performance.getEntriesByType('resource').length") == reruns  # nothing was fetched
     assert page.get_by_role("radio", name="class token").is_checked()  # hovering changed nothing on the server
@@ -883,3 +943,299 @@ def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server,
         assert f"Rollout layers {start} to {end}" in frame.locator("#title").text_content()
     page.screenshot(path=str(artifacts / "rollout_view_hover.png"))
     assert_no_exception(page, "rollout view")
+
+
+# --------------------------------------------------------------------------- the view's page on its own (no server)
+
+
+def _grey_png_uri(size: tuple[int, int]) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (size[1], size[0]), (128, 128, 128)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+@pytest.fixture
+def static_browser(chromium):
+    """A Chromium page with no network, for the view's own page inlined as the report inlines it."""
+    context = chromium.new_context(offline=True, viewport={"width": 1280, "height": 1400})
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    tab.errors = []
+    tab.on("pageerror", lambda error: tab.errors.append(str(error)))
+    yield tab
+    context.close()
+
+
+def open_static_view(tab, folder: Path, args: dict):
+    """Write ``analysis.attention_view.embed(args)`` to a file, open it; returns ``(iframe locator, frame)``."""
+    from analysis.attention_view import embed
+
+    path = folder / "view.html"
+    path.write_text(f"<!doctype html><html><body>{embed(args)}</body></html>", encoding="utf-8")
+    tab.goto(path.as_uri(), wait_until="load")
+    iframe = tab.locator("iframe.attention-view").first
+    frame = iframe.element_handle().content_frame()
+    frame.wait_for_function("() => window.attentionView && window.attentionView.shown", timeout=30_000)
+    return iframe, frame
+
+
+def element_point(tab, iframe, frame, element_id: str, row: float, col: float, rows: int, cols: int):
+    """Page coordinates of cell ``(row, col)`` of a ``rows × cols`` grid drawn on ``element_id``."""
+    outer = iframe.bounding_box()
+    box = frame.evaluate(f"() => {{ const b = document.getElementById('{element_id}').getBoundingClientRect();"
+                         " return [b.left, b.top, b.width, b.height]; }")
+    return outer["x"] + box[0] + box[2] * (col + 0.5) / cols, outer["y"] + box[1] + box[3] * (row + 0.5) / rows
+
+
+def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_on_the_image(static_browser, tmp_path):
+    """The bertviz-style matrix of a model with registers: every prefix token named on both axes
+    (``spec.token_names``), the matrix's pixels the colours of ``attention_rows(keys="all")`` after
+    the page's quantisation, and hovering a row (a register's, a patch's) or a column draws on the
+    image canvas ``attention_map`` of that query (its column) within one colour step."""
+    import analysis
+    from analysis.attention_view import view_args, view_data
+    from analysis.plots import colour_range, quantise_maps
+    from families import family_pixels, load_family
+
+    record = analysis.capture_attention(load_family("dinov2_registers"), family_pixels("dinov2_registers", batch=1))
+    spec = record.spec
+    T, P, grid, heads, layer = spec.num_tokens, spec.num_prefix_tokens, spec.grid_size, spec.num_heads, spec.num_layers - 1
+    assert P == 5 and spec.token_names[1:] == ("register 1", "register 2", "register 3", "register 4")
+    uniform, scale = 1 / T, "Viridis"
+    args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
+                     layer=layer, head=1, query="cls", colorscale=scale, map_range="zero", opacity=1.0)
+    iframe, frame = open_static_view(static_browser, tmp_path, args)
+    frame.locator("#matrix-toggle").click()
+    frame.wait_for_function("() => window.attentionView.matrixShown && window.attentionView.matrixShown.head === 1")
+    for kind in ("query", "key"):
+        names = frame.eval_on_selector_all(f".axis-label.{kind}[data-token]", "els => els.map(e => [+e.dataset.token, e.textContent])")
+        assert names == [[i, name] for i, name in enumerate(spec.token_names)], kind
+
+    decoded = decoded_matrix(record, layer, 1)
+    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    assert_within_one_colour_step(matrix_rgb(frame, T), decoded, scale, lo, hi, "T×T matrix")
+    assert frame.evaluate("() => window.attentionView.matrixShown.hi") == pytest.approx(hi, rel=1e-5)
+    assert f": 0–{hi:.3g}; uniform" in frame.locator("#matrix-bar-title").text_content()  # the range, stated
+
+    # hovering a row draws that query's map on the image: a register, then a patch
+    for token, query in ((2, "prefix:2"), (P + 5, 5)):
+        static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", token, 3, T, T))
+        frame.wait_for_function(f"() => window.attentionView.shown.row === {token}")
+        exact = analysis.attention_map(record, layer, head=1, query=query)[0].numpy()
+        expected = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        lo, hi, _ = colour_range("zero", expected, uniform=uniform)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), expected, scale, lo, hi, f"row of token {token}")
+        assert frame.evaluate("() => window.attentionView.matrixCell") == {"q": token, "k": 3}
+        assert f"key {spec.token_names[3]} token" in frame.locator("#status").text_content()
+
+    # the column toggle: hovering a patch key's column draws who looks at that patch
+    frame.locator("#mode").click()
+    key = spec.num_patches - 2
+    static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 0, P + key, T, T))
+    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {key}"
+                            " && window.attentionView.shown.mode === 'col'")
+    column = analysis.attention_rows(record, layer)[0, 1, P:, key].numpy()
+    expected = quantise_maps(column).decoded().reshape(grid)
+    lo, hi, _ = colour_range("zero", expected, uniform=uniform)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), expected, scale, lo, hi, f"column of patch {key}")
+    # a prefix key has no column on the image: nothing is drawn, and the status says why
+    static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 7, 1, T, T))
+    frame.wait_for_function("() => window.attentionView.shown === null")
+    assert "prefix key" in frame.locator("#status").text_content()
+    assert static_browser.errors == []
+
+
+def _panel_point(page, frame, panel: int, patch: int, grid: tuple[int, int]) -> tuple[float, float]:
+    iframe = page.locator("iframe[title*='attention_view']").first
+    iframe.scroll_into_view_if_needed()
+    return element_point(page, iframe, frame, "map" if panel == 0 else f"map-{panel}", *divmod(patch, grid[1]), *grid)
+
+
+def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_scale(page, server, artifacts):
+    """Compare layers: the view's panels are the chosen layers; hovering a patch in any panel draws
+    in every panel ``attention_map`` of that query (after quantisation, within one colour step) on
+    one colour scale over the panels; a click makes it the page's query and the chart follows."""
+    import analysis
+    from analysis.plots import colour_range, quantise_maps
+    from playwright.sync_api import expect
+
+    record = _demo_record()
+    spec = record.spec
+    page.goto(server)
+    wait_idle(page)
+    _nav(page, "Compare layers")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    layers, grid = frame.evaluate("() => window.attentionView.args.panels"), spec.grid_size
+    assert len(layers) >= 2 and frame.locator(".panel-label").all_text_contents() == [f"layer {layer}" for layer in layers]
+    gh, gw = grid
+    patch = gh * gw - gw - 3
+    page.mouse.move(*_panel_point(page, frame, 1, patch, grid))
+    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {patch}")
+    decoded = [quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
+               for layer in layers]
+    lo, hi, _ = colour_range("zero", np.concatenate(decoded), uniform=1 / spec.num_tokens)
+    for panel, (layer, values) in enumerate(zip(layers, decoded)):
+        assert_within_one_colour_step(canvas_rgb(frame, grid, "map" if panel == 0 else f"map-{panel}"),
+                                      values.reshape(grid), colorscale, lo, hi, f"layer {layer}")
+    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    page.screenshot(path=str(artifacts / "compare_view_hover.png"))
+    # a click pins the patch; the page's query and the chart follow
+    page.mouse.click(*_panel_point(page, frame, 0, patch, grid))
+    expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(patch), timeout=30_000)
+    row, col = divmod(patch, gw)
+    expect(page.get_by_text(f"query: patch {patch} (row {row}, col {col})").first).to_be_visible(timeout=30_000)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch} && window.attentionView.args.query_patch === {patch}")
+    assert_no_exception(page, "compare view")
+
+
+def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifacts):
+    """Tokens: hovering a patch draws its cosine similarity to every patch (``patch_similarity``
+    after quantisation, on the fixed −1..1 scale, within one colour step); a click makes it the
+    query and the similarity section follows."""
+    import analysis
+    from analysis.plots import quantise_maps
+    from playwright.sync_api import expect
+
+    vit, pixels = _demo_inputs()
+    spec = vit.spec
+    page.goto(server + "/tokens")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+    args = frame.evaluate("() => window.attentionView.args")
+    (layer,), grid = args["layers"], spec.grid_size
+    assert args["head_names"] == ["block outputs"] and args["range_mode"] == "fixed"
+    tokens = analysis.capture_tokens(vit, pixels, kind="token").layer_tokens(layer)  # (1, T, D)
+    gh, gw = grid
+    for patch in (0, gh * gw // 2 + 1):
+        page.mouse.move(*view_patch_position(page, frame, patch, grid))
+        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}")
+        exact = analysis.patch_similarity(tokens, spec, patch).numpy()
+        decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+        assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, -1.0, 1.0, f"similarity of {patch}")
+    assert "cosine similarity (fixed: -1–1)" in frame.locator("#bar-title").text_content()
+    assert not frame.locator("#mode").is_visible()  # no "who looks at" for similarities
+    page.screenshot(path=str(artifacts / "tokens_view_hover.png"))
+    page.mouse.click(*view_patch_position(page, frame, patch, grid))
+    row, col = divmod(patch, gw)
+    expect(page.locator("h3", has_text=f"similarity to the patch {patch} (row {row}, col {col})").first).to_be_visible(
+        timeout=30_000)
+    wait_idle(page)
+    assert_no_exception(page, "tokens view")
+
+
+@pytest.mark.parametrize("family, layer", [("swin", 1), ("sam", 0)])
+def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static_browser, tmp_path, family, layer):
+    """A windowed layer (Swin with its shifted windows wrapping the border; SAM with windows padded
+    past the grid): hovering a cell draws ``attention_map`` of that cell on the layer's grid within
+    one colour step inside the cell's window, and nothing (transparent) outside it; the pinned
+    "mean" query draws the whole grid. The data: ``windowed_view_blob`` of the windowed record."""
+    import base64
+
+    import analysis
+    from analysis.attention_view import windowed_view_args, windowed_view_blob
+    from analysis.plots import colour_range
+    from windowed_models import small_pixels, small_sam, small_swin
+
+    vit = small_swin() if family == "swin" else small_sam()
+    record = analysis.capture_attention(vit, small_pixels()[:1])
+    spec, geometry = record.spec, record.spec.geometry(layer)
+    assert not geometry.is_global
+    grid, scale = geometry.grid_size, "Viridis"
+    blob, meta = windowed_view_blob(record, layer)
+    args = windowed_view_args(data={**meta, "data_b64": base64.b64encode(blob).decode("ascii")},
+                              image_uri=_grey_png_uri(spec.img_size), spec=spec, layer=layer, head="mean",
+                              query_cell=None, colorscale=scale, map_range="zero", opacity=1.0)
+    iframe, frame = open_static_view(static_browser, tmp_path, args)
+
+    def drawn() -> np.ndarray:  # (gh, gw, 4) RGBA
+        data = frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                              f".getImageData(0, 0, {grid[1]}, {grid[0]}).data)")
+        return np.asarray(data, np.uint8).reshape(*grid, 4)
+
+    uniform = 1 / geometry.window_tokens
+    mean = analysis.attention_map(record, layer, head=None, query="mean")[0].numpy()
+    lo, hi, _ = colour_range("zero", mean, uniform=uniform)
+    assert np.all(drawn()[..., 3] == 255)
+    assert_within_one_colour_step(drawn()[..., :3], mean, scale, lo, hi, "mean over cells")
+    gh, gw = grid
+    for cell in (0, gh * gw - 1, (gh // 2) * gw + gw // 2 - 1):  # corners wrap (Swin) or meet the padding (SAM)
+        static_browser.mouse.move(*element_point(static_browser, iframe, frame, "map", *divmod(cell, gw), gh, gw))
+        frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {cell}")
+        exact = analysis.attention_map(record, layer, head=None, query=cell)[0].numpy()  # (gh, gw), 0 outside
+        inside = np.zeros(grid, bool)
+        for r, c in _window_cells_by_hand(grid, geometry.window_size, geometry.shift, divmod(cell, gw)):
+            inside[r, c] = True
+        assert np.all(exact[~inside] == 0)
+        pixels = drawn()
+        assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0), f"cell {cell}: window"
+        lo, hi, _ = colour_range("zero", exact, uniform=uniform)
+        values = np.where(inside, exact, lo)
+        shown = np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(scale, lo, lo, hi))
+        assert_within_one_colour_step(shown, values, scale, lo, hi, f"cell {cell}")
+        assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert static_browser.errors == []
+
+
+def colour_lut_rgb(scale: str, value: float, lo: float, hi: float) -> np.ndarray:
+    """The scale's colour of ``value`` on ``lo..hi`` (``colorize``'s index)."""
+    from analysis.plots import colour_lut
+
+    return colour_lut(scale)[int(np.clip(np.rint((value - lo) / (hi - lo) * 255), 0, 255))]
+
+
+def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts):
+    """With ``VIZAPP_VIEW_MB`` under all layers of a random ViT-S/16 (0.5 MiB a layer, 6 MiB in
+    all, 1 MiB allowed) the page holds only the shown layer: ↓ says it is loading, asks the server,
+    and once the new layer's file arrives draws its map, the colours of the page's own chart of
+    that layer (the server's ``attention_map``) within one colour step."""
+    from analysis.plots import colour_range
+    from playwright.sync_api import expect
+
+    model, tokens = "random:vit_small_patch16_224", 197
+    with streamlit_server(artifacts / "streamlit_view_mb.log", extra_env={"VIZAPP_VIEW_MB": "1"}) as (url, _process):
+        context = chromium.new_context(viewport={"width": 1440, "height": 1100})
+        page = context.new_page()
+        page.set_default_timeout(90_000)
+        try:
+            page.goto(f"{url}/?model={model}")
+            wait_idle(page)
+            frame = attention_view_frame(page)
+            args = frame.evaluate("() => window.attentionView.args")
+            last, grid = args["num_layers"] - 1, tuple(args["grid"])
+            assert args["layers"] == [last] and "Only this layer is in the page" in args["note"]
+            colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
+            frame.locator("#stage").focus()
+            frame.locator("#stage").press("ArrowDown")
+            frame.wait_for_function(f"() => window.attentionView.layer === {last - 1}", timeout=5_000)
+            layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+            expect(layer_slider).to_have_value(str(last - 1), timeout=60_000)  # the server heard the step
+            wait_idle(page)
+            frame = attention_view_frame(page)
+            frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.layer === {last - 1}"
+                                    f" && window.attentionView.layers.length === 1 && window.attentionView.layers[0] === {last - 1}",
+                                    timeout=60_000)
+            fetched = frame.evaluate("() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.endsWith('.bin'))")
+            assert len(set(fetched)) == 2, fetched  # the first layer's file, then the new one's
+            chart = page.locator("[data-testid='stPlotlyChart']").first
+            expect(chart.locator(".gtitle")).to_contain_text(f"Layer {last - 1} · mean over heads · query: class token")
+            z = np.asarray(page.evaluate(
+                """() => { const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+                           return Array.from(plot._fullData.find(t => t.type === 'heatmap').z, r => Array.from(r)); }"""),
+                np.float64)
+            assert z.shape == grid
+            lo, hi, _ = colour_range("zero", z, uniform=1 / tokens)
+            assert_within_one_colour_step(canvas_rgb(frame, grid), z, colorscale, lo, hi, f"fetched layer {last - 1}")
+            page.screenshot(path=str(artifacts / "attention_view_fetched_layer.png"))
+            assert_no_exception(page, "a fetched layer")
+        finally:
+            context.close()

@@ -21,17 +21,17 @@ opens the page, the page sends the view first and its other charts once the view
 
 from __future__ import annotations
 
-import streamlit.components.v1 as components
 import time
 
 import streamlit as st
+import streamlit.components.v1 as components
 from streamlit import runtime
 
-from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args
+from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, windowed_view_args
 from vizapp import limits
 
 __all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "hold_for_first_paint", "layer_bytes", "note_drawn",
-           "query_row", "sent_layers", "served"]
+           "panel_layers", "pin_on_click", "query_row", "sent_layers", "served", "windowed_attention_view"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -74,6 +74,34 @@ def sent_layers(spec, layer: int) -> tuple[int, ...] | None:
     return layers_to_send(spec, layer, limits.MAX_VIEW_BYTES)
 
 
+def panel_layers(spec, layers) -> tuple[int, ...] | None:
+    """The layers the page gets to draw ``layers`` side by side (the Compare page): every layer when
+    they fit ``VIZAPP_VIEW_MB`` (the same file as the Attention page's), else ``layers`` alone when
+    they fit, else ``None`` (no view)."""
+    every = layers_to_send(spec, 0, limits.MAX_VIEW_BYTES)
+    if every is not None and len(every) == spec.num_layers:
+        return every
+    return tuple(int(layer) for layer in layers) if layer_bytes(spec) * len(layers) <= limits.MAX_VIEW_BYTES else None
+
+
+def pin_on_click(key: str, spec, *, heads: int | None = None):
+    """An ``on_change`` for a view whose clicks pin the query: the clicked patch becomes the page's
+    query (``query_mode``, ``query_patch``) and, given ``heads``, the head it showed the page's head."""
+
+    def on_change() -> None:
+        value = st.session_state.get(key)
+        if not isinstance(value, dict) or value.get("event") != "click":
+            return
+        patch, head = value.get("patch"), value.get("head")
+        if isinstance(patch, int) and 0 <= patch < spec.num_patches:
+            st.session_state["query_mode"] = "patch"
+            st.session_state["query_patch"] = patch
+        if heads is not None and (head == "mean" or (isinstance(head, int) and 0 <= head < heads)):
+            st.session_state["head"] = head
+
+    return on_change
+
+
 def fallback_note(spec, layers) -> str:
     """What the view says when it holds fewer than all layers."""
     if len(layers) == spec.num_layers:
@@ -100,4 +128,13 @@ def attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | 
     args = view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query=query,
                      colorscale=colorscale, map_range=map_range, opacity=opacity, max_height=max_height,
                      note=fallback_note(spec, data["layers"]) if note is None else note, **labels)
+    return _component(key=key, default=None, on_change=on_change, **args)
+
+
+def windowed_attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
+                            colorscale: str, map_range: str, opacity: float, key: str, on_change=None):
+    """The view of one windowed layer (Swin, SAM; :func:`analysis.attention_view.windowed_view_args`):
+    the hovered cell's attention inside its window. Returns its last click, else None."""
+    args = windowed_view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query_cell=query_cell,
+                              colorscale=colorscale, map_range=map_range, opacity=opacity)
     return _component(key=key, default=None, on_change=on_change, **args)

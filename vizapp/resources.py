@@ -186,6 +186,25 @@ def rollout_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, head_fusi
     return view_blob(record, ends, rows)
 
 
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
+def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> tuple[bytes, dict]:
+    """One windowed layer's attention, every window's every query, quantised for the browser view
+    (:func:`analysis.attention_view.windowed_view_blob`, from the one windowed record)."""
+    from analysis.attention_view import windowed_view_blob as blob
+
+    return blob(forward(ref, digest, _image_bytes).record, layer)
+
+
+@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
+def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> tuple[bytes, dict]:
+    """Every token's cosine similarity to the patch tokens of one layer (a ViT), quantised for the
+    browser view (:func:`analysis.attention_view.similarity_view_rows`, as one served file)."""
+    from analysis.attention_view import similarity_view_rows, view_blob
+
+    record = forward(ref, digest, _image_bytes).record
+    return view_blob(record, [layer], similarity_view_rows(layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec))
+
+
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
 def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> tuple[bytes, dict]:
     """Every query's attention in ``layers``, quantised for the browser view, as the one file

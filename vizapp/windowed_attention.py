@@ -16,8 +16,10 @@ import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
+from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from vizapp import figures, resources
+from vizapp import figures, limits, resources
+from vizapp.attention_view import served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp import ui
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
@@ -101,6 +103,23 @@ def _overlay_click(chart_key: str, spec, geometry):
     return on_click
 
 
+def _view_click(key: str, spec, geometry, heads: int):
+    """The instant view's click: that cell of this layer's grid becomes the query, its head the head."""
+
+    def on_change() -> None:
+        value = st.session_state.get(key)
+        if not isinstance(value, dict) or value.get("event") != "click":
+            return
+        cell, head = value.get("patch"), value.get("head")
+        if isinstance(cell, int) and 0 <= cell < geometry.grid_size[0] * geometry.grid_size[1]:
+            st.session_state["query_mode"] = "patch"
+            st.session_state["query_patch"] = layer_cell_to_query_patch(spec, geometry, cell)
+        if head == "mean" or (isinstance(head, int) and 0 <= head < heads):
+            st.session_state["head"] = head
+
+    return on_change
+
+
 def _describe(query: str | int, spec, geometry) -> str:
     if isinstance(query, str):
         return "mean over all cells"
@@ -143,6 +162,20 @@ def render(cur) -> None:
     query_cell = None if isinstance(query, str) else geometry.cell_of_pixel(*query_pixel(spec, query))
 
     with left:
+        if windowed_view_bytes(geometry) <= limits.MAX_VIEW_BYTES:
+            windowed_attention_view(
+                data=served(*resources.windowed_view_blob(*cur.args, layer), key="attn_view"),
+                image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query_cell=query_cell,
+                colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
+                on_change=_view_click("attn_view", spec, geometry, heads),
+            )
+            st.caption("Instant view: hover a cell to see its attention inside its window (drawn in the browser; "
+                       "outside the window nothing is drawn: the attention there is 0); ←/→ step the head; click "
+                       "to make the cell the query. The same map as a chart, with hover values and downloads:")
+        else:
+            st.caption(f"The instant hover view is off for this layer: its windows' attention is "
+                       f"{windowed_view_bytes(geometry) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
+                       "the page may hold (VIZAPP_VIEW_MB). Click the chart to pick a query.")
         figure = figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, shown, geometry.stride,
             opacity=opacity, colorscale=cur.colorscale, zmin=lo, zmax=hi,

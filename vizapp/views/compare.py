@@ -8,6 +8,7 @@ import streamlit as st
 from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
+from vizapp.attention_view import attention_view, panel_layers, pin_on_click, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
@@ -177,6 +178,22 @@ st.caption(
     f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "
     + MAP_RANGES[cur.map_range].replace("the map's", "the panels'").replace("the map", "the panels")
 )
+held = None if spec.is_windowed else panel_layers(spec, layers)
+if held is not None:  # the instant view of the first model's panels (a ViT)
+    attention_view(
+        data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),
+        image_uri=resources.background_uri(*cur.args), spec=spec, layer=layers[0], head=head, query=query,
+        colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="cmp_view",
+        on_change=pin_on_click("cmp_view", spec, heads=H), panels=layers, report_layer=False, note="",
+        shared_name="0–max of these layers' heads", max_height=300 if NCOLS >= 3 else 420,
+    )
+    st.caption(
+        f"Instant view of {escape_markdown(name1)}: hover any panel and every layer shows that patch's attention "
+        "(drawn in the browser, one colour scale over these panels, values to one 255th of each map's range); "
+        "←/→ step the head; click to make the patch the query."
+        + (" The second model is in the chart below." if panels2 else "")
+        + " The chart, with hover values and downloads:"
+    )
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
     "cmp_data", "compare_layers", **stacked("attention", layers, panels), layers=layers,

@@ -11,6 +11,7 @@ from analysis import AnalysisError, ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
+from vizapp.attention_view import attention_view, pin_on_click, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
@@ -92,6 +93,17 @@ similarity = patch_similarity(layer_tokens, layout, similarity_query).numpy()  #
 st.subheader(f"Cosine similarity to the {query_text} · {KIND_LABELS[kind]}s, layer {layer}")
 sim_left, sim_right = st.columns(2, gap="medium")
 with sim_left:
+    if not spec.is_windowed:  # the instant view: every token's similarity map, held in the page
+        attention_view(
+            data=served(*resources.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
+            image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=0, query=similarity_query,
+            colorscale=cur.colorscale, map_range=cur.map_range, opacity=0.7, key="tok_view",
+            on_change=pin_on_click("tok_view", spec), heads=0, head_names=[f"{KIND_LABELS[kind]}s"],
+            value_name="cosine similarity", report_layer=False, fixed_range=(-1.0, 1.0), columns=False, note="",
+            max_height=420,
+        )
+        st.caption("Instant view: hover a patch to see its similarity to every patch (drawn in the browser, "
+                   "−1 to 1, values to one 255th of each map's range); click to make it the query. The chart:")
     show_chart(
         figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, similarity, (ph, pw), opacity=0.7,
