@@ -263,6 +263,7 @@ def test_clicked_points_resolve_to_their_index():
 
     assert point_index({"customdata": [17, 0.3]}) == 17
     assert point_index({"customdata": [4.0, 1, 2, 0.1]}) == 4
+    assert point_index({"customdata": {"0": 9, "1": 1}}) == 9  # a numpy customdata row, as Streamlit returns it
     assert point_index({"point_index": 7}) == 7
     assert point_index({"x": 1.0}) is None
 

@@ -225,9 +225,9 @@ def patch_click(chart_key: str, grids: Sequence[tuple[int, int]], to_grid: tuple
         point = selected_point(chart_key)
         if not point:
             return
-        custom = point.get("customdata")
+        custom = point_customdata(point)
         index = point_index(point)
-        panel = int(round(float(custom[1]))) if isinstance(custom, (list, tuple)) and len(custom) > 1 else 0
+        panel = int(round(float(custom[1]))) if custom is not None and len(custom) > 1 else 0
         if index is None or not 0 <= panel < len(grids):
             return
         grid = tuple(grids[panel])
@@ -254,8 +254,8 @@ def point_customdata(point: dict) -> list | None:
 
 def point_index(point: dict) -> int | None:
     """Index of a clicked point of our click-target scatter (customdata[0], else point index)."""
-    custom = point.get("customdata")
-    if isinstance(custom, (list, tuple)) and custom:
+    custom = point_customdata(point)
+    if custom:
         return int(round(float(custom[0])))
     for name in ("point_index", "point_number", "pointIndex", "pointNumber"):
         if point.get(name) is not None:

@@ -12,7 +12,7 @@ from vizapp import circuit_results, figures, inputs, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, circuits_code, show_code
 from vizapp.state import current
-from vizapp.ui import clamp_state, download_npz, refuse_page, selected_point, show_chart
+from vizapp.ui import clamp_state, download_npz, point_customdata, refuse_page, selected_point, show_chart
 
 cur = current()
 spec = cur.spec
@@ -54,8 +54,8 @@ def pick_head(chart_key: str):
 
     def on_click() -> None:
         point = selected_point(chart_key)
-        custom = point.get("customdata") if point else None
-        if isinstance(custom, (list, tuple)) and len(custom) >= 2:
+        custom = point_customdata(point) if point else None  # a list, or Streamlit's {"0": …, "1": …}
+        if custom is not None and len(custom) >= 2:
             st.session_state["circ_layer"], st.session_state["circ_head"] = int(custom[0]), int(custom[1])
 
     return on_click
