@@ -9,7 +9,7 @@ import streamlit as st
 import analysis
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.refs import ImageRef, ModelRef
+from vizapp.refs import ModelRef
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
 from vizapp.state import current, second_model_control
@@ -34,15 +34,7 @@ UNITS = {"px": "input pixels", "patches": "patches", "image": "fraction of image
 c1, c2 = st.columns([2, 3], gap="medium")
 with c1:
     which = st.radio("Image set to average over", list(SETS), format_func=SETS.get, key="dist_set")
-    if which == "mine":
-        files = st.file_uploader(
-            "Images or a .zip of images", type=["jpg", "jpeg", "png", "webp", "bmp", "gif", "zip"],
-            accept_multiple_files=True, key="dist_files",
-        )
-        images, problems = inputs.images_from_uploads(files)
-    else:
-        images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
-        problems = []
+    images, problems = inputs.image_set(which, "dist_files")
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
     # one patch side exists only where every layer has one cell size (not across Swin's patch merging)

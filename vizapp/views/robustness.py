@@ -12,7 +12,6 @@ from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
-from vizapp.refs import ImageRef
 from vizapp.state import DEMO_SWIN, current
 from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
 
@@ -223,13 +222,7 @@ show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level
 
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
-problems: list[str] = []
-if set_choice == "mine":
-    files = st.file_uploader("Images or a .zip of images", type=["jpg", "jpeg", "png", "webp", "bmp", "gif", "zip"],
-                             accept_multiple_files=True, key="rob_files")
-    images, problems = inputs.images_from_uploads(files)
-else:
-    images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
+images, problems = inputs.image_set(set_choice, "rob_files")
 levels = tuple(float(g) for g in shuffle_grids(spec)) if perturbation == "shuffle" else SET_LEVELS[perturbation]
 
 

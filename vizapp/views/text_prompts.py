@@ -22,7 +22,6 @@ from analysis.text import TEXT_METHODS, prompts_from_template
 from vizapp import figures, inputs, resources
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import show_code, text_prompts_code
-from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import (
     PageRefused, clamp_state, download_csv, download_npz, point_customdata, selected_point, show_chart,
@@ -316,13 +315,7 @@ with set_column:
 with count_column:
     st.session_state.setdefault("tp_texts_per_head", 3)
     per_head = int(st.number_input("Texts per head", 1, 10, key="tp_texts_per_head"))
-problems: list[str] = []
-if which == "mine":
-    files = st.file_uploader("Images or a .zip of images", type=["jpg", "jpeg", "png", "webp", "bmp", "gif", "zip"],
-                             accept_multiple_files=True, key="tp_files")
-    images, problems = inputs.images_from_uploads(files)
-else:
-    images = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in inputs.sample_paths()]
+images, problems = inputs.image_set(which, "tp_files")
 digests = tuple(i.digest for i in images)
 stored = resources.stored_head_texts(source, digests, per_head)
 if stored is None and st.button(f"Describe the heads over {len(images)} images", key="tp_describe",
