@@ -56,6 +56,7 @@ from .tokens import (
     feature_pca,
     high_norm_tokens,
     logit_lens,
+    outlier_patches,
     patch_similarity,
     token_norms,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "logit_lens",
     "token_norms",
     "high_norm_tokens",
+    "outlier_patches",
     "attention_mass",
     "explain",
     "EXPLANATION_METHODS",

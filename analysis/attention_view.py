@@ -45,7 +45,7 @@ import torch
 
 from .attention_maps import attention_rows
 from .errors import AnalysisError
-from .plots import UNIFORM_FLOOR, QuantisedMaps, colour_lut, quantise_maps
+from .plots import ROBUST_QUANTILE, UNIFORM_FLOOR, QuantisedMaps, colour_lut, quantise_maps
 from .queries import parse_prefix_query
 
 __all__ = [
@@ -207,7 +207,7 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
               head_names: list[str] | None = None, value_name: str = "attention probability",
               layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads",
               panels: list[int] | None = None, fixed_range: tuple[float, float] | None = None, columns: bool = True,
-              report_drawn: bool = False) -> dict:
+              report_drawn: bool = False, left_out=(), hide_left_out: bool = False) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
     colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
@@ -223,7 +223,9 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
     scale (cosine similarity, −1 to 1); it replaces ``map_range`` and the uniform level. ``columns``:
     whether to offer the "who looks at this patch" toggle (not for maps that are not attention).
     ``report_drawn``: report ``{"event": "drawn"}`` once the first map is on the canvas (the app
-    holds its other charts back until then)."""
+    holds its other charts back until then). ``left_out``: row-major patch indices of the outlier
+    tokens (:func:`analysis.tokens.outlier_patches`), which never set a ``"robust"`` range's top;
+    ``hide_left_out``: draw them blank in the maps of where a patch looks."""
     heads = spec.num_heads if heads is None else int(heads)
     if panels is not None and not set(panels) <= {int(layer) for layer in data["layers"]}:
         raise AnalysisError(f"the view's panels {list(panels)} must be held layers ({data['layers']}).")
@@ -236,6 +238,7 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
         range_mode="fixed" if fixed_range is not None else map_range,
         fixed_range=None if fixed_range is None else [float(fixed_range[0]), float(fixed_range[1])],
         uniform=None if fixed_range is not None else 1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
+        robust_quantile=ROBUST_QUANTILE, left_out=[int(cell) for cell in left_out], hide_left_out=bool(hide_left_out),
         panels=None if panels is None else [int(layer) for layer in panels], columns=bool(columns),
         lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
         report_layer=bool(report_layer), shared_name=shared_name, report_drawn=bool(report_drawn),
@@ -323,6 +326,7 @@ def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: st
         head=heads if head == "mean" else int(head), head_names=None,
         query_row=cells if query_cell is None else int(query_cell), query_patch=query_cell,
         range_mode=map_range, uniform=1 / geometry.window_tokens, uniform_floor=UNIFORM_FLOOR,
+        robust_quantile=ROBUST_QUANTILE,
         lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability", layer_label="Layer",
         report_layer=False, shared_name="0–max of this layer's heads", panels=None, fixed_range=None, columns=False,
         unit="cell", windows=geometry.num_windows, window_tokens=geometry.window_tokens, matrix=False,

@@ -40,16 +40,19 @@ def upsample_map(grid_map, size: tuple[int, int], mode: str = "bilinear") -> np.
     return out[0, 0].numpy()
 
 
-def masked_image(image, mask, mode: str = "bilinear") -> np.ndarray:
-    """Figure 6: ``image · m / max(m)``, ``m`` the ``(gh, gw)`` mask upsampled to the image.
+def masked_image(image, mask, mode: str = "bilinear", *, top: float | None = None) -> np.ndarray:
+    """Figure 6: ``image · min(m / top, 1)``, ``m`` the ``(gh, gw)`` mask upsampled to the image.
 
-    image: ``(H, W, 3)`` uint8 (the pixels the model saw); returns ``(H, W, 3)`` uint8. A mask
-    whose maximum is not positive gives a black image.
+    image: ``(H, W, 3)`` uint8 (the pixels the model saw); returns ``(H, W, 3)`` uint8. ``top``:
+    the mask value shown at full brightness (default ``max(m)``, the paper's rule; a robust top
+    such as :func:`analysis.plots.robust_top` keeps one outlier patch from darkening the rest:
+    pixels above it stay at full brightness). A mask whose top is not positive gives a black
+    image.
     """
     pixels = np.asarray(image)
     if pixels.ndim != 3 or pixels.shape[2] != 3:
         raise AnalysisError(f"masked_image expects an (H, W, 3) image, got shape {pixels.shape}.")
     weights = upsample_map(mask, pixels.shape[:2], mode)  # (H, W)
-    peak = weights.max()
-    weights = weights / peak if peak > 0 else np.zeros_like(weights)
+    peak = weights.max() if top is None else float(top)
+    weights = np.minimum(weights / peak, 1.0) if peak > 0 else np.zeros_like(weights)
     return np.clip(np.rint(pixels.astype(np.float64) * weights[..., None]), 0, 255).astype(np.uint8)

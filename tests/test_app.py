@@ -324,7 +324,13 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
         np.testing.assert_allclose(array(heatmap["z"]), expected, rtol=1e-5, atol=1e-7)
     both = np.concatenate([array(h["z"]).ravel() for h in heatmaps])
     axis = panels["layout"]["coloraxis"]
-    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)  # default: 0 to max
+    from analysis.plots import UNIFORM_FLOOR
+
+    robust_top = max(min(both.max(), np.quantile(both, 0.99)), UNIFORM_FLOOR / spec.num_tokens)  # the demo has no outliers
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(robust_top, rel=1e-5)  # default: 0 to the 99th percentile
+    app.radio(key="map_range").set_value("zero").run()
+    axis = charts(app)[0]["layout"]["coloraxis"]
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(max(both.max(), UNIFORM_FLOOR / spec.num_tokens), rel=1e-5)
     app.radio(key="map_range").set_value("minmax").run()
     axis = charts(app)[0]["layout"]["coloraxis"]
     assert axis["cmin"] == pytest.approx(both.min(), rel=1e-5) and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)
@@ -642,8 +648,9 @@ def test_error_text_is_escaped_and_names_the_app_field(app, tmp_path):
 
 
 def test_map_colour_range_choices_and_label(app, vit, record):
-    """Default 0..max: a near-uniform map stays pale; min..max stretches it; shared uses the
-    maximum over every layer and head for the query. The colour bar states which."""
+    """Default 0..99th percentile (the demo has no outlier tokens), the cells above it outlined
+    and counted; 0..max; min..max stretches it; shared uses the maximum over every layer and
+    head for the query. The colour bar states which."""
     spec = vit.spec
     query = "cls" if spec.has_class_token else "mean"
     layer = app.slider(key="layer").value
@@ -657,8 +664,25 @@ def test_map_colour_range_choices_and_label(app, vit, record):
         (trace,) = traces(charts(app)[0], "heatmap")
         return trace["zmin"], trace["zmax"], trace["colorbar"]["title"]["text"]
 
+    from analysis.plots import UNIFORM_FLOOR
+
+    ordered = np.sort(shown.ravel().astype(np.float64))  # numpy's linear quantile, written out
+    position = 0.99 * (len(ordered) - 1)
+    below = int(np.floor(position))
+    p99 = ordered[below] + (position - below) * (ordered[min(below + 1, len(ordered) - 1)] - ordered[below])
+    expected = max(min(p99, ordered[-1]), UNIFORM_FLOOR / spec.num_tokens)
     lo, hi, title = heatmap()
-    assert lo == 0 and hi == pytest.approx(shown.max(), rel=1e-6) and "0–max" in title
+    assert lo == 0 and hi == pytest.approx(expected, rel=1e-6) and ("0–p99" in title or "× uniform" in title)
+    above = int((shown > hi).sum())
+    outlines = [t for t in charts(app)[0]["data"] if t.get("name", "").endswith("above the colour range")]
+    if above:
+        assert f"{above} cell{'s' if above > 1 else ''} above" in title and len(outlines) == 1
+        assert outlines[0]["x"].count(None) == above  # one closed outline per clipped cell
+    else:
+        assert "above" not in title and not outlines
+    app.radio(key="map_range").set_value("zero").run()
+    lo, hi, title = heatmap()
+    assert lo == 0 and hi == pytest.approx(max(shown.max(), UNIFORM_FLOOR / spec.num_tokens), rel=1e-6)
     app.radio(key="map_range").set_value("minmax").run()
     lo, hi, title = heatmap()
     assert lo == pytest.approx(shown.min(), rel=1e-6) and hi == pytest.approx(shown.max(), rel=1e-6)
@@ -767,6 +791,7 @@ def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
     query = "cls" if spec.has_class_token else "mean"
     layer = app.slider(key="layer").value
     shown = analysis.attention_map(record, layer, head=None, query=query)[0].numpy()
+    app.radio(key="map_range").set_value("zero").run()  # 0 to the map's maximum
     app.radio(key="map_cells").set_value("bilinear").run()
     assert_clean(app)
     overlay = charts(app)[0]

@@ -119,7 +119,7 @@ def test_a_random_models_maps_are_not_saturated_at_the_default(app):
     assert_clean(app)
     vit = app.session_state["current"].vit
     uniform = 1 / vit.spec.num_tokens
-    assert app.radio(key="map_range").value == "zero" and app.radio(key="thumb_scale").value == "layer"
+    assert app.radio(key="map_range").value == "robust" and app.radio(key="thumb_scale").value == "layer"
     specs = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
     (overlay,) = [t for t in specs["attn_overlay"]["data"] if t.get("type") == "heatmap"]
     from tests.test_app import array

@@ -728,7 +728,7 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     pixels = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
                                        f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)
     assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0)
-    lo, hi, _ = colour_range("zero", z, uniform=1 / 49)
+    lo, hi, _ = colour_range("robust", z, uniform=1 / 49)
     assert_within_one_colour_step(np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)), z,
                                   colorscale, lo, hi, "the view's window")
     other = (gh // 2) * gw + 3
@@ -850,7 +850,7 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
         frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.hover === {patch}")
         exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
-        lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+        lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
         assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"row of patch {patch}")
         assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
     frame.locator("#mode").click()
@@ -859,13 +859,13 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     frame.wait_for_function(f"() => window.attentionView.shown.patch === {key} && window.attentionView.shown.mode === 'col'")
     column = analysis.attention_rows(record, layer)[0, spec.num_heads, spec.num_prefix_tokens:, key].numpy()
     decoded = quantise_maps(column).decoded().reshape(grid)
-    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"column of patch {key}")
     # the T×T matrix, from the served file (its prefix keys after the rows and columns)
     frame.locator("#matrix-toggle").click()
     frame.wait_for_function(f"() => window.attentionView.matrixShown && window.attentionView.matrixShown.layer === {layer}")
     decoded = decoded_matrix(record, layer, spec.num_heads)
-    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(matrix_rgb(frame, spec.num_tokens), decoded, colorscale, lo, hi, "T×T matrix (served)")
     page.screenshot(path=str(artifacts / "attention_view_matrix.png"))
     frame.locator("#matrix-toggle").click()
@@ -887,7 +887,7 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     assert frame.evaluate("() => [window.attentionView.hover, window.attentionView.pinnedRow]") == [None, 0]
     exact = analysis.attention_map(record, new_layer, head=0, query="cls")[0].numpy()  # the page's query
     decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
-    lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+    lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"layer {new_layer}, head 0")
     assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
     assert page.evaluate("() => performance.getEntriesByType('resource').length") == fetched  # drawn from the page's data
@@ -938,7 +938,7 @@ def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server,
         exact = analysis.attention_rollout(record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start,
                                            end_layer=end, query=patch)[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
-        lo, hi, _ = colour_range("zero", decoded, uniform=uniform)
+        lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
         assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"rollout to {end}")
         assert f"Rollout layers {start} to {end}" in frame.locator("#title").text_content()
     page.screenshot(path=str(artifacts / "rollout_view_hover.png"))
@@ -990,6 +990,54 @@ def element_point(tab, iframe, frame, element_id: str, row: float, col: float, r
     box = frame.evaluate(f"() => {{ const b = document.getElementById('{element_id}').getBoundingClientRect();"
                          " return [b.left, b.top, b.width, b.height]; }")
     return outer["x"] + box[0] + box[2] * (col + 0.5) / cols, outer["y"] + box[1] + box[3] * (row + 0.5) / rows
+
+
+def test_the_views_robust_range_leaves_outliers_out_and_outlines_the_clipped_cells(static_browser, tmp_path):
+    """The view's "robust" range is ``analysis.plots.colour_range("robust", ...)`` of the decoded map
+    (the 99th percentile without the ``left_out`` outlier tokens): the same top, the same colours
+    within one step, one dotted box over exactly each cell above the top, and the colour bar
+    saying so; ``hide_left_out`` draws the outlier cells blank."""
+    import analysis
+    from analysis.attention_view import view_args, view_data
+    from analysis.plots import colour_range, quantise_maps
+    from conftest import make_vit
+    from planted import PLANTED, plant_artifacts
+
+    vit = plant_artifacts(make_vit("class_token", img_size=160))
+    record = analysis.capture_attention(vit, torch_pixels(vit))
+    spec = record.spec
+    grid, layer, uniform, scale = spec.grid_size, spec.num_layers - 1, 1 / spec.num_tokens, "Viridis"
+    args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
+                     layer=layer, head="mean", query="cls", colorscale=scale, map_range="robust", opacity=1.0,
+                     left_out=PLANTED)
+    iframe, frame = open_static_view(static_browser, tmp_path, args)
+    exact = analysis.attention_map(record, layer, head=None, query="cls")[0].numpy()
+    decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
+    lo, hi, label = colour_range("robust", decoded, uniform=uniform, left_out=PLANTED)
+    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert_within_one_colour_step(canvas_rgb(frame, grid), np.minimum(decoded, hi), scale, lo, hi, "robust range")
+    boxes = frame.evaluate("""() => Array.from(document.querySelectorAll('#clip-boxes .clip-box'), b =>
+                                 [parseFloat(b.style.top), parseFloat(b.style.left)])""")
+    gh, gw = grid
+    clipped = sorted(np.flatnonzero(decoded.ravel() > hi).tolist())
+    assert clipped == sorted(PLANTED)
+    assert sorted(round(top * gh / 100) * gw + round(left * gw / 100) for top, left in boxes) == clipped
+    title = frame.locator("#bar-title").text_content()
+    assert "top without 3 outlier tokens" in title and "3 cells above" in title and label.split(": ", 1)[0] in title
+
+    hidden = dict(args, hide_left_out=True)
+    _, frame = open_static_view(static_browser, tmp_path, hidden)
+    alpha = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
+                                      f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)[..., 3]
+    assert sorted(np.flatnonzero(alpha.ravel() == 0).tolist()) == sorted(PLANTED)
+    assert static_browser.errors == []
+
+
+def torch_pixels(vit, seed: int = 3):
+    import torch
+
+    height, width = vit.spec.img_size
+    return torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(seed))
 
 
 def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_on_the_image(static_browser, tmp_path):
@@ -1080,7 +1128,7 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
     frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {patch}")
     decoded = [quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
                for layer in layers]
-    lo, hi, _ = colour_range("zero", np.concatenate(decoded), uniform=1 / spec.num_tokens)
+    lo, hi, _ = colour_range("robust", np.concatenate(decoded), uniform=1 / spec.num_tokens)
     for panel, (layer, values) in enumerate(zip(layers, decoded)):
         assert_within_one_colour_step(canvas_rgb(frame, grid, "map" if panel == 0 else f"map-{panel}"),
                                       values.reshape(grid), colorscale, lo, hi, f"layer {layer}")
@@ -1233,7 +1281,7 @@ def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts
                            return Array.from(plot._fullData.find(t => t.type === 'heatmap').z, r => Array.from(r)); }"""),
                 np.float64)
             assert z.shape == grid
-            lo, hi, _ = colour_range("zero", z, uniform=1 / tokens)
+            lo, hi, _ = colour_range("robust", z, uniform=1 / tokens)
             assert_within_one_colour_step(canvas_rgb(frame, grid), z, colorscale, lo, hi, f"fetched layer {last - 1}")
             page.screenshot(path=str(artifacts / "attention_view_fetched_layer.png"))
             assert_no_exception(page, "a fetched layer")

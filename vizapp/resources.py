@@ -500,6 +500,20 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
                       prefix_mass=prefix_mass, outlier_mass=outlier_mass, prefix=prefix)
 
 
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[int, ...]:
+    """This image's outlier tokens as maps see them (:func:`analysis.outlier_patches` of
+    :func:`token_norms`: high-norm in any layer), row-major patch indices; ``()`` for a windowed
+    model (each stage has its own grid)."""
+    if get_model(ref).spec.is_windowed:
+        return ()
+    norms = token_norms(ref, digest, _image_bytes)
+    found = analysis.tokens.HighNormTokens(
+        thresholds=torch.from_numpy(norms.thresholds), mask=torch.from_numpy(np.asarray(norms.mask))[:, None],
+        fraction=torch.from_numpy(norms.fraction), first_layer=norms.first_layer)
+    return tuple(analysis.outlier_patches(found))
+
+
 @st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)
 def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """``(L', classes)`` softmax of ``analysis.logit_lens``: one row per layer of

@@ -82,8 +82,9 @@ class Current:
     vit: analysis.LoadedViT
     image: ImageRef
     colorscale: str
-    map_range: str = "zero"  # a key of analysis.plots.MAP_RANGES
+    map_range: str = "robust"  # a key of analysis.plots.MAP_RANGES
     map_cells: str = "nearest"  # a key of MAP_CELLS (an analysis.upsample_map mode)
+    hide_outliers: bool = False  # leave the outlier tokens out of the maps (drawn blank)
 
     @property
     def smooth(self) -> bool:
@@ -105,6 +106,31 @@ class Current:
     def args(self) -> tuple[ModelRef, str, bytes]:
         """``(model, digest, image bytes)``: the arguments of the cached image analyses."""
         return self.model, self.image.digest, self.image.data
+
+    @property
+    def outliers(self) -> tuple[int, ...]:
+        """Row-major patch indices of this image's outlier tokens (``analysis.outlier_patches``,
+        the Tokens page's rule); empty for a windowed model (its grids differ by stage)."""
+        return resources.outlier_patches(*self.args)
+
+    def left_out(self, grid_map) -> tuple[int, ...]:
+        """The cells that never set a robust colour range's top: the outlier tokens, when the map
+        lies on the model's patch grid (a stage grid's cells are not tokens of that grid)."""
+        shape = tuple(getattr(grid_map, "shape", ())[-2:])
+        return self.outliers if not self.spec.is_windowed and shape == tuple(self.spec.grid_size) else ()
+
+    def shown(self, grid_map):
+        """The map as drawn: with the outlier tokens' cells NaN (not drawn, no colour) when the
+        user leaves them out of the maps, else the map itself. Downloads keep the values."""
+        cells = self.left_out(grid_map) if self.hide_outliers else ()
+        if not cells:
+            return grid_map
+        import numpy as np
+
+        drawn = np.array(grid_map, dtype=np.float32, copy=True)
+        flat = drawn.reshape(*drawn.shape[:-2], -1)
+        flat[..., list(cells)] = np.nan
+        return drawn
 
 
 def current() -> Current:
@@ -422,9 +448,17 @@ def render_sidebar() -> Current:
     )
     map_range = st.sidebar.radio(
         "Map colour range", list(MAP_RANGES), format_func=MAP_RANGES.get, key="map_range",
-        help="Attention maps are probabilities. From 0 (default): the top is the map's maximum, but at least "
-        f"{UNIFORM_FLOOR:g}× the uniform level 1/T, so a near-uniform map stays pale; the colour bar states both. "
-        "Min to max stretches every map to full contrast; shared makes layers and heads comparable.",
+        help="Attention maps are probabilities. The default tops out at the 99th percentile of the map's cells, "
+        "computed without the outlier tokens (high-norm tokens, see the Tokens page), so that a few outliers "
+        "cannot wash out the rest: cells above the top get the top colour and a dotted outline, and the colour "
+        f"bar says how many and how high. Every range from 0 reaches at least {UNIFORM_FLOOR:g}× the uniform "
+        "level 1/T, so a near-uniform map stays pale. Min to max stretches every map to full contrast; shared "
+        "makes layers and heads comparable.",
+    )
+    hide_outliers = st.sidebar.checkbox(
+        "Leave outlier tokens out of the maps", key="hide_outliers",
+        help="The high-norm outlier tokens that the Tokens page finds (in any layer) are drawn blank in the "
+        "attention and rollout maps; downloads keep their values.",
     )
     map_cells = st.sidebar.radio(
         "Map cells", list(MAP_CELLS), format_func=MAP_CELLS.get, key="map_cells", horizontal=True,
@@ -433,6 +467,6 @@ def render_sidebar() -> Current:
         "hover and downloads keep the patch values.",
     )
     selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range,
-                        map_cells=map_cells)
+                        map_cells=map_cells, hide_outliers=bool(hide_outliers))
     st.session_state["current"] = selection
     return selection

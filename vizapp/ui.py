@@ -307,3 +307,28 @@ def predictions_panel(cur) -> None:
     else:
         output = "features" if spec.is_windowed else "pooled features"
         st.caption(f"No class predictions: this model has no classification head (its output is {output}).")
+
+
+def outlier_notice(cur, grid_map, what: str = "this map") -> None:
+    """A notice when the image's outlier tokens (``cur.outliers``) dominate ``grid_map``
+    (:func:`analysis.tokens.dominated_by_outliers`): which patches, their share of the map's mass,
+    what the colour range does about them, and a link to the Tokens page that finds them."""
+    from analysis.tokens import dominated_by_outliers, outlier_share
+
+    cells = cur.left_out(grid_map)
+    values = np.nan_to_num(np.asarray(grid_map, dtype=np.float64))
+    if not cells or not dominated_by_outliers(values, cells):
+        return
+    gw = cur.spec.grid_size[1]
+    named = ", ".join(f"{c} (row {c // gw}, col {c % gw})" for c in cells[:6]) + (" …" if len(cells) > 6 else "")
+    token_word = "token dominates" if len(cells) == 1 else "tokens dominate"
+    blanked = ("they are drawn blank" if cur.hide_outliers
+               else "tick **Leave outlier tokens out of the maps** in the sidebar to draw them blank")
+    st.info(
+        f"**{len(cells)} outlier {token_word} {what}**: patch {named} hold "
+        f"{outlier_share(values, cells):.0%} of its mass. They are high-norm tokens (Darcet et al. 2024, "
+        "\"Vision Transformers Need Registers\"), not necessarily where the object is. The default colour range "
+        f"leaves them out of its top; {blanked}.",
+        icon=":material/report:",
+    )
+    st.page_link("views/tokens.py", label="See the outlier tokens on the Tokens page", icon=":material/scatter_plot:")

@@ -113,8 +113,8 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 def run(args, ranks: Ranks) -> int:
     from ..attention_view import embed, layers_to_send, view_args, view_data
     from .. import (
-        attention_map, attention_rollout, capture_attention, load_image, masked_image, patch_embedding_components,
-        position_embedding_similarity,
+        attention_map, attention_rollout, capture_attention, capture_tokens, high_norm_tokens, load_image,
+        masked_image, outlier_patches, patch_embedding_components, position_embedding_similarity, token_norms,
     )
 
     if args.examples < 0:
@@ -156,9 +156,13 @@ def run(args, ranks: Ranks) -> int:
         except VitExplorerError as exc:  # ImageLoadError
             problems.append(f"{name}: {exc}")
             continue
-        record = capture_attention(vit, vit.preprocess(image))
+        pixels = vit.preprocess(image)
+        record = capture_attention(vit, pixels)
+        outliers = [] if spec.is_windowed else outlier_patches(
+            high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
+        lo, hi, range_text = plots.colour_range("robust", last, uniform=1 / spec.num_tokens, left_out=outliers)
         label = Path(name).name
         view_layers = layers_to_send(spec, spec.num_layers - 1, int(args.view_mb * 2**20))
         if view_layers is not None:
@@ -166,18 +170,21 @@ def run(args, ranks: Ranks) -> int:
                 f"Only the last layer is in this file (all {spec.num_layers} layers exceed --view-mb {args.view_mb:g}).")
             attention_parts.append(embed(view_args(
                 data=view_data(record, view_layers), image_uri=background, spec=spec, layer=spec.num_layers - 1,
-                head="mean", query=query, colorscale=args.colorscale, map_range="zero", opacity=0.6,
-                max_height=460, note=note), title=f"instant attention view of {label}"))
+                head="mean", query=query, colorscale=args.colorscale, map_range="robust", opacity=0.6,
+                max_height=460, note=note, left_out=outliers), title=f"instant attention view of {label}"))
         attention_parts.append(page.figure(plots.attention_overlay(
-            background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=0.0,
+            background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=lo, zmax=hi,
             title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
-            colorbar_title="attention probability (0 to max)", height=460,
+            colorbar_title=f"attention probability ({range_text})", height=460,
         )))
         rollout = attention_rollout(record)[0].numpy()
-        shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear")
+        top = plots.robust_top(rollout, left_out=outliers)
+        shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear", top=top)
         rollout_parts.append(
             f"<figure><img alt='rollout of {html.escape(label)}' src='{plots.image_data_uri(shown)}'>"
-            f"<figcaption>{html.escape(label)}: the input × its bilinearly upsampled rollout / max</figcaption></figure>"
+            f"<figcaption>{html.escape(label)}: the input × its bilinearly upsampled rollout / its 99th percentile "
+            f"{'without the outlier tokens ' if outliers else ''}({top:.3g}; brighter cells at full brightness)"
+            "</figcaption></figure>"
         )
     if attention_parts:
         page.section("attention", "".join(attention_parts))

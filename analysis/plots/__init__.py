@@ -39,7 +39,7 @@ from .mosaics import (
 )
 from .overlays import attention_overlay, map_panels
 from .quantise import QuantisedMaps, quantise_maps
-from .ranges import MAP_RANGES, UNIFORM_FLOOR, colour_range, layer_scaled
+from .ranges import MAP_RANGES, ROBUST_QUANTILE, UNIFORM_FLOOR, clipped_cells, colour_range, layer_scaled, robust_top
 from .style import COLORSCALES, HIGHLIGHT, colorize, colour_lut, colour_stops, image_data_uri, patch_centres, styled_layout
 
 __all__ = [
@@ -57,6 +57,9 @@ __all__ = [
     "symmetric_limit",
     "MAP_RANGES",
     "UNIFORM_FLOOR",
+    "ROBUST_QUANTILE",
+    "clipped_cells",
+    "robust_top",
     "colour_range",
     "QuantisedMaps",
     "quantise_maps",

@@ -8,12 +8,40 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .ranges import clipped_cells
 from .style import (
-    _CLICK_MARKER, _colorbar, _figure, _image_axes, _rect, as_background, colorize, colour_stops, image_data_uri,
-    patch_centres,
+    _CLICK_MARKER, _colorbar, _figure, _image_axes, _rect, as_background, colorize, colour_lut, colour_stops,
+    image_data_uri, patch_centres,
 )
 
-__all__ = ["attention_overlay", "map_panels"]
+__all__ = ["attention_overlay", "map_panels", "clipped_outline"]
+
+
+def clipped_outline(attention: np.ndarray, stride: tuple[int, int], zmax: float | None, colorscale: str,
+                    **axes) -> dict | None:
+    """One line trace outlining every cell of the ``(gh, gw)`` map above ``zmax`` (the cells a
+    robust colour range clips to its top colour, :func:`analysis.plots.clipped_cells`), cell
+    ``(r, c)`` spanning ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels; ``None`` when no
+    cell is above. The line is dark on a light top colour and white on a dark one."""
+    if zmax is None:
+        return None
+    gh, gw = np.asarray(attention).shape
+    above = clipped_cells(attention, zmax)
+    if not above.size:
+        return None
+    sh, sw = stride
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for cell in above.tolist():
+        r, c = divmod(cell, gw)
+        x0, y0, x1, y1 = c * sw + 0.5, r * sh + 0.5, (c + 1) * sw + 0.5, (r + 1) * sh + 0.5
+        xs += [x0, x1, x1, x0, x0, None]
+        ys += [y0, y0, y1, y1, y0, None]
+    top = colour_lut(colorscale)[-1].astype(float)
+    light = 0.2126 * top[0] + 0.7152 * top[1] + 0.0722 * top[2] > 140
+    return dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                line=dict(color="rgb(20, 20, 20)" if light else "white", width=1.5, dash="dot"),
+                name=f"{above.size} above the colour range", **axes)
 
 
 def _smooth_layer(upsampled: np.ndarray, colorscale: str, lo: float, hi: float, opacity: float, **axes) -> dict:
@@ -62,6 +90,8 @@ def attention_overlay(
     The last trace is one transparent marker per patch centre (row-major, so point
     index = patch index, also in ``customdata[0]``): clicking selects the patch under
     the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
+    Cells above ``zmax`` (a robust range's clipped cells) are outlined (:func:`clipped_outline`);
+    NaN cells (tokens left out of the map) are not drawn.
     """
     height_px, width_px = image_size
     attention = np.asarray(attention)
@@ -82,9 +112,11 @@ def attention_overlay(
             _smooth_layer(upsampled, colorscale, lo, hi, opacity),
             _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title)),
         ]
+    outline = clipped_outline(attention, (ph, pw), zmax, colorscale)
     traces = [
         dict(type="image", source=as_background(background), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
         *layers,
+        *([outline] if outline else []),
         dict(
             type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
             customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
@@ -174,6 +206,10 @@ def map_panels(
             g_lo, g_hi, _ = ranges[groups[i]]
             traces.append(_smooth_layer(smooth, colorscale, g_lo, g_hi, opacity, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
             traces.append(_colorbar_carrier(g_lo, g_hi, coloraxis=coloraxis, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        outline = clipped_outline(attention, (ph, pw), ranges[groups[i]][1], colorscale,
+                                  xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+        if outline:
+            traces.append(outline)
         gh, gw = attention.shape
         xs, ys = patch_centres((gh, gw), (ph, pw))
         index = np.arange(gh * gw)

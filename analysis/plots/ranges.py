@@ -6,16 +6,28 @@ fill the whole colour scale and look as "hot" as the sharpest head. The default 
 therefore reaches at least :data:`UNIFORM_FLOOR` times the uniform level: a flat map sits in
 the lowest quarter of the scale, and a map that really concentrates its attention still
 spans the whole scale. The colour bar's title states the range and the uniform level.
+
+On real weights a few outlier cells can hold most of a map's mass: the high-norm "artifact"
+tokens of Darcet et al. 2024 ("Vision Transformers Need Registers"), or a single patch that a
+rollout concentrates on. Stretched from 0 to such a maximum, every other cell is black. The
+default range, ``"robust"``, therefore tops out at the :data:`ROBUST_QUANTILE` quantile of the
+map's cells, computed without the detected outlier tokens (``left_out``:
+:func:`analysis.tokens.outlier_patches`, the Tokens page's rule); the cells above the top are
+drawn at the top colour, outlined, and the colour bar says how many there are and how high they
+go (:func:`clipped_cells`). The instant view applies the same rule in the browser
+(``analysis/attention_view_page/index.html``, ``colourRange``), with numpy's linear quantile.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAP_RANGES", "UNIFORM_FLOOR", "colour_range", "layer_scaled"]
+__all__ = ["MAP_RANGES", "ROBUST_QUANTILE", "UNIFORM_FLOOR", "clipped_cells", "colour_range", "layer_scaled",
+           "robust_top"]
 
-#: How a map's values are spread over the colour scale: mode -> what it means.
+#: How a map's values are spread over the colour scale: mode -> what it means (the first is the default).
 MAP_RANGES = {
+    "robust": "0 to the 99th percentile, outlier tokens left out (cells above outlined)",
     "zero": "0 to the map's maximum (at least 4× uniform attention)",
     "minmax": "the map's minimum to maximum",
     "shared": "0 to the maximum over all layers and heads",
@@ -24,16 +36,64 @@ MAP_RANGES = {
 #: The default range's top is at least this many times the uniform level ``1/T``.
 UNIFORM_FLOOR = 4.0
 
+#: The ``"robust"`` range's top: this quantile of the map's cells (outlier tokens left out).
+ROBUST_QUANTILE = 0.99
+
+
+def _kept_values(shown, left_out) -> np.ndarray:
+    """The finite values of ``shown`` (one ``(h, w)`` map or a stack ``(..., h, w)``), flattened,
+    without the cells at the flat indices ``left_out`` of every ``(h, w)`` map."""
+    values = np.asarray(shown, dtype=np.float64)
+    cells = values.shape[-2] * values.shape[-1] if values.ndim >= 2 else values.size
+    values = values.reshape(-1, max(cells, 1))
+    keep = np.isfinite(values)
+    if left_out is not None and len(left_out):
+        index = np.asarray(left_out, dtype=np.int64)
+        keep[:, index[(index >= 0) & (index < cells)]] = False
+    return values[keep]
+
+
+def robust_top(shown, *, left_out=None, quantile: float = ROBUST_QUANTILE) -> float:
+    """The top of the ``"robust"`` range: ``quantile(values, q)`` over the finite cells of
+    ``shown`` that are not in ``left_out`` (flat, row-major cell indices of each ``(h, w)`` map
+    of ``shown``: the outlier tokens),
+    with numpy's default (linear) interpolation: sorted values ``v``, ``p = q·(n − 1)``,
+    ``v[⌊p⌋] + (p − ⌊p⌋)·(v[⌊p⌋+1] − v[⌊p⌋])``. ``0.0`` when no cell is left."""
+    values = _kept_values(shown, left_out)
+    if not values.size:
+        values = _kept_values(shown, None)  # every cell left out: fall back to all of them
+    return float(np.quantile(values, quantile)) if values.size else 0.0
+
+
+def clipped_cells(shown, hi: float) -> np.ndarray:
+    """Flat (row-major) indices of the cells of ``shown`` above the colour scale's top ``hi``:
+    drawn at the top colour, so they are outlined and counted in the colour bar."""
+    values = np.asarray(shown, dtype=np.float64).ravel()
+    return np.flatnonzero(np.isfinite(values) & (values > hi))
+
+
+def _clip_text(shown, hi: float) -> str:
+    above = clipped_cells(shown, hi)
+    if not above.size:
+        return ""
+    top = float(np.nanmax(np.asarray(shown, dtype=np.float64).ravel()[above]))
+    cells = "cell" if above.size == 1 else "cells"
+    return f"; {above.size} {cells} above, up to {top:.3g}, outlined"
+
 
 def _uniform_text(uniform: float | None) -> str:
     return f"; uniform {uniform:.2g}" if uniform else ""
 
 
 def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = None, *,
-                 uniform: float | None = None) -> tuple[float, float, str]:
+                 uniform: float | None = None, left_out=None) -> tuple[float, float, str]:
     """``(lo, hi, label)`` of the colour scale for the map ``shown``.
 
-    ``"zero"`` (default): ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``: a near-uniform map
+    ``"robust"`` (default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
+    never above the map's maximum: a few outlier cells (``left_out``: flat indices of the
+    outlier tokens' cells, which never set the top) cannot wash out the rest; the label says
+    how many cells lie above the top and how high they go (they are drawn outlined).
+    ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``: a near-uniform map
     stays pale instead of filling the scale (``uniform``: the value of uniform attention,
     ``1/T``; ``None`` for maps that are not probabilities, then plain ``[0, max]``).
     ``"minmax"``: ``[min, max]`` of ``shown``, the most contrast. ``"shared"``:
@@ -45,24 +105,38 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
     finite_values = np.asarray(values, dtype=np.float64)[np.isfinite(values)]
     lo = float(finite_shown.min()) if mode == "minmax" and finite_shown.size else 0.0
     hi = float(finite_values.max()) if finite_values.size else lo  # an all-NaN map: an empty scale from lo
-    name = {"zero": "0–max", "minmax": "min–max", "shared": "0–max of all layers, heads"}.get(mode, mode)
-    if mode == "zero" and uniform and hi < UNIFORM_FLOOR * uniform:
+    name = {"zero": "0–max", "minmax": "min–max", "shared": "0–max of all layers, heads",
+            "robust": f"0–p{100 * ROBUST_QUANTILE:g}"}.get(mode, mode)
+    without = ""
+    if mode == "robust":
+        hi = min(hi, robust_top(shown, left_out=left_out))
+        if left_out is not None and len(left_out):
+            without = f"; top without {len(left_out)} outlier token{'s' if len(left_out) != 1 else ''}"
+    if mode in ("zero", "robust") and uniform and hi < UNIFORM_FLOOR * uniform:
         hi = UNIFORM_FLOOR * uniform
         name = f"0–{UNIFORM_FLOOR:g}× uniform"
     if hi <= lo:
         hi = lo + 1e-12
-    return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}{_uniform_text(uniform)}"
+    clipped = _clip_text(shown, hi) if mode != "minmax" else ""
+    return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}{_uniform_text(uniform)}{without}{clipped}"
 
 
-def layer_scaled(maps: np.ndarray, *, uniform: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def layer_scaled(maps: np.ndarray, *, uniform: float | None = None, robust: bool = False,
+                 left_out=None) -> tuple[np.ndarray, np.ndarray]:
     """``(L, n, gh, gw)`` maps (n maps per layer) -> each layer's maps divided by one shared
     top, ``max(max over the layer's maps, UNIFORM_FLOOR·uniform)``, and the ``(L,)`` tops.
 
     Within a layer, heads compare by colour; a layer whose maps are all near-uniform stays
-    pale (at most about ``1/UNIFORM_FLOOR``) instead of saturating.
+    pale (at most about ``1/UNIFORM_FLOOR``) instead of saturating. ``robust``: the top is the
+    :data:`ROBUST_QUANTILE` quantile of all the layer's cells without the ``left_out`` cells
+    (flat indices into one ``(gh, gw)`` map), as :func:`colour_range`'s ``"robust"`` range;
+    values above it come out above 1 (a colour scale to 1 clips them).
     """
     values = np.asarray(maps, dtype=np.float32)
-    tops = np.nanmax(values.reshape(values.shape[0], -1), axis=1)
+    if robust:
+        tops = np.array([robust_top(layer, left_out=left_out) for layer in values], np.float32)
+    else:
+        tops = np.nanmax(values.reshape(values.shape[0], -1), axis=1)
     if uniform:
         tops = np.maximum(tops, np.float32(UNIFORM_FLOOR * uniform))
     tops = np.where(tops > 0, tops, 1.0).astype(np.float32)

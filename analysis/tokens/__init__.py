@@ -2,11 +2,15 @@
 (windowed models: each block's output on its stage grid, :mod:`analysis.tokens.stages`)."""
 
 from .artifacts import (
+    DOMINANT_SHARE,
     MAX_OUTLIER_FRACTION,
     MIN_NORM_RATIO,
     HighNormTokens,
     attention_mass,
+    dominated_by_outliers,
     high_norm_tokens,
+    outlier_patches,
+    outlier_share,
     stage_high_norm_tokens,
     token_norms,
 )
@@ -31,4 +35,8 @@ __all__ = [
     "attention_mass",
     "MAX_OUTLIER_FRACTION",
     "MIN_NORM_RATIO",
+    "DOMINANT_SHARE",
+    "outlier_patches",
+    "outlier_share",
+    "dominated_by_outliers",
 ]

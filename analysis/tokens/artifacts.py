@@ -20,11 +20,14 @@ from ..checks import check_record
 from ..errors import AnalysisError
 from .record import TokenRecord
 
-__all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "HighNormTokens", "token_norms", "high_norm_tokens",
-           "stage_high_norm_tokens", "attention_mass"]
+__all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "DOMINANT_SHARE", "HighNormTokens", "token_norms",
+           "high_norm_tokens", "stage_high_norm_tokens", "attention_mass", "outlier_patches", "outlier_share",
+           "dominated_by_outliers"]
 
 MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper's models)
 MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
+#: A map is "dominated" by the outlier tokens when they hold at least this share of its mass.
+DOMINANT_SHARE = 0.25
 
 
 def token_norms(tokens) -> torch.Tensor:
@@ -130,3 +133,40 @@ def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Te
     if len(keys) and (keys.min() < 0 or keys.max() >= spec.num_tokens):
         raise AnalysisError(f"Key tokens must be in 0..{spec.num_tokens - 1}.")
     return attention[..., keys].sum(-1).mean(-1)
+
+
+def outlier_patches(found: HighNormTokens, image: int = 0) -> list[int]:
+    """The outlier tokens of one image as the maps see them: sorted row-major patch indices that
+    are high-norm outliers in *any* layer (the union of ``found.positions(layer, image)``).
+
+    This is the one rule by which maps, rollout and their colour ranges leave outliers out
+    (:func:`analysis.plots.colour_range`'s ``left_out``). A windowed model's stage grids differ
+    from layer to layer, so it has no single set: refused with an AnalysisError."""
+    if isinstance(found.mask, tuple):
+        raise AnalysisError("outlier_patches needs one patch grid for every layer (a ViT); a windowed model's "
+                            "outliers are per stage grid: read found.mask[layer] layer by layer.")
+    if not 0 <= image < found.mask.shape[1]:
+        raise AnalysisError(f"image {image} is outside the batch of {found.mask.shape[1]}.")
+    return torch.nonzero(found.mask[:, image].any(0)).flatten().tolist()
+
+
+def outlier_share(values, cells: Sequence[int]) -> float:
+    """The share of a non-negative map's mass on the cells ``cells`` (flat row-major indices):
+    ``Σ_{c ∈ cells} m_c / Σ_c m_c`` over finite cells (0 for an empty or all-zero map)."""
+    flat = torch.as_tensor(values, dtype=torch.float64).flatten()
+    flat = torch.where(torch.isfinite(flat), flat, torch.zeros_like(flat))
+    total = float(flat.sum())
+    if not len(cells) or total <= 0:
+        return 0.0
+    index = torch.as_tensor(list(cells), dtype=torch.long)
+    return float(flat[index].sum()) / total
+
+
+def dominated_by_outliers(values, cells: Sequence[int], *, share: float = DOMINANT_SHARE) -> bool:
+    """Whether the outlier tokens ``cells`` dominate a map: they hold at least ``share`` of its
+    mass (:func:`outlier_share`), or its largest cell is one of them."""
+    if not len(cells):
+        return False
+    flat = torch.as_tensor(values, dtype=torch.float64).flatten()
+    flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, -torch.inf))
+    return outlier_share(values, cells) >= share or int(torch.argmax(flat)) in set(int(c) for c in cells)

@@ -17,6 +17,7 @@ from vizapp.ui import (
     download_npz,
     head_control,
     head_label,
+    outlier_notice,
     patch_click,
     point_index,
     predictions_panel,
@@ -73,7 +74,8 @@ else:  # a ViT: one grid for every layer
     column = H if head == "mean" else int(head)
     shown = maps[layer, column]
     query_text = describe_query(query, spec)
-    lo, hi, range_text = colour_range(cur.map_range, shown, maps, uniform=uniform)
+    outliers = cur.outliers  # the Tokens page's high-norm outlier tokens (any layer)
+    lo, hi, range_text = colour_range(cur.map_range, cur.shown(shown), maps, uniform=uniform, left_out=outliers)
 
     def on_view_change() -> None:
         """The instant view reports a layer step (the page and URL follow) or a click, which pins
@@ -102,6 +104,7 @@ else:  # a ViT: one grid for every layer
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
                 on_change=on_view_change, report_drawn=held, note="" if held else None,
+                left_out=outliers, hide_left_out=cur.hide_outliers,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
@@ -114,10 +117,11 @@ else:  # a ViT: one grid for every layer
                 f"{layer_bytes(spec) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page "
                 "may hold (VIZAPP_VIEW_MB). Click the chart to pick a query."
             )
+        outlier_notice(cur, shown, "this map")
         figure = figures.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
-            shown,
+            cur.shown(shown),
             spec.patch_size,
             opacity=opacity,
             colorscale=cur.colorscale,
@@ -126,7 +130,7 @@ else:  # a ViT: one grid for every layer
             colorbar_title=f"attention probability ({range_text})",
             title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
             query_patch=query if isinstance(query, int) else None,
-            upsampled=cur.upsampled(shown),
+            upsampled=cur.upsampled(cur.shown(shown)),
         )
         if held:
             st.caption("The chart follows as soon as the view above has drawn.")
@@ -169,19 +173,24 @@ else:  # a ViT: one grid for every layer
         download_npz("pool_data", "attention_pooling_head", attention=pooling[:pool_heads], mean_over_heads=pooling[-1])
 
     st.subheader(f"All layers × heads · query: {query_text}")
+    robust = cur.map_range == "robust"
     THUMBNAIL_SCALES = {
-        "layer": f"one scale per layer (its maximum, at least {UNIFORM_FLOOR:g}× uniform)",
+        "layer": (f"one scale per layer (its 99th percentile without outlier tokens, at least {UNIFORM_FLOOR:g}× "
+                  "uniform; higher cells at the top colour)" if robust
+                  else f"one scale per layer (its maximum, at least {UNIFORM_FLOOR:g}× uniform)"),
         "each": "each map to its own maximum",
         "shared": "one shared scale",
     }
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
     scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
                      format_func=THUMBNAIL_SCALES.get)
-    tiles = maps.reshape(L * (H + 1), *spec.grid_size)
+    drawn_maps = cur.shown(maps)
+    tiles = drawn_maps.reshape(L * (H + 1), *spec.grid_size)
     if scale == "layer":  # heads compare within a layer; a near-uniform layer stays pale
-        tiles = layer_scaled(maps, uniform=uniform)[0].reshape(L * (H + 1), *spec.grid_size)
+        tiles = layer_scaled(drawn_maps, uniform=uniform, robust=robust, left_out=outliers)[0].reshape(
+            L * (H + 1), *spec.grid_size)
     thumbnail_titles = {
-        "layer": f"attention / its layer's top (uniform 1/T = {uniform:.2g})",
+        "layer": f"attention / its layer's top (uniform 1/T = {uniform:.2g}{'; clipped at 1' if robust else ''})",
         "each": "attention / map max",
         "shared": "attention weight (probability)",
     }

@@ -163,13 +163,15 @@ if separate:
 else:
     everything = np.concatenate([maps.ravel(), *([maps2.ravel()] if panels2 else [])])
     uniform = max([uniform1] + ([uniform2] if panels2 else []))  # the larger level: neither saturates
-    lo, hi, range_text = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels + panels2]), everything,
-                                      uniform=uniform)
+    one_grid = not panels2 and len({p.shape for p in panels}) == 1  # one model's panels on one grid:
+    shown_panels = np.stack(panels) if one_grid else np.concatenate([p.ravel() for p in panels + panels2])
+    lo, hi, range_text = colour_range(cur.map_range, shown_panels, everything, uniform=uniform,
+                                      left_out=cur.left_out(panels[0]) if one_grid else ())  # ... its outliers known
     group_ranges = [(lo, hi, f"attention probability ({range_text})")]
     groups = [0] * len(groups)
     scale_text = "one colour scale over all panels"
 figure = figures.map_panels(
-    backgrounds, sizes, panels + panels2, patches, titles, ncols=NCOLS, opacity=opacity, colorscale=cur.colorscale,
+    backgrounds, sizes, [cur.shown(p) for p in panels] + panels2, patches, titles, ncols=NCOLS, opacity=opacity, colorscale=cur.colorscale,
     query_patches=queries, slots=slots, color_groups=groups, group_ranges=group_ranges,
     panel_height=300 if NCOLS >= 3 else 420,
     upsampled=[cur.upsampled(p, size) for p, size in zip(panels + panels2, sizes, strict=True)] if cur.smooth else None,
@@ -186,6 +188,7 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
         colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="cmp_view",
         on_change=pin_on_click("cmp_view", spec, heads=H), panels=layers, report_layer=False, note="",
         shared_name="0–max of these layers' heads", max_height=300 if NCOLS >= 3 else 420,
+        left_out=cur.outliers, hide_left_out=cur.hide_outliers,
     )
     st.caption(
         f"Instant view of {escape_markdown(name1)}: hover any panel and every layer shows that patch's attention "

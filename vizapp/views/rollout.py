@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
@@ -10,7 +11,7 @@ from analysis.windowed_rollout import MERGE_WARNING
 
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, layer_bytes, served
-from analysis.plots import colour_range
+from analysis.plots import colour_range, robust_top
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -18,6 +19,7 @@ from vizapp.ui import (
     describe_query,
     download_npz,
     download_png,
+    outlier_notice,
     patch_click,
     query_controls,
     refuse_page,
@@ -88,7 +90,8 @@ grid = tuple(final.shape)  # the result's own grid (a windowed model's may be a 
 stride = stride_of_map(spec.img_size, grid)
 query_text = describe_query(query, spec)
 uniform = 1 / final.size if spec.is_windowed else 1 / spec.num_tokens
-lo, hi, range_text = colour_range(cur.map_range, final, strip, uniform=uniform)
+robust = cur.map_range == "robust"
+lo, hi, range_text = colour_range(cur.map_range, cur.shown(final), strip, uniform=uniform, left_out=cur.left_out(final))
 
 
 
@@ -111,20 +114,21 @@ with left:
             colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="rollout_view",
             on_change=on_view_click, note="", heads=0, head_names=[f"{fusion} fusion, discard {discard:.2f}"],
             value_name="rollout weight", layer_label=f"Rollout layers {start} to", report_layer=False,
-            shared_name="0–max of this map",
+            shared_name="0–max of this map", left_out=cur.outliers, hide_left_out=cur.hide_outliers,
         )
         st.caption(
             "Instant view: hover a patch to see its rollout (drawn in the browser, one cell per patch, values to "
             "one 255th of each map's range); ↑/↓ step the last layer rolled out; click to make the patch the query. "
             "The same map as a chart, with hover values and downloads:"
         )
+    outlier_notice(cur, final, "this rollout")
     figure = figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, final, stride, opacity=opacity,
+        resources.background_uri(*cur.args), spec.img_size, cur.shown(final), stride, opacity=opacity,
         colorscale=cur.colorscale, colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
         zmin=lo, zmax=hi,
         title=f"Rollout layers {start}–{end} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
-        upsampled=cur.upsampled(final),
+        upsampled=cur.upsampled(cur.shown(final)),
     )
     show_chart(figure, "rollout_overlay", filename="rollout",
                on_select=patch_click("rollout_overlay", [grid], spec.grid_size))
@@ -139,11 +143,16 @@ with left:
 
 with right:
     st.subheader("Figure 6 view")
-    figure6 = masked_image(resources.forward(*cur.args).input_image, final, "bilinear")  # (H, W, 3) uint8
+    drawn = np.nan_to_num(cur.shown(final))  # outlier tokens left out: 0 (black)
+    figure6 = masked_image(resources.forward(*cur.args).input_image, drawn, "bilinear",
+                           top=hi if robust else None)  # (H, W, 3) uint8
     st.image(
         figure6, width="stretch", output_format="PNG",
         caption="The input multiplied by the rollout, upsampled bilinearly to the pixels and divided by "
-        "its maximum (black: no attention), as in the ViT paper's Figure 6.",
+        + (f"the map colour range's top, {hi:.3g} (its 99th percentile without outlier tokens; brighter cells "
+           "at full brightness)" if robust else "its maximum")
+        + " (black: no attention), as in the ViT paper's Figure 6"
+        + (" (which divides by the maximum: choose the colour range 0–max for its rule)" if robust else "") + ".",
     )
     download_png("rollout_figure6_png", "rollout_figure6", figure6)
 
@@ -152,14 +161,23 @@ if len(strip) == 1:  # start layer = last layer: the strip would repeat the map 
     st.caption(f"One layer only (start layer {start} is the last): the map above is the whole strip.")
 else:
     st.session_state.setdefault("rollout_norm", True)
-    normalise = st.toggle("Scale each map to its own maximum", key="rollout_norm")
+    top_name = "99th percentile" if robust else "maximum"
+    normalise = st.toggle(f"Scale each map to its own {top_name}", key="rollout_norm")
+    drawn_strip = cur.shown(strip)
+    if normalise and robust:  # each map by its own robust top: one outlier patch cannot blacken a map
+        cells = cur.left_out(final)
+        tops = np.array([robust_top(m, left_out=cells) for m in drawn_strip], np.float32)
+        drawn_strip = drawn_strip / np.where(tops > 0, tops, 1.0)[:, None, None]
     strip_fig = figures.mosaic(
-        strip,
+        drawn_strip,
         min(len(strip), 12),
         tile_names=[f"layers {start}–{last}" for last in end_layers],
         colorscale=cur.colorscale,
-        normalize_each=normalise,
-        colorbar_title="rollout / map max" if normalise else "rollout weight",
+        normalize_each=normalise and not robust,
+        zmin=0.0 if normalise and robust else None,
+        zmax=1.0 if normalise and robust else None,
+        colorbar_title=("rollout / its 99th percentile (clipped at 1)" if robust else "rollout / map max")
+        if normalise else "rollout weight",
         col_labels=[str(last) for last in end_layers][: min(len(strip), 12)] if len(strip) <= 12 else None,
         x_title="after layer" if len(strip) <= 12 else None,
         highlight=len(strip) - 1,
