@@ -854,9 +854,16 @@ def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record,
     (image, kwargs), = shown
     rollout = analysis.attention_rollout(record)[0].numpy()
     model_input = np.asarray(vit.model_input_image(analysis.load_image(first_sample())), dtype=np.uint8)
-    np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear"))
+    from analysis.plots import colour_range
+
+    top = colour_range("robust", rollout, uniform=1 / vit.spec.num_tokens)[1]  # the default range's top
+    np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear", top=top))
     assert kwargs.get("output_format") == "PNG"
-    assert "Figure 6" in kwargs.get("caption", "")
+    assert "Figure 6" in kwargs.get("caption", "") and f"{top:.3g}" in kwargs["caption"]
+    shown.clear()
+    app.radio(key="map_range").set_value("zero").run()  # the paper's rule: divided by the maximum
+    (image, kwargs), = shown
+    np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear"))
 
 
 def test_a_patch_query_keeps_its_image_position_when_the_grid_changes(app):

@@ -134,7 +134,7 @@ def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
     for name, page, args in views:
         assert page == PAGE.read_text(encoding="utf-8")
         assert args["layers"] == list(range(spec.num_layers)) and args["layer"] == spec.num_layers - 1
-        assert (args["head"], args["query_row"], args["range_mode"]) == (heads, 0, "zero")  # mean, class token
+        assert (args["head"], args["query_row"], args["range_mode"]) == (heads, 0, "robust")  # mean, class token
         assert args["image"].startswith("data:image/png;base64,")
         record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
         codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(spec.num_layers, heads + 1, queries, patches)
@@ -198,5 +198,5 @@ def test_hovering_a_patch_in_the_saved_report_draws_its_map(reports):
     for layer, drawn in checks:
         exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
-        lo, hi, _ = colour_range("zero", decoded, uniform=1 / spec.num_tokens)
+        lo, hi, _ = colour_range("robust", decoded, uniform=1 / spec.num_tokens)  # the demo has no outlier tokens
         assert_within_one_colour_step(drawn, decoded, "Viridis", lo, hi, f"report, layer {layer}, patch {patch}")
