@@ -121,6 +121,12 @@ with left:
             "one 255th of each map's range); ↑/↓ step the last layer rolled out; click to make the patch the query. "
             "The same map as a chart, with hover values and downloads:"
         )
+    elif not spec.is_windowed:
+        st.caption(
+            f"The instant hover view is off for this model: every query's rollout after each of these layers is "
+            f"{view_bytes / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page may hold "
+            "(VIZAPP_VIEW_MB). Click the chart to pick a query."
+        )
     outlier_notice(cur, final, "this rollout")
     figure = figures.attention_overlay(
         resources.background_uri(*cur.args), spec.img_size, cur.shown(final), stride, opacity=opacity,
