@@ -30,6 +30,7 @@ from vizapp.windowed import (
     stage_label,
     stage_layers,
     uniform_level,
+    window_members,
     window_rectangles,
     window_shapes,
 )
@@ -157,9 +158,13 @@ def render(cur) -> None:
     shown = maps[layer][column]
     uniform = uniform_level(geometry)
     everything = np.concatenate([m.ravel() for m in maps])
-    lo, hi, range_text = colour_range(cur.map_range, shown, everything, uniform=uniform)
     query_text = _describe(query, spec, geometry)
     query_cell = None if isinstance(query, str) else geometry.cell_of_pixel(*query_pixel(spec, query))
+    inside = None  # the query's window: the only cells drawn, and the only ones a robust range counts
+    if query_cell is not None:
+        inside = np.zeros(geometry.grid_size, bool)
+        inside.flat[window_members(geometry, query_cell)] = True
+    lo, hi, range_text = colour_range(cur.map_range, shown, everything, uniform=uniform, inside=inside)
 
     with left:
         if windowed_view_bytes(geometry) <= limits.MAX_VIEW_BYTES:

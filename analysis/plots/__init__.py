@@ -10,11 +10,16 @@ pixels, patches, percent) wherever it is shown. No streamlit, no torch needed::
     >>> vit = load_vit("demo")
     >>> image = load_image("assets/samples/scene_1_star.png")
     >>> record = capture_attention(vit, vit.preprocess(image))
+    >>> shown = attention_map(record, 3, query="cls")[0].numpy()
+    >>> lo, hi, label = plots.colour_range("robust", shown, uniform=1 / vit.spec.num_tokens)
     >>> figure = plots.attention_overlay(
-    ...     np.asarray(vit.model_input_image(image)), vit.spec.img_size,
-    ...     attention_map(record, 3, query="cls")[0].numpy(), vit.spec.patch_size,
-    ...     zmin=0.0, colorbar_title="attention probability (0 to max)")
+    ...     np.asarray(vit.model_input_image(image)), vit.spec.img_size, shown, vit.spec.patch_size,
+    ...     zmin=lo, zmax=hi, colorbar_title=f"attention probability ({label})")
     >>> figure.show()  # doctest: +SKIP
+
+The app's default colour range, ``"robust"`` (:func:`colour_range`), tops out at the map's 99th
+percentile without the image's outlier tokens (``left_out=analysis.outlier_patches(...)``);
+:func:`attention_overlay` and :func:`map_panels` outline every cell above ``zmax``.
 """
 
 from .charts import (

@@ -40,28 +40,33 @@ UNIFORM_FLOOR = 4.0
 ROBUST_QUANTILE = 0.99
 
 
-def _kept_values(shown, left_out) -> np.ndarray:
+def _kept_values(shown, left_out, inside=None) -> np.ndarray:
     """The finite values of ``shown`` (one ``(h, w)`` map or a stack ``(..., h, w)``), flattened,
-    without the cells at the flat indices ``left_out`` of every ``(h, w)`` map."""
+    without the cells at the flat indices ``left_out`` of every ``(h, w)`` map and, when given,
+    the cells outside ``inside`` (a boolean ``(h, w)`` map of the drawn cells)."""
     values = np.asarray(shown, dtype=np.float64)
     cells = values.shape[-2] * values.shape[-1] if values.ndim >= 2 else values.size
     values = values.reshape(-1, max(cells, 1))
     keep = np.isfinite(values)
+    if inside is not None:
+        keep &= np.asarray(inside, dtype=bool).reshape(1, -1)
     if left_out is not None and len(left_out):
         index = np.asarray(left_out, dtype=np.int64)
         keep[:, index[(index >= 0) & (index < cells)]] = False
     return values[keep]
 
 
-def robust_top(shown, *, left_out=None, quantile: float = ROBUST_QUANTILE) -> float:
+def robust_top(shown, *, left_out=None, inside=None, quantile: float = ROBUST_QUANTILE) -> float:
     """The top of the ``"robust"`` range: ``quantile(values, q)`` over the finite cells of
     ``shown`` that are not in ``left_out`` (flat, row-major cell indices of each ``(h, w)`` map
     of ``shown``: the outlier tokens),
     with numpy's default (linear) interpolation: sorted values ``v``, ``p = q·(n − 1)``,
-    ``v[⌊p⌋] + (p − ⌊p⌋)·(v[⌊p⌋+1] − v[⌊p⌋])``. ``0.0`` when no cell is left."""
-    values = _kept_values(shown, left_out)
+    ``v[⌊p⌋] + (p − ⌊p⌋)·(v[⌊p⌋+1] − v[⌊p⌋])``. ``inside``: a boolean ``(h, w)`` map of the
+    cells that are drawn (a windowed model's query window); the others do not count. ``0.0``
+    when no cell is left."""
+    values = _kept_values(shown, left_out, inside)
     if not values.size:
-        values = _kept_values(shown, None)  # every cell left out: fall back to all of them
+        values = _kept_values(shown, None, inside)  # every cell left out: fall back to all of them
     return float(np.quantile(values, quantile)) if values.size else 0.0
 
 
@@ -73,7 +78,7 @@ def clipped_cells(shown, hi: float) -> np.ndarray:
 
 
 def _clip_text(shown, hi: float) -> str:
-    above = clipped_cells(shown, hi)
+    above = clipped_cells(shown, hi)  # cells outside a window are 0: never above a positive top
     if not above.size:
         return ""
     top = float(np.nanmax(np.asarray(shown, dtype=np.float64).ravel()[above]))
@@ -86,13 +91,14 @@ def _uniform_text(uniform: float | None) -> str:
 
 
 def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = None, *,
-                 uniform: float | None = None, left_out=None) -> tuple[float, float, str]:
+                 uniform: float | None = None, left_out=None, inside=None) -> tuple[float, float, str]:
     """``(lo, hi, label)`` of the colour scale for the map ``shown``.
 
     ``"robust"`` (default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
     never above the map's maximum: a few outlier cells (``left_out``: flat indices of the
     outlier tokens' cells, which never set the top) cannot wash out the rest; the label says
-    how many cells lie above the top and how high they go (they are drawn outlined).
+    how many cells lie above the top and how high they go (they are drawn outlined). ``inside``:
+    the drawn cells (a windowed query's window), the only ones the quantile counts.
     ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``: a near-uniform map
     stays pale instead of filling the scale (``uniform``: the value of uniform attention,
     ``1/T``; ``None`` for maps that are not probabilities, then plain ``[0, max]``).
@@ -109,7 +115,7 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
             "robust": f"0–p{100 * ROBUST_QUANTILE:g}"}.get(mode, mode)
     without = ""
     if mode == "robust":
-        hi = min(hi, robust_top(shown, left_out=left_out))
+        hi = min(hi, robust_top(shown, left_out=left_out, inside=inside))
         if left_out is not None and len(left_out):
             without = f"; top without {len(left_out)} outlier token{'s' if len(left_out) != 1 else ''}"
     if mode in ("zero", "robust") and uniform and hi < UNIFORM_FLOOR * uniform:

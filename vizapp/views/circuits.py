@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analysis.plots import colour_range
+
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.errors import AnalysisError
 from analysis.windowed import refuse_windowed
@@ -152,10 +154,13 @@ query = "cls" if spec.has_class_token else "mean"
 left, right = st.columns(2, gap="medium")
 with left:
     grid = resources.attention_grid(*cur.args, query)[layer, head]
+    lo, hi, range_text = colour_range(cur.map_range, cur.shown(grid), uniform=1 / spec.num_tokens,
+                                      left_out=cur.left_out(grid))
     show_chart(figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, grid, spec.patch_size, colorscale=cur.colorscale,
-        zmin=0.0, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
-        colorbar_title="attention probability (0 to max)"), "circ_head_attention", filename=f"head_L{layer}_H{head}_attention")
+        resources.background_uri(*cur.args), spec.img_size, cur.shown(grid), spec.patch_size, colorscale=cur.colorscale,
+        zmin=lo, zmax=hi, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
+        colorbar_title=f"attention probability ({range_text})"), "circ_head_attention",
+        filename=f"head_L{layer}_H{head}_attention")
 with right:
     on_patches = spec.split_prefix(dla["heads"][layer, head], 0)[1] if dla is not None else None
     if dla is not None and not np.any(on_patches):  # a class-token readout: only the class token is read
