@@ -39,6 +39,12 @@ if not kinds:
 kind = kinds[0]
 if len(kinds) > 1:
     kind = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
+try:
+    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
+except ValueError as exc:  # AnalysisError: e.g. a table that is all zero before training
+    st.info(error_text(exc))
+    st.stop()
+gh, gw = similarity.shape[:2]
 if kind == "rope":
     st.caption(
         "This model has no learned position table: it rotates queries and keys by rotary embeddings (RoPE). "
@@ -53,12 +59,6 @@ else:
         "(i, j) and those of all patches. Click a tile to enlarge it."
     )
 
-try:
-    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
-except ValueError as exc:  # AnalysisError
-    st.info(error_text(exc))
-    st.stop()
-gh, gw = similarity.shape[:2]
 
 
 def on_tile_click() -> None:
