@@ -383,8 +383,17 @@ def test_position_embedding_page(app, vit):
     assert big_specs, "the resampled mosaic is shown"
     tiles = tiles_of(array(traces(big_specs[0], "heatmap")[0]["z"]), (gh + 2, gw + 2), gw + 2, (gh + 2) * (gw + 2))
     np.testing.assert_allclose(tiles.reshape(resampled.shape), resampled, rtol=1e-5, atol=1e-6)
-    curve = next(s for s in charts(app) if axis_title(s, "yaxis") == "mean cosine similarity")
-    assert len(traces(curve, "scatter")) == 2
+    from analysis.plots.charts import SIMILARITY_AXIS_TITLE
+
+    curve = next(s for s in charts(app) if axis_title(s, "yaxis") == SIMILARITY_AXIS_TITLE)
+    means = [t for t in traces(curve, "scatter") if t.get("mode") == "lines+markers"]
+    assert len(means) == 2 and len(traces(curve, "scatter")) == 6  # a mean line and a ± std band per grid
+    bins = analysis.similarity_distance_bins(similarity)
+    np.testing.assert_allclose(array(means[0]["y"]), bins.mean, rtol=1e-6)
+    np.testing.assert_allclose(array(means[0]["x"]), bins.distance, rtol=1e-6)
+    np.testing.assert_allclose(array(means[0]["customdata"]), np.stack([bins.std, bins.count], axis=1), rtol=1e-6)
+    (upper,) = [t for t in traces(curve, "scatter") if t.get("fill") == "tonexty" and t["legendgroup"] == means[0]["name"]]
+    np.testing.assert_allclose(array(upper["y"]), bins.mean + bins.std, rtol=1e-6)
 
 
 def test_patch_embedding_filters_page(app, vit):
