@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from vizapp import figures, resources
 from analysis import similarity_distance_bins
+from analysis.plots.mosaics import ZOOM_HINT
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current
@@ -51,12 +52,12 @@ if kind == "rope":
         "The well-defined analogue is shown: tile (row i, col j) is the cosine similarity between the rotary "
         "feature vector [sin θp, cos θp] of patch (i, j) (all frequencies θ, as the model passes it to its "
         "attention) and those of all patches. It equals the mean over frequencies of cos(θ·(p − p′)), so it "
-        "depends only on the displacement. Click a tile to enlarge it."
+        f"depends only on the displacement. Click a tile to enlarge it. {ZOOM_HINT}"
     )
 else:
     st.caption(
         "Tile (row i, col j) shows the cosine similarity between the position embedding of patch "
-        "(i, j) and those of all patches. Click a tile to enlarge it."
+        f"(i, j) and those of all patches. Click a tile to enlarge it. {ZOOM_HINT}"
     )
 
 

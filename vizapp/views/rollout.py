@@ -30,6 +30,7 @@ cur = current()
 spec = cur.spec
 L = spec.num_layers
 FUSIONS = ["mean", "max", "min"]
+STRIP_COLUMNS = 6  # thumbnails per row of the per-layer strip
 STAGES = stage_layers(spec)  # a ViT or SAM: one stage holding every layer
 ACROSS = "across"  # the span choice "from a start layer, across stages" (a windowed model with several)
 
@@ -153,15 +154,19 @@ if len(strip) == 1:  # start layer = last layer: the strip would repeat the map 
 else:
     st.session_state.setdefault("rollout_norm", True)
     normalise = st.toggle("Scale each map to its own maximum", key="rollout_norm")
+    per_row = min(len(strip), STRIP_COLUMNS)  # rows of thumbnails of at least 120 px, not one row of small ones
     strip_fig = figures.mosaic(
         strip,
-        min(len(strip), 12),
+        per_row,
         tile_names=[f"layers {start}–{last}" for last in end_layers],
         colorscale=cur.colorscale,
         normalize_each=normalise,
         colorbar_title="rollout / map max" if normalise else "rollout weight",
-        col_labels=[str(last) for last in end_layers][: min(len(strip), 12)] if len(strip) <= 12 else None,
-        x_title="after layer" if len(strip) <= 12 else None,
+        col_labels=[str(last) for last in end_layers] if len(strip) <= per_row else None,
+        row_labels=None if len(strip) <= per_row else [
+            f"{end_layers[i]}–{end_layers[min(i + per_row, len(strip)) - 1]}" for i in range(0, len(strip), per_row)],
+        x_title="after layer" if len(strip) <= per_row else None,
+        y_title=None if len(strip) <= per_row else "after layers",
         highlight=len(strip) - 1,
     )
     show_chart(strip_fig, "rollout_strip", filename="rollout_after_each_layer")
