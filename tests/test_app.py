@@ -232,6 +232,27 @@ def test_layers_by_heads_grid_holds_every_map(app, vit, record):
     # one click target per tile
     click = traces(grid, "scatter")[-1]
     assert len(array(click["x"])) == spec.num_layers * columns
+    # thumbnails of at least 120 px: the figure's size (drawn as it is) less its margins, per row and column
+    assert min(tile_pixels(grid, spec.num_layers, columns)) >= 120
+
+
+def tile_pixels(spec: dict, nrows: int, ncols: int) -> tuple[float, float]:
+    """A thumbnail mosaic's tile size on screen (height, width) from its layout, each axis on its own."""
+    layout = spec["layout"]
+    margin = layout["margin"]
+    return ((layout["height"] - margin["t"] - margin["b"]) / nrows, (layout["width"] - margin["l"] - margin["r"]) / ncols)
+
+
+def test_the_rollout_strip_wraps_into_rows_of_thumbnails_of_120_px(app, vit):
+    app.switch_page("views/rollout.py").run()
+    assert_clean(app)
+    strip = chart(app, "rollout_strip")
+    layers = vit.spec.num_layers
+    columns = min(layers, 6)
+    rows = -(-layers // columns)
+    assert min(tile_pixels(strip, rows, columns)) >= 120
+    (heatmap,) = traces(strip, "heatmap")
+    assert array(heatmap["z"]).shape == (rows * vit.spec.grid_size[0], columns * vit.spec.grid_size[1])
 
 
 def test_top5_predictions_match_logits(app, vit, record):
