@@ -24,6 +24,7 @@ MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile sid
 THUMBNAIL_PIXELS = 120  # a thumbnail mosaic's tiles are at least this many screen pixels on their shorter side
 # a thumbnail mosaic's fixed margins (px): row labels and title left, colour bar right, column labels on top
 THUMBNAIL_MARGIN = dict(l=64, r=150, t=56, b=12)
+TITLE_ABOVE_LABELS = 100  # top margin (px) of a titled mosaic with its column labels and their title on top
 ZOOM_HINT = "Drag a box to zoom in (cells stay square), double-click to zoom back out."
 
 
@@ -179,10 +180,14 @@ def mosaic(
         shown = grid_ticks(nrows)
         yaxis.update(tickvals=(np.asarray(shown) + 0.5) * gh, ticktext=[list(row_labels)[r] for r in shown])
     size = {}
+    above = title and (col_labels is not None or x_title)  # column labels on top: the title goes above them
+    if above:
+        size = dict(title=dict(y=1, yref="container", yanchor="top", pad=dict(t=6)),
+                    margin=dict(l=10, r=10, t=TITLE_ABOVE_LABELS, b=10))
     if height is None:  # thumbnails: the figure grows with the tiles (the page scrolls)
         cell = tile_pixels / min(gh, gw)  # screen pixels per cell
-        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (24 if title else 0))
-        size = dict(width=int(np.ceil(width * cell)) + margin["l"] + margin["r"], margin=margin)
+        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
+        size = dict(size, width=int(np.ceil(width * cell)) + margin["l"] + margin["r"], margin=margin)
         height = int(np.ceil(height_cells * cell)) + margin["t"] + margin["b"]
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
     figure = _figure(

@@ -113,7 +113,10 @@ if resample:
         arrays["resampled_similarity"] = resampled
         # express distances in patches of the model's grid so both curves share an axis
         unit = float(np.sqrt((gh / new_h) * (gw / new_w)))
-        curves.append((f"{new_h}×{new_w} (resampled)", similarity_distance_bins(resampled, unit)))
+        # bins at least one step of the resampled grid wide: a coarser grid has too few distances per patch
+        width = max(1.0, unit)
+        curves.append((f"{new_h}×{new_w} (resampled" + (f", bins of {width:.2g} patches)" if width > 1 else ")"),
+                       similarity_distance_bins(resampled, unit, width)))
         clamp_state("pos_rs_row", (0, new_h - 1), new_h // 2)
         clamp_state("pos_rs_col", (0, new_w - 1), new_w // 2)
         st.session_state.setdefault("pos_rs_row", new_h // 2)
@@ -143,7 +146,8 @@ if resample:
 st.subheader("Similarity against distance")
 st.caption(
     "Every pair of patches, pooled by the distance between their centres in bins one patch (of the model's grid) "
-    "wide, [1, 2), [2, 3), …; distance 0 (each patch with itself) is its own point. The line is each bin's mean "
+    "wide, [1, 2), [2, 3), … (a coarser resampled grid: one of its own steps); distance 0 (each patch with itself) "
+    "is its own point. The line is each bin's mean "
     "cosine similarity at the bin's mean distance, the band ± one standard deviation; hover for the bin and its "
     "number of pairs (each pair counted in both directions)."
 )
