@@ -95,6 +95,6 @@ def render(cur) -> None:
         show_chart(figures.mosaic(
             table.T[None], 1, tile_names=[name], colorscale=cur.colorscale, zmin=lo, zmax=hi if hi > lo else lo + 1e-12,
             colorbar_title="table value", x_title=f"offset + {table.shape[0] // 2}", y_title="channel",
-            title=f"Layer {layer}: {name}",
+            title=f"Layer {layer}: {name}", height=520,  # one table, not a thumbnail: the column's width
         ), f"pos_table_{name.split()[0]}", filename=f"decomposed_position_{name.split()[0]}_L{layer}")
     ui.download_npz("pos_tables_data", f"decomposed_position_L{layer}", rows=rows, cols=cols, layer=layer)
