@@ -42,6 +42,8 @@ from .position import (
     position_encoding_kinds,
     rotary_position_features,
     similarity_by_distance,
+    similarity_distance_bins,
+    DistanceBins,
 )
 from .queries import corresponding_layer, corresponding_query
 from .record_memory import idle_record_bytes, release_record_memory
@@ -94,6 +96,8 @@ __all__ = [
     "corresponding_layer",
     "corresponding_query",
     "similarity_by_distance",
+    "similarity_distance_bins",
+    "DistanceBins",
     "attention_rollout",
     "attention_rollout_by_layer",
     "mean_attention_distance",

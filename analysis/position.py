@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -20,7 +22,6 @@ from timm.layers import resample_abs_pos_embed
 
 from .checks import check_int
 from .errors import AnalysisError
-from .windowed import refuse_windowed
 from .spec import patch_embedding_module
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "position_embedding_similarity",
     "position_encoding_kinds",
     "similarity_by_distance",
+    "similarity_distance_bins",
+    "DistanceBins",
 ]
 
 
@@ -42,10 +45,10 @@ def _learned_table(vit) -> tuple[torch.Tensor, tuple[int, int]]:
     """``(1, P + N, D)`` position table and its patch grid ``(gh, gw)``."""
     model = vit.model
     pos_embed = getattr(model, "pos_embed", None)
-    if isinstance(pos_embed, torch.Tensor):
+    if isinstance(pos_embed, torch.Tensor) and pos_embed.ndim == 3:
         return pos_embed.detach().float().cpu(), tuple(int(g) for g in model.patch_embed.grid_size)
-    embed_table = getattr(patch_embedding_module(model), "pos_embed", None)  # NaFlex: (1, gh, gw, D)
-    if isinstance(embed_table, torch.Tensor) and embed_table.ndim == 4:
+    embed_table = pos_embed if isinstance(pos_embed, torch.Tensor) else getattr(patch_embedding_module(model), "pos_embed", None)
+    if isinstance(embed_table, torch.Tensor) and embed_table.ndim == 4:  # SAM, NaFlex: (1, gh, gw, D), its own grid
         gh, gw = int(embed_table.shape[1]), int(embed_table.shape[2])
         return embed_table.detach().float().cpu().reshape(1, gh * gw, -1), (gh, gw)
     raise AnalysisError(_no_table_message(vit))
@@ -163,7 +166,6 @@ def position_embedding_similarity(
     Returns:
         ``(gh, gw, gh, gw)`` float32.
     """
-    refuse_windowed(vit, "position_embedding_similarity (a windowed model's position is its relative-position bias: relative_position_bias or decomposed_relative_position)")
     kinds = position_encoding_kinds(vit)
     if kind is None:
         if not kinds:
@@ -176,8 +178,56 @@ def position_embedding_similarity(
     else:
         raise AnalysisError(f"kind must be 'table', 'rope' or None, not {kind!r}.")
     gh, gw, _ = grid_embed.shape
+    _refuse_zero_positions(vit, grid_embed)
     unit = F.normalize(grid_embed.reshape(gh * gw, -1).double(), dim=-1)  # (N, D)
     return (unit @ unit.T).reshape(gh, gw, gh, gw).float()
+
+
+def _refuse_zero_positions(vit, grid_embed: torch.Tensor) -> None:
+    """Cosine similarity is undefined for a position whose encoding is the zero vector."""
+    zero = int((grid_embed.reshape(-1, grid_embed.shape[-1]).abs().amax(-1) == 0).sum())
+    if zero == grid_embed.shape[0] * grid_embed.shape[1]:
+        raise AnalysisError(
+            f"The position table of {vit.name} is all zero (as it is before training: these weights have learned "
+            "nothing about position), so there is no similarity between positions to show. Load trained weights "
+            "to see it.")
+    if zero:
+        raise AnalysisError(
+            f"{zero} of the {grid_embed.shape[0] * grid_embed.shape[1]} positions of {vit.name}'s position table are "
+            "all zero, and cosine similarity is undefined for a zero vector.")
+
+
+def _checked_similarity(similarity, unit: float, bin_width: float | None, function: str) -> np.ndarray:
+    similarity = np.asarray(similarity)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
+        raise AnalysisError(
+            f"{function} expects a (gh, gw, gh, gw) similarity grid "
+            f"(position_embedding_similarity's), got shape {similarity.shape}.")
+    if not unit > 0 or (bin_width is not None and not bin_width > 0):
+        raise AnalysisError(f"unit and bin_width must be positive, got unit={unit!r}, bin_width={bin_width!r}.")
+    return similarity
+
+
+def _displacement_sums(similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct squared distance ``dy² + dx²`` (in grid steps, sorted): the sum of the
+    similarities of all ordered pairs of patches at that distance, the sum of their squares,
+    and the number of pairs."""
+    gh, gw = similarity.shape[:2]
+    values = similarity.astype(np.float64)
+    # Sum over all pairs with displacement (dy, dx), without a (N², N²) index: along each
+    # diagonal of the (row, row') plane, then along each diagonal of the (col, col') plane.
+    planes = [values.transpose(0, 2, 1, 3), (values * values).transpose(0, 2, 1, 3)]  # [r, r', c, c']
+    squared, totals, squares, pairs = [], [], [], []
+    for dy in range(-(gh - 1), gh):
+        by_cols = [np.diagonal(plane, offset=dy, axis1=0, axis2=1).sum(-1) for plane in planes]  # (gw, gw) each
+        for dx in range(-(gw - 1), gw):
+            squared.append(dy * dy + dx * dx)
+            totals.append(np.trace(by_cols[0], offset=dx))
+            squares.append(np.trace(by_cols[1], offset=dx))
+            pairs.append((gh - abs(dy)) * (gw - abs(dx)))
+    keys, inverse = np.unique(np.asarray(squared), return_inverse=True)  # exact integers: no float noise
+    return (keys, np.bincount(inverse, weights=np.asarray(totals)), np.bincount(inverse, weights=np.asarray(squares)),
+            np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64)))
 
 
 def similarity_by_distance(
@@ -190,39 +240,54 @@ def similarity_by_distance(
     original grid's patches). Returns ``(distances, mean_similarity)``, sorted by distance,
     one entry per distinct distance (self-similarity at distance 0 included).
 
-    ``bin_width`` (in the same unit): pool distances into bins ``[k·w, (k+1)·w)`` instead,
-    each reported at the pair-weighted mean distance of its pairs (distance 0 keeps its own
-    bin). A resampled grid has many near-equal distances whose means zig-zag; bins smooth that
-    without moving any pair.
+    ``bin_width`` (in the same unit): the bins of :func:`similarity_distance_bins` instead,
+    ``(pair-weighted mean distance, mean similarity)`` per bin.
     """
-    similarity = np.asarray(similarity)
-    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
-        raise AnalysisError(
-            f"similarity_by_distance expects a (gh, gw, gh, gw) similarity grid "
-            f"(position_embedding_similarity's), got shape {similarity.shape}.")
-    if not unit > 0 or (bin_width is not None and not bin_width > 0):
-        raise AnalysisError(f"unit and bin_width must be positive, got unit={unit!r}, bin_width={bin_width!r}.")
-    gh, gw = similarity.shape[:2]
-    # Sum over all pairs with displacement (dy, dx), without a (N², N²) index: along each
-    # diagonal of the (row, row') plane, then along each diagonal of the (col, col') plane.
-    by_rows = similarity.astype(np.float64).transpose(0, 2, 1, 3)  # (gh, gh, gw, gw): [r, r', c, c']
-    dys, dxs, totals, pairs = [], [], [], []
-    for dy in range(-(gh - 1), gh):
-        cols = np.diagonal(by_rows, offset=dy, axis1=0, axis2=1).sum(-1)  # (gw, gw): summed over r
-        for dx in range(-(gw - 1), gw):
-            dys.append(dy)
-            dxs.append(dx)
-            totals.append(np.trace(cols, offset=dx))
-            pairs.append((gh - abs(dy)) * (gw - abs(dx)))
-    squared = np.asarray(dys) ** 2 + np.asarray(dxs) ** 2  # exact integers: group without float noise
-    keys, inverse = np.unique(squared, return_inverse=True)
-    sums = np.bincount(inverse, weights=np.asarray(totals))
-    counts = np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64))
+    if bin_width is not None:
+        bins = similarity_distance_bins(similarity, unit, bin_width)
+        return bins.distance, bins.mean
+    similarity = _checked_similarity(similarity, unit, bin_width, "similarity_by_distance")
+    keys, sums, _, counts = _displacement_sums(similarity)
+    return np.sqrt(keys) * unit, sums / counts
+
+
+class DistanceBins(NamedTuple):
+    """Similarity against distance, pooled in bins (:func:`similarity_distance_bins`); every
+    field is ``(bins,)``, sorted by distance, empty bins left out."""
+
+    lower: np.ndarray  # the bin's lower edge [lower, upper); 0 and 0 for the self-similarity bin
+    upper: np.ndarray
+    distance: np.ndarray  # the mean distance of the bin's pairs
+    mean: np.ndarray  # the mean similarity of the bin's pairs
+    std: np.ndarray  # their standard deviation (population: divided by the count)
+    count: np.ndarray  # the number of ordered pairs (p, p′) in the bin, int64
+
+
+def similarity_distance_bins(similarity: np.ndarray, unit: float = 1.0, bin_width: float = 1.0) -> DistanceBins:
+    """Cosine similarity against distance, as a mean with its spread per distance bin.
+
+    similarity: ``(gh, gw, gh, gw)`` (:func:`position_embedding_similarity`). The pairs are
+    all ordered pairs of patches ``(p, p′)`` (each pair of distinct patches counts once in each
+    direction), at distance ``d = unit · √(Δrow² + Δcol²)``. Pairs with ``d = 0`` (each patch
+    with itself) form their own bin; every other pair falls in bin
+    ``[k·w, (k + 1)·w)`` with ``k = ⌊d / w⌋`` and ``w = bin_width`` (same unit as ``d``). Per
+    non-empty bin: the mean distance and mean similarity of its pairs, the population standard
+    deviation ``√(mean(s²) − mean(s)²)`` of their similarities, and their count.
+
+    With ``unit = 1`` and ``bin_width = 1``, bins are one patch wide; ``unit`` expresses another
+    grid (a resampled one) in the model grid's patches, so both share an axis.
+    """
+    similarity = _checked_similarity(similarity, unit, bin_width, "similarity_distance_bins")
+    keys, sums, squares, counts = _displacement_sums(similarity)
     distances = np.sqrt(keys) * unit
-    if bin_width is None:
-        return distances, sums / counts
-    bins = np.where(distances == 0, 0, np.floor(distances / bin_width).astype(np.int64) + 1)
-    _, which = np.unique(bins, return_inverse=True)
-    pair_counts = np.bincount(which, weights=counts)
-    centres = np.bincount(which, weights=distances * counts) / pair_counts
-    return centres, np.bincount(which, weights=sums) / pair_counts
+    bins = np.where(keys == 0, -1, np.floor(distances / bin_width).astype(np.int64))
+    labels, which = np.unique(bins, return_inverse=True)
+    count = np.bincount(which, weights=counts)
+    mean = np.bincount(which, weights=sums) / count
+    variance = np.bincount(which, weights=squares) / count - mean * mean
+    lower = np.where(labels < 0, 0.0, labels * float(bin_width))
+    return DistanceBins(
+        lower=lower, upper=np.where(labels < 0, 0.0, lower + bin_width),
+        distance=np.bincount(which, weights=distances * counts) / count, mean=mean,
+        std=np.sqrt(np.clip(variance, 0.0, None)), count=np.round(count).astype(np.int64),
+    )

@@ -19,6 +19,7 @@ from analysis import (
     mean_attention_distance,
     patch_embedding_components,
     position_embedding_similarity,
+    position_encoding_kinds,
 )
 from analysis.rollout import rollout_matrices
 from conftest import random_pixels
@@ -276,6 +277,71 @@ def test_position_similarity_analytic_known_grid(vits):
         torch.testing.assert_close(off, torch.eye(n))
     finally:
         model.pos_embed.data.copy_(saved)
+
+
+def loop_distance_bins(sim: np.ndarray, unit: float, width: float) -> list[tuple[float, float, float, float, int]]:
+    """Every ordered pair of patches written out: (mean distance, mean, std, lower edge, count)
+    per bin, the self-pairs alone, others in [k·w, (k + 1)·w)."""
+    gh, gw = sim.shape[:2]
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for r in range(gh):
+        for c in range(gw):
+            for r2 in range(gh):
+                for c2 in range(gw):
+                    d = unit * math.sqrt((r - r2) ** 2 + (c - c2) ** 2)
+                    key = -1 if (r, c) == (r2, c2) else int(math.floor(d / width))
+                    groups.setdefault(key, []).append((d, float(sim[r, c, r2, c2])))
+    out = []
+    for key in sorted(groups):
+        ds, vs = zip(*groups[key])
+        out.append((float(np.mean(ds)), float(np.mean(vs)), float(np.std(vs)), max(key, 0) * width, len(vs)))
+    return out
+
+
+@pytest.mark.parametrize("grid, unit, width", [((3, 5), 1.0, 1.0), ((6, 4), 0.5, 1.0), ((5, 5), 1.0, 0.5), ((1, 7), 0.7, 1.5)])
+def test_distance_bins_equal_a_loop_over_every_pair(grid, unit, width):
+    from analysis import similarity_distance_bins
+
+    gh, gw = grid
+    sim = np.random.default_rng(gh * 10 + gw).normal(size=(gh, gw, gh, gw))
+    expected = loop_distance_bins(sim, unit, width)
+    bins = similarity_distance_bins(sim, unit=unit, bin_width=width)
+    np.testing.assert_allclose(bins.distance, [e[0] for e in expected], rtol=1e-12)
+    np.testing.assert_allclose(bins.mean, [e[1] for e in expected], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(bins.std, [e[2] for e in expected], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(bins.lower, [e[3] for e in expected])
+    np.testing.assert_array_equal(bins.count, [e[4] for e in expected])
+    assert bins.count.sum() == (gh * gw) ** 2 and bins.upper[0] == 0 and bins.count[0] == gh * gw
+    np.testing.assert_allclose(bins.upper[1:], bins.lower[1:] + width)
+
+
+def test_an_all_zero_position_table_is_refused_in_plain_words(vits):
+    vit = vits["class_token"]
+    saved = vit.model.pos_embed.data.clone()
+    try:
+        vit.model.pos_embed.data.zero_()
+        with pytest.raises(AnalysisError, match="all zero.*learned nothing about position"):
+            position_embedding_similarity(vit)
+        vit.model.pos_embed.data.copy_(saved)
+        vit.model.pos_embed.data[0, 3] = 0  # one patch position (after the class token's)
+        with pytest.raises(AnalysisError, match=r"^1 of the \d+ positions"):
+            position_embedding_similarity(vit)
+    finally:
+        vit.model.pos_embed.data.copy_(saved)
+
+
+def test_sams_absolute_position_table_is_compared_like_a_vits():
+    """SAM keeps its absolute table as (1, gh, gw, D): the similarity is that of its cells."""
+    from windowed_models import small_sam
+
+    vit = small_sam()
+    with torch.no_grad():  # timm starts it at zero
+        vit.model.pos_embed.copy_(torch.randn(vit.model.pos_embed.shape, generator=torch.Generator().manual_seed(1)))
+    table = vit.model.pos_embed[0].detach()  # (gh, gw, D)
+    gh, gw = table.shape[:2]
+    assert "learned" in vit.spec.position_embedding and position_encoding_kinds(vit) == ("table",)
+    got = position_embedding_similarity(vit)
+    np.testing.assert_allclose(got.numpy(), explicit_cosine_grid(table.reshape(gh * gw, -1), (gh, gw)), atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- patch-embedding PCA

@@ -232,6 +232,27 @@ def test_layers_by_heads_grid_holds_every_map(app, vit, record):
     # one click target per tile
     click = traces(grid, "scatter")[-1]
     assert len(array(click["x"])) == spec.num_layers * columns
+    # thumbnails of at least 120 px: the figure's size (drawn as it is) less its margins, per row and column
+    assert min(tile_pixels(grid, spec.num_layers, columns)) >= 120
+
+
+def tile_pixels(spec: dict, nrows: int, ncols: int) -> tuple[float, float]:
+    """A thumbnail mosaic's tile size on screen (height, width) from its layout, each axis on its own."""
+    layout = spec["layout"]
+    margin = layout["margin"]
+    return ((layout["height"] - margin["t"] - margin["b"]) / nrows, (layout["width"] - margin["l"] - margin["r"]) / ncols)
+
+
+def test_the_rollout_strip_wraps_into_rows_of_thumbnails_of_120_px(app, vit):
+    app.switch_page("views/rollout.py").run()
+    assert_clean(app)
+    strip = chart(app, "rollout_strip")
+    layers = vit.spec.num_layers
+    columns = min(layers, 6)
+    rows = -(-layers // columns)
+    assert min(tile_pixels(strip, rows, columns)) >= 120
+    (heatmap,) = traces(strip, "heatmap")
+    assert array(heatmap["z"]).shape == (rows * vit.spec.grid_size[0], columns * vit.spec.grid_size[1])
 
 
 def test_top5_predictions_match_logits(app, vit, record):
@@ -389,8 +410,17 @@ def test_position_embedding_page(app, vit):
     assert big_specs, "the resampled mosaic is shown"
     tiles = tiles_of(array(traces(big_specs[0], "heatmap")[0]["z"]), (gh + 2, gw + 2), gw + 2, (gh + 2) * (gw + 2))
     np.testing.assert_allclose(tiles.reshape(resampled.shape), resampled, rtol=1e-5, atol=1e-6)
-    curve = next(s for s in charts(app) if axis_title(s, "yaxis") == "mean cosine similarity")
-    assert len(traces(curve, "scatter")) == 2
+    from analysis.plots.charts import SIMILARITY_AXIS_TITLE
+
+    curve = next(s for s in charts(app) if axis_title(s, "yaxis") == SIMILARITY_AXIS_TITLE)
+    means = [t for t in traces(curve, "scatter") if t.get("mode") == "lines+markers"]
+    assert len(means) == 2 and len(traces(curve, "scatter")) == 6  # a mean line and a ± std band per grid
+    bins = analysis.similarity_distance_bins(similarity)
+    np.testing.assert_allclose(array(means[0]["y"]), bins.mean, rtol=1e-6)
+    np.testing.assert_allclose(array(means[0]["x"]), bins.distance, rtol=1e-6)
+    np.testing.assert_allclose(array(means[0]["customdata"]), np.stack([bins.std, bins.count], axis=1), rtol=1e-6)
+    (upper,) = [t for t in traces(curve, "scatter") if t.get("fill") == "tonexty" and t["legendgroup"] == means[0]["name"]]
+    np.testing.assert_allclose(array(upper["y"]), bins.mean + bins.std, rtol=1e-6)
 
 
 def test_patch_embedding_filters_page(app, vit):

@@ -12,9 +12,11 @@ process-wide and AppTest runs the app in this process).
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -157,7 +159,8 @@ def test_every_page_opens_a_windowed_model(family):
         elif page == "robustness":  # SAM's image encoder has no class head: nothing to perturb, said so
             assert any(k.endswith("-rob_maps") for k in keys) if spec.has_classifier else at.info
         elif page == "position":
-            assert any(k.endswith(("-pos_bias", "-pos_table_rows")) for k in keys), keys
+            zero = any("all zero" in i.value for i in at.info)  # a random SAM's tables: said, not drawn
+            assert any(k.endswith(("-pos_bias", "-pos_table_rows")) for k in keys) or zero, keys
         elif page == "filters":
             assert any(k.endswith("-filt_grid") for k in keys), keys
         elif page == "distance":
@@ -317,11 +320,12 @@ def test_the_position_page_draws_the_relative_position_bias(family, npz_download
     at.selectbox(key="pos_bias_layer").set_value(2).run()
     assert_clean(at)
     text = " ".join(c.value for c in at.caption)
-    if family == "sam":
-        rows, cols = analysis.decomposed_relative_position(vit, 2)
-        (heatmap,) = traces(chart(at, "pos_table_rows"), "heatmap")
-        np.testing.assert_allclose(array(heatmap["z"]), rows.numpy().T, rtol=1e-6)
-        assert "decomposes" in text
+    if family == "sam":  # timm starts every position table of SAM at zero: the page says so, draws nothing
+        info = " ".join(i.value for i in at.info)
+        assert "Layer 2's two relative-position tables (rows and columns) are all zero" in info
+        assert re.search(r"The position table of \S*samvit\S* is all zero", info), info
+        assert not any(k.endswith(("-pos_table_rows", "-pos_table_columns", "-pos_mosaic")) for k in chart_keys(at))
+        assert "issue" not in info and "position_embedding_similarity" not in info
         return
     bias = analysis.relative_position_bias(vit, 2).numpy()  # (heads, 2M − 1, 2M − 1)
     heads = bias.shape[0]
@@ -330,6 +334,52 @@ def test_the_position_page_draws_the_relative_position_bias(family, npz_download
     np.testing.assert_allclose(tiles, bias, rtol=1e-6)
     assert "Figure 7 (centre)" in text
     np.testing.assert_array_equal(npz_downloads["pos_bias_data"]["bias"], bias)
+
+
+@pytest.fixture
+def trained_looking_sam():
+    """The app's random SAM with its position tables drawn (std 0.5; timm starts them at zero),
+    restored afterwards; the page's caches of them are cleared both times."""
+    import vizapp.resources as resources
+
+    vit = loaded("sam")
+    saved = {n: p.detach().clone() for n, p in vit.model.named_parameters() if n.endswith(("rel_pos_h", "rel_pos_w", "pos_embed"))}
+    generator = torch.Generator().manual_seed(5)
+
+    def clear():
+        resources.decomposed_position.clear()
+        resources.position_similarity.clear()
+
+    with torch.no_grad():
+        for name, parameter in vit.model.named_parameters():
+            if name in saved:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    clear()
+    yield vit
+    with torch.no_grad():
+        for name, parameter in vit.model.named_parameters():
+            if name in saved:
+                parameter.copy_(saved[name])
+    clear()
+
+
+def test_sams_position_page_draws_its_tables_and_its_absolute_table(trained_looking_sam, npz_downloads):  # noqa: F811
+    vit = trained_looking_sam
+    at = open_app("sam")
+    at.switch_page("views/position.py").run()
+    at.selectbox(key="pos_bias_layer").set_value(2).run()
+    assert_clean(at)
+    rows, cols = analysis.decomposed_relative_position(vit, 2)
+    (heatmap,) = traces(chart(at, "pos_table_rows"), "heatmap")
+    np.testing.assert_allclose(array(heatmap["z"]), rows.numpy().T, rtol=1e-6)
+    assert "decomposes" in " ".join(c.value for c in at.caption)
+    # the absolute table, as a ViT's: one tile per patch, its cosine similarity to every patch
+    similarity = analysis.position_embedding_similarity(vit).numpy()
+    gh, gw = similarity.shape[:2]
+    (mosaic,) = traces(chart(at, "pos_mosaic"), "heatmap")
+    tiles = tiles_of(array(mosaic["z"]), (gh, gw), gw, gh * gw)
+    np.testing.assert_allclose(tiles.reshape(similarity.shape), similarity, rtol=1e-5, atol=1e-6)
+    assert not at.info and "Absolute position table" in [h.value for h in at.subheader]
 
 
 @pytest.mark.parametrize("page, resource", [

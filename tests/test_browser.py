@@ -589,6 +589,44 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
           f"({px_w:.0f} px per tile), on screen {on_screen[0]:.1f}x{on_screen[1]:.1f} CSS px per tile")
 
 
+def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, artifacts):
+    """The Attention page's layers × heads mosaic of a 12-layer model: each thumbnail, measured
+    on the drawn plot (plotly's own axis lengths in CSS px), is at least 120 px a side, with
+    square cells; so is each tile of the Rollout page's per-layer strip."""
+    from playwright.sync_api import expect
+
+    measure = """(titles) => {
+        const plots = [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')];
+        for (const [index, plot] of plots.entries()) {
+            const layout = plot._fullLayout;
+            if (!layout || !layout.xaxis || !layout.yaxis) continue;
+            const x = layout.xaxis, y = layout.yaxis;
+            if ((titles[0] && x.title.text !== titles[0]) || y.title.text !== titles[1]) continue;
+            return {w: x._length, h: y._length, xr: x.range, yr: y.range, index: index};
+        }
+        return null;
+    }"""
+    for path, titles, rows, cols in (("", ["head", "layer"], 12, 4), ("/rollout", ["", "after layers"], 2, 6)):
+        page.goto(f"{server}{path}?model=random:vit_tiny_patch16_224&res=112")  # 12 layers, 3 heads, 7×7 grid
+        expect(page.locator("h2").first).to_be_visible(timeout=60_000)
+        wait_idle(page)
+        assert_no_exception(page, path or "attention")
+        try:
+            drawn = page.wait_for_function(measure, arg=[t or None for t in titles], polling=200, timeout=60_000).json_value()
+        except Exception:  # playwright's TimeoutError: say which charts were drawn
+            page.screenshot(path=str(artifacts / "thumbnails_missing.png"), full_page=True)
+            axes = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
+                .map(p => p._fullLayout && p._fullLayout.xaxis ? [p._fullLayout.xaxis.title.text, p._fullLayout.yaxis.title.text] : null)""")
+            raise AssertionError(f"{path or 'attention'}: no thumbnail mosaic drawn; axis titles of the charts: {axes}")
+        cells_w, cells_h = abs(drawn["xr"][1] - drawn["xr"][0]), abs(drawn["yr"][1] - drawn["yr"][0])
+        tile_w, tile_h = drawn["w"] / cols, drawn["h"] / rows
+        assert min(tile_w, tile_h) >= 120, (path, "CSS px per tile", tile_w, tile_h)
+        assert drawn["w"] / cells_w == pytest.approx(drawn["h"] / cells_h, rel=0.02)  # square cells
+        page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").nth(drawn["index"]).screenshot(
+            path=str(artifacts / f"thumbnails{path.replace('/', '_') or '_attention'}.png"))
+        print(f"\n{path or '/'}: {tile_w:.0f}x{tile_h:.0f} CSS px per thumbnail")
+
+
 def _scale_positions(png: bytes, stops: list[str]) -> tuple[np.ndarray, float]:
     """Where each drawn pixel lies on the colour scale: ``(positions in 0..1, share on the scale)``.
 

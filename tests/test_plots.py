@@ -244,3 +244,52 @@ def test_signed_circuit_figures_are_centred_on_zero_with_their_range_stated():
     assert plots.symmetric_limit(np.zeros(3)) > 0 and plots.symmetric_limit(np.array([np.nan, -3.0])) == 3.0
     patching = plots.patching_heatmap(np.array([[0.2, -0.8]]), ["class", "patch 0"], title=None)
     assert patching.data[0].zmin == -0.8 and patching.data[0].zmax == 0.8
+
+
+def tile_screen_pixels(figure: go.Figure, nrows: int, ncols: int) -> tuple[float, float]:
+    """A thumbnail mosaic's tile size on screen, read off its layout: the plot area (the figure
+    less its margins) divided among the rows and columns."""
+    layout = figure.layout
+    area_w = layout.width - layout.margin.l - layout.margin.r
+    area_h = layout.height - layout.margin.t - layout.margin.b
+    return area_h / nrows, area_w / ncols
+
+
+@pytest.mark.parametrize("layers, heads, grid, title", [(12, 6, (14, 14), None), (12, 12, (37, 37), "t"),
+                                                       (24, 16, (16, 16), None), (2, 3, (7, 5), None)])
+def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads, grid, title):
+    """The Attention page's layers × heads mosaic (heads + mean per row): the figure is sized to
+    its tiles, every tile at least 120 px on its shorter side, cells square, the plot area not
+    grown by automatic margins."""
+    gh, gw = grid
+    n = layers * (heads + 1)
+    figure = plots.mosaic(np.random.default_rng(0).random((n, gh, gw)), heads + 1, tile_names=[str(i) for i in range(n)],
+                          col_labels=[str(h) for h in range(heads + 1)], row_labels=[str(r) for r in range(layers)],
+                          x_title="head", y_title="layer", title=title)
+    tile_h, tile_w = tile_screen_pixels(figure, layers, heads + 1)
+    assert min(tile_h, tile_w) >= plots.mosaics.THUMBNAIL_PIXELS
+    assert tile_h / gh == pytest.approx(tile_w / gw, rel=0.02)  # square cells: the plot area has the tiles' shape
+    assert figure.layout.xaxis.automargin is False and figure.layout.yaxis.automargin is False
+
+
+def test_the_position_mosaic_of_a_big_grid_labels_every_kth_patch_and_zooms():
+    similarity = np.random.default_rng(4).random((37, 37, 37, 37)) * 2 - 1
+    figure = plots.position_similarity_mosaic(similarity)
+    x, y = figure.layout.xaxis, figure.layout.yaxis
+    assert list(x.ticktext) == [str(c) for c in range(0, 37, 4)] == list(y.ticktext)
+    np.testing.assert_allclose(x.tickvals, (np.arange(0, 37, 4) + 0.5) * 37)  # the centre of column c's tiles
+    assert x.showticklabels and y.showticklabels
+    assert figure.layout.dragmode == "zoom" and y.scaleanchor == "x"  # a box zoom keeps cells square
+    small = plots.position_similarity_mosaic(similarity[:14, :14, :14, :14])
+    assert list(small.layout.xaxis.ticktext) == [str(c) for c in range(14)]  # a small grid: every patch
+    tile = plots.similarity_tile(similarity[3, 5], (3, 5))
+    assert (tile.layout.xaxis.dtick, tile.layout.yaxis.dtick, tile.layout.xaxis.tickmode) == (4, 4, "linear")
+    assert tile.layout.dragmode == "zoom" and tile.layout.yaxis.scaleanchor == "x"
+
+
+@pytest.mark.parametrize("n, step", [(1, 1), (14, 1), (24, 1), (25, 4), (37, 4), (64, 10), (300, 25)])
+def test_grid_ticks_label_every_kth_of_a_big_grid(n, step):
+    from analysis.plots.ticks import MAX_GRID_TICKS, grid_tick_step, grid_ticks
+
+    assert grid_tick_step(n) == step and grid_ticks(n) == list(range(0, n, step))
+    assert len(grid_ticks(n)) <= max(MAX_GRID_TICKS, 24)

@@ -50,6 +50,7 @@ from analysis import (
     pooling_attention_map,
     scale_by_peak,
     similarity_by_distance,
+    similarity_distance_bins,
 )
 from conftest import make_vit
 
@@ -125,6 +126,8 @@ CASES = [
     ("corresponding query to a bad grid", "to_grid must be a", lambda c: corresponding_query(0, (4, 4), 2, True)),
     ("similarity by distance of a flat grid", r"\(gh, gw, gh, gw\)", lambda c: similarity_by_distance(torch.ones(4, 4).numpy())),
     ("similarity by distance in zero units", "must be positive", lambda c: similarity_by_distance(torch.ones(2, 2, 2, 2).numpy(), unit=0)),
+    ("distance bins of a flat grid", r"\(gh, gw, gh, gw\)", lambda c: similarity_distance_bins(torch.ones(4, 4).numpy())),
+    ("distance bins of zero width", "must be positive", lambda c: similarity_distance_bins(torch.ones(2, 2, 2, 2).numpy(), bin_width=0)),
     # rollout
     ("rollout fusion unknown", "head_fusion", lambda c: attention_rollout(c.record, head_fusion="median")),
     ("rollout discard above 1", "discard_ratio", lambda c: attention_rollout(c.record, discard_ratio=1.5)),
@@ -219,7 +222,7 @@ def test_every_public_function_is_walked():
         "attention_mass", "feature_pca", "patch_similarity",
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
-        "corresponding_query", "similarity_by_distance", "windowed_rollout", "attention_rows",
+        "corresponding_query", "similarity_by_distance", "similarity_distance_bins", "windowed_rollout", "attention_rows",
     }
     source = open(__file__).read()
     for name in walked:

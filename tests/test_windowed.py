@@ -386,7 +386,8 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
     _refused(lambda: analysis.attention_mass(record, [0]))
     _refused(lambda: analysis.pooling_attention_map(record))
     _refused(lambda: record.attentions)
-    _refused(lambda: analysis.position_embedding_similarity(swin))
+    with pytest.raises(AnalysisError, match="only as a relative-position bias"):  # a Swin has no absolute table
+        analysis.position_embedding_similarity(swin)
     with pytest.raises(AnalysisError, match="query_tokens"):
         capture_attention(swin, pixels, query_tokens=[0])
 

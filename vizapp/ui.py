@@ -57,13 +57,17 @@ def show_chart(
 ):
     """``st.plotly_chart`` with a PNG toolbar button; clicking points calls ``on_select``.
 
+    A figure with its own ``layout.width`` (a thumbnail mosaic sized to its tiles) is drawn at
+    that width (at most the column's); any other fills the column.
+
     ``theme=None``: Streamlit's chart theme rewrites colour scales (it replaces the dark first
     stop of Magma and Inferno with pink), so the figure is drawn exactly as built.
     """
+    width = "content" if fig.layout.width else "stretch"  # a figure sized to its tiles keeps its size
     if on_select is None:
-        return st.plotly_chart(fig, key=key, config=plot_config(filename), width="stretch", theme=None)
+        return st.plotly_chart(fig, key=key, config=plot_config(filename), width=width, theme=None)
     return st.plotly_chart(
-        fig, key=key, config=plot_config(filename), width="stretch", theme=None,
+        fig, key=key, config=plot_config(filename), width=width, theme=None,
         on_select=on_select, selection_mode="points",
     )
 

@@ -36,6 +36,11 @@ def _layer_picker(spec) -> int:
     ))
 
 
+def _all_zero(what: str) -> str:
+    return (f"{what} {'are' if 'tables' in what else 'is'} all zero, as before training: these weights have "
+            "learned nothing about position yet, so there is nothing to draw. Load trained weights to see it.")
+
+
 def render(cur) -> None:
     """Draw the relative-position section for a windowed model (call only when ``spec.is_windowed``)."""
     spec = cur.spec
@@ -47,6 +52,9 @@ def render(cur) -> None:
         bias = resources.relative_position_bias(cur.model, layer)  # (heads, 2wh − 1, 2ww − 1)
     except AnalysisError:
         bias = None
+    if bias is not None and not np.any(bias):
+        st.info(_all_zero(f"Layer {layer}'s relative-position bias"))
+        return
     if bias is not None:
         lo, hi = float(bias.min()), float(bias.max())
         st.caption(
@@ -72,6 +80,9 @@ def render(cur) -> None:
         st.info(error_text(exc))
         return
     values = np.concatenate([rows.ravel(), cols.ravel()])
+    if not np.any(values):
+        st.info(_all_zero(f"Layer {layer}'s two relative-position tables (rows and columns)"))
+        return
     lo, hi = float(values.min()), float(values.max())
     st.caption(
         "SAM decomposes its relative positions into two learned tables, one row per offset along each axis "
@@ -84,6 +95,6 @@ def render(cur) -> None:
         show_chart(figures.mosaic(
             table.T[None], 1, tile_names=[name], colorscale=cur.colorscale, zmin=lo, zmax=hi if hi > lo else lo + 1e-12,
             colorbar_title="table value", x_title=f"offset + {table.shape[0] // 2}", y_title="channel",
-            title=f"Layer {layer}: {name}",
+            title=f"Layer {layer}: {name}", height=520,  # one table, not a thumbnail: the column's width
         ), f"pos_table_{name.split()[0]}", filename=f"decomposed_position_{name.split()[0]}_L{layer}")
     ui.download_npz("pos_tables_data", f"decomposed_position_L{layer}", rows=rows, cols=cols, layer=layer)

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from .style import _SERIES_COLOURS, _figure, _layout
 
-__all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance",
+__all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance", "SIMILARITY_AXIS_TITLE",
            "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "perturbation_axis_bottom", "robustness_curves",
            "DISTANCE_UNIT_SHORT",
            "DISTANCE_UNIT_TITLE"]
@@ -55,20 +55,41 @@ def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
     return "<br>".join(html.escape(line) for line in lines) or html.escape(text)
 
 
-def similarity_vs_distance(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, height: int = 360) -> go.Figure:
-    """Mean cosine similarity against patch distance, one line per ``(name, distance, similarity)``."""
-    traces = [
-        dict(
-            type="scatter", x=distance, y=similarity, mode="lines+markers", name=name, marker=dict(size=5),
-            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
-            hovertemplate="distance %{x:.2f}<br>mean cos %{y:.3f}<extra>" + name + "</extra>",
-        )
-        for i, (name, distance, similarity) in enumerate(curves)
-    ]
+SIMILARITY_AXIS_TITLE = "cosine similarity (mean ± std per distance bin)"
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[k : k + 2], 16) for k in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def similarity_vs_distance(curves: Sequence[tuple[str, object]], *, height: int = 360) -> go.Figure:
+    """Cosine similarity against patch distance, one curve per ``(name, bins)`` with ``bins``
+    a :class:`analysis.DistanceBins` (:func:`analysis.similarity_distance_bins`): the mean of
+    each bin as a line with markers at the bin's mean distance, a band of ± one standard
+    deviation around it, and the bin's edges and pair count in the hover."""
+    traces = []
+    for i, (name, bins) in enumerate(curves):
+        colour = _SERIES_COLOURS[i % len(_SERIES_COLOURS)]
+        x, mean, std = (np.asarray(v, dtype=np.float64) for v in (bins.distance, bins.mean, bins.std))
+        band = dict(type="scatter", mode="lines", line=dict(width=0, color=colour), hoverinfo="skip",
+                    showlegend=False, legendgroup=name)
+        traces += [
+            dict(band, x=x, y=mean - std, name=f"{name}: mean − std"),
+            dict(band, x=x, y=mean + std, name=f"{name}: mean + std", fill="tonexty", fillcolor=_rgba(colour, 0.2)),
+        ]
+        where = [("distance 0 (each patch with itself)" if hi == 0 else f"distance in [{lo:.3g}, {hi:.3g})")
+                 for lo, hi in zip(np.asarray(bins.lower), np.asarray(bins.upper), strict=True)]
+        traces.append(dict(
+            type="scatter", x=x, y=mean, mode="lines+markers", name=name, marker=dict(size=5), legendgroup=name,
+            line=dict(color=colour), text=where, customdata=np.stack([std, np.asarray(bins.count)], axis=1),
+            hovertemplate="%{text}: mean %{x:.2f}<br>cos %{y:.3f} ± %{customdata[0]:.3f} (std)"
+                          "<br>%{customdata[1]:,} pairs<extra>" + name + "</extra>",
+        ))
     return _figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0),
         xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
-        yaxis=dict(title=dict(text="mean cosine similarity"), range=[-1.05, 1.05], showgrid=True),
+        yaxis=dict(title=dict(text=SIMILARITY_AXIS_TITLE), range=[-1.05, 1.05], showgrid=True),
     )
 
 

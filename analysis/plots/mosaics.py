@@ -10,15 +10,22 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
+from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
 
 __all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
-           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS"]
+           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS", "THUMBNAIL_PIXELS",
+           "THUMBNAIL_MARGIN", "ZOOM_HINT"]
 
 MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
 MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-averaged to fit)
 
 
 MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile side (its pattern stays visible)
+THUMBNAIL_PIXELS = 120  # a thumbnail mosaic's tiles are at least this many screen pixels on their shorter side
+# a thumbnail mosaic's fixed margins (px): row labels and title left, colour bar right, column labels on top
+THUMBNAIL_MARGIN = dict(l=64, r=150, t=56, b=12)
+TITLE_ABOVE_LABELS = 100  # top margin (px) of a titled mosaic with its column labels and their title on top
+ZOOM_HINT = "Drag a box to zoom in (cells stay square), double-click to zoom back out."
 
 
 def _tile_pixels(nrows: int, ncols: int, gh: int, gw: int) -> tuple[int, int]:
@@ -84,8 +91,17 @@ def mosaic(
     height: int | None = None,
     title: str | None = None,
     png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+    tile_pixels: int = THUMBNAIL_PIXELS,
+    zoom: bool = False,
 ) -> go.Figure:
     """Tiles ``(n, gh, gw)`` laid out row-major in ``ncols`` columns as one big map.
+
+    Without ``height`` it is a mosaic of thumbnails: the figure's width and height follow the
+    number of columns and rows so that every tile's shorter side is ``tile_pixels`` screen
+    pixels (cells square; margins :data:`THUMBNAIL_MARGIN`, the plot area exactly the tiles).
+    With ``height``, the figure has that height and the page's width. ``col_labels`` /
+    ``row_labels`` label every column (row) up to :data:`DENSE_GRID` of them, else every k-th
+    (:func:`grid_tick_step`). ``zoom``: a drag zooms into a box (:data:`ZOOM_HINT`), else it pans.
 
     One heatmap cell per patch; thin white lines separate tiles. With
     ``normalize_each`` each tile is divided by its own maximum (colour bar 0..1).
@@ -154,37 +170,50 @@ def mosaic(
         showticklabels=col_labels is not None, side="top",
     )
     if col_labels is not None:
-        xaxis.update(tickvals=(np.arange(ncols) + 0.5) * gw, ticktext=list(col_labels))
+        shown = grid_ticks(ncols)
+        xaxis.update(tickvals=(np.asarray(shown) + 0.5) * gw, ticktext=[list(col_labels)[c] for c in shown])
     yaxis = dict(
         range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
         title=dict(text=y_title), showticklabels=row_labels is not None,
     )
     if row_labels is not None:
-        yaxis.update(tickvals=(np.arange(nrows) + 0.5) * gh, ticktext=list(row_labels))
-    if height is None:
-        height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
-    return _figure(
-        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-        shapes=shapes, xaxis=xaxis, yaxis=yaxis,
+        shown = grid_ticks(nrows)
+        yaxis.update(tickvals=(np.asarray(shown) + 0.5) * gh, ticktext=[list(row_labels)[r] for r in shown])
+    size = {}
+    above = title and (col_labels is not None or x_title)  # column labels on top: the title goes above them
+    if above:
+        size = dict(title=dict(y=1, yref="container", yanchor="top", pad=dict(t=6)),
+                    margin=dict(l=10, r=10, t=TITLE_ABOVE_LABELS, b=10))
+    if height is None:  # thumbnails: the figure grows with the tiles (the page scrolls)
+        cell = tile_pixels / min(gh, gw)  # screen pixels per cell
+        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
+        size = dict(size, width=int(np.ceil(width * cell)) + margin["l"] + margin["r"], margin=margin)
+        height = int(np.ceil(height_cells * cell)) + margin["t"] + margin["b"]
+        xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
+    figure = _figure(
+        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select",
+        dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis,
     )
+    if size:
+        figure.update_layout(**size)
+    return figure
 
 
 def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Viridis", highlight: int | None = None,
                                png_uri: Callable[[np.ndarray, str, float, float], str] | None = None) -> go.Figure:
     """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
-    col j: patch (i, j) against every patch), on the fixed range -1..1."""
+    col j: patch (i, j) against every patch), on the fixed range -1..1. Tiles are labelled by
+    their patch's row and column (every k-th above :data:`DENSE_GRID`); a drag zooms."""
     similarity = np.asarray(similarity)
     n_h, n_w = similarity.shape[:2]
-    small = n_w <= 32
     return mosaic(
         similarity.reshape(n_h * n_w, n_h, n_w),
         n_w,
         tile_names=[f"patch (row {r}, col {c})" for r in range(n_h) for c in range(n_w)],
         colorscale=colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity",
         x_title="input patch column", y_title="input patch row",
-        col_labels=[str(c) for c in range(n_w)] if small else None,
-        row_labels=[str(r) for r in range(n_h)] if small else None,
-        highlight=highlight, height=640, png_uri=png_uri,
+        col_labels=[str(c) for c in range(n_w)], row_labels=[str(r) for r in range(n_h)],
+        highlight=highlight, height=640, png_uri=png_uri, zoom=True,
     )
 
 
@@ -197,7 +226,9 @@ def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: 
 def similarity_tile(
     similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420
 ) -> go.Figure:
-    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined."""
+    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined;
+    every row and column labelled up to :data:`DENSE_GRID`, else every k-th
+    (:func:`grid_tick_step`); a drag zooms into a box."""
     similarity = np.asarray(similarity)
     gh, gw = similarity.shape
     r, c = patch
@@ -209,9 +240,11 @@ def similarity_tile(
     return _figure(
         [trace], title=f"Patch (row {r}, col {c})", height=height,
         shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
-        xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False),
+        dragmode="zoom",
+        xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False,
+                   tickmode="linear", tick0=0, dtick=grid_tick_step(gw)),
         yaxis=dict(title=dict(text="patch row"), range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
-                   showgrid=False),
+                   showgrid=False, tickmode="linear", tick0=0, dtick=grid_tick_step(gh)),
     )
 
 

@@ -8,7 +8,8 @@ import streamlit as st
 
 import analysis
 from vizapp import figures, resources
-from analysis import similarity_by_distance
+from analysis import similarity_distance_bins
+from analysis.plots.mosaics import ZOOM_HINT
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current
@@ -39,26 +40,26 @@ if not kinds:
 kind = kinds[0]
 if len(kinds) > 1:
     kind = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
+try:
+    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
+except ValueError as exc:  # AnalysisError: e.g. a table that is all zero before training
+    st.info(error_text(exc))
+    st.stop()
+gh, gw = similarity.shape[:2]
 if kind == "rope":
     st.caption(
         "This model has no learned position table: it rotates queries and keys by rotary embeddings (RoPE). "
         "The well-defined analogue is shown: tile (row i, col j) is the cosine similarity between the rotary "
         "feature vector [sin θp, cos θp] of patch (i, j) (all frequencies θ, as the model passes it to its "
         "attention) and those of all patches. It equals the mean over frequencies of cos(θ·(p − p′)), so it "
-        "depends only on the displacement. Click a tile to enlarge it."
+        f"depends only on the displacement. Click a tile to enlarge it. {ZOOM_HINT}"
     )
 else:
     st.caption(
         "Tile (row i, col j) shows the cosine similarity between the position embedding of patch "
-        "(i, j) and those of all patches. Click a tile to enlarge it."
+        f"(i, j) and those of all patches. Click a tile to enlarge it. {ZOOM_HINT}"
     )
 
-try:
-    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
-except ValueError as exc:  # AnalysisError
-    st.info(error_text(exc))
-    st.stop()
-gh, gw = similarity.shape[:2]
 
 
 def on_tile_click() -> None:
@@ -96,7 +97,7 @@ resample = st.checkbox(
     if kind == "table" else "Rotary features on another grid (needs a model that takes other input sizes)",
     key="pos_resample",
 )
-curves = [(f"{gh}×{gw} (model)", *similarity_by_distance(similarity))]
+curves = [(f"{gh}×{gw} (model)", similarity_distance_bins(similarity))]
 arrays = {"similarity": similarity}
 if resample:
     st.session_state.setdefault("pos_grid_h", max(2, round(gh * 1.5)))
@@ -112,8 +113,10 @@ if resample:
         arrays["resampled_similarity"] = resampled
         # express distances in patches of the model's grid so both curves share an axis
         unit = float(np.sqrt((gh / new_h) * (gw / new_w)))
-        curves.append((f"{new_h}×{new_w} (resampled, binned by ½ patch)",
-                       *similarity_by_distance(resampled, unit, bin_width=0.5)))
+        # bins at least one step of the resampled grid wide: a coarser grid has too few distances per patch
+        width = max(1.0, unit)
+        curves.append((f"{new_h}×{new_w} (resampled" + (f", bins of {width:.2g} patches)" if width > 1 else ")"),
+                       similarity_distance_bins(resampled, unit, width)))
         clamp_state("pos_rs_row", (0, new_h - 1), new_h // 2)
         clamp_state("pos_rs_col", (0, new_w - 1), new_w // 2)
         st.session_state.setdefault("pos_rs_row", new_h // 2)
@@ -141,14 +144,23 @@ if resample:
                            filename=f"position_similarity_{new_h}x{new_w}", on_select=on_resampled_click)
 
 st.subheader("Similarity against distance")
+st.caption(
+    "Every pair of patches, pooled by the distance between their centres in bins one patch (of the model's grid) "
+    "wide, [1, 2), [2, 3), … (a coarser resampled grid: one of its own steps); distance 0 (each patch with itself) "
+    "is its own point. The line is each bin's mean "
+    "cosine similarity at the bin's mean distance, the band ± one standard deviation; hover for the bin and its "
+    "number of pairs (each pair counted in both directions)."
+)
 show_chart(figures.similarity_vs_distance(curves), "pos_curve", filename="position_similarity_vs_distance")
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
     download_npz("pos_data", "position_similarity", **arrays)
 with d2:
     download_csv(
-        "pos_curve_data", "position_similarity_vs_distance", ["grid", "distance_patches", "mean_cosine"],
-        [(name, float(d), float(s)) for name, ds, ss in curves for d, s in zip(ds, ss, strict=True)],
+        "pos_curve_data", "position_similarity_vs_distance",
+        ["grid", "bin_lower_patches", "bin_upper_patches", "mean_distance_patches", "mean_cosine", "std_cosine", "pairs"],
+        [(name, float(lo), float(hi), float(d), float(m), float(sd), int(n)) for name, bins in curves
+         for lo, hi, d, m, sd, n in zip(*bins, strict=True)],
     )
 show_code(position_code(cur.model, kind=kind, resampled_grid=(int(new_h), int(new_w))
                         if "resampled_similarity" in arrays else None))

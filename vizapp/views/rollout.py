@@ -32,6 +32,7 @@ cur = current()
 spec = cur.spec
 L = spec.num_layers
 FUSIONS = ["mean", "max", "min"]
+STRIP_COLUMNS = 6  # thumbnails per row of the per-layer strip
 STAGES = stage_layers(spec)  # a ViT or SAM: one stage holding every layer
 ACROSS = "across"  # the span choice "from a start layer, across stages" (a windowed model with several)
 
@@ -174,9 +175,10 @@ else:
         cells = cur.left_out(final)
         tops = np.array([robust_top(m, left_out=cells) for m in drawn_strip], np.float32)
         drawn_strip = drawn_strip / np.where(tops > 0, tops, 1.0)[:, None, None]
+    per_row = min(len(strip), STRIP_COLUMNS)  # rows of thumbnails of at least 120 px, not one row of small ones
     strip_fig = figures.mosaic(
         drawn_strip,
-        min(len(strip), 12),
+        per_row,
         tile_names=[f"layers {start}–{last}" for last in end_layers],
         colorscale=cur.colorscale,
         normalize_each=normalise and not robust,
@@ -184,8 +186,11 @@ else:
         zmax=1.0 if normalise and robust else None,
         colorbar_title=("rollout / its 99th percentile (clipped at 1)" if robust else "rollout / map max")
         if normalise else "rollout weight",
-        col_labels=[str(last) for last in end_layers][: min(len(strip), 12)] if len(strip) <= 12 else None,
-        x_title="after layer" if len(strip) <= 12 else None,
+        col_labels=[str(last) for last in end_layers] if len(strip) <= per_row else None,
+        row_labels=None if len(strip) <= per_row else [
+            f"{end_layers[i]}–{end_layers[min(i + per_row, len(strip)) - 1]}" for i in range(0, len(strip), per_row)],
+        x_title="after layer" if len(strip) <= per_row else None,
+        y_title=None if len(strip) <= per_row else "after layers",
         highlight=len(strip) - 1,
     )
     show_chart(strip_fig, "rollout_strip", filename="rollout_after_each_layer")
