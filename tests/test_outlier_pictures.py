@@ -5,6 +5,7 @@ artifact tokens (``tests/planted.py``). The same on real weights: ``tests/test_r
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,9 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
     z, zmax, title, outlines = overlay("rollout_overlay")
     assert "top without 3 outlier tokens" in title and zmax < 0.5 * np.nanmax(z)
     assert any("outlier tokens dominate this rollout" in i.value for i in app.info)
+
+    app.switch_page("views/compare.py").run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert any(re.search(r"outlier tokens dominate layer \d+'s map", i.value) for i in app.info)
+    (chart,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith("cmp_panels")]
+    assert "top without 3 outlier tokens" in chart["layout"]["coloraxis"]["colorbar"]["title"]["text"]

@@ -8,6 +8,7 @@ import streamlit as st
 from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
+from analysis.tokens import dominated_by_outliers
 from vizapp.attention_view import attention_view, panel_layers, pin_on_click, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
@@ -18,6 +19,7 @@ from vizapp.ui import (
     download_npz,
     head_control,
     head_label,
+    outlier_notice,
     patch_click,
     query_controls,
     show_chart,
@@ -197,6 +199,11 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
         + (" The second model is in the chart below." if panels2 else "")
         + " The chart, with hover values and downloads:"
     )
+for layer, panel in zip(layers, panels):  # the first panel the image's outlier tokens dominate, if any
+    if cur.left_out(panel):
+        if dominated_by_outliers(np.nan_to_num(panel), cur.left_out(panel)):
+            outlier_notice(cur, panel, f"layer {layer}'s map")
+            break
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
     "cmp_data", "compare_layers", **stacked("attention", layers, panels), layers=layers,
