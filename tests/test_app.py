@@ -309,11 +309,17 @@ def test_rollout_page_matches_analysis(app, vit, record):
     (heatmap,) = traces(strip, "heatmap")
     n = spec.num_layers - start
     tiles = tiles_of(array(heatmap["z"]), spec.grid_size, min(n, 12), n)
-    np.testing.assert_allclose(tiles[-1], expected / expected.max(), rtol=1e-5, atol=1e-6)
+    from analysis.plots import robust_top  # the default range: each tile by its own 99th percentile
+
+    np.testing.assert_allclose(tiles[-1], expected / robust_top(expected), rtol=1e-5, atol=1e-6)
     after_first = analysis.attention_rollout(
         record, head_fusion="max", discard_ratio=0.5, start_layer=start, end_layer=start
     )[0].numpy()
-    np.testing.assert_allclose(tiles[0], after_first / after_first.max(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tiles[0], after_first / robust_top(after_first), rtol=1e-5, atol=1e-6)
+    app.radio(key="map_range").set_value("zero").run()  # under 0–max: each tile by its own maximum
+    (heatmap,) = traces(charts(app)[1], "heatmap")
+    tiles = tiles_of(array(heatmap["z"]), spec.grid_size, min(n, 12), n)
+    np.testing.assert_allclose(tiles[-1], expected / expected.max(), rtol=1e-5, atol=1e-6)
 
 
 def test_rollout_from_the_last_layer_draws_no_duplicate_strip(app, vit):
