@@ -8,7 +8,7 @@ import streamlit as st
 from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
-from vizapp.attention_view import attention_view, panel_layers, pin_on_click, served
+from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
@@ -184,7 +184,7 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
         data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),
         image_uri=resources.background_uri(*cur.args), spec=spec, layer=layers[0], head=head, query=query,
         colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="cmp_view",
-        on_change=pin_on_click("cmp_view", spec, heads=H), panels=layers, report_layer=False, note="",
+        on_change=follow_view("cmp_view", patches=spec.num_patches, heads=H), panels=layers, report_layer=False, note="",
         shared_name="0–max of these layers' heads", max_height=300 if NCOLS >= 3 else 420,
     )
     st.caption(
