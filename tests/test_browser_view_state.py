@@ -139,6 +139,46 @@ def test_layer_and_head_steps_in_one_go_reach_the_page_in_one_report(page, serve
     assert_no_exception(page, "steps and a click in the view")
 
 
+def test_a_step_taken_while_the_page_answers_the_last_one_is_not_undone_by_its_answer(page, server):
+    """→ is reported; → again, and the page's answer to the first (head 0) arrives before the keys
+    rest: it must not move the view back from head 1, and the page ends on head 1 (the view reports
+    it once the keys rest)."""
+    from playwright.sync_api import expect
+
+    page.goto(server)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    hover_view(page, frame, view_grid(frame))
+    frame.wait_for_function("() => document.hasFocus()", timeout=5_000)
+    # the page's answers are held back (the frame's postMessage, which the page calls, keeps them)
+    # until released, so that the second step comes before the answer to the first
+    frame.evaluate("""() => { window.heldRenders = [];
+        const post = window.postMessage.bind(window);
+        window.postMessage = (data, ...rest) => {
+            if (window.heldRenders && data && data.type === 'streamlit:render') window.heldRenders.push(data);
+            else post(data, ...rest);
+        }; }""")
+    page.keyboard.press("ArrowRight")  # head 0
+    frame.wait_for_function("() => window.attentionView.told.head === 0")  # reported
+    frame.wait_for_function("() => window.heldRenders.some(m => m.args.head === 0)")  # answered, not yet heard
+    assert frame.evaluate("() => [window.attentionView.args.head, window.attentionView.told.head]") == [
+        frame.evaluate("() => window.attentionView.args.heads"), 0]  # the view has not heard the answer
+    # head 1, and at once (while the view waits for the keys to rest) the answer to head 0 arrives
+    since = frame.evaluate("""() => { const since = window.attentionView.paints.length;
+        window.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight'}));
+        const held = window.heldRenders; window.heldRenders = null;
+        for (const data of held) window.dispatchEvent(new MessageEvent('message', {data: data}));
+        return since; }""")
+    frame.wait_for_function("() => window.attentionView.shown.head === 1", timeout=10_000)
+    expect(page.get_by_role("combobox", name="Head")).to_have_value("head 1", timeout=30_000)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('head') === '1'", timeout=20_000)
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    heads = frame.evaluate(f"() => window.attentionView.paints.slice({since}).map(p => p.head)")
+    assert heads and set(heads) == {1}, heads  # never back to head 0
+    assert view_state(frame)["told"] == {"layer": None, "head": None}
+
+
 @pytest.mark.parametrize("where, path, header", [
     ("compare", "/compare", "Compare layers"),
     ("windowed", "/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1", "Attention"),

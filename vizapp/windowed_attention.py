@@ -154,8 +154,9 @@ def render(cur) -> None:
                                       to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell)),
             )
             st.caption("Instant view: hover a cell to see its attention inside its window (drawn in the browser; "
-                       "outside the window nothing is drawn: the attention there is 0); ←/→ step the head; click "
-                       "to make the cell the query. The same map as a chart, with hover values and downloads:")
+                       "outside the window nothing is drawn: the attention there is 0); with the pointer over it, "
+                       "←/→ step the head (the Head box follows); click to make the cell the query. The same map as "
+                       "a chart, with hover values and downloads:")
         else:
             st.caption(f"The instant hover view is off for this layer: its windows' attention is "
                        f"{windowed_view_bytes(geometry) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "

@@ -85,12 +85,14 @@ else:  # a ViT: one grid for every layer
                 data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=follow_view("attn_view", patches=spec.num_patches, layers=L, heads=H), report_drawn=held, note="" if held else None,
+                on_change=follow_view("attn_view", patches=spec.num_patches, layers=L, heads=H),
+                report_drawn=held, note="" if held else None,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
                 "values to one 255th of each map's range); with the pointer over it, ←/→ step the head and ↑/↓ "
-                "the layer (the page follows); click to make the patch the query. The same map as a chart, with hover values and downloads:"
+                "the layer (the page follows); click to make the patch the query. The same map as a chart, with "
+                "hover values and downloads:"
             )
         else:
             st.caption(

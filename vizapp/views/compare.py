@@ -190,7 +190,7 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
     st.caption(
         f"Instant view of {escape_markdown(name1)}: hover any panel and every layer shows that patch's attention "
         "(drawn in the browser, one colour scale over these panels, values to one 255th of each map's range); "
-        "←/→ step the head; click to make the patch the query."
+        "with the pointer over it, ←/→ step the head (the Head box follows); click to make the patch the query."
         + (" The second model is in the chart below." if panels2 else "")
         + " The chart, with hover values and downloads:"
     )
