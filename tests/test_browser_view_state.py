@@ -207,3 +207,24 @@ def test_a_head_step_in_the_view_moves_every_pages_head_box(page, server, where,
     assert url_params(page) == {**params, "head": "0"}, page.url  # the head alone: the query was not pinned
     assert view_state(attention_view_frame(page))["pinned"] is None
     assert_no_exception(page, f"a head step in the {where} view")
+
+
+def test_hovering_the_view_does_not_take_the_keys_from_a_field_being_typed_in(page, server):
+    """The Query patch field has the focus: passing over the view leaves it there, and ↑ steps the
+    field, not the view's layer."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/?query=patch&patch=21")
+    wait_idle(page)
+    frame = attention_view_frame(page)
+    layer = frame.evaluate("() => window.attentionView.layer")
+    field = page.get_by_label(re.compile(r"Query patch \(row-major"))
+    field.focus()
+    hover_view(page, frame, view_grid(frame))
+    page.wait_for_timeout(500)
+    assert not frame.evaluate("() => document.hasFocus()")
+    assert field.evaluate("element => element === document.activeElement")
+    page.keyboard.press("ArrowUp")
+    expect(field).to_have_value("22")
+    page.wait_for_timeout(500)
+    assert frame.evaluate("() => window.attentionView.layer") == layer
