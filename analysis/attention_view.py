@@ -207,7 +207,7 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
               head_names: list[str] | None = None, value_name: str = "attention probability",
               layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads",
               panels: list[int] | None = None, fixed_range: tuple[float, float] | None = None, columns: bool = True,
-              report_drawn: bool = False, left_out=(), hide_left_out: bool = False) -> dict:
+              report_drawn: bool = False, report_head: bool = True, left_out=(), hide_left_out: bool = False) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
     colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
@@ -216,7 +216,8 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
     one; default the model's heads, the last map their mean), ``head_names`` (one per map),
     ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
     ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
-    without it ↑/↓ stay within the held layers).
+    without it ↑/↓ stay within the held layers). ``report_head``: whether a head step is reported
+    (a page with a Head box follows it; there is nothing to step without heads).
 
     ``panels``: held layers drawn side by side on one colour scale (the Compare page; the
     ``"shared"`` range then spans their heads). ``fixed_range``: ``(lo, hi)`` for maps on a fixed
@@ -242,7 +243,7 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
         panels=None if panels is None else [int(layer) for layer in panels], columns=bool(columns),
         lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
         report_layer=bool(report_layer), shared_name=shared_name, report_drawn=bool(report_drawn),
-        opacity=float(opacity), max_height=int(max_height), note=note, **data,
+        report_head=bool(report_head) and heads > 0, opacity=float(opacity), max_height=int(max_height), note=note, **data,
     )
 
 
@@ -313,10 +314,12 @@ def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
 
 
 def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
-                       colorscale: str, map_range: str, opacity: float, max_height: int = 520, note: str = "") -> dict:
+                       colorscale: str, map_range: str, opacity: float, max_height: int = 520, note: str = "",
+                       report_head: bool = True) -> dict:
     """The page's arguments for one windowed layer (:func:`windowed_view_blob`'s ``data``): the
     layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
-    the mean over cells), the uniform level ``1/Wt`` of a window. Rows only: a key's "who looks
+    the mean over cells), the uniform level ``1/Wt`` of a window, whether a head step is reported
+    (``report_head``; the layer is the page's alone). Rows only: a key's "who looks
     at it" is not offered (each row is quantised on its own range)."""
     geometry = spec.geometry(layer)
     heads, cells = geometry.num_heads, geometry.grid_size[0] * geometry.grid_size[1]
@@ -328,7 +331,7 @@ def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: st
         range_mode=map_range, uniform=1 / geometry.window_tokens, uniform_floor=UNIFORM_FLOOR,
         robust_quantile=ROBUST_QUANTILE,
         lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability", layer_label="Layer",
-        report_layer=False, shared_name="0–max of this layer's heads", panels=None, fixed_range=None, columns=False,
+        report_layer=False, report_head=bool(report_head), shared_name="0–max of this layer's heads", panels=None, fixed_range=None, columns=False,
         unit="cell", windows=geometry.num_windows, window_tokens=geometry.window_tokens, matrix=False,
         opacity=float(opacity), max_height=int(max_height), note=note, **data,
     )

@@ -267,6 +267,7 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
     assert args["grid"] == list(spec.grid_size) and args["patch_size"] == list(spec.patch_size)
     assert args["img_size"] == list(spec.img_size) and args["prefix"] == spec.num_prefix_tokens
     assert (args["layer"], args["head"], args["query_row"], args["query_patch"]) == (1, 2, spec.num_prefix_tokens + 5, 5)
+    assert args["report_layer"] is True and args["report_head"] is True  # the page follows the view's steps
     assert args["range_mode"] == current.map_range and args["uniform"] == pytest.approx(1 / spec.num_tokens)
     assert args["lut"] == colour_lut(current.colorscale).ravel().tolist()
     assert args["image"].startswith("data:image/")
@@ -380,7 +381,7 @@ def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
     args = json.loads(view.proto.json_args)
     spec = app.session_state["current"].spec
     assert (args["heads"], args["head"], args["head_names"]) == (0, 0, ["max fusion, discard 0.00"])
-    assert args["value_name"] == "rollout weight" and args["report_layer"] is False
+    assert args["value_name"] == "rollout weight" and args["report_layer"] is False and args["report_head"] is False
     assert args["layers"] == list(range(1, spec.num_layers)) and args["layer"] == spec.num_layers - 1
     if DEMO_PRESENT:
         vit = analysis.load_vit("demo")
@@ -430,10 +431,10 @@ def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
     args = _the_view(app)
     spec = app.session_state["current"].spec
     layers = sorted(app.session_state["cmp_layers"])
-    assert args["panels"] == layers and args["report_layer"] is False and args["head"] == 1
+    assert args["panels"] == layers and args["report_layer"] is False and args["head"] == 1 and args["report_head"] is True
     assert args["layers"] == list(range(spec.num_layers)) and args["data_id"] == view_blob(_record_of(app), args["layers"])[1]["data_id"]
     assert args["shared_name"] == "0–max of these layers' heads" and args["note"] == ""
-    # the page's query and head reach the panels (a click in the browser sets them: pin_on_click)
+    # the page's query and head reach the panels (a click in the browser sets them: follow_view)
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(5).run()
     app.selectbox(key="head").set_value("mean").run()
@@ -442,25 +443,57 @@ def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
 
 
 def test_a_click_in_a_view_pins_its_patch_and_head_for_the_page(monkeypatch):
-    """``pin_on_click``, the Compare and Tokens pages' ``on_change``: a reported click sets the
-    page's query (and head, when the page has heads); other reports and bad values change nothing."""
+    """``follow_view``, every page's ``on_change``: a reported click sets the page's query (and head,
+    when the page has heads); other reports and bad values change nothing."""
     import vizapp.attention_view as view_module
 
     spec = load_family("vit").spec
     state = {}
     monkeypatch.setattr(view_module.st, "session_state", state)
-    on_change = view_module.pin_on_click("v", spec, heads=spec.num_heads)
+    on_change = view_module.follow_view("v", patches=spec.num_patches, heads=spec.num_heads)
     state["v"] = {"event": "click", "patch": 5, "head": "mean", "layer": 0, "n": 1}
     on_change()
     assert (state["query_mode"], state["query_patch"], state["head"]) == ("patch", 5, "mean")
-    for value in ({"event": "layer", "layer": 1}, {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
-                  None):
+    for value in ({"event": "step", "layer": 1}, {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
+                  {"event": "click", "patch": True, "head": True}, {"event": "drawn", "patch": 1, "head": 1}, None):
         state["v"] = value
         on_change()
         assert (state["query_patch"], state["head"]) == (5, "mean"), value
+        assert "layer" not in state, value  # no layer control on this page
     state["v"] = {"event": "click", "patch": 2, "head": 1}
-    view_module.pin_on_click("v", spec)()  # no heads on the page: the head stays
+    view_module.follow_view("v", patches=spec.num_patches)()  # no heads on the page: the head stays
     assert (state["query_patch"], state["head"]) == (2, "mean")
+
+
+def test_a_step_in_a_view_sets_the_pages_head_and_layer_and_never_the_query(monkeypatch):
+    """A step (←/→, ↑/↓ in the browser) reports ``{"event": "step", "layer"?, "head"?}``: the page's
+    head and layer follow, when the page has those controls; the query stays where it was."""
+    import vizapp.attention_view as view_module
+
+    spec = load_family("vit").spec
+    L, H = spec.num_layers, spec.num_heads
+    state = {"query_mode": "cls", "query_patch": 7, "head": "mean", "layer": L - 1}
+    monkeypatch.setattr(view_module.st, "session_state", state)
+    on_change = view_module.follow_view("v", patches=spec.num_patches, layers=L, heads=H)
+    for value, expected in [
+        ({"event": "step", "head": 0, "n": 1}, (L - 1, 0)),
+        ({"event": "step", "layer": 0, "n": 2}, (0, 0)),
+        ({"event": "step", "layer": 1, "head": "mean", "n": 3}, (1, "mean")),
+        ({"event": "step", "layer": L, "head": H, "n": 4}, (1, "mean")),  # out of range: nothing
+        ({"event": "step", "head": H - 1, "patch": 3, "n": 5}, (1, H - 1)),  # a step never pins
+    ]:
+        state["v"] = value
+        on_change()
+        assert (state["layer"], state["head"]) == expected, value
+        assert (state["query_mode"], state["query_patch"]) == ("cls", 7), value
+    # a windowed layer's view: its cells map to the page's query; its layer is the page's alone
+    on_change = view_module.follow_view("v", patches=4, heads=2, to_query=lambda cell: 100 + cell)
+    state["v"] = {"event": "click", "patch": 3, "head": 1, "layer": 0}
+    on_change()
+    assert (state["query_mode"], state["query_patch"], state["head"], state["layer"]) == ("patch", 103, 1, 1)
+    state["v"] = {"event": "step", "head": 2}  # that layer has 2 heads: 0, 1 and the mean
+    on_change()
+    assert state["head"] == 1
 
 
 def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
@@ -479,6 +512,7 @@ def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
     spec = app.session_state["current"].spec
     assert (args["range_mode"], args["fixed_range"], args["uniform"]) == ("fixed", [-1.0, 1.0], None)
     assert (args["layers"], args["layer"], args["heads"], args["head_names"]) == ([1], 1, 0, ["keys"])
+    assert args["report_head"] is False  # one map: no head to step
     assert args["columns"] is False and args["matrix"] is False and args["query_row"] == spec.num_prefix_tokens + 3
     from vizapp.resources import layer_tokens
 

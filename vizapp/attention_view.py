@@ -5,12 +5,14 @@ HTML report inlines the same file).
 The data (:func:`analysis.attention_view.view_blob`) is one binary file served by Streamlit's
 media endpoint and fetched by the page once per image and model, so a rerun sends only the small
 arguments. The page holds every layer when they fit :data:`vizapp.limits.MAX_VIEW_BYTES`
-(``VIZAPP_VIEW_MB``): the layer (↑/↓) and head (←/→) then
-switch in the browser, and a layer step reports ``{"event": "layer", "layer"}`` here once the
+(``VIZAPP_VIEW_MB``): the layer (↑/↓) and head (←/→, ◀/▶) then
+switch in the browser, and the steps report ``{"event": "step", "layer"?, "head"?}`` here once the
 keys rest, so the page and URL follow without the rerun holding up the redraw. Otherwise only
 the current layer travels (a layer step is then a rerun, and the view says so), or, over the
 budget even for one layer, the page keeps its chart. A click reports
-``{"event": "click", "patch", "head", "layer"}``.
+``{"event": "click", "patch", "head", "layer"}``. What each report changes on the page is one
+rule, :func:`follow_view`. The keys work while the pointer is over the view (it takes the
+keyboard focus then, without a click).
 
 First paint (:func:`hold_for_first_paint`): the view's iframe shares the browser's main thread with
 the page, and plotly's bundle (4.7 MB of JavaScript), its charts and the code highlighter (1.5 MB)
@@ -22,6 +24,7 @@ opens the page, the page sends the view first and its other charts once the view
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import streamlit as st
 import streamlit.components.v1 as components
@@ -30,8 +33,8 @@ from streamlit import runtime
 from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, windowed_view_args
 from vizapp import limits
 
-__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "hold_for_first_paint", "layer_bytes", "note_drawn",
-           "panel_layers", "pin_on_click", "query_row", "sent_layers", "served", "windowed_attention_view"]
+__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "follow_view", "hold_for_first_paint", "layer_bytes",
+           "note_drawn", "panel_layers", "query_row", "sent_layers", "served", "windowed_attention_view"]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -84,22 +87,42 @@ def panel_layers(spec, layers) -> tuple[int, ...] | None:
     return tuple(int(layer) for layer in layers) if layer_bytes(spec) * len(layers) <= limits.MAX_VIEW_BYTES else None
 
 
-def pin_on_click(key: str, spec, *, heads: int | None = None):
-    """An ``on_change`` for a view whose clicks pin the query: the clicked patch becomes the page's
-    query (``query_mode``, ``query_patch``) and, given ``heads``, the head it showed the page's head."""
+def follow_view(key: str, *, patches: int, to_query: Callable[[int], int] | None = None, layers: int | None = None,
+                heads: int | None = None):
+    """The ``on_change`` of the view ``key``: the one rule of what its reports change on its page.
+
+    * ``{"event": "drawn"}``: the held-back charts follow (:func:`note_drawn`);
+    * a step ``{"event": "step", "layer"?, "head"?}``: the page's ``layer`` (when the page has a
+      layer control: ``layers``, how many) and ``head`` (when it has a Head box: ``heads``, how many;
+      ``"mean"`` or an index below it). The query stays: a step never pins;
+    * a click ``{"event": "click", "patch", "head", "layer"}``: the clicked patch (an index below
+      ``patches``) becomes the page's query (``query_mode`` ``"patch"``, ``query_patch``:
+      ``to_query(patch)``, by default the patch itself), and its head and layer as a step's.
+
+    Values out of range change nothing. It runs as a callback, before the page draws its widgets,
+    so it may set their keys."""
 
     def on_change() -> None:
         value = st.session_state.get(key)
-        if not isinstance(value, dict) or value.get("event") != "click":
+        if not isinstance(value, dict):
             return
-        patch, head = value.get("patch"), value.get("head")
-        if isinstance(patch, int) and 0 <= patch < spec.num_patches:
-            st.session_state["query_mode"] = "patch"
-            st.session_state["query_patch"] = patch
-        if heads is not None and (head == "mean" or (isinstance(head, int) and 0 <= head < heads)):
+        note_drawn(value)
+        if value.get("event") not in ("step", "click"):
+            return
+        layer, head, patch = value.get("layer"), value.get("head"), value.get("patch")
+        if layers is not None and _index_below(layer, layers):
+            st.session_state["layer"] = layer
+        if heads is not None and (head == "mean" or _index_below(head, heads)):
             st.session_state["head"] = head
+        if value["event"] == "click" and _index_below(patch, patches):
+            st.session_state["query_mode"] = "patch"
+            st.session_state["query_patch"] = patch if to_query is None else to_query(patch)
 
     return on_change
+
+
+def _index_below(value, count: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
 
 
 def fallback_note(spec, layers) -> str:

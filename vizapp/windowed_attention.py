@@ -19,7 +19,7 @@ from analysis import masked_image, top_mass_mask
 from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp import figures, limits, resources
-from vizapp.attention_view import served, windowed_attention_view
+from vizapp.attention_view import follow_view, served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp import ui
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
@@ -104,23 +104,6 @@ def _overlay_click(chart_key: str, spec, geometry):
     return on_click
 
 
-def _view_click(key: str, spec, geometry, heads: int):
-    """The instant view's click: that cell of this layer's grid becomes the query, its head the head."""
-
-    def on_change() -> None:
-        value = st.session_state.get(key)
-        if not isinstance(value, dict) or value.get("event") != "click":
-            return
-        cell, head = value.get("patch"), value.get("head")
-        if isinstance(cell, int) and 0 <= cell < geometry.grid_size[0] * geometry.grid_size[1]:
-            st.session_state["query_mode"] = "patch"
-            st.session_state["query_patch"] = layer_cell_to_query_patch(spec, geometry, cell)
-        if head == "mean" or (isinstance(head, int) and 0 <= head < heads):
-            st.session_state["head"] = head
-
-    return on_change
-
-
 def _describe(query: str | int, spec, geometry) -> str:
     if isinstance(query, str):
         return "mean over all cells"
@@ -172,11 +155,13 @@ def render(cur) -> None:
                 data=served(*resources.windowed_view_blob(*cur.args, layer), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query_cell=query_cell,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=_view_click("attn_view", spec, geometry, heads),
+                on_change=follow_view("attn_view", patches=geometry.grid_size[0] * geometry.grid_size[1], heads=heads,
+                                      to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell)),
             )
             st.caption("Instant view: hover a cell to see its attention inside its window (drawn in the browser; "
-                       "outside the window nothing is drawn: the attention there is 0); ←/→ step the head; click "
-                       "to make the cell the query. The same map as a chart, with hover values and downloads:")
+                       "outside the window nothing is drawn: the attention there is 0); with the pointer over it, "
+                       "←/→ step the head (the Head box follows); click to make the cell the query. The same map as "
+                       "a chart, with hover values and downloads:")
         else:
             st.caption(f"The instant hover view is off for this layer: its windows' attention is "
                        f"{windowed_view_bytes(geometry) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "

@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, hold_for_first_paint, layer_bytes, note_drawn, sent_layers, served
+from vizapp.attention_view import attention_view, follow_view, hold_for_first_paint, layer_bytes, sent_layers, served
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
@@ -77,22 +77,6 @@ else:  # a ViT: one grid for every layer
     outliers = cur.outliers  # the Tokens page's high-norm outlier tokens (any layer)
     lo, hi, range_text = colour_range(cur.map_range, cur.shown(shown), maps, uniform=uniform, left_out=outliers)
 
-    def on_view_change() -> None:
-        """The instant view reports a layer step (the page and URL follow) or a click, which pins
-        that patch, with the head and layer it showed, for the page."""
-        value = st.session_state.get("attn_view")
-        if not isinstance(value, dict):
-            return
-        note_drawn(value)  # the first map is on screen: the held-back charts follow
-        if isinstance(value.get("layer"), int) and 0 <= value["layer"] < L:
-            st.session_state["layer"] = value["layer"]
-        if value.get("event") == "click" and isinstance(value.get("patch"), int) and 0 <= value["patch"] < spec.num_patches:
-            st.session_state["query_mode"] = "patch"
-            st.session_state["query_patch"] = value["patch"]
-            if value.get("head") == "mean" or (isinstance(value.get("head"), int) and 0 <= value["head"] < H):
-                st.session_state["head"] = value["head"]
-
-
     with left:
         view_layers = sent_layers(spec, layer)
         held = hold_for_first_paint(view_layers is not None)  # a session's first open: the view draws first
@@ -103,13 +87,15 @@ else:  # a ViT: one grid for every layer
                 data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
                 image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
                 colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=on_view_change, report_drawn=held, note="" if held else None,
+                on_change=follow_view("attn_view", patches=spec.num_patches, layers=L, heads=H),
+                report_drawn=held, note="" if held else None,
                 left_out=outliers, hide_left_out=cur.hide_outliers,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
-                "values to one 255th of each map's range); ←/→ step the head and ↑/↓ the layer; click to make "
-                "the patch the query. The same map as a chart, with hover values and downloads:"
+                "values to one 255th of each map's range); with the pointer over it, ←/→ step the head and ↑/↓ "
+                "the layer (the page follows); click to make the patch the query. The same map as a chart, with "
+                "hover values and downloads:"
             )
         else:
             st.caption(

@@ -9,7 +9,7 @@ from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
 from analysis.tokens import dominated_by_outliers
-from vizapp.attention_view import attention_view, panel_layers, pin_on_click, served
+from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
@@ -188,14 +188,14 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
         data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),
         image_uri=resources.background_uri(*cur.args), spec=spec, layer=layers[0], head=head, query=query,
         colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="cmp_view",
-        on_change=pin_on_click("cmp_view", spec, heads=H), panels=layers, report_layer=False, note="",
+        on_change=follow_view("cmp_view", patches=spec.num_patches, heads=H), panels=layers, report_layer=False, note="",
         shared_name="0–max of these layers' heads", max_height=300 if NCOLS >= 3 else 420,
         left_out=cur.outliers, hide_left_out=cur.hide_outliers,
     )
     st.caption(
         f"Instant view of {escape_markdown(name1)}: hover any panel and every layer shows that patch's attention "
         "(drawn in the browser, one colour scale over these panels, values to one 255th of each map's range); "
-        "←/→ step the head; click to make the patch the query."
+        "with the pointer over it, ←/→ step the head (the Head box follows); click to make the patch the query."
         + (" The second model is in the chart below." if panels2 else "")
         + " The chart, with hover values and downloads:"
     )

@@ -10,7 +10,7 @@ from analysis.rollout import POST_NORM_WARNING
 from analysis.windowed_rollout import MERGE_WARNING
 
 from vizapp import figures, limits, resources
-from vizapp.attention_view import attention_view, layer_bytes, served
+from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
 from analysis.plots import colour_range, robust_top
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
@@ -96,15 +96,6 @@ lo, hi, range_text = colour_range(cur.map_range, cur.shown(final), strip, unifor
 
 
 
-def on_view_click() -> None:
-    """A click on the instant view makes that patch the query."""
-    value = st.session_state.get("rollout_view")
-    if (isinstance(value, dict) and value.get("event") == "click" and isinstance(value.get("patch"), int)
-            and 0 <= value["patch"] < spec.num_patches):
-        st.session_state["query_mode"] = "patch"
-        st.session_state["query_patch"] = value["patch"]
-
-
 # the instant view of every query's rollout after each layer: a ViT, within VIZAPP_VIEW_MB
 view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
 with left:
@@ -113,7 +104,7 @@ with left:
             data=served(*resources.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"),
             image_uri=resources.background_uri(*cur.args), spec=spec, layer=end, head="mean", query=query,
             colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="rollout_view",
-            on_change=on_view_click, note="", heads=0, head_names=[f"{fusion} fusion, discard {discard:.2f}"],
+            on_change=follow_view("rollout_view", patches=spec.num_patches), note="", heads=0, head_names=[f"{fusion} fusion, discard {discard:.2f}"],
             value_name="rollout weight", layer_label=f"Rollout layers {start} to", report_layer=False,
             shared_name="0–max of this map", left_out=cur.outliers, hide_left_out=cur.hide_outliers,
         )

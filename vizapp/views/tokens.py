@@ -11,7 +11,7 @@ from analysis import AnalysisError, ViTSpec, patch_similarity
 from analysis.tokens import TOKEN_KINDS, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
-from vizapp.attention_view import attention_view, pin_on_click, served
+from vizapp.attention_view import attention_view, follow_view, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
@@ -98,7 +98,7 @@ with sim_left:
             data=served(*resources.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
             image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=0, query=similarity_query,
             colorscale=cur.colorscale, map_range=cur.map_range, opacity=0.7, key="tok_view",
-            on_change=pin_on_click("tok_view", spec), heads=0, head_names=[f"{KIND_LABELS[kind]}s"],
+            on_change=follow_view("tok_view", patches=spec.num_patches), heads=0, head_names=[f"{KIND_LABELS[kind]}s"],
             value_name="cosine similarity", report_layer=False, fixed_range=(-1.0, 1.0), columns=False, note="",
             max_height=420,
         )
