@@ -513,6 +513,19 @@ def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
     assert len(charts(app)) >= 2  # still working
 
 
+@pytest.mark.upload
+def test_a_too_large_upload_says_so_with_its_size_and_the_limit(app):
+    from test_image_hardening import blank_png
+
+    before = app.session_state["current"].image.name
+    uploader(app, key="image_upload").set_value(("huge.png", blank_png(20_000, 20_000), "image/png")).run()
+    assert_clean(app)
+    (error,) = [e.value for e in app.error if "huge.png" in e.value]
+    assert "too large: 20,000 × 20,000 = 400,000,000 pixels, above the limit of 64,000,000 pixels" in error
+    assert "not an image we can read" not in error and "DecompressionBomb" not in error
+    assert app.session_state["current"].image.name == before
+
+
 def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(app):
     before = app.session_state["current"].model
     app.radio(key="model_source").set_value("timm").run()
