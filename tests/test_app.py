@@ -541,6 +541,12 @@ def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(
     assert any("no\\_such\\_checkpoint" in e.value for e in app.error)  # escaped Markdown
     assert app.session_state["current"].model == before
 
+    app.text_input(key="model_path").input("./no_such_model_folder").run()  # a folder path, no suffix
+    assert_clean(app)
+    (error,) = [e.value for e in app.error if "no\\_such\\_model\\_folder" in e.value]
+    assert "The path './no\\_such\\_model\\_folder' does not exist" in error and "Unknown timm model" not in error
+    assert app.session_state["current"].model == before
+
 
 def test_offline_curated_model_reports_why(weights_not_cached, app):
     app.radio(key="model_source").set_value("curated").run()

@@ -13,6 +13,7 @@ import torch.nn as nn
 from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
+from ..loading.files import existing_model_path, looks_like_path
 from ..loading.loaded import LoadedModel
 from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
@@ -36,7 +37,9 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     or a folder in timm's hub layout. ``patch_size``: the drop grid's cell (default 16 px)."""
     import timm
 
-    path = DEMO_CNN_DIR if source == "demo" else Path(source)
+    if source != "demo" and looks_like_path(source):
+        existing_model_path(source)  # a path that names nothing: say so (not "unknown model")
+    path = DEMO_CNN_DIR if source == "demo" else Path(str(source).removeprefix("local-dir:")).expanduser()
     names = None
     try:
         if path.is_dir():  # built here, not by timm's local-dir: (older timm releases unpickle safetensors)
