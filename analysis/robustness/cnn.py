@@ -14,7 +14,7 @@ from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
 from ..loading.files import existing_model_path, looks_like_path
-from ..loading.loaded import LoadedModel
+from ..loading.loaded import LoadedModel, class_names_for
 from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
@@ -64,7 +64,7 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
         img_size=(grid[0] * cell, grid[1] * cell), has_class_token=False, position_embedding="none",
         head="classifier", num_outputs=int(model.num_classes), family=type(model).__name__,
     )
-    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=names,
+    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=class_names_for(model, names),
                      preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
 
 
