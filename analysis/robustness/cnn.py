@@ -19,9 +19,12 @@ from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
-__all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn", "cnn_gradcam"]
+__all__ = ["DEMO_CNN_DIR", "IMAGENET_1K_CNNS", "LoadedCNN", "load_cnn", "cnn_gradcam"]
 
 DEMO_CNN_DIR = asset_path("demo_cnn")
+#: timm CNNs with ImageNet-1k heads (pretrained weights from the hub) to set beside an
+#: ImageNet-1k ViT: ResNet-50, the CNN of Naseer et al. 2021, first; then smaller and newer ones.
+IMAGENET_1K_CNNS = ("resnet50.a1_in1k", "resnet18.a1_in1k", "convnext_tiny.fb_in1k", "efficientnet_b0.ra_in1k")
 
 
 @dataclass(eq=False)
