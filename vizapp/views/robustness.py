@@ -284,11 +284,6 @@ if cur.model != DEMO_SWIN and "demo" in choices:  # the ViT predicts the bundled
     add_swin = st.toggle("Add the bundled demo Swin (windowed attention, trained on the same scenes)", key="rob_swin",
                          help="With the demo ViT and the demo CNN: the ViT vs Swin vs CNN comparison, offline. "
                               "The Swin gets the same pixel perturbations (patch drop in pixels for token drop).")
-    if add_swin:
-        swin_match = shared_label_space(vit, resources.get_model(DEMO_SWIN), ("the ViT", "the demo Swin"))
-        if not swin_match:
-            st.info(escape_markdown(swin_match.reason), icon=":material/compare_arrows:")
-            add_swin = False
 st.session_state.setdefault("rob_curves", True)
 if images and st.toggle("Measure the curves", key="rob_curves",
                         help="One forward pass per image and level for each model."):
@@ -308,7 +303,10 @@ if images and st.toggle("Measure the curves", key="rob_curves",
         if cnn_score is not None:
             curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
             rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
-    if add_swin:
+    swin_match = shared_label_space(vit, resources.get_model(DEMO_SWIN), ("the ViT", "the demo Swin")) if add_swin else None
+    if swin_match is not None and not swin_match:  # loaded only now, when its curve is asked for
+        st.info(escape_markdown(swin_match.reason), icon=":material/compare_arrows:")
+    if swin_match:
         swin_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
         swin_spec = resources.get_model(DEMO_SWIN).spec
         swin_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(swin_spec))
