@@ -1091,6 +1091,8 @@ def test_robustness_compares_the_demo_vit_and_the_bundled_cnn_on_their_shared_cl
 
 
 def test_robustness_never_compares_an_imagenet_vit_with_the_shapes_cnn(app):
+    from analysis.robustness import IMAGENET_1K_CNNS
+
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()  # 1000 ImageNet classes
     app.switch_page("views/robustness.py").run()
@@ -1099,7 +1101,7 @@ def test_robustness_never_compares_an_imagenet_vit_with_the_shapes_cnn(app):
     assert choice.value == "none"  # not the default ...
     assert not [o for o in choice.options if "demo" in o]  # ... nor offered
     assert [o for o in choice.options if "ImageNet-1k" in o] == [
-        f"{name} (timm, ImageNet-1k weights)" for name in analysis.robustness.IMAGENET_1K_CNNS]
+        f"{name} (timm, ImageNet-1k weights)" for name in IMAGENET_1K_CNNS]
     assert [v for v in verdicts(app) if "CNN" in v] == []
     # the bundled CNN asked for by name: a message, no verdict, no CNN panels
     choice.set_value("other").run()
@@ -1120,8 +1122,13 @@ def test_robustness_compares_an_imagenet_vit_with_an_imagenet_cnn(app, monkeypat
     (offline), it predicts the ViT's classes and the verdicts of both appear."""
     import vizapp.resources as resources
 
-    real_load_cnn = resources.load_cnn
-    monkeypatch.setattr(resources, "load_cnn", lambda source, pretrained=True: real_load_cnn(source, pretrained=False))
+    real_load_cnn, requested = resources.load_cnn, []
+
+    def offline(source, pretrained=True):
+        requested.append((source, pretrained))
+        return real_load_cnn(source, pretrained=False)
+
+    monkeypatch.setattr(resources, "load_cnn", offline)
     resources.get_cnn.clear()
     try:
         app.radio(key="model_source").set_value("timm").run()
@@ -1136,6 +1143,7 @@ def test_robustness_compares_an_imagenet_vit_with_an_imagenet_cnn(app, monkeypat
         (summary,) = verdicts(app)
         assert summary.startswith("ViT: ") and " · CNN: " in summary
         assert len(traces(chart(app, "rob_maps"), "heatmap")) == 4
+        assert ("resnet18.a1_in1k", True) in requested  # in real use: its pretrained ImageNet-1k weights
     finally:
         resources.get_cnn.clear()  # no random-weight CNN left under a pretrained name
 
