@@ -25,7 +25,9 @@ from .errors import (
     ArchiveError,
     CheckpointError,
     ImageLoadError,
+    ImageTooLargeError,
     ModelLoadError,
+    ModelPathNotFoundError,
     NoTextTowerError,
     TextPromptError,
     UnsupportedModelError,
@@ -35,6 +37,7 @@ from .errors import (
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .loading import LoadedCLIP, LoadedViT, load_clip, load_vit
+from .label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
 from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
 from .position import (
@@ -123,6 +126,11 @@ __all__ = [
     "patch_embedding_components",
     "patch_embedding_filters",
     "load_image",
+    "label_space",
+    "shared_label_space",
+    "LabelSpace",
+    "LabelSpaceMatch",
+    "IMAGENET_1K",
     "read_image_archive",
     "ArchiveLimits",
     "VitExplorerError",
@@ -131,6 +139,8 @@ __all__ = [
     "CheckpointError",
     "WeightsUnavailableError",
     "ImageLoadError",
+    "ImageTooLargeError",
+    "ModelPathNotFoundError",
     "ArchiveError",
     "AnalysisError",
     "TextPromptError",

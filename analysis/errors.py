@@ -11,9 +11,11 @@ __all__ = [
     "ModelLoadError",
     "UnsupportedModelError",
     "CheckpointError",
+    "ModelPathNotFoundError",
     "WeightsUnavailableError",
     "MissingDecoderError",
     "ImageLoadError",
+    "ImageTooLargeError",
     "ArchiveError",
     "AnalysisError",
     "TextPromptError",
@@ -37,6 +39,16 @@ class CheckpointError(ModelLoadError):
     """A checkpoint file is missing, unreadable or does not fit the architecture."""
 
 
+class ModelPathNotFoundError(CheckpointError):
+    """A model source that is a path (a folder or a weights file) names nothing on disk.
+
+    Attributes: ``path``, the path as given (``~`` expanded)."""
+
+    def __init__(self, message: str, path=None):
+        super().__init__(message)
+        self.path = path
+
+
 class WeightsUnavailableError(ModelLoadError):
     """Pretrained weights are neither cached locally nor downloadable right now."""
 
@@ -47,6 +59,16 @@ class MissingDecoderError(UnsupportedModelError):
 
 class ImageLoadError(VitExplorerError, ValueError):
     """The input is not an image we can decode (or is unsafe to decode)."""
+
+
+class ImageTooLargeError(ImageLoadError):
+    """The image declares more pixels than we decode (decompression-bomb protection).
+
+    Attributes: ``width``, ``height`` (as the file declares them) and ``limit`` (pixels)."""
+
+    def __init__(self, message: str, width: int = 0, height: int = 0, limit: int = 0):
+        super().__init__(message)
+        self.width, self.height, self.limit = width, height, limit
 
 
 class ArchiveError(ImageLoadError):

@@ -9,11 +9,41 @@ from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageLoadError
+from .errors import ImageLoadError, ImageTooLargeError
 
-__all__ = ["load_image", "to_rgb", "MAX_IMAGE_PIXELS"]
+__all__ = ["load_image", "to_rgb", "MAX_IMAGE_PIXELS", "too_large_error"]
 
 MAX_IMAGE_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused (decompression bombs)
+
+
+def too_large_error(label: str, width: int, height: int, limit: int = MAX_IMAGE_PIXELS) -> ImageTooLargeError:
+    """The error for an image that declares ``width × height`` pixels, above ``limit``: its size,
+    the limit, and what to do."""
+    return ImageTooLargeError(
+        f"{label} is too large: {width:,} × {height:,} = {width * height:,} pixels, above the limit of "
+        f"{limit:,} pixels (about {int(limit ** 0.5):,} × {int(limit ** 0.5):,}; larger images are refused "
+        "unread, as protection against decompression bombs). Downscale it first.",
+        width, height, limit,
+    )
+
+
+def _declared_size(data: bytes) -> tuple[int, int] | None:
+    """The size an image file declares in its header, read without PIL's decompression-bomb
+    check (which refuses very large images before saying how large): the first registered
+    format that accepts the data opens it lazily, no pixel is decoded. ``None`` if none does."""
+    Image.init()
+    prefix = data[:16]
+    for name in Image.ID:
+        factory, accept = Image.OPEN[name]
+        accepted = accept(prefix) if accept else True  # as PIL decides (a str: a warning, not a match)
+        if isinstance(accepted, str) or not accepted:
+            continue
+        try:
+            with factory(io.BytesIO(data), "") as header:
+                return header.size
+        except Exception:  # noqa: BLE001 - not this format: try the next
+            continue
+    return None
 
 
 def _read_bytes(source) -> tuple[bytes, str]:
@@ -68,19 +98,23 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
         raise ImageLoadError(f"{label} is empty (0 bytes). Choose an image file (JPEG, PNG, WebP, BMP or GIF).")
     try:
         with Image.open(io.BytesIO(data)) as opened:
-            pixels = opened.width * opened.height
-            if pixels > MAX_IMAGE_PIXELS:
-                raise ImageLoadError(
-                    f"{label} is {opened.width}x{opened.height} = {pixels:,} pixels, above the limit of "
-                    f"{MAX_IMAGE_PIXELS:,} pixels (decompression-bomb protection). Downscale it first."
-                )
+            if opened.width * opened.height > MAX_IMAGE_PIXELS:
+                raise too_large_error(label, opened.width, opened.height)
             opened.seek(0)  # first frame of animations
             opened.load()
             image = ImageOps.exif_transpose(opened) or opened
             return to_rgb(image).copy()
     except ImageLoadError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # PIL's own, stricter refusal (above twice its limit)
+        size = _declared_size(data)
+        if size is not None:
+            raise too_large_error(label, *size) from exc
+        raise ImageTooLargeError(
+            f"{label} is too large: above the limit of {MAX_IMAGE_PIXELS:,} pixels ({exc}). Downscale it first.",
+            limit=MAX_IMAGE_PIXELS,
+        ) from exc
+    except UnidentifiedImageError as exc:
         raise ImageLoadError(
             f"{label} is not an image we can read ({exc.__class__.__name__}). Use JPEG, PNG, WebP, BMP or GIF."
         ) from exc

@@ -555,6 +555,19 @@ def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
     assert len(charts(app)) >= 2  # still working
 
 
+@pytest.mark.upload
+def test_a_too_large_upload_says_so_with_its_size_and_the_limit(app):
+    from test_image_hardening import blank_png
+
+    before = app.session_state["current"].image.name
+    uploader(app, key="image_upload").set_value(("huge.png", blank_png(20_000, 20_000), "image/png")).run()
+    assert_clean(app)
+    (error,) = [e.value for e in app.error if "huge.png" in e.value]
+    assert "too large: 20,000 × 20,000 = 400,000,000 pixels, above the limit of 64,000,000 pixels" in error
+    assert "not an image we can read" not in error and "DecompressionBomb" not in error
+    assert app.session_state["current"].image.name == before
+
+
 def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(app):
     before = app.session_state["current"].model
     app.radio(key="model_source").set_value("timm").run()
@@ -568,6 +581,12 @@ def test_model_that_fails_to_load_shows_the_reason_and_keeps_the_previous_model(
     app.text_input(key="model_path").input(str(REPO / "no_such_checkpoint.safetensors")).run()
     assert_clean(app)
     assert any("no\\_such\\_checkpoint" in e.value for e in app.error)  # escaped Markdown
+    assert app.session_state["current"].model == before
+
+    app.text_input(key="model_path").input("./no_such_model_folder").run()  # a folder path, no suffix
+    assert_clean(app)
+    (error,) = [e.value for e in app.error if "no\\_such\\_model\\_folder" in e.value]
+    assert "The path './no\\_such\\_model\\_folder' does not exist" in error and "Unknown timm model" not in error
     assert app.session_state["current"].model == before
 
 
@@ -1120,6 +1139,90 @@ def test_robustness_page_offers_only_what_the_model_supports(app):
     assert_clean(app)
     grids = app.select_slider(key="rob_grid").options
     assert [int(g) for g in grids] == [1, 2, 7, 14]
+
+
+def verdicts(at: AppTest) -> list[str]:
+    """The Robustness page's prediction verdicts ("ViT: same prediction, …")."""
+    return [m.value for m in at.markdown if "same prediction" in m.value or "prediction changed" in m.value]
+
+
+@pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models")
+def test_robustness_compares_the_demo_vit_and_the_bundled_cnn_on_their_shared_classes(app):
+    app.switch_page("views/robustness.py").run()
+    assert_clean(app)
+    assert app.selectbox(key="rob_cnn").value == "demo"
+    assert "The ViT and the CNN both predict 6 classes (circle, ring, bar, triangle, cross, star)." in [
+        c.value for c in app.caption]
+    (summary,) = verdicts(app)
+    assert summary.startswith("ViT: ") and " · CNN: " in summary
+    assert len(traces(chart(app, "rob_maps"), "heatmap")) == 4
+
+
+def test_robustness_never_compares_an_imagenet_vit_with_the_shapes_cnn(app):
+    from analysis.robustness import IMAGENET_1K_CNNS
+
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()  # 1000 ImageNet classes
+    app.switch_page("views/robustness.py").run()
+    assert_clean(app)
+    choice = app.selectbox(key="rob_cnn")
+    assert choice.value == "none"  # not the default ...
+    assert not [o for o in choice.options if "demo" in o]  # ... nor offered
+    assert [o for o in choice.options if "ImageNet-1k" in o] == [
+        f"{name} (timm, ImageNet-1k weights)" for name in IMAGENET_1K_CNNS]
+    assert [v for v in verdicts(app) if "CNN" in v] == []
+    # the bundled CNN asked for by name: a message, no verdict, no CNN panels
+    choice.set_value("other").run()
+    app.text_input(key="rob_cnn_other").input("demo").run()
+    assert_clean(app)
+    (message,) = [i.value for i in app.info if "not the same classes" in i.value]
+    assert message.startswith("The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, "
+                              "bar, triangle, cross, star)")
+    assert [v for v in verdicts(app) if "CNN" in v] == [] and len(verdicts(app)) == 1
+    assert len(traces(chart(app, "rob_maps"), "heatmap")) == 2
+    assert not [c for c in app.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]
+                if str(t.get("name", "")).startswith("CNN")]
+    assert "rob_swin" not in [t.key for t in app.toggle]  # the demo Swin is not offered either
+
+
+def test_robustness_compares_an_imagenet_vit_with_an_imagenet_cnn(app, monkeypatch):
+    """An offered ImageNet CNN: loaded as in real use through load_cnn, here with random weights
+    (offline), it predicts the ViT's classes and the verdicts of both appear."""
+    import vizapp.resources as resources
+
+    real_load_cnn, requested = resources.load_cnn, []
+
+    def offline(source, pretrained=True):
+        requested.append((source, pretrained))
+        return real_load_cnn(source, pretrained=False)
+
+    monkeypatch.setattr(resources, "load_cnn", offline)
+    resources.get_cnn.clear()
+    try:
+        app.radio(key="model_source").set_value("timm").run()
+        app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
+        app.session_state["rob_curves"] = False  # one image is enough here
+        app.session_state["rob_perturbation"] = "noise"
+        app.session_state["rob_cnn"] = "resnet18.a1_in1k"
+        app.switch_page("views/robustness.py").run()
+        assert app.selectbox(key="rob_cnn").value == "resnet18.a1_in1k"
+        assert_clean(app)
+        assert "The ViT and the CNN both predict the 1000 ImageNet-1k classes." in [c.value for c in app.caption]
+        (summary,) = verdicts(app)
+        assert summary.startswith("ViT: ") and " · CNN: " in summary
+        assert len(traces(chart(app, "rob_maps"), "heatmap")) == 4
+        assert ("resnet18.a1_in1k", True) in requested  # in real use: its pretrained ImageNet-1k weights
+    finally:
+        resources.get_cnn.clear()  # no random-weight CNN left under a pretrained name
+
+
+def test_robustness_on_a_headless_backbone_gives_no_verdict(app):
+    app.radio(key="model_source").set_value("timm").run()
+    app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()  # num_classes 0
+    app.switch_page("views/robustness.py").run()
+    assert_clean(app)
+    assert any("no class head" in i.value for i in app.info)
+    assert verdicts(app) == [] and "rob_cnn" not in [s.key for s in app.selectbox]
 
 
 # --------------------------------------------------------------------------- shared records

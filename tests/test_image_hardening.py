@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import struct
 import time
+import zlib
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from analysis import ImageLoadError, load_image
+from analysis import ImageLoadError, ImageTooLargeError, load_image
 from analysis.images import MAX_IMAGE_PIXELS
 
 
@@ -77,13 +79,55 @@ def test_webp_and_bmp():
         assert load_image(_encode(Image.new("RGB", (8, 8), (0, 128, 0)), fmt)).size == (8, 8)
 
 
-def test_decompression_bomb_is_refused_quickly_naming_the_limit():
-    bomb = _encode(Image.new("1", (12_000, 6_000)), "PNG")  # 72 Mpx in a few kB
+def blank_png(width: int, height: int) -> bytes:
+    """A valid 1-bit greyscale PNG of ``width × height`` black pixels, written row by row through
+    zlib (a 20,000 × 20,000 one is about 50 kB, built in well under a second, never held whole)."""
+    row = b"\x00" * (1 + (width + 7) // 8)  # filter byte + the packed bits
+    compressor = zlib.compressobj(9)
+    body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale, no interlace
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def test_blank_png_is_what_pil_reads():
+    with Image.open(io.BytesIO(blank_png(37, 5))) as image:
+        assert image.size == (37, 5) and image.mode == "1"
+        assert np.asarray(image).shape == (5, 37) and not np.asarray(image).any()
+
+
+@pytest.mark.parametrize("size", [(12_000, 6_000), (20_000, 20_000)])  # above our limit; above twice PIL's own
+def test_a_too_large_image_is_refused_quickly_naming_its_size_and_the_limit(size):
+    width, height = size
+    bomb = blank_png(width, height)
     assert len(bomb) < 200_000
     start = time.monotonic()
-    with pytest.raises(ImageLoadError, match=f"{MAX_IMAGE_PIXELS:,}"):
+    with pytest.raises(ImageTooLargeError) as caught:
         load_image(bomb)
     assert time.monotonic() - start < 3
+    error = caught.value
+    assert (error.width, error.height, error.limit) == (width, height, MAX_IMAGE_PIXELS)
+    assert str(error).startswith(f"the uploaded data is too large: {width:,} × {height:,} = {width * height:,} pixels, "
+                                 f"above the limit of {MAX_IMAGE_PIXELS:,} pixels")
+    assert "Downscale" in str(error) and "Error" not in str(error)  # the cause in words, not a class name
+
+
+def test_a_too_large_image_file_names_the_file(tmp_path):
+    path = tmp_path / "huge.png"
+    path.write_bytes(blank_png(20_000, 20_000))
+    with pytest.raises(ImageTooLargeError, match=r"^huge.png is too large: 20,000 × 20,000"):
+        load_image(path)
+
+
+def test_a_too_large_image_whose_size_cannot_be_read_still_says_too_large(monkeypatch):
+    import analysis.images
+
+    monkeypatch.setattr(analysis.images, "_declared_size", lambda data: None)
+    with pytest.raises(ImageTooLargeError, match=f"too large: above the limit of {MAX_IMAGE_PIXELS:,} pixels"):
+        load_image(blank_png(20_000, 20_000))
 
 
 def test_truncated_and_non_image_files_are_refused_quickly():

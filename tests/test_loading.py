@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +16,15 @@ from safetensors.torch import save_file
 from analysis import (
     CheckpointError,
     ModelLoadError,
+    ModelPathNotFoundError,
     UnsupportedModelError,
     WeightsUnavailableError,
     capture_attention,
     load_vit,
 )
 from analysis.loading import DEMO_MODEL_DIR
+from analysis.loading.files import looks_like_path
+from analysis.robustness import load_cnn
 
 ARCH = "vit_tiny_patch16_224"
 SMALL = dict(img_size=32, depth=2, num_classes=3)
@@ -94,10 +99,53 @@ def test_wrong_keys_and_shapes_are_listed(tmp_path, source_model):
 
 
 def test_missing_file_and_folder_without_config(tmp_path):
-    with pytest.raises(CheckpointError, match="not found"):
+    with pytest.raises(ModelPathNotFoundError, match=f"^The path '{tmp_path}/nope.safetensors' does not exist:"):
         load_vit(tmp_path / "nope.safetensors", arch=ARCH)
     with pytest.raises(CheckpointError, match="config.json"):
         load_vit(str(tmp_path))
+
+
+@pytest.mark.parametrize("source", [
+    "./my_model", "../models/vit", "~/no_such_vit_folder_xyz", "/no/such/folder", "models/vit_b16",
+    "models\\vit_b16", "C:\\models\\vit", "vit_weights.pth", "local-dir:no_such_folder", "local-dir:/no/such/folder",
+])
+def test_a_path_that_does_not_exist_says_so_not_unknown_model(source, monkeypatch, tmp_path):
+    """Anything written as a path (a separator, a leading . or ~, a drive, a weights suffix,
+    local-dir:) that names nothing is a ModelPathNotFoundError naming the path; never 'Unknown timm
+    model'. Relative paths also show where they were looked up."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelPathNotFoundError) as caught:
+        load_vit(source, pretrained=False)
+    message = str(caught.value)
+    given = source.removeprefix("local-dir:")
+    assert message.startswith(f"The path {given!r} does not exist")
+    assert "Unknown timm model" not in message and "config.json and model.safetensors" in message
+    assert caught.value.path == Path(given).expanduser()
+    if not Path(given).expanduser().is_absolute():
+        assert str(tmp_path / Path(given)) in message
+    for name, load in (("CNN", lambda: load_cnn(source, pretrained=False)),):  # the comparison CNN's loader too
+        with pytest.raises(ModelPathNotFoundError, match=f"^The path {re.escape(repr(given))} does not exist"):
+            load()
+
+
+@pytest.mark.parametrize("name", ["vit_nonexistent_patch16_224", "vit_base_patch16_224.no_such_tag", "my_model",
+                                  "resnet_50_typo"])
+def test_a_model_name_that_is_not_a_path_is_still_an_unknown_model(name, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelLoadError) as caught:
+        load_vit(name, pretrained=False)
+    assert not isinstance(caught.value, ModelPathNotFoundError)
+    assert re.match(r"Unknown timm model|'vit_base_patch16_224' has no pretrained tag", str(caught.value))
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("vit_base_patch16_224.augreg2_in21k_ft_in1k", False), ("hf-hub:timm/vit_base_patch16_224.augreg_in21k", False),
+    ("hf:google/vit-base-patch16-224", False), ("torchvision:vit_b_16", False), ("demo", False), ("my_model", False),
+    ("./m", True), ("~/m", True), ("/m", True), ("a/b", True), ("a\\b", True), ("D:/m", True), ("m.safetensors", True),
+    ("M.PT", True), ("m.npz", True), ("local-dir:m", True), (".hidden", True),
+])
+def test_what_looks_like_a_path(source, expected):
+    assert looks_like_path(source) is expected
 
 
 class _Exploit:

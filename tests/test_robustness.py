@@ -11,6 +11,7 @@ import torch
 import analysis
 from analysis import AnalysisError, capture_attention
 from analysis.robustness import (
+    IMAGENET_1K_CNNS,
     drop_pixels,
     gaussian_blur,
     gaussian_noise,
@@ -302,7 +303,7 @@ def test_cnn_gradcam_is_the_class_activation_map_for_a_pooled_linear_head():
         cnn_gradcam(cnn, pixels, 99)
 
 
-def test_the_benchmark_command_prints_the_table(capsys):
+def test_the_benchmark_command_prints_the_table(capsys):  # the demo pair: the same 6 classes
     from analysis.robustness.__main__ import main
 
     assert main(["--n", "6"]) == 0
@@ -310,6 +311,35 @@ def test_the_benchmark_command_prints_the_table(capsys):
     for row in ("ViT token drop", "ViT pixel drop", "CNN pixel drop", "ViT shuffle", "CNN shuffle", "chance"):
         assert row in out
     assert "90%" in out and "g=8" in out
+
+
+def test_the_benchmark_command_refuses_models_with_different_classes(capsys, monkeypatch, tmp_path):
+    import analysis.robustness.__main__ as command
+
+    imagenet_vit = analysis.load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32)  # 1000 ImageNet classes
+    monkeypatch.setattr(analysis, "load_vit", lambda source: imagenet_vit)
+    with pytest.raises(SystemExit):
+        command.main(["--vit", "an-imagenet-vit", "--cnn", "demo", "--images", str(tmp_path)])
+    error = capsys.readouterr().err
+    assert ("The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, bar, triangle, "
+            "cross, star): not the same classes") in error and "--cnn" in error
+
+
+@pytest.mark.parametrize("name", IMAGENET_1K_CNNS)
+def test_the_offered_imagenet_cnns_predict_imagenet_1k_and_give_a_grad_cam(name):
+    """What the app offers beside an ImageNet-1k ViT: each is a timm CNN with pretrained ImageNet-1k
+    weights on the hub (here built with random weights, offline), named with the ImageNet-1k classes."""
+    import timm
+
+    from analysis import IMAGENET_1K, label_space
+    from analysis.robustness import cnn_gradcam, load_cnn
+
+    architecture, _, tag = name.partition(".")
+    assert tag.endswith("in1k") and name in timm.list_pretrained(f"{architecture}.*")
+    cnn = load_cnn(name, pretrained=False)
+    assert label_space(cnn).known == IMAGENET_1K
+    cam = cnn_gradcam(cnn, torch.randn(1, 3, *cnn.spec.img_size))
+    assert cam.ndim == 3 and cam.shape[0] == 1 and torch.isfinite(cam).all()
 
 
 def test_probe_shows_what_the_model_saw(demo):

@@ -21,8 +21,10 @@ from analysis import (
     dataset_attention_distance,
     load_clip,
     load_image,
+    label_space,
     load_vit,
     mean_attention_distance,
+    shared_label_space,
     patch_embedding_components,
     position_embedding_similarity,
     read_image_archive,
@@ -192,7 +194,10 @@ CASES = [
     ("model of a wrong type", "load_vit takes", lambda c: load_vit(3.5)),
     ("model not a ViT", "not a Vision Transformer", lambda c: load_vit("resnet18", pretrained=False)),
     ("model device unknown", "Unknown device", lambda c: load_vit("demo", device="tpu9")),
-    ("model file missing", "not found", lambda c: load_vit("weights.safetensors")),
+    ("model file missing", "^The path 'weights.safetensors' does not exist", lambda c: load_vit("weights.safetensors")),
+    ("model folder missing", "^The path './no_such_folder' does not exist", lambda c: load_vit("./no_such_folder")),
+    ("label space of a non-model", "label_space takes a loaded model", lambda c: label_space(3)),
+    ("shared label space of a non-model", "label_space takes a loaded model", lambda c: shared_label_space(c.vit, "demo")),
     ("two-tower model empty name", "load_clip takes", lambda c: load_clip("")),
     ("two-tower model of a wrong type", "load_clip takes", lambda c: load_clip(3.5)),
     ("two-tower model image-only", "image-only", lambda c: load_clip("demo")),
@@ -223,6 +228,7 @@ def test_every_public_function_is_walked():
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
         "corresponding_query", "similarity_by_distance", "similarity_distance_bins", "windowed_rollout", "attention_rows",
+        "label_space", "shared_label_space",
     }
     source = open(__file__).read()
     for name in walked:

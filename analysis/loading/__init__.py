@@ -34,7 +34,9 @@ from ..devices import resolve_device
 from ..errors import ModelLoadError
 from . import hf_transformers, objects, torchvision_source
 from .families import SUPPORTED_FAMILIES, is_embedding_tower
-from .files import looks_like_file, model_from_file, model_from_timm_folder, read_folder_config
+from .files import (
+    existing_model_path, looks_like_file, looks_like_path, model_from_file, model_from_timm_folder, read_folder_config,
+)
 from .loaded import LoadedViT, wrap_model
 from .random_weights import RANDOM_WEIGHTS_SEED, seeded_random_weights
 from .timm_source import model_from_timm_name
@@ -105,6 +107,8 @@ def load_vit(
                 f"`{retrain}` (from a checkout's root)."
             )
         return _from_folder(folder, source_str, target, model_kwargs)
+    if looks_like_path(source_str):
+        existing_model_path(source_str)  # a path that names nothing: say so (not "unknown model")
     if source_str.startswith("local-dir:") or Path(source_str).is_dir():
         folder = Path(source_str.removeprefix("local-dir:")).expanduser()
         return _from_folder(folder, source_str, target, model_kwargs)

@@ -3,23 +3,68 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ModelPathNotFoundError
 from .checkpoints import load_state_dict_into, npz_num_classes, read_state_dict
 from .families import check_supported_architecture
 from .hub import create_timm_model
 
-__all__ = ["SINGLE_FILE_SUFFIXES", "looks_like_file", "read_folder_config", "model_from_timm_folder", "model_from_file"]
+__all__ = [
+    "SINGLE_FILE_SUFFIXES", "looks_like_file", "looks_like_path", "existing_model_path", "read_folder_config",
+    "model_from_timm_folder", "model_from_file",
+]
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
+# Sources that name a model somewhere else, although they may contain a "/".
+_NAME_SCHEMES = ("hf-hub:", "hf:", "torchvision:")
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
 def looks_like_file(source: str) -> bool:
     return source.lower().endswith(SINGLE_FILE_SUFFIXES) or Path(source).is_file()
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a model source is written as a path on disk rather than as a model name.
+
+    Rule: it starts with ``local-dir:``, contains a path separator (``/`` or ``\\``), starts
+    with ``.``, ``~`` or a Windows drive (``C:\\``), or ends with a weights-file suffix
+    (:data:`SINGLE_FILE_SUFFIXES`). Names never do: timm names are letters, digits, ``_``, ``-``
+    and a ``.tag`` (``vit_base_patch16_224.augreg2_in21k_ft_in1k``), and the ``hf-hub:``,
+    ``hf:`` and ``torchvision:`` names (which may hold an ``org/name``) are not paths. A bare
+    word such as ``my_model`` is a name unless a folder or file of that name exists.
+    """
+    text = os.fspath(source).strip()
+    if text.startswith(_NAME_SCHEMES):
+        return False
+    return (
+        text.startswith("local-dir:") or "/" in text or "\\" in text or text.startswith((".", "~")) or bool(_WINDOWS_DRIVE.match(text))
+        or text.lower().endswith(SINGLE_FILE_SUFFIXES)
+    )
+
+
+def existing_model_path(source: str) -> Path:
+    """The path a path-like model source (see :func:`looks_like_path`) names, ``~`` expanded and
+    any ``local-dir:`` prefix removed. Raises :class:`~analysis.errors.ModelPathNotFoundError`,
+    naming the path and the folder a relative path was looked up from, when nothing is there."""
+    given = os.fspath(source).strip().removeprefix("local-dir:")
+    path = Path(given).expanduser()
+    if path.exists():
+        return path
+    where = "" if path.is_absolute() else f" (that is {path.absolute()})"
+    raise ModelPathNotFoundError(
+        f"The path {given!r} does not exist{where}: there is no folder or file there. Check the path (it is "
+        "read on the machine that runs the model). A model folder holds config.json and model.safetensors; "
+        "a single weights file (.safetensors, .pth, .pt, .bin, .npz) also needs arch='<its timm architecture>'. "
+        "A timm model is named without a path, e.g. vit_base_patch16_224.",
+        path,
+    )
 
 
 def read_folder_config(folder: Path) -> dict:

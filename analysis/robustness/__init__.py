@@ -1,6 +1,6 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
-from .cnn import DEMO_CNN_DIR, LoadedCNN, cnn_gradcam, load_cnn
+from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
 from .probe import SALIENCY_NAMES, Probe, probe
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
 from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
@@ -18,6 +18,7 @@ from .perturbations import (
 
 __all__ = [
     "DEMO_CNN_DIR",
+    "IMAGENET_1K_CNNS",
     "LoadedCNN",
     "load_cnn",
     "cnn_gradcam",

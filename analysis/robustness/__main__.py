@@ -5,8 +5,9 @@ Top-1 accuracy on held-out demo scenes (a seed neither model trained on) under r
 drop (tokens removed from the ViT's sequence after the position embedding, or patches set to
 the mean colour for both models) and under patch shuffle. Image ``i`` uses seed ``seed + i`` at
 every level, so both models lose exactly the same patches. ``--vit`` / ``--cnn`` take any model
-``load_vit`` / ``load_cnn`` accept (other models than the demo pair need ``--images DIR``, scored
-by agreement with their clean prediction).
+``load_vit`` / ``load_cnn`` accept, two models that predict the same classes
+(:func:`~analysis.shared_label_space`; other models than the demo pair need ``--images DIR``,
+scored by agreement with their clean prediction).
 """
 
 from __future__ import annotations
@@ -62,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     from .cnn import load_cnn
     from .perturbations import shuffle_grids
 
+    from ..label_space import shared_label_space
+
     vit, cnn = load_vit(args.vit), load_cnn(args.cnn)
+    match = shared_label_space(vit, cnn, ("the ViT", "the CNN"))
+    if not match:  # their rows would compare predictions about different things
+        parser.error(f"{match.reason} Pick a CNN with the ViT's classes (--cnn).")
     if args.images is not None:
         if not args.images.is_dir():
             parser.error(f"--images {args.images}: not a folder")

@@ -13,14 +13,18 @@ import torch.nn as nn
 from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import AnalysisError, ModelLoadError
-from ..loading.loaded import LoadedModel
+from ..loading.files import existing_model_path, looks_like_path
+from ..loading.loaded import LoadedModel, class_names_for
 from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
-__all__ = ["DEMO_CNN_DIR", "LoadedCNN", "load_cnn", "cnn_gradcam"]
+__all__ = ["DEMO_CNN_DIR", "IMAGENET_1K_CNNS", "LoadedCNN", "load_cnn", "cnn_gradcam"]
 
 DEMO_CNN_DIR = asset_path("demo_cnn")
+#: timm CNNs with ImageNet-1k heads (pretrained weights from the hub) to set beside an
+#: ImageNet-1k ViT: ResNet-50, the CNN of Naseer et al. 2021, first; then smaller and newer ones.
+IMAGENET_1K_CNNS = ("resnet50.a1_in1k", "resnet18.a1_in1k", "convnext_tiny.fb_in1k", "efficientnet_b0.ra_in1k")
 
 
 @dataclass(eq=False)
@@ -36,7 +40,9 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     or a folder in timm's hub layout. ``patch_size``: the drop grid's cell (default 16 px)."""
     import timm
 
-    path = DEMO_CNN_DIR if source == "demo" else Path(source)
+    if source != "demo" and looks_like_path(source):
+        existing_model_path(source)  # a path that names nothing: say so (not "unknown model")
+    path = DEMO_CNN_DIR if source == "demo" else Path(str(source).removeprefix("local-dir:")).expanduser()
     names = None
     try:
         if path.is_dir():  # built here, not by timm's local-dir: (older timm releases unpickle safetensors)
@@ -61,7 +67,7 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
         img_size=(grid[0] * cell, grid[1] * cell), has_class_token=False, position_embedding="none",
         head="classifier", num_outputs=int(model.num_classes), family=type(model).__name__,
     )
-    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=names,
+    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=class_names_for(model, names),
                      preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis.robustness import SET_LEVELS, check_token_drop, shuffle_grids
+from analysis import IMAGENET_1K, label_space, shared_label_space
+from analysis.robustness import IMAGENET_1K_CNNS, SET_LEVELS, check_token_drop, shuffle_grids
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
@@ -23,7 +24,7 @@ PERTURBATION_LABELS = {
     "blur": "Gaussian blur",
 }
 SELECTIONS = {"random": "random (seeded)", "most_salient": "most salient first", "least_salient": "least salient first"}
-CNN_CHOICES = {"demo": "the bundled demo CNN", "none": "none", "other": "a timm CNN name"}
+MODEL_LABELS = ("the ViT", "the CNN")
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
 LEVEL_AXIS = {
     "token_drop": "fraction of patches dropped (ViT: tokens; CNN: pixels)", "pixel_drop": "fraction of patches dropped",
@@ -82,16 +83,45 @@ with controls:
         level = st.slider("Blur σ (px)", 0.0, 8.0, step=0.25, key="rob_blur")
     seed = int(st.number_input("Seed", 0, 2**31 - 1, step=1, key="rob_seed",
                                help="Random drops and shuffles are reproducible by seed."))
+
+
+def cnn_choices() -> dict[str, str]:
+    """The comparison CNNs offered: only those that predict the ViT's classes
+    (``analysis.shared_label_space``), and a field for any other, checked once loaded."""
+    choices = {"none": "none"}
+    try:
+        if shared_label_space(vit, resources.get_cnn("demo", True)):
+            choices["demo"] = "the bundled demo CNN (the same shape classes)"
+    except analysis.ModelLoadError:  # no bundled CNN in this installation
+        pass
+    space = label_space(vit)
+    if space is not None and space.known == IMAGENET_1K:
+        choices.update({name: f"{name} (timm, ImageNet-1k weights)" for name in IMAGENET_1K_CNNS})
+    choices["other"] = "another timm CNN (a name or a folder)"
+    return choices
+
+
 with comparison:
-    clamp_state("rob_cnn", list(CNN_CHOICES), "demo" if cur.model.source == "demo" else "none")
-    choice = st.selectbox("Comparison CNN", list(CNN_CHOICES), format_func=CNN_CHOICES.get, key="rob_cnn",
-                          help="The demo CNN was trained on the same scenes as the demo ViT.")
+    choices = cnn_choices()
+    clamp_state("rob_cnn", list(choices), "none")
+    st.session_state.setdefault("rob_cnn", "demo" if "demo" in choices else "none")  # no download before the first picture
+    choice = st.selectbox("Comparison CNN", list(choices), format_func=choices.get, key="rob_cnn",
+                          help="Only CNNs that predict the ViT's classes are offered: the predictions of models "
+                               "with different classes cannot be compared. The demo CNN was trained on the same "
+                               "scenes as the demo ViT; the ImageNet CNNs download their weights once.")
+    if len(choices) == 2:
+        own = label_space(vit)
+        st.caption(f"No offered CNN predicts the ViT's {escape_markdown(own.describe())}: name one under "
+                   "“another timm CNN”.")
     cnn_key = None
     if choice == "demo":
         cnn_key = ("demo", True)
+    elif choice in IMAGENET_1K_CNNS:
+        cnn_key = (choice, True)
     elif choice == "other":
         text = st.text_input("timm CNN", key="rob_cnn_other", placeholder="resnet50.a1_in1k or random:resnet18",
-                             help="Any timm CNN; weights from the local cache or the hub; random: for random weights.").strip()
+                             help="Any timm CNN, or a folder in timm's layout; weights from the local cache or the "
+                                  "hub; random: for random weights. It must predict the ViT's classes.").strip()
         if text:
             cnn_key = (text.removeprefix("random:"), not text.startswith("random:"))
     cnn = None
@@ -100,6 +130,14 @@ with comparison:
             cnn = resources.get_cnn(*cnn_key)
         except Exception as exc:  # noqa: BLE001 - shown; the ViT's half of the page still works
             st.error(f"Could not load the CNN **{escape_markdown(cnn_key[0])}**: {error_text(exc)}")
+    if cnn is not None:
+        match = shared_label_space(vit, cnn, MODEL_LABELS)
+        if not match:  # a message, never a comparison of predictions about different things
+            st.info(f"{escape_markdown(match.reason)} The page compares two models only when they predict the "
+                    "same classes: pick a CNN with the ViT's classes.", icon=":material/compare_arrows:")
+            cnn = None
+        else:
+            st.caption(escape_markdown(match.reason))
     if cnn is not None and perturbation == "token_drop":
         st.caption("A CNN has no tokens: it gets the same patches dropped as pixels.")
     if cnn is not None and perturbation == "shuffle" and int(level) not in shuffle_grids(cnn.spec):
@@ -241,7 +279,7 @@ def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float
 
 curves, rows = [], []
 add_swin = False
-if cur.model != DEMO_SWIN:
+if cur.model != DEMO_SWIN and "demo" in choices:  # the ViT predicts the bundled models' classes
     st.session_state.setdefault("rob_swin", cur.model.source == "demo")
     add_swin = st.toggle("Add the bundled demo Swin (windowed attention, trained on the same scenes)", key="rob_swin",
                          help="With the demo ViT and the demo CNN: the ViT vs Swin vs CNN comparison, offline. "
@@ -265,7 +303,10 @@ if images and st.toggle("Measure the curves", key="rob_curves",
         if cnn_score is not None:
             curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
             rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
-    if add_swin:
+    swin_match = shared_label_space(vit, resources.get_model(DEMO_SWIN), ("the ViT", "the demo Swin")) if add_swin else None
+    if swin_match is not None and not swin_match:  # loaded only now, when its curve is asked for
+        st.info(escape_markdown(swin_match.reason), icon=":material/compare_arrows:")
+    if swin_match:
         swin_kind = "pixel_drop" if perturbation == "token_drop" else perturbation
         swin_spec = resources.get_model(DEMO_SWIN).spec
         swin_levels = tuple(lv for lv in levels if perturbation != "shuffle" or int(lv) in shuffle_grids(swin_spec))
