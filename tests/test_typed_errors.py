@@ -13,6 +13,7 @@ import torch
 
 import analysis
 from analysis import (
+    outlier_patches,
     VitExplorerError,
     attention_map,
     attention_rollout,
@@ -160,6 +161,10 @@ CASES = [
     ("similarity to an unknown query", "query must be", lambda c: patch_similarity(torch.ones(1, c.vit.spec.num_tokens, 4), c.vit.spec, "corner")),
     ("norms of a vector", r"\(\.\.\., T, D\)", lambda c: token_norms(torch.ones(3))),
     ("outliers of 2-d norms", r"\(L, B, T\)", lambda c: high_norm_tokens(torch.ones(3, 4), 1)),
+    ("outlier patches of an image not in the batch", "outside the batch",
+     lambda c: outlier_patches(high_norm_tokens(torch.ones(2, 1, 5), 1), image=1)),
+    ("outlier patches of stage grids", "windowed", lambda c: outlier_patches(analysis.tokens.HighNormTokens(
+        thresholds=torch.zeros(1), mask=(torch.zeros(1, 4, dtype=torch.bool),), fraction=torch.zeros(1), first_layer=None))),
     ("attention mass of a non-record", "AttentionRecord", lambda c: attention_mass(None, [0])),
     ("explain unknown method", "Unknown explanation method", lambda c: explain(c.vit, c.pixels, method="lrp")),
     ("explain with an option of another method", "does not accept steps", lambda c: explain(c.vit, c.pixels, method="chefer", steps=3)),
@@ -228,7 +233,7 @@ def test_every_public_function_is_walked():
         "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
         "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
         "corresponding_query", "similarity_by_distance", "similarity_distance_bins", "windowed_rollout", "attention_rows",
-        "label_space", "shared_label_space",
+        "label_space", "shared_label_space", "outlier_patches",
     }
     source = open(__file__).read()
     for name in walked:
