@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -125,8 +126,11 @@ def rotary_position_features(vit, *, grid_size: tuple[int, int] | None = None, l
     if not -len(sites) <= layer < len(sites):
         raise AnalysisError(f"Layer {layer} does not exist: the model has {len(sites)} layers.")
     seen: list[torch.Tensor] = []
+    owner = threading.get_ident()  # the model is shared: another thread's forward must pass untouched
 
     def grab(module, args, kwargs):
+        if threading.get_ident() != owner:
+            return None
         seen.append(kwargs.get("rope"))
         raise _Captured
 

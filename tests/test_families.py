@@ -214,6 +214,50 @@ def test_threads_capturing_a_rope_model_at_once_each_get_their_own_maps(family_v
         torch.testing.assert_close(attention.double(), expected[index], atol=1e-5, rtol=1e-4)
 
 
+def test_rotary_features_read_on_one_thread_leave_other_threads_forwards_alone(family_vits):
+    """``rotary_position_features`` stops its own forward at block ``layer`` with a pre-hook on the
+    shared model; another thread's capture running meanwhile must neither stop nor change (the
+    hook is owned by its call's thread). Before the owner check, 26 of 30 captures raised."""
+    from analysis import rotary_position_features
+
+    vit = family_vits["dinov3"]
+    pixels = family_pixels("dinov3", batch=1, seed=7)
+    expected_attention = capture_attention(vit, pixels).attentions
+    expected_features = rotary_position_features(vit)
+    errors: list[BaseException] = []
+    captures: list[torch.Tensor] = []
+    features: list[torch.Tensor] = []
+    stop = threading.Event()
+
+    def read_features() -> None:
+        try:
+            while not stop.is_set():
+                features.append(rotary_position_features(vit))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def capture() -> None:
+        try:
+            for _ in range(30):
+                captures.append(capture_attention(vit, pixels).attentions)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    threads = [threading.Thread(target=read_features), threading.Thread(target=capture)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, [repr(e) for e in errors]
+    assert len(captures) == 30 and len(features) > 0
+    for attention in captures:
+        assert torch.equal(attention, expected_attention)
+    for value in features:
+        assert torch.equal(value, expected_features)
+
+
 def test_query_tokens_and_layers_select_rows_after_rope(family_vits):
     vit = family_vits["eva02"]
     pixels = family_pixels("eva02")

@@ -147,3 +147,43 @@ def test_callers_waiting_on_a_failed_computation_retry_one_at_a_time():
         thread.join(timeout=10)
     assert len(errors) == 1 and len(results) == 5 and all(r is results[0] for r in results)
     assert len(calls) == 2 and store.computed == 1 and store._computing == {}
+
+
+def test_peek_reads_without_computing_and_counts_as_a_use():
+    store = RecordStore(max_entries=2, max_bytes=10**9, size=lambda value: 0)
+    assert store.peek("a") is None and store.computed == 0
+    store.get("a", lambda: 1)
+    store.get("b", lambda: 2)
+    assert store.peek("a") == 1  # "a" is now the most recently used ...
+    store.get("c", lambda: 3)  # ... so "b" goes
+    assert store.peek("b") is None and store.peek("a") == 1 and store.peek("c") == 3
+    assert store.computed == 3
+
+
+def test_head_descriptions_are_kept_in_the_locked_store():
+    """Concurrent sessions share the head descriptions: one locked store, each key computed once."""
+    from vizapp import resources
+
+    assert isinstance(resources._head_text_results(), RecordStore)
+    calls = []
+    store = resources._head_text_results()
+    store.clear()
+    original = resources._head_texts
+    try:
+        resources._head_texts = lambda *args: calls.append(args) or ("texts", ())
+        barrier = threading.Barrier(4)
+
+        def ask():
+            barrier.wait()
+            resources.compute_head_texts("demo-clip", ("d1", "d2"), (b"1", b"2"), 3)
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        resources._head_texts = original
+    assert len(calls) == 1
+    assert resources.stored_head_texts("demo-clip", ("d1", "d2"), 3) == ("texts", ())
+    store.clear()

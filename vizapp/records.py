@@ -46,6 +46,14 @@ class RecordStore(Generic[T]):
         with self._lock:
             return sum(self._size(v) for v in self._values.values())
 
+    def peek(self, key: Hashable) -> T | None:
+        """The stored value of ``key`` (now the most recently used), or ``None``: never computes."""
+        with self._lock:
+            if key not in self._values:
+                return None
+            self._values.move_to_end(key)
+            return self._values[key]
+
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
         """The stored value of ``key``, or ``compute()`` stored: once per key across threads.
 

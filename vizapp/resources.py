@@ -743,31 +743,33 @@ def text_curves(source: str, digest: str, _image_bytes: bytes, prompt: str, meth
     return {"fractions": fractions, "deletion": deletion, "insertion": insertion}
 
 
+HEAD_TEXT_RESULTS = 8  # descriptions kept (the least recently used is dropped first)
+
+
 @st.cache_resource(show_spinner=False)
-def _head_text_results() -> dict:
-    """Head descriptions computed so far, process-wide: key -> ``(HeadTexts, skipped)``."""
-    return {}
-
-
-HEAD_TEXT_RESULTS = 8  # descriptions kept (the oldest is dropped first)
+def _head_text_results() -> RecordStore:
+    """Head descriptions computed so far, process-wide and locked (sessions share them):
+    key -> ``(HeadTexts, skipped)``; each key computed once even when sessions ask at once."""
+    return RecordStore(HEAD_TEXT_RESULTS, 2**62, size=lambda value: 0)
 
 
 def stored_head_texts(source: str, digests: tuple[str, ...], texts_per_head: int):
     """The head descriptions of this model over these images, if computed already, else None."""
-    return _head_text_results().get((source, digests, texts_per_head))
+    return _head_text_results().peek((source, digests, texts_per_head))
 
 
 def compute_head_texts(source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], texts_per_head: int,
                        progress=None):
     """:func:`analysis.text.head_texts` of every head over the readable images (the bundled
     vocabulary), kept for later runs: ``(HeadTexts, ((index, reason), ...) skipped)``.
-    ``progress(done, total)``: after each batch of images."""
+    ``progress(done, total)``: after each batch of images (of the session that computes them)."""
+    return _head_text_results().get((source, digests, texts_per_head),
+                                    lambda: _head_texts(source, _images, texts_per_head, progress))
+
+
+def _head_texts(source: str, _images: tuple[bytes, ...], texts_per_head: int, progress):
     from analysis.text import head_texts
 
-    key = (source, digests, texts_per_head)
-    results = _head_text_results()
-    if key in results:
-        return results[key]
     images, skipped = [], []
     for index, data in enumerate(_images):
         try:
@@ -778,7 +780,4 @@ def compute_head_texts(source: str, digests: tuple[str, ...], _images: tuple[byt
         raise analysis.AnalysisError(f"Head descriptions need at least 2 readable images (a variance over images); "
                                      f"{len(images)} could be read.")
     result = head_texts(get_clip(source), images, texts_per_head=texts_per_head, batch_size=SET_CHUNK, progress=progress)
-    while len(results) >= HEAD_TEXT_RESULTS:
-        results.pop(next(iter(results)))
-    results[key] = (result, tuple(skipped))
-    return results[key]
+    return result, tuple(skipped)
