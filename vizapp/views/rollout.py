@@ -147,8 +147,8 @@ with right:
     st.image(
         figure6, width="stretch", output_format="PNG",
         caption="The input multiplied by the rollout, upsampled bilinearly to the pixels and divided by "
-        + (f"the map colour range's top, {hi:.3g} (its 99th percentile without outlier tokens; brighter cells "
-           "at full brightness)" if robust else "its maximum")
+        + (f"the map colour range's top, {hi:.3g} ({range_text.split(':', 1)[0]}; brighter cells at full "
+           "brightness)" if robust else "its maximum")
         + " (black: no attention), as in the ViT paper's Figure 6"
         + (" (which divides by the maximum: choose the colour range 0–max for its rule)" if robust else "") + ".",
     )
