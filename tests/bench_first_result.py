@@ -78,6 +78,7 @@ FINISHED = r"""() => {
   const m = window.__marks;
   return !!(m && sidebar && sidebar.innerText.includes('Server time for this view')
             && !document.querySelector('[data-testid="stStatusWidget"]')
+            && !document.querySelector('iframe[title*="first_result"]')  // a held page: the rest follows
             && performance.timeOrigin + performance.now() - m.busy > 1500);
 }"""
 VIEW_PAINTED = """() => window.attentionView && window.attentionView.paints && window.attentionView.paints.length
