@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-models", default="demo,random:vit_small_patch16_224",
                         help="default models for the first open after a server start ('' to skip)")
     parser.add_argument("--start", default="streamlit,cli", help="launchers for the first open after a start")
-    parser.add_argument("--settle", default="0,10", help="seconds between the server's first answer and the open")
+    parser.add_argument("--settle", default="0,20", help="seconds between the server's first answer and the open")
     options = parser.parse_args(argv)
     if not 1 <= options.repeats <= len(IMAGES):
         parser.error(f"--repeats must be 1 to {len(IMAGES)}")

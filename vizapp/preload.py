@@ -42,6 +42,7 @@ def _wait_for_runtime(limit_s: float) -> bool:
 def preload_default() -> None:
     """Import the libraries, load the default model and capture its pass on the first sample.
     Runs in :func:`start`'s thread; a failure is printed (the page says it again when opened)."""
+    started = time.perf_counter()
     try:
         import analysis  # noqa: F401 - torch and timm: most of a cold start
         import vizapp.figures  # noqa: F401 - plotly
@@ -57,6 +58,7 @@ def preload_default() -> None:
         if samples:
             image = refs.ImageRef.from_bytes(samples[0].name, inputs.read_sample(samples[0].name))
             resources.preload_forward(ref, image.digest, image.data)
+        print(f"vit-explorer: {ref.label} loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     except Exception as exc:  # noqa: BLE001 - a start-up convenience: the page loads (and explains) it again
         print(f"vit-explorer: could not preload the default model: {exc}", file=sys.stderr)
 
