@@ -76,7 +76,9 @@ MARKS = r"""
 FINISHED = r"""() => {
   const sidebar = document.querySelector('section[data-testid="stSidebar"]');
   const m = window.__marks;
-  return !!(m && sidebar && sidebar.innerText.includes('Server time for this view')
+  const quiet = performance.timeOrigin + performance.now() - (m ? m.busy : 0);
+  // the run's end: the sidebar's server time, or a run that stopped early (st.stop) and has been quiet 3 s
+  return !!(m && sidebar && (sidebar.innerText.includes('Server time for this view') || (m.busy && quiet > 3000))
             && !document.querySelector('[data-testid="stStatusWidget"]')
             && !document.querySelector('iframe[title*="first_result"]')  // a held page: the rest follows
             && performance.timeOrigin + performance.now() - m.busy > 1500);
