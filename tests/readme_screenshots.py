@@ -48,6 +48,11 @@ def wait_until_drawn(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
     )
+    # a first open of a slow page draws its first result, then reruns for the rest (vizapp.first_result)
+    page.wait_for_selector("iframe[title*='first_result']", state="detached", timeout=120_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
+    )
     page.wait_for_timeout(1500)  # plotly's transitions and images settle
 
 

@@ -31,18 +31,24 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(log_path: Path, extra_env: dict | None = None):
-    """Yield ``(url, process)`` of a running app server; stop it afterwards."""
+def streamlit_server(log_path: Path, extra_env: dict | None = None, repo: Path = REPO, launcher: str = "streamlit"):
+    """Yield ``(url, process)`` of a running app server; stop it afterwards.
+
+    ``repo``: the checkout to serve (another version's, for a benchmark). ``launcher``:
+    ``"streamlit"`` (``python -m streamlit run vizapp/app.py``) or ``"cli"`` (the ``vit-explorer``
+    command, ``python -m vizapp.cli``, which also loads the default model as the server starts)."""
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **(extra_env or {}))
     if not DEMO_PRESENT:
         env.setdefault("VIZAPP_DEFAULT_MODEL", "random:vit_tiny_patch16_224")
     with open(log_path, "w") as log:
+        start = [sys.executable, "-m", "vizapp.cli"] if launcher == "cli" else [
+            sys.executable, "-m", "streamlit", "run", "vizapp/app.py"]
         process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "vizapp/app.py", "--server.headless", "true",
+            [*start, "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
         try:

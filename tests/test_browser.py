@@ -76,6 +76,11 @@ def wait_idle(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=60_000
     )
+    # a session's first open of a slow page draws its first result, then reruns for the rest (vizapp.first_result)
+    page.wait_for_selector("iframe[title*='first_result']", state="detached", timeout=120_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
+    )
     # Every chart, not only the first: a page's later charts can still be drawing (CI once read
     # the Position page before its mosaic existed).
     page.wait_for_function(

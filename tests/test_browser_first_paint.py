@@ -64,3 +64,56 @@ def test_the_charts_come_even_if_the_view_never_draws(fresh_page, server):
     wait_idle(page)
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 3
     assert_no_exception(page, "the Attention page whose view never drew")
+
+
+# The slow pages (vizapp.first_result): a session's first open draws the cheap part, and the slow
+# analyses once the browser has drawn it. Noted in the page at the first chart's SVG: what the page
+# said by then.
+AT_FIRST_CHART = """
+(() => {
+  if (window.top !== window) return;
+  const check = () => {
+    if (document.querySelector('[data-testid="stPlotlyChart"] .main-svg')) {
+      window.__atFirstChart = {text: document.body.innerText, charts: document.querySelectorAll('[data-testid="stPlotlyChart"]').length};
+      return;
+    }
+    requestAnimationFrame(check);
+  };
+  requestAnimationFrame(check);
+})();
+"""
+HELD = "The other maps and the deletion and insertion curves follow as soon as this map is on screen."
+
+
+def _wait_complete(page) -> None:
+    """The maps, then the deletion and insertion curves drawn, the run over."""
+    page.get_by_text("Deletion and insertion").first.wait_for(timeout=120_000)
+    page.locator("[data-testid='stPlotlyChart']", has_text="Deletion (lower").locator(".main-svg").first.wait_for(timeout=120_000)
+    wait_idle(page)
+
+
+def test_why_this_class_draws_its_cheapest_map_first_and_the_other_maps_and_curves_once_it_is_on_screen(fresh_page, server):
+    page = fresh_page
+    page.add_init_script(AT_FIRST_CHART)
+    page.goto(server + "/explain")
+    _wait_complete(page)
+    at_first = page.evaluate("() => window.__atFirstChart")
+    assert "Deletion and insertion" not in at_first["text"], "the curves were computed before the first map was drawn"
+    assert HELD in at_first["text"] and at_first["charts"] == 1
+    assert page.locator("[data-testid='stPlotlyChart']", has_text="Chefer et al. 2021 · ").filter(has_text="Grad-CAM · ").count() == 1
+    assert page.get_by_text(HELD).count() == 0
+    assert_no_exception(page, "the Why this class? page after its first result")
+
+
+def test_the_slow_sections_come_even_if_nothing_reports_the_first_result(fresh_page, server):
+    """The watcher's page fails to load: after the hold's limit the page runs in full anyway."""
+    from vizapp.first_result import HOLD_LIMIT_S
+
+    page = fresh_page
+    page.route("**/component/**first_result**", lambda route: route.abort())
+    page.goto(server + "/explain")
+    page.get_by_text(HELD).wait_for()
+    page.get_by_text("Deletion and insertion").first.wait_for(timeout=(HOLD_LIMIT_S + 90) * 1000)
+    _wait_complete(page)
+    assert page.get_by_text(HELD).count() == 0
+    assert_no_exception(page, "the Why this class? page whose first result was never reported")

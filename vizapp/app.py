@@ -20,6 +20,7 @@ from analysis.assets import asset_path  # noqa: E402
 from vizapp import inputs, url_state  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
+from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
 
@@ -54,6 +55,8 @@ timing = st.sidebar.empty()
 try:
     page.run()
 except PageRefused:  # the page showed why the library refused it (ui.refuse_page)
+    pass
+except SlowSectionsHeld:  # a first open drew its first result; the rest follows once it is on screen
     pass
 # again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
 url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)

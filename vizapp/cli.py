@@ -3,6 +3,8 @@
     vit-explorer                          # streamlit run vizapp/app.py, with the repo's settings
     vit-explorer --server.port 8600       # any `streamlit run` option is passed on
 
+The default model loads while the server starts (:mod:`vizapp.preload`; ``VIZAPP_PRELOAD=0`` turns it off).
+
 Streamlit reads ``.streamlit/config.toml`` only from the working directory, so the
 repository's settings (upload limit, no usage stats, toolbar, theme) are passed as flags;
 flags given on the command line win. The settings come from the checkout's
@@ -55,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     given = {arg.split("=")[0] for arg in args if arg.startswith("--")}
     defaults = [flag for flag in config_flags() if flag.split("=")[0] not in given]
     sys.argv = ["streamlit", "run", str(APP), *defaults, *args]
+    if not {"-h", "--help", "--version"} & set(args):
+        from vizapp import preload
+
+        preload.start()  # the default model loads while the server starts
     return streamlit_cli.main()
 
 

@@ -119,6 +119,12 @@ def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
     return record_store().get((ref, digest), run)
 
 
+def preload_forward(ref: ModelRef, digest: str, image_bytes: bytes) -> Forward:
+    """:func:`forward` outside a script run (no spinner to draw): the server's start-up preload
+    (:mod:`vizapp.preload`) puts the pass where the first page looks for it."""
+    return record_store().get((ref, digest), lambda: _capture_forward(ref, image_bytes))
+
+
 def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
     vit = get_model(ref)
     image = load_image(_image_bytes)

@@ -10,7 +10,7 @@ from analysis.plots import colour_range
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.errors import AnalysisError
 from analysis.windowed import refuse_windowed
-from vizapp import circuit_results, figures, inputs, resources
+from vizapp import circuit_results, figures, first_result, inputs, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, circuits_code, show_code
 from vizapp.state import current
@@ -104,6 +104,8 @@ if dla is not None:
     download_npz("circ_dla_data", "direct_logit_attribution", heads=dla["heads"], head_bias=dla["head_bias"],
                  mlps=dla["mlps"], embedding=dla["embedding"], constant=dla["constant"],
                  target_logit=dla["target_logit"], target=target)
+    first_result.hold_slow_sections("circuits", "Head ablation, the selected head and activation patching follow as soon "
+                                    "as these charts are on screen.")
 
 # --------------------------------------------------------------------------- head ablation
 st.subheader("Head ablation")

@@ -9,7 +9,7 @@ import streamlit as st
 from analysis import AnalysisError, scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
-from vizapp import figures, inputs, resources
+from vizapp import figures, first_result, inputs, resources
 from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
@@ -26,6 +26,9 @@ METHOD_LABELS = {
     "integrated_gradients": "integrated gradients",
 }
 DEFAULT_METHODS = ["chefer", "rollout", "gradcam"]
+# The methods by their cost on a CPU, cheapest first: a session's first open draws the cheapest chosen
+# one at once, and the others with the deletion and insertion curves once it is on screen.
+CHEAPEST_FIRST = ["attention", "rollout", "gradcam", "input_x_gradient", "chefer", "integrated_gradients"]
 
 cur = current()
 spec = cur.spec
@@ -111,15 +114,21 @@ if not methods:
     st.stop()
 
 targets = [target] + ([target2] if target2 is not None else [])
+held = first_result.holding("explain")
+if held:  # a session's first open: the cheapest chosen map now, the rest once it is on screen
+    methods = sorted(methods, key=CHEAPEST_FIRST.index)
 refused: dict[str, str] = {}  # method -> why the library refused it for this model (typed AnalysisError)
 for method in methods:
     try:
         resources.explanation(*cur.args, method, targets[0] if method in CLASS_SPECIFIC else None, options[method])
     except AnalysisError as exc:
         refused[method] = error_text(exc)
+        continue
+    if held:
+        break
 for method, reason in refused.items():
     st.info(f"**{METHOD_LABELS[method]}**: {reason}", icon=":material/block:")
-methods = [m for m in methods if m not in refused]
+methods = [m for m in methods if m not in refused][: 1 if held else None]
 if not methods:
     refuse_page(AnalysisError("None of the chosen methods is defined for this model (reasons above): choose another."))
 maps, titles, raw = [], [], {}
@@ -149,13 +158,18 @@ st.caption(
     "evidence (input × gradient, integrated gradients) is drawn as 0 and kept, signed, in the download."
 )
 show_chart(figure, "explain_panels", filename="explanations")
+first_result.hold_slow_sections("explain", "The other maps and the deletion and insertion curves follow as soon as this "
+                                "map is on screen.", held=held)
 download_npz("explain_data", "explanations", classes=np.array([t for t in targets if t is not None]), **raw)
 show_code(explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options))
 
 if class_specific:
     st.subheader(f"Deletion and insertion · {names[target]}")
     curves, rows = [], []
-    for method in ["random", *methods]:
+    measured = ["random", *methods]
+    bar = st.progress(0.0, text="Deleting and inserting patches…")
+    for done, method in enumerate(measured):
+        bar.progress(done / len(measured), text=f"Deleting and inserting patches… map {done + 1} of {len(measured)}")
         try:
             result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
         except AnalysisError as exc:  # not yet defined for this model: say so, keep the other curves
@@ -167,6 +181,7 @@ if class_specific:
         label = "random" if method == "random" else METHOD_LABELS[method]
         curves.append((label, fractions, deletion, insertion, deletion_auc, insertion_auc))
         rows.extend([label, float(f), float(d), float(i)] for f, d, i in zip(fractions, deletion, insertion))
+    bar.empty()
     show_chart(figures.perturbation_curves(curves), "explain_curves", filename="deletion_insertion")
     st.caption(
         "The class's probability as the patches a map ranks first are replaced by the mean colour "

@@ -9,7 +9,7 @@ import streamlit as st
 import analysis
 from analysis import IMAGENET_1K, label_space, shared_label_space
 from analysis.robustness import IMAGENET_1K_CNNS, SET_LEVELS, check_token_drop, shuffle_grids
-from vizapp import figures, inputs, resources
+from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
@@ -258,6 +258,8 @@ download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbat
 show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level=clean_level, level=level,
                           selection=selection, seed=seed, windowed=spec.is_windowed))
 
+first_result.hold_slow_sections("robustness", "The curves over an image set follow as soon as the panels above are on "
+                                "screen.")
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
 images, problems = inputs.image_set(set_choice, "rob_files")

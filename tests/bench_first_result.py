@@ -1,0 +1,266 @@
+"""Browser benchmark of every page's first result: Debian's Chromium, driven by Playwright, against
+local app servers. Not a test (timings depend on the machine); run it by hand:
+
+    python tests/bench_first_result.py                         # this checkout, the default models
+    python tests/bench_first_result.py --ref main              # ... and the version at a git ref, side by side
+    python tests/bench_first_result.py --models demo --pages explain,circuits --repeats 3
+
+Two measurements, each from the navigation's start (``performance.now()`` in the page):
+
+* **Each page, warm server**: for each model, one server per version is started and warmed (the
+  model loaded and each measured image's forward pass captured, by opening the Attention page on
+  it); then every page is opened in a new browser context (a new Streamlit session, an empty
+  browser cache) once per image (``--repeats`` images, so each open is the page's first for that
+  image: nothing of the page's own analyses is cached). The versions alternate open by open.
+  ``first result``: the first result drawn, whichever comes first of a plotly chart's SVG, an
+  instant view's canvas painted (its ``attentionView.paints``) or an image of the page's main area
+  loaded (e.g. a perturbed input with its prediction); ``complete``: the script run finished (the
+  sidebar's server time shown and no running indicator for 1.5 s).
+* **First open after a server start**: a fresh server (``--start`` launchers: ``streamlit``, i.e.
+  ``python -m streamlit run vizapp/app.py``, and ``cli``, the ``vit-explorer`` command), the default
+  page opened ``--settle`` seconds after the server first answers; for the bundled demo and, as the
+  default model (``VIZAPP_DEFAULT_MODEL``), ``--start-model``.
+
+It prints one table per measurement: median and max over the images, per page, model and version.
+
+``--models``: ``demo`` (the bundled demo ViT), ``dinov2`` (the real DINOv2-S/14 backbone of
+``tests/real_weights.py`` at 224 px: a 16×16 grid, ViT-S-sized; headless, so the class pages say so)
+and any app model text (``random:vit_small_patch16_224``: a ViT-S/16 classifier; random weights
+time as trained ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server  # noqa: E402
+
+IMAGES = ("scene_1_star.png", "cat_chelsea.jpg", "astronaut.jpg", "coffee.jpg", "scene_4_ring.png", "rocket.jpg")
+OPEN_TIMEOUT_S = 300
+
+# Run in the page before anything else: note (on the epoch clock, performance.timeOrigin +
+# performance.now(), comparable across frames) when the first result is drawn, when the last chart
+# came and when a run was last busy. The instant views' iframes keep their own record (attentionView.paints).
+MARKS = r"""
+(() => {
+  if (window.top !== window) return;
+  const marks = {first: null, kind: null, busy: 0, charts: 0, last_chart: 0};
+  window.__marks = marks;
+  const now = () => performance.timeOrigin + performance.now();
+  const note = (kind) => { if (marks.first === null) { marks.first = now(); marks.kind = kind; } };
+  const check = () => {
+    const charts = document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length;
+    if (charts) note('chart');
+    if (charts > marks.charts) { marks.charts = charts; marks.last_chart = now(); }
+    for (const img of document.querySelectorAll('[data-testid="stMain"] [data-testid="stImage"] img')) {
+      if (img.complete && img.naturalWidth) note('image');
+    }
+    if (document.querySelector('[data-testid="stStatusWidget"]')) marks.busy = now();
+    requestAnimationFrame(check);
+  };
+  requestAnimationFrame(check);
+})();
+"""
+FINISHED = r"""() => {
+  const sidebar = document.querySelector('section[data-testid="stSidebar"]');
+  const m = window.__marks;
+  const quiet = performance.timeOrigin + performance.now() - (m ? m.busy : 0);
+  // the run's end: the sidebar's server time, or a run that stopped early (st.stop) and has been quiet 3 s
+  return !!(m && sidebar && (sidebar.innerText.includes('Server time for this view') || (m.busy && quiet > 3000))
+            && !document.querySelector('[data-testid="stStatusWidget"]')
+            && !document.querySelector('iframe[title*="first_result"]')  // a held page: the rest follows
+            && performance.timeOrigin + performance.now() - m.busy > 1500);
+}"""
+VIEW_PAINTED = """() => window.attentionView && window.attentionView.paints && window.attentionView.paints.length
+    ? performance.timeOrigin + window.attentionView.paints[0].painted : null"""
+NOTHING_DRAWN_S = 10  # a finished run with nothing drawn for this long: the page drew no result (it refused)
+
+
+def app_pages(repo: Path = REPO) -> list[tuple[str, str]]:
+    """(url path, title) of every page, in the app's order, read from ``vizapp/app.py``."""
+    text = (repo / "vizapp" / "app.py").read_text()
+    found = re.findall(r'st\.Page\(VIEWS / "(\w+)\.py", title="([^"]+)"(.*?)\)', text)
+    return [("" if "default=True" in rest else name, title) for name, title, rest in found]
+
+
+def model_params(model: str) -> dict[str, str]:
+    """The app's URL parameters for a ``--models`` entry."""
+    if model == "demo":
+        return {}
+    if model == "dinov2":
+        from real_weights import real_dinov2_folder  # converted once per machine, cached
+
+        return {"model": str(real_dinov2_folder()), "res": "224"}
+    return {"model": model}
+
+
+def _views_painted(page) -> list[float]:
+    """When each instant view (an iframe) first painted, on the epoch clock."""
+    painted = []
+    for frame in page.frames[1:]:
+        with contextlib.suppress(Exception):  # a frame gone meanwhile
+            if (at := frame.evaluate(VIEW_PAINTED)) is not None:
+                painted.append(at)
+    return painted
+
+
+def open_once(browser, url: str) -> dict:
+    """Open ``url`` in a new browser context; the first result and the end of the run, in s since
+    the navigation started (``first`` is None when nothing was drawn: a page that refused)."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1100})
+    context.add_init_script(MARKS)
+    page = context.new_page()
+    page.set_default_timeout(OPEN_TIMEOUT_S * 1000)
+    try:
+        page.goto(url, wait_until="commit")
+        deadline, finished_since = time.monotonic() + OPEN_TIMEOUT_S, None
+        while True:
+            page.wait_for_timeout(200)
+            marks = page.evaluate("() => window.__marks || null")
+            views = _views_painted(page)
+            drawn = bool(views) or bool(marks and marks["first"])
+            if page.evaluate(FINISHED):
+                finished_since = finished_since or time.monotonic()
+                if drawn or time.monotonic() - finished_since > NOTHING_DRAWN_S:
+                    break
+            else:
+                finished_since = None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url}: no finished run after {OPEN_TIMEOUT_S} s")
+        origin = page.evaluate("() => performance.timeOrigin")
+        candidates = [(at, "view") for at in views] + ([(marks["first"], marks["kind"])] if marks["first"] else [])
+        first, kind = min(candidates) if candidates else (None, None)
+        return {"first": (first - origin) / 1000 if first is not None else None, "kind": kind,
+                "complete": (max(marks["busy"], marks["last_chart"], first or 0) - origin) / 1000}
+    finally:
+        context.close()
+
+
+@contextlib.contextmanager
+def checkout(ref: str | None):
+    """This checkout (``ref`` None) or the files of ``ref`` exported into a temporary folder."""
+    if ref is None:
+        yield REPO
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-first-result-") as folder:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+        yield Path(folder)
+
+
+def _stats(values: list[float]) -> str:
+    return f"{statistics.median(values):6.2f} / {max(values):6.2f}" if values else "     —        "
+
+
+def bench_pages(browser, versions: dict[str, Path], models: list[str], pages: list[tuple[str, str]],
+                repeats: int, log_dir: Path) -> list[str]:
+    lines = ["Each page, warm server: first result / complete, s since opening (median / max over "
+             f"{repeats} images, each open the page's first for its image)",
+             f"| page | model | version | first result | complete | drawn first |", "|---|---|---|---|---|---|"]
+    for model in models:
+        params = model_params(model)
+        with contextlib.ExitStack() as stack:
+            urls = {}
+            for name, repo in versions.items():
+                log = log_dir / f"bench_first_result_{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
+                urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
+            images = IMAGES[:repeats]
+            for name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
+                for image in images:
+                    open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
+            results = {(path, name): [] for path, _ in pages for name in urls}
+            for path, title in pages:
+                for image in images:
+                    for name, url in urls.items():
+                        query = urllib.parse.urlencode({**params, "img": image})
+                        results[path, name].append(open_once(browser, f"{url}/{path}?{query}"))
+                for name in urls:
+                    opened = results[path, name]
+                    firsts = [o["first"] for o in opened if o["first"] is not None]
+                    kinds = sorted({o["kind"] for o in opened if o["kind"]})
+                    line = (f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
+                            f"| {', '.join(kinds) or 'nothing (the page refused)'} |")
+                    lines.append(line)
+                    print(line, flush=True)
+    return lines
+
+
+def bench_starts(browser, versions: dict[str, Path], start_models: list[str], launchers: list[str],
+                 settles: list[float], log_dir: Path) -> list[str]:
+    lines = ["First open after a server start: the default page opened `settle` s after the server answered; "
+             "first result / complete, s since opening",
+             "| default model | launcher | settle | version | first result | complete |", "|---|---|---|---|---|---|"]
+    for model in start_models:
+        env = {} if model == "demo" else {"VIZAPP_DEFAULT_MODEL": model}
+        for launcher in launchers:
+            for settle in settles:
+                for name, repo in versions.items():
+                    log = log_dir / f"bench_first_result_start_{name}_{launcher}.log"
+                    with streamlit_server(log, extra_env=env, repo=repo, launcher=launcher) as (url, _):
+                        time.sleep(settle)
+                        opened = open_once(browser, url + "/")
+                    first = f"{opened['first']:.2f}" if opened["first"] is not None else "—"
+                    line = f"| {model} | {launcher} | {settle:g} s | {name} | {first} | {opened['complete']:.2f} |"
+                    lines.append(line)
+                    print(line, flush=True)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", default=None, help="also measure the version at this git ref (e.g. main)")
+    parser.add_argument("--models", default="demo,dinov2,random:vit_small_patch16_224",
+                        help="comma-separated: demo, dinov2, or an app model text")
+    parser.add_argument("--pages", default="all", help="comma-separated url paths (attention for the default page)")
+    parser.add_argument("--repeats", type=int, default=3, help=f"images per page (1 to {len(IMAGES)})")
+    parser.add_argument("--start-models", default="demo,random:vit_small_patch16_224",
+                        help="default models for the first open after a server start ('' to skip)")
+    parser.add_argument("--start", default="streamlit,cli", help="launchers for the first open after a start")
+    parser.add_argument("--settle", default="0,20", help="seconds between the server's first answer and the open")
+    options = parser.parse_args(argv)
+    if not 1 <= options.repeats <= len(IMAGES):
+        parser.error(f"--repeats must be 1 to {len(IMAGES)}")
+    if not CHROMIUM.exists():
+        print(f"no Chromium at {CHROMIUM}", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    pages = app_pages()
+    if options.pages != "all":
+        wanted = {"" if p == "attention" else p for p in options.pages.split(",")}
+        pages = [(path, title) for path, title in pages if path in wanted]
+    models = [m for m in options.models.split(",") if m]
+    start_models = [m for m in options.start_models.split(",") if m]
+    log_dir = REPO / "artifacts"
+    log_dir.mkdir(exist_ok=True)
+    lines = []
+    with checkout(options.ref) as other:
+        versions = {"this": REPO} if options.ref is None else {options.ref: other, "this": REPO}
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            if models and pages:
+                lines += bench_pages(browser, versions, models, pages, options.repeats, log_dir)
+            if start_models:
+                lines += bench_starts(browser, versions, start_models, options.start.split(","),
+                                      [float(s) for s in options.settle.split(",")], log_dir)
+            browser.close()
+    load = os.getloadavg()
+    lines.append(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
