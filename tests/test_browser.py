@@ -771,7 +771,7 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     pixels = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
                                        f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)
     assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0)
-    lo, hi, _ = colour_range("robust", z, uniform=1 / 49)
+    lo, hi, _ = colour_range("robust", z, uniform=1 / 49, inside=inside)  # the quantile of the window's cells
     assert_within_one_colour_step(np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)), z,
                                   colorscale, lo, hi, "the view's window")
     other = (gh // 2) * gw + 3
