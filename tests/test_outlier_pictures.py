@@ -197,6 +197,10 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
     assert "top without 3 outlier tokens" in title and zmax < 0.5 * np.nanmax(z)
     assert any("outlier tokens dominate this rollout" in i.value for i in app.info)
 
+    app.switch_page("views/explain.py").run()  # the attention-based explanations sink into them too
+    assert not app.exception, [e.value for e in app.exception]
+    assert any(re.search(r"outlier tokens dominate the .+ map", i.value) for i in app.info)
+
     app.switch_page("views/compare.py").run()
     assert not app.exception, [e.value for e in app.exception]
     assert any(re.search(r"outlier tokens dominate layer \d+'s map", i.value) for i in app.info)
