@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .layout import CHART_WIDTH_PX, image_figure_height, image_figure_margin, image_rows_height
 from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
 
 __all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
@@ -84,6 +85,7 @@ def mosaic(
     height: int | None = None,
     title: str | None = None,
     png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """Tiles ``(n, gh, gw)`` laid out row-major in ``ncols`` columns as one big map.
 
@@ -142,6 +144,20 @@ def mosaic(
     if highlight is not None and 0 <= highlight < n:
         r, c = divmod(int(highlight), ncols)
         shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
+    # no taller than a chart ``chart_width`` px wide can draw it: its height limits it, and the
+    # colour bar, as long as the plot area, is as tall as the mosaic
+    if height is None:
+        height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
+    margin = dict(l=10, r=10, b=10, t=(40 if title else 10) + (22 if col_labels is not None else 0) + (22 if x_title else 0))
+    plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
+                                    cap_px=height - margin["t"] - margin["b"])
+    height = int(round(plot_height + margin["t"] + margin["b"]))
+    colorbar = _colorbar(colorbar_title, plot_height=plot_height)
+    for trace in traces:
+        if "colorbar" in trace:
+            trace["colorbar"] = colorbar
+        elif "colorbar" in trace.get("marker", {}):
+            trace["marker"]["colorbar"] = colorbar
     index = np.arange(n)
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
     traces.append(dict(
@@ -161,16 +177,15 @@ def mosaic(
     )
     if row_labels is not None:
         yaxis.update(tickvals=(np.arange(nrows) + 0.5) * gh, ticktext=list(row_labels))
-    if height is None:
-        height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
     return _figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-        shapes=shapes, xaxis=xaxis, yaxis=yaxis,
+        shapes=shapes, xaxis=xaxis, yaxis=yaxis, margin=margin,
     )
 
 
 def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Viridis", highlight: int | None = None,
-                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None) -> go.Figure:
+                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+                               chart_width: float = CHART_WIDTH_PX) -> go.Figure:
     """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
     col j: patch (i, j) against every patch), on the fixed range -1..1."""
     similarity = np.asarray(similarity)
@@ -184,7 +199,7 @@ def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Vir
         x_title="input patch column", y_title="input patch row",
         col_labels=[str(c) for c in range(n_w)] if small else None,
         row_labels=[str(r) for r in range(n_h)] if small else None,
-        highlight=highlight, height=640, png_uri=png_uri,
+        highlight=highlight, height=640, png_uri=png_uri, chart_width=chart_width,
     )
 
 
@@ -195,19 +210,22 @@ def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: 
 
 
 def similarity_tile(
-    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420
+    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
-    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined."""
+    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined
+    (sized as :func:`~analysis.plots.overlays.attention_overlay`, for a chart ``chart_width`` px wide)."""
     similarity = np.asarray(similarity)
     gh, gw = similarity.shape
+    height, plot_height = image_figure_height(height, (gh, gw), chart_width, titled=True)
     r, c = patch
     trace = dict(
         type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
-        zsmooth=False, colorbar=_colorbar("cosine similarity"),
+        zsmooth=False, colorbar=_colorbar("cosine similarity", plot_height=plot_height),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
     return _figure(
-        [trace], title=f"Patch (row {r}, col {c})", height=height,
+        [trace], title=f"Patch (row {r}, col {c})", height=height, margin=image_figure_margin(True),
         shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
         xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False),
         yaxis=dict(title=dict(text="patch row"), range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
