@@ -149,8 +149,9 @@ def check_page(app, artifacts, path: str, params: str = "", prepare=None) -> Non
     if prepare is not None:
         prepare(tab)
         settle(tab)
-    where = f"{path or 'attention'}{'?' + params if params else ''}"
-    tab.screenshot(path=str(artifacts / f"{name}_{where.replace('?', '_').replace('=', '')}.png"))
+    where = f"{path or 'attention'}{'?' + params if params else ''}{' (second model: the demo Swin)' if prepare else ''}"
+    tab.screenshot(path=str(artifacts / f"{name}_{path or 'attention'}{'_' + params.replace('=', '') if params else ''}"
+                                        f"{'_prepared' if prepare else ''}.png"))
     defects = page_defects(tab)
     assert not defects, f"layout defects on page {where!r} with model {name!r}:\n  " + "\n  ".join(defects)
 

@@ -9,7 +9,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .layout import CHART_WIDTH_PX, image_figure_height, image_figure_margin, image_rows_height
+from .layout import (
+    CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
+    wrap_label,
+)
 from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
 
 __all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
@@ -148,7 +151,11 @@ def mosaic(
     # colour bar, as long as the plot area, is as tall as the mosaic
     if height is None:
         height = int(np.clip(720 * nrows / max(ncols, 1), 180, 900)) + 60
-    margin = dict(l=10, r=10, b=10, t=(40 if title else 10) + (22 if col_labels is not None else 0) + (22 if x_title else 0))
+    if title and len(title) > chars_fitting(chart_width - 20, 14):  # a long title: lines as wide as the chart
+        title = wrap_label(title, chars_fitting(chart_width - 20, 14))
+    lines = line_count(title) if title else 0  # the title's room: as styled_layout places it (pad, lines)
+    title_px = 8 + (14 if lines > 1 else 0) + lines * LINE_HEIGHT * 14 + 4 if title else 10
+    margin = dict(l=10, r=10, b=10, t=int(title_px) + (22 if col_labels is not None else 0) + (32 if x_title else 0))
     plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
                                     cap_px=height - margin["t"] - margin["b"])
     height = int(round(plot_height + margin["t"] + margin["b"]))
