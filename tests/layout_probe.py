@@ -49,7 +49,8 @@ _PLOTLY_JS = r"""
     const texts = [];
     for (const el of plot.querySelectorAll('svg text')) {
       if (el.closest('.hoverlayer') || !visible(el)) continue;
-      const text = (el.textContent || '').trim();
+      const lines = el.querySelectorAll('tspan.line');  // a wrapped label: its lines, space-separated
+      const text = (lines.length ? [...lines].map(t => t.textContent).join(' ') : el.textContent || '').trim();
       if (!text) continue;
       const r = el.getBoundingClientRect();
       if (r.width < 0.5 || r.height < 0.5) continue;
