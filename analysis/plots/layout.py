@@ -21,7 +21,8 @@ import html
 from collections.abc import Sequence
 
 __all__ = ["CHART_WIDTH_PX", "CHAR_WIDTH", "LABEL_WIDTH", "LINE_HEIGHT", "chars_fitting", "colorbar_geometry", "column_width",
-           "image_figure_height", "image_figure_margin", "image_rows_height", "line_count", "wrap_label"]
+           "image_figure_height", "image_figure_margin", "image_rows_height", "line_count", "plain_label",
+           "wrap_label"]
 
 #: the chart width (CSS px) the image figures are planned for
 CHART_WIDTH_PX = 820
@@ -45,7 +46,12 @@ def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
             lines[-1] += " " + word
         else:
             lines.append(word)
-    return "<br>".join(html.escape(line) for line in lines) or html.escape(text)
+    return "<br>".join(html.escape(line, quote=False) for line in lines) or html.escape(text, quote=False)
+
+
+def plain_label(label: str) -> str:
+    """The text of a label :func:`wrap_label` wrapped: its lines joined by spaces, unescaped."""
+    return html.unescape(label.replace("<br>", " "))
 
 
 def line_count(label: str) -> int:
