@@ -20,7 +20,8 @@ from pathlib import PurePath
 import pytest
 
 #: test files of which every test must run in CI
-REQUIRED_MODULES = ("test_browser.py", "test_browser_view_state.py", "test_load.py", "test_foreign_models.py")
+REQUIRED_MODULES = ("test_browser.py", "test_browser_view_state.py", "test_browser_layout.py", "test_load.py",
+                    "test_foreign_models.py")
 #: ... and every test file of the real-weights tier (``test_real_*.py``: a real pretrained ViT)
 REQUIRED_PREFIX = "test_real_"
 #: the marker of the other tests that must run in CI (the app's uploads)

@@ -23,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
+from analysis.plots.layout import plain_label  # noqa: E402
 from analysis.spec import LayerGeometry  # noqa: E402
 from tests.test_app import (  # noqa: E402
     APP,
@@ -703,7 +704,7 @@ def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_download
     for trace, expected in zip(heatmaps, (clean.saliency, perturbed.saliency)):
         assert array(trace["z"]).shape == last.grid_size and trace["dx"] == last.stride[1]
         np.testing.assert_allclose(array(trace["z"]), expected.numpy() / peak, rtol=1e-4, atol=1e-6)
-    titles = " ".join(a["text"] for a in panels["layout"]["annotations"])
+    titles = " ".join(plain_label(a["text"]) for a in panels["layout"]["annotations"])  # titles wrap to their panel
     assert SALIENCY_NAMES["windowed"] in titles
     npz = npz_downloads["rob_image_data"]
     np.testing.assert_array_equal(npz["dropped_patches"], perturbed.dropped.numpy())

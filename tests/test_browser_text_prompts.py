@@ -26,7 +26,7 @@ MAPS = """() => {
     const heatmap = plot._fullData.find(t => t.type === 'heatmap');  // as plotly decoded it: rows of floats
     if (!heatmap) return null;  // mid-rerun: another chart in this place
     const rows = Array.from(heatmap.z, r => Array.from(r));
-    return {titles: (plot.layout.annotations || []).map(a => a.text), z: rows};
+    return {titles: (plot.layout.annotations || []).map(a => a.text.replace(/<br>/g, ' ')), z: rows};  // titles wrap
 }"""
 
 

@@ -171,7 +171,7 @@ def render(cur) -> None:
             opacity=opacity, colorscale=cur.colorscale, zmin=lo, zmax=hi,
             colorbar_title=f"attention probability ({range_text})",
             title=f"Layer {layer} (stage {stage}) · {head_label(head)} · query: {query_text}",
-            query_patch=query_cell, upsampled=cur.upsampled(shown),
+            query_patch=query_cell, upsampled=cur.upsampled(shown), chart_width=figures.column_width(3 / 5),
         )
         if query_cell is not None:
             for shape in window_shapes(window_rectangles(geometry, query_cell)):

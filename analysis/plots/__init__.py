@@ -33,6 +33,7 @@ from .charts import (
     wrap_label,
 )
 from .circuits import DIVERGING, ablation_curve, head_heatmap, layer_contributions, patching_heatmap, symmetric_limit
+from .layout import CHART_WIDTH_PX, column_width
 from .mae import HIDDEN_GREY, clipped_fraction, mae_loss_by_ratio, mae_panels, mae_patch_map, unit_to_uint8
 from .mosaics import (
     colorized_png,
@@ -48,6 +49,8 @@ from .ranges import MAP_RANGES, ROBUST_QUANTILE, UNIFORM_FLOOR, clipped_cells, c
 from .style import COLORSCALES, HIGHLIGHT, colorize, colour_lut, colour_stops, image_data_uri, patch_centres, styled_layout
 
 __all__ = [
+    "CHART_WIDTH_PX",
+    "column_width",
     "HIDDEN_GREY",
     "clipped_fraction",
     "mae_loss_by_ratio",

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .layout import LABEL_WIDTH, wrap_label
 from .style import _SERIES_COLOURS, _figure, _layout
 
 __all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance", "SIMILARITY_AXIS_TITLE",
@@ -36,23 +37,6 @@ def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: 
         xaxis=dict(title=dict(text=x_title), range=[0, 100], showgrid=True),
         yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
     )
-
-
-LABEL_WIDTH = 22
-
-
-def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
-    """Break ``text`` at spaces into lines of at most ``width`` characters (longer words stay
-    whole), joined with ``<br>`` for plotly; HTML-escaped."""
-    import html
-
-    lines: list[str] = []
-    for word in text.split():
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return "<br>".join(html.escape(line) for line in lines) or html.escape(text)
 
 
 SIMILARITY_AXIS_TITLE = "cosine similarity (mean ± std per distance bin)"

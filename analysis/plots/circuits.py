@@ -54,9 +54,11 @@ def head_heatmap(values: np.ndarray, *, title: str | None, colorbar_title: str, 
         row, head = layers.index(selected[0]), selected[1]
         shapes.append(_rect(head - 0.5, row - 0.5, head + 0.5, row + 0.5))
     return _figure(traces, title=title, height=height, shapes=shapes, clickmode="event+select",
+                   # ranges fixed to the cells (the click markers would pad them): the heatmap fills the
+                   # plot area, and its colour bar, as long as that, is as tall as the heatmap
                    xaxis=dict(title=dict(text="head"), tickmode="linear", dtick=1 if heads <= 24 else None,
-                              showgrid=False, zeroline=False),
-                   yaxis=dict(title=dict(text="layer"), autorange="reversed", tickmode="array",
+                              showgrid=False, zeroline=False, range=[-0.5, heads - 0.5]),
+                   yaxis=dict(title=dict(text="layer"), range=[rows - 0.5, -0.5], tickmode="array",
                               tickvals=list(range(rows)), ticktext=[str(layer) for layer in layers],
                               showgrid=False, zeroline=False))
 

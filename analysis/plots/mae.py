@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .overlays import _grid_domains
+from .layout import CHART_WIDTH_PX, image_figure_height, image_figure_margin
+from .overlays import _panel_geometry
 from .style import (
     _CLICK_MARKER, _SERIES_COLOURS, _colorbar, _figure, _image_axes, _rect, colour_stops, image_data_uri, patch_centres,
 )
@@ -74,7 +75,9 @@ def mae_panels(
     hidden = np.asarray(hidden, dtype=bool).ravel()
     n = len(images)
     (gh, gw), (ph, pw) = grid_size, patch_size
-    x_domains, y_domains, annotations = _grid_domains(1, n, list(titles), 0.02, 0.0)
+    sizes = [np.asarray(image).shape[:2] for image in images]
+    geometry = _panel_geometry(1, n, list(range(n)), list(titles), sizes, panel_height, CHART_WIDTH_PX)
+    x_domains, y_domains, annotations = geometry["x_domains"], geometry["y_domains"], geometry["annotations"]
     traces, targets, shapes, layout = [], [], [], {}
     for i, (image, title) in enumerate(zip(images, titles, strict=True)):
         suffix = "" if i == 0 else str(i + 1)
@@ -91,8 +94,9 @@ def mae_panels(
         layout[f"xaxis{suffix}"] = {**image_axes["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
         layout[f"yaxis{suffix}"] = {**image_axes["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
                                     "scaleanchor": f"x{suffix}"}
-    return _figure(traces + targets, title=None, height=panel_height + 60, shapes=shapes, hoverdistance=-1,
-                   clickmode="event+select", dragmode="pan", annotations=annotations, **layout)
+    return _figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
+                   clickmode="event+select", dragmode="pan", annotations=annotations, margin=geometry["margin"],
+                   **layout)
 
 
 def mae_patch_map(
@@ -110,14 +114,17 @@ def mae_patch_map(
     outline: int | None = None,
     click_hint: str = "",
     height: int = 420,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """A ``(gh, gw)`` patch map (NaN cells drawn empty: the background shows) over a picture
     ``(H, W, 3)`` in 0..1 (:func:`unit_to_uint8`), on the stated range ``zmin..zmax``; click
     targets as in :func:`mae_panels` (panel 0) with the cell's value in the hover;
-    ``outline``: a patch to outline (the query)."""
+    ``outline``: a patch to outline (the query). Sized as :func:`attention_overlay` (at most
+    ``height``, short enough for a chart ``chart_width`` px wide)."""
     values = np.asarray(values, dtype=np.float64)
     (gh, gw), (ph, pw) = values.shape, patch_size
     height_px, width_px = np.asarray(background).shape[:2]
+    height, plot_height = image_figure_height(height, (height_px, width_px), chart_width, titled=bool(title))
     hidden = np.asarray(hidden, dtype=bool).ravel()
     targets = _click_targets((gh, gw), (ph, pw), 0, hidden, {}, click_hint, title or "patch")
     targets["customdata"] = np.concatenate([targets["customdata"], values.reshape(-1, 1)], axis=1)
@@ -126,8 +133,7 @@ def mae_patch_map(
         dict(type="image", source=image_data_uri(unit_to_uint8(background), lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
              hoverinfo="skip", name="image"),
         dict(type="heatmap", z=values, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, zmin=zmin, zmax=zmax,
-             colorscale=colour_stops(colorscale), zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title),
-             name="map"),
+             colorscale=colour_stops(colorscale), zsmooth=False, hoverinfo="skip",              colorbar=_colorbar(colorbar_title, plot_height=plot_height), name="map"),
         targets,
     ]
     shapes = []
@@ -135,7 +141,7 @@ def mae_patch_map(
         r, c = divmod(int(outline), gw)
         shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
     return _figure(traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-                   shapes=shapes, **_image_axes(width_px, height_px))
+                   shapes=shapes, margin=image_figure_margin(bool(title)), **_image_axes(width_px, height_px))
 
 
 def mae_loss_by_ratio(

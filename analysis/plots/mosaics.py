@@ -9,6 +9,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .layout import (
+    CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
+    wrap_label,
+)
 from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
 from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
 
@@ -24,7 +28,6 @@ MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile sid
 THUMBNAIL_PIXELS = 120  # a thumbnail mosaic's tiles are at least this many screen pixels on their shorter side
 # a thumbnail mosaic's fixed margins (px): row labels and title left, colour bar right, column labels on top
 THUMBNAIL_MARGIN = dict(l=64, r=150, t=56, b=12)
-TITLE_ABOVE_LABELS = 100  # top margin (px) of a titled mosaic with its column labels and their title on top
 ZOOM_HINT = "Drag a box to zoom in (cells stay square), double-click to zoom back out."
 
 
@@ -93,6 +96,7 @@ def mosaic(
     png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
     tile_pixels: int = THUMBNAIL_PIXELS,
     zoom: bool = False,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """Tiles ``(n, gh, gw)`` laid out row-major in ``ncols`` columns as one big map.
 
@@ -158,6 +162,30 @@ def mosaic(
     if highlight is not None and 0 <= highlight < n:
         r, c = divmod(int(highlight), ncols)
         shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
+    thumbnails = height is None
+    if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side
+        cell = tile_pixels / min(gh, gw)  # screen pixels per cell
+        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
+        plot_height = height_cells * cell
+        size = dict(width=int(np.ceil(width * cell)) + margin["l"] + margin["r"])
+        height = int(np.ceil(plot_height)) + margin["t"] + margin["b"]
+    else:  # no taller than a chart ``chart_width`` px wide can draw it: its height limits it, and the
+        # colour bar, as long as the plot area, is as tall as the mosaic
+        size = {}
+        if title and len(title) > chars_fitting(chart_width - 20, 14):  # a long title: lines as wide as the chart
+            title = wrap_label(title, chars_fitting(chart_width - 20, 14))
+        lines = line_count(title) if title else 0  # the title's room: as styled_layout places it (pad, lines)
+        title_px = 8 + (14 if lines > 1 else 0) + lines * LINE_HEIGHT * 14 + 4 if title else 10
+        margin = dict(l=10, r=10, b=10, t=int(title_px) + (22 if col_labels is not None else 0) + (32 if x_title else 0))
+        plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
+                                        cap_px=height - margin["t"] - margin["b"])
+        height = int(round(plot_height + margin["t"] + margin["b"]))
+    colorbar = _colorbar(colorbar_title, plot_height=plot_height)
+    for trace in traces:
+        if "colorbar" in trace:
+            trace["colorbar"] = colorbar
+        elif "colorbar" in trace.get("marker", {}):
+            trace["marker"]["colorbar"] = colorbar
     index = np.arange(n)
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
     traces.append(dict(
@@ -179,20 +207,11 @@ def mosaic(
     if row_labels is not None:
         shown = grid_ticks(nrows)
         yaxis.update(tickvals=(np.asarray(shown) + 0.5) * gh, ticktext=[list(row_labels)[r] for r in shown])
-    size = {}
-    above = title and (col_labels is not None or x_title)  # column labels on top: the title goes above them
-    if above:
-        size = dict(title=dict(y=1, yref="container", yanchor="top", pad=dict(t=6)),
-                    margin=dict(l=10, r=10, t=TITLE_ABOVE_LABELS, b=10))
-    if height is None:  # thumbnails: the figure grows with the tiles (the page scrolls)
-        cell = tile_pixels / min(gh, gw)  # screen pixels per cell
-        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
-        size = dict(size, width=int(np.ceil(width * cell)) + margin["l"] + margin["r"], margin=margin)
-        height = int(np.ceil(height_cells * cell)) + margin["t"] + margin["b"]
+    if thumbnails:
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
     figure = _figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select",
-        dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis,
+        dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis, margin=margin,
     )
     if size:
         figure.update_layout(**size)
@@ -200,7 +219,8 @@ def mosaic(
 
 
 def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Viridis", highlight: int | None = None,
-                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None) -> go.Figure:
+                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+                               chart_width: float = CHART_WIDTH_PX) -> go.Figure:
     """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
     col j: patch (i, j) against every patch), on the fixed range -1..1. Tiles are labelled by
     their patch's row and column (every k-th above :data:`DENSE_GRID`); a drag zooms."""
@@ -213,7 +233,7 @@ def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Vir
         colorscale=colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity",
         x_title="input patch column", y_title="input patch row",
         col_labels=[str(c) for c in range(n_w)], row_labels=[str(r) for r in range(n_h)],
-        highlight=highlight, height=640, png_uri=png_uri, zoom=True,
+        highlight=highlight, height=640, png_uri=png_uri, zoom=True, chart_width=chart_width,
     )
 
 
@@ -224,21 +244,24 @@ def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: 
 
 
 def similarity_tile(
-    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420
+    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
-    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined;
+    """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined
+    (sized as :func:`~analysis.plots.overlays.attention_overlay`, for a chart ``chart_width`` px wide);
     every row and column labelled up to :data:`DENSE_GRID`, else every k-th
     (:func:`grid_tick_step`); a drag zooms into a box."""
     similarity = np.asarray(similarity)
     gh, gw = similarity.shape
+    height, plot_height = image_figure_height(height, (gh, gw), chart_width, titled=True)
     r, c = patch
     trace = dict(
         type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
-        zsmooth=False, colorbar=_colorbar("cosine similarity"),
+        zsmooth=False, colorbar=_colorbar("cosine similarity", plot_height=plot_height),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
     return _figure(
-        [trace], title=f"Patch (row {r}, col {c})", height=height,
+        [trace], title=f"Patch (row {r}, col {c})", height=height, margin=image_figure_margin(True),
         shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
         dragmode="zoom",
         xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False,

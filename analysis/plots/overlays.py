@@ -8,6 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .layout import (
+    CHART_WIDTH_PX, IMAGE_BOTTOM_PX, IMAGE_LEFT_PX, IMAGE_RIGHT_PX, LINE_HEIGHT, chars_fitting, image_figure_height,
+    image_figure_margin, image_rows_height, line_count, wrap_label,
+)
 from .ranges import clipped_cells
 from .style import (
     _CLICK_MARKER, _colorbar, _figure, _image_axes, _rect, as_background, colorize, colour_lut, colour_stops,
@@ -79,6 +83,7 @@ def attention_overlay(
     query_patch: int | None = None,
     height: int = 560,
     upsampled: np.ndarray | None = None,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """The model-input image with a patch map on top.
 
@@ -92,8 +97,12 @@ def attention_overlay(
     the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
     Cells above ``zmax`` (a robust range's clipped cells) are outlined (:func:`clipped_outline`);
     NaN cells (tokens left out of the map) are not drawn.
+    The figure is at most ``height`` px tall, and short enough that on a chart ``chart_width``
+    px wide the image's height limits it (:func:`image_figure_height`): the colour bar, as
+    long as the plot area, is then as tall as the image.
     """
     height_px, width_px = image_size
+    height, plot_height = image_figure_height(height, (height_px, width_px), chart_width, titled=bool(title))
     attention = np.asarray(attention)
     gh, gw = attention.shape
     ph, pw = patch_size
@@ -103,14 +112,14 @@ def attention_overlay(
         layers = [dict(
             type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
             colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
-            colorbar=_colorbar(colorbar_title), name="attention",
+            colorbar=_colorbar(colorbar_title, plot_height=plot_height), name="attention",
         )]
     else:
         lo = float(attention.min()) if zmin is None else float(zmin)
         hi = float(attention.max()) if zmax is None else float(zmax)
         layers = [
             _smooth_layer(upsampled, colorscale, lo, hi, opacity),
-            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title)),
+            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title, plot_height=plot_height)),
         ]
     outline = clipped_outline(attention, (ph, pw), zmax, colorscale)
     traces = [
@@ -130,7 +139,7 @@ def attention_overlay(
         shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
     return _figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-        shapes=shapes, **_image_axes(width_px, height_px),
+        shapes=shapes, margin=image_figure_margin(bool(title)), **_image_axes(width_px, height_px),
     )
 
 
@@ -153,6 +162,7 @@ def map_panels(
     color_groups: Sequence[int] | None = None,
     group_ranges: Sequence[tuple[float, float, str]] | None = None,
     upsampled: Sequence[np.ndarray | None] | None = None,
+    chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """Several patch maps over their images, side by side on ONE shared colour scale.
 
@@ -166,6 +176,11 @@ def map_panels(
     colour bar title)`` (default: one scale, ``zmin``..``zmax``, over all panels).
     ``upsampled[i]``, when given, is panel i's map at its image's pixels, drawn instead of
     the patch cells (see :func:`attention_overlay`).
+
+    Layout (:mod:`analysis.plots.layout`): each image is at most ``panel_height`` px tall and
+    no taller than a chart ``chart_width`` px wide lets its width draw it, so its height limits
+    it and each colour bar is exactly as tall as the rows of its panels; titles are wrapped to
+    their panel's width, with room above each row for the longest.
     """
     n = len(maps)
     one = isinstance(background, str) or (isinstance(background, np.ndarray) and background.ndim == 3)
@@ -180,10 +195,8 @@ def map_panels(
     hi = float(max(m.max() for m in maps)) if zmax is None else zmax
     groups = [0] * n if color_groups is None else [int(g) for g in color_groups]
     ranges = list(group_ranges) if group_ranges is not None else [(lo, hi, colorbar_title)]
-    slot_titles = [""] * (nrows * ncols)
-    for slot, title in zip(slots, titles, strict=True):
-        slot_titles[slot] = title
-    x_domains, y_domains, title_annotations = _grid_domains(nrows, ncols, slot_titles, 0.02, 0.08 / max(nrows, 1))
+    geometry = _panel_geometry(nrows, ncols, slots, titles, sizes, panel_height, chart_width)
+    x_domains, y_domains, title_annotations = geometry["x_domains"], geometry["y_domains"], geometry["annotations"]
     traces = []
     click_targets = []
     shapes = []
@@ -236,32 +249,49 @@ def map_panels(
             domain=y_domains[row], anchor=f"x{suffix}",
         )
     color_axes = {}
-    for g, (g_lo, g_hi, g_title) in enumerate(ranges):
-        bar = _colorbar(g_title)
-        if len(ranges) > 1:  # stacked colour bars, one per model, top to bottom
-            bar.update(len=0.9 / len(ranges), y=1 - (g + 0.5) / len(ranges), yanchor="middle")
+    for g, (g_lo, g_hi, g_title) in enumerate(ranges):  # one colour bar per group, beside its rows
+        rows = {slots[i] // ncols for i in range(n) if groups[i] == g} or set(range(nrows))
+        domain = (min(y_domains[r][0] for r in rows), max(y_domains[r][1] for r in rows))
         color_axes["coloraxis" if g == 0 else f"coloraxis{g + 1}"] = dict(
-            colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi, colorbar=bar,
+            colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi,
+            colorbar=_colorbar(g_title, domain=domain, plot_height=geometry["plot_height"]),
         )
     # one-shot construction (make_subplots + add_traces validated everything twice: 60 ms for 4 panels)
     return _figure(
-        traces + click_targets, title=None, height=panel_height * nrows + 60, shapes=shapes, hoverdistance=-1,
-        clickmode="event+select", dragmode="pan", annotations=title_annotations, **color_axes, **axes,
+        traces + click_targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
+        clickmode="event+select", dragmode="pan", annotations=title_annotations, margin=geometry["margin"],
+        **color_axes, **axes,
     )
 
 
-def _grid_domains(nrows: int, ncols: int, titles: Sequence[str], h_space: float, v_space: float
-                  ) -> tuple[list[list[float]], list[list[float]], list[dict]]:
-    """Axis domains of an ``nrows x ncols`` grid of plots (row 0 on top), and one title
-    annotation above each titled cell (as ``make_subplots`` lays them out)."""
-    width = (1 - h_space * (ncols - 1)) / ncols
-    height = (1 - v_space * (nrows - 1)) / nrows
-    x_domains = [[c * (width + h_space), c * (width + h_space) + width] for c in range(ncols)]
-    y_domains = [[1 - r * (height + v_space) - height, 1 - r * (height + v_space)] for r in range(nrows)]
+_PANEL_TITLE_FONT = 14
+
+
+def _panel_geometry(nrows: int, ncols: int, slots: Sequence[int], titles: Sequence[str],
+                    sizes: Sequence[tuple[int, int]], panel_height: int, chart_width: float) -> dict:
+    """Domains, title annotations, margins and height of an ``nrows x ncols`` panel grid
+    (row 0 on top) planned for a chart ``chart_width`` px wide: panels ``panel_height`` px
+    tall at most (:func:`~analysis.plots.layout.image_rows_height`), titles wrapped to the
+    panel width, each row's titles in the gap above it."""
+    plot_width = max(chart_width - IMAGE_LEFT_PX - IMAGE_RIGHT_PX, 120.0)
+    h_gap = 0.02 * plot_width
+    panel_width = (plot_width - h_gap * (ncols - 1)) / ncols
+    wrapped = [wrap_label(t, chars_fitting(panel_width, _PANEL_TITLE_FONT)) if t else "" for t in titles]
+    lines = max((line_count(t) for t in wrapped), default=0)
+    title_px = lines * LINE_HEIGHT * _PANEL_TITLE_FONT + (6 if lines else 0)
+    row_px = image_rows_height([h / w for h, w in sizes], panel_width, cap_px=panel_height)
+    gap_px = title_px + 8
+    plot_height = nrows * row_px + (nrows - 1) * gap_px
+    x_domains = [[c * (panel_width + h_gap) / plot_width, (c * (panel_width + h_gap) + panel_width) / plot_width]
+                 for c in range(ncols)]
+    y_domains = [[1 - (r * (row_px + gap_px) + row_px) / plot_height, 1 - r * (row_px + gap_px) / plot_height]
+                 for r in range(nrows)]
     annotations = [
-        dict(text=title, x=sum(x_domains[i % ncols]) / 2, y=y_domains[i // ncols][1], xref="paper", yref="paper",
-             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16))
-        for i, title in enumerate(titles) if title
+        dict(text=title, x=sum(x_domains[slot % ncols]) / 2, y=y_domains[slot // ncols][1], xref="paper", yref="paper",
+             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=_PANEL_TITLE_FONT))
+        for slot, title in zip(slots, wrapped) if title
     ]
-    return x_domains, y_domains, annotations
+    margin = dict(l=10, r=10, t=int(title_px) + 6, b=IMAGE_BOTTOM_PX)
+    return dict(x_domains=x_domains, y_domains=y_domains, annotations=annotations, margin=margin,
+                plot_height=plot_height, height=int(round(plot_height + margin["t"] + margin["b"])))
 

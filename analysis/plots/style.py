@@ -21,6 +21,8 @@ import plotly.graph_objects as go
 from PIL import Image
 from plotly.colors import get_colorscale, hex_to_rgb, sample_colorscale, unlabel_rgb
 
+from .layout import chars_fitting, colorbar_geometry, wrap_label
+
 __all__ = ["COLORSCALES", "HIGHLIGHT", "SEPARATOR", "colour_lut", "colour_stops", "colorize", "image_data_uri", "patch_centres",
            "styled_layout"]
 
@@ -131,11 +133,12 @@ def styled_layout(**layout) -> dict:
 
 def _base_layout(*, title: str | None, height: int, **extra) -> dict:
     return styled_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
+        # at the top of the figure: a top margin widened for axis labels never puts them under it.
+        # (plotly sets a multi-line title's first baseline, not its top, at the anchor: one line lower)
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14), yref="container", y=1.0, yanchor="top",
+                   pad=dict(t=8 + (14 if "<br>" in title else 0))) if title else None,
         height=height,
-        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-        hovermode="closest",
-        **extra,
+        **{"margin": dict(l=10, r=10, t=40 if title else 10, b=10), "hovermode": "closest", **extra},
     )
 
 
@@ -155,8 +158,14 @@ def _rect(x0: float, y0: float, x1: float, y1: float) -> dict:
     return dict(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, line=dict(color=HIGHLIGHT, width=2.5), layer="above")
 
 
-def _colorbar(title: str) -> dict:
-    return dict(title=dict(text=title, side="right"), thickness=14, len=0.9, outlinewidth=0, ticks="")
+def _colorbar(title: str, *, domain: tuple[float, float] = (0.0, 1.0), plot_height: float | None = None) -> dict:
+    """A colour bar beside images on the y ``domain`` of the plot area: as long as that domain
+    and centred on it (:func:`~analysis.plots.layout.colorbar_geometry`). With the plot area's
+    ``plot_height`` (px), a title longer than the bar is wrapped to the bar's length."""
+    place, length_px = colorbar_geometry(domain, plot_height or 0.0)
+    if plot_height and len(title) > chars_fitting(length_px, _FONT["size"]):
+        title = wrap_label(title, chars_fitting(length_px, _FONT["size"]))
+    return dict(title=dict(text=title, side="right"), thickness=14, outlinewidth=0, ticks="", ypad=0, **place)
 
 
 def as_background(image) -> str:

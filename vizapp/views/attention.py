@@ -116,7 +116,7 @@ else:  # a ViT: one grid for every layer
             colorbar_title=f"attention probability ({range_text})",
             title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
             query_patch=query if isinstance(query, int) else None,
-            upsampled=cur.upsampled(cur.shown(shown)),
+            upsampled=cur.upsampled(cur.shown(shown)), chart_width=figures.column_width(3 / 5),
         )
         if held:
             st.caption("The chart follows as soon as the view above has drawn.")

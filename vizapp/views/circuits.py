@@ -161,8 +161,8 @@ with left:
     show_chart(figures.attention_overlay(
         resources.background_uri(*cur.args), spec.img_size, cur.shown(grid), spec.patch_size, colorscale=cur.colorscale,
         zmin=lo, zmax=hi, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
-        colorbar_title=f"attention probability ({range_text})"), "circ_head_attention",
-        filename=f"head_L{layer}_H{head}_attention")
+        colorbar_title=f"attention probability ({range_text})", chart_width=figures.column_width(1 / 2)),
+        "circ_head_attention", filename=f"head_L{layer}_H{head}_attention")
 with right:
     on_patches = spec.split_prefix(dla["heads"][layer, head], 0)[1] if dla is not None else None
     if dla is not None and not np.any(on_patches):  # a class-token readout: only the class token is read
@@ -178,7 +178,7 @@ with right:
         show_chart(figures.attention_overlay(
             resources.background_uri(*cur.args), spec.img_size, per_patch, spec.patch_size, colorscale=figures.DIVERGING,
             zmin=-limit, zmax=limit, opacity=0.75, title="Its direct logit attribution where it writes",
-            colorbar_title=f"logit (±{limit:.3g})"), "circ_head_dla", filename=f"head_L{layer}_H{head}_dla")
+            colorbar_title=f"logit (±{limit:.3g})", chart_width=figures.column_width(1 / 2)), "circ_head_dla", filename=f"head_L{layer}_H{head}_dla")
         if prefix:
             st.caption("On the prefix tokens: " + ", ".join(
                 f"{name} {value:+.3f}" for name, value in zip(spec.token_names, spec.split_prefix(dla["heads"][layer, head], 0)[0])))
@@ -239,7 +239,8 @@ if st.toggle(f"Patch every {'token' if point == 'resid_pre' else 'head'} of ever
                 show_chart(figures.attention_overlay(
                     resources.background_uri(*cur.args), spec.img_size, on_grid, spec.patch_size,
                     colorscale=figures.DIVERGING, zmin=-limit, zmax=limit, opacity=0.75,
-                    title=f"Layer {shown}: patching each patch token", colorbar_title=f"effect (±{limit:.3g})"),
+                    title=f"Layer {shown}: patching each patch token", colorbar_title=f"effect (±{limit:.3g})",
+                    chart_width=figures.column_width(2 / 5)),
                     "circ_patch_image", filename=f"patching_layer_{shown}")
         download_npz("circ_patch_data", "activation_patching", effect=effect,
                      patched=np.stack([row["patched"] for row in rows]), clean=rows[0]["clean"],

@@ -169,7 +169,7 @@ with error_column:
     top = float(np.nanmax(error)) if np.isfinite(error).any() else 1.0
     show_chart(figures.mae_patch_map(
         pictures["composite"], error, spec.patch_size, hidden, zmin=0.0, zmax=top, colorscale=cur.colorscale,
-        colorbar_title=f"squared error (0 to max {top:.3g})",
+        colorbar_title=f"squared error (0 to max {top:.3g})", chart_width=figures.column_width(1 / 2),
     ), "mae_error", filename="mae_patch_error")
     st.caption(f"Each hidden patch's mean squared error against the target (0 to the largest, {top:.3g}; in "
                f"{loss_units}), over the composite; visible patches are blank (they are not in the loss).")
@@ -210,6 +210,7 @@ with attention_column:
         pictures["masked"], attention, spec.patch_size, hidden, zmin=0.0, zmax=peak, colorscale=cur.colorscale,
         colorbar_title=f"attention probability (0 to max {peak:.3g})", outline=query,
         click_hint="click a visible patch: make it the query", title=f"query: {who}",
+        chart_width=figures.column_width(1 / 2),
     ), attention_key, filename="mae_visible_attention", on_select=choose_query)
     if note:
         st.caption(note)

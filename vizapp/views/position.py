@@ -70,7 +70,8 @@ def on_tile_click() -> None:
 
 
 def tile_figure(sim: np.ndarray, highlight: int | None):
-    return figures.position_similarity_mosaic(sim, colorscale=cur.colorscale, highlight=highlight)
+    return figures.position_similarity_mosaic(sim, colorscale=cur.colorscale, highlight=highlight,
+                                              chart_width=figures.column_width(3 / 5))
 
 
 left, right = st.columns([3, 2], gap="medium")
@@ -83,7 +84,8 @@ with right:
     row = r_col.number_input("Tile row", 0, gh - 1, step=1, key="pos_row")
     col = c_col.number_input("Tile column", 0, gw - 1, step=1, key="pos_col")
     show_chart(
-        figures.similarity_tile(similarity[row, col], (row, col), colorscale=cur.colorscale),
+        figures.similarity_tile(similarity[row, col], (row, col), colorscale=cur.colorscale,
+                                chart_width=figures.column_width(2 / 5)),
         "pos_tile", filename=f"position_similarity_r{row}_c{col}",
     )
 with left:
@@ -134,7 +136,8 @@ if resample:
             rs_row = rr.number_input("Tile row", 0, int(new_h) - 1, step=1, key="pos_rs_row")
             rs_col = rc.number_input("Tile column", 0, int(new_w) - 1, step=1, key="pos_rs_col")
             show_chart(
-                figures.similarity_tile(resampled[rs_row, rs_col], (rs_row, rs_col), colorscale=cur.colorscale),
+                figures.similarity_tile(resampled[rs_row, rs_col], (rs_row, rs_col), colorscale=cur.colorscale,
+                                        chart_width=figures.column_width(2 / 5)),
                 "pos_rs_tile", filename=f"position_similarity_{new_h}x{new_w}_r{rs_row}_c{rs_col}",
             )
         with a:

@@ -126,7 +126,7 @@ with left:
         zmin=lo, zmax=hi,
         title=f"Rollout layers {start}–{end} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
-        upsampled=cur.upsampled(cur.shown(final)),
+        upsampled=cur.upsampled(cur.shown(final)), chart_width=figures.column_width(3 / 5),
     )
     show_chart(figure, "rollout_overlay", filename="rollout",
                on_select=patch_click("rollout_overlay", [grid], spec.grid_size))

@@ -245,7 +245,7 @@ with head_column:
     show_chart(figures.map_panels(
         background, spec.img_size, [head_map], spec.patch_size, [f"layer {layer}, head {head}"], ncols=1,
         opacity=0.7, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar_title=f"score units (±{limit:.3g})",
-        panel_height=300,
+        panel_height=300, chart_width=figures.column_width(2 / 5),
     ), "tp_head_map", filename=f"text_head_L{layer}H{head}")
     st.caption(f"Head {head} of layer {layer}: its term ({heads[layer, head]:+.4g}) split over the patches it "
                f"attended to; blue lowers the score, red raises it (±{limit:.3g}, the map's largest |value|)."

@@ -109,7 +109,7 @@ with sim_left:
             resources.background_uri(*cur.args), spec.img_size, similarity, (ph, pw), opacity=0.7,
             colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
             title="This image", query_patch=layer_query if isinstance(layer_query, int) else None, height=420,
-            upsampled=cur.upsampled(similarity),
+            upsampled=cur.upsampled(similarity), chart_width=figures.column_width(1 / 2),
         ),
         "tok_similarity", filename=f"similarity_{kind}_L{layer}",
         on_select=patch_click("tok_similarity", [grid], spec.grid_size),
@@ -141,7 +141,7 @@ with sim_right:
                 resources.background_uri(*other_args), spec.img_size, other_similarity, (ph, pw), opacity=0.7,
                 colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
                 title=f"{other_name}: similarity to this image's {query_text}", height=420,
-                upsampled=cur.upsampled(other_similarity),
+                upsampled=cur.upsampled(other_similarity), chart_width=figures.column_width(1 / 2),
             ),
             "tok_other_similarity", filename=f"correspondence_{kind}_L{layer}",
         )
@@ -164,6 +164,7 @@ def norm_figures(ref, digest: str, _image_bytes: bytes, layer: int, colorscale: 
         resources.background_uri(ref, digest, _image_bytes), spec.img_size, layer_norms.reshape(gh, gw), (ph, pw),
         opacity=0.75, colorscale=colorscale, zmin=0.0, zmax=float(layer_norms.max()),
         colorbar_title="‖block output‖₂ (0–max)", title=f"Layer {layer}: {len(found)} outlier patch(es)", height=420,
+        chart_width=figures.column_width(1 / 2),
     )
     for patch in found:
         r, c = divmod(patch, gw)
