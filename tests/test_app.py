@@ -717,8 +717,10 @@ def test_map_colour_range_choices_and_label(app, vit, record):
     ])
 
     def heatmap():
+        from analysis.plots.layout import plain_label
+
         (trace,) = traces(charts(app)[0], "heatmap")
-        return trace["zmin"], trace["zmax"], trace["colorbar"]["title"]["text"]
+        return trace["zmin"], trace["zmax"], plain_label(trace["colorbar"]["title"]["text"])
 
     from analysis.plots import UNIFORM_FLOOR
 

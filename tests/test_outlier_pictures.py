@@ -165,6 +165,7 @@ def planted_folder(planted, tmp_path_factory):
 
 
 def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_folder):
+    from analysis.plots.layout import plain_label
     from tests.test_app import array
 
     app = AppTest.from_file(str(REPO / "vizapp" / "app.py"), default_timeout=120)
@@ -181,7 +182,8 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
         (chart,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith(key)]
         (heatmap,) = [t for t in chart["data"] if t.get("type") == "heatmap"]
         outlines = [t for t in chart["data"] if t.get("name", "").endswith("above the colour range")]
-        return array(heatmap["z"]).astype(np.float64), heatmap["zmax"], heatmap["colorbar"]["title"]["text"], outlines
+        title = plain_label(heatmap["colorbar"]["title"]["text"])  # a long title is wrapped to the bar
+        return array(heatmap["z"]).astype(np.float64), heatmap["zmax"], title, outlines
 
     z, zmax, title, outlines = overlay("attn_overlay")
     assert zmax == pytest.approx(colour_range("robust", z, uniform=1 / cur.spec.num_tokens, left_out=PLANTED)[1])
@@ -205,4 +207,4 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
     assert not app.exception, [e.value for e in app.exception]
     assert any(re.search(r"outlier tokens dominate layer \d+'s map", i.value) for i in app.info)
     (chart,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith("cmp_panels")]
-    assert "top without 3 outlier tokens" in chart["layout"]["coloraxis"]["colorbar"]["title"]["text"]
+    assert "top without 3 outlier tokens" in plain_label(chart["layout"]["coloraxis"]["colorbar"]["title"]["text"])
