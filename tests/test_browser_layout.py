@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from layout_probe import layout_defects
-from streamlit_server import CHROMIUM, CHROMIUM_ARGS, DEMO_PRESENT, REPO, streamlit_server
+from streamlit_server import CHROMIUM, DEMO_PRESENT, REPO, streamlit_server
+from test_browser import chromium  # noqa: F401 - the module's one Chromium (a fixture)
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(),
@@ -44,16 +45,6 @@ def artifacts() -> Path:
     folder = Path(os.environ.get("VIZAPP_ARTIFACTS", REPO / "artifacts")) / "browser_layout"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def random_grid_37_folder(folder: Path) -> Path:

@@ -32,6 +32,7 @@ from streamlit import runtime
 
 from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, windowed_view_args
 from vizapp import limits
+from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
 
 __all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "follow_view", "hold_for_first_paint", "layer_bytes",
            "note_drawn", "panel_layers", "query_row", "sent_layers", "served", "windowed_attention_view"]
@@ -41,7 +42,6 @@ _component = components.declare_component("attention_view", path=str(COMPONENT_D
 
 DRAWN = "_attention_view_drawn"  # session key: a view of this session has drawn its first map
 HELD_SINCE = "_attention_view_held_since"  # session key: when the page first held its charts back (monotonic s)
-HOLD_LIMIT_S = 8.0  # the charts come after this long even if the view never reports (a failed iframe)
 
 
 def note_drawn(value) -> None:
@@ -62,13 +62,7 @@ def hold_for_first_paint(shown: bool) -> bool:
         st.session_state[DRAWN] = True
         return False
 
-    @st.fragment(run_every=HOLD_LIMIT_S)
-    def release() -> None:  # runs with the page, then every HOLD_LIMIT_S until a run no longer holds
-        if not st.session_state.get(DRAWN) and time.monotonic() - since >= HOLD_LIMIT_S:
-            st.session_state[DRAWN] = True
-            st.rerun(scope="app")
-
-    release()
+    release_after_limit(DRAWN, since)
     return True
 
 

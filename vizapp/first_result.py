@@ -19,11 +19,25 @@ from pathlib import Path
 import streamlit as st
 import streamlit.components.v1 as components
 
-__all__ = ["HOLD_LIMIT_S", "PAGE_DIR", "SlowSectionsHeld", "hold_slow_sections", "holding"]
+__all__ = ["HOLD_LIMIT_S", "PAGE_DIR", "SlowSectionsHeld", "hold_slow_sections", "holding", "release_after_limit"]
 
 PAGE_DIR = Path(__file__).resolve().parent / "first_result_page"
 _watcher = components.declare_component("first_result", path=str(PAGE_DIR))
 HOLD_LIMIT_S = 8.0  # the slow sections come after this long even if nothing reports (a failed iframe)
+
+
+def release_after_limit(drawn: str, since: float) -> None:
+    """A held page's fallback: a fragment that runs with the page, then every :data:`HOLD_LIMIT_S`,
+    and once the hold (begun at ``since``, ``time.monotonic()``) has lasted that long without the
+    browser reporting, marks ``st.session_state[drawn]`` and reruns the whole app in full."""
+
+    @st.fragment(run_every=HOLD_LIMIT_S)
+    def release() -> None:
+        if not st.session_state.get(drawn) and time.monotonic() - since >= HOLD_LIMIT_S:
+            st.session_state[drawn] = True
+            st.rerun(scope="app")
+
+    release()
 
 
 class SlowSectionsHeld(Exception):
@@ -67,11 +81,5 @@ def hold_slow_sections(page: str, follows: str, *, held: bool | None = None) -> 
     st.caption(f":material/hourglass_top: {follows}")
     _watcher(key=key, default=None, on_change=on_change)
 
-    @st.fragment(run_every=HOLD_LIMIT_S)
-    def release() -> None:  # runs with the page, then every HOLD_LIMIT_S until a run no longer holds
-        if not st.session_state.get(drawn) and time.monotonic() - since >= HOLD_LIMIT_S:
-            st.session_state[drawn] = True
-            st.rerun(scope="app")
-
-    release()
+    release_after_limit(drawn, since)
     raise SlowSectionsHeld
