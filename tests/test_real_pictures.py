@@ -43,7 +43,14 @@ def pictures(real_vit):
 
 
 def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictures):
+    """Prints the shares the README quotes (``pytest -s -m real_weights tests/test_real_pictures.py -k readable``)."""
     uniform = 1 / real_vit.spec.num_tokens
+    for name in (*PHOTOS, SMALL_OBJECT):
+        last, rollout, outliers = pictures[name]
+        print(f"{name}: cells above a tenth of the range, robust (0–max):", ", ".join(
+            f"{what} {share_above_a_tenth(shown, *colour_range('robust', shown, uniform=uniform, left_out=outliers)[:2]):.0%} "
+            f"({share_above_a_tenth(shown, *colour_range('zero', shown, uniform=uniform)[:2]):.0%})"
+            for what, shown in (("attention", last), ("rollout", rollout))))
     for name in PHOTOS:
         last, rollout, outliers = pictures[name]
         for what, shown in (("attention", last), ("rollout", rollout)):
