@@ -63,7 +63,7 @@ def test_the_robust_range_clips_a_few_outliers_and_says_so():
     shown[0, 0], shown[9, 9] = 0.5, 0.3  # two outlier cells
     lo, hi, label = colour_range("robust", shown, uniform=uniform, left_out=[0, 99])
     assert lo == 0 and hi == pytest.approx(max(0.02, UNIFORM_FLOOR * uniform))
-    assert "top without 2 outlier tokens" in label and "2 cells above, up to 0.5, outlined" in label
+    assert "top without 2 outlier tokens" in label and "2 cells above (max 0.5)" in label
     assert (shown > 0.1 * hi).mean() >= 0.12  # the object fills the scale, not the outliers
     _, hi_zero, label_zero = colour_range("zero", shown, uniform=uniform)
     assert hi_zero == pytest.approx(0.5) and "above" not in label_zero

@@ -261,7 +261,8 @@ def tile_screen_pixels(figure: go.Figure, nrows: int, ncols: int) -> tuple[float
 
 
 @pytest.mark.parametrize("layers, heads, grid, title", [(12, 6, (14, 14), None), (12, 12, (37, 37), "t"),
-                                                       (24, 16, (16, 16), None), (2, 3, (7, 5), None)])
+                                                       (24, 16, (16, 16), None), (2, 3, (7, 5), None),
+                                                       (12, 4, (14, 14), None)])
 def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads, grid, title):
     """The Attention page's layers × heads mosaic (heads + mean per row): the figure is sized to
     its tiles, every tile at least 120 px on its shorter side, cells square, the plot area not
@@ -272,7 +273,13 @@ def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads
                           col_labels=[str(h) for h in range(heads + 1)], row_labels=[str(r) for r in range(layers)],
                           x_title="head", y_title="layer", title=title)
     tile_h, tile_w = tile_screen_pixels(figure, layers, heads + 1)
-    assert min(tile_h, tile_w) >= plots.mosaics.THUMBNAIL_PIXELS
+    margins = figure.layout.margin.l + figure.layout.margin.r
+    fits = (heads + 1) * plots.mosaics.THUMBNAIL_PIXELS * gw / min(gh, gw) + margins <= plots.mosaics.THUMBNAIL_MAX_WIDTH
+    if fits:  # 120 px tiles
+        assert min(tile_h, tile_w) >= plots.mosaics.THUMBNAIL_PIXELS
+    else:  # as wide as the page's column draws it: the picture (and its colour bar) not shrunk by the page
+        assert figure.layout.width == pytest.approx(plots.mosaics.THUMBNAIL_MAX_WIDTH, abs=1)
+        assert min(tile_h, tile_w) < plots.mosaics.THUMBNAIL_PIXELS
     assert tile_h / gh == pytest.approx(tile_w / gw, rel=0.02)  # square cells: the plot area has the tiles' shape
     assert figure.layout.xaxis.automargin is False and figure.layout.yaxis.automargin is False
 

@@ -58,7 +58,7 @@ def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictur
             lo, hi, label = colour_range("robust", shown, uniform=uniform, left_out=outliers)
             assert share_above_a_tenth(shown, lo, hi) >= 0.2, (name, what, label)
             assert share_above_a_tenth(shown, lo, hi) > share_above_a_tenth(shown, lo_zero, hi_zero), (name, what)
-            assert re.search(r"\d+ cells? above, up to [\d.e-]+, outlined", label), label
+            assert re.search(r"\d+ cells? above \(max [\d.e-]+\)", label), label
     last, rollout, outliers = pictures[SMALL_OBJECT]
     lo, hi, _ = colour_range("robust", last, uniform=uniform, left_out=outliers)
     assert share_above_a_tenth(last, lo, hi) >= 1.8 * share_above_a_tenth(last, *colour_range("zero", last, uniform=uniform)[:2])

@@ -28,6 +28,10 @@ MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile sid
 THUMBNAIL_PIXELS = 120  # a thumbnail mosaic's tiles are at least this many screen pixels on their shorter side
 # a thumbnail mosaic's fixed margins (px): row labels and title left, colour bar right, column labels on top
 THUMBNAIL_MARGIN = dict(l=64, r=150, t=56, b=12)
+#: The widest a thumbnail mosaic may be (px): the app's main column in a 1440 px window. A wider
+#: figure would be shrunk to the column by the page, its picture with it but not its colour bar.
+THUMBNAIL_MAX_WIDTH = 980
+POSITION_TILE_PX = 9  # the position mosaic's tiles are at least this many px a side
 ZOOM_HINT = "Drag a box to zoom in (cells stay square), double-click to zoom back out."
 
 
@@ -102,7 +106,8 @@ def mosaic(
 
     Without ``height`` it is a mosaic of thumbnails: the figure's width and height follow the
     number of columns and rows so that every tile's shorter side is ``tile_pixels`` screen
-    pixels (cells square; margins :data:`THUMBNAIL_MARGIN`, the plot area exactly the tiles).
+    pixels (cells square; margins :data:`THUMBNAIL_MARGIN`, the plot area exactly the tiles), or
+    less where that would be wider than :data:`THUMBNAIL_MAX_WIDTH`.
     With ``height``, the figure has that height and the page's width. ``col_labels`` /
     ``row_labels`` label every column (row) up to :data:`DENSE_GRID` of them, else every k-th
     (:func:`grid_tick_step`). ``zoom``: a drag zooms into a box (:data:`ZOOM_HINT`), else it pans.
@@ -163,9 +168,11 @@ def mosaic(
         r, c = divmod(int(highlight), ncols)
         shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
     thumbnails = height is None
-    if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side
-        cell = tile_pixels / min(gh, gw)  # screen pixels per cell
+    if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side,
+        # unless that is wider than the page's column can draw (then the column's width sets the tiles, so that the
+        # colour bar, as tall as the plot area, stays as tall as the picture)
         margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
+        cell = min(tile_pixels / min(gh, gw), (THUMBNAIL_MAX_WIDTH - margin["l"] - margin["r"]) / width)
         plot_height = height_cells * cell
         size = dict(width=int(np.ceil(width * cell)) + margin["l"] + margin["r"])
         height = int(np.ceil(plot_height)) + margin["t"] + margin["b"]
@@ -233,7 +240,8 @@ def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Vir
         colorscale=colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity",
         x_title="input patch column", y_title="input patch row",
         col_labels=[str(c) for c in range(n_w)], row_labels=[str(r) for r in range(n_h)],
-        highlight=highlight, height=640, png_uri=png_uri, zoom=True, chart_width=chart_width,
+        highlight=highlight, height=640, png_uri=png_uri, zoom=True,
+        chart_width=max(chart_width, n_w * POSITION_TILE_PX + 180),  # tiles of at least 9 px (the page scrolls)
     )
 
 

@@ -83,7 +83,7 @@ def _clip_text(shown, hi: float) -> str:
         return ""
     top = float(np.nanmax(np.asarray(shown, dtype=np.float64).ravel()[above]))
     cells = "cell" if above.size == 1 else "cells"
-    return f"; {above.size} {cells} above, up to {top:.3g}, outlined"
+    return f"; {above.size} {cells} above (max {top:.3g})"
 
 
 def _uniform_text(uniform: float | None) -> str:
