@@ -513,10 +513,9 @@ def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[in
     model (each stage has its own grid)."""
     if get_model(ref).spec.is_windowed:
         return ()
-    norms = token_norms(ref, digest, _image_bytes)
-    found = analysis.tokens.HighNormTokens(
-        thresholds=torch.from_numpy(norms.thresholds), mask=torch.from_numpy(np.asarray(norms.mask))[:, None],
-        fraction=torch.from_numpy(norms.fraction), first_layer=norms.first_layer)
+    features = tokens(ref, digest, _image_bytes, "token")  # (L, T, D), shared with the Tokens page
+    norms = analysis.token_norms(torch.from_numpy(np.asarray(features)))[:, None]  # (L, 1, T)
+    found = analysis.high_norm_tokens(norms, get_model(ref).spec.num_prefix_tokens)  # the Tokens page's rule
     return tuple(analysis.outlier_patches(found))
 
 
