@@ -313,16 +313,17 @@ def predictions_panel(cur) -> None:
         st.caption(f"No class predictions: this model has no classification head (its output is {output}).")
 
 
-def outlier_notice(cur, grid_map, what: str = "this map") -> None:
+def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
     """A notice when the image's outlier tokens (``cur.outliers``) dominate ``grid_map``
     (:func:`analysis.tokens.dominated_by_outliers`): which patches, their share of the map's mass,
-    what the colour range does about them, and a link to the Tokens page that finds them."""
+    what the colour range does about them, and a link to the Tokens page that finds them.
+    Returns whether it was shown (a page with several maps shows it once, for the first)."""
     from analysis.tokens import dominated_by_outliers, outlier_share
 
     cells = cur.left_out(grid_map)
     values = np.nan_to_num(np.asarray(grid_map, dtype=np.float64))
     if not cells or not dominated_by_outliers(values, cells):
-        return
+        return False
     gw = cur.spec.grid_size[1]
     named = ", ".join(f"{c} (row {c // gw}, col {c % gw})" for c in cells[:6]) + (" …" if len(cells) > 6 else "")
     token_word = "token dominates" if len(cells) == 1 else "tokens dominate"
@@ -336,3 +337,4 @@ def outlier_notice(cur, grid_map, what: str = "this map") -> None:
         icon=":material/report:",
     )
     st.page_link("views/tokens.py", label="See the outlier tokens on the Tokens page", icon=":material/scatter_plot:")
+    return True

@@ -8,7 +8,6 @@ import streamlit as st
 from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
-from analysis.tokens import dominated_by_outliers
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
@@ -200,10 +199,8 @@ if held is not None:  # the instant view of the first model's panels (a ViT)
         + " The chart, with hover values and downloads:"
     )
 for layer, panel in zip(layers, panels):  # the first panel the image's outlier tokens dominate, if any
-    if cur.left_out(panel):
-        if dominated_by_outliers(np.nan_to_num(panel), cur.left_out(panel)):
-            outlier_notice(cur, panel, f"layer {layer}'s map")
-            break
+    if outlier_notice(cur, panel, f"layer {layer}'s map"):
+        break
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
     "cmp_data", "compare_layers", **stacked("attention", layers, panels), layers=layers,

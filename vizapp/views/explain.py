@@ -14,7 +14,6 @@ from vizapp.messages import demo_scope_note
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
 from vizapp.messages import error_text
-from analysis.tokens import dominated_by_outliers
 from vizapp.ui import clamp_state, download_csv, download_npz, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
@@ -159,9 +158,7 @@ st.caption(
     "evidence (input × gradient, integrated gradients) is drawn as 0 and kept, signed, in the download."
 )
 for title, grid_map in zip(titles, raw.values()):  # the first map the image's outlier tokens dominate, if any
-    positive = np.clip(np.nan_to_num(grid_map), 0, None)
-    if cur.left_out(grid_map) and dominated_by_outliers(positive, cur.left_out(grid_map)):
-        outlier_notice(cur, positive, f"the {title} map")
+    if outlier_notice(cur, np.clip(np.nan_to_num(grid_map), 0, None), f"the {title} map"):  # its positive evidence
         break
 show_chart(figure, "explain_panels", filename="explanations")
 first_result.hold_slow_sections("explain", "The other maps and the deletion and insertion curves follow as soon as this "
