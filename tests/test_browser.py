@@ -617,8 +617,12 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
         }
         return null;
     }"""
-    for path, titles, rows, cols in (("", ["head", "layer"], 12, 4), ("/rollout", ["", "after layers"], 2, 6)):
-        page.goto(f"{server}{path}?model=random:vit_tiny_patch16_224&res=112")  # 12 layers, 3 heads, 7×7 grid
+    wrapped = "head (upper / lower row of each layer)"  # 12 heads and the mean: two rows of 7 and 6 per layer
+    for model, path, titles, rows, cols in (
+        ("vit_tiny", "", ["head", "layer"], 12, 4), ("vit_tiny", "/rollout", ["", "after layers"], 2, 6),
+        ("vit_small", "", ["head", "layer"], 12, 7), ("vit_base", "", [wrapped, "layer"], 24, 7),
+    ):  # 12 layers of 3, 6 and 12 heads, a 7×7 grid
+        page.goto(f"{server}{path}?model=random:{model}_patch16_224&res=112")
         expect(page.locator("h2").first).to_be_visible(timeout=60_000)
         wait_idle(page)
         assert_no_exception(page, path or "attention")
@@ -634,8 +638,8 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
         assert min(tile_w, tile_h) >= 120, (path, "CSS px per tile", tile_w, tile_h)
         assert drawn["w"] / cells_w == pytest.approx(drawn["h"] / cells_h, rel=0.02)  # square cells
         page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").nth(drawn["index"]).screenshot(
-            path=str(artifacts / f"thumbnails{path.replace('/', '_') or '_attention'}.png"))
-        print(f"\n{path or '/'}: {tile_w:.0f}x{tile_h:.0f} CSS px per thumbnail")
+            path=str(artifacts / f"thumbnails_{model}{path.replace('/', '_') or '_attention'}.png"))
+        print(f"\n{model} {path or '/'}: {tile_w:.0f}x{tile_h:.0f} CSS px per thumbnail")
 
 
 def _scale_positions(png: bytes, stops: list[str]) -> tuple[np.ndarray, float]:

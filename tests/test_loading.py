@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+import analysis
 from analysis import (
     CheckpointError,
     ModelLoadError,
@@ -318,3 +319,17 @@ def test_random_weights_are_the_same_on_every_load_and_leave_the_callers_random_
     assert one["blocks.0.attn.qkv.weight"].std() > 0  # random, not zeros
     cnns = [load_cnn("resnet10t", pretrained=False).model.state_dict() for _ in range(2)]
     assert all(torch.equal(cnns[0][k], cnns[1][k]) for k in cnns[0])
+
+
+@pytest.mark.parametrize("loader", ["load_clip", "load_mae"])
+@pytest.mark.parametrize("source", ["./my_clip", "/no/such/folder", "local-dir:no_such_folder", "models/mae"])
+def test_the_text_and_mae_loaders_say_a_missing_path_does_not_exist(loader, source, monkeypatch, tmp_path):
+    """load_clip and load_mae (the Text prompts and Masked autoencoder pages' model fields) name a
+    missing path as such, as load_vit does: not 'no text tower' or 'cannot open'."""
+    from analysis.mae import load_mae
+
+    load = {"load_clip": analysis.load_clip, "load_mae": load_mae}[loader]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelPathNotFoundError) as caught:
+        load(source)
+    assert str(caught.value).startswith(f"The path {source.removeprefix('local-dir:')!r} does not exist")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import streamlit as st
 
 import analysis
 from analysis.loading.hub import hub_reachable, pretrained_weights_cached
-from vizapp import inputs, refs, resources
 from analysis.plots import MAP_RANGES, UNIFORM_FLOOR
+from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
@@ -125,8 +126,6 @@ class Current:
         cells = self.left_out(grid_map) if self.hide_outliers else ()
         if not cells:
             return grid_map
-        import numpy as np
-
         drawn = np.array(grid_map, dtype=np.float32, copy=True)
         flat = drawn.reshape(*drawn.shape[:-2], -1)
         flat[..., list(cells)] = np.nan

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ..devices import resolve_device
 from ..errors import ModelLoadError, NoTextTowerError, TextPromptError
+from .files import existing_model_path, looks_like_path
 from .loaded import LoadedViT
 
 __all__ = ["LoadedCLIP", "TextEncoding", "load_clip", "PROBABILITY_RULES"]
@@ -269,6 +270,8 @@ def load_clip(
         return _load_demo_clip(name, target)
     if name.startswith("hf:"):
         return _load_hf_hub(name.removeprefix("hf:"), target, pretrained=pretrained)
+    if looks_like_path(name):  # a path that names nothing: say so, not 'no text tower'
+        existing_model_path(name)
     folder = Path(name.removeprefix("local-dir:")).expanduser()
     if folder.is_dir():
         return load_hf_two_tower_folder(folder, name, target)

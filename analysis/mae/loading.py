@@ -26,6 +26,7 @@ import torch.nn as nn
 from ..assets import asset_path
 from ..devices import resolve_device
 from ..errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
+from ..loading.files import existing_model_path, looks_like_path
 from ..loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
 from ..loading.loaded import LoadedModel, place_model
 from ..preprocessing import Preprocessing
@@ -189,6 +190,8 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
         return _load_folder(DEMO_MAE_DIR, text, target, img_size)
     if text.startswith("hf:"):
         return _load_folder(hf_snapshot(text.removeprefix("hf:")), text, target, img_size)
+    if looks_like_path(text):  # a path that names nothing: say so, not 'cannot open'
+        existing_model_path(text)
     if text.startswith("local-dir:") or Path(text).expanduser().is_dir():
         return _load_folder(Path(text.removeprefix("local-dir:")).expanduser(), text, target, img_size)
     if "mae" in text.lower():  # a timm name such as vit_base_patch16_224.mae
