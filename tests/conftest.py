@@ -26,6 +26,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "layout: the browser layout tier (tests/test_browser_layout.py); deselected by pytest.ini, run by "
         "`pytest -m layout tests` (a step of .ci/run)")
+    config.addinivalue_line(
+        "markers", "attack_library: cross-checks against torchattacks, installed by its own step of .ci/run "
+        "(pip install --no-deps torchattacks); deselected by pytest.ini, run by `pytest -m attack_library tests`")
 
 
 def pytest_collection_modifyitems(config, items):

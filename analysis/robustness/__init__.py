@@ -1,5 +1,6 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
+from .attacks import ATTACKS, AttackCurve, AttackError, attack, attack_curve, fgsm, pgd, transfer_matrix
 from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
 from .probe import SALIENCY_NAMES, Probe, probe
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
@@ -17,6 +18,14 @@ from .perturbations import (
 )
 
 __all__ = [
+    "ATTACKS",
+    "AttackCurve",
+    "AttackError",
+    "attack",
+    "attack_curve",
+    "fgsm",
+    "pgd",
+    "transfer_matrix",
     "DEMO_CNN_DIR",
     "IMAGENET_1K_CNNS",
     "LoadedCNN",

@@ -1,0 +1,198 @@
+"""Sample-specific adversarial attacks: FGSM and PGD under an L∞ budget, in the pixel units of the image.
+
+Naseer et al. 2021 ("Intriguing Properties of Vision Transformers", Section 3.3) compare how ViTs and CNNs
+resist, and transfer, adversarial examples. The attacks here are the standard ones:
+
+* **FGSM** (Goodfellow et al. 2015): ``x' = clip(x + ε·sign(∇ₓ L(f(x), y)))``;
+* **PGD** (Madry et al. 2018): from ``x₀ = x`` (or ``x + U(−ε, ε)`` with ``random_start``),
+  ``xₜ₊₁ = Π(xₜ + α·sign(∇ₓ L(f(xₜ), y)))`` for ``steps`` steps, where ``Π`` clips to the
+  ε-ball around ``x`` and then to the valid image ``[0, 1]``. Targeted: ``−α`` towards the target's loss.
+
+``L`` is the cross-entropy of the model's logits. The budget ``epsilon`` is given in the **0–255 pixel
+units** of the image (the papers' ε = 4/255 is ``epsilon=4``): the attack runs on the image in ``[0, 1]``
+(``x·std + mean`` of the model's own normalisation) and feeds the model ``(x' − mean) / std``, so the same
+ε means the same pixel change for every model, whatever its normalisation. Each model is attacked through
+its own forward and gradient: nothing is registered on it, so one loaded model serves many threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import AnalysisError
+
+__all__ = ["AttackError", "fgsm", "pgd", "attack", "AttackCurve", "attack_curve", "transfer_matrix", "ATTACKS"]
+
+#: attack name -> what it is
+ATTACKS = {
+    "fgsm": "one signed-gradient step of ε (Goodfellow et al. 2015)",
+    "pgd": "projected gradient descent, L∞, α = 2.5·ε/steps, random start (Madry et al. 2018)",
+}
+
+
+class AttackError(AnalysisError):
+    """An attack's arguments are out of range (a negative ε, no steps) or the model has no classes."""
+
+
+def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, std)`` of ``model.preprocessing`` as ``(1, C, 1, 1)`` float32 tensors on its device."""
+    prep = model.preprocessing
+    mean = torch.tensor(prep.mean, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
+    std = torch.tensor(prep.std, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
+    return mean, std
+
+
+def _check(epsilon: float, steps: int = 1) -> None:
+    if not np.isfinite(epsilon) or epsilon < 0:
+        raise AttackError(f"epsilon={epsilon!r}: the L∞ budget is a pixel change in 0–255 units, 0 or more "
+                          "(e.g. 4 for the papers' 4/255).")
+    if int(steps) < 1:
+        raise AttackError(f"steps={steps!r}: an attack takes at least one step.")
+
+
+def _logits_of(model) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``unit image (B, C, H, W) in [0, 1] -> logits (B, classes)`` through the model's own normalisation."""
+    mean, std = _normalisation(model)
+
+    def logits(unit: torch.Tensor) -> torch.Tensor:
+        out = model.model((unit - mean) / std)
+        if not isinstance(out, torch.Tensor) or out.ndim != 2:
+            raise AttackError(f"{model.name} returns no class logits (a headless backbone?): an attack needs a "
+                              "classifier.")
+        return out.float()
+
+    return logits
+
+
+def _labels(labels, batch: int, device: torch.device) -> torch.Tensor:
+    labels = torch.as_tensor(labels, dtype=torch.long, device=device).reshape(-1)
+    if labels.numel() != batch:
+        raise AttackError(f"{labels.numel()} labels for {batch} images: give one label per image.")
+    return labels
+
+
+def pgd(model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10, step_size: float | None = None,
+        random_start: bool = True, targeted: bool = False, seed: int = 0) -> torch.Tensor:
+    """The PGD adversarial images of ``pixels`` ``(B, 3, H, W)`` (the model's preprocessed input), as
+    preprocessed input again (feed them to the model as they are).
+
+    Args:
+        model: a :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
+        labels: ``(B,)`` the true classes (untargeted: the loss is raised), or with ``targeted`` the
+            target classes (the loss is lowered).
+        epsilon: L∞ budget in 0–255 pixel units; ``step_size``: α in the same units (default ``2.5·ε/steps``).
+        random_start: start from ``x + U(−ε, ε)`` (clipped to the image), drawn from ``seed``.
+
+    ``epsilon=0`` returns the input image (every prediction unchanged).
+    """
+    _check(epsilon, steps)
+    mean, std = _normalisation(model)
+    forward = _logits_of(model)
+    clean = (pixels.to(model.device, torch.float32) * std + mean).clamp(0, 1)  # (B, C, H, W) in [0, 1]
+    target = _labels(labels, clean.shape[0], clean.device)
+    eps = float(epsilon) / 255.0
+    alpha = (2.5 * eps / int(steps)) if step_size is None else float(step_size) / 255.0
+    sign = -1.0 if targeted else 1.0
+    adversarial = clean.clone()
+    if random_start and eps > 0:
+        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        noise = (torch.rand(clean.shape, generator=generator) * 2 - 1).to(clean.device) * eps
+        adversarial = (clean + noise).clamp(0, 1)
+    for _ in range(int(steps)):
+        adversarial = adversarial.detach().requires_grad_(True)
+        with torch.enable_grad():
+            loss = F.cross_entropy(forward(adversarial), target, reduction="sum")
+            (gradient,) = torch.autograd.grad(loss, adversarial)
+        stepped = adversarial.detach() + sign * alpha * gradient.sign()
+        adversarial = torch.minimum(torch.maximum(stepped, clean - eps), clean + eps).clamp(0, 1)
+    return ((adversarial.detach() - mean) / std).to(pixels.dtype)
+
+
+def fgsm(model, pixels: torch.Tensor, labels, *, epsilon: float, targeted: bool = False) -> torch.Tensor:
+    """FGSM: one PGD step of size ε from the clean image (no random start); see :func:`pgd`."""
+    return pgd(model, pixels, labels, epsilon=epsilon, steps=1, step_size=epsilon, random_start=False,
+               targeted=targeted)
+
+
+def attack(name: str, model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10,
+           seed: int = 0) -> torch.Tensor:
+    """:func:`fgsm` or :func:`pgd` by ``name`` (a key of :data:`ATTACKS`)."""
+    if name == "fgsm":
+        return fgsm(model, pixels, labels, epsilon=epsilon)
+    if name == "pgd":
+        return pgd(model, pixels, labels, epsilon=epsilon, steps=steps, seed=seed)
+    raise AttackError(f"Unknown attack {name!r}: choose one of {', '.join(ATTACKS)}.")
+
+
+def _predict(model, pixels: torch.Tensor) -> torch.Tensor:
+    """Top-1 classes ``(B,)`` (CPU) of preprocessed ``pixels``."""
+    with torch.no_grad():
+        out = model.model(pixels.to(model.device, torch.float32))
+    return out.argmax(-1).cpu()
+
+
+@dataclass(frozen=True)
+class AttackCurve:
+    """Top-1 accuracy of each model on its own adversarial images, per ε (0–255 units).
+    ``accuracy[m]``: ``(len(epsilons),)``; the ε = 0 entry is the clean accuracy."""
+
+    attack: str
+    epsilons: tuple[float, ...]
+    accuracy: dict[str, np.ndarray]
+    images: int
+
+
+def attack_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *,
+                 epsilons: Sequence[float] = (0, 1, 2, 4, 8), attack_name: str = "pgd", steps: int = 10,
+                 seed: int = 0, progress: Callable[[float], None] | None = None) -> AttackCurve:
+    """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
+    preprocessed by each model) with their true ``labels`` (indices in each model's classes)."""
+    if len(images) != len(labels) or not images:
+        raise AttackError(f"{len(images)} images and {len(labels)} labels: give one label per image, at least one.")
+    for eps in epsilons:
+        _check(eps, steps)
+    truth = torch.as_tensor(list(labels), dtype=torch.long)
+    accuracy: dict[str, np.ndarray] = {}
+    total, done = len(models) * len(epsilons), 0
+    for name, model in models.items():
+        pixels = torch.cat([model.preprocess(image) for image in images])
+        row = []
+        for eps in epsilons:
+            adversarial = attack(attack_name, model, pixels, truth, epsilon=eps, steps=steps, seed=seed)
+            row.append(float((_predict(model, adversarial) == truth).float().mean()))
+            done += 1
+            if progress is not None:
+                progress(done / total)
+        accuracy[name] = np.asarray(row)
+    return AttackCurve(attack_name, tuple(float(e) for e in epsilons), accuracy, len(images))
+
+
+def transfer_matrix(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *, epsilon: float,
+                    attack_name: str = "pgd", steps: int = 10, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on the adversarial images
+    made against model ``i`` (the diagonal: white-box). The images cross between models as pictures in
+    ``[0, 1]`` as the source model saw them (its resize and crop; each model normalises them its own way),
+    so the models must share input size and classes."""
+    _check(epsilon, steps)
+    names = list(models)
+    sizes = {tuple(models[n].spec.img_size) for n in names}
+    if len(sizes) > 1:
+        raise AttackError(f"The models take different input sizes {sorted(sizes)}: a transfer needs one size.")
+    truth = torch.as_tensor(list(labels), dtype=torch.long)
+    matrix = np.zeros((len(names), len(names)))
+    for i, source in enumerate(names):
+        model = models[source]
+        pixels = torch.cat([model.preprocess(image) for image in images])
+        adversarial = attack(attack_name, model, pixels, truth, epsilon=epsilon, steps=steps, seed=seed)
+        mean, std = _normalisation(model)
+        unit = (adversarial.to(model.device) * std + mean).clamp(0, 1).cpu()
+        for j, target_name in enumerate(names):
+            target = models[target_name]
+            t_mean, t_std = (t.cpu() for t in _normalisation(target))
+            matrix[i, j] = float((_predict(target, (unit - t_mean) / t_std) == truth).float().mean())
+    return names, matrix
