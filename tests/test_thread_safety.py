@@ -1,0 +1,226 @@
+"""Thread safety as a tested guarantee: one loaded model serves every thread.
+
+Every public analysis runs from 8 threads at once on ONE shared model per family (a
+``threading.Barrier`` releases them together, and each thread walks the analyses in its own
+rotated order, so different analyses overlap: a capture runs while another thread's rotary
+read, explanation or intervention has its hooks on the same modules). Each result must equal
+the serial run's bit for bit (``torch.equal``): a hook that reacted to another thread's
+forward, a hook left behind, or a shared buffer written by two calls shows as a difference
+or an exception.
+
+Models: the suite's smallest ones (a 3-block ``vit_tiny`` at 64 px, the 2-block DINOv3 of
+``tests/families.py``, the bundled demo CLIP and demo MAE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_vit, random_pixels
+from families import family_pixels, load_family
+
+from analysis import (
+    attention_rollout,
+    capture_attention,
+    capture_tokens,
+    dataset_attention_distance,
+    explain,
+    high_norm_tokens,
+    mean_attention_distance,
+    position_embedding_similarity,
+    rotary_position_features,
+    token_norms,
+)
+from analysis.activations import run_with_cache, run_with_hooks
+from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation
+from analysis.robustness import patch_drop_indices
+from analysis.robustness.dropped import token_drop_attention
+
+THREADS = 8
+ROUNDS = 2  # each thread walks every analysis this many times
+
+Task = Callable[[int], object]  # input index -> result (tensors, dataclasses, tuples, dicts)
+
+
+def _same(expected, got, where: str = "result") -> None:
+    """``expected`` and ``got`` equal bit for bit, recursing through containers and dataclasses."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor), where
+        assert expected.dtype == got.dtype and expected.shape == got.shape, where
+        assert torch.equal(expected, got) or (
+            expected.is_floating_point() and torch.equal(expected.isnan(), got.isnan())
+            and torch.equal(expected.nan_to_num(), got.nan_to_num())), f"{where} differs"
+    elif isinstance(expected, np.ndarray):
+        np.testing.assert_array_equal(expected, got, err_msg=where)
+    elif dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        assert type(expected) is type(got), where
+        for field in dataclasses.fields(expected):
+            _same(getattr(expected, field.name), getattr(got, field.name), f"{where}.{field.name}")
+    elif isinstance(expected, dict):
+        assert expected.keys() == got.keys(), where
+        for key in expected:
+            _same(expected[key], got[key], f"{where}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert len(expected) == len(got), where
+        for index, (a, b) in enumerate(zip(expected, got)):
+            _same(a, b, f"{where}[{index}]")
+    else:
+        assert expected == got, f"{where}: {expected!r} != {got!r}"
+
+
+def _run_concurrently(tasks: dict[str, Task]) -> None:
+    """Serial results first; then 8 threads released together by a barrier, thread ``t`` running
+    the tasks in the order rotated by ``t`` on input ``t % 2`` (so the same analysis runs on two
+    inputs at once too), ``ROUNDS`` times; every result equal to the serial one."""
+    names = list(tasks)
+    expected = {(name, index): tasks[name](index) for name in names for index in range(2)}
+    barrier = threading.Barrier(THREADS)
+    failures: list[str] = []
+    done: list[int] = []
+
+    def work(thread: int) -> None:
+        index = thread % 2
+        order = names[thread % len(names):] + names[: thread % len(names)]
+        try:
+            barrier.wait()
+            for _ in range(ROUNDS):
+                for name in order:
+                    try:
+                        _same(expected[(name, index)], tasks[name](index), name)
+                    except BaseException as exc:  # noqa: BLE001 - collected and reported below
+                        failures.append(f"thread {thread}, {name}: {exc!r}")
+            done.append(thread)
+        except threading.BrokenBarrierError as exc:
+            failures.append(f"thread {thread}: {exc!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, "\n".join(failures[:20])
+    assert sorted(done) == list(range(THREADS))
+
+
+def _no_hooks_left(model: torch.nn.Module) -> None:
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+               for m in model.modules()) == 0
+    assert torch._C._len_torch_function_stack() == 0
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return make_vit("class_token")  # vit_tiny, 3 blocks, 64 px: a 4x4 grid, one class token
+
+
+@pytest.fixture(scope="module")
+def rope_vit():
+    return load_family("rope_reg1_gap")  # rotary positions, one register, a class head, 2 blocks
+
+
+def test_every_vit_analysis_from_8_threads_on_one_model_equals_the_serial_run(vit):
+    inputs = [random_pixels(vit, batch=1, seed=seed) for seed in (1, 2)]
+    spec = vit.spec
+
+    def zero_head(z):  # (B, T, heads, d)
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+
+    from PIL import Image
+
+    images = [Image.fromarray(vit.preprocessing.to_image(random_pixels(vit, batch=1, seed=s)[0])) for s in (3, 4, 5)]
+    dropped = patch_drop_indices(spec, 0.5, seed=0)
+    tasks: dict[str, Task] = {
+        "capture_attention": lambda i: capture_attention(vit, inputs[i]).attentions,
+        "run_with_cache": lambda i: dict(run_with_cache(
+            vit, inputs[i], ["blocks.1.resid_pre", "blocks.1.attn.probs", "blocks.2.attn.z", "blocks.2.mlp.out"]).items()),
+        "run_with_hooks": lambda i: run_with_hooks(vit, inputs[i], {"blocks.1.attn.z": zero_head}),
+        "rollout": lambda i: attention_rollout(capture_attention(vit, inputs[i])),
+        "attention_distance": lambda i: mean_attention_distance(capture_attention(vit, inputs[i])),
+        "dataset_attention_distance": lambda i: dataset_attention_distance(vit, images[i:i + 2], batch_size=2, workers=1),
+        "chefer": lambda i: explain(vit, inputs[i], method="chefer"),
+        "gradcam": lambda i: explain(vit, inputs[i], method="gradcam"),
+        "input_x_gradient": lambda i: explain(vit, inputs[i], method="input_x_gradient"),
+        "integrated_gradients": lambda i: explain(vit, inputs[i], method="integrated_gradients", steps=4),
+        "head_ablation": lambda i: head_ablation(vit, inputs[i]),
+        "activation_patching": lambda i: activation_patching(vit, inputs[i], inputs[1 - i], layers=[1]),
+        "direct_logit_attribution": lambda i: direct_logit_attribution(vit, inputs[i]),
+        "token_norms": lambda i: token_norms(capture_tokens(vit, inputs[i])),
+        "high_norm_tokens": lambda i: high_norm_tokens(token_norms(capture_tokens(vit, inputs[i])),
+                                                       spec.num_prefix_tokens, min_ratio=1.01),
+        "token_drop": lambda i: token_drop_attention(vit, inputs[i], dropped),
+    }
+    _run_concurrently(tasks)
+    _no_hooks_left(vit.model)
+
+
+def test_rotary_features_and_captures_from_8_threads_on_one_rope_model_equal_the_serial_run(rope_vit):
+    """The rotary read stops its own forward at a block of the shared model; captures,
+    interventions and explanations of other threads run through those blocks meanwhile."""
+    inputs = [family_pixels("rope_reg1_gap", batch=1, seed=seed) for seed in (1, 2)]
+    tasks: dict[str, Task] = {
+        "rope_similarity": lambda i: position_embedding_similarity(rope_vit, kind="rope"),
+        "rotary_features_layer_1": lambda i: rotary_position_features(rope_vit, layer=1),
+        "capture_attention": lambda i: capture_attention(rope_vit, inputs[i]).attentions,
+        "run_with_cache": lambda i: dict(run_with_cache(rope_vit, inputs[i], ["blocks.0.attn.q", "blocks.1.resid_post"]).items()),
+        "rollout": lambda i: attention_rollout(capture_attention(rope_vit, inputs[i])),
+        "chefer": lambda i: explain(rope_vit, inputs[i], method="chefer"),
+        "input_x_gradient": lambda i: explain(rope_vit, inputs[i], method="input_x_gradient"),
+    }
+    _run_concurrently(tasks)
+    _no_hooks_left(rope_vit.model)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    from analysis import load_clip
+
+    return load_clip("demo_clip", device="cpu")
+
+
+def test_text_analyses_from_8_threads_on_the_demo_clip_equal_the_serial_run(clip):
+    from analysis.text import explain_text, text_decomposition, zero_shot
+
+    height, width = clip.image.spec.img_size
+    inputs = [torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
+    prompts = ["a red star", "a blue circle", "a green square"]
+    tasks: dict[str, Task] = {
+        "zero_shot": lambda i: zero_shot(clip, inputs[i], prompts),
+        "explain_text_chefer": lambda i: explain_text(clip, inputs[i], prompts[i]),
+        "explain_text_legrad": lambda i: explain_text(clip, inputs[i], prompts[i], method="legrad"),
+        "explain_text_gradcam": lambda i: explain_text(clip, inputs[i], prompts[i], method="gradcam"),
+        "text_decomposition": lambda i: text_decomposition(clip, inputs[i], prompts[1 - i]),
+        "image_capture": lambda i: capture_attention(clip.image, inputs[i]).attentions,
+    }
+    _run_concurrently(tasks)
+    _no_hooks_left(clip.image.model)
+
+
+@pytest.fixture(scope="module")
+def mae():
+    pytest.importorskip("transformers")
+    from analysis.mae import load_mae
+
+    return load_mae("demo_mae", device="cpu")
+
+
+def test_mae_reconstruction_and_visible_attention_from_8_threads_equal_the_serial_run(mae):
+    from analysis.mae import mae_reconstruct, visible_attention_distance, visible_rollout
+
+    height, width = mae.spec.img_size
+    inputs = [torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
+    tasks: dict[str, Task] = {
+        "reconstruct": lambda i: mae_reconstruct(mae, inputs[i], mask_ratio=0.75, seed=i),
+        "reconstruct_other_ratio": lambda i: mae_reconstruct(mae, inputs[i], mask_ratio=0.5, seed=10 + i),
+        "visible_attention_distance": lambda i: visible_attention_distance(
+            mae_reconstruct(mae, inputs[i], mask_ratio=0.75, seed=i).attention),
+        "visible_rollout": lambda i: visible_rollout(mae_reconstruct(mae, inputs[i], mask_ratio=0.6, seed=i).attention),
+    }
+    _run_concurrently(tasks)
+    _no_hooks_left(mae.model)
