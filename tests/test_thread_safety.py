@@ -15,6 +15,7 @@ Models: the suite's smallest ones (a 3-block ``vit_tiny`` at 64 px, the 2-block 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
 
@@ -43,6 +44,7 @@ from analysis.robustness.dropped import token_drop_attention
 
 THREADS = 8
 ROUNDS = 2  # each thread walks every analysis this many times
+SWITCH_INTERVAL = 1e-5  # seconds between the interpreter's thread switches (default 5e-3)
 
 Task = Callable[[int], object]  # input index -> result (tensors, dataclasses, tuples, dicts)
 
@@ -99,10 +101,15 @@ def _run_concurrently(tasks: dict[str, Task]) -> None:
             failures.append(f"thread {thread}: {exc!r}")
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)  # threads change hands often: short race windows get hit
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert not failures, "\n".join(failures[:20])
     assert sorted(done) == list(range(THREADS))
 
@@ -224,3 +231,46 @@ def test_mae_reconstruction_and_visible_attention_from_8_threads_equal_the_seria
     }
     _run_concurrently(tasks)
     _no_hooks_left(mae.model)
+
+
+def _call_as_another_thread_in_the_race(model: torch.nn.Module, sample: torch.Tensor) -> list:
+    """Every pre-hook on ``model``, called from another thread as PyTorch calls a keyword
+    pre-hook while it is being added or removed: ``hook(module, args)``, without kwargs."""
+    results: list = []
+
+    def other() -> None:
+        try:
+            for module in model.modules():
+                for hook in list(module._forward_pre_hooks.values()):
+                    results.append(hook(module, (sample,)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            results.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    return results
+
+
+def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added_or_removed(vit, rope_vit):
+    """PyTorch adds a ``with_kwargs`` pre-hook in two steps (the hook, then its "with kwargs"
+    flag) and removes it in two; a forward on another thread in between calls it as
+    ``hook(module, args)`` (seen in the 8-thread test as a TypeError inside activation
+    patching). The engine's keyword pre-hooks (``resid_pre``, ``attn.rope``) accept that call
+    and return None for another thread."""
+    from analysis.activations.run import hooks_around
+
+    pixels = random_pixels(vit, batch=1, seed=3)
+    seen: list = []
+
+    def spy(value):
+        seen.extend(_call_as_another_thread_in_the_race(vit.model, value))
+
+    run_with_hooks(vit, pixels, {"blocks.1.resid_pre": lambda x: None, "blocks.2.resid_post": spy})
+    assert seen and all(result is None for result in seen), seen
+    seen.clear()
+    with torch.no_grad(), hooks_around(rope_vit.model, {"blocks.1.attn.rope": lambda rope: None}):
+        seen.extend(_call_as_another_thread_in_the_race(rope_vit.model, family_pixels("rope_reg1_gap", batch=1)))
+    assert seen and all(result is None for result in seen), seen
+    _no_hooks_left(vit.model)
+    _no_hooks_left(rope_vit.model)
