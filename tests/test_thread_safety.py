@@ -26,19 +26,24 @@ from conftest import make_vit, random_pixels
 from families import family_pixels, load_family
 
 from analysis import (
+    attention_mass,
     attention_rollout,
     capture_attention,
     capture_tokens,
     dataset_attention_distance,
     explain,
+    feature_pca,
     high_norm_tokens,
+    logit_lens,
     mean_attention_distance,
+    patch_similarity,
     position_embedding_similarity,
     rotary_position_features,
     token_norms,
 )
 from analysis.activations import run_with_cache, run_with_hooks
-from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation
+from analysis.circuits import activation_patching, dataset_head_effects, direct_logit_attribution, head_ablation
+from analysis.faithfulness import perturbation_curve
 from analysis.robustness import patch_drop_indices
 from analysis.robustness.dropped import token_drop_attention
 
@@ -162,6 +167,16 @@ def test_every_vit_analysis_from_8_threads_on_one_model_equals_the_serial_run(vi
         "high_norm_tokens": lambda i: high_norm_tokens(token_norms(capture_tokens(vit, inputs[i])),
                                                        spec.num_prefix_tokens, min_ratio=1.01),
         "token_drop": lambda i: token_drop_attention(vit, inputs[i], dropped),
+        "attention_map_rollout_explain": lambda i: (explain(vit, inputs[i], method="attention"),
+                                                    explain(vit, inputs[i], method="rollout")),
+        "logit_lens": lambda i: logit_lens(vit, inputs[i]),
+        "attention_mass": lambda i: attention_mass(capture_attention(vit, inputs[i]), [0]),
+        "feature_pca_similarity": lambda i: (
+            feature_pca(capture_tokens(vit, inputs[i], layers=[2]).tokens[0], spec),
+            patch_similarity(capture_tokens(vit, inputs[i], layers=[2]).tokens[0], spec, 3)),
+        "dataset_head_effects": lambda i: dataset_head_effects(vit, images[i:i + 2], batch_size=2, workers=1),
+        "perturbation_curve": lambda i: perturbation_curve(vit, inputs[i], explain(vit, inputs[i], method="rollout")[0],
+                                                           target=3, steps=4),
     }
     _run_concurrently(tasks)
     _no_hooks_left(vit.model)
@@ -193,7 +208,7 @@ def test_windowed_analyses_from_8_threads_on_the_demo_swin_equal_the_serial_run(
     inputs = [torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
     tasks: dict[str, Task] = {
         "capture_attention": lambda i: capture_attention(swin, inputs[i]).windows,
-        "windowed_rollout": lambda i: windowed_rollout(capture_attention(swin, inputs[i]), merge="mean_2x2"),
+        "windowed_rollout": lambda i: windowed_rollout(capture_attention(swin, inputs[i]), stage=1),
         "attention_distance": lambda i: mean_attention_distance(capture_attention(swin, inputs[i])),
         "run_with_cache": lambda i: dict(run_with_cache(swin, inputs[i], ["blocks.0.resid_post", "blocks.3.attn.probs"]).items()),
         "gradcam": lambda i: explain(swin, inputs[i], method="gradcam"),
