@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -98,18 +97,15 @@ def _checked_grid(grid_size, default: tuple[int, int]) -> tuple[int, int]:
     return grid
 
 
-class _Captured(Exception):
-    """Stops the forward once the rotary tensor has been seen."""
-
-
 @torch.no_grad()
 def rotary_position_features(vit, *, grid_size: tuple[int, int] | None = None, layer: int = 0) -> torch.Tensor:
     """Each patch position's rotary feature vector, ``(gh, gw, F)`` float32.
 
     Read from the model itself: the ``rope`` tensor its forward passes to block ``layer``'s
     attention (``[sin, cos]`` over all frequencies; per-head frequencies, as in mixed-mode
-    RoPE, are concatenated). The forward stops there. ``grid_size`` other than the model's
-    needs a model that accepts other input sizes.
+    RoPE, are concatenated), at the engine's point ``blocks.{layer}.attn.rope``
+    (:func:`analysis.activations.run.hooks_around`: this call's thread only). The forward stops
+    there. ``grid_size`` other than the model's needs a model that accepts other input sizes.
     """
     if "rope" not in vit.spec.position_embedding:
         raise AnalysisError(f"{vit.name} has no rotary position embedding (it uses {vit.spec.position_embedding}).")
@@ -120,28 +116,21 @@ def rotary_position_features(vit, *, grid_size: tuple[int, int] | None = None, l
             f"{vit.name} takes only {spec.grid_size[0]}x{spec.grid_size[1]} patch grids: load it with "
             "dynamic_img_size=True to see its rotary features on another grid."
         )
+    from .activations.run import StopForward, hooks_around
     from .adapters import block_sites
 
     sites = block_sites(vit.model, vit.name)
     if not -len(sites) <= layer < len(sites):
         raise AnalysisError(f"Layer {layer} does not exist: the model has {len(sites)} layers.")
     seen: list[torch.Tensor] = []
-    owner = threading.get_ident()  # the model is shared: another thread's forward must pass untouched
 
-    def grab(module, args, kwargs):
-        if threading.get_ident() != owner:
-            return None
-        seen.append(kwargs.get("rope"))
-        raise _Captured
+    def grab(rope) -> None:
+        seen.append(rope)
+        raise StopForward  # nothing after this block is needed
 
-    handle = sites[layer].module.register_forward_pre_hook(grab, with_kwargs=True)
     pixels = torch.zeros(1, 3, grid[0] * spec.patch_size[0], grid[1] * spec.patch_size[1], device=vit.device)
-    try:
+    with hooks_around(vit.model, {f"blocks.{layer % len(sites)}.attn.rope": grab}, sites=sites):
         vit.model(pixels)
-    except _Captured:
-        pass
-    finally:
-        handle.remove()
     rope = seen[0] if seen else None
     if not isinstance(rope, torch.Tensor):
         raise AnalysisError(f"{vit.name} did not pass a rotary embedding to block {layer}'s attention.")

@@ -79,11 +79,12 @@ def check_record(label: str, vit, pixels: torch.Tensor, expected_logits: torch.T
 
 
 def check_record_memory_reuse(vit, pixels: torch.Tensor) -> None:
-    """A dropped record's memory (torch.frombuffer over an anonymous mapping) serves the next
-    capture on this torch, with the same values; the size threshold is lowered to the demo's."""
+    """With reuse turned on (it is opt-in), a dropped record's memory (torch.frombuffer over an
+    anonymous mapping) serves the next capture on this torch, with the same values; the size threshold is lowered to the demo's."""
     from analysis import record_memory
 
     threshold, record_memory.REUSED_FROM_BYTES = record_memory.REUSED_FROM_BYTES, 1
+    previous = record_memory.reuse_record_memory(1024)  # opt-in
     try:
         first = capture_attention(vit, pixels)
         values, address = first.attentions.clone(), first.attentions.data_ptr()
@@ -93,6 +94,7 @@ def check_record_memory_reuse(vit, pixels: torch.Tensor) -> None:
         assert torch.equal(again.attentions, values), "a capture into reused memory differs"
     finally:
         record_memory.REUSED_FROM_BYTES = threshold
+        record_memory.reuse_record_memory(previous)
         record_memory.release_record_memory()
 
 

@@ -12,7 +12,7 @@ import torch
 
 from analysis import capture_attention, load_vit
 from analysis import record_memory
-from analysis.record_memory import idle_record_bytes, record_buffer, release_record_memory
+from analysis.record_memory import idle_record_bytes, record_buffer, release_record_memory, reuse_record_memory
 from conftest import random_pixels
 from reference import reference_attention
 
@@ -21,9 +21,32 @@ BIG = (9, 1 << 20)  # 36 MiB of float32: above REUSED_FROM_BYTES
 
 @pytest.fixture(autouse=True)
 def _empty_pool():
+    """Reuse is opt-in: these tests turn it on (1024 MiB) and off again afterwards."""
     release_record_memory()
+    previous = reuse_record_memory(1024)
     yield
+    reuse_record_memory(previous)
     release_record_memory()
+
+
+def test_reuse_is_off_by_default_and_turned_on_only_on_request(monkeypatch):
+    monkeypatch.delenv("ANALYSIS_IDLE_RECORD_MB", raising=False)
+    assert record_memory._idle_limit_from_env() == 0  # the default: every record gets new memory
+    monkeypatch.setenv("ANALYSIS_IDLE_RECORD_MB", "64")
+    assert record_memory._idle_limit_from_env() == 64 << 20
+    monkeypatch.setenv("ANALYSIS_IDLE_RECORD_MB", "lots")
+    assert record_memory._idle_limit_from_env() == 0
+    assert reuse_record_memory(0) == 1024  # off: a dropped buffer is freed, not kept
+    first = record_buffer(BIG, torch.float32)
+    del first
+    assert idle_record_bytes() == 0
+    assert reuse_record_memory(1024) == 0
+    kept = record_buffer(BIG, torch.float32)
+    del kept
+    assert idle_record_bytes() == 9 << 22
+    assert reuse_record_memory(0) == 1024 and idle_record_bytes() == 0  # turning it off gives idle memory back
+    with pytest.raises(ValueError, match="whole number"):
+        reuse_record_memory(-1)
 
 
 def _address(tensor: torch.Tensor) -> int:

@@ -20,8 +20,9 @@ attention branch add ``new − resid_pre``, so the stream equals ``new`` to floa
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 import torch
@@ -40,7 +41,7 @@ from .cache import ActivationCache
 from .points import POOL_NAME, forward_order, hook_point_names, parse_hook_name
 from .store import ActivationStore
 
-__all__ = ["run_with_cache", "run_with_hooks", "Hook", "NamesFilter"]
+__all__ = ["run_with_cache", "run_with_hooks", "Hook", "NamesFilter", "hooks_around", "StopForward", "AROUND_POINTS"]
 
 #: ``fn(activation)`` → a replacement of the same shape, or ``None`` to keep the activation.
 Hook = Callable[[torch.Tensor], "torch.Tensor | None"]
@@ -320,7 +321,7 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
     block_input: list[torch.Tensor] = []  # resid_pre of the running call, as the block received it
 
     if "resid_pre" in points or "resid_mid" in points:
-        def pre(module, args, kwargs):
+        def pre(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
             if not mine():
                 return None
             if not args:
@@ -468,3 +469,104 @@ def _row_range(tokens: tuple[int, ...] | None) -> tuple[int, int] | None:
         return None
     first = int(tokens[0])
     return (first, first + len(tokens)) if list(tokens) == list(range(first, first + len(tokens))) else None
+
+
+# --------------------------------------------------------------------------- hooks around a call the engine does not make
+#
+# Some analyses run the model themselves, not as one ``model(pixels)`` of the engine: MAE's
+# reconstruction calls the model with its own noise and keywords, token drop shortens the
+# sequence of whatever forward runs inside it (a capture, a probe), the rotary features stop a
+# forward as soon as block ``i`` receives its rotary tensor. :func:`hooks_around` gives them
+# named points with the engine's discipline: registered on entry, reacting to the calling thread
+# only, removed on exit.
+#
+# ``_kwargs_hook_race``: ``Module.register_forward_pre_hook(..., with_kwargs=True)`` inserts the
+# hook first and flags it "with kwargs" after, and ``RemovableHandle.remove`` unflags it after
+# removing it; a forward running on another thread in between calls the hook as ``hook(module,
+# args)``. Every kwargs pre-hook here therefore takes ``kwargs=None`` and, for another thread,
+# returns at once (before the owner check could run, the call itself raised a TypeError).
+
+#: The points of :func:`hooks_around` (``{i}``: a block, or an encoder layer of the given sites).
+AROUND_POINTS = {
+    "embed.out": "(B, T, D): the token sequence after the position embedding (timm's patch_drop output, before "
+                 "norm_pre and the blocks); a replacement may keep fewer tokens (token drop)",
+    "blocks.{i}.attn.rope": "the rotary tensor block i passes to its attention (its `rope` keyword), read only",
+    "blocks.{i}.attn.probs": "(B, heads, T, T) float32: softmax(scale·q·kᵀ + M) of block i's attention, read only "
+                             "(the module's own fused kernel still computes its output)",
+}
+
+
+class StopForward(Exception):
+    """Raised by a hook of :func:`hooks_around` to end the forward pass there (the rest of the
+    model does not run); :func:`hooks_around` swallows it."""
+
+
+@contextlib.contextmanager
+def hooks_around(model: nn.Module, hooks: Mapping[str, Hook], *, sites: Sequence[AttentionSite] | None = None
+                 ) -> Iterator[None]:
+    """Within the block, every forward of ``model`` run by the calling thread calls
+    ``hooks[name](value)`` at the points of :data:`AROUND_POINTS`; other threads' forwards of the
+    same model pass untouched. ``sites``: the blocks (default :func:`block_sites` of ``model``;
+    an MAE passes its encoder layers). A hook may raise :class:`StopForward` to end the forward.
+
+        >>> with hooks_around(vit.model, {"embed.out": lambda x: x[:, :10]}):   # keep 10 tokens
+        ...     logits = vit.model(pixels)
+    """
+    owner = threading.get_ident()
+    handles: list = []
+    try:
+        for name, fn in hooks.items():
+            if not callable(fn):
+                raise AnalysisError(f"The hook for {name!r} is not callable: pass fn(activation) -> tensor | None.")
+            handles.extend(_around_point(model, name, fn, owner, sites))
+        yield
+    except StopForward:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> list:
+    """The handles of one point of :func:`hooks_around`, registered on ``model``."""
+    if name == "embed.out":
+        site = getattr(model, "patch_drop", None)
+        if not isinstance(site, nn.Module):
+            raise AnalysisError(f"{type(model).__name__} has no patch_drop module after its position embedding: "
+                                "'embed.out' is not defined for it.")
+
+        def embed(module, args, output):
+            return fn(output) if threading.get_ident() == owner else None
+
+        return [site.register_forward_hook(embed)]
+    layer, point = _around_name(name)
+    sites = list(block_sites(model) if sites is None else sites)
+    if not 0 <= layer < len(sites):
+        raise AnalysisError(f"{name!r}: this model has blocks 0..{len(sites) - 1}.")
+    site = sites[layer]
+    if point == "attn.rope":
+        def rope(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
+            if threading.get_ident() != owner:
+                return None
+            _read_only(name, fn)(kwargs.get("rope"))
+            return None
+
+        return [site.module.register_forward_pre_hook(rope, with_kwargs=True)]
+    heads = site.adapter.num_heads(site.module)
+
+    def probabilities(inputs: AttentionInputs) -> None:
+        probs = (attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
+                 if inputs.probs is None else inputs.probs.float())  # (B, heads, T, T)
+        if probs.shape[1] != heads:
+            raise AnalysisError(f"Block {layer}'s attention gave {probs.shape[1]} heads; its module says {heads}.")
+        _read_only(name, fn)(probs)
+        return None
+
+    return site.adapter.tap(site.module, probabilities, owner)
+
+
+def _around_name(name: str) -> tuple[int, str]:
+    parts = name.split(".", 2) if isinstance(name, str) else []
+    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit() and parts[2] in ("attn.rope", "attn.probs"):
+        return int(parts[1]), parts[2]
+    raise AnalysisError(f"{name!r} is not a point of hooks_around; use one of {', '.join(AROUND_POINTS)}.")

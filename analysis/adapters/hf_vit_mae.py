@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+from ..errors import UnsupportedModelError
 from .base import AttentionAdapter
-from .registry import register_adapter
+from .registry import AttentionSite, adapter_for, register_adapter, supported_attention
 
 
 def _module_types() -> tuple[type[nn.Module], ...]:
@@ -43,3 +44,33 @@ class ViTMAEAttentionAdapter(AttentionAdapter):
 
 
 ADAPTER = register_adapter(ViTMAEAttentionAdapter()) if ViTMAEAttentionAdapter.module_types else None
+
+
+def encoder_sites(model: nn.Module) -> list[AttentionSite]:
+    """The attention of every encoder layer of a ``ViTMAEForPreTraining`` (or ``ViTMAEModel``'s
+    ``vit``), in order: the blocks of this family, as :func:`~analysis.adapters.block_sites` gives
+    a timm model's. Raises UnsupportedModelError naming what is missing."""
+    encoder = getattr(model, "vit", model)
+    layers = None
+    for path in ("layers", "encoder.layer"):  # transformers 5, transformers 4
+        value = encoder
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if value is not None:
+            layers = list(value)
+            break
+    if layers is None:
+        raise UnsupportedModelError(f"Could not find the encoder layers of {type(model).__name__}.")
+    return [AttentionSite(index, *_attention_of(layer), block=layer) for index, layer in enumerate(layers)]
+
+
+def _attention_of(layer: nn.Module):
+    """(the module of ``layer`` that computes its attention probabilities, its adapter)."""
+    for module in (getattr(layer, "attention", None), getattr(getattr(layer, "attention", None), "attention", None)):
+        adapter = adapter_for(module)
+        if adapter is not None:
+            return module, adapter
+    raise UnsupportedModelError(
+        f"{type(layer).__name__}'s attention ({type(getattr(layer, 'attention', None)).__name__}) has no adapter, so its "
+        f"probabilities cannot be read exactly. Supported attention: {supported_attention()}."
+    )

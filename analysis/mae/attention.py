@@ -8,27 +8,27 @@ puts a query's attention back on the ``(gh, gw)`` grid (NaN where a patch was hi
 never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value, :func:`visible_attention_distance` and :func:`visible_rollout` run the
 project's distance and rollout rules on the visible set.
 
-The probabilities are read during the model's own forward by each encoder layer's attention
-adapter (:mod:`analysis.adapters.hf_vit_mae`, in the one registry): the SDPA call's own ``q``,
-``k`` and scale evaluated by the one softmax rule
-(:func:`~analysis.adapters.probabilities.attention_probabilities`), or the eager path's own
-``softmax`` result. The hooks live for one call, react only to the thread that registered
-them, and are removed in ``finally``.
+The probabilities are read during the model's own forward at the engine's
+``blocks.{i}.attn.probs`` points (:func:`analysis.activations.run.hooks_around`) of the encoder
+layers that :func:`analysis.adapters.hf_vit_mae.encoder_sites` finds, by each layer's attention
+adapter (in the one registry): the SDPA call's own ``q``, ``k`` and scale evaluated by the one
+softmax rule (:func:`~analysis.adapters.probabilities.attention_probabilities`), or the eager
+path's own ``softmax`` result. The hooks live for one call, react only to the thread that
+registered them, and are removed in ``finally``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
-from ..adapters import AttentionInputs, adapter_for
-from ..adapters.registry import supported_attention
-from ..capture import reported_probabilities, require_every_layer
+from ..activations.run import hooks_around
+from ..adapters.hf_vit_mae import encoder_sites
+from ..capture import require_every_layer
 from ..distance import attention_distance_per_image, patch_centres
 from ..errors import AnalysisError, UnsupportedModelError
 from ..rollout import compose_rollout, rollout_step
@@ -120,56 +120,27 @@ def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean"
     return result
 
 
-def _encoder_layers(model: nn.Module) -> list[nn.Module]:
-    encoder = model.vit
-    for path in ("layers", "encoder.layer"):  # transformers 5, transformers 4
-        value = encoder
-        for part in path.split("."):
-            value = getattr(value, part, None)
-        if value is not None:
-            return list(value)
-    raise UnsupportedModelError(f"Could not find the encoder layers of {type(model).__name__}.")
-
-
-def _attention_of(layer: nn.Module):
-    """(the module of ``layer`` that computes its attention probabilities, its adapter)."""
-    for module in (getattr(layer, "attention", None), getattr(getattr(layer, "attention", None), "attention", None)):
-        adapter = adapter_for(module)
-        if adapter is not None:
-            return module, adapter
-    raise UnsupportedModelError(
-        f"{type(layer).__name__}'s attention ({type(getattr(layer, 'attention', None)).__name__}) has no adapter, so its "
-        f"probabilities cannot be read exactly. Supported attention: {supported_attention()}."
-    )
-
-
 @contextlib.contextmanager
 def encoder_attention_taps(model: nn.Module, num_heads: int, sink: Callable[[int, torch.Tensor], None]
                            ) -> Iterator[None]:
     """Within the block, every forward of ``model`` by this thread reports each encoder layer's
-    attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)``, read by the layer's
-    attention adapter (:mod:`analysis.adapters.hf_vit_mae`), the path every capture takes."""
-    owner = threading.get_ident()
-    handles = []
+    attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)``: the engine's
+    ``blocks.{i}.attn.probs`` over the encoder layers
+    (:func:`analysis.activations.run.hooks_around` with
+    :func:`analysis.adapters.hf_vit_mae.encoder_sites`), read by each layer's attention adapter,
+    the path every capture takes."""
+    sites = encoder_sites(model)
+    for site in sites:
+        heads = site.adapter.num_heads(site.module)
+        if heads != num_heads:
+            raise UnsupportedModelError(f"Encoder layer {site.layer} has {heads} heads; the config says {num_heads}.")
 
     def reporter(layer_index: int):
-        def report(inputs: AttentionInputs) -> None:
-            probs = reported_probabilities(inputs)  # (B, heads, T, T) float32
-            if probs.shape[1] != num_heads:
-                raise UnsupportedModelError(
-                    f"Encoder layer {layer_index} gave {probs.shape[1]} heads; the config says {num_heads}.")
-            sink(layer_index, probs)
+        return lambda probs: sink(layer_index, probs)
 
-        return report
-
-    try:
-        for index, layer in enumerate(_encoder_layers(model)):
-            module, adapter = _attention_of(layer)
-            handles.extend(adapter.tap(module, reporter(index), owner))
+    hooks = {f"blocks.{site.layer}.attn.probs": reporter(site.layer) for site in sites}
+    with hooks_around(model, hooks, sites=sites):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def collect_visible_attention(num_layers: int) -> tuple[dict[int, torch.Tensor], Callable[[int, torch.Tensor], None]]:

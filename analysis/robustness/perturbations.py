@@ -1,20 +1,21 @@
 """Perturbations of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021):
 patch drop (as pixels, for any model, or as tokens removed from a ViT's sequence), patch
 shuffle, Gaussian noise and blur (those two live in :mod:`analysis.image_ops`, shared with the
-explanations). Pure functions of the pixels, except :func:`token_drop`, which hooks one call
-of the model (this thread only) and removes the hook afterwards.
+explanations). Pure functions of the pixels, except :func:`token_drop`, which edits the
+engine's ``embed.out`` point of the forwards run inside it (this thread only,
+:func:`analysis.activations.run.hooks_around`) and removes its hook afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
 import numbers
-import threading
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 
+from ..activations.run import hooks_around
 from ..checks import check_int
 from ..errors import AnalysisError
 from ..image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
@@ -113,25 +114,21 @@ def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
     kept. Needs a ViT with an absolute position embedding added before the blocks (timm's
     ``VisionTransformer``: ViT, DeiT, DINOv2, SigLIP, ...): with RoPE or relative-position
     bias the remaining tokens' positions would be wrong, so those are refused."""
-    site = check_token_drop(vit)
+    check_token_drop(vit)
     spec = vit.spec
     keep_patches = torch.ones(spec.num_patches, dtype=torch.bool)
     keep_patches[torch.as_tensor(indices, dtype=torch.long)] = False
     keep = torch.cat([torch.ones(spec.num_prefix_tokens, dtype=torch.bool), keep_patches])  # (T,)
-    owner = threading.get_ident()
 
-    def drop(module, args, output):
-        if threading.get_ident() != owner or bool(keep.all()):
-            return output  # fraction 0: the very same tensor, logits unchanged
-        if output.shape[1] != len(keep):
-            raise AnalysisError(f"Expected {len(keep)} tokens after the position embedding, got {output.shape[1]}.")
-        return output[:, keep.to(output.device)]
+    def drop(tokens: torch.Tensor) -> torch.Tensor | None:  # (B, T, D) after the position embedding
+        if bool(keep.all()):
+            return None  # fraction 0: the very same tensor, logits unchanged
+        if tokens.shape[1] != len(keep):
+            raise AnalysisError(f"Expected {len(keep)} tokens after the position embedding, got {tokens.shape[1]}.")
+        return tokens[:, keep.to(tokens.device)]
 
-    handle = site.register_forward_hook(drop)
-    try:
+    with hooks_around(vit.model, {"embed.out": drop}):
         yield
-    finally:
-        handle.remove()
 
 
 def shuffle_grids(spec: ViTSpec) -> list[int]:

@@ -1,0 +1,179 @@
+"""Every process-wide cache of the app goes through the locked record store.
+
+One Streamlit server runs every browser session's script in its own thread, so a module-level
+dict, list or set of ``vizapp`` that a function fills at run time is shared by concurrent
+sessions without a lock. Such caches belong in :class:`vizapp.records.RecordStore` (locked,
+bounded, each key computed once) or in Streamlit's own ``st.cache_data`` /
+``st.cache_resource``. This test reads the source of every app module and fails on:
+
+* a ``functools.lru_cache`` / ``functools.cache`` (unbounded in bytes, and not the store);
+* a module-level mutable container (``{}``, ``[]``, ``set()``, ``dict(...)``,
+  ``OrderedDict()``, ...) that any function of the module mutates (item assignment or
+  deletion, ``.append``/``.update``/``.setdefault``/``.pop``/..., augmented assignment);
+* a ``global`` statement rebinding a module-level name to something other than a
+  once-per-process flag guarded by a lock (``vizapp/preload.py``'s thread handle).
+
+The pages under ``vizapp/views`` are scripts Streamlit runs afresh each rerun: their
+module-level names are the run's locals, so they are not scanned.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parent.parent / "vizapp"
+MUTATING_METHODS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add",
+                    "discard", "remove", "move_to_end", "appendleft", "__setitem__"}
+CONTAINER_CALLS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter", "WeakValueDictionary",
+                   "WeakKeyDictionary"}
+#: (module, global name) rebound at run time on purpose: once-per-process handles under a lock.
+ALLOWED_GLOBALS = {("preload.py", "_started")}
+
+
+def _app_modules() -> list[Path]:
+    return sorted(path for path in APP.glob("*.py"))
+
+
+def _module_containers(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        targets, value = [], None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        literal = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp))
+        called = isinstance(value, ast.Call) and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in CONTAINER_CALLS
+        if literal or called:
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _findings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    containers = _module_containers(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                text = ast.unparse(decorator)
+                if "lru_cache" in text or text in ("cache", "functools.cache"):
+                    found.append(f"{path.name}:{node.lineno} {node.name} is cached with {text}: use a RecordStore")
+        if isinstance(node, ast.Global):
+            found.extend(f"{path.name}:{node.lineno} rebinds global {name}" for name in node.names
+                         if (path.name, name) not in ALLOWED_GLOBALS)
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
+        for node in ast.walk(function):
+            target = None
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+                for t in getattr(node, "targets", None) or [node.target]:
+                    if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                        target = t.value.id
+                    elif isinstance(node, ast.AugAssign) and isinstance(t, ast.Name):
+                        target = t.id
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+                if node.func.attr in MUTATING_METHODS:
+                    target = node.func.value.id
+            if target in containers and not _is_local(function, target):
+                found.append(f"{path.name}:{node.lineno} mutates the module-level {target} at run time: use a RecordStore")
+    return found
+
+
+def _is_local(function, name: str) -> bool:
+    """Whether ``name`` is bound inside ``function`` (an argument or an assignment): then it is
+    not the module's container."""
+    if isinstance(function, ast.Lambda):
+        return name in {a.arg for a in function.args.args}
+    arguments = function.args
+    if name in {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+        return True
+    for node in ast.walk(function):
+        if isinstance(node, ast.Global) and name in node.names:
+            return False
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+    return False
+
+
+def test_no_app_module_keeps_a_process_wide_cache_outside_the_record_store():
+    findings = [finding for path in _app_modules() for finding in _findings(path)]
+    assert not findings, "\n".join(findings)
+
+
+def test_the_guard_sees_a_module_level_cache_filled_at_run_time(tmp_path):
+    """The scan itself: a dict cache, an lru_cache and a rebound global are each found; a
+    constant table and a function's own dict are not."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import functools\n"
+        "TABLE = {'a': 1}\n"
+        "_RESULTS = {}\n"
+        "_seen: list = []\n"
+        "def remember(key, value):\n"
+        "    _RESULTS[key] = value\n"
+        "def note(x):\n"
+        "    _seen.append(x)\n"
+        "def local():\n"
+        "    _RESULTS = {}\n"
+        "    _RESULTS['k'] = 1\n"
+        "    return TABLE['a']\n"
+        "@functools.lru_cache(maxsize=8)\n"
+        "def slow(x):\n"
+        "    return x\n"
+        "_count = 0\n"
+        "def bump():\n"
+        "    global _count\n"
+        "    _count += 1\n"
+    )
+    findings = _findings(sample)
+    assert any("_RESULTS" in f and ":6 " in f for f in findings), findings
+    assert any("_seen" in f for f in findings), findings
+    assert any("lru_cache" in f for f in findings), findings
+    assert any("global _count" in f for f in findings), findings
+    assert not any(":11 " in f or "TABLE" in f for f in findings), findings
+
+
+def test_concurrent_sessions_share_the_picture_cache_safely():
+    """The app's one module-level cache (colour-mapped PNGs of vizapp.figures) from 8 threads at
+    once: each key's value computed once, every thread sees the value of its own key."""
+    pytest.importorskip("streamlit")
+    from vizapp import figures
+
+    store = figures._PICTURES
+    computed: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+    errors: list[str] = []
+
+    def compute(key: str):
+        def make() -> bytes:
+            with lock:
+                computed.append(key)
+            return f"picture of {key}".encode()
+
+        return make
+
+    def session(index: int) -> None:
+        barrier.wait()
+        for round_ in range(200):
+            key = f"thread-safety-test-{(index + round_) % 12}"
+            value = store.get(key, compute(key))
+            if value != f"picture of {key}".encode():
+                errors.append(f"{key}: {value!r}")
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:5]
+    assert sorted(computed) == sorted(set(computed)) and len(computed) == 12  # each key computed once
+    assert len(store) <= store.max_entries
