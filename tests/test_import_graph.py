@@ -326,8 +326,8 @@ def test_the_checks_find_a_hidden_cycle_and_a_borrowed_private_name(tmp_path):
     loose = [describe(cycle) for cycle in find_cycles(graph_of(edges, lazy=False))]
     assert len(strict) == 2 and any("analysis.high (analysis/low.py:2, in a function)" in c for c in strict), strict
     assert not any("analysis.typed" in c for c in strict), strict  # a TYPE_CHECKING import is no edge
-    assert loose == ["analysis.other -> analysis.sub (analysis/other.py:1) -> analysis.sub.leaf "
-                     "(analysis/sub/__init__.py:1) -> analysis.other (analysis/sub/leaf.py:1)"], loose
+    assert loose == [("analysis.other -> analysis.sub (analysis/other.py:1) -> analysis.sub.leaf "
+                      "(analysis/sub/__init__.py:1) -> analysis.other (analysis/sub/leaf.py:1)")], loose
     private = private_imports(edges, module_names(tmp_path, ("analysis",)), tmp_path)
     assert private == ["analysis/sub/leaf.py:1: analysis.sub.leaf imports _y from analysis.other",
                        "analysis/reader.py:2: analysis.reader reads _y of analysis.other"], private

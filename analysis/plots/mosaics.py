@@ -13,7 +13,9 @@ from .layout import (
     CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
     wrap_label,
 )
-from .style import _CLICK_MARKER, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
+from .style import (
+    CLICK_MARKER, SEPARATOR, colorize, colour_stops, highlight_rect, image_colorbar, image_data_uri, styled_figure,
+)
 from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
 
 __all__ = ["mosaic", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
@@ -139,7 +141,7 @@ def mosaic(
     if big.size <= MAX_HEATMAP_CELLS:
         traces = [dict(
             type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
-            zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
+            zsmooth=False, hoverinfo="skip", colorbar=image_colorbar(colorbar_title), name="tiles",
         )]
     else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
         ph, pw = _tile_pixels(nrows, ncols, gh, gw)
@@ -154,7 +156,7 @@ def mosaic(
             dict(  # colour bar only
                 type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                 marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
-                            colorbar=_colorbar(colorbar_title)),
+                            colorbar=image_colorbar(colorbar_title)),
             ),
         ]
     width, height_cells = ncols * gw, nrows * gh
@@ -166,7 +168,7 @@ def mosaic(
             shapes.append(dict(type="path", path="".join(segments), line=separator))
     if highlight is not None and 0 <= highlight < n:
         r, c = divmod(int(highlight), ncols)
-        shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
+        shapes.append(highlight_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
     thumbnails = height is None
     if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side,
         # unless that is wider than the page's column can draw (then the column's width sets the tiles, so that the
@@ -187,7 +189,7 @@ def mosaic(
         plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
                                         cap_px=height - margin["t"] - margin["b"])
         height = int(round(plot_height + margin["t"] + margin["b"]))
-    colorbar = _colorbar(colorbar_title, plot_height=plot_height)
+    colorbar = image_colorbar(colorbar_title, plot_height=plot_height)
     for trace in traces:
         if "colorbar" in trace:
             trace["colorbar"] = colorbar
@@ -197,7 +199,7 @@ def mosaic(
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
     traces.append(dict(
         type="scatter", x=(index % ncols + 0.5) * gw, y=(index // ncols + 0.5) * gh, mode="markers",
-        marker=_CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
+        marker=CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
         text=list(tile_names), hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
     ))
     xaxis = dict(
@@ -216,7 +218,7 @@ def mosaic(
         yaxis.update(tickvals=(np.asarray(shown) + 0.5) * gh, ticktext=[list(row_labels)[r] for r in shown])
     if thumbnails:
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
-    figure = _figure(
+    figure = styled_figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select",
         dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis, margin=margin,
     )
@@ -265,12 +267,12 @@ def similarity_tile(
     r, c = patch
     trace = dict(
         type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
-        zsmooth=False, colorbar=_colorbar("cosine similarity", plot_height=plot_height),
+        zsmooth=False, colorbar=image_colorbar("cosine similarity", plot_height=plot_height),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
-    return _figure(
+    return styled_figure(
         [trace], title=f"Patch (row {r}, col {c})", height=height, margin=image_figure_margin(True),
-        shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
+        shapes=[highlight_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
         dragmode="zoom",
         xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False,
                    tickmode="linear", tick0=0, dtick=grid_tick_step(gw)),
@@ -309,13 +311,13 @@ def rgb_patch_grid(
         dict(type="image", z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
         dict(
             type="scatter", x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2,
-            mode="markers", marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
+            mode="markers", marker=CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
             showlegend=False,
         ),
     ]
     if height is None:
         height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, hoverdistance=-1,
         xaxis=dict(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
                    constrain="domain"),
