@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..capture import input_spec
 from ..checks import check_int
 from ..circuits.attribution import head_output_vectors
 from ..errors import AnalysisError, TextPromptError
+from ..spec import input_spec
 from .prompts import require_clip
 
 __all__ = ["HeadDescription", "HeadTexts", "head_texts", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY"]
