@@ -20,7 +20,8 @@ Which imports count:
   as well (``test_no_function_level_import_closes_a_cycle``), and the contract in
   ``pyproject.toml`` (``lint-imports``, which also sees imports inside functions) orders them.
 * Imports under ``if TYPE_CHECKING:`` never run and are left out: an annotation may name a type
-  of a layer above (``checks.input_spec`` returns a ``ViTSpec``) without depending on it.
+  it does not otherwise need (``adapters.probabilities`` names ``adapters.base.AttentionInputs``,
+  while ``adapters.base`` imports ``probabilities`` to run it).
 
 Run ``python tests/test_import_graph.py`` to print the cycles and every lazy intra-package import.
 """
