@@ -43,7 +43,7 @@ from .adapters import AttentionInputs, block_sites, pool_site
 from .adapters.probabilities import attend_and_record, attention_probabilities  # noqa: F401 (the one softmax rule; re-exported)
 from .arguments import check_float_dtype, check_int, resolve_layers
 from .errors import AnalysisError
-from .geometry import input_spec  # noqa: F401 (re-exported: analysis.capture.input_spec)
+from .geometry import input_spec  # still importable from here, as before
 from .records import AttentionRecord
 from .windowed import WindowedAttentionRecord, windowed_message
 
