@@ -103,13 +103,13 @@ def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float
     ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout_matrices`, the same composition) over the patch
     keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
     ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
-    from .rollout import _rollout_steps
+    from .rollout import rollout_steps
     from .windowed import refuse_windowed
 
     refuse_windowed(record, "rollout_view_rows")
     spec = record.spec
     ends, rows = [], []
-    for layer, rollout in _rollout_steps(record, head_fusion, discard_ratio, start_layer, None):  # (B, T, T) float64
+    for layer, rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, None):  # (B, T, T) float64
         every = spec.split_prefix(rollout[0].float(), -1)[1].numpy()  # (T, N)
         ends.append(layer)
         rows.append(_with_mean_query(every[None], spec))  # (1, T + 1, N)

@@ -31,10 +31,8 @@ each capturing its own input at the same time. Nothing is stored on the modules.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -43,77 +41,16 @@ from .activations.points import POOL_NAME
 from .activations.run import cache_forward
 from .adapters import AttentionInputs, block_sites, pool_site
 from .adapters.probabilities import attend_and_record, attention_probabilities  # noqa: F401 (the one softmax rule; re-exported)
-from .checks import check_float_dtype, check_index, check_int, input_spec
+from .arguments import check_float_dtype, check_int, resolve_layers
 from .errors import AnalysisError
-from .spec import ViTSpec
+from .geometry import input_spec  # still importable from here, as before
+from .records import AttentionRecord
 from .windowed import WindowedAttentionRecord, windowed_message
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
 
 # (layer index, probabilities (B, heads, Q, T)) -> None
 AttentionSink = Callable[[int, torch.Tensor], None]
-
-
-@dataclass(frozen=True)
-class AttentionRecord:
-    """Attention captured from one forward pass.
-
-    Attributes:
-        attentions: ``(L, B, heads, Q, T)`` softmax probabilities. ``Q == T`` (every query
-            token) unless the capture asked for ``query_tokens``; rows sum to one over keys.
-        logits: ``(B, classes)`` the model's output for the same forward pass.
-        spec: the token geometry of *this* input (differs from the model's default for
-            ``dynamic_img_size`` models fed another resolution).
-        layers: model layer index of each entry along ``L``.
-        query_tokens: token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
-        pool_attention: ``(B, heads, probes, T)`` attention of an attention-pooling head
-            (SigLIP/PE ``map`` pooling: learned probe queries over the output tokens), else ``None``.
-    """
-
-    attentions: torch.Tensor
-    logits: torch.Tensor
-    spec: ViTSpec
-    layers: tuple[int, ...]
-    query_tokens: tuple[int, ...] | None = None
-    pool_attention: torch.Tensor | None = None
-
-    def layer_position(self, layer: int) -> int:
-        """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
-        layer = check_index("layer", layer, self.spec.num_layers, "layers")
-        try:
-            return self.layers.index(layer)
-        except ValueError:
-            raise AnalysisError(
-                f"Layer {layer} was not captured (captured: {list(self.layers)}). "
-                "Capture it with capture_attention(..., layers=None) for all layers."
-            ) from None
-
-    def select_layers(self, layers: Sequence[int]) -> "AttentionRecord":
-        """The same record over some of its layers, in the order given. Consecutive layers are
-        a view of the maps (nothing copied); other selections gather their maps. Every analysis
-        that takes a record takes the result."""
-        positions = [self.layer_position(layer) for layer in layers]
-        if not positions:
-            raise AnalysisError("select_layers needs at least one layer.")
-        first = positions[0]
-        if positions == list(range(first, first + len(positions))):
-            attentions = self.attentions[first : first + len(positions)]
-        else:
-            attentions = self.attentions[torch.as_tensor(positions, dtype=torch.long)]
-        return replace(self, attentions=attentions, layers=tuple(self.layers[p] for p in positions))
-
-    def query_rows(self, tokens: Sequence[int]) -> list[int]:
-        """Positions along ``Q`` of the given token indices."""
-        if self.query_tokens is None:
-            return list(tokens)
-        lookup = {t: i for i, t in enumerate(self.query_tokens)}
-        missing = [t for t in tokens if t not in lookup]
-        if missing:
-            raise AnalysisError(
-                f"Query tokens {missing[:5]} were not captured (only {len(self.query_tokens)} query rows "
-                "were kept). Capture again with query_tokens=None for every query."
-            )
-        return [lookup[t] for t in tokens]
 
 
 def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -178,19 +115,6 @@ def attention_taps(
             handle.remove()
 
 
-def _resolve_layers(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
-    if layers is None:
-        return tuple(range(num_layers))
-    if isinstance(layers, numbers.Integral):
-        layers = [layers]
-    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
-        raise AnalysisError(f"layers must be None, a layer index or a list of them, got {layers!r}.")
-    layers = list(layers)
-    if not layers:
-        raise AnalysisError(f"layers is empty: pass None for all {num_layers} layers, or some of 0..{num_layers - 1}.")
-    return tuple(sorted({check_index("layer", layer, num_layers, "layers") for layer in layers}))
-
-
 def require_every_layer(requested: Sequence[int], seen, what: str = "attention") -> None:
     """Refuse a forward pass in which some requested layer's tap never fired.
 
@@ -245,7 +169,7 @@ def capture_attention(
         ``(B, windows, heads, Wt, Wt)`` tensor per layer (``query_tokens`` must be ``None``).
     """
     spec = input_spec(vit, pixels)
-    layer_ids = _resolve_layers(layers, spec.num_layers)
+    layer_ids = tuple(sorted(resolve_layers(layers, spec.num_layers)))  # the forward order
     check_float_dtype("dtype", dtype)
     if query_tokens is not None and spec.is_windowed:
         raise AnalysisError("query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "

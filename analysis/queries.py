@@ -6,9 +6,10 @@ import numbers
 
 import torch
 
-from .capture import AttentionRecord
-from .checks import check_int
+from .arguments import check_int
 from .errors import AnalysisError
+from .records import AttentionRecord
+from .windowed_support import refuse_windowed
 
 __all__ = [
     "Query", "default_query", "query_rows_for", "patch_of_pixel", "prefix_query", "parse_prefix_query",
@@ -51,8 +52,6 @@ def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
     ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`);
     ``None`` is :func:`default_query`.
     """
-    from .windowed import refuse_windowed
-
     refuse_windowed(record, "Token queries over [prefix, patches]")
     spec = record.spec
     query = default_query(spec, query)

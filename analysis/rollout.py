@@ -10,131 +10,42 @@ same composition (:func:`compose_rollout`); :func:`attention_rollout` and
 from __future__ import annotations
 
 import warnings
-
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import torch
 
-from .capture import AttentionRecord
-from .checks import check_int, check_record
+from .checks import check_record
 from .errors import AnalysisError
 from .queries import Query, query_rows_for
+from .records import AttentionRecord
+from .rollout_rules import (
+    HEAD_FUSIONS,
+    POST_NORM_WARNING,
+    compose_rollout,
+    discard_lowest,
+    fuse_heads,
+    layer_range,
+    mix_identity,
+    rollout_step,
+)
+from .windowed import WindowedAttentionRecord
+from .windowed_rollout import MERGE_RULES, windowed_rollout, windowed_rollout_by_layer, windowed_rollout_matrices
 
 __all__ = [
-    "attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "rollout_step", "fuse_heads", "discard_lowest",
-    "mix_identity", "compose_rollout", "layer_range",
+    "attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "rollout_steps", "rollout_step", "fuse_heads",
+    "discard_lowest", "mix_identity", "compose_rollout", "layer_range", "HEAD_FUSIONS", "POST_NORM_WARNING",
 ]
 
-HEAD_FUSIONS = ("mean", "max", "min")
-POST_NORM_WARNING = (
-    "This model normalises each residual branch after attention (post-norm, x + norm(attn(x))): "
-    "rollout's ½·A + ½·I assumes pre-norm blocks (x + attn(norm(x))), where the identity and "
-    "attention paths are of comparable size. Read this rollout as a heuristic."
-)
 
-
-def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
-    """``(B, heads, T, T)`` -> ``(B, T, T)`` by the mean, max or min over heads."""
-    if head_fusion == "mean":
-        return attention.mean(dim=1)
-    if head_fusion == "max":
-        return attention.amax(dim=1)
-    if head_fusion == "min":
-        return attention.amin(dim=1)
-    raise AnalysisError(f"head_fusion must be one of {HEAD_FUSIONS}, not {head_fusion!r}.")
-
-
-def discard_lowest(fused: torch.Tensor, discard_ratio: float, candidates: torch.Tensor | None = None) -> torch.Tensor:
-    """Zero the ``floor(discard_ratio · T·(T−1))`` smallest off-diagonal entries of each
-    ``(T, T)`` matrix in ``fused (B, T, T)``. The diagonal (a token's attention to itself)
-    is never discarded. Returns a new tensor.
-
-    ``candidates`` ``(T, T)`` bool, when given, are the pairs that may be discarded instead of
-    every off-diagonal pair (a windowed layer: the pairs its windows define, so the zeros
-    outside a query's window are not counted): the ``floor(discard_ratio · #candidates)``
-    smallest candidates are zeroed."""
-    if not 0.0 <= discard_ratio < 1.0:
-        raise AnalysisError(f"discard_ratio must be in [0, 1), not {discard_ratio}.")
-    batch, tokens, _ = fused.shape
-    if candidates is None:
-        count = int(discard_ratio * tokens * (tokens - 1))
-        excluded = torch.eye(tokens, dtype=torch.bool, device=fused.device)
-    else:
-        count = int(discard_ratio * int(candidates.sum()))
-        excluded = ~candidates.to(fused.device)
-    if count == 0:
-        return fused.clone()
-    candidates = fused.masked_fill(excluded, float("inf")).reshape(batch, -1)  # excluded pairs never chosen
-    lowest = candidates.topk(count, dim=-1, largest=False).indices  # (B, count)
-    flat = fused.reshape(batch, -1).clone()
-    flat.scatter_(1, lowest, 0.0)
-    return flat.reshape(batch, tokens, tokens)
-
-
-def mix_identity(fused: torch.Tensor, discard_ratio: float = 0.0, candidates: torch.Tensor | None = None) -> torch.Tensor:
-    """``fused (B, T, T)`` (heads already fused) -> ``Â = ½·discard(fused) + ½·I``, each row
-    divided by its sum over keys, float64. ``candidates``: see :func:`discard_lowest`."""
-    fused = discard_lowest(fused.double(), discard_ratio, candidates)  # (B, T, T)
-    eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
-    mixed = 0.5 * fused + 0.5 * eye
-    return mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
-
-
-def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
-    """One layer's ``Â``: ``(B, heads, T, T)`` attention -> ``(B, T, T)`` float64,
-    ``Â = ½·fuse(A) + ½·I`` (after the optional discard), each row divided by its sum over keys."""
-    return mix_identity(fuse_heads(attention.double(), head_fusion), discard_ratio)
-
-
-def compose_rollout(steps: Iterable[tuple[int, torch.Tensor, torch.Tensor | None]]) -> Iterator[tuple[int, torch.Tensor]]:
-    """The one composition of rollout: for each ``(layer, Â_layer (B, T, T), carry)`` yield
-    ``(layer, R_layer)`` with
-
-        R_start = Â_start;   R_layer = Â_layer · C_layer · R_previous
-
-    where ``C_layer`` is ``carry`` ``(T_layer, T_previous)`` when the token set changes before
-    ``layer`` (a windowed model's patch merging, :func:`analysis.windowed_rollout.merge_matrix`)
-    and the identity when ``carry`` is None (every ViT layer)."""
-    rollout = None
-    for layer, mixed, carry in steps:
-        if rollout is not None and carry is not None:
-            rollout = carry.to(rollout) @ rollout  # (T_layer, T_previous) · (B, T_previous, T_start)
-        rollout = mixed if rollout is None else mixed @ rollout
-        yield layer, rollout
-
-
-def layer_range(spec, start_layer: int, end_layer: int | None, stage: int | None = None) -> tuple[int, int]:
-    """``(start, end)`` inclusive, non-negative: ``start_layer``..``end_layer`` (end defaults
-    to the last layer; negative indices count from the end), or every layer of ``stage``
-    (``spec.geometry(l).stage``; negative counts from the last stage; a ViT has stage 0 only)."""
-    layers = spec.num_layers
-    if stage is not None:
-        if check_int("start_layer", start_layer) != 0 or end_layer is not None:
-            raise AnalysisError("Pass either stage or start_layer/end_layer, not both.")
-        stages = [spec.geometry(layer).stage for layer in range(layers)]
-        count = max(stages) + 1
-        stage = check_int("stage", stage)
-        if not -count <= stage < count:
-            raise AnalysisError(f"stage={stage} does not exist: the model has {count} stage(s) (0..{count - 1}).")
-        stage %= count
-        chosen = [layer for layer, s in enumerate(stages) if s == stage]
-        return chosen[0], chosen[-1]
-    last = layers - 1 if end_layer is None else check_int("end_layer", end_layer)
-    if last < 0:
-        last += layers
-    start_layer = check_int("start_layer", start_layer)
-    if start_layer < 0:
-        start_layer += layers
-    if not 0 <= start_layer <= last < layers:
-        raise AnalysisError(f"Need 0 <= start_layer ({start_layer}) <= end_layer ({last}) < {layers} layers.")
-    return start_layer, last
-
-
-def _rollout_steps(
+def rollout_steps(
     record: AttentionRecord, head_fusion: str, discard_ratio: float, start_layer: int, end_layer: int | None,
     stage: int | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` for layer = start..end."""
+    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` ``(B, T, T)`` float64 for
+    layer = start..end (or every layer of ``stage``; :func:`~analysis.rollout_rules.layer_range`) of a
+    ViT record: the running products :func:`rollout_matrices` and :func:`attention_rollout_by_layer`
+    read, for a caller that wants every partial rollout in one pass. Warns (RuntimeWarning) on a
+    post-norm model, as every rollout does."""
     check_record(record, "attention_rollout")
     if record.spec.residual_norm == "post":
         warnings.warn(POST_NORM_WARNING, RuntimeWarning, stacklevel=4)
@@ -149,14 +60,10 @@ def _rollout_steps(
 
 
 def _is_windowed(record) -> bool:
-    from .windowed import WindowedAttentionRecord
-
     return isinstance(record, WindowedAttentionRecord)
 
 
 def _check_merge(merge) -> None:
-    from .windowed_rollout import MERGE_RULES
-
     if merge is not None and merge not in MERGE_RULES:
         raise AnalysisError(f"merge must be None (refuse to cross patch merging) or one of {MERGE_RULES}, not {merge!r}.")
 
@@ -184,12 +91,10 @@ def rollout_matrices(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        from .windowed_rollout import windowed_rollout_matrices
-
         return windowed_rollout_matrices(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
                                          start_layer=start_layer, end_layer=end_layer, stage=stage, merge=merge)[0]
     rollout = None
-    for _, rollout in _rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
+    for _, rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
         pass
     return rollout
 
@@ -224,13 +129,11 @@ def attention_rollout_by_layer(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        from .windowed_rollout import windowed_rollout_by_layer
-
         return windowed_rollout_by_layer(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
                                          start_layer=start_layer, query=query, stage=stage, merge=merge).maps
     check_record(record, "attention_rollout")
     rows = query_rows_for(record, query)
-    steps = _rollout_steps(record, head_fusion, discard_ratio, start_layer, None, stage)
+    steps = rollout_steps(record, head_fusion, discard_ratio, start_layer, None, stage)
     return torch.stack([_query_grid(record, rollout, rows) for _, rollout in steps])
 
 
@@ -263,8 +166,6 @@ def attention_rollout(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        from .windowed_rollout import windowed_rollout
-
         return windowed_rollout(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer,
                                 end_layer=end_layer, query=query, stage=stage, merge=merge).maps
     check_record(record, "attention_rollout")

@@ -1,249 +1,22 @@
-"""The geometry of a ViT, read from the model itself (never assumed).
+"""Reading a :class:`ViTSpec` off a model (never assumed), through its attention adapters.
 
-Windowed and hierarchical models (Swin, SAM; issue 23) add one :class:`LayerGeometry` per layer:
-where that layer's tokens sit on the image and which of them each query may attend to.
-
-* **Stage grid and stride.** Layer ``l`` works on a ``grid_size = (gh, gw)`` grid of cells,
-  each ``stride = (sy, sx)`` input pixels (Swin: the patch size, doubled by every patch
-  merging before the layer's stage). Cells are numbered row-major on that grid.
-* **Windows.** Attention runs separately inside ``num_windows`` windows of
-  ``window_size = (wh, ww)`` cells (``Wt = wh·ww`` tokens each). A layer rolls the grid by
-  ``−shift`` (Swin's cyclic shift, ``torch.roll``; ``(0, 0)`` for most), pads it to whole windows
-  (zero tokens at the bottom and right, which stay keys: a map may sum to less than one),
-  and cuts it into windows in row-major window order; window slot ``(i, j)`` of window
-  ``(a, b)`` therefore holds cell ``((a·wh + i + sh) mod gh, (b·ww + j + sw) mod gw)``, or
-  padding when ``a·wh + i ≥ gh`` or ``b·ww + j ≥ gw`` (:meth:`LayerGeometry.window_cells`).
-* **Shift mask.** After the roll, a window at the far edge holds cells from opposite image
-  borders; the module masks pairs from different roll regions (:meth:`LayerGeometry.allowed`).
-  Their recorded probability is exactly 0.
-
-SAM's global blocks are one window of the whole grid. A ViT is the special case of one stage
-and one global window over the patch grid (plus its prefix tokens): :meth:`ViTSpec.geometry`
-returns that, and a ViT's spec stores no per-layer
-geometry (``layer_geometry == ()``), so every ViT record, field and result is unchanged. A
-windowed record (:class:`analysis.windowed.WindowedAttentionRecord`) keeps one tensor
-``(B, windows, heads, Wt, Wt)`` per layer, since stages differ in grid, heads and windows.
+:func:`spec_from_model` asks each block's adapter (:mod:`analysis.adapters`) for its heads and,
+for a windowed model, its :class:`LayerGeometry`; the types themselves live one layer down, in
+:mod:`analysis.geometry` (below the adapters, which build a windowed layer's geometry), and every
+name of it is re-exported here: ``from analysis.spec import ViTSpec, LayerGeometry`` keeps working.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field, replace
-
 import torch
 import torch.nn as nn
 
+from .adapters import block_sites, model_blocks
 from .errors import UnsupportedModelError
+from .geometry import HEAD_KINDS, POSITION_KINDS, LayerGeometry, ViTSpec, as_pair, input_spec, patch_embedding_module
 
-__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "as_pair", "POSITION_KINDS", "HEAD_KINDS"]
-
-# How positions enter the model: a learned absolute table, rotary embeddings inside
-# attention, a relative-position bias on the attention scores, or combinations.
-POSITION_KINDS = ("learned", "rope", "learned+rope", "relative", "learned+relative", "none")
-# What the model's output is: class scores, an embedding (CLIP/SigLIP/PE projection), or
-# pooled features with no head at all.
-HEAD_KINDS = ("classifier", "embedding", "none")
-
-
-@dataclass(frozen=True)
-class LayerGeometry:
-    """Where one layer's attention lives on the image (see the module docstring).
-
-    ``grid_size (gh, gw)`` cells of ``stride (sy, sx)`` input pixels; attention inside
-    windows of ``window_size (wh, ww)`` cells after a cyclic shift of ``shift (sh, sw)``
-    cells; ``num_heads`` heads. A global layer has one window of the whole grid and
-    ``prefix_tokens`` extra (class / register) tokens before the cells.
-    """
-
-    stage: int
-    grid_size: tuple[int, int]
-    stride: tuple[int, int]
-    window_size: tuple[int, int]
-    shift: tuple[int, int] = (0, 0)
-    num_heads: int = 1
-    prefix_tokens: int = 0
-
-    @property
-    def is_global(self) -> bool:
-        """One window over the whole grid, no shift: every query sees every cell (a ViT layer)."""
-        return self.window_size == self.grid_size and self.shift == (0, 0)
-
-    @property
-    def padded_grid(self) -> tuple[int, int]:
-        """The grid padded up to whole windows: ``(⌈gh/wh⌉·wh, ⌈gw/ww⌉·ww)``."""
-        (gh, gw), (wh, ww) = self.grid_size, self.window_size
-        return (-(-gh // wh) * wh, -(-gw // ww) * ww)
-
-    @property
-    def windows_per_side(self) -> tuple[int, int]:
-        (ph, pw), (wh, ww) = self.padded_grid, self.window_size
-        return (ph // wh, pw // ww)
-
-    @property
-    def num_windows(self) -> int:
-        rows, cols = self.windows_per_side
-        return rows * cols
-
-    @property
-    def window_tokens(self) -> int:
-        """``Wt``, tokens per window (prefix tokens included for a global layer)."""
-        return self.prefix_tokens + self.window_size[0] * self.window_size[1]
-
-    def window_cells(self) -> torch.Tensor:
-        """``(windows, Wt)`` long: the row-major cell index on :attr:`grid_size` of each
-        window slot, ``−1`` for padding and prefix slots."""
-        return _window_cells(self).clone()
-
-    def allowed(self) -> torch.Tensor:
-        """``(windows, Wt, Wt)`` bool: the (query slot, key slot) pairs the shift mask keeps
-        (all True without a shift). Slots are labelled by roll region, as Swin does: along
-        each axis of the padded, shifted grid, ``[0, P−w)``, ``[P−w, P−s)`` and ``[P−s, P)``
-        (``P`` the padded side, ``w`` the window side, ``s`` the shift); pairs with different
-        labels are masked."""
-        return _allowed(self).clone()
-
-    def cell_of_pixel(self, y: int, x: int) -> int:
-        """The row-major cell that input pixel ``(y, x)`` falls in: ``(⌊y/sy⌋, ⌊x/sx⌋)``."""
-        (sy, sx), (gh, gw) = self.stride, self.grid_size
-        return min(int(y) // sy, gh - 1) * gw + min(int(x) // sx, gw - 1)
-
-
-@functools.lru_cache(maxsize=64)
-def _window_cells(geometry: LayerGeometry) -> torch.Tensor:
-    (gh, gw), (wh, ww), (sh, sw) = geometry.grid_size, geometry.window_size, geometry.shift
-    (rows, cols), prefix = geometry.windows_per_side, geometry.prefix_tokens
-    y = torch.arange(rows * wh).view(rows, wh)  # shifted, padded row of each (window row, slot row)
-    x = torch.arange(cols * ww).view(cols, ww)
-    source_y = torch.where(y < gh, (y + sh) % gh, -1)  # (rows, wh) the original row, −1: padding
-    source_x = torch.where(x < gw, (x + sw) % gw, -1)  # (cols, ww)
-    cells = source_y[:, None, :, None] * gw + source_x[None, :, None, :]  # (rows, cols, wh, ww)
-    padding = (source_y[:, None, :, None] < 0) | (source_x[None, :, None, :] < 0)
-    cells = cells.masked_fill(padding, -1).reshape(rows * cols, wh * ww)
-    return torch.cat([torch.full((rows * cols, prefix), -1, dtype=torch.long), cells], dim=1)
-
-
-def _roll_regions(padded: int, window: int, shift: int) -> torch.Tensor:
-    """Region label of each position along one padded, shifted axis (0, 1, 2)."""
-    position = torch.arange(padded)
-    if shift == 0:
-        return torch.zeros(padded, dtype=torch.long)
-    return (position >= padded - window).long() + (position >= padded - shift).long()
-
-
-@functools.lru_cache(maxsize=64)
-def _allowed(geometry: LayerGeometry) -> torch.Tensor:
-    (rows, cols), (wh, ww) = geometry.windows_per_side, geometry.window_size
-    (ph, pw), (sh, sw) = geometry.padded_grid, geometry.shift
-    labels = _roll_regions(ph, wh, sh)[:, None] * 3 + _roll_regions(pw, ww, sw)[None, :]  # (ph, pw)
-    labels = labels.view(rows, wh, cols, ww).permute(0, 2, 1, 3).reshape(rows * cols, wh * ww)
-    labels = torch.cat([torch.full((rows * cols, geometry.prefix_tokens), -1, dtype=torch.long), labels], dim=1)
-    return labels[:, :, None] == labels[:, None, :]  # (windows, Wt, Wt)
-
-
-@dataclass(frozen=True)
-class ViTSpec:
-    """Token layout and sizes of a ViT.
-
-    Token order in every sequence is ``[prefix tokens..., patch tokens...]`` where the
-    prefix is (class token?) + (distillation token?) + (register tokens); patch tokens
-    are in row-major order over a ``grid_size = (gh, gw)`` grid.
-    """
-
-    patch_size: tuple[int, int]  # (ph, pw) input pixels per patch (the stride for hybrid stems)
-    grid_size: tuple[int, int]  # (gh, gw) patches per column / per row
-    num_prefix_tokens: int  # class + distillation + register tokens
-    num_layers: int
-    num_heads: int
-    embed_dim: int
-    img_size: tuple[int, int]  # (H, W) input resolution = grid_size * patch_size
-    has_class_token: bool
-    position_embedding: str = "learned"  # one of POSITION_KINDS
-    head: str = "classifier"  # one of HEAD_KINDS
-    num_outputs: int = 0  # classes (classifier), embedding width (embedding), 0 (none)
-    dynamic_img_size: bool = False  # accepts other whole-patch input sizes
-    dynamic_img_pad: bool = False  # pads partial patches up to whole ones
-    family: str = ""  # the model class, e.g. "VisionTransformer", "Eva", "Beit"
-    residual_norm: str = "pre"  # "pre": x + f(norm(x)); "post": x + norm(f(x)) (timm's *_rpn ResPost blocks)
-    prefix_names: tuple[str, ...] = ()  # one per prefix token, e.g. ("class", "register 1", ...); see token_names
-    # Windowed / hierarchical models only: one LayerGeometry per layer (empty for a ViT).
-    layer_geometry: tuple[LayerGeometry, ...] = field(default=(), repr=False)
-
-    @property
-    def is_windowed(self) -> bool:
-        """True for a model whose layers attend inside windows or on stage grids (Swin)."""
-        return bool(self.layer_geometry)
-
-    def geometry(self, layer: int) -> LayerGeometry:
-        """Layer ``layer``'s :class:`LayerGeometry`; for a ViT, one global window over the
-        patch grid with the prefix tokens in front."""
-        if self.layer_geometry:
-            return self.layer_geometry[layer]
-        return LayerGeometry(stage=0, grid_size=self.grid_size, stride=self.patch_size, window_size=self.grid_size,
-                             num_heads=self.num_heads, prefix_tokens=self.num_prefix_tokens)
-
-    @property
-    def token_names(self) -> tuple[str, ...]:
-        """A name for each prefix token: "class", "distillation", "register k" (read from the
-        model; specs built by hand get "class" then registers)."""
-        if len(self.prefix_names) == self.num_prefix_tokens:
-            return self.prefix_names
-        first = ("class",) if self.has_class_token else ()
-        return first + tuple(f"register {k}" for k in range(1, self.num_prefix_tokens - len(first) + 1))
-
-    @property
-    def num_patches(self) -> int:
-        return self.grid_size[0] * self.grid_size[1]
-
-    @property
-    def num_tokens(self) -> int:
-        """T, the sequence length seen by attention."""
-        return self.num_prefix_tokens + self.num_patches
-
-    @property
-    def has_classifier(self) -> bool:
-        """True when the output is class scores (a softmax over it means something)."""
-        return self.head == "classifier" and self.num_outputs > 1
-
-    def split_prefix(self, tokens, dim: int = 1, *, dropped: bool = False):
-        """``(prefix, patches)``: views of ``tokens`` (a tensor or a numpy array) along its token
-        axis ``dim``, the first ``num_prefix_tokens`` entries and the patch tokens (row-major on
-        :attr:`grid_size`). No copy. The one prefix split of the project.
-
-        Raises AnalysisError when that axis is not ``T`` long; ``dropped=True``: a sequence
-        whose patches were partly removed (token drop), ``prefix + N'`` long with ``N' ≤ N``."""
-        from .errors import AnalysisError
-
-        ndim = len(tokens.shape)
-        if not -ndim <= dim < ndim:
-            raise AnalysisError(f"A {tuple(tokens.shape)} tensor has no axis {dim}: pass its token axis.")
-        length, prefix = tokens.shape[dim], self.num_prefix_tokens
-        if length != self.num_tokens and not (dropped and prefix <= length <= self.num_tokens):
-            allowed = f"{prefix}..{self.num_tokens} (some patches dropped)" if dropped else str(self.num_tokens)
-            raise AnalysisError(
-                f"Axis {dim} of a {tuple(tokens.shape)} tensor is not this model's token axis: it must be {allowed} "
-                f"long ({self.num_prefix_tokens} prefix + {self.grid_size[0]}x{self.grid_size[1]} patches)."
-            )
-        before = (slice(None),) * (dim % len(tokens.shape))
-        return tokens[(*before, slice(0, prefix))], tokens[(*before, slice(prefix, length))]
-
-    def with_image_size(self, height: int, width: int) -> "ViTSpec":
-        """The spec for an input of another size (models with ``dynamic_img_size``)."""
-        ph, pw = self.patch_size
-        grid = (height // ph, width // pw)
-        return replace(self, grid_size=grid, img_size=(grid[0] * ph, grid[1] * pw))
-
-
-def as_pair(value) -> tuple[int, int]:
-    """``(h, w)`` ints from one size (``16`` -> ``(16, 16)``) or a pair (``[16, 12]``), as model
-    configs give patch, image and window sizes."""
-    if isinstance(value, (list, tuple)):
-        return (int(value[0]), int(value[1]))
-    return (int(value), int(value))
-
-
-def patch_embedding_module(model: nn.Module) -> nn.Module | None:
-    """``patch_embed`` (timm ViT, Eva, BEiT, relpos) or ``embeds`` (NaFlex)."""
-    return getattr(model, "patch_embed", None) or getattr(model, "embeds", None)
+__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "as_pair", "input_spec",
+           "POSITION_KINDS", "HEAD_KINDS"]
 
 
 def _position_kind(model: nn.Module) -> str:
@@ -289,8 +62,6 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
     not to classes. ``default_img_size``: the input size of models whose patch embedding
     has none (NaFlex).
     """
-    from .adapters import block_sites
-
     embed = patch_embedding_module(model)
     if getattr(embed, "grid_size", None) is not None and getattr(embed, "img_size", None) is not None:
         grid = as_pair(embed.grid_size)
@@ -346,7 +117,5 @@ def _prefix_names(model: nn.Module, embed: nn.Module | None) -> tuple[str, ...]:
 
 def _residual_norm(model: nn.Module) -> str:
     """"post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
-    from .adapters import model_blocks
-
     post = ("ResPost", "SwinTransformerV2Block", "SwinTransformerV2CrBlock")  # Swin V2 blocks: x + norm(attn(x))
     return "post" if any(type(block).__name__.startswith(post) for _, block in model_blocks(model)) else "pre"

@@ -25,11 +25,12 @@ import torch
 from PIL import Image
 
 from .activations.run import visit_forward
-from .capture import input_spec, require_every_layer
+from .capture import require_every_layer
 from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
 from .errors import AnalysisError
 from .images import load_image
 from .oom import run_with_oom_fallback
+from .spec import input_spec
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
 

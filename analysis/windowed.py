@@ -28,44 +28,19 @@ Absolute position similarity is not defined for these records and refuses them w
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .arguments import check_index
 from .errors import AnalysisError
-from .spec import LayerGeometry, ViTSpec
+from .geometry import LayerGeometry, ViTSpec
+from .queries import check_pixel_query
+from .records import AttentionRecord
+from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, windowed_message
 
 __all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",
            "windowed_message", "WINDOWED_SUPPORT"]
-
-WINDOWED_SUPPORT = (
-    "capture_attention (record.windows), attention_map, mean_attention_distance with "
-    "uniform_attention_distance_by_layer, relative_position_bias (Swin) / decomposed_relative_position (SAM), "
-    "patch_embedding_filters, attention_rollout within a stage (SAM: every layer; across Swin's patch merging "
-    "only with merge='mean_2x2', an approximation; windowed_rollout gives the grid), explain with "
-    "'gradcam' (last stage), 'input_x_gradient', 'integrated_gradients' (stem patch grid) and 'rollout'; "
-    "capture_tokens (stage outputs) with feature_pca / patch_similarity per layer, "
-    "logit_lens on the last stage, dataset_attention_distance, and robustness_curve / probe except token drop"
-)
-
-
-def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
-    """Raise ``error`` when ``value`` (a LoadedViT, a spec or a record) is a windowed model:
-    ``what`` is not yet defined for it. Does nothing for a ViT."""
-    spec = getattr(value, "spec", value)
-    if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise error(windowed_message(what, spec.family))
-
-
-def windowed_message(what: str, family: str) -> str:
-    """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
-    return (
-        f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
-        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
-        f"Python API: {WINDOWED_SUPPORT}."
-    )
-
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
     """One windowed attention call's probabilities ``(B·windows, heads, Wt, Wt)`` (timm's
@@ -121,8 +96,6 @@ class WindowedAttentionRecord:
 
     def layer_position(self, layer: int) -> int:
         """Position in ``windows`` of model layer ``layer`` (negative indices count from the end)."""
-        from .capture import AttentionRecord
-
         return AttentionRecord.layer_position(self, layer)
 
     def layer_windows(self, layer: int) -> torch.Tensor:
@@ -134,8 +107,6 @@ def query_cells(geometry: LayerGeometry, query) -> list[int]:
     """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,
     an input-pixel position ``(y, x)``, or ``"mean"`` (every cell). ``None``, the default query
     (:func:`~analysis.queries.default_query`), is ``"mean"``: a windowed model has no class token."""
-    from .queries import check_pixel_query
-
     gh, gw = geometry.grid_size
     if isinstance(query, tuple):
         pixel = check_pixel_query(query, (gh * geometry.stride[0], gw * geometry.stride[1]))
@@ -168,8 +139,6 @@ def windowed_attention_map(
     Returns:
         ``(B, gh, gw)`` float32 on the layer's grid (``record.spec.geometry(layer).grid_size``).
     """
-    from .checks import check_index
-
     position = record.layer_position(layer)
     geometry = record.spec.geometry(record.layers[position])
     attention = record.windows[position]  # (B, windows, heads, Wt, Wt)

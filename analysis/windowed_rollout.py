@@ -9,14 +9,14 @@ Each layer's windows are first put back on the layer's grid as one dense matrix 
 so a query attends to nothing outside its window (and the shift mask's pairs are already 0).
 **Padding keys** (zero tokens that pad a grid up to whole windows) are not cells: their
 probability is dropped, not spread over the real keys, so a row of ``A`` may sum to less
-than one. The row normalisation of ``Â = ½·A + ½·I`` (:func:`analysis.rollout.mix_identity`,
+than one. The row normalisation of ``Â = ½·A + ½·I`` (:func:`analysis.rollout_rules.mix_identity`,
 the same step as a ViT's) then divides each row by ``1 − p/2`` (``p`` its padding mass),
 i.e. the dropped mass is shared out in proportion between the identity and the real keys.
 Heads are fused on the windows before the matrix is built (mean, max and min commute with
 putting zeros outside the window), and ``discard_ratio`` counts only the pairs the windows
 define (:func:`window_pairs`), never the zeros outside them.
 
-The composition is :func:`analysis.rollout.compose_rollout`, the one a ViT uses:
+The composition is :func:`analysis.rollout_rules.compose_rollout`, the one a ViT uses:
 
 * **Within a stage** (one grid, one token set) it is exact, as for a ViT. SAM's window
   blocks and global blocks share one grid, so a rollout over all of SAM's layers is exact.
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import torch
 
 from .errors import AnalysisError
-from .rollout import POST_NORM_WARNING, compose_rollout, fuse_heads, layer_range, mix_identity
-from .spec import LayerGeometry
+from .rollout_rules import POST_NORM_WARNING, compose_rollout, fuse_heads, layer_range, mix_identity
+from .geometry import LayerGeometry
 from .windowed import WindowedAttentionRecord, query_cells
 
 __all__ = [

@@ -28,7 +28,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from ..adapters.base import AttentionInputs, _attend
+from ..adapters.base import AttentionInputs, attend as _attend
 from ..adapters.probabilities import attend_and_record, attention_probabilities
 from ..adapters.registry import AttentionSite, block_sites, pool_site
 from ..checks import check_float_dtype, input_spec

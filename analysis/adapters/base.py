@@ -40,7 +40,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["AttentionInputs", "AttentionAdapter", "Report", "differentiable_probabilities"]
+from .probabilities import attention_probabilities
+
+__all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend", "differentiable_probabilities"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class _SdpaListener(TorchFunctionMode):
             if self.substitute:
                 probs = differentiable_probabilities(inputs)  # (B, heads, Q, T) float32, in the graph
                 self.report(AttentionInputs(probs=probs))
-                return _attend(probs, inputs.v)
+                return attend(probs, inputs.v)
             if self.reuse and _dropout_p(*args, **kwargs) == 0.0:
                 output = self.report(inputs)
                 if output is not None:
@@ -123,14 +125,14 @@ def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
     """``softmax(scale·q·kᵀ + M)`` of one fused call, in float32, by out-of-place
     (differentiable) ops: :func:`~analysis.adapters.probabilities.attention_probabilities`
     with ``differentiable=True``, the one definition of the rule."""
-    from .probabilities import attention_probabilities
-
     return attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal,
                                    differentiable=True)
 
 
-def _attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``P·v`` in ``v``'s dtype, ``v (B, kv_heads, T, d)`` repeated for grouped-query heads."""
+def attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``P·v`` ``(B, heads, Q, d)`` in ``v``'s dtype from ``probs (B, heads, Q, T)`` and
+    ``v (B, kv_heads, T, d)``, ``v`` repeated for grouped-query heads: the attention output that
+    an adapter's explicit path and the engine's edited probabilities both compute."""
     if value.shape[1] != probs.shape[1]:
         value = value.repeat_interleave(probs.shape[1] // value.shape[1], dim=1)
     with torch.autocast(value.device.type, enabled=False):

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from timm.models.vision_transformer_sam import Attention as SamAttention
 
-from ..spec import LayerGeometry
+from ..geometry import LayerGeometry
 from .base import AttentionAdapter, AttentionInputs, Report
 from .registry import register_adapter
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from timm.models.swin_transformer import WindowAttention
 
 from ..errors import UnsupportedModelError
-from ..spec import LayerGeometry
+from ..geometry import LayerGeometry
 from .base import AttentionAdapter
 from .registry import register_adapter
 

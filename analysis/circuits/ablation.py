@@ -24,7 +24,7 @@ import torch
 
 from ..activations import run_with_cache, run_with_hooks
 from ..adapters.registry import block_sites
-from ..capture import _resolve_layers
+from ..arguments import resolve_layers
 from ..checks import check_index
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
@@ -129,7 +129,7 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, spec)
     clean_logit, clean_probability = _measure(clean, targets)
-    layers = _resolve_layers(layers, spec.num_layers)
+    layers = tuple(sorted(resolve_layers(layers, spec.num_layers)))
     values = _replacements(vit, pixels, method, reference, layers)
     heads = [site.adapter.num_heads(site.module) for site in block_sites(vit.model)]
     delta_logit = torch.full((pixels.shape[0], len(layers), max(heads)), float("nan"))

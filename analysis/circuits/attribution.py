@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from ..activations import run_with_cache
 from ..activations.points import POOL_NAME
 from ..adapters.registry import block_sites
-from ..checks import check_index
+from ..arguments import resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
@@ -204,8 +204,7 @@ def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_poo
     model, spec = vit.model, vit.spec
     check_separable_heads(vit, "head_output_vectors")
     last = spec.num_layers - 1
-    layers = list(range(spec.num_layers)) if layers is None else [check_index("layer", l, spec.num_layers, "layers")
-                                                                   for l in layers]
+    layers = list(resolve_layers(layers, spec.num_layers))  # in the order asked
     names = [f"blocks.{last}.resid_post"] + [f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")]
     pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
     if pooled_by_attention:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..activations import run_with_cache, run_with_hooks
-from ..capture import _resolve_layers
+from ..arguments import resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
@@ -85,7 +85,7 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
         raise AnalysisError(f"Patching measures a class logit; this model has a {spec.head} head.")
     if point == "attn.z":
         check_separable_heads(vit, "activation_patching(point='attn.z')")
-    layers = _resolve_layers(layers, spec.num_layers)
+    layers = tuple(sorted(resolve_layers(layers, spec.num_layers)))
     names = [f"blocks.{layer}.{point}" for layer in layers]
     source = run_with_cache(vit, clean, names=names, precision="float32", to_cpu=False)
     targets = resolve_targets(target, source.logits.cpu(), spec)

@@ -32,7 +32,8 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-__all__ = ["CLASS_NAMES", "DEFAULT_SIZE", "generate_samples", "generate_arrays", "render_sample"]
+__all__ = ["CLASS_NAMES", "DEFAULT_SIZE", "generate_samples", "generate_arrays", "render_sample", "draw_object",
+           "random_background", "draw_distractors"]
 
 CLASS_NAMES: list[str] = ["circle", "ring", "bar", "triangle", "cross", "star"]
 DEFAULT_SIZE = 48
@@ -57,7 +58,7 @@ def _polygon(draw: ImageDraw.ImageDraw, pts: np.ndarray, cx: float, cy: float, f
     draw.polygon([(float(x + cx), float(y + cy)) for x, y in pts], fill=fill)
 
 
-def _draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: float,
+def draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: float,
                  angle: float, fill) -> None:
     """Draw class ``cls`` (index into CLASS_NAMES) centred at (cx, cy) with size r."""
     name = CLASS_NAMES[cls]
@@ -92,8 +93,9 @@ def _random_colour(rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 256, size=3)
 
 
-def _background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Float32 (size, size, 3) textured background in [0, 255]."""
+def random_background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Float32 (size, size, 3) textured background in [0, 255] (a two-colour gradient, coarse
+    blotches and, sometimes, stripes), drawn from ``rng``."""
     c0, c1 = _random_colour(rng).astype(np.float32), _random_colour(rng).astype(np.float32)
     theta = rng.uniform(0, 2 * math.pi)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / (size - 1)
@@ -116,7 +118,9 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     return img
 
 
-def _draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
+def draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
+    """Draw the clutter that no class owns (thin strokes, specks) on a ``size``×``size`` canvas,
+    from ``rng``: the same for the demo samples and the text scenes."""
     unit = max(1, int(round(size / 32)))  # stroke width / speck size scale with the image
     # Thin strokes (1 px wide lines / polylines).
     for _ in range(int(rng.integers(2, 6))):
@@ -162,13 +166,13 @@ def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: b
     cx, cy = rng_obj.uniform(margin, size - margin, size=2)
     angle = rng_obj.uniform(0, 2 * math.pi)
     mask_img = Image.new("1", (size, size), 0)
-    _draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
+    draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
     mask = np.array(mask_img, dtype=bool)
 
     if clutter:
-        bg = _background(rng, size)
+        bg = random_background(rng, size)
         canvas = Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8), "RGB")
-        _draw_distractors(ImageDraw.Draw(canvas), rng, size)
+        draw_distractors(ImageDraw.Draw(canvas), rng, size)
     else:
         canvas = Image.new("RGB", (size, size), (128, 128, 128))
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .data import CLASS_NAMES, DEFAULT_SIZE, _background, _draw_distractors, _draw_object
+from .data import CLASS_NAMES, DEFAULT_SIZE, draw_distractors, draw_object, random_background
 
 __all__ = ["COLOURS", "CLASS_PROMPTS", "TextScene", "SceneObject", "render_text_scene", "generate_text_scenes",
            "position_words", "caption", "caption_fields", "caption_text", "describes", "caption_words"]
@@ -143,13 +143,13 @@ def render_text_scene(seed: int, index: int, size: int = DEFAULT_SIZE, *, object
             cx, cy = (along, across) if split_x else (across, along)
             geometry.append((int(label), cx, cy, r, rng_obj.uniform(0, 2 * math.pi)))
 
-    canvas = Image.fromarray(np.clip(_background(rng, size), 0, 255).astype(np.uint8), "RGB")
-    _draw_distractors(ImageDraw.Draw(canvas), rng, size)
+    canvas = Image.fromarray(np.clip(random_background(rng, size), 0, 255).astype(np.uint8), "RGB")
+    draw_distractors(ImageDraw.Draw(canvas), rng, size)
     img = np.array(canvas, dtype=np.float32)
     result, previous = [], None
     for label, cx, cy, r, angle in geometry:
         mask_img = Image.new("1", (size, size), 0)
-        _draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
+        draw_object(ImageDraw.Draw(mask_img), label, cx, cy, r, angle, 1)
         mask = np.array(mask_img, dtype=bool)
         under = img[mask].mean(axis=0) if mask.any() else np.full(3, 128.0, dtype=np.float32)
         name, rgb = _object_colour(rng_obj, under, previous)

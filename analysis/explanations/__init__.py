@@ -23,9 +23,9 @@ import inspect
 
 import torch
 
-from ..capture import input_spec
 from ..errors import AnalysisError
 from ..rollout import attention_rollout
+from ..spec import input_spec
 from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
 from .methods import (
     BASELINES,

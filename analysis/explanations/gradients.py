@@ -50,7 +50,8 @@ class AttentionGradients:
     spec: ViTSpec
 
 
-def _require_classes(spec: ViTSpec, what: str) -> None:
+def require_classes(spec: ViTSpec, what: str) -> None:
+    """AnalysisError unless the model's output is class scores: ``what`` explains a class."""
     if not spec.has_classifier:
         kind = {"embedding": f"a {spec.num_outputs}-d embedding head (CLIP/SigLIP/PE tower)",
                 "none": "no head (pooled features)"}.get(spec.head, f"a {spec.head} head")
@@ -95,7 +96,7 @@ def _prepare(vit, pixels: torch.Tensor, windowed: bool = False) -> tuple[ViTSpec
     if not windowed:
         refuse_windowed(vit, "Gradients of attention over all tokens (attention_gradients, block_input_gradients)")
     spec = input_spec(vit, pixels)
-    _require_classes(spec, "A gradient explanation")
+    require_classes(spec, "A gradient explanation")
     return spec, pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
 
 

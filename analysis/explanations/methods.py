@@ -24,7 +24,8 @@ from ..image_ops import BASELINES, baseline_pixels
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
 from .gradients import (
-    _require_classes, attention_gradients, block_input_gradients, last_stage_gradients, pixel_gradients, resolve_targets,
+    attention_gradients, block_input_gradients, last_stage_gradients, pixel_gradients, require_classes,
+    resolve_targets,
 )
 
 __all__ = [
@@ -56,7 +57,7 @@ GLOBAL_TOKEN_METHODS = {
 }
 
 
-def _refuse_global_token_method(vit, method: str) -> None:
+def refuse_global_token_method(vit, method: str) -> None:
     """AnalysisError naming why ``method`` is not defined for a windowed model."""
     spec = getattr(vit, "spec", vit)
     if isinstance(spec, ViTSpec) and spec.is_windowed:
@@ -76,7 +77,7 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
     if not spec.is_windowed:
         return tuple(spec.grid_size), tuple(spec.patch_size)
     if method in GLOBAL_TOKEN_METHODS:
-        _refuse_global_token_method(vit, method)
+        refuse_global_token_method(vit, method)
     if method == "gradcam":
         geometry = spec.geometry(spec.num_layers - 1)
         return geometry.grid_size, geometry.stride
@@ -99,7 +100,7 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
     (:func:`~analysis.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
     class token the mean over every patch query (what a global-average-pooling head reads).
     ``(B, gh, gw)``. Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
-    _refuse_global_token_method(vit, "attention")
+    refuse_global_token_method(vit, "attention")
     queries = [0] if vit.spec.has_class_token else None  # keep only the class token's row when it is the query
     record = capture_attention(vit, pixels, layers=-1, query_tokens=queries)
     return attention_map(record, record.layers[0], head=None).float().cpu()
@@ -137,7 +138,7 @@ def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, 
 def chefer_relevance(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients`. Refused for
     a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
-    _refuse_global_token_method(vit, "chefer")
+    refuse_global_token_method(vit, "chefer")
     record = attention_gradients(vit, pixels, target)
     return relevance_from_gradients(record.attentions, record.gradients, record.spec), record.targets
 
@@ -186,7 +187,7 @@ def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 
 def _targets_for(vit, pixels: torch.Tensor, target) -> torch.Tensor:
     """Targets fixed on the clean input (integrated gradients evaluates other inputs)."""
-    _require_classes(vit.spec, "A gradient explanation")
+    require_classes(vit.spec, "A gradient explanation")
     if target is None:
         with torch.no_grad():
             logits = vit.model(pixels.to(vit.device, dtype=torch.float32))

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from ..errors import ModelLoadError, UnsupportedModelError
 from .assemble import ConcatLinear
+from .hf_parts import IntermediateOutput, first_attribute
 from .swin_assemble import MlpWithDropout, SwinBlockParts, SwinParts, assemble_swin
 
 __all__ = ["SWIN_MODEL_TYPES", "to_timm_swin"]
@@ -36,32 +37,24 @@ __all__ = ["SWIN_MODEL_TYPES", "to_timm_swin"]
 SWIN_MODEL_TYPES = ("swin", "swinv2")
 
 
-def _get(obj, *paths):
-    from .hf_transformers import _get as get
-
-    return get(obj, *paths)
-
-
 def _v1_block(layer: nn.Module, grid: tuple[int, int]) -> SwinBlockParts:
     attention = layer.attention
-    q = _get(attention, "q_proj", "self.query")
-    k = _get(attention, "k_proj", "self.key")
-    v = _get(attention, "v_proj", "self.value")
-    proj = _get(attention, "o_proj", "output.dense")
-    position = _get(attention, "relative_position_bias", "self")
+    q = first_attribute(attention, "q_proj", "self.query")
+    k = first_attribute(attention, "k_proj", "self.key")
+    v = first_attribute(attention, "v_proj", "self.value")
+    proj = first_attribute(attention, "o_proj", "output.dense")
+    position = first_attribute(attention, "relative_position_bias", "self")
     if None in (q, k, v, proj, position):
         raise UnsupportedModelError(f"Unrecognised attention layout in transformers' {type(layer).__name__}.")
     window, shift = int(layer.window_size), int(layer.shift_size)
     if min(grid) <= window:  # SwinLayer.set_shift_and_window_size, called in every forward
         window, shift = min(grid), 0
-    mlp = _get(layer, "mlp")
+    mlp = first_attribute(layer, "mlp")
     if mlp is not None:  # 5.x: one dropout module after the attention output and after the MLP
         mlp, proj_drop = MlpWithDropout(mlp, layer.dropout), layer.dropout
     else:  # 4.x: intermediate (dense + act), output (dense + dropout); attention.output.dropout
-        from .hf_transformers import _IntermediateOutput
-
-        mlp, proj_drop = _IntermediateOutput(layer.intermediate, layer.output), attention.output.dropout
-    attention_dropout = _get(attention, "self.dropout") or nn.Dropout(float(getattr(attention, "attention_dropout", 0.0)))
+        mlp, proj_drop = IntermediateOutput(layer.intermediate, layer.output), attention.output.dropout
+    attention_dropout = first_attribute(attention, "self.dropout") or nn.Dropout(float(getattr(attention, "attention_dropout", 0.0)))
     return SwinBlockParts(
         norm1=layer.layernorm_before, qkv=ConcatLinear(q, k, v), proj=proj, norm2=layer.layernorm_after, mlp=mlp,
         position_index=position.relative_position_index, bias_table=position.relative_position_bias_table,
@@ -71,14 +64,12 @@ def _v1_block(layer: nn.Module, grid: tuple[int, int]) -> SwinBlockParts:
 
 
 def _v2_block(layer: nn.Module) -> SwinBlockParts:
-    from .hf_transformers import _IntermediateOutput
-
     attention = layer.attention.self
     window, shift = int(layer.window_size), int(layer.shift_size)  # fixed at init from the config's grid
     return SwinBlockParts(
         norm1=layer.layernorm_before, qkv=ConcatLinear(attention.query, attention.key, attention.value),
         proj=layer.attention.output.dense, norm2=layer.layernorm_after,
-        mlp=_IntermediateOutput(layer.intermediate, layer.output),
+        mlp=IntermediateOutput(layer.intermediate, layer.output),
         position_index=attention.relative_position_index, logit_scale=attention.logit_scale,
         cpb_mlp=attention.continuous_position_bias_mlp, coords_table=attention.relative_coords_table,
         window=(window, window), shift=(shift, shift), attn_drop=attention.dropout,
@@ -90,7 +81,7 @@ def to_timm_swin(model: nn.Module, img_size: tuple[int, int] | None = None) -> t
     """The timm Swin made of ``model``'s own modules, and its head kind ("classifier" or "none")."""
     config = model.config
     v2 = config.model_type == "swinv2"
-    backbone = _get(model, "swinv2" if v2 else "swin") or model
+    backbone = first_attribute(model, "swinv2" if v2 else "swin") or model
     if getattr(backbone, "layernorm", None) is None or getattr(backbone, "encoder", None) is None:
         raise UnsupportedModelError(
             f"transformers' {type(model).__name__} is not a Swin classifier or SwinModel (no final layernorm): "
@@ -121,7 +112,7 @@ def to_timm_swin(model: nn.Module, img_size: tuple[int, int] | None = None) -> t
                 "(padded merging is not supported). See issue 23."
             )
         blocks.append([_v2_block(layer) if v2 else _v1_block(layer, stage_grid) for layer in stage.blocks])
-    classifier = _get(model, "classifier")
+    classifier = first_attribute(model, "classifier")
     classifier = classifier if isinstance(classifier, nn.Linear) else None
     stem_proj = embeddings.patch_embeddings.projection
     parts = SwinParts(

@@ -27,6 +27,7 @@ from timm.models.vision_transformer import VisionTransformer
 from ..errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
 from . import hf_swin
 from .assemble import ConcatLinear, finish, shared_linear, skeleton
+from .hf_parts import IntermediateOutput, first_attribute, require_transformers
 from .loaded import LoadedViT, wrap_model
 
 __all__ = [
@@ -55,43 +56,8 @@ _DEFAULT_PREPROCESSING = {
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
-def _transformers():
-    try:
-        import transformers
-    except ImportError as exc:
-        raise ModelLoadError(
-            "This is a Hugging Face transformers model, but transformers is not installed: pip install transformers"
-        ) from exc
-    return transformers
-
-
 def is_hf_model(module: nn.Module) -> bool:
     return type(module).__module__.startswith("transformers.")
-
-
-def _get(obj, *paths):
-    """The first attribute path (``"a.b"``) that exists on ``obj``, else ``None``."""
-    for path in paths:
-        value = obj
-        for part in path.split("."):
-            value = getattr(value, part, None)
-            if value is None:
-                break
-        if value is not None:
-            return value
-    return None
-
-
-class _IntermediateOutput(nn.Module):
-    """transformers 4.x ViT/DeiT MLP: ``intermediate`` (dense + act) then ``output.dense``
-    (its residual add is left to the timm block)."""
-
-    def __init__(self, intermediate: nn.Module, output: nn.Module) -> None:
-        super().__init__()
-        self.intermediate, self.output = intermediate, output
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output.dropout(self.output.dense(self.intermediate(x)))
 
 
 class _ClassAndMeanPatchHead(nn.Module):
@@ -124,17 +90,17 @@ def _parts(model: nn.Module) -> dict:
         )
     name = type(model).__name__
     if model_type in ("clip", "siglip"):
-        backbone = _get(model, "vision_model") or model
+        backbone = first_attribute(model, "vision_model") or model
         config = getattr(model.config, "vision_config", model.config)
-        projection = _get(model, "visual_projection")
+        projection = first_attribute(model, "visual_projection")
         return dict(type=model_type, backbone=backbone, config=config, head=projection,
                     head_kind="embedding" if projection is not None else "none")
-    backbone = _get(model, "vit", "deit", "dinov2", "dinov2_with_registers") or model
+    backbone = first_attribute(model, "vit", "deit", "dinov2", "dinov2_with_registers") or model
     config = model.config
     if name.endswith("WithTeacher"):
         return dict(type=model_type, backbone=backbone, config=config, head=model.cls_classifier,
                     head_dist=model.distillation_classifier, head_kind="classifier")
-    classifier = _get(model, "classifier")
+    classifier = first_attribute(model, "classifier")
     if isinstance(classifier, nn.Identity):
         classifier = None
     return dict(type=model_type, backbone=backbone, config=config, head=classifier,
@@ -142,18 +108,18 @@ def _parts(model: nn.Module) -> dict:
 
 
 def _layers(backbone: nn.Module) -> list[nn.Module]:
-    layers = _get(backbone, "encoder.layer", "encoder.layers", "layers", "layer")
+    layers = first_attribute(backbone, "encoder.layer", "encoder.layers", "layers", "layer")
     if layers is None:
         raise UnsupportedModelError(f"Could not find the transformer layers of {type(backbone).__name__}.")
     return list(layers)
 
 
 def _attention_parts(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
-    attention = _get(layer, "attention", "self_attn")
-    q = _get(attention, "q_proj", "attention.query", "query")
-    k = _get(attention, "k_proj", "attention.key", "key")
-    v = _get(attention, "v_proj", "attention.value", "value")
-    out = _get(attention, "o_proj", "out_proj", "output.dense")
+    attention = first_attribute(layer, "attention", "self_attn")
+    q = first_attribute(attention, "q_proj", "attention.query", "query")
+    k = first_attribute(attention, "k_proj", "attention.key", "key")
+    v = first_attribute(attention, "v_proj", "attention.value", "value")
+    out = first_attribute(attention, "o_proj", "out_proj", "output.dense")
     if None in (q, k, v, out):
         raise UnsupportedModelError(f"Unrecognised attention layout in {type(layer).__name__}.")
     return q, k, v, out
@@ -162,7 +128,7 @@ def _attention_parts(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module,
 def _position_table(embeddings: nn.Module, prefix: int, grid: tuple[int, int], patch: int, native: tuple[int, int]):
     """``(1, prefix + N, D)`` positions the Hugging Face model adds at this input size: its own
     table at the native size (shared), else its own ``interpolate_pos_encoding`` result."""
-    table = _get(embeddings, "position_embeddings", "position_embedding.weight")
+    table = first_attribute(embeddings, "position_embeddings", "position_embedding.weight")
     if table.ndim == 2:  # nn.Embedding weight (prefix + N, D)
         table = nn.Parameter(table.data.unsqueeze(0), requires_grad=table.requires_grad)  # a view: shared storage
     if tuple(grid) == tuple(native):
@@ -192,7 +158,7 @@ def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[
     teacher = "head_dist" in parts
     head = parts["head"]
     dinov2_classifier = kind.startswith("dinov2") and head is not None
-    pooler = _get(backbone, "pooler") if head is None and kind in ("vit", "deit") else None
+    pooler = first_attribute(backbone, "pooler") if head is None and kind in ("vit", "deit") else None
     num_classes = int(head.out_features) if isinstance(head, nn.Linear) else 0
     options = dict(
         img_size=size, patch_size=patch, embed_dim=int(config.hidden_size), depth=len(layers),
@@ -200,12 +166,12 @@ def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[
         class_token=kind != "siglip", pre_norm=kind == "clip",
         reg_tokens=registers + (1 if distilled and not teacher else 0),
         no_embed_class=registers > 0,
-        global_pool="" if dinov2_classifier or pooler is not None else ("map" if kind == "siglip" and _get(backbone, "head") is not None
+        global_pool="" if dinov2_classifier or pooler is not None else ("map" if kind == "siglip" and first_attribute(backbone, "head") is not None
                                                  else ("avg" if kind == "siglip" else "token")),
     )
     model_class = VisionTransformerDistilled if teacher else VisionTransformer
     timm_model = skeleton(model_class, **options)
-    timm_model.patch_embed.proj = _get(embeddings, "patch_embeddings.projection", "patch_embedding")
+    timm_model.patch_embed.proj = first_attribute(embeddings, "patch_embeddings.projection", "patch_embedding")
     prefix_in_table = 0 if kind == "siglip" else (2 if distilled else 1)
     positions = _position_table(embeddings, prefix_in_table, grid, patch, native)
     if kind == "clip":
@@ -220,20 +186,20 @@ def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[
         timm_model.cls_token = nn.Parameter((embeddings.cls_token + positions[:, :1]).detach(), requires_grad=False)
         positions = nn.Parameter(positions.data[:, 1:])
     timm_model.pos_embed = positions
-    timm_model.pos_drop = _get(embeddings, "dropout") or nn.Identity()
+    timm_model.pos_drop = first_attribute(embeddings, "dropout") or nn.Identity()
     if kind == "clip":
         timm_model.norm_pre = backbone.pre_layrnorm
     for block, layer in zip(timm_model.blocks, layers, strict=True):
         q, k, v, out = _attention_parts(layer)
-        block.norm1 = _get(layer, "layernorm_before", "norm1", "layer_norm1")
+        block.norm1 = first_attribute(layer, "layernorm_before", "norm1", "layer_norm1")
         block.attn.qkv = ConcatLinear(q, k, v)
         block.attn.proj = out
-        block.ls1 = _get(layer, "layer_scale1") or nn.Identity()
-        block.norm2 = _get(layer, "layernorm_after", "norm2", "layer_norm2")
-        mlp = _get(layer, "mlp")
-        block.mlp = mlp if mlp is not None else _IntermediateOutput(layer.intermediate, layer.output)
-        block.ls2 = _get(layer, "layer_scale2") or nn.Identity()
-    timm_model.norm = _get(backbone, "layernorm", "post_layernorm")
+        block.ls1 = first_attribute(layer, "layer_scale1") or nn.Identity()
+        block.norm2 = first_attribute(layer, "layernorm_after", "norm2", "layer_norm2")
+        mlp = first_attribute(layer, "mlp")
+        block.mlp = mlp if mlp is not None else IntermediateOutput(layer.intermediate, layer.output)
+        block.ls2 = first_attribute(layer, "layer_scale2") or nn.Identity()
+    timm_model.norm = first_attribute(backbone, "layernorm", "post_layernorm")
     if kind == "siglip" and timm_model.attn_pool is not None:
         _fill_attention_pool(timm_model.attn_pool, backbone.head)
     if dinov2_classifier:
@@ -328,7 +294,7 @@ def wrap_hf(
 
 def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, **options) -> LoadedViT:
     """A ``save_pretrained`` folder (config.json with ``model_type``)."""
-    transformers = _transformers()
+    transformers = require_transformers()
     model_type = str(config.get("model_type"))
     if model_type == "vit_mae":
         raise UnsupportedModelError(
@@ -365,7 +331,7 @@ def read_preprocessor(folder: Path) -> dict | None:
 def hf_snapshot(repo_id: str, *, pretrained: bool = True) -> Path:
     """The local folder of ``"hf:org/name"`` (its json files, and its safetensors when
     ``pretrained``): from the local Hugging Face cache, else downloaded from the hub."""
-    _transformers()
+    require_transformers()
     from huggingface_hub import snapshot_download
 
     from .hub import hub_offline_env, in_hf_cache, offline_message
@@ -389,7 +355,7 @@ def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **op
     config = read_folder_config(folder)
     if pretrained:
         return load_hf_folder(folder, config, f"hf:{repo_id}", device, **options)
-    transformers = _transformers()
+    transformers = require_transformers()
     model_config = transformers.AutoConfig.from_pretrained(str(folder))
     architectures = config.get("architectures") or []
     model_class = getattr(transformers, architectures[0], None) if architectures else transformers.AutoModel

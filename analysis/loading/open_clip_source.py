@@ -23,6 +23,7 @@ import torch.nn as nn
 from ..errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
 from .assemble import finish, shared_linear, skeleton
 from .loaded import wrap_model
+from .loaded_clip import LoadedCLIP
 
 __all__ = ["load_open_clip", "wrap_open_clip", "OPEN_CLIP_INSTALL"]
 
@@ -128,8 +129,6 @@ def _data_config(visual: nn.Module) -> dict:
 
 def wrap_open_clip(model: nn.Module, name: str, device: torch.device, *, tokenizer):
     """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.two_tower.LoadedCLIP`."""
-    from .two_tower import LoadedCLIP
-
     if not hasattr(model, "encode_text") or not hasattr(model, "visual"):
         from ..errors import NoTextTowerError
 

@@ -132,7 +132,7 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
 
 def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> LoadedMAE:
     from ..loading.files import read_folder_config
-    from ..loading.hf_transformers import _transformers
+    from ..loading.hf_parts import require_transformers
 
     config = read_folder_config(folder)
     if "model_type" not in config:  # timm's hub layout: an encoder
@@ -147,7 +147,7 @@ def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> Loa
     architectures = config.get("architectures") or [_DECODER_ARCHITECTURE]
     if _DECODER_ARCHITECTURE not in architectures:
         raise _no_decoder(f"{name!r} ({', '.join(architectures)})")
-    transformers = _transformers()
+    transformers = require_transformers()
     try:
         model = transformers.ViTMAEForPreTraining.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders

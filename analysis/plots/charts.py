@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .layout import LABEL_WIDTH, wrap_label
-from .style import _SERIES_COLOURS, _figure, _layout
+from .style import SERIES_COLOURS, restyle_figure, styled_figure
 
 __all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance", "SIMILARITY_AXIS_TITLE",
            "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "perturbation_axis_bottom", "robustness_curves",
@@ -32,7 +32,7 @@ def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: 
         textposition="auto", marker=dict(color="#3b528b"), customdata=full,
         hovertemplate="%{customdata}: %{x:.2f}%<extra></extra>",
     )
-    return _figure(
+    return styled_figure(
         [trace], title=None, height=max(height, 40 + len(full) * 18 * lines),
         xaxis=dict(title=dict(text=x_title), range=[0, 100], showgrid=True),
         yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
@@ -54,7 +54,7 @@ def similarity_vs_distance(curves: Sequence[tuple[str, object]], *, height: int 
     deviation around it, and the bin's edges and pair count in the hover."""
     traces = []
     for i, (name, bins) in enumerate(curves):
-        colour = _SERIES_COLOURS[i % len(_SERIES_COLOURS)]
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
         x, mean, std = (np.asarray(v, dtype=np.float64) for v in (bins.distance, bins.mean, bins.std))
         band = dict(type="scatter", mode="lines", line=dict(width=0, color=colour), hoverinfo="skip",
                     showlegend=False, legendgroup=name)
@@ -70,7 +70,7 @@ def similarity_vs_distance(curves: Sequence[tuple[str, object]], *, height: int 
             hovertemplate="%{text}: mean %{x:.2f}<br>cos %{y:.3f} ± %{customdata[0]:.3f} (std)"
                           "<br>%{customdata[1]:,} pairs<extra>" + name + "</extra>",
         ))
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0),
         xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
         yaxis=dict(title=dict(text=SIMILARITY_AXIS_TITLE), range=[-1.05, 1.05], showgrid=True),
@@ -92,7 +92,7 @@ def perturbation_curves(
     traces = []
     for i, (name, fractions, deletion, insertion, deletion_auc, insertion_auc) in enumerate(curves):
         baseline = name == "random"
-        line = dict(color="#9e9e9e", dash="dash") if baseline else dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)])
+        line = dict(color="#9e9e9e", dash="dash") if baseline else dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)])
         for column, values, auc in ((1, deletion, deletion_auc), (2, insertion, insertion_auc)):
             traces.append(dict(
                 type="scatter", x=100 * np.asarray(fractions), y=values, mode="lines+markers", marker=dict(size=4),
@@ -112,7 +112,7 @@ def perturbation_curves(
         notes.append(dict(xref="x domain", yref="y", x=1, y=start, xanchor="right", yanchor="bottom",
                           showarrow=False, text=f"unperturbed {symbol} = {start:.3g}", font=dict(size=11, color="#616161")))
     bottom = perturbation_axis_bottom(curves)
-    fig = _layout(
+    fig = restyle_figure(
         fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
         xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
         yaxis=dict(range=[bottom, top], title=dict(text=y_title), showgrid=True),
@@ -154,7 +154,7 @@ def robustness_curves(
     traces = [
         dict(
             type="scatter", x=list(levels), y=scores, mode="lines+markers", name=name, marker=dict(size=6),
-            line=dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)]),
+            line=dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)]),
             hovertemplate="level %{x:.3g}<br>%{y:.3f}<extra>" + name + "</extra>",
         )
         for i, (name, levels, scores) in enumerate(curves)
@@ -163,7 +163,7 @@ def robustness_curves(
     if chance is not None:
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=chance, y1=chance,
                            line=dict(color="#9e9e9e", dash="dot", width=1)))
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
         xaxis=dict(title=dict(text=x_title), showgrid=True),
         yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
@@ -181,7 +181,7 @@ def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
              line=dict(color="#35b779", width=2), marker=dict(color="#35b779", size=5), yaxis="y2",
              hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"),
     ]
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0),
         xaxis=dict(title=dict(text="principal component"), dtick=max(1, ratio.size // 14)),
         yaxis=dict(title=dict(text="explained variance per component (%)"), rangemode="tozero", showgrid=True),
@@ -220,7 +220,7 @@ def attention_distance_scatter(
         head_ids = np.tile(np.arange(heads), layers)
         traces.append(dict(
             type="scatter", x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
-            marker=dict(size=7, color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)], opacity=0.8,
+            marker=dict(size=7, color=SERIES_COLOURS[i % len(SERIES_COLOURS)], opacity=0.8,
                         line=dict(width=0.5, color="white")),
             customdata=np.stack([layer_ids, head_ids], axis=1),
             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:" + digits + "} " + short
@@ -233,7 +233,7 @@ def attention_distance_scatter(
         annotations.append(dict(xref="paper", x=1.0 if j % 2 else 0.0, xanchor="right" if j % 2 else "left",
                                 y=value, yanchor="bottom", text=f"{name}: {value:{digits}} {short}", showarrow=False,
                                 font=dict(color="#555")))
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0), shapes=shapes,
         annotations=annotations,
         xaxis=dict(title=dict(text="network depth (layer index)"), dtick=1, showgrid=True),

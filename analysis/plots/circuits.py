@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .style import _SERIES_COLOURS, _colorbar, _figure, _rect, colour_stops
+from .style import SERIES_COLOURS, colour_stops, highlight_rect, image_colorbar, styled_figure
 
 __all__ = ["DIVERGING", "symmetric_limit", "head_heatmap", "layer_contributions", "ablation_curve",
            "patching_heatmap"]
@@ -41,7 +41,7 @@ def head_heatmap(values: np.ndarray, *, title: str | None, colorbar_title: str, 
     head_index, row_index = np.meshgrid(np.arange(heads), np.arange(rows))
     traces = [
         dict(type="heatmap", z=values, x=list(range(heads)), y=list(range(rows)), zmin=-limit, zmax=limit, zmid=0,
-             colorscale=colour_stops(DIVERGING), colorbar=_colorbar(f"{colorbar_title} (±{limit:.3g})"),
+             colorscale=colour_stops(DIVERGING), colorbar=image_colorbar(f"{colorbar_title} (±{limit:.3g})"),
              hoverinfo="skip", xgap=1, ygap=1),
         dict(type="scatter", x=head_index.ravel(), y=row_index.ravel(), mode="markers", showlegend=False,
              marker=dict(color="rgba(0,0,0,0)", size=max(8, min(40, 300 // max(rows, heads)))),
@@ -52,8 +52,8 @@ def head_heatmap(values: np.ndarray, *, title: str | None, colorbar_title: str, 
     shapes = []
     if selected is not None and selected[0] in layers:
         row, head = layers.index(selected[0]), selected[1]
-        shapes.append(_rect(head - 0.5, row - 0.5, head + 0.5, row + 0.5))
-    return _figure(traces, title=title, height=height, shapes=shapes, clickmode="event+select",
+        shapes.append(highlight_rect(head - 0.5, row - 0.5, head + 0.5, row + 0.5))
+    return styled_figure(traces, title=title, height=height, shapes=shapes, clickmode="event+select",
                    # ranges fixed to the cells (the click markers would pad them): the heatmap fills the
                    # plot area, and its colour bar, as long as that, is as tall as the heatmap
                    xaxis=dict(title=dict(text="head"), tickmode="linear", dtick=1 if heads <= 24 else None,
@@ -69,10 +69,10 @@ def layer_contributions(per_layer: np.ndarray, *, title: str | None, unit: str =
     terms of the direct logit attribution)."""
     per_layer = np.asarray(per_layer, dtype=np.float64)
     layers = list(range(per_layer.shape[0]))
-    traces = [dict(type="bar", x=layers, y=per_layer[:, part], name=name, marker=dict(color=_SERIES_COLOURS[part]),
+    traces = [dict(type="bar", x=layers, y=per_layer[:, part], name=name, marker=dict(color=SERIES_COLOURS[part]),
                    hovertemplate=f"layer %{{x}} · {name}: %{{y:+.4g}} {unit}<extra></extra>")
               for part, name in enumerate(names)]
-    return _figure(traces, title=title, height=height, barmode="group",
+    return styled_figure(traces, title=title, height=height, barmode="group",
                    xaxis=dict(title=dict(text="layer"), tickmode="linear", dtick=1),
                    yaxis=dict(title=dict(text=f"direct contribution ({unit})"), zeroline=True),
                    legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
@@ -84,11 +84,11 @@ def ablation_curve(curve: np.ndarray, labels: Sequence[str], *, title: str | Non
     curve = np.asarray(curve, dtype=np.float64)
     hover = ["none removed", *[f"+ {label}" for label in labels]]
     traces = [dict(type="scatter", x=list(range(len(curve))), y=curve, mode="lines+markers", name="target logit",
-                   line=dict(color=_SERIES_COLOURS[0]), text=hover,
+                   line=dict(color=SERIES_COLOURS[0]), text=hover,
                    hovertemplate="%{x} heads removed (%{text})<br>logit %{y:.4g}<extra></extra>")]
     shapes = [] if clean is None else [dict(type="line", xref="paper", x0=0, x1=1, y0=clean, y1=clean,
                                             line=dict(color="#888", dash="dot", width=1))]
-    return _figure(traces, title=title, height=height, shapes=shapes,
+    return styled_figure(traces, title=title, height=height, shapes=shapes,
                    xaxis=dict(title=dict(text="heads removed, most important first"), tickmode="linear", dtick=1),
                    yaxis=dict(title=dict(text="target logit")))
 
@@ -103,8 +103,8 @@ def patching_heatmap(effect: np.ndarray, token_labels: Sequence[str], *, title: 
     text = np.broadcast_to(np.asarray(token_labels, dtype=object), effect.shape)
     traces = [dict(type="heatmap", z=effect, y=layers, zmin=-limit, zmax=limit, zmid=0,
                    colorscale=colour_stops(DIVERGING), text=text,
-                   colorbar=_colorbar(f"restored share of the clean answer (±{limit:.3g})"),
+                   colorbar=image_colorbar(f"restored share of the clean answer (±{limit:.3g})"),
                    hovertemplate="layer %{y}, %{text}<br>effect %{z:+.3f}<extra></extra>")]
-    return _figure(traces, title=title, height=height,
+    return styled_figure(traces, title=title, height=height,
                    xaxis=dict(title=dict(text="token (prefix, then patches row-major)"), showgrid=False, zeroline=False),
                    yaxis=dict(title=dict(text="layer"), autorange="reversed", type="category", showgrid=False))

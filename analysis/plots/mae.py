@@ -16,9 +16,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .layout import CHART_WIDTH_PX, image_figure_height, image_figure_margin
-from .overlays import _panel_geometry
+from .overlays import panel_geometry
 from .style import (
-    _CLICK_MARKER, _SERIES_COLOURS, _colorbar, _figure, _image_axes, _rect, colour_stops, image_data_uri, patch_centres,
+    CLICK_MARKER, SERIES_COLOURS, colour_stops, highlight_rect, image_axes, image_colorbar, image_data_uri,
+    patch_centres, styled_figure,
 )
 
 __all__ = ["HIDDEN_GREY", "unit_to_uint8", "clipped_fraction", "mae_panels", "mae_patch_map", "mae_loss_by_ratio"]
@@ -49,7 +50,7 @@ def _click_targets(grid_size, patch_size, panel: int, hidden: np.ndarray, axes: 
     index = np.arange(gh * gw)
     state = np.where(hidden, "hidden", "visible")
     return dict(
-        type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name=title,
+        type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False, name=title,
         customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw],
                             axis=1).astype(np.float64),  # (N, 5); floats: plotly returns them as a list
         text=state, hovertemplate=title + "<br>patch %{customdata[0]:.0f} (row %{customdata[3]:.0f}, col "
@@ -76,7 +77,7 @@ def mae_panels(
     n = len(images)
     (gh, gw), (ph, pw) = grid_size, patch_size
     sizes = [np.asarray(image).shape[:2] for image in images]
-    geometry = _panel_geometry(1, n, list(range(n)), list(titles), sizes, panel_height, CHART_WIDTH_PX)
+    geometry = panel_geometry(1, n, list(range(n)), list(titles), sizes, panel_height, CHART_WIDTH_PX)
     x_domains, y_domains, annotations = geometry["x_domains"], geometry["y_domains"], geometry["annotations"]
     traces, targets, shapes, layout = [], [], [], {}
     for i, (image, title) in enumerate(zip(images, titles, strict=True)):
@@ -88,13 +89,13 @@ def mae_panels(
         targets.append(_click_targets(grid_size, patch_size, i, hidden, axes, click_hint, title))
         for patch in outline:
             r, c = divmod(int(patch), gw)
-            shapes.append({**_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": axes["xaxis"],
+            shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": axes["xaxis"],
                            "yref": axes["yaxis"]})
-        image_axes = _image_axes(width, height, titles=i == 0)
-        layout[f"xaxis{suffix}"] = {**image_axes["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
-        layout[f"yaxis{suffix}"] = {**image_axes["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
+        axes = image_axes(width, height, titles=i == 0)
+        layout[f"xaxis{suffix}"] = {**axes["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {**axes["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
                                     "scaleanchor": f"x{suffix}"}
-    return _figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
+    return styled_figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
                    clickmode="event+select", dragmode="pan", annotations=annotations, margin=geometry["margin"],
                    **layout)
 
@@ -133,15 +134,15 @@ def mae_patch_map(
         dict(type="image", source=image_data_uri(unit_to_uint8(background), lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
              hoverinfo="skip", name="image"),
         dict(type="heatmap", z=values, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, zmin=zmin, zmax=zmax,
-             colorscale=colour_stops(colorscale), zsmooth=False, hoverinfo="skip",              colorbar=_colorbar(colorbar_title, plot_height=plot_height), name="map"),
+             colorscale=colour_stops(colorscale), zsmooth=False, hoverinfo="skip",              colorbar=image_colorbar(colorbar_title, plot_height=plot_height), name="map"),
         targets,
     ]
     shapes = []
     if outline is not None and 0 <= outline < gh * gw:
         r, c = divmod(int(outline), gw)
-        shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
-    return _figure(traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-                   shapes=shapes, margin=image_figure_margin(bool(title)), **_image_axes(width_px, height_px))
+        shapes.append(highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
+    return styled_figure(traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
+                   shapes=shapes, margin=image_figure_margin(bool(title)), **image_axes(width_px, height_px))
 
 
 def mae_loss_by_ratio(
@@ -166,13 +167,13 @@ def mae_loss_by_ratio(
     ]
     if len(losses):
         traces.append(dict(type="scatter", x=ratios, y=np.nanmean(losses, axis=0), mode="lines+markers",
-                           name=f"mean over {len(losses)} images", line=dict(color=_SERIES_COLOURS[1], width=3),
+                           name=f"mean over {len(losses)} images", line=dict(color=SERIES_COLOURS[1], width=3),
                            marker=dict(size=7), hovertemplate="ratio %{x:.2f}<br>mean loss %{y:.4g}<extra></extra>"))
     shapes = []
     if current_ratio is not None:
         shapes.append(dict(type="line", yref="paper", y0=0, y1=1, x0=current_ratio, x1=current_ratio,
                            line=dict(color="#9e9e9e", dash="dot", width=1)))
     top = float(np.nanmax(losses)) * 1.05 if losses.size and np.isfinite(losses).any() else 1.0
-    return _figure(traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
+    return styled_figure(traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
                    xaxis=dict(title=dict(text="mask ratio (share of patches hidden)"), range=[0, 1], showgrid=True),
                    yaxis=dict(title=dict(text=y_title), range=[0, top], showgrid=True))

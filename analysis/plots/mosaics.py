@@ -14,7 +14,10 @@ from .layout import (
     CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
     wrap_label,
 )
-from .style import _CLICK_MARKER, _FONT, SEPARATOR, _colorbar, _figure, _rect, colorize, colour_stops, image_data_uri
+from .style import (
+    CHART_FONT_SIZE, CLICK_MARKER, SEPARATOR, colorize, colour_stops, highlight_rect, image_colorbar, image_data_uri,
+    styled_figure,
+)
 from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
 
 __all__ = ["mosaic", "MosaicLayout", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
@@ -138,7 +141,7 @@ def _thumbnail_frame(nrows: int, ncols: int, gh: int, gw: int, *, tile_pixels: i
         layout = MosaicLayout.of(nrows, ncols, gh, gw, fit_width=fit_width, tile_pixels=tile_pixels)
         vrows, vcols = layout.shape
         cell = min((tile_pixels + ROUNDING_SLACK_PX) / min(gh, gw), fit_width / (vcols * gw))
-        lines = line_count(wrap_label(colorbar_title, chars_fitting(vrows * gh * cell, _FONT["size"])))
+        lines = line_count(wrap_label(colorbar_title, chars_fitting(vrows * gh * cell, CHART_FONT_SIZE)))
         right = THUMBNAIL_MARGIN["r"] + (lines - 1) * COLORBAR_TITLE_LINE_PX
         if right == margin["r"]:
             break
@@ -212,7 +215,7 @@ def mosaic(
     if big.size <= MAX_HEATMAP_CELLS:
         traces = [dict(
             type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
-            zsmooth=False, hoverinfo="skip", colorbar=_colorbar(colorbar_title), name="tiles",
+            zsmooth=False, hoverinfo="skip", colorbar=image_colorbar(colorbar_title), name="tiles",
         )]
     else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
         ph, pw = _tile_pixels(vrows, vcols, gh, gw)
@@ -227,7 +230,7 @@ def mosaic(
             dict(  # colour bar only
                 type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                 marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
-                            colorbar=_colorbar(colorbar_title)),
+                            colorbar=image_colorbar(colorbar_title)),
             ),
         ]
     width, height_cells = vcols * gw, vrows * gh
@@ -244,7 +247,7 @@ def mosaic(
                                line=dict(color=SEPARATOR, width=0.75, dash="dot")))
     if highlight is not None and 0 <= highlight < n:
         r, c = layout.place(int(highlight))
-        shapes.append(_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
+        shapes.append(highlight_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
     if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side
         # (a row too wide for the page's column wraps onto sub-rows, MosaicLayout), unless a single tile is wider than
         # the column (then the column's width sets the tiles, so that the colour bar, as tall as the plot area, stays
@@ -263,7 +266,7 @@ def mosaic(
         plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
                                         cap_px=height - margin["t"] - margin["b"])
         height = int(round(plot_height + margin["t"] + margin["b"]))
-    colorbar = _colorbar(colorbar_title, plot_height=plot_height)
+    colorbar = image_colorbar(colorbar_title, plot_height=plot_height)
     for trace in traces:
         if "colorbar" in trace:
             trace["colorbar"] = colorbar
@@ -274,7 +277,7 @@ def mosaic(
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
     traces.append(dict(
         type="scatter", x=(placed[:, 1] + 0.5) * gw, y=(placed[:, 0] + 0.5) * gh, mode="markers",
-        marker=_CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
+        marker=CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
         text=list(tile_names), hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
     ))
     xaxis = dict(
@@ -298,7 +301,7 @@ def mosaic(
         xaxis["title"] = dict(text=f"{x_title} ({rows} row of each {y_title or 'row'})")
     if thumbnails:
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
-    figure = _figure(
+    figure = styled_figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select",
         dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis, margin=margin,
     )
@@ -347,12 +350,12 @@ def similarity_tile(
     r, c = patch
     trace = dict(
         type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
-        zsmooth=False, colorbar=_colorbar("cosine similarity", plot_height=plot_height),
+        zsmooth=False, colorbar=image_colorbar("cosine similarity", plot_height=plot_height),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
-    return _figure(
+    return styled_figure(
         [trace], title=f"Patch (row {r}, col {c})", height=height, margin=image_figure_margin(True),
-        shapes=[_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
+        shapes=[highlight_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
         dragmode="zoom",
         xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False,
                    tickmode="linear", tick0=0, dtick=grid_tick_step(gw)),
@@ -391,13 +394,13 @@ def rgb_patch_grid(
         dict(type="image", z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
         dict(
             type="scatter", x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2,
-            mode="markers", marker=_CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
+            mode="markers", marker=CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
             showlegend=False,
         ),
     ]
     if height is None:
         height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
-    return _figure(
+    return styled_figure(
         traces, title=None, height=height, hoverdistance=-1,
         xaxis=dict(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
                    constrain="domain"),

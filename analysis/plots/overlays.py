@@ -14,8 +14,8 @@ from .layout import (
 )
 from .ranges import clipped_cells
 from .style import (
-    _CLICK_MARKER, _colorbar, _figure, _image_axes, _rect, as_background, colorize, colour_lut, colour_stops,
-    image_data_uri, patch_centres,
+    CLICK_MARKER, as_background, colorize, colour_lut, colour_stops, highlight_rect, image_axes, image_colorbar,
+    image_data_uri, patch_centres, styled_figure,
 )
 
 __all__ = ["attention_overlay", "map_panels", "clipped_outline"]
@@ -112,14 +112,14 @@ def attention_overlay(
         layers = [dict(
             type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
             colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
-            colorbar=_colorbar(colorbar_title, plot_height=plot_height), name="attention",
+            colorbar=image_colorbar(colorbar_title, plot_height=plot_height), name="attention",
         )]
     else:
         lo = float(attention.min()) if zmin is None else float(zmin)
         hi = float(attention.max()) if zmax is None else float(zmax)
         layers = [
             _smooth_layer(upsampled, colorscale, lo, hi, opacity),
-            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=_colorbar(colorbar_title, plot_height=plot_height)),
+            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=image_colorbar(colorbar_title, plot_height=plot_height)),
         ]
     outline = clipped_outline(attention, (ph, pw), zmax, colorscale)
     traces = [
@@ -127,7 +127,7 @@ def attention_overlay(
         *layers,
         *([outline] if outline else []),
         dict(
-            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False, name="patches",
+            type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False, name="patches",
             customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
             hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[2]:.0f}, col %{customdata[3]:.0f})"
             "<br>value %{customdata[4]:.4g}<extra>click: make it the query</extra>",
@@ -136,10 +136,10 @@ def attention_overlay(
     shapes = []
     if query_patch is not None and 0 <= query_patch < gh * gw:
         r, c = divmod(int(query_patch), gw)
-        shapes.append(_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
-    return _figure(
+        shapes.append(highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
+    return styled_figure(
         traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-        shapes=shapes, margin=image_figure_margin(bool(title)), **_image_axes(width_px, height_px),
+        shapes=shapes, margin=image_figure_margin(bool(title)), **image_axes(width_px, height_px),
     )
 
 
@@ -195,7 +195,7 @@ def map_panels(
     hi = float(max(m.max() for m in maps)) if zmax is None else zmax
     groups = [0] * n if color_groups is None else [int(g) for g in color_groups]
     ranges = list(group_ranges) if group_ranges is not None else [(lo, hi, colorbar_title)]
-    geometry = _panel_geometry(nrows, ncols, slots, titles, sizes, panel_height, chart_width)
+    geometry = panel_geometry(nrows, ncols, slots, titles, sizes, panel_height, chart_width)
     x_domains, y_domains, title_annotations = geometry["x_domains"], geometry["y_domains"], geometry["annotations"]
     traces = []
     click_targets = []
@@ -227,7 +227,7 @@ def map_panels(
         xs, ys = patch_centres((gh, gw), (ph, pw))
         index = np.arange(gh * gw)
         click_targets.append(dict(
-            type="scatter", x=xs, y=ys, mode="markers", marker=_CLICK_MARKER, showlegend=False,
+            type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False,
             xaxis=f"x{suffix}", yaxis=f"y{suffix}", name=titles[i],
             customdata=np.stack([index, np.full_like(index, i), attention.ravel()], axis=1),
             hovertemplate=titles[i] + "<br>patch %{customdata[0]:.0f}<br>value %{customdata[2]:.4g}"
@@ -236,7 +236,7 @@ def map_panels(
         query = query_patches[i] if query_patches is not None else None
         if query is not None and 0 <= query < gh * gw:
             r, c = divmod(int(query), gw)
-            shapes.append({**_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": f"x{suffix}", "yref": f"y{suffix}"})
+            shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": f"x{suffix}", "yref": f"y{suffix}"})
         first_col_last_row = row == nrows - 1 and col == 0
         axes[f"xaxis{suffix}"] = dict(
             range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
@@ -254,10 +254,10 @@ def map_panels(
         domain = (min(y_domains[r][0] for r in rows), max(y_domains[r][1] for r in rows))
         color_axes["coloraxis" if g == 0 else f"coloraxis{g + 1}"] = dict(
             colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi,
-            colorbar=_colorbar(g_title, domain=domain, plot_height=geometry["plot_height"]),
+            colorbar=image_colorbar(g_title, domain=domain, plot_height=geometry["plot_height"]),
         )
     # one-shot construction (make_subplots + add_traces validated everything twice: 60 ms for 4 panels)
-    return _figure(
+    return styled_figure(
         traces + click_targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
         clickmode="event+select", dragmode="pan", annotations=title_annotations, margin=geometry["margin"],
         **color_axes, **axes,
@@ -267,7 +267,7 @@ def map_panels(
 _PANEL_TITLE_FONT = 14
 
 
-def _panel_geometry(nrows: int, ncols: int, slots: Sequence[int], titles: Sequence[str],
+def panel_geometry(nrows: int, ncols: int, slots: Sequence[int], titles: Sequence[str],
                     sizes: Sequence[tuple[int, int]], panel_height: int, chart_width: float) -> dict:
     """Domains, title annotations, margins and height of an ``nrows x ncols`` panel grid
     (row 0 on top) planned for a chart ``chart_width`` px wide: panels ``panel_height`` px

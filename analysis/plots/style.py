@@ -23,15 +23,19 @@ from plotly.colors import get_colorscale, hex_to_rgb, sample_colorscale, unlabel
 
 from .layout import chars_fitting, colorbar_geometry, wrap_label
 
-__all__ = ["COLORSCALES", "HIGHLIGHT", "SEPARATOR", "colour_lut", "colour_stops", "colorize", "image_data_uri", "patch_centres",
-           "styled_layout"]
+__all__ = ["CHART_FONT_SIZE", "COLORSCALES", "HIGHLIGHT", "SEPARATOR", "CLICK_MARKER", "SERIES_COLOURS", "colour_lut", "colour_stops", "colorize",
+           "image_data_uri", "patch_centres", "styled_layout", "styled_figure", "restyle_figure", "image_axes",
+           "highlight_rect", "image_colorbar", "as_background"]
 
 COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
 SEPARATOR = "rgba(255,255,255,0.9)"
 HIGHLIGHT = "#ff4b4b"
 _FONT = dict(size=12)
-_CLICK_MARKER = dict(color="rgba(0,0,0,0)", size=8)
-_SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
+CHART_FONT_SIZE = _FONT["size"]  # px: the figures' text (titles, ticks, colour-bar titles)
+#: the invisible markers that make every cell of a heatmap or image clickable.
+CLICK_MARKER = dict(color="rgba(0,0,0,0)", size=8)
+#: the line colours of the charts' series, in order (viridis/plasma hues, distinct in print).
+SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec962")
 
 
 def image_data_uri(image: np.ndarray, *, lossless: bool = False) -> str:
@@ -97,7 +101,7 @@ def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.nda
     return rgb
 
 
-def _image_axes(width: int, height: int, *, titles: bool = True) -> dict:
+def image_axes(width: int, height: int, *, titles: bool = True) -> dict:
     """Layout for pixel axes with y pointing down, square pixels, no padding."""
     return dict(
         xaxis=dict(range=[0, width], constrain="domain", showgrid=False, zeroline=False,
@@ -142,23 +146,24 @@ def _base_layout(*, title: str | None, height: int, **extra) -> dict:
     )
 
 
-def _figure(traces: list, *, title: str | None, height: int, **layout) -> go.Figure:
+def styled_figure(traces: list, *, title: str | None, height: int, **layout) -> go.Figure:
     """One-shot construction: plotly validates the whole figure once (much faster than
     incremental ``add_*``/``update_*`` calls, which matters for a 150 ms rerun budget)."""
     return go.Figure(data=traces, layout=_base_layout(title=title, height=height, **layout))
 
 
-def _layout(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
+def restyle_figure(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
+    """``fig`` with the layout of :func:`styled_figure` (title, height, margins, style) applied."""
     fig.update_layout(**_base_layout(title=title, height=height, **extra))
     return fig
 
 
-def _rect(x0: float, y0: float, x1: float, y1: float) -> dict:
+def highlight_rect(x0: float, y0: float, x1: float, y1: float) -> dict:
     """The outline that marks the selected patch or tile."""
     return dict(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, line=dict(color=HIGHLIGHT, width=2.5), layer="above")
 
 
-def _colorbar(title: str, *, domain: tuple[float, float] = (0.0, 1.0), plot_height: float | None = None) -> dict:
+def image_colorbar(title: str, *, domain: tuple[float, float] = (0.0, 1.0), plot_height: float | None = None) -> dict:
     """A colour bar beside images on the y ``domain`` of the plot area: as long as that domain
     and centred on it (:func:`~analysis.plots.layout.colorbar_geometry`). With the plot area's
     ``plot_height`` (px), a title longer than the bar is wrapped to the bar's length."""

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from ..activations.run import visit_forward
-from ..capture import input_spec, require_every_layer
+from ..capture import require_every_layer
 from ..distance import attention_distance_per_image, patch_distance_matrix
 from ..rollout import rollout_step
-from ..spec import ViTSpec
+from ..spec import ViTSpec, input_spec
 from .perturbations import check_token_drop, token_drop
 
 __all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_attention_distance"]

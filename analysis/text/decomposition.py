@@ -33,11 +33,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..capture import input_spec
 from ..circuits.attribution import DirectLogitAttribution, output_attribution
 from ..errors import AnalysisError
 from ..loading.two_tower import TextEncoding
-from ..spec import ViTSpec
+from ..spec import ViTSpec, input_spec
 from .prompts import one_prompt, require_clip
 
 __all__ = ["TextDecomposition", "text_decomposition", "REMAINDER_TERMS"]

@@ -24,11 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from ..activations import run_with_cache
-from ..capture import input_spec
 from ..errors import AnalysisError
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
-from ..explanations.methods import _refuse_global_token_method, grad_cam_from, relevance_from_gradients
-from ..spec import ViTSpec
+from ..explanations.methods import refuse_global_token_method, grad_cam_from, relevance_from_gradients
+from ..spec import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
 from .prompts import one_prompt, require_clip, score_of
@@ -84,7 +83,7 @@ def chefer_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.T
     a model without a class token (SigLIP, pooled by attention over every token) gives the mean of
     the patch tokens' rows. Returns ``(maps (B, gh, gw), scores (B,), readout)``."""
     vit = clip.image
-    _refuse_global_token_method(vit, "chefer")
+    refuse_global_token_method(vit, "chefer")
     spec = input_spec(vit, pixels)
     attentions, gradients, output = output_attention_gradients(vit, pixels, score_of(clip, text.embeddings))
     scores = clip.logits(output, text.embeddings)[:, 0]

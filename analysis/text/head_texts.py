@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..capture import input_spec
+from ..arguments import resolve_layers
 from ..checks import check_int
 from ..circuits.attribution import head_output_vectors
 from ..errors import AnalysisError, TextPromptError
+from ..spec import input_spec
 from .prompts import require_clip
 
 __all__ = ["HeadDescription", "HeadTexts", "head_texts", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY"]
@@ -168,16 +169,15 @@ def head_texts(clip, images, vocabulary=None, layers=None, *, texts_per_head: in
     encodings = [clip.encode_text(texts[start : start + 256]) for start in range(0, len(texts), 256)]
     embeddings = F.normalize(torch.cat([e.embeddings.cpu() for e in encodings]), dim=-1)  # (M, E)
     notices = tuple(notice for e in encodings for notice in e.notices)
-    layer_ids = list(range(clip.spec.num_layers)) if layers is None else layers
+    layer_ids = resolve_layers(layers, clip.spec.num_layers)  # in the order asked, each once
     pieces = []
     for start in range(0, pixels.shape[0], batch_size):
         pieces.append(head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True))
         if progress is not None:
             progress(min(start + batch_size, pixels.shape[0]), pixels.shape[0])
     vectors = torch.cat(pieces)  # (N, L', heads, E)
-    resolved = [layer % clip.spec.num_layers for layer in layer_ids]
     descriptions = []
-    for position, layer in enumerate(resolved):
+    for position, layer in enumerate(layer_ids):
         for head in range(vectors.shape[2]):
             picked, shares, total = text_span(vectors[:, position, head], embeddings, texts_per_head, rank)
             descriptions.append(HeadDescription(layer, head, tuple(texts[i] for i in picked), tuple(shares), total))

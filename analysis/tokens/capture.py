@@ -16,10 +16,10 @@ import torch
 import torch.nn as nn
 
 from ..activations import run_with_cache
-from ..capture import _resolve_layers, input_spec
-from ..checks import check_float_dtype, check_index
+from ..arguments import resolve_layers
+from ..checks import check_float_dtype
 from ..errors import AnalysisError
-from ..spec import ViTSpec
+from ..spec import ViTSpec, input_spec
 from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
@@ -72,7 +72,7 @@ def capture_tokens(
             "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
             "(each block's output on its stage grid)."
         )
-    layer_ids = _layers_in_order(layers, spec.num_layers)
+    layer_ids = resolve_layers(layers, spec.num_layers)
     names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
     if spec.is_windowed:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
@@ -84,22 +84,6 @@ def capture_tokens(
 
 
 _POINT = {"token": "resid_post", "query": "attn.q", "key": "attn.k", "value": "attn.v"}  # analysis.activations names
-
-
-def _layers_in_order(layers: Sequence[int] | int | None, num_layers: int) -> tuple[int, ...]:
-    """The requested layers in the order asked (negative indices from the end), each once;
-    ``None``: every layer."""
-    if layers is None:
-        return tuple(range(num_layers))
-    if isinstance(layers, int):
-        layers = [layers]
-    _resolve_layers(layers, num_layers)  # the same checks and messages as capture_attention's
-    ordered: list[int] = []
-    for layer in layers:
-        index = check_index("layer", layer, num_layers, "layers")
-        if index not in ordered:
-            ordered.append(index)
-    return tuple(ordered)
 
 
 def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tensor:
@@ -137,7 +121,8 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
             layer_ids = logit_lens_layers(spec)
         else:
             requested = [layers] if isinstance(layers, int) else list(layers)
-            layer_ids = _resolve_layers([check_logit_lens_layer(spec, layer) for layer in requested], spec.num_layers)
+            asked = [check_logit_lens_layer(spec, layer) for layer in requested]
+            layer_ids = tuple(sorted(resolve_layers(asked, spec.num_layers)))
         captured = capture_tokens(vit, pixels, kind="token", layers=layer_ids, precision=precision)
         readout = windowed_readout(model)
         hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each

@@ -1,0 +1,82 @@
+"""The record of one forward pass's attention: :class:`AttentionRecord`.
+
+What :func:`analysis.capture.capture_attention` returns for a ViT (a windowed model's record is
+:class:`analysis.windowed.WindowedAttentionRecord`). The type lives below the engine that fills
+it, so the analyses, queries and checks that read a record need not import the engine;
+:mod:`analysis.capture` re-exports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from .arguments import check_index
+from .errors import AnalysisError
+from .geometry import ViTSpec
+
+__all__ = ["AttentionRecord"]
+
+
+@dataclass(frozen=True)
+class AttentionRecord:
+    """Attention captured from one forward pass.
+
+    Attributes:
+        attentions: ``(L, B, heads, Q, T)`` softmax probabilities. ``Q == T`` (every query
+            token) unless the capture asked for ``query_tokens``; rows sum to one over keys.
+        logits: ``(B, classes)`` the model's output for the same forward pass.
+        spec: the token geometry of *this* input (differs from the model's default for
+            ``dynamic_img_size`` models fed another resolution).
+        layers: model layer index of each entry along ``L``.
+        query_tokens: token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
+        pool_attention: ``(B, heads, probes, T)`` attention of an attention-pooling head
+            (SigLIP/PE ``map`` pooling: learned probe queries over the output tokens), else ``None``.
+    """
+
+    attentions: torch.Tensor
+    logits: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+    query_tokens: tuple[int, ...] | None = None
+    pool_attention: torch.Tensor | None = None
+
+    def layer_position(self, layer: int) -> int:
+        """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
+        layer = check_index("layer", layer, self.spec.num_layers, "layers")
+        try:
+            return self.layers.index(layer)
+        except ValueError:
+            raise AnalysisError(
+                f"Layer {layer} was not captured (captured: {list(self.layers)}). "
+                "Capture it with capture_attention(..., layers=None) for all layers."
+            ) from None
+
+    def select_layers(self, layers: Sequence[int]) -> "AttentionRecord":
+        """The same record over some of its layers, in the order given. Consecutive layers are
+        a view of the maps (nothing copied); other selections gather their maps. Every analysis
+        that takes a record takes the result."""
+        positions = [self.layer_position(layer) for layer in layers]
+        if not positions:
+            raise AnalysisError("select_layers needs at least one layer.")
+        first = positions[0]
+        if positions == list(range(first, first + len(positions))):
+            attentions = self.attentions[first : first + len(positions)]
+        else:
+            attentions = self.attentions[torch.as_tensor(positions, dtype=torch.long)]
+        return replace(self, attentions=attentions, layers=tuple(self.layers[p] for p in positions))
+
+    def query_rows(self, tokens: Sequence[int]) -> list[int]:
+        """Positions along ``Q`` of the given token indices."""
+        if self.query_tokens is None:
+            return list(tokens)
+        lookup = {t: i for i, t in enumerate(self.query_tokens)}
+        missing = [t for t in tokens if t not in lookup]
+        if missing:
+            raise AnalysisError(
+                f"Query tokens {missing[:5]} were not captured (only {len(self.query_tokens)} query rows "
+                "were kept). Capture again with query_tokens=None for every query."
+            )
+        return [lookup[t] for t in tokens]

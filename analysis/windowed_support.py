@@ -1,0 +1,41 @@
+"""What windowed models (Swin, SAM) support today, and the one refusal for the rest.
+
+:func:`refuse_windowed` raises, with the reason and :data:`WINDOWED_SUPPORT`, when an analysis
+that is not defined for windowed attention gets a windowed model, spec or record. It needs only
+the spec, so it sits with it, below the adapters and records; :mod:`analysis.windowed`
+re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from .errors import AnalysisError
+from .geometry import ViTSpec
+
+__all__ = ["WINDOWED_SUPPORT", "refuse_windowed", "windowed_message"]
+
+WINDOWED_SUPPORT = (
+    "capture_attention (record.windows), attention_map, mean_attention_distance with "
+    "uniform_attention_distance_by_layer, relative_position_bias (Swin) / decomposed_relative_position (SAM), "
+    "patch_embedding_filters, attention_rollout within a stage (SAM: every layer; across Swin's patch merging "
+    "only with merge='mean_2x2', an approximation; windowed_rollout gives the grid), explain with "
+    "'gradcam' (last stage), 'input_x_gradient', 'integrated_gradients' (stem patch grid) and 'rollout'; "
+    "capture_tokens (stage outputs) with feature_pca / patch_similarity per layer, "
+    "logit_lens on the last stage, dataset_attention_distance, and robustness_curve / probe except token drop"
+)
+
+
+def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
+    """Raise ``error`` when ``value`` (a LoadedViT, a spec or a record) is a windowed model:
+    ``what`` is not yet defined for it. Does nothing for a ViT."""
+    spec = getattr(value, "spec", value)
+    if isinstance(spec, ViTSpec) and spec.is_windowed:
+        raise error(windowed_message(what, spec.family))
+
+
+def windowed_message(what: str, family: str) -> str:
+    """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
+    return (
+        f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
+        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
+        f"Python API: {WINDOWED_SUPPORT}."
+    )
