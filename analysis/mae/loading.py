@@ -54,7 +54,7 @@ def _no_decoder(what: str) -> MissingDecoderError:
 @dataclass(eq=False)
 class LoadedMAE(LoadedModel):
     """A masked autoencoder with everything needed to feed it (the fields of
-    :class:`~analysis.loading.LoadedModel`, and:)
+    :class:`~analysis.loading.loaded.LoadedModel`, and:)
 
     Attributes:
         model: the transformers ``ViTMAEForPreTraining``, eval mode, frozen, on ``device``.
