@@ -1,13 +1,13 @@
-"""Regenerate the README's screenshots: one per page of the running app, in Chromium.
+"""Regenerate the documentation's screenshots: one per page of the running app, in Chromium.
 
-    .venv/bin/python tests/readme_screenshots.py          # writes assets/screenshots/*.png
-    .venv/bin/python tests/readme_screenshots.py mae      # only the named shots
+    .venv/bin/python docs/screenshots.py          # writes docs/img/*.png
+    .venv/bin/python docs/screenshots.py mae      # only the named shots
 
 Serves ``vizapp/app.py`` (the bundled demo model, offline) on a free local port, opens each
 page by its URL (see ``vizapp/url_state.py``), waits until the run has finished and every
 chart is drawn, and saves the visible window, scaled to :data:`WIDTH` pixels wide.
-tests/test_packaging.py checks that the README shows exactly these files and that every
-page of the app has one.
+tests/test_readme.py checks that every page of the app has one and that its page in
+docs/app/ shows it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server  # noqa: E402
 
-OUT = REPO / "assets" / "screenshots"
+OUT = REPO / "docs" / "img"
 WIDTH = 1100  # px of the saved PNG (the window is 1440 px wide)
 
 #: file stem -> (URL path and query, what the view shows). The URL path is the page's file name.
