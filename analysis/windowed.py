@@ -22,7 +22,7 @@ input × gradient, integrated gradients and rollout (``"attention"`` and ``"chef
 with the reason). Tokens (:mod:`analysis.tokens.stages`: each block's output on its stage
 grid), the streamed dataset distance and the pixel-space robustness perturbations work too.
 Absolute position similarity is not defined for these records and refuses them with
-:func:`refuse_windowed`, which names the reason (issue 23).
+:func:`refuse_windowed`, which names the reason.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def windowed_message(what: str, family: str) -> str:
     """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
     return (
         f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
-        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
+        f"yet supported for Swin or SAM models. What works for windowed models today, in the "
         f"Python API: {WINDOWED_SUPPORT}."
     )
 

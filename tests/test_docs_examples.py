@@ -94,3 +94,42 @@ def test_the_pages_are_collected():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? #?\d+|(?<=[\s(])#\d{2,3}\b")  # "issue 23", "(#36)"; not colours ("#777")
+
+
+def issue_numbers_in_code(packages=("analysis", "vizapp")) -> list[str]:
+    """Issue numbers in the string literals (messages, docstrings) of the library and the app."""
+    import ast
+
+    found = []
+    for package in packages:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and ISSUE_NUMBER.search(node.value):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ISSUE_NUMBER.search(node.value).group(0)}")
+    return found
+
+
+def test_no_issue_numbers_in_user_facing_text():
+    """An issue number means nothing to a user: none in the README, the docs, the messages and
+    docstrings of analysis/ and vizapp/ (comments may keep them)."""
+    found = issue_numbers_in_code()
+    for page in PAGES:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if ISSUE_NUMBER.search(line):
+                found.append(f"{page.relative_to(REPO)}:{number}: {ISSUE_NUMBER.search(line).group(0)}")
+    assert not found, "\n".join(found)
+
+
+def test_docstring_references_name_what_exists():
+    """Every Sphinx role in a docstring (:func:`name`, ...) names something that exists
+    (docs/references.py; the docs build turns each into a link)."""
+    sys.path.insert(0, str(REPO / "docs"))
+    try:
+        from references import broken_references
+    finally:
+        sys.path.remove(str(REPO / "docs"))
+    broken = broken_references()
+    assert not broken, "\n".join(broken)

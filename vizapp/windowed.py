@@ -1,4 +1,4 @@
-"""What the pages need for windowed models (Swin v1/v2, SAM's image encoder; issue 23).
+"""What the pages need for windowed models (Swin v1/v2, SAM's image encoder).
 
 A windowed model's layers live on stage grids (:class:`analysis.spec.LayerGeometry`: grid, stride
 in input pixels, windows, shift). The app keeps one query for every layer as a cell of the
