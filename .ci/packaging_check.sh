@@ -22,7 +22,13 @@ WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
 : > "$WORK/constraints.txt"
 for folder in $("$REPO/.venv/bin/pip" config get global.find-links 2>/dev/null || true); do
   for found in "$folder"/torch-*+cpu-*.whl; do
-    if [ -f "$found" ]; then basename "$found" | sed -E 's/^torch-([^-]+)-.*/torch==\1/' > "$WORK/constraints.txt"; fi
+    if [ -f "$found" ]; then
+      version="$(basename "$found" | sed -E 's/^torch-([^-]+)-.*/\1/')"     # e.g. 2.13.0+cpu
+      minor="$(echo "$version" | cut -d. -f2)"
+      # torchvision's minor version is torch's + 15 (torch 2.13 <-> torchvision 0.28): a newer
+      # torchvision's compiled operators do not load into an older torch
+      printf 'torch==%s\ntorchvision==0.%s.*\n' "$version" "$((minor + 15))" > "$WORK/constraints.txt"
+    fi
   done
 done
 "$WORK/v/bin/pip" install -q -c "$WORK/constraints.txt" "$WHEEL"
