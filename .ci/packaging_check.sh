@@ -7,7 +7,8 @@
 #      report` runs on the bundled demo model, and `import vizapp` raises AppDependencyError
 #      naming `pip install "vit-explorer[app]"`;
 #   2. with the extra: `vit-explorer --help` runs.
-# Slow (it installs torch): a step of .ci/run of its own, not part of the README's test command.
+# Slow (a venv, timm and the rest from the index, a report): a step of .ci/run of its own, not part
+# of the README's test command.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mktemp -d)"
@@ -17,21 +18,48 @@ PYTHON="${PYTHON:-python3}"
 "$REPO/.venv/bin/pip" wheel -q --no-deps --no-build-isolation "$REPO" -w "$WORK/dist"
 WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
 "$PYTHON" -m venv "$WORK/v"
-# A CPU build of torch where pip's find-links folder has one (as on the team's machines): the
-# check is about our package, and the default Linux torch pulls several GB of CUDA libraries.
-: > "$WORK/constraints.txt"
-for folder in $("$REPO/.venv/bin/pip" config get global.find-links 2>/dev/null || true); do
-  for found in "$folder"/torch-*+cpu-*.whl; do
-    if [ -f "$found" ]; then
-      version="$(basename "$found" | sed -E 's/^torch-([^-]+)-.*/\1/')"     # e.g. 2.13.0+cpu
-      minor="$(echo "$version" | cut -d. -f2)"
-      # torchvision's minor version is torch's + 15 (torch 2.13 <-> torchvision 0.28): a newer
-      # torchvision's compiled operators do not load into an older torch
-      printf 'torch==%s\ntorchvision==0.%s.*\n' "$version" "$((minor + 15))" > "$WORK/constraints.txt"
-    fi
-  done
-done
-"$WORK/v/bin/pip" install -q -c "$WORK/constraints.txt" "$WHEEL"
+# torch and torchvision (with their own dependencies, CUDA libraries included: several GB) are
+# lent from this checkout's .venv, which requirements.txt installed: the fresh venv sees only
+# those distributions, through a .pth file, and pip installs everything else the wheel declares
+# from the package index, as for a user. PACKAGING_CHECK_OWN_TORCH=1 lets pip install torch too.
+if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
+  "$REPO/.venv/bin/python" - "$WORK/torch_stack" <<'PY'
+import re, sys
+from importlib import metadata
+from pathlib import Path
+
+target = Path(sys.argv[1]); target.mkdir()
+closure, todo = set(), [("torch", ()), ("torchvision", ())]
+while todo:
+    name, extras = todo.pop()
+    name = re.sub(r"[-_.]+", "-", name).lower()
+    if (name, extras) in closure:
+        continue
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    closure.add((name, extras))
+    for requirement in dist.requires or []:
+        wanted = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if wanted and wanted.group(1) not in extras:
+            continue  # a requirement of an extra nobody asked for
+        head = re.split(r"[ ;<>=!~(]", requirement, maxsplit=1)[0]
+        asked = tuple(sorted(re.findall(r"[\w.-]+", head.split("[", 1)[1]))) if "[" in head else ()
+        todo.append((head.split("[", 1)[0], asked))
+    tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+    for top in tops - {"bin", "__pycache__"}:
+        source = Path(dist.locate_file(top))
+        if source.exists() and not (target / top).exists():
+            (target / top).symlink_to(source)
+names = {name for name, _ in closure}
+assert not names & {"streamlit", "pyarrow"}, names
+print("lent from .venv:", ", ".join(sorted(names)))
+PY
+  SITE="$("$WORK/v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$WORK/torch_stack" > "$SITE/_torch_stack.pth"
+fi
+"$WORK/v/bin/pip" install -q "$WHEEL"
 
 mkdir "$WORK/elsewhere" && cd "$WORK/elsewhere"
 export HF_HUB_OFFLINE=1
@@ -60,7 +88,7 @@ fi
 grep -q 'vit-explorer\[app\]' "$WORK/no_app.txt"
 
 # 2. with the app extra
-"$WORK/v/bin/pip" install -q -c "$WORK/constraints.txt" "$WHEEL[app]"
+"$WORK/v/bin/pip" install -q "$WHEEL[app]"
 "$WORK/v/bin/vit-explorer" --help >"$WORK/app_help.txt"
 grep -q "streamlit run" "$WORK/app_help.txt" || grep -qi "usage" "$WORK/app_help.txt"
 echo "packaging check: the library without the app extra, and the app with it: ok"
