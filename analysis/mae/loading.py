@@ -169,7 +169,7 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
 
     Raises:
         MissingDecoderError: an MAE encoder without decoder (timm ``.mae``, ``ViTMAEModel``).
-        ModelLoadError and its subclasses otherwise, with what to do.
+        ModelLoadError: and its subclasses otherwise, with what to do.
     """
     if isinstance(source, nn.Module):
         return wrap_mae(source, type(source).__name__, None if device is None else resolve_device(device),
