@@ -15,7 +15,6 @@ here) and fails on a marker that is not directly followed by a python block or g
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
