@@ -48,7 +48,8 @@ def resolve(name: str, module: str, scopes: tuple[str, ...] = ()) -> str | None:
     """The fully qualified name ``name`` means when written in ``module`` (inside the classes or
     functions ``scopes``, innermost last), or None when it names nothing.
 
-    Tried in order: as written; inside each enclosing scope; in the module; in ``analysis``."""
+    Tried in order: as written; inside each enclosing scope; in the module; in its package; in
+    ``analysis``; a builtin."""
     candidates = [name]
     for depth in range(len(scopes), 0, -1):
         candidates.append(".".join((module, *scopes[:depth], name)))
