@@ -2,7 +2,7 @@
 
 In a source checkout they sit in the repository's top-level ``assets/`` folder. A wheel ships
 a copy of that folder inside this package, as ``analysis/_assets`` (``pyproject.toml`` maps it
-with ``[tool.setuptools.package-dir]``; README screenshots stay out of the wheel).
+with ``[tool.setuptools.package-dir]``; the documentation's screenshots, in docs/img, stay out of the wheel).
 :func:`asset_path` is the one place that knows both layouts; every reader of a bundled file
 goes through it.
 

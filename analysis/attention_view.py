@@ -100,7 +100,7 @@ def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float
                       ) -> tuple[list[int], np.ndarray]:
     """The rollout after each layer ``start_layer..L-1`` for every query, as view rows:
     ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
-    ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout_matrices`, the same composition) over the patch
+    ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout.rollout_matrices`, the same composition) over the patch
     keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
     ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
     from .rollout import rollout_steps
@@ -282,12 +282,12 @@ def windowed_view_bytes(geometry) -> int:
 
 
 def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
-    """One windowed layer of image 0 of ``record`` (a :class:`analysis.WindowedAttentionRecord`)
+    """One windowed layer of image 0 of ``record`` (a :class:`analysis.windowed.WindowedAttentionRecord`)
     for the view, as one binary file. Back to back in C order, ``Wt`` slots a window, ``N`` cells:
 
     * ``row_ranges``: ``(heads + 1, windows, Wt, 2)`` float32, ``mean_ranges``: ``(heads + 1, 2)``;
     * ``cells``: ``(windows, Wt)`` int32, the grid cell of each slot (``−1``: padding or prefix),
-      :meth:`analysis.LayerGeometry.window_cells`;
+      :meth:`analysis.spec.LayerGeometry.window_cells`;
     * ``rows``: ``(heads + 1, windows, Wt, Wt)`` uint8: ``[h, w, s, t]`` is the attention of the
       query in slot ``s`` of window ``w`` to key slot ``t`` (``record.windows``; head ``heads`` the
       mean over heads), quantised per row, the keys off the grid set to 0 (never drawn);

@@ -4,7 +4,7 @@ The types only, below the attention adapters (which build a windowed layer's geo
 :func:`analysis.spec.spec_from_model` reads them off a model through its adapters (never
 assumed), and :mod:`analysis.spec` re-exports every name here.
 
-Windowed and hierarchical models (Swin, SAM; issue 23) add one :class:`LayerGeometry` per layer:
+Windowed and hierarchical models (Swin, SAM) add one :class:`LayerGeometry` per layer:
 where that layer's tokens sit on the image and which of them each query may attend to.
 
 * **Stage grid and stride.** Layer ``l`` works on a ``grid_size = (gh, gw)`` grid of cells,

@@ -77,11 +77,11 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
     geometry = tuple(site.adapter.layer_geometry(site, grid, patch) for site in sites)
     geometry = geometry if any(g is not None for g in geometry) else ()
     if geometry and not all(geometry):
-        raise UnsupportedModelError(f"{type(model).__name__} mixes windowed and global layers: not yet supported (see issue 23).")
+        raise UnsupportedModelError(f"{type(model).__name__} mixes windowed and global layers: not yet supported.")
     if geometry and getattr(model, "dynamic_img_size", False):
         raise UnsupportedModelError(
             "windowed attention: dynamic_img_size is not yet supported for windowed models (their windows change "
-            "with the input size); load it at a fixed img_size. See issue 23."
+            "with the input size); load it at a fixed img_size."
         )
     head, outputs = _head_kind(model, embedding_output)
     dynamic = bool(getattr(model, "dynamic_img_size", False)) or type(model).__name__ == "NaFlexVit"

@@ -22,7 +22,7 @@ input × gradient, integrated gradients and rollout (``"attention"`` and ``"chef
 with the reason). Tokens (:mod:`analysis.tokens.stages`: each block's output on its stage
 grid), the streamed dataset distance and the pixel-space robustness perturbations work too.
 Absolute position similarity is not defined for these records and refuses them with
-:func:`refuse_windowed`, which names the reason (issue 23).
+:func:`refuse_windowed`, which names the reason.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attention rollout for windowed records (Swin v1/v2, SAM; issue 23).
+"""Attention rollout for windowed records (Swin v1/v2, SAM).
 
 Each layer's windows are first put back on the layer's grid as one dense matrix over its
 ``N = gh·gw`` cells (:func:`dense_attention`):

@@ -36,6 +36,6 @@ def windowed_message(what: str, family: str) -> str:
     """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
     return (
         f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
-        f"yet supported for Swin or SAM models; see issue 23. What works for windowed models today, in the "
+        f"yet supported for Swin or SAM models. What works for windowed models today, in the "
         f"Python API: {WINDOWED_SUPPORT}."
     )

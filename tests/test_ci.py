@@ -126,3 +126,16 @@ def test_every_app_test_that_uploads_is_marked_upload():
                 if "uploader" in calls and "pytest.mark.upload" not in marks:
                     unmarked.append(f"{path.name}::{node.name}")
     assert not unmarked, f"call uploader() but are not marked @pytest.mark.upload: {unmarked}"
+
+
+def test_ci_builds_the_docs_strictly_and_checks_the_packaging_after_the_tests():
+    """The documentation build (--strict: a broken link or docstring reference fails it) and the
+    wheel-without-the-app-extra check are steps of .ci/run, after the README's command."""
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"```bash\n(.+?)\n```", readme.split("Run the tests", 1)[1], re.S).group(1).strip()
+    after = (REPO / ".ci" / "run").read_text().split(command, 1)[1]
+    build = re.search(r"^[^#\n]*\.venv/bin/mkdocs build --strict.*$", after, re.M)
+    assert build, "no strict docs build in .ci/run"
+    assert " -q" not in build.group(0), "mkdocs -q drops the warnings that --strict counts: the build always passes"
+    assert re.search(r"^\.ci/packaging_check\.sh$", after, re.M), "no packaging check in .ci/run"
+    assert os.access(REPO / ".ci" / "packaging_check.sh", os.X_OK)

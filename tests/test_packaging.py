@@ -203,11 +203,13 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
     floors = _requirements(REPO / "requirements.txt", ">=")
     pins = _requirements(REPO / ".ci" / "min-versions.txt", "==")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = [*project["dependencies"], *project["optional-dependencies"]["hf"]]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["hf"], *project["optional-dependencies"]["app"]]
     pyproject_floors = dict(
         (name.strip().lower().replace("_", "-"), version.strip()) for name, version in (d.split(">=") for d in declared)
     )
-    runtime = {name: version for name, version in floors.items() if name not in ("pytest", "playwright", "setuptools", "import-linter", "open-clip-torch", "onnx", "onnxruntime")}
+    runtime = {name: version for name, version in floors.items() if name not in (
+        "pytest", "playwright", "setuptools", "import-linter", "open-clip-torch", "onnx", "onnxruntime", "mkdocs-material",
+        "mkdocstrings[python]")}
     assert runtime, "no floors found in requirements.txt"
     assert set(runtime) == set(pins), (sorted(runtime), sorted(pins))
     assert set(pyproject_floors) == set(runtime), (sorted(pyproject_floors), sorted(runtime))
@@ -352,3 +354,42 @@ print("VIEW", len(at.get("component_instance")), (view.COMPONENT_DIR / "index.ht
     # the instant attention view is drawn, and its page comes from the installed package
     assert int(views) == 1 and page_found == "True" and Path(folder).resolve().is_relative_to(bin_dir.parent.resolve())
     _serve_until_the_page_answers([str(bin_dir / "vit-explorer")], work, work / "vit-explorer.log")
+
+
+# --------------------------------------------------------------------------- the app extra
+
+
+def test_the_library_does_not_depend_on_the_app():
+    """``pip install .`` gives the library without Streamlit: the app's dependencies are the
+    ``app`` extra (vizapp.APP_DEPENDENCIES), and no module of analysis/ imports them. Plotly
+    stays a core dependency: analysis.plots draws with it. (.ci/packaging_check.sh installs the
+    wheel both ways.)"""
+    import ast
+    import tomllib
+
+    import vizapp
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    core = {d.split(">=")[0].strip().lower() for d in project["dependencies"]}
+    app = {d.split(">=")[0].strip().lower() for d in project["optional-dependencies"]["app"]}
+    assert set(vizapp.APP_DEPENDENCIES) == app and not (app & core), (core, app)
+    assert "plotly" in core
+    imported = set()
+    for path in (REPO / "analysis").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    assert not (imported & app), imported & app
+    assert "plotly" in imported
+
+
+def test_vizapp_without_the_app_extra_says_what_to_install():
+    code = ("import sys\nsys.modules['streamlit'] = None\n"
+            "try:\n    import vizapp\nexcept ImportError as exc:\n"
+            "    print(type(exc).__name__, exc)\nelse:\n    print('imported')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("AppDependencyError "), result.stdout
+    assert 'pip install "vit-explorer[app]"' in result.stdout and "streamlit" in result.stdout

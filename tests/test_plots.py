@@ -1,4 +1,4 @@
-"""``analysis.plots``: the README's figures run and say what the app's say; the app draws with
+"""``analysis.plots``: the figures of docs/guides/figures.md run and say what the app's say; the app draws with
 these very builders (its figures unchanged, the mosaic PNG cache included)."""
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ FIGURES = ("attention", "rollout", "why", "compare", "tokens", "robustness", "po
 
 
 def readme_figures_block() -> str:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Figures (`analysis.plots`)"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    """The figures guide's one python block (it moved there from the README)."""
+    guide = (REPO / "docs" / "guides" / "figures.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", guide, re.S)
+    return block
 
 
 @pytest.fixture(scope="module")
 def readme_figures(tmp_path_factory) -> dict:
-    """The README's figure block executed as written, in a folder that has the repository's
+    """The figures guide's block executed as written, in a folder that has the repository's
     ``assets`` (its relative paths) and takes the HTML it writes."""
     import os
 
@@ -35,7 +36,7 @@ def readme_figures(tmp_path_factory) -> dict:
     os.chdir(folder)
     try:
         namespace: dict = {"__name__": "readme_figures"}
-        exec(compile(readme_figures_block(), "README.md (Figures)", "exec"), namespace)
+        exec(compile(readme_figures_block(), "docs/guides/figures.md", "exec"), namespace)
     finally:
         os.chdir(before)
     namespace["folder"] = folder

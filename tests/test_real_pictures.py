@@ -43,7 +43,7 @@ def pictures(real_vit):
 
 
 def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictures):
-    """Prints the shares the README quotes (``pytest -s -m real_weights tests/test_real_pictures.py -k readable``)."""
+    """Prints the shares docs/app/index.md quotes (``pytest -s -m real_weights tests/test_real_pictures.py -k readable``)."""
     uniform = 1 / real_vit.spec.num_tokens
     for name in (*PHOTOS, SMALL_OBJECT):
         last, rollout, outliers = pictures[name]

@@ -377,7 +377,7 @@ def _refused(call, *, error=AnalysisError):
     with pytest.raises(error) as caught:
         call()
     message = str(caught.value)
-    assert "windowed attention" in message and "not yet supported for Swin" in message and "issue 23" in message
+    assert "windowed attention" in message and "not yet supported for Swin" in message and "What works for windowed models today" in message
     return message
 
 

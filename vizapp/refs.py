@@ -13,7 +13,7 @@ FALLBACK_SOURCE = "vit_tiny_patch16_224"  # random weights: used when the demo i
 
 
 class ModelRef(NamedTuple):
-    """Everything that identifies a loaded model: the cache key of :func:`get_model`.
+    """Everything that identifies a loaded model: the cache key of :func:`vizapp.resources.get_model`.
 
     ``source`` is whatever :func:`analysis.load_vit` accepts ("demo", a timm name,
     "hf-hub:...", "hf:...", "torchvision:...", a folder or a file); ``arch`` is needed for a bare weights file;

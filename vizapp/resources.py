@@ -626,7 +626,7 @@ def robustness_chunk(
     return score, probability, len(images), tuple(skipped)
 
 
-# --------------------------------------------------------------------------- masked autoencoders (issue 24)
+# --------------------------------------------------------------------------- masked autoencoders
 
 
 @st.cache_resource(show_spinner="Loading the masked autoencoder…", max_entries=2)
@@ -666,7 +666,7 @@ def mae_loss_chunk(source: str, digests: tuple[str, ...], _images: tuple[bytes, 
     return losses.numpy(), tuple((item.index, item.reason) for item in skipped)
 
 
-# --------------------------------------------------------------------------- text prompts (issue 25)
+# --------------------------------------------------------------------------- text prompts
 
 DEMO_CLIP = "demo_clip"  # the bundled demo CLIP (analysis.load_clip)
 

@@ -423,7 +423,7 @@ def render_sidebar() -> Current:
     prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
     if not spec.has_class_token:
         prefix_text += ", no class token"
-    if spec.is_windowed:  # per-stage grids and heads (issue 23)
+    if spec.is_windowed:  # per-stage grids and heads
         stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
         grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
         heads = "/".join(str(n) for _, _, n in stages)

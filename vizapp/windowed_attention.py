@@ -1,4 +1,4 @@
-"""The Attention page for windowed models (Swin v1/v2, SAM; issue 23).
+"""The Attention page for windowed models (Swin v1/v2, SAM).
 
 Each layer's map is drawn on that layer's own grid (cells of its stride in input pixels),
 with the query's window outlined: a query attends only inside its window, and the map is 0

@@ -1,4 +1,4 @@
-"""The Position page's section for windowed models (Swin, SAM; issue 23): what they learned
+"""The Position page's section for windowed models (Swin, SAM): what they learned
 about position, drawn from :mod:`analysis.windowed_position`.
 
 This is the windowed analogue of the ViT paper's Figure 7 (centre). A Swin has no absolute

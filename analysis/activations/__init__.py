@@ -1,4 +1,4 @@
-"""Named hook points, one activation cache, and interventions (issue 26).
+"""Named hook points, one activation cache, and interventions.
 
     >>> from analysis.activations import run_with_cache, run_with_hooks, HOOK_POINTS
     >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])

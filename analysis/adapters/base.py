@@ -25,7 +25,7 @@ attention the output was computed from. Explicit-path modules need nothing: the 
 ``P`` is already the one they multiply with ``v``.
 
 An :class:`AttentionAdapter` describes one attention family (its module types, what its
-probabilities include). Families that do not follow this contract override :meth:`tap`.
+probabilities include). Families that do not follow this contract override :meth:`AttentionAdapter.tap`.
 """
 
 from __future__ import annotations

@@ -43,14 +43,14 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
         if getattr(block, "dynamic_mask", False):
             raise UnsupportedModelError(
                 "windowed attention: dynamic_img_size is not yet supported for Swin (its windows and "
-                "shift mask change with every input size); load it at a fixed img_size. See issue 23."
+                "shift mask change with every input size); load it at a fixed img_size."
             )
         grid = tuple(int(v) for v in getattr(block, self.grid_attribute))
         if patch_grid[0] % grid[0] or patch_grid[1] % grid[1]:
             raise UnsupportedModelError(
                 f"windowed attention: stage {site.stage}'s {grid[0]}x{grid[1]} grid does not divide the "
                 f"{patch_grid[0]}x{patch_grid[1]} patch grid (padded patch merging) — not yet supported for "
-                "Swin; use an img_size that halves evenly at every stage. See issue 23."
+                "Swin; use an img_size that halves evenly at every stage."
             )
         stride = (patch_size[0] * (patch_grid[0] // grid[0]), patch_size[1] * (patch_grid[1] // grid[1]))
         return LayerGeometry(

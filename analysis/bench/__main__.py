@@ -159,7 +159,7 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
 
 
 def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
-    """``run_with_cache`` (issue 26) beside a plain fused forward, interleaved: with no names
+    """``run_with_cache`` beside a plain fused forward, interleaved: with no names
     (no hook at all), with every block's residual stream, and with every block's probabilities
     beside ``capture_attention`` (the same engine: the cache keeps one tensor per layer, the
     record stacks them into one ``(L, …)`` buffer; both compute each map in place)."""

@@ -1,4 +1,4 @@
-"""Causal and decomposition analyses on the activation cache (issue 26), one file each:
+"""Causal and decomposition analyses on the activation cache, one file each:
 direct logit attribution, head ablation and activation patching."""
 
 from .ablation import ABLATIONS, HeadAblation, cumulative_head_ablation, head_ablation, heads_by_effect

@@ -11,7 +11,7 @@ Methods (see each function for its formula and source):
 * ``"input_x_gradient"``: input × gradient pooled per patch;
 * ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``).
 
-Windowed models (Swin, SAM; issue 23): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
+Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"`` (stem patch grid) and ``"rollout"`` (:mod:`analysis.windowed_rollout`)
 work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
 grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.

@@ -3,7 +3,7 @@
 All maps are over the patch grid in row-major order, prefix tokens (class, distillation,
 registers) dropped by index from the model's own spec, never by a hard-coded grid.
 
-Windowed models (Swin, SAM; issue 23) have no one grid for every layer:
+Windowed models (Swin, SAM) have no one grid for every layer:
 :func:`explanation_grid` says which grid each method's map lies on. ``"gradcam"`` works on
 the last stage's grid, ``"input_x_gradient"`` and ``"integrated_gradients"`` on the stem's
 patch grid, ``"rollout"`` on its start layer's grid; ``"attention"`` and ``"chefer"``, which

@@ -1,4 +1,4 @@
-"""The faithfulness benchmark of the text explanation methods (issue 25, item 4) on a two-tower model.
+"""The faithfulness benchmark of the text explanation methods on a two-tower model.
 
 Each scene has a prompt that names one of its objects (``"a star"``) and that object's mask.
 Every method of :data:`~analysis.text.TEXT_METHODS` (and the seeded random map,

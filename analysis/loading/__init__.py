@@ -79,7 +79,7 @@ def load_vit(
             ``std=`` override the preprocessing.
 
     Raises:
-        ModelLoadError and its subclasses, with a message that says what to do.
+        ModelLoadError: and its subclasses, with a message that says what to do.
     """
     if isinstance(source, nn.Module):
         return objects.wrap_module(source, device=None if device is None else resolve_device(device), **model_kwargs)

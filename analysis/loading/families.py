@@ -13,9 +13,9 @@ __all__ = [
 ]
 
 # timm modules whose models are ViTs with per-token self-attention over [prefix, patches], and
-# (Swin v1/v2, SAM) windowed models whose attention is captured per window (issue 23: the API's
+# (Swin v1/v2, SAM) windowed models whose attention is captured per window (the API's
 # capture_attention and attention_map work; the other analyses and the app refuse them, saying so).
-# Hiera, MViTv2 and MaxViT stay out (issue 23 item 6): the windows of LayerGeometry are contiguous
+# Hiera, MViTv2 and MaxViT stay out: the windows of LayerGeometry are contiguous
 # blocks of one grid whose queries and keys are the same cells, and theirs are not (see _REFUSALS).
 SUPPORTED_MODULES = (
     "vision_transformer",

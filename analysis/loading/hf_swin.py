@@ -109,7 +109,7 @@ def to_timm_swin(model: nn.Module, img_size: tuple[int, int] | None = None) -> t
         if stage_grid[0] << index != grid[0] or stage_grid[1] << index != grid[1]:
             raise UnsupportedModelError(
                 f"transformers Swin: the {grid[0]}x{grid[1]} patch grid does not halve evenly at every patch merging "
-                "(padded merging is not supported). See issue 23."
+                "(padded merging is not supported)."
             )
         blocks.append([_v2_block(layer) if v2 else _v1_block(layer, stage_grid) for layer in stage.blocks])
     classifier = first_attribute(model, "classifier")

@@ -120,14 +120,14 @@ def _check_geometry(model: nn.Module, parts: SwinParts, source: str) -> None:
                 f"windowed attention: stage {stage} of this {source} Swin works on a {grid[0]}x{grid[1]} grid, not a "
                 f"whole number of its {window[0]}x{window[1]} windows; {source} pads before its cyclic shift where "
                 "timm shifts first, so its windows cannot be captured as timm's. Use an input size whose stage grids "
-                "are whole windows (e.g. 224 for window 7, 256 for window 8). See issue 23."
+                "are whole windows (e.g. 224 for window 7, 256 for window 8)."
             )
         ours = (tuple(int(v) for v in block.window_size), tuple(int(v) for v in block.shift_size))
         if ours != (window, tuple(int(v) for v in theirs.shift)):
             raise UnsupportedModelError(
                 f"windowed attention: a stage-{stage} block of this {source} Swin uses window {window} and shift "
                 f"{tuple(theirs.shift)} on its {grid[0]}x{grid[1]} grid, timm's would use {ours[0]} and {ours[1]}: "
-                "not supported. See issue 23."
+                "not supported."
             )
 
 

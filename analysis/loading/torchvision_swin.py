@@ -77,7 +77,7 @@ def to_timm_swin(tv: nn.Module, img_size: int | tuple[int, int] | None = None) -
         if stage_grid[0] <= 0:
             raise UnsupportedModelError(
                 f"torchvision Swin: the {grid[0]}x{grid[1]} patch grid does not halve evenly at every patch merging "
-                "(padded merging is not supported). Use an img_size like 224 (v1) or 256 (v2). See issue 23."
+                "(padded merging is not supported). Use an img_size like 224 (v1) or 256 (v2)."
             )
         blocks.append([_block(block, stage_grid, v2) for block in stage])
     parts = SwinParts(

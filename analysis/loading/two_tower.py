@@ -58,8 +58,8 @@ def load_clip(
         checkpoint: open_clip only: a pretrained tag (``"laion2b_s34b_b79k"``) or a local checkpoint file.
 
     Raises:
-        NoTextTowerError for an image-only model (a ViT, or a CLIP/SigLIP vision tower alone);
-        ModelLoadError and its subclasses otherwise, with what to do.
+        NoTextTowerError: for an image-only model (a ViT, or a CLIP/SigLIP vision tower alone).
+        ModelLoadError: and its subclasses otherwise, with what to do.
     """
     if isinstance(source, LoadedCLIP):
         return source

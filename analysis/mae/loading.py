@@ -55,7 +55,7 @@ def _no_decoder(what: str) -> MissingDecoderError:
 @dataclass(eq=False)
 class LoadedMAE(LoadedModel):
     """A masked autoencoder with everything needed to feed it (the fields of
-    :class:`~analysis.loading.LoadedModel`, and:)
+    :class:`~analysis.loading.loaded.LoadedModel`, and:)
 
     Attributes:
         model: the transformers ``ViTMAEForPreTraining``, eval mode, frozen, on ``device``.
@@ -170,7 +170,7 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
 
     Raises:
         MissingDecoderError: an MAE encoder without decoder (timm ``.mae``, ``ViTMAEModel``).
-        ModelLoadError and its subclasses otherwise, with what to do.
+        ModelLoadError: and its subclasses otherwise, with what to do.
     """
     if isinstance(source, nn.Module):
         return wrap_mae(source, type(source).__name__, None if device is None else resolve_device(device),

@@ -1,4 +1,4 @@
-"""Text prompts for two-tower image–text models (CLIP, SigLIP; issue 25).
+"""Text prompts for two-tower image–text models (CLIP, SigLIP).
 
     >>> clip = load_clip("path/to/clip")                     # a LoadedCLIP; clip.image is a LoadedViT
     >>> result = zero_shot(clip, pixels, ["a photo of a dog", "a photo of a cat"])

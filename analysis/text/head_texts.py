@@ -1,7 +1,7 @@
 """Which heads say what: TextSpan (Gandelsman et al. 2024) over an image set.
 
 Each head ``(l, h)`` writes a direct contribution ``c_{l,h}(x) ∈ R^E`` to the image embedding of
-image ``x`` (:func:`analysis.circuits.head_output_vectors`: its output summed over tokens, through
+image ``x`` (:func:`analysis.circuits.attribution.head_output_vectors`: its output summed over tokens, through
 the final norm with its scale frozen and the projection; SigLIP: through the pooling head with its
 probabilities frozen). Over ``K`` images they form ``C ∈ R^{K×E}``. TextSpan (Gandelsman, Efros &
 Steinhardt 2024, "Interpreting CLIP's image representation via text-based decomposition",

@@ -27,6 +27,7 @@ class TokenRecord:
         layers: model layer index of each entry along ``L``, in the order they were asked for.
         kind: ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
 
+    Examples:
         >>> record = capture_tokens(vit, pixels, kind="key", layers=[5, 0])
         >>> record.layers                     # (5, 0): the order asked
         >>> record.layer_tokens(5).shape      # (B, T, D)

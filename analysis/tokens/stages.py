@@ -1,4 +1,4 @@
-"""Tokens of a windowed or hierarchical model (Swin v1/v2, SAM's image encoder; issue 23).
+"""Tokens of a windowed or hierarchical model (Swin v1/v2, SAM's image encoder).
 
 Every block of these models works on an NHWC map ``(B, gh, gw, C)`` of its stage grid
 (:class:`~analysis.spec.LayerGeometry`): stages differ in grid and width (Swin's patch merging

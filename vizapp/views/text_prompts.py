@@ -1,4 +1,4 @@
-"""Text prompts (issue 25): where in the image does a text match, and why? Zero-shot scores of
+"""Text prompts: where in the image does a text match, and why? Zero-shot scores of
 typed prompts, one map per prompt and method, the score decomposed over layers and heads, the
 deletion and insertion curves of the score, and what each head writes (TextSpan).
 

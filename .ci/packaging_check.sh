@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Packaging: the library installs and runs without the app's dependencies, and the `app` extra
+# adds the app. Builds a wheel of this checkout, installs it with its dependencies into a fresh
+# venv (pip's own configuration supplies torch, as for requirements.txt), then from a folder
+# outside the repository:
+#   1. without the extra: Streamlit is absent, `import analysis` works, `python -m analysis
+#      report` runs on the bundled demo model, and `import vizapp` raises AppDependencyError
+#      naming `pip install "vit-explorer[app]"`;
+#   2. with the extra: `vit-explorer --help` runs.
+# Slow (a venv, timm and the rest from the index, a report): a step of .ci/run of its own, not part
+# of the README's test command.
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+PYTHON="${PYTHON:-python3}"
+
+"$REPO/.venv/bin/pip" wheel -q --no-deps --no-build-isolation "$REPO" -w "$WORK/dist"
+WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
+"$PYTHON" -m venv "$WORK/v"
+# torch and torchvision (with their own dependencies, CUDA libraries included: several GB) are
+# lent from this checkout's .venv, which requirements.txt installed: the fresh venv sees only
+# those distributions, through a .pth file, and pip installs everything else the wheel declares
+# from the package index, as for a user. PACKAGING_CHECK_OWN_TORCH=1 lets pip install torch too.
+if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
+  "$REPO/.venv/bin/python" - "$WORK/torch_stack" <<'PY'
+import re, sys
+from importlib import metadata
+from pathlib import Path
+
+target = Path(sys.argv[1]); target.mkdir()
+closure, todo = set(), [("torch", ()), ("torchvision", ())]
+while todo:
+    name, extras = todo.pop()
+    name = re.sub(r"[-_.]+", "-", name).lower()
+    if (name, extras) in closure:
+        continue
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    closure.add((name, extras))
+    for requirement in dist.requires or []:
+        wanted = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if wanted and wanted.group(1) not in extras:
+            continue  # a requirement of an extra nobody asked for
+        head = re.split(r"[ ;<>=!~(]", requirement, maxsplit=1)[0]
+        asked = tuple(sorted(re.findall(r"[\w.-]+", head.split("[", 1)[1]))) if "[" in head else ()
+        todo.append((head.split("[", 1)[0], asked))
+    tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+    for top in tops - {"bin", "__pycache__"}:
+        source = Path(dist.locate_file(top))
+        if source.exists() and not (target / top).exists():
+            (target / top).symlink_to(source)
+names = {name for name, _ in closure}
+assert not names & {"streamlit", "pyarrow"}, names
+print("lent from .venv:", ", ".join(sorted(names)))
+PY
+  SITE="$("$WORK/v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$WORK/torch_stack" > "$SITE/_torch_stack.pth"
+fi
+"$WORK/v/bin/pip" install -q "$WHEEL"
+
+mkdir "$WORK/elsewhere" && cd "$WORK/elsewhere"
+export HF_HUB_OFFLINE=1
+unset PYTHONPATH
+
+# 1. the library alone
+if "$WORK/v/bin/python" -c "import streamlit" 2>/dev/null; then
+  echo "packaging check: the wheel without the app extra installed streamlit" >&2; exit 1
+fi
+"$WORK/v/bin/python" -c "import analysis, analysis.plots; print('analysis', analysis.__file__)"
+"$WORK/v/bin/python" -m analysis report --model demo --examples 1 --out "$WORK/report"
+test -s "$WORK/report/report.html"
+"$WORK/v/bin/python" - <<'PY'
+try:
+    import vizapp  # noqa: F401
+except ImportError as exc:
+    assert type(exc).__name__ == "AppDependencyError", repr(exc)
+    assert 'pip install "vit-explorer[app]"' in str(exc), str(exc)
+    print("import vizapp without the app extra:", exc)
+else:
+    raise SystemExit("packaging check: vizapp imported without the app extra")
+PY
+if "$WORK/v/bin/vit-explorer" --help >"$WORK/no_app.txt" 2>&1; then
+  echo "packaging check: vit-explorer ran without the app extra" >&2; exit 1
+fi
+grep -q 'vit-explorer\[app\]' "$WORK/no_app.txt"
+
+# 2. with the app extra
+"$WORK/v/bin/pip" install -q "$WHEEL[app]"
+"$WORK/v/bin/vit-explorer" --help >"$WORK/app_help.txt"
+grep -q "streamlit run" "$WORK/app_help.txt" || grep -qi "usage" "$WORK/app_help.txt"
+echo "packaging check: the library without the app extra, and the app with it: ok"
