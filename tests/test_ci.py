@@ -108,8 +108,9 @@ def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
     assert "export CI=true" in script.split(command)[0]
     assert '-m "not upload"' in script  # the minimum-versions job deselects (never skips) the upload tests
     # the real-weights tier, deselected by pytest.ini from the README's command, is a step of its own
-    assert "-m real_weights tests" in script.split(command, 1)[1] and "-m layout tests" in script.split(command, 1)[1]
-    assert '-m "not real_weights and not layout"' in (REPO / "pytest.ini").read_text()
+    after = script.split(command, 1)[1]
+    assert "-m real_weights tests" in after and "-m layout tests" in after and "-m attack_library tests" in after
+    assert '-m "not real_weights and not layout and not attack_library"' in (REPO / "pytest.ini").read_text()
 
 
 def test_every_app_test_that_uploads_is_marked_upload():
