@@ -687,6 +687,8 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
         if geometry is not None:
             shown = window_probabilities(probs, geometry)  # (B, windows, heads, Wt, Wt)
         replaced = points["attn.probs"](shown)
+        if replaced is None and grad and geometry is not None:
+            replaced = shown  # gradient mode: the windows shown are what the block multiplies with v
         if replaced is None or geometry is None:
             return replaced
         return replaced.reshape(probs.shape)
