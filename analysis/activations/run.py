@@ -715,7 +715,8 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
             if wants_scores:
                 new_scores = points["attn.scores"](scores)
                 scores = scores if new_scores is None else new_scores
-            probs = scores.softmax(-1)  # (B, heads, Q, K) float32
+            with torch.autocast(scores.device.type, enabled=False):
+                probs = scores.softmax(-1)  # (B, heads, Q, K) float32
             if wants_probs:
                 new_probs = visit_probs(probs)
                 probs = probs if new_probs is None else new_probs
