@@ -71,7 +71,7 @@ def test_attention_gradients_equal_the_differentiable_taps(family, family_vits):
 @pytest.mark.parametrize("family", ["siglip", "pe_core", "eva02", "dinov2_registers"])
 def test_output_attention_gradients_of_an_embedding_tower_equal_the_differentiable_taps(family, family_vits):
     vit, pixels = family_vits[family], family_pixels(family)
-    score = lambda output: output[:, :5].pow(2).sum()  # noqa: E731
+    score = lambda output: output[:, :5].pow(2).sum()
     got = gradients.output_attention_gradients(vit, pixels, score)
     for a, b in zip(got, _taps_reference(vit, pixels, score)):
         torch.testing.assert_close(a, b, **EXACT)
@@ -87,7 +87,7 @@ def test_block_input_gradients_equal_a_plain_hook_on_the_attention_input(family,
                                          lambda logits: logits.gather(1, torch.tensor([[1], [2]])).sum())
         assert targets.tolist() == [1, 2]
     else:
-        score = lambda output: output.sum()  # noqa: E731
+        score = lambda output: output.sum()
         activation, found, _ = gradients.block_input_score_gradients(vit, pixels, score, layer=layer)
         expected = _plain_hook_reference(vit, pixels, module, "input", score)
     torch.testing.assert_close(activation, expected[0], **EXACT)
@@ -96,7 +96,7 @@ def test_block_input_gradients_equal_a_plain_hook_on_the_attention_input(family,
 
 def test_last_stage_gradients_equal_a_plain_hook_on_the_last_norm():
     vit, pixels = small_swin(bias_seed=1), small_pixels()
-    activation, found, targets, geometry = gradients.last_stage_gradients(vit, pixels, target=2)
+    activation, found, _targets, geometry = gradients.last_stage_gradients(vit, pixels, target=2)
     norm = block_sites(vit.model)[-1].block.norm1
     expected = _plain_hook_reference(vit, pixels, norm, "output", _score(2))
     grid = geometry.grid_size

@@ -125,7 +125,7 @@ def test_the_scores_equal_a_hand_computation_from_the_block_input(family_vits):
     cache = run_with_cache(vit, pixels, names=["blocks.0.attn.scores", "blocks.1.attn.hook_attn_scores"])
     for layer, block in enumerate(vit.model.blocks):
         attn, h = block.attn, seen[layer]
-        batch, tokens, width = h.shape
+        batch, tokens, _width = h.shape
         with torch.no_grad():
             q, k, _ = attn.qkv(h).reshape(batch, tokens, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         expected = q @ k.transpose(-2, -1) * attn.scale
