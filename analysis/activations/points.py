@@ -66,6 +66,16 @@ Its gradient (gradient mode) is with the centred input held fixed, as in Transfo
 ``attn.out`` in a pre-norm block without layer scale (``attn.out = ls(Σ_h result_h + b_O)``
 otherwise). A replaced ``attn.result`` makes the projection output ``Σ_h result_h + b_O``.
 
+**Norms.** ``ln1`` is the block's first norm wherever the block applies it: before the
+attention in a pre-norm block (then ``ln1.out`` is ``attn.in``), on the attention's output in a
+post-norm one (Swin v2); likewise ``ln2`` and the MLP. A block or model without such a norm (a
+model that pools first has ``fc_norm``, not ``norm``) has no ``ln*`` points.
+
+**Gradients.** ``run_with_cache(vit, pixels, names, grad_of=fn)`` also keeps, for every cached
+point, the gradient of the scalar ``fn(output)`` with respect to it: ``cache.grad(name)``, the
+point's shape (TransformerLens's ``run_with_cache(incl_bwd=True)``, which keys it
+``name + "_grad"``). See :mod:`analysis.activations.run`.
+
 **stop_at_layer.** ``run_with_cache(..., stop_at_layer=n)`` runs blocks ``0..n−1`` only (no later
 block, norm or head): the cache's ``residual`` is the stream after block ``n − 1`` (its
 ``resid_post``; ``n = 0``: the input of block 0) and ``logits`` is ``None``.
@@ -84,7 +94,8 @@ built with ``fused_attn=False``); SAM's ``attn.q``/``.k``/``.v``/``.scores`` and
 ``attn.result``, ``attn.in`` are per window, ``(B·windows, heads, Wt, d)``,
 ``(B·windows, heads, Wt, Wt)``, ``(B·windows, Wt, heads, d)`` (a global block: one window);
 ``attn.probs`` is ``(B, windows, heads, Wt, Wt)`` (pairs the shift mask removes exactly 0), as
-:func:`analysis.capture_attention` records it. They have no prefix tokens.
+:func:`analysis.capture_attention` records it; the norm and MLP points are laid out as the block
+computes them (NHWC maps or ``(B, gh·gw, ·)``). They have no prefix tokens.
 
 ``d`` is the head width; ``kv_heads < heads`` only for grouped-query attention. The branch
 outputs are read where the block adds them (its ``drop_path1`` / ``drop_path2``, identity at
