@@ -21,7 +21,8 @@ output is bit-identical. Layers that are not requested keep the fused kernel eit
 path for records, caches, tokens and the streamed analyses. A record's maps go straight into
 their final ``(L, B, heads, Q, T)`` buffer; on the CPU a large one reuses the memory of a record
 already dropped (:mod:`analysis.record_memory`), so a loop of captures does not fault in fresh
-pages for every batch. :func:`attention_taps` is the gradient path (``differentiable=True``).
+pages for every batch. Gradients go through the same engine (``run_with_cache(..., grad_of=fn)``);
+:func:`attention_taps` remains public for callers that tap the adapters themselves.
 
 Hooks are registered per call and removed in ``finally``; they only react to the thread
 that registered them, so one model can be shared by many threads (browser sessions),
@@ -77,12 +78,13 @@ def attention_taps(
     read by each block's attention adapter (:mod:`analysis.adapters`); the fused kernel keeps
     computing each call's output.
 
-    This is the gradient path. ``differentiable=True`` (under autograd): the reported
-    probabilities are the very tensors the blocks multiply with ``v`` (fused calls become
-    explicit for this thread and this block only), so gradients with respect to them are
-    exact. Reading and editing activations without gradients goes through
-    :mod:`analysis.activations` (``capture_attention``, ``run_with_cache``, the streamed
-    analyses), which computes the scores once. Hooks are removed on exit, also when the forward raises.
+    ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
+    the blocks multiply with ``v`` (fused calls become explicit for this thread and this block
+    only), so gradients with respect to them are exact. The library itself no longer uses this
+    (kept public for callers that tap the adapters themselves): reading, editing and
+    differentiating activations go through :mod:`analysis.activations` (``run_with_cache``,
+    with ``grad_of=fn`` for gradients: ``cache.grad("blocks.3.attn.probs")`` is the same
+    ``∂y/∂P``). Hooks are removed on exit, also when the forward raises.
     """
     owner = threading.get_ident()
     handles = []

@@ -48,7 +48,9 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
     spec = cache.spec
     record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
     pooled = record.pool_attention is not None  # SigLIP and PE: an attention-pooling head
-    assert list(cache) == hook_point_names(spec.num_layers) + (["pool.probs"] if pooled else [])
+    final_norm = not isinstance(vit.model.norm, torch.nn.Identity)  # models that pool first have fc_norm instead
+    assert list(cache) == (hook_point_names(spec.num_layers) + (["ln_final.scale", "ln_final.out"] if final_norm else [])
+                           + (["pool.probs"] if pooled else []))
     assert pooled == (family in ("siglip", "pe_core"))
     if pooled:
         torch.testing.assert_close(cache["pool.probs"], record.pool_attention, rtol=1e-5, atol=1e-6)
@@ -234,7 +236,8 @@ def test_q_k_v_need_the_fused_path_and_say_so(family_vits):
     with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         run_with_cache(vit, family_pixels("vit"), names=["blocks.0.attn.q"])
     everything = run_with_cache(vit, family_pixels("vit"))  # names=None: the points this model has
-    assert list(everything) == [n for n in hook_point_names(vit.spec.num_layers) if not n.endswith((".q", ".k", ".v"))]
+    assert list(everything) == [n for n in hook_point_names(vit.spec.num_layers) + ["ln_final.scale", "ln_final.out"]
+                                if not n.endswith((".q", ".k", ".v", ".scores"))]
     _assert_no_hooks(vit.model)
 
 
@@ -335,7 +338,8 @@ def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind)
     with pytest.raises(AnalysisError, match="no prefix tokens"):
         cache.patches("blocks.0.resid_post")
     everything = run_with_cache(vit, pixels)  # names=None: every point these blocks define
-    missing = {"swin": {"attn.q", "attn.k", "attn.v"}, "swinv2": {"attn.q", "attn.k", "attn.v"}}.get(kind, set())
+    explicit = {"attn.q", "attn.k", "attn.v", "attn.scores"}  # the module computes its softmax itself
+    missing = {"swin": explicit, "swinv2": explicit}.get(kind, set())
     for name in hook_point_names(spec.num_layers):
         layer, point = name.split(".", 2)[1:]
         undefined = point in missing or (kind == "sam" and point == "resid_mid" and int(layer) not in (1, 3))

@@ -177,29 +177,24 @@ def test_capture_does_not_modify_the_model(vits):
 
 def test_a_layer_whose_tap_never_fired_is_refused(vits, monkeypatch):
     """After every capture, a layer the taps never reported must not come back as zeros: the
-    activation engine (capture_attention, capture_tokens, run_with_cache) and the gradient
-    taps (explain) each refuse it, naming the layer."""
+    activation engine (capture_attention, capture_tokens, run_with_cache, and its gradient mode
+    behind explain) refuses it, naming the layer."""
     import analysis
     import analysis.activations.run as engine
-    import analysis.explanations.gradients as gradients
 
     vit = vits["class_token"]
     last = vit.spec.num_layers - 1
     pixels = random_pixels(vit)
-    real_block_hooks, real_taps = engine._block_hooks, gradients.attention_taps
+    real_block_hooks = engine._block_hooks
 
     def block_hooks_missing_last_layer(layer, *args, **kwargs):
         if layer != last:
             real_block_hooks(layer, *args, **kwargs)
 
-    def taps_missing_last_layer(model, layers, sink, **kwargs):
-        return real_taps(model, [layer for layer in layers if layer != last], sink, **kwargs)
-
     monkeypatch.setattr(engine, "_block_hooks", block_hooks_missing_last_layer)
-    monkeypatch.setattr(gradients, "attention_taps", taps_missing_last_layer)
     with pytest.raises(AnalysisError, match=rf"never reached \['blocks\.{last}\.attn\.probs'\]"):
         capture_attention(vit, pixels)
     with pytest.raises(AnalysisError, match=rf"never reached \['blocks\.{last}\.resid_post'\]"):
         analysis.capture_tokens(vit, pixels)
-    with pytest.raises(AnalysisError, match=rf"layers \[{last}\] was never computed"):
+    with pytest.raises(AnalysisError, match=rf"never reached \['blocks\.{last}\.attn\.probs'\]"):
         analysis.explain(vit, pixels, method="chefer")

@@ -291,7 +291,7 @@ def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added
     """PyTorch adds a ``with_kwargs`` pre-hook in two steps (the hook, then its "with kwargs"
     flag) and removes it in two; a forward on another thread in between calls it as
     ``hook(module, args)`` (seen in the 8-thread test as a TypeError inside activation
-    patching). The engine's keyword pre-hooks (``resid_pre``, ``attn.rope``) accept that call
+    patching). The engine's keyword pre-hooks (``resid_pre``, ``attn.in``, ``attn.rope``) accept that call
     and return None for another thread."""
     from analysis.activations.run import hooks_around
 
@@ -301,7 +301,8 @@ def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added
     def spy(value):
         seen.extend(_call_as_another_thread_in_the_race(vit.model, value))
 
-    run_with_hooks(vit, pixels, {"blocks.1.resid_pre": lambda x: None, "blocks.2.resid_post": spy})
+    run_with_hooks(vit, pixels, {"blocks.1.resid_pre": lambda x: None, "blocks.1.attn.in": lambda x: None,
+                                 "blocks.2.resid_post": spy})
     assert seen and all(result is None for result in seen), seen
     seen.clear()
     with torch.no_grad(), hooks_around(rope_vit.model, {"blocks.1.attn.rope": lambda rope: None}):

@@ -8,7 +8,7 @@ import torch
 
 from ..errors import AnalysisError
 from ..spec import ViTSpec
-from .points import parse_hook_name
+from .points import canonical_name, parse_hook_name
 
 __all__ = ["ActivationCache"]
 
@@ -21,17 +21,39 @@ class ActivationCache(Mapping):
         >>> cache["blocks.0.attn.probs"].shape          # (B, heads, T, T)
         >>> prefix, patches = cache.prefix("blocks.0.resid_post"), cache.patches("blocks.0.resid_post")
 
+    Names are the table's (:mod:`.points`); TransformerLens aliases look up the same entries.
+    In gradient mode (``run_with_cache(..., grad_of=fn)``) :meth:`grad` gives each entry's gradient.
+
     Attributes:
         spec: the token layout of this input.
-        logits: ``(B, outputs)`` float32, the model's output for the same pass.
+        logits: ``(B, outputs)`` float32, the model's output for the same pass (``None`` when the
+            pass stopped early, ``stop_at_layer``).
+        residual: with ``stop_at_layer=n``, the residual stream after block ``n − 1`` (float32),
+            else ``None``.
     """
 
-    def __init__(self, activations: dict[str, torch.Tensor], spec: ViTSpec, logits: torch.Tensor,
-                 stacks: dict[str, torch.Tensor] | None = None) -> None:
+    def __init__(self, activations: dict[str, torch.Tensor], spec: ViTSpec, logits: torch.Tensor | None,
+                 stacks: dict[str, torch.Tensor] | None = None, *, grads: dict[str, torch.Tensor] | None = None,
+                 residual: torch.Tensor | None = None) -> None:
         self._activations = dict(activations)
         self.spec = spec
         self.logits = logits
+        self.residual = residual
         self._stacks = dict(stacks or {})  # point kind -> (L, ...) whose slices are the entries
+        self._grads = None if grads is None else dict(grads)
+
+    def grad(self, name: str) -> torch.Tensor:
+        """``∂y/∂a``: the gradient of gradient mode's scalar ``y = grad_of(output)`` with respect to
+        the cached activation ``a = cache[name]`` (same shape, dtype and device; zeros where ``y``
+        does not depend on it). TransformerLens keeps it as ``cache[name + "_grad"]``."""
+        if self._grads is None:
+            raise AnalysisError("This cache holds no gradients: run run_with_cache(..., grad_of=fn) with fn(output) -> "
+                                "scalar (e.g. lambda logits: logits[:, 3].sum()).")
+        canonical = canonical_name(name)
+        if canonical not in self._grads:
+            raise KeyError(f"{name!r} was not cached (this cache holds: {', '.join(self._grads) or 'nothing'}); "
+                           "pass it in names=.")
+        return self._grads[canonical]
 
     @classmethod
     def concatenate(cls, pieces: list["ActivationCache"], device: torch.device) -> "ActivationCache":
@@ -46,7 +68,9 @@ class ActivationCache(Mapping):
                 activations[name] = stacks[stacked][first._stacked_position(name, stacked)]
             else:
                 activations[name] = torch.cat([p[name].to(device) for p in pieces])
-        return cls(activations, first.spec, torch.cat([p.logits.to(device) for p in pieces]), stacks)
+        logits = None if first.logits is None else torch.cat([p.logits.to(device) for p in pieces])
+        residual = None if first.residual is None else torch.cat([p.residual.to(device) for p in pieces])
+        return cls(activations, first.spec, logits, stacks, residual=residual)
 
     def _stacked_position(self, name: str, point: str) -> int | None:
         if not name.startswith("blocks.") or parse_hook_name(name, self.spec.num_layers)[1].suffix != point:
@@ -81,7 +105,7 @@ class ActivationCache(Mapping):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
-            return self._activations[name]
+            return self._activations[canonical_name(name)]
         except KeyError:
             kept = ", ".join(self._activations) or "nothing"
             raise KeyError(f"{name!r} was not cached (this cache holds: {kept}); pass it in names=.") from None

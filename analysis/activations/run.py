@@ -16,6 +16,23 @@ The same discipline as :func:`analysis.capture_attention` (TransformerLens's
 A hook is ``fn(activation) -> replacement | None``: ``None`` keeps the activation; a tensor of
 the same shape replaces it for the rest of the forward pass. Replacing ``resid_mid`` makes the
 attention branch add ``new − resid_pre``, so the stream equals ``new`` to float rounding.
+
+**Gradient mode** (TransformerLens's ``run_with_cache(incl_bwd=True)``):
+``run_with_cache(vit, pixels, names, grad_of=fn)`` runs the forward under autograd (no
+``no_grad``), takes ``y = fn(output)`` (a scalar of the logits, e.g. ``lambda l: l[:, 7].sum()``)
+and keeps ``∂y/∂a`` of every cached point ``a``: ``cache.grad("blocks.3.attn.probs")``, the shape
+of ``cache["blocks.3.attn.probs"]``. ``torch.autograd.grad`` is used, so nothing is written to the
+parameters' ``.grad``; the input is cloned with ``requires_grad`` when it has none (the loaded
+models' parameters are frozen), so every point is in the graph. In this mode a hook's
+replacement stays in the graph; the attention of a block whose ``attn.probs``/``attn.scores`` is
+asked computes ``P = softmax(scale·q·kᵀ + M)`` by out-of-place float32 ops and its output as
+``P·v`` from that very ``P`` (so ``∂y/∂P`` is the gradient of the attention the output was
+computed from); points the block does not compute from otherwise are routed into the forward
+(``resid_mid``: the branch adds ``mid − resid_pre``; ``attn.result``: the projection's output is
+``Σ_h result_h + b_O``; ``ln*.scale``: see :mod:`.points`), which changes the output by float
+rounding only. :func:`run_with_hooks` with ``differentiable=True`` returns the output in the
+graph: its hooks see (and may replace) graph tensors, for any gradient the caller takes itself
+(several scalars, as LeGrad does).
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ import torch
 import torch.nn as nn
 
 from ..adapters.base import AttentionInputs, attend as _attend
-from ..adapters.probabilities import attend_and_record, attention_probabilities
+from ..adapters.probabilities import attend_and_record, attention_probabilities, attention_scores
 from ..adapters.registry import AttentionSite, block_sites, pool_site
 from ..checks import check_float_dtype, input_spec
 from ..devices import autocast_context
@@ -38,7 +55,8 @@ from ..oom import run_with_oom_fallback
 from ..spec import ViTSpec
 from ..windowed import window_probabilities
 from .cache import ActivationCache
-from .points import POOL_NAME, forward_order, hook_point_names, parse_hook_name
+from .modules import block_norm, final_norm, mlp_layers, norm_kind, normalisation_scale
+from .points import MODEL_POINTS, POOL_NAME, canonical_name, forward_order, hook_point_names, parse_hook_name
 from .store import ActivationStore
 
 __all__ = ["run_with_cache", "run_with_hooks", "Hook", "NamesFilter", "hooks_around", "StopForward", "AROUND_POINTS"]
@@ -48,7 +66,10 @@ Hook = Callable[[torch.Tensor], "torch.Tensor | None"]
 #: ``None`` (every point), one name, a list of names (kept in that order), or ``fn(name) -> bool``.
 NamesFilter = "None | str | Iterable[str] | Callable[[str], bool]"
 
-_ATTENTION_POINTS = ("attn.q", "attn.k", "attn.v", "attn.probs")
+_ATTENTION_POINTS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.probs")
+#: ``fn(output) -> scalar``: what gradient mode differentiates (``output``: the logits, or the
+#: residual stream with ``stop_at_layer``).
+Scalar = Callable[[torch.Tensor], torch.Tensor]
 
 
 def run_with_cache(
@@ -60,6 +81,8 @@ def run_with_cache(
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
     to_cpu: bool = True,
+    grad_of: Scalar | None = None,
+    stop_at_layer: int | None = None,
 ) -> ActivationCache:
     """One forward pass that keeps the activations at ``names`` (see :mod:`analysis.activations.points`).
 
@@ -67,39 +90,55 @@ def run_with_cache(
         vit: a :class:`~analysis.loading.LoadedViT` (windowed models: the points are laid out
             per stage grid and per window, see :mod:`analysis.activations.points`).
         pixels: ``(B, 3, H, W)`` preprocessed input.
-        names: ``None`` (every point of every block, and ``pool.probs`` when the model has an
-            attention-pooling head), a name, a list of names (the cache keeps that order), or a
+        names: ``None`` (every point of every block this model defines, ``ln_final.*`` when it
+            has a final norm, and ``pool.probs`` when it has an attention-pooling head), a name, a
+            list of names (the cache keeps that order; TransformerLens names are accepted), or a
             predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
-            ``attn.q``/``.k``/``.v`` exist only on the fused attention path (the default): on a
-            model built with ``fused_attn=False`` leave them out (a typed error says so).
+            ``attn.q``/``.k``/``.v``/``.scores`` exist only on the fused attention path (the
+            default): on a model built with ``fused_attn=False`` leave them out (a typed error says so).
         hooks: optional interventions ``{name: fn}`` applied in the same pass (see
             :func:`run_with_hooks`); a cached point that is also hooked holds the replacement.
-        dtype: storage dtype of floating activations; ``precision``: autocast of the forward
-            (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU); ``to_cpu``: keep them in CPU memory.
+        dtype: storage dtype of floating activations (and their gradients); ``precision``:
+            autocast of the forward (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU); ``to_cpu``:
+            keep them in CPU memory.
+        grad_of: gradient mode (module docstring): ``fn(output) -> scalar``; the cache then
+            also holds ``cache.grad(name)``, ``∂fn(output)/∂activation`` of every cached name.
+        stop_at_layer: run blocks ``0..n−1`` only and return: ``cache.residual`` is the stream
+            after block ``n − 1`` (``n = 0``: block 0's input), ``cache.logits`` is ``None``; names
+            of later blocks and of the model's head are refused (``names=None``: blocks ``< n``).
 
-    Without hooks, a batch that runs out of accelerator memory is split in halves (and a
-    single image falls back to the CPU), as :func:`analysis.capture_attention` does.
+    Without hooks and gradients, a batch that runs out of accelerator memory is split in halves
+    (and a single image falls back to the CPU), as :func:`analysis.capture_attention` does.
     """
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
+    stop = _check_stop(stop_at_layer, spec.num_layers)
+    if grad_of is not None and not callable(grad_of):
+        raise AnalysisError("grad_of must be a function fn(output) -> scalar tensor, e.g. lambda logits: logits[:, 3].sum().")
     kept = _select(names, spec.num_layers, has_pool=pool_site(vit.model) is not None,
-                   defined=_defined_points(vit.model, spec.num_layers))
-    return cache_forward(vit, pixels, spec, kept, hooks=_check_hooks(hooks, spec.num_layers), dtype=dtype,
-                         precision=precision, to_cpu=to_cpu)
+                   defined=_defined_points(vit.model, spec.num_layers), stop=stop)
+    return cache_forward(vit, pixels, spec, kept, hooks=_check_hooks(hooks, spec.num_layers, stop), dtype=dtype,
+                         precision=precision, to_cpu=to_cpu, grad_of=grad_of, stop_at_layer=stop)
 
 
-def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, precision: str = "auto") -> torch.Tensor:
+def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, precision: str = "auto",
+                   differentiable: bool = False) -> torch.Tensor:
     """The logits ``(B, outputs)`` (float32, CPU) of a forward pass in which each ``hooks[name]``
     sees the activation at ``name`` and may replace it (``fn(activation) -> tensor | None``).
 
         >>> def zero_head_3(z):                     # z: (B, T, heads, d)
         ...     z = z.clone(); z[:, :, 3] = 0; return z
         >>> logits = run_with_hooks(vit, pixels, {"blocks.5.attn.z": zero_head_3})
+
+    ``differentiable=True``: the forward runs under autograd (gradient mode, module docstring):
+    the hooks see the activations in the graph (a hook may keep them, to differentiate later),
+    and the model's output is returned as it produced it, in the graph, on the model's device.
     """
     spec = input_spec(vit, pixels)
     hooks = _check_hooks(hooks, spec.num_layers)
     store = ActivationStore([], spec.num_layers, torch.float32, torch.device("cpu"))
-    return _hooked_forward(vit.model, vit.device, pixels, spec, hooks, store, precision).float().cpu()
+    output = _hooked_forward(vit.model, vit.device, pixels, spec, hooks, store, precision, grad=differentiable)
+    return output if differentiable else output.float().cpu()
 
 
 def visit_forward(model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec,
@@ -137,6 +176,8 @@ def cache_forward(
     query_rows: tuple[int, ...] | None = None,
     exact: bool = False,
     stack: bool = False,
+    grad_of: Scalar | None = None,
+    stop_at_layer: int | None = None,
 ) -> ActivationCache:
     """The forward pass behind :func:`run_with_cache` and :func:`analysis.capture_attention`:
     ``kept`` (validated names, in order) on ``spec``'s input, with ``hooks`` (checked, in forward order).
@@ -145,35 +186,82 @@ def cache_forward(
     attention's own fused kernel computes each call's output beside the recorded probabilities
     (bit-identical logits), instead of ``P·v`` from them. ``stack``: every point kind's layers
     are slices of one ``(L, …)`` tensor (:meth:`ActivationCache.stack` returns it, no copy).
+    ``grad_of``, ``stop_at_layer``: as :func:`run_with_cache`.
     """
     hooks = hooks or {}
-    if (query_rows is not None or exact) and hooks:
-        raise AnalysisError("query_rows and exact apply to reading attention, not to interventions: pass no hooks.")
+    if (query_rows is not None or exact) and (hooks or grad_of is not None):
+        raise AnalysisError("query_rows and exact apply to reading attention, not to interventions or gradients: "
+                            "pass no hooks and no grad_of.")
     out_device = torch.device("cpu") if to_cpu else vit.device
 
     def once(model: nn.Module, device: torch.device, piece: torch.Tensor) -> ActivationCache:
         pin = out_device.type == "cpu" and device.type == "cuda"
-        store = ActivationStore(kept, spec.num_layers, dtype, out_device, stack=stack, pin=pin)
-        logits = _hooked_forward(model, device, piece, spec, hooks, store, precision, query_rows=query_rows,
-                                 exact=exact)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # pinned copies are asynchronous
+        store = ActivationStore(kept, spec.num_layers, dtype, out_device, stack=stack, pin=pin,
+                                track=grad_of is not None)
+        output = _hooked_forward(model, device, piece, spec, hooks, store, precision, query_rows=query_rows,
+                                 exact=exact, grad=grad_of is not None, stop_at_layer=stop_at_layer)
         missing = [name for name in kept if name not in store]
         if missing:
             raise AnalysisError(
                 f"The forward pass never reached {missing[:4]}: this model's blocks did not run them as their "
                 "adapters expect, so they are not supported."
             )
-        return ActivationCache({name: store.values[name] for name in kept}, spec, logits.float().to(out_device),
-                               store.stacks)
+        grads = _gradients(grad_of, output, store) if grad_of is not None else None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # pinned copies are asynchronous
+        output = output.detach().float().to(out_device)
+        stopped = stop_at_layer is not None
+        return ActivationCache({name: store.values[name] for name in kept}, spec, None if stopped else output,
+                               store.stacks, grads=grads, residual=output if stopped else None)
 
-    if hooks:  # interventions see the batch whole
+    if hooks or grad_of is not None:  # interventions and gradients see the batch whole
         return once(vit.model, vit.device, pixels)
     pieces = run_with_oom_fallback(
         lambda piece: once(vit.model, vit.device, piece), pixels,
         (lambda piece: once(vit.cpu_model(), torch.device("cpu"), piece)) if vit.device.type != "cpu" else None,
     )
     return pieces[0] if len(pieces) == 1 else ActivationCache.concatenate(pieces, out_device)
+
+
+def _gradients(grad_of: Scalar, output: torch.Tensor, store: ActivationStore) -> dict[str, torch.Tensor]:
+    """``∂grad_of(output)/∂a`` of every kept name, stored as its activation is (a point the
+    scalar does not depend on: zeros)."""
+    with torch.enable_grad():
+        scalar = grad_of(output)
+    if not isinstance(scalar, torch.Tensor) or scalar.numel() != 1:
+        got = tuple(scalar.shape) if isinstance(scalar, torch.Tensor) else type(scalar).__name__
+        raise AnalysisError(f"grad_of returned {got}; it must return one number (a scalar tensor), e.g. "
+                            "lambda logits: logits[:, 3].sum().")
+    if not scalar.requires_grad:
+        raise AnalysisError("grad_of's value does not depend on the forward pass (no graph): compute it from "
+                            "the output it is given.")
+    live = {name: value for name, value in store.live.items() if value.requires_grad}
+    found = torch.autograd.grad(scalar.reshape(()), list(live.values()), allow_unused=True) if live else ()
+    by_name = dict(zip(live, found))
+    grads = {}
+    for name in store.kept:
+        gradient = by_name.get(name)
+        value = store.values[name]
+        grads[name] = (torch.zeros_like(value) if gradient is None
+                       else gradient.detach().to(device=store.device, dtype=value.dtype))
+    return grads
+
+
+def _check_stop(stop_at_layer: int | None, num_layers: int) -> int | None:
+    if stop_at_layer is None:
+        return None
+    if isinstance(stop_at_layer, bool) or not isinstance(stop_at_layer, int) or not 0 <= stop_at_layer <= num_layers:
+        raise AnalysisError(f"stop_at_layer={stop_at_layer!r}: pass n in 0..{num_layers} to run blocks 0..n-1 "
+                            f"(this model has {num_layers}), or None for the whole model.")
+    return stop_at_layer
+
+
+class _Stopped(Exception):
+    """Raised by the ``stop_at_layer`` hook of the calling thread, carrying the residual stream."""
+
+    def __init__(self, residual: torch.Tensor) -> None:
+        super().__init__("stopped")
+        self.residual = residual
 
 
 # --------------------------------------------------------------------------- names and callbacks
@@ -186,17 +274,42 @@ def _defined_points(model: nn.Module, num_layers: int) -> Callable[[str], bool]:
 
     def defined(name: str) -> bool:
         layer, point = parse_hook_name(name, num_layers)
+        if layer == num_layers:
+            return point.suffix == POOL_NAME or _final_norm_defines(model, point.suffix)
         site = sites.get(layer)
-        return site is None or site.adapter.defines(site, point.suffix)
+        return site is None or _block_defines(site, point.suffix)
 
     return defined
 
 
-def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable[[str], bool] | None = None) -> list[str]:
-    """The names to cache, validated, without repeats, in the order asked (a predicate or
-    ``None``: forward order, only the points this model defines; a name asked for explicitly
-    that the model does not define is refused with the reason during the pass)."""
-    everything = hook_point_names(num_layers) + ([POOL_NAME] if has_pool else [])
+def _final_norm_defines(model: nn.Module, suffix: str) -> bool:
+    norm = final_norm(model)
+    return norm is not None and (suffix.endswith(".out") or norm_kind(norm) is not None)
+
+
+def _block_defines(site: AttentionSite, suffix: str) -> bool:
+    """Whether the block at ``site`` has the point ``suffix`` (the attention adapter says for the
+    attention points; the block's submodules for the norm, MLP and per-head points)."""
+    if suffix == "attn.scores":  # like q and k: only where the fused kernel receives them
+        return site.adapter.defines(site, "attn.q")
+    if suffix in ("ln1.out", "ln2.out", "ln1.scale", "ln2.scale"):
+        norm = block_norm(site.block, suffix[:3])
+        return norm is not None and (suffix.endswith(".out") or norm_kind(norm) is not None)
+    if suffix in ("mlp.pre", "mlp.post"):
+        return mlp_layers(site.block) is not None
+    if suffix == "attn.result":
+        return isinstance(getattr(site.module, "proj", None), nn.Linear)
+    return site.adapter.defines(site, suffix)
+
+
+def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable[[str], bool] | None = None,
+            stop: int | None = None) -> list[str]:
+    """The names to cache (the table's names), validated, without repeats, in the order asked (a
+    predicate or ``None``: forward order, only the points this model defines; a name asked for
+    explicitly that the model does not define is refused with the reason during the pass).
+    ``stop``: only blocks before it."""
+    model_level = [point.suffix for point in MODEL_POINTS if point.suffix != POOL_NAME or has_pool]
+    everything = hook_point_names(num_layers if stop is None else stop) + (model_level if stop is None else [])
     if defined is not None:
         everything = [name for name in everything if defined(name)]
     if names is None:
@@ -209,22 +322,34 @@ def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable
         raise AnalysisError(f"names must be None, a name, a list of names or a predicate, got {names!r}.")
     chosen: list[str] = []
     for name in names:
-        parse_hook_name(name, num_layers)
+        _check_before_stop(name, num_layers, stop)
+        name = canonical_name(name)
         if name not in chosen:
             chosen.append(name)
     return chosen
 
 
-def _check_hooks(hooks: Mapping[str, Hook] | None, num_layers: int) -> dict[str, Hook]:
+def _check_before_stop(name: str, num_layers: int, stop: int | None) -> None:
+    layer, _ = parse_hook_name(name, num_layers)
+    if stop is not None and layer >= stop:
+        raise AnalysisError(f"{name!r} is not reached with stop_at_layer={stop}: the forward pass stops after block "
+                            f"{stop - 1}. Ask for points of blocks 0..{stop - 1}, or a later stop_at_layer.")
+
+
+def _check_hooks(hooks: Mapping[str, Hook] | None, num_layers: int, stop: int | None = None) -> dict[str, Hook]:
     if not hooks:
         return {}
     if not isinstance(hooks, Mapping):
         raise AnalysisError("hooks must be a mapping {name: fn}, e.g. {'blocks.0.attn.z': fn}.")
+    checked: dict[str, Hook] = {}
     for name, fn in hooks.items():
-        parse_hook_name(name, num_layers)
+        _check_before_stop(name, num_layers, stop)
         if not callable(fn):
             raise AnalysisError(f"The hook for {name!r} is not callable: pass fn(activation) -> tensor | None.")
-    return dict(sorted(hooks.items(), key=lambda item: forward_order(item[0], num_layers)))
+        if canonical_name(name) in checked:
+            raise AnalysisError(f"Two hooks for {canonical_name(name)!r} (a name and its TransformerLens alias): pass one.")
+        checked[canonical_name(name)] = fn
+    return dict(sorted(checked.items(), key=lambda item: forward_order(item[0], num_layers)))
 
 
 def _callback(name: str, hook: Hook | None, store: ActivationStore | None) -> Hook:
@@ -255,9 +380,12 @@ def _callback(name: str, hook: Hook | None, store: ActivationStore | None) -> Ho
 def _hooked_forward(
     model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec, hooks: dict[str, Hook],
     store: ActivationStore, precision: str, *, query_rows: tuple[int, ...] | None = None, exact: bool = False,
+    grad: bool = False, stop_at_layer: int | None = None,
 ) -> torch.Tensor:
     """One forward pass of ``model`` with ``hooks`` applied and ``store.kept`` kept; every hook
-    registered here is removed on exit, also when the forward raises."""
+    registered here is removed on exit, also when the forward raises. ``grad``: under autograd
+    (gradient mode, module docstring). Returns the model's output, or with ``stop_at_layer=n``
+    the residual stream after block ``n − 1``."""
     owner = threading.get_ident()
     wanted: dict[int, dict[str, Hook]] = {}
     for name in [*hooks, *(name for name in store.kept if name not in hooks)]:
@@ -269,29 +397,103 @@ def _hooked_forward(
     handles: list = []  # every hook registered so far, also when a later block's check raises
     try:
         for layer, points in wanted.items():
-            if layer == spec.num_layers:  # pool.probs
-                pool = pool_site(model)
-                if pool is None:
-                    raise AnalysisError(f"{POOL_NAME!r}: this model ({type(model).__name__}) has no attention-pooling head.")
-                report = _attention_report(layer, POOL_NAME, points, store, explicit, exact=exact)
-                handles.extend(pool.adapter.tap(pool.module, report, owner, reuse=True))
+            if layer == spec.num_layers:  # the model's points: the final norm, an attention-pooling head
+                _model_hooks(model, points, owner, handles, store, explicit, exact=exact, grad=grad)
                 continue
             geometry = spec.geometry(layer) if spec.is_windowed else None
             report = _attention_report(layer, f"blocks.{layer}.attn.probs", points, store, explicit, exact=exact,
-                                       query_rows=query_rows, geometry=geometry)
-            _block_hooks(layer, sites[layer], points, owner, report, handles)
-        with torch.no_grad(), autocast_context(device, precision):
-            logits = model(pixels.to(device, non_blocking=True))
+                                       query_rows=query_rows, geometry=geometry, grad=grad)
+            _block_hooks(layer, sites[layer], points, owner, report, handles, grad=grad)
+        if stop_at_layer is not None:
+            handles.append(_stop_hook(model, sites, stop_at_layer, owner))
+        pixels = pixels.to(device, non_blocking=True)
+        if grad and not pixels.requires_grad:  # frozen parameters: the input connects the graph
+            pixels = pixels.detach().clone().requires_grad_(True)
+        try:
+            with (torch.enable_grad() if grad else torch.no_grad()), autocast_context(device, precision):
+                logits = model(pixels)
+        except _Stopped as stopped:
+            logits = stopped.residual
     finally:
         for handle in handles:
             handle.remove()
     if explicit:
         raise AnalysisError(
             f"Blocks {sorted(set(explicit))} compute their softmax themselves (fused_attn=False: set by the user, "
-            "or timm's default for Swin), so q, k and v never leave the module: read attn.probs, or attn.q/k/v "
-            "of a model built with fused attention."
+            "or timm's default for Swin), so q, k, v and the scores never leave the module: read attn.probs, or "
+            "attn.q/k/v/scores of a model built with fused attention."
         )
     return logits
+
+
+def _stop_hook(model: nn.Module, sites: dict, stop: int, owner: int):
+    """A hook ending this thread's forward pass with the residual stream after block ``stop − 1``
+    (registered after the block's own hooks, so it sees their replacements)."""
+    if stop == 0:
+        def before_first(module, args):
+            if threading.get_ident() == owner:
+                raise _Stopped(args[0])
+
+        return sites[0].block.register_forward_pre_hook(before_first)
+
+    def after_last(module, args, output):
+        if threading.get_ident() == owner:
+            raise _Stopped(output)
+
+    return sites[stop - 1].block.register_forward_hook(after_last)
+
+
+def _model_hooks(model: nn.Module, points: dict[str, Hook], owner: int, handles: list, store: ActivationStore,
+                 explicit: list[int], *, exact: bool, grad: bool) -> None:
+    """The hooks of the model-level points: ``ln_final.*`` on the final norm, ``pool.probs`` on an
+    attention-pooling head."""
+    if "attn.probs" in points:  # pool.probs
+        pool = pool_site(model)
+        if pool is None:
+            raise AnalysisError(f"{POOL_NAME!r}: this model ({type(model).__name__}) has no attention-pooling head.")
+        report = _attention_report(-1, POOL_NAME, {"attn.probs": points["attn.probs"]}, store, explicit, exact=exact,
+                                   grad=grad)
+        handles.extend(pool.adapter.tap(pool.module, report, owner, reuse=True))
+    norm_points = {suffix.split(".", 1)[1]: fn for suffix, fn in points.items() if suffix.startswith("ln_final.")}
+    if norm_points:
+        norm = final_norm(model)
+        if norm is None:
+            raise AnalysisError(f"{type(model).__name__} has no norm after its last block (model.norm): ln_final is not "
+                                "defined for it (a model that pools first normalises the pooled vector).")
+        _norm_hook(norm, "ln_final", norm_points, owner, handles, grad)
+
+
+def _norm_hook(norm: nn.Module, which: str, points: dict[str, Hook], owner: int, handles: list, grad: bool) -> None:
+    """``{which}.scale`` and ``{which}.out`` on the norm module ``norm`` (``points`` keyed ``"scale"``/``"out"``).
+
+    The scale ``s`` is computed from the norm's input (:func:`~.modules.normalisation_scale`). A
+    replaced ``s'`` (and, in gradient mode, ``s`` itself, so that ``∂y/∂s`` exists) enters the
+    output as ``out + (out − b)/s·(s' − s)``, i.e. ``(out − b)·s'/s + b``: unchanged when ``s' = s``;
+    ``s`` is computed from the detached input, so the input's gradient is the norm's own."""
+    if "scale" in points and norm_kind(norm) is None:
+        raise AnalysisError(f"{which}.scale: the norm {type(norm).__name__} is neither a LayerNorm nor an RMSNorm over "
+                            f"the last axis, so its scale is not defined; read {which}.out.")
+
+    def after(module, args, output):
+        if threading.get_ident() != owner:
+            return None
+        out = output
+        if "scale" in points:
+            scale = normalisation_scale(module, args[0].detach())  # (…, 1) float32
+            if grad:
+                scale.requires_grad_(True)
+            new = points["scale"](scale)
+            if new is not None or grad:
+                shift = getattr(module, "bias", None)
+                centred = out.float() - shift.float() if isinstance(shift, torch.Tensor) else out.float()
+                change = (scale if new is None else new.float()) - scale.detach()
+                out = (out.float() + centred / scale.detach() * change).to(out.dtype)
+        if "out" in points:
+            new = points["out"](out)
+            out = out if new is None else new
+        return None if out is output else out
+
+    handles.append(norm.register_forward_hook(after))
 
 
 def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> nn.Module:
@@ -305,7 +507,7 @@ def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> 
 
 
 def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner: int, attention_report,
-                 handles: list) -> None:
+                 handles: list, *, grad: bool = False) -> None:
     """Register the hooks of one block for the points it was asked for (see the module
     docstring) into ``handles``, one at a time, so the caller removes every one of them even
     when a check here raises halfway."""
@@ -345,9 +547,10 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
                         f"{tuple(block_input[0].shape)} input (per window): resid_mid is not defined for it; read "
                         "resid_pre and attn.out."
                     )
-                new_mid = visit("resid_mid", block_input[0] + added)
-                if new_mid is not None:
-                    replaced = new_mid - block_input[0]  # the block adds this to resid_pre
+                mid = block_input[0] + added
+                new_mid = visit("resid_mid", mid)
+                if new_mid is not None or grad:  # gradient mode: the stream is computed from resid_mid
+                    replaced = (mid if new_mid is None else new_mid) - block_input[0]  # the block adds this to resid_pre
             return replaced
 
         handles.append(_branch_module(block, "drop_path1", layer, "attn.out").register_forward_hook(attention_branch))
@@ -368,7 +571,44 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
 
         handles.append(block.register_forward_hook(post))
 
-    if "attn.z" in points:
+    for which in ("ln1", "ln2"):
+        norm_points = {suffix.split(".", 1)[1]: fn for suffix, fn in points.items() if suffix.startswith(which + ".")}
+        if norm_points:
+            norm = block_norm(block, which)
+            if norm is None:
+                raise AnalysisError(f"Block {layer} ({type(block).__name__}) has no {'first' if which == 'ln1' else 'second'} "
+                                    f"norm (norm{which[-1]}): {which}.* is not defined for it.")
+            _norm_hook(norm, which, norm_points, owner, handles, grad)
+
+    if "attn.in" in points:
+        def attention_input(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
+            if not mine():
+                return None
+            if not args:
+                raise AnalysisError(f"Block {layer}'s attention was called without a positional input: attn.in cannot be read.")
+            replaced = visit("attn.in", args[0])
+            return None if replaced is None else ((replaced, *args[1:]), kwargs)
+
+        handles.append(site.module.register_forward_pre_hook(attention_input, with_kwargs=True))
+
+    if "mlp.pre" in points or "mlp.post" in points:
+        layers = mlp_layers(block)
+        if layers is None:
+            raise AnalysisError(f"Block {layer} ({type(block).__name__}) has no MLP with fc1 and fc2: mlp.pre and "
+                                "mlp.post are not defined for it.")
+        first, output_layer = layers
+        if "mlp.pre" in points:
+            handles.append(first.register_forward_hook(lambda module, args, output: visit("mlp.pre", output) if mine() else None))
+        if "mlp.post" in points:
+            def hidden(module, args):
+                if not mine():
+                    return None
+                replaced = visit("mlp.post", args[0])
+                return None if replaced is None else (replaced, *args[1:])
+
+            handles.append(output_layer.register_forward_pre_hook(hidden))
+
+    if "attn.z" in points or "attn.result" in points:
         projection = getattr(site.module, "proj", None)
         if not isinstance(projection, nn.Module):
             raise AnalysisError(f"Block {layer}'s attention ({type(site.module).__name__}) has no output projection "
@@ -382,7 +622,28 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
             replaced = visit("attn.z", flat.unflatten(-1, (heads, flat.shape[-1] // heads)))  # (B, T, heads, d)
             return None if replaced is None else (replaced.flatten(-2), *args[1:])
 
-        handles.append(projection.register_forward_pre_hook(head_outputs))
+        if "attn.z" in points:
+            handles.append(projection.register_forward_pre_hook(head_outputs))
+        if "attn.result" in points:
+            if not isinstance(projection, nn.Linear):
+                raise AnalysisError(f"Block {layer}'s output projection is a {type(projection).__name__}, not a linear "
+                                    "layer: attn.result (each head's share of it) is not defined for it.")
+
+            def head_results(module, args, output):
+                if not mine():
+                    return None
+                z = args[0].unflatten(-1, (heads, args[0].shape[-1] // heads))  # (B, T, heads, d)
+                weight = module.weight.unflatten(1, (heads, z.shape[-1]))  # (D, heads, d)
+                result = torch.einsum("...hd,ehd->...he", z, weight.to(z.dtype))  # (B, T, heads, D)
+                replaced = visit("attn.result", result)
+                if replaced is None and not grad:
+                    return None  # the projection's own output (gradient mode: computed from the point)
+                summed = (result if replaced is None else replaced).sum(-2)
+                if module.bias is not None:
+                    summed = summed + module.bias.to(summed.dtype)
+                return summed.to(output.dtype)
+
+            handles.append(projection.register_forward_hook(head_results))
 
     if any(point in points for point in _ATTENTION_POINTS):
         handles.extend(site.adapter.tap(site.module, attention_report, owner, reuse=True))
@@ -390,7 +651,7 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
 
 def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], store: ActivationStore,
                       explicit: list[int], *, exact: bool = False, query_rows: tuple[int, ...] | None = None,
-                      geometry=None):
+                      geometry=None, grad: bool = False):
     """The adapter's report for the attention points of one block (or the pooling head):
     returns the call's output ``P·v`` (fused path), the replacement probabilities (explicit
     path), or None (the module's own kernel runs).
@@ -399,9 +660,14 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
     its place in ``store`` when it is only read. ``exact``: only ``P`` is computed and the fused
     kernel gives the output. ``query_rows``: ``attn.probs`` is those rows of ``P`` (consecutive:
     a view of the full ``P``; otherwise only they are computed, beside the fused kernel).
-    ``geometry`` (windowed layers): ``attn.probs`` is ``(B, windows, heads, Wt, Wt)``."""
-    wants_qkv = any(point in points for point in ("attn.q", "attn.k", "attn.v"))
+    ``geometry`` (windowed layers): ``attn.probs`` is ``(B, windows, heads, Wt, Wt)``.
+
+    When ``attn.scores`` is asked, or ``attn.probs`` in gradient mode (``grad``), the scores
+    ``S = scale·q·kᵀ + M`` are computed by out-of-place float32 ops (:func:`attention_scores`), each
+    point visited (a replacement used from there on), and the call's output is ``softmax(S)·v``."""
+    wants_qkv = any(point in points for point in ("attn.q", "attn.k", "attn.v", "attn.scores"))
     wants_probs = "attn.probs" in points
+    wants_scores = "attn.scores" in points
     rows_range = _row_range(query_rows)
     rows_only = exact or (query_rows is not None and rows_range is None)  # P (or its rows) beside the fused kernel
     rows_cache: dict[torch.device, torch.Tensor] = {}
@@ -422,6 +688,8 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
         if geometry is not None:
             shown = window_probabilities(probs, geometry)  # (B, windows, heads, Wt, Wt)
         replaced = points["attn.probs"](shown)
+        if replaced is None and grad and geometry is not None:
+            replaced = shown  # gradient mode: the windows shown are what the block multiplies with v
         if replaced is None or geometry is None:
             return replaced
         return replaced.reshape(probs.shape)
@@ -439,10 +707,21 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
             return visit_probs(inputs.probs) if wants_probs else None
         q, k, v = (points[f"attn.{part}"](tensor) if f"attn.{part}" in points else None
                    for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)))
-        if not wants_probs and q is None and k is None and v is None:
+        if not wants_probs and not wants_scores and q is None and k is None and v is None:
             return None  # nothing changed, probabilities not asked: the module's own kernel runs
         inputs = replace(inputs, q=inputs.q if q is None else q, k=inputs.k if k is None else k,
                          v=inputs.v if v is None else v)
+        if wants_scores or grad:  # out of place: the scores visited, every step in the graph
+            scores = attention_scores(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
+            if wants_scores:
+                new_scores = points["attn.scores"](scores)
+                scores = scores if new_scores is None else new_scores
+            with torch.autocast(scores.device.type, enabled=False):
+                probs = scores.softmax(-1)  # (B, heads, Q, K) float32
+            if wants_probs:
+                new_probs = visit_probs(probs)
+                probs = probs if new_probs is None else new_probs
+            return _attend(probs, inputs.v)
         batch, heads, queries, _ = inputs.q.shape
         keys = inputs.k.shape[2]
         if wants_probs and rows_only and q is None and k is None and v is None:

@@ -49,11 +49,15 @@ class ActivationStore:
         stack: one ``(L, …)`` buffer per point kind of the ``blocks.*`` names (see the module docstring).
         pin: stage CPU buffers in pinned memory (a CUDA forward keeping its values on the CPU);
             the caller synchronises before reading them.
+        track: also hold each kept name's live tensor, in the autograd graph (``live``), for
+            gradient mode's ``torch.autograd.grad``.
     """
 
     def __init__(self, kept: list[str], num_layers: int, dtype: torch.dtype, device: torch.device, *,
-                 stack: bool = False, pin: bool = False) -> None:
+                 stack: bool = False, pin: bool = False, track: bool = False) -> None:
         self.kept = list(kept)
+        self.track = track
+        self.live: dict[str, torch.Tensor] = {}
         self.dtype, self.device, self.pin = dtype, device, pin
         self.values: dict[str, torch.Tensor] = {}
         self.stacks: dict[str, torch.Tensor] = {}
@@ -87,6 +91,8 @@ class ActivationStore:
 
     def keep(self, name: str, value: torch.Tensor) -> None:
         """Keep ``value`` (what the forward pass continues with at ``name``)."""
+        if self.track:
+            self.live[name] = value
         handed = self._handed.pop(name, None)
         value = value.detach()
         if handed is not None and _same_view(value, handed):  # computed in place: nothing to copy

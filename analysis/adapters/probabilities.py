@@ -24,7 +24,31 @@ import torch
 if TYPE_CHECKING:
     from .base import AttentionInputs
 
-__all__ = ["attention_probabilities", "attend_and_record"]
+__all__ = ["attention_scores", "attention_probabilities", "attend_and_record"]
+
+
+def attention_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    scale: float,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """``scale·q·kᵀ + M`` ``(B, heads, Q, T)`` float32, by out-of-place (differentiable) ops: the
+    scores whose softmax over keys is :func:`attention_probabilities` (pairs a mask removes are
+    ``−inf``). Shapes as there."""
+    with torch.autocast(q.device.type, enabled=False):
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        q, k = q.float(), k.float()
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if is_causal:
+            keep = torch.arange(k.shape[2], device=q.device)[None, :] <= torch.arange(q.shape[2], device=q.device)[:, None]
+            scores = scores.masked_fill(~keep, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    return scores
 
 
 def attention_probabilities(

@@ -1,24 +1,27 @@
-"""Gradients of one class score, read through the attention adapters.
+"""Gradients of one class score, read at the engine's named hook points.
 
 Every gradient method here differentiates ``y = Σ_b logits[b, target_b]`` (the pre-softmax
-class score, each image its own target) with ``torch.autograd.grad``, so no ``.grad`` is
-ever written on the model's parameters, and every hook lives for one call, reacts only to
-the calling thread, and is removed in ``finally``: one loaded model can serve several
+class score, each image its own target) by the activation engine's gradient mode
+(:func:`analysis.activations.run_with_cache` with ``grad_of``): ``blocks.{i}.attn.probs`` (the
+probabilities each block multiplied with ``v``), ``blocks.{i}.attn.in`` (the attention's input)
+and ``blocks.{i}.ln1.out`` (the first norm's output). It uses ``torch.autograd.grad``, so no
+``.grad`` is ever written on the model's parameters, and every hook lives for one call, reacts
+only to the calling thread, and is removed in ``finally``: one loaded model can serve several
 explanations at once. The pixels are cloned with ``requires_grad`` (the loaded models'
 parameters are frozen), which connects the graph whatever the model's own settings.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 
+from ..activations.modules import block_norm
+from ..activations.run import run_with_cache
 from ..adapters.registry import block_sites
-from ..capture import attention_taps, input_spec, require_every_layer
+from ..capture import input_spec
 from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
@@ -124,48 +127,19 @@ def output_attention_gradients(vit, pixels: torch.Tensor, score, *,
 
 
 def _attention_gradients_of(vit, pixels: torch.Tensor, score, precision: str):
-    sites = block_sites(vit.model)
-    kept: dict[int, torch.Tensor] = {}
-
-    def keep(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T, T), in the graph
-        kept[layer] = probs
-
-    layers = [site.layer for site in sites]
-    with torch.enable_grad(), attention_taps(vit.model, layers, keep, differentiable=True):
-        with autocast_context(vit.device, precision):
-            output = vit.model(pixels)
-        require_every_layer(layers, kept)
-        probabilities = [kept[layer] for layer in layers]
-        gradients = torch.autograd.grad(score(output), probabilities, allow_unused=True)
-    gradients = [torch.zeros_like(p) if g is None else g for p, g in zip(probabilities, gradients)]
-    return (torch.stack([p.detach().float().cpu() for p in probabilities]),
-            torch.stack([g.detach().float().cpu() for g in gradients]), output.detach().float().cpu())
+    """``(A, ∂y/∂A, output)`` of every block, ``y = score(output)``: the engine's gradient mode at
+    ``blocks.{i}.attn.probs`` (fused attention made explicit for this call and thread only)."""
+    names = [f"blocks.{site.layer}.attn.probs" for site in block_sites(vit.model)]
+    cache = run_with_cache(vit, pixels, names=names, grad_of=score, precision=precision)
+    return cache.stack("attn.probs"), torch.stack([cache.grad(name) for name in names]), cache.logits
 
 
-def _gradient_at(vit, pixels: torch.Tensor, module: nn.Module, read: str, score, precision: str,
-                 what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(X, ∂y/∂X, output)``: ``X`` the input (``read="input"``) or output of ``module`` in one
-    forward pass, ``y = score(output)`` a scalar of the model's output, all float32 on the CPU. A
-    hook for this call and this thread only, removed in ``finally``; ``what`` names the module if
-    it runs other than once."""
-    owner = threading.get_ident()
-    seen: list[torch.Tensor] = []
-
-    def grab(module, args, output=None):
-        if threading.get_ident() == owner:
-            seen.append(args[0] if read == "input" else output)
-
-    handle = module.register_forward_pre_hook(grab) if read == "input" else module.register_forward_hook(grab)
-    try:
-        with torch.enable_grad():
-            with autocast_context(vit.device, precision):
-                output = vit.model(pixels)
-            if len(seen) != 1:
-                raise AnalysisError(f"{what} ran {len(seen)} times in one forward pass, expected once.")
-            (gradient,) = torch.autograd.grad(score(output), [seen[0]])
-    finally:
-        handle.remove()
-    return seen[0].detach().float().cpu(), gradient.detach().float().cpu(), output.detach().float().cpu()
+def _gradient_at(vit, pixels: torch.Tensor, name: str, score, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(X, ∂y/∂X, output)``: ``X`` the activation at the hook point ``name`` (e.g.
+    ``blocks.11.attn.in``) in one forward pass, ``y = score(output)`` a scalar of the model's output,
+    all float32 on the CPU (the engine's gradient mode)."""
+    cache = run_with_cache(vit, pixels, names=[name], grad_of=score, precision=precision)
+    return cache[name], cache.grad(name), cache.logits
 
 
 def _class_score(target, spec: ViTSpec, chosen: list):
@@ -183,11 +157,10 @@ def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int 
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
     gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
     spec, pixels = _prepare(vit, pixels)
-    sites = block_sites(vit.model)
-    site = sites[layer]
+    site = block_sites(vit.model)[layer]
     chosen: list[torch.Tensor] = []
-    activation, gradient, _ = _gradient_at(vit, pixels, site.module, "input", _class_score(target, spec, chosen), precision,
-                                           f"Block {site.layer}'s attention")
+    activation, gradient, _ = _gradient_at(vit, pixels, f"blocks.{site.layer}.attn.in", _class_score(target, spec, chosen),
+                                           precision)
     return activation, gradient, chosen[0], spec
 
 
@@ -199,7 +172,7 @@ def block_input_score_gradients(vit, pixels: torch.Tensor, score, *, layer: int 
     input_spec(vit, pixels)
     pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     site = block_sites(vit.model)[layer]
-    return _gradient_at(vit, pixels, site.module, "input", score, precision, f"Block {site.layer}'s attention")
+    return _gradient_at(vit, pixels, f"blocks.{site.layer}.attn.in", score, precision)
 
 
 def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,20 +187,15 @@ def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = 
     return gradient.detach().float().cpu(), targets
 
 
-_NORM_NAMES = ("norm1", "layernorm_before")  # timm (Swin, SAM, torchvision) / Hugging Face
-
-
-def _last_block_norm(vit) -> nn.Module:
-    """The last block's first norm: pytorch-grad-cam's target layer for Swin."""
-    block = block_sites(vit.model)[-1].block
-    for name in _NORM_NAMES:
-        module = getattr(block, name, None)
-        if isinstance(module, nn.Module):
-            return module
-    raise AnalysisError(
-        f"Grad-CAM on the last stage reads the last block's norm ({' or '.join(_NORM_NAMES)}); "
-        f"{type(block).__name__} has none, so this windowed model is not supported by method='gradcam'."
-    )
+def _last_block_norm_name(vit) -> str:
+    """``blocks.{L-1}.ln1.out``, the last block's first norm: pytorch-grad-cam's target layer for Swin."""
+    site = block_sites(vit.model)[-1]
+    if block_norm(site.block, "ln1") is None:
+        raise AnalysisError(
+            f"Grad-CAM on the last stage reads the last block's norm (norm1 or layernorm_before); "
+            f"{type(site.block).__name__} has none, so this windowed model is not supported by method='gradcam'."
+        )
+    return f"blocks.{site.layer}.ln1.out"
 
 
 def _on_grid(activations: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -258,6 +226,6 @@ def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
         raise AnalysisError("last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients.")
     geometry = spec.geometry(spec.num_layers - 1)
     chosen: list[torch.Tensor] = []
-    activation, gradient, _ = _gradient_at(vit, pixels, _last_block_norm(vit), "output", _class_score(target, spec, chosen),
-                                           precision, "The last block's norm")
+    activation, gradient, _ = _gradient_at(vit, pixels, _last_block_norm_name(vit), _class_score(target, spec, chosen),
+                                           precision)
     return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), chosen[0], geometry

@@ -18,12 +18,10 @@ without that code's "empty prompt" correction, so one rule serves every model.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
-from ..adapters.registry import block_sites, model_blocks
-from ..capture import attention_taps, input_spec, require_every_layer
+from ..activations.run import run_with_hooks
+from ..capture import input_spec, require_every_layer
 from ..checks import check_int
 from ..errors import AnalysisError
 from ..windowed import refuse_windowed
@@ -53,39 +51,31 @@ def legrad_text(clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS
     if layers > spec.num_layers:
         raise AnalysisError(f"layers={layers}, but the image tower has {spec.num_layers} blocks.")
     model = vit.model
-    blocks = [block for _, block in model_blocks(model)]
-    first = spec.num_layers - layers
-    read = [site.layer for site in block_sites(model)][first:]
+    read = list(range(spec.num_layers - layers, spec.num_layers))
     pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
-    owner = threading.get_ident()
-    streams: dict[int, torch.Tensor] = {}
-    kept: dict[int, torch.Tensor] = {}
+    streams: dict[int, torch.Tensor] = {}  # x^l, in the graph
+    kept: dict[int, torch.Tensor] = {}  # A^l (B, heads, T, T), in the graph
 
-    def keep_stream(layer: int):
-        def hook(module, args, output):  # the block's output x^l, in the graph
-            if threading.get_ident() == owner:
-                streams[layer] = output
+    def keep_in(store: dict[int, torch.Tensor], layer: int):
+        def hook(value: torch.Tensor) -> None:
+            store[layer] = value
 
         return hook
 
-    def keep(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T, T), in the graph
-        kept[layer] = probs
-
-    handles = [blocks[layer].register_forward_hook(keep_stream(layer)) for layer in read]
+    hooks = {}
+    for layer in read:
+        hooks[f"blocks.{layer}.attn.probs"] = keep_in(kept, layer)
+        hooks[f"blocks.{layer}.resid_post"] = keep_in(streams, layer)
     total = torch.zeros(pixels.shape[0], spec.num_tokens, dtype=torch.float64)
-    try:
-        with torch.enable_grad(), attention_taps(model, read, keep, differentiable=True):
-            output = model(pixels)
-            require_every_layer(read, kept)
-            require_every_layer(read, streams, "block output")
-            for layer in read:
-                layer_score = clip.logits(model.forward_head(model.norm(streams[layer])), text.embeddings).sum()
-                (gradient,) = torch.autograd.grad(layer_score, [kept[layer]], retain_graph=True, allow_unused=True)
-                if gradient is not None:  # (B, heads, T, T): mean over heads and query rows
-                    total += gradient.detach().clamp(min=0).mean((1, 2)).double().cpu()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.enable_grad():
+        output = run_with_hooks(vit, pixels, hooks, precision="float32", differentiable=True)
+        require_every_layer(read, kept)
+        require_every_layer(read, streams, "block output")
+        for layer in read:
+            layer_score = clip.logits(model.forward_head(model.norm(streams[layer])), text.embeddings).sum()
+            (gradient,) = torch.autograd.grad(layer_score, [kept[layer]], retain_graph=True, allow_unused=True)
+            if gradient is not None:  # (B, heads, T, T): mean over heads and query rows
+                total += gradient.detach().clamp(min=0).mean((1, 2)).double().cpu()
     patches = spec.split_prefix(total, 1)[1].reshape(total.shape[0], *spec.grid_size)
     scores = clip.logits(output.detach(), text.embeddings)[:, 0].cpu()
     return (_min_max(patches).float(), scores,

@@ -1,0 +1,86 @@
+"""Where the norm and MLP hook points live in a block, and the norm's scale.
+
+The points ``ln1.*``, ``ln2.*``, ``ln_final.*``, ``mlp.pre`` and ``mlp.post`` of
+:mod:`.points` are read on these submodules (timm's names, and Hugging Face's for the norms):
+
+* ``ln1`` is the block's ``norm1`` (``layernorm_before``), ``ln2`` its ``norm2``
+  (``layernorm_after``), ``ln_final`` the model's ``norm`` (not an ``nn.Identity``);
+* ``mlp.pre`` is the output of the MLP's first linear layer (``fc1``; a SwiGLU's gate
+  ``fc1_g``), ``mlp.post`` the input of its output layer ``fc2``.
+
+The per-token scale of a norm, from its input ``x`` over the width (float32)::
+
+    LayerNorm:  s = 1 / sqrt(Var[x] + eps)      (biased variance; out = (x − mean x)·s·w + b)
+    RMSNorm:    s = 1 / sqrt(mean(x²) + eps)    (out = x·s·w)
+
+(the definitions of ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm``, and of TransformerLens's
+``hook_scale``). A norm of another kind has ``ln*.out`` but no ``ln*.scale``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+__all__ = ["block_norm", "final_norm", "norm_kind", "normalisation_scale", "mlp_layers"]
+
+_NORM_ATTRIBUTES = {"ln1": ("norm1", "layernorm_before"), "ln2": ("norm2", "layernorm_after")}
+_RMS_NAMES = ("RmsNorm", "RmsNormFp32", "SimpleNorm", "SimpleNormFp32", "RMSNorm")
+
+
+def block_norm(block: nn.Module, which: str) -> nn.Module | None:
+    """The block's first (``which="ln1"``) or second (``"ln2"``) norm, or ``None``."""
+    for attribute in _NORM_ATTRIBUTES[which]:
+        module = getattr(block, attribute, None)
+        if isinstance(module, nn.Module) and not isinstance(module, nn.Identity):
+            return module
+    return None
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The model's norm after the last block (timm's ``norm``), or ``None`` (e.g. an ``nn.Identity``
+    when the model pools first and normalises the pooled vector, ``fc_norm``)."""
+    module = getattr(model, "norm", None)
+    return module if isinstance(module, nn.Module) and not isinstance(module, nn.Identity) else None
+
+
+def norm_kind(module: nn.Module | None) -> str | None:
+    """``"layer"``, ``"rms"`` (over the last axis only), or ``None`` for a norm whose scale we do not define."""
+    if module is None:
+        return None
+    shape = getattr(module, "normalized_shape", None)
+    if shape is None or len(tuple(shape)) != 1:
+        return None
+    if isinstance(module, nn.LayerNorm):
+        return "layer"
+    if type(module).__name__ in _RMS_NAMES or isinstance(module, getattr(nn, "RMSNorm", ())):
+        return "rms"
+    return None
+
+
+def normalisation_scale(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``s (…, 1)`` float32 of the norm ``module`` for its input ``x (…, D)`` (module docstring)."""
+    kind = norm_kind(module)
+    eps = getattr(module, "eps", None)
+    if eps is None:  # torch.nn.RMSNorm's default: the input dtype's machine epsilon
+        eps = torch.finfo(x.dtype).eps
+    with torch.autocast(x.device.type, enabled=False):
+        x = x.float()
+        if kind == "layer":
+            return (x.var(-1, unbiased=False, keepdim=True) + eps).rsqrt()
+        return (x.pow(2).mean(-1, keepdim=True) + eps).rsqrt()
+
+
+def mlp_layers(block: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(first, output)`` linear layers of the block's MLP: ``fc1`` (a SwiGLU: its gate ``fc1_g``)
+    and ``fc2``; ``None`` when the block has no such MLP."""
+    mlp = getattr(block, "mlp", None)
+    if not isinstance(mlp, nn.Module):
+        return None
+    first = getattr(mlp, "fc1_g", None)
+    if not isinstance(first, nn.Module):
+        first = getattr(mlp, "fc1", None)
+    output = getattr(mlp, "fc2", None)
+    if not isinstance(first, nn.Module) or not isinstance(output, nn.Module):
+        return None
+    return first, output
