@@ -298,7 +298,7 @@ def _block_defines(site: AttentionSite, suffix: str) -> bool:
     if suffix in ("mlp.pre", "mlp.post"):
         return mlp_layers(site.block) is not None
     if suffix == "attn.result":
-        return isinstance(getattr(site.module, "proj", None), nn.Linear)
+        return isinstance(site.adapter.output_projection(site.module), nn.Linear)
     return site.adapter.defines(site, suffix)
 
 
@@ -609,10 +609,10 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
             handles.append(output_layer.register_forward_pre_hook(hidden))
 
     if "attn.z" in points or "attn.result" in points:
-        projection = getattr(site.module, "proj", None)
-        if not isinstance(projection, nn.Module):
+        projection = site.adapter.output_projection(site.module)
+        if projection is None:
             raise AnalysisError(f"Block {layer}'s attention ({type(site.module).__name__}) has no output projection "
-                                "'proj': attn.z is not defined for it.")
+                                f"(its adapter, {site.adapter.name}, names none): attn.z is not defined for it.")
         heads = site.adapter.num_heads(site.module)
 
         def head_outputs(module, args):

@@ -169,6 +169,14 @@ class AttentionAdapter:
             return not self.always_explicit and getattr(site.module, "fused_attn", True) is not False
         return True
 
+    def output_projection(self, module: nn.Module) -> nn.Module | None:
+        """The module's output projection: the linear layer that receives the heads' outputs
+        ``(B, T, heads·d)`` concatenated and maps them to the model width (the ``attn.z`` point
+        is its input, ``attn.result`` splits it by head). timm's and most families': ``proj``;
+        a family that names it otherwise overrides this. ``None``: no such layer."""
+        projection = getattr(module, "proj", None)
+        return projection if isinstance(projection, nn.Module) else None
+
     def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]):
         """The :class:`~analysis.spec.LayerGeometry` of a windowed family's layer at ``site``
         (an :class:`~analysis.adapters.registry.AttentionSite`), or ``None`` for global attention

@@ -229,7 +229,7 @@ def _head_parts(model: nn.Module, cache, layer: int, site):
     ``γ ⊙ W_O[:, h] z_h``, ``(B, T, D)`` the projection bias term, the projection weight and the
     layer scale; checked to sum to the branch the block added."""
     z = cache[f"blocks.{layer}.attn.z"].float()  # (B, T, heads, d)
-    weight, bias = _projection(site.module, layer)  # (D, heads·d), (D,)
+    weight, bias = _projection(site, layer)  # (D, heads·d), (D,)
     scale = _layer_scale(model.blocks[layer])  # (D,) or a scalar 1
     per_head = torch.einsum("bthd,ehd->bhte", z, weight.float().unflatten(1, z.shape[2:])) * scale  # (B, heads, T, D)
     bias_term = (bias.float() * scale).expand(z.shape[0], z.shape[1], -1)  # (B, T, D)
@@ -244,10 +244,12 @@ def _head_parts(model: nn.Module, cache, layer: int, site):
     return per_head, bias_term, weight, scale
 
 
-def _projection(attention: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    projection = getattr(attention, "proj", None)
+def _projection(site, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight ``(D, heads·d)`` and bias ``(D,)`` of the output projection the site's adapter names."""
+    projection = site.adapter.output_projection(site.module)
     if not isinstance(projection, nn.Linear):
-        raise AnalysisError(f"Block {layer}'s attention has no linear output projection 'proj': DLA is not defined for it.")
+        raise AnalysisError(f"Block {layer}'s attention has no linear output projection (its adapter, {site.adapter.name}, "
+                            "names none): DLA is not defined for it.")
     bias = projection.bias if projection.bias is not None else torch.zeros(projection.out_features,
                                                                              device=projection.weight.device)
     return projection.weight, bias
