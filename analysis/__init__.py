@@ -36,7 +36,7 @@ from .errors import (
 )
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
-from .loading import LoadedCLIP, LoadedViT, load_clip, load_vit
+from .loading import LoadedCLIP, LoadedViT, class_probabilities, load_clip, load_vit
 from .label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
 from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
@@ -84,6 +84,7 @@ __all__ = [
     "EXPLANATION_METHODS",
     "top_mass_mask",
     "load_vit",
+    "class_probabilities",
     "LoadedViT",
     "load_clip",
     "LoadedCLIP",

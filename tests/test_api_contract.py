@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 import analysis
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,3 +38,26 @@ def test_the_package_docstring_example_runs():
 
     failures, tried = doctest.testmod(analysis, verbose=False)
     assert tried >= 4 and failures == 0
+
+
+def test_class_probabilities_is_the_one_rule_softmax_or_sigmoid_written_out():
+    """analysis.class_probabilities: softmax (exp over the sum of exps) or a sigmoid per class, by
+    loops; LoadedViT.probabilities applies its model's rule; an unknown rule is a typed error."""
+    import math
+
+    import analysis
+    from analysis.errors import AnalysisError
+
+    logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
+    for row in range(2):
+        total = sum(math.exp(float(v)) for v in logits[row])
+        for c in range(3):
+            soft = math.exp(float(logits[row, c])) / total
+            assert abs(float(analysis.class_probabilities(logits)[row, c]) - soft) < 1e-6
+            sig = 1 / (1 + math.exp(-float(logits[row, c])))
+            assert abs(float(analysis.class_probabilities(logits, "sigmoid")[row, c]) - sig) < 1e-6
+    vit = analysis.load_vit("demo")
+    assert vit.probability_rule == "softmax"
+    assert torch.equal(vit.probabilities(logits), analysis.class_probabilities(logits))
+    with pytest.raises(AnalysisError, match="Unknown probability rule 'tanh'"):
+        analysis.class_probabilities(logits, "tanh")

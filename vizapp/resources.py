@@ -132,7 +132,7 @@ def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
         warnings.simplefilter("always", RuntimeWarning)
         record = capture_attention(vit, vit.preprocess(image), dtype=record_dtype(vit.spec))
     logits = record.logits[0]
-    probabilities = logits.float().softmax(-1).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
+    probabilities = vit.probabilities(logits).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
     input_image = np.asarray(vit.model_input_image(image), dtype=np.uint8)
     input_image.flags.writeable = False
     return Forward(
@@ -524,7 +524,7 @@ def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) ->
     """``(L', classes)`` softmax of ``analysis.logit_lens``: one row per layer of
     ``analysis.tokens.logit_lens_layers`` (every layer of a ViT; a windowed model's last stage)."""
     vit = get_model(ref)
-    return analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0].softmax(-1).numpy()
+    return vit.probabilities(analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0]).numpy()
 
 
 # --------------------------------------------------------------------------- robustness
@@ -563,7 +563,7 @@ def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, se
         shown = drop_pixels(result.pixels, model.spec, result.dropped)
     return ProbeView(
         input_image=model.preprocessing.to_image(shown[0]),
-        probabilities=result.logits[0].softmax(-1).numpy().astype(np.float32),
+        probabilities=model.probabilities(result.logits[0:1])[0].numpy().astype(np.float32),
         saliency=result.saliency.numpy().astype(np.float32),
         dropped=None if result.dropped is None else result.dropped.numpy(),
         saliency_name=result.saliency_name,

@@ -105,9 +105,10 @@ def _ablating(heads: Sequence[int], value: torch.Tensor | None):
     return hook
 
 
-def _measure(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _measure(vit, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's logit and probability (by the model's own rule), ``(B,)`` each."""
     logits = logits.float()
-    return logits.gather(1, targets[:, None])[:, 0], logits.softmax(-1).gather(1, targets[:, None])[:, 0]
+    return logits.gather(1, targets[:, None])[:, 0], vit.probabilities(logits).gather(1, targets[:, None])[:, 0]
 
 
 def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero", reference: torch.Tensor | None = None,
@@ -128,7 +129,7 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     check_separable_heads(vit, "head_ablation")
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, spec)
-    clean_logit, clean_probability = _measure(clean, targets)
+    clean_logit, clean_probability = _measure(vit, clean, targets)
     layers = tuple(sorted(resolve_layers(layers, spec.num_layers)))
     values = _replacements(vit, pixels, method, reference, layers)
     heads = [site.adapter.num_heads(site.module) for site in block_sites(vit.model)]
@@ -139,7 +140,7 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
         for head in range(heads[layer]):
             logits = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": _ablating([head], values[layer])},
                                     precision="float32")
-            logit, probability = _measure(logits, targets)
+            logit, probability = _measure(vit, logits, targets)
             delta_logit[:, row, head] = logit - clean_logit
             delta_probability[:, row, head] = probability - clean_probability
             done += 1
@@ -181,13 +182,13 @@ def cumulative_head_ablation(vit, pixels: torch.Tensor, heads: Sequence[tuple[in
     clean = run_with_hooks(vit, pixels, {}, precision="float32")
     targets = resolve_targets(target, clean, vit.spec)
     values = _replacements(vit, pixels, method, reference, sorted({layer for layer, _ in pairs}))
-    curve = [_measure(clean, targets)[0]]
+    curve = [_measure(vit, clean, targets)[0]]
     for k in range(1, len(pairs) + 1):
         by_layer: dict[int, list[int]] = {}
         for layer, head in pairs[:k]:
             by_layer.setdefault(layer, []).append(head)
         hooks = {f"blocks.{layer}.attn.z": _ablating(chosen, values[layer]) for layer, chosen in by_layer.items()}
-        curve.append(_measure(run_with_hooks(vit, pixels, hooks, precision="float32"), targets)[0])
+        curve.append(_measure(vit, run_with_hooks(vit, pixels, hooks, precision="float32"), targets)[0])
         if progress is not None:
             progress(k, len(pairs))
     return torch.stack(curve)

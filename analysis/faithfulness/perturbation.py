@@ -82,7 +82,7 @@ def _measure(vit, batch: torch.Tensor, target: int, metric: str, chunk: int, val
                 continue
             logits = logits.cpu()
             if metric == "probability":
-                out.append(logits.softmax(-1)[:, target])
+                out.append(vit.probabilities(logits)[:, target])
             else:
                 out.append((logits.argmax(-1) == target).double())
     return torch.cat(out)

@@ -37,12 +37,12 @@ from .families import SUPPORTED_FAMILIES, is_embedding_tower
 from .files import (
     existing_model_path, looks_like_file, looks_like_path, model_from_file, model_from_timm_folder, read_folder_config,
 )
-from .loaded import LoadedViT, wrap_model
+from .loaded import LoadedViT, class_probabilities, wrap_model
 from .random_weights import RANDOM_WEIGHTS_SEED, seeded_random_weights
 from .timm_source import model_from_timm_name
 from .two_tower import LoadedCLIP, TextEncoding, load_clip
 
-__all__ = ["LoadedViT", "load_vit", "LoadedCLIP", "TextEncoding", "load_clip", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES"]
+__all__ = ["LoadedViT", "load_vit", "LoadedCLIP", "TextEncoding", "load_clip", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES", "class_probabilities"]
 
 DEMO_MODEL_DIR = asset_path("demo_vit")
 # The bundled demo models by name: (folder, the command that trains it again).

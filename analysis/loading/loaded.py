@@ -11,14 +11,31 @@ import torch.nn as nn
 from PIL import Image
 
 from ..adapters import block_sites
-from ..errors import ModelLoadError, UnsupportedModelError
+from ..errors import AnalysisError, ModelLoadError, UnsupportedModelError
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec, patch_embedding_module, spec_from_model
 from .families import SUPPORTED_FAMILIES
 
-__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for", "place_model"]
+__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for", "place_model", "class_probabilities",
+           "PROBABILITY_RULES"]
 
 _CPU_COPY_LOCK = threading.Lock()
+
+
+#: probability rule -> what it computes from the logits (:func:`class_probabilities`)
+PROBABILITY_RULES = {"softmax": "softmax over the classes (prompts, for CLIP)", "sigmoid": "a sigmoid per class or prompt (SigLIP)"}
+
+
+def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Tensor:
+    """``(B, classes)`` probabilities of ``logits`` ``(B, classes)`` by a model's own ``rule``: ``"softmax"``
+    (an image classifier trained with cross-entropy; CLIP over its prompts, Radford et al. 2021) or
+    ``"sigmoid"`` (each class on its own, SigLIP's pairwise loss, Zhai et al. 2023), in float32.
+    The one implementation every analysis and page uses (:meth:`LoadedModel.probabilities`)."""
+    if rule == "softmax":
+        return logits.float().softmax(-1)
+    if rule == "sigmoid":
+        return logits.float().sigmoid()
+    raise AnalysisError(f"Unknown probability rule {rule!r}: one of {', '.join(PROBABILITY_RULES)}.")
 
 
 @dataclass(eq=False)
@@ -44,9 +61,17 @@ class LoadedModel:
     preprocessing: Preprocessing
     data_config: dict = field(default_factory=dict)
 
+    #: how its logits become class probabilities (a key of :data:`PROBABILITY_RULES`)
+    probability_rule = "softmax"
+
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size."""
         return self.preprocessing(image)
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """``(B, classes)`` float32 class probabilities of its ``logits`` by its own rule
+        (:func:`class_probabilities` with :attr:`probability_rule`)."""
+        return class_probabilities(logits, self.probability_rule)
 
     def model_input_image(self, image: Image.Image) -> Image.Image:
         """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""

@@ -23,12 +23,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import TextPromptError
-from .loaded import LoadedViT
+from .loaded import PROBABILITY_RULES, LoadedViT, class_probabilities
 
 __all__ = ["LoadedCLIP", "TextEncoding", "PROBABILITY_RULES", "TOKENIZER_FILES"]
 
 #: how each kind of model turns its scores into probabilities.
-PROBABILITY_RULES = {"softmax": "softmax over the prompts (CLIP)", "sigmoid": "a sigmoid per prompt (SigLIP)"}
 #: the files of a Hugging Face tokenizer, one of which a folder needs for prompts as text.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "spiece.model")
 
@@ -200,7 +199,7 @@ class LoadedCLIP:
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """``(B, P)``: softmax over the prompts (CLIP) or a sigmoid per prompt (SigLIP)."""
-        return logits.softmax(-1) if self.probability == "softmax" else logits.sigmoid()
+        return class_probabilities(logits, self.probability)
 
     def __repr__(self) -> str:
         bias = "" if self.logit_bias is None else f", bias={self.logit_bias:.3g}"

@@ -174,7 +174,7 @@ def robustness_curve(
                     else:
                         logits = vit.model(perturbed.to(vit.device)).float().cpu()
             score[step] += float(int(logits.argmax(-1)[0]) == reference)
-            probability[step] += float(logits.float().softmax(-1)[0, reference])
+            probability[step] += float(vit.probabilities(logits)[0, reference])
         if progress is not None:
             progress(index + 1, len(images))
     n = len(images)
