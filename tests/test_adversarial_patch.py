@@ -20,6 +20,7 @@ from analysis.robustness.adversarial_patch import (
     paste_patch,
     patch_attention_share,
     patch_side,
+    patch_size_curve,
     patch_tokens,
     patch_transfer_matrix,
     train_patch,
@@ -96,17 +97,17 @@ def test_attention_share_equals_a_loop_over_the_record(demo_vit):
 
 
 def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
-    """Trained on 48 scenes (seed 5151), 5 epochs of batches of 8, Adam at 0.2, 10% of the image area
+    """Trained on 48 scenes (seed 5151), 5 epochs of batches of 8, Adam at 0.1, 10% of the image area
     (15 px on the 48 px scenes), random positions; scored on 150 held-out scenes (seed 4242) at the same
-    random positions as a uniform-noise patch of the same size. Measured here: clean 0.940, noise patch
-    0.720, trained patch 0.687 (a margin of 3 points; 8 epochs: 0.673, 4.7 points). The demo ViT reads the
-    shape of the object, and a 15 px square of noise already hides much of it, so the margin is small:
-    the assertion is "strictly lower", and the numbers are printed."""
+    random positions as a uniform-noise patch of the same size. Measured: clean 0.940, noise patch 0.720,
+    trained patch 0.680, a margin of 4 points (fooling rate 0.260 against 0.227). The demo ViT reads the
+    object's shape, and a 15 px square of noise already hides much of it, so the margin is small: the
+    assertion is "strictly lower", and the numbers are printed (pytest -s)."""
     size = demo_vit.spec.img_size[0]
     train_images, train_labels = scenes(TRAIN_SEED, 48, size)
     test_images, test_labels = scenes(HELD_OUT_SEED, 150, size)
     fractions = []
-    patch = train_patch(demo_vit, train_images, train_labels, share=0.1, epochs=5, batch_size=8, step_size=0.2,
+    patch = train_patch(demo_vit, train_images, train_labels, share=0.1, epochs=5, batch_size=8, step_size=0.1,
                         seed=0, progress=fractions.append)
     assert fractions[-1] == pytest.approx(1.0) and fractions == sorted(fractions)
     assert patch.patch.shape == (3, 15, 15) and 0 <= float(patch.patch.min()) and float(patch.patch.max()) <= 1
@@ -115,6 +116,25 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
     print(f"clean {trained.clean_accuracy:.3f}  noise patch {noise.accuracy:.3f}  trained patch {trained.accuracy:.3f}  "
           f"fooling {trained.fooling_rate:.3f} vs {noise.fooling_rate:.3f}")
     assert trained.accuracy < noise.accuracy < trained.clean_accuracy
+
+
+def test_size_curve_scores_each_models_own_patch_and_the_noise_control(demo_vit):
+    images, labels = scenes(TRAIN_SEED, 8, demo_vit.spec.img_size[0])
+    held, held_labels = scenes(HELD_OUT_SEED, 8, demo_vit.spec.img_size[0])
+    fractions = []
+    curve = patch_size_curve({"vit": demo_vit}, images, labels, shares=(0.02, 0.05), eval_images=held,
+                             eval_labels=held_labels, epochs=1, batch_size=8, seed=3, progress=fractions.append)
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    for k, share in enumerate(curve.shares):
+        found = curve.patches["vit"][k]
+        assert found.side == patch_side((48, 48), share)
+        own = evaluate_patch(demo_vit, held, held_labels, found, seed=3 + 1)
+        noise = evaluate_patch(demo_vit, held, held_labels, noise_patch(found.side, seed=3 + 2), seed=3 + 1)
+        assert curve.accuracy["vit"][k] == pytest.approx(own.accuracy)
+        assert curve.fooling_rate["vit"][k] == pytest.approx(own.fooling_rate)
+        assert curve.noise_accuracy["vit"][k] == pytest.approx(noise.accuracy)
+        assert curve.noise_fooling_rate["vit"][k] == pytest.approx(noise.fooling_rate)
+    assert curve.clean_accuracy["vit"] == pytest.approx(own.clean_accuracy)
 
 
 def test_training_is_seeded_and_a_fixed_position_stays_put(demo_vit):

@@ -307,7 +307,7 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
         target: a class index to push every image towards, or ``None`` (untargeted: the true class's
             cross-entropy is raised).
         epochs: passes over the image set, each in shuffled mini-batches of ``batch_size``.
-        optimiser: ``"adam"`` (learning rate ``step_size``, default 0.05) or ``"sign"`` (step
+        optimiser: ``"adam"`` (learning rate ``step_size``, default 0.1) or ``"sign"`` (step
             ``step_size``, default 2/255, in ``[0, 1]`` units); see :data:`PATCH_OPTIMISERS`.
         position: a fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
         seed: seeds the starting patch (uniform noise), the shuffles and the positions.
@@ -332,7 +332,7 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
         raise PatchError(f"target={target!r}: the model has classes 0..{classes - 1}.")
     generator = torch.Generator().manual_seed(int(seed))
     patch = torch.rand((unit.shape[1], side, side), generator=generator).to(unit.device).requires_grad_(True)
-    step = (0.05 if optimiser == "adam" else 2 / 255) if step_size is None else float(step_size)
+    step = (0.1 if optimiser == "adam" else 2 / 255) if step_size is None else float(step_size)
     adam = torch.optim.Adam([patch], lr=step) if optimiser == "adam" else None
     sign = -1.0 if target is None else 1.0  # minimise sign · CE
     batches = math.ceil(unit.shape[0] / int(batch_size))
