@@ -174,6 +174,8 @@ def test_typed_errors(demo_vit):
         evaluate_patch(demo_vit, images, labels, torch.zeros((3, 60, 60)))
     with pytest.raises(PatchError, match="optimiser"):
         train_patch(demo_vit, images, labels, optimiser="sgd")
+    with pytest.raises(PatchError, match="no attention"):
+        patch_attention_share(load_cnn("demo"), images, torch.zeros((3, 4, 4)), (0, 0))
     assert issubclass(PatchError, Exception) and isinstance(
         AdversarialPatch(torch.zeros((3, 2, 2)), 0.01, (48, 48), None, None, "x", ()).side, int)
     assert np.isfinite(patch_side((48, 48), 0.5))

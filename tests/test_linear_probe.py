@@ -115,3 +115,29 @@ def test_folder_loader_and_its_typed_errors(tmp_path):
         split_indices(10, 1.0)
     with pytest.raises(ProbeError, match="labels"):
         fit_ridge_probe(torch.zeros((3, 2)), [0, 1])
+    from analysis.robustness import load_cnn
+
+    with pytest.raises(ProbeError, match="no transformer blocks"):
+        block_features(load_cnn("demo"), found.images)
+
+
+def test_a_folder_of_demo_scenes_is_probed_in_the_models_own_classes(demo_vit, tmp_path):
+    """The folder's subfolders are the demo classes' names: its labels become the model's class indices,
+    so the model's own accuracy is reported; the probe on a Swin reads the mean token of its stage grid."""
+    from analysis.demo.data import CLASS_NAMES
+
+    images, labels = scenes(HELD_OUT_SEED, 36, demo_vit.spec.img_size[0])
+    for i, (image, label) in enumerate(zip(images, labels)):
+        (tmp_path / CLASS_NAMES[label]).mkdir(exist_ok=True)
+        image.save(tmp_path / CLASS_NAMES[label] / f"{i:03d}.png")
+    folder = load_image_folder(tmp_path)
+    curve = linear_probe_curve(demo_vit, folder, None, concat_k=(), seed=1)
+    truth = np.asarray([demo_vit.class_names.index(folder.class_names[label]) for label in folder.labels])
+    pixels = torch.cat([demo_vit.preprocess(image) for image in folder.images])
+    predicted = demo_vit.model(pixels).argmax(-1).numpy()
+    assert curve.model_accuracy == pytest.approx(float((predicted == truth)[curve.test_indices].mean()))
+    swin = load_vit("demo_swin")
+    layers, features, _ = block_features(swin, folder.images[:2])
+    tokens = run_with_cache(swin, torch.cat([swin.preprocess(image) for image in folder.images[:2]]),
+                            names=[f"blocks.{layers[-1]}.resid_post"])[f"blocks.{layers[-1]}.resid_post"]
+    torch.testing.assert_close(features[-1], tokens.float().mean(dim=(1, 2)), atol=1e-5, rtol=1e-5)

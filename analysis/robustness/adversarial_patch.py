@@ -526,6 +526,9 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
         PatchError: a windowed model (its attention is per window), no images, a patch off the image.
     """
     spec = vit.spec
+    if int(spec.num_layers) < 1:
+        raise PatchError(f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
+                         "the patch is defined for ViTs.")
     if spec.is_windowed:
         raise PatchError(f"{spec.family} attends within windows: the class-token share on the patch is defined for "
                          "global-attention ViTs. Compare its accuracy with patch_size_curve instead.")

@@ -156,6 +156,9 @@ def block_features(model, images: Sequence, *, layers: Sequence[int] | None = No
     """
     if not len(images):
         raise ProbeError("No images: give at least one image per class.")
+    if int(model.spec.num_layers) < 1:
+        raise ProbeError(f"{getattr(model, 'name', 'This model')} has no transformer blocks (a CNN?): the probe reads "
+                         "each block's tokens; give a ViT or a Swin.")
     per_layer: list[list[torch.Tensor]] = []
     logits: list[torch.Tensor] = []
     chosen: tuple[int, ...] = ()
@@ -235,6 +238,15 @@ def probe_accuracy(train_features: torch.Tensor, train_labels, test_features: to
     return float((probe.predict(torch.as_tensor(test_features)) == truth).double().mean())
 
 
+def _as_model_labels(model, folder: ImageFolderSet, model_labels: bool) -> tuple[list, list[int], bool]:
+    """A folder's images and labels; the labels are the model's own class indices when every subfolder
+    is named after one of the model's classes (then the model's own accuracy can be reported)."""
+    names = list(getattr(model, "class_names", None) or [])
+    if model_labels and names and all(name in names for name in folder.class_names):
+        return folder.images, [names.index(folder.class_names[label]) for label in folder.labels], True
+    return folder.images, list(folder.labels), False
+
+
 def linear_probe_curve(model, images: Sequence, labels: Sequence[int], *, test_share: float = 0.5,
                        concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
                        model_labels: bool = True, progress: Progress | None = None) -> LinearProbeCurve:
@@ -243,13 +255,14 @@ def linear_probe_curve(model, images: Sequence, labels: Sequence[int], *, test_s
     fitted on a seeded training split and scored on the disjoint test split (:func:`split_indices`),
     and the last ``k`` blocks' tokens concatenated for each ``k`` in ``concat_k`` (those up to the
     number of blocks). ``model_labels``: the labels are indices in the model's own classes, so its own
-    accuracy on the test split is reported beside the probe's.
+    accuracy on the test split is reported beside the probe's (a folder: when its subfolders are named
+    after the model's classes).
 
     Raises:
         ProbeError: no images, labels that do not match, too few images to split.
     """
     if isinstance(images, ImageFolderSet):
-        images, labels = images.images, images.labels
+        images, labels, model_labels = _as_model_labels(model, images, model_labels)
     if labels is None or len(labels) != len(images):
         raise ProbeError(f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label "
                          "per image.")
