@@ -150,8 +150,10 @@ def test_transfer_matrix_diagonal_is_each_models_own_accuracy(demo_vit):
     cnn = load_cnn("demo")
     images, labels = scenes(HELD_OUT_SEED, 12, demo_vit.spec.img_size[0])
     patches = {"vit": noise_patch(11, seed=0), "cnn": noise_patch(11, seed=1)}
-    names, matrix = patch_transfer_matrix({"vit": demo_vit, "cnn": cnn}, patches, images, labels, seed=3)
-    assert names == ["vit", "cnn"]
+    fractions = []
+    names, matrix = patch_transfer_matrix({"vit": demo_vit, "cnn": cnn}, patches, images, labels, seed=3,
+                                          progress=fractions.append)
+    assert names == ["vit", "cnn"] and fractions == [0.25, 0.5, 0.75, 1.0]
     for i, source in enumerate(names):
         for j, model in enumerate((demo_vit, cnn)):
             assert matrix[i, j] == pytest.approx(evaluate_patch(model, images, labels, patches[source], seed=3).accuracy)

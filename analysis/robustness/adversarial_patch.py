@@ -470,11 +470,12 @@ def patch_size_curve(models: Mapping[str, object], images: Sequence, labels: Seq
 
 def patch_transfer_matrix(models: Mapping[str, object], patches: Mapping[str, object], images: Sequence,
                           labels: Sequence[int], *, position: Sequence[int] | None = None,
-                          seed: int = 0) -> tuple[list[str], np.ndarray]:
+                          seed: int = 0, progress: Progress | None = None) -> tuple[list[str], np.ndarray]:
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the
     patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
     same positions for every pair (the diagonal: white-box). Each model reads the patched picture
-    through its own preprocessing, so the models must share an input size.
+    through its own preprocessing, so the models must share an input size. ``progress``: called with
+    the fraction of the pairs done.
 
     Raises:
         PatchError: models with different input sizes, a model without a patch, no images.
@@ -496,6 +497,8 @@ def patch_transfer_matrix(models: Mapping[str, object], patches: Mapping[str, ob
         for j, name in enumerate(names):
             patched = _predict(models[name], paste_patch(units[name], tensor, where))
             matrix[i, j] = float((patched == truth).float().mean())
+            if progress is not None:
+                progress((i * len(names) + j + 1) / len(names) ** 2)
     return names, matrix
 
 
