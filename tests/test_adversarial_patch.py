@@ -100,9 +100,11 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
     """Trained on 48 scenes (seed 5151), 5 epochs of batches of 8, Adam at 0.1, 10% of the image area
     (15 px on the 48 px scenes), random positions; scored on 150 held-out scenes (seed 4242) at the same
     random positions as a uniform-noise patch of the same size. Measured: clean 0.940, noise patch 0.720,
-    trained patch 0.680, a margin of 4 points (fooling rate 0.260 against 0.227). The demo ViT reads the
-    object's shape, and a 15 px square of noise already hides much of it, so the margin is small: the
-    assertion is "strictly lower", and the numbers are printed (pytest -s)."""
+    trained patch 0.680, a margin of 4 points (fooling rate 0.260 against 0.227). The margin depends on the
+    training seed (seeds 1, 2, 3: 0.693, 0.707, 0.707; seed 2000, as patch_size_curve trains at 10%: 0.733,
+    no better than noise). The demo ViT reads the object's shape, and a 15 px square of noise already hides
+    much of it, so the margin is small: the assertion is "strictly lower" at seed 0, and the numbers are
+    printed (pytest -s)."""
     size = demo_vit.spec.img_size[0]
     train_images, train_labels = scenes(TRAIN_SEED, 48, size)
     test_images, test_labels = scenes(HELD_OUT_SEED, 150, size)
