@@ -1,0 +1,554 @@
+"""Universal adversarial patches: one square of pixels that, pasted anywhere on any image, fools a model.
+
+Naseer et al. 2021 ("Intriguing Properties of Vision Transformers", Figure 1 and Section 3.3) paste
+an adversarial patch on the object and compare how ViTs and CNNs hold up. The patch here is the
+universal patch of Brown et al. 2017 ("Adversarial Patch"): one ``(C, s, s)`` square ``p`` in the
+``[0, 1]`` image space, trained over an image set, pasted at random positions ``t`` (or one fixed
+position) by :func:`paste_patch` (``A(p, x, t)``: the square replaces the pixels it covers):
+
+* untargeted: ``max_p  E_{x, t} CE(f(A(p, x, t)), y)`` (the true class's cross-entropy raised);
+* targeted: ``min_p  E_{x, t} CE(f(A(p, x, t)), target)``,
+
+with Adam, or signed-gradient steps ``p ← clip(p ± α·sign(∇ₚ L), 0, 1)``; after each Adam step the
+patch is clipped to ``[0, 1]`` again. Each model sees the patched image through its own
+normalisation ``(x − mean) / std`` (as :mod:`analysis.robustness.attacks` does), so one patch is
+the same picture for every model. The patch side is ``round(√(share · H · W))`` pixels for a
+``share`` of the image area.
+
+The fooling rate is the share of images whose top-1 prediction changes when the patch is pasted
+(Moosavi-Dezfooli et al. 2017); the control is a uniform-noise patch of the same size at the same
+positions. :func:`patch_attention_share` measures where a ViT's attention goes once the patch is
+pasted: the class token's attention (mean over heads) on the tokens of the patches the square
+covers, per layer, patched against clean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..attention_maps import attention_map
+from ..capture import AttentionRecord, capture_attention
+from ..errors import AnalysisError
+
+__all__ = [
+    "PATCH_OPTIMISERS",
+    "PatchError",
+    "AdversarialPatch",
+    "PatchEvaluation",
+    "PatchCurve",
+    "PatchAttention",
+    "patch_side",
+    "paste_patch",
+    "random_patch_positions",
+    "unit_images",
+    "train_patch",
+    "noise_patch",
+    "evaluate_patch",
+    "patch_size_curve",
+    "patch_transfer_matrix",
+    "patch_tokens",
+    "patch_attention_share",
+]
+
+#: optimiser name -> what one step does
+PATCH_OPTIMISERS = {
+    "adam": "Adam on the patch, clipped to [0, 1] after each step",
+    "sign": "signed-gradient steps p ← clip(p ± α·sign(∇ₚL), 0, 1)",
+}
+
+Progress = Callable[[float], None]
+
+
+class PatchError(AnalysisError):
+    """An adversarial patch's arguments are out of range: a share of the image area outside (0, 1),
+    a patch larger than the image, no images, a position off the image, an unknown optimiser."""
+
+
+@dataclass(frozen=True)
+class AdversarialPatch:
+    """A trained universal patch.
+
+    Attributes:
+        patch: ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU (a picture: paste it with
+            :func:`paste_patch` into images in ``[0, 1]``).
+        share: the share of the image area it covers (``side² / (H·W)`` is the exact share).
+        image_size: ``(H, W)`` of the images it was trained on.
+        target: the target class, or ``None`` (untargeted).
+        position: the fixed ``(top, left)`` it was trained at, or ``None`` (random positions).
+        model_name: the model it was optimised against.
+        losses: the mean training loss of each epoch (the cross-entropy that was raised or lowered).
+    """
+
+    patch: torch.Tensor
+    share: float
+    image_size: tuple[int, int]
+    target: int | None
+    position: tuple[int, int] | None
+    model_name: str
+    losses: tuple[float, ...]
+
+    @property
+    def side(self) -> int:
+        return int(self.patch.shape[-1])
+
+
+@dataclass(frozen=True)
+class PatchEvaluation:
+    """One patch on one model over an image set (the same positions for every patch compared).
+
+    Attributes:
+        clean_accuracy: top-1 accuracy without the patch.
+        accuracy: top-1 accuracy with the patch pasted.
+        fooling_rate: share of images whose top-1 prediction changed when the patch was pasted.
+        target_rate: share of patched images predicted as the target class (``None`` untargeted).
+    """
+
+    clean_accuracy: float
+    accuracy: float
+    fooling_rate: float
+    target_rate: float | None
+
+
+@dataclass(frozen=True)
+class PatchCurve:
+    """Accuracy and fooling rate against patch size, each model with its own trained patch and with a
+    noise patch of the same size at the same positions. Arrays are ``(len(shares),)`` per model name.
+
+    Attributes:
+        shares: the shares of the image area.
+        accuracy / fooling_rate: with the model's own adversarial patch.
+        noise_accuracy / noise_fooling_rate: with the uniform-noise control patch.
+        clean_accuracy: per model, without any patch.
+        patches: per model, its trained patch at each share.
+        images: the number of images evaluated.
+    """
+
+    shares: tuple[float, ...]
+    accuracy: dict[str, np.ndarray]
+    fooling_rate: dict[str, np.ndarray]
+    noise_accuracy: dict[str, np.ndarray]
+    noise_fooling_rate: dict[str, np.ndarray]
+    clean_accuracy: dict[str, float]
+    patches: dict[str, tuple[AdversarialPatch, ...]]
+    images: int
+
+
+@dataclass(frozen=True)
+class PatchAttention:
+    """Where a ViT's class token looks once the patch is pasted, per captured layer.
+
+    Attributes:
+        layers: model layer index of each entry.
+        patched_share: ``(L, B)`` the class token's attention (mean over heads) on the tokens of the
+            patches the square covers, in the patched images.
+        clean_share: ``(L, B)`` the same tokens' share in the clean images.
+        tokens: the token indices (prefix tokens first, then patches row-major) the square covers.
+        patched: the attention record of the patched images (for maps and rollout).
+        clean: the attention record of the clean images.
+        patched_pixels: ``(B, 3, H, W)`` the patched images as the model's preprocessed input.
+    """
+
+    layers: tuple[int, ...]
+    patched_share: np.ndarray
+    clean_share: np.ndarray
+    tokens: tuple[int, ...]
+    patched: AttentionRecord
+    clean: AttentionRecord
+    patched_pixels: torch.Tensor
+
+
+# --- geometry --------------------------------------------------------------------------------------
+
+
+def patch_side(image_size: Sequence[int], share: float) -> int:
+    """The side ``round(√(share · H · W))`` in pixels of a square patch covering ``share`` of an
+    ``(H, W)`` image.
+
+    Raises:
+        PatchError: ``share`` outside (0, 1), or a square that does not fit in the image.
+    """
+    height, width = (int(v) for v in image_size)
+    if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 < share < 1:
+        raise PatchError(f"share={share!r}: a patch covers a share of the image area strictly between 0 and 1 "
+                         "(e.g. 0.05 for 5%).")
+    side = max(1, int(round(math.sqrt(share * height * width))))
+    if side > min(height, width):
+        raise PatchError(f"A {share:.0%} patch is a {side}×{side} px square, larger than the {height}×{width} image: "
+                         "choose a smaller share.")
+    return side
+
+
+def _check_position(position: Sequence[int], side: int, image_size: Sequence[int]) -> tuple[int, int]:
+    top, left = (int(v) for v in position)
+    height, width = (int(v) for v in image_size)
+    if not (0 <= top <= height - side and 0 <= left <= width - side):
+        raise PatchError(f"position=(top={top}, left={left}): a {side} px patch must lie inside the {height}×{width} "
+                         f"image (top in 0..{height - side}, left in 0..{width - side}).")
+    return top, left
+
+
+def random_patch_positions(count: int, image_size: Sequence[int], side: int, *,
+                           generator: torch.Generator) -> torch.Tensor:
+    """``(count, 2)`` long ``(top, left)`` positions, uniform over the places where a ``side`` px
+    square fits in an ``(H, W)`` image, drawn from ``generator``."""
+    height, width = (int(v) for v in image_size)
+    if side > min(height, width):
+        raise PatchError(f"A {side} px patch does not fit in the {height}×{width} image: choose a smaller patch.")
+    tops = torch.randint(0, height - side + 1, (count,), generator=generator)
+    lefts = torch.randint(0, width - side + 1, (count,), generator=generator)
+    return torch.stack([tops, lefts], dim=1)
+
+
+def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.Tensor:
+    """The images ``(B, C, H, W)`` with the square ``patch`` ``(C, s, s)`` replacing the pixels
+    ``[top : top + s, left : left + s]`` of image ``b``, ``positions[b] = (top, left)`` (``(B, 2)``,
+    or one ``(top, left)`` for every image). A pure function (the inputs are not modified),
+    differentiable with respect to ``images`` and ``patch``:
+
+        out[b, c, y, x] = patch[c, y − top_b, x − left_b]   if the pixel lies under the square,
+                          images[b, c, y, x]                  otherwise.
+
+    Raises:
+        PatchError: a patch larger than the images, a position off the image, a channel mismatch.
+    """
+    if images.ndim != 4 or patch.ndim != 3:
+        raise PatchError(f"paste_patch takes images (B, C, H, W) and a patch (C, s, s); got {tuple(images.shape)} "
+                         f"and {tuple(patch.shape)}.")
+    batch, channels, height, width = images.shape
+    side_y, side_x = int(patch.shape[1]), int(patch.shape[2])
+    if patch.shape[0] != channels:
+        raise PatchError(f"The patch has {patch.shape[0]} channels, the images {channels}.")
+    if side_y > height or side_x > width:
+        raise PatchError(f"A {side_y}×{side_x} patch is larger than the {height}×{width} images: choose a smaller "
+                         "share of the image area.")
+    where = torch.as_tensor(positions, dtype=torch.long).reshape(-1, 2)
+    if where.shape[0] == 1:
+        where = where.expand(batch, 2)
+    if where.shape[0] != batch:
+        raise PatchError(f"{where.shape[0]} positions for {batch} images: give one (top, left) per image, or one.")
+    tops, lefts = where[:, 0], where[:, 1]
+    if bool((tops < 0).any() or (lefts < 0).any() or (tops > height - side_y).any() or (lefts > width - side_x).any()):
+        raise PatchError(f"Positions must keep the {side_y}×{side_x} patch inside the {height}×{width} images "
+                         f"(top in 0..{height - side_y}, left in 0..{width - side_x}).")
+    device = images.device
+    rows = torch.arange(height, device=device)[None, :] - tops.to(device)[:, None]  # (B, H): y − top
+    cols = torch.arange(width, device=device)[None, :] - lefts.to(device)[:, None]  # (B, W): x − left
+    inside = ((rows >= 0) & (rows < side_y))[:, :, None] & ((cols >= 0) & (cols < side_x))[:, None, :]  # (B, H, W)
+    canvas = patch.to(device, images.dtype)[:, rows.clamp(0, side_y - 1)[:, :, None],
+                                            cols.clamp(0, side_x - 1)[:, None, :]]  # (C, B, H, W)
+    return torch.where(inside[:, None], canvas.permute(1, 0, 2, 3), images)
+
+
+# --- models in [0, 1] image space ------------------------------------------------------------------
+
+
+def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
+    prep = model.preprocessing
+    mean = torch.tensor(prep.mean, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
+    std = torch.tensor(prep.std, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
+    return mean, std
+
+
+def unit_images(model, images: Sequence) -> torch.Tensor:
+    """``(B, C, H, W)`` float32 in ``[0, 1]`` on the model's device: PIL ``images`` resized and cropped by
+    the model's own preprocessing, the normalisation undone (``x·std + mean``).
+
+    Raises:
+        PatchError: no images.
+    """
+    if not len(images):
+        raise PatchError("No images: give at least one image (and its label).")
+    mean, std = _normalisation(model)
+    pixels = torch.cat([model.preprocess(image) for image in images]).to(model.device, torch.float32)
+    return (pixels * std + mean).clamp(0, 1)
+
+
+def _logits(model, unit: torch.Tensor) -> torch.Tensor:
+    """Logits ``(B, classes)`` of images in ``[0, 1]`` fed through the model's own normalisation."""
+    mean, std = _normalisation(model)
+    out = model.model((unit.to(model.device) - mean) / std)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2:
+        raise PatchError(f"{model.name} returns no class logits (a headless backbone?): a patch needs a classifier.")
+    return out.float()
+
+
+def _predict(model, unit: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([_logits(model, unit[i:i + batch_size]).argmax(-1).cpu()
+                          for i in range(0, unit.shape[0], batch_size)])
+
+
+def _label_tensor(labels, count: int) -> torch.Tensor:
+    labels = torch.as_tensor(list(labels), dtype=torch.long).reshape(-1)
+    if labels.numel() != count:
+        raise PatchError(f"{labels.numel()} labels for {count} images: give one label per image.")
+    return labels
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float = 0.05, target: int | None = None,
+                epochs: int = 5, batch_size: int = 16, optimiser: str = "adam", step_size: float | None = None,
+                position: Sequence[int] | None = None, seed: int = 0,
+                progress: Progress | None = None) -> AdversarialPatch:
+    """Optimise a universal patch against ``model`` over ``images`` (PIL images) with their true
+    ``labels`` (indices in the model's classes).
+
+    Args:
+        model: a :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
+        share: the share of the image area the square covers, in (0, 1).
+        target: a class index to push every image towards, or ``None`` (untargeted: the true class's
+            cross-entropy is raised).
+        epochs: passes over the image set, each in shuffled mini-batches of ``batch_size``.
+        optimiser: ``"adam"`` (learning rate ``step_size``, default 0.1) or ``"sign"`` (step
+            ``step_size``, default 2/255, in ``[0, 1]`` units); see :data:`PATCH_OPTIMISERS`.
+        position: a fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
+        seed: seeds the starting patch (uniform noise), the shuffles and the positions.
+        progress: called with the fraction done after each mini-batch.
+
+    Raises:
+        PatchError: no images, a share outside (0, 1), a patch larger than the image, a position off
+            the image, an unknown optimiser, no epochs, a target outside the model's classes.
+    """
+    if optimiser not in PATCH_OPTIMISERS:
+        raise PatchError(f"Unknown optimiser {optimiser!r}: choose one of {', '.join(PATCH_OPTIMISERS)}.")
+    if int(epochs) < 1 or int(batch_size) < 1:
+        raise PatchError(f"epochs={epochs!r}, batch_size={batch_size!r}: train for at least one epoch of batches "
+                         "of at least one image.")
+    unit = unit_images(model, images)  # (N, C, H, W) in [0, 1]
+    truth = _label_tensor(labels, unit.shape[0])
+    image_size = tuple(int(v) for v in unit.shape[-2:])
+    side = patch_side(image_size, share)
+    fixed = None if position is None else _check_position(position, side, image_size)
+    classes = int(model.spec.num_outputs)
+    if target is not None and not 0 <= int(target) < max(classes, 1):
+        raise PatchError(f"target={target!r}: the model has classes 0..{classes - 1}.")
+    generator = torch.Generator().manual_seed(int(seed))
+    patch = torch.rand((unit.shape[1], side, side), generator=generator).to(unit.device).requires_grad_(True)
+    step = (0.1 if optimiser == "adam" else 2 / 255) if step_size is None else float(step_size)
+    adam = torch.optim.Adam([patch], lr=step) if optimiser == "adam" else None
+    sign = -1.0 if target is None else 1.0  # minimise sign · CE
+    batches = math.ceil(unit.shape[0] / int(batch_size))
+    total, done, losses = int(epochs) * batches, 0, []
+    for _ in range(int(epochs)):
+        order = torch.randperm(unit.shape[0], generator=generator)
+        epoch_loss = 0.0
+        for start in range(0, unit.shape[0], int(batch_size)):
+            chosen = order[start:start + int(batch_size)]
+            where = (torch.tensor([fixed]) if fixed is not None
+                     else random_patch_positions(len(chosen), image_size, side, generator=generator))
+            goal = truth[chosen] if target is None else torch.full((len(chosen),), int(target), dtype=torch.long)
+            with torch.enable_grad():
+                logits = _logits(model, paste_patch(unit[chosen], patch, where))
+                loss = F.cross_entropy(logits, goal.to(logits.device))
+                (gradient,) = torch.autograd.grad(sign * loss, patch)
+            with torch.no_grad():
+                if adam is not None:
+                    patch.grad = gradient
+                    adam.step()
+                else:
+                    patch -= step * gradient.sign()
+                patch.clamp_(0, 1)
+            epoch_loss += float(loss.detach()) * len(chosen)
+            done += 1
+            if progress is not None:
+                progress(done / total)
+        losses.append(epoch_loss / unit.shape[0])
+    return AdversarialPatch(patch=patch.detach().cpu().float(), share=float(share), image_size=image_size,
+                            target=None if target is None else int(target), position=fixed,
+                            model_name=str(getattr(model, "name", type(model).__name__)), losses=tuple(losses))
+
+
+def noise_patch(side: int, *, channels: int = 3, seed: int = 0) -> torch.Tensor:
+    """The control: a ``(channels, side, side)`` patch of uniform noise in ``[0, 1]``, drawn from ``seed``."""
+    return torch.rand((channels, int(side), int(side)), generator=torch.Generator().manual_seed(int(seed)))
+
+
+# --- evaluation ------------------------------------------------------------------------------------
+
+
+def _evaluation(model, unit: torch.Tensor, truth: torch.Tensor, patch: torch.Tensor, positions: torch.Tensor,
+                target: int | None, clean: torch.Tensor | None = None) -> PatchEvaluation:
+    clean = _predict(model, unit) if clean is None else clean
+    patched = _predict(model, paste_patch(unit, patch, positions))
+    return PatchEvaluation(
+        clean_accuracy=float((clean == truth).float().mean()),
+        accuracy=float((patched == truth).float().mean()),
+        fooling_rate=float((patched != clean).float().mean()),
+        target_rate=None if target is None else float((patched == int(target)).float().mean()),
+    )
+
+
+def _positions(count: int, image_size: Sequence[int], side: int, position, seed: int) -> torch.Tensor:
+    if position is not None:
+        return torch.tensor([_check_position(position, side, image_size)]).expand(count, 2)
+    return random_patch_positions(count, image_size, side, generator=torch.Generator().manual_seed(int(seed)))
+
+
+def evaluate_patch(model, images: Sequence, labels: Sequence[int], patch, *, position: Sequence[int] | None = None,
+                   seed: int = 0) -> PatchEvaluation:
+    """Accuracy and fooling rate of ``model`` on ``images`` with ``patch`` pasted (an
+    :class:`AdversarialPatch` or a ``(C, s, s)`` tensor in ``[0, 1]``), at ``position`` or at random
+    positions drawn from ``seed`` (the same positions for every patch of the same size).
+
+    Raises:
+        PatchError: no images, a patch larger than the images, a label count that does not match.
+    """
+    tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
+    target = patch.target if isinstance(patch, AdversarialPatch) else None
+    unit = unit_images(model, images)
+    truth = _label_tensor(labels, unit.shape[0])
+    if tensor.shape[-1] > min(unit.shape[-2:]):
+        raise PatchError(f"A {tensor.shape[-1]} px patch is larger than the {tuple(unit.shape[-2:])} images.")
+    where = _positions(unit.shape[0], unit.shape[-2:], int(tensor.shape[-1]), position, seed)
+    return _evaluation(model, unit, truth, tensor, where, target)
+
+
+def patch_size_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *,
+                     shares: Sequence[float] = (0.01, 0.02, 0.05, 0.1), eval_images: Sequence | None = None,
+                     eval_labels: Sequence[int] | None = None, target: int | None = None, epochs: int = 5,
+                     batch_size: int = 16, optimiser: str = "adam", position: Sequence[int] | None = None,
+                     seed: int = 0, progress: Progress | None = None) -> PatchCurve:
+    """Accuracy and fooling rate against patch size, for several models side by side: each model
+    (``{name: loaded model}``) gets its own patch per share, trained on ``images`` (:func:`train_patch`),
+    and is scored on ``eval_images`` (default: the training images) with that patch and with a noise
+    patch of the same size, at the same positions (drawn from ``seed + 1``, or ``position``).
+
+    Raises:
+        PatchError: no models, no images, a share outside (0, 1), a patch larger than an image.
+    """
+    if not models:
+        raise PatchError("No models: give at least one {name: model}.")
+    for share in shares:
+        patch_side((10**6, 10**6), share)  # the share's range, before any training
+    held_out = images if eval_images is None else eval_images
+    held_labels = labels if eval_labels is None else eval_labels
+    total, done = len(models) * len(shares), 0
+    fields: dict[str, dict[str, np.ndarray]] = {key: {} for key in ("acc", "fool", "noise_acc", "noise_fool")}
+    clean_accuracy, patches = {}, {}
+    for name, model in models.items():
+        unit = unit_images(model, held_out)
+        truth = _label_tensor(held_labels, unit.shape[0])
+        clean = _predict(model, unit)
+        rows: dict[str, list[float]] = {key: [] for key in fields}
+        trained = []
+        for k, share in enumerate(shares):
+            def inner(fraction: float, base: int = done) -> None:
+                if progress is not None:
+                    progress((base + fraction) / total)
+
+            found = train_patch(model, images, labels, share=share, target=target, epochs=epochs,
+                                batch_size=batch_size, optimiser=optimiser, position=position, seed=seed + 1000 * k,
+                                progress=inner)
+            trained.append(found)
+            where = _positions(unit.shape[0], unit.shape[-2:], found.side, position, seed + 1)
+            adversarial = _evaluation(model, unit, truth, found.patch, where, target, clean)
+            control = _evaluation(model, unit, truth, noise_patch(found.side, channels=unit.shape[1], seed=seed + 2),
+                                  where, None, clean)
+            rows["acc"].append(adversarial.accuracy)
+            rows["fool"].append(adversarial.fooling_rate)
+            rows["noise_acc"].append(control.accuracy)
+            rows["noise_fool"].append(control.fooling_rate)
+            done += 1
+            if progress is not None:
+                progress(done / total)
+        for key in fields:
+            fields[key][name] = np.asarray(rows[key])
+        clean_accuracy[name] = float((clean == truth).float().mean())
+        patches[name] = tuple(trained)
+    return PatchCurve(shares=tuple(float(s) for s in shares), accuracy=fields["acc"], fooling_rate=fields["fool"],
+                      noise_accuracy=fields["noise_acc"], noise_fooling_rate=fields["noise_fool"],
+                      clean_accuracy=clean_accuracy, patches=patches, images=len(held_out))
+
+
+def patch_transfer_matrix(models: Mapping[str, object], patches: Mapping[str, object], images: Sequence,
+                          labels: Sequence[int], *, position: Sequence[int] | None = None,
+                          seed: int = 0, progress: Progress | None = None) -> tuple[list[str], np.ndarray]:
+    """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the
+    patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
+    same positions for every pair (the diagonal: white-box). Each model reads the patched picture
+    through its own preprocessing, so the models must share an input size. ``progress``: called with
+    the fraction of the pairs done.
+
+    Raises:
+        PatchError: models with different input sizes, a model without a patch, no images.
+    """
+    names = list(models)
+    missing = [name for name in names if name not in patches]
+    if missing:
+        raise PatchError(f"No patch for {missing}: give one patch per model (e.g. from train_patch).")
+    sizes = {tuple(models[n].spec.img_size) for n in names}
+    if len(sizes) > 1:
+        raise PatchError(f"The models take different input sizes {sorted(sizes)}: a transfer needs one size.")
+    units = {name: unit_images(models[name], images) for name in names}
+    truth = _label_tensor(labels, len(images))
+    matrix = np.zeros((len(names), len(names)))
+    for i, source in enumerate(names):
+        found = patches[source]
+        tensor = found.patch if isinstance(found, AdversarialPatch) else torch.as_tensor(found, dtype=torch.float32)
+        where = _positions(len(images), units[source].shape[-2:], int(tensor.shape[-1]), position, seed)
+        for j, name in enumerate(names):
+            patched = _predict(models[name], paste_patch(units[name], tensor, where))
+            matrix[i, j] = float((patched == truth).float().mean())
+            if progress is not None:
+                progress((i * len(names) + j + 1) / len(names) ** 2)
+    return names, matrix
+
+
+# --- attention on the patch ------------------------------------------------------------------------
+
+
+def patch_tokens(spec, position: Sequence[int], side: int) -> tuple[int, ...]:
+    """Token indices (``spec.num_prefix_tokens + row·gw + col``) of the patches whose ``ph × pw`` pixel
+    cell overlaps a ``side`` px square at ``position = (top, left)`` (at least one pixel in common)."""
+    top, left = _check_position(position, side, spec.img_size)
+    (ph, pw), (gh, gw) = spec.patch_size, spec.grid_size
+    rows = range(top // ph, min(gh, (top + side - 1) // ph + 1))
+    cols = range(left // pw, min(gw, (left + side - 1) // pw + 1))
+    return tuple(spec.num_prefix_tokens + r * gw + c for r in rows for c in cols)
+
+
+def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int]) -> PatchAttention:
+    """Per layer, the share of the class token's attention (mean over heads) that lands on the tokens of
+    the patches the square covers (:func:`patch_tokens`), once ``patch`` is pasted at ``position`` and in
+    the clean images:
+
+        share[l, b] = Σ_{t ∈ covered} mean_h A[l, b, h, cls, t]
+
+    (the class token when the model has one, else the mean over patch queries, as
+    :func:`analysis.attention_map` reads it). The records of both passes come back for maps and rollout.
+
+    Raises:
+        PatchError: a windowed model (its attention is per window), no images, a patch off the image.
+    """
+    spec = vit.spec
+    if int(spec.num_layers) < 1:
+        raise PatchError(f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
+                         "the patch is defined for ViTs.")
+    if spec.is_windowed:
+        raise PatchError(f"{spec.family} attends within windows: the class-token share on the patch is defined for "
+                         "global-attention ViTs. Compare its accuracy with patch_size_curve instead.")
+    tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
+    side = int(tensor.shape[-1])
+    tokens = patch_tokens(spec, position, side)
+    unit = unit_images(vit, images)
+    mean, std = _normalisation(vit)
+    clean_pixels = ((unit - mean) / std).cpu()
+    patched_pixels = ((paste_patch(unit, tensor, tuple(position)) - mean) / std).cpu()
+    clean = capture_attention(vit, clean_pixels)
+    patched = capture_attention(vit, patched_pixels)
+    cells = torch.as_tensor([t - spec.num_prefix_tokens for t in tokens], dtype=torch.long)
+
+    def shares(record: AttentionRecord) -> np.ndarray:
+        per_layer = [attention_map(record, layer).flatten(1)[:, cells].sum(-1) for layer in record.layers]
+        return torch.stack(per_layer).numpy()  # (L, B)
+
+    return PatchAttention(layers=tuple(clean.layers), patched_share=shares(patched), clean_share=shares(clean),
+                          tokens=tokens, patched=patched, clean=clean, patched_pixels=patched_pixels)

@@ -1,0 +1,300 @@
+"""Off-the-shelf tokens: a linear probe on each block's class token, accuracy against depth.
+
+Naseer et al. 2021 ("Intriguing Properties of Vision Transformers", Section 3.5 and Figure 10) read
+the class token of every block of a ViT as a feature, fit a linear classifier on it, and find the
+accuracy rising with depth; concatenating the last few blocks' class tokens does better still.
+
+Here the feature of block ``l`` is its output (the residual stream after the block,
+``blocks.{l}.resid_post`` of :func:`analysis.activations.run_with_cache`, read through
+:func:`analysis.capture_tokens`): the class token when the model has one
+(``spec.prefix_names``), else the mean over the patch tokens (a windowed model: over its stage
+grid). The probe is **closed-form ridge regression on one-hot targets** (deterministic; no
+optimiser): the features are standardised with the training split's mean and standard deviation,
+then, with ``X`` the ``(n, D)`` standardised training features and ``Y`` the ``(n, K)`` one-hot
+targets, both centred on their training means,
+
+    W = (XᵀX + λ·I)⁻¹ XᵀY,      b = ȳ            (the bias is not penalised)
+
+and an image is assigned ``argmax_k (x·W + b)_k``. The split into a training and a test part is a
+seeded permutation; the two parts are disjoint, and the result says which images are in which.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import AnalysisError
+from ..images import load_image
+from ..tokens import capture_tokens
+
+__all__ = [
+    "ProbeError",
+    "ImageFolderSet",
+    "LinearProbeCurve",
+    "load_image_folder",
+    "split_indices",
+    "block_features",
+    "RidgeProbe",
+    "fit_ridge_probe",
+    "probe_accuracy",
+    "linear_probe_curve",
+    "linear_probe_curves",
+]
+
+Progress = Callable[[float], None]
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+
+
+class ProbeError(AnalysisError):
+    """A linear probe's input is unusable: a folder without class subfolders, too few images to split,
+    a test share outside (0, 1), labels that do not match the images."""
+
+
+@dataclass(frozen=True)
+class ImageFolderSet:
+    """A labelled image set read from a folder with one subfolder per class.
+
+    Attributes:
+        images: the decoded RGB images, class by class (subfolders in sorted order, files sorted).
+        labels: the index of each image's class in ``class_names``.
+        class_names: the subfolder names, sorted.
+        paths: each image's file.
+    """
+
+    images: list
+    labels: list[int]
+    class_names: list[str]
+    paths: list[Path]
+
+
+@dataclass(frozen=True)
+class LinearProbeCurve:
+    """Linear-probe accuracy by depth for one model.
+
+    Attributes:
+        layers: model layer index of each entry of ``accuracy``.
+        accuracy: ``(len(layers),)`` test accuracy of the probe on each block's token.
+        concat_k: the ``k`` of each entry of ``concat_accuracy``.
+        concat_accuracy: ``(len(concat_k),)`` test accuracy on the last ``k`` blocks' tokens concatenated.
+        model_accuracy: the model's own top-1 accuracy on the test split (``None`` for a headless model or
+            when its classes are not the labels'; pass ``model_labels=False`` to skip it).
+        feature: ``"class token"`` or ``"mean patch token"``.
+        train_indices / test_indices: which images fitted the probe and which scored it (disjoint).
+        ridge: the ridge penalty λ.
+    """
+
+    layers: tuple[int, ...]
+    accuracy: np.ndarray
+    concat_k: tuple[int, ...]
+    concat_accuracy: np.ndarray
+    model_accuracy: float | None
+    feature: str
+    train_indices: np.ndarray
+    test_indices: np.ndarray
+    ridge: float
+
+
+def load_image_folder(folder: str | os.PathLike, *, max_per_class: int | None = None) -> ImageFolderSet:
+    """The images of ``folder``'s class subfolders (``folder/<class>/<image>``), labelled by subfolder.
+
+    Raises:
+        ProbeError: the folder does not exist, has no class subfolders, or they hold no images.
+    """
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ProbeError(f"{root} is not a folder: give a folder with one subfolder of images per class.")
+    classes = sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:
+        raise ProbeError(f"{root} has no class subfolders: put each class's images in a subfolder named after the "
+                         "class (folder/<class>/<image>.png).")
+    images, labels, paths = [], [], []
+    for index, sub in enumerate(classes):
+        files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        for path in files[:max_per_class]:
+            images.append(load_image(path))
+            labels.append(index)
+            paths.append(path)
+    if not images:
+        raise ProbeError(f"The class subfolders of {root} hold no images ({', '.join(IMAGE_SUFFIXES)}).")
+    return ImageFolderSet(images=images, labels=labels, class_names=[c.name for c in classes], paths=paths)
+
+
+def split_indices(count: int, test_share: float = 0.5, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, test)``: disjoint sorted index arrays covering ``range(count)``, the test part
+    ``round(test_share · count)`` images drawn by a permutation seeded with ``seed``.
+
+    Raises:
+        ProbeError: a test share outside (0, 1), or fewer than one image on either side.
+    """
+    if not 0 < float(test_share) < 1:
+        raise ProbeError(f"test_share={test_share!r}: the test part is a share of the images strictly between 0 and 1.")
+    tested = int(round(float(test_share) * count))
+    if tested < 1 or tested >= count:
+        raise ProbeError(f"{count} images cannot be split {1 - test_share:.0%} / {test_share:.0%}: give more images.")
+    order = np.random.default_rng(int(seed)).permutation(count)
+    return np.sort(order[tested:]), np.sort(order[:tested])
+
+
+def _feature_of(spec) -> str:
+    return "class token" if spec.has_class_token else "mean patch token"
+
+
+def block_features(model, images: Sequence, *, layers: Sequence[int] | None = None, batch_size: int = 64,
+                   progress: Progress | None = None) -> tuple[tuple[int, ...], list[torch.Tensor], torch.Tensor]:
+    """``(layers, features, logits)``: per block ``l``, ``(N, D_l)`` float32 features of ``images`` (PIL)
+    from its output: the class token when the model has one, else the mean patch token (a windowed
+    model: the mean over its stage grid); and the model's ``(N, outputs)`` logits (``(N, 0)`` headless).
+
+    Raises:
+        ProbeError: no images.
+    """
+    if not len(images):
+        raise ProbeError("No images: give at least one image per class.")
+    if int(model.spec.num_layers) < 1:
+        raise ProbeError(f"{getattr(model, 'name', 'This model')} has no transformer blocks (a CNN?): the probe reads "
+                         "each block's tokens; give a ViT or a Swin.")
+    per_layer: list[list[torch.Tensor]] = []
+    logits: list[torch.Tensor] = []
+    chosen: tuple[int, ...] = ()
+    for start in range(0, len(images), int(batch_size)):
+        pixels = torch.cat([model.preprocess(image) for image in images[start:start + int(batch_size)]])
+        record = capture_tokens(model, pixels, layers=layers)
+        chosen = tuple(record.layers)
+        if not per_layer:
+            per_layer = [[] for _ in chosen]
+        for position, layer in enumerate(chosen):
+            tokens = record.layer_tokens(layer) if hasattr(record, "layer_tokens") else record.tokens[position]
+            per_layer[position].append(_pooled(tokens, record.spec))
+        with torch.no_grad():
+            out = model.model(pixels.to(model.device))
+        logits.append(out.float().cpu() if isinstance(out, torch.Tensor) and out.ndim == 2
+                      else torch.zeros((pixels.shape[0], 0)))
+        if progress is not None:
+            progress(min(1.0, (start + pixels.shape[0]) / len(images)))
+    return chosen, [torch.cat(parts).float() for parts in per_layer], torch.cat(logits)
+
+
+def _pooled(tokens: torch.Tensor, spec) -> torch.Tensor:
+    """``(B, T, D)`` block output -> ``(B, D)``: the class token, or the mean of the patch tokens."""
+    if spec.is_windowed:
+        return tokens.float().mean(dim=1)  # (B, gh·gw, C): no prefix tokens
+    if spec.has_class_token:
+        return tokens[:, spec.prefix_names.index("class")].float()
+    return tokens[:, spec.num_prefix_tokens:].float().mean(dim=1)
+
+
+@dataclass(frozen=True)
+class RidgeProbe:
+    """A fitted closed-form ridge probe: ``scores = ((x − mean) / std) · weight + bias``."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
+    classes: torch.Tensor
+
+    def predict(self, features: torch.Tensor) -> torch.Tensor:
+        """The class (from ``classes``) of each row of ``features`` ``(n, D)``."""
+        scores = ((features.double() - self.mean) / self.std) @ self.weight + self.bias
+        return self.classes[scores.argmax(-1)]
+
+
+def fit_ridge_probe(features: torch.Tensor, labels, *, ridge: float = 1.0) -> RidgeProbe:
+    """Closed-form ridge regression on one-hot targets, in float64 (see the module docstring):
+    ``W = (XᵀX + λI)⁻¹ XᵀY`` on standardised, centred features ``X`` ``(n, D)`` and centred one-hot
+    targets ``Y`` ``(n, K)``, the bias the targets' mean. ``K`` runs over the distinct labels.
+
+    Raises:
+        ProbeError: a negative penalty, or a label count that does not match the features.
+    """
+    if not float(ridge) >= 0:
+        raise ProbeError(f"ridge={ridge!r}: the penalty λ is 0 or more.")
+    x = torch.as_tensor(features).double()
+    y = torch.as_tensor(list(labels) if not isinstance(labels, torch.Tensor) else labels).long().reshape(-1)
+    if x.ndim != 2 or y.numel() != x.shape[0]:
+        raise ProbeError(f"{y.numel()} labels for {tuple(x.shape)} features: give one label per row.")
+    classes, index = torch.unique(y, return_inverse=True)
+    mean = x.mean(0)
+    std = x.std(0, unbiased=False).clamp_min(1e-8)
+    standard = (x - mean) / std  # (n, D)
+    onehot = torch.nn.functional.one_hot(index, len(classes)).double()  # (n, K)
+    target_mean = onehot.mean(0)
+    gram = standard.T @ standard + float(ridge) * torch.eye(x.shape[1], dtype=torch.float64)  # (D, D)
+    weight = torch.linalg.solve(gram, standard.T @ (onehot - target_mean))  # (D, K)
+    return RidgeProbe(mean=mean, std=std, weight=weight, bias=target_mean, classes=classes)
+
+
+def probe_accuracy(train_features: torch.Tensor, train_labels, test_features: torch.Tensor, test_labels, *,
+                   ridge: float = 1.0) -> float:
+    """Test accuracy of a ridge probe (:func:`fit_ridge_probe`) fitted on the training features."""
+    probe = fit_ridge_probe(train_features, train_labels, ridge=ridge)
+    truth = torch.as_tensor(list(test_labels)).long()
+    return float((probe.predict(torch.as_tensor(test_features)) == truth).double().mean())
+
+
+def _as_model_labels(model, folder: ImageFolderSet, model_labels: bool) -> tuple[list, list[int], bool]:
+    """A folder's images and labels; the labels are the model's own class indices when every subfolder
+    is named after one of the model's classes (then the model's own accuracy can be reported)."""
+    names = list(getattr(model, "class_names", None) or [])
+    if model_labels and names and all(name in names for name in folder.class_names):
+        return folder.images, [names.index(folder.class_names[label]) for label in folder.labels], True
+    return folder.images, list(folder.labels), False
+
+
+def linear_probe_curve(model, images: Sequence, labels: Sequence[int], *, test_share: float = 0.5,
+                       concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
+                       model_labels: bool = True, progress: Progress | None = None) -> LinearProbeCurve:
+    """Linear-probe accuracy against depth for ``model`` on ``images`` (PIL images, or an
+    :class:`ImageFolderSet` with ``labels=None``): each block's token (:func:`block_features`), the probe
+    fitted on a seeded training split and scored on the disjoint test split (:func:`split_indices`),
+    and the last ``k`` blocks' tokens concatenated for each ``k`` in ``concat_k`` (those up to the
+    number of blocks). ``model_labels``: the labels are indices in the model's own classes, so its own
+    accuracy on the test split is reported beside the probe's (a folder: when its subfolders are named
+    after the model's classes).
+
+    Raises:
+        ProbeError: no images, labels that do not match, too few images to split.
+    """
+    if isinstance(images, ImageFolderSet):
+        images, labels, model_labels = _as_model_labels(model, images, model_labels)
+    if labels is None or len(labels) != len(images):
+        raise ProbeError(f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label "
+                         "per image.")
+    train, test = split_indices(len(images), test_share, seed=seed)
+    layers, features, logits = block_features(model, images, progress=progress)
+    truth = torch.as_tensor(list(labels)).long()
+    accuracy = [probe_accuracy(f[train], truth[train], f[test], truth[test], ridge=ridge) for f in features]
+    ks = tuple(int(k) for k in concat_k if 1 <= int(k) <= len(features))
+    concat = [probe_accuracy(torch.cat(features[-k:], 1)[train], truth[train], torch.cat(features[-k:], 1)[test],
+                             truth[test], ridge=ridge) for k in ks]
+    own = None
+    if model_labels and logits.shape[1] > int(truth.max()):
+        own = float((logits[test].argmax(-1) == truth[test]).double().mean())
+    return LinearProbeCurve(layers=layers, accuracy=np.asarray(accuracy), concat_k=ks,
+                            concat_accuracy=np.asarray(concat), model_accuracy=own, feature=_feature_of(model.spec),
+                            train_indices=train, test_indices=test, ridge=float(ridge))
+
+
+def linear_probe_curves(models: Mapping[str, object], images: Sequence, labels: Sequence[int] | None = None, *,
+                        test_share: float = 0.5, concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
+                        model_labels: bool = True,
+                        progress: Progress | None = None) -> dict[str, LinearProbeCurve]:
+    """:func:`linear_probe_curve` for several models (``{name: loaded model}``) on the same images and the
+    same split, side by side."""
+    if not models:
+        raise ProbeError("No models: give at least one {name: model}.")
+    curves = {}
+    for number, (name, model) in enumerate(models.items()):
+        def inner(fraction: float, number=number) -> None:
+            if progress is not None:
+                progress((number + fraction) / len(models))
+
+        curves[name] = linear_probe_curve(model, images, labels, test_share=test_share, concat_k=concat_k,
+                                          ridge=ridge, seed=seed, model_labels=model_labels, progress=inner)
+    return curves
