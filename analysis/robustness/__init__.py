@@ -1,6 +1,16 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
 from .attacks import ATTACKS, AttackCurve, AttackError, attack, attack_curve, fgsm, pgd, transfer_matrix
+from .corruptions import (
+    FAST_CORRUPTIONS,
+    CorruptionCurve,
+    CorruptionError,
+    CorruptionsUnavailableError,
+    corrupt_image,
+    corruption_curve,
+    corruption_errors,
+    corruption_names,
+)
 from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
 from .probe import SALIENCY_NAMES, Probe, probe
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
@@ -26,6 +36,14 @@ __all__ = [
     "fgsm",
     "pgd",
     "transfer_matrix",
+    "FAST_CORRUPTIONS",
+    "CorruptionCurve",
+    "CorruptionError",
+    "CorruptionsUnavailableError",
+    "corrupt_image",
+    "corruption_curve",
+    "corruption_errors",
+    "corruption_names",
     "DEMO_CNN_DIR",
     "IMAGENET_1K_CNNS",
     "LoadedCNN",
