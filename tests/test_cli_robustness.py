@@ -9,11 +9,16 @@ import importlib.util
 import numpy as np
 import pytest
 from PIL import Image
+from test_cli import run
 
 from analysis import load_vit
 from analysis.demo.data import render_sample
-from analysis.robustness import attack_curve, corruption_curve, corruption_errors, load_cnn
-from test_cli import run
+from analysis.robustness import (
+    attack_curve,
+    corruption_curve,
+    corruption_errors,
+    load_cnn,
+)
 
 SEED = 4242
 

@@ -189,7 +189,11 @@ def run_attack(args, ranks: Ranks) -> int:
 
 
 def run_corruptions(args, ranks: Ranks) -> int:
-    from ..robustness.corruptions import CorruptionCurve, corruption_curve, corruption_errors
+    from ..robustness.corruptions import (
+        CorruptionCurve,
+        corruption_curve,
+        corruption_errors,
+    )
 
     models = _models(args, ranks)
     description, images, labels, skipped = _images(args, ranks)
