@@ -59,6 +59,20 @@ def test_corrupted_image_is_the_packages_own_output(name, severity, scenes):
 
 
 @needs_package
+def test_a_seeded_corruption_is_the_packages_output_under_that_seed_and_leaves_numpy_as_it_was(scenes):
+    image = scenes[0][0]
+    from imagecorruptions import corrupt
+
+    np.random.seed(11)
+    expected = corrupt(image, corruption_name="shot_noise", severity=2)
+    np.random.seed(99)
+    before = np.random.get_state()[1].copy()
+    np.testing.assert_array_equal(corrupt_image(image, "shot_noise", 2, seed=11), expected)
+    np.testing.assert_array_equal(np.random.get_state()[1], before)
+    assert not np.array_equal(corrupt_image(image, "shot_noise", 2, seed=12), expected)
+
+
+@needs_package
 def test_severity_zero_is_the_clean_image_and_the_clean_accuracy(demo_models, scenes):
     images, labels = scenes
     np.testing.assert_array_equal(corrupt_image(images[1], "gaussian_noise", 0), images[1])
@@ -77,12 +91,17 @@ def test_the_curve_counts_each_corrupted_prediction(demo_models, scenes):
     """One (corruption, severity) cell against an explicit loop over the images."""
     images, labels = scenes
     curve = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("pixelate",), severities=(4,))
+    noisy = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("gaussian_noise",),
+                             severities=(5,), seed=3)
+    again = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("gaussian_noise",),
+                             severities=(5,), image_seeds=[3 + i for i in range(len(images))])
+    np.testing.assert_array_equal(noisy.accuracy["ViT"], again.accuracy["ViT"])  # image i: seed + i
     model = demo_models["ViT"]
     from PIL import Image
 
     correct = 0
-    for image, label in zip(images, labels):
-        corrupted = corrupt_image(image, "pixelate", 4)
+    for index, (image, label) in enumerate(zip(images, labels)):
+        corrupted = corrupt_image(image, "pixelate", 4, seed=index)
         with torch.no_grad():
             correct += int(model.model(model.preprocess(Image.fromarray(corrupted))).argmax(-1).item() == label)
     assert curve.accuracy["ViT"][0, 0] == pytest.approx(correct / len(images))

@@ -733,12 +733,11 @@ def transfer_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _ima
 def corruption_view(model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """``(corrupted image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
-    (``analysis.robustness.corrupt_image``; the noise corruptions draw from a fixed seed)."""
+    (``analysis.robustness.corrupt_image`` with seed 0)."""
     from analysis.robustness import corrupt_image
 
     model = loaded_model(model_key)
-    np.random.seed(0)  # the package's noise corruptions draw from numpy's global generator
-    corrupted = corrupt_image(load_image(_image_bytes), corruption, severity)
+    corrupted = corrupt_image(load_image(_image_bytes), corruption, severity, seed=0)
     with torch.no_grad():
         logits = model.model(model.preprocess(Image.fromarray(corrupted)).to(model.device)).float()
     return corrupted, logits.softmax(-1)[0].cpu().numpy()
@@ -746,19 +745,19 @@ def corruption_view(model_key: tuple, digest: str, _image_bytes: bytes, corrupti
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
 def corruption_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...],
-                     corruptions: tuple[str, ...], severities: tuple[int, ...]
+                     corruptions: tuple[str, ...], severities: tuple[int, ...], seed: int
                      ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
     """``analysis.robustness.corruption_curve`` on one piece, each model scored against its own clean
-    prediction: the summed agreement ``(models, corruptions, severities)``, the images used, the skipped."""
+    prediction (image ``i`` of the piece: seed ``seed + i``): the summed agreement ``(models, corruptions,
+    severities)``, the images used, the skipped."""
     from analysis.robustness import corruption_curve
 
     models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
     images, skipped = _decoded(_images)
     if not images:
         return np.zeros((len(models), len(corruptions), len(severities))), 0, tuple(skipped)
-    np.random.seed(0)
     curve = corruption_curve(models, [image for _, image in images], None, corruptions=corruptions,
-                             severities=severities)
+                             severities=severities, image_seeds=[seed + index for index, _ in images])
     return np.stack([curve.accuracy[name] for name in models]) * len(images), len(images), tuple(skipped)
 
 

@@ -152,7 +152,7 @@ def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images:
 
 
 def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images: Sequence[ImageRef],
-                       problems: list[str], class_names) -> None:
+                       problems: list[str], class_names, seed: int) -> None:
     st.subheader("Natural corruptions")
     st.caption("ImageNet-C corruptions at severities 1–5 (Hendrycks & Dietterich 2019), from the `imagecorruptions` "
                "package's own functions; severity 0 is the clean image.")
@@ -190,7 +190,8 @@ def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, ima
 
     def piece(chunk, start):
         sums, count, skipped = resources.corruption_chunk(keys, tuple(i.digest for i in chunk),
-                                                          tuple(i.data for i in chunk), tuple(chosen), severities)
+                                                          tuple(i.data for i in chunk), tuple(chosen), severities,
+                                                          seed + start)
         return (sums, count), skipped
 
     try:
@@ -219,7 +220,7 @@ def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, ima
                     " · ".join(f"{label} {errors[label][1]:.3f}" for label in labels))
         arrays.update(corruption_error=np.stack([errors[label][0] for label in labels]),
                       mean_corruption_error=np.array([errors[label][1] for label in labels]))
-    st.caption("Agreement with each model's own clean prediction. CE = Σ over severities 1–5 of the model's errors "
+    st.caption("Agreement with each model's own clean prediction; image i's random corruptions use seed + i. CE = Σ over severities 1–5 of the model's errors "
                "/ the CNN's; mCE: its mean over the corruptions (Hendrycks & Dietterich 2019, with the CNN as the "
                "baseline instead of AlexNet). The labelled benchmark: `python -m analysis robustness corruptions "
                "--model demo --cnn demo --demo-scenes 200 --out corruptions.npz`.")

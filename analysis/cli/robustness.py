@@ -200,7 +200,9 @@ def run_corruptions(args, ranks: Ranks) -> int:
     say(ranks, f"corruptions on {', '.join(models)}: {description}")
     try:
         if images:
-            curve = corruption_curve(models, images, labels, corruptions=args.corruptions, severities=args.severities)
+            seeds = [args.seed + i for i in range(ranks.rank, ranks.rank + ranks.world * len(images), ranks.world)]
+            curve = corruption_curve(models, images, labels, corruptions=args.corruptions, severities=args.severities,
+                                     image_seeds=seeds)  # image i of the whole set: seed + i on any rank
             correct = {n: a * len(images) for n, a in curve.accuracy.items()}
         else:
             corruption_curve(models, [np.zeros((8, 8, 3), np.uint8)], None, corruptions=args.corruptions,

@@ -100,18 +100,29 @@ def _check(name: str, severity: int) -> None:
         raise CorruptionError(f"Unknown corruption {name!r}: choose one of {', '.join(names)}.")
 
 
-def corrupt_image(image, name: str, severity: int) -> np.ndarray:
+def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -> np.ndarray:
     """``(H, W, 3)`` uint8: ``image`` (PIL or ``(H, W, 3)`` uint8) corrupted by the package's
-    ``corrupt(image, corruption_name=name, severity=severity)``; ``severity=0`` returns it unchanged."""
+    ``corrupt(image, corruption_name=name, severity=severity)``; ``severity=0`` returns it unchanged.
+
+    The package's random corruptions (noise, snow, spatter, …) draw from NumPy's global generator:
+    with ``seed``, that generator is seeded with it for the call and restored afterwards, so the
+    result is reproducible and the caller's random stream is left as it was."""
     _check(name, severity)
     array = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image, dtype=np.uint8)
     if severity == 0:
         return array.copy()
+    corrupt = _package().corrupt
+    state = np.random.get_state() if seed is not None else None
     try:
-        out = _package().corrupt(array, corruption_name=name, severity=int(severity))
+        if seed is not None:
+            np.random.seed(int(seed))
+        out = corrupt(array, corruption_name=name, severity=int(severity))
     except Exception as exc:  # noqa: BLE001 - the package's own failure, named with its cause
         raise CorruptionError(f"imagecorruptions' {name} fails with the installed libraries ({type(exc).__name__}: "
                               f"{exc}): choose another corruption.") from exc
+    finally:
+        if state is not None:
+            np.random.set_state(state)
     return np.asarray(out, dtype=np.uint8)
 
 
@@ -137,12 +148,15 @@ def _predict(model, images: Sequence[np.ndarray]) -> np.ndarray:
 
 def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int] | None = None, *,
                      corruptions: Sequence[str] = FAST_CORRUPTIONS, severities: Sequence[int] = SEVERITIES,
+                     seed: int = 0, image_seeds: Sequence[int] | None = None,
                      progress: Callable[[float], None] | None = None) -> CorruptionCurve:
     """Accuracy against severity for each model (``{name: loaded model}``) on ``images`` (PIL or uint8).
 
     Each image is corrupted once per (corruption, severity) at its own size, and every model sees that
     same corrupted image through its own preprocessing. ``labels``: the true classes (indices in every
-    model's classes); without them each model is scored against its own clean prediction.
+    model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
+    random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
+    whole set's seeds), the same for every corruption and severity.
     ``progress(fraction)`` after each (corruption, severity).
     """
     if not images or (labels is not None and len(labels) != len(images)):
@@ -151,13 +165,16 @@ def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Seq
     for name in corruptions:
         for severity in severities:
             _check(name, severity)
+    seeds = list(image_seeds) if image_seeds is not None else [seed + i for i in range(len(images))]
+    if len(seeds) != len(images):
+        raise CorruptionError(f"{len(seeds)} image seeds for {len(images)} images: give one seed per image.")
     clean = [np.asarray(i.convert("RGB") if isinstance(i, Image.Image) else i, dtype=np.uint8) for i in images]
     targets = {m: (np.asarray(labels) if labels is not None else _predict(model, clean)) for m, model in models.items()}
     accuracy = {m: np.zeros((len(corruptions), len(severities))) for m in models}
     total, done = len(corruptions) * len(severities), 0
     for c, name in enumerate(corruptions):
         for s, severity in enumerate(severities):
-            corrupted = [corrupt_image(image, name, severity) for image in clean]
+            corrupted = [corrupt_image(image, name, severity, seed=s) for image, s in zip(clean, seeds)]
             for m, model in models.items():
                 accuracy[m][c, s] = float((_predict(model, corrupted) == targets[m]).mean())
             done += 1

@@ -358,6 +358,6 @@ if add_swin:
 attack_problems: list[str] = []
 attack_section(compared, cur.image, images, attack_problems, names, seed)
 corruption_problems: list[str] = []
-corruption_section(compared, cur.image, images, corruption_problems, names)
+corruption_section(compared, cur.image, images, corruption_problems, names, seed)
 for problem in dict.fromkeys(attack_problems + corruption_problems):  # each unreadable image named once
     st.warning(escape_markdown(problem))
