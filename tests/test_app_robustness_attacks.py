@@ -10,8 +10,23 @@ import pytest
 import torch
 
 import analysis
-from analysis.robustness import attack, attack_curve, corruption_curve, corruption_errors, load_cnn, transfer_matrix
-from tests.test_app import DEMO_PRESENT, app, array, assert_clean, chart, first_sample, traces  # noqa: F401 - app: fixture
+from analysis.robustness import (
+    attack,
+    attack_curve,
+    corruption_curve,
+    corruption_errors,
+    load_cnn,
+    transfer_matrix,
+)
+from tests.test_app import (  # noqa: F401 - app: fixture
+    DEMO_PRESENT,
+    app,
+    array,
+    assert_clean,
+    chart,
+    first_sample,
+    traces,
+)
 
 pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models (assets/)")
 
@@ -94,3 +109,19 @@ def test_the_corruption_curves_and_the_mce_are_the_librarys(app):
     errors = corruption_errors(curve, "CNN")
     text = next(m.value for m in app.markdown if m.value.startswith("**Mean corruption error"))
     assert f"ViT {errors['ViT'][1]:.3f}" in text and "CNN 1.000" in text
+
+
+def test_without_the_corruptions_package_the_section_says_how_to_install_it(app, monkeypatch):
+    from analysis.robustness import corruptions
+
+    def missing():
+        raise corruptions.CorruptionsUnavailableError('Natural corruptions need the optional imagecorruptions '
+                                                      'package: pip install "vit-explorer[corruptions]".')
+
+    monkeypatch.setattr(corruptions, "_package", missing)
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False).run()
+    assert_clean(app)
+    shown = [i.value.replace("\\", "") for i in app.info]  # markdown escapes dropped
+    assert any('pip install "vit-explorer[corruptions]"' in text for text in shown), shown
+    assert not app.get("multiselect") or all(m.key != "rob_corruption_set" for m in app.multiselect)
