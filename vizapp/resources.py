@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 import torch
+from PIL import Image
 
 import analysis
 from analysis import (
@@ -624,6 +625,140 @@ def robustness_chunk(
         score += curve.score
         probability += curve.probability
     return score, probability, len(images), tuple(skipped)
+
+
+def loaded_model(model_key: tuple):
+    """The model of a page's ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``."""
+    return get_model(model_key[1]) if model_key[0] == "vit" else get_cnn(*model_key[1:])
+
+
+def _decoded(_images: tuple[bytes, ...]) -> tuple[list, list[tuple[int, str]]]:
+    """``([(index, PIL image)], [(index, reason)])`` of a piece of an image set."""
+    images, skipped = [], []
+    for index, data in enumerate(_images):
+        try:
+            images.append((index, load_image(data)))
+        except analysis.ImageLoadError as exc:
+            skipped.append((index, str(exc)))
+    return images, skipped
+
+
+def _top1(model, images) -> list[int]:
+    """Each image's clean top-1 class under ``model``."""
+    with torch.no_grad():
+        pixels = torch.cat([model.preprocess(image) for image in images])
+        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().tolist()
+
+
+@dataclass(frozen=True)
+class AttackView:
+    """One model attacked on one image against its own clean prediction (``analysis.robustness.attack``).
+
+    clean_probabilities, adversarial_probabilities: ``(classes,)``; adversarial_image: ``(H, W, 3)`` uint8
+    as the model saw it; perturbation: ``(H, W, 3)`` float, adversarial − clean in 0–255 pixel units."""
+
+    clean_probabilities: np.ndarray
+    adversarial_probabilities: np.ndarray
+    adversarial_image: np.ndarray
+    perturbation: np.ndarray
+
+
+@st.cache_data(show_spinner="Attacking the image…", max_entries=MAX_RESULTS)
+def attack_view(model_key: tuple, digest: str, _image_bytes: bytes, attack_name: str, epsilon: float, steps: int,
+                seed: int) -> AttackView:
+    """FGSM or PGD of ε (0–255 units) on this image, untargeted, against the model's clean prediction."""
+    from analysis.robustness import attack
+
+    model = loaded_model(model_key)
+    pixels = model.preprocess(load_image(_image_bytes)).to(model.device)  # (1, 3, H, W)
+    mean = torch.tensor(model.preprocessing.mean, device=model.device).view(1, -1, 1, 1)
+    std = torch.tensor(model.preprocessing.std, device=model.device).view(1, -1, 1, 1)
+    with torch.no_grad():
+        clean_logits = model.model(pixels).float()
+    target = clean_logits.argmax(-1)
+    adversarial = attack(attack_name, model, pixels, target, epsilon=epsilon, steps=steps, seed=seed)
+    with torch.no_grad():
+        adversarial_logits = model.model(adversarial.to(model.device)).float()
+    clean_unit = (pixels * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
+    unit = (adversarial.to(model.device) * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
+    return AttackView(clean_logits.softmax(-1)[0].cpu().numpy(), adversarial_logits.softmax(-1)[0].cpu().numpy(),
+                      np.round(unit * 255).astype(np.uint8), (unit - clean_unit) * 255.0)
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def attack_chunk(model_key: tuple, digests: tuple[str, ...], _images: tuple[bytes, ...], attack_name: str,
+                 epsilons: tuple[float, ...], steps: int, seed: int
+                 ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+    """``analysis.robustness.attack_curve`` on one piece of an image set, each image scored against the
+    model's own clean prediction: the summed agreement ``(epsilons,)``, the images used, the skipped."""
+    from analysis.robustness import attack_curve
+
+    model = loaded_model(model_key)
+    images, skipped = _decoded(_images)
+    if not images:
+        return np.zeros(len(epsilons)), 0, tuple(skipped)
+    pictures = [image for _, image in images]
+    curve = attack_curve({"model": model}, pictures, _top1(model, pictures), epsilons=epsilons,
+                         attack_name=attack_name, steps=steps, seed=seed)
+    return curve.accuracy["model"] * len(pictures), len(pictures), tuple(skipped)
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def transfer_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...],
+                   attack_name: str, epsilon: float, steps: int, seed: int
+                   ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+    """``analysis.robustness.transfer_matrix`` on the images of one piece where every model predicts the
+    same clean class (that class is the label): the summed ``(models, models)`` accuracy, the images used,
+    the skipped (unreadable, or the models disagree on the clean image)."""
+    from analysis.robustness import transfer_matrix
+
+    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
+    images, skipped = _decoded(_images)
+    agreed, labels = [], []
+    for index, image in images:
+        classes = {_top1(model, [image])[0] for model in models.values()}
+        if len(classes) == 1:
+            agreed.append(image)
+            labels.append(classes.pop())
+        else:
+            skipped.append((index, "the models disagree on the clean image (left out of the transfer)"))
+    if not agreed:
+        return np.zeros((len(models), len(models))), 0, tuple(skipped)
+    _, matrix = transfer_matrix(models, agreed, labels, epsilon=epsilon, attack_name=attack_name, steps=steps,
+                                seed=seed)
+    return matrix * len(agreed), len(agreed), tuple(skipped)
+
+
+@st.cache_data(show_spinner="Corrupting the image…", max_entries=MAX_RESULTS)
+def corruption_view(model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(corrupted image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
+    (``analysis.robustness.corrupt_image`` with seed 0)."""
+    from analysis.robustness import corrupt_image
+
+    model = loaded_model(model_key)
+    corrupted = corrupt_image(load_image(_image_bytes), corruption, severity, seed=0)
+    with torch.no_grad():
+        logits = model.model(model.preprocess(Image.fromarray(corrupted)).to(model.device)).float()
+    return corrupted, logits.softmax(-1)[0].cpu().numpy()
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def corruption_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...],
+                     corruptions: tuple[str, ...], severities: tuple[int, ...], seed: int
+                     ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+    """``analysis.robustness.corruption_curve`` on one piece, each model scored against its own clean
+    prediction (image ``i`` of the piece: seed ``seed + i``): the summed agreement ``(models, corruptions,
+    severities)``, the images used, the skipped."""
+    from analysis.robustness import corruption_curve
+
+    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
+    images, skipped = _decoded(_images)
+    if not images:
+        return np.zeros((len(models), len(corruptions), len(severities))), 0, tuple(skipped)
+    curve = corruption_curve(models, [image for _, image in images], None, corruptions=corruptions,
+                             severities=severities, image_seeds=[seed + index for index, _ in images])
+    return np.stack([curve.accuracy[name] for name in models]) * len(images), len(images), tuple(skipped)
 
 
 # --------------------------------------------------------------------------- masked autoencoders

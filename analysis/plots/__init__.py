@@ -30,6 +30,7 @@ from .charts import (
     predictions_bar,
     robustness_curves,
     similarity_vs_distance,
+    transfer_heatmap,
     wrap_label,
 )
 from .circuits import DIVERGING, ablation_curve, head_heatmap, layer_contributions, patching_heatmap, symmetric_limit
@@ -92,6 +93,7 @@ __all__ = [
     "predictions_bar",
     "rgb_patch_grid",
     "robustness_curves",
+    "transfer_heatmap",
     "similarity_tile",
     "similarity_vs_distance",
     "styled_layout",

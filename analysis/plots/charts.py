@@ -14,7 +14,7 @@ from .style import SERIES_COLOURS, restyle_figure, styled_figure
 
 __all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance", "SIMILARITY_AXIS_TITLE",
            "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "perturbation_axis_bottom", "robustness_curves",
-           "DISTANCE_UNIT_SHORT",
+           "transfer_heatmap", "DISTANCE_UNIT_SHORT",
            "DISTANCE_UNIT_TITLE"]
 
 
@@ -168,6 +168,21 @@ def robustness_curves(
         xaxis=dict(title=dict(text=x_title), showgrid=True),
         yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
     )
+
+
+def transfer_heatmap(names: Sequence[str], accuracy: np.ndarray, *, title: str | None = None,
+                     height: int = 340) -> go.Figure:
+    """``accuracy (source, target)`` in [0, 1] as a heatmap: row ``i`` the model the attack was made
+    against, column ``j`` the model it was fed to (the diagonal: white-box), each cell labelled."""
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    names = list(names)
+    trace = dict(type="heatmap", z=accuracy, x=names, y=names, zmin=0.0, zmax=1.0, colorscale="Viridis",
+                 text=[[f"{v:.2f}" for v in row] for row in accuracy], texttemplate="%{text}",
+                 colorbar=dict(title=dict(text="accuracy")), xgap=1, ygap=1,
+                 hovertemplate="made against %{y}<br>fed to %{x}<br>accuracy %{z:.3f}<extra></extra>")
+    return styled_figure([trace], title=title, height=height,
+                         xaxis=dict(title=dict(text="fed to"), showgrid=False, side="bottom"),
+                         yaxis=dict(title=dict(text="made against"), autorange="reversed", showgrid=False))
 
 
 def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:

@@ -33,6 +33,16 @@ from .linear_probe import (
     probe_accuracy,
     split_indices,
 )
+from .corruptions import (
+    FAST_CORRUPTIONS,
+    CorruptionCurve,
+    CorruptionError,
+    CorruptionsUnavailableError,
+    corrupt_image,
+    corruption_curve,
+    corruption_errors,
+    corruption_names,
+)
 from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
 from .probe import SALIENCY_NAMES, Probe, probe
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
@@ -86,6 +96,14 @@ __all__ = [
     "load_image_folder",
     "probe_accuracy",
     "split_indices",
+    "FAST_CORRUPTIONS",
+    "CorruptionCurve",
+    "CorruptionError",
+    "CorruptionsUnavailableError",
+    "corrupt_image",
+    "corruption_curve",
+    "corruption_errors",
+    "corruption_names",
     "DEMO_CNN_DIR",
     "IMAGENET_1K_CNNS",
     "LoadedCNN",

@@ -8,13 +8,26 @@ import streamlit as st
 
 import analysis
 from analysis import IMAGENET_1K, label_space, shared_label_space
-from analysis.robustness import IMAGENET_1K_CNNS, SET_LEVELS, check_token_drop, shuffle_grids
+from analysis.robustness import (
+    IMAGENET_1K_CNNS,
+    SET_LEVELS,
+    check_token_drop,
+    shuffle_grids,
+)
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
+from vizapp.robustness_sections import attack_section, corruption_section
 from vizapp.state import DEMO_SWIN, current
-from vizapp.ui import clamp_state, download_csv, download_npz, refuse_page, show_chart, stride_of_map
+from vizapp.ui import (
+    clamp_state,
+    download_csv,
+    download_npz,
+    refuse_page,
+    show_chart,
+    stride_of_map,
+)
 
 PERTURBATION_LABELS = {
     "token_drop": "drop tokens",
@@ -138,6 +151,7 @@ with comparison:
             cnn = None
         else:
             st.caption(escape_markdown(match.reason))
+    compared_cnn = cnn  # kept for the attack and corruption sections, whatever the perturbation
     if cnn is not None and perturbation == "token_drop":
         st.caption("A CNN has no tokens: it gets the same patches dropped as pixels.")
     if cnn is not None and perturbation == "shuffle" and int(level) not in shuffle_grids(cnn.spec):
@@ -331,3 +345,19 @@ for problem in problems:
     st.warning(escape_markdown(problem))
 if set_choice == "mine" and not images:
     st.info("Upload images (or a .zip of images) to measure the curves over them.")
+
+
+# ------------------------------------------------------------------ adversarial attacks and natural corruptions
+compared = [("ViT", ("vit", cur.model))]
+if compared_cnn is not None:
+    compared.append(("CNN", ("cnn", *cnn_key)))
+if add_swin:
+    swin = resources.get_model(DEMO_SWIN)
+    if shared_label_space(vit, swin, ("the ViT", "the demo Swin")):
+        compared.append(("Swin", ("vit", DEMO_SWIN)))
+attack_problems: list[str] = []
+attack_section(compared, cur.image, images, attack_problems, names, seed)
+corruption_problems: list[str] = []
+corruption_section(compared, cur.image, images, corruption_problems, names, seed)
+for problem in dict.fromkeys(attack_problems + corruption_problems):  # each unreadable image named once
+    st.warning(escape_markdown(problem))

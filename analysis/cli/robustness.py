@@ -1,0 +1,243 @@
+"""``python -m analysis robustness attack|corruptions``: accuracy against the FGSM/PGD budget ε, or
+against the ImageNet-C severity, for the ViT of ``--model`` beside a CNN (``--cnn``) and other models
+(``--also``, e.g. ``demo_swin``), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
+
+Images: ``--demo-scenes N`` (held-out demo scenes with their true classes: top-1 accuracy), or
+``--images`` (no labels: each model is scored against its own clean prediction). Every model must
+predict the ViT's classes (:func:`~analysis.shared_label_space`). Under ``torchrun`` each rank takes
+every ``world``-th image and the ranks sum their correct counts."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import AnalysisError, VitExplorerError
+from .common import CommandError, add_model_arguments, load_model, say
+from .distributed import Ranks
+
+__all__ = ["add_parser", "run_attack", "run_corruptions", "BENCHMARK_SEED"]
+
+BENCHMARK_SEED = 20261204  # the held-out demo stream of python -m analysis.robustness
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: numbers separated by commas") from exc
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: integers separated by commas") from exc
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("robustness", help="accuracy against an attack's ε or a corruption's severity",
+                                   description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="curve", required=True, metavar="curve")
+    from ..robustness.attacks import ATTACKS
+    from ..robustness.corruptions import FAST_CORRUPTIONS
+
+    attack = commands.add_parser("attack", help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common_arguments(attack)
+    attack.add_argument("--attack", choices=tuple(ATTACKS), default="pgd")
+    attack.add_argument("--epsilons", type=_floats, default=(0.0, 1.0, 2.0, 4.0, 8.0),
+                        help="L∞ budgets in 0–255 pixel units, comma-separated (default 0,1,2,4,8)")
+    attack.add_argument("--steps", type=int, default=10, help="PGD steps (default 10)")
+    attack.set_defaults(run=run_attack)
+
+    corruptions = commands.add_parser("corruptions", help="accuracy against ImageNet-C severity (imagecorruptions)",
+                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common_arguments(corruptions)
+    corruptions.add_argument("--corruptions", type=_names, default=FAST_CORRUPTIONS,
+                             help=f"comma-separated (default: the fast ones, {','.join(FAST_CORRUPTIONS)})")
+    corruptions.add_argument("--severities", type=_ints, default=(0, 1, 2, 3, 4, 5),
+                             help="0 (clean) to 5, comma-separated (default 0,1,2,3,4,5)")
+    corruptions.set_defaults(run=run_corruptions)
+
+
+def _common_arguments(parser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--cnn", default=None, help="a comparison CNN (what load_cnn accepts, e.g. demo)")
+    parser.add_argument("--also", type=_names, default=(), help="more models load_vit accepts, comma-separated "
+                        "(e.g. demo_swin)")
+    found = parser.add_mutually_exclusive_group(required=True)
+    found.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
+    found.add_argument("--images", help="a folder, a .zip or a glob pattern (no labels: agreement with the clean "
+                       "prediction)")
+    parser.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="the demo scene stream (and PGD's start)")
+    parser.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
+
+
+def _models(args, ranks: Ranks) -> dict[str, object]:
+    """``{"ViT": …, "CNN": …, <also>: …}``, each checked to predict the ViT's classes."""
+    from ..label_space import shared_label_space
+    from ..loading import load_vit
+    from ..robustness.cnn import load_cnn
+
+    models = {"ViT": load_model(args, ranks.device)}
+    try:
+        if args.cnn:
+            models["CNN"] = load_cnn(args.cnn, device=ranks.device)
+        for name in args.also:
+            models[name] = load_vit(name, device=ranks.device)
+    except VitExplorerError as exc:
+        raise CommandError(f"could not load a comparison model: {exc}", code=1) from exc
+    for name, model in list(models.items())[1:]:
+        match = shared_label_space(models["ViT"], model, ("the ViT", name))
+        if not match:  # never a comparison of predictions about different classes
+            raise CommandError(f"{match.reason} Compare models that predict the ViT's classes.", code=2)
+    return models
+
+
+def _images(args, ranks: Ranks):
+    """``(description, this rank's images, their labels or None, skipped "name: reason")``."""
+    from ..images import load_image
+
+    if args.demo_scenes is not None:
+        if args.demo_scenes < 1:
+            raise CommandError("--demo-scenes must be at least 1.", code=2)
+        from PIL import Image
+
+        from ..demo.data import render_sample
+
+        found = [render_sample(args.seed, i) for i in range(ranks.rank, args.demo_scenes, ranks.world)]
+        return (f"{args.demo_scenes} held-out demo scenes, seed {args.seed}",
+                [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found], [])
+    from .sources import resolve_images
+
+    try:
+        source = resolve_images(args.images)
+    except VitExplorerError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    shard = source.shard(ranks.rank, ranks.world)
+    images, skipped = [], list(source.problems)
+    for name, item in zip(shard.names, shard.items):
+        try:
+            images.append(load_image(item))
+        except AnalysisError as exc:
+            skipped.append(f"{name}: {exc}")
+    return source.description, images, None, skipped
+
+
+def _clean_predictions(model, images) -> list[int]:
+    with torch.no_grad():
+        pixels = torch.cat([model.preprocess(image) for image in images])
+        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().tolist()
+
+
+def _summed(ranks: Ranks, correct: dict[str, np.ndarray], count: int) -> tuple[dict[str, np.ndarray], int]:
+    """Every rank's correct counts summed, divided by every rank's images: the accuracy over all of them."""
+    names = list(correct)
+    stacked = torch.tensor(np.stack([correct[n] for n in names]), dtype=torch.float64)
+    total = ranks.sum(stacked)
+    used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
+    if used == 0:
+        raise CommandError("No image could be read: nothing to measure.", code=1)
+    return {n: (total[i] / used).numpy() for i, n in enumerate(names)}, used
+
+
+def run_attack(args, ranks: Ranks) -> int:
+    from ..robustness.attacks import attack_curve
+
+    if args.steps < 1 or any(e < 0 for e in args.epsilons) or not args.epsilons:
+        raise CommandError("--epsilons must be 0 or more (0–255 pixel units) and --steps at least 1.", code=2)
+    models = _models(args, ranks)
+    description, images, labels, skipped = _images(args, ranks)
+    say(ranks, f"{args.attack} attack on {', '.join(models)}: {description}, ε = {list(args.epsilons)}")
+    correct = {}
+    try:
+        for name, model in models.items():
+            if not images:
+                correct[name] = np.zeros(len(args.epsilons))
+                continue
+            targets = labels if labels is not None else _clean_predictions(model, images)
+            curve = attack_curve({name: model}, images, targets, epsilons=args.epsilons, attack_name=args.attack,
+                                 steps=args.steps, seed=args.seed)
+            correct[name] = curve.accuracy[name] * len(images)
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    accuracy, used = _summed(ranks, correct, len(images))
+    if not ranks.is_main:
+        return 0
+    scored = "labels" if labels is not None else "clean prediction"
+    names = list(accuracy)
+    _write(args.out, dict(models=np.array(names), epsilons=np.array(args.epsilons), attack=np.array(args.attack),
+                          steps=np.int64(args.steps), accuracy=np.stack([accuracy[n] for n in names]),
+                          count=np.int64(used), images=np.array(description), scored_against=np.array(scored),
+                          skipped_images=np.array(skipped, dtype=str), world_size=np.int64(ranks.world)),
+           ["model", "epsilon", "accuracy"],
+           [(n, e, float(a)) for n in names for e, a in zip(args.epsilons, accuracy[n])])
+    for n in names:
+        print(f"{n:<12}" + "".join(f"{a:>8.3f}" for a in accuracy[n]))
+    print(f"{used} images, accuracy against ε = {list(args.epsilons)} ({scored}); wrote {args.out} and "
+          f"{args.out.with_suffix('.csv')}")
+    return 0
+
+
+def run_corruptions(args, ranks: Ranks) -> int:
+    from ..robustness.corruptions import (
+        CorruptionCurve,
+        corruption_curve,
+        corruption_errors,
+    )
+
+    models = _models(args, ranks)
+    description, images, labels, skipped = _images(args, ranks)
+    say(ranks, f"corruptions on {', '.join(models)}: {description}")
+    try:
+        if images:
+            seeds = [args.seed + i for i in range(ranks.rank, ranks.rank + ranks.world * len(images), ranks.world)]
+            curve = corruption_curve(models, images, labels, corruptions=args.corruptions, severities=args.severities,
+                                     image_seeds=seeds)  # image i of the whole set: seed + i on any rank
+            correct = {n: a * len(images) for n, a in curve.accuracy.items()}
+        else:
+            corruption_curve(models, [np.zeros((8, 8, 3), np.uint8)], None, corruptions=args.corruptions,
+                             severities=(0,))  # the arguments' checks, on a rank without images
+            correct = {n: np.zeros((len(args.corruptions), len(args.severities))) for n in models}
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    accuracy, used = _summed(ranks, correct, len(images))
+    if not ranks.is_main:
+        return 0
+    names = list(accuracy)
+    scored = "labels" if labels is not None else "clean prediction"
+    fields = dict(models=np.array(names), corruptions=np.array(args.corruptions), severities=np.array(args.severities),
+                  accuracy=np.stack([accuracy[n] for n in names]), count=np.int64(used), images=np.array(description),
+                  scored_against=np.array(scored), skipped_images=np.array(skipped, dtype=str),
+                  world_size=np.int64(ranks.world))
+    if "CNN" in accuracy and any(s >= 1 for s in args.severities):
+        whole = CorruptionCurve(tuple(args.corruptions), tuple(args.severities), accuracy, used, scored)
+        errors = corruption_errors(whole, "CNN")
+        fields.update(corruption_error=np.stack([errors[n][0] for n in names]),
+                      mean_corruption_error=np.array([errors[n][1] for n in names]))
+        for n in names:
+            print(f"mCE relative to the CNN, {n}: {errors[n][1]:.3f}")
+    _write(args.out, fields, ["model", "corruption", "severity", "accuracy"],
+           [(n, c, s, float(accuracy[n][i, j])) for n in names for i, c in enumerate(args.corruptions)
+            for j, s in enumerate(args.severities)])
+    print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+    return 0
+
+
+def _write(out: Path, fields: dict, header: list[str], rows: list[tuple]) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, **fields)
+    with out.with_suffix(".csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(rows)

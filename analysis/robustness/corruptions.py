@@ -1,0 +1,204 @@
+"""Natural corruptions at graded severities, ImageNet-C style (Hendrycks & Dietterich 2019, "Benchmarking
+Neural Network Robustness to Common Corruptions and Perturbations"), as Naseer et al. 2021 use them to
+compare ViTs with CNNs.
+
+The corruptions are the ``imagecorruptions`` package's own (Michaelis et al. 2019, the ImageNet-C code
+packaged for any image size): :func:`corrupt_image` calls ``imagecorruptions.corrupt(image,
+corruption_name=name, severity=s)`` for ``s`` in 1–5; severity 0 is the clean image. The package is an
+optional extra: ``pip install "vit-explorer[corruptions]"``.
+
+Scores:
+
+* accuracy against severity, per model and corruption (:func:`corruption_curve`);
+* the corruption error of a model relative to a baseline, ``CE_c = Σ_{s=1..5} err_{s,c}(model) /
+  Σ_{s=1..5} err_{s,c}(baseline)``, and ``mCE = mean_c CE_c`` (Hendrycks & Dietterich 2019, Section 3).
+  The paper's baseline is AlexNet; here it is the comparison CNN (:func:`corruption_errors`), so an
+  ``mCE`` below 1 reads "fewer corruption errors than the CNN".
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..errors import AnalysisError
+
+__all__ = [
+    "CorruptionError",
+    "CorruptionsUnavailableError",
+    "FAST_CORRUPTIONS",
+    "SEVERITIES",
+    "corruption_names",
+    "corrupt_image",
+    "CorruptionCurve",
+    "corruption_curve",
+    "corruption_errors",
+]
+
+#: severity 0 (clean) and the package's five graded severities
+SEVERITIES = (0, 1, 2, 3, 4, 5)
+#: corruptions that take milliseconds on a 224×224 image (glass blur and a few others take seconds)
+FAST_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "motion_blur", "contrast",
+                    "pixelate", "jpeg_compression")
+INSTALL = 'pip install "vit-explorer[corruptions]"'
+
+
+class CorruptionError(AnalysisError):
+    """A corruption's arguments are out of range (severity outside 0–5, an unknown name) or the package's
+    corruption fails with the installed libraries."""
+
+
+class CorruptionsUnavailableError(CorruptionError):
+    """The optional ``imagecorruptions`` package is not installed."""
+
+
+def _resource_filename(module_name: str, path: str) -> str:
+    """``pkg_resources.resource_filename`` for a module's data file (the only call the package makes)."""
+    return os.path.normpath(os.path.join(os.path.dirname(sys.modules[module_name].__file__), path))
+
+
+@functools.cache
+def _package():
+    """The ``imagecorruptions`` module. Its 1.1.2 imports ``pkg_resources`` for one function, which
+    setuptools ≥ 81 no longer ships: a stand-in with that function is offered during the import only."""
+    if importlib.util.find_spec("imagecorruptions") is None:
+        raise CorruptionsUnavailableError(
+            f"Natural corruptions need the optional imagecorruptions package: {INSTALL} "
+            "(or pip install imagecorruptions).")
+    stand_in = None
+    if "pkg_resources" not in sys.modules and importlib.util.find_spec("pkg_resources") is None:
+        stand_in = types.ModuleType("pkg_resources")
+        stand_in.resource_filename = _resource_filename
+        sys.modules["pkg_resources"] = stand_in
+    try:
+        import imagecorruptions
+    finally:
+        if stand_in is not None and sys.modules.get("pkg_resources") is stand_in:
+            del sys.modules["pkg_resources"]
+    return imagecorruptions
+
+
+def corruption_names() -> tuple[str, ...]:
+    """The package's corruptions (``get_corruption_names("all")``: the 15 of ImageNet-C and 4 extra)."""
+    return tuple(_package().get_corruption_names("all"))
+
+
+def _check(name: str, severity: int) -> None:
+    if int(severity) != severity or not 0 <= int(severity) <= 5:
+        raise CorruptionError(f"severity={severity!r}: ImageNet-C severities are 1–5, and 0 is the clean image.")
+    names = corruption_names()
+    if name not in names:
+        raise CorruptionError(f"Unknown corruption {name!r}: choose one of {', '.join(names)}.")
+
+
+def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -> np.ndarray:
+    """``(H, W, 3)`` uint8: ``image`` (PIL or ``(H, W, 3)`` uint8) corrupted by the package's
+    ``corrupt(image, corruption_name=name, severity=severity)``; ``severity=0`` returns it unchanged.
+
+    The package's random corruptions (noise, snow, spatter, …) draw from NumPy's global generator:
+    with ``seed``, that generator is seeded with it for the call and restored afterwards, so the
+    result is reproducible and the caller's random stream is left as it was."""
+    _check(name, severity)
+    array = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image, dtype=np.uint8)
+    if severity == 0:
+        return array.copy()
+    corrupt = _package().corrupt
+    state = np.random.get_state() if seed is not None else None
+    try:
+        if seed is not None:
+            np.random.seed(int(seed))
+        out = corrupt(array, corruption_name=name, severity=int(severity))
+    except Exception as exc:  # noqa: BLE001 - the package's own failure, named with its cause
+        raise CorruptionError(f"imagecorruptions' {name} fails with the installed libraries ({type(exc).__name__}: "
+                              f"{exc}): choose another corruption.") from exc
+    finally:
+        if state is not None:
+            np.random.set_state(state)
+    return np.asarray(out, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class CorruptionCurve:
+    """Top-1 accuracy per model, corruption and severity. ``accuracy[m]``: ``(len(corruptions),
+    len(severities))``; a severity-0 column is the clean accuracy. ``scored_against``: ``"labels"``,
+    or ``"clean prediction"`` when no labels were given (each model's own clean prediction is its target)."""
+
+    corruptions: tuple[str, ...]
+    severities: tuple[int, ...]
+    accuracy: dict[str, np.ndarray]
+    images: int
+    scored_against: str = "labels"
+
+
+def _predict(model, images: Sequence[np.ndarray]) -> np.ndarray:
+    """Top-1 classes ``(N,)`` of uint8 images through the model's own preprocessing."""
+    with torch.no_grad():
+        pixels = torch.cat([model.preprocess(Image.fromarray(image)) for image in images])
+        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().numpy()
+
+
+def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int] | None = None, *,
+                     corruptions: Sequence[str] = FAST_CORRUPTIONS, severities: Sequence[int] = SEVERITIES,
+                     seed: int = 0, image_seeds: Sequence[int] | None = None,
+                     progress: Callable[[float], None] | None = None) -> CorruptionCurve:
+    """Accuracy against severity for each model (``{name: loaded model}``) on ``images`` (PIL or uint8).
+
+    Each image is corrupted once per (corruption, severity) at its own size, and every model sees that
+    same corrupted image through its own preprocessing. ``labels``: the true classes (indices in every
+    model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
+    random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
+    whole set's seeds), the same for every corruption and severity.
+    ``progress(fraction)`` after each (corruption, severity).
+    """
+    if not images or (labels is not None and len(labels) != len(images)):
+        raise CorruptionError(f"{len(images)} images and {0 if labels is None else len(labels)} labels: give at "
+                              "least one image and, if any labels, one per image.")
+    for name in corruptions:
+        for severity in severities:
+            _check(name, severity)
+    seeds = list(image_seeds) if image_seeds is not None else [seed + i for i in range(len(images))]
+    if len(seeds) != len(images):
+        raise CorruptionError(f"{len(seeds)} image seeds for {len(images)} images: give one seed per image.")
+    clean = [np.asarray(i.convert("RGB") if isinstance(i, Image.Image) else i, dtype=np.uint8) for i in images]
+    targets = {m: (np.asarray(labels) if labels is not None else _predict(model, clean)) for m, model in models.items()}
+    accuracy = {m: np.zeros((len(corruptions), len(severities))) for m in models}
+    total, done = len(corruptions) * len(severities), 0
+    for c, name in enumerate(corruptions):
+        for s, severity in enumerate(severities):
+            corrupted = [corrupt_image(image, name, severity, seed=s) for image, s in zip(clean, seeds)]
+            for m, model in models.items():
+                accuracy[m][c, s] = float((_predict(model, corrupted) == targets[m]).mean())
+            done += 1
+            if progress is not None:
+                progress(done / total)
+    return CorruptionCurve(tuple(corruptions), tuple(int(s) for s in severities), accuracy, len(images),
+                           "labels" if labels is not None else "clean prediction")
+
+
+def corruption_errors(curve: CorruptionCurve, baseline: str) -> dict[str, tuple[np.ndarray, float]]:
+    """``{model: (CE per corruption (len(corruptions),), mCE)}`` relative to ``baseline`` (a model of
+    ``curve``): ``CE_c = Σ_{s≥1} (1 − acc_{s,c}) / Σ_{s≥1} (1 − acc^{baseline}_{s,c})``, ``mCE`` their mean
+    (Hendrycks & Dietterich 2019; severity 0, the clean image, is left out). The baseline's own CE is 1.
+    A corruption the baseline never gets wrong has no CE (NaN), left out of the mean."""
+    if baseline not in curve.accuracy:
+        raise CorruptionError(f"No baseline {baseline!r} in the curve: choose one of {', '.join(curve.accuracy)}.")
+    graded = np.asarray(curve.severities) >= 1
+    if not graded.any():
+        raise CorruptionError("The curve has no severity 1–5: the corruption error sums over severities 1–5.")
+    reference = (1.0 - curve.accuracy[baseline][:, graded]).sum(1)  # (corruptions,)
+    result = {}
+    for name, accuracy in curve.accuracy.items():
+        errors = (1.0 - accuracy[:, graded]).sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ce = np.where(reference > 0, errors / np.where(reference > 0, reference, 1.0), np.nan)
+        result[name] = (ce, float(np.nanmean(ce)) if np.isfinite(ce).any() else float("nan"))
+    return result

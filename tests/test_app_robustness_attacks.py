@@ -1,0 +1,127 @@
+"""The Robustness page's adversarial-attack and natural-corruption sections: the drawn values against
+the library's own results, on the bundled demo ViT, CNN and Swin."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+import analysis
+from analysis.robustness import (
+    attack,
+    attack_curve,
+    corruption_curve,
+    corruption_errors,
+    load_cnn,
+    transfer_matrix,
+)
+from tests.test_app import (  # noqa: F401 - app: fixture
+    DEMO_PRESENT,
+    app,
+    array,
+    assert_clean,
+    chart,
+    first_sample,
+    traces,
+)
+
+pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models (assets/)")
+
+
+def _models():
+    return {"ViT": analysis.load_vit("demo"), "CNN": load_cnn("demo"), "Swin": analysis.load_vit("demo_swin")}
+
+
+def _samples():
+    from vizapp.inputs import sample_paths
+
+    return [analysis.load_image(p) for p in sample_paths()]  # the page's order
+
+
+def _top1(model, images) -> list[int]:
+    with torch.no_grad():
+        return model.model(torch.cat([model.preprocess(i) for i in images])).argmax(-1).tolist()
+
+
+def test_the_attack_on_this_image_and_over_the_set_are_the_librarys(app):
+    app.switch_page("views/robustness.py").run()
+    assert_clean(app)
+    app.toggle(key="rob_curves").set_value(False)  # the drop curves are tested elsewhere
+    app.number_input(key="rob_steps").set_value(2).run()
+    assert_clean(app)
+    vit = analysis.load_vit("demo")
+    image = analysis.load_image(first_sample())
+    pixels = vit.preprocess(image)
+    clean = vit.model(pixels).argmax(-1)
+    adversarial = attack("pgd", vit, pixels, clean, epsilon=4.0, steps=2, seed=0)
+    probabilities = vit.model(adversarial).softmax(-1)[0]
+    best = int(probabilities.argmax())
+    text = next(m.value for m in app.markdown if "**ViT adversarial:**" in m.value)
+    assert f"**ViT adversarial:** {vit.class_names[best]} · {float(probabilities[best]):.1%}" in text
+
+    app.button(key="rob_attack_run").click().run()
+    assert_clean(app)
+    models, images = _models(), _samples()
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_attack_chart"), "scatter")}
+    assert set(drawn) == {"ViT", "CNN", "Swin"}  # the demo Swin beside the demo pair, one chart
+    for name, model in models.items():
+        expected = attack_curve({name: model}, images, _top1(model, images), epsilons=(0, 1, 2, 4, 8), steps=2, seed=0)
+        np.testing.assert_allclose(drawn[name], expected.accuracy[name], atol=1e-6)
+        assert drawn[name][0] == 1.0
+    # the transfer matrix: over the images where every model predicts the same clean class
+    predictions = np.array([_top1(m, images) for m in models.values()])
+    agreed = [i for i in range(len(images)) if len(set(predictions[:, i])) == 1]
+    _, matrix = transfer_matrix(models, [images[i] for i in agreed], [int(predictions[0, i]) for i in agreed],
+                                epsilon=4.0, steps=2, seed=0)
+    (heatmap,) = traces(chart(app, "rob_transfer_chart"), "heatmap")
+    np.testing.assert_allclose(array(heatmap["z"]), matrix, atol=1e-6)
+
+
+def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(app):
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False)
+    field = app.number_input(key="rob_epsilon")
+    assert field.min == 0.0  # the field stops at 0
+    field.set_value(-1.0).run()
+    assert_clean(app)
+    assert app.number_input(key="rob_epsilon").value == 0.0 and not app.error
+    attacked = [m.value for m in app.markdown if "adversarial:**" in m.value]
+    assert len(attacked) == 3 and all(m.endswith("(kept)") for m in attacked), attacked  # ViT, CNN, Swin
+
+
+@pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")
+def test_the_corruption_curves_and_the_mce_are_the_librarys(app):
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False)
+    app.multiselect(key="rob_corruption_set").set_value(["gaussian_noise", "pixelate"]).run()
+    assert_clean(app)
+    app.button(key="rob_corruption_run").click().run()
+    assert_clean(app)
+    models, images = _models(), _samples()
+    curve = corruption_curve(models, images, None, corruptions=("gaussian_noise", "pixelate"))  # image i: seed 0 + i
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_corruption_chart"), "scatter")}
+    for name in models:
+        np.testing.assert_allclose(drawn[name], curve.accuracy[name].mean(0), atol=1e-6)
+        assert drawn[name][0] == 1.0  # severity 0: each model's own clean prediction
+    errors = corruption_errors(curve, "CNN")
+    text = next(m.value for m in app.markdown if m.value.startswith("**Mean corruption error"))
+    assert f"ViT {errors['ViT'][1]:.3f}" in text and "CNN 1.000" in text
+
+
+def test_without_the_corruptions_package_the_section_says_how_to_install_it(app, monkeypatch):
+    from analysis.robustness import corruptions
+
+    def missing():
+        raise corruptions.CorruptionsUnavailableError('Natural corruptions need the optional imagecorruptions '
+                                                      'package: pip install "vit-explorer[corruptions]".')
+
+    monkeypatch.setattr(corruptions, "_package", missing)
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False).run()
+    assert_clean(app)
+    shown = [i.value.replace("\\", "") for i in app.info]  # markdown escapes dropped
+    assert any('pip install "vit-explorer[corruptions]"' in text for text in shown), shown
+    assert not app.get("multiselect") or all(m.key != "rob_corruption_set" for m in app.multiselect)

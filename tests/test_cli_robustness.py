@@ -1,0 +1,81 @@
+"""``python -m analysis robustness attack|corruptions``: the same numbers as the library, on one process
+and on two torchrun ranks, and their failures."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_cli import run
+
+from analysis import load_vit
+from analysis.demo.data import render_sample
+from analysis.robustness import (
+    attack_curve,
+    corruption_curve,
+    corruption_errors,
+    load_cnn,
+)
+
+SEED = 4242
+
+
+def demo_scenes(n: int):
+    found = [render_sample(SEED, i) for i in range(n)]
+    return [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found]
+
+
+def test_attack_curve_equals_the_library(tmp_path):
+    out = tmp_path / "attack.npz"
+    result = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--cnn", "demo", "--demo-scenes", "3",
+                 "--seed", str(SEED), "--epsilons", "0,8", "--steps", "2", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    saved = np.load(out)
+    images, labels = demo_scenes(3)
+    expected = attack_curve({"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, images, labels, epsilons=(0, 8),
+                            steps=2, seed=SEED)
+    assert list(saved["models"]) == ["ViT", "CNN"] and int(saved["count"]) == 3
+    np.testing.assert_allclose(saved["accuracy"], np.stack([expected.accuracy["ViT"], expected.accuracy["CNN"]]))
+    with out.with_suffix(".csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["model"], float(r["epsilon"]), float(r["accuracy"])) for r in rows] == [
+        (m, e, float(a)) for m in ("ViT", "CNN") for e, a in zip((0.0, 8.0), expected.accuracy[m])]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")
+def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
+    common = ["robustness", "corruptions", "--model", "demo", "--cnn", "demo", "--demo-scenes", "3", "--seed",
+              str(SEED), "--corruptions", "gaussian_noise,pixelate", "--severities", "0,2,5"]
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    single = run("-m", "analysis", *common, "--out", str(one))
+    assert single.returncode == 0, single.stderr
+    ranks = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "analysis", *common,
+                "--out", str(two))
+    assert ranks.returncode == 0, ranks.stderr
+    a, b = np.load(one), np.load(two)
+    assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2 and int(b["count"]) == 3
+    images, labels = demo_scenes(3)
+    curve = corruption_curve({"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, images, labels,
+                             corruptions=("gaussian_noise", "pixelate"), severities=(0, 2, 5),
+                             seed=SEED)  # image i: seed + i, on one process or on the rank that has it
+    expected = np.stack([curve.accuracy["ViT"], curve.accuracy["CNN"]])
+    np.testing.assert_allclose(a["accuracy"], expected)
+    np.testing.assert_allclose(b["accuracy"], expected)
+    errors = corruption_errors(curve, "CNN")
+    np.testing.assert_allclose(a["mean_corruption_error"], [errors["ViT"][1], errors["CNN"][1]], equal_nan=True)
+
+
+def test_bad_arguments_exit_with_a_message(tmp_path):
+    negative = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--demo-scenes", "2",
+                   "--epsilons=-1,2", "--out", str(tmp_path / "x.npz"))
+    assert negative.returncode == 2 and "0 or more" in negative.stderr
+    other_classes = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--cnn", "random:resnet18",
+                        "--demo-scenes", "2", "--out", str(tmp_path / "y.npz"))
+    assert other_classes.returncode in (1, 2) and "error:" in other_classes.stderr
+    severity = run("-m", "analysis", "robustness", "corruptions", "--model", "demo", "--demo-scenes", "2",
+                   "--severities", "0,7", "--out", str(tmp_path / "z.npz"))
+    assert severity.returncode == 2 and "severit" in severity.stderr
+    assert not any(tmp_path.iterdir())
