@@ -18,7 +18,7 @@ the browser.
 
 Where the front end has no widget support (a notebook rendered on a website), the output's
 ``text/html`` is the report's self-contained view (:func:`analysis.attention_view.embed`), and
-:meth:`AttentionViewWidget.figure` gives the plotly figure of the shown map.
+the widget's ``figure()`` gives the plotly figure of the shown map.
 
 anywidget is optional: ``pip install "vit-explorer[notebook]"``; without it
 :func:`attention_view` raises :class:`NotebookDependencyError`.
@@ -105,7 +105,7 @@ class NotebookDependencyError(AnalysisError, ImportError):
 
 @lru_cache(maxsize=1)
 def widget_class():
-    """The widget class (:class:`AttentionViewWidget`), defined on first use so that the library
+    """The widget class (``AttentionViewWidget``), defined on first use so that the library
     imports without anywidget. Raises:
         NotebookDependencyError: anywidget is not installed.
     """
