@@ -44,7 +44,10 @@ from .attention_view import (
 )
 from .errors import AnalysisError
 
-__all__ = ["DEFAULT_BUDGET_MB", "WIDGET_ESM", "NotebookDependencyError", "attention_view", "widget_class"]
+__all__ = [
+    "DEFAULT_BUDGET_MB", "WIDGET_ESM", "NotebookDependencyError", "attention_view", "compare_layers_view", "rollout_view",
+    "token_similarity_view", "widget_class",
+]
 
 DEFAULT_BUDGET_MB = 64.0  # codes held in the page: every layer of a ViT-B/16 (11.5 MiB) fits
 
@@ -131,9 +134,9 @@ def widget_class():
         _data = traitlets.Bytes(b"").tag(sync=True)
         _image = traitlets.Unicode("").tag(sync=True)
 
-        def __init__(self, record, image_uri: str, background, *, layer: int, head, query, colorscale: str,
-                     map_range: str, opacity: float, budget_bytes: int):
-            self._record, self._background, self._budget = record, background, budget_bytes
+        def __init__(self, source, image_uri: str, background, *, layer: int, head, query, colorscale: str,
+                     map_range: str, opacity: float):
+            self._source, self._background = source, background
             self._style = {"colorscale": colorscale, "map_range": map_range, "opacity": opacity}
             self._held: tuple[int, ...] = ()
             self._meta: dict = {}
@@ -144,7 +147,7 @@ def widget_class():
         @property
         def record(self):
             """The record the view shows."""
-            return self._record
+            return self._source.record
 
         @property
         def held_layers(self) -> tuple[int, ...]:
@@ -163,42 +166,22 @@ def widget_class():
             return {**self._args, "image": self._image, "data_url": "widget:inline",
                     "data_b64": base64.b64encode(self._data).decode("ascii")}
 
-        def _validate_state(self):
-            spec = self._record.spec
-            if not 0 <= self.layer < spec.num_layers:
-                raise AnalysisError(f"layer {self.layer} is not a layer of this model (0..{spec.num_layers - 1}).")
-            heads = spec.geometry(self.layer).num_heads if spec.is_windowed else spec.num_heads
-            if self.head != "mean" and not (isinstance(self.head, int) and 0 <= self.head < heads):
-                raise AnalysisError(f"head {self.head!r} is not \"mean\" or a head index (0..{heads - 1}).")
-
         def _refresh(self):
             """New arguments (and new data when the layer is not held) for the current traits."""
-            self._validate_state()
-            spec, layer = self._record.spec, int(self.layer)
-            if spec.is_windowed:
-                if self._held != (layer,):
-                    blob, self._meta = windowed_view_blob(self._record, layer)
-                    self._held, self._data = (layer,), blob
-                cell = None if self.query == "mean" else int(self.query)
-                args = windowed_view_args(data=self._meta, image_uri="", spec=spec, layer=layer, head=self.head,
-                                          query_cell=cell, **self._style)
-            else:
-                if layer not in self._held:
-                    held = layers_to_send(spec, layer, self._budget)
-                    if held is None:
-                        raise AnalysisError(f"one layer of this model is over the view's budget of "
-                                            f"{self._budget / 2**20:.0f} MiB; pass a larger budget_mb.")
-                    blob, self._meta = view_blob(self._record, held)
-                    self._held, self._data = held, blob
-                args = view_args(data=self._meta, image_uri="", spec=spec, layer=layer, head=self.head,
-                                 query=self.query, **self._style)
+            layer = int(self.layer)
+            self._source.check(layer, self.head)
+            if layer not in self._held:
+                self._held, self._data, self._meta = self._source.data(layer)
+            args = self._source.args(self._meta, layer, self.head, self.query, self._style)
             args.pop("image")
             self._args = args
 
         def figure(self):
             """The plotly figure of the map the view shows (the static fallback): the shown layer,
             head and query over the image, on the view's colour range rule."""
-            record, spec, layer = self._record, self._record.spec, int(self.layer)
+            record, spec, layer = self.record, self.record.spec, int(self.layer)
+            if not isinstance(self._source, _AttentionSource):
+                raise AnalysisError("figure() draws attention maps; this view shows other maps (draw them with analysis.plots).")
             head = None if self.head == "mean" else int(self.head)
             shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
             grid = spec.geometry(layer) if spec.is_windowed else None
@@ -219,6 +202,62 @@ def widget_class():
             return bundle
 
     return AttentionViewWidget
+
+
+class _AttentionSource:
+    """Attention's own maps: every layer under the budget (or the one shown), or one windowed layer."""
+
+    def __init__(self, record, budget_bytes: int):
+        self.record, self.budget = record, budget_bytes
+
+    def check(self, layer: int, head) -> None:
+        spec = self.record.spec
+        if not 0 <= layer < spec.num_layers:
+            raise AnalysisError(f"layer {layer} is not a layer of this model (0..{spec.num_layers - 1}).")
+        heads = spec.geometry(layer).num_heads if spec.is_windowed else spec.num_heads
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
+            raise AnalysisError(f"head {head!r} is not \"mean\" or a head index (0..{heads - 1}).")
+
+    def data(self, layer: int):
+        if self.record.spec.is_windowed:
+            blob, meta = windowed_view_blob(self.record, layer)
+            return (layer,), blob, meta
+        held = layers_to_send(self.record.spec, layer, self.budget)
+        if held is None:
+            raise AnalysisError(f"one layer of this model is over the view's budget of "
+                                f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb.")
+        blob, meta = view_blob(self.record, held)
+        return held, blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        spec = self.record.spec
+        if spec.is_windowed:
+            cell = None if query == "mean" else int(query)
+            return windowed_view_args(data=meta, image_uri="", spec=spec, layer=layer, head=head, query_cell=cell, **style)
+        return view_args(data=meta, image_uri="", spec=spec, layer=layer, head=head, query=query, **style)
+
+
+class _HeldMapsSource:
+    """Other maps than attention's, all held at once (rollout, compare panels, token similarity)."""
+
+    def __init__(self, record, layers, rows: np.ndarray | None, labels: dict, *, spec=None):
+        self.record, self.layers, self.rows, self.labels = record, tuple(int(i) for i in layers), rows, labels
+        self.spec = record.spec if spec is None else spec
+
+    def check(self, layer: int, head) -> None:
+        if layer not in self.layers:
+            raise AnalysisError(f"layer {layer} is not one this view holds ({list(self.layers)}).")
+        heads = self.labels.get("heads", self.spec.num_heads)
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
+            raise AnalysisError(f"head {head!r} is not \"mean\" or a head index of this view.")
+
+    def data(self, layer: int):
+        blob, meta = view_blob(self.record, self.layers, self.rows)
+        return self.layers, blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        return view_args(data=meta, image_uri="", spec=self.spec, layer=layer, head=head, query=query, **style,
+                         **self.labels)
 
 
 def _image_array(image, spec) -> np.ndarray:
@@ -249,11 +288,78 @@ def attention_view(record, image, *, layer: int | None = None, head: str | int =
         NotebookDependencyError: anywidget is not installed.
         AnalysisError: a layer, head or image that does not fit the model.
     """
-    cls = widget_class()
     spec = record.spec
+    return _widget(_AttentionSource(record, int(budget_mb * 2**20)), image, spec, layer=spec.num_layers - 1 if layer is None else layer,
+                   head=head, query=query, colorscale=colorscale, map_range=map_range, opacity=opacity)
+
+
+def _default_query(spec):
+    return "cls" if spec.has_class_token and not spec.is_windowed else "mean"
+
+
+def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
+    cls = widget_class()
     background = _image_array(image, spec)
-    if query is None:
-        query = "cls" if spec.has_class_token and not spec.is_windowed else "mean"
-    return cls(record, plots.image_data_uri(background), background,
-               layer=spec.num_layers - 1 if layer is None else int(layer), head=head, query=query,
-               colorscale=colorscale, map_range=map_range, opacity=opacity, budget_bytes=int(budget_mb * 2**20))
+    return cls(source, plots.image_data_uri(background), background, layer=int(layer), head=head,
+               query=_default_query(spec) if query is None else query, colorscale=colorscale,
+               map_range=map_range, opacity=opacity)
+
+
+def rollout_view(record, image, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0,
+                 layer: int | None = None, query=None, colorscale: str = "Viridis", map_range: str = "robust",
+                 opacity: float = 0.6):
+    """The app's instant rollout view as a widget: every query's attention rollout from
+    ``start_layer`` up to each layer (:func:`analysis.attention_view.rollout_view_rows`), all held in
+    the page; ``layer`` (default the last) is the end layer shown, ``query`` a two-way trait as in
+    :func:`attention_view` (↑/↓ step the end layer within the held ones). A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    from .attention_view import rollout_view_rows
+
+    widget_class()
+    spec = record.spec
+    ends, rows = rollout_view_rows(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer)
+    labels = {"heads": 0, "head_names": [f"{head_fusion} fusion, discard {discard_ratio:.2f}"], "value_name": "rollout weight",
+              "layer_label": f"Rollout layers {start_layer} to", "report_layer": False, "shared_name": "0–max of this map"}
+    return _widget(_HeldMapsSource(record, ends, rows, labels), image, spec, layer=ends[-1] if layer is None else layer,
+                   head="mean", query=query, colorscale=colorscale, map_range=map_range, opacity=opacity)
+
+
+def compare_layers_view(record, image, layers, *, head: str | int = "mean", query=None, colorscale: str = "Viridis",
+                        map_range: str = "robust", opacity: float = 0.6):
+    """The app's Compare view as a widget: ``layers`` side by side on one colour scale; hovering
+    any panel shows that patch's attention in every layer. ``head`` and ``query`` are two-way
+    traits. A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    widget_class()
+    spec = record.spec
+    labels = {"panels": [int(i) for i in layers], "report_layer": False, "shared_name": "0–max of these layers' heads"}
+    source = _HeldMapsSource(record, sorted({int(i) for i in layers}), None, labels)
+    return _widget(source, image, spec, layer=int(layers[0]), head=head, query=query, colorscale=colorscale,
+                   map_range=map_range, opacity=opacity)
+
+
+def token_similarity_view(record, tokens, image, *, layer: int, kind: str = "token", query=None,
+                          colorscale: str = "Viridis", opacity: float = 0.7):
+    """The app's Tokens view as a widget: every token's cosine similarity to every patch token of
+    one layer (:func:`analysis.attention_view.similarity_view_rows`), on −1 to 1. ``tokens``: that
+    layer's ``(1, T, D)`` tokens (``capture_tokens(vit, pixels, kind=kind).tokens[layer]``);
+    ``kind`` names them. A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    from .attention_view import similarity_view_rows
+
+    widget_class()
+    spec = record.spec
+    rows = similarity_view_rows(tokens, spec)
+    labels = {"heads": 0, "head_names": [f"{kind}s"], "value_name": "cosine similarity", "report_layer": False,
+              "fixed_range": (-1.0, 1.0), "columns": False}
+    return _widget(_HeldMapsSource(record, [layer], rows, labels), image, spec, layer=layer, head="mean", query=query,
+                   colorscale=colorscale, map_range="robust", opacity=opacity)

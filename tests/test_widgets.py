@@ -167,3 +167,66 @@ def test_without_anywidget_the_error_names_the_extra(demo, monkeypatch):
     finally:
         widget_class.cache_clear()
     assert isinstance(NotebookDependencyError("x"), ImportError)
+
+
+def test_the_rollout_view_sends_the_apps_rollout_rows(demo):
+    """The Rollout page's data (rollout_view_rows as one view_blob) and its labels; the end layer
+    and the query are traits."""
+    from analysis import attention_rollout
+    from analysis.attention_view import rollout_view_rows
+    from analysis.widgets import rollout_view
+
+    vit, record, image = demo
+    spec = vit.spec
+    widget = rollout_view(record, image, query=9)
+    ends, rows = rollout_view_rows(record)
+    assert widget.data_bytes() == view_blob(record, ends, rows)[0] and widget.held_layers == tuple(ends)
+    assert widget._args["layer_label"] == "Rollout layers 0 to" and widget._args["heads"] == 0
+    assert widget._args["query_row"] == spec.num_prefix_tokens + 9 and widget.layer == spec.num_layers - 1
+    widget.layer = 1
+    assert widget._args["layer"] == 1
+    codes = _decode_single_map_rows(widget.data_bytes(), spec, len(ends))
+    expected = attention_rollout(record, end_layer=1, query=9)[0].numpy().ravel()
+    values, step = codes
+    assert np.all(np.abs(values[1, spec.num_prefix_tokens + 9] - expected) <= step[1, spec.num_prefix_tokens + 9] / 2 + 1e-7)
+
+
+def _decode_single_map_rows(blob: bytes, spec, layers: int):
+    """view_blob's rows of one map a layer, no prefix keys: (layers, T + 1, N) values and steps."""
+    tokens, patches = spec.num_tokens, spec.num_patches
+    ranges = np.frombuffer(blob, "<f4", count=2 * layers * (tokens + 1)).reshape(layers, tokens + 1, 2).astype(np.float64)
+    start = 4 * 2 * (layers * (tokens + 1) + layers * patches + layers)
+    codes = np.frombuffer(blob, np.uint8, count=layers * (tokens + 1) * patches, offset=start)
+    codes = codes.reshape(layers, tokens + 1, patches).astype(np.float64)
+    step = (ranges[..., 1] - ranges[..., 0]) / 255.0
+    return ranges[..., :1] + codes * step[..., None], step
+
+
+def test_the_compare_view_holds_its_panels(demo):
+    from analysis.widgets import compare_layers_view
+
+    vit, record, image = demo
+    widget = compare_layers_view(record, image, [3, 0, 2], head=1, query="cls")
+    assert widget._args["panels"] == [3, 0, 2] and widget.held_layers == (0, 2, 3)
+    assert widget.data_bytes() == view_blob(record, (0, 2, 3))[0]
+    widget.set_state({"query": 4, "head": "mean"})
+    assert widget._args["query_row"] == vit.spec.num_prefix_tokens + 4 and widget._args["head"] == vit.spec.num_heads
+
+
+def test_the_token_similarity_view_holds_every_patchs_similarity(demo):
+    from analysis import capture_tokens, patch_similarity
+    from analysis.attention_view import similarity_view_rows
+    from analysis.widgets import token_similarity_view
+
+    vit, record, image = demo
+    spec = vit.spec
+    tokens = capture_tokens(vit, vit.preprocess(load_image(SAMPLE)), kind="key").tokens[2]  # (1, T, D)
+    widget = token_similarity_view(record, tokens, image, layer=2, kind="key", query=5)
+    assert widget.data_bytes() == view_blob(record, [2], similarity_view_rows(tokens, spec))[0]
+    assert widget._args["fixed_range"] == [-1.0, 1.0] and widget._args["range_mode"] == "fixed"
+    values, step = _decode_single_map_rows(widget.data_bytes(), spec, 1)
+    row = spec.num_prefix_tokens + 5
+    expected = patch_similarity(tokens, spec, 5).numpy().ravel()
+    assert np.all(np.abs(values[0, row] - expected) <= step[0, row] / 2 + 1e-6)
+    with pytest.raises(AnalysisError, match="not one this view holds"):
+        widget.layer = 3
