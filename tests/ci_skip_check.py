@@ -21,7 +21,7 @@ import pytest
 
 #: test files of which every test must run in CI
 REQUIRED_MODULES = ("test_browser.py", "test_browser_view_state.py", "test_browser_layout.py", "test_load.py",
-                    "test_foreign_models.py")
+                    "test_foreign_models.py", "test_notebook_browser.py", "test_notebooks.py", "test_widgets.py")
 #: ... and every test file of the real-weights tier (``test_real_*.py``: a real pretrained ViT)
 REQUIRED_PREFIX = "test_real_"
 #: the marker of the other tests that must run in CI (the app's uploads)
