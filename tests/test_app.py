@@ -153,6 +153,21 @@ def tiles_of(big: np.ndarray, tile_shape: tuple[int, int], ncols: int, n: int) -
                      for i in range(n)])
 
 
+def mosaic_tiles(figure: dict, tile_shape: tuple[int, int]) -> np.ndarray:
+    """A thumbnail mosaic's tiles ``(n, th, tw)`` in index order, each cut from the heatmap where the
+    figure's click marker of that tile (``customdata[0]`` = its index) sits: whatever the layout
+    (rows wrapped onto sub-rows or not)."""
+    (heatmap,) = traces(figure, "heatmap")
+    big = array(heatmap["z"])
+    marker = [t for t in figure["data"] if t.get("type") == "scatter" and t.get("customdata") is not None][-1]
+    th, tw = tile_shape
+    found = {}
+    for x, y, data in zip(array(marker["x"]), array(marker["y"]), array(marker["customdata"])):
+        row, col = int(float(y) // th), int(float(x) // tw)
+        found[int(data[0])] = big[row * th:(row + 1) * th, col * tw:(col + 1) * tw]
+    return np.stack([found[i] for i in range(len(found))])
+
+
 # --------------------------------------------------------------------------- attention page
 
 
@@ -219,10 +234,9 @@ def test_layers_by_heads_grid_holds_every_map(app, vit, record):
     spec = vit.spec
     app.radio(key="thumb_scale").set_value("shared").run()
     grid = chart(app, "attn_grid")
-    (heatmap,) = traces(grid, "heatmap")
-    big = array(heatmap["z"])
     columns = spec.num_heads + 1
-    tiles = tiles_of(big, spec.grid_size, columns, spec.num_layers * columns)
+    tiles = mosaic_tiles(grid, spec.grid_size)
+    assert len(tiles) == spec.num_layers * columns
     query = "cls" if spec.has_class_token else "mean"
     for layer in (0, spec.num_layers - 1):
         for head in (0, spec.num_heads - 1):
