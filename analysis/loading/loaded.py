@@ -23,7 +23,7 @@ _CPU_COPY_LOCK = threading.Lock()
 
 
 #: probability rule -> what it computes from the logits (:func:`class_probabilities`)
-PROBABILITY_RULES = {"softmax": "softmax over the classes (prompts, for CLIP)", "sigmoid": "a sigmoid per class or prompt (SigLIP)"}
+PROBABILITY_RULES = {"softmax": "softmax over the prompts (CLIP) or the classes", "sigmoid": "a sigmoid per prompt (SigLIP) or class"}
 
 
 def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Tensor:
