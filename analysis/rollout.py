@@ -94,8 +94,8 @@ def rollout_matrices(
         return windowed_rollout_matrices(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
                                          start_layer=start_layer, end_layer=end_layer, stage=stage, merge=merge)[0]
     rollout = None
-    for _, rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
-        pass
+    for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
+        rollout = step_rollout  # the last step's
     return rollout
 
 

@@ -17,8 +17,8 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 import streamlit as st  # noqa: E402
 
 from analysis.assets import asset_path  # noqa: E402
-from vizapp import inputs, url_state  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
+from vizapp import inputs, url_state  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402

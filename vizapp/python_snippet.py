@@ -66,7 +66,7 @@ class Source:
     float16: bool = False
 
     @classmethod
-    def of(cls, cur) -> "Source":
+    def of(cls, cur) -> Source:
         """From the app's ``state.Current``."""
         import torch
 

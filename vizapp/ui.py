@@ -11,9 +11,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from PIL import Image
 
-from analysis import ViTSpec
+from analysis import ViTSpec, corresponding_query
 from analysis.queries import parse_prefix_query, prefix_query
-from analysis import corresponding_query
 
 __all__ = [
     "plot_config",

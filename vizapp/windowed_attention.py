@@ -18,10 +18,9 @@ import streamlit as st
 from analysis import masked_image, top_mass_mask
 from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from vizapp import figures, limits, resources
+from vizapp import figures, limits, resources, ui
 from vizapp.attention_view import follow_view, served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code
-from vizapp import ui
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
 from vizapp.windowed import (
     analysis_query,

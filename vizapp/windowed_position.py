@@ -15,9 +15,8 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError
-from vizapp import figures, resources
+from vizapp import figures, resources, ui
 from vizapp.messages import error_text
-from vizapp import ui
 from vizapp.ui import clamp_state, show_chart
 from vizapp.windowed import stage_label, stage_layers
 

@@ -111,11 +111,20 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
 
 def run(args, ranks: Ranks) -> int:
-    from ..attention_view import embed, layers_to_send, view_args, view_data
     from .. import (
-        attention_map, attention_rollout, capture_attention, capture_tokens, high_norm_tokens, load_image,
-        masked_image, outlier_patches, patch_embedding_components, position_embedding_similarity, token_norms,
+        attention_map,
+        attention_rollout,
+        capture_attention,
+        capture_tokens,
+        high_norm_tokens,
+        load_image,
+        masked_image,
+        outlier_patches,
+        patch_embedding_components,
+        position_embedding_similarity,
+        token_norms,
     )
+    from ..attention_view import embed, layers_to_send, view_args, view_data
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)

@@ -30,8 +30,8 @@ from .gradients import AttentionGradients, attention_gradients, last_stage_gradi
 from .methods import (
     BASELINES,
     GLOBAL_TOKEN_METHODS,
-    explanation_grid,
     chefer_relevance,
+    explanation_grid,
     grad_cam,
     input_x_gradient,
     integrated_gradients,

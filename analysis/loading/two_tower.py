@@ -212,7 +212,6 @@ def _load_hf_hub(repo_id: str, device: torch.device, *, pretrained: bool) -> Loa
     model_class = transformers.SiglipModel if config.model_type == "siglip" else transformers.CLIPModel
     tokenizer, note = _hf_tokenizer(folder)
     from .hf_transformers import read_preprocessor
-
     from .random_weights import seeded_random_weights
 
     with seeded_random_weights():

@@ -115,8 +115,8 @@ def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean"
     steps = ((layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
              for i, layer in enumerate(record.layers))
     result = None
-    for _, result in compose_rollout(steps):
-        pass
+    for _, step_result in compose_rollout(steps):  # the last step's result
+        result = step_result
     return result
 
 

@@ -18,7 +18,12 @@ import torch.nn as nn
 
 from ..checks import check_pixels
 from ..errors import AnalysisError
-from .attention import VisibleAttentionRecord, collect_visible_attention, encoder_attention_taps, stack_visible_attention
+from .attention import (
+    VisibleAttentionRecord,
+    collect_visible_attention,
+    encoder_attention_taps,
+    stack_visible_attention,
+)
 from .loading import LoadedMAE, wrap_mae
 from .masking import check_mask, draw_mask, mask_ratio_for, noise_for_mask
 from .patches import NORM_PIX_EPS, normalise_patches, patch_statistics, patchify, pixel_mask, unpatchify
@@ -26,7 +31,7 @@ from .patches import NORM_PIX_EPS, normalise_patches, patch_statistics, patchify
 __all__ = ["MAEReconstruction", "mae_reconstruct"]
 
 _LOCKS_GUARD = threading.Lock()
-_MODEL_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.Lock]" = weakref.WeakKeyDictionary()
+_MODEL_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def _model_lock(model: nn.Module) -> threading.Lock:

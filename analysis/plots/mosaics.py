@@ -11,14 +11,27 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .layout import (
-    CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
+    CHART_WIDTH_PX,
+    LINE_HEIGHT,
+    chars_fitting,
+    image_figure_height,
+    image_figure_margin,
+    image_rows_height,
+    line_count,
     wrap_label,
 )
 from .style import (
-    CHART_FONT_SIZE, CLICK_MARKER, SEPARATOR, colorize, colour_stops, highlight_rect, image_colorbar, image_data_uri,
+    CHART_FONT_SIZE,
+    CLICK_MARKER,
+    SEPARATOR,
+    colorize,
+    colour_stops,
+    highlight_rect,
+    image_colorbar,
+    image_data_uri,
     styled_figure,
 )
-from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
+from .ticks import grid_tick_step, grid_ticks
 
 __all__ = ["mosaic", "MosaicLayout", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
            "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS", "THUMBNAIL_PIXELS",

@@ -9,13 +9,31 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .layout import (
-    CHART_WIDTH_PX, IMAGE_BOTTOM_PX, IMAGE_LEFT_PX, IMAGE_RIGHT_PX, LINE_HEIGHT, chars_fitting, image_figure_height,
-    image_figure_margin, image_rows_height, line_count, wrap_label,
+    CHART_WIDTH_PX,
+    IMAGE_BOTTOM_PX,
+    IMAGE_LEFT_PX,
+    IMAGE_RIGHT_PX,
+    LINE_HEIGHT,
+    chars_fitting,
+    image_figure_height,
+    image_figure_margin,
+    image_rows_height,
+    line_count,
+    wrap_label,
 )
 from .ranges import clipped_cells
 from .style import (
-    CLICK_MARKER, as_background, colorize, colour_lut, colour_stops, highlight_rect, image_axes, image_colorbar,
-    image_data_uri, patch_centres, styled_figure,
+    CLICK_MARKER,
+    as_background,
+    colorize,
+    colour_lut,
+    colour_stops,
+    highlight_rect,
+    image_axes,
+    image_colorbar,
+    image_data_uri,
+    patch_centres,
+    styled_figure,
 )
 
 __all__ = ["attention_overlay", "map_panels", "clipped_outline"]

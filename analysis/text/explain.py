@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ..activations import run_with_cache
 from ..errors import AnalysisError
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
-from ..explanations.methods import refuse_global_token_method, grad_cam_from, relevance_from_gradients
+from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
 from ..spec import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text

@@ -127,7 +127,12 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
         readout = windowed_readout(model)
         hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
     else:
-        readout = (lambda hidden, norm=getattr(model, "norm", None) or nn.Identity(): model.forward_head(norm(hidden)))
+        head_norm = getattr(model, "norm", None) or nn.Identity()
+
+        def head_readout(hidden: torch.Tensor) -> torch.Tensor:
+            return model.forward_head(head_norm(hidden))
+
+        readout = head_readout
         hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision).tokens  # (L, B, T, D)
     out = []
     with torch.no_grad():

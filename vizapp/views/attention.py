@@ -6,9 +6,9 @@ import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
+from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, hold_for_first_paint, layer_bytes, sent_layers, served
-from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
 from vizapp.ui import (

@@ -7,15 +7,15 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.refs import ModelRef
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
+from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 from vizapp.windowed import layer_reference_trace
-from analysis.plots.charts import DISTANCE_UNIT_SHORT
 
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}

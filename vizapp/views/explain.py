@@ -10,10 +10,9 @@ from analysis import AnalysisError, scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, first_result, inputs, resources
-from vizapp.messages import demo_scope_note
+from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
-from vizapp.messages import error_text
 from vizapp.ui import clamp_state, download_csv, download_npz, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
@@ -132,7 +131,7 @@ methods = [m for m in methods if m not in refused][: 1 if held else None]
 if not methods:
     refuse_page(AnalysisError("None of the chosen methods is defined for this model (reasons above): choose another."))
 maps, titles, raw = [], [], {}
-for row, class_index in enumerate(targets):
+for class_index in targets:
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)

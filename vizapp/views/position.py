@@ -7,9 +7,9 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from vizapp import figures, resources
 from analysis import similarity_distance_bins
 from analysis.plots.mosaics import ZOOM_HINT
+from vizapp import figures, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current

@@ -6,12 +6,11 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
+from analysis.plots import colour_range, robust_top
 from analysis.rollout import POST_NORM_WARNING
 from analysis.windowed_rollout import MERGE_WARNING
-
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
-from analysis.plots import colour_range, robust_top
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
