@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import TypeGuard
 
 import torch
 
@@ -59,7 +60,7 @@ def rollout_steps(
     yield from compose_rollout(steps)
 
 
-def _is_windowed(record) -> bool:
+def _is_windowed(record) -> TypeGuard[WindowedAttentionRecord]:
     return isinstance(record, WindowedAttentionRecord)
 
 
@@ -96,6 +97,7 @@ def rollout_matrices(
     rollout = None
     for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
         rollout = step_rollout  # the last step's
+    assert rollout is not None, "layer_range gives start <= end: one step at least"
     return rollout
 
 

@@ -201,6 +201,7 @@ def windowed_rollout_matrices(
     rollout = None
     for _, step_rollout in compose_rollout(_steps(record, head_fusion, discard_ratio, start, end, merged)):
         rollout = step_rollout  # the last step's
+    assert rollout is not None, "layer_range gives start <= end: one step at least"
     return rollout, (start, end, merged)
 
 

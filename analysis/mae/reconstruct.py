@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -134,7 +135,8 @@ def mae_reconstruct(
     mask = draw_mask(batch, num_patches, mask_ratio, seed) if mask is None else check_mask(mask, batch, num_patches)
     visible = num_patches - int(mask[0].sum())
     spec = mae.spec.with_image_size(height, width)
-    model, device = mae.model, mae.device
+    model: Any = mae.model  # transformers' ViTMAEForPreTraining: its embeddings' config read by name
+    device = mae.device
     x = pixels.to(device=device, dtype=torch.float32)
     store, sink = collect_visible_attention(spec.num_layers)
     masking_config = model.vit.embeddings.config  # what ViTMAEEmbeddings.random_masking reads
