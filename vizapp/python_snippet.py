@@ -304,7 +304,7 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
             specific = target is not None and method in class_specific
             name = f"{method}_class{target}" if target is not None else method
             args = [f"method={method!r}"]
-            if specific:
+            if specific and target is not None:
                 args.insert(0, f"target={int(target)}")
             args += [f"{k}={v!r}" for k, v in options.get(method, ())]
             lines.append(f"explanations[{name!r}] = analysis.explain(vit, pixels, {', '.join(args)})[0].numpy()")

@@ -13,6 +13,7 @@ import html
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -155,7 +156,9 @@ def run(args, ranks: Ranks) -> int:
     except AnalysisError as exc:
         page.section("position", note=str(exc))
     page.parts.append(distance_part)
-    attention_parts, rollout_parts, problems = [], [], []
+    attention_parts: list[Any] = []
+    rollout_parts: list[Any] = []
+    problems: list[str] = []
     query = "cls" if spec.has_class_token else "mean"
     for name, item in zip(source.names, source.items):
         if len(rollout_parts) >= args.examples:

@@ -170,6 +170,7 @@ else:  # a ViT: one grid for every layer
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
     scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
                      format_func=THUMBNAIL_SCALES.get)
+    assert scale is not None, "a radio with options and no index=None always has a value"
     drawn_maps = cur.shown(maps)
     tiles = drawn_maps.reshape(L * (H + 1), *spec.grid_size)
     if scale == "layer":  # heads compare within a layer; a near-uniform layer stays pale
