@@ -20,6 +20,8 @@ grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the de
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 #: method name -> function; the class-specific ones take ``target``.
-EXPLANATION_METHODS = {
+EXPLANATION_METHODS: dict[str, Callable[..., Any]] = {
     "attention": raw_attention,
     "rollout": rollout_map,
     "chefer": chefer_relevance,

@@ -98,9 +98,9 @@ def mae_panels(
             r, c = divmod(int(patch), gw)
             shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": axes["xaxis"],
                            "yref": axes["yaxis"]})
-        axes = image_axes(width, height, titles=i == 0)
-        layout[f"xaxis{suffix}"] = {**axes["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
-        layout[f"yaxis{suffix}"] = {**axes["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
+        axis_layout = image_axes(width, height, titles=i == 0)
+        layout[f"xaxis{suffix}"] = {**axis_layout["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {**axis_layout["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
                                     "scaleanchor": f"x{suffix}"}
     return styled_figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
                    clickmode="event+select", dragmode="pan", annotations=annotations, margin=geometry["margin"],
