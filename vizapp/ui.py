@@ -85,8 +85,9 @@ def csv_bytes(header: Sequence[str], rows: Sequence[Sequence]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def download_npz(key: str, filename: str, label: str = "Data (.npz)", **arrays) -> None:
-    """A download button for the figure's data; the file is only built when clicked."""
+def download_npz(key: str, filename: str, label: str = "Data (.npz)", /, **arrays) -> None:
+    """A download button for the figure's data; the file is only built when clicked (``arrays``: any
+    names, ``key`` and ``label`` included: the first three are positional)."""
     st.download_button(
         label, data=lambda: npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
         key=key, on_click="ignore", icon=":material/download:",

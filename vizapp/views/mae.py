@@ -228,8 +228,7 @@ with attention_column:
                "never saw the hidden patches: they are grey and empty.")
 
 download_npz(
-    # pictures' keys are FIGURE_2_PANELS' names (never download_npz's label): mypy cannot know the keys
-    "mae_data", f"mae_{cur.image.name.rsplit('.', 1)[0]}", **pictures, mask=hidden.reshape(grid),  # type: ignore[arg-type]
+    "mae_data", f"mae_{cur.image.name.rsplit('.', 1)[0]}", **pictures, mask=hidden.reshape(grid),
     drawn_mask=drawn.numpy().reshape(grid), flipped=np.asarray(flipped, dtype=np.int64),
     patch_loss_hidden=error, loss=np.array(float(result.loss)), mask_ratio=np.array(float(ratio)),
     seed=np.array(seed), attention=attention, attention_layer=np.array(layer),

@@ -46,6 +46,7 @@ if spec.residual_norm == "post":
 left, right = st.columns([3, 2], gap="medium")
 with right:
     fusion = st.radio("Head fusion", FUSIONS, horizontal=True, key="fusion")
+    assert fusion is not None, "a widget with options and no index=None always has a value"
     st.session_state.setdefault("discard_ratio", 0.0)
     discard = st.slider(
         "Discard ratio", 0.0, 0.95, step=0.05, key="discard_ratio",
@@ -59,6 +60,7 @@ with right:
                         format_func=lambda s: "across stages, from a start layer" if s == ACROSS else stage_label(spec, s),
                         help="Rollout multiplies attention matrices over one token set: exact within a stage. "
                         "Patch merging changes the token set through a learned layer.")
+        assert span is not None, "a widget with options and no index=None always has a value"
         if span != ACROSS:
             stage = int(span)
     if stage is None:
