@@ -122,7 +122,7 @@ def _script(lines: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def attention_code(source: Source, *, layer: int, head: str | int, query: str | int) -> str:
+def attention_code(source: Source, *, layer: int, head: str | int, query: str | int | tuple[int, int]) -> str:
     """The Attention page's map: ``attention`` ``(gh, gw)``, one head's (or the mean over
     heads) attention of ``query`` over the patches at ``layer``."""
     head_arg = "None" if head == "mean" else str(int(head))

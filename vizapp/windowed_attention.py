@@ -12,6 +12,8 @@ The query is a cell of the finest grid, handed to the library as the pixel at it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import streamlit as st
 
@@ -34,6 +36,9 @@ from vizapp.windowed import (
     window_shapes,
 )
 
+if TYPE_CHECKING:  # for an annotation only
+    from vizapp.state import Current
+
 __all__ = ["render"]
 
 OUTSIDE_MASK_BRIGHTNESS = 0.3
@@ -52,6 +57,7 @@ def _layer_controls(spec) -> tuple[int, int]:
         clamp_state("attn_stage", list(stages), stage_of[int(st.session_state["layer"])])
         stage = st.radio("Stage", list(stages), format_func=lambda s: stage_label(spec, s), key="attn_stage",
                          help="Layers of one stage share a grid; patch merging halves the grid between stages.")
+        assert stage is not None, "a widget with options and no index=None always has a value"
     else:
         stage = next(iter(stages))
     layers = stages[stage]
@@ -111,7 +117,7 @@ def _describe(query: str | int, spec, geometry) -> str:
     return f"pixel (y {y}, x {x}) · cell (row {r}, col {c})"
 
 
-def render(cur) -> None:
+def render(cur: Current) -> None:
     spec = cur.spec
     stages = stage_layers(spec)
     st.session_state["_attn_stage_of"] = {layer: stage for stage, layers in stages.items() for layer in layers}
@@ -211,6 +217,7 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
     scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
                      format_func=THUMBNAIL_SCALES.get)
+    assert scale is not None, "a widget with options and no index=None always has a value"
     shared_top = max(float(np.nanmax(m)) for m in maps)
     for stage, layers in stages.items():
         geometry = spec.geometry(layers[0])
