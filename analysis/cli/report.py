@@ -76,7 +76,7 @@ class _Page:
     """Sections of HTML. Figures carry no plotly.js: :func:`_document` inlines it once in the
     head, so every figure finds ``Plotly`` defined whatever order the sections end up in."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list[str] = []
 
     def section(self, panel: str, body: str = "", note: str | None = None) -> None:
