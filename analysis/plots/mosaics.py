@@ -32,7 +32,11 @@ from .style import (
     image_data_uri,
     styled_figure,
 )
-from .ticks import grid_tick_step, grid_ticks
+from .ticks import (
+    DENSE_GRID,  # noqa: F401 - the docstrings' :data:`DENSE_GRID` is found through it
+    grid_tick_step,
+    grid_ticks,
+)
 
 __all__ = ["mosaic", "MosaicLayout", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
            "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS", "THUMBNAIL_PIXELS",
