@@ -19,7 +19,6 @@ from .distance import (
     uniform_attention_distance,
     uniform_attention_distance_by_layer,
 )
-from .explanations import EXPLANATION_METHODS, explain
 from .errors import (
     AnalysisError,
     ArchiveError,
@@ -34,19 +33,20 @@ from .errors import (
     VitExplorerError,
     WeightsUnavailableError,
 )
+from .explanations import EXPLANATION_METHODS, explain
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
-from .loading import LoadedCLIP, LoadedViT, class_probabilities, load_clip, load_vit
 from .label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
+from .loading import LoadedCLIP, LoadedViT, class_probabilities, load_clip, load_vit
 from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
 from .position import (
+    DistanceBins,
     position_embedding_similarity,
     position_encoding_kinds,
     rotary_position_features,
     similarity_by_distance,
     similarity_distance_bins,
-    DistanceBins,
 )
 from .queries import corresponding_layer, corresponding_query
 from .record_memory import idle_record_bytes, release_record_memory
@@ -65,9 +65,9 @@ from .tokens import (
     patch_similarity,
     token_norms,
 )
+from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 from .windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
 from .windowed_rollout import WindowedRollout, windowed_rollout
-from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 
 __all__ = [
     "TOKEN_KINDS",

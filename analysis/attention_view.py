@@ -165,8 +165,8 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
     ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
     layers, matrix = [int(layer) for layer in layers], rows is None
-    rows, cols, pre = _view_maps(record, layers, rows)
-    row_codes, row_ranges = rows.as_base64()
+    row_maps, cols, pre = _view_maps(record, layers, rows)
+    row_codes, row_ranges = row_maps.as_base64()
     col_codes, col_ranges = cols.as_base64()
     pre_codes, pre_ranges = pre.as_base64()
     digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}:{pre_codes}".encode()).hexdigest()[:16]

@@ -58,6 +58,7 @@ def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = 
     """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
     its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
     if inputs.probs is None:
+        assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, "a call reports probs or q, k"
         return attention_probabilities(inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask,
                                        is_causal=inputs.is_causal)
     probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
@@ -103,6 +104,7 @@ def attention_taps(
     def emitter(layer: int):
         def emit(inputs: AttentionInputs) -> None:
             reference = inputs.q if inputs.probs is None else inputs.probs
+            assert reference is not None, "a call reports probs or q, k"
             sink(layer, reported_probabilities(inputs, rows_on(reference.device)))
 
         return emit
@@ -189,8 +191,10 @@ def capture_attention(
                           precision=precision, to_cpu=to_cpu, query_rows=query_tokens, exact=exact_logits,
                           stack=not spec.is_windowed)
     if spec.is_windowed:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
-        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.logits, spec=spec,
-                                       layers=layer_ids)
+        # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
+        # do not define); the annotation names the plain record, which every other model gets.
+        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.logits,  # type: ignore[return-value]
+                                       spec=spec, layers=layer_ids)
     attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
     if attentions.shape[2] != spec.num_heads:
         raise AnalysisError(f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads.")

@@ -74,7 +74,7 @@ def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, tor
     Returns:
         ``D (windows, Wt, Wt)`` float64 and ``real (windows, Wt)`` bool.
     """
-    (gh, gw), (sy, sx) = geometry.grid_size, geometry.stride
+    (_, gw), (sy, sx) = geometry.grid_size, geometry.stride
     cells = geometry.window_cells()  # (windows, Wt), −1: padding / prefix
     real = cells >= 0
     rows = (torch.div(cells.clamp(min=0), gw, rounding_mode="floor").double() + 0.5) * sy

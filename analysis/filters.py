@@ -28,7 +28,7 @@ def patch_embedding_filters(vit) -> torch.Tensor:
         )
     proj = getattr(patch_embed, "proj", None)
     if isinstance(proj, nn.Linear) and getattr(patch_embed, "is_linear", False):
-        ph, pw = (int(v) for v in patch_embed.patch_size)
+        ph, pw = (int(v) for v in getattr(patch_embed, "patch_size"))
         channels = proj.in_features // (ph * pw)
         weight = proj.weight.detach().float().cpu()  # (D, ph·pw·C) or (D, C·ph·pw)
         if getattr(patch_embed, "channels_last", True):

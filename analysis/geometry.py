@@ -227,9 +227,9 @@ class ViTSpec:
                 f"long ({self.num_prefix_tokens} prefix + {self.grid_size[0]}x{self.grid_size[1]} patches)."
             )
         before = (slice(None),) * (dim % len(tokens.shape))
-        return tokens[(*before, slice(0, prefix))], tokens[(*before, slice(prefix, length))]
+        return tokens[before + (slice(0, prefix),)], tokens[before + (slice(prefix, length),)]
 
-    def with_image_size(self, height: int, width: int) -> "ViTSpec":
+    def with_image_size(self, height: int, width: int) -> ViTSpec:
         """The spec for an input of another size (models with ``dynamic_img_size``)."""
         ph, pw = self.patch_size
         grid = (height // ph, width // pw)

@@ -134,11 +134,12 @@ def shared_label_space(first, second, labels: tuple[str, str] = ("the first mode
         if space is None:
             return LabelSpaceMatch(False, f"{label} has no class head (it gives features, not classes): "
                                           "there is no prediction to compare.")
-    for label, space in zip(labels, spaces):
+    a, b = spaces
+    assert a is not None and b is not None, "returned above"
+    for label, space in zip(labels, (a, b)):
         if space.names is None:
             return LabelSpaceMatch(False, f"{label} does not name its {space.size} classes, so whether they are "
                                           "the other model's classes is unknown.")
-    a, b = spaces
     same = (a.known is not None and a.known == b.known) or a.names == b.names
     if same:
         return LabelSpaceMatch(True, f"{first_label} and {second_label} both predict {a.describe()}.")

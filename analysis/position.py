@@ -46,7 +46,8 @@ def _learned_table(vit) -> tuple[torch.Tensor, tuple[int, int]]:
     model = vit.model
     pos_embed = getattr(model, "pos_embed", None)
     if isinstance(pos_embed, torch.Tensor) and pos_embed.ndim == 3:
-        return pos_embed.detach().float().cpu(), tuple(int(g) for g in model.patch_embed.grid_size)
+        gh, gw = (int(g) for g in model.patch_embed.grid_size)
+        return pos_embed.detach().float().cpu(), (gh, gw)
     embed_table = pos_embed if isinstance(pos_embed, torch.Tensor) else getattr(patch_embedding_module(model), "pos_embed", None)
     if isinstance(embed_table, torch.Tensor) and embed_table.ndim == 4:  # SAM, NaFlex: (1, gh, gw, D), its own grid
         gh, gw = int(embed_table.shape[1]), int(embed_table.shape[2])
@@ -90,7 +91,7 @@ def patch_position_embeddings(vit, *, grid_size: tuple[int, int] | None = None) 
 
 def _checked_grid(grid_size, default: tuple[int, int]) -> tuple[int, int]:
     if grid_size is None:
-        return tuple(default)
+        return (default[0], default[1])
     if isinstance(grid_size, (str, bytes)) or not hasattr(grid_size, "__len__") or len(grid_size) != 2:
         raise AnalysisError(f"grid_size must be a (rows, columns) pair, got {grid_size!r}.")
     grid = (check_int("grid_size rows", grid_size[0], minimum=1), check_int("grid_size columns", grid_size[1], minimum=1))
@@ -253,7 +254,7 @@ class DistanceBins(NamedTuple):
     distance: np.ndarray  # the mean distance of the bin's pairs
     mean: np.ndarray  # the mean similarity of the bin's pairs
     std: np.ndarray  # their standard deviation (population: divided by the count)
-    count: np.ndarray  # the number of ordered pairs (p, p′) in the bin, int64
+    count: np.ndarray  # type: ignore[assignment]  # the number of ordered pairs (p, p′) in the bin, int64 (shadows tuple.count)
 
 
 def similarity_distance_bins(similarity: np.ndarray, unit: float = 1.0, bin_width: float = 1.0) -> DistanceBins:

@@ -45,7 +45,7 @@ class Preprocessing:
     crop_mode: str = "center"  # "center" | "squash" | "border", as in timm's data config
 
     @classmethod
-    def from_data_config(cls, data_config: dict, img_size: tuple[int, int]) -> "Preprocessing":
+    def from_data_config(cls, data_config: dict, img_size: tuple[int, int]) -> Preprocessing:
         return cls(
             img_size=(int(img_size[0]), int(img_size[1])),
             mean=tuple(float(m) for m in data_config.get("mean", (0.5, 0.5, 0.5))),

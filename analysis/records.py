@@ -54,7 +54,7 @@ class AttentionRecord:
                 "Capture it with capture_attention(..., layers=None) for all layers."
             ) from None
 
-    def select_layers(self, layers: Sequence[int]) -> "AttentionRecord":
+    def select_layers(self, layers: Sequence[int]) -> AttentionRecord:
         """The same record over some of its layers, in the order given. Consecutive layers are
         a view of the maps (nothing copied); other selections gather their maps. Every analysis
         that takes a record takes the result."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import TypeGuard
 
 import torch
 
@@ -59,7 +60,7 @@ def rollout_steps(
     yield from compose_rollout(steps)
 
 
-def _is_windowed(record) -> bool:
+def _is_windowed(record) -> TypeGuard[WindowedAttentionRecord]:
     return isinstance(record, WindowedAttentionRecord)
 
 
@@ -94,8 +95,9 @@ def rollout_matrices(
         return windowed_rollout_matrices(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
                                          start_layer=start_layer, end_layer=end_layer, stage=stage, merge=merge)[0]
     rollout = None
-    for _, rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
-        pass
+    for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
+        rollout = step_rollout  # the last step's
+    assert rollout is not None, "layer_range gives start <= end: one step at least"
     return rollout
 
 

@@ -27,7 +27,7 @@ def _position_kind(model: nn.Module) -> str:
     rope = getattr(model, "rope", None) is not None
     relative = any(getattr(model, name, None) is not None for name in ("rel_pos_bias", "shared_rel_pos")) or any(
         getattr(block.attn, name, None) is not None
-        for block in model.blocks
+        for block in getattr(model, "blocks")
         for name in ("relative_position_bias_table", "rel_pos")
     )
     if rope:
@@ -63,6 +63,8 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
     has none (NaFlex).
     """
     embed = patch_embedding_module(model)
+    if embed is None:
+        raise UnsupportedModelError(f"{type(model).__name__} has no patch embedding (patch_embed or embeds).")
     if getattr(embed, "grid_size", None) is not None and getattr(embed, "img_size", None) is not None:
         grid = as_pair(embed.grid_size)
         img = as_pair(embed.img_size)
@@ -91,7 +93,7 @@ def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default
         num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 0)),
         num_layers=len(sites),
         num_heads=sites[0].adapter.num_heads(sites[0].module),
-        embed_dim=int(getattr(model, "embed_dim", None) or model.num_features),
+        embed_dim=int(getattr(model, "embed_dim", None) or getattr(model, "num_features")),
         img_size=(grid[0] * patch[0], grid[1] * patch[1]),
         has_class_token=_class_token(model, embed) is not None,
         position_embedding=_windowed_position_kind(model) if geometry else _position_kind(model),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -152,7 +152,7 @@ def dataset_attention_distance(
     if on_error == "skip":
         skip_log = skipped if skipped is not None else []
     first_skipped = len(skip_log) if skip_log is not None else 0
-    total = len(images) if hasattr(images, "__len__") else None
+    total = len(images) if isinstance(images, Sized) else None  # Sized: has __len__
     workers = workers or min(4, os.cpu_count() or 1)
     spec = vit.spec
     layers = tuple(range(spec.num_layers))

@@ -96,7 +96,7 @@ class WindowedAttentionRecord:
 
     def layer_position(self, layer: int) -> int:
         """Position in ``windows`` of model layer ``layer`` (negative indices count from the end)."""
-        return AttentionRecord.layer_position(self, layer)
+        return AttentionRecord.layer_position(self, layer)  # type: ignore[arg-type]  # the same rule, over .layers
 
     def layer_windows(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities."""

@@ -17,10 +17,9 @@ picture of what the model learned about position:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-import torch.nn as nn
 
 from .checks import check_index
 from .errors import AnalysisError
@@ -28,7 +27,7 @@ from .errors import AnalysisError
 __all__ = ["relative_position_bias", "decomposed_relative_position", "DecomposedPosition"]
 
 
-def _attention_module(vit, layer: int, function: str) -> tuple[nn.Module, int]:
+def _attention_module(vit, layer: int, function: str) -> tuple[Any, int]:  # a timm attention: tables read by name
     """The attention module of model layer ``layer`` of a windowed LoadedViT, and the layer."""
     spec = getattr(vit, "spec", None)
     if spec is None or not hasattr(vit, "model"):

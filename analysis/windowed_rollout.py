@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import torch
 
 from .errors import AnalysisError
-from .rollout_rules import POST_NORM_WARNING, compose_rollout, fuse_heads, layer_range, mix_identity
 from .geometry import LayerGeometry
+from .rollout_rules import POST_NORM_WARNING, compose_rollout, fuse_heads, layer_range, mix_identity
 from .windowed import WindowedAttentionRecord, query_cells
 
 __all__ = [
@@ -199,8 +199,9 @@ def windowed_rollout_matrices(
     ``end_layer``'s grid, columns those of ``start_layer``'s; every row sums to one."""
     start, end, merged = _plan(record, start_layer, end_layer, stage, merge)
     rollout = None
-    for _, rollout in compose_rollout(_steps(record, head_fusion, discard_ratio, start, end, merged)):
-        pass
+    for _, step_rollout in compose_rollout(_steps(record, head_fusion, discard_ratio, start, end, merged)):
+        rollout = step_rollout  # the last step's
+    assert rollout is not None, "layer_range gives start <= end: one step at least"
     return rollout, (start, end, merged)
 
 

@@ -105,7 +105,7 @@ def run(model: str | None, repeats: int) -> list[str]:
             lines.append(f"layers in the page: {held} of {layers}")
             key_in_page, key_round_trip, slider_steps = [], [], []
             stage = frame.locator("#stage")
-            for i in range(repeats if layers > 1 else 0):  # ↑/↓ in the view: drawn from the page's data
+            for _ in range(repeats if layers > 1 else 0):  # ↑/↓ in the view: drawn from the page's data
                 current = frame.evaluate("() => window.attentionView.layer")
                 target = current - 1 if current > 0 else current + 1
                 count = frame.evaluate("() => window.attentionView.paints.length")
@@ -125,7 +125,7 @@ def run(model: str | None, repeats: int) -> list[str]:
                 lines.append(_summary("layer step (↓/↑ in the view) -> new map, in page", key_in_page))
                 lines.append(_summary("layer step (↓/↑ in the view) -> new map, round trip from the script", key_round_trip))
             slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
-            for i in range(repeats if layers > 1 else 0):  # the page's slider: a rerun, then the view follows
+            for _ in range(repeats if layers > 1 else 0):  # the page's slider: a rerun, then the view follows
                 current = frame.evaluate("() => window.attentionView.layer")
                 target = current - 1 if current > 0 else current + 1
                 slider.focus()

@@ -168,7 +168,7 @@ def bench_pages(browser, versions: dict[str, Path], models: list[str], pages: li
                 repeats: int, log_dir: Path) -> list[str]:
     lines = ["Each page, warm server: first result / complete, s since opening (median / max over "
              f"{repeats} images, each open the page's first for its image)",
-             f"| page | model | version | first result | complete | drawn first |", "|---|---|---|---|---|---|"]
+             "| page | model | version | first result | complete | drawn first |", "|---|---|---|---|---|---|"]
     for model in models:
         params = model_params(model)
         with contextlib.ExitStack() as stack:
@@ -177,7 +177,7 @@ def bench_pages(browser, versions: dict[str, Path], models: list[str], pages: li
                 log = log_dir / f"bench_first_result_{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
                 urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
             images = IMAGES[:repeats]
-            for name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
+            for _name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
                 for image in images:
                     open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
             results = {(path, name): [] for path, _ in pages for name in urls}

@@ -38,7 +38,6 @@ from analysis import (  # noqa: E402
     patch_embedding_components,
     position_embedding_similarity,
 )
-
 from families import FAMILIES  # noqa: E402  (tests/families.py: the one family matrix)
 
 
@@ -184,8 +183,8 @@ def main() -> None:
             torch.testing.assert_close(record.attentions, torch.stack(out.attentions), atol=1e-5, rtol=1e-4)
 
     # 5. the app's modules import (streamlit, plotly)
-    import vizapp.state  # noqa: F401
     import vizapp.figures  # noqa: F401
+    import vizapp.state  # noqa: F401
 
     print(f"min-versions smoke OK ({time.perf_counter() - started:.1f} s, analysis from {Path(analysis.__file__).parent})")
 

@@ -682,7 +682,7 @@ def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
     original = resources.capture_attention
 
     def warning_capture(*args, **kwargs):
-        warnings.warn(OOM_FALLBACK_WARNING, RuntimeWarning)
+        warnings.warn(OOM_FALLBACK_WARNING, RuntimeWarning, stacklevel=2)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(resources, "capture_attention", warning_capture)
@@ -992,7 +992,7 @@ def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
         "gradcam": analysis.explain(vit, pixels, target=chosen, method="gradcam")[0].numpy(),
         "rollout": analysis.explain(vit, pixels, method="rollout")[0].numpy(),
     }
-    for trace, (method, reference) in zip(heatmaps, expected.items()):
+    for trace, (_method, reference) in zip(heatmaps, expected.items()):
         drawn = array(trace["z"]).reshape(spec.grid_size)
         np.testing.assert_allclose(drawn, np.clip(reference / np.abs(reference).max(), 0, None), rtol=1e-4, atol=1e-6)
     titles = [a["text"] for a in panels["layout"]["annotations"]]

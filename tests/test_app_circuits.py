@@ -9,7 +9,15 @@ import pytest
 import analysis
 from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation
 from tests.test_app import (  # noqa: F401 - app, npz_downloads: fixtures
-    DEMO_PRESENT, app, array, assert_clean, assert_same_arrays, chart, first_sample, npz_downloads, reproduce,
+    DEMO_PRESENT,
+    app,
+    array,
+    assert_clean,
+    assert_same_arrays,
+    chart,
+    first_sample,
+    npz_downloads,
+    reproduce,
 )
 
 pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo model (assets/demo_vit)")

@@ -4,7 +4,6 @@ a tiny upload, and the Robustness page's CNN label under token drop."""
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -103,7 +102,7 @@ def test_offline_note_names_the_cached_models(offline, monkeypatch):
     note = state.curated_offline_note()
     label = next(label for label, ref in state.CURATED_MODELS.items() if ref.source == cached)
     assert "Cached here" in note and label.replace("/", "/") in note
-    assert sum(l in note for l in state.CURATED_MODELS) == 1
+    assert sum(model in note for model in state.CURATED_MODELS) == 1
 
 
 def test_a_random_models_maps_are_not_saturated_at_the_default(app):

@@ -16,11 +16,19 @@ from PIL import Image
 import analysis
 from analysis import plots
 from analysis.mae import draw_mask, figure_2_images, hidden_patch_loss, load_mae, mae_reconstruct
-from tests.test_mae import folders  # noqa: F401 - fixture: tiny random ViTMAEForPreTraining folders
 from tests.test_app import (  # noqa: F401 - npz_downloads: a fixture
-    APP, TIMEOUT, REPO, array, assert_clean, assert_same_arrays, first_sample, npz_downloads, reproduce,
+    APP,
+    REPO,
+    TIMEOUT,
+    array,
+    assert_clean,
+    assert_same_arrays,
+    first_sample,
+    npz_downloads,
+    reproduce,
     reproduce_expander,
 )
+from tests.test_mae import folders  # noqa: F401 - fixture: tiny random ViTMAEForPreTraining folders
 
 pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
                                 reason="needs the bundled demo MAE (assets/demo_mae)")

@@ -19,7 +19,15 @@ import analysis
 from analysis.faithfulness import area_under_curve, perturbation_curve
 from analysis.text import explain_text, head_texts, score_value, text_decomposition, zero_shot
 from tests.test_app import (  # noqa: F401 - npz_downloads is a fixture
-    APP, REPO, TIMEOUT, array, assert_clean, first_sample, npz_downloads, reproduce, traces,
+    APP,
+    REPO,
+    TIMEOUT,
+    array,
+    assert_clean,
+    first_sample,
+    npz_downloads,
+    reproduce,
+    traces,
 )
 
 pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_clip" / "config.json").is_file(),
@@ -265,7 +273,6 @@ def test_a_siglip_folder_is_scored_by_its_own_sigmoid(page, tmp_path):
     model instance the app cached."""
     pytest.importorskip("tokenizers")
     import text_models
-
     from vizapp.resources import get_clip
 
     text_models.save("siglip", tmp_path)

@@ -244,7 +244,6 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
 def test_smooth_maps_are_drawn_as_an_image_with_a_true_colour_bar(page, server, artifacts):
     """Bilinear maps travel as a PNG layer: the colour bar must still be drawn, from the true scale."""
     import plotly.colors
-
     from playwright.sync_api import expect
 
     page.goto(server + "/?cells=bilinear&colours=Magma")
@@ -575,12 +574,12 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
         }"""
     try:
         drawn = page.wait_for_function(find_picture, polling=200, timeout=60_000).json_value()
-    except Exception:  # playwright's TimeoutError: say what the page drew instead
+    except Exception as error:  # playwright's TimeoutError: say what the page drew instead
         page.screenshot(path=str(artifacts / "position_37x37_missing.png"))
         traces = page.evaluate(
             """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
                      .map(p => (p._fullData || []).map(t => t.type))""")
-        raise AssertionError(f"no mosaic drawn as a picture within 60 s; chart traces: {traces}")
+        raise AssertionError(f"no mosaic drawn as a picture within 60 s; chart traces: {traces}") from error
     tiles = 37
     picture = _data_uri_image(drawn["href"])
     px_w, px_h = picture.width / tiles, picture.height / tiles
@@ -628,11 +627,11 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
         assert_no_exception(page, path or "attention")
         try:
             drawn = page.wait_for_function(measure, arg=[t or None for t in titles], polling=200, timeout=60_000).json_value()
-        except Exception:  # playwright's TimeoutError: say which charts were drawn
+        except Exception as error:  # playwright's TimeoutError: say which charts were drawn
             page.screenshot(path=str(artifacts / "thumbnails_missing.png"), full_page=True)
             axes = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
                 .map(p => p._fullLayout && p._fullLayout.xaxis ? [p._fullLayout.xaxis.title.text, p._fullLayout.yaxis.title.text] : null)""")
-            raise AssertionError(f"{path or 'attention'}: no thumbnail mosaic drawn; axis titles of the charts: {axes}")
+            raise AssertionError(f"{path or 'attention'}: no thumbnail mosaic drawn; axis titles of the charts: {axes}") from error
         cells_w, cells_h = abs(drawn["xr"][1] - drawn["xr"][0]), abs(drawn["yr"][1] - drawn["yr"][0])
         tile_w, tile_h = drawn["w"] / cols, drawn["h"] / rows
         assert min(tile_w, tile_h) >= 120, (path, "CSS px per tile", tile_w, tile_h)
@@ -863,7 +862,6 @@ def matrix_rgb(frame, tokens: int) -> np.ndarray:
 def _demo_inputs():
     """``(vit, pixels)``: the bundled demo model and the app's first sample, as the server shows them."""
     import analysis
-
     from streamlit_server import DEMO_PRESENT
 
     if not DEMO_PRESENT:
@@ -885,9 +883,10 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     those queries after quantisation (within one colour step), with no rerun; the column toggle
     shows who looks at the hovered patch; ↓ draws the previous layer's map from the page's data
     and the layer slider follows; a click makes the patch the page's query."""
+    from playwright.sync_api import expect
+
     import analysis
     from analysis.plots import colour_range, quantise_maps
-    from playwright.sync_api import expect
 
     record = _demo_record()
     spec = record.spec
@@ -1105,7 +1104,7 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
 
     record = analysis.capture_attention(load_family("dinov2_registers"), family_pixels("dinov2_registers", batch=1))
     spec = record.spec
-    T, P, grid, heads, layer = spec.num_tokens, spec.num_prefix_tokens, spec.grid_size, spec.num_heads, spec.num_layers - 1
+    T, P, grid, layer = spec.num_tokens, spec.num_prefix_tokens, spec.grid_size, spec.num_layers - 1
     assert P == 5 and spec.token_names[1:] == ("register 1", "register 2", "register 3", "register 4")
     uniform, scale = 1 / T, "Viridis"
     args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
@@ -1161,9 +1160,10 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
     """Compare layers: the view's panels are the chosen layers; hovering a patch in any panel draws
     in every panel ``attention_map`` of that query (after quantisation, within one colour step) on
     one colour scale over the panels; a click makes it the page's query and the chart follows."""
+    from playwright.sync_api import expect
+
     import analysis
     from analysis.plots import colour_range, quantise_maps
-    from playwright.sync_api import expect
 
     record = _demo_record()
     spec = record.spec
@@ -1202,9 +1202,10 @@ def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifa
     """Tokens: hovering a patch draws its cosine similarity to every patch (``patch_similarity``
     after quantisation, on the fixed −1..1 scale, within one colour step); a click makes it the
     query and the similarity section follows."""
+    from playwright.sync_api import expect
+
     import analysis
     from analysis.plots import quantise_maps
-    from playwright.sync_api import expect
 
     vit, pixels = _demo_inputs()
     spec = vit.spec
@@ -1299,8 +1300,9 @@ def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts
     all, 1 MiB allowed) the page holds only the shown layer: ↓ says it is loading, asks the server,
     and once the new layer's file arrives draws its map, the colours of the page's own chart of
     that layer (the server's ``attention_map``) within one colour step."""
-    from analysis.plots import colour_range
     from playwright.sync_api import expect
+
+    from analysis.plots import colour_range
 
     model, tokens = "random:vit_small_patch16_224", 197
     with streamlit_server(artifacts / "streamlit_view_mb.log", extra_env={"VIZAPP_VIEW_MB": "1"}) as (url, _process):

@@ -140,3 +140,19 @@ def test_ci_builds_the_docs_strictly_and_checks_the_packaging_after_the_tests():
     assert " -q" not in build.group(0), "mkdocs -q drops the warnings that --strict counts: the build always passes"
     assert re.search(r"^\.ci/packaging_check\.sh$", after, re.M), "no packaging check in .ci/run"
     assert os.access(REPO / ".ci" / "packaging_check.sh", os.X_OK)
+
+
+def test_ci_type_checks_and_lints_with_the_configuration_in_pyproject():
+    """mypy (over analysis/ and vizapp/) and ruff's linter are steps of .ci/run after the README's
+    command, each run bare so that pyproject.toml's configuration, with its stated exceptions, is the one used."""
+    import tomllib
+
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"```bash\n(.+?)\n```", readme.split("Run the tests", 1)[1], re.S).group(1).strip()
+    after = (REPO / ".ci" / "run").read_text().split(command, 1)[1]
+    assert re.search(r"^\.venv/bin/mypy$", after, re.M), "no type check in .ci/run"
+    assert re.search(r"^\.venv/bin/ruff check \.$", after, re.M), "no lint in .ci/run"
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    assert sorted(tool["mypy"]["files"]) == ["analysis", "vizapp"]
+    assert tool["mypy"]["python_version"] == "3.10" and tool["ruff"]["target-version"] == "py310"
+    assert {"E", "F", "W", "I", "UP", "B"} <= set(tool["ruff"]["lint"]["select"])

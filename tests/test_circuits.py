@@ -11,7 +11,6 @@ import torch
 
 from analysis import AnalysisError, load_vit
 from analysis.activations import run_with_cache, run_with_hooks
-from analysis.adapters import block_sites
 from analysis.circuits import (
     activation_patching,
     cumulative_head_ablation,
@@ -230,8 +229,8 @@ def test_heads_command_on_two_ranks_equals_one_process_and_the_api(tmp_path):
 
     import numpy as np
 
-    from analysis.demo.data import generate_samples
     from analysis.circuits import dataset_head_effects
+    from analysis.demo.data import generate_samples
 
     repo = Path(__file__).resolve().parent.parent
     folder = tmp_path / "scenes"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from analysis.demo.data import CLASS_NAMES, generate_arrays
 from analysis.demo.config import scenes_to_tensor
+from analysis.demo.data import CLASS_NAMES, generate_arrays
 
 CNN_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_cnn"
 HELD_OUT_SEED = 777  # also the demo ViT's test seed, so the two are scored on the same scenes

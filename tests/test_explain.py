@@ -291,7 +291,7 @@ def test_every_family_is_explained_through_the_attention_it_used(family_classifi
         for site in block_sites(twin):
             site.module.fused_attn = False
 
-            def keep(module, args, output):
+            def keep(module, args, output, kept=kept):
                 output.retain_grad()
                 kept.append(output)
 

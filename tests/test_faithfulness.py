@@ -26,7 +26,6 @@ from analysis.faithfulness import (
 )
 from analysis.faithfulness.__main__ import BENCHMARK_SEED, main
 
-
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -27,7 +27,6 @@ from analysis import (
     patch_embedding_components,
     position_embedding_similarity,
 )
-
 from ci_skip_check import in_ci
 
 if in_ci():  # CI installs transformers: an import failure there is an error with its traceback, not a skip

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_vit, random_pixels
-from families import family_pixels, load_family
-from reference import reference_attention
 
 from analysis.activations.run import AROUND_POINTS, StopForward, hooks_around
 from analysis.errors import AnalysisError
+from conftest import make_vit, random_pixels
+from families import family_pixels, load_family
+from reference import reference_attention
 
 
 @pytest.fixture(scope="module")

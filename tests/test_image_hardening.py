@@ -143,7 +143,7 @@ def test_truncated_and_non_image_files_are_refused_quickly():
 def test_text_mode_file_objects_and_other_types_are_explained(tmp_path):
     path = tmp_path / "x.png"
     path.write_bytes(_encode(Image.new("RGB", (2, 2)), "PNG"))
-    with open(path, "r", encoding="latin-1") as handle, pytest.raises(ImageLoadError, match="text mode"):
+    with open(path, encoding="latin-1") as handle, pytest.raises(ImageLoadError, match="text mode"):
         load_image(handle)
     with pytest.raises(ImageLoadError, match="int"):
         load_image(12)

@@ -124,7 +124,7 @@ def test_a_path_that_does_not_exist_says_so_not_unknown_model(source, monkeypatc
     assert caught.value.path == Path(given).expanduser()
     if not Path(given).expanduser().is_absolute():
         assert str(tmp_path / Path(given)) in message
-    for name, load in (("CNN", lambda: load_cnn(source, pretrained=False)),):  # the comparison CNN's loader too
+    for _name, load in (("CNN", lambda: load_cnn(source, pretrained=False)),):  # the comparison CNN's loader too
         with pytest.raises(ModelPathNotFoundError, match=f"^The path {re.escape(repr(given))} does not exist"):
             load()
 

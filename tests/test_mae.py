@@ -24,7 +24,7 @@ NATIVE = (32, 32)
 PATCH = 8
 
 
-def tiny_config(norm_pix_loss: bool) -> "transformers.ViTMAEConfig":
+def tiny_config(norm_pix_loss: bool) -> transformers.ViTMAEConfig:
     return transformers.ViTMAEConfig(
         image_size=NATIVE[0], patch_size=PATCH, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, decoder_hidden_size=24, decoder_num_hidden_layers=2, decoder_num_attention_heads=3,

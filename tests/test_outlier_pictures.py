@@ -14,10 +14,24 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import analysis
-from analysis import attention_map, attention_rollout, capture_attention, capture_tokens, high_norm_tokens
-from analysis import masked_image, outlier_patches, token_norms
+from analysis import (
+    attention_map,
+    attention_rollout,
+    capture_attention,
+    capture_tokens,
+    high_norm_tokens,
+    masked_image,
+    outlier_patches,
+    token_norms,
+)
 from analysis.plots import (
-    ROBUST_QUANTILE, UNIFORM_FLOOR, attention_overlay, clipped_cells, colour_range, layer_scaled, robust_top,
+    ROBUST_QUANTILE,
+    UNIFORM_FLOOR,
+    attention_overlay,
+    clipped_cells,
+    colour_range,
+    layer_scaled,
+    robust_top,
 )
 from analysis.tokens import dominated_by_outliers, outlier_share
 from conftest import make_vit

@@ -197,7 +197,6 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
     """requirements.txt, pyproject.toml and .ci/min-versions.txt name the same floors, so the
     CI job that installs the floors together tests exactly what users are promised."""
     import tomllib
-
     from packaging.version import Version
 
     floors = _requirements(REPO / "requirements.txt", ">=")
@@ -208,8 +207,9 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
         (name.strip().lower().replace("_", "-"), version.strip()) for name, version in (d.split(">=") for d in declared)
     )
     runtime = {name: version for name, version in floors.items() if name not in (
-        "pytest", "playwright", "setuptools", "import-linter", "open-clip-torch", "onnx", "onnxruntime", "mkdocs-material",
-        "mkdocstrings[python]", "imagecorruptions", "anywidget", "nbclient", "nbformat", "ipykernel", "jupyterlab")}
+        "pytest", "playwright", "setuptools", "import-linter", "mypy", "ruff", "open-clip-torch", "onnx", "onnxruntime",
+        "mkdocs-material", "mkdocstrings[python]", "imagecorruptions", "anywidget", "nbclient", "nbformat", "ipykernel",
+        "jupyterlab")}
     assert runtime, "no floors found in requirements.txt"
     assert set(runtime) == set(pins), (sorted(runtime), sorted(pins))
     assert set(pyproject_floors) == set(runtime), (sorted(pyproject_floors), sorted(runtime))
@@ -365,6 +365,7 @@ def test_the_library_does_not_depend_on_the_app():
     stays a core dependency: analysis.plots draws with it. (.ci/packaging_check.sh installs the
     wheel both ways.)"""
     import ast
+
     import tomllib
 
     import vizapp

@@ -11,7 +11,14 @@ import pytest
 
 from analysis import plots
 from analysis.plots.layout import (
-    CHAR_WIDTH, IMAGE_LEFT_PX, IMAGE_RIGHT_PX, chars_fitting, column_width, image_figure_height, line_count, wrap_label,
+    CHAR_WIDTH,
+    IMAGE_LEFT_PX,
+    IMAGE_RIGHT_PX,
+    chars_fitting,
+    column_width,
+    image_figure_height,
+    line_count,
+    wrap_label,
 )
 
 LONG_BAR_TITLE = "attention probability (0–p99: 0–0.012; 5 cells above, outlined)"

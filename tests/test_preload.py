@@ -7,7 +7,6 @@ import re
 import time
 
 from streamlit_server import streamlit_server
-
 from vizapp import preload
 
 

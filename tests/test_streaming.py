@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -163,5 +162,5 @@ def test_streaming_refuses_a_layer_whose_hook_never_fired(vit, monkeypatch):
             real_block_hooks(layer, *args, **kwargs)
 
     monkeypatch.setattr(engine, "_block_hooks", block_hooks_missing_last_layer)
-    with pytest.raises(AnalysisError, match=r"layers \[%d\] was never computed" % (vit.spec.num_layers - 1)):
+    with pytest.raises(AnalysisError, match=rf"layers \[{vit.spec.num_layers - 1}\] was never computed"):
         dataset_attention_distance(vit, _images(2), batch_size=2)

@@ -13,7 +13,6 @@ import torch
 
 from analysis import AnalysisError, ModelLoadError, NoTextTowerError, TextPromptError, load_clip, load_vit
 from analysis.text import explain_text, zero_shot
-
 from ci_skip_check import in_ci
 
 if in_ci():

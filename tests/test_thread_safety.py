@@ -22,8 +22,6 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from conftest import make_vit, random_pixels
-from families import family_pixels, load_family
 
 from analysis import (
     attention_mass,
@@ -46,6 +44,8 @@ from analysis.circuits import activation_patching, dataset_head_effects, direct_
 from analysis.faithfulness import perturbation_curve
 from analysis.robustness import patch_drop_indices
 from analysis.robustness.dropped import token_drop_attention
+from conftest import make_vit, random_pixels
+from families import family_pixels, load_family
 
 THREADS = 8
 ROUNDS = 2  # each thread walks every analysis this many times

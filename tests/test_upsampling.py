@@ -18,10 +18,14 @@ def loop_bilinear(grid: np.ndarray, height: int, width: int) -> np.ndarray:
     out = np.zeros((height, width))
     for i in range(height):
         y = min(max((i + 0.5) * gh / height - 0.5, 0.0), gh - 1)
-        y0 = int(math.floor(y)); y1 = min(y0 + 1, gh - 1); fy = y - y0
+        y0 = int(math.floor(y))
+        y1 = min(y0 + 1, gh - 1)
+        fy = y - y0
         for j in range(width):
             x = min(max((j + 0.5) * gw / width - 0.5, 0.0), gw - 1)
-            x0 = int(math.floor(x)); x1 = min(x0 + 1, gw - 1); fx = x - x0
+            x0 = int(math.floor(x))
+            x1 = min(x0 + 1, gw - 1)
+            fx = x - x0
             out[i, j] = ((1 - fy) * (1 - fx) * grid[y0, x0] + (1 - fy) * fx * grid[y0, x1]
                          + fy * (1 - fx) * grid[y1, x0] + fy * fx * grid[y1, x1])
     return out
@@ -44,7 +48,8 @@ def test_constant_maps_stay_constant_and_masks_scale_the_image():
     image = np.random.default_rng(1).integers(0, 256, (16, 24, 3), dtype=np.uint8)
     np.testing.assert_allclose(upsample_map(np.full((2, 3), 0.25), (16, 24)), 0.25)
     np.testing.assert_array_equal(masked_image(image, np.full((2, 3), 0.25)), image)  # normalised by max
-    half = np.ones((2, 3)); half[:, 1:] = 0.5
+    half = np.ones((2, 3))
+    half[:, 1:] = 0.5
     out = masked_image(image, half, mode="nearest")
     np.testing.assert_array_equal(out[:, :8], image[:, :8])
     np.testing.assert_array_equal(out[:, 8:], np.rint(image[:, 8:] * 0.5).astype(np.uint8))

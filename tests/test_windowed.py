@@ -493,7 +493,7 @@ def _hand_uniform(grid, stride, window, shift) -> float:
     both axes of the shifted, padded grid), averaged over the real queries."""
     layout, padded_h, padded_w = _slot_layout(grid, window, shift)
     by_window = {}
-    for w, slot, cell, (y, x) in layout:
+    for w, _slot, cell, (y, x) in layout:
         region = (_roll_region(y, padded_h, window[0], shift[0]), _roll_region(x, padded_w, window[1], shift[1]))
         by_window.setdefault(w, []).append((cell, region))
     values = []
@@ -600,7 +600,7 @@ def test_swin_v2_bias_image_is_what_the_module_adds_in_its_forward(swin_v2):
         attn = block.attn
         (wh, ww), heads = block.window_size, attn.num_heads
         scores = []
-        handle = attn.softmax.register_forward_hook(lambda mod, args, out: scores.append(args[0].detach()))
+        handle = attn.softmax.register_forward_hook(lambda mod, args, out, scores=scores: scores.append(args[0].detach()))
         try:
             with torch.no_grad():
                 attn(torch.zeros(1, wh * ww, attn.qkv.in_features))
@@ -618,7 +618,7 @@ def _decomposed_bias_by_hand(q, rows, cols, height, width):
     out = torch.empty(q.shape[0], height * width, height * width)
     for a in range(height * width):
         for b in range(height * width):
-            (i, j), (k, l) = divmod(a, width), divmod(b, width)
+            (i, j), (k, l) = divmod(a, width), divmod(b, width)  # noqa: E741 - the docstring's (k,l)
             out[:, a, b] = (q[:, a] * (rows[i - k + height - 1] + cols[j - l + width - 1])).sum(-1)
     return out
 

@@ -27,10 +27,9 @@ import torch.nn.functional as F
 
 from analysis import attention_map, capture_attention, load_vit
 from analysis.errors import ModelLoadError, UnsupportedModelError
+from ci_skip_check import in_ci
 from tests.test_windowed import _roll_region
 from windowed_models import SWIN_SMALL_GEOMETRY, assert_bias_image_is_per_pair, small_pixels, small_swin
-
-from ci_skip_check import in_ci
 
 if in_ci():  # CI installs transformers: an import failure there is an error, not a skip
     import transformers

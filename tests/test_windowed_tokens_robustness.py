@@ -40,6 +40,7 @@ from analysis.tokens import (
 from analysis.windowed import windowed_attention_map
 from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
 
+
 @pytest.fixture(scope="module")
 def swin():
     return small_swin(num_classes=5)

@@ -62,8 +62,15 @@ import torch.nn.functional as F
 from analysis.assets import asset_path
 from analysis.demo.config import MEAN, STD, normalize_uint8
 from analysis.demo.data import DEFAULT_SIZE
-from analysis.demo.text_scenes import (CLASS_PROMPTS, SceneObject, caption_fields, caption_text, caption_words, describes,
-                                      generate_text_scenes)
+from analysis.demo.text_scenes import (
+    CLASS_PROMPTS,
+    SceneObject,
+    caption_fields,
+    caption_text,
+    caption_words,
+    describes,
+    generate_text_scenes,
+)
 from training.common import warmup_cosine
 
 __all__ = ["VISION", "TEXT", "PROJECTION", "build_model", "build_tokenizer", "vision_state_from_timm", "train", "main"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import cast
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
@@ -17,8 +19,8 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 import streamlit as st  # noqa: E402
 
 from analysis.assets import asset_path  # noqa: E402
-from vizapp import inputs, url_state  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
+from vizapp import inputs, url_state  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
@@ -27,7 +29,9 @@ from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
 started = time.perf_counter()
 FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from a font CDN
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
-url_state.restore(st.session_state, st.query_params, CURATED_MODELS, options={
+# Streamlit's SessionStateProxy is a mapping in all but its declared type
+session = cast(MutableMapping[str, object], st.session_state)
+url_state.restore(session, st.query_params, CURATED_MODELS, options={
     "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
     "map_range": list(MAP_RANGES), "map_cells": list(MAP_CELLS), "query_mode": list(QUERY_LABELS),
 })
@@ -50,7 +54,7 @@ pages = [
 page = st.navigation(pages)
 keep_page_state(page.url_path)
 current = render_sidebar()
-url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
+url_state.publish(st.query_params, session, current.model, st.session_state.get("image_upload") is not None)
 timing = st.sidebar.empty()
 try:
     page.run()
@@ -59,7 +63,7 @@ except PageRefused:  # the page showed why the library refused it (ui.refuse_pag
 except SlowSectionsHeld:  # a first open drew its first result; the rest follows once it is on screen
     pass
 # again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
-url_state.publish(st.query_params, st.session_state, current.model, st.session_state.get("image_upload") is not None)
+url_state.publish(st.query_params, session, current.model, st.session_state.get("image_upload") is not None)
 elapsed_ms = (time.perf_counter() - started) * 1000
 st.session_state["last_run_ms"] = elapsed_ms
 timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")

@@ -108,7 +108,7 @@ def follow_view(key: str, *, patches: int, to_query: Callable[[int], int] | None
             st.session_state["layer"] = layer
         if heads is not None and (head == "mean" or _index_below(head, heads)):
             st.session_state["head"] = head
-        if value["event"] == "click" and _index_below(patch, patches):
+        if value["event"] == "click" and isinstance(patch, int) and _index_below(patch, patches):
             st.session_state["query_mode"] = "patch"
             st.session_state["query_patch"] = patch if to_query is None else to_query(patch)
 

@@ -9,6 +9,7 @@ The pages import their figure builders from here; every builder but the two mosa
 from __future__ import annotations
 
 import hashlib
+from typing import cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -26,14 +27,14 @@ def _colorized_uri(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> 
     """:func:`analysis.plots.colorized_png`, kept per digest of the values."""
     digest = hashlib.sha1(np.ascontiguousarray(z, dtype=np.float32).tobytes()).hexdigest()
     key = (digest, z.shape, colorscale, float(zmin), float(zmax))
-    return _PICTURES.get(key, lambda: plots.colorized_png(z, colorscale, zmin, zmax))
+    return cast(str, _PICTURES.get(key, lambda: plots.colorized_png(z, colorscale, zmin, zmax)))  # the store holds these URIs
 
 
-def mosaic(tiles: np.ndarray, ncols: int, **options) -> go.Figure:
+def mosaic(tiles: np.ndarray, ncols: int, **options) -> go.Figure:  # type: ignore[no-redef]  # replaces plots'
     """:func:`analysis.plots.mosaic` with the app's cached PNG pictures."""
     return plots.mosaic(tiles, ncols, png_uri=_colorized_uri, **options)
 
 
-def position_similarity_mosaic(similarity: np.ndarray, **options) -> go.Figure:
+def position_similarity_mosaic(similarity: np.ndarray, **options) -> go.Figure:  # type: ignore[no-redef]  # as mosaic
     """:func:`analysis.plots.position_similarity_mosaic` with the app's cached PNG pictures."""
     return plots.position_similarity_mosaic(similarity, png_uri=_colorized_uri, **options)

@@ -27,7 +27,7 @@ def each_piece(
     compute: PieceFunction,
     problems: list[str],
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], object] | None = None,  # its return value is ignored
     size: int = SET_CHUNK,
 ) -> list:
     """``compute`` on ``images`` in order, ``size`` at a time; returns the results, one per piece.

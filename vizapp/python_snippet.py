@@ -66,7 +66,7 @@ class Source:
     float16: bool = False
 
     @classmethod
-    def of(cls, cur) -> "Source":
+    def of(cls, cur) -> Source:
         """From the app's ``state.Current``."""
         import torch
 
@@ -122,7 +122,7 @@ def _script(lines: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def attention_code(source: Source, *, layer: int, head: str | int, query: str | int) -> str:
+def attention_code(source: Source, *, layer: int, head: str | int, query: str | int | tuple[int, int]) -> str:
     """The Attention page's map: ``attention`` ``(gh, gw)``, one head's (or the mean over
     heads) attention of ``query`` over the patches at ``layer``."""
     head_arg = "None" if head == "mean" else str(int(head))
@@ -304,7 +304,7 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
             specific = target is not None and method in class_specific
             name = f"{method}_class{target}" if target is not None else method
             args = [f"method={method!r}"]
-            if specific:
+            if specific and target is not None:
                 args.insert(0, f"target={int(target)}")
             args += [f"{k}={v!r}" for k, v in options.get(method, ())]
             lines.append(f"explanations[{name!r}] = analysis.explain(vit, pixels, {', '.join(args)})[0].numpy()")

@@ -34,7 +34,7 @@ class ModelRef(NamedTuple):
             text += f" @ {self.img_size}px"
         return text
 
-    def with_img_size(self, img_size: int | None) -> "ModelRef":
+    def with_img_size(self, img_size: int | None) -> ModelRef:
         return self._replace(img_size=img_size or None)
 
 
@@ -65,5 +65,5 @@ class ImageRef:
     digest: str
 
     @classmethod
-    def from_bytes(cls, name: str, data: bytes) -> "ImageRef":
+    def from_bytes(cls, name: str, data: bytes) -> ImageRef:
         return cls(name=name, data=data, digest=hashlib.sha1(data).hexdigest())

@@ -97,7 +97,8 @@ class Current:
         (``analysis.upsample_map``), else None (the figure draws exact patch cells)."""
         if not self.smooth:
             return None
-        return analysis.upsample_map(grid_map, tuple(image_size or self.spec.img_size), self.map_cells)
+        height, width = image_size or self.spec.img_size
+        return analysis.upsample_map(grid_map, (height, width), self.map_cells)
 
     @property
     def spec(self) -> analysis.ViTSpec:
@@ -209,7 +210,8 @@ def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | N
     none is picked or it cannot be loaded (then the reason is shown)."""
     choices = second_model_choices(shown)
     clamp_state(key, list(choices), "none")
-    choice = st.selectbox(label, list(choices), format_func=choices.get, key=key, help=help)
+    choice = st.selectbox(label, list(choices), format_func=lambda name: choices[name], key=key, help=help)
+    assert choice is not None, "a selectbox with options and no index=None always has a value"
     if choice == "none":
         return None
     if choice == "other":
@@ -266,6 +268,7 @@ def _requested_model() -> ModelRef | None:
         if offline_note:
             st.sidebar.warning(offline_note, icon=":material/cloud_off:")
         label = st.sidebar.selectbox("Well-known ViT", list(CURATED_MODELS), key="model_curated")
+        assert label is not None, "a selectbox with options and no index=None always has a value"
         ref = CURATED_MODELS[label]
         st.sidebar.caption(f"timm: `{ref.source}`")
     elif source == "timm":
@@ -465,6 +468,7 @@ def render_sidebar() -> Current:
         "patch centres, interpolated bilinearly between them (as in the paper's Figure 6); "
         "hover and downloads keep the patch values.",
     )
+    assert colorscale is not None and map_range is not None and map_cells is not None, "widgets with options have values"
     selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range,
                         map_cells=map_cells, hide_outliers=bool(hide_outliers))
     st.session_state["current"] = selection

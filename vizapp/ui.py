@@ -5,15 +5,15 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Sequence
+from typing import Literal, cast
 
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 from PIL import Image
 
-from analysis import ViTSpec
+from analysis import ViTSpec, corresponding_query
 from analysis.queries import parse_prefix_query, prefix_query
-from analysis import corresponding_query
 
 __all__ = [
     "plot_config",
@@ -63,7 +63,7 @@ def show_chart(
     ``theme=None``: Streamlit's chart theme rewrites colour scales (it replaces the dark first
     stop of Magma and Inferno with pink), so the figure is drawn exactly as built.
     """
-    width = "content" if fig.layout.width else "stretch"  # a figure sized to its tiles keeps its size
+    width: Literal["content", "stretch"] = "content" if fig.layout.width else "stretch"  # sized to its tiles: kept
     if on_select is None:
         return st.plotly_chart(fig, key=key, config=plot_config(filename), width=width, theme=None)
     return st.plotly_chart(
@@ -74,7 +74,8 @@ def show_chart(
 
 def npz_bytes(**arrays) -> bytes:
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    # numpy's stub types every keyword as its allow_pickle flag; these are the arrays' names
+    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
@@ -86,8 +87,9 @@ def csv_bytes(header: Sequence[str], rows: Sequence[Sequence]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def download_npz(key: str, filename: str, label: str = "Data (.npz)", **arrays) -> None:
-    """A download button for the figure's data; the file is only built when clicked."""
+def download_npz(key: str, filename: str, label: str = "Data (.npz)", /, **arrays) -> None:
+    """A download button for the figure's data; the file is only built when clicked (``arrays``: any
+    names, ``key`` and ``label`` included: the first three are positional)."""
     st.download_button(
         label, data=lambda: npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
         key=key, on_click="ignore", icon=":material/download:",
@@ -143,9 +145,11 @@ def head_label(head: str | int) -> str:
 def head_control(spec: ViTSpec, *, key: str = "head", heads: int | None = None) -> str | int:
     """The head picker shared by the pages: ``"mean"`` or a head index of this model
     (``heads``: how many to offer, default ``spec.num_heads``)."""
-    heads = ["mean", *range(spec.num_heads if heads is None else heads)]
-    clamp_state(key, heads, "mean")
-    return st.selectbox("Head", heads, format_func=head_label, key=key)
+    choices: list[str | int] = ["mean", *range(spec.num_heads if heads is None else heads)]
+    clamp_state(key, choices, "mean")
+    head = st.selectbox("Head", choices, format_func=head_label, key=key)
+    assert head is not None, "a selectbox with options and no index=None always has a value"
+    return head
 
 
 QUERY_LABELS = {"cls": "class token", "mean": "mean over patches", "patch": "one patch", "prefix": "prefix token"}
@@ -163,7 +167,8 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     if previous_grid is not None and tuple(previous_grid) != tuple(spec.grid_size) and "query_patch" in st.session_state:
         # another model or resolution: the same place in the image, not the same index
         st.session_state["query_patch"] = corresponding_query(
-            int(st.session_state["query_patch"]), tuple(previous_grid), tuple(spec.grid_size), True
+            int(st.session_state["query_patch"]), (previous_grid[0], previous_grid[1]), (spec.grid_size[0], spec.grid_size[1]),
+            True
         )
     st.session_state["_query_grid"] = tuple(spec.grid_size)
     modes = ["cls", "mean", "patch"] if spec.has_class_token else ["mean", "patch"]
@@ -234,11 +239,12 @@ def patch_click(chart_key: str, grids: Sequence[tuple[int, int]], to_grid: tuple
         panel = int(round(float(custom[1]))) if custom is not None and len(custom) > 1 else 0
         if index is None or not 0 <= panel < len(grids):
             return
-        grid = tuple(grids[panel])
+        grid = (int(grids[panel][0]), int(grids[panel][1]))
         if not 0 <= index < grid[0] * grid[1]:
             return
         st.session_state["query_mode"] = "patch"
-        st.session_state["query_patch"] = int(corresponding_query(index, grid, tuple(to_grid), True))
+        moved = corresponding_query(index, grid, (int(to_grid[0]), int(to_grid[1])), True)  # an index in: an index out
+        st.session_state["query_patch"] = int(cast(int, moved))
 
     return on_click
 

@@ -12,16 +12,17 @@ The query is a cell of the finest grid, handed to the library as the pixel at it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
 from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from vizapp import figures, limits, resources
+from vizapp import figures, limits, resources, ui
 from vizapp.attention_view import follow_view, served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code
-from vizapp import ui
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
 from vizapp.windowed import (
     analysis_query,
@@ -34,6 +35,9 @@ from vizapp.windowed import (
     window_rectangles,
     window_shapes,
 )
+
+if TYPE_CHECKING:  # for an annotation only
+    from vizapp.state import Current
 
 __all__ = ["render"]
 
@@ -53,6 +57,7 @@ def _layer_controls(spec) -> tuple[int, int]:
         clamp_state("attn_stage", list(stages), stage_of[int(st.session_state["layer"])])
         stage = st.radio("Stage", list(stages), format_func=lambda s: stage_label(spec, s), key="attn_stage",
                          help="Layers of one stage share a grid; patch merging halves the grid between stages.")
+        assert stage is not None, "a widget with options and no index=None always has a value"
     else:
         stage = next(iter(stages))
     layers = stages[stage]
@@ -112,7 +117,7 @@ def _describe(query: str | int, spec, geometry) -> str:
     return f"pixel (y {y}, x {x}) · cell (row {r}, col {c})"
 
 
-def render(cur) -> None:
+def render(cur: Current) -> None:
     spec = cur.spec
     stages = stage_layers(spec)
     st.session_state["_attn_stage_of"] = {layer: stage for stage, layers in stages.items() for layer in layers}
@@ -212,6 +217,7 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
     scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
                      format_func=THUMBNAIL_SCALES.get)
+    assert scale is not None, "a widget with options and no index=None always has a value"
     shared_top = max(float(np.nanmax(m)) for m in maps)
     for stage, layers in stages.items():
         geometry = spec.geometry(layers[0])

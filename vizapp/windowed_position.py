@@ -15,9 +15,8 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError
-from vizapp import figures, resources
+from vizapp import figures, resources, ui
 from vizapp.messages import error_text
-from vizapp import ui
 from vizapp.ui import clamp_state, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
@@ -29,11 +28,13 @@ def _layer_picker(spec) -> int:
     st.session_state.setdefault("pos_bias_layer", 0)
     clamp_state("pos_bias_layer", list(range(spec.num_layers)), 0)
     stage_of = {layer: stage for stage, layers in stage_layers(spec).items() for layer in layers}
-    return int(st.selectbox(
+    layer = st.selectbox(
         "Layer", list(range(last + 1)), key="pos_bias_layer",
         format_func=lambda layer: f"layer {layer} · {stage_label(spec, stage_of[layer])}",
         help="Each layer has its own bias (v1: a learned table; v2: from its own MLP).",
-    ))
+    )
+    assert layer is not None, "a selectbox with options and no index=None always has a value"
+    return int(layer)
 
 
 def _all_zero(what: str) -> str:

@@ -125,6 +125,7 @@ def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
     """``softmax(scale·q·kᵀ + M)`` of one fused call, in float32, by out-of-place
     (differentiable) ops: :func:`~analysis.adapters.probabilities.attention_probabilities`
     with ``differentiable=True``, the one definition of the rule."""
+    assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, "a fused call's inputs"
     return attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal,
                                    differentiable=True)
 
@@ -158,7 +159,7 @@ class AttentionAdapter:
     always_explicit: bool = False
 
     def num_heads(self, module: nn.Module) -> int:
-        return int(module.num_heads)
+        return int(getattr(module, "num_heads"))  # read by name (see the ruff B009 note)
 
     def defines(self, site, point: str) -> bool:
         """Whether the block at ``site`` has the hook point ``point`` (``"attn.q"``, ``"resid_mid"``,

@@ -64,9 +64,9 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
         window = int(getattr(site.block, "window_size", 0) or 0)
         return LayerGeometry(
             stage=0,
-            grid_size=tuple(patch_grid),
-            stride=tuple(patch_size),
-            window_size=(window, window) if window > 0 else tuple(patch_grid),
+            grid_size=(patch_grid[0], patch_grid[1]),
+            stride=(patch_size[0], patch_size[1]),
+            window_size=(window, window) if window > 0 else (patch_grid[0], patch_grid[1]),
             num_heads=self.num_heads(site.module),
         )
 

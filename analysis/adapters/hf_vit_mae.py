@@ -10,6 +10,8 @@ Registered only when transformers is installed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn as nn
 
 from ..errors import UnsupportedModelError
@@ -39,7 +41,7 @@ class ViTMAEAttentionAdapter(AttentionAdapter):
     def num_heads(self, module: nn.Module) -> int:
         heads = getattr(module, "num_attention_heads", None)
         if heads is None:
-            heads = module.config.num_attention_heads
+            heads = getattr(module, "config").num_attention_heads  # transformers: attributes read by name
         return int(heads)
 
 
@@ -53,7 +55,7 @@ def encoder_sites(model: nn.Module) -> list[AttentionSite]:
     encoder = getattr(model, "vit", model)
     layers = None
     for path in ("layers", "encoder.layer"):  # transformers 5, transformers 4
-        value = encoder
+        value: Any = encoder
         for part in path.split("."):
             value = getattr(value, part, None)
         if value is not None:
@@ -64,11 +66,11 @@ def encoder_sites(model: nn.Module) -> list[AttentionSite]:
     return [AttentionSite(index, *_attention_of(layer), block=layer) for index, layer in enumerate(layers)]
 
 
-def _attention_of(layer: nn.Module):
+def _attention_of(layer: nn.Module) -> tuple[nn.Module, AttentionAdapter]:
     """(the module of ``layer`` that computes its attention probabilities, its adapter)."""
     for module in (getattr(layer, "attention", None), getattr(getattr(layer, "attention", None), "attention", None)):
         adapter = adapter_for(module)
-        if adapter is not None:
+        if adapter is not None and module is not None:  # (no adapter is for None)
             return module, adapter
     raise UnsupportedModelError(
         f"{type(layer).__name__}'s attention ({type(getattr(layer, 'attention', None)).__name__}) has no adapter, so its "

@@ -115,7 +115,8 @@ def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) 
     :func:`attention_probabilities` (into ``out`` when given), and the call's output ``P·v`` in
     ``v``'s dtype, computed a few images at a time so each piece of ``P`` is multiplied with
     ``v`` while it is still in cache. ``P (B, heads, T, T)``, ``P·v (B, heads, T, d)``."""
-    q, k, v, mask = inputs.q, inputs.k, inputs.v, inputs.mask
+    q, k, v, mask, scale = inputs.q, inputs.k, inputs.v, inputs.mask, inputs.scale
+    assert q is not None and k is not None and v is not None and scale is not None, "a fused call's inputs"
     batch, heads, queries, _ = q.shape
     tokens = k.shape[2]
     if out is None:
@@ -127,7 +128,7 @@ def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) 
     per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
     for start in range(0, batch, step):
         piece = slice(start, start + step)
-        probs = attention_probabilities(q[piece], k[piece], inputs.scale, mask=mask[piece] if per_image_mask else mask,
+        probs = attention_probabilities(q[piece], k[piece], scale, mask=mask[piece] if per_image_mask and mask is not None else mask,
                                         is_causal=inputs.is_causal, out=out[piece])
         with torch.autocast(v.device.type, enabled=False):
             torch.matmul(probs.to(v.dtype), v[piece], out=output[piece])

@@ -6,7 +6,9 @@ family is one file in this package that calls :func:`register_adapter`, plus one
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch.nn as nn
 
@@ -62,7 +64,7 @@ def model_blocks(model: nn.Module) -> list[tuple[int, nn.Module]]:
     if stages is None:
         stages = getattr(model, "stages", None)
     if isinstance(stages, nn.Sequential) and all(isinstance(getattr(s, "blocks", None), nn.Module) for s in stages):
-        return [(index, block) for index, stage in enumerate(stages) for block in stage.blocks]
+        return [(index, block) for index, stage in enumerate(stages) for block in cast("Iterable[nn.Module]", stage.blocks)]
     return []
 
 
@@ -76,7 +78,7 @@ def block_sites(model: nn.Module, name: str = "model") -> list[AttentionSite]:
     for index, (stage, block) in enumerate(blocks):
         attn = getattr(block, "attn", None)
         adapter = adapter_for(attn)
-        if adapter is None:
+        if adapter is None or attn is None:  # (no adapter is for None)
             kind = type(attn).__name__ if attn is not None else "no attention module"
             raise UnsupportedModelError(
                 f"{name!r}: block {index} uses {kind}, an attention module no adapter knows, so its "
@@ -90,7 +92,7 @@ def pool_site(model: nn.Module) -> AttentionSite | None:
     """The attention-pooling head (SigLIP/PE ``map`` pooling), if the model has one."""
     pool = getattr(model, "attn_pool", None)
     adapter = adapter_for(pool)
-    return AttentionSite(None, pool, adapter) if adapter is not None else None
+    return AttentionSite(None, pool, adapter) if adapter is not None and pool is not None else None
 
 
 def supported_attention() -> str:

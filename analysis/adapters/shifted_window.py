@@ -17,6 +17,7 @@ grid is read off the block (``input_resolution``, ``window_size``, ``shift_size`
 
 from __future__ import annotations
 
+import torch.nn as nn
 from timm.models.swin_transformer import WindowAttention
 
 from ..errors import UnsupportedModelError
@@ -27,7 +28,7 @@ from .registry import register_adapter
 
 class ShiftedWindowAttentionAdapter(AttentionAdapter):
     name = "shifted-window attention (Swin)"
-    module_types = (WindowAttention,)
+    module_types: tuple[type[nn.Module], ...] = (WindowAttention,)
     windowed = True
     # The block attribute that holds its stage grid (timm swinv2_cr: ``feat_size``).
     grid_attribute = "input_resolution"
@@ -45,7 +46,8 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
                 "windowed attention: dynamic_img_size is not yet supported for Swin (its windows and "
                 "shift mask change with every input size); load it at a fixed img_size."
             )
-        grid = tuple(int(v) for v in getattr(block, self.grid_attribute))
+        grid_attribute = getattr(block, self.grid_attribute)
+        grid = (int(grid_attribute[0]), int(grid_attribute[1]))
         if patch_grid[0] % grid[0] or patch_grid[1] % grid[1]:
             raise UnsupportedModelError(
                 f"windowed attention: stage {site.stage}'s {grid[0]}x{grid[1]} grid does not divide the "
@@ -57,8 +59,8 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
             stage=site.stage,
             grid_size=grid,
             stride=stride,
-            window_size=tuple(int(v) for v in block.window_size),
-            shift=tuple(int(v) for v in block.shift_size),
+            window_size=(int(block.window_size[0]), int(block.window_size[1])),
+            shift=(int(block.shift_size[0]), int(block.shift_size[1])),
             num_heads=self.num_heads(site.module),
         )
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -239,7 +240,7 @@ def bench_memory(model_name: str, counts=(32, 160), batch: int = 16) -> dict:
 def bench_vit_large(capture: bool) -> dict:
     layers, heads, tokens = 24, 16, 1 + (384 // 16) ** 2
     entries = layers * heads * tokens * tokens
-    result = {"entries_per_image": entries, "float32_gib": entries * 4 / 2**30, "float16_gib": entries * 2 / 2**30}
+    result: dict[str, Any] = {"entries_per_image": entries, "float32_gib": entries * 4 / 2**30, "float16_gib": entries * 2 / 2**30}
     if capture:
         vit = load_vit("vit_large_patch16_384", pretrained=False)
         pixels = torch.randn(1, 3, 384, 384)

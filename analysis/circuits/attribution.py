@@ -29,6 +29,7 @@ refused for them, as are attention-pooling heads (SigLIP ``map``) and max poolin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -224,7 +225,7 @@ def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_poo
 # --------------------------------------------------------------------------- model pieces
 
 
-def _head_parts(model: nn.Module, cache, layer: int, site):
+def _head_parts(model: Any, cache, layer: int, site):  # a timm ViT: blocks read by name
     """Block ``layer``'s attention branch split by head: ``(B, heads, T, D)`` each head's output
     ``γ ⊙ W_O[:, h] z_h``, ``(B, T, D)`` the projection bias term, the projection weight and the
     layer scale; checked to sum to the branch the block added."""
@@ -275,10 +276,10 @@ class _Readout:
     is then linear in the tokens, and ``mlp(norm(a))`` is one named remainder (:meth:`pool_remainder`),
     not split over the parts."""
 
-    def __init__(self, model: nn.Module, final: torch.Tensor, spec, *, attention_pool: bool = False,
+    def __init__(self, model: Any, final: torch.Tensor, spec, *, attention_pool: bool = False,
                  pool_probs: torch.Tensor | None = None) -> None:
-        self.model = model
-        self.pool = getattr(model, "attn_pool", None)
+        self.model = model  # a timm ViT: its norm, pooling and head read by name
+        self.pool: Any = getattr(model, "attn_pool", None)  # timm's attention-pool head, or None
         if self.pool is not None and not attention_pool:
             raise AnalysisError("This model pools its tokens with attention (a 'map' head), which is not linear: "
                                 "direct logit attribution is not defined for it.")
@@ -303,11 +304,13 @@ class _Readout:
         else:
             pooled = torch.einsum("btd,t->bd", normed, weights)
         self.fc_scale = self._scale(self.fc_norm, pooled)  # (B, 1)
-        self.head = getattr(model, "head", None)
-        embedding_identity = isinstance(self.head, nn.Identity) and attention_pool
-        if not (isinstance(self.head, nn.Linear) or embedding_identity) or getattr(model, "head_dist", None) is not None:
+        head = getattr(model, "head", None)
+        embedding_identity = isinstance(head, nn.Identity) and attention_pool
+        if not (isinstance(head, nn.Linear) or embedding_identity) or getattr(model, "head_dist", None) is not None:
             raise AnalysisError(f"{type(model).__name__}'s head is not one linear layer on the pooled token "
                                 "(e.g. a distilled two-head model): direct logit attribution is not defined for it.")
+        assert isinstance(head, (nn.Linear, nn.Identity)), "refused above"
+        self.head: nn.Linear | nn.Identity = head
         rebuilt = self.head(self._apply(self.fc_norm, pooled, self.fc_scale))
         norm = getattr(model, "norm", None) or nn.Identity()
         real = model.forward_head(norm(final)) if hasattr(model, "forward_head") else None
@@ -388,8 +391,8 @@ class _Readout:
         weighted (an identity head: ``weights`` themselves, no bias)."""
         if isinstance(self.head, nn.Identity):
             return weights, torch.zeros(weights.shape[0], device=weights.device)
-        weight, bias = self.head.weight.float(), self.head.bias
-        bias = bias.float() if bias is not None else torch.zeros(weight.shape[0], device=weight.device)
+        weight, head_bias = self.head.weight.float(), self.head.bias
+        bias = head_bias.float() if head_bias is not None else torch.zeros(weight.shape[0], device=weight.device)
         return weights @ weight, weights @ bias
 
     def linear(self, part: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,10 @@ def say(ranks: Ranks, message: str) -> None:
 def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int, int | None], None]]:
     """A ``progress(done, total)`` callback drawing a tqdm bar on rank 0 (its own shard), silent elsewhere."""
     if not ranks.is_main or not total:
-        yield lambda done, _total=None: None
+        def silent(done: int, _total: int | None = None) -> None:
+            return None
+
+        yield silent
         return
     from tqdm.auto import tqdm
 

@@ -52,6 +52,7 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.
     per_layer = None
     if uniform is not None and np.ndim(uniform) == 1:
         per_layer, uniform = np.asarray(uniform, dtype=np.float64), None
+    line: float | None = None if uniform is None else float(uniform)  # one value for every layer
     width, height = size
     left, right, top, bottom = 90, 30, 60, 70
     image = Image.new("RGB", size, "white")
@@ -59,7 +60,7 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.
     font, small = _font(16), _font(13)
     values = distance[np.isfinite(distance)]
     references = per_layer[np.isfinite(per_layer)] if per_layer is not None else np.zeros(0)
-    hi = max(float(values.max()) if values.size else 1.0, uniform or 0.0,
+    hi = max(float(values.max()) if values.size else 1.0, line or 0.0,
              float(references.max()) if references.size else 0.0) * 1.05
     ticks = nice_ticks(0.0, hi)
     y_max = ticks[-1]
@@ -78,17 +79,17 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.
     for layer in range(0, layers, step):
         _text(draw, (x_of(layer), height - bottom + 8), str(layer), small, "mt", fill="#2a3f5f")
     draw.line([(left, top), (left, height - bottom), (width - right, height - bottom)], fill="#2a3f5f", width=1)
-    if uniform is not None and math.isfinite(uniform):
-        y = y_of(uniform)
-        for x in range(left, width - right, 12):
-            draw.line([(x, y), (min(x + 6, width - right), y)], fill="#9e9e9e", width=2)
-        _text(draw, (width - right - 4, y - 4), f"uniform attention ({uniform:.3g} {unit})", small, "rb", fill="#6e6e6e")
+    if line is not None and math.isfinite(line):
+        y = y_of(line)
+        for dash in range(left, width - right, 12):
+            draw.line([(dash, y), (min(dash + 6, width - right), y)], fill="#9e9e9e", width=2)
+        _text(draw, (width - right - 4, y - 4), f"uniform attention ({line:.3g} {unit})", small, "rb", fill="#6e6e6e")
     if per_layer is not None:
         for layer, value in enumerate(per_layer):
             if math.isfinite(value):
                 y, start, stop = y_of(value), x_of(layer - 0.45), x_of(layer + 0.45)
-                for x in np.arange(start, stop, 8):
-                    draw.line([(x, y), (min(x + 4, stop), y)], fill="#9e9e9e", width=2)
+                for dash_start in np.arange(start, stop, 8):
+                    draw.line([(dash_start, y), (min(dash_start + 4, stop), y)], fill="#9e9e9e", width=2)
         _text(draw, (width - right - 4, top - 4), f"dashes: uniform attention in each layer's windows ({unit})", small,
               "rb", fill="#6e6e6e")
     radius = 5

@@ -13,6 +13,7 @@ import html
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,7 @@ class _Page:
     """Sections of HTML. Figures carry no plotly.js: :func:`_document` inlines it once in the
     head, so every figure finds ``Plotly`` defined whatever order the sections end up in."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list[str] = []
 
     def section(self, panel: str, body: str = "", note: str | None = None) -> None:
@@ -111,11 +112,20 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
 
 def run(args, ranks: Ranks) -> int:
-    from ..attention_view import embed, layers_to_send, view_args, view_data
     from .. import (
-        attention_map, attention_rollout, capture_attention, capture_tokens, high_norm_tokens, load_image,
-        masked_image, outlier_patches, patch_embedding_components, position_embedding_similarity, token_norms,
+        attention_map,
+        attention_rollout,
+        capture_attention,
+        capture_tokens,
+        high_norm_tokens,
+        load_image,
+        masked_image,
+        outlier_patches,
+        patch_embedding_components,
+        position_embedding_similarity,
+        token_norms,
     )
+    from ..attention_view import embed, layers_to_send, view_args, view_data
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)
@@ -146,7 +156,9 @@ def run(args, ranks: Ranks) -> int:
     except AnalysisError as exc:
         page.section("position", note=str(exc))
     page.parts.append(distance_part)
-    attention_parts, rollout_parts, problems = [], [], []
+    attention_parts: list[Any] = []
+    rollout_parts: list[Any] = []
+    problems: list[str] = []
     query = "cls" if spec.has_class_token else "mean"
     for name, item in zip(source.names, source.items):
         if len(rollout_parts) >= args.examples:

@@ -32,7 +32,7 @@ class ImageSource:
     def __len__(self) -> int:
         return len(self.items)
 
-    def shard(self, rank: int, world: int) -> "ImageSource":
+    def shard(self, rank: int, world: int) -> ImageSource:
         """Every ``world``-th image from ``rank``: balanced to one image, each image once."""
         return ImageSource(f"{self.description} (rank {rank} of {world})", self.names[rank::world],
                            self.items[rank::world], self.problems if rank == 0 else ())

@@ -107,8 +107,8 @@ def random_background(rng: np.random.Generator, size: int) -> np.ndarray:
     coarse = rng.normal(0, 35, size=(k, k, 3)).astype(np.float32)
     rep = -(-size // k)
     up = np.repeat(np.repeat(coarse, rep, axis=0), rep, axis=1)[:size, :size]
-    up = (up + np.roll(up, 2, axis=0) + np.roll(up, 2, axis=1) + np.roll(up, (2, 2), axis=(0, 1))) / 4
-    img += up
+    smoothed = (up + np.roll(up, 2, axis=0) + np.roll(up, 2, axis=1) + np.roll(up, (2, 2), axis=(0, 1))) / 4
+    img += smoothed
     # Stripes with a random frequency / orientation / amplitude.
     if rng.random() < 0.6:
         phi = rng.uniform(0, 2 * math.pi)
@@ -144,9 +144,9 @@ def draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: 
         r = rng.uniform(*_BLOB_RADIUS) * size
         t = np.sort(rng.uniform(0, 2 * math.pi, size=k))
         rad = r * rng.uniform(0.5, 1.3, size=k)
-        pts = np.stack([np.cos(t) * rad, np.sin(t) * rad], axis=1)
+        blob = np.stack([np.cos(t) * rad, np.sin(t) * rad], axis=1)
         cx, cy = rng.uniform(0, size, size=2)
-        _polygon(draw, pts, cx, cy, tuple(_random_colour(rng).tolist()))
+        _polygon(draw, blob, cx, cy, tuple(_random_colour(rng).tolist()))
 
 
 def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: bool = True

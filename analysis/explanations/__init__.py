@@ -20,6 +20,8 @@ grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the de
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -30,8 +32,8 @@ from .gradients import AttentionGradients, attention_gradients, last_stage_gradi
 from .methods import (
     BASELINES,
     GLOBAL_TOKEN_METHODS,
-    explanation_grid,
     chefer_relevance,
+    explanation_grid,
     grad_cam,
     input_x_gradient,
     integrated_gradients,
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 #: method name -> function; the class-specific ones take ``target``.
-EXPLANATION_METHODS = {
+EXPLANATION_METHODS: dict[str, Callable[..., Any]] = {
     "attention": raw_attention,
     "rollout": rollout_map,
     "chefer": chefer_relevance,

@@ -12,7 +12,6 @@ read a class token's row over one global token set, are refused with the reason.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
@@ -24,7 +23,11 @@ from ..image_ops import BASELINES, baseline_pixels
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
 from .gradients import (
-    attention_gradients, block_input_gradients, last_stage_gradients, pixel_gradients, require_classes,
+    attention_gradients,
+    block_input_gradients,
+    last_stage_gradients,
+    pixel_gradients,
+    require_classes,
     resolve_targets,
 )
 

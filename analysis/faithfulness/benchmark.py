@@ -61,7 +61,7 @@ def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: i
 def benchmark(
     vit,
     images: Sequence[Image.Image],
-    masks: Sequence[np.ndarray] | None = None,
+    masks: Sequence[np.ndarray] | np.ndarray | None = None,  # an (n, H, W) array is n masks
     *,
     methods: Sequence[str] = tuple(EXPLANATION_METHODS),
     steps: int = 16,

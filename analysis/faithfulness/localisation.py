@@ -23,7 +23,7 @@ def patch_mask(pixel_mask, patch_size: tuple[int, int], grid_size: tuple[int, in
         raise AnalysisError(f"The mask is {mask.shape}; the model's input is {gh * ph}x{gw * pw} pixels.")
     lead = mask.shape[:-2]
     cropped = mask[..., : gh * ph, : gw * pw].reshape(*lead, gh, ph, gw, pw)
-    return cropped.any(axis=(-3, -1))
+    return np.asarray(cropped.any(axis=(-3, -1)))  # an array even for one mask (numpy types it bool | array)
 
 
 def pointing_score(saliency, object_patches) -> np.ndarray:

@@ -46,7 +46,7 @@ def perturbed_inputs(pixels: torch.Tensor, replacement: torch.Tensor, patch_sets
                      patch_size: tuple[int, int], grid_size: tuple[int, int]) -> torch.Tensor:
     """``(K, 3, H, W)``: copy ``k`` of ``pixels (3, H, W)`` with the patches in ``patch_sets[k]``
     taken from ``replacement (3, H, W)``."""
-    mask = patch_pixel_mask(patch_grid(patch_sets, grid_size), patch_size, pixels.shape[-2:])  # (K, H, W)
+    mask = patch_pixel_mask(patch_grid(patch_sets, grid_size), patch_size, (pixels.shape[-2], pixels.shape[-1]))  # (K, H, W)
     mask = mask[:, None].to(pixels.device)  # (K, 1, H, W)
     return torch.where(mask, replacement[None], pixels[None])
 

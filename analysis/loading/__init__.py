@@ -35,10 +35,16 @@ from ..errors import ModelLoadError
 from . import hf_transformers, objects, torchvision_source
 from .families import SUPPORTED_FAMILIES, is_embedding_tower
 from .files import (
-    existing_model_path, looks_like_file, looks_like_path, model_from_file, model_from_timm_folder, read_folder_config,
+    existing_model_path,
+    looks_like_file,
+    looks_like_path,
+    model_from_file,
+    model_from_timm_folder,
+    read_folder_config,
 )
 from .loaded import LoadedViT, class_probabilities, wrap_model
-from .random_weights import RANDOM_WEIGHTS_SEED, seeded_random_weights
+from .random_weights import RANDOM_WEIGHTS_SEED as RANDOM_WEIGHTS_SEED  # the attribute stays
+from .random_weights import seeded_random_weights
 from .timm_source import model_from_timm_name
 from .two_tower import LoadedCLIP, TextEncoding, load_clip
 

@@ -10,6 +10,7 @@ left unreplaced.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -20,8 +21,11 @@ from ..errors import ModelLoadError
 __all__ = ["skeleton", "shared_linear", "ConcatLinear", "finish"]
 
 
-def skeleton(model_class: type[VisionTransformer] = VisionTransformer, **kwargs) -> VisionTransformer:
-    """A timm ``VisionTransformer`` with meta-device parameters, to be filled in.
+def skeleton(model_class: type[nn.Module] = VisionTransformer, **kwargs) -> Any:
+    """A timm ``VisionTransformer`` (or Swin) with meta-device parameters, to be filled in.
+
+    Typed ``Any``: the caller replaces its submodules with the foreign model's (another type than
+    timm's annotations name), which is the point of the skeleton.
 
     torch < 2.4 has no meta kernel for ``Tensor.item()``, which timm's stochastic-depth
     schedule calls; there the skeleton is built on the CPU instead (random init, then

@@ -6,6 +6,7 @@ Pickle-based files are only ever read with ``torch.load(..., weights_only=True)`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -21,7 +22,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         if path.suffix.lower() == ".safetensors":
             from safetensors.torch import load_file
 
-            state = load_file(str(path), device="cpu")
+            state: Any = load_file(str(path), device="cpu")  # a checkpoint: nested dicts until checked below
         else:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
     except FileNotFoundError as exc:
@@ -43,7 +44,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _resample_position_embedding(model: nn.Module, state_dict: dict) -> dict:
+def _resample_position_embedding(model: Any, state_dict: dict) -> dict:  # a timm ViT (attributes read by name)
     """Fit a checkpoint's ``pos_embed`` to the model's grid (bicubic, as timm does when a
     model is built at another ``img_size`` than it was trained at)."""
     saved = state_dict.get("pos_embed")

@@ -6,6 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -123,7 +124,7 @@ def model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Modu
         kwargs = dict(model_kwargs)
         if "num_classes" not in kwargs:
             kwargs["num_classes"] = npz_num_classes(path)
-        model = create_timm_model(arch, pretrained=False, **kwargs)
+        model: Any = create_timm_model(arch, pretrained=False, **kwargs)  # a timm ViT: load_pretrained
         try:
             model.load_pretrained(str(path))  # timm's loader for Google's original ViT .npz files
         except Exception as exc:  # noqa: BLE001 - any failure means the file does not fit

@@ -7,6 +7,8 @@ They sit below every converter, so that none imports another for them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -45,9 +47,10 @@ class IntermediateOutput(nn.Module):
     """transformers 4.x ViT/DeiT/Swin MLP: ``intermediate`` (dense + act) then ``output.dense``
     and its dropout (the residual add is left to the timm block)."""
 
-    def __init__(self, intermediate: nn.Module, output: nn.Module) -> None:
+    def __init__(self, intermediate: nn.Module, output: Any) -> None:  # output: .dense and .dropout
         super().__init__()
-        self.intermediate, self.output = intermediate, output
+        self.intermediate: nn.Module = intermediate
+        self.output: Any = output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         return self.output.dropout(self.output.dense(self.intermediate(x)))

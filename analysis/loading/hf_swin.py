@@ -25,6 +25,8 @@ Both the transformers 4.x layout (``attention.self.query``, ``intermediate``/``o
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn as nn
 
 from ..errors import ModelLoadError, UnsupportedModelError
@@ -36,8 +38,11 @@ __all__ = ["SWIN_MODEL_TYPES", "to_timm_swin"]
 
 SWIN_MODEL_TYPES = ("swin", "swinv2")
 
+# transformers' models and layers are annotated ``Any``: their submodules are read by name, which torch's
+# ``nn.Module.__getattr__`` types as ``Tensor | Module`` whatever transformers put there.
 
-def _v1_block(layer: nn.Module, grid: tuple[int, int]) -> SwinBlockParts:
+
+def _v1_block(layer: Any, grid: tuple[int, int]) -> SwinBlockParts:
     attention = layer.attention
     q = first_attribute(attention, "q_proj", "self.query")
     k = first_attribute(attention, "k_proj", "self.key")
@@ -63,7 +68,7 @@ def _v1_block(layer: nn.Module, grid: tuple[int, int]) -> SwinBlockParts:
     )
 
 
-def _v2_block(layer: nn.Module) -> SwinBlockParts:
+def _v2_block(layer: Any) -> SwinBlockParts:
     attention = layer.attention.self
     window, shift = int(layer.window_size), int(layer.shift_size)  # fixed at init from the config's grid
     return SwinBlockParts(
@@ -77,7 +82,7 @@ def _v2_block(layer: nn.Module) -> SwinBlockParts:
     )
 
 
-def to_timm_swin(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[nn.Module, str]:
+def to_timm_swin(model: Any, img_size: tuple[int, int] | None = None) -> tuple[nn.Module, str]:
     """The timm Swin made of ``model``'s own modules, and its head kind ("classifier" or "none")."""
     config = model.config
     v2 = config.model_type == "swinv2"

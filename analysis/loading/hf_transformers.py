@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -31,6 +32,9 @@ from .hf_parts import IntermediateOutput, first_attribute, require_transformers
 from .loaded import LoadedViT, wrap_model
 
 __all__ = [
+
+# Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
+# ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
     "SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "hf_snapshot", "preprocessing_config",
     "read_preprocessor",
 ]
@@ -72,7 +76,7 @@ class _ClassAndMeanPatchHead(nn.Module):
         return self.classifier(torch.cat([tokens[:, 0], patches], dim=1))
 
 
-def _model_type(model: nn.Module) -> str:
+def _model_type(model: Any) -> str:
     config = model.config
     model_type = str(getattr(config, "model_type", ""))
     if model_type in ("clip", "siglip"):  # the full image-text model: use its vision tower
@@ -80,7 +84,7 @@ def _model_type(model: nn.Module) -> str:
     return model_type.removesuffix("_vision_model")
 
 
-def _parts(model: nn.Module) -> dict:
+def _parts(model: Any) -> dict:
     """The pieces of any supported model: backbone, vision config, head and its kind."""
     model_type = _model_type(model)
     if model_type not in {t.removesuffix("_vision_model") for t in SUPPORTED_MODEL_TYPES}:
@@ -107,14 +111,14 @@ def _parts(model: nn.Module) -> dict:
                 head_kind="classifier" if classifier is not None else "none")
 
 
-def _layers(backbone: nn.Module) -> list[nn.Module]:
+def _layers(backbone: Any) -> list[Any]:
     layers = first_attribute(backbone, "encoder.layer", "encoder.layers", "layers", "layer")
     if layers is None:
         raise UnsupportedModelError(f"Could not find the transformer layers of {type(backbone).__name__}.")
     return list(layers)
 
 
-def _attention_parts(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+def _attention_parts(layer: Any) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
     attention = first_attribute(layer, "attention", "self_attn")
     q = first_attribute(attention, "q_proj", "attention.query", "query")
     k = first_attribute(attention, "k_proj", "attention.key", "key")
@@ -125,7 +129,7 @@ def _attention_parts(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module,
     return q, k, v, out
 
 
-def _position_table(embeddings: nn.Module, prefix: int, grid: tuple[int, int], patch: int, native: tuple[int, int]):
+def _position_table(embeddings: Any, prefix: int, grid: tuple[int, int], patch: int, native: tuple[int, int]):
     """``(1, prefix + N, D)`` positions the Hugging Face model adds at this input size: its own
     table at the native size (shared), else its own ``interpolate_pos_encoding`` result."""
     table = first_attribute(embeddings, "position_embeddings", "position_embedding.weight")
@@ -140,7 +144,7 @@ def _position_table(embeddings: nn.Module, prefix: int, grid: tuple[int, int], p
     return nn.Parameter(resized.detach().clone(), requires_grad=False)
 
 
-def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[nn.Module, str]:
+def to_timm(model: Any, img_size: tuple[int, int] | None = None) -> tuple[nn.Module, str]:
     """The timm model made of ``model``'s own modules, and its head kind."""
     parts = _parts(model)
     config, backbone, kind = parts["config"], parts["backbone"], parts["type"]
@@ -216,7 +220,7 @@ def to_timm(model: nn.Module, img_size: tuple[int, int] | None = None) -> tuple[
     return finish(timm_model, "transformers"), parts["head_kind"]
 
 
-def _fill_attention_pool(pool: nn.Module, head: nn.Module) -> None:
+def _fill_attention_pool(pool: Any, head: Any) -> None:
     """timm's ``AttentionPoolLatent`` from SigLIP's pooling head (``nn.MultiheadAttention`` with a probe)."""
     attention = head.attention
     dim = attention.embed_dim
@@ -276,7 +280,7 @@ def wrap_hf(
     model_type = _model_type(model) if swin else _parts(model)["type"]
     data_config, target = preprocessing_config(model_type, preprocessor)
     if img_size is not None:
-        target = (int(img_size), int(img_size)) if isinstance(img_size, int) else tuple(int(v) for v in img_size)
+        target = (int(img_size), int(img_size)) if isinstance(img_size, int) else (int(img_size[0]), int(img_size[1]))
     if mean is not None:
         data_config["mean"] = tuple(float(m) for m in mean)
     if std is not None:
@@ -359,4 +363,8 @@ def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **op
     model_config = transformers.AutoConfig.from_pretrained(str(folder))
     architectures = config.get("architectures") or []
     model_class = getattr(transformers, architectures[0], None) if architectures else transformers.AutoModel
+    if model_class is None:
+        raise UnsupportedModelError(
+            f"{repo_id}: this transformers has no {architectures[0]} class (config.json's architectures): upgrade transformers."
+        )
     return wrap_hf(model_class._from_config(model_config), f"hf:{repo_id}", device, **options)

@@ -48,7 +48,7 @@ def is_offline_error(exc: BaseException) -> bool:
     return bool(names & offline)
 
 
-def _exception_chain(exc: BaseException):
+def _exception_chain(exc: BaseException | None):
     seen = 0
     while exc is not None and seen < 10:
         yield exc
@@ -83,7 +83,7 @@ def pretrained_weights_cached(name: str) -> bool:
     """Whether a timm model's pretrained weights are in the local Hugging Face cache (so it
     loads offline)."""
     hub_id = _timm_hub_id(name)
-    return bool(hub_id) and in_hf_cache(hub_id)
+    return in_hf_cache(hub_id) if hub_id else False
 
 
 def hub_reachable() -> bool:

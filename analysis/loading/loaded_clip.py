@@ -127,6 +127,7 @@ class LoadedCLIP:
         return ids, mask, tuple(notices)
 
     def _tokenize(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.tokenizer is not None, "tokenize() refuses text without a tokenizer"
         if self.source_library == "open_clip":
             ids = self.tokenizer(prompts, context_length=self.context_length)
             return ids.long(), torch.ones_like(ids, dtype=torch.long)

@@ -17,6 +17,8 @@ SigLIP ports, ConvNeXt...) and attention-pooled towers (CoCa) are refused with t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -26,6 +28,9 @@ from .loaded import wrap_model
 from .loaded_clip import LoadedCLIP
 
 __all__ = ["load_open_clip", "wrap_open_clip", "OPEN_CLIP_INSTALL"]
+
+# Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
+# ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
 
 OPEN_CLIP_INSTALL = "pip install open_clip_torch"
 _OPENAI = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
@@ -63,13 +68,13 @@ class _OpenCLIPTextTower(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model: Any = model  # an open_clip CLIP (encode_text)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return self.model.encode_text(ids)
 
 
-def _visual_to_timm(visual: nn.Module) -> nn.Module:
+def _visual_to_timm(visual: Any) -> nn.Module:
     """open_clip's ``VisionTransformer`` as a timm ``VisionTransformer`` sharing its modules."""
     if hasattr(visual, "trunk"):
         raise UnsupportedModelError(
@@ -120,14 +125,14 @@ def _visual_to_timm(visual: nn.Module) -> nn.Module:
     return finish(model, "open_clip")
 
 
-def _data_config(visual: nn.Module) -> dict:
+def _data_config(visual: Any) -> dict:
     config = getattr(visual, "preprocess_cfg", None) or {}
     mean, std = config.get("mean", _OPENAI[0]), config.get("std", _OPENAI[1])
     return dict(mean=tuple(mean), std=tuple(std), interpolation=config.get("interpolation", "bicubic"),
                 crop_pct=1.0, crop_mode="squash" if config.get("resize_mode") == "squash" else "center")
 
 
-def wrap_open_clip(model: nn.Module, name: str, device: torch.device, *, tokenizer):
+def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
     """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.two_tower.LoadedCLIP`."""
     if not hasattr(model, "encode_text") or not hasattr(model, "visual"):
         from ..errors import NoTextTowerError

@@ -20,6 +20,7 @@ not the ones timm derives from the same grid.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -89,7 +90,7 @@ class KeyBiasFreeLinear(nn.Module):
         self.linear = linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = self.linear.bias
+        bias: torch.Tensor | None = self.linear.bias
         if bias is not None:
             length = bias.numel() // 3
             bias = torch.cat([bias[:length], torch.zeros_like(bias[length : 2 * length]), bias[2 * length :]])
@@ -107,7 +108,7 @@ class MlpWithDropout(nn.Module):
         return self.dropout(self.mlp(x))
 
 
-def _check_geometry(model: nn.Module, parts: SwinParts, source: str) -> None:
+def _check_geometry(model: Any, parts: SwinParts, source: str) -> None:
     """Refuse grids that are not whole windows, and any block whose window or shift differs
     from what timm derives from its grid (see the module docstring)."""
     timm_blocks = [(index, block) for index, stage in enumerate(model.layers) for block in stage.blocks]

@@ -14,6 +14,7 @@ Swin, by :mod:`.torchvision_swin`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -25,6 +26,9 @@ from .loaded import LoadedViT, wrap_model
 from .torchvision_swin import TORCHVISION_SWINS, is_torchvision_swin, to_timm_swin
 
 __all__ = ["TORCHVISION_VITS", "TORCHVISION_SWINS", "is_torchvision_vit", "is_torchvision_swin", "wrap_torchvision", "load_torchvision", "load_torchvision_file"]
+
+# Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
+# ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
 
 TORCHVISION_VITS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 # torchvision's IMAGENET1K_V1 eval transform: resize 256 (bilinear), centre crop 224.
@@ -51,7 +55,7 @@ def _is_torchvision_model(module: nn.Module) -> bool:
     return type(module).__module__.startswith("torchvision.models")
 
 
-def to_timm(tv: nn.Module) -> nn.Module:
+def to_timm(tv: Any) -> nn.Module:
     """The timm ``VisionTransformer`` made of ``tv``'s own modules (shared, not copied)."""
     blocks = list(tv.encoder.layers)
     first = blocks[0]

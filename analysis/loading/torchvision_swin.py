@@ -17,6 +17,8 @@ windows there (:mod:`.swin_assemble` says why).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn as nn
 
 from ..errors import UnsupportedModelError
@@ -25,6 +27,9 @@ from .swin_assemble import KeyBiasFreeLinear, SwinBlockParts, SwinParts, assembl
 
 __all__ = ["TORCHVISION_SWINS", "is_torchvision_swin", "to_timm_swin", "default_img_size"]
 
+# Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
+# ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
+
 TORCHVISION_SWINS = ("swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "swin_v2_b")
 
 
@@ -32,16 +37,16 @@ def is_torchvision_swin(module: nn.Module) -> bool:
     return type(module).__module__ == "torchvision.models.swin_transformer" and type(module).__name__ == "SwinTransformer"
 
 
-def _is_v2(tv: nn.Module) -> bool:
+def _is_v2(tv: Any) -> bool:
     return getattr(tv.features[1][0].attn, "logit_scale", None) is not None
 
 
-def default_img_size(tv: nn.Module) -> int:
+def default_img_size(tv: Any) -> int:
     """The crop size of torchvision's Swin weights: 256 for v2, 224 for v1."""
     return 256 if _is_v2(tv) else 224
 
 
-def _block(block: nn.Module, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
+def _block(block: Any, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
     attn = block.attn
     window = as_pair(attn.window_size)
     # shifted_window_attention drops the shift where the window covers the (padded) grid
@@ -58,7 +63,7 @@ def _block(block: nn.Module, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
     return SwinBlockParts(qkv=attn.qkv, bias_table=attn.relative_position_bias_table, **common)
 
 
-def to_timm_swin(tv: nn.Module, img_size: int | tuple[int, int] | None = None) -> nn.Module:
+def to_timm_swin(tv: Any, img_size: int | tuple[int, int] | None = None) -> nn.Module:
     """The timm Swin made of ``tv``'s own modules (shared, not copied), at ``img_size``."""
     size = as_pair(img_size or default_img_size(tv))
     features = list(tv.features)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -112,7 +113,7 @@ class _HFTextTower(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.text_model = model.text_model
+        self.text_model: Any = model.text_model  # transformers' text model (pooler_output)
         self.projection = getattr(model, "text_projection", None)  # CLIP; SigLIP's head is inside the text model
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -130,7 +131,7 @@ def _two_tower_kind(model: nn.Module, name: str) -> str:
     )
 
 
-def wrap_hf_two_tower(model: nn.Module, name: str, device: torch.device, *, tokenizer=None, tokenizer_note: str = "",
+def wrap_hf_two_tower(model: Any, name: str, device: torch.device, *, tokenizer=None, tokenizer_note: str = "",
                       preprocessor: dict | None = None) -> LoadedCLIP:
     """A transformers ``CLIPModel`` / ``SiglipModel`` as a :class:`LoadedCLIP` (modules shared, not copied)."""
     from .hf_transformers import wrap_hf
@@ -212,7 +213,6 @@ def _load_hf_hub(repo_id: str, device: torch.device, *, pretrained: bool) -> Loa
     model_class = transformers.SiglipModel if config.model_type == "siglip" else transformers.CLIPModel
     tokenizer, note = _hf_tokenizer(folder)
     from .hf_transformers import read_preprocessor
-
     from .random_weights import seeded_random_weights
 
     with seeded_random_weights():

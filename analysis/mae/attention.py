@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -115,8 +116,9 @@ def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean"
     steps = ((layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
              for i, layer in enumerate(record.layers))
     result = None
-    for _, result in compose_rollout(steps):
-        pass
+    for _, step_result in compose_rollout(steps):  # the last step's result
+        result = step_result
+    assert result is not None, "a record holds at least one layer"
     return result
 
 
@@ -138,7 +140,8 @@ def encoder_attention_taps(model: nn.Module, num_heads: int, sink: Callable[[int
     def reporter(layer_index: int):
         return lambda probs: sink(layer_index, probs)
 
-    hooks = {f"blocks.{site.layer}.attn.probs": reporter(site.layer) for site in sites}
+    # encoder sites: each has its block index (only a pooling head's is None)
+    hooks = {f"blocks.{site.layer}.attn.probs": reporter(cast(int, site.layer)) for site in sites}
     with hooks_around(model, hooks, sites=sites):
         yield
 

@@ -60,7 +60,7 @@ def dataset_mae_loss(
     ratios = check_ratios(ratios, num_patches)
     index_of = index_of or (lambda j: j)
     collect_skips = skipped is not None
-    skipped = skipped if collect_skips else []
+    skipped = skipped if skipped is not None else []
     workers = workers if workers is not None else min(8, os.cpu_count() or 1)
     rows: list[torch.Tensor] = []
     cursor = 0  # every item before it is either used or skipped

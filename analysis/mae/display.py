@@ -43,8 +43,8 @@ def figure_2_images(result: MAEReconstruction, preprocessing: Preprocessing, *, 
     shown to the model), the decoder's reconstruction of every patch, and the reconstruction
     with the visible patches pasted back (``result.composite``)."""
     original = unit_pixels(result.pixels[image], preprocessing)
-    hidden = pixel_mask(result.mask[image : image + 1], result.grid_size, result.patch_size)  # (1, 1, H, W)
-    hidden = hidden[0, 0].bool().numpy()  # (H, W)
+    hidden_pixels = pixel_mask(result.mask[image : image + 1], result.grid_size, result.patch_size)  # (1, 1, H, W)
+    hidden = hidden_pixels[0, 0].bool().numpy()  # (H, W)
     masked = original.copy()
     masked[hidden] = np.nan
     return {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -101,7 +102,7 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
             f"{name!r} is a {kind}, not a masked autoencoder with a decoder: load_mae needs a Hugging Face "
             f"{_DECODER_ARCHITECTURE}, e.g. {MAE_WITH_DECODER!r}."
         )
-    config = model.config
+    config: Any = model.config  # transformers' ViTMAEConfig
     patch = as_pair(config.patch_size)
     native = as_pair(config.image_size)
     data_config, target = preprocessing_config("vit_mae", preprocessor)

@@ -12,13 +12,19 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ..checks import check_pixels
 from ..errors import AnalysisError
-from .attention import VisibleAttentionRecord, collect_visible_attention, encoder_attention_taps, stack_visible_attention
+from .attention import (
+    VisibleAttentionRecord,
+    collect_visible_attention,
+    encoder_attention_taps,
+    stack_visible_attention,
+)
 from .loading import LoadedMAE, wrap_mae
 from .masking import check_mask, draw_mask, mask_ratio_for, noise_for_mask
 from .patches import NORM_PIX_EPS, normalise_patches, patch_statistics, patchify, pixel_mask, unpatchify
@@ -26,7 +32,7 @@ from .patches import NORM_PIX_EPS, normalise_patches, patch_statistics, patchify
 __all__ = ["MAEReconstruction", "mae_reconstruct"]
 
 _LOCKS_GUARD = threading.Lock()
-_MODEL_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.Lock]" = weakref.WeakKeyDictionary()
+_MODEL_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def _model_lock(model: nn.Module) -> threading.Lock:
@@ -129,7 +135,8 @@ def mae_reconstruct(
     mask = draw_mask(batch, num_patches, mask_ratio, seed) if mask is None else check_mask(mask, batch, num_patches)
     visible = num_patches - int(mask[0].sum())
     spec = mae.spec.with_image_size(height, width)
-    model, device = mae.model, mae.device
+    model: Any = mae.model  # transformers' ViTMAEForPreTraining: its embeddings' config read by name
+    device = mae.device
     x = pixels.to(device=device, dtype=torch.float32)
     store, sink = collect_visible_attention(spec.num_layers)
     masking_config = model.vit.embeddings.config  # what ViTMAEEmbeddings.random_masking reads

@@ -47,7 +47,16 @@ from .mosaics import (
 from .overlays import attention_overlay, map_panels
 from .quantise import QuantisedMaps, quantise_maps
 from .ranges import MAP_RANGES, ROBUST_QUANTILE, UNIFORM_FLOOR, clipped_cells, colour_range, layer_scaled, robust_top
-from .style import COLORSCALES, HIGHLIGHT, colorize, colour_lut, colour_stops, image_data_uri, patch_centres, styled_layout
+from .style import (
+    COLORSCALES,
+    HIGHLIGHT,
+    colorize,
+    colour_lut,
+    colour_stops,
+    image_data_uri,
+    patch_centres,
+    styled_layout,
+)
 
 __all__ = [
     "CHART_WIDTH_PX",

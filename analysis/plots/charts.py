@@ -4,6 +4,7 @@ attention distance against depth, deletion/insertion and robustness curves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -47,7 +48,7 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r}, {g}, {b}, {alpha})"
 
 
-def similarity_vs_distance(curves: Sequence[tuple[str, object]], *, height: int = 360) -> go.Figure:
+def similarity_vs_distance(curves: Sequence[tuple[str, Any]], *, height: int = 360) -> go.Figure:  # Any: a DistanceBins
     """Cosine similarity against patch distance, one curve per ``(name, bins)`` with ``bins``
     a :class:`analysis.DistanceBins` (:func:`analysis.similarity_distance_bins`): the mean of
     each bin as a line with markers at the bin's mean distance, a band of ± one standard

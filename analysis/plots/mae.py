@@ -18,8 +18,15 @@ import plotly.graph_objects as go
 from .layout import CHART_WIDTH_PX, image_figure_height, image_figure_margin
 from .overlays import panel_geometry
 from .style import (
-    CLICK_MARKER, SERIES_COLOURS, colour_stops, highlight_rect, image_axes, image_colorbar, image_data_uri,
-    patch_centres, styled_figure,
+    CLICK_MARKER,
+    SERIES_COLOURS,
+    colour_stops,
+    highlight_rect,
+    image_axes,
+    image_colorbar,
+    image_data_uri,
+    patch_centres,
+    styled_figure,
 )
 
 __all__ = ["HIDDEN_GREY", "unit_to_uint8", "clipped_fraction", "mae_panels", "mae_patch_map", "mae_loss_by_ratio"]
@@ -75,7 +82,7 @@ def mae_panels(
     the patches in ``outline`` (e.g. the ones the user flipped) are outlined on every panel."""
     hidden = np.asarray(hidden, dtype=bool).ravel()
     n = len(images)
-    (gh, gw), (ph, pw) = grid_size, patch_size
+    (_, gw), (ph, pw) = grid_size, patch_size
     sizes = [np.asarray(image).shape[:2] for image in images]
     geometry = panel_geometry(1, n, list(range(n)), list(titles), sizes, panel_height, CHART_WIDTH_PX)
     x_domains, y_domains, annotations = geometry["x_domains"], geometry["y_domains"], geometry["annotations"]
@@ -91,9 +98,9 @@ def mae_panels(
             r, c = divmod(int(patch), gw)
             shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": axes["xaxis"],
                            "yref": axes["yaxis"]})
-        axes = image_axes(width, height, titles=i == 0)
-        layout[f"xaxis{suffix}"] = {**axes["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
-        layout[f"yaxis{suffix}"] = {**axes["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
+        axis_layout = image_axes(width, height, titles=i == 0)
+        layout[f"xaxis{suffix}"] = {**axis_layout["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {**axis_layout["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
                                     "scaleanchor": f"x{suffix}"}
     return styled_figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
                    clickmode="event+select", dragmode="pan", annotations=annotations, margin=geometry["margin"],

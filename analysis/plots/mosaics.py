@@ -6,19 +6,37 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .layout import (
-    CHART_WIDTH_PX, LINE_HEIGHT, chars_fitting, image_figure_height, image_figure_margin, image_rows_height, line_count,
+    CHART_WIDTH_PX,
+    LINE_HEIGHT,
+    chars_fitting,
+    image_figure_height,
+    image_figure_margin,
+    image_rows_height,
+    line_count,
     wrap_label,
 )
 from .style import (
-    CHART_FONT_SIZE, CLICK_MARKER, SEPARATOR, colorize, colour_stops, highlight_rect, image_colorbar, image_data_uri,
+    CHART_FONT_SIZE,
+    CLICK_MARKER,
+    SEPARATOR,
+    colorize,
+    colour_stops,
+    highlight_rect,
+    image_colorbar,
+    image_data_uri,
     styled_figure,
 )
-from .ticks import DENSE_GRID, grid_tick_step, grid_ticks
+from .ticks import (
+    DENSE_GRID,  # noqa: F401 - the docstrings' :data:`DENSE_GRID` is found through it
+    grid_tick_step,
+    grid_ticks,
+)
 
 __all__ = ["mosaic", "MosaicLayout", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
            "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS", "THUMBNAIL_PIXELS",
@@ -202,7 +220,7 @@ def mosaic(
     values = tiles.astype(np.float32)
     if normalize_each:
         peak = np.nanmax(np.abs(values.reshape(n, -1)), axis=1).reshape(n, 1, 1)
-        values = values / np.where(peak > 0, peak, 1.0)
+        values = (values / np.where(peak > 0, peak, 1.0)).astype(np.float32, copy=False)  # float32 already
     vrows, vcols = layout.shape
     big = np.full((vrows * gh, vcols * gw), np.nan, np.float32)
     for i in range(n):
@@ -212,6 +230,7 @@ def mosaic(
     hi = float(np.nanmax(values)) if zmax is None else zmax
     if normalize_each and zmin is None:
         lo, hi = min(0.0, lo), 1.0
+    traces: list[dict[str, Any]]  # plotly trace specifications
     if big.size <= MAX_HEATMAP_CELLS:
         traces = [dict(
             type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
@@ -285,17 +304,17 @@ def mosaic(
         showticklabels=col_labels is not None, side="top",
     )
     if col_labels is not None:
-        shown = grid_ticks(vcols)
-        xaxis.update(tickvals=(np.asarray(shown) + 0.5) * gw, ticktext=[layout.column_label(list(col_labels), c)
-                                                                         for c in shown])
+        shown_columns = grid_ticks(vcols)
+        xaxis.update(tickvals=(np.asarray(shown_columns) + 0.5) * gw, ticktext=[layout.column_label(list(col_labels), c)
+                                                                                 for c in shown_columns])
     yaxis = dict(
         range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
         title=dict(text=y_title), showticklabels=row_labels is not None,
     )
     if row_labels is not None:
-        shown = grid_ticks(nrows)  # a wrapped row is labelled on its first sub-row
-        yaxis.update(tickvals=(np.asarray(shown) * layout.sub_rows + 0.5) * gh,
-                     ticktext=[list(row_labels)[r] for r in shown])
+        shown_rows = grid_ticks(nrows)  # a wrapped row is labelled on its first sub-row
+        yaxis.update(tickvals=(np.asarray(shown_rows) * layout.sub_rows + 0.5) * gh,
+                     ticktext=[list(row_labels)[r] for r in shown_rows])
     if layout.sub_rows > 1 and x_title:
         rows = " / ".join(("upper", "lower") if layout.sub_rows == 2 else (f"row {k + 1}" for k in range(layout.sub_rows)))
         xaxis["title"] = dict(text=f"{x_title} ({rows} row of each {y_title or 'row'})")

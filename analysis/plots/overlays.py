@@ -4,18 +4,37 @@ several on one shared colour scale (:func:`map_panels`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .layout import (
-    CHART_WIDTH_PX, IMAGE_BOTTOM_PX, IMAGE_LEFT_PX, IMAGE_RIGHT_PX, LINE_HEIGHT, chars_fitting, image_figure_height,
-    image_figure_margin, image_rows_height, line_count, wrap_label,
+    CHART_WIDTH_PX,
+    IMAGE_BOTTOM_PX,
+    IMAGE_LEFT_PX,
+    IMAGE_RIGHT_PX,
+    LINE_HEIGHT,
+    chars_fitting,
+    image_figure_height,
+    image_figure_margin,
+    image_rows_height,
+    line_count,
+    wrap_label,
 )
 from .ranges import clipped_cells
 from .style import (
-    CLICK_MARKER, as_background, colorize, colour_lut, colour_stops, highlight_rect, image_axes, image_colorbar,
-    image_data_uri, patch_centres, styled_figure,
+    CLICK_MARKER,
+    as_background,
+    colorize,
+    colour_lut,
+    colour_stops,
+    highlight_rect,
+    image_axes,
+    image_colorbar,
+    image_data_uri,
+    patch_centres,
+    styled_figure,
 )
 
 __all__ = ["attention_overlay", "map_panels", "clipped_outline"]
@@ -59,10 +78,11 @@ def _smooth_layer(upsampled: np.ndarray, colorscale: str, lo: float, hi: float, 
 def _colorbar_carrier(lo: float, hi: float, *, colorscale: str | None = None, colorbar: dict | None = None,
                       coloraxis: str | None = None, **axes) -> dict:
     """An invisible trace whose only job is to show the colour bar of a PNG layer."""
-    marker = dict(color=[lo, hi], size=0.001, opacity=0)
+    marker: dict[str, Any] = dict(color=[lo, hi], size=0.001, opacity=0)
     if coloraxis:
         marker["coloraxis"] = coloraxis
     else:
+        assert colorscale is not None, "a colour bar needs its colour axis or its colour scale"
         marker.update(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, showscale=True, colorbar=colorbar)
     return dict(type="scatter", x=[None, None], y=[None, None], mode="markers", marker=marker,
                 hoverinfo="skip", showlegend=False, name="colour bar", **axes)
@@ -186,8 +206,9 @@ def map_panels(
     one = isinstance(background, str) or (isinstance(background, np.ndarray) and background.ndim == 3)
     backgrounds = [as_background(b) for b in ([background] * n if one else background)]
     maps = [np.asarray(m) for m in maps]
-    sizes = [image_size] * n if isinstance(image_size[0], int) else list(image_size)
-    patches = [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size)
+    # one (a, b) for all panels, or one per panel (an element's type tells which: mypy cannot)
+    sizes = cast("list[tuple[int, int]]", [image_size] * n if isinstance(image_size[0], int) else list(image_size))
+    patches = cast("list[tuple[int, int]]", [patch_size] * n if isinstance(patch_size[0], int) else list(patch_size))
     slots = list(range(n)) if slots is None else [int(s) for s in slots]
     ncols = max(1, min(ncols, max(slots) + 1))
     nrows = max(slots) // ncols + 1

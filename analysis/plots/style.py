@@ -68,7 +68,8 @@ def _stops(name: str) -> tuple[tuple[float, str], ...]:
 def _rgb_triplet(colour: str) -> tuple[int, int, int]:
     if colour.startswith("#"):
         return tuple(hex_to_rgb(colour))
-    return tuple(int(round(float(v))) for v in unlabel_rgb(colour)[:3])
+    red, green, blue = (int(round(float(v))) for v in unlabel_rgb(colour)[:3])
+    return red, green, blue
 
 
 def colour_stops(name: str) -> list[list]:

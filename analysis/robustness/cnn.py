@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -65,7 +66,7 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     spec = ViTSpec(
         patch_size=(cell, cell), grid_size=grid, num_prefix_tokens=0, num_layers=0, num_heads=0, embed_dim=0,
         img_size=(grid[0] * cell, grid[1] * cell), has_class_token=False, position_embedding="none",
-        head="classifier", num_outputs=int(model.num_classes), family=type(model).__name__,
+        head="classifier", num_outputs=int(getattr(model, "num_classes")), family=type(model).__name__,
     )
     return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=class_names_for(model, names),
                      preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
@@ -89,7 +90,7 @@ def cnn_gradcam(cnn: LoadedCNN, pixels: torch.Tensor, target: int | None = None)
     (timm's ``forward_features``): ``relu(Σ_c α_c F_c)`` with ``α_c = mean_hw ∂y_target/∂F_c``.
     ``target``: a class index (``None``: each image's prediction). Returns ``(B, h, w)`` float32
     at the feature map's own resolution (upsample it to compare with a ViT's patch map)."""
-    model = cnn.model
+    model: Any = cnn.model  # a timm CNN: forward_features / forward_head, read by name
     if not (hasattr(model, "forward_features") and hasattr(model, "forward_head")):
         raise AnalysisError(f"{type(model).__name__} has no forward_features / forward_head: Grad-CAM needs a timm CNN.")
     with torch.enable_grad():

@@ -17,7 +17,15 @@ from ..errors import AnalysisError
 from ..images import load_image
 from ..rollout import attention_rollout
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
-from .perturbations import check_token_drop, drop_pixels, gaussian_blur, gaussian_noise, patch_drop_indices, shuffle_patches, token_drop
+from .perturbations import (
+    check_token_drop,
+    drop_pixels,
+    gaussian_blur,
+    gaussian_noise,
+    patch_drop_indices,
+    shuffle_patches,
+    token_drop,
+)
 
 __all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustness_curve"]
 

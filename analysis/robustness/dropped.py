@@ -66,6 +66,7 @@ def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard
     for attention in passed.attentions:  # (B, heads, T', T')
         mixed = rollout_step(attention, head_fusion, discard_ratio)
         rollout = mixed if rollout is None else mixed @ rollout
+    assert rollout is not None, "a pass records every layer: one at least"
     patch_rows = spec.split_prefix(passed.kept, 0, dropped=True)[1] - spec.num_prefix_tokens  # (N',) patch indices
     to_patches = spec.split_prefix(rollout, 2, dropped=True)[1]  # (B, T', N')
     if spec.has_class_token:

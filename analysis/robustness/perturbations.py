@@ -80,7 +80,7 @@ def patch_drop_indices(
 def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, fill: float = 0.0) -> torch.Tensor:
     """``(B, 3, H, W)`` copy with the patches ``indices`` set to ``fill`` (0 in normalised
     space: the dataset mean colour). Works for any model, CNNs included."""
-    dropped = patch_pixel_mask(patch_grid([indices], spec.grid_size)[0], spec.patch_size, pixels.shape[-2:])  # (H, W)
+    dropped = patch_pixel_mask(patch_grid([indices], spec.grid_size)[0], spec.patch_size, (pixels.shape[-2], pixels.shape[-1]))  # (H, W)
     return pixels.masked_fill(dropped.to(pixels.device), fill)
 
 

@@ -6,12 +6,13 @@ clean prediction)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
 from ..capture import capture_attention
 from ..rollout import attention_rollout
-from ..windowed import windowed_attention_map
+from ..windowed import WindowedAttentionRecord, windowed_attention_map
 from .cnn import LoadedCNN, cnn_gradcam
 from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
@@ -71,7 +72,8 @@ def probe(
     if model.spec.is_windowed:
         last = model.spec.num_layers - 1
         record = capture_attention(model, perturbed, layers=[last])
-        saliency = windowed_attention_map(record, last, query="mean")[0]  # (gh, gw) of the last layer's grid
+        # a windowed model's record is a WindowedAttentionRecord (capture_attention's annotation names the plain one)
+        saliency = windowed_attention_map(cast(WindowedAttentionRecord, record), last, query="mean")[0]  # (gh, gw) of the last layer's grid
         return Probe(perturbed, record.logits.float(), dropped, saliency, SALIENCY_NAMES["windowed"])
     record = capture_attention(model, perturbed)
     return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])

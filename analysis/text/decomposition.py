@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 
 from ..circuits.attribution import DirectLogitAttribution, output_attribution
-from ..errors import AnalysisError
 from ..loading.two_tower import TextEncoding
 from ..spec import ViTSpec, input_spec
 from .prompts import one_prompt, require_clip

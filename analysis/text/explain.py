@@ -18,7 +18,9 @@ the text embedding ``v`` is a constant. Methods (formulas and sources on each fu
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from ..activations import run_with_cache
 from ..errors import AnalysisError
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
-from ..explanations.methods import refuse_global_token_method, grad_cam_from, relevance_from_gradients
+from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
 from ..spec import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
@@ -104,7 +106,7 @@ def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.
     return grad_cam_from(activations, gradients, spec), scores, "ReLU of the gradient-weighted last attention input"
 
 
-def token_embeddings(model: torch.nn.Module, final: torch.Tensor) -> torch.Tensor:
+def token_embeddings(model: Any, final: torch.Tensor) -> torch.Tensor:  # a timm ViT: norm, head... read by name
     """``(B, T, E)``: every token of the last block's output ``final`` ``(B, T, D)`` read out on
     its own, by the model's own modules: its final norm, then
 
@@ -160,7 +162,7 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
 
 
 #: method -> function ``(clip, pixels, text) -> (maps, scores, readout[, decomposition])``.
-TEXT_METHODS = {
+TEXT_METHODS: dict[str, Callable[..., Any]] = {
     "chefer": chefer_text,
     "gradcam": gradcam_text,
     "patch_text": patch_text,

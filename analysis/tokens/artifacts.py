@@ -43,10 +43,11 @@ def token_norms(tokens) -> torch.Tensor:
 class HighNormTokens:
     """Per layer: ``thresholds (L,)`` (``inf`` where no outliers), ``mask (L, B, N)`` over the
     patch tokens, ``fraction (L,)`` of patch tokens above the threshold, ``first_layer`` with
-    any (``None`` if none)."""
+    any (``None`` if none). A windowed model's ``mask`` is a tuple of ``(B, N_l)``, one per layer
+    (its layers differ in grid)."""
 
     thresholds: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | tuple[torch.Tensor, ...]
     fraction: torch.Tensor
     first_layer: int | None
 

@@ -10,7 +10,7 @@ its hooks live for one call and one thread and are always removed; the model is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn as nn
@@ -76,8 +76,8 @@ def capture_tokens(
     names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
     if spec.is_windowed:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
-        tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
-        return WindowedTokens(tokens=tokens, spec=spec, layers=layer_ids)
+        grid_tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
+        return WindowedTokens(tokens=grid_tokens, spec=spec, layers=layer_ids)
     values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
     tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
     return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
@@ -116,6 +116,7 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
             f"({spec.head} head): load a classifier."
         )
     model = vit.model
+    hidden_states: Iterable[torch.Tensor]
     if spec.is_windowed:
         if layers is None:
             layer_ids = logit_lens_layers(spec)
@@ -124,10 +125,16 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
             asked = [check_logit_lens_layer(spec, layer) for layer in requested]
             layer_ids = tuple(sorted(resolve_layers(asked, spec.num_layers)))
         captured = capture_tokens(vit, pixels, kind="token", layers=layer_ids, precision=precision)
+        assert isinstance(captured, WindowedTokens), "a windowed model's tokens"
         readout = windowed_readout(model)
         hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
     else:
-        readout = (lambda hidden, norm=getattr(model, "norm", None) or nn.Identity(): model.forward_head(norm(hidden)))
+        head_norm = getattr(model, "norm", None) or nn.Identity()
+
+        def head_readout(hidden: torch.Tensor) -> torch.Tensor:
+            return model.forward_head(head_norm(hidden))
+
+        readout = head_readout
         hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision).tokens  # (L, B, T, D)
     out = []
     with torch.no_grad():

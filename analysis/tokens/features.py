@@ -21,13 +21,13 @@ __all__ = ["feature_pca", "patch_similarity"]
 def _layout(spec: ViTSpec | LayerGeometry) -> tuple[tuple[int, int], int, bool]:
     """``(grid (gh, gw), prefix tokens, has a class token)`` of a ViT spec or of one layer's geometry."""
     if isinstance(spec, LayerGeometry):
-        return tuple(spec.grid_size), spec.prefix_tokens, False
+        return (spec.grid_size[0], spec.grid_size[1]), spec.prefix_tokens, False
     if isinstance(spec, ViTSpec) and spec.is_windowed:
         raise AnalysisError(
             f"A windowed model's ({spec.family}) layers differ in grid: pass one layer's tokens with its geometry, "
             "tokens.layer_tokens(layer) and tokens.geometry(layer)."
         )
-    return tuple(spec.grid_size), spec.num_prefix_tokens, spec.has_class_token
+    return (spec.grid_size[0], spec.grid_size[1]), spec.num_prefix_tokens, spec.has_class_token
 
 
 def _patches(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry) -> torch.Tensor:

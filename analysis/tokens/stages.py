@@ -18,6 +18,7 @@ its final ``norm`` then ``forward_head`` (average pooling and the classifier); S
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -48,7 +49,7 @@ class WindowedTokens:
 
     def layer_position(self, layer: int) -> int:
         """Position in ``tokens`` of model layer ``layer`` (negative indices count from the end)."""
-        return AttentionRecord.layer_position(self, layer)
+        return AttentionRecord.layer_position(self, layer)  # type: ignore[arg-type]  # the same rule, over .layers
 
     def layer_tokens(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s ``(B, gh·gw, C)`` tokens."""
@@ -91,7 +92,7 @@ def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
     return layer
 
 
-def windowed_readout(model: nn.Module):
+def windowed_readout(model: Any):  # a timm Swin / SAM: forward_head, neck, norm read by name
     """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
     lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``;
     timm's ``swinv2_cr``: ``forward_head(h as NCHW)``."""

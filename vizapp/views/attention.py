@@ -6,9 +6,9 @@ import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
+from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, hold_for_first_paint, layer_bytes, sent_layers, served
-from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -170,6 +170,7 @@ else:  # a ViT: one grid for every layer
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
     scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
                      format_func=THUMBNAIL_SCALES.get)
+    assert scale is not None, "a radio with options and no index=None always has a value"
     drawn_maps = cur.shown(maps)
     tiles = drawn_maps.reshape(L * (H + 1), *spec.grid_size)
     if scale == "layer":  # heads compare within a layer; a near-uniform layer stays pale

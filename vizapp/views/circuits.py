@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.plots import colour_range
-
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.errors import AnalysisError
+from analysis.plots import colour_range
 from analysis.windowed import refuse_windowed
 from vizapp import circuit_results, figures, first_result, inputs, resources
 from vizapp.messages import error_text
@@ -140,12 +139,12 @@ if run_ablation:
         worst = heads_by_effect(delta)[: min(12, passes)]
         if st.toggle("Remove the most important heads one after another", key="circ_cumulative"):
             curve = circuit_results.ablation_curve(*cur.args, target, method, reference, tuple(worst))
-            show_chart(figures.ablation_curve(curve, [f"L{l} H{h}" for l, h in worst], title="Cumulative ablation",
+            show_chart(figures.ablation_curve(curve, [f"L{layer} H{h}" for layer, h in worst], title="Cumulative ablation",
                                               clean=float(rows[0]["clean_logit"][0])),
                        "circ_curve", filename="cumulative_ablation")
         else:
             st.caption("Most important heads (largest drop first): "
-                       + ", ".join(f"L{l} H{h} ({delta[l, h]:+.3f})" for l, h in worst[:6]))
+                       + ", ".join(f"L{layer} H{h} ({delta[layer, h]:+.3f})" for layer, h in worst[:6]))
     download_npz("circ_ablation_data", "head_ablation", delta_logit=delta, delta_probability=delta_probability,
                  method=method, reference=str(reference), target=target)
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vizapp import figures, resources
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
+from vizapp import figures, resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
 from vizapp.state import current, second_model_control
-from vizapp.windowed import analysis_query, query_pixel, uniform_level
 from vizapp.ui import (
     describe_query,
     download_npz,
@@ -23,6 +22,7 @@ from vizapp.ui import (
     query_controls,
     show_chart,
 )
+from vizapp.windowed import analysis_query, query_pixel, uniform_level
 
 cur = current()
 spec = cur.spec

@@ -7,15 +7,15 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.refs import ModelRef
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
+from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 from vizapp.windowed import layer_reference_trace
-from analysis.plots.charts import DISTANCE_UNIT_SHORT
 
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
@@ -34,6 +34,7 @@ UNITS = {"px": "input pixels", "patches": "patches", "image": "fraction of image
 c1, c2 = st.columns([2, 3], gap="medium")
 with c1:
     which = st.radio("Image set to average over", list(SETS), format_func=SETS.get, key="dist_set")
+    assert which is not None, "a widget with options and no index=None always has a value"
     images, problems = inputs.image_set(which, "dist_files")
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
@@ -41,6 +42,7 @@ with c2:
     units = [u for u in UNITS if u != "patches" or len({g.stride for g in cur.spec.layer_geometry}) <= 1]
     clamp_state("dist_unit", units, "px")
     unit = st.radio("Units", units, format_func=UNITS.get, key="dist_unit", horizontal=True)
+    assert unit is not None, "a widget with options and no index=None always has a value"
 
 
 def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -81,7 +83,7 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
         st.info(f"No image-set average for **{escape_markdown(name)}**: {error_text(exc)}", icon=":material/block:")
         set_refused.append(prefix)
         mean = stack = None
-    if mean is not None:
+    if mean is not None and stack is not None:  # both or neither
         series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
         arrays[f"{prefix}set_mean"], arrays[f"{prefix}set_per_image"] = mean * to_unit, stack * to_unit
     if spec.is_windowed:  # one reference per layer: its window on its stage grid
@@ -106,6 +108,7 @@ if name2 == name1:  # e.g. the same architecture with and without weights
 add_model(cur.model, name1, "")
 if loaded is not None:
     ref2, _ = loaded
+    assert name2 is not None, "named above when a second model is loaded"
     try:
         add_model(ref2, name2, "second_")
     except analysis.AnalysisError as exc:  # e.g. no one patch side for a Swin: the reason, as information

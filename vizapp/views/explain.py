@@ -10,10 +10,9 @@ from analysis import AnalysisError, scale_by_peak
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, first_result, inputs, resources
-from vizapp.messages import demo_scope_note
+from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current
-from vizapp.messages import error_text
 from vizapp.ui import clamp_state, download_csv, download_npz, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
@@ -74,7 +73,7 @@ with controls:
     if any(m not in methods_offered for m in st.session_state["explain_methods"]):  # another model
         st.session_state["explain_methods"] = [m for m in st.session_state["explain_methods"] if m in methods_offered]
     methods = st.multiselect(
-        "Methods", methods_offered, format_func=METHOD_LABELS.get, key="explain_methods", max_selections=4,
+        "Methods", methods_offered, format_func=lambda m: str(METHOD_LABELS.get(m)), key="explain_methods", max_selections=4,
         help="Up to four, side by side; each map is scaled to its own maximum.",
     )
     target = None
@@ -107,6 +106,7 @@ with second:
                                      key="explain_rollout_stage",
                                      help="Rollout multiplies attention over one token set: exact within a stage "
                                      "(the Rollout page also offers an approximation across stages).")
+        assert rollout_stage is not None, "a widget with options and no index=None always has a value"
         options["rollout"] = (("stage", int(rollout_stage)),)
 
 if not methods:
@@ -132,7 +132,7 @@ methods = [m for m in methods if m not in refused][: 1 if held else None]
 if not methods:
     refuse_page(AnalysisError("None of the chosen methods is defined for this model (reasons above): choose another."))
 maps, titles, raw = [], [], {}
-for row, class_index in enumerate(targets):
+for class_index in targets:
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
@@ -167,8 +167,10 @@ download_npz("explain_data", "explanations", classes=np.array([t for t in target
 show_code(explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options))
 
 if class_specific:
+    assert target is not None, "a widget with options and no index=None always has a value"
     st.subheader(f"Deletion and insertion · {names[target]}")
-    curves, rows = [], []
+    curves: list = []
+    rows: list = []
     measured = ["random", *methods]
     bar = st.progress(0.0, text="Deleting and inserting patches…")
     for done, method in enumerate(measured):

@@ -31,6 +31,7 @@ count = filters.shape[0]
 c1, c2, _ = st.columns([2, 2, 3])
 with c1:
     mode = st.radio("Show", list(MODES), format_func=MODES.get, horizontal=True, key="filt_mode")
+    assert mode is not None, "a radio with options and no index=None always has a value"
 with c2:
     most = min(64, count)
     st.session_state.setdefault("filt_n", min(28, most))

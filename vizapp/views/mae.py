@@ -22,7 +22,14 @@ from vizapp.python_snippet import mae_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import (
-    PageRefused, clamp_state, download_npz, download_png, head_label, point_index, selected_point, show_chart,
+    PageRefused,
+    clamp_state,
+    download_npz,
+    download_png,
+    head_label,
+    point_index,
+    selected_point,
+    show_chart,
 )
 
 SOURCES = {"demo": "the bundled demo MAE", "hf": "a Hugging Face ViTMAEForPreTraining (hf:org/name or a folder)"}

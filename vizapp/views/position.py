@@ -7,9 +7,9 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from vizapp import figures, resources
 from analysis import similarity_distance_bins
 from analysis.plots.mosaics import ZOOM_HINT
+from vizapp import figures, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current
@@ -39,7 +39,9 @@ if not kinds:
     st.stop()
 kind = kinds[0]
 if len(kinds) > 1:
-    kind = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
+    picked = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
+    assert picked is not None, "a widget with options and no index=None always has a value"
+    kind = picked
 try:
     similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
 except ValueError as exc:  # AnalysisError: e.g. a table that is all zero before training

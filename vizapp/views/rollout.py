@@ -6,12 +6,11 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
+from analysis.plots import colour_range, robust_top
 from analysis.rollout import POST_NORM_WARNING
 from analysis.windowed_rollout import MERGE_WARNING
-
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
-from analysis.plots import colour_range, robust_top
 from vizapp.python_snippet import Source, rollout_code, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -47,6 +46,7 @@ if spec.residual_norm == "post":
 left, right = st.columns([3, 2], gap="medium")
 with right:
     fusion = st.radio("Head fusion", FUSIONS, horizontal=True, key="fusion")
+    assert fusion is not None, "a widget with options and no index=None always has a value"
     st.session_state.setdefault("discard_ratio", 0.0)
     discard = st.slider(
         "Discard ratio", 0.0, 0.95, step=0.05, key="discard_ratio",
@@ -60,6 +60,7 @@ with right:
                         format_func=lambda s: "across stages, from a start layer" if s == ACROSS else stage_label(spec, s),
                         help="Rollout multiplies attention matrices over one token set: exact within a stage. "
                         "Patch merging changes the token set through a learned layer.")
+        assert span is not None, "a widget with options and no index=None always has a value"
         if span != ACROSS:
             stage = int(span)
     if stage is None:

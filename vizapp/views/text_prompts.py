@@ -13,7 +13,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis import AnalysisError, NoTextTowerError, TextPromptError, scale_by_peak
+from analysis import AnalysisError, NoTextTowerError, scale_by_peak
 from analysis.demo.data import CLASS_NAMES
 from analysis.faithfulness import area_under_curve
 from analysis.loading.two_tower import PROBABILITY_RULES
@@ -24,7 +24,13 @@ from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import show_code, text_prompts_code
 from vizapp.state import current
 from vizapp.ui import (
-    PageRefused, clamp_state, download_csv, download_npz, point_customdata, selected_point, show_chart,
+    PageRefused,
+    clamp_state,
+    download_csv,
+    download_npz,
+    point_customdata,
+    selected_point,
+    show_chart,
 )
 
 SOURCES = {"demo": "the bundled demo CLIP", "other": "a Hugging Face CLIP or SigLIP (hf:org/name or a folder)"}
