@@ -193,7 +193,7 @@ def capture_attention(
     if spec.is_windowed:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
         # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
         # do not define); the annotation names the plain record, which every other model gets.
-        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.logits,  # type: ignore[return-value]
+        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.output,  # type: ignore[return-value]
                                        spec=spec, layers=layer_ids)
     attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
     if attentions.shape[2] != spec.num_heads:
@@ -203,5 +203,5 @@ def capture_attention(
             f"Captured {attentions.shape[-1]} tokens but the spec predicts {spec.num_tokens} "
             f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
         )
-    return AttentionRecord(attentions=attentions, logits=cache.logits, spec=spec, layers=layer_ids,
+    return AttentionRecord(attentions=attentions, logits=cache.output, spec=spec, layers=layer_ids,
                            query_tokens=query_tokens, pool_attention=cache.get(POOL_NAME))

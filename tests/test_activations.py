@@ -13,7 +13,7 @@ import threading
 import pytest
 import torch
 
-from analysis import AnalysisError, capture_attention, capture_tokens, load_vit
+from analysis import AnalysisError, capture_attention, capture_tokens
 from analysis.activations import HOOK_POINTS, hook_point_names, run_with_cache, run_with_hooks
 from analysis.adapters import block_sites
 from families import FAMILIES, family_pixels
@@ -59,7 +59,7 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
     queries = capture_tokens(vit, pixels, kind="query").tokens  # (L, B, T, heads·d)
     values = capture_tokens(vit, pixels, kind="value").tokens
     for layer in range(spec.num_layers):
-        at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
+        at = lambda point, layer=layer: cache[f"blocks.{layer}.{point}"]  # noqa: E731
         torch.testing.assert_close(at("resid_pre"), inputs[layer], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(at("resid_post"), outputs[layer], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(at("attn.probs"), record.attentions[layer], rtol=1e-5, atol=1e-6)
@@ -323,7 +323,7 @@ def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind)
     tokens = capture_tokens(vit, pixels)  # its own block hooks, not the cache (SAM's fused calls become P·v: 1e-5)
     record = capture_attention(vit, pixels)
     for layer in range(spec.num_layers):
-        at = lambda point: cache[f"blocks.{layer}.{point}"]  # noqa: E731
+        at = lambda point, layer=layer: cache[f"blocks.{layer}.{point}"]  # noqa: E731
         grid = spec.geometry(layer).grid_size
         assert at("resid_post").shape[:3] == (2, *grid)  # NHWC on the layer's stage grid
         torch.testing.assert_close(at("resid_pre"), seen[layer, "in"], rtol=1e-5, atol=1e-5)

@@ -86,7 +86,7 @@ def test_attention_share_equals_a_loop_over_the_record(demo_vit):
     assert found.tokens == tuple(covered)
     for share, record in ((found.patched_share, found.patched), (found.clean_share, found.clean)):
         assert share.shape == (spec.num_layers, 2)
-        for position, layer in enumerate(record.layers):
+        for position, _layer in enumerate(record.layers):
             for b in range(2):
                 total = 0.0
                 for token in covered:

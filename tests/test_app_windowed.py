@@ -31,10 +31,10 @@ from tests.test_app import (  # noqa: E402
     assert_clean,
     chart,
     first_sample,
+    mosaic_tiles,
     npz_downloads,  # noqa: F401 - a fixture
     overlay_map,
     reproduce,
-    mosaic_tiles,
     tiles_of,
     traces,
 )

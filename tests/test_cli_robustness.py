@@ -9,7 +9,6 @@ import importlib.util
 import numpy as np
 import pytest
 from PIL import Image
-from test_cli import run
 
 from analysis import load_vit
 from analysis.demo.data import render_sample
@@ -19,6 +18,7 @@ from analysis.robustness import (
     corruption_errors,
     load_cnn,
 )
+from test_cli import run
 
 SEED = 4242
 

@@ -71,7 +71,8 @@ def test_attention_gradients_equal_the_differentiable_taps(family, family_vits):
 @pytest.mark.parametrize("family", ["siglip", "pe_core", "eva02", "dinov2_registers"])
 def test_output_attention_gradients_of_an_embedding_tower_equal_the_differentiable_taps(family, family_vits):
     vit, pixels = family_vits[family], family_pixels(family)
-    score = lambda output: output[:, :5].pow(2).sum()
+    def score(output):
+        return output[:, :5].pow(2).sum()
     got = gradients.output_attention_gradients(vit, pixels, score)
     for a, b in zip(got, _taps_reference(vit, pixels, score)):
         torch.testing.assert_close(a, b, **EXACT)
@@ -87,7 +88,8 @@ def test_block_input_gradients_equal_a_plain_hook_on_the_attention_input(family,
                                          lambda logits: logits.gather(1, torch.tensor([[1], [2]])).sum())
         assert targets.tolist() == [1, 2]
     else:
-        score = lambda output: output.sum()
+        def score(output):
+            return output.sum()
         activation, found, _ = gradients.block_input_score_gradients(vit, pixels, score, layer=layer)
         expected = _plain_hook_reference(vit, pixels, module, "input", score)
     torch.testing.assert_close(activation, expected[0], **EXACT)

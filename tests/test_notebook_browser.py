@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, free_port
 from test_browser import assert_within_one_colour_step, canvas_rgb
 

@@ -56,6 +56,7 @@ def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images:
     with left:
         st.session_state.setdefault("rob_attack", "pgd")
         name = st.radio("Attack", list(ATTACKS), format_func=ATTACK_LABELS.get, key="rob_attack", horizontal=True)
+        assert name is not None  # a radio with options and a default always has a value
     with middle:
         st.session_state.setdefault("rob_epsilon", 4.0)
         epsilon = st.number_input("ε (0–255 pixel units)", min_value=0.0, max_value=64.0, step=1.0, key="rob_epsilon",
@@ -166,6 +167,7 @@ def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, ima
         st.session_state.setdefault("rob_corruption", "gaussian_noise")
         corruption = st.selectbox("Corruption", names, key="rob_corruption",
                                   help="Some (glass blur, zoom blur, elastic transform) take seconds per image.")
+        assert corruption is not None  # a selectbox with options and a default always has a value
     with right:
         st.session_state.setdefault("rob_severity", 3)
         severity = int(st.slider("Severity", 0, 5, key="rob_severity"))

@@ -42,6 +42,15 @@ class ActivationCache(Mapping):
         self._stacks = dict(stacks or {})  # point kind -> (L, ...) whose slices are the entries
         self._grads = None if grads is None else dict(grads)
 
+    @property
+    def output(self) -> torch.Tensor:
+        """:attr:`logits`, from a pass that ran to the end; an AnalysisError for one that stopped early
+        (``stop_at_layer``), which has no output."""
+        if self.logits is None:
+            raise AnalysisError("This pass stopped early (stop_at_layer): it has no output; read cache.residual, "
+                                "or run without stop_at_layer.")
+        return self.logits
+
     def grad(self, name: str) -> torch.Tensor:
         """``∂y/∂a``: the gradient of gradient mode's scalar ``y = grad_of(output)`` with respect to
         the cached activation ``a = cache[name]`` (same shape, dtype and device; zeros where ``y``
@@ -56,7 +65,7 @@ class ActivationCache(Mapping):
         return self._grads[canonical]
 
     @classmethod
-    def concatenate(cls, pieces: list["ActivationCache"], device: torch.device) -> "ActivationCache":
+    def concatenate(cls, pieces: list[ActivationCache], device: torch.device) -> ActivationCache:
         """The caches of consecutive pieces of one batch as one cache (batch axis first; a
         stacked point kind is concatenated along its batch axis, 1)."""
         first = pieces[0]
@@ -68,8 +77,9 @@ class ActivationCache(Mapping):
                 activations[name] = stacks[stacked][first._stacked_position(name, stacked)]
             else:
                 activations[name] = torch.cat([p[name].to(device) for p in pieces])
-        logits = None if first.logits is None else torch.cat([p.logits.to(device) for p in pieces])
-        residual = None if first.residual is None else torch.cat([p.residual.to(device) for p in pieces])
+        logits = None if first.logits is None else torch.cat([p.output.to(device) for p in pieces])
+        residual = None if first.residual is None else torch.cat([p.residual.to(device) for p in pieces  # type: ignore[union-attr]
+                                                                   ])  # pieces of one pass: all stopped, or none
         return cls(activations, first.spec, logits, stacks, residual=residual)
 
     def _stacked_position(self, name: str, point: str) -> int | None:

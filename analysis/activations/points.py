@@ -219,7 +219,7 @@ def parse_hook_name(name: str, num_layers: int) -> tuple[int, HookPoint]:
         return num_layers, _MODEL_BY_NAME[name]
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     point = _BY_SUFFIX.get(match.group(2)) if match else None
-    if point is None:
+    if match is None or point is None:
         raise AnalysisError(
             f"{name!r} is not a hook point. Names are 'blocks.{{i}}.<point>' with <point> one of: "
             f"{', '.join(_BY_SUFFIX)} (see analysis.activations.HOOK_POINTS), or a model's "

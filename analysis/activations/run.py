@@ -45,7 +45,8 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from ..adapters.base import AttentionInputs, attend as _attend
+from ..adapters.base import AttentionInputs
+from ..adapters.base import attend as _attend
 from ..adapters.probabilities import attend_and_record, attention_probabilities, attention_scores
 from ..adapters.registry import AttentionSite, block_sites, pool_site
 from ..checks import check_float_dtype, input_spec

@@ -150,7 +150,7 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
     if pooled_by_attention:
         names.append(POOL_NAME)
     cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
-    logits = cache.logits.float()
+    logits = cache.output.float()
     weights, targets = weights_of(logits)
     weights = weights.float().to(logits.device)
 

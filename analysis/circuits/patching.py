@@ -88,8 +88,8 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
     layers = tuple(sorted(resolve_layers(layers, spec.num_layers)))
     names = [f"blocks.{layer}.{point}" for layer in layers]
     source = run_with_cache(vit, clean, names=names, precision="float32", to_cpu=False)
-    targets = resolve_targets(target, source.logits.cpu(), spec)
-    rival = None if versus is None else resolve_targets(versus, source.logits.cpu(), spec)
+    targets = resolve_targets(target, source.output.cpu(), spec)
+    rival = None if versus is None else resolve_targets(versus, source.output.cpu(), spec)
 
     def metric(logits: torch.Tensor) -> torch.Tensor:  # (N,)
         logits = logits.float()
@@ -97,7 +97,7 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
         return value if rival is None else value - logits[:, int(rival[0])]
 
     corrupted_metric = float(metric(run_with_hooks(vit, corrupted, {}, precision="float32"))[0])
-    clean_metric = float(metric(source.logits)[0])
+    clean_metric = float(metric(source.output)[0])
     axis = 1 if point == "resid_pre" else 2  # tokens of (B, T, D), heads of (B, T, heads, d)
     width = source[names[0]].shape[axis]
     patched = torch.empty(len(layers), width)

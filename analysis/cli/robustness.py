@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import AnalysisError, VitExplorerError
+from ..loading.loaded import LoadedModel
 from .common import CommandError, add_model_arguments, load_model, say
 from .distributed import Ranks
 
@@ -82,7 +83,7 @@ def _common_arguments(parser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
 
 
-def _models(args, ranks: Ranks) -> dict[str, object]:
+def _models(args, ranks: Ranks) -> dict[str, LoadedModel]:
     """``{"ViT": …, "CNN": …, <also>: …}``, each checked to predict the ViT's classes."""
     from ..label_space import shared_label_space
     from ..loading import load_vit

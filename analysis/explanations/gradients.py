@@ -25,8 +25,8 @@ from ..capture import input_spec
 from ..checks import check_int
 from ..devices import autocast_context
 from ..errors import AnalysisError
-from ..windowed import refuse_windowed
 from ..spec import LayerGeometry, ViTSpec
+from ..windowed import refuse_windowed
 
 __all__ = [
     "AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients",
@@ -139,7 +139,7 @@ def _gradient_at(vit, pixels: torch.Tensor, name: str, score, precision: str) ->
     ``blocks.11.attn.in``) in one forward pass, ``y = score(output)`` a scalar of the model's output,
     all float32 on the CPU (the engine's gradient mode)."""
     cache = run_with_cache(vit, pixels, names=[name], grad_of=score, precision=precision)
-    return cache[name], cache.grad(name), cache.logits
+    return cache[name], cache.grad(name), cache.output
 
 
 def _class_score(target, spec: ViTSpec, chosen: list):
@@ -190,7 +190,7 @@ def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = 
 def _last_block_norm_name(vit) -> str:
     """``blocks.{L-1}.ln1.out``, the last block's first norm: pytorch-grad-cam's target layer for Swin."""
     site = block_sites(vit.model)[-1]
-    if block_norm(site.block, "ln1") is None:
+    if site.block is None or block_norm(site.block, "ln1") is None:
         raise AnalysisError(
             f"Grad-CAM on the last stage reads the last block's norm (norm1 or layernorm_before); "
             f"{type(site.block).__name__} has none, so this windowed model is not supported by method='gradcam'."

@@ -1,6 +1,5 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
-from .attacks import ATTACKS, AttackCurve, AttackError, attack, attack_curve, fgsm, pgd, transfer_matrix
 from .adversarial_patch import (
     PATCH_OPTIMISERS,
     AdversarialPatch,
@@ -20,6 +19,20 @@ from .adversarial_patch import (
     train_patch,
     unit_images,
 )
+from .attacks import ATTACKS, AttackCurve, AttackError, attack, attack_curve, fgsm, pgd, transfer_matrix
+from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
+from .corruptions import (
+    FAST_CORRUPTIONS,
+    CorruptionCurve,
+    CorruptionError,
+    CorruptionsUnavailableError,
+    corrupt_image,
+    corruption_curve,
+    corruption_errors,
+    corruption_names,
+)
+from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
+from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
 from .linear_probe import (
     ImageFolderSet,
     LinearProbeCurve,
@@ -33,20 +46,6 @@ from .linear_probe import (
     probe_accuracy,
     split_indices,
 )
-from .corruptions import (
-    FAST_CORRUPTIONS,
-    CorruptionCurve,
-    CorruptionError,
-    CorruptionsUnavailableError,
-    corrupt_image,
-    corruption_curve,
-    corruption_errors,
-    corruption_names,
-)
-from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
-from .probe import SALIENCY_NAMES, Probe, probe
-from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
-from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
 from .perturbations import (
     DROP_SELECTIONS,
     check_token_drop,
@@ -58,6 +57,7 @@ from .perturbations import (
     shuffle_patches,
     token_drop,
 )
+from .probe import SALIENCY_NAMES, Probe, probe
 
 __all__ = [
     "ATTACKS",

@@ -60,10 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from .. import load_image, load_vit
     from ..errors import AnalysisError
+    from ..label_space import shared_label_space
     from .cnn import load_cnn
     from .perturbations import shuffle_grids
-
-    from ..label_space import shared_label_space
 
     vit, cnn = load_vit(args.vit), load_cnn(args.cnn)
     match = shared_label_space(vit, cnn, ("the ViT", "the CNN"))

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from ..attention_maps import attention_map
 from ..capture import AttentionRecord, capture_attention
 from ..errors import AnalysisError
+from ..loading.loaded import LoadedModel
 
 __all__ = [
     "PATCH_OPTIMISERS",
@@ -324,7 +325,7 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
                          "of at least one image.")
     unit = unit_images(model, images)  # (N, C, H, W) in [0, 1]
     truth = _label_tensor(labels, unit.shape[0])
-    image_size = tuple(int(v) for v in unit.shape[-2:])
+    image_size = (int(unit.shape[-2]), int(unit.shape[-1]))  # (H, W)
     side = patch_side(image_size, share)
     fixed = None if position is None else _check_position(position, side, image_size)
     classes = int(model.spec.num_outputs)
@@ -411,7 +412,7 @@ def evaluate_patch(model, images: Sequence, labels: Sequence[int], patch, *, pos
     return _evaluation(model, unit, truth, tensor, where, target)
 
 
-def patch_size_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *,
+def patch_size_curve(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *,
                      shares: Sequence[float] = (0.01, 0.02, 0.05, 0.1), eval_images: Sequence | None = None,
                      eval_labels: Sequence[int] | None = None, target: int | None = None, epochs: int = 5,
                      batch_size: int = 16, optimiser: str = "adam", position: Sequence[int] | None = None,
@@ -468,7 +469,7 @@ def patch_size_curve(models: Mapping[str, object], images: Sequence, labels: Seq
                       clean_accuracy=clean_accuracy, patches=patches, images=len(held_out))
 
 
-def patch_transfer_matrix(models: Mapping[str, object], patches: Mapping[str, object], images: Sequence,
+def patch_transfer_matrix(models: Mapping[str, LoadedModel], patches: Mapping[str, object], images: Sequence,
                           labels: Sequence[int], *, position: Sequence[int] | None = None,
                           seed: int = 0, progress: Progress | None = None) -> tuple[list[str], np.ndarray]:
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import AnalysisError
+from ..loading.loaded import LoadedModel
 
 __all__ = ["AttackError", "fgsm", "pgd", "attack", "AttackCurve", "attack_curve", "transfer_matrix", "ATTACKS"]
 
@@ -147,7 +148,7 @@ class AttackCurve:
     images: int
 
 
-def attack_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *,
+def attack_curve(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *,
                  epsilons: Sequence[float] = (0, 1, 2, 4, 8), attack_name: str = "pgd", steps: int = 10,
                  seed: int = 0, progress: Callable[[float], None] | None = None) -> AttackCurve:
     """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
@@ -172,7 +173,7 @@ def attack_curve(models: Mapping[str, object], images: Sequence, labels: Sequenc
     return AttackCurve(attack_name, tuple(float(e) for e in epsilons), accuracy, len(images))
 
 
-def transfer_matrix(models: Mapping[str, object], images: Sequence, labels: Sequence[int], *, epsilon: float,
+def transfer_matrix(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *, epsilon: float,
                     attack_name: str = "pgd", steps: int = 10, seed: int = 0) -> tuple[list[str], np.ndarray]:
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on the adversarial images
     made against model ``i`` (the diagonal: white-box). The images cross between models as pictures in

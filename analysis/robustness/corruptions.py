@@ -63,7 +63,9 @@ class CorruptionsUnavailableError(CorruptionError):
 
 def _resource_filename(module_name: str, path: str) -> str:
     """``pkg_resources.resource_filename`` for a module's data file (the only call the package makes)."""
-    return os.path.normpath(os.path.join(os.path.dirname(sys.modules[module_name].__file__), path))
+    module_file = sys.modules[module_name].__file__
+    assert module_file is not None  # imagecorruptions is a package on disk, not a namespace
+    return os.path.normpath(os.path.join(os.path.dirname(module_file), path))
 
 
 @functools.cache
@@ -80,7 +82,7 @@ def _package():
         stand_in.resource_filename = _resource_filename
         sys.modules["pkg_resources"] = stand_in
     try:
-        import imagecorruptions
+        import imagecorruptions  # type: ignore[import-untyped]  # no py.typed marker, no stubs
     finally:
         if stand_in is not None and sys.modules.get("pkg_resources") is stand_in:
             del sys.modules["pkg_resources"]

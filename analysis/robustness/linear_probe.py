@@ -31,6 +31,7 @@ import torch
 
 from ..errors import AnalysisError
 from ..images import load_image
+from ..loading.loaded import LoadedModel
 from ..tokens import capture_tokens
 
 __all__ = [
@@ -247,7 +248,7 @@ def _as_model_labels(model, folder: ImageFolderSet, model_labels: bool) -> tuple
     return folder.images, list(folder.labels), False
 
 
-def linear_probe_curve(model, images: Sequence, labels: Sequence[int], *, test_share: float = 0.5,
+def linear_probe_curve(model, images: Sequence, labels: Sequence[int] | None, *, test_share: float = 0.5,
                        concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
                        model_labels: bool = True, progress: Progress | None = None) -> LinearProbeCurve:
     """Linear-probe accuracy against depth for ``model`` on ``images`` (PIL images, or an
@@ -281,7 +282,7 @@ def linear_probe_curve(model, images: Sequence, labels: Sequence[int], *, test_s
                             train_indices=train, test_indices=test, ridge=float(ridge))
 
 
-def linear_probe_curves(models: Mapping[str, object], images: Sequence, labels: Sequence[int] | None = None, *,
+def linear_probe_curves(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int] | None = None, *,
                         test_share: float = 0.5, concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
                         model_labels: bool = True,
                         progress: Progress | None = None) -> dict[str, LinearProbeCurve]:

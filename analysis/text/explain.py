@@ -145,7 +145,7 @@ def patch_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Te
         per_token = token_embeddings(vit.model, cache[last].float())  # (B, T, E)
         direction = F.normalize(text.embeddings.to(per_token.device), dim=-1)[0]  # (E,)
         cosines = F.normalize(per_token, dim=-1) @ direction  # (B, T)
-        scores = clip.logits(cache.logits.float(), text.embeddings)[:, 0]
+        scores = clip.logits(cache.output.float(), text.embeddings)[:, 0]
     return _grid(cosines, spec), scores.cpu(), "cosine of each patch's own embedding with the text embedding"
 
 
