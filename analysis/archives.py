@@ -88,7 +88,8 @@ def read_image_archive(data: bytes, *, label: str = "archive", limits: ArchiveLi
                 "was not read. Zip the images with relative names."
             )
         wanted = [
-            info for info in infos
+            info
+            for info in infos
             if not info.is_dir() and info.filename.lower().endswith(IMAGE_SUFFIXES) and "__MACOSX" not in info.filename
         ]
         if len(wanted) > limits.max_entries:

@@ -31,7 +31,9 @@ def check_index(name: str, value, size: int, what: str) -> int:
     """A Python-style index into ``size`` things (``-size <= value < size``), made non-negative."""
     value = check_int(name, value)
     if not -size <= value < size:
-        raise AnalysisError(f"{name}={value} does not exist: the model has {size} {what} (0..{size - 1}, or negative from the end).")
+        raise AnalysisError(
+            f"{name}={value} does not exist: the model has {size} {what} (0..{size - 1}, or negative from the end)."
+        )
     return value + size if value < 0 else value
 
 
@@ -67,7 +69,9 @@ def check_pixels(pixels) -> torch.Tensor:
             "which scales to [0, 1] and applies the model's mean and std."
         )
     if pixels.ndim != 4 or pixels.shape[1] != 3:
-        raise AnalysisError(f"Expected pixels of shape (B, 3, H, W), got {tuple(pixels.shape)}. Use vit.preprocess(image).")
+        raise AnalysisError(
+            f"Expected pixels of shape (B, 3, H, W), got {tuple(pixels.shape)}. Use vit.preprocess(image)."
+        )
     if pixels.shape[0] == 0:
         raise AnalysisError("pixels holds no image (batch size 0): pass at least one.")
     return pixels
@@ -76,5 +80,7 @@ def check_pixels(pixels) -> torch.Tensor:
 def check_float_dtype(name: str, dtype) -> torch.dtype:
     """``dtype`` must be a floating torch dtype."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise AnalysisError(f"{name} must be a floating torch dtype (torch.float32, torch.float16, torch.bfloat16), got {dtype!r}.")
+        raise AnalysisError(
+            f"{name} must be a floating torch dtype (torch.float32, torch.float16, torch.bfloat16), got {dtype!r}."
+        )
     return dtype

@@ -49,9 +49,23 @@ from .plots import ROBUST_QUANTILE, UNIFORM_FLOOR, QuantisedMaps, colour_lut, qu
 from .queries import parse_prefix_query
 
 __all__ = [
-    "PAGE", "PAGE_DIR", "attention_view_rows", "embed", "layer_bytes", "layers_to_send", "prefix_key_rows",
-    "quantised_view", "query_row", "rollout_view_rows", "similarity_view_rows", "view_args", "view_blob", "view_data",
-    "windowed_view_args", "windowed_view_blob", "windowed_view_bytes",
+    "PAGE",
+    "PAGE_DIR",
+    "attention_view_rows",
+    "embed",
+    "layer_bytes",
+    "layers_to_send",
+    "prefix_key_rows",
+    "quantised_view",
+    "query_row",
+    "rollout_view_rows",
+    "similarity_view_rows",
+    "view_args",
+    "view_blob",
+    "view_data",
+    "windowed_view_args",
+    "windowed_view_blob",
+    "windowed_view_bytes",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -92,12 +106,14 @@ def prefix_key_rows(record, layers) -> np.ndarray:
     if not layers:
         raise AnalysisError("the attention view needs at least one layer.")
     spec = record.spec
-    return np.stack([spec.split_prefix(attention_rows(record, int(layer), keys="all")[0].numpy(), -1)[0]
-                     for layer in layers])
+    return np.stack(
+        [spec.split_prefix(attention_rows(record, int(layer), keys="all")[0].numpy(), -1)[0] for layer in layers]
+    )
 
 
-def rollout_view_rows(record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
-                      ) -> tuple[list[int], np.ndarray]:
+def rollout_view_rows(
+    record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
+) -> tuple[list[int], np.ndarray]:
     """The rollout after each layer ``start_layer..L-1`` for every query, as view rows:
     ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
     ``R = Â_end ⋯ Â_start`` (:func:`analysis.rollout.rollout_matrices`, the same composition) over the patch
@@ -170,9 +186,17 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     col_codes, col_ranges = cols.as_base64()
     pre_codes, pre_ranges = pre.as_base64()
     digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}:{pre_codes}".encode()).hexdigest()[:16]
-    return {"rows": row_codes, "row_ranges": row_ranges, "cols": col_codes, "col_ranges": col_ranges,
-            "pre": pre_codes, "pre_ranges": pre_ranges, "matrix": matrix,
-            "layers": layers, "data_id": digest}
+    return {
+        "rows": row_codes,
+        "row_ranges": row_ranges,
+        "cols": col_codes,
+        "col_ranges": col_ranges,
+        "pre": pre_codes,
+        "pre_ranges": pre_ranges,
+        "matrix": matrix,
+        "layers": layers,
+        "data_id": digest,
+    }
 
 
 def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:
@@ -183,10 +207,15 @@ def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, di
     own maps, with ``pre`` (the page then offers the ``T × T`` matrix)."""
     layers = [int(layer) for layer in layers]
     maps = _view_maps(record, layers, rows)
-    blob = b"".join([np.ascontiguousarray(m.ranges, "<f4").tobytes() for m in maps]
-                    + [np.ascontiguousarray(m.codes).tobytes() for m in maps])
-    return blob, {"layers": layers, "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16],
-                  "matrix": rows is None}
+    blob = b"".join(
+        [np.ascontiguousarray(m.ranges, "<f4").tobytes() for m in maps]
+        + [np.ascontiguousarray(m.codes).tobytes() for m in maps]
+    )
+    return blob, {
+        "layers": layers,
+        "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16],
+        "matrix": rows is None,
+    }
 
 
 def query_row(query, spec) -> int:
@@ -202,12 +231,33 @@ def query_row(query, spec) -> int:
     return spec.num_prefix_tokens + int(query)
 
 
-def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
-              map_range: str, opacity: float, max_height: int = 520, note: str = "", heads: int | None = None,
-              head_names: list[str] | None = None, value_name: str = "attention probability",
-              layer_label: str = "Layer", report_layer: bool = True, shared_name: str = "0–max of this layer's heads",
-              panels: list[int] | None = None, fixed_range: tuple[float, float] | None = None, columns: bool = True,
-              report_drawn: bool = False, report_head: bool = True, left_out=(), hide_left_out: bool = False) -> dict:
+def view_args(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    max_height: int = 520,
+    note: str = "",
+    heads: int | None = None,
+    head_names: list[str] | None = None,
+    value_name: str = "attention probability",
+    layer_label: str = "Layer",
+    report_layer: bool = True,
+    shared_name: str = "0–max of this layer's heads",
+    panels: list[int] | None = None,
+    fixed_range: tuple[float, float] | None = None,
+    columns: bool = True,
+    report_drawn: bool = False,
+    report_head: bool = True,
+    left_out=(),
+    hide_left_out: bool = False,
+) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
     ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
     colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
@@ -231,19 +281,40 @@ def view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, 
     if panels is not None and not set(panels) <= {int(layer) for layer in data["layers"]}:
         raise AnalysisError(f"the view's panels {list(panels)} must be held layers ({data['layers']}).")
     return dict(
-        image=image_uri, img_size=list(spec.img_size), grid=list(spec.grid_size), patch_size=list(spec.patch_size),
-        prefix=spec.num_prefix_tokens, tokens=spec.num_tokens, heads=heads,
-        token_names=list(spec.token_names), layer=int(layer), num_layers=spec.num_layers,
-        head=heads if head == "mean" else int(head), head_names=head_names,
-        query_row=query_row(query, spec), query_patch=int(query) if isinstance(query, int) else None,
+        image=image_uri,
+        img_size=list(spec.img_size),
+        grid=list(spec.grid_size),
+        patch_size=list(spec.patch_size),
+        prefix=spec.num_prefix_tokens,
+        tokens=spec.num_tokens,
+        heads=heads,
+        token_names=list(spec.token_names),
+        layer=int(layer),
+        num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head),
+        head_names=head_names,
+        query_row=query_row(query, spec),
+        query_patch=int(query) if isinstance(query, int) else None,
         range_mode="fixed" if fixed_range is not None else map_range,
         fixed_range=None if fixed_range is None else [float(fixed_range[0]), float(fixed_range[1])],
-        uniform=None if fixed_range is not None else 1 / spec.num_tokens, uniform_floor=UNIFORM_FLOOR,
-        robust_quantile=ROBUST_QUANTILE, left_out=[int(cell) for cell in left_out], hide_left_out=bool(hide_left_out),
-        panels=None if panels is None else [int(layer) for layer in panels], columns=bool(columns),
-        lut=colour_lut(colorscale).ravel().tolist(), value_name=value_name, layer_label=layer_label,
-        report_layer=bool(report_layer), shared_name=shared_name, report_drawn=bool(report_drawn),
-        report_head=bool(report_head) and heads > 0, opacity=float(opacity), max_height=int(max_height), note=note, **data,
+        uniform=None if fixed_range is not None else 1 / spec.num_tokens,
+        uniform_floor=UNIFORM_FLOOR,
+        robust_quantile=ROBUST_QUANTILE,
+        left_out=[int(cell) for cell in left_out],
+        hide_left_out=bool(hide_left_out),
+        panels=None if panels is None else [int(layer) for layer in panels],
+        columns=bool(columns),
+        lut=colour_lut(colorscale).ravel().tolist(),
+        value_name=value_name,
+        layer_label=layer_label,
+        report_layer=bool(report_layer),
+        shared_name=shared_name,
+        report_drawn=bool(report_drawn),
+        report_head=bool(report_head) and heads > 0,
+        opacity=float(opacity),
+        max_height=int(max_height),
+        note=note,
+        **data,
     )
 
 
@@ -256,7 +327,7 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
     payload = json.dumps(args, separators=(",", ":")).replace("</", "<\\/")
     return (
         f"<iframe class='attention-view' title='{html.escape(title)}' style='width:100%;border:0;height:560px' "
-        f"srcdoc=\"{html.escape(page, quote=True)}\"></iframe>"
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
         f"<script type='application/json' class='attention-view-args'>{payload}</script>"
         "<script>(function () {"
         "const data = document.currentScript.previousElementSibling, frame = data.previousElementSibling;"
@@ -278,7 +349,7 @@ def windowed_view_bytes(geometry) -> int:
     """Bytes of one windowed layer's codes (:func:`windowed_view_blob`): every window's every
     query slot over its key slots, per head and their mean. Swin-T stage 1: 0.6 MiB; a SAM
     global layer (one window of 4096 cells): 208 MiB, no view."""
-    return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens ** 2
+    return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens**2
 
 
 def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
@@ -301,21 +372,47 @@ def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
     geometry = record.spec.geometry(layer)
     heads, cells = geometry.num_heads, geometry.window_cells()  # (windows, Wt)
     probs = record.layer_windows(layer)[0].float()  # (windows, heads, Wt, Wt)
-    with_mean = torch.cat([probs, probs.mean(dim=1, keepdim=True)], dim=1).transpose(0, 1)  # (heads + 1, windows, Wt, Wt)
+    with_mean = torch.cat([probs, probs.mean(dim=1, keepdim=True)], dim=1).transpose(
+        0, 1
+    )  # (heads + 1, windows, Wt, Wt)
     on_grid = (cells >= 0)[None, :, None, :]  # key slots that are grid cells
     rows = quantise_maps(with_mean.masked_fill(~on_grid, 0.0).numpy())
-    mean = quantise_maps(np.stack([attention_map(record, layer, head=head, query="mean")[0].numpy().ravel()
-                                   for head in [*range(heads), None]]))
-    blob = b"".join([np.ascontiguousarray(rows.ranges, "<f4").tobytes(), np.ascontiguousarray(mean.ranges, "<f4").tobytes(),
-                     np.ascontiguousarray(cells.numpy(), "<i4").tobytes(), np.ascontiguousarray(rows.codes).tobytes(),
-                     np.ascontiguousarray(mean.codes).tobytes()])
-    return blob, {"layers": [int(layer)], "windowed": True,
-                  "data_id": hashlib.sha1(f"windowed {layer}:".encode() + blob).hexdigest()[:16]}
+    mean = quantise_maps(
+        np.stack(
+            [attention_map(record, layer, head=head, query="mean")[0].numpy().ravel() for head in [*range(heads), None]]
+        )
+    )
+    blob = b"".join(
+        [
+            np.ascontiguousarray(rows.ranges, "<f4").tobytes(),
+            np.ascontiguousarray(mean.ranges, "<f4").tobytes(),
+            np.ascontiguousarray(cells.numpy(), "<i4").tobytes(),
+            np.ascontiguousarray(rows.codes).tobytes(),
+            np.ascontiguousarray(mean.codes).tobytes(),
+        ]
+    )
+    return blob, {
+        "layers": [int(layer)],
+        "windowed": True,
+        "data_id": hashlib.sha1(f"windowed {layer}:".encode() + blob).hexdigest()[:16],
+    }
 
 
-def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
-                       colorscale: str, map_range: str, opacity: float, max_height: int = 520, note: str = "",
-                       report_head: bool = True) -> dict:
+def windowed_view_args(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query_cell: int | None,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    max_height: int = 520,
+    note: str = "",
+    report_head: bool = True,
+) -> dict:
     """The page's arguments for one windowed layer (:func:`windowed_view_blob`'s ``data``): the
     layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
     the mean over cells), the uniform level ``1/Wt`` of a window, whether a head step is reported
@@ -324,14 +421,39 @@ def windowed_view_args(*, data: dict, image_uri: str, spec, layer: int, head: st
     geometry = spec.geometry(layer)
     heads, cells = geometry.num_heads, geometry.grid_size[0] * geometry.grid_size[1]
     return dict(
-        image=image_uri, img_size=list(spec.img_size), grid=list(geometry.grid_size), patch_size=list(geometry.stride),
-        prefix=0, tokens=cells, heads=heads, token_names=[], layer=int(layer), num_layers=spec.num_layers,
-        head=heads if head == "mean" else int(head), head_names=None,
-        query_row=cells if query_cell is None else int(query_cell), query_patch=query_cell,
-        range_mode=map_range, uniform=1 / geometry.window_tokens, uniform_floor=UNIFORM_FLOOR,
+        image=image_uri,
+        img_size=list(spec.img_size),
+        grid=list(geometry.grid_size),
+        patch_size=list(geometry.stride),
+        prefix=0,
+        tokens=cells,
+        heads=heads,
+        token_names=[],
+        layer=int(layer),
+        num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head),
+        head_names=None,
+        query_row=cells if query_cell is None else int(query_cell),
+        query_patch=query_cell,
+        range_mode=map_range,
+        uniform=1 / geometry.window_tokens,
+        uniform_floor=UNIFORM_FLOOR,
         robust_quantile=ROBUST_QUANTILE,
-        lut=colour_lut(colorscale).ravel().tolist(), value_name="attention probability", layer_label="Layer",
-        report_layer=False, report_head=bool(report_head), shared_name="0–max of this layer's heads", panels=None, fixed_range=None, columns=False,
-        unit="cell", windows=geometry.num_windows, window_tokens=geometry.window_tokens, matrix=False,
-        opacity=float(opacity), max_height=int(max_height), note=note, **data,
+        lut=colour_lut(colorscale).ravel().tolist(),
+        value_name="attention probability",
+        layer_label="Layer",
+        report_layer=False,
+        report_head=bool(report_head),
+        shared_name="0–max of this layer's heads",
+        panels=None,
+        fixed_range=None,
+        columns=False,
+        unit="cell",
+        windows=geometry.num_windows,
+        window_tokens=geometry.window_tokens,
+        matrix=False,
+        opacity=float(opacity),
+        max_height=int(max_height),
+        note=note,
+        **data,
     )

@@ -58,9 +58,12 @@ def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = 
     """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
     its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
     if inputs.probs is None:
-        assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, "a call reports probs or q, k"
-        return attention_probabilities(inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask,
-                                       is_causal=inputs.is_causal)
+        assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, (
+            "a call reports probs or q, k"
+        )
+        return attention_probabilities(
+            inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal
+        )
     probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
     return probs.float()
 
@@ -176,8 +179,10 @@ def capture_attention(
     layer_ids = tuple(sorted(resolve_layers(layers, spec.num_layers)))  # the forward order
     check_float_dtype("dtype", dtype)
     if query_tokens is not None and spec.is_windowed:
-        raise AnalysisError("query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
-                            "Pass query_tokens=None.")
+        raise AnalysisError(
+            "query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
+            "Pass query_tokens=None."
+        )
     if query_tokens is not None:
         query_tokens = tuple(check_int("query token", t) for t in query_tokens)
         if not query_tokens:
@@ -187,21 +192,42 @@ def capture_attention(
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
     names = [f"blocks.{layer}.attn.probs" for layer in layer_ids]
     has_pool = pool_site(vit.model) is not None
-    cache = cache_forward(vit, pixels, spec, names + ([POOL_NAME] if has_pool else []), dtype=dtype,
-                          precision=precision, to_cpu=to_cpu, query_rows=query_tokens, exact=exact_logits,
-                          stack=not spec.is_windowed)
+    cache = cache_forward(
+        vit,
+        pixels,
+        spec,
+        names + ([POOL_NAME] if has_pool else []),
+        dtype=dtype,
+        precision=precision,
+        to_cpu=to_cpu,
+        query_rows=query_tokens,
+        exact=exact_logits,
+        stack=not spec.is_windowed,
+    )
     if spec.is_windowed:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
         # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
         # do not define); the annotation names the plain record, which every other model gets.
-        return WindowedAttentionRecord(windows=tuple(cache[name] for name in names), logits=cache.output,  # type: ignore[return-value]
-                                       spec=spec, layers=layer_ids)
+        return WindowedAttentionRecord(
+            windows=tuple(cache[name] for name in names),
+            logits=cache.output,  # type: ignore[return-value]
+            spec=spec,
+            layers=layer_ids,
+        )
     attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
     if attentions.shape[2] != spec.num_heads:
-        raise AnalysisError(f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads.")
+        raise AnalysisError(
+            f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads."
+        )
     if attentions.shape[-1] != spec.num_tokens:
         raise AnalysisError(
             f"Captured {attentions.shape[-1]} tokens but the spec predicts {spec.num_tokens} "
             f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
         )
-    return AttentionRecord(attentions=attentions, logits=cache.output, spec=spec, layers=layer_ids,
-                           query_tokens=query_tokens, pool_attention=cache.get(POOL_NAME))
+    return AttentionRecord(
+        attentions=attentions,
+        logits=cache.output,
+        spec=spec,
+        layers=layer_ids,
+        query_tokens=query_tokens,
+        pool_attention=cache.get(POOL_NAME),
+    )

@@ -17,8 +17,16 @@ from .spec import LayerGeometry, ViTSpec
 from .windowed import WindowedAttentionRecord
 
 __all__ = [
-    "mean_attention_distance", "patch_centres", "patch_distance_matrix", "attention_distance_per_image",
-    "uniform_attention_distance", "uniform_attention_distance_by_layer", "window_distance_matrices", "DISTANCE_UNITS", "distance_unit_length", "distance_in_units",
+    "mean_attention_distance",
+    "patch_centres",
+    "patch_distance_matrix",
+    "attention_distance_per_image",
+    "uniform_attention_distance",
+    "uniform_attention_distance_by_layer",
+    "window_distance_matrices",
+    "DISTANCE_UNITS",
+    "distance_unit_length",
+    "distance_in_units",
 ]
 
 #: Units for attention distances, with the length each one divides the pixel value by.
@@ -165,7 +173,9 @@ def attention_distance_per_image(
     ``renormalize`` (so attention spent on prefix tokens does not shrink the distance).
     ``distances`` is :func:`patch_distance_matrix` on the same device.
     """
-    weights = spec.split_prefix(probs, -1, dropped=True)[1].to(compute_dtype)  # (B, heads, N, N); also a shorter (dropped) sequence
+    weights = spec.split_prefix(probs, -1, dropped=True)[1].to(
+        compute_dtype
+    )  # (B, heads, N, N); also a shorter (dropped) sequence
     per_query = torch.einsum("bhqk,qk->bhq", weights, distances.to(compute_dtype))  # (B, heads, N)
     if renormalize:
         per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(compute_dtype).tiny)
@@ -206,8 +216,9 @@ def _windowed_mean_attention_distance(record: WindowedAttentionRecord, renormali
     if not per_layer or per_layer[0].shape[0] == 0:
         raise AnalysisError("The record holds no attention to measure.")
     heads = max(distance.shape[1] for distance in per_layer)
-    out = torch.full((per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64,
-                     device=per_layer[0].device)
+    out = torch.full(
+        (per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64, device=per_layer[0].device
+    )
     for position, distance in enumerate(per_layer):
         out[:, position, : distance.shape[1]] = distance
     return out

@@ -40,7 +40,15 @@ import torch.nn as nn
 from .arguments import check_pixels
 from .errors import AnalysisError
 
-__all__ = ["ViTSpec", "LayerGeometry", "input_spec", "patch_embedding_module", "as_pair", "POSITION_KINDS", "HEAD_KINDS"]
+__all__ = [
+    "ViTSpec",
+    "LayerGeometry",
+    "input_spec",
+    "patch_embedding_module",
+    "as_pair",
+    "POSITION_KINDS",
+    "HEAD_KINDS",
+]
 
 # How positions enter the model: a learned absolute table, rotary embeddings inside
 # attention, a relative-position bias on the attention scores, or combinations.
@@ -183,8 +191,14 @@ class ViTSpec:
         patch grid with the prefix tokens in front."""
         if self.layer_geometry:
             return self.layer_geometry[layer]
-        return LayerGeometry(stage=0, grid_size=self.grid_size, stride=self.patch_size, window_size=self.grid_size,
-                             num_heads=self.num_heads, prefix_tokens=self.num_prefix_tokens)
+        return LayerGeometry(
+            stage=0,
+            grid_size=self.grid_size,
+            stride=self.patch_size,
+            window_size=self.grid_size,
+            num_heads=self.num_heads,
+            prefix_tokens=self.num_prefix_tokens,
+        )
 
     @property
     def token_names(self) -> tuple[str, ...]:

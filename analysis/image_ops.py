@@ -85,8 +85,9 @@ def patch_grid(patch_sets, grid_size: tuple[int, int]) -> torch.Tensor:
     return grid.reshape(len(patch_sets), gh, gw)
 
 
-def patch_pixel_mask(grid: torch.Tensor, patch_size: tuple[int, int], image_size: tuple[int, int] | None = None
-                     ) -> torch.Tensor:
+def patch_pixel_mask(
+    grid: torch.Tensor, patch_size: tuple[int, int], image_size: tuple[int, int] | None = None
+) -> torch.Tensor:
     """``(..., gh, gw)`` patch values -> ``(..., H, W)``: each patch's value over the
     ``ph × pw`` pixels it covers (patch ``(r, c)`` covers rows ``r·ph … (r+1)·ph − 1`` and columns
     ``c·pw … (c+1)·pw − 1``). ``image_size`` larger than ``(gh·ph, gw·pw)`` pads with zeros (the

@@ -21,9 +21,11 @@ def too_large_error(label: str, width: int, height: int, limit: int = MAX_IMAGE_
     the limit, and what to do."""
     return ImageTooLargeError(
         f"{label} is too large: {width:,} × {height:,} = {width * height:,} pixels, above the limit of "
-        f"{limit:,} pixels (about {int(limit ** 0.5):,} × {int(limit ** 0.5):,}; larger images are refused "
+        f"{limit:,} pixels (about {int(limit**0.5):,} × {int(limit**0.5):,}; larger images are refused "
         "unread, as protection against decompression bombs). Downscale it first.",
-        width, height, limit,
+        width,
+        height,
+        limit,
     )
 
 
@@ -78,7 +80,7 @@ def to_rgb(image: Image.Image) -> Image.Image:
     if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         # 16/32-bit greyscale: rescale the used range to 8 bits instead of clipping.
         extrema = image.getextrema()
-        low, high = (extrema if isinstance(extrema[0], (int, float)) else (0, 65535))
+        low, high = extrema if isinstance(extrema[0], (int, float)) else (0, 65535)
         scale = 255.0 / max(high - low, 1)
         image = image.point(lambda v: (v - low) * scale).convert("L")
     if image.mode == "F":

@@ -20,8 +20,12 @@ __all__ = ["LabelSpace", "LabelSpaceMatch", "label_space", "shared_label_space",
 #: The name :attr:`LabelSpace.known` gives the 1000 ImageNet-1k classes (ILSVRC-2012, in their usual order).
 IMAGENET_1K = "ImageNet-1k"
 # timm's ImageNet subsets by head size, and the names we give them.
-_IMAGENET_SUBSETS = {1000: ("imagenet-1k", IMAGENET_1K), 11821: ("imagenet-12k", "ImageNet-12k"),
-                     21841: ("imagenet-22k", "ImageNet-22k"), 21843: ("imagenet-21k", "ImageNet-21k")}
+_IMAGENET_SUBSETS = {
+    1000: ("imagenet-1k", IMAGENET_1K),
+    11821: ("imagenet-12k", "ImageNet-12k"),
+    21841: ("imagenet-22k", "ImageNet-22k"),
+    21843: ("imagenet-21k", "ImageNet-21k"),
+}
 _SHOWN_NAMES = 6
 
 
@@ -100,9 +104,7 @@ def label_space(model) -> LabelSpace | None:
     spell a standard list (:data:`IMAGENET_1K` and the other ImageNet subsets) are ``known`` as it."""
     spec = getattr(model, "spec", None)
     if spec is None or not hasattr(model, "class_names"):
-        raise AnalysisError(
-            f"label_space takes a loaded model (load_vit, load_cnn); got {type(model).__name__}."
-        )
+        raise AnalysisError(f"label_space takes a loaded model (load_vit, load_cnn); got {type(model).__name__}.")
     if not spec.has_classifier:
         return None
     size = int(spec.num_outputs)
@@ -117,8 +119,9 @@ def label_space(model) -> LabelSpace | None:
     return LabelSpace(size=size, names=names, known=known)
 
 
-def shared_label_space(first, second, labels: tuple[str, str] = ("the first model", "the second model")
-                       ) -> LabelSpaceMatch:
+def shared_label_space(
+    first, second, labels: tuple[str, str] = ("the first model", "the second model")
+) -> LabelSpaceMatch:
     """Whether two models predict the same classes, so that their predictions may be compared.
 
     Rule (classes read by :func:`label_space`): both have a class head, both name their
@@ -132,16 +135,23 @@ def shared_label_space(first, second, labels: tuple[str, str] = ("the first mode
     spaces = label_space(first), label_space(second)
     for label, space in zip(labels, spaces):
         if space is None:
-            return LabelSpaceMatch(False, f"{label} has no class head (it gives features, not classes): "
-                                          "there is no prediction to compare.")
+            return LabelSpaceMatch(
+                False, f"{label} has no class head (it gives features, not classes): there is no prediction to compare."
+            )
     a, b = spaces
     assert a is not None and b is not None, "returned above"
     for label, space in zip(labels, (a, b)):
         if space.names is None:
-            return LabelSpaceMatch(False, f"{label} does not name its {space.size} classes, so whether they are "
-                                          "the other model's classes is unknown.")
+            return LabelSpaceMatch(
+                False,
+                f"{label} does not name its {space.size} classes, so whether they are "
+                "the other model's classes is unknown.",
+            )
     same = (a.known is not None and a.known == b.known) or a.names == b.names
     if same:
         return LabelSpaceMatch(True, f"{first_label} and {second_label} both predict {a.describe()}.")
-    return LabelSpaceMatch(False, f"{first_label} predicts {a.describe()}; {second_label} predicts {b.describe()}: "
-                                  "not the same classes, so their predictions answer different questions.")
+    return LabelSpaceMatch(
+        False,
+        f"{first_label} predicts {a.describe()}; {second_label} predicts {b.describe()}: "
+        "not the same classes, so their predictions answer different questions.",
+    )

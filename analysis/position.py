@@ -48,7 +48,9 @@ def _learned_table(vit) -> tuple[torch.Tensor, tuple[int, int]]:
     if isinstance(pos_embed, torch.Tensor) and pos_embed.ndim == 3:
         gh, gw = (int(g) for g in model.patch_embed.grid_size)
         return pos_embed.detach().float().cpu(), (gh, gw)
-    embed_table = pos_embed if isinstance(pos_embed, torch.Tensor) else getattr(patch_embedding_module(model), "pos_embed", None)
+    embed_table = (
+        pos_embed if isinstance(pos_embed, torch.Tensor) else getattr(patch_embedding_module(model), "pos_embed", None)
+    )
     if isinstance(embed_table, torch.Tensor) and embed_table.ndim == 4:  # SAM, NaFlex: (1, gh, gw, D), its own grid
         gh, gw = int(embed_table.shape[1]), int(embed_table.shape[2])
         return embed_table.detach().float().cpu().reshape(1, gh * gw, -1), (gh, gw)
@@ -94,7 +96,10 @@ def _checked_grid(grid_size, default: tuple[int, int]) -> tuple[int, int]:
         return (default[0], default[1])
     if isinstance(grid_size, (str, bytes)) or not hasattr(grid_size, "__len__") or len(grid_size) != 2:
         raise AnalysisError(f"grid_size must be a (rows, columns) pair, got {grid_size!r}.")
-    grid = (check_int("grid_size rows", grid_size[0], minimum=1), check_int("grid_size columns", grid_size[1], minimum=1))
+    grid = (
+        check_int("grid_size rows", grid_size[0], minimum=1),
+        check_int("grid_size columns", grid_size[1], minimum=1),
+    )
     return grid
 
 
@@ -184,11 +189,13 @@ def _refuse_zero_positions(vit, grid_embed: torch.Tensor) -> None:
         raise AnalysisError(
             f"The position table of {vit.name} is all zero (as it is before training: these weights have learned "
             "nothing about position), so there is no similarity between positions to show. Load trained weights "
-            "to see it.")
+            "to see it."
+        )
     if zero:
         raise AnalysisError(
             f"{zero} of the {grid_embed.shape[0] * grid_embed.shape[1]} positions of {vit.name}'s position table are "
-            "all zero, and cosine similarity is undefined for a zero vector.")
+            "all zero, and cosine similarity is undefined for a zero vector."
+        )
 
 
 def _checked_similarity(similarity, unit: float, bin_width: float | None, function: str) -> np.ndarray:
@@ -196,7 +203,8 @@ def _checked_similarity(similarity, unit: float, bin_width: float | None, functi
     if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
         raise AnalysisError(
             f"{function} expects a (gh, gw, gh, gw) similarity grid "
-            f"(position_embedding_similarity's), got shape {similarity.shape}.")
+            f"(position_embedding_similarity's), got shape {similarity.shape}."
+        )
     if not unit > 0 or (bin_width is not None and not bin_width > 0):
         raise AnalysisError(f"unit and bin_width must be positive, got unit={unit!r}, bin_width={bin_width!r}.")
     return similarity
@@ -220,8 +228,12 @@ def _displacement_sums(similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
             squares.append(np.trace(by_cols[1], offset=dx))
             pairs.append((gh - abs(dy)) * (gw - abs(dx)))
     keys, inverse = np.unique(np.asarray(squared), return_inverse=True)  # exact integers: no float noise
-    return (keys, np.bincount(inverse, weights=np.asarray(totals)), np.bincount(inverse, weights=np.asarray(squares)),
-            np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64)))
+    return (
+        keys,
+        np.bincount(inverse, weights=np.asarray(totals)),
+        np.bincount(inverse, weights=np.asarray(squares)),
+        np.bincount(inverse, weights=np.asarray(pairs, dtype=np.float64)),
+    )
 
 
 def similarity_by_distance(
@@ -281,7 +293,10 @@ def similarity_distance_bins(similarity: np.ndarray, unit: float = 1.0, bin_widt
     variance = np.bincount(which, weights=squares) / count - mean * mean
     lower = np.where(labels < 0, 0.0, labels * float(bin_width))
     return DistanceBins(
-        lower=lower, upper=np.where(labels < 0, 0.0, lower + bin_width),
-        distance=np.bincount(which, weights=distances * counts) / count, mean=mean,
-        std=np.sqrt(np.clip(variance, 0.0, None)), count=np.round(count).astype(np.int64),
+        lower=lower,
+        upper=np.where(labels < 0, 0.0, lower + bin_width),
+        distance=np.bincount(which, weights=distances * counts) / count,
+        mean=mean,
+        std=np.sqrt(np.clip(variance, 0.0, None)),
+        count=np.round(count).astype(np.int64),
     )

@@ -12,8 +12,14 @@ from .records import AttentionRecord
 from .windowed_support import refuse_windowed
 
 __all__ = [
-    "Query", "default_query", "query_rows_for", "patch_of_pixel", "prefix_query", "parse_prefix_query",
-    "corresponding_layer", "corresponding_query",
+    "Query",
+    "default_query",
+    "query_rows_for",
+    "patch_of_pixel",
+    "prefix_query",
+    "parse_prefix_query",
+    "corresponding_layer",
+    "corresponding_query",
 ]
 
 Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major patch index | (y, x) input pixel
@@ -61,7 +67,9 @@ def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
     token = parse_prefix_query(query)
     if token is not None:
         if not 0 <= token < prefix:
-            raise AnalysisError(f"{query!r}: this model has {prefix} prefix tokens ({', '.join(spec.token_names) or 'none'}).")
+            raise AnalysisError(
+                f"{query!r}: this model has {prefix} prefix tokens ({', '.join(spec.token_names) or 'none'})."
+            )
         return record.query_rows([token])
     if isinstance(query, str):
         if query == "cls":
@@ -128,7 +136,11 @@ def _grid_pair(name: str, grid) -> tuple[int, int]:
 
 
 def corresponding_query(
-    query: Query, from_grid: tuple[int, int], to_grid: tuple[int, int], to_has_class_token: bool, *,
+    query: Query,
+    from_grid: tuple[int, int],
+    to_grid: tuple[int, int],
+    to_has_class_token: bool,
+    *,
     from_has_class_token: bool | None = None,
 ) -> Query:
     """The same query in another model (or at another grid): the class token (or ``"mean"``

@@ -33,13 +33,27 @@ from .windowed import WindowedAttentionRecord
 from .windowed_rollout import MERGE_RULES, windowed_rollout, windowed_rollout_by_layer, windowed_rollout_matrices
 
 __all__ = [
-    "attention_rollout", "attention_rollout_by_layer", "rollout_matrices", "rollout_steps", "rollout_step", "fuse_heads",
-    "discard_lowest", "mix_identity", "compose_rollout", "layer_range", "HEAD_FUSIONS", "POST_NORM_WARNING",
+    "attention_rollout",
+    "attention_rollout_by_layer",
+    "rollout_matrices",
+    "rollout_steps",
+    "rollout_step",
+    "fuse_heads",
+    "discard_lowest",
+    "mix_identity",
+    "compose_rollout",
+    "layer_range",
+    "HEAD_FUSIONS",
+    "POST_NORM_WARNING",
 ]
 
 
 def rollout_steps(
-    record: AttentionRecord, head_fusion: str, discard_ratio: float, start_layer: int, end_layer: int | None,
+    record: AttentionRecord,
+    head_fusion: str,
+    discard_ratio: float,
+    start_layer: int,
+    end_layer: int | None,
     stage: int | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` ``(B, T, T)`` float64 for
@@ -66,7 +80,9 @@ def _is_windowed(record) -> TypeGuard[WindowedAttentionRecord]:
 
 def _check_merge(merge) -> None:
     if merge is not None and merge not in MERGE_RULES:
-        raise AnalysisError(f"merge must be None (refuse to cross patch merging) or one of {MERGE_RULES}, not {merge!r}.")
+        raise AnalysisError(
+            f"merge must be None (refuse to cross patch merging) or one of {MERGE_RULES}, not {merge!r}."
+        )
 
 
 def rollout_matrices(
@@ -92,8 +108,15 @@ def rollout_matrices(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        return windowed_rollout_matrices(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
-                                         start_layer=start_layer, end_layer=end_layer, stage=stage, merge=merge)[0]
+        return windowed_rollout_matrices(
+            record,
+            head_fusion=head_fusion,
+            discard_ratio=discard_ratio,
+            start_layer=start_layer,
+            end_layer=end_layer,
+            stage=stage,
+            merge=merge,
+        )[0]
     rollout = None
     for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
         rollout = step_rollout  # the last step's
@@ -131,8 +154,15 @@ def attention_rollout_by_layer(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        return windowed_rollout_by_layer(record, head_fusion=head_fusion, discard_ratio=discard_ratio,
-                                         start_layer=start_layer, query=query, stage=stage, merge=merge).maps
+        return windowed_rollout_by_layer(
+            record,
+            head_fusion=head_fusion,
+            discard_ratio=discard_ratio,
+            start_layer=start_layer,
+            query=query,
+            stage=stage,
+            merge=merge,
+        ).maps
     check_record(record, "attention_rollout")
     rows = query_rows_for(record, query)
     steps = rollout_steps(record, head_fusion, discard_ratio, start_layer, None, stage)
@@ -168,12 +198,24 @@ def attention_rollout(
     """
     _check_merge(merge)
     if _is_windowed(record):
-        return windowed_rollout(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer,
-                                end_layer=end_layer, query=query, stage=stage, merge=merge).maps
+        return windowed_rollout(
+            record,
+            head_fusion=head_fusion,
+            discard_ratio=discard_ratio,
+            start_layer=start_layer,
+            end_layer=end_layer,
+            query=query,
+            stage=stage,
+            merge=merge,
+        ).maps
     check_record(record, "attention_rollout")
     rows = query_rows_for(record, query)
     rollout = rollout_matrices(
-        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer,
+        record,
+        head_fusion=head_fusion,
+        discard_ratio=discard_ratio,
+        start_layer=start_layer,
+        end_layer=end_layer,
         stage=stage,
     )
     return _query_grid(record, rollout, rows)

@@ -16,8 +16,16 @@ import torch
 from .arguments import check_int
 from .errors import AnalysisError
 
-__all__ = ["HEAD_FUSIONS", "POST_NORM_WARNING", "fuse_heads", "discard_lowest", "mix_identity", "rollout_step",
-           "compose_rollout", "layer_range"]
+__all__ = [
+    "HEAD_FUSIONS",
+    "POST_NORM_WARNING",
+    "fuse_heads",
+    "discard_lowest",
+    "mix_identity",
+    "rollout_step",
+    "compose_rollout",
+    "layer_range",
+]
 
 HEAD_FUSIONS = ("mean", "max", "min")
 POST_NORM_WARNING = (
@@ -65,7 +73,9 @@ def discard_lowest(fused: torch.Tensor, discard_ratio: float, candidates: torch.
     return flat.reshape(batch, tokens, tokens)
 
 
-def mix_identity(fused: torch.Tensor, discard_ratio: float = 0.0, candidates: torch.Tensor | None = None) -> torch.Tensor:
+def mix_identity(
+    fused: torch.Tensor, discard_ratio: float = 0.0, candidates: torch.Tensor | None = None
+) -> torch.Tensor:
     """``fused (B, T, T)`` (heads already fused) -> ``Â = ½·discard(fused) + ½·I``, each row
     divided by its sum over keys, float64. ``candidates``: see :func:`discard_lowest`."""
     fused = discard_lowest(fused.double(), discard_ratio, candidates)  # (B, T, T)
@@ -80,7 +90,9 @@ def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_rat
     return mix_identity(fuse_heads(attention.double(), head_fusion), discard_ratio)
 
 
-def compose_rollout(steps: Iterable[tuple[int, torch.Tensor, torch.Tensor | None]]) -> Iterator[tuple[int, torch.Tensor]]:
+def compose_rollout(
+    steps: Iterable[tuple[int, torch.Tensor, torch.Tensor | None]],
+) -> Iterator[tuple[int, torch.Tensor]]:
     """The one composition of rollout: for each ``(layer, Â_layer (B, T, T), carry)`` yield
     ``(layer, R_layer)`` with
 

@@ -15,8 +15,16 @@ from .adapters import block_sites, model_blocks
 from .errors import UnsupportedModelError
 from .geometry import HEAD_KINDS, POSITION_KINDS, LayerGeometry, ViTSpec, as_pair, input_spec, patch_embedding_module
 
-__all__ = ["ViTSpec", "LayerGeometry", "spec_from_model", "patch_embedding_module", "as_pair", "input_spec",
-           "POSITION_KINDS", "HEAD_KINDS"]
+__all__ = [
+    "ViTSpec",
+    "LayerGeometry",
+    "spec_from_model",
+    "patch_embedding_module",
+    "as_pair",
+    "input_spec",
+    "POSITION_KINDS",
+    "HEAD_KINDS",
+]
 
 
 def _position_kind(model: nn.Module) -> str:
@@ -118,6 +126,6 @@ def _prefix_names(model: nn.Module, embed: nn.Module | None) -> tuple[str, ...]:
 
 
 def _residual_norm(model: nn.Module) -> str:
-    """"post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
+    """ "post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
     post = ("ResPost", "SwinTransformerV2Block", "SwinTransformerV2CrBlock")  # Swin V2 blocks: x + norm(attn(x))
     return "post" if any(type(block).__name__.startswith(post) for _, block in model_blocks(model)) else "pre"

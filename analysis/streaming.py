@@ -192,8 +192,15 @@ def dataset_attention_distance(
 
         sink = reduce_windows if spec.is_windowed else reduce
         hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: sink(layer, probs)) for layer in layers}
-        visit_forward(model, device, pixels, batch_spec, hooks, precision=precision,
-                      query_rows=None if patch_queries is None else tuple(patch_queries))
+        visit_forward(
+            model,
+            device,
+            pixels,
+            batch_spec,
+            hooks,
+            precision=precision,
+            query_rows=None if patch_queries is None else tuple(patch_queries),
+        )
         require_every_layer(layers, seen)  # a silent zero would be averaged in as data
         return per_layer
 
@@ -204,7 +211,9 @@ def dataset_attention_distance(
         return run_batch(chunk, vit.cpu_model(), torch.device("cpu"))
 
     for batch in iter_batches(vit, images, batch_size, workers, skip_log):
-        per_image_batch = torch.cat(run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None))
+        per_image_batch = torch.cat(
+            run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None)
+        )
         totals += per_image_batch.sum(0)
         if per_image:
             kept.append(per_image_batch)

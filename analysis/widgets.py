@@ -45,8 +45,14 @@ from .attention_view import (
 from .errors import AnalysisError
 
 __all__ = [
-    "DEFAULT_BUDGET_MB", "WIDGET_ESM", "NotebookDependencyError", "attention_view", "compare_layers_view", "rollout_view",
-    "token_similarity_view", "widget_class",
+    "DEFAULT_BUDGET_MB",
+    "WIDGET_ESM",
+    "NotebookDependencyError",
+    "attention_view",
+    "compare_layers_view",
+    "rollout_view",
+    "token_similarity_view",
+    "widget_class",
 ]
 
 DEFAULT_BUDGET_MB = 64.0  # codes held in the page: every layer of a ViT-B/16 (11.5 MiB) fits
@@ -117,7 +123,7 @@ def widget_class():
         import traitlets
     except ImportError as exc:
         raise NotebookDependencyError(
-            f"the notebook widgets need anywidget ({exc}); install it with: pip install \"vit-explorer[notebook]\"."
+            f'the notebook widgets need anywidget ({exc}); install it with: pip install "vit-explorer[notebook]".'
         ) from exc
 
     class AttentionViewWidget(anywidget.AnyWidget):
@@ -134,8 +140,19 @@ def widget_class():
         _data = traitlets.Bytes(b"").tag(sync=True)
         _image = traitlets.Unicode("").tag(sync=True)
 
-        def __init__(self, source, image_uri: str, background, *, layer: int, head, query, colorscale: str,
-                     map_range: str, opacity: float):
+        def __init__(
+            self,
+            source,
+            image_uri: str,
+            background,
+            *,
+            layer: int,
+            head,
+            query,
+            colorscale: str,
+            map_range: str,
+            opacity: float,
+        ):
             self._source, self._background = source, background
             self._style = {"colorscale": colorscale, "map_range": map_range, "opacity": opacity}
             self._held: tuple[int, ...] = ()
@@ -163,8 +180,12 @@ def widget_class():
             """The page's arguments as the app builds them, the data inline (``data_b64``)."""
             import base64
 
-            return {**self._args, "image": self._image, "data_url": "widget:inline",
-                    "data_b64": base64.b64encode(self._data).decode("ascii")}
+            return {
+                **self._args,
+                "image": self._image,
+                "data_url": "widget:inline",
+                "data_b64": base64.b64encode(self._data).decode("ascii"),
+            }
 
         def _refresh(self):
             """New arguments (and new data when the layer is not held) for the current traits."""
@@ -181,18 +202,30 @@ def widget_class():
             head and query over the image, on the view's colour range rule."""
             record, spec, layer = self.record, self.record.spec, int(self.layer)
             if not isinstance(self._source, _AttentionSource):
-                raise AnalysisError("figure() draws attention maps; this view shows other maps (draw them with analysis.plots).")
+                raise AnalysisError(
+                    "figure() draws attention maps; this view shows other maps (draw them with analysis.plots)."
+                )
             head = None if self.head == "mean" else int(self.head)
             shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
             grid = spec.geometry(layer) if spec.is_windowed else None
             stride = tuple(grid.stride) if grid is not None else tuple(spec.patch_size)
-            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=1 / (
-                grid.window_tokens if grid is not None else spec.num_tokens))
+            lo, hi, range_text = plots.colour_range(
+                self._style["map_range"],
+                shown,
+                uniform=1 / (grid.window_tokens if grid is not None else spec.num_tokens),
+            )
             head_text = "mean over heads" if head is None else f"head {head}"
             return plots.attention_overlay(
-                self._background, spec.img_size, shown, stride, colorscale=self._style["colorscale"], zmin=lo,
-                zmax=hi, title=f"layer {layer} · {head_text} · query: {self.query}",
-                colorbar_title=f"attention probability ({range_text})")
+                self._background,
+                spec.img_size,
+                shown,
+                stride,
+                colorscale=self._style["colorscale"],
+                zmin=lo,
+                zmax=hi,
+                title=f"layer {layer} · {head_text} · query: {self.query}",
+                colorbar_title=f"attention probability ({range_text})",
+            )
 
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)
@@ -216,7 +249,7 @@ class _AttentionSource:
             raise AnalysisError(f"layer {layer} is not a layer of this model (0..{spec.num_layers - 1}).")
         heads = spec.geometry(layer).num_heads if spec.is_windowed else spec.num_heads
         if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
-            raise AnalysisError(f"head {head!r} is not \"mean\" or a head index (0..{heads - 1}).")
+            raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 
     def data(self, layer: int):
         if self.record.spec.is_windowed:
@@ -224,8 +257,10 @@ class _AttentionSource:
             return (layer,), blob, meta
         held = layers_to_send(self.record.spec, layer, self.budget)
         if held is None:
-            raise AnalysisError(f"one layer of this model is over the view's budget of "
-                                f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb.")
+            raise AnalysisError(
+                f"one layer of this model is over the view's budget of "
+                f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb."
+            )
         blob, meta = view_blob(self.record, held)
         return held, blob, meta
 
@@ -233,7 +268,9 @@ class _AttentionSource:
         spec = self.record.spec
         if spec.is_windowed:
             cell = None if query == "mean" else int(query)
-            return windowed_view_args(data=meta, image_uri="", spec=spec, layer=layer, head=head, query_cell=cell, **style)
+            return windowed_view_args(
+                data=meta, image_uri="", spec=spec, layer=layer, head=head, query_cell=cell, **style
+            )
         return view_args(data=meta, image_uri="", spec=spec, layer=layer, head=head, query=query, **style)
 
 
@@ -249,15 +286,16 @@ class _HeldMapsSource:
             raise AnalysisError(f"layer {layer} is not one this view holds ({list(self.layers)}).")
         heads = self.labels.get("heads", self.spec.num_heads)
         if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
-            raise AnalysisError(f"head {head!r} is not \"mean\" or a head index of this view.")
+            raise AnalysisError(f'head {head!r} is not "mean" or a head index of this view.')
 
     def data(self, layer: int):
         blob, meta = view_blob(self.record, self.layers, self.rows)
         return self.layers, blob, meta
 
     def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
-        return view_args(data=meta, image_uri="", spec=self.spec, layer=layer, head=head, query=query, **style,
-                         **self.labels)
+        return view_args(
+            data=meta, image_uri="", spec=self.spec, layer=layer, head=head, query=query, **style, **self.labels
+        )
 
 
 def _image_array(image, spec) -> np.ndarray:
@@ -268,13 +306,23 @@ def _image_array(image, spec) -> np.ndarray:
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[:2] != tuple(spec.img_size):
         raise AnalysisError(
             f"the view's image must be the model-input image, {tuple(spec.img_size)} uint8 pixels "
-            f"(np.asarray(vit.model_input_image(image))); got {array.dtype} {array.shape}.")
+            f"(np.asarray(vit.model_input_image(image))); got {array.dtype} {array.shape}."
+        )
     return array[..., :3]
 
 
-def attention_view(record, image, *, layer: int | None = None, head: str | int = "mean", query=None,
-                   colorscale: str = "Viridis", map_range: str = "robust", opacity: float = 0.6,
-                   budget_mb: float = DEFAULT_BUDGET_MB):
+def attention_view(
+    record,
+    image,
+    *,
+    layer: int | None = None,
+    head: str | int = "mean",
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+    budget_mb: float = DEFAULT_BUDGET_MB,
+):
     """The instant attention view of image 0 of ``record`` (:func:`analysis.capture_attention`'s,
     or a windowed record) as a Jupyter widget: the app's view page, hover in the browser.
 
@@ -289,8 +337,17 @@ def attention_view(record, image, *, layer: int | None = None, head: str | int =
         AnalysisError: a layer, head or image that does not fit the model.
     """
     spec = record.spec
-    return _widget(_AttentionSource(record, int(budget_mb * 2**20)), image, spec, layer=spec.num_layers - 1 if layer is None else layer,
-                   head=head, query=query, colorscale=colorscale, map_range=map_range, opacity=opacity)
+    return _widget(
+        _AttentionSource(record, int(budget_mb * 2**20)),
+        image,
+        spec,
+        layer=spec.num_layers - 1 if layer is None else layer,
+        head=head,
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
 
 
 def _default_query(spec):
@@ -300,14 +357,32 @@ def _default_query(spec):
 def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
     cls = widget_class()
     background = _image_array(image, spec)
-    return cls(source, plots.image_data_uri(background), background, layer=int(layer), head=head,
-               query=_default_query(spec) if query is None else query, colorscale=colorscale,
-               map_range=map_range, opacity=opacity)
+    return cls(
+        source,
+        plots.image_data_uri(background),
+        background,
+        layer=int(layer),
+        head=head,
+        query=_default_query(spec) if query is None else query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
 
 
-def rollout_view(record, image, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0,
-                 layer: int | None = None, query=None, colorscale: str = "Viridis", map_range: str = "robust",
-                 opacity: float = 0.6):
+def rollout_view(
+    record,
+    image,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    layer: int | None = None,
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+):
     """The app's instant rollout view as a widget: every query's attention rollout from
     ``start_layer`` up to each layer (:func:`analysis.attention_view.rollout_view_rows`), all held in
     the page; ``layer`` (default the last) is the end layer shown, ``query`` a two-way trait as in
@@ -320,15 +395,41 @@ def rollout_view(record, image, *, head_fusion: str = "mean", discard_ratio: flo
 
     widget_class()
     spec = record.spec
-    ends, rows = rollout_view_rows(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer)
-    labels = {"heads": 0, "head_names": [f"{head_fusion} fusion, discard {discard_ratio:.2f}"], "value_name": "rollout weight",
-              "layer_label": f"Rollout layers {start_layer} to", "report_layer": False, "shared_name": "0–max of this map"}
-    return _widget(_HeldMapsSource(record, ends, rows, labels), image, spec, layer=ends[-1] if layer is None else layer,
-                   head="mean", query=query, colorscale=colorscale, map_range=map_range, opacity=opacity)
+    ends, rows = rollout_view_rows(
+        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer
+    )
+    labels = {
+        "heads": 0,
+        "head_names": [f"{head_fusion} fusion, discard {discard_ratio:.2f}"],
+        "value_name": "rollout weight",
+        "layer_label": f"Rollout layers {start_layer} to",
+        "report_layer": False,
+        "shared_name": "0–max of this map",
+    }
+    return _widget(
+        _HeldMapsSource(record, ends, rows, labels),
+        image,
+        spec,
+        layer=ends[-1] if layer is None else layer,
+        head="mean",
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
 
 
-def compare_layers_view(record, image, layers, *, head: str | int = "mean", query=None, colorscale: str = "Viridis",
-                        map_range: str = "robust", opacity: float = 0.6):
+def compare_layers_view(
+    record,
+    image,
+    layers,
+    *,
+    head: str | int = "mean",
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+):
     """The app's Compare view as a widget: ``layers`` side by side on one colour scale; hovering
     any panel shows that patch's attention in every layer. ``head`` and ``query`` are two-way
     traits. A ViT only.
@@ -340,12 +441,30 @@ def compare_layers_view(record, image, layers, *, head: str | int = "mean", quer
     spec = record.spec
     labels = {"panels": [int(i) for i in layers], "report_layer": False, "shared_name": "0–max of these layers' heads"}
     source = _HeldMapsSource(record, sorted({int(i) for i in layers}), None, labels)
-    return _widget(source, image, spec, layer=int(layers[0]), head=head, query=query, colorscale=colorscale,
-                   map_range=map_range, opacity=opacity)
+    return _widget(
+        source,
+        image,
+        spec,
+        layer=int(layers[0]),
+        head=head,
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
 
 
-def token_similarity_view(record, tokens, image, *, layer: int, kind: str = "token", query=None,
-                          colorscale: str = "Viridis", opacity: float = 0.7):
+def token_similarity_view(
+    record,
+    tokens,
+    image,
+    *,
+    layer: int,
+    kind: str = "token",
+    query=None,
+    colorscale: str = "Viridis",
+    opacity: float = 0.7,
+):
     """The app's Tokens view as a widget: every token's cosine similarity to every patch token of
     one layer (:func:`analysis.attention_view.similarity_view_rows`), on −1 to 1. ``tokens``: that
     layer's ``(1, T, D)`` tokens (``capture_tokens(vit, pixels, kind=kind).tokens[layer]``);
@@ -359,7 +478,22 @@ def token_similarity_view(record, tokens, image, *, layer: int, kind: str = "tok
     widget_class()
     spec = record.spec
     rows = similarity_view_rows(tokens, spec)
-    labels = {"heads": 0, "head_names": [f"{kind}s"], "value_name": "cosine similarity", "report_layer": False,
-              "fixed_range": (-1.0, 1.0), "columns": False}
-    return _widget(_HeldMapsSource(record, [layer], rows, labels), image, spec, layer=layer, head="mean", query=query,
-                   colorscale=colorscale, map_range="robust", opacity=opacity)
+    labels = {
+        "heads": 0,
+        "head_names": [f"{kind}s"],
+        "value_name": "cosine similarity",
+        "report_layer": False,
+        "fixed_range": (-1.0, 1.0),
+        "columns": False,
+    }
+    return _widget(
+        _HeldMapsSource(record, [layer], rows, labels),
+        image,
+        spec,
+        layer=layer,
+        head="mean",
+        query=query,
+        colorscale=colorscale,
+        map_range="robust",
+        opacity=opacity,
+    )

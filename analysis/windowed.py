@@ -39,8 +39,15 @@ from .queries import check_pixel_query
 from .records import AttentionRecord
 from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, windowed_message
 
-__all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map", "refuse_windowed",
-           "windowed_message", "WINDOWED_SUPPORT"]
+__all__ = [
+    "WindowedAttentionRecord",
+    "window_probabilities",
+    "windowed_attention_map",
+    "refuse_windowed",
+    "windowed_message",
+    "WINDOWED_SUPPORT",
+]
+
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
     """One windowed attention call's probabilities ``(B·windows, heads, Wt, Wt)`` (timm's

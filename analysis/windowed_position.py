@@ -69,7 +69,9 @@ def relative_position_bias(vit, layer: int) -> torch.Tensor:
         if hasattr(attn, "cpb_mlp"):  # v2: (1, 2wh−1, 2ww−1, 2) log-spaced offsets -> (2wh−1, 2ww−1, heads)
             table = 16 * torch.sigmoid(attn.cpb_mlp(attn.relative_coords_table).view(*side, -1))
         elif hasattr(attn, "meta_mlp"):  # swinv2_cr: meta_mlp of the log-spaced offset sign(d)·log(1 + |d|)
-            rows, cols = (torch.arange(-(w - 1), w, dtype=torch.float32, device=attn.logit_scale.device) for w in window)
+            rows, cols = (
+                torch.arange(-(w - 1), w, dtype=torch.float32, device=attn.logit_scale.device) for w in window
+            )
             offsets = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)  # (2wh−1, 2ww−1, 2) as (Δy, Δx)
             table = attn.meta_mlp((torch.sign(offsets) * torch.log1p(offsets.abs())).to(attn.logit_scale.dtype))
         elif hasattr(attn, "relative_position_bias_table"):  # v1: ((2wh−1)·(2ww−1), heads), row-major in (Δy, Δx)

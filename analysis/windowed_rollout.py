@@ -53,8 +53,15 @@ from .rollout_rules import POST_NORM_WARNING, compose_rollout, fuse_heads, layer
 from .windowed import WindowedAttentionRecord, query_cells
 
 __all__ = [
-    "MERGE_RULES", "MERGE_WARNING", "WindowedRollout", "dense_attention", "window_pairs", "merge_matrix",
-    "windowed_rollout_matrices", "windowed_rollout", "windowed_rollout_by_layer",
+    "MERGE_RULES",
+    "MERGE_WARNING",
+    "WindowedRollout",
+    "dense_attention",
+    "window_pairs",
+    "merge_matrix",
+    "windowed_rollout_matrices",
+    "windowed_rollout",
+    "windowed_rollout_by_layer",
 ]
 
 #: ``"mean_2x2"``: each merged token takes the mean of its 2×2 parents (see the module docstring).
@@ -156,8 +163,11 @@ def _plan(record: WindowedAttentionRecord, start_layer, end_layer, stage, merge)
     start, end = layer_range(spec, start_layer, end_layer, stage)
     for layer in range(start, end + 1):
         record.layer_position(layer)  # every layer of the range captured, else a clear error
-    merged = tuple(layer for layer in range(start + 1, end + 1)
-                   if not _same_token_set(spec.geometry(layer - 1), spec.geometry(layer)))
+    merged = tuple(
+        layer
+        for layer in range(start + 1, end + 1)
+        if not _same_token_set(spec.geometry(layer - 1), spec.geometry(layer))
+    )
     if merged and merge is None:
         before, after = spec.geometry(merged[0] - 1), spec.geometry(merged[0])
         stages = sorted({spec.geometry(layer).stage for layer in range(start, end + 1)})
@@ -172,7 +182,9 @@ def _plan(record: WindowedAttentionRecord, start_layer, end_layer, stage, merge)
     return start, end, merged
 
 
-def _steps(record, head_fusion, discard_ratio, start, end, merged) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+def _steps(
+    record, head_fusion, discard_ratio, start, end, merged
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
     spec = record.spec
     if spec.residual_norm == "post":
         warnings.warn(POST_NORM_WARNING, RuntimeWarning, stacklevel=5)
@@ -181,8 +193,10 @@ def _steps(record, head_fusion, discard_ratio, start, end, merged) -> Iterator[t
     for layer in range(start, end + 1):
         geometry = spec.geometry(layer)
         if geometry.prefix_tokens:  # their rows and columns would be dropped with the padding slots
-            raise AnalysisError(f"Layer {layer} has {geometry.prefix_tokens} prefix tokens in its windows: windowed "
-                                "rollout covers grid cells only, so this model is not supported.")
+            raise AnalysisError(
+                f"Layer {layer} has {geometry.prefix_tokens} prefix tokens in its windows: windowed "
+                "rollout covers grid cells only, so this model is not supported."
+            )
         windows = record.windows[record.layer_position(layer)]  # (B, windows, heads, Wt, Wt)
         fused = fuse_heads(windows.double().transpose(1, 2), head_fusion)  # (B, windows, Wt, Wt)
         dense = _densify(fused, geometry)  # (B, N, N)
@@ -192,8 +206,14 @@ def _steps(record, head_fusion, discard_ratio, start, end, merged) -> Iterator[t
 
 
 def windowed_rollout_matrices(
-    record: WindowedAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0,
-    end_layer: int | None = None, stage: int | None = None, merge: str | None = None,
+    record: WindowedAttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    stage: int | None = None,
+    merge: str | None = None,
 ) -> tuple[torch.Tensor, tuple[int, int, tuple[int, ...]]]:
     """``(R (B, N_end, N_start) float64, (start, end, merged_before))``: rows are the cells of
     ``end_layer``'s grid, columns those of ``start_layer``'s; every row sums to one."""
@@ -212,13 +232,28 @@ def _row(rollout: torch.Tensor, geometry: LayerGeometry, query) -> torch.Tensor:
 
 def _result(record, maps, start, end, merged) -> WindowedRollout:
     first, last = record.spec.geometry(start), record.spec.geometry(end)
-    return WindowedRollout(maps=maps, grid_size=first.grid_size, stride=first.stride, query_grid=last.grid_size,
-                           query_stride=last.stride, start_layer=start, end_layer=end, merged_before=merged)
+    return WindowedRollout(
+        maps=maps,
+        grid_size=first.grid_size,
+        stride=first.stride,
+        query_grid=last.grid_size,
+        query_stride=last.stride,
+        start_layer=start,
+        end_layer=end,
+        merged_before=merged,
+    )
 
 
 def windowed_rollout(
-    record: WindowedAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0,
-    end_layer: int | None = None, query=None, stage: int | None = None, merge: str | None = None,
+    record: WindowedAttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    query=None,
+    stage: int | None = None,
+    merge: str | None = None,
 ) -> WindowedRollout:
     """Rollout of one query of a windowed record (see the module docstring).
 
@@ -227,16 +262,28 @@ def windowed_rollout(
     class token). ``maps`` is the query's row of ``R`` on ``start_layer``'s grid, not rescaled.
     """
     rollout, (start, end, merged) = windowed_rollout_matrices(
-        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer, end_layer=end_layer,
-        stage=stage, merge=merge)
+        record,
+        head_fusion=head_fusion,
+        discard_ratio=discard_ratio,
+        start_layer=start_layer,
+        end_layer=end_layer,
+        stage=stage,
+        merge=merge,
+    )
     first = record.spec.geometry(start)
     maps = _row(rollout, record.spec.geometry(end), query).reshape(-1, *first.grid_size).float()
     return _result(record, maps, start, end, merged)
 
 
 def windowed_rollout_by_layer(
-    record: WindowedAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0,
-    query=None, stage: int | None = None, merge: str | None = None,
+    record: WindowedAttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    query=None,
+    stage: int | None = None,
+    merge: str | None = None,
 ) -> WindowedRollout:
     """The rollout after each layer of ``start_layer``..last (or of ``stage``) in one pass:
     ``maps (steps, B, gh, gw)`` on ``start_layer``'s grid; entry ``i`` equals

@@ -24,7 +24,7 @@ class SphinxRoles(griffe.Extension):
         if obj.docstring is None:
             return
         module = obj.module.path
-        scopes = tuple(obj.path[len(module) + 1:].split(".")) if obj.path != module else ()
+        scopes = tuple(obj.path[len(module) + 1 :].split(".")) if obj.path != module else ()
 
         def replace(match):
             written, name = match.group(0), match.group(2)

@@ -59,10 +59,12 @@ def cli_help() -> str:
     from analysis.faithfulness.__main__ import main as faithfulness
     from analysis.robustness.__main__ import main as robustness
 
-    for title, main in (("python -m analysis.faithfulness", faithfulness),
-                        ("python -m analysis.robustness", robustness),
-                        ("python -m analysis.bench", bench),
-                        ("python -m analysis.demo.evaluate", evaluate)):
+    for title, main in (
+        ("python -m analysis.faithfulness", faithfulness),
+        ("python -m analysis.robustness", robustness),
+        ("python -m analysis.bench", bench),
+        ("python -m analysis.demo.evaluate", evaluate),
+    ):
         sections.append(_fenced(title, _help_of_main(main)))
     import vizapp.cli
 

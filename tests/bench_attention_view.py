@@ -44,14 +44,17 @@ def _frame(page):
 
 
 def _idle(page) -> None:
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=100,
-                           timeout=180_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=100, timeout=180_000
+    )
 
 
 def _centre(page, frame, patch: int, grid: tuple[int, int]) -> tuple[float, float]:
     outer = page.locator(VIEW).first.bounding_box()
-    inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
-                           " return [b.left, b.top, b.width, b.height]; }")
+    inner = frame.evaluate(
+        "() => { const b = document.getElementById('map').getBoundingClientRect();"
+        " return [b.left, b.top, b.width, b.height]; }"
+    )
     gh, gw = grid
     row, col = divmod(patch, gw)
     return outer["x"] + inner[0] + inner[2] * (col + 0.5) / gw, outer["y"] + inner[1] + inner[3] * (row + 0.5) / gh
@@ -74,8 +77,10 @@ def run(model: str | None, repeats: int) -> list[str]:
             page.goto(url + (f"/?model={model}" if model else ""))
             frame = _frame(page)
             _idle(page)
-            lines.append(f"model: {model or 'the bundled demo'}; first view drawn {time.perf_counter() - started:.1f} s "
-                         "after opening the page (server started, model possibly loading)")
+            lines.append(
+                f"model: {model or 'the bundled demo'}; first view drawn {time.perf_counter() - started:.1f} s "
+                "after opening the page (server started, model possibly loading)"
+            )
             args = frame.evaluate("() => window.attentionView.args")
             grid = tuple(args["grid"])
             gh, gw = grid
@@ -93,7 +98,8 @@ def run(model: str | None, repeats: int) -> list[str]:
                 page.mouse.move(*position)
                 frame.wait_for_function(
                     f"() => {{ const p = window.attentionView.paints; return p.length > {count} && p[p.length - 1].hover === {patch}; }}",
-                    polling="raf")
+                    polling="raf",
+                )
                 round_trip.append((time.perf_counter() - t0) * 1000)
                 last = frame.evaluate("() => window.attentionView.paints[window.attentionView.paints.length - 1]")
                 in_page.append(last["painted"] - last["input"])
@@ -115,7 +121,9 @@ def run(model: str | None, repeats: int) -> list[str]:
                 stage.press("ArrowDown" if target < current else "ArrowUp")
                 frame.wait_for_function(
                     f"() => {{ const p = window.attentionView.paints; return p.length > {count} && p[p.length - 1].layer === {target}; }}",
-                    polling="raf", timeout=120_000)
+                    polling="raf",
+                    timeout=120_000,
+                )
                 key_round_trip.append((time.perf_counter() - t0) * 1000)
                 last = frame.evaluate("() => window.attentionView.paints[window.attentionView.paints.length - 1]")
                 key_in_page.append(last["painted"] - last["input"])
@@ -123,7 +131,9 @@ def run(model: str | None, repeats: int) -> list[str]:
                 _idle(page)
             if key_in_page:
                 lines.append(_summary("layer step (↓/↑ in the view) -> new map, in page", key_in_page))
-                lines.append(_summary("layer step (↓/↑ in the view) -> new map, round trip from the script", key_round_trip))
+                lines.append(
+                    _summary("layer step (↓/↑ in the view) -> new map, round trip from the script", key_round_trip)
+                )
             slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
             for _ in range(repeats if layers > 1 else 0):  # the page's slider: a rerun, then the view follows
                 current = frame.evaluate("() => window.attentionView.layer")
@@ -133,7 +143,9 @@ def run(model: str | None, repeats: int) -> list[str]:
                 page.keyboard.press("ArrowLeft" if target < current else "ArrowRight")
                 frame.wait_for_function(
                     f"() => {{ const p = window.attentionView.paints; return p.length && p[p.length - 1].layer === {target}; }}",
-                    polling="raf", timeout=120_000)
+                    polling="raf",
+                    timeout=120_000,
+                )
                 slider_steps.append((time.perf_counter() - t0) * 1000)
                 _idle(page)
             if slider_steps:
@@ -148,7 +160,9 @@ def run(model: str | None, repeats: int) -> list[str]:
                 page.mouse.click(*position)
                 page.wait_for_function(
                     f"() => {{ const t = document.querySelector(\"{title}\"); return t && t.textContent.includes('query: patch {patch} ('); }}",
-                    polling="raf", timeout=120_000)
+                    polling="raf",
+                    timeout=120_000,
+                )
                 clicks.append((time.perf_counter() - t0) * 1000)
                 _idle(page)
                 page.locator(VIEW).first.scroll_into_view_if_needed()

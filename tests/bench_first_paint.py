@@ -98,8 +98,10 @@ def open_once(browser, url: str, with_view: bool) -> dict[str, float]:
 
 
 def _summary(name: str, values_ms: list[float]) -> str:
-    return (f"{name}: median {statistics.median(values_ms) / 1000:.2f} s, max {max(values_ms) / 1000:.2f} s "
-            f"(n={len(values_ms)})")
+    return (
+        f"{name}: median {statistics.median(values_ms) / 1000:.2f} s, max {max(values_ms) / 1000:.2f} s "
+        f"(n={len(values_ms)})"
+    )
 
 
 LABELS = {
@@ -121,8 +123,10 @@ def run(model: str | None, repeats: int, path: str = "/") -> list[str]:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             started = time.perf_counter()
             warm = open_once(browser, url + url_tail, with_view=path == "/")
-            lines.append(f"model: {model or 'the bundled demo'}; the warm-up open (cold server, model loading): "
-                         f"first chart {warm['first'] / 1000:.1f} s, {time.perf_counter() - started:.1f} s in all")
+            lines.append(
+                f"model: {model or 'the bundled demo'}; the warm-up open (cold server, model loading): "
+                f"first chart {warm['first'] / 1000:.1f} s, {time.perf_counter() - started:.1f} s in all"
+            )
             opens = [open_once(browser, url + url_tail, with_view=path == "/") for _ in range(repeats)]
             browser.close()
     load = os.getloadavg()
@@ -130,8 +134,10 @@ def run(model: str | None, repeats: int, path: str = "/") -> list[str]:
         values = [o[key] for o in opens if key in o]
         if values:
             lines.append(_summary(label, values))
-    lines.append(f"server time of the run: median {statistics.median(o['server'] for o in opens):.0f} ms, "
-                 f"max {max(o['server'] for o in opens):.0f} ms")
+    lines.append(
+        f"server time of the run: median {statistics.median(o['server'] for o in opens):.0f} ms, "
+        f"max {max(o['server'] for o in opens):.0f} ms"
+    )
     lines.append(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
     return lines
 

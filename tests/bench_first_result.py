@@ -142,8 +142,11 @@ def open_once(browser, url: str) -> dict:
         origin = page.evaluate("() => performance.timeOrigin")
         candidates = [(at, "view") for at in views] + ([(marks["first"], marks["kind"])] if marks["first"] else [])
         first, kind = min(candidates) if candidates else (None, None)
-        return {"first": (first - origin) / 1000 if first is not None else None, "kind": kind,
-                "complete": (max(marks["busy"], marks["last_chart"], first or 0) - origin) / 1000}
+        return {
+            "first": (first - origin) / 1000 if first is not None else None,
+            "kind": kind,
+            "complete": (max(marks["busy"], marks["last_chart"], first or 0) - origin) / 1000,
+        }
     finally:
         context.close()
 
@@ -164,11 +167,15 @@ def _stats(values: list[float]) -> str:
     return f"{statistics.median(values):6.2f} / {max(values):6.2f}" if values else "     —        "
 
 
-def bench_pages(browser, versions: dict[str, Path], models: list[str], pages: list[tuple[str, str]],
-                repeats: int, log_dir: Path) -> list[str]:
-    lines = ["Each page, warm server: first result / complete, s since opening (median / max over "
-             f"{repeats} images, each open the page's first for its image)",
-             "| page | model | version | first result | complete | drawn first |", "|---|---|---|---|---|---|"]
+def bench_pages(
+    browser, versions: dict[str, Path], models: list[str], pages: list[tuple[str, str]], repeats: int, log_dir: Path
+) -> list[str]:
+    lines = [
+        "Each page, warm server: first result / complete, s since opening (median / max over "
+        f"{repeats} images, each open the page's first for its image)",
+        "| page | model | version | first result | complete | drawn first |",
+        "|---|---|---|---|---|---|",
+    ]
     for model in models:
         params = model_params(model)
         with contextlib.ExitStack() as stack:
@@ -190,18 +197,29 @@ def bench_pages(browser, versions: dict[str, Path], models: list[str], pages: li
                     opened = results[path, name]
                     firsts = [o["first"] for o in opened if o["first"] is not None]
                     kinds = sorted({o["kind"] for o in opened if o["kind"]})
-                    line = (f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
-                            f"| {', '.join(kinds) or 'nothing (the page refused)'} |")
+                    line = (
+                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
+                        f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
+                    )
                     lines.append(line)
                     print(line, flush=True)
     return lines
 
 
-def bench_starts(browser, versions: dict[str, Path], start_models: list[str], launchers: list[str],
-                 settles: list[float], log_dir: Path) -> list[str]:
-    lines = ["First open after a server start: the default page opened `settle` s after the server answered; "
-             "first result / complete, s since opening",
-             "| default model | launcher | settle | version | first result | complete |", "|---|---|---|---|---|---|"]
+def bench_starts(
+    browser,
+    versions: dict[str, Path],
+    start_models: list[str],
+    launchers: list[str],
+    settles: list[float],
+    log_dir: Path,
+) -> list[str]:
+    lines = [
+        "First open after a server start: the default page opened `settle` s after the server answered; "
+        "first result / complete, s since opening",
+        "| default model | launcher | settle | version | first result | complete |",
+        "|---|---|---|---|---|---|",
+    ]
     for model in start_models:
         env = {} if model == "demo" else {"VIZAPP_DEFAULT_MODEL": model}
         for launcher in launchers:
@@ -221,12 +239,18 @@ def bench_starts(browser, versions: dict[str, Path], start_models: list[str], la
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ref", default=None, help="also measure the version at this git ref (e.g. main)")
-    parser.add_argument("--models", default="demo,dinov2,random:vit_small_patch16_224",
-                        help="comma-separated: demo, dinov2, or an app model text")
+    parser.add_argument(
+        "--models",
+        default="demo,dinov2,random:vit_small_patch16_224",
+        help="comma-separated: demo, dinov2, or an app model text",
+    )
     parser.add_argument("--pages", default="all", help="comma-separated url paths (attention for the default page)")
     parser.add_argument("--repeats", type=int, default=3, help=f"images per page (1 to {len(IMAGES)})")
-    parser.add_argument("--start-models", default="demo,random:vit_small_patch16_224",
-                        help="default models for the first open after a server start ('' to skip)")
+    parser.add_argument(
+        "--start-models",
+        default="demo,random:vit_small_patch16_224",
+        help="default models for the first open after a server start ('' to skip)",
+    )
     parser.add_argument("--start", default="streamlit,cli", help="launchers for the first open after a start")
     parser.add_argument("--settle", default="0,20", help="seconds between the server's first answer and the open")
     options = parser.parse_args(argv)
@@ -253,8 +277,14 @@ def main(argv: list[str] | None = None) -> int:
             if models and pages:
                 lines += bench_pages(browser, versions, models, pages, options.repeats, log_dir)
             if start_models:
-                lines += bench_starts(browser, versions, start_models, options.start.split(","),
-                                      [float(s) for s in options.settle.split(",")], log_dir)
+                lines += bench_starts(
+                    browser,
+                    versions,
+                    start_models,
+                    options.start.split(","),
+                    [float(s) for s in options.settle.split(",")],
+                    log_dir,
+                )
             browser.close()
     load = os.getloadavg()
     lines.append(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")

@@ -20,8 +20,16 @@ from pathlib import PurePath
 import pytest
 
 #: test files of which every test must run in CI
-REQUIRED_MODULES = ("test_browser.py", "test_browser_view_state.py", "test_browser_layout.py", "test_load.py",
-                    "test_foreign_models.py", "test_notebook_browser.py", "test_notebooks.py", "test_widgets.py")
+REQUIRED_MODULES = (
+    "test_browser.py",
+    "test_browser_view_state.py",
+    "test_browser_layout.py",
+    "test_load.py",
+    "test_foreign_models.py",
+    "test_notebook_browser.py",
+    "test_notebooks.py",
+    "test_widgets.py",
+)
 #: ... and every test file of the real-weights tier (``test_real_*.py``: a real pretrained ViT)
 REQUIRED_PREFIX = "test_real_"
 #: the marker of the other tests that must run in CI (the app's uploads)
@@ -79,5 +87,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"CI=true: {len(_skipped)} required test(s) skipped, so this run fails. Install what they need "
         "(Chromium at /usr/bin/chromium, transformers, a Streamlit whose AppTest drives uploads, onnx and"
         " PyPI for the real-weights tier), "
-        "or deselect them explicitly in .ci/run.", red=True, bold=True,
+        "or deselect them explicitly in .ci/run.",
+        red=True,
+        bold=True,
     )

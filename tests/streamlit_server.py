@@ -42,13 +42,29 @@ def streamlit_server(log_path: Path, extra_env: dict | None = None, repo: Path =
     if not DEMO_PRESENT:
         env.setdefault("VIZAPP_DEFAULT_MODEL", "random:vit_tiny_patch16_224")
     with open(log_path, "w") as log:
-        start = [sys.executable, "-m", "vizapp.cli"] if launcher == "cli" else [
-            sys.executable, "-m", "streamlit", "run", "vizapp/app.py"]
+        start = (
+            [sys.executable, "-m", "vizapp.cli"]
+            if launcher == "cli"
+            else [sys.executable, "-m", "streamlit", "run", "vizapp/app.py"]
+        )
         process = subprocess.Popen(
-            [*start, "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                *start,
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+            ],
+            cwd=repo,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
         try:

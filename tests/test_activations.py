@@ -24,7 +24,9 @@ def _plain_block_io(model, pixels):
     """Each block's input and output by plain forward hooks, and the logits of that forward."""
     inputs, outputs, handles = {}, {}, []
     for layer, block in enumerate(model.blocks):
-        handles.append(block.register_forward_pre_hook(lambda m, a, layer=layer: inputs.__setitem__(layer, a[0].clone())))
+        handles.append(
+            block.register_forward_pre_hook(lambda m, a, layer=layer: inputs.__setitem__(layer, a[0].clone()))
+        )
         handles.append(block.register_forward_hook(lambda m, a, o, layer=layer: outputs.__setitem__(layer, o.clone())))
     try:
         with torch.no_grad():
@@ -49,8 +51,11 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
     record = capture_attention(vit, pixels, exact_logits=True)  # the fused kernel runs untouched beside it
     pooled = record.pool_attention is not None  # SigLIP and PE: an attention-pooling head
     final_norm = not isinstance(vit.model.norm, torch.nn.Identity)  # models that pool first have fc_norm instead
-    assert list(cache) == (hook_point_names(spec.num_layers) + (["ln_final.scale", "ln_final.out"] if final_norm else [])
-                           + (["pool.probs"] if pooled else []))
+    assert list(cache) == (
+        hook_point_names(spec.num_layers)
+        + (["ln_final.scale", "ln_final.out"] if final_norm else [])
+        + (["pool.probs"] if pooled else [])
+    )
     assert pooled == (family in ("siglip", "pe_core"))
     if pooled:
         torch.testing.assert_close(cache["pool.probs"], record.pool_attention, rtol=1e-5, atol=1e-6)
@@ -64,8 +69,9 @@ def test_the_cache_equals_plain_hooks_and_the_existing_captures(family, family_v
         torch.testing.assert_close(at("resid_post"), outputs[layer], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(at("attn.probs"), record.attentions[layer], rtol=1e-5, atol=1e-6)
         batch, heads, tokens, dim = at("attn.q").shape
-        torch.testing.assert_close(at("attn.q").permute(0, 2, 1, 3).reshape(batch, tokens, -1), queries[layer],
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            at("attn.q").permute(0, 2, 1, 3).reshape(batch, tokens, -1), queries[layer], rtol=1e-5, atol=1e-5
+        )
         torch.testing.assert_close(at("attn.v").permute(0, 2, 1, 3).flatten(2), values[layer], rtol=1e-5, atol=1e-5)
         # z = P·v, each head's output (grouped-query values repeated per head)
         v = at("attn.v").repeat_interleave(heads // at("attn.v").shape[1], dim=1)
@@ -131,7 +137,9 @@ def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch, o
     cache = run_with_cache(vit, pixels, names=names)
     assert cache.layers_of("resid_post") == (1, 0)
     stacked = cache.stack("resid_post")
-    assert torch.equal(stacked[0], cache["blocks.1.resid_post"]) and torch.equal(stacked[1], cache["blocks.0.resid_post"])
+    assert torch.equal(stacked[0], cache["blocks.1.resid_post"]) and torch.equal(
+        stacked[1], cache["blocks.0.resid_post"]
+    )
     with pytest.raises(KeyError, match="attn.z"):
         cache.stack("attn.z")
     original = engine._hooked_forward
@@ -179,7 +187,7 @@ def test_zeroing_a_heads_z_equals_zeroing_its_projection_weights(family, family_
     ablated = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": ablate})
     twin = copy.deepcopy(vit.model)
     with torch.no_grad():
-        block_sites(twin)[layer].module.proj.weight[:, head * dim:(head + 1) * dim] = 0
+        block_sites(twin)[layer].module.proj.weight[:, head * dim : (head + 1) * dim] = 0
         expected = twin(pixels).float()
     torch.testing.assert_close(ablated, expected, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
@@ -199,8 +207,9 @@ def test_patching_resid_pre_from_a_clean_run_restores_its_logits(family_vits):
     assert (patched - corrupted_logits).abs().max() > 1e-3
     # resid_mid patched from the clean run: from that layer on the stream is the clean one
     mid = run_with_cache(vit, clean, names=["blocks.1.resid_mid"])["blocks.1.resid_mid"]
-    torch.testing.assert_close(run_with_hooks(vit, corrupted, {"blocks.1.resid_mid": lambda x: mid}),
-                               clean_cache.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        run_with_hooks(vit, corrupted, {"blocks.1.resid_mid": lambda x: mid}), clean_cache.logits, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -216,8 +225,9 @@ def test_replaced_probabilities_are_the_ones_multiplied_with_v(fused, family_vit
             site.module.fused_attn = False
     pixels = family_pixels("vit")
     uniform = {"blocks.0.attn.probs": lambda p: torch.full_like(p, 1.0 / p.shape[-1])}
-    cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.attn.z", "blocks.0.resid_pre"],
-                           hooks=uniform)
+    cache = run_with_cache(
+        vit, pixels, names=["blocks.0.attn.probs", "blocks.0.attn.z", "blocks.0.resid_pre"], hooks=uniform
+    )
     assert torch.allclose(cache["blocks.0.attn.probs"], torch.tensor(1.0 / cache.spec.num_tokens))
     block = vit.model.blocks[0]
     with torch.no_grad():  # the values, by hand from the block's own qkv projection
@@ -236,8 +246,11 @@ def test_q_k_v_need_the_fused_path_and_say_so(family_vits):
     with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         run_with_cache(vit, family_pixels("vit"), names=["blocks.0.attn.q"])
     everything = run_with_cache(vit, family_pixels("vit"))  # names=None: the points this model has
-    assert list(everything) == [n for n in hook_point_names(vit.spec.num_layers) + ["ln_final.scale", "ln_final.out"]
-                                if not n.endswith((".q", ".k", ".v", ".scores"))]
+    assert list(everything) == [
+        n
+        for n in hook_point_names(vit.spec.num_layers) + ["ln_final.scale", "ln_final.out"]
+        if not n.endswith((".q", ".k", ".v", ".scores"))
+    ]
     _assert_no_hooks(vit.model)
 
 
@@ -250,7 +263,9 @@ def test_a_replacement_that_is_a_view_of_the_maps_is_cached_as_replaced(family_v
     plain = run_with_cache(vit, pixels, names=[name])[name]
     hooked = run_with_cache(vit, pixels, names=[name], hooks={name: like_class_token})
     torch.testing.assert_close(hooked[name], plain[:, :, :1].expand_as(plain), rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(hooked.logits, run_with_hooks(vit, pixels, {name: like_class_token}), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        hooked.logits, run_with_hooks(vit, pixels, {name: like_class_token}), rtol=1e-6, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("family", ["siglip", "pe_core"])
@@ -299,8 +314,12 @@ def _windowed_block_io(vit, pixels):
         handles += [
             block.register_forward_pre_hook(lambda m, a, layer=layer: seen.__setitem__((layer, "in"), a[0].clone())),
             block.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "out"), o.clone())),
-            block.drop_path1.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "attn"), o.clone())),
-            block.drop_path2.register_forward_hook(lambda m, a, o, layer=layer: seen.__setitem__((layer, "mlp"), o.clone())),
+            block.drop_path1.register_forward_hook(
+                lambda m, a, o, layer=layer: seen.__setitem__((layer, "attn"), o.clone())
+            ),
+            block.drop_path2.register_forward_hook(
+                lambda m, a, o, layer=layer: seen.__setitem__((layer, "mlp"), o.clone())
+            ),
         ]
     try:
         with torch.no_grad():
@@ -317,7 +336,9 @@ def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind)
     pixels = small_pixels()
     spec = vit.spec
     points = ["resid_pre", "attn.probs", "attn.z", "attn.out", "mlp.out", "resid_post"]
-    cache = run_with_cache(vit, pixels, names=[f"blocks.{layer}.{p}" for layer in range(spec.num_layers) for p in points])
+    cache = run_with_cache(
+        vit, pixels, names=[f"blocks.{layer}.{p}" for layer in range(spec.num_layers) for p in points]
+    )
     seen, logits = _windowed_block_io(vit, pixels)
     torch.testing.assert_close(cache.logits, logits.float(), rtol=1e-5, atol=1e-5)
     tokens = capture_tokens(vit, pixels)  # its own block hooks, not the cache (SAM's fused calls become P·v: 1e-5)
@@ -333,7 +354,11 @@ def test_the_cache_of_a_windowed_model_equals_plain_hooks_and_its_captures(kind)
         torch.testing.assert_close(at("mlp.out"), seen[layer, "mlp"], rtol=1e-5, atol=1e-5)
         assert at("attn.probs").shape == record.layer_windows(layer).shape
         torch.testing.assert_close(at("attn.probs"), record.layer_windows(layer), rtol=0, atol=0)
-        windows, heads, wt = at("attn.probs").shape[1], spec.geometry(layer).num_heads, spec.geometry(layer).window_tokens
+        windows, heads, wt = (
+            at("attn.probs").shape[1],
+            spec.geometry(layer).num_heads,
+            spec.geometry(layer).window_tokens,
+        )
         assert at("attn.z").shape[:3] == (2 * windows, wt, heads)
     with pytest.raises(AnalysisError, match="no prefix tokens"):
         cache.patches("blocks.0.resid_post")
@@ -353,12 +378,16 @@ def test_swin_resid_mid_adds_up_and_sam_refuses_it_per_window():
     cache = run_with_cache(swin, pixels, names=names)
     at = lambda point: cache[f"blocks.2.{point}"]  # noqa: E731
     assert torch.equal(at("resid_mid"), at("resid_pre") + at("attn.out"))
-    assert torch.equal(at("resid_post").flatten(1, 2), at("resid_mid").flatten(1, 2) + at("mlp.out"))  # Swin adds its MLP on (B, gh·gw, C)
+    assert torch.equal(
+        at("resid_post").flatten(1, 2), at("resid_mid").flatten(1, 2) + at("mlp.out")
+    )  # Swin adds its MLP on (B, gh·gw, C)
     sam = small_sam()
     with pytest.raises(AnalysisError, match="resid_mid is not defined"):
         run_with_cache(sam, pixels, names=["blocks.0.resid_mid"])  # block 0 is windowed: attn.out per window
     cache = run_with_cache(sam, pixels, names=["blocks.1.resid_pre", "blocks.1.attn.out", "blocks.1.resid_mid"])
-    assert torch.equal(cache["blocks.1.resid_mid"], cache["blocks.1.resid_pre"] + cache["blocks.1.attn.out"])  # global block
+    assert torch.equal(
+        cache["blocks.1.resid_mid"], cache["blocks.1.resid_pre"] + cache["blocks.1.attn.out"]
+    )  # global block
     with pytest.raises(AnalysisError, match="compute their softmax themselves"):
         run_with_cache(swin, pixels, names=["blocks.0.attn.q"])  # timm's Swin computes P itself: q, k, v never leave it
     explicit_sam = copy.copy(sam)  # SAM's explicit path: a replacement goes back in the module's layout
@@ -366,8 +395,12 @@ def test_swin_resid_mid_adds_up_and_sam_refuses_it_per_window():
     for site in block_sites(explicit_sam.model):
         site.module.fused_attn = False
     halved = lambda p: p * 0.5  # noqa: E731
-    torch.testing.assert_close(run_with_hooks(explicit_sam, pixels, {"blocks.0.attn.probs": halved}),
-                               run_with_hooks(sam, pixels, {"blocks.0.attn.probs": halved}), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        run_with_hooks(explicit_sam, pixels, {"blocks.0.attn.probs": halved}),
+        run_with_hooks(sam, pixels, {"blocks.0.attn.probs": halved}),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     no_hooks_left(swin.model)
     no_hooks_left(sam.model)
 
@@ -403,7 +436,7 @@ def test_zeroing_a_windowed_head_equals_zeroing_its_projection_columns(kind):
     projection = block_sites(reference)[layer].module.proj
     d = projection.in_features // heads
     with torch.no_grad():
-        projection.weight[:, head * d:(head + 1) * d] = 0
+        projection.weight[:, head * d : (head + 1) * d] = 0
         expected = reference(pixels)
     torch.testing.assert_close(got, expected.float(), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(got, run_with_hooks(vit, pixels, {}), atol=1e-4)
@@ -448,8 +481,9 @@ def test_a_batch_split_after_out_of_memory_gives_the_same_cache(family_vits, mon
     vit = family_vits["vit"]
     pixels = family_pixels("vit", batch=3)
     whole = run_with_cache(vit, pixels, names=["blocks.1.attn.probs", "blocks.0.resid_post"])
-    monkeypatch.setattr(run_module, "run_with_oom_fallback",
-                        lambda run, batch, cpu: [run(batch[:1]), run(batch[1:])])  # as after one out-of-memory halving
+    monkeypatch.setattr(
+        run_module, "run_with_oom_fallback", lambda run, batch, cpu: [run(batch[:1]), run(batch[1:])]
+    )  # as after one out-of-memory halving
     split = run_with_cache(vit, pixels, names=["blocks.1.attn.probs", "blocks.0.resid_post"])
     for name in whole:
         torch.testing.assert_close(split[name], whole[name], rtol=1e-5, atol=1e-6)
@@ -463,7 +497,9 @@ def test_a_block_missing_a_branch_point_leaves_no_hook_behind(family_vits):
     vit.model = copy.deepcopy(vit.model)
     del vit.model.blocks[0].drop_path2
     with pytest.raises(AnalysisError, match="no drop_path2"):
-        run_with_cache(vit, family_pixels("vit"), names=["blocks.0.resid_pre", "blocks.0.attn.probs", "blocks.0.mlp.out"])
+        run_with_cache(
+            vit, family_pixels("vit"), names=["blocks.0.resid_pre", "blocks.0.attn.probs", "blocks.0.mlp.out"]
+        )
     _assert_no_hooks(vit.model)
     with pytest.raises(AnalysisError, match="names must be"):
         run_with_cache(vit, family_pixels("vit"), names=5)

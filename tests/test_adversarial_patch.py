@@ -81,8 +81,12 @@ def test_attention_share_equals_a_loop_over_the_record(demo_vit):
     found = patch_attention_share(demo_vit, images, patch, (10, 20))
     spec = demo_vit.spec
     (ph, pw), (gh, gw), prefix = spec.patch_size, spec.grid_size, spec.num_prefix_tokens
-    covered = [prefix + r * gw + c for r in range(gh) for c in range(gw)
-               if r * ph < 10 + 13 and 10 < (r + 1) * ph and c * pw < 20 + 13 and 20 < (c + 1) * pw]
+    covered = [
+        prefix + r * gw + c
+        for r in range(gh)
+        for c in range(gw)
+        if r * ph < 10 + 13 and 10 < (r + 1) * ph and c * pw < 20 + 13 and 20 < (c + 1) * pw
+    ]
     assert found.tokens == tuple(covered)
     for share, record in ((found.patched_share, found.patched), (found.clean_share, found.clean)):
         assert share.shape == (spec.num_layers, 2)
@@ -90,7 +94,10 @@ def test_attention_share_equals_a_loop_over_the_record(demo_vit):
             for b in range(2):
                 total = 0.0
                 for token in covered:
-                    total += sum(float(record.attentions[position, b, h, 0, token]) for h in range(spec.num_heads)) / spec.num_heads
+                    total += (
+                        sum(float(record.attentions[position, b, h, 0, token]) for h in range(spec.num_heads))
+                        / spec.num_heads
+                    )
                 assert share[position, b] == pytest.approx(total, abs=1e-5)
     # the patched pass really had the patch in it, the clean pass did not
     assert not torch.equal(found.patched.attentions, found.clean.attentions)
@@ -109,14 +116,25 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
     train_images, train_labels = scenes(TRAIN_SEED, 48, size)
     test_images, test_labels = scenes(HELD_OUT_SEED, 150, size)
     fractions = []
-    patch = train_patch(demo_vit, train_images, train_labels, share=0.1, epochs=5, batch_size=8, step_size=0.1,
-                        seed=0, progress=fractions.append)
+    patch = train_patch(
+        demo_vit,
+        train_images,
+        train_labels,
+        share=0.1,
+        epochs=5,
+        batch_size=8,
+        step_size=0.1,
+        seed=0,
+        progress=fractions.append,
+    )
     assert fractions[-1] == pytest.approx(1.0) and fractions == sorted(fractions)
     assert patch.patch.shape == (3, 15, 15) and 0 <= float(patch.patch.min()) and float(patch.patch.max()) <= 1
     trained = evaluate_patch(demo_vit, test_images, test_labels, patch, seed=1)
     noise = evaluate_patch(demo_vit, test_images, test_labels, noise_patch(patch.side, seed=2), seed=1)
-    print(f"clean {trained.clean_accuracy:.3f}  noise patch {noise.accuracy:.3f}  trained patch {trained.accuracy:.3f}  "
-          f"fooling {trained.fooling_rate:.3f} vs {noise.fooling_rate:.3f}")
+    print(
+        f"clean {trained.clean_accuracy:.3f}  noise patch {noise.accuracy:.3f}  trained patch {trained.accuracy:.3f}  "
+        f"fooling {trained.fooling_rate:.3f} vs {noise.fooling_rate:.3f}"
+    )
     assert trained.accuracy < noise.accuracy < trained.clean_accuracy
 
 
@@ -124,8 +142,18 @@ def test_size_curve_scores_each_models_own_patch_and_the_noise_control(demo_vit)
     images, labels = scenes(TRAIN_SEED, 8, demo_vit.spec.img_size[0])
     held, held_labels = scenes(HELD_OUT_SEED, 8, demo_vit.spec.img_size[0])
     fractions = []
-    curve = patch_size_curve({"vit": demo_vit}, images, labels, shares=(0.02, 0.05), eval_images=held,
-                             eval_labels=held_labels, epochs=1, batch_size=8, seed=3, progress=fractions.append)
+    curve = patch_size_curve(
+        {"vit": demo_vit},
+        images,
+        labels,
+        shares=(0.02, 0.05),
+        eval_images=held,
+        eval_labels=held_labels,
+        epochs=1,
+        batch_size=8,
+        seed=3,
+        progress=fractions.append,
+    )
     assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
     for k, share in enumerate(curve.shares):
         found = curve.patches["vit"][k]
@@ -153,12 +181,15 @@ def test_transfer_matrix_diagonal_is_each_models_own_accuracy(demo_vit):
     images, labels = scenes(HELD_OUT_SEED, 12, demo_vit.spec.img_size[0])
     patches = {"vit": noise_patch(11, seed=0), "cnn": noise_patch(11, seed=1)}
     fractions = []
-    names, matrix = patch_transfer_matrix({"vit": demo_vit, "cnn": cnn}, patches, images, labels, seed=3,
-                                          progress=fractions.append)
+    names, matrix = patch_transfer_matrix(
+        {"vit": demo_vit, "cnn": cnn}, patches, images, labels, seed=3, progress=fractions.append
+    )
     assert names == ["vit", "cnn"] and fractions == [0.25, 0.5, 0.75, 1.0]
     for i, source in enumerate(names):
         for j, model in enumerate((demo_vit, cnn)):
-            assert matrix[i, j] == pytest.approx(evaluate_patch(model, images, labels, patches[source], seed=3).accuracy)
+            assert matrix[i, j] == pytest.approx(
+                evaluate_patch(model, images, labels, patches[source], seed=3).accuracy
+            )
 
 
 def test_typed_errors(demo_vit):
@@ -181,5 +212,6 @@ def test_typed_errors(demo_vit):
     with pytest.raises(PatchError, match="no attention"):
         patch_attention_share(load_cnn("demo"), images, torch.zeros((3, 4, 4)), (0, 0))
     assert issubclass(PatchError, Exception) and isinstance(
-        AdversarialPatch(torch.zeros((3, 2, 2)), 0.01, (48, 48), None, None, "x", ()).side, int)
+        AdversarialPatch(torch.zeros((3, 2, 2)), 0.01, (48, 48), None, None, "x", ()).side, int
+    )
     assert np.isfinite(patch_side((48, 48), 0.5))

@@ -298,7 +298,9 @@ def loop_distance_bins(sim: np.ndarray, unit: float, width: float) -> list[tuple
     return out
 
 
-@pytest.mark.parametrize("grid, unit, width", [((3, 5), 1.0, 1.0), ((6, 4), 0.5, 1.0), ((5, 5), 1.0, 0.5), ((1, 7), 0.7, 1.5)])
+@pytest.mark.parametrize(
+    "grid, unit, width", [((3, 5), 1.0, 1.0), ((6, 4), 0.5, 1.0), ((5, 5), 1.0, 0.5), ((1, 7), 0.7, 1.5)]
+)
 def test_distance_bins_equal_a_loop_over_every_pair(grid, unit, width):
     from analysis import similarity_distance_bins
 
@@ -404,7 +406,8 @@ def test_distance_units_divide_by_the_patch_side_and_the_image_side():
     assert distance_unit_length(big, "image") == pytest.approx(math.sqrt(48 * 32))
     for unit in ("patches", "image"):
         assert distance_in_units(uniform_attention_distance(big), big, unit) == pytest.approx(
-            distance_in_units(uniform_attention_distance(small), small, unit), rel=1e-12)
+            distance_in_units(uniform_attention_distance(small), small, unit), rel=1e-12
+        )
     assert uniform_attention_distance(big) == pytest.approx(4 * uniform_attention_distance(small))
     # square patches: one patch step between horizontal neighbours is exactly 1 patch
     square = synthetic_record(torch.full((1, 1, 1, 3, 3), 1 / 3), grid=(1, 2), patch=(10, 10), prefix=1).spec

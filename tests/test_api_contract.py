@@ -15,9 +15,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_public_names_are_exported():
-    for name in ("load_vit", "capture_attention", "attention_map", "attention_rollout", "mean_attention_distance",
-                 "position_embedding_similarity", "patch_embedding_components", "load_image", "ImageLoadError",
-                 "dataset_attention_distance", "ModelLoadError", "UnsupportedModelError", "AnalysisError"):
+    for name in (
+        "load_vit",
+        "capture_attention",
+        "attention_map",
+        "attention_rollout",
+        "mean_attention_distance",
+        "position_embedding_similarity",
+        "patch_embedding_components",
+        "load_image",
+        "ImageLoadError",
+        "dataset_attention_distance",
+        "ModelLoadError",
+        "UnsupportedModelError",
+        "AnalysisError",
+    ):
         assert name in analysis.__all__ and callable(getattr(analysis, name)), name
     assert issubclass(analysis.ImageLoadError, ValueError)
     assert issubclass(analysis.UnsupportedModelError, analysis.ModelLoadError)

@@ -149,8 +149,9 @@ def png_bytes(size=(40, 30), colour=(200, 30, 60), fmt="PNG") -> bytes:
 
 def tiles_of(big: np.ndarray, tile_shape: tuple[int, int], ncols: int, n: int) -> np.ndarray:
     th, tw = tile_shape
-    return np.stack([big[(i // ncols) * th : (i // ncols + 1) * th, (i % ncols) * tw : (i % ncols + 1) * tw]
-                     for i in range(n)])
+    return np.stack(
+        [big[(i // ncols) * th : (i // ncols + 1) * th, (i % ncols) * tw : (i % ncols + 1) * tw] for i in range(n)]
+    )
 
 
 def mosaic_tiles(figure: dict, tile_shape: tuple[int, int]) -> np.ndarray:
@@ -164,7 +165,7 @@ def mosaic_tiles(figure: dict, tile_shape: tuple[int, int]) -> np.ndarray:
     found = {}
     for x, y, data in zip(array(marker["x"]), array(marker["y"]), array(marker["customdata"])):
         row, col = int(float(y) // th), int(float(x) // tw)
-        found[int(data[0])] = big[row * th:(row + 1) * th, col * tw:(col + 1) * tw]
+        found[int(data[0])] = big[row * th : (row + 1) * th, col * tw : (col + 1) * tw]
     return np.stack([found[i] for i in range(len(found))])
 
 
@@ -255,7 +256,10 @@ def tile_pixels(spec: dict, nrows: int, ncols: int) -> tuple[float, float]:
     """A thumbnail mosaic's tile size on screen (height, width) from its layout, each axis on its own."""
     layout = spec["layout"]
     margin = layout["margin"]
-    return ((layout["height"] - margin["t"] - margin["b"]) / nrows, (layout["width"] - margin["l"] - margin["r"]) / ncols)
+    return (
+        (layout["height"] - margin["t"] - margin["b"]) / nrows,
+        (layout["width"] - margin["l"] - margin["r"]) / ncols,
+    )
 
 
 def test_the_rollout_strip_wraps_into_rows_of_thumbnails_of_120_px(app, vit):
@@ -368,11 +372,17 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
     axis = panels["layout"]["coloraxis"]
     from analysis.plots import UNIFORM_FLOOR
 
-    robust_top = max(min(both.max(), np.quantile(both, 0.99)), UNIFORM_FLOOR / spec.num_tokens)  # the demo has no outliers
-    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(robust_top, rel=1e-5)  # default: 0 to the 99th percentile
+    robust_top = max(
+        min(both.max(), np.quantile(both, 0.99)), UNIFORM_FLOOR / spec.num_tokens
+    )  # the demo has no outliers
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(
+        robust_top, rel=1e-5
+    )  # default: 0 to the 99th percentile
     app.radio(key="map_range").set_value("zero").run()
     axis = charts(app)[0]["layout"]["coloraxis"]
-    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(max(both.max(), UNIFORM_FLOOR / spec.num_tokens), rel=1e-5)
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(
+        max(both.max(), UNIFORM_FLOOR / spec.num_tokens), rel=1e-5
+    )
     app.radio(key="map_range").set_value("minmax").run()
     axis = charts(app)[0]["layout"]["coloraxis"]
     assert axis["cmin"] == pytest.approx(both.min(), rel=1e-5) and axis["cmax"] == pytest.approx(both.max(), rel=1e-5)
@@ -426,8 +436,11 @@ def test_position_embedding_page(app, vit):
     app.number_input(key="pos_grid_w").set_value(gw + 2).run()
     assert_clean(app)
     resampled = analysis.position_embedding_similarity(vit, grid_size=(gh + 2, gw + 2)).numpy()
-    big_specs = [s for s in charts(app) if traces(s, "heatmap") and array(traces(s, "heatmap")[0]["z"]).shape
-                 == ((gh + 2) ** 2, (gw + 2) ** 2)]
+    big_specs = [
+        s
+        for s in charts(app)
+        if traces(s, "heatmap") and array(traces(s, "heatmap")[0]["z"]).shape == ((gh + 2) ** 2, (gw + 2) ** 2)
+    ]
     assert big_specs, "the resampled mosaic is shown"
     tiles = tiles_of(array(traces(big_specs[0], "heatmap")[0]["z"]), (gh + 2, gw + 2), gw + 2, (gh + 2) * (gw + 2))
     np.testing.assert_allclose(tiles.reshape(resampled.shape), resampled, rtol=1e-5, atol=1e-6)
@@ -440,7 +453,9 @@ def test_position_embedding_page(app, vit):
     np.testing.assert_allclose(array(means[0]["y"]), bins.mean, rtol=1e-6)
     np.testing.assert_allclose(array(means[0]["x"]), bins.distance, rtol=1e-6)
     np.testing.assert_allclose(array(means[0]["customdata"]), np.stack([bins.std, bins.count], axis=1), rtol=1e-6)
-    (upper,) = [t for t in traces(curve, "scatter") if t.get("fill") == "tonexty" and t["legendgroup"] == means[0]["name"]]
+    (upper,) = [
+        t for t in traces(curve, "scatter") if t.get("fill") == "tonexty" and t["legendgroup"] == means[0]["name"]
+    ]
     np.testing.assert_allclose(array(upper["y"]), bins.mean + bins.std, rtol=1e-6)
 
 
@@ -481,11 +496,13 @@ def test_attention_distance_page_on_my_own_image_set(app, vit):
         zf.writestr("inner/blue.png", png_bytes(colour=(20, 30, 220)))
         zf.writestr("notes.txt", "not an image")
     app.radio(key="dist_set").set_value("mine").run()
-    uploader(app, key="dist_files").set_value([
-        ("red.png", png_bytes(), "image/png"),
-        ("green.jpg", png_bytes(colour=(10, 200, 10), fmt="JPEG"), "image/jpeg"),
-        ("set.zip", archive.getvalue(), "application/zip"),
-    ]).run()
+    uploader(app, key="dist_files").set_value(
+        [
+            ("red.png", png_bytes(), "image/png"),
+            ("green.jpg", png_bytes(colour=(10, 200, 10), fmt="JPEG"), "image/jpeg"),
+            ("set.zip", archive.getvalue(), "application/zip"),
+        ]
+    ).run()
     assert_clean(app)
     series = traces(charts(app)[0], "scatter")
     assert len(series) == 2 and "mean over 3 images" in series[1]["name"]
@@ -686,7 +703,9 @@ def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(resources, "capture_attention", warning_capture)
-    uploader(app, key="image_upload").set_value(("oom.png", png_bytes(size=(33, 47), colour=(1, 2, 3)), "image/png")).run()
+    uploader(app, key="image_upload").set_value(
+        ("oom.png", png_bytes(size=(33, 47), colour=(1, 2, 3)), "image/png")
+    ).run()
     assert_clean(app)
     assert any("falling back to the CPU" in w.value for w in app.warning)
     assert len(charts(app)) >= 2
@@ -725,10 +744,13 @@ def test_map_colour_range_choices_and_label(app, vit, record):
     query = "cls" if spec.has_class_token else "mean"
     layer = app.slider(key="layer").value
     shown = analysis.attention_map(record, layer, head=None, query=query)[0].numpy()
-    every = np.stack([
-        analysis.attention_map(record, lyr, head=h, query=query)[0].numpy()
-        for lyr in range(spec.num_layers) for h in [*range(spec.num_heads), None]
-    ])
+    every = np.stack(
+        [
+            analysis.attention_map(record, lyr, head=h, query=query)[0].numpy()
+            for lyr in range(spec.num_layers)
+            for h in [*range(spec.num_heads), None]
+        ]
+    )
 
     def heatmap():
         from analysis.plots.layout import plain_label
@@ -799,8 +821,15 @@ def test_the_url_reproduces_the_view():
     run, and every later change is written back (the real reload is in test_browser.py)."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(
-        model=RANDOM_MODEL, res="64", img="scene_4_ring.png", layer="1", head="2",
-        query="patch", patch="5", colours="Magma", range="minmax",
+        model=RANDOM_MODEL,
+        res="64",
+        img="scene_4_ring.png",
+        layer="1",
+        head="2",
+        query="patch",
+        patch="5",
+        colours="Magma",
+        range="minmax",
     )
     at.run()
     assert_clean(at)
@@ -833,9 +862,12 @@ def test_url_parameters_round_trip_every_model_kind():
     from vizapp.refs import ModelRef
     from vizapp.state import CURATED_MODELS
 
-    for ref in [ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=96),
-                ModelRef("/data/ckpt.safetensors", arch="vit_small_patch16_224"),
-                ModelRef("hf:facebook/dinov2-small"), next(iter(CURATED_MODELS.values()))]:
+    for ref in [
+        ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=96),
+        ModelRef("/data/ckpt.safetensors", arch="vit_small_patch16_224"),
+        ModelRef("hf:facebook/dinov2-small"),
+        next(iter(CURATED_MODELS.values())),
+    ]:
         state = url_state.model_widget_state(url_state.model_params(ref), CURATED_MODELS)
         assert state["model_source"] in ("timm", "local", "curated"), state
         if state["model_source"] == "curated":
@@ -875,7 +907,9 @@ def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
     smooth = analysis.upsample_map(shown, spec.img_size, "bilinear")
     expected = figures.colorize(smooth, colorscale, 0.0, float(shown.max()))
     np.testing.assert_array_equal(drawn, expected)
-    cells = figures.colorize(analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max()))
+    cells = figures.colorize(
+        analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max())
+    )
     assert (drawn != cells).any()  # not the exact cells under another name
     # the colour bar still states the range, and hover still reads the patch values
     (carrier,) = [t for t in traces(overlay, "scatter") if t.get("name") == "colour bar"]
@@ -906,7 +940,8 @@ def test_top_mass_panels_keep_the_dino_mass_per_head(app, vit, record):
         np.testing.assert_array_equal(~np.isnan(z), expected)
         np.testing.assert_allclose(z[expected], attention.numpy()[expected], rtol=1e-6)
         assert f"head {head} · {expected.sum()} of {spec.num_patches} patches" in [
-            plain_label(a["text"]) for a in panels["layout"]["annotations"]  # titles wrap to their panel
+            plain_label(a["text"])
+            for a in panels["layout"]["annotations"]  # titles wrap to their panel
         ]
 
 
@@ -923,7 +958,7 @@ def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record,
     monkeypatch.setattr(st, "image", spy)
     app.switch_page("views/rollout.py").run()
     assert_clean(app)
-    (image, kwargs), = shown
+    ((image, kwargs),) = shown
     rollout = analysis.attention_rollout(record)[0].numpy()
     model_input = np.asarray(vit.model_input_image(analysis.load_image(first_sample())), dtype=np.uint8)
     from analysis.plots import colour_range
@@ -934,7 +969,7 @@ def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record,
     assert "Figure 6" in kwargs.get("caption", "") and f"{top:.3g}" in kwargs["caption"]
     shown.clear()
     app.radio(key="map_range").set_value("zero").run()  # the paper's rule: divided by the maximum
-    (image, kwargs), = shown
+    ((image, kwargs),) = shown
     np.testing.assert_array_equal(image, analysis.masked_image(model_input, rollout, "bilinear"))
 
 
@@ -1038,10 +1073,12 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     keys = analysis.capture_tokens(vit, pixels, kind="key").layer_tokens(layer)  # (1, T, D)
     rgb, _ = analysis.feature_pca(keys, spec)
     (pca,) = traces(chart(app, "tok_pca"), "image")
-    np.testing.assert_array_equal(array(pca["z"]).reshape(*spec.grid_size, 3).astype(np.uint8), np.round(rgb[0].numpy() * 255).astype(np.uint8))
+    np.testing.assert_array_equal(
+        array(pca["z"]).reshape(*spec.grid_size, 3).astype(np.uint8), np.round(rgb[0].numpy() * 255).astype(np.uint8)
+    )
     similarity = analysis.patch_similarity(keys, spec, 5).numpy()
     np.testing.assert_allclose(overlay_map(chart(app, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
-    norms = analysis.token_norms(analysis.capture_tokens(vit, pixels))[layer, 0, spec.num_prefix_tokens:]
+    norms = analysis.token_norms(analysis.capture_tokens(vit, pixels))[layer, 0, spec.num_prefix_tokens :]
     np.testing.assert_allclose(overlay_map(chart(app, "tok_norms")).ravel(), norms.numpy(), rtol=1e-5)
     lens = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1)
     final = int(lens[-1].argmax())
@@ -1065,7 +1102,10 @@ def test_register_tokens_are_queries_by_name(app):
     app.radio(key="query_mode").set_value("prefix").run()
     assert_clean(app)
     box = app.selectbox(key="query_prefix")
-    assert box.options == [f"{n} token (token {i})" for i, n in enumerate(["class", "register 1", "register 2", "register 3", "register 4"])]
+    assert box.options == [
+        f"{n} token (token {i})"
+        for i, n in enumerate(["class", "register 1", "register 2", "register 3", "register 4"])
+    ]
     box.set_value(2).run()
     assert_clean(app)
     title = chart(app, "attn_overlay")["layout"]["title"]["text"]
@@ -1117,8 +1157,14 @@ def test_robustness_page_matches_the_probes_and_curves(app, vit):
     if DEMO_PRESENT:  # the bundled CNN beside the demo ViT, with its Grad-CAM
         assert len(panels) == 4 and app.selectbox(key="rob_cnn").value == "demo"
         cnn = load_cnn("demo")
-        on_cnn = probe(cnn, cnn.preprocess(image), "pixel_drop", 0.75, seed=3,
-                       target=int(cnn.model(cnn.preprocess(image)).argmax()))
+        on_cnn = probe(
+            cnn,
+            cnn.preprocess(image),
+            "pixel_drop",
+            0.75,
+            seed=3,
+            target=int(cnn.model(cnn.preprocess(image)).argmax()),
+        )
         cam = on_cnn.saliency.numpy()
         cnn_clean = probe(cnn, cnn.preprocess(image), "pixel_drop", 0.0).saliency.numpy()
         np.testing.assert_allclose(array(panels[3]["z"]), cam / max(cam.max(), cnn_clean.max()), rtol=1e-5, atol=1e-7)
@@ -1127,16 +1173,18 @@ def test_robustness_page_matches_the_probes_and_curves(app, vit):
     from vizapp.inputs import sample_paths
 
     samples = sample_paths()  # in the page's order: image i gets seed + i
-    curve = robustness_curve(vit, [analysis.load_image(p) for p in samples], perturbation, SET_LEVELS[perturbation],
-                             seed=3, attention=False)
+    curve = robustness_curve(
+        vit, [analysis.load_image(p) for p in samples], perturbation, SET_LEVELS[perturbation], seed=3, attention=False
+    )
     (vit_line, *others) = [t for t in traces(chart(app, "rob_curves_chart"), "scatter")]
     np.testing.assert_allclose(array(vit_line["y"]), curve.score)
     assert curve.score[0] == 1.0 and len(others) == (2 if DEMO_PRESENT else 0)  # the demo CNN and the demo Swin
     if DEMO_PRESENT:  # the bundled Swin: the same images, seeds and pixel perturbations (issue 23)
         swin = analysis.load_vit("demo_swin")
         kind = "pixel_drop" if perturbation == "token_drop" else perturbation
-        swin_curve = robustness_curve(swin, [analysis.load_image(p) for p in samples], kind, SET_LEVELS[perturbation], seed=3,
-                                      attention=False)
+        swin_curve = robustness_curve(
+            swin, [analysis.load_image(p) for p in samples], kind, SET_LEVELS[perturbation], seed=3, attention=False
+        )
         (swin_line,) = [t for t in others if t["name"].startswith("Swin")]
         np.testing.assert_allclose(array(swin_line["y"]), swin_curve.score)
 
@@ -1169,7 +1217,8 @@ def test_robustness_compares_the_demo_vit_and_the_bundled_cnn_on_their_shared_cl
     assert_clean(app)
     assert app.selectbox(key="rob_cnn").value == "demo"
     assert "The ViT and the CNN both predict 6 classes (circle, ring, bar, triangle, cross, star)." in [
-        c.value for c in app.caption]
+        c.value for c in app.caption
+    ]
     (summary,) = verdicts(app)
     assert summary.startswith("ViT: ") and " · CNN: " in summary
     assert len(traces(chart(app, "rob_maps"), "heatmap")) == 4
@@ -1186,19 +1235,26 @@ def test_robustness_never_compares_an_imagenet_vit_with_the_shapes_cnn(app):
     assert choice.value == "none"  # not the default ...
     assert not [o for o in choice.options if "demo" in o]  # ... nor offered
     assert [o for o in choice.options if "ImageNet-1k" in o] == [
-        f"{name} (timm, ImageNet-1k weights)" for name in IMAGENET_1K_CNNS]
+        f"{name} (timm, ImageNet-1k weights)" for name in IMAGENET_1K_CNNS
+    ]
     assert [v for v in verdicts(app) if "CNN" in v] == []
     # the bundled CNN asked for by name: a message, no verdict, no CNN panels
     choice.set_value("other").run()
     app.text_input(key="rob_cnn_other").input("demo").run()
     assert_clean(app)
     (message,) = [i.value for i in app.info if "not the same classes" in i.value]
-    assert message.startswith("The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, "
-                              "bar, triangle, cross, star)")
+    assert message.startswith(
+        "The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, "
+        "bar, triangle, cross, star)"
+    )
     assert [v for v in verdicts(app) if "CNN" in v] == [] and len(verdicts(app)) == 1
     assert len(traces(chart(app, "rob_maps"), "heatmap")) == 2
-    assert not [c for c in app.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]
-                if str(t.get("name", "")).startswith("CNN")]
+    assert not [
+        c
+        for c in app.get("plotly_chart")
+        for t in json.loads(c.proto.spec)["data"]
+        if str(t.get("name", "")).startswith("CNN")
+    ]
     assert "rob_swin" not in [t.key for t in app.toggle]  # the demo Swin is not offered either
 
 
@@ -1312,8 +1368,10 @@ def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     other_pixels = vit.preprocess(analysis.load_image(buffer.getvalue()))
     expected = analysis.patch_similarity(
-        analysis.capture_tokens(vit, pixels).layer_tokens(layer), spec, 5,
-        other=analysis.capture_tokens(vit, other_pixels).layer_tokens(layer)
+        analysis.capture_tokens(vit, pixels).layer_tokens(layer),
+        spec,
+        5,
+        other=analysis.capture_tokens(vit, other_pixels).layer_tokens(layer),
     ).numpy()
     figure = chart(app, "tok_other_similarity")
     np.testing.assert_allclose(overlay_map(figure), expected, rtol=1e-5, atol=1e-6)
@@ -1365,11 +1423,15 @@ def assert_same_arrays(script: dict, npz: dict, names) -> None:
         np.testing.assert_allclose(np.asarray(script[name]), npz[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-needs_demo = pytest.mark.skipif(not DEMO_PRESENT, reason="random weights differ per load: the script cannot reproduce them")
+needs_demo = pytest.mark.skipif(
+    not DEMO_PRESENT, reason="random weights differ per load: the script cannot reproduce them"
+)
 
 
 @needs_demo
-@pytest.mark.parametrize("layer, head, mode, patch", [(1, 2, "patch", 21), (0, "mean", "cls", None), (2, 0, "mean", None)])
+@pytest.mark.parametrize(
+    "layer, head, mode, patch", [(1, 2, "patch", 21), (0, "mean", "cls", None), (2, 0, "mean", None)]
+)
 def test_the_attention_page_reproduces_in_python(app, npz_downloads, layer, head, mode, patch):
     app.slider(key="layer").set_value(layer).run()
     app.selectbox(key="head").set_value(head).run()
@@ -1505,7 +1567,9 @@ def test_the_explain_page_reproduces_in_python(app, npz_downloads):
 
 
 @needs_demo
-@pytest.mark.parametrize("perturbation, selection", [("token_drop", "most_salient"), ("pixel_drop", "random"), ("noise", None)])
+@pytest.mark.parametrize(
+    "perturbation, selection", [("token_drop", "most_salient"), ("pixel_drop", "random"), ("noise", None)]
+)
 def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbation, selection):
     app.switch_page("views/robustness.py").run()
     app.radio(key="rob_perturbation").set_value(perturbation).run()

@@ -26,10 +26,33 @@ from pathlib import Path
 import pytest
 
 APP = Path(__file__).resolve().parent.parent / "vizapp"
-MUTATING_METHODS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add",
-                    "discard", "remove", "move_to_end", "appendleft", "__setitem__"}
-CONTAINER_CALLS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter", "WeakValueDictionary",
-                   "WeakKeyDictionary"}
+MUTATING_METHODS = {
+    "append",
+    "extend",
+    "insert",
+    "update",
+    "setdefault",
+    "pop",
+    "popitem",
+    "clear",
+    "add",
+    "discard",
+    "remove",
+    "move_to_end",
+    "appendleft",
+    "__setitem__",
+}
+CONTAINER_CALLS = {
+    "dict",
+    "list",
+    "set",
+    "OrderedDict",
+    "defaultdict",
+    "deque",
+    "Counter",
+    "WeakValueDictionary",
+    "WeakKeyDictionary",
+}
 #: (module, global name) rebound at run time on purpose: once-per-process handles under a lock.
 ALLOWED_GLOBALS = {("preload.py", "_started")}
 
@@ -47,7 +70,10 @@ def _module_containers(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             targets, value = [node.target], node.value
         literal = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp))
-        called = isinstance(value, ast.Call) and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in CONTAINER_CALLS
+        called = (
+            isinstance(value, ast.Call)
+            and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in CONTAINER_CALLS
+        )
         if literal or called:
             names.update(target.id for target in targets if isinstance(target, ast.Name))
     return names
@@ -64,8 +90,11 @@ def _findings(path: Path) -> list[str]:
                 if "lru_cache" in text or text in ("cache", "functools.cache"):
                     found.append(f"{path.name}:{node.lineno} {node.name} is cached with {text}: use a RecordStore")
         if isinstance(node, ast.Global):
-            found.extend(f"{path.name}:{node.lineno} rebinds global {name}" for name in node.names
-                         if (path.name, name) not in ALLOWED_GLOBALS)
+            found.extend(
+                f"{path.name}:{node.lineno} rebinds global {name}"
+                for name in node.names
+                if (path.name, name) not in ALLOWED_GLOBALS
+            )
     for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
         for node in ast.walk(function):
             target = None
@@ -75,11 +104,17 @@ def _findings(path: Path) -> list[str]:
                         target = t.value.id
                     elif isinstance(node, ast.AugAssign) and isinstance(t, ast.Name):
                         target = t.id
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+            ):
                 if node.func.attr in MUTATING_METHODS:
                     target = node.func.value.id
             if target in containers and not _is_local(function, target):
-                found.append(f"{path.name}:{node.lineno} mutates the module-level {target} at run time: use a RecordStore")
+                found.append(
+                    f"{path.name}:{node.lineno} mutates the module-level {target} at run time: use a RecordStore"
+                )
     return found
 
 
@@ -98,7 +133,11 @@ def _is_local(function, name: str) -> bool:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return True
-        if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) and node.target.id == name:
+        if (
+            isinstance(node, (ast.For, ast.comprehension))
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
             return True
     return False
 

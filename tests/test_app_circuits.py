@@ -43,8 +43,7 @@ def test_the_page_draws_the_librarys_attribution_ablation_and_patching(app, demo
     dla = direct_logit_attribution(vit, pixels, target=target)
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_dla")), dla.per_head()[0].numpy(), atol=1e-5)
     ablation = head_ablation(vit, pixels, target=target)  # 16 passes: drawn without a click
-    np.testing.assert_allclose(heatmap_values(chart(app, "circ_ablation")), ablation.delta_logit[0].numpy(),
-                               atol=1e-5)
+    np.testing.assert_allclose(heatmap_values(chart(app, "circ_ablation")), ablation.delta_logit[0].numpy(), atol=1e-5)
     corrupted = analysis.image_ops.gaussian_noise(pixels, 1.0, seed=0)
     patching = activation_patching(vit, pixels, corrupted, target=target)
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_patch_tokens")), patching.effect.numpy(), atol=1e-4)
@@ -69,10 +68,13 @@ def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):
     assert heatmap_values(chart(app, "circ_patch_heads")).shape == (4, 4)
 
 
-@pytest.mark.parametrize("model, side, reason", [
-    ("vit_small_patch14_dinov2", 56, "none head"),  # DINOv2 without a classifier
-    ("swin_tiny_patch4_window7_224", 112, "windowed attention"),
-])
+@pytest.mark.parametrize(
+    "model, side, reason",
+    [
+        ("vit_small_patch14_dinov2", 56, "none head"),  # DINOv2 without a classifier
+        ("swin_tiny_patch4_window7_224", 112, "windowed attention"),
+    ],
+)
 def test_models_the_analyses_do_not_cover_get_the_reason(model, side, reason):
     from streamlit.testing.v1 import AppTest
 

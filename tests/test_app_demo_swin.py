@@ -33,6 +33,8 @@ def test_compare_puts_the_demo_swin_beside_the_demo_vit(app):
     app.switch_page("views/compare.py").run()
     app.selectbox(key="cmp_model2").set_value("demo_swin").run()
     assert_clean(app)
-    assert any("demo_swin" in (chart.get("layout", {}).get("title", {}) or {}).get("text", "") or
-               any("demo_swin" in str(a.get("text", "")) for a in chart.get("layout", {}).get("annotations", []))
-               for chart in charts(app)), "the Swin's panels are labelled"
+    assert any(
+        "demo_swin" in (chart.get("layout", {}).get("title", {}) or {}).get("text", "")
+        or any("demo_swin" in str(a.get("text", "")) for a in chart.get("layout", {}).get("annotations", []))
+        for chart in charts(app)
+    ), "the Swin's panels are labelled"

@@ -69,6 +69,7 @@ def test_app_opens_every_family(name, monkeypatch):
 
     at.switch_page("views/position.py").run()
     assert not at.exception, [e.value for e in at.exception]
+
     def page_text() -> str:
         return " ".join([c.value for c in at.caption] + [i.body for i in at.info])
 

@@ -30,8 +30,9 @@ from tests.test_app import (  # noqa: F401 - npz_downloads: a fixture
 )
 from tests.test_mae import folders  # noqa: F401 - fixture: tiny random ViTMAEForPreTraining folders
 
-pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
-                                reason="needs the bundled demo MAE (assets/demo_mae)")
+pytestmark = pytest.mark.skipif(
+    not (REPO / "assets" / "demo_mae" / "config.json").is_file(), reason="needs the bundled demo MAE (assets/demo_mae)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -281,8 +282,11 @@ def test_the_page_reproduces_in_python_with_a_clicked_mask(page, demo, npz_downl
     expected_mask[[hide, reveal]] = ~expected_mask[[hide, reveal]]
     np.testing.assert_array_equal(npz["mask"].ravel(), expected_mask)  # the page used the edited mask
     assert (int(npz["attention_query"]), str(npz["attention_head"]), int(npz["attention_layer"])) == (query, "2", 1)
-    assert_same_arrays(script, npz, ["original", "masked", "reconstruction", "composite", "mask", "drawn_mask",
-                                     "patch_loss_hidden", "attention"])
+    assert_same_arrays(
+        script,
+        npz,
+        ["original", "masked", "reconstruction", "composite", "mask", "drawn_mask", "patch_loss_hidden", "attention"],
+    )
     assert script["loss"] == pytest.approx(float(npz["loss"]), rel=1e-6)
     assert f"reconstruction loss **{script['loss']:.4g}**" in hidden_text(page)  # the number the page prints
     for shown, name in zip(panel_pictures(page), ("original", "masked", "reconstruction", "composite")):

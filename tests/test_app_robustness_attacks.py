@@ -74,8 +74,9 @@ def test_the_attack_on_this_image_and_over_the_set_are_the_librarys(app):
     # the transfer matrix: over the images where every model predicts the same clean class
     predictions = np.array([_top1(m, images) for m in models.values()])
     agreed = [i for i in range(len(images)) if len(set(predictions[:, i])) == 1]
-    _, matrix = transfer_matrix(models, [images[i] for i in agreed], [int(predictions[0, i]) for i in agreed],
-                                epsilon=4.0, steps=2, seed=0)
+    _, matrix = transfer_matrix(
+        models, [images[i] for i in agreed], [int(predictions[0, i]) for i in agreed], epsilon=4.0, steps=2, seed=0
+    )
     (heatmap,) = traces(chart(app, "rob_transfer_chart"), "heatmap")
     np.testing.assert_allclose(array(heatmap["z"]), matrix, atol=1e-6)
 
@@ -115,8 +116,9 @@ def test_without_the_corruptions_package_the_section_says_how_to_install_it(app,
     from analysis.robustness import corruptions
 
     def missing():
-        raise corruptions.CorruptionsUnavailableError('Natural corruptions need the optional imagecorruptions '
-                                                      'package: pip install "vit-explorer[corruptions]".')
+        raise corruptions.CorruptionsUnavailableError(
+            'Natural corruptions need the optional imagecorruptions package: pip install "vit-explorer[corruptions]".'
+        )
 
     monkeypatch.setattr(corruptions, "_package", missing)
     app.switch_page("views/robustness.py").run()

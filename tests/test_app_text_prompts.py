@@ -30,8 +30,10 @@ from tests.test_app import (  # noqa: F401 - npz_downloads is a fixture
     traces,
 )
 
-pytestmark = pytest.mark.skipif(not (REPO / "assets" / "demo_clip" / "config.json").is_file(),
-                                reason="needs the bundled demo CLIP (assets/demo_clip)")
+pytestmark = pytest.mark.skipif(
+    not (REPO / "assets" / "demo_clip" / "config.json").is_file(),
+    reason="needs the bundled demo CLIP (assets/demo_clip)",
+)
 DEMO_PROMPTS = ["a circle", "a ring", "a bar", "a triangle", "a cross", "a star"]  # the page's demo default
 
 
@@ -98,8 +100,9 @@ def test_the_default_page_draws_the_librarys_numbers(page, demo, npz_downloads):
     assert page.multiselect(key="tp_mapped").value == ranked
     assert_maps(page, clip, pixels, ranked, ["chefer", "legrad", "patch_text"])
     maps = npz_downloads["tp_maps_data"]
-    np.testing.assert_allclose(maps["maps"][1, 2], explain_text(clip, pixels, ranked[1], method="patch_text").maps[0],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        maps["maps"][1, 2], explain_text(clip, pixels, ranked[1], method="patch_text").maps[0], rtol=1e-4, atol=1e-6
+    )
     # the decomposition of the best prompt: heads x layers, the chosen head's map, the sum
     decomposition = text_decomposition(clip, pixels, ranked[0])
     heads = decomposition.heads()[0].numpy()
@@ -107,8 +110,9 @@ def test_the_default_page_draws_the_librarys_numbers(page, demo, npz_downloads):
     np.testing.assert_allclose(array(heatmap["z"]), heads, rtol=1e-4, atol=1e-6)
     layer, head = np.unravel_index(np.argmax(np.abs(heads)), heads.shape)  # the strongest head at first
     assert page.selectbox(key="tp_head").value == f"{layer}:{head}"
-    np.testing.assert_allclose(panel_maps(page, "tp_head_map")[0], decomposition.head_maps()[0, layer, head],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        panel_maps(page, "tp_head_map")[0], decomposition.head_maps()[0, layer, head], rtol=1e-4, atol=1e-6
+    )
     (total,) = [m.value for m in page.markdown if m.value.startswith("s('")]
     assert f"**{float(decomposition.score[0]):.4g}**" in total and "logit bias" in total
     data = npz_downloads["tp_decomposition_data"]
@@ -173,7 +177,10 @@ def test_choosing_a_head_shows_its_own_patch_map(page, demo, npz_downloads):
     page.selectbox(key="tp_head").set_value("1:2").run()
     assert_clean(page)
     np.testing.assert_allclose(panel_maps(page, "tp_head_map")[0], maps[1, 2], rtol=1e-4, atol=1e-6)
-    assert (int(npz_downloads["tp_decomposition_data"]["layer"]), int(npz_downloads["tp_decomposition_data"]["head"])) == (1, 2)
+    assert (
+        int(npz_downloads["tp_decomposition_data"]["layer"]),
+        int(npz_downloads["tp_decomposition_data"]["head"]),
+    ) == (1, 2)
     page.session_state["tp_head"] = "3:0"  # what a click on the heatmap's cell sets (choose_head)
     page.run()
     np.testing.assert_allclose(panel_maps(page, "tp_head_map")[0], maps[3, 0], rtol=1e-4, atol=1e-6)
@@ -182,8 +189,9 @@ def test_choosing_a_head_shows_its_own_patch_map(page, demo, npz_downloads):
     other = next(p for p in page.selectbox(key="tp_focus").options if p != focus)
     page.selectbox(key="tp_focus").set_value(other).run()
     heads = text_decomposition(clip, pixels, other).heads()[0].numpy()
-    np.testing.assert_allclose(array(traces(chart_by_prefix(page, "tp_heads_"), "heatmap")[0]["z"]), heads, rtol=1e-4,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        array(traces(chart_by_prefix(page, "tp_heads_"), "heatmap")[0]["z"]), heads, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_an_empty_prompt_and_an_over_long_prompt_are_said_never_silent(page, demo):
@@ -250,7 +258,8 @@ def test_head_descriptions_are_computed_on_demand_and_kept(page, demo):
     for (_, row), description in zip(frame.iterrows(), expected.heads):
         assert (row["layer"], row["head"]) == (description.layer, description.head)
         assert row["texts (share of the head's variance)"] == " · ".join(
-            f"{t} ({s:.0%})" for t, s in zip(description.texts, description.shares))
+            f"{t} ({s:.0%})" for t, s in zip(description.texts, description.shares)
+        )
         assert row["explained"] == pytest.approx(round(description.explained, 3))
     page.run()  # kept: shown again without a click, and no button
     assert len(page.dataframe) == 1 and not [b for b in page.button if b.key == "tp_describe"]
@@ -315,4 +324,5 @@ def test_head_descriptions_over_uploaded_images(page, demo):
     assert any(f"Over {len(scenes)} images" in c.value for c in page.caption)
     for (_, row), description in zip(table.value.iterrows(), expected.heads):
         assert row["texts (share of the head's variance)"] == " · ".join(
-            f"{t} ({s:.0%})" for t, s in zip(description.texts, description.shares))
+            f"{t} ({s:.0%})" for t, s in zip(description.texts, description.shares)
+        )

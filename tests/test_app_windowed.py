@@ -98,15 +98,20 @@ def hand_window_cells(grid, window, shift, a: int, b: int) -> set[tuple[int, int
 def covered(rectangles, stride) -> list[tuple[int, int]]:
     """Every cell a list of pixel rectangles covers, with repeats (overlaps would repeat)."""
     sy, sx = stride
-    return [(r, c) for x0, y0, x1, y1 in rectangles for r in range(y0 // sy, y1 // sy) for c in range(x0 // sx, x1 // sx)]
+    return [
+        (r, c) for x0, y0, x1, y1 in rectangles for r in range(y0 // sy, y1 // sy) for c in range(x0 // sx, x1 // sx)
+    ]
 
 
-@pytest.mark.parametrize("grid, window, shift", [
-    ((8, 8), (4, 4), (2, 2)),  # the last window row and column wrap around: 4 pieces
-    ((8, 8), (4, 4), (0, 0)),  # no shift: one rectangle per window
-    ((7, 10), (4, 4), (2, 2)),  # padding: windows at the bottom and right hold fewer cells
-    ((6, 9), (3, 3), (1, 0)),  # a shift along rows only
-])
+@pytest.mark.parametrize(
+    "grid, window, shift",
+    [
+        ((8, 8), (4, 4), (2, 2)),  # the last window row and column wrap around: 4 pieces
+        ((8, 8), (4, 4), (0, 0)),  # no shift: one rectangle per window
+        ((7, 10), (4, 4), (2, 2)),  # padding: windows at the bottom and right hold fewer cells
+        ((6, 9), (3, 3), (1, 0)),  # a shift along rows only
+    ],
+)
 def test_the_window_outline_is_the_window_arithmetic(grid, window, shift):
     stride = (8, 4)
     geometry = LayerGeometry(stage=0, grid_size=grid, stride=stride, window_size=window, shift=shift, num_heads=1)
@@ -119,9 +124,14 @@ def test_the_window_outline_is_the_window_arithmetic(grid, window, shift):
                 cells = covered(rectangles, stride)
                 assert sorted(cells) == sorted(expected), (a, b, rectangles)  # the window, each cell once
     if shift == (2, 2) and grid == (8, 8):  # the corner window: rows 6,7,0,1 x cols 6,7,0,1
-        assert sorted(windowed.window_rectangles(geometry, 0)) == sorted([
-            (0, 0, 2 * 4, 2 * 8), (6 * 4, 0, 8 * 4, 2 * 8), (0, 6 * 8, 2 * 4, 8 * 8), (6 * 4, 6 * 8, 8 * 4, 8 * 8),
-        ])
+        assert sorted(windowed.window_rectangles(geometry, 0)) == sorted(
+            [
+                (0, 0, 2 * 4, 2 * 8),
+                (6 * 4, 0, 8 * 4, 2 * 8),
+                (0, 6 * 8, 2 * 4, 8 * 8),
+                (6 * 4, 6 * 8, 8 * 4, 8 * 8),
+            ]
+        )
 
 
 def test_a_click_on_any_layer_grid_queries_that_cell_on_that_layer():
@@ -169,8 +179,9 @@ def test_every_page_opens_a_windowed_model(family):
             scatter = chart(at, "dist_scatter")
             (reference,) = [t for t in scatter["data"] if "uniform in each layer" in t.get("name", "")]
             steps = array(reference["y"])
-            np.testing.assert_allclose(steps[np.isfinite(steps)][::2],
-                                       analysis.uniform_attention_distance_by_layer(spec).numpy(), rtol=1e-6)
+            np.testing.assert_allclose(
+                steps[np.isfinite(steps)][::2], analysis.uniform_attention_distance_by_layer(spec).numpy(), rtol=1e-6
+            )
         elif page == "compare":
             assert any(k.endswith("-cmp_panels") for k in keys)
 
@@ -197,8 +208,9 @@ def test_the_attention_page_outlines_the_query_window_and_draws_its_map():
     shown = overlay_map(overlay)
     (heatmap,) = traces(overlay, "heatmap")
     assert (heatmap["dx"], heatmap["dy"]) == (4, 4)  # cells of this layer's stride
-    np.testing.assert_allclose(shown, analysis.attention_map(record, 1, head=None, query=(2, 2))[0].numpy(),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        shown, analysis.attention_map(record, 1, head=None, query=(2, 2))[0].numpy(), rtol=1e-5, atol=1e-7
+    )
     outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
     # cell (0, 0) sits in the last rolled window: rows and columns 24..27 and 0..2
     expected_cells = hand_window_cells((28, 28), (7, 7), (3, 3), 3, 3)
@@ -286,8 +298,9 @@ def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
     assert [h["dx"] for h in heatmaps] == [4, 28, 16, 16]
     query = windowed.query_pixel(spec, 0)
     record = record_of(loaded("swin"))
-    np.testing.assert_allclose(array(heatmaps[0]["z"]), analysis.attention_map(record, 1, query=query)[0].numpy(),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        array(heatmaps[0]["z"]), analysis.attention_map(record, 1, query=query)[0].numpy(), rtol=1e-5, atol=1e-7
+    )
     # the ViT's query: the patch at the same image position (its top-left patch)
     rects = [s for s in panels["layout"]["shapes"] if s["type"] == "rect"]
     assert any(s["x0"] == 0 and s["y0"] == 0 and s["x1"] == 16 and s["y1"] == 16 for s in rects)
@@ -345,7 +358,11 @@ def trained_looking_sam():
     import vizapp.resources as resources
 
     vit = loaded("sam")
-    saved = {n: p.detach().clone() for n, p in vit.model.named_parameters() if n.endswith(("rel_pos_h", "rel_pos_w", "pos_embed"))}
+    saved = {
+        n: p.detach().clone()
+        for n, p in vit.model.named_parameters()
+        if n.endswith(("rel_pos_h", "rel_pos_w", "pos_embed"))
+    }
     generator = torch.Generator().manual_seed(5)
 
     def clear():
@@ -384,10 +401,15 @@ def test_sams_position_page_draws_its_tables_and_its_absolute_table(trained_look
     assert not at.info and "Absolute position table" in [h.value for h in at.subheader]
 
 
-@pytest.mark.parametrize("page, resource", [
-    ("rollout", "rollout_by_layer"), ("explain", "explanation"), ("tokens", "layer_tokens"),
-    ("robustness", "vit_probe"),
-])
+@pytest.mark.parametrize(
+    "page, resource",
+    [
+        ("rollout", "rollout_by_layer"),
+        ("explain", "explanation"),
+        ("tokens", "layer_tokens"),
+        ("robustness", "vit_probe"),
+    ],
+)
 def test_a_refused_analysis_is_shown_as_its_reason(page, resource, monkeypatch):
     """Where the library refuses a windowed model (typed AnalysisError), the page says why as
     information and the run ends cleanly: no traceback, the URL still published."""
@@ -455,9 +477,12 @@ def test_a_windowed_forward_pass_counts_every_windows_bytes():
     cur = at.session_state["current"]
     forward = resources.forward(*cur.args)
     windows = forward.record.windows
-    assert forward.nbytes == (sum(w.numel() * w.element_size() for w in windows)
-                              + forward.record.logits.numel() * forward.record.logits.element_size()
-                              + forward.input_image.nbytes + forward.probabilities.nbytes)
+    assert forward.nbytes == (
+        sum(w.numel() * w.element_size() for w in windows)
+        + forward.record.logits.numel() * forward.record.logits.element_size()
+        + forward.input_image.nbytes
+        + forward.probabilities.nbytes
+    )
     entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in cur.spec.layer_geometry)
     assert entries == sum(w[0].numel() for w in windows)
     assert resources.record_dtype(cur.spec) == torch.float32  # far below the float16 limit at 112 px
@@ -588,8 +613,10 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     rgb, _ = analysis.feature_pca(tokens, geometry)
     (pca,) = traces(chart(at, "tok_pca"), "image")
     assert pca["dx"] == geometry.stride[1]
-    np.testing.assert_array_equal(array(pca["z"]).reshape(*geometry.grid_size, 3).astype(np.uint8),
-                                  np.round(rgb[0].numpy() * 255).astype(np.uint8))
+    np.testing.assert_array_equal(
+        array(pca["z"]).reshape(*geometry.grid_size, 3).astype(np.uint8),
+        np.round(rgb[0].numpy() * 255).astype(np.uint8),
+    )
     cell = geometry.cell_of_pixel(*pixel_query(spec, 9))
     similarity = analysis.patch_similarity(tokens, geometry, cell).numpy()
     np.testing.assert_allclose(overlay_map(chart(at, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
@@ -600,10 +627,12 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
     script = reproduce(at)
     np.testing.assert_allclose(script["rgb"], npz_downloads["tok_pca_data"]["rgb"], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5,
-                               atol=1e-6)
-    np.testing.assert_allclose(script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(), rtol=1e-5
+    )
     if spec.has_classifier:  # the logit lens: rows are the last stage's layers, labelled by them
         lens_layers = logit_lens_layers(vit)
         assert layer not in lens_layers  # stage 1: the lens says why it is not defined there
@@ -661,8 +690,9 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
         assert reference.shape == grid and (trace["dy"], trace["dx"]) == stride, method
         drawn = array(trace["z"]).reshape(grid)
         peak = np.abs(reference).max()  # a random Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
-        np.testing.assert_allclose(drawn, np.clip(reference / peak, 0, None) if peak > 0 else reference, rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            drawn, np.clip(reference / peak, 0, None) if peak > 0 else reference, rtol=1e-4, atol=1e-6
+        )
     if spec.has_classifier:  # deletion / insertion on each map's own grid, next to the random map
         curves = chart(at, "explain_curves")
         gradcam = analysis.explain(vit, pixels, method="gradcam", target=target)[0]
@@ -719,8 +749,11 @@ def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_download
     # shuffles split the stem's 28x28 patch grid (4 px patches): blocks of whole patches
     at.radio(key="rob_perturbation").set_value("shuffle").run()
     assert_clean(at)
-    assert list(at.select_slider(key="rob_grid").options) == [str(g) for g in shuffle_grids(spec)] == [
-        "1", "2", "4", "7", "14", "28"]
+    assert (
+        list(at.select_slider(key="rob_grid").options)
+        == [str(g) for g in shuffle_grids(spec)]
+        == ["1", "2", "4", "7", "14", "28"]
+    )
 
 
 def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, monkeypatch):  # noqa: F811
@@ -776,9 +809,13 @@ def unpack_windowed_blob(blob: bytes, geometry) -> dict:
     """``windowed_view_blob``'s bytes as the page reads them."""
     heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
     cells_n = geometry.grid_size[0] * geometry.grid_size[1]
-    sizes = [("row_ranges", "<f4", heads * windows * slots * 2), ("mean_ranges", "<f4", heads * 2),
-             ("cells", "<i4", windows * slots), ("rows", np.uint8, heads * windows * slots * slots),
-             ("mean", np.uint8, heads * cells_n)]
+    sizes = [
+        ("row_ranges", "<f4", heads * windows * slots * 2),
+        ("mean_ranges", "<f4", heads * 2),
+        ("cells", "<i4", windows * slots),
+        ("rows", np.uint8, heads * windows * slots * slots),
+        ("mean", np.uint8, heads * cells_n),
+    ]
     out, offset = {}, 0
     for name, dtype, count in sizes:
         out[name] = np.frombuffer(blob, dtype, count, offset)
@@ -810,14 +847,25 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
     (view,) = [c for c in at.get("component_instance") if c.proto.component_name.endswith("attention_view")]
     args = json.loads(view.proto.json_args)
     query_cell = geometry.cell_of_pixel(*windowed.query_pixel(spec, 5))
-    assert args["windowed"] is True and (args["grid"], args["patch_size"]) == (list(geometry.grid_size), list(geometry.stride))
-    assert (args["layer"], args["query_patch"], args["heads"], args["columns"]) == (layer, query_cell, geometry.num_heads, False)
+    assert args["windowed"] is True and (args["grid"], args["patch_size"]) == (
+        list(geometry.grid_size),
+        list(geometry.stride),
+    )
+    assert (args["layer"], args["query_patch"], args["heads"], args["columns"]) == (
+        layer,
+        query_cell,
+        geometry.num_heads,
+        False,
+    )
     assert args["uniform"] == pytest.approx(1 / geometry.window_tokens)
     blob, meta = windowed_view_blob(record, layer)
     assert args["data_id"] == meta["data_id"]  # the page fetches exactly this file
     data = unpack_windowed_blob(blob, geometry)
     heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
-    codes, ranges = data["rows"].reshape(heads, windows, slots, slots), data["row_ranges"].reshape(heads, windows, slots, 2)
+    codes, ranges = (
+        data["rows"].reshape(heads, windows, slots, slots),
+        data["row_ranges"].reshape(heads, windows, slots, 2),
+    )
     cells = data["cells"].reshape(windows, slots)
     gh, gw = geometry.grid_size
     for cell in (0, query_cell, gh * gw - 1):

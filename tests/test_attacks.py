@@ -66,8 +66,9 @@ def test_pgd_equals_the_reference_written_out(which, request, scenes):
     ours = pgd(model, pixels, truth, epsilon=epsilon, steps=steps, seed=5)
     generator = torch.Generator().manual_seed(5)
     noise = (torch.rand(pixels.shape, generator=generator) * 2 - 1) * (epsilon / 255)
-    expected = reference_pgd(model, pixels, truth, epsilon=epsilon, steps=steps, alpha=2.5 * epsilon / steps,
-                             start_noise=noise)
+    expected = reference_pgd(
+        model, pixels, truth, epsilon=epsilon, steps=steps, alpha=2.5 * epsilon / steps, start_noise=noise
+    )
     torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
     mean = torch.tensor(model.preprocessing.mean).view(1, -1, 1, 1)
     std = torch.tensor(model.preprocessing.std).view(1, -1, 1, 1)
@@ -89,8 +90,9 @@ def test_epsilon_zero_leaves_every_prediction_unchanged(attack, demo_vit, demo_c
     for model in (demo_vit, demo_cnn):
         pixels = torch.cat([model.preprocess(image) for image in images])
         truth = torch.tensor(labels)
-        adversarial = (fgsm(model, pixels, truth, epsilon=0) if attack == "fgsm"
-                       else pgd(model, pixels, truth, epsilon=0, steps=3))
+        adversarial = (
+            fgsm(model, pixels, truth, epsilon=0) if attack == "fgsm" else pgd(model, pixels, truth, epsilon=0, steps=3)
+        )
         torch.testing.assert_close(adversarial, pixels, rtol=0, atol=1e-5)
         with torch.no_grad():
             assert torch.equal(model.model(adversarial).argmax(-1), model.model(pixels).argmax(-1))
@@ -120,9 +122,11 @@ def test_the_transfer_matrix_diagonal_is_the_white_box_accuracy(demo_vit, demo_c
     pixels = torch.cat([demo_cnn.preprocess(image) for image in images])
     adversarial = pgd(demo_cnn, pixels, torch.tensor(labels), epsilon=8, steps=5)
     unit = adversarial * torch.tensor(demo_cnn.preprocessing.std).view(1, -1, 1, 1) + torch.tensor(
-        demo_cnn.preprocessing.mean).view(1, -1, 1, 1)
+        demo_cnn.preprocessing.mean
+    ).view(1, -1, 1, 1)
     to_vit = (unit.clamp(0, 1) - torch.tensor(demo_vit.preprocessing.mean).view(1, -1, 1, 1)) / torch.tensor(
-        demo_vit.preprocessing.std).view(1, -1, 1, 1)
+        demo_vit.preprocessing.std
+    ).view(1, -1, 1, 1)
     with torch.no_grad():
         assert matrix[1, 0] == float((demo_vit.model(to_vit).argmax(-1) == torch.tensor(labels)).float().mean())
 

@@ -161,7 +161,11 @@ def unpack_blob(blob: bytes, layers, spec, matrix: bool = True):
     rows, cols, pre (uint8; ``pre`` empty unless ``matrix``)."""
     held, heads, tokens, patches = len(layers), spec.num_heads, spec.num_tokens, spec.num_patches
     maps = held * (heads + 1)
-    row_maps, col_maps, pre_length = maps * (tokens + 1), maps * patches, tokens * spec.num_prefix_tokens if matrix else 0
+    row_maps, col_maps, pre_length = (
+        maps * (tokens + 1),
+        maps * patches,
+        tokens * spec.num_prefix_tokens if matrix else 0,
+    )
     row_ranges = np.frombuffer(blob, "<f4", 2 * row_maps, 0).reshape(held, heads + 1, tokens + 1, 2)
     col_ranges = np.frombuffer(blob, "<f4", 2 * col_maps, 8 * row_maps).reshape(held, heads + 1, patches, 2)
     pre_ranges = np.frombuffer(blob, "<f4", 2 * maps, 8 * (row_maps + col_maps)).reshape(held, heads + 1, 2)
@@ -170,8 +174,14 @@ def unpack_blob(blob: bytes, layers, spec, matrix: bool = True):
     cols = np.frombuffer(blob, np.uint8, col_maps * patches, start + row_maps * patches)
     pre = np.frombuffer(blob, np.uint8, maps * pre_length, start + (row_maps + col_maps) * patches)
     assert len(blob) == start + (row_maps + col_maps) * patches + maps * pre_length
-    return (rows, row_ranges, cols.reshape(held, heads + 1, patches, patches), col_ranges,
-            pre.reshape(held, heads + 1, pre_length), pre_ranges)
+    return (
+        rows,
+        row_ranges,
+        cols.reshape(held, heads + 1, patches, patches),
+        col_ranges,
+        pre.reshape(held, heads + 1, pre_length),
+        pre_ranges,
+    )
 
 
 @pytest.mark.parametrize("family", ["dinov2_registers", "siglip"])
@@ -197,9 +207,12 @@ def test_the_prefix_keys_complete_each_heads_full_matrix(family):
     assert data["matrix"] is True
     rows, row_ranges, _, _, pre, pre_ranges = unpack(data, spec)
     assert pre.shape == (2, heads + 1, T * P)
-    np.testing.assert_allclose(prefix_key_rows(record, [1, 0])[:, :, :, :P],
-                               np.stack([analysis.attention_rows(record, layer, keys="all")[0].numpy()[..., :P]
-                                         for layer in (1, 0)]), rtol=0, atol=0)
+    np.testing.assert_allclose(
+        prefix_key_rows(record, [1, 0])[:, :, :, :P],
+        np.stack([analysis.attention_rows(record, layer, keys="all")[0].numpy()[..., :P] for layer in (1, 0)]),
+        rtol=0,
+        atol=0,
+    )
     for slot, layer in enumerate(data["layers"]):
         full = analysis.attention_rows(record, layer, keys="all")[0].numpy()
         for head in (0, heads):
@@ -234,8 +247,9 @@ def test_all_layers_are_sent_when_they_fit_else_the_current_one():
 
     spec = load_family("vit").spec
     one = layer_bytes(spec)
-    assert one == (spec.num_heads + 1) * ((spec.num_tokens + 1) * spec.num_patches + spec.num_patches ** 2
-                                          + spec.num_tokens * spec.num_prefix_tokens)
+    assert one == (spec.num_heads + 1) * (
+        (spec.num_tokens + 1) * spec.num_patches + spec.num_patches**2 + spec.num_tokens * spec.num_prefix_tokens
+    )
     assert layers_to_send(spec, 1, one * spec.num_layers) == tuple(range(spec.num_layers))
     assert layers_to_send(spec, 1, one * spec.num_layers - 1) == (1,)
     assert layers_to_send(spec, 1, one - 1) is None
@@ -266,7 +280,12 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
     spec = current.spec
     assert args["grid"] == list(spec.grid_size) and args["patch_size"] == list(spec.patch_size)
     assert args["img_size"] == list(spec.img_size) and args["prefix"] == spec.num_prefix_tokens
-    assert (args["layer"], args["head"], args["query_row"], args["query_patch"]) == (1, 2, spec.num_prefix_tokens + 5, 5)
+    assert (args["layer"], args["head"], args["query_row"], args["query_patch"]) == (
+        1,
+        2,
+        spec.num_prefix_tokens + 5,
+        5,
+    )
     assert args["report_layer"] is True and args["report_head"] is True  # the page follows the view's steps
     assert args["range_mode"] == current.map_range and args["uniform"] == pytest.approx(1 / spec.num_tokens)
     assert args["lut"] == colour_lut(current.colorscale).ravel().tolist()
@@ -357,8 +376,13 @@ def test_rollout_view_rows_are_attention_rollout_for_every_query_and_end_layer(f
         for token in [*range(spec.num_tokens), "mean"]:
             query = "mean" if token == "mean" else token - prefix if token >= prefix else f"prefix:{token}"
             row = spec.num_tokens if token == "mean" else token
-            expected = analysis.attention_rollout(record, head_fusion="max", discard_ratio=0.3, start_layer=1,
-                                                  end_layer=end, query=query)[0].numpy().ravel()
+            expected = (
+                analysis.attention_rollout(
+                    record, head_fusion="max", discard_ratio=0.3, start_layer=1, end_layer=end, query=query
+                )[0]
+                .numpy()
+                .ravel()
+            )
             np.testing.assert_allclose(rows[i, 0, row], expected, rtol=1e-5, atol=1e-7, err_msg=f"{end}, {query}")
 
 
@@ -431,8 +455,13 @@ def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
     args = _the_view(app)
     spec = app.session_state["current"].spec
     layers = sorted(app.session_state["cmp_layers"])
-    assert args["panels"] == layers and args["report_layer"] is False and args["head"] == 1 and args["report_head"] is True
-    assert args["layers"] == list(range(spec.num_layers)) and args["data_id"] == view_blob(_record_of(app), args["layers"])[1]["data_id"]
+    assert (
+        args["panels"] == layers and args["report_layer"] is False and args["head"] == 1 and args["report_head"] is True
+    )
+    assert (
+        args["layers"] == list(range(spec.num_layers))
+        and args["data_id"] == view_blob(_record_of(app), args["layers"])[1]["data_id"]
+    )
     assert args["shared_name"] == "0–max of these layers' heads" and args["note"] == ""
     # the page's query and head reach the panels (a click in the browser sets them: follow_view)
     app.radio(key="query_mode").set_value("patch").run()
@@ -454,8 +483,13 @@ def test_a_click_in_a_view_pins_its_patch_and_head_for_the_page(monkeypatch):
     state["v"] = {"event": "click", "patch": 5, "head": "mean", "layer": 0, "n": 1}
     on_change()
     assert (state["query_mode"], state["query_patch"], state["head"]) == ("patch", 5, "mean")
-    for value in ({"event": "step", "layer": 1}, {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
-                  {"event": "click", "patch": True, "head": True}, {"event": "drawn", "patch": 1, "head": 1}, None):
+    for value in (
+        {"event": "step", "layer": 1},
+        {"event": "click", "patch": spec.num_patches, "head": spec.num_heads},
+        {"event": "click", "patch": True, "head": True},
+        {"event": "drawn", "patch": 1, "head": 1},
+        None,
+    ):
         state["v"] = value
         on_change()
         assert (state["query_patch"], state["head"]) == (5, "mean"), value
@@ -532,5 +566,6 @@ def _one_map(spec):
     """``spec`` as the unpacking helpers read a one-map view (no heads besides the map itself)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(num_heads=0, num_tokens=spec.num_tokens, num_patches=spec.num_patches,
-                           num_prefix_tokens=spec.num_prefix_tokens)
+    return SimpleNamespace(
+        num_heads=0, num_tokens=spec.num_tokens, num_patches=spec.num_patches, num_prefix_tokens=spec.num_prefix_tokens
+    )

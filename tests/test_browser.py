@@ -85,7 +85,9 @@ def wait_idle(page) -> None:
     # the Position page before its mosaic existed).
     page.wait_for_function(
         """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
-                 .every(chart => chart.querySelector('.main-svg'))""", polling=200, timeout=60_000
+                 .every(chart => chart.querySelector('.main-svg'))""",
+        polling=200,
+        timeout=60_000,
     )
     page.wait_for_timeout(300)
 
@@ -122,7 +124,9 @@ def test_explorer_in_chromium(page, server, artifacts):
     gradient = Image.linear_gradient("L").resize((300, 200)).convert("RGB")
     gradient.save(upload)
     page.locator("section[data-testid='stSidebar'] input[type='file']").set_input_files(str(upload))
-    expect(page.locator("section[data-testid='stSidebar']")).to_contain_text(re.compile(r"image\s+upload_gradient\.png"))
+    expect(page.locator("section[data-testid='stSidebar']")).to_contain_text(
+        re.compile(r"image\s+upload_gradient\.png")
+    )
     wait_idle(page)
     assert_no_exception(page, "upload")
     page.screenshot(path=str(artifacts / "02_uploaded.png"))
@@ -135,8 +139,10 @@ def test_explorer_in_chromium(page, server, artifacts):
     with np.load(saved) as data:
         assert data["attention"].shape == grid_size(page)
     page.locator("[data-testid='stPlotlyChart']").first.hover()
-    assert page.locator("[data-testid='stPlotlyChart']").first.locator(
-        ".modebar-btn[data-title^='Download plot']").count() == 1
+    assert (
+        page.locator("[data-testid='stPlotlyChart']").first.locator(".modebar-btn[data-title^='Download plot']").count()
+        == 1
+    )
 
     # click a patch on the image: it becomes the query
     gh, gw = grid_size(page)
@@ -161,9 +167,7 @@ def test_explorer_in_chromium(page, server, artifacts):
     page.mouse.move(tx, ty)
     page.wait_for_timeout(300)
     page.mouse.click(tx, ty)
-    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
-        "Layer 0 · head 0"
-    )
+    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text("Layer 0 · head 0")
     wait_idle(page)
     assert_no_exception(page, "thumbnail click")
 
@@ -392,7 +396,9 @@ def test_explain_page_takes_a_class_and_a_method(page, server):
     wait_idle(page)
     panels = page.locator("[data-testid='stPlotlyChart']").first  # the maps, then the curves
     expect(panels.locator(".annotation-text", has_text=wrapped_text("input × gradient"))).to_have_count(1)
-    expect(panels.locator(".annotation-text", has_text=wrapped_text(f"Chefer et al. 2021 · {second_name}"))).to_have_count(1)
+    expect(
+        panels.locator(".annotation-text", has_text=wrapped_text(f"Chefer et al. 2021 · {second_name}"))
+    ).to_have_count(1)
     assert_no_exception(page, "explain after a class and a method")
 
 
@@ -427,8 +433,9 @@ def test_a_click_on_the_token_pca_shows_that_patchs_similarity(page, server):
     pca = page.locator("[data-testid='stPlotlyChart']").first
     row, col = gh - 2, 1
     _click_patch(page, pca, row, col, gh, gw)
-    expect(page.locator("h3", has_text=f"similarity to the patch {row * gw + col} (row {row}, col {col})").first
-           ).to_be_visible(timeout=30_000)
+    expect(
+        page.locator("h3", has_text=f"similarity to the patch {row * gw + col} (row {row}, col {col})").first
+    ).to_be_visible(timeout=30_000)
     wait_idle(page)
     assert_no_exception(page, "token PCA click")
 
@@ -515,7 +522,11 @@ def test_the_view_survives_page_switches(page, server):
         page.wait_for_function(f"() => location.search.includes('patch={patch}')", timeout=20_000)
         params = dict(p.split("=", 1) for p in page.url.split("?", 1)[1].split("&"))
         assert (params.get("layer"), params.get("head"), params.get("query"), params.get("patch")) == (
-            str(layer), str(head), "patch", str(patch)), f"{where}: {page.url}"
+            str(layer),
+            str(head),
+            "patch",
+            str(patch),
+        ), f"{where}: {page.url}"
         assert _overlay_opacity(page) == pytest.approx(opacity), where
         assert_no_exception(page, where)
 
@@ -578,7 +589,8 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
         page.screenshot(path=str(artifacts / "position_37x37_missing.png"))
         traces = page.evaluate(
             """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
-                     .map(p => (p._fullData || []).map(t => t.type))""")
+                     .map(p => (p._fullData || []).map(t => t.type))"""
+        )
         raise AssertionError(f"no mosaic drawn as a picture within 60 s; chart traces: {traces}") from error
     tiles = 37
     picture = _data_uri_image(drawn["href"])
@@ -588,15 +600,18 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
     pixels = np.asarray(picture)  # each tile keeps its own pattern: many colours, not one
     side_h, side_w = picture.height // tiles, picture.width // tiles
     colours_per_tile = [
-        len(np.unique(pixels[r * side_h:(r + 1) * side_h, c * side_w:(c + 1) * side_w].reshape(-1, 3), axis=0))
-        for r in (0, 18, 36) for c in (0, 18, 36)
+        len(np.unique(pixels[r * side_h : (r + 1) * side_h, c * side_w : (c + 1) * side_w].reshape(-1, 3), axis=0))
+        for r in (0, 18, 36)
+        for c in (0, 18, 36)
     ]
     assert min(colours_per_tile) >= min_pixels, colours_per_tile
     on_screen = drawn["width"] / tiles, drawn["height"] / tiles
     assert min(on_screen) >= min_pixels, ("CSS px per tile", on_screen)
     page.screenshot(path=str(artifacts / "position_37x37.png"))
-    print(f"\n37x37 position mosaic: picture {picture.width}x{picture.height} px "
-          f"({px_w:.0f} px per tile), on screen {on_screen[0]:.1f}x{on_screen[1]:.1f} CSS px per tile")
+    print(
+        f"\n37x37 position mosaic: picture {picture.width}x{picture.height} px "
+        f"({px_w:.0f} px per tile), on screen {on_screen[0]:.1f}x{on_screen[1]:.1f} CSS px per tile"
+    )
 
 
 def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, artifacts):
@@ -618,26 +633,33 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
     }"""
     wrapped = "head (upper / lower row of each layer)"  # 12 heads and the mean: two rows of 7 and 6 per layer
     for model, path, titles, rows, cols in (
-        ("vit_tiny", "", ["head", "layer"], 12, 4), ("vit_tiny", "/rollout", ["", "after layers"], 2, 6),
-        ("vit_small", "", ["head", "layer"], 12, 7), ("vit_base", "", [wrapped, "layer"], 24, 7),
+        ("vit_tiny", "", ["head", "layer"], 12, 4),
+        ("vit_tiny", "/rollout", ["", "after layers"], 2, 6),
+        ("vit_small", "", ["head", "layer"], 12, 7),
+        ("vit_base", "", [wrapped, "layer"], 24, 7),
     ):  # 12 layers of 3, 6 and 12 heads, a 7×7 grid
         page.goto(f"{server}{path}?model=random:{model}_patch16_224&res=112")
         expect(page.locator("h2").first).to_be_visible(timeout=60_000)
         wait_idle(page)
         assert_no_exception(page, path or "attention")
         try:
-            drawn = page.wait_for_function(measure, arg=[t or None for t in titles], polling=200, timeout=60_000).json_value()
+            drawn = page.wait_for_function(
+                measure, arg=[t or None for t in titles], polling=200, timeout=60_000
+            ).json_value()
         except Exception as error:  # playwright's TimeoutError: say which charts were drawn
             page.screenshot(path=str(artifacts / "thumbnails_missing.png"), full_page=True)
             axes = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
                 .map(p => p._fullLayout && p._fullLayout.xaxis ? [p._fullLayout.xaxis.title.text, p._fullLayout.yaxis.title.text] : null)""")
-            raise AssertionError(f"{path or 'attention'}: no thumbnail mosaic drawn; axis titles of the charts: {axes}") from error
+            raise AssertionError(
+                f"{path or 'attention'}: no thumbnail mosaic drawn; axis titles of the charts: {axes}"
+            ) from error
         cells_w, cells_h = abs(drawn["xr"][1] - drawn["xr"][0]), abs(drawn["yr"][1] - drawn["yr"][0])
         tile_w, tile_h = drawn["w"] / cols, drawn["h"] / rows
         assert min(tile_w, tile_h) >= 120, (path, "CSS px per tile", tile_w, tile_h)
         assert drawn["w"] / cells_w == pytest.approx(drawn["h"] / cells_h, rel=0.02)  # square cells
         page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").nth(drawn["index"]).screenshot(
-            path=str(artifacts / f"thumbnails_{model}{path.replace('/', '_') or '_attention'}.png"))
+            path=str(artifacts / f"thumbnails_{model}{path.replace('/', '_') or '_attention'}.png")
+        )
         print(f"\n{model} {path or '/'}: {tile_w:.0f}x{tile_h:.0f} CSS px per thumbnail")
 
 
@@ -685,7 +707,9 @@ def test_a_random_models_maps_and_thumbnails_are_not_saturated_at_the_default(pa
     page.wait_for_function(
         """() => { const p = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
                    const t = p && p._fullData ? p._fullData.find(t => t.type === 'heatmap') : null;
-                   return t && t.opacity === 1; }""", timeout=20_000)
+                   return t && t.opacity === 1; }""",
+        timeout=20_000,
+    )
     page.wait_for_timeout(500)
     charts = page.evaluate(
         """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')].map(p => {
@@ -700,18 +724,29 @@ def test_a_random_models_maps_and_thumbnails_are_not_saturated_at_the_default(pa
         page.wait_for_timeout(300)
         box = area.bounding_box()
         inset = 0.03 * min(box["width"], box["height"])
-        png = page.screenshot(clip=dict(x=box["x"] + inset, y=box["y"] + inset,
-                                        width=box["width"] - 2 * inset, height=box["height"] - 2 * inset))
+        png = page.screenshot(
+            clip=dict(
+                x=box["x"] + inset, y=box["y"] + inset, width=box["width"] - 2 * inset, height=box["height"] - 2 * inset
+            )
+        )
         (artifacts / f"unsaturated_{label.replace(' ', '_')}.png").write_bytes(png)
         positions, share = _scale_positions(png, charts[index]["stops"])
         assert share > 0.8, f"{label}: only {share:.0%} of the drawn pixels are colours of the scale"
         results[label] = (float(positions.mean()), float((positions > 0.9).mean()))
     for label, (mean, top_share) in results.items():
         # uniform attention sits at 1/UNIFORM_FLOOR = 0.25 of the scale; saturated maps sat near 1
-        assert mean < 0.5 and top_share < 0.05, (label, f"mean scale position {mean:.2f}",
-                                                 f"{top_share:.0%} of pixels in the top tenth")
-    print("\n" + "; ".join(f"{label}: mean scale position {mean:.2f}, {top:.1%} in the top tenth"
-                          for label, (mean, top) in results.items()))
+        assert mean < 0.5 and top_share < 0.05, (
+            label,
+            f"mean scale position {mean:.2f}",
+            f"{top_share:.0%} of pixels in the top tenth",
+        )
+    print(
+        "\n"
+        + "; ".join(
+            f"{label}: mean scale position {mean:.2f}, {top:.1%} in the top tenth"
+            for label, (mean, top) in results.items()
+        )
+    )
 
 
 def _window_cells_by_hand(grid, window, shift, cell) -> set[tuple[int, int]]:
@@ -720,8 +755,12 @@ def _window_cells_by_hand(grid, window, shift, cell) -> set[tuple[int, int]]:
     (gh, gw), (wh, ww), (sh, sw) = grid, window, shift
     for a in range(-(-gh // wh)):
         for b in range(-(-gw // ww)):
-            cells = {((a * wh + i + sh) % gh, (b * ww + j + sw) % gw) for i in range(wh) for j in range(ww)
-                     if a * wh + i < gh and b * ww + j < gw}
+            cells = {
+                ((a * wh + i + sh) % gh, (b * ww + j + sw) % gw)
+                for i in range(wh)
+                for j in range(ww)
+                if a * wh + i < gh and b * ww + j < gw
+            }
             if cell in cells:
                 return cells
     raise AssertionError(f"no window holds {cell}")
@@ -759,8 +798,12 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     expected = _window_cells_by_hand((gh, gw), (7, 7), (3, 3), (row, col))
     assert len(drawn["shapes"]) == 4, drawn["shapes"]  # rows 24-27 and 0-2, the same columns: 4 pieces
     stride = 4
-    covered = sorted((r, c) for x0, y0, x1, y1 in drawn["shapes"]
-                     for r in range(int(y0) // stride, int(y1) // stride) for c in range(int(x0) // stride, int(x1) // stride))
+    covered = sorted(
+        (r, c)
+        for x0, y0, x1, y1 in drawn["shapes"]
+        for r in range(int(y0) // stride, int(y1) // stride)
+        for c in range(int(x0) // stride, int(x1) // stride)
+    )
     assert covered == sorted(expected)
     z = np.asarray(drawn["z"], dtype=np.float64)
     assert z.shape == (gh, gw) and drawn["dx"] == stride
@@ -777,17 +820,31 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     frame = attention_view_frame(page)
     frame.wait_for_function(f"() => window.attentionView.shown.patch === {row * gw + col}")
     colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
-    pixels = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
-                                       f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)
+    pixels = np.asarray(
+        frame.evaluate(
+            f"() => Array.from(document.getElementById('map').getContext('2d').getImageData(0, 0, {gw}, {gh}).data)"
+        ),
+        np.uint8,
+    ).reshape(gh, gw, 4)
     assert np.all(pixels[..., 3][inside] == 255) and np.all(pixels[..., 3][~inside] == 0)
     lo, hi, _ = colour_range("robust", z, uniform=1 / 49, inside=inside)  # the quantile of the window's cells
-    assert_within_one_colour_step(np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)), z,
-                                  colorscale, lo, hi, "the view's window")
+    assert_within_one_colour_step(
+        np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(colorscale, 0.0, lo, hi)),
+        z,
+        colorscale,
+        lo,
+        hi,
+        "the view's window",
+    )
     other = (gh // 2) * gw + 3
     page.mouse.move(*view_patch_position(page, frame, other, (gh, gw)))
     frame.wait_for_function(f"() => window.attentionView.shown.patch === {other}")
-    alpha = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
-                                      f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)[..., 3]
+    alpha = np.asarray(
+        frame.evaluate(
+            f"() => Array.from(document.getElementById('map').getContext('2d').getImageData(0, 0, {gw}, {gh}).data)"
+        ),
+        np.uint8,
+    ).reshape(gh, gw, 4)[..., 3]
     assert sorted(zip(*np.nonzero(alpha))) == sorted(_window_cells_by_hand((gh, gw), (7, 7), (3, 3), divmod(other, gw)))
 
 
@@ -811,12 +868,16 @@ def view_patch_position(page, frame, patch: int, grid: tuple[int, int]) -> tuple
     iframe = page.locator("iframe[title*='attention_view']").first
     iframe.scroll_into_view_if_needed()
     outer = iframe.bounding_box()
-    inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
-                           " return {x: b.left, y: b.top, width: b.width, height: b.height}; }")
+    inner = frame.evaluate(
+        "() => { const b = document.getElementById('map').getBoundingClientRect();"
+        " return {x: b.left, y: b.top, width: b.width, height: b.height}; }"
+    )
     gh, gw = grid
     row, col = divmod(patch, gw)
-    return (outer["x"] + inner["x"] + inner["width"] * (col + 0.5) / gw,
-            outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh)
+    return (
+        outer["x"] + inner["x"] + inner["width"] * (col + 0.5) / gw,
+        outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh,
+    )
 
 
 def canvas_rgb(frame, grid: tuple[int, int], element_id: str = "map") -> np.ndarray:
@@ -827,8 +888,9 @@ def canvas_rgb(frame, grid: tuple[int, int], element_id: str = "map") -> np.ndar
     return np.asarray(data, dtype=np.uint8).reshape(gh, gw, 4)[..., :3]
 
 
-def assert_within_one_colour_step(drawn: np.ndarray, values: np.ndarray, colorscale: str, lo: float, hi: float,
-                                  what: str) -> None:
+def assert_within_one_colour_step(
+    drawn: np.ndarray, values: np.ndarray, colorscale: str, lo: float, hi: float, what: str
+) -> None:
     """Every drawn pixel is the scale's colour of its value (``colorize``'s index), or a neighbour."""
     from analysis.plots import colour_lut
 
@@ -837,7 +899,8 @@ def assert_within_one_colour_step(drawn: np.ndarray, values: np.ndarray, colorsc
     for (r, c), i in np.ndenumerate(index):
         near = [lut[j] for j in (i - 1, i, i + 1) if 0 <= j <= 255]
         assert any((drawn[r, c] == colour).all() for colour in near), (
-            f"{what}: patch ({r}, {c}) drawn {drawn[r, c].tolist()}, expected ≈ {lut[i].tolist()} (index {i})")
+            f"{what}: patch ({r}, {c}) drawn {drawn[r, c].tolist()}, expected ≈ {lut[i].tolist()} (index {i})"
+        )
 
 
 def decoded_matrix(record, layer: int, head: int) -> np.ndarray:
@@ -854,8 +917,10 @@ def decoded_matrix(record, layer: int, head: int) -> np.ndarray:
 
 def matrix_rgb(frame, tokens: int) -> np.ndarray:
     """``(T, T, 3)`` uint8: the view's T×T matrix canvas, one pixel per (query, key)."""
-    data = frame.evaluate(f"() => Array.from(document.getElementById('matrix').getContext('2d')"
-                          f".getImageData(0, 0, {tokens}, {tokens}).data)")
+    data = frame.evaluate(
+        f"() => Array.from(document.getElementById('matrix').getContext('2d')"
+        f".getImageData(0, 0, {tokens}, {tokens}).data)"
+    )
     return np.asarray(data, np.uint8).reshape(tokens, tokens, 4)[..., :3]
 
 
@@ -894,12 +959,18 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     wait_idle(page)
     frame = attention_view_frame(page)
     colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
-    layer, grid, uniform = spec.num_layers - 1, spec.grid_size, 1 / spec.num_tokens  # the default view: last layer, mean
+    layer, grid, uniform = (
+        spec.num_layers - 1,
+        spec.grid_size,
+        1 / spec.num_tokens,
+    )  # the default view: last layer, mean
     gh, gw = grid
     reruns = page.evaluate("() => performance.getEntriesByType('resource').length")
     for patch in (0, gh * gw - gw // 2 - 2):
         page.mouse.move(*view_patch_position(page, frame, patch, grid))
-        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.hover === {patch}")
+        frame.wait_for_function(
+            f"() => window.attentionView.shown.patch === {patch} && window.attentionView.hover === {patch}"
+        )
         exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
         lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
@@ -908,17 +979,23 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     frame.locator("#mode").click()
     key = gh * gw // 2
     page.mouse.move(*view_patch_position(page, frame, key, grid))
-    frame.wait_for_function(f"() => window.attentionView.shown.patch === {key} && window.attentionView.shown.mode === 'col'")
-    column = analysis.attention_rows(record, layer)[0, spec.num_heads, spec.num_prefix_tokens:, key].numpy()
+    frame.wait_for_function(
+        f"() => window.attentionView.shown.patch === {key} && window.attentionView.shown.mode === 'col'"
+    )
+    column = analysis.attention_rows(record, layer)[0, spec.num_heads, spec.num_prefix_tokens :, key].numpy()
     decoded = quantise_maps(column).decoded().reshape(grid)
     lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"column of patch {key}")
     # the T×T matrix, from the served file (its prefix keys after the rows and columns)
     frame.locator("#matrix-toggle").click()
-    frame.wait_for_function(f"() => window.attentionView.matrixShown && window.attentionView.matrixShown.layer === {layer}")
+    frame.wait_for_function(
+        f"() => window.attentionView.matrixShown && window.attentionView.matrixShown.layer === {layer}"
+    )
     decoded = decoded_matrix(record, layer, spec.num_heads)
     lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
-    assert_within_one_colour_step(matrix_rgb(frame, spec.num_tokens), decoded, colorscale, lo, hi, "T×T matrix (served)")
+    assert_within_one_colour_step(
+        matrix_rgb(frame, spec.num_tokens), decoded, colorscale, lo, hi, "T×T matrix (served)"
+    )
     page.screenshot(path=str(artifacts / "attention_view_matrix.png"))
     frame.locator("#matrix-toggle").click()
     page.screenshot(path=str(artifacts / "attention_view_hover.png"))
@@ -935,14 +1012,18 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     new_layer = layer - 1
     fetched = page.evaluate("() => performance.getEntriesByType('resource').length")
     frame.locator("#stage").press("ArrowDown")
-    frame.wait_for_function(f"() => window.attentionView.shown.layer === {new_layer} && window.attentionView.shown.mode === 'row'")
+    frame.wait_for_function(
+        f"() => window.attentionView.shown.layer === {new_layer} && window.attentionView.shown.mode === 'row'"
+    )
     assert frame.evaluate("() => [window.attentionView.hover, window.attentionView.pinnedRow]") == [None, 0]
     exact = analysis.attention_map(record, new_layer, head=0, query="cls")[0].numpy()  # the page's query
     decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
     lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"layer {new_layer}, head 0")
     assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
-    assert page.evaluate("() => performance.getEntriesByType('resource').length") == fetched  # drawn from the page's data
+    assert (
+        page.evaluate("() => performance.getEntriesByType('resource').length") == fetched
+    )  # drawn from the page's data
     layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
     expect(layer_slider).to_have_value(str(new_layer), timeout=30_000)  # the page follows
     wait_idle(page)
@@ -955,7 +1036,8 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     row, col = divmod(patch, gw)
     expect(page.get_by_label(re.compile(r"Query patch \(row-major"))).to_have_value(str(patch), timeout=30_000)
     expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text(
-        f"Layer {layer} · head 0 · query: patch {patch} (row {row}, col {col})", timeout=30_000)
+        f"Layer {layer} · head 0 · query: patch {patch} (row {row}, col {col})", timeout=30_000
+    )
     page.wait_for_function(f"() => location.search.includes('patch={patch}')", timeout=20_000)
     wait_idle(page)
     frame = attention_view_frame(page)
@@ -986,9 +1068,12 @@ def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server,
     for end in (spec.num_layers - 1, spec.num_layers - 2):
         if end != spec.num_layers - 1:
             frame.locator("#stage").press("ArrowDown")
-        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch} && window.attentionView.shown.layer === {end}")
-        exact = analysis.attention_rollout(record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start,
-                                           end_layer=end, query=patch)[0].numpy()
+        frame.wait_for_function(
+            f"() => window.attentionView.shown.patch === {patch} && window.attentionView.shown.layer === {end}"
+        )
+        exact = analysis.attention_rollout(
+            record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start, end_layer=end, query=patch
+        )[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
         lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
         assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"rollout to {end}")
@@ -1039,8 +1124,10 @@ def open_static_view(tab, folder: Path, args: dict):
 def element_point(tab, iframe, frame, element_id: str, row: float, col: float, rows: int, cols: int):
     """Page coordinates of cell ``(row, col)`` of a ``rows × cols`` grid drawn on ``element_id``."""
     outer = iframe.bounding_box()
-    box = frame.evaluate(f"() => {{ const b = document.getElementById('{element_id}').getBoundingClientRect();"
-                         " return [b.left, b.top, b.width, b.height]; }")
+    box = frame.evaluate(
+        f"() => {{ const b = document.getElementById('{element_id}').getBoundingClientRect();"
+        " return [b.left, b.top, b.width, b.height]; }"
+    )
     return outer["x"] + box[0] + box[2] * (col + 0.5) / cols, outer["y"] + box[1] + box[3] * (row + 0.5) / rows
 
 
@@ -1059,9 +1146,18 @@ def test_the_views_robust_range_leaves_outliers_out_and_outlines_the_clipped_cel
     record = analysis.capture_attention(vit, torch_pixels(vit))
     spec = record.spec
     grid, layer, uniform, scale = spec.grid_size, spec.num_layers - 1, 1 / spec.num_tokens, "Viridis"
-    args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
-                     layer=layer, head="mean", query="cls", colorscale=scale, map_range="robust", opacity=1.0,
-                     left_out=PLANTED)
+    args = view_args(
+        data=view_data(record, range(spec.num_layers)),
+        image_uri=_grey_png_uri(spec.img_size),
+        spec=spec,
+        layer=layer,
+        head="mean",
+        query="cls",
+        colorscale=scale,
+        map_range="robust",
+        opacity=1.0,
+        left_out=PLANTED,
+    )
     iframe, frame = open_static_view(static_browser, tmp_path, args)
     exact = analysis.attention_map(record, layer, head=None, query="cls")[0].numpy()
     decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
@@ -1079,8 +1175,12 @@ def test_the_views_robust_range_leaves_outliers_out_and_outlines_the_clipped_cel
 
     hidden = dict(args, hide_left_out=True)
     _, frame = open_static_view(static_browser, tmp_path, hidden)
-    alpha = np.asarray(frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
-                                      f".getImageData(0, 0, {gw}, {gh}).data)"), np.uint8).reshape(gh, gw, 4)[..., 3]
+    alpha = np.asarray(
+        frame.evaluate(
+            f"() => Array.from(document.getElementById('map').getContext('2d').getImageData(0, 0, {gw}, {gh}).data)"
+        ),
+        np.uint8,
+    ).reshape(gh, gw, 4)[..., 3]
     assert sorted(np.flatnonzero(alpha.ravel() == 0).tolist()) == sorted(PLANTED)
     assert static_browser.errors == []
 
@@ -1107,13 +1207,24 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     T, P, grid, layer = spec.num_tokens, spec.num_prefix_tokens, spec.grid_size, spec.num_layers - 1
     assert P == 5 and spec.token_names[1:] == ("register 1", "register 2", "register 3", "register 4")
     uniform, scale = 1 / T, "Viridis"
-    args = view_args(data=view_data(record, range(spec.num_layers)), image_uri=_grey_png_uri(spec.img_size), spec=spec,
-                     layer=layer, head=1, query="cls", colorscale=scale, map_range="zero", opacity=1.0)
+    args = view_args(
+        data=view_data(record, range(spec.num_layers)),
+        image_uri=_grey_png_uri(spec.img_size),
+        spec=spec,
+        layer=layer,
+        head=1,
+        query="cls",
+        colorscale=scale,
+        map_range="zero",
+        opacity=1.0,
+    )
     iframe, frame = open_static_view(static_browser, tmp_path, args)
     frame.locator("#matrix-toggle").click()
     frame.wait_for_function("() => window.attentionView.matrixShown && window.attentionView.matrixShown.head === 1")
     for kind in ("query", "key"):
-        names = frame.eval_on_selector_all(f".axis-label.{kind}[data-token]", "els => els.map(e => [+e.dataset.token, e.textContent])")
+        names = frame.eval_on_selector_all(
+            f".axis-label.{kind}[data-token]", "els => els.map(e => [+e.dataset.token, e.textContent])"
+        )
         assert names == [[i, name] for i, name in enumerate(spec.token_names)], kind
 
     decoded = decoded_matrix(record, layer, 1)
@@ -1137,8 +1248,10 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     frame.locator("#mode").click()
     key = spec.num_patches - 2
     static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 0, P + key, T, T))
-    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {key}"
-                            " && window.attentionView.shown.mode === 'col'")
+    frame.wait_for_function(
+        f"() => window.attentionView.shown && window.attentionView.shown.patch === {key}"
+        " && window.attentionView.shown.mode === 'col'"
+    )
     column = analysis.attention_rows(record, layer)[0, 1, P:, key].numpy()
     expected = quantise_maps(column).decoded().reshape(grid)
     lo, hi, _ = colour_range("zero", expected, uniform=uniform)
@@ -1174,17 +1287,27 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
     frame = attention_view_frame(page)
     colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
     layers, grid = frame.evaluate("() => window.attentionView.args.panels"), spec.grid_size
-    assert len(layers) >= 2 and frame.locator(".panel-label").all_text_contents() == [f"layer {layer}" for layer in layers]
+    assert len(layers) >= 2 and frame.locator(".panel-label").all_text_contents() == [
+        f"layer {layer}" for layer in layers
+    ]
     gh, gw = grid
     patch = gh * gw - gw - 3
     page.mouse.move(*_panel_point(page, frame, 1, patch, grid))
     frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {patch}")
-    decoded = [quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
-               for layer in layers]
+    decoded = [
+        quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
+        for layer in layers
+    ]
     lo, hi, _ = colour_range("robust", np.concatenate(decoded), uniform=1 / spec.num_tokens)
     for panel, (layer, values) in enumerate(zip(layers, decoded)):
-        assert_within_one_colour_step(canvas_rgb(frame, grid, "map" if panel == 0 else f"map-{panel}"),
-                                      values.reshape(grid), colorscale, lo, hi, f"layer {layer}")
+        assert_within_one_colour_step(
+            canvas_rgb(frame, grid, "map" if panel == 0 else f"map-{panel}"),
+            values.reshape(grid),
+            colorscale,
+            lo,
+            hi,
+            f"layer {layer}",
+        )
     assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
     page.screenshot(path=str(artifacts / "compare_view_hover.png"))
     # a click pins the patch; the page's query and the chart follow
@@ -1194,7 +1317,9 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
     expect(page.get_by_text(f"query: patch {patch} (row {row}, col {col})").first).to_be_visible(timeout=30_000)
     wait_idle(page)
     frame = attention_view_frame(page)
-    frame.wait_for_function(f"() => window.attentionView.pinnedPatch === {patch} && window.attentionView.args.query_patch === {patch}")
+    frame.wait_for_function(
+        f"() => window.attentionView.pinnedPatch === {patch} && window.attentionView.args.query_patch === {patch}"
+    )
     assert_no_exception(page, "compare view")
 
 
@@ -1230,7 +1355,8 @@ def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifa
     page.mouse.click(*view_patch_position(page, frame, patch, grid))
     row, col = divmod(patch, gw)
     expect(page.locator("h3", has_text=f"similarity to the patch {patch} (row {row}, col {col})").first).to_be_visible(
-        timeout=30_000)
+        timeout=30_000
+    )
     wait_idle(page)
     assert_no_exception(page, "tokens view")
 
@@ -1254,14 +1380,24 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
     assert not geometry.is_global
     grid, scale = geometry.grid_size, "Viridis"
     blob, meta = windowed_view_blob(record, layer)
-    args = windowed_view_args(data={**meta, "data_b64": base64.b64encode(blob).decode("ascii")},
-                              image_uri=_grey_png_uri(spec.img_size), spec=spec, layer=layer, head="mean",
-                              query_cell=None, colorscale=scale, map_range="zero", opacity=1.0)
+    args = windowed_view_args(
+        data={**meta, "data_b64": base64.b64encode(blob).decode("ascii")},
+        image_uri=_grey_png_uri(spec.img_size),
+        spec=spec,
+        layer=layer,
+        head="mean",
+        query_cell=None,
+        colorscale=scale,
+        map_range="zero",
+        opacity=1.0,
+    )
     iframe, frame = open_static_view(static_browser, tmp_path, args)
 
     def drawn() -> np.ndarray:  # (gh, gw, 4) RGBA
-        data = frame.evaluate(f"() => Array.from(document.getElementById('map').getContext('2d')"
-                              f".getImageData(0, 0, {grid[1]}, {grid[0]}).data)")
+        data = frame.evaluate(
+            f"() => Array.from(document.getElementById('map').getContext('2d')"
+            f".getImageData(0, 0, {grid[1]}, {grid[0]}).data)"
+        )
         return np.asarray(data, np.uint8).reshape(*grid, 4)
 
     uniform = 1 / geometry.window_tokens
@@ -1320,21 +1456,30 @@ def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts
             frame.locator("#stage").focus()
             frame.locator("#stage").press("ArrowDown")
             frame.wait_for_function(f"() => window.attentionView.layer === {last - 1}", timeout=5_000)
-            layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
+            layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role(
+                "slider"
+            )
             expect(layer_slider).to_have_value(str(last - 1), timeout=60_000)  # the server heard the step
             wait_idle(page)
             frame = attention_view_frame(page)
-            frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.layer === {last - 1}"
-                                    f" && window.attentionView.layers.length === 1 && window.attentionView.layers[0] === {last - 1}",
-                                    timeout=60_000)
-            fetched = frame.evaluate("() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.endsWith('.bin'))")
+            frame.wait_for_function(
+                f"() => window.attentionView.shown && window.attentionView.shown.layer === {last - 1}"
+                f" && window.attentionView.layers.length === 1 && window.attentionView.layers[0] === {last - 1}",
+                timeout=60_000,
+            )
+            fetched = frame.evaluate(
+                "() => performance.getEntriesByType('resource').map(e => e.name).filter(n => n.endsWith('.bin'))"
+            )
             assert len(set(fetched)) == 2, fetched  # the first layer's file, then the new one's
             chart = page.locator("[data-testid='stPlotlyChart']").first
             expect(chart.locator(".gtitle")).to_contain_text(f"Layer {last - 1} · mean over heads · query: class token")
-            z = np.asarray(page.evaluate(
-                """() => { const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
-                           return Array.from(plot._fullData.find(t => t.type === 'heatmap').z, r => Array.from(r)); }"""),
-                np.float64)
+            z = np.asarray(
+                page.evaluate(
+                    """() => { const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+                           return Array.from(plot._fullData.find(t => t.type === 'heatmap').z, r => Array.from(r)); }"""
+                ),
+                np.float64,
+            )
             assert z.shape == grid
             lo, hi, _ = colour_range("robust", z, uniform=1 / tokens)
             assert_within_one_colour_step(canvas_rgb(frame, grid), z, colorscale, lo, hi, f"fetched layer {last - 1}")

@@ -47,7 +47,9 @@ def test_the_view_draws_before_plotly_and_the_code_highlighter_load_and_then_the
     chunks = page.evaluate(CHART_CHUNKS)
     assert len(chunks) == 2, chunks  # both were needed in the end
     for name, requested in chunks:
-        assert requested > painted, f"{name} was requested {requested:.0f} ms after opening, before the view drew ({painted:.0f} ms)"
+        assert requested > painted, (
+            f"{name} was requested {requested:.0f} ms after opening, before the view drew ({painted:.0f} ms)"
+        )
     assert page.get_by_text("The chart follows as soon as the view above has drawn.").count() == 0
     assert_no_exception(page, "the Attention page after its first paint")
 
@@ -88,11 +90,15 @@ HELD = "The other maps and the deletion and insertion curves follow as soon as t
 def _wait_complete(page) -> None:
     """The maps, then the deletion and insertion curves drawn, the run over."""
     page.get_by_text("Deletion and insertion").first.wait_for(timeout=120_000)
-    page.locator("[data-testid='stPlotlyChart']", has_text="Deletion (lower").locator(".main-svg").first.wait_for(timeout=120_000)
+    page.locator("[data-testid='stPlotlyChart']", has_text="Deletion (lower").locator(".main-svg").first.wait_for(
+        timeout=120_000
+    )
     wait_idle(page)
 
 
-def test_why_this_class_draws_its_cheapest_map_first_and_the_other_maps_and_curves_once_it_is_on_screen(fresh_page, server):
+def test_why_this_class_draws_its_cheapest_map_first_and_the_other_maps_and_curves_once_it_is_on_screen(
+    fresh_page, server
+):
     page = fresh_page
     page.add_init_script(AT_FIRST_CHART)
     page.goto(server + "/explain")
@@ -100,7 +106,12 @@ def test_why_this_class_draws_its_cheapest_map_first_and_the_other_maps_and_curv
     at_first = page.evaluate("() => window.__atFirstChart")
     assert "Deletion and insertion" not in at_first["text"], "the curves were computed before the first map was drawn"
     assert HELD in at_first["text"] and at_first["charts"] == 1
-    assert page.locator("[data-testid='stPlotlyChart']", has_text="Chefer et al. 2021 · ").filter(has_text="Grad-CAM · ").count() == 1
+    assert (
+        page.locator("[data-testid='stPlotlyChart']", has_text="Chefer et al. 2021 · ")
+        .filter(has_text="Grad-CAM · ")
+        .count()
+        == 1
+    )
     assert page.get_by_text(HELD).count() == 0
     assert_no_exception(page, "the Why this class? page after its first result")
 

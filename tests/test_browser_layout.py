@@ -23,15 +23,26 @@ from streamlit_server import CHROMIUM, DEMO_PRESENT, REPO, streamlit_server
 from test_browser import chromium  # noqa: F401 - the module's one Chromium (a fixture)
 
 pytestmark = [
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="Debian Chromium not installed at /usr/bin/chromium (apt-get install -y chromium)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium (apt-get install -y chromium)"
+    ),
     pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models (assets/)"),
 ]
 
 #: every page of vizapp/app.py: its URL path -> extra URL parameters
 PAGES = {
-    "": "", "rollout": "", "explain": "", "compare": "", "tokens": "", "robustness": "", "circuits": "",
-    "position": "", "filters": "", "distance": "", "mae": "", "text_prompts": "",
+    "": "",
+    "rollout": "",
+    "explain": "",
+    "compare": "",
+    "tokens": "",
+    "robustness": "",
+    "circuits": "",
+    "position": "",
+    "filters": "",
+    "distance": "",
+    "mae": "",
+    "text_prompts": "",
 }
 #: pages too slow on the 518-px model for a test (curves over an image set): a 224-px input
 SLOW_AT_518 = {"robustness": "res=224"}
@@ -56,9 +67,19 @@ def random_grid_37_folder(folder: Path) -> Path:
     torch.manual_seed(0)
     model = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, img_size=518)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    config = {"architecture": "vit_small_patch14_dinov2", "num_classes": 0, "model_args": {"img_size": 518},
-              "pretrained_cfg": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "num_classes": 0,
-                                 "input_size": [3, 518, 518], "crop_pct": 1.0, "interpolation": "bicubic"}}
+    config = {
+        "architecture": "vit_small_patch14_dinov2",
+        "num_classes": 0,
+        "model_args": {"img_size": 518},
+        "pretrained_cfg": {
+            "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225],
+            "num_classes": 0,
+            "input_size": [3, 518, 518],
+            "crop_pct": 1.0,
+            "interpolation": "bicubic",
+        },
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 
@@ -113,8 +134,12 @@ def settle(tab) -> None:
     viewport as tall as the page so that everything is laid out at once."""
     tab.wait_for_timeout(500)
     wait_for(tab, _RUN_OVER, "the script run to end")
-    wait_for(tab, """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
-                           .every(c => c.querySelector('.main-svg'))""", "every chart to be drawn")
+    wait_for(
+        tab,
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                           .every(c => c.querySelector('.main-svg'))""",
+        "every chart to be drawn",
+    )
     height = tab.evaluate("() => (document.querySelector('[data-testid=\"stMain\"]') || document.body).scrollHeight")
     tab.set_viewport_size({"width": VIEWPORT["width"], "height": min(int(height) + 50, TALLEST)})
     for frame in tab.frames:
@@ -140,9 +165,15 @@ def check_page(app, artifacts, path: str, params: str = "", prepare=None) -> Non
     if prepare is not None:
         prepare(tab)
         settle(tab)
-    where = f"{path or 'attention'}{'?' + params if params else ''}{' (second model: the demo Swin)' if prepare else ''}"
-    tab.screenshot(path=str(artifacts / f"{name}_{path or 'attention'}{'_' + params.replace('=', '') if params else ''}"
-                                        f"{'_prepared' if prepare else ''}.png"))
+    where = (
+        f"{path or 'attention'}{'?' + params if params else ''}{' (second model: the demo Swin)' if prepare else ''}"
+    )
+    tab.screenshot(
+        path=str(
+            artifacts / f"{name}_{path or 'attention'}{'_' + params.replace('=', '') if params else ''}"
+            f"{'_prepared' if prepare else ''}.png"
+        )
+    )
     defects = page_defects(tab)
     assert not defects, f"layout defects on page {where!r} with model {name!r}:\n  " + "\n  ".join(defects)
 

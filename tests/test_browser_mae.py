@@ -12,8 +12,10 @@ from test_browser import _click_patch, artifacts, assert_no_exception, chromium,
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium"),
-    pytest.mark.skipif(not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
-                       reason="needs the bundled demo MAE (assets/demo_mae)"),
+    pytest.mark.skipif(
+        not (REPO / "assets" / "demo_mae" / "config.json").is_file(),
+        reason="needs the bundled demo MAE (assets/demo_mae)",
+    ),
 ]
 
 DRAWN_PANELS = """() => {
@@ -50,8 +52,9 @@ def test_a_click_hides_a_patch_and_the_reconstruction_changes(page, server, arti
     _click_patch(page, chart, patch // gw, patch % gw, gh, gw, panel=0)
     expect(count.first).to_contain_text(f"{hidden + 1} of {gh * gw}", timeout=30_000)
     wait_idle(page)
-    page.wait_for_function(f"() => {{ const s = ({PANEL_SOURCES})(); return s && s[2] !== {before[2]!r}; }}",
-                           timeout=30_000)
+    page.wait_for_function(
+        f"() => {{ const s = ({PANEL_SOURCES})(); return s && s[2] !== {before[2]!r}; }}", timeout=30_000
+    )
     after = page.evaluate(PANEL_SOURCES)
     assert after[0] == before[0]  # the original is the same picture
     assert after[1] != before[1] and after[2] != before[2] and after[3] != before[3]
@@ -61,8 +64,9 @@ def test_a_click_hides_a_patch_and_the_reconstruction_changes(page, server, arti
     attention = page.locator("[data-testid='stPlotlyChart']").nth(2)
     expect(attention.locator(".gtitle")).to_have_text("query: the class token")
     _click_patch(page, attention, query // gw, query % gw, gh, gw)
-    expect(attention.locator(".gtitle")).to_have_text(f"query: patch {query} (row {query // gw}, col {query % gw})",
-                                                      timeout=30_000)
+    expect(attention.locator(".gtitle")).to_have_text(
+        f"query: patch {query} (row {query // gw}, col {query % gw})", timeout=30_000
+    )
     assert_no_exception(page, "masked autoencoder after a click")
 
 
@@ -86,7 +90,8 @@ def _drawn_pictures(page) -> list:
 def wait_drawn_changed(page, hrefs: list) -> None:
     """Wait until the reconstruction the browser paints is no longer ``hrefs[2]``."""
     page.wait_for_function(
-        f"() => {{ const s = ({DRAWN_PANELS})(); return s && s.length === 4 && s[2] !== {hrefs[2]!r}; }}", timeout=30_000
+        f"() => {{ const s = ({DRAWN_PANELS})(); return s && s.length === 4 && s[2] !== {hrefs[2]!r}; }}",
+        timeout=30_000,
     )
 
 

@@ -15,8 +15,10 @@ from test_browser import _click_patch, artifacts, assert_no_exception, chromium,
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium"),
-    pytest.mark.skipif(not (REPO / "assets" / "demo_clip" / "config.json").is_file(),
-                       reason="needs the bundled demo CLIP (assets/demo_clip)"),
+    pytest.mark.skipif(
+        not (REPO / "assets" / "demo_clip" / "config.json").is_file(),
+        reason="needs the bundled demo CLIP (assets/demo_clip)",
+    ),
 ]
 
 #: the maps chart (the page's second chart): its panel titles and the first panel's values as plotly drew them.
@@ -54,15 +56,17 @@ def test_typing_a_prompt_draws_its_map(page, server, artifacts):
     box = page.get_by_role("textbox", name="Prompts (one a line)")
     box.fill(prompt)
     box.press("Control+Enter")  # a text area sends its value on Ctrl+Enter (or on leaving it)
-    page.wait_for_function(f"() => {{ const m = ({MAPS})(); return m && m.titles[0].includes({prompt!r}); }}",
-                           timeout=60_000)
+    page.wait_for_function(
+        f"() => {{ const m = ({MAPS})(); return m && m.titles[0].includes({prompt!r}); }}", timeout=60_000
+    )
     wait_idle(page)
     after = page.evaluate(MAPS)
     assert len(after["titles"]) == 3 and all(prompt in title for title in after["titles"])  # one prompt, 3 methods
     clip = analysis.load_clip("demo_clip", device="cpu")
     pixels = clip.preprocess(analysis.load_image(sample_paths()[0]))  # the sidebar's first sample
-    expected = analysis.scale_by_peak(explain_text(clip, pixels, prompt, method="chefer").maps[0].numpy(),
-                                      negative="zero")
+    expected = analysis.scale_by_peak(
+        explain_text(clip, pixels, prompt, method="chefer").maps[0].numpy(), negative="zero"
+    )
     np.testing.assert_allclose(np.asarray(after["z"], dtype=np.float64), expected, atol=1e-3)
     after_pixels = _pixels(maps_chart)
     assert after_pixels.shape != before_pixels.shape or np.abs(after_pixels - before_pixels).mean() > 1
@@ -75,5 +79,6 @@ def test_typing_a_prompt_draws_its_map(page, server, artifacts):
     target = (0, 1) if shown.strip() != "layer 0, head 1" else (1, 0)
     _click_patch(page, page.locator("[data-testid='stPlotlyChart']").nth(2), target[0], target[1], layers, count)
     expect(page.locator("[data-testid='stPlotlyChart']").nth(3).locator(".annotation-text").first).to_contain_text(
-        f"layer {target[0]}, head {target[1]}", timeout=30_000)
+        f"layer {target[0]}, head {target[1]}", timeout=30_000
+    )
     assert_no_exception(page, "text prompts after typing a prompt and clicking a head")

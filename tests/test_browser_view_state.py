@@ -109,14 +109,19 @@ def test_layer_and_head_steps_in_one_go_reach_the_page_in_one_report(page, serve
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowRight")  # head 0
     page.keyboard.press("ArrowRight")  # head 1
-    frame.wait_for_function(f"() => window.attentionView.shown.head === 1 && window.attentionView.shown.layer === {layer - 1}")
+    frame.wait_for_function(
+        f"() => window.attentionView.shown.head === 1 && window.attentionView.shown.layer === {layer - 1}"
+    )
     layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
     expect(layer_slider).to_have_value(str(layer - 1), timeout=30_000)
     expect(page.get_by_role("combobox", name="Head")).to_have_value("head 1", timeout=30_000)
     title = page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")
     expect(title).to_contain_text(f"Layer {layer - 1} · head 1 · query: class token", timeout=30_000)
-    page.wait_for_function(f"() => {{ const p = new URLSearchParams(location.search);"
-                           f" return p.get('head') === '1' && p.get('layer') === '{layer - 1}'; }}", timeout=20_000)
+    page.wait_for_function(
+        f"() => {{ const p = new URLSearchParams(location.search);"
+        f" return p.get('head') === '1' && p.get('layer') === '{layer - 1}'; }}",
+        timeout=20_000,
+    )
     wait_idle(page)
     frame = attention_view_frame(page)
     assert view_state(frame)["reports"] == before["reports"] + 1  # the three keys: one report
@@ -162,7 +167,9 @@ def test_a_step_taken_while_the_page_answers_the_last_one_is_not_undone_by_its_a
     frame.wait_for_function("() => window.attentionView.told.head === 0")  # reported
     frame.wait_for_function("() => window.heldRenders.some(m => m.args.head === 0)")  # answered, not yet heard
     assert frame.evaluate("() => [window.attentionView.args.head, window.attentionView.told.head]") == [
-        frame.evaluate("() => window.attentionView.args.heads"), 0]  # the view has not heard the answer
+        frame.evaluate("() => window.attentionView.args.heads"),
+        0,
+    ]  # the view has not heard the answer
     # head 1, and at once (while the view waits for the keys to rest) the answer to head 0 arrives
     since = frame.evaluate("""() => { const since = window.attentionView.paints.length;
         window.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight'}));
@@ -179,10 +186,13 @@ def test_a_step_taken_while_the_page_answers_the_last_one_is_not_undone_by_its_a
     assert view_state(frame)["told"] == {"layer": None, "head": None}
 
 
-@pytest.mark.parametrize("where, path, header", [
-    ("compare", "/compare", "Compare layers"),
-    ("windowed", "/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1", "Attention"),
-])
+@pytest.mark.parametrize(
+    "where, path, header",
+    [
+        ("compare", "/compare", "Compare layers"),
+        ("windowed", "/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1", "Attention"),
+    ],
+)
 def test_a_head_step_in_the_view_moves_every_pages_head_box(page, server, where, path, header):
     """The Compare page's panels and a windowed model's (Swin's) view follow the same rule: the Head
     box, what the page draws for that head, and the URL follow a head step; the query stays."""

@@ -84,7 +84,9 @@ def test_dynamic_img_size_refuses_partial_patches_and_pads_when_asked():
     pixels = torch.randn(1, 3, 40, 50)  # padded by timm to 48 x 64: a 3 x 4 grid
     record = capture_attention(padded, pixels)
     assert record.spec.grid_size == (3, 4) and record.attentions.shape[-1] == 13
-    torch.testing.assert_close(record.attentions.double(), reference_attention(padded.model, pixels), atol=2e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        record.attentions.double(), reference_attention(padded.model, pixels), atol=2e-6, rtol=1e-4
+    )
 
 
 def test_bad_precision_is_typed(vits):

@@ -32,7 +32,11 @@ def _pytest(folder: Path, *args: str, ci: str | None) -> subprocess.CompletedPro
         env["CI"] = ci
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "ci_skip_check", "-p", "no:cacheprovider", "-q", *args, str(folder)],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=120,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -47,8 +51,12 @@ def test_in_ci_a_skipped_required_test_fails_the_run_and_is_named(tmp_path):
     out = result.stdout
     assert result.returncode == 1, out
     named = re.findall(r"SKIPPED IN CI (\S+):", out)
-    assert sorted(named) == ["test_app.py::test_upload", "test_browser.py::test_page", "test_foreign_models.py",
-                             "test_real_pictures.py::test_real"], out
+    assert sorted(named) == [
+        "test_app.py::test_upload",
+        "test_browser.py::test_page",
+        "test_foreign_models.py",
+        "test_real_pictures.py::test_real",
+    ], out
     assert "no chromium here" in out and "no_such_module_here" in out and "old AppTest" in out
     assert "no registry here" in out
     assert "4 required test(s) skipped, so this run fails" in out
@@ -91,8 +99,11 @@ def test_ci_run_stops_with_a_message_when_chromium_cannot_be_installed(tmp_path)
     run.chmod(0o755)
     calls = tmp_path / "python3-calls"
     tools = _fake_tools(tmp_path / "bin", calls)
-    env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-               CI_CHROMIUM=str(tmp_path / "no" / "chromium"))
+    env = dict(
+        os.environ,
+        PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        CI_CHROMIUM=str(tmp_path / "no" / "chromium"),
+    )
     result = subprocess.run(["bash", str(run)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Chromium is not installed" in result.stderr and "could not be installed" in result.stderr
@@ -152,6 +163,7 @@ def test_ci_type_checks_and_lints_with_the_configuration_in_pyproject():
     after = (REPO / ".ci" / "run").read_text().split(command, 1)[1]
     assert re.search(r"^\.venv/bin/mypy$", after, re.M), "no type check in .ci/run"
     assert re.search(r"^\.venv/bin/ruff check \.$", after, re.M), "no lint in .ci/run"
+    assert re.search(r"^\.venv/bin/ruff format --check \.$", after, re.M), "no format check in .ci/run"
     tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
     assert sorted(tool["mypy"]["files"]) == ["analysis", "vizapp"]
     assert tool["mypy"]["python_version"] == "3.10" and tool["ruff"]["target-version"] == "py310"

@@ -69,7 +69,9 @@ def test_each_heads_term_equals_an_explicit_loop_over_tokens(family, family_vits
     pooled = normed[pooled_tokens].mean(0)
     fc_sigma = (pooled.var(unbiased=False) + fc_norm.eps).sqrt() if fc_norm is not None else None
     block = model.blocks[1]
-    gamma = block.ls1.gamma if hasattr(block, "ls1") and hasattr(block.ls1, "gamma") else getattr(block, "gamma_1", None)
+    gamma = (
+        block.ls1.gamma if hasattr(block, "ls1") and hasattr(block.ls1, "gamma") else getattr(block, "gamma_1", None)
+    )
     heads, dim = z.shape[1], z.shape[2]
     weight = block.attn.proj.weight
     for head in range(heads):
@@ -93,8 +95,15 @@ def test_a_logit_difference_is_the_difference_of_two_attributions(demo):
     assert both.targets.tolist() == [[2, 5], [2, 5]]
 
 
-@pytest.mark.parametrize("family, reason", [("relpos_rpn", "post-norm"), ("deit_distilled", "distilled"),
-                                            ("siglip", "none head"), ("pe_core", "embedding head")])
+@pytest.mark.parametrize(
+    "family, reason",
+    [
+        ("relpos_rpn", "post-norm"),
+        ("deit_distilled", "distilled"),
+        ("siglip", "none head"),
+        ("pe_core", "embedding head"),
+    ],
+)
 def test_direct_logit_attribution_refuses_readouts_that_are_not_linear(family, reason, family_vits):
     with pytest.raises(AnalysisError, match=reason):
         direct_logit_attribution(family_vits[family], family_pixels(family))
@@ -114,7 +123,7 @@ def test_zero_ablation_equals_zeroed_projection_columns(demo):
     for layer, head in [(0, 0), (2, 3), (3, 1)]:
         twin = copy.deepcopy(demo.model)
         with torch.no_grad():
-            twin.blocks[layer].attn.proj.weight[:, head * dim:(head + 1) * dim] = 0
+            twin.blocks[layer].attn.proj.weight[:, head * dim : (head + 1) * dim] = 0
             logits = twin(pixels).float()
         expected = logits.gather(1, ablation.targets[:, None])[:, 0] - ablation.clean_logit
         torch.testing.assert_close(ablation.delta_logit[:, layer, head], expected, rtol=1e-5, atol=1e-5)
@@ -128,15 +137,17 @@ def test_mean_ablation_equals_a_per_token_bias_built_from_explicit_loops(demo):
     pixels, reference = _demo_pixels(2, seed=1), _demo_pixels(3, seed=2)
     layer, head = 1, 2
     ablation = head_ablation(demo, pixels, method="mean", reference=reference)
-    per_image = [run_with_cache(demo, reference[i:i + 1], names=[f"blocks.{layer}.attn.z"])[f"blocks.{layer}.attn.z"][0]
-                 for i in range(3)]
+    per_image = [
+        run_with_cache(demo, reference[i : i + 1], names=[f"blocks.{layer}.attn.z"])[f"blocks.{layer}.attn.z"][0]
+        for i in range(3)
+    ]
     mean = sum(per_image) / 3  # (T, heads, d)
     projection = demo.model.blocks[layer].attn.proj
     dim = projection.in_features // 4
     twin = copy.deepcopy(demo.model)
-    columns = projection.weight[:, head * dim:(head + 1) * dim].detach().clone()
+    columns = projection.weight[:, head * dim : (head + 1) * dim].detach().clone()
     with torch.no_grad():
-        twin.blocks[layer].attn.proj.weight[:, head * dim:(head + 1) * dim] = 0
+        twin.blocks[layer].attn.proj.weight[:, head * dim : (head + 1) * dim] = 0
     added = mean[:, head] @ columns.T  # (T, D)
     handle = twin.blocks[layer].attn.proj.register_forward_hook(lambda m, a, out: out + added)
     with torch.no_grad():
@@ -192,7 +203,8 @@ def test_batched_patching_equals_one_patched_run_at_a_time(point, demo):
     source = run_with_cache(demo, clean, names=[f"blocks.{layer}.{point}" for layer in range(4)])
     target = result.target[0]
     for layer in range(4):
-        for index in ((0, 17, 39, 40, 64) if point == "resid_pre" else range(4)):  # both chunks' edges; every head
+        for index in (0, 17, 39, 40, 64) if point == "resid_pre" else range(4):  # both chunks' edges; every head
+
             def patch(x, layer=layer, index=index):
                 x = x.clone()
                 clean_value = source[f"blocks.{layer}.{point}"]
@@ -205,7 +217,8 @@ def test_batched_patching_equals_one_patched_run_at_a_time(point, demo):
             logit = run_with_hooks(demo, corrupted, {f"blocks.{layer}.{point}": patch})[0, target].item()
             assert result.patched[layer, index].item() == pytest.approx(logit, abs=1e-5)
             assert result.effect[layer, index].item() == pytest.approx(
-                (logit - result.corrupted) / (result.clean - result.corrupted), abs=1e-4)
+                (logit - result.corrupted) / (result.clean - result.corrupted), abs=1e-4
+            )
 
 
 def test_patching_every_token_at_block_zero_restores_the_clean_answer(demo):
@@ -242,9 +255,28 @@ def test_heads_command_on_two_ranks_equals_one_process_and_the_api(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 
     def heads(*prefix, out):
-        return subprocess.run([sys.executable, *prefix, "-m", "analysis", "heads", "--model", "demo", "--images",
-                               str(folder), "--out", str(out), "--batch-size", "2"],
-                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                *prefix,
+                "-m",
+                "analysis",
+                "heads",
+                "--model",
+                "demo",
+                "--images",
+                str(folder),
+                "--out",
+                str(out),
+                "--batch-size",
+                "2",
+            ],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     single = heads(out=tmp_path / "one.npz")
     assert single.returncode == 0, single.stderr
@@ -277,12 +309,16 @@ def test_heads_mixed_by_an_inner_norm_are_refused_with_the_reason():
     """BEiT-3 normalises the heads' joint output before the projection: attn.z is that norm's
     output, so no single head can be removed, patched or attributed."""
     torch.manual_seed(0)
-    vit = load_vit("beit3_base_patch16_224", pretrained=False, img_size=32, depth=1, embed_dim=32, num_heads=2,
-                   num_classes=3)
+    vit = load_vit(
+        "beit3_base_patch16_224", pretrained=False, img_size=32, depth=1, embed_dim=32, num_heads=2, num_classes=3
+    )
     pixels = torch.randn(1, 3, 32, 32)
-    for call in (lambda: head_ablation(vit, pixels), lambda: direct_logit_attribution(vit, pixels),
-                 lambda: cumulative_head_ablation(vit, pixels, [(0, 0)]),
-                 lambda: activation_patching(vit, pixels, pixels + 1, point="attn.z")):
+    for call in (
+        lambda: head_ablation(vit, pixels),
+        lambda: direct_logit_attribution(vit, pixels),
+        lambda: cumulative_head_ablation(vit, pixels, [(0, 0)]),
+        lambda: activation_patching(vit, pixels, pixels + 1, point="attn.z"),
+    ):
         with pytest.raises(AnalysisError, match="normalises the heads' joint output"):
             call()
 
@@ -317,8 +353,11 @@ def test_heads_command_counts_archive_entries_left_out_before_decoding(tmp_path,
     for i, image in enumerate(images):
         image.save(tmp_path / f"scene_{i}.png")
     resolve = sources.resolve_images
-    monkeypatch.setattr(sources, "resolve_images", lambda text: dataclasses.replace(
-        resolve(text), problems=("set.zip/huge.png: larger than the archive limit",)))
+    monkeypatch.setattr(
+        sources,
+        "resolve_images",
+        lambda text: dataclasses.replace(resolve(text), problems=("set.zip/huge.png: larger than the archive limit",)),
+    )
     assert main(["heads", "--model", "demo", "--images", str(tmp_path), "--out", str(tmp_path / "h.npz")]) == 0
     result = np.load(tmp_path / "h.npz")
     assert int(result["count"]) == 2 and int(result["skipped"]) == 1

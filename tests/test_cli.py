@@ -45,8 +45,23 @@ def test_torchrun_on_two_ranks_equals_one_process_and_the_api(scenes, tmp_path):
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     single = run("-m", "analysis", "distance", "--model", "demo", "--images", str(scenes), "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "analysis", "distance",
-                "--model", "demo", "--images", str(scenes), "--out", str(two), "--batch-size", "2")
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        "distance",
+        "--model",
+        "demo",
+        "--images",
+        str(scenes),
+        "--out",
+        str(two),
+        "--batch-size",
+        "2",
+    )
     assert ranks.returncode == 0, ranks.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2
@@ -68,24 +83,57 @@ def test_torchrun_on_two_ranks_equals_one_process_and_the_api(scenes, tmp_path):
 
 
 def test_bad_paths_unknown_models_and_unreadable_sets_exit_with_a_message(scenes, tmp_path):
-    missing = run("-m", "analysis", "distance", "--model", "demo", "--images", str(tmp_path / "nope"),
-                  "--out", str(tmp_path / "x.npz"))
+    missing = run(
+        "-m",
+        "analysis",
+        "distance",
+        "--model",
+        "demo",
+        "--images",
+        str(tmp_path / "nope"),
+        "--out",
+        str(tmp_path / "x.npz"),
+    )
     assert missing.returncode == 2 and "no such folder" in missing.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert run("-m", "analysis", "distance", "--model", "demo", "--images", str(empty), "--out",
-               str(tmp_path / "x.npz")).returncode == 2
-    pattern = run("-m", "analysis", "distance", "--model", "demo", "--images", str(tmp_path / "*.jpg"), "--out",
-                  str(tmp_path / "x.npz"))
+    assert (
+        run(
+            "-m", "analysis", "distance", "--model", "demo", "--images", str(empty), "--out", str(tmp_path / "x.npz")
+        ).returncode
+        == 2
+    )
+    pattern = run(
+        "-m",
+        "analysis",
+        "distance",
+        "--model",
+        "demo",
+        "--images",
+        str(tmp_path / "*.jpg"),
+        "--out",
+        str(tmp_path / "x.npz"),
+    )
     assert pattern.returncode == 2 and "matches no images" in pattern.stderr
-    unknown = run("-m", "analysis", "distance", "--model", "no_such_model_xyz", "--images", str(scenes),
-                  "--out", str(tmp_path / "x.npz"))
+    unknown = run(
+        "-m",
+        "analysis",
+        "distance",
+        "--model",
+        "no_such_model_xyz",
+        "--images",
+        str(scenes),
+        "--out",
+        str(tmp_path / "x.npz"),
+    )
     assert unknown.returncode == 1 and "could not load the model" in unknown.stderr
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "a.png").write_bytes(b"x")
     (broken / "b.jpg").write_bytes(b"y")
-    nothing = run("-m", "analysis", "distance", "--model", "demo", "--images", str(broken), "--out", str(tmp_path / "x.npz"))
+    nothing = run(
+        "-m", "analysis", "distance", "--model", "demo", "--images", str(broken), "--out", str(tmp_path / "x.npz")
+    )
     assert nothing.returncode == 1 and "None of the 2 images" in nothing.stderr
     assert not (tmp_path / "x.npz").exists()
 
@@ -126,7 +174,7 @@ def test_report_writes_one_self_contained_file_with_every_panel(scenes, tmp_path
         assert f"<section id='{panel}'>" in page and heading in page, panel
     assert len(re.findall(r"\* plotly\.js v\d", page)) == 1  # plotly.js inlined, once
     assert not re.search(r"<script[^>]+src=", page) and not re.search(r"<link[^>]+href=", page)  # nothing fetched
-    assert page.count("class=\"plotly-graph-div\"") >= 6  # filters, variance, position, distance, 2 attention maps
+    assert page.count('class="plotly-graph-div"') >= 6  # filters, variance, position, distance, 2 attention maps
     assert page.count("alt='rollout of") == 2
     assert "9 images from folder" in page and "1 unreadable, skipped" in page
 
@@ -134,11 +182,22 @@ def test_report_writes_one_self_contained_file_with_every_panel(scenes, tmp_path
 def test_a_model_without_a_position_table_says_why_in_the_report(tmp_path):
     """A relative-position model has no per-position embedding: its panel carries the reason,
     and the other panels are still drawn."""
-    result = run("-m", "analysis", "report", "--model", "random:vit_relpos_small_patch16_224", "--out", str(tmp_path),
-                 "--examples", "1", "--images", str(REPO / "assets" / "samples" / "scene_0_bar.png"))
+    result = run(
+        "-m",
+        "analysis",
+        "report",
+        "--model",
+        "random:vit_relpos_small_patch16_224",
+        "--out",
+        str(tmp_path),
+        "--examples",
+        "1",
+        "--images",
+        str(REPO / "assets" / "samples" / "scene_0_bar.png"),
+    )
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "report.html").read_text()
-    position = page[page.index("<section id='position'>"):]
+    position = page[page.index("<section id='position'>") :]
     position = position[: position.index("</section>")]
     assert "relative-position bias" in position and "plotly-graph-div" not in position
     assert "<section id='rollout'>" in page and "alt='rollout of" in page

@@ -30,37 +30,85 @@ def demo_scenes(n: int):
 
 def test_attack_curve_equals_the_library(tmp_path):
     out = tmp_path / "attack.npz"
-    result = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--cnn", "demo", "--demo-scenes", "3",
-                 "--seed", str(SEED), "--epsilons", "0,8", "--steps", "2", "--out", str(out))
+    result = run(
+        "-m",
+        "analysis",
+        "robustness",
+        "attack",
+        "--model",
+        "demo",
+        "--cnn",
+        "demo",
+        "--demo-scenes",
+        "3",
+        "--seed",
+        str(SEED),
+        "--epsilons",
+        "0,8",
+        "--steps",
+        "2",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     saved = np.load(out)
     images, labels = demo_scenes(3)
-    expected = attack_curve({"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, images, labels, epsilons=(0, 8),
-                            steps=2, seed=SEED)
+    expected = attack_curve(
+        {"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, images, labels, epsilons=(0, 8), steps=2, seed=SEED
+    )
     assert list(saved["models"]) == ["ViT", "CNN"] and int(saved["count"]) == 3
     np.testing.assert_allclose(saved["accuracy"], np.stack([expected.accuracy["ViT"], expected.accuracy["CNN"]]))
     with out.with_suffix(".csv").open() as file:
         rows = list(csv.DictReader(file))
     assert [(r["model"], float(r["epsilon"]), float(r["accuracy"])) for r in rows] == [
-        (m, e, float(a)) for m in ("ViT", "CNN") for e, a in zip((0.0, 8.0), expected.accuracy[m])]
+        (m, e, float(a)) for m in ("ViT", "CNN") for e, a in zip((0.0, 8.0), expected.accuracy[m])
+    ]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")
 def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
-    common = ["robustness", "corruptions", "--model", "demo", "--cnn", "demo", "--demo-scenes", "3", "--seed",
-              str(SEED), "--corruptions", "gaussian_noise,pixelate", "--severities", "0,2,5"]
+    common = [
+        "robustness",
+        "corruptions",
+        "--model",
+        "demo",
+        "--cnn",
+        "demo",
+        "--demo-scenes",
+        "3",
+        "--seed",
+        str(SEED),
+        "--corruptions",
+        "gaussian_noise,pixelate",
+        "--severities",
+        "0,2,5",
+    ]
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     single = run("-m", "analysis", *common, "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "analysis", *common,
-                "--out", str(two))
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        *common,
+        "--out",
+        str(two),
+    )
     assert ranks.returncode == 0, ranks.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2 and int(b["count"]) == 3
     images, labels = demo_scenes(3)
-    curve = corruption_curve({"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, images, labels,
-                             corruptions=("gaussian_noise", "pixelate"), severities=(0, 2, 5),
-                             seed=SEED)  # image i: seed + i, on one process or on the rank that has it
+    curve = corruption_curve(
+        {"ViT": load_vit("demo"), "CNN": load_cnn("demo")},
+        images,
+        labels,
+        corruptions=("gaussian_noise", "pixelate"),
+        severities=(0, 2, 5),
+        seed=SEED,
+    )  # image i: seed + i, on one process or on the rank that has it
     expected = np.stack([curve.accuracy["ViT"], curve.accuracy["CNN"]])
     np.testing.assert_allclose(a["accuracy"], expected)
     np.testing.assert_allclose(b["accuracy"], expected)
@@ -69,13 +117,48 @@ def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_pa
 
 
 def test_bad_arguments_exit_with_a_message(tmp_path):
-    negative = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--demo-scenes", "2",
-                   "--epsilons=-1,2", "--out", str(tmp_path / "x.npz"))
+    negative = run(
+        "-m",
+        "analysis",
+        "robustness",
+        "attack",
+        "--model",
+        "demo",
+        "--demo-scenes",
+        "2",
+        "--epsilons=-1,2",
+        "--out",
+        str(tmp_path / "x.npz"),
+    )
     assert negative.returncode == 2 and "0 or more" in negative.stderr
-    other_classes = run("-m", "analysis", "robustness", "attack", "--model", "demo", "--cnn", "random:resnet18",
-                        "--demo-scenes", "2", "--out", str(tmp_path / "y.npz"))
+    other_classes = run(
+        "-m",
+        "analysis",
+        "robustness",
+        "attack",
+        "--model",
+        "demo",
+        "--cnn",
+        "random:resnet18",
+        "--demo-scenes",
+        "2",
+        "--out",
+        str(tmp_path / "y.npz"),
+    )
     assert other_classes.returncode in (1, 2) and "error:" in other_classes.stderr
-    severity = run("-m", "analysis", "robustness", "corruptions", "--model", "demo", "--demo-scenes", "2",
-                   "--severities", "0,7", "--out", str(tmp_path / "z.npz"))
+    severity = run(
+        "-m",
+        "analysis",
+        "robustness",
+        "corruptions",
+        "--model",
+        "demo",
+        "--demo-scenes",
+        "2",
+        "--severities",
+        "0,7",
+        "--out",
+        str(tmp_path / "z.npz"),
+    )
     assert severity.returncode == 2 and "severit" in severity.stderr
     assert not any(tmp_path.iterdir())

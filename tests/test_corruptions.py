@@ -25,8 +25,9 @@ from analysis.robustness.corruptions import (
 )
 
 HELD_OUT_SEED = 4242
-needs_package = pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None,
-                                   reason='needs pip install "vit-explorer[corruptions]"')
+needs_package = pytest.mark.skipif(
+    importlib.util.find_spec("imagecorruptions") is None, reason='needs pip install "vit-explorer[corruptions]"'
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,7 @@ def test_a_seeded_corruption_is_the_packages_output_under_that_seed_and_leaves_n
 def test_severity_zero_is_the_clean_image_and_the_clean_accuracy(demo_models, scenes):
     images, labels = scenes
     np.testing.assert_array_equal(corrupt_image(images[1], "gaussian_noise", 0), images[1])
-    curve = corruption_curve(demo_models, images, labels, corruptions=("gaussian_noise", "pixelate"),
-                             severities=(0, 2))
+    curve = corruption_curve(demo_models, images, labels, corruptions=("gaussian_noise", "pixelate"), severities=(0, 2))
     for name, model in demo_models.items():
         with torch.no_grad():
             pixels = torch.cat([model.preprocess(__import__("PIL.Image").Image.fromarray(i)) for i in images])
@@ -91,10 +91,17 @@ def test_the_curve_counts_each_corrupted_prediction(demo_models, scenes):
     """One (corruption, severity) cell against an explicit loop over the images."""
     images, labels = scenes
     curve = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("pixelate",), severities=(4,))
-    noisy = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("gaussian_noise",),
-                             severities=(5,), seed=3)
-    again = corruption_curve({"ViT": demo_models["ViT"]}, images, labels, corruptions=("gaussian_noise",),
-                             severities=(5,), image_seeds=[3 + i for i in range(len(images))])
+    noisy = corruption_curve(
+        {"ViT": demo_models["ViT"]}, images, labels, corruptions=("gaussian_noise",), severities=(5,), seed=3
+    )
+    again = corruption_curve(
+        {"ViT": demo_models["ViT"]},
+        images,
+        labels,
+        corruptions=("gaussian_noise",),
+        severities=(5,),
+        image_seeds=[3 + i for i in range(len(images))],
+    )
     np.testing.assert_array_equal(noisy.accuracy["ViT"], again.accuracy["ViT"])  # image i: seed + i
     model = demo_models["ViT"]
     from PIL import Image
@@ -138,8 +145,11 @@ def test_missing_package_is_a_typed_error_naming_the_extra(monkeypatch):
     corruptions._package.cache_clear()
     real_find_spec = importlib.util.find_spec
     real_import = builtins.__import__
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a, **k: None if name == "imagecorruptions" else real_find_spec(name, *a, **k))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a, **k: None if name == "imagecorruptions" else real_find_spec(name, *a, **k),
+    )
 
     def refuse(name, *args, **kwargs):
         if name == "imagecorruptions":

@@ -50,8 +50,9 @@ def test_the_bundled_demo_clip_is_small_has_its_tokenizer_and_reads_the_scenes_a
     scene = generate_text_scenes(1, SEED)[0]
     from PIL import Image
 
-    torch.testing.assert_close(clip.preprocess(Image.fromarray(scene.image)), scenes_to_tensor(scene.image[None]),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        clip.preprocess(Image.fromarray(scene.image)), scenes_to_tensor(scene.image[None]), atol=1e-5, rtol=0
+    )
 
 
 def test_a_missing_demo_clip_says_how_to_get_it_back(monkeypatch, tmp_path):

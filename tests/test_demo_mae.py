@@ -50,8 +50,11 @@ def test_the_demo_mae_beats_the_mean_colour_baseline_by_30_percent(mae):
         mask = draw_mask(1, gh * gw, 0.75, seed=i)[0]  # (N,) True = hidden
         reconstruction = mae_reconstruct(mae, pixels[i : i + 1], mask=mask).reconstruction[0]  # (3, 48, 48)
         image = pixels[i]
-        visible = [image[:, (n // gw) * ph : (n // gw + 1) * ph, (n % gw) * pw : (n % gw + 1) * pw]
-                   for n in range(gh * gw) if not mask[n]]
+        visible = [
+            image[:, (n // gw) * ph : (n // gw + 1) * ph, (n % gw) * pw : (n % gw + 1) * pw]
+            for n in range(gh * gw)
+            if not mask[n]
+        ]
         mean_colour = torch.stack([v.reshape(3, -1) for v in visible], dim=1).reshape(3, -1).mean(1)  # (3,)
         for n in range(gh * gw):
             if not mask[n]:
@@ -80,7 +83,10 @@ def test_the_docs_state_the_model_cards_numbers():
     reduction = re.search(r"(\d+(?:\.\d+)?)% below the baseline", card).group(1)
     assert abs(float(reduction) - 100 * (1 - float(model_mse) / float(baseline_mse))) < 0.15
     readme = " ".join((ASSET.parent.parent / "docs" / "concepts" / "demo-models.md").read_text().split())
-    stated = re.search(r"at 75% masking its masked-patch MSE is (\d\.\d+) .*?, (\d+(?:\.\d+)?)% below the (\d\.\d+) of "
-                       r"filling each hidden patch with the mean colour", readme)
+    stated = re.search(
+        r"at 75% masking its masked-patch MSE is (\d\.\d+) .*?, (\d+(?:\.\d+)?)% below the (\d\.\d+) of "
+        r"filling each hidden patch with the mean colour",
+        readme,
+    )
     assert stated, "docs/concepts/demo-models.md states the demo MAE's held-out MSE, its baseline and the reduction"
     assert stated.groups() == (model_mse, reduction, baseline_mse)

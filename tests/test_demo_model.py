@@ -127,7 +127,9 @@ def test_config_rebuilds_with_timm_create_model():
     from safetensors.torch import load_file
 
     cfg = json.loads((DEMO_DIR / "config.json").read_text())
-    model = timm.create_model(cfg["architecture"], pretrained=False, num_classes=cfg["num_classes"], **cfg["model_args"])
+    model = timm.create_model(
+        cfg["architecture"], pretrained=False, num_classes=cfg["num_classes"], **cfg["model_args"]
+    )
     missing, unexpected = model.load_state_dict(load_file(str(DEMO_DIR / "model.safetensors")), strict=True)
     assert not missing and not unexpected
 
@@ -160,8 +162,9 @@ def test_locality_gap_of_random_embeddings_is_near_zero():
     from analysis.demo.evaluate import locality_gap
     from training.train_demo_vit import DEFAULT_MODEL_ARGS
 
-    vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", num_classes=len(CLASS_NAMES),
-                   **DEFAULT_MODEL_ARGS)
+    vit = load_vit(
+        "vit_tiny_patch16_224", pretrained=False, device="cpu", num_classes=len(CLASS_NAMES), **DEFAULT_MODEL_ARGS
+    )
     assert abs(locality_gap(vit)) < 0.1
 
 
@@ -186,8 +189,7 @@ def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     from training.train_demo_vit import DEFAULT_MODEL_ARGS, train
 
     tiny = dict(DEFAULT_MODEL_ARGS, embed_dim=32, depth=1, num_heads=2)
-    summary = train(tmp_path, seed=3, pool=20, steps=2, batch_size=8, val_size=0, model_args=tiny,
-                    log=lambda *_: None)
+    summary = train(tmp_path, seed=3, pool=20, steps=2, batch_size=8, val_size=0, model_args=tiny, log=lambda *_: None)
     assert summary["steps"] == 2
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
     vit = load_vit(str(tmp_path), device="cpu")

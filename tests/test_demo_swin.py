@@ -59,7 +59,7 @@ def test_load_vit_feeds_it_as_the_training_did(swin):
     pixels = torch.cat([swin.preprocess(image) for image in images])
     torch.testing.assert_close(pixels, scenes_to_tensor(arrays), atol=1e-6, rtol=0)
     with torch.no_grad():
-        hits = sum(int(swin.model(pixels[i:i + 1]).argmax()) == labels[i] for i in range(40))
+        hits = sum(int(swin.model(pixels[i : i + 1]).argmax()) == labels[i] for i in range(40))
     assert accuracy(swin, 40, HELD_OUT_SEED, batch_size=16) == hits / 40
     assert swin.class_names == CLASS_NAMES
 
@@ -144,7 +144,7 @@ def test_mask_loss_is_the_cells_object_share_cross_entropy():
         for b in range(2):
             for i in range(stage.shape[1]):
                 for j in range(stage.shape[2]):
-                    share = float(masks[b, 0, i * cell:(i + 1) * cell, j * cell:(j + 1) * cell].mean())
+                    share = float(masks[b, 0, i * cell : (i + 1) * cell, j * cell : (j + 1) * cell].mean())
                     with torch.no_grad():
                         z = float(head(stage[b, i, j])[0])
                     p = 1 / (1 + math.exp(-z))

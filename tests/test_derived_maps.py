@@ -22,8 +22,9 @@ from tests.conftest import random_pixels
 @pytest.fixture(scope="module")
 def siglip():
     torch.manual_seed(0)
-    return analysis.load_vit("vit_base_patch16_siglip_224", pretrained=False, device="cpu",
-                             img_size=48, depth=2, embed_dim=96, num_heads=4)
+    return analysis.load_vit(
+        "vit_base_patch16_siglip_224", pretrained=False, device="cpu", img_size=48, depth=2, embed_dim=96, num_heads=4
+    )
 
 
 def test_pooling_attention_map_is_the_probe_row_over_the_patches(siglip):

@@ -46,7 +46,7 @@ def misplaced_markers(page: Path) -> list[str]:
     problems = []
     for marker in SKIP.finditer(text):
         line = text.count("\n", 0, marker.start()) + 1
-        after = text[marker.end():].lstrip(" ")
+        after = text[marker.end() :].lstrip(" ")
         if not after.startswith("\n```python"):
             problems.append(f"{page.relative_to(REPO)}:{line}: the skip marker is not just before a ```python block")
         if not (marker["reason"] or "").strip():
@@ -60,8 +60,12 @@ PAGES_WITH_CODE = [page for page in PAGES if blocks(page)]
 def test_skip_markers_are_placed_and_counted(capsys):
     problems = [problem for page in PAGES for problem in misplaced_markers(page)]
     assert not problems, "\n".join(problems)
-    skipped = [f"{page.relative_to(REPO)}:{line} ({reason})" for page in PAGES for line, _, reason in blocks(page)
-               if reason is not None]
+    skipped = [
+        f"{page.relative_to(REPO)}:{line} ({reason})"
+        for page in PAGES
+        for line, _, reason in blocks(page)
+        if reason is not None
+    ]
     total = sum(len(blocks(page)) for page in PAGES)
     with capsys.disabled():
         print(f"\n{total - len(skipped)} python blocks run, {len(skipped)} skipped: " + "; ".join(skipped))

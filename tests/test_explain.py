@@ -49,6 +49,7 @@ def reference_pass(vit, pixels, targets, *, tap_block_input=False):
 
         handles.append(block.attn.attn_drop.register_forward_hook(keep))
     if tap_block_input:
+
         def keep_input(module, args, output):
             output.retain_grad()
             inputs.append(output)
@@ -304,8 +305,9 @@ def test_every_family_is_explained_through_the_attention_it_used(family_classifi
         for layer, reference in enumerate(kept):
             torch.testing.assert_close(record.attentions[layer], reference.detach(), rtol=1e-4, atol=1e-5, msg=family)
             scale = float(reference.grad.abs().max())
-            torch.testing.assert_close(record.gradients[layer], reference.grad, rtol=1e-3, atol=1e-4 * scale + 1e-12,
-                                       msg=family)
+            torch.testing.assert_close(
+                record.gradients[layer], reference.grad, rtol=1e-3, atol=1e-4 * scale + 1e-12, msg=family
+            )
         for method in ("chefer", "gradcam"):
             maps = explain(vit, pixels, target=[2, 5], method=method)
             assert maps.shape == (2, *record.spec.grid_size) and torch.isfinite(maps).all(), (family, method)

@@ -52,7 +52,9 @@ def test_perturbed_inputs_replace_exactly_the_chosen_patches():
     grid, patch = (2, 3), (4, 5)
     pixels = torch.arange(3 * 8 * 15, dtype=torch.float32).reshape(3, 8, 15)
     replacement = -torch.ones_like(pixels)
-    out = perturbed_inputs(pixels, replacement, [torch.tensor([]), torch.tensor([4]), torch.tensor([0, 5])], patch, grid)
+    out = perturbed_inputs(
+        pixels, replacement, [torch.tensor([]), torch.tensor([4]), torch.tensor([0, 5])], patch, grid
+    )
     assert torch.equal(out[0], pixels)
     for k, chosen in ((1, {4}), (2, {0, 5})):
         for index in range(6):
@@ -102,8 +104,13 @@ def test_localisation_metrics():
     with pytest.raises(AnalysisError, match="no patch"):
         mask_iou(perfect, np.zeros((2, 3), dtype=bool))
     # NaN cells (dropped tokens) are not candidates; a map NaN everywhere has no maximum
-    holes = torch.tensor([[[np.nan, 0.0, 0.0], [0.0, 0.0, 1.0]], [[np.nan, 1.0, np.nan], [1.0, 0.0, np.nan]],
-                          [[np.nan] * 3, [np.nan] * 3]])
+    holes = torch.tensor(
+        [
+            [[np.nan, 0.0, 0.0], [0.0, 0.0, 1.0]],
+            [[np.nan, 1.0, np.nan], [1.0, 0.0, np.nan]],
+            [[np.nan] * 3, [np.nan] * 3],
+        ]
+    )
     scores = pointing_score(holes, np.broadcast_to(patches, (3, 2, 3)))
     assert scores[0] == 1.0 and scores[1] == 0.0 and np.isnan(scores[2])
 
@@ -144,7 +151,9 @@ def test_randomized_copy_leaves_the_loaded_model_alone(demo):
     for key, value in demo.model.state_dict().items():
         assert torch.equal(value, before[key]), key
     changed = [k for k, v in copy.model.state_dict().items() if not torch.equal(v, before[k])]
-    assert any(k.startswith("head") for k in changed) and any(k.startswith(f"blocks.{demo.spec.num_layers - 1}") for k in changed)
+    assert any(k.startswith("head") for k in changed) and any(
+        k.startswith(f"blocks.{demo.spec.num_layers - 1}") for k in changed
+    )
     assert not any(k.startswith("patch_embed") for k in changed)  # below the blocks: kept
     only_head = randomized_copy(demo, 0, seed=1)
     assert all(k.startswith("head") for k, v in only_head.model.state_dict().items() if not torch.equal(v, before[k]))
@@ -156,8 +165,9 @@ def test_every_method_beats_random_on_held_out_demo_scenes(demo):
     from analysis.demo.data import generate_samples
 
     images, _labels, masks = generate_samples(24, BENCHMARK_SEED)
-    results = benchmark(demo, images, masks, steps=8, sanity_images=4,
-                        method_options={"integrated_gradients": {"steps": 16}})
+    results = benchmark(
+        demo, images, masks, steps=8, sanity_images=4, method_options={"integrated_gradients": {"steps": 16}}
+    )
     by_name = {r.method: r for r in results}
     assert list(by_name) == [RANDOM, *analysis.EXPLANATION_METHODS]
     random_deletion = by_name[RANDOM].mean("deletion_auc")

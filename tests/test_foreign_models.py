@@ -35,7 +35,9 @@ else:
     transformers = pytest.importorskip("transformers", reason="transformers is optional: pip install transformers")
 import torchvision  # noqa: E402  (a dependency of the package, never optional)
 
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
+SMALL = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8
+)
 
 
 def _perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -95,8 +97,11 @@ def _source_patch_positions(model: torch.nn.Module, num_patches: int) -> torch.T
     """``(N, D)``: the patch rows of the source model's own position-embedding parameter
     (transformers' ``position_embedding(s)``, torchvision's ``pos_embedding``), read by name;
     prefix rows (class, distillation) come first, so the patches are the last ``N``."""
-    tables = [p for name, p in model.named_parameters() if name.split(".")[-1] in ("position_embeddings", "pos_embedding")
-              or name.endswith("position_embedding.weight")]
+    tables = [
+        p
+        for name, p in model.named_parameters()
+        if name.split(".")[-1] in ("position_embeddings", "pos_embedding") or name.endswith("position_embedding.weight")
+    ]
     assert len(tables) == 1, [name for name, _ in model.named_parameters()]
     table = tables[0].detach().double()
     return table.reshape(-1, table.shape[-1])[-num_patches:]
@@ -238,8 +243,9 @@ def test_hf_repo_id_loads_from_the_local_cache_offline(tmp_path, monkeypatch):
 
 
 def test_a_non_vision_transformers_folder_is_refused_quickly(tmp_path):
-    transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                  intermediate_size=64)).save_pretrained(tmp_path)
+    transformers.BertModel(
+        transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(tmp_path)
     started = time.perf_counter()
     with pytest.raises(UnsupportedModelError, match="'bert' model, not a supported vision transformer"):
         load_vit(tmp_path, device="cpu")
@@ -401,8 +407,9 @@ def test_torchvision_explanations_equal_autograd_on_the_torchvision_model():
     for i in range(gh):
         for j in range(gw):
             expected[:, i, j] = per_pixel[:, i * ph : (i + 1) * ph, j * pw : (j + 1) * pw].sum((1, 2))
-    torch.testing.assert_close(explain(vit, pixels, target=target, method="input_x_gradient"), expected,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        explain(vit, pixels, target=target, method="input_x_gradient"), expected, atol=1e-5, rtol=1e-4
+    )
 
     # Grad-CAM on the last block's attention input X (ln_1's output), class token dropped:
     # w_c = mean_p ∂y/∂X[p, c];  map[p] = ReLU(Σ_c w_c · X[p, c])

@@ -71,8 +71,10 @@ def test_attention_gradients_equal_the_differentiable_taps(family, family_vits):
 @pytest.mark.parametrize("family", ["siglip", "pe_core", "eva02", "dinov2_registers"])
 def test_output_attention_gradients_of_an_embedding_tower_equal_the_differentiable_taps(family, family_vits):
     vit, pixels = family_vits[family], family_pixels(family)
+
     def score(output):
         return output[:, :5].pow(2).sum()
+
     got = gradients.output_attention_gradients(vit, pixels, score)
     for a, b in zip(got, _taps_reference(vit, pixels, score)):
         torch.testing.assert_close(a, b, **EXACT)
@@ -84,12 +86,15 @@ def test_block_input_gradients_equal_a_plain_hook_on_the_attention_input(family,
     module = block_sites(vit.model)[layer].module
     if vit.spec.has_classifier:
         activation, found, targets, _ = gradients.block_input_gradients(vit, pixels, target=[1, 2], layer=layer)
-        expected = _plain_hook_reference(vit, pixels, module, "input",
-                                         lambda logits: logits.gather(1, torch.tensor([[1], [2]])).sum())
+        expected = _plain_hook_reference(
+            vit, pixels, module, "input", lambda logits: logits.gather(1, torch.tensor([[1], [2]])).sum()
+        )
         assert targets.tolist() == [1, 2]
     else:
+
         def score(output):
             return output.sum()
+
         activation, found, _ = gradients.block_input_score_gradients(vit, pixels, score, layer=layer)
         expected = _plain_hook_reference(vit, pixels, module, "input", score)
     torch.testing.assert_close(activation, expected[0], **EXACT)
@@ -123,8 +128,10 @@ def test_legrad_equals_the_taps_and_plain_hooks(tmp_path):
     spec = vit.spec
     read = list(range(spec.num_layers - 2, spec.num_layers))
     streams, kept = {}, {}
-    handles = [model.blocks[layer].register_forward_hook(lambda m, a, o, layer=layer: streams.__setitem__(layer, o))
-               for layer in read]
+    handles = [
+        model.blocks[layer].register_forward_hook(lambda m, a, o, layer=layer: streams.__setitem__(layer, o))
+        for layer in read
+    ]
     total = torch.zeros(2, spec.num_tokens, dtype=torch.float64)
     try:
         with torch.enable_grad(), attention_taps(model, read, kept.__setitem__, differentiable=True):

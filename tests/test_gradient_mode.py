@@ -64,8 +64,11 @@ def _unfused_reference(model, pixels):
     for site in block_sites(model):
         if hasattr(site.module, "fused_attn"):
             site.module.fused_attn = False
-        handles.append(site.module.attn_drop.register_forward_hook(
-            lambda module, args, output, layer=site.layer: kept.__setitem__(layer, output)))
+        handles.append(
+            site.module.attn_drop.register_forward_hook(
+                lambda module, args, output, layer=site.layer: kept.__setitem__(layer, output)
+            )
+        )
     try:
         with torch.enable_grad():
             logits = model(pixels.clone().requires_grad_(True))
@@ -87,8 +90,13 @@ def _live_swinv2():
 
 def _engine(vit, pixels):
     layers = vit.spec.num_layers
-    cache = run_with_cache(vit, pixels, names=[f"blocks.{layer}.attn.probs" for layer in range(layers)],
-                           grad_of=_target_logit, precision="float32")
+    cache = run_with_cache(
+        vit,
+        pixels,
+        names=[f"blocks.{layer}.attn.probs" for layer in range(layers)],
+        grad_of=_target_logit,
+        precision="float32",
+    )
     return cache, [cache.grad(f"blocks.{layer}.attn.probs") for layer in range(layers)]
 
 
@@ -102,7 +110,9 @@ def test_the_gradient_of_the_target_logit_wrt_the_probabilities_equals_a_hand_wr
     torch.testing.assert_close(cache.logits, logits.detach(), rtol=1e-5, atol=1e-5)
     for layer, (got, want) in enumerate(zip(gradients, expected)):
         assert float(want.abs().max()) > 1e-4, "the reference gradient must not vanish"
-        torch.testing.assert_close(cache[f"blocks.{layer}.attn.probs"], probabilities[layer].detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            cache[f"blocks.{layer}.attn.probs"], probabilities[layer].detach(), rtol=1e-5, atol=1e-6
+        )
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     _assert_no_hooks(vit.model)
 
@@ -129,15 +139,21 @@ def test_the_gradient_wrt_the_window_probabilities_equals_the_unfused_model(kind
     expected = torch.autograd.grad(logits[:, :4].sum() if logits.ndim == 2 else logits.mean(), probabilities)
     score = (lambda out: out[:, :4].sum()) if logits.ndim == 2 else (lambda out: out.mean())
     layers = vit.spec.num_layers
-    cache = run_with_cache(vit, pixels, names=[f"blocks.{layer}.attn.probs" for layer in range(layers)], grad_of=score,
-                           precision="float32")
+    cache = run_with_cache(
+        vit, pixels, names=[f"blocks.{layer}.attn.probs" for layer in range(layers)], grad_of=score, precision="float32"
+    )
     assert max(float(g.abs().max()) for g in expected) > 1e-5
     for layer in range(layers):
         got = cache.grad(f"blocks.{layer}.attn.probs")  # (B, windows, heads, Wt, Wt)
         want = expected[layer].reshape(got.shape)  # (B·windows, heads, Wt, Wt), timm's batch-major window order
         allowed = vit.spec.geometry(layer).allowed()[None, :, None]  # pairs the shift mask keeps
-        torch.testing.assert_close(got.masked_fill(~allowed, 0), want.masked_fill(~allowed, 0), rtol=1e-4, atol=1e-6,
-                                   msg=f"{kind}, block {layer}")
+        torch.testing.assert_close(
+            got.masked_fill(~allowed, 0),
+            want.masked_fill(~allowed, 0),
+            rtol=1e-4,
+            atol=1e-6,
+            msg=f"{kind}, block {layer}",
+        )
     _assert_no_hooks(vit.model)
 
 
@@ -247,8 +263,9 @@ def test_the_scores_gradient_is_the_softmax_backward_of_the_probabilities_gradie
     """``∂y/∂S = P ⊙ (∂y/∂P − Σ_k P·∂y/∂P)`` (the softmax's Jacobian), on a relative-position family."""
     vit = family_vits["relpos"]
     pixels = family_pixels("relpos")
-    cache = run_with_cache(vit, pixels, names=["blocks.1.attn.scores", "blocks.1.attn.probs"], grad_of=_target_logit,
-                           precision="float32")
+    cache = run_with_cache(
+        vit, pixels, names=["blocks.1.attn.scores", "blocks.1.attn.probs"], grad_of=_target_logit, precision="float32"
+    )
     probs, gradient = cache["blocks.1.attn.probs"], cache.grad("blocks.1.attn.probs")
     expected = probs * (gradient - (probs * gradient).sum(-1, keepdim=True))
     torch.testing.assert_close(cache.grad("blocks.1.attn.scores"), expected, rtol=1e-4, atol=1e-7)

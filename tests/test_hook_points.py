@@ -20,7 +20,9 @@ def _plain_hooks(model, pre: dict | None = None, post: dict | None = None):
     input, ``post = {key: module}`` its output. Returns ``(seen, output)``."""
     seen, handles = {}, []
     for key, module in (pre or {}).items():
-        handles.append(module.register_forward_pre_hook(lambda m, a, key=key: seen.__setitem__(key, a[0].detach().clone())))
+        handles.append(
+            module.register_forward_pre_hook(lambda m, a, key=key: seen.__setitem__(key, a[0].detach().clone()))
+        )
     for key, module in (post or {}).items():
         handles.append(module.register_forward_hook(lambda m, a, o, key=key: seen.__setitem__(key, o.detach().clone())))
     try:
@@ -75,8 +77,12 @@ def test_norm_outputs_and_scales_equal_plain_hooks_and_the_norm_formula(kind, fa
         pre["final"], post["final"] = vit.model.norm, vit.model.norm
     inputs, _ = _run_plain(vit.model, pixels, pre=pre)
     outputs, _ = _run_plain(vit.model, pixels, post=post)
-    names = [f"blocks.{layer}.{which}.{part}" for layer in range(len(blocks)) for which in ("ln1", "ln2")
-             for part in ("out", "scale")] + (["ln_final.out", "ln_final.scale"] if "final" in pre else [])
+    names = [
+        f"blocks.{layer}.{which}.{part}"
+        for layer in range(len(blocks))
+        for which in ("ln1", "ln2")
+        for part in ("out", "scale")
+    ] + (["ln_final.out", "ln_final.scale"] if "final" in pre else [])
     cache = run_with_cache(vit, pixels, names=names, precision="float32")
     for key, norm in pre.items():
         prefix = "ln_final" if key == "final" else f"blocks.{key[0]}.{key[1]}"
@@ -97,7 +103,9 @@ def test_the_rms_norm_scale_is_one_over_the_root_mean_square(family_vits):
     inputs, _ = _run_plain(vit.model, pixels, pre={"n": vit.model.blocks[1].norm2})
     scale = run_with_cache(vit, pixels, names="blocks.1.ln2.hook_scale")["blocks.1.ln2.scale"]
     eps = vit.model.blocks[1].norm2.eps
-    torch.testing.assert_close(scale, 1 / torch.sqrt((inputs["n"] ** 2).mean(-1, keepdim=True) + eps), rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        scale, 1 / torch.sqrt((inputs["n"] ** 2).mean(-1, keepdim=True) + eps), rtol=1e-6, atol=0
+    )
 
 
 def test_a_replaced_scale_rescales_the_norm_output(family_vits):
@@ -140,8 +148,9 @@ def test_the_softmax_of_the_scores_is_the_captured_attention(family, family_vits
     record = capture_attention(vit, pixels, exact_logits=True)
     torch.testing.assert_close(cache.logits, record.logits, rtol=1e-5, atol=1e-5)
     for layer in range(layers):
-        torch.testing.assert_close(F.softmax(cache[f"blocks.{layer}.attn.scores"], -1), record.attentions[layer],
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            F.softmax(cache[f"blocks.{layer}.attn.scores"], -1), record.attentions[layer], rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("family", ["vit", "dinov2_registers", "eva02", "beit"])
@@ -158,7 +167,9 @@ def test_each_heads_result_is_its_share_of_the_projection_and_they_add_up_to_att
     heads = vit.spec.num_heads
     z = zs["z"].unflatten(-1, (heads, -1))  # (B, T, heads, d)
     weight = proj.weight.detach()
-    expected = torch.stack([z[:, :, h] @ weight[:, h * z.shape[-1]:(h + 1) * z.shape[-1]].T for h in range(heads)], dim=2)
+    expected = torch.stack(
+        [z[:, :, h] @ weight[:, h * z.shape[-1] : (h + 1) * z.shape[-1]].T for h in range(heads)], dim=2
+    )
     result = cache["blocks.1.attn.result"]
     assert result.shape == (*z.shape[:3], weight.shape[0])
     torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-5)
@@ -216,7 +227,9 @@ def test_stop_at_layer_returns_that_layers_stream_and_runs_nothing_after(kind, s
     blocks = _blocks(vit.model)
     later = blocks[stop].norm1 if stop < len(blocks) else vit.model.norm  # the first thing after the stop
     calls = []
-    reference, _ = _run_plain(vit.model, pixels, pre={"in": blocks[0]}, post={"out": blocks[stop - 1]} if stop else None)
+    reference, _ = _run_plain(
+        vit.model, pixels, pre={"in": blocks[0]}, post={"out": blocks[stop - 1]} if stop else None
+    )
     handle = later.register_forward_pre_hook(lambda m, a: calls.append(1))
     try:
         cache = run_with_cache(vit, pixels, stop_at_layer=stop)
@@ -229,15 +242,21 @@ def test_stop_at_layer_returns_that_layers_stream_and_runs_nothing_after(kind, s
     if stop:
         torch.testing.assert_close(cache[f"blocks.{stop - 1}.resid_post"], cache.residual, rtol=0, atol=0)
     with pytest.raises(AnalysisError, match="not reached with stop_at_layer"):
-        run_with_cache(vit, pixels, names=[f"blocks.{stop}.resid_pre" if stop < len(blocks) else "ln_final.out"],
-                       stop_at_layer=stop)
+        run_with_cache(
+            vit,
+            pixels,
+            names=[f"blocks.{stop}.resid_pre" if stop < len(blocks) else "ln_final.out"],
+            stop_at_layer=stop,
+        )
     for name, module in vit.model.named_modules():
         assert not module._forward_hooks and not module._forward_pre_hooks, name
 
 
 def test_transformerlens_names_are_aliases_of_the_table(family_vits):
     vit, pixels = family_vits["vit"], family_pixels("vit")
-    assert set(TRANSFORMERLENS_NAMES) == {p.suffix for p in HOOK_POINTS} | {p.suffix for p in MODEL_POINTS} - {"pool.probs"}
+    assert set(TRANSFORMERLENS_NAMES) == {p.suffix for p in HOOK_POINTS} | {p.suffix for p in MODEL_POINTS} - {
+        "pool.probs"
+    }
     lens = [f"blocks.1.{TRANSFORMERLENS_NAMES[p.suffix]}" for p in HOOK_POINTS] + ["ln_final.hook_normalized"]
     ours = [f"blocks.1.{p.suffix}" for p in HOOK_POINTS] + ["ln_final.out"]
     by_lens, by_ours = run_with_cache(vit, pixels, names=lens), run_with_cache(vit, pixels, names=ours)

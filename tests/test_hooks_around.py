@@ -55,12 +55,15 @@ def test_attention_probabilities_over_given_sites_equal_the_reference(vit):
 
     pixels = random_pixels(vit, batch=1, seed=4)
     maps = {}
-    hooks = {f"blocks.{i}.attn.probs": (lambda p, i=i: maps.__setitem__(i, p.clone())) for i in range(vit.spec.num_layers)}
+    hooks = {
+        f"blocks.{i}.attn.probs": (lambda p, i=i: maps.__setitem__(i, p.clone())) for i in range(vit.spec.num_layers)
+    }
     with torch.no_grad(), hooks_around(vit.model, hooks, sites=block_sites(vit.model)):
         vit.model(pixels)
     expected = reference_attention(vit.model, pixels)  # (L, B, heads, T, T) float64
-    torch.testing.assert_close(torch.stack([maps[i] for i in range(vit.spec.num_layers)]).double(), expected,
-                               atol=2e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.stack([maps[i] for i in range(vit.spec.num_layers)]).double(), expected, atol=2e-6, rtol=1e-4
+    )
     assert _hook_count(vit.model) == 0
 
 
@@ -69,6 +72,7 @@ def test_stop_forward_ends_the_pass_and_every_hook_is_removed():
     ran = []
     handle = vit.model.blocks[1].register_forward_pre_hook(lambda m, a: ran.append(1))
     try:
+
         def stop(rope):
             raise StopForward
 
@@ -82,12 +86,18 @@ def test_stop_forward_ends_the_pass_and_every_hook_is_removed():
 
 def test_names_and_read_only_points_are_checked(vit):
     pixels = random_pixels(vit, batch=1)
-    with pytest.raises(AnalysisError, match="not a point of hooks_around"), hooks_around(vit.model, {"blocks.0.resid_pre": print}):
+    with (
+        pytest.raises(AnalysisError, match="not a point of hooks_around"),
+        hooks_around(vit.model, {"blocks.0.resid_pre": print}),
+    ):
         pass
     with pytest.raises(AnalysisError, match="blocks 0..2"), hooks_around(vit.model, {"blocks.7.attn.probs": print}):
         pass
-    with pytest.raises(AnalysisError, match="returned a tensor"), torch.no_grad(), \
-            hooks_around(vit.model, {"blocks.1.attn.probs": lambda p: p * 0}):
+    with (
+        pytest.raises(AnalysisError, match="returned a tensor"),
+        torch.no_grad(),
+        hooks_around(vit.model, {"blocks.1.attn.probs": lambda p: p * 0}),
+    ):
         vit.model(pixels)
     with pytest.raises(AnalysisError, match="patch_drop"), hooks_around(torch.nn.Linear(2, 2), {"embed.out": print}):
         pass

@@ -110,8 +110,10 @@ def test_a_too_large_image_is_refused_quickly_naming_its_size_and_the_limit(size
     assert time.monotonic() - start < 3
     error = caught.value
     assert (error.width, error.height, error.limit) == (width, height, MAX_IMAGE_PIXELS)
-    assert str(error).startswith(f"the uploaded data is too large: {width:,} × {height:,} = {width * height:,} pixels, "
-                                 f"above the limit of {MAX_IMAGE_PIXELS:,} pixels")
+    assert str(error).startswith(
+        f"the uploaded data is too large: {width:,} × {height:,} = {width * height:,} pixels, "
+        f"above the limit of {MAX_IMAGE_PIXELS:,} pixels"
+    )
     assert "Downscale" in str(error) and "Error" not in str(error)  # the cause in words, not a class name
 
 
@@ -133,8 +135,12 @@ def test_a_too_large_image_whose_size_cannot_be_read_still_says_too_large(monkey
 def test_truncated_and_non_image_files_are_refused_quickly():
     jpeg = _encode(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)), "JPEG")
     start = time.monotonic()
-    for data, pattern in ((jpeg[: len(jpeg) // 2], "truncated|corrupt"), (b"%PDF-1.4 hello", "not an image"),
-                          (b"\x00" * 1000, "not an image"), (b"", "empty")):
+    for data, pattern in (
+        (jpeg[: len(jpeg) // 2], "truncated|corrupt"),
+        (b"%PDF-1.4 hello", "not an image"),
+        (b"\x00" * 1000, "not an image"),
+        (b"", "empty"),
+    ):
         with pytest.raises(ImageLoadError, match=pattern):
             load_image(data)
     assert time.monotonic() - start < 3

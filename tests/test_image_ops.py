@@ -37,7 +37,9 @@ def test_blur_is_the_replicated_edge_gaussian_of_the_loops(sigma):
     blurred = gaussian_blur(pixels, sigma)
     for b in range(2):
         for c in range(3):
-            torch.testing.assert_close(blurred[b, c], blur_by_loops(pixels[b, c], sigma), rtol=1e-6, atol=1e-7)  # the kernel is float32
+            torch.testing.assert_close(
+                blurred[b, c], blur_by_loops(pixels[b, c], sigma), rtol=1e-6, atol=1e-7
+            )  # the kernel is float32
     assert torch.equal(gaussian_blur(pixels, 0), pixels)
 
 
@@ -56,8 +58,9 @@ def test_baselines_are_black_the_mean_colour_and_a_patch_wide_blur():
     for c, (mean, std) in enumerate(zip(vit.preprocessing.mean, vit.preprocessing.std)):
         assert torch.allclose(black[0, c], torch.full(vit.spec.img_size, (0.0 - mean) / std))
     assert torch.equal(baseline_pixels(vit, pixels, "mean"), torch.zeros_like(pixels))
-    torch.testing.assert_close(baseline_pixels(vit, pixels, "blur"),
-                               gaussian_blur(pixels, float(max(vit.spec.patch_size))))
+    torch.testing.assert_close(
+        baseline_pixels(vit, pixels, "blur"), gaussian_blur(pixels, float(max(vit.spec.patch_size)))
+    )
     assert BASELINES == ("mean", "black", "blur")  # the first is the default of explain and perturbation_curve
     with pytest.raises(AnalysisError, match="baseline must be one of"):
         baseline_pixels(vit, pixels, "white")

@@ -18,7 +18,11 @@ def test_each_piece_covers_every_image_once_in_order_and_names_the_skipped():
 
     problems: list[str] = []
     results = each_piece(images, compute, problems, progress=lambda done, total: calls.append((done, total)), size=3)
-    assert seen == [(0, ["img0.png", "img1.png", "img2.png"]), (3, ["img3.png", "img4.png", "img5.png"]), (6, ["img6.png"])]
+    assert seen == [
+        (0, ["img0.png", "img1.png", "img2.png"]),
+        (3, ["img3.png", "img4.png", "img5.png"]),
+        (6, ["img6.png"]),
+    ]
     assert results == [0 + 1 + 2, 3 + 4 + 5, 6]
     assert problems == ["img4.png: broken (skipped)"]
     assert calls == [(3, 7), (6, 7), (7, 7)]

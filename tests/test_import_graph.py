@@ -73,7 +73,8 @@ def module_names(root: Path, packages=PROJECT_PACKAGES) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _base_of(module: str, path: Path, node: ast.ImportFrom) -> str:
@@ -109,15 +110,28 @@ def imports_of(module: str, path: Path, modules: dict[str, Path], root: Path = R
     def visit_statement(node: ast.AST, lazy: bool) -> None:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                found.append(Import(module, _land(alias.name, modules), alias.name, None, relative, node.lineno, lazy,
-                                    alias.asname))
+                found.append(
+                    Import(
+                        module, _land(alias.name, modules), alias.name, None, relative, node.lineno, lazy, alias.asname
+                    )
+                )
         elif isinstance(node, ast.ImportFrom):
             base = _base_of(module, path, node)
             for alias in node.names:
                 submodule = f"{base}.{alias.name}"
                 target = submodule if submodule in modules else base
-                found.append(Import(module, _land(target, modules), target, alias.name, relative, node.lineno, lazy,
-                                    (alias.asname or alias.name) if target == submodule else None))
+                found.append(
+                    Import(
+                        module,
+                        _land(target, modules),
+                        target,
+                        alias.name,
+                        relative,
+                        node.lineno,
+                        lazy,
+                        (alias.asname or alias.name) if target == submodule else None,
+                    )
+                )
         visit(node, lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
     visit(tree, False)
@@ -240,13 +254,22 @@ def private_attribute_reads(modules: dict[str, Path], root: Path = REPO) -> list
     found = []
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        bound = {edge.bound_as: edge.imported for edge in imports_of(module, path, modules, root)
-                 if edge.bound_as and edge.imported == edge.target}
+        bound = {
+            edge.bound_as: edge.imported
+            for edge in imports_of(module, path, modules, root)
+            if edge.bound_as and edge.imported == edge.target
+        }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
-                    and _is_private(node.attr) and bound[node.value.id] != module):
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {module} reads {node.attr} of "
-                             f"{bound[node.value.id]}")
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and _is_private(node.attr)
+                and bound[node.value.id] != module
+            ):
+                found.append(
+                    f"{path.relative_to(root)}:{node.lineno}: {module} reads {node.attr} of {bound[node.value.id]}"
+                )
     return found
 
 
@@ -273,9 +296,11 @@ def test_no_function_level_import_closes_a_cycle():
     """A lazy import may defer a cost; it may not hide a cycle (see the module docstring)."""
     cycles = find_cycles(graph_of(all_imports(REPO, ("analysis",)), lazy=True))
     if cycles:
-        pytest.fail("import cycles in analysis/ once the imports inside functions are counted (move the shared "
-                    "code down a layer instead of deferring the import):\n"
-                    + "\n".join(describe(cycle) for cycle in cycles), pytrace=False)
+        pytest.fail(
+            "import cycles in analysis/ once the imports inside functions are counted (move the shared "
+            "code down a layer instead of deferring the import):\n" + "\n".join(describe(cycle) for cycle in cycles),
+            pytrace=False,
+        )
 
 
 def test_the_app_has_no_import_cycle():
@@ -296,8 +321,11 @@ def test_no_private_name_is_imported_across_modules():
 
 def test_the_library_never_imports_the_app_or_streamlit():
     """Also inside functions (tests/test_layering.py checks the same by importing every module)."""
-    found = [f"{edge.where()}: {edge.target}" for edge in all_imports(REPO, ("analysis",))
-             if edge.target.split(".")[0] in FORBIDDEN_IN_LIBRARY]
+    found = [
+        f"{edge.where()}: {edge.target}"
+        for edge in all_imports(REPO, ("analysis",))
+        if edge.target.split(".")[0] in FORBIDDEN_IN_LIBRARY
+    ]
     assert not found, found
 
 
@@ -311,27 +339,36 @@ def _write_package(root: Path, files: dict[str, str]) -> None:
 def test_the_checks_find_a_hidden_cycle_and_a_borrowed_private_name(tmp_path):
     """The checks above can fail: a toy package with a cycle closed inside a function, a
     module-level cycle through a package ``__init__``, and a private name borrowed two ways."""
-    _write_package(tmp_path, {
-        "analysis/__init__.py": "",
-        "analysis/low.py": "def f():\n    from .high import g\n    return g\n",
-        "analysis/high.py": "from typing import TYPE_CHECKING\nfrom .low import f\nif TYPE_CHECKING:\n"
-                            "    from .typed import T\ndef g():\n    return f\n",
-        "analysis/typed.py": "from .high import g\nT = int\n",
-        "analysis/sub/__init__.py": "from .leaf import x\n",
-        "analysis/sub/leaf.py": "from analysis.other import _y as x\n",
-        "analysis/other.py": "from . import sub\n_y = 1\n",
-        "analysis/reader.py": "from analysis import other\nz = other._y\n",
-    })
+    _write_package(
+        tmp_path,
+        {
+            "analysis/__init__.py": "",
+            "analysis/low.py": "def f():\n    from .high import g\n    return g\n",
+            "analysis/high.py": "from typing import TYPE_CHECKING\nfrom .low import f\nif TYPE_CHECKING:\n"
+            "    from .typed import T\ndef g():\n    return f\n",
+            "analysis/typed.py": "from .high import g\nT = int\n",
+            "analysis/sub/__init__.py": "from .leaf import x\n",
+            "analysis/sub/leaf.py": "from analysis.other import _y as x\n",
+            "analysis/other.py": "from . import sub\n_y = 1\n",
+            "analysis/reader.py": "from analysis import other\nz = other._y\n",
+        },
+    )
     edges = all_imports(tmp_path, ("analysis",))
     strict = [describe(cycle) for cycle in find_cycles(graph_of(edges, lazy=True))]
     loose = [describe(cycle) for cycle in find_cycles(graph_of(edges, lazy=False))]
     assert len(strict) == 2 and any("analysis.high (analysis/low.py:2, in a function)" in c for c in strict), strict
     assert not any("analysis.typed" in c for c in strict), strict  # a TYPE_CHECKING import is no edge
-    assert loose == [("analysis.other -> analysis.sub (analysis/other.py:1) -> analysis.sub.leaf "
-                      "(analysis/sub/__init__.py:1) -> analysis.other (analysis/sub/leaf.py:1)")], loose
+    assert loose == [
+        (
+            "analysis.other -> analysis.sub (analysis/other.py:1) -> analysis.sub.leaf "
+            "(analysis/sub/__init__.py:1) -> analysis.other (analysis/sub/leaf.py:1)"
+        )
+    ], loose
     private = private_imports(edges, module_names(tmp_path, ("analysis",)), tmp_path)
-    assert private == ["analysis/sub/leaf.py:1: analysis.sub.leaf imports _y from analysis.other",
-                       "analysis/reader.py:2: analysis.reader reads _y of analysis.other"], private
+    assert private == [
+        "analysis/sub/leaf.py:1: analysis.sub.leaf imports _y from analysis.other",
+        "analysis/reader.py:2: analysis.reader reads _y of analysis.other",
+    ], private
 
 
 if __name__ == "__main__":

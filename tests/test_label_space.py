@@ -19,8 +19,10 @@ DESCRIPTIONS = tuple(ImageNetInfo("imagenet-1k").label_descriptions())
 def fake(names, size=None, classifier=True):
     """Anything with ``spec`` and ``class_names`` is a model to label_space."""
     size = len(names) if size is None else size
-    return SimpleNamespace(spec=SimpleNamespace(has_classifier=classifier and size > 1, num_outputs=size),
-                           class_names=None if names is None else list(names))
+    return SimpleNamespace(
+        spec=SimpleNamespace(has_classifier=classifier and size > 1, num_outputs=size),
+        class_names=None if names is None else list(names),
+    )
 
 
 def torchvision_names():
@@ -31,6 +33,7 @@ def torchvision_names():
 def reference_shared(first, second) -> bool:
     """Slow and obvious: every output i names the same class in both, a class being known by its
     WordNet id when a name is one of the ImageNet-1k spellings at position i."""
+
     def classes(model):
         if not model.spec.has_classifier or not model.class_names or len(model.class_names) != model.spec.num_outputs:
             return None
@@ -51,8 +54,10 @@ def demo_models():
 
 @pytest.fixture(scope="module")
 def imagenet_models():
-    return {"vit": analysis.load_vit("vit_tiny_patch16_224", pretrained=False),
-            "cnn": load_cnn("resnet18", pretrained=False)}
+    return {
+        "vit": analysis.load_vit("vit_tiny_patch16_224", pretrained=False),
+        "cnn": load_cnn("resnet18", pretrained=False),
+    }
 
 
 def test_the_bundled_models_share_the_six_shapes(demo_models):
@@ -69,9 +74,11 @@ def test_an_imagenet_vit_and_the_shapes_cnn_do_not(demo_models, imagenet_models)
     assert label_space(vit) == LabelSpace(1000, DESCRIPTIONS, IMAGENET_1K)
     match = shared_label_space(vit, demo_models["cnn"], ("the ViT", "the CNN"))
     assert not match and not match.shared
-    assert match.reason == ("The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, "
-                            "bar, triangle, cross, star): not the same classes, so their predictions answer different "
-                            "questions.")
+    assert match.reason == (
+        "The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, "
+        "bar, triangle, cross, star): not the same classes, so their predictions answer different "
+        "questions."
+    )
     assert not shared_label_space(demo_models["cnn"], vit)  # symmetric
 
 
@@ -88,8 +95,9 @@ def test_a_headless_backbone_has_no_label_space(demo_models):
     for pair in ((backbone, demo_models["cnn"]), (demo_models["cnn"], backbone)):
         match = shared_label_space(*pair, ("the ViT", "the CNN") if pair[0] is backbone else ("the CNN", "the ViT"))
         assert not match
-        assert match.reason == ("The ViT has no class head (it gives features, not classes): there is no prediction "
-                                "to compare.")
+        assert match.reason == (
+            "The ViT has no class head (it gives features, not classes): there is no prediction to compare."
+        )
 
 
 def test_spellings_of_imagenet_are_one_label_space():
@@ -100,18 +108,21 @@ def test_spellings_of_imagenet_are_one_label_space():
             assert label_space(fake(first)).known == IMAGENET_1K
 
 
-@pytest.mark.parametrize("first, second", [
-    (fake(SHAPES), fake(SHAPES)),
-    (fake(SHAPES), fake(SHAPES[::-1])),  # the same classes in another order: output i differs
-    (fake(SHAPES), fake(SHAPES[:5])),
-    (fake(SHAPES), fake(None, size=6)),  # unnamed: unknown, even with as many classes
-    (fake(None, size=6), fake(None, size=6)),
-    (fake(SHAPES), fake(SHAPES, size=7)),  # names for another head size: unnamed
-    (fake(DESCRIPTIONS), fake(DESCRIPTIONS[:999] + ("my class",))),  # one class replaced
-    (fake(WORDNET_IDS), fake(DESCRIPTIONS[::-1])),
-    (fake(SHAPES), fake(SHAPES, classifier=False)),
-    (fake(("a", "b")), fake(("a", "b"))),
-])
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        (fake(SHAPES), fake(SHAPES)),
+        (fake(SHAPES), fake(SHAPES[::-1])),  # the same classes in another order: output i differs
+        (fake(SHAPES), fake(SHAPES[:5])),
+        (fake(SHAPES), fake(None, size=6)),  # unnamed: unknown, even with as many classes
+        (fake(None, size=6), fake(None, size=6)),
+        (fake(SHAPES), fake(SHAPES, size=7)),  # names for another head size: unnamed
+        (fake(DESCRIPTIONS), fake(DESCRIPTIONS[:999] + ("my class",))),  # one class replaced
+        (fake(WORDNET_IDS), fake(DESCRIPTIONS[::-1])),
+        (fake(SHAPES), fake(SHAPES, classifier=False)),
+        (fake(("a", "b")), fake(("a", "b"))),
+    ],
+)
 def test_the_rule_equals_an_elementwise_reference(first, second):
     assert shared_label_space(first, second).shared is reference_shared(first, second)
     assert shared_label_space(second, first).shared is reference_shared(first, second)
@@ -120,7 +131,9 @@ def test_the_rule_equals_an_elementwise_reference(first, second):
 def test_unnamed_classes_are_never_shared_and_the_reason_says_so():
     match = shared_label_space(fake(SHAPES), fake(None, size=6), ("the ViT", "the CNN"))
     assert not match
-    assert match.reason == "The CNN does not name its 6 classes, so whether they are the other model's classes is unknown."
+    assert (
+        match.reason == "The CNN does not name its 6 classes, so whether they are the other model's classes is unknown."
+    )
 
 
 def test_describe():

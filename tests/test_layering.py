@@ -62,8 +62,9 @@ def test_importing_every_analysis_module_loads_neither_the_app_nor_streamlit():
     """Every module of the package imported in a fresh interpreter (transitive imports
     included): nothing under ``vizapp`` or ``streamlit`` ends up in ``sys.modules``."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-c", WALK], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", WALK], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "could not import" not in result.stdout, result.stdout
     count = int(result.stdout.split("imported ")[1].split()[0])
@@ -82,7 +83,8 @@ def library_only(tmp_path_factory) -> Path:
     for name in FORBIDDEN:
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(
-            f"raise ImportError('{name} is not installed here: the library must run without it')\n")
+            f"raise ImportError('{name} is not installed here: the library must run without it')\n"
+        )
     images = root / "images"
     images.mkdir()
     from analysis.demo.data import generate_samples
@@ -96,8 +98,9 @@ def library_only(tmp_path_factory) -> Path:
 def run_library_only(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(PYTHONPATH=str(root / "blocked"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "analysis", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_blocked_copy_really_lacks_the_app(library_only):
@@ -105,21 +108,29 @@ def test_the_blocked_copy_really_lacks_the_app(library_only):
     for name in FORBIDDEN:
         env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         env["PYTHONPATH"] = str(library_only / "blocked")
-        result = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=library_only, env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", f"import {name}"],
+            cwd=library_only,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode != 0 and "ImportError" in result.stderr, name
 
 
 def test_report_and_distance_run_with_only_the_library(library_only):
-    report = run_library_only(library_only, "report", "--model", "demo", "--images", "images", "--out", "report",
-                              "--examples", "2")
+    report = run_library_only(
+        library_only, "report", "--model", "demo", "--images", "images", "--out", "report", "--examples", "2"
+    )
     assert report.returncode == 0, report.stderr
     page = (library_only / "report" / "report.html").read_text(encoding="utf-8")
     assert page.count('class="plotly-graph-div"') >= 6 and page.count("alt='rollout of") == 2
     assert "3 images from folder" in page
 
-    distance = run_library_only(library_only, "distance", "--model", "demo", "--images", "images", "--out",
-                                "out/distance.npz")
+    distance = run_library_only(
+        library_only, "distance", "--model", "demo", "--images", "images", "--out", "out/distance.npz"
+    )
     assert distance.returncode == 0, distance.stderr
     saved = np.load(library_only / "out" / "distance.npz")
     assert int(saved["count"]) == 3 and saved["distance"].ndim == 2

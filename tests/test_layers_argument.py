@@ -29,17 +29,27 @@ def reference_resolve(layers, num_layers: int) -> tuple[int, ...]:
     return tuple(kept)
 
 
-@pytest.mark.parametrize("layers", [None, 3, -1, [2, 0], [-1, 0, -1, 2], (1, 1, 1), [np.int64(4), -5], range(5, -1, -2)])
+@pytest.mark.parametrize(
+    "layers", [None, 3, -1, [2, 0], [-1, 0, -1, 2], (1, 1, 1), [np.int64(4), -5], range(5, -1, -2)]
+)
 def test_the_layers_asked_in_the_order_asked_each_once(layers):
     asked = list(layers) if isinstance(layers, range) else layers
     assert resolve_layers(layers, 6) == reference_resolve(asked, 6)
 
 
-@pytest.mark.parametrize("layers, message", [
-    ([], "layers is empty"), ("0", "layers must be None"), (b"1", "layers must be None"), (1.5, "layers must be None"),
-    ([6], "layer=6 does not exist"), ([-7], "layer=-7 does not exist"), ([True], "must be an integer"),
-    ([0, "1"], "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "layers, message",
+    [
+        ([], "layers is empty"),
+        ("0", "layers must be None"),
+        (b"1", "layers must be None"),
+        (1.5, "layers must be None"),
+        ([6], "layer=6 does not exist"),
+        ([-7], "layer=-7 does not exist"),
+        ([True], "must be an integer"),
+        ([0, "1"], "must be an integer"),
+    ],
+)
 def test_bad_layers_are_one_typed_error(layers, message):
     with pytest.raises(AnalysisError, match=message):
         resolve_layers(layers, 6)

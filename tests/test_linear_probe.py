@@ -79,8 +79,9 @@ def test_last_class_token_probe_is_near_the_models_own_accuracy(demo_vit):
     concatenated: 0.90). On 800 scenes (400 / 400): 0.22, 0.525, 0.82, 0.935 against the model's 0.9425."""
     images, labels = scenes(HELD_OUT_SEED, 400, demo_vit.spec.img_size[0])
     fractions = []
-    curve = linear_probe_curve(demo_vit, images, labels, test_share=0.5, concat_k=(2,), seed=0,
-                               progress=fractions.append)
+    curve = linear_probe_curve(
+        demo_vit, images, labels, test_share=0.5, concat_k=(2,), seed=0, progress=fractions.append
+    )
     print("by depth", curve.accuracy, "last 2 concatenated", curve.concat_accuracy, "model", curve.model_accuracy)
     assert not set(curve.train_indices) & set(curve.test_indices)
     assert len(curve.train_indices) + len(curve.test_indices) == 400
@@ -138,6 +139,9 @@ def test_a_folder_of_demo_scenes_is_probed_in_the_models_own_classes(demo_vit, t
     assert curve.model_accuracy == pytest.approx(float((predicted == truth)[curve.test_indices].mean()))
     swin = load_vit("demo_swin")
     layers, features, _ = block_features(swin, folder.images[:2])
-    tokens = run_with_cache(swin, torch.cat([swin.preprocess(image) for image in folder.images[:2]]),
-                            names=[f"blocks.{layers[-1]}.resid_post"])[f"blocks.{layers[-1]}.resid_post"]
+    tokens = run_with_cache(
+        swin,
+        torch.cat([swin.preprocess(image) for image in folder.images[:2]]),
+        names=[f"blocks.{layers[-1]}.resid_post"],
+    )[f"blocks.{layers[-1]}.resid_post"]
     torch.testing.assert_close(features[-1], tokens.float().mean(dim=(1, 2)), atol=1e-5, rtol=1e-5)

@@ -34,10 +34,13 @@ def _write_model(folder: Path, seed: int, depth: int) -> Path:
     torch.manual_seed(seed)
     vit = analysis.load_vit("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=depth, num_classes=5)
     folder.mkdir()
-    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 5,
-              "model_args": {"img_size": 64, "depth": depth},
-              "pretrained_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3, "input_size": [3, 64, 64], "crop_pct": 1.0},
-              "label_names": [f"class {seed}-{i}" for i in range(5)]}
+    config = {
+        "architecture": "vit_tiny_patch16_224",
+        "num_classes": 5,
+        "model_args": {"img_size": 64, "depth": depth},
+        "pretrained_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3, "input_size": [3, 64, 64], "crop_pct": 1.0},
+        "label_names": [f"class {seed}-{i}" for i in range(5)],
+    }
     (folder / "config.json").write_text(json.dumps(config))
     save_file(vit.model.state_dict(), str(folder / "model.safetensors"))
     return folder

@@ -49,8 +49,14 @@ def test_hub_layout_folder_loads_names_and_normalisation(tmp_path, source_model)
         "architecture": ARCH,
         "num_classes": 3,
         "model_args": {"img_size": 32, "depth": 2},
-        "pretrained_cfg": {"mean": [0.1, 0.2, 0.3], "std": [0.5, 0.25, 0.125], "input_size": [3, 32, 32],
-                           "interpolation": "bilinear", "crop_pct": 1.0, "num_classes": 3},
+        "pretrained_cfg": {
+            "mean": [0.1, 0.2, 0.3],
+            "std": [0.5, 0.25, 0.125],
+            "input_size": [3, 32, 32],
+            "interpolation": "bilinear",
+            "crop_pct": 1.0,
+            "num_classes": 3,
+        },
         "label_names": ["circle", "square", "star"],
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -106,10 +112,21 @@ def test_missing_file_and_folder_without_config(tmp_path):
         load_vit(str(tmp_path))
 
 
-@pytest.mark.parametrize("source", [
-    "./my_model", "../models/vit", "~/no_such_vit_folder_xyz", "/no/such/folder", "models/vit_b16",
-    "models\\vit_b16", "C:\\models\\vit", "vit_weights.pth", "local-dir:no_such_folder", "local-dir:/no/such/folder",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "./my_model",
+        "../models/vit",
+        "~/no_such_vit_folder_xyz",
+        "/no/such/folder",
+        "models/vit_b16",
+        "models\\vit_b16",
+        "C:\\models\\vit",
+        "vit_weights.pth",
+        "local-dir:no_such_folder",
+        "local-dir:/no/such/folder",
+    ],
+)
 def test_a_path_that_does_not_exist_says_so_not_unknown_model(source, monkeypatch, tmp_path):
     """Anything written as a path (a separator, a leading . or ~, a drive, a weights suffix,
     local-dir:) that names nothing is a ModelPathNotFoundError naming the path; never 'Unknown timm
@@ -129,8 +146,9 @@ def test_a_path_that_does_not_exist_says_so_not_unknown_model(source, monkeypatc
             load()
 
 
-@pytest.mark.parametrize("name", ["vit_nonexistent_patch16_224", "vit_base_patch16_224.no_such_tag", "my_model",
-                                  "resnet_50_typo"])
+@pytest.mark.parametrize(
+    "name", ["vit_nonexistent_patch16_224", "vit_base_patch16_224.no_such_tag", "my_model", "resnet_50_typo"]
+)
 def test_a_model_name_that_is_not_a_path_is_still_an_unknown_model(name, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModelLoadError) as caught:
@@ -139,12 +157,28 @@ def test_a_model_name_that_is_not_a_path_is_still_an_unknown_model(name, monkeyp
     assert re.match(r"Unknown timm model|'vit_base_patch16_224' has no pretrained tag", str(caught.value))
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("vit_base_patch16_224.augreg2_in21k_ft_in1k", False), ("hf-hub:timm/vit_base_patch16_224.augreg_in21k", False),
-    ("hf:google/vit-base-patch16-224", False), ("torchvision:vit_b_16", False), ("demo", False), ("my_model", False),
-    ("./m", True), ("~/m", True), ("/m", True), ("a/b", True), ("a\\b", True), ("D:/m", True), ("m.safetensors", True),
-    ("M.PT", True), ("m.npz", True), ("local-dir:m", True), (".hidden", True),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("vit_base_patch16_224.augreg2_in21k_ft_in1k", False),
+        ("hf-hub:timm/vit_base_patch16_224.augreg_in21k", False),
+        ("hf:google/vit-base-patch16-224", False),
+        ("torchvision:vit_b_16", False),
+        ("demo", False),
+        ("my_model", False),
+        ("./m", True),
+        ("~/m", True),
+        ("/m", True),
+        ("a/b", True),
+        ("a\\b", True),
+        ("D:/m", True),
+        ("m.safetensors", True),
+        ("M.PT", True),
+        ("m.npz", True),
+        ("local-dir:m", True),
+        (".hidden", True),
+    ],
+)
 def test_what_looks_like_a_path(source, expected):
     assert looks_like_path(source) is expected
 

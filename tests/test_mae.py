@@ -26,9 +26,18 @@ PATCH = 8
 
 def tiny_config(norm_pix_loss: bool) -> transformers.ViTMAEConfig:
     return transformers.ViTMAEConfig(
-        image_size=NATIVE[0], patch_size=PATCH, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, decoder_hidden_size=24, decoder_num_hidden_layers=2, decoder_num_attention_heads=3,
-        decoder_intermediate_size=48, norm_pix_loss=norm_pix_loss, mask_ratio=0.75,
+        image_size=NATIVE[0],
+        patch_size=PATCH,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        decoder_hidden_size=24,
+        decoder_num_hidden_layers=2,
+        decoder_num_attention_heads=3,
+        decoder_intermediate_size=48,
+        norm_pix_loss=norm_pix_loss,
+        mask_ratio=0.75,
     )
 
 
@@ -61,8 +70,9 @@ def pixels_of(size: tuple[int, int], batch: int = 2, seed: int = 0) -> torch.Ten
 def source_forward(model, pixels: torch.Tensor, noise: torch.Tensor, mask_ratio: float, **kwargs):
     model.config.mask_ratio = mask_ratio
     with torch.no_grad():
-        return model(pixel_values=pixels, noise=noise, interpolate_pos_encoding=tuple(pixels.shape[-2:]) != NATIVE,
-                     **kwargs)
+        return model(
+            pixel_values=pixels, noise=noise, interpolate_pos_encoding=tuple(pixels.shape[-2:]) != NATIVE, **kwargs
+        )
 
 
 @pytest.mark.parametrize("norm_pix_loss", [True, False])
@@ -177,13 +187,16 @@ def test_distance_and_rollout_on_the_visible_set_equal_explicit_loops(folders):
                 total = 0.0
                 for qi, (qy, qx) in enumerate(centres):
                     row = record.attentions[layer, b, head, 1 + qi, 1:].double()
-                    weighted = sum(float(row[ki]) * ((qy - ky) ** 2 + (qx - kx) ** 2) ** 0.5
-                                   for ki, (ky, kx) in enumerate(centres))
+                    weighted = sum(
+                        float(row[ki]) * ((qy - ky) ** 2 + (qx - kx) ** 2) ** 0.5 for ki, (ky, kx) in enumerate(centres)
+                    )
                     total += weighted / float(row.sum())
                 assert abs(float(distance[b, layer, head]) - total / len(centres)) < 1e-9
         product = torch.eye(1 + len(patches), dtype=torch.float64)
         for layer in range(2):
-            mixed = 0.5 * record.attentions[layer, b].double().mean(0) + 0.5 * torch.eye(1 + len(patches), dtype=torch.float64)
+            mixed = 0.5 * record.attentions[layer, b].double().mean(0) + 0.5 * torch.eye(
+                1 + len(patches), dtype=torch.float64
+            )
             product = (mixed / mixed.sum(-1, keepdim=True)) @ product
         torch.testing.assert_close(rollout[b], product)
         # the class token's rollout row on the image grid: NaN exactly where a patch was hidden
@@ -243,12 +256,16 @@ def test_threads_sharing_one_model_each_get_their_own_mask(folders):
         assert all(torch.equal(loss, expected[ratio]) for loss in losses)
 
 
-@pytest.mark.parametrize("mask, reason", [
-    (torch.zeros(2, 15, dtype=torch.bool), "16 patches"),
-    (torch.ones(2, 16, dtype=torch.bool), "hides every patch"),
-    (torch.tensor([[True] * 8 + [False] * 8, [True] * 9 + [False] * 7]), "same number of visible patches"),
-    (torch.zeros(2, 16), "boolean"),
-], ids=["wrong length", "all hidden", "unequal visible counts", "not boolean"])
+@pytest.mark.parametrize(
+    "mask, reason",
+    [
+        (torch.zeros(2, 15, dtype=torch.bool), "16 patches"),
+        (torch.ones(2, 16, dtype=torch.bool), "hides every patch"),
+        (torch.tensor([[True] * 8 + [False] * 8, [True] * 9 + [False] * 7]), "same number of visible patches"),
+        (torch.zeros(2, 16), "boolean"),
+    ],
+    ids=["wrong length", "all hidden", "unequal visible counts", "not boolean"],
+)
 def test_a_bad_mask_gets_a_typed_error_that_says_what_is_needed(folders, mask, reason):
     mae = load_mae(folders[True], device="cpu")
     with pytest.raises(AnalysisError, match=reason):

@@ -31,9 +31,17 @@ def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 def model_folder(tmp_path_factory) -> Path:
     torch.manual_seed(3)
     config = transformers.ViTMAEConfig(
-        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        decoder_hidden_size=16, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
-        decoder_intermediate_size=32, norm_pix_loss=True,
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        decoder_hidden_size=16,
+        decoder_num_hidden_layers=1,
+        decoder_num_attention_heads=2,
+        decoder_intermediate_size=32,
+        norm_pix_loss=True,
     )
     folder = tmp_path_factory.mktemp("mae")
     transformers.ViTMAEForPreTraining(config).save_pretrained(folder)
@@ -69,12 +77,45 @@ def direct_loop(model_folder: Path, scenes: Path, seed: int) -> np.ndarray:
 def test_one_process_and_torchrun_equal_a_direct_loop_over_mae_reconstruct(model_folder, scenes, tmp_path):
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     ratios = ",".join(map(str, RATIOS))
-    single = run("-m", "analysis", "mae", "--model", str(model_folder), "--images", str(scenes), "--ratios", ratios,
-                 "--seed", "3", "--batch-size", "3", "--out", str(one))
+    single = run(
+        "-m",
+        "analysis",
+        "mae",
+        "--model",
+        str(model_folder),
+        "--images",
+        str(scenes),
+        "--ratios",
+        ratios,
+        "--seed",
+        "3",
+        "--batch-size",
+        "3",
+        "--out",
+        str(one),
+    )
     assert single.returncode == 0, single.stderr
-    ranks = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "analysis", "mae",
-                "--model", str(model_folder), "--images", str(scenes), "--ratios", ratios, "--seed", "3",
-                "--batch-size", "2", "--out", str(two))
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        "mae",
+        "--model",
+        str(model_folder),
+        "--images",
+        str(scenes),
+        "--ratios",
+        ratios,
+        "--seed",
+        "3",
+        "--batch-size",
+        "2",
+        "--out",
+        str(two),
+    )
     assert ranks.returncode == 0, ranks.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2
@@ -95,12 +136,30 @@ def test_bad_ratios_and_a_model_without_decoder_exit_with_a_message(model_folder
 
     out = str(tmp_path / "x.npz")
     for ratios, needle in (("0.5,1.0", "mask_ratio"), ("0.99", "hides all"), ("half", "comma-separated")):
-        result = run("-m", "analysis", "mae", "--model", str(model_folder), "--images", str(scenes),
-                     "--ratios", ratios, "--out", out)
+        result = run(
+            "-m",
+            "analysis",
+            "mae",
+            "--model",
+            str(model_folder),
+            "--images",
+            str(scenes),
+            "--ratios",
+            ratios,
+            "--out",
+            out,
+        )
         assert result.returncode == 2 and needle in result.stderr, result.stderr
     encoder = tmp_path / "encoder"
-    transformers.ViTMAEModel(transformers.ViTMAEConfig(
-        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-    )).save_pretrained(encoder)
+    transformers.ViTMAEModel(
+        transformers.ViTMAEConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    ).save_pretrained(encoder)
     assert main(["mae", "--model", str(encoder), "--images", str(scenes), "--out", out]) == 1
     assert not Path(out).exists()

@@ -55,7 +55,9 @@ def test_figure_2_pictures_and_the_error_map_by_patch(demo_pass):
             if hidden:
                 assert np.isnan(masked).all()
                 np.testing.assert_array_equal(pictures["composite"][block], pictures["reconstruction"][block])
-                square = (result.reconstruction[0, :, block[0], block[1]] - result.pixels[0, :, block[0], block[1]]) ** 2
+                square = (
+                    result.reconstruction[0, :, block[0], block[1]] - result.pixels[0, :, block[0], block[1]]
+                ) ** 2
                 assert error[r, c] == pytest.approx(float(square.mean()), rel=1e-5)
             else:
                 np.testing.assert_array_equal(masked, original[block])
@@ -87,8 +89,9 @@ def test_panel_click_targets_name_their_patch_and_state(demo_pass):
     mae, result = demo_pass
     pictures = figure_2_images(result, mae.preprocessing)
     hidden = result.mask[0].numpy()
-    figure = plots.mae_panels(list(pictures.values()), list(pictures), result.grid_size, result.patch_size, hidden,
-                              outline=[1, 5])
+    figure = plots.mae_panels(
+        list(pictures.values()), list(pictures), result.grid_size, result.patch_size, hidden, outline=[1, 5]
+    )
     images = [t for t in figure.data if t.type == "image"]
     targets = [t for t in figure.data if t.type == "scatter"]
     assert len(images) == len(targets) == 4
@@ -106,8 +109,16 @@ def test_panel_click_targets_name_their_patch_and_state(demo_pass):
 def test_patch_map_and_loss_chart_keep_their_values_and_ranges():
     values = np.array([[0.1, np.nan], [0.4, 0.2]])
     background = np.zeros((8, 8, 3))
-    figure = plots.mae_patch_map(background, values, (4, 4), np.isnan(values), zmin=0.0, zmax=0.4,
-                                 colorbar_title="error (0 to max 0.4)", outline=3)
+    figure = plots.mae_patch_map(
+        background,
+        values,
+        (4, 4),
+        np.isnan(values),
+        zmin=0.0,
+        zmax=0.4,
+        colorbar_title="error (0 to max 0.4)",
+        outline=3,
+    )
     (heatmap,) = [t for t in figure.data if t.type == "heatmap"]
     np.testing.assert_array_equal(np.asarray(heatmap.z, dtype=float), values)
     assert (heatmap.zmin, heatmap.zmax) == (0.0, 0.4) and heatmap.colorbar.title.text == "error (0 to max 0.4)"

@@ -65,7 +65,7 @@ def test_one_hot_map_keeps_one_patch_and_zero_patches_never_join():
 def test_on_captured_attention(vits):
     vit = vits["registers"]
     record = capture_attention(vit, random_pixels(vit, batch=1))
-    attn = record.attentions[-1, 0, :, 0, vit.spec.num_prefix_tokens:]  # (heads, N_patches) class-token rows
+    attn = record.attentions[-1, 0, :, 0, vit.spec.num_prefix_tokens :]  # (heads, N_patches) class-token rows
     gh, gw = vit.spec.grid_size
     maps = attn.reshape(-1, gh, gw)
     masks = top_mass_mask(maps, 0.6)

@@ -35,14 +35,35 @@ def jupyterlab(folder: Path, log_path: Path):
     """Yield the URL (with its token) of a JupyterLab serving ``folder`` on a free loopback port,
     the app object exposed to the page (``window.jupyterapp``); stop it afterwards."""
     port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               JUPYTER_CONFIG_DIR=str(folder / ".jupyter-config"), JUPYTER_RUNTIME_DIR=str(folder / ".jupyter-runtime"))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        JUPYTER_CONFIG_DIR=str(folder / ".jupyter-config"),
+        JUPYTER_RUNTIME_DIR=str(folder / ".jupyter-runtime"),
+    )
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--LabApp.extension_manager=readonly", "--ip=127.0.0.1", f"--port={port}",
-             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}", "--LabApp.expose_app_in_browser=True",
-             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--LabApp.extension_manager=readonly",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={folder}",
+                "--LabApp.expose_app_in_browser=True",
+                "--LabApp.news_url=",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            ],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 90
@@ -67,14 +88,17 @@ def jupyterlab(folder: Path, log_path: Path):
 
 def _python(page, code: str) -> str:
     """Run ``code`` in the open notebook's kernel; its printed output."""
-    return page.evaluate("""async (code) => {
+    return page.evaluate(
+        """async (code) => {
         const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
         let out = "";
         const future = kernel.requestExecute({code: code});
         future.onIOPub = (msg) => { if (msg.header.msg_type === "stream") out += msg.content.text; };
         await future.done;
         return out;
-    }""", code)
+    }""",
+        code,
+    )
 
 
 def _view_frame(page):
@@ -90,12 +114,16 @@ def _patch_position(page, frame, patch: int, grid) -> tuple[float, float]:
     iframe = page.locator("iframe.attention-view").first
     iframe.scroll_into_view_if_needed()
     outer = iframe.bounding_box()
-    inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
-                           " return {x: b.left, y: b.top, width: b.width, height: b.height}; }")
+    inner = frame.evaluate(
+        "() => { const b = document.getElementById('map').getBoundingClientRect();"
+        " return {x: b.left, y: b.top, width: b.width, height: b.height}; }"
+    )
     gh, gw = grid
     row, col = divmod(patch, gw)
-    return (outer["x"] + inner["x"] + inner["width"] * (col + 0.5) / gw,
-            outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh)
+    return (
+        outer["x"] + inner["x"] + inner["width"] * (col + 0.5) / gw,
+        outer["y"] + inner["y"] + inner["height"] * (row + 0.5) / gh,
+    )
 
 
 def test_the_first_notebook_in_jupyterlab_hovers_and_clicks(tmp_path):
@@ -118,10 +146,12 @@ def test_the_first_notebook_in_jupyterlab_hovers_and_clicks(tmp_path):
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.set_default_timeout(120_000)
             page.goto(f"{url}/lab/tree/{NOTEBOOK.name}?token={token}")
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
+            page.wait_for_function(
+                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                " && window.jupyterapp.shell.currentWidget.sessionContext"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+            )
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
             frame = _view_frame(page)
             state = json.loads(_python(page, "import json; print(json.dumps([view.layer, view.head, view.query]))"))
@@ -130,13 +160,16 @@ def test_the_first_notebook_in_jupyterlab_hovers_and_clicks(tmp_path):
             layer = 1
             for patch in (0, gh * gw - gw // 2 - 2):
                 page.mouse.move(*_patch_position(page, frame, patch, grid))
-                frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}"
-                                        f" && window.attentionView.shown.layer === {layer}")
+                frame.wait_for_function(
+                    f"() => window.attentionView.shown.patch === {patch}"
+                    f" && window.attentionView.shown.layer === {layer}"
+                )
                 exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
                 decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
                 lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
-                assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, "Viridis", lo, hi,
-                                              f"row of patch {patch}")
+                assert_within_one_colour_step(
+                    canvas_rgb(frame, grid), decoded, "Viridis", lo, hi, f"row of patch {patch}"
+                )
             clicked = gw + 2
             page.mouse.click(*_patch_position(page, frame, clicked, grid))
             deadline = time.monotonic() + 30

@@ -29,8 +29,9 @@ def test_the_notebook_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     book = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(EXAMPLES)}})
+    client = nbclient.NotebookClient(
+        book, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}
+    )
     client.execute()
     code = [cell for cell in book.cells if cell.cell_type == "code"]
     assert code and all(cell.execution_count is not None for cell in code)

@@ -27,8 +27,14 @@ ARCH = "vit-explorer-tiny-clip"
 PROMPTS = ["a photo of a red star", "a blue circle on grass"]
 CONFIG = {
     "embed_dim": 32,
-    "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 8,
-                   "ls_init_value": 0.5},  # open_clip's LayerScale (ls_1, ls_2) in the path
+    "vision_cfg": {
+        "image_size": 32,
+        "layers": 2,
+        "width": 64,
+        "head_width": 32,
+        "patch_size": 8,
+        "ls_init_value": 0.5,
+    },  # open_clip's LayerScale (ls_1, ls_2) in the path
     "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
 }
 
@@ -124,10 +130,13 @@ def test_the_model_object_itself_loads_the_same(tiny, loaded):
     model, tokenizer, _ = tiny
     pixels = _pixels()
     from_object = load_clip(model, device="cpu")
-    torch.testing.assert_close(image_embeddings(from_object, pixels), image_embeddings(loaded, pixels), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        image_embeddings(from_object, pixels), image_embeddings(loaded, pixels), atol=1e-6, rtol=1e-6
+    )
     ids = tokenizer(PROMPTS)
-    torch.testing.assert_close(zero_shot(from_object, pixels, ids).logits, zero_shot(loaded, pixels, PROMPTS).logits,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        zero_shot(from_object, pixels, ids).logits, zero_shot(loaded, pixels, PROMPTS).logits, atol=1e-5, rtol=1e-5
+    )
 
 
 def test_an_unknown_open_clip_architecture_is_a_typed_error():

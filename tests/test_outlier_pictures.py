@@ -105,7 +105,10 @@ def test_clipped_cells_are_outlined_one_closed_square_each():
     assert xs.count(None) == 2
     squares = [(xs[i : i + 5], ys[i : i + 5]) for i in (0, 6)]
     for (sx, sy), (row, col) in zip(squares, [(0, 1), (2, 3)]):
-        assert sorted(set(sx)) == [col * 10 + 0.5, col * 10 + 10.5] and sorted(set(sy)) == [row * 10 + 0.5, row * 10 + 10.5]
+        assert sorted(set(sx)) == [col * 10 + 0.5, col * 10 + 10.5] and sorted(set(sy)) == [
+            row * 10 + 0.5,
+            row * 10 + 10.5,
+        ]
         assert (sx[0], sy[0]) == (sx[-1], sy[-1])  # closed
     unclipped = attention_overlay(np.zeros((30, 40, 3), np.uint8), (30, 40), shown, (10, 10), zmin=0, zmax=7.0)
     assert not [t for t in unclipped.data if "above the colour range" in (t.name or "")]
@@ -115,7 +118,9 @@ def test_layer_scaled_robust_and_masked_image_top():
     maps = np.random.default_rng(1).random((2, 3, 4, 5)).astype(np.float32)
     maps[0, :, 0, 0] = 50.0
     scaled, tops = layer_scaled(maps, robust=True, left_out=[0])
-    assert tops[0] == pytest.approx(reference_quantile(maps[0].reshape(3, -1)[:, 1:].ravel(), ROBUST_QUANTILE), rel=1e-6)
+    assert tops[0] == pytest.approx(
+        reference_quantile(maps[0].reshape(3, -1)[:, 1:].ravel(), ROBUST_QUANTILE), rel=1e-6
+    )
     np.testing.assert_allclose(scaled[0], maps[0] / tops[0], rtol=1e-6)
     image = np.full((8, 10, 3), 200, np.uint8)
     mask = np.array([[1.0, 0.5], [0.25, 100.0]])
@@ -157,8 +162,12 @@ def test_planted_tokens_are_found_by_the_tokens_rule_and_dominate_the_maps(plant
 
 
 def test_outlier_patches_refuses_a_windowed_models_stage_grids():
-    found = analysis.tokens.HighNormTokens(thresholds=torch.zeros(2), mask=(torch.zeros(1, 4, dtype=torch.bool),),
-                                           fraction=torch.zeros(2), first_layer=None)
+    found = analysis.tokens.HighNormTokens(
+        thresholds=torch.zeros(2),
+        mask=(torch.zeros(1, 4, dtype=torch.bool),),
+        fraction=torch.zeros(2),
+        first_layer=None,
+    )
     with pytest.raises(analysis.AnalysisError, match="windowed"):
         outlier_patches(found)
 
@@ -171,10 +180,15 @@ def planted_folder(planted, tmp_path_factory):
     _, vit = planted
     folder = tmp_path_factory.mktemp("planted_vit")
     save_file({k: v.contiguous() for k, v in vit.model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({
-        "architecture": "vit_tiny_patch16_224", "num_classes": vit.model.num_classes,
-        "model_args": {"img_size": 160, "depth": vit.spec.num_layers},
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "vit_tiny_patch16_224",
+                "num_classes": vit.model.num_classes,
+                "model_args": {"img_size": 160, "depth": vit.spec.num_layers},
+            }
+        )
+    )
     return folder
 
 

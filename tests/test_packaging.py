@@ -41,7 +41,9 @@ def _venv_seeing_this_environment(root: Path) -> Path:
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
     purelib = subprocess.run(
         [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
     Path(purelib, "_outer_env.pth").write_text("\n".join(sorted(p for p in ours if Path(p).is_dir())) + "\n")
@@ -51,9 +53,23 @@ def _venv_seeing_this_environment(root: Path) -> Path:
 def _pip_install(bin_dir: Path, cwd: Path, *args: str) -> None:
     """This environment's pip, installing into the venv of ``bin_dir`` offline, without deps."""
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps",
-         "--no-build-isolation", "--no-index", "-q", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bin_dir / "python"),
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -77,13 +93,21 @@ def _copy_sources(target: Path) -> None:
     """The files a clean clone has (tracked and new, not ignored): the wheel is built from a
     copy, so the build leaves nothing in the checkout and sees nothing a clone would not."""
     try:
-        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                                capture_output=True, text=True)
+        listed = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            text=True,
+        )
     except FileNotFoundError:  # no git on this machine
         listed = None
     if listed is None or listed.returncode != 0:  # not a git checkout (an unpacked source archive)
-        shutil.copytree(REPO, target, ignore=shutil.ignore_patterns(
-            ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "artifacts"))
+        shutil.copytree(
+            REPO,
+            target,
+            ignore=shutil.ignore_patterns(
+                ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "artifacts"
+            ),
+        )
         return
     for name in filter(None, listed.stdout.split("\0")):
         source = REPO / name
@@ -101,8 +125,23 @@ def wheel_installed(tmp_path_factory):
     sources.mkdir(), work.mkdir()
     _copy_sources(sources)
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(dist), str(sources)], capture_output=True, text=True, cwd=root, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(dist),
+            str(sources),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = dist.glob("vit_explorer-*.whl")
@@ -113,8 +152,9 @@ def wheel_installed(tmp_path_factory):
 
 
 def _run_in(bin_dir: Path, cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(bin_dir / "python"), *args], cwd=cwd, env=_clean_env(),
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [str(bin_dir / "python"), *args], cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -125,9 +165,17 @@ def _serve_until_the_page_answers(command: list[str], cwd: Path, log: Path) -> N
     port = free_port()
     with log.open("w") as handle:
         process = subprocess.Popen(
-            [*command, "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
-             "--server.fileWatcherType=none"],
-            cwd=cwd, env=_clean_env(), stdout=handle, stderr=subprocess.STDOUT,
+            [
+                *command,
+                "--server.headless=true",
+                f"--server.port={port}",
+                "--server.address=127.0.0.1",
+                "--server.fileWatcherType=none",
+            ],
+            cwd=cwd,
+            env=_clean_env(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 90
@@ -202,14 +250,38 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
     floors = _requirements(REPO / "requirements.txt", ">=")
     pins = _requirements(REPO / ".ci" / "min-versions.txt", "==")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = [*project["dependencies"], *project["optional-dependencies"]["hf"], *project["optional-dependencies"]["app"]]
+    declared = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["hf"],
+        *project["optional-dependencies"]["app"],
+    ]
     pyproject_floors = dict(
         (name.strip().lower().replace("_", "-"), version.strip()) for name, version in (d.split(">=") for d in declared)
     )
-    runtime = {name: version for name, version in floors.items() if name not in (
-        "pytest", "playwright", "setuptools", "import-linter", "mypy", "ruff", "open-clip-torch", "onnx", "onnxruntime",
-        "mkdocs-material", "mkdocstrings[python]", "imagecorruptions", "anywidget", "nbclient", "nbformat", "ipykernel",
-        "jupyterlab")}
+    runtime = {
+        name: version
+        for name, version in floors.items()
+        if name
+        not in (
+            "pytest",
+            "playwright",
+            "setuptools",
+            "import-linter",
+            "mypy",
+            "ruff",
+            "open-clip-torch",
+            "onnx",
+            "onnxruntime",
+            "mkdocs-material",
+            "mkdocstrings[python]",
+            "imagecorruptions",
+            "anywidget",
+            "nbclient",
+            "nbformat",
+            "ipykernel",
+            "jupyterlab",
+        )
+    }
     assert runtime, "no floors found in requirements.txt"
     assert set(runtime) == set(pins), (sorted(runtime), sorted(pins))
     assert set(pyproject_floors) == set(runtime), (sorted(pyproject_floors), sorted(runtime))
@@ -226,8 +298,20 @@ def test_analysis_console_script_runs_the_command_line(installed, tmp_path):
     assert script.is_file()
     out = tmp_path / "d.npz"
     result = subprocess.run(
-        [str(script), "distance", "--model", "demo", "--images", str(REPO / "assets" / "samples" / "scene_0_bar.png"),
-         "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=300,
+        [
+            str(script),
+            "distance",
+            "--model",
+            "demo",
+            "--images",
+            str(REPO / "assets" / "samples" / "scene_0_bar.png"),
+            "--out",
+            str(out),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert result.returncode == 0, result.stderr
@@ -245,8 +329,11 @@ def test_every_package_folder_is_in_the_wheel_list():
     import tomllib
 
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for top in ("analysis", "vizapp")
-             for p in (REPO / top).rglob("__init__.py")}
+    found = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for top in ("analysis", "vizapp")
+        for p in (REPO / top).rglob("__init__.py")
+    }
     assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
     assert listed - found == {"analysis._assets", "vizapp._streamlit"}
 
@@ -256,12 +343,27 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
 
     _, _, wheel = wheel_installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for asset in ("demo_vit/model.safetensors", "demo_vit/config.json", "demo_cnn/model.safetensors",
-                  "demo_cnn/config.json", "demo_swin/model.safetensors", "demo_swin/config.json",
-                  "demo_mae/model.safetensors", "demo_mae/config.json", "demo_mae/preprocessor_config.json",
-                  "demo_clip/model.safetensors", "demo_clip/config.json", "demo_clip/tokenizer.json",
-                  "demo_clip/tokenizer_config.json", "demo_clip/preprocessor_config.json", "demo_clip/MODEL_CARD.md",
-                  "favicon.png", "README.md", "samples/scene_1_star.png", "samples/coffee.jpg"):
+    for asset in (
+        "demo_vit/model.safetensors",
+        "demo_vit/config.json",
+        "demo_cnn/model.safetensors",
+        "demo_cnn/config.json",
+        "demo_swin/model.safetensors",
+        "demo_swin/config.json",
+        "demo_mae/model.safetensors",
+        "demo_mae/config.json",
+        "demo_mae/preprocessor_config.json",
+        "demo_clip/model.safetensors",
+        "demo_clip/config.json",
+        "demo_clip/tokenizer.json",
+        "demo_clip/tokenizer_config.json",
+        "demo_clip/preprocessor_config.json",
+        "demo_clip/MODEL_CARD.md",
+        "favicon.png",
+        "README.md",
+        "samples/scene_1_star.png",
+        "samples/coffee.jpg",
+    ):
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
@@ -310,8 +412,21 @@ def test_the_installed_report_runs_on_the_bundled_samples(wheel_installed):
     (the default), its model the packaged demo."""
     bin_dir, work, _ = wheel_installed
     out = work / "report"
-    result = _run_in(bin_dir, work, "-m", "analysis", "report", "--model", "demo", "--out", str(out),
-                     "--examples", "1", "--device", "cpu")
+    result = _run_in(
+        bin_dir,
+        work,
+        "-m",
+        "analysis",
+        "report",
+        "--model",
+        "demo",
+        "--out",
+        str(out),
+        "--examples",
+        "1",
+        "--device",
+        "cpu",
+    )
     page = (out / "report.html").read_text()
     for heading in ("Position-embedding similarity", "Mean attention distance against depth", "Attention rollout"):
         assert heading in page, heading
@@ -344,8 +459,13 @@ print("VIEW", len(at.get("component_instance")), (view.COMPONENT_DIR / "index.ht
     assert config.resolve().is_relative_to(bin_dir.parent.resolve()) and config.parent.name == "_streamlit"
     argv = next(line for line in out.splitlines() if line.startswith("ARGV")).split()[1:]
     assert argv[0] == "run" and Path(argv[1]).resolve().is_relative_to(bin_dir.parent.resolve())
-    for flag in ("--server.maxUploadSize=20", "--browser.gatherUsageStats=false", "--client.toolbarMode=viewer",
-                 "--theme.base=light", "--server.port=1"):
+    for flag in (
+        "--server.maxUploadSize=20",
+        "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=viewer",
+        "--theme.base=light",
+        "--server.port=1",
+    ):
         assert flag in argv, flag
     samples = next(line for line in out.splitlines() if line.startswith("SAMPLES")).split()[1:]
     assert "scene_1_star.png" in samples and "coffee.jpg" in samples and len(samples) == 7
@@ -387,9 +507,11 @@ def test_the_library_does_not_depend_on_the_app():
 
 
 def test_vizapp_without_the_app_extra_says_what_to_install():
-    code = ("import sys\nsys.modules['streamlit'] = None\n"
-            "try:\n    import vizapp\nexcept ImportError as exc:\n"
-            "    print(type(exc).__name__, exc)\nelse:\n    print('imported')")
+    code = (
+        "import sys\nsys.modules['streamlit'] = None\n"
+        "try:\n    import vizapp\nexcept ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\nelse:\n    print('imported')"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("AppDependencyError "), result.stdout

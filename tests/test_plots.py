@@ -13,8 +13,18 @@ import pytest
 from analysis import plots
 
 REPO = Path(__file__).resolve().parent.parent
-FIGURES = ("attention", "rollout", "why", "compare", "tokens", "robustness", "position", "filters", "variance",
-           "distance")  # one per page of the app (filters: two)
+FIGURES = (
+    "attention",
+    "rollout",
+    "why",
+    "compare",
+    "tokens",
+    "robustness",
+    "position",
+    "filters",
+    "variance",
+    "distance",
+)  # one per page of the app (filters: two)
 
 
 def readme_figures_block() -> str:
@@ -72,10 +82,19 @@ def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_fi
     assert [list(stop) for stop in heatmap.colorscale] == figures.colour_stops("Viridis")
     from analysis.plots.layout import plain_label  # a long colour-bar title is wrapped to the bar
 
-    assert plain_label(heatmap.colorbar.title.text) == f"attention probability ({range_text})" and "uniform" in range_text
+    assert (
+        plain_label(heatmap.colorbar.title.text) == f"attention probability ({range_text})" and "uniform" in range_text
+    )
     assert figure.layout.xaxis.title.text == "x (input px)" and list(figure.layout.yaxis.range) == [ns["size"][0], 0]
-    app = figures.attention_overlay(figures.image_data_uri(ns["picture"]), ns["size"], expected, ns["patch"],
-                                    zmin=lo, zmax=hi, colorbar_title=f"attention probability ({range_text})")
+    app = figures.attention_overlay(
+        figures.image_data_uri(ns["picture"]),
+        ns["size"],
+        expected,
+        ns["patch"],
+        zmin=lo,
+        zmax=hi,
+        colorbar_title=f"attention probability ({range_text})",
+    )
     assert figure.to_json() == app.to_json()
 
 
@@ -126,8 +145,10 @@ def test_the_app_mosaic_is_the_library_mosaic_with_a_cache(shape):
     assert app == plots.mosaic(tiles, 9, tile_names=names, title="t").to_json()
     assert figures.mosaic(tiles, 9, tile_names=names, title="t").to_json() == app  # from the cache
     similarity = np.random.default_rng(2).random((6, 5, 6, 5)) * 2 - 1
-    assert (figures.position_similarity_mosaic(similarity, highlight=3).to_json()
-            == plots.position_similarity_mosaic(similarity, highlight=3).to_json())
+    assert (
+        figures.position_similarity_mosaic(similarity, highlight=3).to_json()
+        == plots.position_similarity_mosaic(similarity, highlight=3).to_json()
+    )
 
 
 def test_a_background_array_is_its_data_uri():
@@ -135,12 +156,18 @@ def test_a_background_array_is_its_data_uri():
     picture = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
     maps = [rng.random((2, 3)), rng.random((2, 3))]
     uri = plots.image_data_uri(picture)
-    assert (plots.attention_overlay(picture, (32, 48), maps[0], (16, 16)).to_json()
-            == plots.attention_overlay(uri, (32, 48), maps[0], (16, 16)).to_json())
-    assert (plots.map_panels(picture, (32, 48), maps, (16, 16), ["a", "b"]).to_json()
-            == plots.map_panels(uri, (32, 48), maps, (16, 16), ["a", "b"]).to_json())
-    assert (plots.map_panels([picture, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json()
-            == plots.map_panels([uri, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json())
+    assert (
+        plots.attention_overlay(picture, (32, 48), maps[0], (16, 16)).to_json()
+        == plots.attention_overlay(uri, (32, 48), maps[0], (16, 16)).to_json()
+    )
+    assert (
+        plots.map_panels(picture, (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+        == plots.map_panels(uri, (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+    )
+    assert (
+        plots.map_panels([picture, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+        == plots.map_panels([uri, uri], (32, 48), maps, (16, 16), ["a", "b"]).to_json()
+    )
 
 
 def test_deletion_and_insertion_axes_follow_the_data_and_mark_the_start():
@@ -151,10 +178,12 @@ def test_deletion_and_insertion_axes_follow_the_data_and_mark_the_start():
     deletion = np.array([0.020, 0.012, 0.006, 0.004, 0.003])
     insertion = np.array([0.003, 0.010, 0.016, 0.019, 0.020])
     random_deletion = np.array([0.020, 0.018, 0.011, 0.007, 0.003])
-    figure = plots.perturbation_curves([
-        ("random", fractions, random_deletion, insertion[::-1], 0.01, 0.01),
-        ("rollout", fractions, deletion, insertion, 0.007, 0.014),
-    ])
+    figure = plots.perturbation_curves(
+        [
+            ("random", fractions, random_deletion, insertion[::-1], 0.01, 0.01),
+            ("rollout", fractions, deletion, insertion, 0.007, 0.014),
+        ]
+    )
     layout = figure.layout
     assert tuple(layout.yaxis.range) == tuple(layout.yaxis2.range) == (0, pytest.approx(0.021))
     starts = [shape for shape in layout.shapes if shape.type == "line"]
@@ -222,7 +251,9 @@ def test_non_square_mosaics_keep_8_px_per_tile_on_both_axes():
     assert _tile_pixels(8, 8, 8, 8) == (8, 8)  # fits: every cell its own pixel
     for nrows, ncols in [(37, 37), (16, 64), (5, 200)]:
         ph, pw = _tile_pixels(nrows, ncols, nrows, ncols)
-        assert ph >= min(nrows, MIN_TILE_PIXELS) and pw >= min(ncols, MIN_TILE_PIXELS)  # a side never below 8 px or its cells
+        assert ph >= min(nrows, MIN_TILE_PIXELS) and pw >= min(
+            ncols, MIN_TILE_PIXELS
+        )  # a side never below 8 px or its cells
         assert nrows * ph <= max(MAX_IMAGE_SIDE, nrows * MIN_TILE_PIXELS)
     n_h, n_w = 16, 64
     similarity = np.random.default_rng(3).uniform(-1, 1, size=(n_h, n_w, n_h, n_w)).astype(np.float32)
@@ -261,9 +292,16 @@ def tile_screen_pixels(figure: go.Figure, nrows: int, ncols: int) -> tuple[float
     return area_h / nrows, area_w / ncols
 
 
-@pytest.mark.parametrize("layers, heads, grid, title", [(12, 6, (14, 14), None), (12, 12, (37, 37), "t"),
-                                                       (24, 16, (16, 16), None), (2, 3, (7, 5), None),
-                                                       (12, 4, (14, 14), None)])
+@pytest.mark.parametrize(
+    "layers, heads, grid, title",
+    [
+        (12, 6, (14, 14), None),
+        (12, 12, (37, 37), "t"),
+        (24, 16, (16, 16), None),
+        (2, 3, (7, 5), None),
+        (12, 4, (14, 14), None),
+    ],
+)
 def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads, grid, title):
     """The Attention page's layers × heads mosaic (heads + mean per row): the figure is sized to
     its tiles, every tile at least 120 px on its shorter side (a row too wide for the page's column
@@ -271,9 +309,16 @@ def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads
     automatic margins."""
     gh, gw = grid
     n = layers * (heads + 1)
-    figure = plots.mosaic(np.random.default_rng(0).random((n, gh, gw)), heads + 1, tile_names=[str(i) for i in range(n)],
-                          col_labels=[str(h) for h in range(heads + 1)], row_labels=[str(r) for r in range(layers)],
-                          x_title="head", y_title="layer", title=title)
+    figure = plots.mosaic(
+        np.random.default_rng(0).random((n, gh, gw)),
+        heads + 1,
+        tile_names=[str(i) for i in range(n)],
+        col_labels=[str(h) for h in range(heads + 1)],
+        row_labels=[str(r) for r in range(layers)],
+        x_title="head",
+        y_title="layer",
+        title=title,
+    )
     margins = figure.layout.margin.l + figure.layout.margin.r
     per_row = int((plots.mosaics.THUMBNAIL_MAX_WIDTH - margins) // (plots.mosaics.THUMBNAIL_PIXELS * gw / min(gh, gw)))
     sub_rows = -(-(heads + 1) // per_row)
@@ -286,9 +331,15 @@ def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads
 
 def test_a_ViT_S_layers_by_heads_mosaic_fits_one_row_per_layer_at_120_pixels():
     """6 heads and the mean: seven 120 px tiles fit the page's 980 px column with the margins."""
-    figure = plots.mosaic(np.zeros((12 * 7, 14, 14)), 7, tile_names=[str(i) for i in range(84)],
-                          col_labels=[*map(str, range(6)), "mean"], row_labels=[str(r) for r in range(12)],
-                          x_title="head", y_title="layer")
+    figure = plots.mosaic(
+        np.zeros((12 * 7, 14, 14)),
+        7,
+        tile_names=[str(i) for i in range(84)],
+        col_labels=[*map(str, range(6)), "mean"],
+        row_labels=[str(r) for r in range(12)],
+        x_title="head",
+        y_title="layer",
+    )
     assert list(figure.layout.xaxis.ticktext) == ["0", "1", "2", "3", "4", "5", "mean"]
     assert tile_screen_pixels(figure, 12, 7) == pytest.approx((120.5, 120.5), abs=0.1)  # 0.5 px of slack for plotly
 
@@ -301,9 +352,16 @@ def test_a_row_too_wide_for_the_column_wraps_and_every_tile_lands_where_its_labe
     n = layers * (heads + 1)
     tiles = np.random.default_rng(1).random((n, gh, gw)).astype(np.float32)
     labels = [*map(str, range(heads)), "mean"]
-    figure = plots.mosaic(tiles, heads + 1, tile_names=[f"L{i // 13} {labels[i % 13]}" for i in range(n)],
-                          col_labels=labels, row_labels=["a", "b", "c"], x_title="head", y_title="layer",
-                          highlight=20)
+    figure = plots.mosaic(
+        tiles,
+        heads + 1,
+        tile_names=[f"L{i // 13} {labels[i % 13]}" for i in range(n)],
+        col_labels=labels,
+        row_labels=["a", "b", "c"],
+        x_title="head",
+        y_title="layer",
+        highlight=20,
+    )
     z = np.asarray(figure.data[0].z, dtype=np.float32)
     assert z.shape == (layers * 2 * gh, 7 * gw)
     marker = figure.data[-1]
@@ -313,7 +371,7 @@ def test_a_row_too_wide_for_the_column_wraps_and_every_tile_lands_where_its_labe
         x, y, index = marker.x[i], marker.y[i], int(marker.customdata[i][0])
         assert index == i
         col, row = int(x // gw), int(y // gh)
-        np.testing.assert_array_equal(z[row * gh:(row + 1) * gh, col * gw:(col + 1) * gw], tiles[i])
+        np.testing.assert_array_equal(z[row * gh : (row + 1) * gh, col * gw : (col + 1) * gw], tiles[i])
         layer, head = divmod(i, heads + 1)
         assert row // 2 == layer and labels[head] in xticks[(col + 0.5) * gw].split(" / ")
         assert xticks[(col + 0.5) * gw].split(" / ")[row % 2] == labels[head]  # upper label: upper sub-row

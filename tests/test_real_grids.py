@@ -35,7 +35,9 @@ def pairwise_bins(similarity: np.ndarray, width: float = 1.0):
     out = []
     for k in np.unique(key):
         chosen = key == k
-        out.append((max(k, 0) * width, distance[chosen].mean(), values[chosen].mean(), values[chosen].std(), chosen.sum()))
+        out.append(
+            (max(k, 0) * width, distance[chosen].mean(), values[chosen].mean(), values[chosen].std(), chosen.sum())
+        )
     return [np.array(column) for column in zip(*out)]
 
 

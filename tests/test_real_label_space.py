@@ -18,7 +18,9 @@ def test_the_real_backbone_has_no_label_space(real_vit_224):
     assert label_space(real_vit_224) is None
     match = shared_label_space(real_vit_224, load_cnn("demo"), ("the ViT", "the CNN"))
     assert not match
-    assert match.reason == "The ViT has no class head (it gives features, not classes): there is no prediction to compare."
+    assert (
+        match.reason == "The ViT has no class head (it gives features, not classes): there is no prediction to compare."
+    )
 
 
 def test_the_robustness_page_gives_the_real_backbone_no_verdict(real_dinov2_folder, monkeypatch):

@@ -35,8 +35,11 @@ def pictures(real_vit):
     for name in (*PHOTOS, SMALL_OBJECT):
         pixels = real_vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / name))
         record = analysis.capture_attention(real_vit, pixels)
-        outliers = analysis.outlier_patches(analysis.high_norm_tokens(
-            analysis.token_norms(analysis.capture_tokens(real_vit, pixels)), real_vit.spec.num_prefix_tokens))
+        outliers = analysis.outlier_patches(
+            analysis.high_norm_tokens(
+                analysis.token_norms(analysis.capture_tokens(real_vit, pixels)), real_vit.spec.num_prefix_tokens
+            )
+        )
         last = analysis.attention_map(record, real_vit.spec.num_layers - 1)[0].numpy()
         found[name] = (last, analysis.attention_rollout(record)[0].numpy(), outliers)
     return found
@@ -47,10 +50,14 @@ def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictur
     uniform = 1 / real_vit.spec.num_tokens
     for name in (*PHOTOS, SMALL_OBJECT):
         last, rollout, outliers = pictures[name]
-        print(f"{name}: cells above a tenth of the range, robust (0–max):", ", ".join(
-            f"{what} {share_above_a_tenth(shown, *colour_range('robust', shown, uniform=uniform, left_out=outliers)[:2]):.0%} "
-            f"({share_above_a_tenth(shown, *colour_range('zero', shown, uniform=uniform)[:2]):.0%})"
-            for what, shown in (("attention", last), ("rollout", rollout))))
+        print(
+            f"{name}: cells above a tenth of the range, robust (0–max):",
+            ", ".join(
+                f"{what} {share_above_a_tenth(shown, *colour_range('robust', shown, uniform=uniform, left_out=outliers)[:2]):.0%} "
+                f"({share_above_a_tenth(shown, *colour_range('zero', shown, uniform=uniform)[:2]):.0%})"
+                for what, shown in (("attention", last), ("rollout", rollout))
+            ),
+        )
     for name in PHOTOS:
         last, rollout, outliers = pictures[name]
         for what, shown in (("attention", last), ("rollout", rollout)):
@@ -61,7 +68,9 @@ def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictur
             assert re.search(r"\d+ cells? above \(max [\d.e-]+\)", label), label
     last, rollout, outliers = pictures[SMALL_OBJECT]
     lo, hi, _ = colour_range("robust", last, uniform=uniform, left_out=outliers)
-    assert share_above_a_tenth(last, lo, hi) >= 1.8 * share_above_a_tenth(last, *colour_range("zero", last, uniform=uniform)[:2])
+    assert share_above_a_tenth(last, lo, hi) >= 1.8 * share_above_a_tenth(
+        last, *colour_range("zero", last, uniform=uniform)[:2]
+    )
 
 
 def test_the_single_rollout_peak_is_not_a_high_norm_token(pictures):
@@ -123,12 +132,18 @@ def test_chromium_draws_the_real_models_default_maps_readably(real_server, page_
                     frame = next((f for f in tab.frames if "attention_view" in f.url), None)
                     tab.wait_for_timeout(100)
                 frame.wait_for_function("() => window.attentionView && window.attentionView.shown")
-                pixels = np.asarray(frame.evaluate(f"""() => Array.from(document.getElementById('map').getContext('2d')
-                                       .getImageData(0, 0, {grid}, {grid}).data)"""), np.uint8).reshape(grid, grid, 4)
+                pixels = np.asarray(
+                    frame.evaluate(f"""() => Array.from(document.getElementById('map').getContext('2d')
+                                       .getImageData(0, 0, {grid}, {grid}).data)"""),
+                    np.uint8,
+                ).reshape(grid, grid, 4)
                 colorscale = tab.get_by_role("combobox", name="Colour scale").input_value()
-                view = dict(args=frame.evaluate("() => window.attentionView.args"), bar=frame.locator("#bar-title").text_content(),
-                            share=float((lut_indices(pixels[..., :3], colorscale) > 25.5).mean()),
-                            boxes=frame.locator("#clip-boxes .clip-box").count())
+                view = dict(
+                    args=frame.evaluate("() => window.attentionView.args"),
+                    bar=frame.locator("#bar-title").text_content(),
+                    share=float((lut_indices(pixels[..., :3], colorscale) > 25.5).mean()),
+                    boxes=frame.locator("#clip-boxes .clip-box").count(),
+                )
             else:
                 assert "instant hover view is off" in tab.locator("[data-testid='stMain']").inner_text()
         finally:
@@ -141,7 +156,11 @@ def test_chromium_draws_the_real_models_default_maps_readably(real_server, page_
     assert share_above_a_tenth(z, chart["zmin"], chart["zmax"]) >= 0.2, chart["title"]
     clipped = int((z > chart["zmax"]).sum())  # drawn at the top colour: counted and outlined, or none
     assert value in chart["title"]
-    assert (f"{clipped} cell{'s' if clipped != 1 else ''} above" in chart["title"]) if clipped else "above" not in chart["title"]
+    assert (
+        (f"{clipped} cell{'s' if clipped != 1 else ''} above" in chart["title"])
+        if clipped
+        else "above" not in chart["title"]
+    )
     if resolution == 518:
         assert clipped > 0, chart["title"]  # the 37 × 37 maps' few hot cells are what used to wash them out
     if view is not None:

@@ -122,7 +122,11 @@ def test_threads_never_share_a_live_buffer():
             buffer = record_buffer(BIG, torch.float32)
             buffer[:, :1024].fill_(mark)
             buffer[-1, -1] = mark
-            if float(buffer[:, :1024].min()) != mark or float(buffer[:, :1024].max()) != mark or float(buffer[-1, -1]) != mark:
+            if (
+                float(buffer[:, :1024].min()) != mark
+                or float(buffer[:, :1024].max()) != mark
+                or float(buffer[-1, -1]) != mark
+            ):
                 errors.append(f"thread {mark} saw another owner's writes")
             del buffer
 
@@ -150,8 +154,9 @@ def test_captures_reuse_a_dropped_record_and_leave_a_kept_one_intact(monkeypatch
     del dropped
     again = capture_attention(vit, second_pixels)
     assert _address(again.attentions) == address
-    torch.testing.assert_close(again.attentions.double(), reference_attention(vit.model, second_pixels),
-                               atol=2e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        again.attentions.double(), reference_attention(vit.model, second_pixels), atol=2e-6, rtol=1e-4
+    )
     assert torch.equal(kept.attentions, kept_values)
 
 

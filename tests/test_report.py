@@ -34,8 +34,25 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     for label, model in MODELS.items():
         folder = tmp_path_factory.mktemp(label)
         result = subprocess.run(
-            [sys.executable, "-m", "analysis", "report", *model, "--images", str(images), "--out", str(folder),
-             "--examples", "2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "analysis",
+                "report",
+                *model,
+                "--images",
+                str(images),
+                "--out",
+                str(folder),
+                "--examples",
+                "2",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stderr
         out[label] = folder / "report.html"
     return out
@@ -54,7 +71,8 @@ def test_the_random_weights_warning_is_in_the_report_of_a_random_model_only(repo
     deit = reports["deit"].read_text(encoding="utf-8")
     warning = re.search(r"<p class='warning' role='alert'>(.*?)</p>", deit)
     assert warning and re.sub("<[^>]+>", "", warning.group(1)) == (
-        "deit_tiny_distilled_patch16_224 has random weights: its maps mean nothing.")
+        "deit_tiny_distilled_patch16_224 has random weights: its maps mean nothing."
+    )
     assert deit.index("role='alert'") < deit.index("<section")  # above every panel
     assert "has random weights" not in reports["demo"].read_text(encoding="utf-8")
 
@@ -85,8 +103,12 @@ def test_the_report_draws_every_figure_offline_without_a_console_error(reports, 
             page = context.new_page()
             page.on("console", lambda message: message.type == "error" and errors.append(message.text))
             page.on("pageerror", lambda error: errors.append(str(error)))
-            page.on("request", lambda request: request.url.startswith("file:") or request.url.startswith("data:")
-                    or requests.append(request.url))
+            page.on(
+                "request",
+                lambda request: (
+                    request.url.startswith("file:") or request.url.startswith("data:") or requests.append(request.url)
+                ),
+            )
             page.goto(reports[label].as_uri(), wait_until="load")
             page.wait_for_timeout(500)
             figures = page.evaluate(DRAWN)
@@ -105,8 +127,10 @@ def test_the_report_draws_every_figure_offline_without_a_console_error(reports, 
 
 # --------------------------------------------------------------------------- the instant view (issue 28)
 
-VIEW_FRAME = re.compile(r"<iframe class='attention-view' title='instant attention view of ([^']+)'[^>]*"
-                        r"srcdoc=\"([^\"]*)\"></iframe><script type='application/json' class='attention-view-args'>(.*?)</script>")
+VIEW_FRAME = re.compile(
+    r"<iframe class='attention-view' title='instant attention view of ([^']+)'[^>]*"
+    r"srcdoc=\"([^\"]*)\"></iframe><script type='application/json' class='attention-view-args'>(.*?)</script>"
+)
 
 
 def embedded_views(report: Path) -> list[tuple[str, str, dict]]:
@@ -137,8 +161,12 @@ def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
         assert (args["head"], args["query_row"], args["range_mode"]) == (heads, 0, "robust")  # mean, class token
         assert args["image"].startswith("data:image/png;base64,")
         record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
-        codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(spec.num_layers, heads + 1, queries, patches)
-        ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(spec.num_layers, heads + 1, queries, 2)
+        codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(
+            spec.num_layers, heads + 1, queries, patches
+        )
+        ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(
+            spec.num_layers, heads + 1, queries, 2
+        )
         for layer in range(spec.num_layers):
             for head, query in ((None, "cls"), (0, 5), (heads - 1, patches - 1)):
                 row = 0 if query == "cls" else spec.num_prefix_tokens + query
@@ -178,17 +206,24 @@ def test_hovering_a_patch_in_the_saved_report_draws_its_map(reports):
             frame.wait_for_function("() => window.attentionView && window.attentionView.shown", timeout=30_000)
             patch = grid[1] + 2
             outer = iframe.bounding_box()
-            inner = frame.evaluate("() => { const b = document.getElementById('map').getBoundingClientRect();"
-                                   " return [b.left, b.top, b.width, b.height]; }")
+            inner = frame.evaluate(
+                "() => { const b = document.getElementById('map').getBoundingClientRect();"
+                " return [b.left, b.top, b.width, b.height]; }"
+            )
             row, col = divmod(patch, grid[1])
-            page.mouse.move(outer["x"] + inner[0] + inner[2] * (col + 0.5) / grid[1],
-                            outer["y"] + inner[1] + inner[3] * (row + 0.5) / grid[0])
+            page.mouse.move(
+                outer["x"] + inner[0] + inner[2] * (col + 0.5) / grid[1],
+                outer["y"] + inner[1] + inner[3] * (row + 0.5) / grid[0],
+            )
             checks = []
             for layer in (last, last - 1):
                 if layer != last:
                     frame.locator("#stage").press("ArrowDown")
-                frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}"
-                                        f" && window.attentionView.shown.layer === {layer}", timeout=10_000)
+                frame.wait_for_function(
+                    f"() => window.attentionView.shown.patch === {patch}"
+                    f" && window.attentionView.shown.layer === {layer}",
+                    timeout=10_000,
+                )
                 checks.append((layer, canvas_rgb(frame, grid)))
             title = frame.locator("#title").text_content()
         finally:

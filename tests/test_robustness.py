@@ -116,8 +116,14 @@ def test_shuffle_permutes_whole_blocks(demo):
     assert shuffle_grids(spec) == [1, 2, 4, 8]
     pixels = torch.arange(2 * 3 * 48 * 48, dtype=torch.float32).reshape(2, 3, 48, 48)
     shuffled = shuffle_patches(pixels, spec, 4, seed=1)
-    blocks = lambda x: {tuple(x[0, :, r * 12 : (r + 1) * 12, c * 12 : (c + 1) * 12].flatten()[:3].tolist())  # noqa: E731
-                        for r in range(4) for c in range(4)}
+
+    def blocks(x):
+        return {
+            tuple(x[0, :, r * 12 : (r + 1) * 12, c * 12 : (c + 1) * 12].flatten()[:3].tolist())
+            for r in range(4)
+            for c in range(4)
+        }
+
     assert blocks(shuffled) == blocks(pixels) and not torch.equal(shuffled, pixels)
     assert torch.equal(shuffle_patches(pixels, spec, 4, seed=1), shuffled)
     assert sorted(shuffled.flatten().tolist()) == sorted(pixels.flatten().tolist())
@@ -167,8 +173,9 @@ def test_a_curve_starts_at_the_clean_accuracy_and_matches_a_loop(demo):
         predictions = [int(demo.model(p[None]).argmax()) for p in pixels]
     clean_accuracy = np.mean([p == y for p, y in zip(predictions, labels)])
     done = []
-    curve = robustness_curve(demo, images, "token_drop", [0.0, 0.5, 1.0], labels, seed=5,
-                             progress=lambda d, t: done.append((d, t)))
+    curve = robustness_curve(
+        demo, images, "token_drop", [0.0, 0.5, 1.0], labels, seed=5, progress=lambda d, t: done.append((d, t))
+    )
     assert curve.metric == "accuracy" and curve.images == 6 and done[-1] == (6, 6)
     assert curve.score[0] == pytest.approx(clean_accuracy)
     # the shorter sequence's attention summary; at fraction 1 no patch is left to summarise
@@ -274,8 +281,10 @@ def test_token_drop_attention_reads_the_shorter_sequence(demo, vits):
                     for qi, q in enumerate(kept_patches):
                         row = passed.attentions[layer, b, head, prefix + qi, prefix:].double()
                         row = row / row.sum()
-                        total += sum(float(row[ki]) * float(np.hypot(centre[q][0] - centre[k][0], centre[q][1] - centre[k][1]))
-                                     for ki, k in enumerate(kept_patches))
+                        total += sum(
+                            float(row[ki]) * float(np.hypot(centre[q][0] - centre[k][0], centre[q][1] - centre[k][1]))
+                            for ki, k in enumerate(kept_patches)
+                        )
                 expected[layer, head] = total / (2 * len(kept_patches))
         assert torch.allclose(kept_attention_distance(passed), expected, atol=1e-9)
         for module in vit.model.modules():
@@ -321,8 +330,10 @@ def test_the_benchmark_command_refuses_models_with_different_classes(capsys, mon
     with pytest.raises(SystemExit):
         command.main(["--vit", "an-imagenet-vit", "--cnn", "demo", "--images", str(tmp_path)])
     error = capsys.readouterr().err
-    assert ("The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, bar, triangle, "
-            "cross, star): not the same classes") in error and "--cnn" in error
+    assert (
+        "The ViT predicts the 1000 ImageNet-1k classes; the CNN predicts 6 classes (circle, ring, bar, triangle, "
+        "cross, star): not the same classes"
+    ) in error and "--cnn" in error
 
 
 @pytest.mark.parametrize("name", IMAGENET_1K_CNNS)

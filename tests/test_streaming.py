@@ -53,7 +53,9 @@ def test_paths_bytes_and_generators(vit, tmp_path):
     blobs = [p.read_bytes() for p in paths]
     expected = _plain(vit, images)
     calls = []
-    from_paths = dataset_attention_distance(vit, (p for p in paths), batch_size=3, progress=lambda d, t: calls.append((d, t)))
+    from_paths = dataset_attention_distance(
+        vit, (p for p in paths), batch_size=3, progress=lambda d, t: calls.append((d, t))
+    )
     torch.testing.assert_close(from_paths, expected, atol=1e-9, rtol=1e-9)
     assert calls == [(3, None), (4, None)]  # no length: total unknown
     torch.testing.assert_close(dataset_attention_distance(vit, blobs, batch_size=2), expected, atol=1e-9, rtol=1e-9)

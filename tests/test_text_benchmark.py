@@ -70,7 +70,9 @@ def _reference_curve(hf_model, ids, pixels, saliency, steps: int, mode: str) -> 
         x = pixels.clone() if mode == "deletion" else torch.zeros_like(pixels)
         for i in order[:k]:
             r, c = divmod(i, gw)
-            x[..., r * ph:(r + 1) * ph, c * pw:(c + 1) * pw] = 0 if mode == "deletion" else pixels[..., r * ph:(r + 1) * ph, c * pw:(c + 1) * pw]
+            x[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw] = (
+                0 if mode == "deletion" else pixels[..., r * ph : (r + 1) * ph, c * pw : (c + 1) * pw]
+            )
         with torch.no_grad():
             values.append(float(hf_model(pixel_values=x, input_ids=ids).logits_per_image[0, 0]))
     return values
@@ -86,8 +88,9 @@ def test_the_image_text_curve_equals_an_explicit_loop_scored_by_the_source_model
     prompt = f"a {scene.objects[0].shape}"
     text = clip.encode_text(prompt)
     saliency = explain_text(clip, pixels, prompt, method="chefer").maps[0]
-    fractions, values = perturbation_curve(clip.image, pixels, saliency, 0, mode=mode, steps=4,
-                                           value=lambda out: clip.logits(out, text.embeddings)[:, 0])
+    fractions, values = perturbation_curve(
+        clip.image, pixels, saliency, 0, mode=mode, steps=4, value=lambda out: clip.logits(out, text.embeddings)[:, 0]
+    )
     ids = clip.tokenize([prompt])[0]
     expected = _reference_curve(hf_model, ids, pixels, saliency, 4, mode)
     np.testing.assert_allclose(values, expected, atol=1e-4, rtol=1e-4)
@@ -101,15 +104,28 @@ def test_the_text_benchmark_scores_each_method_by_its_own_maps_and_curves(clip):
     scenes = generate_text_scenes(3, SEED, objects=2)
     named = [s.objects[i % 2] for i, s in enumerate(scenes)]
     prompts = [f"a {obj.shape}" for obj in named]
-    results = text_benchmark(clip, [Image.fromarray(s.image) for s in scenes], prompts, [o.mask for o in named],
-                             methods=["chefer", "patch_text"], steps=4)
+    results = text_benchmark(
+        clip,
+        [Image.fromarray(s.image) for s in scenes],
+        prompts,
+        [o.mask for o in named],
+        methods=["chefer", "patch_text"],
+        steps=4,
+    )
     assert [r.method for r in results] == [RANDOM, "chefer", "patch_text"]
     chefer = results[1]
     pixels = scenes_to_tensor(scenes[1].image[None])
     saliency = explain_text(clip, pixels, prompts[1], method="chefer").maps[0]
     text = clip.encode_text(prompts[1])
-    fractions, values = perturbation_curve(clip.image, pixels, saliency, 0, mode="deletion", steps=4,
-                                           value=lambda out: clip.logits(out, text.embeddings)[:, 0])
+    fractions, values = perturbation_curve(
+        clip.image,
+        pixels,
+        saliency,
+        0,
+        mode="deletion",
+        steps=4,
+        value=lambda out: clip.logits(out, text.embeddings)[:, 0],
+    )
     assert chefer.values["deletion_auc"][1] == pytest.approx(area_under_curve(fractions, values), abs=1e-6)
     assert all(len(r.values["pointing"]) == 3 and len(r.values["insertion_auc"]) == 3 for r in results)
     assert not results[0].values["sanity_rho"]  # the text benchmark does not run the sanity check

@@ -32,12 +32,14 @@ def test_each_heads_patch_map_is_its_term_by_source_patch_and_they_sum_to_the_de
                 for r in range(gh):
                     for c in range(gw):
                         assert float(maps[b, layer, head, r, c]) == pytest.approx(
-                            float(by_source[b, layer, head, prefix + r * gw + c]), abs=1e-7)
+                            float(by_source[b, layer, head, prefix + r * gw + c]), abs=1e-7
+                        )
     explanation = explain_text(clip, pixels, PROMPTS[1], method="decomposition")
     torch.testing.assert_close(maps.sum((1, 2)), explanation.maps, atol=1e-5, rtol=1e-4)
     # a head's map plus its share read from the prefix tokens is its term in the heads x layers table
-    torch.testing.assert_close(maps.sum((-2, -1)) + by_source[..., :prefix].sum(-1), decomposition.heads(),
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        maps.sum((-2, -1)) + by_source[..., :prefix].sum(-1), decomposition.heads(), atol=1e-5, rtol=1e-4
+    )
 
 
 def test_score_value_makes_perturbation_curves_of_the_image_text_score(pair):
@@ -47,8 +49,9 @@ def test_score_value_makes_perturbation_curves_of_the_image_text_score(pair):
     pixels = _pixels(1, seed=4)
     text = clip.encode_text(PROMPTS[0]).embeddings
     saliency = torch.rand(clip.spec.grid_size, generator=torch.Generator().manual_seed(0))
-    fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode="deletion", steps=4,
-                                             value=score_value(clip, text))
+    fractions, deletion = perturbation_curve(
+        clip.image, pixels, saliency, 0, mode="deletion", steps=4, value=score_value(clip, text)
+    )
     order = torch.argsort(saliency.reshape(-1), descending=True, stable=True)  # most salient first
     reference = baseline_pixels(clip.image, pixels, "mean")[0]
     (ph, pw), (_, gw) = clip.spec.patch_size, clip.spec.grid_size
@@ -72,7 +75,10 @@ def test_score_value_makes_perturbation_curves_of_the_image_text_score(pair):
 
 def test_prompts_from_a_template_and_bad_templates():
     assert prompts_from_template("a photo of a {}", ["star", " ring ", "", "bar"]) == [
-        "a photo of a star", "a photo of a ring", "a photo of a bar"]
+        "a photo of a star",
+        "a photo of a ring",
+        "a photo of a bar",
+    ]
     with pytest.raises(TextPromptError, match="exactly one"):
         prompts_from_template("a photo", ["star"])
     with pytest.raises(TextPromptError, match="exactly one"):
@@ -86,8 +92,14 @@ def test_head_texts_reports_progress_by_batches_and_gives_the_same_result(pair):
     pixels = _pixels(5, seed=6)
     vocabulary = ["a red star", "a blue dog", "the green circle", "a small cat"]
     calls = []
-    reported = head_texts(clip, pixels, vocabulary, texts_per_head=2, batch_size=2,
-                          progress=lambda done, total: calls.append((done, total)))
+    reported = head_texts(
+        clip,
+        pixels,
+        vocabulary,
+        texts_per_head=2,
+        batch_size=2,
+        progress=lambda done, total: calls.append((done, total)),
+    )
     assert calls == [(2, 5), (4, 5), (5, 5)]
     plain = head_texts(clip, pixels, vocabulary, texts_per_head=2, batch_size=5)
     assert [d.texts for d in reported.heads] == [d.texts for d in plain.heads]

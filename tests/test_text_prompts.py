@@ -41,8 +41,13 @@ def _pixels(batch: int = 2, seed: int = 1) -> torch.Tensor:
 def _hf_forward(model, kind: str, clip, prompts, pixels, **kwargs):
     """The source model's own forward on the tokenizer's ids (SigLIP: padded to the context, no mask,
     as the model card says)."""
-    tokens = clip.tokenizer(prompts, padding="max_length" if kind == "siglip" else True, truncation=True,
-                            max_length=text_models.CONTEXT, return_tensors="pt")
+    tokens = clip.tokenizer(
+        prompts,
+        padding="max_length" if kind == "siglip" else True,
+        truncation=True,
+        max_length=text_models.CONTEXT,
+        return_tensors="pt",
+    )
     mask = tokens["attention_mask"] if kind == "clip" else None
     return model(pixel_values=pixels, input_ids=tokens["input_ids"], attention_mask=mask, **kwargs)
 
@@ -73,8 +78,9 @@ def test_text_embeddings_are_the_models_own_text_features(pair):
     encoding = clip.encode_text(PROMPTS)
     assert encoding.prompts == tuple(PROMPTS) and encoding.notices == ()
     out = _hf_forward(model, kind, clip, PROMPTS, _pixels(1))
-    torch.testing.assert_close(torch.nn.functional.normalize(encoding.embeddings, dim=-1), out.text_embeds,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.nn.functional.normalize(encoding.embeddings, dim=-1), out.text_embeds, atol=1e-5, rtol=1e-4
+    )
     # the same token ids give the same embeddings (CLIP: the padding after the end token is masked
     # causally, so an all-ones mask changes nothing; SigLIP: no mask either way)
     from_ids = clip.encode_text(encoding.token_ids)
@@ -87,9 +93,15 @@ def test_a_prompt_longer_than_the_text_tower_is_truncated_with_a_notice(pair):
     long_prompt = "a photo of the big red star on the left and the small blue dog on the right"
     with pytest.warns(UserWarning, match="truncated"):
         encoding = clip.encode_text(["a red star", long_prompt])
-    assert len(encoding.notices) == 1 and "truncated" in encoding.notices[0] and str(text_models.CONTEXT) in encoding.notices[0]
+    assert (
+        len(encoding.notices) == 1
+        and "truncated" in encoding.notices[0]
+        and str(text_models.CONTEXT) in encoding.notices[0]
+    )
     ids = encoding.token_ids[1]
-    assert len(ids) == text_models.CONTEXT and int(ids[-1]) == text_models.END  # the end token, which CLIP pools, is kept
+    assert (
+        len(ids) == text_models.CONTEXT and int(ids[-1]) == text_models.END
+    )  # the end token, which CLIP pools, is kept
 
 
 @pytest.mark.parametrize("bad", ["", "   ", [], ["a red star", ""]])
@@ -126,7 +138,9 @@ def test_prompts_without_a_tokenizer_say_to_pass_token_ids(tmp_path):
 def test_an_image_only_model_asked_for_text_is_a_typed_error(tmp_path):
     import transformers
 
-    vision = transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(**text_models.VISION, projection_dim=16))
+    vision = transformers.CLIPVisionModelWithProjection(
+        transformers.CLIPVisionConfig(**text_models.VISION, projection_dim=16)
+    )
     vision.save_pretrained(str(tmp_path))
     with pytest.raises(NoTextTowerError, match="image-only"):
         load_clip(tmp_path, device="cpu")
@@ -177,8 +191,11 @@ def test_zero_shot_returns_the_truncation_notice(pair):
 def test_an_image_only_model_asked_for_text_scores_is_a_typed_error(method):
     vit = load_vit("demo", device="cpu")
     pixels = torch.zeros(1, 3, *vit.spec.img_size)
-    call = (lambda: zero_shot(vit, pixels, ["a star"])) if method == "zero_shot" else (
-        lambda: explain_text(vit, pixels, "a star"))
+    call = (
+        (lambda: zero_shot(vit, pixels, ["a star"]))
+        if method == "zero_shot"
+        else (lambda: explain_text(vit, pixels, "a star"))
+    )
     with pytest.raises(NoTextTowerError, match="image-only"):
         call()
 
@@ -189,7 +206,9 @@ def test_an_image_only_model_asked_for_text_scores_is_a_typed_error(method):
 def _hf_score_graph(model, kind, clip, prompt, pixels, **kwargs):
     """The source model's forward with ``output_attentions`` / ``output_hidden_states``, in autograd."""
     with torch.enable_grad():
-        return _hf_forward(model, kind, clip, [prompt], pixels, output_attentions=True, output_hidden_states=True, **kwargs)
+        return _hf_forward(
+            model, kind, clip, [prompt], pixels, output_attentions=True, output_hidden_states=True, **kwargs
+        )
 
 
 def test_chefer_equals_the_published_rule_on_the_source_models_own_score(pair):
@@ -250,7 +269,9 @@ def test_patch_text_is_each_patch_through_the_source_models_own_readout(pair):
         if kind == "clip":
             embeddings = model.visual_projection(patches)
         else:  # the pooling head on one token at a time
-            embeddings = torch.stack([model.vision_model.head(patches[:, p : p + 1]) for p in range(patches.shape[1])], 1)
+            embeddings = torch.stack(
+                [model.vision_model.head(patches[:, p : p + 1]) for p in range(patches.shape[1])], 1
+            )
     expected = torch.nn.functional.cosine_similarity(embeddings, out.text_embeds[0], dim=-1)  # (B, N)
     got = explain_text(clip, pixels, prompt, method="patch_text")
     torch.testing.assert_close(got.maps.reshape(2, -1), expected, atol=1e-5, rtol=1e-4)
@@ -305,14 +326,15 @@ def test_a_siglip_head_term_is_its_share_through_the_frozen_pooling_head(tmp_pat
         attention = out.vision_model_output.attentions[-1]  # (1, heads, T, T)
         for head in range(heads):
             z = attention[0, head] @ values[0, :, head]  # (T, d)
-            written = z @ layer.self_attn.out_proj.weight[:, head * width:(head + 1) * width].T  # (T, D)
+            written = z @ layer.self_attn.out_proj.weight[:, head * width : (head + 1) * width].T  # (T, D)
             sigma = (last[0].var(-1, unbiased=False, keepdim=True) + vision.post_layernorm.eps).sqrt()
             normed = (written - written.mean(-1, keepdim=True)) / sigma * vision.post_layernorm.weight
             pool = vision.head
             final = vision.post_layernorm(last)
-            probe = pool.attention(pool.probe, final, final, need_weights=True,
-                                   average_attn_weights=False)[1][0, :, 0]  # (heads, T)
-            pooled_values = normed @ pool.attention.in_proj_weight[2 * dim:].T  # (T, D), no bias
+            probe = pool.attention(pool.probe, final, final, need_weights=True, average_attn_weights=False)[1][
+                0, :, 0
+            ]  # (heads, T)
+            pooled_values = normed @ pool.attention.in_proj_weight[2 * dim :].T  # (T, D), no bias
             mixed = (pooled_values.unflatten(-1, (heads, width)) * probe.T[..., None]).sum(0).flatten()  # (D,)
             moved = pool.attention.out_proj.weight @ mixed  # (D,)
             u = out.vision_model_output.pooler_output[0]
@@ -392,11 +414,13 @@ def _text_span_by_loops(data, texts, count, rank):
             break
         t = candidates[best]
         norm2 = sum(v * v for v in t)
-        unit_projections = [sum(row[e] * t[e] for e in range(dim)) / norm2 ** 0.5 for row in rows]
+        unit_projections = [sum(row[e] * t[e] for e in range(dim)) / norm2**0.5 for row in rows]
         shares.append(sum(p * p for p in unit_projections) / images / total)
         picked.append(best)
         rows = [[row[e] - sum(row[i] * t[i] for i in range(dim)) / norm2 * t[e] for e in range(dim)] for row in rows]
-        candidates = [[c[e] - sum(c[i] * t[i] for i in range(dim)) / norm2 * t[e] for e in range(dim)] for c in candidates]
+        candidates = [
+            [c[e] - sum(c[i] * t[i] for i in range(dim)) / norm2 * t[e] for e in range(dim)] for c in candidates
+        ]
     return picked, shares, total
 
 
@@ -444,7 +468,9 @@ def test_head_texts_describe_every_head_by_its_own_direct_contributions(pair):
         u = clip.image.model(pixels)
     weights = clip.logit_scale * torch.nn.functional.normalize(text, dim=-1) / u.norm(dim=-1, keepdim=True)  # (B, E)
     decomposition = explain_text(clip, pixels, PROMPTS[0], method="decomposition").decomposition
-    torch.testing.assert_close(torch.einsum("blhe,be->blh", vectors, weights), decomposition.heads(), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.einsum("blhe,be->blh", vectors, weights), decomposition.heads(), atol=1e-5, rtol=1e-4
+    )
     embeddings = torch.nn.functional.normalize(clip.encode_text(vocabulary).embeddings, dim=-1)
     for description in result.heads:
         picked, shares, total = text_span(vectors[:, description.layer, description.head], embeddings, 2)
@@ -484,8 +510,11 @@ class _OpenCLIPBlock(torch.nn.Module):
         self.ln_1, self.ln_2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
         self.attn = torch.nn.MultiheadAttention(width, heads, batch_first=True)
         self.ls_1, self.ls_2 = torch.nn.Identity(), torch.nn.Identity()
-        self.mlp = torch.nn.Sequential(OrderedDict(c_fc=torch.nn.Linear(width, 2 * width), gelu=torch.nn.GELU(),
-                                                   c_proj=torch.nn.Linear(2 * width, width)))
+        self.mlp = torch.nn.Sequential(
+            OrderedDict(
+                c_fc=torch.nn.Linear(width, 2 * width), gelu=torch.nn.GELU(), c_proj=torch.nn.Linear(2 * width, width)
+            )
+        )
 
     def forward(self, x):
         y = self.ln_1(x)
@@ -545,8 +574,9 @@ def test_an_open_clip_image_tower_becomes_the_same_timm_vit():
         torch.testing.assert_close(clip.image.model(pixels), model.visual(pixels), atol=1e-5, rtol=1e-4)
         block = model.visual.transformer.resblocks[0]
         x = model.visual.conv1(pixels).flatten(2).transpose(1, 2)
-        x = model.visual.ln_pre(torch.cat([model.visual.class_embedding.expand(2, 1, -1), x], 1)
-                                + model.visual.positional_embedding)
+        x = model.visual.ln_pre(
+            torch.cat([model.visual.class_embedding.expand(2, 1, -1), x], 1) + model.visual.positional_embedding
+        )
         y = block.ln_1(x)
         expected = block.attn(y, y, y, need_weights=True, average_attn_weights=False)[1]  # (B, heads, T, T)
     from analysis import capture_attention

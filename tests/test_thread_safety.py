@@ -60,8 +60,10 @@ def _same(expected, got, where: str = "result") -> None:
         assert isinstance(got, torch.Tensor), where
         assert expected.dtype == got.dtype and expected.shape == got.shape, where
         assert torch.equal(expected, got) or (
-            expected.is_floating_point() and torch.equal(expected.isnan(), got.isnan())
-            and torch.equal(expected.nan_to_num(), got.nan_to_num())), f"{where} differs"
+            expected.is_floating_point()
+            and torch.equal(expected.isnan(), got.isnan())
+            and torch.equal(expected.nan_to_num(), got.nan_to_num())
+        ), f"{where} differs"
     elif isinstance(expected, np.ndarray):
         np.testing.assert_array_equal(expected, got, err_msg=where)
     elif dataclasses.is_dataclass(expected) and not isinstance(expected, type):
@@ -92,7 +94,7 @@ def _run_concurrently(tasks: dict[str, Task]) -> None:
 
     def work(thread: int) -> None:
         index = thread % 2
-        order = names[thread % len(names):] + names[: thread % len(names)]
+        order = names[thread % len(names) :] + names[: thread % len(names)]
         try:
             barrier.wait()
             for _ in range(ROUNDS):
@@ -120,8 +122,7 @@ def _run_concurrently(tasks: dict[str, Task]) -> None:
 
 
 def _no_hooks_left(model: torch.nn.Module) -> None:
-    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
-               for m in model.modules()) == 0
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()) == 0
     assert torch._C._len_torch_function_stack() == 0
 
 
@@ -150,12 +151,17 @@ def test_every_vit_analysis_from_8_threads_on_one_model_equals_the_serial_run(vi
     dropped = patch_drop_indices(spec, 0.5, seed=0)
     tasks: dict[str, Task] = {
         "capture_attention": lambda i: capture_attention(vit, inputs[i]).attentions,
-        "run_with_cache": lambda i: dict(run_with_cache(
-            vit, inputs[i], ["blocks.1.resid_pre", "blocks.1.attn.probs", "blocks.2.attn.z", "blocks.2.mlp.out"]).items()),
+        "run_with_cache": lambda i: dict(
+            run_with_cache(
+                vit, inputs[i], ["blocks.1.resid_pre", "blocks.1.attn.probs", "blocks.2.attn.z", "blocks.2.mlp.out"]
+            ).items()
+        ),
         "run_with_hooks": lambda i: run_with_hooks(vit, inputs[i], {"blocks.1.attn.z": zero_head}),
         "rollout": lambda i: attention_rollout(capture_attention(vit, inputs[i])),
         "attention_distance": lambda i: mean_attention_distance(capture_attention(vit, inputs[i])),
-        "dataset_attention_distance": lambda i: dataset_attention_distance(vit, images[i:i + 2], batch_size=2, workers=1),
+        "dataset_attention_distance": lambda i: dataset_attention_distance(
+            vit, images[i : i + 2], batch_size=2, workers=1
+        ),
         "chefer": lambda i: explain(vit, inputs[i], method="chefer"),
         "gradcam": lambda i: explain(vit, inputs[i], method="gradcam"),
         "input_x_gradient": lambda i: explain(vit, inputs[i], method="input_x_gradient"),
@@ -164,19 +170,24 @@ def test_every_vit_analysis_from_8_threads_on_one_model_equals_the_serial_run(vi
         "activation_patching": lambda i: activation_patching(vit, inputs[i], inputs[1 - i], layers=[1]),
         "direct_logit_attribution": lambda i: direct_logit_attribution(vit, inputs[i]),
         "token_norms": lambda i: token_norms(capture_tokens(vit, inputs[i])),
-        "high_norm_tokens": lambda i: high_norm_tokens(token_norms(capture_tokens(vit, inputs[i])),
-                                                       spec.num_prefix_tokens, min_ratio=1.01),
+        "high_norm_tokens": lambda i: high_norm_tokens(
+            token_norms(capture_tokens(vit, inputs[i])), spec.num_prefix_tokens, min_ratio=1.01
+        ),
         "token_drop": lambda i: token_drop_attention(vit, inputs[i], dropped),
-        "attention_map_rollout_explain": lambda i: (explain(vit, inputs[i], method="attention"),
-                                                    explain(vit, inputs[i], method="rollout")),
+        "attention_map_rollout_explain": lambda i: (
+            explain(vit, inputs[i], method="attention"),
+            explain(vit, inputs[i], method="rollout"),
+        ),
         "logit_lens": lambda i: logit_lens(vit, inputs[i]),
         "attention_mass": lambda i: attention_mass(capture_attention(vit, inputs[i]), [0]),
         "feature_pca_similarity": lambda i: (
             feature_pca(capture_tokens(vit, inputs[i], layers=[2]).tokens[0], spec),
-            patch_similarity(capture_tokens(vit, inputs[i], layers=[2]).tokens[0], spec, 3)),
-        "dataset_head_effects": lambda i: dataset_head_effects(vit, images[i:i + 2], batch_size=2, workers=1),
-        "perturbation_curve": lambda i: perturbation_curve(vit, inputs[i], explain(vit, inputs[i], method="rollout")[0],
-                                                           target=3, steps=4),
+            patch_similarity(capture_tokens(vit, inputs[i], layers=[2]).tokens[0], spec, 3),
+        ),
+        "dataset_head_effects": lambda i: dataset_head_effects(vit, images[i : i + 2], batch_size=2, workers=1),
+        "perturbation_curve": lambda i: perturbation_curve(
+            vit, inputs[i], explain(vit, inputs[i], method="rollout")[0], target=3, steps=4
+        ),
     }
     _run_concurrently(tasks)
     _no_hooks_left(vit.model)
@@ -190,7 +201,9 @@ def test_rotary_features_and_captures_from_8_threads_on_one_rope_model_equal_the
         "rope_similarity": lambda i: position_embedding_similarity(rope_vit, kind="rope"),
         "rotary_features_layer_1": lambda i: rotary_position_features(rope_vit, layer=1),
         "capture_attention": lambda i: capture_attention(rope_vit, inputs[i]).attentions,
-        "run_with_cache": lambda i: dict(run_with_cache(rope_vit, inputs[i], ["blocks.0.attn.q", "blocks.1.resid_post"]).items()),
+        "run_with_cache": lambda i: dict(
+            run_with_cache(rope_vit, inputs[i], ["blocks.0.attn.q", "blocks.1.resid_post"]).items()
+        ),
         "rollout": lambda i: attention_rollout(capture_attention(rope_vit, inputs[i])),
         "chefer": lambda i: explain(rope_vit, inputs[i], method="chefer"),
         "input_x_gradient": lambda i: explain(rope_vit, inputs[i], method="input_x_gradient"),
@@ -210,7 +223,9 @@ def test_windowed_analyses_from_8_threads_on_the_demo_swin_equal_the_serial_run(
         "capture_attention": lambda i: capture_attention(swin, inputs[i]).windows,
         "windowed_rollout": lambda i: windowed_rollout(capture_attention(swin, inputs[i]), stage=1),
         "attention_distance": lambda i: mean_attention_distance(capture_attention(swin, inputs[i])),
-        "run_with_cache": lambda i: dict(run_with_cache(swin, inputs[i], ["blocks.0.resid_post", "blocks.3.attn.probs"]).items()),
+        "run_with_cache": lambda i: dict(
+            run_with_cache(swin, inputs[i], ["blocks.0.resid_post", "blocks.3.attn.probs"]).items()
+        ),
         "gradcam": lambda i: explain(swin, inputs[i], method="gradcam"),
         "rollout_map": lambda i: explain(swin, inputs[i], method="rollout", stage=0),
         "token_norms": lambda i: [token_norms(tokens) for tokens in capture_tokens(swin, inputs[i]).tokens],
@@ -261,7 +276,8 @@ def test_mae_reconstruction_and_visible_attention_from_8_threads_equal_the_seria
         "reconstruct": lambda i: mae_reconstruct(mae, inputs[i], mask_ratio=0.75, seed=i),
         "reconstruct_other_ratio": lambda i: mae_reconstruct(mae, inputs[i], mask_ratio=0.5, seed=10 + i),
         "visible_attention_distance": lambda i: visible_attention_distance(
-            mae_reconstruct(mae, inputs[i], mask_ratio=0.75, seed=i).attention),
+            mae_reconstruct(mae, inputs[i], mask_ratio=0.75, seed=i).attention
+        ),
         "visible_rollout": lambda i: visible_rollout(mae_reconstruct(mae, inputs[i], mask_ratio=0.6, seed=i).attention),
     }
     _run_concurrently(tasks)
@@ -301,8 +317,11 @@ def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added
     def spy(value):
         seen.extend(_call_as_another_thread_in_the_race(vit.model, value))
 
-    run_with_hooks(vit, pixels, {"blocks.1.resid_pre": lambda x: None, "blocks.1.attn.in": lambda x: None,
-                                 "blocks.2.resid_post": spy})
+    run_with_hooks(
+        vit,
+        pixels,
+        {"blocks.1.resid_pre": lambda x: None, "blocks.1.attn.in": lambda x: None, "blocks.2.resid_post": spy},
+    )
     assert seen and all(result is None for result in seen), seen
     seen.clear()
     with torch.no_grad(), hooks_around(rope_vit.model, {"blocks.1.attn.rope": lambda rope: None}):

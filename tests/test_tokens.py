@@ -16,8 +16,12 @@ from conftest import make_vit, random_pixels
 
 @pytest.fixture(scope="module")
 def models(vits):
-    return {"demo": analysis.load_vit("demo", device="cpu"), "registers": vits["registers"],
-            "no_class_token": vits["no_class_token"], "class_token": vits["class_token"]}
+    return {
+        "demo": analysis.load_vit("demo", device="cpu"),
+        "registers": vits["registers"],
+        "no_class_token": vits["no_class_token"],
+        "class_token": vits["class_token"],
+    }
 
 
 def hooked(model, pixels):
@@ -195,8 +199,16 @@ def test_bad_token_requests_are_typed_errors(models):
 def _spec(grid=(3, 5), prefix=2, dim=6):
     from analysis import ViTSpec
 
-    return ViTSpec(patch_size=(4, 4), grid_size=grid, num_prefix_tokens=prefix, num_layers=1, num_heads=1,
-                   embed_dim=dim, img_size=(4 * grid[0], 4 * grid[1]), has_class_token=True)
+    return ViTSpec(
+        patch_size=(4, 4),
+        grid_size=grid,
+        num_prefix_tokens=prefix,
+        num_layers=1,
+        num_heads=1,
+        embed_dim=dim,
+        img_size=(4 * grid[0], 4 * grid[1]),
+        has_class_token=True,
+    )
 
 
 def test_feature_pca_equals_numpy_pca_with_its_sign_rule():
@@ -274,7 +286,9 @@ def test_prefix_tokens_are_named_and_queryable(vits):
         got = analysis.attention_map(record, 1, head=2, query=f"prefix:{token}")
         expected = record.attentions[1, :, 2, token, prefix:].reshape(2, *vit.spec.grid_size)
         torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(analysis.attention_map(record, 0, query="prefix:0"), analysis.attention_map(record, 0, query="cls"))
+    torch.testing.assert_close(
+        analysis.attention_map(record, 0, query="prefix:0"), analysis.attention_map(record, 0, query="cls")
+    )
     with pytest.raises(AnalysisError, match="5 prefix tokens"):
         analysis.attention_map(record, 0, query="prefix:5")
     tokens = capture_tokens(vit, random_pixels(vit)).tokens[-1]

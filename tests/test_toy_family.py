@@ -126,12 +126,17 @@ def test_its_probabilities_are_the_softmax_written_out(toy_module, pair):
         q, k = attention.to_q(x), attention.to_k(x)
     for h in range(heads):
         for i in range(T):
-            scores = [float(attention.temperature[h].detach()) * float(q[i, h * d:(h + 1) * d] @ k[j, h * d:(h + 1) * d])
-                      / d ** 0.5 for j in range(T)]
+            scores = [
+                float(attention.temperature[h].detach())
+                * float(q[i, h * d : (h + 1) * d] @ k[j, h * d : (h + 1) * d])
+                / d**0.5
+                for j in range(T)
+            ]
             top = max(scores)
             weights = torch.tensor([pow(2.718281828459045, s - top) for s in scores])
-            torch.testing.assert_close(record.attentions[layer][0, h, i], (weights / weights.sum()).float(),
-                                       rtol=0, atol=2e-5)
+            torch.testing.assert_close(
+                record.attentions[layer][0, h, i], (weights / weights.sum()).float(), rtol=0, atol=2e-5
+            )
 
 
 def _equal(a, b):
@@ -158,8 +163,10 @@ def test_every_analysis_gives_the_copied_familys_values(pair):
     _equal(torch.as_tensor(ablation[0].delta_logit), torch.as_tensor(ablation[1].delta_logit))
     dla = direct_logit_attribution(toy_vit, pixels[:1]), direct_logit_attribution(timm_vit, pixels[:1])
     _equal(torch.as_tensor(dla[0].heads), torch.as_tensor(dla[1].heads))
-    patched = (activation_patching(toy_vit, pixels[:1], pixels[1:], point="attn.z"),
-               activation_patching(timm_vit, pixels[:1], pixels[1:], point="attn.z"))
+    patched = (
+        activation_patching(toy_vit, pixels[:1], pixels[1:], point="attn.z"),
+        activation_patching(timm_vit, pixels[:1], pixels[1:], point="attn.z"),
+    )
     _equal(torch.as_tensor(patched[0].effect), torch.as_tensor(patched[1].effect))
     tokens = analysis.capture_tokens(toy_vit, pixels), analysis.capture_tokens(timm_vit, pixels)
     _equal(analysis.token_norms(tokens[0]), analysis.token_norms(tokens[1]))

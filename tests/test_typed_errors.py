@@ -123,14 +123,38 @@ CASES = [
     ("scaling with an unknown negative rule", "negative must be", lambda c: scale_by_peak([[1.0]], negative="abs")),
     ("scaling a 1-d map", r"\(\.\.\., h, w\)", lambda c: scale_by_peak([1.0, 2.0])),
     ("corresponding layer not an int", "layer must be an integer", lambda c: corresponding_layer("last", c.layers, 12)),
-    ("corresponding layer of a model without layers", "to_layers must be at least 1", lambda c: corresponding_layer(0, c.layers, 0)),
-    ("corresponding query outside the grid", "outside the 4x4 grid", lambda c: corresponding_query(16, (4, 4), (2, 2), True)),
+    (
+        "corresponding layer of a model without layers",
+        "to_layers must be at least 1",
+        lambda c: corresponding_layer(0, c.layers, 0),
+    ),
+    (
+        "corresponding query outside the grid",
+        "outside the 4x4 grid",
+        lambda c: corresponding_query(16, (4, 4), (2, 2), True),
+    ),
     ("corresponding query of a float", "query must be", lambda c: corresponding_query(1.5, (4, 4), (2, 2), True)),
     ("corresponding query to a bad grid", "to_grid must be a", lambda c: corresponding_query(0, (4, 4), 2, True)),
-    ("similarity by distance of a flat grid", r"\(gh, gw, gh, gw\)", lambda c: similarity_by_distance(torch.ones(4, 4).numpy())),
-    ("similarity by distance in zero units", "must be positive", lambda c: similarity_by_distance(torch.ones(2, 2, 2, 2).numpy(), unit=0)),
-    ("distance bins of a flat grid", r"\(gh, gw, gh, gw\)", lambda c: similarity_distance_bins(torch.ones(4, 4).numpy())),
-    ("distance bins of zero width", "must be positive", lambda c: similarity_distance_bins(torch.ones(2, 2, 2, 2).numpy(), bin_width=0)),
+    (
+        "similarity by distance of a flat grid",
+        r"\(gh, gw, gh, gw\)",
+        lambda c: similarity_by_distance(torch.ones(4, 4).numpy()),
+    ),
+    (
+        "similarity by distance in zero units",
+        "must be positive",
+        lambda c: similarity_by_distance(torch.ones(2, 2, 2, 2).numpy(), unit=0),
+    ),
+    (
+        "distance bins of a flat grid",
+        r"\(gh, gw, gh, gw\)",
+        lambda c: similarity_distance_bins(torch.ones(4, 4).numpy()),
+    ),
+    (
+        "distance bins of zero width",
+        "must be positive",
+        lambda c: similarity_distance_bins(torch.ones(2, 2, 2, 2).numpy(), bin_width=0),
+    ),
     # rollout
     ("rollout fusion unknown", "head_fusion", lambda c: attention_rollout(c.record, head_fusion="median")),
     ("rollout discard above 1", "discard_ratio", lambda c: attention_rollout(c.record, discard_ratio=1.5)),
@@ -139,7 +163,11 @@ CASES = [
     ("rollout end before start", "end_layer", lambda c: attention_rollout(c.record, start_layer=1, end_layer=0)),
     ("rollout query out of range", "outside the 4x4 grid", lambda c: attention_rollout(c.record, query=c.patches)),
     ("rollout of partial rows", "every query row", lambda c: attention_rollout(c.partial)),
-    ("rollout by layer start out of range", "start_layer", lambda c: attention_rollout_by_layer(c.record, start_layer=-c.layers - 1)),
+    (
+        "rollout by layer start out of range",
+        "start_layer",
+        lambda c: attention_rollout_by_layer(c.record, start_layer=-c.layers - 1),
+    ),
     # distance
     ("distance of partial rows", "not captured", lambda c: mean_attention_distance(c.partial)),
     ("distance of a non-record", "AttentionRecord", lambda c: mean_attention_distance(None)),
@@ -157,18 +185,47 @@ CASES = [
     ("logit lens of a headless model", "has none", lambda c: logit_lens(c.vit, c.pixels)),
     ("logit lens of a non-tensor", "torch.Tensor", lambda c: logit_lens(c.vit, "image.png")),
     ("pca of wrong-length tokens", "T=21", lambda c: feature_pca(torch.ones(1, 3, 4), c.vit.spec)),
-    ("pca with zero components", "n_components", lambda c: feature_pca(torch.ones(1, c.vit.spec.num_tokens, 4), c.vit.spec, n_components=0)),
-    ("similarity to an unknown query", "query must be", lambda c: patch_similarity(torch.ones(1, c.vit.spec.num_tokens, 4), c.vit.spec, "corner")),
+    (
+        "pca with zero components",
+        "n_components",
+        lambda c: feature_pca(torch.ones(1, c.vit.spec.num_tokens, 4), c.vit.spec, n_components=0),
+    ),
+    (
+        "similarity to an unknown query",
+        "query must be",
+        lambda c: patch_similarity(torch.ones(1, c.vit.spec.num_tokens, 4), c.vit.spec, "corner"),
+    ),
     ("norms of a vector", r"\(\.\.\., T, D\)", lambda c: token_norms(torch.ones(3))),
     ("outliers of 2-d norms", r"\(L, B, T\)", lambda c: high_norm_tokens(torch.ones(3, 4), 1)),
-    ("outlier patches of an image not in the batch", "outside the batch",
-     lambda c: outlier_patches(high_norm_tokens(torch.ones(2, 1, 5), 1), image=1)),
-    ("outlier patches of stage grids", "windowed", lambda c: outlier_patches(analysis.tokens.HighNormTokens(
-        thresholds=torch.zeros(1), mask=(torch.zeros(1, 4, dtype=torch.bool),), fraction=torch.zeros(1), first_layer=None))),
+    (
+        "outlier patches of an image not in the batch",
+        "outside the batch",
+        lambda c: outlier_patches(high_norm_tokens(torch.ones(2, 1, 5), 1), image=1),
+    ),
+    (
+        "outlier patches of stage grids",
+        "windowed",
+        lambda c: outlier_patches(
+            analysis.tokens.HighNormTokens(
+                thresholds=torch.zeros(1),
+                mask=(torch.zeros(1, 4, dtype=torch.bool),),
+                fraction=torch.zeros(1),
+                first_layer=None,
+            )
+        ),
+    ),
     ("attention mass of a non-record", "AttentionRecord", lambda c: attention_mass(None, [0])),
     ("explain unknown method", "Unknown explanation method", lambda c: explain(c.vit, c.pixels, method="lrp")),
-    ("explain with an option of another method", "does not accept steps", lambda c: explain(c.vit, c.pixels, method="chefer", steps=3)),
-    ("explain with a misspelt option", "takes only steps, baseline", lambda c: explain(c.vit, c.pixels, method="integrated_gradients", step=3)),
+    (
+        "explain with an option of another method",
+        "does not accept steps",
+        lambda c: explain(c.vit, c.pixels, method="chefer", steps=3),
+    ),
+    (
+        "explain with a misspelt option",
+        "takes only steps, baseline",
+        lambda c: explain(c.vit, c.pixels, method="integrated_gradients", step=3),
+    ),
     ("explain a non-tensor", "torch.Tensor", lambda c: explain(c.vit, [[0.0]], method="chefer")),
     ("top mass above one", "mass must be", lambda c: top_mass_mask([[0.5, 0.5]], 1.2)),
     ("top mass of negative maps", "non-negative", lambda c: top_mass_mask([[0.5, -0.5]], 0.6)),
@@ -202,7 +259,11 @@ CASES = [
     ("model file missing", "^The path 'weights.safetensors' does not exist", lambda c: load_vit("weights.safetensors")),
     ("model folder missing", "^The path './no_such_folder' does not exist", lambda c: load_vit("./no_such_folder")),
     ("label space of a non-model", "label_space takes a loaded model", lambda c: label_space(3)),
-    ("shared label space of a non-model", "label_space takes a loaded model", lambda c: shared_label_space(c.vit, "demo")),
+    (
+        "shared label space of a non-model",
+        "label_space takes a loaded model",
+        lambda c: shared_label_space(c.vit, "demo"),
+    ),
     ("two-tower model empty name", "load_clip takes", lambda c: load_clip("")),
     ("two-tower model of a wrong type", "load_clip takes", lambda c: load_clip(3.5)),
     ("two-tower model image-only", "image-only", lambda c: load_clip("demo")),
@@ -224,21 +285,59 @@ def test_bad_arguments_raise_a_typed_error(context, name, reason, call):
 def test_every_public_function_is_walked():
     """A new public function must get bad-argument cases here."""
     walked = {
-        "load_vit", "capture_attention", "attention_map", "attention_rollout", "attention_rollout_by_layer",
-        "mean_attention_distance", "uniform_attention_distance", "uniform_attention_distance_by_layer",
-        "relative_position_bias", "decomposed_relative_position", "dataset_attention_distance",
-        "distance_unit_length", "distance_in_units", "upsample_map", "masked_image",
-        "top_mass_mask", "explain", "capture_tokens", "logit_lens", "token_norms", "high_norm_tokens",
-        "attention_mass", "feature_pca", "patch_similarity",
-        "position_embedding_similarity", "rotary_position_features", "patch_embedding_components",
-        "load_image", "load_clip", "read_image_archive", "pooling_attention_map", "scale_by_peak", "corresponding_layer",
-        "corresponding_query", "similarity_by_distance", "similarity_distance_bins", "windowed_rollout", "attention_rows",
-        "label_space", "shared_label_space", "outlier_patches",
+        "load_vit",
+        "capture_attention",
+        "attention_map",
+        "attention_rollout",
+        "attention_rollout_by_layer",
+        "mean_attention_distance",
+        "uniform_attention_distance",
+        "uniform_attention_distance_by_layer",
+        "relative_position_bias",
+        "decomposed_relative_position",
+        "dataset_attention_distance",
+        "distance_unit_length",
+        "distance_in_units",
+        "upsample_map",
+        "masked_image",
+        "top_mass_mask",
+        "explain",
+        "capture_tokens",
+        "logit_lens",
+        "token_norms",
+        "high_norm_tokens",
+        "attention_mass",
+        "feature_pca",
+        "patch_similarity",
+        "position_embedding_similarity",
+        "rotary_position_features",
+        "patch_embedding_components",
+        "load_image",
+        "load_clip",
+        "read_image_archive",
+        "pooling_attention_map",
+        "scale_by_peak",
+        "corresponding_layer",
+        "corresponding_query",
+        "similarity_by_distance",
+        "similarity_distance_bins",
+        "windowed_rollout",
+        "attention_rows",
+        "label_space",
+        "shared_label_space",
+        "outlier_patches",
     }
     source = open(__file__).read()
     for name in walked:
         assert f"{name}(" in source.split("CASES = [")[1], name
-    not_walked = {"attention_taps", "position_encoding_kinds", "patch_embedding_filters",
-                  "release_record_memory", "idle_record_bytes"}  # the last two take no arguments
-    functions = {n for n in analysis.__all__ if callable(getattr(analysis, n)) and not isinstance(getattr(analysis, n), type)}
+    not_walked = {
+        "attention_taps",
+        "position_encoding_kinds",
+        "patch_embedding_filters",
+        "release_record_memory",
+        "idle_record_bytes",
+    }  # the last two take no arguments
+    functions = {
+        n for n in analysis.__all__ if callable(getattr(analysis, n)) and not isinstance(getattr(analysis, n), type)
+    }
     assert functions <= walked | not_walked, functions - walked - not_walked

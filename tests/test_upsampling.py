@@ -26,8 +26,12 @@ def loop_bilinear(grid: np.ndarray, height: int, width: int) -> np.ndarray:
             x0 = int(math.floor(x))
             x1 = min(x0 + 1, gw - 1)
             fx = x - x0
-            out[i, j] = ((1 - fy) * (1 - fx) * grid[y0, x0] + (1 - fy) * fx * grid[y0, x1]
-                         + fy * (1 - fx) * grid[y1, x0] + fy * fx * grid[y1, x1])
+            out[i, j] = (
+                (1 - fy) * (1 - fx) * grid[y0, x0]
+                + (1 - fy) * fx * grid[y0, x1]
+                + fy * (1 - fx) * grid[y1, x0]
+                + fy * fx * grid[y1, x1]
+            )
     return out
 
 
@@ -41,7 +45,7 @@ def test_nearest_gives_exact_patch_cells():
     out = upsample_map(grid, (8, 12), "nearest")  # 4 x 4 px cells
     for r in range(2):
         for c in range(3):
-            assert (out[r * 4:(r + 1) * 4, c * 4:(c + 1) * 4] == grid[r, c]).all()
+            assert (out[r * 4 : (r + 1) * 4, c * 4 : (c + 1) * 4] == grid[r, c]).all()
 
 
 def test_constant_maps_stay_constant_and_masks_scale_the_image():
@@ -56,13 +60,16 @@ def test_constant_maps_stay_constant_and_masks_scale_the_image():
     assert (masked_image(image, np.zeros((2, 3))) == 0).all()
 
 
-@pytest.mark.parametrize("call", [
-    lambda: upsample_map(np.ones((2, 2)), (4, 4), mode="bicubic"),
-    lambda: upsample_map(np.ones(4), (4, 4)),
-    lambda: upsample_map(np.ones((2, 2)), (0, 4)),
-    lambda: upsample_map(np.ones((2, 2)), (4.5, 4)),
-    lambda: masked_image(np.zeros((4, 4)), np.ones((2, 2))),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: upsample_map(np.ones((2, 2)), (4, 4), mode="bicubic"),
+        lambda: upsample_map(np.ones(4), (4, 4)),
+        lambda: upsample_map(np.ones((2, 2)), (0, 4)),
+        lambda: upsample_map(np.ones((2, 2)), (4.5, 4)),
+        lambda: masked_image(np.zeros((4, 4)), np.ones((2, 2))),
+    ],
+)
 def test_bad_arguments_raise_typed_errors(call):
     with pytest.raises(AnalysisError):
         call()

@@ -55,7 +55,8 @@ def _decode_rows(blob: bytes, spec, layers: int) -> np.ndarray:
     lo, hi = row_ranges[:, :1].astype(np.float64), row_ranges[:, 1:].astype(np.float64)
     values = lo + codes / 255.0 * (hi - lo)
     return values.reshape(layers, spec.num_heads + 1, tokens + 1, patches), ((hi - lo) / 255.0).reshape(
-        layers, spec.num_heads + 1, tokens + 1, 1)
+        layers, spec.num_heads + 1, tokens + 1, 1
+    )
 
 
 def test_the_widgets_script_is_the_view_pages(demo):
@@ -63,7 +64,7 @@ def test_the_widgets_script_is_the_view_pages(demo):
     page's script besides: the adapter only plays Streamlit's part of its message protocol."""
     first_line, adapter = WIDGET_ESM.split("\n", 1)
     assert first_line.startswith("const PAGE = ") and first_line.endswith(";")
-    assert json.loads(first_line[len("const PAGE = "):-1]) == PAGE.read_text(encoding="utf-8")
+    assert json.loads(first_line[len("const PAGE = ") : -1]) == PAGE.read_text(encoding="utf-8")
     assert "<script" not in adapter and "function decodeBase64" not in adapter and "function paint" not in adapter
     assert "frame.srcdoc = PAGE" in adapter
     assert widget_class()._esm == WIDGET_ESM
@@ -86,8 +87,17 @@ def test_the_data_the_widget_sends_is_the_apps_and_holds_the_attention(demo):
             for query, row in (("cls", 0), (5, spec.num_prefix_tokens + 5)):
                 expected = attention_map(record, layer, head=head, query=query)[0].numpy().ravel()
                 assert np.all(np.abs(values[layer, slot, row] - expected) <= step[layer, slot, row] / 2 + 1e-7)
-    app_args = view_args(data=meta, image_uri="", spec=spec, layer=spec.num_layers - 1, head="mean", query="cls",
-                         colorscale="Viridis", map_range="robust", opacity=0.6)
+    app_args = view_args(
+        data=meta,
+        image_uri="",
+        spec=spec,
+        layer=spec.num_layers - 1,
+        head="mean",
+        query="cls",
+        colorscale="Viridis",
+        map_range="robust",
+        opacity=0.6,
+    )
     app_args.pop("image")
     assert widget._args == app_args
 
@@ -108,7 +118,11 @@ def test_traits_round_trip_between_python_and_the_page(demo):
     assert widget._args["data_id"] == data_id  # every layer is held: no new data
     widget.set_state({"query": 3, "layer": 1, "head": 0})  # what the front end's save_changes sends
     assert (widget.query, widget.layer, widget.head) == (3, 1, 0)
-    assert (widget._args["query_row"], widget._args["layer"], widget._args["head"]) == (spec.num_prefix_tokens + 3, 1, 0)
+    assert (widget._args["query_row"], widget._args["layer"], widget._args["head"]) == (
+        spec.num_prefix_tokens + 3,
+        1,
+        0,
+    )
     with pytest.raises(AnalysisError, match="layer"):
         widget.layer = spec.num_layers
 
@@ -188,13 +202,17 @@ def test_the_rollout_view_sends_the_apps_rollout_rows(demo):
     codes = _decode_single_map_rows(widget.data_bytes(), spec, len(ends))
     expected = attention_rollout(record, end_layer=1, query=9)[0].numpy().ravel()
     values, step = codes
-    assert np.all(np.abs(values[1, spec.num_prefix_tokens + 9] - expected) <= step[1, spec.num_prefix_tokens + 9] / 2 + 1e-7)
+    assert np.all(
+        np.abs(values[1, spec.num_prefix_tokens + 9] - expected) <= step[1, spec.num_prefix_tokens + 9] / 2 + 1e-7
+    )
 
 
 def _decode_single_map_rows(blob: bytes, spec, layers: int):
     """view_blob's rows of one map a layer, no prefix keys: (layers, T + 1, N) values and steps."""
     tokens, patches = spec.num_tokens, spec.num_patches
-    ranges = np.frombuffer(blob, "<f4", count=2 * layers * (tokens + 1)).reshape(layers, tokens + 1, 2).astype(np.float64)
+    ranges = (
+        np.frombuffer(blob, "<f4", count=2 * layers * (tokens + 1)).reshape(layers, tokens + 1, 2).astype(np.float64)
+    )
     start = 4 * 2 * (layers * (tokens + 1) + layers * patches + layers)
     codes = np.frombuffer(blob, np.uint8, count=layers * (tokens + 1) * patches, offset=start)
     codes = codes.reshape(layers, tokens + 1, patches).astype(np.float64)

@@ -61,8 +61,11 @@ def _block_inputs(model, pixels) -> list[torch.Tensor]:
     for stage in model.layers:
         for block in stage.blocks:
             v2 = type(block).__name__ == "SwinTransformerV2Block"
-            handles.append(block.register_forward_pre_hook(
-                lambda mod, args, v2=v2: inputs.append(args[0].detach() if v2 else mod.norm1(args[0]).detach())))
+            handles.append(
+                block.register_forward_pre_hook(
+                    lambda mod, args, v2=v2: inputs.append(args[0].detach() if v2 else mod.norm1(args[0]).detach())
+                )
+            )
     try:
         with torch.no_grad():
             model(pixels)
@@ -115,12 +118,16 @@ def reference_windows(model, pixels) -> list[torch.Tensor]:
             bias = 16 * torch.sigmoid(table[index.view(-1)].view(wh * ww, wh * ww, heads).permute(2, 0, 1))
             qkv_bias = torch.cat([attn.q_bias, torch.zeros_like(attn.v_bias), attn.v_bias]).double()
         else:
-            bias = attn.relative_position_bias_table.double()[index.view(-1)].view(wh * ww, wh * ww, heads).permute(2, 0, 1)
+            bias = (
+                attn.relative_position_bias_table.double()[index.view(-1)]
+                .view(wh * ww, wh * ww, heads)
+                .permute(2, 0, 1)
+            )
             qkv_bias = attn.qkv.bias.double()
         layer = torch.empty(batch, (padded_h // wh) * (padded_w // ww), heads, wh * ww, wh * ww, dtype=torch.float64)
         for a in range(padded_h // wh):  # the partition, written out: row-major windows
             for b in range(padded_w // ww):
-                tokens = shifted[:, a * wh:(a + 1) * wh, b * ww:(b + 1) * ww].reshape(batch, wh * ww, channels)
+                tokens = shifted[:, a * wh : (a + 1) * wh, b * ww : (b + 1) * ww].reshape(batch, wh * ww, channels)
                 qkv = F.linear(tokens, attn.qkv.weight.double(), qkv_bias).view(batch, wh * ww, 3, heads, -1)
                 q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, heads, Wt, d)
                 if hasattr(attn, "cpb_mlp"):
@@ -151,8 +158,10 @@ def reference_sam_windows(model, pixels) -> list[torch.Tensor]:
     ``B[(i,j),(k,l)] = q_(i,j)·R_h[i−k+h−1] + q_(i,j)·R_w[j−l+w−1]`` written out per pair, in
     zero-padded ``w×w`` windows (global blocks: one window of the whole grid)."""
     inputs = []
-    handles = [block.register_forward_pre_hook(lambda mod, args: inputs.append(mod.norm1(args[0]).detach()))
-               for block in model.blocks]
+    handles = [
+        block.register_forward_pre_hook(lambda mod, args: inputs.append(mod.norm1(args[0]).detach()))
+        for block in model.blocks
+    ]
     try:
         model(pixels)
     finally:
@@ -167,17 +176,25 @@ def reference_sam_windows(model, pixels) -> list[torch.Tensor]:
         x = F.pad(x, (0, 0, 0, padded_w - width, 0, padded_h - height))
         heads, tokens = attn.num_heads, side_h * side_w
         rel_h, rel_w = attn.rel_pos_h.double(), attn.rel_pos_w.double()  # (2h−1, d), (2w−1, d)
-        layer = torch.empty(batch, (padded_h // side_h) * (padded_w // side_w), heads, tokens, tokens, dtype=torch.float64)
+        layer = torch.empty(
+            batch, (padded_h // side_h) * (padded_w // side_w), heads, tokens, tokens, dtype=torch.float64
+        )
         for a in range(padded_h // side_h):
             for b in range(padded_w // side_w):
-                window = x[:, a * side_h:(a + 1) * side_h, b * side_w:(b + 1) * side_w].reshape(batch, tokens, channels)
-                qkv = F.linear(window, attn.qkv.weight.double(), attn.qkv.bias.double()).view(batch, tokens, 3, heads, -1)
+                window = x[:, a * side_h : (a + 1) * side_h, b * side_w : (b + 1) * side_w].reshape(
+                    batch, tokens, channels
+                )
+                qkv = F.linear(window, attn.qkv.weight.double(), attn.qkv.bias.double()).view(
+                    batch, tokens, 3, heads, -1
+                )
                 q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, heads, Wt, d)
                 bias = torch.empty(batch, heads, tokens, tokens, dtype=torch.float64)
                 for i in range(tokens):
                     for j in range(tokens):
                         (qi, qj), (ki, kj) = divmod(i, side_w), divmod(j, side_w)
-                        bias[:, :, i, j] = (q[:, :, i] * (rel_h[qi - ki + side_h - 1] + rel_w[qj - kj + side_w - 1])).sum(-1)
+                        bias[:, :, i, j] = (
+                            q[:, :, i] * (rel_h[qi - ki + side_h - 1] + rel_w[qj - kj + side_w - 1])
+                        ).sum(-1)
                 scores = q @ k.transpose(-1, -2) * attn.scale + bias
                 layer[:, a * (padded_w // side_w) + b] = scores.softmax(-1)
         out.append(layer)
@@ -377,7 +394,11 @@ def _refused(call, *, error=AnalysisError):
     with pytest.raises(error) as caught:
         call()
     message = str(caught.value)
-    assert "windowed attention" in message and "not yet supported for Swin" in message and "What works for windowed models today" in message
+    assert (
+        "windowed attention" in message
+        and "not yet supported for Swin" in message
+        and "What works for windowed models today" in message
+    )
     return message
 
 
@@ -393,13 +414,18 @@ def test_analyses_refuse_windowed_models_with_the_reason(swin, pixels, record):
 
 
 def test_the_one_uniform_distance_refuses_a_windowed_model_naming_the_per_layer_one(swin):
-    with pytest.raises(AnalysisError, match=r"no single uniform-attention distance.*uniform_attention_distance_by_layer"):
+    with pytest.raises(
+        AnalysisError, match=r"no single uniform-attention distance.*uniform_attention_distance_by_layer"
+    ):
         analysis.uniform_attention_distance(swin.spec)
 
 
 def test_families_not_covered_are_still_refused_with_their_structure():
-    for name, words in [("mvitv2_tiny", "pooling attention"), ("hiera_tiny_224", "mask-unit"),
-                        ("maxvit_tiny_tf_224", "grid attention")]:
+    for name, words in [
+        ("mvitv2_tiny", "pooling attention"),
+        ("hiera_tiny_224", "mask-unit"),
+        ("maxvit_tiny_tf_224", "grid attention"),
+    ]:
         with pytest.raises(UnsupportedModelError, match=words):
             load_vit(name, pretrained=False, device="cpu")
 
@@ -501,8 +527,11 @@ def _hand_uniform(grid, stride, window, shift) -> float:
         for cell_q, region_q in slots:
             if cell_q is None:
                 continue
-            keys = [_centre_distance(cell_q, cell_k, stride) for cell_k, region_k in slots
-                    if cell_k is not None and region_k == region_q]
+            keys = [
+                _centre_distance(cell_q, cell_k, stride)
+                for cell_k, region_k in slots
+                if cell_k is not None and region_k == region_q
+            ]
             values.append(sum(keys) / len(keys))
     return sum(values) / len(values)
 
@@ -522,7 +551,9 @@ def test_swin_distance_equals_loops_over_windows_queries_and_keys(swin, record):
     # the shift changes the reference: masked pairs shorten each query's reach
     assert float(uniform[1]) < float(uniform[0]) and float(uniform[3]) < float(uniform[2])
     averaged = analysis.mean_attention_distance(record)
-    torch.testing.assert_close(averaged, analysis.mean_attention_distance(record, per_image=True).mean(0), equal_nan=True)
+    torch.testing.assert_close(
+        averaged, analysis.mean_attention_distance(record, per_image=True).mean(0), equal_nan=True
+    )
 
 
 def test_distance_of_a_padded_shifted_grid_leaves_padding_keys_out():
@@ -552,8 +583,16 @@ def test_sam_distance_over_windowed_and_global_blocks_equals_loops(sam, pixels):
         torch.testing.assert_close(got[:, layer], want, atol=1e-9, rtol=1e-9)
         assert float(uniform[layer]) == pytest.approx(_hand_uniform(grid, stride, window, (0, 0)), abs=1e-9)
     # a global block's reference is the ViT one on the same 8x8 grid of 8 px patches
-    vit_like = analysis.ViTSpec(patch_size=(8, 8), grid_size=(8, 8), num_prefix_tokens=0, num_layers=1, num_heads=1,
-                                embed_dim=8, img_size=(64, 64), has_class_token=False)
+    vit_like = analysis.ViTSpec(
+        patch_size=(8, 8),
+        grid_size=(8, 8),
+        num_prefix_tokens=0,
+        num_layers=1,
+        num_heads=1,
+        embed_dim=8,
+        img_size=(64, 64),
+        has_class_token=False,
+    )
     assert float(uniform[1]) == pytest.approx(analysis.uniform_attention_distance(vit_like), abs=1e-9)
     assert analysis.distance_unit_length(sam, "patches") == 8.0  # one cell size: SAM has patch units
 
@@ -600,7 +639,9 @@ def test_swin_v2_bias_image_is_what_the_module_adds_in_its_forward(swin_v2):
         attn = block.attn
         (wh, ww), heads = block.window_size, attn.num_heads
         scores = []
-        handle = attn.softmax.register_forward_hook(lambda mod, args, out, scores=scores: scores.append(args[0].detach()))
+        handle = attn.softmax.register_forward_hook(
+            lambda mod, args, out, scores=scores: scores.append(args[0].detach())
+        )
         try:
             with torch.no_grad():
                 attn(torch.zeros(1, wh * ww, attn.qkv.in_features))
@@ -634,8 +675,9 @@ def test_sam_decomposed_tables_give_the_bias_the_module_computes(sam):
         q = torch.randn(2, side * side, attn.head_dim, generator=generator)
         with torch.no_grad():
             module = get_decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (side, side), (side, side))
-        torch.testing.assert_close(_decomposed_bias_by_hand(q, tables.rows, tables.cols, side, side), module,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            _decomposed_bias_by_hand(q, tables.rows, tables.cols, side, side), module, atol=1e-5, rtol=1e-5
+        )
     # a table of another length is resized as the module resizes it (linear interpolation)
     attn = sam.model.blocks[0].attn
     original = attn.rel_pos_h
@@ -645,8 +687,12 @@ def test_sam_decomposed_tables_give_the_bias_the_module_computes(sam):
         q = torch.randn(1, 9, attn.head_dim, generator=generator)
         with torch.no_grad():
             module = get_decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (3, 3), (3, 3))
-        torch.testing.assert_close(_decomposed_bias_by_hand(q, rows, analysis.decomposed_relative_position(sam, 0).cols,
-                                                            3, 3), module, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            _decomposed_bias_by_hand(q, rows, analysis.decomposed_relative_position(sam, 0).cols, 3, 3),
+            module,
+            atol=1e-5,
+            rtol=1e-5,
+        )
         assert rows.shape == (5, attn.head_dim)
     finally:
         attn.rel_pos_h = original

@@ -88,10 +88,12 @@ def hand_windows(x: torch.Tensor, window, shift, scores_of, *, pad_first: bool) 
     out = []
     for a in range(padded_h // wh):
         for b in range(columns):
-            tokens = grid[:, a * wh:(a + 1) * wh, b * ww:(b + 1) * ww].reshape(batch, wh * ww, -1)
+            tokens = grid[:, a * wh : (a + 1) * wh, b * ww : (b + 1) * ww].reshape(batch, wh * ww, -1)
             scores = scores_of(tokens)
-            region = [(_roll_region(a * wh + i // ww, padded_h, wh, sh), _roll_region(b * ww + i % ww, padded_w, ww, sw))
-                      for i in range(wh * ww)]
+            region = [
+                (_roll_region(a * wh + i // ww, padded_h, wh, sh), _roll_region(b * ww + i % ww, padded_w, ww, sw))
+                for i in range(wh * ww)
+            ]
             masked = torch.tensor([[region[i] != region[j] for j in range(wh * ww)] for i in range(wh * ww)])
             out.append(scores.masked_fill(masked, float("-inf")).softmax(-1))
     return torch.stack(out, dim=1)
@@ -188,8 +190,9 @@ def _torchvision_swin(v2: bool, seed: int = 0):
 
     torch.manual_seed(seed)
     extra = dict(block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2) if v2 else {}
-    model = SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
-                            num_classes=7, **extra)
+    model = SwinTransformer(
+        patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4], num_classes=7, **extra
+    )
     return _perturb(model, seed + 1)
 
 
@@ -226,7 +229,7 @@ def _torchvision_reference(call: dict) -> torch.Tensor:
     logit_scale = call["logit_scale"]
     if logit_scale is not None:
         length = bias.numel() // 3
-        bias = torch.cat([bias[:length], torch.zeros(length, dtype=torch.float64), bias[2 * length:]])
+        bias = torch.cat([bias[:length], torch.zeros(length, dtype=torch.float64), bias[2 * length :]])
     relative = call["relative_position_bias"].double()  # (1, heads, Wt, Wt)
 
     def scores(tokens):
@@ -277,7 +280,9 @@ def test_torchvision_swin_by_name_reads_its_geometry():
 
 def test_torchvision_swin_grid_that_is_not_whole_windows_is_refused():
     tv = _torchvision_swin(v2=False)
-    with pytest.raises(UnsupportedModelError, match=r"stage 1 .* 6x6 grid, not a whole number of its 4x4 windows.*pads before"):
+    with pytest.raises(
+        UnsupportedModelError, match=r"stage 1 .* 6x6 grid, not a whole number of its 4x4 windows.*pads before"
+    ):
         load_vit(tv, img_size=48)
 
 
@@ -289,8 +294,10 @@ HF_SMALL = dict(image_size=64, patch_size=4, embed_dim=32, depths=[2, 2], num_he
 
 def _hf_swin(kind: str, tmp_path=None, **extra):
     torch.manual_seed(0)
-    config_class, model_class = {"swin": ("SwinConfig", "SwinForImageClassification"),
-                                 "swinv2": ("Swinv2Config", "Swinv2ForImageClassification")}[kind]
+    config_class, model_class = {
+        "swin": ("SwinConfig", "SwinForImageClassification"),
+        "swinv2": ("Swinv2Config", "Swinv2ForImageClassification"),
+    }[kind]
     config = getattr(transformers, config_class)(**{**HF_SMALL, **extra})
     config._attn_implementation = "eager"  # so output_attentions returns the softmax weights
     model = _perturb(getattr(transformers, model_class)(config), 2)
@@ -305,8 +312,11 @@ def _hf_attentions(model, pixels) -> tuple[torch.Tensor, list[torch.Tensor]]:
     ``output_attentions`` result, and check those against it)."""
     backbone = getattr(model, model.config.model_type)
     per_layer = []
-    handles = [layer.attention.register_forward_hook(lambda mod, args, out: per_layer.append(out[1]))
-               for stage in backbone.encoder.layers for layer in stage.blocks]
+    handles = [
+        layer.attention.register_forward_hook(lambda mod, args, out: per_layer.append(out[1]))
+        for stage in backbone.encoder.layers
+        for layer in stage.blocks
+    ]
     try:
         with torch.no_grad():
             out = model(pixel_values=pixels, output_attentions=True)

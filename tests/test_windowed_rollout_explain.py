@@ -22,8 +22,12 @@ from analysis.windowed_rollout import merge_matrix, windowed_rollout, windowed_r
 from windowed_models import small_pixels, small_sam, small_swin
 
 # (grid, stride, window, shift) per layer of SWIN_SMALL: 16x16 cells of 4 px, then 8x8 of 8 px
-SWIN_LAYERS = [((16, 16), (4, 4), (4, 4), (0, 0)), ((16, 16), (4, 4), (4, 4), (2, 2)),
-               ((8, 8), (8, 8), (4, 4), (0, 0)), ((8, 8), (8, 8), (4, 4), (2, 2))]
+SWIN_LAYERS = [
+    ((16, 16), (4, 4), (4, 4), (0, 0)),
+    ((16, 16), (4, 4), (4, 4), (2, 2)),
+    ((8, 8), (8, 8), (4, 4), (0, 0)),
+    ((8, 8), (8, 8), (4, 4), (2, 2)),
+]
 SAM_LAYERS = [((8, 8), (8, 8), (3, 3), (0, 0)), ((8, 8), (8, 8), (8, 8), (0, 0))] * 2
 
 
@@ -145,8 +149,12 @@ def test_swin_rollout_within_each_stage_equals_the_loops(swin_record, fusion):
         torch.testing.assert_close(result.maps.double(), reference.mean(1).view(2, *grid), atol=1e-6, rtol=0)
         same = analysis.attention_rollout(swin_record, start_layer=start, end_layer=end, head_fusion=fusion, query=5)
         torch.testing.assert_close(same.double(), reference[:, 5].view(2, *grid), atol=1e-6, rtol=0)
-        torch.testing.assert_close(analysis.rollout.rollout_matrices(swin_record, stage=stage, head_fusion=fusion), reference,
-                                   atol=1e-9, rtol=0)
+        torch.testing.assert_close(
+            analysis.rollout.rollout_matrices(swin_record, stage=stage, head_fusion=fusion),
+            reference,
+            atol=1e-9,
+            rtol=0,
+        )
     # a pixel query is the cell that holds it on the end layer's grid: (63, 63) is cell (7, 7) of stage 1
     reference = _hand_rollout(swin_record, SWIN_LAYERS, 2, 3)
     got = analysis.attention_rollout(swin_record, stage=-1, query=(63, 63))
@@ -168,8 +176,9 @@ def test_sam_rollout_over_window_and_global_blocks_is_exact(sam_record):
         result = windowed_rollout(sam_record)
     assert (result.grid_size, result.stride, result.approximate) == ((8, 8), (8, 8), False)
     torch.testing.assert_close(result.maps.double(), reference.mean(1).view(2, 8, 8), atol=1e-6, rtol=0)
-    torch.testing.assert_close(analysis.attention_rollout(sam_record).double(), reference.mean(1).view(2, 8, 8),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        analysis.attention_rollout(sam_record).double(), reference.mean(1).view(2, 8, 8), atol=1e-6, rtol=0
+    )
     # padding keys (the 3x3 windows pad the 8x8 grid to 9x9) take probability that is dropped
     windowed = _hand_dense(sam_record.windows[0], (8, 8), (3, 3), (0, 0))
     assert float(windowed.sum(-1).min()) < 1 - 1e-3
@@ -177,9 +186,11 @@ def test_sam_rollout_over_window_and_global_blocks_is_exact(sam_record):
 
 
 def test_crossing_patch_merging_is_refused_with_the_reason(swin_record):
-    for call in (lambda: analysis.attention_rollout(swin_record),
-                 lambda: analysis.attention_rollout_by_layer(swin_record),
-                 lambda: analysis.attention_rollout(swin_record, start_layer=1, end_layer=2)):
+    for call in (
+        lambda: analysis.attention_rollout(swin_record),
+        lambda: analysis.attention_rollout_by_layer(swin_record),
+        lambda: analysis.attention_rollout(swin_record, start_layer=1, end_layer=2),
+    ):
         with pytest.raises(AnalysisError, match=r"patch merging.*16x16 cells of 4 px -> 8x8 of 8 px.*merge='mean_2x2'"):
             call()
     with pytest.raises(AnalysisError, match="merge must be None"):
@@ -192,7 +203,12 @@ def test_the_merge_rule_equals_the_loops_and_is_labelled_an_approximation(swin_r
     with pytest.warns(RuntimeWarning, match="approximation"):
         result = windowed_rollout(swin_record, merge="mean_2x2", query=9)
     assert result.approximate and result.merged_before == (2,)
-    assert (result.grid_size, result.stride, result.query_grid, result.query_stride) == ((16, 16), (4, 4), (8, 8), (8, 8))
+    assert (result.grid_size, result.stride, result.query_grid, result.query_stride) == (
+        (16, 16),
+        (4, 4),
+        (8, 8),
+        (8, 8),
+    )
     torch.testing.assert_close(result.maps.double(), reference[:, 9].view(2, 16, 16), atol=1e-6, rtol=0)
     torch.testing.assert_close(result.maps.sum((1, 2)).double(), torch.ones(2, dtype=torch.float64), atol=1e-5, rtol=0)
 
@@ -221,8 +237,9 @@ def test_rollout_by_layer_is_each_end_layer_in_one_pass(swin_record, sam_record)
         windowed_rollout_by_layer(swin_record, merge="mean_2x2", query=3)
     stage = analysis.attention_rollout_by_layer(swin_record, stage=1, query=3)  # one grid: a cell is fine
     assert stage.shape == (2, 2, 8, 8)
-    torch.testing.assert_close(stage[1].double(), _hand_rollout(swin_record, SWIN_LAYERS, 2, 3)[:, 3].view(2, 8, 8),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        stage[1].double(), _hand_rollout(swin_record, SWIN_LAYERS, 2, 3)[:, 3].view(2, 8, 8), atol=1e-6, rtol=0
+    )
     sam_strip = analysis.attention_rollout_by_layer(sam_record, start_layer=1)
     for i, end in enumerate(range(1, 4)):
         want = _hand_rollout(sam_record, SAM_LAYERS, 1, end).mean(1).view(2, 8, 8)
@@ -261,7 +278,9 @@ def test_a_vit_rollout_is_unchanged_by_the_new_arguments():
     record = capture_attention(vit, torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(0)))
     plain = analysis.attention_rollout(record, discard_ratio=0.2)
     assert torch.equal(analysis.attention_rollout(record, discard_ratio=0.2, stage=0, merge="mean_2x2"), plain)
-    assert torch.equal(analysis.attention_rollout_by_layer(record, stage=-1), analysis.attention_rollout_by_layer(record))
+    assert torch.equal(
+        analysis.attention_rollout_by_layer(record, stage=-1), analysis.attention_rollout_by_layer(record)
+    )
     with pytest.raises(AnalysisError, match="stage=1 does not exist"):
         analysis.attention_rollout(record, stage=1)
     assert explanation_grid(vit, "gradcam") == ((3, 3), (16, 16))
@@ -299,7 +318,10 @@ def test_gradcam_on_the_last_stage_equals_hooks_and_loops(family, request, pixel
                 want[b, r, x] = max(value, 0.0)  # ReLU
     got = explain(vit, pixels, target=targets, method="gradcam")
     geometry = vit.spec.geometry(vit.spec.num_layers - 1)
-    assert got.shape == (2, *geometry.grid_size) and explanation_grid(vit, "gradcam") == (geometry.grid_size, geometry.stride)
+    assert got.shape == (2, *geometry.grid_size) and explanation_grid(vit, "gradcam") == (
+        geometry.grid_size,
+        geometry.stride,
+    )
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
     assert float(want.max()) > 0
     if family == "swin":
@@ -311,7 +333,9 @@ def _hand_pool(pixel_map: torch.Tensor, grid, cell) -> torch.Tensor:
     out = torch.zeros(pixel_map.shape[0], *grid, dtype=torch.float64)
     for r in range(grid[0]):
         for c in range(grid[1]):
-            out[:, r, c] = pixel_map[:, r * cell[0]:(r + 1) * cell[0], c * cell[1]:(c + 1) * cell[1]].double().sum((1, 2))
+            out[:, r, c] = (
+                pixel_map[:, r * cell[0] : (r + 1) * cell[0], c * cell[1] : (c + 1) * cell[1]].double().sum((1, 2))
+            )
     return out
 
 
@@ -324,11 +348,19 @@ def _hand_pixel_gradient(model, inputs, target: int) -> torch.Tensor:
 def test_input_x_gradient_pools_on_the_stem_patch_grid(swin, pixels):
     targets = torch.tensor([2, 4])
     got = explain(swin, pixels, target=targets, method="input_x_gradient")
-    assert explanation_grid(swin, "input_x_gradient") == ((16, 16), (4, 4)) == (swin.spec.grid_size, swin.spec.patch_size)
-    want = torch.cat([
-        _hand_pool((pixels[b:b + 1] * _hand_pixel_gradient(swin.model, pixels[b:b + 1], int(t))).sum(1), (16, 16), (4, 4))
-        for b, t in enumerate(targets)
-    ])
+    assert (
+        explanation_grid(swin, "input_x_gradient") == ((16, 16), (4, 4)) == (swin.spec.grid_size, swin.spec.patch_size)
+    )
+    want = torch.cat(
+        [
+            _hand_pool(
+                (pixels[b : b + 1] * _hand_pixel_gradient(swin.model, pixels[b : b + 1], int(t))).sum(1),
+                (16, 16),
+                (4, 4),
+            )
+            for b, t in enumerate(targets)
+        ]
+    )
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
 
 
@@ -345,11 +377,17 @@ def test_integrated_gradients_pool_on_the_stem_patch_grid(sam, pixels):
 
 
 def test_rollout_explanation_is_the_windowed_rollout(swin, sam, pixels, swin_record, sam_record):
-    torch.testing.assert_close(explain(swin, pixels, method="rollout", stage=-1),
-                               windowed_rollout(swin_record, stage=-1).maps, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        explain(swin, pixels, method="rollout", stage=-1),
+        windowed_rollout(swin_record, stage=-1).maps,
+        atol=1e-6,
+        rtol=0,
+    )
     assert explanation_grid(swin, "rollout", stage=-1) == ((8, 8), (8, 8))
     assert explanation_grid(swin, "rollout", merge="mean_2x2") == ((16, 16), (4, 4))
-    torch.testing.assert_close(explain(sam, pixels, method="rollout"), windowed_rollout(sam_record).maps, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        explain(sam, pixels, method="rollout"), windowed_rollout(sam_record).maps, atol=1e-6, rtol=0
+    )
     with pytest.raises(AnalysisError, match="patch merging"):
         explain(swin, pixels, method="rollout")
 
@@ -358,7 +396,9 @@ def test_global_token_methods_are_refused_with_the_reason(swin, sam, pixels):
     for vit in (swin, sam):
         with pytest.raises(AnalysisError, match=r"method='chefer' is not defined for a windowed model.*class token"):
             explain(vit, pixels[:1], method="chefer")
-        with pytest.raises(AnalysisError, match=r"method='attention' is not defined for a windowed model.*attention_map"):
+        with pytest.raises(
+            AnalysisError, match=r"method='attention' is not defined for a windowed model.*attention_map"
+        ):
             explain(vit, pixels[:1], method="attention")
         with pytest.raises(AnalysisError, match="not defined for a windowed model"):
             explanation_grid(vit, "chefer")
@@ -375,8 +415,9 @@ def _hand_deleted(pixels, replacement, cells, grid, cell):
     out = pixels.clone()
     for index in cells:
         r, c = divmod(int(index), grid[1])
-        out[:, :, r * cell[0]:(r + 1) * cell[0], c * cell[1]:(c + 1) * cell[1]] = \
-            replacement[:, :, r * cell[0]:(r + 1) * cell[0], c * cell[1]:(c + 1) * cell[1]]
+        out[:, :, r * cell[0] : (r + 1) * cell[0], c * cell[1] : (c + 1) * cell[1]] = replacement[
+            :, :, r * cell[0] : (r + 1) * cell[0], c * cell[1] : (c + 1) * cell[1]
+        ]
     return out
 
 
@@ -403,8 +444,9 @@ def test_post_norm_swin_v2_rollout_warns_and_a_headless_model_names_what_works(p
     record = capture_attention(v2, pixels[:1])
     with pytest.warns(RuntimeWarning, match="post-norm"):
         got = analysis.attention_rollout(record, stage=0)
-    torch.testing.assert_close(got.double(), _hand_rollout(record, SWIN_LAYERS, 0, 1).mean(1).view(1, 16, 16),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        got.double(), _hand_rollout(record, SWIN_LAYERS, 0, 1).mean(1).view(1, 16, 16), atol=1e-6, rtol=0
+    )
     headless = small_sam(num_classes=0)
     with pytest.raises(AnalysisError, match=r"no class to explain\. Use method='rollout', or load a classifier"):
         explain(headless, pixels[:1], method="gradcam")

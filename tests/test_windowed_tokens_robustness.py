@@ -140,7 +140,9 @@ def test_swin_logit_lens_is_norm_and_head_on_the_last_stage(name, request, pixel
         torch.testing.assert_close(lens[-1], model(pixels), rtol=0, atol=1e-6)  # the last layer is the output
     torch.testing.assert_close(logit_lens(vit, pixels, layers=[-1]), lens[1:], rtol=0, atol=0)
     for layer in (0, 1, -4):
-        with pytest.raises(AnalysisError, match=r"layer \d is in stage 0 \(16x16 grid\).*defined only for layers \[2, 3\]"):
+        with pytest.raises(
+            AnalysisError, match=r"layer \d is in stage 0 \(16x16 grid\).*defined only for layers \[2, 3\]"
+        ):
             logit_lens(vit, pixels, layers=[layer, 3])
 
 
@@ -151,7 +153,9 @@ def test_sam_logit_lens_is_neck_and_head_on_every_block(sam, pixels):
     lens = logit_lens(sam, pixels)
     with torch.no_grad():
         for layer, hidden in enumerate(reference):
-            torch.testing.assert_close(lens[layer], model.head(model.neck(hidden.permute(0, 3, 1, 2))), rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                lens[layer], model.head(model.neck(hidden.permute(0, 3, 1, 2))), rtol=0, atol=1e-6
+            )
         torch.testing.assert_close(lens[-1], model(pixels), rtol=0, atol=1e-6)
 
 
@@ -172,7 +176,9 @@ def test_pca_and_similarity_on_a_stage_grid(swin, pixels):
     assert similarity.shape == (8, 8)
     for cell in range(64):
         u, v = tokens[1, cell].double().numpy(), tokens[1, 9].double().numpy()
-        assert float(similarity.flatten()[cell]) == pytest.approx(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)), abs=1e-6)
+        assert float(similarity.flatten()[cell]) == pytest.approx(
+            u @ v / (np.linalg.norm(u) * np.linalg.norm(v)), abs=1e-6
+        )
     with pytest.raises(AnalysisError, match="no class token"):
         patch_similarity(tokens, geometry, "cls")
     with pytest.raises(AnalysisError, match="pass one layer's tokens with its geometry"):
@@ -210,8 +216,9 @@ def test_streamed_distance_equals_the_one_batch_function(name, renormalize, requ
     vit = request.getfixturevalue(name)
     images = _images(5, 11)
     streamed = analysis.dataset_attention_distance(vit, images, batch_size=2, renormalize=renormalize, workers=1)
-    per_image = analysis.dataset_attention_distance(vit, images, batch_size=3, renormalize=renormalize, workers=1,
-                                                    per_image=True)
+    per_image = analysis.dataset_attention_distance(
+        vit, images, batch_size=3, renormalize=renormalize, workers=1, per_image=True
+    )
     pixels = torch.cat([vit.preprocess(image) for image in images])
     one_batch = mean_attention_distance(capture_attention(vit, pixels), renormalize=renormalize, per_image=True)
     heads = [g.num_heads for g in vit.spec.layer_geometry]
@@ -233,12 +240,21 @@ def test_distance_cli_writes_the_per_layer_uniform_reference(swin, tmp_path):
     empty, none, _ = shard_distance_sums(swin, [], batch_size=2, workers=1)  # an empty shard sums in the right shape
     assert none == 0 and empty.shape == expected.shape
     out = tmp_path / "swin.npz"
-    write_distance(out, (sums / count).numpy(), swin, model="random swin", images="3 noise images", count=count,
-                   skipped=[], world=1)
+    write_distance(
+        out,
+        (sums / count).numpy(),
+        swin,
+        model="random swin",
+        images="3 noise images",
+        count=count,
+        skipped=[],
+        world=1,
+    )
     saved = np.load(out)
     np.testing.assert_array_equal(saved["distance"], expected.numpy())
-    np.testing.assert_array_equal(saved["uniform_distance_by_layer"],
-                                  analysis.uniform_attention_distance_by_layer(swin.spec).numpy())
+    np.testing.assert_array_equal(
+        saved["uniform_distance_by_layer"], analysis.uniform_attention_distance_by_layer(swin.spec).numpy()
+    )
     assert "uniform_distance" not in saved.files  # no single reference for a windowed model
     np.testing.assert_array_equal(saved["layer_num_heads"], [2, 2, 4, 4])
     np.testing.assert_array_equal(saved["layer_stride"], [[4, 4], [4, 4], [8, 8], [8, 8]])
@@ -267,8 +283,9 @@ def _shuffle_by_hand(pixels: torch.Tensor, grid: int, seed: int) -> torch.Tensor
     out = torch.empty_like(pixels)
     for target in range(grid * grid):  # block `target` of the output is block order[target] of the input
         (ty, tx), (sy, sx) = divmod(target, grid), divmod(int(order[target]), grid)
-        out[..., ty * height:(ty + 1) * height, tx * width:(tx + 1) * width] = \
-            pixels[..., sy * height:(sy + 1) * height, sx * width:(sx + 1) * width]
+        out[..., ty * height : (ty + 1) * height, tx * width : (tx + 1) * width] = pixels[
+            ..., sy * height : (sy + 1) * height, sx * width : (sx + 1) * width
+        ]
     return out
 
 
@@ -295,7 +312,9 @@ def test_perturbations_are_the_vit_pixels(swin, sam, pixels):
 
 
 @pytest.mark.parametrize("name", ["swin", "sam"])
-@pytest.mark.parametrize("perturbation, levels", [("noise", (0.0, 1.0)), ("pixel_drop", (0.0, 0.5)), ("shuffle", (1, 2))])
+@pytest.mark.parametrize(
+    "perturbation, levels", [("noise", (0.0, 1.0)), ("pixel_drop", (0.0, 0.5)), ("shuffle", (1, 2))]
+)
 def test_robustness_curve_equals_a_loop_over_images_and_levels(name, perturbation, levels, request):
     vit = request.getfixturevalue(name)
     images = _images(2, 13)
@@ -362,8 +381,15 @@ def test_the_logit_lens_reads_swinv2_cr_through_its_own_head():
     """timm's swinv2_cr hands its head the last stage's (B, C, gh, gw) map with no final norm:
     the lens's last row is the model's own logits, and its stage outputs are captured per layer."""
     torch.manual_seed(0)
-    vit = load_vit("swinv2_cr_tiny_ns_224", pretrained=False, img_size=64, depths=(1, 1, 1, 1), embed_dim=16,
-                   num_heads=(1, 2, 2, 4), num_classes=5)
+    vit = load_vit(
+        "swinv2_cr_tiny_ns_224",
+        pretrained=False,
+        img_size=64,
+        depths=(1, 1, 1, 1),
+        embed_dim=16,
+        num_heads=(1, 2, 2, 4),
+        num_classes=5,
+    )
     pixels = torch.randn(2, 3, 64, 64)
     lens = logit_lens(vit, pixels)
     with torch.no_grad():

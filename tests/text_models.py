@@ -7,19 +7,35 @@ from pathlib import Path
 
 import torch
 
-VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
+VISION = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8
+)
 CONTEXT = 8  # tokens the text tower reads
 WORDS = ("a photo of the red blue green star circle square dog cat on left right big small").split()
 # start and end are 3 and 4, not 2: CLIP's text model pools the argmax of the ids (its legacy rule) when eos_token_id == 2
 PAD, UNK, START, END = 0, 1, 3, 4
-VOCAB = {"<pad>": PAD, "<unk>": UNK, "<filler>": 2, "<start>": START, "<end>": END,
-         **{word: 5 + index for index, word in enumerate(WORDS)}}
+VOCAB = {
+    "<pad>": PAD,
+    "<unk>": UNK,
+    "<filler>": 2,
+    "<start>": START,
+    "<end>": END,
+    **{word: 5 + index for index, word in enumerate(WORDS)},
+}
 
 
 def _text_config() -> dict:
-    return dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                vocab_size=len(VOCAB), max_position_embeddings=CONTEXT,
-                pad_token_id=PAD, bos_token_id=START, eos_token_id=END)
+    return dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=len(VOCAB),
+        max_position_embeddings=CONTEXT,
+        pad_token_id=PAD,
+        bos_token_id=START,
+        eos_token_id=END,
+    )
 
 
 def _perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -40,9 +56,11 @@ def save_tokenizer(folder: Path) -> None:
     tokenizer = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<start> $A <end>", special_tokens=[("<start>", START), ("<end>", END)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<start>", eos_token="<end>")
+        single="<start> $A <end>", special_tokens=[("<start>", START), ("<end>", END)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", bos_token="<start>", eos_token="<end>"
+    )
     fast.save_pretrained(str(folder))
 
 

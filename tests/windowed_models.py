@@ -8,8 +8,17 @@ import torch
 
 from analysis import load_vit
 
-__all__ = ["SWIN_SMALL", "SWIN_SMALL_GEOMETRY", "SAM_SMALL", "small_swin", "small_sam", "small_pixels", "randomise_bias_tables",
-           "no_hooks_left", "assert_bias_image_is_per_pair"]
+__all__ = [
+    "SWIN_SMALL",
+    "SWIN_SMALL_GEOMETRY",
+    "SAM_SMALL",
+    "small_swin",
+    "small_sam",
+    "small_pixels",
+    "randomise_bias_tables",
+    "no_hooks_left",
+    "assert_bias_image_is_per_pair",
+]
 
 # Swin: a 16x16 grid of 4 px cells in 4x4 windows (shift 2 every other block), then 8x8 cells of 8 px
 SWIN_SMALL = dict(img_size=64, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4))
@@ -22,8 +31,16 @@ SWIN_SMALL_GEOMETRY = [
     (1, (8, 8), (8, 8), (4, 4), (2, 2), 4),
 ]
 # SAM: one 8x8 grid: 3x3 windows padded to 9x9, and two global blocks
-SAM_SMALL = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=(1, 3),
-                 window_size=3, neck_chans=16)
+SAM_SMALL = dict(
+    img_size=64,
+    patch_size=8,
+    embed_dim=32,
+    depth=4,
+    num_heads=2,
+    global_attn_indexes=(1, 3),
+    window_size=3,
+    neck_chans=16,
+)
 
 
 def randomise_bias_tables(model: torch.nn.Module, seed: int) -> None:

@@ -40,7 +40,7 @@ def accuracy(model, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> float
     model.eval()
     correct = 0
     for i in range(0, len(x), batch):
-        correct += (model(x[i:i + batch]).argmax(-1) == y[i:i + batch]).sum().item()
+        correct += (model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum().item()
     model.train()
     return correct / max(len(x), 1)
 
@@ -70,8 +70,9 @@ def scene_pool(pool: int, seed: int, val_size: int, *, size: int = DEFAULT_SIZE,
     return x_train, y_train, m_train, x_val, y_val
 
 
-def batch_of(x_train: torch.Tensor, m_train: torch.Tensor, index: torch.Tensor, g: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_of(
+    x_train: torch.Tensor, m_train: torch.Tensor, index: torch.Tensor, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The augmented training batch of ``index``: normalised scenes ``(B, 3, H, W)`` and their
     object masks ``(B, 1, H, W)`` in {0, 1}, both under the same random dihedral transform."""
     both = dihedral(torch.cat([x_train[index], m_train[index]], dim=1), g)

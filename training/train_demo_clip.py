@@ -76,20 +76,40 @@ from training.common import warmup_cosine
 __all__ = ["VISION", "TEXT", "PROJECTION", "build_model", "build_tokenizer", "vision_state_from_timm", "train", "main"]
 
 DEFAULT_OUT = asset_path("demo_clip")
-VISION = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256,
-              image_size=DEFAULT_SIZE, patch_size=6, hidden_act="gelu", layer_norm_eps=1e-6)
+VISION = dict(
+    hidden_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=256,
+    image_size=DEFAULT_SIZE,
+    patch_size=6,
+    hidden_act="gelu",
+    layer_norm_eps=1e-6,
+)
 SPECIALS = ["<pad>", "<unk>", "<filler>", "<start>", "<end>"]
 # <end> is not id 2: CLIP's text model pools the arg-max id (its legacy rule) when eos_token_id == 2
 PAD, UNK, START, END = 0, 1, 3, 4
 CONTEXT = 12  # "<start> a yellow triangle on the bottom right <end>" is 9 tokens
-TEXT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-            max_position_embeddings=CONTEXT, hidden_act="gelu", layer_norm_eps=1e-6,
-            pad_token_id=PAD, bos_token_id=START, eos_token_id=END)
+TEXT = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=CONTEXT,
+    hidden_act="gelu",
+    layer_norm_eps=1e-6,
+    pad_token_id=PAD,
+    bos_token_id=START,
+    eos_token_id=END,
+)
 PROJECTION = 64
 
 
 def vocabulary() -> dict[str, int]:
-    return {**{token: i for i, token in enumerate(SPECIALS)}, **{w: len(SPECIALS) + i for i, w in enumerate(caption_words())}}
+    return {
+        **{token: i for i, token in enumerate(SPECIALS)},
+        **{w: len(SPECIALS) + i for i, w in enumerate(caption_words())},
+    }
 
 
 def build_tokenizer():
@@ -102,17 +122,25 @@ def build_tokenizer():
     tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<start> $A <end>", special_tokens=[("<start>", START), ("<end>", END)])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<start>", eos_token="<end>", model_max_length=CONTEXT)
+        single="<start> $A <end>", special_tokens=[("<start>", START), ("<end>", END)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<start>",
+        eos_token="<end>",
+        model_max_length=CONTEXT,
+    )
 
 
 def build_model(seed: int = 0):
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.CLIPConfig(text_config=dict(TEXT, vocab_size=len(vocabulary())), vision_config=VISION,
-                                     projection_dim=PROJECTION)
+    config = transformers.CLIPConfig(
+        text_config=dict(TEXT, vocab_size=len(vocabulary())), vision_config=VISION, projection_dim=PROJECTION
+    )
     model = transformers.CLIPModel(config)
     model.set_attn_implementation("eager")
     return model
@@ -139,16 +167,23 @@ def vision_state_from_timm(folder: Path, clip_model, samples: torch.Tensor) -> d
         src, dst = f"blocks.{layer}.", f"encoder.layers.{layer}."
         qkv_w, qkv_b = timm[src + "attn.qkv.weight"], timm[src + "attn.qkv.bias"]
         for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            state[dst + f"self_attn.{name}.weight"] = qkv_w[i * dim:(i + 1) * dim]
-            state[dst + f"self_attn.{name}.bias"] = qkv_b[i * dim:(i + 1) * dim]
-        for a, b in (("attn.proj", "self_attn.out_proj"), ("norm1", "layer_norm1"), ("norm2", "layer_norm2"),
-                     ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+            state[dst + f"self_attn.{name}.weight"] = qkv_w[i * dim : (i + 1) * dim]
+            state[dst + f"self_attn.{name}.bias"] = qkv_b[i * dim : (i + 1) * dim]
+        for a, b in (
+            ("attn.proj", "self_attn.out_proj"),
+            ("norm1", "layer_norm1"),
+            ("norm2", "layer_norm2"),
+            ("mlp.fc1", "mlp.fc1"),
+            ("mlp.fc2", "mlp.fc2"),
+        ):
             state[dst + b + ".weight"], state[dst + b + ".bias"] = timm[src + a + ".weight"], timm[src + a + ".bias"]
         layer += 1
     state["post_layernorm.weight"], state["post_layernorm.bias"] = timm["norm.weight"], timm["norm.bias"]
     vision = clip_model.vision_model
     embeddings = vision.embeddings
-    embeddings.load_state_dict({k.removeprefix("embeddings."): v for k, v in state.items() if k.startswith("embeddings.")})
+    embeddings.load_state_dict(
+        {k.removeprefix("embeddings."): v for k, v in state.items() if k.startswith("embeddings.")}
+    )
     tokens = embeddings(samples)  # (B, T, D) what pre_layrnorm normalises
     state["pre_layrnorm.weight"] = tokens.std(-1, unbiased=False).mean().expand(dim).clone()
     state["pre_layrnorm.bias"] = tokens.mean(-1).mean().expand(dim).clone()
@@ -157,7 +192,9 @@ def vision_state_from_timm(folder: Path, clip_model, samples: torch.Tensor) -> d
 
 def _flip(obj: SceneObject, horizontal: bool, vertical: bool, size: int) -> SceneObject:
     cx, cy = obj.centre
-    return SceneObject(obj.label, obj.colour, (size - cx if horizontal else cx, size - cy if vertical else cy), obj.mask)
+    return SceneObject(
+        obj.label, obj.colour, (size - cx if horizontal else cx, size - cy if vertical else cy), obj.mask
+    )
 
 
 @torch.no_grad()
@@ -170,12 +207,30 @@ def zero_shot_accuracy(model, tokenizer, pixels: torch.Tensor, labels: torch.Ten
     return ((u @ v.T).argmax(-1) == labels).float().mean().item()
 
 
-def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, steps: int = 1000, batch_size: int = 96,
-          lr: float = 2e-3, lr_vision: float = 5e-4, weight_decay: float = 0.05, warmup: int = 30,
-          val_size: int = 500, init_vision: str | None = str(asset_path("demo_vit")), threads: int = 2,
-          log_every: int = 100, save_every: int | None = None, init: str | None = None, objects: int | None = None,
-          pair_share: float | None = 0.7, shape_loss: float = 1.0, dense_loss: float = 2.0, dense_layers: int = 3,
-          log=print) -> dict:
+def train(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    seed: int = 0,
+    pool: int = 20000,
+    steps: int = 1000,
+    batch_size: int = 96,
+    lr: float = 2e-3,
+    lr_vision: float = 5e-4,
+    weight_decay: float = 0.05,
+    warmup: int = 30,
+    val_size: int = 500,
+    init_vision: str | None = str(asset_path("demo_vit")),
+    threads: int = 2,
+    log_every: int = 100,
+    save_every: int | None = None,
+    init: str | None = None,
+    objects: int | None = None,
+    pair_share: float | None = 0.7,
+    shape_loss: float = 1.0,
+    dense_loss: float = 2.0,
+    dense_layers: int = 3,
+    log=print,
+) -> dict:
     """Train and save to ``out``; returns a summary dict."""
     t_start = time.time()
     torch.set_num_threads(threads)
@@ -185,24 +240,29 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         scenes = generate_text_scenes(pool, seed, size=size, objects=objects)
     else:  # a fixed share of two-object scenes (disjoint indices of the stream)
         n_pairs = round(pool * pair_share)
-        scenes = (generate_text_scenes(pool - n_pairs, seed, size=size, objects=1)
-                  + generate_text_scenes(n_pairs, seed, size=size, objects=2, start=pool))
+        scenes = generate_text_scenes(pool - n_pairs, seed, size=size, objects=1) + generate_text_scenes(
+            n_pairs, seed, size=size, objects=2, start=pool
+        )
     patch = VISION["patch_size"]
     grid = size // patch
     # (N, gh, gw) int64: the class of the object covering at least half of each patch, -1 for none
     patch_labels = torch.full((len(scenes), grid, grid), -1, dtype=torch.long)
     for n, s in enumerate(scenes):
         for obj in s.objects:
-            cover = obj.mask[:grid * patch, :grid * patch].reshape(grid, patch, grid, patch).mean(axis=(1, 3))
+            cover = obj.mask[: grid * patch, : grid * patch].reshape(grid, patch, grid, patch).mean(axis=(1, 3))
             patch_labels[n][torch.from_numpy(cover >= 0.5)] = obj.label
-    x_train = torch.from_numpy(np.stack([s.image for s in scenes])).permute(0, 3, 1, 2).contiguous()  # uint8 (N, 3, H, W)
+    x_train = (
+        torch.from_numpy(np.stack([s.image for s in scenes])).permute(0, 3, 1, 2).contiguous()
+    )  # uint8 (N, 3, H, W)
     objects = [s.objects for s in scenes]
     pool = len(scenes)
     del scenes
     val = generate_text_scenes(val_size, seed + 1, size=size, objects=1)
     x_val = normalize_uint8(torch.from_numpy(np.stack([s.image for s in val])).permute(0, 3, 1, 2))
     y_val = torch.tensor([s.objects[0].label for s in val])
-    log(f"[train_demo_clip] {pool} scenes (seed {seed}) + {val_size} val (seed {seed + 1}) in {time.time() - t_start:.0f} s")
+    log(
+        f"[train_demo_clip] {pool} scenes (seed {seed}) + {val_size} val (seed {seed + 1}) in {time.time() - t_start:.0f} s"
+    )
 
     tokenizer = build_tokenizer()
     model = build_model(seed)
@@ -217,17 +277,22 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         model.vision_model.load_state_dict(state, strict=True)
         log(f"[train_demo_clip] image tower from {init_vision}")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"[train_demo_clip] {n_params / 1e6:.2f}M params; zero-shot val acc at start "
-        f"{zero_shot_accuracy(model, tokenizer, x_val, y_val):.3f}")
+    log(
+        f"[train_demo_clip] {n_params / 1e6:.2f}M params; zero-shot val acc at start "
+        f"{zero_shot_accuracy(model, tokenizer, x_val, y_val):.3f}"
+    )
 
     groups: dict[tuple[bool, bool], list] = {}
     for name, param in model.named_parameters():
         vision = name.startswith("vision_model.")
         decay = param.ndim >= 2 and "embedding" not in name
         groups.setdefault((vision, decay), []).append(param)
-    opt = torch.optim.AdamW([
-        {"params": params, "weight_decay": weight_decay if decay else 0.0, "peak": lr_vision if vision else lr}
-        for (vision, decay), params in groups.items()])
+    opt = torch.optim.AdamW(
+        [
+            {"params": params, "weight_decay": weight_decay if decay else 0.0, "peak": lr_vision if vision else lr}
+            for (vision, decay), params in groups.items()
+        ]
+    )
 
     cache: dict[str, list[int]] = {}
     class_text = tokenizer(CLASS_PROMPTS, padding=True, return_tensors="pt")
@@ -259,23 +324,31 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         longest = max(len(cache[t]) for t in captions)
         ids = torch.full((batch_size, longest), PAD, dtype=torch.long)
         for row, text in enumerate(captions):
-            ids[row, :len(cache[text])] = torch.tensor(cache[text])
+            ids[row, : len(cache[text])] = torch.tensor(cache[text])
         mask = (ids != PAD).long()
         # (B images, B captions): caption j is true of image i (names one of its objects correctly)
-        true = torch.tensor([[any(describes(f, obj, size) for obj in objs) for f in fields] for objs in seen],
-                            dtype=torch.float32)
+        true = torch.tensor(
+            [[any(describes(f, obj, size) for obj in objs) for f in fields] for objs in seen], dtype=torch.float32
+        )
         target_image = true / true.sum(-1, keepdim=True)  # each image: spread over every caption true of it
         target_text = true.T / true.T.sum(-1, keepdim=True)  # each caption: over every image it is true of
 
         for group in opt.param_groups:
             group["lr"] = warmup_cosine(step, steps, group["peak"], warmup)
         auxiliary = shape_loss > 0 or dense_loss > 0
-        output = model(input_ids=ids, attention_mask=mask, pixel_values=normalize_uint8(images),
-                       output_hidden_states=dense_loss > 0)
+        output = model(
+            input_ids=ids,
+            attention_mask=mask,
+            pixel_values=normalize_uint8(images),
+            output_hidden_states=dense_loss > 0,
+        )
         logits = output.logits_per_image  # (B, B) exp(t)·cos
         loss = 0.5 * (F.cross_entropy(logits, target_image) + F.cross_entropy(logits.T, target_text))
         if auxiliary:
-            classes = F.normalize(model.text_projection(model.text_model(input_ids=class_ids, attention_mask=class_mask).pooler_output), dim=-1)  # (6, E)
+            classes = F.normalize(
+                model.text_projection(model.text_model(input_ids=class_ids, attention_mask=class_mask).pooler_output),
+                dim=-1,
+            )  # (6, E)
             scale = model.logit_scale.exp()
         if shape_loss > 0:  # every image against the six class prompts; target: the shapes it holds, evenly
             present = torch.zeros(batch_size, len(CLASS_PROMPTS))
@@ -301,17 +374,23 @@ def train(out: Path | str = DEFAULT_OUT, *, seed: int = 0, pool: int = 20000, st
         run_loss, run_n = run_loss + loss.item(), run_n + 1
         done = step + 1
         if done % log_every == 0 or done == steps:
-            log(f"[train_demo_clip] step {done}/{steps} loss {run_loss / run_n:.4f} scale {model.logit_scale.exp().item():.1f} "
+            log(
+                f"[train_demo_clip] step {done}/{steps} loss {run_loss / run_n:.4f} scale {model.logit_scale.exp().item():.1f} "
                 f"val zero-shot acc {zero_shot_accuracy(model, tokenizer, x_val, y_val):.3f} "
-                f"({(time.time() - t_train) / done * 1000:.0f} ms/step, elapsed {time.time() - t_start:.0f} s)")
+                f"({(time.time() - t_train) / done * 1000:.0f} ms/step, elapsed {time.time() - t_start:.0f} s)"
+            )
             sys.stdout.flush()
             run_loss, run_n = 0.0, 0
         if save_every and done % save_every == 0 and done != steps:
             save(model, tokenizer, out)
 
     model.eval()
-    summary = {"steps": steps, "wall_s": round(time.time() - t_start), "params": n_params,
-               "val_zero_shot_acc": zero_shot_accuracy(model, tokenizer, x_val, y_val)}
+    summary = {
+        "steps": steps,
+        "wall_s": round(time.time() - t_start),
+        "params": n_params,
+        "val_zero_shot_acc": zero_shot_accuracy(model, tokenizer, x_val, y_val),
+    }
     save(model, tokenizer, out)
     log(f"[train_demo_clip] done: {json.dumps(summary)} -> {out}")
     return summary
@@ -324,16 +403,27 @@ def save(model, tokenizer, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
     size = VISION["image_size"]
     preprocessor = {
-        "image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"height": size, "width": size},
-        "resample": 3, "do_center_crop": False, "do_rescale": True, "rescale_factor": 1 / 255,
-        "do_normalize": True, "image_mean": list(MEAN), "image_std": list(STD), "do_convert_rgb": True,
+        "image_processor_type": "CLIPImageProcessor",
+        "do_resize": True,
+        "size": {"height": size, "width": size},
+        "resample": 3,
+        "do_center_crop": False,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(MEAN),
+        "image_std": list(STD),
+        "do_convert_rgb": True,
     }
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.train_demo_clip", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m training.train_demo_clip",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (save_pretrained layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of the scenes, the init, the batches and the captions")
     p.add_argument("--pool", type=int, default=20000, help="number of distinct training scenes")
@@ -344,26 +434,60 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=30, help="linear warm-up steps")
     p.add_argument("--val-size", type=int, default=500)
-    p.add_argument("--init-vision", default=str(asset_path("demo_vit")),
-                   help="a demo ViT folder to start the image tower from, or 'none'")
-    p.add_argument("--init", default=None, help="continue from a folder this script wrote (fresh optimizer and schedule)")
+    p.add_argument(
+        "--init-vision",
+        default=str(asset_path("demo_vit")),
+        help="a demo ViT folder to start the image tower from, or 'none'",
+    )
+    p.add_argument(
+        "--init", default=None, help="continue from a folder this script wrote (fresh optimizer and schedule)"
+    )
     p.add_argument("--objects", type=int, default=None, choices=(1, 2), help="only scenes with this many objects")
-    p.add_argument("--pair-share", type=float, default=0.7,
-                   help="share of two-object scenes in the pool (a negative value: drawn per scene, about half)")
-    p.add_argument("--shape-loss", type=float, default=1.0,
-                   help="weight of each image against the six class prompts (target: the shapes it holds)")
-    p.add_argument("--dense-loss", type=float, default=2.0,
-                   help="weight of each object patch's readout against the six class prompts (its object's shape)")
+    p.add_argument(
+        "--pair-share",
+        type=float,
+        default=0.7,
+        help="share of two-object scenes in the pool (a negative value: drawn per scene, about half)",
+    )
+    p.add_argument(
+        "--shape-loss",
+        type=float,
+        default=1.0,
+        help="weight of each image against the six class prompts (target: the shapes it holds)",
+    )
+    p.add_argument(
+        "--dense-loss",
+        type=float,
+        default=2.0,
+        help="weight of each object patch's readout against the six class prompts (its object's shape)",
+    )
     p.add_argument("--dense-layers", type=int, default=3, help="how many of the last blocks the dense loss reads")
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
     a = p.parse_args(argv)
-    train(a.out, seed=a.seed, pool=a.pool, steps=a.steps, batch_size=a.batch_size, lr=a.lr, lr_vision=a.lr_vision,
-          weight_decay=a.weight_decay, warmup=a.warmup, val_size=a.val_size,
-          init_vision=None if a.init_vision.lower() == "none" else a.init_vision, threads=a.threads,
-          log_every=a.log_every, save_every=a.save_every, init=a.init, objects=a.objects, pair_share=None if a.pair_share < 0 else a.pair_share,
-          shape_loss=a.shape_loss, dense_loss=a.dense_loss, dense_layers=a.dense_layers)
+    train(
+        a.out,
+        seed=a.seed,
+        pool=a.pool,
+        steps=a.steps,
+        batch_size=a.batch_size,
+        lr=a.lr,
+        lr_vision=a.lr_vision,
+        weight_decay=a.weight_decay,
+        warmup=a.warmup,
+        val_size=a.val_size,
+        init_vision=None if a.init_vision.lower() == "none" else a.init_vision,
+        threads=a.threads,
+        log_every=a.log_every,
+        save_every=a.save_every,
+        init=a.init,
+        objects=a.objects,
+        pair_share=None if a.pair_share < 0 else a.pair_share,
+        shape_loss=a.shape_loss,
+        dense_loss=a.dense_loss,
+        dense_layers=a.dense_layers,
+    )
     return 0
 
 

@@ -46,15 +46,26 @@ def make_cnn_config(num_classes: int, label_names: list[str], size: int = DEFAUL
     return {
         "architecture": ARCHITECTURE,
         "num_classes": num_classes,
-        "pretrained_cfg": demo_pretrained_cfg(size, size, num_classes, fixed_input_size=False,
-                                              first_conv="conv1.0", classifier="fc"),
+        "pretrained_cfg": demo_pretrained_cfg(
+            size, size, num_classes, fixed_input_size=False, first_conv="conv1.0", classifier="fc"
+        ),
         "label_names": list(label_names),
     }
 
 
-def train_cnn(out: Path | str = DEFAULT_OUT, *, seed: int = 10, pool: int = 30000, steps: int = 2500,
-              batch_size: int = 128, lr: float = 3e-3, weight_decay: float = 0.05, val_size: int = 1000,
-              threads: int = 2, log=print) -> dict:
+def train_cnn(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    seed: int = 10,
+    pool: int = 30000,
+    steps: int = 2500,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    weight_decay: float = 0.05,
+    val_size: int = 1000,
+    threads: int = 2,
+    log=print,
+) -> dict:
     started = time.time()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -71,20 +82,28 @@ def train_cnn(out: Path | str = DEFAULT_OUT, *, seed: int = 10, pool: int = 3000
     model.train()
     order, position = torch.randperm(pool, generator=generator), 0
     for step in range(steps):
-        rate = lr * (step + 1) / warm if step < warm else 1e-5 + (lr - 1e-5) * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+        rate = (
+            lr * (step + 1) / warm
+            if step < warm
+            else 1e-5 + (lr - 1e-5) * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+        )
         for group in optimizer.param_groups:
             group["lr"] = rate
         if position + batch_size > pool:
             order, position = torch.randperm(pool, generator=generator), 0
         index = order[position : position + batch_size]
         position += batch_size
-        loss = F.cross_entropy(model(normalize_uint8(dihedral(x_train[index], generator))), y_train[index], label_smoothing=0.1)
+        loss = F.cross_entropy(
+            model(normalize_uint8(dihedral(x_train[index], generator))), y_train[index], label_smoothing=0.1
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         if (step + 1) % 500 == 0 or step + 1 == steps:
-            log(f"[train_demo_cnn] step {step + 1}/{steps} loss {loss.item():.3f} "
-                f"val acc {accuracy(model, x_val, y_val):.3f} ({time.time() - started:.0f} s)")
+            log(
+                f"[train_demo_cnn] step {step + 1}/{steps} loss {loss.item():.3f} "
+                f"val acc {accuracy(model, x_val, y_val):.3f} ({time.time() - started:.0f} s)"
+            )
     model.eval()
     val_accuracy = accuracy(model, x_val, y_val)
     save_timm_folder(model, out, make_cnn_config(len(CLASS_NAMES), CLASS_NAMES))

@@ -42,10 +42,21 @@ from training.common import dihedral, warmup_cosine
 __all__ = ["MODEL_CONFIG", "DEFAULT_OUT", "HELD_OUT_SEED", "build_mae", "held_out_mse", "train_mae", "main"]
 
 MODEL_CONFIG: dict = dict(
-    image_size=DEFAULT_SIZE, patch_size=6, num_channels=3,
-    hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
-    decoder_hidden_size=64, decoder_num_hidden_layers=2, decoder_num_attention_heads=4, decoder_intermediate_size=128,
-    mask_ratio=0.75, norm_pix_loss=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    image_size=DEFAULT_SIZE,
+    patch_size=6,
+    num_channels=3,
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=128,
+    decoder_hidden_size=64,
+    decoder_num_hidden_layers=2,
+    decoder_num_attention_heads=4,
+    decoder_intermediate_size=128,
+    mask_ratio=0.75,
+    norm_pix_loss=False,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
 )
 DEFAULT_OUT = asset_path("demo_mae")  # where load_mae("demo_mae") looks (a checkout or a wheel)
 HELD_OUT_SEED = 2026
@@ -60,8 +71,9 @@ def sincos_positions(grid: tuple[int, int], dim: int) -> torch.Tensor:
     (Vaswani et al. 2017 per axis; MAE ``util/pos_embed.py`` puts the column half first)."""
     gh, gw = grid
     omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))  # (dim/4,)
-    rows, cols = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64),
-                                indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij"
+    )
 
     def encode(positions: torch.Tensor) -> torch.Tensor:  # (N,) -> (N, dim/2)
         angles = positions.reshape(-1, 1) * omega
@@ -88,14 +100,21 @@ def build_mae():
 
 def preprocessor_config() -> dict:
     """The scenes' preprocessing, as a transformers image processor writes it."""
-    return {"image_processor_type": "ViTImageProcessor", "do_resize": True, "do_rescale": True,
-            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(MEAN), "image_std": list(STD),
-            "resample": 3, "size": {"height": DEFAULT_SIZE, "width": DEFAULT_SIZE}}
+    return {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(MEAN),
+        "image_std": list(STD),
+        "resample": 3,
+        "size": {"height": DEFAULT_SIZE, "width": DEFAULT_SIZE},
+    }
 
 
 @torch.no_grad()
-def held_out_mse(mae, *, scenes: int = 200, seed: int = HELD_OUT_SEED, ratio: float = 0.75, batch: int = 50
-                 ) -> dict:
+def held_out_mse(mae, *, scenes: int = 200, seed: int = HELD_OUT_SEED, ratio: float = 0.75, batch: int = 50) -> dict:
     """Masked-patch MSE of ``mae`` (a :class:`~analysis.mae.LoadedMAE`) on ``scenes`` held-out
     scenes of ``seed``, scene ``i`` masked with MAE's draw from seed ``i``, in [0, 1] RGB units,
     and the same for the baseline that fills every hidden patch with the mean colour of the
@@ -108,7 +127,7 @@ def held_out_mse(mae, *, scenes: int = 200, seed: int = HELD_OUT_SEED, ratio: fl
     squared = {"model": 0.0, "baseline": 0.0}  # summed over hidden pixels and channels, in [0, 1] RGB units
     hidden_values = 0.0
     for start in range(0, scenes, batch):
-        chunk = pixels[start:start + batch]  # (b, 3, H, W)
+        chunk = pixels[start : start + batch]  # (b, 3, H, W)
         mask = torch.cat([draw_mask(1, mae.spec.num_patches, ratio, start + i) for i in range(len(chunk))])
         result = mae_reconstruct(mae, chunk, mask=mask)
         hidden = result.hidden_pixels()  # (b, 1, H, W), 1 on hidden patches
@@ -131,14 +150,25 @@ def save_with_original_names(model, out: Path) -> None:
     model.save_pretrained(out)
     path = out / "model.safetensors"
     state = load_file(str(path))
-    renamed = {key.replace("decoder.decoder_encoder.layer.", "decoder.decoder_layers."): value
-               for key, value in state.items()}
+    renamed = {
+        key.replace("decoder.decoder_encoder.layer.", "decoder.decoder_layers."): value for key, value in state.items()
+    }
     save_file(renamed, str(path), metadata={"format": "pt"})
 
 
-def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 20000, steps: int = 4000,
-              batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05, threads: int = 1,
-              log_every: int = 250, log=print) -> dict:
+def train_mae(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    seed: int = 30,
+    pool: int = 20000,
+    steps: int = 4000,
+    batch_size: int = 128,
+    lr: float = 2e-3,
+    weight_decay: float = 0.05,
+    threads: int = 1,
+    log_every: int = 250,
+    log=print,
+) -> dict:
     """Train and save to ``out``; returns a summary (steps, seconds, held-out MSE)."""
     from analysis.mae import load_mae
 
@@ -154,8 +184,11 @@ def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 2000
     log(f"[train_demo_mae] ViTMAEForPreTraining {n_params / 1e6:.3f} M trainable parameters")
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2 and "token" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and (p.ndim < 2 or "token" in n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
     generator = torch.Generator().manual_seed(seed)
     warm = max(1, steps // 20)
     model.train()
@@ -166,7 +199,7 @@ def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 2000
             group["lr"] = warmup_cosine(step, steps, lr, warm)
         if position + batch_size > pool:
             order, position = torch.randperm(pool, generator=generator), 0
-        index = order[position:position + batch_size]
+        index = order[position : position + batch_size]
         position += batch_size
         pixels = normalize_uint8(dihedral(x_train[index], generator))
         noise = torch.rand(len(index), model.vit.embeddings.patch_embeddings.num_patches, generator=generator)
@@ -185,8 +218,14 @@ def train_mae(out: Path | str = DEFAULT_OUT, *, seed: int = 30, pool: int = 2000
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
     training_seconds = round(time.time() - started, 1)
     evaluation = held_out_mse(load_mae(out, device="cpu"))
-    summary = {"steps": steps, "seconds": training_seconds, "parameters": n_params, "progress": progress,
-               "held_out": evaluation, "out": str(out)}
+    summary = {
+        "steps": steps,
+        "seconds": training_seconds,
+        "parameters": n_params,
+        "progress": progress,
+        "held_out": evaluation,
+        "out": str(out),
+    }
     log(f"[train_demo_mae] done: {json.dumps(summary)}")
     return summary
 
@@ -201,8 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=250)
     args = parser.parse_args(argv)
-    train_mae(args.out, steps=args.steps, seed=args.seed, pool=args.pool, lr=args.lr, threads=args.threads,
-              log_every=args.log_every)
+    train_mae(
+        args.out,
+        steps=args.steps,
+        seed=args.seed,
+        pool=args.pool,
+        lr=args.lr,
+        threads=args.threads,
+        log_every=args.log_every,
+    )
     return 0
 
 

@@ -86,8 +86,9 @@ def make_swin_config(label_names: list[str] = CLASS_NAMES, model_args: dict | No
         "num_classes": len(label_names),
         "num_features": int(args["embed_dim"]) * 2 ** (len(args["depths"]) - 1),
         "model_args": args,
-        "pretrained_cfg": demo_pretrained_cfg(size, size, len(label_names), fixed_input_size=True,
-                                              first_conv="patch_embed.proj", classifier="head.fc"),
+        "pretrained_cfg": demo_pretrained_cfg(
+            size, size, len(label_names), fixed_input_size=True, first_conv="patch_embed.proj", classifier="head.fc"
+        ),
         "label_names": list(label_names),
     }
 
@@ -113,10 +114,22 @@ def mask_loss(stages: list[torch.Tensor], heads: torch.nn.ModuleList, masks: tor
     return torch.stack(losses).mean()
 
 
-def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 30000, steps: int = 4500,
-               batch_size: int = 128, lr: float = 2e-3, weight_decay: float = 0.05, val_size: int = 1000,
-               mask_weight: float = 3.0, threads: int = 2, log_every: int = 500, init: Path | str | None = None,
-               log=print) -> dict:
+def train_swin(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    seed: int = 20,
+    pool: int = 30000,
+    steps: int = 4500,
+    batch_size: int = 128,
+    lr: float = 2e-3,
+    weight_decay: float = 0.05,
+    val_size: int = 1000,
+    mask_weight: float = 3.0,
+    threads: int = 2,
+    log_every: int = 500,
+    init: Path | str | None = None,
+    log=print,
+) -> dict:
     """Train and save to ``out``; returns a summary (steps, seconds, final validation accuracy).
     ``init``: start from the weights of a folder this script wrote (a continuation phase, with a
     fresh optimizer and schedule)."""
@@ -125,8 +138,9 @@ def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 300
     started = time.time()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    x_train, y_train, m_train, x_val, y_val = scene_pool(pool, seed, val_size,
-                                                         log=lambda m: log(f"[train_demo_swin] {m}"))
+    x_train, y_train, m_train, x_val, y_val = scene_pool(
+        pool, seed, val_size, log=lambda m: log(f"[train_demo_swin] {m}")
+    )
     model = build_swin()
     # Training-only heads (not saved): each stage's cells predict the share of their pixels on the object.
     mask_heads = torch.nn.ModuleList(torch.nn.Linear(int(info["num_chs"]), 1) for info in model.feature_info)
@@ -151,7 +165,7 @@ def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 300
             group["lr"] = warmup_cosine(step, steps, lr, warm)
         if position + batch_size > pool:
             order, position = torch.randperm(pool, generator=generator), 0
-        index = order[position:position + batch_size]
+        index = order[position : position + batch_size]
         position += batch_size
         pixels, masks = batch_of(x_train, m_train, index, generator)
         logits, stages = forward_with_stages(model, pixels)
@@ -165,13 +179,21 @@ def train_swin(out: Path | str = DEFAULT_OUT, *, seed: int = 20, pool: int = 300
         if (step + 1) % log_every == 0 or step + 1 == steps:
             val = accuracy(model, x_val, y_val)
             progress.append((step + 1, val))
-            log(f"[train_demo_swin] step {step + 1}/{steps} loss {loss.item():.3f} val acc {val:.3f} "
-                f"({time.time() - started:.0f} s)")
+            log(
+                f"[train_demo_swin] step {step + 1}/{steps} loss {loss.item():.3f} val acc {val:.3f} "
+                f"({time.time() - started:.0f} s)"
+            )
             sys.stdout.flush()
     model.eval()
     save_timm_folder(model, out, make_swin_config())
-    summary = {"steps": steps, "seconds": round(time.time() - started, 1), "parameters": n_params,
-               "val_accuracy": progress[-1][1], "progress": progress, "out": str(out)}
+    summary = {
+        "steps": steps,
+        "seconds": round(time.time() - started, 1),
+        "parameters": n_params,
+        "val_accuracy": progress[-1][1],
+        "progress": progress,
+        "out": str(out),
+    }
     log(f"[train_demo_swin] done: {json.dumps(summary)}")
     return summary
 
@@ -183,16 +205,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--pool", type=int, default=30000, help="number of distinct training scenes")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate")
-    parser.add_argument("--mask-weight", type=float, default=3.0,
-                        help="weight of the training-only object-mask loss on every stage (0: labels only)")
+    parser.add_argument(
+        "--mask-weight",
+        type=float,
+        default=3.0,
+        help="weight of the training-only object-mask loss on every stage (0: labels only)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--log-every", type=int, default=500)
-    parser.add_argument("--init", type=Path, default=None,
-                        help="start from the weights of a folder this script wrote (a continuation phase)")
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="start from the weights of a folder this script wrote (a continuation phase)",
+    )
     args = parser.parse_args(argv)
-    train_swin(args.out, steps=args.steps, seed=args.seed, pool=args.pool, lr=args.lr, mask_weight=args.mask_weight,
-               threads=args.threads,
-               log_every=args.log_every, init=args.init)
+    train_swin(
+        args.out,
+        steps=args.steps,
+        seed=args.seed,
+        pool=args.pool,
+        lr=args.lr,
+        mask_weight=args.mask_weight,
+        threads=args.threads,
+        log_every=args.log_every,
+        init=args.init,
+    )
     return 0
 
 

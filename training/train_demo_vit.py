@@ -97,8 +97,9 @@ def make_config(model_args: dict, num_classes: int, label_names: list[str]) -> d
         "num_classes": num_classes,
         "num_features": model_args["embed_dim"],
         "model_args": dict(model_args),
-        "pretrained_cfg": demo_pretrained_cfg(h, w, num_classes, fixed_input_size=True, pool_size=None,
-                                              first_conv="patch_embed.proj", classifier="head"),
+        "pretrained_cfg": demo_pretrained_cfg(
+            h, w, num_classes, fixed_input_size=True, pool_size=None, first_conv="patch_embed.proj", classifier="head"
+        ),
         "label_names": list(label_names),
     }
 
@@ -109,7 +110,7 @@ def save_model(model, out: Path, model_args: dict, label_names: list[str] = CLAS
 
 def _locality_gap(model) -> float:
     """The evaluation's locality metric on the raw timm model, for progress output."""
-    pe = F.normalize(model.pos_embed.detach()[0, model.num_prefix_tokens:], dim=-1)  # (N, D)
+    pe = F.normalize(model.pos_embed.detach()[0, model.num_prefix_tokens :], dim=-1)  # (N, D)
     gh, gw = model.patch_embed.grid_size
     return similarity_locality_gap((pe @ pe.T).view(gh, gw, gh, gw))
 
@@ -160,16 +161,20 @@ def train(
 
         init_cfg = json.loads((Path(init) / "config.json").read_text())
         if init_cfg.get("model_args") != json.loads(json.dumps(model_args)):
-            raise ValueError(f"--init {init} was trained with model_args {init_cfg.get('model_args')}, "
-                             f"not {model_args}; pass the same architecture options.")
+            raise ValueError(
+                f"--init {init} was trained with model_args {init_cfg.get('model_args')}, "
+                f"not {model_args}; pass the same architecture options."
+            )
         model.load_state_dict(load_file(str(Path(init) / "model.safetensors")), strict=True)
         log(f"[train_demo_vit] initialised from {init} (fresh optimizer state and LR schedule)")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"[train_demo_vit] {ARCHITECTURE} {model_args} -> {n_params / 1e6:.2f}M params")
     opt = create_optimizer_v2(model, "adamw", lr=lr, weight_decay=weight_decay)
     no_decay = [n for n, p in model.named_parameters() if p.ndim <= 1 or n in model.no_weight_decay()]
-    log(f"[train_demo_vit] no weight decay on {len(no_decay)} tensors incl. "
-        f"{[n for n in no_decay if n in ('pos_embed', 'cls_token')]}")
+    log(
+        f"[train_demo_vit] no weight decay on {len(no_decay)} tensors incl. "
+        f"{[n for n in no_decay if n in ('pos_embed', 'cls_token')]}"
+    )
 
     steps_per_epoch = max(1, pool // batch_size)
     g = torch.Generator().manual_seed(seed)
@@ -196,17 +201,17 @@ def train(
     pos = 0
     run_loss, run_correct, run_n = 0.0, 0, 0
     while True:
-        cur_total = total if total is not None else 10 ** 9
+        cur_total = total if total is not None else 10**9
         if step >= cur_total:
             break
         if pos + batch_size > pool:
             perm, pos = torch.randperm(pool, generator=g), 0
-        idx = perm[pos:pos + batch_size]
+        idx = perm[pos : pos + batch_size]
         pos += batch_size
         xb = normalize_uint8(dihedral(x_train[idx], g))
         yb = y_train[idx]
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, cur_total if total is not None else 10 ** 6)
+            group["lr"] = lr_at(step, cur_total if total is not None else 10**6)
         logits = model(xb)
         loss = F.cross_entropy(logits, yb, label_smoothing=label_smoothing)
         opt.zero_grad(set_to_none=True)
@@ -221,12 +226,16 @@ def train(
             per_step = (time.time() - t_train) / probe
             budget = minutes * 60 - (time.time() - t_start) - 30
             total = max(probe + 1, int(budget / per_step))
-            log(f"[train_demo_vit] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
-                f"(replay exactly with --steps {total})")
+            log(
+                f"[train_demo_vit] {per_step * 1000:.0f} ms/step -> {total} steps for --minutes {minutes} "
+                f"(replay exactly with --steps {total})"
+            )
         if step % log_every == 0 or step == total:
-            msg = (f"[train_demo_vit] step {step}/{total} ep {step / steps_per_epoch:.2f} "
-                   f"lr {opt.param_groups[0]['lr']:.2e} loss {run_loss / run_n:.4f} "
-                   f"train_acc {run_correct / run_n:.3f}")
+            msg = (
+                f"[train_demo_vit] step {step}/{total} ep {step / steps_per_epoch:.2f} "
+                f"lr {opt.param_groups[0]['lr']:.2e} loss {run_loss / run_n:.4f} "
+                f"train_acc {run_correct / run_n:.3f}"
+            )
             if val_size:
                 msg += f" val_acc {accuracy(model, x_val, y_val):.3f}"
             msg += f" loc_gap {_locality_gap(model):.3f} elapsed {time.time() - t_start:.0f}s"
@@ -254,15 +263,22 @@ def train(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.train_demo_vit", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m training.train_demo_vit",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (timm hub layout)")
     p.add_argument("--seed", type=int, default=0, help="seed of model init, order and the data pool")
     p.add_argument("--pool", type=int, default=60000, help="number of distinct training scenes")
     p.add_argument("--steps", type=int, default=4500, help="optimizer steps (default: the shipped recipe)")
     p.add_argument("--epochs", type=float, default=None, help="passes over the pool (overrides --steps)")
-    p.add_argument("--minutes", type=float, default=None,
-                   help="size the run to about this wall time (overrides --steps/--epochs; prints the equivalent --steps)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="size the run to about this wall time (overrides --steps/--epochs; prints the equivalent --steps)",
+    )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate")
     p.add_argument("--weight-decay", type=float, default=0.05)
@@ -273,16 +289,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mlp-ratio", type=float, default=DEFAULT_MODEL_ARGS["mlp_ratio"])
     p.add_argument("--threads", type=int, default=int(os.environ.get("TRAIN_THREADS", 2)))
     p.add_argument("--log-every", type=int, default=None, help="steps between progress lines (default: one epoch)")
-    p.add_argument("--init", default=None,
-                   help="start from the weights of a folder this script wrote (a continuation phase)")
+    p.add_argument(
+        "--init", default=None, help="start from the weights of a folder this script wrote (a continuation phase)"
+    )
     p.add_argument("--save-every", type=int, default=None, help="also save a snapshot to --out every N steps")
     a = p.parse_args(argv)
-    model_args = dict(DEFAULT_MODEL_ARGS, depth=a.depth, embed_dim=a.embed_dim,
-                      num_heads=a.num_heads, mlp_ratio=a.mlp_ratio)
-    train(a.out, seed=a.seed, pool=a.pool, epochs=a.epochs, steps=a.steps, minutes=a.minutes,
-          batch_size=a.batch_size, lr=a.lr, weight_decay=a.weight_decay, val_size=a.val_size,
-          model_args=model_args, threads=a.threads, log_every=a.log_every,
-          save_every=a.save_every, init=a.init)
+    model_args = dict(
+        DEFAULT_MODEL_ARGS, depth=a.depth, embed_dim=a.embed_dim, num_heads=a.num_heads, mlp_ratio=a.mlp_ratio
+    )
+    train(
+        a.out,
+        seed=a.seed,
+        pool=a.pool,
+        epochs=a.epochs,
+        steps=a.steps,
+        minutes=a.minutes,
+        batch_size=a.batch_size,
+        lr=a.lr,
+        weight_decay=a.weight_decay,
+        val_size=a.val_size,
+        model_args=model_args,
+        threads=a.threads,
+        log_every=a.log_every,
+        save_every=a.save_every,
+        init=a.init,
+    )
     return 0
 
 

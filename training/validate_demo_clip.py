@@ -46,15 +46,18 @@ def pointing(clip, scenes, pixels, method: str) -> float:
     return float(np.mean(scores))
 
 
-def validate(folder, seed: int = 7, singles: int = 300, pairs: int = 100,
-             methods: tuple[str, ...] = ("chefer", "legrad")) -> dict:
+def validate(
+    folder, seed: int = 7, singles: int = 300, pairs: int = 100, methods: tuple[str, ...] = ("chefer", "legrad")
+) -> dict:
     if seed == 2026:
         raise ValueError("seed 2026 is the held-out acceptance seed: select recipes on another")
     clip = load_clip(str(folder), device="cpu")
     single = generate_text_scenes(singles, seed, objects=1)
     pixels = scenes_to_tensor(np.stack([s.image for s in single]))
     labels = np.array([s.objects[0].label for s in single])
-    result = {"zero_shot": float((zero_shot(clip, pixels, CLASS_PROMPTS).probabilities.argmax(-1).numpy() == labels).mean())}
+    result = {
+        "zero_shot": float((zero_shot(clip, pixels, CLASS_PROMPTS).probabilities.argmax(-1).numpy() == labels).mean())
+    }
     two = generate_text_scenes(pairs, seed, objects=2)
     pixels2 = scenes_to_tensor(np.stack([s.image for s in two]))
     for method in methods:
@@ -72,8 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    print(json.dumps({"folder": a.folder, "seed": a.seed,
-                      **validate(a.folder, a.seed, a.singles, a.pairs, tuple(a.methods.split(",")))}))
+    print(
+        json.dumps(
+            {
+                "folder": a.folder,
+                "seed": a.seed,
+                **validate(a.folder, a.seed, a.singles, a.pairs, tuple(a.methods.split(","))),
+            }
+        )
+    )
     return 0
 
 

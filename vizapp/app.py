@@ -31,10 +31,18 @@ FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from 
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 # Streamlit's SessionStateProxy is a mapping in all but its declared type
 session = cast(MutableMapping[str, object], st.session_state)
-url_state.restore(session, st.query_params, CURATED_MODELS, options={
-    "image_sample": [p.name for p in inputs.sample_paths()], "colorscale": COLORSCALES,
-    "map_range": list(MAP_RANGES), "map_cells": list(MAP_CELLS), "query_mode": list(QUERY_LABELS),
-})
+url_state.restore(
+    session,
+    st.query_params,
+    CURATED_MODELS,
+    options={
+        "image_sample": [p.name for p in inputs.sample_paths()],
+        "colorscale": COLORSCALES,
+        "map_range": list(MAP_RANGES),
+        "map_cells": list(MAP_CELLS),
+        "query_mode": list(QUERY_LABELS),
+    },
+)
 
 VIEWS = Path(__file__).resolve().parent / "views"
 pages = [

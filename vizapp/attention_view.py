@@ -34,8 +34,20 @@ from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query
 from vizapp import limits
 from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
 
-__all__ = ["COMPONENT_DIR", "attention_view", "fallback_note", "follow_view", "hold_for_first_paint", "layer_bytes",
-           "note_drawn", "panel_layers", "query_row", "sent_layers", "served", "windowed_attention_view"]
+__all__ = [
+    "COMPONENT_DIR",
+    "attention_view",
+    "fallback_note",
+    "follow_view",
+    "hold_for_first_paint",
+    "layer_bytes",
+    "note_drawn",
+    "panel_layers",
+    "query_row",
+    "sent_layers",
+    "served",
+    "windowed_attention_view",
+]
 
 COMPONENT_DIR = PAGE_DIR
 _component = components.declare_component("attention_view", path=str(COMPONENT_DIR))
@@ -81,8 +93,14 @@ def panel_layers(spec, layers) -> tuple[int, ...] | None:
     return tuple(int(layer) for layer in layers) if layer_bytes(spec) * len(layers) <= limits.MAX_VIEW_BYTES else None
 
 
-def follow_view(key: str, *, patches: int, to_query: Callable[[int], int] | None = None, layers: int | None = None,
-                heads: int | None = None):
+def follow_view(
+    key: str,
+    *,
+    patches: int,
+    to_query: Callable[[int], int] | None = None,
+    layers: int | None = None,
+    heads: int | None = None,
+):
     """The ``on_change`` of the view ``key``: the one rule of what its reports change on its page.
 
     * ``{"event": "drawn"}``: the held-back charts follow (:func:`note_drawn`);
@@ -123,35 +141,84 @@ def fallback_note(spec, layers) -> str:
     """What the view says when it holds fewer than all layers."""
     if len(layers) == spec.num_layers:
         return ""
-    return (f"Only this layer is in the page: all {spec.num_layers} layers are "
-            f"{layer_bytes(spec) * spec.num_layers / 2**20:.1f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
-            "of VIZAPP_VIEW_MB; a layer step (↑/↓) asks the server for the new layer.")
+    return (
+        f"Only this layer is in the page: all {spec.num_layers} layers are "
+        f"{layer_bytes(spec) * spec.num_layers / 2**20:.1f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
+        "of VIZAPP_VIEW_MB; a layer step (↑/↓) asks the server for the new layer."
+    )
 
 
 def served(blob: bytes, meta: dict, key: str) -> dict:
     """The page's data arguments for ``view_blob``'s ``(blob, meta)``: ``meta`` and ``data_url``,
     the file in Streamlit's media store (held while the element ``key`` shows it)."""
     url = runtime.get_instance().media_file_mgr.add(
-        blob, "application/octet-stream", f"attention_view.{key}", file_name=f"attention_view_{meta['data_id']}.bin")
+        blob, "application/octet-stream", f"attention_view.{key}", file_name=f"attention_view_{meta['data_id']}.bin"
+    )
     return {**meta, "data_url": url}
 
 
-def attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query, colorscale: str,
-                   map_range: str, opacity: float, key: str, on_change=None, max_height: int = 520,
-                   note: str | None = None, **labels):
+def attention_view(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    key: str,
+    on_change=None,
+    max_height: int = 520,
+    note: str | None = None,
+    **labels,
+):
     """Draw the view; returns its last value (a click or a layer step, see the module docstring),
     else None. ``data``: :func:`served`'s (or inline :func:`analysis.attention_view.view_data`).
     ``labels``: what other maps than attention's are (:func:`analysis.attention_view.view_args`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
-    args = view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query=query,
-                     colorscale=colorscale, map_range=map_range, opacity=opacity, max_height=max_height,
-                     note=fallback_note(spec, data["layers"]) if note is None else note, **labels)
+    args = view_args(
+        data=data,
+        image_uri=image_uri,
+        spec=spec,
+        layer=layer,
+        head=head,
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+        max_height=max_height,
+        note=fallback_note(spec, data["layers"]) if note is None else note,
+        **labels,
+    )
     return _component(key=key, default=None, on_change=on_change, **args)
 
 
-def windowed_attention_view(*, data: dict, image_uri: str, spec, layer: int, head: str | int, query_cell: int | None,
-                            colorscale: str, map_range: str, opacity: float, key: str, on_change=None):
+def windowed_attention_view(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query_cell: int | None,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    key: str,
+    on_change=None,
+):
     """The view of one windowed layer (Swin, SAM; :func:`analysis.attention_view.windowed_view_args`):
     the hovered cell's attention inside its window. Returns its last click, else None."""
-    args = windowed_view_args(data=data, image_uri=image_uri, spec=spec, layer=layer, head=head, query_cell=query_cell,
-                              colorscale=colorscale, map_range=map_range, opacity=opacity)
+    args = windowed_view_args(
+        data=data,
+        image_uri=image_uri,
+        spec=spec,
+        layer=layer,
+        head=head,
+        query_cell=query_cell,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
     return _component(key=key, default=None, on_change=on_change, **args)

@@ -75,9 +75,13 @@ def bench_model_rerun(model: str, resolution: int, repeats: int) -> dict:
         start = time.perf_counter()
         at.slider(key="layer").set_value(low if i % 2 == 0 else high).run()
         times.append(time.perf_counter() - start)
-    return {"rerun_ms": statistics.median(times) * 1000, "all_ms": [round(t * 1000) for t in times],
-            "record_mib": record.nbytes / 2**20, "dtype": str(record.record.attentions.dtype).removeprefix("torch."),
-            "tokens": current.spec.num_tokens}
+    return {
+        "rerun_ms": statistics.median(times) * 1000,
+        "all_ms": [round(t * 1000) for t in times],
+        "record_mib": record.nbytes / 2**20,
+        "dtype": str(record.record.attentions.dtype).removeprefix("torch."),
+        "tokens": current.spec.num_tokens,
+    }
 
 
 def bench_tokens_click(repeats: int, model: str = "random:vit_base_patch16_224") -> dict | None:
@@ -114,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if "app" in sections:
         results["app"] = bench_app_rerun(repeats=7)
     if "rerun" in sections:
-        results["rerun"] = {label: bench_model_rerun(model, resolution, repeats=5)
-                            for label, (model, resolution) in RERUN_MODELS.items()}
+        results["rerun"] = {
+            label: bench_model_rerun(model, resolution, repeats=5)
+            for label, (model, resolution) in RERUN_MODELS.items()
+        }
     if "tokens" in sections:
         results["tokens"] = bench_tokens_click(repeats=5)
     print(json.dumps(results))

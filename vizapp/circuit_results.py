@@ -19,12 +19,22 @@ from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef
 from vizapp.resources import get_model
 
-__all__ = ["CORRUPTIONS", "attribution", "ablation_layer", "ablation_curve", "patching_layer", "corrupted_pixels",
-           "reference_pixels"]
+__all__ = [
+    "CORRUPTIONS",
+    "attribution",
+    "ablation_layer",
+    "ablation_curve",
+    "patching_layer",
+    "corrupted_pixels",
+    "reference_pixels",
+]
 
 #: How the Patching section corrupts the image: name -> what the level means.
-CORRUPTIONS = {"noise": "Gaussian noise σ (normalised pixels)", "blur": "Gaussian blur σ (input px)",
-               "sample": "another bundled sample image"}
+CORRUPTIONS = {
+    "noise": "Gaussian noise σ (normalised pixels)",
+    "blur": "Gaussian blur σ (input px)",
+    "sample": "another bundled sample image",
+}
 
 
 def _pixels(ref: ModelRef, image_bytes: bytes) -> torch.Tensor:
@@ -41,7 +51,9 @@ def reference_pixels(ref: ModelRef, name: str | None) -> torch.Tensor:
     return torch.cat([vit.preprocess(load_image(p)) for p in paths])
 
 
-def corrupted_pixels(ref: ModelRef, image_bytes: bytes, corruption: str, level: float, sample: str | None) -> torch.Tensor:
+def corrupted_pixels(
+    ref: ModelRef, image_bytes: bytes, corruption: str, level: float, sample: str | None
+) -> torch.Tensor:
     """The corrupted input of the Patching section: ``(1, 3, H, W)``."""
     clean = _pixels(ref, image_bytes)
     if corruption == "noise":
@@ -56,39 +68,73 @@ def attribution(ref: ModelRef, digest: str, _image_bytes: bytes, target: int) ->
     """:func:`analysis.circuits.direct_logit_attribution` of class ``target``: ``heads (L, H, T)``,
     ``head_bias (L, T)``, ``mlps (L, T)``, ``embedding (T,)``, ``constant``, ``target_logit``."""
     result = direct_logit_attribution(get_model(ref), _pixels(ref, _image_bytes), target=target)
-    return {name: getattr(result, name)[0].numpy() for name in
-            ("heads", "head_bias", "mlps", "embedding", "constant", "target_logit")}
+    return {
+        name: getattr(result, name)[0].numpy()
+        for name in ("heads", "head_bias", "mlps", "embedding", "constant", "target_logit")
+    }
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def ablation_layer(ref: ModelRef, digest: str, _image_bytes: bytes, target: int, method: str, reference: str | None,
-                   layer: int) -> dict[str, np.ndarray]:
+def ablation_layer(
+    ref: ModelRef, digest: str, _image_bytes: bytes, target: int, method: str, reference: str | None, layer: int
+) -> dict[str, np.ndarray]:
     """One layer's row of :func:`analysis.circuits.head_ablation`: ``delta_logit``, ``delta_probability`` (heads,)."""
     references = None if method == "zero" else reference_pixels(ref, reference)
-    result = head_ablation(get_model(ref), _pixels(ref, _image_bytes), target=target, method=method,
-                           reference=references, layers=[layer])
-    return {"delta_logit": result.delta_logit[0, 0].numpy(), "delta_probability": result.delta_probability[0, 0].numpy(),
-            "clean_logit": result.clean_logit.numpy()}
+    result = head_ablation(
+        get_model(ref), _pixels(ref, _image_bytes), target=target, method=method, reference=references, layers=[layer]
+    )
+    return {
+        "delta_logit": result.delta_logit[0, 0].numpy(),
+        "delta_probability": result.delta_probability[0, 0].numpy(),
+        "clean_logit": result.clean_logit.numpy(),
+    }
 
 
 @st.cache_data(show_spinner="Removing heads one by one…", max_entries=MAX_RESULTS)
-def ablation_curve(ref: ModelRef, digest: str, _image_bytes: bytes, target: int, method: str, reference: str | None,
-                   heads: tuple[tuple[int, int], ...]) -> np.ndarray:
+def ablation_curve(
+    ref: ModelRef,
+    digest: str,
+    _image_bytes: bytes,
+    target: int,
+    method: str,
+    reference: str | None,
+    heads: tuple[tuple[int, int], ...],
+) -> np.ndarray:
     """:func:`analysis.circuits.cumulative_head_ablation`: ``(K + 1,)`` target logits."""
     references = None if method == "zero" else reference_pixels(ref, reference)
-    curve = cumulative_head_ablation(get_model(ref), _pixels(ref, _image_bytes), list(heads), target=target,
-                                     method=method, reference=references)
+    curve = cumulative_head_ablation(
+        get_model(ref), _pixels(ref, _image_bytes), list(heads), target=target, method=method, reference=references
+    )
     return curve[:, 0].numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def patching_layer(ref: ModelRef, digest: str, _image_bytes: bytes, target: int, corruption: str, level: float,
-                   sample: str | None, point: str, layer: int) -> dict[str, np.ndarray]:
+def patching_layer(
+    ref: ModelRef,
+    digest: str,
+    _image_bytes: bytes,
+    target: int,
+    corruption: str,
+    level: float,
+    sample: str | None,
+    point: str,
+    layer: int,
+) -> dict[str, np.ndarray]:
     """One layer's row of :func:`analysis.circuits.activation_patching`: ``effect`` and ``patched``
     (tokens or heads,), and the ``clean`` and ``corrupted`` metrics."""
     vit = get_model(ref)
-    result = activation_patching(vit, _pixels(ref, _image_bytes), corrupted_pixels(ref, _image_bytes, corruption, level,
-                                                                                   sample),
-                                 point=point, target=target, layers=[layer], batch_size=32)
-    return {"effect": result.effect[0].numpy(), "patched": result.patched[0].numpy(),
-            "clean": np.float64(result.clean), "corrupted": np.float64(result.corrupted)}
+    result = activation_patching(
+        vit,
+        _pixels(ref, _image_bytes),
+        corrupted_pixels(ref, _image_bytes, corruption, level, sample),
+        point=point,
+        target=target,
+        layers=[layer],
+        batch_size=32,
+    )
+    return {
+        "effect": result.effect[0].numpy(),
+        "patched": result.patched[0].numpy(),
+        "clean": np.float64(result.clean),
+        "corrupted": np.float64(result.corrupted),
+    }

@@ -36,9 +36,12 @@ def config_flags(path: Path = CONFIG) -> list[str]:
     if not path.is_file():
         return []
     if tomllib is None:
-        print(f"vit-explorer: cannot read {path} on Python {sys.version_info.major}.{sys.version_info.minor} without "
-              "tomli, so the app's settings (upload limit, no usage statistics, theme) are not applied: "
-              "pip install tomli", file=sys.stderr)
+        print(
+            f"vit-explorer: cannot read {path} on Python {sys.version_info.major}.{sys.version_info.minor} without "
+            "tomli, so the app's settings (upload limit, no usage statistics, theme) are not applied: "
+            "pip install tomli",
+            file=sys.stderr,
+        )
         return ["--browser.gatherUsageStats=false"]  # never phone home, whatever else is missing
     with path.open("rb") as handle:
         config = tomllib.load(handle)

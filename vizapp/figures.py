@@ -27,7 +27,9 @@ def _colorized_uri(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> 
     """:func:`analysis.plots.colorized_png`, kept per digest of the values."""
     digest = hashlib.sha1(np.ascontiguousarray(z, dtype=np.float32).tobytes()).hexdigest()
     key = (digest, z.shape, colorscale, float(zmin), float(zmax))
-    return cast(str, _PICTURES.get(key, lambda: plots.colorized_png(z, colorscale, zmin, zmax)))  # the store holds these URIs
+    return cast(
+        str, _PICTURES.get(key, lambda: plots.colorized_png(z, colorscale, zmin, zmax))
+    )  # the store holds these URIs
 
 
 def mosaic(tiles: np.ndarray, ncols: int, **options) -> go.Figure:  # type: ignore[no-redef]  # replaces plots'

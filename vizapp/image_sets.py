@@ -52,7 +52,9 @@ def over_image_set(images: Sequence[ImageRef], label: str, compute: PieceFunctio
     bar = st.progress(0.0, text=f"{label}: 0 / {len(images)} images")
     try:
         return each_piece(
-            images, compute, problems,
+            images,
+            compute,
+            problems,
             progress=lambda done, total: bar.progress(done / total, text=f"{label}: {done} / {total} images"),
         )
     finally:

@@ -16,8 +16,16 @@ from analysis.assets import asset_path
 from vizapp.limits import MAX_ARCHIVE_BYTES, MAX_DATASET_IMAGES, MAX_RESULTS
 from vizapp.refs import ImageRef
 
-__all__ = ["SAMPLES_DIR", "IMAGE_SUFFIXES", "sample_paths", "read_sample", "decode_image", "images_from_uploads",
-           "image_set", "is_demo_scene"]
+__all__ = [
+    "SAMPLES_DIR",
+    "IMAGE_SUFFIXES",
+    "sample_paths",
+    "read_sample",
+    "decode_image",
+    "images_from_uploads",
+    "image_set",
+    "is_demo_scene",
+]
 
 SAMPLES_DIR = asset_path("samples")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
@@ -83,7 +91,11 @@ def image_set(which: str, files_key: str) -> tuple[list[ImageRef], list[str]]:
     uploader of images or .zip archives (widget key ``files_key``); anything else gives the
     bundled samples."""
     if which == "mine":
-        files = st.file_uploader("Images or a .zip of images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES] + ["zip"],
-                                 accept_multiple_files=True, key=files_key)
+        files = st.file_uploader(
+            "Images or a .zip of images",
+            type=[s.lstrip(".") for s in IMAGE_SUFFIXES] + ["zip"],
+            accept_multiple_files=True,
+            key=files_key,
+        )
         return images_from_uploads(files)
     return [ImageRef.from_bytes(p.name, read_sample(p.name)) for p in sample_paths()], []

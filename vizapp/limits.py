@@ -8,8 +8,14 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "MAX_MODELS", "MAX_FORWARDS", "MAX_RECORD_BYTES", "FLOAT16_RECORD_BYTES", "MAX_RESULTS", "MAX_DATASET_IMAGES",
-    "MAX_ARCHIVE_BYTES", "MAX_VIEW_BYTES",
+    "MAX_MODELS",
+    "MAX_FORWARDS",
+    "MAX_RECORD_BYTES",
+    "FLOAT16_RECORD_BYTES",
+    "MAX_RESULTS",
+    "MAX_DATASET_IMAGES",
+    "MAX_ARCHIVE_BYTES",
+    "MAX_VIEW_BYTES",
 ]
 
 

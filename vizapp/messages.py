@@ -16,13 +16,20 @@ _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
 # API phrase -> the control that does the same in the app (applied in order).
 _API_TO_APP = [
-    (re.compile(r"e\.g\. load_vit\([^)]*arch='([^']+)'\)(\s*\(in the app: the 'architecture' field\))?"),
-     r"e.g. \1 in the sidebar's 'Architecture (for a single file)' field"),
-    (re.compile(r"a weights file with arch='([^']+)'"), r"a weights file with \1 in the 'Architecture (for a single file)' field"),
+    (
+        re.compile(r"e\.g\. load_vit\([^)]*arch='([^']+)'\)(\s*\(in the app: the 'architecture' field\))?"),
+        r"e.g. \1 in the sidebar's 'Architecture (for a single file)' field",
+    ),
+    (
+        re.compile(r"a weights file with arch='([^']+)'"),
+        r"a weights file with \1 in the 'Architecture (for a single file)' field",
+    ),
     (re.compile(r"\barch=('[^']*'|\S+)?"), "the 'Architecture (for a single file)' field"),
     (re.compile(r"\bpretrained=False\b"), "the random: prefix before the model name"),
-    (re.compile(r"load the model with img_size=\.\.\.(?: or dynamic_img_size=True)?"),
-     "set the sidebar's 'Input resolution'"),
+    (
+        re.compile(r"load the model with img_size=\.\.\.(?: or dynamic_img_size=True)?"),
+        "set the sidebar's 'Input resolution'",
+    ),
     (re.compile(r"\bimg_size=(\d+)"), r"Input resolution \1"),
 ]
 

@@ -1,4 +1,4 @@
-""""Reproduce in Python": the few public ``analysis`` calls that recompute what a page shows.
+""" "Reproduce in Python": the few public ``analysis`` calls that recompute what a page shows.
 
 One generator per page kind. Each takes the page's settings and returns the source of a
 self-contained script that ends with the page's arrays under the names its ``.npz``
@@ -109,8 +109,13 @@ def _forward(source: Source, *, imports: Sequence[str] = (), record: bool = True
     lines = [*imports, "import analysis"]
     if source.float16 and record:
         lines.append("import torch")
-    lines += ["", *_load_model(source.model), _image_path(source), "image = analysis.load_image(IMAGE)",
-              "pixels = vit.preprocess(image)  # (1, 3, H, W): resized and normalised as the model expects"]
+    lines += [
+        "",
+        *_load_model(source.model),
+        _image_path(source),
+        "image = analysis.load_image(IMAGE)",
+        "pixels = vit.preprocess(image)  # (1, 3, H, W): resized and normalised as the model expects",
+    ]
     if record:
         dtype = ", dtype=torch.float16" if source.float16 else ""
         note = "  # kept in float16, as the app does for big models" if source.float16 else ""
@@ -126,44 +131,65 @@ def attention_code(source: Source, *, layer: int, head: str | int, query: str | 
     """The Attention page's map: ``attention`` ``(gh, gw)``, one head's (or the mean over
     heads) attention of ``query`` over the patches at ``layer``."""
     head_arg = "None" if head == "mean" else str(int(head))
-    return _script([
-        *_forward(source),
-        "",
-        f"# layer {layer}, {'mean over heads' if head == 'mean' else f'head {head}'}, query {query!r}",
-        f"attention = analysis.attention_map(record, {int(layer)}, head={head_arg}, query={query!r})[0].numpy()"
-        "  # (gh, gw)",
-    ])
+    return _script(
+        [
+            *_forward(source),
+            "",
+            f"# layer {layer}, {'mean over heads' if head == 'mean' else f'head {head}'}, query {query!r}",
+            f"attention = analysis.attention_map(record, {int(layer)}, head={head_arg}, query={query!r})[0].numpy()"
+            "  # (gh, gw)",
+        ]
+    )
 
 
-def rollout_code(source: Source, *, fusion: str, discard_ratio: float, start_layer: int,
-                 query: str | int | tuple[int, int], stage: int | None = None, merge: str | None = None) -> str:
+def rollout_code(
+    source: Source,
+    *,
+    fusion: str,
+    discard_ratio: float,
+    start_layer: int,
+    query: str | int | tuple[int, int],
+    stage: int | None = None,
+    merge: str | None = None,
+) -> str:
     """The Rollout page: ``after_each_layer`` ``(L - start, gh, gw)``, ``rollout`` (the last of
     them, the map shown) and ``figure6`` (the input times the upsampled rollout). A windowed
     model: ``query`` a pixel ``(y, x)`` or ``"mean"``; ``stage`` (its layers only, exact) or
     ``start_layer`` with ``merge`` (``"mean_2x2"``: across patch merging, an approximation)."""
     span = f"stage={int(stage)}" if stage is not None else f"start_layer={int(start_layer)}"
     extra = f", merge={merge!r}" if merge is not None else ""
-    return _script([
-        *_forward(source),
-        "",
-        "after_each_layer = analysis.attention_rollout_by_layer(",
-        f"    record, head_fusion={fusion!r}, discard_ratio={float(discard_ratio)!r}, "
-        f"{span}, query={query!r}{extra},",
-        ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
-        "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
-        "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
-    ])
+    return _script(
+        [
+            *_forward(source),
+            "",
+            "after_each_layer = analysis.attention_rollout_by_layer(",
+            f"    record, head_fusion={fusion!r}, discard_ratio={float(discard_ratio)!r}, "
+            f"{span}, query={query!r}{extra},",
+            ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
+            "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
+            "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
+        ]
+    )
 
 
-def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None, image_set_names: Sequence[str] = (),
-                  windowed: bool = False) -> str:
+def distance_code(
+    source: Source,
+    *,
+    unit: str,
+    image_set: Sequence[Path] | None,
+    image_set_names: Sequence[str] = (),
+    windowed: bool = False,
+) -> str:
     """The Attention distance page (first model): ``current_image`` ``(L, heads)``,
     ``uniform_reference`` and, over an image set, ``set_per_image`` ``(N, L, heads)`` and
     ``set_mean`` ``(L, heads)``, all in ``unit``. ``image_set``: the bundled samples' paths,
     or None for uploaded files (named by ``image_set_names``). ``windowed`` (Swin, SAM): the
     reference is one value per layer, ``(L,)``, and layers with fewer heads are NaN."""
-    uniform = ("analysis.uniform_attention_distance_by_layer(vit.spec).numpy() * to_unit  # (L,): each layer's window"
-               if windowed else "analysis.uniform_attention_distance(vit.spec) * to_unit")
+    uniform = (
+        "analysis.uniform_attention_distance_by_layer(vit.spec).numpy() * to_unit  # (L,): each layer's window"
+        if windowed
+        else "analysis.uniform_attention_distance(vit.spec) * to_unit"
+    )
     lines = [
         *_forward(source),
         "",
@@ -175,8 +201,12 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
     if image_set is not None:
         lines += ["", "IMAGE_SET = [  # the bundled samples", *(f"    {str(p)!r}," for p in image_set), "]"]
     elif image_set_names:
-        lines += ["", "IMAGE_SET = [  # the images you uploaded: fill in their paths on your machine",
-                  *(f"    {name!r}," for name in image_set_names), "]"]
+        lines += [
+            "",
+            "IMAGE_SET = [  # the images you uploaded: fill in their paths on your machine",
+            *(f"    {name!r}," for name in image_set_names),
+            "]",
+        ]
     if image_set is not None or image_set_names:
         lines += [
             "set_per_image = analysis.dataset_attention_distance(",
@@ -188,37 +218,56 @@ def distance_code(source: Source, *, unit: str, image_set: Sequence[Path] | None
     return _script(lines)
 
 
-def compare_code(source: Source, *, layers: Sequence[int], head: str | int, query: str | int | tuple[int, int],
-                 windowed: bool = False) -> str:
+def compare_code(
+    source: Source,
+    *,
+    layers: Sequence[int],
+    head: str | int,
+    query: str | int | tuple[int, int],
+    windowed: bool = False,
+) -> str:
     """The Compare layers page (first model): ``attention`` ``(len(layers), gh, gw)``, one head
     (or the mean) and one query at each chosen layer. ``windowed`` (Swin, SAM; ``query`` then an
     input pixel ``(y, x)`` or ``"mean"``): ``attention`` is ``{layer: (gh_l, gw_l)}``, each on its
     own stage grid, the mean over heads where a layer has fewer heads than ``head``."""
     head_arg = "None" if head == "mean" else str(int(head))
     if windowed:
-        head_of = ("None" if head == "mean"
-                   else f"({head_arg} if {head_arg} < vit.spec.geometry(layer).num_heads else None)")
-        return _script([
-            *_forward(source),
+        head_of = (
+            "None" if head == "mean" else f"({head_arg} if {head_arg} < vit.spec.geometry(layer).num_heads else None)"
+        )
+        return _script(
+            [
+                *_forward(source),
+                "",
+                f"LAYERS = {[int(x) for x in layers]!r}",
+                "attention = {  # a windowed model: each layer on its own stage grid, 0 outside the query's window",
+                f"    layer: analysis.attention_map(record, layer, head={head_of}, query={query!r})[0].numpy()",
+                "    for layer in LAYERS",
+                "}",
+            ]
+        )
+    return _script(
+        [
+            *_forward(source, imports=["import numpy as np"]),
             "",
             f"LAYERS = {[int(x) for x in layers]!r}",
-            "attention = {  # a windowed model: each layer on its own stage grid, 0 outside the query's window",
-            f"    layer: analysis.attention_map(record, layer, head={head_of}, query={query!r})[0].numpy()",
-            "    for layer in LAYERS",
-            "}",
-        ])
-    return _script([
-        *_forward(source, imports=["import numpy as np"]),
-        "",
-        f"LAYERS = {[int(x) for x in layers]!r}",
-        "attention = np.stack([",
-        f"    analysis.attention_map(record, layer, head={head_arg}, query={query!r})[0].numpy() for layer in LAYERS",
-        "])  # (len(LAYERS), gh, gw)",
-    ])
+            "attention = np.stack([",
+            f"    analysis.attention_map(record, layer, head={head_arg}, query={query!r})[0].numpy() for layer in LAYERS",
+            "])  # (len(LAYERS), gh, gw)",
+        ]
+    )
 
 
-def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, query: str | int,
-                other: ImageRef | None = None, windowed: bool = False) -> str:
+def tokens_code(
+    source: Source,
+    *,
+    kind: str,
+    layer: int,
+    foreground: bool,
+    query: str | int,
+    other: ImageRef | None = None,
+    windowed: bool = False,
+) -> str:
     """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
     query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
     and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
@@ -244,8 +293,9 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
         ]
     lines += [
         "",
-        "outputs = features" if kind == "token" else "outputs = analysis.capture_tokens(vit, pixels, kind='token')"
-        "  # TokenRecord of the block outputs",
+        "outputs = features"
+        if kind == "token"
+        else "outputs = analysis.capture_tokens(vit, pixels, kind='token')  # TokenRecord of the block outputs",
         "norms = analysis.token_norms(outputs)  # (L, 1, T): block-output norms",
         "found = analysis.high_norm_tokens(norms, vit.spec.num_prefix_tokens)",
         "norms = norms[:, 0].numpy()  # (L, T)",
@@ -259,8 +309,9 @@ def tokens_code(source: Source, *, kind: str, layer: int, foreground: bool, quer
     return _script(lines)
 
 
-def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query: str | int,
-                          other: ImageRef | None) -> str:
+def _windowed_tokens_code(
+    source: Source, *, layer: int, foreground: bool, query: str | int, other: ImageRef | None
+) -> str:
     lines = [
         *_forward(source),
         "",
@@ -293,8 +344,14 @@ def _windowed_tokens_code(source: Source, *, layer: int, foreground: bool, query
     return _script(lines)
 
 
-def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[int | None],
-                 class_specific: Sequence[str], options: dict[str, tuple] | None = None) -> str:
+def explain_code(
+    source: Source,
+    *,
+    methods: Sequence[str],
+    targets: Sequence[int | None],
+    class_specific: Sequence[str],
+    options: dict[str, tuple] | None = None,
+) -> str:
     """The "Why this class?" page: ``explanations``, a dict of ``(gh, gw)`` maps keyed like the
     page's download (``<method>_class<c>`` for class-specific methods, else ``<method>``)."""
     options = options or {}
@@ -312,8 +369,16 @@ def explain_code(source: Source, *, methods: Sequence[str], targets: Sequence[in
     return _script(lines)
 
 
-def robustness_code(source: Source, *, perturbation: str, clean_level: float, level: float, selection: str,
-                    seed: int, windowed: bool = False) -> str:
+def robustness_code(
+    source: Source,
+    *,
+    perturbation: str,
+    clean_level: float,
+    level: float,
+    selection: str,
+    seed: int,
+    windowed: bool = False,
+) -> str:
     """The Robustness page's one-image probe of the ViT (the comparison CNN is left out):
     ``vit_clean_*`` and ``vit_perturbed_*`` rollouts ``(gh, gw)`` (NaN: a dropped token) and
     probabilities ``(classes,)``, and ``dropped_patches`` for drops."""
@@ -323,9 +388,12 @@ def robustness_code(source: Source, *, perturbation: str, clean_level: float, le
         f"PERTURBATION, SELECTION, SEED = {perturbation!r}, {selection!r}, {int(seed)}",
     ]
     if selection != "random":
-        lines.append("saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()"
-                     "  # the first stage's rollout (patch grid) ranks the patches" if windowed else
-                     "saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches")
+        lines.append(
+            "saliency = analysis.attention_rollout(record, stage=0, query='mean')[0].numpy()"
+            "  # the first stage's rollout (patch grid) ranks the patches"
+            if windowed
+            else "saliency = analysis.attention_rollout(record)[0].numpy()  # the clean rollout ranks the patches"
+        )
     saliency = ", saliency=saliency" if selection != "random" else ""
     lines += [
         f"clean = probe(vit, pixels, PERTURBATION, {clean_level!r}, seed=SEED, selection=SELECTION{saliency})",
@@ -343,12 +411,18 @@ def robustness_code(source: Source, *, perturbation: str, clean_level: float, le
 def position_code(model: ModelRef, *, kind: str, resampled_grid: tuple[int, int] | None) -> str:
     """The Position embeddings page: ``similarity`` ``(gh, gw, gh, gw)`` and, when resampled,
     ``resampled_similarity`` on ``resampled_grid``."""
-    lines = ["import analysis", "", *_load_model(model),
-             f"similarity = analysis.position_embedding_similarity(vit, kind={kind!r}).numpy()  # (gh, gw, gh, gw)"]
+    lines = [
+        "import analysis",
+        "",
+        *_load_model(model),
+        f"similarity = analysis.position_embedding_similarity(vit, kind={kind!r}).numpy()  # (gh, gw, gh, gw)",
+    ]
     if resampled_grid is not None:
         h, w = (int(v) for v in resampled_grid)
-        lines.append(f"resampled_similarity = analysis.position_embedding_similarity(vit, grid_size=({h}, {w}), "
-                     f"kind={kind!r}).numpy()  # ({h}, {w}, {h}, {w})")
+        lines.append(
+            f"resampled_similarity = analysis.position_embedding_similarity(vit, grid_size=({h}, {w}), "
+            f"kind={kind!r}).numpy()  # ({h}, {w}, {h}, {w})"
+        )
     return _script(lines)
 
 
@@ -367,39 +441,73 @@ def filters_code(model: ModelRef, *, mode: str, n: int) -> str:
     return _script(lines)
 
 
-def circuits_code(source: Source, *, target: int, method: str, reference: Sequence[Path], corruption: str,
-                  level: float, corrupted_path: Path | None, point: str) -> str:
+def circuits_code(
+    source: Source,
+    *,
+    target: int,
+    method: str,
+    reference: Sequence[Path],
+    corruption: str,
+    level: float,
+    corrupted_path: Path | None,
+    point: str,
+) -> str:
     """The Circuits page: ``heads`` ``(L, heads, T)`` (direct logit attribution per head and
     token), ``delta_logit`` ``(L, heads)`` (head ablation) and ``effect`` (activation patching,
     ``(L, T)`` or ``(L, heads)``). ``reference``: the mean-ablation images (all samples) or the
     resampled one; ``corrupted_path``: the other image of the "another image" corruption."""
-    lines = [*_forward(source, imports=["import torch", "from analysis.circuits import activation_patching, "
-                                        "direct_logit_attribution, head_ablation",
-                                        "from analysis.image_ops import gaussian_blur, gaussian_noise"], record=False),
-             f"TARGET = {int(target)}  # the class whose logit is measured", "",
-             "dla = direct_logit_attribution(vit, pixels, target=TARGET)",
-             "heads = dla.heads[0].numpy()  # (L, heads, T): each head's direct contribution, per token", ""]
+    lines = [
+        *_forward(
+            source,
+            imports=[
+                "import torch",
+                "from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation",
+                "from analysis.image_ops import gaussian_blur, gaussian_noise",
+            ],
+            record=False,
+        ),
+        f"TARGET = {int(target)}  # the class whose logit is measured",
+        "",
+        "dla = direct_logit_attribution(vit, pixels, target=TARGET)",
+        "heads = dla.heads[0].numpy()  # (L, heads, T): each head's direct contribution, per token",
+        "",
+    ]
     if method == "zero":
         lines.append("reference = None")
     else:
         paths = ", ".join(repr(str(path)) for path in reference)
         lines.append(f"reference = torch.cat([vit.preprocess(analysis.load_image(p)) for p in [{paths}]])")
-    lines += [f"ablation = head_ablation(vit, pixels, target=TARGET, method={method!r}, reference=reference)",
-              "delta_logit = ablation.delta_logit[0].numpy()  # (L, heads): change of the target logit", ""]
+    lines += [
+        f"ablation = head_ablation(vit, pixels, target=TARGET, method={method!r}, reference=reference)",
+        "delta_logit = ablation.delta_logit[0].numpy()  # (L, heads): change of the target logit",
+        "",
+    ]
     if corruption == "noise":
         lines.append(f"corrupted = gaussian_noise(pixels, {float(level)!r}, seed=0)")
     elif corruption == "blur":
         lines.append(f"corrupted = gaussian_blur(pixels, {float(level)!r})")
     else:
         lines.append(f"corrupted = vit.preprocess(analysis.load_image({str(corrupted_path)!r}))")
-    lines += [f"patching = activation_patching(vit, pixels, corrupted, point={point!r}, target=TARGET)",
-              "effect = patching.effect.numpy()  # restored share of the clean answer per layer and token / head"]
+    lines += [
+        f"patching = activation_patching(vit, pixels, corrupted, point={point!r}, target=TARGET)",
+        "effect = patching.effect.numpy()  # restored share of the clean answer per layer and token / head",
+    ]
     return _script(lines)
 
 
-def mae_code(model: str, image: ImageRef, *, ratio: float, seed: int, flipped: Sequence[int], layer: int,
-             head: str | int, query: int | None, image_set: Sequence[Path] | None = None,
-             set_ratios: Sequence[float] = ()) -> str:
+def mae_code(
+    model: str,
+    image: ImageRef,
+    *,
+    ratio: float,
+    seed: int,
+    flipped: Sequence[int],
+    layer: int,
+    head: str | int,
+    query: int | None,
+    image_set: Sequence[Path] | None = None,
+    set_ratios: Sequence[float] = (),
+) -> str:
     """The Masked-autoencoder page: the Figure 2 pictures ``original``, ``masked``,
     ``reconstruction``, ``composite`` ``(H, W, 3)`` in image units, the ``mask`` and the
     ``drawn_mask`` ``(gh, gw)`` (True = hidden), the ``loss``, ``patch_loss_hidden`` ``(gh, gw)``
@@ -440,7 +548,9 @@ def mae_code(model: str, image: ImageRef, *, ratio: float, seed: int, flipped: S
     if image_set is not None:
         lines += [
             "",
-            "IMAGE_SET = [  # the bundled samples", *(f"    {str(p)!r}," for p in image_set), "]",
+            "IMAGE_SET = [  # the bundled samples",
+            *(f"    {str(p)!r}," for p in image_set),
+            "]",
             f"SET_RATIOS = {tuple(float(r) for r in set_ratios)!r}",
             "losses = dataset_mae_loss(mae, IMAGE_SET, SET_RATIOS, seed=SEED).numpy()  # (n, ratios): image i "
             "masked from SEED + i",
@@ -448,55 +558,72 @@ def mae_code(model: str, image: ImageRef, *, ratio: float, seed: int, flipped: S
     return _script(lines)
 
 
-def text_prompts_code(clip_source: str, image: ImageRef, *, prompts: Sequence[str], mapped: Sequence[str],
-                      methods: Sequence[str], focus: str, layer: int, head: int, curve_method: str,
-                      steps: int = 16) -> str:
+def text_prompts_code(
+    clip_source: str,
+    image: ImageRef,
+    *,
+    prompts: Sequence[str],
+    mapped: Sequence[str],
+    methods: Sequence[str],
+    focus: str,
+    layer: int,
+    head: int,
+    curve_method: str,
+    steps: int = 16,
+) -> str:
     """The Text prompts page, under its downloads' names: ``logits`` and ``probabilities`` ``(P,)``
     (zero-shot), ``maps`` ``(len(MAPPED), len(METHODS), gh, gw)`` and ``scaled`` (each by its peak,
     negatives 0), the decomposition of ``FOCUS``'s score (``heads`` ``(L, heads)``, ``head_map``,
     ``score``) and its deletion / insertion curves of ``curve_method``'s map."""
     path = sample_path(image)
-    image_line = (f"IMAGE = {str(path)!r}  # the bundled sample shown in the app" if path is not None
-                  else f"IMAGE = {image.name!r}  # the image you uploaded: fill in its path on your machine")
-    return _script([
-        "import numpy as np",
-        "import analysis",
-        "from analysis.faithfulness import perturbation_curve",
-        "from analysis.text import explain_text, score_value, text_decomposition, zero_shot",
-        "",
-        f"clip = analysis.load_clip({clip_source!r})",
-        image_line,
-        "pixels = clip.preprocess(analysis.load_image(IMAGE))  # (1, 3, H, W): the image tower's own preprocessing",
-        "",
-        f"PROMPTS = {list(prompts)!r}",
-        "result = zero_shot(clip, pixels, PROMPTS)",
-        "logits = result.logits[0].numpy()  # (P,) the model's score s = exp(t)·cos(u, v) + b of each prompt",
-        "probabilities = result.probabilities[0].numpy()  # result.rule: softmax over the prompts (CLIP) or sigmoid (SigLIP)",
-        "",
-        f"MAPPED, METHODS = {list(mapped)!r}, {list(methods)!r}",
-        "maps = np.stack([np.stack([explain_text(clip, pixels, p, method=m).maps[0].numpy() for m in METHODS])",
-        "                 for p in MAPPED])  # (prompts, methods, gh, gw)",
-        "scaled = analysis.scale_by_peak(maps, negative='zero')  # as drawn: each map / its max |value|, negatives 0",
-        "",
-        f"FOCUS = {focus!r}",
-        "decomposition = text_decomposition(clip, pixels, FOCUS)",
-        "heads = decomposition.heads()[0].numpy()  # (L, heads): each head's direct contribution to the score",
-        f"head_map = decomposition.head_maps()[0, {int(layer)}, {int(head)}].numpy()  # (gh, gw): layer {int(layer)}, "
-        f"head {int(head)}",
-        "score = float(decomposition.score[0])  # = decomposition.total(): heads + decomposition.remainder()",
-        "",
-        f"saliency = explain_text(clip, pixels, FOCUS, method={curve_method!r}).maps[0]",
-        "value = score_value(clip, clip.encode_text(FOCUS).embeddings)  # perturbed images -> their score s",
-        f"fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode='deletion', steps={int(steps)}, "
-        "value=value)",
-        f"_, insertion = perturbation_curve(clip.image, pixels, saliency, 0, mode='insertion', steps={int(steps)}, "
-        "value=value)",
-    ])
+    image_line = (
+        f"IMAGE = {str(path)!r}  # the bundled sample shown in the app"
+        if path is not None
+        else f"IMAGE = {image.name!r}  # the image you uploaded: fill in its path on your machine"
+    )
+    return _script(
+        [
+            "import numpy as np",
+            "import analysis",
+            "from analysis.faithfulness import perturbation_curve",
+            "from analysis.text import explain_text, score_value, text_decomposition, zero_shot",
+            "",
+            f"clip = analysis.load_clip({clip_source!r})",
+            image_line,
+            "pixels = clip.preprocess(analysis.load_image(IMAGE))  # (1, 3, H, W): the image tower's own preprocessing",
+            "",
+            f"PROMPTS = {list(prompts)!r}",
+            "result = zero_shot(clip, pixels, PROMPTS)",
+            "logits = result.logits[0].numpy()  # (P,) the model's score s = exp(t)·cos(u, v) + b of each prompt",
+            "probabilities = result.probabilities[0].numpy()  # result.rule: softmax over the prompts (CLIP) or sigmoid (SigLIP)",
+            "",
+            f"MAPPED, METHODS = {list(mapped)!r}, {list(methods)!r}",
+            "maps = np.stack([np.stack([explain_text(clip, pixels, p, method=m).maps[0].numpy() for m in METHODS])",
+            "                 for p in MAPPED])  # (prompts, methods, gh, gw)",
+            "scaled = analysis.scale_by_peak(maps, negative='zero')  # as drawn: each map / its max |value|, negatives 0",
+            "",
+            f"FOCUS = {focus!r}",
+            "decomposition = text_decomposition(clip, pixels, FOCUS)",
+            "heads = decomposition.heads()[0].numpy()  # (L, heads): each head's direct contribution to the score",
+            f"head_map = decomposition.head_maps()[0, {int(layer)}, {int(head)}].numpy()  # (gh, gw): layer {int(layer)}, "
+            f"head {int(head)}",
+            "score = float(decomposition.score[0])  # = decomposition.total(): heads + decomposition.remainder()",
+            "",
+            f"saliency = explain_text(clip, pixels, FOCUS, method={curve_method!r}).maps[0]",
+            "value = score_value(clip, clip.encode_text(FOCUS).embeddings)  # perturbed images -> their score s",
+            f"fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode='deletion', steps={int(steps)}, "
+            "value=value)",
+            f"_, insertion = perturbation_curve(clip.image, pixels, saliency, 0, mode='insertion', steps={int(steps)}, "
+            "value=value)",
+        ]
+    )
 
 
 def show_code(code: str) -> None:
     """An expander with the script (Streamlit's code block has a copy button)."""
     with st.expander("Reproduce in Python", icon=":material/code:"):
-        st.caption("The public `analysis` calls that recompute this view's data "
-                   "(the arrays carry the names of the page's .npz download).")
+        st.caption(
+            "The public `analysis` calls that recompute this view's data "
+            "(the arrays carry the names of the page's .npz download)."
+        )
         st.code(code, language="python")

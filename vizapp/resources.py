@@ -81,7 +81,6 @@ class Forward:
     probabilities: np.ndarray
     notes: tuple[str, ...] = ()  # e.g. "out of GPU memory: ran on the CPU", shown to the user
 
-
     @property
     def nbytes(self) -> int:
         """Memory held: the attention record (maps, pooling maps, logits) and the input image."""
@@ -113,6 +112,7 @@ def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
     Kept once per process in :func:`record_store` and returned as the same object to every
     caller: treat it as read-only. A rerun reads slices of it; nothing is copied or unpickled.
     """
+
     def run() -> Forward:
         with st.spinner("Running the model…", show_time=True):
             return _capture_forward(ref, _image_bytes)
@@ -182,14 +182,17 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
-def rollout_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, head_fusion: str, discard_ratio: float,
-                      start_layer: int) -> tuple[bytes, dict]:
+def rollout_view_blob(
+    ref: ModelRef, digest: str, _image_bytes: bytes, head_fusion: str, discard_ratio: float, start_layer: int
+) -> tuple[bytes, dict]:
     """Every query's rollout after each layer ``start_layer..L-1`` (a ViT), quantised for the
     browser view (:func:`analysis.attention_view.rollout_view_rows`, as one served file)."""
     from analysis.attention_view import rollout_view_rows, view_blob
 
     record = forward(ref, digest, _image_bytes).record
-    ends, rows = rollout_view_rows(record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer)
+    ends, rows = rollout_view_rows(
+        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer
+    )
     return view_blob(record, ends, rows)
 
 
@@ -209,7 +212,9 @@ def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: 
     from analysis.attention_view import similarity_view_rows, view_blob
 
     record = forward(ref, digest, _image_bytes).record
-    return view_blob(record, [layer], similarity_view_rows(layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec))
+    return view_blob(
+        record, [layer], similarity_view_rows(layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec)
+    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
@@ -363,8 +368,6 @@ def patch_filters(ref: ModelRef) -> np.ndarray:
     return analysis.patch_embedding_filters(get_model(ref)).numpy()
 
 
-
-
 # --------------------------------------------------------------------------- explanations
 
 
@@ -438,13 +441,15 @@ def token_layout(spec: analysis.ViTSpec, layer: int) -> analysis.ViTSpec | Layer
 
 
 @st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
-def token_pca(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
-              ) -> tuple[np.ndarray, np.ndarray]:
+def token_pca(
+    ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer (a
     windowed model: on that layer's stage grid)."""
     spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
-    rgb, fitted = analysis.feature_pca(layer_tokens(ref, digest, _image_bytes, kind, layer), token_layout(spec, layer),
-                                       foreground=foreground)
+    rgb, fitted = analysis.feature_pca(
+        layer_tokens(ref, digest, _image_bytes, kind, layer), token_layout(spec, layer), foreground=foreground
+    )
     return rgb[0].numpy(), fitted[0].numpy()
 
 
@@ -483,10 +488,15 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     features = tokens(ref, digest, _image_bytes, "token")
     if isinstance(features, WindowedTokens):
         found = stage_high_norm_tokens(features)
-        return TokenNorms(norms=tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens),
-                          thresholds=found.thresholds.numpy(), mask=tuple(m[0].numpy() for m in found.mask),
-                          fraction=found.fraction.numpy(), first_layer=found.first_layer,
-                          prefix_mass=None, outlier_mass=None)
+        return TokenNorms(
+            norms=tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens),
+            thresholds=found.thresholds.numpy(),
+            mask=tuple(m[0].numpy() for m in found.mask),
+            fraction=found.fraction.numpy(),
+            first_layer=found.first_layer,
+            prefix_mass=None,
+            outlier_mass=None,
+        )
     record = forward(ref, digest, _image_bytes).record
     spec = record.spec
     prefix = spec.num_prefix_tokens
@@ -495,16 +505,25 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
     outlier_mass = None
     if found.mask.any():
-        outlier_mass = np.stack([
-            analysis.attention_mass(
-                record.select_layers([layer]),
-                torch.cat([torch.zeros(1, prefix, dtype=torch.bool), found.mask[layer]], dim=1),
-            )[0, 0].numpy()
-            for layer in range(spec.num_layers)
-        ])
-    return TokenNorms(norms=norms[:, 0].numpy(), thresholds=found.thresholds.numpy(), mask=found.mask[:, 0].numpy(),
-                      fraction=found.fraction.numpy(), first_layer=found.first_layer,
-                      prefix_mass=prefix_mass, outlier_mass=outlier_mass, prefix=prefix)
+        outlier_mass = np.stack(
+            [
+                analysis.attention_mass(
+                    record.select_layers([layer]),
+                    torch.cat([torch.zeros(1, prefix, dtype=torch.bool), found.mask[layer]], dim=1),
+                )[0, 0].numpy()
+                for layer in range(spec.num_layers)
+            ]
+        )
+    return TokenNorms(
+        norms=norms[:, 0].numpy(),
+        thresholds=found.thresholds.numpy(),
+        mask=found.mask[:, 0].numpy(),
+        fraction=found.fraction.numpy(),
+        first_layer=found.first_layer,
+        prefix_mass=prefix_mass,
+        outlier_mass=outlier_mass,
+        prefix=prefix,
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
@@ -555,10 +574,19 @@ class ProbeView:
     saliency_name: str = ""
 
 
-def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, selection: str, seed: int,
-                clean_saliency: np.ndarray | None, target: int | None = None) -> ProbeView:
-    result = probe(model, pixels, perturbation, level, seed=seed, selection=selection, saliency=clean_saliency,
-                   target=target)
+def _probe_view(
+    model,
+    pixels: torch.Tensor,
+    perturbation: str,
+    level: float,
+    selection: str,
+    seed: int,
+    clean_saliency: np.ndarray | None,
+    target: int | None = None,
+) -> ProbeView:
+    result = probe(
+        model, pixels, perturbation, level, seed=seed, selection=selection, saliency=clean_saliency, target=target
+    )
     shown = result.pixels
     if perturbation == "token_drop":
         shown = drop_pixels(result.pixels, model.spec, result.dropped)
@@ -572,8 +600,9 @@ def _probe_view(model, pixels: torch.Tensor, perturbation: str, level: float, se
 
 
 @st.cache_data(show_spinner="Perturbing the input and running the ViT…", max_entries=MAX_RESULTS)
-def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str,
-              seed: int) -> ProbeView:
+def vit_probe(
+    ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str, seed: int
+) -> ProbeView:
     """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout
     (a windowed model: the rollout of its first stage for the mean cell, exact and on the stem's
     patch grid, the grid the drops use)."""
@@ -587,8 +616,16 @@ def vit_probe(ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str
 
 
 @st.cache_data(show_spinner="Perturbing the input and running the CNN…", max_entries=MAX_RESULTS)
-def cnn_probe(source: str, pretrained: bool, digest: str, _image_bytes: bytes, perturbation: str, level: float,
-              selection: str, seed: int) -> ProbeView:
+def cnn_probe(
+    source: str,
+    pretrained: bool,
+    digest: str,
+    _image_bytes: bytes,
+    perturbation: str,
+    level: float,
+    selection: str,
+    seed: int,
+) -> ProbeView:
     """The comparison CNN under one perturbation (token drop becomes pixel drop: a CNN has no
     tokens). Grad-CAM explains the clean prediction before and after; salient drops rank the
     CNN's drop grid by its clean Grad-CAM, bilinearly resized to that grid."""
@@ -605,8 +642,12 @@ def cnn_probe(source: str, pretrained: bool, digest: str, _image_bytes: bytes, p
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
 def robustness_chunk(
-    model_key: tuple, digests: tuple[str, ...], _images: tuple[bytes, ...], perturbation: str,
-    levels: tuple[float, ...], seed: int,
+    model_key: tuple,
+    digests: tuple[str, ...],
+    _images: tuple[bytes, ...],
+    perturbation: str,
+    levels: tuple[float, ...],
+    seed: int,
 ) -> tuple[np.ndarray, np.ndarray, int, tuple[tuple[int, str], ...]]:
     """Agreement with the clean prediction, summed over one piece of an image set, per level
     (``analysis.robustness.robustness_curve``; image ``i`` of the piece uses seed ``seed + i``).
@@ -664,8 +705,9 @@ class AttackView:
 
 
 @st.cache_data(show_spinner="Attacking the image…", max_entries=MAX_RESULTS)
-def attack_view(model_key: tuple, digest: str, _image_bytes: bytes, attack_name: str, epsilon: float, steps: int,
-                seed: int) -> AttackView:
+def attack_view(
+    model_key: tuple, digest: str, _image_bytes: bytes, attack_name: str, epsilon: float, steps: int, seed: int
+) -> AttackView:
     """FGSM or PGD of ε (0–255 units) on this image, untargeted, against the model's clean prediction."""
     from analysis.robustness import attack
 
@@ -681,14 +723,24 @@ def attack_view(model_key: tuple, digest: str, _image_bytes: bytes, attack_name:
         adversarial_logits = model.model(adversarial.to(model.device)).float()
     clean_unit = (pixels * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
     unit = (adversarial.to(model.device) * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
-    return AttackView(clean_logits.softmax(-1)[0].cpu().numpy(), adversarial_logits.softmax(-1)[0].cpu().numpy(),
-                      np.round(unit * 255).astype(np.uint8), (unit - clean_unit) * 255.0)
+    return AttackView(
+        clean_logits.softmax(-1)[0].cpu().numpy(),
+        adversarial_logits.softmax(-1)[0].cpu().numpy(),
+        np.round(unit * 255).astype(np.uint8),
+        (unit - clean_unit) * 255.0,
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def attack_chunk(model_key: tuple, digests: tuple[str, ...], _images: tuple[bytes, ...], attack_name: str,
-                 epsilons: tuple[float, ...], steps: int, seed: int
-                 ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+def attack_chunk(
+    model_key: tuple,
+    digests: tuple[str, ...],
+    _images: tuple[bytes, ...],
+    attack_name: str,
+    epsilons: tuple[float, ...],
+    steps: int,
+    seed: int,
+) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
     """``analysis.robustness.attack_curve`` on one piece of an image set, each image scored against the
     model's own clean prediction: the summed agreement ``(epsilons,)``, the images used, the skipped."""
     from analysis.robustness import attack_curve
@@ -698,15 +750,28 @@ def attack_chunk(model_key: tuple, digests: tuple[str, ...], _images: tuple[byte
     if not images:
         return np.zeros(len(epsilons)), 0, tuple(skipped)
     pictures = [image for _, image in images]
-    curve = attack_curve({"model": model}, pictures, _top1(model, pictures), epsilons=epsilons,
-                         attack_name=attack_name, steps=steps, seed=seed)
+    curve = attack_curve(
+        {"model": model},
+        pictures,
+        _top1(model, pictures),
+        epsilons=epsilons,
+        attack_name=attack_name,
+        steps=steps,
+        seed=seed,
+    )
     return curve.accuracy["model"] * len(pictures), len(pictures), tuple(skipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def transfer_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...],
-                   attack_name: str, epsilon: float, steps: int, seed: int
-                   ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+def transfer_chunk(
+    model_keys: tuple[tuple, ...],
+    digests: tuple[str, ...],
+    _images: tuple[bytes, ...],
+    attack_name: str,
+    epsilon: float,
+    steps: int,
+    seed: int,
+) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
     """``analysis.robustness.transfer_matrix`` on the images of one piece where every model predicts the
     same clean class (that class is the label): the summed ``(models, models)`` accuracy, the images used,
     the skipped (unreadable, or the models disagree on the clean image)."""
@@ -724,14 +789,16 @@ def transfer_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _ima
             skipped.append((index, "the models disagree on the clean image (left out of the transfer)"))
     if not agreed:
         return np.zeros((len(models), len(models))), 0, tuple(skipped)
-    _, matrix = transfer_matrix(models, agreed, labels, epsilon=epsilon, attack_name=attack_name, steps=steps,
-                                seed=seed)
+    _, matrix = transfer_matrix(
+        models, agreed, labels, epsilon=epsilon, attack_name=attack_name, steps=steps, seed=seed
+    )
     return matrix * len(agreed), len(agreed), tuple(skipped)
 
 
 @st.cache_data(show_spinner="Corrupting the image…", max_entries=MAX_RESULTS)
-def corruption_view(model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def corruption_view(
+    model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(corrupted image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
     (``analysis.robustness.corrupt_image`` with seed 0)."""
     from analysis.robustness import corrupt_image
@@ -744,9 +811,14 @@ def corruption_view(model_key: tuple, digest: str, _image_bytes: bytes, corrupti
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def corruption_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...],
-                     corruptions: tuple[str, ...], severities: tuple[int, ...], seed: int
-                     ) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+def corruption_chunk(
+    model_keys: tuple[tuple, ...],
+    digests: tuple[str, ...],
+    _images: tuple[bytes, ...],
+    corruptions: tuple[str, ...],
+    severities: tuple[int, ...],
+    seed: int,
+) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
     """``analysis.robustness.corruption_curve`` on one piece, each model scored against its own clean
     prediction (image ``i`` of the piece: seed ``seed + i``): the summed agreement ``(models, corruptions,
     severities)``, the images used, the skipped."""
@@ -756,8 +828,14 @@ def corruption_chunk(model_keys: tuple[tuple, ...], digests: tuple[str, ...], _i
     images, skipped = _decoded(_images)
     if not images:
         return np.zeros((len(models), len(corruptions), len(severities))), 0, tuple(skipped)
-    curve = corruption_curve(models, [image for _, image in images], None, corruptions=corruptions,
-                             severities=severities, image_seeds=[seed + index for index, _ in images])
+    curve = corruption_curve(
+        models,
+        [image for _, image in images],
+        None,
+        corruptions=corruptions,
+        severities=severities,
+        image_seeds=[seed + index for index, _ in images],
+    )
     return np.stack([curve.accuracy[name] for name in models]) * len(images), len(images), tuple(skipped)
 
 
@@ -786,8 +864,9 @@ def mae_pass(source: str, digest: str, _image_bytes: bytes, hidden: tuple[bool, 
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def mae_loss_chunk(source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], ratios: tuple[float, ...],
-                   seed: int, start: int) -> tuple[np.ndarray, tuple[tuple[int, str], ...]]:
+def mae_loss_chunk(
+    source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], ratios: tuple[float, ...], seed: int, start: int
+) -> tuple[np.ndarray, tuple[tuple[int, str], ...]]:
     """``(n, R)`` float64 reconstruction loss of each readable image of one piece of a set at each
     ratio (:func:`analysis.mae.dataset_mae_loss`; image ``i`` of the piece is item ``start + i`` of
     the set and masked from seed ``seed + start + i``, as ``python -m analysis mae`` does), and
@@ -796,8 +875,16 @@ def mae_loss_chunk(source: str, digests: tuple[str, ...], _images: tuple[bytes, 
     from analysis.streaming import SkippedImage
 
     skipped: list[SkippedImage] = []
-    losses = dataset_mae_loss(get_mae(source), list(_images), ratios, seed=seed, batch_size=SET_CHUNK, workers=1,
-                              index_of=lambda j: start + j, skipped=skipped)
+    losses = dataset_mae_loss(
+        get_mae(source),
+        list(_images),
+        ratios,
+        seed=seed,
+        batch_size=SET_CHUNK,
+        workers=1,
+        index_of=lambda j: start + j,
+        skipped=skipped,
+    )
     return losses.numpy(), tuple((item.index, item.reason) for item in skipped)
 
 
@@ -859,15 +946,18 @@ def text_decomposition(source: str, digest: str, _image_bytes: bytes, prompt: st
 
     result = decompose(get_clip(source), clip_pixels(source, _image_bytes), prompt)
     return {
-        "heads": result.heads()[0].numpy(), "head_maps": result.head_maps()[0].numpy(),
+        "heads": result.heads()[0].numpy(),
+        "head_maps": result.head_maps()[0].numpy(),
         "remainder": {name: float(value[0]) for name, value in result.remainder().items()},
-        "score": float(result.score[0]), "total": float(result.total()[0]),
+        "score": float(result.score[0]),
+        "total": float(result.total()[0]),
     }
 
 
 @st.cache_data(show_spinner="Deleting and inserting patches…", max_entries=MAX_RESULTS)
-def text_curves(source: str, digest: str, _image_bytes: bytes, prompt: str, method: str, steps: int = 16
-                ) -> dict[str, np.ndarray]:
+def text_curves(
+    source: str, digest: str, _image_bytes: bytes, prompt: str, method: str, steps: int = 16
+) -> dict[str, np.ndarray]:
     """Deletion and insertion curves of the image–text score for ``method``'s map of ``prompt``
     (:func:`analysis.faithfulness.perturbation_curve` with :func:`analysis.text.score_value`; the mean
     colour stands in for removed patches): ``{"fractions", "deletion", "insertion"}``, ``(steps + 1,)`` each."""
@@ -898,13 +988,15 @@ def stored_head_texts(source: str, digests: tuple[str, ...], texts_per_head: int
     return _head_text_results().peek((source, digests, texts_per_head))
 
 
-def compute_head_texts(source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], texts_per_head: int,
-                       progress=None):
+def compute_head_texts(
+    source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], texts_per_head: int, progress=None
+):
     """:func:`analysis.text.head_texts` of every head over the readable images (the bundled
     vocabulary), kept for later runs: ``(HeadTexts, ((index, reason), ...) skipped)``.
     ``progress(done, total)``: after each batch of images (of the session that computes them)."""
-    return _head_text_results().get((source, digests, texts_per_head),
-                                    lambda: _head_texts(source, _images, texts_per_head, progress))
+    return _head_text_results().get(
+        (source, digests, texts_per_head), lambda: _head_texts(source, _images, texts_per_head, progress)
+    )
 
 
 def _head_texts(source: str, _images: tuple[bytes, ...], texts_per_head: int, progress):
@@ -917,7 +1009,10 @@ def _head_texts(source: str, _images: tuple[bytes, ...], texts_per_head: int, pr
         except analysis.ImageLoadError as exc:
             skipped.append((index, str(exc)))
     if len(images) < 2:
-        raise analysis.AnalysisError(f"Head descriptions need at least 2 readable images (a variance over images); "
-                                     f"{len(images)} could be read.")
-    result = head_texts(get_clip(source), images, texts_per_head=texts_per_head, batch_size=SET_CHUNK, progress=progress)
+        raise analysis.AnalysisError(
+            f"Head descriptions need at least 2 readable images (a variance over images); {len(images)} could be read."
+        )
+    result = head_texts(
+        get_clip(source), images, texts_per_head=texts_per_head, batch_size=SET_CHUNK, progress=progress
+    )
     return result, tuple(skipped)

@@ -45,13 +45,21 @@ def _perturbation_picture(perturbation: np.ndarray, epsilon: float) -> np.ndarra
     return np.round(np.clip(perturbation / scale, -1, 1) * 127.5 + 127.5).astype(np.uint8)
 
 
-def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images: Sequence[ImageRef],
-                   problems: list[str], class_names, seed: int) -> None:
+def attack_section(
+    models: Sequence[tuple[str, tuple]],
+    image: ImageRef,
+    images: Sequence[ImageRef],
+    problems: list[str],
+    class_names,
+    seed: int,
+) -> None:
     st.subheader("Adversarial attacks")
-    st.caption("Sample-specific L∞ attacks with ε in the 0–255 pixel units of the image (ε = 4 is the papers' "
-               "4/255), each model attacked through its own gradient and normalisation, untargeted against its "
-               "clean prediction (Goodfellow et al. 2015; Madry et al. 2018; the project's own PGD, "
-               "`analysis.robustness.pgd`).")
+    st.caption(
+        "Sample-specific L∞ attacks with ε in the 0–255 pixel units of the image (ε = 4 is the papers' "
+        "4/255), each model attacked through its own gradient and normalisation, untargeted against its "
+        "clean prediction (Goodfellow et al. 2015; Madry et al. 2018; the project's own PGD, "
+        "`analysis.robustness.pgd`)."
+    )
     left, middle, right = st.columns(3)
     with left:
         st.session_state.setdefault("rob_attack", "pgd")
@@ -59,50 +67,81 @@ def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images:
         assert name is not None  # a radio with options and a default always has a value
     with middle:
         st.session_state.setdefault("rob_epsilon", 4.0)
-        epsilon = st.number_input("ε (0–255 pixel units)", min_value=0.0, max_value=64.0, step=1.0, key="rob_epsilon",
-                                  help="The largest change of any pixel channel; 0 leaves every prediction unchanged.")
+        epsilon = st.number_input(
+            "ε (0–255 pixel units)",
+            min_value=0.0,
+            max_value=64.0,
+            step=1.0,
+            key="rob_epsilon",
+            help="The largest change of any pixel channel; 0 leaves every prediction unchanged.",
+        )
     with right:
         st.session_state.setdefault("rob_steps", 10)
-        steps = int(st.number_input("PGD steps", min_value=1, max_value=100, step=1, key="rob_steps",
-                                    disabled=name == "fgsm"))
+        steps = int(
+            st.number_input("PGD steps", min_value=1, max_value=100, step=1, key="rob_steps", disabled=name == "fgsm")
+        )
     views = []
     try:
         for label, key in models:
-            views.append((label, resources.attack_view(key, image.digest, image.data, name, float(epsilon), steps,
-                                                       seed)))
+            views.append(
+                (label, resources.attack_view(key, image.digest, image.data, name, float(epsilon), steps, seed))
+            )
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return
     columns = st.columns(len(views))
     for column, (label, view) in zip(columns, views):
         with column:
-            st.image(view.adversarial_image, caption=f"{label} · adversarial, ε = {epsilon:g}", width="stretch",
-                     output_format="PNG")
-            st.image(_perturbation_picture(view.perturbation, epsilon), width="stretch", output_format="PNG",
-                     caption=f"perturbation (grey: 0, ±ε: black/white); max |δ| = {np.abs(view.perturbation).max():.1f}")
+            st.image(
+                view.adversarial_image,
+                caption=f"{label} · adversarial, ε = {epsilon:g}",
+                width="stretch",
+                output_format="PNG",
+            )
+            st.image(
+                _perturbation_picture(view.perturbation, epsilon),
+                width="stretch",
+                output_format="PNG",
+                caption=f"perturbation (grey: 0, ±ε: black/white); max |δ| = {np.abs(view.perturbation).max():.1f}",
+            )
             changed = int(np.argmax(view.adversarial_probabilities)) != int(np.argmax(view.clean_probabilities))
-            st.markdown(f"**{label} clean:** {_top(view.clean_probabilities, class_names)}  \n"
-                        f"**{label} adversarial:** {_top(view.adversarial_probabilities, class_names)} "
-                        f"({'flipped by the attack' if changed else 'kept'})")
-    download_npz("rob_attack_image_data", f"attack_{name}", epsilon=np.array(float(epsilon)), attack=np.array(name),
-                 **{f"{label.lower()}_{field}": getattr(view, field) for label, view in views
-                    for field in ("clean_probabilities", "adversarial_probabilities", "adversarial_image",
-                                  "perturbation")})
+            st.markdown(
+                f"**{label} clean:** {_top(view.clean_probabilities, class_names)}  \n"
+                f"**{label} adversarial:** {_top(view.adversarial_probabilities, class_names)} "
+                f"({'flipped by the attack' if changed else 'kept'})"
+            )
+    download_npz(
+        "rob_attack_image_data",
+        f"attack_{name}",
+        epsilon=np.array(float(epsilon)),
+        attack=np.array(name),
+        **{
+            f"{label.lower()}_{field}": getattr(view, field)
+            for label, view in views
+            for field in ("clean_probabilities", "adversarial_probabilities", "adversarial_image", "perturbation")
+        },
+    )
 
     st.markdown("**Over the image set**")
     if not images:
         return
-    transfer_epsilon = st.select_slider("ε of the transfer matrix", [e for e in SET_EPSILONS if e > 0], value=4.0,
-                                        key="rob_transfer_epsilon")
-    if not st.button("Measure the attack curves", key="rob_attack_run",
-                     help=f"{ATTACK_LABELS[name]} at ε = {', '.join(f'{e:g}' for e in SET_EPSILONS)} for every model, "
-                          "and the transfer between them: several forward and backward passes per image."):
+    transfer_epsilon = st.select_slider(
+        "ε of the transfer matrix", [e for e in SET_EPSILONS if e > 0], value=4.0, key="rob_transfer_epsilon"
+    )
+    if not st.button(
+        "Measure the attack curves",
+        key="rob_attack_run",
+        help=f"{ATTACK_LABELS[name]} at ε = {', '.join(f'{e:g}' for e in SET_EPSILONS)} for every model, "
+        "and the transfer between them: several forward and backward passes per image.",
+    ):
         return
     curves, rows, used = [], [], 0
     for label, key in models:
+
         def piece(chunk, start, key=key):
-            sums, count, skipped = resources.attack_chunk(key, tuple(i.digest for i in chunk),
-                                                          tuple(i.data for i in chunk), name, SET_EPSILONS, steps, seed)
+            sums, count, skipped = resources.attack_chunk(
+                key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), name, SET_EPSILONS, steps, seed
+            )
             return (sums, count), skipped
 
         results = over_image_set(images, f"{label} · {name}", piece, problems)
@@ -114,24 +153,41 @@ def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images:
             rows += [(label, e, float(a)) for e, a in zip(SET_EPSILONS, accuracy)]
     if not curves:
         return
-    show_chart(figures.robustness_curves(curves, x_title="ε (0–255 pixel units)",
-                                         y_title=f"agreement with the clean prediction ({used} images)",
-                                         chance=1.0 / len(class_names) if class_names else None),
-               "rob_attack_chart", filename=f"attack_curve_{name}")
-    st.caption("Agreement: the share of images whose adversarial prediction is still the model's clean prediction "
-               "(ε = 0: 1). The labelled benchmark: `python -m analysis robustness attack --model demo --cnn demo "
-               "--demo-scenes 200 --out attack.npz`.")
+    show_chart(
+        figures.robustness_curves(
+            curves,
+            x_title="ε (0–255 pixel units)",
+            y_title=f"agreement with the clean prediction ({used} images)",
+            chance=1.0 / len(class_names) if class_names else None,
+        ),
+        "rob_attack_chart",
+        filename=f"attack_curve_{name}",
+    )
+    st.caption(
+        "Agreement: the share of images whose adversarial prediction is still the model's clean prediction "
+        "(ε = 0: 1). The labelled benchmark: `python -m analysis robustness attack --model demo --cnn demo "
+        "--demo-scenes 200 --out attack.npz`."
+    )
     download_csv("rob_attack_curve_data", f"attack_curve_{name}", ["model", "epsilon", "agreement"], rows)
-    arrays = {"epsilons": np.array(SET_EPSILONS), "models": np.array([c[0] for c in curves]),
-              "agreement": np.stack([c[2] for c in curves])}
+    arrays = {
+        "epsilons": np.array(SET_EPSILONS),
+        "models": np.array([c[0] for c in curves]),
+        "agreement": np.stack([c[2] for c in curves]),
+    }
     if len(models) > 1:
         keys = tuple(key for _, key in models)
         transfer_problems: list[str] = []
 
         def transfer_piece(chunk, start):
-            sums, count, skipped = resources.transfer_chunk(keys, tuple(i.digest for i in chunk),
-                                                            tuple(i.data for i in chunk), name, float(transfer_epsilon),
-                                                            steps, seed)
+            sums, count, skipped = resources.transfer_chunk(
+                keys,
+                tuple(i.digest for i in chunk),
+                tuple(i.data for i in chunk),
+                name,
+                float(transfer_epsilon),
+                steps,
+                seed,
+            )
             return (sums, count), skipped
 
         results = over_image_set(images, "transfer", transfer_piece, transfer_problems)
@@ -140,23 +196,40 @@ def attack_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images:
             matrix = sum(s for s, _ in results) / agreed
             labels = [label for label, _ in models]
             show_chart(figures.transfer_heatmap(labels, matrix), "rob_transfer_chart", filename="attack_transfer")
-            st.caption(f"Accuracy of each column's model on the {name.upper()} images (ε = {transfer_epsilon:g}) made "
-                       f"against each row's model, over the {agreed} images where every model predicts the same clean "
-                       "class (that class is the label). The diagonal is the white-box attack.")
-            arrays.update(transfer_accuracy=matrix, transfer_epsilon=np.array(float(transfer_epsilon)),
-                          transfer_images=np.array(agreed))
-            download_csv("rob_transfer_data", "attack_transfer", ["made_against", "fed_to", "accuracy"],
-                         [(a, b, float(matrix[i, j])) for i, a in enumerate(labels) for j, b in enumerate(labels)])
+            st.caption(
+                f"Accuracy of each column's model on the {name.upper()} images (ε = {transfer_epsilon:g}) made "
+                f"against each row's model, over the {agreed} images where every model predicts the same clean "
+                "class (that class is the label). The diagonal is the white-box attack."
+            )
+            arrays.update(
+                transfer_accuracy=matrix,
+                transfer_epsilon=np.array(float(transfer_epsilon)),
+                transfer_images=np.array(agreed),
+            )
+            download_csv(
+                "rob_transfer_data",
+                "attack_transfer",
+                ["made_against", "fed_to", "accuracy"],
+                [(a, b, float(matrix[i, j])) for i, a in enumerate(labels) for j, b in enumerate(labels)],
+            )
         else:
             st.info("No image where every model predicts the same clean class: no transfer matrix.")
     download_npz("rob_attack_set_data", f"attack_curve_{name}", **arrays)
 
 
-def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, images: Sequence[ImageRef],
-                       problems: list[str], class_names, seed: int) -> None:
+def corruption_section(
+    models: Sequence[tuple[str, tuple]],
+    image: ImageRef,
+    images: Sequence[ImageRef],
+    problems: list[str],
+    class_names,
+    seed: int,
+) -> None:
     st.subheader("Natural corruptions")
-    st.caption("ImageNet-C corruptions at severities 1–5 (Hendrycks & Dietterich 2019), from the `imagecorruptions` "
-               "package's own functions; severity 0 is the clean image.")
+    st.caption(
+        "ImageNet-C corruptions at severities 1–5 (Hendrycks & Dietterich 2019), from the `imagecorruptions` "
+        "package's own functions; severity 0 is the clean image."
+    )
     try:
         names = analysis.robustness.corruption_names()
     except analysis.AnalysisError as exc:  # the optional package is missing
@@ -165,35 +238,47 @@ def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, ima
     left, right = st.columns(2)
     with left:
         st.session_state.setdefault("rob_corruption", "gaussian_noise")
-        corruption = st.selectbox("Corruption", names, key="rob_corruption",
-                                  help="Some (glass blur, zoom blur, elastic transform) take seconds per image.")
+        corruption = st.selectbox(
+            "Corruption",
+            names,
+            key="rob_corruption",
+            help="Some (glass blur, zoom blur, elastic transform) take seconds per image.",
+        )
         assert corruption is not None  # a selectbox with options and a default always has a value
     with right:
         st.session_state.setdefault("rob_severity", 3)
         severity = int(st.slider("Severity", 0, 5, key="rob_severity"))
     try:
-        views = [(label, *resources.corruption_view(key, image.digest, image.data, corruption, severity))
-                 for label, key in models]
+        views = [
+            (label, *resources.corruption_view(key, image.digest, image.data, corruption, severity))
+            for label, key in models
+        ]
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return
-    st.image(views[0][1], caption=f"{corruption.replace('_', ' ')}, severity {severity}", width=320,
-             output_format="PNG")
+    st.image(
+        views[0][1], caption=f"{corruption.replace('_', ' ')}, severity {severity}", width=320, output_format="PNG"
+    )
     st.markdown(" · ".join(f"**{label}:** {_top(probabilities, class_names)}" for label, _, probabilities in views))
 
     st.markdown("**Over the image set**")
     if not images:
         return
-    chosen = st.multiselect("Corruptions of the curves", names, default=[c for c in FAST_CORRUPTIONS[:4] if c in names],
-                            key="rob_corruption_set", help="The fast ones by default.")
+    chosen = st.multiselect(
+        "Corruptions of the curves",
+        names,
+        default=[c for c in FAST_CORRUPTIONS[:4] if c in names],
+        key="rob_corruption_set",
+        help="The fast ones by default.",
+    )
     if not chosen or not st.button("Measure the corruption curves", key="rob_corruption_run"):
         return
     keys, severities = tuple(key for _, key in models), (0, 1, 2, 3, 4, 5)
 
     def piece(chunk, start):
-        sums, count, skipped = resources.corruption_chunk(keys, tuple(i.digest for i in chunk),
-                                                          tuple(i.data for i in chunk), tuple(chosen), severities,
-                                                          seed + start)
+        sums, count, skipped = resources.corruption_chunk(
+            keys, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), tuple(chosen), severities, seed + start
+        )
         return (sums, count), skipped
 
     try:
@@ -206,25 +291,46 @@ def corruption_section(models: Sequence[tuple[str, tuple]], image: ImageRef, ima
         return
     accuracy = sum(s for s, _ in results) / used  # (models, corruptions, severities)
     labels = [label for label, _ in models]
-    curve = CorruptionCurve(tuple(chosen), severities, {lab: accuracy[m] for m, lab in enumerate(labels)}, used,
-                            "clean prediction")
+    curve = CorruptionCurve(
+        tuple(chosen), severities, {lab: accuracy[m] for m, lab in enumerate(labels)}, used, "clean prediction"
+    )
     curves = [(label, severities, accuracy[m].mean(0)) for m, label in enumerate(labels)]
-    show_chart(figures.robustness_curves(curves, x_title="severity (0: clean)",
-                                         y_title=f"agreement, mean over {len(chosen)} corruptions ({used} images)"),
-               "rob_corruption_chart", filename="corruption_curve")
-    rows = [(label, c, s, float(accuracy[m, i, j])) for m, label in enumerate(labels) for i, c in enumerate(chosen)
-            for j, s in enumerate(severities)]
-    arrays = {"models": np.array(labels), "corruptions": np.array(chosen), "severities": np.array(severities),
-              "agreement": accuracy}
+    show_chart(
+        figures.robustness_curves(
+            curves,
+            x_title="severity (0: clean)",
+            y_title=f"agreement, mean over {len(chosen)} corruptions ({used} images)",
+        ),
+        "rob_corruption_chart",
+        filename="corruption_curve",
+    )
+    rows = [
+        (label, c, s, float(accuracy[m, i, j]))
+        for m, label in enumerate(labels)
+        for i, c in enumerate(chosen)
+        for j, s in enumerate(severities)
+    ]
+    arrays = {
+        "models": np.array(labels),
+        "corruptions": np.array(chosen),
+        "severities": np.array(severities),
+        "agreement": accuracy,
+    }
     if "CNN" in labels:
         errors = corruption_errors(curve, "CNN")
-        st.markdown("**Mean corruption error relative to the CNN** (below 1: fewer errors than the CNN): " +
-                    " · ".join(f"{label} {errors[label][1]:.3f}" for label in labels))
-        arrays.update(corruption_error=np.stack([errors[label][0] for label in labels]),
-                      mean_corruption_error=np.array([errors[label][1] for label in labels]))
-    st.caption("Agreement with each model's own clean prediction; image i's random corruptions use seed + i. CE = Σ over severities 1–5 of the model's errors "
-               "/ the CNN's; mCE: its mean over the corruptions (Hendrycks & Dietterich 2019, with the CNN as the "
-               "baseline instead of AlexNet). The labelled benchmark: `python -m analysis robustness corruptions "
-               "--model demo --cnn demo --demo-scenes 200 --out corruptions.npz`.")
+        st.markdown(
+            "**Mean corruption error relative to the CNN** (below 1: fewer errors than the CNN): "
+            + " · ".join(f"{label} {errors[label][1]:.3f}" for label in labels)
+        )
+        arrays.update(
+            corruption_error=np.stack([errors[label][0] for label in labels]),
+            mean_corruption_error=np.array([errors[label][1] for label in labels]),
+        )
+    st.caption(
+        "Agreement with each model's own clean prediction; image i's random corruptions use seed + i. CE = Σ over severities 1–5 of the model's errors "
+        "/ the CNN's; mCE: its mean over the corruptions (Hendrycks & Dietterich 2019, with the CNN as the "
+        "baseline instead of AlexNet). The labelled benchmark: `python -m analysis robustness corruptions "
+        "--model demo --cnn demo --demo-scenes 200 --out corruptions.npz`."
+    )
     download_csv("rob_corruption_data", "corruption_curve", ["model", "corruption", "severity", "agreement"], rows)
     download_npz("rob_corruption_set_data", "corruption_curve", **arrays)

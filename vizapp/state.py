@@ -56,22 +56,98 @@ MODEL_SOURCES = {
 # Page widgets whose values survive page switches (streamlit drops the state of widgets
 # that a run does not draw; re-assigning it keeps it).
 PERSISTENT_KEYS = (
-    "layer", "attn_stage", "head", "query_mode", "query_patch", "query_prefix", "opacity", "thumb_scale",
-    "fusion", "discard_ratio", "start_layer", "rollout_norm", "rollout_span", "rollout_merge",
-    "circ_target", "circ_layer", "circ_head", "circ_method", "circ_reference", "circ_ablate", "circ_cumulative",
-    "circ_corruption", "circ_sample", "circ_level", "circ_point", "circ_patch", "circ_patch_layer",
-    "cmp_layers", "cmp_all", "cmp_model2", "cmp_separate", "pos_rs_row", "pos_rs_col",
-    "pos_kind", "pos_bias_layer", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w",
-    "filt_mode", "filt_n",
-    "dist_set", "dist_model2", "dist_unit", "cmp_model2_other", "dist_model2_other",
-    "dino_show", "dino_mass", "explain_methods", "explain_target", "explain_compare", "explain_target2", "ig_steps", "ig_baseline",
+    "layer",
+    "attn_stage",
+    "head",
+    "query_mode",
+    "query_patch",
+    "query_prefix",
+    "opacity",
+    "thumb_scale",
+    "fusion",
+    "discard_ratio",
+    "start_layer",
+    "rollout_norm",
+    "rollout_span",
+    "rollout_merge",
+    "circ_target",
+    "circ_layer",
+    "circ_head",
+    "circ_method",
+    "circ_reference",
+    "circ_ablate",
+    "circ_cumulative",
+    "circ_corruption",
+    "circ_sample",
+    "circ_level",
+    "circ_point",
+    "circ_patch",
+    "circ_patch_layer",
+    "cmp_layers",
+    "cmp_all",
+    "cmp_model2",
+    "cmp_separate",
+    "pos_rs_row",
+    "pos_rs_col",
+    "pos_kind",
+    "pos_bias_layer",
+    "pos_row",
+    "pos_col",
+    "pos_resample",
+    "pos_grid_h",
+    "pos_grid_w",
+    "filt_mode",
+    "filt_n",
+    "dist_set",
+    "dist_model2",
+    "dist_unit",
+    "cmp_model2_other",
+    "dist_model2_other",
+    "dino_show",
+    "dino_mass",
+    "explain_methods",
+    "explain_target",
+    "explain_compare",
+    "explain_target2",
+    "ig_steps",
+    "ig_baseline",
     "explain_rollout_stage",
-    "tok_layer", "tok_kind", "tok_foreground", "tok_other",
-    "rob_perturbation", "rob_fraction", "rob_selection", "rob_grid", "rob_noise", "rob_blur", "rob_seed",
-    "rob_cnn", "rob_cnn_other", "rob_set", "rob_curves", "rob_swin",
-    "mae_source", "mae_other", "mae_ratio", "mae_seed", "mae_layer", "mae_head", "mae_curves",
-    "tp_source", "tp_other", "tp_mode", "tp_prompts", "tp_template", "tp_classes", "tp_methods", "tp_mapped",
-    "tp_focus", "tp_head", "tp_curve_method", "tp_set", "tp_texts_per_head",
+    "tok_layer",
+    "tok_kind",
+    "tok_foreground",
+    "tok_other",
+    "rob_perturbation",
+    "rob_fraction",
+    "rob_selection",
+    "rob_grid",
+    "rob_noise",
+    "rob_blur",
+    "rob_seed",
+    "rob_cnn",
+    "rob_cnn_other",
+    "rob_set",
+    "rob_curves",
+    "rob_swin",
+    "mae_source",
+    "mae_other",
+    "mae_ratio",
+    "mae_seed",
+    "mae_layer",
+    "mae_head",
+    "mae_curves",
+    "tp_source",
+    "tp_other",
+    "tp_mode",
+    "tp_prompts",
+    "tp_template",
+    "tp_classes",
+    "tp_methods",
+    "tp_mapped",
+    "tp_focus",
+    "tp_head",
+    "tp_curve_method",
+    "tp_set",
+    "tp_texts_per_head",
 )
 
 
@@ -216,7 +292,9 @@ def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | N
         return None
     if choice == "other":
         text = st.text_input(
-            "Second model", key=f"{key}_other", placeholder="random:vit_small_patch16_224",
+            "Second model",
+            key=f"{key}_other",
+            placeholder="random:vit_small_patch16_224",
             help="As the sidebar's model name: a timm name, hf:org/name, torchvision:vit_b_16, "
             "a folder or file on the server; prefix random: for random weights.",
         ).strip()
@@ -234,8 +312,9 @@ def load_second_model(ref: ModelRef) -> tuple[ModelRef, analysis.LoadedViT] | No
         st.error(f"Could not load **{escape_markdown(ref.label)}**: {error}")
         return None
     if not ref.pretrained:
-        st.warning(f"**{escape_markdown(ref.label)}** has random weights: its maps mean nothing.",
-                   icon=":material/casino:")
+        st.warning(
+            f"**{escape_markdown(ref.label)}** has random weights: its maps mean nothing.", icon=":material/casino:"
+        )
     return ref, vit
 
 
@@ -246,17 +325,23 @@ def curated_offline_note() -> str | None:
     if hub_reachable():
         return None
     cached = [label for label, ref in CURATED_MODELS.items() if pretrained_weights_cached(ref.source)]
-    note = ("**Offline:** the well-known ViTs below are downloaded on first use, and the model hub cannot "
-            "be reached from this machine (or `HF_HUB_OFFLINE` is set). ")
+    note = (
+        "**Offline:** the well-known ViTs below are downloaded on first use, and the model hub cannot "
+        "be reached from this machine (or `HF_HUB_OFFLINE` is set). "
+    )
     if cached:
         return note + "Cached here, so they work: " + ", ".join(f"*{escape_markdown(c)}*" for c in cached) + "."
-    return note + ("None of them is cached here: use the bundled demo model, a local folder, or "
-                   "`random:` with a model name.")
+    return note + (
+        "None of them is cached here: use the bundled demo model, a local folder, or `random:` with a model name."
+    )
 
 
 def _requested_model() -> ModelRef | None:
     source = st.sidebar.radio(
-        "Model", list(MODEL_SOURCES), format_func=MODEL_SOURCES.get, key="model_source",
+        "Model",
+        list(MODEL_SOURCES),
+        format_func=MODEL_SOURCES.get,
+        key="model_source",
     )
     ref: ModelRef | None
     if source == "default":
@@ -273,7 +358,9 @@ def _requested_model() -> ModelRef | None:
         st.sidebar.caption(f"timm: `{ref.source}`")
     elif source == "timm":
         name = st.sidebar.text_input(
-            "Model name", key="model_timm", placeholder="vit_small_patch16_224.augreg_in21k_ft_in1k",
+            "Model name",
+            key="model_timm",
+            placeholder="vit_small_patch16_224.augreg_in21k_ft_in1k",
             help="A timm ViT name (optionally with a pretrained tag) or hf-hub:org/name (timm weights); "
             "hf:org/name for a Hugging Face transformers model (ViT, DeiT, DINOv2, CLIP, SigLIP); "
             "torchvision:vit_b_16 and the other torchvision ViTs. "
@@ -282,12 +369,15 @@ def _requested_model() -> ModelRef | None:
         ref = refs.parse_model_ref(name) if name else None
     else:
         path = st.sidebar.text_input(
-            "Folder or checkpoint path (on the server)", key="model_path",
+            "Folder or checkpoint path (on the server)",
+            key="model_path",
             help="A folder in timm's hub layout (config.json + model.safetensors), a transformers "
             "save_pretrained folder, or a single .safetensors/.pth/.npz file.",
         ).strip()
         arch = st.sidebar.text_input(
-            "Architecture (for a single file)", key="model_arch", placeholder="vit_base_patch16_224",
+            "Architecture (for a single file)",
+            key="model_arch",
+            placeholder="vit_base_patch16_224",
             help="The file's architecture: a timm name, or torchvision:vit_b_16 for a torchvision state dict.",
         ).strip()
         ref = ModelRef(path, arch=arch or None) if path else None
@@ -295,7 +385,11 @@ def _requested_model() -> ModelRef | None:
         st.session_state["resolution"] = st.session_state.pop(RESOLUTION_PENDING)
     step = int(st.session_state.get(RESOLUTION_STEP, 16))  # the last loaded model's patch side
     resolution = st.sidebar.number_input(
-        "Input resolution (px, 0 = the model's own)", min_value=0, max_value=1024, step=step, key="resolution",
+        "Input resolution (px, 0 = the model's own)",
+        min_value=0,
+        max_value=1024,
+        step=step,
+        key="resolution",
         help=f"Feed the model another square input size (timm resamples the position embedding). "
         f"Steps by the patch size ({step} px) so the grid stays whole.",
     )
@@ -337,13 +431,22 @@ def _requested_image() -> ImageRef | None:
     samples = inputs.sample_paths()
     names = [p.name for p in samples]
     upload = st.sidebar.file_uploader(
-        "Upload an image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="image_upload",
+        "Upload an image",
+        type=["jpg", "jpeg", "png", "webp", "bmp", "gif"],
+        key="image_upload",
         help="JPEG, PNG, WebP, BMP or GIF (first frame). Remove it to use a sample again.",
     )
-    sample = st.sidebar.selectbox(
-        "…or a bundled sample", names, key="image_sample", disabled=upload is not None,
-        help="Photos are CC0/public domain (see assets/README.md); scene_* are synthetic demo scenes.",
-    ) if names else None
+    sample = (
+        st.sidebar.selectbox(
+            "…or a bundled sample",
+            names,
+            key="image_sample",
+            disabled=upload is not None,
+            help="Photos are CC0/public domain (see assets/README.md); scene_* are synthetic demo scenes.",
+        )
+        if names
+        else None
+    )
     if upload is not None:
         return ImageRef.from_bytes(upload.name, upload.getvalue())
     if sample is not None:
@@ -359,7 +462,10 @@ def _choose_image() -> ImageRef:
             st.session_state["_good_image"] = requested
             return requested
         except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
-            st.error(f"Could not read **{escape_markdown(requested.name)}**: {error_text(exc)}", icon=":material/broken_image:")
+            st.error(
+                f"Could not read **{escape_markdown(requested.name)}**: {error_text(exc)}",
+                icon=":material/broken_image:",
+            )
     good = st.session_state.get("_good_image")
     if good is not None:
         st.sidebar.info(f"Showing **{good.name}** instead.")
@@ -379,7 +485,9 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
         st.session_state["_good_pair"] = (model, image)
         return model, vit, image
     except Exception as exc:  # noqa: BLE001 - shown, then the last working pair is used
-        st.error(f"**{escape_markdown(model.label)}** could not process **{escape_markdown(image.name)}**: {error_text(exc)}")
+        st.error(
+            f"**{escape_markdown(model.label)}** could not process **{escape_markdown(image.name)}**: {error_text(exc)}"
+        )
         if isinstance(exc, analysis.ImageLoadError):
             st.session_state.pop("_good_image", None)
         else:
@@ -430,11 +538,14 @@ def render_sidebar() -> Current:
         stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
         grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
         heads = "/".join(str(n) for _, _, n in stages)
-        layout = (f"patch {pw}×{ph} px · stage grids {grids}  \n"
-                  f"{spec.num_layers} layers · heads per stage {heads} · windowed attention ({spec.family})")
+        layout = (
+            f"patch {pw}×{ph} px · stage grids {grids}  \n"
+            f"{spec.num_layers} layers · heads per stage {heads} · windowed attention ({spec.family})"
+        )
     else:
-        layout = (f"patch {pw}×{ph} px · grid {gw}×{gh}  \n"
-                  f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}")
+        layout = (
+            f"patch {pw}×{ph} px · grid {gw}×{gh}  \n{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}"
+        )
     st.sidebar.markdown(
         f"**{escape_markdown(model.label)}**  \n"
         f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · {layout}  \n"
@@ -449,7 +560,10 @@ def render_sidebar() -> Current:
         "Colour scale", COLORSCALES, key="colorscale", help="Perceptually uniform colour scales."
     )
     map_range = st.sidebar.radio(
-        "Map colour range", list(MAP_RANGES), format_func=MAP_RANGES.get, key="map_range",
+        "Map colour range",
+        list(MAP_RANGES),
+        format_func=MAP_RANGES.get,
+        key="map_range",
         help="Attention maps are probabilities. The default tops out at the 99th percentile of the map's cells, "
         "computed without the outlier tokens (high-norm tokens, see the Tokens page), so that a few outliers "
         "cannot wash out the rest: cells above the top get the top colour and a dotted outline, and the colour "
@@ -458,18 +572,32 @@ def render_sidebar() -> Current:
         "makes layers and heads comparable.",
     )
     hide_outliers = st.sidebar.checkbox(
-        "Leave outlier tokens out of the maps", key="hide_outliers",
+        "Leave outlier tokens out of the maps",
+        key="hide_outliers",
         help="The high-norm outlier tokens that the Tokens page finds (in any layer) are drawn blank in the "
         "attention and rollout maps; downloads keep their values.",
     )
     map_cells = st.sidebar.radio(
-        "Map cells", list(MAP_CELLS), format_func=MAP_CELLS.get, key="map_cells", horizontal=True,
+        "Map cells",
+        list(MAP_CELLS),
+        format_func=MAP_CELLS.get,
+        key="map_cells",
+        horizontal=True,
         help="Exact: one cell per patch, the values the model computed. Smooth: the same values at "
         "patch centres, interpolated bilinearly between them (as in the paper's Figure 6); "
         "hover and downloads keep the patch values.",
     )
-    assert colorscale is not None and map_range is not None and map_cells is not None, "widgets with options have values"
-    selection = Current(model=model, vit=vit, image=image, colorscale=colorscale, map_range=map_range,
-                        map_cells=map_cells, hide_outliers=bool(hide_outliers))
+    assert colorscale is not None and map_range is not None and map_cells is not None, (
+        "widgets with options have values"
+    )
+    selection = Current(
+        model=model,
+        vit=vit,
+        image=image,
+        colorscale=colorscale,
+        map_range=map_range,
+        map_cells=map_cells,
+        hide_outliers=bool(hide_outliers),
+    )
     st.session_state["current"] = selection
     return selection

@@ -67,8 +67,13 @@ def show_chart(
     if on_select is None:
         return st.plotly_chart(fig, key=key, config=plot_config(filename), width=width, theme=None)
     return st.plotly_chart(
-        fig, key=key, config=plot_config(filename), width=width, theme=None,
-        on_select=on_select, selection_mode="points",
+        fig,
+        key=key,
+        config=plot_config(filename),
+        width=width,
+        theme=None,
+        on_select=on_select,
+        selection_mode="points",
     )
 
 
@@ -91,8 +96,13 @@ def download_npz(key: str, filename: str, label: str = "Data (.npz)", /, **array
     """A download button for the figure's data; the file is only built when clicked (``arrays``: any
     names, ``key`` and ``label`` included: the first three are positional)."""
     st.download_button(
-        label, data=lambda: npz_bytes(**arrays), file_name=f"{filename}.npz", mime="application/octet-stream",
-        key=key, on_click="ignore", icon=":material/download:",
+        label,
+        data=lambda: npz_bytes(**arrays),
+        file_name=f"{filename}.npz",
+        mime="application/octet-stream",
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
     )
 
 
@@ -106,8 +116,13 @@ def png_bytes(image) -> bytes:
 def download_png(key: str, filename: str, image, label: str = "Image (.png)") -> None:
     """A download button for an image shown with ``st.image``; built only when clicked."""
     st.download_button(
-        label, data=lambda: png_bytes(image), file_name=f"{filename}.png", mime="image/png", key=key,
-        on_click="ignore", icon=":material/download:",
+        label,
+        data=lambda: png_bytes(image),
+        file_name=f"{filename}.png",
+        mime="image/png",
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
     )
 
 
@@ -116,8 +131,13 @@ def download_csv(
 ) -> None:
     """A download button for tabular data (curves); the file is only built when clicked."""
     st.download_button(
-        label, data=lambda: csv_bytes(header, rows), file_name=f"{filename}.csv", mime="text/csv", key=key,
-        on_click="ignore", icon=":material/download:",
+        label,
+        data=lambda: csv_bytes(header, rows),
+        file_name=f"{filename}.csv",
+        mime="text/csv",
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
     )
 
 
@@ -127,8 +147,10 @@ def clamp_state(key: str, options_or_range, default) -> None:
     if key not in st.session_state:
         return
     value = st.session_state[key]
-    if isinstance(options_or_range, tuple) and len(options_or_range) == 2 and all(
-        isinstance(v, (int, float)) for v in options_or_range
+    if (
+        isinstance(options_or_range, tuple)
+        and len(options_or_range) == 2
+        and all(isinstance(v, (int, float)) for v in options_or_range)
     ):
         lo, hi = options_or_range
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
@@ -164,11 +186,17 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     """
     container = container or st
     previous_grid = st.session_state.get("_query_grid")
-    if previous_grid is not None and tuple(previous_grid) != tuple(spec.grid_size) and "query_patch" in st.session_state:
+    if (
+        previous_grid is not None
+        and tuple(previous_grid) != tuple(spec.grid_size)
+        and "query_patch" in st.session_state
+    ):
         # another model or resolution: the same place in the image, not the same index
         st.session_state["query_patch"] = corresponding_query(
-            int(st.session_state["query_patch"]), (previous_grid[0], previous_grid[1]), (spec.grid_size[0], spec.grid_size[1]),
-            True
+            int(st.session_state["query_patch"]),
+            (previous_grid[0], previous_grid[1]),
+            (spec.grid_size[0], spec.grid_size[1]),
+            True,
         )
     st.session_state["_query_grid"] = tuple(spec.grid_size)
     modes = ["cls", "mean", "patch"] if spec.has_class_token else ["mean", "patch"]
@@ -182,20 +210,29 @@ def query_controls(spec: ViTSpec, *, container=None) -> str | int:
     st.session_state.setdefault("query_patch", centre)
     clamp_state("query_patch", (0, last), centre)
     mode = container.radio(
-        "Query", modes, format_func=QUERY_LABELS.get, key="query_mode", horizontal=True,
+        "Query",
+        modes,
+        format_func=QUERY_LABELS.get,
+        key="query_mode",
+        horizontal=True,
         help="Whose attention to show: the class token's, the average over all patch queries, "
         "or one patch's (click the image to pick it).",
     )
     patch = container.number_input(
         f"Query patch (row-major, 0..{last}; grid {spec.grid_size[0]}×{spec.grid_size[1]})",
-        min_value=0, max_value=last, step=1, key="query_patch", disabled=mode != "patch",
+        min_value=0,
+        max_value=last,
+        step=1,
+        key="query_patch",
+        disabled=mode != "patch",
     )
     if mode == "prefix":
         tokens = list(range(spec.num_prefix_tokens))
         clamp_state("query_prefix", tokens, tokens[-1])
         st.session_state.setdefault("query_prefix", tokens[-1])
-        token = container.selectbox("Prefix token", tokens, format_func=lambda i: f"{names[i]} token (token {i})",
-                                    key="query_prefix")
+        token = container.selectbox(
+            "Prefix token", tokens, format_func=lambda i: f"{names[i]} token (token {i})", key="query_prefix"
+        )
         return prefix_query(int(token))
     return int(patch) if mode == "patch" else mode
 
@@ -333,12 +370,15 @@ def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
     gw = cur.spec.grid_size[1]
     named = ", ".join(f"{c} (row {c // gw}, col {c % gw})" for c in cells[:6]) + (" …" if len(cells) > 6 else "")
     token_word = "token dominates" if len(cells) == 1 else "tokens dominate"
-    blanked = ("they are drawn blank" if cur.hide_outliers
-               else "tick **Leave outlier tokens out of the maps** in the sidebar to draw them blank")
+    blanked = (
+        "they are drawn blank"
+        if cur.hide_outliers
+        else "tick **Leave outlier tokens out of the maps** in the sidebar to draw them blank"
+    )
     st.info(
         f"**{len(cells)} outlier {token_word} {what}**: patch {named} hold "
         f"{outlier_share(values, cells):.0%} of its mass. They are high-norm tokens (Darcet et al. 2024, "
-        "\"Vision Transformers Need Registers\"), not necessarily where the object is. The default colour range "
+        '"Vision Transformers Need Registers"), not necessarily where the object is. The default colour range '
         f"leaves them out of its top; {blanked}.",
         icon=":material/report:",
     )

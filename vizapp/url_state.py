@@ -107,8 +107,12 @@ def url_params(session: Mapping[str, object], model: ModelRef, uploaded: bool) -
     return params
 
 
-def restore(session: MutableMapping[str, object], query_params: Mapping[str, str],
-            curated: Mapping[str, ModelRef], options: Mapping[str, Collection] = {}) -> None:
+def restore(
+    session: MutableMapping[str, object],
+    query_params: Mapping[str, str],
+    curated: Mapping[str, ModelRef],
+    options: Mapping[str, Collection] = {},
+) -> None:
     """Once per session: set widget state from the URL (before any widget is drawn)."""
     if session.get(RESTORED_FLAG):
         return

@@ -127,8 +127,16 @@ def window_shapes(rectangles: Sequence[tuple[int, int, int, int]]) -> list[dict]
     """Plotly rectangle shapes (dashed white, named :data:`WINDOW_SHAPE_NAME`) in the overlay's
     pixel coordinates (pixel ``x`` spans ``[x, x + 1]``)."""
     return [
-        dict(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, name=WINDOW_SHAPE_NAME, layer="above",
-             line=dict(color=WINDOW_COLOUR, width=2, dash="dash"))
+        dict(
+            type="rect",
+            x0=x0,
+            y0=y0,
+            x1=x1,
+            y1=y1,
+            name=WINDOW_SHAPE_NAME,
+            layer="above",
+            line=dict(color=WINDOW_COLOUR, width=2, dash="dash"),
+        )
         for x0, y0, x1, y1 in rectangles
     ]
 
@@ -147,6 +155,12 @@ def layer_reference_trace(name: str, values: np.ndarray, *, digits: str = ".1f",
     xs = np.stack([layers - 0.45, layers + 0.45, layers + 0.45]).T.ravel()  # a flat piece per layer, gaps between
     ys = np.stack([values, values, np.full_like(values, np.nan)]).T.ravel()
     return dict(
-        type="scatter", x=xs, y=ys, mode="lines", name=name, line=dict(dash="dash", color="#777", width=1.5),
-        hovertemplate="%{y:" + digits + "} " + unit + "<extra>" + name + "</extra>", connectgaps=False,
+        type="scatter",
+        x=xs,
+        y=ys,
+        mode="lines",
+        name=name,
+        line=dict(dash="dash", color="#777", width=1.5),
+        hovertemplate="%{y:" + digits + "} " + unit + "<extra>" + name + "</extra>",
+        connectgaps=False,
     )

@@ -55,8 +55,13 @@ def _layer_controls(spec) -> tuple[int, int]:
     if len(stages) > 1:
         st.session_state.setdefault("attn_stage", stage_of[int(st.session_state["layer"])])
         clamp_state("attn_stage", list(stages), stage_of[int(st.session_state["layer"])])
-        stage = st.radio("Stage", list(stages), format_func=lambda s: stage_label(spec, s), key="attn_stage",
-                         help="Layers of one stage share a grid; patch merging halves the grid between stages.")
+        stage = st.radio(
+            "Stage",
+            list(stages),
+            format_func=lambda s: stage_label(spec, s),
+            key="attn_stage",
+            help="Layers of one stage share a grid; patch merging halves the grid between stages.",
+        )
         assert stage is not None, "a widget with options and no index=None always has a value"
     else:
         stage = next(iter(stages))
@@ -74,8 +79,13 @@ def _layer_controls(spec) -> tuple[int, int]:
 def _head_control(heads: int) -> str | int:
     options = ["mean", *range(heads)]
     clamp_state("head", options, "mean")
-    return st.selectbox("Head", options, format_func=head_label, key="head",
-                        help="Heads differ per stage: the choice is reset to the mean when a stage has fewer.")
+    return st.selectbox(
+        "Head",
+        options,
+        format_func=head_label,
+        key="head",
+        help="Heads differ per stage: the choice is reset to the mean when a stage has fewer.",
+    )
 
 
 def _tile_click(chart_key: str, layers: list[int], heads: int):
@@ -158,41 +168,76 @@ def render(cur: Current) -> None:
         if windowed_view_bytes(geometry) <= limits.MAX_VIEW_BYTES:
             windowed_attention_view(
                 data=served(*resources.windowed_view_blob(*cur.args, layer), key="attn_view"),
-                image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query_cell=query_cell,
-                colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
-                on_change=follow_view("attn_view", patches=geometry.grid_size[0] * geometry.grid_size[1], heads=heads,
-                                      to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell)),
+                image_uri=resources.background_uri(*cur.args),
+                spec=spec,
+                layer=layer,
+                head=head,
+                query_cell=query_cell,
+                colorscale=cur.colorscale,
+                map_range=cur.map_range,
+                opacity=opacity,
+                key="attn_view",
+                on_change=follow_view(
+                    "attn_view",
+                    patches=geometry.grid_size[0] * geometry.grid_size[1],
+                    heads=heads,
+                    to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell),
+                ),
             )
-            st.caption("Instant view: hover a cell to see its attention inside its window (drawn in the browser; "
-                       "outside the window nothing is drawn: the attention there is 0); with the pointer over it, "
-                       "←/→ step the head (the Head box follows); click to make the cell the query. The same map as "
-                       "a chart, with hover values and downloads:")
+            st.caption(
+                "Instant view: hover a cell to see its attention inside its window (drawn in the browser; "
+                "outside the window nothing is drawn: the attention there is 0); with the pointer over it, "
+                "←/→ step the head (the Head box follows); click to make the cell the query. The same map as "
+                "a chart, with hover values and downloads:"
+            )
         else:
-            st.caption(f"The instant hover view is off for this layer: its windows' attention is "
-                       f"{windowed_view_bytes(geometry) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
-                       "the page may hold (VIZAPP_VIEW_MB). Click the chart to pick a query.")
+            st.caption(
+                f"The instant hover view is off for this layer: its windows' attention is "
+                f"{windowed_view_bytes(geometry) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
+                "the page may hold (VIZAPP_VIEW_MB). Click the chart to pick a query."
+            )
         figure = figures.attention_overlay(
-            resources.background_uri(*cur.args), spec.img_size, shown, geometry.stride,
-            opacity=opacity, colorscale=cur.colorscale, zmin=lo, zmax=hi,
+            resources.background_uri(*cur.args),
+            spec.img_size,
+            shown,
+            geometry.stride,
+            opacity=opacity,
+            colorscale=cur.colorscale,
+            zmin=lo,
+            zmax=hi,
             colorbar_title=f"attention probability ({range_text})",
             title=f"Layer {layer} (stage {stage}) · {head_label(head)} · query: {query_text}",
-            query_patch=query_cell, upsampled=cur.upsampled(shown), chart_width=figures.column_width(3 / 5),
+            query_patch=query_cell,
+            upsampled=cur.upsampled(shown),
+            chart_width=figures.column_width(3 / 5),
         )
         if query_cell is not None:
             for shape in window_shapes(window_rectangles(geometry, query_cell)):
                 figure.add_shape(**shape)
-        show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}",
-                   on_select=_overlay_click("attn_overlay", spec, geometry))
+        show_chart(
+            figure,
+            "attn_overlay",
+            filename=f"attention_L{layer}_{head}",
+            on_select=_overlay_click("attn_overlay", spec, geometry),
+        )
         (gh, gw), (sy, sx), (wh, ww) = geometry.grid_size, geometry.stride, geometry.window_size
         st.caption(
             f"Layer {layer}: {gw}×{gh} cells of {sx}×{sy} px, "
-            + ("one global window" if geometry.is_global else
-               f"{geometry.num_windows} windows of {ww}×{wh} cells, shift {geometry.shift[1]}×{geometry.shift[0]}")
+            + (
+                "one global window"
+                if geometry.is_global
+                else f"{geometry.num_windows} windows of {ww}×{wh} cells, shift {geometry.shift[1]}×{geometry.shift[0]}"
+            )
             + f"; uniform attention inside a window gives each of its {geometry.window_tokens} slots {uniform:.2g}."
         )
         ui.download_npz(
-            "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
-            head=-1 if head == "mean" else int(head), query=str(library_query), stride=geometry.stride,
+            "attn_overlay_data",
+            f"attention_L{layer}_{head}",
+            attention=shown,
+            layer=layer,
+            head=-1 if head == "mean" else int(head),
+            query=str(library_query),
+            stride=geometry.stride,
             image_size_hw=spec.img_size,
         )
         show_code(attention_code(Source.of(cur), layer=layer, head=head, query=library_query))
@@ -215,8 +260,13 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
     spec = cur.spec
     st.subheader(f"All layers × heads, per stage · query: {query_text}")
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
-    scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
-                     format_func=THUMBNAIL_SCALES.get)
+    scale = st.radio(
+        "Thumbnail colour scale",
+        list(THUMBNAIL_SCALES),
+        horizontal=True,
+        key="thumb_scale",
+        format_func=THUMBNAIL_SCALES.get,
+    )
     assert scale is not None, "a widget with options and no index=None always has a value"
     shared_top = max(float(np.nanmax(m)) for m in maps)
     for stage, layers in stages.items():
@@ -225,39 +275,59 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
         stacked = np.stack([maps[lyr] for lyr in layers])  # (layers, heads + 1, gh, gw)
         tiles = stacked.reshape(-1, *geometry.grid_size)
         if scale == "layer":  # each layer by its own top, at least 4× its own uniform level
-            tiles = np.concatenate([
-                layer_scaled(maps[lyr][None], uniform=uniform_level(spec.geometry(lyr)))[0][0] for lyr in layers
-            ]).reshape(-1, *geometry.grid_size)
-        titles = {"layer": "attention / its layer's top", "each": "attention / map max",
-                  "shared": "attention weight (probability)"}
+            tiles = np.concatenate(
+                [layer_scaled(maps[lyr][None], uniform=uniform_level(spec.geometry(lyr)))[0][0] for lyr in layers]
+            ).reshape(-1, *geometry.grid_size)
+        titles = {
+            "layer": "attention / its layer's top",
+            "each": "attention / map max",
+            "shared": "attention weight (probability)",
+        }
         highlight = layers.index(layer) * (heads + 1) + column if layer in layers else None
         grid = figures.mosaic(
-            tiles, heads + 1,
-            tile_names=[f"layer {lyr}, {head_label('mean' if h == heads else h)}" for lyr in layers
-                        for h in range(heads + 1)],
-            colorscale=cur.colorscale, normalize_each=scale == "each",
+            tiles,
+            heads + 1,
+            tile_names=[
+                f"layer {lyr}, {head_label('mean' if h == heads else h)}" for lyr in layers for h in range(heads + 1)
+            ],
+            colorscale=cur.colorscale,
+            normalize_each=scale == "each",
             zmin=0.0 if scale in ("layer", "shared") else None,
             zmax=1.0 if scale == "layer" else (shared_top if scale == "shared" else None),
-            colorbar_title=titles[scale], x_title="head", y_title="layer",
-            col_labels=[*map(str, range(heads)), "mean"], row_labels=[str(lyr) for lyr in layers],
-            highlight=highlight, title=stage_label(spec, stage) if len(stages) > 1 else None,
+            colorbar_title=titles[scale],
+            x_title="head",
+            y_title="layer",
+            col_labels=[*map(str, range(heads)), "mean"],
+            row_labels=[str(lyr) for lyr in layers],
+            highlight=highlight,
+            title=stage_label(spec, stage) if len(stages) > 1 else None,
         )
         key = f"attn_grid_s{stage}"
-        show_chart(grid, key, filename=f"attention_layers_x_heads_stage{stage}",
-                   on_select=_tile_click(key, layers, heads))
-        ui.download_npz(
-            f"attn_grid_data_s{stage}", f"attention_layers_x_heads_stage{stage}", attention=stacked[:, :heads],
-            mean_over_heads=stacked[:, heads], layers=layers, stride=geometry.stride,
+        show_chart(
+            grid, key, filename=f"attention_layers_x_heads_stage{stage}", on_select=_tile_click(key, layers, heads)
         )
-    st.caption("Click a thumbnail to open it above. The last column of each stage is the mean over heads; "
-               "every map is on its own layer's grid.")
+        ui.download_npz(
+            f"attn_grid_data_s{stage}",
+            f"attention_layers_x_heads_stage{stage}",
+            attention=stacked[:, :heads],
+            mean_over_heads=stacked[:, heads],
+            layers=layers,
+            stride=geometry.stride,
+        )
+    st.caption(
+        "Click a thumbnail to open it above. The last column of each stage is the mean over heads; "
+        "every map is on its own layer's grid."
+    )
 
 
 def _top_mass(cur, head_maps, geometry, layer, query_cell, opacity, everything, uniform, query_text) -> None:
     spec = cur.spec
     st.subheader(f"Top attention mass per head · layer {layer} · query: {query_text}")
-    if not st.toggle("Show each head's top-mass cells (DINO)", key="dino_show",
-                     help="Per head, the fewest cells that hold a chosen share of the query's attention."):
+    if not st.toggle(
+        "Show each head's top-mass cells (DINO)",
+        key="dino_show",
+        help="Per head, the fewest cells that hold a chosen share of the query's attention.",
+    ):
         return
     st.session_state.setdefault("dino_mass", 0.6)
     mass = st.slider("Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass")
@@ -272,12 +342,21 @@ def _top_mass(cur, head_maps, geometry, layer, query_cell, opacity, everything, 
     columns = min(heads, 6)
     show_chart(
         figures.map_panels(
-            dimmed, spec.img_size, list(kept), geometry.stride,
-            [f"head {h} · {counts[h]} of {cells} cells" for h in range(heads)], ncols=columns,
-            opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=lo, zmax=hi,
-            colorbar_title=f"attention probability ({range_text})", panel_height=240 if columns >= 4 else 360,
+            dimmed,
+            spec.img_size,
+            list(kept),
+            geometry.stride,
+            [f"head {h} · {counts[h]} of {cells} cells" for h in range(heads)],
+            ncols=columns,
+            opacity=min(1.0, opacity + 0.2),
+            colorscale=cur.colorscale,
+            zmin=lo,
+            zmax=hi,
+            colorbar_title=f"attention probability ({range_text})",
+            panel_height=240 if columns >= 4 else 360,
             query_patches=[query_cell] * heads,
         ),
-        "mass_panels", filename=f"attention_top_mass_L{layer}",
+        "mass_panels",
+        filename=f"attention_top_mass_L{layer}",
     )
     st.caption(f"Coloured: the cells holding {mass:.0%} of each head's attention (all inside the query's window).")

@@ -29,7 +29,9 @@ def _layer_picker(spec) -> int:
     clamp_state("pos_bias_layer", list(range(spec.num_layers)), 0)
     stage_of = {layer: stage for stage, layers in stage_layers(spec).items() for layer in layers}
     layer = st.selectbox(
-        "Layer", list(range(last + 1)), key="pos_bias_layer",
+        "Layer",
+        list(range(last + 1)),
+        key="pos_bias_layer",
         format_func=lambda layer: f"layer {layer} · {stage_label(spec, stage_of[layer])}",
         help="Each layer has its own bias (v1: a learned table; v2: from its own MLP).",
     )
@@ -38,8 +40,10 @@ def _layer_picker(spec) -> int:
 
 
 def _all_zero(what: str) -> str:
-    return (f"{what} {'are' if 'tables' in what else 'is'} all zero, as before training: these weights have "
-            "learned nothing about position yet, so there is nothing to draw. Load trained weights to see it.")
+    return (
+        f"{what} {'are' if 'tables' in what else 'is'} all zero, as before training: these weights have "
+        "learned nothing about position yet, so there is nothing to draw. Load trained weights to see it."
+    )
 
 
 def render(cur) -> None:
@@ -67,13 +71,28 @@ def render(cur) -> None:
             "units, added before the softmax)."
         )
         heads = bias.shape[0]
-        show_chart(figures.mosaic(
-            bias, min(heads, 6), tile_names=[f"head {h}" for h in range(heads)], colorscale=cur.colorscale,
-            zmin=lo, zmax=hi if hi > lo else lo + 1e-12, colorbar_title="bias added to the score",
-            col_labels=None, title=f"Layer {layer}: relative-position bias per head",
-        ), "pos_bias", filename=f"relative_position_bias_L{layer}")
-        ui.download_npz("pos_bias_data", f"relative_position_bias_L{layer}", bias=bias, layer=layer,
-                     window_size=geometry.window_size)
+        show_chart(
+            figures.mosaic(
+                bias,
+                min(heads, 6),
+                tile_names=[f"head {h}" for h in range(heads)],
+                colorscale=cur.colorscale,
+                zmin=lo,
+                zmax=hi if hi > lo else lo + 1e-12,
+                colorbar_title="bias added to the score",
+                col_labels=None,
+                title=f"Layer {layer}: relative-position bias per head",
+            ),
+            "pos_bias",
+            filename=f"relative_position_bias_L{layer}",
+        )
+        ui.download_npz(
+            "pos_bias_data",
+            f"relative_position_bias_L{layer}",
+            bias=bias,
+            layer=layer,
+            window_size=geometry.window_size,
+        )
         return
     try:
         rows, cols = resources.decomposed_position(cur.model, layer)  # (2h − 1, C), (2w − 1, C)
@@ -93,9 +112,21 @@ def render(cur) -> None:
         f"{ww}×{wh} cells; one colour scale for both tables: {lo:.3g} to {hi:.3g}."
     )
     for name, table in (("rows (offset Δy)", rows), ("columns (offset Δx)", cols)):
-        show_chart(figures.mosaic(
-            table.T[None], 1, tile_names=[name], colorscale=cur.colorscale, zmin=lo, zmax=hi if hi > lo else lo + 1e-12,
-            colorbar_title="table value", x_title=f"offset + {table.shape[0] // 2}", y_title="channel",
-            title=f"Layer {layer}: {name}", height=520,  # one table, not a thumbnail: the column's width
-        ), f"pos_table_{name.split()[0]}", filename=f"decomposed_position_{name.split()[0]}_L{layer}")
+        show_chart(
+            figures.mosaic(
+                table.T[None],
+                1,
+                tile_names=[name],
+                colorscale=cur.colorscale,
+                zmin=lo,
+                zmax=hi if hi > lo else lo + 1e-12,
+                colorbar_title="table value",
+                x_title=f"offset + {table.shape[0] // 2}",
+                y_title="channel",
+                title=f"Layer {layer}: {name}",
+                height=520,  # one table, not a thumbnail: the column's width
+            ),
+            f"pos_table_{name.split()[0]}",
+            filename=f"decomposed_position_{name.split()[0]}_L{layer}",
+        )
     ui.download_npz("pos_tables_data", f"decomposed_position_L{layer}", rows=rows, cols=cols, layer=layer)

@@ -13,5 +13,15 @@ from .cache import ActivationCache
 from .points import HOOK_POINTS, POOL_NAME, TRANSFORMERLENS_NAMES, HookPoint, hook_point_names, parse_hook_name
 from .run import Hook, run_with_cache, run_with_hooks
 
-__all__ = ["ActivationCache", "HOOK_POINTS", "POOL_NAME", "TRANSFORMERLENS_NAMES", "HookPoint", "Hook", "hook_point_names",
-           "parse_hook_name", "run_with_cache", "run_with_hooks"]
+__all__ = [
+    "ActivationCache",
+    "HOOK_POINTS",
+    "POOL_NAME",
+    "TRANSFORMERLENS_NAMES",
+    "HookPoint",
+    "Hook",
+    "hook_point_names",
+    "parse_hook_name",
+    "run_with_cache",
+    "run_with_hooks",
+]

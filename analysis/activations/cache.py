@@ -32,9 +32,16 @@ class ActivationCache(Mapping):
             else ``None``.
     """
 
-    def __init__(self, activations: dict[str, torch.Tensor], spec: ViTSpec, logits: torch.Tensor | None,
-                 stacks: dict[str, torch.Tensor] | None = None, *, grads: dict[str, torch.Tensor] | None = None,
-                 residual: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        activations: dict[str, torch.Tensor],
+        spec: ViTSpec,
+        logits: torch.Tensor | None,
+        stacks: dict[str, torch.Tensor] | None = None,
+        *,
+        grads: dict[str, torch.Tensor] | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> None:
         self._activations = dict(activations)
         self.spec = spec
         self.logits = logits
@@ -47,8 +54,10 @@ class ActivationCache(Mapping):
         """:attr:`logits`, from a pass that ran to the end; an AnalysisError for one that stopped early
         (``stop_at_layer``), which has no output."""
         if self.logits is None:
-            raise AnalysisError("This pass stopped early (stop_at_layer): it has no output; read cache.residual, "
-                                "or run without stop_at_layer.")
+            raise AnalysisError(
+                "This pass stopped early (stop_at_layer): it has no output; read cache.residual, "
+                "or run without stop_at_layer."
+            )
         return self.logits
 
     def grad(self, name: str) -> torch.Tensor:
@@ -56,12 +65,15 @@ class ActivationCache(Mapping):
         the cached activation ``a = cache[name]`` (same shape, dtype and device; zeros where ``y``
         does not depend on it). TransformerLens keeps it as ``cache[name + "_grad"]``."""
         if self._grads is None:
-            raise AnalysisError("This cache holds no gradients: run run_with_cache(..., grad_of=fn) with fn(output) -> "
-                                "scalar (e.g. lambda logits: logits[:, 3].sum()).")
+            raise AnalysisError(
+                "This cache holds no gradients: run run_with_cache(..., grad_of=fn) with fn(output) -> "
+                "scalar (e.g. lambda logits: logits[:, 3].sum())."
+            )
         canonical = canonical_name(name)
         if canonical not in self._grads:
-            raise KeyError(f"{name!r} was not cached (this cache holds: {', '.join(self._grads) or 'nothing'}); "
-                           "pass it in names=.")
+            raise KeyError(
+                f"{name!r} was not cached (this cache holds: {', '.join(self._grads) or 'nothing'}); pass it in names=."
+            )
         return self._grads[canonical]
 
     @classmethod
@@ -78,8 +90,9 @@ class ActivationCache(Mapping):
             else:
                 activations[name] = torch.cat([p[name].to(device) for p in pieces])
         logits = None if first.logits is None else torch.cat([p.output.to(device) for p in pieces])
-        residual = None if first.residual is None else torch.cat([p.residual.to(device) for p in pieces  # type: ignore[union-attr]
-                                                                   ])  # pieces of one pass: all stopped, or none
+        residual = None
+        if first.residual is not None:  # pieces of one pass: all stopped early, or none
+            residual = torch.cat([p.residual.to(device) for p in pieces if p.residual is not None])
         return cls(activations, first.spec, logits, stacks, residual=residual)
 
     def _stacked_position(self, name: str, point: str) -> int | None:
@@ -109,8 +122,10 @@ class ActivationCache(Mapping):
         values = [self[f"blocks.{layer}.{point}"] for layer in layers]
         shapes = {tuple(v.shape) for v in values}
         if len(shapes) > 1:
-            raise AnalysisError(f"The cached {point} have shapes {sorted(shapes)} (a hierarchical model's stages "
-                                "differ): they cannot be stacked; read them one layer at a time.")
+            raise AnalysisError(
+                f"The cached {point} have shapes {sorted(shapes)} (a hierarchical model's stages "
+                "differ): they cannot be stacked; read them one layer at a time."
+            )
         return torch.stack(values)
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -128,8 +143,10 @@ class ActivationCache(Mapping):
 
     def _token_axis(self, name: str, axis: int | None) -> int:
         if self.spec.is_windowed:
-            raise AnalysisError(f"A windowed model ({self.spec.family}) has no prefix tokens and no single token axis: "
-                                f"{name} is laid out per stage grid or per window (see analysis.activations.points).")
+            raise AnalysisError(
+                f"A windowed model ({self.spec.family}) has no prefix tokens and no single token axis: "
+                f"{name} is laid out per stage grid or per window (see analysis.activations.points)."
+            )
         _, point = parse_hook_name(name, self.spec.num_layers)
         if axis is None:
             return point.token_axes[0]

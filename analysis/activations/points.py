@@ -114,8 +114,17 @@ from dataclasses import dataclass
 
 from ..errors import AnalysisError
 
-__all__ = ["HookPoint", "HOOK_POINTS", "MODEL_POINTS", "POOL_POINT", "POOL_NAME", "TRANSFORMERLENS_NAMES",
-           "hook_point_names", "parse_hook_name", "canonical_name"]
+__all__ = [
+    "HookPoint",
+    "HOOK_POINTS",
+    "MODEL_POINTS",
+    "POOL_POINT",
+    "POOL_NAME",
+    "TRANSFORMERLENS_NAMES",
+    "hook_point_names",
+    "parse_hook_name",
+    "canonical_name",
+]
 
 
 @dataclass(frozen=True)
@@ -152,8 +161,12 @@ HOOK_POINTS: tuple[HookPoint, ...] = (
     HookPoint("resid_post", "(B, T, D)", (1,), "the block's output, resid_mid + mlp.out"),
 )
 #: The attention-pooling head's probabilities (a model-level point, not a block's).
-POOL_POINT = HookPoint("pool.probs", "(B, heads, probes, T)", (3,),
-                       "an attention-pooling head's probe queries over the output tokens (SigLIP, PE)")
+POOL_POINT = HookPoint(
+    "pool.probs",
+    "(B, heads, probes, T)",
+    (3,),
+    "an attention-pooling head's probe queries over the output tokens (SigLIP, PE)",
+)
 POOL_NAME = "pool.probs"
 #: Points of the model, not of a block, in forward order: the final norm, then the pooling head.
 MODEL_POINTS: tuple[HookPoint, ...] = (

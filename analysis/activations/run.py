@@ -115,15 +115,33 @@ def run_with_cache(
     spec = input_spec(vit, pixels)
     stop = _check_stop(stop_at_layer, spec.num_layers)
     if grad_of is not None and not callable(grad_of):
-        raise AnalysisError("grad_of must be a function fn(output) -> scalar tensor, e.g. lambda logits: logits[:, 3].sum().")
-    kept = _select(names, spec.num_layers, has_pool=pool_site(vit.model) is not None,
-                   defined=_defined_points(vit.model, spec.num_layers), stop=stop)
-    return cache_forward(vit, pixels, spec, kept, hooks=_check_hooks(hooks, spec.num_layers, stop), dtype=dtype,
-                         precision=precision, to_cpu=to_cpu, grad_of=grad_of, stop_at_layer=stop)
+        raise AnalysisError(
+            "grad_of must be a function fn(output) -> scalar tensor, e.g. lambda logits: logits[:, 3].sum()."
+        )
+    kept = _select(
+        names,
+        spec.num_layers,
+        has_pool=pool_site(vit.model) is not None,
+        defined=_defined_points(vit.model, spec.num_layers),
+        stop=stop,
+    )
+    return cache_forward(
+        vit,
+        pixels,
+        spec,
+        kept,
+        hooks=_check_hooks(hooks, spec.num_layers, stop),
+        dtype=dtype,
+        precision=precision,
+        to_cpu=to_cpu,
+        grad_of=grad_of,
+        stop_at_layer=stop,
+    )
 
 
-def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, precision: str = "auto",
-                   differentiable: bool = False) -> torch.Tensor:
+def run_with_hooks(
+    vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, precision: str = "auto", differentiable: bool = False
+) -> torch.Tensor:
     """The logits ``(B, outputs)`` (float32, CPU) of a forward pass in which each ``hooks[name]``
     sees the activation at ``name`` and may replace it (``fn(activation) -> tensor | None``).
 
@@ -142,9 +160,16 @@ def run_with_hooks(vit, pixels: torch.Tensor, hooks: Mapping[str, Hook], *, prec
     return output if differentiable else output.float().cpu()
 
 
-def visit_forward(model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec,
-                  hooks: Mapping[str, Hook], *, precision: str = "auto",
-                  query_rows: tuple[int, ...] | None = None) -> torch.Tensor:
+def visit_forward(
+    model: nn.Module,
+    device: torch.device,
+    pixels: torch.Tensor,
+    spec: ViTSpec,
+    hooks: Mapping[str, Hook],
+    *,
+    precision: str = "auto",
+    query_rows: tuple[int, ...] | None = None,
+) -> torch.Tensor:
     """The logits of one forward pass of ``model`` (``vit.model``, or its CPU copy for an
     out-of-memory fallback) on ``device`` in which read-only ``hooks`` see their points: the
     engine behind the streamed analyses (:func:`analysis.dataset_attention_distance`, token
@@ -157,8 +182,10 @@ def visit_forward(model: nn.Module, device: torch.device, pixels: torch.Tensor, 
 def _read_only(name: str, fn: Hook) -> Hook:
     def visit(value: torch.Tensor) -> None:
         if fn(value) is not None:
-            raise AnalysisError(f"The hook on {name!r} returned a tensor: visit_forward's hooks only read "
-                                "(use run_with_hooks to replace an activation).")
+            raise AnalysisError(
+                f"The hook on {name!r} returned a tensor: visit_forward's hooks only read "
+                "(use run_with_hooks to replace an activation)."
+            )
         return None
 
     return visit
@@ -191,16 +218,30 @@ def cache_forward(
     """
     hooks = hooks or {}
     if (query_rows is not None or exact) and (hooks or grad_of is not None):
-        raise AnalysisError("query_rows and exact apply to reading attention, not to interventions or gradients: "
-                            "pass no hooks and no grad_of.")
+        raise AnalysisError(
+            "query_rows and exact apply to reading attention, not to interventions or gradients: "
+            "pass no hooks and no grad_of."
+        )
     out_device = torch.device("cpu") if to_cpu else vit.device
 
     def once(model: nn.Module, device: torch.device, piece: torch.Tensor) -> ActivationCache:
         pin = out_device.type == "cpu" and device.type == "cuda"
-        store = ActivationStore(kept, spec.num_layers, dtype, out_device, stack=stack, pin=pin,
-                                track=grad_of is not None)
-        output = _hooked_forward(model, device, piece, spec, hooks, store, precision, query_rows=query_rows,
-                                 exact=exact, grad=grad_of is not None, stop_at_layer=stop_at_layer)
+        store = ActivationStore(
+            kept, spec.num_layers, dtype, out_device, stack=stack, pin=pin, track=grad_of is not None
+        )
+        output = _hooked_forward(
+            model,
+            device,
+            piece,
+            spec,
+            hooks,
+            store,
+            precision,
+            query_rows=query_rows,
+            exact=exact,
+            grad=grad_of is not None,
+            stop_at_layer=stop_at_layer,
+        )
         missing = [name for name in kept if name not in store]
         if missing:
             raise AnalysisError(
@@ -212,13 +253,20 @@ def cache_forward(
             torch.cuda.synchronize(device)  # pinned copies are asynchronous
         output = output.detach().float().to(out_device)
         stopped = stop_at_layer is not None
-        return ActivationCache({name: store.values[name] for name in kept}, spec, None if stopped else output,
-                               store.stacks, grads=grads, residual=output if stopped else None)
+        return ActivationCache(
+            {name: store.values[name] for name in kept},
+            spec,
+            None if stopped else output,
+            store.stacks,
+            grads=grads,
+            residual=output if stopped else None,
+        )
 
     if hooks or grad_of is not None:  # interventions and gradients see the batch whole
         return once(vit.model, vit.device, pixels)
     pieces = run_with_oom_fallback(
-        lambda piece: once(vit.model, vit.device, piece), pixels,
+        lambda piece: once(vit.model, vit.device, piece),
+        pixels,
         (lambda piece: once(vit.cpu_model(), torch.device("cpu"), piece)) if vit.device.type != "cpu" else None,
     )
     return pieces[0] if len(pieces) == 1 else ActivationCache.concatenate(pieces, out_device)
@@ -231,11 +279,14 @@ def _gradients(grad_of: Scalar, output: torch.Tensor, store: ActivationStore) ->
         scalar = grad_of(output)
     if not isinstance(scalar, torch.Tensor) or scalar.numel() != 1:
         got = tuple(scalar.shape) if isinstance(scalar, torch.Tensor) else type(scalar).__name__
-        raise AnalysisError(f"grad_of returned {got}; it must return one number (a scalar tensor), e.g. "
-                            "lambda logits: logits[:, 3].sum().")
+        raise AnalysisError(
+            f"grad_of returned {got}; it must return one number (a scalar tensor), e.g. "
+            "lambda logits: logits[:, 3].sum()."
+        )
     if not scalar.requires_grad:
-        raise AnalysisError("grad_of's value does not depend on the forward pass (no graph): compute it from "
-                            "the output it is given.")
+        raise AnalysisError(
+            "grad_of's value does not depend on the forward pass (no graph): compute it from the output it is given."
+        )
     live = {name: value for name, value in store.live.items() if value.requires_grad}
     found = torch.autograd.grad(scalar.reshape(()), list(live.values()), allow_unused=True) if live else ()
     by_name = dict(zip(live, found))
@@ -243,8 +294,11 @@ def _gradients(grad_of: Scalar, output: torch.Tensor, store: ActivationStore) ->
     for name in store.kept:
         gradient = by_name.get(name)
         value = store.values[name]
-        grads[name] = (torch.zeros_like(value) if gradient is None
-                       else gradient.detach().to(device=store.device, dtype=value.dtype))
+        grads[name] = (
+            torch.zeros_like(value)
+            if gradient is None
+            else gradient.detach().to(device=store.device, dtype=value.dtype)
+        )
     return grads
 
 
@@ -252,8 +306,10 @@ def _check_stop(stop_at_layer: int | None, num_layers: int) -> int | None:
     if stop_at_layer is None:
         return None
     if isinstance(stop_at_layer, bool) or not isinstance(stop_at_layer, int) or not 0 <= stop_at_layer <= num_layers:
-        raise AnalysisError(f"stop_at_layer={stop_at_layer!r}: pass n in 0..{num_layers} to run blocks 0..n-1 "
-                            f"(this model has {num_layers}), or None for the whole model.")
+        raise AnalysisError(
+            f"stop_at_layer={stop_at_layer!r}: pass n in 0..{num_layers} to run blocks 0..n-1 "
+            f"(this model has {num_layers}), or None for the whole model."
+        )
     return stop_at_layer
 
 
@@ -303,8 +359,14 @@ def _block_defines(site: AttentionSite, suffix: str) -> bool:
     return site.adapter.defines(site, suffix)
 
 
-def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable[[str], bool] | None = None,
-            stop: int | None = None) -> list[str]:
+def _select(
+    names,
+    num_layers: int,
+    *,
+    has_pool: bool = False,
+    defined: Callable[[str], bool] | None = None,
+    stop: int | None = None,
+) -> list[str]:
     """The names to cache (the table's names), validated, without repeats, in the order asked (a
     predicate or ``None``: forward order, only the points this model defines; a name asked for
     explicitly that the model does not define is refused with the reason during the pass).
@@ -333,8 +395,10 @@ def _select(names, num_layers: int, *, has_pool: bool = False, defined: Callable
 def _check_before_stop(name: str, num_layers: int, stop: int | None) -> None:
     layer, _ = parse_hook_name(name, num_layers)
     if stop is not None and layer >= stop:
-        raise AnalysisError(f"{name!r} is not reached with stop_at_layer={stop}: the forward pass stops after block "
-                            f"{stop - 1}. Ask for points of blocks 0..{stop - 1}, or a later stop_at_layer.")
+        raise AnalysisError(
+            f"{name!r} is not reached with stop_at_layer={stop}: the forward pass stops after block "
+            f"{stop - 1}. Ask for points of blocks 0..{stop - 1}, or a later stop_at_layer."
+        )
 
 
 def _check_hooks(hooks: Mapping[str, Hook] | None, num_layers: int, stop: int | None = None) -> dict[str, Hook]:
@@ -348,7 +412,9 @@ def _check_hooks(hooks: Mapping[str, Hook] | None, num_layers: int, stop: int | 
         if not callable(fn):
             raise AnalysisError(f"The hook for {name!r} is not callable: pass fn(activation) -> tensor | None.")
         if canonical_name(name) in checked:
-            raise AnalysisError(f"Two hooks for {canonical_name(name)!r} (a name and its TransformerLens alias): pass one.")
+            raise AnalysisError(
+                f"Two hooks for {canonical_name(name)!r} (a name and its TransformerLens alias): pass one."
+            )
         checked[canonical_name(name)] = fn
     return dict(sorted(checked.items(), key=lambda item: forward_order(item[0], num_layers)))
 
@@ -379,9 +445,18 @@ def _callback(name: str, hook: Hook | None, store: ActivationStore | None) -> Ho
 
 
 def _hooked_forward(
-    model: nn.Module, device: torch.device, pixels: torch.Tensor, spec: ViTSpec, hooks: dict[str, Hook],
-    store: ActivationStore, precision: str, *, query_rows: tuple[int, ...] | None = None, exact: bool = False,
-    grad: bool = False, stop_at_layer: int | None = None,
+    model: nn.Module,
+    device: torch.device,
+    pixels: torch.Tensor,
+    spec: ViTSpec,
+    hooks: dict[str, Hook],
+    store: ActivationStore,
+    precision: str,
+    *,
+    query_rows: tuple[int, ...] | None = None,
+    exact: bool = False,
+    grad: bool = False,
+    stop_at_layer: int | None = None,
 ) -> torch.Tensor:
     """One forward pass of ``model`` with ``hooks`` applied and ``store.kept`` kept; every hook
     registered here is removed on exit, also when the forward raises. ``grad``: under autograd
@@ -402,8 +477,17 @@ def _hooked_forward(
                 _model_hooks(model, points, owner, handles, store, explicit, exact=exact, grad=grad)
                 continue
             geometry = spec.geometry(layer) if spec.is_windowed else None
-            report = _attention_report(layer, f"blocks.{layer}.attn.probs", points, store, explicit, exact=exact,
-                                       query_rows=query_rows, geometry=geometry, grad=grad)
+            report = _attention_report(
+                layer,
+                f"blocks.{layer}.attn.probs",
+                points,
+                store,
+                explicit,
+                exact=exact,
+                query_rows=query_rows,
+                geometry=geometry,
+                grad=grad,
+            )
             _block_hooks(layer, sites[layer], points, owner, report, handles, grad=grad)
         if stop_at_layer is not None:
             handles.append(_stop_hook(model, sites, stop_at_layer, owner))
@@ -411,7 +495,7 @@ def _hooked_forward(
         if grad and not pixels.requires_grad:  # frozen parameters: the input connects the graph
             pixels = pixels.detach().clone().requires_grad_(True)
         try:
-            with (torch.enable_grad() if grad else torch.no_grad()), autocast_context(device, precision):
+            with torch.enable_grad() if grad else torch.no_grad(), autocast_context(device, precision):
                 logits = model(pixels)
         except _Stopped as stopped:
             logits = stopped.residual
@@ -431,6 +515,7 @@ def _stop_hook(model: nn.Module, sites: dict, stop: int, owner: int):
     """A hook ending this thread's forward pass with the residual stream after block ``stop − 1``
     (registered after the block's own hooks, so it sees their replacements)."""
     if stop == 0:
+
         def before_first(module, args):
             if threading.get_ident() == owner:
                 raise _Stopped(args[0])
@@ -444,23 +529,35 @@ def _stop_hook(model: nn.Module, sites: dict, stop: int, owner: int):
     return sites[stop - 1].block.register_forward_hook(after_last)
 
 
-def _model_hooks(model: nn.Module, points: dict[str, Hook], owner: int, handles: list, store: ActivationStore,
-                 explicit: list[int], *, exact: bool, grad: bool) -> None:
+def _model_hooks(
+    model: nn.Module,
+    points: dict[str, Hook],
+    owner: int,
+    handles: list,
+    store: ActivationStore,
+    explicit: list[int],
+    *,
+    exact: bool,
+    grad: bool,
+) -> None:
     """The hooks of the model-level points: ``ln_final.*`` on the final norm, ``pool.probs`` on an
     attention-pooling head."""
     if "attn.probs" in points:  # pool.probs
         pool = pool_site(model)
         if pool is None:
             raise AnalysisError(f"{POOL_NAME!r}: this model ({type(model).__name__}) has no attention-pooling head.")
-        report = _attention_report(-1, POOL_NAME, {"attn.probs": points["attn.probs"]}, store, explicit, exact=exact,
-                                   grad=grad)
+        report = _attention_report(
+            -1, POOL_NAME, {"attn.probs": points["attn.probs"]}, store, explicit, exact=exact, grad=grad
+        )
         handles.extend(pool.adapter.tap(pool.module, report, owner, reuse=True))
     norm_points = {suffix.split(".", 1)[1]: fn for suffix, fn in points.items() if suffix.startswith("ln_final.")}
     if norm_points:
         norm = final_norm(model)
         if norm is None:
-            raise AnalysisError(f"{type(model).__name__} has no norm after its last block (model.norm): ln_final is not "
-                                "defined for it (a model that pools first normalises the pooled vector).")
+            raise AnalysisError(
+                f"{type(model).__name__} has no norm after its last block (model.norm): ln_final is not "
+                "defined for it (a model that pools first normalises the pooled vector)."
+            )
         _norm_hook(norm, "ln_final", norm_points, owner, handles, grad)
 
 
@@ -472,8 +569,10 @@ def _norm_hook(norm: nn.Module, which: str, points: dict[str, Hook], owner: int,
     output as ``out + (out − b)/s·(s' − s)``, i.e. ``(out − b)·s'/s + b``: unchanged when ``s' = s``;
     ``s`` is computed from the detached input, so the input's gradient is the norm's own."""
     if "scale" in points and norm_kind(norm) is None:
-        raise AnalysisError(f"{which}.scale: the norm {type(norm).__name__} is neither a LayerNorm nor an RMSNorm over "
-                            f"the last axis, so its scale is not defined; read {which}.out.")
+        raise AnalysisError(
+            f"{which}.scale: the norm {type(norm).__name__} is neither a LayerNorm nor an RMSNorm over "
+            f"the last axis, so its scale is not defined; read {which}.out."
+        )
 
     def after(module, args, output):
         if threading.get_ident() != owner:
@@ -507,8 +606,16 @@ def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> 
     return module
 
 
-def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner: int, attention_report,
-                 handles: list, *, grad: bool = False) -> None:
+def _block_hooks(
+    layer: int,
+    site: AttentionSite,
+    points: dict[str, Hook],
+    owner: int,
+    attention_report,
+    handles: list,
+    *,
+    grad: bool = False,
+) -> None:
     """Register the hooks of one block for the points it was asked for (see the module
     docstring) into ``handles``, one at a time, so the caller removes every one of them even
     when a check here raises halfway."""
@@ -524,6 +631,7 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
     block_input: list[torch.Tensor] = []  # resid_pre of the running call, as the block received it
 
     if "resid_pre" in points or "resid_mid" in points:
+
         def pre(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
             if not mine():
                 return None
@@ -536,6 +644,7 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
         handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
 
     if "attn.out" in points or "resid_mid" in points:
+
         def attention_branch(module, args, output):
             if not mine():
                 return None
@@ -551,18 +660,22 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
                 mid = block_input[0] + added
                 new_mid = visit("resid_mid", mid)
                 if new_mid is not None or grad:  # gradient mode: the stream is computed from resid_mid
-                    replaced = (mid if new_mid is None else new_mid) - block_input[0]  # the block adds this to resid_pre
+                    replaced = (mid if new_mid is None else new_mid) - block_input[
+                        0
+                    ]  # the block adds this to resid_pre
             return replaced
 
         handles.append(_branch_module(block, "drop_path1", layer, "attn.out").register_forward_hook(attention_branch))
 
     if "mlp.out" in points:
+
         def mlp_branch(module, args, output):
             return visit("mlp.out", output) if mine() else None
 
         handles.append(_branch_module(block, "drop_path2", layer, "mlp.out").register_forward_hook(mlp_branch))
 
     if "resid_post" in points:
+
         def post(module, args, output):
             if not mine():
                 return None
@@ -577,16 +690,21 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
         if norm_points:
             norm = block_norm(block, which)
             if norm is None:
-                raise AnalysisError(f"Block {layer} ({type(block).__name__}) has no {'first' if which == 'ln1' else 'second'} "
-                                    f"norm (norm{which[-1]}): {which}.* is not defined for it.")
+                raise AnalysisError(
+                    f"Block {layer} ({type(block).__name__}) has no {'first' if which == 'ln1' else 'second'} "
+                    f"norm (norm{which[-1]}): {which}.* is not defined for it."
+                )
             _norm_hook(norm, which, norm_points, owner, handles, grad)
 
     if "attn.in" in points:
+
         def attention_input(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
             if not mine():
                 return None
             if not args:
-                raise AnalysisError(f"Block {layer}'s attention was called without a positional input: attn.in cannot be read.")
+                raise AnalysisError(
+                    f"Block {layer}'s attention was called without a positional input: attn.in cannot be read."
+                )
             replaced = visit("attn.in", args[0])
             return None if replaced is None else ((replaced, *args[1:]), kwargs)
 
@@ -595,12 +713,17 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
     if "mlp.pre" in points or "mlp.post" in points:
         layers = mlp_layers(block)
         if layers is None:
-            raise AnalysisError(f"Block {layer} ({type(block).__name__}) has no MLP with fc1 and fc2: mlp.pre and "
-                                "mlp.post are not defined for it.")
+            raise AnalysisError(
+                f"Block {layer} ({type(block).__name__}) has no MLP with fc1 and fc2: mlp.pre and "
+                "mlp.post are not defined for it."
+            )
         first, output_layer = layers
         if "mlp.pre" in points:
-            handles.append(first.register_forward_hook(lambda module, args, output: visit("mlp.pre", output) if mine() else None))
+            handles.append(
+                first.register_forward_hook(lambda module, args, output: visit("mlp.pre", output) if mine() else None)
+            )
         if "mlp.post" in points:
+
             def hidden(module, args):
                 if not mine():
                     return None
@@ -612,8 +735,10 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
     if "attn.z" in points or "attn.result" in points:
         projection = site.adapter.output_projection(site.module)
         if projection is None:
-            raise AnalysisError(f"Block {layer}'s attention ({type(site.module).__name__}) has no output projection "
-                                f"(its adapter, {site.adapter.name}, names none): attn.z is not defined for it.")
+            raise AnalysisError(
+                f"Block {layer}'s attention ({type(site.module).__name__}) has no output projection "
+                f"(its adapter, {site.adapter.name}, names none): attn.z is not defined for it."
+            )
         heads = site.adapter.num_heads(site.module)
 
         def head_outputs(module, args):
@@ -627,8 +752,10 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
             handles.append(projection.register_forward_pre_hook(head_outputs))
         if "attn.result" in points:
             if not isinstance(projection, nn.Linear):
-                raise AnalysisError(f"Block {layer}'s output projection is a {type(projection).__name__}, not a linear "
-                                    "layer: attn.result (each head's share of it) is not defined for it.")
+                raise AnalysisError(
+                    f"Block {layer}'s output projection is a {type(projection).__name__}, not a linear "
+                    "layer: attn.result (each head's share of it) is not defined for it."
+                )
 
             def head_results(module, args, output):
                 if not mine():
@@ -650,9 +777,18 @@ def _block_hooks(layer: int, site: AttentionSite, points: dict[str, Hook], owner
         handles.extend(site.adapter.tap(site.module, attention_report, owner, reuse=True))
 
 
-def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], store: ActivationStore,
-                      explicit: list[int], *, exact: bool = False, query_rows: tuple[int, ...] | None = None,
-                      geometry=None, grad: bool = False):
+def _attention_report(
+    layer: int,
+    probs_name: str,
+    points: dict[str, Hook],
+    store: ActivationStore,
+    explicit: list[int],
+    *,
+    exact: bool = False,
+    query_rows: tuple[int, ...] | None = None,
+    geometry=None,
+    grad: bool = False,
+):
     """The adapter's report for the attention points of one block (or the pooling head):
     returns the call's output ``P·v`` (fused path), the replacement probabilities (explicit
     path), or None (the module's own kernel runs).
@@ -684,8 +820,11 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
         """``probs`` (B, heads, Q, K) as the point shows it; a replacement mapped back to its layout."""
         shown = probs
         if query_rows is not None and not rows_done:
-            shown = (probs[:, :, rows_range[0]:rows_range[1]] if rows_range is not None
-                     else probs.index_select(2, rows_on(probs.device)))
+            shown = (
+                probs[:, :, rows_range[0] : rows_range[1]]
+                if rows_range is not None
+                else probs.index_select(2, rows_on(probs.device))
+            )
         if geometry is not None:
             shown = window_probabilities(probs, geometry)  # (B, windows, heads, Wt, Wt)
         replaced = points["attn.probs"](shown)
@@ -706,12 +845,15 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
                 explicit.append(layer)
                 return None
             return visit_probs(inputs.probs) if wants_probs else None
-        q, k, v = (points[f"attn.{part}"](tensor) if f"attn.{part}" in points else None
-                   for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)))
+        q, k, v = (
+            points[f"attn.{part}"](tensor) if f"attn.{part}" in points else None
+            for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v))
+        )
         if not wants_probs and not wants_scores and q is None and k is None and v is None:
             return None  # nothing changed, probabilities not asked: the module's own kernel runs
-        inputs = replace(inputs, q=inputs.q if q is None else q, k=inputs.k if k is None else k,
-                         v=inputs.v if v is None else v)
+        inputs = replace(
+            inputs, q=inputs.q if q is None else q, k=inputs.k if k is None else k, v=inputs.v if v is None else v
+        )
         if wants_scores or grad:  # out of place: the scores visited, every step in the graph
             scores = attention_scores(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
             if wants_scores:
@@ -728,8 +870,9 @@ def _attention_report(layer: int, probs_name: str, points: dict[str, Hook], stor
         if wants_probs and rows_only and q is None and k is None and v is None:
             rows = rows_on(inputs.q.device)
             out = destination((batch, heads, queries if rows is None else len(rows), keys), inputs.q.device)
-            probs = attention_probabilities(inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask,
-                                            is_causal=inputs.is_causal, out=out)
+            probs = attention_probabilities(
+                inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal, out=out
+            )
             visit_probs(probs, rows_done=True)  # read only (no hooks with exact or query rows)
             return None
         whole = wants_probs and query_rows is None
@@ -769,10 +912,10 @@ def _row_range(tokens: tuple[int, ...] | None) -> tuple[int, int] | None:
 #: The points of :func:`hooks_around` (``{i}``: a block, or an encoder layer of the given sites).
 AROUND_POINTS = {
     "embed.out": "(B, T, D): the token sequence after the position embedding (timm's patch_drop output, before "
-                 "norm_pre and the blocks); a replacement may keep fewer tokens (token drop)",
+    "norm_pre and the blocks); a replacement may keep fewer tokens (token drop)",
     "blocks.{i}.attn.rope": "the rotary tensor block i passes to its attention (its `rope` keyword), read only",
     "blocks.{i}.attn.probs": "(B, heads, T, T) float32: softmax(scale·q·kᵀ + M) of block i's attention, read only "
-                             "(the module's own fused kernel still computes its output)",
+    "(the module's own fused kernel still computes its output)",
 }
 
 
@@ -782,8 +925,9 @@ class StopForward(Exception):
 
 
 @contextlib.contextmanager
-def hooks_around(model: nn.Module, hooks: Mapping[str, Hook], *, sites: Sequence[AttentionSite] | None = None
-                 ) -> Iterator[None]:
+def hooks_around(
+    model: nn.Module, hooks: Mapping[str, Hook], *, sites: Sequence[AttentionSite] | None = None
+) -> Iterator[None]:
     """Within the block, every forward of ``model`` run by the calling thread calls
     ``hooks[name](value)`` at the points of :data:`AROUND_POINTS`; other threads' forwards of the
     same model pass untouched. ``sites``: the blocks (default :func:`block_sites` of ``model``;
@@ -812,8 +956,10 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
     if name == "embed.out":
         site = getattr(model, "patch_drop", None)
         if not isinstance(site, nn.Module):
-            raise AnalysisError(f"{type(model).__name__} has no patch_drop module after its position embedding: "
-                                "'embed.out' is not defined for it.")
+            raise AnalysisError(
+                f"{type(model).__name__} has no patch_drop module after its position embedding: "
+                "'embed.out' is not defined for it."
+            )
 
         def embed(module, args, output):
             return fn(output) if threading.get_ident() == owner else None
@@ -825,6 +971,7 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
         raise AnalysisError(f"{name!r}: this model has blocks 0..{len(sites) - 1}.")
     site = sites[layer]
     if point == "attn.rope":
+
         def rope(module, args, kwargs=None):  # kwargs=None: see _kwargs_hook_race
             if threading.get_ident() != owner:
                 return None
@@ -835,8 +982,11 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
     heads = site.adapter.num_heads(site.module)
 
     def probabilities(inputs: AttentionInputs) -> None:
-        probs = (attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
-                 if inputs.probs is None else inputs.probs.float())  # (B, heads, T, T)
+        probs = (
+            attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
+            if inputs.probs is None
+            else inputs.probs.float()
+        )  # (B, heads, T, T)
         if probs.shape[1] != heads:
             raise AnalysisError(f"Block {layer}'s attention gave {probs.shape[1]} heads; its module says {heads}.")
         _read_only(name, fn)(probs)

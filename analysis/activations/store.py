@@ -34,8 +34,7 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same elements of the same memory (a hook may return another view of a buffer,
     e.g. ``p[:, :, :1].expand_as(p)``: same start and shape, other contents)."""
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype)
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
 
 
 class ActivationStore:
@@ -53,8 +52,17 @@ class ActivationStore:
             gradient mode's ``torch.autograd.grad``.
     """
 
-    def __init__(self, kept: list[str], num_layers: int, dtype: torch.dtype, device: torch.device, *,
-                 stack: bool = False, pin: bool = False, track: bool = False) -> None:
+    def __init__(
+        self,
+        kept: list[str],
+        num_layers: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        stack: bool = False,
+        pin: bool = False,
+        track: bool = False,
+    ) -> None:
         self.kept = list(kept)
         self.track = track
         self.live: dict[str, torch.Tensor] = {}

@@ -126,8 +126,9 @@ def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
     (differentiable) ops: :func:`~analysis.adapters.probabilities.attention_probabilities`
     with ``differentiable=True``, the one definition of the rule."""
     assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, "a fused call's inputs"
-    return attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal,
-                                   differentiable=True)
+    return attention_probabilities(
+        inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal, differentiable=True
+    )
 
 
 def attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

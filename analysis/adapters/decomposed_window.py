@@ -45,8 +45,9 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
             if inputs.probs is not None:  # a replacement goes back in the module's (B'·heads, N, N) layout
                 replaced = report(AttentionInputs(probs=unfold(inputs.probs)))
                 return None if replaced is None else replaced.flatten(0, 1)
-            output = report(replace(inputs, q=unfold(inputs.q), k=unfold(inputs.k), v=unfold(inputs.v),
-                                    mask=unfold(inputs.mask)))
+            output = report(
+                replace(inputs, q=unfold(inputs.q), k=unfold(inputs.k), v=unfold(inputs.v), mask=unfold(inputs.mask))
+            )
             return None if output is None else output.flatten(0, 1)  # (B', heads, N, d) -> (B'·heads, N, d)
 
         return super().tap(module, per_head, owner, differentiable=differentiable, reuse=reuse)

@@ -44,7 +44,9 @@ def attention_scores(
         q, k = q.float(), k.float()
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
         if is_causal:
-            keep = torch.arange(k.shape[2], device=q.device)[None, :] <= torch.arange(q.shape[2], device=q.device)[:, None]
+            keep = (
+                torch.arange(k.shape[2], device=q.device)[None, :] <= torch.arange(q.shape[2], device=q.device)[:, None]
+            )
             scores = scores.masked_fill(~keep, float("-inf"))
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
@@ -82,23 +84,36 @@ def attention_probabilities(
         if differentiable:
             scores = torch.matmul(q, k.transpose(-2, -1)) * scale
         else:
-            scores = out if out is not None else torch.empty(batch, heads, queries, tokens, dtype=torch.float32,
-                                                             device=q.device)
+            scores = (
+                out
+                if out is not None
+                else torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+            )
             torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
                 scores.view(batch * heads, queries, tokens),
                 q.reshape(batch * heads, queries, head_dim),
                 k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
-                beta=0.0, alpha=scale, out=scores.view(batch * heads, queries, tokens),
+                beta=0.0,
+                alpha=scale,
+                out=scores.view(batch * heads, queries, tokens),
             )
         if is_causal:
             query_index = rows if rows is not None else torch.arange(full_queries, device=q.device)
             keep = torch.arange(tokens, device=q.device)[None, :] <= query_index[:, None]  # (Q, T)
-            scores = scores.masked_fill(~keep, float("-inf")) if differentiable else scores.masked_fill_(~keep, float("-inf"))
+            scores = (
+                scores.masked_fill(~keep, float("-inf"))
+                if differentiable
+                else scores.masked_fill_(~keep, float("-inf"))
+            )
         if mask is not None:
             if rows is not None and mask.ndim >= 2 and mask.shape[-2] == full_queries and full_queries > 1:
                 mask = mask.index_select(-2, rows)
             if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, float("-inf")) if differentiable else scores.masked_fill_(~mask, float("-inf"))
+                scores = (
+                    scores.masked_fill(~mask, float("-inf"))
+                    if differentiable
+                    else scores.masked_fill_(~mask, float("-inf"))
+                )
             else:
                 scores = scores + mask.float() if differentiable else scores.add_(mask.float())
         if differentiable:
@@ -128,8 +143,14 @@ def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) 
     per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
     for start in range(0, batch, step):
         piece = slice(start, start + step)
-        probs = attention_probabilities(q[piece], k[piece], scale, mask=mask[piece] if per_image_mask and mask is not None else mask,
-                                        is_causal=inputs.is_causal, out=out[piece])
+        probs = attention_probabilities(
+            q[piece],
+            k[piece],
+            scale,
+            mask=mask[piece] if per_image_mask and mask is not None else mask,
+            is_causal=inputs.is_causal,
+            out=out[piece],
+        )
         with torch.autocast(v.device.type, enabled=False):
             torch.matmul(probs.to(v.dtype), v[piece], out=output[piece])
     return out, output

@@ -16,7 +16,13 @@ from ..errors import UnsupportedModelError
 from .base import AttentionAdapter
 
 __all__ = [
-    "register_adapter", "adapter_for", "registered_adapters", "AttentionSite", "block_sites", "model_blocks", "pool_site",
+    "register_adapter",
+    "adapter_for",
+    "registered_adapters",
+    "AttentionSite",
+    "block_sites",
+    "model_blocks",
+    "pool_site",
 ]
 
 _ADAPTERS: list[AttentionAdapter] = []
@@ -64,7 +70,9 @@ def model_blocks(model: nn.Module) -> list[tuple[int, nn.Module]]:
     if stages is None:
         stages = getattr(model, "stages", None)
     if isinstance(stages, nn.Sequential) and all(isinstance(getattr(s, "blocks", None), nn.Module) for s in stages):
-        return [(index, block) for index, stage in enumerate(stages) for block in cast("Iterable[nn.Module]", stage.blocks)]
+        return [
+            (index, block) for index, stage in enumerate(stages) for block in cast("Iterable[nn.Module]", stage.blocks)
+        ]
     return []
 
 

@@ -151,12 +151,19 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
     def paired(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
-    return {"device": vit.device.type, "forward_s": statistics.median(times["forward"]),
-            "capture_s": statistics.median(times["capture"]), "peers_s": statistics.median(times["peers"]),
-            "reuse_s": statistics.median(times["capture_reuse"]), "ratio": paired("capture", "forward"),
-            "peers_ratio": paired("peers", "forward"), "vs_peers": paired("capture", "peers"),
-            "reuse_ratio": paired("capture_reuse", "forward"), "reuse_gain": 1 - paired("capture_reuse", "capture"),
-            "record_mib": record_mib}
+    return {
+        "device": vit.device.type,
+        "forward_s": statistics.median(times["forward"]),
+        "capture_s": statistics.median(times["capture"]),
+        "peers_s": statistics.median(times["peers"]),
+        "reuse_s": statistics.median(times["capture_reuse"]),
+        "ratio": paired("capture", "forward"),
+        "peers_ratio": paired("peers", "forward"),
+        "vs_peers": paired("capture", "peers"),
+        "reuse_ratio": paired("capture_reuse", "forward"),
+        "reuse_gain": 1 - paired("capture_reuse", "capture"),
+        "record_mib": record_mib,
+    }
 
 
 def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
@@ -176,10 +183,13 @@ def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
         with torch.no_grad():
             vit.model(pixels)
 
-    variants = {"forward": forward, "empty": lambda: run_with_cache(vit, pixels, names=[]),
-                "residual": lambda: run_with_cache(vit, pixels, names=residual),
-                "probs": lambda: run_with_cache(vit, pixels, names=probs),
-                "capture": lambda: capture_attention(vit, pixels)}
+    variants = {
+        "forward": forward,
+        "empty": lambda: run_with_cache(vit, pixels, names=[]),
+        "residual": lambda: run_with_cache(vit, pixels, names=residual),
+        "probs": lambda: run_with_cache(vit, pixels, names=probs),
+        "capture": lambda: capture_attention(vit, pixels),
+    }
     for fn in variants.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -190,9 +200,13 @@ def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
     def paired(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
-    return {"forward_s": statistics.median(times["forward"]), "empty": paired("empty", "forward"),
-            "residual": paired("residual", "forward"), "probs": paired("probs", "forward"),
-            "probs_vs_capture": paired("probs", "capture")}
+    return {
+        "forward_s": statistics.median(times["forward"]),
+        "empty": paired("empty", "forward"),
+        "residual": paired("residual", "forward"),
+        "probs": paired("probs", "forward"),
+        "probs_vs_capture": paired("probs", "capture"),
+    }
 
 
 def bench_dataset(model_name: str, count: int, batch: int, repeats: int) -> dict:
@@ -230,8 +244,21 @@ def bench_memory(model_name: str, counts=(32, 160), batch: int = 16) -> dict:
     peaks = {}
     for count in counts:
         out = subprocess.run(
-            [sys.executable, "-m", "analysis.bench", "--memory-probe", str(count), "--model", model_name, "--batch", str(batch)],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "analysis.bench",
+                "--memory-probe",
+                str(count),
+                "--model",
+                model_name,
+                "--batch",
+                str(batch),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         peaks[count] = int(out.stdout.strip().splitlines()[-1])
     return {"peak_mib": {k: v / 1024 for k, v in peaks.items()}, "ratio": peaks[counts[1]] / peaks[counts[0]]}
@@ -240,7 +267,11 @@ def bench_memory(model_name: str, counts=(32, 160), batch: int = 16) -> dict:
 def bench_vit_large(capture: bool) -> dict:
     layers, heads, tokens = 24, 16, 1 + (384 // 16) ** 2
     entries = layers * heads * tokens * tokens
-    result: dict[str, Any] = {"entries_per_image": entries, "float32_gib": entries * 4 / 2**30, "float16_gib": entries * 2 / 2**30}
+    result: dict[str, Any] = {
+        "entries_per_image": entries,
+        "float32_gib": entries * 4 / 2**30,
+        "float16_gib": entries * 2 / 2**30,
+    }
     if capture:
         vit = load_vit("vit_large_patch16_384", pretrained=False)
         pixels = torch.randn(1, 3, 384, 384)
@@ -259,8 +290,9 @@ def bench_app(sections: list[str]) -> dict | None:
     if not (REPO / "vizapp" / "bench.py").is_file():
         return None
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "vizapp.bench", *sections], cwd=REPO, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "vizapp.bench", *sections], cwd=REPO, env=env, capture_output=True, text=True
+    )
     if done.returncode != 0:
         print(done.stderr[-2000:], file=sys.stderr)
         return None
@@ -274,7 +306,12 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", default="vit_small_patch16_224", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
-    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip: capture cache dataset memory large app rerun tokens gpu")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        help="sections to skip: capture cache dataset memory large app rerun tokens gpu",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.memory_probe:
@@ -288,44 +325,76 @@ def main(argv=None) -> int:
         rows.append((name, value, target, "PASS" if ok else "FAIL"))
         print(f"{name:<58} {value:>14}   target {target:<10} {'PASS' if ok else 'FAIL'}", flush=True)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, cuda={torch.cuda.is_available()}\n", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, cuda={torch.cuda.is_available()}\n", flush=True
+    )
     if "capture" not in args.skip:
         r = bench_capture("vit_base_patch16_224", batch=8, repeats=max(7, repeats), device="cpu")
-        print(f"  fused forward {r['forward_s']:.3f} s, peers' approach (fused off + attn_drop hook) "
-              f"{r['peers_s']:.3f} s ({r['peers_ratio']:.3f}), capture {r['capture_s']:.3f} s (cpu, batch 8, "
-              f"{r['record_mib']:.0f} MiB record)")
+        print(
+            f"  fused forward {r['forward_s']:.3f} s, peers' approach (fused off + attn_drop hook) "
+            f"{r['peers_s']:.3f} s ({r['peers_ratio']:.3f}), capture {r['capture_s']:.3f} s (cpu, batch 8, "
+            f"{r['record_mib']:.0f} MiB record)"
+        )
         report("capture / fused forward (ViT-B/16, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.05", r["ratio"] <= 1.05)
-        report("capture / peers' approach (ViT-B/16, batch 8, cpu)", f"{r['vs_peers']:.3f}", "<= 1.00",
-               r["vs_peers"] <= 1.0)
-        print(f"  record memory reuse (opt-in, analysis.record_memory; off by default: an array taken before "
-              f"share_memory_() or through DLPack could read a later record): capture {r['reuse_s']:.3f} s, "
-              f"{r['reuse_ratio']:.3f} x the fused forward, {100 * r['reuse_gain']:.1f} % faster than the default")
+        report(
+            "capture / peers' approach (ViT-B/16, batch 8, cpu)",
+            f"{r['vs_peers']:.3f}",
+            "<= 1.00",
+            r["vs_peers"] <= 1.0,
+        )
+        print(
+            f"  record memory reuse (opt-in, analysis.record_memory; off by default: an array taken before "
+            f"share_memory_() or through DLPack could read a later record): capture {r['reuse_s']:.3f} s, "
+            f"{r['reuse_ratio']:.3f} x the fused forward, {100 * r['reuse_gain']:.1f} % faster than the default"
+        )
         r = bench_capture("vit_base_patch16_dinov3", batch=8, repeats=max(7, repeats), device="cpu")
-        print(f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s (cpu, batch 8, 256 px, RoPE, "
-              f"{r['record_mib']:.0f} MiB record; with the opt-in record memory reuse {r['reuse_ratio']:.3f} x)")
-        report("capture / fused forward (DINOv3 ViT-B/16 RoPE, batch 8, cpu)", f"{r['ratio']:.3f}", "<= 1.05",
-               r["ratio"] <= 1.05)
+        print(
+            f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s (cpu, batch 8, 256 px, RoPE, "
+            f"{r['record_mib']:.0f} MiB record; with the opt-in record memory reuse {r['reuse_ratio']:.3f} x)"
+        )
+        report(
+            "capture / fused forward (DINOv3 ViT-B/16 RoPE, batch 8, cpu)",
+            f"{r['ratio']:.3f}",
+            "<= 1.05",
+            r["ratio"] <= 1.05,
+        )
     if "cache" not in args.skip:
         r = bench_cache("vit_base_patch16_224", batch=8, repeats=max(5, repeats))
-        print(f"  fused forward {r['forward_s']:.3f} s; run_with_cache: every residual stream {r['residual']:.3f} x, "
-              f"every attention map {r['probs']:.3f} x the forward ({r['probs_vs_capture']:.3f} x capture_attention)")
-        report("run_with_cache(names=[]) / fused forward (ViT-B/16, batch 8)", f"{r['empty']:.3f}", "<= 1.02",
-               r["empty"] <= 1.02)
-        report("run_with_cache(every attn.probs) / capture_attention", f"{r['probs_vs_capture']:.3f}", "<= 1.25",
-               r["probs_vs_capture"] <= 1.25)
+        print(
+            f"  fused forward {r['forward_s']:.3f} s; run_with_cache: every residual stream {r['residual']:.3f} x, "
+            f"every attention map {r['probs']:.3f} x the forward ({r['probs_vs_capture']:.3f} x capture_attention)"
+        )
+        report(
+            "run_with_cache(names=[]) / fused forward (ViT-B/16, batch 8)",
+            f"{r['empty']:.3f}",
+            "<= 1.02",
+            r["empty"] <= 1.02,
+        )
+        report(
+            "run_with_cache(every attn.probs) / capture_attention",
+            f"{r['probs_vs_capture']:.3f}",
+            "<= 1.25",
+            r["probs_vs_capture"] <= 1.25,
+        )
     if "dataset" not in args.skip:
         count = 32 if args.quick else 64
         r = bench_dataset("vit_base_patch16_224", count=count, batch=16, repeats=max(2, repeats - 2))
-        print(f"  plain {r['plain_img_per_s']:.2f} img/s, streamed distance {r['stream_img_per_s']:.2f} img/s ({count} JPEGs)")
-        report("dataset distance / plain forward throughput (ViT-B/16)", f"{r['ratio']:.3f}", ">= 0.80", r["ratio"] >= 0.8)
+        print(
+            f"  plain {r['plain_img_per_s']:.2f} img/s, streamed distance {r['stream_img_per_s']:.2f} img/s ({count} JPEGs)"
+        )
+        report(
+            "dataset distance / plain forward throughput (ViT-B/16)", f"{r['ratio']:.3f}", ">= 0.80", r["ratio"] >= 0.8
+        )
     if "memory" not in args.skip:
         r = bench_memory("vit_small_patch16_224")
         print(f"  peak RSS: {', '.join(f'{k} images {v:.0f} MiB' for k, v in r['peak_mib'].items())}")
         report("peak memory 160 / 32 images (ViT-S/16, batch 16)", f"{r['ratio']:.3f}", "<= 1.15", r["ratio"] <= 1.15)
     if "large" not in args.skip:
         r = bench_vit_large(capture=args.vit_large)
-        print(f"  ViT-L/16 @384: {r['entries_per_image']:,} attention entries per image = "
-              f"{r['float32_gib']:.2f} GiB float32, {r['float16_gib']:.2f} GiB float16 per image")
+        print(
+            f"  ViT-L/16 @384: {r['entries_per_image']:,} attention entries per image = "
+            f"{r['float32_gib']:.2f} GiB float32, {r['float16_gib']:.2f} GiB float16 per image"
+        )
         if "captured_gib" in r:
             print(f"  captured {r['captured_shape']} in float16: {r['captured_gib']:.2f} GiB, {r['capture_s']:.1f} s")
     app_sections = [name for name in ("app", "rerun", "tokens") if name not in args.skip]
@@ -340,27 +409,44 @@ def main(argv=None) -> int:
         elif "error" in r:
             print(f"  app rerun: skipped ({r['error']})")
         else:
-            report("app rerun after a layer change (demo model, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms", r["rerun_ms"] <= 150)
+            report(
+                "app rerun after a layer change (demo model, server)",
+                f"{r['rerun_ms']:.0f} ms",
+                "<= 150 ms",
+                r["rerun_ms"] <= 150,
+            )
     if "rerun" in app:
         for label, r in app["rerun"].items():
             if "error" in r:
                 print(f"  rerun {label}: skipped ({r['error']})")
                 continue
-            print(f"  {label}: one shared record of {r['record_mib']:.0f} MiB ({r['dtype']}, {r['tokens']} tokens); "
-                  f"reruns {r['all_ms']} ms")
-            report(f"app rerun after a layer change ({label}, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms",
-                   r["rerun_ms"] <= 150)
+            print(
+                f"  {label}: one shared record of {r['record_mib']:.0f} MiB ({r['dtype']}, {r['tokens']} tokens); "
+                f"reruns {r['all_ms']} ms"
+            )
+            report(
+                f"app rerun after a layer change ({label}, server)",
+                f"{r['rerun_ms']:.0f} ms",
+                "<= 150 ms",
+                r["rerun_ms"] <= 150,
+            )
     if "tokens" in app:
         r = app["tokens"]
         if r is None or "error" in r:
             print(f"  tokens click: skipped ({'streamlit missing' if r is None else r['error']})")
         else:
-            report("Tokens page after a patch click (ViT-B/16, server)", f"{r['rerun_ms']:.0f} ms", "<= 150 ms",
-                   r["rerun_ms"] <= 150)
+            report(
+                "Tokens page after a patch click (ViT-B/16, server)",
+                f"{r['rerun_ms']:.0f} ms",
+                "<= 150 ms",
+                r["rerun_ms"] <= 150,
+            )
     if "gpu" not in args.skip and torch.cuda.is_available():
         r = bench_capture("vit_base_patch16_224", batch=8, repeats=max(10, repeats), device="cuda")
         print(f"  cuda bf16: fused forward {r['forward_s'] * 1000:.2f} ms, capture {r['capture_s'] * 1000:.2f} ms")
-        report("capture / fused bf16 forward (ViT-B/16, batch 8, cuda)", f"{r['ratio']:.3f}", "<= 1.30", r["ratio"] <= 1.3)
+        report(
+            "capture / fused bf16 forward (ViT-B/16, batch 8, cuda)", f"{r['ratio']:.3f}", "<= 1.30", r["ratio"] <= 1.3
+        )
     print("\n" + json.dumps([dict(zip(("measure", "value", "target", "result"), row)) for row in rows], indent=1))
     return 0
 

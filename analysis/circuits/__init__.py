@@ -6,6 +6,18 @@ from .attribution import DirectLogitAttribution, direct_logit_attribution, outpu
 from .dataset import HeadEffectSums, dataset_head_effects
 from .patching import PATCH_POINTS, PatchingResult, activation_patching
 
-__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect",
-           "DirectLogitAttribution", "direct_logit_attribution", "output_attribution", "PATCH_POINTS", "PatchingResult", "activation_patching",
-           "HeadEffectSums", "dataset_head_effects"]
+__all__ = [
+    "ABLATIONS",
+    "HeadAblation",
+    "head_ablation",
+    "cumulative_head_ablation",
+    "heads_by_effect",
+    "DirectLogitAttribution",
+    "direct_logit_attribution",
+    "output_attribution",
+    "PATCH_POINTS",
+    "PatchingResult",
+    "activation_patching",
+    "HeadEffectSums",
+    "dataset_head_effects",
+]

@@ -30,8 +30,14 @@ from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 
-__all__ = ["ABLATIONS", "HeadAblation", "head_ablation", "cumulative_head_ablation", "heads_by_effect",
-           "check_separable_heads"]
+__all__ = [
+    "ABLATIONS",
+    "HeadAblation",
+    "head_ablation",
+    "cumulative_head_ablation",
+    "heads_by_effect",
+    "check_separable_heads",
+]
 
 ABLATIONS = ("zero", "mean", "resample")
 Progress = Callable[[int, int], None]
@@ -79,14 +85,17 @@ def _replacements(vit, pixels: torch.Tensor, method: str, reference: torch.Tenso
     if method == "zero":
         return {layer: None for layer in layers}
     if reference is None:  # the batch itself would make a one-image mean ablation a no-op
-        raise AnalysisError(f"method={method!r} needs reference=: the images whose head outputs "
-                            f"{'are averaged' if method == 'mean' else 'replace this one'} (e.g. a set of samples).")
+        raise AnalysisError(
+            f"method={method!r} needs reference=: the images whose head outputs "
+            f"{'are averaged' if method == 'mean' else 'replace this one'} (e.g. a set of samples)."
+        )
     if not isinstance(reference, torch.Tensor) or reference.ndim != 4:
         raise AnalysisError("reference must be preprocessed images, a (R, 3, H, W) tensor (vit.preprocess).")
     if method == "resample" and reference.shape[0] not in (1, pixels.shape[0]):
         raise AnalysisError(f"reference has {reference.shape[0]} images: pass 1, or one per image ({pixels.shape[0]}).")
-    cache = run_with_cache(vit, reference, names=[f"blocks.{layer}.attn.z" for layer in layers], precision="float32",
-                           to_cpu=False)
+    cache = run_with_cache(
+        vit, reference, names=[f"blocks.{layer}.attn.z" for layer in layers], precision="float32", to_cpu=False
+    )
     values = {layer: cache[f"blocks.{layer}.attn.z"] for layer in layers}  # (R, T, heads, d)
     if method == "mean":
         values = {layer: z.mean(0, keepdim=True) for layer, z in values.items()}
@@ -111,8 +120,16 @@ def _measure(vit, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Te
     return logits.gather(1, targets[:, None])[:, 0], vit.probabilities(logits).gather(1, targets[:, None])[:, 0]
 
 
-def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero", reference: torch.Tensor | None = None,
-                  layers: Sequence[int] | None = None, progress: Progress | None = None) -> HeadAblation:
+def head_ablation(
+    vit,
+    pixels: torch.Tensor,
+    *,
+    target=None,
+    method: str = "zero",
+    reference: torch.Tensor | None = None,
+    layers: Sequence[int] | None = None,
+    progress: Progress | None = None,
+) -> HeadAblation:
     """Ablate every head alone (``L × heads`` forward passes of the batch) and measure the target.
 
     Args:
@@ -138,8 +155,9 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     total, done = sum(heads[layer] for layer in layers), 0
     for row, layer in enumerate(layers):
         for head in range(heads[layer]):
-            logits = run_with_hooks(vit, pixels, {f"blocks.{layer}.attn.z": _ablating([head], values[layer])},
-                                    precision="float32")
+            logits = run_with_hooks(
+                vit, pixels, {f"blocks.{layer}.attn.z": _ablating([head], values[layer])}, precision="float32"
+            )
             logit, probability = _measure(vit, logits, targets)
             delta_logit[:, row, head] = logit - clean_logit
             delta_probability[:, row, head] = probability - clean_probability
@@ -149,7 +167,9 @@ def head_ablation(vit, pixels: torch.Tensor, *, target=None, method: str = "zero
     return HeadAblation(delta_logit, delta_probability, clean_logit, clean_probability, targets, method, tuple(layers))
 
 
-def heads_by_effect(ablation: HeadAblation | torch.Tensor, layers: Sequence[int] | None = None) -> list[tuple[int, int]]:
+def heads_by_effect(
+    ablation: HeadAblation | torch.Tensor, layers: Sequence[int] | None = None
+) -> list[tuple[int, int]]:
     """``(layer, head)`` pairs ordered from the largest drop of the target logit to the largest
     gain: of a :class:`HeadAblation` (mean over its batch), or of an ``(rows, heads)`` array of
     effects whose rows are ``layers`` (default ``0..rows−1``). NaN entries are left out."""
@@ -163,10 +183,16 @@ def heads_by_effect(ablation: HeadAblation | torch.Tensor, layers: Sequence[int]
     return [(int(layers[int(i) // width]), int(i) % width) for i in order if not torch.isnan(effect.flatten()[i])]
 
 
-
-def cumulative_head_ablation(vit, pixels: torch.Tensor, heads: Sequence[tuple[int, int]], *, target=None,
-                             method: str = "zero", reference: torch.Tensor | None = None,
-                             progress: Progress | None = None) -> torch.Tensor:
+def cumulative_head_ablation(
+    vit,
+    pixels: torch.Tensor,
+    heads: Sequence[tuple[int, int]],
+    *,
+    target=None,
+    method: str = "zero",
+    reference: torch.Tensor | None = None,
+    progress: Progress | None = None,
+) -> torch.Tensor:
     """``(K + 1, B)`` target logits with the first ``k`` of ``heads`` ablated together, ``k = 0..K``."""
     refuse_windowed(vit, "cumulative_head_ablation")
     if not vit.spec.has_classifier:

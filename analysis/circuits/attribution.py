@@ -83,8 +83,13 @@ class DirectLogitAttribution:
 
     def total(self) -> torch.Tensor:
         """``(B,)`` the sum of every term (equals ``target_logit``)."""
-        total = (self.embedding.sum(-1) + self.heads.sum((1, 2, 3)) + self.head_bias.sum((1, 2))
-                 + self.mlps.sum((1, 2)) + self.constant)
+        total = (
+            self.embedding.sum(-1)
+            + self.heads.sum((1, 2, 3))
+            + self.head_bias.sum((1, 2))
+            + self.mlps.sum((1, 2))
+            + self.constant
+        )
         return total if self.pool_mlp is None else total + self.pool_mlp
 
     def per_head(self) -> torch.Tensor:
@@ -124,8 +129,15 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
     return output_attribution(vit, pixels, class_weights, what="direct_logit_attribution")
 
 
-def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "output_attribution",
-                       by_source: bool = False, attention_pool: bool = False) -> DirectLogitAttribution:
+def output_attribution(
+    vit,
+    pixels: torch.Tensor,
+    weights_of,
+    *,
+    what: str = "output_attribution",
+    by_source: bool = False,
+    attention_pool: bool = False,
+) -> DirectLogitAttribution:
     """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
     direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
     picks the weights from the real forward pass (a class's one-hot row; an image–text score's
@@ -155,8 +167,13 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
     weights = weights.float().to(logits.device)
 
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{layers - 1}.resid_post"].float(), spec, attention_pool=attention_pool,
-                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
+        readout = _Readout(
+            model,
+            cache[f"blocks.{layers - 1}.resid_post"].float(),
+            spec,
+            attention_pool=attention_pool,
+            pool_probs=cache[POOL_NAME] if pooled_by_attention else None,
+        )
         direction, offset = readout.direction(weights)  # (B, D) rows through the head, (B,) its bias
         project = lambda part: readout.linear(part.float(), direction)  # noqa: E731  (B, T, D) -> (B, T)
         sites = block_sites(model)
@@ -164,7 +181,9 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
         reads = readout.per_token_direction(direction) if by_source else None  # (B, T, D)
         for layer, site in enumerate(sites):
             per_head, bias_term, weight, scale = _head_parts(model, cache, layer, site)
-            heads.append(torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1))  # (B, heads, T)
+            heads.append(
+                torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1)
+            )  # (B, heads, T)
             if reads is not None:
                 by_sources.append(_by_source(cache, layer, weight, scale, reads))
             head_bias.append(project(bias_term))
@@ -173,8 +192,12 @@ def output_attribution(vit, pixels: torch.Tensor, weights_of, *, what: str = "ou
         constant = readout.constant(direction) + offset
         pool_mlp = readout.pool_remainder(direction)
     return DirectLogitAttribution(
-        embedding=embedding.cpu(), heads=torch.stack(heads, 1).cpu(), head_bias=torch.stack(head_bias, 1).cpu(),
-        mlps=torch.stack(mlps, 1).cpu(), constant=constant.cpu(), target_logit=(weights * logits).sum(-1).cpu(),
+        embedding=embedding.cpu(),
+        heads=torch.stack(heads, 1).cpu(),
+        head_bias=torch.stack(head_bias, 1).cpu(),
+        mlps=torch.stack(mlps, 1).cpu(),
+        constant=constant.cpu(),
+        target_logit=(weights * logits).sum(-1).cpu(),
         targets=torch.as_tensor(targets).cpu(),
         heads_by_source=torch.stack(by_sources, 1).cpu() if by_sources else None,
         pool_mlp=None if pool_mlp is None else pool_mlp.cpu(),
@@ -206,15 +229,22 @@ def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_poo
     check_separable_heads(vit, "head_output_vectors")
     last = spec.num_layers - 1
     layers = list(resolve_layers(layers, spec.num_layers))  # in the order asked
-    names = [f"blocks.{last}.resid_post"] + [f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")]
+    names = [f"blocks.{last}.resid_post"] + [
+        f"blocks.{layer}.{point}" for layer in layers for point in ("attn.z", "attn.out")
+    ]
     pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
     if pooled_by_attention:
         names.append(POOL_NAME)
     cache = run_with_cache(vit, pixels, names=list(dict.fromkeys(names)), precision="float32", to_cpu=False)
     sites = block_sites(model)
     with torch.no_grad():
-        readout = _Readout(model, cache[f"blocks.{last}.resid_post"].float(), spec, attention_pool=attention_pool,
-                           pool_probs=cache[POOL_NAME] if pooled_by_attention else None)
+        readout = _Readout(
+            model,
+            cache[f"blocks.{last}.resid_post"].float(),
+            spec,
+            attention_pool=attention_pool,
+            pool_probs=cache[POOL_NAME] if pooled_by_attention else None,
+        )
         vectors = []
         for layer in layers:
             per_head = _head_parts(model, cache, layer, sites[layer])[0]  # (B, heads, T, D)
@@ -249,10 +279,15 @@ def _projection(site, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The weight ``(D, heads·d)`` and bias ``(D,)`` of the output projection the site's adapter names."""
     projection = site.adapter.output_projection(site.module)
     if not isinstance(projection, nn.Linear):
-        raise AnalysisError(f"Block {layer}'s attention has no linear output projection (its adapter, {site.adapter.name}, "
-                            "names none): DLA is not defined for it.")
-    bias = projection.bias if projection.bias is not None else torch.zeros(projection.out_features,
-                                                                             device=projection.weight.device)
+        raise AnalysisError(
+            f"Block {layer}'s attention has no linear output projection (its adapter, {site.adapter.name}, "
+            "names none): DLA is not defined for it."
+        )
+    bias = (
+        projection.bias
+        if projection.bias is not None
+        else torch.zeros(projection.out_features, device=projection.weight.device)
+    )
     return projection.weight, bias
 
 
@@ -276,13 +311,22 @@ class _Readout:
     is then linear in the tokens, and ``mlp(norm(a))`` is one named remainder (:meth:`pool_remainder`),
     not split over the parts."""
 
-    def __init__(self, model: Any, final: torch.Tensor, spec, *, attention_pool: bool = False,
-                 pool_probs: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        final: torch.Tensor,
+        spec,
+        *,
+        attention_pool: bool = False,
+        pool_probs: torch.Tensor | None = None,
+    ) -> None:
         self.model = model  # a timm ViT: its norm, pooling and head read by name
         self.pool: Any = getattr(model, "attn_pool", None)  # timm's attention-pool head, or None
         if self.pool is not None and not attention_pool:
-            raise AnalysisError("This model pools its tokens with attention (a 'map' head), which is not linear: "
-                                "direct logit attribution is not defined for it.")
+            raise AnalysisError(
+                "This model pools its tokens with attention (a 'map' head), which is not linear: "
+                "direct logit attribution is not defined for it."
+            )
         tokens = final.shape[1]
         weights = torch.zeros(tokens, device=final.device)  # (T,) the pooling's weight on each token
         pool = getattr(model, "global_pool", "token")
@@ -307,16 +351,20 @@ class _Readout:
         head = getattr(model, "head", None)
         embedding_identity = isinstance(head, nn.Identity) and attention_pool
         if not (isinstance(head, nn.Linear) or embedding_identity) or getattr(model, "head_dist", None) is not None:
-            raise AnalysisError(f"{type(model).__name__}'s head is not one linear layer on the pooled token "
-                                "(e.g. a distilled two-head model): direct logit attribution is not defined for it.")
+            raise AnalysisError(
+                f"{type(model).__name__}'s head is not one linear layer on the pooled token "
+                "(e.g. a distilled two-head model): direct logit attribution is not defined for it."
+            )
         assert isinstance(head, (nn.Linear, nn.Identity)), "refused above"
         self.head: nn.Linear | nn.Identity = head
         rebuilt = self.head(self._apply(self.fc_norm, pooled, self.fc_scale))
         norm = getattr(model, "norm", None) or nn.Identity()
         real = model.forward_head(norm(final)) if hasattr(model, "forward_head") else None
         if real is None or (rebuilt - real).abs().max() > 1e-4 * (1.0 + real.abs().max()):
-            raise AnalysisError(f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
-                                "direct logit attribution is not defined for it.")
+            raise AnalysisError(
+                f"{type(model).__name__}'s readout is not norm → pool → norm → linear head as read: "
+                "direct logit attribution is not defined for it."
+            )
 
     def _read_attention_pool(self, normed: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
         """The pooling head on ``normed`` ``(B, T, D)`` with its probabilities ``probs`` ``(B, heads,
@@ -324,10 +372,17 @@ class _Readout:
         ``a = W_proj·(P·v) + b`` and the remainder ``mlp(norm(a))`` ``(B, D)``, checked against the
         head's own output (``a + mlp(norm(a))``). Returns the pooled ``(B, D)``."""
         pool = self.pool
-        if getattr(pool, "pos_embed", None) is not None or getattr(pool, "pool", "token") != "token" \
-                or pool.latent.shape[1] != 1 or not isinstance(pool.proj, nn.Linear) or not isinstance(pool.kv, nn.Linear):
-            raise AnalysisError("This attention-pooling head (several probes, its own position table, or no linear "
-                                "value and output projections) has no frozen linear form here.")
+        if (
+            getattr(pool, "pos_embed", None) is not None
+            or getattr(pool, "pool", "token") != "token"
+            or pool.latent.shape[1] != 1
+            or not isinstance(pool.proj, nn.Linear)
+            or not isinstance(pool.kv, nn.Linear)
+        ):
+            raise AnalysisError(
+                "This attention-pooling head (several probes, its own position table, or no linear "
+                "value and output projections) has no frozen linear form here."
+            )
         if probs is None:
             raise AnalysisError("The attention-pooling head's probabilities (pool.probs) were not captured.")
         self.pool_probs = probs[:, :, 0].float()  # (B, heads, T)
@@ -336,8 +391,10 @@ class _Readout:
         mlp = getattr(pool, "mlp", None)
         expected = a if mlp is None else a + mlp(pool.norm(a[:, None]))[:, 0].float()
         if (expected - pooled).abs().max() > 1e-4 * (1.0 + pooled.abs().max()):
-            raise AnalysisError("The attention-pooling head is not W_proj·(P·v) + b, then + mlp(norm(·)), as read: "
-                                "direct attribution is not defined for it.")
+            raise AnalysisError(
+                "The attention-pooling head is not W_proj·(P·v) + b, then + mlp(norm(·)), as read: "
+                "direct attribution is not defined for it."
+            )
         self.pool_rest = pooled - a  # (B, D): mlp(norm(a))
         return pooled
 
@@ -365,7 +422,9 @@ class _Readout:
             return None
         if isinstance(module, nn.LayerNorm):
             return module
-        raise AnalysisError(f"The readout's {type(module).__name__} is not a LayerNorm: its frozen form is not defined here.")
+        raise AnalysisError(
+            f"The readout's {type(module).__name__} is not a LayerNorm: its frozen form is not defined here."
+        )
 
     @staticmethod
     def _scale(norm, x: torch.Tensor) -> torch.Tensor | None:
@@ -399,7 +458,9 @@ class _Readout:
         """``(B, T)``: each token's share of ``part`` ``(B, T, D)`` along ``direction``, through the
         frozen readout without its shifts (the pooling weight folded in per token)."""
         pooled = self._pool_tokens(self._apply(self.norm, part, self.norm_scale, shift=False))
-        return torch.einsum("btd,bd->bt", self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False), direction)
+        return torch.einsum(
+            "btd,bd->bt", self._apply(self.fc_norm, pooled, self.fc_scale_per_token, shift=False), direction
+        )
 
     def vector(self, part: torch.Tensor) -> torch.Tensor:
         """``(B, outputs)``: ``part`` ``(B, T, D)`` through the frozen readout without its shifts,
@@ -413,8 +474,13 @@ class _Readout:
         readout's linear map (frozen norms, pooling weights) as one vector per token, read off as
         the gradient of a linear function (exact)."""
         with torch.enable_grad():
-            probe = torch.zeros(direction.shape[0], self.weights.shape[0], direction.shape[-1], device=direction.device,
-                                requires_grad=True)
+            probe = torch.zeros(
+                direction.shape[0],
+                self.weights.shape[0],
+                direction.shape[-1],
+                device=direction.device,
+                requires_grad=True,
+            )
             (gradient,) = torch.autograd.grad(self.linear(probe, direction).sum(), probe)
         return gradient
 

@@ -39,14 +39,22 @@ class HeadEffectSums:
     attribution_note: str = ""
 
 
-def dataset_head_effects(vit, images: Iterable, *, batch_size: int = 16, workers: int | None = None,
-                         progress: Callable[[int, int | None], None] | None = None) -> HeadEffectSums:
+def dataset_head_effects(
+    vit,
+    images: Iterable,
+    *,
+    batch_size: int = 16,
+    workers: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> HeadEffectSums:
     """Zero-ablate each head and attribute the logit to each head, on every readable image of
     ``images`` (paths, bytes or PIL images), for each image's own predicted class."""
     images = list(images)
     spec = vit.spec
     shape = (spec.num_layers, spec.num_heads)
-    sums = {key: torch.zeros(shape, dtype=torch.float64) for key in ("delta_logit", "delta_probability", "direct_logit")}
+    sums = {
+        key: torch.zeros(shape, dtype=torch.float64) for key in ("delta_logit", "delta_probability", "direct_logit")
+    }
     skipped: list[SkippedImage] = []
     count, note = 0, ""
     workers = workers if workers is not None else min(8, os.cpu_count() or 1)
@@ -56,7 +64,9 @@ def dataset_head_effects(vit, images: Iterable, *, batch_size: int = 16, workers
         sums["delta_probability"] += ablation.delta_probability.double().sum(0)
         if not note:
             try:
-                sums["direct_logit"] += direct_logit_attribution(vit, pixels, target=ablation.targets).per_head().double().sum(0)
+                sums["direct_logit"] += (
+                    direct_logit_attribution(vit, pixels, target=ablation.targets).per_head().double().sum(0)
+                )
             except AnalysisError as exc:
                 note = str(exc)
         count += int(pixels.shape[0])

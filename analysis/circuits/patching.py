@@ -58,9 +58,18 @@ class PatchingResult:
     layers: tuple[int, ...] = ()
 
 
-def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, point: str = "resid_pre", target=None,
-                        versus=None, layers=None, batch_size: int = 16,
-                        progress: Callable[[int, int], None] | None = None) -> PatchingResult:
+def activation_patching(
+    vit,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    *,
+    point: str = "resid_pre",
+    target=None,
+    versus=None,
+    layers=None,
+    batch_size: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> PatchingResult:
     """Patch each (layer, token) or (layer, head) of ``clean`` into ``corrupted``, one at a time.
 
     Args:
@@ -78,8 +87,10 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
     if not isinstance(clean, torch.Tensor) or not isinstance(corrupted, torch.Tensor):
         raise AnalysisError("clean and corrupted must be preprocessed images, (1, 3, H, W) tensors (vit.preprocess).")
     if clean.ndim != 4 or clean.shape[0] != 1 or corrupted.shape != clean.shape:
-        raise AnalysisError(f"Patching compares one clean and one corrupted image of the same size, (1, 3, H, W); got "
-                            f"{tuple(clean.shape)} and {tuple(corrupted.shape)}.")
+        raise AnalysisError(
+            f"Patching compares one clean and one corrupted image of the same size, (1, 3, H, W); got "
+            f"{tuple(clean.shape)} and {tuple(corrupted.shape)}."
+        )
     spec = vit.spec
     if not spec.has_classifier:
         raise AnalysisError(f"Patching measures a class logit; this model has a {spec.head} head.")
@@ -118,14 +129,17 @@ def activation_patching(vit, clean: torch.Tensor, corrupted: torch.Tensor, *, po
                 return x
 
             logits = run_with_hooks(vit, corrupted.expand(len(where), -1, -1, -1), {name: patch}, precision="float32")
-            patched[row, start:start + len(where)] = metric(logits)
+            patched[row, start : start + len(where)] = metric(logits)
             done += 1
             if progress is not None:
                 progress(done, total)
     gap = clean_metric - corrupted_metric
     if abs(gap) < 1e-6:
-        raise AnalysisError("The clean and corrupted images give the same metric: there is nothing to restore. "
-                            "Choose another corruption or target.")
+        raise AnalysisError(
+            "The clean and corrupted images give the same metric: there is nothing to restore. "
+            "Choose another corruption or target."
+        )
     chosen = (int(targets[0]),) if rival is None else (int(targets[0]), int(rival[0]))
-    return PatchingResult((patched - corrupted_metric) / gap, patched, clean_metric, corrupted_metric, point, chosen,
-                          tuple(layers))
+    return PatchingResult(
+        (patched - corrupted_metric) / gap, patched, clean_metric, corrupted_metric, point, chosen, tuple(layers)
+    )

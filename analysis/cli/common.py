@@ -12,8 +12,17 @@ import torch
 from ..errors import VitExplorerError
 from .distributed import Ranks
 
-__all__ = ["CommandError", "add_model_arguments", "load_model", "progress_bar", "say", "add_image_set_arguments",
-           "open_image_set", "gather_skipped", "images_used"]
+__all__ = [
+    "CommandError",
+    "add_model_arguments",
+    "load_model",
+    "progress_bar",
+    "say",
+    "add_image_set_arguments",
+    "open_image_set",
+    "gather_skipped",
+    "images_used",
+]
 
 
 class CommandError(Exception):
@@ -26,13 +35,20 @@ class CommandError(Exception):
 
 
 def add_model_arguments(parser) -> None:
-    parser.add_argument("--model", required=True,
-                        help="what load_vit accepts: demo, a timm name, hf:org/name, torchvision:vit_b_16, a folder "
-                             "or a file; prefix random: for random weights")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="what load_vit accepts: demo, a timm name, hf:org/name, torchvision:vit_b_16, a folder "
+        "or a file; prefix random: for random weights",
+    )
     parser.add_argument("--arch", default=None, help="the architecture of a bare weights file")
     parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="default: a GPU per process when there are enough, else the CPU")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="default: a GPU per process when there are enough, else the CPU",
+    )
 
 
 def load_model(args, device: torch.device):
@@ -58,6 +74,7 @@ def say(ranks: Ranks, message: str) -> None:
 def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int, int | None], None]]:
     """A ``progress(done, total)`` callback drawing a tqdm bar on rank 0 (its own shard), silent elsewhere."""
     if not ranks.is_main or not total:
+
         def silent(done: int, _total: int | None = None) -> None:
             return None
 
@@ -67,6 +84,7 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
 
     description = label if ranks.world == 1 else f"{label} · rank 0 of {ranks.world}"
     with tqdm(total=total, desc=description, unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
+
         def advance(done: int, _total: int | None = None) -> None:
             bar.update(done - bar.n)
 
@@ -79,8 +97,9 @@ def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
 
     parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
     parser.add_argument("--out", required=True, type=Path, help=out_help)
-    parser.add_argument("--batch-size", type=int, default=batch_size,
-                        help=f"images per forward pass (default {batch_size})")
+    parser.add_argument(
+        "--batch-size", type=int, default=batch_size, help=f"images per forward pass (default {batch_size})"
+    )
     parser.add_argument("--workers", type=int, default=None, help="decode threads per process")
 
 
@@ -101,16 +120,22 @@ def open_image_set(args, ranks: Ranks, require: Callable | None = None, load: Ca
     if require is not None:
         require(vit)
     shard = source.shard(ranks.rank, ranks.world)
-    say(ranks, f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
-               f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}")
+    say(
+        ranks,
+        f"{args.model}: {len(source)} images ({source.description}) on {ranks.world} "
+        f"process{'es' if ranks.world > 1 else ''}, {ranks.device.type}",
+    )
     return source, vit, shard
 
 
 def gather_skipped(ranks: Ranks, shard, skipped) -> list[tuple[str, str]]:
     """``(name, reason)`` of every rank's skipped images (``SkippedImage`` indices into its shard),
     in rank order; the same list on every rank."""
-    return [(names[item.index], item.reason) for names, items in ranks.gather((list(shard.names), list(skipped)))
-            for item in items]
+    return [
+        (names[item.index], item.reason)
+        for names, items in ranks.gather((list(shard.names), list(skipped)))
+        for item in items
+    ]
 
 
 def images_used(ranks: Ranks, shard, source, count: int, skipped) -> tuple[int, list[str]] | None:

@@ -29,16 +29,19 @@ __all__ = ["add_parser", "run", "shard_distance_sums"]
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "distance", help="dataset mean attention distance per layer and head (Figure 7 right)",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        "distance",
+        help="dataset mean attention distance per layer and head (Figure 7 right)",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     add_image_set_arguments(parser, out_help="result .npz (the .png and .html go next to it)", batch_size=32)
     parser.set_defaults(run=run)
 
 
-def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, progress=None
-                        ) -> tuple[torch.Tensor, int, list]:
+def shard_distance_sums(
+    vit, items, *, batch_size: int, workers: int | None, progress=None
+) -> tuple[torch.Tensor, int, list]:
     """``(Σ over usable images of the (L, heads) distances, how many, skipped)`` for one shard."""
     spec = vit.spec
     skipped: list = []
@@ -46,8 +49,16 @@ def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, pro
     if not len(items):
         return empty, 0, skipped
     try:
-        per_image = dataset_attention_distance(vit, list(items), batch_size=batch_size, workers=workers,
-                                               on_error="skip", skipped=skipped, per_image=True, progress=progress)
+        per_image = dataset_attention_distance(
+            vit,
+            list(items),
+            batch_size=batch_size,
+            workers=workers,
+            on_error="skip",
+            skipped=skipped,
+            per_image=True,
+            progress=progress,
+        )
     except AnalysisError:
         if len(skipped) != len(items):
             raise
@@ -58,24 +69,36 @@ def shard_distance_sums(vit, items, *, batch_size: int, workers: int | None, pro
 def run(args, ranks: Ranks) -> int:
     source, vit, shard = open_image_set(args, ranks)
     with progress_bar(ranks, len(shard), "distance") as advance:
-        sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size,
-                                                   workers=args.workers, progress=advance)
+        sums, count, skipped = shard_distance_sums(
+            vit, shard.items, batch_size=args.batch_size, workers=args.workers, progress=advance
+        )
     total = ranks.sum(sums)  # (L, heads)
     outcome = images_used(ranks, shard, source, count, skipped)
     if outcome is None:  # not the main rank
         return 0
     used, left_out = outcome
     distance = (total / used).numpy()
-    write_distance(args.out, distance, vit, model=args.model, images=source.description, count=used,
-                   skipped=left_out, world=ranks.world)
-    print(f"{used} images used, {len(left_out)} skipped; "
-          f"mean distance by layer (px): {np.array2string(distance.mean(1), precision=1, max_line_width=200)}")
+    write_distance(
+        args.out,
+        distance,
+        vit,
+        model=args.model,
+        images=source.description,
+        count=used,
+        skipped=left_out,
+        world=ranks.world,
+    )
+    print(
+        f"{used} images used, {len(left_out)} skipped; "
+        f"mean distance by layer (px): {np.array2string(distance.mean(1), precision=1, max_line_width=200)}"
+    )
     print(f"wrote {args.out}, {args.out.with_suffix('.png')} and {args.out.with_suffix('.html')}")
     return 0
 
 
-def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: str, count: int, skipped: list[str],
-                   world: int) -> None:
+def write_distance(
+    out: Path, distance: np.ndarray, vit, *, model: str, images: str, count: int, skipped: list[str], world: int
+) -> None:
     """``out`` (.npz: distance, count and metadata), and Figure 7 (right) as ``.png`` and ``.html``.
 
     ``uniform_distance_by_layer`` ``(L,)``: each layer's distance under uniform attention
@@ -91,17 +114,28 @@ def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: 
     out.parent.mkdir(parents=True, exist_ok=True)
     by_layer = uniform_attention_distance_by_layer(spec).numpy()  # (L,)
     fields = dict(
-        distance=distance, count=np.int64(count), skipped=np.int64(len(skipped)),
-        skipped_images=np.array(skipped, dtype=str), model=np.array(model), images=np.array(images), unit=np.array("px"),
-        uniform_distance_by_layer=by_layer, patch_size=np.array(spec.patch_size), grid_size=np.array(spec.grid_size),
-        img_size=np.array(spec.img_size), num_prefix_tokens=np.int64(spec.num_prefix_tokens), world_size=np.int64(world),
+        distance=distance,
+        count=np.int64(count),
+        skipped=np.int64(len(skipped)),
+        skipped_images=np.array(skipped, dtype=str),
+        model=np.array(model),
+        images=np.array(images),
+        unit=np.array("px"),
+        uniform_distance_by_layer=by_layer,
+        patch_size=np.array(spec.patch_size),
+        grid_size=np.array(spec.grid_size),
+        img_size=np.array(spec.img_size),
+        num_prefix_tokens=np.int64(spec.num_prefix_tokens),
+        world_size=np.int64(world),
     )
     if spec.is_windowed:
         geometry = spec.layer_geometry
-        fields.update(layer_grid_size=np.array([g.grid_size for g in geometry]),
-                      layer_stride=np.array([g.stride for g in geometry]),
-                      layer_window_size=np.array([g.window_size for g in geometry]),
-                      layer_num_heads=np.array([g.num_heads for g in geometry]))
+        fields.update(
+            layer_grid_size=np.array([g.grid_size for g in geometry]),
+            layer_stride=np.array([g.stride for g in geometry]),
+            layer_window_size=np.array([g.window_size for g in geometry]),
+            layer_num_heads=np.array([g.num_heads for g in geometry]),
+        )
         uniform = None
     else:
         uniform = float(by_layer[0])
@@ -115,5 +149,6 @@ def write_distance(out: Path, distance: np.ndarray, vit, *, model: str, images: 
         figure = attention_distance_scatter([(title, distance)], references=[("uniform attention", uniform)], unit="px")
     else:  # one reference per layer: drawn as its own series, one dot per layer
         figure = attention_distance_scatter(
-            [(title, distance), ("uniform attention in each layer's windows", by_layer[:, None])], unit="px")
+            [(title, distance), ("uniform attention in each layer's windows", by_layer[:, None])], unit="px"
+        )
     figure.write_html(out.with_suffix(".html"), include_plotlyjs=True, full_html=True)

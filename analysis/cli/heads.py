@@ -25,8 +25,10 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "heads", help="mean head-ablation effect and direct logit attribution per layer and head",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        "heads",
+        help="mean head-ablation effect and direct logit attribution per layer and head",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     add_image_set_arguments(parser, out_help="result .npz", batch_size=16)
@@ -36,12 +38,17 @@ def add_parser(subparsers) -> None:
 def run(args, ranks: Ranks) -> int:
     def require(vit) -> None:
         if not vit.spec.has_classifier or vit.spec.is_windowed:
-            raise CommandError(f"{args.model}: heads needs a global-attention classifier (this one has a "
-                               f"{vit.spec.head} head{', windowed attention' if vit.spec.is_windowed else ''}).", code=1)
+            raise CommandError(
+                f"{args.model}: heads needs a global-attention classifier (this one has a "
+                f"{vit.spec.head} head{', windowed attention' if vit.spec.is_windowed else ''}).",
+                code=1,
+            )
 
     source, vit, shard = open_image_set(args, ranks, require)
     with progress_bar(ranks, len(shard), "heads") as advance:
-        sums = dataset_head_effects(vit, shard.items, batch_size=args.batch_size, workers=args.workers, progress=advance)
+        sums = dataset_head_effects(
+            vit, shard.items, batch_size=args.batch_size, workers=args.workers, progress=advance
+        )
     totals = {key: ranks.sum(getattr(sums, key)) for key in ("delta_logit", "delta_probability", "direct_logit")}
     outcome = images_used(ranks, shard, source, sums.count, sums.skipped)
     if outcome is None:  # not the main rank
@@ -51,13 +58,23 @@ def run(args, ranks: Ranks) -> int:
         print(f"direct logit attribution not computed: {sums.attribution_note}", file=sys.stderr)
     means = {key: (value / used).numpy() for key, value in totals.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, ablation_delta_logit=means["delta_logit"], ablation_delta_probability=means["delta_probability"],
-             direct_logit_attribution=means["direct_logit"], count=np.int64(used), skipped=np.int64(len(left_out)),
-             skipped_images=np.array(left_out, dtype=str), model=np.array(args.model),
-             images=np.array(source.description), world_size=np.int64(ranks.world),
-             attribution_note=np.array(sums.attribution_note))
+    np.savez(
+        args.out,
+        ablation_delta_logit=means["delta_logit"],
+        ablation_delta_probability=means["delta_probability"],
+        direct_logit_attribution=means["direct_logit"],
+        count=np.int64(used),
+        skipped=np.int64(len(left_out)),
+        skipped_images=np.array(left_out, dtype=str),
+        model=np.array(args.model),
+        images=np.array(source.description),
+        world_size=np.int64(ranks.world),
+        attribution_note=np.array(sums.attribution_note),
+    )
     strongest = np.unravel_index(np.argmin(means["delta_logit"]), means["delta_logit"].shape)
-    print(f"{used} images used, {len(left_out)} skipped; the head whose removal costs the most: layer {strongest[0]}, "
-          f"head {strongest[1]} ({means['delta_logit'][strongest]:+.3f} logit on average)")
+    print(
+        f"{used} images used, {len(left_out)} skipped; the head whose removal costs the most: layer {strongest[0]}, "
+        f"head {strongest[1]} ({means['delta_logit'][strongest]:+.3f} logit on average)"
+    )
     print(f"wrote {args.out}")
     return 0

@@ -20,17 +20,26 @@ __all__ = ["add_parser", "run", "parse_ratios"]
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "mae", help="masked autoencoder: mean reconstruction loss per mask ratio over an image set",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        "mae",
+        help="masked autoencoder: mean reconstruction loss per mask ratio over an image set",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", required=True,
-                        help="what load_mae accepts: a ViTMAEForPreTraining save_pretrained folder or hf:org/name "
-                             "(e.g. hf:facebook/vit-mae-base)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="what load_mae accepts: a ViTMAEForPreTraining save_pretrained folder or hf:org/name "
+        "(e.g. hf:facebook/vit-mae-base)",
+    )
     parser.add_argument("--ratios", default="0.25,0.5,0.75,0.9", help="comma-separated mask ratios in [0, 1)")
     parser.add_argument("--seed", type=int, default=0, help="image i is masked with MAE's draw from seed + i")
     parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="default: a GPU per process when there are enough, else the CPU")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="default: a GPU per process when there are enough, else the CPU",
+    )
     add_image_set_arguments(parser, out_help="result .npz", batch_size=16)
     parser.set_defaults(run=run)
 
@@ -39,7 +48,9 @@ def parse_ratios(text: str) -> tuple[float, ...]:
     try:
         ratios = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise CommandError(f"--ratios must be comma-separated numbers, e.g. 0.25,0.5,0.75,0.9; got {text!r}.", code=2) from None
+        raise CommandError(
+            f"--ratios must be comma-separated numbers, e.g. 0.25,0.5,0.75,0.9; got {text!r}.", code=2
+        ) from None
     if not ratios:
         raise CommandError("--ratios is empty: give some mask ratios, e.g. 0.25,0.5,0.75,0.9.", code=2)
     return ratios
@@ -68,9 +79,17 @@ def run(args, ranks: Ranks) -> int:
     source, mae, shard = open_image_set(args, ranks, require, load=load_mae_model)
     skipped: list = []
     with progress_bar(ranks, len(shard), "mae") as advance:
-        losses = dataset_mae_loss(mae, shard.items, ratios, seed=args.seed, batch_size=args.batch_size,
-                                  workers=args.workers, index_of=lambda j: ranks.rank + j * ranks.world,
-                                  skipped=skipped, progress=advance)  # (n, R)
+        losses = dataset_mae_loss(
+            mae,
+            shard.items,
+            ratios,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            index_of=lambda j: ranks.rank + j * ranks.world,
+            skipped=skipped,
+            progress=advance,
+        )  # (n, R)
     total = ranks.sum(losses.sum(0))  # (R,)
     outcome = images_used(ranks, shard, source, losses.shape[0], skipped)
     if outcome is None:  # not the main rank
@@ -79,14 +98,27 @@ def run(args, ranks: Ranks) -> int:
     mean_loss = (total / used).numpy()
     spec = mae.spec
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, ratios=np.array(ratios), mean_loss=mean_loss,
-             visible_patches=np.array([int(spec.num_patches * (1 - r)) for r in ratios], dtype=np.int64),
-             count=np.int64(used), skipped=np.int64(len(left_out)), skipped_images=np.array(left_out, dtype=str),
-             model=np.array(args.model), images=np.array(source.description), seed=np.int64(args.seed),
-             norm_pix_loss=np.bool_(mae.norm_pix_loss), patch_size=np.array(spec.patch_size),
-             grid_size=np.array(spec.grid_size), img_size=np.array(spec.img_size), world_size=np.int64(ranks.world))
+    np.savez(
+        args.out,
+        ratios=np.array(ratios),
+        mean_loss=mean_loss,
+        visible_patches=np.array([int(spec.num_patches * (1 - r)) for r in ratios], dtype=np.int64),
+        count=np.int64(used),
+        skipped=np.int64(len(left_out)),
+        skipped_images=np.array(left_out, dtype=str),
+        model=np.array(args.model),
+        images=np.array(source.description),
+        seed=np.int64(args.seed),
+        norm_pix_loss=np.bool_(mae.norm_pix_loss),
+        patch_size=np.array(spec.patch_size),
+        grid_size=np.array(spec.grid_size),
+        img_size=np.array(spec.img_size),
+        world_size=np.int64(ranks.world),
+    )
     loss_kind = "per-patch normalised pixels (norm_pix_loss)" if mae.norm_pix_loss else "model-input pixels"
-    print(f"{used} images used, {len(left_out)} skipped; mean masked-patch MSE in {loss_kind}: "
-          + ", ".join(f"{r:g}: {loss:.4f}" for r, loss in zip(ratios, mean_loss)))
+    print(
+        f"{used} images used, {len(left_out)} skipped; mean masked-patch MSE in {loss_kind}: "
+        + ", ".join(f"{r:g}: {loss:.4f}" for r, loss in zip(ratios, mean_loss))
+    )
     print(f"wrote {args.out}")
     return 0

@@ -31,8 +31,9 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
-def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, anchor: str = "la",
-          fill: str = "#2a3f5f") -> None:
+def _text(
+    draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, anchor: str = "la", fill: str = "#2a3f5f"
+) -> None:
     """``draw.text`` with an anchor (``l/m/r`` then ``t/m/b``) placed by the text's own bounding
     box, so it also works with the bitmap default font of older Pillow releases."""
     left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
@@ -41,8 +42,15 @@ def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, a
     draw.text((x, y), text, fill=fill, font=font)
 
 
-def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.ndarray | None = None,
-                 title: str = "", unit: str = "px", size: tuple[int, int] = (900, 600)) -> Path:
+def distance_png(
+    distance: np.ndarray,
+    path: Path | str,
+    *,
+    uniform: float | np.ndarray | None = None,
+    title: str = "",
+    unit: str = "px",
+    size: tuple[int, int] = (900, 600),
+) -> Path:
     """Write ``distance`` ``(L, heads)`` as dots (x = layer, one colour per head) with the
     uniform-attention reference as a dashed line (``uniform`` one value), or as a dashed
     segment over each layer (``uniform`` ``(L,)``: a windowed model's per-layer references).
@@ -60,8 +68,14 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.
     font, small = _font(16), _font(13)
     values = distance[np.isfinite(distance)]
     references = per_layer[np.isfinite(per_layer)] if per_layer is not None else np.zeros(0)
-    hi = max(float(values.max()) if values.size else 1.0, line or 0.0,
-             float(references.max()) if references.size else 0.0) * 1.05
+    hi = (
+        max(
+            float(values.max()) if values.size else 1.0,
+            line or 0.0,
+            float(references.max()) if references.size else 0.0,
+        )
+        * 1.05
+    )
     ticks = nice_ticks(0.0, hi)
     y_max = ticks[-1]
 
@@ -90,8 +104,14 @@ def distance_png(distance: np.ndarray, path: Path | str, *, uniform: float | np.
                 y, start, stop = y_of(value), x_of(layer - 0.45), x_of(layer + 0.45)
                 for dash_start in np.arange(start, stop, 8):
                     draw.line([(dash_start, y), (min(dash_start + 4, stop), y)], fill="#9e9e9e", width=2)
-        _text(draw, (width - right - 4, top - 4), f"dashes: uniform attention in each layer's windows ({unit})", small,
-              "rb", fill="#6e6e6e")
+        _text(
+            draw,
+            (width - right - 4, top - 4),
+            f"dashes: uniform attention in each layer's windows ({unit})",
+            small,
+            "rb",
+            fill="#6e6e6e",
+        )
     radius = 5
     for head in range(heads):
         colour = _HEAD_COLOURS[head % len(_HEAD_COLOURS)]

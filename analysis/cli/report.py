@@ -42,31 +42,43 @@ PANELS = {
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "report", help="a self-contained HTML report: Figure 7 panels, attention, rollout, the spec",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        "report",
+        help="a self-contained HTML report: Figure 7 panels, attention, rollout, the spec",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
-    parser.add_argument("--images", default=None,
-                        help="a folder, a .zip or a glob pattern (default: the bundled sample images)")
+    parser.add_argument(
+        "--images", default=None, help="a folder, a .zip or a glob pattern (default: the bundled sample images)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder (report.html goes there)")
     parser.add_argument("--examples", type=int, default=3, help="images shown with attention and rollout (default 3)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass for the distance")
     parser.add_argument("--colorscale", default="Viridis", help="colour scale of the maps (default Viridis)")
-    parser.add_argument("--view-mb", type=float, default=12,
-                        help="the instant view's data per example: every layer when they fit in this many MiB, "
-                             "else the last layer only; 0 leaves the view out (default 12)")
+    parser.add_argument(
+        "--view-mb",
+        type=float,
+        default=12,
+        help="the instant view's data per example: every layer when they fit in this many MiB, "
+        "else the last layer only; 0 leaves the view out (default 12)",
+    )
     parser.set_defaults(run=run)
 
 
 def _spec_table(vit, model: str) -> str:
     spec = vit.spec
     rows = {
-        "model": model, "family": spec.family, "input (H × W px)": f"{spec.img_size[0]} × {spec.img_size[1]}",
+        "model": model,
+        "family": spec.family,
+        "input (H × W px)": f"{spec.img_size[0]} × {spec.img_size[1]}",
         "patch (h × w px)": f"{spec.patch_size[0]} × {spec.patch_size[1]}",
         "grid (rows × columns)": f"{spec.grid_size[0]} × {spec.grid_size[1]}",
-        "layers × heads": f"{spec.num_layers} × {spec.num_heads}", "embedding width": spec.embed_dim,
-        "prefix tokens": ", ".join(spec.token_names) or "none", "position encoding": spec.position_embedding,
-        "head": f"{spec.head} ({spec.num_outputs} outputs)", "blocks": f"{spec.residual_norm}-norm",
+        "layers × heads": f"{spec.num_layers} × {spec.num_heads}",
+        "embedding width": spec.embed_dim,
+        "prefix tokens": ", ".join(spec.token_names) or "none",
+        "position encoding": spec.position_embedding,
+        "head": f"{spec.head} ({spec.num_outputs} outputs)",
+        "blocks": f"{spec.residual_norm}-norm",
     }
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows.items())
     return f"<table class='spec'>{cells}</table>"
@@ -84,8 +96,11 @@ class _Page:
         self.parts.append(f"<section id='{panel}'><h2>{html.escape(PANELS[panel])}</h2>{text}{body}</section>")
 
     def figure(self, figure) -> str:
-        return figure.to_html(full_html=False, include_plotlyjs=False,
-                              config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}})
+        return figure.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}},
+        )
 
 
 def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -> str | None:
@@ -93,8 +108,9 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
     shard = source.shard(ranks.rank, ranks.world)
     with progress_bar(ranks, len(shard), "distance") as advance:
-        sums, count, skipped = shard_distance_sums(vit, shard.items, batch_size=args.batch_size, workers=None,
-                                                   progress=advance)
+        sums, count, skipped = shard_distance_sums(
+            vit, shard.items, batch_size=args.batch_size, workers=None, progress=advance
+        )
     total, used = ranks.sum(sums), int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
     skipped_count = sum(len(s) for s in ranks.gather(skipped)) + len(source.problems)
     if not ranks.is_main:
@@ -104,9 +120,12 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
         return None
     distance = (total / used).numpy()
     uniform = float(uniform_attention_distance(vit.spec))
-    figure = plots.attention_distance_scatter([(f"mean over {used} images", distance)],
-                                                references=[("uniform attention", uniform)], unit="px")
-    note = f"{used} images from {source.description}" + (f"; {skipped_count} unreadable, skipped" if skipped_count else "")
+    figure = plots.attention_distance_scatter(
+        [(f"mean over {used} images", distance)], references=[("uniform attention", uniform)], unit="px"
+    )
+    note = f"{used} images from {source.description}" + (
+        f"; {skipped_count} unreadable, skipped" if skipped_count else ""
+    )
     page.section("distance", page.figure(figure), note)
     return note
 
@@ -146,8 +165,11 @@ def run(args, ranks: Ranks) -> int:
     page.section("spec", _spec_table(vit, args.model))
     try:
         components, ratio = patch_embedding_components(vit, n_components=min(28, spec.embed_dim))
-        page.section("filters", page.figure(plots.filter_components_grid(components.numpy(), ratio.numpy()))
-                     + page.figure(plots.explained_variance(ratio.numpy())))
+        page.section(
+            "filters",
+            page.figure(plots.filter_components_grid(components.numpy(), ratio.numpy()))
+            + page.figure(plots.explained_variance(ratio.numpy())),
+        )
     except AnalysisError as exc:
         page.section("filters", note=str(exc))
     try:
@@ -170,25 +192,59 @@ def run(args, ranks: Ranks) -> int:
             continue
         pixels = vit.preprocess(image)
         record = capture_attention(vit, pixels)
-        outliers = [] if spec.is_windowed else outlier_patches(
-            high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
+        outliers = (
+            []
+            if spec.is_windowed
+            else outlier_patches(high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
+        )
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
         lo, hi, range_text = plots.colour_range("robust", last, uniform=1 / spec.num_tokens, left_out=outliers)
         label = Path(name).name
         view_layers = layers_to_send(spec, spec.num_layers - 1, int(args.view_mb * 2**20))
         if view_layers is not None:
-            note = "" if len(view_layers) == spec.num_layers else (
-                f"Only the last layer is in this file (all {spec.num_layers} layers exceed --view-mb {args.view_mb:g}).")
-            attention_parts.append(embed(view_args(
-                data=view_data(record, view_layers), image_uri=background, spec=spec, layer=spec.num_layers - 1,
-                head="mean", query=query, colorscale=args.colorscale, map_range="robust", opacity=0.6,
-                max_height=460, note=note, left_out=outliers), title=f"instant attention view of {label}"))
-        attention_parts.append(page.figure(plots.attention_overlay(
-            background, spec.img_size, last, spec.patch_size, colorscale=args.colorscale, zmin=lo, zmax=hi,
-            title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
-            colorbar_title=f"attention probability ({range_text})", height=460,
-        )))
+            note = (
+                ""
+                if len(view_layers) == spec.num_layers
+                else (
+                    f"Only the last layer is in this file (all {spec.num_layers} layers exceed --view-mb {args.view_mb:g})."
+                )
+            )
+            attention_parts.append(
+                embed(
+                    view_args(
+                        data=view_data(record, view_layers),
+                        image_uri=background,
+                        spec=spec,
+                        layer=spec.num_layers - 1,
+                        head="mean",
+                        query=query,
+                        colorscale=args.colorscale,
+                        map_range="robust",
+                        opacity=0.6,
+                        max_height=460,
+                        note=note,
+                        left_out=outliers,
+                    ),
+                    title=f"instant attention view of {label}",
+                )
+            )
+        attention_parts.append(
+            page.figure(
+                plots.attention_overlay(
+                    background,
+                    spec.img_size,
+                    last,
+                    spec.patch_size,
+                    colorscale=args.colorscale,
+                    zmin=lo,
+                    zmax=hi,
+                    title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
+                    colorbar_title=f"attention probability ({range_text})",
+                    height=460,
+                )
+            )
+        )
         rollout = attention_rollout(record)[0].numpy()
         top = plots.robust_top(rollout, left_out=outliers)
         shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear", top=top)
@@ -209,8 +265,10 @@ def run(args, ranks: Ranks) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "report.html"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    target.write_text(_document(args.model, stamp, distance_note, page.parts, random_weights=random_weights(args.model)),
-                      encoding="utf-8")
+    target.write_text(
+        _document(args.model, stamp, distance_note, page.parts, random_weights=random_weights(args.model)),
+        encoding="utf-8",
+    )
     print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
     return 0
 
@@ -223,22 +281,29 @@ def random_weights(model: str) -> bool:
 def random_weights_banner(model: str) -> str:
     """The app's warning for a model with random weights, as the report's first line."""
     name = model.removeprefix("random:")
-    return (f"<p class='warning' role='alert'><strong>{html.escape(name)}</strong> has random weights: "
-            "its maps mean nothing.</p>")
+    return (
+        f"<p class='warning' role='alert'><strong>{html.escape(name)}</strong> has random weights: "
+        "its maps mean nothing.</p>"
+    )
 
 
-def _document(model: str, stamp: str, distance_note: str | None, parts: list[str], *, random_weights: bool = False
-              ) -> str:
+def _document(
+    model: str, stamp: str, distance_note: str | None, parts: list[str], *, random_weights: bool = False
+) -> str:
     from plotly.offline import get_plotlyjs
 
-    style = ("body{font-family:system-ui,sans-serif;color:#2a3f5f;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #EBF0F8}"
-             "table.spec th{text-align:left;padding:2px 1em 2px 0;font-weight:600}.note{color:#6e6e6e}"
-             ".row{display:flex;gap:1em;flex-wrap:wrap}figure{margin:0}figure img{width:280px;image-rendering:pixelated}"
-             ".warning{background:#fffce7;color:#926c05;border-radius:0.5em;padding:0.8em 1em}")
+    style = (
+        "body{font-family:system-ui,sans-serif;color:#2a3f5f;max-width:1200px;margin:2em auto;padding:0 1em}"
+        "h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #EBF0F8}"
+        "table.spec th{text-align:left;padding:2px 1em 2px 0;font-weight:600}.note{color:#6e6e6e}"
+        ".row{display:flex;gap:1em;flex-wrap:wrap}figure{margin:0}figure img{width:280px;image-rendering:pixelated}"
+        ".warning{background:#fffce7;color:#926c05;border-radius:0.5em;padding:0.8em 1em}"
+    )
     subtitle = html.escape(distance_note or "")
     banner = random_weights_banner(model) if random_weights else ""
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ViT report: {html.escape(model)}</title>"
-            f"<style>{style}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-            f"<h1>ViT report: {html.escape(model)}</h1>{banner}"
-            f"<p class='note'>python -m analysis report · {stamp} · {subtitle}</p>{''.join(parts)}</body></html>")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ViT report: {html.escape(model)}</title>"
+        f"<style>{style}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<h1>ViT report: {html.escape(model)}</h1>{banner}"
+        f"<p class='note'>python -m analysis report · {stamp} · {subtitle}</p>{''.join(parts)}</body></html>"
+    )

@@ -45,40 +45,65 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("robustness", help="accuracy against an attack's ε or a corruption's severity",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "robustness",
+        help="accuracy against an attack's ε or a corruption's severity",
+        description=__doc__.split("\n\n")[0],
+    )
     commands = parser.add_subparsers(dest="curve", required=True, metavar="curve")
     from ..robustness.attacks import ATTACKS
     from ..robustness.corruptions import FAST_CORRUPTIONS
 
-    attack = commands.add_parser("attack", help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    attack = commands.add_parser(
+        "attack",
+        help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common_arguments(attack)
     attack.add_argument("--attack", choices=tuple(ATTACKS), default="pgd")
-    attack.add_argument("--epsilons", type=_floats, default=(0.0, 1.0, 2.0, 4.0, 8.0),
-                        help="L∞ budgets in 0–255 pixel units, comma-separated (default 0,1,2,4,8)")
+    attack.add_argument(
+        "--epsilons",
+        type=_floats,
+        default=(0.0, 1.0, 2.0, 4.0, 8.0),
+        help="L∞ budgets in 0–255 pixel units, comma-separated (default 0,1,2,4,8)",
+    )
     attack.add_argument("--steps", type=int, default=10, help="PGD steps (default 10)")
     attack.set_defaults(run=run_attack)
 
-    corruptions = commands.add_parser("corruptions", help="accuracy against ImageNet-C severity (imagecorruptions)",
-                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    corruptions = commands.add_parser(
+        "corruptions",
+        help="accuracy against ImageNet-C severity (imagecorruptions)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common_arguments(corruptions)
-    corruptions.add_argument("--corruptions", type=_names, default=FAST_CORRUPTIONS,
-                             help=f"comma-separated (default: the fast ones, {','.join(FAST_CORRUPTIONS)})")
-    corruptions.add_argument("--severities", type=_ints, default=(0, 1, 2, 3, 4, 5),
-                             help="0 (clean) to 5, comma-separated (default 0,1,2,3,4,5)")
+    corruptions.add_argument(
+        "--corruptions",
+        type=_names,
+        default=FAST_CORRUPTIONS,
+        help=f"comma-separated (default: the fast ones, {','.join(FAST_CORRUPTIONS)})",
+    )
+    corruptions.add_argument(
+        "--severities",
+        type=_ints,
+        default=(0, 1, 2, 3, 4, 5),
+        help="0 (clean) to 5, comma-separated (default 0,1,2,3,4,5)",
+    )
     corruptions.set_defaults(run=run_corruptions)
 
 
 def _common_arguments(parser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--cnn", default=None, help="a comparison CNN (what load_cnn accepts, e.g. demo)")
-    parser.add_argument("--also", type=_names, default=(), help="more models load_vit accepts, comma-separated "
-                        "(e.g. demo_swin)")
+    parser.add_argument(
+        "--also", type=_names, default=(), help="more models load_vit accepts, comma-separated (e.g. demo_swin)"
+    )
     found = parser.add_mutually_exclusive_group(required=True)
     found.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
-    found.add_argument("--images", help="a folder, a .zip or a glob pattern (no labels: agreement with the clean "
-                       "prediction)")
+    found.add_argument(
+        "--images", help="a folder, a .zip or a glob pattern (no labels: agreement with the clean prediction)"
+    )
     parser.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="the demo scene stream (and PGD's start)")
     parser.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
 
@@ -116,8 +141,12 @@ def _images(args, ranks: Ranks):
         from ..demo.data import render_sample
 
         found = [render_sample(args.seed, i) for i in range(ranks.rank, args.demo_scenes, ranks.world)]
-        return (f"{args.demo_scenes} held-out demo scenes, seed {args.seed}",
-                [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found], [])
+        return (
+            f"{args.demo_scenes} held-out demo scenes, seed {args.seed}",
+            [Image.fromarray(image) for image, _, _ in found],
+            [label for _, label, _ in found],
+            [],
+        )
     from .sources import resolve_images
 
     try:
@@ -166,8 +195,15 @@ def run_attack(args, ranks: Ranks) -> int:
                 correct[name] = np.zeros(len(args.epsilons))
                 continue
             targets = labels if labels is not None else _clean_predictions(model, images)
-            curve = attack_curve({name: model}, images, targets, epsilons=args.epsilons, attack_name=args.attack,
-                                 steps=args.steps, seed=args.seed)
+            curve = attack_curve(
+                {name: model},
+                images,
+                targets,
+                epsilons=args.epsilons,
+                attack_name=args.attack,
+                steps=args.steps,
+                seed=args.seed,
+            )
             correct[name] = curve.accuracy[name] * len(images)
     except AnalysisError as exc:
         raise CommandError(str(exc), code=2) from exc
@@ -176,16 +212,29 @@ def run_attack(args, ranks: Ranks) -> int:
         return 0
     scored = "labels" if labels is not None else "clean prediction"
     names = list(accuracy)
-    _write(args.out, dict(models=np.array(names), epsilons=np.array(args.epsilons), attack=np.array(args.attack),
-                          steps=np.int64(args.steps), accuracy=np.stack([accuracy[n] for n in names]),
-                          count=np.int64(used), images=np.array(description), scored_against=np.array(scored),
-                          skipped_images=np.array(skipped, dtype=str), world_size=np.int64(ranks.world)),
-           ["model", "epsilon", "accuracy"],
-           [(n, e, float(a)) for n in names for e, a in zip(args.epsilons, accuracy[n])])
+    _write(
+        args.out,
+        dict(
+            models=np.array(names),
+            epsilons=np.array(args.epsilons),
+            attack=np.array(args.attack),
+            steps=np.int64(args.steps),
+            accuracy=np.stack([accuracy[n] for n in names]),
+            count=np.int64(used),
+            images=np.array(description),
+            scored_against=np.array(scored),
+            skipped_images=np.array(skipped, dtype=str),
+            world_size=np.int64(ranks.world),
+        ),
+        ["model", "epsilon", "accuracy"],
+        [(n, e, float(a)) for n in names for e, a in zip(args.epsilons, accuracy[n])],
+    )
     for n in names:
         print(f"{n:<12}" + "".join(f"{a:>8.3f}" for a in accuracy[n]))
-    print(f"{used} images, accuracy against ε = {list(args.epsilons)} ({scored}); wrote {args.out} and "
-          f"{args.out.with_suffix('.csv')}")
+    print(
+        f"{used} images, accuracy against ε = {list(args.epsilons)} ({scored}); wrote {args.out} and "
+        f"{args.out.with_suffix('.csv')}"
+    )
     return 0
 
 
@@ -202,12 +251,14 @@ def run_corruptions(args, ranks: Ranks) -> int:
     try:
         if images:
             seeds = [args.seed + i for i in range(ranks.rank, ranks.rank + ranks.world * len(images), ranks.world)]
-            curve = corruption_curve(models, images, labels, corruptions=args.corruptions, severities=args.severities,
-                                     image_seeds=seeds)  # image i of the whole set: seed + i on any rank
+            curve = corruption_curve(
+                models, images, labels, corruptions=args.corruptions, severities=args.severities, image_seeds=seeds
+            )  # image i of the whole set: seed + i on any rank
             correct = {n: a * len(images) for n, a in curve.accuracy.items()}
         else:
-            corruption_curve(models, [np.zeros((8, 8, 3), np.uint8)], None, corruptions=args.corruptions,
-                             severities=(0,))  # the arguments' checks, on a rank without images
+            corruption_curve(
+                models, [np.zeros((8, 8, 3), np.uint8)], None, corruptions=args.corruptions, severities=(0,)
+            )  # the arguments' checks, on a rank without images
             correct = {n: np.zeros((len(args.corruptions), len(args.severities))) for n in models}
     except AnalysisError as exc:
         raise CommandError(str(exc), code=2) from exc
@@ -216,20 +267,37 @@ def run_corruptions(args, ranks: Ranks) -> int:
         return 0
     names = list(accuracy)
     scored = "labels" if labels is not None else "clean prediction"
-    fields = dict(models=np.array(names), corruptions=np.array(args.corruptions), severities=np.array(args.severities),
-                  accuracy=np.stack([accuracy[n] for n in names]), count=np.int64(used), images=np.array(description),
-                  scored_against=np.array(scored), skipped_images=np.array(skipped, dtype=str),
-                  world_size=np.int64(ranks.world))
+    fields = dict(
+        models=np.array(names),
+        corruptions=np.array(args.corruptions),
+        severities=np.array(args.severities),
+        accuracy=np.stack([accuracy[n] for n in names]),
+        count=np.int64(used),
+        images=np.array(description),
+        scored_against=np.array(scored),
+        skipped_images=np.array(skipped, dtype=str),
+        world_size=np.int64(ranks.world),
+    )
     if "CNN" in accuracy and any(s >= 1 for s in args.severities):
         whole = CorruptionCurve(tuple(args.corruptions), tuple(args.severities), accuracy, used, scored)
         errors = corruption_errors(whole, "CNN")
-        fields.update(corruption_error=np.stack([errors[n][0] for n in names]),
-                      mean_corruption_error=np.array([errors[n][1] for n in names]))
+        fields.update(
+            corruption_error=np.stack([errors[n][0] for n in names]),
+            mean_corruption_error=np.array([errors[n][1] for n in names]),
+        )
         for n in names:
             print(f"mCE relative to the CNN, {n}: {errors[n][1]:.3f}")
-    _write(args.out, fields, ["model", "corruption", "severity", "accuracy"],
-           [(n, c, s, float(accuracy[n][i, j])) for n in names for i, c in enumerate(args.corruptions)
-            for j, s in enumerate(args.severities)])
+    _write(
+        args.out,
+        fields,
+        ["model", "corruption", "severity", "accuracy"],
+        [
+            (n, c, s, float(accuracy[n][i, j]))
+            for n in names
+            for i, c in enumerate(args.corruptions)
+            for j, s in enumerate(args.severities)
+        ],
+    )
     print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 

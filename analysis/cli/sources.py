@@ -14,8 +14,9 @@ from ..errors import AnalysisError
 __all__ = ["ImageSource", "CLI_ARCHIVE_LIMITS", "resolve_images"]
 
 #: a zip is read into memory: beyond this, unpack it into a folder (read one image at a time)
-CLI_ARCHIVE_LIMITS = ArchiveLimits(max_entries=1_000_000, max_entry_bytes=100_000_000,
-                                   max_total_bytes=4_000_000_000, max_ratio=100.0)
+CLI_ARCHIVE_LIMITS = ArchiveLimits(
+    max_entries=1_000_000, max_entry_bytes=100_000_000, max_total_bytes=4_000_000_000, max_ratio=100.0
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,12 @@ class ImageSource:
 
     def shard(self, rank: int, world: int) -> ImageSource:
         """Every ``world``-th image from ``rank``: balanced to one image, each image once."""
-        return ImageSource(f"{self.description} (rank {rank} of {world})", self.names[rank::world],
-                           self.items[rank::world], self.problems if rank == 0 else ())
+        return ImageSource(
+            f"{self.description} (rank {rank} of {world})",
+            self.names[rank::world],
+            self.items[rank::world],
+            self.problems if rank == 0 else (),
+        )
 
 
 def resolve_images(text: str) -> ImageSource:
@@ -51,8 +56,12 @@ def resolve_images(text: str) -> ImageSource:
         archive = read_image_archive(path.read_bytes(), label=path.name, limits=CLI_ARCHIVE_LIMITS)
         if not archive.images:
             raise AnalysisError(f"{text}: the archive holds no images ({', '.join(IMAGE_SUFFIXES)}).")
-        return ImageSource(f"archive {text}", tuple(f"{path.name}/{name}" for name, _ in archive.images),
-                           tuple(data for _, data in archive.images), tuple(archive.skipped))
+        return ImageSource(
+            f"archive {text}",
+            tuple(f"{path.name}/{name}" for name, _ in archive.images),
+            tuple(data for _, data in archive.images),
+            tuple(archive.skipped),
+        )
     if path.is_file():
         return ImageSource(f"file {text}", (str(path),), (path,))
     matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))

@@ -32,8 +32,16 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-__all__ = ["CLASS_NAMES", "DEFAULT_SIZE", "generate_samples", "generate_arrays", "render_sample", "draw_object",
-           "random_background", "draw_distractors"]
+__all__ = [
+    "CLASS_NAMES",
+    "DEFAULT_SIZE",
+    "generate_samples",
+    "generate_arrays",
+    "render_sample",
+    "draw_object",
+    "random_background",
+    "draw_distractors",
+]
 
 CLASS_NAMES: list[str] = ["circle", "ring", "bar", "triangle", "cross", "star"]
 DEFAULT_SIZE = 48
@@ -58,8 +66,7 @@ def _polygon(draw: ImageDraw.ImageDraw, pts: np.ndarray, cx: float, cy: float, f
     draw.polygon([(float(x + cx), float(y + cy)) for x, y in pts], fill=fill)
 
 
-def draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: float,
-                 angle: float, fill) -> None:
+def draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: float, angle: float, fill) -> None:
     """Draw class ``cls`` (index into CLASS_NAMES) centred at (cx, cy) with size r."""
     name = CLASS_NAMES[cls]
     if name == "circle":
@@ -73,8 +80,9 @@ def draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: fl
         _polygon(draw, _regular_polygon(3, r * 1.15, angle), cx, cy, fill)
     elif name == "cross":
         a, b = r * 1.1, r * 0.4
-        pts = np.array([[-b, -a], [b, -a], [b, -b], [a, -b], [a, b], [b, b], [b, a], [-b, a],
-                        [-b, b], [-a, b], [-a, -b], [-b, -b]])
+        pts = np.array(
+            [[-b, -a], [b, -a], [b, -b], [a, -b], [a, b], [b, b], [b, a], [-b, a], [-b, b], [-a, b], [-a, -b], [-b, -b]]
+        )
         _polygon(draw, _rotate(pts, angle), cx, cy, fill)
     elif name == "ring":
         # Annulus: outer disc minus inner disc, drawn as a thick ellipse outline.
@@ -99,7 +107,7 @@ def random_background(rng: np.random.Generator, size: int) -> np.ndarray:
     c0, c1 = _random_colour(rng).astype(np.float32), _random_colour(rng).astype(np.float32)
     theta = rng.uniform(0, 2 * math.pi)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / (size - 1)
-    g = (np.cos(theta) * xx + np.sin(theta) * yy)
+    g = np.cos(theta) * xx + np.sin(theta) * yy
     g = (g - g.min()) / max(float(g.max() - g.min()), 1e-6)
     img = c0 * (1 - g[..., None]) + c1 * g[..., None]
     # Low-frequency blotches: a coarse random grid upsampled (nearest, then box-smoothed).
@@ -149,8 +157,9 @@ def draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: 
         _polygon(draw, blob, cx, cy, tuple(_random_colour(rng).tolist()))
 
 
-def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: bool = True
-                  ) -> tuple[np.ndarray, int, np.ndarray]:
+def render_sample(
+    seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: bool = True
+) -> tuple[np.ndarray, int, np.ndarray]:
     """Render sample ``index`` of stream ``seed``: ``(uint8 HxWx3, label, bool HxW mask)``.
 
     The object's class and geometry come from their own random stream, so they (and the
@@ -196,8 +205,9 @@ def render_sample(seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: b
     return np.clip(img, 0, 255).astype(np.uint8), label, mask
 
 
-def generate_arrays(n: int, seed: int, *, size: int = DEFAULT_SIZE, start: int = 0,
-                    clutter: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def generate_arrays(
+    n: int, seed: int, *, size: int = DEFAULT_SIZE, start: int = 0, clutter: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Like :func:`generate_samples` but as arrays: uint8 ``(n,H,W,3)``, int64 ``(n,)``,
     bool ``(n,H,W)``. ``start`` offsets the sample index (sample ``start + i``)."""
     images = np.empty((n, size, size, 3), dtype=np.uint8)
@@ -208,8 +218,9 @@ def generate_arrays(n: int, seed: int, *, size: int = DEFAULT_SIZE, start: int =
     return images, labels, masks
 
 
-def generate_samples(n: int, seed: int, *, size: int = DEFAULT_SIZE, clutter: bool = True
-                     ) -> tuple[list[Image.Image], list[int], np.ndarray]:
+def generate_samples(
+    n: int, seed: int, *, size: int = DEFAULT_SIZE, clutter: bool = True
+) -> tuple[list[Image.Image], list[int], np.ndarray]:
     """``n`` scenes from stream ``seed``: (list of RGB PIL images, list of int labels,
     bool mask array ``(n, size, size)`` marking the labelled object's pixels)."""
     images, labels, masks = generate_arrays(n, seed, size=size, clutter=clutter)

@@ -99,11 +99,11 @@ def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: i
 
     preds, hits = [], []
     for i in range(0, n, batch_size):
-        pixels = torch.cat([vit.preprocess(im) for im in images[i:i + batch_size]], dim=0)
+        pixels = torch.cat([vit.preprocess(im) for im in images[i : i + batch_size]], dim=0)
         record = capture_attention(vit, pixels)
         preds.append(torch.as_tensor(record.logits).argmax(dim=-1))
         rollout = attention_rollout(record, head_fusion="mean", discard_ratio=0.0)
-        hits.append(pointing_score(rollout, overlap[i:i + batch_size]))  # (batch,) in [0, 1]
+        hits.append(pointing_score(rollout, overlap[i : i + batch_size]))  # (batch,) in [0, 1]
     pred = torch.cat(preds)
     hit = np.concatenate(hits)
     correct = (pred == labels_t).numpy()
@@ -133,9 +133,9 @@ def accuracy(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size:
     images, labels, _ = generate_samples(n, seed)
     correct = 0
     for i in range(0, n, batch_size):
-        pixels = torch.cat([model.preprocess(im) for im in images[i:i + batch_size]], dim=0)
+        pixels = torch.cat([model.preprocess(im) for im in images[i : i + batch_size]], dim=0)
         logits = model.model(pixels.to(model.device))
-        correct += int((logits.argmax(-1).cpu() == torch.tensor(labels[i:i + batch_size])).sum())
+        correct += int((logits.argmax(-1).cpu() == torch.tensor(labels[i : i + batch_size])).sum())
     return correct / n
 
 
@@ -144,20 +144,30 @@ def demo_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, f
     from analysis import load_vit
     from analysis.robustness import load_cnn
 
-    models = {"demo ViT": load_vit("demo", device="cpu"), "demo Swin": load_vit("demo_swin", device="cpu"),
-              "demo CNN": load_cnn("demo", device="cpu")}
+    models = {
+        "demo ViT": load_vit("demo", device="cpu"),
+        "demo Swin": load_vit("demo_swin", device="cpu"),
+        "demo CNN": load_cnn("demo", device="cpu"),
+    }
     return {name: accuracy(model, n, seed) for name, model in models.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.demo.evaluate", description="Evaluate the demo models on held-out procedural scenes.")
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.demo.evaluate", description="Evaluate the demo models on held-out procedural scenes."
+    )
     p.add_argument("--model", default="demo", help='"demo" (the bundled model) or a timm hub-layout folder')
     p.add_argument("--n", type=int, default=2000, help="number of fresh scenes")
-    p.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21)")
+    p.add_argument(
+        "--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21)"
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
-    p.add_argument("--compare", action="store_true",
-                   help="only the accuracy of the three bundled demo models (ViT, Swin, CNN) on the same scenes")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="only the accuracy of the three bundled demo models (ViT, Swin, CNN) on the same scenes",
+    )
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     from analysis import load_vit
@@ -185,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scenes           : {res['n']} (seed {res['seed']})")
     print(f"accuracy         : {res['accuracy']:.4f}")
     print(f"locality gap     : {res['locality_gap']:.4f}  (4-neighbours minus Chebyshev >= grid/2)")
-    print(f"pointing game    : {res['pointing_game']:.4f}  on {res['n_correct']} correct predictions "
-          f"(chance {res['pointing_chance']:.4f}; all samples {res['pointing_game_all']:.4f})")
+    print(
+        f"pointing game    : {res['pointing_game']:.4f}  on {res['n_correct']} correct predictions "
+        f"(chance {res['pointing_chance']:.4f}; all samples {res['pointing_game_all']:.4f})"
+    )
     print("per-class acc    : " + ", ".join(f"{k} {v:.3f}" for k, v in res["per_class_accuracy"].items()))
     print(f"time             : {res['eval_s']} s")
     return 0

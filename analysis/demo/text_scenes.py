@@ -29,13 +29,31 @@ from PIL import Image, ImageDraw
 
 from .data import CLASS_NAMES, DEFAULT_SIZE, draw_distractors, draw_object, random_background
 
-__all__ = ["COLOURS", "CLASS_PROMPTS", "TextScene", "SceneObject", "render_text_scene", "generate_text_scenes",
-           "position_words", "caption", "caption_fields", "caption_text", "describes", "caption_words"]
+__all__ = [
+    "COLOURS",
+    "CLASS_PROMPTS",
+    "TextScene",
+    "SceneObject",
+    "render_text_scene",
+    "generate_text_scenes",
+    "position_words",
+    "caption",
+    "caption_fields",
+    "caption_text",
+    "describes",
+    "caption_words",
+]
 
 #: the named colours objects are painted in (RGB before jitter).
 COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (220, 30, 30), "green": (30, 170, 50), "blue": (40, 70, 230), "yellow": (240, 220, 30),
-    "white": (245, 245, 245), "black": (15, 15, 15), "orange": (250, 140, 20), "purple": (150, 50, 200),
+    "red": (220, 30, 30),
+    "green": (30, 170, 50),
+    "blue": (40, 70, 230),
+    "yellow": (240, 220, 30),
+    "white": (245, 245, 245),
+    "black": (15, 15, 15),
+    "orange": (250, 140, 20),
+    "purple": (150, 50, 200),
 }
 #: the zero-shot prompt of each class, in CLASS_NAMES order.
 CLASS_PROMPTS: list[str] = [f"a {name}" for name in CLASS_NAMES]
@@ -81,8 +99,11 @@ def caption_fields(obj: SceneObject, size: int, rng: np.random.Generator) -> tup
     """What a random template of :data:`_TEMPLATES` says of ``obj``: ``(shape, colour or None,
     position words or None)``."""
     template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
-    return (obj.shape, obj.colour if "{colour}" in template else None,
-            position_words(*obj.centre, size) if "{where}" in template else None)
+    return (
+        obj.shape,
+        obj.colour if "{colour}" in template else None,
+        position_words(*obj.centre, size) if "{where}" in template else None,
+    )
 
 
 def caption_text(fields: tuple[str, str | None, str | None]) -> str:
@@ -94,8 +115,11 @@ def caption_text(fields: tuple[str, str | None, str | None]) -> str:
 def describes(fields: tuple[str, str | None, str | None], obj: SceneObject, size: int) -> bool:
     """Whether a caption's fields are true of ``obj`` (every field it names matches)."""
     shape, colour, where = fields
-    return (shape == obj.shape and (colour is None or colour == obj.colour)
-            and (where is None or where == position_words(*obj.centre, size)))
+    return (
+        shape == obj.shape
+        and (colour is None or colour == obj.colour)
+        and (where is None or where == position_words(*obj.centre, size))
+    )
 
 
 def caption(obj: SceneObject, size: int, rng: np.random.Generator) -> str:
@@ -161,7 +185,8 @@ def render_text_scene(seed: int, index: int, size: int = DEFAULT_SIZE, *, object
     return TextScene(np.clip(img, 0, 255).astype(np.uint8), tuple(result))
 
 
-def generate_text_scenes(n: int, seed: int, *, size: int = DEFAULT_SIZE, objects: int | None = None,
-                         start: int = 0) -> list[TextScene]:
+def generate_text_scenes(
+    n: int, seed: int, *, size: int = DEFAULT_SIZE, objects: int | None = None, start: int = 0
+) -> list[TextScene]:
     """Scenes ``start .. start + n - 1`` of stream ``seed`` (see :func:`render_text_scene`)."""
     return [render_text_scene(seed, start + i, size, objects=objects) for i in range(n)]

@@ -106,7 +106,9 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     function = EXPLANATION_METHODS[method]
     if method not in CLASS_SPECIFIC:
         if target is not None:
-            raise AnalysisError(f"method={method!r} is not class-specific and takes no target; use 'chefer' or 'gradcam'.")
+            raise AnalysisError(
+                f"method={method!r} is not class-specific and takes no target; use 'chefer' or 'gradcam'."
+            )
         return function(vit, pixels, **options)
     maps, _targets = function(vit, pixels, target, **options)
     return maps

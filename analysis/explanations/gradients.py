@@ -29,8 +29,14 @@ from ..spec import LayerGeometry, ViTSpec
 from ..windowed import refuse_windowed
 
 __all__ = [
-    "AttentionGradients", "attention_gradients", "resolve_targets", "block_input_gradients", "pixel_gradients",
-    "last_stage_gradients", "output_attention_gradients", "block_input_score_gradients",
+    "AttentionGradients",
+    "attention_gradients",
+    "resolve_targets",
+    "block_input_gradients",
+    "pixel_gradients",
+    "last_stage_gradients",
+    "output_attention_gradients",
+    "block_input_score_gradients",
 ]
 
 
@@ -56,12 +62,17 @@ class AttentionGradients:
 def require_classes(spec: ViTSpec, what: str) -> None:
     """AnalysisError unless the model's output is class scores: ``what`` explains a class."""
     if not spec.has_classifier:
-        kind = {"embedding": f"a {spec.num_outputs}-d embedding head (CLIP/SigLIP/PE tower)",
-                "none": "no head (pooled features)"}.get(spec.head, f"a {spec.head} head")
+        kind = {
+            "embedding": f"a {spec.num_outputs}-d embedding head (CLIP/SigLIP/PE tower)",
+            "none": "no head (pooled features)",
+        }.get(spec.head, f"a {spec.head} head")
         raise AnalysisError(
             f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
-            + ("Use method='rollout', or load a classifier." if spec.is_windowed  # no 'attention' for Swin / SAM
-               else "Use method='attention' or 'rollout', or load a classifier.")
+            + (
+                "Use method='rollout', or load a classifier."
+                if spec.is_windowed  # no 'attention' for Swin / SAM
+                else "Use method='attention' or 'rollout', or load a classifier."
+            )
         )
 
 
@@ -84,7 +95,9 @@ def resolve_targets(target, logits: torch.Tensor, spec: ViTSpec) -> torch.Tensor
         values = [check_int("target", target)] * batch
     bad = [t for t in values if not 0 <= t < classes]
     if bad:
-        raise AnalysisError(f"target {bad[0]} is not a class of this model: it has {classes} classes (0..{classes - 1}).")
+        raise AnalysisError(
+            f"target {bad[0]} is not a class of this model: it has {classes} classes (0..{classes - 1})."
+        )
     return torch.tensor(values, dtype=torch.long)
 
 
@@ -115,8 +128,9 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     return AttentionGradients(attentions=attentions, gradients=gradients, logits=logits, targets=chosen[0], spec=spec)
 
 
-def output_attention_gradients(vit, pixels: torch.Tensor, score, *,
-                               precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def output_attention_gradients(
+    vit, pixels: torch.Tensor, score, *, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Like :func:`attention_gradients` for any scalar ``y = score(output)`` of the model's output
     ``(B, outputs)`` (an embedding tower too: e.g. an image–text score). Returns ``(L, B, heads, T, T)``
     attentions, ``(L, B, heads, T, T)`` ``∂y/∂A`` and the ``(B, outputs)`` output, float32 on the CPU."""
@@ -134,7 +148,9 @@ def _attention_gradients_of(vit, pixels: torch.Tensor, score, precision: str):
     return cache.stack("attn.probs"), torch.stack([cache.grad(name) for name in names]), cache.logits
 
 
-def _gradient_at(vit, pixels: torch.Tensor, name: str, score, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _gradient_at(
+    vit, pixels: torch.Tensor, name: str, score, precision: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(X, ∂y/∂X, output)``: ``X`` the activation at the hook point ``name`` (e.g.
     ``blocks.11.attn.in``) in one forward pass, ``y = score(output)`` a scalar of the model's output,
     all float32 on the CPU (the engine's gradient mode)."""
@@ -145,6 +161,7 @@ def _gradient_at(vit, pixels: torch.Tensor, name: str, score, precision: str) ->
 def _class_score(target, spec: ViTSpec, chosen: list):
     """``score(logits)`` of the target classes (``None``: the prediction of this very pass),
     appending the resolved ``(B,)`` targets to ``chosen``."""
+
     def score(logits: torch.Tensor) -> torch.Tensor:
         chosen.append(resolve_targets(target, logits.detach(), spec))
         return _score(logits, chosen[-1])
@@ -152,20 +169,23 @@ def _class_score(target, spec: ViTSpec, chosen: list):
     return score
 
 
-def block_input_gradients(vit, pixels: torch.Tensor, target=None, *, layer: int = -1,
-                          precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
+def block_input_gradients(
+    vit, pixels: torch.Tensor, target=None, *, layer: int = -1, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
     gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
     spec, pixels = _prepare(vit, pixels)
     site = block_sites(vit.model)[layer]
     chosen: list[torch.Tensor] = []
-    activation, gradient, _ = _gradient_at(vit, pixels, f"blocks.{site.layer}.attn.in", _class_score(target, spec, chosen),
-                                           precision)
+    activation, gradient, _ = _gradient_at(
+        vit, pixels, f"blocks.{site.layer}.attn.in", _class_score(target, spec, chosen), precision
+    )
     return activation, gradient, chosen[0], spec
 
 
-def block_input_score_gradients(vit, pixels: torch.Tensor, score, *, layer: int = -1,
-                                precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_input_score_gradients(
+    vit, pixels: torch.Tensor, score, *, layer: int = -1, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Like :func:`block_input_gradients` for any scalar ``y = score(output)`` of the model's
     output (an embedding tower too): ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B, outputs)`` output."""
     refuse_windowed(vit, "block_input_score_gradients")
@@ -175,7 +195,9 @@ def block_input_score_gradients(vit, pixels: torch.Tensor, score, *, layer: int 
     return _gradient_at(vit, pixels, f"blocks.{site.layer}.attn.in", score, precision)
 
 
-def pixel_gradients(vit, pixels: torch.Tensor, target=None, *, precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+def pixel_gradients(
+    vit, pixels: torch.Tensor, target=None, *, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
     (``None``: the prediction of this very pass)."""
     spec, pixels = _prepare(vit, pixels, windowed=True)  # model-agnostic: windowed models too
@@ -211,8 +233,9 @@ def _on_grid(activations: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     )
 
 
-def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
-                         precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
+def last_stage_gradients(
+    vit, pixels: torch.Tensor, target=None, *, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
     """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
     pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
     reshaped to the last stage's grid. ``(B, gh, gw, C)`` activations, ``(B, gh, gw, C)``
@@ -223,9 +246,12 @@ def last_stage_gradients(vit, pixels: torch.Tensor, target=None, *,
     is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention."""
     spec, pixels = _prepare(vit, pixels, windowed=True)
     if not spec.is_windowed:
-        raise AnalysisError("last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients.")
+        raise AnalysisError(
+            "last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients."
+        )
     geometry = spec.geometry(spec.num_layers - 1)
     chosen: list[torch.Tensor] = []
-    activation, gradient, _ = _gradient_at(vit, pixels, _last_block_norm_name(vit), _class_score(target, spec, chosen),
-                                           precision)
+    activation, gradient, _ = _gradient_at(
+        vit, pixels, _last_block_norm_name(vit), _class_score(target, spec, chosen), precision
+    )
     return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), chosen[0], geometry

@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=500, help="number of images")
     parser.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="demo scene stream")
     parser.add_argument("--images", type=Path, help="a folder of images (for models other than the demo)")
-    parser.add_argument("--methods", default=None,
-                        help=f"comma-separated (default: every method; {', '.join(EXPLANATION_METHODS)})")
+    parser.add_argument(
+        "--methods", default=None, help=f"comma-separated (default: every method; {', '.join(EXPLANATION_METHODS)})"
+    )
     parser.add_argument("--steps", type=int, default=16, help="points on the deletion / insertion curves")
     parser.add_argument("--ig-steps", type=int, default=32, help="integrated-gradients steps")
     parser.add_argument("--sanity-images", type=int, default=50, help="images in the randomisation check")
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     vit = load_vit(args.model)
     masks = None
     if args.images is not None:
-        files = sorted(p for p in args.images.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp", ".bmp"))
+        files = sorted(
+            p for p in args.images.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+        )
         images = [load_image(p) for p in files[: args.n]]
     elif args.model == "demo":
         from ..demo.data import generate_samples
@@ -55,12 +58,20 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = _progress(started)
     results = benchmark(
-        vit, images, masks, methods=methods, steps=args.steps, sanity_images=min(args.sanity_images, len(images)),
-        method_options={"integrated_gradients": {"steps": args.ig_steps}}, progress=progress,
+        vit,
+        images,
+        masks,
+        methods=methods,
+        steps=args.steps,
+        sanity_images=min(args.sanity_images, len(images)),
+        method_options={"integrated_gradients": {"steps": args.ig_steps}},
+        progress=progress,
     )
     source = f"demo scenes, seed {args.seed}" if masks is not None else str(args.images)
-    print(f"{args.model}: {len(images)} images ({source}); explained class = the prediction; "
-          f"removed patches take the mean colour; {time.perf_counter() - started:.0f} s\n")
+    print(
+        f"{args.model}: {len(images)} images ({source}); explained class = the prediction; "
+        f"removed patches take the mean colour; {time.perf_counter() - started:.0f} s\n"
+    )
     print(format_table(results))
     return 0
 
@@ -91,13 +102,19 @@ def _text_main(args) -> int:
     named = [scene.objects[index % 2] for index, scene in enumerate(scenes)]
     started = time.perf_counter()
     results = text_benchmark(
-        clip, [Image.fromarray(scene.image) for scene in scenes], [f"a {obj.shape}" for obj in named],
-        [obj.mask for obj in named], methods=_methods(args.methods, TEXT_METHODS), steps=args.steps,
+        clip,
+        [Image.fromarray(scene.image) for scene in scenes],
+        [f"a {obj.shape}" for obj in named],
+        [obj.mask for obj in named],
+        methods=_methods(args.methods, TEXT_METHODS),
+        steps=args.steps,
         progress=_progress(started),
     )
-    print(f"{args.model}: {len(scenes)} two-object scenes (seed {args.seed}), each explained for the prompt "
-          f"'a <shape>' of one of its objects; deletion / insertion AUC of the image-text score exp(t)·cos(u, v) "
-          f"(removed patches take the mean colour); {time.perf_counter() - started:.0f} s\n")
+    print(
+        f"{args.model}: {len(scenes)} two-object scenes (seed {args.seed}), each explained for the prompt "
+        f"'a <shape>' of one of its objects; deletion / insertion AUC of the image-text score exp(t)·cos(u, v) "
+        f"(removed patches take the mean colour); {time.perf_counter() - started:.0f} s\n"
+    )
     print(format_table(results, TEXT_COLUMNS))
     return 0
 

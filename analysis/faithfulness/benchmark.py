@@ -109,17 +109,26 @@ def benchmark(
                 row["pointing"].append(float(pointing_score(saliency, object_patches)))
                 row["mask_iou"].append(mask_iou(saliency, object_patches))
             for key, mode in (("deletion_auc", "deletion"), ("insertion_auc", "insertion")):
-                fractions, values = perturbation_curve(vit, pixels, saliency, target, mode=mode, baseline=baseline, steps=steps)
+                fractions, values = perturbation_curve(
+                    vit, pixels, saliency, target, mode=mode, baseline=baseline, steps=steps
+                )
                 row[key].append(area_under_curve(fractions, values))
             for key, most_first in (("positive_auc", True), ("negative_auc", False)):
                 fractions, values = perturbation_curve(
-                    vit, pixels, saliency, target, fractions=PERTURBATION_FRACTIONS, most_first=most_first,
-                    metric="top1", baseline=baseline,
+                    vit,
+                    pixels,
+                    saliency,
+                    target,
+                    fractions=PERTURBATION_FRACTIONS,
+                    most_first=most_first,
+                    metric="top1",
+                    baseline=baseline,
                 )
                 row[key].append(100 * area_under_curve(fractions, values))
             if randomized is not None and index < sanity_images:
-                other = method_maps(randomized, pixels, name, target, index=index + 1_000_000 if name == RANDOM else index,
-                                    **options)
+                other = method_maps(
+                    randomized, pixels, name, target, index=index + 1_000_000 if name == RANDOM else index, **options
+                )
                 row["sanity_rho"].append(rank_correlation(saliency, other))
         if progress is not None:
             progress(index + 1, len(images))
@@ -136,6 +145,10 @@ def format_table(results: Sequence[MethodScores], columns: Sequence[str] | None 
         cells = [scores.method]
         for key in keys:
             value = scores.mean(key)
-            cells.append("n/a" if np.isnan(value) else (f"{value:.1f}" if key in ("ms_per_image", "positive_auc", "negative_auc") else f"{value:.3f}"))
+            cells.append(
+                "n/a"
+                if np.isnan(value)
+                else (f"{value:.1f}" if key in ("ms_per_image", "positive_auc", "negative_auc") else f"{value:.3f}")
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

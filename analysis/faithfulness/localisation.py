@@ -55,7 +55,8 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
     if values.ndim < 2 or tuple(values.shape) != tuple(truth.shape):
         raise AnalysisError(
             f"The map is {tuple(values.shape)} and the object patches {tuple(truth.shape)}; "
-            "pass both as (..., gh, gw) on the same grid.")
+            "pass both as (..., gh, gw) on the same grid."
+        )
     flat = values.reshape(*values.shape[:-2], -1)  # (..., gh·gw)
     candidates = torch.where(torch.isnan(flat), -torch.inf, flat)  # NaN cells never hold the maximum
     peak = (candidates == candidates.amax(dim=-1, keepdim=True)) & ~torch.isnan(flat)  # (..., gh·gw)

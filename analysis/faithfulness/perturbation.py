@@ -42,11 +42,18 @@ def patch_ranking(saliency: torch.Tensor, *, most_first: bool = True) -> torch.T
     return torch.sort(-flat if most_first else flat, stable=True).indices
 
 
-def perturbed_inputs(pixels: torch.Tensor, replacement: torch.Tensor, patch_sets: list[torch.Tensor],
-                     patch_size: tuple[int, int], grid_size: tuple[int, int]) -> torch.Tensor:
+def perturbed_inputs(
+    pixels: torch.Tensor,
+    replacement: torch.Tensor,
+    patch_sets: list[torch.Tensor],
+    patch_size: tuple[int, int],
+    grid_size: tuple[int, int],
+) -> torch.Tensor:
     """``(K, 3, H, W)``: copy ``k`` of ``pixels (3, H, W)`` with the patches in ``patch_sets[k]``
     taken from ``replacement (3, H, W)``."""
-    mask = patch_pixel_mask(patch_grid(patch_sets, grid_size), patch_size, (pixels.shape[-2], pixels.shape[-1]))  # (K, H, W)
+    mask = patch_pixel_mask(
+        patch_grid(patch_sets, grid_size), patch_size, (pixels.shape[-2], pixels.shape[-1])
+    )  # (K, H, W)
     mask = mask[:, None].to(pixels.device)  # (K, 1, H, W)
     return torch.where(mask, replacement[None], pixels[None])
 
@@ -62,8 +69,10 @@ def map_cells(spec, shape: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int,
         if tuple(shape) == tuple(geometry.grid_size):
             return geometry.grid_size, geometry.stride
     grids = sorted({tuple(g.grid_size) for g in spec.layer_geometry} | {tuple(spec.grid_size)})
-    raise AnalysisError(f"The saliency map is {tuple(shape)}, the model's grid is {spec.grid_size}"
-                        + (f" (its layer grids: {grids})." if len(grids) > 1 else "."))
+    raise AnalysisError(
+        f"The saliency map is {tuple(shape)}, the model's grid is {spec.grid_size}"
+        + (f" (its layer grids: {grids})." if len(grids) > 1 else ".")
+    )
 
 
 #: What a curve measures at each step: the target's softmax ``probability`` (deletion and

@@ -56,7 +56,9 @@ def text_benchmark(
     if unknown:
         raise AnalysisError(f"Unknown text methods {unknown}; use some of {', '.join(TEXT_METHODS)}.")
     if not len(images) == len(prompts) == len(masks):
-        raise AnalysisError(f"{len(images)} images, {len(prompts)} prompts and {len(masks)} masks: give one of each per image.")
+        raise AnalysisError(
+            f"{len(images)} images, {len(prompts)} prompts and {len(masks)} masks: give one of each per image."
+        )
     vit, spec = clip.image, clip.image.spec
     names = [RANDOM, *methods]
     scores = {name: MethodScores(name) for name in names}
@@ -68,8 +70,9 @@ def text_benchmark(
         score = score_value(clip, encodings[prompt])  # (K, E) -> (K,) the image-text score of each perturbed input
 
         mask_image = Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255, "L").convert("RGB")
-        object_patches = patch_mask(np.asarray(vit.model_input_image(mask_image))[..., 0] > 127,
-                                    spec.patch_size, spec.grid_size)
+        object_patches = patch_mask(
+            np.asarray(vit.model_input_image(mask_image))[..., 0] > 127, spec.patch_size, spec.grid_size
+        )
         for name in names:
             started = time.perf_counter()
             if name == RANDOM:
@@ -82,8 +85,9 @@ def text_benchmark(
                 row["pointing"].append(float(pointing_score(saliency, object_patches)))
                 row["mask_iou"].append(mask_iou(saliency, object_patches))
             for key, mode in (("deletion_auc", "deletion"), ("insertion_auc", "insertion")):
-                fractions, values = perturbation_curve(vit, pixels, saliency, 0, mode=mode, baseline=baseline,
-                                                       steps=steps, value=score)
+                fractions, values = perturbation_curve(
+                    vit, pixels, saliency, 0, mode=mode, baseline=baseline, steps=steps, value=score
+                )
                 row[key].append(area_under_curve(fractions, values))
         if progress is not None:
             progress(index + 1, len(images))

@@ -48,7 +48,17 @@ from .random_weights import seeded_random_weights
 from .timm_source import model_from_timm_name
 from .two_tower import LoadedCLIP, TextEncoding, load_clip
 
-__all__ = ["LoadedViT", "load_vit", "LoadedCLIP", "TextEncoding", "load_clip", "DEMO_MODEL_DIR", "DEMO_MODELS", "SUPPORTED_FAMILIES", "class_probabilities"]
+__all__ = [
+    "LoadedViT",
+    "load_vit",
+    "LoadedCLIP",
+    "TextEncoding",
+    "load_clip",
+    "DEMO_MODEL_DIR",
+    "DEMO_MODELS",
+    "SUPPORTED_FAMILIES",
+    "class_probabilities",
+]
 
 DEMO_MODEL_DIR = asset_path("demo_vit")
 # The bundled demo models by name: (folder, the command that trains it again).
@@ -100,7 +110,9 @@ def load_vit(
     target = resolve_device(device)
     if source_str.startswith("hf:"):
         with seeded_random_weights(enabled=not pretrained):
-            return hf_transformers.load_hf(source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs)
+            return hf_transformers.load_hf(
+                source_str.removeprefix("hf:"), target, pretrained=pretrained, **model_kwargs
+            )
     if source_str.startswith("torchvision:"):
         with seeded_random_weights(enabled=not pretrained):
             return torchvision_source.load_torchvision(source_str, target, pretrained=pretrained, **model_kwargs)

@@ -61,7 +61,9 @@ class ConcatLinear(nn.Module):
         return torch.cat([part(x) for part in self.parts], dim=-1)
 
 
-def finish(model: VisionTransformer, source: str, extra_check: Callable[[nn.Module], None] | None = None) -> VisionTransformer:
+def finish(
+    model: VisionTransformer, source: str, extra_check: Callable[[nn.Module], None] | None = None
+) -> VisionTransformer:
     """Check that no skeleton tensor is left, then put the model in eval mode."""
     leftover = [name for name, tensor in (*model.named_parameters(), *model.named_buffers()) if tensor.is_meta]
     if leftover:

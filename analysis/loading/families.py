@@ -9,7 +9,11 @@ import timm
 from ..errors import ModelLoadError, UnsupportedModelError
 
 __all__ = [
-    "SUPPORTED_FAMILIES", "SUPPORTED_MODULES", "check_supported_architecture", "check_supported_module", "is_embedding_tower",
+    "SUPPORTED_FAMILIES",
+    "SUPPORTED_MODULES",
+    "check_supported_architecture",
+    "check_supported_module",
+    "is_embedding_tower",
 ]
 
 # timm modules whose models are ViTs with per-token self-attention over [prefix, patches], and
@@ -66,9 +70,34 @@ _REFUSALS = {
 
 
 _CNN_MODULES = (
-    "resnet", "resnetv2", "efficientnet", "convnext", "regnet", "mobilenetv3", "mobilenetv4", "densenet",
-    "vgg", "inception_v3", "inception_v4", "xception", "ghostnet", "rexnet", "nfnet", "dla", "dpn", "byobnet",
-    "senet", "res2net", "resnest", "mobileone", "repvit", "hrnet", "cspnet", "tresnet", "vovnet", "convmixer",
+    "resnet",
+    "resnetv2",
+    "efficientnet",
+    "convnext",
+    "regnet",
+    "mobilenetv3",
+    "mobilenetv4",
+    "densenet",
+    "vgg",
+    "inception_v3",
+    "inception_v4",
+    "xception",
+    "ghostnet",
+    "rexnet",
+    "nfnet",
+    "dla",
+    "dpn",
+    "byobnet",
+    "senet",
+    "res2net",
+    "resnest",
+    "mobileone",
+    "repvit",
+    "hrnet",
+    "cspnet",
+    "tresnet",
+    "vovnet",
+    "convmixer",
 )
 
 

@@ -17,8 +17,13 @@ from .families import check_supported_architecture
 from .hub import create_timm_model
 
 __all__ = [
-    "SINGLE_FILE_SUFFIXES", "looks_like_file", "looks_like_path", "existing_model_path", "read_folder_config",
-    "model_from_timm_folder", "model_from_file",
+    "SINGLE_FILE_SUFFIXES",
+    "looks_like_file",
+    "looks_like_path",
+    "existing_model_path",
+    "read_folder_config",
+    "model_from_timm_folder",
+    "model_from_file",
 ]
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
@@ -45,7 +50,11 @@ def looks_like_path(source: str) -> bool:
     if text.startswith(_NAME_SCHEMES):
         return False
     return (
-        text.startswith("local-dir:") or "/" in text or "\\" in text or text.startswith((".", "~")) or bool(_WINDOWS_DRIVE.match(text))
+        text.startswith("local-dir:")
+        or "/" in text
+        or "\\" in text
+        or text.startswith((".", "~"))
+        or bool(_WINDOWS_DRIVE.match(text))
         or text.lower().endswith(SINGLE_FILE_SUFFIXES)
     )
 

@@ -59,12 +59,23 @@ def _v1_block(layer: Any, grid: tuple[int, int]) -> SwinBlockParts:
         mlp, proj_drop = MlpWithDropout(mlp, layer.dropout), layer.dropout
     else:  # 4.x: intermediate (dense + act), output (dense + dropout); attention.output.dropout
         mlp, proj_drop = IntermediateOutput(layer.intermediate, layer.output), attention.output.dropout
-    attention_dropout = first_attribute(attention, "self.dropout") or nn.Dropout(float(getattr(attention, "attention_dropout", 0.0)))
+    attention_dropout = first_attribute(attention, "self.dropout") or nn.Dropout(
+        float(getattr(attention, "attention_dropout", 0.0))
+    )
     return SwinBlockParts(
-        norm1=layer.layernorm_before, qkv=ConcatLinear(q, k, v), proj=proj, norm2=layer.layernorm_after, mlp=mlp,
-        position_index=position.relative_position_index, bias_table=position.relative_position_bias_table,
-        window=(window, window), shift=(shift, shift), attn_drop=attention_dropout, proj_drop=proj_drop,
-        drop_path1=layer.drop_path, drop_path2=nn.Identity(),  # transformers' Swin: no drop path on the MLP branch
+        norm1=layer.layernorm_before,
+        qkv=ConcatLinear(q, k, v),
+        proj=proj,
+        norm2=layer.layernorm_after,
+        mlp=mlp,
+        position_index=position.relative_position_index,
+        bias_table=position.relative_position_bias_table,
+        window=(window, window),
+        shift=(shift, shift),
+        attn_drop=attention_dropout,
+        proj_drop=proj_drop,
+        drop_path1=layer.drop_path,
+        drop_path2=nn.Identity(),  # transformers' Swin: no drop path on the MLP branch
     )
 
 
@@ -72,13 +83,21 @@ def _v2_block(layer: Any) -> SwinBlockParts:
     attention = layer.attention.self
     window, shift = int(layer.window_size), int(layer.shift_size)  # fixed at init from the config's grid
     return SwinBlockParts(
-        norm1=layer.layernorm_before, qkv=ConcatLinear(attention.query, attention.key, attention.value),
-        proj=layer.attention.output.dense, norm2=layer.layernorm_after,
+        norm1=layer.layernorm_before,
+        qkv=ConcatLinear(attention.query, attention.key, attention.value),
+        proj=layer.attention.output.dense,
+        norm2=layer.layernorm_after,
         mlp=IntermediateOutput(layer.intermediate, layer.output),
-        position_index=attention.relative_position_index, logit_scale=attention.logit_scale,
-        cpb_mlp=attention.continuous_position_bias_mlp, coords_table=attention.relative_coords_table,
-        window=(window, window), shift=(shift, shift), attn_drop=attention.dropout,
-        proj_drop=layer.attention.output.dropout, drop_path1=layer.drop_path, drop_path2=layer.drop_path,
+        position_index=attention.relative_position_index,
+        logit_scale=attention.logit_scale,
+        cpb_mlp=attention.continuous_position_bias_mlp,
+        coords_table=attention.relative_coords_table,
+        window=(window, window),
+        shift=(shift, shift),
+        attn_drop=attention.dropout,
+        proj_drop=layer.attention.output.dropout,
+        drop_path1=layer.drop_path,
+        drop_path2=layer.drop_path,
     )
 
 
@@ -121,10 +140,17 @@ def to_timm_swin(model: Any, img_size: tuple[int, int] | None = None) -> tuple[n
     classifier = classifier if isinstance(classifier, nn.Linear) else None
     stem_proj = embeddings.patch_embeddings.projection
     parts = SwinParts(
-        v2=v2, img_size=size, patch_size=patch, embed_dim=int(config.embed_dim),
-        num_heads=tuple(int(h) for h in config.num_heads), mlp_ratio=float(config.mlp_ratio),
-        stem_proj=stem_proj, stem_norm=nn.Sequential(embeddings.norm, embeddings.dropout), stages=blocks,
+        v2=v2,
+        img_size=size,
+        patch_size=patch,
+        embed_dim=int(config.embed_dim),
+        num_heads=tuple(int(h) for h in config.num_heads),
+        mlp_ratio=float(config.mlp_ratio),
+        stem_proj=stem_proj,
+        stem_norm=nn.Sequential(embeddings.norm, embeddings.dropout),
+        stages=blocks,
         mergings=[(stage.downsample.norm, stage.downsample.reduction) for stage in stages[:-1]],
-        norm=backbone.layernorm, classifier=classifier,
+        norm=backbone.layernorm,
+        classifier=classifier,
     )
     return assemble_swin(parts, "transformers"), "classifier" if classifier is not None else "none"

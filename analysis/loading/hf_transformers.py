@@ -32,16 +32,29 @@ from .hf_parts import IntermediateOutput, first_attribute, require_transformers
 from .loaded import LoadedViT, wrap_model
 
 __all__ = [
-
-# Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
-# ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
-    "SUPPORTED_MODEL_TYPES", "is_hf_model", "wrap_hf", "load_hf_folder", "load_hf", "hf_snapshot", "preprocessing_config",
+    # Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
+    # ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
+    "SUPPORTED_MODEL_TYPES",
+    "is_hf_model",
+    "wrap_hf",
+    "load_hf_folder",
+    "load_hf",
+    "hf_snapshot",
+    "preprocessing_config",
     "read_preprocessor",
 ]
 
 SUPPORTED_MODEL_TYPES = (
-    "vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip", "siglip_vision_model",
-    "swin", "swinv2",
+    "vit",
+    "deit",
+    "dinov2",
+    "dinov2_with_registers",
+    "clip",
+    "clip_vision_model",
+    "siglip",
+    "siglip_vision_model",
+    "swin",
+    "swinv2",
 )
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 _CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
@@ -50,7 +63,9 @@ _HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 _DEFAULT_PREPROCESSING = {
     "vit": dict(mean=_HALF[0], std=_HALF[1], interpolation="bilinear", crop_pct=1.0, crop_mode="squash"),
     "deit": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=224 / 256, crop_mode="center"),
-    "dinov2": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=224 / 256, crop_mode="center"),
+    "dinov2": dict(
+        mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=224 / 256, crop_mode="center"
+    ),
     "clip": dict(mean=_CLIP[0], std=_CLIP[1], interpolation="bicubic", crop_pct=1.0, crop_mode="center"),
     "siglip": dict(mean=_HALF[0], std=_HALF[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
     "swin": dict(mean=_IMAGENET[0], std=_IMAGENET[1], interpolation="bicubic", crop_pct=1.0, crop_mode="squash"),
@@ -97,18 +112,34 @@ def _parts(model: Any) -> dict:
         backbone = first_attribute(model, "vision_model") or model
         config = getattr(model.config, "vision_config", model.config)
         projection = first_attribute(model, "visual_projection")
-        return dict(type=model_type, backbone=backbone, config=config, head=projection,
-                    head_kind="embedding" if projection is not None else "none")
+        return dict(
+            type=model_type,
+            backbone=backbone,
+            config=config,
+            head=projection,
+            head_kind="embedding" if projection is not None else "none",
+        )
     backbone = first_attribute(model, "vit", "deit", "dinov2", "dinov2_with_registers") or model
     config = model.config
     if name.endswith("WithTeacher"):
-        return dict(type=model_type, backbone=backbone, config=config, head=model.cls_classifier,
-                    head_dist=model.distillation_classifier, head_kind="classifier")
+        return dict(
+            type=model_type,
+            backbone=backbone,
+            config=config,
+            head=model.cls_classifier,
+            head_dist=model.distillation_classifier,
+            head_kind="classifier",
+        )
     classifier = first_attribute(model, "classifier")
     if isinstance(classifier, nn.Identity):
         classifier = None
-    return dict(type=model_type, backbone=backbone, config=config, head=classifier,
-                head_kind="classifier" if classifier is not None else "none")
+    return dict(
+        type=model_type,
+        backbone=backbone,
+        config=config,
+        head=classifier,
+        head_kind="classifier" if classifier is not None else "none",
+    )
 
 
 def _layers(backbone: Any) -> list[Any]:
@@ -165,13 +196,24 @@ def to_timm(model: Any, img_size: tuple[int, int] | None = None) -> tuple[nn.Mod
     pooler = first_attribute(backbone, "pooler") if head is None and kind in ("vit", "deit") else None
     num_classes = int(head.out_features) if isinstance(head, nn.Linear) else 0
     options = dict(
-        img_size=size, patch_size=patch, embed_dim=int(config.hidden_size), depth=len(layers),
-        num_heads=int(config.num_attention_heads), qkv_bias=True, num_classes=num_classes,
-        class_token=kind != "siglip", pre_norm=kind == "clip",
+        img_size=size,
+        patch_size=patch,
+        embed_dim=int(config.hidden_size),
+        depth=len(layers),
+        num_heads=int(config.num_attention_heads),
+        qkv_bias=True,
+        num_classes=num_classes,
+        class_token=kind != "siglip",
+        pre_norm=kind == "clip",
         reg_tokens=registers + (1 if distilled and not teacher else 0),
         no_embed_class=registers > 0,
-        global_pool="" if dinov2_classifier or pooler is not None else ("map" if kind == "siglip" and first_attribute(backbone, "head") is not None
-                                                 else ("avg" if kind == "siglip" else "token")),
+        global_pool=""
+        if dinov2_classifier or pooler is not None
+        else (
+            "map"
+            if kind == "siglip" and first_attribute(backbone, "head") is not None
+            else ("avg" if kind == "siglip" else "token")
+        ),
     )
     model_class = VisionTransformerDistilled if teacher else VisionTransformer
     timm_model = skeleton(model_class, **options)
@@ -271,8 +313,15 @@ def preprocessing_config(model_type: str, preprocessor: dict | None) -> tuple[di
 
 
 def wrap_hf(
-    model: nn.Module, name: str, device: torch.device | None, *, freeze: bool = True,
-    preprocessor: dict | None = None, img_size=None, mean=None, std=None,
+    model: nn.Module,
+    name: str,
+    device: torch.device | None,
+    *,
+    freeze: bool = True,
+    preprocessor: dict | None = None,
+    img_size=None,
+    mean=None,
+    std=None,
 ) -> LoadedViT:
     """Wrap a transformers model (its modules are shared with the timm model made of them)."""
     model.eval()
@@ -291,8 +340,14 @@ def wrap_hf(
     if head_kind == "classifier" and id2label and len(id2label) == timm_model.num_classes:
         label_names = [str(id2label.get(i, id2label.get(str(i), i))) for i in range(timm_model.num_classes)]
     return wrap_model(
-        timm_model, name, device, label_names, embedding_output=head_kind == "embedding",
-        data_config=data_config, source_library="transformers", freeze=freeze,
+        timm_model,
+        name,
+        device,
+        label_names,
+        embedding_output=head_kind == "embedding",
+        data_config=data_config,
+        source_library="transformers",
+        freeze=freeze,
     )
 
 
@@ -343,10 +398,13 @@ def hf_snapshot(repo_id: str, *, pretrained: bool = True) -> Path:
     if not in_hf_cache(repo_id, ("config.json",)) and hub_offline_env():
         raise WeightsUnavailableError(offline_message(f"hf:{repo_id}"))
     try:
-        return Path(snapshot_download(
-            repo_id, allow_patterns=["*.json", "*.safetensors"] if pretrained else ["*.json"],
-            local_files_only=hub_offline_env(),
-        ))
+        return Path(
+            snapshot_download(
+                repo_id,
+                allow_patterns=["*.json", "*.safetensors"] if pretrained else ["*.json"],
+                local_files_only=hub_offline_env(),
+            )
+        )
     except Exception as exc:  # noqa: BLE001 - offline, missing repo, auth
         raise WeightsUnavailableError(f"{offline_message(f'hf:{repo_id}')} ({type(exc).__name__}: {exc})") from exc
 

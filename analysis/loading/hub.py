@@ -13,8 +13,12 @@ import torch.nn as nn
 from ..errors import ModelLoadError, WeightsUnavailableError
 
 __all__ = [
-    "create_timm_model", "ensure_pretrained_available", "ensure_hub_reachable", "offline_message",
-    "pretrained_weights_cached", "hub_reachable",
+    "create_timm_model",
+    "ensure_pretrained_available",
+    "ensure_hub_reachable",
+    "offline_message",
+    "pretrained_weights_cached",
+    "hub_reachable",
 ]
 
 _HUB_PROBE_TIMEOUT_S = 3.0

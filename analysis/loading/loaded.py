@@ -16,14 +16,24 @@ from ..preprocessing import Preprocessing
 from ..spec import ViTSpec, patch_embedding_module, spec_from_model
 from .families import SUPPORTED_FAMILIES
 
-__all__ = ["LoadedModel", "LoadedViT", "wrap_model", "class_names_for", "place_model", "class_probabilities",
-           "PROBABILITY_RULES"]
+__all__ = [
+    "LoadedModel",
+    "LoadedViT",
+    "wrap_model",
+    "class_names_for",
+    "place_model",
+    "class_probabilities",
+    "PROBABILITY_RULES",
+]
 
 _CPU_COPY_LOCK = threading.Lock()
 
 
 #: probability rule -> what it computes from the logits (:func:`class_probabilities`)
-PROBABILITY_RULES = {"softmax": "softmax over the prompts (CLIP) or the classes", "sigmoid": "a sigmoid per prompt (SigLIP) or class"}
+PROBABILITY_RULES = {
+    "softmax": "softmax over the prompts (CLIP) or the classes",
+    "sigmoid": "a sigmoid per prompt (SigLIP) or class",
+}
 
 
 def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Tensor:

@@ -132,8 +132,11 @@ class LoadedCLIP:
             ids = self.tokenizer(prompts, context_length=self.context_length)
             return ids.long(), torch.ones_like(ids, dtype=torch.long)
         encoded = self.tokenizer(
-            prompts, padding="max_length" if self.pad_to_context else True, truncation=True,
-            max_length=self.context_length, return_tensors="pt",
+            prompts,
+            padding="max_length" if self.pad_to_context else True,
+            truncation=True,
+            max_length=self.context_length,
+            return_tensors="pt",
         )
         ids = encoded["input_ids"].long()
         mask = encoded.get("attention_mask")
@@ -157,7 +160,9 @@ class LoadedCLIP:
             return (None, *self._token_ids(text), ())
         prompts = list(text) if isinstance(text, Sequence) else None
         if not prompts:
-            raise TextPromptError("No prompt was given: pass a prompt, a list of prompts, or a (P, S) tensor of token ids.")
+            raise TextPromptError(
+                "No prompt was given: pass a prompt, a list of prompts, or a (P, S) tensor of token ids."
+            )
         for index, prompt in enumerate(prompts):
             if not isinstance(prompt, str):
                 raise TextPromptError(f"Prompt {index} is a {type(prompt).__name__}, not a string.")
@@ -170,11 +175,15 @@ class LoadedCLIP:
         try:
             ids = torch.as_tensor(text)
         except (TypeError, ValueError) as exc:
-            raise TextPromptError(f"Token ids must be a (P, S) tensor or list of equal-length lists of ints: {exc}") from exc
+            raise TextPromptError(
+                f"Token ids must be a (P, S) tensor or list of equal-length lists of ints: {exc}"
+            ) from exc
         if ids.ndim == 1:
             ids = ids[None]
         if ids.ndim != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
-            raise TextPromptError(f"Token ids must be a (P, S) integer tensor with S ≥ 1; got {tuple(ids.shape)} {ids.dtype}.")
+            raise TextPromptError(
+                f"Token ids must be a (P, S) integer tensor with S ≥ 1; got {tuple(ids.shape)} {ids.dtype}."
+            )
         if ids.shape[1] > self.context_length:
             raise TextPromptError(
                 f"The token ids are {ids.shape[1]} long; the text tower reads at most {self.context_length}. "
@@ -204,9 +213,11 @@ class LoadedCLIP:
 
     def __repr__(self) -> str:
         bias = "" if self.logit_bias is None else f", bias={self.logit_bias:.3g}"
-        return (f"LoadedCLIP({self.name!r}, {self.source_library}, probability={self.probability}, scale={self.logit_scale:.3g}"
-                f"{bias}, context={self.context_length}, tokenizer={'yes' if self.tokenizer is not None else 'no'}, "
-                f"image={self.image!r})")
+        return (
+            f"LoadedCLIP({self.name!r}, {self.source_library}, probability={self.probability}, scale={self.logit_scale:.3g}"
+            f"{bias}, context={self.context_length}, tokenizer={'yes' if self.tokenizer is not None else 'no'}, "
+            f"image={self.image!r})"
+        )
 
 
 def _shorten(text: str, limit: int = 60) -> str:

@@ -41,7 +41,9 @@ def wrap_module(
     name = f"<{type(module).__module__}.{type(module).__name__} object>"
     if type(module).__module__.startswith("torchvision.models"):
         swin = torchvision_source.is_torchvision_swin(module)  # any input size: built at img_size (default 224/256)
-        vit = torchvision_source.wrap_torchvision(module, name, device, freeze=False, img_size=img_size if swin else None)
+        vit = torchvision_source.wrap_torchvision(
+            module, name, device, freeze=False, img_size=img_size if swin else None
+        )
         img_size = None if swin else img_size
     elif hf_transformers.is_hf_model(module):  # its position table is resized the way transformers does
         return hf_transformers.wrap_hf(module, name, device, freeze=False, img_size=img_size, mean=mean, std=std)
@@ -74,4 +76,6 @@ def apply_overrides(vit: LoadedViT, *, img_size=None, mean=None, std=None) -> Lo
         config["mean"] = tuple(float(m) for m in mean)
     if std is not None:
         config["std"] = tuple(float(s) for s in std)
-    return replace(vit, spec=spec, data_config=config, preprocessing=Preprocessing.from_data_config(config, spec.img_size))
+    return replace(
+        vit, spec=spec, data_config=config, preprocessing=Preprocessing.from_data_config(config, spec.img_size)
+    )

@@ -59,7 +59,9 @@ def load_open_clip(arch: str, device: torch.device, *, checkpoint: str | None = 
         from .hub import is_offline_error
 
         error = WeightsUnavailableError if is_offline_error(exc) else ModelLoadError
-        raise error(f"open_clip could not build {arch!r} (pretrained={checkpoint!r}): {type(exc).__name__}: {exc}") from exc
+        raise error(
+            f"open_clip could not build {arch!r} (pretrained={checkpoint!r}): {type(exc).__name__}: {exc}"
+        ) from exc
     return wrap_open_clip(model, f"open_clip:{arch}", device, tokenizer=tokenizer)
 
 
@@ -84,7 +86,9 @@ def _visual_to_timm(visual: Any) -> nn.Module:
     needed = ("conv1", "class_embedding", "positional_embedding", "ln_pre", "transformer", "ln_post")
     missing = [name for name in needed if getattr(visual, name, None) is None]
     if missing:
-        raise UnsupportedModelError(f"open_clip's {type(visual).__name__} has no {', '.join(missing)}: not a ViT image tower.")
+        raise UnsupportedModelError(
+            f"open_clip's {type(visual).__name__} has no {', '.join(missing)}: not a ViT image tower."
+        )
     if getattr(visual, "attn_pool", None) is not None:
         raise UnsupportedModelError("This open_clip image tower pools with attention (CoCa): not supported yet.")
     pool = getattr(visual, "pool_type", "tok")
@@ -93,14 +97,23 @@ def _visual_to_timm(visual: Any) -> nn.Module:
     blocks = list(visual.transformer.resblocks)
     first = blocks[0].attn
     hidden = int(visual.class_embedding.shape[-1])
-    image_size = tuple(int(v) for v in visual.image_size) if not isinstance(visual.image_size, int) else (visual.image_size,) * 2
+    image_size = (
+        tuple(int(v) for v in visual.image_size) if not isinstance(visual.image_size, int) else (visual.image_size,) * 2
+    )
     patch = tuple(int(v) for v in visual.conv1.kernel_size)
     projection = getattr(visual, "proj", None)
     model = skeleton(
-        img_size=image_size, patch_size=patch, embed_dim=hidden, depth=len(blocks), num_heads=int(first.num_heads),
-        mlp_ratio=float(blocks[0].mlp.c_fc.out_features) / hidden, qkv_bias=first.in_proj_bias is not None,
-        num_classes=0 if projection is None else int(projection.shape[1]), pre_norm=True,
-        global_pool="token" if pool == "tok" else "avg", fc_norm=False,  # ln_post runs on every token, then the pool
+        img_size=image_size,
+        patch_size=patch,
+        embed_dim=hidden,
+        depth=len(blocks),
+        num_heads=int(first.num_heads),
+        mlp_ratio=float(blocks[0].mlp.c_fc.out_features) / hidden,
+        qkv_bias=first.in_proj_bias is not None,
+        num_classes=0 if projection is None else int(projection.shape[1]),
+        pre_norm=True,
+        global_pool="token" if pool == "tok" else "avg",
+        fc_norm=False,  # ln_post runs on every token, then the pool
     )
     model.patch_embed.proj = visual.conv1
     model.cls_token = nn.Parameter(visual.class_embedding.data.view(1, 1, -1))  # a view: shared storage
@@ -109,7 +122,9 @@ def _visual_to_timm(visual: Any) -> nn.Module:
     for block, layer in zip(model.blocks, blocks, strict=True):
         attention = layer.attn
         if not isinstance(attention, nn.MultiheadAttention) or not attention._qkv_same_embed_dim:
-            raise UnsupportedModelError("This open_clip block's attention is not one nn.MultiheadAttention with a fused in-projection.")
+            raise UnsupportedModelError(
+                "This open_clip block's attention is not one nn.MultiheadAttention with a fused in-projection."
+            )
         block.norm1 = layer.ln_1
         block.attn.qkv = shared_linear(attention.in_proj_weight, attention.in_proj_bias)
         block.attn.proj = attention.out_proj
@@ -128,8 +143,13 @@ def _visual_to_timm(visual: Any) -> nn.Module:
 def _data_config(visual: Any) -> dict:
     config = getattr(visual, "preprocess_cfg", None) or {}
     mean, std = config.get("mean", _OPENAI[0]), config.get("std", _OPENAI[1])
-    return dict(mean=tuple(mean), std=tuple(std), interpolation=config.get("interpolation", "bicubic"),
-                crop_pct=1.0, crop_mode="squash" if config.get("resize_mode") == "squash" else "center")
+    return dict(
+        mean=tuple(mean),
+        std=tuple(std),
+        interpolation=config.get("interpolation", "bicubic"),
+        crop_pct=1.0,
+        crop_mode="squash" if config.get("resize_mode") == "squash" else "center",
+    )
 
 
 def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
@@ -139,8 +159,14 @@ def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
 
         raise NoTextTowerError(f"{name} ({type(model).__name__}) has no text tower (encode_text).")
     model.eval().requires_grad_(False)
-    image = wrap_model(_visual_to_timm(model.visual), name, device, embedding_output=True,
-                       data_config=_data_config(model.visual), source_library="open_clip")
+    image = wrap_model(
+        _visual_to_timm(model.visual),
+        name,
+        device,
+        embedding_output=True,
+        data_config=_data_config(model.visual),
+        source_library="open_clip",
+    )
     bias = getattr(model, "logit_bias", None)
     context = int(getattr(model, "context_length", 0) or getattr(tokenizer, "context_length", 77))
 
@@ -151,11 +177,16 @@ def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
         return len(tokenizer.encode(prompt)) + 2
 
     return LoadedCLIP(
-        image=image, text_tower=_OpenCLIPTextTower(model).to(device).eval(),
+        image=image,
+        text_tower=_OpenCLIPTextTower(model).to(device).eval(),
         logit_scale=float(model.logit_scale.detach().exp()),
         logit_bias=None if bias is None else float(bias.detach().reshape(-1)[0]),
-        probability="softmax" if bias is None else "sigmoid", context_length=context, tokenizer=tokenizer, name=name,
-        source_library="open_clip", vocab_size=getattr(model, "vocab_size", None),
+        probability="softmax" if bias is None else "sigmoid",
+        context_length=context,
+        tokenizer=tokenizer,
+        name=name,
+        source_library="open_clip",
+        vocab_size=getattr(model, "vocab_size", None),
         tokenizer_note="" if tokenizer is not None else "this model object came without its tokenizer",
         _count_tokens=count_tokens if tokenizer is not None else None,
     )

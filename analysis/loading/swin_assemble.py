@@ -137,14 +137,21 @@ def assemble_swin(parts: SwinParts, source: str) -> nn.Module:
     windows = {tuple(block.window) for stage in parts.stages for block in stage}
     first_windows = [tuple(stage[0].window) for stage in parts.stages]
     options = dict(
-        img_size=parts.img_size, patch_size=parts.patch_size, embed_dim=parts.embed_dim,
-        depths=tuple(len(stage) for stage in parts.stages), num_heads=parts.num_heads,
-        window_size=first_windows if parts.v2 else first_windows[0], mlp_ratio=parts.mlp_ratio,
-        num_classes=int(getattr(parts.classifier, "out_features", 0) or 0), drop_path_rate=0.0,
+        img_size=parts.img_size,
+        patch_size=parts.patch_size,
+        embed_dim=parts.embed_dim,
+        depths=tuple(len(stage) for stage in parts.stages),
+        num_heads=parts.num_heads,
+        window_size=first_windows if parts.v2 else first_windows[0],
+        mlp_ratio=parts.mlp_ratio,
+        num_classes=int(getattr(parts.classifier, "out_features", 0) or 0),
+        drop_path_rate=0.0,
         qkv_bias=not parts.v2,  # v2: q/k/v biases live inside the foreign qkv module
     )
     if not parts.v2 and len({w for w in first_windows}) > 1:
-        raise UnsupportedModelError(f"This {source} Swin uses different windows per stage ({sorted(windows)}): not supported.")
+        raise UnsupportedModelError(
+            f"This {source} Swin uses different windows per stage ({sorted(windows)}): not supported."
+        )
     model = skeleton(SwinTransformerV2 if parts.v2 else SwinTransformer, **options)
     _check_geometry(model, parts, source)
     model.patch_embed.proj = parts.stem_proj
@@ -158,7 +165,12 @@ def assemble_swin(parts: SwinParts, source: str) -> nn.Module:
             wt = theirs.window[0] * theirs.window[1]
             block.norm1, block.norm2, block.mlp = theirs.norm1, theirs.norm2, theirs.mlp
             block.drop_path1, block.drop_path2 = theirs.drop_path1, theirs.drop_path2
-            attn.qkv, attn.proj, attn.attn_drop, attn.proj_drop = theirs.qkv, theirs.proj, theirs.attn_drop, theirs.proj_drop
+            attn.qkv, attn.proj, attn.attn_drop, attn.proj_drop = (
+                theirs.qkv,
+                theirs.proj,
+                theirs.attn_drop,
+                theirs.proj_drop,
+            )
             attn.relative_position_index = theirs.position_index.view(wt, wt)  # a view: shared storage
             if parts.v2:
                 attn.logit_scale, attn.cpb_mlp = theirs.logit_scale, theirs.cpb_mlp

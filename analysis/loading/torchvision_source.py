@@ -25,7 +25,15 @@ from .checkpoints import load_state_dict_into, read_state_dict
 from .loaded import LoadedViT, wrap_model
 from .torchvision_swin import TORCHVISION_SWINS, is_torchvision_swin, to_timm_swin
 
-__all__ = ["TORCHVISION_VITS", "TORCHVISION_SWINS", "is_torchvision_vit", "is_torchvision_swin", "wrap_torchvision", "load_torchvision", "load_torchvision_file"]
+__all__ = [
+    "TORCHVISION_VITS",
+    "TORCHVISION_SWINS",
+    "is_torchvision_vit",
+    "is_torchvision_swin",
+    "wrap_torchvision",
+    "load_torchvision",
+    "load_torchvision_file",
+]
 
 # Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
 # ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.
@@ -34,7 +42,10 @@ TORCHVISION_VITS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 # torchvision's IMAGENET1K_V1 eval transform: resize 256 (bilinear), centre crop 224.
 _SUPPORTED = TORCHVISION_VITS + TORCHVISION_SWINS
 _DEFAULT_DATA_CONFIG = dict(
-    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), interpolation="bilinear", crop_pct=224 / 256,
+    mean=(0.485, 0.456, 0.406),
+    std=(0.229, 0.224, 0.225),
+    interpolation="bilinear",
+    crop_pct=224 / 256,
     crop_mode="center",
 )
 
@@ -93,8 +104,14 @@ def to_timm(tv: Any) -> nn.Module:
 
 
 def wrap_torchvision(
-    tv: nn.Module, name: str, device: torch.device | None, *, data_config: dict | None = None,
-    label_names: list[str] | None = None, freeze: bool = True, img_size=None,
+    tv: nn.Module,
+    name: str,
+    device: torch.device | None,
+    *,
+    data_config: dict | None = None,
+    label_names: list[str] | None = None,
+    freeze: bool = True,
+    img_size=None,
 ) -> LoadedViT:
     """``img_size``: the input size of a Swin (torchvision's Swins take any; the converted
     model has one). A ViT has its own."""
@@ -111,8 +128,13 @@ def wrap_torchvision(
     else:
         model = to_timm(tv)
     return wrap_model(
-        model, name, device, label_names, data_config=dict(data_config or _DEFAULT_DATA_CONFIG),
-        source_library="torchvision", freeze=freeze,
+        model,
+        name,
+        device,
+        label_names,
+        data_config=dict(data_config or _DEFAULT_DATA_CONFIG),
+        source_library="torchvision",
+        freeze=freeze,
     )
 
 
@@ -135,8 +157,13 @@ def _weights_data_config(weights) -> dict:
     crop = int(transform.crop_size[0])
     resize = int(transform.resize_size[0])
     interpolation = str(getattr(transform.interpolation, "value", transform.interpolation))
-    return dict(_DEFAULT_DATA_CONFIG, crop_pct=crop / resize, interpolation=interpolation,
-                mean=tuple(transform.mean), std=tuple(transform.std))
+    return dict(
+        _DEFAULT_DATA_CONFIG,
+        crop_pct=crop / resize,
+        interpolation=interpolation,
+        mean=tuple(transform.mean),
+        std=tuple(transform.std),
+    )
 
 
 def load_torchvision(source: str, device: torch.device, *, pretrained: bool = True, **kwargs) -> LoadedViT:

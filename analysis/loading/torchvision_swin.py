@@ -34,7 +34,9 @@ TORCHVISION_SWINS = ("swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "sw
 
 
 def is_torchvision_swin(module: nn.Module) -> bool:
-    return type(module).__module__ == "torchvision.models.swin_transformer" and type(module).__name__ == "SwinTransformer"
+    return (
+        type(module).__module__ == "torchvision.models.swin_transformer" and type(module).__name__ == "SwinTransformer"
+    )
 
 
 def _is_v2(tv: Any) -> bool:
@@ -52,14 +54,26 @@ def _block(block: Any, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
     # shifted_window_attention drops the shift where the window covers the (padded) grid
     shift = tuple(0 if w >= g else int(s) for w, g, s in zip(window, grid, as_pair(attn.shift_size)))
     common = dict(
-        norm1=block.norm1, proj=attn.proj, norm2=block.norm2, mlp=block.mlp,
-        position_index=attn.relative_position_index, window=window, shift=shift,
-        attn_drop=nn.Dropout(float(attn.attention_dropout)), proj_drop=nn.Dropout(float(attn.dropout)),
-        drop_path1=block.stochastic_depth, drop_path2=block.stochastic_depth,
+        norm1=block.norm1,
+        proj=attn.proj,
+        norm2=block.norm2,
+        mlp=block.mlp,
+        position_index=attn.relative_position_index,
+        window=window,
+        shift=shift,
+        attn_drop=nn.Dropout(float(attn.attention_dropout)),
+        proj_drop=nn.Dropout(float(attn.dropout)),
+        drop_path1=block.stochastic_depth,
+        drop_path2=block.stochastic_depth,
     )
     if v2:
-        return SwinBlockParts(qkv=KeyBiasFreeLinear(attn.qkv), logit_scale=attn.logit_scale, cpb_mlp=attn.cpb_mlp,
-                              coords_table=attn.relative_coords_table, **common)
+        return SwinBlockParts(
+            qkv=KeyBiasFreeLinear(attn.qkv),
+            logit_scale=attn.logit_scale,
+            cpb_mlp=attn.cpb_mlp,
+            coords_table=attn.relative_coords_table,
+            **common,
+        )
     return SwinBlockParts(qkv=attn.qkv, bias_table=attn.relative_position_bias_table, **common)
 
 
@@ -86,11 +100,17 @@ def to_timm_swin(tv: Any, img_size: int | tuple[int, int] | None = None) -> nn.M
             )
         blocks.append([_block(block, stage_grid, v2) for block in stage])
     parts = SwinParts(
-        v2=v2, img_size=size, patch_size=patch[0], embed_dim=int(conv.out_channels),
+        v2=v2,
+        img_size=size,
+        patch_size=patch[0],
+        embed_dim=int(conv.out_channels),
         num_heads=tuple(int(stage[0].attn.num_heads) for stage in stages),
         mlp_ratio=float(stages[0][0].mlp[0].out_features) / int(conv.out_channels),
-        stem_proj=conv, stem_norm=norm, stages=blocks,
+        stem_proj=conv,
+        stem_norm=norm,
+        stages=blocks,
         mergings=[(merging.norm, merging.reduction) for merging in mergings],
-        norm=tv.norm, classifier=tv.head,
+        norm=tv.norm,
+        classifier=tv.head,
     )
     return assemble_swin(parts, "torchvision")

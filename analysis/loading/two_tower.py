@@ -44,7 +44,11 @@ _DEMO_CLIP_RETRAIN = "python -m training.train_demo_clip"
 
 
 def load_clip(
-    source, *, device: str | torch.device | None = None, pretrained: bool = True, checkpoint: str | None = None,
+    source,
+    *,
+    device: str | torch.device | None = None,
+    pretrained: bool = True,
+    checkpoint: str | None = None,
 ) -> LoadedCLIP:
     """Load a two-tower image–text model.
 
@@ -65,7 +69,9 @@ def load_clip(
     if isinstance(source, LoadedCLIP):
         return source
     if isinstance(source, LoadedViT):
-        raise NoTextTowerError(f"{source.name!r} is an image-only model (a LoadedViT): it has no text tower. {_IMAGE_ONLY_HINT}")
+        raise NoTextTowerError(
+            f"{source.name!r} is an image-only model (a LoadedViT): it has no text tower. {_IMAGE_ONLY_HINT}"
+        )
     target = resolve_device(device)
     if isinstance(source, nn.Module):
         if type(source).__module__.startswith("open_clip"):
@@ -74,7 +80,9 @@ def load_clip(
             return wrap_open_clip(source, type(source).__name__, target, tokenizer=None)
         return wrap_hf_two_tower(source, type(source).__name__, target)
     if not isinstance(source, (str, os.PathLike)) or not os.fspath(source).strip():
-        raise ModelLoadError(f"load_clip takes a folder, 'hf:org/name', 'open_clip:<arch>' or a model object; got {source!r}.")
+        raise ModelLoadError(
+            f"load_clip takes a folder, 'hf:org/name', 'open_clip:<arch>' or a model object; got {source!r}."
+        )
     name = os.fspath(source)
     if name.startswith("open_clip:"):
         from .open_clip_source import load_open_clip
@@ -131,8 +139,15 @@ def _two_tower_kind(model: nn.Module, name: str) -> str:
     )
 
 
-def wrap_hf_two_tower(model: Any, name: str, device: torch.device, *, tokenizer=None, tokenizer_note: str = "",
-                      preprocessor: dict | None = None) -> LoadedCLIP:
+def wrap_hf_two_tower(
+    model: Any,
+    name: str,
+    device: torch.device,
+    *,
+    tokenizer=None,
+    tokenizer_note: str = "",
+    preprocessor: dict | None = None,
+) -> LoadedCLIP:
     """A transformers ``CLIPModel`` / ``SiglipModel`` as a :class:`LoadedCLIP` (modules shared, not copied)."""
     from .hf_transformers import wrap_hf
 
@@ -143,13 +158,22 @@ def wrap_hf_two_tower(model: Any, name: str, device: torch.device, *, tokenizer=
     bias = getattr(model, "logit_bias", None)
     text_config = model.config.text_config
     return LoadedCLIP(
-        image=image, text_tower=text_tower, logit_scale=float(model.logit_scale.detach().exp()),
+        image=image,
+        text_tower=text_tower,
+        logit_scale=float(model.logit_scale.detach().exp()),
         logit_bias=None if bias is None else float(bias.detach().reshape(-1)[0]),
         probability="sigmoid" if kind == "siglip" else "softmax",
-        context_length=int(text_config.max_position_embeddings), tokenizer=tokenizer, name=name,
-        pad_to_context=kind == "siglip", use_attention_mask=kind == "clip", source_library="transformers",
-        tokenizer_note=tokenizer_note, vocab_size=int(text_config.vocab_size),
-        _count_tokens=None if tokenizer is None else (lambda prompt: len(tokenizer(prompt, truncation=False)["input_ids"])),
+        context_length=int(text_config.max_position_embeddings),
+        tokenizer=tokenizer,
+        name=name,
+        pad_to_context=kind == "siglip",
+        use_attention_mask=kind == "clip",
+        source_library="transformers",
+        tokenizer_note=tokenizer_note,
+        vocab_size=int(text_config.vocab_size),
+        _count_tokens=None
+        if tokenizer is None
+        else (lambda prompt: len(tokenizer(prompt, truncation=False)["input_ids"])),
     )
 
 
@@ -187,8 +211,9 @@ def load_hf_two_tower_folder(folder: Path, name: str, device: torch.device) -> L
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
     tokenizer, note = _hf_tokenizer(folder)
-    return wrap_hf_two_tower(model, name, device, tokenizer=tokenizer, tokenizer_note=note,
-                             preprocessor=read_preprocessor(folder))
+    return wrap_hf_two_tower(
+        model, name, device, tokenizer=tokenizer, tokenizer_note=note, preprocessor=read_preprocessor(folder)
+    )
 
 
 def _load_hf_hub(repo_id: str, device: torch.device, *, pretrained: bool) -> LoadedCLIP:
@@ -217,5 +242,6 @@ def _load_hf_hub(repo_id: str, device: torch.device, *, pretrained: bool) -> Loa
 
     with seeded_random_weights():
         model = model_class._from_config(config)
-    return wrap_hf_two_tower(model, f"hf:{repo_id}", device, tokenizer=tokenizer,
-                             tokenizer_note=note, preprocessor=read_preprocessor(folder))
+    return wrap_hf_two_tower(
+        model, f"hf:{repo_id}", device, tokenizer=tokenizer, tokenizer_note=note, preprocessor=read_preprocessor(folder)
+    )

@@ -20,8 +20,24 @@ from .masking import check_mask, draw_mask, draw_noise, mask_from_noise, noise_f
 from .reconstruct import MAEReconstruction, mae_reconstruct
 
 __all__ = [
-    "LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER", "mae_reconstruct", "MAEReconstruction",
-    "VisibleAttentionRecord", "visible_attention_distance", "visible_rollout",
-    "dataset_mae_loss", "draw_mask", "draw_noise", "mask_from_noise", "check_mask", "noise_for_mask",
-    "FIGURE_2_PANELS", "figure_2_images", "hidden_patch_loss", "flip_patches", "unit_pixels",
+    "LoadedMAE",
+    "load_mae",
+    "wrap_mae",
+    "MAE_WITH_DECODER",
+    "mae_reconstruct",
+    "MAEReconstruction",
+    "VisibleAttentionRecord",
+    "visible_attention_distance",
+    "visible_rollout",
+    "dataset_mae_loss",
+    "draw_mask",
+    "draw_noise",
+    "mask_from_noise",
+    "check_mask",
+    "noise_for_mask",
+    "FIGURE_2_PANELS",
+    "figure_2_images",
+    "hidden_patch_loss",
+    "flip_patches",
+    "unit_pixels",
 ]

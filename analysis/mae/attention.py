@@ -64,12 +64,15 @@ class VisibleAttentionRecord:
         when that patch was hidden (it is no token of the encoder)."""
         found = (self.visible_patches[image] == patch).nonzero()
         if not len(found):
-            raise AnalysisError(f"Patch {patch} was hidden from the encoder, so it has no attention: "
-                                "choose a visible patch as the query (record.visible_patches).")
+            raise AnalysisError(
+                f"Patch {patch} was hidden from the encoder, so it has no attention: "
+                "choose a visible patch as the query (record.visible_patches)."
+            )
         return 1 + int(found[0, 0])
 
-    def key_grid(self, layer: int, query_patch: int | None = None, *, image: int = 0, head: int | None = None
-                 ) -> torch.Tensor:
+    def key_grid(
+        self, layer: int, query_patch: int | None = None, *, image: int = 0, head: int | None = None
+    ) -> torch.Tensor:
         """``(gh, gw)`` float32: the attention of one query (``query_patch`` a grid index, or
         ``None`` for the class token) over the visible patches, on the image grid; NaN on hidden
         patches. ``head=None`` averages the heads. Attention on the class token is not drawn."""
@@ -85,8 +88,9 @@ class VisibleAttentionRecord:
         :func:`visible_rollout` without its class column) -> ``(gh, gw)`` float32 on the image
         grid, NaN on the hidden patches (they have no value: they were never tokens)."""
         if values.shape != (self.num_visible,):
-            raise AnalysisError(f"grid_of takes one value per visible patch, shape ({self.num_visible},); "
-                                f"got {tuple(values.shape)}.")
+            raise AnalysisError(
+                f"grid_of takes one value per visible patch, shape ({self.num_visible},); got {tuple(values.shape)}."
+            )
         grid = torch.full((self.spec.num_patches,), float("nan"), dtype=torch.float32)
         grid[self.visible_patches[image].cpu()] = values.detach().float().cpu()
         return grid.reshape(self.spec.grid_size)
@@ -103,18 +107,24 @@ def visible_attention_distance(record: VisibleAttentionRecord, *, renormalize: b
         mine = centres[record.visible_patches[image].cpu()]  # (V, 2)
         distances = torch.cdist(mine, mine)  # (V, V)
         probs = record.attentions[:, image : image + 1, :, 1:, :]  # (L, 1, heads, V, 1 + V)
-        out.append(torch.stack([attention_distance_per_image(p, record.spec, distances, renormalize=renormalize)[0]
-                                for p in probs]))  # (L, heads)
+        out.append(
+            torch.stack(
+                [attention_distance_per_image(p, record.spec, distances, renormalize=renormalize)[0] for p in probs]
+            )
+        )  # (L, heads)
     return torch.stack(out)
 
 
-def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
-                    ) -> torch.Tensor:
+def visible_rollout(
+    record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
+) -> torch.Tensor:
     """``(B, 1 + V, 1 + V)`` float64 attention rollout (Abnar & Zuidema 2020) over all layers of
     the record, on the visible tokens: :func:`~analysis.rollout.rollout_step` and
     :func:`~analysis.rollout.compose_rollout`, the rules every rollout here uses."""
-    steps = ((layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
-             for i, layer in enumerate(record.layers))
+    steps = (
+        (layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
+        for i, layer in enumerate(record.layers)
+    )
     result = None
     for _, step_result in compose_rollout(steps):  # the last step's result
         result = step_result
@@ -123,8 +133,9 @@ def visible_rollout(record: VisibleAttentionRecord, *, head_fusion: str = "mean"
 
 
 @contextlib.contextmanager
-def encoder_attention_taps(model: nn.Module, num_heads: int, sink: Callable[[int, torch.Tensor], None]
-                           ) -> Iterator[None]:
+def encoder_attention_taps(
+    model: nn.Module, num_heads: int, sink: Callable[[int, torch.Tensor], None]
+) -> Iterator[None]:
     """Within the block, every forward of ``model`` by this thread reports each encoder layer's
     attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)``: the engine's
     ``blocks.{i}.attn.probs`` over the encoder layers
@@ -156,10 +167,15 @@ def collect_visible_attention(num_layers: int) -> tuple[dict[int, torch.Tensor],
     return store, sink
 
 
-def stack_visible_attention(store: dict[int, torch.Tensor], visible_patches: torch.Tensor, spec: ViTSpec
-                            ) -> VisibleAttentionRecord:
+def stack_visible_attention(
+    store: dict[int, torch.Tensor], visible_patches: torch.Tensor, spec: ViTSpec
+) -> VisibleAttentionRecord:
     """The record of one forward, after checking every layer was seen."""
     layers = tuple(range(spec.num_layers))
     require_every_layer(layers, store, "encoder attention")
-    return VisibleAttentionRecord(attentions=torch.stack([store[layer].cpu() for layer in layers]),
-                                  visible_patches=visible_patches, spec=spec, layers=layers)
+    return VisibleAttentionRecord(
+        attentions=torch.stack([store[layer].cpu() for layer in layers]),
+        visible_patches=visible_patches,
+        spec=spec,
+        layers=layers,
+    )

@@ -36,8 +36,9 @@ def unit_pixels(pixels: torch.Tensor, preprocessing: Preprocessing) -> np.ndarra
     return unit.permute(1, 2, 0).numpy()
 
 
-def figure_2_images(result: MAEReconstruction, preprocessing: Preprocessing, *, image: int = 0
-                    ) -> dict[str, np.ndarray]:
+def figure_2_images(
+    result: MAEReconstruction, preprocessing: Preprocessing, *, image: int = 0
+) -> dict[str, np.ndarray]:
     """The pictures of :data:`FIGURE_2_PANELS`, each ``(H, W, 3)`` float32 in image units
     (:func:`unit_pixels`): the input, the input with its hidden patches NaN (they were never
     shown to the model), the decoder's reconstruction of every patch, and the reconstruction

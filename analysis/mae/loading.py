@@ -91,8 +91,9 @@ def _is_mae_encoder(module: nn.Module) -> bool:
     return type(module).__name__ == "ViTMAEModel" or "mae" in str(tag)
 
 
-def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, preprocessor: dict | None = None,
-             img_size=None) -> LoadedMAE:
+def wrap_mae(
+    model: nn.Module, name: str, device: torch.device | None, *, preprocessor: dict | None = None, img_size=None
+) -> LoadedMAE:
     """Check that ``model`` is a ``ViTMAEForPreTraining``, then wrap it (``device=None``: where it is)."""
     if not _is_pretraining_model(model):
         kind = type(model).__name__
@@ -116,17 +117,32 @@ def wrap_mae(model: nn.Module, name: str, device: torch.device | None, *, prepro
     model.requires_grad_(False)
     grid = (size[0] // patch[0], size[1] // patch[1])
     spec = ViTSpec(
-        patch_size=patch, grid_size=grid, num_prefix_tokens=1, num_layers=int(config.num_hidden_layers),
-        num_heads=int(config.num_attention_heads), embed_dim=int(config.hidden_size), img_size=size,
-        has_class_token=True, position_embedding="learned",  # a table (MAE: fixed sine-cosine), added to each patch
-        head="none", num_outputs=0, dynamic_img_size=True,
-        family=type(model).__name__, prefix_names=("class",),
+        patch_size=patch,
+        grid_size=grid,
+        num_prefix_tokens=1,
+        num_layers=int(config.num_hidden_layers),
+        num_heads=int(config.num_attention_heads),
+        embed_dim=int(config.hidden_size),
+        img_size=size,
+        has_class_token=True,
+        position_embedding="learned",  # a table (MAE: fixed sine-cosine), added to each patch
+        head="none",
+        num_outputs=0,
+        dynamic_img_size=True,
+        family=type(model).__name__,
+        prefix_names=("class",),
     )
     data_config = dict(data_config, input_size=(3, *size))
     return LoadedMAE(
-        model=model, name=name, device=device, spec=spec, class_names=None,
-        preprocessing=Preprocessing.from_data_config(data_config, size), data_config=data_config,
-        native_img_size=native, norm_pix_loss=bool(getattr(config, "norm_pix_loss", False)),
+        model=model,
+        name=name,
+        device=device,
+        spec=spec,
+        class_names=None,
+        preprocessing=Preprocessing.from_data_config(data_config, size),
+        data_config=data_config,
+        native_img_size=native,
+        norm_pix_loss=bool(getattr(config, "norm_pix_loss", False)),
         config_mask_ratio=float(getattr(config, "mask_ratio", 0.75)),
     )
 
@@ -140,11 +156,15 @@ def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> Loa
         architecture = str(config.get("architecture", ""))
         if "mae" in architecture or "mae" in str(config.get("pretrained_cfg", {}).get("tag", "")):
             raise _no_decoder(f"{name!r} (timm {architecture})")
-        raise UnsupportedModelError(f"{folder} holds a timm {architecture or 'model'}, not a masked autoencoder: "
-                                    f"load_mae needs a Hugging Face {_DECODER_ARCHITECTURE} folder.")
+        raise UnsupportedModelError(
+            f"{folder} holds a timm {architecture or 'model'}, not a masked autoencoder: "
+            f"load_mae needs a Hugging Face {_DECODER_ARCHITECTURE} folder."
+        )
     if config.get("model_type") != "vit_mae":
-        raise UnsupportedModelError(f"{folder} holds a transformers {config.get('model_type')!r} model, not a masked "
-                                    f"autoencoder: load_mae needs a {_DECODER_ARCHITECTURE}, e.g. {MAE_WITH_DECODER!r}.")
+        raise UnsupportedModelError(
+            f"{folder} holds a transformers {config.get('model_type')!r} model, not a masked "
+            f"autoencoder: load_mae needs a {_DECODER_ARCHITECTURE}, e.g. {MAE_WITH_DECODER!r}."
+        )
     architectures = config.get("architectures") or [_DECODER_ARCHITECTURE]
     if _DECODER_ARCHITECTURE not in architectures:
         raise _no_decoder(f"{name!r} ({', '.join(architectures)})")
@@ -156,8 +176,12 @@ def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> Loa
     return wrap_mae(model, name, device, preprocessor=read_preprocessor(folder), img_size=img_size)
 
 
-def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.device | None = None,
-             img_size: int | tuple[int, int] | None = None) -> LoadedMAE:
+def load_mae(
+    source: str | os.PathLike | nn.Module,
+    *,
+    device: str | torch.device | None = None,
+    img_size: int | tuple[int, int] | None = None,
+) -> LoadedMAE:
     """Load a masked autoencoder with its decoder.
 
     Args:
@@ -174,11 +198,14 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
         ModelLoadError: and its subclasses otherwise, with what to do.
     """
     if isinstance(source, nn.Module):
-        return wrap_mae(source, type(source).__name__, None if device is None else resolve_device(device),
-                        img_size=img_size)
+        return wrap_mae(
+            source, type(source).__name__, None if device is None else resolve_device(device), img_size=img_size
+        )
     if not isinstance(source, (str, os.PathLike)) or not os.fspath(source).strip():
-        raise ModelLoadError(f"load_mae takes 'demo_mae', a folder, 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}) or a "
-                             f"{_DECODER_ARCHITECTURE} object; got {source!r}.")
+        raise ModelLoadError(
+            f"load_mae takes 'demo_mae', a folder, 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}) or a "
+            f"{_DECODER_ARCHITECTURE} object; got {source!r}."
+        )
     text = os.fspath(source)
     target = resolve_device(device)
     if text == "demo_mae":
@@ -197,5 +224,7 @@ def load_mae(source: str | os.PathLike | nn.Module, *, device: str | torch.devic
         return _load_folder(Path(text.removeprefix("local-dir:")).expanduser(), text, target, img_size)
     if "mae" in text.lower():  # a timm name such as vit_base_patch16_224.mae
         raise _no_decoder(repr(text))
-    raise ModelLoadError(f"load_mae cannot open {text!r}: pass 'demo_mae', a {_DECODER_ARCHITECTURE} save_pretrained "
-                         f"folder or 'hf:org/name' (e.g. {MAE_WITH_DECODER!r}).")
+    raise ModelLoadError(
+        f"load_mae cannot open {text!r}: pass 'demo_mae', a {_DECODER_ARCHITECTURE} save_pretrained "
+        f"folder or 'hf:org/name' (e.g. {MAE_WITH_DECODER!r})."
+    )

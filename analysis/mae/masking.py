@@ -19,16 +19,28 @@ import torch
 
 from ..errors import AnalysisError
 
-__all__ = ["MAE_MASK_HELP", "visible_count", "draw_noise", "mask_from_noise", "draw_mask", "check_mask",
-           "noise_for_mask", "mask_ratio_for"]
+__all__ = [
+    "MAE_MASK_HELP",
+    "visible_count",
+    "draw_noise",
+    "mask_from_noise",
+    "draw_mask",
+    "check_mask",
+    "noise_for_mask",
+    "mask_ratio_for",
+]
 
-MAE_MASK_HELP = "a reconstruction needs at least one visible patch and the same number of visible patches in every image"
+MAE_MASK_HELP = (
+    "a reconstruction needs at least one visible patch and the same number of visible patches in every image"
+)
 
 
 def visible_count(num_patches: int, mask_ratio: float) -> int:
     """MAE's ``len_keep = int(N · (1 − mask_ratio))``; ``mask_ratio`` must lie in [0, 1)."""
     if isinstance(mask_ratio, bool) or not isinstance(mask_ratio, numbers.Real) or not 0.0 <= float(mask_ratio) < 1.0:
-        raise AnalysisError(f"mask_ratio must be a number in [0, 1) (the fraction of patches hidden), got {mask_ratio!r}.")
+        raise AnalysisError(
+            f"mask_ratio must be a number in [0, 1) (the fraction of patches hidden), got {mask_ratio!r}."
+        )
     keep = int(num_patches * (1 - float(mask_ratio)))
     if keep < 1:
         raise AnalysisError(

@@ -129,7 +129,9 @@ def mae_reconstruct(
     batch, _, height, width = pixels.shape
     ph, pw = mae.spec.patch_size
     if height % ph or width % pw:
-        raise AnalysisError(f"A {height}x{width} input is not a whole number of {ph}x{pw} patches: use mae.preprocess(image).")
+        raise AnalysisError(
+            f"A {height}x{width} input is not a whole number of {ph}x{pw} patches: use mae.preprocess(image)."
+        )
     grid = (height // ph, width // pw)
     num_patches = grid[0] * grid[1]
     mask = draw_mask(batch, num_patches, mask_ratio, seed) if mask is None else check_mask(mask, batch, num_patches)
@@ -145,14 +147,19 @@ def mae_reconstruct(
         masking_config.mask_ratio = mask_ratio_for(visible, num_patches)
         try:
             with torch.no_grad(), encoder_attention_taps(model, spec.num_heads, sink):
-                output = model(pixel_values=x, noise=noise_for_mask(mask).to(device),
-                               interpolate_pos_encoding=(height, width) != tuple(mae.native_img_size))
+                output = model(
+                    pixel_values=x,
+                    noise=noise_for_mask(mask).to(device),
+                    interpolate_pos_encoding=(height, width) != tuple(mae.native_img_size),
+                )
         finally:
             masking_config.mask_ratio = saved
     used = output.mask.detach().cpu() > 0.5  # (B, N)
     if not torch.equal(used, mask):
-        raise AnalysisError("The model hid other patches than the mask asked for: its masking does not follow MAE's "
-                            "noise/argsort rule, so this model is not supported.")
+        raise AnalysisError(
+            "The model hid other patches than the mask asked for: its masking does not follow MAE's "
+            "noise/argsort rule, so this model is not supported."
+        )
     predictions = output.logits.detach().float()  # (B, N, ph·pw·C)
     target = patchify(x, (ph, pw))  # (B, N, ph·pw·C)
     if mae.norm_pix_loss:
@@ -170,8 +177,16 @@ def mae_reconstruct(
     composite = torch.where(hidden_pixels, reconstruction, x)
     visible_patches = torch.arange(num_patches).expand(batch, -1)[~mask].view(batch, visible)  # (B, V) ascending
     return MAEReconstruction(
-        pixels=pixels.detach().cpu(), reconstruction=reconstruction.cpu(), composite=composite.cpu(), mask=mask,
-        predictions=predictions.cpu(), patch_loss=patch_loss.cpu(), image_loss=image_loss.cpu(), loss=loss.cpu(),
-        attention=stack_visible_attention(store, visible_patches, spec), grid_size=grid, patch_size=(ph, pw),
+        pixels=pixels.detach().cpu(),
+        reconstruction=reconstruction.cpu(),
+        composite=composite.cpu(),
+        mask=mask,
+        predictions=predictions.cpu(),
+        patch_loss=patch_loss.cpu(),
+        image_loss=image_loss.cpu(),
+        loss=loss.cpu(),
+        attention=stack_visible_attention(store, visible_patches, spec),
+        grid_size=grid,
+        patch_size=(ph, pw),
         norm_pix_loss=mae.norm_pix_loss,
     )

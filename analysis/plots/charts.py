@@ -13,14 +13,27 @@ from plotly.subplots import make_subplots
 from .layout import LABEL_WIDTH, wrap_label
 from .style import SERIES_COLOURS, restyle_figure, styled_figure
 
-__all__ = ["predictions_bar", "wrap_label", "LABEL_WIDTH", "explained_variance", "similarity_vs_distance", "SIMILARITY_AXIS_TITLE",
-           "attention_distance_scatter", "perturbation_curves", "perturbation_axis_top", "perturbation_axis_bottom", "robustness_curves",
-           "transfer_heatmap", "DISTANCE_UNIT_SHORT",
-           "DISTANCE_UNIT_TITLE"]
+__all__ = [
+    "predictions_bar",
+    "wrap_label",
+    "LABEL_WIDTH",
+    "explained_variance",
+    "similarity_vs_distance",
+    "SIMILARITY_AXIS_TITLE",
+    "attention_distance_scatter",
+    "perturbation_curves",
+    "perturbation_axis_top",
+    "perturbation_axis_bottom",
+    "robustness_curves",
+    "transfer_heatmap",
+    "DISTANCE_UNIT_SHORT",
+    "DISTANCE_UNIT_TITLE",
+]
 
 
-def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: int = 240,
-                    x_title: str = "probability (%)") -> go.Figure:
+def predictions_bar(
+    names: Sequence[str], probabilities: np.ndarray, *, height: int = 240, x_title: str = "probability (%)"
+) -> go.Figure:
     """Top-k predictions as horizontal bars, most probable on top. Long class names (ImageNet's
     "tench, Tinca tinca") are wrapped onto lines of at most ``LABEL_WIDTH`` characters rather
     than clipped; the hover shows the name whole."""
@@ -29,12 +42,20 @@ def predictions_bar(names: Sequence[str], probabilities: np.ndarray, *, height: 
     wrapped = [wrap_label(name) for name in full]
     lines = max((label.count("<br>") + 1 for label in wrapped), default=1)
     trace = dict(
-        type="bar", x=probs, y=list(range(len(full))), orientation="h", text=[f"{p:.1f}%" for p in probs],
-        textposition="auto", marker=dict(color="#3b528b"), customdata=full,
+        type="bar",
+        x=probs,
+        y=list(range(len(full))),
+        orientation="h",
+        text=[f"{p:.1f}%" for p in probs],
+        textposition="auto",
+        marker=dict(color="#3b528b"),
+        customdata=full,
         hovertemplate="%{customdata}: %{x:.2f}%<extra></extra>",
     )
     return styled_figure(
-        [trace], title=None, height=max(height, 40 + len(full) * 18 * lines),
+        [trace],
+        title=None,
+        height=max(height, 40 + len(full) * 18 * lines),
         xaxis=dict(title=dict(text=x_title), range=[0, 100], showgrid=True),
         yaxis=dict(automargin=True, tickmode="array", tickvals=list(range(len(full))), ticktext=wrapped),
     )
@@ -57,50 +78,91 @@ def similarity_vs_distance(curves: Sequence[tuple[str, Any]], *, height: int = 3
     for i, (name, bins) in enumerate(curves):
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
         x, mean, std = (np.asarray(v, dtype=np.float64) for v in (bins.distance, bins.mean, bins.std))
-        band = dict(type="scatter", mode="lines", line=dict(width=0, color=colour), hoverinfo="skip",
-                    showlegend=False, legendgroup=name)
+        band = dict(
+            type="scatter",
+            mode="lines",
+            line=dict(width=0, color=colour),
+            hoverinfo="skip",
+            showlegend=False,
+            legendgroup=name,
+        )
         traces += [
             dict(band, x=x, y=mean - std, name=f"{name}: mean − std"),
             dict(band, x=x, y=mean + std, name=f"{name}: mean + std", fill="tonexty", fillcolor=_rgba(colour, 0.2)),
         ]
-        where = [("distance 0 (each patch with itself)" if hi == 0 else f"distance in [{lo:.3g}, {hi:.3g})")
-                 for lo, hi in zip(np.asarray(bins.lower), np.asarray(bins.upper), strict=True)]
-        traces.append(dict(
-            type="scatter", x=x, y=mean, mode="lines+markers", name=name, marker=dict(size=5), legendgroup=name,
-            line=dict(color=colour), text=where, customdata=np.stack([std, np.asarray(bins.count)], axis=1),
-            hovertemplate="%{text}: mean %{x:.2f}<br>cos %{y:.3f} ± %{customdata[0]:.3f} (std)"
-                          "<br>%{customdata[1]:,} pairs<extra>" + name + "</extra>",
-        ))
+        where = [
+            ("distance 0 (each patch with itself)" if hi == 0 else f"distance in [{lo:.3g}, {hi:.3g})")
+            for lo, hi in zip(np.asarray(bins.lower), np.asarray(bins.upper), strict=True)
+        ]
+        traces.append(
+            dict(
+                type="scatter",
+                x=x,
+                y=mean,
+                mode="lines+markers",
+                name=name,
+                marker=dict(size=5),
+                legendgroup=name,
+                line=dict(color=colour),
+                text=where,
+                customdata=np.stack([std, np.asarray(bins.count)], axis=1),
+                hovertemplate="%{text}: mean %{x:.2f}<br>cos %{y:.3f} ± %{customdata[0]:.3f} (std)"
+                "<br>%{customdata[1]:,} pairs<extra>" + name + "</extra>",
+            )
+        )
     return styled_figure(
-        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0),
+        traces,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=1.1, x=0),
         xaxis=dict(title=dict(text="distance between patch centres (patches of the model's grid)"), showgrid=True),
         yaxis=dict(title=dict(text=SIMILARITY_AXIS_TITLE), range=[-1.05, 1.05], showgrid=True),
     )
 
 
 def perturbation_curves(
-    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]], *, height: int = 380,
-    y_title: str = "probability of the class", symbol: str = "p",
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, float, float]],
+    *,
+    height: int = 380,
+    y_title: str = "probability of the class",
+    symbol: str = "p",
 ) -> go.Figure:
     """Deletion (left) and insertion (right) curves, one line per
     ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``; the AUCs are in
     the legend. The random baseline, when named ``"random"``, is drawn dashed grey. ``y_title``
     and ``symbol`` name the measured value (default the class probability, ``p``); a value that
     goes below 0 (an image–text score) gets an axis from its minimum."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["Deletion (lower is more faithful)",
-                                                        "Insertion (higher is more faithful)"],
-                        horizontal_spacing=0.08)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=["Deletion (lower is more faithful)", "Insertion (higher is more faithful)"],
+        horizontal_spacing=0.08,
+    )
     traces = []
     for i, (name, fractions, deletion, insertion, deletion_auc, insertion_auc) in enumerate(curves):
         baseline = name == "random"
         line = dict(color="#9e9e9e", dash="dash") if baseline else dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)])
         for column, values, auc in ((1, deletion, deletion_auc), (2, insertion, insertion_auc)):
-            traces.append(dict(
-                type="scatter", x=100 * np.asarray(fractions), y=values, mode="lines+markers", marker=dict(size=4),
-                line=line, name=f"{name} (AUC {deletion_auc:.3f} / {insertion_auc:.3f})", legendgroup=name,
-                showlegend=column == 1, xaxis="x" if column == 1 else "x2", yaxis="y" if column == 1 else "y2",
-                hovertemplate="%{x:.0f}% of patches<br>" + symbol + " = %{y:.3f}<extra>" + name + f" · AUC {auc:.3f}</extra>",
-            ))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=100 * np.asarray(fractions),
+                    y=values,
+                    mode="lines+markers",
+                    marker=dict(size=4),
+                    line=line,
+                    name=f"{name} (AUC {deletion_auc:.3f} / {insertion_auc:.3f})",
+                    legendgroup=name,
+                    showlegend=column == 1,
+                    xaxis="x" if column == 1 else "x2",
+                    yaxis="y" if column == 1 else "y2",
+                    hovertemplate="%{x:.0f}% of patches<br>"
+                    + symbol
+                    + " = %{y:.3f}<extra>"
+                    + name
+                    + f" · AUC {auc:.3f}</extra>",
+                )
+            )
     fig.add_traces(traces)
     axis = dict(range=[0, 100], showgrid=True, title=dict(text="patches removed, most relevant first (%)"))
     top = perturbation_axis_top(curves)
@@ -108,14 +170,39 @@ def perturbation_curves(
     shapes, notes = [], []
     if start is not None and np.isfinite(start):
         for x_ref, y_ref in (("x", "y"), ("x2", "y2")):
-            shapes.append(dict(type="line", xref=f"{x_ref} domain", yref=y_ref, x0=0, x1=1, y0=start, y1=start,
-                               line=dict(color="#616161", width=1, dash="dot")))
-        notes.append(dict(xref="x domain", yref="y", x=1, y=start, xanchor="right", yanchor="bottom",
-                          showarrow=False, text=f"unperturbed {symbol} = {start:.3g}", font=dict(size=11, color="#616161")))
+            shapes.append(
+                dict(
+                    type="line",
+                    xref=f"{x_ref} domain",
+                    yref=y_ref,
+                    x0=0,
+                    x1=1,
+                    y0=start,
+                    y1=start,
+                    line=dict(color="#616161", width=1, dash="dot"),
+                )
+            )
+        notes.append(
+            dict(
+                xref="x domain",
+                yref="y",
+                x=1,
+                y=start,
+                xanchor="right",
+                yanchor="bottom",
+                showarrow=False,
+                text=f"unperturbed {symbol} = {start:.3g}",
+                font=dict(size=11, color="#616161"),
+            )
+        )
     bottom = perturbation_axis_bottom(curves)
     fig = restyle_figure(
-        fig, title=None, height=height, legend=dict(orientation="h", y=-0.25, x=0),
-        xaxis=axis, xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
+        fig,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=-0.25, x=0),
+        xaxis=axis,
+        xaxis2={**axis, "title": dict(text="patches restored, most relevant first (%)")},
         yaxis=dict(range=[bottom, top], title=dict(text=y_title), showgrid=True),
         yaxis2=dict(range=[bottom, top], showgrid=True),
     )
@@ -147,14 +234,23 @@ def perturbation_axis_bottom(curves) -> float:
 
 
 def robustness_curves(
-    curves: Sequence[tuple[str, Sequence[float], np.ndarray]], *, x_title: str, y_title: str,
-    chance: float | None = None, height: int = 380,
+    curves: Sequence[tuple[str, Sequence[float], np.ndarray]],
+    *,
+    x_title: str,
+    y_title: str,
+    chance: float | None = None,
+    height: int = 380,
 ) -> go.Figure:
     """Score against perturbation level, one line per ``(name, levels, scores)`` (scores in
     [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line."""
     traces = [
         dict(
-            type="scatter", x=list(levels), y=scores, mode="lines+markers", name=name, marker=dict(size=6),
+            type="scatter",
+            x=list(levels),
+            y=scores,
+            mode="lines+markers",
+            name=name,
+            marker=dict(size=6),
             line=dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)]),
             hovertemplate="level %{x:.3g}<br>%{y:.3f}<extra>" + name + "</extra>",
         )
@@ -162,28 +258,57 @@ def robustness_curves(
     ]
     shapes = []
     if chance is not None:
-        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=chance, y1=chance,
-                           line=dict(color="#9e9e9e", dash="dot", width=1)))
+        shapes.append(
+            dict(
+                type="line",
+                xref="paper",
+                x0=0,
+                x1=1,
+                y0=chance,
+                y1=chance,
+                line=dict(color="#9e9e9e", dash="dot", width=1),
+            )
+        )
     return styled_figure(
-        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
+        traces,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=1.12, x=0),
+        shapes=shapes,
         xaxis=dict(title=dict(text=x_title), showgrid=True),
         yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
     )
 
 
-def transfer_heatmap(names: Sequence[str], accuracy: np.ndarray, *, title: str | None = None,
-                     height: int = 340) -> go.Figure:
+def transfer_heatmap(
+    names: Sequence[str], accuracy: np.ndarray, *, title: str | None = None, height: int = 340
+) -> go.Figure:
     """``accuracy (source, target)`` in [0, 1] as a heatmap: row ``i`` the model the attack was made
     against, column ``j`` the model it was fed to (the diagonal: white-box), each cell labelled."""
     accuracy = np.asarray(accuracy, dtype=np.float64)
     names = list(names)
-    trace = dict(type="heatmap", z=accuracy, x=names, y=names, zmin=0.0, zmax=1.0, colorscale="Viridis",
-                 text=[[f"{v:.2f}" for v in row] for row in accuracy], texttemplate="%{text}",
-                 colorbar=dict(title=dict(text="accuracy")), xgap=1, ygap=1,
-                 hovertemplate="made against %{y}<br>fed to %{x}<br>accuracy %{z:.3f}<extra></extra>")
-    return styled_figure([trace], title=title, height=height,
-                         xaxis=dict(title=dict(text="fed to"), showgrid=False, side="bottom"),
-                         yaxis=dict(title=dict(text="made against"), autorange="reversed", showgrid=False))
+    trace = dict(
+        type="heatmap",
+        z=accuracy,
+        x=names,
+        y=names,
+        zmin=0.0,
+        zmax=1.0,
+        colorscale="Viridis",
+        text=[[f"{v:.2f}" for v in row] for row in accuracy],
+        texttemplate="%{text}",
+        colorbar=dict(title=dict(text="accuracy")),
+        xgap=1,
+        ygap=1,
+        hovertemplate="made against %{y}<br>fed to %{x}<br>accuracy %{z:.3f}<extra></extra>",
+    )
+    return styled_figure(
+        [trace],
+        title=title,
+        height=height,
+        xaxis=dict(title=dict(text="fed to"), showgrid=False, side="bottom"),
+        yaxis=dict(title=dict(text="made against"), autorange="reversed", showgrid=False),
+    )
 
 
 def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
@@ -191,18 +316,43 @@ def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
     ratio = np.asarray(ratio, dtype=np.float64)
     k = np.arange(1, ratio.size + 1)
     traces = [
-        dict(type="bar", x=k, y=ratio * 100, name="per component", marker=dict(color="#31688e"),
-             hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>"),
-        dict(type="scatter", x=k, y=np.cumsum(ratio) * 100, name="cumulative (right axis)", mode="lines+markers",
-             line=dict(color="#35b779", width=2), marker=dict(color="#35b779", size=5), yaxis="y2",
-             hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>"),
+        dict(
+            type="bar",
+            x=k,
+            y=ratio * 100,
+            name="per component",
+            marker=dict(color="#31688e"),
+            hovertemplate="PC %{x}: %{y:.2f}%<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            x=k,
+            y=np.cumsum(ratio) * 100,
+            name="cumulative (right axis)",
+            mode="lines+markers",
+            line=dict(color="#35b779", width=2),
+            marker=dict(color="#35b779", size=5),
+            yaxis="y2",
+            hovertemplate="PC 1..%{x}: %{y:.1f}%<extra></extra>",
+        ),
     ]
     return styled_figure(
-        traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0),
+        traces,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=1.12, x=0),
         xaxis=dict(title=dict(text="principal component"), dtick=max(1, ratio.size // 14)),
         yaxis=dict(title=dict(text="explained variance per component (%)"), rangemode="tozero", showgrid=True),
-        yaxis2=dict(title=dict(text="cumulative (%)"), overlaying="y", side="right", range=[0, 100],
-                    tickmode="linear", tick0=0, dtick=25, showgrid=False),
+        yaxis2=dict(
+            title=dict(text="cumulative (%)"),
+            overlaying="y",
+            side="right",
+            range=[0, 100],
+            tickmode="linear",
+            tick0=0,
+            dtick=25,
+            showgrid=False,
+        ),
     )
 
 
@@ -234,25 +384,63 @@ def attention_distance_scatter(
         offset = (i - (count - 1) / 2) * (0.5 / count) if count > 1 else 0.0
         layer_ids = np.repeat(np.arange(layers), heads)
         head_ids = np.tile(np.arange(heads), layers)
-        traces.append(dict(
-            type="scatter", x=layer_ids + offset, y=values.ravel(), mode="markers", name=name,
-            marker=dict(size=7, color=SERIES_COLOURS[i % len(SERIES_COLOURS)], opacity=0.8,
-                        line=dict(width=0.5, color="white")),
-            customdata=np.stack([layer_ids, head_ids], axis=1),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:" + digits + "} " + short
-            + "<extra>" + name + "</extra>",
-        ))
+        traces.append(
+            dict(
+                type="scatter",
+                x=layer_ids + offset,
+                y=values.ravel(),
+                mode="markers",
+                name=name,
+                marker=dict(
+                    size=7,
+                    color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
+                    opacity=0.8,
+                    line=dict(width=0.5, color="white"),
+                ),
+                customdata=np.stack([layer_ids, head_ids], axis=1),
+                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{y:"
+                + digits
+                + "} "
+                + short
+                + "<extra>"
+                + name
+                + "</extra>",
+            )
+        )
     shapes, annotations = [], []
     for j, (name, value) in enumerate(references):
-        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=value, y1=value,
-                           line=dict(dash="dash", color="#777", width=1.2)))
-        annotations.append(dict(xref="paper", x=1.0 if j % 2 else 0.0, xanchor="right" if j % 2 else "left",
-                                y=value, yanchor="bottom", text=f"{name}: {value:{digits}} {short}", showarrow=False,
-                                font=dict(color="#555")))
+        shapes.append(
+            dict(
+                type="line",
+                xref="paper",
+                x0=0,
+                x1=1,
+                y0=value,
+                y1=value,
+                line=dict(dash="dash", color="#777", width=1.2),
+            )
+        )
+        annotations.append(
+            dict(
+                xref="paper",
+                x=1.0 if j % 2 else 0.0,
+                xanchor="right" if j % 2 else "left",
+                y=value,
+                yanchor="bottom",
+                text=f"{name}: {value:{digits}} {short}",
+                showarrow=False,
+                font=dict(color="#555"),
+            )
+        )
     return styled_figure(
-        traces, title=None, height=height, legend=dict(orientation="h", y=1.1, x=0), shapes=shapes,
+        traces,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=1.1, x=0),
+        shapes=shapes,
         annotations=annotations,
         xaxis=dict(title=dict(text="network depth (layer index)"), dtick=1, showgrid=True),
-        yaxis=dict(title=dict(text=f"mean attention distance ({DISTANCE_UNIT_TITLE[unit]})"), rangemode="tozero",
-                   showgrid=True),
+        yaxis=dict(
+            title=dict(text=f"mean attention distance ({DISTANCE_UNIT_TITLE[unit]})"), rangemode="tozero", showgrid=True
+        ),
     )

@@ -20,9 +20,21 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-__all__ = ["CHART_WIDTH_PX", "CHAR_WIDTH", "LABEL_WIDTH", "LINE_HEIGHT", "chars_fitting", "colorbar_geometry", "column_width",
-           "image_figure_height", "image_figure_margin", "image_rows_height", "line_count", "plain_label",
-           "wrap_label"]
+__all__ = [
+    "CHART_WIDTH_PX",
+    "CHAR_WIDTH",
+    "LABEL_WIDTH",
+    "LINE_HEIGHT",
+    "chars_fitting",
+    "colorbar_geometry",
+    "column_width",
+    "image_figure_height",
+    "image_figure_margin",
+    "image_rows_height",
+    "line_count",
+    "plain_label",
+    "wrap_label",
+]
 
 #: the chart width (CSS px) the image figures are planned for
 CHART_WIDTH_PX = 820
@@ -75,16 +87,18 @@ def image_rows_height(aspects: Sequence[float], panel_width_px: float, *, cap_px
     return max(40.0, min(cap_px, panel_width_px * min(aspects)))
 
 
-def image_figure_height(height: int, image_size: tuple[int, int], chart_width: float, *, titled: bool
-                        ) -> tuple[int, float]:
+def image_figure_height(
+    height: int, image_size: tuple[int, int], chart_width: float, *, titled: bool
+) -> tuple[int, float]:
     """``(figure height, plot-area height)`` in px of one image ``(H, W)`` with pixel axes and
     a colour bar: at most ``height``, and no taller than a chart ``chart_width`` px wide can
     draw it (:func:`image_rows_height` of the plot area's estimated width), so that its height
     limits it. Use it with :func:`image_figure_margin`."""
     margin = image_figure_margin(titled)
     plot_width = max(chart_width - IMAGE_LEFT_PX - IMAGE_RIGHT_PX, 120.0)
-    plot_height = image_rows_height([image_size[0] / image_size[1]], plot_width,
-                                    cap_px=height - margin["t"] - margin["b"])
+    plot_height = image_rows_height(
+        [image_size[0] / image_size[1]], plot_width, cap_px=height - margin["t"] - margin["b"]
+    )
     return int(round(plot_height + margin["t"] + margin["b"])), plot_height
 
 

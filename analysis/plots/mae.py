@@ -57,11 +57,20 @@ def _click_targets(grid_size, patch_size, panel: int, hidden: np.ndarray, axes: 
     index = np.arange(gh * gw)
     state = np.where(hidden, "hidden", "visible")
     return dict(
-        type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False, name=title,
-        customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw],
-                            axis=1).astype(np.float64),  # (N, 5); floats: plotly returns them as a list
-        text=state, hovertemplate=title + "<br>patch %{customdata[0]:.0f} (row %{customdata[3]:.0f}, col "
-        "%{customdata[4]:.0f}), %{text}<extra>" + hint + "</extra>", **axes,
+        type="scatter",
+        x=xs,
+        y=ys,
+        mode="markers",
+        marker=CLICK_MARKER,
+        showlegend=False,
+        name=title,
+        customdata=np.stack([index, np.full_like(index, panel), hidden, index // gw, index % gw], axis=1).astype(
+            np.float64
+        ),  # (N, 5); floats: plotly returns them as a list
+        text=state,
+        hovertemplate=title + "<br>patch %{customdata[0]:.0f} (row %{customdata[3]:.0f}, col "
+        "%{customdata[4]:.0f}), %{text}<extra>" + hint + "</extra>",
+        **axes,
     )
 
 
@@ -91,20 +100,49 @@ def mae_panels(
         suffix = "" if i == 0 else str(i + 1)
         axes = dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
         height, width = np.asarray(image).shape[:2]
-        traces.append(dict(type="image", source=image_data_uri(unit_to_uint8(image), lossless=True), x0=0.5, y0=0.5,
-                           dx=1, dy=1, hoverinfo="skip", name=title, **axes))
+        traces.append(
+            dict(
+                type="image",
+                source=image_data_uri(unit_to_uint8(image), lossless=True),
+                x0=0.5,
+                y0=0.5,
+                dx=1,
+                dy=1,
+                hoverinfo="skip",
+                name=title,
+                **axes,
+            )
+        )
         targets.append(_click_targets(grid_size, patch_size, i, hidden, axes, click_hint, title))
         for patch in outline:
             r, c = divmod(int(patch), gw)
-            shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": axes["xaxis"],
-                           "yref": axes["yaxis"]})
+            shapes.append(
+                {
+                    **highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph),
+                    "xref": axes["xaxis"],
+                    "yref": axes["yaxis"],
+                }
+            )
         axis_layout = image_axes(width, height, titles=i == 0)
         layout[f"xaxis{suffix}"] = {**axis_layout["xaxis"], "domain": x_domains[i], "anchor": f"y{suffix}"}
-        layout[f"yaxis{suffix}"] = {**axis_layout["yaxis"], "domain": y_domains[0], "anchor": f"x{suffix}",
-                                    "scaleanchor": f"x{suffix}"}
-    return styled_figure(traces + targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
-                   clickmode="event+select", dragmode="pan", annotations=annotations, margin=geometry["margin"],
-                   **layout)
+        layout[f"yaxis{suffix}"] = {
+            **axis_layout["yaxis"],
+            "domain": y_domains[0],
+            "anchor": f"x{suffix}",
+            "scaleanchor": f"x{suffix}",
+        }
+    return styled_figure(
+        traces + targets,
+        title=None,
+        height=geometry["height"],
+        shapes=shapes,
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode="pan",
+        annotations=annotations,
+        margin=geometry["margin"],
+        **layout,
+    )
 
 
 def mae_patch_map(
@@ -138,18 +176,49 @@ def mae_patch_map(
     targets["customdata"] = np.concatenate([targets["customdata"], values.reshape(-1, 1)], axis=1)
     targets["hovertemplate"] = targets["hovertemplate"].replace("<extra>", "<br>value %{customdata[5]:.4g}<extra>")
     traces = [
-        dict(type="image", source=image_data_uri(unit_to_uint8(background), lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
-             hoverinfo="skip", name="image"),
-        dict(type="heatmap", z=values, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity, zmin=zmin, zmax=zmax,
-             colorscale=colour_stops(colorscale), zsmooth=False, hoverinfo="skip",              colorbar=image_colorbar(colorbar_title, plot_height=plot_height), name="map"),
+        dict(
+            type="image",
+            source=image_data_uri(unit_to_uint8(background), lossless=True),
+            x0=0.5,
+            y0=0.5,
+            dx=1,
+            dy=1,
+            hoverinfo="skip",
+            name="image",
+        ),
+        dict(
+            type="heatmap",
+            z=values,
+            x0=pw / 2,
+            dx=pw,
+            y0=ph / 2,
+            dy=ph,
+            opacity=opacity,
+            zmin=zmin,
+            zmax=zmax,
+            colorscale=colour_stops(colorscale),
+            zsmooth=False,
+            hoverinfo="skip",
+            colorbar=image_colorbar(colorbar_title, plot_height=plot_height),
+            name="map",
+        ),
         targets,
     ]
     shapes = []
     if outline is not None and 0 <= outline < gh * gw:
         r, c = divmod(int(outline), gw)
         shapes.append(highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
-    return styled_figure(traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-                   shapes=shapes, margin=image_figure_margin(bool(title)), **image_axes(width_px, height_px))
+    return styled_figure(
+        traces,
+        title=title,
+        height=height,
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode="pan",
+        shapes=shapes,
+        margin=image_figure_margin(bool(title)),
+        **image_axes(width_px, height_px),
+    )
 
 
 def mae_loss_by_ratio(
@@ -167,20 +236,51 @@ def mae_loss_by_ratio(
     losses = np.asarray(losses, dtype=np.float64)
     ratios = [float(r) for r in ratios]
     traces = [
-        dict(type="scatter", x=ratios, y=row, mode="lines", name=name, showlegend=False,
-             line=dict(color="rgba(120,120,120,0.35)", width=1),
-             hovertemplate=f"{name}<br>ratio %{{x:.2f}}<br>loss %{{y:.4g}}<extra></extra>")
+        dict(
+            type="scatter",
+            x=ratios,
+            y=row,
+            mode="lines",
+            name=name,
+            showlegend=False,
+            line=dict(color="rgba(120,120,120,0.35)", width=1),
+            hovertemplate=f"{name}<br>ratio %{{x:.2f}}<br>loss %{{y:.4g}}<extra></extra>",
+        )
         for name, row in zip(names, losses, strict=True)
     ]
     if len(losses):
-        traces.append(dict(type="scatter", x=ratios, y=np.nanmean(losses, axis=0), mode="lines+markers",
-                           name=f"mean over {len(losses)} images", line=dict(color=SERIES_COLOURS[1], width=3),
-                           marker=dict(size=7), hovertemplate="ratio %{x:.2f}<br>mean loss %{y:.4g}<extra></extra>"))
+        traces.append(
+            dict(
+                type="scatter",
+                x=ratios,
+                y=np.nanmean(losses, axis=0),
+                mode="lines+markers",
+                name=f"mean over {len(losses)} images",
+                line=dict(color=SERIES_COLOURS[1], width=3),
+                marker=dict(size=7),
+                hovertemplate="ratio %{x:.2f}<br>mean loss %{y:.4g}<extra></extra>",
+            )
+        )
     shapes = []
     if current_ratio is not None:
-        shapes.append(dict(type="line", yref="paper", y0=0, y1=1, x0=current_ratio, x1=current_ratio,
-                           line=dict(color="#9e9e9e", dash="dot", width=1)))
+        shapes.append(
+            dict(
+                type="line",
+                yref="paper",
+                y0=0,
+                y1=1,
+                x0=current_ratio,
+                x1=current_ratio,
+                line=dict(color="#9e9e9e", dash="dot", width=1),
+            )
+        )
     top = float(np.nanmax(losses)) * 1.05 if losses.size and np.isfinite(losses).any() else 1.0
-    return styled_figure(traces, title=None, height=height, legend=dict(orientation="h", y=1.12, x=0), shapes=shapes,
-                   xaxis=dict(title=dict(text="mask ratio (share of patches hidden)"), range=[0, 1], showgrid=True),
-                   yaxis=dict(title=dict(text=y_title), range=[0, top], showgrid=True))
+    return styled_figure(
+        traces,
+        title=None,
+        height=height,
+        legend=dict(orientation="h", y=1.12, x=0),
+        shapes=shapes,
+        xaxis=dict(title=dict(text="mask ratio (share of patches hidden)"), range=[0, 1], showgrid=True),
+        yaxis=dict(title=dict(text=y_title), range=[0, top], showgrid=True),
+    )

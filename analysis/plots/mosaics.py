@@ -38,9 +38,21 @@ from .ticks import (
     grid_ticks,
 )
 
-__all__ = ["mosaic", "MosaicLayout", "position_similarity_mosaic", "similarity_tile", "rgb_patch_grid", "filter_components_grid",
-           "colorized_png", "MAX_HEATMAP_CELLS", "MAX_IMAGE_SIDE", "MIN_TILE_PIXELS", "THUMBNAIL_PIXELS",
-           "THUMBNAIL_MARGIN", "ZOOM_HINT"]
+__all__ = [
+    "mosaic",
+    "MosaicLayout",
+    "position_similarity_mosaic",
+    "similarity_tile",
+    "rgb_patch_grid",
+    "filter_components_grid",
+    "colorized_png",
+    "MAX_HEATMAP_CELLS",
+    "MAX_IMAGE_SIDE",
+    "MIN_TILE_PIXELS",
+    "THUMBNAIL_PIXELS",
+    "THUMBNAIL_MARGIN",
+    "ZOOM_HINT",
+]
 
 MAX_HEATMAP_CELLS = 160_000  # above this a mosaic is sent as a colour-mapped PNG instead
 MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-averaged to fit)
@@ -119,8 +131,9 @@ class MosaicLayout:
     sub_rows: int
 
     @classmethod
-    def of(cls, nrows: int, ncols: int, gh: int, gw: int, *, fit_width: float | None,
-           tile_pixels: int = THUMBNAIL_PIXELS) -> MosaicLayout:
+    def of(
+        cls, nrows: int, ncols: int, gh: int, gw: int, *, fit_width: float | None, tile_pixels: int = THUMBNAIL_PIXELS
+    ) -> MosaicLayout:
         """Wrap when ``ncols`` tiles of ``tile_pixels`` on their shorter side (cells square) are wider than
         ``fit_width`` px; ``fit_width=None``: never wrap (a figure of a given height)."""
         tile_width = (tile_pixels + ROUNDING_SLACK_PX) / min(gh, gw) * gw
@@ -146,8 +159,9 @@ class MosaicLayout:
         return " / ".join(labels[c] for c in range(column, self.ncols, self.per_row))
 
 
-def _thumbnail_frame(nrows: int, ncols: int, gh: int, gw: int, *, tile_pixels: int, title: str | None,
-                     colorbar_title: str) -> tuple[MosaicLayout, dict, float]:
+def _thumbnail_frame(
+    nrows: int, ncols: int, gh: int, gw: int, *, tile_pixels: int, title: str | None, colorbar_title: str
+) -> tuple[MosaicLayout, dict, float]:
     """A thumbnail mosaic's layout, margins and screen pixels per cell. The right margin holds the
     colour bar, whose title is wrapped to the bar's length (the plot height): a short mosaic's
     title takes several lines, each :data:`COLORBAR_TITLE_LINE_PX` wider; plotly would otherwise
@@ -213,8 +227,9 @@ def mosaic(
     nrows = math.ceil(n / ncols)
     thumbnails = height is None
     if thumbnails:
-        layout, margin, cell = _thumbnail_frame(nrows, ncols, gh, gw, tile_pixels=tile_pixels, title=title,
-                                                colorbar_title=colorbar_title)
+        layout, margin, cell = _thumbnail_frame(
+            nrows, ncols, gh, gw, tile_pixels=tile_pixels, title=title, colorbar_title=colorbar_title
+        )
     else:
         layout = MosaicLayout.of(nrows, ncols, gh, gw, fit_width=None)
     values = tiles.astype(np.float32)
@@ -232,10 +247,23 @@ def mosaic(
         lo, hi = min(0.0, lo), 1.0
     traces: list[dict[str, Any]]  # plotly trace specifications
     if big.size <= MAX_HEATMAP_CELLS:
-        traces = [dict(
-            type="heatmap", z=big, x0=0.5, dx=1, y0=0.5, dy=1, colorscale=colour_stops(colorscale), zmin=lo, zmax=hi,
-            zsmooth=False, hoverinfo="skip", colorbar=image_colorbar(colorbar_title), name="tiles",
-        )]
+        traces = [
+            dict(
+                type="heatmap",
+                z=big,
+                x0=0.5,
+                dx=1,
+                y0=0.5,
+                dy=1,
+                colorscale=colour_stops(colorscale),
+                zmin=lo,
+                zmax=hi,
+                zsmooth=False,
+                hoverinfo="skip",
+                colorbar=image_colorbar(colorbar_title),
+                name="tiles",
+            )
+        ]
     else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
         ph, pw = _tile_pixels(vrows, vcols, gh, gw)
         shown = _cell_average(big, vrows, vcols, gh, gw, ph, pw)
@@ -244,12 +272,30 @@ def mosaic(
             title = f"{title} · {note}" if title else note
         dy, dx = gh / ph, gw / pw  # cells per picture pixel
         traces = [
-            dict(type="image", source=(png_uri or colorized_png)(shown, colorscale, lo, hi),
-                 x0=0.5 * dx, y0=0.5 * dy, dx=dx, dy=dy, hoverinfo="skip"),
+            dict(
+                type="image",
+                source=(png_uri or colorized_png)(shown, colorscale, lo, hi),
+                x0=0.5 * dx,
+                y0=0.5 * dy,
+                dx=dx,
+                dy=dy,
+                hoverinfo="skip",
+            ),
             dict(  # colour bar only
-                type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-                marker=dict(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, color=[lo], showscale=True,
-                            colorbar=image_colorbar(colorbar_title)),
+                type="scatter",
+                x=[None],
+                y=[None],
+                mode="markers",
+                showlegend=False,
+                hoverinfo="skip",
+                marker=dict(
+                    colorscale=colour_stops(colorscale),
+                    cmin=lo,
+                    cmax=hi,
+                    color=[lo],
+                    showscale=True,
+                    colorbar=image_colorbar(colorbar_title),
+                ),
             ),
         ]
     width, height_cells = vcols * gw, vrows * gh
@@ -257,13 +303,19 @@ def mosaic(
     if max(vcols, vrows) <= 32:  # beyond that, lines would cover the tiles themselves
         separator = dict(color=SEPARATOR, width=1.5 if max(vcols, vrows) <= 16 else 0.75)
         inner = [r for r in range(1, vrows) if r % layout.sub_rows]  # the rows one wrapped row is split into
-        segments = ([f"M{c * gw},0V{height_cells}" for c in range(1, vcols)]
-                    + [f"M0,{r * gh}H{width}" for r in range(1, vrows) if r not in inner])
+        segments = [f"M{c * gw},0V{height_cells}" for c in range(1, vcols)] + [
+            f"M0,{r * gh}H{width}" for r in range(1, vrows) if r not in inner
+        ]
         if segments:  # one path for all separators: one shape for plotly to validate, not one per line
             shapes.append(dict(type="path", path="".join(segments), line=separator))
         if inner:  # inside a wrapped row: a thin dotted line, so that a row's sub-rows read as one row
-            shapes.append(dict(type="path", path="".join(f"M0,{r * gh}H{width}" for r in inner),
-                               line=dict(color=SEPARATOR, width=0.75, dash="dot")))
+            shapes.append(
+                dict(
+                    type="path",
+                    path="".join(f"M0,{r * gh}H{width}" for r in inner),
+                    line=dict(color=SEPARATOR, width=0.75, dash="dot"),
+                )
+            )
     if highlight is not None and 0 <= highlight < n:
         r, c = layout.place(int(highlight))
         shapes.append(highlight_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
@@ -281,9 +333,12 @@ def mosaic(
             title = wrap_label(title, chars_fitting(chart_width - 20, 14))
         lines = line_count(title) if title else 0  # the title's room: as styled_layout places it (pad, lines)
         title_px = 8 + (14 if lines > 1 else 0) + lines * LINE_HEIGHT * 14 + 4 if title else 10
-        margin = dict(l=10, r=10, b=10, t=int(title_px) + (22 if col_labels is not None else 0) + (32 if x_title else 0))
-        plot_height = image_rows_height([height_cells / width], max(chart_width - 70 - 110, 120.0),
-                                        cap_px=height - margin["t"] - margin["b"])
+        margin = dict(
+            l=10, r=10, b=10, t=int(title_px) + (22 if col_labels is not None else 0) + (32 if x_title else 0)
+        )
+        plot_height = image_rows_height(
+            [height_cells / width], max(chart_width - 70 - 110, 120.0), cap_px=height - margin["t"] - margin["b"]
+        )
         height = int(round(plot_height + margin["t"] + margin["b"]))
     colorbar = image_colorbar(colorbar_title, plot_height=plot_height)
     for trace in traces:
@@ -294,44 +349,82 @@ def mosaic(
     index = np.arange(n)
     placed = np.array([layout.place(i) for i in range(n)]).reshape(n, 2)  # (n, 2): each tile's (row, column) drawn
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
-    traces.append(dict(
-        type="scatter", x=(placed[:, 1] + 0.5) * gw, y=(placed[:, 0] + 0.5) * gh, mode="markers",
-        marker=CLICK_MARKER, showlegend=False, name="tiles", customdata=np.stack([index, peaks], axis=1),
-        text=list(tile_names), hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
-    ))
+    traces.append(
+        dict(
+            type="scatter",
+            x=(placed[:, 1] + 0.5) * gw,
+            y=(placed[:, 0] + 0.5) * gh,
+            mode="markers",
+            marker=CLICK_MARKER,
+            showlegend=False,
+            name="tiles",
+            customdata=np.stack([index, peaks], axis=1),
+            text=list(tile_names),
+            hovertemplate="%{text}<br>max %{customdata[1]:.4g}<extra>click to open</extra>",
+        )
+    )
     xaxis = dict(
-        range=[0, width], showgrid=False, zeroline=False, constrain="domain", title=dict(text=x_title),
-        showticklabels=col_labels is not None, side="top",
+        range=[0, width],
+        showgrid=False,
+        zeroline=False,
+        constrain="domain",
+        title=dict(text=x_title),
+        showticklabels=col_labels is not None,
+        side="top",
     )
     if col_labels is not None:
         shown_columns = grid_ticks(vcols)
-        xaxis.update(tickvals=(np.asarray(shown_columns) + 0.5) * gw, ticktext=[layout.column_label(list(col_labels), c)
-                                                                                 for c in shown_columns])
+        xaxis.update(
+            tickvals=(np.asarray(shown_columns) + 0.5) * gw,
+            ticktext=[layout.column_label(list(col_labels), c) for c in shown_columns],
+        )
     yaxis = dict(
-        range=[height_cells, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
-        title=dict(text=y_title), showticklabels=row_labels is not None,
+        range=[height_cells, 0],
+        scaleanchor="x",
+        constrain="domain",
+        showgrid=False,
+        zeroline=False,
+        title=dict(text=y_title),
+        showticklabels=row_labels is not None,
     )
     if row_labels is not None:
         shown_rows = grid_ticks(nrows)  # a wrapped row is labelled on its first sub-row
-        yaxis.update(tickvals=(np.asarray(shown_rows) * layout.sub_rows + 0.5) * gh,
-                     ticktext=[list(row_labels)[r] for r in shown_rows])
+        yaxis.update(
+            tickvals=(np.asarray(shown_rows) * layout.sub_rows + 0.5) * gh,
+            ticktext=[list(row_labels)[r] for r in shown_rows],
+        )
     if layout.sub_rows > 1 and x_title:
-        rows = " / ".join(("upper", "lower") if layout.sub_rows == 2 else (f"row {k + 1}" for k in range(layout.sub_rows)))
+        rows = " / ".join(
+            ("upper", "lower") if layout.sub_rows == 2 else (f"row {k + 1}" for k in range(layout.sub_rows))
+        )
         xaxis["title"] = dict(text=f"{x_title} ({rows} row of each {y_title or 'row'})")
     if thumbnails:
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
     figure = styled_figure(
-        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select",
-        dragmode="zoom" if zoom else "pan", shapes=shapes, xaxis=xaxis, yaxis=yaxis, margin=margin,
+        traces,
+        title=title,
+        height=height,
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode="zoom" if zoom else "pan",
+        shapes=shapes,
+        xaxis=xaxis,
+        yaxis=yaxis,
+        margin=margin,
     )
     if size:
         figure.update_layout(**size)
     return figure
 
 
-def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Viridis", highlight: int | None = None,
-                               png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
-                               chart_width: float = CHART_WIDTH_PX) -> go.Figure:
+def position_similarity_mosaic(
+    similarity: np.ndarray,
+    *,
+    colorscale: str = "Viridis",
+    highlight: int | None = None,
+    png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
+    chart_width: float = CHART_WIDTH_PX,
+) -> go.Figure:
     """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
     col j: patch (i, j) against every patch), on the fixed range -1..1. Tiles are labelled by
     their patch's row and column (every k-th above :data:`DENSE_GRID`); a drag zooms."""
@@ -341,10 +434,18 @@ def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Vir
         similarity.reshape(n_h * n_w, n_h, n_w),
         n_w,
         tile_names=[f"patch (row {r}, col {c})" for r in range(n_h) for c in range(n_w)],
-        colorscale=colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity",
-        x_title="input patch column", y_title="input patch row",
-        col_labels=[str(c) for c in range(n_w)], row_labels=[str(r) for r in range(n_h)],
-        highlight=highlight, height=640, png_uri=png_uri, zoom=True,
+        colorscale=colorscale,
+        zmin=-1.0,
+        zmax=1.0,
+        colorbar_title="cosine similarity",
+        x_title="input patch column",
+        y_title="input patch row",
+        col_labels=[str(c) for c in range(n_w)],
+        row_labels=[str(r) for r in range(n_h)],
+        highlight=highlight,
+        height=640,
+        png_uri=png_uri,
+        zoom=True,
         chart_width=max(chart_width, n_w * POSITION_TILE_PX + 180),  # tiles of at least 9 px (the page scrolls)
     )
 
@@ -352,11 +453,19 @@ def position_similarity_mosaic(similarity: np.ndarray, *, colorscale: str = "Vir
 def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: int = 7) -> go.Figure:
     """Figure 7 (left): principal components ``(k, C, ph, pw)`` of the patch-embedding filters as RGB tiles."""
     ratio = np.asarray(ratio)
-    return rgb_patch_grid(np.asarray(components), ncols, tile_names=[f"PC {i + 1}: {r * 100:.2f}% of variance" for i, r in enumerate(ratio)])
+    return rgb_patch_grid(
+        np.asarray(components),
+        ncols,
+        tile_names=[f"PC {i + 1}: {r * 100:.2f}% of variance" for i, r in enumerate(ratio)],
+    )
 
 
 def similarity_tile(
-    similarity: np.ndarray, patch: tuple[int, int], *, colorscale: str = "Viridis", height: int = 420,
+    similarity: np.ndarray,
+    patch: tuple[int, int],
+    *,
+    colorscale: str = "Viridis",
+    height: int = 420,
     chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
     """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined
@@ -368,18 +477,45 @@ def similarity_tile(
     height, plot_height = image_figure_height(height, (gh, gw), chart_width, titled=True)
     r, c = patch
     trace = dict(
-        type="heatmap", z=similarity, x0=0, dx=1, y0=0, dy=1, zmin=-1, zmax=1, colorscale=colour_stops(colorscale),
-        zsmooth=False, colorbar=image_colorbar("cosine similarity", plot_height=plot_height),
+        type="heatmap",
+        z=similarity,
+        x0=0,
+        dx=1,
+        y0=0,
+        dy=1,
+        zmin=-1,
+        zmax=1,
+        colorscale=colour_stops(colorscale),
+        zsmooth=False,
+        colorbar=image_colorbar("cosine similarity", plot_height=plot_height),
         hovertemplate="row %{y}, col %{x}<br>cos %{z:.3f}<extra></extra>",
     )
     return styled_figure(
-        [trace], title=f"Patch (row {r}, col {c})", height=height, margin=image_figure_margin(True),
+        [trace],
+        title=f"Patch (row {r}, col {c})",
+        height=height,
+        margin=image_figure_margin(True),
         shapes=[highlight_rect(c - 0.5, r - 0.5, c + 0.5, r + 0.5)],
         dragmode="zoom",
-        xaxis=dict(title=dict(text="patch column"), range=[-0.5, gw - 0.5], constrain="domain", showgrid=False,
-                   tickmode="linear", tick0=0, dtick=grid_tick_step(gw)),
-        yaxis=dict(title=dict(text="patch row"), range=[gh - 0.5, -0.5], scaleanchor="x", constrain="domain",
-                   showgrid=False, tickmode="linear", tick0=0, dtick=grid_tick_step(gh)),
+        xaxis=dict(
+            title=dict(text="patch column"),
+            range=[-0.5, gw - 0.5],
+            constrain="domain",
+            showgrid=False,
+            tickmode="linear",
+            tick0=0,
+            dtick=grid_tick_step(gw),
+        ),
+        yaxis=dict(
+            title=dict(text="patch row"),
+            range=[gh - 0.5, -0.5],
+            scaleanchor="x",
+            constrain="domain",
+            showgrid=False,
+            tickmode="linear",
+            tick0=0,
+            dtick=grid_tick_step(gh),
+        ),
     )
 
 
@@ -412,18 +548,32 @@ def rgb_patch_grid(
     traces = [
         dict(type="image", z=canvas, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip"),
         dict(
-            type="scatter", x=(index % ncols) * (pw + gap) + pw / 2, y=(index // ncols) * (ph + gap) + ph / 2,
-            mode="markers", marker=CLICK_MARKER, text=list(tile_names), hovertemplate="%{text}<extra></extra>",
+            type="scatter",
+            x=(index % ncols) * (pw + gap) + pw / 2,
+            y=(index // ncols) * (ph + gap) + ph / 2,
+            mode="markers",
+            marker=CLICK_MARKER,
+            text=list(tile_names),
+            hovertemplate="%{text}<extra></extra>",
             showlegend=False,
         ),
     ]
     if height is None:
         height = int(np.clip(700 * canvas.shape[0] / canvas.shape[1], 160, 900)) + 30
     return styled_figure(
-        traces, title=None, height=height, hoverdistance=-1,
-        xaxis=dict(range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False,
-                   constrain="domain"),
-        yaxis=dict(range=[canvas.shape[0], 0], scaleanchor="x", showticklabels=False, showgrid=False,
-                   zeroline=False, constrain="domain"),
+        traces,
+        title=None,
+        height=height,
+        hoverdistance=-1,
+        xaxis=dict(
+            range=[0, canvas.shape[1]], showticklabels=False, showgrid=False, zeroline=False, constrain="domain"
+        ),
+        yaxis=dict(
+            range=[canvas.shape[0], 0],
+            scaleanchor="x",
+            showticklabels=False,
+            showgrid=False,
+            zeroline=False,
+            constrain="domain",
+        ),
     )
-

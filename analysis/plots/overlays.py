@@ -40,8 +40,9 @@ from .style import (
 __all__ = ["attention_overlay", "map_panels", "clipped_outline"]
 
 
-def clipped_outline(attention: np.ndarray, stride: tuple[int, int], zmax: float | None, colorscale: str,
-                    **axes) -> dict | None:
+def clipped_outline(
+    attention: np.ndarray, stride: tuple[int, int], zmax: float | None, colorscale: str, **axes
+) -> dict | None:
     """One line trace outlining every cell of the ``(gh, gw)`` map above ``zmax`` (the cells a
     robust colour range clips to its top colour, :func:`analysis.plots.clipped_cells`), cell
     ``(r, c)`` spanning ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels; ``None`` when no
@@ -62,21 +63,46 @@ def clipped_outline(attention: np.ndarray, stride: tuple[int, int], zmax: float 
         ys += [y0, y0, y1, y1, y0, None]
     top = colour_lut(colorscale)[-1].astype(float)
     light = 0.2126 * top[0] + 0.7152 * top[1] + 0.0722 * top[2] > 140
-    return dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                line=dict(color="rgb(20, 20, 20)" if light else "white", width=1.5, dash="dot"),
-                name=f"{above.size} above the colour range", **axes)
+    return dict(
+        type="scatter",
+        x=xs,
+        y=ys,
+        mode="lines",
+        hoverinfo="skip",
+        showlegend=False,
+        line=dict(color="rgb(20, 20, 20)" if light else "white", width=1.5, dash="dot"),
+        name=f"{above.size} above the colour range",
+        **axes,
+    )
 
 
 def _smooth_layer(upsampled: np.ndarray, colorscale: str, lo: float, hi: float, opacity: float, **axes) -> dict:
     """A map already upsampled to ``(H, W)`` input pixels, sent as one colour-mapped PNG
     (a heatmap of H·W cells would be megabytes of JSON)."""
     rgb = colorize(np.asarray(upsampled, dtype=np.float64), colorscale, lo, hi)  # (H, W, 3)
-    return dict(type="image", source=image_data_uri(rgb, lossless=True), x0=0.5, y0=0.5, dx=1, dy=1,
-                opacity=opacity, hoverinfo="skip", name="attention (bilinear)", **axes)
+    return dict(
+        type="image",
+        source=image_data_uri(rgb, lossless=True),
+        x0=0.5,
+        y0=0.5,
+        dx=1,
+        dy=1,
+        opacity=opacity,
+        hoverinfo="skip",
+        name="attention (bilinear)",
+        **axes,
+    )
 
 
-def _colorbar_carrier(lo: float, hi: float, *, colorscale: str | None = None, colorbar: dict | None = None,
-                      coloraxis: str | None = None, **axes) -> dict:
+def _colorbar_carrier(
+    lo: float,
+    hi: float,
+    *,
+    colorscale: str | None = None,
+    colorbar: dict | None = None,
+    coloraxis: str | None = None,
+    **axes,
+) -> dict:
     """An invisible trace whose only job is to show the colour bar of a PNG layer."""
     marker: dict[str, Any] = dict(color=[lo, hi], size=0.001, opacity=0)
     if coloraxis:
@@ -84,8 +110,17 @@ def _colorbar_carrier(lo: float, hi: float, *, colorscale: str | None = None, co
     else:
         assert colorscale is not None, "a colour bar needs its colour axis or its colour scale"
         marker.update(colorscale=colour_stops(colorscale), cmin=lo, cmax=hi, showscale=True, colorbar=colorbar)
-    return dict(type="scatter", x=[None, None], y=[None, None], mode="markers", marker=marker,
-                hoverinfo="skip", showlegend=False, name="colour bar", **axes)
+    return dict(
+        type="scatter",
+        x=[None, None],
+        y=[None, None],
+        mode="markers",
+        marker=marker,
+        hoverinfo="skip",
+        showlegend=False,
+        name="colour bar",
+        **axes,
+    )
 
 
 def attention_overlay(
@@ -129,25 +164,48 @@ def attention_overlay(
     xs, ys = patch_centres((gh, gw), (ph, pw))
     index = np.arange(gh * gw)
     if upsampled is None:
-        layers = [dict(
-            type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
-            colorscale=colour_stops(colorscale), zmin=zmin, zmax=zmax, zsmooth=False, hoverinfo="skip",
-            colorbar=image_colorbar(colorbar_title, plot_height=plot_height), name="attention",
-        )]
+        layers = [
+            dict(
+                type="heatmap",
+                z=attention,
+                x0=pw / 2,
+                dx=pw,
+                y0=ph / 2,
+                dy=ph,
+                opacity=opacity,
+                colorscale=colour_stops(colorscale),
+                zmin=zmin,
+                zmax=zmax,
+                zsmooth=False,
+                hoverinfo="skip",
+                colorbar=image_colorbar(colorbar_title, plot_height=plot_height),
+                name="attention",
+            )
+        ]
     else:
         lo = float(attention.min()) if zmin is None else float(zmin)
         hi = float(attention.max()) if zmax is None else float(zmax)
         layers = [
             _smooth_layer(upsampled, colorscale, lo, hi, opacity),
-            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=image_colorbar(colorbar_title, plot_height=plot_height)),
+            _colorbar_carrier(
+                lo, hi, colorscale=colorscale, colorbar=image_colorbar(colorbar_title, plot_height=plot_height)
+            ),
         ]
     outline = clipped_outline(attention, (ph, pw), zmax, colorscale)
     traces = [
-        dict(type="image", source=as_background(background), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"),
+        dict(
+            type="image", source=as_background(background), x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip", name="input"
+        ),
         *layers,
         *([outline] if outline else []),
         dict(
-            type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False, name="patches",
+            type="scatter",
+            x=xs,
+            y=ys,
+            mode="markers",
+            marker=CLICK_MARKER,
+            showlegend=False,
+            name="patches",
             customdata=np.stack([index, np.zeros_like(index), index // gw, index % gw, attention.ravel()], axis=1),
             hovertemplate="patch %{customdata[0]:.0f} (row %{customdata[2]:.0f}, col %{customdata[3]:.0f})"
             "<br>value %{customdata[4]:.4g}<extra>click: make it the query</extra>",
@@ -158,8 +216,15 @@ def attention_overlay(
         r, c = divmod(int(query_patch), gw)
         shapes.append(highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
     return styled_figure(
-        traces, title=title, height=height, hoverdistance=-1, clickmode="event+select", dragmode="pan",
-        shapes=shapes, margin=image_figure_margin(bool(title)), **image_axes(width_px, height_px),
+        traces,
+        title=title,
+        height=height,
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode="pan",
+        shapes=shapes,
+        margin=image_figure_margin(bool(title)),
+        **image_axes(width_px, height_px),
     )
 
 
@@ -226,70 +291,139 @@ def map_panels(
         row, col = divmod(slots[i], ncols)
         ph, pw = patch
         suffix = "" if slots[i] == 0 else str(slots[i] + 1)
-        traces.append(dict(type="image", source=bg, x0=0.5, y0=0.5, dx=1, dy=1, hoverinfo="skip",
-                           xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        traces.append(
+            dict(
+                type="image",
+                source=bg,
+                x0=0.5,
+                y0=0.5,
+                dx=1,
+                dy=1,
+                hoverinfo="skip",
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+            )
+        )
         coloraxis = "coloraxis" if groups[i] == 0 else f"coloraxis{groups[i] + 1}"
         smooth = upsampled[i] if upsampled is not None else None
         if smooth is None:
-            traces.append(dict(
-                type="heatmap", z=attention, x0=pw / 2, dx=pw, y0=ph / 2, dy=ph, opacity=opacity,
-                coloraxis=coloraxis, zsmooth=False,
-                name=titles[i], xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverinfo="skip",
-            ))
+            traces.append(
+                dict(
+                    type="heatmap",
+                    z=attention,
+                    x0=pw / 2,
+                    dx=pw,
+                    y0=ph / 2,
+                    dy=ph,
+                    opacity=opacity,
+                    coloraxis=coloraxis,
+                    zsmooth=False,
+                    name=titles[i],
+                    xaxis=f"x{suffix}",
+                    yaxis=f"y{suffix}",
+                    hoverinfo="skip",
+                )
+            )
         else:
             g_lo, g_hi, _ = ranges[groups[i]]
-            traces.append(_smooth_layer(smooth, colorscale, g_lo, g_hi, opacity, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            traces.append(
+                _smooth_layer(smooth, colorscale, g_lo, g_hi, opacity, xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+            )
             traces.append(_colorbar_carrier(g_lo, g_hi, coloraxis=coloraxis, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-        outline = clipped_outline(attention, (ph, pw), ranges[groups[i]][1], colorscale,
-                                  xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+        outline = clipped_outline(
+            attention, (ph, pw), ranges[groups[i]][1], colorscale, xaxis=f"x{suffix}", yaxis=f"y{suffix}"
+        )
         if outline:
             traces.append(outline)
         gh, gw = attention.shape
         xs, ys = patch_centres((gh, gw), (ph, pw))
         index = np.arange(gh * gw)
-        click_targets.append(dict(
-            type="scatter", x=xs, y=ys, mode="markers", marker=CLICK_MARKER, showlegend=False,
-            xaxis=f"x{suffix}", yaxis=f"y{suffix}", name=titles[i],
-            customdata=np.stack([index, np.full_like(index, i), attention.ravel()], axis=1),
-            hovertemplate=titles[i] + "<br>patch %{customdata[0]:.0f}<br>value %{customdata[2]:.4g}"
-            "<extra>click: make it the query</extra>",
-        ))
+        click_targets.append(
+            dict(
+                type="scatter",
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker=CLICK_MARKER,
+                showlegend=False,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                name=titles[i],
+                customdata=np.stack([index, np.full_like(index, i), attention.ravel()], axis=1),
+                hovertemplate=titles[i] + "<br>patch %{customdata[0]:.0f}<br>value %{customdata[2]:.4g}"
+                "<extra>click: make it the query</extra>",
+            )
+        )
         query = query_patches[i] if query_patches is not None else None
         if query is not None and 0 <= query < gh * gw:
             r, c = divmod(int(query), gw)
-            shapes.append({**highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph), "xref": f"x{suffix}", "yref": f"y{suffix}"})
+            shapes.append(
+                {
+                    **highlight_rect(c * pw, r * ph, (c + 1) * pw, (r + 1) * ph),
+                    "xref": f"x{suffix}",
+                    "yref": f"y{suffix}",
+                }
+            )
         first_col_last_row = row == nrows - 1 and col == 0
         axes[f"xaxis{suffix}"] = dict(
-            range=[0, size[1]], showgrid=False, zeroline=False, showticklabels=row == nrows - 1,
-            constrain="domain", title=dict(text="x (input px)" if first_col_last_row else None),
-            domain=x_domains[col], anchor=f"y{suffix}",
+            range=[0, size[1]],
+            showgrid=False,
+            zeroline=False,
+            showticklabels=row == nrows - 1,
+            constrain="domain",
+            title=dict(text="x (input px)" if first_col_last_row else None),
+            domain=x_domains[col],
+            anchor=f"y{suffix}",
         )
         axes[f"yaxis{suffix}"] = dict(
-            range=[size[0], 0], showgrid=False, zeroline=False, showticklabels=col == 0, scaleanchor=f"x{suffix}",
-            constrain="domain", title=dict(text="y (input px)" if first_col_last_row else None),
-            domain=y_domains[row], anchor=f"x{suffix}",
+            range=[size[0], 0],
+            showgrid=False,
+            zeroline=False,
+            showticklabels=col == 0,
+            scaleanchor=f"x{suffix}",
+            constrain="domain",
+            title=dict(text="y (input px)" if first_col_last_row else None),
+            domain=y_domains[row],
+            anchor=f"x{suffix}",
         )
     color_axes = {}
     for g, (g_lo, g_hi, g_title) in enumerate(ranges):  # one colour bar per group, beside its rows
         rows = {slots[i] // ncols for i in range(n) if groups[i] == g} or set(range(nrows))
         domain = (min(y_domains[r][0] for r in rows), max(y_domains[r][1] for r in rows))
         color_axes["coloraxis" if g == 0 else f"coloraxis{g + 1}"] = dict(
-            colorscale=colour_stops(colorscale), cmin=g_lo, cmax=g_hi,
+            colorscale=colour_stops(colorscale),
+            cmin=g_lo,
+            cmax=g_hi,
             colorbar=image_colorbar(g_title, domain=domain, plot_height=geometry["plot_height"]),
         )
     # one-shot construction (make_subplots + add_traces validated everything twice: 60 ms for 4 panels)
     return styled_figure(
-        traces + click_targets, title=None, height=geometry["height"], shapes=shapes, hoverdistance=-1,
-        clickmode="event+select", dragmode="pan", annotations=title_annotations, margin=geometry["margin"],
-        **color_axes, **axes,
+        traces + click_targets,
+        title=None,
+        height=geometry["height"],
+        shapes=shapes,
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode="pan",
+        annotations=title_annotations,
+        margin=geometry["margin"],
+        **color_axes,
+        **axes,
     )
 
 
 _PANEL_TITLE_FONT = 14
 
 
-def panel_geometry(nrows: int, ncols: int, slots: Sequence[int], titles: Sequence[str],
-                    sizes: Sequence[tuple[int, int]], panel_height: int, chart_width: float) -> dict:
+def panel_geometry(
+    nrows: int,
+    ncols: int,
+    slots: Sequence[int],
+    titles: Sequence[str],
+    sizes: Sequence[tuple[int, int]],
+    panel_height: int,
+    chart_width: float,
+) -> dict:
     """Domains, title annotations, margins and height of an ``nrows x ncols`` panel grid
     (row 0 on top) planned for a chart ``chart_width`` px wide: panels ``panel_height`` px
     tall at most (:func:`~analysis.plots.layout.image_rows_height`), titles wrapped to the
@@ -303,16 +437,35 @@ def panel_geometry(nrows: int, ncols: int, slots: Sequence[int], titles: Sequenc
     row_px = image_rows_height([h / w for h, w in sizes], panel_width, cap_px=panel_height)
     gap_px = title_px + 8
     plot_height = nrows * row_px + (nrows - 1) * gap_px
-    x_domains = [[c * (panel_width + h_gap) / plot_width, (c * (panel_width + h_gap) + panel_width) / plot_width]
-                 for c in range(ncols)]
-    y_domains = [[1 - (r * (row_px + gap_px) + row_px) / plot_height, 1 - r * (row_px + gap_px) / plot_height]
-                 for r in range(nrows)]
+    x_domains = [
+        [c * (panel_width + h_gap) / plot_width, (c * (panel_width + h_gap) + panel_width) / plot_width]
+        for c in range(ncols)
+    ]
+    y_domains = [
+        [1 - (r * (row_px + gap_px) + row_px) / plot_height, 1 - r * (row_px + gap_px) / plot_height]
+        for r in range(nrows)
+    ]
     annotations = [
-        dict(text=title, x=sum(x_domains[slot % ncols]) / 2, y=y_domains[slot // ncols][1], xref="paper", yref="paper",
-             xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=_PANEL_TITLE_FONT))
-        for slot, title in zip(slots, wrapped) if title
+        dict(
+            text=title,
+            x=sum(x_domains[slot % ncols]) / 2,
+            y=y_domains[slot // ncols][1],
+            xref="paper",
+            yref="paper",
+            xanchor="center",
+            yanchor="bottom",
+            showarrow=False,
+            font=dict(size=_PANEL_TITLE_FONT),
+        )
+        for slot, title in zip(slots, wrapped)
+        if title
     ]
     margin = dict(l=10, r=10, t=int(title_px) + 6, b=IMAGE_BOTTOM_PX)
-    return dict(x_domains=x_domains, y_domains=y_domains, annotations=annotations, margin=margin,
-                plot_height=plot_height, height=int(round(plot_height + margin["t"] + margin["b"])))
-
+    return dict(
+        x_domains=x_domains,
+        y_domains=y_domains,
+        annotations=annotations,
+        margin=margin,
+        plot_height=plot_height,
+        height=int(round(plot_height + margin["t"] + margin["b"])),
+    )

@@ -47,8 +47,10 @@ class QuantisedMaps:
         """``(codes, ranges)`` as base64 text of their C-order bytes (uint8; little-endian float32),
         for a browser that decodes them with ``atob`` into a ``Uint8Array`` / ``Float32Array``."""
         ranges = np.ascontiguousarray(self.ranges, dtype="<f4")
-        return (base64.b64encode(np.ascontiguousarray(self.codes).tobytes()).decode("ascii"),
-                base64.b64encode(ranges.tobytes()).decode("ascii"))
+        return (
+            base64.b64encode(np.ascontiguousarray(self.codes).tobytes()).decode("ascii"),
+            base64.b64encode(ranges.tobytes()).decode("ascii"),
+        )
 
 
 def quantise_maps(values) -> QuantisedMaps:

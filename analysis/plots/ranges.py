@@ -22,8 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAP_RANGES", "ROBUST_QUANTILE", "UNIFORM_FLOOR", "clipped_cells", "colour_range", "layer_scaled",
-           "robust_top"]
+__all__ = [
+    "MAP_RANGES",
+    "ROBUST_QUANTILE",
+    "UNIFORM_FLOOR",
+    "clipped_cells",
+    "colour_range",
+    "layer_scaled",
+    "robust_top",
+]
 
 #: How a map's values are spread over the colour scale: mode -> what it means (the first is the default).
 MAP_RANGES = {
@@ -90,8 +97,15 @@ def _uniform_text(uniform: float | None) -> str:
     return f"; uniform {uniform:.2g}" if uniform else ""
 
 
-def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = None, *,
-                 uniform: float | None = None, left_out=None, inside=None) -> tuple[float, float, str]:
+def colour_range(
+    mode: str,
+    shown: np.ndarray,
+    everything: np.ndarray | None = None,
+    *,
+    uniform: float | None = None,
+    left_out=None,
+    inside=None,
+) -> tuple[float, float, str]:
     """``(lo, hi, label)`` of the colour scale for the map ``shown``.
 
     ``"robust"`` (default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
@@ -111,8 +125,12 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
     finite_values = np.asarray(values, dtype=np.float64)[np.isfinite(values)]
     lo = float(finite_shown.min()) if mode == "minmax" and finite_shown.size else 0.0
     hi = float(finite_values.max()) if finite_values.size else lo  # an all-NaN map: an empty scale from lo
-    name = {"zero": "0–max", "minmax": "min–max", "shared": "0–max of all layers, heads",
-            "robust": f"0–p{100 * ROBUST_QUANTILE:g}"}.get(mode, mode)
+    name = {
+        "zero": "0–max",
+        "minmax": "min–max",
+        "shared": "0–max of all layers, heads",
+        "robust": f"0–p{100 * ROBUST_QUANTILE:g}",
+    }.get(mode, mode)
     without = ""
     if mode == "robust":
         hi = min(hi, robust_top(shown, left_out=left_out, inside=inside))
@@ -127,8 +145,9 @@ def colour_range(mode: str, shown: np.ndarray, everything: np.ndarray | None = N
     return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}{_uniform_text(uniform)}{without}{clipped}"
 
 
-def layer_scaled(maps: np.ndarray, *, uniform: float | None = None, robust: bool = False,
-                 left_out=None) -> tuple[np.ndarray, np.ndarray]:
+def layer_scaled(
+    maps: np.ndarray, *, uniform: float | None = None, robust: bool = False, left_out=None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(L, n, gh, gw)`` maps (n maps per layer) -> each layer's maps divided by one shared
     top, ``max(max over the layer's maps, UNIFORM_FLOOR·uniform)``, and the ``(L,)`` tops.
 

@@ -23,9 +23,26 @@ from plotly.colors import get_colorscale, hex_to_rgb, sample_colorscale, unlabel
 
 from .layout import chars_fitting, colorbar_geometry, wrap_label
 
-__all__ = ["CHART_FONT_SIZE", "COLORSCALES", "HIGHLIGHT", "SEPARATOR", "CLICK_MARKER", "SERIES_COLOURS", "colour_lut", "colour_stops", "colorize",
-           "image_data_uri", "patch_centres", "styled_layout", "styled_figure", "restyle_figure", "image_axes",
-           "highlight_rect", "image_colorbar", "as_background"]
+__all__ = [
+    "CHART_FONT_SIZE",
+    "COLORSCALES",
+    "HIGHLIGHT",
+    "SEPARATOR",
+    "CLICK_MARKER",
+    "SERIES_COLOURS",
+    "colour_lut",
+    "colour_stops",
+    "colorize",
+    "image_data_uri",
+    "patch_centres",
+    "styled_layout",
+    "styled_figure",
+    "restyle_figure",
+    "image_axes",
+    "highlight_rect",
+    "image_colorbar",
+    "as_background",
+]
 
 COLORSCALES = ("Viridis", "Inferno", "Cividis", "Magma", "Plasma")
 SEPARATOR = "rgba(255,255,255,0.9)"
@@ -61,8 +78,9 @@ def patch_centres(grid_size: tuple[int, int], patch_size: tuple[int, int]) -> tu
 
 @functools.lru_cache(maxsize=32)
 def _stops(name: str) -> tuple[tuple[float, str], ...]:
-    return tuple((float(position), "rgb({}, {}, {})".format(*_rgb_triplet(colour)))
-                 for position, colour in get_colorscale(name))
+    return tuple(
+        (float(position), "rgb({}, {}, {})".format(*_rgb_triplet(colour))) for position, colour in get_colorscale(name)
+    )
 
 
 def _rgb_triplet(colour: str) -> tuple[int, int, int]:
@@ -105,20 +123,46 @@ def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.nda
 def image_axes(width: int, height: int, *, titles: bool = True) -> dict:
     """Layout for pixel axes with y pointing down, square pixels, no padding."""
     return dict(
-        xaxis=dict(range=[0, width], constrain="domain", showgrid=False, zeroline=False,
-                   title=dict(text="x (input px)" if titles else None)),
-        yaxis=dict(range=[height, 0], scaleanchor="x", constrain="domain", showgrid=False, zeroline=False,
-                   title=dict(text="y (input px)" if titles else None)),
+        xaxis=dict(
+            range=[0, width],
+            constrain="domain",
+            showgrid=False,
+            zeroline=False,
+            title=dict(text="x (input px)" if titles else None),
+        ),
+        yaxis=dict(
+            range=[height, 0],
+            scaleanchor="x",
+            constrain="domain",
+            showgrid=False,
+            zeroline=False,
+            title=dict(text="y (input px)" if titles else None),
+        ),
     )
 
 
 # plotly_white's look, written out: a named template is deep-copied and validated on every
 # figure (19 ms each, a third of a ViT-L rerun), these few properties cost well under 1 ms.
-_AXIS_STYLE = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
-                   automargin=True)
+_AXIS_STYLE = dict(
+    gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="", automargin=True
+)
 _PAGE_STYLE = dict(
-    template=None, paper_bgcolor="white", plot_bgcolor="white", hoverlabel=dict(align="left"),
-    colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF", "#FECB52"],
+    template=None,
+    paper_bgcolor="white",
+    plot_bgcolor="white",
+    hoverlabel=dict(align="left"),
+    colorway=[
+        "#636efa",
+        "#EF553B",
+        "#00cc96",
+        "#ab63fa",
+        "#FFA15A",
+        "#19d3f3",
+        "#FF6692",
+        "#B6E880",
+        "#FF97FF",
+        "#FECB52",
+    ],
 )
 
 
@@ -140,8 +184,18 @@ def _base_layout(*, title: str | None, height: int, **extra) -> dict:
     return styled_layout(
         # at the top of the figure: a top margin widened for axis labels never puts them under it.
         # (plotly sets a multi-line title's first baseline, not its top, at the anchor: one line lower)
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14), yref="container", y=1.0, yanchor="top",
-                   pad=dict(t=8 + (14 if "<br>" in title else 0))) if title else None,
+        title=dict(
+            text=title,
+            x=0.0,
+            xanchor="left",
+            font=dict(size=14),
+            yref="container",
+            y=1.0,
+            yanchor="top",
+            pad=dict(t=8 + (14 if "<br>" in title else 0)),
+        )
+        if title
+        else None,
         height=height,
         **{"margin": dict(l=10, r=10, t=40 if title else 10, b=10), "hovermode": "closest", **extra},
     )

@@ -37,7 +37,8 @@ def format_table(rows: list[tuple[str, RobustnessCurve]]) -> str:
     lines, header = [], None
     for label, curve in rows:
         names = "".join(
-            f"{f'{level:.0%}' if curve.perturbation.endswith('drop') else f'g={level:.0f}':>8}" for level in curve.levels
+            f"{f'{level:.0%}' if curve.perturbation.endswith('drop') else f'g={level:.0f}':>8}"
+            for level in curve.levels
         )
         if names != header:
             title = "random patch drop" if curve.perturbation.endswith("drop") else "patch shuffle (g x g blocks)"
@@ -84,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--images DIR is needed unless both models are the demo pair")
 
     started = time.perf_counter()
-    runs = [("ViT token drop", vit, "token_drop", DROP_LEVELS), ("ViT pixel drop", vit, "pixel_drop", DROP_LEVELS),
-            ("CNN pixel drop", cnn, "pixel_drop", DROP_LEVELS)]
+    runs = [
+        ("ViT token drop", vit, "token_drop", DROP_LEVELS),
+        ("ViT pixel drop", vit, "pixel_drop", DROP_LEVELS),
+        ("CNN pixel drop", cnn, "pixel_drop", DROP_LEVELS),
+    ]
     for label, model in (("ViT", vit), ("CNN", cnn)):
         grids = [g for g in SHUFFLE_GRIDS if g in shuffle_grids(model.spec)]
         runs.append((f"{label} shuffle", model, "shuffle", grids))
@@ -99,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((label, curve))
         print(f"  {label}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     metric = "top-1 accuracy" if labels is not None else "agreement with the clean prediction"
-    print(f"ViT {args.vit} vs CNN {args.cnn}: {len(images)} images ({source}); {metric}; dropped patches take "
-          f"the mean colour (pixel drop) or leave the sequence (token drop); {time.perf_counter() - started:.0f} s\n")
+    print(
+        f"ViT {args.vit} vs CNN {args.cnn}: {len(images)} images ({source}); {metric}; dropped patches take "
+        f"the mean colour (pixel drop) or leave the sequence (token drop); {time.perf_counter() - started:.0f} s\n"
+    )
     print(format_table(rows))
     if labels is not None:
         print(f"\nchance: {1 / vit.spec.num_outputs:.3f}")

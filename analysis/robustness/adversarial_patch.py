@@ -176,12 +176,15 @@ def patch_side(image_size: Sequence[int], share: float) -> int:
     """
     height, width = (int(v) for v in image_size)
     if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 < share < 1:
-        raise PatchError(f"share={share!r}: a patch covers a share of the image area strictly between 0 and 1 "
-                         "(e.g. 0.05 for 5%).")
+        raise PatchError(
+            f"share={share!r}: a patch covers a share of the image area strictly between 0 and 1 (e.g. 0.05 for 5%)."
+        )
     side = max(1, int(round(math.sqrt(share * height * width))))
     if side > min(height, width):
-        raise PatchError(f"A {share:.0%} patch is a {side}×{side} px square, larger than the {height}×{width} image: "
-                         "choose a smaller share.")
+        raise PatchError(
+            f"A {share:.0%} patch is a {side}×{side} px square, larger than the {height}×{width} image: "
+            "choose a smaller share."
+        )
     return side
 
 
@@ -189,13 +192,16 @@ def _check_position(position: Sequence[int], side: int, image_size: Sequence[int
     top, left = (int(v) for v in position)
     height, width = (int(v) for v in image_size)
     if not (0 <= top <= height - side and 0 <= left <= width - side):
-        raise PatchError(f"position=(top={top}, left={left}): a {side} px patch must lie inside the {height}×{width} "
-                         f"image (top in 0..{height - side}, left in 0..{width - side}).")
+        raise PatchError(
+            f"position=(top={top}, left={left}): a {side} px patch must lie inside the {height}×{width} "
+            f"image (top in 0..{height - side}, left in 0..{width - side})."
+        )
     return top, left
 
 
-def random_patch_positions(count: int, image_size: Sequence[int], side: int, *,
-                           generator: torch.Generator) -> torch.Tensor:
+def random_patch_positions(
+    count: int, image_size: Sequence[int], side: int, *, generator: torch.Generator
+) -> torch.Tensor:
     """``(count, 2)`` long ``(top, left)`` positions, uniform over the places where a ``side`` px
     square fits in an ``(H, W)`` image, drawn from ``generator``."""
     height, width = (int(v) for v in image_size)
@@ -219,15 +225,19 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
         PatchError: a patch larger than the images, a position off the image, a channel mismatch.
     """
     if images.ndim != 4 or patch.ndim != 3:
-        raise PatchError(f"paste_patch takes images (B, C, H, W) and a patch (C, s, s); got {tuple(images.shape)} "
-                         f"and {tuple(patch.shape)}.")
+        raise PatchError(
+            f"paste_patch takes images (B, C, H, W) and a patch (C, s, s); got {tuple(images.shape)} "
+            f"and {tuple(patch.shape)}."
+        )
     batch, channels, height, width = images.shape
     side_y, side_x = int(patch.shape[1]), int(patch.shape[2])
     if patch.shape[0] != channels:
         raise PatchError(f"The patch has {patch.shape[0]} channels, the images {channels}.")
     if side_y > height or side_x > width:
-        raise PatchError(f"A {side_y}×{side_x} patch is larger than the {height}×{width} images: choose a smaller "
-                         "share of the image area.")
+        raise PatchError(
+            f"A {side_y}×{side_x} patch is larger than the {height}×{width} images: choose a smaller "
+            "share of the image area."
+        )
     where = torch.as_tensor(positions, dtype=torch.long).reshape(-1, 2)
     if where.shape[0] == 1:
         where = where.expand(batch, 2)
@@ -235,14 +245,17 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
         raise PatchError(f"{where.shape[0]} positions for {batch} images: give one (top, left) per image, or one.")
     tops, lefts = where[:, 0], where[:, 1]
     if bool((tops < 0).any() or (lefts < 0).any() or (tops > height - side_y).any() or (lefts > width - side_x).any()):
-        raise PatchError(f"Positions must keep the {side_y}×{side_x} patch inside the {height}×{width} images "
-                         f"(top in 0..{height - side_y}, left in 0..{width - side_x}).")
+        raise PatchError(
+            f"Positions must keep the {side_y}×{side_x} patch inside the {height}×{width} images "
+            f"(top in 0..{height - side_y}, left in 0..{width - side_x})."
+        )
     device = images.device
     rows = torch.arange(height, device=device)[None, :] - tops.to(device)[:, None]  # (B, H): y − top
     cols = torch.arange(width, device=device)[None, :] - lefts.to(device)[:, None]  # (B, W): x − left
     inside = ((rows >= 0) & (rows < side_y))[:, :, None] & ((cols >= 0) & (cols < side_x))[:, None, :]  # (B, H, W)
-    canvas = patch.to(device, images.dtype)[:, rows.clamp(0, side_y - 1)[:, :, None],
-                                            cols.clamp(0, side_x - 1)[:, None, :]]  # (C, B, H, W)
+    canvas = patch.to(device, images.dtype)[
+        :, rows.clamp(0, side_y - 1)[:, :, None], cols.clamp(0, side_x - 1)[:, None, :]
+    ]  # (C, B, H, W)
     return torch.where(inside[:, None], canvas.permute(1, 0, 2, 3), images)
 
 
@@ -281,8 +294,9 @@ def _logits(model, unit: torch.Tensor) -> torch.Tensor:
 
 def _predict(model, unit: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     with torch.no_grad():
-        return torch.cat([_logits(model, unit[i:i + batch_size]).argmax(-1).cpu()
-                          for i in range(0, unit.shape[0], batch_size)])
+        return torch.cat(
+            [_logits(model, unit[i : i + batch_size]).argmax(-1).cpu() for i in range(0, unit.shape[0], batch_size)]
+        )
 
 
 def _label_tensor(labels, count: int) -> torch.Tensor:
@@ -295,10 +309,21 @@ def _label_tensor(labels, count: int) -> torch.Tensor:
 # --- training --------------------------------------------------------------------------------------
 
 
-def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float = 0.05, target: int | None = None,
-                epochs: int = 5, batch_size: int = 16, optimiser: str = "adam", step_size: float | None = None,
-                position: Sequence[int] | None = None, seed: int = 0,
-                progress: Progress | None = None) -> AdversarialPatch:
+def train_patch(
+    model,
+    images: Sequence,
+    labels: Sequence[int],
+    *,
+    share: float = 0.05,
+    target: int | None = None,
+    epochs: int = 5,
+    batch_size: int = 16,
+    optimiser: str = "adam",
+    step_size: float | None = None,
+    position: Sequence[int] | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> AdversarialPatch:
     """Optimise a universal patch against ``model`` over ``images`` (PIL images) with their true
     ``labels`` (indices in the model's classes).
 
@@ -321,8 +346,10 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
     if optimiser not in PATCH_OPTIMISERS:
         raise PatchError(f"Unknown optimiser {optimiser!r}: choose one of {', '.join(PATCH_OPTIMISERS)}.")
     if int(epochs) < 1 or int(batch_size) < 1:
-        raise PatchError(f"epochs={epochs!r}, batch_size={batch_size!r}: train for at least one epoch of batches "
-                         "of at least one image.")
+        raise PatchError(
+            f"epochs={epochs!r}, batch_size={batch_size!r}: train for at least one epoch of batches "
+            "of at least one image."
+        )
     unit = unit_images(model, images)  # (N, C, H, W) in [0, 1]
     truth = _label_tensor(labels, unit.shape[0])
     image_size = (int(unit.shape[-2]), int(unit.shape[-1]))  # (H, W)
@@ -342,9 +369,12 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
         order = torch.randperm(unit.shape[0], generator=generator)
         epoch_loss = 0.0
         for start in range(0, unit.shape[0], int(batch_size)):
-            chosen = order[start:start + int(batch_size)]
-            where = (torch.tensor([fixed]) if fixed is not None
-                     else random_patch_positions(len(chosen), image_size, side, generator=generator))
+            chosen = order[start : start + int(batch_size)]
+            where = (
+                torch.tensor([fixed])
+                if fixed is not None
+                else random_patch_positions(len(chosen), image_size, side, generator=generator)
+            )
             goal = truth[chosen] if target is None else torch.full((len(chosen),), int(target), dtype=torch.long)
             with torch.enable_grad():
                 logits = _logits(model, paste_patch(unit[chosen], patch, where))
@@ -362,9 +392,15 @@ def train_patch(model, images: Sequence, labels: Sequence[int], *, share: float 
             if progress is not None:
                 progress(done / total)
         losses.append(epoch_loss / unit.shape[0])
-    return AdversarialPatch(patch=patch.detach().cpu().float(), share=float(share), image_size=image_size,
-                            target=None if target is None else int(target), position=fixed,
-                            model_name=str(getattr(model, "name", type(model).__name__)), losses=tuple(losses))
+    return AdversarialPatch(
+        patch=patch.detach().cpu().float(),
+        share=float(share),
+        image_size=image_size,
+        target=None if target is None else int(target),
+        position=fixed,
+        model_name=str(getattr(model, "name", type(model).__name__)),
+        losses=tuple(losses),
+    )
 
 
 def noise_patch(side: int, *, channels: int = 3, seed: int = 0) -> torch.Tensor:
@@ -375,8 +411,15 @@ def noise_patch(side: int, *, channels: int = 3, seed: int = 0) -> torch.Tensor:
 # --- evaluation ------------------------------------------------------------------------------------
 
 
-def _evaluation(model, unit: torch.Tensor, truth: torch.Tensor, patch: torch.Tensor, positions: torch.Tensor,
-                target: int | None, clean: torch.Tensor | None = None) -> PatchEvaluation:
+def _evaluation(
+    model,
+    unit: torch.Tensor,
+    truth: torch.Tensor,
+    patch: torch.Tensor,
+    positions: torch.Tensor,
+    target: int | None,
+    clean: torch.Tensor | None = None,
+) -> PatchEvaluation:
     clean = _predict(model, unit) if clean is None else clean
     patched = _predict(model, paste_patch(unit, patch, positions))
     return PatchEvaluation(
@@ -393,8 +436,9 @@ def _positions(count: int, image_size: Sequence[int], side: int, position, seed:
     return random_patch_positions(count, image_size, side, generator=torch.Generator().manual_seed(int(seed)))
 
 
-def evaluate_patch(model, images: Sequence, labels: Sequence[int], patch, *, position: Sequence[int] | None = None,
-                   seed: int = 0) -> PatchEvaluation:
+def evaluate_patch(
+    model, images: Sequence, labels: Sequence[int], patch, *, position: Sequence[int] | None = None, seed: int = 0
+) -> PatchEvaluation:
     """Accuracy and fooling rate of ``model`` on ``images`` with ``patch`` pasted (an
     :class:`AdversarialPatch` or a ``(C, s, s)`` tensor in ``[0, 1]``), at ``position`` or at random
     positions drawn from ``seed`` (the same positions for every patch of the same size).
@@ -412,11 +456,22 @@ def evaluate_patch(model, images: Sequence, labels: Sequence[int], patch, *, pos
     return _evaluation(model, unit, truth, tensor, where, target)
 
 
-def patch_size_curve(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *,
-                     shares: Sequence[float] = (0.01, 0.02, 0.05, 0.1), eval_images: Sequence | None = None,
-                     eval_labels: Sequence[int] | None = None, target: int | None = None, epochs: int = 5,
-                     batch_size: int = 16, optimiser: str = "adam", position: Sequence[int] | None = None,
-                     seed: int = 0, progress: Progress | None = None) -> PatchCurve:
+def patch_size_curve(
+    models: Mapping[str, LoadedModel],
+    images: Sequence,
+    labels: Sequence[int],
+    *,
+    shares: Sequence[float] = (0.01, 0.02, 0.05, 0.1),
+    eval_images: Sequence | None = None,
+    eval_labels: Sequence[int] | None = None,
+    target: int | None = None,
+    epochs: int = 5,
+    batch_size: int = 16,
+    optimiser: str = "adam",
+    position: Sequence[int] | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> PatchCurve:
     """Accuracy and fooling rate against patch size, for several models side by side: each model
     (``{name: loaded model}``) gets its own patch per share, trained on ``images`` (:func:`train_patch`),
     and is scored on ``eval_images`` (default: the training images) with that patch and with a noise
@@ -441,18 +496,30 @@ def patch_size_curve(models: Mapping[str, LoadedModel], images: Sequence, labels
         rows: dict[str, list[float]] = {key: [] for key in fields}
         trained = []
         for k, share in enumerate(shares):
+
             def inner(fraction: float, base: int = done) -> None:
                 if progress is not None:
                     progress((base + fraction) / total)
 
-            found = train_patch(model, images, labels, share=share, target=target, epochs=epochs,
-                                batch_size=batch_size, optimiser=optimiser, position=position, seed=seed + 1000 * k,
-                                progress=inner)
+            found = train_patch(
+                model,
+                images,
+                labels,
+                share=share,
+                target=target,
+                epochs=epochs,
+                batch_size=batch_size,
+                optimiser=optimiser,
+                position=position,
+                seed=seed + 1000 * k,
+                progress=inner,
+            )
             trained.append(found)
             where = _positions(unit.shape[0], unit.shape[-2:], found.side, position, seed + 1)
             adversarial = _evaluation(model, unit, truth, found.patch, where, target, clean)
-            control = _evaluation(model, unit, truth, noise_patch(found.side, channels=unit.shape[1], seed=seed + 2),
-                                  where, None, clean)
+            control = _evaluation(
+                model, unit, truth, noise_patch(found.side, channels=unit.shape[1], seed=seed + 2), where, None, clean
+            )
             rows["acc"].append(adversarial.accuracy)
             rows["fool"].append(adversarial.fooling_rate)
             rows["noise_acc"].append(control.accuracy)
@@ -464,14 +531,28 @@ def patch_size_curve(models: Mapping[str, LoadedModel], images: Sequence, labels
             fields[key][name] = np.asarray(rows[key])
         clean_accuracy[name] = float((clean == truth).float().mean())
         patches[name] = tuple(trained)
-    return PatchCurve(shares=tuple(float(s) for s in shares), accuracy=fields["acc"], fooling_rate=fields["fool"],
-                      noise_accuracy=fields["noise_acc"], noise_fooling_rate=fields["noise_fool"],
-                      clean_accuracy=clean_accuracy, patches=patches, images=len(held_out))
+    return PatchCurve(
+        shares=tuple(float(s) for s in shares),
+        accuracy=fields["acc"],
+        fooling_rate=fields["fool"],
+        noise_accuracy=fields["noise_acc"],
+        noise_fooling_rate=fields["noise_fool"],
+        clean_accuracy=clean_accuracy,
+        patches=patches,
+        images=len(held_out),
+    )
 
 
-def patch_transfer_matrix(models: Mapping[str, LoadedModel], patches: Mapping[str, object], images: Sequence,
-                          labels: Sequence[int], *, position: Sequence[int] | None = None,
-                          seed: int = 0, progress: Progress | None = None) -> tuple[list[str], np.ndarray]:
+def patch_transfer_matrix(
+    models: Mapping[str, LoadedModel],
+    patches: Mapping[str, object],
+    images: Sequence,
+    labels: Sequence[int],
+    *,
+    position: Sequence[int] | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> tuple[list[str], np.ndarray]:
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the
     patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
     same positions for every pair (the diagonal: white-box). Each model reads the patched picture
@@ -531,11 +612,15 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
     """
     spec = vit.spec
     if int(spec.num_layers) < 1:
-        raise PatchError(f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
-                         "the patch is defined for ViTs.")
+        raise PatchError(
+            f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
+            "the patch is defined for ViTs."
+        )
     if spec.is_windowed:
-        raise PatchError(f"{spec.family} attends within windows: the class-token share on the patch is defined for "
-                         "global-attention ViTs. Compare its accuracy with patch_size_curve instead.")
+        raise PatchError(
+            f"{spec.family} attends within windows: the class-token share on the patch is defined for "
+            "global-attention ViTs. Compare its accuracy with patch_size_curve instead."
+        )
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
     side = int(tensor.shape[-1])
     tokens = patch_tokens(spec, position, side)
@@ -551,5 +636,12 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
         per_layer = [attention_map(record, layer).flatten(1)[:, cells].sum(-1) for layer in record.layers]
         return torch.stack(per_layer).numpy()  # (L, B)
 
-    return PatchAttention(layers=tuple(clean.layers), patched_share=shares(patched), clean_share=shares(clean),
-                          tokens=tokens, patched=patched, clean=clean, patched_pixels=patched_pixels)
+    return PatchAttention(
+        layers=tuple(clean.layers),
+        patched_share=shares(patched),
+        clean_share=shares(clean),
+        tokens=tokens,
+        patched=patched,
+        clean=clean,
+        patched_pixels=patched_pixels,
+    )

@@ -50,8 +50,10 @@ def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _check(epsilon: float, steps: int = 1) -> None:
     if not np.isfinite(epsilon) or epsilon < 0:
-        raise AttackError(f"epsilon={epsilon!r}: the L∞ budget is a pixel change in 0–255 units, 0 or more "
-                          "(e.g. 4 for the papers' 4/255).")
+        raise AttackError(
+            f"epsilon={epsilon!r}: the L∞ budget is a pixel change in 0–255 units, 0 or more "
+            "(e.g. 4 for the papers' 4/255)."
+        )
     if int(steps) < 1:
         raise AttackError(f"steps={steps!r}: an attack takes at least one step.")
 
@@ -63,8 +65,9 @@ def _logits_of(model) -> Callable[[torch.Tensor], torch.Tensor]:
     def logits(unit: torch.Tensor) -> torch.Tensor:
         out = model.model((unit - mean) / std)
         if not isinstance(out, torch.Tensor) or out.ndim != 2:
-            raise AttackError(f"{model.name} returns no class logits (a headless backbone?): an attack needs a "
-                              "classifier.")
+            raise AttackError(
+                f"{model.name} returns no class logits (a headless backbone?): an attack needs a classifier."
+            )
         return out.float()
 
     return logits
@@ -77,8 +80,18 @@ def _labels(labels, batch: int, device: torch.device) -> torch.Tensor:
     return labels
 
 
-def pgd(model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10, step_size: float | None = None,
-        random_start: bool = True, targeted: bool = False, seed: int = 0) -> torch.Tensor:
+def pgd(
+    model,
+    pixels: torch.Tensor,
+    labels,
+    *,
+    epsilon: float,
+    steps: int = 10,
+    step_size: float | None = None,
+    random_start: bool = True,
+    targeted: bool = False,
+    seed: int = 0,
+) -> torch.Tensor:
     """The PGD adversarial images of ``pixels`` ``(B, 3, H, W)`` (the model's preprocessed input), as
     preprocessed input again (feed them to the model as they are).
 
@@ -116,12 +129,14 @@ def pgd(model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10,
 
 def fgsm(model, pixels: torch.Tensor, labels, *, epsilon: float, targeted: bool = False) -> torch.Tensor:
     """FGSM: one PGD step of size ε from the clean image (no random start); see :func:`pgd`."""
-    return pgd(model, pixels, labels, epsilon=epsilon, steps=1, step_size=epsilon, random_start=False,
-               targeted=targeted)
+    return pgd(
+        model, pixels, labels, epsilon=epsilon, steps=1, step_size=epsilon, random_start=False, targeted=targeted
+    )
 
 
-def attack(name: str, model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10,
-           seed: int = 0) -> torch.Tensor:
+def attack(
+    name: str, model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10, seed: int = 0
+) -> torch.Tensor:
     """:func:`fgsm` or :func:`pgd` by ``name`` (a key of :data:`ATTACKS`)."""
     if name == "fgsm":
         return fgsm(model, pixels, labels, epsilon=epsilon)
@@ -148,9 +163,17 @@ class AttackCurve:
     images: int
 
 
-def attack_curve(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *,
-                 epsilons: Sequence[float] = (0, 1, 2, 4, 8), attack_name: str = "pgd", steps: int = 10,
-                 seed: int = 0, progress: Callable[[float], None] | None = None) -> AttackCurve:
+def attack_curve(
+    models: Mapping[str, LoadedModel],
+    images: Sequence,
+    labels: Sequence[int],
+    *,
+    epsilons: Sequence[float] = (0, 1, 2, 4, 8),
+    attack_name: str = "pgd",
+    steps: int = 10,
+    seed: int = 0,
+    progress: Callable[[float], None] | None = None,
+) -> AttackCurve:
     """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
     preprocessed by each model) with their true ``labels`` (indices in each model's classes)."""
     if len(images) != len(labels) or not images:
@@ -173,8 +196,16 @@ def attack_curve(models: Mapping[str, LoadedModel], images: Sequence, labels: Se
     return AttackCurve(attack_name, tuple(float(e) for e in epsilons), accuracy, len(images))
 
 
-def transfer_matrix(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int], *, epsilon: float,
-                    attack_name: str = "pgd", steps: int = 10, seed: int = 0) -> tuple[list[str], np.ndarray]:
+def transfer_matrix(
+    models: Mapping[str, LoadedModel],
+    images: Sequence,
+    labels: Sequence[int],
+    *,
+    epsilon: float,
+    attack_name: str = "pgd",
+    steps: int = 10,
+    seed: int = 0,
+) -> tuple[list[str], np.ndarray]:
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on the adversarial images
     made against model ``i`` (the diagonal: white-box). The images cross between models as pictures in
     ``[0, 1]`` as the source model saw them (its resize and crop; each model normalises them its own way),

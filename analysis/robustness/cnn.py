@@ -64,12 +64,28 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     cell = int(patch_size or (6 if source == "demo" else 16))
     grid = (height // cell, width // cell)
     spec = ViTSpec(
-        patch_size=(cell, cell), grid_size=grid, num_prefix_tokens=0, num_layers=0, num_heads=0, embed_dim=0,
-        img_size=(grid[0] * cell, grid[1] * cell), has_class_token=False, position_embedding="none",
-        head="classifier", num_outputs=int(getattr(model, "num_classes")), family=type(model).__name__,
+        patch_size=(cell, cell),
+        grid_size=grid,
+        num_prefix_tokens=0,
+        num_layers=0,
+        num_heads=0,
+        embed_dim=0,
+        img_size=(grid[0] * cell, grid[1] * cell),
+        has_class_token=False,
+        position_embedding="none",
+        head="classifier",
+        num_outputs=int(getattr(model, "num_classes")),
+        family=type(model).__name__,
     )
-    return LoadedCNN(model=model, name=str(source), device=where, spec=spec, class_names=class_names_for(model, names),
-                     preprocessing=Preprocessing.from_data_config(data_config, spec.img_size), data_config=data_config)
+    return LoadedCNN(
+        model=model,
+        name=str(source),
+        device=where,
+        spec=spec,
+        class_names=class_names_for(model, names),
+        preprocessing=Preprocessing.from_data_config(data_config, spec.img_size),
+        data_config=data_config,
+    )
 
 
 def _cnn_from_folder(timm, folder: Path, config: dict) -> nn.Module:
@@ -79,8 +95,12 @@ def _cnn_from_folder(timm, folder: Path, config: dict) -> nn.Module:
 
     kwargs = dict(config.get("model_args") or {})
     kwargs.setdefault("num_classes", config.get("num_classes", (config.get("pretrained_cfg") or {}).get("num_classes")))
-    model = timm.create_model(config["architecture"], pretrained=False,
-                              pretrained_cfg_overlay=dict(config.get("pretrained_cfg") or {}), **kwargs)
+    model = timm.create_model(
+        config["architecture"],
+        pretrained=False,
+        pretrained_cfg_overlay=dict(config.get("pretrained_cfg") or {}),
+        **kwargs,
+    )
     model.load_state_dict(read_state_dict(folder / "model.safetensors"), strict=True)
     return model
 
@@ -92,11 +112,15 @@ def cnn_gradcam(cnn: LoadedCNN, pixels: torch.Tensor, target: int | None = None)
     at the feature map's own resolution (upsample it to compare with a ViT's patch map)."""
     model: Any = cnn.model  # a timm CNN: forward_features / forward_head, read by name
     if not (hasattr(model, "forward_features") and hasattr(model, "forward_head")):
-        raise AnalysisError(f"{type(model).__name__} has no forward_features / forward_head: Grad-CAM needs a timm CNN.")
+        raise AnalysisError(
+            f"{type(model).__name__} has no forward_features / forward_head: Grad-CAM needs a timm CNN."
+        )
     with torch.enable_grad():
         features = model.forward_features(pixels.to(cnn.device)).detach().requires_grad_(True)  # (B, C, h, w)
         if features.ndim != 4:
-            raise AnalysisError(f"Grad-CAM needs a (B, C, h, w) feature map; {type(model).__name__} gives {tuple(features.shape)}.")
+            raise AnalysisError(
+                f"Grad-CAM needs a (B, C, h, w) feature map; {type(model).__name__} gives {tuple(features.shape)}."
+            )
         logits = model.forward_head(features)  # (B, classes)
         classes = logits.argmax(-1) if target is None else torch.full((len(logits),), int(target), device=logits.device)
         if not bool(((classes >= 0) & (classes < logits.shape[-1])).all()):

@@ -47,8 +47,16 @@ __all__ = [
 #: severity 0 (clean) and the package's five graded severities
 SEVERITIES = (0, 1, 2, 3, 4, 5)
 #: corruptions that take milliseconds on a 224×224 image (glass blur and a few others take seconds)
-FAST_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "motion_blur", "contrast",
-                    "pixelate", "jpeg_compression")
+FAST_CORRUPTIONS = (
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "motion_blur",
+    "contrast",
+    "pixelate",
+    "jpeg_compression",
+)
 INSTALL = 'pip install "vit-explorer[corruptions]"'
 
 
@@ -75,7 +83,8 @@ def _package():
     if importlib.util.find_spec("imagecorruptions") is None:
         raise CorruptionsUnavailableError(
             f"Natural corruptions need the optional imagecorruptions package: {INSTALL} "
-            "(or pip install imagecorruptions).")
+            "(or pip install imagecorruptions)."
+        )
     stand_in = None
     if "pkg_resources" not in sys.modules and importlib.util.find_spec("pkg_resources") is None:
         stand_in = types.ModuleType("pkg_resources")
@@ -120,8 +129,10 @@ def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -
             np.random.seed(int(seed))
         out = corrupt(array, corruption_name=name, severity=int(severity))
     except Exception as exc:  # noqa: BLE001 - the package's own failure, named with its cause
-        raise CorruptionError(f"imagecorruptions' {name} fails with the installed libraries ({type(exc).__name__}: "
-                              f"{exc}): choose another corruption.") from exc
+        raise CorruptionError(
+            f"imagecorruptions' {name} fails with the installed libraries ({type(exc).__name__}: "
+            f"{exc}): choose another corruption."
+        ) from exc
     finally:
         if state is not None:
             np.random.set_state(state)
@@ -148,10 +159,17 @@ def _predict(model, images: Sequence[np.ndarray]) -> np.ndarray:
         return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().numpy()
 
 
-def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Sequence[int] | None = None, *,
-                     corruptions: Sequence[str] = FAST_CORRUPTIONS, severities: Sequence[int] = SEVERITIES,
-                     seed: int = 0, image_seeds: Sequence[int] | None = None,
-                     progress: Callable[[float], None] | None = None) -> CorruptionCurve:
+def corruption_curve(
+    models: Mapping[str, object],
+    images: Sequence,
+    labels: Sequence[int] | None = None,
+    *,
+    corruptions: Sequence[str] = FAST_CORRUPTIONS,
+    severities: Sequence[int] = SEVERITIES,
+    seed: int = 0,
+    image_seeds: Sequence[int] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> CorruptionCurve:
     """Accuracy against severity for each model (``{name: loaded model}``) on ``images`` (PIL or uint8).
 
     Each image is corrupted once per (corruption, severity) at its own size, and every model sees that
@@ -162,8 +180,10 @@ def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Seq
     ``progress(fraction)`` after each (corruption, severity).
     """
     if not images or (labels is not None and len(labels) != len(images)):
-        raise CorruptionError(f"{len(images)} images and {0 if labels is None else len(labels)} labels: give at "
-                              "least one image and, if any labels, one per image.")
+        raise CorruptionError(
+            f"{len(images)} images and {0 if labels is None else len(labels)} labels: give at "
+            "least one image and, if any labels, one per image."
+        )
     for name in corruptions:
         for severity in severities:
             _check(name, severity)
@@ -182,8 +202,13 @@ def corruption_curve(models: Mapping[str, object], images: Sequence, labels: Seq
             done += 1
             if progress is not None:
                 progress(done / total)
-    return CorruptionCurve(tuple(corruptions), tuple(int(s) for s in severities), accuracy, len(images),
-                           "labels" if labels is not None else "clean prediction")
+    return CorruptionCurve(
+        tuple(corruptions),
+        tuple(int(s) for s in severities),
+        accuracy,
+        len(images),
+        "labels" if labels is not None else "clean prediction",
+    )
 
 
 def corruption_errors(curve: CorruptionCurve, baseline: str) -> dict[str, tuple[np.ndarray, float]]:

@@ -70,8 +70,15 @@ class RobustnessCurve:
 
 
 def perturb(
-    vit, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0, selection: str = "random",
-    saliency=None, mask=None,
+    vit,
+    pixels: torch.Tensor,
+    perturbation: str,
+    level: float,
+    *,
+    seed: int = 0,
+    selection: str = "random",
+    saliency=None,
+    mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(pixels', dropped token indices or None)`` for one image batch at one level.
     ``selection``, ``saliency`` and ``mask`` choose the dropped patches (:func:`patch_drop_indices`).
@@ -188,8 +195,12 @@ def robustness_curve(
     n = len(images)
     nan = np.full(steps, math.nan)
     return RobustnessCurve(
-        perturbation=perturbation, levels=levels, metric="accuracy" if labels is not None else "agreement",
-        score=score / n, probability=probability / n,
+        perturbation=perturbation,
+        levels=levels,
+        metric="accuracy" if labels is not None else "agreement",
+        score=score / n,
+        probability=probability / n,
         attention_distance=distance / n if with_attention else nan,
-        rollout_entropy=entropy / n if with_attention else nan, images=n,
+        rollout_entropy=entropy / n if with_attention else nan,
+        images=n,
     )

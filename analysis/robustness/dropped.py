@@ -47,10 +47,14 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     def keep_map(layer: int, probs: torch.Tensor) -> None:  # (B, heads, T', T')
         maps[layer] = probs.detach().float().cpu()
 
-    hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: keep_map(layer, probs))
-             for layer in range(spec.num_layers)}
+    hooks = {
+        f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: keep_map(layer, probs))
+        for layer in range(spec.num_layers)
+    }
     with token_drop(vit, dropped):
-        logits = visit_forward(vit.model, vit.device, pixels, spec, hooks, precision="float32").float().cpu()  # as the clean reference
+        logits = (
+            visit_forward(vit.model, vit.device, pixels, spec, hooks, precision="float32").float().cpu()
+        )  # as the clean reference
     require_every_layer(range(spec.num_layers), maps)
     attentions = torch.stack([maps[layer] for layer in range(spec.num_layers)])
     return DroppedTokenPass(logits=logits, attentions=attentions, kept=torch.nonzero(keep).flatten(), spec=spec)
@@ -86,7 +90,11 @@ def kept_attention_distance(passed: DroppedTokenPass) -> torch.Tensor:
     spec = passed.spec
     patches = spec.split_prefix(passed.kept, 0, dropped=True)[1] - spec.num_prefix_tokens  # (N',)
     distances = patch_distance_matrix(spec)[patches][:, patches]  # (N', N')
-    return torch.stack([
-        attention_distance_per_image(spec.split_prefix(attention, 2, dropped=True)[1], spec, distances).mean(0)  # (heads,)
-        for attention in passed.attentions  # (B, heads, T', T')
-    ]).double()
+    return torch.stack(
+        [
+            attention_distance_per_image(spec.split_prefix(attention, 2, dropped=True)[1], spec, distances).mean(
+                0
+            )  # (heads,)
+            for attention in passed.attentions  # (B, heads, T', T')
+        ]
+    ).double()

@@ -112,8 +112,10 @@ def load_image_folder(folder: str | os.PathLike, *, max_per_class: int | None = 
         raise ProbeError(f"{root} is not a folder: give a folder with one subfolder of images per class.")
     classes = sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
     if not classes:
-        raise ProbeError(f"{root} has no class subfolders: put each class's images in a subfolder named after the "
-                         "class (folder/<class>/<image>.png).")
+        raise ProbeError(
+            f"{root} has no class subfolders: put each class's images in a subfolder named after the "
+            "class (folder/<class>/<image>.png)."
+        )
     images, labels, paths = [], [], []
     for index, sub in enumerate(classes):
         files = sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
@@ -146,8 +148,14 @@ def _feature_of(spec) -> str:
     return "class token" if spec.has_class_token else "mean patch token"
 
 
-def block_features(model, images: Sequence, *, layers: Sequence[int] | None = None, batch_size: int = 64,
-                   progress: Progress | None = None) -> tuple[tuple[int, ...], list[torch.Tensor], torch.Tensor]:
+def block_features(
+    model,
+    images: Sequence,
+    *,
+    layers: Sequence[int] | None = None,
+    batch_size: int = 64,
+    progress: Progress | None = None,
+) -> tuple[tuple[int, ...], list[torch.Tensor], torch.Tensor]:
     """``(layers, features, logits)``: per block ``l``, ``(N, D_l)`` float32 features of ``images`` (PIL)
     from its output: the class token when the model has one, else the mean patch token (a windowed
     model: the mean over its stage grid); and the model's ``(N, outputs)`` logits (``(N, 0)`` headless).
@@ -158,13 +166,15 @@ def block_features(model, images: Sequence, *, layers: Sequence[int] | None = No
     if not len(images):
         raise ProbeError("No images: give at least one image per class.")
     if int(model.spec.num_layers) < 1:
-        raise ProbeError(f"{getattr(model, 'name', 'This model')} has no transformer blocks (a CNN?): the probe reads "
-                         "each block's tokens; give a ViT or a Swin.")
+        raise ProbeError(
+            f"{getattr(model, 'name', 'This model')} has no transformer blocks (a CNN?): the probe reads "
+            "each block's tokens; give a ViT or a Swin."
+        )
     per_layer: list[list[torch.Tensor]] = []
     logits: list[torch.Tensor] = []
     chosen: tuple[int, ...] = ()
     for start in range(0, len(images), int(batch_size)):
-        pixels = torch.cat([model.preprocess(image) for image in images[start:start + int(batch_size)]])
+        pixels = torch.cat([model.preprocess(image) for image in images[start : start + int(batch_size)]])
         record = capture_tokens(model, pixels, layers=layers)
         chosen = tuple(record.layers)
         if not per_layer:
@@ -174,8 +184,9 @@ def block_features(model, images: Sequence, *, layers: Sequence[int] | None = No
             per_layer[position].append(_pooled(tokens, record.spec))
         with torch.no_grad():
             out = model.model(pixels.to(model.device))
-        logits.append(out.float().cpu() if isinstance(out, torch.Tensor) and out.ndim == 2
-                      else torch.zeros((pixels.shape[0], 0)))
+        logits.append(
+            out.float().cpu() if isinstance(out, torch.Tensor) and out.ndim == 2 else torch.zeros((pixels.shape[0], 0))
+        )
         if progress is not None:
             progress(min(1.0, (start + pixels.shape[0]) / len(images)))
     return chosen, [torch.cat(parts).float() for parts in per_layer], torch.cat(logits)
@@ -187,7 +198,7 @@ def _pooled(tokens: torch.Tensor, spec) -> torch.Tensor:
         return tokens.float().mean(dim=1)  # (B, gh·gw, C): no prefix tokens
     if spec.has_class_token:
         return tokens[:, spec.prefix_names.index("class")].float()
-    return tokens[:, spec.num_prefix_tokens:].float().mean(dim=1)
+    return tokens[:, spec.num_prefix_tokens :].float().mean(dim=1)
 
 
 @dataclass(frozen=True)
@@ -231,8 +242,9 @@ def fit_ridge_probe(features: torch.Tensor, labels, *, ridge: float = 1.0) -> Ri
     return RidgeProbe(mean=mean, std=std, weight=weight, bias=target_mean, classes=classes)
 
 
-def probe_accuracy(train_features: torch.Tensor, train_labels, test_features: torch.Tensor, test_labels, *,
-                   ridge: float = 1.0) -> float:
+def probe_accuracy(
+    train_features: torch.Tensor, train_labels, test_features: torch.Tensor, test_labels, *, ridge: float = 1.0
+) -> float:
     """Test accuracy of a ridge probe (:func:`fit_ridge_probe`) fitted on the training features."""
     probe = fit_ridge_probe(train_features, train_labels, ridge=ridge)
     truth = torch.as_tensor(list(test_labels)).long()
@@ -248,9 +260,18 @@ def _as_model_labels(model, folder: ImageFolderSet, model_labels: bool) -> tuple
     return folder.images, list(folder.labels), False
 
 
-def linear_probe_curve(model, images: Sequence, labels: Sequence[int] | None, *, test_share: float = 0.5,
-                       concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
-                       model_labels: bool = True, progress: Progress | None = None) -> LinearProbeCurve:
+def linear_probe_curve(
+    model,
+    images: Sequence,
+    labels: Sequence[int] | None,
+    *,
+    test_share: float = 0.5,
+    concat_k: Sequence[int] = (2, 4),
+    ridge: float = 1.0,
+    seed: int = 0,
+    model_labels: bool = True,
+    progress: Progress | None = None,
+) -> LinearProbeCurve:
     """Linear-probe accuracy against depth for ``model`` on ``images`` (PIL images, or an
     :class:`ImageFolderSet` with ``labels=None``): each block's token (:func:`block_features`), the probe
     fitted on a seeded training split and scored on the disjoint test split (:func:`split_indices`),
@@ -265,37 +286,72 @@ def linear_probe_curve(model, images: Sequence, labels: Sequence[int] | None, *,
     if isinstance(images, ImageFolderSet):
         images, labels, model_labels = _as_model_labels(model, images, model_labels)
     if labels is None or len(labels) != len(images):
-        raise ProbeError(f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label "
-                         "per image.")
+        raise ProbeError(
+            f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label per image."
+        )
     train, test = split_indices(len(images), test_share, seed=seed)
     layers, features, logits = block_features(model, images, progress=progress)
     truth = torch.as_tensor(list(labels)).long()
     accuracy = [probe_accuracy(f[train], truth[train], f[test], truth[test], ridge=ridge) for f in features]
     ks = tuple(int(k) for k in concat_k if 1 <= int(k) <= len(features))
-    concat = [probe_accuracy(torch.cat(features[-k:], 1)[train], truth[train], torch.cat(features[-k:], 1)[test],
-                             truth[test], ridge=ridge) for k in ks]
+    concat = [
+        probe_accuracy(
+            torch.cat(features[-k:], 1)[train],
+            truth[train],
+            torch.cat(features[-k:], 1)[test],
+            truth[test],
+            ridge=ridge,
+        )
+        for k in ks
+    ]
     own = None
     if model_labels and logits.shape[1] > int(truth.max()):
         own = float((logits[test].argmax(-1) == truth[test]).double().mean())
-    return LinearProbeCurve(layers=layers, accuracy=np.asarray(accuracy), concat_k=ks,
-                            concat_accuracy=np.asarray(concat), model_accuracy=own, feature=_feature_of(model.spec),
-                            train_indices=train, test_indices=test, ridge=float(ridge))
+    return LinearProbeCurve(
+        layers=layers,
+        accuracy=np.asarray(accuracy),
+        concat_k=ks,
+        concat_accuracy=np.asarray(concat),
+        model_accuracy=own,
+        feature=_feature_of(model.spec),
+        train_indices=train,
+        test_indices=test,
+        ridge=float(ridge),
+    )
 
 
-def linear_probe_curves(models: Mapping[str, LoadedModel], images: Sequence, labels: Sequence[int] | None = None, *,
-                        test_share: float = 0.5, concat_k: Sequence[int] = (2, 4), ridge: float = 1.0, seed: int = 0,
-                        model_labels: bool = True,
-                        progress: Progress | None = None) -> dict[str, LinearProbeCurve]:
+def linear_probe_curves(
+    models: Mapping[str, LoadedModel],
+    images: Sequence,
+    labels: Sequence[int] | None = None,
+    *,
+    test_share: float = 0.5,
+    concat_k: Sequence[int] = (2, 4),
+    ridge: float = 1.0,
+    seed: int = 0,
+    model_labels: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, LinearProbeCurve]:
     """:func:`linear_probe_curve` for several models (``{name: loaded model}``) on the same images and the
     same split, side by side."""
     if not models:
         raise ProbeError("No models: give at least one {name: model}.")
     curves = {}
     for number, (name, model) in enumerate(models.items()):
+
         def inner(fraction: float, number=number) -> None:
             if progress is not None:
                 progress((number + fraction) / len(models))
 
-        curves[name] = linear_probe_curve(model, images, labels, test_share=test_share, concat_k=concat_k,
-                                          ridge=ridge, seed=seed, model_labels=model_labels, progress=inner)
+        curves[name] = linear_probe_curve(
+            model,
+            images,
+            labels,
+            test_share=test_share,
+            concat_k=concat_k,
+            ridge=ridge,
+            seed=seed,
+            model_labels=model_labels,
+            progress=inner,
+        )
     return curves

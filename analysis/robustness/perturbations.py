@@ -80,7 +80,9 @@ def patch_drop_indices(
 def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, fill: float = 0.0) -> torch.Tensor:
     """``(B, 3, H, W)`` copy with the patches ``indices`` set to ``fill`` (0 in normalised
     space: the dataset mean colour). Works for any model, CNNs included."""
-    dropped = patch_pixel_mask(patch_grid([indices], spec.grid_size)[0], spec.patch_size, (pixels.shape[-2], pixels.shape[-1]))  # (H, W)
+    dropped = patch_pixel_mask(
+        patch_grid([indices], spec.grid_size)[0], spec.patch_size, (pixels.shape[-2], pixels.shape[-1])
+    )  # (H, W)
     return pixels.masked_fill(dropped.to(pixels.device), fill)
 
 
@@ -143,13 +145,19 @@ def shuffle_patches(pixels: torch.Tensor, spec: ViTSpec, grid: int, *, seed: int
     grid = check_int("grid", grid, minimum=1)
     allowed = shuffle_grids(spec)
     if grid not in allowed:
-        raise AnalysisError(f"A {grid}x{grid} shuffle does not split the {spec.grid_size[0]}x{spec.grid_size[1]} "
-                            f"patch grid into whole patches; use one of {allowed}.")
+        raise AnalysisError(
+            f"A {grid}x{grid} shuffle does not split the {spec.grid_size[0]}x{spec.grid_size[1]} "
+            f"patch grid into whole patches; use one of {allowed}."
+        )
     if grid == 1:
         return pixels.clone()
     batch, channels, height, width = pixels.shape
     bh, bw = height // grid, width // grid
-    blocks = pixels.reshape(batch, channels, grid, bh, grid, bw).permute(0, 2, 4, 1, 3, 5).reshape(batch, grid * grid, channels, bh, bw)
+    blocks = (
+        pixels.reshape(batch, channels, grid, bh, grid, bw)
+        .permute(0, 2, 4, 1, 3, 5)
+        .reshape(batch, grid * grid, channels, bh, bw)
+    )
     order = torch.randperm(grid * grid, generator=torch.Generator().manual_seed(int(seed)))
     blocks = blocks[:, order].reshape(batch, grid, grid, channels, bh, bw).permute(0, 3, 1, 4, 2, 5)
     return blocks.reshape(batch, channels, height, width)

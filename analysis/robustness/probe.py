@@ -47,8 +47,16 @@ class Probe:
 
 
 def probe(
-    model, pixels: torch.Tensor, perturbation: str, level: float, *, seed: int = 0, selection: str = "random",
-    saliency=None, mask=None, target: int | None = None,
+    model,
+    pixels: torch.Tensor,
+    perturbation: str,
+    level: float,
+    *,
+    seed: int = 0,
+    selection: str = "random",
+    saliency=None,
+    mask=None,
+    target: int | None = None,
 ) -> Probe:
     """``model`` (a :class:`~analysis.LoadedViT` or :class:`LoadedCNN`) on one ``(1, 3, H, W)``
     image under ``perturbation`` at ``level`` (see :func:`~analysis.robustness.perturb`; the
@@ -73,7 +81,9 @@ def probe(
         last = model.spec.num_layers - 1
         record = capture_attention(model, perturbed, layers=[last])
         # a windowed model's record is a WindowedAttentionRecord (capture_attention's annotation names the plain one)
-        saliency = windowed_attention_map(cast(WindowedAttentionRecord, record), last, query="mean")[0]  # (gh, gw) of the last layer's grid
+        saliency = windowed_attention_map(cast(WindowedAttentionRecord, record), last, query="mean")[
+            0
+        ]  # (gh, gw) of the last layer's grid
         return Probe(perturbed, record.logits.float(), dropped, saliency, SALIENCY_NAMES["windowed"])
     record = capture_attention(model, perturbed)
     return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])

@@ -18,7 +18,19 @@ from .prompts import prompts_from_template, score_value
 from .zero_shot import ZeroShot, zero_shot
 
 __all__ = [
-    "zero_shot", "ZeroShot", "explain_text", "TextExplanation", "TEXT_METHODS", "text_decomposition", "TextDecomposition",
-    "head_texts", "HeadTexts", "HeadDescription", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY",
-    "prompts_from_template", "score_value",
+    "zero_shot",
+    "ZeroShot",
+    "explain_text",
+    "TextExplanation",
+    "TEXT_METHODS",
+    "text_decomposition",
+    "TextDecomposition",
+    "head_texts",
+    "HeadTexts",
+    "HeadDescription",
+    "text_span",
+    "default_vocabulary",
+    "DEFAULT_VOCABULARY",
+    "prompts_from_template",
+    "score_value",
 ]

@@ -75,8 +75,13 @@ class TextDecomposition:
         (``pool_mlp``, SigLIP only) and the logit bias."""
         t = self.terms
         bias = torch.full_like(t.constant, self.logit_bias)
-        terms = {"embedding": t.embedding.sum(-1), "mlps": t.mlps.sum((1, 2)), "head_bias": t.head_bias.sum((1, 2)),
-                 "constant": t.constant, "logit_bias": bias}
+        terms = {
+            "embedding": t.embedding.sum(-1),
+            "mlps": t.mlps.sum((1, 2)),
+            "head_bias": t.head_bias.sum((1, 2)),
+            "constant": t.constant,
+            "logit_bias": bias,
+        }
         if t.pool_mlp is not None:
             terms["pool_mlp"] = t.pool_mlp
         return terms
@@ -109,7 +114,8 @@ def text_decomposition(clip, pixels: torch.Tensor, prompt) -> TextDecomposition:
         weights = clip.logit_scale * direction.to(output.device) / norms
         return weights, torch.zeros(output.shape[0], dtype=torch.long)
 
-    terms = output_attribution(clip.image, pixels, text_weights, what="text_decomposition", by_source=True,
-                               attention_pool=True)
+    terms = output_attribution(
+        clip.image, pixels, text_weights, what="text_decomposition", by_source=True, attention_pool=True
+    )
     bias = 0.0 if clip.logit_bias is None else float(clip.logit_bias)
     return TextDecomposition(terms=terms, logit_bias=bias, score=terms.target_logit + bias, spec=spec)

@@ -34,8 +34,16 @@ from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
 from .prompts import one_prompt, require_clip, score_of
 
-__all__ = ["TEXT_METHODS", "TextExplanation", "explain_text", "chefer_text", "gradcam_text", "patch_text",
-           "decomposition_text", "token_embeddings"]
+__all__ = [
+    "TEXT_METHODS",
+    "TextExplanation",
+    "explain_text",
+    "chefer_text",
+    "gradcam_text",
+    "patch_text",
+    "decomposition_text",
+    "token_embeddings",
+]
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,7 @@ def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 def _chefer_readout(spec: ViTSpec) -> str:
     if spec.has_class_token:
         return "the class token's row of R (the token the image embedding is read from)"
-    return ("the mean of the patch tokens' rows of R (this model has no class token; its pooling head reads every "
-            "patch)")
+    return "the mean of the patch tokens' rows of R (this model has no class token; its pooling head reads every patch)"
 
 
 def chefer_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
@@ -121,7 +128,9 @@ def token_embeddings(model: Any, final: torch.Tensor) -> torch.Tensor:  # a timm
     pool = getattr(model, "attn_pool", None)
     if pool is not None:
         if getattr(pool, "pos_embed", None) is not None:
-            raise AnalysisError("This attention-pooling head adds its own position table: a token cannot be read alone.")
+            raise AnalysisError(
+                "This attention-pooling head adds its own position table: a token cannot be read alone."
+            )
         normed = pool(normed.reshape(batch * tokens, 1, dim)).reshape(batch, tokens, -1)
     elif getattr(model, "global_pool", "token") not in ("token", "avg"):
         raise AnalysisError(f"Pooling {getattr(model, 'global_pool', None)!r} has no per-token reading.")
@@ -157,8 +166,12 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
     token a SigLIP's pooling probe attends to, by its frozen probabilities).
     Signed, in units of the score."""
     decomposition = text_decomposition(clip, pixels, text)
-    return (decomposition.head_maps().sum((1, 2)), decomposition.score,
-            "each patch's direct contribution through every head that read it, summed over layers and heads", decomposition)
+    return (
+        decomposition.head_maps().sum((1, 2)),
+        decomposition.score,
+        "each patch's direct contribution through every head that read it, summed over layers and heads",
+        decomposition,
+    )
 
 
 #: method -> function ``(clip, pixels, text) -> (maps, scores, readout[, decomposition])``.
@@ -190,7 +203,11 @@ def explain_text(clip, pixels: torch.Tensor, prompt, method: str = "chefer", **o
     text = one_prompt(clip, prompt)
     maps, scores, readout, *rest = function(clip, pixels, text, **options)
     return TextExplanation(
-        maps=maps.float().cpu(), scores=scores.detach().float().cpu(), method=method,
-        prompt=text.prompts[0] if text.prompts else None, readout=readout, notices=text.notices,
+        maps=maps.float().cpu(),
+        scores=scores.detach().float().cpu(),
+        method=method,
+        prompt=text.prompts[0] if text.prompts else None,
+        readout=readout,
+        notices=text.notices,
         decomposition=rest[0] if rest else None,
     )

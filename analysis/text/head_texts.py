@@ -79,8 +79,9 @@ class HeadTexts:
         for description in self.heads:
             if (description.layer, description.head) == (layer, head):
                 return description
-        raise AnalysisError(f"Head ({layer}, {head}) was not described; described layers: "
-                            f"{sorted({d.layer for d in self.heads})}.")
+        raise AnalysisError(
+            f"Head ({layer}, {head}) was not described; described layers: {sorted({d.layer for d in self.heads})}."
+        )
 
 
 def default_vocabulary() -> list[str]:
@@ -104,14 +105,17 @@ def _vocabulary(vocabulary) -> list[str]:
     elif isinstance(vocabulary, Sequence):
         texts = [str(text).strip() for text in vocabulary if str(text).strip()]
     else:
-        raise TextPromptError(f"vocabulary must be None, a text file or a list of descriptions; got {type(vocabulary).__name__}.")
+        raise TextPromptError(
+            f"vocabulary must be None, a text file or a list of descriptions; got {type(vocabulary).__name__}."
+        )
     if not texts:
         raise TextPromptError("The vocabulary is empty: pass at least one description (one a line in a file).")
     return list(dict.fromkeys(texts))  # repeated descriptions once
 
 
-def text_span(contributions: torch.Tensor, texts: torch.Tensor, count: int, rank: int | None = None
-              ) -> tuple[list[int], list[float], float]:
+def text_span(
+    contributions: torch.Tensor, texts: torch.Tensor, count: int, rank: int | None = None
+) -> tuple[list[int], list[float], float]:
     """TextSpan's greedy search (module docstring) on ``contributions`` ``(K, E)`` and text
     embeddings ``texts`` ``(M, E)`` (used as given; pass unit vectors). Returns the picked text
     indices, the share of the variance each explains and the total variance. Stops early when
@@ -151,8 +155,17 @@ def _pixels(clip, images) -> torch.Tensor:
     raise AnalysisError("images must be a (N, 3, H, W) tensor of preprocessed images or a list of PIL images.")
 
 
-def head_texts(clip, images, vocabulary=None, layers=None, *, texts_per_head: int = 5, rank: int | None = 80,
-               batch_size: int = 16, progress: Callable[[int, int], None] | None = None) -> HeadTexts:
+def head_texts(
+    clip,
+    images,
+    vocabulary=None,
+    layers=None,
+    *,
+    texts_per_head: int = 5,
+    rank: int | None = 80,
+    batch_size: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> HeadTexts:
     """Describe each head of ``layers`` (``None``: every layer) by the ``texts_per_head`` texts of
     ``vocabulary`` (``None``: the bundled :data:`DEFAULT_VOCABULARY`; a text file, one description a
     line; or a list) that explain most of its direct contribution's variance over ``images`` (a
@@ -172,7 +185,9 @@ def head_texts(clip, images, vocabulary=None, layers=None, *, texts_per_head: in
     layer_ids = resolve_layers(layers, clip.spec.num_layers)  # in the order asked, each once
     pieces = []
     for start in range(0, pixels.shape[0], batch_size):
-        pieces.append(head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True))
+        pieces.append(
+            head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True)
+        )
         if progress is not None:
             progress(min(start + batch_size, pixels.shape[0]), pixels.shape[0])
     vectors = torch.cat(pieces)  # (N, L', heads, E)

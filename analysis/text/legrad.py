@@ -41,7 +41,9 @@ def _min_max(maps: torch.Tensor) -> torch.Tensor:
     return scaled.reshape(maps.shape)
 
 
-def legrad_text(clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS) -> tuple[torch.Tensor, torch.Tensor, str]:
+def legrad_text(
+    clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS
+) -> tuple[torch.Tensor, torch.Tensor, str]:
     """``(maps (B, gh, gw) in 0–1, scores (B,), readout)``; see the module docstring. ``layers``:
     how many of the last blocks to read (1 to all)."""
     vit = clip.image
@@ -78,5 +80,8 @@ def legrad_text(clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS
                 total += gradient.detach().clamp(min=0).mean((1, 2)).double().cpu()
     patches = spec.split_prefix(total, 1)[1].reshape(total.shape[0], *spec.grid_size)
     scores = clip.logits(output.detach(), text.embeddings)[:, 0].cpu()
-    return (_min_max(patches).float(), scores,
-            f"min-max of the positive gradients of each of the last {layers} blocks' own score, mean over heads and queries")
+    return (
+        _min_max(patches).float(),
+        scores,
+        f"min-max of the positive gradients of each of the last {layers} blocks' own score, mean over heads and queries",
+    )

@@ -26,7 +26,9 @@ def one_prompt(clip: LoadedCLIP, prompt) -> TextEncoding:
     """The encoding of exactly one prompt (a string, or one row of token ids)."""
     encoding = clip.encode_text(prompt)
     if encoding.embeddings.shape[0] != 1:
-        raise TextPromptError(f"This explains one prompt at a time; got {encoding.embeddings.shape[0]}. Loop over them.")
+        raise TextPromptError(
+            f"This explains one prompt at a time; got {encoding.embeddings.shape[0]}. Loop over them."
+        )
     return encoding
 
 
@@ -38,6 +40,7 @@ def image_embeddings(clip: LoadedCLIP, pixels: torch.Tensor) -> torch.Tensor:
 def score_of(clip: LoadedCLIP, text_embedding: torch.Tensor):
     """``score(u (B, E)) -> Σ_b s_b``, the image–text score summed over images (their gradients
     are per image: images do not interact)."""
+
     def score(output: torch.Tensor) -> torch.Tensor:
         return clip.logits(output, text_embedding).sum()
 
@@ -48,6 +51,7 @@ def score_value(clip: LoadedCLIP, text_embedding: torch.Tensor):
     """``value(u (K, E)) -> (K,)``: each image's score ``exp(t)·cos(u_k, v) + b`` with one prompt's
     embedding ``v`` ``(1, E)``: what :func:`~analysis.faithfulness.perturbation_curve` measures
     (``value=``) for a text explanation's deletion and insertion curves."""
+
     def value(output: torch.Tensor) -> torch.Tensor:
         return clip.logits(output, text_embedding)[:, 0]
 

@@ -44,5 +44,10 @@ def zero_shot(clip, pixels: torch.Tensor, prompts) -> ZeroShot:
     text = clip.encode_text(prompts)
     with torch.no_grad():
         logits = clip.logits(image_embeddings(clip, pixels), text.embeddings).cpu()
-    return ZeroShot(logits=logits, probabilities=clip.probabilities(logits), rule=clip.probability,
-                    prompts=text.prompts, notices=text.notices)
+    return ZeroShot(
+        logits=logits,
+        probabilities=clip.probabilities(logits),
+        rule=clip.probability,
+        prompts=text.prompts,
+        notices=text.notices,
+    )

@@ -20,9 +20,19 @@ from ..checks import check_record
 from ..errors import AnalysisError
 from .record import TokenRecord
 
-__all__ = ["MAX_OUTLIER_FRACTION", "MIN_NORM_RATIO", "DOMINANT_SHARE", "HighNormTokens", "token_norms",
-           "high_norm_tokens", "stage_high_norm_tokens", "attention_mass", "outlier_patches", "outlier_share",
-           "dominated_by_outliers"]
+__all__ = [
+    "MAX_OUTLIER_FRACTION",
+    "MIN_NORM_RATIO",
+    "DOMINANT_SHARE",
+    "HighNormTokens",
+    "token_norms",
+    "high_norm_tokens",
+    "stage_high_norm_tokens",
+    "attention_mass",
+    "outlier_patches",
+    "outlier_share",
+    "dominated_by_outliers",
+]
 
 MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper's models)
 MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
@@ -72,7 +82,10 @@ def _gap_threshold(norms: torch.Tensor, max_fraction: float, min_ratio: float) -
 
 
 def high_norm_tokens(
-    norms: torch.Tensor, num_prefix_tokens: int, *, max_fraction: float = MAX_OUTLIER_FRACTION,
+    norms: torch.Tensor,
+    num_prefix_tokens: int,
+    *,
+    max_fraction: float = MAX_OUTLIER_FRACTION,
     min_ratio: float = MIN_NORM_RATIO,
 ) -> HighNormTokens:
     """Outlier patch tokens of ``norms (L, B, T)`` (prefix tokens excluded), layer by layer,
@@ -89,7 +102,9 @@ def high_norm_tokens(
     mask = patches > thresholds[:, None, None]
     fraction = mask.float().mean((1, 2))
     layers = torch.nonzero(fraction > 0).flatten().tolist()
-    return HighNormTokens(thresholds=thresholds, mask=mask, fraction=fraction, first_layer=layers[0] if layers else None)
+    return HighNormTokens(
+        thresholds=thresholds, mask=mask, fraction=fraction, first_layer=layers[0] if layers else None
+    )
 
 
 def stage_high_norm_tokens(
@@ -103,8 +118,10 @@ def stage_high_norm_tokens(
     per captured layer (grids differ), ``thresholds``/``fraction`` ``(L,)`` and
     ``first_layer`` the first with outliers; layers are counted along ``tokens.layers``, as
     :func:`high_norm_tokens` counts them along its ``L``."""
-    per_layer = [high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
-                 for layer_tokens in tokens.tokens]  # each over one layer: mask (1, B, N_l)
+    per_layer = [
+        high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
+        for layer_tokens in tokens.tokens
+    ]  # each over one layer: mask (1, B, N_l)
     fraction = torch.cat([found.fraction for found in per_layer])
     with_outliers = torch.nonzero(fraction > 0).flatten().tolist()
     return HighNormTokens(
@@ -127,7 +144,9 @@ def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Te
     keys = torch.as_tensor(key_tokens)
     if keys.dtype == torch.bool:
         if tuple(keys.shape) != (attention.shape[1], attention.shape[-1]):
-            raise AnalysisError(f"A key mask must be (B, T) = {(attention.shape[1], attention.shape[-1])}, got {tuple(keys.shape)}.")
+            raise AnalysisError(
+                f"A key mask must be (B, T) = {(attention.shape[1], attention.shape[-1])}, got {tuple(keys.shape)}."
+            )
         weights = keys.float()[None, :, None, None, :]  # (1, B, 1, 1, T)
         return (attention * weights).sum(-1).mean(-1)
     keys = keys.long().flatten()
@@ -144,8 +163,10 @@ def outlier_patches(found: HighNormTokens, image: int = 0) -> list[int]:
     (:func:`analysis.plots.colour_range`'s ``left_out``). A windowed model's stage grids differ
     from layer to layer, so it has no single set: refused with an AnalysisError."""
     if isinstance(found.mask, tuple):
-        raise AnalysisError("outlier_patches needs one patch grid for every layer (a ViT); a windowed model's "
-                            "outliers are per stage grid: read found.mask[layer] layer by layer.")
+        raise AnalysisError(
+            "outlier_patches needs one patch grid for every layer (a ViT); a windowed model's "
+            "outliers are per stage grid: read found.mask[layer] layer by layer."
+        )
     if not 0 <= image < found.mask.shape[1]:
         raise AnalysisError(f"image {image} is outside the batch of {found.mask.shape[1]}.")
     return torch.nonzero(found.mask[:, image].any(0)).flatten().tolist()

@@ -97,8 +97,9 @@ def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tenso
     return output.reshape(output.shape[0], grid[0] * grid[1], output.shape[-1])
 
 
-def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None = None,
-               precision: str = "auto") -> torch.Tensor:
+def logit_lens(
+    vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None = None, precision: str = "auto"
+) -> torch.Tensor:
     """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
     head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``), for ``layers``
     (``None``: :func:`~analysis.tokens.stages.logit_lens_layers`, every layer of a ViT). The
@@ -135,7 +136,9 @@ def logit_lens(vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None 
             return model.forward_head(head_norm(hidden))
 
         readout = head_readout
-        hidden_states = capture_tokens(vit, pixels, kind="token", layers=layers, precision=precision).tokens  # (L, B, T, D)
+        hidden_states = capture_tokens(
+            vit, pixels, kind="token", layers=layers, precision=precision
+        ).tokens  # (L, B, T, D)
     out = []
     with torch.no_grad():
         for hidden in hidden_states:

@@ -50,8 +50,9 @@ def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return mean, axes * signs
 
 
-def feature_pca(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, n_components: int = 3, foreground: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def feature_pca(
+    tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, n_components: int = 3, foreground: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rgb (B, gh, gw, k), fitted (B, gh, gw) bool)``: patch tokens projected on their first
     ``k`` principal components, fitted jointly on all images' patches, each component min-max
     scaled to [0, 1] over the fitted patches (values outside are clipped).
@@ -83,8 +84,14 @@ def feature_pca(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, n_compon
     return rgb.float().reshape(batch, *grid, k), fitted.reshape(batch, *grid)
 
 
-def patch_similarity(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, query: int | str, *, other: torch.Tensor | None = None,
-                     image: int = 0) -> torch.Tensor:
+def patch_similarity(
+    tokens: torch.Tensor,
+    spec: ViTSpec | LayerGeometry,
+    query: int | str,
+    *,
+    other: torch.Tensor | None = None,
+    image: int = 0,
+) -> torch.Tensor:
     """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
     same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
     correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the

@@ -43,8 +43,10 @@ class TokenRecord:
         """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
         layer = check_index("layer", layer, self.spec.num_layers, "layers")
         if layer not in self.layers:
-            raise AnalysisError(f"Layer {layer} was not captured (captured: {list(self.layers)}). Capture it with "
-                                "capture_tokens(..., layers=None) for all layers.")
+            raise AnalysisError(
+                f"Layer {layer} was not captured (captured: {list(self.layers)}). Capture it with "
+                "capture_tokens(..., layers=None) for all layers."
+            )
         return self.layers.index(layer)
 
     def layer_tokens(self, layer: int) -> torch.Tensor:

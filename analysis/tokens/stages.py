@@ -73,8 +73,11 @@ def logit_lens_layers(spec) -> tuple[int, ...]:
     if not spec.is_windowed:
         return tuple(range(spec.num_layers))
     last = spec.layer_geometry[-1]
-    return tuple(layer for layer, geometry in enumerate(spec.layer_geometry)
-                 if geometry.stage == last.stage and geometry.grid_size == last.grid_size)
+    return tuple(
+        layer
+        for layer, geometry in enumerate(spec.layer_geometry)
+        if geometry.stage == last.stage and geometry.grid_size == last.grid_size
+    )
 
 
 def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
@@ -96,7 +99,9 @@ def windowed_readout(model: Any):  # a timm Swin / SAM: forward_head, neck, norm
     """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
     lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``;
     timm's ``swinv2_cr``: ``forward_head(h as NCHW)``."""
-    if isinstance(getattr(model, "neck", None), nn.Module):  # SAM: forward_features ends with neck(x.permute(0, 3, 1, 2))
+    if isinstance(
+        getattr(model, "neck", None), nn.Module
+    ):  # SAM: forward_features ends with neck(x.permute(0, 3, 1, 2))
         return lambda hidden: model.forward_head(model.neck(hidden.permute(0, 3, 1, 2)))
     if type(model).__name__ == "SwinTransformerV2Cr":  # its last stage hands the head (B, C, gh, gw), no final norm
         return lambda hidden: model.forward_head(hidden.permute(0, 3, 1, 2))

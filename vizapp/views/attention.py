@@ -37,7 +37,6 @@ else:  # a ViT: one grid for every layer
     uniform = 1 / spec.num_tokens  # the attention every key gets under uniform attention
     OUTSIDE_MASK_BRIGHTNESS = 0.3  # top-mass panels: the image outside a head's mask, dimmed
 
-
     def on_tile_click() -> None:
         """A click on a thumbnail opens that (layer, head) large."""
         point = selected_point("attn_grid")
@@ -47,13 +46,15 @@ else:  # a ViT: one grid for every layer
             st.session_state["layer"] = layer
             st.session_state["head"] = "mean" if column == H else column
 
-
     st.header("Attention", divider="gray")
     st.caption(
         "Attention probabilities of one query token over the patch tokens, drawn over exactly the "
         "pixels the model saw ("
-        + ("bilinearly upsampled from the patch centres; hover shows each patch's value" if cur.smooth
-           else "one heatmap cell per patch")
+        + (
+            "bilinearly upsampled from the patch centres; hover shows each patch's value"
+            if cur.smooth
+            else "one heatmap cell per patch"
+        )
         + "). Click the image to query a patch."
     )
 
@@ -85,11 +86,20 @@ else:  # a ViT: one grid for every layer
         if view_layers is not None:
             attention_view(
                 data=served(*resources.attention_view_blob(*cur.args, view_layers), key="attn_view"),
-                image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=head, query=query,
-                colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="attn_view",
+                image_uri=resources.background_uri(*cur.args),
+                spec=spec,
+                layer=layer,
+                head=head,
+                query=query,
+                colorscale=cur.colorscale,
+                map_range=cur.map_range,
+                opacity=opacity,
+                key="attn_view",
                 on_change=follow_view("attn_view", patches=spec.num_patches, layers=L, heads=H),
-                report_drawn=held, note="" if held else None,
-                left_out=outliers, hide_left_out=cur.hide_outliers,
+                report_drawn=held,
+                note="" if held else None,
+                left_out=outliers,
+                hide_left_out=cur.hide_outliers,
             )
             st.caption(
                 "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch, "
@@ -116,16 +126,26 @@ else:  # a ViT: one grid for every layer
             colorbar_title=f"attention probability ({range_text})",
             title=f"Layer {layer} · {head_label(head)} · query: {query_text}",
             query_patch=query if isinstance(query, int) else None,
-            upsampled=cur.upsampled(cur.shown(shown)), chart_width=figures.column_width(3 / 5),
+            upsampled=cur.upsampled(cur.shown(shown)),
+            chart_width=figures.column_width(3 / 5),
         )
         if held:
             st.caption("The chart follows as soon as the view above has drawn.")
         else:
-            show_chart(figure, "attn_overlay", filename=f"attention_L{layer}_{head}",
-                       on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size))
+            show_chart(
+                figure,
+                "attn_overlay",
+                filename=f"attention_L{layer}_{head}",
+                on_select=patch_click("attn_overlay", [spec.grid_size], spec.grid_size),
+            )
         download_npz(
-            "attn_overlay_data", f"attention_L{layer}_{head}", attention=shown, layer=layer,
-            head=-1 if head == "mean" else int(head), query=str(query), patch_size=spec.patch_size,
+            "attn_overlay_data",
+            f"attention_L{layer}_{head}",
+            attention=shown,
+            layer=layer,
+            head=-1 if head == "mean" else int(head),
+            query=str(query),
+            patch_size=spec.patch_size,
             image_size_hw=spec.img_size,
         )
         if not held:
@@ -149,33 +169,50 @@ else:  # a ViT: one grid for every layer
         pool_lo, pool_hi, pool_range = colour_range(cur.map_range, pooling[pool_column], pooling, uniform=uniform)
         show_chart(
             figures.attention_overlay(
-                resources.background_uri(*cur.args), spec.img_size, pooling[pool_column], spec.patch_size,
-                opacity=opacity, colorscale=cur.colorscale, title=f"Pooling probe · {pool_label}",
-                zmin=pool_lo, zmax=pool_hi, colorbar_title=f"attention probability ({pool_range})",
+                resources.background_uri(*cur.args),
+                spec.img_size,
+                pooling[pool_column],
+                spec.patch_size,
+                opacity=opacity,
+                colorscale=cur.colorscale,
+                title=f"Pooling probe · {pool_label}",
+                zmin=pool_lo,
+                zmax=pool_hi,
+                colorbar_title=f"attention probability ({pool_range})",
                 upsampled=cur.upsampled(pooling[pool_column]),
             ),
-            "pool_overlay", filename="attention_pooling_head",
+            "pool_overlay",
+            filename="attention_pooling_head",
         )
         download_npz("pool_data", "attention_pooling_head", attention=pooling[:pool_heads], mean_over_heads=pooling[-1])
 
     st.subheader(f"All layers × heads · query: {query_text}")
     robust = cur.map_range == "robust"
     THUMBNAIL_SCALES = {
-        "layer": (f"one scale per layer (its 99th percentile without outlier tokens, at least {UNIFORM_FLOOR:g}× "
-                  "uniform; higher cells at the top colour)" if robust
-                  else f"one scale per layer (its maximum, at least {UNIFORM_FLOOR:g}× uniform)"),
+        "layer": (
+            f"one scale per layer (its 99th percentile without outlier tokens, at least {UNIFORM_FLOOR:g}× "
+            "uniform; higher cells at the top colour)"
+            if robust
+            else f"one scale per layer (its maximum, at least {UNIFORM_FLOOR:g}× uniform)"
+        ),
         "each": "each map to its own maximum",
         "shared": "one shared scale",
     }
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
-    scale = st.radio("Thumbnail colour scale", list(THUMBNAIL_SCALES), horizontal=True, key="thumb_scale",
-                     format_func=THUMBNAIL_SCALES.get)
+    scale = st.radio(
+        "Thumbnail colour scale",
+        list(THUMBNAIL_SCALES),
+        horizontal=True,
+        key="thumb_scale",
+        format_func=THUMBNAIL_SCALES.get,
+    )
     assert scale is not None, "a radio with options and no index=None always has a value"
     drawn_maps = cur.shown(maps)
     tiles = drawn_maps.reshape(L * (H + 1), *spec.grid_size)
     if scale == "layer":  # heads compare within a layer; a near-uniform layer stays pale
         tiles = layer_scaled(drawn_maps, uniform=uniform, robust=robust, left_out=outliers)[0].reshape(
-            L * (H + 1), *spec.grid_size)
+            L * (H + 1), *spec.grid_size
+        )
     thumbnail_titles = {
         "layer": f"attention / its layer's top (uniform 1/T = {uniform:.2g}{'; clipped at 1' if robust else ''})",
         "each": "attention / map max",
@@ -200,16 +237,30 @@ else:  # a ViT: one grid for every layer
     if not held:
         show_chart(grid, "attn_grid", filename="attention_layers_x_heads", on_select=on_tile_click)
     download_npz(
-        "attn_grid_data", "attention_layers_x_heads", attention=maps[:, :H], mean_over_heads=maps[:, H],
-        query=str(query), layers=list(range(L)),
+        "attn_grid_data",
+        "attention_layers_x_heads",
+        attention=maps[:, :H],
+        mean_over_heads=maps[:, H],
+        query=str(query),
+        layers=list(range(L)),
     )
 
     st.subheader(f"Top attention mass per head · layer {layer} · query: {query_text}")
-    if st.toggle("Show each head's top-mass patches (DINO)", key="dino_show",
-                 help="Per head, the fewest patches that hold a chosen share of the query's attention.") and not held:
+    if (
+        st.toggle(
+            "Show each head's top-mass patches (DINO)",
+            key="dino_show",
+            help="Per head, the fewest patches that hold a chosen share of the query's attention.",
+        )
+        and not held
+    ):
         st.session_state.setdefault("dino_mass", 0.6)
         mass = st.slider(
-            "Attention mass kept", 0.05, 1.0, step=0.05, key="dino_mass",
+            "Attention mass kept",
+            0.05,
+            1.0,
+            step=0.05,
+            key="dino_mass",
             help="Per head, the fewest patches whose attention adds up to this fraction of the query's "
             "attention over the patches (DINO, Caron et al. 2021, keep 60%).",
         )
@@ -224,14 +275,22 @@ else:  # a ViT: one grid for every layer
         dimmed = [masked_image(input_image, np.where(mask, 1.0, OUTSIDE_MASK_BRIGHTNESS), "nearest") for mask in masks]
         show_chart(
             figures.map_panels(
-                dimmed, spec.img_size, list(kept), spec.patch_size,
-                [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)], ncols=mass_cols,
-                opacity=min(1.0, opacity + 0.2), colorscale=cur.colorscale, zmin=mass_lo, zmax=mass_hi,
+                dimmed,
+                spec.img_size,
+                list(kept),
+                spec.patch_size,
+                [f"head {h} · {counts[h]} of {n_patches} patches" for h in range(H)],
+                ncols=mass_cols,
+                opacity=min(1.0, opacity + 0.2),
+                colorscale=cur.colorscale,
+                zmin=mass_lo,
+                zmax=mass_hi,
                 colorbar_title=f"attention probability ({mass_range})",
                 panel_height=240 if mass_cols >= 4 else 360,
                 query_patches=[query if isinstance(query, int) else None] * H,
             ),
-            "mass_panels", filename=f"attention_top_mass_L{layer}",
+            "mass_panels",
+            filename=f"attention_top_mass_L{layer}",
             on_select=patch_click("mass_panels", [spec.grid_size] * H, spec.grid_size),
         )
         st.caption(
@@ -240,6 +299,12 @@ else:  # a ViT: one grid for every layer
             "A head that needs few patches attends sharply."
         )
         download_npz(
-            "mass_data", f"attention_top_mass_L{layer}", masks=masks, attention=head_maps, mass=float(mass),
-            layer=layer, query=str(query), patches_kept=counts,
+            "mass_data",
+            f"attention_top_mass_L{layer}",
+            masks=masks,
+            attention=head_maps,
+            mass=float(mass),
+            layer=layer,
+            query=str(query),
+            patches_kept=counts,
         )

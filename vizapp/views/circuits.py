@@ -32,8 +32,10 @@ st.caption(
 try:
     refuse_windowed(cur.vit, "The Circuits page (head ablation, activation patching, direct logit attribution)")
     if not spec.has_classifier:
-        raise AnalysisError(f"The Circuits page measures a class logit; this model has a {spec.head} head "
-                            "(no classes). Load a classifier.")
+        raise AnalysisError(
+            f"The Circuits page measures a class logit; this model has a {spec.head} head "
+            "(no classes). Load a classifier."
+        )
 except AnalysisError as exc:
     refuse_page(exc)
 
@@ -42,8 +44,13 @@ names = cur.vit.class_names
 order = [int(i) for i in np.argsort(-probabilities)[:5]]
 label = lambda c: f"{names[c] if names else f'class {c}'} ({probabilities[c]:.1%})"  # noqa: E731
 clamp_state("circ_target", order, order[0])
-target = st.selectbox("Target class (the logit measured)", order, format_func=label, key="circ_target",
-                      help="The five most probable classes of this image; the first is the prediction.")
+target = st.selectbox(
+    "Target class (the logit measured)",
+    order,
+    format_func=label,
+    key="circ_target",
+    help="The five most probable classes of this image; the first is the prediction.",
+)
 st.session_state.setdefault("circ_layer", L - 1)
 st.session_state.setdefault("circ_head", 0)
 clamp_state("circ_layer", (0, L - 1), L - 1)  # a head picked on a bigger model
@@ -91,28 +98,54 @@ if dla is not None:
     per_layer = np.stack([dla["heads"].sum((1, 2)) + dla["head_bias"].sum(-1), dla["mlps"].sum(-1)], axis=1)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        show_chart(figures.head_heatmap(per_head, title="Each head's direct contribution to the target logit",
-                                        colorbar_title="logit", selected=selected),
-                   "circ_dla", filename="direct_logit_attribution", on_select=pick_head("circ_dla"))
+        show_chart(
+            figures.head_heatmap(
+                per_head,
+                title="Each head's direct contribution to the target logit",
+                colorbar_title="logit",
+                selected=selected,
+            ),
+            "circ_dla",
+            filename="direct_logit_attribution",
+            on_select=pick_head("circ_dla"),
+        )
     with right:
-        show_chart(figures.layer_contributions(per_layer, title="Per layer"), "circ_dla_layers",
-                   filename="direct_logit_attribution_per_layer")
-        total = dla["embedding"].sum() + dla["heads"].sum() + dla["head_bias"].sum() + dla["mlps"].sum() + dla["constant"]
-        st.caption(f"Embeddings {dla['embedding'].sum():+.3f}, norms' shifts and head bias {float(dla['constant']):+.3f}; "
-                   f"all terms sum to {float(total):.4f}, the logit is {float(dla['target_logit']):.4f}.")
-    download_npz("circ_dla_data", "direct_logit_attribution", heads=dla["heads"], head_bias=dla["head_bias"],
-                 mlps=dla["mlps"], embedding=dla["embedding"], constant=dla["constant"],
-                 target_logit=dla["target_logit"], target=target)
-    first_result.hold_slow_sections("circuits", "Head ablation, the selected head and activation patching follow as soon "
-                                    "as these charts are on screen.")
+        show_chart(
+            figures.layer_contributions(per_layer, title="Per layer"),
+            "circ_dla_layers",
+            filename="direct_logit_attribution_per_layer",
+        )
+        total = (
+            dla["embedding"].sum() + dla["heads"].sum() + dla["head_bias"].sum() + dla["mlps"].sum() + dla["constant"]
+        )
+        st.caption(
+            f"Embeddings {dla['embedding'].sum():+.3f}, norms' shifts and head bias {float(dla['constant']):+.3f}; "
+            f"all terms sum to {float(total):.4f}, the logit is {float(dla['target_logit']):.4f}."
+        )
+    download_npz(
+        "circ_dla_data",
+        "direct_logit_attribution",
+        heads=dla["heads"],
+        head_bias=dla["head_bias"],
+        mlps=dla["mlps"],
+        embedding=dla["embedding"],
+        constant=dla["constant"],
+        target_logit=dla["target_logit"],
+        target=target,
+    )
+    first_result.hold_slow_sections(
+        "circuits",
+        "Head ablation, the selected head and activation patching follow as soon as these charts are on screen.",
+    )
 
 # --------------------------------------------------------------------------- head ablation
 st.subheader("Head ablation")
 samples = [p.name for p in inputs.sample_paths()]
 METHOD_LABELS = {"zero": "zero", "mean": "mean over the bundled samples", "resample": "resample from a sample"}
 a1, a2 = st.columns([2, 3])
-method = a1.radio("Replace the head's output by", ABLATIONS, format_func=METHOD_LABELS.get, horizontal=True,
-                  key="circ_method")
+method = a1.radio(
+    "Replace the head's output by", ABLATIONS, format_func=METHOD_LABELS.get, horizontal=True, key="circ_method"
+)
 reference = None
 if method == "resample":
     clamp_state("circ_reference", samples, samples[-1] if samples else None)
@@ -132,21 +165,45 @@ if run_ablation:
     delta_probability = np.stack([row["delta_probability"] for row in rows])
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        show_chart(figures.head_heatmap(delta, title=f"Change of the target logit when one head is removed ({method})",
-                                        colorbar_title="Δ logit", selected=selected),
-                   "circ_ablation", filename="head_ablation", on_select=pick_head("circ_ablation"))
+        show_chart(
+            figures.head_heatmap(
+                delta,
+                title=f"Change of the target logit when one head is removed ({method})",
+                colorbar_title="Δ logit",
+                selected=selected,
+            ),
+            "circ_ablation",
+            filename="head_ablation",
+            on_select=pick_head("circ_ablation"),
+        )
     with right:
         worst = heads_by_effect(delta)[: min(12, passes)]
         if st.toggle("Remove the most important heads one after another", key="circ_cumulative"):
             curve = circuit_results.ablation_curve(*cur.args, target, method, reference, tuple(worst))
-            show_chart(figures.ablation_curve(curve, [f"L{layer} H{h}" for layer, h in worst], title="Cumulative ablation",
-                                              clean=float(rows[0]["clean_logit"][0])),
-                       "circ_curve", filename="cumulative_ablation")
+            show_chart(
+                figures.ablation_curve(
+                    curve,
+                    [f"L{layer} H{h}" for layer, h in worst],
+                    title="Cumulative ablation",
+                    clean=float(rows[0]["clean_logit"][0]),
+                ),
+                "circ_curve",
+                filename="cumulative_ablation",
+            )
         else:
-            st.caption("Most important heads (largest drop first): "
-                       + ", ".join(f"L{layer} H{h} ({delta[layer, h]:+.3f})" for layer, h in worst[:6]))
-    download_npz("circ_ablation_data", "head_ablation", delta_logit=delta, delta_probability=delta_probability,
-                 method=method, reference=str(reference), target=target)
+            st.caption(
+                "Most important heads (largest drop first): "
+                + ", ".join(f"L{layer} H{h} ({delta[layer, h]:+.3f})" for layer, h in worst[:6])
+            )
+    download_npz(
+        "circ_ablation_data",
+        "head_ablation",
+        delta_logit=delta,
+        delta_probability=delta_probability,
+        method=method,
+        reference=str(reference),
+        target=target,
+    )
 
 # --------------------------------------------------------------------------- the selected head
 layer, head = selected
@@ -155,13 +212,25 @@ query = "cls" if spec.has_class_token else "mean"
 left, right = st.columns(2, gap="medium")
 with left:
     grid = resources.attention_grid(*cur.args, query)[layer, head]
-    lo, hi, range_text = colour_range(cur.map_range, cur.shown(grid), uniform=1 / spec.num_tokens,
-                                      left_out=cur.left_out(grid))
-    show_chart(figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, cur.shown(grid), spec.patch_size, colorscale=cur.colorscale,
-        zmin=lo, zmax=hi, title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
-        colorbar_title=f"attention probability ({range_text})", chart_width=figures.column_width(1 / 2)),
-        "circ_head_attention", filename=f"head_L{layer}_H{head}_attention")
+    lo, hi, range_text = colour_range(
+        cur.map_range, cur.shown(grid), uniform=1 / spec.num_tokens, left_out=cur.left_out(grid)
+    )
+    show_chart(
+        figures.attention_overlay(
+            resources.background_uri(*cur.args),
+            spec.img_size,
+            cur.shown(grid),
+            spec.patch_size,
+            colorscale=cur.colorscale,
+            zmin=lo,
+            zmax=hi,
+            title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
+            colorbar_title=f"attention probability ({range_text})",
+            chart_width=figures.column_width(1 / 2),
+        ),
+        "circ_head_attention",
+        filename=f"head_L{layer}_H{head}_attention",
+    )
 with right:
     on_patches = spec.split_prefix(dla["heads"][layer, head], 0)[1] if dla is not None else None
     if dla is not None and not np.any(on_patches):  # a class-token readout: only the class token is read
@@ -174,13 +243,31 @@ with right:
     elif dla is not None:
         per_patch = on_patches.reshape(spec.grid_size)
         limit = figures.symmetric_limit(per_patch)
-        show_chart(figures.attention_overlay(
-            resources.background_uri(*cur.args), spec.img_size, per_patch, spec.patch_size, colorscale=figures.DIVERGING,
-            zmin=-limit, zmax=limit, opacity=0.75, title="Its direct logit attribution where it writes",
-            colorbar_title=f"logit (±{limit:.3g})", chart_width=figures.column_width(1 / 2)), "circ_head_dla", filename=f"head_L{layer}_H{head}_dla")
+        show_chart(
+            figures.attention_overlay(
+                resources.background_uri(*cur.args),
+                spec.img_size,
+                per_patch,
+                spec.patch_size,
+                colorscale=figures.DIVERGING,
+                zmin=-limit,
+                zmax=limit,
+                opacity=0.75,
+                title="Its direct logit attribution where it writes",
+                colorbar_title=f"logit (±{limit:.3g})",
+                chart_width=figures.column_width(1 / 2),
+            ),
+            "circ_head_dla",
+            filename=f"head_L{layer}_H{head}_dla",
+        )
         if prefix:
-            st.caption("On the prefix tokens: " + ", ".join(
-                f"{name} {value:+.3f}" for name, value in zip(spec.token_names, spec.split_prefix(dla["heads"][layer, head], 0)[0])))
+            st.caption(
+                "On the prefix tokens: "
+                + ", ".join(
+                    f"{name} {value:+.3f}"
+                    for name, value in zip(spec.token_names, spec.split_prefix(dla["heads"][layer, head], 0)[0])
+                )
+            )
 
 # --------------------------------------------------------------------------- activation patching
 st.subheader("Activation patching")
@@ -189,8 +276,13 @@ st.caption(
     "(logit − corrupted) / (clean − corrupted) of the target: 1 restores the clean answer, 0 nothing."
 )
 p1, p2, p3 = st.columns(3)
-corruption = p1.radio("Corruption", list(circuit_results.CORRUPTIONS), key="circ_corruption", horizontal=True,
-                      format_func={"noise": "noise", "blur": "blur", "sample": "another image"}.get)
+corruption = p1.radio(
+    "Corruption",
+    list(circuit_results.CORRUPTIONS),
+    key="circ_corruption",
+    horizontal=True,
+    format_func={"noise": "noise", "blur": "blur", "sample": "another image"}.get,
+)
 sample, level = None, 0.0
 if corruption == "sample":
     others = [name for name in samples if name != cur.image.name] or samples
@@ -204,8 +296,10 @@ point = p3.radio("Patch", PATCH_POINTS, format_func=POINT_LABELS.get, key="circ_
 width = spec.num_tokens if point == "resid_pre" else H
 patch_passes = L * -(-width // 32)
 auto_toggle("circ_patch", patch_passes)
-if st.toggle(f"Patch every {'token' if point == 'resid_pre' else 'head'} of every layer ({patch_passes} batched forward "
-             "passes)", key="circ_patch"):
+if st.toggle(
+    f"Patch every {'token' if point == 'resid_pre' else 'head'} of every layer ({patch_passes} batched forward passes)",
+    key="circ_patch",
+):
     bar = st.progress(0.0, text="Patching…")
     try:
         rows = []
@@ -220,35 +314,77 @@ if st.toggle(f"Patch every {'token' if point == 'resid_pre' else 'head'} of ever
         effect = np.stack([row["effect"] for row in rows])  # (L, width)
         st.caption(f"Target logit: clean {float(rows[0]['clean']):.3f}, corrupted {float(rows[0]['corrupted']):.3f}.")
         if point == "attn.z":
-            show_chart(figures.head_heatmap(effect, title="Restored share of the clean answer, per head",
-                                            colorbar_title="effect", selected=selected),
-                       "circ_patch_heads", filename="patching_heads", on_select=pick_head("circ_patch_heads"))
+            show_chart(
+                figures.head_heatmap(
+                    effect,
+                    title="Restored share of the clean answer, per head",
+                    colorbar_title="effect",
+                    selected=selected,
+                ),
+                "circ_patch_heads",
+                filename="patching_heads",
+                on_select=pick_head("circ_patch_heads"),
+            )
         else:
-            labels = list(spec.token_names) + [f"patch {i} (row {i // spec.grid_size[1]}, col {i % spec.grid_size[1]})"
-                                               for i in range(spec.num_patches)]
+            labels = list(spec.token_names) + [
+                f"patch {i} (row {i // spec.grid_size[1]}, col {i % spec.grid_size[1]})"
+                for i in range(spec.num_patches)
+            ]
             left, right = st.columns([3, 2], gap="medium")
             with left:
-                show_chart(figures.patching_heatmap(effect, labels, title="Restored share of the clean answer, "
-                                                    "per layer and token"), "circ_patch_tokens", filename="patching_tokens")
+                show_chart(
+                    figures.patching_heatmap(
+                        effect, labels, title="Restored share of the clean answer, per layer and token"
+                    ),
+                    "circ_patch_tokens",
+                    filename="patching_tokens",
+                )
             with right:
                 clamp_state("circ_patch_layer", (0, L - 1), 0)
                 shown = st.slider("Layer drawn on the image", 0, L - 1, key="circ_patch_layer") if L > 1 else 0
                 on_grid = spec.split_prefix(effect[shown], 0)[1].reshape(spec.grid_size)
                 limit = figures.symmetric_limit(effect)
-                show_chart(figures.attention_overlay(
-                    resources.background_uri(*cur.args), spec.img_size, on_grid, spec.patch_size,
-                    colorscale=figures.DIVERGING, zmin=-limit, zmax=limit, opacity=0.75,
-                    title=f"Layer {shown}: patching each patch token", colorbar_title=f"effect (±{limit:.3g})",
-                    chart_width=figures.column_width(2 / 5)),
-                    "circ_patch_image", filename=f"patching_layer_{shown}")
-        download_npz("circ_patch_data", "activation_patching", effect=effect,
-                     patched=np.stack([row["patched"] for row in rows]), clean=rows[0]["clean"],
-                     corrupted=rows[0]["corrupted"], point=point, corruption=corruption, level=level,
-                     sample=str(sample), target=target)
+                show_chart(
+                    figures.attention_overlay(
+                        resources.background_uri(*cur.args),
+                        spec.img_size,
+                        on_grid,
+                        spec.patch_size,
+                        colorscale=figures.DIVERGING,
+                        zmin=-limit,
+                        zmax=limit,
+                        opacity=0.75,
+                        title=f"Layer {shown}: patching each patch token",
+                        colorbar_title=f"effect (±{limit:.3g})",
+                        chart_width=figures.column_width(2 / 5),
+                    ),
+                    "circ_patch_image",
+                    filename=f"patching_layer_{shown}",
+                )
+        download_npz(
+            "circ_patch_data",
+            "activation_patching",
+            effect=effect,
+            patched=np.stack([row["patched"] for row in rows]),
+            clean=rows[0]["clean"],
+            corrupted=rows[0]["corrupted"],
+            point=point,
+            corruption=corruption,
+            level=level,
+            sample=str(sample),
+            target=target,
+        )
 
 paths = {p.name: p for p in inputs.sample_paths()}
-show_code(circuits_code(
-    Source.of(cur), target=target, method=method,
-    reference=list(paths.values()) if method == "mean" else [paths[reference]] if method == "resample" else [],
-    corruption=corruption, level=level, corrupted_path=paths.get(sample), point=point,
-))
+show_code(
+    circuits_code(
+        Source.of(cur),
+        target=target,
+        method=method,
+        reference=list(paths.values()) if method == "mean" else [paths[reference]] if method == "resample" else [],
+        corruption=corruption,
+        level=level,
+        corrupted_path=paths.get(sample),
+        point=point,
+    )
+)

@@ -51,8 +51,9 @@ def layer_panels(args, model_spec, model_query, chosen_layers, head):
             panels_.append(all_maps[layer][heads if head == "mean" or int(head) >= heads else int(head)])
             strides.append(geometry.stride)
             grids_.append(geometry.grid_size)
-            cells.append(None if isinstance(model_query, str)
-                         else geometry.cell_of_pixel(*query_pixel(model_spec, model_query)))
+            cells.append(
+                None if isinstance(model_query, str) else geometry.cell_of_pixel(*query_pixel(model_spec, model_query))
+            )
             levels.append(uniform_level(geometry))
         everything_ = np.concatenate([m.ravel() for m in all_maps])
         return panels_, strides, grids_, cells, max(levels), everything_, fell_back
@@ -61,9 +62,15 @@ def layer_panels(args, model_spec, model_query, chosen_layers, head):
     fell_back = head != "mean" and int(head) >= heads
     col = heads if head == "mean" or int(head) >= heads else int(head)
     count = len(chosen_layers)
-    return ([all_maps[layer, col] for layer in chosen_layers], [model_spec.patch_size] * count,
-            [model_spec.grid_size] * count, [model_query if isinstance(model_query, int) else None] * count,
-            1 / model_spec.num_tokens, all_maps, fell_back)
+    return (
+        [all_maps[layer, col] for layer in chosen_layers],
+        [model_spec.patch_size] * count,
+        [model_spec.grid_size] * count,
+        [model_query if isinstance(model_query, int) else None] * count,
+        1 / model_spec.num_tokens,
+        all_maps,
+        fell_back,
+    )
 
 
 def stacked(name: str, chosen_layers, panels_) -> dict[str, np.ndarray]:
@@ -88,7 +95,11 @@ with c1:
     elif any(not 0 <= x < L for x in st.session_state["cmp_layers"]):  # a model with fewer layers
         st.session_state["cmp_layers"] = [x for x in st.session_state["cmp_layers"] if 0 <= x < L]
     chosen = st.multiselect(
-        "Layers (1–4)", list(range(L)), key="cmp_layers", max_selections=4, disabled=every,
+        "Layers (1–4)",
+        list(range(L)),
+        key="cmp_layers",
+        max_selections=4,
+        disabled=every,
         format_func=lambda x: f"layer {x}",
     )
 with c2:
@@ -113,7 +124,9 @@ slots = list(range(len(layers)))
 groups = [0] * len(layers)
 
 loaded = second_model_control(
-    "cmp_model2", "Second model on the same image (optional)", cur.model,
+    "cmp_model2",
+    "Second model on the same image (optional)",
+    cur.model,
     help="Shown in its own rows at the same relative depth, with the same head (or the mean) and the "
     "query at the same image position.",
 )
@@ -125,11 +138,13 @@ if loaded is not None:
         args2 = (ref2, cur.image.digest, cur.image.data)
         spec2 = vit2.spec
         name2 = ref2.source.split("/")[-1].split(".")[0]
-        query2 = corresponding_query(query, spec.grid_size, spec2.grid_size, spec2.has_class_token,
-                                     from_has_class_token=spec.has_class_token)
+        query2 = corresponding_query(
+            query, spec.grid_size, spec2.grid_size, spec2.has_class_token, from_has_class_token=spec.has_class_token
+        )
         layers2 = [corresponding_layer(layer, L, spec2.num_layers) for layer in layers]
-        panels2, patches2, grids2, queries2, uniform2, maps2, fell_back = layer_panels(args2, spec2, query2, layers2,
-                                                                                      head)
+        panels2, patches2, grids2, queries2, uniform2, maps2, fell_back = layer_panels(
+            args2, spec2, query2, layers2, head
+        )
         first_slot = -(-len(layers) // NCOLS) * NCOLS  # the second model starts on a new row
         for i, layer2 in enumerate(layers2):
             titles.append(f"{name2} · layer {layer2}")
@@ -142,23 +157,26 @@ if loaded is not None:
         queries += queries2
         extra_rows = {**stacked("second_model_attention", layers2, panels2), "second_model_layers": layers2}
         if fell_back:
-            st.caption(f"{escape_markdown(ref2.label)} has fewer heads in some of these layers: showing its mean "
-                       "over heads there.")
+            st.caption(
+                f"{escape_markdown(ref2.label)} has fewer heads in some of these layers: showing its mean "
+                "over heads there."
+            )
     except Exception as exc:  # noqa: BLE001 - the first model's panels still show
         st.error(f"**{escape_markdown(ref2.label)}** could not process this image: {error_text(exc)}")
         panels2 = []
-        del titles[len(layers):], slots[len(layers):], groups[len(layers):], backgrounds[len(layers):]
-        del sizes[len(layers):], patches[len(layers):], grids[len(layers):], queries[len(layers):]
+        del titles[len(layers) :], slots[len(layers) :], groups[len(layers) :], backgrounds[len(layers) :]
+        del sizes[len(layers) :], patches[len(layers) :], grids[len(layers) :], queries[len(layers) :]
 
 separate = False
 if panels2:
-    separate = st.toggle("One colour scale per model", key="cmp_separate",
-                         help="Models differ in sequence length, so their probabilities differ in scale.")
+    separate = st.toggle(
+        "One colour scale per model",
+        key="cmp_separate",
+        help="Models differ in sequence length, so their probabilities differ in scale.",
+    )
 if separate:
-    lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps,
-                                   uniform=uniform1)
-    lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2,
-                                   uniform=uniform2)
+    lo1, hi1, text1 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels]), maps, uniform=uniform1)
+    lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2, uniform=uniform2)
     group_ranges = [(lo1, hi1, f"{name1} ({text1})"), (lo2, hi2, f"{name2} ({text2})")]
     scale_text = "one colour scale per model"
 else:
@@ -166,14 +184,25 @@ else:
     uniform = max([uniform1] + ([uniform2] if panels2 else []))  # the larger level: neither saturates
     one_grid = not panels2 and len({p.shape for p in panels}) == 1  # one model's panels on one grid:
     shown_panels = np.stack(panels) if one_grid else np.concatenate([p.ravel() for p in panels + panels2])
-    lo, hi, range_text = colour_range(cur.map_range, shown_panels, everything, uniform=uniform,
-                                      left_out=cur.left_out(panels[0]) if one_grid else ())  # ... its outliers known
+    lo, hi, range_text = colour_range(
+        cur.map_range, shown_panels, everything, uniform=uniform, left_out=cur.left_out(panels[0]) if one_grid else ()
+    )  # ... its outliers known
     group_ranges = [(lo, hi, f"attention probability ({range_text})")]
     groups = [0] * len(groups)
     scale_text = "one colour scale over all panels"
 figure = figures.map_panels(
-    backgrounds, sizes, [cur.shown(p) for p in panels] + panels2, patches, titles, ncols=NCOLS, opacity=opacity, colorscale=cur.colorscale,
-    query_patches=queries, slots=slots, color_groups=groups, group_ranges=group_ranges,
+    backgrounds,
+    sizes,
+    [cur.shown(p) for p in panels] + panels2,
+    patches,
+    titles,
+    ncols=NCOLS,
+    opacity=opacity,
+    colorscale=cur.colorscale,
+    query_patches=queries,
+    slots=slots,
+    color_groups=groups,
+    group_ranges=group_ranges,
     panel_height=300 if NCOLS >= 3 else 420,
     upsampled=[cur.upsampled(p, size) for p, size in zip(panels + panels2, sizes, strict=True)] if cur.smooth else None,
 )
@@ -185,11 +214,23 @@ held = None if spec.is_windowed else panel_layers(spec, layers)
 if held is not None:  # the instant view of the first model's panels (a ViT)
     attention_view(
         data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),
-        image_uri=resources.background_uri(*cur.args), spec=spec, layer=layers[0], head=head, query=query,
-        colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="cmp_view",
-        on_change=follow_view("cmp_view", patches=spec.num_patches, heads=H), panels=layers, report_layer=False, note="",
-        shared_name="0–max of these layers' heads", max_height=300 if NCOLS >= 3 else 420,
-        left_out=cur.outliers, hide_left_out=cur.hide_outliers,
+        image_uri=resources.background_uri(*cur.args),
+        spec=spec,
+        layer=layers[0],
+        head=head,
+        query=query,
+        colorscale=cur.colorscale,
+        map_range=cur.map_range,
+        opacity=opacity,
+        key="cmp_view",
+        on_change=follow_view("cmp_view", patches=spec.num_patches, heads=H),
+        panels=layers,
+        report_layer=False,
+        note="",
+        shared_name="0–max of these layers' heads",
+        max_height=300 if NCOLS >= 3 else 420,
+        left_out=cur.outliers,
+        hide_left_out=cur.hide_outliers,
     )
     st.caption(
         f"Instant view of {escape_markdown(name1)}: hover any panel and every layer shows that patch's attention "
@@ -203,8 +244,20 @@ for layer, panel in zip(layers, panels):  # the first panel the image's outlier 
         break
 show_chart(figure, "cmp_panels", filename="compare_layers", on_select=patch_click("cmp_panels", grids, spec.grid_size))
 download_npz(
-    "cmp_data", "compare_layers", **stacked("attention", layers, panels), layers=layers,
-    head=-1 if head == "mean" else int(head), query=str(query), **extra_rows,
+    "cmp_data",
+    "compare_layers",
+    **stacked("attention", layers, panels),
+    layers=layers,
+    head=-1 if head == "mean" else int(head),
+    query=str(query),
+    **extra_rows,
 )
-show_code(compare_code(Source.of(cur), layers=layers, head=head, windowed=spec.is_windowed,
-                       query=analysis_query(spec, query) if spec.is_windowed else query))
+show_code(
+    compare_code(
+        Source.of(cur),
+        layers=layers,
+        head=head,
+        windowed=spec.is_windowed,
+        query=analysis_query(spec, query) if spec.is_windowed else query,
+    )
+)

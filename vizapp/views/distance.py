@@ -53,8 +53,14 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
     """
     if not images:
         return None, None
-    pieces = over_image_set(images, label, lambda chunk, _start: resources.set_chunk_distances(
-        ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)), problems)
+    pieces = over_image_set(
+        images,
+        label,
+        lambda chunk, _start: resources.set_chunk_distances(
+            ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
+        ),
+        problems,
+    )
     stack = np.concatenate(pieces)
     if not len(stack):
         return None, None
@@ -123,8 +129,9 @@ if which == "mine" and not images:
 
 distance_chart = figures.attention_distance_scatter(series, references=references, unit=unit)
 for label, values in layer_references:
-    distance_chart.add_trace(layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit],
-                                                   digits=".1f" if unit == "px" else ".3f"))
+    distance_chart.add_trace(
+        layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit], digits=".1f" if unit == "px" else ".3f")
+    )
 show_chart(distance_chart, "dist_scatter", filename=f"mean_attention_distance_{unit}")
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
@@ -132,11 +139,19 @@ with d1:
 with d2:
     rows = [
         (name, layer, head, float(values[layer, head]))
-        for name, values in series for layer in range(values.shape[0]) for head in range(values.shape[1])
+        for name, values in series
+        for layer in range(values.shape[0])
+        for head in range(values.shape[1])
         if np.isfinite(values[layer, head])  # a windowed model's layers have fewer heads than its widest (NaN)
     ]
     download_csv("dist_csv", f"mean_attention_distance_{unit}", ["series", "layer", "head", f"distance_{unit}"], rows)
 with_set = "" not in set_refused  # the script recomputes what the page shows: no set where it was refused
-show_code(distance_code(Source.of(cur), unit=unit,
-                        image_set=inputs.sample_paths() if which == "samples" and with_set else None,
-                        image_set_names=[i.name for i in images] if with_set else (), windowed=cur.spec.is_windowed))
+show_code(
+    distance_code(
+        Source.of(cur),
+        unit=unit,
+        image_set=inputs.sample_paths() if which == "samples" and with_set else None,
+        image_set_names=[i.name for i in images] if with_set else (),
+        windowed=cur.spec.is_windowed,
+    )
+)

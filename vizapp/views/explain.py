@@ -73,14 +73,21 @@ with controls:
     if any(m not in methods_offered for m in st.session_state["explain_methods"]):  # another model
         st.session_state["explain_methods"] = [m for m in st.session_state["explain_methods"] if m in methods_offered]
     methods = st.multiselect(
-        "Methods", methods_offered, format_func=lambda m: str(METHOD_LABELS.get(m)), key="explain_methods", max_selections=4,
+        "Methods",
+        methods_offered,
+        format_func=lambda m: str(METHOD_LABELS.get(m)),
+        key="explain_methods",
+        max_selections=4,
         help="Up to four, side by side; each map is scaled to its own maximum.",
     )
     target = None
     if class_specific:
         clamp_state("explain_target", ranked, ranked[0])
         target = st.selectbox(
-            "Class to explain (type to search)", ranked, format_func=class_label, key="explain_target",
+            "Class to explain (type to search)",
+            ranked,
+            format_func=class_label,
+            key="explain_target",
             help="The classes in order of probability: the prediction first.",
         )
         scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
@@ -102,10 +109,14 @@ with second:
     stages = stage_layers(spec)
     if "rollout" in methods and len(stages) > 1:  # Swin: rollout is exact within one stage, on its grid
         clamp_state("explain_rollout_stage", list(stages), 0)
-        rollout_stage = st.selectbox("Rollout stage", list(stages), format_func=lambda s: stage_label(spec, s),
-                                     key="explain_rollout_stage",
-                                     help="Rollout multiplies attention over one token set: exact within a stage "
-                                     "(the Rollout page also offers an approximation across stages).")
+        rollout_stage = st.selectbox(
+            "Rollout stage",
+            list(stages),
+            format_func=lambda s: stage_label(spec, s),
+            key="explain_rollout_stage",
+            help="Rollout multiplies attention over one token set: exact within a stage "
+            "(the Rollout page also offers an approximation across stages).",
+        )
         assert rollout_stage is not None, "a widget with options and no index=None always has a value"
         options["rollout"] = (("stage", int(rollout_stage)),)
 
@@ -138,16 +149,24 @@ for class_index in targets:
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
         maps.append(scale_by_peak(grid_map, negative="zero"))
         label = METHOD_LABELS[method]
-        titles.append(f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label)
+        titles.append(
+            f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label
+        )
         raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
 
 ncols = len(methods)
 figure = figures.map_panels(
-    resources.background_uri(*cur.args), spec.img_size, maps,
+    resources.background_uri(*cur.args),
+    spec.img_size,
+    maps,
     # each map on the grid the library names for its method (windowed: a stage grid or the stem's)
     [explanation_grid(cur.vit, method, **dict(options[method]))[1] for _ in targets for method in methods],
-    titles, ncols=ncols,
-    opacity=0.65, colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
+    titles,
+    ncols=ncols,
+    opacity=0.65,
+    colorscale=cur.colorscale,
+    zmin=0.0,
+    zmax=1.0,
     colorbar_title="map / its max |value| (negative → 0)",
     panel_height=360 if ncols <= 2 else 280,
     slots=list(range(len(maps))),
@@ -161,10 +180,15 @@ for title, grid_map in zip(titles, raw.values()):  # the first map the image's o
     if outlier_notice(cur, np.clip(np.nan_to_num(grid_map), 0, None), f"the {title} map"):  # its positive evidence
         break
 show_chart(figure, "explain_panels", filename="explanations")
-first_result.hold_slow_sections("explain", "The other maps and the deletion and insertion curves follow as soon as this "
-                                "map is on screen.", held=held)
+first_result.hold_slow_sections(
+    "explain",
+    "The other maps and the deletion and insertion curves follow as soon as this map is on screen.",
+    held=held,
+)
 download_npz("explain_data", "explanations", classes=np.array([t for t in targets if t is not None]), **raw)
-show_code(explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options))
+show_code(
+    explain_code(Source.of(cur), methods=methods, targets=targets, class_specific=CLASS_SPECIFIC, options=options)
+)
 
 if class_specific:
     assert target is not None, "a widget with options and no index=None always has a value"
@@ -178,8 +202,10 @@ if class_specific:
         try:
             result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
         except AnalysisError as exc:  # not yet defined for this model: say so, keep the other curves
-            st.info(f"No deletion / insertion curve for **{METHOD_LABELS.get(method, method)}**: {error_text(exc)}",
-                    icon=":material/block:")
+            st.info(
+                f"No deletion / insertion curve for **{METHOD_LABELS.get(method, method)}**: {error_text(exc)}",
+                icon=":material/block:",
+            )
             continue
         fractions, deletion, insertion = result["fractions"], result["deletion"], result["insertion"]
         deletion_auc, insertion_auc = area_under_curve(fractions, deletion), area_under_curve(fractions, insertion)

@@ -51,11 +51,14 @@ if mode == "pca":
         show_chart(figures.explained_variance(ratio), "filt_variance", filename="patch_embedding_variance")
     d1, d2, _ = st.columns([1, 1, 4])
     with d1:
-        download_npz("filt_data", "patch_embedding_components", components=components,
-                     explained_variance_ratio=ratio)
+        download_npz("filt_data", "patch_embedding_components", components=components, explained_variance_ratio=ratio)
     with d2:
-        download_csv("filt_csv", "patch_embedding_variance", ["component", "explained_variance_ratio"],
-                     [(i + 1, float(r)) for i, r in enumerate(ratio)])
+        download_csv(
+            "filt_csv",
+            "patch_embedding_variance",
+            ["component", "explained_variance_ratio"],
+            [(i + 1, float(r)) for i, r in enumerate(ratio)],
+        )
 else:
     shown = filters[: int(n)]
     st.markdown(f"**First {len(shown)} of {count} filters** ({pw}×{ph} px, {filters.shape[1]} channels)")

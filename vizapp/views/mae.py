@@ -59,16 +59,25 @@ if "mae" in sidebar_source.lower():
         st.session_state["mae_source"] = "sidebar"
 st.session_state[SIDEBAR_SEEN] = sidebar_source
 clamp_state("mae_source", list(sources), "demo")
-choice = st.radio("Masked autoencoder", list(sources), format_func=sources.get, key="mae_source", horizontal=True,
-                  help="The page has its own model: MAEs reconstruct, they do not classify. The image is the "
-                  "sidebar's.")
+choice = st.radio(
+    "Masked autoencoder",
+    list(sources),
+    format_func=sources.get,
+    key="mae_source",
+    horizontal=True,
+    help="The page has its own model: MAEs reconstruct, they do not classify. The image is the sidebar's.",
+)
 source = "demo_mae"
 if choice == "sidebar":
     source = sidebar_source
 elif choice == "hf":
-    source = st.text_input("ViTMAEForPreTraining", key="mae_other", placeholder=MAE_WITH_DECODER,
-                           help="hf:org/name (local cache, else the hub) or a save_pretrained folder on the server. "
-                           "A timm .mae model is an encoder alone: it has no decoder.").strip()
+    source = st.text_input(
+        "ViTMAEForPreTraining",
+        key="mae_other",
+        placeholder=MAE_WITH_DECODER,
+        help="hf:org/name (local cache, else the hub) or a save_pretrained folder on the server. "
+        "A timm .mae model is an encoder alone: it has no decoder.",
+    ).strip()
     if not source:
         st.info(f"Type a Hugging Face ViTMAEForPreTraining, e.g. `{MAE_WITH_DECODER}`, or pick the demo MAE.")
         raise PageRefused("no MAE named")
@@ -77,8 +86,10 @@ try:
 except MissingDecoderError as exc:  # an encoder alone: the library says where to get the decoder
     st.info(error_text(exc), icon=":material/block:")
     if choice == "sidebar":
-        st.caption("It still opens on the other pages as a headless ViT (its attention). Pick the demo MAE above to "
-                   "see a reconstruction offline.")
+        st.caption(
+            "It still opens on the other pages as a headless ViT (its attention). Pick the demo MAE above to "
+            "see a reconstruction offline."
+        )
     raise PageRefused(str(exc)) from exc
 except Exception as exc:  # noqa: BLE001 - any load failure is shown; the rest of the app keeps working
     st.error(f"Could not load **{escape_markdown(source)}**: {error_text(exc)}", icon=":material/error:")
@@ -100,16 +111,30 @@ def reset_clicks() -> None:
 ratio_column, seed_column, reset_column = st.columns([3, 1, 1], vertical_alignment="bottom")
 with ratio_column:
     st.session_state.setdefault("mae_ratio", 0.75)
-    ratio = st.slider("Mask ratio (share of patches hidden by MAE's random draw)", 0.0, 0.95, step=0.05,
-                      key="mae_ratio", help=f"The model was trained at {mae.config_mask_ratio:g}. MAE keeps the "
-                      "first int(N·(1 − ratio)) patches of a seeded random order.")
+    ratio = st.slider(
+        "Mask ratio (share of patches hidden by MAE's random draw)",
+        0.0,
+        0.95,
+        step=0.05,
+        key="mae_ratio",
+        help=f"The model was trained at {mae.config_mask_ratio:g}. MAE keeps the "
+        "first int(N·(1 − ratio)) patches of a seeded random order.",
+    )
 with seed_column:
-    seed = int(st.number_input("Seed", 0, 2**31 - 1, step=1, key="mae_seed",
-                               help="The random order of the patches (the same seed hides a superset at a "
-                               "higher ratio)."))
+    seed = int(
+        st.number_input(
+            "Seed",
+            0,
+            2**31 - 1,
+            step=1,
+            key="mae_seed",
+            help="The random order of the patches (the same seed hides a superset at a higher ratio).",
+        )
+    )
 with reset_column:
-    st.button("Reset my clicks", key="mae_reset", on_click=reset_clicks, disabled=not flipped,
-              icon=":material/restart_alt:")
+    st.button(
+        "Reset my clicks", key="mae_reset", on_click=reset_clicks, disabled=not flipped, icon=":material/restart_alt:"
+    )
 
 drawn = draw_mask(1, num_patches, float(ratio), seed)[0]  # (N,) True = hidden
 mask = flip_patches(drawn, flipped)  # (N,)
@@ -146,18 +171,34 @@ def toggle_patch(chart_key: str) -> None:
 
 clicks = st.session_state.get(CLICKS, 0)
 panels_key = f"mae_panels_{clicks}"
-show_chart(figures.mae_panels(
-    [pictures[name] for name in FIGURE_2_PANELS], list(FIGURE_2_PANELS.values()), grid, spec.patch_size, hidden,
-    outline=flipped,
-), panels_key, filename="mae_figure_2", on_select=lambda: toggle_patch(panels_key))
-loss_units = ("each patch normalised by its own mean and variance (norm_pix_loss)" if result.norm_pix_loss
-              else "the model's normalised input units, (x − mean) / std")
+show_chart(
+    figures.mae_panels(
+        [pictures[name] for name in FIGURE_2_PANELS],
+        list(FIGURE_2_PANELS.values()),
+        grid,
+        spec.patch_size,
+        hidden,
+        outline=flipped,
+    ),
+    panels_key,
+    filename="mae_figure_2",
+    on_select=lambda: toggle_patch(panels_key),
+)
+loss_units = (
+    "each patch normalised by its own mean and variance (norm_pix_loss)"
+    if result.norm_pix_loss
+    else "the model's normalised input units, (x − mean) / std"
+)
 clipped = figures.clipped_fraction(pictures["reconstruction"])
 st.markdown(
     f"**{hidden_count} of {num_patches}** patches hidden ({hidden_count / num_patches:.0%}; the draw hides "
     f"{int(drawn.sum())}, your clicks switched {len(flipped)}, outlined) · "
-    + (f"reconstruction loss **{float(result.loss):.4g}** (mean squared error over the hidden patches, in "
-       f"{loss_units})" if hidden_count else "nothing hidden, so no loss: raise the ratio or click patches to hide them")
+    + (
+        f"reconstruction loss **{float(result.loss):.4g}** (mean squared error over the hidden patches, in "
+        f"{loss_units})"
+        if hidden_count
+        else "nothing hidden, so no loss: raise the ratio or click patches to hide them"
+    )
 )
 st.caption(
     "All four pictures on one scale: RGB in 0..1, the model's normalisation undone (x·std + mean), drawn as "
@@ -174,12 +215,25 @@ with error_column:
     st.subheader("Per-patch error")
     error = hidden_patch_loss(result)  # (gh, gw), NaN on visible patches
     top = float(np.nanmax(error)) if np.isfinite(error).any() else 1.0
-    show_chart(figures.mae_patch_map(
-        pictures["composite"], error, spec.patch_size, hidden, zmin=0.0, zmax=top, colorscale=cur.colorscale,
-        colorbar_title=f"squared error (0 to max {top:.3g})", chart_width=figures.column_width(1 / 2),
-    ), "mae_error", filename="mae_patch_error")
-    st.caption(f"Each hidden patch's mean squared error against the target (0 to the largest, {top:.3g}; in "
-               f"{loss_units}), over the composite; visible patches are blank (they are not in the loss).")
+    show_chart(
+        figures.mae_patch_map(
+            pictures["composite"],
+            error,
+            spec.patch_size,
+            hidden,
+            zmin=0.0,
+            zmax=top,
+            colorscale=cur.colorscale,
+            colorbar_title=f"squared error (0 to max {top:.3g})",
+            chart_width=figures.column_width(1 / 2),
+        ),
+        "mae_error",
+        filename="mae_patch_error",
+    )
+    st.caption(
+        f"Each hidden patch's mean squared error against the target (0 to the largest, {top:.3g}; in "
+        f"{loss_units}), over the composite; visible patches are blank (they are not in the loss)."
+    )
 
 with attention_column:
     st.subheader("Attention over the visible patches")
@@ -196,8 +250,9 @@ with attention_column:
     if query is not None and (not 0 <= int(query) < num_patches or hidden[int(query)]):
         note = f"patch {query} is hidden now, so it is no query: showing the class token's attention."
         query = None
-    attention = record.key_grid(layer, None if query is None else int(query),
-                                head=None if head == "mean" else int(head)).numpy()  # (gh, gw), NaN hidden
+    attention = record.key_grid(
+        layer, None if query is None else int(query), head=None if head == "mean" else int(head)
+    ).numpy()  # (gh, gw), NaN hidden
     peak = float(np.nanmax(attention))
 
     attention_key = f"mae_attention_{st.session_state.get(QUERY_CLICKS, 0)}"  # new per click: a fresh selection
@@ -213,26 +268,49 @@ with attention_column:
         st.session_state[QUERY_CLICKS] = st.session_state.get(QUERY_CLICKS, 0) + 1
 
     who = "the class token" if query is None else f"patch {query} (row {query // grid[1]}, col {query % grid[1]})"
-    show_chart(figures.mae_patch_map(
-        pictures["masked"], attention, spec.patch_size, hidden, zmin=0.0, zmax=peak, colorscale=cur.colorscale,
-        colorbar_title=f"attention probability (0 to max {peak:.3g})", outline=query,
-        click_hint="click a visible patch: make it the query", title=f"query: {who}",
-        chart_width=figures.column_width(1 / 2),
-    ), attention_key, filename="mae_visible_attention", on_select=choose_query)
+    show_chart(
+        figures.mae_patch_map(
+            pictures["masked"],
+            attention,
+            spec.patch_size,
+            hidden,
+            zmin=0.0,
+            zmax=peak,
+            colorscale=cur.colorscale,
+            colorbar_title=f"attention probability (0 to max {peak:.3g})",
+            outline=query,
+            click_hint="click a visible patch: make it the query",
+            title=f"query: {who}",
+            chart_width=figures.column_width(1 / 2),
+        ),
+        attention_key,
+        filename="mae_visible_attention",
+        on_select=choose_query,
+    )
     if note:
         st.caption(note)
-    st.button("Class token as the query", key="mae_cls_query", disabled=query is None,
-              on_click=class_token_query)
-    st.caption(f"Layer {layer}, {head_label(head)}: the attention of {who} over the {len(record.visible_patches[0])} "
-               f"visible patches (0 to its largest, {peak:.3g}; attention to the class token not drawn). The encoder "
-               "never saw the hidden patches: they are grey and empty.")
+    st.button("Class token as the query", key="mae_cls_query", disabled=query is None, on_click=class_token_query)
+    st.caption(
+        f"Layer {layer}, {head_label(head)}: the attention of {who} over the {len(record.visible_patches[0])} "
+        f"visible patches (0 to its largest, {peak:.3g}; attention to the class token not drawn). The encoder "
+        "never saw the hidden patches: they are grey and empty."
+    )
 
 download_npz(
-    "mae_data", f"mae_{cur.image.name.rsplit('.', 1)[0]}", **pictures, mask=hidden.reshape(grid),
-    drawn_mask=drawn.numpy().reshape(grid), flipped=np.asarray(flipped, dtype=np.int64),
-    patch_loss_hidden=error, loss=np.array(float(result.loss)), mask_ratio=np.array(float(ratio)),
-    seed=np.array(seed), attention=attention, attention_layer=np.array(layer),
-    attention_query=np.array(-1 if query is None else int(query)), attention_head=np.array(str(head)),
+    "mae_data",
+    f"mae_{cur.image.name.rsplit('.', 1)[0]}",
+    **pictures,
+    mask=hidden.reshape(grid),
+    drawn_mask=drawn.numpy().reshape(grid),
+    flipped=np.asarray(flipped, dtype=np.int64),
+    patch_loss_hidden=error,
+    loss=np.array(float(result.loss)),
+    mask_ratio=np.array(float(ratio)),
+    seed=np.array(seed),
+    attention=attention,
+    attention_layer=np.array(layer),
+    attention_query=np.array(-1 if query is None else int(query)),
+    attention_head=np.array(str(head)),
     model=np.array(source),
 )
 
@@ -240,30 +318,61 @@ st.subheader("Loss against mask ratio over the bundled samples")
 sample_paths = inputs.sample_paths()
 samples = [ImageRef.from_bytes(p.name, inputs.read_sample(p.name)) for p in sample_paths]
 st.session_state.setdefault("mae_curves", True)
-curve = bool(samples) and st.toggle("Measure the curve", key="mae_curves", help="One reconstruction per image and ratio.")
+curve = bool(samples) and st.toggle(
+    "Measure the curve", key="mae_curves", help="One reconstruction per image and ratio."
+)
 if curve:
     problems: list[str] = []
 
     def piece(chunk, start):
-        losses, skipped = resources.mae_loss_chunk(source, tuple(i.digest for i in chunk),
-                                                   tuple(i.data for i in chunk), SET_RATIOS, seed, start)
+        losses, skipped = resources.mae_loss_chunk(
+            source, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), SET_RATIOS, seed, start
+        )
         left_out = {index for index, _ in skipped}
         return (losses, [image.name for index, image in enumerate(chunk) if index not in left_out]), skipped
 
     pieces = over_image_set(samples, "Reconstructing", piece, problems)
     losses = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, len(SET_RATIOS)))
     names = [name for p in pieces for name in p[1]]
-    show_chart(figures.mae_loss_by_ratio(
-        SET_RATIOS, losses, names, y_title="reconstruction loss (MSE on hidden patches)", current_ratio=float(ratio),
-    ), "mae_curve", filename="mae_loss_by_ratio")
-    st.caption(f"Grey: each of the {len(names)} images; colour: their mean. Image i of the sample list is masked "
-               f"from seed {seed} + i with MAE's draw at every ratio (a higher ratio hides a superset); dotted: this "
-               f"page's ratio. Loss: mean squared error over the hidden patches, in {loss_units}.")
+    show_chart(
+        figures.mae_loss_by_ratio(
+            SET_RATIOS,
+            losses,
+            names,
+            y_title="reconstruction loss (MSE on hidden patches)",
+            current_ratio=float(ratio),
+        ),
+        "mae_curve",
+        filename="mae_loss_by_ratio",
+    )
+    st.caption(
+        f"Grey: each of the {len(names)} images; colour: their mean. Image i of the sample list is masked "
+        f"from seed {seed} + i with MAE's draw at every ratio (a higher ratio hides a superset); dotted: this "
+        f"page's ratio. Loss: mean squared error over the hidden patches, in {loss_units}."
+    )
     for problem in problems:
         st.warning(escape_markdown(problem))
-    download_npz("mae_curve_data", "mae_loss_by_ratio", ratios=np.asarray(SET_RATIOS), losses=losses,
-                 images=np.asarray(names), seed=np.array(seed), model=np.array(source))
+    download_npz(
+        "mae_curve_data",
+        "mae_loss_by_ratio",
+        ratios=np.asarray(SET_RATIOS),
+        losses=losses,
+        images=np.asarray(names),
+        seed=np.array(seed),
+        model=np.array(source),
+    )
 
-show_code(mae_code(source, cur.image, ratio=float(ratio), seed=seed, flipped=flipped, layer=layer, head=head,
-                   query=None if query is None else int(query), image_set=sample_paths if curve else None,
-                   set_ratios=SET_RATIOS))
+show_code(
+    mae_code(
+        source,
+        cur.image,
+        ratio=float(ratio),
+        seed=seed,
+        flipped=flipped,
+        layer=layer,
+        head=head,
+        query=None if query is None else int(query),
+        image_set=sample_paths if curve else None,
+        set_ratios=SET_RATIOS,
+    )
+)

@@ -32,9 +32,12 @@ if kinds and cur.spec.is_windowed:
 if not kinds:
     st.info(
         f"{cur.model.label} encodes positions as {cur.spec.position_embedding}: "
-        + ("a bias on the attention scores that depends only on the displacement between two patches, so "
-           "there is no per-position embedding to compare." if "relative" in cur.spec.position_embedding
-           else "it has no position embedding at all.")
+        + (
+            "a bias on the attention scores that depends only on the displacement between two patches, so "
+            "there is no per-position embedding to compare."
+            if "relative" in cur.spec.position_embedding
+            else "it has no position embedding at all."
+        )
     )
     st.stop()
 kind = kinds[0]
@@ -63,7 +66,6 @@ else:
     )
 
 
-
 def on_tile_click() -> None:
     point = selected_point("pos_mosaic")
     index = point_index(point) if point else None
@@ -72,8 +74,9 @@ def on_tile_click() -> None:
 
 
 def tile_figure(sim: np.ndarray, highlight: int | None):
-    return figures.position_similarity_mosaic(sim, colorscale=cur.colorscale, highlight=highlight,
-                                              chart_width=figures.column_width(3 / 5))
+    return figures.position_similarity_mosaic(
+        sim, colorscale=cur.colorscale, highlight=highlight, chart_width=figures.column_width(3 / 5)
+    )
 
 
 left, right = st.columns([3, 2], gap="medium")
@@ -86,19 +89,23 @@ with right:
     row = r_col.number_input("Tile row", 0, gh - 1, step=1, key="pos_row")
     col = c_col.number_input("Tile column", 0, gw - 1, step=1, key="pos_col")
     show_chart(
-        figures.similarity_tile(similarity[row, col], (row, col), colorscale=cur.colorscale,
-                                chart_width=figures.column_width(2 / 5)),
-        "pos_tile", filename=f"position_similarity_r{row}_c{col}",
+        figures.similarity_tile(
+            similarity[row, col], (row, col), colorscale=cur.colorscale, chart_width=figures.column_width(2 / 5)
+        ),
+        "pos_tile",
+        filename=f"position_similarity_r{row}_c{col}",
     )
 with left:
     st.markdown(f"**{gh}×{gw} grid** ({cur.model.label})")
-    show_chart(tile_figure(similarity, row * gw + col), "pos_mosaic", filename="position_similarity",
-               on_select=on_tile_click)
+    show_chart(
+        tile_figure(similarity, row * gw + col), "pos_mosaic", filename="position_similarity", on_select=on_tile_click
+    )
 
 st.subheader("Resample to another grid")
 resample = st.checkbox(
     "Resample the position embedding (bicubic, as when fine-tuning at a higher resolution)"
-    if kind == "table" else "Rotary features on another grid (needs a model that takes other input sizes)",
+    if kind == "table"
+    else "Rotary features on another grid (needs a model that takes other input sizes)",
     key="pos_resample",
 )
 curves = [(f"{gh}×{gw} (model)", similarity_distance_bins(similarity))]
@@ -119,8 +126,12 @@ if resample:
         unit = float(np.sqrt((gh / new_h) * (gw / new_w)))
         # bins at least one step of the resampled grid wide: a coarser grid has too few distances per patch
         width = max(1.0, unit)
-        curves.append((f"{new_h}×{new_w} (resampled" + (f", bins of {width:.2g} patches)" if width > 1 else ")"),
-                       similarity_distance_bins(resampled, unit, width)))
+        curves.append(
+            (
+                f"{new_h}×{new_w} (resampled" + (f", bins of {width:.2g} patches)" if width > 1 else ")"),
+                similarity_distance_bins(resampled, unit, width),
+            )
+        )
         clamp_state("pos_rs_row", (0, new_h - 1), new_h // 2)
         clamp_state("pos_rs_col", (0, new_w - 1), new_w // 2)
         st.session_state.setdefault("pos_rs_row", new_h // 2)
@@ -138,15 +149,24 @@ if resample:
             rs_row = rr.number_input("Tile row", 0, int(new_h) - 1, step=1, key="pos_rs_row")
             rs_col = rc.number_input("Tile column", 0, int(new_w) - 1, step=1, key="pos_rs_col")
             show_chart(
-                figures.similarity_tile(resampled[rs_row, rs_col], (rs_row, rs_col), colorscale=cur.colorscale,
-                                        chart_width=figures.column_width(2 / 5)),
-                "pos_rs_tile", filename=f"position_similarity_{new_h}x{new_w}_r{rs_row}_c{rs_col}",
+                figures.similarity_tile(
+                    resampled[rs_row, rs_col],
+                    (rs_row, rs_col),
+                    colorscale=cur.colorscale,
+                    chart_width=figures.column_width(2 / 5),
+                ),
+                "pos_rs_tile",
+                filename=f"position_similarity_{new_h}x{new_w}_r{rs_row}_c{rs_col}",
             )
         with a:
             st.markdown(f"**Resampled {new_h}×{new_w}** (the model's {gh}×{gw} grid is above)")
             with st.spinner("Drawing the resampled grid…"):
-                show_chart(tile_figure(resampled, rs_row * int(new_w) + rs_col), "pos_mosaic_resampled",
-                           filename=f"position_similarity_{new_h}x{new_w}", on_select=on_resampled_click)
+                show_chart(
+                    tile_figure(resampled, rs_row * int(new_w) + rs_col),
+                    "pos_mosaic_resampled",
+                    filename=f"position_similarity_{new_h}x{new_w}",
+                    on_select=on_resampled_click,
+                )
 
 st.subheader("Similarity against distance")
 st.caption(
@@ -162,10 +182,25 @@ with d1:
     download_npz("pos_data", "position_similarity", **arrays)
 with d2:
     download_csv(
-        "pos_curve_data", "position_similarity_vs_distance",
-        ["grid", "bin_lower_patches", "bin_upper_patches", "mean_distance_patches", "mean_cosine", "std_cosine", "pairs"],
-        [(name, float(lo), float(hi), float(d), float(m), float(sd), int(n)) for name, bins in curves
-         for lo, hi, d, m, sd, n in zip(*bins, strict=True)],
+        "pos_curve_data",
+        "position_similarity_vs_distance",
+        [
+            "grid",
+            "bin_lower_patches",
+            "bin_upper_patches",
+            "mean_distance_patches",
+            "mean_cosine",
+            "std_cosine",
+            "pairs",
+        ],
+        [
+            (name, float(lo), float(hi), float(d), float(m), float(sd), int(n))
+            for name, bins in curves
+            for lo, hi, d, m, sd, n in zip(*bins, strict=True)
+        ],
     )
-show_code(position_code(cur.model, kind=kind, resampled_grid=(int(new_h), int(new_w))
-                        if "resampled_similarity" in arrays else None))
+show_code(
+    position_code(
+        cur.model, kind=kind, resampled_grid=(int(new_h), int(new_w)) if "resampled_similarity" in arrays else None
+    )
+)

@@ -40,8 +40,11 @@ SELECTIONS = {"random": "random (seeded)", "most_salient": "most salient first",
 MODEL_LABELS = ("the ViT", "the CNN")
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
 LEVEL_AXIS = {
-    "token_drop": "fraction of patches dropped (ViT: tokens; CNN: pixels)", "pixel_drop": "fraction of patches dropped",
-    "shuffle": "shuffle grid g (g × g blocks)", "noise": "noise σ (normalised units)", "blur": "blur σ (px)",
+    "token_drop": "fraction of patches dropped (ViT: tokens; CNN: pixels)",
+    "pixel_drop": "fraction of patches dropped",
+    "shuffle": "shuffle grid g (g × g blocks)",
+    "noise": "noise σ (normalised units)",
+    "blur": "blur σ (px)",
 }
 
 cur = current()
@@ -56,8 +59,11 @@ st.caption(
     "pixel drop sets patches to the mean colour, for any model."
 )
 if not spec.has_classifier:
-    st.info("This model has no class head (an embedding tower or a headless backbone): there is no prediction "
-            "to perturb. Pick a classifier in the sidebar.", icon=":material/info:")
+    st.info(
+        "This model has no class head (an embedding tower or a headless backbone): there is no prediction "
+        "to perturb. Pick a classifier in the sidebar.",
+        icon=":material/info:",
+    )
     st.stop()
 
 try:
@@ -71,31 +77,45 @@ except analysis.AnalysisError as exc:
 controls, comparison = st.columns([3, 2], gap="medium")
 with controls:
     clamp_state("rob_perturbation", offered, offered[0])
-    perturbation = st.radio("Perturbation", offered, format_func=PERTURBATION_LABELS.get, key="rob_perturbation",
-                            horizontal=True)
+    perturbation = st.radio(
+        "Perturbation", offered, format_func=PERTURBATION_LABELS.get, key="rob_perturbation", horizontal=True
+    )
     if token_note:
         st.caption(f"Token drop is not offered: {token_note}")
     selection = "random"
     if perturbation in ("token_drop", "pixel_drop"):
         st.session_state.setdefault("rob_fraction", 0.5)
         level = st.slider("Fraction of patches dropped", 0.0, 1.0, step=0.05, key="rob_fraction")
-        selection = st.radio("Which patches", list(SELECTIONS), format_func=SELECTIONS.get, key="rob_selection",
-                             horizontal=True, help="Salient: by the clean image's class-token rollout (ViT; "
-                             "Swin, SAM: the first stage's rollout of the mean cell, on the patch grid) "
-                             "and Grad-CAM (CNN), each model by its own map.")
+        selection = st.radio(
+            "Which patches",
+            list(SELECTIONS),
+            format_func=SELECTIONS.get,
+            key="rob_selection",
+            horizontal=True,
+            help="Salient: by the clean image's class-token rollout (ViT; "
+            "Swin, SAM: the first stage's rollout of the mean cell, on the patch grid) "
+            "and Grad-CAM (CNN), each model by its own map.",
+        )
     elif perturbation == "shuffle":
         grids = shuffle_grids(spec)
         clamp_state("rob_grid", grids, grids[min(1, len(grids) - 1)])
-        level = st.select_slider("Shuffle grid g (g × g blocks of whole patches)", grids, key="rob_grid",
-                                 help=f"The grids that divide the {spec.grid_size[0]}×{spec.grid_size[1]} patch grid.")
+        level = st.select_slider(
+            "Shuffle grid g (g × g blocks of whole patches)",
+            grids,
+            key="rob_grid",
+            help=f"The grids that divide the {spec.grid_size[0]}×{spec.grid_size[1]} patch grid.",
+        )
     elif perturbation == "noise":
         st.session_state.setdefault("rob_noise", 0.5)
         level = st.slider("Noise σ (normalised units)", 0.0, 2.0, step=0.05, key="rob_noise")
     else:
         st.session_state.setdefault("rob_blur", 1.0)
         level = st.slider("Blur σ (px)", 0.0, 8.0, step=0.25, key="rob_blur")
-    seed = int(st.number_input("Seed", 0, 2**31 - 1, step=1, key="rob_seed",
-                               help="Random drops and shuffles are reproducible by seed."))
+    seed = int(
+        st.number_input(
+            "Seed", 0, 2**31 - 1, step=1, key="rob_seed", help="Random drops and shuffles are reproducible by seed."
+        )
+    )
 
 
 def cnn_choices() -> dict[str, str]:
@@ -117,24 +137,36 @@ def cnn_choices() -> dict[str, str]:
 with comparison:
     choices = cnn_choices()
     clamp_state("rob_cnn", list(choices), "none")
-    st.session_state.setdefault("rob_cnn", "demo" if "demo" in choices else "none")  # no download before the first picture
-    choice = st.selectbox("Comparison CNN", list(choices), format_func=choices.get, key="rob_cnn",
-                          help="Only CNNs that predict the ViT's classes are offered: the predictions of models "
-                               "with different classes cannot be compared. The demo CNN was trained on the same "
-                               "scenes as the demo ViT; the ImageNet CNNs download their weights once.")
+    st.session_state.setdefault(
+        "rob_cnn", "demo" if "demo" in choices else "none"
+    )  # no download before the first picture
+    choice = st.selectbox(
+        "Comparison CNN",
+        list(choices),
+        format_func=choices.get,
+        key="rob_cnn",
+        help="Only CNNs that predict the ViT's classes are offered: the predictions of models "
+        "with different classes cannot be compared. The demo CNN was trained on the same "
+        "scenes as the demo ViT; the ImageNet CNNs download their weights once.",
+    )
     if len(choices) == 2:
         own = label_space(vit)
-        st.caption(f"No offered CNN predicts the ViT's {escape_markdown(own.describe())}: name one under "
-                   "“another timm CNN”.")
+        st.caption(
+            f"No offered CNN predicts the ViT's {escape_markdown(own.describe())}: name one under “another timm CNN”."
+        )
     cnn_key = None
     if choice == "demo":
         cnn_key = ("demo", True)
     elif choice in IMAGENET_1K_CNNS:
         cnn_key = (choice, True)
     elif choice == "other":
-        text = st.text_input("timm CNN", key="rob_cnn_other", placeholder="resnet50.a1_in1k or random:resnet18",
-                             help="Any timm CNN, or a folder in timm's layout; weights from the local cache or the "
-                                  "hub; random: for random weights. It must predict the ViT's classes.").strip()
+        text = st.text_input(
+            "timm CNN",
+            key="rob_cnn_other",
+            placeholder="resnet50.a1_in1k or random:resnet18",
+            help="Any timm CNN, or a folder in timm's layout; weights from the local cache or the "
+            "hub; random: for random weights. It must predict the ViT's classes.",
+        ).strip()
         if text:
             cnn_key = (text.removeprefix("random:"), not text.startswith("random:"))
     cnn = None
@@ -146,8 +178,11 @@ with comparison:
     if cnn is not None:
         match = shared_label_space(vit, cnn, MODEL_LABELS)
         if not match:  # a message, never a comparison of predictions about different things
-            st.info(f"{escape_markdown(match.reason)} The page compares two models only when they predict the "
-                    "same classes: pick a CNN with the ViT's classes.", icon=":material/compare_arrows:")
+            st.info(
+                f"{escape_markdown(match.reason)} The page compares two models only when they predict the "
+                "same classes: pick a CNN with the ViT's classes.",
+                icon=":material/compare_arrows:",
+            )
             cnn = None
         else:
             st.caption(escape_markdown(match.reason))
@@ -155,8 +190,10 @@ with comparison:
     if cnn is not None and perturbation == "token_drop":
         st.caption("A CNN has no tokens: it gets the same patches dropped as pixels.")
     if cnn is not None and perturbation == "shuffle" and int(level) not in shuffle_grids(cnn.spec):
-        st.caption(f"The CNN's {cnn.spec.grid_size[0]}×{cnn.spec.grid_size[1]} drop grid has no {int(level)}×{int(level)} "
-                   "shuffle: it is left out here.")
+        st.caption(
+            f"The CNN's {cnn.spec.grid_size[0]}×{cnn.spec.grid_size[1]} drop grid has no {int(level)}×{int(level)} "
+            "shuffle: it is left out here."
+        )
         cnn = None
 
 names = vit.class_names or [f"class {i}" for i in range(spec.num_outputs)]
@@ -177,8 +214,10 @@ def change_text(model: str, clean, perturbed) -> str:
     """Whether the prediction changed, and the clean class's probability before → after."""
     best = int(np.argmax(clean.probabilities))
     changed = int(np.argmax(perturbed.probabilities)) != best
-    return (f"{model}: {'prediction changed' if changed else 'same prediction'}, "
-            f"p(clean class) {clean.probabilities[best]:.1%} → {perturbed.probabilities[best]:.1%}")
+    return (
+        f"{model}: {'prediction changed' if changed else 'same prediction'}, "
+        f"p(clean class) {clean.probabilities[best]:.1%} → {perturbed.probabilities[best]:.1%}"
+    )
 
 
 clean_level = 1 if perturbation == "shuffle" else 0.0  # g = 1 is no shuffle
@@ -207,15 +246,16 @@ panels = [("ViT · clean", before, names), (f"ViT · {PERTURBATION_LABELS[pertur
 if cnn is not None:
     cnn_names = cnn.class_names
     cnn_perturbation = "pixel_drop" if perturbation == "token_drop" else perturbation  # a CNN has no tokens
-    panels += [("CNN · clean", cnn_before, cnn_names),
-               (f"CNN · {PERTURBATION_LABELS[cnn_perturbation]} {level_text}", cnn_after, cnn_names)]
+    panels += [
+        ("CNN · clean", cnn_before, cnn_names),
+        (f"CNN · {PERTURBATION_LABELS[cnn_perturbation]} {level_text}", cnn_after, cnn_names),
+    ]
 for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels)):
     with column:
         st.image(view.input_image, caption=title, width="stretch", output_format="PNG")
         st.markdown(prediction_text("prediction", view.probabilities, class_names))
         labels, probabilities = top5(view.probabilities, class_names)
-        show_chart(figures.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}",
-                   filename="top5")
+        show_chart(figures.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}", filename="top5")
 summary = [change_text("ViT", before, after)] + ([change_text("CNN", cnn_before, cnn_after)] if cnn is not None else [])
 st.markdown(" · ".join(summary))
 scope = demo_scope_note(cur.model.source, names, inputs.is_demo_scene(cur.image))
@@ -243,37 +283,75 @@ if cnn is not None:
     sizes += [cnn.spec.img_size] * 2
     cells += [(height_px // h, width_px // w)] * 2
     titles += ["CNN Grad-CAM · clean", "CNN Grad-CAM · perturbed"]
-show_chart(figures.map_panels(
-    backgrounds, sizes, maps, cells, titles, ncols=len(maps), colorscale=cur.colorscale, zmin=0.0, zmax=1.0,
-    colorbar_title="map / max of the pair", panel_height=300, opacity=0.6,
-), "rob_maps", filename="robustness_maps")
+show_chart(
+    figures.map_panels(
+        backgrounds,
+        sizes,
+        maps,
+        cells,
+        titles,
+        ncols=len(maps),
+        colorscale=cur.colorscale,
+        zmin=0.0,
+        zmax=1.0,
+        colorbar_title="map / max of the pair",
+        panel_height=300,
+        opacity=0.6,
+    ),
+    "rob_maps",
+    filename="robustness_maps",
+)
 cnn_text = ""
 if cnn is not None:
-    cnn_text = (f" The CNN's Grad-CAM of its clean prediction, on its last {h}×{w} feature map "
-                f"({height_px // h}×{width_px // w} px cells).")
+    cnn_text = (
+        f" The CNN's Grad-CAM of its clean prediction, on its last {h}×{w} feature map "
+        f"({height_px // h}×{width_px // w} px cells)."
+    )
 vit_map_text = f"The ViT's map: {before.saliency_name}"
 if spec.is_windowed:
     (gh, gw), (sy, sx) = before.saliency.shape, stride_of_map(spec.img_size, before.saliency.shape)
     vit_map_text += f", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across windows and stages)"
 st.caption(
-    vit_map_text + (" (blank: dropped tokens; the rollout runs over the tokens that remain)"
-                    if perturbation == "token_drop" else "") + "." + cnn_text +
-    " Each model's clean and perturbed maps are divided by the larger maximum of the two, so a fading map reads fainter."
+    vit_map_text
+    + (" (blank: dropped tokens; the rollout runs over the tokens that remain)" if perturbation == "token_drop" else "")
+    + "."
+    + cnn_text
+    + " Each model's clean and perturbed maps are divided by the larger maximum of the two, so a fading map reads fainter."
 )
-arrays = {"vit_clean_rollout": before.saliency, "vit_perturbed_rollout": after.saliency,
-          "vit_clean_probabilities": before.probabilities, "vit_perturbed_probabilities": after.probabilities,
-          "vit_perturbed_input": after.input_image, "level": np.array(float(level)), "seed": np.array(seed)}
+arrays = {
+    "vit_clean_rollout": before.saliency,
+    "vit_perturbed_rollout": after.saliency,
+    "vit_clean_probabilities": before.probabilities,
+    "vit_perturbed_probabilities": after.probabilities,
+    "vit_perturbed_input": after.input_image,
+    "level": np.array(float(level)),
+    "seed": np.array(seed),
+}
 if after.dropped is not None:
     arrays["dropped_patches"] = after.dropped
 if cnn is not None:
-    arrays.update(cnn_clean_gradcam=cnn_before.saliency, cnn_perturbed_gradcam=cnn_after.saliency,
-                  cnn_clean_probabilities=cnn_before.probabilities, cnn_perturbed_probabilities=cnn_after.probabilities)
+    arrays.update(
+        cnn_clean_gradcam=cnn_before.saliency,
+        cnn_perturbed_gradcam=cnn_after.saliency,
+        cnn_clean_probabilities=cnn_before.probabilities,
+        cnn_perturbed_probabilities=cnn_after.probabilities,
+    )
 download_npz("rob_image_data", f"robustness_{perturbation}", **arrays, perturbation=np.array(perturbation))
-show_code(robustness_code(Source.of(cur), perturbation=perturbation, clean_level=clean_level, level=level,
-                          selection=selection, seed=seed, windowed=spec.is_windowed))
+show_code(
+    robustness_code(
+        Source.of(cur),
+        perturbation=perturbation,
+        clean_level=clean_level,
+        level=level,
+        selection=selection,
+        seed=seed,
+        windowed=spec.is_windowed,
+    )
+)
 
-first_result.hold_slow_sections("robustness", "The curves over an image set follow as soon as the panels above are on "
-                                "screen.")
+first_result.hold_slow_sections(
+    "robustness", "The curves over an image set follow as soon as the panels above are on screen."
+)
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
 images, problems = inputs.image_set(set_choice, "rob_files")
@@ -282,9 +360,11 @@ levels = tuple(float(g) for g in shuffle_grids(spec)) if perturbation == "shuffl
 
 def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float, ...]):
     """Mean agreement and probability per level over the set, streamed in cached pieces."""
+
     def piece(chunk, start):
         *sums, skipped = resources.robustness_chunk(
-            model_key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), kind, model_levels, seed + start)
+            model_key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), kind, model_levels, seed + start
+        )
         return sums, skipped
 
     score, probability, used = np.zeros(len(model_levels)), np.zeros(len(model_levels)), 0
@@ -297,12 +377,16 @@ curves, rows = [], []
 add_swin = False
 if cur.model != DEMO_SWIN and "demo" in choices:  # the ViT predicts the bundled models' classes
     st.session_state.setdefault("rob_swin", cur.model.source == "demo")
-    add_swin = st.toggle("Add the bundled demo Swin (windowed attention, trained on the same scenes)", key="rob_swin",
-                         help="With the demo ViT and the demo CNN: the ViT vs Swin vs CNN comparison, offline. "
-                              "The Swin gets the same pixel perturbations (patch drop in pixels for token drop).")
+    add_swin = st.toggle(
+        "Add the bundled demo Swin (windowed attention, trained on the same scenes)",
+        key="rob_swin",
+        help="With the demo ViT and the demo CNN: the ViT vs Swin vs CNN comparison, offline. "
+        "The Swin gets the same pixel perturbations (patch drop in pixels for token drop).",
+    )
 st.session_state.setdefault("rob_curves", True)
-if images and st.toggle("Measure the curves", key="rob_curves",
-                        help="One forward pass per image and level for each model."):
+if images and st.toggle(
+    "Measure the curves", key="rob_curves", help="One forward pass per image and level for each model."
+):
     try:
         vit_score, vit_probability, used = set_curve(("vit", cur.model), "ViT", perturbation, levels)
     except analysis.AnalysisError as exc:  # e.g. not yet defined for this model: the CNN's curve still shows
@@ -319,7 +403,9 @@ if images and st.toggle("Measure the curves", key="rob_curves",
         if cnn_score is not None:
             curves.append((f"CNN · {PERTURBATION_LABELS[cnn_kind]}", cnn_levels, cnn_score))
             rows += [("CNN", lv, float(a), float(p)) for lv, a, p in zip(cnn_levels, cnn_score, cnn_probability)]
-    swin_match = shared_label_space(vit, resources.get_model(DEMO_SWIN), ("the ViT", "the demo Swin")) if add_swin else None
+    swin_match = (
+        shared_label_space(vit, resources.get_model(DEMO_SWIN), ("the ViT", "the demo Swin")) if add_swin else None
+    )
     if swin_match is not None and not swin_match:  # loaded only now, when its curve is asked for
         st.info(escape_markdown(swin_match.reason), icon=":material/compare_arrows:")
     if swin_match:
@@ -332,15 +418,27 @@ if images and st.toggle("Measure the curves", key="rob_curves",
             curves.append((f"Swin · {PERTURBATION_LABELS[swin_kind]}", swin_levels, swin_score))
             rows += [("Swin", lv, float(a), float(p)) for lv, a, p in zip(swin_levels, swin_score, swin_probability)]
     if curves:
-        show_chart(figures.robustness_curves(
-            curves, x_title=LEVEL_AXIS[perturbation], y_title=f"agreement with the clean prediction ({used} images)",
-            chance=1.0 / spec.num_outputs,
-        ), "rob_curves_chart", filename=f"robustness_curve_{perturbation}")
-        st.caption("Agreement: the share of images whose prediction is unchanged. Image i uses seed "
-                   "seed + i at every level and for every model (each perturbs on its own patch grid). Dotted: chance (1 / classes). "
-                   "The labelled benchmark: `python -m analysis.robustness --n 500`.")
-        download_csv("rob_curves_data", f"robustness_curve_{perturbation}",
-                     ["model", "level", "agreement", "mean_probability_of_clean_class"], rows)
+        show_chart(
+            figures.robustness_curves(
+                curves,
+                x_title=LEVEL_AXIS[perturbation],
+                y_title=f"agreement with the clean prediction ({used} images)",
+                chance=1.0 / spec.num_outputs,
+            ),
+            "rob_curves_chart",
+            filename=f"robustness_curve_{perturbation}",
+        )
+        st.caption(
+            "Agreement: the share of images whose prediction is unchanged. Image i uses seed "
+            "seed + i at every level and for every model (each perturbs on its own patch grid). Dotted: chance (1 / classes). "
+            "The labelled benchmark: `python -m analysis.robustness --n 500`."
+        )
+        download_csv(
+            "rob_curves_data",
+            f"robustness_curve_{perturbation}",
+            ["model", "level", "agreement", "mean_probability_of_clean_class"],
+            rows,
+        )
 for problem in problems:
     st.warning(escape_markdown(problem))
 if set_choice == "mine" and not images:

@@ -49,26 +49,36 @@ with right:
     assert fusion is not None, "a widget with options and no index=None always has a value"
     st.session_state.setdefault("discard_ratio", 0.0)
     discard = st.slider(
-        "Discard ratio", 0.0, 0.95, step=0.05, key="discard_ratio",
+        "Discard ratio",
+        0.0,
+        0.95,
+        step=0.05,
+        key="discard_ratio",
         help="Fraction of the smallest off-diagonal fused attention weights set to zero in each layer.",
     )
     stage, merge = None, None
     if len(STAGES) > 1:  # Swin: exact within a stage; across patch merging only as an opted-in approximation
         spans = [*STAGES, ACROSS]
         clamp_state("rollout_span", spans, spans[0])
-        span = st.radio("Layers", spans, key="rollout_span",
-                        format_func=lambda s: "across stages, from a start layer" if s == ACROSS else stage_label(spec, s),
-                        help="Rollout multiplies attention matrices over one token set: exact within a stage. "
-                        "Patch merging changes the token set through a learned layer.")
+        span = st.radio(
+            "Layers",
+            spans,
+            key="rollout_span",
+            format_func=lambda s: "across stages, from a start layer" if s == ACROSS else stage_label(spec, s),
+            help="Rollout multiplies attention matrices over one token set: exact within a stage. "
+            "Patch merging changes the token set through a learned layer.",
+        )
         assert span is not None, "a widget with options and no index=None always has a value"
         if span != ACROSS:
             stage = int(span)
     if stage is None:
         clamp_state("start_layer", (0, L - 1), 0)
         start = st.slider("Start layer", 0, L - 1, step=1, key="start_layer") if L > 1 else 0
-        if len(STAGES) > 1 and st.checkbox("Approximate across patch merging (merge='mean_2x2')", key="rollout_merge",
-                                           help="Each merged token taken as the mean of its 2×2 parents: not what "
-                                           "the model computes."):
+        if len(STAGES) > 1 and st.checkbox(
+            "Approximate across patch merging (merge='mean_2x2')",
+            key="rollout_merge",
+            help="Each merged token taken as the mean of its 2×2 parents: not what the model computes.",
+        ):
             merge = "mean_2x2"
     else:
         start = STAGES[stage][0]
@@ -96,18 +106,33 @@ robust = cur.map_range == "robust"
 lo, hi, range_text = colour_range(cur.map_range, cur.shown(final), strip, uniform=uniform, left_out=cur.left_out(final))
 
 
-
 # the instant view of every query's rollout after each layer: a ViT, within VIZAPP_VIEW_MB
 view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
 with left:
     if not spec.is_windowed and view_bytes <= limits.MAX_VIEW_BYTES:
         attention_view(
-            data=served(*resources.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"),
-            image_uri=resources.background_uri(*cur.args), spec=spec, layer=end, head="mean", query=query,
-            colorscale=cur.colorscale, map_range=cur.map_range, opacity=opacity, key="rollout_view",
-            on_change=follow_view("rollout_view", patches=spec.num_patches), note="", heads=0, head_names=[f"{fusion} fusion, discard {discard:.2f}"],
-            value_name="rollout weight", layer_label=f"Rollout layers {start} to", report_layer=False,
-            shared_name="0–max of this map", left_out=cur.outliers, hide_left_out=cur.hide_outliers,
+            data=served(
+                *resources.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"
+            ),
+            image_uri=resources.background_uri(*cur.args),
+            spec=spec,
+            layer=end,
+            head="mean",
+            query=query,
+            colorscale=cur.colorscale,
+            map_range=cur.map_range,
+            opacity=opacity,
+            key="rollout_view",
+            on_change=follow_view("rollout_view", patches=spec.num_patches),
+            note="",
+            heads=0,
+            head_names=[f"{fusion} fusion, discard {discard:.2f}"],
+            value_name="rollout weight",
+            layer_label=f"Rollout layers {start} to",
+            report_layer=False,
+            shared_name="0–max of this map",
+            left_out=cur.outliers,
+            hide_left_out=cur.hide_outliers,
         )
         st.caption(
             "Instant view: hover a patch to see its rollout (drawn in the browser, one cell per patch, values to "
@@ -122,36 +147,67 @@ with left:
         )
     outlier_notice(cur, final, "this rollout")
     figure = figures.attention_overlay(
-        resources.background_uri(*cur.args), spec.img_size, cur.shown(final), stride, opacity=opacity,
-        colorscale=cur.colorscale, colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
-        zmin=lo, zmax=hi,
+        resources.background_uri(*cur.args),
+        spec.img_size,
+        cur.shown(final),
+        stride,
+        opacity=opacity,
+        colorscale=cur.colorscale,
+        colorbar_title=f"rollout weight ({range_text.replace('layers, heads', 'layers')})",
+        zmin=lo,
+        zmax=hi,
         title=f"Rollout layers {start}–{end} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
-        upsampled=cur.upsampled(cur.shown(final)), chart_width=figures.column_width(3 / 5),
+        upsampled=cur.upsampled(cur.shown(final)),
+        chart_width=figures.column_width(3 / 5),
     )
-    show_chart(figure, "rollout_overlay", filename="rollout",
-               on_select=patch_click("rollout_overlay", [grid], spec.grid_size))
+    show_chart(
+        figure, "rollout_overlay", filename="rollout", on_select=patch_click("rollout_overlay", [grid], spec.grid_size)
+    )
     download_npz(
-        "rollout_data", "rollout", rollout=final, after_each_layer=strip,
-        end_layers=end_layers, head_fusion=fusion, discard_ratio=discard, start_layer=start,
-        query=str(library_query), **({"stage": stage} if stage is not None else {}),
+        "rollout_data",
+        "rollout",
+        rollout=final,
+        after_each_layer=strip,
+        end_layers=end_layers,
+        head_fusion=fusion,
+        discard_ratio=discard,
+        start_layer=start,
+        query=str(library_query),
+        **({"stage": stage} if stage is not None else {}),
         **({"merge": merge} if merge is not None else {}),
     )
-    show_code(rollout_code(Source.of(cur), fusion=fusion, discard_ratio=discard, start_layer=start, query=library_query,
-                           stage=stage, merge=merge))
+    show_code(
+        rollout_code(
+            Source.of(cur),
+            fusion=fusion,
+            discard_ratio=discard,
+            start_layer=start,
+            query=library_query,
+            stage=stage,
+            merge=merge,
+        )
+    )
 
 with right:
     st.subheader("Figure 6 view")
     drawn = np.nan_to_num(cur.shown(final))  # outlier tokens left out: 0 (black)
-    figure6 = masked_image(resources.forward(*cur.args).input_image, drawn, "bilinear",
-                           top=hi if robust else None)  # (H, W, 3) uint8
+    figure6 = masked_image(
+        resources.forward(*cur.args).input_image, drawn, "bilinear", top=hi if robust else None
+    )  # (H, W, 3) uint8
     st.image(
-        figure6, width="stretch", output_format="PNG",
+        figure6,
+        width="stretch",
+        output_format="PNG",
         caption="The input multiplied by the rollout, upsampled bilinearly to the pixels and divided by "
-        + (f"the map colour range's top, {hi:.3g} ({range_text.split(':', 1)[0]}; brighter cells at full "
-           "brightness)" if robust else "its maximum")
+        + (
+            f"the map colour range's top, {hi:.3g} ({range_text.split(':', 1)[0]}; brighter cells at full brightness)"
+            if robust
+            else "its maximum"
+        )
         + " (black: no attention), as in the ViT paper's Figure 6"
-        + (" (which divides by the maximum: choose the colour range 0–max for its rule)" if robust else "") + ".",
+        + (" (which divides by the maximum: choose the colour range 0–max for its rule)" if robust else "")
+        + ".",
     )
     download_png("rollout_figure6_png", "rollout_figure6", figure6)
 
@@ -177,10 +233,12 @@ else:
         zmin=0.0 if normalise and robust else None,
         zmax=1.0 if normalise and robust else None,
         colorbar_title=("rollout / its 99th percentile (clipped at 1)" if robust else "rollout / map max")
-        if normalise else "rollout weight",
+        if normalise
+        else "rollout weight",
         col_labels=[str(last) for last in end_layers] if len(strip) <= per_row else None,
-        row_labels=None if len(strip) <= per_row else [
-            f"{end_layers[i]}–{end_layers[min(i + per_row, len(strip)) - 1]}" for i in range(0, len(strip), per_row)],
+        row_labels=None
+        if len(strip) <= per_row
+        else [f"{end_layers[i]}–{end_layers[min(i + per_row, len(strip)) - 1]}" for i in range(0, len(strip), per_row)],
         x_title="after layer" if len(strip) <= per_row else None,
         y_title=None if len(strip) <= per_row else "after layers",
         highlight=len(strip) - 1,

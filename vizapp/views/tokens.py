@@ -30,8 +30,12 @@ st.header("Tokens", divider="gray")
 st.caption(
     "What the tokens carry. Queries, keys and values are what each block's attention really compared "
     "(after q/k norm and, for RoPE models, after the rotation); the block output is the residual stream."
-    + (f" This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
-       "each layer on its own stage grid." if spec.is_windowed else "")
+    + (
+        f" This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
+        "each layer on its own stage grid."
+        if spec.is_windowed
+        else ""
+    )
 )
 
 left, right = st.columns([3, 2], gap="medium")
@@ -40,8 +44,11 @@ with right:
     clamp_state("tok_layer", (0, L - 1), L - 1)
     layer = st.slider("Layer (block index)", 0, L - 1, step=1, key="tok_layer") if L > 1 else 0
     kind = st.radio("Features", TOKEN_KINDS, format_func=KIND_LABELS.get, horizontal=True, key="tok_kind")
-    foreground = st.toggle("Fit the PCA on the foreground only (DINOv2)", key="tok_foreground",
-                           help="A first PCA's first component splits the patches; the smaller side is refitted, the rest drawn black.")
+    foreground = st.toggle(
+        "Fit the PCA on the foreground only (DINOv2)",
+        key="tok_foreground",
+        help="A first PCA's first component splits the patches; the smaller side is refitted, the rest drawn black.",
+    )
     query = query_controls(spec)
 
 try:
@@ -62,28 +69,66 @@ with left:
     xs, ys = figures.patch_centres(grid, (ph, pw))
     pca_figure = go.Figure(
         data=[
-            dict(type="image", z=np.round(rgb * 255).astype(np.uint8), x0=pw / 2, dx=pw, y0=ph / 2, dy=ph,
-                 hoverinfo="skip", name="PCA"),
-            dict(type="scatter", x=xs, y=ys, mode="markers", marker=dict(color="rgba(0,0,0,0)", size=8),
-                 customdata=np.stack([index, np.zeros_like(index)], axis=1), showlegend=False, name="patches",
-                 hovertemplate="patch %{customdata[0]:.0f}<extra>click: similarity to this patch</extra>"),
+            dict(
+                type="image",
+                z=np.round(rgb * 255).astype(np.uint8),
+                x0=pw / 2,
+                dx=pw,
+                y0=ph / 2,
+                dy=ph,
+                hoverinfo="skip",
+                name="PCA",
+            ),
+            dict(
+                type="scatter",
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker=dict(color="rgba(0,0,0,0)", size=8),
+                customdata=np.stack([index, np.zeros_like(index)], axis=1),
+                showlegend=False,
+                name="patches",
+                hovertemplate="patch %{customdata[0]:.0f}<extra>click: similarity to this patch</extra>",
+            ),
         ],
         layout=figures.styled_layout(
-            height=420, margin=dict(l=10, r=10, t=10, b=10), hovermode="closest", hoverdistance=-1,
-            clickmode="event+select", dragmode="pan",
-            shapes=[dict(type="rect", x0=(layer_query % gw) * pw, y0=(layer_query // gw) * ph,
-                         x1=(layer_query % gw + 1) * pw, y1=(layer_query // gw + 1) * ph,
-                         line=dict(color=figures.HIGHLIGHT, width=2.5))]
-            if isinstance(layer_query, int) else [],
-            xaxis=dict(range=[0, spec.img_size[1]], constrain="domain", showgrid=False, title=dict(text="x (input px)")),
-            yaxis=dict(range=[spec.img_size[0], 0], scaleanchor="x", constrain="domain", showgrid=False,
-                       title=dict(text="y (input px)")),
+            height=420,
+            margin=dict(l=10, r=10, t=10, b=10),
+            hovermode="closest",
+            hoverdistance=-1,
+            clickmode="event+select",
+            dragmode="pan",
+            shapes=[
+                dict(
+                    type="rect",
+                    x0=(layer_query % gw) * pw,
+                    y0=(layer_query // gw) * ph,
+                    x1=(layer_query % gw + 1) * pw,
+                    y1=(layer_query // gw + 1) * ph,
+                    line=dict(color=figures.HIGHLIGHT, width=2.5),
+                )
+            ]
+            if isinstance(layer_query, int)
+            else [],
+            xaxis=dict(
+                range=[0, spec.img_size[1]], constrain="domain", showgrid=False, title=dict(text="x (input px)")
+            ),
+            yaxis=dict(
+                range=[spec.img_size[0], 0],
+                scaleanchor="x",
+                constrain="domain",
+                showgrid=False,
+                title=dict(text="y (input px)"),
+            ),
         ),
     )
-    show_chart(pca_figure, "tok_pca", filename=f"pca_{kind}_L{layer}",
-               on_select=patch_click("tok_pca", [grid], spec.grid_size))
-    st.caption("Red, green, blue: the first three principal components of this layer's patch features, each "
-               "scaled to 0–1 over the fitted patches. Click a patch to see what resembles it.")
+    show_chart(
+        pca_figure, "tok_pca", filename=f"pca_{kind}_L{layer}", on_select=patch_click("tok_pca", [grid], spec.grid_size)
+    )
+    st.caption(
+        "Red, green, blue: the first three principal components of this layer's patch features, each "
+        "scaled to 0–1 over the fitted patches. Click a patch to see what resembles it."
+    )
     download_npz("tok_pca_data", f"pca_{kind}_L{layer}", rgb=rgb, fitted=fitted, layer=layer)
 
 # --------------------------------------------------------------------------- similarity
@@ -96,32 +141,64 @@ with sim_left:
     if not spec.is_windowed:  # the instant view: every token's similarity map, held in the page
         attention_view(
             data=served(*resources.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
-            image_uri=resources.background_uri(*cur.args), spec=spec, layer=layer, head=0, query=similarity_query,
-            colorscale=cur.colorscale, map_range=cur.map_range, opacity=0.7, key="tok_view",
-            on_change=follow_view("tok_view", patches=spec.num_patches), heads=0, head_names=[f"{KIND_LABELS[kind]}s"],
-            value_name="cosine similarity", report_layer=False, fixed_range=(-1.0, 1.0), columns=False, note="",
+            image_uri=resources.background_uri(*cur.args),
+            spec=spec,
+            layer=layer,
+            head=0,
+            query=similarity_query,
+            colorscale=cur.colorscale,
+            map_range=cur.map_range,
+            opacity=0.7,
+            key="tok_view",
+            on_change=follow_view("tok_view", patches=spec.num_patches),
+            heads=0,
+            head_names=[f"{KIND_LABELS[kind]}s"],
+            value_name="cosine similarity",
+            report_layer=False,
+            fixed_range=(-1.0, 1.0),
+            columns=False,
+            note="",
             max_height=420,
         )
-        st.caption("Instant view: hover a patch to see its similarity to every patch (drawn in the browser, "
-                   "−1 to 1, values to one 255th of each map's range); click to make it the query. The chart:")
+        st.caption(
+            "Instant view: hover a patch to see its similarity to every patch (drawn in the browser, "
+            "−1 to 1, values to one 255th of each map's range); click to make it the query. The chart:"
+        )
     show_chart(
         figures.attention_overlay(
-            resources.background_uri(*cur.args), spec.img_size, similarity, (ph, pw), opacity=0.7,
-            colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
-            title="This image", query_patch=layer_query if isinstance(layer_query, int) else None, height=420,
-            upsampled=cur.upsampled(similarity), chart_width=figures.column_width(1 / 2),
+            resources.background_uri(*cur.args),
+            spec.img_size,
+            similarity,
+            (ph, pw),
+            opacity=0.7,
+            colorscale=cur.colorscale,
+            zmin=-1.0,
+            zmax=1.0,
+            colorbar_title="cosine similarity (−1 to 1)",
+            title="This image",
+            query_patch=layer_query if isinstance(layer_query, int) else None,
+            height=420,
+            upsampled=cur.upsampled(similarity),
+            chart_width=figures.column_width(1 / 2),
         ),
-        "tok_similarity", filename=f"similarity_{kind}_L{layer}",
+        "tok_similarity",
+        filename=f"similarity_{kind}_L{layer}",
         on_select=patch_click("tok_similarity", [grid], spec.grid_size),
     )
 with sim_right:
     samples = [p.name for p in inputs.sample_paths() if p.name != cur.image.name]
-    other_name = st.selectbox("Another image (correspondence)", ["none", UPLOAD, *samples], key="tok_other",
-                              format_func=lambda name: "upload an image…" if name == UPLOAD else name)
+    other_name = st.selectbox(
+        "Another image (correspondence)",
+        ["none", UPLOAD, *samples],
+        key="tok_other",
+        format_func=lambda name: "upload an image…" if name == UPLOAD else name,
+    )
     other_similarity = None
     other = None
     if other_name == UPLOAD:
-        upload = st.file_uploader("Second image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="tok_other_upload")
+        upload = st.file_uploader(
+            "Second image", type=["jpg", "jpeg", "png", "webp", "bmp", "gif"], key="tok_other_upload"
+        )
         if upload is not None:
             other = ImageRef.from_bytes(upload.name, upload.getvalue())
             try:
@@ -138,16 +215,31 @@ with sim_right:
         other_similarity = patch_similarity(layer_tokens, layout, similarity_query, other=other_tokens).numpy()
         show_chart(
             figures.attention_overlay(
-                resources.background_uri(*other_args), spec.img_size, other_similarity, (ph, pw), opacity=0.7,
-                colorscale=cur.colorscale, zmin=-1.0, zmax=1.0, colorbar_title="cosine similarity (−1 to 1)",
-                title=f"{other_name}: similarity to this image's {query_text}", height=420,
-                upsampled=cur.upsampled(other_similarity), chart_width=figures.column_width(1 / 2),
+                resources.background_uri(*other_args),
+                spec.img_size,
+                other_similarity,
+                (ph, pw),
+                opacity=0.7,
+                colorscale=cur.colorscale,
+                zmin=-1.0,
+                zmax=1.0,
+                colorbar_title="cosine similarity (−1 to 1)",
+                title=f"{other_name}: similarity to this image's {query_text}",
+                height=420,
+                upsampled=cur.upsampled(other_similarity),
+                chart_width=figures.column_width(1 / 2),
             ),
-            "tok_other_similarity", filename=f"correspondence_{kind}_L{layer}",
+            "tok_other_similarity",
+            filename=f"correspondence_{kind}_L{layer}",
         )
-download_npz("tok_similarity_data", f"similarity_{kind}_L{layer}", similarity=similarity,
-             **({"other_image_similarity": other_similarity} if other_similarity is not None else {}),
-             query=str(similarity_query), layer=layer)
+download_npz(
+    "tok_similarity_data",
+    f"similarity_{kind}_L{layer}",
+    similarity=similarity,
+    **({"other_image_similarity": other_similarity} if other_similarity is not None else {}),
+    query=str(similarity_query),
+    layer=layer,
+)
 
 # --------------------------------------------------------------------------- norms and outliers
 st.subheader("Token norms and high-norm outliers")
@@ -156,30 +248,55 @@ st.subheader("Token norms and high-norm outliers")
 # The charts below do not depend on the query: built once per (model, image, layer, colours)
 # and shared (cache_resource), so a click re-renders only the PCA outline and the similarity.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def norm_figures(ref, digest: str, _image_bytes: bytes, layer: int, colorscale: str) -> tuple[go.Figure, go.Figure, list[int]]:
+def norm_figures(
+    ref, digest: str, _image_bytes: bytes, layer: int, colorscale: str
+) -> tuple[go.Figure, go.Figure, list[int]]:
     summary = resources.token_norms(ref, digest, _image_bytes)
     layer_norms = summary.patch_norms(layer)  # (N,) on the layer's grid
     found = summary.outliers(layer)
     overlay = figures.attention_overlay(
-        resources.background_uri(ref, digest, _image_bytes), spec.img_size, layer_norms.reshape(gh, gw), (ph, pw),
-        opacity=0.75, colorscale=colorscale, zmin=0.0, zmax=float(layer_norms.max()),
-        colorbar_title="‖block output‖₂ (0–max)", title=f"Layer {layer}: {len(found)} outlier patch(es)", height=420,
+        resources.background_uri(ref, digest, _image_bytes),
+        spec.img_size,
+        layer_norms.reshape(gh, gw),
+        (ph, pw),
+        opacity=0.75,
+        colorscale=colorscale,
+        zmin=0.0,
+        zmax=float(layer_norms.max()),
+        colorbar_title="‖block output‖₂ (0–max)",
+        title=f"Layer {layer}: {len(found)} outlier patch(es)",
+        height=420,
         chart_width=figures.column_width(1 / 2),
     )
     for patch in found:
         r, c = divmod(patch, gw)
-        overlay.add_shape(type="rect", x0=c * pw, y0=r * ph, x1=(c + 1) * pw, y1=(r + 1) * ph,
-                          line=dict(color="#00e5ff", width=2.5, dash="dot"))
+        overlay.add_shape(
+            type="rect",
+            x0=c * pw,
+            y0=r * ph,
+            x1=(c + 1) * pw,
+            y1=(r + 1) * ph,
+            line=dict(color="#00e5ff", width=2.5, dash="dot"),
+        )
     histogram = go.Figure(
         data=[dict(type="histogram", x=layer_norms, nbinsx=40, marker=dict(color="#3b528b"), name="patch tokens")],
-        layout=figures.styled_layout(height=420, margin=dict(l=10, r=10, t=40, b=10), bargap=0.05,
-                    title=dict(text=f"Patch-token norms, layer {layer}", font=dict(size=14)),
-                    xaxis=dict(title=dict(text="‖block output‖₂")), yaxis=dict(title=dict(text="patches"))),
+        layout=figures.styled_layout(
+            height=420,
+            margin=dict(l=10, r=10, t=40, b=10),
+            bargap=0.05,
+            title=dict(text=f"Patch-token norms, layer {layer}", font=dict(size=14)),
+            xaxis=dict(title=dict(text="‖block output‖₂")),
+            yaxis=dict(title=dict(text="patches")),
+        ),
     )
     threshold = float(summary.thresholds[layer])
     if np.isfinite(threshold):
-        histogram.add_vline(x=threshold, line=dict(color="#e16462", dash="dash"),
-                            annotation_text=f"threshold {threshold:.3g}", annotation_position="top right")
+        histogram.add_vline(
+            x=threshold,
+            line=dict(color="#e16462", dash="dash"),
+            annotation_text=f"threshold {threshold:.3g}",
+            annotation_position="top right",
+        )
     return overlay, histogram, found
 
 
@@ -188,12 +305,24 @@ def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: st
     summary = resources.token_norms(ref, digest, _image_bytes)
     value = summary.prefix_mass if name == "prefix tokens" else summary.outlier_mass
     return go.Figure(
-        data=[dict(type="heatmap", z=value, zmin=0, zmax=1, colorscale=figures.colour_stops(colorscale),
-                   colorbar=dict(title=dict(text="mass (0–1)", side="right")),
-                   hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>")],
-        layout=figures.styled_layout(height=360, margin=dict(l=10, r=10, t=40, b=10),
-                    title=dict(text=f"To the {name}", font=dict(size=14)),
-                    xaxis=dict(title=dict(text="head"), dtick=1), yaxis=dict(title=dict(text="layer"), dtick=1)),
+        data=[
+            dict(
+                type="heatmap",
+                z=value,
+                zmin=0,
+                zmax=1,
+                colorscale=figures.colour_stops(colorscale),
+                colorbar=dict(title=dict(text="mass (0–1)", side="right")),
+                hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>",
+            )
+        ],
+        layout=figures.styled_layout(
+            height=360,
+            margin=dict(l=10, r=10, t=40, b=10),
+            title=dict(text=f"To the {name}", font=dict(size=14)),
+            xaxis=dict(title=dict(text="head"), dtick=1),
+            yaxis=dict(title=dict(text="layer"), dtick=1),
+        ),
     )
 
 
@@ -203,11 +332,24 @@ def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.
     names = get_names(lens.shape[1])
     final = int(lens[-1].argmax())
     curve = go.Figure(
-        data=[dict(type="scatter", x=list(lens_layers), y=lens[:, final], mode="lines+markers",
-                   line=dict(color="#21918c"), name=names[final], hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>")],
-        layout=figures.styled_layout(height=340, margin=dict(l=10, r=10, t=40, b=10),
-                    title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
-                    xaxis=dict(title=dict(text="layer"), dtick=1), yaxis=dict(title=dict(text="probability"), range=[0, 1.02])),
+        data=[
+            dict(
+                type="scatter",
+                x=list(lens_layers),
+                y=lens[:, final],
+                mode="lines+markers",
+                line=dict(color="#21918c"),
+                name=names[final],
+                hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>",
+            )
+        ],
+        layout=figures.styled_layout(
+            height=340,
+            margin=dict(l=10, r=10, t=40, b=10),
+            title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
+            xaxis=dict(title=dict(text="layer"), dtick=1),
+            yaxis=dict(title=dict(text="probability"), range=[0, 1.02]),
+        ),
     )
     if layer not in lens_layers:
         return curve, None
@@ -238,27 +380,40 @@ st.caption(
     + (" A windowed model: each layer's cells on its own stage grid." if spec.is_windowed else "")
 )
 if spec.is_windowed:  # stage grids differ: one array per layer
-    download_npz("tok_norm_data", "token_norms", thresholds=summary.thresholds,
-                 **{f"norms_layer{i}": summary.patch_norms(i).reshape(spec.geometry(i).grid_size) for i in range(L)},
-                 **{f"outlier_mask_layer{i}": summary.mask[i].reshape(spec.geometry(i).grid_size) for i in range(L)})
+    download_npz(
+        "tok_norm_data",
+        "token_norms",
+        thresholds=summary.thresholds,
+        **{f"norms_layer{i}": summary.patch_norms(i).reshape(spec.geometry(i).grid_size) for i in range(L)},
+        **{f"outlier_mask_layer{i}": summary.mask[i].reshape(spec.geometry(i).grid_size) for i in range(L)},
+    )
 else:
-    download_npz("tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds,
-                 outlier_mask=summary.mask)
+    download_npz(
+        "tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds, outlier_mask=summary.mask
+    )
 
 st.subheader("Attention mass to prefix tokens and to outliers")
-panels = [(name, value) for name, value in (("prefix tokens", summary.prefix_mass), ("outlier patches", summary.outlier_mass))
-          if value is not None]
+panels = [
+    (name, value)
+    for name, value in (("prefix tokens", summary.prefix_mass), ("outlier patches", summary.outlier_mass))
+    if value is not None
+]
 if panels:
     columns = st.columns(len(panels), gap="medium")
     for column, (name, _value) in zip(columns, panels):
         with column:
-            show_chart(mass_figure(*cur.args, name, cur.colorscale), f"tok_mass_{name.split()[0]}",
-                       filename=f"attention_mass_{name.replace(' ', '_')}")
+            show_chart(
+                mass_figure(*cur.args, name, cur.colorscale),
+                f"tok_mass_{name.split()[0]}",
+                filename=f"attention_mass_{name.replace(' ', '_')}",
+            )
     st.caption("Mean over the patch queries of the attention they give to these keys (1 = all of it).")
     download_npz("tok_mass_data", "attention_mass", **{name.replace(" ", "_"): value for name, value in panels})
 elif spec.is_windowed:
-    st.caption(f"Not defined for this {spec.family}: it has no prefix tokens, and its cells attend only inside their "
-               "windows, so the mass to the outliers of a layer is not one number per head over the whole image.")
+    st.caption(
+        f"Not defined for this {spec.family}: it has no prefix tokens, and its cells attend only inside their "
+        "windows, so the mass to the outliers of a layer is not one number per head over the whole image."
+    )
 else:
     st.caption("No prefix tokens and no outliers in this model and image.")
 
@@ -286,7 +441,21 @@ if spec.has_classifier and curve is not None:
             show_chart(top5, "tok_lens_top5", filename=f"logit_lens_top5_L{layer}")
             st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
     lens = resources.logit_lens_probabilities(*cur.args)
-    download_npz("tok_lens_data", "logit_lens", probabilities=lens, layers=np.array(lens_layers),
-                 class_names=np.array(get_names(lens.shape[1])))
-show_code(tokens_code(Source.of(cur), kind=kind, layer=layer, foreground=foreground, query=similarity_query, other=other,
-                        windowed=spec.is_windowed))
+    download_npz(
+        "tok_lens_data",
+        "logit_lens",
+        probabilities=lens,
+        layers=np.array(lens_layers),
+        class_names=np.array(get_names(lens.shape[1])),
+    )
+show_code(
+    tokens_code(
+        Source.of(cur),
+        kind=kind,
+        layer=layer,
+        foreground=foreground,
+        query=similarity_query,
+        other=other,
+        windowed=spec.is_windowed,
+    )
+)
