@@ -43,6 +43,7 @@ from .attention_view import (
     windowed_view_blob,
 )
 from .errors import AnalysisError
+from .queries import patch_of_pixel
 
 __all__ = [
     "DEFAULT_BUDGET_MB",
@@ -354,6 +355,23 @@ def _default_query(spec):
     return "cls" if spec.has_class_token and not spec.is_windowed else "mean"
 
 
+def _widget_query(spec, query):
+    """The view's query as its trait holds it: ``None`` -> the default; a ``(y, x)`` input pixel (as
+    :func:`analysis.attention_map` takes it) -> the row-major patch that contains it
+    (:func:`~analysis.queries.patch_of_pixel`); ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch
+    index as they are."""
+    if query is None:
+        return _default_query(spec)
+    if isinstance(query, tuple):
+        if spec.is_windowed:
+            raise AnalysisError(
+                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', "
+                "not an input pixel."
+            )
+        return patch_of_pixel(spec, query)
+    return query
+
+
 def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
     cls = widget_class()
     background = _image_array(image, spec)
@@ -363,7 +381,7 @@ def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, o
         background,
         layer=int(layer),
         head=head,
-        query=_default_query(spec) if query is None else query,
+        query=_widget_query(spec, query),
         colorscale=colorscale,
         map_range=map_range,
         opacity=opacity,

@@ -127,6 +127,19 @@ def test_traits_round_trip_between_python_and_the_page(demo):
         widget.layer = spec.num_layers
 
 
+def test_a_pixel_query_opens_the_view_on_the_patch_that_holds_it(demo, swin):
+    """``query=(y, x)``, an input pixel as :func:`analysis.attention_map` takes it, opens the view on
+    the row-major patch ``⌊y/ph⌋·gw + ⌊x/pw⌋`` (worked by hand here); a windowed view refuses it."""
+    vit, record, image = demo
+    (ph, pw), (_, gw) = vit.spec.patch_size, vit.spec.grid_size
+    y, x = 3 * ph + 2, 5 * pw + 1
+    widget = attention_view(record, image, layer=1, query=(y, x))
+    assert widget.query == 3 * gw + 5 and widget._args["query_patch"] == 3 * gw + 5
+    swin_vit, swin_record, swin_image = swin
+    with pytest.raises(AnalysisError, match="not an input pixel"):
+        attention_view(swin_record, swin_image, query=(0, 0))
+
+
 def test_a_layer_the_page_does_not_hold_sends_new_data(demo):
     vit, record, image = demo
     one = vit.spec.num_heads + 1
