@@ -51,7 +51,7 @@ class ActivationCache(Mapping):
 
     @property
     def output(self) -> torch.Tensor:
-        """:attr:`logits`, from a pass that ran to the end; an AnalysisError for one that stopped early
+        """``logits``, from a pass that ran to the end; an AnalysisError for one that stopped early
         (``stop_at_layer``), which has no output."""
         if self.logits is None:
             raise AnalysisError(
