@@ -254,6 +254,7 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
         *project["dependencies"],
         *project["optional-dependencies"]["hf"],
         *project["optional-dependencies"]["app"],
+        *project["optional-dependencies"]["notebook"],
     ]
     pyproject_floors = dict(
         (name.strip().lower().replace("_", "-"), version.strip()) for name, version in (d.split(">=") for d in declared)
@@ -275,7 +276,6 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
             "mkdocs-material",
             "mkdocstrings[python]",
             "imagecorruptions",
-            "anywidget",
             "nbclient",
             "nbformat",
             "ipykernel",

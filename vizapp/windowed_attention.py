@@ -240,7 +240,7 @@ def render(cur: Current) -> None:
             stride=geometry.stride,
             image_size_hw=spec.img_size,
         )
-        show_code(attention_code(Source.of(cur), layer=layer, head=head, query=library_query))
+        show_code(attention_code(Source.of(cur), layer=layer, head=head, query=library_query, view=False))
 
     with right:
         ui.predictions_panel(cur)
