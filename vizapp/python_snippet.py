@@ -179,8 +179,25 @@ def rollout_code(
             ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
             "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
             "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
+            *(
+                []
+                if stage is not None or merge is not None
+                else _rollout_view_lines(fusion, discard_ratio, start_layer, query)
+            ),
         ]
     )
+
+
+def _rollout_view_lines(fusion: str, discard_ratio: float, start_layer: int, query) -> list[str]:
+    """The Rollout page's instant view as a notebook widget (:func:`analysis.widgets.rollout_view`; a ViT)."""
+    return [
+        "",
+        '# the page\'s instant rollout view in a notebook (pip install "vit-explorer[notebook]")',
+        "from analysis.widgets import rollout_view",
+        f"view = rollout_view(record, vit.model_input_image(image), head_fusion={fusion!r}, "
+        f"discard_ratio={float(discard_ratio)!r}, start_layer={int(start_layer)}, query={query!r})",
+        "view  # a notebook cell shows the widget of its last line",
+    ]
 
 
 def distance_code(
@@ -265,6 +282,11 @@ def compare_code(
             "attention = np.stack([",
             f"    analysis.attention_map(record, layer, head={head_arg}, query={query!r})[0].numpy() for layer in LAYERS",
             "])  # (len(LAYERS), gh, gw)",
+            "",
+            '# the page\'s instant view in a notebook (pip install "vit-explorer[notebook]"): hover one panel, see every layer',
+            "from analysis.widgets import compare_layers_view",
+            f"view = compare_layers_view(record, vit.model_input_image(image), LAYERS, head={head!r}, query={query!r})",
+            "view  # a notebook cell shows the widget of its last line",
         ]
     )
 
@@ -316,6 +338,12 @@ def tokens_code(
         "  # (L, heads)",
         "if vit.spec.has_classifier:",
         "    probabilities = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1).numpy()  # (L, classes)",
+        "",
+        '# the page\'s instant similarity view in a notebook (pip install "vit-explorer[notebook]")',
+        "from analysis.widgets import token_similarity_view",
+        f"view = token_similarity_view(record, tokens, vit.model_input_image(image), layer={int(layer)}, kind={kind!r}, "
+        f"query={query!r})",
+        "view  # a notebook cell shows the widget of its last line",
     ]
     return _script(lines)
 
