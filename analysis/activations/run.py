@@ -350,10 +350,10 @@ def _block_defines(site: AttentionSite, suffix: str) -> bool:
     if suffix == "attn.scores":  # like q and k: only where the fused kernel receives them
         return site.adapter.defines(site, "attn.q")
     if suffix in ("ln1.out", "ln2.out", "ln1.scale", "ln2.scale"):
-        norm = block_norm(site.block, suffix[:3])
+        norm = None if site.block is None else block_norm(site.block, suffix[:3])
         return norm is not None and (suffix.endswith(".out") or norm_kind(norm) is not None)
     if suffix in ("mlp.pre", "mlp.post"):
-        return mlp_layers(site.block) is not None
+        return site.block is not None and mlp_layers(site.block) is not None
     if suffix == "attn.result":
         return isinstance(site.adapter.output_projection(site.module), nn.Linear)
     return site.adapter.defines(site, suffix)
@@ -620,6 +620,7 @@ def _block_hooks(
     docstring) into ``handles``, one at a time, so the caller removes every one of them even
     when a check here raises halfway."""
     block = site.block
+    assert block is not None  # a block's site holds its block (only a pooling head's has none)
 
     def mine() -> bool:
         return threading.get_ident() == owner
@@ -820,11 +821,12 @@ def _attention_report(
         """``probs`` (B, heads, Q, K) as the point shows it; a replacement mapped back to its layout."""
         shown = probs
         if query_rows is not None and not rows_done:
-            shown = (
-                probs[:, :, rows_range[0] : rows_range[1]]
-                if rows_range is not None
-                else probs.index_select(2, rows_on(probs.device))
-            )
+            if rows_range is not None:
+                shown = probs[:, :, rows_range[0] : rows_range[1]]
+            else:
+                rows = rows_on(probs.device)
+                assert rows is not None  # query_rows is set
+                shown = probs.index_select(2, rows)
         if geometry is not None:
             shown = window_probabilities(probs, geometry)  # (B, windows, heads, Wt, Wt)
         replaced = points["attn.probs"](shown)
@@ -845,6 +847,8 @@ def _attention_report(
                 explicit.append(layer)
                 return None
             return visit_probs(inputs.probs) if wants_probs else None
+        # a fused call: the listener read its q, k, v and scale
+        assert inputs.q is not None and inputs.k is not None and inputs.v is not None and inputs.scale is not None
         q, k, v = (
             points[f"attn.{part}"](tensor) if f"attn.{part}" in points else None
             for part, tensor in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v))
@@ -854,6 +858,7 @@ def _attention_report(
         inputs = replace(
             inputs, q=inputs.q if q is None else q, k=inputs.k if k is None else k, v=inputs.v if v is None else v
         )
+        assert inputs.q is not None and inputs.k is not None and inputs.v is not None and inputs.scale is not None
         if wants_scores or grad:  # out of place: the scores visited, every step in the graph
             scores = attention_scores(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
             if wants_scores:
@@ -982,11 +987,13 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
     heads = site.adapter.num_heads(site.module)
 
     def probabilities(inputs: AttentionInputs) -> None:
-        probs = (
-            attention_probabilities(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
-            if inputs.probs is None
-            else inputs.probs.float()
-        )  # (B, heads, T, T)
+        if inputs.probs is None:  # a fused call: the listener read its q, k and scale
+            assert inputs.q is not None and inputs.k is not None and inputs.scale is not None
+            probs = attention_probabilities(
+                inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal
+            )  # (B, heads, T, T)
+        else:
+            probs = inputs.probs.float()
         if probs.shape[1] != heads:
             raise AnalysisError(f"Block {layer}'s attention gave {probs.shape[1]} heads; its module says {heads}.")
         _read_only(name, fn)(probs)
