@@ -20,6 +20,7 @@ from analysis import (
     attention_rollout_by_layer,
     capture_attention,
     capture_tokens,
+    class_probabilities,
     corresponding_layer,
     corresponding_query,
     dataset_attention_distance,
@@ -198,6 +199,11 @@ CASES = [
     ("norms of a vector", r"\(\.\.\., T, D\)", lambda c: token_norms(torch.ones(3))),
     ("outliers of 2-d norms", r"\(L, B, T\)", lambda c: high_norm_tokens(torch.ones(3, 4), 1)),
     (
+        "probability rule unknown",
+        "Unknown probability rule 'tanh'",
+        lambda c: class_probabilities(torch.ones(1, 3), "tanh"),
+    ),
+    (
         "outlier patches of an image not in the batch",
         "outside the batch",
         lambda c: outlier_patches(high_norm_tokens(torch.ones(2, 1, 5), 1), image=1),
@@ -326,6 +332,7 @@ def test_every_public_function_is_walked():
         "label_space",
         "shared_label_space",
         "outlier_patches",
+        "class_probabilities",
     }
     source = open(__file__).read()
     for name in walked:
