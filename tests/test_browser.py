@@ -631,10 +631,13 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
         }
         return null;
     }"""
+    wrapped = "head (upper / lower row of each layer)"  # 12 heads and the mean: two rows of 7 and 6 per layer
     for model, path, titles, rows, cols in (
         ("vit_tiny", "", ["head", "layer"], 12, 4),
         ("vit_tiny", "/rollout", ["", "after layers"], 2, 6),
-    ):  # 12 layers of 3 heads, a 7×7 grid
+        ("vit_small", "", ["head", "layer"], 12, 7),
+        ("vit_base", "", [wrapped, "layer"], 24, 7),
+    ):  # 12 layers of 3, 6 and 12 heads, a 7×7 grid
         page.goto(f"{server}{path}?model=random:{model}_patch16_224&res=112")
         expect(page.locator("h2").first).to_be_visible(timeout=60_000)
         wait_idle(page)

@@ -304,8 +304,9 @@ def tile_screen_pixels(figure: go.Figure, nrows: int, ncols: int) -> tuple[float
 )
 def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads, grid, title):
     """The Attention page's layers × heads mosaic (heads + mean per row): the figure is sized to
-    its tiles, every tile at least 120 px on its shorter side, cells square, the plot area not
-    grown by automatic margins."""
+    its tiles, every tile at least 120 px on its shorter side (a row too wide for the page's column
+    wraps onto sub-rows), no wider than the column, cells square, the plot area not grown by
+    automatic margins."""
     gh, gw = grid
     n = layers * (heads + 1)
     figure = plots.mosaic(
@@ -318,18 +319,67 @@ def test_thumbnail_tiles_are_at_least_120_pixels_and_square_celled(layers, heads
         y_title="layer",
         title=title,
     )
-    tile_h, tile_w = tile_screen_pixels(figure, layers, heads + 1)
     margins = figure.layout.margin.l + figure.layout.margin.r
-    fits = (heads + 1) * plots.mosaics.THUMBNAIL_PIXELS * gw / min(
-        gh, gw
-    ) + margins <= plots.mosaics.THUMBNAIL_MAX_WIDTH
-    if fits:  # 120 px tiles
-        assert min(tile_h, tile_w) >= plots.mosaics.THUMBNAIL_PIXELS
-    else:  # as wide as the page's column draws it: the picture (and its colour bar) not shrunk by the page
-        assert figure.layout.width == pytest.approx(plots.mosaics.THUMBNAIL_MAX_WIDTH, abs=1)
-        assert min(tile_h, tile_w) < plots.mosaics.THUMBNAIL_PIXELS
+    per_row = int((plots.mosaics.THUMBNAIL_MAX_WIDTH - margins) // (plots.mosaics.THUMBNAIL_PIXELS * gw / min(gh, gw)))
+    sub_rows = -(-(heads + 1) // per_row)
+    tile_h, tile_w = tile_screen_pixels(figure, layers * sub_rows, -(-(heads + 1) // sub_rows))
+    assert min(tile_h, tile_w) >= plots.mosaics.THUMBNAIL_PIXELS - 0.5
+    assert figure.layout.width <= plots.mosaics.THUMBNAIL_MAX_WIDTH  # the page does not shrink it (nor its colour bar)
     assert tile_h / gh == pytest.approx(tile_w / gw, rel=0.02)  # square cells: the plot area has the tiles' shape
     assert figure.layout.xaxis.automargin is False and figure.layout.yaxis.automargin is False
+
+
+def test_a_ViT_S_layers_by_heads_mosaic_fits_one_row_per_layer_at_120_pixels():
+    """6 heads and the mean: seven 120 px tiles fit the page's 980 px column with the margins."""
+    figure = plots.mosaic(
+        np.zeros((12 * 7, 14, 14)),
+        7,
+        tile_names=[str(i) for i in range(84)],
+        col_labels=[*map(str, range(6)), "mean"],
+        row_labels=[str(r) for r in range(12)],
+        x_title="head",
+        y_title="layer",
+    )
+    assert list(figure.layout.xaxis.ticktext) == ["0", "1", "2", "3", "4", "5", "mean"]
+    assert tile_screen_pixels(figure, 12, 7) == pytest.approx((120.5, 120.5), abs=0.1)  # 0.5 px of slack for plotly
+
+
+def test_a_row_too_wide_for_the_column_wraps_and_every_tile_lands_where_its_label_says():
+    """12 heads + mean at 120 px do not fit 980 px: each layer's row wraps onto two sub-rows of 7 and
+    6 tiles. Every tile's values are drawn at the place its click marker, its column label and its
+    row label name, read back from the figure."""
+    layers, heads, (gh, gw) = 3, 12, (5, 4)
+    n = layers * (heads + 1)
+    tiles = np.random.default_rng(1).random((n, gh, gw)).astype(np.float32)
+    labels = [*map(str, range(heads)), "mean"]
+    figure = plots.mosaic(
+        tiles,
+        heads + 1,
+        tile_names=[f"L{i // 13} {labels[i % 13]}" for i in range(n)],
+        col_labels=labels,
+        row_labels=["a", "b", "c"],
+        x_title="head",
+        y_title="layer",
+        highlight=20,
+    )
+    z = np.asarray(figure.data[0].z, dtype=np.float32)
+    assert z.shape == (layers * 2 * gh, 7 * gw)
+    marker = figure.data[-1]
+    xticks = dict(zip(figure.layout.xaxis.tickvals, figure.layout.xaxis.ticktext))
+    yticks = dict(zip(figure.layout.yaxis.tickvals, figure.layout.yaxis.ticktext))
+    for i in range(n):
+        x, y, index = marker.x[i], marker.y[i], int(marker.customdata[i][0])
+        assert index == i
+        col, row = int(x // gw), int(y // gh)
+        np.testing.assert_array_equal(z[row * gh : (row + 1) * gh, col * gw : (col + 1) * gw], tiles[i])
+        layer, head = divmod(i, heads + 1)
+        assert row // 2 == layer and labels[head] in xticks[(col + 0.5) * gw].split(" / ")
+        assert xticks[(col + 0.5) * gw].split(" / ")[row % 2] == labels[head]  # upper label: upper sub-row
+        assert yticks[(layer * 2 + 0.5) * gh] == "abc"[layer]  # the layer's label on its first sub-row
+    assert "upper / lower" in figure.layout.xaxis.title.text
+    highlight = figure.layout.shapes[-1]  # tile 20: layer 1, head 7: second sub-row, column 0
+    assert (highlight.x0, highlight.y0) == (0, 3 * gh)
+    assert len(z[np.isnan(z)]) == layers * gh * gw  # one empty slot per layer (13 tiles in 14 places)
 
 
 def test_the_position_mosaic_of_a_big_grid_labels_every_kth_patch_and_zooms():

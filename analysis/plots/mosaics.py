@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -20,6 +22,7 @@ from .layout import (
     wrap_label,
 )
 from .style import (
+    CHART_FONT_SIZE,
     CLICK_MARKER,
     SEPARATOR,
     colorize,
@@ -29,10 +32,15 @@ from .style import (
     image_data_uri,
     styled_figure,
 )
-from .ticks import grid_tick_step, grid_ticks
+from .ticks import (
+    DENSE_GRID,  # noqa: F401 - the docstrings' :data:`DENSE_GRID` is found through it
+    grid_tick_step,
+    grid_ticks,
+)
 
 __all__ = [
     "mosaic",
+    "MosaicLayout",
     "position_similarity_mosaic",
     "similarity_tile",
     "rgb_patch_grid",
@@ -53,10 +61,13 @@ MAX_IMAGE_SIDE = 1024  # a PNG mosaic's longer side, in pixels (tiles are box-av
 MIN_TILE_PIXELS = 8  # a PNG mosaic keeps at least this many pixels per tile side (its pattern stays visible)
 THUMBNAIL_PIXELS = 120  # a thumbnail mosaic's tiles are at least this many screen pixels on their shorter side
 # a thumbnail mosaic's fixed margins (px): row labels and title left, colour bar right, column labels on top
-THUMBNAIL_MARGIN = dict(l=64, r=150, t=56, b=12)
+THUMBNAIL_MARGIN = dict(l=36, r=100, t=56, b=12)
 #: The widest a thumbnail mosaic may be (px): the app's main column in a 1440 px window. A wider
 #: figure would be shrunk to the column by the page, its picture with it but not its colour bar.
 THUMBNAIL_MAX_WIDTH = 980
+#: Plotly draws a plot area up to a pixel narrower than the figure less its margins: tiles aim this much higher.
+ROUNDING_SLACK_PX = 0.5
+COLORBAR_TITLE_LINE_PX = 18  # each further line of a colour bar's (wrapped, sideways) title widens the bar by this much
 POSITION_TILE_PX = 9  # the position mosaic's tiles are at least this many px a side
 ZOOM_HINT = "Drag a box to zoom in (cells stay square), double-click to zoom back out."
 
@@ -106,6 +117,70 @@ def colorized_png(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> s
     return image_data_uri(colorize(z, colorscale, zmin, zmax), lossless=True)
 
 
+@dataclass(frozen=True)
+class MosaicLayout:
+    """Where a thumbnail mosaic draws its ``nrows × ncols`` tiles (row-major tile ``i`` is row
+    ``i // ncols``, column ``i % ncols``). A row of tiles that would be too wide for the page's column at
+    ``tile_pixels`` a tile wraps onto ``sub_rows`` rows of ``per_row`` tiles each: tile ``(r, c)`` is drawn at
+    row ``r·sub_rows + c // per_row``, column ``c % per_row``. A drawn column then holds the logical columns
+    ``c, c + per_row, …`` (its label joins theirs: ``"0 / 6"``)."""
+
+    nrows: int
+    ncols: int
+    per_row: int
+    sub_rows: int
+
+    @classmethod
+    def of(
+        cls, nrows: int, ncols: int, gh: int, gw: int, *, fit_width: float | None, tile_pixels: int = THUMBNAIL_PIXELS
+    ) -> MosaicLayout:
+        """Wrap when ``ncols`` tiles of ``tile_pixels`` on their shorter side (cells square) are wider than
+        ``fit_width`` px; ``fit_width=None``: never wrap (a figure of a given height)."""
+        tile_width = (tile_pixels + ROUNDING_SLACK_PX) / min(gh, gw) * gw
+        if fit_width is None or ncols * tile_width <= fit_width:
+            return cls(nrows, ncols, ncols, 1)
+        per_row = max(1, int(fit_width // tile_width))
+        sub_rows = math.ceil(ncols / per_row)
+        per_row = math.ceil(ncols / sub_rows)  # balanced: 13 tiles on 2 rows are 7 + 6, not 6 + 6 + 1
+        return cls(nrows, ncols, per_row, sub_rows)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Rows and columns of tiles as drawn."""
+        return self.nrows * self.sub_rows, self.per_row
+
+    def place(self, index: int) -> tuple[int, int]:
+        """Drawn ``(row, column)`` of row-major tile ``index``."""
+        r, c = divmod(index, self.ncols)
+        return r * self.sub_rows + c // self.per_row, c % self.per_row
+
+    def column_label(self, labels: Sequence[str], column: int) -> str:
+        """The label of drawn ``column``: the labels of the logical columns it holds, joined by ``" / "``."""
+        return " / ".join(labels[c] for c in range(column, self.ncols, self.per_row))
+
+
+def _thumbnail_frame(
+    nrows: int, ncols: int, gh: int, gw: int, *, tile_pixels: int, title: str | None, colorbar_title: str
+) -> tuple[MosaicLayout, dict, float]:
+    """A thumbnail mosaic's layout, margins and screen pixels per cell. The right margin holds the
+    colour bar, whose title is wrapped to the bar's length (the plot height): a short mosaic's
+    title takes several lines, each :data:`COLORBAR_TITLE_LINE_PX` wider; plotly would otherwise
+    push the margin itself and shrink the picture below its colour bar. The layout then wraps rows
+    to what the narrower plot area fits (at most two rounds: a taller mosaic has a longer bar)."""
+    margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
+    for _ in range(3):
+        fit_width = THUMBNAIL_MAX_WIDTH - margin["l"] - margin["r"]
+        layout = MosaicLayout.of(nrows, ncols, gh, gw, fit_width=fit_width, tile_pixels=tile_pixels)
+        vrows, vcols = layout.shape
+        cell = min((tile_pixels + ROUNDING_SLACK_PX) / min(gh, gw), fit_width / (vcols * gw))
+        lines = line_count(wrap_label(colorbar_title, chars_fitting(vrows * gh * cell, CHART_FONT_SIZE)))
+        right = THUMBNAIL_MARGIN["r"] + (lines - 1) * COLORBAR_TITLE_LINE_PX
+        if right == margin["r"]:
+            break
+        margin["r"] = right
+    return layout, margin, cell
+
+
 def mosaic(
     tiles: np.ndarray,
     ncols: int,
@@ -150,18 +225,27 @@ def mosaic(
     n, gh, gw = tiles.shape
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
+    thumbnails = height is None
+    if thumbnails:
+        layout, margin, cell = _thumbnail_frame(
+            nrows, ncols, gh, gw, tile_pixels=tile_pixels, title=title, colorbar_title=colorbar_title
+        )
+    else:
+        layout = MosaicLayout.of(nrows, ncols, gh, gw, fit_width=None)
     values = tiles.astype(np.float32)
     if normalize_each:
         peak = np.nanmax(np.abs(values.reshape(n, -1)), axis=1).reshape(n, 1, 1)
-        values = values / np.where(peak > 0, peak, 1.0)
-    big = np.full((nrows * gh, ncols * gw), np.nan, np.float32)
+        values = (values / np.where(peak > 0, peak, 1.0)).astype(np.float32, copy=False)  # float32 already
+    vrows, vcols = layout.shape
+    big = np.full((vrows * gh, vcols * gw), np.nan, np.float32)
     for i in range(n):
-        r, c = divmod(i, ncols)
+        r, c = layout.place(i)
         big[r * gh : (r + 1) * gh, c * gw : (c + 1) * gw] = values[i]
     lo = float(np.nanmin(values)) if zmin is None else zmin
     hi = float(np.nanmax(values)) if zmax is None else zmax
     if normalize_each and zmin is None:
         lo, hi = min(0.0, lo), 1.0
+    traces: list[dict[str, Any]]  # plotly trace specifications
     if big.size <= MAX_HEATMAP_CELLS:
         traces = [
             dict(
@@ -181,8 +265,8 @@ def mosaic(
             )
         ]
     else:  # a PNG: bytes grow with pixels, not with JSON per cell (a 64x64 grid of tiles was 69 MB)
-        ph, pw = _tile_pixels(nrows, ncols, gh, gw)
-        shown = _cell_average(big, nrows, ncols, gh, gw, ph, pw)
+        ph, pw = _tile_pixels(vrows, vcols, gh, gw)
+        shown = _cell_average(big, vrows, vcols, gh, gw, ph, pw)
         if (ph, pw) != (gh, gw):
             note = f"each {gh}×{gw} tile drawn at {pw}×{ph} px (cell average); the data download is exact"
             title = f"{title} · {note}" if title else note
@@ -214,24 +298,31 @@ def mosaic(
                 ),
             ),
         ]
-    width, height_cells = ncols * gw, nrows * gh
+    width, height_cells = vcols * gw, vrows * gh
     shapes = []
-    if max(ncols, nrows) <= 32:  # beyond that, lines would cover the tiles themselves
-        separator = dict(color=SEPARATOR, width=1.5 if max(ncols, nrows) <= 16 else 0.75)
-        segments = [f"M{c * gw},0V{height_cells}" for c in range(1, ncols)] + [
-            f"M0,{r * gh}H{width}" for r in range(1, nrows)
+    if max(vcols, vrows) <= 32:  # beyond that, lines would cover the tiles themselves
+        separator = dict(color=SEPARATOR, width=1.5 if max(vcols, vrows) <= 16 else 0.75)
+        inner = [r for r in range(1, vrows) if r % layout.sub_rows]  # the rows one wrapped row is split into
+        segments = [f"M{c * gw},0V{height_cells}" for c in range(1, vcols)] + [
+            f"M0,{r * gh}H{width}" for r in range(1, vrows) if r not in inner
         ]
         if segments:  # one path for all separators: one shape for plotly to validate, not one per line
             shapes.append(dict(type="path", path="".join(segments), line=separator))
+        if inner:  # inside a wrapped row: a thin dotted line, so that a row's sub-rows read as one row
+            shapes.append(
+                dict(
+                    type="path",
+                    path="".join(f"M0,{r * gh}H{width}" for r in inner),
+                    line=dict(color=SEPARATOR, width=0.75, dash="dot"),
+                )
+            )
     if highlight is not None and 0 <= highlight < n:
-        r, c = divmod(int(highlight), ncols)
+        r, c = layout.place(int(highlight))
         shapes.append(highlight_rect(c * gw, r * gh, (c + 1) * gw, (r + 1) * gh))
-    thumbnails = height is None
-    if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side,
-        # unless that is wider than the page's column can draw (then the column's width sets the tiles, so that the
-        # colour bar, as tall as the plot area, stays as tall as the picture)
-        margin = dict(THUMBNAIL_MARGIN, t=THUMBNAIL_MARGIN["t"] + (30 if title else 0))
-        cell = min(tile_pixels / min(gh, gw), (THUMBNAIL_MAX_WIDTH - margin["l"] - margin["r"]) / width)
+    if thumbnails:  # the figure grows with the tiles (the page scrolls): every tile tile_pixels on its shorter side
+        # (a row too wide for the page's column wraps onto sub-rows, MosaicLayout), unless a single tile is wider than
+        # the column (then the column's width sets the tiles, so that the colour bar, as tall as the plot area, stays
+        # as tall as the picture)
         plot_height = height_cells * cell
         size = dict(width=int(np.ceil(width * cell)) + margin["l"] + margin["r"])
         height = int(np.ceil(plot_height)) + margin["t"] + margin["b"]
@@ -256,12 +347,13 @@ def mosaic(
         elif "colorbar" in trace.get("marker", {}):
             trace["marker"]["colorbar"] = colorbar
     index = np.arange(n)
+    placed = np.array([layout.place(i) for i in range(n)]).reshape(n, 2)  # (n, 2): each tile's (row, column) drawn
     peaks = np.nanmax(tiles.reshape(n, -1), axis=1)
     traces.append(
         dict(
             type="scatter",
-            x=(index % ncols + 0.5) * gw,
-            y=(index // ncols + 0.5) * gh,
+            x=(placed[:, 1] + 0.5) * gw,
+            y=(placed[:, 0] + 0.5) * gh,
             mode="markers",
             marker=CLICK_MARKER,
             showlegend=False,
@@ -281,8 +373,11 @@ def mosaic(
         side="top",
     )
     if col_labels is not None:
-        shown = grid_ticks(ncols)
-        xaxis.update(tickvals=(np.asarray(shown) + 0.5) * gw, ticktext=[list(col_labels)[c] for c in shown])
+        shown_columns = grid_ticks(vcols)
+        xaxis.update(
+            tickvals=(np.asarray(shown_columns) + 0.5) * gw,
+            ticktext=[layout.column_label(list(col_labels), c) for c in shown_columns],
+        )
     yaxis = dict(
         range=[height_cells, 0],
         scaleanchor="x",
@@ -293,8 +388,16 @@ def mosaic(
         showticklabels=row_labels is not None,
     )
     if row_labels is not None:
-        shown = grid_ticks(nrows)
-        yaxis.update(tickvals=(np.asarray(shown) + 0.5) * gh, ticktext=[list(row_labels)[r] for r in shown])
+        shown_rows = grid_ticks(nrows)  # a wrapped row is labelled on its first sub-row
+        yaxis.update(
+            tickvals=(np.asarray(shown_rows) * layout.sub_rows + 0.5) * gh,
+            ticktext=[list(row_labels)[r] for r in shown_rows],
+        )
+    if layout.sub_rows > 1 and x_title:
+        rows = " / ".join(
+            ("upper", "lower") if layout.sub_rows == 2 else (f"row {k + 1}" for k in range(layout.sub_rows))
+        )
+        xaxis["title"] = dict(text=f"{x_title} ({rows} row of each {y_title or 'row'})")
     if thumbnails:
         xaxis["automargin"] = yaxis["automargin"] = False  # the plot area is exactly the tiles
     figure = styled_figure(
