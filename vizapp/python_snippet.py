@@ -162,11 +162,14 @@ def rollout_code(
     query: str | int | tuple[int, int],
     stage: int | None = None,
     merge: str | None = None,
+    windowed: bool = False,
 ) -> str:
     """The Rollout page: ``after_each_layer`` ``(L - start, gh, gw)``, ``rollout`` (the last of
     them, the map shown) and ``figure6`` (the input times the upsampled rollout). A windowed
-    model: ``query`` a pixel ``(y, x)`` or ``"mean"``; ``stage`` (its layers only, exact) or
-    ``start_layer`` with ``merge`` (``"mean_2x2"``: across patch merging, an approximation)."""
+    model (``windowed``: Swin, SAM; no instant view): ``query`` a pixel ``(y, x)`` or
+    ``"mean"``; ``stage`` (its layers only, exact) or ``start_layer`` with ``merge``
+    (``"mean_2x2"``: across patch merging, an approximation). A ViT's script ends with the
+    page's instant view as a notebook widget."""
     span = f"stage={int(stage)}" if stage is not None else f"start_layer={int(start_layer)}"
     extra = f", merge={merge!r}" if merge is not None else ""
     return _script(
@@ -179,11 +182,7 @@ def rollout_code(
             ")[:, 0].numpy()  # (steps, gh, gw): the rollout after each layer",
             "rollout = after_each_layer[-1]  # (gh, gw): through the last layer, the map shown",
             "figure6 = analysis.masked_image(vit.model_input_image(image), rollout, 'bilinear')  # (H, W, 3) uint8",
-            *(
-                []
-                if stage is not None or merge is not None
-                else _rollout_view_lines(fusion, discard_ratio, start_layer, query)
-            ),
+            *([] if windowed else _rollout_view_lines(fusion, discard_ratio, start_layer, query)),
         ]
     )
 

@@ -186,6 +186,7 @@ with left:
             query=library_query,
             stage=stage,
             merge=merge,
+            windowed=spec.is_windowed,
         )
     )
 
