@@ -37,7 +37,7 @@ from .explanations import EXPLANATION_METHODS, explain
 from .filters import patch_embedding_components, patch_embedding_filters
 from .images import load_image
 from .label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
-from .loading import LoadedCLIP, LoadedViT, class_probabilities, load_clip, load_vit
+from .loading import LoadedCLIP, LoadedViT, class_label, class_probabilities, load_clip, load_vit, top_classes
 from .map_scaling import scale_by_peak
 from .mass import top_mass_mask
 from .position import (
@@ -85,6 +85,8 @@ __all__ = [
     "top_mass_mask",
     "load_vit",
     "class_probabilities",
+    "class_label",
+    "top_classes",
     "LoadedViT",
     "load_clip",
     "LoadedCLIP",

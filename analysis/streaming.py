@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -30,11 +30,11 @@ from .distance import attention_distance_per_image, patch_distance_matrix, windo
 from .errors import AnalysisError
 from .images import load_image
 from .oom import run_with_oom_fallback
+from .progress import Progress
 from .spec import input_spec
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
 
-Progress = Callable[[int, int | None], None]
 ON_ERROR = ("raise", "skip")
 
 

@@ -115,7 +115,7 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
     size = demo_vit.spec.img_size[0]
     train_images, train_labels = scenes(TRAIN_SEED, 48, size)
     test_images, test_labels = scenes(HELD_OUT_SEED, 150, size)
-    fractions = []
+    calls = []
     patch = train_patch(
         demo_vit,
         train_images,
@@ -125,9 +125,9 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
         batch_size=8,
         step_size=0.1,
         seed=0,
-        progress=fractions.append,
+        progress=lambda done, total: calls.append((done, total)),
     )
-    assert fractions[-1] == pytest.approx(1.0) and fractions == sorted(fractions)
+    assert calls == [(done, 30) for done in range(1, 31)]  # 5 epochs of 6 batches of 8
     assert patch.patch.shape == (3, 15, 15) and 0 <= float(patch.patch.min()) and float(patch.patch.max()) <= 1
     trained = evaluate_patch(demo_vit, test_images, test_labels, patch, seed=1)
     noise = evaluate_patch(demo_vit, test_images, test_labels, noise_patch(patch.side, seed=2), seed=1)
@@ -141,7 +141,7 @@ def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
 def test_size_curve_scores_each_models_own_patch_and_the_noise_control(demo_vit):
     images, labels = scenes(TRAIN_SEED, 8, demo_vit.spec.img_size[0])
     held, held_labels = scenes(HELD_OUT_SEED, 8, demo_vit.spec.img_size[0])
-    fractions = []
+    calls = []
     curve = patch_size_curve(
         {"vit": demo_vit},
         images,
@@ -152,9 +152,10 @@ def test_size_curve_scores_each_models_own_patch_and_the_noise_control(demo_vit)
         epochs=1,
         batch_size=8,
         seed=3,
-        progress=fractions.append,
+        progress=lambda done, total: calls.append((done, total)),
     )
-    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    # per share: its one mini-batch of training, then its evaluation
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
     for k, share in enumerate(curve.shares):
         found = curve.patches["vit"][k]
         assert found.side == patch_side((48, 48), share)
@@ -180,11 +181,16 @@ def test_transfer_matrix_diagonal_is_each_models_own_accuracy(demo_vit):
     cnn = load_cnn("demo")
     images, labels = scenes(HELD_OUT_SEED, 12, demo_vit.spec.img_size[0])
     patches = {"vit": noise_patch(11, seed=0), "cnn": noise_patch(11, seed=1)}
-    fractions = []
+    calls = []
     names, matrix = patch_transfer_matrix(
-        {"vit": demo_vit, "cnn": cnn}, patches, images, labels, seed=3, progress=fractions.append
+        {"vit": demo_vit, "cnn": cnn},
+        patches,
+        images,
+        labels,
+        seed=3,
+        progress=lambda done, total: calls.append((done, total)),
     )
-    assert names == ["vit", "cnn"] and fractions == [0.25, 0.5, 0.75, 1.0]
+    assert names == ["vit", "cnn"] and calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
     for i, source in enumerate(names):
         for j, model in enumerate((demo_vit, cnn)):
             assert matrix[i, j] == pytest.approx(

@@ -73,3 +73,40 @@ def test_class_probabilities_is_the_one_rule_softmax_or_sigmoid_written_out():
     assert torch.equal(vit.probabilities(logits), analysis.class_probabilities(logits))
     with pytest.raises(AnalysisError, match="Unknown probability rule 'tanh'"):
         analysis.class_probabilities(logits, "tanh")
+
+
+def test_top_classes_ranks_by_an_explicit_selection_ties_in_class_order():
+    """analysis.top_classes against a written-out selection: repeatedly take the highest remaining
+    score, the lowest class index among equals; class_label names or numbers a class."""
+    import analysis
+    from analysis.errors import AnalysisError
+
+    def by_hand(scores, k):
+        left, picked = list(range(len(scores))), []
+        while left and len(picked) < k:
+            best = left[0]
+            for c in left[1:]:
+                if scores[c] > scores[best]:
+                    best = c
+            picked.append(best)
+            left.remove(best)
+        return picked
+
+    generator = torch.Generator().manual_seed(0)
+    for scores in (
+        torch.rand(12, generator=generator),
+        torch.tensor([0.2, 0.5, 0.2, 0.5, 0.1]),  # ties: the lower class first
+        torch.randint(0, 3, (9,), generator=generator).float(),
+    ):
+        values = [float(v) for v in scores]
+        for k in (0, 1, 3, len(values)):
+            assert analysis.top_classes(scores, k) == by_hand(values, k)
+            assert analysis.top_classes(scores.numpy(), k) == by_hand(values, k)
+        assert analysis.top_classes(values) == by_hand(values, len(values))
+    assert analysis.top_classes(torch.tensor([0.2, 0.5, 0.2, 0.5, 0.1]), 3) == [1, 3, 0]
+    assert analysis.class_label(["cat", "dog"], 1) == "dog"
+    assert analysis.class_label(None, 7) == analysis.class_label([], 7) == "class 7"
+    with pytest.raises(AnalysisError, match=r"shape \(classes,\)"):
+        analysis.top_classes(torch.zeros(2, 3), 1)
+    with pytest.raises(AnalysisError, match="at least 0"):
+        analysis.top_classes(torch.zeros(3), -1)

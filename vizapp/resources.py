@@ -159,8 +159,8 @@ def top_predictions(ref: ModelRef, digest: str, _image_bytes: bytes, k: int = 5)
     if probs.size == 0:
         return [], np.zeros(0, np.float32)
     names = get_model(ref).class_names
-    order = np.argsort(-probs)[:k]
-    labels = [names[i] if names else f"class {i}" for i in order]
+    order = analysis.top_classes(probs, k)
+    labels = [analysis.class_label(names, i) for i in order]
     return labels, probs[order]
 
 

@@ -35,7 +35,7 @@ ATTACK_LABELS = {"fgsm": "FGSM (one step)", "pgd": "PGD (L∞, random start)"}
 
 def _top(probabilities: np.ndarray, class_names) -> str:
     best = int(np.argmax(probabilities))
-    name = class_names[best] if class_names else f"class {best}"
+    name = analysis.class_label(class_names, best)
     return f"{escape_markdown(name)} · {probabilities[best]:.1%}"
 
 

@@ -247,10 +247,32 @@ def keep_page_state(page: str) -> None:
         kept = kept_key(key)
         if key in st.session_state:
             st.session_state[kept] = st.session_state[key]
-            if switched:
+            if switched or not browser_holds(key):
                 st.session_state[key] = st.session_state[kept]
         elif kept in st.session_state:
             st.session_state[key] = st.session_state[kept]
+
+
+def browser_holds(key: str) -> bool:
+    """Whether the browser's request for this run carried a value for the widget last drawn
+    under ``key`` (True, too, when no widget was drawn under it yet, or where Streamlit's
+    session state is not ours to read).
+
+    A value set in code reaches the browser only with the run that set it. When another run
+    starts before the browser has drawn that widget (a quick second run at a session's start,
+    on a loaded machine), the later run's element carries no value, and the browser mounts the
+    widget at its own default (a slider's minimum) and sends that back on the next rerun:
+    eight concurrent sessions showed layer 0, not the last layer (tests/test_load.py).
+    :func:`keep_page_state` sets such a key again until the browser holds it. A widget the
+    browser holds is never re-assigned (fast key presses on it would be lost)."""
+    try:
+        from streamlit.runtime.state import get_session_state
+
+        state = get_session_state()._state
+        widget = state._key_id_mapper.get_id_from_key(key, None)
+        return widget is None or widget in state._new_widget_state
+    except (AttributeError, RuntimeError, TypeError):  # another Streamlit's internals: keep its own rule
+        return True
 
 
 def load_model(ref: ModelRef) -> tuple[analysis.LoadedViT | None, str | None]:

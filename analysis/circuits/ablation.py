@@ -17,7 +17,7 @@ order (e.g. most important first), and traces the target logit as heads go.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,7 @@ from ..arguments import resolve_layers
 from ..checks import check_index
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
+from ..progress import Progress
 from ..windowed import refuse_windowed
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
 ]
 
 ABLATIONS = ("zero", "mean", "resample")
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ copy of the corrupted image a different one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +25,7 @@ from ..activations import run_with_cache, run_with_hooks
 from ..arguments import resolve_layers
 from ..errors import AnalysisError
 from ..explanations.gradients import resolve_targets
+from ..progress import Progress
 from ..windowed import refuse_windowed
 from .ablation import check_separable_heads
 
@@ -68,7 +68,7 @@ def activation_patching(
     versus=None,
     layers=None,
     batch_size: int = 16,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> PatchingResult:
     """Patch each (layer, token) or (layer, head) of ``clean`` into ``corrupted``, one at a time.
 

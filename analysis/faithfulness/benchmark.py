@@ -6,7 +6,7 @@ and time per image. ``python -m analysis.faithfulness`` runs it from a command l
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +15,7 @@ from PIL import Image
 
 from ..errors import AnalysisError
 from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
+from ..progress import Progress
 from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
@@ -68,7 +69,7 @@ def benchmark(
     baseline: str = "mean",
     sanity_images: int = 20,
     method_options: dict | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[MethodScores]:
     """Score every method (and :data:`RANDOM`) on ``images``; ``masks[i]`` is image i's
     ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is

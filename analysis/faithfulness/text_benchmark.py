@@ -17,13 +17,14 @@ two-object scenes (:mod:`analysis.demo.text_scenes`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 
 from ..errors import AnalysisError
+from ..progress import Progress
 from .benchmark import RANDOM, MethodScores, method_maps
 from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import area_under_curve, perturbation_curve
@@ -43,7 +44,7 @@ def text_benchmark(
     methods: Sequence[str] | None = None,
     steps: int = 16,
     baseline: str = "mean",
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[MethodScores]:
     """Score every text method (and :data:`RANDOM`) on ``images``: image ``i`` is explained for
     ``prompts[i]``, whose object's ``(H, W)`` bool mask is ``masks[i]``."""

@@ -42,7 +42,7 @@ from .files import (
     model_from_timm_folder,
     read_folder_config,
 )
-from .loaded import LoadedViT, class_probabilities, wrap_model
+from .loaded import LoadedViT, class_label, class_probabilities, top_classes, wrap_model
 from .random_weights import RANDOM_WEIGHTS_SEED as RANDOM_WEIGHTS_SEED  # the attribute stays
 from .random_weights import seeded_random_weights
 from .timm_source import model_from_timm_name
@@ -58,6 +58,8 @@ __all__ = [
     "DEMO_MODELS",
     "SUPPORTED_FAMILIES",
     "class_probabilities",
+    "class_label",
+    "top_classes",
 ]
 
 DEMO_MODEL_DIR = asset_path("demo_vit")

@@ -6,6 +6,7 @@ import copy
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn as nn
 from PIL import Image
@@ -46,6 +47,25 @@ def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Te
     if rule == "sigmoid":
         return logits.float().sigmoid()
     raise AnalysisError(f"Unknown probability rule {rule!r}: one of {', '.join(PROBABILITY_RULES)}.")
+
+
+def top_classes(scores, k: int | None = None) -> list[int]:
+    """The indices of the ``k`` highest of ``scores`` ``(classes,)`` (probabilities or logits;
+    a tensor, an array or a list), highest first; equal scores in class order (a stable sort);
+    ``k=None``: every class. The one ranking every page and analysis uses."""
+    values = np.asarray(torch.as_tensor(scores).detach().float().cpu())
+    if values.ndim != 1:
+        raise AnalysisError(f"top_classes ranks one image's scores, shape (classes,); got shape {values.shape}.")
+    if k is not None and k < 0:
+        raise AnalysisError(f"top_classes: k must be at least 0, got {k}.")
+    order = np.argsort(-values, kind="stable")
+    return [int(i) for i in order[: len(order) if k is None else k]]
+
+
+def class_label(class_names, index: int) -> str:
+    """The name of class ``index``: ``class_names[index]``, or ``"class {index}"`` when the
+    model has no names (``class_names`` None or empty)."""
+    return str(class_names[index]) if class_names else f"class {index}"
 
 
 @dataclass(eq=False)

@@ -25,7 +25,7 @@ covers, per layer, patched against clean.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +36,7 @@ from ..attention_maps import attention_map
 from ..capture import AttentionRecord, capture_attention
 from ..errors import AnalysisError
 from ..loading.loaded import LoadedModel
+from ..progress import Progress, tell, within
 
 __all__ = [
     "PATCH_OPTIMISERS",
@@ -62,8 +63,6 @@ PATCH_OPTIMISERS = {
     "adam": "Adam on the patch, clipped to [0, 1] after each step",
     "sign": "signed-gradient steps p ← clip(p ± α·sign(∇ₚL), 0, 1)",
 }
-
-Progress = Callable[[float], None]
 
 
 class PatchError(AnalysisError):
@@ -337,7 +336,7 @@ def train_patch(
             ``step_size``, default 2/255, in ``[0, 1]`` units); see :data:`PATCH_OPTIMISERS`.
         position: a fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
         seed: seeds the starting patch (uniform noise), the shuffles and the positions.
-        progress: called with the fraction done after each mini-batch.
+        progress: ``progress(done, total)`` after each mini-batch (:mod:`analysis.progress`).
 
     Raises:
         PatchError: no images, a share outside (0, 1), a patch larger than the image, a position off
@@ -389,8 +388,7 @@ def train_patch(
                 patch.clamp_(0, 1)
             epoch_loss += float(loss.detach()) * len(chosen)
             done += 1
-            if progress is not None:
-                progress(done / total)
+            tell(progress, done, total)
         losses.append(epoch_loss / unit.shape[0])
     return AdversarialPatch(
         patch=patch.detach().cpu().float(),
@@ -486,7 +484,9 @@ def patch_size_curve(
         patch_side((10**6, 10**6), share)  # the share's range, before any training
     held_out = images if eval_images is None else eval_images
     held_labels = labels if eval_labels is None else eval_labels
-    total, done = len(models) * len(shares), 0
+    # progress: per (model, share), its training's mini-batches and one step for the evaluation
+    training = int(epochs) * math.ceil(len(images) / int(batch_size)) if int(batch_size) > 0 else 0
+    total, done = len(models) * len(shares) * (training + 1), 0
     fields: dict[str, dict[str, np.ndarray]] = {key: {} for key in ("acc", "fool", "noise_acc", "noise_fool")}
     clean_accuracy, patches = {}, {}
     for name, model in models.items():
@@ -496,11 +496,6 @@ def patch_size_curve(
         rows: dict[str, list[float]] = {key: [] for key in fields}
         trained = []
         for k, share in enumerate(shares):
-
-            def inner(fraction: float, base: int = done) -> None:
-                if progress is not None:
-                    progress((base + fraction) / total)
-
             found = train_patch(
                 model,
                 images,
@@ -512,7 +507,7 @@ def patch_size_curve(
                 optimiser=optimiser,
                 position=position,
                 seed=seed + 1000 * k,
-                progress=inner,
+                progress=within(progress, done, training, total),
             )
             trained.append(found)
             where = _positions(unit.shape[0], unit.shape[-2:], found.side, position, seed + 1)
@@ -524,9 +519,8 @@ def patch_size_curve(
             rows["fool"].append(adversarial.fooling_rate)
             rows["noise_acc"].append(control.accuracy)
             rows["noise_fool"].append(control.fooling_rate)
-            done += 1
-            if progress is not None:
-                progress(done / total)
+            done += training + 1
+            tell(progress, done, total)
         for key in fields:
             fields[key][name] = np.asarray(rows[key])
         clean_accuracy[name] = float((clean == truth).float().mean())
@@ -556,8 +550,8 @@ def patch_transfer_matrix(
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the
     patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
     same positions for every pair (the diagonal: white-box). Each model reads the patched picture
-    through its own preprocessing, so the models must share an input size. ``progress``: called with
-    the fraction of the pairs done.
+    through its own preprocessing, so the models must share an input size. ``progress``:
+    ``progress(done, total)`` after each pair (:mod:`analysis.progress`).
 
     Raises:
         PatchError: models with different input sizes, a model without a patch, no images.
@@ -579,8 +573,7 @@ def patch_transfer_matrix(
         for j, name in enumerate(names):
             patched = _predict(models[name], paste_patch(units[name], tensor, where))
             matrix[i, j] = float((patched == truth).float().mean())
-            if progress is not None:
-                progress((i * len(names) + j + 1) / len(names) ** 2)
+            tell(progress, i * len(names) + j + 1, len(names) ** 2)
     return names, matrix
 
 

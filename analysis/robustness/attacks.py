@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..errors import AnalysisError
 from ..loading.loaded import LoadedModel
+from ..progress import Progress, tell
 
 __all__ = ["AttackError", "fgsm", "pgd", "attack", "AttackCurve", "attack_curve", "transfer_matrix", "ATTACKS"]
 
@@ -172,10 +173,11 @@ def attack_curve(
     attack_name: str = "pgd",
     steps: int = 10,
     seed: int = 0,
-    progress: Callable[[float], None] | None = None,
+    progress: Progress | None = None,
 ) -> AttackCurve:
     """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
-    preprocessed by each model) with their true ``labels`` (indices in each model's classes)."""
+    preprocessed by each model) with their true ``labels`` (indices in each model's classes).
+    ``progress(done, total)`` after each (model, ε) (:mod:`analysis.progress`)."""
     if len(images) != len(labels) or not images:
         raise AttackError(f"{len(images)} images and {len(labels)} labels: give one label per image, at least one.")
     for eps in epsilons:
@@ -190,8 +192,7 @@ def attack_curve(
             adversarial = attack(attack_name, model, pixels, truth, epsilon=eps, steps=steps, seed=seed)
             row.append(float((_predict(model, adversarial) == truth).float().mean()))
             done += 1
-            if progress is not None:
-                progress(done / total)
+            tell(progress, done, total)
         accuracy[name] = np.asarray(row)
     return AttackCurve(attack_name, tuple(float(e) for e in epsilons), accuracy, len(images))
 

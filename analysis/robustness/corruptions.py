@@ -23,7 +23,7 @@ import importlib.util
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ import torch
 from PIL import Image
 
 from ..errors import AnalysisError
+from ..progress import Progress, tell
 
 __all__ = [
     "CorruptionError",
@@ -168,7 +169,7 @@ def corruption_curve(
     severities: Sequence[int] = SEVERITIES,
     seed: int = 0,
     image_seeds: Sequence[int] | None = None,
-    progress: Callable[[float], None] | None = None,
+    progress: Progress | None = None,
 ) -> CorruptionCurve:
     """Accuracy against severity for each model (``{name: loaded model}``) on ``images`` (PIL or uint8).
 
@@ -177,7 +178,7 @@ def corruption_curve(
     model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
     random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
     whole set's seeds), the same for every corruption and severity.
-    ``progress(fraction)`` after each (corruption, severity).
+    ``progress(done, total)`` after each (corruption, severity) (:mod:`analysis.progress`).
     """
     if not images or (labels is not None and len(labels) != len(images)):
         raise CorruptionError(
@@ -200,8 +201,7 @@ def corruption_curve(
             for m, model in models.items():
                 accuracy[m][c, s] = float((_predict(model, corrupted) == targets[m]).mean())
             done += 1
-            if progress is not None:
-                progress(done / total)
+            tell(progress, done, total)
     return CorruptionCurve(
         tuple(corruptions),
         tuple(int(s) for s in severities),

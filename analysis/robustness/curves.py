@@ -4,7 +4,7 @@ one perturbation, streamed over an image set, with the ViT's attention summary p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +15,7 @@ from ..capture import capture_attention
 from ..distance import mean_attention_distance
 from ..errors import AnalysisError
 from ..images import load_image
+from ..progress import Progress
 from ..rollout import attention_rollout
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
 from .perturbations import (
@@ -114,7 +115,7 @@ def robustness_curve(
     *,
     seed: int = 0,
     attention: bool = True,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RobustnessCurve:
     """Score ``vit`` (a :class:`~analysis.LoadedViT`, or a CNN from :func:`load_cnn`) on every
     image at every level of ``perturbation`` (:data:`PERTURBATIONS`).

@@ -22,7 +22,7 @@ seeded permutation; the two parts are disjoint, and the result says which images
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import torch
 from ..errors import AnalysisError
 from ..images import load_image
 from ..loading.loaded import LoadedModel
+from ..progress import Progress, tell, within
 from ..tokens import capture_tokens
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
     "linear_probe_curves",
 ]
 
-Progress = Callable[[float], None]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 
 
@@ -187,8 +187,7 @@ def block_features(
         logits.append(
             out.float().cpu() if isinstance(out, torch.Tensor) and out.ndim == 2 else torch.zeros((pixels.shape[0], 0))
         )
-        if progress is not None:
-            progress(min(1.0, (start + pixels.shape[0]) / len(images)))
+        tell(progress, start + pixels.shape[0], len(images))
     return chosen, [torch.cat(parts).float() for parts in per_layer], torch.cat(logits)
 
 
@@ -337,12 +336,8 @@ def linear_probe_curves(
     if not models:
         raise ProbeError("No models: give at least one {name: model}.")
     curves = {}
+    steps = len(images)  # each model's share: one step per image read
     for number, (name, model) in enumerate(models.items()):
-
-        def inner(fraction: float, number=number) -> None:
-            if progress is not None:
-                progress((number + fraction) / len(models))
-
         curves[name] = linear_probe_curve(
             model,
             images,
@@ -352,6 +347,6 @@ def linear_probe_curves(
             ridge=ridge,
             seed=seed,
             model_labels=model_labels,
-            progress=inner,
+            progress=within(progress, number * steps, steps, len(models) * steps),
         )
     return curves

@@ -21,7 +21,7 @@ code: of ``C·t`` with the text vectors as they shrink, unnormalised).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from ..arguments import resolve_layers
 from ..checks import check_int
 from ..circuits.attribution import head_output_vectors
 from ..errors import AnalysisError, TextPromptError
+from ..progress import Progress
 from ..spec import input_spec
 from .prompts import require_clip
 
@@ -164,7 +165,7 @@ def head_texts(
     texts_per_head: int = 5,
     rank: int | None = 80,
     batch_size: int = 16,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> HeadTexts:
     """Describe each head of ``layers`` (``None``: every layer) by the ``texts_per_head`` texts of
     ``vocabulary`` (``None``: the bundled :data:`DEFAULT_VOCABULARY`; a text file, one description a

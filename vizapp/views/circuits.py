@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analysis import class_label, top_classes
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.errors import AnalysisError
 from analysis.plots import colour_range
@@ -41,8 +42,8 @@ except AnalysisError as exc:
 
 probabilities = resources.forward(*cur.args).probabilities
 names = cur.vit.class_names
-order = [int(i) for i in np.argsort(-probabilities)[:5]]
-label = lambda c: f"{names[c] if names else f'class {c}'} ({probabilities[c]:.1%})"  # noqa: E731
+order = top_classes(probabilities, 5)
+label = lambda c: f"{class_label(names, c)} ({probabilities[c]:.1%})"  # noqa: E731
 clamp_state("circ_target", order, order[0])
 target = st.selectbox(
     "Target class (the logit measured)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import AnalysisError, scale_by_peak
+from analysis import AnalysisError, scale_by_peak, top_classes
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
 from vizapp import figures, first_result, inputs, resources
@@ -43,7 +43,7 @@ class_specific = spec.has_classifier
 if class_specific:
     probabilities = resources.forward(*cur.args).probabilities  # (classes,)
     names = cur.vit.class_names or [f"class {i}" for i in range(len(probabilities))]
-    ranked = [int(i) for i in np.argsort(-probabilities)]  # most probable first: the top-k lead the list
+    ranked = top_classes(probabilities)  # most probable first: the top-k lead the list
     methods_offered = list(methods_for(cur.vit))  # a windowed model (Swin, SAM): no class-token methods
 else:
     probabilities, names, ranked = np.zeros(0), [], []

@@ -200,8 +200,8 @@ names = vit.class_names or [f"class {i}" for i in range(spec.num_outputs)]
 
 
 def top5(probabilities: np.ndarray, class_names) -> tuple[list[str], np.ndarray]:
-    order = np.argsort(-probabilities)[:5]
-    labels = [class_names[i] if class_names else f"class {i}" for i in order]
+    order = analysis.top_classes(probabilities, 5)
+    labels = [analysis.class_label(class_names, i) for i in order]
     return labels, probabilities[order]
 
 

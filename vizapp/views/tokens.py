@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis import AnalysisError, ViTSpec, patch_similarity
+from analysis import AnalysisError, ViTSpec, patch_similarity, top_classes
 from analysis.tokens import TOKEN_KINDS, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
@@ -354,7 +354,7 @@ def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.
     if layer not in lens_layers:
         return curve, None
     row = lens_layers.index(layer)
-    order = np.argsort(-lens[row])[:5]
+    order = top_classes(lens[row], 5)
     return curve, figures.predictions_bar([names[i] for i in order], lens[row, order])
 
 

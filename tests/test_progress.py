@@ -1,0 +1,29 @@
+"""The one progress protocol (analysis.progress): progress(done, total), and nested spans."""
+
+from analysis.progress import tell, within
+
+
+def test_tell_calls_only_a_given_progress_with_integers():
+    calls = []
+    tell(None, 1, 2)  # no progress: nothing to call
+    tell(lambda done, total: calls.append((done, total)), 3.0, None)
+    tell(lambda done, total: calls.append((done, total)), 2, 5.0)
+    assert calls == [(3, None), (2, 5)]
+    assert all(type(done) is int for done, _ in calls) and type(calls[1][1]) is int
+
+
+def test_within_maps_an_inner_count_onto_its_span_of_the_outer_total():
+    """Inner loops of 4 and 3 steps fill outer steps 0-8 and 8-12 of 12: each inner (done, 4) is
+    told as (⌊8·done/4⌋, 12), each (done, 3) as (8 + ⌊4·done/3⌋, 12); unknown totals stay at the start."""
+    calls = []
+    outer = lambda done, total: calls.append((done, total))  # noqa: E731
+    first = within(outer, 0, 8, 12)
+    for done in range(1, 5):
+        first(done, 4)
+    second = within(outer, 8, 4, 12)
+    second(0, None)
+    for done in range(1, 4):
+        second(done, 3)
+    second(7, 3)  # past its end: held at the span's end
+    assert calls == [(2, 12), (4, 12), (6, 12), (8, 12), (8, 12), (9, 12), (10, 12), (12, 12), (12, 12)]
+    assert within(None, 0, 1, 1) is None
