@@ -20,6 +20,7 @@ from analysis import (
     attention_rollout_by_layer,
     capture_attention,
     capture_tokens,
+    class_label,
     class_probabilities,
     corresponding_layer,
     corresponding_query,
@@ -50,6 +51,7 @@ from analysis import (
     similarity_by_distance,
     similarity_distance_bins,
     token_norms,
+    top_classes,
     top_mass_mask,
     uniform_attention_distance,
     uniform_attention_distance_by_layer,
@@ -204,6 +206,16 @@ CASES = [
         lambda c: class_probabilities(torch.ones(1, 3), "tanh"),
     ),
     (
+        "top classes of a batch, not one image's scores",
+        "shape \\(classes,\\)",
+        lambda c: top_classes(torch.ones(2, 3), 1),
+    ),
+    (
+        "a class index past the model's classes",
+        "not one of the model's 2 classes",
+        lambda c: class_label(["cat", "dog"], 2),
+    ),
+    (
         "outlier patches of an image not in the batch",
         "outside the batch",
         lambda c: outlier_patches(high_norm_tokens(torch.ones(2, 1, 5), 1), image=1),
@@ -333,6 +345,8 @@ def test_every_public_function_is_walked():
         "shared_label_space",
         "outlier_patches",
         "class_probabilities",
+        "top_classes",
+        "class_label",
     }
     source = open(__file__).read()
     for name in walked:

@@ -65,6 +65,10 @@ def top_classes(scores, k: int | None = None) -> list[int]:
 def class_label(class_names, index: int) -> str:
     """The name of class ``index``: ``class_names[index]``, or ``"class {index}"`` when the
     model has no names (``class_names`` None or empty)."""
+    if class_names and not 0 <= int(index) < len(class_names):
+        raise AnalysisError(
+            f"Class {index} is not one of the model's {len(class_names)} classes (0 to {len(class_names) - 1})."
+        )
     return str(class_names[index]) if class_names else f"class {index}"
 
 

@@ -44,6 +44,7 @@ from .linear_probe import (
     linear_probe_curves,
     load_image_folder,
     probe_accuracy,
+    probe_curve,
     split_indices,
 )
 from .perturbations import (
@@ -93,6 +94,7 @@ __all__ = [
     "fit_ridge_probe",
     "linear_probe_curve",
     "linear_probe_curves",
+    "probe_curve",
     "load_image_folder",
     "probe_accuracy",
     "split_indices",

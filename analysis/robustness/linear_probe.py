@@ -47,6 +47,7 @@ __all__ = [
     "probe_accuracy",
     "linear_probe_curve",
     "linear_probe_curves",
+    "probe_curve",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
@@ -288,8 +289,48 @@ def linear_probe_curve(
         raise ProbeError(
             f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label per image."
         )
-    train, test = split_indices(len(images), test_share, seed=seed)
     layers, features, logits = block_features(model, images, progress=progress)
+    return probe_curve(
+        layers,
+        features,
+        logits,
+        labels,
+        feature=_feature_of(model.spec),
+        test_share=test_share,
+        concat_k=concat_k,
+        ridge=ridge,
+        seed=seed,
+        model_labels=model_labels,
+    )
+
+
+def probe_curve(
+    layers: Sequence[int],
+    features: Sequence[torch.Tensor],
+    logits: torch.Tensor,
+    labels: Sequence[int],
+    *,
+    feature: str,
+    test_share: float = 0.5,
+    concat_k: Sequence[int] = (2, 4),
+    ridge: float = 1.0,
+    seed: int = 0,
+    model_labels: bool = True,
+) -> LinearProbeCurve:
+    """:func:`linear_probe_curve` from features already read: ``layers`` and ``features`` (per block
+    ``(N, D_l)``) and ``logits`` ``(N, outputs)`` as :func:`block_features` gives them (for example
+    gathered from the ranks of a ``torchrun`` job), ``labels`` ``(N,)``, ``feature`` the token's name
+    (``"class token"`` or ``"mean patch token"``).
+
+    Raises:
+        ProbeError: labels that do not match the features, too few images to split.
+    """
+    if len(labels) != int(logits.shape[0]) or any(int(f.shape[0]) != len(labels) for f in features):
+        raise ProbeError(
+            f"{len(labels)} labels for features of {[int(f.shape[0]) for f in features]} images: give one label per image."
+        )
+    train, test = split_indices(len(labels), test_share, seed=seed)
+    layers = tuple(int(layer) for layer in layers)
     truth = torch.as_tensor(list(labels)).long()
     accuracy = [probe_accuracy(f[train], truth[train], f[test], truth[test], ridge=ridge) for f in features]
     ks = tuple(int(k) for k in concat_k if 1 <= int(k) <= len(features))
@@ -312,7 +353,7 @@ def linear_probe_curve(
         concat_k=ks,
         concat_accuracy=np.asarray(concat),
         model_accuracy=own,
-        feature=_feature_of(model.spec),
+        feature=feature,
         train_indices=train,
         test_indices=test,
         ridge=float(ridge),
