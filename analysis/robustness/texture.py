@@ -296,7 +296,11 @@ class ShapeBias:
         )
 
 
-def shape_bias(predictions: Sequence[int], shape_labels: Sequence[int], texture_labels: Sequence[int]) -> ShapeBias:
+def shape_bias(
+    predictions: Sequence[int] | np.ndarray,
+    shape_labels: Sequence[int] | np.ndarray,
+    texture_labels: Sequence[int] | np.ndarray,
+) -> ShapeBias:
     """The shape bias of one model's ``predictions`` on cue-conflict images.
 
     Geirhos et al. 2019 (ICLR, "ImageNet-trained CNNs are biased towards texture; increasing shape bias
@@ -310,12 +314,12 @@ def shape_bias(predictions: Sequence[int], shape_labels: Sequence[int], texture_
         TextureError: the three sequences differ in length, or an image's shape and texture classes
             agree (it is no cue conflict).
     """
-    predictions, shapes, textures = (
+    decisions, shapes, textures = (
         np.asarray(x, dtype=np.int64).reshape(-1) for x in (predictions, shape_labels, texture_labels)
     )
-    if not len(predictions) == len(shapes) == len(textures):
+    if not len(decisions) == len(shapes) == len(textures):
         raise TextureError(
-            f"{len(predictions)} predictions, {len(shapes)} shape labels and {len(textures)} texture labels: "
+            f"{len(decisions)} predictions, {len(shapes)} shape labels and {len(textures)} texture labels: "
             "give one of each per cue-conflict image."
         )
     agree = np.flatnonzero(shapes == textures)
@@ -324,9 +328,9 @@ def shape_bias(predictions: Sequence[int], shape_labels: Sequence[int], texture_
             f"Images {agree[:5].tolist()} have the same shape and texture class: a cue-conflict image's "
             "texture must say another class than its shape."
         )
-    on_shape = int((predictions == shapes).sum())
-    on_texture = int((predictions == textures).sum())
-    return ShapeBias(on_shape, on_texture, len(predictions) - on_shape - on_texture)
+    on_shape = int(np.count_nonzero(decisions == shapes))
+    on_texture = int(np.count_nonzero(decisions == textures))
+    return ShapeBias(on_shape, on_texture, len(decisions) - on_shape - on_texture)
 
 
 def shape_bias_of(
