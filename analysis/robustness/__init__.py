@@ -59,6 +59,19 @@ from .perturbations import (
     token_drop,
 )
 from .probe import SALIENCY_NAMES, Probe, probe
+from .texture import (
+    TEXTURE_PROBES,
+    ShapeBias,
+    TextureCurve,
+    TextureError,
+    edge_map,
+    kuwahara,
+    remove_texture,
+    shape_bias,
+    shape_bias_of,
+    sobel_magnitude,
+    texture_curve,
+)
 
 __all__ = [
     "ATTACKS",
@@ -132,4 +145,15 @@ __all__ = [
     "shuffle_grids",
     "shuffle_patches",
     "token_drop",
+    "TEXTURE_PROBES",
+    "ShapeBias",
+    "TextureCurve",
+    "TextureError",
+    "edge_map",
+    "kuwahara",
+    "remove_texture",
+    "shape_bias",
+    "shape_bias_of",
+    "sobel_magnitude",
+    "texture_curve",
 ]
