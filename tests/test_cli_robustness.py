@@ -1,4 +1,4 @@
-"""``python -m analysis robustness attack|corruptions``: the same numbers as the library, on one process
+"""``python -m analysis robustness attack|corruptions|texture``: the same numbers as the library, on one process
 and on two torchrun ranks, and their failures."""
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ import pytest
 from PIL import Image
 
 from analysis import load_vit
+from analysis.demo.cue_conflict import cue_conflict_scenes
 from analysis.demo.data import render_sample
 from analysis.robustness import (
     attack_curve,
     corruption_curve,
     corruption_errors,
     load_cnn,
+    shape_bias_of,
+    texture_curve,
 )
 from test_cli import run
 
@@ -114,6 +117,61 @@ def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_pa
     np.testing.assert_allclose(b["accuracy"], expected)
     errors = corruption_errors(curve, "CNN")
     np.testing.assert_allclose(a["mean_corruption_error"], [errors["ViT"][1], errors["CNN"][1]], equal_nan=True)
+
+
+def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_library(tmp_path):
+    """Five demo scenes (silhouettes from their masks) and seven cue-conflict scenes: the ranks take
+    every other image and scene, and their summed counts give the single process's numbers."""
+    common = ["robustness", "texture", "--model", "demo", "--cnn", "demo", "--demo-scenes", "5"]
+    common += ["--seed", str(SEED), "--cue-conflict", "7"]
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    single = run("-m", "analysis", *common, "--out", str(one))
+    assert single.returncode == 0, single.stderr
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        *common,
+        "--out",
+        str(two),
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    models = {"ViT": load_vit("demo"), "CNN": load_cnn("demo")}
+    found = [render_sample(SEED, i) for i in range(5)]
+    curve = texture_curve(
+        models,
+        [Image.fromarray(image) for image, _, _ in found],
+        [label for _, label, _ in found],
+        masks=[mask for _, _, mask in found],
+    )
+    biases = shape_bias_of(models, cue_conflict_scenes(7, SEED))
+    for saved in (np.load(one), np.load(two)):
+        assert list(saved["probes"]) == ["silhouette", "edges", "kuwahara"] == list(curve.probes)
+        np.testing.assert_allclose(saved["clean_accuracy"], [curve.clean["ViT"], curve.clean["CNN"]])
+        np.testing.assert_allclose(saved["accuracy"], np.stack([curve.accuracy["ViT"], curve.accuracy["CNN"]]))
+        counts = [[biases[m].shape, biases[m].texture, biases[m].neither] for m in ("ViT", "CNN")]
+        assert saved["shape_texture_neither"].tolist() == counts and int(saved["count"]) == 5
+        np.testing.assert_allclose(saved["shape_bias"], [biases["ViT"].fraction, biases["CNN"].fraction])
+    assert int(np.load(two)["world_size"]) == 2
+
+
+def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_without_masks(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (32, 32), (90, 140, 30)).save(images / "a.png")
+    other_classes = run(
+        "-m", "analysis", "robustness", "texture", "--model", "random:vit_tiny_patch16_224", "--images",
+        str(images), "--cue-conflict", "3", "--out", str(tmp_path / "x.npz"),
+    )  # fmt: skip
+    assert other_classes.returncode == 2 and "demo classes" in other_classes.stderr
+    no_masks = run(
+        "-m", "analysis", "robustness", "texture", "--model", "demo", "--images", str(images),
+        "--probes", "silhouette", "--out", str(tmp_path / "y.npz"),
+    )  # fmt: skip
+    assert no_masks.returncode == 2 and "mask" in no_masks.stderr
 
 
 def test_bad_arguments_exit_with_a_message(tmp_path):

@@ -1,6 +1,7 @@
-"""``python -m analysis robustness attack|corruptions``: accuracy against the FGSM/PGD budget ε, or
-against the ImageNet-C severity, for the ViT of ``--model`` beside a CNN (``--cnn``) and other models
-(``--also``, e.g. ``demo_swin``), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
+"""``python -m analysis robustness attack|corruptions|texture``: accuracy against the FGSM/PGD budget
+ε, against the ImageNet-C severity, or with the texture taken away (and the shape bias on cue-conflict
+scenes), for the ViT of ``--model`` beside a CNN (``--cnn``) and other models (``--also``, e.g.
+``demo_swin``), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
 
 Images: ``--demo-scenes N`` (held-out demo scenes with their true classes: top-1 accuracy), or
 ``--images`` (no labels: each model is scored against its own clean prediction). Every model must
@@ -21,7 +22,7 @@ from ..loading.loaded import LoadedModel
 from .common import CommandError, add_model_arguments, load_model, say
 from .distributed import Ranks
 
-__all__ = ["add_parser", "run_attack", "run_corruptions", "BENCHMARK_SEED"]
+__all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "BENCHMARK_SEED"]
 
 BENCHMARK_SEED = 20261204  # the held-out demo stream of python -m analysis.robustness
 
@@ -92,6 +93,32 @@ def add_parser(subparsers) -> None:
     )
     corruptions.set_defaults(run=run_corruptions)
 
+    from ..robustness.texture import TEXTURE_PROBES
+
+    texture = commands.add_parser(
+        "texture",
+        help="accuracy with the texture taken away, and the shape bias on cue-conflict scenes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common_arguments(texture)
+    texture.add_argument(
+        "--probes",
+        type=_names,
+        default=None,
+        help=f"comma-separated, of {','.join(TEXTURE_PROBES)} (default: every one; silhouette needs the "
+        "demo scenes' object masks)",
+    )
+    texture.add_argument(
+        "--cue-conflict",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also the shape bias over N cue-conflict demo scenes (shape of one demo class, texture of "
+        "another; the models must predict the demo classes)",
+    )
+    texture.set_defaults(run=run_texture)
+
 
 def _common_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -131,6 +158,12 @@ def _models(args, ranks: Ranks) -> dict[str, LoadedModel]:
 
 def _images(args, ranks: Ranks):
     """``(description, this rank's images, their labels or None, skipped "name: reason")``."""
+    description, images, labels, skipped, _ = _images_and_masks(args, ranks)
+    return description, images, labels, skipped
+
+
+def _images_and_masks(args, ranks: Ranks):
+    """:func:`_images` and the objects' masks (boolean ``(H, W)`` each; the demo scenes) or None."""
     from ..images import load_image
 
     if args.demo_scenes is not None:
@@ -146,6 +179,7 @@ def _images(args, ranks: Ranks):
             [Image.fromarray(image) for image, _, _ in found],
             [label for _, label, _ in found],
             [],
+            [mask for _, _, mask in found],
         )
     from .sources import resolve_images
 
@@ -160,7 +194,7 @@ def _images(args, ranks: Ranks):
             images.append(load_image(item))
         except AnalysisError as exc:
             skipped.append(f"{name}: {exc}")
-    return source.description, images, None, skipped
+    return source.description, images, None, skipped, None
 
 
 def _clean_predictions(model, images) -> list[int]:
@@ -298,6 +332,86 @@ def run_corruptions(args, ranks: Ranks) -> int:
             for j, s in enumerate(args.severities)
         ],
     )
+    print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+    return 0
+
+
+def run_texture(args, ranks: Ranks) -> int:
+    from ..demo.cue_conflict import cue_conflict_scene
+    from ..demo.data import CLASS_NAMES
+    from ..robustness.texture import ShapeBias, shape_bias_of, texture_curve
+
+    if args.cue_conflict < 0:
+        raise CommandError("--cue-conflict must be 0 or more scenes.", code=2)
+    models = _models(args, ranks)
+    if args.cue_conflict and list(models["ViT"].class_names or ()) != list(CLASS_NAMES):
+        raise CommandError(
+            f"--cue-conflict scenes are of the demo classes ({', '.join(CLASS_NAMES)}); {args.model} predicts "
+            "other classes: leave --cue-conflict out, or give a demo model.",
+            code=2,
+        )
+    description, images, labels, skipped, masks = _images_and_masks(args, ranks)
+    say(ranks, f"texture probes on {', '.join(models)}: {description}")
+    try:
+        if images:
+            targets = labels
+            if targets is None:  # no labels: each model against its own clean prediction
+                targets = _clean_predictions(models["ViT"], images)
+            curve = texture_curve(models, images, targets, probes=args.probes, masks=masks)
+            probes = curve.probes
+            correct = {n: np.concatenate([[curve.clean[n]], curve.accuracy[n]]) * len(images) for n in models}
+        else:  # a rank without images: the arguments' checks, and zeros to sum
+            dummy_masks = None if masks is None else [np.ones((8, 8), bool)]  # the same probes as the other ranks
+            probes = texture_curve(
+                {}, [np.zeros((8, 8, 3), np.uint8)], [0], probes=args.probes, masks=dummy_masks
+            ).probes
+            correct = {n: np.zeros(1 + len(probes)) for n in models}
+        mine = range(ranks.rank, args.cue_conflict, ranks.world)
+        scenes = [cue_conflict_scene(args.seed, i) for i in mine]  # at the demo scenes' size
+        counts = {n: np.zeros(3) for n in models}
+        if scenes:
+            for n, bias in shape_bias_of(models, scenes).items():
+                counts[n] = np.array([bias.shape, bias.texture, bias.neither], dtype=np.float64)
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    accuracy, used = _summed(ranks, correct, len(images))
+    names = list(accuracy)
+    summed = ranks.sum(torch.tensor(np.stack([counts[n] for n in names]), dtype=torch.float64)).numpy()
+    if not ranks.is_main:
+        return 0
+    scored = "labels" if labels is not None else "the ViT's clean prediction"
+    fields = dict(
+        models=np.array(names),
+        probes=np.array(probes),
+        clean_accuracy=np.array([accuracy[n][0] for n in names]),
+        accuracy=np.stack([accuracy[n][1:] for n in names]),  # (models, probes)
+        count=np.int64(used),
+        images=np.array(description),
+        scored_against=np.array(scored),
+        skipped_images=np.array(skipped, dtype=str),
+        world_size=np.int64(ranks.world),
+    )
+    rows = [(n, "clean", float(accuracy[n][0])) for n in names]
+    rows += [(n, p, float(accuracy[n][1 + j])) for n in names for j, p in enumerate(probes)]
+    for n in names:
+        print(
+            f"{n:<12} clean {accuracy[n][0]:.3f}" + "".join(f"  {p} {a:.3f}" for p, a in zip(probes, accuracy[n][1:]))
+        )
+    if args.cue_conflict:
+        biases = {n: ShapeBias(*(int(round(v)) for v in summed[i])) for i, n in enumerate(names)}
+        fields.update(
+            cue_conflict_scenes=np.int64(args.cue_conflict),
+            shape_texture_neither=summed.astype(np.int64),  # (models, 3)
+            shape_bias=np.array([biases[n].fraction for n in names]),
+        )
+        rows += [(n, "shape bias", biases[n].fraction) for n in names]
+        for n in names:
+            bias = biases[n]
+            print(
+                f"{n:<12} shape bias {bias.fraction:.3f} ({bias.shape} shape, {bias.texture} texture, "
+                f"{bias.neither} neither, of {args.cue_conflict} cue-conflict scenes)"
+            )
+    _write(args.out, fields, ["model", "measure", "value"], rows)
     print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 
