@@ -1,4 +1,4 @@
-"""The Robustness page's adversarial-attack and natural-corruption sections: the drawn values against
+"""The Robustness page's adversarial-attack, natural-corruption and texture sections: the drawn values against
 the library's own results, on the bundled demo ViT, CNN and Swin."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from analysis.robustness import (
     corruption_curve,
     corruption_errors,
     load_cnn,
+    remove_texture,
+    shape_bias_of,
+    texture_curve,
     transfer_matrix,
 )
 from tests.test_app import (  # noqa: F401 - app: fixture
@@ -127,3 +130,41 @@ def test_without_the_corruptions_package_the_section_says_how_to_install_it(app,
     shown = [i.value.replace("\\", "") for i in app.info]  # markdown escapes dropped
     assert any('pip install "vit-explorer[corruptions]"' in text for text in shown), shown
     assert not app.get("multiselect") or all(m.key != "rob_corruption_set" for m in app.multiselect)
+
+
+def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
+    """This image's edge map and each model's prediction on it; over the samples, each model's agreement
+    with its own clean prediction on each probe; the shape bias over the page's cue-conflict scenes."""
+    from analysis.demo.cue_conflict import cue_conflict_scenes
+    from vizapp.robustness_sections import CUE_CONFLICT_SCENES
+
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False)
+    app.radio(key="rob_texture_probe").set_value("edges").run()
+    assert_clean(app)
+    models, images = _models(), _samples()
+    vit = models["ViT"]
+    edges = remove_texture(analysis.load_image(first_sample()), "edges")
+    probabilities = vit.model(vit.preprocess(edges)).softmax(-1)[0]
+    best = int(probabilities.argmax())
+    # the last of the sections' "**ViT:** … · **CNN:** …" lines (the corruption section draws one above)
+    text = [m.value for m in app.markdown if m.value.startswith("**ViT:**") and "**CNN:**" in m.value][-1]
+    assert text.startswith(f"**ViT:** {vit.class_names[best]} · {float(probabilities[best]):.1%}")
+
+    app.button(key="rob_texture_run").click().run()
+    assert_clean(app)
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_texture_chart"), "bar")}
+    assert set(drawn) == {"ViT", "CNN", "Swin"}
+    for name, model in models.items():
+        expected = texture_curve({name: model}, images, _top1(model, images), probes=("edges", "kuwahara"))
+        np.testing.assert_allclose(drawn[name], expected.accuracy[name], atol=1e-6)
+
+    app.button(key="rob_shape_bias_run").click().run()
+    assert_clean(app)
+    seed = int(app.session_state["rob_seed"]) if "rob_seed" in app.session_state else 0
+    biases = shape_bias_of(models, cue_conflict_scenes(CUE_CONFLICT_SCENES, seed))
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_shape_bias_chart"), "bar")}
+    for name, bias in biases.items():
+        np.testing.assert_allclose(drawn[name], [bias.fraction], atol=1e-9)
+    counts = next(m.value for m in app.markdown if "shape," in m.value and "neither" in m.value)
+    assert f"**ViT:** {biases['ViT'].shape} shape, {biases['ViT'].texture} texture" in counts

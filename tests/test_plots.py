@@ -403,3 +403,14 @@ def test_grid_ticks_label_every_kth_of_a_big_grid(n, step):
 
     assert grid_tick_step(n) == step and grid_ticks(n) == list(range(0, n, step))
     assert len(grid_ticks(n)) <= max(MAX_GRID_TICKS, 24)
+
+
+def test_grouped_bars_draw_each_value_on_its_bar_and_nan_as_no_bar():
+    from analysis.plots import grouped_bars
+
+    figure = grouped_bars(["edges", "kuwahara"], [("ViT", [0.25, float("nan")]), ("CNN", [1.0, 0.5])], y_title="y")
+    bars = [trace for trace in figure.data if trace.type == "bar"]
+    assert [b.name for b in bars] == ["ViT", "CNN"] and figure.layout.barmode == "group"
+    assert list(bars[0].x) == ["edges", "kuwahara"]
+    assert list(bars[0].y) == [0.25, None] and list(bars[0].text) == ["0.25", "n/a"]
+    assert list(bars[1].y) == [1.0, 0.5] and list(bars[1].text) == ["1.00", "0.50"]

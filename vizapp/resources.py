@@ -839,6 +839,51 @@ def corruption_chunk(
     return np.stack([curve.accuracy[name] for name in models]) * len(images), len(images), tuple(skipped)
 
 
+@st.cache_data(show_spinner="Taking the texture away…", max_entries=MAX_RESULTS)
+def texture_view(model_key: tuple, digest: str, _image_bytes: bytes, probe: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(the probed image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
+    (``analysis.robustness.remove_texture``; a probe that needs no mask)."""
+    from analysis.robustness import remove_texture
+
+    model = loaded_model(model_key)
+    probed = remove_texture(load_image(_image_bytes), probe).convert("RGB")
+    with torch.no_grad():
+        logits = model.model(model.preprocess(probed).to(model.device)).float()
+    return np.asarray(probed), model.probabilities(logits)[0].cpu().numpy()
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def texture_chunk(
+    model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...], probes: tuple[str, ...]
+) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
+    """``analysis.robustness.texture_curve`` on one piece of an image set, each model scored against its
+    own clean prediction: the summed agreement ``(models, probes)``, the images used, the skipped."""
+    from analysis.robustness import texture_curve
+
+    images, skipped = _decoded(_images)
+    if not images:
+        return np.zeros((len(model_keys), len(probes))), 0, tuple(skipped)
+    pictures = [image for _, image in images]
+    sums = []
+    for key in model_keys:
+        model = loaded_model(key)
+        curve = texture_curve({"model": model}, pictures, _top1(model, pictures), probes=probes)
+        sums.append(curve.accuracy["model"] * len(pictures))
+    return np.stack(sums), len(pictures), tuple(skipped)
+
+
+@st.cache_data(show_spinner="Showing the models cue-conflict scenes…", max_entries=8)
+def shape_bias_counts(model_keys: tuple[tuple, ...], scenes: int, seed: int) -> np.ndarray:
+    """``(models, 3)`` int: each model's shape, texture and neither decisions over ``scenes`` cue-conflict
+    scenes of stream ``seed`` (``analysis.robustness.shape_bias_of``; the models predict the demo classes)."""
+    from analysis.demo.cue_conflict import cue_conflict_scenes
+    from analysis.robustness import shape_bias_of
+
+    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
+    biases = shape_bias_of(models, cue_conflict_scenes(scenes, seed))
+    return np.array([[b.shape, b.texture, b.neither] for b in biases.values()], dtype=np.int64)
+
+
 # --------------------------------------------------------------------------- masked autoencoders
 
 

@@ -1,6 +1,7 @@
-"""The Robustness page's adversarial-attack and natural-corruption sections: this image under FGSM/PGD or
-an ImageNet-C corruption, and, behind a button, the curves over an image set (accuracy against ε or
-severity, the transfer matrix, the mean corruption error relative to the CNN).
+"""The Robustness page's adversarial-attack, natural-corruption and texture sections: this image under
+FGSM/PGD, an ImageNet-C corruption or with its texture taken away, and, behind a button, the measures
+over an image set (accuracy against ε or severity, the transfer matrix, the mean corruption error
+relative to the CNN, the agreement on each texture probe, the shape bias on cue-conflict scenes).
 
 ``models`` is ``[(label, model_key)]``, the ViT first, every model already checked to predict the ViT's
 classes (``analysis.shared_label_space``); ``model_key`` as in :func:`vizapp.resources.loaded_model`.
@@ -17,7 +18,9 @@ import analysis
 from analysis.robustness import (
     ATTACKS,
     FAST_CORRUPTIONS,
+    TEXTURE_PROBES,
     CorruptionCurve,
+    ShapeBias,
     corruption_errors,
 )
 from vizapp import figures, resources
@@ -26,11 +29,15 @@ from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef
 from vizapp.ui import download_csv, download_npz, show_chart
 
-__all__ = ["attack_section", "corruption_section", "SET_EPSILONS"]
+__all__ = ["attack_section", "corruption_section", "texture_section", "SET_EPSILONS", "CUE_CONFLICT_SCENES"]
 
 #: ε (0–255 pixel units) of the set-level curve
 SET_EPSILONS = (0.0, 1.0, 2.0, 4.0, 8.0)
 ATTACK_LABELS = {"fgsm": "FGSM (one step)", "pgd": "PGD (L∞, random start)"}
+#: cue-conflict scenes of the shape-bias measure (the demo classes)
+CUE_CONFLICT_SCENES = 60
+#: the probes that need no mask (an uploaded photo has none)
+MASKLESS_PROBES = tuple(p for p in TEXTURE_PROBES if p != "silhouette")
 
 
 def _top(probabilities: np.ndarray, class_names) -> str:
@@ -334,3 +341,132 @@ def corruption_section(
     )
     download_csv("rob_corruption_data", "corruption_curve", ["model", "corruption", "severity", "agreement"], rows)
     download_npz("rob_corruption_set_data", "corruption_curve", **arrays)
+
+
+def texture_section(
+    models: Sequence[tuple[str, tuple]],
+    image: ImageRef,
+    images: Sequence[ImageRef],
+    problems: list[str],
+    class_names,
+    seed: int,
+    *,
+    demo_classes: bool,
+) -> None:
+    """``demo_classes``: the models predict the demo classes, so the cue-conflict scenes apply."""
+    st.subheader("Texture removal and shape bias")
+    st.caption(
+        "Take the texture away and see what each model still recognises (Naseer et al. 2021, Section 3.2): "
+        + "; ".join(f"**{p}**: {TEXTURE_PROBES[p]}" for p in MASKLESS_PROBES)
+        + ". The silhouette needs the object's mask, which a photo does not have: the command line measures it "
+        "on the demo scenes."
+    )
+    st.session_state.setdefault("rob_texture_probe", MASKLESS_PROBES[0])
+    probe = st.radio("Texture probe", MASKLESS_PROBES, key="rob_texture_probe", horizontal=True)
+    assert probe is not None  # a radio with options and a default always has a value
+    try:
+        views = [(label, *resources.texture_view(key, image.digest, image.data, probe)) for label, key in models]
+    except analysis.AnalysisError as exc:
+        st.error(error_text(exc))
+        return
+    st.image(views[0][1], caption=f"{probe}: what every model is shown", width=320, output_format="PNG")
+    st.markdown(" · ".join(f"**{label}:** {_top(probabilities, class_names)}" for label, _, probabilities in views))
+    labels, keys = [label for label, _ in models], tuple(key for _, key in models)
+
+    st.markdown("**Over the image set**")
+    if images and st.button("Measure the texture probes", key="rob_texture_run"):
+
+        def piece(chunk, start):
+            sums, count, skipped = resources.texture_chunk(
+                keys, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), MASKLESS_PROBES
+            )
+            return (sums, count), skipped
+
+        try:
+            results = over_image_set(images, "texture probes", piece, problems)
+        except analysis.AnalysisError as exc:
+            st.error(error_text(exc))
+            results = []
+        used = sum(n for _, n in results)
+        if used:
+            agreement = sum(s for s, _ in results) / used  # (models, probes)
+            show_chart(
+                figures.grouped_bars(
+                    list(MASKLESS_PROBES),
+                    [(label, agreement[m]) for m, label in enumerate(labels)],
+                    y_title=f"agreement with the clean prediction ({used} images)",
+                ),
+                "rob_texture_chart",
+                filename="texture_probes",
+            )
+            download_csv(
+                "rob_texture_data",
+                "texture_probes",
+                ["model", "probe", "agreement"],
+                [
+                    (label, p, float(agreement[m, j]))
+                    for m, label in enumerate(labels)
+                    for j, p in enumerate(MASKLESS_PROBES)
+                ],
+            )
+            download_npz(
+                "rob_texture_set_data",
+                "texture_probes",
+                models=np.array(labels),
+                probes=np.array(MASKLESS_PROBES),
+                agreement=agreement,
+                count=np.int64(used),
+            )
+
+    st.markdown("**Shape bias on cue-conflict scenes**")
+    if not demo_classes:
+        st.caption(
+            "The cue-conflict scenes draw one demo class's shape with another demo class's texture: they apply to "
+            "models that predict the demo classes (the bundled demo models). For ImageNet models, use Geirhos et "
+            "al.'s stimuli with `analysis.robustness.shape_bias`."
+        )
+        return
+    from analysis.demo.cue_conflict import cue_conflict_scenes
+    from analysis.demo.data import CLASS_NAMES as names
+
+    examples = cue_conflict_scenes(4, seed)
+    st.image(
+        [scene.image for scene in examples],
+        caption=[f"shape {names[s.shape_class]}, texture {names[s.texture_class]}" for s in examples],
+        width=110,
+    )
+    if not st.button(f"Measure the shape bias ({CUE_CONFLICT_SCENES} scenes)", key="rob_shape_bias_run"):
+        return
+    try:
+        counts = resources.shape_bias_counts(keys, CUE_CONFLICT_SCENES, seed)  # (models, 3)
+    except analysis.AnalysisError as exc:
+        st.error(error_text(exc))
+        return
+    biases = [ShapeBias(*(int(v) for v in row)) for row in counts]
+    show_chart(
+        figures.grouped_bars(
+            ["shape bias"],
+            [(label, [b.fraction]) for label, b in zip(labels, biases)],
+            y_title="shape / (shape + texture)",
+        ),
+        "rob_shape_bias_chart",
+        filename="shape_bias",
+    )
+    st.markdown(
+        " · ".join(
+            f"**{label}:** {b.shape} shape, {b.texture} texture, {b.neither} neither"
+            for label, b in zip(labels, biases)
+        )
+    )
+    st.caption(
+        "Shape bias (Geirhos et al. 2019): the share of the decisions that follow the shape among those that follow "
+        "the shape or the texture; decisions for a third class are left out. The demo models never saw a textured "
+        "object, so many decisions are 'neither'. `python -m analysis robustness texture --model demo --cnn demo "
+        "--demo-scenes 100 --cue-conflict 100 --out texture.npz` measures it with the silhouettes."
+    )
+    download_csv(
+        "rob_shape_bias_data",
+        "shape_bias",
+        ["model", "shape", "texture", "neither", "shape_bias"],
+        [(label, b.shape, b.texture, b.neither, b.fraction) for label, b in zip(labels, biases)],
+    )

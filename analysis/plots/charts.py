@@ -26,6 +26,7 @@ __all__ = [
     "perturbation_axis_bottom",
     "robustness_curves",
     "transfer_heatmap",
+    "grouped_bars",
     "DISTANCE_UNIT_SHORT",
     "DISTANCE_UNIT_TITLE",
 ]
@@ -308,6 +309,40 @@ def transfer_heatmap(
         height=height,
         xaxis=dict(title=dict(text="fed to"), showgrid=False, side="bottom"),
         yaxis=dict(title=dict(text="made against"), autorange="reversed", showgrid=False),
+    )
+
+
+def grouped_bars(
+    categories: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float]]],
+    *,
+    y_title: str,
+    y_range: tuple[float, float] | None = (0.0, 1.02),
+    height: int = 340,
+) -> go.Figure:
+    """One bar per (category, series): ``series`` is ``[(name, one value per category)]``, drawn side
+    by side within each category, each value written on its bar (NaN: no bar, "n/a")."""
+    traces = [
+        dict(
+            type="bar",
+            x=list(categories),
+            y=[None if not np.isfinite(v) else float(v) for v in values],
+            name=name,
+            marker=dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)]),
+            text=["n/a" if not np.isfinite(v) else f"{v:.2f}" for v in values],
+            textposition="outside",
+            hovertemplate="%{x}<br>%{y:.3f}<extra>" + name + "</extra>",
+        )
+        for i, (name, values) in enumerate(series)
+    ]
+    return styled_figure(
+        traces,
+        title=None,
+        height=height,
+        barmode="group",
+        legend=dict(orientation="h", y=1.12, x=0),
+        xaxis=dict(showgrid=False),
+        yaxis=dict(title=dict(text=y_title), showgrid=True, **({"range": list(y_range)} if y_range else {})),
     )
 
 

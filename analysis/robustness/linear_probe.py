@@ -331,6 +331,7 @@ def probe_curve(
         )
     train, test = split_indices(len(labels), test_share, seed=seed)
     layers = tuple(int(layer) for layer in layers)
+    features = list(features)
     truth = torch.as_tensor(list(labels)).long()
     accuracy = [probe_accuracy(f[train], truth[train], f[test], truth[test], ridge=ridge) for f in features]
     ks = tuple(int(k) for k in concat_k if 1 <= int(k) <= len(features))
