@@ -17,6 +17,7 @@ from analysis.robustness import (
     attack_curve,
     corruption_curve,
     corruption_errors,
+    linear_probe_curve,
     load_cnn,
     shape_bias_of,
     texture_curve,
@@ -172,6 +173,56 @@ def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_
         "--probes", "silhouette", "--out", str(tmp_path / "y.npz"),
     )  # fmt: skip
     assert no_masks.returncode == 2 and "mask" in no_masks.stderr
+
+
+def test_linear_probe_on_two_ranks_equals_one_process_and_the_library(tmp_path):
+    """Each rank reads the features of every other scene; their sum is the whole set in order, so the
+    probe, its split and its accuracies equal one process's and linear_probe_curve's."""
+    common = ["robustness", "probe", "--model", "demo", "--also", "demo_swin", "--demo-scenes", "24"]
+    common += ["--seed", str(SEED), "--concat", "2"]
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    single = run("-m", "analysis", *common, "--out", str(one))
+    assert single.returncode == 0, single.stderr
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        *common,
+        "--out",
+        str(two),
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    images, labels = demo_scenes(24)
+    for name, model in (("ViT", load_vit("demo")), ("demo_swin", load_vit("demo_swin"))):
+        expected = linear_probe_curve(model, images, labels, concat_k=(2,), seed=SEED)
+        for saved in (np.load(one), np.load(two)):
+            assert saved[f"{name}_layers"].tolist() == list(expected.layers)
+            np.testing.assert_allclose(saved[f"{name}_accuracy"], expected.accuracy, atol=1e-12)
+            np.testing.assert_allclose(saved[f"{name}_concat_accuracy"], expected.concat_accuracy, atol=1e-12)
+            assert float(saved[f"{name}_model_accuracy"]) == pytest.approx(expected.model_accuracy)
+    assert int(np.load(two)["world_size"]) == 2
+
+
+def test_linear_probe_reads_a_folder_of_class_subfolders_and_refuses_one_without(tmp_path):
+    classes = tmp_path / "set"
+    images, labels = demo_scenes(12)
+    for i, (image, label) in enumerate(zip(images, labels)):
+        (classes / f"k{label}").mkdir(parents=True, exist_ok=True)
+        image.save(classes / f"k{label}" / f"{i}.png")
+    done = run("-m", "analysis", "robustness", "probe", "--model", "demo", "--folder", str(classes),
+               "--concat", "2", "--out", str(tmp_path / "f.npz"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    saved = np.load(tmp_path / "f.npz")
+    assert int(saved["count"]) == 12 and np.isnan(saved["ViT_model_accuracy"])  # folder names are not classes
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    images[0].save(flat / "a.png")
+    refused = run("-m", "analysis", "robustness", "probe", "--model", "demo", "--folder", str(flat),
+                  "--out", str(tmp_path / "g.npz"))  # fmt: skip
+    assert refused.returncode == 2 and "class subfolders" in refused.stderr
 
 
 def test_bad_arguments_exit_with_a_message(tmp_path):

@@ -1,7 +1,8 @@
-"""``python -m analysis robustness attack|corruptions|texture``: accuracy against the FGSM/PGD budget
-ε, against the ImageNet-C severity, or with the texture taken away (and the shape bias on cue-conflict
-scenes), for the ViT of ``--model`` beside a CNN (``--cnn``) and other models (``--also``, e.g.
-``demo_swin``), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
+"""``python -m analysis robustness attack|corruptions|texture|probe``: accuracy against the FGSM/PGD
+budget ε, against the ImageNet-C severity, or with the texture taken away (and the shape bias on
+cue-conflict scenes), for the ViT of ``--model`` beside a CNN (``--cnn``) and other models
+(``--also``, e.g. ``demo_swin``); or the linear-probe accuracy of each block's token against depth
+(off-the-shelf tokens), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
 
 Images: ``--demo-scenes N`` (held-out demo scenes with their true classes: top-1 accuracy), or
 ``--images`` (no labels: each model is scored against its own clean prediction). Every model must
@@ -22,7 +23,7 @@ from ..loading.loaded import LoadedModel
 from .common import CommandError, add_model_arguments, load_model, say
 from .distributed import Ranks
 
-__all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "BENCHMARK_SEED"]
+__all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_probe", "BENCHMARK_SEED"]
 
 BENCHMARK_SEED = 20261204  # the held-out demo stream of python -m analysis.robustness
 
@@ -118,6 +119,28 @@ def add_parser(subparsers) -> None:
         "another; the models must predict the demo classes)",
     )
     texture.set_defaults(run=run_texture)
+
+    probe = commands.add_parser(
+        "probe",
+        help="linear-probe accuracy of each block's token against depth (off-the-shelf tokens)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arguments(probe)
+    probe.add_argument(
+        "--also", type=_names, default=(), help="more models load_vit accepts, comma-separated (e.g. demo_swin)"
+    )
+    labelled = probe.add_mutually_exclusive_group(required=True)
+    labelled.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
+    labelled.add_argument("--folder", type=Path, help="a folder with one subfolder of images per class")
+    probe.add_argument("--test-share", type=float, default=0.5, help="the share held out to score the probe")
+    probe.add_argument(
+        "--concat", type=_ints, default=(2, 4), help="the last k blocks' tokens concatenated, for each k (default 2,4)"
+    )
+    probe.add_argument("--ridge", type=float, default=1.0, help="the ridge penalty (default 1)")
+    probe.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="the demo scene stream and the split")
+    probe.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
+    probe.set_defaults(run=run_probe)
 
 
 def _common_arguments(parser) -> None:
@@ -413,6 +436,99 @@ def run_texture(args, ranks: Ranks) -> int:
             )
     _write(args.out, fields, ["model", "measure", "value"], rows)
     print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+    return 0
+
+
+def _gathered_features(model, images, mine: list[int], count: int, ranks: Ranks):
+    """Every rank's :func:`~analysis.robustness.block_features` of its images (``mine``: their indices in
+    the set of ``count``), summed into the whole set's ``(layers, features (count, D_l) each, logits)``:
+    each rank fills its own rows and zeros elsewhere, so the sum over the ranks is the set in order."""
+    from ..robustness.linear_probe import block_features
+
+    # every rank reads one image at least, for the shapes (a rank without images contributes zeros)
+    layers, features, logits = block_features(model, [images[i] for i in mine] or images[:1])
+    rows = torch.as_tensor(mine, dtype=torch.long)
+    whole = []
+    for part in [*features, logits]:
+        full = torch.zeros((count, part.shape[1]), dtype=torch.float64)
+        if mine:
+            full[rows] = part.double()
+        whole.append(ranks.sum(full).float())
+    return layers, whole[:-1], whole[-1]
+
+
+def run_probe(args, ranks: Ranks) -> int:
+    from ..demo.data import render_sample
+    from ..loading import load_vit
+    from ..robustness.linear_probe import folder_labels, load_image_folder, probe_curve, probe_feature
+
+    if not 0 < args.test_share < 1 or args.ridge < 0:
+        raise CommandError("--test-share must lie in (0, 1) and --ridge be 0 or more.", code=2)
+    models = {"ViT": load_model(args, ranks.device)}
+    try:
+        for name in args.also:
+            models[name] = load_vit(name, device=ranks.device)
+    except VitExplorerError as exc:
+        raise CommandError(f"could not load a comparison model: {exc}", code=1) from exc
+    try:
+        if args.demo_scenes is not None:
+            if args.demo_scenes < 2:
+                raise CommandError("--demo-scenes must be at least 2 (a training and a test split).", code=2)
+            from PIL import Image
+
+            found = [render_sample(args.seed, i) for i in range(args.demo_scenes)]
+            images = [Image.fromarray(image) for image, _, _ in found]
+            labels_of = {name: ([label for _, label, _ in found], True) for name in models}
+            description = f"{args.demo_scenes} held-out demo scenes, seed {args.seed}"
+        else:
+            folder = load_image_folder(args.folder)
+            images = folder.images
+            labels_of = {name: folder_labels(model, folder)[1:] for name, model in models.items()}
+            description = f"{len(images)} images in {len(folder.class_names)} class folders of {args.folder}"
+        say(ranks, f"linear probe of {', '.join(models)}: {description}")
+        mine = list(range(ranks.rank, len(images), ranks.world))
+        curves = {}
+        for name, model in models.items():
+            layers, features, logits = _gathered_features(model, images, mine, len(images), ranks)
+            labels, model_labels = labels_of[name]
+            curves[name] = probe_curve(
+                layers,
+                features,
+                logits,
+                labels,
+                feature=probe_feature(model.spec),
+                test_share=args.test_share,
+                concat_k=args.concat,
+                ridge=args.ridge,
+                seed=args.seed,
+                model_labels=model_labels,
+            )
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    if not ranks.is_main:
+        return 0
+    fields: dict = dict(
+        models=np.array(list(curves)), count=np.int64(len(images)), images=np.array(description),
+        test_share=np.float64(args.test_share), ridge=np.float64(args.ridge), world_size=np.int64(ranks.world),
+    )  # fmt: skip
+    rows = []
+    for name, curve in curves.items():
+        fields[f"{name}_layers"] = np.array(curve.layers)
+        fields[f"{name}_accuracy"] = curve.accuracy
+        fields[f"{name}_concat_k"] = np.array(curve.concat_k, dtype=np.int64)
+        fields[f"{name}_concat_accuracy"] = curve.concat_accuracy
+        fields[f"{name}_model_accuracy"] = np.float64(np.nan if curve.model_accuracy is None else curve.model_accuracy)
+        rows += [(name, f"block {layer}", float(a)) for layer, a in zip(curve.layers, curve.accuracy)]
+        rows += [(name, f"last {k} blocks", float(a)) for k, a in zip(curve.concat_k, curve.concat_accuracy)]
+        if curve.model_accuracy is not None:
+            rows.append((name, "the model itself", curve.model_accuracy))
+        own = "" if curve.model_accuracy is None else f"; the model itself {curve.model_accuracy:.3f}"
+        print(
+            f"{name:<12} {curve.feature} by block: " + " ".join(f"{a:.3f}" for a in curve.accuracy)
+            + "".join(f"; last {k} {a:.3f}" for k, a in zip(curve.concat_k, curve.concat_accuracy)) + own
+        )  # fmt: skip
+    _write(args.out, fields, ["model", "feature", "accuracy"], rows)
+    print(f"{len(images)} images, test share {args.test_share}; wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 
 

@@ -48,6 +48,8 @@ __all__ = [
     "linear_probe_curve",
     "linear_probe_curves",
     "probe_curve",
+    "folder_labels",
+    "probe_feature",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
@@ -145,7 +147,9 @@ def split_indices(count: int, test_share: float = 0.5, *, seed: int = 0) -> tupl
     return np.sort(order[tested:]), np.sort(order[:tested])
 
 
-def _feature_of(spec) -> str:
+def probe_feature(spec) -> str:
+    """The token :func:`block_features` reads for a model of ``spec``: ``"class token"``, or ``"mean
+    patch token"`` (no class token, or a windowed model's stage grid)."""
     return "class token" if spec.has_class_token else "mean patch token"
 
 
@@ -251,9 +255,10 @@ def probe_accuracy(
     return float((probe.predict(torch.as_tensor(test_features)) == truth).double().mean())
 
 
-def _as_model_labels(model, folder: ImageFolderSet, model_labels: bool) -> tuple[list, list[int], bool]:
-    """A folder's images and labels; the labels are the model's own class indices when every subfolder
-    is named after one of the model's classes (then the model's own accuracy can be reported)."""
+def folder_labels(model, folder: ImageFolderSet, model_labels: bool = True) -> tuple[list, list[int], bool]:
+    """``(images, labels, model_labels)`` of a folder: the labels are the model's own class indices when
+    ``model_labels`` and every subfolder is named after one of the model's classes (then the model's own
+    accuracy can be reported, and the third value is True), else the subfolder indices."""
     names = list(getattr(model, "class_names", None) or [])
     if model_labels and names and all(name in names for name in folder.class_names):
         return folder.images, [names.index(folder.class_names[label]) for label in folder.labels], True
@@ -284,7 +289,7 @@ def linear_probe_curve(
         ProbeError: no images, labels that do not match, too few images to split.
     """
     if isinstance(images, ImageFolderSet):
-        images, labels, model_labels = _as_model_labels(model, images, model_labels)
+        images, labels, model_labels = folder_labels(model, images, model_labels)
     if labels is None or len(labels) != len(images):
         raise ProbeError(
             f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label per image."
@@ -295,7 +300,7 @@ def linear_probe_curve(
         features,
         logits,
         labels,
-        feature=_feature_of(model.spec),
+        feature=probe_feature(model.spec),
         test_share=test_share,
         concat_k=concat_k,
         ridge=ridge,
