@@ -110,12 +110,38 @@ def test_ci_run_stops_with_a_message_when_chromium_cannot_be_installed(tmp_path)
     assert not calls.exists(), f"the run went on without Chromium: {calls.read_text()}"
 
 
+def test_ci_run_stops_when_the_readme_command_cannot_make_its_venv(tmp_path):
+    """Under ``set -e`` a failure inside an ``&&`` list does not stop a script: a venv that cannot be
+    made would skip the tests and let the later steps run. The README's command runs in a subshell,
+    so the run stops there with that failure's status and no later step is reached."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".ci").mkdir(parents=True)
+    run = checkout / ".ci" / "run"
+    run.write_text((REPO / ".ci" / "run").read_text())
+    run.chmod(0o755)
+    calls = tmp_path / "python3-calls"
+    tools = _fake_tools(tmp_path / "bin", calls)
+    chromium = tmp_path / "chromium"
+    chromium.write_text("#!/bin/sh\nexit 0\n")
+    chromium.chmod(0o755)
+    later = tmp_path / "later-steps"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    step = checkout / ".venv" / "bin" / "lint-imports"  # the step after the README's command
+    step.write_text(f"#!/bin/sh\necho lint-imports >> {later}\n")
+    step.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}", CI_CHROMIUM=str(chromium))
+    result = subprocess.run(["bash", str(run)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert calls.read_text().split("\n")[0] == "-m venv .venv"  # the README's command began
+    assert result.returncode == 99, result.stdout + result.stderr  # python3's failure, not a later one
+    assert not later.exists(), "the run went on past the README's failed command"
+
+
 def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
     readme = (REPO / "README.md").read_text()
     section = readme.split("Run the tests", 1)[1]
     command = re.search(r"```bash\n(.+?)\n```", section, re.S).group(1).strip()
     script = (REPO / ".ci" / "run").read_text()
-    assert command in script.splitlines(), command
+    assert f"({command})" in script.splitlines(), command  # in a subshell: its failure stops the run
     assert "export CI=true" in script.split(command)[0]
     assert '-m "not upload"' in script  # the minimum-versions job deselects (never skips) the upload tests
     # the real-weights tier, deselected by pytest.ini from the README's command, is a step of its own
