@@ -460,6 +460,43 @@ def test_moving_the_robustness_level_slider_changes_the_prediction(page, server)
     assert_no_exception(page, "robustness after moving the level")
 
 
+def test_the_shape_bias_measured_in_the_browser_is_the_librarys(page, server):
+    """A click on "Measure the shape bias" draws one bar per model whose height, read from the drawn
+    plotly figure, is the library's shape bias over the page's cue-conflict scenes (seed 0)."""
+    from playwright.sync_api import expect
+
+    import analysis
+    from analysis.demo.cue_conflict import cue_conflict_scenes
+    from analysis.robustness import load_cnn, shape_bias_of
+    from vizapp.robustness_sections import CUE_CONFLICT_SCENES
+
+    page.goto(server + "/robustness")
+    wait_idle(page)
+    button = page.get_by_role("button", name=f"Measure the shape bias ({CUE_CONFLICT_SCENES} scenes)")
+    button.scroll_into_view_if_needed()
+    button.click()
+    expect(page.get_by_text("Shape bias (Geirhos et al. 2019)", exact=False)).to_be_visible(timeout=120_000)
+    wait_idle(page)
+    drawn = page.evaluate(
+        """() => {
+            for (const plot of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
+                const bars = (plot._fullData || []).filter(t => t.type === 'bar');
+                if (bars.length && bars.every(t => t.x.length === 1 && t.x[0] === 'shape bias'))
+                    return Object.fromEntries(bars.map(t => [t.name, t.y[0]]));
+            }
+            return null;
+        }"""
+    )
+    models = {"ViT": analysis.load_vit("demo")}
+    if (REPO / "assets" / "demo_cnn" / "config.json").is_file():
+        models["CNN"] = load_cnn("demo")
+    expected = shape_bias_of(models, cue_conflict_scenes(CUE_CONFLICT_SCENES, 0))
+    assert drawn is not None, "no shape-bias chart drawn"
+    for name, bias in expected.items():
+        assert abs(drawn[name] - bias.fraction) < 1e-9, (name, drawn[name], bias)
+    assert_no_exception(page, "robustness after measuring the shape bias")
+
+
 def _nav(page, name: str) -> None:
     """Click a page in the sidebar navigation (by its exact title)."""
     page.locator("[data-testid='stSidebarNav']").get_by_role("link", name=name, exact=True).click()
