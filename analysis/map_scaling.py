@@ -1,18 +1,20 @@
-"""Putting maps on one colour scale: each map divided by its own peak.
+"""Putting maps on one colour scale: each map divided by its own peak, or stretched min to max.
 
 Explanations differ in units (a probability, a relevance, a gradient times a pixel), and some
 are signed (input × gradient, integrated gradients). To draw several side by side on one
-0–1 scale, each is divided by its largest absolute value; negative evidence is then either
-kept (a −1…1 scale) or drawn as 0 (the sign stays in the raw map).
+0–1 scale, each is divided by its largest absolute value (:func:`scale_by_peak`); negative
+evidence is then either kept (a −1…1 scale) or drawn as 0 (the sign stays in the raw map).
+:func:`scale_min_max` stretches each map from its minimum to its maximum (LeGrad's last step).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from .errors import AnalysisError
 
-__all__ = ["NEGATIVE_HANDLING", "scale_by_peak"]
+__all__ = ["NEGATIVE_HANDLING", "scale_by_peak", "scale_min_max"]
 
 #: ``"keep"``: values in [−1, 1]; ``"zero"``: negative values become 0, values in [0, 1].
 NEGATIVE_HANDLING = ("keep", "zero")
@@ -43,3 +45,16 @@ def scale_by_peak(maps, *, negative: str = "keep") -> np.ndarray:
     if negative == "zero":
         scaled = np.where(scaled < 0, np.float32(0.0), scaled)
     return scaled.astype(np.float32)
+
+
+def scale_min_max(maps: torch.Tensor) -> torch.Tensor:
+    """``(B, h, w)`` maps -> each map ``(m − min m) / (max m − min m)`` in [0, 1]; a constant map
+    becomes all zeros. The dtype and device stay (LeGrad, Bousselham et al. 2024, scales its maps
+    this way)."""
+    if maps.ndim < 2:
+        raise AnalysisError(f"scale_min_max expects (B, h, w) maps, got shape {tuple(maps.shape)}.")
+    flat = maps.reshape(maps.shape[0], -1) if maps.ndim > 2 else maps.reshape(1, -1)
+    low, high = flat.min(-1, keepdim=True).values, flat.max(-1, keepdim=True).values
+    span = high - low
+    scaled = torch.where(span > 0, (flat - low) / span.clamp_min(torch.finfo(flat.dtype).tiny), torch.zeros_like(flat))
+    return scaled.reshape(maps.shape)

@@ -142,3 +142,21 @@ def test_colour_range_of_a_map_with_nan_cells():
     assert np.isfinite([lo, hi]).all() and hi > lo and "nan" not in label
     partly = np.array([[np.nan, 0.2], [0.1, 0.05]])
     assert colour_range("minmax", partly)[:2] == (0.05, 0.2)
+
+
+def test_scale_min_max_stretches_each_map_by_a_written_out_loop():
+    """analysis.map_scaling.scale_min_max against (m − min) / (max − min) cell by cell; a constant map is 0."""
+    import torch
+
+    from analysis.map_scaling import scale_min_max
+
+    maps = torch.tensor([[[1.0, 3.0], [2.0, 5.0]], [[-2.0, -2.0], [-2.0, -2.0]], [[0.5, -1.5], [4.5, 0.0]]])
+    got = scale_min_max(maps)
+    for b in range(3):
+        cells = [float(v) for v in maps[b].flatten()]
+        low, high = min(cells), max(cells)
+        for i in range(2):
+            for j in range(2):
+                want = 0.0 if high == low else (float(maps[b, i, j]) - low) / (high - low)
+                assert abs(float(got[b, i, j]) - want) < 1e-7
+    assert got.dtype == maps.dtype and got.shape == maps.shape

@@ -24,21 +24,13 @@ from ..activations.run import run_with_hooks
 from ..capture import input_spec, require_every_layer
 from ..checks import check_int
 from ..errors import AnalysisError
+from ..map_scaling import scale_min_max
 from ..windowed import refuse_windowed
 
 __all__ = ["legrad_text", "LEGRAD_LAYERS"]
 
 #: blocks read by default: the last two (LeGrad's ``layer_index=-2``).
 LEGRAD_LAYERS = 2
-
-
-def _min_max(maps: torch.Tensor) -> torch.Tensor:
-    """Each ``(gh, gw)`` map of ``(B, gh, gw)`` scaled to 0–1 (all zeros when it is constant)."""
-    flat = maps.reshape(maps.shape[0], -1)
-    low, high = flat.min(-1, keepdim=True).values, flat.max(-1, keepdim=True).values
-    span = high - low
-    scaled = torch.where(span > 0, (flat - low) / span.clamp_min(torch.finfo(flat.dtype).tiny), torch.zeros_like(flat))
-    return scaled.reshape(maps.shape)
 
 
 def legrad_text(
@@ -81,7 +73,7 @@ def legrad_text(
     patches = spec.split_prefix(total, 1)[1].reshape(total.shape[0], *spec.grid_size)
     scores = clip.logits(output.detach(), text.embeddings)[:, 0].cpu()
     return (
-        _min_max(patches).float(),
+        scale_min_max(patches).float(),
         scores,
         f"min-max of the positive gradients of each of the last {layers} blocks' own score, mean over heads and queries",
     )
