@@ -23,6 +23,7 @@ from analysis.robustness.adversarial_patch import (
     patch_size_curve,
     patch_tokens,
     patch_transfer_matrix,
+    random_patch_positions,
     train_patch,
 )
 
@@ -221,3 +222,21 @@ def test_typed_errors(demo_vit):
         AdversarialPatch(torch.zeros((3, 2, 2)), 0.01, (48, 48), None, None, "x", ()).side, int
     )
     assert np.isfinite(patch_side((48, 48), 0.5))
+
+
+def test_evaluate_patch_at_given_positions_equals_the_seeded_draw_and_refuses_bad_ones(demo_vit):
+    """positions= (one (top, left) per image) gives what the seed's own draw gives at those positions;
+    a wrong count or a position off the image is a PatchError naming it."""
+    images, labels = scenes(HELD_OUT_SEED, 6, demo_vit.spec.img_size[0])
+    patch = noise_patch(11, seed=4)
+    size = tuple(demo_vit.spec.img_size)
+    drawn = random_patch_positions(6, size, 11, generator=torch.Generator().manual_seed(9))
+    assert evaluate_patch(demo_vit, images, labels, patch, positions=drawn) == evaluate_patch(
+        demo_vit, images, labels, patch, seed=9
+    )
+    with pytest.raises(PatchError, match="5 positions for 6 images"):
+        evaluate_patch(demo_vit, images, labels, patch, positions=drawn[:5])
+    off = drawn.clone()
+    off[2] = torch.tensor([size[0] - 5, 0])
+    with pytest.raises(PatchError, match="off the"):
+        evaluate_patch(demo_vit, images, labels, patch, positions=off)

@@ -19,6 +19,7 @@ from analysis.robustness import (
     corruption_errors,
     linear_probe_curve,
     load_cnn,
+    patch_size_curve,
     shape_bias_of,
     texture_curve,
 )
@@ -173,6 +174,53 @@ def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_
         "--probes", "silhouette", "--out", str(tmp_path / "y.npz"),
     )  # fmt: skip
     assert no_masks.returncode == 2 and "mask" in no_masks.stderr
+
+
+def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
+    """Every rank trains the same patches; each scores its rows of the whole set's positions, so the
+    summed rates equal one process's and patch_size_curve's on the same scenes."""
+    from analysis.cli.robustness import PATCH_TRAIN_SEED
+
+    common = ["robustness", "patch", "--model", "demo", "--cnn", "demo", "--demo-scenes", "6", "--seed", str(SEED)]
+    common += ["--train-scenes", "4", "--epochs", "1", "--batch-size", "4", "--shares", "0.05,0.1"]
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    single = run("-m", "analysis", *common, "--out", str(one))
+    assert single.returncode == 0, single.stderr
+    ranks = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "analysis",
+        *common,
+        "--out",
+        str(two),
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    train = [render_sample(PATCH_TRAIN_SEED, i) for i in range(4)]
+    held, held_labels = demo_scenes(6)
+    curve = patch_size_curve(
+        {"ViT": load_vit("demo"), "CNN": load_cnn("demo")},
+        [Image.fromarray(image) for image, _, _ in train],
+        [label for _, label, _ in train],
+        shares=(0.05, 0.1),
+        eval_images=held,
+        eval_labels=held_labels,
+        epochs=1,
+        batch_size=4,
+        seed=SEED,
+    )
+    for saved in (np.load(one), np.load(two)):
+        for field, expected in (
+            ("accuracy", curve.accuracy),
+            ("fooling_rate", curve.fooling_rate),
+            ("noise_accuracy", curve.noise_accuracy),
+            ("noise_fooling_rate", curve.noise_fooling_rate),
+        ):
+            np.testing.assert_allclose(saved[field], np.stack([expected["ViT"], expected["CNN"]]), atol=1e-12)
+        np.testing.assert_allclose(saved["clean_accuracy"], [curve.clean_accuracy["ViT"], curve.clean_accuracy["CNN"]])
+    assert int(np.load(two)["world_size"]) == 2
 
 
 def test_linear_probe_on_two_ranks_equals_one_process_and_the_library(tmp_path):

@@ -1,8 +1,9 @@
-"""``python -m analysis robustness attack|corruptions|texture|probe``: accuracy against the FGSM/PGD
-budget ε, against the ImageNet-C severity, or with the texture taken away (and the shape bias on
-cue-conflict scenes), for the ViT of ``--model`` beside a CNN (``--cnn``) and other models
-(``--also``, e.g. ``demo_swin``); or the linear-probe accuracy of each block's token against depth
-(off-the-shelf tokens), as in Naseer et al. 2021. Writes ``OUT.npz`` and ``OUT.csv``.
+"""``python -m analysis robustness attack|corruptions|texture|patch|probe``: accuracy against the
+FGSM/PGD budget ε, against the ImageNet-C severity, with the texture taken away (and the shape bias
+on cue-conflict scenes) or against an adversarial patch's size, for the ViT of ``--model`` beside a
+CNN (``--cnn``) and other models (``--also``, e.g. ``demo_swin``); or the linear-probe accuracy of
+each block's token against depth (off-the-shelf tokens), as in Naseer et al. 2021. Writes
+``OUT.npz`` and ``OUT.csv``.
 
 Images: ``--demo-scenes N`` (held-out demo scenes with their true classes: top-1 accuracy), or
 ``--images`` (no labels: each model is scored against its own clean prediction). Every model must
@@ -23,9 +24,10 @@ from ..loading.loaded import LoadedModel
 from .common import CommandError, add_model_arguments, load_model, say
 from .distributed import Ranks
 
-__all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_probe", "BENCHMARK_SEED"]
+__all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_patch", "run_probe", "BENCHMARK_SEED"]
 
 BENCHMARK_SEED = 20261204  # the held-out demo stream of python -m analysis.robustness
+PATCH_TRAIN_SEED = 5151  # the demo stream the patches train on (disjoint from the held-out one)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -119,6 +121,30 @@ def add_parser(subparsers) -> None:
         "another; the models must predict the demo classes)",
     )
     texture.set_defaults(run=run_texture)
+
+    patch = commands.add_parser(
+        "patch",
+        help="accuracy against an adversarial patch's size (each model's own universal patch, and noise)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common_arguments(patch)
+    patch.add_argument(
+        "--train-scenes",
+        type=int,
+        default=48,
+        help=f"the demo scenes each patch is trained on (stream {PATCH_TRAIN_SEED}; the models must predict the "
+        "demo classes; default 48)",
+    )
+    patch.add_argument(
+        "--shares",
+        type=_floats,
+        default=(0.02, 0.05, 0.1),
+        help="shares of the image area the square covers, comma-separated (default 0.02,0.05,0.1)",
+    )
+    patch.add_argument("--epochs", type=int, default=5, help="passes over the training scenes (default 5)")
+    patch.add_argument("--batch-size", type=int, default=8, help="training mini-batch (default 8)")
+    patch.set_defaults(run=run_patch)
 
     probe = commands.add_parser(
         "probe",
@@ -436,6 +462,109 @@ def run_texture(args, ranks: Ranks) -> int:
             )
     _write(args.out, fields, ["model", "measure", "value"], rows)
     print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+    return 0
+
+
+def run_patch(args, ranks: Ranks) -> int:
+    """Every rank trains the same patches (the same scenes and seeds: a universal patch is one
+    optimisation over the whole training set) and scores its share of the evaluation images at their
+    rows of the whole set's positions, so the summed counts are one process's, and
+    :func:`~analysis.robustness.patch_size_curve`'s on the same images."""
+    from PIL import Image
+
+    from ..demo.data import CLASS_NAMES, render_sample
+    from ..robustness.adversarial_patch import (
+        evaluate_patch,
+        noise_patch,
+        patch_side,
+        random_patch_positions,
+        train_patch,
+        unit_images,
+    )
+
+    if args.train_scenes < 1 or args.epochs < 1 or args.batch_size < 1 or not args.shares:
+        raise CommandError(
+            "--train-scenes, --epochs and --batch-size must be at least 1, with one share at least.", code=2
+        )
+    models = _models(args, ranks)
+    if list(models["ViT"].class_names or ()) != list(CLASS_NAMES):
+        raise CommandError(
+            f"The patches train on demo scenes ({', '.join(CLASS_NAMES)}); {args.model} predicts other classes: "
+            "give a demo model, or train with analysis.robustness.train_patch on your own labelled images.",
+            code=2,
+        )
+    if args.demo_scenes is None:
+        raise CommandError(
+            "The patch curve is scored on held-out demo scenes (--demo-scenes N): the patches train on demo "
+            "scenes, so the models predict the demo classes.",
+            code=2,
+        )
+    description, images, labels, skipped = _images(args, ranks)
+    whole = int(args.demo_scenes)
+    mine = list(range(ranks.rank, whole, ranks.world))  # this rank's rows of the whole evaluation set
+    say(ranks, f"adversarial patches on {', '.join(models)}: {description}, shares {list(args.shares)}")
+    training = [render_sample(PATCH_TRAIN_SEED, i) for i in range(args.train_scenes)]
+    train_images = [Image.fromarray(image) for image, _, _ in training]
+    train_labels = [label for _, label, _ in training]
+    measures = ("clean", "accuracy", "fooling_rate", "noise_accuracy", "noise_fooling_rate")
+    counts = {name: np.zeros((len(measures), len(args.shares))) for name in models}
+    try:
+        for share in args.shares:
+            patch_side((10**6, 10**6), share)  # the share's range, before any training
+        for name, model in models.items():
+            size = tuple(int(v) for v in unit_images(model, train_images[:1]).shape[-2:])  # (H, W) it sees
+            targets = labels  # the demo scenes' true classes
+            for k, share in enumerate(args.shares):
+                found = train_patch(
+                    model, train_images, train_labels, share=share, epochs=args.epochs,
+                    batch_size=args.batch_size, seed=args.seed + 1000 * k,
+                )  # fmt: skip
+                where = random_patch_positions(
+                    whole, size, found.side, generator=torch.Generator().manual_seed(args.seed + 1)
+                )[mine]
+                if not images:
+                    continue
+                adversarial = evaluate_patch(model, images, targets, found, positions=where)
+                noise = noise_patch(found.side, channels=int(found.patch.shape[0]), seed=args.seed + 2)
+                control = evaluate_patch(model, images, targets, noise, positions=where)
+                measured = [adversarial.clean_accuracy, adversarial.accuracy, adversarial.fooling_rate]
+                measured += [control.accuracy, control.fooling_rate]
+                counts[name][:, k] = np.array(measured) * len(images)
+    except AnalysisError as exc:
+        raise CommandError(str(exc), code=2) from exc
+    names = list(models)
+    summed = ranks.sum(torch.tensor(np.stack([counts[n] for n in names]), dtype=torch.float64)).numpy()
+    if not ranks.is_main:
+        return 0
+    rates = summed / whole  # (models, measures, shares)
+    scored = "labels"
+    fields = dict(
+        models=np.array(names),
+        shares=np.array(args.shares),
+        **{m: rates[:, i] for i, m in enumerate(measures) if m != "clean"},
+        clean_accuracy=rates[:, 0, 0],
+        count=np.int64(whole),
+        train_scenes=np.int64(args.train_scenes),
+        epochs=np.int64(args.epochs),
+        images=np.array(description),
+        scored_against=np.array(scored),
+        skipped_images=np.array(skipped, dtype=str),
+        world_size=np.int64(ranks.world),
+    )
+    rows = [
+        (n, float(s), m, float(rates[i, j, k]))
+        for i, n in enumerate(names)
+        for k, s in enumerate(args.shares)
+        for j, m in enumerate(measures)
+        if m != "clean"
+    ]
+    _write(args.out, fields, ["model", "share", "measure", "value"], rows)
+    for i, n in enumerate(names):
+        print(
+            f"{n:<12} clean {rates[i, 0, 0]:.3f}; own patch / noise patch: "
+            + ", ".join(f"{s:g}: {rates[i, 1, k]:.3f} / {rates[i, 3, k]:.3f}" for k, s in enumerate(args.shares))
+        )
+    print(f"{whole} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 
 

@@ -435,14 +435,24 @@ def _positions(count: int, image_size: Sequence[int], side: int, position, seed:
 
 
 def evaluate_patch(
-    model, images: Sequence, labels: Sequence[int], patch, *, position: Sequence[int] | None = None, seed: int = 0
+    model,
+    images: Sequence,
+    labels: Sequence[int],
+    patch,
+    *,
+    position: Sequence[int] | None = None,
+    seed: int = 0,
+    positions: torch.Tensor | None = None,
 ) -> PatchEvaluation:
     """Accuracy and fooling rate of ``model`` on ``images`` with ``patch`` pasted (an
     :class:`AdversarialPatch` or a ``(C, s, s)`` tensor in ``[0, 1]``), at ``position`` or at random
-    positions drawn from ``seed`` (the same positions for every patch of the same size).
+    positions drawn from ``seed`` (the same positions for every patch of the same size), or at
+    ``positions``, ``(N, 2)`` ``(top, left)`` per image (for example this shard's rows of
+    :func:`random_patch_positions` over a whole set).
 
     Raises:
-        PatchError: no images, a patch larger than the images, a label count that does not match.
+        PatchError: no images, a patch larger than the images, a label count that does not match,
+            positions of another count than the images or off the image.
     """
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
     target = patch.target if isinstance(patch, AdversarialPatch) else None
@@ -450,7 +460,16 @@ def evaluate_patch(
     truth = _label_tensor(labels, unit.shape[0])
     if tensor.shape[-1] > min(unit.shape[-2:]):
         raise PatchError(f"A {tensor.shape[-1]} px patch is larger than the {tuple(unit.shape[-2:])} images.")
-    where = _positions(unit.shape[0], unit.shape[-2:], int(tensor.shape[-1]), position, seed)
+    side = int(tensor.shape[-1])
+    if positions is None:
+        where = _positions(unit.shape[0], unit.shape[-2:], side, position, seed)
+    else:
+        where = torch.as_tensor(positions, dtype=torch.long).reshape(-1, 2)
+        height, width = (int(v) for v in unit.shape[-2:])
+        if where.shape[0] != unit.shape[0]:
+            raise PatchError(f"{where.shape[0]} positions for {unit.shape[0]} images: give one (top, left) per image.")
+        if bool(((where < 0) | (where[:, :1] > height - side) | (where[:, 1:] > width - side)).any()):
+            raise PatchError(f"A position puts the {side} px patch off the {height}×{width} image.")
     return _evaluation(model, unit, truth, tensor, where, target)
 
 
