@@ -168,3 +168,53 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
         np.testing.assert_allclose(drawn[name], [bias.fraction], atol=1e-9)
     counts = next(m.value for m in app.markdown if "shape," in m.value and "neither" in m.value)
     assert f"**ViT:** {biases['ViT'].shape} shape, {biases['ViT'].texture} texture" in counts
+
+
+def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, monkeypatch):
+    """After "Train the patches": each model's accuracy with its own patch and with the noise patch per
+    share, the transfer matrix of the largest patches, and the ViT's class-token attention share on its
+    patch pasted at this image's centre, all equal to analysis.robustness on the same demo scenes (fewer
+    of them than the page trains on, to keep the test short)."""
+    from PIL import Image
+
+    from analysis.demo.data import render_sample
+    from analysis.robustness import patch_attention_share, patch_size_curve, patch_transfer_matrix
+    from vizapp import robustness_sections as sections
+
+    monkeypatch.setattr(sections, "PATCH_TRAIN_SCENES", 8)
+    monkeypatch.setattr(sections, "PATCH_HELD_OUT_SCENES", 12)
+    monkeypatch.setattr(sections, "PATCH_EPOCHS", 1)
+
+    app.switch_page("views/robustness.py").run()
+    app.toggle(key="rob_curves").set_value(False).run()
+    app.button(key="rob_patch_run").click().run()
+    assert_clean(app)
+    seed = int(app.session_state["rob_seed"]) if "rob_seed" in app.session_state else 0
+
+    def scenes(stream, count):
+        found = [render_sample(stream, i) for i in range(count)]
+        return [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found]
+
+    models = _models()
+    train, train_labels = scenes(5151, sections.PATCH_TRAIN_SCENES)
+    held, held_labels = scenes(seed, sections.PATCH_HELD_OUT_SCENES)
+    curve = patch_size_curve(
+        models, train, train_labels, shares=sections.PATCH_SHARES, eval_images=held, eval_labels=held_labels,
+        epochs=sections.PATCH_EPOCHS, batch_size=8, seed=seed,
+    )  # fmt: skip
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_patch_chart"), "scatter")}
+    for name in models:
+        np.testing.assert_allclose(drawn[name], curve.accuracy[name], atol=1e-9)
+        np.testing.assert_allclose(drawn[f"{name}, noise patch"], curve.noise_accuracy[name], atol=1e-9)
+    largest = {name: patches[-1] for name, patches in curve.patches.items()}
+    _, matrix = patch_transfer_matrix(models, largest, held, held_labels, seed=seed + 1)
+    (heatmap,) = traces(chart(app, "rob_patch_transfer_chart"), "heatmap")
+    np.testing.assert_allclose(array(heatmap["z"]), matrix, atol=1e-9)
+    vit, patch = models["ViT"], largest["ViT"]
+    side, (height, width) = patch.side, vit.spec.img_size
+    share = patch_attention_share(
+        vit, [analysis.load_image(first_sample())], patch, ((height - side) // 2, (width - side) // 2)
+    )
+    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_patch_attention_chart"), "scatter")}
+    np.testing.assert_allclose(drawn["patched"], share.patched_share[:, 0], atol=1e-6)
+    np.testing.assert_allclose(drawn["clean (the same tokens)"], share.clean_share[:, 0], atol=1e-6)

@@ -1018,6 +1018,100 @@ def text_curves(
     return {"fractions": fractions, "deletion": deletion, "insertion": insertion}
 
 
+PATCH_RESULTS = 4  # adversarial-patch trainings kept (the least recently used is dropped first)
+
+
+@st.cache_resource(show_spinner=False)
+def _patch_results() -> RecordStore:
+    """Adversarial-patch trainings so far, process-wide and locked (sessions share them): key -> dict."""
+    return RecordStore(PATCH_RESULTS, 2**62, size=lambda value: 0)
+
+
+def stored_patch_curve(key: tuple):
+    """The patch curve of ``key`` (:func:`compute_patch_curve`'s arguments but ``progress``), if trained."""
+    return _patch_results().peek(key)
+
+
+def compute_patch_curve(
+    model_keys: tuple[tuple, ...],
+    shares: tuple[float, ...],
+    train_scenes: int,
+    held_out_scenes: int,
+    epochs: int,
+    seed: int,
+    progress=None,
+) -> dict:
+    """Each model's own universal patch per share, trained on ``train_scenes`` demo scenes (stream 5151)
+    and scored with the noise control on ``held_out_scenes`` held-out ones (stream ``seed``)
+    (:func:`analysis.robustness.patch_size_curve`), and the transfer matrix of the largest share's patches
+    (:func:`analysis.robustness.patch_transfer_matrix`). Kept for later runs and sessions.
+    ``progress(done, total)``: the training's progress (of the session that trains)."""
+    key = (model_keys, shares, train_scenes, held_out_scenes, epochs, seed)
+    return _patch_results().get(
+        key, lambda: _patch_curve(model_keys, shares, train_scenes, held_out_scenes, epochs, seed, progress)
+    )
+
+
+def _patch_curve(model_keys, shares, train_scenes, held_out_scenes, epochs, seed, progress) -> dict:
+    from analysis.demo.data import render_sample
+    from analysis.robustness import patch_size_curve, patch_transfer_matrix
+
+    def scenes(stream: int, count: int):
+        found = [render_sample(stream, i) for i in range(count)]
+        return [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found]
+
+    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
+    train, train_labels = scenes(5151, train_scenes)
+    held, held_labels = scenes(seed, held_out_scenes)
+    curve = patch_size_curve(
+        models, train, train_labels, shares=shares, eval_images=held, eval_labels=held_labels, epochs=epochs,
+        batch_size=8, seed=seed, progress=progress,
+    )  # fmt: skip
+    largest = {name: patches[-1] for name, patches in curve.patches.items()}
+    sizes = {tuple(int(v) for v in model.spec.img_size) for model in models.values()}
+    matrix = patch_transfer_matrix(models, largest, held, held_labels, seed=seed + 1)[1] if len(sizes) == 1 else None
+    order = list(models)
+    return {
+        "accuracy": np.stack([curve.accuracy[n] for n in order]),  # (models, shares)
+        "noise_accuracy": np.stack([curve.noise_accuracy[n] for n in order]),
+        "fooling_rate": np.stack([curve.fooling_rate[n] for n in order]),
+        "clean_accuracy": np.array([curve.clean_accuracy[n] for n in order]),
+        "largest_patches": [largest[n].patch.numpy() for n in order],  # (C, s, s) each, in [0, 1]
+        "transfer": matrix,  # (models, models) or None (input sizes differ)
+    }
+
+
+@st.cache_data(show_spinner="Pasting the patch…", max_entries=MAX_RESULTS)
+def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np.ndarray) -> dict:
+    """``patch`` ``(C, s, s)`` in [0, 1] pasted at the centre of the image as the model sees it: the patched
+    picture ``(H, W, 3)`` uint8, the clean and patched probabilities ``(classes,)`` and, for a
+    global-attention ViT, the class token's attention share on the patch's tokens per layer
+    (:func:`analysis.robustness.patch_attention_share`: ``layers``, ``clean_share``, ``patched_share``)."""
+    from analysis.robustness import model_input, paste_patch, patch_attention_share, unit_images
+
+    model = loaded_model(model_key)
+    image = load_image(_image_bytes)
+    unit = unit_images(model, [image])  # (1, C, H, W) in [0, 1]
+    side = int(patch.shape[-1])
+    position = ((int(unit.shape[-2]) - side) // 2, (int(unit.shape[-1]) - side) // 2)
+    patched = paste_patch(unit, torch.as_tensor(patch), position)
+    with torch.no_grad():
+        logits = model.model(model_input(model, torch.cat([unit, patched]))).float()
+    probabilities = model.probabilities(logits).cpu().numpy()
+    result = {
+        "picture": np.round(patched[0].permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8),
+        "clean": probabilities[0],
+        "patched": probabilities[1],
+    }
+    spec = getattr(model, "spec", None)
+    if spec is not None and int(spec.num_layers) > 0 and not spec.is_windowed:
+        share = patch_attention_share(model, [image], torch.as_tensor(patch), position)
+        result.update(
+            layers=np.array(share.layers), clean_share=share.clean_share[:, 0], patched_share=share.patched_share[:, 0]
+        )
+    return result
+
+
 HEAD_TEXT_RESULTS = 8  # descriptions kept (the least recently used is dropped first)
 
 

@@ -29,13 +29,28 @@ from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef
 from vizapp.ui import download_csv, download_npz, show_chart
 
-__all__ = ["attack_section", "corruption_section", "texture_section", "SET_EPSILONS", "CUE_CONFLICT_SCENES"]
+__all__ = [
+    "attack_section",
+    "corruption_section",
+    "texture_section",
+    "patch_section",
+    "SET_EPSILONS",
+    "CUE_CONFLICT_SCENES",
+    "PATCH_SHARES",
+    "PATCH_TRAIN_SCENES",
+    "PATCH_HELD_OUT_SCENES",
+    "PATCH_EPOCHS",
+]
 
 #: ε (0–255 pixel units) of the set-level curve
 SET_EPSILONS = (0.0, 1.0, 2.0, 4.0, 8.0)
 ATTACK_LABELS = {"fgsm": "FGSM (one step)", "pgd": "PGD (L∞, random start)"}
 #: cue-conflict scenes of the shape-bias measure (the demo classes)
 CUE_CONFLICT_SCENES = 60
+#: the page's adversarial-patch training: shares of the image area, demo scenes to train on and to score
+#: on, epochs (a universal patch per model and share, analysis.robustness.patch_size_curve)
+PATCH_SHARES: tuple[float, ...] = (0.02, 0.05, 0.1)
+PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_EPOCHS = 32, 60, 3
 #: the probes that need no mask (an uploaded photo has none)
 MASKLESS_PROBES = tuple(p for p in TEXTURE_PROBES if p != "silhouette")
 
@@ -469,4 +484,107 @@ def texture_section(
         "shape_bias",
         ["model", "shape", "texture", "neither", "shape_bias"],
         [(label, b.shape, b.texture, b.neither, b.fraction) for label, b in zip(labels, biases)],
+    )
+
+
+def patch_section(
+    models: Sequence[tuple[str, tuple]], image: ImageRef, class_names, seed: int, *, demo_classes: bool
+) -> None:
+    """``demo_classes``: the models predict the demo classes, so the patches can train on demo scenes."""
+    st.subheader("Adversarial patches")
+    shares = PATCH_SHARES
+    st.caption(
+        "A universal patch (Brown et al. 2017): one square, a share of the image area, optimised over a set of "
+        "images so that pasting it anywhere lowers a model's accuracy; each model gets its own, and a square of "
+        "uniform noise of the same size at the same places is the control."
+    )
+    if not demo_classes:
+        st.caption(
+            "The page trains the patches on the bundled demo scenes, so it needs models of the demo classes. For "
+            "your model: `analysis.robustness.patch_size_curve` on your own labelled images."
+        )
+        return
+    keys, labels = tuple(key for _, key in models), [label for label, _ in models]
+    settings = (shares, PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_EPOCHS)
+    key = (keys, *settings, seed)
+    stored = resources.stored_patch_curve(key)
+    if stored is None:
+        if not st.button(
+            f"Train the patches ({len(models)} models × {len(shares)} sizes, {PATCH_TRAIN_SCENES} demo scenes, "
+            f"{PATCH_EPOCHS} epochs)",
+            key="rob_patch_run",
+        ):
+            return
+        bar = st.progress(0.0, text="Training the patches…")
+        try:
+            stored = resources.compute_patch_curve(
+                keys, *settings, seed,
+                progress=lambda done, total: bar.progress(done / total, text=f"Training the patches: step {done} / {total}"),
+            )  # fmt: skip
+        except analysis.AnalysisError as exc:
+            st.error(error_text(exc))
+            return
+        finally:
+            bar.empty()
+    percent = [100 * s for s in shares]
+    curves = [(label, percent, stored["accuracy"][m]) for m, label in enumerate(labels)]
+    curves += [(f"{label}, noise patch", percent, stored["noise_accuracy"][m]) for m, label in enumerate(labels)]
+    show_chart(
+        figures.robustness_curves(
+            curves,
+            x_title="patch size (% of the image area)",
+            y_title=f"top-1 accuracy ({PATCH_HELD_OUT_SCENES} held-out demo scenes)",
+        ),
+        "rob_patch_chart",
+        filename="patch_curve",
+    )
+    if stored["transfer"] is not None:
+        show_chart(
+            figures.transfer_heatmap(
+                labels, stored["transfer"], title=f"The {100 * shares[-1]:g}% patches pasted on each model"
+            ),
+            "rob_patch_transfer_chart",
+            filename="patch_transfer",
+        )
+    first = models[0]
+    try:
+        pasted = resources.patch_on_image(first[1], image.digest, image.data, stored["largest_patches"][0])
+    except analysis.AnalysisError as exc:
+        st.error(error_text(exc))
+        return
+    left, right = st.columns([1, 2])
+    with left:
+        st.image(pasted["picture"], caption=f"{first[0]}'s {100 * shares[-1]:g}% patch at the centre", width=220)
+        st.markdown(
+            f"**Clean:** {_top(pasted['clean'], class_names)}  \n**Patched:** {_top(pasted['patched'], class_names)}"
+        )
+    if "layers" in pasted:
+        with right:
+            show_chart(
+                figures.robustness_curves(
+                    [
+                        ("patched", pasted["layers"], pasted["patched_share"]),
+                        ("clean (the same tokens)", pasted["layers"], pasted["clean_share"]),
+                    ],
+                    x_title="layer",
+                    y_title="class-token attention on the patch",
+                ),
+                "rob_patch_attention_chart",
+                filename="patch_attention",
+            )
+    download_csv(
+        "rob_patch_data",
+        "patch_curve",
+        ["model", "share", "accuracy", "noise_accuracy", "fooling_rate"],
+        [
+            (
+                label,
+                s,
+                float(stored["accuracy"][m, k]),
+                float(stored["noise_accuracy"][m, k]),
+                float(stored["fooling_rate"][m, k]),
+            )
+            for m, label in enumerate(labels)
+            for k, s in enumerate(shares)
+        ],
     )

@@ -49,6 +49,7 @@ __all__ = [
     "paste_patch",
     "random_patch_positions",
     "unit_images",
+    "model_input",
     "train_patch",
     "noise_patch",
     "evaluate_patch",
@@ -266,6 +267,14 @@ def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
     mean = torch.tensor(prep.mean, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
     std = torch.tensor(prep.std, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
     return mean, std
+
+
+def model_input(model, unit: torch.Tensor) -> torch.Tensor:
+    """``(B, C, H, W)`` images in ``[0, 1]`` (as :func:`unit_images` gives them, a patch pasted or not)
+    normalised as the model's preprocessing does, ``(x − mean) / std``, on the model's device: what its
+    forward takes."""
+    mean, std = _normalisation(model)
+    return (unit.to(mean.device) - mean) / std
 
 
 def unit_images(model, images: Sequence) -> torch.Tensor:

@@ -19,7 +19,7 @@ from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, robustness_code, show_code
-from vizapp.robustness_sections import attack_section, corruption_section, texture_section
+from vizapp.robustness_sections import attack_section, corruption_section, patch_section, texture_section
 from vizapp.state import DEMO_SWIN, current
 from vizapp.ui import (
     clamp_state,
@@ -461,5 +461,6 @@ corruption_section(compared, cur.image, images, corruption_problems, names, seed
 texture_problems: list[str] = []
 demo_classes = list(vit.class_names or ()) == list(DEMO_CLASS_NAMES)
 texture_section(compared, cur.image, images, texture_problems, names, seed, demo_classes=demo_classes)
+patch_section(compared, cur.image, names, seed, demo_classes=demo_classes)
 for problem in dict.fromkeys(attack_problems + corruption_problems + texture_problems):  # each named once
     st.warning(escape_markdown(problem))
