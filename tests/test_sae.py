@@ -49,7 +49,9 @@ def pixels(vit):
 
 
 def random_sae(architecture="topk", d_in=8, d_sae=16, k=3, seed=0, **extra) -> SparseAutoencoder:
-    config = SAEConfig(d_in=d_in, d_sae=d_sae, architecture=architecture, k=k if architecture == "topk" else None, **extra)
+    config = SAEConfig(
+        d_in=d_in, d_sae=d_sae, architecture=architecture, k=k if architecture == "topk" else None, **extra
+    )
     sae = SparseAutoencoder(config, generator=torch.Generator().manual_seed(seed))
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # non-trivial biases and an untied encoder
@@ -65,7 +67,10 @@ def loop_encode(sae: SparseAutoencoder, x: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(x.shape[0], sae.config.d_sae, dtype=torch.float64)
     W, b_enc, b_dec = (sae.W_enc.detach().double(), sae.b_enc.detach().double(), sae.b_dec.detach().double())
     for t in range(x.shape[0]):
-        pre = [sum((x[t, i].double() - b_dec[i]) * W[i, j] for i in range(sae.config.d_in)) + b_enc[j] for j in range(sae.config.d_sae)]
+        pre = [
+            sum((x[t, i].double() - b_dec[i]) * W[i, j] for i in range(sae.config.d_in)) + b_enc[j]
+            for j in range(sae.config.d_sae)
+        ]
         acts = [max(float(p), 0.0) for p in pre]
         if sae.config.architecture == "topk":
             keep = sorted(range(len(acts)), key=lambda j: -acts[j])[: sae.config.k]
@@ -165,7 +170,9 @@ def test_keep_error_without_intervention_is_exact_and_ablation_is_not(vit, pixel
     # an ablation with the error kept changes exactly the ablated feature's contribution
     f = feature_activations(vit, pixels, sae)  # (B, 64, 256)
     feature = int(f.sum((0, 1)).argmax())
-    steered = run_with_cache(vit, pixels, names=[POINT], hooks=splice(vit, sae, scale={feature: 0.0}, keep_error=True))[POINT]
+    steered = run_with_cache(vit, pixels, names=[POINT], hooks=splice(vit, sae, scale={feature: 0.0}, keep_error=True))[
+        POINT
+    ]
     original = run_with_cache(vit, pixels, names=[POINT])[POINT]
     patches = slice(vit.spec.num_prefix_tokens, None)
     expected = original[:, patches] - f[..., feature, None] * sae.W_dec[feature].detach()
@@ -223,8 +230,15 @@ def test_loads_a_hand_written_pre_6_saelens_topk_folder(tmp_path):
         "b_dec": torch.randn(4, generator=g),
     }
     save_file(weights, str(tmp_path / "sae_weights.safetensors"))
-    cfg = {"d_in": 4, "d_sae": 6, "dtype": "float32", "hook_point": "blocks.1.resid_post", "model_name": "m",
-           "activation_fn_str": "topk", "activation_fn_kwargs": {"k": 2}}
+    cfg = {
+        "d_in": 4,
+        "d_sae": 6,
+        "dtype": "float32",
+        "hook_point": "blocks.1.resid_post",
+        "model_name": "m",
+        "activation_fn_str": "topk",
+        "activation_fn_kwargs": {"k": 2},
+    }
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     sae = load_sae(tmp_path)
     assert sae.config.architecture == "topk" and sae.config.k == 2 and sae.config.hook_name == "blocks.1.resid_post"

@@ -71,7 +71,9 @@ def pixel_batches(vit, images, batch_size: int) -> Iterator[torch.Tensor]:
     held at a time. :class:`NoImagesError` for no images."""
     total = count_images(images)
     if total == 0:
-        raise NoImagesError("No images were given: pass at least one image (a list of PIL images or an (N, 3, H, W) tensor).")
+        raise NoImagesError(
+            "No images were given: pass at least one image (a list of PIL images or an (N, 3, H, W) tensor)."
+        )
     if int(batch_size) < 1:
         raise SAEConfigError(f"batch_size must be at least 1 (got {batch_size}).")
     for start in range(0, total, int(batch_size)):

@@ -89,7 +89,9 @@ class TopActivating:
     maps: torch.Tensor
 
 
-def top_activating(vit, sae: SparseAutoencoder, images, feature: int, k: int = 8, *, batch_size: int = 16) -> TopActivating:
+def top_activating(
+    vit, sae: SparseAutoencoder, images, feature: int, k: int = 8, *, batch_size: int = 16
+) -> TopActivating:
     """The ``k`` images of ``images`` with the highest maximum activation of ``feature``
     (streamed in batches; ties keep the earlier image), with their per-patch maps."""
     if not 0 <= int(feature) < sae.config.d_sae:

@@ -229,7 +229,9 @@ def train_sae_on_activations(
     """Train an SAE on activations ``acts (N, d_in)`` (module docstring), ``batch_size`` rows a step,
     the rows in a seeded random order each epoch. Returns ``(sae, log)``; progress counts steps."""
     if acts.ndim != 2 or acts.shape[0] == 0:
-        raise NoImagesError(f"train_sae_on_activations needs a non-empty (N, d_in) tensor; got shape {tuple(acts.shape)}.")
+        raise NoImagesError(
+            f"train_sae_on_activations needs a non-empty (N, d_in) tensor; got shape {tuple(acts.shape)}."
+        )
     config = _config(
         acts.shape[1],
         architecture=architecture,
@@ -302,7 +304,9 @@ def train_sae(
     name = check_point(vit, point)
     total = count_images(images)
     if total == 0:
-        raise NoImagesError("train_sae got no images: pass at least one (a list of PIL images or an (N, 3, H, W) tensor).")
+        raise NoImagesError(
+            "train_sae got no images: pass at least one (a list of PIL images or an (N, 3, H, W) tensor)."
+        )
     width = vit.spec.embed_dim
     config = _config(
         width,
