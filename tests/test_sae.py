@@ -117,9 +117,14 @@ def test_sparse_recovery_of_known_directions():
     which = torch.stack([torch.randperm(m, generator=g)[:active] for _ in range(n)])  # (n, 3)
     weights = torch.rand(n, active, generator=g) + 0.5  # (n, 3)
     acts = (weights[..., None] * truth[which]).sum(1)  # (n, d)
-    sae, log = train_sae_on_activations(
-        acts, k=3, expansion=4, lr=3e-3, warmup_steps=50, epochs=8, batch_size=256, seed=0, dead_after=50
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is ~15x faster than several on a shared machine
+    try:
+        sae, log = train_sae_on_activations(
+            acts, k=3, expansion=4, lr=3e-3, warmup_steps=50, epochs=4, batch_size=256, seed=0, dead_after=50
+        )
+    finally:
+        torch.set_num_threads(threads)
     best = (truth @ sae.W_dec.detach().T).max(dim=1).values  # (m,) best-matching decoder row
     assert (best >= 0.9).float().mean() >= 0.9
     assert log.mse[-1] < log.mse[0]
