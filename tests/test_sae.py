@@ -110,7 +110,7 @@ def test_decoder_norm_and_parallel_gradient_removed():
 def test_sparse_recovery_of_known_directions():
     """64 unit directions in 32 dims, 3 active per sample with weights in [0.5, 1.5]: the TopK SAE's
     decoder rows find ≥ 90% of them with cosine ≥ 0.9 (random rows reach ~0.6)."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(1234)  # not the SAE's seed: its initial rows would be the truth
     d, m, active, n = 32, 64, 3, 20000
     truth = torch.randn(m, d, generator=g)
     truth = truth / truth.norm(dim=1, keepdim=True)  # (m, d)
@@ -127,6 +127,8 @@ def test_sparse_recovery_of_known_directions():
         torch.set_num_threads(threads)
     best = (truth @ sae.W_dec.detach().T).max(dim=1).values  # (m,) best-matching decoder row
     assert (best >= 0.9).float().mean() >= 0.9
+    initial = SparseAutoencoder(sae.config, generator=torch.Generator().manual_seed(0)).W_dec.detach()
+    assert ((truth @ initial.T).max(dim=1).values >= 0.9).float().mean() < 0.1  # training found them
     assert log.mse[-1] < log.mse[0]
 
 
@@ -321,3 +323,57 @@ def test_typed_errors(vit, pixels, tmp_path):
         sae_metrics(vit, random_sae(d_in=vit.spec.embed_dim, d_sae=256, hook_name=POINT), pixels[:0])
     with pytest.raises(SAEFolderError, match="cfg.json"):
         load_sae(tmp_path)
+
+
+def test_auxk_loss_of_one_step_against_a_hand_computation():
+    """Every feature dead: loss = mean‖e‖² + (1/32)·mean‖e − ê‖², ê from the k_aux = d_in // 2
+    largest relu(pre) (a sort per token), e = x − x̂."""
+    from analysis.sae.training import TrainingState, sae_step
+
+    sae = random_sae(d_in=8, d_sae=16, k=3)
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(4))
+    pre = sae.pre_activation(x).detach().double()
+    W_dec, b_dec = sae.W_dec.detach().double(), sae.b_dec.detach().double()
+    total = 0.0
+    for t in range(6):
+        order = sorted(range(16), key=lambda j: -float(pre[t, j]))
+        f = torch.zeros(16, dtype=torch.float64)
+        f[order[:3]] = pre[t, order[:3]].clamp_min(0)
+        e = x[t].double() - (f @ W_dec + b_dec)
+        aux = torch.zeros(16, dtype=torch.float64)
+        aux[order[:4]] = pre[t, order[:4]].clamp_min(0)
+        total += float(e @ e) + float(((e - aux @ W_dec) ** 2).sum()) / 32
+    optimizer = torch.optim.Adam(sae.parameters(), lr=1e-3)
+    state = TrainingState(step=0, since_fired=torch.full((16,), 10, dtype=torch.long))
+    loss, mse = sae_step(sae, optimizer, x, state, lr=1e-3, warmup_steps=1, dead_after=5)
+    assert loss == pytest.approx(total / 6, rel=1e-5)
+    assert loss > mse
+    fired = (sae.encode(x) > 0).any(0)  # after the step; since_fired is 0 exactly where the step's f fired
+    assert state.step == 1 and set(state.since_fired.tolist()) <= {0, 11}
+    assert fired.shape == (16,)
+
+
+def test_relu_sae_trains_and_a_larger_l1_gives_sparser_features():
+    g = torch.Generator().manual_seed(7)
+    acts = torch.randn(2048, 16, generator=g) @ torch.randn(16, 16, generator=g) / 4
+    l0 = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for l1 in (0.0, 2.0):
+            sae, log = train_sae_on_activations(
+                acts,
+                architecture="relu",
+                l1_coefficient=l1,
+                expansion=2,
+                lr=1e-2,
+                warmup_steps=10,
+                epochs=4,
+                batch_size=128,
+            )
+            l0.append(float((sae.encode(acts) > 0).float().sum(-1).mean()))
+    finally:
+        torch.set_num_threads(threads)
+    assert l0[1] < 0.7 * l0[0]
+    with pytest.raises(SAEConfigError, match="l1_coefficient"):
+        train_sae_on_activations(acts, architecture="relu")
