@@ -165,6 +165,10 @@ def test_identity_sae_spliced_reproduces_logits(vit, pixels, architecture):
     clean = run_with_hooks(vit, pixels, {})
     spliced = run_with_hooks(vit, pixels, splice(vit, sae))
     assert torch.allclose(spliced, clean, atol=1e-5, rtol=0)
+    assert torch.equal(run_with_hooks(vit, pixels, splice(vit, sae, keep_error=True)), clean)
+    # the hook is really in the pass: zeroing a feature (one coordinate of the stream) moves the logits
+    ablated = run_with_hooks(vit, pixels, splice(vit, sae, scale={0: 0.0}))
+    assert not torch.allclose(ablated, clean, atol=1e-3)
     metrics = sae_metrics(vit, sae, pixels)
     assert abs(metrics.kl_divergence) < 1e-9 and metrics.top1_agreement == 1.0
     assert metrics.fraction_variance_explained == pytest.approx(1.0, abs=1e-9)
@@ -191,8 +195,10 @@ def test_keep_error_without_intervention_is_exact_and_ablation_is_not(vit, pixel
 def test_metrics_against_hand_computation(vit, pixels):
     sae = random_sae(d_in=vit.spec.embed_dim, d_sae=256, k=8, hook_name=POINT, tokens="patches")
     m = sae_metrics(vit, sae, pixels, labels=[0, 1, 2, 3, 4, 0], batch_size=4)
-    x = run_with_cache(vit, pixels, names=[POINT])[POINT][:, 1:].reshape(-1, vit.spec.embed_dim).double()
-    x_hat, f = sae(x.float())
+    prefix = vit.spec.num_prefix_tokens
+    x = run_with_cache(vit, pixels, names=[POINT])[POINT][:, prefix:].reshape(-1, vit.spec.embed_dim).double()
+    with torch.no_grad():
+        x_hat, f = sae(x.float())
     fve = 1 - ((x - x_hat.double()) ** 2).sum() / ((x - x.mean(0)) ** 2).sum()
     assert m.fraction_variance_explained == pytest.approx(float(fve), rel=1e-6, abs=1e-9)
     assert m.l0 == pytest.approx(float((f != 0).sum()) / x.shape[0])
@@ -286,7 +292,8 @@ def test_train_sae_checkpoints_and_resumes_to_the_same_weights(vit, pixels, tmp_
     assert torch.allclose(resumed.W_dec.norm(dim=1), torch.ones(resumed.config.d_sae), atol=1e-5)
     # b_dec started at the first batch's mean patch token
     fresh, _ = train_sae(vit, pixels, POINT, epochs=1, **{**kwargs, "lr": 0.0})
-    first_batch = run_with_cache(vit, pixels[:2], names=[POINT])[POINT][:, 1:].reshape(-1, vit.spec.embed_dim)
+    first_batch = run_with_cache(vit, pixels[:2], names=[POINT])[POINT][:, vit.spec.num_prefix_tokens :]
+    first_batch = first_batch.reshape(-1, vit.spec.embed_dim)
     assert torch.allclose(fresh.b_dec, first_batch.mean(0), atol=1e-6)
 
 
