@@ -19,6 +19,7 @@ from analysis.sae import (
     NoImagesError,
     SAEConfig,
     SAEConfigError,
+    SAEFeatureError,
     SAEFolderError,
     SAEWidthError,
     SparseAutoencoder,
@@ -330,6 +331,24 @@ def test_typed_errors(vit, pixels, tmp_path):
         sae_metrics(vit, random_sae(d_in=vit.spec.embed_dim, d_sae=256, hook_name=POINT), pixels[:0])
     with pytest.raises(SAEFolderError, match="cfg.json"):
         load_sae(tmp_path)
+    sae = random_sae(d_in=vit.spec.embed_dim, d_sae=256, hook_name=POINT)
+    with pytest.raises(SAEFeatureError, match="0..255"):
+        splice(vit, sae, scale={256: 0.0})
+    with pytest.raises(SAEFeatureError):
+        top_activating(vit, sae, pixels, -1)
+
+
+def test_class_token_sae_touches_only_the_class_token(vit, pixels):
+    sae = random_sae(d_in=vit.spec.embed_dim, d_sae=256, k=8, hook_name=POINT, tokens="class")
+    f = feature_activations(vit, pixels, sae)
+    assert f.shape == (pixels.shape[0], 1, 256)
+    original = run_with_cache(vit, pixels, names=[POINT])[POINT]
+    spliced = run_with_cache(vit, pixels, names=[POINT], hooks=splice(vit, sae))[POINT]
+    at = vit.spec.token_names.index("class")
+    with torch.no_grad():
+        assert torch.allclose(spliced[:, at], sae(original[:, at])[0], atol=1e-5)
+    others = [t for t in range(original.shape[1]) if t != at]
+    assert torch.equal(spliced[:, others], original[:, others])
 
 
 def test_auxk_loss_of_one_step_against_a_hand_computation():

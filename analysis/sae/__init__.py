@@ -13,7 +13,15 @@
 (:func:`save_sae`, :func:`load_sae`).
 """
 
-from .errors import NoImagesError, SAEConfigError, SAEError, SAEFolderError, SAEWidthError, UnknownPointError
+from .errors import (
+    NoImagesError,
+    SAEConfigError,
+    SAEError,
+    SAEFeatureError,
+    SAEFolderError,
+    SAEWidthError,
+    UnknownPointError,
+)
 from .metrics import SAEMetrics, sae_metrics
 from .model import ARCHITECTURES, TOKEN_CHOICES, SAEConfig, SparseAutoencoder, topk_activation
 from .reading import RESIDUAL_POINTS
@@ -45,4 +53,5 @@ __all__ = [
     "SAEConfigError",
     "NoImagesError",
     "SAEFolderError",
+    "SAEFeatureError",
 ]

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ..errors import AnalysisError
 
-__all__ = ["SAEError", "UnknownPointError", "SAEWidthError", "SAEConfigError", "NoImagesError", "SAEFolderError"]
+__all__ = [
+    "SAEError",
+    "UnknownPointError",
+    "SAEWidthError",
+    "SAEConfigError",
+    "NoImagesError",
+    "SAEFolderError",
+    "SAEFeatureError",
+]
 
 
 class SAEError(AnalysisError):
@@ -30,3 +38,7 @@ class NoImagesError(SAEError):
 
 class SAEFolderError(SAEError):
     """A folder that is not an SAE folder (no ``cfg.json`` or no ``sae_weights.safetensors``)."""
+
+
+class SAEFeatureError(SAEError, IndexError):
+    """A feature index outside ``0..d_sae − 1``."""

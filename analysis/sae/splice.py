@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..activations import Hook
+from .errors import SAEFeatureError
 from .model import SparseAutoencoder
 from .reading import check_point, check_width, count_images, images_slice, pixel_batches, read_tokens, token_indices
 
@@ -42,7 +43,7 @@ def splice(
     factors = dict(scale or {})
     for feature in factors:
         if not 0 <= int(feature) < sae.config.d_sae:
-            raise IndexError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
+            raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
 
     def hook(activation: torch.Tensor) -> torch.Tensor:  # (B, T, D)
         x = activation[:, chosen]  # (B, T_chosen, D)
@@ -95,7 +96,7 @@ def top_activating(
     """The ``k`` images of ``images`` with the highest maximum activation of ``feature``
     (streamed in batches; ties keep the earlier image), with their per-patch maps."""
     if not 0 <= int(feature) < sae.config.d_sae:
-        raise IndexError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
+        raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
     point = check_point(vit, sae.config.hook_name)
     check_width(sae, vit.spec.embed_dim, point)
     peaks = []
