@@ -1,0 +1,151 @@
+"""The sparse autoencoder: ``SparseAutoencoder`` and its frozen ``SAEConfig``.
+
+For an activation ``x`` (one token's ``(d_in,)`` vector) the SAE computes
+
+    pre = (x − b_dec) W_enc + b_enc                      W_enc: (d_in, d_sae), b_enc: (d_sae,)
+    f   = relu(pre)                                      ("relu", Bricken et al. 2023, "Towards
+                                                          Monosemanticity", Anthropic)
+    f   = TopK_k(relu(pre))                              ("topk", Gao et al. 2024, "Scaling and
+                                                          evaluating sparse autoencoders", OpenAI):
+                                                          the k largest entries kept, the rest 0
+    x̂   = f W_dec + b_dec                                W_dec: (d_sae, d_in), b_dec: (d_in,)
+
+These are SAELens's names, shapes and formulas (``apply_b_dec_to_input=True``), so a saved SAE is
+read by SAELens unchanged (:mod:`analysis.sae.saelens`). The rows of ``W_dec`` (one direction per
+feature) are kept at unit norm during training: :meth:`SparseAutoencoder.remove_parallel_gradient`
+before each optimiser step (the gradient's component along each row is removed, so a step does not
+grow the row to first order) and :meth:`SparseAutoencoder.normalise_decoder` after it (both as in
+Gao et al. 2024, Section 2.4 / Appendix A, and Anthropic's "Towards Monosemanticity").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from .errors import SAEConfigError
+
+__all__ = ["SAEConfig", "SparseAutoencoder", "ARCHITECTURES", "TOKEN_CHOICES", "topk_activation"]
+
+ARCHITECTURES = ("topk", "relu")
+#: which tokens of a ``(B, T, D)`` point the SAE reads: the patch tokens, the class token, or all.
+TOKEN_CHOICES = ("patches", "class", "all")
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class SAEConfig:
+    """What an SAE is and where it reads.
+
+    Attributes:
+        d_in: the width of the activations (the layer's ``D``).
+        d_sae: the number of features (``expansion · d_in``).
+        architecture: ``"topk"`` or ``"relu"``.
+        k: features kept per token (TopK only; ``1 ≤ k ≤ d_sae``).
+        l1_coefficient: the sparsity penalty ``λ`` of a ReLU SAE's loss (training only).
+        hook_name: the hook point it reads, e.g. ``"blocks.3.resid_post"``.
+        tokens: ``"patches"``, ``"class"`` or ``"all"`` (see :data:`TOKEN_CHOICES`).
+        model_name: the model source it was trained on (``LoadedViT.name``).
+        dtype: the parameters' dtype, a name such as ``"float32"``.
+    """
+
+    d_in: int
+    d_sae: int
+    architecture: str = "topk"
+    k: int | None = None
+    l1_coefficient: float | None = None
+    hook_name: str = ""
+    tokens: str = "patches"
+    model_name: str = ""
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise SAEConfigError(
+                f"Unknown SAE architecture {self.architecture!r}: use one of {', '.join(ARCHITECTURES)}."
+            )
+        if self.tokens not in TOKEN_CHOICES:
+            raise SAEConfigError(f"Unknown token choice {self.tokens!r}: use one of {', '.join(TOKEN_CHOICES)}.")
+        if int(self.d_in) < 1 or int(self.d_sae) < 1:
+            raise SAEConfigError(f"d_in and d_sae must be positive (got {self.d_in}, {self.d_sae}).")
+        if self.architecture == "topk":
+            if self.k is None or not 1 <= int(self.k) <= int(self.d_sae):
+                raise SAEConfigError(
+                    f"A TopK SAE keeps k of its d_sae = {self.d_sae} features per token, so 1 ≤ k ≤ {self.d_sae}; "
+                    f"got k = {self.k}. Choose a smaller k or a larger expansion."
+                )
+        if self.dtype not in _DTYPES:
+            raise SAEConfigError(f"Unknown dtype {self.dtype!r}: use one of {', '.join(_DTYPES)}.")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The parameters' ``torch.dtype``."""
+        return _DTYPES[self.dtype]
+
+
+def topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """``TopK_k(relu(pre))`` over the last axis: the ``k`` largest of ``relu(pre)`` kept, the rest
+    zeroed (Gao et al. 2024, Eq. 3). ``pre``: ``(..., d_sae)`` → same shape, at most ``k`` nonzero
+    per row, exactly ``k`` when at least ``k`` entries of ``pre`` are positive."""
+    values, indices = torch.topk(pre, k, dim=-1)  # (..., k)
+    return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+
+
+class SparseAutoencoder(nn.Module):
+    """A sparse autoencoder over one hook point's activations (module docstring: the formulas).
+
+    Parameters (SAELens's names): ``W_enc (d_in, d_sae)``, ``b_enc (d_sae,)``, ``W_dec (d_sae, d_in)``,
+    ``b_dec (d_in,)``. A new SAE has unit-norm random decoder rows, ``W_enc = W_decᵀ`` (Gao et al.
+    2024's initialisation) and zero biases; ``generator`` makes it reproducible.
+    """
+
+    def __init__(self, config: SAEConfig, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.config = config
+        dtype = config.torch_dtype
+        W_dec = torch.randn(config.d_sae, config.d_in, generator=generator, dtype=torch.float32).to(dtype)
+        W_dec = W_dec / W_dec.norm(dim=1, keepdim=True)  # (d_sae, d_in), unit rows
+        self.W_dec = nn.Parameter(W_dec)
+        self.W_enc = nn.Parameter(W_dec.T.clone())  # (d_in, d_sae)
+        self.b_enc = nn.Parameter(torch.zeros(config.d_sae, dtype=dtype))
+        self.b_dec = nn.Parameter(torch.zeros(config.d_in, dtype=dtype))
+
+    def pre_activation(self, x: torch.Tensor) -> torch.Tensor:
+        """``pre = (x − b_dec) W_enc + b_enc``: ``x (..., d_in)`` → ``(..., d_sae)``."""
+        return (x.to(self.W_enc.dtype) - self.b_dec) @ self.W_enc + self.b_enc
+
+    def activation(self, pre: torch.Tensor) -> torch.Tensor:
+        """The architecture's nonlinearity on ``pre (..., d_sae)``: ``relu`` or ``TopK_k ∘ relu``."""
+        if self.config.architecture == "topk":
+            return topk_activation(pre, int(self.config.k or 0))
+        return torch.relu(pre)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The features ``f (..., d_sae)`` of activations ``x (..., d_in)``."""
+        return self.activation(self.pre_activation(x))
+
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        """The reconstruction ``x̂ = f W_dec + b_dec``: ``(..., d_sae)`` → ``(..., d_in)``."""
+        return f.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x̂ (..., d_in), f (..., d_sae))`` of ``x (..., d_in)``."""
+        f = self.encode(x)
+        return self.decode(f), f
+
+    @torch.no_grad()
+    def normalise_decoder(self) -> None:
+        """Rescale every row of ``W_dec`` to unit norm (a row of zeros stays zero)."""
+        norms = self.W_dec.norm(dim=1, keepdim=True)  # (d_sae, 1)
+        self.W_dec.div_(norms.clamp_min(torch.finfo(self.W_dec.dtype).tiny))
+
+    @torch.no_grad()
+    def remove_parallel_gradient(self) -> None:
+        """Project out of ``W_dec.grad`` each row's component along that (unit) row:
+        ``g_i ← g_i − (g_i·w_i) w_i``, so the step is tangent to the unit sphere."""
+        if self.W_dec.grad is None:
+            return
+        parallel = (self.W_dec.grad * self.W_dec).sum(dim=1, keepdim=True)  # (d_sae, 1)
+        self.W_dec.grad.sub_(parallel * self.W_dec)

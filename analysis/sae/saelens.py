@@ -1,0 +1,143 @@
+"""SAELens's on-disk format: ``cfg.json`` + ``sae_weights.safetensors`` in one folder.
+
+Read from SAELens 6's source (``sae_lens/saes/sae.py``: ``SAE.save_model``/``load_from_disk``,
+``SAEConfig.to_dict``; ``topk_sae.py``/``standard_sae.py``; ``loading/pretrained_sae_loaders.py``):
+
+* the weights file holds ``W_enc (d_in, d_sae)``, ``W_dec (d_sae, d_in)``, ``b_enc (d_sae,)`` and
+  ``b_dec (d_in,)``;
+* ``cfg.json`` holds ``d_in``, ``d_sae``, ``dtype``, ``device``, ``apply_b_dec_to_input``,
+  ``normalize_activations``, ``reshape_activations``, ``architecture`` (``"topk"`` with ``k`` and
+  ``rescale_acts_by_decoder_norm``, or ``"standard"``, SAELens's name for a ReLU SAE) and
+  ``metadata`` (``sae_lens_version``, ``model_name``, ``hook_name``, ...). SAELens ignores keys it
+  does not know; ours (the token choice, the L1 coefficient) sit in ``metadata``.
+
+Folders written before SAELens 6 keep ``hook_name`` (or ``hook_point``) and ``model_name`` at the
+top level and mark TopK as ``activation_fn: "topk"`` with ``activation_fn_kwargs: {"k": ...}``;
+:func:`load_sae` reads those too. What this library cannot apply (a ``normalize_activations``
+other than ``"none"``, ``apply_b_dec_to_input: false``, decoder-norm rescaling, other
+architectures) is refused with :class:`~analysis.sae.SAEFolderError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .errors import SAEFolderError
+from .model import SAEConfig, SparseAutoencoder
+
+__all__ = ["save_sae", "load_sae", "CONFIG_FILE", "WEIGHTS_FILE"]
+
+CONFIG_FILE = "cfg.json"
+WEIGHTS_FILE = "sae_weights.safetensors"
+#: the SAELens version whose format is written (its loader reads ≥ 6 configs as they are).
+SAELENS_FORMAT_VERSION = "6.0.0"
+_TENSORS = ("W_enc", "W_dec", "b_enc", "b_dec")
+
+
+def save_sae(sae: SparseAutoencoder, folder: str | os.PathLike) -> Path:
+    """Write ``sae`` to ``folder`` (created) in SAELens's format (module docstring); returns the folder."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    config = sae.config
+    tensors = {name: getattr(sae, name).detach().cpu().contiguous() for name in _TENSORS}
+    save_file(tensors, str(path / WEIGHTS_FILE))
+    cfg = {
+        "d_in": config.d_in,
+        "d_sae": config.d_sae,
+        "dtype": config.dtype,
+        "device": "cpu",
+        "apply_b_dec_to_input": True,
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+        "architecture": "topk" if config.architecture == "topk" else "standard",
+        "metadata": {
+            "sae_lens_version": SAELENS_FORMAT_VERSION,
+            "sae_lens_training_version": SAELENS_FORMAT_VERSION,
+            "model_name": config.model_name,
+            "hook_name": config.hook_name,
+            "hook_head_index": None,
+            "prepend_bos": False,
+            "tokens": config.tokens,
+            "l1_coefficient": config.l1_coefficient,
+        },
+    }
+    if config.architecture == "topk":
+        cfg["k"] = config.k
+        cfg["rescale_acts_by_decoder_norm"] = False
+    (path / CONFIG_FILE).write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def _architecture_and_k(cfg: dict, folder: Path) -> tuple[str, int | None]:
+    architecture = cfg.get("architecture")
+    if architecture is None:  # before SAELens 6
+        kwargs = cfg.get("activation_fn_kwargs") or {}
+        if cfg.get("activation_fn", cfg.get("activation_fn_str")) == "topk" and kwargs.get("k") is not None:
+            return "topk", int(kwargs["k"])
+        return "relu", None
+    if architecture == "topk":
+        return "topk", int(cfg["k"])
+    if architecture == "standard":
+        return "relu", None
+    raise SAEFolderError(
+        f"{folder} holds a {architecture!r} SAE; this library reads 'topk' and 'standard' (ReLU) SAEs. "
+        "Convert it with SAELens or train a TopK/ReLU SAE."
+    )
+
+
+def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
+    """The SAE in ``folder`` (written by :func:`save_sae` or by SAELens, TopK or standard/ReLU).
+
+    Raises:
+        SAEFolderError: no ``cfg.json`` or weights file, or a configuration this library cannot apply.
+    """
+    path = Path(folder)
+    if not (path / CONFIG_FILE).is_file():
+        raise SAEFolderError(
+            f"{path} has no {CONFIG_FILE}: give the folder that SAELens's save_model or analysis.sae.save_sae wrote "
+            f"(it holds {CONFIG_FILE} and {WEIGHTS_FILE})."
+        )
+    if not (path / WEIGHTS_FILE).is_file():
+        raise SAEFolderError(f"{path} has {CONFIG_FILE} but no {WEIGHTS_FILE}: copy the weights file next to it.")
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    if cfg.get("normalize_activations", "none") not in ("none", None) or not cfg.get("apply_b_dec_to_input", True):
+        raise SAEFolderError(
+            f"{path}'s SAE normalises its input ({cfg.get('normalize_activations')!r}) or does not subtract b_dec "
+            "before encoding; this library applies neither. Fold the normalisation into the weights first."
+        )
+    if cfg.get("rescale_acts_by_decoder_norm"):
+        raise SAEFolderError(f"{path}'s TopK SAE rescales by decoder norms; fold them into W_enc with SAELens first.")
+    architecture, k = _architecture_and_k(cfg, path)
+    metadata = cfg.get("metadata") or {}
+    dtype = str(cfg.get("dtype", "float32")).removeprefix("torch.")
+    config = SAEConfig(
+        d_in=int(cfg["d_in"]),
+        d_sae=int(cfg["d_sae"]),
+        architecture=architecture,
+        k=k,
+        l1_coefficient=metadata.get("l1_coefficient", cfg.get("l1_coefficient")),
+        hook_name=str(metadata.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point") or ""),
+        tokens=str(metadata.get("tokens") or "all"),
+        model_name=str(metadata.get("model_name") or cfg.get("model_name") or ""),
+        dtype=dtype,
+    )
+    weights = load_file(str(path / WEIGHTS_FILE))
+    missing = [name for name in _TENSORS if name not in weights]
+    if missing:
+        raise SAEFolderError(f"{path / WEIGHTS_FILE} lacks {', '.join(missing)}: it is not an SAE's weights file.")
+    sae = SparseAutoencoder(config)
+    with torch.no_grad():
+        for name in _TENSORS:
+            target = getattr(sae, name)
+            if tuple(weights[name].shape) != tuple(target.shape):
+                raise SAEFolderError(
+                    f"{name} in {path} has shape {tuple(weights[name].shape)}, cfg.json says {tuple(target.shape)}."
+                )
+            target.copy_(weights[name].to(target.dtype))
+    sae.eval()
+    return sae

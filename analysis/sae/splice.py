@@ -1,0 +1,115 @@
+"""The SAE inside the model: hooks that put its reconstruction in place of an activation
+(optionally with features zeroed or scaled), and the features of images.
+
+``splice(vit, sae)`` gives ``{point: hook}`` for :func:`analysis.activations.run_with_hooks`. At the
+SAE's chosen tokens the hook replaces ``x`` by
+
+    x̂' = decode(f')                       keep_error=False
+    x  + (x̂' − x̂)                         keep_error=True   (= x̂' + (x − x̂), "the error term kept")
+
+with ``f = encode(x)``, ``x̂ = decode(f)`` and ``f'`` equal to ``f`` except ``f'_i = scale[i] · f_i``
+for each ``{i: scale[i]}`` (0 ablates a feature, > 1 steers towards it). The second form is the
+error-preserving splice of Marks et al. 2024 ("Sparse Feature Circuits") written so that with no
+intervention ``x̂' − x̂`` is exactly 0 and the clean logits come back bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ..activations import Hook
+from .errors import SAEFeatureError
+from .model import SparseAutoencoder
+from .reading import check_point, check_width, count_images, images_slice, pixel_batches, read_tokens, token_indices
+
+__all__ = ["splice", "feature_activations", "top_activating", "TopActivating"]
+
+
+def splice(
+    vit, sae: SparseAutoencoder, *, scale: Mapping[int, float] | None = None, keep_error: bool = False
+) -> dict[str, Hook]:
+    """``{sae.config.hook_name: hook}`` that splices the SAE in (module docstring).
+
+    Raises:
+        UnknownPointError: the SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+        SAEWidthError: the SAE's ``d_in`` is not the model's width.
+    """
+    point = check_point(vit, sae.config.hook_name)
+    check_width(sae, vit.spec.embed_dim, point)
+    chosen = token_indices(vit.spec, sae.config.tokens)  # (T_chosen,)
+    factors = dict(scale or {})
+    for feature in factors:
+        if not 0 <= int(feature) < sae.config.d_sae:
+            raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
+
+    def hook(activation: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+        x = activation[:, chosen]  # (B, T_chosen, D)
+        with torch.no_grad():
+            f = sae.encode(x)  # (B, T_chosen, d_sae)
+            steered = f.clone()
+            for feature, factor in factors.items():
+                steered[..., int(feature)] = steered[..., int(feature)] * float(factor)
+            if keep_error:
+                new = x + (sae.decode(steered) - sae.decode(f)).to(x.dtype)
+            else:
+                new = sae.decode(steered).to(x.dtype)
+        out = activation.clone()
+        out[:, chosen] = new
+        return out
+
+    return {point: hook}
+
+
+def feature_activations(vit, pixels: torch.Tensor, sae: SparseAutoencoder) -> torch.Tensor:
+    """The SAE's features ``(B, T_chosen, d_sae)`` on ``pixels (B, 3, H, W)`` at its hook point and tokens."""
+    point = check_point(vit, sae.config.hook_name)
+    chosen, _ = read_tokens(vit, pixels, point, sae.config.tokens)  # (B, T_chosen, D)
+    check_width(sae, chosen.shape[-1], point)
+    with torch.no_grad():
+        return sae.encode(chosen).float()
+
+
+@dataclass(frozen=True)
+class TopActivating:
+    """The images on which one feature fires most.
+
+    Attributes:
+        feature: the feature.
+        indices: ``(k,)`` the images' positions in the image set, highest first.
+        values: ``(k,)`` each image's largest activation of the feature over the SAE's tokens.
+        maps: ``(k, gh, gw)`` the feature's activation on each patch token (the SAE applied to the
+            patch tokens, whatever tokens it was trained on), on the model's patch grid.
+    """
+
+    feature: int
+    indices: torch.Tensor
+    values: torch.Tensor
+    maps: torch.Tensor
+
+
+def top_activating(
+    vit, sae: SparseAutoencoder, images, feature: int, k: int = 8, *, batch_size: int = 16
+) -> TopActivating:
+    """The ``k`` images of ``images`` with the highest maximum activation of ``feature``
+    (streamed in batches; ties keep the earlier image), with their per-patch maps."""
+    if not 0 <= int(feature) < sae.config.d_sae:
+        raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
+    point = check_point(vit, sae.config.hook_name)
+    check_width(sae, vit.spec.embed_dim, point)
+    peaks = []
+    for pixels in pixel_batches(vit, images, batch_size):
+        features = feature_activations(vit, pixels, sae)  # (b, T_chosen, d_sae)
+        peaks.append(features[..., int(feature)].amax(dim=1))  # (b,)
+    peak = torch.cat(peaks)  # (N,)
+    count = min(int(k), count_images(images))
+    order = torch.sort(peak, descending=True, stable=True).indices[:count]  # (k,)
+    gh, gw = vit.spec.grid_size
+    maps = []
+    for pixels in pixel_batches(vit, images_slice(images, order.tolist()), batch_size):
+        patches, _ = read_tokens(vit, pixels, point, "patches")  # (b, gh·gw, D)
+        with torch.no_grad():
+            maps.append(sae.encode(patches)[..., int(feature)].float().reshape(-1, gh, gw))
+    return TopActivating(feature=int(feature), indices=order, values=peak[order], maps=torch.cat(maps))
