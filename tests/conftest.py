@@ -35,6 +35,11 @@ def pytest_configure(config):
         "attack_library: cross-checks against torchattacks, installed by its own step of .ci/run "
         "(pip install --no-deps torchattacks); deselected by pytest.ini, run by `pytest -m attack_library tests`",
     )
+    config.addinivalue_line(
+        "markers",
+        "sae_lens: SAELens's loader against our SAE folders, in a venv of its own (a step of .ci/run); "
+        "deselected by pytest.ini, run by `pytest -m sae_lens tests/test_sae.py`",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -147,7 +147,11 @@ def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
     # the real-weights tier, deselected by pytest.ini from the README's command, is a step of its own
     after = script.split(command, 1)[1]
     assert "-m real_weights tests" in after and "-m layout tests" in after and "-m attack_library tests" in after
-    assert '-m "not real_weights and not layout and not attack_library"' in (REPO / "pytest.ini").read_text()
+    assert "-m sae_lens tests/test_sae.py" in after
+    assert (
+        '-m "not real_weights and not layout and not attack_library and not sae_lens"'
+        in (REPO / "pytest.ini").read_text()
+    )
 
 
 def test_every_app_test_that_uploads_is_marked_upload():
