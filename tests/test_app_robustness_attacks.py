@@ -161,6 +161,7 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
 
     app.button(key="rob_shape_bias_run").click().run()
     assert_clean(app)
+    assert traces(chart(app, "rob_texture_chart"), "bar")  # the probes' results stay after another button
     seed = int(app.session_state["rob_seed"]) if "rob_seed" in app.session_state else 0
     biases = shape_bias_of(models, cue_conflict_scenes(CUE_CONFLICT_SCENES, seed))
     drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_shape_bias_chart"), "bar")}

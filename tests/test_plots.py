@@ -414,3 +414,19 @@ def test_grouped_bars_draw_each_value_on_its_bar_and_nan_as_no_bar():
     assert list(bars[0].x) == ["edges", "kuwahara"]
     assert list(bars[0].y) == [0.25, None] and list(bars[0].text) == ["0.25", "n/a"]
     assert list(bars[1].y) == [1.0, 0.5] and list(bars[1].text) == ["1.00", "0.50"]
+
+
+def test_robustness_curves_draw_a_control_line_dashed_in_its_owners_colour():
+    from analysis.plots import robustness_curves
+
+    levels = [1, 2]
+    figure = robustness_curves(
+        [("ViT", levels, [0.9, 0.8]), ("CNN", levels, [0.7, 0.6]), ("CNN, noise patch", levels, [0.75, 0.7])],
+        x_title="x",
+        y_title="y",
+        x_dtick=1,
+        dashed=["CNN, noise patch"],
+    )
+    vit, cnn, noise = figure.data
+    assert noise.line.color == cnn.line.color != vit.line.color
+    assert noise.line.dash == "dash" and cnn.line.dash is None and figure.layout.xaxis.dtick == 1

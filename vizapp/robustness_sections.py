@@ -389,7 +389,9 @@ def texture_section(
     labels, keys = [label for label, _ in models], tuple(key for _, key in models)
 
     st.markdown("**Over the image set**")
-    if images and st.button("Measure the texture probes", key="rob_texture_run"):
+    if st.button("Measure the texture probes", key="rob_texture_run", disabled=not images):
+        st.session_state["rob_texture_asked"] = True  # the results stay on later reruns (cached pieces)
+    if images and st.session_state.get("rob_texture_asked"):
 
         def piece(chunk, start):
             sums, count, skipped = resources.texture_chunk(
@@ -450,7 +452,9 @@ def texture_section(
         caption=[f"shape {names[s.shape_class]}, texture {names[s.texture_class]}" for s in examples],
         width=110,
     )
-    if not st.button(f"Measure the shape bias ({CUE_CONFLICT_SCENES} scenes)", key="rob_shape_bias_run"):
+    if st.button(f"Measure the shape bias ({CUE_CONFLICT_SCENES} scenes)", key="rob_shape_bias_run"):
+        st.session_state["rob_shape_bias_asked"] = True  # the results stay on later reruns (cached)
+    if not st.session_state.get("rob_shape_bias_asked"):
         return
     try:
         counts = resources.shape_bias_counts(keys, CUE_CONFLICT_SCENES, seed)  # (models, 3)
@@ -534,6 +538,7 @@ def patch_section(
             curves,
             x_title="patch size (% of the image area)",
             y_title=f"top-1 accuracy ({PATCH_HELD_OUT_SCENES} held-out demo scenes)",
+            dashed=[f"{label}, noise patch" for label in labels],
         ),
         "rob_patch_chart",
         filename="patch_curve",
@@ -568,6 +573,7 @@ def patch_section(
                     ],
                     x_title="layer",
                     y_title="class-token attention on the patch",
+                    x_dtick=1,
                 ),
                 "rob_patch_attention_chart",
                 filename="patch_attention",

@@ -241,9 +241,14 @@ def robustness_curves(
     y_title: str,
     chance: float | None = None,
     height: int = 380,
+    x_dtick: float | None = None,
+    dashed: Sequence[str] = (),
 ) -> go.Figure:
     """Score against perturbation level, one line per ``(name, levels, scores)`` (scores in
-    [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line."""
+    [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line. ``x_dtick``: the x axis's
+    tick step (1 for layers). ``dashed``: names of control lines, each drawn dashed in the colour of
+    the line it controls (the name before its first comma: ``"ViT, noise patch"`` beside ``"ViT"``)."""
+    solid = [name for name, _, _ in curves if name not in dashed]
     traces = [
         dict(
             type="scatter",
@@ -252,7 +257,7 @@ def robustness_curves(
             mode="lines+markers",
             name=name,
             marker=dict(size=6),
-            line=dict(color=SERIES_COLOURS[i % len(SERIES_COLOURS)]),
+            line=_line_style(name, i, solid, dashed),
             hovertemplate="level %{x:.3g}<br>%{y:.3f}<extra>" + name + "</extra>",
         )
         for i, (name, levels, scores) in enumerate(curves)
@@ -276,9 +281,18 @@ def robustness_curves(
         height=height,
         legend=dict(orientation="h", y=1.12, x=0),
         shapes=shapes,
-        xaxis=dict(title=dict(text=x_title), showgrid=True),
+        xaxis=dict(title=dict(text=x_title), showgrid=True, **({"dtick": x_dtick} if x_dtick else {})),
         yaxis=dict(title=dict(text=y_title), range=[0, 1.02], showgrid=True),
     )
+
+
+def _line_style(name: str, index: int, solid: Sequence[str], dashed: Sequence[str]) -> dict:
+    """A line's colour (a control line: its solid line's colour) and dash."""
+    if name in dashed:
+        owner = name.split(",", 1)[0]
+        colour_index = solid.index(owner) if owner in solid else index
+        return dict(color=SERIES_COLOURS[colour_index % len(SERIES_COLOURS)], dash="dash")
+    return dict(color=SERIES_COLOURS[solid.index(name) % len(SERIES_COLOURS)])
 
 
 def transfer_heatmap(
