@@ -253,10 +253,14 @@ def keep_page_state(page: str) -> None:
             st.session_state[key] = st.session_state[kept]
 
 
+BROWSER_WIDGETS = "_browser_widgets"  # session key: the widget ids the browser has sent a value for
+
+
 def browser_holds(key: str) -> bool:
-    """Whether the browser's request for this run carried a value for the widget last drawn
-    under ``key`` (True, too, when no widget was drawn under it yet, or where Streamlit's
-    session state is not ours to read).
+    """Whether the browser holds the widget last drawn under ``key``: it sent a value for it, with
+    this run's request or an earlier one (True, too, when no widget was drawn under it yet, or
+    where Streamlit's session state is not ours to read). A run the script asked for
+    (``st.rerun``) carries no values at all, though the browser holds every widget it drew.
 
     A value set in code reaches the browser only with the run that set it. When another run
     starts before the browser has drawn that widget (a quick second run at a session's start,
@@ -270,7 +274,12 @@ def browser_holds(key: str) -> bool:
 
         state = get_session_state()._state
         widget = state._key_id_mapper.get_id_from_key(key, None)
-        return widget is None or widget in state._new_widget_state
+        if widget is None:
+            return True
+        seen: set = st.session_state.setdefault(BROWSER_WIDGETS, set())
+        if widget in state._new_widget_state:
+            seen.add(widget)
+        return widget in seen
     except (AttributeError, RuntimeError, TypeError):  # another Streamlit's internals: keep its own rule
         return True
 
