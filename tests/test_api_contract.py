@@ -110,3 +110,24 @@ def test_top_classes_ranks_by_an_explicit_selection_ties_in_class_order():
         analysis.top_classes(torch.zeros(2, 3), 1)
     with pytest.raises(AnalysisError, match="at least 0"):
         analysis.top_classes(torch.zeros(3), -1)
+
+
+def test_top1_is_each_images_argmax_one_at_a_time_for_a_vit_and_a_cnn():
+    """LoadedModel.top1 in batches equals a per-image forward's argmax, for PIL and uint8 images."""
+    import numpy as np
+    from PIL import Image
+
+    import analysis
+    from analysis.demo.data import render_sample
+    from analysis.robustness import load_cnn
+
+    arrays = [render_sample(7, i)[0] for i in range(5)]
+    for model in (analysis.load_vit("demo"), load_cnn("demo")):
+        by_hand = []
+        for array in arrays:
+            with torch.no_grad():
+                logits = model.model(model.preprocess(Image.fromarray(array)))
+            by_hand.append(int(logits.argmax(-1)[0]))
+        assert model.top1([Image.fromarray(a) for a in arrays], batch_size=2).tolist() == by_hand
+        assert model.top1(arrays).tolist() == by_hand and model.top1([]).shape == (0,)
+        assert model.top1(np.stack(arrays)).dtype == np.int64

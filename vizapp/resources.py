@@ -684,13 +684,6 @@ def _decoded(_images: tuple[bytes, ...]) -> tuple[list, list[tuple[int, str]]]:
     return images, skipped
 
 
-def _top1(model, images) -> list[int]:
-    """Each image's clean top-1 class under ``model``."""
-    with torch.no_grad():
-        pixels = torch.cat([model.preprocess(image) for image in images])
-        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().tolist()
-
-
 @dataclass(frozen=True)
 class AttackView:
     """One model attacked on one image against its own clean prediction (``analysis.robustness.attack``).
@@ -753,7 +746,7 @@ def attack_chunk(
     curve = attack_curve(
         {"model": model},
         pictures,
-        _top1(model, pictures),
+        model.top1(pictures).tolist(),
         epsilons=epsilons,
         attack_name=attack_name,
         steps=steps,
@@ -781,7 +774,7 @@ def transfer_chunk(
     images, skipped = _decoded(_images)
     agreed, labels = [], []
     for index, image in images:
-        classes = {_top1(model, [image])[0] for model in models.values()}
+        classes = {int(model.top1([image])[0]) for model in models.values()}
         if len(classes) == 1:
             agreed.append(image)
             labels.append(classes.pop())
@@ -867,7 +860,7 @@ def texture_chunk(
     sums = []
     for key in model_keys:
         model = loaded_model(key)
-        curve = texture_curve({"model": model}, pictures, _top1(model, pictures), probes=probes)
+        curve = texture_curve({"model": model}, pictures, model.top1(pictures).tolist(), probes=probes)
         sums.append(curve.accuracy["model"] * len(pictures))
     return np.stack(sums), len(pictures), tuple(skipped)
 

@@ -246,12 +246,6 @@ def _images_and_masks(args, ranks: Ranks):
     return source.description, images, None, skipped, None
 
 
-def _clean_predictions(model, images) -> list[int]:
-    with torch.no_grad():
-        pixels = torch.cat([model.preprocess(image) for image in images])
-        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().tolist()
-
-
 def _summed(ranks: Ranks, correct: dict[str, np.ndarray], count: int) -> tuple[dict[str, np.ndarray], int]:
     """Every rank's correct counts summed, divided by every rank's images: the accuracy over all of them."""
     names = list(correct)
@@ -277,7 +271,7 @@ def run_attack(args, ranks: Ranks) -> int:
             if not images:
                 correct[name] = np.zeros(len(args.epsilons))
                 continue
-            targets = labels if labels is not None else _clean_predictions(model, images)
+            targets = labels if labels is not None else model.top1(images).tolist()
             curve = attack_curve(
                 {name: model},
                 images,
@@ -405,7 +399,7 @@ def run_texture(args, ranks: Ranks) -> int:
         if images:
             targets = labels
             if targets is None:  # no labels: each model against its own clean prediction
-                targets = _clean_predictions(models["ViT"], images)
+                targets = models["ViT"].top1(images).tolist()
             curve = texture_curve(models, images, targets, probes=args.probes, masks=masks)
             probes = curve.probes
             correct = {n: np.concatenate([[curve.clean[n]], curve.accuracy[n]]) * len(images) for n in models}

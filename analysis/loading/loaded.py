@@ -107,6 +107,21 @@ class LoadedModel:
         (:func:`class_probabilities` with :attr:`probability_rule`)."""
         return class_probabilities(logits, self.probability_rule)
 
+    def top1(self, images, *, batch_size: int = 32) -> np.ndarray:
+        """``(N,)`` int64: each image's most probable class (``argmax`` of the logits), the PIL or uint8
+        ``(H, W, 3)`` ``images`` fed through its own preprocessing and forward in batches, no gradients.
+        The one prediction rule of the robustness measures, the command line and the pages."""
+        classes = []
+        with torch.no_grad():
+            for start in range(0, len(images), int(batch_size)):
+                pictures = [
+                    i if isinstance(i, Image.Image) else Image.fromarray(np.asarray(i, dtype=np.uint8))
+                    for i in images[start : start + int(batch_size)]
+                ]
+                pixels = torch.cat([self.preprocess(picture) for picture in pictures])
+                classes.append(self.model(pixels.to(self.device, torch.float32)).argmax(-1).cpu().numpy())
+        return np.concatenate(classes) if classes else np.zeros(0, dtype=np.int64)
+
     def model_input_image(self, image: Image.Image) -> Image.Image:
         """The resized, centre-cropped RGB image (W, H) the model sees: draw overlays on this."""
         return self.preprocessing.crop(image)

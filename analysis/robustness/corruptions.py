@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from PIL import Image
 
 from ..errors import AnalysisError
+from ..loading.loaded import LoadedModel
 from ..progress import Progress, tell
 
 __all__ = [
@@ -153,15 +153,8 @@ class CorruptionCurve:
     scored_against: str = "labels"
 
 
-def _predict(model, images: Sequence[np.ndarray]) -> np.ndarray:
-    """Top-1 classes ``(N,)`` of uint8 images through the model's own preprocessing."""
-    with torch.no_grad():
-        pixels = torch.cat([model.preprocess(Image.fromarray(image)) for image in images])
-        return model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().numpy()
-
-
 def corruption_curve(
-    models: Mapping[str, object],
+    models: Mapping[str, LoadedModel],
     images: Sequence,
     labels: Sequence[int] | None = None,
     *,
@@ -192,14 +185,14 @@ def corruption_curve(
     if len(seeds) != len(images):
         raise CorruptionError(f"{len(seeds)} image seeds for {len(images)} images: give one seed per image.")
     clean = [np.asarray(i.convert("RGB") if isinstance(i, Image.Image) else i, dtype=np.uint8) for i in images]
-    targets = {m: (np.asarray(labels) if labels is not None else _predict(model, clean)) for m, model in models.items()}
+    targets = {m: (np.asarray(labels) if labels is not None else model.top1(clean)) for m, model in models.items()}
     accuracy = {m: np.zeros((len(corruptions), len(severities))) for m in models}
     total, done = len(corruptions) * len(severities), 0
     for c, name in enumerate(corruptions):
         for s, severity in enumerate(severities):
             corrupted = [corrupt_image(image, name, severity, seed=s) for image, s in zip(clean, seeds)]
             for m, model in models.items():
-                accuracy[m][c, s] = float((_predict(model, corrupted) == targets[m]).mean())
+                accuracy[m][c, s] = float((model.top1(corrupted) == targets[m]).mean())
             done += 1
             tell(progress, done, total)
     return CorruptionCurve(

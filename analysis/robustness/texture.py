@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image
 
 from ..errors import AnalysisError
+from ..loading.loaded import LoadedModel
 from ..progress import Progress, tell
 
 __all__ = [
@@ -195,16 +195,6 @@ def remove_texture(image, probe: str, *, mask=None, radius: int = 2, threshold: 
     return kuwahara(image, radius=radius)
 
 
-def _predict(model, images: Sequence[Image.Image]) -> np.ndarray:
-    """Top-1 classes ``(N,)`` of PIL images through the model's own preprocessing and forward."""
-    classes = []
-    with torch.no_grad():
-        for start in range(0, len(images), _BATCH):
-            pixels = torch.cat([model.preprocess(image) for image in images[start : start + _BATCH]])
-            classes.append(model.model(pixels.to(model.device, torch.float32)).argmax(-1).cpu().numpy())
-    return np.concatenate(classes)
-
-
 @dataclass(frozen=True)
 class TextureCurve:
     """Top-1 accuracy of each model on clean images and on each texture probe of them.
@@ -219,7 +209,7 @@ class TextureCurve:
 
 
 def texture_curve(
-    models: Mapping[str, object],
+    models: Mapping[str, LoadedModel],
     images: Sequence,
     labels: Sequence[int],
     *,
@@ -252,7 +242,7 @@ def texture_curve(
     clean = [Image.fromarray(_rgb(image), "RGB") for image in images]
     truth = np.asarray(labels, dtype=np.int64)
     total = 1 + len(probes)
-    scores = {m: [float((_predict(model, clean) == truth).mean())] for m, model in models.items()}
+    scores = {m: [float((model.top1(clean) == truth).mean())] for m, model in models.items()}
     tell(progress, 1, total)
     for step, probe in enumerate(probes, start=2):
         probed = [
@@ -260,7 +250,7 @@ def texture_curve(
             for i, image in enumerate(clean)
         ]
         for m, model in models.items():
-            scores[m].append(float((_predict(model, probed) == truth).mean()))
+            scores[m].append(float((model.top1(probed) == truth).mean()))
         tell(progress, step, total)
     return TextureCurve(
         tuple(probes),
@@ -334,7 +324,7 @@ def shape_bias(
 
 
 def shape_bias_of(
-    models: Mapping[str, object], scenes: Sequence, *, progress: Progress | None = None
+    models: Mapping[str, LoadedModel], scenes: Sequence, *, progress: Progress | None = None
 ) -> dict[str, ShapeBias]:
     """``{name: ShapeBias}`` of each model (``{name: loaded model}``) over cue-conflict ``scenes``: each an
     ``(image, shape_class, texture_class, ...)`` tuple, as
@@ -351,6 +341,6 @@ def shape_bias_of(
     textures = [int(scene[2]) for scene in scenes]
     result = {}
     for done, (name, model) in enumerate(models.items(), start=1):
-        result[name] = shape_bias(_predict(model, images), shapes, textures)
+        result[name] = shape_bias(model.top1(images), shapes, textures)
         tell(progress, done, len(models))
     return result
