@@ -1034,7 +1034,7 @@ def compute_patch_curve(
     seed: int,
     progress=None,
 ) -> dict:
-    """Each model's own universal patch per share, trained on ``train_scenes`` demo scenes (stream 5151)
+    """Each model's own universal patch per share, trained on ``train_scenes`` demo scenes (stream ``PATCH_TRAIN_SEED``)
     and scored with the noise control on ``held_out_scenes`` held-out ones (stream ``seed``)
     (:func:`analysis.robustness.patch_size_curve`), and the transfer matrix of the largest share's patches
     (:func:`analysis.robustness.patch_transfer_matrix`). Kept for later runs and sessions.
@@ -1046,16 +1046,12 @@ def compute_patch_curve(
 
 
 def _patch_curve(model_keys, shares, train_scenes, held_out_scenes, epochs, seed, progress) -> dict:
-    from analysis.demo.data import render_sample
-    from analysis.robustness import patch_size_curve, patch_transfer_matrix
-
-    def scenes(stream: int, count: int):
-        found = [render_sample(stream, i) for i in range(count)]
-        return [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found]
+    from analysis.demo.data import generate_samples
+    from analysis.robustness import PATCH_TRAIN_SEED, patch_size_curve, patch_transfer_matrix
 
     models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
-    train, train_labels = scenes(5151, train_scenes)
-    held, held_labels = scenes(seed, held_out_scenes)
+    train, train_labels, _ = generate_samples(train_scenes, PATCH_TRAIN_SEED)
+    held, held_labels, _ = generate_samples(held_out_scenes, seed)
     curve = patch_size_curve(
         models, train, train_labels, shares=shares, eval_images=held, eval_labels=held_labels, epochs=epochs,
         batch_size=8, seed=seed, progress=progress,

@@ -21,13 +21,13 @@ import torch
 
 from ..errors import AnalysisError, VitExplorerError
 from ..loading.loaded import LoadedModel
+from ..robustness.adversarial_patch import PATCH_TRAIN_SEED
 from .common import CommandError, add_model_arguments, load_model, say
 from .distributed import Ranks
 
 __all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_patch", "run_probe", "BENCHMARK_SEED"]
 
 BENCHMARK_SEED = 20261204  # the held-out demo stream of python -m analysis.robustness
-PATCH_TRAIN_SEED = 5151  # the demo stream the patches train on (disjoint from the held-out one)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -464,9 +464,7 @@ def run_patch(args, ranks: Ranks) -> int:
     optimisation over the whole training set) and scores its share of the evaluation images at their
     rows of the whole set's positions, so the summed counts are one process's, and
     :func:`~analysis.robustness.patch_size_curve`'s on the same images."""
-    from PIL import Image
-
-    from ..demo.data import CLASS_NAMES, render_sample
+    from ..demo.data import CLASS_NAMES, generate_samples
     from ..robustness.adversarial_patch import (
         evaluate_patch,
         noise_patch,
@@ -497,9 +495,7 @@ def run_patch(args, ranks: Ranks) -> int:
     whole = int(args.demo_scenes)
     mine = list(range(ranks.rank, whole, ranks.world))  # this rank's rows of the whole evaluation set
     say(ranks, f"adversarial patches on {', '.join(models)}: {description}, shares {list(args.shares)}")
-    training = [render_sample(PATCH_TRAIN_SEED, i) for i in range(args.train_scenes)]
-    train_images = [Image.fromarray(image) for image, _, _ in training]
-    train_labels = [label for _, label, _ in training]
+    train_images, train_labels, _ = generate_samples(args.train_scenes, PATCH_TRAIN_SEED)
     measures = ("clean", "accuracy", "fooling_rate", "noise_accuracy", "noise_fooling_rate")
     counts = {name: np.zeros((len(measures), len(args.shares))) for name in models}
     try:
@@ -581,7 +577,7 @@ def _gathered_features(model, images, mine: list[int], count: int, ranks: Ranks)
 
 
 def run_probe(args, ranks: Ranks) -> int:
-    from ..demo.data import render_sample
+    from ..demo.data import generate_samples
     from ..loading import load_vit
     from ..robustness.linear_probe import folder_labels, load_image_folder, probe_curve, probe_feature
 
@@ -597,11 +593,8 @@ def run_probe(args, ranks: Ranks) -> int:
         if args.demo_scenes is not None:
             if args.demo_scenes < 2:
                 raise CommandError("--demo-scenes must be at least 2 (a training and a test split).", code=2)
-            from PIL import Image
-
-            found = [render_sample(args.seed, i) for i in range(args.demo_scenes)]
-            images = [Image.fromarray(image) for image, _, _ in found]
-            labels_of = {name: ([label for _, label, _ in found], True) for name in models}
+            images, labels, _ = generate_samples(args.demo_scenes, args.seed)
+            labels_of = {name: (labels, True) for name in models}
             description = f"{args.demo_scenes} held-out demo scenes, seed {args.seed}"
         else:
             folder = load_image_folder(args.folder)

@@ -2,6 +2,7 @@
 
 from .adversarial_patch import (
     PATCH_OPTIMISERS,
+    PATCH_TRAIN_SEED,
     AdversarialPatch,
     PatchAttention,
     PatchCurve,
@@ -85,6 +86,7 @@ __all__ = [
     "pgd",
     "transfer_matrix",
     "PATCH_OPTIMISERS",
+    "PATCH_TRAIN_SEED",
     "AdversarialPatch",
     "PatchAttention",
     "PatchCurve",

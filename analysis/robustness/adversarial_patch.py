@@ -40,6 +40,7 @@ from ..progress import Progress, tell, within
 
 __all__ = [
     "PATCH_OPTIMISERS",
+    "PATCH_TRAIN_SEED",
     "PatchError",
     "AdversarialPatch",
     "PatchEvaluation",
@@ -58,6 +59,10 @@ __all__ = [
     "patch_tokens",
     "patch_attention_share",
 ]
+
+#: the demo scene stream the command line and the Robustness page train patches on (not a training,
+#: validation or held-out stream of the demo models)
+PATCH_TRAIN_SEED = 5151
 
 #: optimiser name -> what one step does
 PATCH_OPTIMISERS = {
