@@ -15,8 +15,11 @@ Models: the suite's smallest ones (a 3-block ``vit_tiny`` at 64 px, the 2-block 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -329,3 +332,110 @@ def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added
     assert seen and all(result is None for result in seen), seen
     _no_hooks_left(vit.model)
     _no_hooks_left(rope_vit.model)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_while_others_add_and_remove_hooks(add_pre, add_post, seconds: float = 2.0) -> list[str]:
+    """One thread runs a module whose forward raises (its own pre-hook stops it, as a read that
+    stops early does); two threads add and remove forward hooks on that module meanwhile. torch
+    iterates the module's forward hooks in Python on the way out of a raising forward."""
+    module = torch.nn.Linear(4, 4)
+    errors: list[str] = []
+    finished: list[bool] = []
+
+    def stopping() -> None:
+        owner = threading.get_ident()
+
+        def stop(mod, args):
+            if threading.get_ident() == owner:
+                raise _Stop
+
+        handle = add_pre(module, stop)
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                try:
+                    module(torch.zeros(1, 4))
+                except _Stop:
+                    pass
+                except Exception as exc:  # noqa: BLE001 - the race under test
+                    errors.append(repr(exc))
+                    return
+        finally:
+            handle.remove()
+            finished.append(True)
+
+    def churning() -> None:
+        while not finished:
+            handles = [add_post(module, lambda mod, args, output: None) for _ in range(5)]
+            for handle in handles:
+                handle.remove()
+
+    threads = [threading.Thread(target=stopping), threading.Thread(target=churning), threading.Thread(target=churning)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(module._forward_hooks) == len(module._forward_pre_hooks) == 0
+    return errors
+
+
+def test_a_forward_that_raises_keeps_its_exception_while_other_threads_add_and_remove_hooks():
+    """The engine adds hooks copy-on-write (analysis.module_hooks): the raising forward sees its
+    own exception, never ``RuntimeError: OrderedDict mutated during iteration`` (which failed the
+    8-thread rotary test in CI: the rotary read stops its forward at a block other threads hook).
+    With torch's in-place ``register_forward_hook`` this loop raised that error (run by hand)."""
+    from analysis.module_hooks import add_forward_hook, add_forward_pre_hook
+
+    assert _raise_while_others_add_and_remove_hooks(add_forward_pre_hook, add_forward_hook) == []
+
+
+def test_module_hooks_behave_as_torchs_registration():
+    """Order, keyword arguments, always_call on a raising forward, replacement results, and a
+    removal that leaves every hook dictionary as it was (twice is harmless)."""
+    from analysis.module_hooks import add_forward_hook, add_forward_pre_hook
+
+    module = torch.nn.Linear(3, 3)
+    calls: list[str] = []
+    before = {name: dict(getattr(module, name)) for name in vars(module) if "hooks" in name}
+    handles = [
+        add_forward_pre_hook(module, lambda mod, args: calls.append("pre") or (args[0] * 0,)),
+        add_forward_pre_hook(
+            module, lambda mod, args, kwargs: calls.append(f"pre-kw {sorted(kwargs)}"), with_kwargs=True
+        ),
+        add_forward_hook(module, lambda mod, args, output: calls.append("post") or output + 1),
+        add_forward_hook(module, lambda mod, args, kwargs, output: calls.append("post-kw"), with_kwargs=True),
+        add_forward_hook(module, lambda mod, args, output: calls.append("always"), always_call=True),
+    ]
+    out = module(torch.ones(2, 3))
+    assert calls == ["pre", "pre-kw []", "post", "post-kw", "always"]
+    torch.testing.assert_close(out, module.bias.expand(2, 3) + 1, rtol=0, atol=0)  # zeroed input, +1 after
+    calls.clear()
+    stop = add_forward_pre_hook(module, lambda mod, args: (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        module(torch.ones(2, 3))
+    assert calls == ["pre", "pre-kw []", "always"]  # torch runs always_call hooks of a raising forward
+    for handle in [*handles, stop, handles[0]]:
+        handle.remove()
+    assert {name: dict(getattr(module, name)) for name in vars(module) if "hooks" in name} == before
+
+
+def test_the_library_adds_module_hooks_only_through_module_hooks():
+    """``register_forward_hook`` changes a shared module's hooks in place: the race above."""
+    root = pathlib.Path(__file__).resolve().parents[1] / "analysis"
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "module_hooks.py"
+        and "bench" not in path.parts  # the benchmark's own reference forward, one thread
+        and re.search(r"\.register_(full_backward_|forward_)(pre_)?hook\(", path.read_text())
+    ]
+    assert offenders == []

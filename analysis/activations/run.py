@@ -52,6 +52,7 @@ from ..adapters.registry import AttentionSite, block_sites, pool_site
 from ..checks import check_float_dtype, input_spec
 from ..devices import autocast_context
 from ..errors import AnalysisError
+from ..module_hooks import add_forward_hook, add_forward_pre_hook
 from ..oom import run_with_oom_fallback
 from ..spec import ViTSpec
 from ..windowed import window_probabilities
@@ -520,13 +521,13 @@ def _stop_hook(model: nn.Module, sites: dict, stop: int, owner: int):
             if threading.get_ident() == owner:
                 raise _Stopped(args[0])
 
-        return sites[0].block.register_forward_pre_hook(before_first)
+        return add_forward_pre_hook(sites[0].block, before_first)
 
     def after_last(module, args, output):
         if threading.get_ident() == owner:
             raise _Stopped(output)
 
-    return sites[stop - 1].block.register_forward_hook(after_last)
+    return add_forward_hook(sites[stop - 1].block, after_last)
 
 
 def _model_hooks(
@@ -593,7 +594,7 @@ def _norm_hook(norm: nn.Module, which: str, points: dict[str, Hook], owner: int,
             out = out if new is None else new
         return None if out is output else out
 
-    handles.append(norm.register_forward_hook(after))
+    handles.append(add_forward_hook(norm, after))
 
 
 def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> nn.Module:
@@ -642,7 +643,7 @@ def _block_hooks(
             block_input[:] = [replaced if replaced is not None else args[0]]
             return None if replaced is None else ((replaced, *args[1:]), kwargs)
 
-        handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(add_forward_pre_hook(block, pre, with_kwargs=True))
 
     if "attn.out" in points or "resid_mid" in points:
 
@@ -666,14 +667,14 @@ def _block_hooks(
                     ]  # the block adds this to resid_pre
             return replaced
 
-        handles.append(_branch_module(block, "drop_path1", layer, "attn.out").register_forward_hook(attention_branch))
+        handles.append(add_forward_hook(_branch_module(block, "drop_path1", layer, "attn.out"), attention_branch))
 
     if "mlp.out" in points:
 
         def mlp_branch(module, args, output):
             return visit("mlp.out", output) if mine() else None
 
-        handles.append(_branch_module(block, "drop_path2", layer, "mlp.out").register_forward_hook(mlp_branch))
+        handles.append(add_forward_hook(_branch_module(block, "drop_path2", layer, "mlp.out"), mlp_branch))
 
     if "resid_post" in points:
 
@@ -684,7 +685,7 @@ def _block_hooks(
                 raise AnalysisError(f"Block {layer} returned {type(output).__name__}, not the residual stream.")
             return visit("resid_post", output)
 
-        handles.append(block.register_forward_hook(post))
+        handles.append(add_forward_hook(block, post))
 
     for which in ("ln1", "ln2"):
         norm_points = {suffix.split(".", 1)[1]: fn for suffix, fn in points.items() if suffix.startswith(which + ".")}
@@ -709,7 +710,7 @@ def _block_hooks(
             replaced = visit("attn.in", args[0])
             return None if replaced is None else ((replaced, *args[1:]), kwargs)
 
-        handles.append(site.module.register_forward_pre_hook(attention_input, with_kwargs=True))
+        handles.append(add_forward_pre_hook(site.module, attention_input, with_kwargs=True))
 
     if "mlp.pre" in points or "mlp.post" in points:
         layers = mlp_layers(block)
@@ -721,7 +722,7 @@ def _block_hooks(
         first, output_layer = layers
         if "mlp.pre" in points:
             handles.append(
-                first.register_forward_hook(lambda module, args, output: visit("mlp.pre", output) if mine() else None)
+                add_forward_hook(first, lambda module, args, output: visit("mlp.pre", output) if mine() else None)
             )
         if "mlp.post" in points:
 
@@ -731,7 +732,7 @@ def _block_hooks(
                 replaced = visit("mlp.post", args[0])
                 return None if replaced is None else (replaced, *args[1:])
 
-            handles.append(output_layer.register_forward_pre_hook(hidden))
+            handles.append(add_forward_pre_hook(output_layer, hidden))
 
     if "attn.z" in points or "attn.result" in points:
         projection = site.adapter.output_projection(site.module)
@@ -750,7 +751,7 @@ def _block_hooks(
             return None if replaced is None else (replaced.flatten(-2), *args[1:])
 
         if "attn.z" in points:
-            handles.append(projection.register_forward_pre_hook(head_outputs))
+            handles.append(add_forward_pre_hook(projection, head_outputs))
         if "attn.result" in points:
             if not isinstance(projection, nn.Linear):
                 raise AnalysisError(
@@ -772,7 +773,7 @@ def _block_hooks(
                     summed = summed + module.bias.to(summed.dtype)
                 return summed.to(output.dtype)
 
-            handles.append(projection.register_forward_hook(head_results))
+            handles.append(add_forward_hook(projection, head_results))
 
     if any(point in points for point in _ATTENTION_POINTS):
         handles.extend(site.adapter.tap(site.module, attention_report, owner, reuse=True))
@@ -908,11 +909,11 @@ def _row_range(tokens: tuple[int, ...] | None) -> tuple[int, int] | None:
 # named points with the engine's discipline: registered on entry, reacting to the calling thread
 # only, removed on exit.
 #
-# ``_kwargs_hook_race``: ``Module.register_forward_pre_hook(..., with_kwargs=True)`` inserts the
-# hook first and flags it "with kwargs" after, and ``RemovableHandle.remove`` unflags it after
-# removing it; a forward running on another thread in between calls the hook as ``hook(module,
-# args)``. Every kwargs pre-hook here therefore takes ``kwargs=None`` and, for another thread,
-# returns at once (before the owner check could run, the call itself raised a TypeError).
+# ``_kwargs_hook_race``: every hook here is added and removed copy-on-write
+# (:mod:`analysis.module_hooks`), so a forward on another thread never sees its hook dictionary
+# change. A forward that took its snapshot of a module's hooks before another thread removed one
+# may still find that hook's "with kwargs" flag gone and call it as ``hook(module, args)``: every
+# kwargs pre-hook here therefore takes ``kwargs=None`` and, for another thread, returns at once.
 
 #: The points of :func:`hooks_around` (``{i}``: a block, or an encoder layer of the given sites).
 AROUND_POINTS = {
@@ -969,7 +970,7 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
         def embed(module, args, output):
             return fn(output) if threading.get_ident() == owner else None
 
-        return [site.register_forward_hook(embed)]
+        return [add_forward_hook(site, embed)]
     layer, point = _around_name(name)
     sites = list(block_sites(model) if sites is None else sites)
     if not 0 <= layer < len(sites):
@@ -983,7 +984,7 @@ def _around_point(model: nn.Module, name: str, fn: Hook, owner: int, sites) -> l
             _read_only(name, fn)(kwargs.get("rope"))
             return None
 
-        return [site.module.register_forward_pre_hook(rope, with_kwargs=True)]
+        return [add_forward_pre_hook(site.module, rope, with_kwargs=True)]
     heads = site.adapter.num_heads(site.module)
 
     def probabilities(inputs: AttentionInputs) -> None:

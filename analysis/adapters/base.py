@@ -38,8 +38,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils.hooks import RemovableHandle
 
+from ..module_hooks import ModuleHook, add_forward_hook, add_forward_pre_hook
 from .probabilities import attention_probabilities
 
 __all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend", "differentiable_probabilities"]
@@ -187,7 +187,7 @@ class AttentionAdapter:
 
     def tap(
         self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False
-    ) -> list[RemovableHandle]:
+    ) -> list[ModuleHook]:
         """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread
         ``owner``. ``differentiable``: a fused call is replaced by its explicit equivalent
         whose probabilities are reported (see the module docstring). ``reuse``: when ``report``
@@ -212,12 +212,12 @@ class AttentionAdapter:
             return None
 
         handles = [
-            module.register_forward_pre_hook(enter),
-            module.register_forward_hook(leave, always_call=True),  # pops the mode even if forward raises
+            add_forward_pre_hook(module, enter),
+            add_forward_hook(module, leave, always_call=True),  # pops the mode even if forward raises
         ]
         dropout = getattr(module, "attn_drop", None)
         if isinstance(dropout, nn.Module) and not self.explicit_softmax:
-            handles.append(dropout.register_forward_hook(explicit))
+            handles.append(add_forward_hook(dropout, explicit))
         return handles
 
     def __repr__(self) -> str:
