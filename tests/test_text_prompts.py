@@ -351,7 +351,7 @@ def test_explain_text_refuses_an_empty_prompt_and_an_unknown_method(pair):
     with pytest.raises(TextPromptError, match="one prompt"):
         explain_text(clip, _pixels(1), ["a star", "a dog"])
     with pytest.raises(AnalysisError, match="does not accept steps: it takes no options"):
-        explain_text(clip, _pixels(1), "a star", method="chefer", steps=3)
+        explain_text(clip, _pixels(1), "a star", method="gradcam", steps=3)
     with pytest.raises(AnalysisError, match="layers=3, but the image tower has 2 blocks"):
         explain_text(clip, _pixels(1), "a star", method="legrad", layers=3)
 

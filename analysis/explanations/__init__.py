@@ -9,7 +9,8 @@ Methods (see each function for its formula and source):
 * ``"chefer"``: Chefer et al. 2021b gradient-weighted relevance propagation;
 * ``"gradcam"``: Grad-CAM on the last block's attention input;
 * ``"input_x_gradient"``: input × gradient pooled per patch;
-* ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``).
+* ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``,
+  ``quadrature``; the convergence delta: :func:`integrated_gradients_result`).
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"`` (stem patch grid) and ``"rollout"`` (:mod:`analysis.windowed_rollout`)
@@ -32,11 +33,14 @@ from .gradients import AttentionGradients, attention_gradients, last_stage_gradi
 from .methods import (
     BASELINES,
     GLOBAL_TOKEN_METHODS,
+    IG_QUADRATURES,
+    IntegratedGradients,
     chefer_relevance,
     explanation_grid,
     grad_cam,
     input_x_gradient,
     integrated_gradients,
+    integrated_gradients_result,
     raw_attention,
     relevance_from_gradients,
     rollout_map,
@@ -56,6 +60,9 @@ __all__ = [
     "explanation_grid",
     "methods_for",
     "GLOBAL_TOKEN_METHODS",
+    "integrated_gradients_result",
+    "IntegratedGradients",
+    "IG_QUADRATURES",
 ]
 
 #: method name -> function; the class-specific ones take ``target``.
@@ -90,7 +97,8 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     target: a class index, a ``(B,)`` sequence/tensor of them, or ``None`` for each image's
     predicted class (ignored by ``"attention"`` and ``"rollout"``, which are not
     class-specific; passing one is an error). ``options`` go to the method
-    (``integrated_gradients``: ``steps``, ``baseline``; ``rollout``: ``head_fusion``, ...).
+    (``integrated_gradients``: ``steps``, ``baseline``, ``quadrature``; ``chefer``: ``start_layer``;
+    ``rollout``: ``head_fusion``, ...).
 
     A windowed model's (Swin, SAM) map lies on the grid :func:`explanation_grid` names;
     ``"attention"`` and ``"chefer"`` are refused for it with the reason.

@@ -12,6 +12,9 @@ read a class token's row over one global token set, are refused with the reason.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -40,6 +43,10 @@ __all__ = [
     "grad_cam_from",
     "input_x_gradient",
     "integrated_gradients",
+    "integrated_gradients_result",
+    "IntegratedGradients",
+    "quadrature_rule",
+    "IG_QUADRATURES",
     "explanation_grid",
     "GLOBAL_TOKEN_METHODS",
     "BASELINES",
@@ -118,19 +125,25 @@ def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
     return attention_rollout(record, **options).float()
 
 
-def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+def relevance_from_gradients(
+    attentions: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec, *, start_layer: int = 0
+) -> torch.Tensor:
     """Chefer et al. 2021b ("Generic Attention-model Explainability", eq. 5-6) for a
     self-attention encoder:
 
-        R⁰ = I (T×T);   Āˡ = E_h[(∇Aˡ ⊙ Aˡ)⁺];   Rˡ = Rˡ⁻¹ + Āˡ·Rˡ⁻¹
+        R = I (T×T);   Āˡ = E_h[(∇Aˡ ⊙ Aˡ)⁺];   R ← R + Āˡ·R   for l = start_layer, ..., L − 1
 
-    attentions, gradients: ``(L, B, heads, T, T)``. Returns the class token's row of R over
-    the patch tokens, ``(B, gh, gw)``; without a class token, the mean of the patch tokens'
-    rows (every patch query, as global-average pooling reads them).
+    attentions, gradients: ``(L, B, heads, T, T)``. ``start_layer``: the first block the rule
+    reads (a Python index, ``-1`` the last): ``0``, every block, as Chefer's ViT notebook
+    (Transformer-MM-Explainability, the default here); ``-1``, the last block only, as that
+    repository's CLIP notebook (``interpret(..., start_layer=-1)``). Returns the class token's
+    row of R over the patch tokens, ``(B, gh, gw)``; without a class token, the mean of the
+    patch tokens' rows (every patch query, as global-average pooling reads them).
     """
-    _, batch, _, tokens, _ = attentions.shape
+    layers, batch, _, tokens, _ = attentions.shape
+    first = _start_layer(start_layer, layers)
     relevance = torch.eye(tokens, dtype=torch.float64).expand(batch, tokens, tokens).clone()  # (B, T, T)
-    for layer_attention, layer_gradient in zip(attentions, gradients):
+    for layer_attention, layer_gradient in zip(attentions[first:], gradients[first:]):
         fused = (layer_gradient.double() * layer_attention.double()).clamp(min=0).mean(1)  # (B, T, T)
         relevance = relevance + torch.bmm(fused, relevance)
     to_patches = spec.split_prefix(relevance, 2)[1]  # (B, T, N): relevance of each token to the patches
@@ -138,12 +151,26 @@ def relevance_from_gradients(attentions: torch.Tensor, gradients: torch.Tensor, 
     return _grid(rows, spec)
 
 
-def chefer_relevance(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients`. Refused for
-    a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
+def _start_layer(start_layer: int, layers: int) -> int:
+    """``start_layer`` as a block index in ``0..layers-1`` (negative counts from the end)."""
+    start_layer = check_int("start_layer", start_layer)
+    if not -layers <= start_layer < layers:
+        raise AnalysisError(
+            f"start_layer={start_layer} is not a block of this model: it has {layers} blocks "
+            f"(0..{layers - 1}, or -{layers}..-1 from the end)."
+        )
+    return start_layer % layers
+
+
+def chefer_relevance(vit, pixels: torch.Tensor, target=None, *, start_layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients` from block
+    ``start_layer`` on (``0``: every block; ``-1``: the last, as Chefer's CLIP notebook). Refused
+    for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
     refuse_global_token_method(vit, "chefer")
+    _start_layer(start_layer, vit.spec.num_layers)  # before the backward pass
     record = attention_gradients(vit, pixels, target)
-    return relevance_from_gradients(record.attentions, record.gradients, record.spec), record.targets
+    maps = relevance_from_gradients(record.attentions, record.gradients, record.spec, start_layer=start_layer)
+    return maps, record.targets
 
 
 def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,30 +234,130 @@ def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tens
     return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
 
 
+#: integrated gradients' quadrature rules, by captum's names (``IntegratedGradients(method=...)``):
+#: name -> ``(alphas, weights)`` of ``n`` steps, the points on the path and the weight of each gradient.
+IG_QUADRATURES = ("riemann_middle", "riemann_left", "riemann_right", "riemann_trapezoid", "gausslegendre")
+
+
+def quadrature_rule(name: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(alphas (n,), weights (n,))`` float64 of integrated gradients' rule ``name`` with ``n =
+    steps`` points, as captum builds them (``captum.attr._utils.approximation_methods``):
+
+    * ``"riemann_middle"`` (this library's default): ``αₖ = (k + ½)/n``, ``wₖ = 1/n``;
+    * ``"riemann_left"``: ``αₖ = k/n``; ``"riemann_right"``: ``αₖ = (k + 1)/n``; both ``wₖ = 1/n``;
+    * ``"riemann_trapezoid"``: ``αₖ = k/(n − 1)``, ``wₖ = 1/n`` with the two ends halved (captum's
+      weights, which sum to ``1 − 1/n``); needs ``n ≥ 2``, as do the other Riemann rules but the middle one;
+    * ``"gausslegendre"`` (captum's default): the Gauss–Legendre nodes ``xₖ`` and weights ``ωₖ`` on
+      ``[−1, 1]`` moved to ``[0, 1]``: ``αₖ = (1 + xₖ)/2``, ``wₖ = ωₖ/2``.
+    """
+    if name not in IG_QUADRATURES:
+        raise AnalysisError(f"quadrature={name!r} is not a rule of integrated gradients; use one of {', '.join(IG_QUADRATURES)}.")
+    if name == "riemann_middle":  # this library's own points, as before captum's names
+        return (torch.arange(steps, dtype=torch.float64) + 0.5) / steps, torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    if name == "gausslegendre":
+        nodes, weights = np.polynomial.legendre.leggauss(steps)
+        return torch.from_numpy(0.5 * (1 + nodes)), torch.from_numpy(0.5 * weights)
+    if steps < 2:
+        raise AnalysisError(f"quadrature={name!r} needs steps >= 2 (captum's Riemann rules do); got steps={steps}.")
+    weights = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    if name == "riemann_trapezoid":
+        weights[0] /= 2
+        weights[-1] /= 2
+        return torch.linspace(0, 1, steps, dtype=torch.float32).double(), weights
+    start, end = (0.0, 1 - 1 / steps) if name == "riemann_left" else (1 / steps, 1.0)
+    return torch.linspace(start, end, steps, dtype=torch.float32).double(), weights
+
+
+@dataclass(frozen=True)
+class IntegratedGradients:
+    """Integrated gradients of each image with its convergence delta.
+
+    Attributes:
+        maps: ``(B, gh, gw)`` the attributions summed over channels and each patch's pixels.
+        attributions: ``(B, 3, H, W)`` the per-pixel attributions ``(x − x′) ⊙ Σₖ wₖ ∂y/∂x(x′ + αₖ(x − x′))``.
+        targets: ``(B,)`` the class explained in each image.
+        convergence_delta: ``(B,)`` ``Σ attributions − (y(x) − y(x′))``, captum's
+            ``return_convergence_delta``: how far the quadrature is from completeness.
+    """
+
+    maps: torch.Tensor
+    attributions: torch.Tensor
+    targets: torch.Tensor
+    convergence_delta: torch.Tensor
+
+
 def integrated_gradients(
-    vit, pixels: torch.Tensor, target=None, *, steps: int = 32, baseline: str = BASELINES[0], internal_batch: int = 16
+    vit,
+    pixels: torch.Tensor,
+    target=None,
+    *,
+    steps: int = 32,
+    baseline: str = BASELINES[0],
+    internal_batch: int = 16,
+    quadrature: str = IG_QUADRATURES[0],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integrated gradients (Sundararajan et al. 2017) pooled per patch, midpoint rule:
+    """Integrated gradients (Sundararajan et al. 2017) pooled per patch, by default the midpoint rule:
 
         IG(x) = (x − x′) ⊙ (1/n) Σ_{k=0}^{n−1} ∂y/∂x (x′ + (k + ½)/n · (x − x′))
 
     summed over channels and each patch's pixels. Completeness: ``Σ_p map[p] ≈ y(x) − y(x′)``,
-    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`. Model-agnostic:
-    a windowed model's map lies on its stem's patch grid (:func:`explanation_grid`).
+    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`. ``quadrature``: the
+    rule, by captum's names (:func:`quadrature_rule`; ``"riemann_middle"`` is the default here,
+    captum's own default is ``"gausslegendre"``). Model-agnostic: a windowed model's map lies on
+    its stem's patch grid (:func:`explanation_grid`). The convergence delta is in
+    :func:`integrated_gradients_result`.
+    """
+    result = integrated_gradients_result(
+        vit, pixels, target, steps=steps, baseline=baseline, internal_batch=internal_batch, quadrature=quadrature
+    )
+    return result.maps, result.targets
+
+
+def integrated_gradients_result(
+    vit,
+    pixels: torch.Tensor,
+    target=None,
+    *,
+    steps: int = 32,
+    baseline: str = BASELINES[0],
+    internal_batch: int = 16,
+    quadrature: str = IG_QUADRATURES[0],
+) -> IntegratedGradients:
+    """:func:`integrated_gradients` with the per-pixel attributions and captum's convergence delta:
+
+        IG(x) = (x − x′) ⊙ Σₖ wₖ · ∂y/∂x (x′ + αₖ · (x − x′))     (αₖ, wₖ: :func:`quadrature_rule`)
+        δ = Σ_{c,i,j} IG(x) − (y(x) − y(x′))
+
+    With ``quadrature`` and ``steps`` the same, the attributions and ``δ`` are captum's
+    ``IntegratedGradients(model).attribute(x, baselines=x′, target=y, method=quadrature,
+    n_steps=steps, return_convergence_delta=True)`` (tested to 1e-5).
     """
     steps = check_int("steps", steps, minimum=1)
     internal_batch = check_int("internal_batch", internal_batch, minimum=1)
+    alphas, weights = quadrature_rule(quadrature, steps)
     targets = _targets_for(vit, pixels, target)
     inputs = pixels.detach().float().cpu()
     reference = baseline_pixels(vit, inputs, baseline)  # (B, 3, H, W)
     difference = inputs - reference
     total = torch.zeros_like(inputs)
-    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
+    alphas = alphas.float()
     for b in range(inputs.shape[0]):
         for start in range(0, steps, internal_batch):
             chunk = alphas[start : start + internal_batch]  # (n,)
+            weight = weights[start : start + internal_batch].float()  # (n,)
             path = reference[b] + chunk[:, None, None, None] * difference[b]  # (n, 3, H, W)
             gradient, _ = pixel_gradients(vit, path, targets[b].repeat(len(chunk)))
-            total[b] += gradient.sum(0)
-    attributions = difference * total / steps  # (B, 3, H, W)
-    return _pool_patches(attributions.sum(1), vit.spec), targets
+            total[b] += (gradient * weight[:, None, None, None]).sum(0)
+    attributions = difference * total  # (B, 3, H, W)
+    with torch.no_grad():
+        ends = torch.cat([inputs, reference]).to(vit.device)
+        scores = vit.model(ends).float().cpu()  # (2B, classes)
+    rows = torch.cat([targets, targets])[:, None]
+    end_score, start_score = scores.gather(1, rows)[:, 0].split(inputs.shape[0])
+    delta = attributions.double().sum((1, 2, 3)) - (end_score.double() - start_score.double())
+    return IntegratedGradients(
+        maps=_pool_patches(attributions.sum(1), vit.spec),
+        attributions=attributions,
+        targets=targets,
+        convergence_delta=delta,
+    )

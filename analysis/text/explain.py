@@ -80,15 +80,16 @@ def _chefer_readout(spec: ViTSpec) -> str:
     return "the mean of the patch tokens' rows of R (this model has no class token; its pooling head reads every patch)"
 
 
-def chefer_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
+def chefer_text(clip, pixels: torch.Tensor, text, *, start_layer: int = 0) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Chefer et al. 2021b ("Generic Attention-model Explainability for Interpreting Bi-Modal and
     Encoder-Decoder Transformers", eq. 5-6; Transformer-MM-Explainability's CLIP notebook) on the
     image–text score ``s``:
 
-        R⁰ = I (T×T);   Āˡ = E_h[(∂s/∂Aˡ ⊙ Aˡ)⁺];   Rˡ = Rˡ⁻¹ + Āˡ·Rˡ⁻¹
+        R = I (T×T);   Āˡ = E_h[(∂s/∂Aˡ ⊙ Aˡ)⁺];   R ← R + Āˡ·R   for l = start_layer, ..., L − 1
 
-    over every block of the image tower (:func:`~analysis.explanations.relevance_from_gradients`,
-    the rule the class explanations use). The map is the class token's row of R over the patches;
+    by default over every block of the image tower (:func:`~analysis.explanations.relevance_from_gradients`,
+    the rule the class explanations use); ``start_layer=-1`` reads the last block only, as that
+    notebook's ``interpret`` does by default. The map is the class token's row of R over the patches;
     a model without a class token (SigLIP, pooled by attention over every token) gives the mean of
     the patch tokens' rows. Returns ``(maps (B, gh, gw), scores (B,), readout)``."""
     vit = clip.image
@@ -96,7 +97,8 @@ def chefer_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.T
     spec = input_spec(vit, pixels)
     attentions, gradients, output = output_attention_gradients(vit, pixels, score_of(clip, text.embeddings))
     scores = clip.logits(output, text.embeddings)[:, 0]
-    return relevance_from_gradients(attentions, gradients, spec), scores, _chefer_readout(spec)
+    maps = relevance_from_gradients(attentions, gradients, spec, start_layer=start_layer)
+    return maps, scores, _chefer_readout(spec)
 
 
 def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
