@@ -149,3 +149,44 @@ def test_chefer_default_reads_every_block_and_start_layer_is_checked(demo_vit):
     layers = vit.spec.num_layers
     with pytest.raises(AnalysisError, match=f"start_layer={layers} is not a block"):
         explain(vit, pixels, method="chefer", start_layer=layers)
+
+
+# --------------------------------------------------------------------------- direct logit attribution
+
+
+def transformer_lens_folded(vit):
+    """TransformerLens's ``fold_value_biases``, written out on a copy of the weights: each block's
+    output bias becomes ``b_O + Σ_h W_O[:, h] b_V,h`` and the value bias becomes 0. The model's
+    output is unchanged (each row of the attention sums to 1)."""
+    model = copy.deepcopy(vit.model)
+    with torch.no_grad():
+        for block in model.blocks:
+            width = block.attn.proj.in_features
+            value_bias = block.attn.qkv.bias[2 * width :].clone()
+            block.attn.proj.bias += block.attn.proj.weight @ value_bias
+            block.attn.qkv.bias[2 * width :] = 0
+    return analysis.load_vit(model, device="cpu")
+
+
+def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vit):
+    """``fold_value_biases=True`` on the model equals the default on TransformerLens's folded
+    weights, term by term; the default keeps each head's value bias in its head; both sum to the logit."""
+    from analysis.circuits import direct_logit_attribution
+
+    vit = demo_vit
+    assert float(vit.model.blocks[0].attn.qkv.bias.abs().max()) > 0  # there is a value bias to move
+    pixels = random_pixels(vit, batch=2, seed=9)
+    folded = direct_logit_attribution(vit, pixels, fold_value_biases=True)
+    folded_weights = transformer_lens_folded(vit)
+    with torch.no_grad():
+        assert_close(folded_weights.model(pixels), vit.model(pixels))
+    reference = direct_logit_attribution(folded_weights, pixels, target=folded.targets)
+    for name in ("heads", "head_bias", "embedding", "mlps", "constant", "target_logit"):
+        assert_close(getattr(folded, name), getattr(reference, name))
+    kept = direct_logit_attribution(vit, pixels, target=folded.targets)
+    assert float((kept.heads - folded.heads).abs().max()) > 1e-3 * float(kept.heads.abs().max())
+    for result in (kept, folded):
+        assert_close(result.total(), result.target_logit)
+    torch.testing.assert_close(
+        kept.heads.sum((1, 2, 3)) + kept.head_bias.sum((1, 2)), folded.heads.sum((1, 2, 3)) + folded.head_bias.sum((1, 2))
+    )

@@ -101,7 +101,9 @@ class DirectLogitAttribution:
         return torch.stack([self.heads.sum((2, 3)) + self.head_bias.sum(-1), self.mlps.sum(-1)], dim=-1)
 
 
-def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=None) -> DirectLogitAttribution:
+def direct_logit_attribution(
+    vit, pixels: torch.Tensor, *, target=None, versus=None, fold_value_biases: bool = False
+) -> DirectLogitAttribution:
     """Decompose the target logit of each image into direct contributions (module docstring).
 
     Args:
@@ -109,6 +111,15 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
         pixels: ``(B, 3, H, W)`` preprocessed input.
         target: ``None`` (each image's predicted class), a class, or one class per image.
         versus: optional second class (or one per image): decompose ``logit_target − logit_versus``.
+        fold_value_biases: ``False`` (default): each head's value bias ``b_V,h`` stays in its head's
+            term (``z_h = P_h·v_h`` with ``v_h = W_V,h x + b_V,h``). ``True``: TransformerLens's
+            convention (``fold_value_biases=True`` of ``HookedTransformer.from_pretrained``): since
+            each row of ``P_h`` sums to 1, ``b_V,h`` reaches the output as the constant
+            ``γ ⊙ W_O[:, h] b_V,h``, which moves from head ``h``'s term into ``head_bias``:
+
+                a_{l,h} = γ ⊙ W_O[:, h] (z_h − b_V,h);    a_l^bias = γ ⊙ (b_O + Σ_h W_O[:, h] b_V,h)
+
+            The sum over all parts is the same in both.
 
     The forward pass runs in float32 (no autocast), so the terms sum to the logit to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
@@ -126,7 +137,9 @@ def direct_logit_attribution(vit, pixels: torch.Tensor, *, target=None, versus=N
         versus_targets = resolve_targets(versus, logits.cpu(), spec).to(logits.device)
         return weights - F.one_hot(versus_targets, logits.shape[-1]).float(), torch.stack([targets, versus_targets], -1)
 
-    return output_attribution(vit, pixels, class_weights, what="direct_logit_attribution")
+    return output_attribution(
+        vit, pixels, class_weights, what="direct_logit_attribution", fold_value_biases=fold_value_biases
+    )
 
 
 def output_attribution(
@@ -137,6 +150,7 @@ def output_attribution(
     what: str = "output_attribution",
     by_source: bool = False,
     attention_pool: bool = False,
+    fold_value_biases: bool = False,
 ) -> DirectLogitAttribution:
     """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
     direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
@@ -146,6 +160,7 @@ def output_attribution(
     the tokens it attended to (``heads_by_source``; Gandelsman et al. 2024's spatial decomposition).
     ``attention_pool``: read an attention-pooling head with its probabilities frozen, its MLP
     branch a named remainder (``pool_mlp``; see :class:`_Readout`); else such a head is refused.
+    ``fold_value_biases``: as :func:`direct_logit_attribution` (TransformerLens's convention).
 
     The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
@@ -181,11 +196,16 @@ def output_attribution(
         reads = readout.per_token_direction(direction) if by_source else None  # (B, T, D)
         for layer, site in enumerate(sites):
             per_head, bias_term, weight, scale = _head_parts(model, cache, layer, site)
+            value_bias = _value_bias(site, layer, per_head.shape[1]).to(per_head.device) if fold_value_biases else None
+            if value_bias is not None:  # (heads, d): γ ⊙ W_O[:, h] b_V,h moves from each head to the bias
+                constants = torch.einsum("hd,ehd->he", value_bias, weight.float().unflatten(1, value_bias.shape)) * scale
+                per_head = per_head - constants[None, :, None, :]
+                bias_term = bias_term + constants.sum(0)
             heads.append(
                 torch.stack([project(per_head[:, h]) for h in range(per_head.shape[1])], dim=1)
             )  # (B, heads, T)
             if reads is not None:
-                by_sources.append(_by_source(cache, layer, weight, scale, reads))
+                by_sources.append(_by_source(cache, layer, weight, scale, reads, value_bias))
             head_bias.append(project(bias_term))
             mlps.append(project(cache[f"blocks.{layer}.mlp.out"]))
         embedding = project(cache["blocks.0.resid_pre"])
@@ -204,15 +224,19 @@ def output_attribution(
     )
 
 
-def _by_source(cache, layer: int, weight: torch.Tensor, scale, reads: torch.Tensor) -> torch.Tensor:
+def _by_source(
+    cache, layer: int, weight: torch.Tensor, scale, reads: torch.Tensor, value_bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(B, heads, T)``: block ``layer``'s head terms by the key token each head read,
     ``Σ_q P[h, q, s] · (γ ⊙ W_O[:, h] v[h, s]) · g_q`` with ``g_q`` (``reads``, ``(B, T, D)``) the
-    readout's linear map at query token ``q``."""
+    readout's linear map at query token ``q``; ``value_bias`` ``(heads, d)``: folded out of ``v``."""
     probs = cache[f"blocks.{layer}.attn.probs"].float()  # (B, heads, T, T)
     values = cache[f"blocks.{layer}.attn.v"].float()  # (B, kv_heads, T, d)
     heads = probs.shape[1]
     if values.shape[1] != heads:  # grouped-query values, repeated per head
         values = values.repeat_interleave(heads // values.shape[1], dim=1)
+    if value_bias is not None:
+        values = values - value_bias[None, :, None, :]
     written = torch.einsum("bhsd,ehd->bhse", values, weight.float().unflatten(1, (heads, values.shape[-1]))) * scale
     read = torch.einsum("bhse,bqe->bhqs", written, reads)  # (B, heads, T_query, T_key)
     return (read * probs).sum(2)
@@ -289,6 +313,31 @@ def _projection(site, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         else torch.zeros(projection.out_features, device=projection.weight.device)
     )
     return projection.weight, bias
+
+
+def _value_bias(site, layer: int, heads: int) -> torch.Tensor:
+    """``(heads, d)`` the value projection's bias ``b_V`` of block ``layer``'s attention, per head
+    (grouped-query values repeated per head; zeros without a bias), read from the module's own
+    parameters: a fused ``qkv`` linear layer (its last third), timm's separate ``v_bias`` (EVA,
+    BEiT) or a ``v_proj`` linear layer."""
+    module = site.module
+    width = _projection(site, layer)[0].shape[1]  # heads · d
+    qkv, bias = getattr(module, "qkv", None), None
+    if isinstance(getattr(module, "v_bias", None), torch.Tensor):
+        bias = module.v_bias
+    elif isinstance(qkv, nn.Linear) and qkv.out_features == 3 * width:
+        bias = None if qkv.bias is None else qkv.bias[2 * width :]
+    elif isinstance(getattr(module, "v_proj", None), nn.Linear):
+        bias = module.v_proj.bias
+    else:
+        raise AnalysisError(
+            f"Block {layer}'s attention ({type(module).__name__}) has no value projection read here (a qkv "
+            "linear layer, v_bias or v_proj): fold_value_biases=True is not defined for it; use fold_value_biases=False."
+        )
+    if bias is None:
+        return torch.zeros(heads, width // heads)
+    bias = bias.detach().float().reshape(-1, width // heads)  # (kv_heads, d)
+    return bias.repeat_interleave(heads // bias.shape[0], dim=0) if bias.shape[0] != heads else bias
 
 
 def _layer_scale(block: nn.Module):
