@@ -190,3 +190,70 @@ def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vi
     torch.testing.assert_close(
         kept.heads.sum((1, 2, 3)) + kept.head_bias.sum((1, 2)), folded.heads.sum((1, 2, 3)) + folded.head_bias.sum((1, 2))
     )
+
+
+# --------------------------------------------------------------------------- LeGrad's readout
+
+
+@pytest.fixture(scope="module")
+def demo_clip():
+    return analysis.load_clip("demo_clip", device="cpu")
+
+
+def legrad_published(clip, pixels: torch.Tensor, text: torch.Tensor, layers: int, mean_tokens: bool) -> torch.Tensor:
+    """LeGrad's ``compute_legrad_clip`` written out on a copy of the image tower with plain hooks:
+    for each of the last ``layers`` blocks, its output's mean token (``mean_tokens``; else its
+    class token) through ``ln_post`` and ``proj``, normalised, dotted with the normalised text
+    embedding; the positive gradient of the sum with respect to that block's attention, mean over
+    heads and query rows, patches only; summed over the blocks and min–max per image (on the patch
+    grid: before that code's bilinear upsampling)."""
+    model = copy.deepcopy(clip.image.model).eval()
+    probs: dict[int, torch.Tensor] = {}
+    streams: dict[int, torch.Tensor] = {}
+    for i, block in enumerate(model.blocks):
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(lambda m, a, out, i=i: probs.__setitem__(i, out))
+        block.register_forward_hook(lambda m, a, out, i=i: streams.__setitem__(i, out))
+    model(pixels.clone().requires_grad_(True))
+    text = torch.nn.functional.normalize(text.float(), dim=-1)  # (1, E)
+    total = 0
+    depth = len(model.blocks)
+    for layer in range(depth - layers, depth):
+        feature = streams[layer].mean(1) if mean_tokens else streams[layer][:, 0]  # (B, D)
+        feature = torch.nn.functional.normalize(model.norm(feature) @ model.head.weight.T, dim=-1)  # (B, E)
+        similarity = (text @ feature.T).sum()
+        (gradient,) = torch.autograd.grad(similarity, [probs[layer]], retain_graph=True)
+        total = total + gradient.clamp(min=0).mean(1).mean(1)[:, 1:]  # (B, N)
+    low, high = total.min(1, keepdim=True).values, total.max(1, keepdim=True).values
+    return (total - low) / (high - low)
+
+
+@pytest.mark.parametrize("readout", ["class_token", "mean_tokens"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_legrad_readout_follows_legrads_code(demo_clip, readout, layers):
+    from analysis.text import explain_text
+
+    clip = demo_clip
+    assert clip.image.model.head.bias is None  # open_clip's proj has no bias, as the code assumes
+    pixels = random_pixels(clip.image, batch=2, seed=10)
+    prompt = "a red circle"
+    expected = legrad_published(
+        clip, pixels, clip.encode_text([prompt]).embeddings, layers, mean_tokens=readout == "mean_tokens"
+    )
+    got = explain_text(clip, pixels, prompt, method="legrad", layers=layers, readout=readout)
+    assert_close(got.maps.reshape(2, -1), expected)
+
+
+def test_legrad_default_readout_is_the_class_token_and_the_readouts_differ(demo_clip):
+    from analysis.text import explain_text
+
+    clip = demo_clip
+    pixels = random_pixels(clip.image, batch=1, seed=11)
+    default = explain_text(clip, pixels, "a blue square", method="legrad").maps
+    torch.testing.assert_close(
+        default, explain_text(clip, pixels, "a blue square", method="legrad", readout="class_token").maps, rtol=0, atol=0
+    )
+    mean = explain_text(clip, pixels, "a blue square", method="legrad", readout="mean_tokens").maps
+    assert float((mean - default).abs().max()) > 1e-2
+    with pytest.raises(AnalysisError, match="readout='patches' is not a LeGrad readout"):
+        explain_text(clip, pixels, "a blue square", method="legrad", readout="patches")

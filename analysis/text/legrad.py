@@ -10,10 +10,15 @@ to the attention ``A^l`` of the same block and keeps the positive part:
 
 Choices, as LeGrad's reference code (github.com/WalBouss/LeGrad, ``layer_index=-2``) unless said:
 the last two blocks by default; each image's map min–max normalised to 0–1 (a constant map is all
-zeros); the intermediate readout is the model's own (the class token for CLIP; that code averages
-every token of an open_clip CLIP instead), and for an attention-pooling model (SigLIP) the
-gradient is taken at the block's self-attention, not at the pooling head's attention, and
-without that code's "empty prompt" correction, so one rule serves every model.
+zeros); for an attention-pooling model (SigLIP) the gradient is taken at the block's
+self-attention, not at the pooling head's attention, and without that code's "empty prompt"
+correction, so one rule serves every model. The intermediate readout (``readout=``):
+
+* ``"class_token"`` (default): the model's own readout, ``u^l = head(norm(x^l))`` pooled as the
+  model pools (the class token for CLIP, the pooling head for SigLIP);
+* ``"mean_tokens"``: LeGrad's code for an open_clip CLIP, the mean over every token (class token
+  included) through the final norm and the projection, ``u^l = head(norm(mean_t x^l_t))``
+  (class-token models only). Its map on the patch grid is that code's before its bilinear upsampling.
 """
 
 from __future__ import annotations
@@ -27,17 +32,20 @@ from ..errors import AnalysisError
 from ..map_scaling import scale_min_max
 from ..windowed import refuse_windowed
 
-__all__ = ["legrad_text", "LEGRAD_LAYERS"]
+__all__ = ["legrad_text", "LEGRAD_LAYERS", "LEGRAD_READOUTS"]
 
 #: blocks read by default: the last two (LeGrad's ``layer_index=-2``).
 LEGRAD_LAYERS = 2
+#: the intermediate readouts (module docstring); the first is the default.
+LEGRAD_READOUTS = ("class_token", "mean_tokens")
 
 
 def legrad_text(
-    clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS
+    clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS, readout: str = LEGRAD_READOUTS[0]
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """``(maps (B, gh, gw) in 0–1, scores (B,), readout)``; see the module docstring. ``layers``:
-    how many of the last blocks to read (1 to all)."""
+    how many of the last blocks to read (1 to all). ``readout``: one of :data:`LEGRAD_READOUTS`
+    (``"mean_tokens"`` reproduces LeGrad's open_clip code)."""
     vit = clip.image
     refuse_windowed(vit, "LeGrad")
     spec = input_spec(vit, pixels)
@@ -45,6 +53,14 @@ def legrad_text(
     if layers > spec.num_layers:
         raise AnalysisError(f"layers={layers}, but the image tower has {spec.num_layers} blocks.")
     model = vit.model
+    if readout not in LEGRAD_READOUTS:
+        raise AnalysisError(f"readout={readout!r} is not a LeGrad readout; use one of {', '.join(LEGRAD_READOUTS)}.")
+    mean_tokens = readout == "mean_tokens"
+    if mean_tokens and (getattr(model, "attn_pool", None) is not None or getattr(model, "global_pool", None) != "token"):
+        raise AnalysisError(
+            "readout='mean_tokens' is LeGrad's readout of a class-token CLIP (the mean token through the final "
+            "norm and projection); this image tower pools otherwise: use readout='class_token'."
+        )
     read = list(range(spec.num_layers - layers, spec.num_layers))
     pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     streams: dict[int, torch.Tensor] = {}  # x^l, in the graph
@@ -66,7 +82,8 @@ def legrad_text(
         require_every_layer(read, kept)
         require_every_layer(read, streams, "block output")
         for layer in read:
-            layer_score = clip.logits(model.forward_head(model.norm(streams[layer])), text.embeddings).sum()
+            stream = streams[layer].mean(1, keepdim=True) if mean_tokens else streams[layer]  # (B, T or 1, D)
+            layer_score = clip.logits(model.forward_head(model.norm(stream)), text.embeddings).sum()
             (gradient,) = torch.autograd.grad(layer_score, [kept[layer]], retain_graph=True, allow_unused=True)
             if gradient is not None:  # (B, heads, T, T): mean over heads and query rows
                 total += gradient.detach().clamp(min=0).mean((1, 2)).double().cpu()
@@ -75,5 +92,6 @@ def legrad_text(
     return (
         scale_min_max(patches).float(),
         scores,
-        f"min-max of the positive gradients of each of the last {layers} blocks' own score, mean over heads and queries",
+        f"min-max of the positive gradients of each of the last {layers} blocks' own score "
+        f"({'its mean token' if mean_tokens else 'read as the model reads its last block'}), mean over heads and queries",
     )
