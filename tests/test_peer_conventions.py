@@ -257,3 +257,126 @@ def test_legrad_default_readout_is_the_class_token_and_the_readouts_differ(demo_
     assert float((mean - default).abs().max()) > 1e-2
     with pytest.raises(AnalysisError, match="readout='patches' is not a LeGrad readout"):
         explain_text(clip, pixels, "a blue square", method="legrad", readout="patches")
+
+
+# --------------------------------------------------------------------------- TextSpan's head vectors
+
+
+def textspan_published(clip, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TextSpan's ``PRSLogger`` (``prs_hook.py``) written out from the image tower's weights: per
+    head, its output at the class token ``Σ_s A[h, 0, s] v[h, s] W_O[:, h]`` (explicit softmax of
+    ``q·kᵀ/√d``) plus ``b_O/H``; the embeddings (``ln_pre``'s output) and every MLP's output at the
+    class token; then ``_normalize_attentions`` / ``_normalize_mlps`` with ``len_intermediates =
+    2L + 1`` and ``finalize``'s division by the embedding's norm. Returns ``(heads (B, L, H, E),
+    mlps (B, L + 1, E), embedding (B, E))``, mlps[:, 0] the embeddings as in that code."""
+    model = clip.image.model
+    x = model.patch_embed(pixels)
+    x = model._pos_embed(x)
+    x = model.norm_pre(x)  # ln_pre
+    mlps, attentions = [x[:, 0]], []
+    for block in model.blocks:
+        attn = block.attn
+        heads, width = attn.num_heads, x.shape[-1]
+        d = width // heads
+        h_in = block.norm1(x)
+        q, k, v = attn.qkv(h_in).reshape(x.shape[0], x.shape[1], 3, heads, d).unbind(2)
+        q, k = attn.q_norm(q.transpose(1, 2)), attn.k_norm(k.transpose(1, 2))
+        probs = torch.softmax(q @ k.transpose(-1, -2) / d**0.5, dim=-1)  # (B, H, T, T)
+        z = probs @ v.transpose(1, 2)  # (B, H, T, d)
+        w_o = attn.proj.weight.reshape(width, heads, d)
+        per_head = torch.stack([z[:, h, 0] @ w_o[:, h].T for h in range(heads)], 1)  # (B, H, D) at the class token
+        attentions.append(per_head + attn.proj.bias / heads)
+        branch = attn.proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], width))
+        x = x + block.ls1(branch)
+        mlp = block.ls2(block.mlp(block.norm2(x)))
+        mlps.append(mlp[:, 0])
+        x = x + mlp
+    attentions, mlps = torch.stack(attentions, 1), torch.stack(mlps, 1)  # (B, L, H, D), (B, L + 1, D)
+    cls = x[:, 0]
+    mean, std = cls.mean(-1), (cls.var(-1, unbiased=False) + model.norm.eps).sqrt()  # ln_post.mean / .sqrt_var
+    intermediates = attentions.shape[1] + mlps.shape[1]
+    ln, proj = model.norm, model.head.weight.T
+    heads_count = attentions.shape[2]
+    centred = attentions - mean[:, None, None, None] / (intermediates * heads_count)
+    post = ln.weight * centred / std[:, None, None, None] + ln.bias / (intermediates * heads_count)
+    projected_heads = post @ proj
+    post_mlps = ln.weight * (mlps - mean[:, None, None] / intermediates) / std[:, None, None] + ln.bias / intermediates
+    projected_mlps = post_mlps @ proj
+    representation = model(pixels)
+    norm = representation.norm(dim=-1)
+    return (
+        projected_heads / norm[:, None, None, None],
+        projected_mlps[:, 1:] / norm[:, None, None],
+        projected_mlps[:, 0] / norm[:, None],
+    )
+
+
+def test_textspan_head_vectors_follow_textspans_code(demo_clip):
+    from analysis.circuits.attribution import head_output_vectors, output_vector_parts
+
+    clip = demo_clip
+    model = clip.image.model
+    assert model.head.bias is None and model.global_pool == "token"  # CLIP's readout, as that code reads it
+    pixels = random_pixels(clip.image, batch=2, seed=12)
+    with torch.no_grad():
+        heads, mlps, embedding = textspan_published(clip, pixels)
+    parts = output_vector_parts(clip.image, pixels, head_vectors="textspan")
+    assert_close(parts.heads, heads)
+    assert_close(parts.mlps, mlps)
+    assert_close(parts.embedding, embedding)
+    assert_close(head_output_vectors(clip.image, pixels, [-1, 0], head_vectors="textspan"), heads[:, [-1, 0]])
+
+
+@pytest.mark.parametrize("head_vectors", ["centred", "textspan"])
+def test_the_parts_sum_to_the_image_embedding_in_both_conventions(demo_clip, head_vectors):
+    """``"centred"``: the parts sum to the embedding ``u``; ``"textspan"``: to ``u/‖u‖`` (that
+    code's ``finalize`` divides every part by ``‖u‖``). The centred heads are head_output_vectors'
+    default, unchanged."""
+    from analysis.circuits.attribution import head_output_vectors, output_vector_parts
+
+    clip = demo_clip
+    pixels = random_pixels(clip.image, batch=2, seed=13)
+    parts = output_vector_parts(clip.image, pixels, head_vectors=head_vectors)
+    with torch.no_grad():
+        embedding = clip.image.model(pixels)
+    expected = embedding if head_vectors == "centred" else embedding / embedding.norm(dim=-1, keepdim=True)
+    assert_close(parts.output, expected)
+    assert_close(parts.total(), expected)
+    if head_vectors == "centred":
+        torch.testing.assert_close(parts.heads, head_output_vectors(clip.image, pixels), rtol=1e-5, atol=1e-6)
+
+
+def test_textspan_convention_differs_and_is_refused_where_undefined(demo_clip):
+    from analysis.circuits.attribution import head_output_vectors
+    from conftest import make_vit
+
+    pixels = random_pixels(demo_clip.image, batch=1, seed=14)
+    centred = head_output_vectors(demo_clip.image, pixels)
+    textspan = head_output_vectors(demo_clip.image, pixels, head_vectors="textspan")
+    scaled = centred / demo_clip.image.model(pixels).norm(dim=-1)[:, None, None, None]  # same scale, other centring
+    assert float((textspan - scaled).abs().max()) > 1e-3 * float(scaled.abs().max())
+    with pytest.raises(AnalysisError, match="head_vectors='raw' is not a convention"):
+        head_output_vectors(demo_clip.image, pixels, head_vectors="raw")
+    pooled = make_vit("no_class_token", num_classes=10)  # mean pooling: not TextSpan's readout
+    with pytest.raises(AnalysisError, match="follows TextSpan's code for CLIP"):
+        head_output_vectors(pooled, random_pixels(pooled, batch=1), head_vectors="textspan")
+
+
+def test_head_texts_search_the_convention_asked_for(demo_clip):
+    """head_texts(head_vectors="textspan") runs TextSpan's search on TextSpan's vectors."""
+    import torch.nn.functional as F
+
+    from analysis.circuits.attribution import head_output_vectors
+    from analysis.text import head_texts, text_span
+
+    clip = demo_clip
+    pixels = random_pixels(clip.image, batch=4, seed=15)
+    vocabulary = ["a red circle", "a blue square", "a green star", "a big dog", "a small cat"]
+    result = head_texts(clip, pixels, vocabulary, layers=[-1], texts_per_head=2, rank=None, head_vectors="textspan")
+    vectors = head_output_vectors(clip.image, pixels, [-1], head_vectors="textspan")  # (B, 1, heads, E)
+    texts = F.normalize(clip.encode_text(vocabulary).embeddings, dim=-1)
+    for head in range(vectors.shape[2]):
+        picked, shares, total = text_span(vectors[:, 0, head], texts, 2, None)
+        description = result.of(clip.spec.num_layers - 1, head)
+        assert description.texts == tuple(vocabulary[i] for i in picked)
+        assert description.variance == pytest.approx(total, rel=1e-6)

@@ -44,7 +44,19 @@ from ..explanations.gradients import resolve_targets
 from ..windowed import refuse_windowed
 from .ablation import check_separable_heads
 
-__all__ = ["DirectLogitAttribution", "direct_logit_attribution", "output_attribution", "head_output_vectors"]
+__all__ = [
+    "DirectLogitAttribution",
+    "direct_logit_attribution",
+    "output_attribution",
+    "head_output_vectors",
+    "OutputVectorParts",
+    "output_vector_parts",
+    "HEAD_VECTORS",
+]
+
+#: how the final norm's shifts are shared among the parts of an output vector
+#: (:func:`output_vector_parts`); the first is the default.
+HEAD_VECTORS = ("centred", "textspan")
 
 
 @dataclass(frozen=True)
@@ -242,12 +254,21 @@ def _by_source(
     return (read * probs).sum(2)
 
 
-def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_pool: bool = False) -> torch.Tensor:
+def head_output_vectors(
+    vit, pixels: torch.Tensor, layers=None, *, attention_pool: bool = False, head_vectors: str = HEAD_VECTORS[0]
+) -> torch.Tensor:
     """``(B, len(layers), heads, outputs)``: each head's direct contribution to the model's output
     vector (an embedding, or the logits), summed over the tokens it wrote to, through the readout
     with its norms' scales frozen and without their shifts (module docstring): the vectors that
     :func:`output_attribution` reads along one direction. ``layers``: model layer indices (``None``:
-    every layer). ``attention_pool``: as :func:`output_attribution`."""
+    every layer). ``attention_pool``: as :func:`output_attribution`. ``head_vectors``: ``"centred"``
+    (default, each part centred on its own) or ``"textspan"`` (TextSpan's convention; see
+    :func:`output_vector_parts`)."""
+    if head_vectors not in HEAD_VECTORS:
+        raise AnalysisError(f"head_vectors={head_vectors!r} is not a convention; use one of {', '.join(HEAD_VECTORS)}.")
+    if head_vectors == "textspan":
+        parts = output_vector_parts(vit, pixels, head_vectors="textspan", attention_pool=attention_pool)
+        return parts.heads[:, list(resolve_layers(layers, vit.spec.num_layers))]
     refuse_windowed(vit, "head_output_vectors")
     model, spec = vit.model, vit.spec
     check_separable_heads(vit, "head_output_vectors")
@@ -274,6 +295,154 @@ def head_output_vectors(vit, pixels: torch.Tensor, layers=None, *, attention_poo
             per_head = _head_parts(model, cache, layer, sites[layer])[0]  # (B, heads, T, D)
             vectors.append(torch.stack([readout.vector(per_head[:, h]) for h in range(per_head.shape[1])], 1))
     return torch.stack(vectors, 1).cpu()
+
+
+@dataclass(frozen=True)
+class OutputVectorParts:
+    """The model's output vector (an image embedding, or the logits) as a sum of direct parts.
+
+    Attributes:
+        embedding: ``(B, E)`` the embeddings (block 0's input).
+        heads: ``(B, L, heads, E)`` each head, summed over the tokens it wrote to.
+        head_bias: ``(B, L, E)`` each block's output-projection bias (zero under ``"textspan"``,
+            which shares it among the block's heads).
+        mlps: ``(B, L, E)`` each block's MLP.
+        constant: ``(B, E)`` the norms' shifts and the head's bias (zero under ``"textspan"``, which
+            shares them among the parts).
+        pool_mlp: ``(B, E)`` an attention-pooling head's MLP branch (``attention_pool=True``), else ``None``.
+        output: ``(B, E)`` what the parts sum to: the model's output ``u`` (``"centred"``) or
+            ``u/‖u‖`` (``"textspan"``).
+        head_vectors: the convention, one of :data:`HEAD_VECTORS`.
+    """
+
+    embedding: torch.Tensor
+    heads: torch.Tensor
+    head_bias: torch.Tensor
+    mlps: torch.Tensor
+    constant: torch.Tensor
+    pool_mlp: torch.Tensor | None
+    output: torch.Tensor
+    head_vectors: str
+
+    def total(self) -> torch.Tensor:
+        """``(B, E)`` the sum of every part (equals :attr:`output`; tested at 1e-5)."""
+        total = self.embedding + self.heads.sum((1, 2)) + self.head_bias.sum(1) + self.mlps.sum(1) + self.constant
+        return total if self.pool_mlp is None else total + self.pool_mlp
+
+
+def output_vector_parts(
+    vit, pixels: torch.Tensor, *, head_vectors: str = HEAD_VECTORS[0], attention_pool: bool = False
+) -> OutputVectorParts:
+    """The output vector ``u`` of each image as a sum of the embeddings', heads', output biases',
+    MLPs' and the readout's direct parts, the final norm's scale ``σ`` frozen (module docstring).
+    The two conventions differ in where the norm's mean and shifts go:
+
+    * ``"centred"`` (default): each part ``p`` is centred on its own mean and the shifts are one
+      ``constant`` part: ``r(p) = W·(γ ⊙ (p − mean(p))/σ)``, ``constant = W·β + b``; they sum to ``u``.
+    * ``"textspan"``: TextSpan's repository (``prs_hook.py``): the norm's mean ``μ`` of the
+      pooled token and its shift ``β`` (and the head's bias ``b``) are shared equally among the
+      ``N = 2L + 1`` parts (the embeddings, ``L`` attention blocks, ``L`` MLPs), a block's share
+      and its output bias ``b_O`` equally among its ``H`` heads, and every part is divided by the
+      image embedding's norm ``‖u‖``:
+
+          r(p, k) = (W·(γ ⊙ (p − k·μ/N)/σ + k·β/N) + k·b/N) / ‖u‖,   k = 1 (embeddings, MLPs), 1/H (a head,
+          whose ``p`` includes ``γ_l ⊙ b_O/H``)
+
+      they sum to ``u/‖u‖``. Defined for a class-token readout through a LayerNorm and a linear
+      projection (CLIP); other readouts are refused with the reason.
+
+    ``attention_pool``: as :func:`output_attribution` (``"centred"`` only).
+    """
+    if head_vectors not in HEAD_VECTORS:
+        raise AnalysisError(f"head_vectors={head_vectors!r} is not a convention; use one of {', '.join(HEAD_VECTORS)}.")
+    refuse_windowed(vit, "output_vector_parts")
+    model, spec = vit.model, vit.spec
+    check_separable_heads(vit, "output_vector_parts")
+    textspan = head_vectors == "textspan"
+    if textspan:
+        _require_textspan_readout(model)
+    layers = spec.num_layers
+    names = ["blocks.0.resid_pre", f"blocks.{layers - 1}.resid_post"]
+    names += [f"blocks.{layer}.{point}" for layer in range(layers) for point in ("attn.z", "attn.out", "mlp.out")]
+    pooled_by_attention = attention_pool and getattr(model, "attn_pool", None) is not None
+    if pooled_by_attention:
+        names.append(POOL_NAME)
+    cache = run_with_cache(vit, pixels, names=names, precision="float32", to_cpu=False)
+    output = cache.output.float()  # (B, E)
+    final = cache[f"blocks.{layers - 1}.resid_post"].float()
+    with torch.no_grad():
+        readout = _Readout(
+            model, final, spec, attention_pool=attention_pool, pool_probs=cache[POOL_NAME] if pooled_by_attention else None
+        )
+        sites = block_sites(model)
+        heads, head_bias, mlps = [], [], []
+        parts = [_head_parts(model, cache, layer, site) for layer, site in enumerate(sites)]
+        if textspan:
+            share = _TextSpanShare(model, readout, final, output, 2 * layers + 1)
+            for per_head, bias_term, _, _ in parts:
+                count = per_head.shape[1]
+                heads.append(share(per_head[:, :, 0] + bias_term[:, None, 0] / count, 1.0 / count))  # (B, H, E)
+                head_bias.append(torch.zeros_like(output))
+            mlps = [share(cache[f"blocks.{layer}.mlp.out"][:, 0].float(), 1.0) for layer in range(layers)]
+            embedding = share(cache["blocks.0.resid_pre"][:, 0].float(), 1.0)
+            constant, pool_mlp, total = torch.zeros_like(output), None, output / output.norm(dim=-1, keepdim=True)
+        else:
+            for per_head, bias_term, _, _ in parts:
+                heads.append(torch.stack([readout.vector(per_head[:, h]) for h in range(per_head.shape[1])], 1))
+                head_bias.append(readout.vector(bias_term))
+            mlps = [readout.vector(cache[f"blocks.{layer}.mlp.out"].float()) for layer in range(layers)]
+            embedding = readout.vector(cache["blocks.0.resid_pre"].float())
+            constant, pool_mlp, total = readout.constant_vector(), readout.pool_remainder_vector(), output
+    return OutputVectorParts(
+        embedding=embedding.cpu(),
+        heads=torch.stack(heads, 1).cpu(),
+        head_bias=torch.stack(head_bias, 1).cpu(),
+        mlps=torch.stack(mlps, 1).cpu(),
+        constant=constant.cpu(),
+        pool_mlp=None if pool_mlp is None else pool_mlp.cpu(),
+        output=total.cpu(),
+        head_vectors=head_vectors,
+    )
+
+
+def _require_textspan_readout(model: Any) -> None:
+    """AnalysisError unless the readout is TextSpan's: the class token through a LayerNorm and a linear head."""
+    norm, head = getattr(model, "norm", None), getattr(model, "head", None)
+    fc_norm = getattr(model, "fc_norm", None)
+    if (
+        getattr(model, "attn_pool", None) is not None
+        or getattr(model, "global_pool", None) != "token"
+        or not isinstance(norm, nn.LayerNorm)
+        or not (fc_norm is None or isinstance(fc_norm, nn.Identity))
+        or not isinstance(head, nn.Linear)
+    ):
+        raise AnalysisError(
+            "head_vectors='textspan' follows TextSpan's code for CLIP: the class token through the final "
+            "LayerNorm and a linear projection; this model reads its output otherwise (another pooling, "
+            "an attention-pooling head or a second norm): use head_vectors='centred'."
+        )
+
+
+class _TextSpanShare:
+    """TextSpan's per-part readout ``r(p, k)`` (:func:`output_vector_parts`): ``p`` ``(B, ..., D)``
+    a part at the class token, ``k`` its share of the final norm's mean and shifts."""
+
+    def __init__(self, model: Any, readout: _Readout, final: torch.Tensor, output: torch.Tensor, parts: int) -> None:
+        norm, head = model.norm, model.head
+        self.mean = final[:, 0].mean(-1)  # (B,) μ of the pooled token
+        self.scale = readout.norm_scale[:, 0, 0]  # (B,) σ, frozen
+        self.gamma = norm.weight.float() if norm.weight is not None else torch.ones_like(final[0, 0])
+        self.beta = norm.bias.float() if norm.bias is not None else torch.zeros_like(final[0, 0])
+        self.weight = head.weight.float()  # (E, D)
+        self.bias = head.bias.float() if head.bias is not None else torch.zeros(head.out_features, device=final.device)
+        self.length = output.norm(dim=-1)  # (B,) ‖u‖
+        self.parts = parts
+
+    def __call__(self, part: torch.Tensor, share: float) -> torch.Tensor:
+        extra = (1,) * (part.ndim - 2)  # broadcast the per-image values over any middle axes (heads)
+        mean = self.mean.reshape(-1, *extra, 1) * share / self.parts
+        normed = self.gamma * (part - mean) / self.scale.reshape(-1, *extra, 1) + self.beta * share / self.parts
+        return (normed @ self.weight.T + self.bias * share / self.parts) / self.length.reshape(-1, *extra, 1)
 
 
 # --------------------------------------------------------------------------- model pieces
@@ -318,8 +487,8 @@ def _projection(site, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _value_bias(site, layer: int, heads: int) -> torch.Tensor:
     """``(heads, d)`` the value projection's bias ``b_V`` of block ``layer``'s attention, per head
     (grouped-query values repeated per head; zeros without a bias), read from the module's own
-    parameters: a fused ``qkv`` linear layer (its last third), timm's separate ``v_bias`` (EVA,
-    BEiT) or a ``v_proj`` linear layer."""
+    parameters: a fused ``qkv`` linear layer (its last third) or separate q, k, v layers joined as
+    ``qkv`` (its last), timm's separate ``v_bias`` (EVA, BEiT) or a ``v_proj`` linear layer."""
     module = site.module
     width = _projection(site, layer)[0].shape[1]  # heads · d
     qkv, bias = getattr(module, "qkv", None), None
@@ -327,6 +496,8 @@ def _value_bias(site, layer: int, heads: int) -> torch.Tensor:
         bias = module.v_bias
     elif isinstance(qkv, nn.Linear) and qkv.out_features == 3 * width:
         bias = None if qkv.bias is None else qkv.bias[2 * width :]
+    elif isinstance(getattr(qkv, "parts", None), nn.ModuleList) and isinstance(qkv.parts[-1], nn.Linear):
+        bias = qkv.parts[-1].bias  # separate q, k, v projections joined (a converted Hugging Face model)
     elif isinstance(getattr(module, "v_proj", None), nn.Linear):
         bias = module.v_proj.bias
     else:
@@ -377,6 +548,7 @@ class _Readout:
                 "direct logit attribution is not defined for it."
             )
         tokens = final.shape[1]
+        self.final_shape = tuple(final.shape)  # (B, T, D)
         weights = torch.zeros(tokens, device=final.device)  # (T,) the pooling's weight on each token
         pool = getattr(model, "global_pool", "token")
         if self.pool is not None:
@@ -540,8 +712,11 @@ class _Readout:
     def constant(self, direction: torch.Tensor) -> torch.Tensor:
         """``(B,)``: the norms' shifts (and an attention-pooling head's biases) through the rest of
         the readout, along ``direction``."""
-        dim = direction.shape[-1]
-        shift = torch.zeros(direction.shape[0], 1, dim, device=direction.device)
+        return (self._shift_pooled(direction.shape[0], direction.shape[-1], direction.device) * direction).sum(-1)
+
+    def _shift_pooled(self, batch: int, dim: int, device) -> torch.Tensor:
+        """``(B, D)``: the norms' shifts (and an attention-pooling head's biases) after the pooled norm."""
+        shift = torch.zeros(batch, 1, dim, device=device)
         beta = self.norm.bias.float() if self.norm is not None and self.norm.bias is not None else None
         if self.pool is not None:
             values = 0.0 if beta is None else self.pool.proj.weight.float() @ (self.pool.kv.weight[dim:].float() @ beta)
@@ -551,7 +726,26 @@ class _Readout:
         pooled = self._apply(self.fc_norm, shift, self.fc_scale_per_token, shift=False)[:, 0]
         if self.fc_norm is not None and self.fc_norm.bias is not None:
             pooled = pooled + self.fc_norm.bias.float()
-        return (pooled * direction).sum(-1)
+        return pooled
+
+    def _through_head(self, pooled: torch.Tensor, bias: bool) -> torch.Tensor:
+        if isinstance(self.head, nn.Identity):
+            return pooled
+        out = pooled @ self.head.weight.float().T
+        return out + self.head.bias.float() if bias and self.head.bias is not None else out
+
+    def constant_vector(self) -> torch.Tensor:
+        """``(B, outputs)``: the shifts and the head's bias as one output vector (:meth:`constant`'s vector)."""
+        batch, _, dim = self.final_shape
+        return self._through_head(self._shift_pooled(batch, dim, self.weights.device), bias=True)
+
+    def pool_remainder_vector(self) -> torch.Tensor | None:
+        """``(B, outputs)`` an attention-pooling head's ``mlp(norm(a))`` through the frozen
+        ``fc_norm`` and the head, or ``None`` without one."""
+        if self.pool is None:
+            return None
+        rest = self._apply(self.fc_norm, self.pool_rest[:, None], self.fc_scale_per_token, shift=False)[:, 0]
+        return self._through_head(rest, bias=False)
 
     def pool_remainder(self, direction: torch.Tensor) -> torch.Tensor | None:
         """``(B,)`` an attention-pooling head's ``mlp(norm(a))`` along ``direction`` (through the

@@ -16,6 +16,12 @@ Algorithm 1) greedily picks the texts whose embedding directions explain most of
 The picked directions are orthogonal, so the shares add up to the variance their span explains
 (at most 1). ``t_j`` are the unit text embeddings of the vocabulary (variances as in the paper's
 code: of ``C·t`` with the text vectors as they shrink, unnormalised).
+
+``head_vectors=`` picks how the final norm's mean and shifts are shared among the parts
+(:func:`analysis.circuits.attribution.output_vector_parts`): ``"centred"`` (default) centres each
+part on its own; ``"textspan"`` follows TextSpan's repository, which shares the norm's mean and
+shifts (and a block's output bias among its heads) equally among the parts and divides each by the
+image embedding's norm ``‖u‖`` (CLIP's class-token readout only).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import torch.nn.functional as F
 
 from ..arguments import resolve_layers
 from ..checks import check_int
-from ..circuits.attribution import head_output_vectors
+from ..circuits.attribution import HEAD_VECTORS, head_output_vectors
 from ..errors import AnalysisError, TextPromptError
 from ..progress import Progress
 from ..spec import input_spec
@@ -166,13 +172,15 @@ def head_texts(
     rank: int | None = 80,
     batch_size: int = 16,
     progress: Progress | None = None,
+    head_vectors: str = HEAD_VECTORS[0],
 ) -> HeadTexts:
     """Describe each head of ``layers`` (``None``: every layer) by the ``texts_per_head`` texts of
     ``vocabulary`` (``None``: the bundled :data:`DEFAULT_VOCABULARY`; a text file, one description a
     line; or a list) that explain most of its direct contribution's variance over ``images`` (a
     ``(N, 3, H, W)`` preprocessed tensor or a list of PIL images, N ≥ 2), by :func:`text_span`.
     ``rank``: as :func:`text_span` (``None``: no projection). ``progress(done, total)`` is called
-    after each batch of images with the images read so far."""
+    after each batch of images with the images read so far. ``head_vectors``: ``"centred"``
+    (default) or ``"textspan"`` (TextSpan's repository's vectors; module docstring)."""
     clip = require_clip(clip, "head_texts")
     pixels = _pixels(clip, images)
     input_spec(clip.image, pixels)
@@ -187,7 +195,9 @@ def head_texts(
     pieces = []
     for start in range(0, pixels.shape[0], batch_size):
         pieces.append(
-            head_output_vectors(clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True)
+            head_output_vectors(
+                clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True, head_vectors=head_vectors
+            )
         )
         if progress is not None:
             progress(min(start + batch_size, pixels.shape[0]), pixels.shape[0])
