@@ -380,3 +380,22 @@ def test_head_texts_search_the_convention_asked_for(demo_clip):
         description = result.of(clip.spec.num_layers - 1, head)
         assert description.texts == tuple(vocabulary[i] for i in picked)
         assert description.variance == pytest.approx(total, rel=1e-6)
+
+
+def test_legrad_mean_tokens_and_textspan_are_refused_for_an_attention_pooling_tower(tmp_path):
+    """LeGrad's mean-token readout and TextSpan's vectors are CLIP's (class token, linear
+    projection); a SigLIP tower pools with attention: both say so and name the default."""
+    pytest.importorskip("transformers", reason="the tiny SigLIP is a transformers model")
+    pytest.importorskip("tokenizers", reason="the tiny tokenizer is built with the tokenizers library")
+    import text_models
+
+    from analysis.circuits.attribution import head_output_vectors
+    from analysis.text import explain_text
+
+    text_models.save("siglip", tmp_path)
+    siglip = analysis.load_clip(tmp_path, device="cpu")
+    pixels = random_pixels(siglip.image, batch=1, seed=16)
+    with pytest.raises(AnalysisError, match="use readout='class_token'"):
+        explain_text(siglip, pixels, "a red star", method="legrad", readout="mean_tokens")
+    with pytest.raises(AnalysisError, match="use head_vectors='centred'"):
+        head_output_vectors(siglip.image, pixels, attention_pool=True, head_vectors="textspan")
