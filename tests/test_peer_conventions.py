@@ -76,7 +76,9 @@ def test_integrated_gradients_equal_captums_with_the_same_rule(demo_vit, quadrat
     assert bool((error <= 1e-5 * completeness).all()), (ours.convergence_delta, delta, completeness)
     # the explain() entry point returns the same map for the same rule
     assert_close(
-        explain(vit, pixels, target=targets, method="integrated_gradients", steps=8, baseline="blur", quadrature=quadrature),
+        explain(
+            vit, pixels, target=targets, method="integrated_gradients", steps=8, baseline="blur", quadrature=quadrature
+        ),
         pooled,
     )
 
@@ -188,7 +190,8 @@ def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vi
     for result in (kept, folded):
         assert_close(result.total(), result.target_logit)
     torch.testing.assert_close(
-        kept.heads.sum((1, 2, 3)) + kept.head_bias.sum((1, 2)), folded.heads.sum((1, 2, 3)) + folded.head_bias.sum((1, 2))
+        kept.heads.sum((1, 2, 3)) + kept.head_bias.sum((1, 2)),
+        folded.heads.sum((1, 2, 3)) + folded.head_bias.sum((1, 2)),
     )
 
 
@@ -251,7 +254,10 @@ def test_legrad_default_readout_is_the_class_token_and_the_readouts_differ(demo_
     pixels = random_pixels(clip.image, batch=1, seed=11)
     default = explain_text(clip, pixels, "a blue square", method="legrad").maps
     torch.testing.assert_close(
-        default, explain_text(clip, pixels, "a blue square", method="legrad", readout="class_token").maps, rtol=0, atol=0
+        default,
+        explain_text(clip, pixels, "a blue square", method="legrad", readout="class_token").maps,
+        rtol=0,
+        atol=0,
     )
     mean = explain_text(clip, pixels, "a blue square", method="legrad", readout="mean_tokens").maps
     assert float((mean - default).abs().max()) > 1e-2
@@ -388,7 +394,6 @@ def test_legrad_mean_tokens_and_textspan_are_refused_for_an_attention_pooling_to
     pytest.importorskip("transformers", reason="the tiny SigLIP is a transformers model")
     pytest.importorskip("tokenizers", reason="the tiny tokenizer is built with the tokenizers library")
     import text_models
-
     from analysis.circuits.attribution import head_output_vectors
     from analysis.text import explain_text
 

@@ -210,7 +210,9 @@ def output_attribution(
             per_head, bias_term, weight, scale = _head_parts(model, cache, layer, site)
             value_bias = _value_bias(site, layer, per_head.shape[1]).to(per_head.device) if fold_value_biases else None
             if value_bias is not None:  # (heads, d): γ ⊙ W_O[:, h] b_V,h moves from each head to the bias
-                constants = torch.einsum("hd,ehd->he", value_bias, weight.float().unflatten(1, value_bias.shape)) * scale
+                constants = (
+                    torch.einsum("hd,ehd->he", value_bias, weight.float().unflatten(1, value_bias.shape)) * scale
+                )
                 per_head = per_head - constants[None, :, None, :]
                 bias_term = bias_term + constants.sum(0)
             heads.append(
@@ -372,7 +374,11 @@ def output_vector_parts(
     final = cache[f"blocks.{layers - 1}.resid_post"].float()
     with torch.no_grad():
         readout = _Readout(
-            model, final, spec, attention_pool=attention_pool, pool_probs=cache[POOL_NAME] if pooled_by_attention else None
+            model,
+            final,
+            spec,
+            attention_pool=attention_pool,
+            pool_probs=cache[POOL_NAME] if pooled_by_attention else None,
         )
         sites = block_sites(model)
         heads, head_bias, mlps = [], [], []
@@ -430,6 +436,7 @@ class _TextSpanShare:
     def __init__(self, model: Any, readout: _Readout, final: torch.Tensor, output: torch.Tensor, parts: int) -> None:
         norm, head = model.norm, model.head
         self.mean = final[:, 0].mean(-1)  # (B,) μ of the pooled token
+        assert readout.norm_scale is not None, "TextSpan's readout has a final norm (checked)"
         self.scale = readout.norm_scale[:, 0, 0]  # (B,) σ, frozen
         self.gamma = norm.weight.float() if norm.weight is not None else torch.ones_like(final[0, 0])
         self.beta = norm.bias.float() if norm.bias is not None else torch.zeros_like(final[0, 0])
@@ -491,7 +498,8 @@ def _value_bias(site, layer: int, heads: int) -> torch.Tensor:
     ``qkv`` (its last), timm's separate ``v_bias`` (EVA, BEiT) or a ``v_proj`` linear layer."""
     module = site.module
     width = _projection(site, layer)[0].shape[1]  # heads · d
-    qkv, bias = getattr(module, "qkv", None), None
+    qkv: Any = getattr(module, "qkv", None)
+    bias = None
     if isinstance(getattr(module, "v_bias", None), torch.Tensor):
         bias = module.v_bias
     elif isinstance(qkv, nn.Linear) and qkv.out_features == 3 * width:

@@ -162,7 +162,9 @@ def _start_layer(start_layer: int, layers: int) -> int:
     return start_layer % layers
 
 
-def chefer_relevance(vit, pixels: torch.Tensor, target=None, *, start_layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def chefer_relevance(
+    vit, pixels: torch.Tensor, target=None, *, start_layer: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients` from block
     ``start_layer`` on (``0``: every block; ``-1``: the last, as Chefer's CLIP notebook). Refused
     for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
@@ -251,21 +253,25 @@ def quadrature_rule(name: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
       ``[−1, 1]`` moved to ``[0, 1]``: ``αₖ = (1 + xₖ)/2``, ``wₖ = ωₖ/2``.
     """
     if name not in IG_QUADRATURES:
-        raise AnalysisError(f"quadrature={name!r} is not a rule of integrated gradients; use one of {', '.join(IG_QUADRATURES)}.")
+        raise AnalysisError(
+            f"quadrature={name!r} is not a rule of integrated gradients; use one of {', '.join(IG_QUADRATURES)}."
+        )
     if name == "riemann_middle":  # this library's own points, as before captum's names
-        return (torch.arange(steps, dtype=torch.float64) + 0.5) / steps, torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+        return (torch.arange(steps, dtype=torch.float64) + 0.5) / steps, torch.full(
+            (steps,), 1.0 / steps, dtype=torch.float64
+        )
     if name == "gausslegendre":
         nodes, weights = np.polynomial.legendre.leggauss(steps)
         return torch.from_numpy(0.5 * (1 + nodes)), torch.from_numpy(0.5 * weights)
     if steps < 2:
         raise AnalysisError(f"quadrature={name!r} needs steps >= 2 (captum's Riemann rules do); got steps={steps}.")
-    weights = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    uniform = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
     if name == "riemann_trapezoid":
-        weights[0] /= 2
-        weights[-1] /= 2
-        return torch.linspace(0, 1, steps, dtype=torch.float32).double(), weights
+        uniform[0] /= 2
+        uniform[-1] /= 2
+        return torch.linspace(0, 1, steps, dtype=torch.float32).double(), uniform
     start, end = (0.0, 1 - 1 / steps) if name == "riemann_left" else (1 / steps, 1.0)
-    return torch.linspace(start, end, steps, dtype=torch.float32).double(), weights
+    return torch.linspace(start, end, steps, dtype=torch.float32).double(), uniform
 
 
 @dataclass(frozen=True)

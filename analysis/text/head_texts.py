@@ -196,7 +196,11 @@ def head_texts(
     for start in range(0, pixels.shape[0], batch_size):
         pieces.append(
             head_output_vectors(
-                clip.image, pixels[start : start + batch_size], layer_ids, attention_pool=True, head_vectors=head_vectors
+                clip.image,
+                pixels[start : start + batch_size],
+                layer_ids,
+                attention_pool=True,
+                head_vectors=head_vectors,
             )
         )
         if progress is not None:

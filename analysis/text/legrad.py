@@ -56,7 +56,9 @@ def legrad_text(
     if readout not in LEGRAD_READOUTS:
         raise AnalysisError(f"readout={readout!r} is not a LeGrad readout; use one of {', '.join(LEGRAD_READOUTS)}.")
     mean_tokens = readout == "mean_tokens"
-    if mean_tokens and (getattr(model, "attn_pool", None) is not None or getattr(model, "global_pool", None) != "token"):
+    if mean_tokens and (
+        getattr(model, "attn_pool", None) is not None or getattr(model, "global_pool", None) != "token"
+    ):
         raise AnalysisError(
             "readout='mean_tokens' is LeGrad's readout of a class-token CLIP (the mean token through the final "
             "norm and projection); this image tower pools otherwise: use readout='class_token'."
