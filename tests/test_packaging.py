@@ -280,6 +280,7 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
             "nbformat",
             "ipykernel",
             "jupyterlab",
+            "captum",
         )
     }
     assert runtime, "no floors found in requirements.txt"
