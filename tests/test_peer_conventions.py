@@ -30,10 +30,10 @@ from analysis.image_ops import baseline_pixels
 from conftest import random_pixels
 
 
-def assert_close(ours: torch.Tensor, theirs: torch.Tensor, tolerance: float = 1e-5) -> None:
-    """Equal to ``tolerance`` relative to the largest magnitude compared."""
+def assert_close(ours: torch.Tensor, theirs: torch.Tensor, tolerance: float = 1e-5, scale: float | None = None) -> None:
+    """Equal to ``tolerance`` relative to the largest magnitude compared (or to ``scale``)."""
     ours, theirs = ours.double(), theirs.double()
-    scale = float(theirs.abs().max())
+    scale = float(theirs.abs().max()) if scale is None else scale
     assert scale > 0, "nothing to compare"
     error = float((ours - theirs).abs().max())
     assert error <= tolerance * scale, f"off by {error:.3g} (scale {scale:.3g}, tolerance {tolerance * scale:.3g})"
@@ -170,12 +170,27 @@ def transformer_lens_folded(vit):
     return analysis.load_vit(model, device="cpu")
 
 
-def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vit):
+@pytest.fixture(scope="module")
+def layer_scale_vit():
+    """A DINOv2-style model with registers and layer scale, its value biases made non-zero."""
+    from conftest import make_vit
+
+    vit = make_vit("registers", num_classes=10)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for block in vit.model.blocks:
+            block.attn.qkv.bias.add_(torch.randn(block.attn.qkv.bias.shape, generator=generator))
+            block.ls1.gamma.add_(torch.rand(block.ls1.gamma.shape, generator=generator))
+    return vit
+
+
+@pytest.mark.parametrize("which", ["demo", "layer_scale"])
+def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vit, layer_scale_vit, which):
     """``fold_value_biases=True`` on the model equals the default on TransformerLens's folded
     weights, term by term; the default keeps each head's value bias in its head; both sum to the logit."""
     from analysis.circuits import direct_logit_attribution
 
-    vit = demo_vit
+    vit = demo_vit if which == "demo" else layer_scale_vit
     assert float(vit.model.blocks[0].attn.qkv.bias.abs().max()) > 0  # there is a value bias to move
     pixels = random_pixels(vit, batch=2, seed=9)
     folded = direct_logit_attribution(vit, pixels, fold_value_biases=True)
@@ -183,8 +198,9 @@ def test_direct_logit_attribution_folds_value_biases_as_transformer_lens(demo_vi
     with torch.no_grad():
         assert_close(folded_weights.model(pixels), vit.model(pixels))
     reference = direct_logit_attribution(folded_weights, pixels, target=folded.targets)
+    logit_scale = float(folded.target_logit.abs().max())
     for name in ("heads", "head_bias", "embedding", "mlps", "constant", "target_logit"):
-        assert_close(getattr(folded, name), getattr(reference, name))
+        assert_close(getattr(folded, name), getattr(reference, name), scale=logit_scale)
     kept = direct_logit_attribution(vit, pixels, target=folded.targets)
     assert float((kept.heads - folded.heads).abs().max()) > 1e-3 * float(kept.heads.abs().max())
     for result in (kept, folded):
