@@ -10,9 +10,11 @@
 (:func:`train_sae`) or on a tensor (:func:`train_sae_on_activations`), :func:`sae_metrics`,
 :func:`splice` (the reconstruction in the forward pass, with features ablated or steered),
 :func:`feature_activations`, :func:`top_activating`, and SAELens's on-disk format
-(:func:`save_sae`, :func:`load_sae`).
+(:func:`save_sae`, :func:`load_sae`); the bundled demo SAE on the demo ViT (:func:`load_demo_sae`);
+data-parallel training under ``torchrun`` (:class:`DataParallel`).
 """
 
+from .demo import DEMO_SAE_POINT, load_demo_sae
 from .errors import (
     NoImagesError,
     SAEConfigError,
@@ -24,6 +26,7 @@ from .errors import (
 )
 from .metrics import SAEMetrics, sae_metrics
 from .model import ARCHITECTURES, TOKEN_CHOICES, SAEConfig, SparseAutoencoder, topk_activation
+from .parallel import DataParallel
 from .reading import RESIDUAL_POINTS
 from .saelens import load_sae, save_sae
 from .splice import TopActivating, feature_activations, splice, top_activating
@@ -47,6 +50,9 @@ __all__ = [
     "TopActivating",
     "save_sae",
     "load_sae",
+    "load_demo_sae",
+    "DEMO_SAE_POINT",
+    "DataParallel",
     "SAEError",
     "UnknownPointError",
     "SAEWidthError",
