@@ -11,11 +11,14 @@
 :func:`splice` (the reconstruction in the forward pass, with features ablated or steered),
 :func:`feature_activations`, :func:`top_activating`, and SAELens's on-disk format
 (:func:`save_sae`, :func:`load_sae`); the bundled demo SAE on the demo ViT (:func:`load_demo_sae`);
-data-parallel training under ``torchrun`` (:class:`DataParallel`).
+data-parallel training under ``torchrun`` (:class:`DataParallel`); reading features on a model
+(:func:`patch_feature_grid`, :func:`build_feature_index`, :func:`feature_class_effect`,
+:func:`intervene`: the app's Features page).
 """
 
 from .demo import DEMO_SAE_POINT, load_demo_sae
 from .errors import (
+    NoClassHeadError,
     NoImagesError,
     SAEConfigError,
     SAEError,
@@ -23,6 +26,14 @@ from .errors import (
     SAEFolderError,
     SAEWidthError,
     UnknownPointError,
+)
+from .features import (
+    FeatureIndex,
+    Intervention,
+    build_feature_index,
+    feature_class_effect,
+    intervene,
+    patch_feature_grid,
 )
 from .metrics import SAEMetrics, sae_metrics
 from .model import ARCHITECTURES, TOKEN_CHOICES, SAEConfig, SparseAutoencoder, topk_activation
@@ -60,4 +71,11 @@ __all__ = [
     "NoImagesError",
     "SAEFolderError",
     "SAEFeatureError",
+    "NoClassHeadError",
+    "patch_feature_grid",
+    "build_feature_index",
+    "FeatureIndex",
+    "feature_class_effect",
+    "intervene",
+    "Intervention",
 ]

@@ -9,11 +9,22 @@ measured on stream :data:`SAE_HELD_OUT_SEED`; the demo ViT never saw either (it 
 from __future__ import annotations
 
 from ..assets import asset_path
+from ..progress import Progress
 from .errors import SAEFolderError
+from .metrics import SAEMetrics, sae_metrics
 from .model import SparseAutoencoder
 from .saelens import CONFIG_FILE, load_sae
 
-__all__ = ["DEMO_SAE_NAME", "DEMO_SAE_POINT", "SAE_TRAIN_SEED", "SAE_HELD_OUT_SEED", "demo_sae_path", "load_demo_sae"]
+__all__ = [
+    "DEMO_SAE_NAME",
+    "DEMO_SAE_POINT",
+    "SAE_TRAIN_SEED",
+    "SAE_HELD_OUT_SEED",
+    "HELD_OUT_SCENES",
+    "demo_sae_path",
+    "load_demo_sae",
+    "held_out_metrics",
+]
 
 DEMO_SAE_NAME = "demo_sae"
 #: the hook point the demo SAE reads (the demo ViT has 4 blocks).
@@ -22,6 +33,8 @@ DEMO_SAE_POINT = "blocks.2.resid_post"
 SAE_TRAIN_SEED = 7070
 #: the held-out demo-scene stream its card's metrics are measured on.
 SAE_HELD_OUT_SEED = 7071
+#: how many held-out scenes its card's metrics are measured on (scenes 0..HELD_OUT_SCENES − 1).
+HELD_OUT_SCENES = 256
 
 
 def demo_sae_path():
@@ -42,3 +55,15 @@ def load_demo_sae() -> SparseAutoencoder:
             "python -m training.train_demo_sae."
         )
     return load_sae(folder)
+
+
+def held_out_metrics(
+    vit, sae: SparseAutoencoder, count: int = HELD_OUT_SCENES, progress: Progress | None = None
+) -> SAEMetrics:
+    """:func:`~analysis.sae.sae_metrics` of ``sae`` on the demo scenes ``0..count − 1`` of stream
+    :data:`SAE_HELD_OUT_SEED`, with their true classes (so the accuracy drop is measured): the
+    numbers of the demo SAE's card."""
+    from ..demo.data import generate_samples
+
+    images, labels, _ = generate_samples(int(count), SAE_HELD_OUT_SEED, size=vit.spec.img_size[0])
+    return sae_metrics(vit, sae, images, labels=labels, progress=progress)
