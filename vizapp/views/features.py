@@ -171,14 +171,14 @@ download_npz("feat_image_data", f"sae_feature_{feature}_image", feature_map=feat
 # --------------------------------------------------------------------------- the feature over the demo scenes
 st.subheader(f"Feature {feature} over {sae_resources.INDEX_SCENES} demo scenes")
 bar = st.progress(0.0, text="Indexing the demo scenes…")
+
+
+def index_progress(done: int, total: int | None) -> None:
+    bar.progress(done / max(1, total or 1), text=f"Indexing: {done} / {total} scenes")
+
+
 try:
-    index = sae_resources.feature_index(
-        cur.model,
-        sae_name,
-        _progress=lambda done, total: bar.progress(
-            done / max(1, total or 1), text=f"Indexing: {done} / {total} scenes"
-        ),
-    )
+    index = sae_resources.feature_index(cur.model, sae_name, _progress=index_progress)
 finally:
     bar.empty()
 scenes, peaks = index.top_images(feature, TOP_SCENES)
@@ -257,7 +257,9 @@ if effect is not None:
         )
         show_chart(
             figures.grouped_bars(
-                names, [("clean", clean[shown]), (f"feature × {factor:g}", steered[shown])], y_title="probability"
+                names,
+                [("clean", clean[shown].tolist()), (f"feature × {factor:g}", steered[shown].tolist())],
+                y_title="probability",
             ),
             "feat_prediction_change",
             filename=f"sae_feature_{feature}_x{factor:g}_predictions",
