@@ -133,7 +133,7 @@ def test_another_model_is_told_an_sae_is_needed_and_a_misfit_sae_is_refused(page
     )
     page.text_input(key="feat_folder").input(str(elsewhere)).run()
     assert_clean(page)
-    assert any("blocks.40.resid_post" in i.value for i in page.info)
+    assert any("blocks.40" in i.value and "0..11" in i.value for i in page.info)  # the point, the blocks it has
     page.text_input(key="feat_folder").input(str(tmp_path / "nothing")).run()
     assert any("cfg.json" in i.value for i in page.info)
     page.switch_page("views/attention.py").run()  # the app keeps working

@@ -8,6 +8,7 @@ gets a copy), keyed by the image's digest with its bytes unhashed, as in :mod:`v
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -62,16 +63,42 @@ def index_scene(index: int, size: int) -> Image.Image:
     return Image.fromarray(render_sample(INDEX_SEED, int(index), int(size))[0])
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+class _IndexStore:
+    """The feature indexes built so far, shared by every session (at most ``MAX_INDEXES``, the
+    oldest dropped first). Not an ``st.cache_resource`` of the builder itself: the builder draws a
+    progress bar made outside it, which Streamlit's caches cannot replay."""
+
+    MAX_INDEXES = 4
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.indexes: dict[tuple, FeatureIndex] = {}
+
+
+@st.cache_resource(show_spinner=False)
+def _index_store() -> _IndexStore:
+    return _IndexStore()
+
+
 def feature_index(
-    ref: ModelRef, sae_name: str, _progress: Callable[[int, int | None], None] | None = None
+    ref: ModelRef, sae_name: str, progress: Callable[[int, int | None], None] | None = None
 ) -> FeatureIndex:
-    """The :class:`~analysis.sae.FeatureIndex` of :data:`INDEX_SCENES` demo scenes (once per model
-    and SAE, shared by every session; ``_progress`` is not part of the key)."""
+    """The :class:`~analysis.sae.FeatureIndex` of :data:`INDEX_SCENES` demo scenes, built once per
+    model and SAE for every session (``progress(done, total)`` while it is built)."""
+    store, key = _index_store(), (ref, sae_name)
+    with store.lock:
+        found = store.indexes.get(key)
+    if found is not None:
+        return found
     vit, sae = get_model(ref), get_sae(sae_name)
     size = vit.spec.img_size[0]
     scenes = [index_scene(i, size) for i in range(INDEX_SCENES)]
-    return build_feature_index(vit, sae, scenes, batch_size=32, progress=_progress)
+    index = build_feature_index(vit, sae, scenes, batch_size=32, progress=progress)
+    with store.lock:
+        store.indexes[key] = index
+        while len(store.indexes) > store.MAX_INDEXES:
+            store.indexes.pop(next(iter(store.indexes)))
+    return index
 
 
 @st.cache_data(show_spinner="Drawing where it fires on its top scenes…", max_entries=MAX_RESULTS)

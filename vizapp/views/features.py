@@ -178,7 +178,7 @@ def index_progress(done: int, total: int | None) -> None:
 
 
 try:
-    index = sae_resources.feature_index(cur.model, sae_name, _progress=index_progress)
+    index = sae_resources.feature_index(cur.model, sae_name, index_progress)
 finally:
     bar.empty()
 scenes, peaks = index.top_images(feature, TOP_SCENES)
