@@ -89,7 +89,8 @@ st.caption(
 # --------------------------------------------------------------------------- this image: a patch's features
 st.subheader("On this image")
 clamp_state(PATCH, (0, gh * gw - 1), 0)
-st.session_state.setdefault(PATCH, int(np.argmax((grid > 0).sum(-1).ravel())))
+activity = grid.sum(-1).astype(np.float32)  # (gh, gw): Σ_i f_i, how strongly features fire on each patch
+st.session_state.setdefault(PATCH, int(np.argmax(activity.ravel())))
 
 
 def on_patch_click() -> None:
@@ -99,7 +100,6 @@ def on_patch_click() -> None:
         st.session_state[PATCH] = int(index)
 
 
-activity = (grid > 0).sum(-1).astype(np.float32)  # (gh, gw) features firing per patch
 patch = int(st.session_state[PATCH])
 left, right = st.columns([3, 2], gap="medium")
 with left:
@@ -111,13 +111,13 @@ with left:
             spec.patch_size,
             colorscale=cur.colorscale,
             zmin=0.0,
-            title="Features firing on each patch (click a patch)",
-            colorbar_title="features firing",
+            title="Total feature activation on each patch (click a patch)",
+            colorbar_title="Σ activations",
             query_patch=patch,
             chart_width=figures.column_width(3 / 5),
         ),
         "feat_activity",
-        filename="sae_features_per_patch",
+        filename="sae_activation_per_patch",
         on_select=on_patch_click,
     )
 with right:
@@ -166,7 +166,7 @@ show_chart(
     "feat_map",
     filename=f"sae_feature_{feature}_map",
 )
-download_npz("feat_image_data", f"sae_feature_{feature}_image", feature_map=feature_map, features_per_patch=activity)
+download_npz("feat_image_data", f"sae_feature_{feature}_image", feature_map=feature_map, activation_per_patch=activity)
 
 # --------------------------------------------------------------------------- the feature over the demo scenes
 st.subheader(f"Feature {feature} over {sae_resources.INDEX_SCENES} demo scenes")
