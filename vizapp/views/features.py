@@ -270,26 +270,42 @@ if effect is not None:
             figures.map_panels(
                 resources.background_uri(*cur.args),
                 spec.img_size,
-                [changed["clean_class_map"].astype(np.float32), changed["steered_class_map"].astype(np.float32),
-                 changed["change_map"]],
+                [changed["clean_class_map"].astype(np.float32), changed["steered_class_map"].astype(np.float32)],
                 spec.patch_size,
-                ["class map, clean", f"class map, feature × {factor:g}", "change of the last block's tokens"],
-                ncols=3,
+                ["class map, clean", f"class map, feature × {factor:g}"],
+                ncols=2,
                 colorscale=cur.colorscale,
-                color_groups=[0, 0, 1],
-                group_ranges=[(0.0, float(classes - 1), "class index"),
-                              (0.0, max(float(changed["change_map"].max()), 1e-6), "‖Δ token‖")],
-                panel_height=200,
+                zmin=0.0,
+                zmax=float(max(1, classes - 1)),
+                colorbar_title="class index",
+                panel_height=220,
             ),
             "feat_class_maps",
             filename=f"sae_feature_{feature}_x{factor:g}_class_maps",
-        )  # fmt: skip
+        )
         st.caption(
             "Class map: each patch token after the last block read by the final norm and the head (its top class). "
             + ", ".join(
                 f"{c} = {escape_markdown(class_label(cur.vit.class_names, c))}" for c in range(min(classes, 12))
             )
         )
+    change = changed["change_map"]
+    show_chart(
+        figures.attention_overlay(
+            resources.background_uri(*cur.args),
+            spec.img_size,
+            change,
+            spec.patch_size,
+            colorscale=cur.colorscale,
+            zmin=0.0,
+            zmax=max(float(change.max()), 1e-6),
+            title="Where the last block's tokens moved",
+            colorbar_title="‖Δ token‖",
+            height=360,
+        ),
+        "feat_change_map",
+        filename=f"sae_feature_{feature}_x{factor:g}_change",
+    )
     download_npz("feat_intervention_data", f"sae_feature_{feature}_x{factor:g}", feature=np.int64(feature),
                  factor=np.float64(factor), **changed)  # fmt: skip
 show_code(features_code(cur, sae_name, feature=feature, factor=float(factor), patch=patch))
