@@ -151,7 +151,7 @@ def run_train(args, ranks: Ranks) -> int:
     )
     steps = -(-len(images) // args.batch_size) * args.epochs
     try:
-        with progress_bar(ranks, steps, "sae train") as advance:
+        with progress_bar(ranks, steps, "sae train (steps, not images)") as advance:
             sae, log = train_sae(
                 vit,
                 images,
