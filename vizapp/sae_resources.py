@@ -8,7 +8,6 @@ gets a copy), keyed by the image's digest with its bytes unhashed, as in :mod:`v
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -30,6 +29,7 @@ from analysis.sae import (
 )
 from analysis.sae.demo import SAE_HELD_OUT_SEED
 from vizapp.limits import MAX_RESULTS
+from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
 from vizapp.resources import get_model
 
@@ -63,21 +63,14 @@ def index_scene(index: int, size: int) -> Image.Image:
     return Image.fromarray(render_sample(INDEX_SEED, int(index), int(size))[0])
 
 
-class _IndexStore:
-    """The feature indexes built so far, shared by every session (at most ``MAX_INDEXES``, the
-    oldest dropped first). Not an ``st.cache_resource`` of the builder itself: the builder draws a
-    progress bar made outside it, which Streamlit's caches cannot replay."""
-
-    MAX_INDEXES = 4
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.indexes: dict[tuple, FeatureIndex] = {}
+def _index_bytes(index: FeatureIndex) -> int:
+    return sum(t.element_size() * t.numel() for t in (index.peaks, index.token_features, index.token_values))
 
 
-@st.cache_resource(show_spinner=False)
-def _index_store() -> _IndexStore:
-    return _IndexStore()
+#: the feature indexes built so far, shared by every session: each (model, SAE) built once, even when
+#: several sessions ask at the same moment. Not an ``st.cache_resource`` of the builder: it draws a
+#: progress bar made outside it, which Streamlit's caches cannot replay.
+_INDEXES: RecordStore[FeatureIndex] = RecordStore(max_entries=4, max_bytes=256 * 2**20, size=_index_bytes)
 
 
 def feature_index(
@@ -85,20 +78,14 @@ def feature_index(
 ) -> FeatureIndex:
     """The :class:`~analysis.sae.FeatureIndex` of :data:`INDEX_SCENES` demo scenes, built once per
     model and SAE for every session (``progress(done, total)`` while it is built)."""
-    store, key = _index_store(), (ref, sae_name)
-    with store.lock:
-        found = store.indexes.get(key)
-    if found is not None:
-        return found
-    vit, sae = get_model(ref), get_sae(sae_name)
-    size = vit.spec.img_size[0]
-    scenes = [index_scene(i, size) for i in range(INDEX_SCENES)]
-    index = build_feature_index(vit, sae, scenes, batch_size=32, progress=progress)
-    with store.lock:
-        store.indexes[key] = index
-        while len(store.indexes) > store.MAX_INDEXES:
-            store.indexes.pop(next(iter(store.indexes)))
-    return index
+
+    def build() -> FeatureIndex:
+        vit, sae = get_model(ref), get_sae(sae_name)
+        size = vit.spec.img_size[0]
+        scenes = [index_scene(i, size) for i in range(INDEX_SCENES)]
+        return build_feature_index(vit, sae, scenes, batch_size=32, progress=progress)
+
+    return _INDEXES.get((ref, sae_name), build)
 
 
 @st.cache_data(show_spinner="Drawing where it fires on its top scenes…", max_entries=MAX_RESULTS)
