@@ -72,6 +72,7 @@ fi
 "$WORK/v/bin/python" -c "import analysis, analysis.plots; print('analysis', analysis.__file__)"
 "$WORK/v/bin/python" -m analysis report --model demo --examples 1 --out "$WORK/report"
 test -s "$WORK/report/report.html"
+"$WORK/v/bin/python" -m analysis sae metrics --sae demo --model demo --demo-scenes 4  # the bundled demo SAE
 "$WORK/v/bin/python" - <<'PY'
 try:
     import vizapp  # noqa: F401

@@ -38,6 +38,7 @@ SHOTS = {
     "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),
     "circuits": ("/circuits", "Circuits: direct logit attribution, head ablation and activation patching"),
     "mae": ("/mae", "Masked autoencoder: the demo MAE's reconstruction of a 75%-masked scene (MAE Figure 2)"),
+    "features": ("/features", "Features: the demo SAE's features on a patch, one feature over the demo scenes"),
     "text_prompts": (
         "/text_prompts?img=scene_1_star.png",
         "Text prompts: the demo CLIP's zero-shot probabilities and where each prompt matches",

@@ -43,6 +43,7 @@ PAGES = {
     "distance": "",
     "mae": "",
     "text_prompts": "",
+    "features": "",
 }
 #: pages too slow on the 518-px model for a test (curves over an image set): a 224-px input
 SLOW_AT_518 = {"robustness": "res=224"}

@@ -360,6 +360,9 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         "demo_clip/tokenizer_config.json",
         "demo_clip/preprocessor_config.json",
         "demo_clip/MODEL_CARD.md",
+        "demo_sae/cfg.json",
+        "demo_sae/sae_weights.safetensors",
+        "demo_sae/README.md",
         "favicon.png",
         "README.md",
         "samples/scene_1_star.png",
@@ -388,6 +391,9 @@ print("FILES", analysis.__file__, vizapp.__file__, assets_dir())
 holders = [os.path.abspath(p or ".") for p in sys.path
            if any(os.path.isfile(os.path.join(p or ".", name, "__init__.py")) for name in ("analysis", "vizapp"))]
 print("HOLDERS", *holders)  # every sys.path entry an `analysis` or `vizapp` could be imported from
+from analysis.sae import demo, load_demo_sae
+print("SAE", demo.demo_sae_path() / "cfg.json")  # the demo SAE comes from the installed package too
+assert load_demo_sae().config.d_in == load_vit("demo").spec.embed_dim
 for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
     for path in sorted(asset_path("samples").glob("scene_*.png")):
         with torch.no_grad():
@@ -400,6 +406,8 @@ for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
     for file in files:
         assert Path(file).resolve().is_relative_to(venv), f"{file} is not the installed copy"
     assert Path(files[2]).name == "_assets"
+    (sae,) = [line.split()[1] for line in out.splitlines() if line.startswith("SAE")]
+    assert Path(sae).resolve().is_relative_to(venv) and Path(sae).is_file(), sae
     # the venv's site-packages only: not the checkout (this environment's site-packages may lie
     # inside it, as CI's .venv does, and is on the path, but holds no copy of the packages)
     holders = next(line for line in out.splitlines() if line.startswith("HOLDERS")).split()[1:]

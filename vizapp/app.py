@@ -58,6 +58,7 @@ pages = [
     st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
     st.Page(VIEWS / "mae.py", title="Masked autoencoder", icon=":material/auto_fix_high:"),
     st.Page(VIEWS / "text_prompts.py", title="Text prompts", icon=":material/text_fields:"),
+    st.Page(VIEWS / "features.py", title="Features", icon=":material/category:"),
 ]
 page = st.navigation(pages)
 keep_page_state(page.url_path)

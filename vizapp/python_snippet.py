@@ -38,6 +38,7 @@ __all__ = [
     "filters_code",
     "circuits_code",
     "mae_code",
+    "features_code",
     "text_prompts_code",
     "show_code",
 ]
@@ -655,6 +656,35 @@ def text_prompts_code(
             "value=value)",
         ]
     )
+
+
+def features_code(cur, sae_name: str, *, feature: int, factor: float, patch: int) -> str:
+    """The Features page: the patch features of the image, the feature index over the demo scenes,
+    the feature's class effect and the intervention (the arrays of the page's downloads)."""
+    source = Source.of(cur)
+    load = "load_demo_sae()" if sae_name == "demo" else f"load_sae({sae_name!r})"
+    lines = _forward(source, imports=["from PIL import Image"], record=False)
+    lines += [
+        "from analysis.demo.data import render_sample",
+        "from analysis.sae import build_feature_index, feature_class_effect, intervene, load_demo_sae, load_sae, "
+        "patch_feature_grid",
+        "from analysis.sae.demo import SAE_HELD_OUT_SEED",
+        "",
+        f"sae = {load}",
+        "grid = patch_feature_grid(vit, sae, pixels)[0]  # (gh, gw, d_sae): every patch's features",
+        f"row, col = divmod({int(patch)}, grid.shape[1])",
+        "print(grid[row, col].topk(8))  # the features firing most on the chosen patch",
+        f"feature_map = grid[..., {int(feature)}].numpy()  # (gh, gw)",
+        "size = vit.spec.img_size[0]",
+        "scenes = [Image.fromarray(render_sample(SAE_HELD_OUT_SEED, i, size)[0]) for i in range(256)]",
+        "index = build_feature_index(vit, sae, scenes)",
+        f"top_scenes, top_peaks = index.top_images({int(feature)}, 8)",
+        f"activations = index.activations({int(feature)}).numpy()  # its histogram's data",
+        f"class_effect = feature_class_effect(vit, sae, {int(feature)}).numpy()  # (C,)",
+        f"changed = intervene(vit, sae, pixels, {{{int(feature)}: {float(factor)!r}}})",
+        "print(changed.clean_logits.softmax(-1), changed.steered_logits.softmax(-1))",
+    ]
+    return _script(lines)
 
 
 def show_code(code: str) -> None:

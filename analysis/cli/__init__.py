@@ -1,5 +1,5 @@
 """Command line: ``python -m analysis <command>`` (``distance``, ``heads``, ``mae``, ``report``,
-``robustness attack|corruptions``).
+``robustness attack|corruptions``, ``sae train|metrics``).
 
 Every command runs as one process, or under ``torchrun --nproc_per_node=N -m analysis ...``
 as N ranks that split the images and reduce their sums (see :mod:`analysis.cli.distributed`).
@@ -19,7 +19,7 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import distance, heads, mae, report, robustness
+    from . import distance, heads, mae, report, robustness, sae
 
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     mae.add_parser(subparsers)
     report.add_parser(subparsers)
     robustness.add_parser(subparsers)
+    sae.add_parser(subparsers)
     return parser
 
 

@@ -35,6 +35,7 @@ from .charts import (
     wrap_label,
 )
 from .circuits import DIVERGING, ablation_curve, head_heatmap, layer_contributions, patching_heatmap, symmetric_limit
+from .features import activation_histogram, class_effect_bars
 from .layout import CHART_WIDTH_PX, column_width
 from .mae import HIDDEN_GREY, clipped_fraction, mae_loss_by_ratio, mae_panels, mae_patch_map, unit_to_uint8
 from .mosaics import (
@@ -60,6 +61,8 @@ from .style import (
 )
 
 __all__ = [
+    "activation_histogram",
+    "class_effect_bars",
     "CHART_WIDTH_PX",
     "column_width",
     "HIDDEN_GREY",

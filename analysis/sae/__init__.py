@@ -10,10 +10,15 @@
 (:func:`train_sae`) or on a tensor (:func:`train_sae_on_activations`), :func:`sae_metrics`,
 :func:`splice` (the reconstruction in the forward pass, with features ablated or steered),
 :func:`feature_activations`, :func:`top_activating`, and SAELens's on-disk format
-(:func:`save_sae`, :func:`load_sae`).
+(:func:`save_sae`, :func:`load_sae`); the bundled demo SAE on the demo ViT (:func:`load_demo_sae`);
+data-parallel training under ``torchrun`` (:class:`DataParallel`); reading features on a model
+(:func:`patch_feature_grid`, :func:`build_feature_index`, :func:`feature_class_effect`,
+:func:`intervene`: the app's Features page).
 """
 
+from .demo import DEMO_SAE_POINT, load_demo_sae
 from .errors import (
+    NoClassHeadError,
     NoImagesError,
     SAEConfigError,
     SAEError,
@@ -22,8 +27,17 @@ from .errors import (
     SAEWidthError,
     UnknownPointError,
 )
+from .features import (
+    FeatureIndex,
+    Intervention,
+    build_feature_index,
+    feature_class_effect,
+    intervene,
+    patch_feature_grid,
+)
 from .metrics import SAEMetrics, sae_metrics
 from .model import ARCHITECTURES, TOKEN_CHOICES, SAEConfig, SparseAutoencoder, topk_activation
+from .parallel import DataParallel
 from .reading import RESIDUAL_POINTS
 from .saelens import load_sae, save_sae
 from .splice import TopActivating, feature_activations, splice, top_activating
@@ -47,6 +61,9 @@ __all__ = [
     "TopActivating",
     "save_sae",
     "load_sae",
+    "load_demo_sae",
+    "DEMO_SAE_POINT",
+    "DataParallel",
     "SAEError",
     "UnknownPointError",
     "SAEWidthError",
@@ -54,4 +71,11 @@ __all__ = [
     "NoImagesError",
     "SAEFolderError",
     "SAEFeatureError",
+    "NoClassHeadError",
+    "patch_feature_grid",
+    "build_feature_index",
+    "FeatureIndex",
+    "feature_class_effect",
+    "intervene",
+    "Intervention",
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "NoImagesError",
     "SAEFolderError",
     "SAEFeatureError",
+    "NoClassHeadError",
 ]
 
 
@@ -42,3 +43,8 @@ class SAEFolderError(SAEError):
 
 class SAEFeatureError(SAEError, IndexError):
     """A feature index outside ``0..d_sae − 1``."""
+
+
+class NoClassHeadError(SAEError):
+    """A feature's classes were asked of a model without a linear class head after a LayerNorm
+    (an embedding tower, a model with no head, or a readout this library does not unfold)."""

@@ -65,10 +65,13 @@ def count_images(images) -> int:
     return int(images.shape[0]) if isinstance(images, torch.Tensor) else len(images)
 
 
-def pixel_batches(vit, images, batch_size: int) -> Iterator[torch.Tensor]:
+def pixel_batches(vit, images, batch_size: int, *, rank: int = 0, world: int = 1) -> Iterator[torch.Tensor]:
     """``(b, 3, H, W)`` preprocessed batches of ``images``: PIL images (each through
     ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor. Only one batch is
-    held at a time. :class:`NoImagesError` for no images."""
+    held at a time. With ``world > 1`` (data-parallel training, :mod:`analysis.sae.parallel`) each
+    batch of ``batch_size`` images keeps only this ``rank``'s images ``rank, rank + world, ...``
+    (an empty ``(0, 3, H, W)`` batch when it has none), so the ranks' batches together are the
+    one-process batch. :class:`NoImagesError` for no images."""
     total = count_images(images)
     if total == 0:
         raise NoImagesError(
@@ -77,7 +80,12 @@ def pixel_batches(vit, images, batch_size: int) -> Iterator[torch.Tensor]:
     if int(batch_size) < 1:
         raise SAEConfigError(f"batch_size must be at least 1 (got {batch_size}).")
     for start in range(0, total, int(batch_size)):
-        chunk = images[start : start + int(batch_size)]
+        indices = range(start, min(start + int(batch_size), total))[int(rank) :: int(world)]
+        if not indices:
+            height, width = vit.spec.img_size
+            yield torch.empty(0, 3, int(height), int(width))
+            continue
+        chunk = images_slice(images, indices) if int(world) > 1 else images[start : start + int(batch_size)]
         if isinstance(chunk, torch.Tensor):
             yield chunk.float()
         else:

@@ -46,7 +46,7 @@ def splice(
             raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
 
     def hook(activation: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        x = activation[:, chosen]  # (B, T_chosen, D)
+        x = activation[:, chosen].to(sae.W_enc.device)  # (B, T_chosen, D), where the SAE is (a model on a GPU)
         with torch.no_grad():
             f = sae.encode(x)  # (B, T_chosen, d_sae)
             steered = f.clone()
@@ -57,7 +57,7 @@ def splice(
             else:
                 new = sae.decode(steered).to(x.dtype)
         out = activation.clone()
-        out[:, chosen] = new
+        out[:, chosen] = new.to(activation.device)
         return out
 
     return {point: hook}

@@ -27,6 +27,11 @@ mean is its cheap stand-in). The seed fixes the initialisation and the order of 
 SAELens's format (``cfg.json`` + ``sae_weights.safetensors``), ``optimizer.safetensors`` (Adam's
 moments) and ``state.json`` (epochs done, step, each feature's steps since it fired).
 ``resume=True`` continues from there, to the same weights as a run that was never interrupted.
+
+**Ranks.** With ``parallel`` (:class:`~analysis.sae.parallel.DataParallel`, e.g. under ``torchrun``)
+each rank reads its share of every batch's images, the losses are means over all ranks' tokens and
+the gradients are summed over the ranks before each step, so every rank holds the weights one
+process would; only rank 0 writes checkpoints.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from safetensors.torch import load_file, save_file
 from ..progress import Progress, tell
 from .errors import NoImagesError, SAEConfigError
 from .model import SAEConfig, SparseAutoencoder, topk_activation
+from .parallel import SINGLE_PROCESS, DataParallel
 from .reading import check_point, count_images, pixel_batches, read_tokens
 from .saelens import load_sae, save_sae
 
@@ -82,36 +88,56 @@ def sae_step(
     lr: float,
     warmup_steps: int,
     dead_after: int,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[float, float]:
     """One optimiser step on tokens ``x (n, d_in)`` (module docstring: loss, warm-up, AuxK);
-    updates ``state`` and returns ``(loss, mse)``."""
+    updates ``state`` and returns ``(loss, mse)``, means over the tokens of every rank (``parallel``:
+    ``x`` is this rank's share of the batch, the gradients are summed over the ranks)."""
     x = x.to(sae.W_enc.dtype)
+    count = float(parallel.reduce(torch.tensor([float(x.shape[0])], dtype=torch.float64))[0])  # N, all ranks
+    if count == 0:
+        raise NoImagesError("An SAE training step got no tokens on any rank: give it at least one image.")
     for group in optimizer.param_groups:
         group["lr"] = lr * min(1.0, (state.step + 1) / max(1, warmup_steps))
     pre = sae.pre_activation(x)  # (n, d_sae)
     f = sae.activation(pre)  # (n, d_sae)
     x_hat = sae.decode(f)  # (n, d_in)
     error = x - x_hat  # (n, d_in)
-    mse = error.pow(2).sum(-1).mean()
+    mse = error.pow(2).sum() / count
     loss = mse
     if sae.config.architecture == "relu":
-        loss = loss + float(sae.config.l1_coefficient or 0.0) * f.abs().sum(-1).mean()
+        loss = loss + float(sae.config.l1_coefficient or 0.0) * f.abs().sum() / count
     dead = state.since_fired >= dead_after  # (d_sae,)
     k_aux = min(int(dead.sum()), sae.config.d_in // 2)
     if k_aux > 0:
         dead_pre = pre.masked_fill(~dead, float("-inf"))  # (n, d_sae): live features never chosen
         f_aux = topk_activation(dead_pre, k_aux).nan_to_num(0.0)  # (n, d_sae)
         e_hat = f_aux @ sae.W_dec  # (n, d_in)
-        loss = loss + AUX_COEFFICIENT * (error.detach() - e_hat).pow(2).sum(-1).mean()
+        loss = loss + AUX_COEFFICIENT * (error.detach() - e_hat).pow(2).sum() / count
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if parallel.world > 1:
+        _sum_gradients(sae, parallel)
     sae.remove_parallel_gradient()
     optimizer.step()
     sae.normalise_decoder()
-    fired = (f > 0).any(dim=0)  # (d_sae,)
+    fired_here = (f > 0).any(dim=0).double()  # (d_sae,)
+    summed = parallel.reduce(torch.cat([fired_here, torch.stack([loss.detach(), mse.detach()]).double()]))
+    fired = summed[:-2] > 0  # (d_sae,): fired on some rank
     state.since_fired = torch.where(fired, torch.zeros_like(state.since_fired), state.since_fired + 1)
     state.step += 1
-    return float(loss.detach()), float(mse.detach())
+    return float(summed[-2]), float(summed[-1])
+
+
+def _sum_gradients(sae: SparseAutoencoder, parallel: DataParallel) -> None:
+    """Every parameter's gradient replaced by its sum over the ranks (one all-reduce of them all)."""
+    params = list(sae.parameters())
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+    flat = parallel.reduce(torch.cat([g.reshape(-1) for g in grads]))  # (Σ numel,)
+    start = 0
+    for param, grad in zip(params, grads):
+        param.grad = flat[start : start + grad.numel()].view_as(grad).clone()
+        start += grad.numel()
 
 
 def _new_sae(config: SAEConfig, seed: int) -> SparseAutoencoder:
@@ -178,6 +204,7 @@ def _run(
     progress,
     checkpoint_dir,
     resume,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
     log = TrainingLog()
     folder = None if checkpoint_dir is None else Path(checkpoint_dir)
@@ -185,8 +212,10 @@ def _run(
         sae, optimizer, state, start_epoch = _load_checkpoint(folder, lr)
     else:
         sae = _new_sae(config, seed)
+        first = first_batch().double()  # (n, d_in): this rank's share of the first batch
+        summed = parallel.reduce(torch.cat([first.sum(0), torch.tensor([float(first.shape[0])], dtype=torch.float64)]))
         with torch.no_grad():
-            sae.b_dec.copy_(first_batch().mean(dim=0).to(sae.b_dec.dtype))
+            sae.b_dec.copy_((summed[:-1] / summed[-1]).to(sae.b_dec.dtype))
         optimizer = _make_optimizer(sae, lr)
         state = TrainingState(step=0, since_fired=torch.zeros(config.d_sae, dtype=torch.long))
         start_epoch = 0
@@ -194,12 +223,14 @@ def _run(
     tell(progress, start_epoch * steps_per_epoch, total_steps)
     for epoch in range(start_epoch, int(epochs)):
         for x in batches_of_epoch(epoch):
-            loss, mse = sae_step(sae, optimizer, x, state, lr=lr, warmup_steps=warmup_steps, dead_after=dead_after)
+            loss, mse = sae_step(
+                sae, optimizer, x, state, lr=lr, warmup_steps=warmup_steps, dead_after=dead_after, parallel=parallel
+            )
             log.loss.append(loss)
             log.mse.append(mse)
             tell(progress, min(state.step, total_steps), total_steps)
         log.dead_fraction.append(float((state.since_fired >= dead_after).float().mean()))
-        if folder is not None:
+        if folder is not None and parallel.is_main:
             _save_checkpoint(folder, sae, optimizer, state, epoch + 1)
     sae.eval()
     return sae, log
@@ -288,6 +319,7 @@ def train_sae(
     progress: Progress | None = None,
     checkpoint_dir=None,
     resume: bool = False,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
     """Train an SAE on ``vit``'s activations at ``point`` over ``images`` (PIL images or an
     ``(N, 3, H, W)`` preprocessed tensor), streamed: each step runs one forward pass over
@@ -295,6 +327,8 @@ def train_sae(
     ``tokens`` (``(batch_size · T_chosen, D)``, in a seeded order), so only one batch's
     activations are held. ``expansion``: ``d_sae = expansion · D``; ``k`` (TopK) or
     ``l1_coefficient`` (ReLU). Returns ``(sae, log)``; progress counts steps of all epochs.
+    ``parallel``: this process's rank among data-parallel ranks (module docstring), each reading its
+    share of every batch of the same ``images``; the default trains alone.
 
     Raises:
         UnknownPointError: ``point`` is not a ``(B, T, D)`` point of this model.
@@ -321,11 +355,16 @@ def train_sae(
     )
 
     def tokens_of(pixels: torch.Tensor) -> torch.Tensor:
+        if pixels.shape[0] == 0:  # this rank has no image in this batch
+            return torch.zeros(0, width)
         chosen, _ = read_tokens(vit, pixels, name, tokens)  # (b, T_chosen, D)
         return chosen.reshape(-1, chosen.shape[-1])  # (b·T_chosen, D)
 
+    def my_batches():
+        return pixel_batches(vit, images, batch_size, rank=parallel.rank, world=parallel.world)
+
     def batches(epoch: int) -> Iterator[torch.Tensor]:
-        for index, pixels in enumerate(pixel_batches(vit, images, batch_size)):
+        for index, pixels in enumerate(my_batches()):
             x = tokens_of(pixels)
             order = torch.randperm(
                 x.shape[0], generator=torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch * 65_537 + index)
@@ -337,7 +376,7 @@ def train_sae(
         batches,
         steps,
         config,
-        lambda: tokens_of(next(pixel_batches(vit, images, batch_size))),
+        lambda: tokens_of(next(my_batches())),
         epochs=epochs,
         lr=lr,
         warmup_steps=warmup_steps,
@@ -346,4 +385,5 @@ def train_sae(
         progress=progress,
         checkpoint_dir=checkpoint_dir,
         resume=resume,
+        parallel=parallel,
     )
