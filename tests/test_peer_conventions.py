@@ -53,6 +53,7 @@ def test_integrated_gradients_equal_captums_with_the_same_rule(demo_vit, quadrat
     and targets: the same per-pixel attributions, the same per-patch sums and the same
     convergence delta (``return_convergence_delta=True``)."""
     import captum.attr as captum_attr  # a test tool of requirements.txt: no skip when it is missing
+
     vit = demo_vit
     pixels = random_pixels(vit, batch=2, seed=4)
     with torch.no_grad():
