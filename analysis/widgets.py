@@ -43,7 +43,7 @@ from .attention_view import (
     windowed_view_blob,
 )
 from .errors import AnalysisError
-from .queries import patch_of_pixel
+from .queries import resolve_query
 
 __all__ = [
     "DEFAULT_BUDGET_MB",
@@ -351,24 +351,20 @@ def attention_view(
     )
 
 
-def _default_query(spec):
-    return "cls" if spec.has_class_token and not spec.is_windowed else "mean"
-
-
 def _widget_query(spec, query):
-    """The view's query as its trait holds it: ``None`` -> the default; a ``(y, x)`` input pixel (as
-    :func:`analysis.attention_map` takes it) -> the row-major patch that contains it
-    (:func:`~analysis.queries.patch_of_pixel`); ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch
-    index as they are."""
+    """The view's query as its trait holds it: a ViT's in the canonical form of
+    :func:`analysis.queries.resolve_query` (``None`` -> the default; a ``(y, x)`` input pixel, as
+    :func:`analysis.attention_map` takes it -> the row-major patch that contains it; ``"cls"``,
+    ``"mean"``, ``"prefix:<i>"`` or a patch index as they are); a windowed model's: a cell index
+    of the shown stage's grid or ``"mean"`` (default)."""
+    if not spec.is_windowed:
+        return resolve_query(spec, query).query
     if query is None:
-        return _default_query(spec)
+        return "mean"
     if isinstance(query, tuple):
-        if spec.is_windowed:
-            raise AnalysisError(
-                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', "
-                "not an input pixel."
-            )
-        return patch_of_pixel(spec, query)
+        raise AnalysisError(
+            f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
+        )
     return query
 
 
