@@ -208,19 +208,14 @@ def widget_class():
                 )
             head = None if self.head == "mean" else int(self.head)
             shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
-            grid = spec.geometry(layer) if spec.is_windowed else None
-            stride = tuple(grid.stride) if grid is not None else tuple(spec.patch_size)
-            lo, hi, range_text = plots.colour_range(
-                self._style["map_range"],
-                shown,
-                uniform=1 / (grid.window_tokens if grid is not None else spec.num_tokens),
-            )
+            grid = spec.geometry(layer)  # a ViT's: one window of every token, the patch as stride
+            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=1 / grid.window_tokens)
             head_text = "mean over heads" if head is None else f"head {head}"
             return plots.attention_overlay(
                 self._background,
                 spec.img_size,
                 shown,
-                stride,
+                tuple(grid.stride),
                 colorscale=self._style["colorscale"],
                 zmin=lo,
                 zmax=hi,
@@ -248,7 +243,7 @@ class _AttentionSource:
         spec = self.record.spec
         if not 0 <= layer < spec.num_layers:
             raise AnalysisError(f"layer {layer} is not a layer of this model (0..{spec.num_layers - 1}).")
-        heads = spec.geometry(layer).num_heads if spec.is_windowed else spec.num_heads
+        heads = spec.geometry(layer).num_heads
         if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 

@@ -93,10 +93,8 @@ class Forward:
 def record_dtype(spec: analysis.ViTSpec) -> torch.dtype:
     """float32, or float16 when one image's float32 record would exceed
     :data:`~vizapp.limits.FLOAT16_RECORD_BYTES` (the probabilities are still computed in float32)."""
-    if spec.is_windowed:  # one (windows, heads, Wt, Wt) tensor per layer
-        entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.layer_geometry)
-    else:
-        entries = spec.num_layers * spec.num_heads * spec.num_tokens**2
+    # one (windows, heads, Wt, Wt) tensor per layer; a ViT's layer is one window of all T tokens
+    entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.geometries())
     return torch.float16 if entries * 4 > FLOAT16_RECORD_BYTES else torch.float32
 
 

@@ -99,7 +99,9 @@ def pgd(
     """
     _check(epsilon, steps)
     forward = _logits_of(model)
-    clean = model.preprocessing.unnormalise(pixels.to(model.device, torch.float32)).clamp(0, 1)  # (B, C, H, W) in [0, 1]
+    clean = model.preprocessing.unnormalise(pixels.to(model.device, torch.float32)).clamp(
+        0, 1
+    )  # (B, C, H, W) in [0, 1]
     target = _labels(labels, clean.shape[0], clean.device)
     eps = float(epsilon) / 255.0
     alpha = (2.5 * eps / int(steps)) if step_size is None else float(step_size) / 255.0
