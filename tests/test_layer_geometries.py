@@ -43,3 +43,13 @@ def test_the_record_dtype_reads_every_layer_through_its_geometry(monkeypatch):
         assert record_dtype(spec) == torch.float32
         monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 4 * entries - 1)
         assert record_dtype(spec) == torch.float16
+
+
+def test_the_logit_lens_reads_every_layer_of_a_vit_and_the_last_stage_of_a_swin():
+    from analysis.tokens import logit_lens_layers
+
+    vit = make_vit("class_token")
+    assert logit_lens_layers(vit) == tuple(range(vit.spec.num_layers))
+    swin = small_swin().spec
+    last = [layer for layer, g in enumerate(swin.layer_geometry) if g.stage == swin.layer_geometry[-1].stage]
+    assert logit_lens_layers(swin) == tuple(last) and len(last) < swin.num_layers
