@@ -38,17 +38,20 @@ def declared_keys(path: Path, name: str = "KEPT_KEYS") -> tuple[str, ...]:
     """The literal tuple of strings assigned to ``name`` at the top level of the module at
     ``path`` (``()`` when it assigns none). Raises ValueError when it is not such a literal."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+    value: ast.expr | None
     for node in tree.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value  # value: None for a bare annotation
+        else:
+            continue
         if any(isinstance(target, ast.Name) and target.id == name for target in targets):
-            value = node.value
-            if isinstance(value, (ast.Tuple, ast.List)) and all(
-                isinstance(element, ast.Constant) and isinstance(element.value, str) for element in value.elts
-            ):
-                return tuple(element.value for element in value.elts)  # type: ignore[attr-defined]
-            raise ValueError(f"{path}: {name} must be a literal tuple of strings (it is read, not imported).")
+            elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            strings = [e.value for e in elements or () if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if elements is None or len(strings) != len(elements):
+                raise ValueError(f"{path}: {name} must be a literal tuple of strings (it is read, not imported).")
+            return tuple(strings)
     return ()
 
 
