@@ -46,7 +46,7 @@ import torch
 from .attention_maps import attention_rows
 from .errors import AnalysisError
 from .plots import ROBUST_QUANTILE, UNIFORM_FLOOR, QuantisedMaps, colour_lut, quantise_maps
-from .queries import parse_prefix_query
+from .queries import resolve_query
 
 __all__ = [
     "PAGE",
@@ -220,15 +220,10 @@ def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, di
 
 def query_row(query, spec) -> int:
     """The row of ``rows`` that holds the app's query (``"cls"``, ``"prefix:<i>"``, a patch
-    index, ``"mean"``)."""
-    token = parse_prefix_query(query)
-    if token is not None:
-        return token
-    if query == "cls":
-        return 0
-    if query == "mean":
-        return spec.num_tokens
-    return spec.num_prefix_tokens + int(query)
+    index, a ``(y, x)`` input pixel, ``"mean"``), parsed by :func:`analysis.queries.resolve_query`:
+    the query's token, or ``spec.num_tokens`` (the row after the tokens) for ``"mean"``."""
+    resolved = resolve_query(spec, query)
+    return spec.num_tokens if resolved.mean else resolved.tokens[0]
 
 
 def view_args(

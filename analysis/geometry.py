@@ -200,6 +200,10 @@ class ViTSpec:
             prefix_tokens=self.num_prefix_tokens,
         )
 
+    def geometries(self) -> tuple[LayerGeometry, ...]:
+        """Every layer's :meth:`geometry`, in order: a ViT's global windows or a windowed model's own."""
+        return tuple(self.geometry(layer) for layer in range(self.num_layers))
+
     @property
     def token_names(self) -> tuple[str, ...]:
         """A name for each prefix token: "class", "distillation", "register k" (read from the

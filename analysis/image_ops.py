@@ -67,9 +67,8 @@ def baseline_pixels(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
     if baseline not in BASELINES:
         raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
     if baseline == "black":
-        mean = torch.tensor(vit.preprocessing.mean, dtype=torch.float32)[:, None, None]
-        std = torch.tensor(vit.preprocessing.std, dtype=torch.float32)[:, None, None]
-        return ((0.0 - mean) / std).expand_as(pixels).clone()
+        black = vit.preprocessing.normalise(torch.zeros(pixels.shape[-3], 1, 1))  # (3, 1, 1): (0 − mean) / std
+        return black.expand_as(pixels).clone()
     if baseline == "mean":
         return torch.zeros_like(pixels)
     return gaussian_blur(pixels, float(max(vit.spec.patch_size)))

@@ -105,19 +105,34 @@ class Preprocessing:
         box = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
         return image.resize((width, height), resample=resample, box=box)
 
+    def statistics(self, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, std)`` as ``(C, 1, 1)`` float32 tensors on ``device``: they broadcast over
+        ``(C, H, W)`` and ``(B, C, H, W)`` images."""
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=device).view(-1, 1, 1)
+        return mean, std
+
+    def normalise(self, unit: torch.Tensor) -> torch.Tensor:
+        """Images in the image's own units (``[0, 1]``), ``(…, C, H, W)``, -> the model's input
+        ``(x − mean) / std`` per channel, on ``unit``'s device: the one normalisation rule."""
+        mean, std = self.statistics(unit.device)
+        return (unit - mean) / std
+
+    def unnormalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The model's input ``(…, C, H, W)`` -> the image's own units, ``x·std + mean`` per channel,
+        on ``pixels``' device, not clipped (:meth:`normalise` undone)."""
+        mean, std = self.statistics(pixels.device)
+        return pixels * std + mean
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> normalised float tensor ``(1, 3, H, W)``."""
         array = np.asarray(self.crop(image), dtype=np.float32) / 255.0  # (H, W, 3)
         pixels = torch.from_numpy(array).permute(2, 0, 1)  # (3, H, W)
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
-        return ((pixels - mean) / std).unsqueeze(0)
+        return self.normalise(pixels).unsqueeze(0)
 
     def to_image(self, pixels: torch.Tensor) -> np.ndarray:
         """Normalised ``(3, H, W)`` (or ``(1, 3, H, W)``) -> ``(H, W, 3)`` uint8: ``x·std + mean``,
         clipped to [0, 1], times 255, rounded. Inverts :meth:`__call__` on its own output exactly."""
         pixels = pixels.detach().float().cpu().reshape(-1, *pixels.shape[-2:])  # (3, H, W)
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
-        unit = (pixels * std + mean).clamp(0.0, 1.0)
+        unit = self.unnormalise(pixels).clamp(0.0, 1.0)
         return (unit * 255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()

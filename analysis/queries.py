@@ -1,18 +1,27 @@
-"""Resolving a user's query ("cls", a patch index, "mean", "prefix:<i>") to attention rows."""
+"""Resolving a user's query ("cls", a patch index, "mean", "prefix:<i>", an input pixel) to tokens.
+
+:func:`resolve_query` is the one parser: every analysis, the attention view and the notebook
+widgets read "which query token(s)" through it, so each query form means the same everywhere.
+"""
 
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import torch
 
 from .arguments import check_int
 from .errors import AnalysisError
+from .geometry import LayerGeometry
 from .records import AttentionRecord
+from .spec import ViTSpec
 from .windowed_support import refuse_windowed
 
 __all__ = [
     "Query",
+    "QueryTokens",
+    "resolve_query",
     "default_query",
     "query_rows_for",
     "patch_of_pixel",
@@ -45,55 +54,92 @@ def default_query(spec, query: Query | None = None) -> Query:
     ``attention_rollout``, ``attention_rollout_by_layer``) defaults to this, so the default
     works on every model; ``"cls"`` asked for explicitly on a model without one is an error."""
     if query is None:
-        return "cls" if spec.has_class_token else "mean"
+        return "cls" if getattr(spec, "has_class_token", False) else "mean"  # a LayerGeometry has none
     return query
 
 
-def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
-    """Positions along the record's ``Q`` axis whose attention rows make up ``query``.
+@dataclass(frozen=True)
+class QueryTokens:
+    """A query resolved on a model's tokens ``[prefix, patches]``.
 
-    ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order
-    (token ``num_prefix_tokens + p``); ``"mean"`` is every patch query (averaged by callers);
-    ``"prefix:<i>"`` is prefix token i (class, distillation or register token); a tuple
-    ``(y, x)`` is the patch that contains input pixel ``(y, x)`` (:func:`patch_of_pixel`);
-    ``None`` is :func:`default_query`.
+    ``query``: its canonical form (``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index ``int``;
+    an input pixel becomes the patch that contains it); ``tokens``: the token positions whose
+    rows make it up (``"mean"``: every patch, averaged by callers); ``mean``: whether it is the
+    mean over the patches."""
+
+    query: Query
+    tokens: tuple[int, ...]
+    mean: bool = False
+
+    @property
+    def patch(self) -> int | None:
+        """The row-major patch index of a patch query, else ``None``."""
+        return self.query if isinstance(self.query, int) else None
+
+
+def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTokens:
+    """The tokens of ``query`` on the model ``spec`` (or on one layer's ``LayerGeometry``: its
+    grid, with its prefix tokens and no class token).
+
+    ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order (token
+    ``num_prefix_tokens + p``); ``"mean"`` is every patch; ``"prefix:<i>"`` is prefix token i
+    (class, distillation or register token); a tuple ``(y, x)`` is the patch that contains input
+    pixel ``(y, x)`` (:func:`patch_of_pixel`); ``None`` is :func:`default_query`.
+
+    Raises:
+        AnalysisError: the query is none of these, names a token the model lacks, or ``spec``
+            is a windowed model's (whose layers differ in grid: pass one layer's geometry).
     """
-    refuse_windowed(record, "Token queries over [prefix, patches]")
-    spec = record.spec
+    if isinstance(spec, ViTSpec):
+        refuse_windowed(spec, "Token queries over [prefix, patches]")
+        grid, prefix, has_class_token = spec.grid_size, spec.num_prefix_tokens, spec.has_class_token
+        names: tuple[str, ...] = tuple(spec.token_names)
+    else:
+        grid, prefix, has_class_token, names = spec.grid_size, spec.prefix_tokens, False, ()
+    num_patches = grid[0] * grid[1]
     query = default_query(spec, query)
-    prefix = spec.num_prefix_tokens
     if isinstance(query, tuple):
-        return record.query_rows([prefix + patch_of_pixel(spec, query)])
+        patch = patch_of_pixel(spec, query)
+        return QueryTokens(patch, (prefix + patch,))
     token = parse_prefix_query(query)
     if token is not None:
         if not 0 <= token < prefix:
-            raise AnalysisError(
-                f"{query!r}: this model has {prefix} prefix tokens ({', '.join(spec.token_names) or 'none'})."
-            )
-        return record.query_rows([token])
+            raise AnalysisError(f"{query!r}: this model has {prefix} prefix tokens ({', '.join(names) or 'none'}).")
+        return QueryTokens(query, (token,))
     if isinstance(query, str):
         if query == "cls":
-            if not spec.has_class_token:
+            if not has_class_token:
                 raise AnalysisError(
                     "This model has no class token (it pools patch tokens): use query='mean' "
                     "or a patch index instead of 'cls'."
                 )
-            return record.query_rows([0])
+            return QueryTokens("cls", (0,))
         if query == "mean":
-            return record.query_rows(range(prefix, prefix + spec.num_patches))
+            return QueryTokens("mean", tuple(range(prefix, prefix + num_patches)), mean=True)
         raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
     if isinstance(query, bool) or not isinstance(query, numbers.Integral):
-        raise AnalysisError(f"query must be 'cls', 'mean' or a patch index, not {query!r}.")
-    query = int(query)
-    if not 0 <= query < spec.num_patches:
-        gh, gw = spec.grid_size
-        raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{spec.num_patches - 1}).")
-    return record.query_rows([prefix + query])
+        raise AnalysisError(f"query must be 'cls', 'mean', 'prefix:<i>' or a patch index, not {query!r}.")
+    patch = int(query)
+    if not 0 <= patch < num_patches:
+        raise AnalysisError(f"Patch index {patch} is outside the {grid[0]}x{grid[1]} grid (0..{num_patches - 1}).")
+    return QueryTokens(patch, (prefix + patch,))
+
+
+def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
+    """Positions along the record's ``Q`` axis whose attention rows make up ``query``: the
+    tokens :func:`resolve_query` gives, where the record holds them (``"mean"``: every patch
+    query, averaged by callers; ``None``: :func:`default_query`)."""
+    refuse_windowed(record, "Token queries over [prefix, patches]")
+    return record.query_rows(list(resolve_query(record.spec, query).tokens))
 
 
 def patch_of_pixel(spec, pixel: tuple[int, int]) -> int:
     """The row-major patch that contains input pixel ``(y, x)`` (of the ``spec.img_size``
-    input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.spec.LayerGeometry.cell_of_pixel`."""
+    input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.spec.LayerGeometry.cell_of_pixel`.
+    ``spec`` may be one layer's ``LayerGeometry`` (the input it covers: grid × stride)."""
+    if isinstance(spec, LayerGeometry):
+        size = (spec.grid_size[0] * spec.stride[0], spec.grid_size[1] * spec.stride[1])
+        return spec.cell_of_pixel(*check_pixel_query(pixel, size))
     return spec.geometry(0).cell_of_pixel(*check_pixel_query(pixel, spec.img_size))
 
 

@@ -43,7 +43,7 @@ from .attention_view import (
     windowed_view_blob,
 )
 from .errors import AnalysisError
-from .queries import patch_of_pixel
+from .queries import resolve_query
 
 __all__ = [
     "DEFAULT_BUDGET_MB",
@@ -208,19 +208,14 @@ def widget_class():
                 )
             head = None if self.head == "mean" else int(self.head)
             shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
-            grid = spec.geometry(layer) if spec.is_windowed else None
-            stride = tuple(grid.stride) if grid is not None else tuple(spec.patch_size)
-            lo, hi, range_text = plots.colour_range(
-                self._style["map_range"],
-                shown,
-                uniform=1 / (grid.window_tokens if grid is not None else spec.num_tokens),
-            )
+            grid = spec.geometry(layer)  # a ViT's: one window of every token, the patch as stride
+            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=1 / grid.window_tokens)
             head_text = "mean over heads" if head is None else f"head {head}"
             return plots.attention_overlay(
                 self._background,
                 spec.img_size,
                 shown,
-                stride,
+                tuple(grid.stride),
                 colorscale=self._style["colorscale"],
                 zmin=lo,
                 zmax=hi,
@@ -248,7 +243,7 @@ class _AttentionSource:
         spec = self.record.spec
         if not 0 <= layer < spec.num_layers:
             raise AnalysisError(f"layer {layer} is not a layer of this model (0..{spec.num_layers - 1}).")
-        heads = spec.geometry(layer).num_heads if spec.is_windowed else spec.num_heads
+        heads = spec.geometry(layer).num_heads
         if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 
@@ -351,24 +346,20 @@ def attention_view(
     )
 
 
-def _default_query(spec):
-    return "cls" if spec.has_class_token and not spec.is_windowed else "mean"
-
-
 def _widget_query(spec, query):
-    """The view's query as its trait holds it: ``None`` -> the default; a ``(y, x)`` input pixel (as
-    :func:`analysis.attention_map` takes it) -> the row-major patch that contains it
-    (:func:`~analysis.queries.patch_of_pixel`); ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch
-    index as they are."""
+    """The view's query as its trait holds it: a ViT's in the canonical form of
+    :func:`analysis.queries.resolve_query` (``None`` -> the default; a ``(y, x)`` input pixel, as
+    :func:`analysis.attention_map` takes it -> the row-major patch that contains it; ``"cls"``,
+    ``"mean"``, ``"prefix:<i>"`` or a patch index as they are); a windowed model's: a cell index
+    of the shown stage's grid or ``"mean"`` (default)."""
+    if not spec.is_windowed:
+        return resolve_query(spec, query).query
     if query is None:
-        return _default_query(spec)
+        return "mean"
     if isinstance(query, tuple):
-        if spec.is_windowed:
-            raise AnalysisError(
-                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', "
-                "not an input pixel."
-            )
-        return patch_of_pixel(spec, query)
+        raise AnalysisError(
+            f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
+        )
     return query
 
 

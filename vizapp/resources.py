@@ -93,10 +93,8 @@ class Forward:
 def record_dtype(spec: analysis.ViTSpec) -> torch.dtype:
     """float32, or float16 when one image's float32 record would exceed
     :data:`~vizapp.limits.FLOAT16_RECORD_BYTES` (the probabilities are still computed in float32)."""
-    if spec.is_windowed:  # one (windows, heads, Wt, Wt) tensor per layer
-        entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.layer_geometry)
-    else:
-        entries = spec.num_layers * spec.num_heads * spec.num_tokens**2
+    # one (windows, heads, Wt, Wt) tensor per layer; a ViT's layer is one window of all T tokens
+    entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.geometries())
     return torch.float16 if entries * 4 > FLOAT16_RECORD_BYTES else torch.float32
 
 
@@ -653,13 +651,8 @@ def robustness_chunk(
     (``analysis.robustness.robustness_curve``; image ``i`` of the piece uses seed ``seed + i``).
     ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``. Returns the summed
     agreement and probability ``(levels,)``, the images used, and ``(index, reason)`` per skipped image."""
-    model = get_model(model_key[1]) if model_key[0] == "vit" else get_cnn(*model_key[1:])
-    images, skipped = [], []
-    for index, data in enumerate(_images):
-        try:
-            images.append((index, load_image(data)))
-        except analysis.ImageLoadError as exc:
-            skipped.append((index, str(exc)))
+    model = loaded_model(model_key)
+    images, skipped = _decoded(_images)
     score, probability = np.zeros(len(levels)), np.zeros(len(levels))
     for index, image in images:  # one image at a time, each with its own seed
         curve = robustness_curve(model, [image], perturbation, levels, seed=seed + index, attention=False)
@@ -706,16 +699,15 @@ def attack_view(
 
     model = loaded_model(model_key)
     pixels = model.preprocess(load_image(_image_bytes)).to(model.device)  # (1, 3, H, W)
-    mean = torch.tensor(model.preprocessing.mean, device=model.device).view(1, -1, 1, 1)
-    std = torch.tensor(model.preprocessing.std, device=model.device).view(1, -1, 1, 1)
     with torch.no_grad():
         clean_logits = model.model(pixels).float()
     target = clean_logits.argmax(-1)
     adversarial = attack(attack_name, model, pixels, target, epsilon=epsilon, steps=steps, seed=seed)
     with torch.no_grad():
         adversarial_logits = model.model(adversarial.to(model.device)).float()
-    clean_unit = (pixels * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
-    unit = (adversarial.to(model.device) * std + mean).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
+    to_unit = model.preprocessing.unnormalise
+    clean_unit = to_unit(pixels).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
+    unit = to_unit(adversarial.to(model.device)).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
     return AttackView(
         clean_logits.softmax(-1)[0].cpu().numpy(),
         adversarial_logits.softmax(-1)[0].cpu().numpy(),
@@ -1084,20 +1076,20 @@ def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np
     side = int(patch.shape[-1])
     position = ((int(unit.shape[-2]) - side) // 2, (int(unit.shape[-1]) - side) // 2)
     patched = paste_patch(unit, torch.as_tensor(patch), position)
-    with torch.no_grad():
-        logits = model.model(model_input(model, torch.cat([unit, patched]))).float()
-    probabilities = model.probabilities(logits).cpu().numpy()
-    result = {
-        "picture": np.round(patched[0].permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8),
-        "clean": probabilities[0],
-        "patched": probabilities[1],
-    }
     spec = getattr(model, "spec", None)
+    result: dict = {"picture": np.round(patched[0].permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8)}
     if spec is not None and int(spec.num_layers) > 0 and not spec.is_windowed:
+        # one forward per picture: the share's attention records hold the logits of the same passes
         share = patch_attention_share(model, [image], torch.as_tensor(patch), position)
+        logits = torch.cat([share.clean.logits, share.patched.logits]).float()
         result.update(
             layers=np.array(share.layers), clean_share=share.clean_share[:, 0], patched_share=share.patched_share[:, 0]
         )
+    else:
+        with torch.no_grad():
+            logits = model.model(model_input(model, torch.cat([unit, patched]))).float()
+    probabilities = model.probabilities(logits).cpu().numpy()
+    result.update(clean=probabilities[0], patched=probabilities[1])
     return result
 
 
@@ -1130,12 +1122,8 @@ def compute_head_texts(
 def _head_texts(source: str, _images: tuple[bytes, ...], texts_per_head: int, progress):
     from analysis.text import head_texts
 
-    images, skipped = [], []
-    for index, data in enumerate(_images):
-        try:
-            images.append(load_image(data))
-        except analysis.ImageLoadError as exc:
-            skipped.append((index, str(exc)))
+    decoded, skipped = _decoded(_images)
+    images = [image for _, image in decoded]
     if len(images) < 2:
         raise analysis.AnalysisError(
             f"Head descriptions need at least 2 readable images (a variance over images); {len(images)} could be read."

@@ -36,6 +36,9 @@ from vizapp.windowed import (
     window_shapes,
 )
 
+# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
+KEPT_KEYS = ("layer", "attn_stage", "head", "opacity", "thumb_scale", "dino_show", "dino_mass")
+
 if TYPE_CHECKING:  # for an annotation only
     from vizapp.state import Current
 

@@ -1,12 +1,9 @@
-"""Where the norm and MLP hook points live in a block, and the norm's scale.
+"""The model's final norm, and the scale of a norm.
 
-The points ``ln1.*``, ``ln2.*``, ``ln_final.*``, ``mlp.pre`` and ``mlp.post`` of
-:mod:`.points` are read on these submodules (timm's names, and Hugging Face's for the norms):
-
-* ``ln1`` is the block's ``norm1`` (``layernorm_before``), ``ln2`` its ``norm2``
-  (``layernorm_after``), ``ln_final`` the model's ``norm`` (not an ``nn.Identity``);
-* ``mlp.pre`` is the output of the MLP's first linear layer (``fc1``; a SwiGLU's gate
-  ``fc1_g``), ``mlp.post`` the input of its output layer ``fc2``.
+Where a block keeps its norms (``ln1.*``, ``ln2.*``) and its MLP layers (``mlp.pre``, ``mlp.post``)
+is the family's to say: its attention adapter's
+:attr:`~analysis.adapters.base.AttentionAdapter.block_layout` (:mod:`analysis.adapters.blocks`).
+``ln_final`` is the model's ``norm`` (not an ``nn.Identity``).
 
 The per-token scale of a norm, from its input ``x`` over the width (float32)::
 
@@ -22,19 +19,24 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..adapters.base import AttentionAdapter
+from ..adapters.blocks import TIMM_BLOCK
+from ..adapters.registry import adapter_for
+
 __all__ = ["block_norm", "final_norm", "norm_kind", "normalisation_scale", "mlp_layers"]
 
-_NORM_ATTRIBUTES = {"ln1": ("norm1", "layernorm_before"), "ln2": ("norm2", "layernorm_after")}
 _RMS_NAMES = ("RmsNorm", "RmsNormFp32", "SimpleNorm", "SimpleNormFp32", "RMSNorm")
 
 
 def block_norm(block: nn.Module, which: str) -> nn.Module | None:
-    """The block's first (``which="ln1"``) or second (``"ln2"``) norm, or ``None``."""
-    for attribute in _NORM_ATTRIBUTES[which]:
-        module = getattr(block, attribute, None)
-        if isinstance(module, nn.Module) and not isinstance(module, nn.Identity):
-            return module
-    return None
+    """The block's first (``which="ln1"``) or second (``"ln2"``) norm, or ``None``, where the
+    adapter of the block's ``attn`` says (:meth:`~analysis.adapters.base.AttentionAdapter.block_norm`)."""
+    adapter = _block_adapter(block)
+    return TIMM_BLOCK.norm(block, which) if adapter is None else adapter.block_norm(block, which)
+
+
+def _block_adapter(block: nn.Module) -> AttentionAdapter | None:
+    return adapter_for(getattr(block, "attn", None))
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:
@@ -72,15 +74,7 @@ def normalisation_scale(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def mlp_layers(block: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """``(first, output)`` linear layers of the block's MLP: ``fc1`` (a SwiGLU: its gate ``fc1_g``)
-    and ``fc2``; ``None`` when the block has no such MLP."""
-    mlp = getattr(block, "mlp", None)
-    if not isinstance(mlp, nn.Module):
-        return None
-    first = getattr(mlp, "fc1_g", None)
-    if not isinstance(first, nn.Module):
-        first = getattr(mlp, "fc1", None)
-    output = getattr(mlp, "fc2", None)
-    if not isinstance(first, nn.Module) or not isinstance(output, nn.Module):
-        return None
-    return first, output
+    """``(first, output)`` linear layers of the block's MLP (a SwiGLU: its gate first), or ``None``,
+    where the adapter of the block's ``attn`` says (:meth:`~analysis.adapters.base.AttentionAdapter.mlp_layers`)."""
+    adapter = _block_adapter(block)
+    return TIMM_BLOCK.mlp_layers(block) if adapter is None else adapter.mlp_layers(block)

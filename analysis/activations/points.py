@@ -98,10 +98,11 @@ built with ``fused_attn=False``); SAM's ``attn.q``/``.k``/``.v``/``.scores`` and
 computes them (NHWC maps or ``(B, gh·gw, ·)``). They have no prefix tokens.
 
 ``d`` is the head width; ``kv_heads < heads`` only for grouped-query attention. The branch
-outputs are read where the block adds them (its ``drop_path1`` / ``drop_path2``, identity at
+outputs are read where the block adds them (timm's ``drop_path1`` / ``drop_path2``, identity at
 inference), so ``resid_mid = resid_pre + attn.out`` and ``resid_post = resid_mid + mlp.out``
 hold exactly, for pre-norm (``x + ls(f(norm(x)))``) and post-norm (``x + norm(f(x))``) blocks
-(unless a hook replaces ``resid_mid``: the branch then adds ``new − resid_pre``, not the cached
+(``swinv2_cr`` blocks with a ``norm3`` normalise the stream after the MLP branch:
+``resid_post = norm3(resid_mid + mlp.out)``; unless a hook replaces ``resid_mid``: the branch then adds ``new − resid_pre``, not the cached
 ``attn.out``). In attention modules with an inner norm before the projection (timm's
 ``scale_norm``: BEiT-3, EVA-02-CLIP) ``attn.z`` is that norm's output, which mixes the heads;
 the per-head analyses of :mod:`analysis.circuits` refuse such models.

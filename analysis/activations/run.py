@@ -11,7 +11,8 @@ The same discipline as :func:`analysis.capture_attention` (TransformerLens's
   or any of them is replaced, the call's output is ``P·v`` from those very tensors (equal to the
   fused kernel's to float rounding; a block where nothing is asked keeps its fused kernel);
 * ``attn.z`` is the input of the attention's output projection, ``attn.out`` / ``mlp.out`` the
-  outputs of the block's ``drop_path1`` / ``drop_path2`` (what each branch adds to the stream).
+  outputs of the modules through which each branch joins the stream (timm's ``drop_path1`` /
+  ``drop_path2``; the adapter's :attr:`~analysis.adapters.base.AttentionAdapter.block_layout` says).
 
 A hook is ``fn(activation) -> replacement | None``: ``None`` keeps the activation; a tensor of
 the same shape replaces it for the rest of the forward pass. Replacing ``resid_mid`` makes the
@@ -57,7 +58,7 @@ from ..oom import run_with_oom_fallback
 from ..spec import ViTSpec
 from ..windowed import window_probabilities
 from .cache import ActivationCache
-from .modules import block_norm, final_norm, mlp_layers, norm_kind, normalisation_scale
+from .modules import final_norm, norm_kind, normalisation_scale
 from .points import MODEL_POINTS, POOL_NAME, canonical_name, forward_order, hook_point_names, parse_hook_name
 from .store import ActivationStore
 
@@ -351,10 +352,10 @@ def _block_defines(site: AttentionSite, suffix: str) -> bool:
     if suffix == "attn.scores":  # like q and k: only where the fused kernel receives them
         return site.adapter.defines(site, "attn.q")
     if suffix in ("ln1.out", "ln2.out", "ln1.scale", "ln2.scale"):
-        norm = None if site.block is None else block_norm(site.block, suffix[:3])
+        norm = None if site.block is None else site.adapter.block_norm(site.block, suffix[:3])
         return norm is not None and (suffix.endswith(".out") or norm_kind(norm) is not None)
     if suffix in ("mlp.pre", "mlp.post"):
-        return site.block is not None and mlp_layers(site.block) is not None
+        return site.block is not None and site.adapter.mlp_layers(site.block) is not None
     if suffix == "attn.result":
         return isinstance(site.adapter.output_projection(site.module), nn.Linear)
     return site.adapter.defines(site, suffix)
@@ -597,12 +598,15 @@ def _norm_hook(norm: nn.Module, which: str, points: dict[str, Hook], owner: int,
     handles.append(add_forward_hook(norm, after))
 
 
-def _branch_module(block: nn.Module, attribute: str, layer: int, point: str) -> nn.Module:
-    module = getattr(block, attribute, None)
-    if not isinstance(module, nn.Module):
+def _branch_module(site: AttentionSite, which: str, layer: int) -> nn.Module:
+    """The module whose output the ``which`` (``"attn"``/``"mlp"``) branch of the block at ``site``
+    adds to the residual stream, as its adapter's block layout says."""
+    assert site.block is not None
+    module = site.adapter.branch_output(site.block, which)
+    if module is None:
         raise AnalysisError(
-            f"Block {layer} ({type(block).__name__}) has no {attribute}, where its branch joins the residual "
-            f"stream: {point} is not defined for it."
+            f"Block {layer} ({type(site.block).__name__}) has no {site.adapter.block_layout.branch_attribute(which)}, "
+            f"where its branch joins the residual stream: {which}.out is not defined for it."
         )
     return module
 
@@ -667,14 +671,14 @@ def _block_hooks(
                     ]  # the block adds this to resid_pre
             return replaced
 
-        handles.append(add_forward_hook(_branch_module(block, "drop_path1", layer, "attn.out"), attention_branch))
+        handles.append(add_forward_hook(_branch_module(site, "attn", layer), attention_branch))
 
     if "mlp.out" in points:
 
         def mlp_branch(module, args, output):
             return visit("mlp.out", output) if mine() else None
 
-        handles.append(add_forward_hook(_branch_module(block, "drop_path2", layer, "mlp.out"), mlp_branch))
+        handles.append(add_forward_hook(_branch_module(site, "mlp", layer), mlp_branch))
 
     if "resid_post" in points:
 
@@ -690,11 +694,12 @@ def _block_hooks(
     for which in ("ln1", "ln2"):
         norm_points = {suffix.split(".", 1)[1]: fn for suffix, fn in points.items() if suffix.startswith(which + ".")}
         if norm_points:
-            norm = block_norm(block, which)
+            norm = site.adapter.block_norm(block, which)
             if norm is None:
                 raise AnalysisError(
                     f"Block {layer} ({type(block).__name__}) has no {'first' if which == 'ln1' else 'second'} "
-                    f"norm (norm{which[-1]}): {which}.* is not defined for it."
+                    f"norm ({' or '.join(site.adapter.block_layout.norms.get(which, ())) or 'none named'}): {which}.* is not "
+                    "defined for it."
                 )
             _norm_hook(norm, which, norm_points, owner, handles, grad)
 
@@ -713,7 +718,7 @@ def _block_hooks(
         handles.append(add_forward_pre_hook(site.module, attention_input, with_kwargs=True))
 
     if "mlp.pre" in points or "mlp.post" in points:
-        layers = mlp_layers(block)
+        layers = site.adapter.mlp_layers(block)
         if layers is None:
             raise AnalysisError(
                 f"Block {layer} ({type(block).__name__}) has no MLP with fc1 and fc2: mlp.pre and "

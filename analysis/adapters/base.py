@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ..module_hooks import ModuleHook, add_forward_hook, add_forward_pre_hook
+from .blocks import TIMM_BLOCK, BlockLayout
 from .probabilities import attention_probabilities
 
 __all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend", "differentiable_probabilities"]
@@ -158,6 +159,8 @@ class AttentionAdapter:
     windowed: bool = False
     # Never calls the fused kernel (its softmax is always explicit, e.g. Swin v2's cosine attention).
     always_explicit: bool = False
+    # Where the blocks that hold this attention keep their norms, branches and MLP (analysis.adapters.blocks).
+    block_layout: BlockLayout = TIMM_BLOCK
 
     def num_heads(self, module: nn.Module) -> int:
         return int(getattr(module, "num_heads"))  # read by name (see the ruff B009 note)
@@ -170,6 +173,21 @@ class AttentionAdapter:
         if point in ("attn.q", "attn.k", "attn.v"):
             return not self.always_explicit and getattr(site.module, "fused_attn", True) is not False
         return True
+
+    def block_norm(self, block: nn.Module, which: str) -> nn.Module | None:
+        """The first (``which="ln1"``) or second (``"ln2"``) norm of a block that holds this
+        family's attention (the ``ln1.*``/``ln2.*`` points), or ``None``: :attr:`block_layout` says where."""
+        return self.block_layout.norm(block, which)
+
+    def branch_output(self, block: nn.Module, which: str) -> nn.Module | None:
+        """The module whose output the block's ``"attn"`` or ``"mlp"`` branch adds to the residual
+        stream (the ``attn.out``/``mlp.out`` points: ``resid_mid = resid_pre + attn.out``), or ``None``."""
+        return self.block_layout.branch(block, which)
+
+    def mlp_layers(self, block: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+        """``(first, output)`` linear layers of the block's MLP (``mlp.pre`` is the first one's output,
+        ``mlp.post`` the output one's input), or ``None`` when the block has no such MLP."""
+        return self.block_layout.mlp_layers(block)
 
     def output_projection(self, module: nn.Module) -> nn.Module | None:
         """The module's output projection: the linear layer that receives the heads' outputs

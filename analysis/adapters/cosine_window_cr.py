@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from timm.models.swin_transformer_v2_cr import WindowMultiHeadAttention
 
+from .blocks import BlockLayout
 from .registry import register_adapter
 from .shifted_window import ShiftedWindowAttentionAdapter
 
@@ -28,6 +29,8 @@ class MetaCosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
     module_types = (WindowMultiHeadAttention,)
     always_explicit = True  # cosine attention: its softmax is never the fused kernel
     grid_attribute = "feat_size"
+    # Its blocks may normalise the stream after the MLP branch (norm3, ``extra_norm``): resid_post = norm3(…).
+    block_layout = BlockLayout(stream_norm=("norm3",))
     includes = (
         "softmax(τ·cos(q,k) + meta_mlp(Δ) + M) inside each window: τ from logit_scale, Δ the log-spaced "
         "relative offset, M the shift mask (masked pairs recorded as exactly 0)"

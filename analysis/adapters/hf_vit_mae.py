@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from ..errors import UnsupportedModelError
 from .base import AttentionAdapter
+from .blocks import BlockLayout
 from .registry import AttentionSite, adapter_for, register_adapter, supported_attention
 
 
@@ -37,6 +38,19 @@ class ViTMAEAttentionAdapter(AttentionAdapter):
     module_types = _module_types()
     includes = "softmax(scale·q·kᵀ) over the class token and the visible patches (no position term: MAE adds a fixed table to the input)"
     explicit_softmax = True  # the eager path calls softmax and has no attn_drop module
+    # transformers' ViTMAELayer (5.x first, 4.x second): its norms, the modules whose outputs its two
+    # branches add to the stream (dropout after them is identity at inference), and its MLP.
+    block_layout = BlockLayout(
+        norms={"ln1": ("layernorm_before",), "ln2": ("layernorm_after",)},
+        branches={"attn": ("attention.o_proj", "attention.output"), "mlp": ("mlp", "output.dropout")},
+        mlp_first=("mlp.fc1", "intermediate.dense"),
+        mlp_output=("mlp.fc2", "output.dense"),
+    )
+
+    def output_projection(self, module: nn.Module) -> nn.Module | None:
+        """transformers 5's ``o_proj`` (4.x keeps it outside the module that computes P: ``None``)."""
+        projection = getattr(module, "o_proj", None)
+        return projection if isinstance(projection, nn.Module) else None
 
     def num_heads(self, module: nn.Module) -> int:
         heads = getattr(module, "num_attention_heads", None)

@@ -3,6 +3,7 @@ the image-set commands' arguments, start (resolve, load, shard) and skipped-imag
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
@@ -14,7 +15,11 @@ from .distributed import Ranks
 
 __all__ = [
     "CommandError",
+    "add_command",
     "add_model_arguments",
+    "add_img_size_argument",
+    "add_device_argument",
+    "add_out_argument",
     "load_model",
     "progress_bar",
     "say",
@@ -34,21 +39,47 @@ class CommandError(Exception):
         self.code = code
 
 
-def add_model_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="what load_vit accepts: demo, a timm name, hf:org/name, torchvision:vit_b_16, a folder "
-        "or a file; prefix random: for random weights",
-    )
+def add_command(subparsers, name: str, *, help: str, description: str, raw_description: bool = True):
+    """The subcommand ``name`` of ``subparsers`` (its one-line ``help`` in the list of commands, its
+    ``description`` atop its own ``--help``, printed as written unless ``raw_description=False``)."""
+    formatter = {"formatter_class": argparse.RawDescriptionHelpFormatter} if raw_description else {}
+    return subparsers.add_parser(name, help=help, description=description, **formatter)
+
+
+MODEL_HELP = (
+    "what load_vit accepts: demo, a timm name, hf:org/name, torchvision:vit_b_16, a folder "
+    "or a file; prefix random: for random weights"
+)
+
+
+def add_model_arguments(parser, *, model_help: str = MODEL_HELP) -> None:
+    """``--model`` (``model_help``: what it accepts), ``--arch``, ``--img-size`` and ``--device``."""
+    parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--arch", default=None, help="the architecture of a bare weights file")
+    add_img_size_argument(parser)
+    add_device_argument(parser)
+
+
+def add_img_size_argument(parser) -> None:
+    """``--img-size``: the input resolution to load the model at."""
     parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
+
+
+def add_device_argument(parser) -> None:
+    """``--device``: ``cpu`` or ``cuda``, default a GPU per process when there are enough."""
     parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default=None,
         help="default: a GPU per process when there are enough, else the CPU",
     )
+
+
+def add_out_argument(parser, help: str) -> None:
+    """``--out`` (required, a path): ``help`` says what is written there."""
+    from pathlib import Path
+
+    parser.add_argument("--out", required=True, type=Path, help=help)
 
 
 def load_model(args, device: torch.device):
@@ -93,10 +124,8 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
 
 def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
     """``--images``, ``--out``, ``--batch-size`` and ``--workers`` of a command over an image set."""
-    from pathlib import Path
-
     parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
-    parser.add_argument("--out", required=True, type=Path, help=out_help)
+    add_out_argument(parser, out_help)
     parser.add_argument(
         "--batch-size", type=int, default=batch_size, help=f"images per forward pass (default {batch_size})"
     )

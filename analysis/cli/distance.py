@@ -7,7 +7,6 @@ heads, with each layer's uniform-attention reference (``uniform_distance_by_laye
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 from ..errors import AnalysisError
 from ..streaming import dataset_attention_distance, distance_heads
 from .common import (
+    add_command,
     add_image_set_arguments,
     add_model_arguments,
     images_used,
@@ -28,11 +28,11 @@ __all__ = ["add_parser", "run", "shard_distance_sums"]
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "distance",
         help="dataset mean attention distance per layer and head (Figure 7 right)",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     add_image_set_arguments(parser, out_help="result .npz (the .png and .html go next to it)", batch_size=32)

@@ -4,7 +4,6 @@ sharded across ``torchrun`` ranks. Writes ``OUT.npz``."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ import numpy as np
 from ..circuits import dataset_head_effects
 from .common import (
     CommandError,
+    add_command,
     add_image_set_arguments,
     add_model_arguments,
     images_used,
@@ -24,11 +24,11 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "heads",
         help="mean head-ablation effect and direct logit attribution per layer and head",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     add_image_set_arguments(parser, out_help="result .npz", batch_size=16)

@@ -6,24 +6,31 @@ not depend on the batch size or the number of ranks (:mod:`analysis.mae.dataset`
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 
 from ..errors import VitExplorerError
-from .common import CommandError, add_image_set_arguments, images_used, open_image_set, progress_bar
+from .common import (
+    CommandError,
+    add_command,
+    add_device_argument,
+    add_image_set_arguments,
+    add_img_size_argument,
+    images_used,
+    open_image_set,
+    progress_bar,
+)
 from .distributed import Ranks
 
 __all__ = ["add_parser", "run", "parse_ratios"]
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "mae",
         help="masked autoencoder: mean reconstruction loss per mask ratio over an image set",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--model",
@@ -33,13 +40,8 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--ratios", default="0.25,0.5,0.75,0.9", help="comma-separated mask ratios in [0, 1)")
     parser.add_argument("--seed", type=int, default=0, help="image i is masked with MAE's draw from seed + i")
-    parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
-    parser.add_argument(
-        "--device",
-        choices=("cpu", "cuda"),
-        default=None,
-        help="default: a GPU per process when there are enough, else the CPU",
-    )
+    add_img_size_argument(parser)
+    add_device_argument(parser)
     add_image_set_arguments(parser, out_help="result .npz", batch_size=16)
     parser.set_defaults(run=run)
 

@@ -8,7 +8,6 @@ attention, ←/→ step the head and ↑/↓ the layer, with no server and no ne
 
 from __future__ import annotations
 
-import argparse
 import html
 import sys
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ import torch
 from .. import plots
 from ..assets import asset_path
 from ..errors import AnalysisError, VitExplorerError
-from .common import CommandError, add_model_arguments, load_model, progress_bar, say
+from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, progress_bar, say
 from .distance import shard_distance_sums
 from .distributed import Ranks
 from .sources import ImageSource, resolve_images
@@ -41,17 +40,17 @@ PANELS = {
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "report",
         help="a self-contained HTML report: Figure 7 panels, attention, rollout, the spec",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     parser.add_argument(
         "--images", default=None, help="a folder, a .zip or a glob pattern (default: the bundled sample images)"
     )
-    parser.add_argument("--out", required=True, type=Path, help="output folder (report.html goes there)")
+    add_out_argument(parser, "output folder (report.html goes there)")
     parser.add_argument("--examples", type=int, default=3, help="images shown with attention and rollout (default 3)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass for the distance")
     parser.add_argument("--colorscale", default="Viridis", help="colour scale of the maps (default Viridis)")

@@ -22,7 +22,7 @@ import torch
 from ..errors import AnalysisError, VitExplorerError
 from ..loading.loaded import LoadedModel
 from ..robustness.adversarial_patch import PATCH_TRAIN_SEED
-from .common import CommandError, add_model_arguments, load_model, say
+from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, say
 from .distributed import Ranks
 
 __all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_patch", "run_probe", "BENCHMARK_SEED"]
@@ -49,20 +49,19 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "robustness",
         help="accuracy against an attack's ε or a corruption's severity",
         description=__doc__.split("\n\n")[0],
+        raw_description=False,
     )
     commands = parser.add_subparsers(dest="curve", required=True, metavar="curve")
     from ..robustness.attacks import ATTACKS
     from ..robustness.corruptions import FAST_CORRUPTIONS
 
-    attack = commands.add_parser(
-        "attack",
-        help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    attack = add_command(
+        commands, "attack", help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)", description=__doc__
     )
     _common_arguments(attack)
     attack.add_argument("--attack", choices=tuple(ATTACKS), default="pgd")
@@ -75,11 +74,8 @@ def add_parser(subparsers) -> None:
     attack.add_argument("--steps", type=int, default=10, help="PGD steps (default 10)")
     attack.set_defaults(run=run_attack)
 
-    corruptions = commands.add_parser(
-        "corruptions",
-        help="accuracy against ImageNet-C severity (imagecorruptions)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    corruptions = add_command(
+        commands, "corruptions", help="accuracy against ImageNet-C severity (imagecorruptions)", description=__doc__
     )
     _common_arguments(corruptions)
     corruptions.add_argument(
@@ -98,11 +94,11 @@ def add_parser(subparsers) -> None:
 
     from ..robustness.texture import TEXTURE_PROBES
 
-    texture = commands.add_parser(
+    texture = add_command(
+        commands,
         "texture",
         help="accuracy with the texture taken away, and the shape bias on cue-conflict scenes",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common_arguments(texture)
     texture.add_argument(
@@ -122,11 +118,11 @@ def add_parser(subparsers) -> None:
     )
     texture.set_defaults(run=run_texture)
 
-    patch = commands.add_parser(
+    patch = add_command(
+        commands,
         "patch",
         help="accuracy against an adversarial patch's size (each model's own universal patch, and noise)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common_arguments(patch)
     patch.add_argument(
@@ -146,18 +142,15 @@ def add_parser(subparsers) -> None:
     patch.add_argument("--batch-size", type=int, default=8, help="training mini-batch (default 8)")
     patch.set_defaults(run=run_patch)
 
-    probe = commands.add_parser(
+    probe = add_command(
+        commands,
         "probe",
         help="linear-probe accuracy of each block's token against depth (off-the-shelf tokens)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(probe)
-    probe.add_argument(
-        "--also", type=_names, default=(), help="more models load_vit accepts, comma-separated (e.g. demo_swin)"
-    )
-    labelled = probe.add_mutually_exclusive_group(required=True)
-    labelled.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
+    _also_argument(probe)
+    labelled = _demo_scenes_or(probe)
     labelled.add_argument("--folder", type=Path, help="a folder with one subfolder of images per class")
     probe.add_argument("--test-share", type=float, default=0.5, help="the share held out to score the probe")
     probe.add_argument(
@@ -165,23 +158,37 @@ def add_parser(subparsers) -> None:
     )
     probe.add_argument("--ridge", type=float, default=1.0, help="the ridge penalty (default 1)")
     probe.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="the demo scene stream and the split")
-    probe.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
+    add_out_argument(probe, RESULT_HELP)
     probe.set_defaults(run=run_probe)
 
 
+RESULT_HELP = "result .npz (the .csv goes next to it)"
+
+
 def _common_arguments(parser) -> None:
+    """The arguments of the accuracy curves: the models, the images, the seed and the result file."""
     add_model_arguments(parser)
     parser.add_argument("--cnn", default=None, help="a comparison CNN (what load_cnn accepts, e.g. demo)")
-    parser.add_argument(
-        "--also", type=_names, default=(), help="more models load_vit accepts, comma-separated (e.g. demo_swin)"
-    )
-    found = parser.add_mutually_exclusive_group(required=True)
-    found.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
+    _also_argument(parser)
+    found = _demo_scenes_or(parser)
     found.add_argument(
         "--images", help="a folder, a .zip or a glob pattern (no labels: agreement with the clean prediction)"
     )
     parser.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="the demo scene stream (and PGD's start)")
-    parser.add_argument("--out", required=True, type=Path, help="result .npz (the .csv goes next to it)")
+    add_out_argument(parser, RESULT_HELP)
+
+
+def _also_argument(parser) -> None:
+    parser.add_argument(
+        "--also", type=_names, default=(), help="more models load_vit accepts, comma-separated (e.g. demo_swin)"
+    )
+
+
+def _demo_scenes_or(parser):
+    """A required choice of ``--demo-scenes N`` or another image source the caller adds to it."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--demo-scenes", type=int, help="N held-out demo scenes with their true classes")
+    return group
 
 
 def _models(args, ranks: Ranks) -> dict[str, LoadedModel]:

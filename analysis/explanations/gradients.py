@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations.modules import block_norm
 from ..activations.run import run_with_cache
 from ..adapters.registry import block_sites
 from ..capture import input_spec
@@ -212,7 +211,7 @@ def pixel_gradients(
 def _last_block_norm_name(vit) -> str:
     """``blocks.{L-1}.ln1.out``, the last block's first norm: pytorch-grad-cam's target layer for Swin."""
     site = block_sites(vit.model)[-1]
-    if site.block is None or block_norm(site.block, "ln1") is None:
+    if site.block is None or site.adapter.block_norm(site.block, "ln1") is None:
         raise AnalysisError(
             f"Grad-CAM on the last stage reads the last block's norm (norm1 or layernorm_before); "
             f"{type(site.block).__name__} has none, so this windowed model is not supported by method='gradcam'."

@@ -30,9 +30,7 @@ def unit_pixels(pixels: torch.Tensor, preprocessing: Preprocessing) -> np.ndarra
     """``(3, H, W)`` model-input (normalised) pixels -> ``(H, W, 3)`` float32 in the image's
     own units, ``x·std + mean`` per channel (0..1 for a real image), NOT clipped: a
     reconstruction may leave 0..1, and a figure says how much it clips."""
-    mean = torch.tensor(preprocessing.mean, dtype=torch.float32).view(-1, 1, 1)
-    std = torch.tensor(preprocessing.std, dtype=torch.float32).view(-1, 1, 1)
-    unit = pixels.detach().float().cpu() * std + mean  # (3, H, W)
+    unit = preprocessing.unnormalise(pixels.detach().float().cpu())  # (3, H, W)
     return unit.permute(1, 2, 0).numpy()
 
 

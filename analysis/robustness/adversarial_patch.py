@@ -267,19 +267,11 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
 # --- models in [0, 1] image space ------------------------------------------------------------------
 
 
-def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
-    prep = model.preprocessing
-    mean = torch.tensor(prep.mean, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
-    std = torch.tensor(prep.std, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
-    return mean, std
-
-
 def model_input(model, unit: torch.Tensor) -> torch.Tensor:
     """``(B, C, H, W)`` images in ``[0, 1]`` (as :func:`unit_images` gives them, a patch pasted or not)
     normalised as the model's preprocessing does, ``(x − mean) / std``, on the model's device: what its
-    forward takes."""
-    mean, std = _normalisation(model)
-    return (unit.to(mean.device) - mean) / std
+    forward takes (:meth:`~analysis.preprocessing.Preprocessing.normalise`, the one rule)."""
+    return model.preprocessing.normalise(unit.to(model.device))
 
 
 def unit_images(model, images: Sequence) -> torch.Tensor:
@@ -291,15 +283,13 @@ def unit_images(model, images: Sequence) -> torch.Tensor:
     """
     if not len(images):
         raise PatchError("No images: give at least one image (and its label).")
-    mean, std = _normalisation(model)
     pixels = torch.cat([model.preprocess(image) for image in images]).to(model.device, torch.float32)
-    return (pixels * std + mean).clamp(0, 1)
+    return model.preprocessing.unnormalise(pixels).clamp(0, 1)
 
 
 def _logits(model, unit: torch.Tensor) -> torch.Tensor:
     """Logits ``(B, classes)`` of images in ``[0, 1]`` fed through the model's own normalisation."""
-    mean, std = _normalisation(model)
-    out = model.model((unit.to(model.device) - mean) / std)
+    out = model.model(model_input(model, unit))
     if not isinstance(out, torch.Tensor) or out.ndim != 2:
         raise PatchError(f"{model.name} returns no class logits (a headless backbone?): a patch needs a classifier.")
     return out.float()
@@ -651,9 +641,8 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
     side = int(tensor.shape[-1])
     tokens = patch_tokens(spec, position, side)
     unit = unit_images(vit, images)
-    mean, std = _normalisation(vit)
-    clean_pixels = ((unit - mean) / std).cpu()
-    patched_pixels = ((paste_patch(unit, tensor, tuple(position)) - mean) / std).cpu()
+    clean_pixels = model_input(vit, unit).cpu()
+    patched_pixels = model_input(vit, paste_patch(unit, tensor, tuple(position))).cpu()
     clean = capture_attention(vit, clean_pixels)
     patched = capture_attention(vit, patched_pixels)
     cells = torch.as_tensor([t - spec.num_prefix_tokens for t in tokens], dtype=torch.long)

@@ -41,14 +41,6 @@ class AttackError(AnalysisError):
     """An attack's arguments are out of range (a negative ε, no steps) or the model has no classes."""
 
 
-def _normalisation(model) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(mean, std)`` of ``model.preprocessing`` as ``(1, C, 1, 1)`` float32 tensors on its device."""
-    prep = model.preprocessing
-    mean = torch.tensor(prep.mean, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
-    std = torch.tensor(prep.std, dtype=torch.float32, device=model.device).view(1, -1, 1, 1)
-    return mean, std
-
-
 def _check(epsilon: float, steps: int = 1) -> None:
     if not np.isfinite(epsilon) or epsilon < 0:
         raise AttackError(
@@ -61,10 +53,10 @@ def _check(epsilon: float, steps: int = 1) -> None:
 
 def _logits_of(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """``unit image (B, C, H, W) in [0, 1] -> logits (B, classes)`` through the model's own normalisation."""
-    mean, std = _normalisation(model)
+    normalise = model.preprocessing.normalise
 
     def logits(unit: torch.Tensor) -> torch.Tensor:
-        out = model.model((unit - mean) / std)
+        out = model.model(normalise(unit))
         if not isinstance(out, torch.Tensor) or out.ndim != 2:
             raise AttackError(
                 f"{model.name} returns no class logits (a headless backbone?): an attack needs a classifier."
@@ -106,9 +98,10 @@ def pgd(
     ``epsilon=0`` returns the input image (every prediction unchanged).
     """
     _check(epsilon, steps)
-    mean, std = _normalisation(model)
     forward = _logits_of(model)
-    clean = (pixels.to(model.device, torch.float32) * std + mean).clamp(0, 1)  # (B, C, H, W) in [0, 1]
+    clean = model.preprocessing.unnormalise(pixels.to(model.device, torch.float32)).clamp(
+        0, 1
+    )  # (B, C, H, W) in [0, 1]
     target = _labels(labels, clean.shape[0], clean.device)
     eps = float(epsilon) / 255.0
     alpha = (2.5 * eps / int(steps)) if step_size is None else float(step_size) / 255.0
@@ -125,7 +118,7 @@ def pgd(
             (gradient,) = torch.autograd.grad(loss, adversarial)
         stepped = adversarial.detach() + sign * alpha * gradient.sign()
         adversarial = torch.minimum(torch.maximum(stepped, clean - eps), clean + eps).clamp(0, 1)
-    return ((adversarial.detach() - mean) / std).to(pixels.dtype)
+    return model.preprocessing.normalise(adversarial.detach()).to(pixels.dtype)
 
 
 def fgsm(model, pixels: torch.Tensor, labels, *, epsilon: float, targeted: bool = False) -> torch.Tensor:
@@ -222,10 +215,8 @@ def transfer_matrix(
         model = models[source]
         pixels = torch.cat([model.preprocess(image) for image in images])
         adversarial = attack(attack_name, model, pixels, truth, epsilon=epsilon, steps=steps, seed=seed)
-        mean, std = _normalisation(model)
-        unit = (adversarial.to(model.device) * std + mean).clamp(0, 1).cpu()
+        unit = model.preprocessing.unnormalise(adversarial.to(model.device)).clamp(0, 1).cpu()
         for j, target_name in enumerate(names):
             target = models[target_name]
-            t_mean, t_std = (t.cpu() for t in _normalisation(target))
-            matrix[i, j] = float((_predict(target, (unit - t_mean) / t_std) == truth).float().mean())
+            matrix[i, j] = float((_predict(target, target.preprocessing.normalise(unit)) == truth).float().mean())
     return names, matrix

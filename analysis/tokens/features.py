@@ -13,6 +13,7 @@ import torch
 
 from ..checks import check_int
 from ..errors import AnalysisError
+from ..queries import resolve_query
 from ..spec import LayerGeometry, ViTSpec
 
 __all__ = ["feature_pca", "patch_similarity"]
@@ -87,7 +88,7 @@ def feature_pca(
 def patch_similarity(
     tokens: torch.Tensor,
     spec: ViTSpec | LayerGeometry,
-    query: int | str,
+    query: int | str | tuple[int, int],
     *,
     other: torch.Tensor | None = None,
     image: int = 0,
@@ -95,30 +96,12 @@ def patch_similarity(
     """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
     same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
     correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the
-    class token), ``"mean"`` (the mean patch token) or ``"prefix:<i>"`` (prefix token i). ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
+    class token), ``"mean"`` (the mean patch token), ``"prefix:<i>"`` (prefix token i) or an input
+    pixel ``(y, x)`` (its patch), as :func:`analysis.queries.resolve_query` reads them.
+    ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
     patches = _patches(tokens, spec)[image]  # (N, D)
-    from ..queries import parse_prefix_query
-
-    grid, prefix, has_class_token = _layout(spec)
-    token = parse_prefix_query(query)
-    if token is not None:
-        if not 0 <= token < prefix:
-            raise AnalysisError(f"{query!r}: this model has {prefix} prefix tokens.")
-        vector = torch.as_tensor(tokens)[image, token].double()
-    elif isinstance(query, str):
-        if query == "cls":
-            if not has_class_token:
-                raise AnalysisError("This model has no class token: query a patch or 'mean'.")
-            vector = torch.as_tensor(tokens)[image, 0].double()
-        elif query == "mean":
-            vector = patches.mean(0)
-        else:
-            raise AnalysisError(f"query must be a patch index, 'cls' or 'mean', got {query!r}.")
-    else:
-        index = check_int("query", query)
-        if not 0 <= index < len(patches):
-            raise AnalysisError(f"query patch {index} is outside 0..{len(patches) - 1}.")
-        vector = patches[index]
+    resolved = resolve_query(spec, query)
+    vector = patches.mean(0) if resolved.mean else torch.as_tensor(tokens)[image, resolved.tokens[0]].double()
     target = patches if other is None else _patches(other, spec)[0]
     similarity = torch.nn.functional.cosine_similarity(target, vector[None], dim=-1, eps=1e-12)
-    return similarity.float().reshape(grid)
+    return similarity.float().reshape(_layout(spec)[0])

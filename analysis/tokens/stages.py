@@ -69,13 +69,11 @@ def logit_lens_layers(spec) -> tuple[int, ...]:
     """The layers the logit lens reads (``spec``: a ViTSpec, or a LoadedViT / record whose spec
     is used): every layer of a ViT; for a windowed model, the layers of the last block's stage,
     whose outputs have the grid and width the model's final readout takes."""
-    spec = getattr(spec, "spec", spec)
-    if not spec.is_windowed:
-        return tuple(range(spec.num_layers))
-    last = spec.layer_geometry[-1]
+    geometries = getattr(spec, "spec", spec).geometries()  # a ViT's: one stage, one grid
+    last = geometries[-1]
     return tuple(
         layer
-        for layer, geometry in enumerate(spec.layer_geometry)
+        for layer, geometry in enumerate(geometries)
         if geometry.stage == last.stage and geometry.grid_size == last.grid_size
     )
 

@@ -26,6 +26,11 @@ from vizapp.ui import (
     show_chart,
 )
 
+# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
+KEPT_KEYS = ("layer", "opacity", "thumb_scale", "dino_show", "dino_mass")
+# Widget keys deliberately not kept (a chart's selection, a one-shot control).
+TRANSIENT_KEYS = ("attn_view",)
+
 cur = current()
 if cur.spec.is_windowed:  # Swin, SAM: per-layer grids, windows and heads (vizapp.windowed_attention)
     from vizapp.windowed_attention import render

@@ -15,6 +15,9 @@ from vizapp.python_snippet import position_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
 
+# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
+KEPT_KEYS = ("pos_rs_row", "pos_rs_col", "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w")
+
 cur = current()
 
 st.header("Position embeddings", divider="gray")
