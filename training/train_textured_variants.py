@@ -38,6 +38,7 @@ Seeds used elsewhere: the demo ViT 0, 1, 3, 4; the CNN 10, 11; the Swin 20, 21; 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -57,7 +58,7 @@ from analysis.demo.cue_conflict import textured_scenes
 from analysis.demo.data import DEFAULT_SIZE, generate_arrays
 from training.common import accuracy, dihedral, save_timm_folder, warmup_cosine
 
-__all__ = ["VARIANTS", "Variant", "half_turn", "textured_pool", "train_variant", "held_out", "main"]
+__all__ = ["VARIANTS", "Variant", "half_turn", "half_precision", "textured_pool", "train_variant", "held_out", "main"]
 
 PLAIN_SEED = 30  # the plain pool; PLAIN_SEED + 2 the plain progress scenes
 TEXTURED_SEED = 31  # the textured pool; TEXTURED_SEED + 2 the textured progress scenes
@@ -108,6 +109,13 @@ def textured_pool(n: int, seed: int, size: int = DEFAULT_SIZE) -> tuple[torch.Te
     scenes = textured_scenes(n, seed, size)
     images = torch.from_numpy(np.stack([s.image for s in scenes])).permute(0, 3, 1, 2).contiguous()
     return images, torch.tensor([s.shape_class for s in scenes], dtype=torch.int64)
+
+
+def half_precision(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every floating tensor stored as float16 (integer buffers as they are): the variants
+    ship at half the size of the plain models (the wheel carries six demo models); loading casts them
+    back to the float32 parameters, and the held-out numbers are measured on what was saved."""
+    return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
 
 
 def held_out(kind: str, folder: Path | str, n: int = 2000) -> dict[str, float]:
@@ -214,7 +222,8 @@ def train_variant(
             )
             sys.stdout.flush()
     model.eval()
-    save_timm_folder(model, out, config)  # the plain model's config: same architecture, classes, preprocessing
+    # float16 on disk (half_precision); the plain model's config: architecture, classes, preprocessing
+    save_timm_folder(copy.deepcopy(model).half(), out, config)
     summary = {
         "variant": kind,
         "steps": steps,
