@@ -359,6 +359,13 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         "demo_clip/tokenizer_config.json",
         "demo_clip/preprocessor_config.json",
         "demo_clip/MODEL_CARD.md",
+        "demo_vit_textured/model.safetensors",
+        "demo_vit_textured/config.json",
+        "demo_vit_textured/MODEL_CARD.md",
+        "demo_cnn_textured/model.safetensors",
+        "demo_cnn_textured/config.json",
+        "demo_swin_textured/model.safetensors",
+        "demo_swin_textured/config.json",
         "favicon.png",
         "README.md",
         "samples/scene_1_star.png",
@@ -374,8 +381,8 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
 
 
 def test_the_installed_demo_models_load_from_another_directory(wheel_installed):
-    """The demo ViT, Swin and CNN come from the installed package, not from any checkout, and each
-    names the class of every bundled synthetic scene (its class is in the file name)."""
+    """The demo ViT, Swin and CNN and their textured variants come from the installed package, not from
+    any checkout, and each names the class of every bundled synthetic scene (its class is in the file name)."""
     bin_dir, work, _ = wheel_installed
     code = """
 import os, sys, torch
@@ -387,7 +394,8 @@ print("FILES", analysis.__file__, vizapp.__file__, assets_dir())
 holders = [os.path.abspath(p or ".") for p in sys.path
            if any(os.path.isfile(os.path.join(p or ".", name, "__init__.py")) for name in ("analysis", "vizapp"))]
 print("HOLDERS", *holders)  # every sys.path entry an `analysis` or `vizapp` could be imported from
-for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
+for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo"),
+              load_vit("demo_textured"), load_vit("demo_swin_textured"), load_cnn("demo_textured")):
     for path in sorted(asset_path("samples").glob("scene_*.png")):
         with torch.no_grad():
             logits = model.model(model.preprocess(load_image(path)))
@@ -404,7 +412,7 @@ for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
     holders = next(line for line in out.splitlines() if line.startswith("HOLDERS")).split()[1:]
     assert len(holders) == 1 and Path(holders[0]).resolve().is_relative_to(venv), holders
     predictions = [line.split()[1:] for line in out.splitlines() if line.startswith("PRED")]
-    assert len(predictions) == 9 and all(truth == predicted for truth, predicted in predictions), predictions
+    assert len(predictions) == 18 and all(truth == predicted for truth, predicted in predictions), predictions
 
 
 def test_the_installed_report_runs_on_the_bundled_samples(wheel_installed):
