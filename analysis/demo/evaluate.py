@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="demo", help='"demo" (the bundled model) or a timm hub-layout folder')
     p.add_argument("--n", type=int, default=2000, help="number of fresh scenes")
     p.add_argument(
-        "--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21, 30-33)"
+        "--seed",
+        type=int,
+        default=DEFAULT_EVAL_SEED,
+        help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21, 30-33)",
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
