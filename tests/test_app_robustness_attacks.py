@@ -169,6 +169,7 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
         "CNN (textured)": load_cnn("demo_textured"),
         "Swin (textured)": analysis.load_vit("demo_swin_textured"),
     }
+    assert app.radio(key="rob_shape_bias_models").value == "textured"  # the default
     for choice, judged in (("textured", textured), ("page", models)):
         app.radio(key="rob_shape_bias_models").set_value(choice).run()
         assert_clean(app)
@@ -180,7 +181,8 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
         counts = next(m.value for m in app.markdown if "shape," in m.value and "neither" in m.value)
         first = next(iter(biases))
         assert f"**{first}:** {biases[first].shape} shape, {biases[first].texture} texture" in counts
-    assert any("`demo_textured`" in c.value and "`demo_swin_textured`" in c.value for c in app.caption)
+        named = any("`demo_textured`" in c.value and "`demo_swin_textured`" in c.value for c in app.caption)
+        assert named == (choice == "textured")  # the page says which models it measured
 
 
 def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, monkeypatch):
