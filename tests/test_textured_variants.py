@@ -21,6 +21,7 @@ from analysis.demo.evaluate import DEFAULT_EVAL_SEED, cue_accuracies
 from analysis.errors import AnalysisError
 from analysis.loading import DEMO_MODELS, TEXTURED_DEMO_MODELS
 from analysis.robustness import DEMO_CNNS, TEXTURED_DEMO_CNNS, load_cnn
+from tests.test_app import app  # noqa: F401 - the app fixture
 
 # variant folder -> (its plain model's folder, how the library loads it)
 VARIANTS = {
@@ -172,3 +173,26 @@ def test_a_half_turn_leaves_or_turns_each_image_and_a_short_run_writes_a_loadabl
     assert summary["steps"] == 2
     loaded = load_cnn(str(tmp_path / "cnn"), device="cpu")
     assert list(loaded.class_names) == CLASS_NAMES
+
+
+def test_the_app_offers_the_textured_variants_as_second_models(app):  # noqa: F811 - app: the fixture
+    """Attention distance lists the textured ViT and Swin among its comparison models and draws the
+    textured ViT's distances (the library's) when picked."""
+    import analysis
+    from tests.test_app import DEMO_PRESENT, array, assert_clean, charts, first_sample, traces
+
+    if not DEMO_PRESENT:
+        pytest.skip("needs the bundled demo models (assets/)")
+    app.switch_page("views/distance.py").run()
+    choices = app.selectbox(key="dist_model2").options
+    assert sum("trained on textured scenes too" in option for option in choices) == 2, choices
+    app.selectbox(key="dist_model2").set_value("demo_textured").run()
+    assert_clean(app)
+    vit = analysis.load_vit("demo_textured")
+    record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
+    expected = np.sort(analysis.mean_attention_distance(record).numpy().ravel())
+    drawn = [
+        array(t["y"]).astype(np.float64) for t in traces(charts(app)[0], "scatter") if "demo_textured" in t["name"]
+    ]
+    assert drawn, [t["name"] for t in traces(charts(app)[0], "scatter")]
+    np.testing.assert_allclose(np.sort(drawn[0]), expected, rtol=1e-4)
