@@ -196,3 +196,12 @@ def test_the_app_offers_the_textured_variants_as_second_models(app):  # noqa: F8
     ]
     assert drawn, [t["name"] for t in traces(charts(app)[0], "scatter")]
     np.testing.assert_allclose(np.sort(drawn[0]), expected, rtol=1e-4)
+
+
+def test_a_missing_textured_cnn_says_how_to_train_it_again(monkeypatch, tmp_path):
+    from analysis.errors import ModelLoadError
+    from analysis.robustness import cnn
+
+    monkeypatch.setitem(cnn.DEMO_CNNS, "demo_textured", tmp_path / "gone")
+    with pytest.raises(ModelLoadError, match="train_textured_variants --model cnn"):
+        load_cnn("demo_textured")
