@@ -4,7 +4,8 @@
 # venv (pip's own configuration supplies torch, as for requirements.txt), then from a folder
 # outside the repository:
 #   1. without the extra: Streamlit is absent, `import analysis` works, `python -m analysis
-#      report` runs on the bundled demo model, and `import vizapp` raises AppDependencyError
+#      report` runs on the bundled demo model, the textured demo variants load and classify a scene,
+#      and `import vizapp` raises AppDependencyError
 #      naming `pip install "vit-explorer[app]"`;
 #   2. with the extra: `vit-explorer --help` runs.
 # Slow (a venv, timm and the rest from the index, a report): a step of .ci/run of its own, not part
@@ -73,6 +74,18 @@ fi
 "$WORK/v/bin/python" -m analysis report --model demo --examples 1 --out "$WORK/report"
 test -s "$WORK/report/report.html"
 "$WORK/v/bin/python" -m analysis sae metrics --sae demo --model demo --demo-scenes 4  # the bundled demo SAE
+# the demo models trained on textured scenes too, from the wheel: each names a bundled scene's class
+"$WORK/v/bin/python" - <<'PY'
+from analysis import load_image, load_vit
+from analysis.assets import asset_path
+from analysis.robustness import load_cnn
+
+scene = asset_path("samples", "scene_1_star.png")
+for model in (load_vit("demo_textured"), load_vit("demo_swin_textured"), load_cnn("demo_textured")):
+    predicted = model.class_names[int(model.top1([load_image(scene)])[0])]
+    assert predicted == "star", (model.name, predicted)
+print("textured demo variants from the wheel: ok")
+PY
 "$WORK/v/bin/python" - <<'PY'
 try:
     import vizapp  # noqa: F401

@@ -163,12 +163,26 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
     assert_clean(app)
     assert traces(chart(app, "rob_texture_chart"), "bar")  # the probes' results stay after another button
     seed = int(app.session_state["rob_seed"]) if "rob_seed" in app.session_state else 0
-    biases = shape_bias_of(models, cue_conflict_scenes(CUE_CONFLICT_SCENES, seed))
-    drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_shape_bias_chart"), "bar")}
-    for name, bias in biases.items():
-        np.testing.assert_allclose(drawn[name], [bias.fraction], atol=1e-9)
-    counts = next(m.value for m in app.markdown if "shape," in m.value and "neither" in m.value)
-    assert f"**ViT:** {biases['ViT'].shape} shape, {biases['ViT'].texture} texture" in counts
+    # by default the textured variants of the page's bundled demo models; on request the page's models
+    textured = {
+        "ViT (textured)": analysis.load_vit("demo_textured"),
+        "CNN (textured)": load_cnn("demo_textured"),
+        "Swin (textured)": analysis.load_vit("demo_swin_textured"),
+    }
+    assert app.radio(key="rob_shape_bias_models").value == "textured"  # the default
+    for choice, judged in (("textured", textured), ("page", models)):
+        app.radio(key="rob_shape_bias_models").set_value(choice).run()
+        assert_clean(app)
+        biases = shape_bias_of(judged, cue_conflict_scenes(CUE_CONFLICT_SCENES, seed))
+        drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_shape_bias_chart"), "bar")}
+        assert set(drawn) == set(biases)
+        for name, bias in biases.items():
+            np.testing.assert_allclose(drawn[name], [bias.fraction], atol=1e-9)
+        counts = next(m.value for m in app.markdown if "shape," in m.value and "neither" in m.value)
+        first = next(iter(biases))
+        assert f"**{first}:** {biases[first].shape} shape, {biases[first].texture} texture" in counts
+        named = any("`demo_textured`" in c.value and "`demo_swin_textured`" in c.value for c in app.caption)
+        assert named == (choice == "textured")  # the page says which models it measured
 
 
 def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, monkeypatch):

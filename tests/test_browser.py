@@ -462,7 +462,8 @@ def test_moving_the_robustness_level_slider_changes_the_prediction(page, server)
 
 def test_the_shape_bias_measured_in_the_browser_is_the_librarys(page, server):
     """A click on "Measure the shape bias" draws one bar per model whose height, read from the drawn
-    plotly figure, is the library's shape bias over the page's cue-conflict scenes (seed 0)."""
+    plotly figure, is the library's shape bias over the page's cue-conflict scenes (seed 0), of the
+    textured variants of the page's demo models (the page's default)."""
     from playwright.sync_api import expect
 
     import analysis
@@ -487,9 +488,9 @@ def test_the_shape_bias_measured_in_the_browser_is_the_librarys(page, server):
             return null;
         }"""
     )
-    models = {"ViT": analysis.load_vit("demo")}
+    models = {"ViT (textured)": analysis.load_vit("demo_textured")}
     if (REPO / "assets" / "demo_cnn" / "config.json").is_file():
-        models["CNN"] = load_cnn("demo")
+        models["CNN (textured)"] = load_cnn("demo_textured")
     expected = shape_bias_of(models, cue_conflict_scenes(CUE_CONFLICT_SCENES, 0))
     assert drawn is not None, "no shape-bias chart drawn"
     for name, bias in expected.items():

@@ -123,7 +123,8 @@ def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_pa
 
 def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_library(tmp_path):
     """Five demo scenes (silhouettes from their masks) and seven cue-conflict scenes: the ranks take
-    every other image and scene, and their summed counts give the single process's numbers."""
+    every other image and scene, and their summed counts give the single process's numbers. The texture
+    probes score the models given; the shape bias, by default, their textured variants."""
     common = ["robustness", "texture", "--model", "demo", "--cnn", "demo", "--demo-scenes", "5"]
     common += ["--seed", str(SEED), "--cue-conflict", "7"]
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
@@ -149,8 +150,10 @@ def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_lib
         [label for _, label, _ in found],
         masks=[mask for _, _, mask in found],
     )
-    biases = shape_bias_of(models, cue_conflict_scenes(7, SEED))
+    textured = {"ViT": load_vit("demo_textured"), "CNN": load_cnn("demo_textured")}
+    biases = shape_bias_of(textured, cue_conflict_scenes(7, SEED))
     for saved in (np.load(one), np.load(two)):
+        assert list(saved["shape_bias_models"]) == ["demo_textured", "cnn:demo_textured"]
         assert list(saved["probes"]) == ["silhouette", "edges", "kuwahara"] == list(curve.probes)
         np.testing.assert_allclose(saved["clean_accuracy"], [curve.clean["ViT"], curve.clean["CNN"]])
         np.testing.assert_allclose(saved["accuracy"], np.stack([curve.accuracy["ViT"], curve.accuracy["CNN"]]))
@@ -158,6 +161,22 @@ def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_lib
         assert saved["shape_texture_neither"].tolist() == counts and int(saved["count"]) == 5
         np.testing.assert_allclose(saved["shape_bias"], [biases["ViT"].fraction, biases["CNN"].fraction])
     assert int(np.load(two)["world_size"]) == 2
+
+
+def test_the_shape_bias_of_the_models_given_on_request(tmp_path):
+    """``--shape-bias-of given``: the plain demo ViT and Swin themselves, as the library counts them."""
+    out = tmp_path / "given.npz"
+    common = ["robustness", "texture", "--model", "demo", "--also", "demo_swin", "--demo-scenes", "1"]
+    result = run(
+        "-m", "analysis", *common, "--probes", "edges", "--seed", str(SEED), "--cue-conflict", "6",
+        "--shape-bias-of", "given", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = np.load(out)
+    assert list(saved["shape_bias_models"]) == ["demo", "demo_swin"]
+    biases = shape_bias_of({"ViT": load_vit("demo"), "Swin": load_vit("demo_swin")}, cue_conflict_scenes(6, SEED))
+    counts = [[b.shape, b.texture, b.neither] for b in biases.values()]
+    assert saved["shape_texture_neither"].tolist() == counts
 
 
 def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_without_masks(tmp_path):

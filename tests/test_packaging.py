@@ -363,6 +363,13 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         "demo_sae/cfg.json",
         "demo_sae/sae_weights.safetensors",
         "demo_sae/README.md",
+        "demo_vit_textured/model.safetensors",
+        "demo_vit_textured/config.json",
+        "demo_vit_textured/MODEL_CARD.md",
+        "demo_cnn_textured/model.safetensors",
+        "demo_cnn_textured/config.json",
+        "demo_swin_textured/model.safetensors",
+        "demo_swin_textured/config.json",
         "favicon.png",
         "README.md",
         "samples/scene_1_star.png",
@@ -373,13 +380,14 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
     assert "analysis/attention_view_page/index.html" in names  # the instant view's page (no build step)
     assert not [n for n in names if "screenshots" in n]
-    # 8 MiB until the demo CLIP (2.5 MB of float32 weights that do not compress) joined the demo models
-    assert wheel.stat().st_size < 10 * 2**20, f"the wheel weighs {wheel.stat().st_size / 2**20:.1f} MiB"
+    # 8 MiB until the demo CLIP (2.5 MB of float32 weights that do not compress) joined the demo models,
+    # 10 MiB until the three textured demo variants (2.5 MB of float16 weights) joined them
+    assert wheel.stat().st_size < 12 * 2**20, f"the wheel weighs {wheel.stat().st_size / 2**20:.1f} MiB"
 
 
 def test_the_installed_demo_models_load_from_another_directory(wheel_installed):
-    """The demo ViT, Swin and CNN come from the installed package, not from any checkout, and each
-    names the class of every bundled synthetic scene (its class is in the file name)."""
+    """The demo ViT, Swin and CNN and their textured variants come from the installed package, not from
+    any checkout, and each names the class of every bundled synthetic scene (its class is in the file name)."""
     bin_dir, work, _ = wheel_installed
     code = """
 import os, sys, torch
@@ -394,7 +402,8 @@ print("HOLDERS", *holders)  # every sys.path entry an `analysis` or `vizapp` cou
 from analysis.sae import demo, load_demo_sae
 print("SAE", demo.demo_sae_path() / "cfg.json")  # the demo SAE comes from the installed package too
 assert load_demo_sae().config.d_in == load_vit("demo").spec.embed_dim
-for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
+for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo"),
+              load_vit("demo_textured"), load_vit("demo_swin_textured"), load_cnn("demo_textured")):
     for path in sorted(asset_path("samples").glob("scene_*.png")):
         with torch.no_grad():
             logits = model.model(model.preprocess(load_image(path)))
@@ -413,7 +422,7 @@ for model in (load_vit("demo"), load_vit("demo_swin"), load_cnn("demo")):
     holders = next(line for line in out.splitlines() if line.startswith("HOLDERS")).split()[1:]
     assert len(holders) == 1 and Path(holders[0]).resolve().is_relative_to(venv), holders
     predictions = [line.split()[1:] for line in out.splitlines() if line.startswith("PRED")]
-    assert len(predictions) == 9 and all(truth == predicted for truth, predicted in predictions), predictions
+    assert len(predictions) == 18 and all(truth == predicted for truth, predicted in predictions), predictions
 
 
 def test_the_installed_report_runs_on_the_bundled_samples(wheel_installed):

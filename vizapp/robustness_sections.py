@@ -15,10 +15,12 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis.loading import TEXTURED_DEMO_MODELS
 from analysis.robustness import (
     ATTACKS,
     FAST_CORRUPTIONS,
     TEXTURE_PROBES,
+    TEXTURED_DEMO_CNNS,
     CorruptionCurve,
     ShapeBias,
     corruption_errors,
@@ -26,7 +28,7 @@ from analysis.robustness import (
 from vizapp import figures, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
-from vizapp.refs import ImageRef
+from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import download_csv, download_npz, show_chart
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "PATCH_TRAIN_SCENES",
     "PATCH_HELD_OUT_SCENES",
     "PATCH_EPOCHS",
+    "SHAPE_BIAS_MODELS",
+    "textured_variant",
 ]
 
 #: ε (0–255 pixel units) of the set-level curve
@@ -53,6 +57,27 @@ PATCH_SHARES: tuple[float, ...] = (0.02, 0.05, 0.1)
 PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_EPOCHS = 32, 60, 3
 #: the probes that need no mask (an uploaded photo has none)
 MASKLESS_PROBES = tuple(p for p in TEXTURE_PROBES if p != "silhouette")
+#: whose shape bias the page measures: the textured variants of the bundled demo models, or the page's
+SHAPE_BIAS_MODELS = {
+    "textured": "their variants trained on textured scenes too",
+    "page": "the models above, as they are",
+}
+
+
+def textured_variant(model_key: tuple) -> tuple | None:
+    """The model key of the variant of a bundled demo model fine-tuned on textured scenes as well
+    (``analysis.loading.TEXTURED_DEMO_MODELS``, ``analysis.robustness.TEXTURED_DEMO_CNNS``), or ``None``
+    when ``model_key`` is no such model."""
+    if model_key[0] == "vit":
+        ref = model_key[1]
+        plain = ref.pretrained and not ref.arch and not ref.img_size
+        return (
+            ("vit", ModelRef(TEXTURED_DEMO_MODELS[ref.source]))
+            if plain and ref.source in TEXTURED_DEMO_MODELS
+            else None
+        )
+    source, pretrained = model_key[1:]
+    return ("cnn", TEXTURED_DEMO_CNNS[source], True) if pretrained and source in TEXTURED_DEMO_CNNS else None
 
 
 def _top(probabilities: np.ndarray, class_names) -> str:
@@ -452,13 +477,40 @@ def texture_section(
         caption=[f"shape {names[s.shape_class]}, texture {names[s.texture_class]}" for s in examples],
         width=110,
     )
+    variants = [textured_variant(key) for key in keys]
+    which = "page"
+    if any(variants):
+        st.session_state.setdefault("rob_shape_bias_models", "textured")
+        which = st.radio(
+            "Shape bias of the bundled demo models above, or of",
+            list(SHAPE_BIAS_MODELS),
+            format_func=SHAPE_BIAS_MODELS.get,
+            key="rob_shape_bias_models",
+            horizontal=True,
+            help="The plain demo models never saw a textured object: on a cue-conflict scene they can only follow "
+            "the shape or neither cue. Their variants were fine-tuned on plain scenes and on scenes whose "
+            "object carries its class's texture, so they can read either cue (see docs/concepts/demo-models.md).",
+        )
+    if which == "textured":
+        labels = [f"{label} (textured)" if v else label for label, v in zip(labels, variants)]
+        keys = tuple(v or key for key, v in zip(keys, variants))
+    sources = [key[1].source if key[0] == "vit" else f"CNN {key[1]}" for key in keys]
+    st.caption(
+        "Measured on: "
+        + " · ".join(f"**{label}** (`{source}`)" for label, source in zip(labels, sources))
+        + (
+            ": each bundled demo model by its variant fine-tuned on plain and textured scenes."
+            if which == "textured"
+            else "."
+        )
+    )
     if st.button(f"Measure the shape bias ({CUE_CONFLICT_SCENES} scenes)", key="rob_shape_bias_run"):
         st.session_state["rob_shape_bias_asked"] = True  # the results stay on later reruns (cached)
     if not st.session_state.get("rob_shape_bias_asked"):
         return
     try:
         counts = resources.shape_bias_counts(keys, CUE_CONFLICT_SCENES, seed)  # (models, 3)
-    except analysis.AnalysisError as exc:
+    except (analysis.AnalysisError, analysis.ModelLoadError) as exc:
         st.error(error_text(exc))
         return
     biases = [ShapeBias(*(int(v) for v in row)) for row in counts]
@@ -479,9 +531,15 @@ def texture_section(
     )
     st.caption(
         "Shape bias (Geirhos et al. 2019): the share of the decisions that follow the shape among those that follow "
-        "the shape or the texture; decisions for a third class are left out. The demo models never saw a textured "
-        "object, so many decisions are 'neither'. `python -m analysis robustness texture --model demo --cnn demo "
-        "--demo-scenes 100 --cue-conflict 100 --out texture.npz` measures it with the silhouettes."
+        "the shape or the texture; decisions for a third class are left out. "
+        + (
+            "The textured variants read either cue, so their decisions show which one wins. "
+            if which == "textured"
+            else "Models that never saw a textured object make many 'neither' decisions. "
+        )
+        + "`python -m analysis robustness texture --model demo --cnn demo --also demo_swin --demo-scenes 100 "
+        "--cue-conflict 100 --out texture.npz` measures it (on the textured variants unless `--shape-bias-of given`) "
+        "with the silhouettes."
     )
     download_csv(
         "rob_shape_bias_data",

@@ -46,6 +46,11 @@ CURATED_MODELS: dict[str, ModelRef] = {
 }
 
 DEMO_SWIN = ModelRef("demo_swin")  # the bundled windowed comparison model (analysis.loading.DEMO_MODELS)
+#: the bundled demo ViT and Swin fine-tuned on textured scenes too (analysis.loading.DEMO_MODELS): choice -> label
+DEMO_TEXTURED = {
+    "demo_textured": "the bundled demo ViT trained on textured scenes too (reads texture)",
+    "demo_swin_textured": "the bundled demo Swin trained on textured scenes too (reads texture)",
+}
 
 MODEL_SOURCES = {
     "default": "Bundled demo model",
@@ -215,6 +220,7 @@ def second_model_choices(shown: ModelRef) -> dict[str, str]:
         choices["default"] = "the default model"
     if shown != DEMO_SWIN and DEMO_SWIN != refs.default_model_ref():
         choices["demo_swin"] = "the bundled demo Swin (windowed, same scenes)"
+    choices.update({k: label for k, label in DEMO_TEXTURED.items() if ModelRef(k) != shown})
     choices.update({k: k for k, ref in CURATED_MODELS.items() if ref != shown})
     choices["other"] = "other: a model name, path or random:…"
     return choices
@@ -240,7 +246,7 @@ def second_model_control(key: str, label: str, shown: ModelRef, *, help: str | N
         if not text:
             return None
         return load_second_model(refs.parse_model_ref(text))
-    fixed = {"default": refs.default_model_ref(), "demo_swin": DEMO_SWIN}
+    fixed = {"default": refs.default_model_ref(), "demo_swin": DEMO_SWIN, **{k: ModelRef(k) for k in DEMO_TEXTURED}}
     return load_second_model(fixed[choice] if choice in fixed else CURATED_MODELS[choice])
 
 

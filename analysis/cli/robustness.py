@@ -8,7 +8,12 @@ each block's token against depth (off-the-shelf tokens), as in Naseer et al. 202
 Images: ``--demo-scenes N`` (held-out demo scenes with their true classes: top-1 accuracy), or
 ``--images`` (no labels: each model is scored against its own clean prediction). Every model must
 predict the ViT's classes (:func:`~analysis.shared_label_space`). Under ``torchrun`` each rank takes
-every ``world``-th image and the ranks sum their correct counts."""
+every ``world``-th image and the ranks sum their correct counts.
+
+The shape bias (``texture --cue-conflict N``) needs models that can read texture: by default
+(``--shape-bias-of textured``) each bundled demo model given is measured by its variant fine-tuned on
+textured scenes as well (``demo`` by ``demo_textured``, ``demo_swin`` by ``demo_swin_textured``, the demo
+CNN by the textured demo CNN); the output names the model behind each row."""
 
 from __future__ import annotations
 
@@ -115,6 +120,15 @@ def add_parser(subparsers) -> None:
         metavar="N",
         help="also the shape bias over N cue-conflict demo scenes (shape of one demo class, texture of "
         "another; the models must predict the demo classes)",
+    )
+    texture.add_argument(
+        "--shape-bias-of",
+        choices=("textured", "given"),
+        default="textured",
+        help="whose shape bias: 'textured' (default) measures each bundled demo model given (demo, demo_swin, "
+        "the demo CNN) by its variant fine-tuned on textured scenes (demo_textured, demo_swin_textured, the "
+        "textured demo CNN), since the plain ones never saw a textured object; other models as given. "
+        "'given': the models given",
     )
     texture.set_defaults(run=run_texture)
 
@@ -386,6 +400,35 @@ def run_corruptions(args, ranks: Ranks) -> int:
     return 0
 
 
+def _shape_bias_models(args, models: dict[str, LoadedModel], ranks: Ranks) -> dict[str, tuple[str, LoadedModel]]:
+    """``{row: (source, model)}`` whose shape bias the ``texture`` command measures: with
+    ``--shape-bias-of textured``, each bundled demo model given is replaced by its variant fine-tuned on
+    textured scenes (:data:`analysis.loading.TEXTURED_DEMO_MODELS`,
+    :data:`analysis.robustness.cnn.TEXTURED_DEMO_CNNS`); any other model is measured as given."""
+    from ..loading import TEXTURED_DEMO_MODELS, load_vit
+    from ..robustness.cnn import TEXTURED_DEMO_CNNS, load_cnn
+
+    sources = {"ViT": args.model, **({"CNN": args.cnn} if args.cnn else {}), **{n: n for n in args.also}}
+    judged = {}
+    for name, model in models.items():
+        source = sources[name]
+        variant = (TEXTURED_DEMO_CNNS if name == "CNN" else TEXTURED_DEMO_MODELS).get(source)
+        if args.shape_bias_of != "textured" or variant is None or args.img_size:
+            judged[name] = (source, model)
+            continue
+        try:
+            loaded = load_cnn(variant, device=ranks.device) if name == "CNN" else load_vit(variant, device=ranks.device)
+        except VitExplorerError as exc:
+            raise CommandError(
+                f"could not load {variant!r}, the textured variant of {source!r} (for the shape bias): {exc} "
+                "Pass --shape-bias-of given to measure the models as given.",
+                code=1,
+            ) from exc
+        say(ranks, f"shape bias of {name}: {variant}, the textured variant of {source}")
+        judged[name] = (("cnn:" if name == "CNN" else "") + variant, loaded)
+    return judged
+
+
 def run_texture(args, ranks: Ranks) -> int:
     from ..demo.cue_conflict import cue_conflict_scene
     from ..demo.data import CLASS_NAMES
@@ -419,8 +462,9 @@ def run_texture(args, ranks: Ranks) -> int:
         mine = range(ranks.rank, args.cue_conflict, ranks.world)
         scenes = [cue_conflict_scene(args.seed, i) for i in mine]  # at the demo scenes' size
         counts = {n: np.zeros(3) for n in models}
+        judged = _shape_bias_models(args, models, ranks) if args.cue_conflict else {}
         if scenes:
-            for n, bias in shape_bias_of(models, scenes).items():
+            for n, bias in shape_bias_of({n: model for n, (_, model) in judged.items()}, scenes).items():
                 counts[n] = np.array([bias.shape, bias.texture, bias.neither], dtype=np.float64)
     except AnalysisError as exc:
         raise CommandError(str(exc), code=2) from exc
@@ -451,6 +495,7 @@ def run_texture(args, ranks: Ranks) -> int:
         biases = {n: ShapeBias(*(int(round(v)) for v in summed[i])) for i, n in enumerate(names)}
         fields.update(
             cue_conflict_scenes=np.int64(args.cue_conflict),
+            shape_bias_models=np.array([judged[n][0] for n in names]),  # what each row's shape bias measured
             shape_texture_neither=summed.astype(np.int64),  # (models, 3)
             shape_bias=np.array([biases[n].fraction for n in names]),
         )
@@ -459,7 +504,7 @@ def run_texture(args, ranks: Ranks) -> int:
             bias = biases[n]
             print(
                 f"{n:<12} shape bias {bias.fraction:.3f} ({bias.shape} shape, {bias.texture} texture, "
-                f"{bias.neither} neither, of {args.cue_conflict} cue-conflict scenes)"
+                f"{bias.neither} neither, of {args.cue_conflict} cue-conflict scenes; model {judged[n][0]})"
             )
     _write(args.out, fields, ["model", "measure", "value"], rows)
     print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")

@@ -19,7 +19,9 @@ clutter, then one object of the demo's sizes drawn with :func:`analysis.demo.dat
 are kept at least 70 (max over channels) away from the mean colour of the pixels the object covers, so
 the outline stays visible. :func:`cue_conflict_scene` fills the object with another class's texture,
 :func:`textured_scene` with its own class's (shape and texture agree: scenes to train a demo model
-that may read either cue). Scene ``i`` of a stream depends only on ``(seed, i)``.
+that may read either cue). :func:`texture_swatch` has no object at all: the whole frame is one class's
+texture (texture without shape, to check that a model reads texture). Scene ``i`` of a stream depends
+only on ``(seed, i)``.
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ from .data import CLASS_NAMES, DEFAULT_SIZE, draw_distractors, draw_object, rand
 __all__ = [
     "CLASS_TEXTURES",
     "Scene",
+    "Swatch",
     "class_texture",
     "cue_conflict_scene",
     "cue_conflict_scenes",
     "textured_scene",
     "textured_scenes",
+    "texture_swatch",
+    "texture_swatches",
 ]
 
 #: class name -> its texture
@@ -67,6 +72,14 @@ class Scene(NamedTuple):
     shape_class: int
     texture_class: int
     mask: np.ndarray
+
+
+class Swatch(NamedTuple):
+    """A texture without a shape: uint8 ``(H, W, 3)`` image, the whole frame one class's texture, and
+    that class."""
+
+    image: np.ndarray
+    texture_class: int
 
 
 def _pattern(texture_class: int, size: int, phase: tuple[float, float]) -> np.ndarray:
@@ -176,3 +189,25 @@ def textured_scenes(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Scene]:
     """Scenes ``0 .. n−1`` of :func:`textured_scene`."""
     _check_count(n)
     return [textured_scene(seed, i, size) for i in range(int(n))]
+
+
+def texture_swatch(seed: int, index: int, size: int = DEFAULT_SIZE) -> Swatch:
+    """Swatch ``index`` of stream ``seed``: the whole ``size × size`` frame filled with the texture of a
+    uniformly drawn class, in two random colours at least 70 apart (max over channels), its phase random,
+    then the demo scenes' pixel noise. No object, no outline and no background: a model that names the
+    texture's class here reads the texture, since no shape is left to read."""
+    size = int(size)
+    rng = np.random.default_rng((int(seed), int(index), 4))  # a stream of its own (scenes use 0 to 3)
+    texture = int(rng.integers(0, len(CLASS_NAMES)))
+    ground = rng.integers(0, 256, size=3)
+    colours = (ground, _contrasting_colour(rng, ground.astype(np.float32)))
+    phase = tuple(rng.uniform(0, size / 8, size=2))
+    img = class_texture(texture, size, colours=colours, phase=phase).astype(np.float32)
+    img += rng.normal(0, _NOISE, size=img.shape).astype(np.float32)
+    return Swatch(np.clip(img, 0, 255).astype(np.uint8), texture)
+
+
+def texture_swatches(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Swatch]:
+    """Swatches ``0 .. n−1`` of :func:`texture_swatch`."""
+    _check_count(n)
+    return [texture_swatch(seed, i, size) for i in range(int(n))]

@@ -5,6 +5,7 @@ Usage::
     python -m analysis.demo.evaluate                    # assets/demo_vit, 2000 scenes, seed 2026
     python -m analysis.demo.evaluate --model /tmp/vit --n 500 --seed 7
     python -m analysis.demo.evaluate --compare          # accuracy of the demo ViT, Swin and CNN
+    python -m analysis.demo.evaluate --cues             # plain/textured/texture-only, with the textured variants
 
 Everything goes through the public analysis API (``load_vit``, ``capture_attention``,
 ``attention_rollout``, ``position_embedding_similarity``), so this also checks that the
@@ -12,7 +13,7 @@ API reads the shipped folder correctly. Scenes come from
 :func:`analysis.demo.data.generate_samples` with a seed no training run used
 (the demo ViT's two phases draw their data pools from seeds 0 and 3 and their
 progress-only validation sets from seeds 1 and 4, the demo CNN 10 and 11, the demo Swin
-20 and 21; the default here is 2026, the tests use 777).
+20 and 21, their textured variants 30 to 33; the default here is 2026, the tests use 777).
 
 ``--compare`` scores only the accuracy, of the three bundled demo models on the same scenes
 (:func:`demo_accuracies`): rollout and the position-embedding metrics are ViT-only (the Swin
@@ -59,6 +60,8 @@ __all__ = [
     "evaluate",
     "accuracy",
     "demo_accuracies",
+    "cue_accuracies",
+    "demo_cue_accuracies",
     "main",
 ]
 
@@ -152,6 +155,51 @@ def demo_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, f
     return {name: accuracy(model, n, seed) for name, model in models.items()}
 
 
+def cue_accuracies(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, float]:
+    """Which cues ``model`` (what :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn`
+    returns, of the demo classes) reads, as three top-1 accuracies over ``n`` images of stream ``seed``
+    each, through :meth:`~analysis.loading.loaded.LoadedModel.top1`:
+
+    * ``plain``: the demo scenes (:func:`analysis.demo.data.generate_samples`): a flat-coloured object;
+    * ``textured``: scenes whose object is filled with its own class's texture
+      (:func:`analysis.demo.cue_conflict.textured_scenes`): shape and texture agree;
+    * ``texture_only``: the whole frame one class's texture, no object
+      (:func:`analysis.demo.cue_conflict.texture_swatches`): chance is ``1 / 6``; above it, the model
+      reads texture.
+    """
+    from analysis.demo.cue_conflict import texture_swatches, textured_scenes
+
+    images, labels, _ = generate_samples(n, seed)
+    textured = textured_scenes(n, seed)
+    swatches = texture_swatches(n, seed)
+
+    def hit_rate(pictures, truth) -> float:
+        return float((model.top1(pictures, batch_size=250) == np.asarray(truth)).mean())
+
+    return {
+        "plain": hit_rate(images, labels),
+        "textured": hit_rate([s.image for s in textured], [s.shape_class for s in textured]),
+        "texture_only": hit_rate([s.image for s in swatches], [s.texture_class for s in swatches]),
+    }
+
+
+def demo_cue_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, dict[str, float]]:
+    """:func:`cue_accuracies` of the bundled demo ViT, Swin and CNN and of their textured variants, on
+    the same images."""
+    from analysis import load_vit
+    from analysis.robustness import load_cnn
+
+    loaders = {
+        "demo ViT": lambda: load_vit("demo", device="cpu"),
+        "demo ViT, textured": lambda: load_vit("demo_textured", device="cpu"),
+        "demo Swin": lambda: load_vit("demo_swin", device="cpu"),
+        "demo Swin, textured": lambda: load_vit("demo_swin_textured", device="cpu"),
+        "demo CNN": lambda: load_cnn("demo", device="cpu"),
+        "demo CNN, textured": lambda: load_cnn("demo_textured", device="cpu"),
+    }
+    return {name: cue_accuracies(load(), n, seed) for name, load in loaders.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m analysis.demo.evaluate", description="Evaluate the demo models on held-out procedural scenes."
@@ -159,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="demo", help='"demo" (the bundled model) or a timm hub-layout folder')
     p.add_argument("--n", type=int, default=2000, help="number of fresh scenes")
     p.add_argument(
-        "--seed", type=int, default=DEFAULT_EVAL_SEED, help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21)"
+        "--seed",
+        type=int,
+        default=DEFAULT_EVAL_SEED,
+        help="scene seed (training used 0, 1, 3, 4, 10, 11, 20, 21, 30-33)",
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
@@ -168,9 +219,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the accuracy of the three bundled demo models (ViT, Swin, CNN) on the same scenes",
     )
+    p.add_argument(
+        "--cues",
+        action="store_true",
+        help="only the plain, textured and texture-only accuracy of the three bundled demo models and of "
+        "their variants trained on textured scenes (the same images)",
+    )
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     from analysis import load_vit
+
+    if a.cues:
+        table = demo_cue_accuracies(a.n, a.seed)
+        if a.json:
+            print(json.dumps({"n": a.n, "seed": a.seed, "accuracy": table}, indent=2))
+            return 0
+        print(f"{a.n} images of each kind (seed {a.seed})  plain  textured  texture only")
+        for name, scores in table.items():
+            print(f"{name:<22} {scores['plain']:.4f}  {scores['textured']:.4f}    {scores['texture_only']:.4f}")
+        return 0
 
     if a.compare:
         t0 = time.time()

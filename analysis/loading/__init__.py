@@ -6,7 +6,9 @@
 * an ``nn.Module`` a notebook already holds (timm, Hugging Face or torchvision): wrapped
   without copying weights (:mod:`.objects`);
 * ``"demo"``: the bundled demo model in ``assets/demo_vit``; ``"demo_swin"``: the bundled demo
-  Swin in ``assets/demo_swin`` (same scenes and classes);
+  Swin in ``assets/demo_swin`` (same scenes and classes); ``"demo_textured"`` and
+  ``"demo_swin_textured"``: the two fine-tuned on textured scenes as well, so they read texture
+  (``assets/demo_vit_textured``, ``assets/demo_swin_textured``);
 * ``"local-dir:PATH"`` or a folder: timm's hub layout (``config.json`` with ``architecture``),
   or a Hugging Face ``save_pretrained`` folder (``config.json`` with ``model_type``);
 * ``"hf:org/name"``: a Hugging Face transformers model, from the local cache or the hub;
@@ -56,6 +58,7 @@ __all__ = [
     "load_clip",
     "DEMO_MODEL_DIR",
     "DEMO_MODELS",
+    "TEXTURED_DEMO_MODELS",
     "SUPPORTED_FAMILIES",
     "class_probabilities",
     "class_label",
@@ -67,7 +70,18 @@ DEMO_MODEL_DIR = asset_path("demo_vit")
 DEMO_MODELS: dict[str, tuple[Path, str]] = {
     "demo": (DEMO_MODEL_DIR, "python -m training.train_demo_vit"),
     "demo_swin": (asset_path("demo_swin"), "python -m training.train_demo_swin"),
+    "demo_textured": (
+        asset_path("demo_vit_textured"),
+        "python -m training.train_textured_variants --model vit --threads 1",
+    ),
+    "demo_swin_textured": (
+        asset_path("demo_swin_textured"),
+        "python -m training.train_textured_variants --model swin --threads 1",
+    ),
 }
+#: a plain demo model -> its variant fine-tuned on textured scenes too (it reads texture, so a shape bias
+#: on cue-conflict scenes means something for it; the plain ones never saw a textured object)
+TEXTURED_DEMO_MODELS: dict[str, str] = {"demo": "demo_textured", "demo_swin": "demo_swin_textured"}
 
 
 def load_vit(
@@ -81,7 +95,8 @@ def load_vit(
     """Load a ViT for inspection.
 
     Args:
-        source: an ``nn.Module``; ``"demo"`` or ``"demo_swin"``; a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
+        source: an ``nn.Module``; a bundled demo model (``"demo"``, ``"demo_swin"``, ``"demo_textured"``,
+            ``"demo_swin_textured"``: :data:`DEMO_MODELS`); a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
             ``"hf-hub:org/name"`` (timm weights on the hub); ``"hf:org/name"`` (a transformers
             model); ``"torchvision:vit_b_16"``; ``"local-dir:folder"`` or a folder (timm hub layout
             or transformers ``save_pretrained``); or a single weights file (then ``arch`` is required).

@@ -22,7 +22,7 @@ from .adversarial_patch import (
     unit_images,
 )
 from .attacks import ATTACKS, AttackCurve, AttackError, attack, attack_curve, fgsm, pgd, transfer_matrix
-from .cnn import DEMO_CNN_DIR, IMAGENET_1K_CNNS, LoadedCNN, cnn_gradcam, load_cnn
+from .cnn import DEMO_CNN_DIR, DEMO_CNNS, IMAGENET_1K_CNNS, TEXTURED_DEMO_CNNS, LoadedCNN, cnn_gradcam, load_cnn
 from .corruptions import (
     FAST_CORRUPTIONS,
     CorruptionCurve,
@@ -126,6 +126,8 @@ __all__ = [
     "corruption_errors",
     "corruption_names",
     "DEMO_CNN_DIR",
+    "DEMO_CNNS",
+    "TEXTURED_DEMO_CNNS",
     "IMAGENET_1K_CNNS",
     "LoadedCNN",
     "load_cnn",

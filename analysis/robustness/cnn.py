@@ -20,9 +20,22 @@ from ..loading.random_weights import seeded_random_weights
 from ..preprocessing import Preprocessing
 from ..spec import ViTSpec
 
-__all__ = ["DEMO_CNN_DIR", "IMAGENET_1K_CNNS", "LoadedCNN", "load_cnn", "cnn_gradcam"]
+__all__ = [
+    "DEMO_CNN_DIR",
+    "DEMO_CNNS",
+    "TEXTURED_DEMO_CNNS",
+    "IMAGENET_1K_CNNS",
+    "LoadedCNN",
+    "load_cnn",
+    "cnn_gradcam",
+]
 
 DEMO_CNN_DIR = asset_path("demo_cnn")
+#: the bundled demo CNNs by name: ``"demo"`` (trained on the demo scenes) and ``"demo_textured"`` (fine-tuned
+#: from it on textured scenes as well, so it reads texture); their drop grid is the demo ViT's 6 px patches
+DEMO_CNNS: dict[str, Path] = {"demo": DEMO_CNN_DIR, "demo_textured": asset_path("demo_cnn_textured")}
+#: a plain demo CNN -> its variant fine-tuned on textured scenes too
+TEXTURED_DEMO_CNNS: dict[str, str] = {"demo": "demo_textured"}
 #: timm CNNs with ImageNet-1k heads (pretrained weights from the hub) to set beside an
 #: ImageNet-1k ViT: ResNet-50, the CNN of Naseer et al. 2021, first; then smaller and newer ones.
 IMAGENET_1K_CNNS = ("resnet50.a1_in1k", "resnet18.a1_in1k", "convnext_tiny.fb_in1k", "efficientnet_b0.ra_in1k")
@@ -36,14 +49,22 @@ class LoadedCNN(LoadedModel):
 
 
 def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int | None = None, device=None) -> LoadedCNN:
-    """``"demo"`` (``assets/demo_cnn``, its drop grid the demo ViT's 6 px patches), a timm CNN
+    """``"demo"`` (``assets/demo_cnn``, its drop grid the demo ViT's 6 px patches) or
+    ``"demo_textured"`` (``assets/demo_cnn_textured``, the same grid; :data:`DEMO_CNNS`), a timm CNN
     name (weights from the local cache or the hub; ``pretrained=False`` for random weights),
     or a folder in timm's hub layout. ``patch_size``: the drop grid's cell (default 16 px)."""
     import timm
 
-    if source != "demo" and looks_like_path(source):
+    demo = source in DEMO_CNNS
+    if not demo and looks_like_path(source):
         existing_model_path(source)  # a path that names nothing: say so (not "unknown model")
-    path = DEMO_CNN_DIR if source == "demo" else Path(str(source).removeprefix("local-dir:")).expanduser()
+    path = DEMO_CNNS[source] if demo else Path(str(source).removeprefix("local-dir:")).expanduser()
+    if demo and not (path / "config.json").is_file():
+        retrain = "train_demo_cnn" if source == "demo" else "train_textured_variants --model cnn --threads 1"
+        raise ModelLoadError(
+            f"The bundled demo CNN {source!r} is missing ({path}). Restore it from git or reinstall the package, "
+            f"or retrain it with `python -m training.{retrain}` (from a checkout's root)."
+        )
     names = None
     try:
         if path.is_dir():  # built here, not by timm's local-dir: (older timm releases unpickle safetensors)
@@ -61,7 +82,7 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
     model = model.eval().to(where).requires_grad_(False)
     data_config = timm.data.resolve_data_config({}, model=model)
     height, width = data_config["input_size"][1:]
-    cell = int(patch_size or (6 if source == "demo" else 16))
+    cell = int(patch_size or (6 if demo else 16))
     grid = (height // cell, width // cell)
     spec = ViTSpec(
         patch_size=(cell, cell),
