@@ -18,7 +18,6 @@ literal tuple of strings at module level.
 from __future__ import annotations
 
 import ast
-import functools
 from pathlib import Path
 
 __all__ = ["DECLARING_MODULES", "declared_keys", "persistent_keys"]
@@ -55,9 +54,9 @@ def declared_keys(path: Path, name: str = "KEPT_KEYS") -> tuple[str, ...]:
     return ()
 
 
-@functools.cache
 def persistent_keys() -> tuple[str, ...]:
-    """Every key some module declares in ``KEPT_KEYS``, once each, in the modules' order."""
+    """Every key some module declares in ``KEPT_KEYS``, once each, in the modules' order (read from the
+    source files on each call: ``vizapp.state.PERSISTENT_KEYS`` holds them once)."""
     keys: dict[str, None] = {}
     for path in DECLARING_MODULES:
         keys.update(dict.fromkeys(declared_keys(path)))
