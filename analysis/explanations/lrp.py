@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from ..activations import run_with_hooks
 from ..adapters.base import AttentionInputs, attend
@@ -100,14 +101,15 @@ def identity_rule(output: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
     return output.detach() + (inputs - inputs.detach()) * ratio.detach()
 
 
-def uniform_rule(factors: list) -> list:
-    """The factors of a product, each tensor that depends on the input (``requires_grad``) with its
-    gradient divided by the number of such factors (Propositions 3.2–3.3)."""
-    dependent = [f for f in factors if isinstance(f, torch.Tensor) and f.requires_grad]
+def uniform_rule(factors: list, depends=lambda t: t.requires_grad) -> list:
+    """The factors of a product, each tensor that depends on the input (``depends(t)``; inside
+    :class:`LrpRules`, computed from the explained input) with its gradient divided by the number
+    of such factors (Propositions 3.2–3.3)."""
+    dependent = [f for f in factors if isinstance(f, torch.Tensor) and depends(f)]
     if len(dependent) < 2:
         return factors
     share = 1.0 / len(dependent)
-    return [scaled_gradient(f, share) if isinstance(f, torch.Tensor) and f.requires_grad else f for f in factors]
+    return [scaled_gradient(f, share) if isinstance(f, torch.Tensor) and depends(f) else f for f in factors]
 
 
 def softmax_rule(scores: torch.Tensor, dim: int) -> torch.Tensor:
@@ -118,15 +120,16 @@ def softmax_rule(scores: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.softmax(scores, dim=dim)
 
 
-def lrp_attention(inputs: AttentionInputs) -> torch.Tensor:
+def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) -> torch.Tensor:
     """One fused attention call ``softmax(scale·q·kᵀ + M)·v`` computed explicitly under the rules:
-    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between. ``(B, heads, Q, d)``."""
+    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between. ``(B, heads, Q, d)``.
+    ``depends(t)``: whether ``t`` depends on the explained input."""
     assert inputs.q is not None and inputs.k is not None and inputs.v is not None, "a fused call's inputs"
     assert inputs.scale is not None, "a fused call's scale"
-    q, k = uniform_rule([inputs.q, inputs.k])
+    q, k = uniform_rule([inputs.q, inputs.k], depends)
     scores = attention_scores(q, k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)  # (B, heads, Q, T)
     probs = softmax_rule(scores, dim=-1)
-    probs, value = uniform_rule([probs, inputs.v])
+    probs, value = uniform_rule([probs, inputs.v], lambda t: t is probs or depends(t))
     return attend(probs, value)
 
 
@@ -180,21 +183,60 @@ _NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.rms_norm: _rms
 
 class LrpRules(TorchFunctionMode):
     """The AttnLRP backward rules (module docstring) for every op this thread runs while it is
-    entered; values are unchanged (to float rounding in the norms), only gradients differ."""
+    entered; values are unchanged (to float rounding in the norms), only gradients differ.
+
+    Which tensors depend on the explained input is tracked op by op from :meth:`mark` (the
+    parameters' ``requires_grad`` does not say: a user's module may leave it on): a rule applies
+    to a tensor computed from the input, never to one computed from parameters alone (an
+    attention-pooling head's latent query, a learned temperature, a layer scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dependent = WeakTensorKeyDictionary()  # tensor -> True: computed from the input
+
+    def mark(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Declare ``tensor`` the explained input (or computed from it)."""
+        self.dependent[tensor] = True
+        return tensor
+
+    def depends(self, value) -> bool:
+        return isinstance(value, torch.Tensor) and value in self.dependent
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not any(self.depends(leaf) for leaf in _leaves((args, kwargs))):
+            return func(*args, **kwargs)  # nothing here comes from the input: no rule applies
+        result = self.apply_rule(func, args, kwargs)
+        for leaf in _leaves(result):
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+                self.dependent[leaf] = True
+        return result
+
+    def apply_rule(self, func, args, kwargs):
+        first = args[0] if args else None
         if func is F.scaled_dot_product_attention:
-            return lrp_attention(_sdpa_arguments(*args, **kwargs))
-        if func in _NORMS and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            return lrp_attention(_sdpa_arguments(*args, **kwargs), self.depends)
+        if func in _NORMS and self.depends(first):
             return _NORMS[func](*args, **kwargs)
-        if func in SOFTMAX_FUNCTIONS:
+        if func in SOFTMAX_FUNCTIONS and self.depends(first):
             return _softmax_call(func, args, kwargs)
         if func in PRODUCT_FUNCTIONS:
-            return func(*uniform_rule(list(args)), **kwargs)
-        if func in IDENTITY_RULE_FUNCTIONS and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
-            return identity_rule(func(*args, **kwargs), args[0])
+            return func(*uniform_rule(list(args), self.depends), **kwargs)
+        if func in IDENTITY_RULE_FUNCTIONS and self.depends(first):
+            return identity_rule(func(*args, **kwargs), first)
         return func(*args, **kwargs)
+
+
+def _leaves(value):
+    """The tensors (and other leaves) inside nested tuples, lists and dicts of an op's arguments."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    else:
+        yield value
 
 
 def _softmax_call(func, args, kwargs):
@@ -202,14 +244,14 @@ def _softmax_call(func, args, kwargs):
     scores = args[0]
     dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
     dtype = kwargs.get("dtype")
-    if dim is None or len(args) > 2 or not isinstance(scores, torch.Tensor) or not scores.requires_grad:
+    if dim is None or len(args) > 2:
         return func(*args, **kwargs)
     return softmax_rule(scores if dtype is None else scores.to(dtype), dim)
 
 
 def lrp_rules() -> LrpRules:
-    """A fresh :class:`LrpRules` mode: ``with lrp_rules(): y = model(x)`` runs ``model`` with the
-    AttnLRP backward rules on this thread only."""
+    """A fresh :class:`LrpRules` mode: ``with lrp_rules() as rules: rules.mark(x); y = model(x)``
+    runs ``model`` with the AttnLRP backward rules on this thread only."""
     return LrpRules()
 
 
@@ -244,7 +286,8 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
         kept.append(stream)
 
     with torch.enable_grad():
-        with lrp_rules():
+        with lrp_rules() as rules:
+            rules.mark(inputs)
             logits = run_with_hooks(vit, inputs, {"blocks.0.resid_pre": keep}, precision="float32", differentiable=True)
         targets = resolve_targets(target, logits.detach().float().cpu(), spec)
         score = logits.float().gather(1, targets.to(logits.device)[:, None]).sum()
