@@ -323,3 +323,75 @@ def test_relevance_equals_lxt():
     ours = attnlrp_relevance(vit, pixels, target)
     scale = float(expected.abs().max())
     assert (ours.pixels.double() - expected).abs().max() <= 1e-5 * scale
+
+
+# --------------------------------------------------------------------------- image–text score
+
+
+def zero_additive(model):
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            last = name.split(".")[-1]
+            if tensor.is_floating_point() and (any(last.endswith(a) for a in ADDITIVE) or "rel_pos." in name):
+                tensor.zero_()
+
+
+def clips(tmp_path_factory):
+    """The demo CLIP, and the tiny random HF CLIP and SigLIP of the text tests (with transformers)."""
+    out = {"demo_clip": analysis.load_clip("demo_clip", device="cpu")}
+    try:
+        import text_models
+    except ImportError:  # transformers or tokenizers missing: the demo alone
+        return out
+    for kind in ("clip", "siglip"):
+        folder = tmp_path_factory.mktemp(kind)
+        text_models.save(kind, folder)
+        out[kind] = analysis.load_clip(folder, device="cpu")
+    return out
+
+
+def test_text_relevance_is_conserved_up_to_the_softmax_terms_and_the_logit_bias(tmp_path_factory, monkeypatch):
+    """``explain_text(..., method="attnlrp")``: the score ``exp(t)·cos(u, v) + b`` with the cosine's norm
+    detached is ``exp(t)·u·v/‖u‖ + b``, linear in ``u``: the pixels' relevance plus the softmax terms is ``s − b``."""
+    from analysis.text import explain_text
+    from analysis.text.prompts import score_value
+
+    checked = []
+    for name, clip in clips(tmp_path_factory).items():
+        clip = copy.deepcopy(clip)
+        zero_additive(clip.image.model)
+        size = clip.image.spec.img_size
+        pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+        text = clip.encode_text("a red star") if clip.tokenizer is not None else None
+        if text is None:
+            continue
+        shown = explain_text(clip, pixels, "a red star", method="attnlrp")
+        seen = []
+        rule = lrp.softmax_rule
+
+        def spy(scores, dim, seen=seen, rule=rule):
+            probs = rule(scores, dim)
+            entry: dict = {"x": scores, "s": probs}
+            scores.register_hook(lambda g: entry.__setitem__("gx", g))
+            probs.register_hook(lambda g: entry.__setitem__("gs", g))
+            seen.append(entry)
+            return probs
+
+        monkeypatch.setattr(lrp, "softmax_rule", spy)
+        from analysis.text.prompts import one_prompt
+
+        relevance = lrp.score_relevance(clip.image, pixels, score_value(clip, one_prompt(clip, "a red star").embeddings))
+        monkeypatch.setattr(lrp, "softmax_rule", rule)
+        absorbed = 0.0
+        for e in seen:
+            x = e["x"].detach().double()
+            passed = torch.where(torch.isfinite(x), x * e["gx"].double(), torch.zeros_like(x))
+            absorbed += float((e["s"].detach().double() * e["gs"].double()).sum() - passed.sum())
+        bias = 0.0 if clip.logit_bias is None else float(clip.logit_bias)
+        score = float(relevance.targets.double().sum()) - 2 * bias
+        torch.testing.assert_close(shown.maps, relevance.map)
+        torch.testing.assert_close(shown.scores, relevance.targets)
+        assert float(relevance.pixels.abs().sum()) > 1e-2, name  # not vacuous
+        assert float(relevance.pixels.double().sum()) + absorbed == pytest.approx(score, abs=1e-4), name
+        checked.append(name)
+    assert "demo_clip" in checked

@@ -10,8 +10,8 @@ Section 3.4 and its reference library LXT do the same): the relevance of a tenso
 * **LayerNorm / GroupNorm / RMSNorm** (the paper's Proposition 3.4, "LN rule") — the per-token
   standard deviation is treated as a constant (detached): the norm is then linear in ``x``, so
   the mean subtraction takes the ε-rule and the ``1/σ`` scaling the identity rule;
-* **element-wise non-linearities** (GELU, SiLU, ...; eq. 9, identity rule) — ``R(x) = R(f(x))``,
-  i.e. the backward multiplies by ``f(x)/x`` instead of ``f′(x)``;
+* **element-wise non-linearities** (GELU, SiLU, ..., and gates written out as ``x·σ(c·x)``: QuickGELU;
+  eq. 9, identity rule) — ``R(x) = R(f(x))``, i.e. the backward multiplies by ``f(x)/x`` instead of ``f′(x)``;
 * **products of two input-dependent tensors** (``q·kᵀ``, ``P·v``, a gated MLP's ``act(g)·x``;
   Propositions 3.2–3.3, uniform rule) — each factor receives ``1/n`` of the product's relevance
   (``n`` the number of factors that depend on the input; a factor computed from parameters
@@ -53,7 +53,15 @@ from ..spec import ViTSpec, input_spec
 from .gradients import require_classes, resolve_targets
 from .methods import refuse_global_token_method
 
-__all__ = ["AttnLRPRelevance", "attnlrp", "attnlrp_relevance", "lrp_rules", "lrp_attention", "softmax_rule"]
+__all__ = [
+    "AttnLRPRelevance",
+    "attnlrp",
+    "attnlrp_relevance",
+    "score_relevance",
+    "lrp_rules",
+    "lrp_attention",
+    "softmax_rule",
+]
 
 # Element-wise non-linearities that take the identity rule (ReLU's f(x)/x is its gradient already).
 IDENTITY_RULE_FUNCTIONS = (F.gelu, F.silu, F.mish, F.hardswish, F.elu, F.selu, F.celu, F.softplus)
@@ -70,6 +78,7 @@ PRODUCT_FUNCTIONS = (
     torch.Tensor.__rmul__,
 )
 SOFTMAX_FUNCTIONS = (torch.softmax, torch.Tensor.softmax, F.softmax)
+SIGMOID_FUNCTIONS = (torch.sigmoid, torch.Tensor.sigmoid, F.sigmoid)
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,8 @@ class AttnLRPRelevance:
     ``pixels (B, 3, H, W)``: relevance of each normalised input value, ``x ⊙ ĝ(x)``;
     ``tokens (B, T)``: relevance of each token of block 0's input (prefix tokens first, summed
     over the width); ``map (B, gh, gw)``: ``pixels`` summed over channels and each patch's pixels;
-    ``logits (B, outputs)``; ``targets (B,)``: the explained classes. All float32 on the CPU.
+    ``logits (B, outputs)``: the model's output; ``targets (B,)``: the explained classes (of
+    :func:`score_relevance`: the explained scores). All float32 on the CPU.
     """
 
     pixels: torch.Tensor
@@ -178,7 +188,12 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     return y + bias.reshape(per_channel) if bias is not None else y
 
 
-_NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.rms_norm: _rms_norm}
+def _normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
+    """``F.normalize`` with the norm detached (the identity rule on ``x/‖x‖``, the paper's Proposition 3.4)."""
+    return x / x.norm(p, dim, keepdim=True).clamp_min(eps).detach()
+
+
+_NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.rms_norm: _rms_norm, F.normalize: _normalize}
 
 
 class LrpRules(TorchFunctionMode):
@@ -193,6 +208,9 @@ class LrpRules(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.dependent = WeakTensorKeyDictionary()  # tensor -> True: computed from the input
+        # gates written out, x·σ(c·x) (QuickGELU, SiLU): σ's output -> its input; c·x -> x
+        self.sigmoid_input = WeakTensorKeyDictionary()
+        self.scaled_from = WeakTensorKeyDictionary()
 
     def mark(self, tensor: torch.Tensor) -> torch.Tensor:
         """Declare ``tensor`` the explained input (or computed from it)."""
@@ -212,6 +230,16 @@ class LrpRules(TorchFunctionMode):
                 self.dependent[leaf] = True
         return result
 
+    def gated_input(self, args) -> torch.Tensor | None:
+        """``x`` when the product's two factors are ``x`` and ``σ(x)`` or ``σ(c·x)``, else ``None``."""
+        if len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args):
+            return None
+        for x, gate in (args, args[::-1]):
+            inner = self.sigmoid_input.get(gate)
+            if inner is not None and (inner is x or self.scaled_from.get(inner) is x):
+                return x
+        return None
+
     def apply_rule(self, func, args, kwargs):
         first = args[0] if args else None
         if func is F.scaled_dot_product_attention:
@@ -220,8 +248,20 @@ class LrpRules(TorchFunctionMode):
             return _NORMS[func](*args, **kwargs)
         if func in SOFTMAX_FUNCTIONS and self.depends(first):
             return _softmax_call(func, args, kwargs)
+        if func in SIGMOID_FUNCTIONS:
+            result = func(*args, **kwargs)
+            self.sigmoid_input[result] = first
+            return result
         if func in PRODUCT_FUNCTIONS:
-            return func(*uniform_rule(list(args), self.depends), **kwargs)
+            gated = self.gated_input(args)
+            if gated is not None:  # x·σ(c·x): one element-wise non-linearity of x, the identity rule
+                return identity_rule(func(*args, **kwargs), gated)
+            result = func(*uniform_rule(list(args), self.depends), **kwargs)
+            if len(args) == 2 and isinstance(args[1], (int, float)) and self.depends(first):
+                self.scaled_from[result] = first
+            elif len(args) == 2 and isinstance(first, (int, float)) and self.depends(args[1]):
+                self.scaled_from[result] = args[1]
+            return result
         if func in IDENTITY_RULE_FUNCTIONS and self.depends(first):
             return identity_rule(func(*args, **kwargs), first)
         return func(*args, **kwargs)
@@ -279,6 +319,23 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
     refuse_global_token_method(vit, "attnlrp")
     spec = input_spec(vit, pixels)
     require_classes(spec, "AttnLRP")
+    chosen: list[torch.Tensor] = []
+
+    def class_scores(logits: torch.Tensor) -> torch.Tensor:  # (B,)
+        chosen.append(resolve_targets(target, logits.detach().float().cpu(), spec))
+        return logits.float().gather(1, chosen[0].to(logits.device)[:, None])[:, 0]
+
+    relevance = score_relevance(vit, pixels, class_scores)
+    return AttnLRPRelevance(relevance.pixels, relevance.tokens, relevance.map, relevance.logits, chosen[0])
+
+
+def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
+    """AttnLRP relevance of any per-image score of the model's output, ``score(output) -> (B,)``
+    (evaluated under the rules too: an ``F.normalize`` in it takes the identity rule, as an image–text
+    cosine does in :func:`analysis.text.explain_text`). ``logits`` holds the model's output,
+    ``targets`` the scores ``(B,)``. Refused for a windowed model."""
+    refuse_global_token_method(vit, "attnlrp")
+    spec = input_spec(vit, pixels)
     inputs = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     kept: list[torch.Tensor] = []
 
@@ -288,18 +345,17 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
     with torch.enable_grad():
         with lrp_rules() as rules:
             rules.mark(inputs)
-            logits = run_with_hooks(vit, inputs, {"blocks.0.resid_pre": keep}, precision="float32", differentiable=True)
-        targets = resolve_targets(target, logits.detach().float().cpu(), spec)
-        score = logits.float().gather(1, targets.to(logits.device)[:, None]).sum()
-        pixel_gradient, stream_gradient = torch.autograd.grad(score, [inputs, kept[0]])
+            output = run_with_hooks(vit, inputs, {"blocks.0.resid_pre": keep}, precision="float32", differentiable=True)
+            scores = score(output)  # (B,)
+        pixel_gradient, stream_gradient = torch.autograd.grad(scores.sum(), [inputs, kept[0]])
     pixel_relevance = (inputs.detach() * pixel_gradient).float().cpu()  # (B, 3, H, W)
     token_relevance = (kept[0].detach() * stream_gradient).sum(-1).float().cpu()  # (B, T)
     return AttnLRPRelevance(
         pixels=pixel_relevance,
         tokens=token_relevance,
         map=_pool_to_patches(pixel_relevance.sum(1), spec),
-        logits=logits.detach().float().cpu(),
-        targets=targets,
+        logits=output.detach().float().cpu(),
+        targets=scores.detach().float().cpu(),
     )
 
 
