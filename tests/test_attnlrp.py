@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -40,19 +41,16 @@ def classifier(family: str, *, zero_additive: bool = False):
     with torch.no_grad():
         for param in vit.model.parameters():
             param.add_(torch.randn_like(param) * 0.02)
-        if zero_additive:
-            for name, tensor in [*vit.model.named_parameters(), *vit.model.named_buffers()]:
-                last = name.split(".")[-1]
-                if tensor.is_floating_point() and (any(last.endswith(a) for a in ADDITIVE) or "rel_pos." in name):
-                    tensor.zero_()  # a relative-position MLP zeroed whole: its bias on the scores is 0
+    if zero_additive:
+        zero_additive_constants(vit.model)
     pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
     return vit, pixels
 
 
-def relevance_with_softmax_terms(vit, pixels, monkeypatch, target=None):
-    """``(relevance, Σ softmax bias terms)``: each softmax's ``Σ s⊙ĝ(s) − Σ x⊙ĝ(x)`` (AttnLRP's
+def with_softmax_terms(monkeypatch, compute):
+    """``(compute(), Σ softmax bias terms)``: each softmax's ``Σ s⊙ĝ(s) − Σ x⊙ĝ(x)`` (AttnLRP's
     softmax rule passes on ``Σ x⊙ĝ(x)`` of the ``Σ s⊙ĝ(s)`` it receives), read by hooks on the
-    very tensors :func:`lrp.softmax_rule` saw."""
+    very tensors :func:`lrp.softmax_rule` saw during ``compute``."""
     seen = []
     rule = lrp.softmax_rule
 
@@ -65,7 +63,7 @@ def relevance_with_softmax_terms(vit, pixels, monkeypatch, target=None):
         return probs
 
     monkeypatch.setattr(lrp, "softmax_rule", spy)
-    relevance = attnlrp_relevance(vit, pixels, target)
+    result = compute()
     monkeypatch.setattr(lrp, "softmax_rule", rule)
     assert seen, "no softmax went through the rule"
     absorbed = 0.0
@@ -73,7 +71,7 @@ def relevance_with_softmax_terms(vit, pixels, monkeypatch, target=None):
         x = e["x"].detach().double()
         passed = torch.where(torch.isfinite(x), x * e["gx"].double(), torch.zeros_like(x))  # masked pairs: −inf·0
         absorbed += float((e["s"].detach().double() * e["gs"].double()).sum() - passed.sum())
-    return relevance, absorbed
+    return result, absorbed
 
 
 CLASSIFIERS = [f for f in FAMILIES if f not in ("pe_core", "siglip")]  # those two stay embedding towers
@@ -82,7 +80,7 @@ CLASSIFIERS = [f for f in FAMILIES if f not in ("pe_core", "siglip")]  # those t
 @pytest.mark.parametrize("family", CLASSIFIERS)
 def test_relevance_is_conserved_up_to_the_softmax_terms_once_biases_are_zeroed(family, monkeypatch):
     vit, pixels = classifier(family, zero_additive=True)
-    relevance, absorbed = relevance_with_softmax_terms(vit, pixels, monkeypatch, target=[3, 5])
+    relevance, absorbed = with_softmax_terms(monkeypatch, lambda: attnlrp_relevance(vit, pixels, [3, 5]))
     logit = float(relevance.logits[0, 3] + relevance.logits[1, 5])
     total = float(relevance.pixels.double().sum())
     assert abs(logit) > 1e-2 and abs(total) > 1e-2  # not vacuous
@@ -112,7 +110,9 @@ def test_explain_returns_the_relevance_map_and_the_fused_and_explicit_paths_agre
     unfused = copy.deepcopy(vit)
     for block in unfused.model.blocks:
         block.attn.fused_attn = False  # q·kᵀ, softmax and P·v as separate ops: the uniform rule on matmul
-    torch.testing.assert_close(attnlrp_relevance(unfused, pixels, [1, 4]).pixels, relevance.pixels, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        attnlrp_relevance(unfused, pixels, [1, 4]).pixels, relevance.pixels, atol=1e-6, rtol=1e-4
+    )
     # not input × gradient: the rules change the backward pass
     plain, _ = input_x_gradient(vit, pixels, [1, 4])
     assert (plain - relevance.map).abs().max() > 1e-3 * relevance.map.abs().max()
@@ -271,7 +271,7 @@ def relevance_pass(model, pixels, target, rules):
         normed = rules.layer_norm(stream, block.norm1)
         qkv = rules.linear(normed, attn.qkv.weight, attn.qkv.bias)
         q, k, v = qkv.reshape(batch, -1, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-        q = rules.identity(lambda t: t * attn.scale, q)  # a constant factor: one input, one output
+        q = rules.identity(lambda t, scale=attn.scale: t * scale, q)  # a constant factor: one input, one output
         probs = rules.softmax(rules.matmul(q, k.transpose(-1, -2)))
         heads = rules.matmul(probs, v).transpose(1, 2).reshape(batch, -1, attn.qkv.in_features)
         stream = rules.add(stream, rules.linear(heads, attn.proj.weight, attn.proj.bias))
@@ -328,7 +328,9 @@ def test_relevance_equals_lxt():
 # --------------------------------------------------------------------------- image–text score
 
 
-def zero_additive(model):
+def zero_additive_constants(model):
+    """Every bias, position embedding, prefix token and relative-position bias of ``model`` set to 0
+    (a relative-position MLP zeroed whole: its bias on the scores is 0)."""
     with torch.no_grad():
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
             last = name.split(".")[-1]
@@ -354,39 +356,20 @@ def test_text_relevance_is_conserved_up_to_the_softmax_terms_and_the_logit_bias(
     """``explain_text(..., method="attnlrp")``: the score ``exp(t)·cos(u, v) + b`` with the cosine's norm
     detached is ``exp(t)·u·v/‖u‖ + b``, linear in ``u``: the pixels' relevance plus the softmax terms is ``s − b``."""
     from analysis.text import explain_text
-    from analysis.text.prompts import score_value
+    from analysis.text.prompts import one_prompt, score_value
 
     checked = []
     for name, clip in clips(tmp_path_factory).items():
         clip = copy.deepcopy(clip)
-        zero_additive(clip.image.model)
+        zero_additive_constants(clip.image.model)
         size = clip.image.spec.img_size
         pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
-        text = clip.encode_text("a red star") if clip.tokenizer is not None else None
-        if text is None:
+        if clip.tokenizer is None:
             continue
         shown = explain_text(clip, pixels, "a red star", method="attnlrp")
-        seen = []
-        rule = lrp.softmax_rule
-
-        def spy(scores, dim, seen=seen, rule=rule):
-            probs = rule(scores, dim)
-            entry: dict = {"x": scores, "s": probs}
-            scores.register_hook(lambda g: entry.__setitem__("gx", g))
-            probs.register_hook(lambda g: entry.__setitem__("gs", g))
-            seen.append(entry)
-            return probs
-
-        monkeypatch.setattr(lrp, "softmax_rule", spy)
-        from analysis.text.prompts import one_prompt
-
-        relevance = lrp.score_relevance(clip.image, pixels, score_value(clip, one_prompt(clip, "a red star").embeddings))
-        monkeypatch.setattr(lrp, "softmax_rule", rule)
-        absorbed = 0.0
-        for e in seen:
-            x = e["x"].detach().double()
-            passed = torch.where(torch.isfinite(x), x * e["gx"].double(), torch.zeros_like(x))
-            absorbed += float((e["s"].detach().double() * e["gs"].double()).sum() - passed.sum())
+        embedding = one_prompt(clip, "a red star").embeddings
+        compute = partial(lrp.score_relevance, clip.image, pixels, score_value(clip, embedding))
+        relevance, absorbed = with_softmax_terms(monkeypatch, compute)
         bias = 0.0 if clip.logit_bias is None else float(clip.logit_bias)
         score = float(relevance.targets.double().sum()) - 2 * bias
         torch.testing.assert_close(shown.maps, relevance.map)

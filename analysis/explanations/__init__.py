@@ -30,8 +30,8 @@ import torch
 from ..errors import AnalysisError
 from ..rollout import attention_rollout
 from ..spec import input_spec
-from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
+from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .methods import (
     BASELINES,
     GLOBAL_TOKEN_METHODS,
