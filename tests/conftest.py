@@ -40,6 +40,11 @@ def pytest_configure(config):
         "sae_lens: SAELens's loader against our SAE folders, in a venv of its own (a step of .ci/run); "
         "deselected by pytest.ini, run by `pytest -m sae_lens tests/test_sae.py`",
     )
+    config.addinivalue_line(
+        "markers",
+        "lxt: AttnLRP against LXT's own rules, installed by its own step of .ci/run (pip install --no-deps lxt); "
+        "deselected by pytest.ini, run by `pytest -m lxt tests/test_attnlrp.py`",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

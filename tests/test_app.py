@@ -1048,6 +1048,18 @@ def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
     assert len(traces(chart(app, "explain_panels"), "heatmap")) == 6
 
 
+def test_explain_page_draws_attnlrp(app, vit):
+    pixels = vit.preprocess(analysis.load_image(first_sample()))
+    app.switch_page("views/explain.py").run()
+    app.multiselect(key="explain_methods").set_value(["attnlrp"]).run()
+    assert_clean(app)
+    (heatmap,) = traces(chart(app, "explain_panels"), "heatmap")
+    target = app.selectbox(key="explain_target").value
+    reference = analysis.explain(vit, pixels, target=target, method="attnlrp")[0].numpy()
+    drawn = array(heatmap["z"]).reshape(vit.spec.grid_size)
+    np.testing.assert_allclose(drawn, np.clip(reference / np.abs(reference).max(), 0, None), rtol=1e-4, atol=1e-6)
+
+
 def test_explain_page_on_a_headless_model_says_why_and_keeps_attention(app):
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()  # no classifier

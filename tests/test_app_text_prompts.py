@@ -148,11 +148,11 @@ def test_typing_prompts_and_changing_methods_redraw_the_maps(page, demo):
     assert sorted(page.multiselect(key="tp_mapped").value) == sorted(prompts)
     mapped = page.multiselect(key="tp_mapped").value
     assert_maps(page, clip, pixels, mapped, ["chefer", "legrad", "patch_text"])
-    page.multiselect(key="tp_methods").set_value(["gradcam", "decomposition"]).run()
+    page.multiselect(key="tp_methods").set_value(["gradcam", "decomposition", "attnlrp"]).run()
     assert_clean(page)
-    assert_maps(page, clip, pixels, mapped, ["gradcam", "decomposition"])
+    assert_maps(page, clip, pixels, mapped, ["gradcam", "decomposition", "attnlrp"])
     page.multiselect(key="tp_mapped").set_value(["a red star"]).run()
-    assert_maps(page, clip, pixels, ["a red star"], ["gradcam", "decomposition"])
+    assert_maps(page, clip, pixels, ["a red star"], ["gradcam", "decomposition", "attnlrp"])
 
 
 def test_a_class_list_with_a_template_gives_its_prompts(page, demo):

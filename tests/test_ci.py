@@ -147,9 +147,9 @@ def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
     # the real-weights tier, deselected by pytest.ini from the README's command, is a step of its own
     after = script.split(command, 1)[1]
     assert "-m real_weights tests" in after and "-m layout tests" in after and "-m attack_library tests" in after
-    assert "-m sae_lens tests/test_sae.py" in after
+    assert "-m sae_lens tests/test_sae.py" in after and "-m lxt tests/test_attnlrp.py" in after
     assert (
-        '-m "not real_weights and not layout and not attack_library and not sae_lens"'
+        '-m "not real_weights and not layout and not attack_library and not sae_lens and not lxt"'
         in (REPO / "pytest.ini").read_text()
     )
 

@@ -10,11 +10,13 @@ Methods (see each function for its formula and source):
 * ``"gradcam"``: Grad-CAM on the last block's attention input;
 * ``"input_x_gradient"``: input × gradient pooled per patch;
 * ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``,
-  ``quadrature``; the convergence delta: :func:`integrated_gradients_result`).
+  ``quadrature``; the convergence delta: :func:`integrated_gradients_result`);
+* ``"attnlrp"``: AttnLRP (Achtibat et al. 2024) layer-wise relevance pooled per patch
+  (:mod:`analysis.explanations.lrp`; :func:`attnlrp_relevance` also gives per-token relevance).
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"`` (stem patch grid) and ``"rollout"`` (:mod:`analysis.windowed_rollout`)
-work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
+work; ``"attention"``, ``"chefer"`` and ``"attnlrp"`` are refused with the reason. Maps then lie on different
 grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
 """
 
@@ -30,6 +32,7 @@ from ..errors import AnalysisError
 from ..rollout import attention_rollout
 from ..spec import input_spec
 from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
+from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .methods import (
     BASELINES,
     GLOBAL_TOKEN_METHODS,
@@ -63,6 +66,8 @@ __all__ = [
     "integrated_gradients_result",
     "IntegratedGradients",
     "IG_QUADRATURES",
+    "attnlrp_relevance",
+    "AttnLRPRelevance",
 ]
 
 #: method name -> function; the class-specific ones take ``target``.
@@ -73,8 +78,9 @@ EXPLANATION_METHODS: dict[str, Callable[..., Any]] = {
     "gradcam": grad_cam,
     "input_x_gradient": input_x_gradient,
     "integrated_gradients": integrated_gradients,
+    "attnlrp": attnlrp,
 }
-CLASS_SPECIFIC = ("chefer", "gradcam", "input_x_gradient", "integrated_gradients")
+CLASS_SPECIFIC = ("chefer", "gradcam", "input_x_gradient", "integrated_gradients", "attnlrp")
 
 
 def method_options(method: str) -> tuple[str, ...]:

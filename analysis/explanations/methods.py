@@ -64,6 +64,10 @@ GLOBAL_TOKEN_METHODS = {
         "set with a class token; a windowed model has no class token and a Swin's token set changes at every "
         "patch merging, where the rule has no step"
     ),
+    "attnlrp": (
+        "its rules and its conservation are stated for global attention over one token set; a windowed model's "
+        "shifted windows, masks and patch merging are not covered by them"
+    ),
 }
 
 

@@ -12,7 +12,8 @@ the text embedding ``v`` is a constant. Methods (formulas and sources on each fu
 * ``"gradcam"``: Grad-CAM of the score on the last block's attention input (:func:`gradcam_text`);
 * ``"patch_text"``: each patch token through the final norm and projection, cosine with the text (:func:`patch_text`);
 * ``"decomposition"``: each patch's direct contribution through every head (:func:`decomposition_text`);
-* ``"legrad"``: LeGrad, the positive gradients of each late layer's own score (:mod:`analysis.text.legrad`).
+* ``"legrad"``: LeGrad, the positive gradients of each late layer's own score (:mod:`analysis.text.legrad`);
+* ``"attnlrp"``: AttnLRP relevance of the score pooled per patch (:func:`attnlrp_text`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import torch.nn.functional as F
 from ..activations import run_with_cache
 from ..errors import AnalysisError
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
+from ..explanations.lrp import score_relevance
 from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
 from ..spec import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
-from .prompts import one_prompt, require_clip, score_of
+from .prompts import one_prompt, require_clip, score_of, score_value
 
 __all__ = [
     "TEXT_METHODS",
@@ -42,6 +44,7 @@ __all__ = [
     "gradcam_text",
     "patch_text",
     "decomposition_text",
+    "attnlrp_text",
     "token_embeddings",
 ]
 
@@ -176,6 +179,16 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
     )
 
 
+def attnlrp_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """AttnLRP (Achtibat et al. 2024; :mod:`analysis.explanations.lrp`) of the image–text score
+    ``s = exp(t)·cos(u, v) + b``, pooled per patch like the class map. The cosine's normalisation
+    ``u/‖u‖`` takes the identity rule (its norm detached), so ``s − b`` is linear in ``u`` and the
+    map sums to ``s − b`` less the image tower's bias terms. Signed, in units of the score.
+    Refused for a windowed model."""
+    relevance = score_relevance(clip.image, pixels, score_value(clip, text.embeddings))
+    return relevance.map, relevance.targets, "each patch's AttnLRP relevance (its pixels' sum), in units of the score"
+
+
 #: method -> function ``(clip, pixels, text) -> (maps, scores, readout[, decomposition])``.
 TEXT_METHODS: dict[str, Callable[..., Any]] = {
     "chefer": chefer_text,
@@ -183,6 +196,7 @@ TEXT_METHODS: dict[str, Callable[..., Any]] = {
     "patch_text": patch_text,
     "decomposition": decomposition_text,
     "legrad": legrad_text,
+    "attnlrp": attnlrp_text,
 }
 
 

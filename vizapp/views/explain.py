@@ -34,19 +34,20 @@ METHOD_LABELS = {
     "gradcam": "Grad-CAM",
     "input_x_gradient": "input × gradient",
     "integrated_gradients": "integrated gradients",
+    "attnlrp": "AttnLRP (Achtibat et al. 2024)",
 }
 DEFAULT_METHODS = ["chefer", "rollout", "gradcam"]
 # The methods by their cost on a CPU, cheapest first: a session's first open draws the cheapest chosen
 # one at once, and the others with the deletion and insertion curves once it is on screen.
-CHEAPEST_FIRST = ["attention", "rollout", "gradcam", "input_x_gradient", "chefer", "integrated_gradients"]
+CHEAPEST_FIRST = ["attention", "rollout", "gradcam", "input_x_gradient", "attnlrp", "chefer", "integrated_gradients"]
 
 cur = current()
 spec = cur.spec
 
 st.header("Why this class?", divider="gray")
 st.caption(
-    "Which patches make the model score a class. Chefer et al.'s relevance, Grad-CAM, input × gradient "
-    "and integrated gradients are class-specific; attention and rollout show where the model looks, "
+    "Which patches make the model score a class. Chefer et al.'s relevance, Grad-CAM, input × gradient, "
+    "integrated gradients and AttnLRP's layer-wise relevance are class-specific; attention and rollout show where the model looks, "
     "whatever the class. Below, deletion and insertion curves measure each map on this image, next to a random map."
 )
 
@@ -185,7 +186,7 @@ figure = figures.map_panels(
 )
 st.caption(
     "Each map is divided by its largest absolute value, so all share one 0–1 colour scale; negative "
-    "evidence (input × gradient, integrated gradients) is drawn as 0 and kept, signed, in the download."
+    "evidence (input × gradient, integrated gradients, AttnLRP) is drawn as 0 and kept, signed, in the download."
 )
 for title, grid_map in zip(titles, raw.values()):  # the first map the image's outlier tokens dominate, if any
     if outlier_notice(cur, np.clip(np.nan_to_num(grid_map), 0, None), f"the {title} map"):  # its positive evidence

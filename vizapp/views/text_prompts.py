@@ -60,6 +60,7 @@ METHOD_LABELS = {
     "gradcam": "Grad-CAM of the score",
     "patch_text": "patch–text cosine",
     "decomposition": "decomposition (all heads)",
+    "attnlrp": "AttnLRP (Achtibat et al. 2024)",
 }
 DEFAULT_METHODS = ["chefer", "legrad", "patch_text"]
 MAX_MAPPED = 4  # prompts drawn as maps at once (rows of the grid)
@@ -279,7 +280,7 @@ show_chart(
 st.caption(
     "Rows: prompts; columns: methods. Each map is divided by its own largest |value|, so all share one 0–1 colour "
     "scale (the shape of each map compares, not its size); negative values (the cosine of patch–text, the signed "
-    "decomposition) are drawn as 0 and kept, signed and unscaled, in the download."
+    "decomposition and AttnLRP) are drawn as 0 and kept, signed and unscaled, in the download."
 )
 download_npz(
     "tp_maps_data",

@@ -1,0 +1,369 @@
+"""AttnLRP: attention-aware layer-wise relevance propagation (Achtibat et al., ICML 2024,
+"AttnLRP: Attention-Aware Layer-wise Relevance Propagation for Transformers").
+
+The rules, applied as *gradient × input with modified backward passes* (the paper's
+Section 3.4 and its reference library LXT do the same): the relevance of a tensor ``x`` is
+``R(x) = x ⊙ ĝ(x)``, ``ĝ`` the gradient of the explained logit under these backward rules:
+
+* **linear layers, convolutions, additions, poolings** — the ε-rule in the limit ε → 0, which is
+  the plain gradient: ``R(x) = x ⊙ Wᵀ(R(y) / y)`` summed is ``R(y)`` less the bias's share ``b·ĝ(y)``;
+* **LayerNorm / GroupNorm / RMSNorm** (the paper's Proposition 3.4, "LN rule") — the per-token
+  standard deviation is treated as a constant (detached): the norm is then linear in ``x``, so
+  the mean subtraction takes the ε-rule and the ``1/σ`` scaling the identity rule;
+* **element-wise non-linearities** (GELU, SiLU, ..., and gates written out as ``x·σ(c·x)``: QuickGELU;
+  eq. 9, identity rule) — ``R(x) = R(f(x))``, i.e. the backward multiplies by ``f(x)/x`` instead of ``f′(x)``;
+* **products of two input-dependent tensors** (``q·kᵀ``, ``P·v``, a gated MLP's ``act(g)·x``;
+  Propositions 3.2–3.3, uniform rule) — each factor receives ``1/n`` of the product's relevance
+  (``n`` the number of factors that depend on the input; a factor computed from parameters
+  alone, like an attention-pooling head's latent query, takes none). A fused attention call
+  ``softmax(scale·q·kᵀ + M)·v`` thus passes ``1/4`` of its gradient to ``q`` and ``k`` and
+  ``1/2`` to ``v`` (:func:`lrp_attention`);
+* **softmax** (Proposition 3.1, Taylor decomposition at ``x`` with bias) —
+  ``R(x) = x ⊙ (R(s) − s · Σ R(s))``, which in gradient × input form is the softmax's plain
+  gradient (:func:`softmax_rule`).
+
+**Conservation.** Every rule above passes its output relevance on whole except these bias terms,
+which absorb relevance: each bias ``b`` of a linear layer, convolution or norm (``b·ĝ``), every
+constant added to the stream (position embeddings, class/register tokens, a relative-position
+bias), and each softmax's ``Σ R(s) − Σ R(x) = Σ s⊙ĝ(s) − Σ x⊙ĝ(x)``. So
+
+    Σ_pixels R(x) = y_target − Σ bias terms
+
+exactly (to float rounding): ``tests/test_attnlrp.py`` checks it on every supported family with
+the biases zeroed and the softmax terms measured. The relevance at the pixels equals what LXT
+computes with its own rules (``lxt.explicit``), checked in the optional ``lxt`` test tier.
+
+The rules act while one thread runs one call (a :class:`~torch.overrides.TorchFunctionMode` on
+this thread's stack), so a model shared by several threads is never modified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from ..activations import run_with_hooks
+from ..adapters.base import AttentionInputs, attend
+from ..adapters.probabilities import attention_scores
+from ..spec import ViTSpec, input_spec
+from .gradients import require_classes, resolve_targets
+from .methods import refuse_global_token_method
+
+__all__ = [
+    "AttnLRPRelevance",
+    "attnlrp",
+    "attnlrp_relevance",
+    "score_relevance",
+    "lrp_rules",
+    "lrp_attention",
+    "softmax_rule",
+]
+
+# Element-wise non-linearities that take the identity rule (ReLU's f(x)/x is its gradient already).
+IDENTITY_RULE_FUNCTIONS = (F.gelu, F.silu, F.mish, F.hardswish, F.elu, F.selu, F.celu, F.softplus)
+# Products: each input-dependent factor takes an equal share (uniform rule).
+PRODUCT_FUNCTIONS = (
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.bmm,
+    torch.Tensor.bmm,
+    torch.mul,
+    torch.Tensor.mul,
+    torch.Tensor.__mul__,
+    torch.Tensor.__rmul__,
+)
+SOFTMAX_FUNCTIONS = (torch.softmax, torch.Tensor.softmax, F.softmax)
+SIGMOID_FUNCTIONS = (torch.sigmoid, torch.Tensor.sigmoid, F.sigmoid)
+
+
+@dataclass(frozen=True)
+class AttnLRPRelevance:
+    """AttnLRP relevance of one batch.
+
+    ``pixels (B, 3, H, W)``: relevance of each normalised input value, ``x ⊙ ĝ(x)``;
+    ``tokens (B, T)``: relevance of each token of block 0's input (prefix tokens first, summed
+    over the width); ``map (B, gh, gw)``: ``pixels`` summed over channels and each patch's pixels;
+    ``logits (B, outputs)``: the model's output; ``targets (B,)``: the explained classes (of
+    :func:`score_relevance`: the explained scores). All float32 on the CPU.
+    """
+
+    pixels: torch.Tensor
+    tokens: torch.Tensor
+    map: torch.Tensor
+    logits: torch.Tensor
+    targets: torch.Tensor
+
+
+def scaled_gradient(tensor: torch.Tensor, factor: float) -> torch.Tensor:
+    """``tensor`` unchanged in value whose backward multiplies the gradient by ``factor``."""
+    return tensor.detach() + (tensor - tensor.detach()) * factor
+
+
+def identity_rule(output: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """``output = f(inputs)`` unchanged in value, with backward ``ĝ(x) = ĝ(y) · f(x)/x`` (eq. 9):
+    ``R(x) = x·ĝ(x) = f(x)·ĝ(y) = R(y)``. Where ``x = 0`` the ratio is taken as 0 (``R(x) = 0`` there)."""
+    ratio = torch.where(inputs == 0, torch.zeros_like(output), output / torch.where(inputs == 0, 1, inputs))
+    return output.detach() + (inputs - inputs.detach()) * ratio.detach()
+
+
+def uniform_rule(factors: list, depends=lambda t: t.requires_grad) -> list:
+    """The factors of a product, each tensor that depends on the input (``depends(t)``; inside
+    :class:`LrpRules`, computed from the explained input) with its gradient divided by the number
+    of such factors (Propositions 3.2–3.3)."""
+    dependent = [f for f in factors if isinstance(f, torch.Tensor) and depends(f)]
+    if len(dependent) < 2:
+        return factors
+    share = 1.0 / len(dependent)
+    return [scaled_gradient(f, share) if isinstance(f, torch.Tensor) and depends(f) else f for f in factors]
+
+
+def softmax_rule(scores: torch.Tensor, dim: int) -> torch.Tensor:
+    """The softmax of ``scores`` along ``dim`` with its plain gradient: in gradient × input form
+    that is AttnLRP's softmax rule ``R(x) = x ⊙ (R(s) − s·Σ R(s))`` (Proposition 3.1),
+    since ``ĝ(x) = s ⊙ (ĝ(s) − Σ s⊙ĝ(s))`` and ``R(s) = s⊙ĝ(s)``. The one place every softmax
+    of a rule-following forward goes through."""
+    return torch.softmax(scores, dim=dim)
+
+
+def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) -> torch.Tensor:
+    """One fused attention call ``softmax(scale·q·kᵀ + M)·v`` computed explicitly under the rules:
+    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between. ``(B, heads, Q, d)``.
+    ``depends(t)``: whether ``t`` depends on the explained input."""
+    assert inputs.q is not None and inputs.k is not None and inputs.v is not None, "a fused call's inputs"
+    assert inputs.scale is not None, "a fused call's scale"
+    q, k = uniform_rule([inputs.q, inputs.k], depends)
+    scores = attention_scores(q, k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)  # (B, heads, Q, T)
+    probs = softmax_rule(scores, dim=-1)
+    probs, value = uniform_rule([probs, inputs.v], lambda t: t is probs or depends(t))
+    return attend(probs, value)
+
+
+def _sdpa_arguments(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+) -> AttentionInputs:
+    """The arguments of ``F.scaled_dot_product_attention`` (eval: no dropout)."""
+    return AttentionInputs(
+        q=query,
+        k=key,
+        v=value,
+        mask=attn_mask,
+        is_causal=bool(is_causal),
+        scale=float(scale) if scale is not None else query.shape[-1] ** -0.5,
+    )
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``F.layer_norm`` with the standard deviation detached (the LN rule)."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    centred = x - x.mean(dims, keepdim=True)
+    std = (centred.pow(2).mean(dims, keepdim=True) + eps).sqrt().detach()
+    y = centred / std
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    """``F.rms_norm`` with the root mean square detached (the LN rule)."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    y = x / (x.pow(2).mean(dims, keepdim=True) + eps).sqrt().detach()
+    return y * weight if weight is not None else y
+
+
+def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """``F.group_norm`` with each group's standard deviation detached (the LN rule)."""
+    grouped = x.reshape(x.shape[0], num_groups, -1)  # (B, G, C/G·spatial)
+    centred = grouped - grouped.mean(-1, keepdim=True)
+    std = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt().detach()
+    y = (centred / std).reshape(x.shape)
+    per_channel = (1, -1) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(per_channel)
+    return y + bias.reshape(per_channel) if bias is not None else y
+
+
+def _normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
+    """``F.normalize`` with the norm detached (the identity rule on ``x/‖x‖``, the paper's Proposition 3.4)."""
+    return x / x.norm(p, dim, keepdim=True).clamp_min(eps).detach()
+
+
+_NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.rms_norm: _rms_norm, F.normalize: _normalize}
+
+
+class LrpRules(TorchFunctionMode):
+    """The AttnLRP backward rules (module docstring) for every op this thread runs while it is
+    entered; values are unchanged (to float rounding in the norms), only gradients differ.
+
+    Which tensors depend on the explained input is tracked op by op from :meth:`mark` (the
+    parameters' ``requires_grad`` does not say: a user's module may leave it on): a rule applies
+    to a tensor computed from the input, never to one computed from parameters alone (an
+    attention-pooling head's latent query, a learned temperature, a layer scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dependent = WeakTensorKeyDictionary()  # tensor -> True: computed from the input
+        # gates written out, x·σ(c·x) (QuickGELU, SiLU): σ's output -> its input; c·x -> x
+        self.sigmoid_input = WeakTensorKeyDictionary()
+        self.scaled_from = WeakTensorKeyDictionary()
+
+    def mark(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Declare ``tensor`` the explained input (or computed from it)."""
+        self.dependent[tensor] = True
+        return tensor
+
+    def depends(self, value) -> bool:
+        return isinstance(value, torch.Tensor) and value in self.dependent
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not any(self.depends(leaf) for leaf in _leaves((args, kwargs))):
+            return func(*args, **kwargs)  # nothing here comes from the input: no rule applies
+        result = self.apply_rule(func, args, kwargs)
+        for leaf in _leaves(result):
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+                self.dependent[leaf] = True
+        return result
+
+    def gated_input(self, args) -> torch.Tensor | None:
+        """``x`` when the product's two factors are ``x`` and ``σ(x)`` or ``σ(c·x)``, else ``None``."""
+        if len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args):
+            return None
+        for x, gate in (args, args[::-1]):
+            inner = self.sigmoid_input.get(gate)
+            if inner is not None and (inner is x or self.scaled_from.get(inner) is x):
+                return x
+        return None
+
+    def apply_rule(self, func, args, kwargs):
+        first = args[0] if args else None
+        if func is F.scaled_dot_product_attention:
+            return lrp_attention(_sdpa_arguments(*args, **kwargs), self.depends)
+        if func in _NORMS and self.depends(first):
+            return _NORMS[func](*args, **kwargs)
+        if func in SOFTMAX_FUNCTIONS and self.depends(first):
+            return _softmax_call(func, args, kwargs)
+        if func in SIGMOID_FUNCTIONS:
+            result = func(*args, **kwargs)
+            self.sigmoid_input[result] = first
+            return result
+        if func in PRODUCT_FUNCTIONS:
+            gated = self.gated_input(args)
+            if gated is not None:  # x·σ(c·x): one element-wise non-linearity of x, the identity rule
+                return identity_rule(func(*args, **kwargs), gated)
+            result = func(*uniform_rule(list(args), self.depends), **kwargs)
+            if len(args) == 2 and isinstance(args[1], (int, float)) and self.depends(first):
+                self.scaled_from[result] = first
+            elif len(args) == 2 and isinstance(first, (int, float)) and self.depends(args[1]):
+                self.scaled_from[result] = args[1]
+            return result
+        if func in IDENTITY_RULE_FUNCTIONS and self.depends(first):
+            return identity_rule(func(*args, **kwargs), first)
+        return func(*args, **kwargs)
+
+
+def _leaves(value):
+    """The tensors (and other leaves) inside nested tuples, lists and dicts of an op's arguments."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def _softmax_call(func, args, kwargs):
+    """A softmax call routed through :func:`softmax_rule` (dtype argument honoured)."""
+    scores = args[0]
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    dtype = kwargs.get("dtype")
+    if dim is None or len(args) > 2:
+        return func(*args, **kwargs)
+    return softmax_rule(scores if dtype is None else scores.to(dtype), dim)
+
+
+def lrp_rules() -> LrpRules:
+    """A fresh :class:`LrpRules` mode: ``with lrp_rules() as rules: rules.mark(x); y = model(x)``
+    runs ``model`` with the AttnLRP backward rules on this thread only."""
+    return LrpRules()
+
+
+def _pool_to_patches(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
+    """``(B, H, W)`` -> ``(B, gh, gw)`` sums over each patch's pixels (the patch grid read off
+    the model's spec; an image padded up to whole patches is padded with zeros)."""
+    (gh, gw), (ph, pw) = spec.grid_size, spec.patch_size
+    values = F.pad(values, (0, max(0, gw * pw - values.shape[-1]), 0, max(0, gh * ph - values.shape[-2])))
+    return values[:, : gh * ph, : gw * pw].reshape(-1, gh, ph, gw, pw).sum((2, 4))
+
+
+def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevance:
+    """AttnLRP relevance (module docstring) of the ``target`` logits (``None``: each image's
+    predicted class; a class index or a ``(B,)`` sequence of them), one forward and one backward
+    pass in float32.
+
+    Conservation: ``relevance.pixels.sum((1, 2, 3)) = logit − bias terms`` (module docstring);
+    ``relevance.tokens.sum(1)`` likewise, less the terms of the patch embedding and the constants
+    added before block 0.
+
+    Raises:
+        AnalysisError: a windowed model (Swin, SAM), whose attention has no global token set,
+            or a model without classes.
+    """
+    refuse_global_token_method(vit, "attnlrp")
+    spec = input_spec(vit, pixels)
+    require_classes(spec, "AttnLRP")
+    chosen: list[torch.Tensor] = []
+
+    def class_scores(logits: torch.Tensor) -> torch.Tensor:  # (B,)
+        chosen.append(resolve_targets(target, logits.detach().float().cpu(), spec))
+        return logits.float().gather(1, chosen[0].to(logits.device)[:, None])[:, 0]
+
+    relevance = score_relevance(vit, pixels, class_scores)
+    return AttnLRPRelevance(relevance.pixels, relevance.tokens, relevance.map, relevance.logits, chosen[0])
+
+
+def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
+    """AttnLRP relevance of any per-image score of the model's output, ``score(output) -> (B,)``
+    (evaluated under the rules too: an ``F.normalize`` in it takes the identity rule, as an image–text
+    cosine does in :func:`analysis.text.explain_text`). ``logits`` holds the model's output,
+    ``targets`` the scores ``(B,)``. Refused for a windowed model."""
+    refuse_global_token_method(vit, "attnlrp")
+    spec = input_spec(vit, pixels)
+    inputs = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
+    kept: list[torch.Tensor] = []
+
+    def keep(stream: torch.Tensor) -> None:  # (B, T, D), block 0's input
+        kept.append(stream)
+
+    with torch.enable_grad():
+        with lrp_rules() as rules:
+            rules.mark(inputs)
+            output = run_with_hooks(vit, inputs, {"blocks.0.resid_pre": keep}, precision="float32", differentiable=True)
+            scores = score(output)  # (B,)
+        pixel_gradient, stream_gradient = torch.autograd.grad(scores.sum(), [inputs, kept[0]])
+    pixel_relevance = (inputs.detach() * pixel_gradient).float().cpu()  # (B, 3, H, W)
+    token_relevance = (kept[0].detach() * stream_gradient).sum(-1).float().cpu()  # (B, T)
+    return AttnLRPRelevance(
+        pixels=pixel_relevance,
+        tokens=token_relevance,
+        map=_pool_to_patches(pixel_relevance.sum(1), spec),
+        logits=output.detach().float().cpu(),
+        targets=scores.detach().float().cpu(),
+    )
+
+
+def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(maps (B, gh, gw), targets (B,))``: AttnLRP relevance (Achtibat et al. 2024) of the
+    normalised input pooled per patch, ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j]·ĝ[c, i, j]``
+    (signed: positive is evidence for the class), ``ĝ`` the gradient under the AttnLRP rules
+    (module docstring). Sums to the logit less the bias terms. Refused for a windowed model
+    (:data:`~analysis.explanations.methods.GLOBAL_TOKEN_METHODS`)."""
+    relevance = attnlrp_relevance(vit, pixels, target)
+    return relevance.map, relevance.targets

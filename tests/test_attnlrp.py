@@ -1,0 +1,380 @@
+"""AttnLRP (analysis.explanations.lrp) against conservation, a hand-written relevance pass and LXT.
+
+* Conservation on every family of the matrix with a class head: with every additive constant
+  zeroed (biases, position embeddings, prefix tokens, relative-position biases) the pixels'
+  relevance plus each softmax's bias term (measured here on the tensors the softmax saw) is the
+  explained logit.
+* A reference that propagates relevance explicitly, layer by layer, with the published rules
+  (each op's backward written as the rule, not as a gradient), on a timm ViT with its biases.
+* LXT's own rules (``lxt.explicit``) in the same forward: the optional ``lxt`` tier, run by its
+  own step of .ci/run (``pip install --no-deps lxt``; it declares transformers, zennit and more).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from functools import partial
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import analysis
+import analysis.explanations.lrp as lrp
+from analysis import AnalysisError
+from analysis.explanations import attnlrp_relevance, explain, input_x_gradient
+from families import FAMILIES
+
+ADDITIVE = ("bias", "pos_embed", "cls_token", "reg_token", "dist_token", "relative_position_bias_table")
+
+
+def classifier(family: str, *, zero_additive: bool = False):
+    """The family's seeded random-weight model, given a 7-class head when it has none."""
+    arch, kwargs, size, _ = FAMILIES[family]
+    torch.manual_seed(0)
+    vit = analysis.load_vit(arch, pretrained=False, device="cpu", **kwargs)
+    if not vit.spec.has_classifier:
+        torch.manual_seed(0)
+        vit = analysis.load_vit(arch, pretrained=False, device="cpu", **{**kwargs, "num_classes": 7})
+    with torch.no_grad():
+        for param in vit.model.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    if zero_additive:
+        zero_additive_constants(vit.model)
+    pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    return vit, pixels
+
+
+def with_softmax_terms(monkeypatch, compute):
+    """``(compute(), Σ softmax bias terms)``: each softmax's ``Σ s⊙ĝ(s) − Σ x⊙ĝ(x)`` (AttnLRP's
+    softmax rule passes on ``Σ x⊙ĝ(x)`` of the ``Σ s⊙ĝ(s)`` it receives), read by hooks on the
+    very tensors :func:`lrp.softmax_rule` saw during ``compute``."""
+    seen = []
+    rule = lrp.softmax_rule
+
+    def spy(scores, dim):
+        probs = rule(scores, dim)
+        entry: dict = {"x": scores, "s": probs}
+        scores.register_hook(lambda g: entry.__setitem__("gx", g))
+        probs.register_hook(lambda g: entry.__setitem__("gs", g))
+        seen.append(entry)
+        return probs
+
+    monkeypatch.setattr(lrp, "softmax_rule", spy)
+    result = compute()
+    monkeypatch.setattr(lrp, "softmax_rule", rule)
+    assert seen, "no softmax went through the rule"
+    absorbed = 0.0
+    for e in seen:
+        x = e["x"].detach().double()
+        passed = torch.where(torch.isfinite(x), x * e["gx"].double(), torch.zeros_like(x))  # masked pairs: −inf·0
+        absorbed += float((e["s"].detach().double() * e["gs"].double()).sum() - passed.sum())
+    return result, absorbed
+
+
+CLASSIFIERS = [f for f in FAMILIES if f not in ("pe_core", "siglip")]  # those two stay embedding towers
+
+
+@pytest.mark.parametrize("family", CLASSIFIERS)
+def test_relevance_is_conserved_up_to_the_softmax_terms_once_biases_are_zeroed(family, monkeypatch):
+    vit, pixels = classifier(family, zero_additive=True)
+    relevance, absorbed = with_softmax_terms(monkeypatch, lambda: attnlrp_relevance(vit, pixels, [3, 5]))
+    logit = float(relevance.logits[0, 3] + relevance.logits[1, 5])
+    total = float(relevance.pixels.double().sum())
+    assert abs(logit) > 1e-2 and abs(total) > 1e-2  # not vacuous
+    assert total + absorbed == pytest.approx(logit, abs=1e-4), (total, absorbed, logit)
+    # the map and the tokens carry the same total (block 0's input: only the patch embedding's
+    # bias and the constants before block 0 lie between, all zero here)
+    assert float(relevance.map.double().sum()) == pytest.approx(total, abs=1e-5)
+    assert float(relevance.tokens.double().sum()) == pytest.approx(total, abs=1e-4)
+
+
+def test_embedding_towers_and_windowed_models_are_refused_with_the_reason():
+    vit, pixels = classifier("siglip")
+    with pytest.raises(AnalysisError, match="no class to explain"):
+        explain(vit, pixels, method="attnlrp")
+    swin = analysis.load_vit("demo_swin", device="cpu")
+    with pytest.raises(AnalysisError, match="windowed model.*global attention"):
+        explain(swin, torch.zeros(1, 3, *swin.spec.img_size), method="attnlrp")
+    assert "attnlrp" not in analysis.explanations.methods_for(swin)
+
+
+def test_explain_returns_the_relevance_map_and_the_fused_and_explicit_paths_agree():
+    vit, pixels = classifier("vit")
+    relevance = attnlrp_relevance(vit, pixels, [1, 4])
+    torch.testing.assert_close(explain(vit, pixels, target=[1, 4], method="attnlrp"), relevance.map)
+    assert relevance.map.shape == (2, *vit.spec.grid_size)
+    assert relevance.tokens.shape == (2, vit.spec.num_prefix_tokens + vit.spec.num_patches)
+    unfused = copy.deepcopy(vit)
+    for block in unfused.model.blocks:
+        block.attn.fused_attn = False  # q·kᵀ, softmax and P·v as separate ops: the uniform rule on matmul
+    torch.testing.assert_close(
+        attnlrp_relevance(unfused, pixels, [1, 4]).pixels, relevance.pixels, atol=1e-6, rtol=1e-4
+    )
+    # not input × gradient: the rules change the backward pass
+    plain, _ = input_x_gradient(vit, pixels, [1, 4])
+    assert (plain - relevance.map).abs().max() > 1e-3 * relevance.map.abs().max()
+
+
+def test_rules_stay_on_their_thread():
+    """One model, two threads: AttnLRP in one never changes another thread's plain gradients."""
+    vit, pixels = classifier("vit")
+    expected_lrp = attnlrp_relevance(vit, pixels, [0, 1]).pixels
+    expected_plain, _ = input_x_gradient(vit, pixels, [0, 1])
+    results: dict[str, list] = {"lrp": [], "plain": []}
+    errors = []
+
+    def work(kind):
+        try:
+            for _ in range(4):
+                if kind == "lrp":
+                    results[kind].append(attnlrp_relevance(vit, pixels, [0, 1]).pixels)
+                else:
+                    results[kind].append(input_x_gradient(vit, pixels, [0, 1])[0])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(kind,)) for kind in ("lrp", "plain", "lrp", "plain")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for value in results["lrp"]:
+        torch.testing.assert_close(value, expected_lrp)
+    for value in results["plain"]:
+        torch.testing.assert_close(value, expected_plain)
+    for module in vit.model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+# --------------------------------------------------------------------------- explicit reference
+
+
+class _Linear(torch.autograd.Function):
+    """ε-rule (ε → 0): ``R_x = x ⊙ Wᵀ(R_y / y)``; the bias keeps its share."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = F.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, relevance):
+        x, weight, y = ctx.saved_tensors
+        return x * ((relevance / y) @ weight), None, None
+
+
+class _LayerNorm(torch.autograd.Function):
+    """LN rule: ``σ`` constant, so ``y = (x − mean x)·w/σ + b`` is linear: the ε-rule through it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        sigma = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+        y = (x - x.mean(-1, keepdim=True)) / sigma * weight + bias
+        ctx.save_for_backward(x, y, sigma, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, relevance):
+        x, y, sigma, weight = ctx.saved_tensors
+        scaled = relevance / y * weight / sigma
+        return x * (scaled - scaled.mean(-1, keepdim=True)), None, None, None
+
+
+class _Add(torch.autograd.Function):
+    """ε-rule on a sum: each term its share ``R_a = a/(a + b)·R``."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a + b
+
+    @staticmethod
+    def backward(ctx, relevance):
+        a, b = ctx.saved_tensors
+        share = relevance / (a + b)
+        return a * share, b * share
+
+
+class _MatMul(torch.autograd.Function):
+    """ε-rule then the uniform rule (Proposition 3.3): ``R_a = ½ a ⊙ (R/y)·bᵀ``, ``R_b = ½ b ⊙ aᵀ·(R/y)``."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        y = a @ b
+        ctx.save_for_backward(a, b, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, relevance):
+        a, b, y = ctx.saved_tensors
+        share = relevance / y / 2
+        return a * (share @ b.transpose(-1, -2)), b * (a.transpose(-1, -2) @ share)
+
+
+class _Softmax(torch.autograd.Function):
+    """Proposition 3.1: ``R_x = x ⊙ (R − s·Σ R)``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = x.softmax(-1)
+        ctx.save_for_backward(x, s)
+        return s
+
+    @staticmethod
+    def backward(ctx, relevance):
+        x, s = ctx.saved_tensors
+        return x * (relevance - s * relevance.sum(-1, keepdim=True))
+
+
+class _Identity(torch.autograd.Function):
+    """Identity rule (eq. 9) for a one-input element-wise function ``fn``: ``R_x = R_y``."""
+
+    @staticmethod
+    def forward(ctx, fn, x):
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx, relevance):
+        return None, relevance
+
+
+HAND_RULES = SimpleNamespace(
+    linear=_Linear.apply,
+    layer_norm=lambda x, norm: _LayerNorm.apply(x, norm.weight, norm.bias, norm.eps),
+    add=_Add.apply,
+    matmul=_MatMul.apply,
+    softmax=_Softmax.apply,
+    identity=_Identity.apply,
+)
+
+
+def relevance_pass(model, pixels, target, rules):
+    """Pixel relevance of ``logits[b, target[b]]`` for timm's plain ViT (patch embedding, class
+    token, blocks of LN–attention–LN–GELU MLP, final LN, class token's head), computed by
+    relevance-propagating ops: each op's backward receives relevance and returns relevance (no
+    gradient × input anywhere). Reshapes, permutations and selections pass relevance as they are."""
+    x = pixels.double().clone().requires_grad_(True)
+    conv = model.patch_embed.proj
+    patches = F.unfold(x, conv.kernel_size, stride=conv.stride).transpose(1, 2)  # (B, N, 3·ph·pw)
+    tokens = rules.linear(patches, conv.weight.double().flatten(1), conv.bias.double())  # (B, N, D)
+    batch = tokens.shape[0]
+    cls = model.cls_token.double().expand(batch, -1, -1)
+    stream = torch.cat([cls, tokens], 1)
+    stream = rules.add(stream, model.pos_embed.double().expand(batch, -1, -1))
+    for block in model.blocks:
+        attn = block.attn
+        normed = rules.layer_norm(stream, block.norm1)
+        qkv = rules.linear(normed, attn.qkv.weight, attn.qkv.bias)
+        q, k, v = qkv.reshape(batch, -1, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+        q = rules.identity(lambda t, scale=attn.scale: t * scale, q)  # a constant factor: one input, one output
+        probs = rules.softmax(rules.matmul(q, k.transpose(-1, -2)))
+        heads = rules.matmul(probs, v).transpose(1, 2).reshape(batch, -1, attn.qkv.in_features)
+        stream = rules.add(stream, rules.linear(heads, attn.proj.weight, attn.proj.bias))
+        normed = rules.layer_norm(stream, block.norm2)
+        hidden = rules.identity(F.gelu, rules.linear(normed, block.mlp.fc1.weight, block.mlp.fc1.bias))
+        stream = rules.add(stream, rules.linear(hidden, block.mlp.fc2.weight, block.mlp.fc2.bias))
+    pooled = rules.layer_norm(stream, model.norm)[:, 0]
+    logits = rules.linear(pooled, model.head.weight, model.head.bias)
+    chosen = torch.zeros_like(logits)
+    chosen[torch.arange(batch), target] = 1.0
+    logits.backward(chosen * logits.detach())  # the output relevance: the explained logits
+    return x.grad, logits.detach()
+
+
+def double_model(family: str):
+    vit, pixels = classifier(family)
+    model = copy.deepcopy(vit.model).double()
+    return vit, model, pixels
+
+
+def test_relevance_equals_the_explicit_layer_by_layer_propagation():
+    vit, model, pixels = double_model("vit")
+    assert type(model.blocks[0].mlp.act) is torch.nn.GELU and model.global_pool == "token"  # what the pass writes out
+    target = torch.tensor([2, 6])
+    expected, logits = relevance_pass(model, pixels, target, HAND_RULES)
+    ours = attnlrp_relevance(vit, pixels, target)
+    torch.testing.assert_close(logits.float(), ours.logits, atol=1e-5, rtol=1e-5)  # the same model, written out
+    scale = float(expected.abs().max())
+    assert (ours.pixels.double() - expected).abs().max() <= 1e-5 * scale
+
+
+@pytest.mark.lxt
+def test_relevance_equals_lxt():
+    """LXT's own rules (``lxt.explicit``: ε-LRP linear, its LayerNorm rule, uniform-ε matmul, softmax
+    Taylor rule, identity rule) in the same written-out forward."""
+    lxt_functional = pytest.importorskip("lxt.explicit.functional")
+    lxt_rules = pytest.importorskip("lxt.explicit.rules")
+    lxt = SimpleNamespace(
+        linear=lambda x, w, b: lxt_functional.linear_epsilon(x, w, b, epsilon=1e-12),
+        layer_norm=lambda x, norm: lxt_functional.layer_norm_grad_fn.apply(x, norm.weight, norm.bias, norm.eps, 1e-12),
+        add=lambda a, b: lxt_functional.add2(a, b, epsilon=1e-12),
+        matmul=lambda a, b: lxt_functional.matmul(a, b, epsilon=1e-12),
+        softmax=lambda x: lxt_functional.softmax(x, -1),
+        identity=lxt_rules.identity,
+    )
+    vit, model, pixels = double_model("vit")
+    target = torch.tensor([2, 6])
+    expected, _ = relevance_pass(model, pixels, target, lxt)
+    ours = attnlrp_relevance(vit, pixels, target)
+    scale = float(expected.abs().max())
+    assert (ours.pixels.double() - expected).abs().max() <= 1e-5 * scale
+
+
+# --------------------------------------------------------------------------- image–text score
+
+
+def zero_additive_constants(model):
+    """Every bias, position embedding, prefix token and relative-position bias of ``model`` set to 0
+    (a relative-position MLP zeroed whole: its bias on the scores is 0)."""
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            last = name.split(".")[-1]
+            if tensor.is_floating_point() and (any(last.endswith(a) for a in ADDITIVE) or "rel_pos." in name):
+                tensor.zero_()
+
+
+def clips(tmp_path_factory):
+    """The demo CLIP, and the tiny random HF CLIP and SigLIP of the text tests (with transformers)."""
+    out = {"demo_clip": analysis.load_clip("demo_clip", device="cpu")}
+    try:
+        import text_models
+    except ImportError:  # transformers or tokenizers missing: the demo alone
+        return out
+    for kind in ("clip", "siglip"):
+        folder = tmp_path_factory.mktemp(kind)
+        text_models.save(kind, folder)
+        out[kind] = analysis.load_clip(folder, device="cpu")
+    return out
+
+
+def test_text_relevance_is_conserved_up_to_the_softmax_terms_and_the_logit_bias(tmp_path_factory, monkeypatch):
+    """``explain_text(..., method="attnlrp")``: the score ``exp(t)·cos(u, v) + b`` with the cosine's norm
+    detached is ``exp(t)·u·v/‖u‖ + b``, linear in ``u``: the pixels' relevance plus the softmax terms is ``s − b``."""
+    from analysis.text import explain_text
+    from analysis.text.prompts import one_prompt, score_value
+
+    checked = []
+    for name, clip in clips(tmp_path_factory).items():
+        clip = copy.deepcopy(clip)
+        zero_additive_constants(clip.image.model)
+        size = clip.image.spec.img_size
+        pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+        if clip.tokenizer is None:
+            continue
+        shown = explain_text(clip, pixels, "a red star", method="attnlrp")
+        embedding = one_prompt(clip, "a red star").embeddings
+        compute = partial(lrp.score_relevance, clip.image, pixels, score_value(clip, embedding))
+        relevance, absorbed = with_softmax_terms(monkeypatch, compute)
+        bias = 0.0 if clip.logit_bias is None else float(clip.logit_bias)
+        score = float(relevance.targets.double().sum()) - 2 * bias
+        torch.testing.assert_close(shown.maps, relevance.map)
+        torch.testing.assert_close(shown.scores, relevance.targets)
+        assert float(relevance.pixels.abs().sum()) > 1e-2, name  # not vacuous
+        assert float(relevance.pixels.double().sum()) + absorbed == pytest.approx(score, abs=1e-4), name
+        checked.append(name)
+    assert "demo_clip" in checked
