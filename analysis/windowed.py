@@ -37,13 +37,14 @@ from .errors import AnalysisError
 from .geometry import LayerGeometry, ViTSpec
 from .queries import check_pixel_query
 from .records import AttentionRecord
-from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, windowed_message
+from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, require_global_attention, windowed_message
 
 __all__ = [
     "WindowedAttentionRecord",
     "window_probabilities",
     "windowed_attention_map",
     "refuse_windowed",
+    "require_global_attention",
     "windowed_message",
     "WINDOWED_SUPPORT",
 ]
