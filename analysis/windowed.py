@@ -110,6 +110,14 @@ class WindowedAttentionRecord:
         """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities."""
         return self.windows[self.layer_position(layer)]
 
+    def layer_maps(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities (:meth:`layer_windows`)."""
+        return self.layer_windows(layer)
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s windows, grid, stride and heads: ``spec.geometry(layer)``."""
+        return self.spec.geometry(self.layers[self.layer_position(layer)])
+
 
 def query_cells(geometry: LayerGeometry, query) -> list[int]:
     """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,

@@ -116,3 +116,29 @@ def test_require_global_attention_raises_the_callers_error_for_windowed_models_o
     with pytest.raises(AnalysisError) as caught:
         refuse_windowed(Loaded(), "feature X")
     assert str(caught.value) == windowed_message("feature X", "SwinTransformer")
+
+
+def test_both_records_answer_the_protocol_with_their_own_layouts():
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from analysis import capture_attention, load_vit
+    from analysis.records import AttentionRecord, AttentionRecordProtocol
+    from analysis.windowed import WindowedAttentionRecord
+    from windowed_models import small_pixels, small_swin
+
+    vit = load_vit("demo")
+    pixels = torch.zeros(1, 3, *vit.spec.img_size)
+    record = capture_attention(vit, pixels, layers=[1, 3])
+    assert isinstance(record, AttentionRecord) and isinstance(record, AttentionRecordProtocol)
+    assert torch.equal(record.layer_maps(3), record.attentions[1])  # layer 3 is the second captured
+    assert record.geometry(3) == vit.spec.geometry(3) and record.geometry(3).is_global
+    with pytest.raises(AnalysisError, match="Layer 2 was not captured"):
+        record.layer_maps(2)
+
+    swin = small_swin()
+    windowed = capture_attention(swin, small_pixels(), layers=[0, 3])
+    assert isinstance(windowed, WindowedAttentionRecord) and isinstance(windowed, AttentionRecordProtocol)
+    assert windowed.layer_maps(3) is windowed.windows[1]
+    assert windowed.geometry(-1) == swin.spec.layer_geometry[3] == windowed.geometry(3)
+    assert windowed.geometry(0).grid_size != windowed.geometry(3).grid_size  # a stage grid per layer
