@@ -1,7 +1,8 @@
 """What windowed models (Swin, SAM) support today, and the one refusal for the rest.
 
-:func:`refuse_windowed` raises, with the reason and :data:`WINDOWED_SUPPORT`, when an analysis
-that is not defined for windowed attention gets a windowed model, spec or record. It needs only
+:func:`require_global_attention` is the one rule for an analysis that is not defined for windowed
+attention: given a windowed model, spec or record it raises the analysis's own typed error.
+:func:`refuse_windowed` is its generic form, naming the reason and :data:`WINDOWED_SUPPORT`. It needs only
 the spec, so it sits with it, below the adapters and records; :mod:`analysis.windowed`
 re-exports every name here.
 """
