@@ -47,6 +47,7 @@ from .errors import AnalysisError
 from .geometry import input_spec  # still importable from here, as before
 from .records import AttentionRecord
 from .windowed import WindowedAttentionRecord, windowed_message
+from .windowed_support import require_global_attention
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
 
@@ -178,12 +179,14 @@ def capture_attention(
     spec = input_spec(vit, pixels)
     layer_ids = tuple(sorted(resolve_layers(layers, spec.num_layers)))  # the forward order
     check_float_dtype("dtype", dtype)
-    if query_tokens is not None and spec.is_windowed:
-        raise AnalysisError(
-            "query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
-            "Pass query_tokens=None."
-        )
     if query_tokens is not None:
+        require_global_attention(
+            spec,
+            lambda _: AnalysisError(
+                "query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
+                "Pass query_tokens=None."
+            ),
+        )
         query_tokens = tuple(check_int("query token", t) for t in query_tokens)
         if not query_tokens:
             raise AnalysisError("query_tokens is empty: pass None for every query row, or some token indices.")
@@ -202,9 +205,9 @@ def capture_attention(
         to_cpu=to_cpu,
         query_rows=query_tokens,
         exact=exact_logits,
-        stack=not spec.is_windowed,
+        stack=spec.attends_globally,
     )
-    if spec.is_windowed:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
+    if not spec.attends_globally:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
         # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
         # do not define); the annotation names the plain record, which every other model gets.
         return WindowedAttentionRecord(

@@ -15,6 +15,7 @@ from .checks import check_record, check_spec
 from .errors import AnalysisError
 from .spec import LayerGeometry, ViTSpec
 from .windowed import WindowedAttentionRecord
+from .windowed_support import require_global_attention
 
 __all__ = [
     "mean_attention_distance",
@@ -59,13 +60,14 @@ def uniform_attention_distance(spec: ViTSpec) -> float:
 
     A windowed model has no single such number (each layer's window and stride differ):
     it is refused, naming :func:`uniform_attention_distance_by_layer`."""
-    given = getattr(spec, "spec", spec)
-    if isinstance(given, ViTSpec) and given.is_windowed:
-        raise AnalysisError(
+    require_global_attention(
+        spec,
+        lambda given: AnalysisError(
             f"uniform_attention_distance: a windowed model ({given.family}) has no single uniform-attention "
             "distance, since each layer attends inside its own windows on its own stage grid; use "
             "uniform_attention_distance_by_layer(spec), one value per layer."
-        )
+        ),
+    )
     return float(patch_distance_matrix(check_spec(spec, "uniform_attention_distance")).mean())
 
 
@@ -109,7 +111,7 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
     over the whole window; far below it, they learned locality beyond what the window gives.
     """
     given = getattr(spec, "spec", spec)
-    if not (isinstance(given, ViTSpec) and given.is_windowed):
+    if not isinstance(given, ViTSpec) or given.attends_globally:
         uniform = uniform_attention_distance(spec)
         return torch.full((given.num_layers,), uniform, dtype=torch.float64)
     values = []
@@ -131,7 +133,9 @@ def distance_unit_length(spec: ViTSpec, unit: str) -> float:
     same cell size (SAM), and is refused where patch merging changes it (Swin).
     """
     given = getattr(spec, "spec", spec)
-    windowed = isinstance(given, ViTSpec) and given.is_windowed  # px and image units exist; one patch side does not
+    windowed = (
+        isinstance(given, ViTSpec) and not given.attends_globally
+    )  # px and image units exist; one patch side does not
     spec = given if windowed else check_spec(spec, "distance_unit_length")
     strides = {geometry.stride for geometry in spec.layer_geometry}
     if windowed and unit == "patches" and len(strides) > 1:

@@ -186,6 +186,24 @@ class ViTSpec:
         """True for a model whose layers attend inside windows or on stage grids (Swin)."""
         return bool(self.layer_geometry)
 
+    @property
+    def attends_globally(self) -> bool:
+        """True when every layer attends over the whole token sequence of one patch grid (a ViT:
+        one ``(L, B, heads, Q, T)`` stack of maps, prefix tokens, one token axis); False for a
+        windowed model (Swin, SAM), whose layers attend inside windows of their own stage grids
+        (:meth:`geometry` gives each layer's)."""
+        return not self.is_windowed
+
+    @property
+    def max_layer_heads(self) -> int:
+        """The most attention heads of any layer (``num_heads`` for a ViT; stages differ in Swin)."""
+        return max((geometry.num_heads for geometry in self.geometries()), default=self.num_heads)
+
+    def window_geometry(self, layer: int) -> LayerGeometry | None:
+        """Layer ``layer``'s :class:`LayerGeometry` when it attends inside windows of a stage grid
+        (a windowed model), else ``None`` (a ViT's layer attends over every token)."""
+        return self.geometry(layer) if self.is_windowed else None
+
     def geometry(self, layer: int) -> LayerGeometry:
         """Layer ``layer``'s :class:`LayerGeometry`; for a ViT, one global window over the
         patch grid with the prefix tokens in front."""

@@ -10,14 +10,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from .arguments import check_index
 from .errors import AnalysisError
-from .geometry import ViTSpec
+from .geometry import LayerGeometry, ViTSpec
 
-__all__ = ["AttentionRecord"]
+__all__ = ["AttentionRecord", "AttentionRecordProtocol"]
+
+
+@runtime_checkable
+class AttentionRecordProtocol(Protocol):
+    """What every family's attention record answers: :class:`AttentionRecord` (global attention,
+    one ``(L, B, heads, Q, T)`` stack) and :class:`analysis.windowed.WindowedAttentionRecord`
+    (one ``(B, windows, heads, Wt, Wt)`` tensor per layer). An analysis asks the record for a
+    layer's position, maps and geometry, and branches on the record's type at most once, where
+    the two layouts need two implementations."""
+
+    logits: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+
+    def layer_position(self, layer: int) -> int:
+        """Position among the captured layers of model layer ``layer``."""
+        ...
+
+    def layer_maps(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s attention probabilities, in the record's own layout."""
+        ...
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """The :class:`~analysis.geometry.LayerGeometry` that layer ``layer`` attended with."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +79,14 @@ class AttentionRecord:
                 f"Layer {layer} was not captured (captured: {list(self.layers)}). "
                 "Capture it with capture_attention(..., layers=None) for all layers."
             ) from None
+
+    def layer_maps(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, heads, Q, T)`` probabilities: ``attentions[layer_position(layer)]``."""
+        return self.attentions[self.layer_position(layer)]
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s geometry (a ViT's: one global window over the patch grid, prefix in front)."""
+        return self.spec.geometry(self.layers[self.layer_position(layer)])
 
     def select_layers(self, layers: Sequence[int]) -> AttentionRecord:
         """The same record over some of its layers, in the order given. Consecutive layers are

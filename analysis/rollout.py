@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import TypeGuard
 
 import torch
 
@@ -74,10 +73,6 @@ def rollout_steps(
     yield from compose_rollout(steps)
 
 
-def _is_windowed(record) -> TypeGuard[WindowedAttentionRecord]:
-    return isinstance(record, WindowedAttentionRecord)
-
-
 def _check_merge(merge) -> None:
     if merge is not None and merge not in MERGE_RULES:
         raise AnalysisError(
@@ -107,7 +102,7 @@ def rollout_matrices(
     :func:`analysis.windowed_rollout.windowed_rollout`.
     """
     _check_merge(merge)
-    if _is_windowed(record):
+    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
         return windowed_rollout_matrices(
             record,
             head_fusion=head_fusion,
@@ -153,7 +148,7 @@ def attention_rollout_by_layer(
     the grids differ); see :func:`analysis.windowed_rollout.windowed_rollout_by_layer`.
     """
     _check_merge(merge)
-    if _is_windowed(record):
+    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
         return windowed_rollout_by_layer(
             record,
             head_fusion=head_fusion,
@@ -197,7 +192,7 @@ def attention_rollout(
     with its grid, stride and approximation flag.
     """
     _check_merge(merge)
-    if _is_windowed(record):
+    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
         return windowed_rollout(
             record,
             head_fusion=head_fusion,

@@ -97,10 +97,7 @@ def iter_batches(
 def distance_heads(spec) -> int:
     """Length of the head axis of a distance result: the model's heads, or for a windowed model
     the most heads of any layer (``spec``: a ViTSpec, or a LoadedViT / record)."""
-    spec = getattr(spec, "spec", spec)
-    if spec.is_windowed:
-        return max(geometry.num_heads for geometry in spec.layer_geometry)
-    return spec.num_heads
+    return getattr(spec, "spec", spec).max_layer_heads
 
 
 def dataset_attention_distance(
@@ -157,7 +154,9 @@ def dataset_attention_distance(
     spec = vit.spec
     layers = tuple(range(spec.num_layers))
     prefix = spec.num_prefix_tokens
-    patch_queries = None if spec.is_windowed else list(range(prefix, prefix + spec.num_patches))  # windows stay whole
+    patch_queries = (
+        list(range(prefix, prefix + spec.num_patches)) if spec.attends_globally else None
+    )  # windows stay whole
     heads = distance_heads(spec)
     distances_on: dict[torch.device, torch.Tensor] = {}
     compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
@@ -190,7 +189,7 @@ def dataset_attention_distance(
             per_layer[:, layer] = per_image.double().cpu()
             seen.add(layer)
 
-        sink = reduce_windows if spec.is_windowed else reduce
+        sink = reduce if spec.attends_globally else reduce_windows
         hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: sink(layer, probs)) for layer in layers}
         visit_forward(
             model,

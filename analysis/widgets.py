@@ -248,7 +248,7 @@ class _AttentionSource:
             raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 
     def data(self, layer: int):
-        if self.record.spec.is_windowed:
+        if not self.record.spec.attends_globally:
             blob, meta = windowed_view_blob(self.record, layer)
             return (layer,), blob, meta
         held = layers_to_send(self.record.spec, layer, self.budget)
@@ -262,7 +262,7 @@ class _AttentionSource:
 
     def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
         spec = self.record.spec
-        if spec.is_windowed:
+        if not spec.attends_globally:
             cell = None if query == "mean" else int(query)
             return windowed_view_args(
                 data=meta, image_uri="", spec=spec, layer=layer, head=head, query_cell=cell, **style
@@ -352,7 +352,7 @@ def _widget_query(spec, query):
     :func:`analysis.attention_map` takes it -> the row-major patch that contains it; ``"cls"``,
     ``"mean"``, ``"prefix:<i>"`` or a patch index as they are); a windowed model's: a cell index
     of the shown stage's grid or ``"mean"`` (default)."""
-    if not spec.is_windowed:
+    if spec.attends_globally:
         return resolve_query(spec, query).query
     if query is None:
         return "mean"

@@ -37,13 +37,14 @@ from .errors import AnalysisError
 from .geometry import LayerGeometry, ViTSpec
 from .queries import check_pixel_query
 from .records import AttentionRecord
-from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, windowed_message
+from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, require_global_attention, windowed_message
 
 __all__ = [
     "WindowedAttentionRecord",
     "window_probabilities",
     "windowed_attention_map",
     "refuse_windowed",
+    "require_global_attention",
     "windowed_message",
     "WINDOWED_SUPPORT",
 ]
@@ -108,6 +109,14 @@ class WindowedAttentionRecord:
     def layer_windows(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities."""
         return self.windows[self.layer_position(layer)]
+
+    def layer_maps(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities (:meth:`layer_windows`)."""
+        return self.layer_windows(layer)
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s windows, grid, stride and heads: ``spec.geometry(layer)``."""
+        return self.spec.geometry(self.layers[self.layer_position(layer)])
 
 
 def query_cells(geometry: LayerGeometry, query) -> list[int]:

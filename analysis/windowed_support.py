@@ -1,17 +1,20 @@
 """What windowed models (Swin, SAM) support today, and the one refusal for the rest.
 
-:func:`refuse_windowed` raises, with the reason and :data:`WINDOWED_SUPPORT`, when an analysis
-that is not defined for windowed attention gets a windowed model, spec or record. It needs only
+:func:`require_global_attention` is the one rule for an analysis that is not defined for windowed
+attention: given a windowed model, spec or record it raises the analysis's own typed error.
+:func:`refuse_windowed` is its generic form, naming the reason and :data:`WINDOWED_SUPPORT`. It needs only
 the spec, so it sits with it, below the adapters and records; :mod:`analysis.windowed`
 re-exports every name here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .errors import AnalysisError
 from .geometry import ViTSpec
 
-__all__ = ["WINDOWED_SUPPORT", "refuse_windowed", "windowed_message"]
+__all__ = ["WINDOWED_SUPPORT", "refuse_windowed", "require_global_attention", "windowed_message"]
 
 WINDOWED_SUPPORT = (
     "capture_attention (record.windows), attention_map, mean_attention_distance with "
@@ -27,9 +30,18 @@ WINDOWED_SUPPORT = (
 def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
     """Raise ``error`` when ``value`` (a LoadedViT, a spec or a record) is a windowed model:
     ``what`` is not yet defined for it. Does nothing for a ViT."""
+    require_global_attention(value, lambda spec: error(windowed_message(what, spec.family)))
+
+
+def require_global_attention(value, error_for: Callable[[ViTSpec], Exception]) -> None:
+    """The one rule for analyses defined only for global attention: raise ``error_for(spec)``
+    when ``value`` (a LoadedViT, a spec or a record; anything else passes) is a windowed model.
+
+    ``error_for`` builds the analysis's own typed error from the spec, naming why windows do not
+    define it and what to use instead; :func:`refuse_windowed` is the generic one."""
     spec = getattr(value, "spec", value)
     if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise error(windowed_message(what, spec.family))
+        raise error_for(spec)
 
 
 def windowed_message(what: str, family: str) -> str:

@@ -8,6 +8,7 @@ import torch
 
 from ..errors import AnalysisError
 from ..spec import ViTSpec
+from ..windowed_support import require_global_attention
 from .points import canonical_name, parse_hook_name
 
 __all__ = ["ActivationCache"]
@@ -142,11 +143,13 @@ class ActivationCache(Mapping):
         return len(self._activations)
 
     def _token_axis(self, name: str, axis: int | None) -> int:
-        if self.spec.is_windowed:
-            raise AnalysisError(
-                f"A windowed model ({self.spec.family}) has no prefix tokens and no single token axis: "
+        require_global_attention(
+            self.spec,
+            lambda spec: AnalysisError(
+                f"A windowed model ({spec.family}) has no prefix tokens and no single token axis: "
                 f"{name} is laid out per stage grid or per window (see analysis.activations.points)."
-            )
+            ),
+        )
         _, point = parse_hook_name(name, self.spec.num_layers)
         if axis is None:
             return point.token_axes[0]

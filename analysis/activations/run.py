@@ -478,7 +478,7 @@ def _hooked_forward(
             if layer == spec.num_layers:  # the model's points: the final norm, an attention-pooling head
                 _model_hooks(model, points, owner, handles, store, explicit, exact=exact, grad=grad)
                 continue
-            geometry = spec.geometry(layer) if spec.is_windowed else None
+            geometry = spec.window_geometry(layer)
             report = _attention_report(
                 layer,
                 f"blocks.{layer}.attn.probs",

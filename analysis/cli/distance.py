@@ -128,7 +128,7 @@ def write_distance(
         num_prefix_tokens=np.int64(spec.num_prefix_tokens),
         world_size=np.int64(world),
     )
-    if spec.is_windowed:
+    if not spec.attends_globally:  # each layer's own geometry
         geometry = spec.layer_geometry
         fields.update(
             layer_grid_size=np.array([g.grid_size for g in geometry]),

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from ..circuits import dataset_head_effects
+from ..windowed_support import require_global_attention
 from .common import (
     CommandError,
     add_command,
@@ -37,12 +38,16 @@ def add_parser(subparsers) -> None:
 
 def run(args, ranks: Ranks) -> int:
     def require(vit) -> None:
-        if not vit.spec.has_classifier or vit.spec.is_windowed:
-            raise CommandError(
+        def refusal(windowed: str):
+            return CommandError(
                 f"{args.model}: heads needs a global-attention classifier (this one has a "
-                f"{vit.spec.head} head{', windowed attention' if vit.spec.is_windowed else ''}).",
+                f"{vit.spec.head} head{windowed}).",
                 code=1,
             )
+
+        require_global_attention(vit, lambda _: refusal(", windowed attention"))
+        if not vit.spec.has_classifier:
+            raise refusal("")
 
     source, vit, shard = open_image_set(args, ranks, require)
     with progress_bar(ranks, len(shard), "heads") as advance:

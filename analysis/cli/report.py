@@ -192,9 +192,9 @@ def run(args, ranks: Ranks) -> int:
         pixels = vit.preprocess(image)
         record = capture_attention(vit, pixels)
         outliers = (
-            []
-            if spec.is_windowed
-            else outlier_patches(high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
+            outlier_patches(high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
+            if spec.attends_globally
+            else []
         )
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()

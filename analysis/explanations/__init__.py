@@ -93,8 +93,8 @@ def method_options(method: str) -> tuple[str, ...]:
 def methods_for(vit) -> tuple[str, ...]:
     """The methods of :data:`EXPLANATION_METHODS` defined for this model: every one for a ViT;
     a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`."""
-    windowed = vit.spec.is_windowed
-    return tuple(m for m in EXPLANATION_METHODS if not (windowed and m in GLOBAL_TOKEN_METHODS))
+    every = vit.spec.attends_globally
+    return tuple(m for m in EXPLANATION_METHODS if every or m not in GLOBAL_TOKEN_METHODS)
 
 
 def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:

@@ -69,7 +69,7 @@ def require_classes(spec: ViTSpec, what: str) -> None:
             f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
             + (
                 "Use method='rollout', or load a classifier."
-                if spec.is_windowed  # no 'attention' for Swin / SAM
+                if not spec.attends_globally  # no 'attention' for Swin / SAM
                 else "Use method='attention' or 'rollout', or load a classifier."
             )
         )
@@ -244,7 +244,7 @@ def last_stage_gradients(
     Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2
     is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention."""
     spec, pixels = _prepare(vit, pixels, windowed=True)
-    if not spec.is_windowed:
+    if spec.attends_globally:
         raise AnalysisError(
             "last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients."
         )

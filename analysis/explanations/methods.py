@@ -25,6 +25,7 @@ from ..errors import AnalysisError
 from ..image_ops import BASELINES, baseline_pixels
 from ..rollout import attention_rollout
 from ..spec import ViTSpec
+from ..windowed_support import require_global_attention
 from .gradients import (
     attention_gradients,
     block_input_gradients,
@@ -73,12 +74,13 @@ GLOBAL_TOKEN_METHODS = {
 
 def refuse_global_token_method(vit, method: str) -> None:
     """AnalysisError naming why ``method`` is not defined for a windowed model."""
-    spec = getattr(vit, "spec", vit)
-    if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise AnalysisError(
+    require_global_attention(
+        vit,
+        lambda spec: AnalysisError(
             f"method={method!r} is not defined for a windowed model ({spec.family}): {GLOBAL_TOKEN_METHODS[method]}. "
             "Use method='gradcam', 'input_x_gradient', 'integrated_gradients' or 'rollout' (stage=k)."
-        )
+        ),
+    )
 
 
 def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -88,7 +90,7 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
     and ``"integrated_gradients"`` the stem's patch grid (``spec.grid_size``, ``spec.patch_size``);
     ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``)."""
     spec = vit.spec
-    if not spec.is_windowed:
+    if spec.attends_globally:
         return tuple(spec.grid_size), tuple(spec.patch_size)
     if method in GLOBAL_TOKEN_METHODS:
         refuse_global_token_method(vit, method)
@@ -193,7 +195,7 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
 
         w_c = mean_{cells} ∂y/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
     """
-    if vit.spec.is_windowed:
+    if not vit.spec.attends_globally:
         activations, gradients, targets, _ = last_stage_gradients(vit, pixels, target)  # (B, gh, gw, C)
         weights = gradients.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, C)
         return (activations * weights).sum(-1).clamp(min=0).float(), targets

@@ -16,6 +16,7 @@ from PIL import Image
 from ..errors import AnalysisError
 from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
 from ..progress import Progress
+from ..windowed_support import require_global_attention
 from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
@@ -75,12 +76,14 @@ def benchmark(
     ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is
     explained for the model's predicted class. The sanity check runs on the first
     ``sanity_images`` images against a copy with the head and every block re-initialised."""
-    if vit.spec.is_windowed:
-        raise AnalysisError(
-            f"benchmark: a windowed model ({vit.spec.family}) is not supported: its methods' maps lie on different "
+    require_global_attention(
+        vit,
+        lambda spec: AnalysisError(
+            f"benchmark: a windowed model ({spec.family}) is not supported: its methods' maps lie on different "
             "grids (explanation_grid), which one table cannot compare, and the sanity check re-initialises ViT "
             "blocks. Score each map on its own with perturbation_curve(vit, pixels, saliency, target)."
-        )
+        ),
+    )
     unknown = [m for m in methods if m not in EXPLANATION_METHODS]
     if unknown:
         raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")

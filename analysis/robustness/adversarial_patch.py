@@ -37,6 +37,7 @@ from ..capture import AttentionRecord, capture_attention
 from ..errors import AnalysisError
 from ..loading.loaded import LoadedModel
 from ..progress import Progress, tell, within
+from ..windowed_support import require_global_attention
 
 __all__ = [
     "PATCH_OPTIMISERS",
@@ -632,11 +633,13 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
             f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
             "the patch is defined for ViTs."
         )
-    if spec.is_windowed:
-        raise PatchError(
+    require_global_attention(
+        spec,
+        lambda spec: PatchError(
             f"{spec.family} attends within windows: the class-token share on the patch is defined for "
             "global-attention ViTs. Compare its accuracy with patch_size_curve instead."
-        )
+        ),
+    )
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
     side = int(tensor.shape[-1])
     tokens = patch_tokens(spec, position, side)

@@ -149,7 +149,7 @@ def robustness_curve(
     probability = np.zeros(steps)
     distance = np.zeros(steps)
     entropy = np.zeros(steps)
-    windowed = spec.is_windowed
+    windowed = not spec.attends_globally
     with_attention = attention and (hasattr(vit.model, "blocks") or windowed)  # ViTs, Swin, SAM: not CNNs
     for index, image in enumerate(images):
         if isinstance(image, torch.Tensor):

@@ -197,9 +197,8 @@ def block_features(
 
 
 def _pooled(tokens: torch.Tensor, spec) -> torch.Tensor:
-    """``(B, T, D)`` block output -> ``(B, D)``: the class token, or the mean of the patch tokens."""
-    if spec.is_windowed:
-        return tokens.float().mean(dim=1)  # (B, gh·gw, C): no prefix tokens
+    """``(B, T, D)`` block output -> ``(B, D)``: the class token, or the mean of the patch tokens
+    (a windowed model's ``(B, gh·gw, C)`` stage tokens have no prefix: the mean of every cell)."""
     if spec.has_class_token:
         return tokens[:, spec.prefix_names.index("class")].float()
     return tokens[:, spec.num_prefix_tokens :].float().mean(dim=1)

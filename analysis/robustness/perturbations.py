@@ -20,6 +20,7 @@ from ..checks import check_int
 from ..errors import AnalysisError
 from ..image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
 from ..spec import ViTSpec
+from ..windowed_support import require_global_attention
 
 __all__ = [
     "DROP_SELECTIONS",
@@ -91,13 +92,15 @@ def check_token_drop(vit):
     this model cannot drop tokens (a CNN; a windowed model; RoPE or relative positions)."""
     model = getattr(vit, "model", None)
     spec = getattr(vit, "spec", None)
-    if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise AnalysisError(
+    require_global_attention(
+        spec,
+        lambda spec: AnalysisError(
             f"Token drop is not defined for a windowed model ({spec.family}): it has no token sequence to remove "
             "tokens from after the position embedding. Its blocks work on the whole stage grid (windows cut "
             "from it, patch merging of 2x2 neighbours), so every cell must stay. Drop pixels instead "
             "(perturbation 'pixel_drop', drop_pixels)."
-        )
+        ),
+    )
     if spec is None or model is None or not hasattr(model, "blocks"):
         raise AnalysisError("Token drop needs a ViT loaded with load_vit; for a CNN drop pixels (drop_pixels).")
     site = getattr(model, "patch_drop", None)

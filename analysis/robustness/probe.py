@@ -77,7 +77,7 @@ def probe(
     if perturbation == "token_drop":
         passed = token_drop_attention(model, perturbed, dropped)
         return Probe(perturbed, passed.logits, dropped, kept_rollout(passed)[0])
-    if model.spec.is_windowed:
+    if not model.spec.attends_globally:
         last = model.spec.num_layers - 1
         record = capture_attention(model, perturbed, layers=[last])
         # a windowed model's record is a WindowedAttentionRecord (capture_attention's annotation names the plain one)

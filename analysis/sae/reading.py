@@ -10,6 +10,7 @@ import torch
 from ..activations import run_with_cache
 from ..activations.points import parse_hook_name
 from ..errors import AnalysisError
+from ..windowed_support import require_global_attention
 from .errors import NoImagesError, SAEConfigError, SAEWidthError, UnknownPointError
 from .model import SparseAutoencoder
 
@@ -23,11 +24,13 @@ def check_point(vit, point: str) -> str:
     """``point`` as the engine names it; :class:`UnknownPointError` unless it is one of this model's
     ``blocks.{i}.<point>`` with ``<point>`` in :data:`RESIDUAL_POINTS` (or ``ln_final.out``)."""
     spec = vit.spec
-    if spec.is_windowed:
-        raise UnknownPointError(
+    require_global_attention(
+        spec,
+        lambda _: UnknownPointError(
             "SAEs read (B, T, D) tokens of a global-attention ViT; this model's layers are laid out per "
             "window/stage. Load a plain ViT (e.g. load_vit('demo'))."
-        )
+        ),
+    )
     try:
         layer, hook = parse_hook_name(point, spec.num_layers)
     except AnalysisError as error:

@@ -20,6 +20,7 @@ from ..arguments import resolve_layers
 from ..checks import check_float_dtype
 from ..errors import AnalysisError
 from ..spec import ViTSpec, input_spec
+from ..windowed_support import require_global_attention
 from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
@@ -66,16 +67,19 @@ def capture_tokens(
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
-    if spec.is_windowed and kind != "token":
-        raise AnalysisError(
-            f"capture_tokens(kind={kind!r}): a windowed model ({spec.family}) computes its {kind}s window by "
-            "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
-            "(each block's output on its stage grid)."
+    if kind != "token":
+        require_global_attention(
+            spec,
+            lambda spec: AnalysisError(
+                f"capture_tokens(kind={kind!r}): a windowed model ({spec.family}) computes its {kind}s window by "
+                "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
+                "(each block's output on its stage grid)."
+            ),
         )
     layer_ids = resolve_layers(layers, spec.num_layers)
     names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
-    if spec.is_windowed:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
+    if not spec.attends_globally:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
         grid_tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
         return WindowedTokens(tokens=grid_tokens, spec=spec, layers=layer_ids)
     values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
@@ -118,7 +122,7 @@ def logit_lens(
         )
     model = vit.model
     hidden_states: Iterable[torch.Tensor]
-    if spec.is_windowed:
+    if not spec.attends_globally:
         if layers is None:
             layer_ids = logit_lens_layers(spec)
         else:

@@ -15,6 +15,7 @@ from ..checks import check_int
 from ..errors import AnalysisError
 from ..queries import resolve_query
 from ..spec import LayerGeometry, ViTSpec
+from ..windowed_support import require_global_attention
 
 __all__ = ["feature_pca", "patch_similarity"]
 
@@ -23,11 +24,13 @@ def _layout(spec: ViTSpec | LayerGeometry) -> tuple[tuple[int, int], int, bool]:
     """``(grid (gh, gw), prefix tokens, has a class token)`` of a ViT spec or of one layer's geometry."""
     if isinstance(spec, LayerGeometry):
         return (spec.grid_size[0], spec.grid_size[1]), spec.prefix_tokens, False
-    if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise AnalysisError(
+    require_global_attention(
+        spec,
+        lambda spec: AnalysisError(
             f"A windowed model's ({spec.family}) layers differ in grid: pass one layer's tokens with its geometry, "
             "tokens.layer_tokens(layer) and tokens.geometry(layer)."
-        )
+        ),
+    )
     return (spec.grid_size[0], spec.grid_size[1]), spec.num_prefix_tokens, spec.has_class_token
 
 
