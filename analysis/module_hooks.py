@@ -1,28 +1,31 @@
 """Adding and removing ``nn.Module`` hooks while other threads run the same module.
 
 One loaded model serves every browser session, so one thread may add or remove a hook on a
-module while another thread runs that module's forward. ``Module.register_forward_hook`` and
-``RemovableHandle.remove`` change the module's hook dictionaries in place, and torch iterates
-those dictionaries in Python when a forward raises (``Module._call_impl`` runs the
-``always_call`` hooks before re-raising): a hook added or removed by another thread at that
-moment replaces the forward's own exception with ``RuntimeError: OrderedDict mutated during
-iteration``. A read that stops its forward early (:class:`analysis.activations.run.StopForward`)
-raises in every forward it makes.
+module while another thread runs that module's forward. When a forward raises, torch walks the
+module's forward hooks in Python on the way out (``Module._call_impl`` runs the ``always_call``
+hooks before re-raising); a hook added or removed by another thread at that moment replaces the
+forward's own exception with ``RuntimeError: OrderedDict mutated during iteration``. A read that
+stops its forward early (:class:`analysis.activations.run.StopForward`) raises in every forward
+it makes.
 
-Here a hook is added and removed *copy-on-write*: under one process-wide lock, the dictionary is
-copied, the copy changed, and the module's attribute pointed at the copy. A forward on another
-thread keeps iterating the dictionary it started with, which no one changes any more.
+So the hooks of this package are added and removed under one process-wide lock, and a hook that
+raises on the thread that added it takes that lock before its exception leaves it: no hook of
+this package is added or removed anywhere while the exception travels out through the modules.
+The thread gives the lock back when it removes its hooks (the caller of the forward always does,
+in ``finally``, once the exception has been caught). Hooks are registered with torch's own
+``register_forward_hook`` / ``register_forward_pre_hook``, in place, so a user's hooks and
+torch's ``RemovableHandle`` behave as always.
 
-Order of the swaps: a hook's "with kwargs" and "always call" flags go in before the hook and come
-out after it, so no forward sees the hook without its flags. A forward that took its snapshot of
-the hooks before a removal may still find the flags gone: every kwargs pre-hook of this package
-takes ``kwargs=None`` and returns at once on another thread than its owner.
+A forward that took its snapshot of a module's hooks before another thread removed a
+``with_kwargs`` pre-hook may find the hook's "with kwargs" flag gone and call it as
+``hook(module, args)``: every kwargs pre-hook of this package takes ``kwargs=None`` and returns at
+once on another thread than its owner.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -31,23 +34,24 @@ from torch.utils.hooks import RemovableHandle
 
 __all__ = ["ModuleHook", "add_forward_hook", "add_forward_pre_hook"]
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
+_HELD = threading.local()  # .count: how often this thread took the lock for a raising hook
 
 
 class ModuleHook:
-    """The handle of a hook added by :func:`add_forward_hook` or :func:`add_forward_pre_hook`:
-    ``remove()`` takes the hook out copy-on-write (removing twice does nothing)."""
+    """The handle of a hook added by :func:`add_forward_hook` or :func:`add_forward_pre_hook`.
 
-    def __init__(self, module: nn.Module, hooks: str, flags: tuple[str, ...], hook_id: int) -> None:
-        self.module = module
-        self.id = hook_id
-        self._hooks = hooks
-        self._flags = flags
+    ``remove()`` takes the hook out (twice does nothing) and gives back the lock that a hook of
+    this thread took when it raised."""
+
+    def __init__(self, handle: RemovableHandle) -> None:
+        self._handle = handle
+        self.id = handle.id
 
     def remove(self) -> None:
         with _LOCK:
-            for name in (self._hooks, *self._flags):  # the hook first, its flags after
-                _swap(self.module, name, lambda entries: entries.pop(self.id, None))
+            self._handle.remove()
+        _release_held()
 
     def __enter__(self) -> ModuleHook:
         return self
@@ -59,8 +63,8 @@ class ModuleHook:
 def add_forward_pre_hook(module: nn.Module, hook: Callable[..., Any], *, with_kwargs: bool = False) -> ModuleHook:
     """``module.register_forward_pre_hook(hook, with_kwargs=...)``, safe while other threads
     run ``module`` (see the module docstring)."""
-    flags = {"_forward_pre_hooks_with_kwargs": with_kwargs}
-    return _add(module, "_forward_pre_hooks", hook, flags)
+    with _LOCK:
+        return ModuleHook(module.register_forward_pre_hook(_holding_on_raise(hook), with_kwargs=with_kwargs))
 
 
 def add_forward_hook(
@@ -68,22 +72,30 @@ def add_forward_hook(
 ) -> ModuleHook:
     """``module.register_forward_hook(hook, with_kwargs=..., always_call=...)``, safe while other
     threads run ``module`` (see the module docstring)."""
-    flags = {"_forward_hooks_with_kwargs": with_kwargs, "_forward_hooks_always_called": always_call}
-    return _add(module, "_forward_hooks", hook, flags)
-
-
-def _add(module: nn.Module, hooks: str, hook: Callable[..., Any], flags: dict[str, bool]) -> ModuleHook:
     with _LOCK:
-        hook_id = RemovableHandle(OrderedDict()).id  # torch's own id counter: unique among all hooks
-        set_flags = tuple(name for name, on in flags.items() if on)
-        for name in set_flags:  # the flags before the hook
-            _swap(module, name, lambda entries: entries.__setitem__(hook_id, True))
-        _swap(module, hooks, lambda entries: entries.__setitem__(hook_id, hook))
-    return ModuleHook(module, hooks, set_flags, hook_id)
+        handle = module.register_forward_hook(_holding_on_raise(hook), with_kwargs=with_kwargs, always_call=always_call)
+        return ModuleHook(handle)
 
 
-def _swap(module: nn.Module, name: str, change: Callable[[OrderedDict], object]) -> None:
-    """Point ``module.<name>`` at a changed copy of its dictionary (the old one is left as it was)."""
-    entries = OrderedDict(module.__dict__[name])
-    change(entries)
-    module.__dict__[name] = entries
+def _holding_on_raise(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``hook``, which takes the lock before an exception it raises on the adding thread leaves it."""
+    owner = threading.get_ident()
+
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(*args, **kwargs)
+        except BaseException:
+            if threading.get_ident() == owner:
+                _LOCK.acquire()
+                _HELD.count = getattr(_HELD, "count", 0) + 1
+            raise
+
+    return run
+
+
+def _release_held() -> None:
+    """Give back every hold this thread took for a raising hook."""
+    for _ in range(getattr(_HELD, "count", 0)):
+        _LOCK.release()
+    _HELD.count = 0

@@ -340,8 +340,10 @@ class _Stop(Exception):
 
 def _raise_while_others_add_and_remove_hooks(add_pre, add_post, seconds: float = 2.0) -> list[str]:
     """One thread runs a module whose forward raises (its own pre-hook stops it, as a read that
-    stops early does); two threads add and remove forward hooks on that module meanwhile. torch
-    iterates the module's forward hooks in Python on the way out of a raising forward."""
+    stops early does), over and over before it removes that hook; two threads add and remove
+    forward hooks on that module meanwhile. torch walks the module's forward hooks in Python on
+    the way out of a raising forward. (With the hold, the other threads wait from the first raise
+    until the hook is removed.)"""
     module = torch.nn.Linear(4, 4)
     errors: list[str] = []
     finished: list[bool] = []
@@ -389,13 +391,31 @@ def _raise_while_others_add_and_remove_hooks(add_pre, add_post, seconds: float =
 
 
 def test_a_forward_that_raises_keeps_its_exception_while_other_threads_add_and_remove_hooks():
-    """The engine adds hooks copy-on-write (analysis.module_hooks): the raising forward sees its
-    own exception, never ``RuntimeError: OrderedDict mutated during iteration`` (which failed the
-    8-thread rotary test in CI: the rotary read stops its forward at a block other threads hook).
-    With torch's in-place ``register_forward_hook`` this loop raised that error (run by hand)."""
+    """The engine's hooks hold one lock while their exception leaves the model
+    (analysis.module_hooks): the raising forward sees its own exception, never ``RuntimeError:
+    OrderedDict mutated during iteration`` (which failed the 8-thread rotary test in CI: the
+    rotary read stops its forward at a block other threads hook). Without the hold (the hook's
+    wrapper not taking the lock) this loop raised that error (run by hand)."""
     from analysis.module_hooks import add_forward_hook, add_forward_pre_hook
 
     assert _raise_while_others_add_and_remove_hooks(add_forward_pre_hook, add_forward_hook) == []
+
+
+def test_a_users_torch_hooks_come_off_with_their_own_handles_around_the_engines(vit):
+    """The engine registers with torch's own registration, in place: a user's hook added before
+    or during a capture comes off with its RemovableHandle (a copy-on-write registration once left
+    it behind on the module, in CI)."""
+    from analysis.module_hooks import add_forward_hook
+
+    block = vit.model.blocks[0]
+    before = block.register_forward_hook(lambda module, args, output: None)
+    mine = add_forward_hook(block, lambda module, args, output: None)
+    during = block.register_forward_pre_hook(lambda module, args: None)
+    capture_attention(vit, random_pixels(vit, batch=1, seed=5))
+    mine.remove()
+    before.remove()
+    during.remove()
+    _no_hooks_left(vit.model)
 
 
 def test_module_hooks_behave_as_torchs_registration():

@@ -914,11 +914,11 @@ def _row_range(tokens: tuple[int, ...] | None) -> tuple[int, int] | None:
 # named points with the engine's discipline: registered on entry, reacting to the calling thread
 # only, removed on exit.
 #
-# ``_kwargs_hook_race``: every hook here is added and removed copy-on-write
-# (:mod:`analysis.module_hooks`), so a forward on another thread never sees its hook dictionary
-# change. A forward that took its snapshot of a module's hooks before another thread removed one
-# may still find that hook's "with kwargs" flag gone and call it as ``hook(module, args)``: every
-# kwargs pre-hook here therefore takes ``kwargs=None`` and, for another thread, returns at once.
+# ``_kwargs_hook_race``: every hook here is added and removed through :mod:`analysis.module_hooks`
+# (one lock, held while a hook's exception travels out of the model). A forward that took its
+# snapshot of a module's hooks before another thread removed one may still find that hook's
+# "with kwargs" flag gone and call it as ``hook(module, args)``: every kwargs pre-hook here
+# therefore takes ``kwargs=None`` and, for another thread, returns at once.
 
 #: The points of :func:`hooks_around` (``{i}``: a block, or an encoder layer of the given sites).
 AROUND_POINTS = {
