@@ -193,7 +193,9 @@ def _normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
     return x / x.norm(p, dim, keepdim=True).clamp_min(eps).detach()
 
 
-_NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.rms_norm: _rms_norm, F.normalize: _normalize}
+_NORMS = {F.layer_norm: _layer_norm, F.group_norm: _group_norm, F.normalize: _normalize}
+if hasattr(F, "rms_norm"):  # torch >= 2.4 (the floor, 2.3, has no F.rms_norm, so no module calls it)
+    _NORMS[F.rms_norm] = _rms_norm
 
 
 class LrpRules(TorchFunctionMode):
