@@ -123,6 +123,7 @@ def attention_probabilities(
 
 
 _CHUNK_BYTES = 4 << 20  # probabilities per piece of attend_and_record: small enough to stay in cache
+_ONE_IMAGE_BYTES = 1 << 20  # from this size of one image's maps on, attend_and_record takes one image at a time
 
 
 def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +140,12 @@ def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) 
     if v.shape[1] != heads:  # grouped-query values, repeated per head
         v = v.repeat_interleave(heads // v.shape[1], dim=1)
     output = torch.empty(batch, heads, queries, v.shape[-1], dtype=v.dtype, device=v.device)
-    step = max(1, _CHUNK_BYTES // max(1, heads * queries * tokens * 4))
+    image_bytes = heads * queries * tokens * 4
+    # One image at a time once its maps are large: its q, k and v are then 3-D views of the call's
+    # (B, heads, T, d) tensors, whatever their strides (a piece of several images of a permuted qkv
+    # would be copied to merge batch and heads: 1 % of ViT-B/16's capture), and the loop's few
+    # calls cost nothing beside the GEMMs.
+    step = 1 if image_bytes >= _ONE_IMAGE_BYTES else max(1, _CHUNK_BYTES // max(1, image_bytes))
     per_image_mask = mask is not None and mask.ndim == 4 and mask.shape[0] == batch and batch > 1
     for start in range(0, batch, step):
         piece = slice(start, start + step)
