@@ -32,6 +32,7 @@ windowed record (:class:`analysis.windowed.WindowedAttentionRecord`) keeps one t
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -65,7 +66,8 @@ class LayerGeometry:
     ``grid_size (gh, gw)`` cells of ``stride (sy, sx)`` input pixels; attention inside
     windows of ``window_size (wh, ww)`` cells after a cyclic shift of ``shift (sh, sw)``
     cells; ``num_heads`` heads. A global layer has one window of the whole grid and
-    ``prefix_tokens`` extra (class / register) tokens before the cells.
+    ``prefix_tokens`` extra (class / register) tokens before the cells, the first of them the
+    class token when ``class_token`` (a ViT's layer, :meth:`ViTSpec.geometry`).
     """
 
     stage: int
@@ -75,6 +77,7 @@ class LayerGeometry:
     shift: tuple[int, int] = (0, 0)
     num_heads: int = 1
     prefix_tokens: int = 0
+    class_token: bool = False
 
     @property
     def is_global(self) -> bool:
@@ -216,11 +219,73 @@ class ViTSpec:
             window_size=self.grid_size,
             num_heads=self.num_heads,
             prefix_tokens=self.num_prefix_tokens,
+            class_token=self.has_class_token,
         )
 
     def geometries(self) -> tuple[LayerGeometry, ...]:
         """Every layer's :meth:`geometry`, in order: a ViT's global windows or a windowed model's own."""
         return tuple(self.geometry(layer) for layer in range(self.num_layers))
+
+    def patch_centre(self, patch: int) -> tuple[int, int]:
+        """The input pixel ``(y, x)`` at the centre of patch ``patch`` (row-major on :attr:`grid_size`,
+        cells of :attr:`patch_size`): ``(r·ph + ⌊ph/2⌋, c·pw + ⌊pw/2⌋)`` with ``(r, c) = divmod(patch, gw)``."""
+        (ph, pw), gw = self.patch_size, self.grid_size[1]
+        row, col = divmod(int(patch), gw)
+        return (row * ph + ph // 2, col * pw + pw // 2)
+
+    def layer_cell(self, layer: int, patch: int) -> int:
+        """The cell of layer ``layer``'s own grid that holds the centre of patch ``patch`` of
+        :attr:`grid_size`: ``geometry(layer).cell_of_pixel(*patch_centre(patch))``. On a ViT (one grid
+        for every layer) that is ``patch`` itself; on a windowed model, the stage grid's cell under it."""
+        return self.geometry(layer).cell_of_pixel(*self.patch_centre(patch))
+
+    @property
+    def resolution_step(self) -> int:
+        """The smallest side (input pixels) whose multiples are whole cells on every layer's grid:
+        ``lcm`` of every layer's stride (and of the patch size). A ViT: ``lcm(ph, pw)``; Swin:
+        the patch size times 2 per patch merging (``4·2³ = 32`` for four stages of patch 4)."""
+        sides = [*self.patch_size, *(side for geometry in self.geometries() for side in geometry.stride)]
+        return math.lcm(*sides)
+
+    @property
+    def layout_summary(self) -> tuple[str, str]:
+        """Two lines that describe the token layout, as the app's sidebar shows them.
+
+        A ViT: ``("patch 16×16 px · grid 14×14", "12 layers × 3 heads · 1 prefix token")`` (with
+        ``", no class token"`` when it has none). A windowed model: ``("patch 4×4 px · stage grids
+        56×56 → 28×28", "4 layers · heads per stage 2/4 · windowed attention (SwinTransformer)")``:
+        each distinct (stage, grid, heads) once, in stage order. Sizes are written width×height."""
+        (ph, pw), (gh, gw) = self.patch_size, self.grid_size
+        if self.is_windowed:  # per-stage grids and heads
+            stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in self.layer_geometry})
+            grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
+            heads = "/".join(str(n) for _, _, n in stages)
+            return (
+                f"patch {pw}×{ph} px · stage grids {grids}",
+                f"{self.num_layers} layers · heads per stage {heads} · windowed attention ({self.family})",
+            )
+        prefix = self.num_prefix_tokens
+        prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
+        if not self.has_class_token:
+            prefix_text += ", no class token"
+        return (
+            f"patch {pw}×{ph} px · grid {gw}×{gh}",
+            f"{self.num_layers} layers × {self.num_heads} heads · {prefix_text}",
+        )
+
+    @property
+    def headless_output(self) -> str:
+        """What a model without a head (``head == "none"``) outputs, in words: ``"pooled features"``
+        for a ViT (its pooled tokens), ``"features"`` for a windowed model (its last stage's)."""
+        return "features" if self.is_windowed else "pooled features"
+
+    @property
+    def outlier_grid(self) -> tuple[int, int] | None:
+        """The one patch grid on which an image's outlier tokens are indices
+        (:func:`analysis.tokens.outlier_patches`): :attr:`grid_size` for a ViT, whose every layer's
+        tokens lie on it; ``None`` for a windowed model (each stage has its own grid, outliers are
+        found layer by layer: :func:`analysis.tokens.stage_high_norm_tokens`)."""
+        return None if self.is_windowed else self.grid_size
 
     @property
     def token_names(self) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ __all__ = [
     "parse_prefix_query",
     "corresponding_layer",
     "corresponding_query",
+    "query_for_layers",
 ]
 
 Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major patch index | (y, x) input pixel
@@ -54,7 +55,8 @@ def default_query(spec, query: Query | None = None) -> Query:
     ``attention_rollout``, ``attention_rollout_by_layer``) defaults to this, so the default
     works on every model; ``"cls"`` asked for explicitly on a model without one is an error."""
     if query is None:
-        return "cls" if getattr(spec, "has_class_token", False) else "mean"  # a LayerGeometry has none
+        has_class_token = getattr(spec, "has_class_token", getattr(spec, "class_token", False))  # spec or geometry
+        return "cls" if has_class_token else "mean"
     return query
 
 
@@ -79,7 +81,7 @@ class QueryTokens:
 
 def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTokens:
     """The tokens of ``query`` on the model ``spec`` (or on one layer's ``LayerGeometry``: its
-    grid, with its prefix tokens and no class token).
+    grid, with its prefix tokens, the first the class token when ``class_token``).
 
     ``"cls"`` is the class token (token 0); an ``int`` p is patch p in row-major order (token
     ``num_prefix_tokens + p``); ``"mean"`` is every patch; ``"prefix:<i>"`` is prefix token i
@@ -95,7 +97,7 @@ def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTo
         grid, prefix, has_class_token = spec.grid_size, spec.num_prefix_tokens, spec.has_class_token
         names: tuple[str, ...] = tuple(spec.token_names)
     else:
-        grid, prefix, has_class_token, names = spec.grid_size, spec.prefix_tokens, False, ()
+        grid, prefix, has_class_token, names = spec.grid_size, spec.prefix_tokens, spec.class_token, ()
     num_patches = grid[0] * grid[1]
     query = default_query(spec, query)
     if isinstance(query, tuple):
@@ -123,6 +125,21 @@ def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTo
     if not 0 <= patch < num_patches:
         raise AnalysisError(f"Patch index {patch} is outside the {grid[0]}x{grid[1]} grid (0..{num_patches - 1}).")
     return QueryTokens(patch, (prefix + patch,))
+
+
+def query_for_layers(spec: ViTSpec, query: Query) -> Query:
+    """A query chosen on the model's patch grid (``spec.grid_size``), as every layer's
+    :func:`analysis.attention_map` (and the code that reproduces it) takes it.
+
+    On a model whose layers attend over one patch grid (a ViT) that is ``query`` itself: patch
+    ``p`` is the same token in every layer. A windowed model's layers lie on their own stage grids,
+    so a patch becomes the input pixel at its centre, :meth:`~analysis.spec.ViTSpec.patch_centre`
+    ``(y, x)``, and each layer reads the cell of its grid that holds it
+    (:meth:`~analysis.spec.ViTSpec.layer_cell`); ``"mean"`` and pixels are left as they are.
+    """
+    if spec.attends_globally or isinstance(query, (str, tuple)):
+        return query
+    return spec.patch_centre(int(query))
 
 
 def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:

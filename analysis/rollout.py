@@ -33,6 +33,7 @@ from .windowed_rollout import MERGE_RULES, windowed_rollout, windowed_rollout_by
 
 __all__ = [
     "attention_rollout",
+    "patch_grid_rollout",
     "attention_rollout_by_layer",
     "rollout_matrices",
     "rollout_steps",
@@ -125,6 +126,21 @@ def _query_grid(record: AttentionRecord, rollout: torch.Tensor, rows: list[int])
     over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
     gh, gw = spec.grid_size
     return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw).float()
+
+
+def patch_grid_rollout(record: AttentionRecord) -> torch.Tensor:
+    """``(B, gh, gw)``: the attention rollout on the model's own patch grid (``spec.grid_size``, the
+    patch embedding's), the map a salient token drop ranks patches by
+    (:func:`analysis.robustness.probe`'s ``saliency``).
+
+    A ViT: :func:`attention_rollout` with its defaults (every layer, the class token or, without
+    one, the mean patch query). A windowed record (Swin, SAM): the rollout of its first stage for
+    the mean cell (``stage=0, query="mean"``), exact (no patch merging inside a stage) and on the
+    stem's patch grid, the grid token drops use.
+    """
+    if isinstance(record, WindowedAttentionRecord):  # stage grids: the stem's stage lies on the patch grid
+        return attention_rollout(record, stage=0, query="mean")
+    return attention_rollout(record)
 
 
 def attention_rollout_by_layer(

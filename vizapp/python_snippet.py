@@ -58,13 +58,16 @@ def sample_path(image: ImageRef) -> Path | None:
 @dataclass(frozen=True)
 class Source:
     """What a script needs to rebuild the app's forward pass: the model, the image's path
-    (None for an upload, then ``image_name`` is shown) and whether the app keeps the
-    attention in float16 (big models, ``resources.record_dtype``)."""
+    (None for an upload, then ``image_name`` is shown), whether the app keeps the
+    attention in float16 (big models, ``resources.record_dtype``) and whether the model's layers
+    attend inside windows of their own stage grids (``windowed``: Swin, SAM; the scripts read each
+    layer on its grid), the default of every ``windowed`` argument below."""
 
     model: ModelRef
     image_name: str
     image_path: Path | None
     float16: bool = False
+    windowed: bool = False
 
     @classmethod
     def of(cls, cur) -> Source:
@@ -73,7 +76,8 @@ class Source:
 
         from vizapp.resources import record_dtype
 
-        return cls(cur.model, cur.image.name, sample_path(cur.image), record_dtype(cur.spec) == torch.float16)
+        float16 = record_dtype(cur.spec) == torch.float16
+        return cls(cur.model, cur.image.name, sample_path(cur.image), float16, not cur.spec.attends_globally)
 
 
 def _load_model(model: ModelRef) -> list[str]:
@@ -252,14 +256,15 @@ def compare_code(
     layers: Sequence[int],
     head: str | int,
     query: str | int | tuple[int, int],
-    windowed: bool = False,
+    windowed: bool | None = None,
 ) -> str:
     """The Compare layers page (first model): ``attention`` ``(len(layers), gh, gw)``, one head
-    (or the mean) and one query at each chosen layer. ``windowed`` (Swin, SAM; ``query`` then an
-    input pixel ``(y, x)`` or ``"mean"``): ``attention`` is ``{layer: (gh_l, gw_l)}``, each on its
-    own stage grid, the mean over heads where a layer has fewer heads than ``head``."""
+    (or the mean) and one query at each chosen layer. ``windowed`` (Swin, SAM; ``None``:
+    ``source.windowed``; ``query`` then an input pixel ``(y, x)`` or ``"mean"``): ``attention`` is
+    ``{layer: (gh_l, gw_l)}``, each on its own stage grid, the mean over heads where a layer has
+    fewer heads than ``head``."""
     head_arg = "None" if head == "mean" else str(int(head))
-    if windowed:
+    if source.windowed if windowed is None else windowed:
         head_of = (
             "None" if head == "mean" else f"({head_arg} if {head_arg} < vit.spec.geometry(layer).num_heads else None)"
         )
@@ -299,14 +304,15 @@ def tokens_code(
     foreground: bool,
     query: str | int,
     other: ImageRef | None = None,
-    windowed: bool = False,
+    windowed: bool | None = None,
 ) -> str:
     """The Tokens page: the feature PCA (``rgb``, ``fitted``), the cosine ``similarity`` to the
     query (and ``other_image_similarity`` into ``other``), the token ``norms``, ``thresholds``
     and ``outlier_mask``, ``prefix_tokens`` (attention mass) and the logit lens
-    (``probabilities``), as the page's downloads name them. ``windowed`` (Swin, SAM; ``query``
-    then a cell of the layer's stage grid or ``"mean"``): block outputs per layer on its grid."""
-    if windowed:
+    (``probabilities``), as the page's downloads name them. ``windowed`` (Swin, SAM; ``None``:
+    ``source.windowed``; ``query`` then a cell of the layer's stage grid or ``"mean"``): block
+    outputs per layer on its grid."""
+    if source.windowed if windowed is None else windowed:
         return _windowed_tokens_code(source, layer=layer, foreground=foreground, query=query, other=other)
     lines = [
         *_forward(source),

@@ -20,7 +20,7 @@ forward pass is cached, and so are the small per-query arrays derived from it.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import streamlit as st
@@ -42,6 +42,7 @@ from analysis import (
 )
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
+from analysis.rollout import patch_grid_rollout
 from analysis.spec import LayerGeometry
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from analysis.windowed import WindowedAttentionRecord
@@ -225,13 +226,15 @@ def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers:
 
 
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)
-def windowed_attention_grid(
-    ref: ModelRef, digest: str, _image_bytes: bytes, query: str | tuple[int, int]
+def layer_attention_grids(
+    ref: ModelRef, digest: str, _image_bytes: bytes, query: str | int | tuple[int, int]
 ) -> tuple[np.ndarray, ...]:
-    """A windowed model's maps for one query (``"mean"`` or an input pixel ``(y, x)``): per
-    layer ``(heads_l + 1, gh_l, gw_l)`` float32 on that layer's own grid, zero outside the
-    query's window. Index ``h < heads_l`` is head h, the last the mean over heads (both from
-    :func:`analysis.attention_map`)."""
+    """Every layer's maps for one query as :func:`analysis.queries.query_for_layers` gives it (a
+    ViT: ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch; a windowed model: ``"mean"`` or an input
+    pixel ``(y, x)``): per layer ``(heads_l + 1, gh_l, gw_l)`` float32 on that layer's own grid
+    (``spec.geometry(layer)``; a windowed model's zero outside the query's window). Index
+    ``h < heads_l`` is head h, the last the mean over heads (both from :func:`analysis.attention_map`;
+    a ViT's are the rows of :func:`attention_grid`)."""
     record = forward(ref, digest, _image_bytes).record
     spec = record.spec
     maps = []
@@ -240,6 +243,9 @@ def windowed_attention_grid(
         per_head = [attention_map(record, layer, head=head, query=query)[0] for head in [*range(heads), None]]
         maps.append(torch.stack(per_head).numpy().astype(np.float32))
     return tuple(maps)
+
+
+windowed_attention_grid = layer_attention_grids  # the name the windowed Attention page reads
 
 
 @st.cache_data(show_spinner="Gathering the pooling attention…", max_entries=MAX_RESULTS)
@@ -432,10 +438,11 @@ def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, lay
     return torch.from_numpy(np.array(features[layer : layer + 1]))
 
 
-def token_layout(spec: analysis.ViTSpec, layer: int) -> analysis.ViTSpec | LayerGeometry:
-    """What ``feature_pca`` / ``patch_similarity`` read the tokens of ``layer`` with: the spec
-    for a ViT, the layer's :class:`LayerGeometry` (its stage grid) for a windowed model."""
-    return spec.geometry(layer) if spec.is_windowed else spec
+def token_layout(spec: analysis.ViTSpec, layer: int) -> LayerGeometry:
+    """What ``feature_pca`` / ``patch_similarity`` read the tokens of ``layer`` with: the layer's
+    :class:`LayerGeometry` (a ViT's patch grid with its prefix and class token; a windowed
+    model's stage grid), ``spec.geometry(layer)``."""
+    return spec.geometry(layer)
 
 
 @st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
@@ -457,7 +464,9 @@ class TokenNorms:
 
     A ViT: ``norms (L, T)``, ``mask (L, N)``. A windowed model: one ``(gh·gw,)`` norm and mask
     array per layer (tuples: stage grids differ), no prefix tokens; read them per layer with
-    :meth:`patch_norms` / :meth:`outliers`."""
+    :meth:`patch_norms` / :meth:`outliers`. ``arrays``: what the page's download holds (a ViT's
+    stacked arrays; a windowed model's per layer, on its grid); ``grid_note`` and ``mass_note``: what
+    the page says about the grids and about a missing attention mass."""
 
     norms: np.ndarray | tuple[np.ndarray, ...]
     thresholds: np.ndarray  # (L,), inf where none
@@ -467,6 +476,9 @@ class TokenNorms:
     prefix_mass: np.ndarray | None  # (L, heads) attention of patch queries to the prefix tokens
     outlier_mass: np.ndarray | None  # (L, heads) ... to the outlier patches of each layer
     prefix: int = 0  # prefix tokens in front of each row of ``norms``
+    arrays: dict = field(default_factory=dict)  # name -> array, the download
+    grid_note: str = ""  # appended to the outlier caption
+    mass_note: str = "No prefix tokens and no outliers in this model and image."  # when both masses are None
 
     def patch_norms(self, layer: int) -> np.ndarray:
         """``(N_l,)`` the patch (cell) tokens' norms of one layer, row-major on its grid."""
@@ -486,14 +498,28 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     features = tokens(ref, digest, _image_bytes, "token")
     if isinstance(features, WindowedTokens):
         found = stage_high_norm_tokens(features)
+        norms = tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens)  # (gh·gw,) per layer
+        masks = tuple(m[0].numpy() for m in found.mask)
+        grids = [features.geometry(layer).grid_size for layer in features.layers]
         return TokenNorms(
-            norms=tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens),
+            norms=norms,
             thresholds=found.thresholds.numpy(),
-            mask=tuple(m[0].numpy() for m in found.mask),
+            mask=masks,
             fraction=found.fraction.numpy(),
             first_layer=found.first_layer,
             prefix_mass=None,
             outlier_mass=None,
+            arrays={
+                "thresholds": found.thresholds.numpy(),
+                **{f"norms_layer{i}": n.reshape(grid) for i, (n, grid) in enumerate(zip(norms, grids))},
+                **{f"outlier_mask_layer{i}": m.reshape(grid) for i, (m, grid) in enumerate(zip(masks, grids))},
+            },
+            grid_note=" A windowed model: each layer's cells on its own stage grid.",
+            mass_note=(
+                f"Not defined for this {features.spec.family}: it has no prefix tokens, and its cells attend only "
+                "inside their windows, so the mass to the outliers of a layer is not one number per head over the "
+                "whole image."
+            ),
         )
     record = forward(ref, digest, _image_bytes).record
     spec = record.spec
@@ -512,24 +538,26 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
                 for layer in range(spec.num_layers)
             ]
         )
+    stacked = {"norms": norms[:, 0].numpy(), "thresholds": found.thresholds.numpy(), "mask": found.mask[:, 0].numpy()}
     return TokenNorms(
-        norms=norms[:, 0].numpy(),
-        thresholds=found.thresholds.numpy(),
-        mask=found.mask[:, 0].numpy(),
+        norms=stacked["norms"],
+        thresholds=stacked["thresholds"],
+        mask=stacked["mask"],
         fraction=found.fraction.numpy(),
         first_layer=found.first_layer,
         prefix_mass=prefix_mass,
         outlier_mass=outlier_mass,
         prefix=prefix,
+        arrays={"norms": stacked["norms"], "thresholds": stacked["thresholds"], "outlier_mask": stacked["mask"]},
     )
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[int, ...]:
     """This image's outlier tokens as maps see them (:func:`analysis.outlier_patches` of
-    :func:`token_norms`: high-norm in any layer), row-major patch indices; ``()`` for a windowed
-    model (each stage has its own grid)."""
-    if get_model(ref).spec.is_windowed:
+    :func:`token_norms`: high-norm in any layer), row-major patch indices; ``()`` for a model
+    without one patch grid for every layer (``spec.outlier_grid is None``: a windowed model)."""
+    if get_model(ref).spec.outlier_grid is None:
         return ()
     features = tokens(ref, digest, _image_bytes, "token")  # (L, T, D), shared with the Tokens page
     norms = analysis.token_norms(torch.from_numpy(np.asarray(features)))[:, None]  # (L, 1, T)
@@ -608,8 +636,7 @@ def vit_probe(
     saliency = None
     if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
         record = forward(ref, digest, _image_bytes).record
-        span = {"stage": 0, "query": "mean"} if vit.spec.is_windowed else {}
-        saliency = analysis.attention_rollout(record, **span)[0].numpy()
+        saliency = patch_grid_rollout(record)[0].numpy()
     return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
 
 
@@ -1068,7 +1095,13 @@ def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np
     picture ``(H, W, 3)`` uint8, the clean and patched probabilities ``(classes,)`` and, for a
     global-attention ViT, the class token's attention share on the patch's tokens per layer
     (:func:`analysis.robustness.patch_attention_share`: ``layers``, ``clean_share``, ``patched_share``)."""
-    from analysis.robustness import model_input, paste_patch, patch_attention_share, unit_images
+    from analysis.robustness import (
+        measures_patch_attention,
+        model_input,
+        paste_patch,
+        patch_attention_share,
+        unit_images,
+    )
 
     model = loaded_model(model_key)
     image = load_image(_image_bytes)
@@ -1076,9 +1109,8 @@ def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np
     side = int(patch.shape[-1])
     position = ((int(unit.shape[-2]) - side) // 2, (int(unit.shape[-1]) - side) // 2)
     patched = paste_patch(unit, torch.as_tensor(patch), position)
-    spec = getattr(model, "spec", None)
     result: dict = {"picture": np.round(patched[0].permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8)}
-    if spec is not None and int(spec.num_layers) > 0 and not spec.is_windowed:
+    if measures_patch_attention(model):
         # one forward per picture: the share's attention records hold the logits of the same passes
         share = patch_attention_share(model, [image], torch.as_tensor(patch), position)
         logits = torch.cat([share.clean.logits, share.patched.logits]).float()

@@ -7,7 +7,6 @@ reported with ``st.error`` and the last pair that worked stays in use.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,14 +100,17 @@ class Current:
     @property
     def outliers(self) -> tuple[int, ...]:
         """Row-major patch indices of this image's outlier tokens (``analysis.outlier_patches``,
-        the Tokens page's rule); empty for a windowed model (its grids differ by stage)."""
+        the Tokens page's rule) on ``spec.outlier_grid``; empty for a model without one (a
+        windowed model: its grids differ by stage)."""
         return resources.outlier_patches(*self.args)
 
     def left_out(self, grid_map) -> tuple[int, ...]:
         """The cells that never set a robust colour range's top: the outlier tokens, when the map
-        lies on the model's patch grid (a stage grid's cells are not tokens of that grid)."""
+        lies on the grid they are indices of (``spec.outlier_grid``; a stage grid's cells are not
+        tokens of that grid, and a windowed model has no such grid)."""
         shape = tuple(getattr(grid_map, "shape", ())[-2:])
-        return self.outliers if not self.spec.is_windowed and shape == tuple(self.spec.grid_size) else ()
+        grid = self.spec.outlier_grid
+        return self.outliers if grid is not None and shape == tuple(grid) else ()
 
     def shown(self, grid_map):
         """The map as drawn: with the outlier tokens' cells NaN (not drawn, no colour) when the
@@ -465,32 +467,13 @@ def render_sidebar() -> Current:
     image = _choose_image()
     model, vit, image = _check_forward(model, vit, image)
     spec = vit.spec
-    ph, pw = spec.patch_size
-    gh, gw = spec.grid_size
-    step = math.lcm(ph, pw)  # a square input whose side is a multiple of both patch sides
-    if spec.is_windowed:  # whole cells on every stage: patch merging halves the grid between stages (Swin)
-        step *= 2 ** (len({g.stage for g in spec.layer_geometry}) - 1)
+    step = spec.resolution_step  # a square input of whole cells on every layer's grid
     if st.session_state.get(RESOLUTION_STEP, 16) != step:
         st.session_state[RESOLUTION_STEP] = step
         # a new step is a new widget for some Streamlit versions (1.52 resets its value): carry it over
         st.session_state[RESOLUTION_PENDING] = st.session_state.get("resolution", 0)
         st.rerun()  # redraw the resolution stepper with this model's step (models are cached)
-    prefix = spec.num_prefix_tokens
-    prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
-    if not spec.has_class_token:
-        prefix_text += ", no class token"
-    if spec.is_windowed:  # per-stage grids and heads
-        stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
-        grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
-        heads = "/".join(str(n) for _, _, n in stages)
-        layout = (
-            f"patch {pw}×{ph} px · stage grids {grids}  \n"
-            f"{spec.num_layers} layers · heads per stage {heads} · windowed attention ({spec.family})"
-        )
-    else:
-        layout = (
-            f"patch {pw}×{ph} px · grid {gw}×{gh}  \n{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}"
-        )
+    layout = "  \n".join(spec.layout_summary)  # patch and grid(s), then layers, heads and tokens
     st.sidebar.markdown(
         f"**{escape_markdown(model.label)}**  \n"
         f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · {layout}  \n"

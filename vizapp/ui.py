@@ -355,8 +355,9 @@ def predictions_panel(cur) -> None:
             "(CLIP/SigLIP/PE tower), not to classes."
         )
     else:
-        output = "features" if spec.is_windowed else "pooled features"
-        st.caption(f"No class predictions: this model has no classification head (its output is {output}).")
+        st.caption(
+            f"No class predictions: this model has no classification head (its output is {spec.headless_output})."
+        )
 
 
 def outlier_notice(cur, grid_map, what: str = "this map") -> bool:

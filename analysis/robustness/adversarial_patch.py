@@ -59,6 +59,7 @@ __all__ = [
     "patch_transfer_matrix",
     "patch_tokens",
     "patch_attention_share",
+    "measures_patch_attention",
 ]
 
 #: the demo scene stream the command line and the Robustness page train patches on (not a training,
@@ -612,6 +613,14 @@ def patch_tokens(spec, position: Sequence[int], side: int) -> tuple[int, ...]:
     rows = range(top // ph, min(gh, (top + side - 1) // ph + 1))
     cols = range(left // pw, min(gw, (left + side - 1) // pw + 1))
     return tuple(spec.num_prefix_tokens + r * gw + c for r in rows for c in cols)
+
+
+def measures_patch_attention(model) -> bool:
+    """Whether :func:`patch_attention_share` is defined for ``model``: a ViT with attention layers
+    that attend over the whole image (False for a CNN, which has none, and for a windowed model,
+    whose attention is per window)."""
+    spec = getattr(model, "spec", None)
+    return spec is not None and int(spec.num_layers) > 0 and spec.attends_globally
 
 
 def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int]) -> PatchAttention:

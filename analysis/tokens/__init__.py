@@ -14,7 +14,7 @@ from .artifacts import (
     stage_high_norm_tokens,
     token_norms,
 )
-from .capture import TOKEN_KINDS, capture_tokens, logit_lens
+from .capture import TOKEN_KINDS, capture_limits, capture_tokens, logit_lens
 from .features import feature_pca, patch_similarity
 from .record import TokenRecord
 from .stages import WindowedTokens, logit_lens_layers
@@ -22,6 +22,7 @@ from .stages import WindowedTokens, logit_lens_layers
 __all__ = [
     "TOKEN_KINDS",
     "capture_tokens",
+    "capture_limits",
     "logit_lens",
     "logit_lens_layers",
     "TokenRecord",

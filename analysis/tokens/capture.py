@@ -24,7 +24,7 @@ from ..windowed_support import require_global_attention
 from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
-__all__ = ["TOKEN_KINDS", "capture_tokens", "logit_lens", "TokenRecord"]
+__all__ = ["TOKEN_KINDS", "capture_tokens", "capture_limits", "logit_lens", "TokenRecord"]
 
 #: ``token``: each block's output (the residual stream after the block); ``query``, ``key``,
 #: ``value``: the tensors the block's fused attention call received, i.e. after q/k norm and,
@@ -36,6 +36,19 @@ def _heads_concatenated(x: torch.Tensor) -> torch.Tensor:
     """``(B, heads, T, d)`` -> ``(B, T, heads·d)``."""
     batch, heads, tokens, dim = x.shape
     return x.permute(0, 2, 1, 3).reshape(batch, tokens, heads * dim)
+
+
+def capture_limits(spec: ViTSpec) -> str:
+    """What :func:`capture_tokens` cannot give for the model ``spec``, in one sentence for a reader;
+    ``""`` when every kind of :data:`TOKEN_KINDS` is defined on one token sequence (a ViT). A windowed
+    model (Swin, SAM) computes queries, keys and values window by window: only block outputs, each
+    layer on its own stage grid."""
+    if spec.attends_globally:
+        return ""
+    return (
+        f"This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
+        "each layer on its own stage grid."
+    )
 
 
 def capture_tokens(

@@ -2,9 +2,11 @@
 cosine similarity of one token to every patch, in the same image or another.
 
 Both take the tokens with their layout: a ViT's ``(B, T, D)`` tokens with its
-:class:`~analysis.spec.ViTSpec`, or one layer of a windowed model's
+:class:`~analysis.spec.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
+prefix tokens and class token), or one layer of a windowed model's
 :class:`~analysis.tokens.stages.WindowedTokens` (``(B, gh·gw, C)``) with that layer's
-:class:`~analysis.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token).
+:class:`~analysis.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
+``spec.geometry(layer)`` reads one layer's tokens of either kind.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ __all__ = ["feature_pca", "patch_similarity"]
 def _layout(spec: ViTSpec | LayerGeometry) -> tuple[tuple[int, int], int, bool]:
     """``(grid (gh, gw), prefix tokens, has a class token)`` of a ViT spec or of one layer's geometry."""
     if isinstance(spec, LayerGeometry):
-        return (spec.grid_size[0], spec.grid_size[1]), spec.prefix_tokens, False
+        return (spec.grid_size[0], spec.grid_size[1]), spec.prefix_tokens, spec.class_token
     require_global_attention(
         spec,
         lambda spec: AnalysisError(

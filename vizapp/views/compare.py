@@ -7,6 +7,7 @@ import streamlit as st
 
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
+from analysis.queries import query_for_layers
 from vizapp import figures, resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
@@ -22,7 +23,7 @@ from vizapp.ui import (
     query_controls,
     show_chart,
 )
-from vizapp.windowed import analysis_query, query_pixel, uniform_level
+from vizapp.windowed import uniform_level
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("opacity", "cmp_layers", "cmp_all", "cmp_model2", "cmp_model2_other", "cmp_separate")
@@ -40,42 +41,24 @@ def layer_panels(args, model_spec, model_query, chosen_layers, head):
     """One model's maps of ``chosen_layers`` for ``head`` (the mean where a layer has fewer heads):
     ``(panels, strides, grids, query cells, uniform level, everything, fell back to the mean)``.
 
-    A ViT: every layer on its patch grid. A windowed model (Swin, SAM): each layer on its own
-    stage grid, zero outside the query's window, the query handed over as the pixel at the
-    chosen cell's centre (:mod:`vizapp.windowed`), so a query means the same image position in
-    every layer and in both models."""
-    panels_, strides, grids_, cells = [], [], [], []
+    Each layer on its own grid (``model_spec.geometry(layer)``: a ViT's patch grid, a windowed
+    model's stage grid, zero outside the query's window), the query as every layer reads it
+    (:func:`analysis.queries.query_for_layers`: a windowed model's patch becomes the pixel at its
+    centre), so a query means the same image position in every layer and in both models."""
+    all_maps = resources.layer_attention_grids(*args, query_for_layers(model_spec, model_query))
+    panels_, strides, grids_, cells, levels = [], [], [], [], []
     fell_back = False
-    if model_spec.is_windowed:
-        all_maps = resources.windowed_attention_grid(*args, analysis_query(model_spec, model_query))
-        levels = []
-        for layer in chosen_layers:
-            geometry = model_spec.geometry(layer)
-            heads = geometry.num_heads
-            fell_back |= head != "mean" and int(head) >= heads
-            panels_.append(all_maps[layer][heads if head == "mean" or int(head) >= heads else int(head)])
-            strides.append(geometry.stride)
-            grids_.append(geometry.grid_size)
-            cells.append(
-                None if isinstance(model_query, str) else geometry.cell_of_pixel(*query_pixel(model_spec, model_query))
-            )
-            levels.append(uniform_level(geometry))
-        everything_ = np.concatenate([m.ravel() for m in all_maps])
-        return panels_, strides, grids_, cells, max(levels), everything_, fell_back
-    all_maps = resources.attention_grid(*args, model_query)  # (L, heads + 1, gh, gw)
-    heads = model_spec.num_heads
-    fell_back = head != "mean" and int(head) >= heads
-    col = heads if head == "mean" or int(head) >= heads else int(head)
-    count = len(chosen_layers)
-    return (
-        [all_maps[layer, col] for layer in chosen_layers],
-        [model_spec.patch_size] * count,
-        [model_spec.grid_size] * count,
-        [model_query if isinstance(model_query, int) else None] * count,
-        1 / model_spec.num_tokens,
-        all_maps,
-        fell_back,
-    )
+    for layer in chosen_layers:
+        geometry = model_spec.geometry(layer)
+        heads = geometry.num_heads
+        fell_back |= head != "mean" and int(head) >= heads
+        panels_.append(all_maps[layer][heads if head == "mean" or int(head) >= heads else int(head)])
+        strides.append(geometry.stride)
+        grids_.append(geometry.grid_size)
+        cells.append(None if isinstance(model_query, str) else model_spec.layer_cell(layer, model_query))
+        levels.append(uniform_level(geometry))
+    everything_ = np.concatenate([m.ravel() for m in all_maps])
+    return panels_, strides, grids_, cells, max(levels), everything_, fell_back
 
 
 def stacked(name: str, chosen_layers, panels_) -> dict[str, np.ndarray]:
@@ -215,7 +198,7 @@ st.caption(
     f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "
     + MAP_RANGES[cur.map_range].replace("the map's", "the panels'").replace("the map", "the panels")
 )
-held = None if spec.is_windowed else panel_layers(spec, layers)
+held = panel_layers(spec, layers) if spec.attends_globally else None  # the instant view needs one token grid
 if held is not None:  # the instant view of the first model's panels (a ViT)
     attention_view(
         data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),
@@ -262,7 +245,6 @@ show_code(
         Source.of(cur),
         layers=layers,
         head=head,
-        windowed=spec.is_windowed,
-        query=analysis_query(spec, query) if spec.is_windowed else query,
+        query=query_for_layers(spec, query),
     )
 )

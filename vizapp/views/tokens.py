@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis import AnalysisError, ViTSpec, patch_similarity, top_classes
-from analysis.tokens import TOKEN_KINDS, logit_lens_layers
+from analysis.tokens import TOKEN_KINDS, capture_limits, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
 from vizapp.attention_view import attention_view, follow_view, served
@@ -17,7 +17,6 @@ from vizapp.python_snippet import Source, show_code, tokens_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
-from vizapp.windowed import query_pixel
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("tok_layer", "tok_kind", "tok_foreground", "tok_other")
@@ -32,15 +31,11 @@ spec: ViTSpec = cur.spec
 L = spec.num_layers
 
 st.header("Tokens", divider="gray")
+limits = capture_limits(spec)  # what this model's tokens lack, "" when nothing
 st.caption(
     "What the tokens carry. Queries, keys and values are what each block's attention really compared "
     "(after q/k norm and, for RoPE models, after the rotation); the block output is the residual stream."
-    + (
-        f" This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
-        "each layer on its own stage grid."
-        if spec.is_windowed
-        else ""
-    )
+    + (f" {limits}" if limits else "")
 )
 
 left, right = st.columns([3, 2], gap="medium")
@@ -64,9 +59,9 @@ except AnalysisError as exc:  # e.g. not yet defined for windowed models (Swin, 
 # the layer's own grid: a windowed model's stage grid (cells of its stride), a ViT's patch grid
 layout = resources.token_layout(spec, layer)
 grid = tuple(layout.grid_size)
-(gh, gw), (ph, pw) = grid, (tuple(layout.stride) if spec.is_windowed else spec.patch_size)
-# a windowed model's query patch (finest grid) is the layer cell under that patch's centre pixel
-layer_query = layout.cell_of_pixel(*query_pixel(spec, query)) if spec.is_windowed and isinstance(query, int) else query
+(gh, gw), (ph, pw) = grid, tuple(layout.stride)
+# the query patch (of spec.grid_size) is the layer's cell under that patch's centre (on a ViT, the patch)
+layer_query = spec.layer_cell(layer, query) if isinstance(query, int) else query
 
 with left:
     st.subheader(f"PCA of the {KIND_LABELS[kind]}s · layer {layer}")
@@ -143,7 +138,7 @@ similarity = patch_similarity(layer_tokens, layout, similarity_query).numpy()  #
 st.subheader(f"Cosine similarity to the {query_text} · {KIND_LABELS[kind]}s, layer {layer}")
 sim_left, sim_right = st.columns(2, gap="medium")
 with sim_left:
-    if not spec.is_windowed:  # the instant view: every token's similarity map, held in the page
+    if spec.attends_globally:  # the instant view of one token grid: every token's similarity map, held in the page
         attention_view(
             data=served(*resources.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
             image_uri=resources.background_uri(*cur.args),
@@ -381,21 +376,9 @@ first = summary.first_layer
 st.caption(
     "Outliers: per layer, the largest gap in log-norm among the top 10% of patch tokens, when the norms across "
     f"it differ at least 2× (no fixed threshold). First layer with outliers: {first if first is not None else 'none'}; "
-    f"fraction per layer: {', '.join(f'{f:.1%}' for f in summary.fraction.tolist())}."
-    + (" A windowed model: each layer's cells on its own stage grid." if spec.is_windowed else "")
+    f"fraction per layer: {', '.join(f'{f:.1%}' for f in summary.fraction.tolist())}." + summary.grid_note
 )
-if spec.is_windowed:  # stage grids differ: one array per layer
-    download_npz(
-        "tok_norm_data",
-        "token_norms",
-        thresholds=summary.thresholds,
-        **{f"norms_layer{i}": summary.patch_norms(i).reshape(spec.geometry(i).grid_size) for i in range(L)},
-        **{f"outlier_mask_layer{i}": summary.mask[i].reshape(spec.geometry(i).grid_size) for i in range(L)},
-    )
-else:
-    download_npz(
-        "tok_norm_data", "token_norms", norms=summary.norms, thresholds=summary.thresholds, outlier_mask=summary.mask
-    )
+download_npz("tok_norm_data", "token_norms", **summary.arrays)  # stacked, or one array per layer's grid
 
 st.subheader("Attention mass to prefix tokens and to outliers")
 panels = [
@@ -414,13 +397,8 @@ if panels:
             )
     st.caption("Mean over the patch queries of the attention they give to these keys (1 = all of it).")
     download_npz("tok_mass_data", "attention_mass", **{name.replace(" ", "_"): value for name, value in panels})
-elif spec.is_windowed:
-    st.caption(
-        f"Not defined for this {spec.family}: it has no prefix tokens, and its cells attend only inside their "
-        "windows, so the mass to the outliers of a layer is not one number per head over the whole image."
-    )
 else:
-    st.caption("No prefix tokens and no outliers in this model and image.")
+    st.caption(summary.mass_note)
 
 # --------------------------------------------------------------------------- logit lens
 st.subheader("Logit lens")
@@ -461,6 +439,5 @@ show_code(
         foreground=foreground,
         query=similarity_query,
         other=other,
-        windowed=spec.is_windowed,
     )
 )
