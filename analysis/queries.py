@@ -29,6 +29,7 @@ __all__ = [
     "parse_prefix_query",
     "corresponding_layer",
     "corresponding_query",
+    "query_for_every_layer",
 ]
 
 Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major patch index | (y, x) input pixel
@@ -123,6 +124,32 @@ def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTo
     if not 0 <= patch < num_patches:
         raise AnalysisError(f"Patch index {patch} is outside the {grid[0]}x{grid[1]} grid (0..{num_patches - 1}).")
     return QueryTokens(patch, (prefix + patch,))
+
+
+def query_for_every_layer(spec: ViTSpec, query: Query) -> Query:
+    """The app's query (``"mean"``, ``"cls"``, ``"prefix:<i>"`` or a row-major patch index ``p``
+    of ``spec.grid_size``) as the analyses of every layer take it.
+
+    A model whose layers all attend over the one patch grid (a ViT): ``query`` unchanged, since
+    patch ``p`` is the same token in every layer. A windowed model (Swin, SAM), whose layers lie
+    on stage grids of their own: patch ``p = r·gw + c`` becomes the input pixel at its centre,
+
+        (y, x) = (r·ph + ⌊ph/2⌋, c·pw + ⌊pw/2⌋),   (ph, pw) = spec.patch_size,
+
+    so each layer reads the cell of its own grid that holds that pixel
+    (:meth:`~analysis.geometry.LayerGeometry.cell_of_pixel`); ``"mean"`` and a pixel ``(y, x)``
+    stay as they are.
+
+    Raises:
+        AnalysisError: a windowed model's patch index outside ``spec.grid_size``.
+    """
+    if spec.attends_globally or not isinstance(query, numbers.Integral) or isinstance(query, bool):
+        return query
+    (ph, pw), (gh, gw) = spec.patch_size, spec.grid_size
+    if not 0 <= int(query) < gh * gw:
+        raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{gh * gw - 1}).")
+    r, c = divmod(int(query), gw)
+    return (r * ph + ph // 2, c * pw + pw // 2)
 
 
 def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:

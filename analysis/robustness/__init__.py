@@ -61,7 +61,7 @@ from .perturbations import (
     shuffle_patches,
     token_drop,
 )
-from .probe import SALIENCY_NAMES, Probe, probe
+from .probe import SALIENCY_NAMES, Probe, is_windowed_saliency, probe, saliency_description
 from .texture import (
     TEXTURE_PROBES,
     ShapeBias,
@@ -135,6 +135,8 @@ __all__ = [
     "Probe",
     "probe",
     "SALIENCY_NAMES",
+    "saliency_description",
+    "is_windowed_saliency",
     "DroppedTokenPass",
     "kept_rollout",
     "kept_attention_distance",
