@@ -61,7 +61,7 @@ from .perturbations import (
     shuffle_patches,
     token_drop,
 )
-from .probe import SALIENCY_NAMES, Probe, is_windowed_saliency, probe, saliency_description
+from .probe import SALIENCY_NAMES, Probe, is_last_layer_attention, probe, saliency_description
 from .texture import (
     TEXTURE_PROBES,
     ShapeBias,
@@ -136,7 +136,7 @@ __all__ = [
     "probe",
     "SALIENCY_NAMES",
     "saliency_description",
-    "is_windowed_saliency",
+    "is_last_layer_attention",
     "DroppedTokenPass",
     "kept_rollout",
     "kept_attention_distance",
