@@ -127,7 +127,7 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
     return torch.stack(values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a tensor field: compare ``values`` and ``per_layer`` themselves
 class UniformDistanceReference:
     """What a mean attention distance is read against: its value under uniform attention.
 
