@@ -52,12 +52,19 @@ def require_global_attention(value, error_for: Callable[[ViTSpec], Exception]) -
         raise error
 
 
-def is_model_refusal(error: BaseException) -> bool:
-    """True when ``error`` says that an analysis is not defined for this kind of model (raised
-    through :func:`require_global_attention` or :func:`refuse_windowed`: a windowed model's
-    refusal, naming why and what works instead), rather than that it failed. An app shows
-    such a reason as information, and a failure as an error."""
-    return getattr(error, "model_refusal", False) is True
+def is_model_refusal(error: BaseException, model=None) -> bool:
+    """True when ``error`` says that an analysis is not defined for this kind of model, rather
+    than that it failed: an app shows such a reason as information, and a failure as an error.
+
+    That is an error raised through :func:`require_global_attention` or :func:`refuse_windowed`
+    (naming why and what works instead), or, given the ``model`` it came from (a LoadedViT, a
+    spec or a record), any AnalysisError of a windowed model: windowed attention is supported
+    analysis by analysis (:data:`WINDOWED_SUPPORT`), so what an analysis of one refuses is what
+    is not yet defined for it. A ViT's other AnalysisErrors are failures."""
+    if getattr(error, "model_refusal", False) is True:
+        return True
+    spec = getattr(model, "spec", model)
+    return isinstance(error, AnalysisError) and isinstance(spec, ViTSpec) and not spec.attends_globally
 
 
 def windowed_message(what: str, family: str) -> str:

@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-from conftest import random_pixels
 
 import analysis
 from analysis.attention_view import rollout_view_defined, rollout_view_rows
@@ -23,6 +22,7 @@ from analysis.robustness import (
 )
 from analysis.rollout import rollout_uniform_level
 from analysis.windowed import is_model_refusal, refuse_windowed
+from conftest import random_pixels
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_a_windowed_model_has_one_uniform_distance_per_layer(swin):
     assert reference.values[4].item() == pytest.approx(block, rel=1e-12)
     assert reference.values[5].item() == pytest.approx(block, rel=1e-12)
     with pytest.raises(analysis.AnalysisError, match="one uniform-attention reference per layer"):
-        reference.value
+        _ = reference.value
 
 
 # --------------------------------------------------------------------------- is_model_refusal
@@ -163,10 +163,12 @@ def test_a_windowed_refusal_is_told_from_a_failure(demo, swin):
     assert is_model_refusal(generic.value)
     with pytest.raises(analysis.AnalysisError) as patches:  # a Swin's failure that is no refusal of the kind
         analysis.distance_unit_length(swin.spec, "patches")
-    assert not is_model_refusal(patches.value)
+    assert not is_model_refusal(patches.value)  # alone: not raised as a refusal of windowed attention
+    assert is_model_refusal(patches.value, swin.spec) and is_model_refusal(patches.value, swin)  # a windowed model's
+    assert not is_model_refusal(ValueError("not an analysis"), swin.spec)
     with pytest.raises(analysis.AnalysisError) as vit_error:
         analysis.distance_unit_length(demo.spec, "furlongs")
-    assert not is_model_refusal(vit_error.value)
+    assert not is_model_refusal(vit_error.value) and not is_model_refusal(vit_error.value, demo.spec)  # a failure
     assert not is_model_refusal(analysis.AnalysisError("a failure")) and not is_model_refusal(ValueError("x"))
     refuse_windowed(demo.spec, "something")  # a ViT: nothing to refuse
 

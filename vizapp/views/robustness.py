@@ -245,7 +245,7 @@ try:
     before = resources.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
     after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
 except analysis.AnalysisError as exc:
-    if is_model_refusal(exc):  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
+    if is_model_refusal(exc, spec):  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
         refuse_page(exc)
     st.error(error_text(exc))
     st.stop()
