@@ -13,11 +13,13 @@ from .attention_maps import attention_map, attention_rows, pooling_attention_map
 from .capture import AttentionRecord, attention_taps, capture_attention
 from .distance import (
     DISTANCE_UNITS,
+    UniformDistanceReference,
     distance_in_units,
     distance_unit_length,
     mean_attention_distance,
     uniform_attention_distance,
     uniform_attention_distance_by_layer,
+    uniform_distance_reference,
 )
 from .errors import (
     AnalysisError,
@@ -109,6 +111,8 @@ __all__ = [
     "mean_attention_distance",
     "uniform_attention_distance",
     "uniform_attention_distance_by_layer",
+    "UniformDistanceReference",
+    "uniform_distance_reference",
     "DISTANCE_UNITS",
     "distance_unit_length",
     "distance_in_units",

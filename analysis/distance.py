@@ -8,6 +8,8 @@ layer's stage grid, in input pixels, so the two compare on one chart: see
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .capture import AttentionRecord
@@ -24,6 +26,8 @@ __all__ = [
     "attention_distance_per_image",
     "uniform_attention_distance",
     "uniform_attention_distance_by_layer",
+    "UniformDistanceReference",
+    "uniform_distance_reference",
     "window_distance_matrices",
     "DISTANCE_UNITS",
     "distance_unit_length",
@@ -121,6 +125,46 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
         per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
         values.append(per_query[real].mean())
     return torch.stack(values)
+
+
+@dataclass(frozen=True, eq=False)  # a tensor field: compare ``values`` and ``per_layer`` themselves
+class UniformDistanceReference:
+    """What a mean attention distance is read against: its value under uniform attention.
+
+    Attributes:
+        values: ``(L,)`` float64 input pixels, layer ``l``'s reference
+            (:func:`uniform_attention_distance_by_layer`).
+        per_layer: False when one value holds for every layer, because every layer attends over
+            the whole patch grid (a ViT: :func:`uniform_attention_distance`, drawn as one line);
+            True when each layer attends inside its own windows on its own stage grid (Swin,
+            SAM: one reference per layer, drawn as a step per layer).
+    """
+
+    values: torch.Tensor
+    per_layer: bool
+
+    @property
+    def value(self) -> float:
+        """The one reference of every layer (``per_layer`` False), else AnalysisError."""
+        if self.per_layer:
+            raise AnalysisError(
+                "This model has one uniform-attention reference per layer (each layer's window): read "
+                "UniformDistanceReference.values."
+            )
+        return float(self.values[0])
+
+
+def uniform_distance_reference(spec: ViTSpec) -> UniformDistanceReference:
+    """The uniform-attention reference of :func:`mean_attention_distance` for the model of
+    ``spec`` (a ViTSpec, or a LoadedViT / record, whose spec is used), in input pixels: one value
+    for every layer of a ViT (:func:`uniform_attention_distance`), or each layer's own for a
+    windowed model (:func:`uniform_attention_distance_by_layer`). See
+    :class:`UniformDistanceReference`."""
+    given = getattr(spec, "spec", spec)
+    if not isinstance(given, ViTSpec) or given.attends_globally:
+        uniform = uniform_attention_distance(spec)
+        return UniformDistanceReference(torch.full((given.num_layers,), uniform, dtype=torch.float64), False)
+    return UniformDistanceReference(uniform_attention_distance_by_layer(given), True)
 
 
 def distance_unit_length(spec: ViTSpec, unit: str) -> float:

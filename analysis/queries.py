@@ -128,17 +128,28 @@ def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTo
 
 
 def query_for_layers(spec: ViTSpec, query: Query) -> Query:
-    """A query chosen on the model's patch grid (``spec.grid_size``), as every layer's
-    :func:`analysis.attention_map` (and the code that reproduces it) takes it.
+    """The app's query (``"mean"``, ``"cls"``, ``"prefix:<i>"``, a pixel ``(y, x)`` or a row-major
+    patch index ``p`` of ``spec.grid_size``) as every layer's :func:`analysis.attention_map` and
+    rollout (and the code that reproduces them) take it.
 
-    On a model whose layers attend over one patch grid (a ViT) that is ``query`` itself: patch
-    ``p`` is the same token in every layer. A windowed model's layers lie on their own stage grids,
-    so a patch becomes the input pixel at its centre, :meth:`~analysis.spec.ViTSpec.patch_centre`
-    ``(y, x)``, and each layer reads the cell of its grid that holds it
-    (:meth:`~analysis.spec.ViTSpec.layer_cell`); ``"mean"`` and pixels are left as they are.
+    A model whose layers all attend over the one patch grid (a ViT): ``query`` unchanged, since
+    patch ``p`` is the same token in every layer. A windowed model (Swin, SAM), whose layers lie
+    on stage grids of their own: patch ``p = r·gw + c`` becomes the input pixel at its centre,
+    :meth:`~analysis.geometry.ViTSpec.patch_centre`,
+
+        (y, x) = (r·ph + ⌊ph/2⌋, c·pw + ⌊pw/2⌋),   (ph, pw) = spec.patch_size,
+
+    so each layer reads the cell of its own grid that holds that pixel
+    (:meth:`~analysis.geometry.ViTSpec.layer_cell`); ``"mean"`` and a pixel stay as they are.
+
+    Raises:
+        AnalysisError: a windowed model's patch index outside ``spec.grid_size``.
     """
-    if spec.attends_globally or isinstance(query, (str, tuple)):
+    if spec.attends_globally or not isinstance(query, numbers.Integral) or isinstance(query, bool):
         return query
+    (gh, gw) = spec.grid_size
+    if not 0 <= int(query) < gh * gw:
+        raise AnalysisError(f"Patch index {query} is outside the {gh}x{gw} grid (0..{gh * gw - 1}).")
     return spec.patch_centre(int(query))
 
 

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 
 import torch
 
+from .arguments import check_index
 from .checks import check_record
 from .errors import AnalysisError
+from .geometry import ViTSpec
 from .queries import Query, query_rows_for
 from .records import AttentionRecord
 from .rollout_rules import (
@@ -45,7 +47,27 @@ __all__ = [
     "layer_range",
     "HEAD_FUSIONS",
     "POST_NORM_WARNING",
+    "rollout_uniform_level",
 ]
+
+
+def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
+    """The weight each token of a rollout map gets when the query's row is spread evenly over the
+    tokens the rollout runs over: the "uniform" reference of the map's colour range
+    (:func:`analysis.plots.colour_range`).
+
+        u = 1 / (P + gh·gw),   P = prefix tokens, (gh, gw) the grid of ``spec.geometry(start_layer)``
+
+    The map lies on the start layer's grid (:func:`attention_rollout_by_layer`). A ViT: ``1/T``
+    (its prefix tokens and every patch of the one grid). A windowed model (Swin, SAM): one over
+    the cells of the start layer's stage grid (no prefix tokens).
+
+    Raises:
+        AnalysisError: ``start_layer`` is not a layer of the model.
+    """
+    geometry = spec.geometry(check_index("start_layer", start_layer, spec.num_layers, "layers"))
+    gh, gw = geometry.grid_size
+    return 1.0 / (geometry.prefix_tokens + gh * gw)
 
 
 def rollout_steps(

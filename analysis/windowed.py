@@ -37,7 +37,13 @@ from .errors import AnalysisError
 from .geometry import LayerGeometry, ViTSpec
 from .queries import check_pixel_query
 from .records import AttentionRecord
-from .windowed_support import WINDOWED_SUPPORT, refuse_windowed, require_global_attention, windowed_message
+from .windowed_support import (
+    WINDOWED_SUPPORT,
+    is_model_refusal,
+    refuse_windowed,
+    require_global_attention,
+    windowed_message,
+)
 
 __all__ = [
     "WindowedAttentionRecord",
@@ -46,6 +52,7 @@ __all__ = [
     "refuse_windowed",
     "require_global_attention",
     "windowed_message",
+    "is_model_refusal",
     "WINDOWED_SUPPORT",
 ]
 

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from .errors import AnalysisError
 from .geometry import ViTSpec
 
-__all__ = ["WINDOWED_SUPPORT", "refuse_windowed", "require_global_attention", "windowed_message"]
+__all__ = [
+    "WINDOWED_SUPPORT",
+    "refuse_windowed",
+    "require_global_attention",
+    "windowed_message",
+    "is_model_refusal",
+]
 
 WINDOWED_SUPPORT = (
     "capture_attention (record.windows), attention_map, mean_attention_distance with "
@@ -41,7 +47,24 @@ def require_global_attention(value, error_for: Callable[[ViTSpec], Exception]) -
     define it and what to use instead; :func:`refuse_windowed` is the generic one."""
     spec = getattr(value, "spec", value)
     if isinstance(spec, ViTSpec) and spec.is_windowed:
-        raise error_for(spec)
+        error = error_for(spec)
+        error.model_refusal = True  # type: ignore[attr-defined]  # read by is_model_refusal
+        raise error
+
+
+def is_model_refusal(error: BaseException, model=None) -> bool:
+    """True when ``error`` says that an analysis is not defined for this kind of model, rather
+    than that it failed: an app shows such a reason as information, and a failure as an error.
+
+    That is an error raised through :func:`require_global_attention` or :func:`refuse_windowed`
+    (naming why and what works instead), or, given the ``model`` it came from (a LoadedViT, a
+    spec or a record), any AnalysisError of a windowed model: windowed attention is supported
+    analysis by analysis (:data:`WINDOWED_SUPPORT`), so what an analysis of one refuses is what
+    is not yet defined for it. A ViT's other AnalysisErrors are failures."""
+    if getattr(error, "model_refusal", False) is True:
+        return True
+    spec = getattr(model, "spec", model)
+    return isinstance(error, AnalysisError) and isinstance(spec, ViTSpec) and not spec.attends_globally
 
 
 def windowed_message(what: str, family: str) -> str:

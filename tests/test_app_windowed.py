@@ -140,7 +140,7 @@ def test_a_click_on_any_layer_grid_queries_that_cell_on_that_layer():
         geometry = spec.geometry(layer)
         for cell in range(geometry.grid_size[0] * geometry.grid_size[1]):
             patch = windowed.layer_cell_to_query_patch(spec, geometry, cell)
-            assert geometry.cell_of_pixel(*windowed.query_pixel(spec, patch)) == cell
+            assert geometry.cell_of_pixel(*spec.patch_centre(patch)) == cell
 
 
 # --------------------------------------------------------------------------- every page, every family
@@ -242,7 +242,7 @@ def test_the_thumbnails_hold_every_layer_and_head_of_each_stage():
     at.number_input(key="query_patch").set_value(5 * 28 + 9).run()
     at.radio(key="thumb_scale").set_value("shared").run()
     assert_clean(at)
-    query = windowed.query_pixel(spec, 5 * 28 + 9)
+    query = spec.patch_centre(5 * 28 + 9)
     for stage, layers in windowed.stage_layers(spec).items():
         geometry = spec.geometry(layers[0])
         heads = geometry.num_heads
@@ -296,7 +296,7 @@ def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
     heatmaps = traces(panels, "heatmap")
     assert [array(h["z"]).shape for h in heatmaps] == [(28, 28), (4, 4), (14, 14), (14, 14)]
     assert [h["dx"] for h in heatmaps] == [4, 28, 16, 16]
-    query = windowed.query_pixel(spec, 0)
+    query = spec.patch_centre(0)
     record = record_of(loaded("swin"))
     np.testing.assert_allclose(
         array(heatmaps[0]["z"]), analysis.attention_map(record, 1, query=query)[0].numpy(), rtol=1e-5, atol=1e-7
@@ -846,7 +846,7 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
     geometry = spec.geometry(layer)
     (view,) = [c for c in at.get("component_instance") if c.proto.component_name.endswith("attention_view")]
     args = json.loads(view.proto.json_args)
-    query_cell = geometry.cell_of_pixel(*windowed.query_pixel(spec, 5))
+    query_cell = geometry.cell_of_pixel(*spec.patch_centre(5))
     assert args["windowed"] is True and (args["grid"], args["patch_size"]) == (
         list(geometry.grid_size),
         list(geometry.stride),

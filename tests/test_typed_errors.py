@@ -55,6 +55,7 @@ from analysis import (
     top_mass_mask,
     uniform_attention_distance,
     uniform_attention_distance_by_layer,
+    uniform_distance_reference,
     upsample_map,
     windowed_rollout,
 )
@@ -176,6 +177,7 @@ CASES = [
     ("distance of a non-record", "AttentionRecord", lambda c: mean_attention_distance(None)),
     ("uniform distance of a non-spec", "ViTSpec", lambda c: uniform_attention_distance((8, 8))),
     ("uniform distance by layer of a non-spec", "ViTSpec", lambda c: uniform_attention_distance_by_layer((8, 8))),
+    ("uniform distance reference of a non-spec", "ViTSpec", lambda c: uniform_distance_reference((8, 8))),
     ("distance unit unknown", "distance unit", lambda c: distance_unit_length(c.vit, "inches")),
     ("distance unit of a non-spec", "ViTSpec", lambda c: distance_unit_length((16, 16), "patches")),
     ("distance in units, unknown unit", "distance unit", lambda c: distance_in_units(3.0, c.vit, "cm")),
@@ -311,6 +313,7 @@ def test_every_public_function_is_walked():
         "mean_attention_distance",
         "uniform_attention_distance",
         "uniform_attention_distance_by_layer",
+        "uniform_distance_reference",
         "relative_position_bias",
         "decomposed_relative_position",
         "dataset_attention_distance",

@@ -245,9 +245,6 @@ def layer_attention_grids(
     return tuple(maps)
 
 
-windowed_attention_grid = layer_attention_grids  # the name the windowed Attention page reads
-
-
 @st.cache_data(show_spinner="Gathering the pooling attention…", max_entries=MAX_RESULTS)
 def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
     """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
@@ -321,17 +318,11 @@ def set_chunk_distances(
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def uniform_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> float:
-    """Mean attention distance (px) if every patch attended uniformly to all patches."""
-    return float(analysis.uniform_attention_distance(forward(ref, digest, _image_bytes).record.spec))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def uniform_distance_by_layer(ref: ModelRef) -> np.ndarray:
-    """Each layer's mean attention distance under uniform attention, ``(L,)`` px
-    (:func:`analysis.uniform_attention_distance_by_layer`: a windowed model's reference is its
-    layer's window on its stage grid; a ViT's is the same value for every layer)."""
-    return analysis.uniform_attention_distance_by_layer(get_model(ref).spec).numpy()
+def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) -> analysis.UniformDistanceReference:
+    """The mean attention distance under uniform attention, px, for this image's spec
+    (:func:`analysis.uniform_distance_reference`): one value for every layer of a ViT, or
+    each layer's own window on its stage grid for a windowed model."""
+    return analysis.uniform_distance_reference(forward(ref, digest, _image_bytes).record.spec)
 
 
 # --------------------------------------------------------------------------- model-only analyses

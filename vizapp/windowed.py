@@ -22,8 +22,6 @@ from analysis.spec import LayerGeometry
 __all__ = [
     "stage_layers",
     "stage_label",
-    "query_pixel",
-    "analysis_query",
     "finest_cell_of_pixel",
     "layer_cell_to_query_patch",
     "window_members",
@@ -53,20 +51,6 @@ def stage_label(spec: ViTSpec, stage: int) -> str:
     stride = f"{sy} px" if sy == sx else f"{sy}×{sx} px"
     window = "global" if geometry.is_global else f"{ww}×{wh} windows"
     return f"stage {stage} · {gw}×{gh} cells of {stride} · {geometry.num_heads} heads · {window}"
-
-
-def query_pixel(spec: ViTSpec, patch: int) -> tuple[int, int]:
-    """The input pixel ``(y, x)`` at the centre of cell ``patch`` of the finest grid
-    (``spec.grid_size``, cells of ``spec.patch_size`` px)."""
-    (ph, pw), gw = spec.patch_size, spec.grid_size[1]
-    r, c = divmod(int(patch), gw)
-    return (r * ph + ph // 2, c * pw + pw // 2)
-
-
-def analysis_query(spec: ViTSpec, query: str | int) -> str | tuple[int, int]:
-    """The app's query (``"mean"`` or a finest-grid cell) as :func:`analysis.attention_map`
-    takes it for every layer: ``"mean"`` or a pixel ``(y, x)``."""
-    return query if isinstance(query, str) else query_pixel(spec, query)
 
 
 def finest_cell_of_pixel(spec: ViTSpec, y: float, x: float) -> int:

@@ -20,14 +20,13 @@ import streamlit as st
 from analysis import masked_image, top_mass_mask
 from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
+from analysis.queries import query_for_layers
 from vizapp import figures, limits, resources, ui
 from vizapp.attention_view import follow_view, served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code
 from vizapp.ui import clamp_state, head_label, point_index, query_controls, selected_point, show_chart
 from vizapp.windowed import (
-    analysis_query,
     layer_cell_to_query_patch,
-    query_pixel,
     stage_label,
     stage_layers,
     uniform_level,
@@ -125,7 +124,7 @@ def _overlay_click(chart_key: str, spec, geometry):
 def _describe(query: str | int, spec, geometry) -> str:
     if isinstance(query, str):
         return "mean over all cells"
-    y, x = query_pixel(spec, query)
+    y, x = spec.patch_centre(query)
     r, c = divmod(geometry.cell_of_pixel(y, x), geometry.grid_size[1])
     return f"pixel (y {y}, x {x}) · cell (row {r}, col {c})"
 
@@ -153,14 +152,14 @@ def render(cur: Current) -> None:
         st.session_state.setdefault("opacity", 0.6)
         opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
 
-    library_query = analysis_query(spec, query)
-    maps = resources.windowed_attention_grid(*cur.args, library_query)  # per layer (heads_l + 1, gh_l, gw_l)
+    library_query = query_for_layers(spec, query)
+    maps = resources.layer_attention_grids(*cur.args, library_query)  # per layer (heads_l + 1, gh_l, gw_l)
     column = heads if head == "mean" else int(head)
     shown = maps[layer][column]
     uniform = uniform_level(geometry)
     everything = np.concatenate([m.ravel() for m in maps])
     query_text = _describe(query, spec, geometry)
-    query_cell = None if isinstance(query, str) else geometry.cell_of_pixel(*query_pixel(spec, query))
+    query_cell = None if isinstance(query, str) else geometry.cell_of_pixel(*spec.patch_centre(query))
     inside = None  # the query's window: the only cells drawn, and the only ones a robust range counts
     if query_cell is not None:
         inside = np.zeros(geometry.grid_size, bool)

@@ -50,7 +50,8 @@ def _all_zero(what: str) -> str:
 
 
 def render(cur) -> None:
-    """Draw the relative-position section for a windowed model (call only when ``spec.is_windowed``)."""
+    """Draw the relative-position section for a windowed model (the Position page calls it for a
+    model whose layers attend inside windows of stage grids)."""
     spec = cur.spec
     st.subheader("Relative-position bias (the windowed analogue of Figure 7, centre)")
     layer = _layer_picker(spec)

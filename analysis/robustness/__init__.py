@@ -62,7 +62,7 @@ from .perturbations import (
     shuffle_patches,
     token_drop,
 )
-from .probe import SALIENCY_NAMES, Probe, probe
+from .probe import SALIENCY_NAMES, Probe, is_last_layer_attention, probe, saliency_description
 from .texture import (
     TEXTURE_PROBES,
     ShapeBias,
@@ -137,6 +137,8 @@ __all__ = [
     "Probe",
     "probe",
     "SALIENCY_NAMES",
+    "saliency_description",
+    "is_last_layer_attention",
     "DroppedTokenPass",
     "kept_rollout",
     "kept_attention_distance",

@@ -18,7 +18,7 @@ from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
 from .perturbations import check_token_drop, drop_pixels, patch_drop_indices
 
-__all__ = ["Probe", "probe", "SALIENCY_NAMES"]
+__all__ = ["Probe", "probe", "SALIENCY_NAMES", "saliency_description", "is_last_layer_attention"]
 
 #: what ``Probe.saliency`` is, per kind of model
 SALIENCY_NAMES = {
@@ -26,6 +26,27 @@ SALIENCY_NAMES = {
     "windowed": "last layer's attention, mean over every query cell and head",
     "cnn": "Grad-CAM",
 }
+
+
+def is_last_layer_attention(saliency_name: str) -> bool:
+    """Whether a probe's map (its ``saliency_name``) is a windowed model's last-layer attention on
+    that layer's own grid (:data:`SALIENCY_NAMES` ``["windowed"]``), not a rollout over the patch grid."""
+    return saliency_name == SALIENCY_NAMES["windowed"]
+
+
+def saliency_description(saliency_name: str, grid: tuple[int, int], image_size: tuple[int, int]) -> str:
+    """What a probe's ``(gh, gw)`` map over an ``image_size`` ``(H, W)`` input is, for a caption:
+    its ``saliency_name``, and for a windowed model's map (:func:`is_last_layer_attention`) the grid
+    it lies on, ``", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across
+    windows and stages)"`` with ``sx = max(1, ⌊W/gw⌋)``."""
+    if not is_last_layer_attention(saliency_name):
+        return saliency_name
+    gh, gw = int(grid[0]), int(grid[1])
+    width = int(image_size[1])
+    return (
+        f"{saliency_name}, on the last layer's {gw}×{gh} grid "
+        f"({max(1, width // gw)} px cells; no rollout across windows and stages)"
+    )
 
 
 @dataclass(frozen=True)

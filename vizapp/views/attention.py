@@ -32,7 +32,7 @@ KEPT_KEYS = ("layer", "opacity", "thumb_scale", "dino_show", "dino_mass")
 TRANSIENT_KEYS = ("attn_view",)
 
 cur = current()
-if cur.spec.is_windowed:  # Swin, SAM: per-layer grids, windows and heads (vizapp.windowed_attention)
+if not cur.spec.attends_globally:  # Swin, SAM: per-layer grids, windows and heads (vizapp.windowed_attention)
     from vizapp.windowed_attention import render
 
     render(cur)

@@ -73,6 +73,7 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
 series: list[tuple[str, np.ndarray]] = []  # (name, (L, heads) in `unit`)
 references: list[tuple[str, float]] = []  # (label, value in `unit`)
 layer_references: list[tuple[str, np.ndarray]] = []  # windowed models: (label, (L,) in `unit`), one per layer
+references_by_model: list[analysis.UniformDistanceReference] = []  # each added model's, in order
 set_refused: list[str] = []  # prefixes of the models whose image-set average the library refused
 arrays: dict[str, np.ndarray] = {}
 
@@ -95,13 +96,15 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
     if mean is not None and stack is not None:  # both or neither
         series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
         arrays[f"{prefix}set_mean"], arrays[f"{prefix}set_per_image"] = mean * to_unit, stack * to_unit
-    if spec.is_windowed:  # one reference per layer: its window on its stage grid
-        per_layer = resources.uniform_distance_by_layer(ref) * to_unit
+    reference = resources.uniform_distance_reference(*args)  # a ViT: one for every layer; windowed: each layer's
+    references_by_model.append(reference)
+    if reference.per_layer:  # each layer's window on its stage grid: a step per layer
+        per_layer = reference.values.numpy() * to_unit
         arrays[f"{prefix}uniform_reference"] = per_layer
         layer_references.append((f"{name} uniform in each layer's window", per_layer))
         return
     gh, gw = spec.grid_size
-    uniform = resources.uniform_distance(*args) * to_unit
+    uniform = reference.value * to_unit
     arrays[f"{prefix}uniform_reference"] = np.array(uniform)
     for i, (label, value) in enumerate(references):  # the same line for both models: one label
         if abs(value - uniform) <= 1e-9 * max(1.0, abs(value)):
@@ -155,6 +158,6 @@ show_code(
         unit=unit,
         image_set=inputs.sample_paths() if which == "samples" and with_set else None,
         image_set_names=[i.name for i in images] if with_set else (),
-        windowed=cur.spec.is_windowed,
+        windowed=references_by_model[0].per_layer,  # the first model's reference: one value per layer
     )
 )

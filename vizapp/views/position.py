@@ -25,13 +25,13 @@ KIND_LABELS = {
     "table": "learned position table (Figure 7)",
     "rope": "rotary features [sin θp, cos θp] (RoPE)",
 }
-if cur.spec.is_windowed:  # Swin, SAM: the relative-position bias per layer (vizapp.windowed_position)
+kinds = analysis.position_encoding_kinds(cur.vit)
+if not cur.spec.attends_globally:  # Swin, SAM: the relative-position bias per layer (vizapp.windowed_position)
     from vizapp.windowed_position import render as render_relative_bias
 
     render_relative_bias(cur)
-kinds = analysis.position_encoding_kinds(cur.vit)
-if kinds and cur.spec.is_windowed:
-    st.subheader("Absolute position table")
+    if kinds:  # and an absolute table as well: drawn below as a ViT's
+        st.subheader("Absolute position table")
 if not kinds:
     st.info(
         f"{cur.model.label} encodes positions as {cur.spec.position_embedding}: "

@@ -13,8 +13,11 @@ from analysis.robustness import (
     IMAGENET_1K_CNNS,
     SET_LEVELS,
     check_token_drop,
+    is_last_layer_attention,
+    saliency_description,
     shuffle_grids,
 )
+from analysis.windowed import is_model_refusal
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
@@ -242,7 +245,7 @@ try:
     before = resources.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
     after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
 except analysis.AnalysisError as exc:
-    if spec.is_windowed:  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
+    if is_model_refusal(exc, spec):  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
         refuse_page(exc)
     st.error(error_text(exc))
     st.stop()
@@ -324,10 +327,8 @@ if cnn is not None:
         f" The CNN's Grad-CAM of its clean prediction, on its last {h}×{w} feature map "
         f"({height_px // h}×{width_px // w} px cells)."
     )
-vit_map_text = f"The ViT's map: {before.saliency_name}"
-if spec.is_windowed:
-    (gh, gw), (sy, sx) = before.saliency.shape, stride_of_map(spec.img_size, before.saliency.shape)
-    vit_map_text += f", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across windows and stages)"
+# a windowed model's map: its last layer's attention, on that layer's grid (the library says which)
+vit_map_text = f"The ViT's map: {saliency_description(before.saliency_name, before.saliency.shape, spec.img_size)}"
 st.caption(
     vit_map_text
     + (" (blank: dropped tokens; the rollout runs over the tokens that remain)" if perturbation == "token_drop" else "")
@@ -362,7 +363,7 @@ show_code(
         level=level,
         selection=selection,
         seed=seed,
-        windowed=spec.is_windowed,
+        windowed=is_last_layer_attention(before.saliency_name),  # the map the probe drew (not a rollout)
     )
 )
 

@@ -6,8 +6,10 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
+from analysis.attention_view import rollout_view_defined
 from analysis.plots import colour_range, robust_top
-from analysis.rollout import POST_NORM_WARNING
+from analysis.queries import query_for_layers
+from analysis.rollout import POST_NORM_WARNING, rollout_uniform_level
 from analysis.windowed_rollout import MERGE_WARNING
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
@@ -25,7 +27,7 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
-from vizapp.windowed import analysis_query, stage_label, stage_layers
+from vizapp.windowed import stage_label, stage_layers
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("opacity", "fusion", "discard_ratio", "start_layer", "rollout_norm", "rollout_span", "rollout_merge")
@@ -91,8 +93,8 @@ with right:
     st.session_state.setdefault("opacity", 0.6)
     opacity = st.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="opacity")
 
-# a windowed model's query is the pixel at the chosen cell's centre (vizapp.windowed), valid on any stage grid
-library_query = analysis_query(spec, query) if spec.is_windowed else query
+# a windowed model's query is the pixel at the chosen cell's centre, valid on any stage grid; a ViT's is unchanged
+library_query = query_for_layers(spec, query)
 try:
     # (steps, gh, gw): after each layer of start..L-1 (or of the stage), every map on start's grid
     strip = resources.rollout_by_layer(*cur.args, fusion, float(discard), int(start), library_query, stage, merge)
@@ -106,15 +108,20 @@ final = strip[-1]
 grid = tuple(final.shape)  # the result's own grid (a windowed model's may be a stage grid)
 stride = stride_of_map(spec.img_size, grid)
 query_text = describe_query(query, spec)
-uniform = 1 / final.size if spec.is_windowed else 1 / spec.num_tokens
+uniform = rollout_uniform_level(spec, int(start))  # 1/T for a ViT, 1/(cells of the start stage's grid) windowed
 robust = cur.map_range == "robust"
 lo, hi, range_text = colour_range(cur.map_range, cur.shown(final), strip, uniform=uniform, left_out=cur.left_out(final))
 
 
-# the instant view of every query's rollout after each layer: a ViT, within VIZAPP_VIEW_MB
-view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
-with left:
-    if not spec.is_windowed and view_bytes <= limits.MAX_VIEW_BYTES:
+# the instant view of every query's rollout after each layer: where the library defines it (a ViT), within
+# VIZAPP_VIEW_MB
+has_view = rollout_view_defined(spec)
+
+
+def instant_view() -> None:
+    """The instant rollout view, or why it is off (over VIZAPP_VIEW_MB)."""
+    view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
+    if view_bytes <= limits.MAX_VIEW_BYTES:
         attention_view(
             data=served(
                 *resources.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"
@@ -144,12 +151,17 @@ with left:
             "one 255th of each map's range); ↑/↓ step the last layer rolled out; click to make the patch the query. "
             "The same map as a chart, with hover values and downloads:"
         )
-    elif not spec.is_windowed:
+    else:
         st.caption(
             f"The instant hover view is off for this model: every query's rollout after each of these layers is "
             f"{view_bytes / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page may hold "
             "(VIZAPP_VIEW_MB). Click the chart to pick a query."
         )
+
+
+with left:
+    if has_view:
+        instant_view()
     outlier_notice(cur, final, "this rollout")
     figure = figures.attention_overlay(
         resources.background_uri(*cur.args),
@@ -191,7 +203,7 @@ with left:
             query=library_query,
             stage=stage,
             merge=merge,
-            windowed=spec.is_windowed,
+            windowed=not has_view,  # a windowed model: no instant view in the script either
         )
     )
 
