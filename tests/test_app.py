@@ -1352,7 +1352,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     current = app.session_state["current"]
     stored = resources.forward(*current.args)
     assert stored.record.attentions.dtype == torch.float16
-    resources.attention_grid.clear()
+    resources.layer_attention_grids.clear()
     app.slider(key="layer").set_value(app.slider(key="layer").max).run()
     assert_clean(app)
     layer = app.slider(key="layer").value
@@ -1360,7 +1360,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     drawn = overlay_map(chart(app, "attn_overlay"))
     np.testing.assert_allclose(drawn, expected[0].numpy(), rtol=2e-3, atol=1e-5)  # float16: 11 significant bits
     resources.record_store().clear()
-    resources.attention_grid.clear()
+    resources.layer_attention_grids.clear()
 
 
 @pytest.mark.upload
@@ -1624,7 +1624,7 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
 
     monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
     resources.record_store().clear()
-    resources.attention_grid.clear()
+    resources.layer_attention_grids.clear()
     try:
         app.slider(key="layer").set_value(1).run()
         assert_clean(app)
@@ -1635,4 +1635,4 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
         np.testing.assert_array_equal(script["attention"], npz["attention"])  # the same float16 record
     finally:
         resources.record_store().clear()
-        resources.attention_grid.clear()
+        resources.layer_attention_grids.clear()

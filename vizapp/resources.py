@@ -163,21 +163,12 @@ def top_predictions(ref: ModelRef, digest: str, _image_bytes: bytes, k: int = 5)
     return labels, probs[order]
 
 
-@st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)
 def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str | int) -> np.ndarray:
-    """Every layer's attention maps for one query: ``(L, heads + 1, gh, gw)`` float32.
-
-    Index ``h < heads`` is head h, index ``heads`` is the mean over heads (both straight
-    from :func:`analysis.attention_map`).
-    """
-    record = forward(ref, digest, _image_bytes).record
-    spec = record.spec
-    maps = np.empty((spec.num_layers, spec.num_heads + 1, *spec.grid_size), np.float32)
-    for layer in range(spec.num_layers):
-        for head in range(spec.num_heads):
-            maps[layer, head] = attention_map(record, layer, head=head, query=query)[0].numpy()
-        maps[layer, spec.num_heads] = attention_map(record, layer, head=None, query=query)[0].numpy()
-    return maps
+    """Every layer's attention maps for one query of a model whose layers share one grid (a ViT):
+    ``(L, heads + 1, gh, gw)`` float32, index ``h < heads`` head h, index ``heads`` the mean over
+    heads. The layers of :func:`layer_attention_grids` stacked, so the Attention and Compare pages
+    share one cached computation."""
+    return np.stack(layer_attention_grids(ref, digest, _image_bytes, query))
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
@@ -234,7 +225,7 @@ def layer_attention_grids(
     pixel ``(y, x)``): per layer ``(heads_l + 1, gh_l, gw_l)`` float32 on that layer's own grid
     (``spec.geometry(layer)``; a windowed model's zero outside the query's window). Index
     ``h < heads_l`` is head h, the last the mean over heads (both from :func:`analysis.attention_map`;
-    a ViT's are the rows of :func:`attention_grid`)."""
+    a ViT's, stacked, are :func:`attention_grid`)."""
     record = forward(ref, digest, _image_bytes).record
     spec = record.spec
     maps = []
