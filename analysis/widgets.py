@@ -234,7 +234,7 @@ def widget_class():
 
 
 class _AttentionSource:
-    """Attention's own maps: every layer under the budget (or the one shown), or one windowed layer."""
+    """Attention's own maps; :func:`_attention_source` picks the kind once, from the record."""
 
     def __init__(self, record, budget_bytes: int):
         self.record, self.budget = record, budget_bytes
@@ -247,10 +247,17 @@ class _AttentionSource:
         if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 
+
+class _GlobalAttentionSource(_AttentionSource):
+    """A ViT's maps: every layer under the budget (or the one shown), queries as
+    :func:`analysis.queries.resolve_query` writes them."""
+
+    def query(self, query):
+        """``None`` -> the default; a ``(y, x)`` input pixel -> the row-major patch that holds it;
+        ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index as they are."""
+        return resolve_query(self.record.spec, query).query
+
     def data(self, layer: int):
-        if not self.record.spec.attends_globally:
-            blob, meta = windowed_view_blob(self.record, layer)
-            return (layer,), blob, meta
         held = layers_to_send(self.record.spec, layer, self.budget)
         if held is None:
             raise AnalysisError(
@@ -261,13 +268,38 @@ class _AttentionSource:
         return held, blob, meta
 
     def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
-        spec = self.record.spec
-        if not spec.attends_globally:
-            cell = None if query == "mean" else int(query)
-            return windowed_view_args(
-                data=meta, image_uri="", spec=spec, layer=layer, head=head, query_cell=cell, **style
+        return view_args(data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query=query, **style)
+
+
+class _WindowedAttentionSource(_AttentionSource):
+    """A windowed model's maps (Swin, SAM): one layer at a time, on its stage grid; queries are a
+    cell of that grid or ``"mean"``."""
+
+    def query(self, query):
+        """``None`` -> ``"mean"``; a cell index or ``"mean"`` as they are; an input pixel is refused."""
+        if query is None:
+            return "mean"
+        if isinstance(query, tuple):
+            raise AnalysisError(
+                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
             )
-        return view_args(data=meta, image_uri="", spec=spec, layer=layer, head=head, query=query, **style)
+        return query
+
+    def data(self, layer: int):
+        blob, meta = windowed_view_blob(self.record, layer)
+        return (layer,), blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        cell = None if query == "mean" else int(query)
+        return windowed_view_args(
+            data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query_cell=cell, **style
+        )
+
+
+def _attention_source(record, budget_bytes: int) -> _AttentionSource:
+    """The view's source for ``record``: the one place the widget asks the model's kind."""
+    kind = _GlobalAttentionSource if record.spec.attends_globally else _WindowedAttentionSource
+    return kind(record, budget_bytes)
 
 
 class _HeldMapsSource:
@@ -283,6 +315,10 @@ class _HeldMapsSource:
         heads = self.labels.get("heads", self.spec.num_heads)
         if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index of this view.')
+
+    def query(self, query):
+        """As :meth:`_GlobalAttentionSource.query`: held maps lie on one token grid."""
+        return resolve_query(self.spec, query).query
 
     def data(self, layer: int):
         blob, meta = view_blob(self.record, self.layers, self.rows)
@@ -334,7 +370,7 @@ def attention_view(
     """
     spec = record.spec
     return _widget(
-        _AttentionSource(record, int(budget_mb * 2**20)),
+        _attention_source(record, int(budget_mb * 2**20)),
         image,
         spec,
         layer=spec.num_layers - 1 if layer is None else layer,
@@ -346,23 +382,6 @@ def attention_view(
     )
 
 
-def _widget_query(spec, query):
-    """The view's query as its trait holds it: a ViT's in the canonical form of
-    :func:`analysis.queries.resolve_query` (``None`` -> the default; a ``(y, x)`` input pixel, as
-    :func:`analysis.attention_map` takes it -> the row-major patch that contains it; ``"cls"``,
-    ``"mean"``, ``"prefix:<i>"`` or a patch index as they are); a windowed model's: a cell index
-    of the shown stage's grid or ``"mean"`` (default)."""
-    if spec.attends_globally:
-        return resolve_query(spec, query).query
-    if query is None:
-        return "mean"
-    if isinstance(query, tuple):
-        raise AnalysisError(
-            f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
-        )
-    return query
-
-
 def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
     cls = widget_class()
     background = _image_array(image, spec)
@@ -372,7 +391,7 @@ def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, o
         background,
         layer=int(layer),
         head=head,
-        query=_widget_query(spec, query),
+        query=source.query(query),
         colorscale=colorscale,
         map_range=map_range,
         opacity=opacity,
