@@ -72,7 +72,8 @@ def uniform_attention_distance(spec: ViTSpec) -> float:
             "uniform_attention_distance_by_layer(spec), one value per layer."
         ),
     )
-    return float(patch_distance_matrix(check_spec(spec, "uniform_attention_distance")).mean())
+    # one rule with the windowed layers': the mean over query patches of the mean distance to every patch
+    return float(uniform_attention_distance_by_layer(check_spec(spec, "uniform_attention_distance"))[0])
 
 
 def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,16 +116,16 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
     over the whole window; far below it, they learned locality beyond what the window gives.
     """
     given = getattr(spec, "spec", spec)
-    if not isinstance(given, ViTSpec) or given.attends_globally:
-        uniform = uniform_attention_distance(spec)
-        return torch.full((given.num_layers,), uniform, dtype=torch.float64)
-    values = []
-    for geometry in given.layer_geometry:
-        distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
-        keys = (geometry.allowed() & real[:, None, :]).double()  # (windows, Wt, Wt)
-        per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
-        values.append(per_query[real].mean())
-    return torch.stack(values)
+    if not isinstance(given, ViTSpec):
+        given = check_spec(spec, "uniform_attention_distance_by_layer")
+    values: dict = {}  # per distinct geometry: a ViT's layers share one
+    for geometry in given.geometries():  # a ViT's: one window of the whole grid, prefix slots not real
+        if geometry not in values:
+            distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
+            keys = (geometry.allowed() & real[:, None, :]).double()  # (windows, Wt, Wt)
+            per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
+            values[geometry] = per_query[real].mean()
+    return torch.stack([values[geometry] for geometry in given.geometries()])
 
 
 @dataclass(frozen=True, eq=False)  # a tensor field: compare ``values`` and ``per_layer`` themselves
@@ -161,10 +162,10 @@ def uniform_distance_reference(spec: ViTSpec) -> UniformDistanceReference:
     windowed model (:func:`uniform_attention_distance_by_layer`). See
     :class:`UniformDistanceReference`."""
     given = getattr(spec, "spec", spec)
-    if not isinstance(given, ViTSpec) or given.attends_globally:
-        uniform = uniform_attention_distance(spec)
-        return UniformDistanceReference(torch.full((given.num_layers,), uniform, dtype=torch.float64), False)
-    return UniformDistanceReference(uniform_attention_distance_by_layer(given), True)
+    if not isinstance(given, ViTSpec):
+        given = check_spec(spec, "uniform_distance_reference")
+    one_grid = all(geometry.is_global for geometry in given.geometries()) and len(set(given.geometries())) == 1
+    return UniformDistanceReference(uniform_attention_distance_by_layer(given), not one_grid)
 
 
 def distance_unit_length(spec: ViTSpec, unit: str) -> float:
