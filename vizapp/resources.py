@@ -718,8 +718,8 @@ def attack_view(
     clean_unit = to_unit(pixels).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
     unit = to_unit(adversarial.to(model.device)).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
     return AttackView(
-        clean_logits.softmax(-1)[0].cpu().numpy(),
-        adversarial_logits.softmax(-1)[0].cpu().numpy(),
+        model.probabilities(clean_logits)[0].cpu().numpy(),  # the model's own rule
+        model.probabilities(adversarial_logits)[0].cpu().numpy(),
         np.round(unit * 255).astype(np.uint8),
         (unit - clean_unit) * 255.0,
     )
@@ -801,7 +801,7 @@ def corruption_view(
     corrupted = corrupt_image(load_image(_image_bytes), corruption, severity, seed=0)
     with torch.no_grad():
         logits = model.model(model.preprocess(Image.fromarray(corrupted)).to(model.device)).float()
-    return corrupted, logits.softmax(-1)[0].cpu().numpy()
+    return corrupted, model.probabilities(logits)[0].cpu().numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)

@@ -111,10 +111,11 @@ def intervention(
     ref: ModelRef, sae_name: str, digest: str, _image_bytes: bytes, feature: int, factor: float
 ) -> dict[str, np.ndarray]:
     """The :class:`~analysis.sae.Intervention` of scaling ``feature`` by ``factor``, as arrays."""
-    result = intervene(get_model(ref), get_sae(sae_name), _pixels(ref, _image_bytes), {int(feature): float(factor)})
+    vit = get_model(ref)
+    result = intervene(vit, get_sae(sae_name), _pixels(ref, _image_bytes), {int(feature): float(factor)})
     return {
-        "clean_probabilities": torch.softmax(result.clean_logits.double(), -1).numpy(),
-        "steered_probabilities": torch.softmax(result.steered_logits.double(), -1).numpy(),
+        "clean_probabilities": vit.probabilities(result.clean_logits).numpy(),  # (C,) by the model's own rule
+        "steered_probabilities": vit.probabilities(result.steered_logits).numpy(),
         "clean_class_map": result.clean_class_map.numpy(),
         "steered_class_map": result.steered_class_map.numpy(),
         "change_map": result.change_map.numpy(),

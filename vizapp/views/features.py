@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.loading.loaded import class_label
+from analysis.loading.loaded import class_label, top_classes
 from analysis.sae import DEMO_SAE_POINT, SAEError
 from vizapp import figures, resources, sae_resources
 from vizapp.messages import error_text, escape_markdown
@@ -128,7 +128,7 @@ with right:
     st.number_input("Patch (row-major)", 0, gh * gw - 1, step=1, key=PATCH)
     row, col = divmod(patch, gw)
     values = grid[row, col]  # (d_sae,)
-    order = [int(i) for i in np.argsort(-values, kind="stable")[:TOP_FEATURES] if values[i] > 0]
+    order = [i for i in top_classes(values, TOP_FEATURES) if values[i] > 0]  # the one ranking rule
     if not order:
         st.info("No feature fires on this patch.")
     else:
@@ -247,9 +247,7 @@ factor = st.slider("Scale the feature by", 0.0, 10.0, step=0.5, key="feat_scale"
 if effect is not None:
     changed = sae_resources.intervention(cur.model, sae_name, cur.image.digest, cur.image.data, feature, float(factor))
     clean, steered = changed["clean_probabilities"], changed["steered_probabilities"]
-    shown = sorted(
-        set(np.argsort(-clean)[:5].tolist()) | set(np.argsort(-steered)[:5].tolist()), key=lambda c: -clean[c]
-    )
+    shown = sorted(set(top_classes(clean, 5)) | set(top_classes(steered, 5)), key=lambda c: -clean[c])
     names = [class_label(cur.vit.class_names, c) for c in shown]
     bars_column, maps_column = st.columns([2, 3], gap="medium")
     with bars_column:

@@ -220,7 +220,7 @@ with controls[0]:
     )
 with controls[1]:
     kept = [p for p in st.session_state.get("tp_mapped", []) if p in prompts]
-    ranked = [prompts[i] for i in np.argsort(-logits, kind="stable")]  # the best-matching prompts first
+    ranked = [prompts[i] for i in analysis.top_classes(logits)]  # the best-matching prompts first
     st.session_state["tp_mapped"] = kept or ranked[:2]
     mapped = st.multiselect(
         "Prompts to map",
