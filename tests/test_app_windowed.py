@@ -670,7 +670,7 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
     info = " ".join(i.body for i in at.info).replace("\\", "")
     assert "method='chefer' is not defined for a windowed model" in info
     assert "method='attention' is not defined for a windowed model" in info
-    methods = ["rollout", "gradcam", "input_x_gradient"] if spec.has_classifier else ["rollout"]
+    methods = ["rollout", "gradcam", "input_x_gradient", "attnlrp"] if spec.has_classifier else ["rollout"]
     at.multiselect(key="explain_methods").set_value(methods).run()
     stages = windowed.stage_layers(spec)
     rollout_options = {}

@@ -91,14 +91,51 @@ def test_relevance_is_conserved_up_to_the_softmax_terms_once_biases_are_zeroed(f
     assert float(relevance.tokens.double().sum()) == pytest.approx(total, abs=1e-4)
 
 
-def test_embedding_towers_and_windowed_models_are_refused_with_the_reason():
+def test_embedding_towers_are_refused_with_the_reason():
     vit, pixels = classifier("siglip")
     with pytest.raises(AnalysisError, match="no class to explain"):
         explain(vit, pixels, method="attnlrp")
+
+
+WINDOWED = ["swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256", "swinv2_cr_tiny_ns_224"]
+
+
+@pytest.mark.parametrize("arch", WINDOWED, ids=["swin", "swinv2", "swinv2_cr"])
+def test_a_windowed_models_relevance_is_conserved_up_to_the_softmax_terms(arch, monkeypatch):
+    """Shifted windows, their masks, relative-position biases (a table or a meta-network) and patch
+    merging: the same rules, the same conservation, on the stem's patch grid."""
+    from windowed_models import small_swin
+
+    vit = small_swin(arch, num_classes=7)
+    with torch.no_grad():
+        for param in vit.model.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    zero_additive_constants(vit.model)
+    pixels = torch.randn(2, 3, *vit.spec.img_size, generator=torch.Generator().manual_seed(1))
+    relevance, absorbed = with_softmax_terms(monkeypatch, lambda: attnlrp_relevance(vit, pixels, [3, 5]))
+    logit = float(relevance.logits[0, 3] + relevance.logits[1, 5])
+    total = float(relevance.pixels.double().sum())
+    assert abs(logit) > 1e-2 and abs(total) > 1e-2 and abs(absorbed) > 1e-4  # not vacuous: windows' softmaxes count
+    assert total + absorbed == pytest.approx(logit, abs=1e-5), (total, absorbed, logit)
+    grid = vit.spec.grid_size
+    assert relevance.map.shape == (2, *grid) and relevance.tokens.shape == (2, grid[0] * grid[1])
+    assert float(relevance.map.double().sum()) == pytest.approx(total, abs=1e-5)
+    assert float(relevance.tokens.double().sum()) == pytest.approx(total, abs=1e-5)
+
+
+def test_a_windowed_model_is_explained_on_its_stem_grid():
     swin = analysis.load_vit("demo_swin", device="cpu")
-    with pytest.raises(AnalysisError, match="windowed model.*global attention"):
-        explain(swin, torch.zeros(1, 3, *swin.spec.img_size), method="attnlrp")
-    assert "attnlrp" not in analysis.explanations.methods_for(swin)
+    assert "attnlrp" in analysis.explanations.methods_for(swin)
+    pixels = torch.randn(2, 3, *swin.spec.img_size, generator=torch.Generator().manual_seed(2))
+    relevance = attnlrp_relevance(swin, pixels, [0, 2])
+    maps = explain(swin, pixels, target=[0, 2], method="attnlrp")
+    assert maps.shape[1:] == analysis.explanations.explanation_grid(swin, "attnlrp")[0] == tuple(swin.spec.grid_size)
+    torch.testing.assert_close(maps, relevance.map)
+    (gh, gw), (ph, pw) = swin.spec.grid_size, swin.spec.patch_size
+    by_hand = relevance.pixels.sum(1)[:, : gh * ph, : gw * pw].reshape(2, gh, ph, gw, pw).sum((2, 4))
+    torch.testing.assert_close(relevance.map, by_hand)
+    plain, _ = input_x_gradient(swin, pixels, [0, 2])  # the rules change the backward pass
+    assert (plain - relevance.map).abs().max() > 1e-3 * relevance.map.abs().max()
 
 
 def test_explain_returns_the_relevance_map_and_the_fused_and_explicit_paths_agree():
@@ -330,11 +367,13 @@ def test_relevance_equals_lxt():
 
 def zero_additive_constants(model):
     """Every bias, position embedding, prefix token and relative-position bias of ``model`` set to 0
-    (a relative-position MLP zeroed whole: its bias on the scores is 0)."""
+    (a relative-position network zeroed whole, SwinV2's ``cpb_mlp`` and V2-CR's ``meta_mlp``: its
+    bias on the scores is 0)."""
     with torch.no_grad():
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
             last = name.split(".")[-1]
-            if tensor.is_floating_point() and (any(last.endswith(a) for a in ADDITIVE) or "rel_pos." in name):
+            position_network = any(part in name for part in ("rel_pos.", "cpb_mlp.", "meta_mlp."))
+            if tensor.is_floating_point() and (any(last.endswith(a) for a in ADDITIVE) or position_network):
                 tensor.zero_()
 
 

@@ -402,7 +402,7 @@ def test_global_token_methods_are_refused_with_the_reason(swin, sam, pixels):
             explain(vit, pixels[:1], method="attention")
         with pytest.raises(AnalysisError, match="not defined for a windowed model"):
             explanation_grid(vit, "chefer")
-        assert methods_for(vit) == ("rollout", "gradcam", "input_x_gradient", "integrated_gradients")
+        assert methods_for(vit) == ("rollout", "gradcam", "input_x_gradient", "integrated_gradients", "attnlrp")
     with pytest.raises(AnalysisError, match="windowed attention"):
         analysis.explanations.attention_gradients(swin, pixels[:1])
     assert "gradcam" in analysis.windowed.WINDOWED_SUPPORT and "attention_rollout" in analysis.windowed.WINDOWED_SUPPORT

@@ -15,8 +15,8 @@ Methods (see each function for its formula and source):
   (:mod:`analysis.explanations.lrp`; :func:`attnlrp_relevance` also gives per-token relevance).
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
-``"integrated_gradients"`` (stem patch grid) and ``"rollout"`` (:mod:`analysis.windowed_rollout`)
-work; ``"attention"``, ``"chefer"`` and ``"attnlrp"`` are refused with the reason. Maps then lie on different
+``"integrated_gradients"``, ``"attnlrp"`` (stem patch grid) and ``"rollout"``
+(:mod:`analysis.windowed_rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
 grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
 """
 

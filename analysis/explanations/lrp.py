@@ -33,6 +33,13 @@ exactly (to float rounding): ``tests/test_attnlrp.py`` checks it on every suppor
 the biases zeroed and the softmax terms measured. The relevance at the pixels equals what LXT
 computes with its own rules (``lxt.explicit``), checked in the optional ``lxt`` test tier.
 
+**Windowed models** (Swin v1/v2, SwinV2-CR) take the same rules: partitioning into windows,
+the cyclic shift and patch merging's regrouping only move values (their gradient moves relevance
+with them), patch merging's reduction is a linear layer after a norm, and a shifted window's mask
+and the relative-position bias (a table or a meta-network of the coordinates) are constants added
+to the scores, absorbed like any bias. The relevance then lies on the stem's patch grid, as
+input × gradient's does. ``tests/test_attnlrp.py`` checks conservation on Swin v1, v2 and V2-CR.
+
 The rules act while one thread runs one call (a :class:`~torch.overrides.TorchFunctionMode` on
 this thread's stack), so a model shared by several threads is never modified.
 """
@@ -51,7 +58,6 @@ from ..adapters.base import AttentionInputs, attend
 from ..adapters.probabilities import attention_scores
 from ..spec import ViTSpec, input_spec
 from .gradients import require_classes, resolve_targets
-from .methods import refuse_global_token_method
 
 __all__ = [
     "AttnLRPRelevance",
@@ -87,7 +93,8 @@ class AttnLRPRelevance:
 
     ``pixels (B, 3, H, W)``: relevance of each normalised input value, ``x ⊙ ĝ(x)``;
     ``tokens (B, T)``: relevance of each token of block 0's input (prefix tokens first, summed
-    over the width); ``map (B, gh, gw)``: ``pixels`` summed over channels and each patch's pixels;
+    over the width; a windowed model's cells of the stem's grid, row-major);
+    ``map (B, gh, gw)``: ``pixels`` summed over channels and each patch's pixels;
     ``logits (B, outputs)``: the model's output; ``targets (B,)``: the explained classes (of
     :func:`score_relevance`: the explained scores). All float32 on the CPU.
     """
@@ -315,10 +322,8 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
     added before block 0.
 
     Raises:
-        AnalysisError: a windowed model (Swin, SAM), whose attention has no global token set,
-            or a model without classes.
+        AnalysisError: a model without classes.
     """
-    refuse_global_token_method(vit, "attnlrp")
     spec = input_spec(vit, pixels)
     require_classes(spec, "AttnLRP")
     chosen: list[torch.Tensor] = []
@@ -335,13 +340,12 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
     """AttnLRP relevance of any per-image score of the model's output, ``score(output) -> (B,)``
     (evaluated under the rules too: an ``F.normalize`` in it takes the identity rule, as an image–text
     cosine does in :func:`analysis.text.explain_text`). ``logits`` holds the model's output,
-    ``targets`` the scores ``(B,)``. Refused for a windowed model."""
-    refuse_global_token_method(vit, "attnlrp")
+    ``targets`` the scores ``(B,)``."""
     spec = input_spec(vit, pixels)
     inputs = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     kept: list[torch.Tensor] = []
 
-    def keep(stream: torch.Tensor) -> None:  # (B, T, D), block 0's input
+    def keep(stream: torch.Tensor) -> None:  # (B, T, D), block 0's input; (B, gh, gw, D) for a windowed model
         kept.append(stream)
 
     with torch.enable_grad():
@@ -351,7 +355,7 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
             scores = score(output)  # (B,)
         pixel_gradient, stream_gradient = torch.autograd.grad(scores.sum(), [inputs, kept[0]])
     pixel_relevance = (inputs.detach() * pixel_gradient).float().cpu()  # (B, 3, H, W)
-    token_relevance = (kept[0].detach() * stream_gradient).sum(-1).float().cpu()  # (B, T)
+    token_relevance = (kept[0].detach() * stream_gradient).sum(-1).flatten(1).float().cpu()  # (B, T)
     return AttnLRPRelevance(
         pixels=pixel_relevance,
         tokens=token_relevance,
@@ -365,7 +369,7 @@ def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch
     """``(maps (B, gh, gw), targets (B,))``: AttnLRP relevance (Achtibat et al. 2024) of the
     normalised input pooled per patch, ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j]·ĝ[c, i, j]``
     (signed: positive is evidence for the class), ``ĝ`` the gradient under the AttnLRP rules
-    (module docstring). Sums to the logit less the bias terms. Refused for a windowed model
-    (:data:`~analysis.explanations.methods.GLOBAL_TOKEN_METHODS`)."""
+    (module docstring). Sums to the logit less the bias terms. A windowed model's map lies on
+    its stem's patch grid (:func:`~analysis.explanations.methods.explanation_grid`)."""
     relevance = attnlrp_relevance(vit, pixels, target)
     return relevance.map, relevance.targets

@@ -65,10 +65,6 @@ GLOBAL_TOKEN_METHODS = {
         "set with a class token; a windowed model has no class token and a Swin's token set changes at every "
         "patch merging, where the rule has no step"
     ),
-    "attnlrp": (
-        "its rules and its conservation are stated for global attention over one token set; a windowed model's "
-        "shifted windows, masks and patch merging are not covered by them"
-    ),
 }
 
 
@@ -86,8 +82,9 @@ def refuse_global_token_method(vit, method: str) -> None:
 def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(grid_size, stride)`` of the map ``explain(vit, ..., method=method, **options)``
     returns: ``(gh, gw)`` cells of ``(sy, sx)`` input pixels each. A ViT: its patch grid for
-    every method. A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``
-    and ``"integrated_gradients"`` the stem's patch grid (``spec.grid_size``, ``spec.patch_size``);
+    every method. A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``,
+    ``"integrated_gradients"`` and ``"attnlrp"`` (relevance at the pixels) the stem's patch grid
+    (``spec.grid_size``, ``spec.patch_size``);
     ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``)."""
     spec = vit.spec
     if spec.attends_globally:
