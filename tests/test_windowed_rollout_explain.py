@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -435,8 +436,37 @@ def test_deletion_curve_removes_the_cells_of_the_maps_own_grid(swin, pixels, met
         assert value == pytest.approx(float(want), abs=1e-5)
     with pytest.raises(AnalysisError, match=r"its layer grids: \[\(8, 8\), \(16, 16\)\]"):
         perturbation_curve(swin, image, torch.zeros(4, 4), 3)
-    with pytest.raises(AnalysisError, match="benchmark: a windowed model"):
-        analysis.faithfulness.benchmark(swin, [])
+
+
+def test_the_benchmark_scores_each_windowed_map_on_its_own_grid():
+    """The demo Swin on two demo scenes: Grad-CAM's map lies on the last stage's 3x3 grid (16 px
+    cells), input × gradient's on the stem's 12x12 (4 px): each is pointed, cut and scored on its own."""
+    from PIL import Image
+
+    from analysis.demo.data import generate_samples
+    from analysis.faithfulness import area_under_curve, benchmark, pointing_score
+
+    vit = load_vit("demo_swin", device="cpu")
+    images, _, masks = generate_samples(2, 5)
+    results = {r.method: r for r in benchmark(vit, images, masks, methods=["gradcam", "input_x_gradient"], steps=4)}
+    grids = {}
+    for method in ("gradcam", "input_x_gradient"):
+        grid, cell = explanation_grid(vit, method)
+        grids[method] = grid
+        for index, image in enumerate(images):
+            pixels = vit.preprocess(image)
+            with torch.no_grad():
+                target = int(vit.model(pixels).argmax(-1)[0])
+            saliency = explain(vit, pixels, target=target, method=method)[0]
+            assert tuple(saliency.shape) == grid
+            mask_image = Image.fromarray(masks[index].astype("uint8") * 255, "L").convert("RGB")
+            pixel_mask = torch.from_numpy(np.asarray(vit.model_input_image(mask_image))[..., 0] > 127)
+            by_hand = pixel_mask[: grid[0] * cell[0], : grid[1] * cell[1]]
+            by_hand = by_hand.reshape(grid[0], cell[0], grid[1], cell[1]).any(3).any(1).numpy()
+            assert results[method].values["pointing"][index] == pytest.approx(float(pointing_score(saliency, by_hand)))
+            fractions, values = perturbation_curve(vit, pixels, saliency, target, mode="deletion", steps=4)
+            assert results[method].values["deletion_auc"][index] == pytest.approx(area_under_curve(fractions, values))
+    assert grids["gradcam"] != grids["input_x_gradient"]  # not vacuous: two grids in one table
 
 
 def test_post_norm_swin_v2_rollout_warns_and_a_headless_model_names_what_works(pixels):

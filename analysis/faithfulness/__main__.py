@@ -1,8 +1,9 @@
 """``python -m analysis.faithfulness --model demo --n 500 [--seed S]``: the benchmark table.
 
-With ``--model demo`` the images are held-out demo scenes (a seed the model never trained
-on) with their exact object masks; any other model needs ``--images DIR`` (no masks: the
-pointing game and IoU read n/a). With ``--model demo_clip`` the text methods of the demo CLIP
+With ``--model demo`` (or another bundled classifier of the demo scenes, ``demo_swin``,
+``demo_textured``, ``demo_swin_textured``) the images are held-out demo scenes (a seed the model
+never trained on) with their exact object masks; any other model needs ``--images DIR`` (no masks:
+the pointing game and IoU read n/a). A windowed model's maps are each scored on their own grid. With ``--model demo_clip`` the text methods of the demo CLIP
 are scored on held-out two-object scenes, each explained for a prompt naming one of its
 objects (:func:`.text_benchmark.text_benchmark`).
 """
@@ -18,6 +19,8 @@ from ..explanations import EXPLANATION_METHODS
 from .benchmark import benchmark, format_table
 
 BENCHMARK_SEED = 20261203  # held out: the demo model trained and was evaluated on other seeds
+# the bundled classifiers trained on the demo scenes, scored on held-out scenes with their object masks
+DEMO_SCENE_MODELS = ("demo", "demo_textured", "demo_swin", "demo_swin_textured")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
             p for p in args.images.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp", ".bmp")
         )
         images = [load_image(p) for p in files[: args.n]]
-    elif args.model == "demo":
+    elif args.model in DEMO_SCENE_MODELS:
         from ..demo.data import generate_samples
 
         images, _labels, masks = generate_samples(args.n, args.seed)
     else:
-        parser.error("--images DIR is needed for a model other than the demo")
+        parser.error(f"--images DIR is needed for a model other than the demo models ({', '.join(DEMO_SCENE_MODELS)})")
     methods = _methods(args.methods, EXPLANATION_METHODS)
     started = time.perf_counter()
 

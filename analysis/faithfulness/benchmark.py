@@ -16,9 +16,8 @@ from PIL import Image
 from ..errors import AnalysisError
 from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
 from ..progress import Progress
-from ..windowed_support import require_global_attention
 from .localisation import mask_iou, patch_mask, pointing_score
-from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, perturbation_curve
+from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, map_cells, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
 
 __all__ = ["RANDOM", "COLUMNS", "MethodScores", "benchmark", "format_table", "method_maps"]
@@ -75,15 +74,13 @@ def benchmark(
     """Score every method (and :data:`RANDOM`) on ``images``; ``masks[i]`` is image i's
     ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is
     explained for the model's predicted class. The sanity check runs on the first
-    ``sanity_images`` images against a copy with the head and every block re-initialised."""
-    require_global_attention(
-        vit,
-        lambda spec: AnalysisError(
-            f"benchmark: a windowed model ({spec.family}) is not supported: its methods' maps lie on different "
-            "grids (explanation_grid), which one table cannot compare, and the sanity check re-initialises ViT "
-            "blocks. Score each map on its own with perturbation_curve(vit, pixels, saliency, target)."
-        ),
-    )
+    ``sanity_images`` images against a copy with the head and every block re-initialised.
+
+    A windowed model's (Swin, SAM) methods give maps on different grids
+    (:func:`~analysis.explanations.explanation_grid`): each map is scored on its own grid (its
+    cells of the object mask, its cells removed; :func:`~.perturbation.map_cells`), so the
+    curves' x axis, the fraction of the image's cells, means the same for every method, while a
+    coarser grid makes the pointing game easier (fewer, larger cells)."""
     unknown = [m for m in methods if m not in EXPLANATION_METHODS]
     if unknown:
         raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")
@@ -98,17 +95,20 @@ def benchmark(
         pixels = vit.preprocess(image)
         with torch.no_grad():
             target = int(vit.model(pixels.to(vit.device)).argmax(-1)[0])
-        object_patches = None
+        pixel_mask = None
         if masks is not None:
             mask_image = Image.fromarray(np.asarray(masks[index], dtype=np.uint8) * 255, "L").convert("RGB")
             pixel_mask = np.asarray(vit.model_input_image(mask_image))[..., 0] > 127
-            object_patches = patch_mask(pixel_mask, spec.patch_size, spec.grid_size)
         for name in names:
             started = time.perf_counter()
             saliency = method_maps(vit, pixels, name, target, index=index, **options)
             elapsed = time.perf_counter() - started
             row = scores[name].values
             row["ms_per_image"].append(1000 * elapsed)
+            object_patches = None
+            if pixel_mask is not None:  # the object's cells on this map's own grid
+                grid, cell = map_cells(spec, tuple(saliency.shape))
+                object_patches = patch_mask(pixel_mask, cell, grid)
             if object_patches is not None and object_patches.any():
                 row["pointing"].append(float(pointing_score(saliency, object_patches)))
                 row["mask_iou"].append(mask_iou(saliency, object_patches))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..adapters.registry import model_blocks
 from ..checks import check_int
 
 __all__ = ["randomized_copy", "rank_correlation"]
@@ -35,7 +36,7 @@ def randomized_copy(vit, blocks_from_top: int, *, seed: int = 0):
     random state is left as it was."""
     blocks_from_top = check_int("blocks_from_top", blocks_from_top, minimum=0)
     model = copy.deepcopy(vit.model)
-    blocks = list(model.blocks)
+    blocks = [block for _, block in model_blocks(model)]  # in order, every family's (Swin: across stages)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = model.get_classifier() if hasattr(model, "get_classifier") else getattr(model, "head", None)
