@@ -118,14 +118,15 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
     given = getattr(spec, "spec", spec)
     if not isinstance(given, ViTSpec):
         given = check_spec(spec, "uniform_attention_distance_by_layer")
+    geometries = given.geometries()  # a ViT's: one window of the whole grid, prefix slots not real
     values: dict = {}  # per distinct geometry: a ViT's layers share one
-    for geometry in given.geometries():  # a ViT's: one window of the whole grid, prefix slots not real
+    for geometry in geometries:
         if geometry not in values:
             distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
             keys = (geometry.allowed() & real[:, None, :]).double()  # (windows, Wt, Wt)
             per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
             values[geometry] = per_query[real].mean()
-    return torch.stack([values[geometry] for geometry in given.geometries()])
+    return torch.stack([values[geometry] for geometry in geometries])
 
 
 @dataclass(frozen=True, eq=False)  # a tensor field: compare ``values`` and ``per_layer`` themselves
@@ -164,7 +165,8 @@ def uniform_distance_reference(spec: ViTSpec) -> UniformDistanceReference:
     given = getattr(spec, "spec", spec)
     if not isinstance(given, ViTSpec):
         given = check_spec(spec, "uniform_distance_reference")
-    one_grid = all(geometry.is_global for geometry in given.geometries()) and len(set(given.geometries())) == 1
+    geometries = set(given.geometries())
+    one_grid = len(geometries) == 1 and next(iter(geometries)).is_global
     return UniformDistanceReference(uniform_attention_distance_by_layer(given), not one_grid)
 
 

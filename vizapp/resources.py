@@ -43,7 +43,6 @@ from analysis import (
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
 from analysis.rollout import patch_grid_rollout
-from analysis.spec import LayerGeometry
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from analysis.windowed import WindowedAttentionRecord
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
@@ -420,13 +419,6 @@ def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, lay
     return torch.from_numpy(np.array(features[layer : layer + 1]))
 
 
-def token_layout(spec: analysis.ViTSpec, layer: int) -> LayerGeometry:
-    """What ``feature_pca`` / ``patch_similarity`` read the tokens of ``layer`` with: the layer's
-    :class:`LayerGeometry` (a ViT's patch grid with its prefix and class token; a windowed
-    model's stage grid), ``spec.geometry(layer)``."""
-    return spec.geometry(layer)
-
-
 @st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
 def token_pca(
     ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
@@ -435,7 +427,7 @@ def token_pca(
     windowed model: on that layer's stage grid)."""
     spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
     rgb, fitted = analysis.feature_pca(
-        layer_tokens(ref, digest, _image_bytes, kind, layer), token_layout(spec, layer), foreground=foreground
+        layer_tokens(ref, digest, _image_bytes, kind, layer), spec.geometry(layer), foreground=foreground
     )
     return rgb[0].numpy(), fitted[0].numpy()
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -136,19 +135,20 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
             peers_run(pixels)
         _sync(vit.device)
 
-    record_shape = tuple(capture().attentions.shape)  # (L, B, heads, T, T)
-    layer_maps = torch.rand(record_shape[1:])
+    first = capture().attentions  # (L, B, heads, T, T)
+    record_shape, record_dtype, record_mib = tuple(first.shape), first.dtype, first.nbytes / 2**20
+    del first
+    layer_maps = torch.rand(record_shape[1:], dtype=record_dtype)
 
     def floor():
         forward()
-        record = record_buffer(record_shape, torch.float32)  # new memory, as the default capture's
+        record = record_buffer(record_shape, record_dtype)  # new memory, as the default capture's
         for layer in range(record_shape[0]):
             record[layer].copy_(layer_maps)
         return record
 
     variants = {"forward": forward, "peers": peers, "capture": capture, "capture_reuse": capture, "floor": floor}
     forward(), peers(), floor()  # warm-up
-    record_mib = math.prod(record_shape) * 4 / 2**20
     times: dict[str, list[float]] = {name: [] for name in variants}
     previous = reuse_record_memory(0)
     try:

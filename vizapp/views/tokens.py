@@ -57,7 +57,7 @@ try:
 except AnalysisError as exc:  # e.g. not yet defined for windowed models (Swin, SAM): say why
     refuse_page(exc)
 # the layer's own grid: a windowed model's stage grid (cells of its stride), a ViT's patch grid
-layout = resources.token_layout(spec, layer)
+layout = spec.geometry(layer)  # what feature_pca / patch_similarity read this layer's tokens with
 grid = tuple(layout.grid_size)
 (gh, gw), (ph, pw) = grid, tuple(layout.stride)
 # the query patch (of spec.grid_size) is the layer's cell under that patch's centre (on a ViT, the patch)
