@@ -8,10 +8,9 @@ attention, analyse it.
     torch.Size([1, 8, 8])
 """
 
-from .archives import ArchiveLimits, read_image_archive
-from .attention_maps import attention_map, attention_rows, pooling_attention_map
-from .capture import AttentionRecord, attention_taps, capture_attention
-from .distance import (
+from types import ModuleType
+
+from .attention.distance import (
     DISTANCE_UNITS,
     UniformDistanceReference,
     distance_in_units,
@@ -21,7 +20,13 @@ from .distance import (
     uniform_attention_distance_by_layer,
     uniform_distance_reference,
 )
-from .errors import (
+from .attention.maps import attention_map, attention_rows, pooling_attention_map
+from .attention.mass import top_mass_mask
+from .attention.rollout import attention_rollout, attention_rollout_by_layer
+from .attention.streaming import SkippedImage, dataset_attention_distance
+from .attention.windowed_rollout import WindowedRollout, windowed_rollout
+from .base.archives import ArchiveLimits, read_image_archive
+from .base.errors import (
     AnalysisError,
     ArchiveError,
     CheckpointError,
@@ -35,14 +40,12 @@ from .errors import (
     VitExplorerError,
     WeightsUnavailableError,
 )
-from .explanations import EXPLANATION_METHODS, explain
-from .filters import patch_embedding_components, patch_embedding_filters
-from .images import load_image
-from .label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
-from .loading import LoadedCLIP, LoadedViT, class_label, class_probabilities, load_clip, load_vit, top_classes
-from .map_scaling import scale_by_peak
-from .mass import top_mass_mask
-from .position import (
+from .base.images import load_image
+from .base.label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
+from .base.module_moves import install_moved_module_aliases, moved_module_attribute
+from .base.record_memory import idle_record_bytes, release_record_memory
+from .embedding.filters import patch_embedding_components, patch_embedding_filters
+from .embedding.position import (
     DistanceBins,
     position_embedding_similarity,
     position_encoding_kinds,
@@ -50,11 +53,14 @@ from .position import (
     similarity_by_distance,
     similarity_distance_bins,
 )
-from .queries import corresponding_layer, corresponding_query
-from .record_memory import idle_record_bytes, release_record_memory
-from .rollout import attention_rollout, attention_rollout_by_layer
-from .spec import ViTSpec
-from .streaming import SkippedImage, dataset_attention_distance
+from .embedding.windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
+from .engine.capture import AttentionRecord, attention_taps, capture_attention
+from .explanations import EXPLANATION_METHODS, explain
+from .maps.scaling import scale_by_peak
+from .maps.upsampling import UPSAMPLING_MODES, masked_image, upsample_map
+from .model.loading import LoadedCLIP, LoadedViT, class_label, class_probabilities, load_clip, load_vit, top_classes
+from .model.spec import ViTSpec
+from .records.queries import corresponding_layer, corresponding_query
 from .tokens import (
     TOKEN_KINDS,
     TokenRecord,
@@ -67,9 +73,10 @@ from .tokens import (
     patch_similarity,
     token_norms,
 )
-from .upsampling import UPSAMPLING_MODES, masked_image, upsample_map
-from .windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
-from .windowed_rollout import WindowedRollout, windowed_rollout
+
+# The flat layout's module paths (analysis.rollout, analysis.capture, ...) keep working for one
+# release, with a DeprecationWarning naming the new path (analysis/base/module_moves.py).
+install_moved_module_aliases()
 
 __all__ = [
     "TOKEN_KINDS",
@@ -153,3 +160,8 @@ __all__ = [
     "TextPromptError",
     "NoTextTowerError",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``analysis.<old module name>`` (the flat layout's ``analysis.rollout``): the moved module, warned."""
+    return moved_module_attribute(name)

@@ -2,7 +2,7 @@
 
 A page line ``<!-- generated: NAME -->`` is replaced, at build time, by:
 
-- ``hook-points``: the table of :data:`analysis.activations.HOOK_POINTS` (and the pooling point);
+- ``hook-points``: the table of :data:`analysis.engine.activations.HOOK_POINTS` (and the pooling point);
 - ``cli``: the ``--help`` text of every command-line parser (``python -m analysis`` and each of
   its commands, ``python -m analysis.faithfulness``, ``.robustness``, ``.bench``,
   ``.demo.evaluate``), and the usage of ``vit-explorer`` from its module docstring.
@@ -25,7 +25,7 @@ MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
 
 
 def hook_points_table() -> str:
-    from analysis.activations.points import HOOK_POINTS, POOL_POINT
+    from analysis.engine.activations.points import HOOK_POINTS, POOL_POINT
 
     rows = ["| name | shape | what it is |", "|---|---|---|"]
     rows += [f"| `blocks.{{i}}.{p.suffix}` | `{p.shape}` | {p.meaning} |" for p in HOOK_POINTS]

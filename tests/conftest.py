@@ -108,7 +108,7 @@ def out_of_memory_above(monkeypatch):
     """``limit -> batches``: from now on, every forward pass of the activation engine with more
     than ``limit`` images raises an out-of-memory error (as a CUDA allocator would), so the
     captures' fallback splits the batch; ``batches`` lists the sizes that were tried."""
-    import analysis.activations.run as engine
+    import analysis.engine.activations.run as engine
 
     original = engine._hooked_forward
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from analysis import AnalysisError, capture_attention, capture_tokens
-from analysis.activations import HOOK_POINTS, hook_point_names, run_with_cache, run_with_hooks
-from analysis.adapters import block_sites
+from analysis.engine.activations import HOOK_POINTS, hook_point_names, run_with_cache, run_with_hooks
+from analysis.model.adapters import block_sites
 from families import FAMILIES, family_pixels
 from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
 
@@ -129,7 +129,7 @@ def test_names_keep_the_order_asked_and_the_prefix_split(family_vits):
 def test_stack_keeps_the_order_asked_and_pieces_join(family_vits, monkeypatch, out_of_memory_above):
     """cache.stack(point) is the cached layers in the order asked; a batch split by an
     out-of-memory fallback joins into the same cache (one tensor per name, and stacked)."""
-    import analysis.activations.run as engine
+    import analysis.engine.activations.run as engine
 
     vit = family_vits["dinov2_registers"]
     pixels = family_pixels("dinov2_registers", batch=3)
@@ -476,7 +476,7 @@ def test_other_threads_keep_the_untouched_model_while_a_hook_runs(family_vits):
 
 
 def test_a_batch_split_after_out_of_memory_gives_the_same_cache(family_vits, monkeypatch):
-    import analysis.activations.run as run_module
+    import analysis.engine.activations.run as run_module
 
     vit = family_vits["vit"]
     pixels = family_pixels("vit", batch=3)

@@ -2,7 +2,7 @@
 
 An adapter names, for each block that holds its attention, the block's two norms, the modules through
 which its two branches join the residual stream and its MLP's first and output layers
-(:mod:`analysis.adapters.blocks`). Here, for every block of every family (tests/families.py, the
+(:mod:`analysis.model.adapters.blocks`). Here, for every block of every family (tests/families.py, the
 windowed Swin v1/v2/swinv2_cr and SAM models, transformers' ViTMAE):
 
 * each named module exists, belongs to the block and is called exactly once per forward;
@@ -10,7 +10,7 @@ windowed Swin v1/v2/swinv2_cr and SAM models, transformers' ViTMAE):
   ``resid_post = resid_pre + attn.out + mlp.out`` (SAM's windowed blocks add their attention branch
   per window: un-partitioned first, as the block does; ``swinv2_cr``'s blocks with a ``norm3``
   normalise that sum);
-* :func:`~analysis.activations.run_with_cache` gives those same tensors at ``ln1.out``, ``ln2.out``,
+* :func:`~analysis.engine.activations.run_with_cache` gives those same tensors at ``ln1.out``, ``ln2.out``,
   ``attn.out``, ``mlp.out``, ``mlp.pre``, ``mlp.post``, ``resid_pre``/``resid_post``, and
   ``resid_mid = resid_pre + attn.out`` wherever the block defines ``resid_mid``;
 
@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 from timm.models.vision_transformer_sam import window_unpartition
 
-from analysis.activations import run_with_cache
-from analysis.adapters.registry import block_sites, pool_site, registered_adapters
+from analysis.engine.activations import run_with_cache
+from analysis.model.adapters.registry import block_sites, pool_site, registered_adapters
 from families import FAMILIES, family_pixels, load_family
 from windowed_models import small_pixels, small_sam, small_swin
 
@@ -150,7 +150,7 @@ def test_the_vit_mae_layers_keep_the_contract():
     """transformers' ViTMAE encoder layers (read in place, not converted to timm's): the norms,
     branches and MLP its adapter names, with plain hooks (the MAE runs its own forward)."""
     transformers = pytest.importorskip("transformers")
-    from analysis.adapters.hf_vit_mae import encoder_sites
+    from analysis.model.adapters.hf_vit_mae import encoder_sites
 
     torch.manual_seed(0)
     config = transformers.ViTMAEConfig(
@@ -168,7 +168,7 @@ def test_every_registered_adapter_is_met_by_a_model_here():
     above, or (a pooling head's) the model's attention pool: a new family needs a model here."""
     met = {site.adapter for name in MODELS for site in block_sites(_model(name).model)}
     met |= {site.adapter for name in MODELS if (site := pool_site(_model(name).model)) is not None}
-    from analysis.adapters import hf_vit_mae
+    from analysis.model.adapters import hf_vit_mae
 
     met.add(hf_vit_mae.ADAPTER)  # test_the_vit_mae_layers_keep_the_contract (None without transformers)
     library = [a for a in registered_adapters() if type(a).__module__.startswith("analysis.")]

@@ -21,7 +21,7 @@ from analysis import (
     position_embedding_similarity,
     position_encoding_kinds,
 )
-from analysis.rollout import rollout_matrices
+from analysis.attention.rollout import rollout_matrices
 from conftest import random_pixels
 from reference import loop_attention_distance, loop_rollout
 
@@ -71,7 +71,7 @@ def test_attention_map_picks_the_right_row_and_columns():
 
 def test_one_query_default_for_every_map():
     """``query=None`` is the class token when there is one, else the mean of the patch queries,
-    for attention_map as for rollout (one rule: analysis.queries.default_query)."""
+    for attention_map as for rollout (one rule: analysis.records.queries.default_query)."""
     with_cls = synthetic_record(random_attention(tokens=14), grid=(3, 4), prefix=2, has_cls=True)
     gap = synthetic_record(random_attention(tokens=12), grid=(3, 4), prefix=0, has_cls=False)
     torch.testing.assert_close(attention_map(with_cls, 1), attention_map(with_cls, 1, query="cls"))
@@ -411,7 +411,7 @@ def test_distance_units_divide_by_the_patch_side_and_the_image_side():
     assert uniform_attention_distance(big) == pytest.approx(4 * uniform_attention_distance(small))
     # square patches: one patch step between horizontal neighbours is exactly 1 patch
     square = synthetic_record(torch.full((1, 1, 1, 3, 3), 1 / 3), grid=(1, 2), patch=(10, 10), prefix=1).spec
-    from analysis.distance import patch_distance_matrix
+    from analysis.attention.distance import patch_distance_matrix
 
     assert distance_in_units(patch_distance_matrix(square)[0, 1].item(), square, "patches") == pytest.approx(1.0)
     assert set(DISTANCE_UNITS) == {"px", "patches", "image"}

@@ -37,7 +37,7 @@ def test_public_names_are_exported():
 
 def test_analysis_never_imports_streamlit():
     code = (
-        "import sys, analysis, analysis.bench, analysis.streaming;"
+        "import sys, analysis, analysis.bench, analysis.attention.streaming;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('streamlit', 'plotly')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -58,7 +58,7 @@ def test_class_probabilities_is_the_one_rule_softmax_or_sigmoid_written_out():
     import math
 
     import analysis
-    from analysis.errors import AnalysisError
+    from analysis.base.errors import AnalysisError
 
     logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
     for row in range(2):
@@ -79,7 +79,7 @@ def test_top_classes_ranks_by_an_explicit_selection_ties_in_class_order():
     """analysis.top_classes against a written-out selection: repeatedly take the highest remaining
     score, the lowest class index among equals; class_label names or numbers a class."""
     import analysis
-    from analysis.errors import AnalysisError
+    from analysis.base.errors import AnalysisError
 
     def by_hand(scores, k):
         left, picked = list(range(len(scores))), []

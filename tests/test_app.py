@@ -394,7 +394,7 @@ def test_compare_layers_share_one_colour_scale(app, vit, record):
 @pytest.fixture
 def weights_not_cached(monkeypatch):
     """Hub weights are neither in the local cache nor reachable, whatever this machine holds."""
-    import analysis.loading.hub as hub
+    import analysis.model.loading.hub as hub
 
     monkeypatch.setattr(hub, "in_hf_cache", lambda *args, **kwargs: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -694,7 +694,7 @@ def test_gpu_out_of_memory_fallback_is_shown_to_the_user(app, monkeypatch):
     import warnings
 
     import vizapp.resources as resources
-    from analysis.oom import OOM_FALLBACK_WARNING
+    from analysis.base.oom import OOM_FALLBACK_WARNING
 
     original = resources.capture_attention
 

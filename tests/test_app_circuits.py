@@ -44,7 +44,7 @@ def test_the_page_draws_the_librarys_attribution_ablation_and_patching(app, demo
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_dla")), dla.per_head()[0].numpy(), atol=1e-5)
     ablation = head_ablation(vit, pixels, target=target)  # 16 passes: drawn without a click
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_ablation")), ablation.delta_logit[0].numpy(), atol=1e-5)
-    corrupted = analysis.image_ops.gaussian_noise(pixels, 1.0, seed=0)
+    corrupted = analysis.base.image_ops.gaussian_noise(pixels, 1.0, seed=0)
     patching = activation_patching(vit, pixels, corrupted, target=target)
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_patch_tokens")), patching.effect.numpy(), atol=1e-4)
     assert any(b.label == "Data (.npz)" for b in app.get("download_button"))

@@ -76,7 +76,7 @@ def test_small_input_note_threshold():
 
 @pytest.fixture
 def offline(monkeypatch):
-    import analysis.loading.hub as hub
+    import analysis.model.loading.hub as hub
     from vizapp import state
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

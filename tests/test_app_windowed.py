@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
+from analysis.model.spec import LayerGeometry  # noqa: E402
 from analysis.plots.layout import plain_label  # noqa: E402
-from analysis.spec import LayerGeometry  # noqa: E402
 from tests.test_app import (  # noqa: E402
     APP,
     array,
@@ -71,7 +71,7 @@ def open_app(family: str, **params) -> AppTest:
     return at
 
 
-def record_of(vit) -> analysis.windowed.WindowedAttentionRecord:
+def record_of(vit) -> analysis.records.windowed.WindowedAttentionRecord:
     return analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
 
 
@@ -570,7 +570,7 @@ def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkey
 
 
 def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
-    from analysis.windowed_rollout import MERGE_WARNING
+    from analysis.attention.windowed_rollout import MERGE_WARNING
 
     at = fresh_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
     vit = loaded("swinv2")
@@ -757,7 +757,7 @@ def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_download
 
 
 def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, monkeypatch):  # noqa: F811
-    from analysis.streaming import distance_heads
+    from analysis.attention.streaming import distance_heads
     from vizapp import inputs
 
     at = fresh_app("swin")
@@ -831,7 +831,7 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
     does, are ``attention_map`` of each cell within half a step of each row's range."""
     import json
 
-    from analysis.attention_view import windowed_view_blob
+    from analysis.views.attention_view import windowed_view_blob
 
     at = open_app(family)
     vit = loaded(family)
@@ -886,7 +886,7 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
 
 def test_a_sam_global_layer_over_the_view_budget_keeps_the_chart(monkeypatch):
     import vizapp.limits
-    from analysis.attention_view import windowed_view_bytes
+    from analysis.views.attention_view import windowed_view_bytes
 
     vit = loaded("sam")
     spec = vit.spec

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-import analysis.adapters.probabilities as probabilities
-from analysis.adapters.base import AttentionInputs
+import analysis.model.adapters.probabilities as probabilities
+from analysis.model.adapters.base import AttentionInputs
 
 
 def _explicit(q, k, v, scale, mask):

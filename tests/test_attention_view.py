@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import analysis
-from analysis.errors import AnalysisError
+from analysis.base.errors import AnalysisError
 from analysis.plots import colorize, colour_lut, colour_range, quantise_maps
 from families import family_pixels, load_family
 
@@ -128,7 +128,7 @@ def unpack(data, spec):
 
 
 def test_view_data_holds_every_query_and_the_columns_of_every_layer():
-    from analysis.attention_view import query_row, view_data
+    from analysis.views.attention_view import query_row, view_data
 
     vit = load_family("dinov2_registers")
     record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
@@ -190,7 +190,7 @@ def test_the_prefix_keys_complete_each_heads_full_matrix(family):
     (every key, prefix first; the mean over heads averaged by hand), and the page's rows plus its
     prefix keys decode to it within half a step of each map's range. SigLIP: no prefix, no
     prefix keys, the patch rows alone are the matrix."""
-    from analysis.attention_view import prefix_key_rows, view_data
+    from analysis.views.attention_view import prefix_key_rows, view_data
 
     vit = load_family(family)
     record = analysis.capture_attention(vit, family_pixels(family, batch=1))
@@ -229,7 +229,7 @@ def test_the_prefix_keys_complete_each_heads_full_matrix(family):
 
 
 def test_the_served_file_holds_the_same_maps_as_the_inline_data():
-    from analysis.attention_view import view_blob, view_data
+    from analysis.views.attention_view import view_blob, view_data
 
     vit = load_family("dinov2_registers")
     record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
@@ -243,7 +243,7 @@ def test_the_served_file_holds_the_same_maps_as_the_inline_data():
 
 
 def test_all_layers_are_sent_when_they_fit_else_the_current_one():
-    from analysis.attention_view import layer_bytes, layers_to_send
+    from analysis.views.attention_view import layer_bytes, layers_to_send
 
     spec = load_family("vit").spec
     one = layer_bytes(spec)
@@ -301,7 +301,7 @@ def test_the_attention_page_gives_the_view_the_current_layer(monkeypatch):
     record = analysis.capture_attention(vit, vit.preprocess(image))
     assert args["layers"] == list(range(spec.num_layers)) and args["num_layers"] == spec.num_layers  # all fit
     assert args["note"] == "" and args["data_url"].endswith(".bin") and "rows" not in args  # fetched once, by URL
-    from analysis.attention_view import view_blob
+    from analysis.views.attention_view import view_blob
 
     blob, meta = view_blob(record, args["layers"])
     assert args["data_id"] == meta["data_id"]  # a digest of every byte: the page fetches exactly this file
@@ -340,7 +340,7 @@ def test_when_all_layers_do_not_fit_the_view_holds_the_current_one_and_says_so(m
     from streamlit.testing.v1 import AppTest
 
     import vizapp.limits
-    from analysis.attention_view import layer_bytes
+    from analysis.views.attention_view import layer_bytes
     from test_app import APP, DEMO_PRESENT, RANDOM_MODEL
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -363,7 +363,7 @@ def test_when_all_layers_do_not_fit_the_view_holds_the_current_one_and_says_so(m
 
 @pytest.mark.parametrize("family", ["vit", "dinov2_registers"])
 def test_rollout_view_rows_are_attention_rollout_for_every_query_and_end_layer(family):
-    from analysis.attention_view import rollout_view_rows
+    from analysis.views.attention_view import rollout_view_rows
 
     vit = load_family(family)
     record = analysis.capture_attention(vit, family_pixels(family, batch=1))
@@ -389,7 +389,7 @@ def test_rollout_view_rows_are_attention_rollout_for_every_query_and_end_layer(f
 def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from analysis.attention_view import rollout_view_rows, view_blob
+    from analysis.views.attention_view import rollout_view_rows, view_blob
     from test_app import APP, DEMO_PRESENT, RANDOM_MODEL, first_sample
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -446,7 +446,7 @@ def _record_of(app):
 def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
     """The chosen layers as the view's panels (held: every layer, the Attention page's file), the
     page's head and query; a click reported by the view pins that patch and the head for the page."""
-    from analysis.attention_view import view_blob
+    from analysis.views.attention_view import view_blob
 
     app = _demo_app(monkeypatch)
     app.switch_page("views/compare.py").run()
@@ -533,7 +533,7 @@ def test_a_step_in_a_view_sets_the_pages_head_and_layer_and_never_the_query(monk
 def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
     """The Tokens page's view: one layer of cosine similarities on the fixed −1..1 scale, row by
     row ``patch_similarity`` of that query (the served file, decoded as the page decodes it)."""
-    from analysis.attention_view import similarity_view_rows, view_blob
+    from analysis.views.attention_view import similarity_view_rows, view_blob
 
     app = _demo_app(monkeypatch)
     app.switch_page("views/tokens.py").run()

@@ -1147,8 +1147,8 @@ def static_browser(chromium):
 
 
 def open_static_view(tab, folder: Path, args: dict):
-    """Write ``analysis.attention_view.embed(args)`` to a file, open it; returns ``(iframe locator, frame)``."""
-    from analysis.attention_view import embed
+    """Write ``analysis.views.attention_view.embed(args)`` to a file, open it; returns ``(iframe locator, frame)``."""
+    from analysis.views.attention_view import embed
 
     path = folder / "view.html"
     path.write_text(f"<!doctype html><html><body>{embed(args)}</body></html>", encoding="utf-8")
@@ -1175,8 +1175,8 @@ def test_the_views_robust_range_leaves_outliers_out_and_outlines_the_clipped_cel
     within one step, one dotted box over exactly each cell above the top, and the colour bar
     saying so; ``hide_left_out`` draws the outlier cells blank."""
     import analysis
-    from analysis.attention_view import view_args, view_data
     from analysis.plots import colour_range, quantise_maps
+    from analysis.views.attention_view import view_args, view_data
     from conftest import make_vit
     from planted import PLANTED, plant_artifacts
 
@@ -1236,8 +1236,8 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     the page's quantisation, and hovering a row (a register's, a patch's) or a column draws on the
     image canvas ``attention_map`` of that query (its column) within one colour step."""
     import analysis
-    from analysis.attention_view import view_args, view_data
     from analysis.plots import colour_range, quantise_maps
+    from analysis.views.attention_view import view_args, view_data
     from families import family_pixels, load_family
 
     record = analysis.capture_attention(load_family("dinov2_registers"), family_pixels("dinov2_registers", batch=1))
@@ -1408,8 +1408,8 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
     import base64
 
     import analysis
-    from analysis.attention_view import windowed_view_args, windowed_view_blob
     from analysis.plots import colour_range
+    from analysis.views.attention_view import windowed_view_args, windowed_view_blob
     from windowed_models import small_pixels, small_sam, small_swin
 
     vit = small_swin() if family == "swin" else small_sam()

@@ -182,7 +182,7 @@ def test_a_layer_whose_tap_never_fired_is_refused(vits, monkeypatch):
     activation engine (capture_attention, capture_tokens, run_with_cache, and its gradient mode
     behind explain) refuses it, naming the layer."""
     import analysis
-    import analysis.activations.run as engine
+    import analysis.engine.activations.run as engine
 
     vit = vits["class_token"]
     last = vit.spec.num_layers - 1

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from analysis import AnalysisError, load_vit
-from analysis.activations import run_with_cache, run_with_hooks
 from analysis.circuits import (
     activation_patching,
     cumulative_head_ablation,
@@ -18,6 +17,7 @@ from analysis.circuits import (
     head_ablation,
     heads_by_effect,
 )
+from analysis.engine.activations import run_with_cache, run_with_hooks
 from families import family_pixels
 
 LINEAR_READOUT = ["vit", "hybrid", "clip", "beit", "relpos", "srelpos", "rope_reg1_gap", "rope_mixed", "naflex"]

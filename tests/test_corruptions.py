@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from analysis import load_vit
+from analysis.base.errors import AnalysisError
 from analysis.demo.data import render_sample
-from analysis.errors import AnalysisError
 from analysis.robustness import corruptions, load_cnn
 from analysis.robustness.corruptions import (
     CorruptionCurve,

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from analysis import load_clip
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
+from analysis.base.errors import ModelLoadError
 from analysis.demo.config import scenes_to_tensor
 from analysis.demo.data import CLASS_NAMES
 from analysis.demo.text_scenes import CLASS_PROMPTS, generate_text_scenes, position_words
-from analysis.errors import ModelLoadError
 from analysis.faithfulness import patch_mask, pointing_score
 from analysis.text import explain_text, zero_shot
 
@@ -56,7 +56,7 @@ def test_the_bundled_demo_clip_is_small_has_its_tokenizer_and_reads_the_scenes_a
 
 
 def test_a_missing_demo_clip_says_how_to_get_it_back(monkeypatch, tmp_path):
-    import analysis.assets as assets
+    import analysis.base.assets as assets
 
     monkeypatch.setattr(assets, "assets_dir", lambda: tmp_path)
     with pytest.raises(ModelLoadError, match="train_demo_clip"):

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from analysis import capture_attention, load_vit
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
+from analysis.base.errors import ModelLoadError
 from analysis.demo.config import scenes_to_tensor
 from analysis.demo.data import CLASS_NAMES, generate_arrays, generate_samples
-from analysis.errors import ModelLoadError
-from analysis.windowed import WindowedAttentionRecord
+from analysis.records.windowed import WindowedAttentionRecord
 
 SWIN_DIR = asset_path("demo_swin")
 HELD_OUT_SEED = 777
@@ -93,7 +93,7 @@ def test_a_missing_demo_swin_says_how_to_train_it(monkeypatch, tmp_path):
     """The message names the folder and a training command that exists."""
     import importlib.util
 
-    import analysis.loading as loading
+    import analysis.model.loading as loading
 
     folder, command = loading.DEMO_MODELS["demo_swin"]
     assert folder == SWIN_DIR and importlib.util.find_spec(command.removeprefix("python -m ")) is not None

@@ -145,10 +145,10 @@ def test_colour_range_of_a_map_with_nan_cells():
 
 
 def test_scale_min_max_stretches_each_map_by_a_written_out_loop():
-    """analysis.map_scaling.scale_min_max against (m − min) / (max − min) cell by cell; a constant map is 0."""
+    """analysis.maps.scaling.scale_min_max against (m − min) / (max − min) cell by cell; a constant map is 0."""
     import torch
 
-    from analysis.map_scaling import scale_min_max
+    from analysis.maps.scaling import scale_min_max
 
     maps = torch.tensor([[[1.0, 3.0], [2.0, 5.0]], [[-2.0, -2.0], [-2.0, -2.0]], [[0.5, -1.5], [4.5, 0.0]]])
     got = scale_min_max(maps)

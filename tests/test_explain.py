@@ -155,7 +155,7 @@ def test_input_x_gradient_sums_each_patch_of_the_pixel_attribution(models):
 @pytest.mark.parametrize("baseline", ["black", "mean", "blur"])
 def test_integrated_gradients_complete_the_score_difference(models, baseline):
     """Completeness: Σ IG = y(x) − y(x′) up to the midpoint rule's error."""
-    from analysis.image_ops import baseline_pixels
+    from analysis.base.image_ops import baseline_pixels
 
     vit = models["demo"]
     pixels = pixels_for(vit, batch=1, seed=3)
@@ -276,7 +276,7 @@ def family_classifiers():
 def test_every_family_is_explained_through_the_attention_it_used(family_classifiers):
     """Gradients w.r.t. the substituted explicit attention equal those of each module's own
     unfused path (RoPE, relative-position bias, EVA's SwiGLU blocks, SigLIP's MAP head, ...)."""
-    from analysis.adapters import block_sites
+    from analysis.model.adapters import block_sites
 
     checked = []
     for family, (vit, (height, width)) in family_classifiers.items():

@@ -24,8 +24,8 @@ from analysis import (
     patch_embedding_components,
     position_embedding_similarity,
 )
-from analysis.adapters import block_sites, pool_site
-from analysis.position import position_encoding_kinds
+from analysis.embedding.position import position_encoding_kinds
+from analysis.model.adapters import block_sites, pool_site
 from families import FAMILIES, family_pixels, load_family
 from reference import manual_softmax
 
@@ -289,7 +289,7 @@ def test_rollout_says_when_blocks_are_post_norm(family_vits):
     """ResPost blocks (x + norm(attn(x))) break rollout's ½A + ½I assumption: rollout says so."""
     import warnings
 
-    from analysis.rollout import POST_NORM_WARNING
+    from analysis.attention.rollout import POST_NORM_WARNING
 
     post = family_vits["relpos_rpn"]
     assert post.spec.residual_norm == "post"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from analysis import attention_taps
-from analysis.adapters import block_sites
 from analysis.explanations import gradients
+from analysis.model.adapters import block_sites
 from families import family_pixels
 from windowed_models import small_pixels, small_swin
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from analysis.activations import run_with_cache, run_with_hooks
-from analysis.adapters import block_sites
+from analysis.engine.activations import run_with_cache, run_with_hooks
+from analysis.model.adapters import block_sites
 from families import FAMILIES, family_pixels
 from windowed_models import small_pixels, small_sam, small_swin
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from analysis import AnalysisError, capture_attention, load_vit
-from analysis.activations import HOOK_POINTS, TRANSFORMERLENS_NAMES, run_with_cache, run_with_hooks
-from analysis.activations.points import MODEL_POINTS
+from analysis.engine.activations import HOOK_POINTS, TRANSFORMERLENS_NAMES, run_with_cache, run_with_hooks
+from analysis.engine.activations.points import MODEL_POINTS
 from families import family_pixels
 from windowed_models import small_pixels, small_sam, small_swin
 
@@ -58,7 +58,7 @@ def _model(kind, family_vits):
 
 
 def _blocks(model):
-    from analysis.adapters import model_blocks
+    from analysis.model.adapters import model_blocks
 
     return [block for _, block in model_blocks(model)]
 

@@ -1,4 +1,4 @@
-"""The engine's points around a call it does not make (:func:`analysis.activations.run.hooks_around`):
+"""The engine's points around a call it does not make (:func:`analysis.engine.activations.run.hooks_around`):
 ``embed.out`` (token drop), ``blocks.{i}.attn.rope`` (rotary features), ``blocks.{i}.attn.probs``
 over given sites (the MAE encoder)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis.activations.run import AROUND_POINTS, StopForward, hooks_around
-from analysis.errors import AnalysisError
+from analysis.base.errors import AnalysisError
+from analysis.engine.activations.run import AROUND_POINTS, StopForward, hooks_around
 from conftest import make_vit, random_pixels
 from families import family_pixels, load_family
 from reference import reference_attention
@@ -51,7 +51,7 @@ def test_embed_out_sees_the_sequence_after_the_position_embedding_and_may_shorte
 
 
 def test_attention_probabilities_over_given_sites_equal_the_reference(vit):
-    from analysis.adapters import block_sites
+    from analysis.model.adapters import block_sites
 
     pixels = random_pixels(vit, batch=1, seed=4)
     maps = {}

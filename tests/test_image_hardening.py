@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from analysis import ImageLoadError, ImageTooLargeError, load_image
-from analysis.images import MAX_IMAGE_PIXELS
+from analysis.base.images import MAX_IMAGE_PIXELS
 
 
 def _encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -125,9 +125,9 @@ def test_a_too_large_image_file_names_the_file(tmp_path):
 
 
 def test_a_too_large_image_whose_size_cannot_be_read_still_says_too_large(monkeypatch):
-    import analysis.images
+    import analysis.base.images
 
-    monkeypatch.setattr(analysis.images, "_declared_size", lambda data: None)
+    monkeypatch.setattr(analysis.base.images, "_declared_size", lambda data: None)
     with pytest.raises(ImageTooLargeError, match=f"too large: above the limit of {MAX_IMAGE_PIXELS:,} pixels"):
         load_image(blank_png(20_000, 20_000))
 

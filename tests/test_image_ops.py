@@ -1,4 +1,4 @@
-"""``analysis.image_ops`` against explicit loops: blur, noise, the baseline images and the
+"""``analysis.base.image_ops`` against explicit loops: blur, noise, the baseline images and the
 pixels that chosen patches cover."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from analysis import AnalysisError, load_vit
-from analysis.image_ops import BASELINES, baseline_pixels, gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
+from analysis.base.image_ops import (
+    BASELINES,
+    baseline_pixels,
+    gaussian_blur,
+    gaussian_noise,
+    patch_grid,
+    patch_pixel_mask,
+)
 
 
 def blur_by_loops(image: torch.Tensor, sigma: float) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""One reading of a ``layers`` argument (:func:`analysis.arguments.resolve_layers`): every layer
+"""One reading of a ``layers`` argument (:func:`analysis.base.arguments.resolve_layers`): every layer
 for ``None``, the layers asked in the order asked, each once, negative indices from the end, and
 one typed error for the rest. Analyses that need the forward order (a record's layers, which
 rollout composes) sort it; the others keep the order asked."""
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import AnalysisError, capture_attention, capture_tokens
-from analysis.arguments import resolve_layers
+from analysis.base.arguments import resolve_layers
 from analysis.circuits.attribution import head_output_vectors
 from conftest import random_pixels
 

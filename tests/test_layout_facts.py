@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 
 import analysis
+from analysis.attention.rollout import patch_grid_rollout
 from analysis.demo.data import render_sample
-from analysis.queries import default_query, query_for_layers, resolve_query
+from analysis.records.queries import default_query, query_for_layers, resolve_query
 from analysis.robustness import load_cnn, measures_patch_attention
-from analysis.rollout import patch_grid_rollout
 from analysis.tokens import capture_limits
 
 

@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
-from analysis.activations import run_with_cache
 from analysis.demo.data import render_sample
+from analysis.engine.activations import run_with_cache
 from analysis.robustness.linear_probe import (
     ImageFolderSet,
     ProbeError,

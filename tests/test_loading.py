@@ -23,8 +23,8 @@ from analysis import (
     capture_attention,
     load_vit,
 )
-from analysis.loading import DEMO_MODEL_DIR
-from analysis.loading.files import looks_like_path
+from analysis.model.loading import DEMO_MODEL_DIR
+from analysis.model.loading.files import looks_like_path
 from analysis.robustness import load_cnn
 
 ARCH = "vit_tiny_patch16_224"
@@ -249,7 +249,7 @@ def test_device_auto_selection_and_bad_devices():
 def test_demo_model_loads_or_says_how_to_get_it(monkeypatch, tmp_path):
     vit = load_vit("demo")
     assert vit.class_names and vit.num_classes == len(vit.class_names)
-    import analysis.loading as loading
+    import analysis.model.loading as loading
 
     assert loading.DEMO_MODELS["demo"][0] == DEMO_MODEL_DIR
     folder, command = loading.DEMO_MODELS["demo"]
@@ -265,7 +265,7 @@ def test_preprocess_matches_timms_eval_transform(crop_mode, img_size):
     one-pixel offset in the resize or the crop changes most pixels by tens of grey levels)."""
     import timm.data
 
-    from analysis.preprocessing import Preprocessing
+    from analysis.base.preprocessing import Preprocessing
 
     kwargs = {"img_size": img_size} if img_size else {}
     vit = load_vit("deit_tiny_patch16_224", pretrained=False, depth=1, **kwargs)  # crop_pct 0.875
@@ -324,7 +324,7 @@ def test_bad_pretrained_tag_lists_the_valid_ones():
 
 
 def test_npz_head_size_is_read_from_the_file(tmp_path):
-    from analysis.loading.checkpoints import npz_num_classes as _npz_num_classes
+    from analysis.model.loading.checkpoints import npz_num_classes as _npz_num_classes
 
     np.savez(tmp_path / "in21k.npz", **{"head/bias": np.zeros(21843, np.float32), "head/kernel": np.zeros((2, 21843))})
     np.savez(tmp_path / "headless.npz", **{"embedding/bias": np.zeros(4, np.float32)})

@@ -10,7 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from analysis.errors import AnalysisError, MissingDecoderError, UnsupportedModelError  # noqa: E402
+from analysis.base.errors import AnalysisError, MissingDecoderError, UnsupportedModelError  # noqa: E402
 from analysis.mae import (  # noqa: E402
     draw_mask,
     draw_noise,

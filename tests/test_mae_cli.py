@@ -14,7 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from analysis.images import load_image  # noqa: E402
+from analysis.base.images import load_image  # noqa: E402
 from analysis.mae import load_mae, mae_reconstruct  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from analysis import plots
+from analysis.base.preprocessing import Preprocessing
 from analysis.mae import draw_mask, figure_2_images, flip_patches, hidden_patch_loss, mae_reconstruct, unit_pixels
-from analysis.preprocessing import Preprocessing
 
 
 @pytest.fixture(scope="module")

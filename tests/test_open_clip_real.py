@@ -18,7 +18,7 @@ import torch
 open_clip = pytest.importorskip("open_clip", reason="a test dependency (requirements.txt): pip install open_clip_torch")
 
 from analysis import capture_attention  # noqa: E402
-from analysis.loading.two_tower import load_clip  # noqa: E402
+from analysis.model.loading.two_tower import load_clip  # noqa: E402
 from analysis.text.explain import explain_text  # noqa: E402
 from analysis.text.prompts import image_embeddings  # noqa: E402
 from analysis.text.zero_shot import zero_shot  # noqa: E402
@@ -140,7 +140,7 @@ def test_the_model_object_itself_loads_the_same(tiny, loaded):
 
 
 def test_an_unknown_open_clip_architecture_is_a_typed_error():
-    from analysis.errors import ModelLoadError
+    from analysis.base.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="open_clip could not build 'no-such-architecture'"):
         load_clip("open_clip:no-such-architecture", device="cpu")

@@ -378,7 +378,7 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
     assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
-    assert "analysis/attention_view_page/index.html" in names  # the instant view's page (no build step)
+    assert "analysis/views/attention_view_page/index.html" in names  # the instant view's page (no build step)
     assert not [n for n in names if "screenshots" in n]
     # 8 MiB until the demo CLIP (2.5 MB of float32 weights that do not compress) joined the demo models,
     # 10 MiB until the three textured demo variants (2.5 MB of float16 weights) joined them, 12 MiB
@@ -394,7 +394,7 @@ def test_the_installed_demo_models_load_from_another_directory(wheel_installed):
 import os, sys, torch
 import analysis, vizapp
 from analysis import load_image, load_vit
-from analysis.assets import asset_path, assets_dir
+from analysis.base.assets import asset_path, assets_dir
 from analysis.robustness import load_cnn
 print("FILES", analysis.__file__, vizapp.__file__, assets_dir())
 holders = [os.path.abspath(p or ".") for p in sys.path

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import analysis
-from analysis.attention_view import rollout_view_defined, rollout_view_rows
-from analysis.queries import query_for_layers
+from analysis.attention.rollout import rollout_uniform_level
+from analysis.records.queries import query_for_layers
+from analysis.records.windowed import is_model_refusal, refuse_windowed
 from analysis.robustness import (
     SALIENCY_NAMES,
     check_token_drop,
@@ -20,8 +21,7 @@ from analysis.robustness import (
     probe,
     saliency_description,
 )
-from analysis.rollout import rollout_uniform_level
-from analysis.windowed import is_model_refusal, refuse_windowed
+from analysis.views.attention_view import rollout_view_defined, rollout_view_rows
 from conftest import random_pixels
 
 

@@ -24,9 +24,9 @@ import torch
 
 import analysis
 from analysis import AnalysisError
+from analysis.base.image_ops import baseline_pixels
 from analysis.explanations import attention_gradients, explain, integrated_gradients_result
 from analysis.explanations.methods import IG_QUADRATURES
-from analysis.image_ops import baseline_pixels
 from conftest import random_pixels
 
 

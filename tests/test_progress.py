@@ -1,6 +1,6 @@
-"""The one progress protocol (analysis.progress): progress(done, total), and nested spans."""
+"""The one progress protocol (analysis.base.progress): progress(done, total), and nested spans."""
 
-from analysis.progress import tell, within
+from analysis.base.progress import tell, within
 
 
 def test_tell_calls_only_a_given_progress_with_integers():

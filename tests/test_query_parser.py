@@ -1,4 +1,4 @@
-"""One query parser: :func:`analysis.queries.resolve_query` is what every reader of "which query
+"""One query parser: :func:`analysis.records.queries.resolve_query` is what every reader of "which query
 token(s)" uses, and each former parser gives the results it gave before, on every query form.
 
 The three parsers it replaced are kept below as they were (``_old_*``), the reference: the view's
@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import analysis
-from analysis.attention_view import query_row
-from analysis.errors import AnalysisError
-from analysis.queries import parse_prefix_query, patch_of_pixel, query_rows_for, resolve_query
+from analysis.base.errors import AnalysisError
+from analysis.records.queries import parse_prefix_query, patch_of_pixel, query_rows_for, resolve_query
 from analysis.tokens.features import patch_similarity
-from analysis.widgets import _GlobalAttentionSource
+from analysis.views.attention_view import query_row
+from analysis.views.widgets import _GlobalAttentionSource
 from conftest import make_vit, random_pixels
 
 KINDS = ("class_token", "registers", "distilled", "no_class_token", "non_square")

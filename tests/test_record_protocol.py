@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.errors import AnalysisError
-from analysis.geometry import LayerGeometry, ViTSpec
-from analysis.windowed_support import refuse_windowed, require_global_attention, windowed_message
+from analysis.base.errors import AnalysisError
+from analysis.model.geometry import LayerGeometry, ViTSpec
+from analysis.model.windowed_support import refuse_windowed, require_global_attention, windowed_message
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYSIS = REPO / "analysis"
@@ -25,16 +25,16 @@ ANALYSIS = REPO / "analysis"
 # The record, geometry, spec and windowed modules and the adapters, relative to analysis/.
 ALLOWED_FILES = frozenset(
     {
-        "records.py",
-        "geometry.py",
-        "spec.py",
-        "windowed.py",
-        "windowed_support.py",
-        "windowed_position.py",
-        "windowed_rollout.py",
+        "records/attention.py",
+        "records/windowed.py",
+        "model/geometry.py",
+        "model/spec.py",
+        "model/windowed_support.py",
+        "embedding/windowed_position.py",
+        "attention/windowed_rollout.py",
     }
 )
-ALLOWED_PACKAGES = ("adapters/",)
+ALLOWED_PACKAGES = ("model/adapters/",)
 
 
 def files_asking_is_windowed(root: Path) -> list[str]:
@@ -53,14 +53,14 @@ def files_asking_is_windowed(root: Path) -> list[str]:
 def test_only_record_geometry_and_adapter_modules_ask_is_windowed():
     assert files_asking_is_windowed(ANALYSIS) == [], (
         "ask spec.attends_globally / spec.window_geometry(layer) / the record's type, or refuse with "
-        "analysis.windowed_support.require_global_attention"
+        "analysis.model.windowed_support.require_global_attention"
     )
 
 
 def test_the_guard_sees_a_stray_is_windowed(tmp_path):
-    (tmp_path / "adapters").mkdir()
-    (tmp_path / "adapters" / "swin.py").write_text("x = spec.is_windowed\n")
-    (tmp_path / "geometry.py").write_text("x = spec.is_windowed\n")
+    (tmp_path / "model" / "adapters").mkdir(parents=True)
+    (tmp_path / "model" / "adapters" / "swin.py").write_text("x = spec.is_windowed\n")
+    (tmp_path / "model" / "geometry.py").write_text("x = spec.is_windowed\n")
     (tmp_path / "tokens").mkdir()
     (tmp_path / "tokens" / "capture.py").write_text("a = 1\nif spec.is_windowed:\n    pass\n")
     assert files_asking_is_windowed(tmp_path) == ["tokens/capture.py:2"]
@@ -123,8 +123,8 @@ def test_both_records_answer_the_protocol_with_their_own_layouts():
 
     sys.path.insert(0, str(REPO / "tests"))
     from analysis import capture_attention, load_vit
-    from analysis.records import AttentionRecord, AttentionRecordProtocol
-    from analysis.windowed import WindowedAttentionRecord
+    from analysis.records.attention import AttentionRecord, AttentionRecordProtocol
+    from analysis.records.windowed import WindowedAttentionRecord
     from windowed_models import small_pixels, small_swin
 
     vit = load_vit("demo")

@@ -148,7 +148,7 @@ def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
     import numpy as np
 
     import analysis
-    from analysis.attention_view import PAGE
+    from analysis.views.attention_view import PAGE
 
     views = embedded_views(reports["demo"])
     assert len(views) == 2 and len(embedded_views(reports["deit"])) == 2

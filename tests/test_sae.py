@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
-from analysis.activations import run_with_cache, run_with_hooks
+from analysis.base.errors import AnalysisError
 from analysis.demo.data import render_sample
-from analysis.errors import AnalysisError
+from analysis.engine.activations import run_with_cache, run_with_hooks
 from analysis.sae import (
     NoImagesError,
     SAEConfig,

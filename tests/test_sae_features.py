@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
-from analysis.activations import run_with_cache, run_with_hooks
 from analysis.demo.data import render_sample
+from analysis.engine.activations import run_with_cache, run_with_hooks
 from analysis.sae import SAEConfig, SparseAutoencoder, splice
 from analysis.sae.errors import SAEFeatureError, SAEWidthError, UnknownPointError
 from analysis.sae.features import build_feature_index, feature_class_effect, intervene, patch_feature_grid

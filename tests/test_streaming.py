@@ -65,7 +65,7 @@ def test_the_maps_are_never_stored(vit, monkeypatch):
     """Each layer's probabilities are reduced in the hook: one layer of one batch at a time
     (all rows, whose product with v is the layer's output, then the patch-query rows as a
     view), and nothing of shape (L, B, ...) is allocated."""
-    import analysis.adapters.probabilities as capture_module  # the one softmax rule, and attend_and_record
+    import analysis.model.adapters.probabilities as capture_module  # the one softmax rule, and attend_and_record
 
     seen = []
     original = capture_module.attention_probabilities
@@ -97,7 +97,7 @@ def test_a_bad_file_in_the_set_is_reported(vit):
 
 
 def test_out_of_memory_halves_the_batch_then_falls_back_to_cpu():
-    from analysis.oom import run_with_oom_fallback
+    from analysis.base.oom import run_with_oom_fallback
 
     seen = []
 
@@ -155,7 +155,7 @@ def test_skip_leaves_bad_images_out_and_says_why(vit):
 
 def test_streaming_refuses_a_layer_whose_hook_never_fired(vit, monkeypatch):
     """If a block's attention is never reported, the mean must not silently include zeros."""
-    import analysis.activations.run as engine
+    import analysis.engine.activations.run as engine
 
     real_block_hooks, last = engine._block_hooks, vit.spec.num_layers - 1
 

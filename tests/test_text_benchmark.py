@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import load_clip
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import scenes_to_tensor
 from analysis.demo.text_scenes import caption, caption_words, generate_text_scenes, position_words, render_text_scene
 from analysis.faithfulness import RANDOM, area_under_curve, perturbation_curve, text_benchmark

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from analysis import TextPromptError
+from analysis.base.image_ops import baseline_pixels
 from analysis.faithfulness import perturbation_curve
-from analysis.image_ops import baseline_pixels
 from analysis.text import explain_text, head_texts, prompts_from_template, score_value, text_decomposition
 from test_text_prompts import PROMPTS, _pixels, pair  # noqa: F401 - fixture
 

@@ -561,7 +561,7 @@ class _OpenCLIPModel(torch.nn.Module):
 def test_an_open_clip_image_tower_becomes_the_same_timm_vit():
     """Without the package (tests/test_open_clip_real.py checks the real one): its ViT image tower's
     layout, rebuilt in this file with its forward, converts into a timm ViT that gives the same embedding and sees the same attention."""
-    from analysis.loading.open_clip_source import wrap_open_clip
+    from analysis.model.loading.open_clip_source import wrap_open_clip
 
     torch.manual_seed(0)
     model = _OpenCLIPModel().eval()

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
+from analysis.base.errors import AnalysisError
 from analysis.demo.cue_conflict import (
     CLASS_TEXTURES,
     class_texture,
@@ -21,7 +22,6 @@ from analysis.demo.cue_conflict import (
     textured_scenes,
 )
 from analysis.demo.data import CLASS_NAMES, generate_samples
-from analysis.errors import AnalysisError
 from analysis.robustness import (
     TEXTURE_PROBES,
     ShapeBias,

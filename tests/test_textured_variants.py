@@ -14,12 +14,12 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
+from analysis.base.errors import AnalysisError
 from analysis.demo.cue_conflict import class_texture, texture_swatch, texture_swatches, textured_scenes
 from analysis.demo.data import CLASS_NAMES, generate_samples
 from analysis.demo.evaluate import DEFAULT_EVAL_SEED, cue_accuracies
-from analysis.errors import AnalysisError
-from analysis.loading import DEMO_MODELS, TEXTURED_DEMO_MODELS
+from analysis.model.loading import DEMO_MODELS, TEXTURED_DEMO_MODELS
 from analysis.robustness import DEMO_CNNS, TEXTURED_DEMO_CNNS, load_cnn
 from tests.test_app import app  # noqa: F401 - the app fixture
 
@@ -199,7 +199,7 @@ def test_the_app_offers_the_textured_variants_as_second_models(app):  # noqa: F8
 
 
 def test_a_missing_textured_cnn_says_how_to_train_it_again(monkeypatch, tmp_path):
-    from analysis.errors import ModelLoadError
+    from analysis.base.errors import ModelLoadError
     from analysis.robustness import cnn
 
     monkeypatch.setitem(cnn.DEMO_CNNS, "demo_textured", tmp_path / "gone")

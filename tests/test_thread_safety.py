@@ -42,8 +42,8 @@ from analysis import (
     rotary_position_features,
     token_norms,
 )
-from analysis.activations import run_with_cache, run_with_hooks
 from analysis.circuits import activation_patching, dataset_head_effects, direct_logit_attribution, head_ablation
+from analysis.engine.activations import run_with_cache, run_with_hooks
 from analysis.faithfulness import perturbation_curve
 from analysis.robustness import patch_drop_indices
 from analysis.robustness.dropped import token_drop_attention
@@ -312,7 +312,7 @@ def test_keyword_pre_hooks_leave_another_threads_forward_alone_while_being_added
     ``hook(module, args)`` (seen in the 8-thread test as a TypeError inside activation
     patching). The engine's keyword pre-hooks (``resid_pre``, ``attn.in``, ``attn.rope``) accept that call
     and return None for another thread."""
-    from analysis.activations.run import hooks_around
+    from analysis.engine.activations.run import hooks_around
 
     pixels = random_pixels(vit, batch=1, seed=3)
     seen: list = []
@@ -392,11 +392,11 @@ def _raise_while_others_add_and_remove_hooks(add_pre, add_post, seconds: float =
 
 def test_a_forward_that_raises_keeps_its_exception_while_other_threads_add_and_remove_hooks():
     """The engine's hooks hold one lock while their exception leaves the model
-    (analysis.module_hooks): the raising forward sees its own exception, never ``RuntimeError:
+    (analysis.base.module_hooks): the raising forward sees its own exception, never ``RuntimeError:
     OrderedDict mutated during iteration`` (which failed the 8-thread rotary test in CI: the
     rotary read stops its forward at a block other threads hook). Without the hold (the hook's
     wrapper not taking the lock) this loop raised that error (run by hand)."""
-    from analysis.module_hooks import add_forward_hook, add_forward_pre_hook
+    from analysis.base.module_hooks import add_forward_hook, add_forward_pre_hook
 
     assert _raise_while_others_add_and_remove_hooks(add_forward_pre_hook, add_forward_hook) == []
 
@@ -405,7 +405,7 @@ def test_a_users_torch_hooks_come_off_with_their_own_handles_around_the_engines(
     """The engine registers with torch's own registration, in place: a user's hook added before
     or during a capture comes off with its RemovableHandle (a copy-on-write registration once left
     it behind on the module, in CI)."""
-    from analysis.module_hooks import add_forward_hook
+    from analysis.base.module_hooks import add_forward_hook
 
     block = vit.model.blocks[0]
     before = block.register_forward_hook(lambda module, args, output: None)
@@ -421,7 +421,7 @@ def test_a_users_torch_hooks_come_off_with_their_own_handles_around_the_engines(
 def test_module_hooks_behave_as_torchs_registration():
     """Order, keyword arguments, always_call on a raising forward, replacement results, and a
     removal that leaves every hook dictionary as it was (twice is harmless)."""
-    from analysis.module_hooks import add_forward_hook, add_forward_pre_hook
+    from analysis.base.module_hooks import add_forward_hook, add_forward_pre_hook
 
     module = torch.nn.Linear(3, 3)
     calls: list[str] = []

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 import analysis
-from analysis.activations import run_with_cache
-from analysis.adapters.registry import registered_adapters
 from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation
+from analysis.engine.activations import run_with_cache
+from analysis.model.adapters.registry import registered_adapters
 from conftest import make_vit, random_pixels
 
 TOY_FAMILY = textwrap.dedent('''
@@ -32,7 +32,7 @@ TOY_FAMILY = textwrap.dedent('''
     import torch.nn as nn
     import torch.nn.functional as F
 
-    from analysis.adapters import AttentionAdapter, register_adapter
+    from analysis.model.adapters import AttentionAdapter, register_adapter
 
 
     class ToyAttention(nn.Module):

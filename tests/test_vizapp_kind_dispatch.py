@@ -3,7 +3,7 @@
 instant view of one token grid, or per-stage drawings), once in ``python_snippet.py`` (the kind of
 code a snippet shows, read when its source is made), and nowhere else.
 Everything else reads facts that hold for both kinds (``spec.geometry(layer)``, ``spec.layer_cell``,
-``analysis.queries.query_for_layers``, ...)."""
+``analysis.records.queries.query_for_layers``, ...)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The notebook widget (analysis.widgets): the app's view page in anywidget, two-way traits, the
+"""The notebook widget (analysis.views.widgets): the app's view page in anywidget, two-way traits, the
 data the app's view gets, the static fallback, and the error without anywidget."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import pytest
 pytest.importorskip("anywidget")
 
 from analysis import attention_map, capture_attention, load_image, load_vit
-from analysis.attention_view import (
+from analysis.base.errors import AnalysisError
+from analysis.views.attention_view import (
     PAGE,
     embed,
     view_args,
     view_blob,
     windowed_view_blob,
 )
-from analysis.errors import AnalysisError
-from analysis.widgets import (
+from analysis.views.widgets import (
     WIDGET_ESM,
     NotebookDependencyError,
     attention_view,
@@ -150,7 +150,7 @@ def test_a_layer_the_page_does_not_hold_sends_new_data(demo):
 
 
 def _layer_mib(spec, maps):
-    from analysis.attention_view import layer_bytes
+    from analysis.views.attention_view import layer_bytes
 
     return layer_bytes(spec, maps) / 2**20
 
@@ -200,8 +200,8 @@ def test_the_rollout_view_sends_the_apps_rollout_rows(demo):
     """The Rollout page's data (rollout_view_rows as one view_blob) and its labels; the end layer
     and the query are traits."""
     from analysis import attention_rollout
-    from analysis.attention_view import rollout_view_rows
-    from analysis.widgets import rollout_view
+    from analysis.views.attention_view import rollout_view_rows
+    from analysis.views.widgets import rollout_view
 
     vit, record, image = demo
     spec = vit.spec
@@ -234,7 +234,7 @@ def _decode_single_map_rows(blob: bytes, spec, layers: int):
 
 
 def test_the_compare_view_holds_its_panels(demo):
-    from analysis.widgets import compare_layers_view
+    from analysis.views.widgets import compare_layers_view
 
     vit, record, image = demo
     widget = compare_layers_view(record, image, [3, 0, 2], head=1, query="cls")
@@ -246,8 +246,8 @@ def test_the_compare_view_holds_its_panels(demo):
 
 def test_the_token_similarity_view_holds_every_patchs_similarity(demo):
     from analysis import capture_tokens, patch_similarity
-    from analysis.attention_view import similarity_view_rows
-    from analysis.widgets import token_similarity_view
+    from analysis.views.attention_view import similarity_view_rows
+    from analysis.views.widgets import token_similarity_view
 
     vit, record, image = demo
     spec = vit.spec

@@ -3,7 +3,7 @@
 The references here write the window arithmetic out by hand: the cyclic shift as index
 arithmetic on the grid, the partition as loops over windows, the relative-position index
 and the shift mask's roll regions from their definitions. Nothing calls timm's
-``window_partition`` or the project's :class:`~analysis.spec.LayerGeometry` to build them.
+``window_partition`` or the project's :class:`~analysis.model.spec.LayerGeometry` to build them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import analysis
 import analysis.robustness  # noqa: F401 - analysis.robustness.* below
 from analysis import AnalysisError, attention_map, capture_attention, load_vit
-from analysis.errors import UnsupportedModelError
+from analysis.base.errors import UnsupportedModelError
 from windowed_models import SWIN_SMALL_GEOMETRY, assert_bias_image_is_per_pair, small_pixels, small_sam, small_swin
 
 # The stages of SWIN_SMALL: 64 px / patch 4 = 16x16 cells, then 8x8 after one patch merging.
@@ -450,7 +450,7 @@ def test_pieces_of_a_batch_concatenate_to_the_batchs_record(swin, pixels, record
 def test_a_geometry_that_is_not_the_modules_is_caught(record):
     from dataclasses import replace
 
-    from analysis.windowed import window_probabilities
+    from analysis.records.windowed import window_probabilities
 
     shifted = record.spec.geometry(1)  # the shift mask of layer 1, put on layer 0's unmasked windows
     flat = record.windows[0].flatten(0, 1)  # (B·windows, heads, Wt, Wt)

@@ -3,7 +3,7 @@ Swin/Swinv2 and torchvision Swin/Swin V2 (converted once, at the boundary, into 
 and the hierarchical families that stay out (Hiera, MViTv2, MaxViT), all random weights at
 small sizes.
 
-References, each independent of the capture and of :class:`~analysis.spec.LayerGeometry`:
+References, each independent of the capture and of :class:`~analysis.model.spec.LayerGeometry`:
 
 * ``swinv2_cr``: ``softmax(τ·cos(q, k) + meta_mlp(Δ) + M)`` recomputed from each block's own
   weights, with the cyclic shift, padding, partition, log-spaced offsets and roll regions
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from analysis import attention_map, capture_attention, load_vit
-from analysis.errors import ModelLoadError, UnsupportedModelError
+from analysis.base.errors import ModelLoadError, UnsupportedModelError
 from ci_skip_check import in_ci
 from tests.test_windowed import _roll_region
 from windowed_models import SWIN_SMALL_GEOMETRY, assert_bias_image_is_per_pair, small_pixels, small_swin

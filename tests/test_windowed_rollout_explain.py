@@ -4,7 +4,7 @@ weights, small sizes.
 The references write everything out by hand: the window arithmetic (which cell sits in which
 slot of which window) as loops over windows and slots, the dense matrices and the 2×2 merge
 cell by cell, Grad-CAM and the pooled gradients with loops over cells and channels. Nothing
-calls :class:`~analysis.spec.LayerGeometry` or the project's rollout to build them.
+calls :class:`~analysis.model.spec.LayerGeometry` or the project's rollout to build them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 
 import analysis
 from analysis import AnalysisError, capture_attention, explain, load_vit
+from analysis.attention.windowed_rollout import merge_matrix, windowed_rollout, windowed_rollout_by_layer
 from analysis.explanations import explanation_grid, methods_for
 from analysis.faithfulness import perturbation_curve
-from analysis.windowed_rollout import merge_matrix, windowed_rollout, windowed_rollout_by_layer
 from windowed_models import small_pixels, small_sam, small_swin
 
 # (grid, stride, window, shift) per layer of SWIN_SMALL: 16x16 cells of 4 px, then 8x8 of 8 px
@@ -151,7 +151,7 @@ def test_swin_rollout_within_each_stage_equals_the_loops(swin_record, fusion):
         same = analysis.attention_rollout(swin_record, start_layer=start, end_layer=end, head_fusion=fusion, query=5)
         torch.testing.assert_close(same.double(), reference[:, 5].view(2, *grid), atol=1e-6, rtol=0)
         torch.testing.assert_close(
-            analysis.rollout.rollout_matrices(swin_record, stage=stage, head_fusion=fusion),
+            analysis.attention.rollout.rollout_matrices(swin_record, stage=stage, head_fusion=fusion),
             reference,
             atol=1e-9,
             rtol=0,
@@ -217,7 +217,7 @@ def test_the_merge_rule_equals_the_loops_and_is_labelled_an_approximation(swin_r
 def test_merge_matrix_of_even_and_odd_grids_equals_the_loops(swin):
     spec = swin.spec
     torch.testing.assert_close(merge_matrix(spec.geometry(1), spec.geometry(2)), _hand_merge((16, 16)), atol=0, rtol=0)
-    from analysis.spec import LayerGeometry
+    from analysis.model.spec import LayerGeometry
 
     odd, merged = LayerGeometry(0, (5, 7), (4, 4), (4, 4)), LayerGeometry(1, (3, 4), (8, 8), (4, 4))
     torch.testing.assert_close(merge_matrix(odd, merged), _hand_merge((5, 7)), atol=0, rtol=0)
@@ -269,7 +269,7 @@ def test_discard_counts_only_the_pairs_the_windows_define(swin_record):
         threshold = values.sort().values[count - 1]
         kept[b][candidates & (dense[b] <= threshold)] = 0.0
     want = _hand_step(kept)
-    got = analysis.rollout.rollout_matrices(swin_record, start_layer=1, end_layer=1, discard_ratio=ratio)
+    got = analysis.attention.rollout.rollout_matrices(swin_record, start_layer=1, end_layer=1, discard_ratio=ratio)
     torch.testing.assert_close(got, want, atol=1e-9, rtol=0)
     assert int(candidates.sum()) < 256 * 255 // 10  # far fewer than every off-diagonal pair
 
@@ -368,7 +368,7 @@ def test_input_x_gradient_pools_on_the_stem_patch_grid(swin, pixels):
 def test_integrated_gradients_pool_on_the_stem_patch_grid(sam, pixels):
     steps = 3
     got = explain(sam, pixels[:1], target=1, method="integrated_gradients", steps=steps, baseline="black")
-    baseline = analysis.image_ops.baseline_pixels(sam, pixels[:1], "black")
+    baseline = analysis.base.image_ops.baseline_pixels(sam, pixels[:1], "black")
     total = torch.zeros_like(pixels[:1])
     for k in range(steps):  # midpoint rule, one point at a time
         alpha = (k + 0.5) / steps
@@ -406,7 +406,10 @@ def test_global_token_methods_are_refused_with_the_reason(swin, sam, pixels):
         assert methods_for(vit) == ("rollout", "gradcam", "input_x_gradient", "integrated_gradients", "attnlrp")
     with pytest.raises(AnalysisError, match="windowed attention"):
         analysis.explanations.attention_gradients(swin, pixels[:1])
-    assert "gradcam" in analysis.windowed.WINDOWED_SUPPORT and "attention_rollout" in analysis.windowed.WINDOWED_SUPPORT
+    assert (
+        "gradcam" in analysis.records.windowed.WINDOWED_SUPPORT
+        and "attention_rollout" in analysis.records.windowed.WINDOWED_SUPPORT
+    )
 
 
 # --------------------------------------------------------------------------- faithfulness
@@ -428,7 +431,7 @@ def test_deletion_curve_removes_the_cells_of_the_maps_own_grid(swin, pixels, met
     saliency = explain(swin, image, target=3, method=method)[0]
     fractions, values = perturbation_curve(swin, image, saliency, 3, mode="deletion", steps=4, baseline="black")
     order = torch.sort(-saliency.reshape(-1).double(), stable=True).indices
-    replacement = analysis.image_ops.baseline_pixels(swin, image, "black")
+    replacement = analysis.base.image_ops.baseline_pixels(swin, image, "black")
     for fraction, value in zip(fractions, values):
         removed = order[: int(round(fraction * grid[0] * grid[1]))]
         with torch.no_grad():

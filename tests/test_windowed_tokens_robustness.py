@@ -16,6 +16,7 @@ from PIL import Image
 
 import analysis
 from analysis import AnalysisError, capture_attention, load_vit, mean_attention_distance
+from analysis.records.windowed import windowed_attention_map
 from analysis.robustness import (
     SALIENCY_NAMES,
     check_token_drop,
@@ -37,7 +38,6 @@ from analysis.tokens import (
     stage_high_norm_tokens,
     token_norms,
 )
-from analysis.windowed import windowed_attention_map
 from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
 
 

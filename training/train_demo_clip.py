@@ -59,7 +59,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import MEAN, STD, normalize_uint8
 from analysis.demo.data import DEFAULT_SIZE
 from analysis.demo.text_scenes import (

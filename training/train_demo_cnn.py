@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a file: the repository root holds `analy
 import torch
 import torch.nn.functional as F
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import demo_pretrained_cfg, normalize_uint8, scenes_to_tensor
 from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
 from training.common import accuracy, dihedral, save_timm_folder

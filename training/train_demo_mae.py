@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a file: the repository root holds `analy
 
 import torch
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import MEAN, STD, normalize_uint8, scenes_to_tensor
 from analysis.demo.data import DEFAULT_SIZE, generate_arrays
 from training.common import dihedral, warmup_cosine

@@ -51,7 +51,7 @@ if __package__ in (None, ""):  # run as a file: the repository root holds `analy
 import torch
 import torch.nn.functional as F
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import demo_pretrained_cfg
 from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE
 from training.common import accuracy, batch_of, save_timm_folder, scene_pool, warmup_cosine

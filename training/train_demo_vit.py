@@ -50,7 +50,7 @@ if __package__ in (None, ""):  # run as a file: the repository root holds `analy
 import torch
 import torch.nn.functional as F
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import MEAN, STD, demo_pretrained_cfg, normalize_uint8, scenes_to_tensor
 from analysis.demo.data import CLASS_NAMES, DEFAULT_SIZE, generate_arrays
 from analysis.demo.evaluate import similarity_locality_gap

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from analysis.demo.config import normalize_uint8, scenes_to_tensor
 from analysis.demo.cue_conflict import textured_scenes
 from analysis.demo.data import DEFAULT_SIZE, generate_arrays

@@ -18,7 +18,7 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
 
 import streamlit as st  # noqa: E402
 
-from analysis.assets import asset_path  # noqa: E402
+from analysis.base.assets import asset_path  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp import inputs, url_state  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402

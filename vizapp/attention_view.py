@@ -1,8 +1,8 @@
-"""The instant attention view in the app: :mod:`analysis.attention_view`'s page, declared as a
-Streamlit custom component (the folder ``analysis/attention_view_page``, served by Streamlit; the
+"""The instant attention view in the app: :mod:`analysis.views.attention_view`'s page, declared as a
+Streamlit custom component (the folder ``analysis/views/attention_view_page``, served by Streamlit; the
 HTML report inlines the same file).
 
-The data (:func:`analysis.attention_view.view_blob`) is one binary file served by Streamlit's
+The data (:func:`analysis.views.attention_view.view_blob`) is one binary file served by Streamlit's
 media endpoint and fetched by the page once per image and model, so a rerun sends only the small
 arguments. The page holds every layer when they fit :data:`vizapp.limits.MAX_VIEW_BYTES`
 (``VIZAPP_VIEW_MB``): the layer (↑/↓) and head (←/→, ◀/▶) then
@@ -30,7 +30,14 @@ import streamlit as st
 import streamlit.components.v1 as components
 from streamlit import runtime
 
-from analysis.attention_view import PAGE_DIR, layer_bytes, layers_to_send, query_row, view_args, windowed_view_args
+from analysis.views.attention_view import (
+    PAGE_DIR,
+    layer_bytes,
+    layers_to_send,
+    query_row,
+    view_args,
+    windowed_view_args,
+)
 from vizapp import limits
 from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
 
@@ -79,7 +86,7 @@ def hold_for_first_paint(shown: bool) -> bool:
 
 
 def sent_layers(spec, layer: int) -> tuple[int, ...] | None:
-    """The layers the page gets under ``VIZAPP_VIEW_MB`` (:func:`analysis.attention_view.layers_to_send`)."""
+    """The layers the page gets under ``VIZAPP_VIEW_MB`` (:func:`analysis.views.attention_view.layers_to_send`)."""
     return layers_to_send(spec, layer, limits.MAX_VIEW_BYTES)
 
 
@@ -175,8 +182,8 @@ def attention_view(
     **labels,
 ):
     """Draw the view; returns its last value (a click or a layer step, see the module docstring),
-    else None. ``data``: :func:`served`'s (or inline :func:`analysis.attention_view.view_data`).
-    ``labels``: what other maps than attention's are (:func:`analysis.attention_view.view_args`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
+    else None. ``data``: :func:`served`'s (or inline :func:`analysis.views.attention_view.view_data`).
+    ``labels``: what other maps than attention's are (:func:`analysis.views.attention_view.view_args`). ``on_change``: a callback (Streamlit ``on_change``) that reads ``st.session_state[key]``."""
     args = view_args(
         data=data,
         image_uri=image_uri,
@@ -208,7 +215,7 @@ def windowed_attention_view(
     key: str,
     on_change=None,
 ):
-    """The view of one windowed layer (Swin, SAM; :func:`analysis.attention_view.windowed_view_args`):
+    """The view of one windowed layer (Swin, SAM; :func:`analysis.views.attention_view.windowed_view_args`):
     the hovered cell's attention inside its window. Returns its last click, else None."""
     args = windowed_view_args(
         data=data,

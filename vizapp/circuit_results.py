@@ -12,8 +12,8 @@ import streamlit as st
 import torch
 
 from analysis import load_image
+from analysis.base.image_ops import gaussian_blur, gaussian_noise
 from analysis.circuits import activation_patching, cumulative_head_ablation, direct_logit_attribution, head_ablation
-from analysis.image_ops import gaussian_blur, gaussian_noise
 from vizapp import inputs
 from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef

@@ -12,7 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis import ArchiveError, ArchiveLimits, load_image, read_image_archive
-from analysis.assets import asset_path
+from analysis.base.assets import asset_path
 from vizapp.limits import MAX_ARCHIVE_BYTES, MAX_DATASET_IMAGES, MAX_RESULTS
 from vizapp.refs import ImageRef
 

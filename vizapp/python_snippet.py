@@ -137,7 +137,7 @@ def attention_code(
 ) -> str:
     """The Attention page's map: ``attention`` ``(gh, gw)``, one head's (or the mean over
     heads) attention of ``query`` over the patches at ``layer``; with ``view``, the page's instant
-    view as a notebook widget (:func:`analysis.widgets.attention_view`) on the same layer, head and query."""
+    view as a notebook widget (:func:`analysis.views.widgets.attention_view`) on the same layer, head and query."""
     head_arg = "None" if head == "mean" else str(int(head))
     lines = [
         *_forward(source),
@@ -150,7 +150,7 @@ def attention_code(
         lines += [
             "",
             '# the page\'s instant view in a notebook (pip install "vit-explorer[notebook]"): hover, step heads and layers',
-            "from analysis.widgets import attention_view",
+            "from analysis.views.widgets import attention_view",
             f"view = attention_view(record, vit.model_input_image(image), layer={int(layer)}, head={head!r}, "
             f"query={query!r})",
             "view  # a notebook cell shows the widget of its last line",
@@ -193,11 +193,11 @@ def rollout_code(
 
 
 def _rollout_view_lines(fusion: str, discard_ratio: float, start_layer: int, query) -> list[str]:
-    """The Rollout page's instant view as a notebook widget (:func:`analysis.widgets.rollout_view`; a ViT)."""
+    """The Rollout page's instant view as a notebook widget (:func:`analysis.views.widgets.rollout_view`; a ViT)."""
     return [
         "",
         '# the page\'s instant rollout view in a notebook (pip install "vit-explorer[notebook]")',
-        "from analysis.widgets import rollout_view",
+        "from analysis.views.widgets import rollout_view",
         f"view = rollout_view(record, vit.model_input_image(image), head_fusion={fusion!r}, "
         f"discard_ratio={float(discard_ratio)!r}, start_layer={int(start_layer)}, query={query!r})",
         "view  # a notebook cell shows the widget of its last line",
@@ -289,7 +289,7 @@ def compare_code(
             "])  # (len(LAYERS), gh, gw)",
             "",
             '# the page\'s instant view in a notebook (pip install "vit-explorer[notebook]"): hover one panel, see every layer',
-            "from analysis.widgets import compare_layers_view",
+            "from analysis.views.widgets import compare_layers_view",
             f"view = compare_layers_view(record, vit.model_input_image(image), LAYERS, head={head!r}, query={query!r})",
             "view  # a notebook cell shows the widget of its last line",
         ]
@@ -346,7 +346,7 @@ def tokens_code(
         "    probabilities = analysis.logit_lens(vit, pixels)[:, 0].softmax(-1).numpy()  # (L, classes)",
         "",
         '# the page\'s instant similarity view in a notebook (pip install "vit-explorer[notebook]")',
-        "from analysis.widgets import token_similarity_view",
+        "from analysis.views.widgets import token_similarity_view",
         f"view = token_similarity_view(record, tokens, vit.model_input_image(image), layer={int(layer)}, kind={kind!r}, "
         f"query={query!r})",
         "view  # a notebook cell shows the widget of its last line",
@@ -507,7 +507,7 @@ def circuits_code(
             imports=[
                 "import torch",
                 "from analysis.circuits import activation_patching, direct_logit_attribution, head_ablation",
-                "from analysis.image_ops import gaussian_blur, gaussian_noise",
+                "from analysis.base.image_ops import gaussian_blur, gaussian_noise",
             ],
             record=False,
         ),

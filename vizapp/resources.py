@@ -40,11 +40,11 @@ from analysis import (
     position_embedding_similarity,
     upsample_map,
 )
+from analysis.attention.rollout import patch_grid_rollout
 from analysis.explanations import CLASS_SPECIFIC
+from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
-from analysis.rollout import patch_grid_rollout
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
-from analysis.windowed import WindowedAttentionRecord
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -69,7 +69,7 @@ class Forward:
     """One captured forward pass of one image through one model.
 
     record: attention ``(L, 1, heads, T, T)`` and logits of the pass; for a windowed model
-        (Swin, SAM) a :class:`~analysis.windowed.WindowedAttentionRecord`, one
+        (Swin, SAM) a :class:`~analysis.records.windowed.WindowedAttentionRecord`, one
         ``(1, windows, heads, Wt, Wt)`` tensor per layer in ``record.windows``.
     input_image: ``(H, W, 3)`` uint8, exactly the pixels the model saw.
     probabilities: ``(classes,)`` softmax of the logits; empty unless the model has a
@@ -175,8 +175,8 @@ def rollout_view_blob(
     ref: ModelRef, digest: str, _image_bytes: bytes, head_fusion: str, discard_ratio: float, start_layer: int
 ) -> tuple[bytes, dict]:
     """Every query's rollout after each layer ``start_layer..L-1`` (a ViT), quantised for the
-    browser view (:func:`analysis.attention_view.rollout_view_rows`, as one served file)."""
-    from analysis.attention_view import rollout_view_rows, view_blob
+    browser view (:func:`analysis.views.attention_view.rollout_view_rows`, as one served file)."""
+    from analysis.views.attention_view import rollout_view_rows, view_blob
 
     record = forward(ref, digest, _image_bytes).record
     ends, rows = rollout_view_rows(
@@ -188,8 +188,8 @@ def rollout_view_blob(
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
 def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> tuple[bytes, dict]:
     """One windowed layer's attention, every window's every query, quantised for the browser view
-    (:func:`analysis.attention_view.windowed_view_blob`, from the one windowed record)."""
-    from analysis.attention_view import windowed_view_blob as blob
+    (:func:`analysis.views.attention_view.windowed_view_blob`, from the one windowed record)."""
+    from analysis.views.attention_view import windowed_view_blob as blob
 
     return blob(forward(ref, digest, _image_bytes).record, layer)
 
@@ -197,8 +197,8 @@ def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: i
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
 def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> tuple[bytes, dict]:
     """Every token's cosine similarity to the patch tokens of one layer (a ViT), quantised for the
-    browser view (:func:`analysis.attention_view.similarity_view_rows`, as one served file)."""
-    from analysis.attention_view import similarity_view_rows, view_blob
+    browser view (:func:`analysis.views.attention_view.similarity_view_rows`, as one served file)."""
+    from analysis.views.attention_view import similarity_view_rows, view_blob
 
     record = forward(ref, digest, _image_bytes).record
     return view_blob(
@@ -209,8 +209,8 @@ def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
 def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> tuple[bytes, dict]:
     """Every query's attention in ``layers``, quantised for the browser view, as the one file
-    the page fetches (:func:`analysis.attention_view.view_blob`; shared read-only: bytes)."""
-    from analysis.attention_view import view_blob
+    the page fetches (:func:`analysis.views.attention_view.view_blob`; shared read-only: bytes)."""
+    from analysis.views.attention_view import view_blob
 
     return view_blob(forward(ref, digest, _image_bytes).record, layers)
 
@@ -219,7 +219,7 @@ def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers:
 def layer_attention_grids(
     ref: ModelRef, digest: str, _image_bytes: bytes, query: str | int | tuple[int, int]
 ) -> tuple[np.ndarray, ...]:
-    """Every layer's maps for one query as :func:`analysis.queries.query_for_layers` gives it (a
+    """Every layer's maps for one query as :func:`analysis.records.queries.query_for_layers` gives it (a
     ViT: ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch; a windowed model: ``"mean"`` or an input
     pixel ``(y, x)``): per layer ``(heads_l + 1, gh_l, gw_l)`` float32 on that layer's own grid
     (``spec.geometry(layer)``; a windowed model's zero outside the query's window). Index
@@ -264,7 +264,7 @@ def rollout_by_layer(
     A windowed model (Swin, SAM; ``query`` a pixel ``(y, x)`` or ``"mean"``): ``stage`` rolls
     out that stage's layers only (exact; ``start_layer`` then unused), one map per layer of it;
     every map lies on the first layer's grid. ``merge="mean_2x2"`` crosses Swin's patch merging
-    as an approximation (the page states ``analysis.windowed_rollout.MERGE_WARNING``; the
+    as an approximation (the page states ``analysis.attention.windowed_rollout.MERGE_WARNING``; the
     library's RuntimeWarning is not repeated); without it such a range is refused (AnalysisError)."""
     record = forward(ref, digest, _image_bytes).record
     span = {"stage": stage} if stage is not None else {"start_layer": start_layer}
@@ -902,8 +902,8 @@ def mae_loss_chunk(
     ratio (:func:`analysis.mae.dataset_mae_loss`; image ``i`` of the piece is item ``start + i`` of
     the set and masked from seed ``seed + start + i``, as ``python -m analysis mae`` does), and
     ``(index in the piece, reason)`` per image that could not be read."""
+    from analysis.attention.streaming import SkippedImage
     from analysis.mae import dataset_mae_loss
-    from analysis.streaming import SkippedImage
 
     skipped: list[SkippedImage] = []
     losses = dataset_mae_loss(

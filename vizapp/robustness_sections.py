@@ -15,7 +15,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis.loading import TEXTURED_DEMO_MODELS
+from analysis.model.loading import TEXTURED_DEMO_MODELS
 from analysis.robustness import (
     ATTACKS,
     FAST_CORRUPTIONS,
@@ -66,7 +66,7 @@ SHAPE_BIAS_MODELS = {
 
 def textured_variant(model_key: tuple) -> tuple | None:
     """The model key of the variant of a bundled demo model fine-tuned on textured scenes as well
-    (``analysis.loading.TEXTURED_DEMO_MODELS``, ``analysis.robustness.TEXTURED_DEMO_CNNS``), or ``None``
+    (``analysis.model.loading.TEXTURED_DEMO_MODELS``, ``analysis.robustness.TEXTURED_DEMO_CNNS``), or ``None``
     when ``model_key`` is no such model."""
     if model_key[0] == "vit":
         ref = model_key[1]

@@ -13,7 +13,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis.loading.hub import hub_reachable, pretrained_weights_cached
+from analysis.model.loading.hub import hub_reachable, pretrained_weights_cached
 from analysis.plots import MAP_RANGES, UNIFORM_FLOOR
 from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
@@ -44,8 +44,8 @@ CURATED_MODELS: dict[str, ModelRef] = {
     "ViT-M/16 global-average-pool, no class token": ModelRef("vit_medium_patch16_gap_256.sw_in12k_ft_in1k"),
 }
 
-DEMO_SWIN = ModelRef("demo_swin")  # the bundled windowed comparison model (analysis.loading.DEMO_MODELS)
-#: the bundled demo ViT and Swin fine-tuned on textured scenes too (analysis.loading.DEMO_MODELS): choice -> label
+DEMO_SWIN = ModelRef("demo_swin")  # the bundled windowed comparison model (analysis.model.loading.DEMO_MODELS)
+#: the bundled demo ViT and Swin fine-tuned on textured scenes too (analysis.model.loading.DEMO_MODELS): choice -> label
 DEMO_TEXTURED = {
     "demo_textured": "the bundled demo ViT trained on textured scenes too (reads texture)",
     "demo_swin_textured": "the bundled demo Swin trained on textured scenes too (reads texture)",

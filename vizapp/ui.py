@@ -13,7 +13,7 @@ import streamlit as st
 from PIL import Image
 
 from analysis import ViTSpec, corresponding_query
-from analysis.queries import parse_prefix_query, prefix_query
+from analysis.records.queries import parse_prefix_query, prefix_query
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("head", "query_mode", "query_patch", "query_prefix")

@@ -18,9 +18,9 @@ import numpy as np
 import streamlit as st
 
 from analysis import masked_image, top_mass_mask
-from analysis.attention_view import windowed_view_bytes
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
-from analysis.queries import query_for_layers
+from analysis.records.queries import query_for_layers
+from analysis.views.attention_view import windowed_view_bytes
 from vizapp import figures, limits, resources, ui
 from vizapp.attention_view import follow_view, served, windowed_attention_view
 from vizapp.python_snippet import Source, attention_code, show_code

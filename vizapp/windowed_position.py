@@ -1,5 +1,5 @@
 """The Position page's section for windowed models (Swin, SAM): what they learned
-about position, drawn from :mod:`analysis.windowed_position`.
+about position, drawn from :mod:`analysis.embedding.windowed_position`.
 
 This is the windowed analogue of the ViT paper's Figure 7 (centre). A Swin has no absolute
 table to compare patch by patch; each layer adds a bias to every attention score that depends

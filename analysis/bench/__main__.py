@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from analysis import capture_attention, dataset_attention_distance, load_vit  # noqa: E402
-from analysis.streaming import iter_batches  # noqa: E402
+from analysis.attention.streaming import iter_batches  # noqa: E402
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -106,7 +106,7 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
 
     ``capture`` is the default: every record in new memory (record memory reuse is off), the
     case of the app, which keeps its records. ``capture_reuse`` turns the opt-in reuse of
-    :mod:`analysis.record_memory` on for its own rounds (untimed toggles) and drops each
+    :mod:`analysis.base.record_memory` on for its own rounds (untimed toggles) and drops each
     record, as a loop over batches does, so its memory serves the next: side by side, the
     two say what the reuse gains. ``floor`` is the fused forward followed by writing a record of
     the capture's size into new memory, layer by layer, as the capture does: what any capture
@@ -115,8 +115,8 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
     vit = load_vit(model_name, pretrained=False, device=device)
     pixels = torch.randn(batch, 3, *vit.spec.img_size, device=vit.device)
     precision = "auto"
-    from analysis.devices import autocast_context
-    from analysis.record_memory import record_buffer, release_record_memory, reuse_record_memory
+    from analysis.base.devices import autocast_context
+    from analysis.base.record_memory import record_buffer, release_record_memory, reuse_record_memory
 
     def forward():
         with torch.no_grad(), autocast_context(vit.device, precision):
@@ -189,7 +189,7 @@ def bench_cache(model_name: str, batch: int, repeats: int) -> dict:
     (no hook at all), with every block's residual stream, and with every block's probabilities
     beside ``capture_attention`` (the same engine: the cache keeps one tensor per layer, the
     record stacks them into one ``(L, …)`` buffer; both compute each map in place)."""
-    from analysis.activations import run_with_cache
+    from analysis.engine.activations import run_with_cache
 
     vit = load_vit(model_name, pretrained=False, device="cpu")
     pixels = torch.randn(batch, 3, *vit.spec.img_size)
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
             r["vs_peers"] <= 1.0,
         )
         print(
-            f"  record memory reuse (opt-in, analysis.record_memory; off by default: an array taken before "
+            f"  record memory reuse (opt-in, analysis.base.record_memory; off by default: an array taken before "
             f"share_memory_() or through DLPack could read a later record): capture {r['reuse_s']:.3f} s, "
             f"{r['reuse_ratio']:.3f} x the fused forward, {100 * r['reuse_gain']:.1f} % faster than the default"
         )

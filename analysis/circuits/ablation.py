@@ -9,7 +9,7 @@ what the output projection receives from it) is replaced by
 * ``"resample"``: its value on another image (resample ablation, Chan et al. 2022 "Causal
   scrubbing"),
 
-and the forward pass continues from there (:func:`analysis.activations.run_with_hooks`). The
+and the forward pass continues from there (:func:`analysis.engine.activations.run_with_hooks`). The
 effect is ``Δ = logit_c(ablated) − logit_c(clean)`` of the target class ``c``, and likewise for
 its softmax probability. :func:`cumulative_head_ablation` removes heads together, in a given
 order (e.g. most important first), and traces the target logit as heads go.
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations import run_with_cache, run_with_hooks
-from ..adapters.registry import block_sites
-from ..arguments import resolve_layers
-from ..checks import check_index
-from ..errors import AnalysisError
+from ..base.arguments import resolve_layers
+from ..base.errors import AnalysisError
+from ..base.progress import Progress
+from ..engine.activations import run_with_cache, run_with_hooks
 from ..explanations.gradients import resolve_targets
-from ..progress import Progress
-from ..windowed import refuse_windowed
+from ..model.adapters.registry import block_sites
+from ..records.checks import check_index
+from ..records.windowed import refuse_windowed
 
 __all__ = [
     "ABLATIONS",

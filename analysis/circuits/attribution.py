@@ -1,7 +1,7 @@
 """Direct logit attribution: the target logit as a sum over the embedding, every head and every MLP.
 
 The residual stream after the last block is a sum of what each part wrote into it
-(:mod:`analysis.activations.points`)::
+(:mod:`analysis.engine.activations.points`)::
 
     x_L = e + Σ_l (Σ_h a_{l,h} + a_l^bias) + Σ_l m_l
 
@@ -35,13 +35,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..activations import run_with_cache
-from ..activations.points import POOL_NAME
-from ..adapters.registry import block_sites
-from ..arguments import resolve_layers
-from ..errors import AnalysisError
+from ..base.arguments import resolve_layers
+from ..base.errors import AnalysisError
+from ..engine.activations import run_with_cache
+from ..engine.activations.points import POOL_NAME
 from ..explanations.gradients import resolve_targets
-from ..windowed import refuse_windowed
+from ..model.adapters.registry import block_sites
+from ..records.windowed import refuse_windowed
 from .ablation import check_separable_heads
 
 __all__ = [
@@ -119,7 +119,7 @@ def direct_logit_attribution(
     """Decompose the target logit of each image into direct contributions (module docstring).
 
     Args:
-        vit: a :class:`~analysis.loading.LoadedViT` with a linear class head.
+        vit: a :class:`~analysis.model.loading.LoadedViT` with a linear class head.
         pixels: ``(B, 3, H, W)`` preprocessed input.
         target: ``None`` (each image's predicted class), a class, or one class per image.
         versus: optional second class (or one per image): decompose ``logit_target − logit_versus``.

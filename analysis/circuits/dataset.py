@@ -1,5 +1,5 @@
 """Head effects over an image set: the mean zero-ablation effect and the mean direct logit
-attribution of every head, streamed batch by batch (:func:`analysis.streaming.iter_batches`)."""
+attribution of every head, streamed batch by batch (:func:`analysis.attention.streaming.iter_batches`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import AnalysisError
-from ..streaming import SkippedImage, iter_batches
+from ..attention.streaming import SkippedImage, iter_batches
+from ..base.errors import AnalysisError
 from .ablation import head_ablation
 from .attribution import direct_logit_attribution
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations import run_with_cache, run_with_hooks
-from ..arguments import resolve_layers
-from ..errors import AnalysisError
+from ..base.arguments import resolve_layers
+from ..base.errors import AnalysisError
+from ..base.progress import Progress
+from ..engine.activations import run_with_cache, run_with_hooks
 from ..explanations.gradients import resolve_targets
-from ..progress import Progress
-from ..windowed import refuse_windowed
+from ..records.windowed import refuse_windowed
 from .ablation import check_separable_heads
 
 __all__ = ["PATCH_POINTS", "PatchingResult", "activation_patching"]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ..errors import VitExplorerError
+from ..base.errors import VitExplorerError
 from .distributed import Ranks
 
 __all__ = [
@@ -84,7 +84,7 @@ def add_out_argument(parser, help: str) -> None:
 
 def load_model(args, device: torch.device):
     """``load_vit`` of ``--model`` on ``device``; an unknown model is a :class:`CommandError`."""
-    from ..loading import load_vit
+    from ..model.loading import load_vit
 
     source, pretrained = args.model, True
     if source.startswith("random:"):

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError
-from ..streaming import dataset_attention_distance, distance_heads
+from ..attention.streaming import dataset_attention_distance, distance_heads
+from ..base.errors import AnalysisError
 from .common import (
     add_command,
     add_image_set_arguments,
@@ -106,7 +106,7 @@ def write_distance(
     ``uniform_distance``; a windowed model has none (each layer attends inside its own
     windows) and instead its per-layer ``layer_grid_size``, ``layer_stride``,
     ``layer_window_size`` and ``layer_num_heads`` (the head axis is NaN beyond them)."""
-    from ..distance import uniform_attention_distance_by_layer
+    from ..attention.distance import uniform_attention_distance_by_layer
     from .png_plot import distance_png
 
     spec = vit.spec

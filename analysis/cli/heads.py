@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from ..circuits import dataset_head_effects
-from ..windowed_support import require_global_attention
+from ..model.windowed_support import require_global_attention
 from .common import (
     CommandError,
     add_command,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import VitExplorerError
+from ..base.errors import VitExplorerError
 from .common import (
     CommandError,
     add_command,

@@ -3,7 +3,7 @@ panels (patch-embedding filter components, position-embedding similarity, attent
 against depth), attention and rollout on a few images, and the model's spec. The figures are
 the app's own (:mod:`analysis.plots`); plotly.js is embedded once, in the head before any
 figure, so the file opens offline. Each example's attention comes first as the app's instant
-view (:func:`analysis.attention_view.embed`, the same page inlined): hover a patch to see its
+view (:func:`analysis.views.attention_view.embed`, the same page inlined): hover a patch to see its
 attention, ←/→ step the head and ↑/↓ the layer, with no server and no network."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from .. import plots
-from ..assets import asset_path
-from ..errors import AnalysisError, VitExplorerError
+from ..base.assets import asset_path
+from ..base.errors import AnalysisError, VitExplorerError
 from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, progress_bar, say
 from .distance import shard_distance_sums
 from .distributed import Ranks
@@ -103,7 +103,7 @@ class _Page:
 
 
 def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -> str | None:
-    from ..distance import uniform_attention_distance
+    from ..attention.distance import uniform_attention_distance
 
     shard = source.shard(ranks.rank, ranks.world)
     with progress_bar(ranks, len(shard), "distance") as advance:
@@ -143,7 +143,7 @@ def run(args, ranks: Ranks) -> int:
         position_embedding_similarity,
         token_norms,
     )
-    from ..attention_view import embed, layers_to_send, view_args, view_data
+    from ..views.attention_view import embed, layers_to_send, view_args, view_data
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError, VitExplorerError
-from ..loading.loaded import LoadedModel
+from ..base.errors import AnalysisError, VitExplorerError
+from ..model.loading.loaded import LoadedModel
 from ..robustness.adversarial_patch import PATCH_TRAIN_SEED
 from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, say
 from .distributed import Ranks
@@ -207,8 +207,8 @@ def _demo_scenes_or(parser):
 
 def _models(args, ranks: Ranks) -> dict[str, LoadedModel]:
     """``{"ViT": …, "CNN": …, <also>: …}``, each checked to predict the ViT's classes."""
-    from ..label_space import shared_label_space
-    from ..loading import load_vit
+    from ..base.label_space import shared_label_space
+    from ..model.loading import load_vit
     from ..robustness.cnn import load_cnn
 
     models = {"ViT": load_model(args, ranks.device)}
@@ -234,7 +234,7 @@ def _images(args, ranks: Ranks):
 
 def _images_and_masks(args, ranks: Ranks):
     """:func:`_images` and the objects' masks (boolean ``(H, W)`` each; the demo scenes) or None."""
-    from ..images import load_image
+    from ..base.images import load_image
 
     if args.demo_scenes is not None:
         if args.demo_scenes < 1:
@@ -403,9 +403,9 @@ def run_corruptions(args, ranks: Ranks) -> int:
 def _shape_bias_models(args, models: dict[str, LoadedModel], ranks: Ranks) -> dict[str, tuple[str, LoadedModel]]:
     """``{row: (source, model)}`` whose shape bias the ``texture`` command measures: with
     ``--shape-bias-of textured``, each bundled demo model given is replaced by its variant fine-tuned on
-    textured scenes (:data:`analysis.loading.TEXTURED_DEMO_MODELS`,
+    textured scenes (:data:`analysis.model.loading.TEXTURED_DEMO_MODELS`,
     :data:`analysis.robustness.cnn.TEXTURED_DEMO_CNNS`); any other model is measured as given."""
-    from ..loading import TEXTURED_DEMO_MODELS, load_vit
+    from ..model.loading import TEXTURED_DEMO_MODELS, load_vit
     from ..robustness.cnn import TEXTURED_DEMO_CNNS, load_cnn
 
     sources = {"ViT": args.model, **({"CNN": args.cnn} if args.cnn else {}), **{n: n for n in args.also}}
@@ -630,7 +630,7 @@ def _gathered_features(model, images, mine: list[int], count: int, ranks: Ranks)
 
 def run_probe(args, ranks: Ranks) -> int:
     from ..demo.data import generate_samples
-    from ..loading import load_vit
+    from ..model.loading import load_vit
     from ..robustness.linear_probe import folder_labels, load_image_folder, probe_curve, probe_feature
 
     if not 0 < args.test_share < 1 or args.ridge < 0:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import VitExplorerError
+from ..base.errors import VitExplorerError
 from .common import CommandError, add_model_arguments, load_model, progress_bar, say
 from .distributed import Ranks
 
@@ -109,7 +109,7 @@ def _image_set(args, ranks: Ranks):
         labels = [render_sample(args.scene_seed, i)[1] for i in range(args.demo_scenes)]
         images = _LazyImages(lambda i: Image.fromarray(render_sample(args.scene_seed, i)[0]), args.demo_scenes)
         return f"{args.demo_scenes} demo scenes, seed {args.scene_seed}", images, labels
-    from ..images import load_image
+    from ..base.images import load_image
     from .sources import resolve_images
 
     try:

@@ -8,8 +8,8 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..archives import IMAGE_SUFFIXES, ArchiveLimits, read_image_archive
-from ..errors import AnalysisError
+from ..base.archives import IMAGE_SUFFIXES, ArchiveLimits, read_image_archive
+from ..base.errors import AnalysisError
 
 __all__ = ["ImageSource", "CLI_ARCHIVE_LIMITS", "resolve_images"]
 
@@ -45,7 +45,7 @@ class ImageSource:
 
 def resolve_images(text: str) -> ImageSource:
     """A folder, a ``.zip`` or a glob pattern -> its images, sorted by name. Raises
-    :class:`~analysis.errors.AnalysisError` with what to do when nothing matches."""
+    :class:`~analysis.base.errors.AnalysisError` with what to do when nothing matches."""
     path = Path(text).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)

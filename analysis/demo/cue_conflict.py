@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
 from .data import CLASS_NAMES, DEFAULT_SIZE, draw_distractors, draw_object, random_background
 
 __all__ = [

@@ -158,7 +158,7 @@ def demo_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, f
 def cue_accuracies(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, float]:
     """Which cues ``model`` (what :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn`
     returns, of the demo classes) reads, as three top-1 accuracies over ``n`` images of stream ``seed``
-    each, through :meth:`~analysis.loading.loaded.LoadedModel.top1`:
+    each, through :meth:`~analysis.model.loading.loaded.LoadedModel.top1`:
 
     * ``plain``: the demo scenes (:func:`analysis.demo.data.generate_samples`): a flat-coloured object;
     * ``textured``: scenes whose object is filled with its own class's texture

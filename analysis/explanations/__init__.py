@@ -16,7 +16,7 @@ Methods (see each function for its formula and source):
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"``, ``"attnlrp"`` (stem patch grid) and ``"rollout"``
-(:mod:`analysis.windowed_rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
+(:mod:`analysis.attention.windowed_rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
 grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from ..errors import AnalysisError
-from ..rollout import attention_rollout
-from ..spec import input_spec
+from ..attention.rollout import attention_rollout
+from ..base.errors import AnalysisError
+from ..model.spec import input_spec
 from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
 from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .methods import (

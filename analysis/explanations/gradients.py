@@ -2,7 +2,7 @@
 
 Every gradient method here differentiates ``y = Σ_b logits[b, target_b]`` (the pre-softmax
 class score, each image its own target) by the activation engine's gradient mode
-(:func:`analysis.activations.run_with_cache` with ``grad_of``): ``blocks.{i}.attn.probs`` (the
+(:func:`analysis.engine.activations.run_with_cache` with ``grad_of``): ``blocks.{i}.attn.probs`` (the
 probabilities each block multiplied with ``v``), ``blocks.{i}.attn.in`` (the attention's input)
 and ``blocks.{i}.ln1.out`` (the first norm's output). It uses ``torch.autograd.grad``, so no
 ``.grad`` is ever written on the model's parameters, and every hook lives for one call, reacts
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations.run import run_with_cache
-from ..adapters.registry import block_sites
-from ..capture import input_spec
-from ..checks import check_int
-from ..devices import autocast_context
-from ..errors import AnalysisError
-from ..spec import LayerGeometry, ViTSpec
-from ..windowed import refuse_windowed
+from ..base.devices import autocast_context
+from ..base.errors import AnalysisError
+from ..engine.activations.run import run_with_cache
+from ..engine.capture import input_spec
+from ..model.adapters.registry import block_sites
+from ..model.spec import LayerGeometry, ViTSpec
+from ..records.checks import check_int
+from ..records.windowed import refuse_windowed
 
 __all__ = [
     "AttentionGradients",
@@ -119,7 +119,7 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
     """One forward and one backward pass: every block's attention and ``∂y/∂A``.
 
     Fused attention is made explicit for this call and thread only (see
-    :mod:`analysis.adapters.base`), so ``A`` is exactly what produced the logits.
+    :mod:`analysis.model.adapters.base`), so ``A`` is exactly what produced the logits.
     """
     spec, pixels = _prepare(vit, pixels)
     chosen: list[torch.Tensor] = []
@@ -238,7 +238,7 @@ def last_stage_gradients(
     """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
     pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
     reshaped to the last stage's grid. ``(B, gh, gw, C)`` activations, ``(B, gh, gw, C)``
-    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.spec.LayerGeometry`
+    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.model.spec.LayerGeometry`
     (``grid_size``, ``stride`` in input pixels).
 
     Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2

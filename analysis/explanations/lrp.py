@@ -53,10 +53,10 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from ..activations import run_with_hooks
-from ..adapters.base import AttentionInputs, attend
-from ..adapters.probabilities import attention_scores
-from ..spec import ViTSpec, input_spec
+from ..engine.activations import run_with_hooks
+from ..model.adapters.base import AttentionInputs, attend
+from ..model.adapters.probabilities import attention_scores
+from ..model.spec import ViTSpec, input_spec
 from .gradients import require_classes, resolve_targets
 
 __all__ = [

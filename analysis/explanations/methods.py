@@ -18,14 +18,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..attention_maps import attention_map
-from ..capture import capture_attention
-from ..checks import check_int
-from ..errors import AnalysisError
-from ..image_ops import BASELINES, baseline_pixels
-from ..rollout import attention_rollout
-from ..spec import ViTSpec
-from ..windowed_support import require_global_attention
+from ..attention.maps import attention_map
+from ..attention.rollout import attention_rollout
+from ..base.errors import AnalysisError
+from ..base.image_ops import BASELINES, baseline_pixels
+from ..engine.capture import capture_attention
+from ..model.spec import ViTSpec
+from ..model.windowed_support import require_global_attention
+from ..records.checks import check_int
 from .gradients import (
     attention_gradients,
     block_input_gradients,
@@ -95,7 +95,7 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
         geometry = spec.geometry(spec.num_layers - 1)
         return geometry.grid_size, geometry.stride
     if method == "rollout":
-        from ..rollout import layer_range
+        from ..attention.rollout import layer_range
 
         start, _ = layer_range(spec, options.get("start_layer", 0), options.get("end_layer"), options.get("stage"))
         geometry = spec.geometry(start)
@@ -110,7 +110,7 @@ def _grid(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 
 def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
     """The last block's attention over the patches, mean over heads, for the default query
-    (:func:`~analysis.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
+    (:func:`~analysis.records.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
     class token the mean over every patch query (what a global-average-pooling head reads).
     ``(B, gh, gw)``. Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
     refuse_global_token_method(vit, "attention")
@@ -122,7 +122,7 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
 def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) of the class token (mean over patch queries
     without one); ``options`` go to :func:`analysis.attention_rollout`. A windowed model: the
-    mean over every cell (see :mod:`analysis.windowed_rollout`; a Swin needs ``stage=k`` or
+    mean over every cell (see :mod:`analysis.attention.windowed_rollout`; a Swin needs ``stage=k`` or
     ``merge="mean_2x2"``), on :func:`explanation_grid`'s grid."""
     record = capture_attention(vit, pixels)
     return attention_rollout(record, **options).float()

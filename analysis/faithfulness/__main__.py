@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ig-steps", type=int, default=32, help="integrated-gradients steps")
     parser.add_argument("--sanity-images", type=int, default=50, help="images in the randomisation check")
     args = parser.parse_args(argv)
-    from ..loading.two_tower import DEMO_CLIP_NAMES
+    from ..model.loading.two_tower import DEMO_CLIP_NAMES
 
     if args.model in DEMO_CLIP_NAMES:
         return _text_main(args)

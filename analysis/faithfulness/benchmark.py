@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
+from ..base.progress import Progress
 from ..explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explain
-from ..progress import Progress
 from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, map_cells, perturbation_curve
 from .sanity import randomized_copy, rank_correlation

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
 
 __all__ = ["patch_mask", "pointing_score", "mask_iou"]
 

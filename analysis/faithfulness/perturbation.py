@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checks import check_int
-from ..errors import AnalysisError
-from ..image_ops import BASELINES, baseline_pixels, patch_grid, patch_pixel_mask
+from ..base.errors import AnalysisError
+from ..base.image_ops import BASELINES, baseline_pixels, patch_grid, patch_pixel_mask
+from ..records.checks import check_int
 
 __all__ = [
     "CURVE_MODES",

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..errors import AnalysisError
-from ..progress import Progress
+from ..base.errors import AnalysisError
+from ..base.progress import Progress
 from .benchmark import RANDOM, MethodScores, method_maps
 from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import area_under_curve, perturbation_curve

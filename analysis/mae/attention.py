@@ -9,10 +9,10 @@ never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-
 project's distance and rollout rules on the visible set.
 
 The probabilities are read during the model's own forward at the engine's
-``blocks.{i}.attn.probs`` points (:func:`analysis.activations.run.hooks_around`) of the encoder
-layers that :func:`analysis.adapters.hf_vit_mae.encoder_sites` finds, by each layer's attention
+``blocks.{i}.attn.probs`` points (:func:`analysis.engine.activations.run.hooks_around`) of the encoder
+layers that :func:`analysis.model.adapters.hf_vit_mae.encoder_sites` finds, by each layer's attention
 adapter (in the one registry): the SDPA call's own ``q``, ``k`` and scale evaluated by the one
-softmax rule (:func:`~analysis.adapters.probabilities.attention_probabilities`), or the eager
+softmax rule (:func:`~analysis.model.adapters.probabilities.attention_probabilities`), or the eager
 path's own ``softmax`` result. The hooks live for one call, react only to the thread that
 registered them, and are removed in ``finally``.
 """
@@ -27,13 +27,13 @@ from typing import cast
 import torch
 import torch.nn as nn
 
-from ..activations.run import hooks_around
-from ..adapters.hf_vit_mae import encoder_sites
-from ..capture import require_every_layer
-from ..distance import attention_distance_per_image, patch_centres
-from ..errors import AnalysisError, UnsupportedModelError
-from ..rollout import compose_rollout, rollout_step
-from ..spec import ViTSpec
+from ..attention.distance import attention_distance_per_image, patch_centres
+from ..attention.rollout import compose_rollout, rollout_step
+from ..base.errors import AnalysisError, UnsupportedModelError
+from ..engine.activations.run import hooks_around
+from ..engine.capture import require_every_layer
+from ..model.adapters.hf_vit_mae import encoder_sites
+from ..model.spec import ViTSpec
 
 __all__ = ["VisibleAttentionRecord", "encoder_attention_taps", "visible_attention_distance", "visible_rollout"]
 
@@ -98,7 +98,7 @@ class VisibleAttentionRecord:
 
 def visible_attention_distance(record: VisibleAttentionRecord, *, renormalize: bool = True) -> torch.Tensor:
     """``(B, L, heads)`` float64 mean attention distance in input pixels over the visible set:
-    :func:`~analysis.distance.attention_distance_per_image` with the visible patches' own
+    :func:`~analysis.attention.distance.attention_distance_per_image` with the visible patches' own
     centre-to-centre distances (each query and key a visible patch; the class token is left
     out as a prefix token is)."""
     centres = patch_centres(record.spec)  # (N, 2)
@@ -119,8 +119,8 @@ def visible_rollout(
     record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
 ) -> torch.Tensor:
     """``(B, 1 + V, 1 + V)`` float64 attention rollout (Abnar & Zuidema 2020) over all layers of
-    the record, on the visible tokens: :func:`~analysis.rollout.rollout_step` and
-    :func:`~analysis.rollout.compose_rollout`, the rules every rollout here uses."""
+    the record, on the visible tokens: :func:`~analysis.attention.rollout.rollout_step` and
+    :func:`~analysis.attention.rollout.compose_rollout`, the rules every rollout here uses."""
     steps = (
         (layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
         for i, layer in enumerate(record.layers)
@@ -139,8 +139,8 @@ def encoder_attention_taps(
     """Within the block, every forward of ``model`` by this thread reports each encoder layer's
     attention probabilities ``(B, heads, T, T)`` to ``sink(layer, probs)``: the engine's
     ``blocks.{i}.attn.probs`` over the encoder layers
-    (:func:`analysis.activations.run.hooks_around` with
-    :func:`analysis.adapters.hf_vit_mae.encoder_sites`), read by each layer's attention adapter,
+    (:func:`analysis.engine.activations.run.hooks_around` with
+    :func:`analysis.model.adapters.hf_vit_mae.encoder_sites`), read by each layer's attention adapter,
     the path every capture takes."""
     sites = encoder_sites(model)
     for site in sites:

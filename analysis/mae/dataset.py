@@ -1,6 +1,6 @@
 """Reconstruction loss against mask ratio over an image set (MAE, He et al. 2022, the loss side of
 its masking-ratio study): one :func:`~analysis.mae.mae_reconstruct` per batch and ratio, over
-the project's one image-set loop (:func:`analysis.streaming.iter_batches`).
+the project's one image-set loop (:func:`analysis.attention.streaming.iter_batches`).
 
 Image ``i`` of the set (its position in the full set, also when a command is sharded) is
 masked with MAE's own draw from ``seed + i`` (:func:`~analysis.mae.masking.draw_mask`), so a
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from ..errors import AnalysisError
-from ..streaming import SkippedImage, iter_batches
+from ..attention.streaming import SkippedImage, iter_batches
+from ..base.errors import AnalysisError
 from .masking import draw_mask, visible_count
 from .reconstruct import mae_reconstruct
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from ..preprocessing import Preprocessing
+from ..base.preprocessing import Preprocessing
 from .patches import pixel_mask
 from .reconstruct import MAEReconstruction
 

@@ -2,14 +2,14 @@
 
 ``load_mae(source)`` returns a :class:`LoadedMAE`: the transformers model itself (encoder and
 decoder, eval mode, on its device; not converted, since reconstruction runs the model's own
-forward), the encoder's geometry as a :class:`~analysis.spec.ViTSpec`, its preprocessing and
+forward), the encoder's geometry as a :class:`~analysis.model.spec.ViTSpec`, its preprocessing and
 the config's ``norm_pix_loss``, patch size and image size. Sources: a ``save_pretrained``
 folder (or ``"local-dir:PATH"``), ``"hf:org/name"`` (local cache, else the hub), ``"demo_mae"`` (the bundled demo MAE in
 ``assets/demo_mae``, trained on the demo scenes) or a ``ViTMAEForPreTraining`` a notebook
 already holds.
 
 An MAE *encoder* alone (a timm ``.mae`` model, a Hugging Face ``ViTMAEModel``) cannot
-reconstruct anything: it is refused with a :class:`~analysis.errors.MissingDecoderError` that
+reconstruct anything: it is refused with a :class:`~analysis.base.errors.MissingDecoderError` that
 says where to get a model with its decoder. Such encoders still load as headless ViTs with
 :func:`analysis.load_vit`.
 """
@@ -24,14 +24,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..assets import asset_path
-from ..devices import resolve_device
-from ..errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
-from ..loading.files import existing_model_path, looks_like_path
-from ..loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
-from ..loading.loaded import LoadedModel, place_model
-from ..preprocessing import Preprocessing
-from ..spec import ViTSpec, as_pair
+from ..base.assets import asset_path
+from ..base.devices import resolve_device
+from ..base.errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
+from ..base.preprocessing import Preprocessing
+from ..model.loading.files import existing_model_path, looks_like_path
+from ..model.loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
+from ..model.loading.loaded import LoadedModel, place_model
+from ..model.spec import ViTSpec, as_pair
 
 __all__ = ["LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER", "DEMO_MAE_DIR"]
 
@@ -56,7 +56,7 @@ def _no_decoder(what: str) -> MissingDecoderError:
 @dataclass(eq=False)
 class LoadedMAE(LoadedModel):
     """A masked autoencoder with everything needed to feed it (the fields of
-    :class:`~analysis.loading.loaded.LoadedModel`, and:)
+    :class:`~analysis.model.loading.loaded.LoadedModel`, and:)
 
     Attributes:
         model: the transformers ``ViTMAEForPreTraining``, eval mode, frozen, on ``device``.
@@ -148,8 +148,8 @@ def wrap_mae(
 
 
 def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> LoadedMAE:
-    from ..loading.files import read_folder_config
-    from ..loading.hf_parts import require_transformers
+    from ..model.loading.files import read_folder_config
+    from ..model.loading.hf_parts import require_transformers
 
     config = read_folder_config(folder)
     if "model_type" not in config:  # timm's hub layout: an encoder

@@ -17,7 +17,7 @@ import numbers
 
 import torch
 
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
 
 __all__ = [
     "MAE_MASK_HELP",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..image_ops import patch_pixel_mask
+from ..base.image_ops import patch_pixel_mask
 
 __all__ = ["NORM_PIX_EPS", "patchify", "unpatchify", "patch_statistics", "normalise_patches", "pixel_mask"]
 

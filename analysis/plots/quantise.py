@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.errors import AnalysisError
+from analysis.base.errors import AnalysisError
 
 __all__ = ["QuantisedMaps", "quantise_maps"]
 

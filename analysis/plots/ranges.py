@@ -15,7 +15,7 @@ map's cells, computed without the detected outlier tokens (``left_out``:
 :func:`analysis.tokens.outlier_patches`, the Tokens page's rule); the cells above the top are
 drawn at the top colour, outlined, and the colour bar says how many there are and how high they
 go (:func:`clipped_cells`). The instant view applies the same rule in the browser
-(``analysis/attention_view_page/index.html``, ``colourRange``), with numpy's linear quantile.
+(``analysis/views/attention_view_page/index.html``, ``colourRange``), with numpy's linear quantile.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n must be at least 1")
 
     from .. import load_image, load_vit
-    from ..errors import AnalysisError
-    from ..label_space import shared_label_space
+    from ..base.errors import AnalysisError
+    from ..base.label_space import shared_label_space
     from .cnn import load_cnn
     from .perturbations import shuffle_grids
 

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..attention_maps import attention_map
-from ..capture import AttentionRecord, capture_attention
-from ..errors import AnalysisError
-from ..loading.loaded import LoadedModel
-from ..progress import Progress, tell, within
-from ..windowed_support import require_global_attention
+from ..attention.maps import attention_map
+from ..base.errors import AnalysisError
+from ..base.progress import Progress, tell, within
+from ..engine.capture import AttentionRecord, capture_attention
+from ..model.loading.loaded import LoadedModel
+from ..model.windowed_support import require_global_attention
 
 __all__ = [
     "PATCH_OPTIMISERS",
@@ -272,7 +272,7 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
 def model_input(model, unit: torch.Tensor) -> torch.Tensor:
     """``(B, C, H, W)`` images in ``[0, 1]`` (as :func:`unit_images` gives them, a patch pasted or not)
     normalised as the model's preprocessing does, ``(x − mean) / std``, on the model's device: what its
-    forward takes (:meth:`~analysis.preprocessing.Preprocessing.normalise`, the one rule)."""
+    forward takes (:meth:`~analysis.base.preprocessing.Preprocessing.normalise`, the one rule)."""
     return model.preprocessing.normalise(unit.to(model.device))
 
 
@@ -342,7 +342,7 @@ def train_patch(
             ``step_size``, default 2/255, in ``[0, 1]`` units); see :data:`PATCH_OPTIMISERS`.
         position: a fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
         seed: seeds the starting patch (uniform noise), the shuffles and the positions.
-        progress: ``progress(done, total)`` after each mini-batch (:mod:`analysis.progress`).
+        progress: ``progress(done, total)`` after each mini-batch (:mod:`analysis.base.progress`).
 
     Raises:
         PatchError: no images, a share outside (0, 1), a patch larger than the image, a position off
@@ -576,7 +576,7 @@ def patch_transfer_matrix(
     patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
     same positions for every pair (the diagonal: white-box). Each model reads the patched picture
     through its own preprocessing, so the models must share an input size. ``progress``:
-    ``progress(done, total)`` after each pair (:mod:`analysis.progress`).
+    ``progress(done, total)`` after each pair (:mod:`analysis.base.progress`).
 
     Raises:
         PatchError: models with different input sizes, a model without a patch, no images.

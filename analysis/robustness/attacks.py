@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import AnalysisError
-from ..loading.loaded import LoadedModel
-from ..progress import Progress, tell
+from ..base.errors import AnalysisError
+from ..base.progress import Progress, tell
+from ..model.loading.loaded import LoadedModel
 
 __all__ = ["AttackError", "fgsm", "pgd", "attack", "AttackCurve", "attack_curve", "transfer_matrix", "ATTACKS"]
 
@@ -170,7 +170,7 @@ def attack_curve(
 ) -> AttackCurve:
     """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
     preprocessed by each model) with their true ``labels`` (indices in each model's classes).
-    ``progress(done, total)`` after each (model, ε) (:mod:`analysis.progress`)."""
+    ``progress(done, total)`` after each (model, ε) (:mod:`analysis.base.progress`)."""
     if len(images) != len(labels) or not images:
         raise AttackError(f"{len(images)} images and {len(labels)} labels: give one label per image, at least one.")
     for eps in epsilons:

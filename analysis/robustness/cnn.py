@@ -11,14 +11,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..assets import asset_path
-from ..devices import resolve_device
-from ..errors import AnalysisError, ModelLoadError
-from ..loading.files import existing_model_path, looks_like_path
-from ..loading.loaded import LoadedModel, class_names_for
-from ..loading.random_weights import seeded_random_weights
-from ..preprocessing import Preprocessing
-from ..spec import ViTSpec
+from ..base.assets import asset_path
+from ..base.devices import resolve_device
+from ..base.errors import AnalysisError, ModelLoadError
+from ..base.preprocessing import Preprocessing
+from ..model.loading.files import existing_model_path, looks_like_path
+from ..model.loading.loaded import LoadedModel, class_names_for
+from ..model.loading.random_weights import seeded_random_weights
+from ..model.spec import ViTSpec
 
 __all__ = [
     "DEMO_CNN_DIR",
@@ -112,7 +112,7 @@ def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int |
 def _cnn_from_folder(timm, folder: Path, config: dict) -> nn.Module:
     """timm's hub layout: config.json (architecture, num_classes, model_args, pretrained_cfg) and
     model.safetensors, loaded strictly."""
-    from ..loading.checkpoints import read_state_dict
+    from ..model.loading.checkpoints import read_state_dict
 
     kwargs = dict(config.get("model_args") or {})
     kwargs.setdefault("num_classes", config.get("num_classes", (config.get("pretrained_cfg") or {}).get("num_classes")))

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from ..errors import AnalysisError
-from ..loading.loaded import LoadedModel
-from ..progress import Progress, tell
+from ..base.errors import AnalysisError
+from ..base.progress import Progress, tell
+from ..model.loading.loaded import LoadedModel
 
 __all__ = [
     "CorruptionError",
@@ -171,7 +171,7 @@ def corruption_curve(
     model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
     random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
     whole set's seeds), the same for every corruption and severity.
-    ``progress(done, total)`` after each (corruption, severity) (:mod:`analysis.progress`).
+    ``progress(done, total)`` after each (corruption, severity) (:mod:`analysis.base.progress`).
     """
     if not images or (labels is not None and len(labels) != len(images)):
         raise CorruptionError(

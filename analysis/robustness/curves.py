@@ -11,12 +11,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..capture import capture_attention
-from ..distance import mean_attention_distance
-from ..errors import AnalysisError
-from ..images import load_image
-from ..progress import Progress
-from ..rollout import attention_rollout
+from ..attention.distance import mean_attention_distance
+from ..attention.rollout import attention_rollout
+from ..base.errors import AnalysisError
+from ..base.images import load_image
+from ..base.progress import Progress
+from ..engine.capture import capture_attention
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
 from .perturbations import (
     check_token_drop,

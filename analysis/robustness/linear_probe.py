@@ -5,7 +5,7 @@ the class token of every block of a ViT as a feature, fit a linear classifier on
 accuracy rising with depth; concatenating the last few blocks' class tokens does better still.
 
 Here the feature of block ``l`` is its output (the residual stream after the block,
-``blocks.{l}.resid_post`` of :func:`analysis.activations.run_with_cache`, read through
+``blocks.{l}.resid_post`` of :func:`analysis.engine.activations.run_with_cache`, read through
 :func:`analysis.capture_tokens`): the class token when the model has one
 (``spec.prefix_names``), else the mean over the patch tokens (a windowed model: over its stage
 grid). The probe is **closed-form ridge regression on one-hot targets** (deterministic; no
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import AnalysisError
-from ..images import load_image
-from ..loading.loaded import LoadedModel
-from ..progress import Progress, tell, within
+from ..base.errors import AnalysisError
+from ..base.images import load_image
+from ..base.progress import Progress, tell, within
+from ..model.loading.loaded import LoadedModel
 from ..tokens import capture_tokens
 
 __all__ = [

@@ -1,9 +1,9 @@
 """Perturbations of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021):
 patch drop (as pixels, for any model, or as tokens removed from a ViT's sequence), patch
-shuffle, Gaussian noise and blur (those two live in :mod:`analysis.image_ops`, shared with the
+shuffle, Gaussian noise and blur (those two live in :mod:`analysis.base.image_ops`, shared with the
 explanations). Pure functions of the pixels, except :func:`token_drop`, which edits the
 engine's ``embed.out`` point of the forwards run inside it (this thread only,
-:func:`analysis.activations.run.hooks_around`) and removes its hook afterwards.
+:func:`analysis.engine.activations.run.hooks_around`) and removes its hook afterwards.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from ..activations.run import hooks_around
-from ..checks import check_int
-from ..errors import AnalysisError
-from ..image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
-from ..spec import ViTSpec
-from ..windowed_support import require_global_attention
+from ..base.errors import AnalysisError
+from ..base.image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
+from ..engine.activations.run import hooks_around
+from ..model.spec import ViTSpec
+from ..model.windowed_support import require_global_attention
+from ..records.checks import check_int
 
 __all__ = [
     "DROP_SELECTIONS",

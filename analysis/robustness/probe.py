@@ -10,9 +10,9 @@ from typing import cast
 
 import torch
 
-from ..capture import capture_attention
-from ..rollout import attention_rollout
-from ..windowed import WindowedAttentionRecord, windowed_attention_map
+from ..attention.rollout import attention_rollout
+from ..engine.capture import capture_attention
+from ..records.windowed import WindowedAttentionRecord, windowed_attention_map
 from .cnn import LoadedCNN, cnn_gradcam
 from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
@@ -56,7 +56,7 @@ class Probe:
     saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens), ``(h, w)`` CNN Grad-CAM, or for
     a windowed model (Swin, SAM: no rollout across windows and stages) the last layer's
     attention map on its own grid (``spec.geometry(-1).grid_size``), averaged over every query
-    cell and head (:func:`~analysis.windowed.windowed_attention_map` with ``query="mean"``):
+    cell and head (:func:`~analysis.records.windowed.windowed_attention_map` with ``query="mean"``):
     how much attention each cell receives. ``saliency_name`` says which
     (a value of :data:`SALIENCY_NAMES`)."""
 

@@ -27,9 +27,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image
 
-from ..errors import AnalysisError
-from ..loading.loaded import LoadedModel
-from ..progress import Progress, tell
+from ..base.errors import AnalysisError
+from ..base.progress import Progress, tell
+from ..model.loading.loaded import LoadedModel
 
 __all__ = [
     "TEXTURE_PROBES",
@@ -225,7 +225,7 @@ def texture_curve(
     Each image is probed once (:func:`remove_texture`) and every model sees that same picture through its
     own preprocessing. ``probes``: keys of :data:`TEXTURE_PROBES`; by default all of them when ``masks``
     (one boolean ``(H, W)`` per image) are given, else those that need no mask.
-    ``progress(done, total)`` after the clean step and after each probe (:mod:`analysis.progress`).
+    ``progress(done, total)`` after the clean step and after each probe (:mod:`analysis.base.progress`).
 
     Raises:
         TextureError: no images, a label or mask count other than the image count, an unknown probe, or
@@ -329,7 +329,7 @@ def shape_bias_of(
     """``{name: ShapeBias}`` of each model (``{name: loaded model}``) over cue-conflict ``scenes``: each an
     ``(image, shape_class, texture_class, ...)`` tuple, as
     ``analysis.demo.cue_conflict.cue_conflict_scenes`` makes them.
-    ``progress(done, total)`` after each model (:mod:`analysis.progress`).
+    ``progress(done, total)`` after each model (:mod:`analysis.base.progress`).
 
     Raises:
         TextureError: no scenes, or a scene whose shape and texture classes agree.

@@ -8,8 +8,8 @@ measured on stream :data:`SAE_HELD_OUT_SEED`; the demo ViT never saw either (it 
 
 from __future__ import annotations
 
-from ..assets import asset_path
-from ..progress import Progress
+from ..base.assets import asset_path
+from ..base.progress import Progress
 from .errors import SAEFolderError
 from .metrics import SAEMetrics, sae_metrics
 from .model import SparseAutoencoder

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
 
 __all__ = [
     "SAEError",

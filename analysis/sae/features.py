@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..activations import run_with_cache
-from ..progress import Progress, tell
+from ..base.progress import Progress, tell
+from ..engine.activations import run_with_cache
 from .errors import NoClassHeadError, SAEFeatureError
 from .model import SparseAutoencoder
 from .reading import check_point, check_width, count_images, pixel_batches, read_tokens

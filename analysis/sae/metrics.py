@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations import run_with_hooks
-from ..progress import Progress, tell
+from ..base.progress import Progress, tell
+from ..engine.activations import run_with_hooks
 from .model import SparseAutoencoder
 from .reading import check_point, check_width, count_images, pixel_batches, read_tokens
 from .splice import splice

@@ -1,5 +1,5 @@
 """Reading an SAE's input from a ViT: the hook point checked, the chosen tokens picked, images
-streamed in batches through :func:`analysis.activations.run_with_cache`."""
+streamed in batches through :func:`analysis.engine.activations.run_with_cache`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from ..activations import run_with_cache
-from ..activations.points import parse_hook_name
-from ..errors import AnalysisError
-from ..windowed_support import require_global_attention
+from ..base.errors import AnalysisError
+from ..engine.activations import run_with_cache
+from ..engine.activations.points import parse_hook_name
+from ..model.windowed_support import require_global_attention
 from .errors import NoImagesError, SAEConfigError, SAEWidthError, UnknownPointError
 from .model import SparseAutoencoder
 

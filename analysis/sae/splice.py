@@ -1,7 +1,7 @@
 """The SAE inside the model: hooks that put its reconstruction in place of an activation
 (optionally with features zeroed or scaled), and the features of images.
 
-``splice(vit, sae)`` gives ``{point: hook}`` for :func:`analysis.activations.run_with_hooks`. At the
+``splice(vit, sae)`` gives ``{point: hook}`` for :func:`analysis.engine.activations.run_with_hooks`. At the
 SAE's chosen tokens the hook replaces ``x`` by
 
     x̂' = decode(f')                       keep_error=False
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..activations import Hook
+from ..engine.activations import Hook
 from .errors import SAEFeatureError
 from .model import SparseAutoencoder
 from .reading import check_point, check_width, count_images, images_slice, pixel_batches, read_tokens, token_indices

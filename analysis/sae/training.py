@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..progress import Progress, tell
+from ..base.progress import Progress, tell
 from .errors import NoImagesError, SAEConfigError
 from .model import SAEConfig, SparseAutoencoder, topk_activation
 from .parallel import SINGLE_PROCESS, DataParallel
@@ -323,7 +323,7 @@ def train_sae(
 ) -> tuple[SparseAutoencoder, TrainingLog]:
     """Train an SAE on ``vit``'s activations at ``point`` over ``images`` (PIL images or an
     ``(N, 3, H, W)`` preprocessed tensor), streamed: each step runs one forward pass over
-    ``batch_size`` images (:func:`analysis.activations.run_with_cache`) and trains on their chosen
+    ``batch_size`` images (:func:`analysis.engine.activations.run_with_cache`) and trains on their chosen
     ``tokens`` (``(batch_size · T_chosen, D)``, in a seeded order), so only one batch's
     activations are held. ``expansion``: ``d_sae = expansion · D``; ``k`` (TopK) or
     ``l1_coefficient`` (ReLU). Returns ``(sae, log)``; progress counts steps of all epochs.

@@ -8,7 +8,7 @@
     >>> head_texts(clip, images).of(11, 3).texts             # TextSpan: what head 3 of layer 11 writes
 
 Every analysis scores an image against a prompt with the model's own score
-``s = exp(t)·cos(u, v) + b`` (:meth:`~analysis.loading.LoadedCLIP.logits`).
+``s = exp(t)·cos(u, v) + b`` (:meth:`~analysis.model.loading.LoadedCLIP.logits`).
 """
 
 from .decomposition import TextDecomposition, text_decomposition

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ..circuits.attribution import DirectLogitAttribution, output_attribution
-from ..loading.two_tower import TextEncoding
-from ..spec import ViTSpec, input_spec
+from ..model.loading.two_tower import TextEncoding
+from ..model.spec import ViTSpec, input_spec
 from .prompts import one_prompt, require_clip
 
 __all__ = ["TextDecomposition", "text_decomposition", "REMAINDER_TERMS"]
@@ -102,7 +102,7 @@ class TextDecomposition:
 
 def text_decomposition(clip, pixels: torch.Tensor, prompt) -> TextDecomposition:
     """Decompose each image's score with ``prompt`` (a string, one row of token ids, or a
-    :class:`~analysis.loading.TextEncoding` of one prompt); see the module docstring."""
+    :class:`~analysis.model.loading.TextEncoding` of one prompt); see the module docstring."""
     clip = require_clip(clip, "text_decomposition")
     spec = input_spec(clip.image, pixels)
     text = prompt if isinstance(prompt, TextEncoding) else one_prompt(clip, prompt)

@@ -4,7 +4,7 @@
     >>> explanation.maps      # (B, gh, gw) float32 on the patch grid, prefix tokens dropped
 
 The explained quantity is always the model's own score ``s = exp(t)·cos(u, v) + b`` of each
-image with the prompt (:meth:`~analysis.loading.LoadedCLIP.logits`), differentiated with
+image with the prompt (:meth:`~analysis.model.loading.LoadedCLIP.logits`), differentiated with
 ``torch.autograd.grad`` through the image tower's capture path (:mod:`analysis.explanations.gradients`);
 the text embedding ``v`` is a constant. Methods (formulas and sources on each function):
 
@@ -26,12 +26,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..activations import run_with_cache
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
+from ..engine.activations import run_with_cache
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
 from ..explanations.lrp import score_relevance
 from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
-from ..spec import ViTSpec, input_spec
+from ..model.spec import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
 from .prompts import one_prompt, require_clip, score_of, score_value

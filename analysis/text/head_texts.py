@@ -34,12 +34,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..arguments import resolve_layers
-from ..checks import check_int
+from ..base.arguments import resolve_layers
+from ..base.errors import AnalysisError, TextPromptError
+from ..base.progress import Progress
 from ..circuits.attribution import HEAD_VECTORS, head_output_vectors
-from ..errors import AnalysisError, TextPromptError
-from ..progress import Progress
-from ..spec import input_spec
+from ..model.spec import input_spec
+from ..records.checks import check_int
 from .prompts import require_clip
 
 __all__ = ["HeadDescription", "HeadTexts", "head_texts", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY"]

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import torch
 
-from ..activations.run import run_with_hooks
-from ..capture import input_spec, require_every_layer
-from ..checks import check_int
-from ..errors import AnalysisError
-from ..map_scaling import scale_min_max
-from ..windowed import refuse_windowed
+from ..base.errors import AnalysisError
+from ..engine.activations.run import run_with_hooks
+from ..engine.capture import input_spec, require_every_layer
+from ..maps.scaling import scale_min_max
+from ..records.checks import check_int
+from ..records.windowed import refuse_windowed
 
 __all__ = ["legrad_text", "LEGRAD_LAYERS", "LEGRAD_READOUTS"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..capture import AttentionRecord
-from ..checks import check_record
-from ..errors import AnalysisError
+from ..base.errors import AnalysisError
+from ..engine.capture import AttentionRecord
+from ..records.checks import check_record
 from .record import TokenRecord
 
 __all__ = [

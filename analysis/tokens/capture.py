@@ -4,7 +4,7 @@ really uses; the logit lens (each block's output read by the model's own head).
 Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer
 (:class:`~analysis.tokens.stages.WindowedTokens`); the logit lens on the last stage's layers.
 
-Both are views over the one activation engine (:func:`analysis.activations.run_with_cache`):
+Both are views over the one activation engine (:func:`analysis.engine.activations.run_with_cache`):
 its hooks live for one call and one thread and are always removed; the model is never modified.
 """
 
@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.nn as nn
 
-from ..activations import run_with_cache
-from ..arguments import resolve_layers
-from ..checks import check_float_dtype
-from ..errors import AnalysisError
-from ..spec import ViTSpec, input_spec
-from ..windowed_support import require_global_attention
+from ..base.arguments import resolve_layers
+from ..base.errors import AnalysisError
+from ..engine.activations import run_with_cache
+from ..model.spec import ViTSpec, input_spec
+from ..model.windowed_support import require_global_attention
+from ..records.checks import check_float_dtype
 from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
@@ -64,7 +64,7 @@ def capture_tokens(
     CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested layer, in the order asked
     (``None``: all, in increasing order; ``record.layers`` says which), in token order (prefix
     tokens first, then patches row-major; ``record.prefix()`` / ``record.patches()`` split them).
-    It is a view over :func:`analysis.activations.run_with_cache` (``resid_post``,
+    It is a view over :func:`analysis.engine.activations.run_with_cache` (``resid_post``,
     ``attn.q``/``.k``/``.v``), for every family.
 
     For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
@@ -100,7 +100,12 @@ def capture_tokens(
     return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
 
 
-_POINT = {"token": "resid_post", "query": "attn.q", "key": "attn.k", "value": "attn.v"}  # analysis.activations names
+_POINT = {
+    "token": "resid_post",
+    "query": "attn.q",
+    "key": "attn.k",
+    "value": "attn.v",
+}  # analysis.engine.activations names
 
 
 def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tensor:

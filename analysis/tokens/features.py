@@ -2,10 +2,10 @@
 cosine similarity of one token to every patch, in the same image or another.
 
 Both take the tokens with their layout: a ViT's ``(B, T, D)`` tokens with its
-:class:`~analysis.spec.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
+:class:`~analysis.model.spec.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
 prefix tokens and class token), or one layer of a windowed model's
 :class:`~analysis.tokens.stages.WindowedTokens` (``(B, gh·gw, C)``) with that layer's
-:class:`~analysis.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
+:class:`~analysis.model.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
 ``spec.geometry(layer)`` reads one layer's tokens of either kind.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_int
-from ..errors import AnalysisError
-from ..queries import resolve_query
-from ..spec import LayerGeometry, ViTSpec
-from ..windowed_support import require_global_attention
+from ..base.errors import AnalysisError
+from ..model.spec import LayerGeometry, ViTSpec
+from ..model.windowed_support import require_global_attention
+from ..records.checks import check_int
+from ..records.queries import resolve_query
 
 __all__ = ["feature_pca", "patch_similarity"]
 
@@ -102,7 +102,7 @@ def patch_similarity(
     same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
     correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the
     class token), ``"mean"`` (the mean patch token), ``"prefix:<i>"`` (prefix token i) or an input
-    pixel ``(y, x)`` (its patch), as :func:`analysis.queries.resolve_query` reads them.
+    pixel ``(y, x)`` (its patch), as :func:`analysis.records.queries.resolve_query` reads them.
     ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
     patches = _patches(tokens, spec)[image]  # (N, D)
     resolved = resolve_query(spec, query)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_index
-from ..errors import AnalysisError
-from ..spec import ViTSpec
+from ..base.errors import AnalysisError
+from ..model.spec import ViTSpec
+from ..records.checks import check_index
 
 __all__ = ["TokenRecord"]
 

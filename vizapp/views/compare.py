@@ -7,7 +7,7 @@ import streamlit as st
 
 from analysis import corresponding_layer, corresponding_query
 from analysis.plots import MAP_RANGES, colour_range
-from analysis.queries import query_for_layers
+from analysis.records.queries import query_for_layers
 from vizapp import figures, resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
@@ -43,7 +43,7 @@ def layer_panels(args, model_spec, model_query, chosen_layers, head):
 
     Each layer on its own grid (``model_spec.geometry(layer)``: a ViT's patch grid, a windowed
     model's stage grid, zero outside the query's window), the query as every layer reads it
-    (:func:`analysis.queries.query_for_layers`: a windowed model's patch becomes the pixel at its
+    (:func:`analysis.records.queries.query_for_layers`: a windowed model's patch becomes the pixel at its
     centre), so a query means the same image position in every layer and in both models."""
     all_maps = resources.layer_attention_grids(*args, query_for_layers(model_spec, model_query))
     panels_, strides, grids_, cells, levels = [], [], [], [], []

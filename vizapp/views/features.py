@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.loading.loaded import class_label, top_classes
+from analysis.model.loading.loaded import class_label, top_classes
 from analysis.sae import DEMO_SAE_POINT, SAEError
 from vizapp import figures, resources, sae_resources
 from vizapp.messages import error_text, escape_markdown

@@ -12,7 +12,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis.errors import MissingDecoderError
+from analysis.base.errors import MissingDecoderError
 from analysis.mae import FIGURE_2_PANELS, draw_mask, figure_2_images, flip_patches, hidden_patch_loss
 from analysis.mae.loading import MAE_WITH_DECODER
 from vizapp import figures, inputs, resources

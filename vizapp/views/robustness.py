@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from analysis import IMAGENET_1K, label_space, shared_label_space
 from analysis.demo.data import CLASS_NAMES as DEMO_CLASS_NAMES
+from analysis.records.windowed import is_model_refusal
 from analysis.robustness import (
     IMAGENET_1K_CNNS,
     SET_LEVELS,
@@ -17,7 +18,6 @@ from analysis.robustness import (
     saliency_description,
     shuffle_grids,
 )
-from analysis.windowed import is_model_refusal
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown

@@ -6,11 +6,11 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
-from analysis.attention_view import rollout_view_defined
+from analysis.attention.rollout import POST_NORM_WARNING, rollout_uniform_level
+from analysis.attention.windowed_rollout import MERGE_WARNING
 from analysis.plots import colour_range, robust_top
-from analysis.queries import query_for_layers
-from analysis.rollout import POST_NORM_WARNING, rollout_uniform_level
-from analysis.windowed_rollout import MERGE_WARNING
+from analysis.records.queries import query_for_layers
+from analysis.views.attention_view import rollout_view_defined
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
 from vizapp.python_snippet import Source, rollout_code, show_code

@@ -1,0 +1,313 @@
+"""Mean attention distance (ViT paper, Figure 7 right and Appendix D.7).
+
+For a ViT, every patch query against every patch key on the one patch grid. For a windowed
+model (Swin, SAM; :mod:`analysis.records.windowed`) the same sum over each query's window on its
+layer's stage grid, in input pixels, so the two compare on one chart: see
+:func:`mean_attention_distance` and :func:`uniform_attention_distance_by_layer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..base.errors import AnalysisError
+from ..engine.capture import AttentionRecord
+from ..model.spec import LayerGeometry, ViTSpec
+from ..model.windowed_support import require_global_attention
+from ..records.checks import check_record, check_spec
+from ..records.windowed import WindowedAttentionRecord
+
+__all__ = [
+    "mean_attention_distance",
+    "patch_centres",
+    "patch_distance_matrix",
+    "attention_distance_per_image",
+    "uniform_attention_distance",
+    "uniform_attention_distance_by_layer",
+    "UniformDistanceReference",
+    "uniform_distance_reference",
+    "window_distance_matrices",
+    "DISTANCE_UNITS",
+    "distance_unit_length",
+    "distance_in_units",
+]
+
+#: Units for attention distances, with the length each one divides the pixel value by.
+DISTANCE_UNITS = {
+    "px": "input pixels",
+    "patches": "patch sides: √(ph·pw) px (the patch side for square patches)",
+    "image": "fractions of the image side: √(H·W) px (the side for square inputs)",
+}
+
+
+def patch_centres(spec: ViTSpec) -> torch.Tensor:
+    """``(N, 2)`` centre of every patch in input pixels, row-major: ``((r + ½)·ph, (c + ½)·pw)``."""
+    gh, gw = spec.grid_size
+    ph, pw = spec.patch_size
+    rows = (torch.arange(gh, dtype=torch.float64) + 0.5) * ph
+    cols = (torch.arange(gw, dtype=torch.float64) + 0.5) * pw
+    grid_r, grid_c = torch.meshgrid(rows, cols, indexing="ij")
+    return torch.stack([grid_r.reshape(-1), grid_c.reshape(-1)], dim=1)
+
+
+def patch_distance_matrix(spec: ViTSpec) -> torch.Tensor:
+    """``(N, N)`` Euclidean distance in pixels between patch centres."""
+    centres = patch_centres(spec)
+    return torch.cdist(centres, centres)
+
+
+def uniform_attention_distance(spec: ViTSpec) -> float:
+    """The mean attention distance if every patch attended uniformly to every patch
+    (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used).
+
+    A windowed model has no single such number (each layer's window and stride differ):
+    it is refused, naming :func:`uniform_attention_distance_by_layer`."""
+    require_global_attention(
+        spec,
+        lambda given: AnalysisError(
+            f"uniform_attention_distance: a windowed model ({given.family}) has no single uniform-attention "
+            "distance, since each layer attends inside its own windows on its own stage grid; use "
+            "uniform_attention_distance_by_layer(spec), one value per layer."
+        ),
+    )
+    # one rule with the windowed layers': the mean over query patches of the mean distance to every patch
+    return float(uniform_attention_distance_by_layer(check_spec(spec, "uniform_attention_distance"))[0])
+
+
+def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's distances between the slots of each window, in input pixels.
+
+        D[w, s, t] = ‖c(cells[w, s]) − c(cells[w, t])‖₂,   c(r, col) = ((r + ½)·sy, (col + ½)·sx)
+
+    with ``cells = geometry.window_cells()`` and ``(sy, sx)`` the layer's stride: each slot
+    at the true centre of the grid cell it holds (a shifted window's cells from opposite
+    borders at their own, far apart, positions). Padding and prefix slots are no image
+    position: their rows and columns are 0, and ``real`` marks them False.
+
+    Returns:
+        ``D (windows, Wt, Wt)`` float64 and ``real (windows, Wt)`` bool.
+    """
+    (_, gw), (sy, sx) = geometry.grid_size, geometry.stride
+    cells = geometry.window_cells()  # (windows, Wt), −1: padding / prefix
+    real = cells >= 0
+    rows = (torch.div(cells.clamp(min=0), gw, rounding_mode="floor").double() + 0.5) * sy
+    cols = (cells.clamp(min=0).remainder(gw).double() + 0.5) * sx
+    centres = torch.stack([rows, cols], dim=-1)  # (windows, Wt, 2)
+    distances = torch.cdist(centres, centres)  # (windows, Wt, Wt)
+    pairs = real[:, :, None] & real[:, None, :]
+    return distances.masked_fill(~pairs, 0.0), real
+
+
+def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
+    """Each layer's mean attention distance under uniform attention, ``(L,)`` float64 in
+    input pixels (``spec``: a ViTSpec, or a LoadedViT / record, whose spec is used).
+
+    A ViT: every layer is :func:`uniform_attention_distance` (all patches to all patches).
+    A windowed model: each real query cell attends uniformly to the real cells its window
+    lets it see (the shift mask's allowed pairs; padding slots left out, as
+    :func:`mean_attention_distance` leaves them out with ``renormalize=True``), averaged over
+    the real query cells of the layer's stage grid:
+
+        u_l = mean_q  Σ_k a_qk · D_qk / Σ_k a_qk,   a_qk = 1 for allowed real keys, else 0.
+
+    The reference a layer's measured distance is read against: near it, the heads spread
+    over the whole window; far below it, they learned locality beyond what the window gives.
+    """
+    given = getattr(spec, "spec", spec)
+    if not isinstance(given, ViTSpec):
+        given = check_spec(spec, "uniform_attention_distance_by_layer")
+    geometries = given.geometries()  # a ViT's: one window of the whole grid, prefix slots not real
+    values: dict = {}  # per distinct geometry: a ViT's layers share one
+    for geometry in geometries:
+        if geometry not in values:
+            distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
+            keys = (geometry.allowed() & real[:, None, :]).double()  # (windows, Wt, Wt)
+            per_query = (keys * distances).sum(-1) / keys.sum(-1).clamp_min(1.0)  # (windows, Wt)
+            values[geometry] = per_query[real].mean()
+    return torch.stack([values[geometry] for geometry in geometries])
+
+
+@dataclass(frozen=True, eq=False)  # a tensor field: compare ``values`` and ``per_layer`` themselves
+class UniformDistanceReference:
+    """What a mean attention distance is read against: its value under uniform attention.
+
+    Attributes:
+        values: ``(L,)`` float64 input pixels, layer ``l``'s reference
+            (:func:`uniform_attention_distance_by_layer`).
+        per_layer: False when one value holds for every layer, because every layer attends over
+            the whole patch grid (a ViT: :func:`uniform_attention_distance`, drawn as one line);
+            True when each layer attends inside its own windows on its own stage grid (Swin,
+            SAM: one reference per layer, drawn as a step per layer).
+    """
+
+    values: torch.Tensor
+    per_layer: bool
+
+    @property
+    def value(self) -> float:
+        """The one reference of every layer (``per_layer`` False), else AnalysisError."""
+        if self.per_layer:
+            raise AnalysisError(
+                "This model has one uniform-attention reference per layer (each layer's window): read "
+                "UniformDistanceReference.values."
+            )
+        return float(self.values[0])
+
+
+def uniform_distance_reference(spec: ViTSpec) -> UniformDistanceReference:
+    """The uniform-attention reference of :func:`mean_attention_distance` for the model of
+    ``spec`` (a ViTSpec, or a LoadedViT / record, whose spec is used), in input pixels: one value
+    for every layer of a ViT (:func:`uniform_attention_distance`), or each layer's own for a
+    windowed model (:func:`uniform_attention_distance_by_layer`). See
+    :class:`UniformDistanceReference`."""
+    given = getattr(spec, "spec", spec)
+    if not isinstance(given, ViTSpec):
+        given = check_spec(spec, "uniform_distance_reference")
+    geometries = set(given.geometries())
+    one_grid = len(geometries) == 1 and next(iter(geometries)).is_global
+    return UniformDistanceReference(uniform_attention_distance_by_layer(given), not one_grid)
+
+
+def distance_unit_length(spec: ViTSpec, unit: str) -> float:
+    """How many input pixels one ``unit`` is for this model (see :data:`DISTANCE_UNITS`).
+
+    ``"px"`` -> 1; ``"patches"`` -> √(ph·pw); ``"image"`` -> √(H·W). Patch units compare models
+    with different patch sizes on one grid; image units compare any two models, since they
+    measure how far attention reaches across the picture, whatever the input resolution.
+    A windowed model has ``"px"`` and ``"image"``; ``"patches"`` only when every layer has the
+    same cell size (SAM), and is refused where patch merging changes it (Swin).
+    """
+    given = getattr(spec, "spec", spec)
+    windowed = (
+        isinstance(given, ViTSpec) and not given.attends_globally
+    )  # px and image units exist; one patch side does not
+    spec = given if windowed else check_spec(spec, "distance_unit_length")
+    strides = {geometry.stride for geometry in spec.layer_geometry}
+    if windowed and unit == "patches" and len(strides) > 1:
+        raise AnalysisError(
+            f"distance unit 'patches': this windowed model ({spec.family}) has a different cell size on each stage "
+            f"({', '.join(f'{sy}x{sx}' for sy, sx in sorted(strides))} px: patch merging), so there is no one patch "
+            "side; use 'px' or 'image'."
+        )
+    if unit == "px":
+        return 1.0
+    if unit == "patches":
+        ph, pw = spec.patch_size
+        return float(ph * pw) ** 0.5
+    if unit == "image":
+        height, width = spec.img_size
+        return float(height * width) ** 0.5
+    raise AnalysisError(f"Unknown distance unit {unit!r}; use one of {', '.join(map(repr, DISTANCE_UNITS))}.")
+
+
+def distance_in_units(distance_px, spec: ViTSpec, unit: str):
+    """``distance_px / distance_unit_length(spec, unit)``: a distance (tensor, array or float)
+    from input pixels into ``unit``."""
+    return distance_px / distance_unit_length(spec, unit)
+
+
+def attention_distance_per_image(
+    probs: torch.Tensor,
+    spec: ViTSpec,
+    distances: torch.Tensor,
+    *,
+    renormalize: bool = True,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """One layer: ``probs (B, heads, N, T)`` rows of the N patch queries -> ``(B, heads)``.
+
+        d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂,   k over patch keys only,
+
+    with ``w`` the attention row restricted to patch keys, divided by its sum when
+    ``renormalize`` (so attention spent on prefix tokens does not shrink the distance).
+    ``distances`` is :func:`patch_distance_matrix` on the same device.
+    """
+    weights = spec.split_prefix(probs, -1, dropped=True)[1].to(
+        compute_dtype
+    )  # (B, heads, N, N); also a shorter (dropped) sequence
+    per_query = torch.einsum("bhqk,qk->bhq", weights, distances.to(compute_dtype))  # (B, heads, N)
+    if renormalize:
+        per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(compute_dtype).tiny)
+    return per_query.mean(-1)
+
+
+def windowed_attention_distance_per_image(
+    windows: torch.Tensor, geometry: LayerGeometry, *, renormalize: bool = True
+) -> torch.Tensor:
+    """One windowed layer: ``windows (B, windows, heads, Wt, Wt)`` -> ``(B, heads)``.
+
+        d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂
+
+    over the real query cells ``q`` of the layer's grid (each lies in exactly one window),
+    ``k`` over the real cells of the query's window, ``c`` cell centres in input pixels
+    (:func:`window_distance_matrices`). Padding slots (a grid that is not whole windows: timm
+    pads with zero tokens, which the module keeps as keys, so they do take attention) are
+    treated as a ViT's prefix tokens are: never queries, and as keys not image positions, so
+    ``w`` is the row restricted to real keys, divided by its sum when ``renormalize``
+    (otherwise attention on padding counts as distance 0). Masked pairs are 0 already.
+    """
+    distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
+    distances, real = distances.to(windows.device), real.to(windows.device)
+    weights = windows.double() * real[None, :, None, None, :]  # (B, windows, heads, Wt, Wt)
+    per_query = torch.einsum("bwhqk,wqk->bwhq", weights, distances)  # (B, windows, heads, Wt)
+    if renormalize:
+        per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+    per_query = per_query * real[None, :, None, :]
+    return per_query.sum(dim=(1, 3)) / real.sum()  # (B, heads)
+
+
+def _windowed_mean_attention_distance(record: WindowedAttentionRecord, renormalize: bool) -> torch.Tensor:
+    """``(B, L, H)`` with ``H`` the most heads of any layer, NaN beyond a layer's own heads."""
+    per_layer = [
+        windowed_attention_distance_per_image(windows, record.spec.geometry(layer), renormalize=renormalize)
+        for windows, layer in zip(record.windows, record.layers)
+    ]
+    if not per_layer or per_layer[0].shape[0] == 0:
+        raise AnalysisError("The record holds no attention to measure.")
+    heads = max(distance.shape[1] for distance in per_layer)
+    out = torch.full(
+        (per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64, device=per_layer[0].device
+    )
+    for position, distance in enumerate(per_layer):
+        out[:, position, : distance.shape[1]] = distance
+    return out
+
+
+def mean_attention_distance(
+    record: AttentionRecord | WindowedAttentionRecord, *, renormalize: bool = True, per_image: bool = False
+) -> torch.Tensor:
+    """Average distance in input pixels between each patch query and the patches it attends to.
+
+    For each layer and head: the mean over query patches q (and over images) of
+    ``Σ_k w_qk · ‖c_q − c_k‖₂``, with ``c`` patch centres and ``w`` the attention row over
+    patch keys (renormalised to sum to one when ``renormalize``). Identity attention gives
+    0; uniform attention on a 14×14 grid of 16 px patches gives ≈116.5 px.
+
+    A windowed record (Swin, SAM) gives the same quantity on each layer's stage grid: ``c``
+    the centres of that layer's cells (stride = the stage's cell size in input pixels), ``k``
+    over the query's window, padding slots treated like prefix tokens (see
+    :func:`windowed_attention_distance_per_image`). Stages differ in head count, so the head
+    axis is as long as the widest layer's and is NaN beyond a layer's own heads. Read it
+    against :func:`uniform_attention_distance_by_layer`, each layer's uniform reference.
+
+    Returns:
+        ``(L, heads)`` float64, or ``(B, L, heads)`` with ``per_image=True``.
+    """
+    if isinstance(record, WindowedAttentionRecord):
+        result = _windowed_mean_attention_distance(record, renormalize)
+        return result if per_image else result.mean(dim=0)
+    spec = check_record(record, "mean_attention_distance").spec
+    prefix = spec.num_prefix_tokens
+    rows = record.query_rows(range(prefix, prefix + spec.num_patches))
+    distances = patch_distance_matrix(spec).to(record.attentions.device)
+    per_layer = []
+    index = torch.as_tensor(rows, device=record.attentions.device)
+    for position in range(len(record.layers)):
+        probs = record.attentions[position].index_select(-2, index)  # (B, heads, N, T)
+        per_layer.append(attention_distance_per_image(probs, spec, distances, renormalize=renormalize))
+    result = torch.stack(per_layer, dim=1).double()  # (B, L, heads)
+    if result.numel() == 0:
+        raise AnalysisError("The record holds no attention to measure.")
+    return result if per_image else result.mean(dim=0)

@@ -1,0 +1,100 @@
+"""One query's attention over the patch grid."""
+
+from __future__ import annotations
+
+import torch
+
+from ..base.errors import AnalysisError
+from ..engine.capture import AttentionRecord
+from ..records.checks import check_index, check_record
+from ..records.queries import Query, query_rows_for, select_query
+from ..records.windowed import WindowedAttentionRecord, windowed_attention_map
+
+__all__ = ["attention_map", "attention_rows", "pooling_attention_map"]
+
+
+def attention_map(
+    record: AttentionRecord, layer: int, *, head: int | None = None, query: Query | None = None
+) -> torch.Tensor:
+    """Attention of one query over the patch tokens, as an image-shaped grid.
+
+        map[b, i, j] = A[layer, b, head, q, prefix + i·gw + j]
+
+    with ``head=None`` averaging ``A`` over heads first and ``query="mean"`` averaging over
+    all patch queries. ``query=None`` is the class token when the model has one, else the
+    mean over patch queries (:func:`analysis.records.queries.default_query`, as in rollout). Prefix keys (class / distillation / register tokens) are left out,
+    so a map does not sum to one when the query also attends to them.
+
+    ``query`` may also be an input-pixel position ``(y, x)``: the patch that contains it.
+    For a windowed record (Swin) the map lies on that layer's stage grid, zero outside the
+    query's window (:func:`analysis.records.windowed.windowed_attention_map`; queries: a cell index on
+    that grid, ``(y, x)`` or ``"mean"``).
+
+    Returns:
+        ``(B, gh, gw)`` float32.
+    """
+    if isinstance(record, WindowedAttentionRecord):
+        return windowed_attention_map(record, layer, head=head, query=query)
+    spec = check_record(record, "attention_map").spec
+    attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
+    if head is not None:
+        head = check_index("head", head, spec.num_heads, "heads")
+        attention = attention[:, head : head + 1]
+    rows = query_rows_for(record, query)
+    over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
+    gh, gw = spec.grid_size
+    return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw)
+
+
+def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, probe: int = 0) -> torch.Tensor | None:
+    """The attention-pooling head's map over the patch grid (SigLIP / PE ``map`` pooling: a
+    learned probe query attends over the last block's output tokens):
+
+        map[b, i, j] = P[b, head, probe, prefix + i·gw + j]
+
+    with ``head=None`` averaging ``P`` over the pooling head's own heads. Prefix keys are left
+    out, as in :func:`attention_map`. Returns ``(B, gh, gw)`` float32, or ``None`` for a model
+    without an attention-pooling head.
+    """
+    spec = check_record(record, "pooling_attention_map").spec
+    if record.pool_attention is None:
+        return None
+    pool = record.pool_attention  # (B, heads, probes, T)
+    probe = check_index("probe", probe, pool.shape[2], "probe queries")
+    if head is not None:
+        head = check_index("head", head, pool.shape[1], "pooling heads")
+        pool = pool[:, head : head + 1]
+    gh, gw = spec.grid_size
+    return spec.split_prefix(pool[:, :, probe], -1)[1].float().mean(dim=1).reshape(-1, gh, gw)
+
+
+def attention_rows(record: AttentionRecord, layer: int, *, keys: str = "patches") -> torch.Tensor:
+    """Every query's attention over the patch keys of one layer, per head and their mean:
+
+        rows[b, h, q, k] = A[layer, b, h, q, prefix + k]     (h < heads)
+        rows[b, heads, q, k] = mean_h A[layer, b, h, q, prefix + k]
+
+    ``q`` runs over all ``T`` tokens in model order (the prefix tokens, then the patches
+    row-major), ``k`` over the ``N`` patch keys row-major on ``spec.grid_size``. Row
+    ``prefix + p`` is :func:`attention_map` of patch query ``p``; row ``i < prefix`` that of
+    ``"prefix:<i>"``. Column ``k`` over the patch queries is "who looks at patch k".
+    Needs every query row captured (``capture_attention(..., query_tokens=None)``); refuses
+    windowed records (their attention is per window). ``keys="all"``: every key, the prefix
+    tokens first (the full ``T × T`` matrix per head, as a bertviz-style view draws it).
+
+    Returns:
+        ``(B, heads + 1, T, N)`` float32; ``(B, heads + 1, T, T)`` with ``keys="all"``.
+    """
+    from ..records.windowed import refuse_windowed
+
+    refuse_windowed(record, "attention_rows")
+    spec = check_record(record, "attention_rows").spec
+    if keys not in ("patches", "all"):
+        raise AnalysisError(f'attention_rows: keys must be "patches" or "all", got {keys!r}.')
+    attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
+    rows = record.query_rows(range(spec.num_tokens))
+    every = attention[:, :, rows].float()  # (B, heads, T, T)
+    with_mean = torch.cat([every, every.mean(dim=1, keepdim=True)], dim=1)  # (B, heads + 1, T, T)
+    if keys == "all":
+        return with_mean
+    return spec.split_prefix(with_mean, -1)[1].contiguous()  # (B, heads + 1, T, N)

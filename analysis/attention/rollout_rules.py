@@ -1,0 +1,136 @@
+"""The steps every attention rollout composes (Abnar & Zuidema, 2020): fuse the heads, discard
+the weakest pairs, mix in the identity, and compose the layers.
+
+One layer's ``Â = ½·fuse(A) + ½·I`` (rows divided by their sums) and ``R = Â_end ⋯ Â_start`` are
+written once, here, for the ViT rollout (:mod:`analysis.attention.rollout`), the windowed one
+(:mod:`analysis.attention.windowed_rollout`), MAE's visible-token rollout and token drop. They take plain
+tensors, not records, so they sit below both rollouts; :mod:`analysis.attention.rollout` re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from ..base.arguments import check_int
+from ..base.errors import AnalysisError
+
+__all__ = [
+    "HEAD_FUSIONS",
+    "POST_NORM_WARNING",
+    "fuse_heads",
+    "discard_lowest",
+    "mix_identity",
+    "rollout_step",
+    "compose_rollout",
+    "layer_range",
+]
+
+HEAD_FUSIONS = ("mean", "max", "min")
+POST_NORM_WARNING = (
+    "This model normalises each residual branch after attention (post-norm, x + norm(attn(x))): "
+    "rollout's ½·A + ½·I assumes pre-norm blocks (x + attn(norm(x))), where the identity and "
+    "attention paths are of comparable size. Read this rollout as a heuristic."
+)
+
+
+def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
+    """``(B, heads, T, T)`` -> ``(B, T, T)`` by the mean, max or min over heads."""
+    if head_fusion == "mean":
+        return attention.mean(dim=1)
+    if head_fusion == "max":
+        return attention.amax(dim=1)
+    if head_fusion == "min":
+        return attention.amin(dim=1)
+    raise AnalysisError(f"head_fusion must be one of {HEAD_FUSIONS}, not {head_fusion!r}.")
+
+
+def discard_lowest(fused: torch.Tensor, discard_ratio: float, candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Zero the ``floor(discard_ratio · T·(T−1))`` smallest off-diagonal entries of each
+    ``(T, T)`` matrix in ``fused (B, T, T)``. The diagonal (a token's attention to itself)
+    is never discarded. Returns a new tensor.
+
+    ``candidates`` ``(T, T)`` bool, when given, are the pairs that may be discarded instead of
+    every off-diagonal pair (a windowed layer: the pairs its windows define, so the zeros
+    outside a query's window are not counted): the ``floor(discard_ratio · #candidates)``
+    smallest candidates are zeroed."""
+    if not 0.0 <= discard_ratio < 1.0:
+        raise AnalysisError(f"discard_ratio must be in [0, 1), not {discard_ratio}.")
+    batch, tokens, _ = fused.shape
+    if candidates is None:
+        count = int(discard_ratio * tokens * (tokens - 1))
+        excluded = torch.eye(tokens, dtype=torch.bool, device=fused.device)
+    else:
+        count = int(discard_ratio * int(candidates.sum()))
+        excluded = ~candidates.to(fused.device)
+    if count == 0:
+        return fused.clone()
+    candidates = fused.masked_fill(excluded, float("inf")).reshape(batch, -1)  # excluded pairs never chosen
+    lowest = candidates.topk(count, dim=-1, largest=False).indices  # (B, count)
+    flat = fused.reshape(batch, -1).clone()
+    flat.scatter_(1, lowest, 0.0)
+    return flat.reshape(batch, tokens, tokens)
+
+
+def mix_identity(
+    fused: torch.Tensor, discard_ratio: float = 0.0, candidates: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``fused (B, T, T)`` (heads already fused) -> ``Â = ½·discard(fused) + ½·I``, each row
+    divided by its sum over keys, float64. ``candidates``: see :func:`discard_lowest`."""
+    fused = discard_lowest(fused.double(), discard_ratio, candidates)  # (B, T, T)
+    eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    mixed = 0.5 * fused + 0.5 * eye
+    return mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
+
+
+def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
+    """One layer's ``Â``: ``(B, heads, T, T)`` attention -> ``(B, T, T)`` float64,
+    ``Â = ½·fuse(A) + ½·I`` (after the optional discard), each row divided by its sum over keys."""
+    return mix_identity(fuse_heads(attention.double(), head_fusion), discard_ratio)
+
+
+def compose_rollout(
+    steps: Iterable[tuple[int, torch.Tensor, torch.Tensor | None]],
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """The one composition of rollout: for each ``(layer, Â_layer (B, T, T), carry)`` yield
+    ``(layer, R_layer)`` with
+
+        R_start = Â_start;   R_layer = Â_layer · C_layer · R_previous
+
+    where ``C_layer`` is ``carry`` ``(T_layer, T_previous)`` when the token set changes before
+    ``layer`` (a windowed model's patch merging, :func:`analysis.attention.windowed_rollout.merge_matrix`)
+    and the identity when ``carry`` is None (every ViT layer)."""
+    rollout = None
+    for layer, mixed, carry in steps:
+        if rollout is not None and carry is not None:
+            rollout = carry.to(rollout) @ rollout  # (T_layer, T_previous) · (B, T_previous, T_start)
+        rollout = mixed if rollout is None else mixed @ rollout
+        yield layer, rollout
+
+
+def layer_range(spec, start_layer: int, end_layer: int | None, stage: int | None = None) -> tuple[int, int]:
+    """``(start, end)`` inclusive, non-negative: ``start_layer``..``end_layer`` (end defaults
+    to the last layer; negative indices count from the end), or every layer of ``stage``
+    (``spec.geometry(l).stage``; negative counts from the last stage; a ViT has stage 0 only)."""
+    layers = spec.num_layers
+    if stage is not None:
+        if check_int("start_layer", start_layer) != 0 or end_layer is not None:
+            raise AnalysisError("Pass either stage or start_layer/end_layer, not both.")
+        stages = [spec.geometry(layer).stage for layer in range(layers)]
+        count = max(stages) + 1
+        stage = check_int("stage", stage)
+        if not -count <= stage < count:
+            raise AnalysisError(f"stage={stage} does not exist: the model has {count} stage(s) (0..{count - 1}).")
+        stage %= count
+        chosen = [layer for layer, s in enumerate(stages) if s == stage]
+        return chosen[0], chosen[-1]
+    last = layers - 1 if end_layer is None else check_int("end_layer", end_layer)
+    if last < 0:
+        last += layers
+    start_layer = check_int("start_layer", start_layer)
+    if start_layer < 0:
+        start_layer += layers
+    if not 0 <= start_layer <= last < layers:
+        raise AnalysisError(f"Need 0 <= start_layer ({start_layer}) <= end_layer ({last}) < {layers} layers.")
+    return start_layer, last

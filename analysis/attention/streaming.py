@@ -1,0 +1,236 @@
+"""Dataset-level attention statistics that stream: memory does not grow with the image count.
+
+``dataset_attention_distance`` reduces each layer's attention to per-image distances inside the
+capture hook, as soon as the layer is computed, so no image's attention maps outlive its layer.
+Decoding and preprocessing of the next batch run in worker threads while the current batch is
+in the forward pass (PIL decoding releases the GIL).
+
+Windowed models (Swin, SAM) stream the same way: each layer's windows are reduced on their
+stage grid by :func:`analysis.attention.distance.windowed_attention_distance_per_image` as soon as the
+layer is computed; the head axis is the widest layer's, NaN beyond a layer's own heads, as
+:func:`analysis.mean_attention_distance` gives it for one batch. Their uniform reference is
+one value per layer (:func:`analysis.uniform_attention_distance_by_layer`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Sized
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+
+import torch
+from PIL import Image
+
+from ..base.errors import AnalysisError
+from ..base.images import load_image
+from ..base.oom import run_with_oom_fallback
+from ..base.progress import Progress
+from ..engine.activations.run import visit_forward
+from ..engine.capture import require_every_layer
+from ..model.spec import input_spec
+from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
+
+__all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
+
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class SkippedImage:
+    """An image of a set that could not be used: its position in the set and why."""
+
+    index: int
+    name: str
+    reason: str
+
+
+def _describe(item) -> str:
+    if isinstance(item, (str, os.PathLike)):
+        return os.fspath(item)
+    if isinstance(item, Image.Image):
+        return f"PIL image {item.size[0]}x{item.size[1]}"
+    return type(item).__name__
+
+
+def _to_pixels(vit, item) -> torch.Tensor:
+    image = item if isinstance(item, Image.Image) else load_image(item)
+    return vit.preprocess(image)[0]  # (3, H, W)
+
+
+def iter_batches(
+    vit, images: Iterable, batch_size: int, workers: int, skipped: list[SkippedImage] | None = None
+) -> Iterator[torch.Tensor]:
+    """Yield ``(b, 3, H, W)`` batches; the next batch is decoded while the caller works.
+
+    With ``skipped`` a list, images that fail to decode or preprocess (typed errors) are left
+    out and recorded there; otherwise the first failure is raised.
+    """
+    iterator = enumerate(images)
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vit-decode") as pool:
+
+        def submit() -> list[tuple[int, object, Future]]:
+            return [(i, item, pool.submit(_to_pixels, vit, item)) for i, item in islice(iterator, batch_size)]
+
+        def collect(pending) -> list[torch.Tensor]:
+            pixels = []
+            for index, item, future in pending:
+                try:
+                    pixels.append(future.result())
+                except ValueError as exc:  # ImageLoadError, AnalysisError: typed and explained
+                    if skipped is None:
+                        raise
+                    skipped.append(SkippedImage(index, _describe(item), str(exc)))
+            return pixels
+
+        pending = submit()
+        while pending:
+            upcoming = submit()  # starts decoding batch n+1 before batch n is returned
+            pixels = collect(pending)
+            if pixels:
+                yield torch.stack(pixels)
+            pending = upcoming
+
+
+def distance_heads(spec) -> int:
+    """Length of the head axis of a distance result: the model's heads, or for a windowed model
+    the most heads of any layer (``spec``: a ViTSpec, or a LoadedViT / record)."""
+    return getattr(spec, "spec", spec).max_layer_heads
+
+
+def dataset_attention_distance(
+    vit,
+    images: Iterable,
+    *,
+    batch_size: int = 32,
+    progress: Progress | None = None,
+    renormalize: bool = True,
+    precision: str = "auto",
+    workers: int | None = None,
+    on_error: str = "raise",
+    skipped: list[SkippedImage] | None = None,
+    per_image: bool = False,
+) -> torch.Tensor:
+    """Mean attention distance over a set of images, streamed batch by batch.
+
+    Equals the mean over images of ``mean_attention_distance(capture_attention(vit, x),
+    per_image=True)``, but only one layer of one batch's attention exists at any time.
+
+    Args:
+        images: any iterable of PIL images or image paths / bytes (decoded in worker threads).
+        batch_size: images per forward pass. On CUDA out-of-memory the batch is halved, and
+            at batch 1 the work falls back to the CPU with a warning.
+        progress: called as ``progress(done, total)`` after each batch (``total`` is ``None``
+            when ``images`` has no length).
+        workers: decode threads (default: ``min(4, cpu count)``).
+        on_error: ``"raise"`` (default): the first image that cannot be decoded raises its
+            :class:`~analysis.base.errors.ImageLoadError`. ``"skip"``: such images are left out of
+            the mean, each recorded in ``skipped`` as a :class:`SkippedImage` (index, name,
+            reason); a :class:`RuntimeWarning` gives the count when no list is passed.
+        per_image: return every used image's ``(L, heads)`` distances, stacked, instead of the mean.
+
+    Returns:
+        ``(L, heads)`` float64, in input pixels (``(N, L, heads)`` with ``per_image=True``, N the
+        images used). A windowed model (Swin, SAM): each layer on its own stage grid, the head
+        axis :func:`distance_heads` long, NaN beyond a layer's own heads; read it against
+        :func:`~analysis.uniform_attention_distance_by_layer`.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise AnalysisError(f"batch_size must be an integer of at least 1, got {batch_size!r}.")
+    if on_error not in ON_ERROR:
+        raise AnalysisError(f"on_error must be one of {ON_ERROR}, got {on_error!r}.")
+    if skipped is not None and not isinstance(skipped, list):
+        raise AnalysisError(f"skipped must be a list to append SkippedImage records to, got {type(skipped).__name__}.")
+    if isinstance(images, (str, bytes, os.PathLike, Image.Image)):
+        raise AnalysisError("images must be an iterable of images or paths; wrap a single image in a list.")
+    skip_log: list[SkippedImage] | None = None
+    if on_error == "skip":
+        skip_log = skipped if skipped is not None else []
+    first_skipped = len(skip_log) if skip_log is not None else 0
+    total = len(images) if isinstance(images, Sized) else None  # Sized: has __len__
+    workers = workers or min(4, os.cpu_count() or 1)
+    spec = vit.spec
+    layers = tuple(range(spec.num_layers))
+    prefix = spec.num_prefix_tokens
+    patch_queries = (
+        list(range(prefix, prefix + spec.num_patches)) if spec.attends_globally else None
+    )  # windows stay whole
+    heads = distance_heads(spec)
+    distances_on: dict[torch.device, torch.Tensor] = {}
+    compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
+    totals = torch.zeros(spec.num_layers, heads, dtype=torch.float64)
+    kept: list[torch.Tensor] = []  # per-image (b, L, heads), only with per_image=True
+    done = 0
+
+    def run_batch(pixels: torch.Tensor, model, device: torch.device) -> torch.Tensor:
+        batch_spec = input_spec(vit, pixels)
+        per_layer = torch.full((pixels.shape[0], spec.num_layers, heads), float("nan"), dtype=torch.float64)
+        seen: set[int] = set()
+
+        def reduce_windows(layer: int, windows: torch.Tensor) -> None:  # (b, windows, heads, Wt, Wt), masked pairs 0
+            geometry = batch_spec.geometry(layer)
+            per_image = windowed_attention_distance_per_image(windows, geometry, renormalize=renormalize)  # (b, heads)
+            per_layer[:, layer, : geometry.num_heads] = per_image.double().cpu()
+            seen.add(layer)
+
+        def reduce(layer: int, probs: torch.Tensor) -> None:  # probs (b, heads, N, T)
+            if probs.shape[-1] != batch_spec.num_tokens or probs.shape[1] != spec.num_heads:
+                raise AnalysisError(
+                    f"Layer {layer} attended over {probs.shape[-1]} tokens with {probs.shape[1]} heads, but the "
+                    f"spec predicts {batch_spec.num_tokens} tokens and {spec.num_heads} heads."
+                )
+            if probs.device not in distances_on:
+                distances_on[probs.device] = patch_distance_matrix(batch_spec).to(probs.device)
+            per_image = attention_distance_per_image(
+                probs, batch_spec, distances_on[probs.device], renormalize=renormalize, compute_dtype=compute_dtype
+            )  # (b, heads)
+            per_layer[:, layer] = per_image.double().cpu()
+            seen.add(layer)
+
+        sink = reduce if spec.attends_globally else reduce_windows
+        hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: sink(layer, probs)) for layer in layers}
+        visit_forward(
+            model,
+            device,
+            pixels,
+            batch_spec,
+            hooks,
+            precision=precision,
+            query_rows=None if patch_queries is None else tuple(patch_queries),
+        )
+        require_every_layer(layers, seen)  # a silent zero would be averaged in as data
+        return per_layer
+
+    def on_device(chunk: torch.Tensor) -> torch.Tensor:
+        return run_batch(chunk, vit.model, vit.device)
+
+    def on_cpu(chunk: torch.Tensor) -> torch.Tensor:
+        return run_batch(chunk, vit.cpu_model(), torch.device("cpu"))
+
+    for batch in iter_batches(vit, images, batch_size, workers, skip_log):
+        per_image_batch = torch.cat(
+            run_with_oom_fallback(on_device, batch, on_cpu if vit.device.type != "cpu" else None)
+        )
+        totals += per_image_batch.sum(0)
+        if per_image:
+            kept.append(per_image_batch)
+        done += batch.shape[0]
+        if progress is not None:
+            progress(done + (len(skip_log) - first_skipped if skip_log is not None else 0), total)
+    newly_skipped = skip_log[first_skipped:] if skip_log is not None else []
+    if done == 0:
+        if newly_skipped:
+            reasons = "; ".join(f"{s.name}: {s.reason}" for s in newly_skipped[:3])
+            raise AnalysisError(f"None of the {len(newly_skipped)} images could be used ({reasons}).")
+        raise AnalysisError("No images were given: pass at least one image or path.")
+    if newly_skipped and skipped is None:
+        warnings.warn(
+            f"{len(newly_skipped)} of {done + len(newly_skipped)} images were skipped (pass skipped=[] to see why).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if per_image:
+        return torch.cat(kept)
+    return totals / done

@@ -1,0 +1,3 @@
+"""Analyses of the embeddings: position embeddings (learned, rotary, windowed relative position)
+and the patch embedding's filters.
+"""

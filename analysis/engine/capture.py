@@ -1,0 +1,236 @@
+"""Capture every layer's attention probabilities in one forward pass.
+
+timm's attention modules compute ``softmax(q·kᵀ·scale)`` only on their unfused path; with
+fused attention (``F.scaled_dot_product_attention``, the default) the weights never
+exist. We therefore never rely on ``fused_attn`` (nor on timm's global
+``set_fused_attn``, which only affects models built after the call). Instead each block's
+attention adapter (:mod:`analysis.model.adapters`, one per attention family) reads what the
+module itself uses, q and k after q/k norm and RoPE and the relative-position bias, and
+we compute
+
+    P = softmax(q · kᵀ · scale + M)        # (B, heads, T, T), in float32
+
+By default that very ``P`` then gives the call's output, ``P·v``, in place of the fused
+kernel: the scores are computed once, so a capture costs about a plain forward, and the
+logits equal an uncaptured forward's to float rounding (~1e-6 relative). With
+``exact_logits=True`` the fused kernel runs untouched beside the capture and the model's
+output is bit-identical. Layers that are not requested keep the fused kernel either way.
+
+:func:`capture_attention` is a view over the activation engine
+(:func:`analysis.engine.activations.run_with_cache`'s ``blocks.{i}.attn.probs``, stacked): one capture
+path for records, caches, tokens and the streamed analyses. A record's maps go straight into
+their final ``(L, B, heads, Q, T)`` buffer; on the CPU a large one reuses the memory of a record
+already dropped (:mod:`analysis.base.record_memory`), so a loop of captures does not fault in fresh
+pages for every batch. Gradients go through the same engine (``run_with_cache(..., grad_of=fn)``);
+:func:`attention_taps` remains public for callers that tap the adapters themselves.
+
+Hooks are registered per call and removed in ``finally``; they only react to the thread
+that registered them, so one model can be shared by many threads (browser sessions),
+each capturing its own input at the same time. Nothing is stored on the modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+
+from ..base.arguments import check_float_dtype, check_int, resolve_layers
+from ..base.errors import AnalysisError
+from ..model.adapters import AttentionInputs, block_sites, pool_site
+from ..model.adapters.probabilities import attend_and_record, attention_probabilities  # noqa: F401 (the one softmax rule; re-exported)
+from ..model.geometry import input_spec  # still importable from here, as before
+from ..model.windowed_support import require_global_attention
+from ..records.attention import AttentionRecord
+from ..records.windowed import WindowedAttentionRecord, windowed_message
+from .activations.points import POOL_NAME
+from .activations.run import cache_forward
+
+__all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
+
+# (layer index, probabilities (B, heads, Q, T)) -> None
+AttentionSink = Callable[[int, torch.Tensor], None]
+
+
+def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
+    its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
+    if inputs.probs is None:
+        assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, (
+            "a call reports probs or q, k"
+        )
+        return attention_probabilities(
+            inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal
+        )
+    probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
+    return probs.float()
+
+
+@contextlib.contextmanager
+def attention_taps(
+    model: nn.Module,
+    layers: Sequence[int],
+    sink: AttentionSink,
+    *,
+    query_tokens: Sequence[int] | None = None,
+    differentiable: bool = False,
+) -> Iterator[None]:
+    """Within the block, every forward of ``model`` *by this thread* reports the attention
+    probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
+    read by each block's attention adapter (:mod:`analysis.model.adapters`); the fused kernel keeps
+    computing each call's output.
+
+    ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
+    the blocks multiply with ``v`` (fused calls become explicit for this thread and this block
+    only), so gradients with respect to them are exact. The library itself no longer uses this
+    (kept public for callers that tap the adapters themselves): reading, editing and
+    differentiating activations go through :mod:`analysis.engine.activations` (``run_with_cache``,
+    with ``grad_of=fn`` for gradients: ``cache.grad("blocks.3.attn.probs")`` is the same
+    ``∂y/∂P``). Hooks are removed on exit, also when the forward raises.
+    """
+    owner = threading.get_ident()
+    handles = []
+    rows_cache: dict[torch.device, torch.Tensor] = {}
+    sites = {site.layer: site for site in block_sites(model)}
+    if query_tokens is not None and any(sites[layer].adapter.windowed for layer in layers):
+        raise AnalysisError(windowed_message("query_tokens (rows of attention over all tokens)", type(model).__name__))
+
+    def rows_on(device: torch.device) -> torch.Tensor | None:
+        if query_tokens is None:
+            return None
+        if device not in rows_cache:
+            rows_cache[device] = torch.as_tensor(list(query_tokens), dtype=torch.long, device=device)
+        return rows_cache[device]
+
+    def emitter(layer: int):
+        def emit(inputs: AttentionInputs) -> None:
+            reference = inputs.q if inputs.probs is None else inputs.probs
+            assert reference is not None, "a call reports probs or q, k"
+            sink(layer, reported_probabilities(inputs, rows_on(reference.device)))
+
+        return emit
+
+    try:
+        for layer in layers:
+            site = sites[layer]
+            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def require_every_layer(requested: Sequence[int], seen, what: str = "attention") -> None:
+    """Refuse a forward pass in which some requested layer's tap never fired.
+
+    Every capture (records, streamed distances, tokens, gradients) calls this after its
+    forward: a layer whose adapter saw nothing would otherwise come back as zeros or a stale
+    buffer and be read (or averaged in) as data. ``seen``: the layers the taps reported.
+    """
+    missing = [layer for layer in requested if layer not in seen]
+    if missing:
+        raise AnalysisError(
+            f"The {what} of layers {missing} was never computed during the forward pass: this "
+            "model's blocks did not run as their attention adapter expects, so it is not supported."
+        )
+
+
+def capture_attention(
+    vit,
+    pixels: torch.Tensor,
+    *,
+    layers: Sequence[int] | int | None = None,
+    query_tokens: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float32,
+    precision: str = "auto",
+    to_cpu: bool = True,
+    exact_logits: bool = False,
+) -> AttentionRecord:
+    """Run one forward pass and return every requested layer's attention and the logits.
+
+    Args:
+        vit: a :class:`~analysis.model.loading.LoadedViT`.
+        pixels: ``(B, 3, H, W)`` preprocessed input (any device; moved to the model's).
+        layers: model layer indices to keep (``None``: all). Others keep the fused kernel (an
+            attention-pooling head's is always recorded, as ``P·v``). The record holds them in
+            increasing order, the order of the forward pass that rollout composes;
+            ``record.select_layers([...])`` gives any other order.
+        query_tokens: keep only these query rows (token indices; e.g. ``[0]`` for the class
+            token) to save memory: attentions are then ``(L, B, heads, len(query_tokens), T)``.
+        dtype: storage dtype of the kept maps (``torch.float16`` halves memory); the
+            probabilities themselves are always computed in float32.
+        precision: autocast for the forward: ``"auto"`` (bf16/fp16 on cuda, fp32 on cpu),
+            ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        to_cpu: move the kept maps to CPU memory (default), else keep them on the device.
+        exact_logits: ``False`` (default): each fused attention call's output is computed as
+            ``P·v`` from the very probabilities recorded, so the scores are computed once and
+            capture costs about a plain forward; the logits then equal an uncaptured forward's
+            to float rounding (tested at 1e-5). ``True``: the fused kernel runs untouched
+            beside the capture and the logits are bit-identical, at about 1.1x the cost.
+
+    Returns:
+        An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``; for
+        a windowed model (Swin) a :class:`~analysis.records.windowed.WindowedAttentionRecord` with one
+        ``(B, windows, heads, Wt, Wt)`` tensor per layer (``query_tokens`` must be ``None``).
+    """
+    spec = input_spec(vit, pixels)
+    layer_ids = tuple(sorted(resolve_layers(layers, spec.num_layers)))  # the forward order
+    check_float_dtype("dtype", dtype)
+    if query_tokens is not None:
+        require_global_attention(
+            spec,
+            lambda _: AnalysisError(
+                "query_tokens is not defined for a windowed model (Swin): its windows are kept whole. "
+                "Pass query_tokens=None."
+            ),
+        )
+        query_tokens = tuple(check_int("query token", t) for t in query_tokens)
+        if not query_tokens:
+            raise AnalysisError("query_tokens is empty: pass None for every query row, or some token indices.")
+        bad = [t for t in query_tokens if not 0 <= t < spec.num_tokens]
+        if bad:
+            raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
+    names = [f"blocks.{layer}.attn.probs" for layer in layer_ids]
+    has_pool = pool_site(vit.model) is not None
+    cache = cache_forward(
+        vit,
+        pixels,
+        spec,
+        names + ([POOL_NAME] if has_pool else []),
+        dtype=dtype,
+        precision=precision,
+        to_cpu=to_cpu,
+        query_rows=query_tokens,
+        exact=exact_logits,
+        stack=spec.attends_globally,
+    )
+    if not spec.attends_globally:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
+        # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
+        # do not define); the annotation names the plain record, which every other model gets.
+        return WindowedAttentionRecord(
+            windows=tuple(cache[name] for name in names),
+            logits=cache.output,  # type: ignore[return-value]
+            spec=spec,
+            layers=layer_ids,
+        )
+    attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
+    if attentions.shape[2] != spec.num_heads:
+        raise AnalysisError(
+            f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads."
+        )
+    if attentions.shape[-1] != spec.num_tokens:
+        raise AnalysisError(
+            f"Captured {attentions.shape[-1]} tokens but the spec predicts {spec.num_tokens} "
+            f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
+        )
+    return AttentionRecord(
+        attentions=attentions,
+        logits=cache.output,
+        spec=spec,
+        layers=layer_ids,
+        query_tokens=query_tokens,
+        pool_attention=cache.get(POOL_NAME),
+    )

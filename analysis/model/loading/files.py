@@ -1,0 +1,151 @@
+"""Local weights: a folder in timm's hub layout, or a single weights file with ``arch=``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ...base.errors import CheckpointError, ModelPathNotFoundError
+from .checkpoints import load_state_dict_into, npz_num_classes, read_state_dict
+from .families import check_supported_architecture
+from .hub import create_timm_model
+
+__all__ = [
+    "SINGLE_FILE_SUFFIXES",
+    "looks_like_file",
+    "looks_like_path",
+    "existing_model_path",
+    "read_folder_config",
+    "model_from_timm_folder",
+    "model_from_file",
+]
+
+SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
+# Sources that name a model somewhere else, although they may contain a "/".
+_NAME_SCHEMES = ("hf-hub:", "hf:", "torchvision:")
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def looks_like_file(source: str) -> bool:
+    return source.lower().endswith(SINGLE_FILE_SUFFIXES) or Path(source).is_file()
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a model source is written as a path on disk rather than as a model name.
+
+    Rule: it starts with ``local-dir:``, contains a path separator (``/`` or ``\\``), starts
+    with ``.``, ``~`` or a Windows drive (``C:\\``), or ends with a weights-file suffix
+    (:data:`SINGLE_FILE_SUFFIXES`). Names never do: timm names are letters, digits, ``_``, ``-``
+    and a ``.tag`` (``vit_base_patch16_224.augreg2_in21k_ft_in1k``), and the ``hf-hub:``,
+    ``hf:`` and ``torchvision:`` names (which may hold an ``org/name``) are not paths. A bare
+    word such as ``my_model`` is a name unless a folder or file of that name exists.
+    """
+    text = os.fspath(source).strip()
+    if text.startswith(_NAME_SCHEMES):
+        return False
+    return (
+        text.startswith("local-dir:")
+        or "/" in text
+        or "\\" in text
+        or text.startswith((".", "~"))
+        or bool(_WINDOWS_DRIVE.match(text))
+        or text.lower().endswith(SINGLE_FILE_SUFFIXES)
+    )
+
+
+def existing_model_path(source: str) -> Path:
+    """The path a path-like model source (see :func:`looks_like_path`) names, ``~`` expanded and
+    any ``local-dir:`` prefix removed. Raises :class:`~analysis.base.errors.ModelPathNotFoundError`,
+    naming the path and the folder a relative path was looked up from, when nothing is there."""
+    given = os.fspath(source).strip().removeprefix("local-dir:")
+    path = Path(given).expanduser()
+    if path.exists():
+        return path
+    where = "" if path.is_absolute() else f" (that is {path.absolute()})"
+    raise ModelPathNotFoundError(
+        f"The path {given!r} does not exist{where}: there is no folder or file there. Check the path (it is "
+        "read on the machine that runs the model). A model folder holds config.json and model.safetensors; "
+        "a single weights file (.safetensors, .pth, .pt, .bin, .npz) also needs arch='<its timm architecture>'. "
+        "A timm model is named without a path, e.g. vit_base_patch16_224.",
+        path,
+    )
+
+
+def read_folder_config(folder: Path) -> dict:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise CheckpointError(
+            f"{folder} has no config.json. A model folder needs timm's hub layout (config.json with "
+            "architecture, model_args, pretrained_cfg + model.safetensors) or a Hugging Face "
+            "transformers save_pretrained folder."
+        )
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"Could not read {config_path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_path} does not hold a JSON object.")
+    return config
+
+
+def model_from_timm_folder(folder: Path, config: dict, model_kwargs: dict) -> nn.Module:
+    """Build from timm's hub layout: config.json (+ model.safetensors or pytorch_model.bin)."""
+    architecture = config.get("architecture")
+    if not architecture:
+        raise CheckpointError(
+            f"{folder / 'config.json'} names neither an 'architecture' (a timm model name) nor a "
+            "'model_type' (a Hugging Face transformers model)."
+        )
+    check_supported_architecture(architecture)
+    kwargs = dict(config.get("model_args") or {})
+    num_classes = config.get("num_classes", (config.get("pretrained_cfg") or {}).get("num_classes"))
+    if num_classes is not None:
+        kwargs.setdefault("num_classes", num_classes)
+    kwargs.update(model_kwargs)
+    pretrained_cfg = dict(config.get("pretrained_cfg") or {})
+    model = create_timm_model(architecture, pretrained=False, pretrained_cfg_overlay=pretrained_cfg, **kwargs)
+    for weights_name in ("model.safetensors", "pytorch_model.bin", "model.pth"):
+        weights = folder / weights_name
+        if weights.is_file():
+            load_state_dict_into(model, read_state_dict(weights), weights)
+            break
+    else:
+        raise CheckpointError(f"{folder} has config.json but no model.safetensors (or pytorch_model.bin).")
+    return model
+
+
+def model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Module:
+    if not path.is_file():
+        raise CheckpointError(f"Checkpoint file not found: {path}. Check the path (it is read on the server).")
+    if not arch:
+        raise CheckpointError(
+            f"{path.name} is a bare weights file: pass the timm architecture it was trained with, "
+            "e.g. load_vit(path, arch='vit_base_patch16_224') (in the app: the 'architecture' field)."
+        )
+    check_supported_architecture(arch)
+    if path.suffix.lower() == ".npz":
+        kwargs = dict(model_kwargs)
+        if "num_classes" not in kwargs:
+            kwargs["num_classes"] = npz_num_classes(path)
+        model: Any = create_timm_model(arch, pretrained=False, **kwargs)  # a timm ViT: load_pretrained
+        try:
+            model.load_pretrained(str(path))  # timm's loader for Google's original ViT .npz files
+        except Exception as exc:  # noqa: BLE001 - any failure means the file does not fit
+            raise CheckpointError(f"{path.name} is not a Google ViT .npz checkpoint for {arch}: {exc}") from exc
+        return model
+    state_dict = read_state_dict(path)
+    kwargs = dict(model_kwargs)
+    head = state_dict.get("head.weight")
+    if "num_classes" not in kwargs and isinstance(head, torch.Tensor) and head.ndim == 2:
+        kwargs["num_classes"] = head.shape[0]
+    if "num_classes" not in kwargs and "head.weight" not in state_dict:
+        kwargs["num_classes"] = 0
+    model = create_timm_model(arch, pretrained=False, **kwargs)
+    load_state_dict_into(model, state_dict, path)
+    return model

@@ -1,0 +1,56 @@
+"""Pieces shared by the Hugging Face converters (:mod:`.hf_transformers` for ViTs, :mod:`.hf_swin`
+for Swin, :mod:`.two_tower` and :mod:`analysis.mae.loading`): the optional ``transformers``
+import, attribute lookup across the layouts of transformers' versions, and the 4.x MLP.
+
+They sit below every converter, so that none imports another for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ...base.errors import ModelLoadError
+
+__all__ = ["require_transformers", "first_attribute", "IntermediateOutput"]
+
+
+def require_transformers():
+    """The ``transformers`` module, or a ModelLoadError that says ``pip install transformers``
+    (it is an optional dependency)."""
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ModelLoadError(
+            "This is a Hugging Face transformers model, but transformers is not installed: pip install transformers"
+        ) from exc
+    return transformers
+
+
+def first_attribute(obj, *paths):
+    """The first attribute path (``"a.b"``) that exists on ``obj`` and is not ``None``, else
+    ``None``: one lookup over the names that transformers' versions and model types use."""
+    for path in paths:
+        value = obj
+        for part in path.split("."):
+            value = getattr(value, part, None)
+            if value is None:
+                break
+        if value is not None:
+            return value
+    return None
+
+
+class IntermediateOutput(nn.Module):
+    """transformers 4.x ViT/DeiT/Swin MLP: ``intermediate`` (dense + act) then ``output.dense``
+    and its dropout (the residual add is left to the timm block)."""
+
+    def __init__(self, intermediate: nn.Module, output: Any) -> None:  # output: .dense and .dropout
+        super().__init__()
+        self.intermediate: nn.Module = intermediate
+        self.output: Any = output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
+        return self.output.dropout(self.output.dense(self.intermediate(x)))

@@ -1,0 +1,183 @@
+"""Records of windowed attention (Swin v1/v2, SAM's image encoder), and the one map they give today.
+
+A windowed layer attends inside windows of its stage grid (:class:`~analysis.model.spec.LayerGeometry`
+says which cells each window holds, and which pairs the shift mask keeps). The capture
+(:func:`analysis.engine.capture.capture_attention`, the same path as for ViTs) returns a
+:class:`WindowedAttentionRecord` that keeps each layer's probabilities as the module computed
+them, one window at a time:
+
+    record.windows[l]   # (B, windows, heads, Wt, Wt), rows sum to one over each window's keys
+
+Stages differ in grid, heads and window count, so there is one tensor per layer rather than a
+stacked ``(L, B, heads, Q, T)`` like a ViT's ``record.attentions``. Pairs the shift mask
+removes are exactly 0.
+
+:func:`windowed_attention_map` puts one query's row back on its layer's grid, with zeros
+outside the query's window. :func:`analysis.mean_attention_distance` measures these records
+per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
+as each layer's reference), and :mod:`analysis.embedding.windowed_position` draws the learned
+relative-position biases. :func:`analysis.attention_rollout` composes them exactly within a
+stage (:mod:`analysis.attention.windowed_rollout`), and :func:`analysis.explain` gives Grad-CAM,
+input × gradient, integrated gradients and rollout (``"attention"`` and ``"chefer"`` refuse
+with the reason). Tokens (:mod:`analysis.tokens.stages`: each block's output on its stage
+grid), the streamed dataset distance and the pixel-space robustness perturbations work too.
+Absolute position similarity is not defined for these records and refuses them with
+:func:`refuse_windowed`, which names the reason.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from ..base.arguments import check_index
+from ..base.errors import AnalysisError
+from ..model.geometry import LayerGeometry, ViTSpec
+from ..model.windowed_support import (
+    WINDOWED_SUPPORT,
+    is_model_refusal,
+    refuse_windowed,
+    require_global_attention,
+    windowed_message,
+)
+from .attention import AttentionRecord
+from .queries import check_pixel_query
+
+__all__ = [
+    "WindowedAttentionRecord",
+    "window_probabilities",
+    "windowed_attention_map",
+    "refuse_windowed",
+    "require_global_attention",
+    "windowed_message",
+    "is_model_refusal",
+    "WINDOWED_SUPPORT",
+]
+
+
+def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
+    """One windowed attention call's probabilities ``(B·windows, heads, Wt, Wt)`` (timm's
+    batch-major window order) as ``(B, windows, heads, Wt, Wt)``, with the pairs the shift
+    mask removes set to exactly 0 (a new tensor: ``probs`` may be the module's own, which it
+    still multiplies with ``v``).
+
+    Raises AnalysisError when the masked pairs carried real probability (more than 1e-6 of a
+    row): then the geometry read off the model is not the one the module used."""
+    windows, tokens = geometry.num_windows, geometry.window_tokens
+    if probs.shape[0] % windows or tuple(probs.shape[-2:]) != (tokens, tokens) or probs.shape[1] != geometry.num_heads:
+        raise AnalysisError(
+            f"A stage-{geometry.stage} attention call gave {tuple(probs.shape)} probabilities; its geometry predicts "
+            f"(B·{windows}, {geometry.num_heads}, {tokens}, {tokens}). This windowed model is not supported."
+        )
+    probs = probs.reshape(probs.shape[0] // windows, windows, *probs.shape[1:])
+    allowed = geometry.allowed().to(probs.device)[None, :, None]  # (1, windows, 1, Wt, Wt)
+    if not bool(allowed.all()):
+        leaked = probs.masked_fill(allowed, 0).sum(-1).amax() if probs.numel() else 0.0
+        if float(leaked) > 1e-6:
+            raise AnalysisError(
+                f"The shift mask of a stage-{geometry.stage} layer did not match the module's ({float(leaked):.2g} of a "
+                "row on masked pairs): this windowed model is not supported."
+            )
+        probs = probs.masked_fill(~allowed, 0.0)
+    return probs
+
+
+@dataclass(frozen=True)
+class WindowedAttentionRecord:
+    """Windowed attention captured from one forward pass (see the module docstring).
+
+    Attributes:
+        windows: one ``(B, windows, heads, Wt, Wt)`` tensor per captured layer, in the order
+            of ``layers``; the geometry of layer ``l`` is ``spec.geometry(l)``.
+        logits: ``(B, classes)`` the model's output for the same forward pass.
+        spec: the model's spec, with ``spec.layer_geometry`` one entry per layer.
+        layers: model layer index of each entry of ``windows``.
+    """
+
+    windows: tuple[torch.Tensor, ...]
+    logits: torch.Tensor
+    spec: ViTSpec
+    layers: tuple[int, ...]
+    query_tokens: None = None
+    pool_attention: None = None
+
+    @property
+    def attentions(self) -> torch.Tensor:
+        """Not defined: a windowed model has no ``(L, B, heads, T, T)`` attention over all tokens."""
+        refuse_windowed(self, "record.attentions (one (L, B, heads, T, T) tensor over all tokens)")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def layer_position(self, layer: int) -> int:
+        """Position in ``windows`` of model layer ``layer`` (negative indices count from the end)."""
+        return AttentionRecord.layer_position(self, layer)  # type: ignore[arg-type]  # the same rule, over .layers
+
+    def layer_windows(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities."""
+        return self.windows[self.layer_position(layer)]
+
+    def layer_maps(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s ``(B, windows, heads, Wt, Wt)`` probabilities (:meth:`layer_windows`)."""
+        return self.layer_windows(layer)
+
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Layer ``layer``'s windows, grid, stride and heads: ``spec.geometry(layer)``."""
+        return self.spec.geometry(self.layers[self.layer_position(layer)])
+
+
+def query_cells(geometry: LayerGeometry, query) -> list[int]:
+    """The grid cells (row-major on the layer's grid) that make up ``query``: a cell index,
+    an input-pixel position ``(y, x)``, or ``"mean"`` (every cell). ``None``, the default query
+    (:func:`~analysis.records.queries.default_query`), is ``"mean"``: a windowed model has no class token."""
+    gh, gw = geometry.grid_size
+    if isinstance(query, tuple):
+        pixel = check_pixel_query(query, (gh * geometry.stride[0], gw * geometry.stride[1]))
+        return [geometry.cell_of_pixel(*pixel)]
+    if query is None or query == "mean":
+        return list(range(gh * gw))
+    if isinstance(query, str):
+        raise AnalysisError(
+            f"query={query!r}: a windowed model (Swin) has no class or prefix tokens; use a cell index on the "
+            f"layer's {gh}x{gw} grid, a pixel position (y, x), or 'mean'."
+        )
+    if isinstance(query, bool) or not isinstance(query, numbers.Integral) or not 0 <= int(query) < gh * gw:
+        raise AnalysisError(f"query={query!r} is not a cell of this layer's {gh}x{gw} grid (0..{gh * gw - 1}).")
+    return [int(query)]
+
+
+def windowed_attention_map(
+    record: WindowedAttentionRecord, layer: int, *, head: int | None = None, query="mean"
+) -> torch.Tensor:
+    """Attention of one query over its layer's grid, zero outside the query's window.
+
+    For a query cell ``c`` in window ``w`` at slot ``s`` (``window_cells[w, s] == c``):
+
+        map[b, window_cells[w, t]] = A[b, w, head, s, t]     for every non-padding key slot t
+
+    and 0 at every other cell; ``head=None`` averages over heads, ``query="mean"`` averages
+    the maps of all cells. Keys at padding slots (grids that are not whole windows) are not on
+    the grid, so a map may then sum to less than one.
+
+    Returns:
+        ``(B, gh, gw)`` float32 on the layer's grid (``record.spec.geometry(layer).grid_size``).
+    """
+    position = record.layer_position(layer)
+    geometry = record.spec.geometry(record.layers[position])
+    attention = record.windows[position]  # (B, windows, heads, Wt, Wt)
+    if head is not None:
+        head = check_index("head", head, geometry.num_heads, f"heads in stage {geometry.stage}")
+        attention = attention[:, :, head : head + 1]
+    attention = attention.float().mean(dim=2)  # (B, windows, Wt, Wt)
+    cells = geometry.window_cells().to(attention.device)  # (windows, Wt), −1: padding / prefix
+    wanted = torch.zeros(geometry.grid_size[0] * geometry.grid_size[1], dtype=torch.bool, device=attention.device)
+    wanted[query_cells(geometry, query)] = True
+    is_query = (cells >= 0) & wanted[cells.clamp(min=0)]  # (windows, Wt): query slots
+    rows = attention * is_query[None, :, :, None]  # (B, windows, Wt_q, Wt_k), other rows zeroed
+    per_key = rows.sum(dim=2)  # (B, windows, Wt_k)
+    keys = cells >= 0
+    batch = attention.shape[0]
+    out = torch.zeros(batch, geometry.grid_size[0] * geometry.grid_size[1], device=attention.device)
+    out.index_add_(1, cells[keys], per_key[:, keys])
+    out /= int(wanted.sum())
+    return out.reshape(batch, *geometry.grid_size)

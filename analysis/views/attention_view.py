@@ -1,0 +1,464 @@
+"""The instant attention view: every query's attention, held in the browser, drawn on a canvas.
+
+One page, ``analysis/views/attention_view_page/index.html`` (plain JavaScript, no build step, no
+network), serves both places the view appears:
+
+* the app, as a Streamlit custom component (:mod:`vizapp.attention_view` declares this folder);
+* ``python -m analysis report``, which inlines the same file in an ``<iframe srcdoc>`` and feeds
+  it the same arguments with the same ``streamlit:render`` message (:func:`embed`), so the saved
+  report hovers offline without Streamlit.
+
+The page receives the image and, for each layer it holds, every query's attention over every
+patch key, per head and for their mean, quantised to one byte per value
+(:func:`analysis.plots.quantise_maps`: one ``[min, max]`` per map, every value back within half
+a step). Hovering a patch redraws its map in the next animation frame; arrow keys step the head
+(←/→) and the layer (↑/↓) in the page when it holds all layers (:func:`layers_to_send`).
+
+The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds:
+
+* ``rows``: ``(len(layers), heads + 1, T + 1, N)`` codes: row ``q < T`` is token ``q``'s
+  attention over the patch keys (:func:`analysis.attention_rows`), row ``T`` the mean over the
+  patch queries (``query="mean"``); head index ``heads`` is the mean over heads.
+* ``cols``: ``(len(layers), heads + 1, N, N)`` codes: entry ``[l, h, k, i]`` is patch query
+  ``i``'s attention to patch key ``k``, i.e. "who looks at patch k", quantised per column.
+* ``pre``: ``(len(layers), heads + 1, T · P)`` codes, ``P`` the prefix tokens: entry
+  ``[l, h, q · P + j]`` is token ``q``'s attention to prefix key ``j``, quantised per layer and
+  head. With ``rows`` it completes each head's full ``T × T`` matrix, which the page draws
+  bertviz-style (rows = queries, columns = keys, the prefix tokens named from ``spec.token_names``).
+  Empty (``P = 0``, or maps with no prefix keys, such as the rollout's).
+* ``row_ranges`` / ``col_ranges`` / ``pre_ranges``: each map's ``(lo, hi)`` as little-endian float32.
+
+:func:`view_data` gives them as base64 text (inline, the report), :func:`view_blob` as one binary
+file (the app serves it; the page fetches it once). The Rollout page sends other rows in the same
+layout (:func:`rollout_view_rows`: one map per layer, the rollout up to that layer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..attention.maps import attention_rows
+from ..base.errors import AnalysisError
+from ..plots import ROBUST_QUANTILE, UNIFORM_FLOOR, QuantisedMaps, colour_lut, quantise_maps
+from ..records.queries import resolve_query
+
+__all__ = [
+    "PAGE",
+    "PAGE_DIR",
+    "attention_view_rows",
+    "embed",
+    "layer_bytes",
+    "layers_to_send",
+    "prefix_key_rows",
+    "quantised_view",
+    "query_row",
+    "rollout_view_defined",
+    "rollout_view_rows",
+    "similarity_view_rows",
+    "view_args",
+    "view_blob",
+    "view_data",
+    "windowed_view_args",
+    "windowed_view_blob",
+    "windowed_view_bytes",
+]
+
+PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
+PAGE = PAGE_DIR / "index.html"
+
+
+def layer_bytes(spec, maps: int | None = None) -> int:
+    """Bytes of one layer's codes (before base64, which adds a third): rows, columns and prefix
+    keys of ``maps`` maps (default: every head and their mean; the rollout has one)."""
+    maps = spec.num_heads + 1 if maps is None else maps
+    tokens, patches = spec.num_tokens, spec.num_patches
+    return maps * ((tokens + 1) * patches + patches * patches + tokens * spec.num_prefix_tokens)
+
+
+def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:
+    """The layers the view holds under ``budget_bytes`` of codes: every layer when they fit (layer
+    and head then switch in the browser), else only ``layer`` (a new layer is new data), else
+    ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12."""
+    one = layer_bytes(spec)
+    if one * spec.num_layers <= budget_bytes:
+        return tuple(range(spec.num_layers))
+    return (int(layer),) if one <= budget_bytes else None
+
+
+def attention_view_rows(record, layers) -> np.ndarray:
+    """``(len(layers), heads + 1, T + 1, N)`` float32, the view's rows for image 0 of ``record``:
+    ``[l, h, q]`` is token ``q``'s attention over the patch keys (:func:`analysis.attention_rows`),
+    ``[l, h, T]`` the mean over the patch queries; ``h = heads`` the mean over heads."""
+    if not layers:
+        raise AnalysisError("the attention view needs at least one layer.")
+    return np.stack([_with_mean_query(attention_rows(record, int(layer))[0].numpy(), record.spec) for layer in layers])
+
+
+def prefix_key_rows(record, layers) -> np.ndarray:
+    """``(len(layers), heads + 1, T, P)`` float32: ``[l, h, q, j]`` is token ``q``'s attention to
+    prefix key ``j`` (:func:`analysis.attention_rows` with ``keys="all"``, its first ``P`` keys);
+    ``h = heads`` the mean over heads. With :func:`attention_view_rows` the full ``T × T`` matrix."""
+    if not layers:
+        raise AnalysisError("the attention view needs at least one layer.")
+    spec = record.spec
+    return np.stack(
+        [spec.split_prefix(attention_rows(record, int(layer), keys="all")[0].numpy(), -1)[0] for layer in layers]
+    )
+
+
+def rollout_view_defined(spec) -> bool:
+    """Whether :func:`rollout_view_rows` is defined for the model of ``spec`` (a ViTSpec, or a
+    LoadedViT / record, whose spec is used): True when every layer attends over the one token
+    sequence ``[prefix, patches]`` (a ViT), so every query's rollout is a row of one ``T × T``
+    product; False for a windowed model (Swin, SAM), whose rollout lies on stage grids and which
+    :func:`rollout_view_rows` refuses. A page draws the instant rollout view only where this holds."""
+    return bool(getattr(spec, "spec", spec).attends_globally)
+
+
+def rollout_view_rows(
+    record, *, head_fusion: str = "mean", discard_ratio: float = 0.0, start_layer: int = 0
+) -> tuple[list[int], np.ndarray]:
+    """The rollout after each layer ``start_layer..L-1`` for every query, as view rows:
+    ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
+    ``R = Â_end ⋯ Â_start`` (:func:`analysis.attention.rollout.rollout_matrices`, the same composition) over the patch
+    keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
+    ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
+    from ..attention.rollout import rollout_steps
+    from ..records.windowed import refuse_windowed
+
+    refuse_windowed(record, "rollout_view_rows")
+    spec = record.spec
+    ends, rows = [], []
+    for layer, rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, None):  # (B, T, T) float64
+        every = spec.split_prefix(rollout[0].float(), -1)[1].numpy()  # (T, N)
+        ends.append(layer)
+        rows.append(_with_mean_query(every[None], spec))  # (1, T + 1, N)
+    return ends, np.stack(rows)
+
+
+def similarity_view_rows(tokens, spec) -> np.ndarray:
+    """``(1, 1, T + 1, N)`` float32 view rows of one layer's tokens (a ViT's ``(1, T, D)``): row ``q``
+    is token ``q``'s cosine similarity to every patch token (:func:`analysis.patch_similarity`, query
+    by query: ``"prefix:<i>"``, then the patches), row ``T`` that of the mean patch token
+    (``query="mean"``: the similarity to the mean, not the mean of the similarities)."""
+    from ..records.windowed import refuse_windowed
+    from ..tokens.features import patch_similarity
+
+    refuse_windowed(spec, "similarity_view_rows")
+    queries = [f"prefix:{i}" for i in range(spec.num_prefix_tokens)] + list(range(spec.num_patches)) + ["mean"]
+    rows = np.stack([patch_similarity(tokens, spec, query).numpy().ravel() for query in queries])  # (T + 1, N)
+    return rows[None, None].astype(np.float32)
+
+
+def _with_mean_query(rows: np.ndarray, spec) -> np.ndarray:
+    """``(maps, T, N)`` -> ``(maps, T + 1, N)``: row ``T`` the mean of the patch queries' rows."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    mean_query = rows[:, prefix : prefix + patches].mean(axis=1, keepdims=True)  # (maps, 1, N)
+    return np.concatenate([rows, mean_query], axis=1)
+
+
+def quantised_view(rows: np.ndarray, spec, prefix_keys: np.ndarray | None = None) -> tuple:
+    """``(layers, maps, T + 1, N)`` view rows and ``(layers, maps, T, P)`` prefix keys (or None:
+    none sent) -> ``(rows, cols, pre)`` :class:`analysis.plots.QuantisedMaps` (the module
+    docstring's layout; a column is "who looks at patch k" over the patch queries; ``pre`` one
+    map per layer and head, ``(layers, maps, 0)`` codes when there is nothing to send)."""
+    prefix, patches = spec.num_prefix_tokens, spec.num_patches
+    cols = rows[:, :, prefix : prefix + patches].transpose(0, 1, 3, 2)  # (layers, maps, N keys, N queries)
+    if prefix_keys is None or prefix_keys.shape[-1] == 0:
+        pre = QuantisedMaps(np.zeros((*rows.shape[:2], 0), np.uint8), np.zeros((*rows.shape[:2], 2), np.float32))
+    else:
+        pre = quantise_maps(prefix_keys.reshape(*prefix_keys.shape[:2], -1))  # (layers, maps, T · P)
+    return quantise_maps(rows), quantise_maps(cols), pre
+
+
+def _view_maps(record, layers, rows):
+    """The quantised maps of the module docstring for ``layers``: attention's own, or ``rows``
+    (other maps, e.g. the rollout's, which send no prefix keys)."""
+    if rows is None:
+        return quantised_view(attention_view_rows(record, layers), record.spec, prefix_key_rows(record, layers))
+    return quantised_view(rows, record.spec)
+
+
+def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
+    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
+    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
+    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
+    ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
+    layers, matrix = [int(layer) for layer in layers], rows is None
+    row_maps, cols, pre = _view_maps(record, layers, rows)
+    row_codes, row_ranges = row_maps.as_base64()
+    col_codes, col_ranges = cols.as_base64()
+    pre_codes, pre_ranges = pre.as_base64()
+    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}:{pre_codes}".encode()).hexdigest()[:16]
+    return {
+        "rows": row_codes,
+        "row_ranges": row_ranges,
+        "cols": col_codes,
+        "col_ranges": col_ranges,
+        "pre": pre_codes,
+        "pre_ranges": pre_ranges,
+        "matrix": matrix,
+        "layers": layers,
+        "data_id": digest,
+    }
+
+
+def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:
+    """The same maps as one binary file, for a page that fetches it once (the app: then only the
+    small arguments travel with each rerun): ``row_ranges``, ``col_ranges``, ``pre_ranges``
+    (little-endian float32), ``rows``, ``cols``, ``pre`` (uint8), back to back in C order.
+    Returns ``(bytes, {"layers", "data_id", "matrix"})``; ``matrix``: whether these are attention's
+    own maps, with ``pre`` (the page then offers the ``T × T`` matrix)."""
+    layers = [int(layer) for layer in layers]
+    maps = _view_maps(record, layers, rows)
+    blob = b"".join(
+        [np.ascontiguousarray(m.ranges, "<f4").tobytes() for m in maps]
+        + [np.ascontiguousarray(m.codes).tobytes() for m in maps]
+    )
+    return blob, {
+        "layers": layers,
+        "data_id": hashlib.sha1(f"{layers}:".encode() + blob).hexdigest()[:16],
+        "matrix": rows is None,
+    }
+
+
+def query_row(query, spec) -> int:
+    """The row of ``rows`` that holds the app's query (``"cls"``, ``"prefix:<i>"``, a patch
+    index, a ``(y, x)`` input pixel, ``"mean"``), parsed by :func:`analysis.records.queries.resolve_query`:
+    the query's token, or ``spec.num_tokens`` (the row after the tokens) for ``"mean"``."""
+    resolved = resolve_query(spec, query)
+    return spec.num_tokens if resolved.mean else resolved.tokens[0]
+
+
+def view_args(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    max_height: int = 520,
+    note: str = "",
+    heads: int | None = None,
+    head_names: list[str] | None = None,
+    value_name: str = "attention probability",
+    layer_label: str = "Layer",
+    report_layer: bool = True,
+    shared_name: str = "0–max of this layer's heads",
+    panels: list[int] | None = None,
+    fixed_range: tuple[float, float] | None = None,
+    columns: bool = True,
+    report_drawn: bool = False,
+    report_head: bool = True,
+    left_out=(),
+    hide_left_out: bool = False,
+) -> dict:
+    """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
+    ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
+    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
+
+    Other maps than attention's (the rollout) name what they hold: ``heads`` (maps per layer less
+    one; default the model's heads, the last map their mean), ``head_names`` (one per map),
+    ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
+    ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
+    without it ↑/↓ stay within the held layers). ``report_head``: whether a head step is reported
+    (a page with a Head box follows it; there is nothing to step without heads).
+
+    ``panels``: held layers drawn side by side on one colour scale (the Compare page; the
+    ``"shared"`` range then spans their heads). ``fixed_range``: ``(lo, hi)`` for maps on a fixed
+    scale (cosine similarity, −1 to 1); it replaces ``map_range`` and the uniform level. ``columns``:
+    whether to offer the "who looks at this patch" toggle (not for maps that are not attention).
+    ``report_drawn``: report ``{"event": "drawn"}`` once the first map is on the canvas (the app
+    holds its other charts back until then). ``left_out``: row-major patch indices of the outlier
+    tokens (:func:`analysis.tokens.outlier_patches`), which never set a ``"robust"`` range's top;
+    ``hide_left_out``: draw them blank in the maps of where a patch looks."""
+    heads = spec.num_heads if heads is None else int(heads)
+    if panels is not None and not set(panels) <= {int(layer) for layer in data["layers"]}:
+        raise AnalysisError(f"the view's panels {list(panels)} must be held layers ({data['layers']}).")
+    return dict(
+        image=image_uri,
+        img_size=list(spec.img_size),
+        grid=list(spec.grid_size),
+        patch_size=list(spec.patch_size),
+        prefix=spec.num_prefix_tokens,
+        tokens=spec.num_tokens,
+        heads=heads,
+        token_names=list(spec.token_names),
+        layer=int(layer),
+        num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head),
+        head_names=head_names,
+        query_row=query_row(query, spec),
+        query_patch=int(query) if isinstance(query, int) else None,
+        range_mode="fixed" if fixed_range is not None else map_range,
+        fixed_range=None if fixed_range is None else [float(fixed_range[0]), float(fixed_range[1])],
+        uniform=None if fixed_range is not None else 1 / spec.num_tokens,
+        uniform_floor=UNIFORM_FLOOR,
+        robust_quantile=ROBUST_QUANTILE,
+        left_out=[int(cell) for cell in left_out],
+        hide_left_out=bool(hide_left_out),
+        panels=None if panels is None else [int(layer) for layer in panels],
+        columns=bool(columns),
+        lut=colour_lut(colorscale).ravel().tolist(),
+        value_name=value_name,
+        layer_label=layer_label,
+        report_layer=bool(report_layer),
+        shared_name=shared_name,
+        report_drawn=bool(report_drawn),
+        report_head=bool(report_head) and heads > 0,
+        opacity=float(opacity),
+        max_height=int(max_height),
+        note=note,
+        **data,
+    )
+
+
+def embed(args: dict, *, title: str = "instant attention view") -> str:
+    """The view as a self-contained HTML fragment for a static page (the report): the page's own
+    file inlined in an ``<iframe srcdoc>``, and a few lines that play Streamlit's part (answer its
+    ``componentReady`` with ``streamlit:render`` and ``args``, follow ``setFrameHeight``;
+    a click's value has nowhere to go). Needs no network."""
+    page = PAGE.read_text(encoding="utf-8")
+    payload = json.dumps(args, separators=(",", ":")).replace("</", "<\\/")
+    return (
+        f"<iframe class='attention-view' title='{html.escape(title)}' style='width:100%;border:0;height:560px' "
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        f"<script type='application/json' class='attention-view-args'>{payload}</script>"
+        "<script>(function () {"
+        "const data = document.currentScript.previousElementSibling, frame = data.previousElementSibling;"
+        "const args = JSON.parse(data.textContent);"
+        "window.addEventListener('message', (event) => {"
+        " if (event.source !== frame.contentWindow || !event.data) return;"
+        " if (event.data.type === 'streamlit:componentReady')"
+        "  frame.contentWindow.postMessage({type: 'streamlit:render', args: args, dfs: [], disabled: false}, '*');"
+        " if (event.data.type === 'streamlit:setFrameHeight') frame.style.height = event.data.height + 'px';"
+        "});"
+        "})();</script>"
+    )
+
+
+# --------------------------------------------------------------------------- windowed models (Swin, SAM)
+
+
+def windowed_view_bytes(geometry) -> int:
+    """Bytes of one windowed layer's codes (:func:`windowed_view_blob`): every window's every
+    query slot over its key slots, per head and their mean. Swin-T stage 1: 0.6 MiB; a SAM
+    global layer (one window of 4096 cells): 208 MiB, no view."""
+    return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens**2
+
+
+def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
+    """One windowed layer of image 0 of ``record`` (a :class:`analysis.records.windowed.WindowedAttentionRecord`)
+    for the view, as one binary file. Back to back in C order, ``Wt`` slots a window, ``N`` cells:
+
+    * ``row_ranges``: ``(heads + 1, windows, Wt, 2)`` float32, ``mean_ranges``: ``(heads + 1, 2)``;
+    * ``cells``: ``(windows, Wt)`` int32, the grid cell of each slot (``−1``: padding or prefix),
+      :meth:`analysis.model.spec.LayerGeometry.window_cells`;
+    * ``rows``: ``(heads + 1, windows, Wt, Wt)`` uint8: ``[h, w, s, t]`` is the attention of the
+      query in slot ``s`` of window ``w`` to key slot ``t`` (``record.windows``; head ``heads`` the
+      mean over heads), quantised per row, the keys off the grid set to 0 (never drawn);
+    * ``mean``: ``(heads + 1, N)`` uint8, :func:`analysis.attention_map` with ``query="mean"``.
+
+    Scattered onto the grid, a query cell's row is :func:`analysis.attention_map` of that cell
+    (zero outside its window, which the page leaves undrawn). Returns ``(bytes, {"layers",
+    "data_id", "windowed"})``."""
+    from ..attention.maps import attention_map
+
+    geometry = record.spec.geometry(layer)
+    heads, cells = geometry.num_heads, geometry.window_cells()  # (windows, Wt)
+    probs = record.layer_windows(layer)[0].float()  # (windows, heads, Wt, Wt)
+    with_mean = torch.cat([probs, probs.mean(dim=1, keepdim=True)], dim=1).transpose(
+        0, 1
+    )  # (heads + 1, windows, Wt, Wt)
+    on_grid = (cells >= 0)[None, :, None, :]  # key slots that are grid cells
+    rows = quantise_maps(with_mean.masked_fill(~on_grid, 0.0).numpy())
+    mean = quantise_maps(
+        np.stack(
+            [attention_map(record, layer, head=head, query="mean")[0].numpy().ravel() for head in [*range(heads), None]]
+        )
+    )
+    blob = b"".join(
+        [
+            np.ascontiguousarray(rows.ranges, "<f4").tobytes(),
+            np.ascontiguousarray(mean.ranges, "<f4").tobytes(),
+            np.ascontiguousarray(cells.numpy(), "<i4").tobytes(),
+            np.ascontiguousarray(rows.codes).tobytes(),
+            np.ascontiguousarray(mean.codes).tobytes(),
+        ]
+    )
+    return blob, {
+        "layers": [int(layer)],
+        "windowed": True,
+        "data_id": hashlib.sha1(f"windowed {layer}:".encode() + blob).hexdigest()[:16],
+    }
+
+
+def windowed_view_args(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query_cell: int | None,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    max_height: int = 520,
+    note: str = "",
+    report_head: bool = True,
+) -> dict:
+    """The page's arguments for one windowed layer (:func:`windowed_view_blob`'s ``data``): the
+    layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
+    the mean over cells), the uniform level ``1/Wt`` of a window, whether a head step is reported
+    (``report_head``; the layer is the page's alone). Rows only: a key's "who looks
+    at it" is not offered (each row is quantised on its own range)."""
+    geometry = spec.geometry(layer)
+    heads, cells = geometry.num_heads, geometry.grid_size[0] * geometry.grid_size[1]
+    return dict(
+        image=image_uri,
+        img_size=list(spec.img_size),
+        grid=list(geometry.grid_size),
+        patch_size=list(geometry.stride),
+        prefix=0,
+        tokens=cells,
+        heads=heads,
+        token_names=[],
+        layer=int(layer),
+        num_layers=spec.num_layers,
+        head=heads if head == "mean" else int(head),
+        head_names=None,
+        query_row=cells if query_cell is None else int(query_cell),
+        query_patch=query_cell,
+        range_mode=map_range,
+        uniform=1 / geometry.window_tokens,
+        uniform_floor=UNIFORM_FLOOR,
+        robust_quantile=ROBUST_QUANTILE,
+        lut=colour_lut(colorscale).ravel().tolist(),
+        value_name="attention probability",
+        layer_label="Layer",
+        report_layer=False,
+        report_head=bool(report_head),
+        shared_name="0–max of this layer's heads",
+        panels=None,
+        fixed_range=None,
+        columns=False,
+        unit="cell",
+        windows=geometry.num_windows,
+        window_tokens=geometry.window_tokens,
+        matrix=False,
+        opacity=float(opacity),
+        max_height=int(max_height),
+        note=note,
+        **data,
+    )

@@ -1,0 +1,527 @@
+"""The instant attention view as a Jupyter widget (JupyterLab, Notebook 7, VS Code), via anywidget.
+
+The widget's front end is the view page itself, ``analysis/views/attention_view_page/index.html``, read
+at import time and inlined in the widget's ES module (:data:`WIDGET_ESM`): the module puts the
+page in an ``<iframe srcdoc>`` and plays Streamlit's part of the page's message protocol, as
+:func:`analysis.views.attention_view.embed` does for the report, with a few lines more:
+
+* ``streamlit:componentReady`` -> ``streamlit:render`` with the arguments
+  (:func:`analysis.views.attention_view.view_args`, or ``windowed_view_args`` for a windowed layer);
+* ``streamlit:setComponentValue`` (a click, a layer or head step) -> the widget's traits
+  ``query``, ``layer`` and ``head``, which Python reads;
+* a change of those traits from Python -> new arguments -> the page redraws.
+
+The data goes to the browser once, as the binary file the app serves
+(:func:`analysis.views.attention_view.view_blob`: the same quantised layout, every layer under the
+budget), in a bytes trait; only a layer the page does not hold sends new data. Hover stays in
+the browser.
+
+Where the front end has no widget support (a notebook rendered on a website), the output's
+``text/html`` is the report's self-contained view (:func:`analysis.views.attention_view.embed`), and
+the widget's ``figure()`` gives the plotly figure of the shown map.
+
+anywidget is optional: ``pip install "vit-explorer[notebook]"``; without it
+:func:`attention_view` raises :class:`NotebookDependencyError`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import numpy as np
+
+from .. import plots
+from ..attention.maps import attention_map
+from ..base.errors import AnalysisError
+from ..records.queries import resolve_query
+from .attention_view import (
+    PAGE,
+    embed,
+    layers_to_send,
+    view_args,
+    view_blob,
+    windowed_view_args,
+    windowed_view_blob,
+)
+
+__all__ = [
+    "DEFAULT_BUDGET_MB",
+    "WIDGET_ESM",
+    "NotebookDependencyError",
+    "attention_view",
+    "compare_layers_view",
+    "rollout_view",
+    "token_similarity_view",
+    "widget_class",
+]
+
+DEFAULT_BUDGET_MB = 64.0  # codes held in the page: every layer of a ViT-B/16 (11.5 MiB) fits
+
+# The thin adapter between the widget's model and the page (the page itself is not changed).
+_ADAPTER = r"""
+function toBase64(view) {  // DataView -> base64 text (the page decodes args.data_b64)
+  const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 32768) text += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768));
+  return btoa(text);
+}
+
+function render({ model, el }) {
+  const frame = document.createElement("iframe");
+  frame.className = "attention-view";
+  frame.title = "instant attention view";
+  frame.style.cssText = "width:100%;border:0;height:560px";
+  frame.srcdoc = PAGE;
+  el.appendChild(frame);
+  let ready = false, encoded = null, encodedId = null;
+  function args() {
+    const a = Object.assign({}, model.get("_args"));
+    if (encodedId !== a.data_id) { encoded = toBase64(model.get("_data")); encodedId = a.data_id; }
+    return Object.assign(a, {image: model.get("_image"), data_url: "widget:inline", data_b64: encoded});
+  }
+  function post() {
+    if (ready) frame.contentWindow.postMessage({type: "streamlit:render", args: args(), dfs: [], disabled: false}, "*");
+  }
+  function onMessage(event) {
+    if (event.source !== frame.contentWindow || !event.data) return;
+    const message = event.data;
+    if (message.type === "streamlit:componentReady") { ready = true; post(); }
+    if (message.type === "streamlit:setFrameHeight") frame.style.height = message.height + "px";
+    if (message.type === "streamlit:setComponentValue" && message.value) {
+      const value = message.value;
+      if (value.event === "click") model.set("query", value.patch);
+      if ("layer" in value) model.set("layer", value.layer);
+      if ("head" in value) model.set("head", value.head);
+      model.save_changes();
+    }
+  }
+  window.addEventListener("message", onMessage);
+  model.on("change:_args", post);
+  return () => { window.removeEventListener("message", onMessage); model.off("change:_args", post); };
+}
+
+export default { render };
+"""
+
+#: The widget's ES module: the view page's own text, then the adapter. Built from the page file at
+#: import time, so the widget always runs the page's script (tests/test_widgets.py checks it).
+WIDGET_ESM = f"const PAGE = {json.dumps(PAGE.read_text(encoding='utf-8'))};\n{_ADAPTER}"
+
+
+class NotebookDependencyError(AnalysisError, ImportError):
+    """The notebook widgets need anywidget, which is not installed."""
+
+
+@lru_cache(maxsize=1)
+def widget_class():
+    """The widget class (``AttentionViewWidget``), defined on first use so that the library
+    imports without anywidget. Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    try:
+        import anywidget
+        import traitlets
+    except ImportError as exc:
+        raise NotebookDependencyError(
+            f'the notebook widgets need anywidget ({exc}); install it with: pip install "vit-explorer[notebook]".'
+        ) from exc
+
+    class AttentionViewWidget(anywidget.AnyWidget):
+        """The instant attention view of one record. Traits Python reads and sets: ``layer``,
+        ``head`` (``"mean"`` or an index) and ``query`` (``"cls"``, ``"prefix:<i>"``, a patch
+        index, ``"mean"``; a windowed layer: a cell index or ``"mean"``). A click in the view sets
+        ``query`` to the patch; ←/→ and ↑/↓ set ``head`` and ``layer``."""
+
+        _esm = WIDGET_ESM
+        layer = traitlets.Int(0).tag(sync=True)
+        head = traitlets.Union([traitlets.Int(), traitlets.Unicode()], default_value="mean").tag(sync=True)
+        query = traitlets.Union([traitlets.Int(), traitlets.Unicode()], default_value="mean").tag(sync=True)
+        _args = traitlets.Dict().tag(sync=True)
+        _data = traitlets.Bytes(b"").tag(sync=True)
+        _image = traitlets.Unicode("").tag(sync=True)
+
+        def __init__(
+            self,
+            source,
+            image_uri: str,
+            background,
+            *,
+            layer: int,
+            head,
+            query,
+            colorscale: str,
+            map_range: str,
+            opacity: float,
+        ):
+            self._source, self._background = source, background
+            self._style = {"colorscale": colorscale, "map_range": map_range, "opacity": opacity}
+            self._held: tuple[int, ...] = ()
+            self._meta: dict = {}
+            super().__init__(layer=int(layer), head=head, query=query, _image=image_uri)
+            self._refresh()
+            self.observe(lambda change: self._refresh(), names=["layer", "head", "query"])
+
+        @property
+        def record(self):
+            """The record the view shows."""
+            return self._source.record
+
+        @property
+        def held_layers(self) -> tuple[int, ...]:
+            """The layers whose data the page holds."""
+            return self._held
+
+        def data_bytes(self) -> bytes:
+            """The binary data the page holds (:func:`analysis.views.attention_view.view_blob`'s layout,
+            or :func:`analysis.views.attention_view.windowed_view_blob`'s for a windowed model)."""
+            return self._data
+
+        def page_args(self) -> dict:
+            """The page's arguments as the app builds them, the data inline (``data_b64``)."""
+            import base64
+
+            return {
+                **self._args,
+                "image": self._image,
+                "data_url": "widget:inline",
+                "data_b64": base64.b64encode(self._data).decode("ascii"),
+            }
+
+        def _refresh(self):
+            """New arguments (and new data when the layer is not held) for the current traits."""
+            layer = int(self.layer)
+            self._source.check(layer, self.head)
+            if layer not in self._held:
+                self._held, self._data, self._meta = self._source.data(layer)
+            args = self._source.args(self._meta, layer, self.head, self.query, self._style)
+            args.pop("image")
+            self._args = args
+
+        def figure(self):
+            """The plotly figure of the map the view shows (the static fallback): the shown layer,
+            head and query over the image, on the view's colour range rule."""
+            record, spec, layer = self.record, self.record.spec, int(self.layer)
+            if not isinstance(self._source, _AttentionSource):
+                raise AnalysisError(
+                    "figure() draws attention maps; this view shows other maps (draw them with analysis.plots)."
+                )
+            head = None if self.head == "mean" else int(self.head)
+            shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
+            grid = spec.geometry(layer)  # a ViT's: one window of every token, the patch as stride
+            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=1 / grid.window_tokens)
+            head_text = "mean over heads" if head is None else f"head {head}"
+            return plots.attention_overlay(
+                self._background,
+                spec.img_size,
+                shown,
+                tuple(grid.stride),
+                colorscale=self._style["colorscale"],
+                zmin=lo,
+                zmax=hi,
+                title=f"layer {layer} · {head_text} · query: {self.query}",
+                colorbar_title=f"attention probability ({range_text})",
+            )
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            data = bundle[0] if isinstance(bundle, tuple) else bundle
+            if isinstance(data, dict):
+                data["text/html"] = embed(self.page_args())  # the report's view: hovers without a kernel
+            return bundle
+
+    return AttentionViewWidget
+
+
+class _AttentionSource:
+    """Attention's own maps; :func:`_attention_source` picks the kind once, from the record."""
+
+    def __init__(self, record, budget_bytes: int):
+        self.record, self.budget = record, budget_bytes
+
+    def check(self, layer: int, head) -> None:
+        spec = self.record.spec
+        if not 0 <= layer < spec.num_layers:
+            raise AnalysisError(f"layer {layer} is not a layer of this model (0..{spec.num_layers - 1}).")
+        heads = spec.geometry(layer).num_heads
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
+            raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
+
+
+class _GlobalAttentionSource(_AttentionSource):
+    """A ViT's maps: every layer under the budget (or the one shown), queries as
+    :func:`analysis.records.queries.resolve_query` writes them."""
+
+    def query(self, query):
+        """``None`` -> the default; a ``(y, x)`` input pixel -> the row-major patch that holds it;
+        ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index as they are."""
+        return resolve_query(self.record.spec, query).query
+
+    def data(self, layer: int):
+        held = layers_to_send(self.record.spec, layer, self.budget)
+        if held is None:
+            raise AnalysisError(
+                f"one layer of this model is over the view's budget of "
+                f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb."
+            )
+        blob, meta = view_blob(self.record, held)
+        return held, blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        return view_args(data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query=query, **style)
+
+
+class _WindowedAttentionSource(_AttentionSource):
+    """A windowed model's maps (Swin, SAM): one layer at a time, on its stage grid; queries are a
+    cell of that grid or ``"mean"``."""
+
+    def query(self, query):
+        """``None`` -> ``"mean"``; a cell index or ``"mean"`` as they are; an input pixel is refused."""
+        if query is None:
+            return "mean"
+        if isinstance(query, tuple):
+            raise AnalysisError(
+                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
+            )
+        return query
+
+    def data(self, layer: int):
+        blob, meta = windowed_view_blob(self.record, layer)
+        return (layer,), blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        cell = None if query == "mean" else int(query)
+        return windowed_view_args(
+            data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query_cell=cell, **style
+        )
+
+
+def _attention_source(record, budget_bytes: int) -> _AttentionSource:
+    """The view's source for ``record``: the one place the widget asks the model's kind."""
+    kind = _GlobalAttentionSource if record.spec.attends_globally else _WindowedAttentionSource
+    return kind(record, budget_bytes)
+
+
+class _HeldMapsSource:
+    """Other maps than attention's, all held at once (rollout, compare panels, token similarity)."""
+
+    def __init__(self, record, layers, rows: np.ndarray | None, labels: dict, *, spec=None):
+        self.record, self.layers, self.rows, self.labels = record, tuple(int(i) for i in layers), rows, labels
+        self.spec = record.spec if spec is None else spec
+
+    def check(self, layer: int, head) -> None:
+        if layer not in self.layers:
+            raise AnalysisError(f"layer {layer} is not one this view holds ({list(self.layers)}).")
+        heads = self.labels.get("heads", self.spec.num_heads)
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
+            raise AnalysisError(f'head {head!r} is not "mean" or a head index of this view.')
+
+    def query(self, query):
+        """As :meth:`_GlobalAttentionSource.query`: held maps lie on one token grid."""
+        return resolve_query(self.spec, query).query
+
+    def data(self, layer: int):
+        blob, meta = view_blob(self.record, self.layers, self.rows)
+        return self.layers, blob, meta
+
+    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
+        return view_args(
+            data=meta, image_uri="", spec=self.spec, layer=layer, head=head, query=query, **style, **self.labels
+        )
+
+
+def _image_array(image, spec) -> np.ndarray:
+    """The model-input image as ``(H, W, 3)`` uint8 (a PIL image or an array of that size)."""
+    array = np.asarray(image)
+    if array.ndim == 2:
+        array = np.repeat(array[..., None], 3, axis=-1)
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[:2] != tuple(spec.img_size):
+        raise AnalysisError(
+            f"the view's image must be the model-input image, {tuple(spec.img_size)} uint8 pixels "
+            f"(np.asarray(vit.model_input_image(image))); got {array.dtype} {array.shape}."
+        )
+    return array[..., :3]
+
+
+def attention_view(
+    record,
+    image,
+    *,
+    layer: int | None = None,
+    head: str | int = "mean",
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+    budget_mb: float = DEFAULT_BUDGET_MB,
+):
+    """The instant attention view of image 0 of ``record`` (:func:`analysis.capture_attention`'s,
+    or a windowed record) as a Jupyter widget: the app's view page, hover in the browser.
+
+    ``image``: the model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)``
+    uint8 array). ``layer`` (default the last), ``head`` (``"mean"`` or an index) and ``query``
+    (default ``"cls"`` with a class token, else ``"mean"``) start the view and stay two-way traits
+    of the returned widget: ``w.query`` after a click, ``w.layer = 5`` redraws. ``budget_mb``: the
+    codes the page may hold (:func:`analysis.views.attention_view.layers_to_send`).
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+        AnalysisError: a layer, head or image that does not fit the model.
+    """
+    spec = record.spec
+    return _widget(
+        _attention_source(record, int(budget_mb * 2**20)),
+        image,
+        spec,
+        layer=spec.num_layers - 1 if layer is None else layer,
+        head=head,
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
+
+
+def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
+    cls = widget_class()
+    background = _image_array(image, spec)
+    return cls(
+        source,
+        plots.image_data_uri(background),
+        background,
+        layer=int(layer),
+        head=head,
+        query=source.query(query),
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
+
+
+def rollout_view(
+    record,
+    image,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    layer: int | None = None,
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+):
+    """The app's instant rollout view as a widget: every query's attention rollout from
+    ``start_layer`` up to each layer (:func:`analysis.views.attention_view.rollout_view_rows`), all held in
+    the page; ``layer`` (default the last) is the end layer shown, ``query`` a two-way trait as in
+    :func:`attention_view` (↑/↓ step the end layer within the held ones). A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    from .attention_view import rollout_view_rows
+
+    widget_class()
+    spec = record.spec
+    ends, rows = rollout_view_rows(
+        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer
+    )
+    labels = {
+        "heads": 0,
+        "head_names": [f"{head_fusion} fusion, discard {discard_ratio:.2f}"],
+        "value_name": "rollout weight",
+        "layer_label": f"Rollout layers {start_layer} to",
+        "report_layer": False,
+        "shared_name": "0–max of this map",
+    }
+    return _widget(
+        _HeldMapsSource(record, ends, rows, labels),
+        image,
+        spec,
+        layer=ends[-1] if layer is None else layer,
+        head="mean",
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
+
+
+def compare_layers_view(
+    record,
+    image,
+    layers,
+    *,
+    head: str | int = "mean",
+    query=None,
+    colorscale: str = "Viridis",
+    map_range: str = "robust",
+    opacity: float = 0.6,
+):
+    """The app's Compare view as a widget: ``layers`` side by side on one colour scale; hovering
+    any panel shows that patch's attention in every layer. ``head`` and ``query`` are two-way
+    traits. A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    widget_class()
+    spec = record.spec
+    labels = {"panels": [int(i) for i in layers], "report_layer": False, "shared_name": "0–max of these layers' heads"}
+    source = _HeldMapsSource(record, sorted({int(i) for i in layers}), None, labels)
+    return _widget(
+        source,
+        image,
+        spec,
+        layer=int(layers[0]),
+        head=head,
+        query=query,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+    )
+
+
+def token_similarity_view(
+    record,
+    tokens,
+    image,
+    *,
+    layer: int,
+    kind: str = "token",
+    query=None,
+    colorscale: str = "Viridis",
+    opacity: float = 0.7,
+):
+    """The app's Tokens view as a widget: every token's cosine similarity to every patch token of
+    one layer (:func:`analysis.views.attention_view.similarity_view_rows`), on −1 to 1. ``tokens``: that
+    layer's ``(1, T, D)`` tokens (``capture_tokens(vit, pixels, kind=kind).tokens[layer]``);
+    ``kind`` names them. A ViT only.
+
+    Raises:
+        NotebookDependencyError: anywidget is not installed.
+    """
+    from .attention_view import similarity_view_rows
+
+    widget_class()
+    spec = record.spec
+    rows = similarity_view_rows(tokens, spec)
+    labels = {
+        "heads": 0,
+        "head_names": [f"{kind}s"],
+        "value_name": "cosine similarity",
+        "report_layer": False,
+        "fixed_range": (-1.0, 1.0),
+        "columns": False,
+    }
+    return _widget(
+        _HeldMapsSource(record, [layer], rows, labels),
+        image,
+        spec,
+        layer=layer,
+        head="mean",
+        query=query,
+        colorscale=colorscale,
+        map_range="robust",
+        opacity=opacity,
+    )
