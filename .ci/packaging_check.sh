@@ -77,7 +77,7 @@ test -s "$WORK/report/report.html"
 # the demo models trained on textured scenes too, from the wheel: each names a bundled scene's class
 "$WORK/v/bin/python" - <<'PY'
 from analysis import load_image, load_vit
-from analysis.base.assets import asset_path
+from analysis import asset_path
 from analysis.robustness import load_cnn
 
 scene = asset_path("samples", "scene_1_star.png")

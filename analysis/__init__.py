@@ -8,6 +8,7 @@ attention, analyse it.
     torch.Size([1, 8, 8])
 """
 
+import sys
 from types import ModuleType
 
 from .attention.distance import (
@@ -26,6 +27,7 @@ from .attention.rollout import attention_rollout, attention_rollout_by_layer
 from .attention.streaming import SkippedImage, dataset_attention_distance
 from .attention.windowed_rollout import WindowedRollout, windowed_rollout
 from .base.archives import ArchiveLimits, read_image_archive
+from .base.assets import asset_path
 from .base.errors import (
     AnalysisError,
     ArchiveError,
@@ -76,7 +78,7 @@ from .tokens import (
 
 # The flat layout's module paths (analysis.rollout, analysis.capture, ...) keep working for one
 # release, with a DeprecationWarning naming the new path (analysis/base/module_moves.py).
-install_moved_module_aliases()
+install_moved_module_aliases(sys.modules[__name__])
 
 __all__ = [
     "TOKEN_KINDS",
@@ -146,6 +148,7 @@ __all__ = [
     "LabelSpaceMatch",
     "IMAGENET_1K",
     "read_image_archive",
+    "asset_path",
     "ArchiveLimits",
     "VitExplorerError",
     "ModelLoadError",

@@ -86,7 +86,18 @@ def test_the_old_paths_work_in_a_fresh_interpreter():
         "import analysis.adapters.registry as r\n"
         "import analysis.engine.capture as c, analysis.model.adapters.registry as r2\n"
         "assert c.capture_attention is capture_attention and r is r2\n"
+        "import analysis, analysis.windowed_rollout, analysis.label_space\n"
+        "from types import FunctionType\n"
+        "assert isinstance(analysis.windowed_rollout, FunctionType), analysis.windowed_rollout\n"
+        "assert isinstance(analysis.label_space, FunctionType), analysis.label_space\n"
     )
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
     moved = sorted(line.split(" moved to ")[0].split()[-1] for line in out.stderr.splitlines() if " moved to " in line)
-    assert moved == ["analysis.adapters", "analysis.adapters.registry", "analysis.capture", "analysis.spec"]
+    assert moved == [
+        "analysis.adapters",
+        "analysis.adapters.registry",
+        "analysis.capture",
+        "analysis.label_space",
+        "analysis.spec",
+        "analysis.windowed_rollout",
+    ]

@@ -19,7 +19,13 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED_MODULES", "install_moved_module_aliases", "moved_module_attribute", "new_module_name"]
+__all__ = [
+    "MOVED_MODULES",
+    "PackageKeepingItsNames",
+    "install_moved_module_aliases",
+    "moved_module_attribute",
+    "new_module_name",
+]
 
 # old dotted path -> new dotted path (a package's submodules follow their package)
 MOVED_MODULES: dict[str, str] = {
@@ -105,10 +111,25 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _MovedModuleLoader(new))
 
 
-def install_moved_module_aliases() -> None:
-    """Put the old paths' finder first on ``sys.meta_path`` (once per process): first, so that a
-    submodule of a moved package (``analysis.adapters.registry``) is not found again at its old
-    parent's folder as a second module."""
+class PackageKeepingItsNames(ModuleType):
+    """The type of the ``analysis`` package. Importing a submodule binds it to its package under its
+    name; for an old path that is also a function the package exports (``analysis.windowed_rollout``,
+    ``analysis.label_space``), that binding would replace the function with the module. A module
+    never replaces a name of another kind here."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        current = self.__dict__.get(name)
+        if isinstance(value, ModuleType) and current is not None and not isinstance(current, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+def install_moved_module_aliases(package: ModuleType) -> None:
+    """Make ``package`` (``analysis``) a :class:`PackageKeepingItsNames`, and put the old paths'
+    finder first on ``sys.meta_path`` (once per process): first, so that a submodule of a moved
+    package (``analysis.adapters.registry``) is not found again at its old parent's folder as a
+    second module."""
+    package.__class__ = PackageKeepingItsNames
     if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _MovedModuleFinder())
 
