@@ -856,7 +856,7 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     from analysis.plots import colour_range
 
     frame = attention_view_frame(page)
-    frame.wait_for_function(f"() => window.attentionView.shown.patch === {row * gw + col}")
+    frame.wait_for_function(f"() => window.attentionView.shown?.patch === {row * gw + col}")
     colorscale = page.get_by_role("combobox", name="Colour scale").input_value()
     pixels = np.asarray(
         frame.evaluate(
@@ -876,7 +876,7 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     )
     other = (gh // 2) * gw + 3
     page.mouse.move(*view_patch_position(page, frame, other, (gh, gw)))
-    frame.wait_for_function(f"() => window.attentionView.shown.patch === {other}")
+    frame.wait_for_function(f"() => window.attentionView.shown?.patch === {other}")
     alpha = np.asarray(
         frame.evaluate(
             f"() => Array.from(document.getElementById('map').getContext('2d').getImageData(0, 0, {gw}, {gh}).data)"
@@ -1007,18 +1007,18 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     for patch in (0, gh * gw - gw // 2 - 2):
         page.mouse.move(*view_patch_position(page, frame, patch, grid))
         frame.wait_for_function(
-            f"() => window.attentionView.shown.patch === {patch} && window.attentionView.hover === {patch}"
+            f"() => window.attentionView.shown?.patch === {patch} && window.attentionView.hover === {patch}"
         )
         exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
         lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
         assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"row of patch {patch}")
-        assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+        assert frame.evaluate("() => window.attentionView.shown?.hi") == pytest.approx(hi, rel=1e-5)
     frame.locator("#mode").click()
     key = gh * gw // 2
     page.mouse.move(*view_patch_position(page, frame, key, grid))
     frame.wait_for_function(
-        f"() => window.attentionView.shown.patch === {key} && window.attentionView.shown.mode === 'col'"
+        f"() => window.attentionView.shown?.patch === {key} && window.attentionView.shown?.mode === 'col'"
     )
     column = analysis.attention_rows(record, layer)[0, spec.num_heads, spec.num_prefix_tokens :, key].numpy()
     decoded = quantise_maps(column).decoded().reshape(grid)
@@ -1045,20 +1045,20 @@ def test_hovering_the_attention_view_draws_each_patchs_map_in_the_browser(page, 
     frame.locator("#mode").click()
     frame.locator("#stage").focus()
     frame.locator("#stage").press("ArrowRight")  # mean over heads -> head 0
-    frame.wait_for_function("() => window.attentionView.shown.head === 0")
+    frame.wait_for_function("() => window.attentionView.shown?.head === 0")
     assert spec.num_layers >= 2
     new_layer = layer - 1
     fetched = page.evaluate("() => performance.getEntriesByType('resource').length")
     frame.locator("#stage").press("ArrowDown")
     frame.wait_for_function(
-        f"() => window.attentionView.shown.layer === {new_layer} && window.attentionView.shown.mode === 'row'"
+        f"() => window.attentionView.shown?.layer === {new_layer} && window.attentionView.shown?.mode === 'row'"
     )
     assert frame.evaluate("() => [window.attentionView.hover, window.attentionView.pinnedRow]") == [None, 0]
     exact = analysis.attention_map(record, new_layer, head=0, query="cls")[0].numpy()  # the page's query
     decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
     lo, hi, _ = colour_range("robust", decoded, uniform=uniform)
     assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, lo, hi, f"layer {new_layer}, head 0")
-    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert frame.evaluate("() => window.attentionView.shown?.hi") == pytest.approx(hi, rel=1e-5)
     assert (
         page.evaluate("() => performance.getEntriesByType('resource').length") == fetched
     )  # drawn from the page's data
@@ -1107,7 +1107,7 @@ def test_hovering_the_rollout_pages_view_draws_each_patchs_rollout(page, server,
         if end != spec.num_layers - 1:
             frame.locator("#stage").press("ArrowDown")
         frame.wait_for_function(
-            f"() => window.attentionView.shown.patch === {patch} && window.attentionView.shown.layer === {end}"
+            f"() => window.attentionView.shown?.patch === {patch} && window.attentionView.shown?.layer === {end}"
         )
         exact = analysis.attention_rollout(
             record, head_fusion=fusion, discard_ratio=float(discard), start_layer=start, end_layer=end, query=patch
@@ -1200,7 +1200,7 @@ def test_the_views_robust_range_leaves_outliers_out_and_outlines_the_clipped_cel
     exact = analysis.attention_map(record, layer, head=None, query="cls")[0].numpy()
     decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
     lo, hi, label = colour_range("robust", decoded, uniform=uniform, left_out=PLANTED)
-    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert frame.evaluate("() => window.attentionView.shown?.hi") == pytest.approx(hi, rel=1e-5)
     assert_within_one_colour_step(canvas_rgb(frame, grid), np.minimum(decoded, hi), scale, lo, hi, "robust range")
     boxes = frame.evaluate("""() => Array.from(document.querySelectorAll('#clip-boxes .clip-box'), b =>
                                  [parseFloat(b.style.top), parseFloat(b.style.left)])""")
@@ -1274,7 +1274,7 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     # hovering a row draws that query's map on the image: a register, then a patch
     for token, query in ((2, "prefix:2"), (P + 5, 5)):
         static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", token, 3, T, T))
-        frame.wait_for_function(f"() => window.attentionView.shown.row === {token}")
+        frame.wait_for_function(f"() => window.attentionView.shown?.row === {token}")
         exact = analysis.attention_map(record, layer, head=1, query=query)[0].numpy()
         expected = quantise_maps(exact.ravel()).decoded().reshape(grid)
         lo, hi, _ = colour_range("zero", expected, uniform=uniform)
@@ -1287,8 +1287,8 @@ def test_the_txt_matrix_names_the_prefix_tokens_and_hovering_it_draws_that_row_o
     key = spec.num_patches - 2
     static_browser.mouse.move(*element_point(static_browser, iframe, frame, "matrix", 0, P + key, T, T))
     frame.wait_for_function(
-        f"() => window.attentionView.shown && window.attentionView.shown.patch === {key}"
-        " && window.attentionView.shown.mode === 'col'"
+        f"() => window.attentionView.shown && window.attentionView.shown?.patch === {key}"
+        " && window.attentionView.shown?.mode === 'col'"
     )
     column = analysis.attention_rows(record, layer)[0, 1, P:, key].numpy()
     expected = quantise_maps(column).decoded().reshape(grid)
@@ -1331,7 +1331,7 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
     gh, gw = grid
     patch = gh * gw - gw - 3
     page.mouse.move(*_panel_point(page, frame, 1, patch, grid))
-    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {patch}")
+    frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown?.patch === {patch}")
     decoded = [
         quantise_maps(analysis.attention_map(record, layer, head=None, query=patch)[0].numpy().ravel()).decoded()
         for layer in layers
@@ -1346,7 +1346,7 @@ def test_the_compare_pages_view_draws_every_layer_of_the_hovered_patch_on_one_sc
             hi,
             f"layer {layer}",
         )
-    assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+    assert frame.evaluate("() => window.attentionView.shown?.hi") == pytest.approx(hi, rel=1e-5)
     page.screenshot(path=str(artifacts / "compare_view_hover.png"))
     # a click pins the patch; the page's query and the chart follow
     page.mouse.click(*_panel_point(page, frame, 0, patch, grid))
@@ -1383,7 +1383,7 @@ def test_the_tokens_pages_view_draws_each_patchs_similarity(page, server, artifa
     gh, gw = grid
     for patch in (0, gh * gw // 2 + 1):
         page.mouse.move(*view_patch_position(page, frame, patch, grid))
-        frame.wait_for_function(f"() => window.attentionView.shown.patch === {patch}")
+        frame.wait_for_function(f"() => window.attentionView.shown?.patch === {patch}")
         exact = analysis.patch_similarity(tokens, spec, patch).numpy()
         decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)
         assert_within_one_colour_step(canvas_rgb(frame, grid), decoded, colorscale, -1.0, 1.0, f"similarity of {patch}")
@@ -1446,7 +1446,7 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
     gh, gw = grid
     for cell in (0, gh * gw - 1, (gh // 2) * gw + gw // 2 - 1):  # corners wrap (Swin) or meet the padding (SAM)
         static_browser.mouse.move(*element_point(static_browser, iframe, frame, "map", *divmod(cell, gw), gh, gw))
-        frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown.patch === {cell}")
+        frame.wait_for_function(f"() => window.attentionView.shown && window.attentionView.shown?.patch === {cell}")
         exact = analysis.attention_map(record, layer, head=None, query=cell)[0].numpy()  # (gh, gw), 0 outside
         inside = np.zeros(grid, bool)
         for r, c in _window_cells_by_hand(grid, geometry.window_size, geometry.shift, divmod(cell, gw)):
@@ -1458,7 +1458,7 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
         values = np.where(inside, exact, lo)
         shown = np.where(inside[..., None], pixels[..., :3], colour_lut_rgb(scale, lo, lo, hi))
         assert_within_one_colour_step(shown, values, scale, lo, hi, f"cell {cell}")
-        assert frame.evaluate("() => window.attentionView.shown.hi") == pytest.approx(hi, rel=1e-5)
+        assert frame.evaluate("() => window.attentionView.shown?.hi") == pytest.approx(hi, rel=1e-5)
     assert static_browser.errors == []
 
 
@@ -1501,7 +1501,7 @@ def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts
             wait_idle(page)
             frame = attention_view_frame(page)
             frame.wait_for_function(
-                f"() => window.attentionView.shown && window.attentionView.shown.layer === {last - 1}"
+                f"() => window.attentionView.shown && window.attentionView.shown?.layer === {last - 1}"
                 f" && window.attentionView.layers.length === 1 && window.attentionView.layers[0] === {last - 1}",
                 timeout=60_000,
             )

@@ -65,7 +65,7 @@ def test_hovering_the_view_and_pressing_right_steps_the_head_and_the_page_follow
     hover_view(page, frame, view_grid(frame))
     frame.wait_for_function("() => document.hasFocus()", timeout=5_000)  # the pointer alone gave it the keys
     page.keyboard.press("ArrowRight")  # mean over heads -> head 0
-    frame.wait_for_function("() => window.attentionView.shown.head === 0")
+    frame.wait_for_function("() => window.attentionView.shown?.head === 0")
     assert view_state(frame)["headText"] == "head 0"
 
     expect(page.get_by_role("combobox", name="Head")).to_have_value("head 0", timeout=30_000)
@@ -110,7 +110,7 @@ def test_layer_and_head_steps_in_one_go_reach_the_page_in_one_report(page, serve
     page.keyboard.press("ArrowRight")  # head 0
     page.keyboard.press("ArrowRight")  # head 1
     frame.wait_for_function(
-        f"() => window.attentionView.shown.head === 1 && window.attentionView.shown.layer === {layer - 1}"
+        f"() => window.attentionView.shown?.head === 1 && window.attentionView.shown?.layer === {layer - 1}"
     )
     layer_slider = page.locator("[data-testid='stSlider']", has_text="Layer (block index)").get_by_role("slider")
     expect(layer_slider).to_have_value(str(layer - 1), timeout=30_000)
@@ -176,7 +176,7 @@ def test_a_step_taken_while_the_page_answers_the_last_one_is_not_undone_by_its_a
         const held = window.heldRenders; window.heldRenders = null;
         for (const data of held) window.dispatchEvent(new MessageEvent('message', {data: data}));
         return since; }""")
-    frame.wait_for_function("() => window.attentionView.shown.head === 1", timeout=10_000)
+    frame.wait_for_function("() => window.attentionView.shown?.head === 1", timeout=10_000)
     expect(page.get_by_role("combobox", name="Head")).to_have_value("head 1", timeout=30_000)
     page.wait_for_function("() => new URLSearchParams(location.search).get('head') === '1'", timeout=20_000)
     wait_idle(page)
@@ -206,7 +206,7 @@ def test_a_head_step_in_the_view_moves_every_pages_head_box(page, server, where,
     hover_view(page, frame, view_grid(frame))
     frame.wait_for_function("() => document.hasFocus()", timeout=5_000)
     page.keyboard.press("ArrowRight")
-    frame.wait_for_function("() => window.attentionView.shown && window.attentionView.shown.head === 0")
+    frame.wait_for_function("() => window.attentionView.shown && window.attentionView.shown?.head === 0")
     expect(page.get_by_role("combobox", name="Head")).to_have_value("head 0", timeout=30_000)
     page.wait_for_function("() => new URLSearchParams(location.search).get('head') === '0'", timeout=20_000)
     wait_idle(page)

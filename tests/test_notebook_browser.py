@@ -161,8 +161,8 @@ def test_the_first_notebook_in_jupyterlab_hovers_and_clicks(tmp_path):
             for patch in (0, gh * gw - gw // 2 - 2):
                 page.mouse.move(*_patch_position(page, frame, patch, grid))
                 frame.wait_for_function(
-                    f"() => window.attentionView.shown.patch === {patch}"
-                    f" && window.attentionView.shown.layer === {layer}"
+                    f"() => window.attentionView.shown?.patch === {patch}"
+                    f" && window.attentionView.shown?.layer === {layer}"
                 )
                 exact = analysis.attention_map(record, layer, head=None, query=patch)[0].numpy()
                 decoded = quantise_maps(exact.ravel()).decoded().reshape(grid)

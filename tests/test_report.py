@@ -220,8 +220,8 @@ def test_hovering_a_patch_in_the_saved_report_draws_its_map(reports):
                 if layer != last:
                     frame.locator("#stage").press("ArrowDown")
                 frame.wait_for_function(
-                    f"() => window.attentionView.shown.patch === {patch}"
-                    f" && window.attentionView.shown.layer === {layer}",
+                    f"() => window.attentionView.shown?.patch === {patch}"
+                    f" && window.attentionView.shown?.layer === {layer}",
                     timeout=10_000,
                 )
                 checks.append((layer, canvas_rgb(frame, grid)))
