@@ -62,6 +62,11 @@ def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):
     outline = [s for s in chart(app, "circ_dla")["layout"].get("shapes", []) if s.get("type") == "rect"]
     assert outline and outline[0]["x0"] == 1.5 and outline[0]["y0"] == 0.5  # head 2, row of layer 1
     app.radio(key="circ_method").set_value("resample").run()
+    # resampled from another image than the analysed one (the image itself would change nothing)
+    image = app.session_state["image_sample"]
+    assert app.selectbox(key="circ_reference").value != image
+    assert image not in app.selectbox(key="circ_reference").options
+    assert np.abs(heatmap_values(chart(app, "circ_ablation"))).max() > 1e-3
     app.radio(key="circ_point").set_value("attn.z").run()
     app.radio(key="circ_corruption").set_value("sample").run()
     assert_clean(app)
@@ -71,7 +76,7 @@ def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):
 @pytest.mark.parametrize(
     "model, side, reason",
     [
-        ("vit_small_patch14_dinov2", 56, "none head"),  # DINOv2 without a classifier
+        ("vit_small_patch14_dinov2", 56, "this model has no head (no classes)"),  # DINOv2 without a classifier
         ("swin_tiny_patch4_window7_224", 112, "windowed attention"),
     ],
 )

@@ -38,3 +38,42 @@ def test_compare_puts_the_demo_swin_beside_the_demo_vit(app):
         or any("demo_swin" in str(a.get("text", "")) for a in chart.get("layout", {}).get("annotations", []))
         for chart in charts(app)
     ), "the Swin's panels are labelled"
+
+
+@pytest.mark.parametrize("query_mode", ["patch", "mean"])
+def test_compare_gives_each_window_size_of_the_demo_swin_its_own_colour_scale(query_mode):
+    """The stages' windows differ in size (36 tokens, then 9), so their probabilities differ in
+    scale: one shared scale with the coarse stage's floor (4/9) left the early layers flat dark.
+    Each window size gets its own scale (its floor 4× its own uniform level), from a new row."""
+    from streamlit.testing.v1 import AppTest
+
+    from analysis.plots import colour_range
+    from tests.test_app import APP, TIMEOUT, chart
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model="demo_swin")
+    at.run()
+    at.switch_page("views/compare.py").run()
+    at.checkbox(key="cmp_all").check().run()
+    at.radio(key="query_mode").set_value(query_mode).run()
+    assert_clean(at)
+    spec = analysis.load_vit("demo_swin").spec
+    figure = chart(at, "cmp_panels")
+    heatmaps = [t for t in figure["data"] if t["type"] == "heatmap"]
+    assert len(heatmaps) == spec.num_layers
+    levels = [
+        spec.geometry(layer).uniform_attention(mean_query=query_mode == "mean") for layer in range(spec.num_layers)
+    ]
+    distinct = list(dict.fromkeys(levels))
+    assert len(distinct) > 1
+    for group, level in enumerate(distinct):
+        members = [h for h, lv in zip(heatmaps, levels) if lv == level]
+        axis = "coloraxis" if group == 0 else f"coloraxis{group + 1}"
+        assert {h["coloraxis"] for h in members} == {axis}
+        values = np.concatenate([array(h["z"]).astype(np.float64).ravel() for h in members])
+        lo, hi, _ = colour_range("robust", values, uniform=level)
+        assert figure["layout"][axis]["cmin"] == pytest.approx(lo) and figure["layout"][axis]["cmax"] == pytest.approx(
+            hi
+        )
+        assert hi < 4 * max(distinct) or level == max(distinct)  # not the coarse stage's floor
+        assert float(np.mean(values > lo + 0.1 * (hi - lo))) > 0.05  # readable: not flat dark

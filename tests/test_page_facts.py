@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -195,3 +196,34 @@ def test_a_probe_says_what_its_map_is(demo, swin):
         "(12 px cells; no rollout across windows and stages)"
     )
     assert saliency_description(SALIENCY_NAMES["cnn"], (7, 7), (224, 224)) == "Grad-CAM"
+
+
+# --------------------------------------------------------------------------- LayerGeometry.uniform_attention
+def _uniform_attention_map(geometry, query_cell: int | None) -> np.ndarray:
+    """By construction: every query spreads 1 evenly over its window's ``Wt`` slots (padding
+    included); the key cells' map of one query's row, or the mean over every cell's query."""
+    cells = geometry.window_cells()  # (windows, Wt), -1 for padding
+    gh, gw = geometry.grid_size
+    received = np.zeros((gh * gw, gh * gw))  # (query cell, key cell)
+    for window in cells.tolist():
+        real = [c for c in window if c >= 0]
+        for query in real:
+            for key in real:
+                received[query, key] += 1 / len(window)
+    return received[query_cell] if query_cell is not None else received.mean(axis=0)
+
+
+def test_uniform_attention_is_what_uniform_attention_gives_a_key_cell(demo, swin):
+    for layer in range(swin.spec.num_layers):
+        geometry = swin.spec.geometry(layer)
+        gh, gw = geometry.grid_size
+        if geometry.padded_grid != geometry.grid_size:
+            continue  # padding: the rule is exact only without it (its docstring)
+        row = _uniform_attention_map(geometry, query_cell=(gh // 2) * gw + gw // 2)
+        assert geometry.uniform_attention() == pytest.approx(row[row > 0].max(), rel=1e-12)
+        mean = _uniform_attention_map(geometry, query_cell=None)
+        np.testing.assert_allclose(mean, geometry.uniform_attention(mean_query=True), rtol=1e-12)
+    vit_geometry = demo.spec.geometry(0)
+    assert (
+        vit_geometry.uniform_attention() == vit_geometry.uniform_attention(mean_query=True) == 1 / demo.spec.num_tokens
+    )

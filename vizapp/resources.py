@@ -534,7 +534,9 @@ def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[in
     if get_model(ref).spec.outlier_grid is None:
         return ()
     features = tokens(ref, digest, _image_bytes, "token")  # (L, T, D), shared with the Tokens page
-    norms = analysis.token_norms(torch.from_numpy(np.asarray(features)))[:, None]  # (L, 1, T)
+    norms = analysis.token_norms(torch.from_numpy(np.array(features)))[
+        :, None
+    ]  # (L, 1, T); a copy: the shared array is read-only
     found = analysis.high_norm_tokens(norms, get_model(ref).spec.num_prefix_tokens)  # the Tokens page's rule
     return tuple(analysis.outlier_patches(found))
 

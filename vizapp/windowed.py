@@ -28,7 +28,6 @@ __all__ = [
     "window_rectangles",
     "window_shapes",
     "WINDOW_SHAPE_NAME",
-    "uniform_level",
     "layer_reference_trace",
 ]
 
@@ -123,12 +122,6 @@ def window_shapes(rectangles: Sequence[tuple[int, int, int, int]]) -> list[dict]
         )
         for x0, y0, x1, y1 in rectangles
     ]
-
-
-def uniform_level(geometry: LayerGeometry) -> float:
-    """What each key gets under uniform attention in this layer: ``1/Wt`` (the softmax runs over
-    a window's ``Wt`` slots; padding slots are keys too)."""
-    return 1.0 / geometry.window_tokens
 
 
 def layer_reference_trace(name: str, values: np.ndarray, *, digits: str = ".1f", unit: str = "px") -> dict:

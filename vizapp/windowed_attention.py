@@ -29,7 +29,6 @@ from vizapp.windowed import (
     layer_cell_to_query_patch,
     stage_label,
     stage_layers,
-    uniform_level,
     window_members,
     window_rectangles,
     window_shapes,
@@ -156,7 +155,7 @@ def render(cur: Current) -> None:
     maps = resources.layer_attention_grids(*cur.args, library_query)  # per layer (heads_l + 1, gh_l, gw_l)
     column = heads if head == "mean" else int(head)
     shown = maps[layer][column]
-    uniform = uniform_level(geometry)
+    uniform = geometry.uniform_attention(mean_query=isinstance(query, str))  # a windowed model's str: the mean
     everything = np.concatenate([m.ravel() for m in maps])
     query_text = _describe(query, spec, geometry)
     query_cell = None if isinstance(query, str) else geometry.cell_of_pixel(*spec.patch_centre(query))
@@ -247,7 +246,7 @@ def render(cur: Current) -> None:
     with right:
         ui.predictions_panel(cur)
 
-    _thumbnails(cur, maps, stages, layer, column, query_text)
+    _thumbnails(cur, maps, stages, layer, column, query_text, mean_query=isinstance(query, str))
     _top_mass(cur, maps[layer][:heads], geometry, layer, query_cell, opacity, everything, uniform, query_text)
 
 
@@ -258,7 +257,7 @@ THUMBNAIL_SCALES = {
 }
 
 
-def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
+def _thumbnails(cur, maps, stages, layer, column, query_text, *, mean_query: bool) -> None:
     spec = cur.spec
     st.subheader(f"All layers × heads, per stage · query: {query_text}")
     clamp_state("thumb_scale", list(THUMBNAIL_SCALES), "layer")
@@ -278,7 +277,12 @@ def _thumbnails(cur, maps, stages, layer, column, query_text) -> None:
         tiles = stacked.reshape(-1, *geometry.grid_size)
         if scale == "layer":  # each layer by its own top, at least 4× its own uniform level
             tiles = np.concatenate(
-                [layer_scaled(maps[lyr][None], uniform=uniform_level(spec.geometry(lyr)))[0][0] for lyr in layers]
+                [
+                    layer_scaled(maps[lyr][None], uniform=spec.geometry(lyr).uniform_attention(mean_query=mean_query))[
+                        0
+                    ][0]
+                    for lyr in layers
+                ]
             ).reshape(-1, *geometry.grid_size)
         titles = {
             "layer": "attention / its layer's top",

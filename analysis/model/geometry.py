@@ -105,6 +105,20 @@ class LayerGeometry:
         """``Wt``, tokens per window (prefix tokens included for a global layer)."""
         return self.prefix_tokens + self.window_size[0] * self.window_size[1]
 
+    def uniform_attention(self, *, mean_query: bool = False) -> float:
+        """What a key cell of this layer's map gets under uniform attention, the reference that
+        a colour scale's floor and the "× uniform" units read.
+
+        One query's row: ``1/Wt`` (its softmax runs over the window's ``Wt`` slots, padding and
+        prefix slots included; a global layer's window is every token, ``1/T``). The mean over
+        every cell's query (``mean_query``) of a windowed layer: ``1/(gh·gw)``, since each cell
+        is a key of the ``Wt`` queries of its own window only, ``Wt · (1/Wt) / (gh·gw)`` (exact
+        without padding or a shift's mask); a global layer's mean row is ``1/T`` like one row.
+        """
+        if mean_query and not self.is_global:
+            return 1.0 / (self.grid_size[0] * self.grid_size[1])
+        return 1.0 / self.window_tokens
+
     def window_cells(self) -> torch.Tensor:
         """``(windows, Wt)`` long: the row-major cell index on :attr:`grid_size` of each
         window slot, ``−1`` for padding and prefix slots."""

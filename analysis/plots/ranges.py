@@ -34,7 +34,7 @@ __all__ = [
 
 #: How a map's values are spread over the colour scale: mode -> what it means (the first is the default).
 MAP_RANGES = {
-    "robust": "0 to the 99th percentile, outlier tokens left out (cells above outlined)",
+    "robust": "0 to the 99th percentile (at least 4× uniform attention), outlier tokens left out (cells above outlined)",
     "zero": "0 to the map's maximum (at least 4× uniform attention)",
     "minmax": "the map's minimum to maximum",
     "shared": "0 to the maximum over all layers and heads",

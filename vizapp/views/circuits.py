@@ -50,9 +50,9 @@ st.caption(
 try:
     refuse_windowed(cur.vit, "The Circuits page (head ablation, activation patching, direct logit attribution)")
     if not spec.has_classifier:
+        head = "no head" if spec.head == "none" else f"a {spec.head} head"
         raise AnalysisError(
-            f"The Circuits page measures a class logit; this model has a {spec.head} head "
-            "(no classes). Load a classifier."
+            f"The Circuits page measures a class logit; this model has {head} (no classes). Load a classifier."
         )
 except AnalysisError as exc:
     refuse_page(exc)
@@ -166,8 +166,10 @@ method = a1.radio(
 )
 reference = None
 if method == "resample":
-    clamp_state("circ_reference", samples, samples[-1] if samples else None)
-    reference = a2.selectbox("Sample", samples, key="circ_reference")
+    # another image than the analysed one: resampling a head from the image itself changes nothing
+    others = [name for name in samples if name != cur.image.name] or samples
+    clamp_state("circ_reference", others, others[-1])
+    reference = a2.selectbox("Sample", others, key="circ_reference")
 passes = L * H
 auto_toggle("circ_ablate", passes)
 run_ablation = st.toggle(f"Ablate every head ({passes} forward passes)", key="circ_ablate")

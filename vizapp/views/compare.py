@@ -23,7 +23,6 @@ from vizapp.ui import (
     query_controls,
     show_chart,
 )
-from vizapp.windowed import uniform_level
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("opacity", "cmp_layers", "cmp_all", "cmp_model2", "cmp_model2_other", "cmp_separate")
@@ -39,7 +38,7 @@ H = max(spec.geometry(layer).num_heads for layer in range(L))
 
 def layer_panels(args, model_spec, model_query, chosen_layers, head):
     """One model's maps of ``chosen_layers`` for ``head`` (the mean where a layer has fewer heads):
-    ``(panels, strides, grids, query cells, uniform level, everything, fell back to the mean)``.
+    ``(panels, strides, grids, query cells, each panel's uniform level, everything, fell back to the mean)``.
 
     Each layer on its own grid (``model_spec.geometry(layer)``: a ViT's patch grid, a windowed
     model's stage grid, zero outside the query's window), the query as every layer reads it
@@ -56,9 +55,9 @@ def layer_panels(args, model_spec, model_query, chosen_layers, head):
         strides.append(geometry.stride)
         grids_.append(geometry.grid_size)
         cells.append(None if isinstance(model_query, str) else model_spec.layer_cell(layer, model_query))
-        levels.append(uniform_level(geometry))
+        levels.append(geometry.uniform_attention(mean_query=isinstance(model_query, str) and model_query == "mean"))
     everything_ = np.concatenate([m.ravel() for m in all_maps])
-    return panels_, strides, grids_, cells, max(levels), everything_, fell_back
+    return panels_, strides, grids_, cells, levels, everything_, fell_back
 
 
 def stacked(name: str, chosen_layers, panels_) -> dict[str, np.ndarray]:
@@ -104,7 +103,8 @@ if not layers:
 
 NCOLS = min(len(layers), 4)  # wrap into rows of at most 4 panels
 name1 = cur.model.source.split("/")[-1].split(".")[0]
-panels, patches, grids, queries, uniform1, maps, _ = layer_panels(cur.args, spec, query, layers, head)
+panels, patches, grids, queries, levels1, maps, _ = layer_panels(cur.args, spec, query, layers, head)
+uniform1 = max(levels1)  # one scale over levels that differ: the larger level, so that neither saturates
 titles = [f"{name1} · layer {layer}" for layer in layers]
 backgrounds = [resources.background_uri(*cur.args)] * len(layers)
 sizes = [spec.img_size] * len(layers)
@@ -130,9 +130,10 @@ if loaded is not None:
             query, spec.grid_size, spec2.grid_size, spec2.has_class_token, from_has_class_token=spec.has_class_token
         )
         layers2 = [corresponding_layer(layer, L, spec2.num_layers) for layer in layers]
-        panels2, patches2, grids2, queries2, uniform2, maps2, fell_back = layer_panels(
+        panels2, patches2, grids2, queries2, levels2, maps2, fell_back = layer_panels(
             args2, spec2, query2, layers2, head
         )
+        uniform2 = max(levels2)
         first_slot = -(-len(layers) // NCOLS) * NCOLS  # the second model starts on a new row
         for i, layer2 in enumerate(layers2):
             titles.append(f"{name2} · layer {layer2}")
@@ -167,6 +168,27 @@ if separate:
     lo2, hi2, text2 = colour_range(cur.map_range, np.concatenate([p.ravel() for p in panels2]), maps2, uniform=uniform2)
     group_ranges = [(lo1, hi1, f"{name1} ({text1})"), (lo2, hi2, f"{name2} ({text2})")]
     scale_text = "one colour scale per model"
+elif not panels2 and len(set(levels1)) > 1:  # a windowed model's stages: windows of different sizes
+    stage_levels = list(dict.fromkeys(levels1))  # in layer order
+    groups = [stage_levels.index(level) for level in levels1]
+    slots, next_slot = [], 0  # each stage from a new row: its colour bar stands beside its own rows
+    for i, group in enumerate(groups):
+        if i and group != groups[i - 1]:
+            next_slot = -(-next_slot // NCOLS) * NCOLS
+        slots.append(next_slot)
+        next_slot += 1
+    group_ranges = []
+    for level in stage_levels:
+        members = [p for p, lv in zip(panels, levels1) if lv == level]
+        names = ", ".join(str(layer) for layer, lv in zip(layers, levels1) if lv == level)
+        lo_g, hi_g, text_g = colour_range(
+            cur.map_range, np.concatenate([p.ravel() for p in members]), maps, uniform=level
+        )
+        group_ranges.append((lo_g, hi_g, f"layer{'s' if ',' in names else ''} {names} ({text_g})"))
+    scale_text = (
+        "one colour scale per stage (their windows differ in size, so one stage's probabilities are not on "
+        "another's scale)"
+    )
 else:
     everything = np.concatenate([maps.ravel(), *([maps2.ravel()] if panels2 else [])])
     uniform = max([uniform1] + ([uniform2] if panels2 else []))  # the larger level: neither saturates
