@@ -197,3 +197,15 @@ def test_compare_with_the_demo_swin_beside_the_model(app, artifacts):
         tab.wait_for_timeout(500)
 
     check_page(app, artifacts, "compare", prepare=pick_swin)
+
+
+@pytest.mark.parametrize("app", ["demo_swin"], indirect=True)
+def test_compare_every_layer_of_the_demo_swin_one_colour_bar_per_window_size(app, artifacts):
+    """Every layer of the demo Swin: its window sizes (36 and 9 tokens) each get a colour scale,
+    each from a new row, so each colour bar stands beside its own rows without overlapping."""
+
+    def every_layer(tab):
+        tab.get_by_text("All layers", exact=True).click()
+        tab.wait_for_timeout(500)
+
+    check_page(app, artifacts, "compare", prepare=every_layer)
