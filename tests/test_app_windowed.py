@@ -689,10 +689,11 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
         grid, stride = explanation_grid(vit, method, **options)
         assert reference.shape == grid and (trace["dy"], trace["dx"]) == stride, method
         drawn = array(trace["z"]).reshape(grid)
-        peak = np.abs(reference).max()  # a random Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
-        np.testing.assert_allclose(
-            drawn, np.clip(reference / peak, 0, None) if peak > 0 else reference, rtol=1e-4, atol=1e-6
-        )
+        # by default over its robust top (a windowed model has no outlier grid: no cell left out); a random
+        # Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
+        positive = np.clip(reference, 0, None)
+        top = np.quantile(positive, 0.99) or positive.max()
+        np.testing.assert_allclose(drawn, positive / top if top > 0 else positive, rtol=1e-4, atol=1e-6)
     if spec.has_classifier:  # deletion / insertion on each map's own grid, next to the random map
         curves = chart(at, "explain_curves")
         gradcam = analysis.explain(vit, pixels, method="gradcam", target=target)[0]

@@ -430,3 +430,28 @@ def test_robustness_curves_draw_a_control_line_dashed_in_its_owners_colour():
     vit, cnn, noise = figure.data
     assert noise.line.color == cnn.line.color != vit.line.color
     assert noise.line.dash == "dash" and cnn.line.dash is None and figure.layout.xaxis.dtick == 1
+
+
+def test_robust_scaled_divides_the_positive_part_by_its_99th_percentile_without_the_outliers():
+    from analysis.plots import robust_scaled
+
+    rng = np.random.default_rng(0)
+    grid_map = rng.normal(size=(10, 10))
+    grid_map[3, 4] = 50.0  # an artifact cell
+    outliers = (34,)
+    kept = [max(float(v), 0.0) for i, v in enumerate(grid_map.ravel()) if i not in outliers]
+    kept.sort()
+    position = 0.99 * (len(kept) - 1)  # numpy's linear quantile, written out
+    low = int(position)
+    top = kept[low] + (position - low) * (kept[low + 1] - kept[low])
+    scaled, found = robust_scaled(grid_map, left_out=outliers)
+    assert found == pytest.approx(top, rel=1e-12)
+    np.testing.assert_allclose(scaled, np.clip(grid_map, 0, None) / top, rtol=1e-6)
+    assert scaled[3, 4] > 1  # the artifact cell is above the scale: drawn clipped and outlined
+    sparse = np.zeros((20, 20))
+    sparse[0, 0] = 2.0  # 0 in all but 1 of 400 cells: the 99th percentile is 0, the peak is the top
+    np.testing.assert_array_equal(robust_scaled(sparse)[0], sparse / 2.0)
+    assert robust_scaled(np.zeros((2, 2)))[1] == 0.0
+    with_nan = np.array([[np.nan, 1.0], [2.0, -1.0]])
+    scaled, _ = robust_scaled(with_nan)
+    assert np.isnan(scaled[0, 0]) and scaled[1, 1] == 0.0

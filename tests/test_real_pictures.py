@@ -73,6 +73,28 @@ def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictur
     )
 
 
+def test_the_explain_pages_default_scaling_keeps_the_real_rollout_readable(real_vit, pictures):
+    """The Why-this-class page draws each map over its robust top (``analysis.plots.robust_scaled``):
+    on this model's rollout, over its peak (``scale_by_peak``), under 1% of the cells rose above a
+    tenth of the scale (the browser walk of 2026-12-05 saw one bright cell on a dark map)."""
+    from analysis.plots import robust_scaled
+
+    for name in PHOTOS:
+        _, rollout, outliers = pictures[name]
+        assert np.allclose(
+            analysis.explain(
+                real_vit, real_vit.preprocess(analysis.load_image(REPO / "assets" / "samples" / name)), method="rollout"
+            )[0].numpy(),
+            rollout,
+            atol=1e-6,
+        )
+        robust = robust_scaled(rollout, left_out=outliers)[0]
+        by_peak = analysis.scale_by_peak(rollout, negative="zero")
+        assert share_above_a_tenth(by_peak, 0.0, 1.0) < 0.01, name  # what the page drew before
+        assert share_above_a_tenth(robust, 0.0, 1.0) >= 0.2, name
+        assert 0 < int((robust > 1).sum()) <= 0.02 * robust.size  # the few cells above are clipped, outlined
+
+
 def test_the_single_rollout_peak_is_not_a_high_norm_token(pictures):
     """What washes this model's rollout out is one patch at 50-100× the mean, not a high-norm token:
     the Tokens page's rule finds none here, so the robust range (not the token rule) reads it."""

@@ -48,7 +48,16 @@ from .mosaics import (
 )
 from .overlays import attention_overlay, map_panels
 from .quantise import QuantisedMaps, quantise_maps
-from .ranges import MAP_RANGES, ROBUST_QUANTILE, UNIFORM_FLOOR, clipped_cells, colour_range, layer_scaled, robust_top
+from .ranges import (
+    MAP_RANGES,
+    ROBUST_QUANTILE,
+    UNIFORM_FLOOR,
+    clipped_cells,
+    colour_range,
+    layer_scaled,
+    robust_scaled,
+    robust_top,
+)
 from .style import (
     COLORSCALES,
     HIGHLIGHT,
@@ -81,6 +90,7 @@ __all__ = [
     "UNIFORM_FLOOR",
     "ROBUST_QUANTILE",
     "clipped_cells",
+    "robust_scaled",
     "robust_top",
     "colour_range",
     "QuantisedMaps",

@@ -29,6 +29,7 @@ __all__ = [
     "clipped_cells",
     "colour_range",
     "layer_scaled",
+    "robust_scaled",
     "robust_top",
 ]
 
@@ -75,6 +76,27 @@ def robust_top(shown, *, left_out=None, inside=None, quantile: float = ROBUST_QU
     if not values.size:
         values = _kept_values(shown, None, inside)  # every cell left out: fall back to all of them
     return float(np.quantile(values, quantile)) if values.size else 0.0
+
+
+def robust_scaled(grid_map, *, left_out=None) -> tuple[np.ndarray, float]:
+    """A signed map's positive evidence on a 0–1 scale topped by its robust top:
+    ``(max(m, 0) / t, t)`` with ``t = robust_top(max(m, 0), left_out=left_out)`` (the
+    :data:`ROBUST_QUANTILE` quantile of its cells, the outlier tokens' cells left out), or the
+    peak ``max(m, 0)`` where that quantile is 0 (a map that is 0 almost everywhere: Grad-CAM
+    after its ReLU). Cells above 1 are the clipped cells a colour scale to 1 outlines
+    (:func:`clipped_cells`); NaN cells stay NaN; an all-zero map stays 0 with ``t = 0``.
+
+    The explanation maps' counterpart of :func:`colour_range`'s ``"robust"`` mode: one cell (an
+    artifact token's) cannot set the top and leave the rest of the map dark, as dividing by the
+    peak (:func:`analysis.scale_by_peak`) does on real models."""
+    values = np.asarray(grid_map, dtype=np.float64)
+    positive = np.where(np.isnan(values), np.nan, np.clip(values, 0.0, None))
+    top = robust_top(positive, left_out=left_out)
+    if not top > 0:
+        finite = positive[np.isfinite(positive)]
+        top = float(finite.max()) if finite.size else 0.0
+    scaled = positive / top if top > 0 else positive
+    return scaled.astype(np.float32), top
 
 
 def clipped_cells(shown, hi: float) -> np.ndarray:

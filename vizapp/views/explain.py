@@ -9,6 +9,7 @@ import streamlit as st
 from analysis import AnalysisError, scale_by_peak, top_classes
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
+from analysis.plots import robust_scaled
 from vizapp import figures, first_result, inputs, resources
 from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, explain_code, show_code
@@ -155,11 +156,15 @@ methods = [m for m in methods if m not in refused][: 1 if held else None]
 if not methods:
     refuse_page(AnalysisError("None of the chosen methods is defined for this model (reasons above): choose another."))
 maps, titles, raw = [], [], {}
+robust = cur.map_range == "robust"  # the sidebar's map colour range; the other modes: each map by its peak
 for class_index in targets:
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
         grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
-        maps.append(scale_by_peak(grid_map, negative="zero"))
+        if robust:  # the default: one artifact cell cannot set the top and leave the map dark
+            maps.append(robust_scaled(grid_map, left_out=cur.left_out(grid_map))[0])
+        else:
+            maps.append(scale_by_peak(grid_map, negative="zero"))
         label = METHOD_LABELS[method]
         titles.append(
             f"{label} · {names[class_index]}" if class_index is not None and method in CLASS_SPECIFIC else label
@@ -179,14 +184,21 @@ figure = figures.map_panels(
     colorscale=cur.colorscale,
     zmin=0.0,
     zmax=1.0,
-    colorbar_title="map / its max |value| (negative → 0)",
+    colorbar_title="map / its 99th percentile (negative → 0)" if robust else "map / its max |value| (negative → 0)",
     panel_height=360 if ncols <= 2 else 280,
     slots=list(range(len(maps))),
     upsampled=[cur.upsampled(m) for m in maps] if cur.smooth else None,
 )
 st.caption(
-    "Each map is divided by its largest absolute value, so all share one 0–1 colour scale; negative "
-    "evidence (input × gradient, integrated gradients, AttnLRP) is drawn as 0 and kept, signed, in the download."
+    (
+        "Each map is divided by the 99th percentile of its positive cells (the outlier tokens left out; its peak "
+        "where that is 0), so all share one 0–1 colour scale and a few extreme cells cannot darken the rest: "
+        "cells above it are drawn at the top colour and outlined. "
+        if robust
+        else "Each map is divided by its largest absolute value, so all share one 0–1 colour scale. "
+    )
+    + "Negative evidence (input × gradient, integrated gradients, AttnLRP) is drawn as 0 and kept, signed, "
+    "in the download."
 )
 for title, grid_map in zip(titles, raw.values()):  # the first map the image's outlier tokens dominate, if any
     if outlier_notice(cur, np.clip(np.nan_to_num(grid_map), 0, None), f"the {title} map"):  # its positive evidence
