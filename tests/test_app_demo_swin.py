@@ -77,3 +77,30 @@ def test_compare_gives_each_window_size_of_the_demo_swin_its_own_colour_scale(qu
         )
         assert hi < 4 * max(distinct) or level == max(distinct)  # not the coarse stage's floor
         assert float(np.mean(values > lo + 0.1 * (hi - lo))) > 0.05  # readable: not flat dark
+
+
+def test_the_swins_mean_over_patches_map_is_floored_at_its_own_uniform_level():
+    """Stage 0 of the demo Swin (a 12×12 grid, windows of 36 cells), the mean over every query:
+    uniform attention gives each cell 1/144, so the colour scale's floor is 4/144, not 4/36
+    (one window's level: a 16× too high top that left the map dark)."""
+    from streamlit.testing.v1 import AppTest
+
+    from analysis.plots import colour_range
+    from tests.test_app import APP, TIMEOUT, chart
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model="demo_swin")
+    at.run()
+    at.radio(key="attn_stage").set_value(0).run()
+    at.radio(key="query_mode").set_value("mean").run()
+    assert_clean(at)
+    figure = chart(at, "attn_overlay")
+    (heatmap,) = [t for t in figure["data"] if t["type"] == "heatmap"]
+    values = array(heatmap["z"]).astype(np.float64)
+    assert values.shape == (12, 12)
+    lo, hi, _ = colour_range("robust", values, uniform=1 / 144)
+    axis = heatmap.get("coloraxis")
+    drawn = figure["layout"][axis] if axis else heatmap
+    assert (drawn["cmin"] if axis else drawn["zmin"]) == pytest.approx(lo)
+    assert (drawn["cmax"] if axis else drawn["zmax"]) == pytest.approx(hi) and hi < 4 / 36
+    assert any("each of the 144 cells" in c.value for c in at.caption)

@@ -229,7 +229,13 @@ def render(cur: Current) -> None:
                 if geometry.is_global
                 else f"{geometry.num_windows} windows of {ww}×{wh} cells, shift {geometry.shift[1]}×{geometry.shift[0]}"
             )
-            + f"; uniform attention inside a window gives each of its {geometry.window_tokens} slots {uniform:.2g}."
+            + (
+                f"; under uniform attention the mean over every query gives each of the {gh * gw} cells {uniform:.2g} "
+                f"(each is a key of its own window's {geometry.window_tokens} queries only)."
+                if isinstance(query, str)
+                else f"; uniform attention inside a window gives each of its {geometry.window_tokens} slots "
+                f"{uniform:.2g}."
+            )
         )
         ui.download_npz(
             "attn_overlay_data",
