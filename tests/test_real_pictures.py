@@ -76,7 +76,8 @@ def test_the_default_maps_are_readable_and_state_their_clipping(real_vit, pictur
 def test_the_explain_pages_default_scaling_keeps_the_real_rollout_readable(real_vit, pictures):
     """The Why-this-class page draws each map over its robust top (``analysis.plots.robust_scaled``):
     on this model's rollout, over its peak (``scale_by_peak``), under 1% of the cells rose above a
-    tenth of the scale (the browser walk of 2026-12-05 saw one bright cell on a dark map)."""
+    tenth of the scale (the browser walk of 2026-12-05 saw one bright cell on a dark map). Prints the
+    shares the changelog quotes (``pytest -s -m real_weights tests/test_real_pictures.py -k explain_pages``)."""
     from analysis.plots import robust_scaled
 
     for name in PHOTOS:
@@ -90,6 +91,10 @@ def test_the_explain_pages_default_scaling_keeps_the_real_rollout_readable(real_
         )
         robust = robust_scaled(rollout, left_out=outliers)[0]
         by_peak = analysis.scale_by_peak(rollout, negative="zero")
+        print(
+            f"{name}: rollout cells above a tenth of the scale, over its peak {share_above_a_tenth(by_peak, 0.0, 1.0):.1%}, "
+            f"over its robust top {share_above_a_tenth(robust, 0.0, 1.0):.1%}"
+        )
         assert share_above_a_tenth(by_peak, 0.0, 1.0) < 0.01, name  # what the page drew before
         assert share_above_a_tenth(robust, 0.0, 1.0) >= 0.2, name
         assert 0 < int((robust > 1).sum()) <= 0.02 * robust.size  # the few cells above are clipped, outlined
