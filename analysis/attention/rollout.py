@@ -66,8 +66,7 @@ def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
         AnalysisError: ``start_layer`` is not a layer of the model.
     """
     geometry = spec.geometry(check_index("start_layer", start_layer, spec.num_layers, "layers"))
-    gh, gw = geometry.grid_size
-    return 1.0 / (geometry.prefix_tokens + gh * gw)
+    return geometry.uniform_attention(mean_query=True)  # a query's row spread over every token of that grid
 
 
 def rollout_steps(
