@@ -816,11 +816,6 @@ def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
     overlay = page.locator("[data-testid='stPlotlyChart']").first
     expect(overlay.locator(".gtitle")).to_contain_text("Layer 1 (stage 0)")
     row, col, gh, gw = 1, 26, 28, 28
-    # the instant view's mean over cells: uniform attention gives each cell 1/(28·28), not one
-    # window's 1/49, so its scale's top is 4/784 or the map's own 99th percentile, never 4/49
-    frame = attention_view_frame(page)
-    frame.wait_for_function("() => window.attentionView.shown?.row === 784")
-    assert frame.evaluate("() => window.attentionView.shown.hi") < 4 / 49 / 2
     _click_patch(page, overlay, row, col, gh, gw)
     expect(overlay.locator(".gtitle")).to_contain_text(f"cell (row {row}, col {col})")
     wait_idle(page)

@@ -282,9 +282,13 @@ def _thumbnails(cur, maps, stages, layer, column, query_text, *, mean_query: boo
         stacked = np.stack([maps[lyr] for lyr in layers])  # (layers, heads + 1, gh, gw)
         tiles = stacked.reshape(-1, *geometry.grid_size)
         if scale == "layer":  # each layer by its own top, at least 4× its own uniform level
-            levels = [spec.geometry(lyr).uniform_attention(mean_query=mean_query) for lyr in layers]
             tiles = np.concatenate(
-                [layer_scaled(maps[lyr][None], uniform=level)[0][0] for lyr, level in zip(layers, levels)]
+                [
+                    layer_scaled(maps[lyr][None], uniform=spec.geometry(lyr).uniform_attention(mean_query=mean_query))[
+                        0
+                    ][0]
+                    for lyr in layers
+                ]
             ).reshape(-1, *geometry.grid_size)
         titles = {
             "layer": "attention / its layer's top",

@@ -66,7 +66,8 @@ def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
         AnalysisError: ``start_layer`` is not a layer of the model.
     """
     geometry = spec.geometry(check_index("start_layer", start_layer, spec.num_layers, "layers"))
-    return geometry.uniform_attention(mean_query=True)  # a query's row spread over every token of that grid
+    gh, gw = geometry.grid_size
+    return 1.0 / (geometry.prefix_tokens + gh * gw)
 
 
 def rollout_steps(

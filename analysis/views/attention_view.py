@@ -441,8 +441,7 @@ def windowed_view_args(
         query_row=cells if query_cell is None else int(query_cell),
         query_patch=query_cell,
         range_mode=map_range,
-        uniform=geometry.uniform_attention(),  # a cell's row; the mean over cells has its own level:
-        uniform_mean=geometry.uniform_attention(mean_query=True),
+        uniform=1 / geometry.window_tokens,
         uniform_floor=UNIFORM_FLOOR,
         robust_quantile=ROBUST_QUANTILE,
         lut=colour_lut(colorscale).ravel().tolist(),
