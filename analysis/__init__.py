@@ -8,9 +8,6 @@ attention, analyse it.
     torch.Size([1, 8, 8])
 """
 
-import sys
-from types import ModuleType
-
 from .attention.distance import (
     DISTANCE_UNITS,
     UniformDistanceReference,
@@ -44,7 +41,6 @@ from .base.errors import (
 )
 from .base.images import load_image
 from .base.label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
-from .base.module_moves import install_moved_module_aliases, moved_module_attribute
 from .base.record_memory import idle_record_bytes, release_record_memory
 from .embedding.filters import patch_embedding_components, patch_embedding_filters
 from .embedding.position import (
@@ -75,10 +71,6 @@ from .tokens import (
     patch_similarity,
     token_norms,
 )
-
-# The flat layout's module paths (analysis.rollout, analysis.capture, ...) keep working for one
-# release, with a DeprecationWarning naming the new path (analysis/base/module_moves.py).
-install_moved_module_aliases(sys.modules[__name__])
 
 __all__ = [
     "TOKEN_KINDS",
@@ -163,8 +155,3 @@ __all__ = [
     "TextPromptError",
     "NoTextTowerError",
 ]
-
-
-def __getattr__(name: str) -> ModuleType:
-    """``analysis.<old module name>`` (the flat layout's ``analysis.rollout``): the moved module, warned."""
-    return moved_module_attribute(name)

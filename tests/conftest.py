@@ -15,6 +15,11 @@ import torch  # noqa: E402
 import ci_skip_check  # noqa: E402
 from analysis import load_vit  # noqa: E402
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per worker: the workers already fill the cores, and torch's default of one thread
+    # per core in each of them oversubscribes the machine (each worker spins waiting for the others).
+    torch.set_num_threads(1)
+
 
 def pytest_configure(config):
     """Under CI=true, skipped browser, load, upload and Hugging Face tests fail the run."""
@@ -47,15 +52,57 @@ def pytest_configure(config):
     )
 
 
+# Parallel runs (pytest-xdist, ``-n auto --dist loadgroup`` in pytest.ini). Every test file is one
+# xdist group, run whole on one worker, so that its module-scoped fixtures (a model, a server, a
+# browser) are built once; the files below are split test by test instead: their tests are
+# independent, long, and would otherwise leave one worker running them alone at the end.
+SPLIT_FILES = frozenset(
+    {
+        "test_app.py",
+        "test_app_robustness_attacks.py",
+        "test_app_windowed.py",
+        "test_cli.py",
+        "test_cli_sae.py",
+        "test_docs_examples.py",
+        "test_mae_cli.py",
+        "test_notebooks.py",
+        "test_packaging.py",
+    }
+)
+# The longest files first (measured: docs/contributing/test-times.md), so that no long group
+# starts last; the rest keep their collection order.
+LONGEST_FIRST = (
+    "test_browser.py",
+    "test_load.py",
+    "test_cli_robustness.py",
+    "test_app_windowed.py",
+    "test_cli_sae.py",
+    "test_cli.py",
+    "test_notebooks.py",
+    "test_browser_view_state.py",
+    "test_browser_first_paint.py",
+    "test_notebook_browser.py",
+    "test_packaging.py",
+    "test_mae_cli.py",
+    "test_app_robustness_attacks.py",
+    "test_app.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test of a ``test_real_*.py`` file belongs to the real-weights tier; the browser layout
-    test (every page of three models, about 3 minutes) is the layout tier."""
+    test (every page of three models, about 3 minutes) is the layout tier. Under xdist, each file
+    not in :data:`SPLIT_FILES` is one group, and the longest files come first."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     for item in items:
         name = Path(str(item.fspath)).name
         if name.startswith(ci_skip_check.REQUIRED_PREFIX):
             item.add_marker(pytest.mark.real_weights)
         if name == "test_browser_layout.py":
             item.add_marker(pytest.mark.layout)
+        if name not in SPLIT_FILES:
+            item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: file order kept
 
 
 # name -> (timm architecture, create_model kwargs). Small sizes keep the suite fast; the

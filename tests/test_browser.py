@@ -66,6 +66,9 @@ def page(server, chromium):
     context = chromium.new_context(viewport={"width": 1440, "height": 1100})
     tab = context.new_page()
     tab.set_default_timeout(60_000)
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)  # a loaded machine (parallel workers) answers clicks slowly
     yield tab
     context.close()
 
@@ -164,9 +167,7 @@ def test_explorer_in_chromium(page, server, artifacts):
     layers = int(re.search(r"(\d+) layers", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
     tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
     ty = tiles["y"] + tiles["height"] * 0.5 / layers
-    page.mouse.move(tx, ty)
-    page.wait_for_timeout(300)
-    page.mouse.click(tx, ty)
+    _hover_and_click(page, grid, tx, ty)
     expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text("Layer 0 · head 0")
     wait_idle(page)
     assert_no_exception(page, "thumbnail click")
@@ -308,8 +309,19 @@ def _click_patch(page, chart, row: int, col: int, gh: int, gw: int, panel: int =
     box = area.bounding_box()
     x = box["x"] + box["width"] * (col + 0.5) / gw
     y = box["y"] + box["height"] * (row + 0.5) / gh
+    _hover_and_click(page, chart, x, y)
+
+
+def _hover_and_click(page, chart, x: float, y: float) -> None:
+    """Move to (x, y), wait until plotly shows the hovered point's label, then click: plotly
+    throttles hover and its click reports the hovered point, so a click before the label (a loaded
+    machine) would report the previous one or none."""
     page.mouse.move(x, y)
-    page.wait_for_timeout(300)  # plotly throttles hover; the click reports the hovered point
+    page.wait_for_timeout(300)
+    try:
+        chart.locator(".hoverlayer .hovertext").first.wait_for(state="attached", timeout=15_000)
+    except Exception:  # a chart whose traces show no label: the wait above is all there is
+        pass
     page.mouse.click(x, y)
 
 

@@ -110,48 +110,120 @@ def test_ci_run_stops_with_a_message_when_chromium_cannot_be_installed(tmp_path)
     assert not calls.exists(), f"the run went on without Chromium: {calls.read_text()}"
 
 
-def test_ci_run_stops_when_the_readme_command_cannot_make_its_venv(tmp_path):
-    """Under ``set -e`` a failure inside an ``&&`` list does not stop a script: a venv that cannot be
-    made would skip the tests and let the later steps run. The README's command runs in a subshell,
-    so the run stops there with that failure's status and no later step is reached."""
+# A tool of the fake machine: it records its name, its arguments and CI, and fails (status 3) when
+# "name arguments" contains $FAIL. python3 -m venv DIR makes DIR/bin of such tools.
+_RECORDING_TOOL = """#!/bin/sh
+echo "$(basename "$0") $* [CI=$CI PYTHONPATH=$PYTHONPATH]" >> {calls}
+case "$(basename "$0") $*" in *"$FAIL"*) [ -n "$FAIL" ] && {{ echo "$(basename "$0") failed here"; exit 3; }};; esac
+if [ "$(basename "$0") $1 $2" = "python3 -m venv" ]; then
+  mkdir -p "$3/bin"
+  for tool in python pip pytest lint-imports mypy ruff mkdocs; do cp "$0" "$3/bin/$tool"; done
+fi
+case "$*" in *"import sysconfig"*) echo /fake/site-packages;; esac
+exit 0
+"""
+
+
+def _fake_machine(tmp_path: Path, fail: str = "") -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run .ci/run in an empty checkout on a machine whose python3, venvs and tools only record
+    their calls; returns the run and the calls, one line each."""
     checkout = tmp_path / "checkout"
     (checkout / ".ci").mkdir(parents=True)
     run = checkout / ".ci" / "run"
     run.write_text((REPO / ".ci" / "run").read_text())
-    run.chmod(0o755)
-    calls = tmp_path / "python3-calls"
-    tools = _fake_tools(tmp_path / "bin", calls)
-    chromium = tmp_path / "chromium"
-    chromium.write_text("#!/bin/sh\nexit 0\n")
-    chromium.chmod(0o755)
-    later = tmp_path / "later-steps"
-    (checkout / ".venv" / "bin").mkdir(parents=True)
-    step = checkout / ".venv" / "bin" / "lint-imports"  # the step after the README's command
-    step.write_text(f"#!/bin/sh\necho lint-imports >> {later}\n")
-    step.chmod(0o755)
-    env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}", CI_CHROMIUM=str(chromium))
+    calls = tmp_path / "calls"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("python3", "chromium"):
+        (tools / name).write_text(_RECORDING_TOOL.format(calls=calls))
+        (tools / name).chmod(0o755)
+    packaging = checkout / ".ci" / "packaging_check.sh"
+    packaging.write_text(_RECORDING_TOOL.format(calls=calls))
+    packaging.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+    env.update(PATH=f"{tools}:/usr/bin:/bin", CI_CHROMIUM=str(tools / "chromium"), FAIL=fail)
     result = subprocess.run(["bash", str(run)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert calls.read_text().split("\n")[0] == "-m venv .venv"  # the README's command began
-    assert result.returncode == 99, result.stdout + result.stderr  # python3's failure, not a later one
-    assert not later.exists(), "the run went on past the README's failed command"
+    return result, calls.read_text().splitlines() if calls.exists() else []
 
 
-def test_ci_runs_the_readme_test_command_verbatim_with_ci_set():
+def _readme_test_command() -> str:
     readme = (REPO / "README.md").read_text()
-    section = readme.split("Run the tests", 1)[1]
-    command = re.search(r"```bash\n(.+?)\n```", section, re.S).group(1).strip()
+    return re.search(r"```bash\n(.+?)\n```", readme.split("Run the tests", 1)[1], re.S).group(1).strip()
+
+
+def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
+    """Every step of .ci/run, seen from the commands it runs: the README's tests, the static
+    checks, the docs build (strict, without -q, which hides the warnings that --strict counts), the
+    packaging check, each tier deselected by pytest.ini, the minimum-versions job (deselecting, never
+    skipping, the upload tests) and SAELens's interop test; all under CI=true."""
+    result, calls = _fake_machine(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all("[CI=true " in call for call in calls), calls
+    commands = [call.split(" [CI=")[0].strip() for call in calls]
+    expected = [
+        "python3 -m venv .venv",
+        "pip install -q -r requirements.txt",
+        "python -m pytest -q tests",  # the README's
+        "lint-imports",
+        "mypy",
+        "ruff check .",
+        "ruff format --check .",
+        "packaging_check.sh",
+        "python -m pytest -q -m real_weights or layout or attack_library or lxt tests",
+        "python3 -m pip install -q --no-deps --target .ci-attacks torchattacks==3.5.1",
+        "python3 -m pip install -q --no-deps --target .ci-lxt lxt==2.1",
+        "python tests/min_versions_smoke.py",
+        "python -m pytest -q tests/test_app.py tests/test_app_families.py -m not upload",
+        "python -m pytest -q -n 0 -m sae_lens tests/test_sae.py",
+    ]
+    for command in expected:
+        assert command in commands, (command, commands)
+    mkdocs = [c for c in commands if c.startswith("mkdocs ")]
+    assert len(mkdocs) == 1 and mkdocs[0].startswith("mkdocs build --strict") and " -q" not in mkdocs[0], mkdocs
+    tiers = next(call for call in calls if "-m real_weights or layout" in call)
+    assert "PYTHONPATH=.ci-attacks:.ci-lxt]" in tiers  # the cross-check libraries, on the tier's path only
+    # the marker expression pytest.ini deselects is exactly the tiers run here (and SAELens's)
+    deselected = re.search(r'-m "not (.+?)"', (REPO / "pytest.ini").read_text()).group(1).split(" and not ")
+    assert sorted(deselected) == ["attack_library", "layout", "lxt", "real_weights", "sae_lens"]
+    assert "(steps" not in result.stderr and re.search(r"^readme-tests\s+0\s", result.stdout, re.M)
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
     script = (REPO / ".ci" / "run").read_text()
-    assert f"({command})" in script.splitlines(), command  # in a subshell: its failure stops the run
-    assert "export CI=true" in script.split(command)[0]
-    assert '-m "not upload"' in script  # the minimum-versions job deselects (never skips) the upload tests
-    # the real-weights tier, deselected by pytest.ini from the README's command, is a step of its own
-    after = script.split(command, 1)[1]
-    assert "-m real_weights tests" in after and "-m layout tests" in after and "-m attack_library tests" in after
-    assert "-m sae_lens tests/test_sae.py" in after and "-m lxt tests/test_attnlrp.py" in after
-    assert (
-        '-m "not real_weights and not layout and not attack_library and not sae_lens and not lxt"'
-        in (REPO / "pytest.ini").read_text()
-    )
+    assert f"  ({_readme_test_command()})" in script.splitlines(), _readme_test_command()
+    assert "export CI=true" in script.split(_readme_test_command())[0]
+
+
+def test_a_failing_step_fails_the_run_with_its_log_while_the_others_still_run(tmp_path):
+    result, calls = _fake_machine(tmp_path, fail="mypy")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"^static\s+3\s", result.stdout, re.M), result.stdout  # the step, with mypy's status
+    assert "mypy failed here" in result.stdout  # its log, printed
+    assert "CI failed" in result.stderr
+    commands = [call.split(" [CI=")[0].strip() for call in calls]
+    assert "python -m pytest -q tests" in commands and "packaging_check.sh" in commands
+    assert "ruff check ." not in commands  # the rest of the failed step stopped
+
+
+def test_ci_run_stops_when_the_venv_cannot_be_made(tmp_path):
+    """A venv that cannot be made stops the run: no test and no check runs without it."""
+    result, calls = _fake_machine(tmp_path, fail="-m venv .venv")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"^venv\s+3\s", result.stdout, re.M), result.stdout
+    commands = [call.split(" [CI=")[0].strip() for call in calls]
+    assert not [c for c in commands if "pytest" in c or c in ("mypy", "lint-imports", "packaging_check.sh")], commands
+
+
+def test_a_failing_tier_fails_the_run(tmp_path):
+    result, _ = _fake_machine(tmp_path, fail="-m real_weights")
+    assert result.returncode == 1 and re.search(r"^tiers\s+3\s", result.stdout, re.M), result.stdout
+
+
+def test_under_xdist_a_skipped_required_test_still_fails_the_run(tmp_path):
+    """The skip check runs in the controller of a parallel run (the workers' reports reach it)."""
+    result = _pytest(_synthetic(tmp_path), "-n", "2", ci="true")
+    assert result.returncode == 1, result.stdout
+    assert "4 required test(s) skipped, so this run fails" in result.stdout, result.stdout
 
 
 def test_every_app_test_that_uploads_is_marked_upload():
@@ -170,30 +242,11 @@ def test_every_app_test_that_uploads_is_marked_upload():
     assert not unmarked, f"call uploader() but are not marked @pytest.mark.upload: {unmarked}"
 
 
-def test_ci_builds_the_docs_strictly_and_checks_the_packaging_after_the_tests():
-    """The documentation build (--strict: a broken link or docstring reference fails it) and the
-    wheel-without-the-app-extra check are steps of .ci/run, after the README's command."""
-    readme = (REPO / "README.md").read_text()
-    command = re.search(r"```bash\n(.+?)\n```", readme.split("Run the tests", 1)[1], re.S).group(1).strip()
-    after = (REPO / ".ci" / "run").read_text().split(command, 1)[1]
-    build = re.search(r"^[^#\n]*\.venv/bin/mkdocs build --strict.*$", after, re.M)
-    assert build, "no strict docs build in .ci/run"
-    assert " -q" not in build.group(0), "mkdocs -q drops the warnings that --strict counts: the build always passes"
-    assert re.search(r"^\.ci/packaging_check\.sh$", after, re.M), "no packaging check in .ci/run"
-    assert os.access(REPO / ".ci" / "packaging_check.sh", os.X_OK)
-
-
-def test_ci_type_checks_and_lints_with_the_configuration_in_pyproject():
-    """mypy (over analysis/ and vizapp/) and ruff's linter are steps of .ci/run after the README's
-    command, each run bare so that pyproject.toml's configuration, with its stated exceptions, is the one used."""
+def test_the_type_check_and_the_lint_are_configured_in_pyproject():
+    """.ci/run calls mypy and ruff bare (test_ci_runs_the_readme_command_and_every_tier_with_ci_set),
+    so pyproject.toml's configuration, with its stated exceptions, is the one used."""
     import tomllib
 
-    readme = (REPO / "README.md").read_text()
-    command = re.search(r"```bash\n(.+?)\n```", readme.split("Run the tests", 1)[1], re.S).group(1).strip()
-    after = (REPO / ".ci" / "run").read_text().split(command, 1)[1]
-    assert re.search(r"^\.venv/bin/mypy$", after, re.M), "no type check in .ci/run"
-    assert re.search(r"^\.venv/bin/ruff check \.$", after, re.M), "no lint in .ci/run"
-    assert re.search(r"^\.venv/bin/ruff format --check \.$", after, re.M), "no format check in .ci/run"
     tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
     assert sorted(tool["mypy"]["files"]) == ["analysis", "vizapp"]
     assert tool["mypy"]["python_version"] == "3.10" and tool["ruff"]["target-version"] == "py310"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +11,17 @@ import pytest
 from PIL import Image
 
 import analysis
+import cli_runner
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_KEYS = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
 def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python *args``: ``-m analysis ...`` in this process (tests/cli_runner.py), torchrun in new ones."""
     import os
 
-    env = {**os.environ, **ENV_KEYS}
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return cli_runner.run(*args, env={**os.environ, **ENV_KEYS}, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import cli_runner
 from analysis import load_vit
 from analysis.demo.cue_conflict import cue_conflict_scenes
 from analysis.demo.data import render_sample
@@ -26,6 +27,38 @@ from analysis.robustness import (
 from test_cli import run
 
 SEED = 4242
+# The commands compared on one process and on two torchrun ranks (their --out added), keyed by subcommand
+CORRUPTIONS = [
+    "robustness",
+    "corruptions",
+    "--model",
+    "demo",
+    "--cnn",
+    "demo",
+    "--demo-scenes",
+    "3",
+    "--seed",
+    str(SEED),
+]
+CORRUPTIONS += ["--corruptions", "gaussian_noise,pixelate", "--severities", "0,2,5"]
+TEXTURE = ["robustness", "texture", "--model", "demo", "--cnn", "demo", "--demo-scenes", "5"]
+TEXTURE += ["--seed", str(SEED), "--cue-conflict", "7"]
+PATCH = ["robustness", "patch", "--model", "demo", "--cnn", "demo", "--demo-scenes", "6", "--seed", str(SEED)]
+PATCH += ["--train-scenes", "4", "--epochs", "1", "--batch-size", "4", "--shares", "0.05,0.1"]
+PROBE = ["robustness", "probe", "--model", "demo", "--also", "demo_swin", "--demo-scenes", "24"]
+PROBE += ["--seed", str(SEED), "--concat", "2"]
+
+
+@pytest.fixture(scope="module")
+def on_two_ranks(tmp_path_factory) -> dict[str, tuple]:
+    """``subcommand -> (the run, its --out file)`` of each command above on two torchrun ranks, all
+    in one launch (tests/cli_runner.py)."""
+    folder = tmp_path_factory.mktemp("two_ranks")
+    commands = {
+        argv[1]: [*argv, "--out", str(folder / f"{argv[1]}.npz")] for argv in (CORRUPTIONS, TEXTURE, PATCH, PROBE)
+    }
+    runs = cli_runner.torchrun_batch(commands, folder)
+    return {name: (runs[name], folder / f"{name}.npz") for name in commands}
 
 
 def demo_scenes(n: int):
@@ -71,37 +104,11 @@ def test_attack_curve_equals_the_library(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")
-def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
-    common = [
-        "robustness",
-        "corruptions",
-        "--model",
-        "demo",
-        "--cnn",
-        "demo",
-        "--demo-scenes",
-        "3",
-        "--seed",
-        str(SEED),
-        "--corruptions",
-        "gaussian_noise,pixelate",
-        "--severities",
-        "0,2,5",
-    ]
-    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path, on_two_ranks):
+    common = CORRUPTIONS
+    one, (ranks, two) = tmp_path / "one.npz", on_two_ranks[common[1]]
     single = run("-m", "analysis", *common, "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run(
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "analysis",
-        *common,
-        "--out",
-        str(two),
-    )
     assert ranks.returncode == 0, ranks.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2 and int(b["count"]) == 3
@@ -121,26 +128,14 @@ def test_corruption_curve_on_two_ranks_equals_one_process_and_the_library(tmp_pa
     np.testing.assert_allclose(a["mean_corruption_error"], [errors["ViT"][1], errors["CNN"][1]], equal_nan=True)
 
 
-def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_library(tmp_path):
+def test_texture_curve_and_shape_bias_on_two_ranks_equal_one_process_and_the_library(tmp_path, on_two_ranks):
     """Five demo scenes (silhouettes from their masks) and seven cue-conflict scenes: the ranks take
     every other image and scene, and their summed counts give the single process's numbers. The texture
     probes score the models given; the shape bias, by default, their textured variants."""
-    common = ["robustness", "texture", "--model", "demo", "--cnn", "demo", "--demo-scenes", "5"]
-    common += ["--seed", str(SEED), "--cue-conflict", "7"]
-    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    common = TEXTURE
+    one, (ranks, two) = tmp_path / "one.npz", on_two_ranks[common[1]]
     single = run("-m", "analysis", *common, "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run(
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "analysis",
-        *common,
-        "--out",
-        str(two),
-    )
     assert ranks.returncode == 0, ranks.stderr
     models = {"ViT": load_vit("demo"), "CNN": load_cnn("demo")}
     found = [render_sample(SEED, i) for i in range(5)]
@@ -195,27 +190,15 @@ def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_
     assert no_masks.returncode == 2 and "mask" in no_masks.stderr
 
 
-def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
+def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path, on_two_ranks):
     """Every rank trains the same patches; each scores its rows of the whole set's positions, so the
     summed rates equal one process's and patch_size_curve's on the same scenes."""
     from analysis.cli.robustness import PATCH_TRAIN_SEED
 
-    common = ["robustness", "patch", "--model", "demo", "--cnn", "demo", "--demo-scenes", "6", "--seed", str(SEED)]
-    common += ["--train-scenes", "4", "--epochs", "1", "--batch-size", "4", "--shares", "0.05,0.1"]
-    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    common = PATCH
+    one, (ranks, two) = tmp_path / "one.npz", on_two_ranks[common[1]]
     single = run("-m", "analysis", *common, "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run(
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "analysis",
-        *common,
-        "--out",
-        str(two),
-    )
     assert ranks.returncode == 0, ranks.stderr
     train = [render_sample(PATCH_TRAIN_SEED, i) for i in range(4)]
     held, held_labels = demo_scenes(6)
@@ -242,25 +225,13 @@ def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path):
     assert int(np.load(two)["world_size"]) == 2
 
 
-def test_linear_probe_on_two_ranks_equals_one_process_and_the_library(tmp_path):
+def test_linear_probe_on_two_ranks_equals_one_process_and_the_library(tmp_path, on_two_ranks):
     """Each rank reads the features of every other scene; their sum is the whole set in order, so the
     probe, its split and its accuracies equal one process's and linear_probe_curve's."""
-    common = ["robustness", "probe", "--model", "demo", "--also", "demo_swin", "--demo-scenes", "24"]
-    common += ["--seed", str(SEED), "--concat", "2"]
-    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    common = PROBE
+    one, (ranks, two) = tmp_path / "one.npz", on_two_ranks[common[1]]
     single = run("-m", "analysis", *common, "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run(
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "analysis",
-        *common,
-        "--out",
-        str(two),
-    )
     assert ranks.returncode == 0, ranks.stderr
     images, labels = demo_scenes(24)
     for name, model in (("ViT", load_vit("demo")), ("demo_swin", load_vit("demo_swin"))):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
+import cli_runner
 from analysis import load_vit
 from analysis.demo.data import render_sample
 from analysis.sae import SAEConfig, SparseAutoencoder, load_sae, sae_metrics, save_sae, train_sae
@@ -28,8 +28,10 @@ TRAIN = ["--point", POINT, "--demo-scenes", "7", "--batch-size", "3", "--expansi
 TRAIN += ["--warmup", "2", "--epochs", "2", "--lr", "3e-3", "--dead-after", "2"]
 
 
-def run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python *args``: ``-m analysis ...`` in this process (tests/cli_runner.py), torchrun in new ones."""
+
+    return cli_runner.run(*args, env=ENV, timeout=timeout)
 
 
 def scenes(count: int, seed: int = SEED) -> list[Image.Image]:

@@ -95,7 +95,6 @@ def test_ring_has_a_hole_and_disc_does_not():
 def demo_vit():
     from analysis import load_vit
 
-    torch.set_num_threads(2)
     return load_vit("demo", device="cpu")
 
 

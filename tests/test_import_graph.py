@@ -320,7 +320,7 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def test_the_library_never_imports_the_app_or_streamlit():
-    """Also inside functions (tests/test_layering.py checks the same by importing every module)."""
+    """Also inside functions (the import contract of pyproject.toml checks the same in CI)."""
     found = [
         f"{edge.where()}: {edge.target}"
         for edge in all_imports(REPO, ("analysis",))

@@ -3,14 +3,14 @@ over mae_reconstruct; bad ratios and models without a decoder exit with a messag
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+import cli_runner
 
 transformers = pytest.importorskip("transformers")
 
@@ -23,8 +23,10 @@ RATIOS = (0.25, 0.5, 0.75, 0.9)
 
 
 def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, **ENV_KEYS}
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    """``python *args``: ``-m analysis ...`` in this process (tests/cli_runner.py), torchrun in new ones."""
+    import os
+
+    return cli_runner.run(*args, env={**os.environ, **ENV_KEYS}, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
