@@ -265,6 +265,7 @@ def test_every_declared_floor_is_the_version_the_minimum_versions_job_installs()
         if name
         not in (
             "pytest",
+            "pytest-xdist",
             "playwright",
             "setuptools",
             "import-linter",

@@ -5,13 +5,12 @@ warning the app shows (issue 29, items 2 and 8b)."""
 from __future__ import annotations
 
 import base64
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import cli_runner
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,30 +28,11 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     images = tmp_path_factory.mktemp("images")
     for name in ("scene_0_bar.png", "scene_1_star.png", "cat_chelsea.jpg"):
         (images / name).write_bytes((SAMPLES / name).read_bytes())
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     out = {}
     for label, model in MODELS.items():
         folder = tmp_path_factory.mktemp(label)
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "analysis",
-                "report",
-                *model,
-                "--images",
-                str(images),
-                "--out",
-                str(folder),
-                "--examples",
-                "2",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        args = ["report", *model, "--images", str(images), "--out", str(folder), "--examples", "2"]
+        result = cli_runner.run("-m", "analysis", *args)  # in this process (tests/cli_runner.py)
         assert result.returncode == 0, result.stderr
         out[label] = folder / "report.html"
     return out
