@@ -82,7 +82,7 @@ def check_record(label: str, vit, pixels: torch.Tensor, expected_logits: torch.T
 def check_record_memory_reuse(vit, pixels: torch.Tensor) -> None:
     """With reuse turned on (it is opt-in), a dropped record's memory (torch.frombuffer over an
     anonymous mapping) serves the next capture on this torch, with the same values; the size threshold is lowered to the demo's."""
-    from analysis import record_memory
+    from analysis.base import record_memory
 
     threshold, record_memory.REUSED_FROM_BYTES = record_memory.REUSED_FROM_BYTES, 1
     previous = record_memory.reuse_record_memory(1024)  # opt-in

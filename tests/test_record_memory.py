@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import capture_attention, load_vit, record_memory
+from analysis import capture_attention, load_vit
+from analysis.base import record_memory
 from analysis.base.record_memory import idle_record_bytes, record_buffer, release_record_memory, reuse_record_memory
 from conftest import random_pixels
 from reference import reference_attention
