@@ -588,6 +588,27 @@ def test_bad_upload_shows_an_error_and_keeps_the_previous_image(app):
 
 
 @pytest.mark.upload
+def test_a_bad_upload_replacing_an_upload_keeps_the_uploaded_image(app):
+    """The browser replaces an upload in two runs: the old file removed (the sample shows), then
+    the new one. When the new one cannot be read, the user's upload stays, not the sample
+    (issue 50, item 3); after the user's own next step, the sample they see is what stays."""
+    uploader(app, key="image_upload").set_value(("red.png", png_bytes(size=(64, 48)), "image/png")).run()
+    assert app.session_state["current"].image.name == "red.png"
+    uploader(app, key="image_upload").set_value(None).run()  # the old file removed
+    assert app.session_state["current"].image.name == first_sample().name
+    uploader(app, key="image_upload").set_value(("broken.jpg", b"not a jpeg", "image/jpeg")).run()
+    assert_clean(app)
+    assert any("broken.jpg" in e.value for e in app.error)
+    assert app.session_state["current"].image.name == "red.png"
+    assert any("Showing **red.png** instead" in i.value for i in app.sidebar.info)
+    # removed on purpose, and the sample used for a step: a bad upload then keeps the sample
+    uploader(app, key="image_upload").set_value(None).run()
+    app.slider(key="layer").set_value(0).run()
+    uploader(app, key="image_upload").set_value(("broken.jpg", b"not a jpeg", "image/jpeg")).run()
+    assert app.session_state["current"].image.name == first_sample().name
+
+
+@pytest.mark.upload
 def test_a_too_large_upload_says_so_with_its_size_and_the_limit(app):
     from test_image_hardening import blank_png
 
@@ -1059,6 +1080,25 @@ def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
     app.toggle(key="explain_compare").set_value(True).run()
     assert_clean(app)
     assert len(traces(chart(app, "explain_panels"), "heatmap")) == 6
+
+    # A new image, chosen on another page and then on this one: its own two most probable classes
+    # are explained, never the class chosen on the previous image (issue 50, item 2)
+    def ranked_for(sample: str) -> list[int]:
+        image_pixels = vit.preprocess(analysis.load_image(analysis.asset_path("samples", sample)))
+        return vit.model(image_pixels).softmax(-1)[0].argsort(descending=True).tolist()
+
+    for where, sample in (("views/attention.py", "scene_4_ring.png"), ("views/explain.py", first_sample().name)):
+        app.selectbox(key="explain_target").set_value(ranked_for(app.session_state["current"].image.name)[3]).run()
+        app.switch_page(where).run()
+        app.selectbox(key="image_sample").set_value(sample).run()
+        app.switch_page("views/explain.py").run()
+        assert_clean(app)
+        assert app.session_state["current"].image.name == sample
+        new = ranked_for(sample)
+        assert app.selectbox(key="explain_target").value == new[0], sample
+        assert app.selectbox(key="explain_target2").value == new[1], sample
+        heading = [a["text"] for a in chart(app, "explain_panels")["layout"]["annotations"]]
+        assert any(vit.class_names[new[0]] in text for text in heading), heading
 
 
 def test_explain_page_draws_attnlrp(app, vit):

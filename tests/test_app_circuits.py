@@ -48,6 +48,12 @@ def test_the_page_draws_the_librarys_attribution_ablation_and_patching(app, demo
     patching = activation_patching(vit, pixels, corrupted, target=target)
     np.testing.assert_allclose(heatmap_values(chart(app, "circ_patch_tokens")), patching.effect.numpy(), atol=1e-4)
     assert any(b.label == "Data (.npz)" for b in app.get("download_button"))
+    # another class, then another image: the new image's prediction is measured (issue 50, item 2)
+    app.selectbox(key="circ_target").select_index(2).run()
+    app.selectbox(key="image_sample").set_value("scene_4_ring.png").run()
+    assert_clean(app)
+    ring = vit.preprocess(analysis.load_image(analysis.asset_path("samples", "scene_4_ring.png")))
+    assert app.selectbox(key="circ_target").value == int(vit.model(ring).argmax())
 
 
 def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):

@@ -302,6 +302,42 @@ def test_a_64x64_resample_renders_quickly_and_the_tab_survives(page, server):
     print(f"\n64x64 resample: {elapsed:.1f} s until drawn; largest chart {max(sizes) / 1e6:.1f} MB of data")
 
 
+def test_a_new_upload_is_explained_and_a_bad_upload_keeps_the_uploaded_image(page, server, artifacts):
+    """Upload A, open Why this class?, upload B: the class explained is B's prediction, not A's
+    (issue 50, item 2). Then an unreadable upload: B stays, not a bundled sample (item 3; the
+    browser replaces a file in two runs, the old one removed first)."""
+    from playwright.sync_api import expect
+
+    page.goto(server)
+    wait_idle(page)
+    sidebar = page.locator("section[data-testid='stSidebar']")
+    target = page.get_by_role("combobox", name="Class to explain (type to search)")  # its value: "ring · 91.4%"
+
+    def upload(sample: str, name: str) -> None:
+        path = artifacts / name
+        path.write_bytes((REPO / "assets" / "samples" / sample).read_bytes())
+        sidebar.locator("input[type='file']").set_input_files(str(path))
+        expect(sidebar).to_contain_text(re.compile(rf"image\s+{re.escape(name)}"))
+        wait_idle(page)
+
+    upload("scene_4_ring.png", "upload_a_ring.png")
+    page.locator("[data-testid='stSidebarNav'] a", has_text="Why this class?").first.click()
+    expect(page.locator("h2", has_text="Why this class?").first).to_be_visible()
+    wait_idle(page)
+    expect(target).to_have_value(re.compile(r"^ring · "))
+    upload("scene_1_star.png", "upload_b_star.png")
+    expect(target).to_have_value(re.compile(r"^star · "))
+    assert_no_exception(page, "second upload")
+    bad = artifacts / "not_an_image.jpg"
+    bad.write_bytes(b"definitely not a jpeg")
+    sidebar.locator("input[type='file']").set_input_files(str(bad))
+    expect(page.locator("[data-testid='stAlert']", has_text="not_an_image.jpg").first).to_be_visible()
+    wait_idle(page)
+    expect(sidebar).to_contain_text("Showing upload_b_star.png instead")
+    expect(target).to_have_value(re.compile(r"^star · "))
+    page.screenshot(path=str(artifacts / "bad_upload_keeps_the_image.png"))
+
+
 def _click_patch(page, chart, row: int, col: int, gh: int, gw: int, panel: int = 0) -> None:
     """Click the centre of patch (row, col) of a chart's ``panel``-th plot area."""
     area = chart.locator(".nsewdrag").nth(panel)

@@ -128,6 +128,28 @@ def current() -> Current:
     return st.session_state["current"]
 
 
+def reset_for_new_input(page: str, defaults: dict[str, object]) -> bool:
+    """Reset the choices that belong to one image when the model or the image changed since
+    ``page`` last drew; call before the page's widgets. Returns whether they were reset.
+
+    A class chosen on one image means nothing on the next: after a new upload, *Why this
+    class?* explains the new image's prediction, not the previous image's class at a
+    probability near 0. ``defaults`` (setting -> value for this input) are written into the
+    widget keys and their permanent copies (:func:`keep_page_state`), so that the browser is
+    sent the new value. The first draw of a page keeps what it was given (a shared link's
+    settings)."""
+    cur = current()
+    seen_key, now = f"_input_seen_by_{page}", (cur.model, cur.image.digest)
+    changed = st.session_state.get(seen_key, now) != now
+    st.session_state[seen_key] = now
+    if changed:
+        for key, value in defaults.items():
+            st.session_state[key] = value
+            if kept_key(key) in st.session_state:
+                st.session_state[kept_key(key)] = value
+    return changed
+
+
 KEPT_PREFIX = "_kept_"  # session key prefix of a setting's permanent copy
 KEPT_PAGE = "_kept_page"  # session key: the page the previous run drew
 
@@ -402,10 +424,22 @@ def _requested_image() -> ImageRef | None:
 
 
 def _choose_image() -> ImageRef:
+    """The image this run shows: the upload, else the chosen sample; an image that cannot be
+    read shows its error and the last image that could.
+
+    Replacing one upload by another reaches the app as two runs: the old file removed (the
+    sample shows for a moment), then the new file. So a sample shown in the run right after an
+    upload is provisional: if the next run brings an unreadable upload, the image kept is that
+    earlier upload, not the sample the user never chose."""
     requested = _requested_image()
+    uploaded = st.session_state.get("image_upload") is not None
+    after_upload = st.session_state.get("_last_run_uploaded", False)
+    st.session_state["_last_run_uploaded"] = uploaded
     if requested is not None:
         try:
             inputs.decode_image(requested.digest, requested.data)
+            previous = st.session_state.get("_good_image")
+            st.session_state["_image_before_removal"] = previous if after_upload and not uploaded else None
             st.session_state["_good_image"] = requested
             return requested
         except Exception as exc:  # noqa: BLE001 - ImageLoadError, or anything PIL raised
@@ -413,7 +447,7 @@ def _choose_image() -> ImageRef:
                 f"Could not read **{escape_markdown(requested.name)}**: {error_text(exc)}",
                 icon=":material/broken_image:",
             )
-    good = st.session_state.get("_good_image")
+    good = st.session_state.get("_image_before_removal") or st.session_state.get("_good_image")
     if good is not None:
         st.sidebar.info(f"Showing **{good.name}** instead.")
         return good
@@ -437,6 +471,7 @@ def _check_forward(model: ModelRef, vit, image: ImageRef) -> tuple[ModelRef, ana
         )
         if isinstance(exc, analysis.ImageLoadError):
             st.session_state.pop("_good_image", None)
+            st.session_state.pop("_image_before_removal", None)
         else:
             st.session_state.setdefault("_model_failures", {})[model] = error_text(exc)
             st.session_state.pop("_good_model", None)

@@ -13,7 +13,7 @@ from analysis.records.windowed import refuse_windowed
 from vizapp import circuit_results, figures, first_result, inputs, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, circuits_code, show_code
-from vizapp.state import current
+from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_npz, point_customdata, refuse_page, selected_point, show_chart
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
@@ -61,6 +61,7 @@ probabilities = resources.forward(*cur.args).probabilities
 names = cur.vit.class_names
 order = top_classes(probabilities, 5)
 label = lambda c: f"{class_label(names, c)} ({probabilities[c]:.1%})"  # noqa: E731
+reset_for_new_input("circuits", {"circ_target": order[0]})  # a new image: its prediction is measured
 clamp_state("circ_target", order, order[0])
 target = st.selectbox(
     "Target class (the logit measured)",

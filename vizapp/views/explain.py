@@ -13,7 +13,7 @@ from analysis.plots import robust_scaled
 from vizapp import figures, first_result, inputs, resources
 from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, explain_code, show_code
-from vizapp.state import current
+from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_csv, download_npz, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
@@ -79,6 +79,11 @@ for method in not_defined:  # the library's own reason (a typed AnalysisError), 
 def class_label(index: int) -> str:
     return f"{names[index]} · {probabilities[index]:.1%}"
 
+
+if class_specific:  # a new image (or model): its own prediction is explained, not the last image's class
+    reset_for_new_input(
+        "explain", {"explain_target": ranked[0], **({"explain_target2": ranked[1]} if len(ranked) > 1 else {})}
+    )
 
 controls, second = st.columns([3, 2], gap="medium")
 with controls:
