@@ -867,6 +867,18 @@ def test_the_url_reproduces_the_view():
     flat = {k: (v[0] if isinstance(v, list) else v) for k, v in params.items()}
     assert flat["layer"] == "2" and flat["colours"] == "Cividis" and flat["model"] == RANDOM_MODEL
     assert flat["res"] == "64" and flat["img"] == "scene_4_ring.png" and flat["patch"] == "5"
+    # the Tokens page reads and writes the same layer (issue 50, item 5: it kept a layer of its own,
+    # opened at the last layer whatever the URL said, and its slider took `layer` out of the URL)
+    at.switch_page("views/tokens.py").run()
+    assert_clean(at)
+    assert at.slider(key="layer").value == 2
+    at.slider(key="layer").set_value(1).run()
+    assert _flat_params(at)["layer"] == "1"
+    assert any("layer 1" in s.value for s in at.subheader), [s.value for s in at.subheader]
+
+
+def _flat_params(at: AppTest) -> dict[str, str]:
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in ((k, at.query_params[k]) for k in at.query_params)}
 
 
 def test_a_url_with_bad_values_opens_the_default_view():
@@ -1134,7 +1146,7 @@ def test_tokens_page_matches_the_token_analyses(app, vit):
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(5).run()
     assert_clean(app)
-    layer = app.slider(key="tok_layer").value if spec.num_layers > 1 else 0
+    layer = app.slider(key="layer").value if spec.num_layers > 1 else 0
     keys = analysis.capture_tokens(vit, pixels, kind="key").layer_tokens(layer)  # (1, T, D)
     rgb, _ = analysis.feature_pca(keys, spec)
     (pca,) = traces(chart(app, "tok_pca"), "image")
@@ -1429,7 +1441,7 @@ def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     other_image.save(buffer, format="PNG")
     uploader(app, key="tok_other_upload").set_value(("mine.png", buffer.getvalue(), "image/png")).run()
     assert_clean(app)
-    layer = app.slider(key="tok_layer").value if spec.num_layers > 1 else 0
+    layer = app.slider(key="layer").value if spec.num_layers > 1 else 0
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     other_pixels = vit.preprocess(analysis.load_image(buffer.getvalue()))
     expected = analysis.patch_similarity(
@@ -1602,7 +1614,7 @@ def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vi
     assert_same_arrays(reproduce(app), npz_downloads["cmp_data"], ["attention"])
 
     app.switch_page("views/tokens.py").run()
-    app.slider(key="tok_layer").set_value(1).run()
+    app.slider(key="layer").set_value(1).run()
     app.radio(key="tok_kind").set_value("key").run()
     other = next(p.name for p in (REPO / "assets" / "samples").iterdir() if p.name != first_sample().name)
     app.selectbox(key="tok_other").set_value(other).run()

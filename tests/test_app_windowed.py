@@ -602,7 +602,7 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     layer = 3  # Swin: stage 1 (14x14 / 16x16 cells); SAM: its one 8x8 grid
     at.switch_page("views/tokens.py").run()
-    at.slider(key="tok_layer").set_value(layer).run()
+    at.slider(key="layer").set_value(layer).run()
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(9).run()
     assert_clean(at)
@@ -643,7 +643,7 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
         assert list(array(curve["x"])) == list(lens_layers)
         np.testing.assert_allclose(array(curve["y"]), lens[:, int(lens[-1].argmax())].numpy(), rtol=1e-5)
         np.testing.assert_allclose(script["probabilities"], npz_downloads["tok_lens_data"]["probabilities"], rtol=1e-5)
-        at.slider(key="tok_layer").set_value(lens_layers[0]).run()
+        at.slider(key="layer").set_value(lens_layers[0]).run()
         assert_clean(at)
         (bar,) = traces(chart(at, "tok_lens_top5"), "bar")
         top = sorted(array(bar["x"] if "x" in bar else bar["y"]))[-1]

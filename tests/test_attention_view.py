@@ -537,7 +537,7 @@ def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
 
     app = _demo_app(monkeypatch)
     app.switch_page("views/tokens.py").run()
-    app.slider(key="tok_layer").set_value(1).run()
+    app.slider(key="layer").set_value(1).run()
     app.radio(key="tok_kind").set_value("key").run()
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(3).run()

@@ -797,6 +797,7 @@ def test_a_random_models_maps_and_thumbnails_are_not_saturated_at_the_default(pa
         timeout=20_000,
     )
     page.wait_for_timeout(500)
+    wait_idle(page)  # every chart drawn again after the opacity's rerun (CI once read them mid-rerun)
     charts = page.evaluate(
         """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')].map(p => {
                const t = (p._fullData || []).find(t => t.type === 'heatmap');

@@ -19,7 +19,7 @@ from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("tok_layer", "tok_kind", "tok_foreground", "tok_other")
+KEPT_KEYS = ("layer", "tok_kind", "tok_foreground", "tok_other")
 # Widget keys deliberately not kept (a chart's selection, a one-shot control).
 TRANSIENT_KEYS = ("tok_other_upload", "tok_view")
 
@@ -40,9 +40,9 @@ st.caption(
 
 left, right = st.columns([3, 2], gap="medium")
 with right:
-    st.session_state.setdefault("tok_layer", L - 1)
-    clamp_state("tok_layer", (0, L - 1), L - 1)
-    layer = st.slider("Layer (block index)", 0, L - 1, step=1, key="tok_layer") if L > 1 else 0
+    st.session_state.setdefault("layer", L - 1)
+    clamp_state("layer", (0, L - 1), L - 1)
+    layer = st.slider("Layer (block index)", 0, L - 1, step=1, key="layer") if L > 1 else 0
     kind = st.radio("Features", TOKEN_KINDS, format_func=KIND_LABELS.get, horizontal=True, key="tok_kind")
     foreground = st.toggle(
         "Fit the PCA on the foreground only (DINOv2)",
