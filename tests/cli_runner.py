@@ -61,7 +61,7 @@ def _in_process(argv: list[str]) -> subprocess.CompletedProcess:
         try:
             code = main(argv)
         except SystemExit as exc:  # argparse's usage errors, and commands that exit
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            code = _exit_status(exc)
             if not isinstance(exc.code, int | None):
                 stderr.write(f"{exc.code}\n")
         except Exception:  # an unhandled error: a traceback and status 1, as the interpreter gives
@@ -72,6 +72,11 @@ def _in_process(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(
         ["python", "-m", "analysis", *argv], code or 0, stdout.getvalue(), stderr.getvalue()
     )
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status an interpreter exits with for ``exc``: its code, 0 for None, 1 for a message."""
+    return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
 
 def torchrun_batch(
@@ -112,7 +117,7 @@ def _run_batch_on_this_rank(batch: Path) -> int:
         try:
             codes[name] = main(argv) or 0
         except SystemExit as exc:
-            codes[name] = exc.code if isinstance(exc.code, int) else 1
+            codes[name] = _exit_status(exc)
     if os.environ.get("RANK", "0") == "0":
         batch.with_suffix(".codes.json").write_text(json.dumps(codes))
     if dist.is_initialized():

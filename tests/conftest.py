@@ -73,19 +73,15 @@ SPLIT_FILES = frozenset(
 # starts last; the rest keep their collection order.
 LONGEST_FIRST = (
     "test_browser.py",
-    "test_load.py",
-    "test_cli_robustness.py",
     "test_app_windowed.py",
-    "test_cli_sae.py",
-    "test_cli.py",
+    "test_load.py",
+    "test_browser_first_paint.py",
+    "test_app.py",
     "test_notebooks.py",
     "test_browser_view_state.py",
-    "test_browser_first_paint.py",
-    "test_notebook_browser.py",
     "test_packaging.py",
-    "test_mae_cli.py",
-    "test_app_robustness_attacks.py",
-    "test_app.py",
+    "test_faithfulness.py",
+    "test_browser_mae.py",
 )
 
 

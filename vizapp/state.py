@@ -128,9 +128,9 @@ def current() -> Current:
     return st.session_state["current"]
 
 
-def reset_for_new_input(page: str, defaults: dict[str, object]) -> bool:
+def reset_for_new_input(page: str, defaults: dict[str, object]) -> None:
     """Reset the choices that belong to one image when the model or the image changed since
-    ``page`` last drew; call before the page's widgets. Returns whether they were reset.
+    ``page`` last drew; call before the page's widgets.
 
     A class chosen on one image means nothing on the next: after a new upload, *Why this
     class?* explains the new image's prediction, not the previous image's class at a
@@ -147,7 +147,6 @@ def reset_for_new_input(page: str, defaults: dict[str, object]) -> bool:
             st.session_state[key] = value
             if kept_key(key) in st.session_state:
                 st.session_state[kept_key(key)] = value
-    return changed
 
 
 KEPT_PREFIX = "_kept_"  # session key prefix of a setting's permanent copy
