@@ -24,41 +24,7 @@ WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
 # those distributions, through a .pth file, and pip installs everything else the wheel declares
 # from the package index, as for a user. PACKAGING_CHECK_OWN_TORCH=1 lets pip install torch too.
 if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
-  "$REPO/.venv/bin/python" - "$WORK/torch_stack" <<'PY'
-import re, sys
-from importlib import metadata
-from pathlib import Path
-
-target = Path(sys.argv[1]); target.mkdir()
-closure, todo = set(), [("torch", ()), ("torchvision", ())]
-while todo:
-    name, extras = todo.pop()
-    name = re.sub(r"[-_.]+", "-", name).lower()
-    if (name, extras) in closure:
-        continue
-    try:
-        dist = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        continue
-    closure.add((name, extras))
-    for requirement in dist.requires or []:
-        wanted = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
-        if wanted and wanted.group(1) not in extras:
-            continue  # a requirement of an extra nobody asked for
-        head = re.split(r"[ ;<>=!~(]", requirement, maxsplit=1)[0]
-        asked = tuple(sorted(re.findall(r"[\w.-]+", head.split("[", 1)[1]))) if "[" in head else ()
-        todo.append((head.split("[", 1)[0], asked))
-    tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
-    for top in tops - {"bin", "__pycache__"}:
-        source = Path(dist.locate_file(top))
-        if source.exists() and not (target / top).exists():
-            (target / top).symlink_to(source)
-names = {name for name, _ in closure}
-assert not names & {"streamlit", "pyarrow"}, names
-print("lent from .venv:", ", ".join(sorted(names)))
-PY
-  SITE="$("$WORK/v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$WORK/torch_stack" > "$SITE/_torch_stack.pth"
+  "$REPO/.venv/bin/python" "$REPO/.ci/lend_torch.py" "$WORK/v"
 fi
 "$WORK/v/bin/pip" install -q "$WHEEL"
 

@@ -178,6 +178,12 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
     ]
     for command in expected:
         assert command in commands, (command, commands)
+    # SAELens's venv borrows .venv's torch; both side venvs install after .venv, never beside it
+    # (three CUDA builds of torch unpacking at once filled a CI machine's disk)
+    assert "python .ci/lend_torch.py .venv-sae" in commands, commands
+    venv_installed = commands.index("pip install -q -r requirements.txt")
+    for side in ("pip install -q sae-lens", "pip install -q -r .ci/min-versions.txt pytest>=8.0 pytest-xdist>=3.6"):
+        assert commands.index(side) > venv_installed, (side, commands)
     mkdocs = [c for c in commands if c.startswith("mkdocs ")]
     assert len(mkdocs) == 1 and mkdocs[0].startswith("mkdocs build --strict") and " -q" not in mkdocs[0], mkdocs
     tiers = next(call for call in calls if "-m real_weights or layout" in call)
