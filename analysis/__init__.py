@@ -41,7 +41,6 @@ from .base.errors import (
 )
 from .base.images import load_image
 from .base.label_space import IMAGENET_1K, LabelSpace, LabelSpaceMatch, label_space, shared_label_space
-from .base.record_memory import idle_record_bytes, release_record_memory
 from .embedding.filters import patch_embedding_components, patch_embedding_filters
 from .embedding.position import (
     DistanceBins,
@@ -52,12 +51,13 @@ from .embedding.position import (
     similarity_distance_bins,
 )
 from .embedding.windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
-from .engine.capture import AttentionRecord, attention_taps, capture_attention
+from .engine.capture import capture_attention
 from .explanations import EXPLANATION_METHODS, explain
 from .maps.scaling import scale_by_peak
 from .maps.upsampling import UPSAMPLING_MODES, masked_image, upsample_map
 from .model.loading import LoadedCLIP, LoadedViT, class_label, class_probabilities, load_clip, load_vit, top_classes
 from .model.spec import ViTSpec
+from .records.attention import AttentionRecord
 from .records.queries import corresponding_layer, corresponding_query
 from .tokens import (
     TOKEN_KINDS,
@@ -96,9 +96,6 @@ __all__ = [
     "ViTSpec",
     "capture_attention",
     "AttentionRecord",
-    "attention_taps",
-    "release_record_memory",
-    "idle_record_bytes",
     "attention_map",
     "attention_rows",
     "pooling_attention_map",

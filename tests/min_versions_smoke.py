@@ -79,26 +79,6 @@ def check_record(label: str, vit, pixels: torch.Tensor, expected_logits: torch.T
     print(f"  ok  {label:40s} attentions {tuple(att.shape)}")
 
 
-def check_record_memory_reuse(vit, pixels: torch.Tensor) -> None:
-    """With reuse turned on (it is opt-in), a dropped record's memory (torch.frombuffer over an
-    anonymous mapping) serves the next capture on this torch, with the same values; the size threshold is lowered to the demo's."""
-    from analysis.base import record_memory
-
-    threshold, record_memory.REUSED_FROM_BYTES = record_memory.REUSED_FROM_BYTES, 1
-    previous = record_memory.reuse_record_memory(1024)  # opt-in
-    try:
-        first = capture_attention(vit, pixels)
-        values, address = first.attentions.clone(), first.attentions.data_ptr()
-        del first
-        again = capture_attention(vit, pixels)
-        assert again.attentions.data_ptr() == address, "a dropped record's memory was not reused"
-        assert torch.equal(again.attentions, values), "a capture into reused memory differs"
-    finally:
-        record_memory.REUSED_FROM_BYTES = threshold
-        record_memory.reuse_record_memory(previous)
-        record_memory.release_record_memory()
-
-
 def perturb(module: torch.nn.Module) -> torch.nn.Module:
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -135,7 +115,6 @@ def main() -> None:
     check_record("demo", vit, pixels)
     assert position_embedding_similarity(vit).ndim == 4
     assert patch_embedding_components(vit, n_components=3)[0].shape[0] == 3
-    check_record_memory_reuse(vit, pixels)
 
     # 2. one random-weight model per supported timm family (every attention adapter)
     import timm

@@ -1,17 +1,18 @@
 """The gradient explanations and LeGrad read their activations through the engine's gradient
-mode; these tests hold them to 1e-6 of the way they were computed before (kept here as the
-reference): the public differentiable attention taps (``attention_taps(differentiable=True)``)
-and plain forward hooks on the block modules, differentiated by ``torch.autograd.grad``."""
+mode; these tests hold them to 1e-6 of references that use no code of ours: each attention
+module's own unfused path (``fused_attn`` off, the probabilities it multiplies with ``v`` kept by a
+forward hook on its ``attn_drop``, as timm's ``AttentionExtract`` and the peers do) and plain
+forward hooks on the block modules, differentiated by ``torch.autograd.grad``."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from analysis import attention_taps
 from analysis.explanations import gradients
 from analysis.model.adapters import block_sites
 from families import family_pixels
@@ -29,11 +30,33 @@ def _score(target):
     return lambda logits: logits[:, target].sum()
 
 
-def _taps_reference(vit, pixels, score):
-    """``(A, ∂y/∂A, output)`` by the differentiable taps (the former path of attention_gradients)."""
+@contextlib.contextmanager
+def _unfused_probabilities(model, layers, kept: dict):
+    """Within the block, ``kept[layer]`` is the probability tensor that layer's attention module
+    multiplies with ``v`` on its own unfused path (its ``attn_drop``'s output; dropout is off in
+    eval mode)."""
+    modules = {site.layer: site.module for site in block_sites(model)}
+    handles, fused = [], {}
+    try:
+        for layer in layers:
+            module = modules[layer]
+            fused[layer], module.fused_attn = module.fused_attn, False
+            handles.append(
+                module.attn_drop.register_forward_hook(lambda m, a, o, layer=layer: kept.__setitem__(layer, o))
+            )
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for layer, value in fused.items():
+            modules[layer].fused_attn = value
+
+
+def _unfused_reference(vit, pixels, score):
+    """``(A, ∂y/∂A, output)`` from the modules' own unfused attention."""
     kept = {}
     layers = [site.layer for site in block_sites(vit.model)]
-    with torch.enable_grad(), attention_taps(vit.model, layers, kept.__setitem__, differentiable=True):
+    with torch.enable_grad(), _unfused_probabilities(vit.model, layers, kept):
         output = vit.model(_leaf(vit, pixels))
         probabilities = [kept[layer] for layer in layers]
         found = torch.autograd.grad(score(output), probabilities, allow_unused=True)
@@ -58,10 +81,10 @@ def _plain_hook_reference(vit, pixels, module, read, score):
 
 
 @pytest.mark.parametrize("family", ["vit", "rope_mixed", "relpos", "beit"])
-def test_attention_gradients_equal_the_differentiable_taps(family, family_vits):
+def test_attention_gradients_equal_the_unfused_modules(family, family_vits):
     vit, pixels = family_vits[family], family_pixels(family)
     result = gradients.attention_gradients(vit, pixels, target=3)
-    attentions, found, logits = _taps_reference(vit, pixels, _score(3))
+    attentions, found, logits = _unfused_reference(vit, pixels, _score(3))
     torch.testing.assert_close(result.attentions, attentions, **EXACT)
     torch.testing.assert_close(result.gradients, found, **EXACT)
     torch.testing.assert_close(result.logits, logits, **EXACT)
@@ -69,14 +92,14 @@ def test_attention_gradients_equal_the_differentiable_taps(family, family_vits):
 
 
 @pytest.mark.parametrize("family", ["siglip", "pe_core", "eva02", "dinov2_registers"])
-def test_output_attention_gradients_of_an_embedding_tower_equal_the_differentiable_taps(family, family_vits):
+def test_output_attention_gradients_of_an_embedding_tower_equal_the_unfused_modules(family, family_vits):
     vit, pixels = family_vits[family], family_pixels(family)
 
     def score(output):
         return output[:, :5].pow(2).sum()
 
     got = gradients.output_attention_gradients(vit, pixels, score)
-    for a, b in zip(got, _taps_reference(vit, pixels, score)):
+    for a, b in zip(got, _unfused_reference(vit, pixels, score)):
         torch.testing.assert_close(a, b, **EXACT)
 
 
@@ -111,9 +134,9 @@ def test_last_stage_gradients_equal_a_plain_hook_on_the_last_norm():
     torch.testing.assert_close(found, expected[1].reshape(2, *grid, -1), **EXACT)
 
 
-def test_legrad_equals_the_taps_and_plain_hooks(tmp_path):
+def test_legrad_equals_the_unfused_modules_and_plain_hooks(tmp_path):
     """LeGrad's per-layer gradients through the engine equal the former implementation: a plain
-    forward hook on each block for ``x^l`` and the differentiable taps for ``A^l``."""
+    forward hook on each block for ``x^l`` and the modules' unfused probabilities for ``A^l``."""
     import text_models
     from analysis import load_clip
     from analysis.text.explain import explain_text
@@ -134,7 +157,7 @@ def test_legrad_equals_the_taps_and_plain_hooks(tmp_path):
     ]
     total = torch.zeros(2, spec.num_tokens, dtype=torch.float64)
     try:
-        with torch.enable_grad(), attention_taps(model, read, kept.__setitem__, differentiable=True):
+        with torch.enable_grad(), _unfused_probabilities(model, read, kept):
             model(_leaf(vit, pixels))
             for layer in read:
                 score = clip.logits(model.forward_head(model.norm(streams[layer])), text.embeddings).sum()
@@ -154,4 +177,4 @@ def test_the_explanations_register_no_hooks_of_their_own():
     """Every activation they read goes through the engine's named points."""
     for path in ("analysis/explanations/gradients.py", "analysis/text/legrad.py"):
         source = (ROOT / path).read_text()
-        assert not re.search(r"register_(full_backward_|forward_pre_|forward_)hook|attention_taps", source), path
+        assert not re.search(r"register_(full_backward_|forward_pre_|forward_)hook", source), path

@@ -355,13 +355,10 @@ def test_every_public_function_is_walked():
     for name in walked:
         assert f"{name}(" in source.split("CASES = [")[1], name
     not_walked = {
-        "attention_taps",
         "position_encoding_kinds",
         "patch_embedding_filters",
-        "release_record_memory",
-        "idle_record_bytes",
         "asset_path",
-    }  # release_record_memory and idle_record_bytes take no arguments; asset_path joins names onto the assets
+    }  # asset_path joins names onto the assets
     # folder (whether the path exists is its caller's question, answered with the caller's own typed error)
     functions = {
         n for n in analysis.__all__ if callable(getattr(analysis, n)) and not isinstance(getattr(analysis, n), type)

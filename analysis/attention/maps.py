@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..base.errors import AnalysisError
-from ..engine.capture import AttentionRecord
+from ..records.attention import AttentionRecord
 from ..records.checks import check_index, check_record
 from ..records.queries import Query, query_rows_for, select_query
 from ..records.windowed import WindowedAttentionRecord, windowed_attention_map

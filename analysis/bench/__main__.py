@@ -104,11 +104,7 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
     machine load hit all alike), ``repeats`` rounds. Ratios are medians of each round's own
     ratio (paired, so a slow round slows both sides); times are medians.
 
-    ``capture`` is the default: every record in new memory (record memory reuse is off), the
-    case of the app, which keeps its records. ``capture_reuse`` turns the opt-in reuse of
-    :mod:`analysis.base.record_memory` on for its own rounds (untimed toggles) and drops each
-    record, as a loop over batches does, so its memory serves the next: side by side, the
-    two say what the reuse gains. ``floor`` is the fused forward followed by writing a record of
+    ``capture`` writes every record into new memory. ``floor`` is the fused forward followed by writing a record of
     the capture's size into new memory, layer by layer, as the capture does: what any capture
     that keeps every map costs at least (the maps themselves), so ``capture / floor`` is what the
     capture adds beyond them."""
@@ -116,7 +112,6 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
     pixels = torch.randn(batch, 3, *vit.spec.img_size, device=vit.device)
     precision = "auto"
     from analysis.base.devices import autocast_context
-    from analysis.base.record_memory import record_buffer, release_record_memory, reuse_record_memory
 
     def forward():
         with torch.no_grad(), autocast_context(vit.device, precision):
@@ -142,27 +137,17 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
 
     def floor():
         forward()
-        record = record_buffer(record_shape, record_dtype)  # new memory, as the default capture's
+        record = torch.empty(record_shape, dtype=record_dtype)  # new memory, as the capture's
         for layer in range(record_shape[0]):
             record[layer].copy_(layer_maps)
         return record
 
-    variants = {"forward": forward, "peers": peers, "capture": capture, "capture_reuse": capture, "floor": floor}
+    variants = {"forward": forward, "peers": peers, "capture": capture, "floor": floor}
     forward(), peers(), floor()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in variants}
-    previous = reuse_record_memory(0)
-    try:
-        for _ in range(repeats):
-            for name, fn in variants.items():
-                if name == "capture_reuse":
-                    reuse_record_memory(max(1024, int(record_mib) + 1))
-                    capture()  # a dropped record's memory waits for the timed one
-                times[name].append(_median_time(fn, 1))
-                if name == "capture_reuse":
-                    reuse_record_memory(0)
-    finally:
-        reuse_record_memory(previous)
-        release_record_memory()
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            times[name].append(_median_time(fn, 1))
 
     def paired(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
@@ -172,12 +157,9 @@ def bench_capture(model_name: str, batch: int, repeats: int, device=None) -> dic
         "forward_s": statistics.median(times["forward"]),
         "capture_s": statistics.median(times["capture"]),
         "peers_s": statistics.median(times["peers"]),
-        "reuse_s": statistics.median(times["capture_reuse"]),
         "ratio": paired("capture", "forward"),
         "peers_ratio": paired("peers", "forward"),
         "vs_peers": paired("capture", "peers"),
-        "reuse_ratio": paired("capture_reuse", "forward"),
-        "reuse_gain": 1 - paired("capture_reuse", "capture"),
         "floor_ratio": paired("floor", "forward"),
         "vs_floor": paired("capture", "floor"),
         "record_mib": record_mib,
@@ -368,16 +350,10 @@ def main(argv=None) -> int:
             "<= 1.00",
             r["vs_peers"] <= 1.0,
         )
-        print(
-            f"  record memory reuse (opt-in, analysis.base.record_memory; off by default: an array taken before "
-            f"share_memory_() or through DLPack could read a later record): capture {r['reuse_s']:.3f} s, "
-            f"{r['reuse_ratio']:.3f} x the fused forward, {100 * r['reuse_gain']:.1f} % faster than the default"
-        )
         r = bench_capture("vit_base_patch16_dinov3", batch=8, repeats=max(7, repeats), device="cpu")
         print(
             f"  fused forward {r['forward_s']:.3f} s, capture {r['capture_s']:.3f} s = {r['ratio']:.3f} x the fused "
-            f"forward (cpu, batch 8, 256 px, RoPE, {r['record_mib']:.0f} MiB record; with the opt-in record memory "
-            f"reuse {r['reuse_ratio']:.3f} x): at 261 tokens the maps alone cost more than 5 %, see the floor"
+            f"forward (cpu, batch 8, 256 px, RoPE, {r['record_mib']:.0f} MiB record): at 261 tokens the maps alone cost more than 5 %, see the floor"
         )
         report_floor("DINOv3 ViT-B/16 RoPE", r)
     if "cache" not in args.skip:

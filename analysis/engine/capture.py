@@ -19,10 +19,7 @@ output is bit-identical. Layers that are not requested keep the fused kernel eit
 :func:`capture_attention` is a view over the activation engine
 (:func:`analysis.engine.activations.run_with_cache`'s ``blocks.{i}.attn.probs``, stacked): one capture
 path for records, caches, tokens and the streamed analyses. A record's maps go straight into
-their final ``(L, B, heads, Q, T)`` buffer; on the CPU a large one reuses the memory of a record
-already dropped (:mod:`analysis.base.record_memory`), so a loop of captures does not fault in fresh
-pages for every batch. Gradients go through the same engine (``run_with_cache(..., grad_of=fn)``);
-:func:`attention_taps` remains public for callers that tap the adapters themselves.
+their final ``(L, B, heads, Q, T)`` buffer. Gradients go through the same engine (``run_with_cache(..., grad_of=fn)``).
 
 Hooks are registered per call and removed in ``finally``; they only react to the thread
 that registered them, so one model can be shared by many threads (browser sessions),
@@ -31,96 +28,21 @@ each capturing its own input at the same time. Nothing is stored on the modules.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn as nn
 
 from ..base.arguments import check_float_dtype, check_int, resolve_layers
 from ..base.errors import AnalysisError
-from ..model.adapters import AttentionInputs, block_sites, pool_site
-from ..model.adapters.probabilities import attend_and_record, attention_probabilities  # noqa: F401 (the one softmax rule; re-exported)
-from ..model.geometry import input_spec  # still importable from here, as before
+from ..model.adapters import pool_site
+from ..model.geometry import input_spec
 from ..model.windowed_support import require_global_attention
 from ..records.attention import AttentionRecord
-from ..records.windowed import WindowedAttentionRecord, windowed_message
+from ..records.windowed import WindowedAttentionRecord
 from .activations.points import POOL_NAME
 from .activations.run import cache_forward
 
-__all__ = ["AttentionRecord", "capture_attention", "attention_taps", "attention_probabilities", "require_every_layer"]
-
-# (layer index, probabilities (B, heads, Q, T)) -> None
-AttentionSink = Callable[[int, torch.Tensor], None]
-
-
-def reported_probabilities(inputs: AttentionInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """Probabilities ``(B, heads, Q, T)`` of one reported attention call (the module's own on
-    its explicit or differentiable path, else computed as :func:`attention_probabilities`)."""
-    if inputs.probs is None:
-        assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, (
-            "a call reports probs or q, k"
-        )
-        return attention_probabilities(
-            inputs.q, inputs.k, inputs.scale, rows, mask=inputs.mask, is_causal=inputs.is_causal
-        )
-    probs = inputs.probs if rows is None else inputs.probs.index_select(2, rows)
-    return probs.float()
-
-
-@contextlib.contextmanager
-def attention_taps(
-    model: nn.Module,
-    layers: Sequence[int],
-    sink: AttentionSink,
-    *,
-    query_tokens: Sequence[int] | None = None,
-    differentiable: bool = False,
-) -> Iterator[None]:
-    """Within the block, every forward of ``model`` *by this thread* reports the attention
-    probabilities of ``layers`` to ``sink(layer, probs)`` with probs ``(B, heads, Q, T)``,
-    read by each block's attention adapter (:mod:`analysis.model.adapters`); the fused kernel keeps
-    computing each call's output.
-
-    ``differentiable=True`` (under autograd): the reported probabilities are the very tensors
-    the blocks multiply with ``v`` (fused calls become explicit for this thread and this block
-    only), so gradients with respect to them are exact. The library itself no longer uses this
-    (kept public for callers that tap the adapters themselves): reading, editing and
-    differentiating activations go through :mod:`analysis.engine.activations` (``run_with_cache``,
-    with ``grad_of=fn`` for gradients: ``cache.grad("blocks.3.attn.probs")`` is the same
-    ``∂y/∂P``). Hooks are removed on exit, also when the forward raises.
-    """
-    owner = threading.get_ident()
-    handles = []
-    rows_cache: dict[torch.device, torch.Tensor] = {}
-    sites = {site.layer: site for site in block_sites(model)}
-    if query_tokens is not None and any(sites[layer].adapter.windowed for layer in layers):
-        raise AnalysisError(windowed_message("query_tokens (rows of attention over all tokens)", type(model).__name__))
-
-    def rows_on(device: torch.device) -> torch.Tensor | None:
-        if query_tokens is None:
-            return None
-        if device not in rows_cache:
-            rows_cache[device] = torch.as_tensor(list(query_tokens), dtype=torch.long, device=device)
-        return rows_cache[device]
-
-    def emitter(layer: int):
-        def emit(inputs: AttentionInputs) -> None:
-            reference = inputs.q if inputs.probs is None else inputs.probs
-            assert reference is not None, "a call reports probs or q, k"
-            sink(layer, reported_probabilities(inputs, rows_on(reference.device)))
-
-        return emit
-
-    try:
-        for layer in layers:
-            site = sites[layer]
-            handles.extend(site.adapter.tap(site.module, emitter(layer), owner, differentiable=differentiable))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+__all__ = ["capture_attention", "require_every_layer"]
 
 
 def require_every_layer(requested: Sequence[int], seen, what: str = "attention") -> None:

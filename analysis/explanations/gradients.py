@@ -21,8 +21,8 @@ import torch
 from ..base.devices import autocast_context
 from ..base.errors import AnalysisError
 from ..engine.activations.run import run_with_cache
-from ..engine.capture import input_spec
 from ..model.adapters.registry import block_sites
+from ..model.geometry import input_spec
 from ..model.spec import LayerGeometry, ViTSpec
 from ..records.checks import check_int
 from ..records.windowed import refuse_windowed

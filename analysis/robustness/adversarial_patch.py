@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from ..attention.maps import attention_map
 from ..base.errors import AnalysisError
 from ..base.progress import Progress, tell, within
-from ..engine.capture import AttentionRecord, capture_attention
+from ..engine.capture import capture_attention
 from ..model.loading.loaded import LoadedModel
 from ..model.windowed_support import require_global_attention
+from ..records.attention import AttentionRecord
 
 __all__ = [
     "PATCH_OPTIMISERS",

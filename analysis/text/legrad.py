@@ -27,8 +27,9 @@ import torch
 
 from ..base.errors import AnalysisError
 from ..engine.activations.run import run_with_hooks
-from ..engine.capture import input_spec, require_every_layer
+from ..engine.capture import require_every_layer
 from ..maps.scaling import scale_min_max
+from ..model.geometry import input_spec
 from ..records.checks import check_int
 from ..records.windowed import refuse_windowed
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base.errors import AnalysisError
-from ..engine.capture import AttentionRecord
+from ..records.attention import AttentionRecord
 from ..records.checks import check_record
 from .record import TokenRecord
 

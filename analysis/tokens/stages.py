@@ -24,8 +24,8 @@ import torch
 import torch.nn as nn
 
 from ..base.errors import AnalysisError
-from ..engine.capture import AttentionRecord
 from ..model.spec import LayerGeometry, ViTSpec
+from ..records.attention import AttentionRecord
 from ..records.checks import check_index
 
 __all__ = ["WindowedTokens", "logit_lens_layers", "windowed_readout"]

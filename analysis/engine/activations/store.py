@@ -8,8 +8,7 @@ Two layouts:
   …) is a slice of one ``(L, …)`` buffer, in the order the names were asked. This is what
   :func:`analysis.capture_attention` reads as its ``(L, B, heads, Q, T)`` record, with no copy:
   a float32 value computed on the storage device goes straight into its slice
-  (:meth:`ActivationStore.destination`), and on the CPU a large buffer reuses the memory of a
-  record already dropped (:mod:`analysis.base.record_memory`).
+  (:meth:`ActivationStore.destination`).
 
 A kept value is never the model's own tensor: what the model continues with is copied (or
 converted); a value computed into a :meth:`~ActivationStore.destination` is kept as it is.
@@ -20,7 +19,6 @@ from __future__ import annotations
 import torch
 
 from ...base.errors import AnalysisError
-from ...base.record_memory import record_buffer
 from .points import parse_hook_name
 
 __all__ = ["ActivationStore"]
@@ -121,10 +119,7 @@ class ActivationStore:
         buffer = self.stacks.get(point)
         if buffer is None:
             full = (self._stack_length[point], *shape)
-            if self.device.type == "cpu" and not self.pin:  # reuses a dropped record's memory
-                buffer = record_buffer(full, self.dtype)
-            else:  # pinned and device memory: torch's caching allocators reuse it
-                buffer = torch.empty(full, dtype=self.dtype, device=self.device, pin_memory=self.pin)
+            buffer = torch.empty(full, dtype=self.dtype, device=self.device, pin_memory=self.pin)
             self.stacks[point] = buffer
         if tuple(buffer.shape[1:]) != tuple(shape):
             raise AnalysisError(

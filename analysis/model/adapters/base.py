@@ -14,7 +14,7 @@ Every attention module of the families we support ends in one of two ways:
   ``attn_drop`` dropout (identity in eval). A forward hook on ``attn_drop`` reads ``P``.
 
 Either way the module's own computation is unchanged, so logits stay bit-identical, and
-nothing is stored on the module: hooks live for one call of :func:`attention_taps`, react
+nothing is stored on the module: hooks live for one call of the engine (:func:`analysis.engine.activations.run_with_cache`), react
 only to the thread that registered them, and are removed in ``finally``.
 
 For gradients with respect to the probabilities (class-specific explanations), ``tap(...,
