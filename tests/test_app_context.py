@@ -106,9 +106,10 @@ def test_offline_note_names_the_cached_models(offline, monkeypatch):
 
 
 def test_a_random_models_maps_are_not_saturated_at_the_default(app):
-    """Random weights attend almost uniformly: at the default colour range the main map sits
-    at about 1/UNIFORM_FLOOR of its scale, and so do the layers × heads thumbnails (one top
-    per layer), instead of a solid top colour (issue 29, item 4)."""
+    """Random weights attend almost uniformly (within 1.15× uniform): at the default colour range
+    the main map tops out near 1/UNIFORM_FLOOR of its scale, and so do the layers × heads
+    thumbnails (one top per layer), instead of a solid top colour; the colour bar gives the top in
+    units of the uniform level and marks that level with a tick."""
     import json
 
     from analysis.plots import UNIFORM_FLOOR
@@ -125,12 +126,14 @@ def test_a_random_models_maps_are_not_saturated_at_the_default(app):
 
     shown = array(overlay["z"])
     assert overlay["zmin"] == 0 and overlay["zmax"] == pytest.approx(UNIFORM_FLOOR * uniform, rel=1e-6)
-    assert shown.max() / overlay["zmax"] < 0.5
-    assert "uniform" in overlay["colorbar"]["title"]["text"]
+    assert shown.max() / overlay["zmax"] < 0.8  # 1.15 / UNIFORM_FLOOR at most
+    assert f"uniform {uniform:.2g} (top {UNIFORM_FLOOR:g}×)" in overlay["colorbar"]["title"]["text"]
+    marks = dict(zip(overlay["colorbar"]["ticktext"], overlay["colorbar"]["tickvals"]))
+    assert marks[f"uniform {uniform:.2g}"] == pytest.approx(uniform)
     (thumbs,) = [t for t in specs["attn_grid"]["data"] if t.get("type") == "heatmap"]
     tiles = array(thumbs["z"]).astype(np.float64)
     assert (thumbs["zmin"], thumbs["zmax"]) == (0.0, 1.0)
-    assert np.nanmax(tiles) < 0.5  # the old default (each map to its own maximum) drew every tile at 1.0
+    assert np.nanmax(tiles) < 0.8  # the old default (each map to its own maximum) drew every tile at 1.0
 
 
 def test_top_mass_panels_dim_the_image_outside_each_heads_mask(app):

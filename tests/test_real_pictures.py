@@ -100,6 +100,39 @@ def test_the_explain_pages_default_scaling_keeps_the_real_rollout_readable(real_
         assert 0 < int((robust > 1).sum()) <= 0.02 * robust.size  # the few cells above are clipped, outlined
 
 
+def readability(values: np.ndarray, hi: float) -> tuple[float, float, float]:
+    """On a scale from 0 to ``hi``: where the brightest 1% of cells start (their 99th percentile, as
+    a share of the scale), the share of cells above a tenth of it, and the share in its top 5%."""
+    values = np.asarray(values, np.float64).ravel()
+    return float(np.quantile(values, 0.99) / hi), float((values > 0.1 * hi).mean()), float((values > 0.95 * hi).mean())
+
+
+def test_every_default_map_uses_its_scale_on_the_real_model(real_vit, pictures):
+    """One colour rule for every attention-like map, on real weights and real photos: on the
+    Attention chart, the Rollout chart, its Figure 6 view and Why this class?'s rollout, the
+    brightest 1% of cells reach at least 60% of the colour range, at least 20% of the cells lie
+    above a tenth of it, and at most 10% sit in its top 5%. Prints the shares
+    (``pytest -s -m real_weights tests/test_real_pictures.py -k every_default_map``)."""
+    from analysis.maps.upsampling import masked_image
+    from analysis.plots import robust_scaled
+
+    uniform = 1 / real_vit.spec.num_tokens
+    white = np.full((*real_vit.spec.img_size, 3), 255, np.uint8)
+    for name in PHOTOS:
+        last, rollout, outliers = pictures[name]
+        shares = {}
+        for what, shown in (("attention", last), ("rollout", rollout)):
+            _, hi, _ = colour_range("robust", shown, uniform=uniform, left_out=outliers)
+            shares[what] = readability(shown, hi)
+            if what == "rollout":  # the page's Figure 6: the same top, the input (white here) times min(m / top, 1)
+                weights = masked_image(white, np.nan_to_num(shown), "bilinear", top=hi)[..., 0] / 255.0
+                shares["figure 6"] = readability(weights, 1.0)
+        shares["why this class? (rollout)"] = readability(robust_scaled(rollout, left_out=outliers)[0], 1.0)
+        print(name, "; ".join(f"{what}: p99 {a:.0%}, >1/10 {b:.0%}, top 5% {c:.1%}" for what, (a, b, c) in shares.items()))
+        for what, (brightest, above_tenth, in_top) in shares.items():
+            assert brightest >= 0.6 and above_tenth >= 0.2 and in_top <= 0.1, (name, what, shares[what])
+
+
 def test_the_single_rollout_peak_is_not_a_high_norm_token(pictures):
     """What washes this model's rollout out is one patch at 50-100× the mean, not a high-norm token:
     the Tokens page's rule finds none here, so the robust range (not the token rule) reads it."""

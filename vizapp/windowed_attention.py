@@ -211,6 +211,7 @@ def render(cur: Current) -> None:
             query_patch=query_cell,
             upsampled=cur.upsampled(shown),
             chart_width=figures.column_width(3 / 5),
+            uniform=uniform,
         )
         if query_cell is not None:
             for shape in window_shapes(window_rectangles(geometry, query_cell)):
@@ -281,7 +282,7 @@ def _thumbnails(cur, maps, stages, layer, column, query_text, *, mean_query: boo
         heads = geometry.num_heads
         stacked = np.stack([maps[lyr] for lyr in layers])  # (layers, heads + 1, gh, gw)
         tiles = stacked.reshape(-1, *geometry.grid_size)
-        if scale == "layer":  # each layer by its own top, at least 4× its own uniform level
+        if scale == "layer":  # each layer by its own top, at least UNIFORM_FLOOR× its own uniform level
             tiles = np.concatenate(
                 [
                     layer_scaled(maps[lyr][None], uniform=spec.geometry(lyr).uniform_attention(mean_query=mean_query))[

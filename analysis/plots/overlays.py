@@ -22,7 +22,7 @@ from .layout import (
     line_count,
     wrap_label,
 )
-from .ranges import clipped_cells
+from .ranges import clipped_cells, colour_bar_ticks
 from .style import (
     CLICK_MARKER,
     as_background,
@@ -139,6 +139,7 @@ def attention_overlay(
     height: int = 560,
     upsampled: np.ndarray | None = None,
     chart_width: float = CHART_WIDTH_PX,
+    uniform: float | None = None,
 ) -> go.Figure:
     """The model-input image with a patch map on top.
 
@@ -151,7 +152,8 @@ def attention_overlay(
     index = patch index, also in ``customdata[0]``): clicking selects the patch under
     the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
     Cells above ``zmax`` (a robust range's clipped cells) are outlined (:func:`clipped_outline`);
-    NaN cells (tokens left out of the map) are not drawn.
+    NaN cells (tokens left out of the map) are not drawn. ``uniform``: the value of uniform
+    attention (``1/T``), marked on the colour bar (:func:`~analysis.plots.ranges.colour_bar_ticks`).
     The figure is at most ``height`` px tall, and short enough that on a chart ``chart_width``
     px wide the image's height limits it (:func:`image_figure_height`): the colour bar, as
     long as the plot area, is then as tall as the image.
@@ -163,6 +165,12 @@ def attention_overlay(
     ph, pw = patch_size
     xs, ys = patch_centres((gh, gw), (ph, pw))
     index = np.arange(gh * gw)
+    colorbar = image_colorbar(colorbar_title, plot_height=plot_height)
+    if uniform:
+        finite = attention[np.isfinite(attention)]
+        bar_lo = float(finite.min()) if zmin is None and finite.size else float(zmin or 0.0)
+        bar_hi = float(finite.max()) if zmax is None and finite.size else float(zmax or 0.0)
+        colorbar.update(colour_bar_ticks(bar_lo, bar_hi, uniform=uniform))
     if upsampled is None:
         layers = [
             dict(
@@ -178,7 +186,7 @@ def attention_overlay(
                 zmax=zmax,
                 zsmooth=False,
                 hoverinfo="skip",
-                colorbar=image_colorbar(colorbar_title, plot_height=plot_height),
+                colorbar=colorbar,
                 name="attention",
             )
         ]
@@ -187,9 +195,7 @@ def attention_overlay(
         hi = float(attention.max()) if zmax is None else float(zmax)
         layers = [
             _smooth_layer(upsampled, colorscale, lo, hi, opacity),
-            _colorbar_carrier(
-                lo, hi, colorscale=colorscale, colorbar=image_colorbar(colorbar_title, plot_height=plot_height)
-            ),
+            _colorbar_carrier(lo, hi, colorscale=colorscale, colorbar=colorbar),
         ]
     outline = clipped_outline(attention, (ph, pw), zmax, colorscale)
     traces = [

@@ -1,11 +1,17 @@
 """Which values a map's colour scale spans (the app's sidebar "Map colour range").
 
-Attention maps are probabilities. Under uniform attention every key gets ``1/T`` (``T`` keys),
-so a map without structure is flat at ``1/T``: stretched from 0 to its own maximum it would
-fill the whole colour scale and look as "hot" as the sharpest head. The default range
-therefore reaches at least :data:`UNIFORM_FLOOR` times the uniform level: a flat map sits in
-the lowest quarter of the scale, and a map that really concentrates its attention still
-spans the whole scale. The colour bar's title states the range and the uniform level.
+One rule for every attention-like map (attention, rollout and its Figure 6 view, the
+instant view and its widget; the explanation maps use the same top through :func:`robust_scaled`):
+the colour scale runs from 0 to the map's robust top, and the colour bar states where uniform
+attention lies. Attention maps are probabilities: under uniform attention every key gets ``1/T``
+(``T`` keys), so the colour bar's title gives the uniform level and the top in its units
+("uniform 0.0051 (top 1.6×)"), and the plotly colour bar marks it with a tick
+(:func:`colour_bar_ticks`), numbers that compare across models. The top is at least
+:data:`UNIFORM_FLOOR` times the uniform level, so that a map without structure does not fill the
+scale: a random ViT's maps stay within 1.15× uniform (their 99th percentile, measured on
+ViT-Ti/16) and are drawn at most at three quarters of the scale, while real maps, whose 99th
+percentile is 1.6× uniform (an ImageNet ViT-Ti's rollout) to 10× (the DINOv2-S backbone's last
+layer), keep their own top. A floor of 4× uniform, used before, left real rollouts dim everywhere.
 
 On real weights a few outlier cells can hold most of a map's mass: the high-norm "artifact"
 tokens of Darcet et al. 2024 ("Vision Transformers Need Registers"), or a single patch that a
@@ -27,6 +33,7 @@ __all__ = [
     "ROBUST_QUANTILE",
     "UNIFORM_FLOOR",
     "clipped_cells",
+    "colour_bar_ticks",
     "colour_range",
     "layer_scaled",
     "robust_scaled",
@@ -35,14 +42,14 @@ __all__ = [
 
 #: How a map's values are spread over the colour scale: mode -> what it means (the first is the default).
 MAP_RANGES = {
-    "robust": "0 to the 99th percentile (at least 4× uniform attention), outlier tokens left out (cells above outlined)",
-    "zero": "0 to the map's maximum (at least 4× uniform attention)",
+    "robust": "0 to the 99th percentile (at least 1.5× uniform attention), outlier tokens left out (cells above outlined)",
+    "zero": "0 to the map's maximum (at least 1.5× uniform attention)",
     "minmax": "the map's minimum to maximum",
     "shared": "0 to the maximum over all layers and heads",
 }
 
-#: The default range's top is at least this many times the uniform level ``1/T``.
-UNIFORM_FLOOR = 4.0
+#: The ``"robust"`` and ``"zero"`` ranges' top is at least this many times the uniform level ``1/T``.
+UNIFORM_FLOOR = 1.5
 
 #: The ``"robust"`` range's top: this quantile of the map's cells (outlier tokens left out).
 ROBUST_QUANTILE = 0.99
@@ -115,8 +122,28 @@ def _clip_text(shown, hi: float) -> str:
     return f"; {above.size} {cells} above (max {top:.3g})"
 
 
-def _uniform_text(uniform: float | None) -> str:
-    return f"; uniform {uniform:.2g}" if uniform else ""
+def _uniform_text(uniform: float | None, hi: float) -> str:
+    """``"; uniform 0.0051 (top 1.6×)"``: the uniform level, and the scale's top in its units."""
+    return f"; uniform {uniform:.2g} (top {hi / uniform:.2g}×)" if uniform else ""
+
+
+def colour_bar_ticks(lo: float, hi: float, *, uniform: float | None = None, count: int = 5) -> dict:
+    """Plotly colour-bar ticks for the scale ``lo..hi``: about ``count`` round values (steps of
+    1, 2, 2.5 or 5 times a power of ten) and, where it lies inside the scale, the uniform level,
+    labelled ``"uniform"`` (round values closer to it than a third of a step are dropped).
+    Returns ``{"tickvals": [...], "ticktext": [...]}`` for a colour bar's settings."""
+    if not hi > lo:
+        return {}
+    raw = (hi - lo) / max(count - 1, 1)
+    power = 10.0 ** np.floor(np.log10(raw))
+    step = next(k * power for k in (1, 2, 2.5, 5, 10) if k * power >= raw)
+    values = [float(v) for v in np.arange(np.ceil(lo / step) * step, hi + step * 1e-9, step)]
+    marks: list[tuple[float, str]] = []
+    if uniform and lo <= uniform <= hi:
+        marks.append((float(uniform), f"uniform {uniform:.2g}"))
+        values = [v for v in values if abs(v - uniform) > step / 3]
+    ticks = sorted([(v, f"{v:.3g}") for v in values] + marks)
+    return {"tickvals": [v for v, _ in ticks], "ticktext": [t for _, t in ticks]}
 
 
 def colour_range(
@@ -131,16 +158,15 @@ def colour_range(
     """``(lo, hi, label)`` of the colour scale for the map ``shown``.
 
     ``"robust"`` (default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
-    never above the map's maximum: a few outlier cells (``left_out``: flat indices of the
+    the quantile never above the map's maximum: a few outlier cells (``left_out``: flat indices of the
     outlier tokens' cells, which never set the top) cannot wash out the rest; the label says
     how many cells lie above the top and how high they go (they are drawn outlined). ``inside``:
     the drawn cells (a windowed query's window), the only ones the quantile counts.
-    ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``: a near-uniform map
-    stays pale instead of filling the scale (``uniform``: the value of uniform attention,
-    ``1/T``; ``None`` for maps that are not probabilities, then plain ``[0, max]``).
-    ``"minmax"``: ``[min, max]`` of ``shown``, the most contrast. ``"shared"``:
+    ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``. ``"minmax"``: ``[min, max]`` of ``shown``, the most contrast. ``"shared"``:
     ``[0, max(everything)]`` (e.g. every layer and head for this query), so maps compare by
-    colour. The label says which, with the numbers and the uniform level.
+    colour. The label says which, with the numbers, and (``uniform``: the value of uniform
+    attention, ``1/T``; ``None`` for maps that are not probabilities) the uniform level and the
+    top in its units: ``"0–p99: 0–0.0083; uniform 0.0051 (top 1.6×); 2 cells above (max 0.0096)"``.
     """
     values = shown if mode != "shared" or everything is None else everything
     finite_shown = np.asarray(shown, dtype=np.float64)[np.isfinite(shown)]
@@ -164,7 +190,7 @@ def colour_range(
     if hi <= lo:
         hi = lo + 1e-12
     clipped = _clip_text(shown, hi) if mode != "minmax" else ""
-    return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}{_uniform_text(uniform)}{without}{clipped}"
+    return lo, hi, f"{name}: {lo:.3g}–{hi:.3g}{_uniform_text(uniform, hi)}{without}{clipped}"
 
 
 def layer_scaled(
@@ -174,7 +200,7 @@ def layer_scaled(
     top, ``max(max over the layer's maps, UNIFORM_FLOOR·uniform)``, and the ``(L,)`` tops.
 
     Within a layer, heads compare by colour; a layer whose maps are all near-uniform stays
-    pale (at most about ``1/UNIFORM_FLOOR``) instead of saturating. ``robust``: the top is the
+    below about ``1/UNIFORM_FLOOR`` of the scale instead of saturating. ``robust``: the top is the
     :data:`ROBUST_QUANTILE` quantile of all the layer's cells without the ``left_out`` cells
     (flat indices into one ``(gh, gw)`` map), as :func:`colour_range`'s ``"robust"`` range;
     values above it come out above 1 (a colour scale to 1 clips them).

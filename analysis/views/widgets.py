@@ -209,7 +209,8 @@ def widget_class():
             head = None if self.head == "mean" else int(self.head)
             shown = attention_map(record, layer, head=head, query=self.query)[0].numpy()
             grid = spec.geometry(layer)  # a ViT's: one window of every token, the patch as stride
-            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=1 / grid.window_tokens)
+            uniform = 1 / grid.window_tokens
+            lo, hi, range_text = plots.colour_range(self._style["map_range"], shown, uniform=uniform)
             head_text = "mean over heads" if head is None else f"head {head}"
             return plots.attention_overlay(
                 self._background,
@@ -221,6 +222,7 @@ def widget_class():
                 zmax=hi,
                 title=f"layer {layer} · {head_text} · query: {self.query}",
                 colorbar_title=f"attention probability ({range_text})",
+                uniform=uniform,
             )
 
         def _repr_mimebundle_(self, **kwargs):

@@ -133,6 +133,7 @@ else:  # a ViT: one grid for every layer
             query_patch=query if isinstance(query, int) else None,
             upsampled=cur.upsampled(cur.shown(shown)),
             chart_width=figures.column_width(3 / 5),
+            uniform=uniform,
         )
         if held:
             st.caption("The chart follows as soon as the view above has drawn.")
@@ -185,6 +186,7 @@ else:  # a ViT: one grid for every layer
                 zmax=pool_hi,
                 colorbar_title=f"attention probability ({pool_range})",
                 upsampled=cur.upsampled(pooling[pool_column]),
+                uniform=uniform,
             ),
             "pool_overlay",
             filename="attention_pooling_head",

@@ -177,6 +177,7 @@ with left:
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
         upsampled=cur.upsampled(cur.shown(final)),
         chart_width=figures.column_width(3 / 5),
+        uniform=uniform,
     )
     show_chart(
         figure, "rollout_overlay", filename="rollout", on_select=patch_click("rollout_overlay", [grid], spec.grid_size)
