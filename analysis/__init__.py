@@ -55,22 +55,17 @@ from .engine.capture import capture_attention
 from .explanations import EXPLANATION_METHODS, explain
 from .maps.scaling import scale_by_peak
 from .maps.upsampling import UPSAMPLING_MODES, masked_image, upsample_map
-from .model.loading import LoadedCLIP, LoadedViT, class_label, class_probabilities, load_clip, load_vit, top_classes
-from .model.spec import ViTSpec
+from .model.geometry import ViTSpec
+from .model.loading import load_vit
+from .model.loading.loaded import LoadedViT, class_label, class_probabilities, top_classes
+from .model.loading.loaded_clip import LoadedCLIP
+from .model.loading.two_tower import load_clip
 from .records.attention import AttentionRecord
 from .records.queries import corresponding_layer, corresponding_query
-from .tokens import (
-    TOKEN_KINDS,
-    TokenRecord,
-    attention_mass,
-    capture_tokens,
-    feature_pca,
-    high_norm_tokens,
-    logit_lens,
-    outlier_patches,
-    patch_similarity,
-    token_norms,
-)
+from .tokens.artifacts import attention_mass, high_norm_tokens, outlier_patches, token_norms
+from .tokens.capture import TOKEN_KINDS, capture_tokens, logit_lens
+from .tokens.features import feature_pca, patch_similarity
+from .tokens.record import TokenRecord
 
 __all__ = [
     "TOKEN_KINDS",

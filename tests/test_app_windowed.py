@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
-from analysis.model.spec import LayerGeometry  # noqa: E402
+from analysis.model.geometry import LayerGeometry  # noqa: E402
 from analysis.plots.layout import plain_label  # noqa: E402
 from tests.test_app import (  # noqa: E402
     APP,

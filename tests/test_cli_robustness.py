@@ -193,7 +193,7 @@ def test_texture_refuses_cue_conflict_scenes_for_other_classes_and_a_silhouette_
 def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path, on_two_ranks):
     """Every rank trains the same patches; each scores its rows of the whole set's positions, so the
     summed rates equal one process's and patch_size_curve's on the same scenes."""
-    from analysis.cli.robustness import PATCH_TRAIN_SEED
+    from analysis.robustness.adversarial_patch import PATCH_TRAIN_SEED
 
     common = PATCH
     one, (ranks, two) = tmp_path / "one.npz", on_two_ranks[common[1]]

@@ -289,7 +289,7 @@ def test_rollout_says_when_blocks_are_post_norm(family_vits):
     """ResPost blocks (x + norm(attn(x))) break rollout's ½A + ½I assumption: rollout says so."""
     import warnings
 
-    from analysis.attention.rollout import POST_NORM_WARNING
+    from analysis.attention.rollout_rules import POST_NORM_WARNING
 
     post = family_vits["relpos_rpn"]
     assert post.spec.residual_norm == "post"

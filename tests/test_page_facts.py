@@ -13,8 +13,8 @@ import torch
 
 import analysis
 from analysis.attention.rollout import rollout_uniform_level
+from analysis.model.windowed_support import is_model_refusal, refuse_windowed
 from analysis.records.queries import query_for_layers
-from analysis.records.windowed import is_model_refusal, refuse_windowed
 from analysis.robustness import (
     SALIENCY_NAMES,
     check_token_drop,

@@ -3,7 +3,7 @@
 The references here write the window arithmetic out by hand: the cyclic shift as index
 arithmetic on the grid, the partition as loops over windows, the relative-position index
 and the shift mask's roll regions from their definitions. Nothing calls timm's
-``window_partition`` or the project's :class:`~analysis.model.spec.LayerGeometry` to build them.
+``window_partition`` or the project's :class:`~analysis.model.geometry.LayerGeometry` to build them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ Swin/Swinv2 and torchvision Swin/Swin V2 (converted once, at the boundary, into 
 and the hierarchical families that stay out (Hiera, MViTv2, MaxViT), all random weights at
 small sizes.
 
-References, each independent of the capture and of :class:`~analysis.model.spec.LayerGeometry`:
+References, each independent of the capture and of :class:`~analysis.model.geometry.LayerGeometry`:
 
 * ``swinv2_cr``: ``softmax(τ·cos(q, k) + meta_mlp(Δ) + M)`` recomputed from each block's own
   weights, with the cyclic shift, padding, partition, log-spaced offsets and roll regions

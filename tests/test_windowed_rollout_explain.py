@@ -4,7 +4,7 @@ weights, small sizes.
 The references write everything out by hand: the window arithmetic (which cell sits in which
 slot of which window) as loops over windows and slots, the dense matrices and the 2×2 merge
 cell by cell, Grad-CAM and the pooled gradients with loops over cells and channels. Nothing
-calls :class:`~analysis.model.spec.LayerGeometry` or the project's rollout to build them.
+calls :class:`~analysis.model.geometry.LayerGeometry` or the project's rollout to build them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from analysis import AnalysisError, capture_attention, explain, load_vit
 from analysis.attention.windowed_rollout import merge_matrix, windowed_rollout, windowed_rollout_by_layer
 from analysis.explanations import explanation_grid, methods_for
 from analysis.faithfulness import perturbation_curve
+from analysis.model.windowed_support import WINDOWED_SUPPORT
 from windowed_models import small_pixels, small_sam, small_swin
 
 # (grid, stride, window, shift) per layer of SWIN_SMALL: 16x16 cells of 4 px, then 8x8 of 8 px
@@ -217,7 +218,7 @@ def test_the_merge_rule_equals_the_loops_and_is_labelled_an_approximation(swin_r
 def test_merge_matrix_of_even_and_odd_grids_equals_the_loops(swin):
     spec = swin.spec
     torch.testing.assert_close(merge_matrix(spec.geometry(1), spec.geometry(2)), _hand_merge((16, 16)), atol=0, rtol=0)
-    from analysis.model.spec import LayerGeometry
+    from analysis.model.geometry import LayerGeometry
 
     odd, merged = LayerGeometry(0, (5, 7), (4, 4), (4, 4)), LayerGeometry(1, (3, 4), (8, 8), (4, 4))
     torch.testing.assert_close(merge_matrix(odd, merged), _hand_merge((5, 7)), atol=0, rtol=0)
@@ -406,10 +407,7 @@ def test_global_token_methods_are_refused_with_the_reason(swin, sam, pixels):
         assert methods_for(vit) == ("rollout", "gradcam", "input_x_gradient", "integrated_gradients", "attnlrp")
     with pytest.raises(AnalysisError, match="windowed attention"):
         analysis.explanations.attention_gradients(swin, pixels[:1])
-    assert (
-        "gradcam" in analysis.records.windowed.WINDOWED_SUPPORT
-        and "attention_rollout" in analysis.records.windowed.WINDOWED_SUPPORT
-    )
+    assert "gradcam" in WINDOWED_SUPPORT and "attention_rollout" in WINDOWED_SUPPORT
 
 
 # --------------------------------------------------------------------------- faithfulness

@@ -1,6 +1,6 @@
 """What the pages need for windowed models (Swin v1/v2, SAM's image encoder).
 
-A windowed model's layers live on stage grids (:class:`analysis.model.spec.LayerGeometry`: grid, stride
+A windowed model's layers live on stage grids (:class:`analysis.model.geometry.LayerGeometry`: grid, stride
 in input pixels, windows, shift). The app keeps one query for every layer as a cell of the
 finest grid (``spec.grid_size``, the patch embedding's, as the ViT pages do) and hands the
 library the *pixel* at that cell's centre: each layer then finds the cell of its own grid
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from analysis import ViTSpec
-from analysis.model.spec import LayerGeometry
+from analysis.model.geometry import LayerGeometry
 
 __all__ = [
     "stage_layers",

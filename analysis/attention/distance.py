@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base.errors import AnalysisError
-from ..model.spec import LayerGeometry, ViTSpec
+from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import require_global_attention
 from ..records.attention import AttentionRecord
 from ..records.checks import check_record, check_spec

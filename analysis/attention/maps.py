@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..records.attention import AttentionRecord
-from ..records.checks import check_index, check_record
+from ..records.checks import check_record
 from ..records.queries import Query, query_rows_for, select_query
 from ..records.windowed import WindowedAttentionRecord, windowed_attention_map
 
@@ -85,7 +86,7 @@ def attention_rows(record: AttentionRecord, layer: int, *, keys: str = "patches"
     Returns:
         ``(B, heads + 1, T, N)`` float32; ``(B, heads + 1, T, T)`` with ``keys="all"``.
     """
-    from ..records.windowed import refuse_windowed
+    from ..model.windowed_support import refuse_windowed
 
     refuse_windowed(record, "attention_rows")
     spec = check_record(record, "attention_rows").spec

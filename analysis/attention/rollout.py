@@ -3,7 +3,7 @@
 A ViT's record composes every layer over one token set. A windowed record (Swin, SAM;
 :mod:`analysis.records.windowed`) is composed by :mod:`analysis.attention.windowed_rollout`, which builds each
 layer's dense attention over its grid cells from the windows and hands the matrices to the
-same composition (:func:`compose_rollout`); :func:`attention_rollout` and
+same composition (:func:`~analysis.attention.rollout_rules.compose_rollout`); :func:`attention_rollout` and
 :func:`attention_rollout_by_layer` send such records there.
 """
 
@@ -22,13 +22,9 @@ from ..records.checks import check_record
 from ..records.queries import Query, query_rows_for
 from ..records.windowed import WindowedAttentionRecord
 from .rollout_rules import (
-    HEAD_FUSIONS,
     POST_NORM_WARNING,
     compose_rollout,
-    discard_lowest,
-    fuse_heads,
     layer_range,
-    mix_identity,
     rollout_step,
 )
 from .windowed_rollout import MERGE_RULES, windowed_rollout, windowed_rollout_by_layer, windowed_rollout_matrices
@@ -39,14 +35,6 @@ __all__ = [
     "attention_rollout_by_layer",
     "rollout_matrices",
     "rollout_steps",
-    "rollout_step",
-    "fuse_heads",
-    "discard_lowest",
-    "mix_identity",
-    "compose_rollout",
-    "layer_range",
-    "HEAD_FUSIONS",
-    "POST_NORM_WARNING",
     "rollout_uniform_level",
 ]
 

@@ -4,7 +4,7 @@ the weakest pairs, mix in the identity, and compose the layers.
 One layer's ``Â = ½·fuse(A) + ½·I`` (rows divided by their sums) and ``R = Â_end ⋯ Â_start`` are
 written once, here, for the ViT rollout (:mod:`analysis.attention.rollout`), the windowed one
 (:mod:`analysis.attention.windowed_rollout`), MAE's visible-token rollout and token drop. They take plain
-tensors, not records, so they sit below both rollouts; :mod:`analysis.attention.rollout` re-exports them.
+tensors, not records, so they sit below both rollouts, and are imported from here.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from ..base.oom import run_with_oom_fallback
 from ..base.progress import Progress
 from ..engine.activations.run import visit_forward
 from ..engine.capture import require_every_layer
-from ..model.spec import input_spec
+from ..model.geometry import input_spec
 from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]

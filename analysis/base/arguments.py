@@ -3,7 +3,7 @@
 TypeError from torch).
 
 The bottom layer of the library, beside :mod:`analysis.base.errors`: it imports nothing else of it.
-:mod:`analysis.records.checks` re-exports these with the checks of records and specs.
+The checks that need the record and spec types are in :mod:`analysis.records.checks`.
 """
 
 from __future__ import annotations

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..base.arguments import resolve_layers
+from ..base.arguments import check_index, resolve_layers
 from ..base.errors import AnalysisError
 from ..base.progress import Progress
 from ..engine.activations import run_with_cache, run_with_hooks
 from ..explanations.gradients import resolve_targets
 from ..model.adapters.registry import block_sites
-from ..records.checks import check_index
-from ..records.windowed import refuse_windowed
+from ..model.windowed_support import refuse_windowed
 
 __all__ = [
     "ABLATIONS",

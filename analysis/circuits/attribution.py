@@ -41,7 +41,7 @@ from ..engine.activations import run_with_cache
 from ..engine.activations.points import POOL_NAME
 from ..explanations.gradients import resolve_targets
 from ..model.adapters.registry import block_sites
-from ..records.windowed import refuse_windowed
+from ..model.windowed_support import refuse_windowed
 from .ablation import check_separable_heads
 
 __all__ = [

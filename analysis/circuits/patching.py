@@ -26,7 +26,7 @@ from ..base.errors import AnalysisError
 from ..base.progress import Progress
 from ..engine.activations import run_with_cache, run_with_hooks
 from ..explanations.gradients import resolve_targets
-from ..records.windowed import refuse_windowed
+from ..model.windowed_support import refuse_windowed
 from .ablation import check_separable_heads
 
 __all__ = ["PATCH_POINTS", "PatchingResult", "activation_patching"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..model.spec import patch_embedding_module
-from ..records.checks import check_int
+from ..model.geometry import patch_embedding_module
 
 __all__ = ["patch_embedding_filters", "patch_embedding_components"]
 

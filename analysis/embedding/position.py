@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from timm.layers import resample_abs_pos_embed
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..model.spec import patch_embedding_module
-from ..records.checks import check_int
+from ..model.geometry import patch_embedding_module
 
 __all__ = [
     "patch_position_embeddings",

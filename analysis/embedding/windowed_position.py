@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..records.checks import check_index
 
 __all__ = ["relative_position_bias", "decomposed_relative_position", "DecomposedPosition"]
 

@@ -30,11 +30,11 @@ import torch
 
 from ..attention.rollout import attention_rollout
 from ..base.errors import AnalysisError
-from ..model.spec import input_spec
+from ..base.image_ops import BASELINES
+from ..model.geometry import input_spec
 from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
 from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .methods import (
-    BASELINES,
     GLOBAL_TOKEN_METHODS,
     IG_QUADRATURES,
     IntegratedGradients,

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..base.arguments import check_int
 from ..base.devices import autocast_context
 from ..base.errors import AnalysisError
 from ..engine.activations.run import run_with_cache
 from ..model.adapters.registry import block_sites
-from ..model.geometry import input_spec
-from ..model.spec import LayerGeometry, ViTSpec
-from ..records.checks import check_int
-from ..records.windowed import refuse_windowed
+from ..model.geometry import LayerGeometry, ViTSpec, input_spec
+from ..model.windowed_support import refuse_windowed
 
 __all__ = [
     "AttentionGradients",
@@ -238,7 +237,7 @@ def last_stage_gradients(
     """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
     pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
     reshaped to the last stage's grid. ``(B, gh, gw, C)`` activations, ``(B, gh, gw, C)``
-    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.model.spec.LayerGeometry`
+    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.model.geometry.LayerGeometry`
     (``grid_size``, ``stride`` in input pixels).
 
     Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2

@@ -56,7 +56,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from ..engine.activations import run_with_hooks
 from ..model.adapters.base import AttentionInputs, attend
 from ..model.adapters.probabilities import attention_scores
-from ..model.spec import ViTSpec, input_spec
+from ..model.geometry import ViTSpec, input_spec
 from .gradients import require_classes, resolve_targets
 
 __all__ = [

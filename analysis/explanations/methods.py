@@ -20,12 +20,12 @@ import torch.nn.functional as F
 
 from ..attention.maps import attention_map
 from ..attention.rollout import attention_rollout
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
 from ..base.image_ops import BASELINES, baseline_pixels
 from ..engine.capture import capture_attention
-from ..model.spec import ViTSpec
+from ..model.geometry import ViTSpec
 from ..model.windowed_support import require_global_attention
-from ..records.checks import check_int
 from .gradients import (
     attention_gradients,
     block_input_gradients,
@@ -50,7 +50,6 @@ __all__ = [
     "IG_QUADRATURES",
     "explanation_grid",
     "GLOBAL_TOKEN_METHODS",
-    "BASELINES",
 ]
 
 #: method -> why it is not defined for a windowed model (Swin, SAM).
@@ -95,7 +94,7 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
         geometry = spec.geometry(spec.num_layers - 1)
         return geometry.grid_size, geometry.stride
     if method == "rollout":
-        from ..attention.rollout import layer_range
+        from ..attention.rollout_rules import layer_range
 
         start, _ = layer_range(spec, options.get("start_layer", 0), options.get("end_layer"), options.get("stage"))
         geometry = spec.geometry(start)

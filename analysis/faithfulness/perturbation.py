@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
 from ..base.image_ops import BASELINES, baseline_pixels, patch_grid, patch_pixel_mask
-from ..records.checks import check_int
 
 __all__ = [
     "CURVE_MODES",

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..base.arguments import check_int
 from ..model.adapters.registry import model_blocks
-from ..records.checks import check_int
 
 __all__ = ["randomized_copy", "rank_correlation"]
 

@@ -28,12 +28,12 @@ import torch
 import torch.nn as nn
 
 from ..attention.distance import attention_distance_per_image, patch_centres
-from ..attention.rollout import compose_rollout, rollout_step
+from ..attention.rollout_rules import compose_rollout, rollout_step
 from ..base.errors import AnalysisError, UnsupportedModelError
 from ..engine.activations.run import hooks_around
 from ..engine.capture import require_every_layer
 from ..model.adapters.hf_vit_mae import encoder_sites
-from ..model.spec import ViTSpec
+from ..model.geometry import ViTSpec
 
 __all__ = ["VisibleAttentionRecord", "encoder_attention_taps", "visible_attention_distance", "visible_rollout"]
 
@@ -119,8 +119,8 @@ def visible_rollout(
     record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
 ) -> torch.Tensor:
     """``(B, 1 + V, 1 + V)`` float64 attention rollout (Abnar & Zuidema 2020) over all layers of
-    the record, on the visible tokens: :func:`~analysis.attention.rollout.rollout_step` and
-    :func:`~analysis.attention.rollout.compose_rollout`, the rules every rollout here uses."""
+    the record, on the visible tokens: :func:`~analysis.attention.rollout_rules.rollout_step` and
+    :func:`~analysis.attention.rollout_rules.compose_rollout`, the rules every rollout here uses."""
     steps = (
         (layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
         for i, layer in enumerate(record.layers)

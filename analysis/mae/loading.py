@@ -2,7 +2,7 @@
 
 ``load_mae(source)`` returns a :class:`LoadedMAE`: the transformers model itself (encoder and
 decoder, eval mode, on its device; not converted, since reconstruction runs the model's own
-forward), the encoder's geometry as a :class:`~analysis.model.spec.ViTSpec`, its preprocessing and
+forward), the encoder's geometry as a :class:`~analysis.model.geometry.ViTSpec`, its preprocessing and
 the config's ``norm_pix_loss``, patch size and image size. Sources: a ``save_pretrained``
 folder (or ``"local-dir:PATH"``), ``"hf:org/name"`` (local cache, else the hub), ``"demo_mae"`` (the bundled demo MAE in
 ``assets/demo_mae``, trained on the demo scenes) or a ``ViTMAEForPreTraining`` a notebook
@@ -28,10 +28,10 @@ from ..base.assets import asset_path
 from ..base.devices import resolve_device
 from ..base.errors import MissingDecoderError, ModelLoadError, UnsupportedModelError
 from ..base.preprocessing import Preprocessing
+from ..model.geometry import ViTSpec, as_pair
 from ..model.loading.files import existing_model_path, looks_like_path
 from ..model.loading.hf_transformers import hf_snapshot, preprocessing_config, read_preprocessor
 from ..model.loading.loaded import LoadedModel, place_model
-from ..model.spec import ViTSpec, as_pair
 
 __all__ = ["LoadedMAE", "load_mae", "wrap_mae", "MAE_WITH_DECODER", "DEMO_MAE_DIR"]
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..base.arguments import check_pixels
 from ..base.errors import AnalysisError
-from ..records.checks import check_pixels
 from .attention import (
     VisibleAttentionRecord,
     collect_visible_attention,

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..records.checks import check_int
 
 __all__ = ["UPSAMPLING_MODES", "upsample_map", "masked_image"]
 

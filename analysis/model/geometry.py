@@ -2,7 +2,7 @@
 
 The types only, below the attention adapters (which build a windowed layer's geometry);
 :func:`analysis.model.spec.spec_from_model` reads them off a model through its adapters (never
-assumed), and :mod:`analysis.model.spec` re-exports every name here.
+assumed). Every name here is imported from this module.
 
 Windowed and hierarchical models (Swin, SAM) add one :class:`LayerGeometry` per layer:
 where that layer's tokens sit on the image and which of them each query may attend to.

@@ -1,9 +1,9 @@
-"""Reading a :class:`ViTSpec` off a model (never assumed), through its attention adapters.
+"""Reading a :class:`~analysis.model.geometry.ViTSpec` off a model (never assumed), through its attention adapters.
 
 :func:`spec_from_model` asks each block's adapter (:mod:`analysis.model.adapters`) for its heads and,
-for a windowed model, its :class:`LayerGeometry`; the types themselves live one layer down, in
-:mod:`analysis.model.geometry` (below the adapters, which build a windowed layer's geometry), and every
-name of it is re-exported here: ``from analysis.model.spec import ViTSpec, LayerGeometry`` keeps working.
+for a windowed model, its :class:`~analysis.model.geometry.LayerGeometry`; the types themselves live one layer down, in
+:mod:`analysis.model.geometry` (below the adapters, which build a windowed layer's geometry):
+``from analysis.model.geometry import ViTSpec, LayerGeometry``.
 """
 
 from __future__ import annotations
@@ -13,18 +13,9 @@ import torch.nn as nn
 
 from ..base.errors import UnsupportedModelError
 from .adapters import block_sites, model_blocks
-from .geometry import HEAD_KINDS, POSITION_KINDS, LayerGeometry, ViTSpec, as_pair, input_spec, patch_embedding_module
+from .geometry import ViTSpec, as_pair, patch_embedding_module
 
-__all__ = [
-    "ViTSpec",
-    "LayerGeometry",
-    "spec_from_model",
-    "patch_embedding_module",
-    "as_pair",
-    "input_spec",
-    "POSITION_KINDS",
-    "HEAD_KINDS",
-]
+__all__ = ["spec_from_model"]
 
 
 def _position_kind(model: nn.Module) -> str:

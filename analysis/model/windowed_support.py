@@ -3,8 +3,7 @@
 :func:`require_global_attention` is the one rule for an analysis that is not defined for windowed
 attention: given a windowed model, spec or record it raises the analysis's own typed error.
 :func:`refuse_windowed` is its generic form, naming the reason and :data:`WINDOWED_SUPPORT`. It needs only
-the spec, so it sits with it, below the adapters and records; :mod:`analysis.records.windowed`
-re-exports every name here.
+the spec, so it sits with it, below the adapters and records (import these names from here).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Records and queries: what a forward pass gives (:class:`AttentionRecord`, the windowed record in
-``records.windowed``), the checks of a record, and the rows an analysis reads from it (``queries``).
-
-``analysis.records`` was one module before the layer folders; its names are here as before.
+"""Records and queries: what a forward pass gives (:mod:`analysis.records.attention`, the windowed
+record in :mod:`analysis.records.windowed`), the checks of a record (:mod:`analysis.records.checks`),
+and the rows an analysis reads from it (:mod:`analysis.records.queries`). Import each name from its
+module.
 """
-
-from .attention import AttentionRecord, AttentionRecordProtocol
-
-__all__ = ["AttentionRecord", "AttentionRecordProtocol"]

@@ -2,8 +2,7 @@
 
 What :func:`analysis.engine.capture.capture_attention` returns for a ViT (a windowed model's record is
 :class:`analysis.records.windowed.WindowedAttentionRecord`). The type lives below the engine that fills
-it, so the analyses, queries and checks that read a record need not import the engine;
-:mod:`analysis.engine.capture` re-exports it.
+it, so the analyses, queries and checks that read a record need not import the engine.
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ import torch
 
 from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..model.geometry import LayerGeometry
-from ..model.spec import ViTSpec
+from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import refuse_windowed
 from .attention import AttentionRecord
 
@@ -163,7 +162,7 @@ def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
 
 def patch_of_pixel(spec, pixel: tuple[int, int]) -> int:
     """The row-major patch that contains input pixel ``(y, x)`` (of the ``spec.img_size``
-    input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.model.spec.LayerGeometry.cell_of_pixel`.
+    input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.model.geometry.LayerGeometry.cell_of_pixel`.
     ``spec`` may be one layer's ``LayerGeometry`` (the input it covers: grid × stride)."""
     if isinstance(spec, LayerGeometry):
         size = (spec.grid_size[0] * spec.stride[0], spec.grid_size[1] * spec.stride[1])

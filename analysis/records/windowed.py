@@ -1,6 +1,6 @@
 """Records of windowed attention (Swin v1/v2, SAM's image encoder), and the one map they give today.
 
-A windowed layer attends inside windows of its stage grid (:class:`~analysis.model.spec.LayerGeometry`
+A windowed layer attends inside windows of its stage grid (:class:`~analysis.model.geometry.LayerGeometry`
 says which cells each window holds, and which pairs the shift mask keeps). The capture
 (:func:`analysis.engine.capture.capture_attention`, the same path as for ViTs) returns a
 :class:`WindowedAttentionRecord` that keeps each layer's probabilities as the module computed
@@ -35,26 +35,11 @@ import torch
 from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..model.geometry import LayerGeometry, ViTSpec
-from ..model.windowed_support import (
-    WINDOWED_SUPPORT,
-    is_model_refusal,
-    refuse_windowed,
-    require_global_attention,
-    windowed_message,
-)
+from ..model.windowed_support import refuse_windowed
 from .attention import AttentionRecord
 from .queries import check_pixel_query
 
-__all__ = [
-    "WindowedAttentionRecord",
-    "window_probabilities",
-    "windowed_attention_map",
-    "refuse_windowed",
-    "require_global_attention",
-    "windowed_message",
-    "is_model_refusal",
-    "WINDOWED_SUPPORT",
-]
+__all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map"]
 
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Robustness probes of "Intriguing Properties of Vision Transformers" (Naseer et al. 2021)."""
 
+from ..base.image_ops import gaussian_blur, gaussian_noise
 from .adversarial_patch import (
     PATCH_OPTIMISERS,
     PATCH_TRAIN_SEED,
@@ -55,8 +56,6 @@ from .perturbations import (
     DROP_SELECTIONS,
     check_token_drop,
     drop_pixels,
-    gaussian_blur,
-    gaussian_noise,
     patch_drop_indices,
     shuffle_grids,
     shuffle_patches,

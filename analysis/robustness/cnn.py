@@ -15,10 +15,10 @@ from ..base.assets import asset_path
 from ..base.devices import resolve_device
 from ..base.errors import AnalysisError, ModelLoadError
 from ..base.preprocessing import Preprocessing
+from ..model.geometry import ViTSpec
 from ..model.loading.files import existing_model_path, looks_like_path
 from ..model.loading.loaded import LoadedModel, class_names_for
 from ..model.loading.random_weights import seeded_random_weights
-from ..model.spec import ViTSpec
 
 __all__ = [
     "DEMO_CNN_DIR",

@@ -14,19 +14,12 @@ from PIL import Image
 from ..attention.distance import mean_attention_distance
 from ..attention.rollout import attention_rollout
 from ..base.errors import AnalysisError
+from ..base.image_ops import gaussian_blur, gaussian_noise
 from ..base.images import load_image
 from ..base.progress import Progress
 from ..engine.capture import capture_attention
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
-from .perturbations import (
-    check_token_drop,
-    drop_pixels,
-    gaussian_blur,
-    gaussian_noise,
-    patch_drop_indices,
-    shuffle_patches,
-    token_drop,
-)
+from .perturbations import check_token_drop, drop_pixels, patch_drop_indices, shuffle_patches, token_drop
 
 __all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustness_curve"]
 

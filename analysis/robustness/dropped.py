@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from ..attention.distance import attention_distance_per_image, patch_distance_matrix
-from ..attention.rollout import rollout_step
+from ..attention.rollout_rules import rollout_step
 from ..engine.activations.run import visit_forward
 from ..engine.capture import require_every_layer
-from ..model.spec import ViTSpec, input_spec
+from ..model.geometry import ViTSpec, input_spec
 from .perturbations import check_token_drop, token_drop
 
 __all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_attention_distance"]
@@ -61,7 +61,7 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
 
 
 def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
-    """Rollout ``R = Â_L ⋯ Â_1`` (:func:`~analysis.attention.rollout.rollout_step`) of the shorter
+    """Rollout ``R = Â_L ⋯ Â_1`` (:func:`~analysis.attention.rollout_rules.rollout_step`) of the shorter
     sequence; the class token's row (without one: the mean over kept patch queries) over the
     kept patches, scattered onto the ``(B, gh, gw)`` grid, NaN where a patch was dropped.
     With nothing dropped it equals :func:`~analysis.attention_rollout`."""

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..base.image_ops import gaussian_blur, gaussian_noise, patch_grid, patch_pixel_mask
+from ..base.image_ops import patch_grid, patch_pixel_mask
 from ..engine.activations.run import hooks_around
-from ..model.spec import ViTSpec
+from ..model.geometry import ViTSpec
 from ..model.windowed_support import require_global_attention
-from ..records.checks import check_int
 
 __all__ = [
     "DROP_SELECTIONS",
@@ -30,8 +30,6 @@ __all__ = [
     "check_token_drop",
     "shuffle_grids",
     "shuffle_patches",
-    "gaussian_noise",
-    "gaussian_blur",
 ]
 
 #: ``random`` (seeded), ``most_salient`` / ``least_salient`` (by a saliency map: any

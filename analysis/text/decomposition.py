@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ..circuits.attribution import DirectLogitAttribution, output_attribution
-from ..model.loading.two_tower import TextEncoding
-from ..model.spec import ViTSpec, input_spec
+from ..model.geometry import ViTSpec, input_spec
+from ..model.loading.loaded_clip import TextEncoding
 from .prompts import one_prompt, require_clip
 
 __all__ = ["TextDecomposition", "text_decomposition", "REMAINDER_TERMS"]

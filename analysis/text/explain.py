@@ -31,7 +31,7 @@ from ..engine.activations import run_with_cache
 from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
 from ..explanations.lrp import score_relevance
 from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
-from ..model.spec import ViTSpec, input_spec
+from ..model.geometry import ViTSpec, input_spec
 from .decomposition import TextDecomposition, text_decomposition
 from .legrad import legrad_text
 from .prompts import one_prompt, require_clip, score_of, score_value

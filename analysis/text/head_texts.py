@@ -34,12 +34,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..base.arguments import resolve_layers
+from ..base.arguments import check_int, resolve_layers
 from ..base.errors import AnalysisError, TextPromptError
 from ..base.progress import Progress
 from ..circuits.attribution import HEAD_VECTORS, head_output_vectors
-from ..model.spec import input_spec
-from ..records.checks import check_int
+from ..model.geometry import input_spec
 from .prompts import require_clip
 
 __all__ = ["HeadDescription", "HeadTexts", "head_texts", "text_span", "default_vocabulary", "DEFAULT_VOCABULARY"]

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import torch
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
 from ..engine.activations.run import run_with_hooks
 from ..engine.capture import require_every_layer
 from ..maps.scaling import scale_min_max
 from ..model.geometry import input_spec
-from ..records.checks import check_int
-from ..records.windowed import refuse_windowed
+from ..model.windowed_support import refuse_windowed
 
 __all__ = ["legrad_text", "LEGRAD_LAYERS", "LEGRAD_READOUTS"]
 

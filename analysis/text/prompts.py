@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..base.errors import NoTextTowerError, TextPromptError
-from ..model.loading.two_tower import LoadedCLIP, TextEncoding
+from ..model.loading.loaded_clip import LoadedCLIP, TextEncoding
 
 __all__ = ["require_clip", "one_prompt", "image_embeddings", "score_of", "score_value", "prompts_from_template"]
 

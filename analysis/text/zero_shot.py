@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.spec import input_spec
+from ..model.geometry import input_spec
 from .prompts import image_embeddings, require_clip
 
 __all__ = ["ZeroShot", "zero_shot"]

@@ -15,16 +15,15 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.nn as nn
 
-from ..base.arguments import resolve_layers
+from ..base.arguments import check_float_dtype, resolve_layers
 from ..base.errors import AnalysisError
 from ..engine.activations import run_with_cache
-from ..model.spec import ViTSpec, input_spec
+from ..model.geometry import ViTSpec, input_spec
 from ..model.windowed_support import require_global_attention
-from ..records.checks import check_float_dtype
 from .record import TokenRecord
 from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
 
-__all__ = ["TOKEN_KINDS", "capture_tokens", "capture_limits", "logit_lens", "TokenRecord"]
+__all__ = ["TOKEN_KINDS", "capture_tokens", "capture_limits", "logit_lens"]
 
 #: ``token``: each block's output (the residual stream after the block); ``query``, ``key``,
 #: ``value``: the tensors the block's fused attention call received, i.e. after q/k norm and,

@@ -2,10 +2,10 @@
 cosine similarity of one token to every patch, in the same image or another.
 
 Both take the tokens with their layout: a ViT's ``(B, T, D)`` tokens with its
-:class:`~analysis.model.spec.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
+:class:`~analysis.model.geometry.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
 prefix tokens and class token), or one layer of a windowed model's
 :class:`~analysis.tokens.stages.WindowedTokens` (``(B, gh·gw, C)``) with that layer's
-:class:`~analysis.model.spec.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
+:class:`~analysis.model.geometry.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
 ``spec.geometry(layer)`` reads one layer's tokens of either kind.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from ..base.arguments import check_int
 from ..base.errors import AnalysisError
-from ..model.spec import LayerGeometry, ViTSpec
+from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import require_global_attention
-from ..records.checks import check_int
 from ..records.queries import resolve_query
 
 __all__ = ["feature_pca", "patch_similarity"]

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..model.spec import ViTSpec
-from ..records.checks import check_index
+from ..model.geometry import ViTSpec
 
 __all__ = ["TokenRecord"]
 

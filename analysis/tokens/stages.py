@@ -1,7 +1,7 @@
 """Tokens of a windowed or hierarchical model (Swin v1/v2, SAM's image encoder).
 
 Every block of these models works on an NHWC map ``(B, gh, gw, C)`` of its stage grid
-(:class:`~analysis.model.spec.LayerGeometry`): stages differ in grid and width (Swin's patch merging
+(:class:`~analysis.model.geometry.LayerGeometry`): stages differ in grid and width (Swin's patch merging
 halves the grid and doubles the channels), so the block outputs cannot be one
 ``(L, B, T, D)`` tensor as a ViT's are. :func:`~analysis.tokens.capture_tokens` returns a
 :class:`WindowedTokens` instead, one ``(B, gh·gw, C)`` tensor per layer, cells row-major on
@@ -23,10 +23,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..model.spec import LayerGeometry, ViTSpec
+from ..model.geometry import LayerGeometry, ViTSpec
 from ..records.attention import AttentionRecord
-from ..records.checks import check_index
 
 __all__ = ["WindowedTokens", "logit_lens_layers", "windowed_readout"]
 
@@ -56,7 +56,7 @@ class WindowedTokens:
         return self.tokens[self.layer_position(layer)]
 
     def geometry(self, layer: int) -> LayerGeometry:
-        """Layer ``layer``'s :class:`~analysis.model.spec.LayerGeometry` (its grid, stride, stage)."""
+        """Layer ``layer``'s :class:`~analysis.model.geometry.LayerGeometry` (its grid, stride, stage)."""
         return self.spec.geometry(check_index("layer", layer, self.spec.num_layers, "layers"))
 
     def grid_tokens(self, layer: int) -> torch.Tensor:

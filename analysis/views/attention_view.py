@@ -130,7 +130,7 @@ def rollout_view_rows(
     keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
     ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
     from ..attention.rollout import rollout_steps
-    from ..records.windowed import refuse_windowed
+    from ..model.windowed_support import refuse_windowed
 
     refuse_windowed(record, "rollout_view_rows")
     spec = record.spec
@@ -147,7 +147,7 @@ def similarity_view_rows(tokens, spec) -> np.ndarray:
     is token ``q``'s cosine similarity to every patch token (:func:`analysis.patch_similarity`, query
     by query: ``"prefix:<i>"``, then the patches), row ``T`` that of the mean patch token
     (``query="mean"``: the similarity to the mean, not the mean of the similarities)."""
-    from ..records.windowed import refuse_windowed
+    from ..model.windowed_support import refuse_windowed
     from ..tokens.features import patch_similarity
 
     refuse_windowed(spec, "similarity_view_rows")
@@ -363,7 +363,7 @@ def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
 
     * ``row_ranges``: ``(heads + 1, windows, Wt, 2)`` float32, ``mean_ranges``: ``(heads + 1, 2)``;
     * ``cells``: ``(windows, Wt)`` int32, the grid cell of each slot (``−1``: padding or prefix),
-      :meth:`analysis.model.spec.LayerGeometry.window_cells`;
+      :meth:`analysis.model.geometry.LayerGeometry.window_cells`;
     * ``rows``: ``(heads + 1, windows, Wt, Wt)`` uint8: ``[h, w, s, t]`` is the attention of the
       query in slot ``s`` of window ``w`` to key slot ``t`` (``record.windows``; head ``heads`` the
       mean over heads), quantised per row, the keys off the grid set to 0 (never drawn);

@@ -8,8 +8,8 @@ import streamlit as st
 from analysis import class_label, top_classes
 from analysis.base.errors import AnalysisError
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
+from analysis.model.windowed_support import refuse_windowed
 from analysis.plots import colour_range
-from analysis.records.windowed import refuse_windowed
 from vizapp import circuit_results, figures, first_result, inputs, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, circuits_code, show_code

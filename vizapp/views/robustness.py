@@ -9,7 +9,7 @@ import streamlit as st
 import analysis
 from analysis import IMAGENET_1K, label_space, shared_label_space
 from analysis.demo.data import CLASS_NAMES as DEMO_CLASS_NAMES
-from analysis.records.windowed import is_model_refusal
+from analysis.model.windowed_support import is_model_refusal
 from analysis.robustness import (
     IMAGENET_1K_CNNS,
     SET_LEVELS,

@@ -16,7 +16,7 @@ import analysis
 from analysis import AnalysisError, NoTextTowerError, scale_by_peak
 from analysis.demo.data import CLASS_NAMES
 from analysis.faithfulness import area_under_curve
-from analysis.model.loading.two_tower import PROBABILITY_RULES
+from analysis.model.loading.loaded import PROBABILITY_RULES
 from analysis.plots.circuits import DIVERGING, symmetric_limit
 from analysis.text import TEXT_METHODS, prompts_from_template
 from vizapp import figures, inputs, resources

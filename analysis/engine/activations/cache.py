@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from ...base.errors import AnalysisError
-from ...model.spec import ViTSpec
+from ...model.geometry import ViTSpec
 from ...model.windowed_support import require_global_attention
 from .points import canonical_name, parse_hook_name
 
@@ -16,7 +16,7 @@ __all__ = ["ActivationCache"]
 
 class ActivationCache(Mapping):
     """A read-only mapping ``name → tensor`` of one forward pass, in the order the names were
-    asked for, with the model's :class:`~analysis.model.spec.ViTSpec` of this input and its logits.
+    asked for, with the model's :class:`~analysis.model.geometry.ViTSpec` of this input and its logits.
 
         >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
         >>> cache["blocks.0.attn.probs"].shape          # (B, heads, T, T)

@@ -46,6 +46,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
+from ...base.arguments import check_float_dtype
 from ...base.devices import autocast_context
 from ...base.errors import AnalysisError
 from ...base.module_hooks import add_forward_hook, add_forward_pre_hook
@@ -54,8 +55,7 @@ from ...model.adapters.base import AttentionInputs
 from ...model.adapters.base import attend as _attend
 from ...model.adapters.probabilities import attend_and_record, attention_probabilities, attention_scores
 from ...model.adapters.registry import AttentionSite, block_sites, pool_site
-from ...model.spec import ViTSpec
-from ...records.checks import check_float_dtype, input_spec
+from ...model.geometry import ViTSpec, input_spec
 from ...records.windowed import window_probabilities
 from .cache import ActivationCache
 from .modules import final_norm, norm_kind, normalisation_scale

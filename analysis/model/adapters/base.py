@@ -198,7 +198,7 @@ class AttentionAdapter:
         return projection if isinstance(projection, nn.Module) else None
 
     def layer_geometry(self, site, patch_grid: tuple[int, int], patch_size: tuple[int, int]):
-        """The :class:`~analysis.model.spec.LayerGeometry` of a windowed family's layer at ``site``
+        """The :class:`~analysis.model.geometry.LayerGeometry` of a windowed family's layer at ``site``
         (an :class:`~analysis.model.adapters.registry.AttentionSite`), or ``None`` for global attention
         over ``[prefix, patches]`` (a ViT)."""
         return None

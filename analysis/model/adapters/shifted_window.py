@@ -11,7 +11,7 @@ shift mask (−100 between cells from different roll regions). Both paths of the
 read by the base contract: the fused call (bias and mask folded into ``attn_mask``) or the
 explicit ``softmax`` through ``attn_drop``. Where the cells of each window sit on the stage
 grid is read off the block (``input_resolution``, ``window_size``, ``shift_size``) as a
-:class:`~analysis.model.spec.LayerGeometry`; the capture zeroes the masked pairs (whose probability
+:class:`~analysis.model.geometry.LayerGeometry`; the capture zeroes the masked pairs (whose probability
 ``< e⁻¹⁰⁰·…`` is a float32 denormal, not 0) so they are exactly 0 in the record.
 """
 

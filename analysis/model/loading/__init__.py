@@ -1,7 +1,7 @@
 """Load any supported ViT into one :class:`LoadedViT`, from wherever it lives.
 
 ``load_vit(source)`` returns the model in eval mode on its device, its geometry
-(:class:`~analysis.model.spec.ViTSpec`), its own preprocessing and its class names. Sources:
+(:class:`~analysis.model.geometry.ViTSpec`), its own preprocessing and its class names. Sources:
 
 * an ``nn.Module`` a notebook already holds (timm, Hugging Face or torchvision): wrapped
   without copying weights (:mod:`.objects`);
@@ -45,10 +45,11 @@ from .files import (
     read_folder_config,
 )
 from .loaded import LoadedViT, class_label, class_probabilities, top_classes, wrap_model
+from .loaded_clip import LoadedCLIP, TextEncoding
 from .random_weights import RANDOM_WEIGHTS_SEED as RANDOM_WEIGHTS_SEED  # the attribute stays
 from .random_weights import seeded_random_weights
 from .timm_source import model_from_timm_name
-from .two_tower import LoadedCLIP, TextEncoding, load_clip
+from .two_tower import load_clip
 
 __all__ = [
     "LoadedViT",

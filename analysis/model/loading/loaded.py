@@ -14,7 +14,8 @@ from PIL import Image
 from ...base.errors import AnalysisError, ModelLoadError, UnsupportedModelError
 from ...base.preprocessing import Preprocessing
 from ..adapters import block_sites
-from ..spec import ViTSpec, patch_embedding_module, spec_from_model
+from ..geometry import ViTSpec, patch_embedding_module
+from ..spec import spec_from_model
 from .families import SUPPORTED_FAMILIES
 
 __all__ = [

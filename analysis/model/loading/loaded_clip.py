@@ -2,13 +2,13 @@
 
 The types that :func:`analysis.model.loading.two_tower.load_clip` and every source behind it
 (:mod:`.two_tower` for Hugging Face, :mod:`.open_clip_source` for open_clip) build, below all of
-them, as :mod:`.loaded` holds :class:`~.loaded.LoadedViT`; :mod:`.two_tower` re-exports them.
+them, as :mod:`.loaded` holds :class:`~.loaded.LoadedViT`.
 The image–text score is the model's own (Radford et al. 2021; Zhai et al. 2023):
 
     s(image, text) = exp(t) · cos(u, v) + b
 
 with ``u`` the image embedding, ``v`` the text embedding, ``exp(t)`` the learned logit scale and
-``b`` SigLIP's learned bias (0 for CLIP); probabilities by :data:`PROBABILITY_RULES`.
+``b`` SigLIP's learned bias (0 for CLIP); probabilities by :data:`~analysis.model.loading.loaded.PROBABILITY_RULES`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ...base.errors import TextPromptError
-from .loaded import PROBABILITY_RULES, LoadedViT, class_probabilities
+from .loaded import LoadedViT, class_probabilities
 
-__all__ = ["LoadedCLIP", "TextEncoding", "PROBABILITY_RULES", "TOKENIZER_FILES"]
+__all__ = ["LoadedCLIP", "TextEncoding", "TOKENIZER_FILES"]
 
-#: how each kind of model turns its scores into probabilities.
 #: the files of a Hugging Face tokenizer, one of which a folder needs for prompts as text.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "spiece.model")
 
@@ -61,7 +60,7 @@ class LoadedCLIP:
         text_tower: ``(ids (P, S), mask (P, S) | None) -> (P, E)`` text embeddings ``v``.
         logit_scale: ``exp(t)``, the model's learned temperature (already exponentiated).
         logit_bias: SigLIP's learned bias ``b``; ``None`` for CLIP.
-        probability: ``"softmax"`` (CLIP) or ``"sigmoid"`` (SigLIP): see :data:`PROBABILITY_RULES`.
+        probability: ``"softmax"`` (CLIP) or ``"sigmoid"`` (SigLIP): see :data:`~analysis.model.loading.loaded.PROBABILITY_RULES`.
         context_length: the most tokens the text tower reads (its position table).
         tokenizer: the model's tokenizer, or ``None`` (then text must be given as token ids).
         pad_to_context: pad every prompt to ``context_length`` (SigLIP pools the last position,

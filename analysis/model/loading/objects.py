@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from ...base.errors import ModelLoadError
 from ...base.preprocessing import Preprocessing
-from ..spec import as_pair
+from ..geometry import as_pair
 from .families import check_supported_module
 from .loaded import LoadedViT, wrap_model
 
@@ -36,11 +36,11 @@ def wrap_module(
             f"Unexpected options for a model object: {', '.join(sorted(unknown))}. A module is wrapped as "
             "it is; only img_size=, mean= and std= (preprocessing) and device= are accepted."
         )
-    from . import hf_transformers, torchvision_source
+    from . import hf_transformers, torchvision_source, torchvision_swin
 
     name = f"<{type(module).__module__}.{type(module).__name__} object>"
     if type(module).__module__.startswith("torchvision.models"):
-        swin = torchvision_source.is_torchvision_swin(module)  # any input size: built at img_size (default 224/256)
+        swin = torchvision_swin.is_torchvision_swin(module)  # any input size: built at img_size (default 224/256)
         vit = torchvision_source.wrap_torchvision(
             module, name, device, freeze=False, img_size=img_size if swin else None
         )

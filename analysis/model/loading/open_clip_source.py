@@ -153,7 +153,7 @@ def _data_config(visual: Any) -> dict:
 
 
 def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
-    """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.two_tower.LoadedCLIP`."""
+    """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.loaded_clip.LoadedCLIP`."""
     if not hasattr(model, "encode_text") or not hasattr(model, "visual"):
         from ...base.errors import NoTextTowerError
 

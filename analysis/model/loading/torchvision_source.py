@@ -25,15 +25,7 @@ from .checkpoints import load_state_dict_into, read_state_dict
 from .loaded import LoadedViT, wrap_model
 from .torchvision_swin import TORCHVISION_SWINS, is_torchvision_swin, to_timm_swin
 
-__all__ = [
-    "TORCHVISION_VITS",
-    "TORCHVISION_SWINS",
-    "is_torchvision_vit",
-    "is_torchvision_swin",
-    "wrap_torchvision",
-    "load_torchvision",
-    "load_torchvision_file",
-]
+__all__ = ["TORCHVISION_VITS", "is_torchvision_vit", "wrap_torchvision", "load_torchvision", "load_torchvision_file"]
 
 # Third-party models and their layers are annotated ``Any`` where their submodules are read by name: torch's
 # ``nn.Module.__getattr__`` types every such attribute as ``Tensor | Module``, whatever the library put there.

@@ -22,7 +22,7 @@ from typing import Any
 import torch.nn as nn
 
 from ...base.errors import UnsupportedModelError
-from ..spec import as_pair
+from ..geometry import as_pair
 from .swin_assemble import KeyBiasFreeLinear, SwinBlockParts, SwinParts, assemble_swin
 
 __all__ = ["TORCHVISION_SWINS", "is_torchvision_swin", "to_timm_swin", "default_img_size"]

@@ -27,9 +27,9 @@ from ...base.devices import resolve_device
 from ...base.errors import ModelLoadError, NoTextTowerError
 from .files import existing_model_path, looks_like_path
 from .loaded import LoadedViT
-from .loaded_clip import PROBABILITY_RULES, TOKENIZER_FILES, LoadedCLIP, TextEncoding
+from .loaded_clip import TOKENIZER_FILES, LoadedCLIP
 
-__all__ = ["LoadedCLIP", "TextEncoding", "load_clip", "PROBABILITY_RULES"]
+__all__ = ["load_clip"]
 
 _IMAGE_ONLY_HINT = (
     "Load a two-tower image-text model with load_clip: a Hugging Face CLIPModel or SiglipModel folder or "
