@@ -128,7 +128,9 @@ def test_every_default_map_uses_its_scale_on_the_real_model(real_vit, pictures):
                 weights = masked_image(white, np.nan_to_num(shown), "bilinear", top=hi)[..., 0] / 255.0
                 shares["figure 6"] = readability(weights, 1.0)
         shares["why this class? (rollout)"] = readability(robust_scaled(rollout, left_out=outliers)[0], 1.0)
-        print(name, "; ".join(f"{what}: p99 {a:.0%}, >1/10 {b:.0%}, top 5% {c:.1%}" for what, (a, b, c) in shares.items()))
+        print(
+            name, "; ".join(f"{what}: p99 {a:.0%}, >1/10 {b:.0%}, top 5% {c:.1%}" for what, (a, b, c) in shares.items())
+        )
         for what, (brightest, above_tenth, in_top) in shares.items():
             assert brightest >= 0.6 and above_tenth >= 0.2 and in_top <= 0.1, (name, what, shares[what])
 
