@@ -236,3 +236,26 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
     assert any(re.search(r"outlier tokens dominate layer \d+'s map", i.value) for i in app.info)
     (chart,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith("cmp_panels")]
     assert "top without 3 outlier tokens" in plain_label(chart["layout"]["coloraxis"]["colorbar"]["title"]["text"])
+
+
+def test_the_largest_cell_of_a_flat_map_raises_no_alert():
+    """On a flat map (a first layer's) the largest cell can be an outlier token's by chance: four
+    outlier cells holding 2% of the mass, one of them 1% above the rest, raised "4 outlier tokens
+    dominate this map … hold 4% of its mass". Now it takes a quarter of the mass, or a largest cell
+    at STANDOUT_RATIO times the other cells' 99th percentile (numpy's rule, computed here)."""
+    from analysis.tokens import STANDOUT_RATIO
+
+    rng = np.random.default_rng(0)
+    flat = 1 / 197 + rng.uniform(-1e-4, 1e-4, 196)
+    cells = [5, 60, 100, 150]
+    flat[5] = flat.max() * 1.01
+    assert outlier_share(flat, cells) < 0.05 and not dominated_by_outliers(flat, cells)
+    others = np.delete(flat, cells)
+    standing_out = flat.copy()
+    standing_out[5] = STANDOUT_RATIO * np.quantile(others, 0.99) * 1.001
+    assert outlier_share(standing_out, cells) < 0.25 and dominated_by_outliers(standing_out, cells)
+    standing_out[5] = STANDOUT_RATIO * np.quantile(others, 0.99) * 0.999
+    assert not dominated_by_outliers(standing_out, cells)
+    majority = flat.copy()
+    majority[cells] = 0.1
+    assert dominated_by_outliers(majority, cells)

@@ -361,8 +361,9 @@ def predictions_panel(cur) -> None:
 
 
 def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
-    """A notice when the image's outlier tokens (``cur.outliers``) dominate ``grid_map``
-    (:func:`analysis.tokens.dominated_by_outliers`): which patches, their share of the map's mass,
+    """A notice when the image's outlier tokens (``cur.outliers``) stand out in ``grid_map``
+    (:func:`analysis.tokens.dominated_by_outliers`): which patches, their share of the map's mass
+    ("dominate" only when it is a majority),
     what the colour range does about them, and a link to the Tokens page that finds them.
     Returns whether it was shown (a page with several maps shows it once, for the first)."""
     from analysis.tokens import dominated_by_outliers, outlier_share
@@ -373,7 +374,11 @@ def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
         return False
     gw = cur.spec.grid_size[1]
     named = ", ".join(f"{c} (row {c // gw}, col {c % gw})" for c in cells[:6]) + (" …" if len(cells) > 6 else "")
-    token_word = "token dominates" if len(cells) == 1 else "tokens dominate"
+    share = outlier_share(values, cells)
+    one = len(cells) == 1
+    verb = ("dominates" if one else "dominate") if share > 0.5 else ("stands out in" if one else "stand out in")
+    token_word = f"{'token' if one else 'tokens'} {verb}"
+    largest = int(np.argmax(values)) in set(cells)
     blanked = (
         "they are drawn blank"
         if cur.hide_outliers
@@ -381,7 +386,7 @@ def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
     )
     st.info(
         f"**{len(cells)} outlier {token_word} {what}**: patch {named} hold "
-        f"{outlier_share(values, cells):.0%} of its mass. They are high-norm tokens (Darcet et al. 2024, "
+        f"{share:.0%} of its mass{' (and its largest cell)' if largest and share <= 0.5 else ''}. They are high-norm tokens (Darcet et al. 2024, "
         '"Vision Transformers Need Registers"), not necessarily where the object is. The default colour range '
         f"leaves them out of its top; {blanked}.",
         icon=":material/report:",

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_OUTLIER_FRACTION",
     "MIN_NORM_RATIO",
     "DOMINANT_SHARE",
+    "STANDOUT_RATIO",
     "HighNormTokens",
     "token_norms",
     "high_norm_tokens",
@@ -36,8 +37,11 @@ __all__ = [
 
 MAX_OUTLIER_FRACTION = 0.1  # outliers are rare (about 2% of tokens in the paper's models)
 MIN_NORM_RATIO = 2.0  # ... and stand apart (about 10x the norm of the others there)
-#: A map is "dominated" by the outlier tokens when they hold at least this share of its mass.
+#: The outlier tokens stand out in a map when they hold at least this share of its mass ...
 DOMINANT_SHARE = 0.25
+#: ... or its largest cell is one of them and at least this many times the 99th percentile of the
+#: other cells (on a flat map, such as a first layer's, the largest cell is barely above the rest).
+STANDOUT_RATIO = 2.0
 
 
 def token_norms(tokens) -> torch.Tensor:
@@ -185,10 +189,22 @@ def outlier_share(values, cells: Sequence[int]) -> float:
 
 
 def dominated_by_outliers(values, cells: Sequence[int], *, share: float = DOMINANT_SHARE) -> bool:
-    """Whether the outlier tokens ``cells`` dominate a map: they hold at least ``share`` of its
-    mass (:func:`outlier_share`), or its largest cell is one of them."""
+    """Whether the outlier tokens ``cells`` stand out in a map: they hold at least ``share`` of
+    its mass (:func:`outlier_share`), or its largest cell ``m_max`` is one of them and
+    ``m_max ≥ STANDOUT_RATIO · quantile(m_others, 0.99)`` (the other cells' 99th percentile, numpy's
+    linear rule). On a flat map the largest cell is barely above the others, whichever it is."""
     if not len(cells):
         return False
+    if outlier_share(values, cells) >= share:
+        return True
     flat = torch.as_tensor(values, dtype=torch.float64).flatten()
-    flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, -torch.inf))
-    return outlier_share(values, cells) >= share or int(torch.argmax(flat)) in set(int(c) for c in cells)
+    finite = torch.isfinite(flat)
+    flat = torch.where(finite, flat, torch.full_like(flat, -torch.inf))
+    largest = int(torch.argmax(flat))
+    chosen = {int(c) for c in cells}
+    if largest not in chosen:
+        return False
+    others = flat[[i for i in range(flat.numel()) if i not in chosen and bool(finite[i])]]
+    if not others.numel():
+        return True
+    return float(flat[largest]) >= STANDOUT_RATIO * float(torch.quantile(others, 0.99))
