@@ -144,9 +144,23 @@ def download_csv(
     )
 
 
-def clamp_state(key: str, options_or_range, default) -> None:
-    """Before a widget is drawn: reset its stored value if the current model cannot take it
-    (fewer layers, heads or patches than the previous model)."""
+WIDGET_OPTIONS = "_widget_options"  # session key: key -> the options or range its widget was last drawn with
+
+
+def clamp_state(key: str, options_or_range, default, *, widget: bool = True) -> None:
+    """Before a widget is drawn: reset its stored value to ``default`` if the current model cannot
+    take it (fewer layers, heads or patches than the previous model), and write a value it can
+    take back when the options changed since the last run: a widget drawn with other options is a
+    new widget to Streamlit, which keeps a key's value only when this run set it, and otherwise
+    shows the widget's own default (a model switch showed layer 0 of the new model).
+    ``widget=False``: a check before the widget's own (another range), which neither records
+    the options nor writes back."""
+    changed = False
+    if widget:
+        drawn = st.session_state.setdefault(WIDGET_OPTIONS, {})
+        options = tuple(options_or_range)
+        changed = drawn.get(key) != options
+        drawn[key] = options
     if key not in st.session_state:
         return
     value = st.session_state[key]
@@ -161,6 +175,8 @@ def clamp_state(key: str, options_or_range, default) -> None:
         ok = value in list(options_or_range)
     if not ok:
         st.session_state[key] = default
+    elif changed:
+        st.session_state[key] = value
 
 
 def head_label(head: str | int) -> str:

@@ -51,7 +51,7 @@ def _layer_controls(spec) -> tuple[int, int]:
     stages = stage_layers(spec)
     last = spec.num_layers - 1
     st.session_state.setdefault("layer", last)
-    clamp_state("layer", (0, last), last)
+    clamp_state("layer", (0, last), last, widget=False)  # a layer of this model, before its stage's slider
     stage_of = {layer: stage for stage, layers in stages.items() for layer in layers}
     if len(stages) > 1:
         st.session_state.setdefault("attn_stage", stage_of[int(st.session_state["layer"])])
