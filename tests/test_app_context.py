@@ -188,3 +188,24 @@ def test_a_model_switch_keeps_the_layer_where_the_new_model_has_it(app):
     app.text_input(key="model_timm").input("random:deit_tiny_patch16_224").run()
     assert_clean(app)
     assert app.slider(key="layer").value == 1 and app.session_state["current"].vit.spec.num_layers == 12
+
+
+def test_a_pages_toy_model_says_so_on_a_photo_and_real_models_get_the_photos(app):
+    """The MAE and Text prompts pages default to bundled 48×48 models trained on synthetic scenes:
+    on a photo they say so at the top and name the real route; on a demo scene they do not. The
+    bundled image set of a model other than the demo models is the photos, not the scenes."""
+    from vizapp import inputs
+
+    for page, what in (("views/mae.py", "MAE"), ("views/text_prompts.py", "CLIP")):
+        app.switch_page(page).run()
+        assert_clean(app)
+        assert not [w for w in app.warning if "A toy model on this image" in w.value], page  # a demo scene
+        app.selectbox(key="image_sample").set_value("astronaut.jpg").run()
+        assert_clean(app)
+        (note,) = [w.value for w in app.warning if "A toy model on this image" in w.value]
+        assert f"bundled demo {what}" in note and "hf" in note.lower(), note
+        app.selectbox(key="image_sample").set_value("scene_1_star.png").run()
+    everything = [i.name for i in inputs.image_set("samples", "unused")[0]]
+    photos = [i.name for i in inputs.image_set("samples", "unused", scenes=False)[0]]
+    assert any(n.startswith("scene_") for n in everything)
+    assert photos == [n for n in everything if not n.startswith("scene_")] and len(photos) >= 3

@@ -84,7 +84,18 @@ def test_the_attack_on_this_image_and_over_the_set_are_the_librarys(app):
     np.testing.assert_allclose(array(heatmap["z"]), matrix, atol=1e-6)
 
 
-def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(app):
+def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(app, monkeypatch):
+    import streamlit
+
+    widths = {}  # caption -> the width the page asked for (AppTest keeps no width)
+    original = streamlit.image
+
+    def recorded(image, caption=None, width="content", **options):
+        for text in caption if isinstance(caption, list) else [caption]:
+            widths[str(text)] = width
+        return original(image, caption=caption, width=width, **options)
+
+    monkeypatch.setattr(streamlit, "image", recorded)
     app.switch_page("views/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False)
     field = app.number_input(key="rob_epsilon")
@@ -94,6 +105,9 @@ def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(ap
     assert app.number_input(key="rob_epsilon").value == 0.0 and not app.error
     attacked = [m.value for m in app.markdown if "adversarial:**" in m.value]
     assert len(attacked) == 3 and all(m.endswith("(kept)") for m in attacked), attacked  # ViT, CNN, Swin
+    # each adversarial picture and its perturbation beside its numbers, not the page wide (it was ~1000 px)
+    pictures = {c: w for c, w in widths.items() if "adversarial, ε" in c or c.startswith("perturbation (grey")}
+    assert len(pictures) >= 4 and set(pictures.values()) == {320}, pictures
 
 
 @pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")

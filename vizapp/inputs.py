@@ -86,10 +86,11 @@ def images_from_uploads(files) -> tuple[list[ImageRef], list[str]]:
     return images, problems
 
 
-def image_set(which: str, files_key: str) -> tuple[list[ImageRef], list[str]]:
+def image_set(which: str, files_key: str, *, scenes: bool = True) -> tuple[list[ImageRef], list[str]]:
     """The images of a page's image-set choice, and the problems found: ``"mine"`` draws an
     uploader of images or .zip archives (widget key ``files_key``); anything else gives the
-    bundled samples."""
+    bundled samples, without the synthetic demo scenes (``scene_*``, what the demo models were
+    trained on) when ``scenes`` is False: the set for any other model is the bundled photos."""
     if which == "mine":
         files = st.file_uploader(
             "Images or a .zip of images",
@@ -98,4 +99,5 @@ def image_set(which: str, files_key: str) -> tuple[list[ImageRef], list[str]]:
             key=files_key,
         )
         return images_from_uploads(files)
-    return [ImageRef.from_bytes(p.name, read_sample(p.name)) for p in sample_paths()], []
+    paths = [p for p in sample_paths() if scenes or not p.name.startswith("scene_")]
+    return [ImageRef.from_bytes(p.name, read_sample(p.name)) for p in paths], []

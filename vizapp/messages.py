@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["escape_markdown", "app_wording", "error_text", "demo_scope_note"]
+__all__ = ["escape_markdown", "app_wording", "error_text", "demo_scope_note", "toy_model_note"]
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
@@ -65,4 +65,14 @@ def demo_scope_note(model_source: str, class_names, is_demo_scene: bool) -> str 
         "trained on generated 48×48 scenes of one shape on clutter (assets/demo_vit/MODEL_CARD.md). "
         "This image is not one of its scenes: it still names one of these shapes, which says nothing "
         "about what the image shows."
+    )
+
+
+def toy_model_note(what: str, route: str) -> str:
+    """What a page's own bundled demo model (``what``: "MAE", "CLIP") means on an image that is not
+    one of the synthetic scenes it was trained on, and ``route``, the real model to choose instead."""
+    return (
+        f"**A toy model on this image.** The bundled demo {what} was trained on generated 48×48 scenes of "
+        f"one shape on clutter and sees this image at 48×48: what it shows here says nothing about what a real "
+        f"{what} does with it. {route}"
     )

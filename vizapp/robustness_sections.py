@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 #: ε (0–255 pixel units) of the set-level curve
+PANEL_WIDTH = 320  # px: a picture beside its numbers (an adversarial image, a corruption), never the page wide
 SET_EPSILONS = (0.0, 1.0, 2.0, 4.0, 8.0)
 ATTACK_LABELS = {"fgsm": "FGSM (one step)", "pgd": "PGD (L∞, random start)"}
 #: cue-conflict scenes of the shape-bias measure (the demo classes)
@@ -142,12 +143,12 @@ def attack_section(
             st.image(
                 view.adversarial_image,
                 caption=f"{label} · adversarial, ε = {epsilon:g}",
-                width="stretch",
+                width=PANEL_WIDTH,
                 output_format="PNG",
             )
             st.image(
                 _perturbation_picture(view.perturbation, epsilon),
-                width="stretch",
+                width=PANEL_WIDTH,
                 output_format="PNG",
                 caption=f"perturbation (grey: 0, ±ε: black/white); max |δ| = {np.abs(view.perturbation).max():.1f}",
             )
@@ -304,7 +305,10 @@ def corruption_section(
         st.error(error_text(exc))
         return
     st.image(
-        views[0][1], caption=f"{corruption.replace('_', ' ')}, severity {severity}", width=320, output_format="PNG"
+        views[0][1],
+        caption=f"{corruption.replace('_', ' ')}, severity {severity}",
+        width=PANEL_WIDTH,
+        output_format="PNG",
     )
     st.markdown(" · ".join(f"**{label}:** {_top(probabilities, class_names)}" for label, _, probabilities in views))
 
@@ -409,7 +413,7 @@ def texture_section(
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return
-    st.image(views[0][1], caption=f"{probe}: what every model is shown", width=320, output_format="PNG")
+    st.image(views[0][1], caption=f"{probe}: what every model is shown", width=PANEL_WIDTH, output_format="PNG")
     st.markdown(" · ".join(f"**{label}:** {_top(probabilities, class_names)}" for label, _, probabilities in views))
     labels, keys = [label for label, _ in models], tuple(key for _, key in models)
 

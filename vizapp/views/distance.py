@@ -7,6 +7,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis.model.loading import DEMO_MODELS
 from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
@@ -38,7 +39,7 @@ c1, c2 = st.columns([2, 3], gap="medium")
 with c1:
     which = st.radio("Image set to average over", list(SETS), format_func=SETS.get, key="dist_set")
     assert which is not None, "a widget with options and no index=None always has a value"
-    images, problems = inputs.image_set(which, "dist_files")
+    images, problems = inputs.image_set(which, "dist_files", scenes=cur.model.source in DEMO_MODELS)
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
     # one patch side exists only where every layer has one cell size (not across Swin's patch merging)

@@ -17,7 +17,7 @@ from analysis.mae import FIGURE_2_PANELS, draw_mask, figure_2_images, flip_patch
 from analysis.mae.loading import MAE_WITH_DECODER
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.messages import error_text, escape_markdown
+from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import mae_code, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
@@ -100,6 +100,13 @@ except Exception as exc:  # noqa: BLE001 - any load failure is shown; the rest o
     st.error(f"Could not load **{escape_markdown(source)}**: {error_text(exc)}", icon=":material/error:")
     raise PageRefused(str(exc)) from exc
 
+if source == "demo_mae" and not inputs.is_demo_scene(cur.image):
+    st.warning(
+        toy_model_note(
+            "MAE", f"For a real one choose *a Hugging Face ViTMAEForPreTraining* above, e.g. `{MAE_WITH_DECODER}`."
+        ),
+        icon=":material/warning:",
+    )
 spec = mae.spec
 grid = tuple(spec.grid_size)
 num_patches = spec.num_patches

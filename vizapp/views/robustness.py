@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from analysis import IMAGENET_1K, label_space, shared_label_space
 from analysis.demo.data import CLASS_NAMES as DEMO_CLASS_NAMES
+from analysis.model.loading import DEMO_MODELS
 from analysis.model.windowed_support import is_model_refusal
 from analysis.robustness import (
     IMAGENET_1K_CNNS,
@@ -372,7 +373,13 @@ first_result.hold_slow_sections(
 )
 st.subheader("Over an image set")
 set_choice = st.radio("Image set", list(SETS), format_func=SETS.get, key="rob_set", horizontal=True)
-images, problems = inputs.image_set(set_choice, "rob_files")
+demo_model = cur.model.source in DEMO_MODELS
+images, problems = inputs.image_set(set_choice, "rob_files", scenes=demo_model)
+if set_choice == "samples" and not demo_model:
+    st.caption(
+        f"The {len(images)} bundled photos: the synthetic scenes are left out (they are what the demo models "
+        "were trained on); choose *my images* for a set of your own."
+    )
 levels = tuple(float(g) for g in shuffle_grids(spec)) if perturbation == "shuffle" else SET_LEVELS[perturbation]
 
 

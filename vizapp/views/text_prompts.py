@@ -20,7 +20,7 @@ from analysis.model.loading.loaded import PROBABILITY_RULES
 from analysis.plots.circuits import DIVERGING, symmetric_limit
 from analysis.text import TEXT_METHODS, prompts_from_template
 from vizapp import figures, inputs, resources
-from vizapp.messages import error_text, escape_markdown
+from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import show_code, text_prompts_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -124,6 +124,14 @@ except Exception as exc:  # noqa: BLE001 - any load failure is shown; the rest o
 
 spec = clip.spec
 demo = source == resources.DEMO_CLIP
+if demo and not inputs.is_demo_scene(cur.image):
+    st.warning(
+        toy_model_note(
+            "CLIP",
+            "For a real one choose *a Hugging Face CLIP or SigLIP* above, e.g. `hf:openai/clip-vit-base-patch32`.",
+        ),
+        icon=":material/warning:",
+    )
 image_args = (source, cur.image.digest, cur.image.data)
 bias = "" if clip.logit_bias is None else f", b = {clip.logit_bias:.4g}"
 st.caption(
@@ -478,7 +486,7 @@ with set_column:
 with count_column:
     st.session_state.setdefault("tp_texts_per_head", 3)
     per_head = int(st.number_input("Texts per head", 1, 10, key="tp_texts_per_head"))
-images, problems = inputs.image_set(which, "tp_files")
+images, problems = inputs.image_set(which, "tp_files", scenes=choice == "demo")
 digests = tuple(i.digest for i in images)
 stored = resources.stored_head_texts(source, digests, per_head)
 if stored is None and st.button(
