@@ -80,7 +80,7 @@ def wait_idle(page) -> None:
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=60_000
     )
     # a session's first open of a slow page draws its first result, then reruns for the rest (vizapp.first_result)
-    page.wait_for_selector("iframe[title*='first_result']", state="detached", timeout=120_000)
+    page.wait_for_selector("iframe[title*='first_result']", state="detached", timeout=240_000)
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
     )
