@@ -766,7 +766,8 @@ def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, mon
     at.switch_page("views/distance.py").run()
     assert_clean(at)
     assert not at.info, [i.body for i in at.info]
-    paths = inputs.sample_paths()
+    paths = inputs.bundled_set(scenes=False)  # a model other than the demo models: the photos
+    assert paths and not any(p.name.startswith("scene_") for p in paths)
     expected = analysis.dataset_attention_distance(vit, [str(p) for p in paths], per_image=True).numpy()  # (N, L, H)
     assert expected.shape == (len(paths), vit.spec.num_layers, distance_heads(vit.spec))
     npz = npz_downloads["dist_data"]

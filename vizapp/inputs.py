@@ -99,5 +99,10 @@ def image_set(which: str, files_key: str, *, scenes: bool = True) -> tuple[list[
             key=files_key,
         )
         return images_from_uploads(files)
-    paths = [p for p in sample_paths() if scenes or not p.name.startswith("scene_")]
-    return [ImageRef.from_bytes(p.name, read_sample(p.name)) for p in paths], []
+    return [ImageRef.from_bytes(p.name, read_sample(p.name)) for p in bundled_set(scenes=scenes)], []
+
+
+def bundled_set(*, scenes: bool = True) -> list[Path]:
+    """The bundled samples of an image set: every one, or (``scenes=False``, for any model but
+    the demo models) the photos alone, without the synthetic ``scene_*`` images."""
+    return [p for p in sample_paths() if scenes or not p.name.startswith("scene_")]

@@ -39,7 +39,8 @@ c1, c2 = st.columns([2, 3], gap="medium")
 with c1:
     which = st.radio("Image set to average over", list(SETS), format_func=SETS.get, key="dist_set")
     assert which is not None, "a widget with options and no index=None always has a value"
-    images, problems = inputs.image_set(which, "dist_files", scenes=cur.model.source in DEMO_MODELS)
+    scenes = cur.model.source in DEMO_MODELS  # any other model: the bundled photos, not the synthetic scenes
+    images, problems = inputs.image_set(which, "dist_files", scenes=scenes)
 with c2:
     loaded = second_model_control("dist_model2", "Overlay a second model (optional)", cur.model)
     # one patch side exists only where every layer has one cell size (not across Swin's patch merging)
@@ -157,7 +158,7 @@ show_code(
     distance_code(
         Source.of(cur),
         unit=unit,
-        image_set=inputs.sample_paths() if which == "samples" and with_set else None,
+        image_set=inputs.bundled_set(scenes=scenes) if which == "samples" and with_set else None,
         image_set_names=[i.name for i in images] if with_set else (),
         windowed=references_by_model[0].per_layer,  # the first model's reference: one value per layer
     )
