@@ -176,7 +176,7 @@ for class_index in targets:
         )
         raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
 
-ncols = len(methods)
+ncols = min(len(methods), 2)  # panels about 430 px wide (three in a row drew them at 210 px)
 figure = figures.map_panels(
     resources.background_uri(*cur.args),
     spec.img_size,
