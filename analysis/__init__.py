@@ -20,9 +20,8 @@ from .attention.distance import (
 )
 from .attention.maps import attention_map, attention_rows, pooling_attention_map
 from .attention.mass import top_mass_mask
-from .attention.rollout import attention_rollout, attention_rollout_by_layer
+from .attention.rollout import RolloutMaps, attention_rollout, attention_rollout_by_layer, rollout_maps
 from .attention.streaming import SkippedImage, dataset_attention_distance
-from .attention.windowed_rollout import WindowedRollout, windowed_rollout
 from .base.archives import ArchiveLimits, read_image_archive
 from .base.assets import asset_path
 from .base.errors import (
@@ -120,8 +119,8 @@ __all__ = [
     "rotary_position_features",
     "relative_position_bias",
     "decomposed_relative_position",
-    "windowed_rollout",
-    "WindowedRollout",
+    "rollout_maps",
+    "RolloutMaps",
     "DecomposedPosition",
     "patch_embedding_components",
     "patch_embedding_filters",

@@ -570,7 +570,7 @@ def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkey
 
 
 def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
-    from analysis.attention.windowed_rollout import MERGE_WARNING
+    from analysis.attention.rollout import MERGE_WARNING
 
     at = fresh_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
     vit = loaded("swinv2")

@@ -31,7 +31,6 @@ ALLOWED_FILES = frozenset(
         "model/spec.py",
         "model/windowed_support.py",
         "embedding/windowed_position.py",
-        "attention/windowed_rollout.py",
     }
 )
 ALLOWED_PACKAGES = ("model/adapters/",)

@@ -217,14 +217,14 @@ def test_rotary_features_and_captures_from_8_threads_on_one_rope_model_equal_the
 
 def test_windowed_analyses_from_8_threads_on_the_demo_swin_equal_the_serial_run():
     """A windowed, hierarchical model (the bundled demo Swin): every map per window and stage."""
-    from analysis import load_vit, windowed_rollout
+    from analysis import load_vit, rollout_maps
 
     swin = load_vit("demo_swin", device="cpu")
     height, width = swin.spec.img_size
     inputs = [torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
     tasks: dict[str, Task] = {
         "capture_attention": lambda i: capture_attention(swin, inputs[i]).windows,
-        "windowed_rollout": lambda i: windowed_rollout(capture_attention(swin, inputs[i]), stage=1),
+        "rollout_maps": lambda i: rollout_maps(capture_attention(swin, inputs[i]), stage=1),
         "attention_distance": lambda i: mean_attention_distance(capture_attention(swin, inputs[i])),
         "run_with_cache": lambda i: dict(
             run_with_cache(swin, inputs[i], ["blocks.0.resid_post", "blocks.3.attn.probs"]).items()

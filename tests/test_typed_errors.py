@@ -45,6 +45,7 @@ from analysis import (
     position_embedding_similarity,
     read_image_archive,
     relative_position_bias,
+    rollout_maps,
     rotary_position_features,
     scale_by_peak,
     shared_label_space,
@@ -57,7 +58,6 @@ from analysis import (
     uniform_attention_distance_by_layer,
     uniform_distance_reference,
     upsample_map,
-    windowed_rollout,
 )
 from conftest import make_vit
 
@@ -108,7 +108,11 @@ CASES = [
     ("pixels integer", "floating point", lambda c: capture_attention(c.vit, (c.pixels * 100).long())),
     ("pixels wrong size", "expects 56x56", lambda c: capture_attention(c.vit, c.pixels[..., :-1, :-1])),
     ("empty batch", "no image", lambda c: capture_attention(c.vit, c.pixels[:0])),
-    ("windowed rollout of a ViT record", "takes a WindowedAttentionRecord", lambda c: windowed_rollout(c.record)),
+    (
+        "rollout of something other than a record",
+        "takes the record that capture_attention",
+        lambda c: rollout_maps(c.vit),
+    ),
     # maps
     ("map layer out of range", "layer=2 does not exist", lambda c: attention_map(c.record, c.layers)),
     ("map layer not captured", "not captured", lambda c: attention_map(c.partial, 1)),
@@ -342,7 +346,7 @@ def test_every_public_function_is_walked():
         "corresponding_query",
         "similarity_by_distance",
         "similarity_distance_bins",
-        "windowed_rollout",
+        "rollout_maps",
         "attention_rows",
         "label_space",
         "shared_label_space",

@@ -17,7 +17,7 @@ import torch
 
 import analysis
 from analysis import AnalysisError, capture_attention, explain, load_vit
-from analysis.attention.windowed_rollout import merge_matrix, windowed_rollout, windowed_rollout_by_layer
+from analysis.attention.rollout import merge_matrix, rollout_maps
 from analysis.explanations import explanation_grid, methods_for
 from analysis.faithfulness import perturbation_curve
 from analysis.model.windowed_support import WINDOWED_SUPPORT
@@ -145,7 +145,7 @@ def test_swin_rollout_within_each_stage_equals_the_loops(swin_record, fusion):
     for stage, (start, end) in enumerate([(0, 1), (2, 3)]):
         reference = _hand_rollout(swin_record, SWIN_LAYERS, start, end, fusion)  # (B, N, N)
         grid, stride = SWIN_LAYERS[start][0], SWIN_LAYERS[start][1]
-        result = windowed_rollout(swin_record, stage=stage, head_fusion=fusion)
+        result = rollout_maps(swin_record, stage=stage, head_fusion=fusion)
         assert (result.grid_size, result.stride, result.query_grid, result.approximate) == (grid, stride, grid, False)
         assert (result.start_layer, result.end_layer) == (start, end)
         torch.testing.assert_close(result.maps.double(), reference.mean(1).view(2, *grid), atol=1e-6, rtol=0)
@@ -175,7 +175,7 @@ def test_sam_rollout_over_window_and_global_blocks_is_exact(sam_record):
     reference = _hand_rollout(sam_record, SAM_LAYERS, 0, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # exact: no approximation warning
-        result = windowed_rollout(sam_record)
+        result = rollout_maps(sam_record)
     assert (result.grid_size, result.stride, result.approximate) == ((8, 8), (8, 8), False)
     torch.testing.assert_close(result.maps.double(), reference.mean(1).view(2, 8, 8), atol=1e-6, rtol=0)
     torch.testing.assert_close(
@@ -203,7 +203,7 @@ def test_the_merge_rule_equals_the_loops_and_is_labelled_an_approximation(swin_r
     reference = _hand_rollout(swin_record, SWIN_LAYERS, 0, 3)  # (B, 64, 256): stage-1 queries, stem keys
     assert reference.shape == (2, 64, 256)
     with pytest.warns(RuntimeWarning, match="approximation"):
-        result = windowed_rollout(swin_record, merge="mean_2x2", query=9)
+        result = rollout_maps(swin_record, merge="mean_2x2", query=9)
     assert result.approximate and result.merged_before == (2,)
     assert (result.grid_size, result.stride, result.query_grid, result.query_stride) == (
         (16, 16),
@@ -228,7 +228,7 @@ def test_merge_matrix_of_even_and_odd_grids_equals_the_loops(swin):
 
 def test_rollout_by_layer_is_each_end_layer_in_one_pass(swin_record, sam_record):
     with pytest.warns(RuntimeWarning, match="approximation"):
-        strip = windowed_rollout_by_layer(swin_record, merge="mean_2x2", query=(20, 44))
+        strip = rollout_maps(swin_record, merge="mean_2x2", query=(20, 44), by_layer=True)
     assert strip.maps.shape == (4, 2, 16, 16) and strip.grid_size == (16, 16)
     for end in range(4):
         reference = _hand_rollout(swin_record, SWIN_LAYERS, 0, end)
@@ -236,7 +236,7 @@ def test_rollout_by_layer_is_each_end_layer_in_one_pass(swin_record, sam_record)
         cell = (20 // stride[0]) * grid[1] + 44 // stride[1]  # the pixel's cell on the end layer's grid
         torch.testing.assert_close(strip.maps[end].double(), reference[:, cell].view(2, 16, 16), atol=1e-6, rtol=0)
     with pytest.raises(AnalysisError, match="different place on each stage's grid"):
-        windowed_rollout_by_layer(swin_record, merge="mean_2x2", query=3)
+        rollout_maps(swin_record, merge="mean_2x2", query=3, by_layer=True)
     stage = analysis.attention_rollout_by_layer(swin_record, stage=1, query=3)  # one grid: a cell is fine
     assert stage.shape == (2, 2, 8, 8)
     torch.testing.assert_close(
@@ -381,15 +381,13 @@ def test_integrated_gradients_pool_on_the_stem_patch_grid(sam, pixels):
 def test_rollout_explanation_is_the_windowed_rollout(swin, sam, pixels, swin_record, sam_record):
     torch.testing.assert_close(
         explain(swin, pixels, method="rollout", stage=-1),
-        windowed_rollout(swin_record, stage=-1).maps,
+        rollout_maps(swin_record, stage=-1).maps,
         atol=1e-6,
         rtol=0,
     )
     assert explanation_grid(swin, "rollout", stage=-1) == ((8, 8), (8, 8))
     assert explanation_grid(swin, "rollout", merge="mean_2x2") == ((16, 16), (4, 4))
-    torch.testing.assert_close(
-        explain(sam, pixels, method="rollout"), windowed_rollout(sam_record).maps, atol=1e-6, rtol=0
-    )
+    torch.testing.assert_close(explain(sam, pixels, method="rollout"), rollout_maps(sam_record).maps, atol=1e-6, rtol=0)
     with pytest.raises(AnalysisError, match="patch merging"):
         explain(swin, pixels, method="rollout")
 

@@ -264,7 +264,7 @@ def rollout_by_layer(
     A windowed model (Swin, SAM; ``query`` a pixel ``(y, x)`` or ``"mean"``): ``stage`` rolls
     out that stage's layers only (exact; ``start_layer`` then unused), one map per layer of it;
     every map lies on the first layer's grid. ``merge="mean_2x2"`` crosses Swin's patch merging
-    as an approximation (the page states ``analysis.attention.windowed_rollout.MERGE_WARNING``; the
+    as an approximation (the page states ``analysis.attention.rollout.MERGE_WARNING``; the
     library's RuntimeWarning is not repeated); without it such a range is refused (AnalysisError)."""
     record = forward(ref, digest, _image_bytes).record
     span = {"stage": stage} if stage is not None else {"start_layer": start_layer}

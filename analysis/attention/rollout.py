@@ -1,42 +1,110 @@
-"""Attention rollout (Abnar & Zuidema, 2020), as in the ViT paper's Figure 6.
+"""Attention rollout (Abnar & Zuidema, 2020), as in the ViT paper's Figure 6, written once for
+every record.
 
-A ViT's record composes every layer over one token set. A windowed record (Swin, SAM;
-:mod:`analysis.records.windowed`) is composed by :mod:`analysis.attention.windowed_rollout`, which builds each
-layer's dense attention over its grid cells from the windows and hands the matrices to the
-same composition (:func:`~analysis.attention.rollout_rules.compose_rollout`); :func:`attention_rollout` and
-:func:`attention_rollout_by_layer` send such records there.
+Per layer, the heads are fused and the layer's attention is read as one dense matrix over its
+tokens (:mod:`analysis.records.token_matrix`: a ViT's ``T = P + gh·gw`` tokens, a windowed
+layer's ``gh·gw`` grid cells, each window put back in place and 0 between cells that share none):
+
+    Â = ½·A + ½·I, each row divided by its sum;     R = Â_end ⋯ Â_start
+
+(:mod:`analysis.attention.rollout_rules`). The map is the query's row of ``R`` over the start
+layer's grid cells (a ViT's patches: its prefix tokens' columns left out).
+
+**Windowed layers.** Padding keys (zero tokens that pad a grid up to whole windows) are not
+cells: their probability is dropped, not spread over the real keys, so a row of ``A`` may sum to
+less than one, and the row normalisation of ``Â`` divides it by ``1 − p/2`` (``p`` its padding
+mass): the dropped mass is shared out in proportion between the identity and the real keys.
+Heads are fused on the windows before the matrix is built (mean, max and min commute with putting
+zeros outside the window), and ``discard_ratio`` counts only the pairs the windows define
+(:func:`analysis.records.token_matrix.defined_pairs`), never the zeros outside them.
+
+* **Within a stage** (one grid, one token set: every layer of a ViT; SAM's window and global
+  blocks) the composition is exact.
+* **Across Swin's patch merging** the token set changes (``N`` cells become ``N′ ≈ N/4``)
+  through a learned linear layer on the four parents concatenated, with no residual path;
+  rollout has no exact rule for it. By default such a range is refused with the reason. With
+  ``merge="mean_2x2"`` the merged token takes the mean of its 2×2 parents:
+
+      M[c′, c] = 1 / |P(c′)|  if c ∈ P(c′),  else 0;     M is (N′, N)
+      P((r′, x′)) = {(2r′ + i, 2x′ + j) : i, j ∈ {0, 1}, inside the grid}
+
+  (four parents, ¼ each, on an even grid; an odd grid's last row or column has fewer parents,
+  because the module pads it with zero tokens, which are not cells). Then
+  ``R = Â_end ⋯ Â_(s+1) · M · Â_(s) ⋯ Â_start``: rows stay probability distributions, and the
+  result is labelled an approximation (:attr:`RolloutMaps.approximate`, a RuntimeWarning).
+
+:func:`rollout_maps` returns the maps with where they live (grid, stride, the query's grid);
+:func:`attention_rollout` and :func:`attention_rollout_by_layer` return the maps alone.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..model.geometry import ViTSpec
-from ..records.attention import AttentionRecord
-from ..records.checks import check_record
-from ..records.queries import Query, query_rows_for
-from ..records.windowed import WindowedAttentionRecord
-from .rollout_rules import (
-    POST_NORM_WARNING,
-    compose_rollout,
-    layer_range,
-    rollout_step,
-)
-from .windowed_rollout import MERGE_RULES, windowed_rollout, windowed_rollout_by_layer, windowed_rollout_matrices
+from ..model.geometry import LayerGeometry, ViTSpec
+from ..records.attention import AttentionRecord, AttentionRecordProtocol
+from ..records.queries import Query
+from ..records.token_matrix import defined_pairs, layer_heads, token_matrix, token_rows
+from .rollout_rules import POST_NORM_WARNING, compose_rollout, fuse_heads, layer_range, mix_identity
 
 __all__ = [
+    "MERGE_RULES",
+    "MERGE_WARNING",
+    "RolloutMaps",
     "attention_rollout",
-    "patch_grid_rollout",
     "attention_rollout_by_layer",
+    "merge_matrix",
+    "patch_grid_rollout",
+    "rollout_maps",
     "rollout_matrices",
     "rollout_steps",
     "rollout_uniform_level",
 ]
+
+#: ``"mean_2x2"``: each merged token takes the mean of its 2×2 parents (see the module docstring).
+MERGE_RULES = ("mean_2x2",)
+MERGE_WARNING = (
+    "This rollout crosses patch merging with merge='mean_2x2': each merged token is taken as the mean of "
+    "its 2x2 parents, which is not what the model computes (a learned linear layer on the four parents). "
+    "Read the map as an approximation; rollout within one stage (stage=k) is exact."
+)
+
+
+@dataclass(frozen=True)
+class RolloutMaps:
+    """Rollout maps and where they live.
+
+    Attributes:
+        maps: ``(B, gh, gw)`` float32 (:func:`rollout_maps`) or ``(steps, B, gh, gw)``
+            (``by_layer=True``): rows of ``R`` over ``start_layer``'s grid cells.
+        grid_size: ``(gh, gw)`` cells of the map (``start_layer``'s grid).
+        stride: ``(sy, sx)`` input pixels per map cell: cell ``(r, c)`` covers pixels
+            ``[r·sy, (r+1)·sy) × [c·sx, (c+1)·sx)``.
+        query_grid, query_stride: the grid and stride of ``end_layer``, where the query lives.
+        start_layer, end_layer: the layers composed (inclusive).
+        merged_before: layers before which the merge rule was applied (empty when exact).
+    """
+
+    maps: torch.Tensor
+    grid_size: tuple[int, int]
+    stride: tuple[int, int]
+    query_grid: tuple[int, int]
+    query_stride: tuple[int, int]
+    start_layer: int
+    end_layer: int
+    merged_before: tuple[int, ...] = ()
+
+    @property
+    def approximate(self) -> bool:
+        """True when a merge rule was applied (``merged_before`` not empty)."""
+        return bool(self.merged_before)
 
 
 def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
@@ -58,6 +126,82 @@ def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
     return 1.0 / (geometry.prefix_tokens + gh * gw)
 
 
+def merge_matrix(before: LayerGeometry, after: LayerGeometry) -> torch.Tensor:
+    """``(N_after, N_before)`` float64: the mean-of-2×2-parents rule of the module docstring.
+
+    Raises AnalysisError when the two grids are not related by a 2×2 patch merging
+    (``after.grid_size == ⌈before.grid_size / 2⌉`` and ``after.stride == 2·before.stride``)."""
+    (gh, gw), (mh, mw) = before.grid_size, after.grid_size
+    if (mh, mw) != (-(-gh // 2), -(-gw // 2)) or after.stride != (2 * before.stride[0], 2 * before.stride[1]):
+        raise AnalysisError(
+            f"merge='mean_2x2' needs a 2x2 patch merging between the layers, but the grid goes from {gh}x{gw} cells "
+            f"of {before.stride[0]}x{before.stride[1]} px to {mh}x{mw} of {after.stride[0]}x{after.stride[1]} px."
+        )
+    matrix = torch.zeros(mh * mw, gh * gw, dtype=torch.float64)
+    rows = torch.arange(gh)[:, None].expand(gh, gw).reshape(-1)  # parent cell (r, c) of each column
+    cols = torch.arange(gw)[None, :].expand(gh, gw).reshape(-1)
+    matrix[(rows // 2) * mw + cols // 2, rows * gw + cols] = 1.0
+    return matrix / matrix.sum(dim=1, keepdim=True)  # each merged token: mean of its real parents
+
+
+def _check_record(record) -> None:
+    if not isinstance(record, AttentionRecordProtocol):
+        raise AnalysisError(
+            f"attention_rollout takes the record that capture_attention(vit, pixels) returns, got {type(record).__name__}."
+        )
+
+
+def _plan(record, start_layer, end_layer, stage, merge) -> tuple[int, int, tuple[int, ...]]:
+    """``(start, end, merged_before)``: the layers composed, and those before which the token set
+    changes (Swin's patch merging); refuses such a range without ``merge``."""
+    _check_record(record)
+    if merge is not None and merge not in MERGE_RULES:
+        raise AnalysisError(
+            f"merge must be None (refuse to cross patch merging) or one of {MERGE_RULES}, not {merge!r}."
+        )
+    if getattr(record, "query_tokens", None) is not None:
+        raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
+    spec = record.spec
+    start, end = layer_range(spec, start_layer, end_layer, stage)
+    for layer in range(start, end + 1):
+        record.layer_position(layer)  # every layer of the range captured, else a clear error
+    merged = tuple(
+        layer
+        for layer in range(start + 1, end + 1)
+        if (spec.geometry(layer - 1).grid_size, spec.geometry(layer - 1).stride)
+        != (spec.geometry(layer).grid_size, spec.geometry(layer).stride)
+    )
+    if merged and merge is None:
+        before, after = spec.geometry(merged[0] - 1), spec.geometry(merged[0])
+        stages = sorted({spec.geometry(layer).stage for layer in range(start, end + 1)})
+        raise AnalysisError(
+            f"attention_rollout over layers {start}..{end}: the token set changes before layer {merged[0]} "
+            f"(patch merging, {before.grid_size[0]}x{before.grid_size[1]} cells of {before.stride[0]} px -> "
+            f"{after.grid_size[0]}x{after.grid_size[1]} of {after.stride[0]} px), through a learned layer that "
+            f"rollout has no exact rule for. Roll out within one stage (stage=k, one of {stages}, or start_layer/"
+            "end_layer inside it), or pass merge='mean_2x2' for an approximation (each merged token the mean "
+            "of its 2x2 parents)."
+        )
+    return start, end, merged
+
+
+def _layers(
+    record, head_fusion, discard_ratio, start, end, merged
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+    """``(layer, Â_layer (B, N, N) float64, carry)`` for start..end: what :func:`compose_rollout` composes."""
+    spec = record.spec
+    if spec.residual_norm == "post":
+        warnings.warn(POST_NORM_WARNING, RuntimeWarning, stacklevel=5)
+    if merged:
+        warnings.warn(MERGE_WARNING, RuntimeWarning, stacklevel=5)
+    for layer in range(start, end + 1):
+        fused = fuse_heads(layer_heads(record, layer).double(), head_fusion)  # heads reduced, the record's layout
+        dense = token_matrix(record, fused, layer)  # (B, N, N) over the layer's tokens
+        mixed = mix_identity(dense, discard_ratio, defined_pairs(record, layer) if discard_ratio else None)
+        carry = merge_matrix(spec.geometry(layer - 1), spec.geometry(layer)) if layer in merged else None
+        yield layer, mixed, carry
+
+
 def rollout_steps(
     record: AttentionRecord,
     head_fusion: str,
@@ -65,30 +209,16 @@ def rollout_steps(
     start_layer: int,
     end_layer: int | None,
     stage: int | None = None,
+    merge: str | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` ``(B, T, T)`` float64 for
-    layer = start..end (or every layer of ``stage``; :func:`~analysis.attention.rollout_rules.layer_range`) of a
-    ViT record: the running products :func:`rollout_matrices` and :func:`attention_rollout_by_layer`
-    read, for a caller that wants every partial rollout in one pass. Warns (RuntimeWarning) on a
-    post-norm model, as every rollout does."""
-    check_record(record, "attention_rollout")
-    if record.spec.residual_norm == "post":
-        warnings.warn(POST_NORM_WARNING, RuntimeWarning, stacklevel=4)
-    if record.query_tokens is not None:
-        raise AnalysisError("Rollout needs every query row: capture with query_tokens=None.")
-    start_layer, last = layer_range(record.spec, start_layer, end_layer, stage)
-    steps = (
-        (layer, rollout_step(record.attentions[record.layer_position(layer)], head_fusion, discard_ratio), None)
-        for layer in range(start_layer, last + 1)
-    )  # (B, T, T) each
-    yield from compose_rollout(steps)
-
-
-def _check_merge(merge) -> None:
-    if merge is not None and merge not in MERGE_RULES:
-        raise AnalysisError(
-            f"merge must be None (refuse to cross patch merging) or one of {MERGE_RULES}, not {merge!r}."
-        )
+    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` ``(B, N_layer, N_start)``
+    float64 for layer = start..end (or every layer of ``stage``;
+    :func:`~analysis.attention.rollout_rules.layer_range`): the running products
+    :func:`rollout_matrices` and :func:`attention_rollout_by_layer` read, for a caller that wants
+    every partial rollout in one pass. Warns (RuntimeWarning) on a post-norm model, as every
+    rollout does."""
+    start, end, merged = _plan(record, start_layer, end_layer, stage, merge)
+    yield from compose_rollout(_layers(record, head_fusion, discard_ratio, start, end, merged))
 
 
 def rollout_matrices(
@@ -101,93 +231,79 @@ def rollout_matrices(
     stage: int | None = None,
     merge: str | None = None,
 ) -> torch.Tensor:
-    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, T, T)`` float64.
+    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, N_end, N_start)``
+    float64: rows are ``end_layer``'s tokens, columns ``start_layer``'s (a ViT: ``(B, T, T)``).
 
     Per layer: fuse heads, discard (optional), ``Â = ½·A + ½·I``, then each row of ``Â``
     is divided by its sum over keys (``Â / Â.sum(-1, keepdim=True)``) so that every row of
     ``Â`` and of ``R`` is a probability distribution. ``stage``: every layer of that stage
-    instead of ``start_layer``..``end_layer``.
-
-    A windowed record (Swin, SAM) gives ``(B, N_end, N_start)`` over grid cells: rows are the
-    cells of ``end_layer``'s grid, columns those of ``start_layer``'s; ``merge`` as in
-    :func:`analysis.attention.windowed_rollout.windowed_rollout`.
+    instead of ``start_layer``..``end_layer``; ``merge`` as in the module docstring.
     """
-    _check_merge(merge)
-    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
-        return windowed_rollout_matrices(
-            record,
-            head_fusion=head_fusion,
-            discard_ratio=discard_ratio,
-            start_layer=start_layer,
-            end_layer=end_layer,
-            stage=stage,
-            merge=merge,
-        )[0]
     rollout = None
-    for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage):
+    for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage, merge):
         rollout = step_rollout  # the last step's
     assert rollout is not None, "layer_range gives start <= end: one step at least"
     return rollout
 
 
-def _query_grid(record: AttentionRecord, rollout: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """``(B, T, T)`` rolled-out matrix -> ``(B, gh, gw)``: the query's row over patch tokens."""
-    spec = record.spec
-    over_keys = rollout[:, rows, :].mean(dim=1)  # (B, T)
-    gh, gw = spec.grid_size
-    return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw).float()
+def _query_row(record, rollout: torch.Tensor, layer: int, query, start: int) -> torch.Tensor:
+    """``(B, N_layer, N_start)`` -> ``(B, gh, gw)``: the mean of the query's rows over the start
+    layer's grid cells (its prefix tokens' columns left out), float32."""
+    first = record.spec.geometry(start)
+    over_keys = rollout[:, token_rows(record, layer, query), :].mean(dim=1)  # (B, N_start)
+    return over_keys[:, first.prefix_tokens :].reshape(-1, *first.grid_size).float()
 
 
-def patch_grid_rollout(record: AttentionRecord) -> torch.Tensor:
-    """``(B, gh, gw)``: the attention rollout on the model's own patch grid (``spec.grid_size``, the
-    patch embedding's), the map a salient token drop ranks patches by
-    (:func:`analysis.robustness.probe`'s ``saliency``).
-
-    A ViT: :func:`attention_rollout` with its defaults (every layer, the class token or, without
-    one, the mean patch query). A windowed record (Swin, SAM): the rollout of its first stage for
-    the mean cell (``stage=0, query="mean"``), exact (no patch merging inside a stage) and on the
-    stem's patch grid, the grid token drops use.
-    """
-    if isinstance(record, WindowedAttentionRecord):  # stage grids: the stem's stage lies on the patch grid
-        return attention_rollout(record, stage=0, query="mean")
-    return attention_rollout(record)
-
-
-def attention_rollout_by_layer(
+def rollout_maps(
     record: AttentionRecord,
     *,
     head_fusion: str = "mean",
     discard_ratio: float = 0.0,
     start_layer: int = 0,
+    end_layer: int | None = None,
     query: Query | None = None,
     stage: int | None = None,
     merge: str | None = None,
-) -> torch.Tensor:
-    """The rollout after each layer, in one pass: ``(L - start, B, gh, gw)``.
+    by_layer: bool = False,
+) -> RolloutMaps:
+    """Rollout of one query with where it lives (see the module docstring).
 
-    Entry ``i`` equals ``attention_rollout(record, ..., end_layer=start_layer + i)``, but all
-    partial products ``Â_end ⋯ Â_start`` are built incrementally (L matrix products, not L²/2).
-    ``stage``: the layers of that stage only (entry ``i``: after the stage's ``i``-th layer).
+    ``R`` as in :func:`rollout_matrices`. ``query``: a ViT's ``None`` (the class token when the
+    model has one, else the mean over patch queries), ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or
+    a patch index; a windowed record's cell of ``end_layer``'s grid, an input pixel ``(y, x)`` or
+    ``"mean"`` / ``None`` (every cell: a windowed model has no class token). ``maps`` is the
+    query's row of ``R`` on ``start_layer``'s grid, not rescaled, ``(B, gh, gw)``.
 
-    A windowed record: every entry lies on ``start_layer``'s grid (the first layer of
-    ``stage``), the query on each entry's own layer grid (a pixel position or ``"mean"`` when
-    the grids differ); see :func:`analysis.attention.windowed_rollout.windowed_rollout_by_layer`.
-    """
-    _check_merge(merge)
-    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
-        return windowed_rollout_by_layer(
-            record,
-            head_fusion=head_fusion,
-            discard_ratio=discard_ratio,
-            start_layer=start_layer,
-            query=query,
-            stage=stage,
-            merge=merge,
-        ).maps
-    check_record(record, "attention_rollout")
-    rows = query_rows_for(record, query)
-    steps = rollout_steps(record, head_fusion, discard_ratio, start_layer, None, stage)
-    return torch.stack([_query_grid(record, rollout, rows) for _, rollout in steps])
+    ``by_layer=True``: the rollout after each layer of the range in one pass, ``maps (steps, B,
+    gh, gw)``; entry ``i`` equals the rollout with ``end_layer = start + i``, its query read on
+    that layer's grid (so a cell index is refused when those grids differ: use a pixel or
+    ``"mean"``)."""
+    start, end, merged = _plan(record, start_layer, end_layer if not by_layer else None, stage, merge)
+    spec = record.spec
+    if by_layer:
+        grids = {spec.geometry(layer).grid_size for layer in range(start, end + 1)}
+        if len(grids) > 1 and not (query is None or query == "mean" or isinstance(query, tuple)):
+            raise AnalysisError(
+                f"query={query!r}: a cell index means a different place on each stage's grid ({sorted(grids)}); "
+                "pass an input pixel (y, x) or 'mean'."
+            )
+    steps = compose_rollout(_layers(record, head_fusion, discard_ratio, start, end, merged))
+    if by_layer:
+        maps = torch.stack([_query_row(record, rollout, layer, query, start) for layer, rollout in steps])
+    else:
+        (_, rollout), *_ = deque(steps, maxlen=1)  # the last step's: layer_range gives start <= end
+        maps = _query_row(record, rollout, end, query, start)
+    first, last = spec.geometry(start), spec.geometry(end)
+    return RolloutMaps(
+        maps=maps,
+        grid_size=first.grid_size,
+        stride=first.stride,
+        query_grid=last.grid_size,
+        query_stride=last.stride,
+        start_layer=start,
+        end_layer=end,
+        merged_before=merged,
+    )
 
 
 def attention_rollout(
@@ -201,42 +317,50 @@ def attention_rollout(
     stage: int | None = None,
     merge: str | None = None,
 ) -> torch.Tensor:
-    """Attention rollout of one query over the patch grid.
-
-    ``R = Â_end ⋯ Â_start`` as in :func:`rollout_matrices` (``end_layer`` defaults to the
-    last layer, inclusive; ``stage`` picks every layer of one stage instead). Returns the
-    query's row of ``R`` restricted to patch tokens, not rescaled: ``(B, gh, gw)`` float32.
-    ``query=None`` (the default of every one-query map, :func:`analysis.records.queries.default_query`)
-    is the class token when the model has one, else the mean over patch queries; otherwise
-    ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index.
-
-    A windowed record (Swin, SAM): the map lies on ``start_layer``'s grid
-    (``record.spec.geometry(start_layer).grid_size`` cells of ``.stride`` input pixels), the
-    query is a cell of ``end_layer``'s grid, a pixel ``(y, x)`` or ``"mean"``. A range that
-    crosses Swin's patch merging is refused unless ``merge="mean_2x2"`` (an approximation,
-    with a warning). :func:`analysis.attention.windowed_rollout.windowed_rollout` returns the same map
-    with its grid, stride and approximation flag.
-    """
-    _check_merge(merge)
-    if isinstance(record, WindowedAttentionRecord):  # the windowed record composes on stage grids
-        return windowed_rollout(
-            record,
-            head_fusion=head_fusion,
-            discard_ratio=discard_ratio,
-            start_layer=start_layer,
-            end_layer=end_layer,
-            query=query,
-            stage=stage,
-            merge=merge,
-        ).maps
-    check_record(record, "attention_rollout")
-    rows = query_rows_for(record, query)
-    rollout = rollout_matrices(
+    """Attention rollout of one query over the start layer's grid: :func:`rollout_maps`'s
+    ``maps``, ``(B, gh, gw)`` float32 (a ViT: its patch grid; a windowed record: the grid of
+    ``start_layer``'s stage, the query on ``end_layer``'s grid)."""
+    return rollout_maps(
         record,
         head_fusion=head_fusion,
         discard_ratio=discard_ratio,
         start_layer=start_layer,
         end_layer=end_layer,
+        query=query,
         stage=stage,
-    )
-    return _query_grid(record, rollout, rows)
+        merge=merge,
+    ).maps
+
+
+def attention_rollout_by_layer(
+    record: AttentionRecord,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    query: Query | None = None,
+    stage: int | None = None,
+    merge: str | None = None,
+) -> torch.Tensor:
+    """The rollout after each layer, in one pass: ``(steps, B, gh, gw)`` (:func:`rollout_maps`
+    with ``by_layer=True``). Entry ``i`` equals ``attention_rollout(record, ...,
+    end_layer=start_layer + i)``, but all partial products ``Â_end ⋯ Â_start`` are built
+    incrementally (L matrix products, not L²/2). ``stage``: the layers of that stage only."""
+    return rollout_maps(
+        record,
+        head_fusion=head_fusion,
+        discard_ratio=discard_ratio,
+        start_layer=start_layer,
+        query=query,
+        stage=stage,
+        merge=merge,
+        by_layer=True,
+    ).maps
+
+
+def patch_grid_rollout(record: AttentionRecord) -> torch.Tensor:
+    """``(B, gh, gw)``: the attention rollout on the model's own patch grid (``spec.grid_size``, the
+    patch embedding's, the grid a salient token drop ranks patches on,
+    :func:`analysis.robustness.probe`'s ``saliency``): the first stage's rollout (every layer of a
+    ViT, whose one stage it is), for the default query (a ViT's class token, else the mean cell)."""
+    return attention_rollout(record, stage=0)

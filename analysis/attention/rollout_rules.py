@@ -2,9 +2,9 @@
 the weakest pairs, mix in the identity, and compose the layers.
 
 One layer's ``Â = ½·fuse(A) + ½·I`` (rows divided by their sums) and ``R = Â_end ⋯ Â_start`` are
-written once, here, for the ViT rollout (:mod:`analysis.attention.rollout`), the windowed one
-(:mod:`analysis.attention.windowed_rollout`), MAE's visible-token rollout and token drop. They take plain
-tensors, not records, so they sit below both rollouts, and are imported from here.
+written once, here, for the rollout of every record (:mod:`analysis.attention.rollout`), MAE's
+visible-token rollout and token drop. They take plain tensors, not records, so they sit below
+those, and are imported from here.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def compose_rollout(
         R_start = Â_start;   R_layer = Â_layer · C_layer · R_previous
 
     where ``C_layer`` is ``carry`` ``(T_layer, T_previous)`` when the token set changes before
-    ``layer`` (a windowed model's patch merging, :func:`analysis.attention.windowed_rollout.merge_matrix`)
+    ``layer`` (a windowed model's patch merging, :func:`analysis.attention.rollout.merge_matrix`)
     and the identity when ``carry`` is None (every ViT layer)."""
     rollout = None
     for layer, mixed, carry in steps:

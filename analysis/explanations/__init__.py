@@ -16,7 +16,7 @@ Methods (see each function for its formula and source):
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"``, ``"attnlrp"`` (stem patch grid) and ``"rollout"``
-(:mod:`analysis.attention.windowed_rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
+(:mod:`analysis.attention.rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
 grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
 """
 

@@ -121,7 +121,7 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
 def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) of the class token (mean over patch queries
     without one); ``options`` go to :func:`analysis.attention_rollout`. A windowed model: the
-    mean over every cell (see :mod:`analysis.attention.windowed_rollout`; a Swin needs ``stage=k`` or
+    mean over every cell (see :mod:`analysis.attention.rollout`; a Swin needs ``stage=k`` or
     ``merge="mean_2x2"``), on :func:`explanation_grid`'s grid."""
     record = capture_attention(vit, pixels)
     return attention_rollout(record, **options).float()

@@ -25,7 +25,7 @@ WINDOWED_SUPPORT = (
     "capture_attention (record.windows), attention_map, mean_attention_distance with "
     "uniform_attention_distance_by_layer, relative_position_bias (Swin) / decomposed_relative_position (SAM), "
     "patch_embedding_filters, attention_rollout within a stage (SAM: every layer; across Swin's patch merging "
-    "only with merge='mean_2x2', an approximation; windowed_rollout gives the grid), explain with "
+    "only with merge='mean_2x2', an approximation; rollout_maps gives the grid), explain with "
     "'gradcam' (last stage), 'input_x_gradient', 'integrated_gradients', 'attnlrp' (stem patch grid) and 'rollout'; "
     "capture_tokens (stage outputs) with feature_pca / patch_similarity per layer, "
     "logit_lens on the last stage, dataset_attention_distance, and robustness_curve / probe except token drop"

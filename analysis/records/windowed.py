@@ -17,7 +17,7 @@ outside the query's window. :func:`analysis.mean_attention_distance` measures th
 per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
 as each layer's reference), and :mod:`analysis.embedding.windowed_position` draws the learned
 relative-position biases. :func:`analysis.attention_rollout` composes them exactly within a
-stage (:mod:`analysis.attention.windowed_rollout`), and :func:`analysis.explain` gives Grad-CAM,
+stage (:mod:`analysis.attention.rollout`), and :func:`analysis.explain` gives Grad-CAM,
 input × gradient, integrated gradients and rollout (``"attention"`` and ``"chefer"`` refuse
 with the reason). Tokens (:mod:`analysis.tokens.stages`: each block's output on its stage
 grid), the streamed dataset distance and the pixel-space robustness perturbations work too.
@@ -166,3 +166,30 @@ def windowed_attention_map(
     out.index_add_(1, cells[keys], per_key[:, keys])
     out /= int(wanted.sum())
     return out.reshape(batch, *geometry.grid_size)
+
+
+def cells_matrix(values: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
+    """``(..., windows, Wt, Wt)`` per-window values -> ``(..., N, N)`` over the layer's ``N = gh·gw``
+    grid cells (row-major):
+
+        M[q, k] = values[w, s, t]   for the window ``w`` holding query cell ``q`` at slot ``s``
+                                    and key cell ``k`` at slot ``t``;   0 for every other pair
+
+    so a query attends to nothing outside its window (the shift mask's pairs are already 0).
+    Rows and columns of padding slots (zero tokens that pad a grid up to whole windows) are
+    dropped: a row of attention probabilities may then sum to less than one."""
+    cells = geometry.window_cells().to(values.device)  # (windows, Wt), −1: padding / prefix
+    n = geometry.grid_size[0] * geometry.grid_size[1]
+    queries = cells[:, :, None].expand(-1, -1, cells.shape[1])  # (windows, Wt, Wt)
+    keys = cells[:, None, :].expand(-1, cells.shape[1], -1)
+    real = (queries >= 0) & (keys >= 0)
+    dense = values.new_zeros(*values.shape[:-3], n * n)
+    dense[..., queries[real] * n + keys[real]] = values[..., real]  # each (cell, cell) pair at most once
+    return dense.reshape(*values.shape[:-3], n, n)
+
+
+def window_pairs(geometry: LayerGeometry) -> torch.Tensor:
+    """``(N, N)`` bool: the (query cell, key cell) pairs the layer's attention is defined on
+    (same window, kept by the shift mask), without the diagonal."""
+    pairs = cells_matrix(geometry.allowed(), geometry)
+    return pairs & ~torch.eye(pairs.shape[-1], dtype=torch.bool)

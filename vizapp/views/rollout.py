@@ -6,9 +6,8 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError, masked_image
-from analysis.attention.rollout import rollout_uniform_level
+from analysis.attention.rollout import MERGE_WARNING, rollout_uniform_level
 from analysis.attention.rollout_rules import POST_NORM_WARNING
-from analysis.attention.windowed_rollout import MERGE_WARNING
 from analysis.plots import colour_range, robust_top
 from analysis.records.queries import query_for_layers
 from analysis.views.attention_view import rollout_view_defined

@@ -1,0 +1,72 @@
+"""Every record's layers in one token layout: a layer's attention as a dense ``(B, N, N)`` matrix
+over the layer's tokens, what an analysis that composes layers (rollout) reads, whatever the record.
+
+* A ViT's record (:class:`~analysis.records.attention.AttentionRecord`): ``N = T``, the tokens
+  ``[prefix, patches]`` of every layer; the maps are that matrix already.
+* A windowed record (:class:`~analysis.records.windowed.WindowedAttentionRecord`, Swin and SAM):
+  ``N = gh·gw``, the cells of the layer's grid; each window is put back in place
+  (:func:`~analysis.records.windowed.cells_matrix`), 0 between cells that share no window.
+
+Either way a layer's tokens are ``spec.geometry(layer).prefix_tokens`` prefix tokens, then the
+cells of ``spec.geometry(layer).grid_size`` row-major. The two layouts meet here, once; the
+analyses above call these functions and never ask which kind of record they hold.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..base.errors import AnalysisError
+from .attention import AttentionRecordProtocol
+from .queries import query_rows_for
+from .windowed import WindowedAttentionRecord, cells_matrix, query_cells, window_pairs
+
+__all__ = ["layer_heads", "token_matrix", "defined_pairs", "token_rows"]
+
+
+def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
+    """Layer ``layer``'s probabilities with the heads first, ``(B, heads, ...)``: a ViT's
+    ``(B, heads, Q, T)``; a windowed record's ``(B, heads, windows, Wt, Wt)``. Reduce the heads
+    (dim 1), then :func:`token_matrix`: heads fused on the windows cost ``1/heads`` of fusing
+    them on the dense matrix, and give the same values (0 outside a window in every head)."""
+    maps = record.layer_maps(layer)
+    return maps.transpose(1, 2) if isinstance(record, WindowedAttentionRecord) else maps
+
+
+def token_matrix(record: AttentionRecordProtocol, values: torch.Tensor, layer: int) -> torch.Tensor:
+    """``values`` of layer ``layer`` in the record's layout with the heads reduced (what
+    :func:`layer_heads` gives, less its dim 1) -> ``(B, N, N)`` over the layer's tokens.
+
+    Raises AnalysisError for a ViT record that kept only some query rows (``query_tokens``),
+    and for a windowed layer with prefix tokens in its windows (not on the grid)."""
+    if isinstance(record, WindowedAttentionRecord):
+        geometry = record.spec.geometry(layer)
+        if geometry.prefix_tokens:
+            raise AnalysisError(
+                f"Layer {layer} has {geometry.prefix_tokens} prefix tokens in its windows: a windowed layer's token "
+                "matrix covers grid cells only, so this model is not supported."
+            )
+        return cells_matrix(values, geometry)
+    if getattr(record, "query_tokens", None) is not None:
+        raise AnalysisError("This needs every query row of each layer: capture with query_tokens=None.")
+    return values
+
+
+def defined_pairs(record: AttentionRecordProtocol, layer: int) -> torch.Tensor | None:
+    """``(N, N)`` bool: the (query, key) token pairs layer ``layer``'s attention is defined on,
+    without the diagonal (what rollout's ``discard_ratio`` may discard): a windowed layer's
+    same-window pairs (:func:`~analysis.records.windowed.window_pairs`); ``None`` for global
+    attention, where every pair is."""
+    if isinstance(record, WindowedAttentionRecord):
+        return window_pairs(record.spec.geometry(layer))
+    return None
+
+
+def token_rows(record: AttentionRecordProtocol, layer: int, query) -> list[int]:
+    """The rows of layer ``layer``'s token matrix that make up ``query`` (callers average them):
+    a ViT's tokens of :func:`~analysis.records.queries.resolve_query` (``None``: the class token,
+    else every patch); a windowed layer's cells of ``query``, a cell index, an input pixel
+    ``(y, x)`` or ``"mean"`` (:func:`~analysis.records.windowed.query_cells`)."""
+    if isinstance(record, WindowedAttentionRecord):
+        return query_cells(record.spec.geometry(layer), query)
+    return query_rows_for(record, query)  # type: ignore[arg-type]  # a ViT record
