@@ -178,7 +178,7 @@ CASES = [
     ),
     # distance
     ("distance of partial rows", "not captured", lambda c: mean_attention_distance(c.partial)),
-    ("distance of a non-record", "AttentionRecord", lambda c: mean_attention_distance(None)),
+    ("distance of a non-record", "takes the record that capture_attention", lambda c: mean_attention_distance(None)),
     ("uniform distance of a non-spec", "ViTSpec", lambda c: uniform_attention_distance((8, 8))),
     ("uniform distance by layer of a non-spec", "ViTSpec", lambda c: uniform_attention_distance_by_layer((8, 8))),
     ("uniform distance reference of a non-spec", "ViTSpec", lambda c: uniform_distance_reference((8, 8))),

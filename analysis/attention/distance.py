@@ -1,13 +1,16 @@
-"""Mean attention distance (ViT paper, Figure 7 right and Appendix D.7).
+"""Mean attention distance (ViT paper, Figure 7 right and Appendix D.7), written once for every
+record.
 
-For a ViT, every patch query against every patch key on the one patch grid. For a windowed
-model (Swin, SAM; :mod:`analysis.records.windowed`) the same sum over each query's window on its
-layer's stage grid, in input pixels, so the two compare on one chart: see
-:func:`mean_attention_distance` and :func:`uniform_attention_distance_by_layer`.
+Each layer is read as windows of token slots (:func:`analysis.records.token_matrix.layer_windows`:
+a ViT's one window of all its tokens, a windowed layer's windows on its stage grid) and measured by
+:func:`layer_attention_distance`: every cell query against the cells of its window, in input
+pixels, so a ViT and a Swin compare on one chart (:func:`uniform_attention_distance_by_layer` is
+each layer's uniform reference).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -15,15 +18,16 @@ import torch
 from ..base.errors import AnalysisError
 from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import require_global_attention
-from ..records.attention import AttentionRecord
-from ..records.checks import check_record, check_spec
-from ..records.windowed import WindowedAttentionRecord
+from ..records.attention import AttentionRecord, AttentionRecordProtocol
+from ..records.checks import check_spec
+from ..records.token_matrix import layer_windows
 
 __all__ = [
     "mean_attention_distance",
     "patch_centres",
     "patch_distance_matrix",
     "attention_distance_per_image",
+    "layer_attention_distance",
     "uniform_attention_distance",
     "uniform_attention_distance_by_layer",
     "UniformDistanceReference",
@@ -233,81 +237,74 @@ def attention_distance_per_image(
     return per_query.mean(-1)
 
 
-def windowed_attention_distance_per_image(
-    windows: torch.Tensor, geometry: LayerGeometry, *, renormalize: bool = True
+def layer_attention_distance(
+    windows: torch.Tensor,
+    geometry: LayerGeometry,
+    *,
+    renormalize: bool = True,
+    query_slots: Sequence[int] | None = None,
+    compute_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """One windowed layer: ``windows (B, windows, heads, Wt, Wt)`` -> ``(B, heads)``.
+    """One layer: ``windows (B, windows, heads, Q, Wt)`` -> ``(B, heads)``.
 
         d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂
 
-    over the real query cells ``q`` of the layer's grid (each lies in exactly one window),
-    ``k`` over the real cells of the query's window, ``c`` cell centres in input pixels
-    (:func:`window_distance_matrices`). Padding slots (a grid that is not whole windows: timm
-    pads with zero tokens, which the module keeps as keys, so they do take attention) are
-    treated as a ViT's prefix tokens are: never queries, and as keys not image positions, so
-    ``w`` is the row restricted to real keys, divided by its sum when ``renormalize``
-    (otherwise attention on padding counts as distance 0). Masked pairs are 0 already.
+    over the layer's cells ``q`` (each in exactly one window), ``k`` over the cells of the query's
+    window, ``c`` cell centres in input pixels (:func:`window_distance_matrices`). Prefix and
+    padding slots (a ViT's class token and registers; the zero tokens that pad a grid up to whole
+    windows, which the module keeps as keys) are never queries, and as keys no image position:
+    ``w`` is the row restricted to cell keys, divided by its sum when ``renormalize`` (so attention
+    spent on them does not shrink the distance; otherwise it counts as distance 0). Masked pairs
+    are 0 already. ``query_slots``: the slots the ``Q`` rows are, when not every slot's
+    (``Q = Wt``) row is given (a capture that kept only a ViT's patch rows).
     """
     distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
     distances, real = distances.to(windows.device), real.to(windows.device)
-    weights = windows.double() * real[None, :, None, None, :]  # (B, windows, heads, Wt, Wt)
-    per_query = torch.einsum("bwhqk,wqk->bwhq", weights, distances)  # (B, windows, heads, Wt)
+    queries = real
+    if query_slots is not None:
+        slots = torch.as_tensor(list(query_slots), dtype=torch.long, device=windows.device)
+        distances, queries = distances.index_select(1, slots), real.index_select(1, slots)
+    weights = windows.to(compute_dtype) * real[None, :, None, None, :]  # (B, windows, heads, Q, Wt)
+    per_query = torch.einsum("bwhqk,wqk->bwhq", weights, distances.to(compute_dtype))  # (B, windows, heads, Q)
     if renormalize:
-        per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
-    per_query = per_query * real[None, :, None, :]
-    return per_query.sum(dim=(1, 3)) / real.sum()  # (B, heads)
-
-
-def _windowed_mean_attention_distance(record: WindowedAttentionRecord, renormalize: bool) -> torch.Tensor:
-    """``(B, L, H)`` with ``H`` the most heads of any layer, NaN beyond a layer's own heads."""
-    per_layer = [
-        windowed_attention_distance_per_image(windows, record.spec.geometry(layer), renormalize=renormalize)
-        for windows, layer in zip(record.windows, record.layers)
-    ]
-    if not per_layer or per_layer[0].shape[0] == 0:
-        raise AnalysisError("The record holds no attention to measure.")
-    heads = max(distance.shape[1] for distance in per_layer)
-    out = torch.full(
-        (per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64, device=per_layer[0].device
-    )
-    for position, distance in enumerate(per_layer):
-        out[:, position, : distance.shape[1]] = distance
-    return out
+        per_query = per_query / weights.sum(-1).clamp_min(torch.finfo(compute_dtype).tiny)
+    per_query = per_query * queries[None, :, None, :]
+    return per_query.sum(dim=(1, 3)) / queries.sum()  # (B, heads)
 
 
 def mean_attention_distance(
-    record: AttentionRecord | WindowedAttentionRecord, *, renormalize: bool = True, per_image: bool = False
+    record: AttentionRecord, *, renormalize: bool = True, per_image: bool = False
 ) -> torch.Tensor:
-    """Average distance in input pixels between each patch query and the patches it attends to.
+    """Average distance in input pixels between each cell query and the cells it attends to.
 
-    For each layer and head: the mean over query patches q (and over images) of
-    ``Σ_k w_qk · ‖c_q − c_k‖₂``, with ``c`` patch centres and ``w`` the attention row over
-    patch keys (renormalised to sum to one when ``renormalize``). Identity attention gives
-    0; uniform attention on a 14×14 grid of 16 px patches gives ≈116.5 px.
-
-    A windowed record (Swin, SAM) gives the same quantity on each layer's stage grid: ``c``
-    the centres of that layer's cells (stride = the stage's cell size in input pixels), ``k``
-    over the query's window, padding slots treated like prefix tokens (see
-    :func:`windowed_attention_distance_per_image`). Stages differ in head count, so the head
-    axis is as long as the widest layer's and is NaN beyond a layer's own heads. Read it
-    against :func:`uniform_attention_distance_by_layer`, each layer's uniform reference.
+    For each layer and head: the mean over query cells q (and over images) of
+    ``Σ_k w_qk · ‖c_q − c_k‖₂``, with ``c`` cell centres and ``w`` the attention row over cell
+    keys (renormalised to sum to one when ``renormalize``), :func:`layer_attention_distance` on
+    each layer's windows. A ViT: its patches, every one attending to every patch; identity
+    attention gives 0, uniform attention on a 14×14 grid of 16 px patches ≈116.5 px. A windowed
+    record (Swin, SAM): each layer's stage grid (stride = the stage's cell size in input pixels),
+    ``k`` over the query's window. Stages differ in head count, so the head axis is as long as the
+    widest layer's and is NaN beyond a layer's own heads. Read it against
+    :func:`uniform_attention_distance_by_layer`, each layer's uniform reference.
 
     Returns:
         ``(L, heads)`` float64, or ``(B, L, heads)`` with ``per_image=True``.
     """
-    if isinstance(record, WindowedAttentionRecord):
-        result = _windowed_mean_attention_distance(record, renormalize)
-        return result if per_image else result.mean(dim=0)
-    spec = check_record(record, "mean_attention_distance").spec
-    prefix = spec.num_prefix_tokens
-    rows = record.query_rows(range(prefix, prefix + spec.num_patches))
-    distances = patch_distance_matrix(spec).to(record.attentions.device)
-    per_layer = []
-    index = torch.as_tensor(rows, device=record.attentions.device)
-    for position in range(len(record.layers)):
-        probs = record.attentions[position].index_select(-2, index)  # (B, heads, N, T)
-        per_layer.append(attention_distance_per_image(probs, spec, distances, renormalize=renormalize))
-    result = torch.stack(per_layer, dim=1).double()  # (B, L, heads)
-    if result.numel() == 0:
+    if not isinstance(record, AttentionRecordProtocol):
+        raise AnalysisError(
+            "mean_attention_distance takes the record that capture_attention(vit, pixels) returns, "
+            f"got {type(record).__name__}."
+        )
+    per_layer = [
+        layer_attention_distance(layer_windows(record, layer), record.spec.geometry(layer), renormalize=renormalize)
+        for layer in record.layers
+    ]
+    if not per_layer or per_layer[0].shape[0] == 0:
         raise AnalysisError("The record holds no attention to measure.")
+    heads = max(distance.shape[1] for distance in per_layer)
+    result = torch.full(
+        (per_layer[0].shape[0], len(per_layer), heads), float("nan"), dtype=torch.float64, device=per_layer[0].device
+    )
+    for position, distance in enumerate(per_layer):
+        result[:, position, : distance.shape[1]] = distance
     return result if per_image else result.mean(dim=0)

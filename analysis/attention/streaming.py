@@ -5,11 +5,12 @@ capture hook, as soon as the layer is computed, so no image's attention maps out
 Decoding and preprocessing of the next batch run in worker threads while the current batch is
 in the forward pass (PIL decoding releases the GIL).
 
-Windowed models (Swin, SAM) stream the same way: each layer's windows are reduced on their
-stage grid by :func:`analysis.attention.distance.windowed_attention_distance_per_image` as soon as the
-layer is computed; the head axis is the widest layer's, NaN beyond a layer's own heads, as
-:func:`analysis.mean_attention_distance` gives it for one batch. Their uniform reference is
-one value per layer (:func:`analysis.uniform_attention_distance_by_layer`).
+Every layer is reduced by :func:`analysis.attention.distance.layer_attention_distance` as soon
+as it is computed, on its windows (a ViT: one window of all its tokens, of which only the patch
+rows are captured; Swin, SAM: the windows of the layer's stage grid); the head axis is the widest
+layer's, NaN beyond a layer's own heads, as :func:`analysis.mean_attention_distance` gives it for
+one batch. The uniform reference is one value per layer
+(:func:`analysis.uniform_attention_distance_by_layer`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..base.progress import Progress
 from ..engine.activations.run import visit_forward
 from ..engine.capture import require_every_layer
 from ..model.geometry import input_spec
-from .distance import attention_distance_per_image, patch_distance_matrix, windowed_attention_distance_per_image
+from .distance import layer_attention_distance
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
 
@@ -156,9 +157,8 @@ def dataset_attention_distance(
     prefix = spec.num_prefix_tokens
     patch_queries = (
         list(range(prefix, prefix + spec.num_patches)) if spec.attends_globally else None
-    )  # windows stay whole
+    )  # a ViT keeps its patch rows only (in its one window, slot = token index); windows stay whole
     heads = distance_heads(spec)
-    distances_on: dict[torch.device, torch.Tensor] = {}
     compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
     totals = torch.zeros(spec.num_layers, heads, dtype=torch.float64)
     kept: list[torch.Tensor] = []  # per-image (b, L, heads), only with per_image=True
@@ -169,28 +169,22 @@ def dataset_attention_distance(
         per_layer = torch.full((pixels.shape[0], spec.num_layers, heads), float("nan"), dtype=torch.float64)
         seen: set[int] = set()
 
-        def reduce_windows(layer: int, windows: torch.Tensor) -> None:  # (b, windows, heads, Wt, Wt), masked pairs 0
+        def reduce(layer: int, probs: torch.Tensor) -> None:
+            # a ViT's (b, heads, N, T) patch rows, one window of all its tokens; a windowed layer's own windows
             geometry = batch_spec.geometry(layer)
-            per_image = windowed_attention_distance_per_image(windows, geometry, renormalize=renormalize)  # (b, heads)
+            windows, slots = (probs[:, None], patch_queries) if patch_queries is not None else (probs, None)
+            if windows.shape[2] != geometry.num_heads or windows.shape[-1] != geometry.window_tokens:
+                raise AnalysisError(
+                    f"Layer {layer} attended over {windows.shape[-1]} tokens with {windows.shape[2]} heads, but the "
+                    f"spec predicts {geometry.window_tokens} tokens and {geometry.num_heads} heads."
+                )
+            per_image = layer_attention_distance(
+                windows, geometry, renormalize=renormalize, query_slots=slots, compute_dtype=compute_dtype
+            )  # (b, heads)
             per_layer[:, layer, : geometry.num_heads] = per_image.double().cpu()
             seen.add(layer)
 
-        def reduce(layer: int, probs: torch.Tensor) -> None:  # probs (b, heads, N, T)
-            if probs.shape[-1] != batch_spec.num_tokens or probs.shape[1] != spec.num_heads:
-                raise AnalysisError(
-                    f"Layer {layer} attended over {probs.shape[-1]} tokens with {probs.shape[1]} heads, but the "
-                    f"spec predicts {batch_spec.num_tokens} tokens and {spec.num_heads} heads."
-                )
-            if probs.device not in distances_on:
-                distances_on[probs.device] = patch_distance_matrix(batch_spec).to(probs.device)
-            per_image = attention_distance_per_image(
-                probs, batch_spec, distances_on[probs.device], renormalize=renormalize, compute_dtype=compute_dtype
-            )  # (b, heads)
-            per_layer[:, layer] = per_image.double().cpu()
-            seen.add(layer)
-
-        sink = reduce if spec.attends_globally else reduce_windows
-        hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: sink(layer, probs)) for layer in layers}
+        hooks = {f"blocks.{layer}.attn.probs": (lambda probs, layer=layer: reduce(layer, probs)) for layer in layers}
         visit_forward(
             model,
             device,

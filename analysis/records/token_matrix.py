@@ -21,7 +21,7 @@ from .attention import AttentionRecordProtocol
 from .queries import query_rows_for
 from .windowed import WindowedAttentionRecord, cells_matrix, query_cells, window_pairs
 
-__all__ = ["layer_heads", "token_matrix", "defined_pairs", "token_rows"]
+__all__ = ["layer_heads", "layer_windows", "token_matrix", "defined_pairs", "token_rows"]
 
 
 def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
@@ -31,6 +31,26 @@ def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
     them on the dense matrix, and give the same values (0 outside a window in every head)."""
     maps = record.layer_maps(layer)
     return maps.transpose(1, 2) if isinstance(record, WindowedAttentionRecord) else maps
+
+
+def layer_windows(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
+    """Layer ``layer``'s probabilities as windows of token slots, ``(B, windows, heads, Wt, Wt)``,
+    the slots those of ``spec.geometry(layer).window_cells()`` (−1: a prefix or padding slot, not
+    a cell): a windowed record's own; a ViT's as one window of its ``T`` tokens, prefix first,
+    ``(B, 1, heads, T, T)``. Every cell's row is needed: a ViT record that kept only some query
+    rows raises AnalysisError unless it kept every patch's (its missing prefix rows are then 0)."""
+    if isinstance(record, WindowedAttentionRecord):
+        return record.layer_windows(layer)
+    maps = record.layer_maps(layer)  # (B, heads, Q, T)
+    kept = getattr(record, "query_tokens", None)
+    if kept is not None:
+        spec = record.spec
+        prefix = spec.num_prefix_tokens
+        record.query_rows(range(prefix, prefix + spec.num_patches))  # type: ignore[attr-defined]  # names any patch row not kept
+        full = maps.new_zeros(*maps.shape[:2], maps.shape[-1], maps.shape[-1])
+        full[:, :, list(kept)] = maps
+        maps = full
+    return maps[:, None]
 
 
 def token_matrix(record: AttentionRecordProtocol, values: torch.Tensor, layer: int) -> torch.Tensor:
