@@ -61,6 +61,7 @@ from .model.loading.loaded_clip import LoadedCLIP
 from .model.loading.two_tower import load_clip
 from .records.attention import AttentionRecord
 from .records.queries import corresponding_layer, corresponding_query
+from .similarity import SimilarityResult, representation_similarity
 from .tokens.artifacts import attention_mass, high_norm_tokens, outlier_patches, token_norms
 from .tokens.capture import TOKEN_KINDS, capture_tokens, logit_lens
 from .tokens.features import feature_pca, patch_similarity
@@ -79,6 +80,8 @@ __all__ = [
     "attention_mass",
     "explain",
     "EXPLANATION_METHODS",
+    "representation_similarity",
+    "SimilarityResult",
     "top_mass_mask",
     "load_vit",
     "class_probabilities",

@@ -45,6 +45,7 @@ from analysis import (
     position_embedding_similarity,
     read_image_archive,
     relative_position_bias,
+    representation_similarity,
     rollout_maps,
     rotary_position_features,
     scale_by_peak,
@@ -176,6 +177,15 @@ CASES = [
         "start_layer",
         lambda c: attention_rollout_by_layer(c.record, start_layer=-c.layers - 1),
     ),
+    # representation similarity
+    ("similarity kernel", "linear", lambda c: representation_similarity(c.vit, "demo:8", kernel="rbf")),
+    (
+        "similarity minibatch too small",
+        "batch_size",
+        lambda c: representation_similarity(c.vit, "demo:8", batch_size=3),
+    ),
+    ("similarity of a missing folder", "neither a folder", lambda c: representation_similarity(c.vit, "/no/such")),
+    ("similarity of one image", "at least 2 images", lambda c: representation_similarity(c.vit, "demo:1")),
     # distance
     ("distance of partial rows", "not captured", lambda c: mean_attention_distance(c.partial)),
     ("distance of a non-record", "takes the record that capture_attention", lambda c: mean_attention_distance(None)),
@@ -354,6 +364,7 @@ def test_every_public_function_is_walked():
         "class_probabilities",
         "top_classes",
         "class_label",
+        "representation_similarity",
     }
     source = open(__file__).read()
     for name in walked:

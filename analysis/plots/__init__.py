@@ -25,6 +25,7 @@ percentile without the image's outlier tokens (``left_out=analysis.outlier_patch
 from .charts import (
     LABEL_WIDTH,
     attention_distance_scatter,
+    cka_heatmap,
     explained_variance,
     grouped_bars,
     perturbation_curves,
@@ -119,6 +120,7 @@ __all__ = [
     "rgb_patch_grid",
     "robustness_curves",
     "transfer_heatmap",
+    "cka_heatmap",
     "grouped_bars",
     "similarity_tile",
     "similarity_vs_distance",

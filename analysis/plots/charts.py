@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .layout import LABEL_WIDTH, wrap_label
-from .style import SERIES_COLOURS, restyle_figure, styled_figure
+from .style import SERIES_COLOURS, colour_stops, restyle_figure, styled_figure
 
 __all__ = [
     "predictions_bar",
@@ -323,6 +323,43 @@ def transfer_heatmap(
         height=height,
         xaxis=dict(title=dict(text="fed to"), showgrid=False, side="bottom"),
         yaxis=dict(title=dict(text="made against"), autorange="reversed", showgrid=False),
+    )
+
+
+def cka_heatmap(
+    matrix: np.ndarray,
+    layers_a: Sequence[str],
+    layers_b: Sequence[str],
+    *,
+    model_a: str = "model A",
+    model_b: str = "model B",
+    colorscale: str = "Viridis",
+    title: str | None = None,
+    height: int = 480,
+) -> go.Figure:
+    """Linear CKA between layers, Raghu et al. 2021's figure: ``matrix (La, Lb)``
+    (:func:`analysis.representation_similarity`) with ``model_a``'s layers down the y axis (the
+    first at the bottom, as the paper draws depth) and ``model_b``'s along x, on one scale from 0
+    to 1 (the minibatch estimator can dip below 0: those cells take the bottom colour, their value
+    in the hover). A cell a layer's constant representation leaves undefined (NaN) is not drawn."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    trace = dict(
+        type="heatmap",
+        z=matrix,
+        x=list(layers_b),
+        y=list(layers_a),
+        zmin=0.0,
+        zmax=1.0,
+        colorscale=colour_stops(colorscale),
+        colorbar=dict(title=dict(text="linear CKA", side="right")),
+        hovertemplate=f"{model_a} %{{y}}<br>{model_b} %{{x}}<br>CKA %{{z:.3f}}<extra></extra>",
+    )
+    return styled_figure(
+        [trace],
+        title=title,
+        height=height,
+        xaxis=dict(title=dict(text=f"{model_b} layer"), showgrid=False, tickangle=-45),
+        yaxis=dict(title=dict(text=f"{model_a} layer"), showgrid=False, scaleanchor=None),
     )
 
 

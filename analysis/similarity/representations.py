@@ -1,0 +1,197 @@
+"""Representation similarity between every layer of two models (or of one model with itself),
+over a set of images: the instrument of Raghu et al. 2021, "Do Vision Transformers See Like
+Convolutional Neural Networks?" (NeurIPS), with linear CKA (:mod:`analysis.similarity.cka`).
+
+A layer's representation of an image is its whole output there, flattened: a transformer's
+residual stream after each block (``blocks.{i}.resid_post`` of :mod:`analysis.engine.activations`:
+``(T, D)`` for a ViT, the stage grid ``(gh, gw, C)`` for Swin and SAM), a CNN's output of each
+stage (timm's ``forward_intermediates``, the stages its ``feature_info`` names). Each model
+preprocesses the images with its own configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..base.archives import IMAGE_SUFFIXES
+from ..base.arguments import check_int
+from ..base.errors import AnalysisError
+from ..base.images import load_image
+from ..demo.data import generate_samples
+from ..engine.activations import run_with_cache
+from ..model.loading import LoadedViT
+from .cka import CKAAccumulator
+
+__all__ = ["SimilarityResult", "representation_similarity", "layer_names", "block_outputs", "resolve_images"]
+
+DEMO_IMAGES = 64  # images="demo": this many generated demo scenes (stream 0)
+
+
+@dataclass(frozen=True)
+class SimilarityResult:
+    """Linear CKA between the layers of two models over a set of images.
+
+    Attributes:
+        matrix: ``(La, Lb)`` float64; ``matrix[i, j]`` compares layer ``layers_a[i]`` of the
+            first model with layer ``layers_b[j]`` of the second (NaN where a layer's
+            representation does not vary over the images).
+        layers_a, layers_b: one name per compared layer (``"block 3"``, ``"layer2"``).
+        estimator: ``"minibatch"`` or ``"full"``.
+        images: how many images the matrix counts (the minibatch estimator leaves out a last
+            batch of fewer than 4).
+    """
+
+    matrix: np.ndarray
+    layers_a: tuple[str, ...]
+    layers_b: tuple[str, ...]
+    estimator: str
+    images: int
+
+
+def _is_transformer(model) -> bool:
+    return isinstance(model, LoadedViT)
+
+
+def _cnn_stages(model) -> list[str]:
+    info = getattr(model.model, "feature_info", None)
+    if not hasattr(model.model, "forward_intermediates") or info is None:
+        raise AnalysisError(
+            f"{getattr(model, 'name', type(model).__name__)}: representation similarity reads a transformer's blocks "
+            "(load_vit) or a timm CNN's stages (load_cnn, a timm model with forward_intermediates)."
+        )
+    return [str(stage["module"]) for stage in info]
+
+
+def layer_names(model) -> list[str]:
+    """One name per layer whose output :func:`block_outputs` gives: ``"block i"`` for a
+    transformer (with its stage for a windowed model: ``"block 4 (stage 2)"``), the stage modules
+    of a CNN (``"layer1"``, ...)."""
+    if _is_transformer(model):
+        spec = model.spec
+        stages = {spec.geometry(layer).stage for layer in range(spec.num_layers)}
+        return [
+            f"block {layer}" + (f" (stage {spec.geometry(layer).stage})" if len(stages) > 1 else "")
+            for layer in range(spec.num_layers)
+        ]
+    return _cnn_stages(model)
+
+
+def block_outputs(model, pixels: torch.Tensor, layers: Sequence[int]) -> list[torch.Tensor]:
+    """The representations of ``layers`` (indices into :func:`layer_names`) for a batch of
+    preprocessed ``pixels``: one ``(B, features)`` float32 tensor per layer, on the CPU."""
+    if _is_transformer(model):
+        names = [f"blocks.{layer}.resid_post" for layer in layers]
+        cache = run_with_cache(model, pixels, names)
+        return [cache[name].reshape(pixels.shape[0], -1).float().cpu() for name in names]
+    _cnn_stages(model)
+    with torch.no_grad():
+        stages = model.model.forward_intermediates(pixels.to(model.device), intermediates_only=True)
+    return [stages[layer].reshape(pixels.shape[0], -1).float().cpu() for layer in layers]
+
+
+def resolve_images(images) -> list[Image.Image] | list[Path]:
+    """``images`` as a list: a list (or other iterable) of PIL images or paths as they are; a
+    folder: its image files, sorted by name; ``"demo"``: :data:`DEMO_IMAGES` generated demo
+    scenes (``"demo:N"`` for ``N``)."""
+    if isinstance(images, str) and (images == "demo" or images.startswith("demo:")):
+        count = DEMO_IMAGES if images == "demo" else check_int("demo images", int(images.split(":", 1)[1]), minimum=1)
+        return generate_samples(count, seed=0)[0]
+    if isinstance(images, (str, os.PathLike)):
+        folder = Path(images)
+        if not folder.is_dir():
+            raise AnalysisError(f"images={str(images)!r} is neither a folder of images nor 'demo'.")
+        found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not found:
+            raise AnalysisError(f"The folder {folder} holds no image ({', '.join(IMAGE_SUFFIXES)}).")
+        return found
+    if isinstance(images, Image.Image):
+        raise AnalysisError("images must be several images: wrap a single image in a list.")
+    return list(images)
+
+
+def _chosen(model, layers: Sequence[int] | None, which: str) -> list[int]:
+    count = len(layer_names(model))
+    if layers is None:
+        return list(range(count))
+    chosen = [check_int(f"{which} layer", layer) for layer in layers]
+    bad = [layer for layer in chosen if not -count <= layer < count]
+    if bad or not chosen:
+        raise AnalysisError(
+            f"{which}: layers {bad or '[]'} are not among this model's {count} layers (0..{count - 1})."
+        )
+    return [layer % count for layer in chosen]
+
+
+def _pixels(model, batch: Iterable) -> torch.Tensor:
+    loaded = [item if isinstance(item, Image.Image) else load_image(item) for item in batch]
+    return torch.cat([model.preprocess(image) for image in loaded])
+
+
+def representation_similarity(
+    model_a,
+    images,
+    model_b=None,
+    *,
+    layers_a: Sequence[int] | None = None,
+    layers_b: Sequence[int] | None = None,
+    estimator: str = "minibatch",
+    batch_size: int = 32,
+    kernel: str = "linear",
+    progress: Callable[[int, int], None] | None = None,
+) -> SimilarityResult:
+    """Linear CKA between every layer of ``model_a`` and every layer of ``model_b`` over ``images``.
+
+    Args:
+        model_a, model_b: a :class:`~analysis.model.loading.LoadedViT` (any family, windowed ones
+            included) or a timm CNN (:func:`analysis.robustness.load_cnn`); ``model_b=None``
+            compares ``model_a`` with itself (a symmetric matrix with a diagonal of 1).
+        images: a list of PIL images or paths, a folder, or ``"demo"`` (see :func:`resolve_images`).
+        layers_a, layers_b: indices into :func:`layer_names` (default: every layer).
+        estimator: ``"minibatch"`` (Nguyen et al. 2021: unbiased HSIC per minibatch of
+            ``batch_size`` images, averaged; one batch in memory) or ``"full"`` (Kornblith et al.
+            2019 on the whole set; every image's representations in memory).
+        batch_size: images per forward pass, and per minibatch of the estimator (at least 4).
+        kernel: ``"linear"`` (the only one: CKA with a linear kernel).
+        progress: called with ``(images done, images in all)`` after each batch.
+
+    Returns:
+        A :class:`SimilarityResult`.
+    """
+    if kernel != "linear":
+        raise AnalysisError(f"kernel must be 'linear' (linear CKA), not {kernel!r}.")
+    batch_size = check_int("batch_size", batch_size, minimum=4 if estimator == "minibatch" else 1)
+    second = model_a if model_b is None else model_b
+    chosen_a, chosen_b = _chosen(model_a, layers_a, "model_a"), _chosen(second, layers_b, "model_b")
+    items = resolve_images(images)
+    if len(items) < 2:
+        raise AnalysisError(f"Representation similarity needs at least 2 images, got {len(items)}.")
+    accumulator = CKAAccumulator(estimator)
+    union = sorted(set(chosen_a) | set(chosen_b))  # one model with itself: each layer read once
+    with torch.no_grad():
+        for start in range(0, len(items), batch_size):
+            batch = items[start : start + batch_size]
+            if model_b is None:
+                by_layer = dict(zip(union, block_outputs(model_a, _pixels(model_a, batch), union)))
+                features_a = [by_layer[layer] for layer in chosen_a]
+                features_b = None if chosen_a == chosen_b else [by_layer[layer] for layer in chosen_b]
+            else:
+                features_a = block_outputs(model_a, _pixels(model_a, batch), chosen_a)
+                features_b = block_outputs(model_b, _pixels(model_b, batch), chosen_b)
+            accumulator.add(features_a, features_b)
+            if progress is not None:
+                progress(min(start + batch_size, len(items)), len(items))
+    names_a, names_b = layer_names(model_a), layer_names(second)
+    return SimilarityResult(
+        matrix=accumulator.matrix().numpy(),
+        layers_a=tuple(names_a[layer] for layer in chosen_a),
+        layers_b=tuple(names_b[layer] for layer in chosen_b),
+        estimator=estimator,
+        images=accumulator.images_used,
+    )
