@@ -12,6 +12,7 @@ from PIL import Image
 
 import analysis
 import cli_runner
+from analysis.robustness import load_cnn
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_KEYS = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -42,26 +43,43 @@ def good_files(folder: Path) -> list[Path]:
 
 
 def test_torchrun_on_two_ranks_equals_one_process_and_the_api(scenes, tmp_path):
+    """distance and similarity on two ranks (one torchrun launch for both) against one process
+    and the library."""
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     single = run("-m", "analysis", "distance", "--model", "demo", "--images", str(scenes), "--out", str(one))
     assert single.returncode == 0, single.stderr
-    ranks = run(
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "analysis",
-        "distance",
-        "--model",
+    similar_one, similar_two = tmp_path / "similar_one.npz", tmp_path / "similar_two.npz"
+    similarity = [
+        "similarity",
+        "--model-a",
         "demo",
+        "--model-b",
+        "cnn:demo",
         "--images",
-        str(scenes),
-        "--out",
-        str(two),
+        "demo:40",
         "--batch-size",
-        "2",
+        "8",
+    ]
+    alone = run("-m", "analysis", *similarity, "--out", str(similar_one))
+    assert alone.returncode == 0, alone.stderr
+    batch = cli_runner.torchrun_batch(
+        {
+            "distance": [
+                "distance",
+                "--model",
+                "demo",
+                "--images",
+                str(scenes),
+                "--out",
+                str(two),
+                "--batch-size",
+                "2",
+            ],
+            "similarity": [*similarity, "--out", str(similar_two)],
+        },
+        tmp_path,
     )
+    ranks = batch["distance"]
     assert ranks.returncode == 0, ranks.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world_size"]) == 1 and int(b["world_size"]) == 2
@@ -80,6 +98,17 @@ def test_torchrun_on_two_ranks_equals_one_process_and_the_api(scenes, tmp_path):
         assert png.format == "PNG" and png.size == (900, 600)
     page = two.with_suffix(".html").read_text()
     assert "plotly" in page and "mean attention distance" in page.lower()
+    # similarity: the five minibatches shared by two ranks (3 and 2), their HSIC sums added up
+    assert batch["similarity"].returncode == 0, batch["similarity"].stderr
+    c, d = np.load(similar_one), np.load(similar_two)
+    assert int(c["world_size"]) == 1 and int(d["world_size"]) == 2 and int(c["images"]) == int(d["images"]) == 40
+    api = analysis.representation_similarity(analysis.load_vit("demo"), "demo:40", load_cnn("demo"), batch_size=8)
+    np.testing.assert_allclose(d["matrix"], c["matrix"], atol=1e-6, rtol=0)  # float32 forwards: ~1e-8 apart
+    np.testing.assert_allclose(c["matrix"], api.matrix, atol=1e-6, rtol=0)
+    assert tuple(c["layers_a"]) == api.layers_a and tuple(c["layers_b"]) == api.layers_b
+    with Image.open(similar_two.with_suffix(".png")) as png:
+        assert png.size == (24 * len(api.layers_b), 24 * len(api.layers_a))
+    assert "linear CKA" in similar_two.with_suffix(".html").read_text()
 
 
 def test_bad_paths_unknown_models_and_unreadable_sets_exit_with_a_message(scenes, tmp_path):

@@ -19,7 +19,7 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import distance, heads, mae, report, robustness, sae
+    from . import distance, heads, mae, report, robustness, sae, similarity
 
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(subparsers)
     robustness.add_parser(subparsers)
     sae.add_parser(subparsers)
+    similarity.add_parser(subparsers)
     return parser
 
 

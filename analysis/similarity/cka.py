@@ -25,7 +25,7 @@ All sums are in float64. :class:`CKAAccumulator` takes the layers' representatio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -132,6 +132,28 @@ class CKAAccumulator:
         self._sums = parts if self._sums is None else [s + p for s, p in zip(self._sums, parts)]
         self._batches += 1
         self.images_used += count
+
+    def reduce(self, total: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, int]) -> None:
+        """For a run over several processes (each fed its own minibatches): replace this
+        accumulator's minibatch sums and counts by ``total`` of them over every process (an
+        all-reduce sum, e.g. ``torch.distributed``'s). ``shape``: ``(La, Lb)``, for a process
+        that had no minibatch. The matrix is then the one a single process fed every minibatch
+        gives (to float rounding): the estimator averages the minibatches' HSIC."""
+        if self.estimator != "minibatch":
+            raise AnalysisError(
+                "Only the minibatch estimator's sums add up across processes: use estimator='minibatch'."
+            )
+        rows, cols = shape
+        cross, self_a, self_b = self._sums or [
+            torch.zeros(rows, cols, dtype=torch.float64),
+            torch.zeros(rows, dtype=torch.float64),
+            torch.zeros(cols, dtype=torch.float64),
+        ]
+        counts = torch.tensor([self._batches, self.images_used, self.images_seen], dtype=torch.float64)
+        packed = total(torch.cat([cross.reshape(-1), self_a, self_b, counts]))
+        cross, self_a, self_b, counts = packed.split([rows * cols, rows, cols, 3])
+        self._batches, self.images_used, self.images_seen = (int(round(float(c))) for c in counts)
+        self._sums = [cross.reshape(rows, cols), self_a, self_b] if self._batches else None
 
     def matrix(self) -> torch.Tensor:
         """``(La, Lb)`` float64 CKA (see the module docstring)."""

@@ -29,7 +29,15 @@ from ..engine.activations import run_with_cache
 from ..model.loading import LoadedViT
 from .cka import CKAAccumulator
 
-__all__ = ["SimilarityResult", "representation_similarity", "layer_names", "block_outputs", "resolve_images"]
+__all__ = [
+    "SimilarityResult",
+    "accumulate_similarity",
+    "block_outputs",
+    "layer_names",
+    "minibatches",
+    "representation_similarity",
+    "resolve_images",
+]
 
 DEMO_IMAGES = 64  # images="demo": this many generated demo scenes (stream 0)
 
@@ -134,6 +142,45 @@ def _pixels(model, batch: Iterable) -> torch.Tensor:
     return torch.cat([model.preprocess(image) for image in loaded])
 
 
+def accumulate_similarity(
+    model_a,
+    batches: Iterable[Sequence],
+    model_b=None,
+    *,
+    layers_a: Sequence[int] | None = None,
+    layers_b: Sequence[int] | None = None,
+    estimator: str = "minibatch",
+    progress: Callable[[int], None] | None = None,
+) -> tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]]:
+    """The CKA accumulator fed ``batches`` (each a list of images or paths, one minibatch), with
+    the names of the layers compared: what :func:`representation_similarity` and the command line
+    (one process per share of the minibatches, :meth:`CKAAccumulator.reduce`) build on.
+    ``progress(images)`` after each batch."""
+    second = model_a if model_b is None else model_b
+    chosen_a, chosen_b = _chosen(model_a, layers_a, "model_a"), _chosen(second, layers_b, "model_b")
+    accumulator = CKAAccumulator(estimator)
+    union = sorted(set(chosen_a) | set(chosen_b))  # one model with itself: each layer read once
+    with torch.no_grad():
+        for batch in batches:
+            if model_b is None:
+                by_layer = dict(zip(union, block_outputs(model_a, _pixels(model_a, batch), union)))
+                features_a = [by_layer[layer] for layer in chosen_a]
+                features_b = None if chosen_a == chosen_b else [by_layer[layer] for layer in chosen_b]
+            else:
+                features_a = block_outputs(model_a, _pixels(model_a, batch), chosen_a)
+                features_b = block_outputs(model_b, _pixels(model_b, batch), chosen_b)
+            accumulator.add(features_a, features_b)
+            if progress is not None:
+                progress(len(batch))
+    names_a, names_b = layer_names(model_a), layer_names(second)
+    return accumulator, tuple(names_a[layer] for layer in chosen_a), tuple(names_b[layer] for layer in chosen_b)
+
+
+def minibatches(items: Sequence, batch_size: int) -> list[Sequence]:
+    """``items`` in consecutive minibatches of ``batch_size`` (the last one may be shorter)."""
+    return [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
+
+
 def representation_similarity(
     model_a,
     images,
@@ -167,31 +214,30 @@ def representation_similarity(
     if kernel != "linear":
         raise AnalysisError(f"kernel must be 'linear' (linear CKA), not {kernel!r}.")
     batch_size = check_int("batch_size", batch_size, minimum=4 if estimator == "minibatch" else 1)
-    second = model_a if model_b is None else model_b
-    chosen_a, chosen_b = _chosen(model_a, layers_a, "model_a"), _chosen(second, layers_b, "model_b")
     items = resolve_images(images)
     if len(items) < 2:
         raise AnalysisError(f"Representation similarity needs at least 2 images, got {len(items)}.")
-    accumulator = CKAAccumulator(estimator)
-    union = sorted(set(chosen_a) | set(chosen_b))  # one model with itself: each layer read once
-    with torch.no_grad():
-        for start in range(0, len(items), batch_size):
-            batch = items[start : start + batch_size]
-            if model_b is None:
-                by_layer = dict(zip(union, block_outputs(model_a, _pixels(model_a, batch), union)))
-                features_a = [by_layer[layer] for layer in chosen_a]
-                features_b = None if chosen_a == chosen_b else [by_layer[layer] for layer in chosen_b]
-            else:
-                features_a = block_outputs(model_a, _pixels(model_a, batch), chosen_a)
-                features_b = block_outputs(model_b, _pixels(model_b, batch), chosen_b)
-            accumulator.add(features_a, features_b)
-            if progress is not None:
-                progress(min(start + batch_size, len(items)), len(items))
-    names_a, names_b = layer_names(model_a), layer_names(second)
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, len(items))
+
+    accumulator, names_a, names_b = accumulate_similarity(
+        model_a,
+        minibatches(items, batch_size),
+        model_b,
+        layers_a=layers_a,
+        layers_b=layers_b,
+        estimator=estimator,
+        progress=advance,
+    )
     return SimilarityResult(
         matrix=accumulator.matrix().numpy(),
-        layers_a=tuple(names_a[layer] for layer in chosen_a),
-        layers_b=tuple(names_b[layer] for layer in chosen_b),
+        layers_a=names_a,
+        layers_b=names_b,
         estimator=estimator,
         images=accumulator.images_used,
     )
