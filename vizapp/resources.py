@@ -44,6 +44,7 @@ from analysis.attention.rollout import patch_grid_rollout
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
+from analysis.similarity import CKAAccumulator, accumulate_similarity
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
@@ -280,6 +281,24 @@ def rollout_by_layer(
 def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
     return mean_attention_distance(forward(ref, digest, _image_bytes).record).numpy()
+
+
+@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
+def similarity_chunk(
+    ref_a: ModelRef, ref_b: ModelRef | None, digests: tuple[str, ...], _images: tuple[bytes, ...]
+) -> tuple[tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]], tuple[tuple[int, str], ...]]:
+    """Linear CKA's minibatch sums over one piece of an image set (one minibatch of up to
+    :data:`SET_CHUNK` images; a piece of fewer than 4 is not counted), layer by layer of
+    ``ref_a`` against ``ref_b`` (``None``: ``ref_a`` itself), and ``(index, reason)`` of each image
+    that could not be decoded. :meth:`analysis.similarity.CKAAccumulator.merged` adds the pieces up."""
+    decoded, skipped = [], []
+    for index, data in enumerate(_images):
+        try:
+            decoded.append(analysis.load_image(data))
+        except analysis.ImageLoadError as exc:
+            skipped.append((index, str(exc)))
+    model_b = None if ref_b is None else get_model(ref_b)
+    return accumulate_similarity(get_model(ref_a), [decoded] if decoded else [], model_b), tuple(skipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)

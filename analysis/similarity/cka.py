@@ -133,6 +133,24 @@ class CKAAccumulator:
         self._batches += 1
         self.images_used += count
 
+    @classmethod
+    def merged(cls, parts: Sequence[CKAAccumulator]) -> CKAAccumulator:
+        """One minibatch accumulator holding every part's minibatches (e.g. the cached pieces of an
+        image set): their sums and counts added. The parts compare the same layers."""
+        if not parts or any(part.estimator != "minibatch" for part in parts):
+            raise AnalysisError("merged takes one or more minibatch accumulators.")
+        whole = cls("minibatch")
+        for part in parts:
+            whole.images_seen += part.images_seen
+            whole.images_used += part.images_used
+            whole._batches += part._batches
+            whole._same = part._same
+            if part._sums is not None:
+                whole._sums = (
+                    list(part._sums) if whole._sums is None else [a + b for a, b in zip(whole._sums, part._sums)]
+                )
+        return whole
+
     def reduce(self, total: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, int]) -> None:
         """For a run over several processes (each fed its own minibatches): replace this
         accumulator's minibatch sums and counts by ``total`` of them over every process (an

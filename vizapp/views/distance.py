@@ -9,6 +9,7 @@ import streamlit as st
 import analysis
 from analysis.model.loading import DEMO_MODELS
 from analysis.plots.charts import DISTANCE_UNIT_SHORT
+from analysis.similarity import CKAAccumulator
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
@@ -19,7 +20,7 @@ from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 from vizapp.windowed import layer_reference_trace
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("dist_set", "dist_model2", "dist_model2_other", "dist_unit")
+KEPT_KEYS = ("dist_set", "dist_model2", "dist_model2_other", "dist_unit", "dist_cka")
 
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
@@ -163,3 +164,54 @@ show_code(
         windowed=references_by_model[0].per_layer,  # the first model's reference: one value per layer
     )
 )
+
+st.subheader("Representation similarity (linear CKA)")
+st.caption(
+    "How alike every layer's representation of the image set is to every other's: linear CKA (Kornblith et "
+    "al. 2019) of each image's whole output after a block, the way Raghu et al. 2021 compare ViTs with "
+    f"CNNs; Nguyen et al. 2021's estimator on minibatches of {resources.SET_CHUNK} images. The first model "
+    "against the second, or against itself (a symmetric matrix, 1 on its diagonal). The command line "
+    "(`python -m analysis similarity`) also takes CNNs."
+)
+st.session_state.setdefault("dist_cka", False)
+if images and st.toggle(
+    "Compute linear CKA over the image set", key="dist_cka", help="One forward pass per image and model."
+):
+    ref_b = loaded[0] if loaded is not None else None
+    cka_problems: list[str] = []
+    pieces = over_image_set(
+        images,
+        "Linear CKA",
+        lambda chunk, _start: resources.similarity_chunk(
+            cur.model, ref_b, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
+        ),
+        cka_problems,
+    )
+    merged = CKAAccumulator.merged([accumulator for accumulator, _, _ in pieces])
+    layers_a, layers_b = pieces[0][1], pieces[0][2]
+    try:
+        matrix = merged.matrix().numpy()
+    except analysis.AnalysisError as exc:  # fewer than 4 usable images
+        st.info(error_text(exc), icon=":material/block:")
+    else:
+        second_name = name2 if ref_b is not None and name2 is not None else name1
+        show_chart(
+            figures.cka_heatmap(
+                matrix,
+                layers_a,
+                layers_b,
+                model_a=name1,
+                model_b=second_name,
+                title=f"Linear CKA over {merged.images_used} images",
+            ),
+            "dist_cka_chart",
+            filename="linear_cka",
+        )
+        download_npz(
+            "dist_cka_data",
+            "linear_cka",
+            matrix=matrix,
+            layers_a=np.array(layers_a),
+            layers_b=np.array(layers_b),
+            images=np.int64(merged.images_used),
+        )
