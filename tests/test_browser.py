@@ -167,8 +167,19 @@ def test_explorer_in_chromium(page, server, artifacts):
     layers = int(re.search(r"(\d+) layers", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
     tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
     ty = tiles["y"] + tiles["height"] * 0.5 / layers
-    _hover_and_click(page, grid, tx, ty)
-    expect(page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")).to_contain_text("Layer 0 · head 0")
+    title = page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")
+    for attempt in range(3):  # a click plotly lost while a rerun redrew the grid (CI, a loaded machine) is repeated
+        _hover_and_click(page, grid, tx, ty)
+        try:
+            expect(title).to_contain_text("Layer 0 · head 0", timeout=20_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+            wait_idle(page)
+            tiles = grid.locator(".nsewdrag").first.bounding_box()
+            tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
+            ty = tiles["y"] + tiles["height"] * 0.5 / layers
     wait_idle(page)
     assert_no_exception(page, "thumbnail click")
 
