@@ -167,6 +167,26 @@ def test_bad_paths_unknown_models_and_unreadable_sets_exit_with_a_message(scenes
     assert not (tmp_path / "x.npz").exists()
 
 
+def test_similarity_skips_an_unreadable_image_and_names_it(scenes, tmp_path):
+    out = tmp_path / "similar.npz"
+    result = run(
+        "-m",
+        "analysis",
+        "similarity",
+        "--model-a",
+        "demo",
+        "--images",
+        str(scenes),
+        "--batch-size",
+        "5",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "skipped" in result.stderr and "corrupt.png" in result.stderr
+    assert int(np.load(out)["images"]) == 9  # the nine scenes: minibatches of 5 and 4 once the corrupt file is out
+
+
 def test_a_glob_and_a_zip_name_the_same_images_as_the_folder(scenes, tmp_path):
     import zipfile
 

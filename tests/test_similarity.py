@@ -188,3 +188,18 @@ def test_the_heatmap_draws_the_matrix_with_each_models_layers():
     assert list(trace.y) == ["block 0", "block 1"] and list(trace.x) == ["act1", "layer1", "layer2"]
     assert (trace.zmin, trace.zmax) == (0.0, 1.0)
     assert figure.layout.xaxis.title.text == "CNN layer" and figure.layout.yaxis.title.text == "ViT layer"
+
+
+def test_a_layer_that_does_not_vary_gives_nan_in_both_estimators():
+    """A constant representation has HSIC(K, K) = 0: CKA against it is undefined (NaN), not the 1
+    that the full estimator's rounding residue of the centring (~1e-21) once gave."""
+    x = torch.randn(32, 50, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    constant = torch.randn(1, 3000, generator=torch.Generator().manual_seed(6), dtype=torch.float64).expand(32, -1)
+    for estimator in ("full", "minibatch"):
+        accumulator = CKAAccumulator(estimator)
+        accumulator.add([x, constant])
+        matrix = accumulator.matrix()
+        assert float(matrix[0, 0]) == pytest.approx(1.0) and torch.isnan(matrix[0, 1]) and torch.isnan(matrix[1, 1]), (
+            estimator,
+            matrix,
+        )

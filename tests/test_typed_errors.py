@@ -177,6 +177,11 @@ CASES = [
         "start_layer",
         lambda c: attention_rollout_by_layer(c.record, start_layer=-c.layers - 1),
     ),
+    (
+        "rollout maps by layer with an end layer",
+        "end_layer=None",
+        lambda c: rollout_maps(c.record, end_layer=2, by_layer=True),
+    ),
     # representation similarity
     ("similarity kernel", "linear", lambda c: representation_similarity(c.vit, "demo:8", kernel="rbf")),
     (

@@ -278,7 +278,9 @@ def rollout_maps(
     gh, gw)``; entry ``i`` equals the rollout with ``end_layer = start + i``, its query read on
     that layer's grid (so a cell index is refused when those grids differ: use a pixel or
     ``"mean"``)."""
-    start, end, merged = _plan(record, start_layer, end_layer if not by_layer else None, stage, merge)
+    if by_layer and end_layer is not None:
+        raise AnalysisError("by_layer=True rolls out to the last layer (of the stage): pass end_layer=None.")
+    start, end, merged = _plan(record, start_layer, end_layer, stage, merge)
     spec = record.spec
     if by_layer:
         grids = {spec.geometry(layer).grid_size for layer in range(start, end + 1)}

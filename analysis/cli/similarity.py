@@ -9,6 +9,7 @@ compared with itself."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,18 +64,19 @@ def load_any(text: str, device: torch.device):
 
 
 def _images(text: str):
-    """``(description, items)``: the demo scenes or what ``--images`` names (cli.sources)."""
+    """``(description, items, problems)``: the demo scenes or what ``--images`` names
+    (cli.sources; ``problems``: archive entries left out before decoding)."""
     from ..similarity import resolve_images as similarity_images
     from .sources import resolve_images
 
     try:
         if text == "demo" or text.startswith("demo:"):
             items = similarity_images(text)
-            return f"{len(items)} demo scenes", list(items)
+            return f"{len(items)} demo scenes", list(items), []
         source = resolve_images(text)
     except (VitExplorerError, ValueError) as exc:
         raise CommandError(str(exc), code=2) from exc
-    return source.description, list(source.items)
+    return source.description, list(source.items), list(source.problems)
 
 
 def run(args, ranks: Ranks) -> int:
@@ -86,7 +88,7 @@ def run(args, ranks: Ranks) -> int:
             "--estimator minibatch (its sums add up across processes).",
             code=2,
         )
-    description, items = _images(args.images)
+    description, items, problems = _images(args.images)
     if len(items) < 2:
         raise CommandError(f"{args.images}: representation similarity needs at least 2 images.", code=2)
     model_a = load_any(args.model_a, ranks.device)
@@ -105,9 +107,14 @@ def run(args, ranks: Ranks) -> int:
             done += count
             advance(done, None)
 
+        skipped: list[str] = []
         accumulator, names_a, names_b = accumulate_similarity(
-            model_a, batches, model_b, estimator=args.estimator, progress=step
+            model_a, batches, model_b, estimator=args.estimator, progress=step, skipped=skipped
         )
+    unreadable = [entry for names in ranks.gather(skipped) for entry in names]  # every rank's, on every rank
+    if ranks.is_main:
+        for entry in [*problems, *unreadable]:
+            print(f"skipped {entry}", file=sys.stderr)
     if ranks.world > 1:
         accumulator.reduce(ranks.sum, (len(names_a), len(names_b)))
     if not ranks.is_main:

@@ -77,7 +77,11 @@ def hsic_unbiased(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
 def cka_from_hsic(cross: torch.Tensor, self_a: torch.Tensor, self_b: torch.Tensor) -> torch.Tensor:
     """``CKA[i, j] = cross[i, j] / √(self_a[i] · self_b[j])``; a layer whose representation does
     not vary over the images (``HSIC(K, K) = 0``) gives NaN, not a number it does not have."""
-    denominator = torch.sqrt(self_a.clamp(min=0.0)[:, None] * self_b.clamp(min=0.0)[None, :])
+    scale = max(float(self_a.abs().max()), float(self_b.abs().max()), torch.finfo(torch.float64).tiny)
+    # a self-HSIC within rounding of 0 (centring a constant representation leaves ~1e-16 of the largest) is 0
+    self_a = torch.where(self_a > 1e-12 * scale, self_a, torch.zeros_like(self_a))
+    self_b = torch.where(self_b > 1e-12 * scale, self_b, torch.zeros_like(self_b))
+    denominator = torch.sqrt(self_a[:, None] * self_b[None, :])
     return torch.where(denominator > 0, cross / denominator.clamp(min=torch.finfo(torch.float64).tiny), torch.nan)
 
 

@@ -22,7 +22,7 @@ from PIL import Image
 
 from ..base.archives import IMAGE_SUFFIXES
 from ..base.arguments import check_int
-from ..base.errors import AnalysisError
+from ..base.errors import AnalysisError, ImageLoadError
 from ..base.images import load_image
 from ..demo.data import generate_samples
 from ..engine.activations import run_with_cache
@@ -138,8 +138,24 @@ def _chosen(model, layers: Sequence[int] | None, which: str) -> list[int]:
 
 
 def _pixels(model, batch: Iterable) -> torch.Tensor:
-    loaded = [item if isinstance(item, Image.Image) else load_image(item) for item in batch]
-    return torch.cat([model.preprocess(image) for image in loaded])
+    return torch.cat([model.preprocess(image) for image in batch])
+
+
+def _decoded(batch: Sequence, skipped: list[str] | None) -> list[Image.Image]:
+    """The batch's images, decoded; one that cannot be read is left out and named in ``skipped``
+    (``"name: reason"``), or raises ImageLoadError when ``skipped`` is None."""
+    images = []
+    for item in batch:
+        if isinstance(item, Image.Image):
+            images.append(item)
+            continue
+        try:
+            images.append(load_image(item))
+        except ImageLoadError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"{item if isinstance(item, (str, os.PathLike)) else 'an image'}: {exc}")
+    return images
 
 
 def accumulate_similarity(
@@ -151,17 +167,22 @@ def accumulate_similarity(
     layers_b: Sequence[int] | None = None,
     estimator: str = "minibatch",
     progress: Callable[[int], None] | None = None,
+    skipped: list[str] | None = None,
 ) -> tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]]:
     """The CKA accumulator fed ``batches`` (each a list of images or paths, one minibatch), with
     the names of the layers compared: what :func:`representation_similarity` and the command line
     (one process per share of the minibatches, :meth:`CKAAccumulator.reduce`) build on.
-    ``progress(images)`` after each batch."""
+    ``progress(images)`` after each batch. ``skipped``: a list that names each image that could not
+    be decoded, left out of its minibatch (without it such an image raises ImageLoadError)."""
     second = model_a if model_b is None else model_b
     chosen_a, chosen_b = _chosen(model_a, layers_a, "model_a"), _chosen(second, layers_b, "model_b")
     accumulator = CKAAccumulator(estimator)
     union = sorted(set(chosen_a) | set(chosen_b))  # one model with itself: each layer read once
     with torch.no_grad():
-        for batch in batches:
+        for given in batches:
+            batch = _decoded(given, skipped)
+            if not batch:
+                continue
             if model_b is None:
                 by_layer = dict(zip(union, block_outputs(model_a, _pixels(model_a, batch), union)))
                 features_a = [by_layer[layer] for layer in chosen_a]
@@ -171,7 +192,7 @@ def accumulate_similarity(
                 features_b = block_outputs(model_b, _pixels(model_b, batch), chosen_b)
             accumulator.add(features_a, features_b)
             if progress is not None:
-                progress(len(batch))
+                progress(len(given))
     names_a, names_b = layer_names(model_a), layer_names(second)
     return accumulator, tuple(names_a[layer] for layer in chosen_a), tuple(names_b[layer] for layer in chosen_b)
 
