@@ -19,6 +19,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # One thread per worker: the workers already fill the cores, and torch's default of one thread
     # per core in each of them oversubscribes the machine (each worker spins waiting for the others).
     torch.set_num_threads(1)
+    # The same for what a worker starts (a Streamlit server, notebook kernels, torchrun ranks, a packaged
+    # venv's commands): they inherit the environment.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_configure(config):

@@ -25,6 +25,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import analysis  # noqa: E402
 from analysis.model.geometry import LayerGeometry  # noqa: E402
 from analysis.plots.layout import plain_label  # noqa: E402
+from tests.model_folders import model_folder  # noqa: E402
 from tests.test_app import (  # noqa: E402
     APP,
     array,
@@ -41,30 +42,50 @@ from tests.test_app import (  # noqa: E402
 from vizapp import windowed  # noqa: E402
 
 TIMEOUT = 180
-# timm name -> input side (px): small inputs keep the suite fast on two cores
-SWIN = ("swin_tiny_patch4_window7_224", 112)  # 28x28 -> 14 -> 7 -> 4 cells, 7x7 windows, shift 3 on stages 0-1
-SWIN_V2 = ("swinv2_tiny_window8_256", 128)  # 32x32 -> 16 -> 8 -> 4 cells, 8x8 windows
-SAM = ("samvit_base_patch16", 128)  # one 8x8 grid: 14x14 windows padded, and global blocks
+# family -> (timm name, input side in px, model_args). Each family's own stages, windows, shifts and
+# global blocks at a small input, with narrow, shallow blocks: the same layouts at a fraction of the
+# cost on two cores (written once per process as a folder with random weights, opened by its path).
+SWIN = ("swin_tiny_patch4_window7_224", 112, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24)))
+# ^ 28x28 -> 14 -> 7 -> 4 cells, 7x7 windows, shift 3 on stages 0-1
+SWIN_V2 = ("swinv2_tiny_window8_256", 128, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24)))
+# ^ 32x32 -> 16 -> 8 -> 4 cells, 8x8 windows
+SAM = ("samvit_base_patch16", 128, dict(embed_dim=64, depth=6, num_heads=2, global_attn_indexes=(2, 5)))
+# ^ one 8x8 grid: 14x14 windows padded, and global blocks
 FAMILIES = {"swin": SWIN, "swinv2": SWIN_V2, "sam": SAM}
 # Also opened on every page: timm's swinv2_cr (its own window module). torchvision's Swin-T (converted at
-# the boundary into timm's Swin, at its own 224 px) opens on the Attention page (every page: 40 s on 2 cores)
-OTHER_FAMILIES = {"swinv2_cr": ("swinv2_cr_tiny_ns_224", 128), "torchvision_swin": ("torchvision:swin_t", 224)}
+# the boundary into timm's Swin, at its own 224 px, random weights by name) opens on the Attention page
+OTHER_FAMILIES = {
+    "swinv2_cr": ("swinv2_cr_tiny_ns_224", 128, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24))),
+    "torchvision_swin": ("torchvision:swin_t", 224, None),
+}
 PAGES = ("attention", "rollout", "explain", "compare", "tokens", "robustness", "position", "filters", "distance")
 
 
-def loaded(family: str) -> analysis.LoadedViT:
-    """The model instance the app holds for ``family`` (random weights differ per load)."""
+def model_source(family: str) -> str:
+    """What the app opens for ``family``: a folder named after its timm architecture (its small
+    ``model_args``, random weights), or the name itself for a model built by name."""
+    name, side, model_args = {**FAMILIES, **OTHER_FAMILIES}[family]
+    return name if model_args is None else model_folder(name, img_size=side, **model_args)
+
+
+def model_ref(family: str):
     from vizapp.refs import ModelRef
+
+    source, side = model_source(family), {**FAMILIES, **OTHER_FAMILIES}[family][1]
+    return ModelRef(source, pretrained=source != "torchvision:swin_t", img_size=side)
+
+
+def loaded(family: str) -> analysis.LoadedViT:
+    """The model instance the app holds for ``family``."""
     from vizapp.resources import get_model
 
-    name, side = {**FAMILIES, **OTHER_FAMILIES}[family]
-    return get_model(ModelRef(name, pretrained=False, img_size=side))
+    return get_model(model_ref(family))
 
 
 def open_app(family: str, **params) -> AppTest:
-    name, side = {**FAMILIES, **OTHER_FAMILIES}[family]
+    ref = model_ref(family)
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params.update(model=f"random:{name}", res=str(side), **params)
+    at.query_params.update(model=("" if ref.pretrained else "random:") + ref.source, res=str(ref.img_size), **params)
     at.run()
     assert_clean(at)
     assert at.session_state["current"].spec.is_windowed
@@ -272,7 +293,7 @@ def test_the_attention_page_reproduces_in_python_for_a_swin(npz_downloads, monke
 
     monkeypatch.setattr(analysis, "load_vit", same_model)
     script = reproduce(at)
-    assert calls == [(SWIN[0], {"pretrained": False, "img_size": SWIN[1]})]
+    assert calls == [(model_source("swin"), {"img_size": SWIN[1]})]
     npz = npz_downloads["attn_overlay_data"]
     assert script["attention"].shape == (14, 14)
     np.testing.assert_allclose(script["attention"], npz["attention"], rtol=1e-5, atol=1e-6)
@@ -284,7 +305,7 @@ def test_the_attention_page_reproduces_in_python_for_a_swin(npz_downloads, monke
 def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
     at = open_app("swin")
     at.switch_page("views/compare.py").run()
-    at.multiselect(key="cmp_layers").set_value([1, 11]).run()
+    at.multiselect(key="cmp_layers").set_value([1, 7]).run()  # stages 0 and 3
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(0).run()
     at.selectbox(key="cmp_model2").set_value("other").run()
@@ -455,14 +476,14 @@ def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downl
     assert npz["uniform_reference"].shape == (vit.spec.num_layers,)
 
     at.switch_page("views/compare.py").run()
-    at.multiselect(key="cmp_layers").set_value([0, 5, 11]).run()
+    at.multiselect(key="cmp_layers").set_value([0, 5, 7]).run()  # stages 0, 2 and 3
     at.selectbox(key="head").set_value(5).run()  # stage 0 has 3 heads: its layers show the mean
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(100).run()
     assert_clean(at)
     script = reproduce(at)
     npz = npz_downloads["cmp_data"]
-    for layer in (0, 5, 11):
+    for layer in (0, 5, 7):
         np.testing.assert_allclose(script["attention"][layer], npz[f"attention_layer{layer}"], rtol=1e-5, atol=1e-7)
 
 
@@ -512,7 +533,7 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
     at.switch_page("views/distance.py").run()
     at.radio(key="dist_unit").set_value("patches").run()
     at.selectbox(key="dist_model2").set_value("other").run()
-    at.text_input(key="dist_model2_other").set_value(f"random:{SWIN[0]}").run()
+    at.text_input(key="dist_model2_other").set_value(model_source("swin")).run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     assert any("no one patch side" in i.body for i in at.info), [i.body for i in at.info]
