@@ -49,7 +49,7 @@ from .embedding.position import (
     similarity_by_distance,
     similarity_distance_bins,
 )
-from .embedding.windowed_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
+from .embedding.relative_position import DecomposedPosition, decomposed_relative_position, relative_position_bias
 from .engine.capture import capture_attention
 from .explanations import EXPLANATION_METHODS, explain
 from .maps.scaling import scale_by_peak

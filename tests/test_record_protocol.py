@@ -30,7 +30,6 @@ ALLOWED_FILES = frozenset(
         "model/geometry.py",
         "model/spec.py",
         "model/windowed_support.py",
-        "embedding/windowed_position.py",
     }
 )
 ALLOWED_PACKAGES = ("model/adapters/",)

@@ -707,5 +707,13 @@ def test_bias_functions_refuse_the_wrong_kind_of_model_by_name(swin, sam):
         analysis.relative_position_bias(swin, 4)
     vit = load_vit("vit_tiny_patch16_224", pretrained=False, device="cpu", img_size=32, depth=1)
     for function in (analysis.relative_position_bias, analysis.decomposed_relative_position):
-        with pytest.raises(AnalysisError, match="is not windowed: use position_embedding_similarity"):
+        with pytest.raises(
+            AnalysisError, match="no relative-position bias of this kind; use position_embedding_similarity"
+        ):
             function(vit, 0)
+    # which reading each layer has, as the Position page asks it
+    from analysis.embedding.relative_position import relative_position_kind
+
+    assert [relative_position_kind(swin, layer) for layer in range(swin.spec.num_layers)] == ["bias"] * 4
+    assert {relative_position_kind(sam, layer) for layer in range(sam.spec.num_layers)} == {"decomposed"}
+    assert relative_position_kind(vit, 0) is None

@@ -15,7 +15,7 @@ removes are exactly 0.
 :func:`windowed_attention_map` puts one query's row back on its layer's grid, with zeros
 outside the query's window. :func:`analysis.mean_attention_distance` measures these records
 per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
-as each layer's reference), and :mod:`analysis.embedding.windowed_position` draws the learned
+as each layer's reference), and :mod:`analysis.embedding.relative_position` draws the learned
 relative-position biases. :func:`analysis.attention_rollout` composes them exactly within a
 stage (:mod:`analysis.attention.rollout`), and :func:`analysis.explain` gives Grad-CAM,
 input × gradient, integrated gradients and rollout (``"attention"`` and ``"chefer"`` refuse

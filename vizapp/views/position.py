@@ -8,10 +8,12 @@ import streamlit as st
 
 import analysis
 from analysis import similarity_distance_bins
+from analysis.embedding.relative_position import relative_position_kind
 from analysis.plots.mosaics import ZOOM_HINT
 from vizapp import figures, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
+from vizapp.relative_position import render as render_relative_bias
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
 
@@ -26,9 +28,7 @@ KIND_LABELS = {
     "rope": "rotary features [sin θp, cos θp] (RoPE)",
 }
 kinds = analysis.position_encoding_kinds(cur.vit)
-if not cur.spec.attends_globally:  # Swin, SAM: the relative-position bias per layer (vizapp.windowed_position)
-    from vizapp.windowed_position import render as render_relative_bias
-
+if any(relative_position_kind(cur.vit, layer) for layer in range(cur.spec.num_layers)):  # Swin, SAM
     render_relative_bias(cur)
     if kinds:  # and an absolute table as well: drawn below as a ViT's
         st.subheader("Absolute position table")

@@ -203,6 +203,21 @@ class AttentionAdapter:
         over ``[prefix, patches]`` (a ViT)."""
         return None
 
+    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor | None:
+        """The bias ``module`` adds to the score of a query and a key of one ``wh × ww`` window by their
+        offset alone, per head: ``(heads, 2·wh − 1, 2·ww − 1)``, entry ``[h, Δy + wh − 1, Δx + ww − 1]``
+        for ``query − key = (Δy, Δx)``, as the module computes it (no gradient). ``None``: this family
+        adds no such per-head, offset-only bias (the default)."""
+        return None
+
+    def decomposed_relative_position(
+        self, module: nn.Module, window: tuple[int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(rows (2·wh − 1, head_dim), cols (2·ww − 1, head_dim))``: the relative-position tables of a
+        family whose bias is decomposed by axis and multiplied by the query (SAM), row ``Δ + side − 1`` for
+        the offset ``Δ = query − key``, as the module reads them (no gradient). ``None``: no such tables."""
+        return None
+
     def tap(
         self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False
     ) -> list[ModuleHook]:

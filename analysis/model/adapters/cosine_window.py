@@ -11,6 +11,8 @@ of the log-spaced relative offsets ``Δ``, ``M`` the shift mask. The module alwa
 
 from __future__ import annotations
 
+import torch
+import torch.nn as nn
 from timm.models.swin_transformer_v2 import WindowAttention as CosineWindowAttention
 
 from .registry import register_adapter
@@ -25,6 +27,13 @@ class CosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
         "softmax(τ·cos(q,k) + 16·sigmoid(cpb_mlp(Δ)) + M) inside each window: τ from logit_scale, "
         "M the shift mask (masked pairs recorded as exactly 0)"
     )
+
+    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+        """``16·sigmoid(cpb_mlp(relative_coords_table))``: the continuous position bias of the log-spaced
+        offsets ``(1, 2wh − 1, 2ww − 1, 2)``, computed as the module computes it."""
+        with torch.no_grad():
+            table = 16 * torch.sigmoid(module.cpb_mlp(module.relative_coords_table))
+        return table.view(2 * window[0] - 1, 2 * window[1] - 1, -1).permute(2, 0, 1).float().contiguous()
 
 
 ADAPTER = register_adapter(CosineWindowAttentionAdapter())

@@ -17,6 +17,8 @@ stages are ``model.stages`` (see :func:`~.registry.model_blocks`).
 
 from __future__ import annotations
 
+import torch
+import torch.nn as nn
 from timm.models.swin_transformer_v2_cr import WindowMultiHeadAttention
 
 from .blocks import BlockLayout
@@ -35,6 +37,15 @@ class MetaCosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
         "softmax(τ·cos(q,k) + meta_mlp(Δ) + M) inside each window: τ from logit_scale, Δ the log-spaced "
         "relative offset, M the shift mask (masked pairs recorded as exactly 0)"
     )
+
+    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+        """``meta_mlp(sign(Δ)·log(1 + |Δ|))`` of every offset ``Δ = (Δy, Δx)`` of the window (no sigmoid)."""
+        anchor = module.logit_scale
+        rows, cols = (torch.arange(-(w - 1), w, dtype=torch.float32, device=anchor.device) for w in window)
+        offsets = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)  # (2wh − 1, 2ww − 1, 2) as (Δy, Δx)
+        with torch.no_grad():
+            table = module.meta_mlp((torch.sign(offsets) * torch.log1p(offsets.abs())).to(anchor.dtype))
+        return table.permute(2, 0, 1).float().contiguous()
 
 
 ADAPTER = register_adapter(MetaCosineWindowAttentionAdapter())

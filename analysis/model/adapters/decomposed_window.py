@@ -20,6 +20,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 from timm.models.vision_transformer_sam import Attention as SamAttention
+from timm.models.vision_transformer_sam import get_rel_pos
 
 from ..geometry import LayerGeometry
 from .base import AttentionAdapter, AttentionInputs, Report
@@ -70,6 +71,23 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
             window_size=(window, window) if window > 0 else (patch_grid[0], patch_grid[1]),
             num_heads=self.num_heads(site.module),
         )
+
+    def decomposed_relative_position(
+        self, module: nn.Module, window: tuple[int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``rel_pos_h`` and ``rel_pos_w`` by offset, read through timm's own ``get_rel_pos`` (which
+        resizes a table of another length exactly as the module does); ``None`` without the tables."""
+        if getattr(module, "rel_pos_h", None) is None:
+            return None
+        with torch.no_grad():
+            return _table_by_offset(window[0], module.rel_pos_h), _table_by_offset(window[1], module.rel_pos_w)
+
+
+def _table_by_offset(side: int, rel_pos: torch.Tensor) -> torch.Tensor:
+    """``(2·side − 1, C)``: the row the module uses for each offset ``Δ = query − key``."""
+    pairs = get_rel_pos(side, side, rel_pos)  # (side_q, side_k, C): row of offset q − k
+    offsets = torch.arange(-(side - 1), side)
+    return pairs[offsets.clamp(min=0), (-offsets).clamp(min=0)].float()
 
 
 ADAPTER = register_adapter(DecomposedWindowAttentionAdapter())

@@ -17,6 +17,7 @@ grid is read off the block (``input_resolution``, ``window_size``, ``shift_size`
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 from timm.models.swin_transformer import WindowAttention
 
@@ -63,6 +64,12 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
             shift=(int(block.shift_size[0]), int(block.shift_size[1])),
             num_heads=self.num_heads(site.module),
         )
+
+    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+        """v1: the learned ``relative_position_bias_table`` ``((2wh − 1)·(2ww − 1), heads)``, row-major in
+        ``(Δy, Δx)``, as ``(heads, 2wh − 1, 2ww − 1)``."""
+        table = module.relative_position_bias_table.detach()
+        return table.view(2 * window[0] - 1, 2 * window[1] - 1, -1).permute(2, 0, 1).float().contiguous()
 
 
 ADAPTER = register_adapter(ShiftedWindowAttentionAdapter())

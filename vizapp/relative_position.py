@@ -1,7 +1,7 @@
-"""The Position page's section for windowed models (Swin, SAM): what they learned
-about position, drawn from :mod:`analysis.embedding.windowed_position`.
+"""The Position page's section for models with relative positions (Swin, SAM): what they
+learned about position, drawn from :mod:`analysis.embedding.relative_position`.
 
-This is the windowed analogue of the ViT paper's Figure 7 (centre). A Swin has no absolute
+This is the analogue of the ViT paper's Figure 7 (centre). A Swin has no absolute
 table to compare patch by patch; each layer adds a bias to every attention score that depends
 only on the offset between the query's and the key's cell, one value per head and offset
 (v2: computed from its continuous-position MLP). Drawn over all offsets a window allows, it
@@ -50,10 +50,11 @@ def _all_zero(what: str) -> str:
 
 
 def render(cur) -> None:
-    """Draw the relative-position section for a windowed model (the Position page calls it for a
-    model whose layers attend inside windows of stage grids)."""
+    """Draw the relative-position section (the Position page calls it for a model whose layers have
+    a relative-position bias that :func:`analysis.embedding.relative_position.relative_position_kind`
+    reads)."""
     spec = cur.spec
-    st.subheader("Relative-position bias (the windowed analogue of Figure 7, centre)")
+    st.subheader("Relative-position bias (the analogue of Figure 7, centre)")
     layer = _layer_picker(spec)
     geometry = spec.geometry(layer)
     wh, ww = geometry.window_size
