@@ -19,7 +19,11 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-__all__ = ["model_folder"]
+__all__ = ["model_folder", "narrow_swin", "NARROW_SWIN"]
+
+# A Swin-T's stages (2 blocks each, the shifted one second), windows and heads (3, 6, 12, 24), at a
+# third of its width and 8 blocks instead of 12: for timm's Swin v1, v2 and swinv2_cr alike.
+NARROW_SWIN = dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24))
 
 
 @functools.cache
@@ -60,3 +64,9 @@ def _written(architecture: str, args_json: str) -> str:
     (folder / "config.json").write_text(json.dumps(config))
     save_file(model.state_dict(), str(folder / "model.safetensors"))
     return str(folder)
+
+
+def narrow_swin(architecture: str = "swin_tiny_patch4_window7_224", img_size: int = 112) -> str:
+    """:func:`model_folder` of a :data:`NARROW_SWIN` ``architecture`` at ``img_size``; at 112 px a Swin v1 has
+    28×28, 14×14, 7×7 and 4×4 cells (the last merging pads), 7×7 windows, a shift of 3 on stages 0-1."""
+    return model_folder(architecture, img_size=img_size, **NARROW_SWIN)

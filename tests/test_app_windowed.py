@@ -25,7 +25,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import analysis  # noqa: E402
 from analysis.model.geometry import LayerGeometry  # noqa: E402
 from analysis.plots.layout import plain_label  # noqa: E402
-from tests.model_folders import model_folder  # noqa: E402
+from model_folders import NARROW_SWIN, model_folder  # noqa: E402
 from tests.test_app import (  # noqa: E402
     APP,
     array,
@@ -45,9 +45,9 @@ TIMEOUT = 180
 # family -> (timm name, input side in px, model_args). Each family's own stages, windows, shifts and
 # global blocks at a small input, with narrow, shallow blocks: the same layouts at a fraction of the
 # cost on two cores (written once per process as a folder with random weights, opened by its path).
-SWIN = ("swin_tiny_patch4_window7_224", 112, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24)))
+SWIN = ("swin_tiny_patch4_window7_224", 112, NARROW_SWIN)
 # ^ 28x28 -> 14 -> 7 -> 4 cells, 7x7 windows, shift 3 on stages 0-1
-SWIN_V2 = ("swinv2_tiny_window8_256", 128, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24)))
+SWIN_V2 = ("swinv2_tiny_window8_256", 128, NARROW_SWIN)
 # ^ 32x32 -> 16 -> 8 -> 4 cells, 8x8 windows
 SAM = ("samvit_base_patch16", 128, dict(embed_dim=64, depth=6, num_heads=2, global_attn_indexes=(2, 5)))
 # ^ one 8x8 grid: 14x14 windows padded, and global blocks
@@ -55,7 +55,7 @@ FAMILIES = {"swin": SWIN, "swinv2": SWIN_V2, "sam": SAM}
 # Also opened on every page: timm's swinv2_cr (its own window module). torchvision's Swin-T (converted at
 # the boundary into timm's Swin, at its own 224 px, random weights by name) opens on the Attention page
 OTHER_FAMILIES = {
-    "swinv2_cr": ("swinv2_cr_tiny_ns_224", 128, dict(embed_dim=48, depths=(2, 2, 2, 2), num_heads=(3, 6, 12, 24))),
+    "swinv2_cr": ("swinv2_cr_tiny_ns_224", 128, NARROW_SWIN),
     "torchvision_swin": ("torchvision:swin_t", 224, None),
 }
 PAGES = ("attention", "rollout", "explain", "compare", "tokens", "robustness", "position", "filters", "distance")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from model_folders import model_folder, narrow_swin
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
 
 PAGES = {  # navigation label -> page header
@@ -659,7 +660,8 @@ def test_a_37x37_position_grid_shows_tiles_of_at_least_8_px(page, server, artifa
     from playwright.sync_api import expect
 
     min_pixels = 8  # the issue's floor (analysis.plots.mosaics.MIN_TILE_PIXELS)
-    page.goto(f"{server}/position?model=random:vit_small_patch14_reg4_dinov2&res=518")
+    folder = model_folder("vit_small_patch14_reg4_dinov2", img_size=518, embed_dim=48, depth=2)  # narrow, shallow
+    page.goto(f"{server}/position?model={folder}")
     expect(page.locator("h2", has_text="Position embeddings").first).to_be_visible(timeout=60_000)  # loads the model
     wait_idle(page)
     assert_no_exception(page, "position embeddings at 518 px")
@@ -735,7 +737,8 @@ def test_the_12_layer_thumbnails_are_at_least_120_px_on_screen(page, server, art
         ("vit_small", "", ["head", "layer"], 12, 7),
         ("vit_base", "", [wrapped, "layer"], 24, 7),
     ):  # 12 layers of 3, 6 and 12 heads, a 7×7 grid
-        page.goto(f"{server}{path}?model=random:{model}_patch16_224&res=112")
+        width = {"vit_tiny": 24, "vit_small": 48, "vit_base": 96}[model]  # 8 channels a head: the heads are the point
+        page.goto(f"{server}{path}?model={model_folder(f'{model}_patch16_224', img_size=112, embed_dim=width)}")
         expect(page.locator("h2").first).to_be_visible(timeout=60_000)
         wait_idle(page)
         assert_no_exception(page, path or "attention")
@@ -866,12 +869,12 @@ def _window_cells_by_hand(grid, window, shift, cell) -> set[tuple[int, int]]:
 
 
 def test_a_click_on_a_swin_outlines_the_query_window(page, server, artifacts):
-    """A random Swin at 112 px, layer 1 (28×28 cells of 4 px, 7×7 windows, shift 3): clicking
+    """A random (narrow) Swin at 112 px, layer 1 (28×28 cells of 4 px, 7×7 windows, shift 3): clicking
     cell (1, 26) makes it the query; its rolled window wraps around both image borders, so the
     outline is 4 rectangles exactly over the window's cells, and the map is 0 outside them."""
     from playwright.sync_api import expect
 
-    page.goto(f"{server}/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1&query=mean")
+    page.goto(f"{server}/?model={narrow_swin()}&layer=1&query=mean")
     wait_idle(page)
     assert_no_exception(page, "Swin attention")
     overlay = page.locator("[data-testid='stPlotlyChart']").first
@@ -1539,7 +1542,7 @@ def test_a_layer_step_fetches_a_layer_the_page_does_not_hold(chromium, artifacts
 
     from analysis.plots import colour_range
 
-    model, tokens = "random:vit_small_patch16_224", 197
+    model, tokens = model_folder("vit_small_patch16_224", embed_dim=48), 197  # 12 layers of 6 heads, narrow
     with streamlit_server(artifacts / "streamlit_view_mb.log", extra_env={"VIZAPP_VIEW_MB": "1"}) as (url, _process):
         context = chromium.new_context(viewport={"width": 1440, "height": 1100})
         page = context.new_page()

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from model_folders import narrow_swin
 from streamlit_server import CHROMIUM
 from test_browser import (  # noqa: F401 - fixtures
     artifacts,
@@ -190,7 +191,7 @@ def test_a_step_taken_while_the_page_answers_the_last_one_is_not_undone_by_its_a
     "where, path, header",
     [
         ("compare", "/compare", "Compare layers"),
-        ("windowed", "/?model=random:swin_tiny_patch4_window7_224&res=112&layer=1", "Attention"),
+        ("windowed", "/?model={swin}&layer=1", "Attention"),
     ],
 )
 def test_a_head_step_in_the_view_moves_every_pages_head_box(page, server, where, path, header):
@@ -198,7 +199,7 @@ def test_a_head_step_in_the_view_moves_every_pages_head_box(page, server, where,
     box, what the page draws for that head, and the URL follow a head step; the query stays."""
     from playwright.sync_api import expect
 
-    page.goto(server + path)
+    page.goto(server + path.format(swin=narrow_swin()))  # a narrow Swin-T at 112 px
     expect(page.locator("h2", has_text=header).first).to_be_visible(timeout=60_000)
     wait_idle(page)
     frame = attention_view_frame(page)

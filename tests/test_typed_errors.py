@@ -281,7 +281,11 @@ CASES = [
     ("rope on a table model", "no rotary", lambda c: rotary_position_features(c.vit)),
     ("window bias of a ViT", "position_embedding_similarity", lambda c: relative_position_bias(c.vit, 0)),
     ("window bias of a non-model", "LoadedViT", lambda c: relative_position_bias(None, 0)),
-    ("decomposed positions of a ViT", "position_embedding_similarity", lambda c: decomposed_relative_position(c.vit, 0)),
+    (
+        "decomposed positions of a ViT",
+        "position_embedding_similarity",
+        lambda c: decomposed_relative_position(c.vit, 0),
+    ),
     ("components zero", "n_components", lambda c: patch_embedding_components(c.vit, 0)),
     ("components not an int", "n_components", lambda c: patch_embedding_components(c.vit, "all")),
     # inputs
