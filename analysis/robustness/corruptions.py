@@ -118,12 +118,16 @@ def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -
 
     The package's random corruptions (noise, snow, spatter, …) draw from NumPy's global generator:
     with ``seed``, that generator is seeded with it for the call and restored afterwards, so the
-    result is reproducible and the caller's random stream is left as it was."""
+    result is reproducible and the caller's random stream is left as it was. ``impulse_noise`` draws
+    through scikit-image without a generator (operating-system entropy, whatever NumPy's seed): with
+    ``seed`` it is drawn from ``numpy.random.default_rng(seed)`` instead, the package's rule otherwise."""
     _check(name, severity)
     array = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image, dtype=np.uint8)
     if severity == 0:
         return array.copy()
     corrupt = _package().corrupt
+    if name == "impulse_noise" and seed is not None:
+        return _seeded_impulse_noise(array, severity, seed)
     state = np.random.get_state() if seed is not None else None
     try:
         if seed is not None:
@@ -138,6 +142,22 @@ def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -
         if state is not None:
             np.random.set_state(state)
     return np.asarray(out, dtype=np.uint8)
+
+
+# ImageNet-C's salt-and-pepper amounts per severity (Hendrycks & Dietterich 2019; imagecorruptions' impulse_noise).
+IMPULSE_AMOUNTS = (0.03, 0.06, 0.09, 0.17, 0.27)
+
+
+def _seeded_impulse_noise(array: np.ndarray, severity: int, seed: int) -> np.ndarray:
+    """The package's ``impulse_noise``, ``clip(random_noise(x / 255, "s&p", amount=c), 0, 1)·255`` as uint8,
+    drawn from a generator seeded with ``seed``: the package calls scikit-image's ``random_noise``
+    without one, which then draws from the operating system's entropy whatever NumPy's seed is."""
+    from skimage.util import random_noise
+
+    noisy = random_noise(
+        array / 255.0, mode="s&p", amount=IMPULSE_AMOUNTS[severity - 1], rng=np.random.default_rng(int(seed))
+    )
+    return np.uint8(np.clip(noisy, 0, 1) * 255)
 
 
 @dataclass(frozen=True)
