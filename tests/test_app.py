@@ -1701,3 +1701,21 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
     finally:
         resources.record_store().clear()
         resources.layer_attention_grids.clear()
+
+
+def test_an_unexpected_error_shows_neither_its_message_nor_a_traceback(monkeypatch):
+    """A failure no page expected (not a typed error) reaches the visitor as Streamlit's generic notice:
+    its message (which may hold server paths) and its traceback go to the server's log only
+    (``.streamlit/config.toml``: ``client.showErrorDetails = "none"``, also passed by ``vit-explorer``)."""
+    import vizapp.resources as resources
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot read /srv/lab/private/weights.bin")
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model=RANDOM_MODEL, res="64")
+    monkeypatch.setattr(resources, "attention_grid", broken)
+    at.run()
+    assert at.exception, "the failure is reported"
+    shown = " ".join([e.value or "" for e in at.exception] + [line for e in at.exception for line in e.stack_trace])
+    assert "/srv/lab" not in shown and "RuntimeError" not in shown and "attention_grid" not in shown, shown
