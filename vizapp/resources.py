@@ -46,6 +46,7 @@ from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
 from analysis.similarity import CKAAccumulator, accumulate_similarity
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
+from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -57,7 +58,9 @@ SET_CHUNK = 8  # images per cached piece of an image-set average (the progress b
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_MODELS)
 def get_model(ref: ModelRef) -> analysis.LoadedViT:
-    """The loaded model (shared by every session). Raises ModelLoadError with a message for people."""
+    """The loaded model (shared by every session). Raises ModelLoadError with a message for people
+    (:class:`~vizapp.access.SourceRefusedError` where a shared server refuses the source)."""
+    check_source(ref.source, pretrained=ref.pretrained)
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
     return load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
 
@@ -574,6 +577,7 @@ def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) ->
 @st.cache_resource(show_spinner="Loading the comparison CNN…", max_entries=2)
 def get_cnn(source: str, pretrained: bool = True) -> LoadedCNN:
     """The comparison CNN (``analysis.robustness.load_cnn``), shared by every session."""
+    check_source(source, pretrained=pretrained)
     return load_cnn(source, pretrained=pretrained)
 
 
@@ -900,6 +904,7 @@ def get_mae(source: str):
     folder), shared by every session. Raises MissingDecoderError for an encoder alone."""
     from analysis.mae import load_mae
 
+    check_source(source)
     return load_mae(source)
 
 
@@ -949,6 +954,7 @@ DEMO_CLIP = "demo_clip"  # the bundled demo CLIP (analysis.load_clip)
 def get_clip(source: str):
     """The :class:`~analysis.LoadedCLIP` of ``source`` (``"demo_clip"``, ``hf:org/name`` or a
     CLIP / SigLIP folder), shared by every session. Raises NoTextTowerError for an image-only model."""
+    check_source(source)
     return analysis.load_clip(source)
 
 

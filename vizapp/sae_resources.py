@@ -28,6 +28,7 @@ from analysis.sae import (
     patch_feature_grid,
 )
 from analysis.sae.demo import SAE_HELD_OUT_SEED
+from vizapp.access import check_source
 from vizapp.limits import MAX_RESULTS
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -41,7 +42,9 @@ INDEX_SEED = SAE_HELD_OUT_SEED
 @st.cache_resource(show_spinner="Loading the SAE…", max_entries=4)
 def get_sae(name: str) -> SparseAutoencoder:
     """``"demo"``: the bundled demo SAE; else the SAE folder ``name`` (SAELens format).
-    Raises SAEFolderError with what to do."""
+    Raises SAEFolderError with what to do (:class:`~vizapp.access.SourceRefusedError` where a shared
+    server refuses the folder)."""
+    check_source(name)
     return load_demo_sae() if name == "demo" else load_sae(name)
 
 

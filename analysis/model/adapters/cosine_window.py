@@ -11,8 +11,9 @@ of the log-spaced relative offsets ``Δ``, ``M`` the shift mask. The module alwa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-import torch.nn as nn
 from timm.models.swin_transformer_v2 import WindowAttention as CosineWindowAttention
 
 from .registry import register_adapter
@@ -28,7 +29,7 @@ class CosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
         "M the shift mask (masked pairs recorded as exactly 0)"
     )
 
-    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+    def relative_position_bias(self, module: Any, window: tuple[int, int]) -> torch.Tensor:
         """``16·sigmoid(cpb_mlp(relative_coords_table))``: the continuous position bias of the log-spaced
         offsets ``(1, 2wh − 1, 2ww − 1, 2)``, computed as the module computes it."""
         with torch.no_grad():

@@ -17,8 +17,9 @@ stages are ``model.stages`` (see :func:`~.registry.model_blocks`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-import torch.nn as nn
 from timm.models.swin_transformer_v2_cr import WindowMultiHeadAttention
 
 from .blocks import BlockLayout
@@ -38,7 +39,7 @@ class MetaCosineWindowAttentionAdapter(ShiftedWindowAttentionAdapter):
         "relative offset, M the shift mask (masked pairs recorded as exactly 0)"
     )
 
-    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+    def relative_position_bias(self, module: Any, window: tuple[int, int]) -> torch.Tensor:
         """``meta_mlp(sign(Δ)·log(1 + |Δ|))`` of every offset ``Δ = (Δy, Δx)`` of the window (no sigmoid)."""
         anchor = module.logit_scale
         rows, cols = (torch.arange(-(w - 1), w, dtype=torch.float32, device=anchor.device) for w in window)

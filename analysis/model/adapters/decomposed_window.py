@@ -16,6 +16,7 @@ folds heads into the batch (``q (B·windows·heads, N, d)``); this adapter unfol
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -73,7 +74,7 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
         )
 
     def decomposed_relative_position(
-        self, module: nn.Module, window: tuple[int, int]
+        self, module: Any, window: tuple[int, int]
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``rel_pos_h`` and ``rel_pos_w`` by offset, read through timm's own ``get_rel_pos`` (which
         resizes a table of another length exactly as the module does); ``None`` without the tables."""

@@ -17,6 +17,8 @@ grid is read off the block (``input_resolution``, ``window_size``, ``shift_size`
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 from timm.models.swin_transformer import WindowAttention
@@ -65,7 +67,7 @@ class ShiftedWindowAttentionAdapter(AttentionAdapter):
             num_heads=self.num_heads(site.module),
         )
 
-    def relative_position_bias(self, module: nn.Module, window: tuple[int, int]) -> torch.Tensor:
+    def relative_position_bias(self, module: Any, window: tuple[int, int]) -> torch.Tensor:
         """v1: the learned ``relative_position_bias_table`` ``((2wh − 1)·(2ww − 1), heads)``, row-major in
         ``(Δy, Δx)``, as ``(heads, 2wh − 1, 2ww − 1)``."""
         table = module.relative_position_bias_table.detach()
