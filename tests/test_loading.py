@@ -367,3 +367,40 @@ def test_the_text_and_mae_loaders_say_a_missing_path_does_not_exist(loader, sour
     with pytest.raises(ModelPathNotFoundError) as caught:
         load(source)
     assert str(caught.value).startswith(f"The path {source.removeprefix('local-dir:')!r} does not exist")
+
+
+@pytest.mark.parametrize(
+    "model_args, what",
+    [(dict(img_size=32, depth=400), "depth 400"), (dict(img_size=32, embed_dim=1_000_002, num_heads=2), "width 10^6")],
+)
+def test_a_config_larger_than_its_weights_is_refused_before_anything_is_built(tmp_path, monkeypatch, model_args, what):
+    """A folder's config.json that describes a far larger model than its weights (a 2-block ViT-Ti)
+    is refused with a typed error naming both sizes; the model is only ever built on the meta device
+    (no memory), never for real. The folder with its own config still loads."""
+    import analysis.model.loading.files as files
+
+    torch.manual_seed(0)
+    small = analysis.load_vit("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, num_classes=3)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_file(small.model.state_dict(), str(folder / "model.safetensors"))
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 3, "model_args": {"img_size": 32, "depth": 2}}
+    (folder / "config.json").write_text(json.dumps(config))
+    assert analysis.load_vit(str(folder)).spec.num_layers == 2
+
+    devices = []
+    build = files.create_timm_model
+
+    def recorded(*args, **kwargs):
+        devices.append(str(torch.get_default_device()))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(files, "create_timm_model", recorded)
+    (folder / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
+    started = time.perf_counter()
+    with pytest.raises(
+        analysis.CheckpointError, match=r"describes a vit_tiny_patch16_224 of [\d,.]+ M values, but model"
+    ):
+        analysis.load_vit(str(folder))
+    assert devices == ["meta"], (what, devices)
+    assert time.perf_counter() - started < 20, what

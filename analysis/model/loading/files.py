@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -24,6 +25,8 @@ __all__ = [
     "read_folder_config",
     "model_from_timm_folder",
     "model_from_file",
+    "check_config_fits_weights",
+    "weights_values",
 ]
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
@@ -109,15 +112,61 @@ def model_from_timm_folder(folder: Path, config: dict, model_kwargs: dict) -> nn
         kwargs.setdefault("num_classes", num_classes)
     kwargs.update(model_kwargs)
     pretrained_cfg = dict(config.get("pretrained_cfg") or {})
-    model = create_timm_model(architecture, pretrained=False, pretrained_cfg_overlay=pretrained_cfg, **kwargs)
-    for weights_name in ("model.safetensors", "pytorch_model.bin", "model.pth"):
-        weights = folder / weights_name
-        if weights.is_file():
-            load_state_dict_into(model, read_state_dict(weights), weights)
-            break
-    else:
+    weights = next((folder / name for name in FOLDER_WEIGHTS if (folder / name).is_file()), None)
+    if weights is None:
         raise CheckpointError(f"{folder} has config.json but no model.safetensors (or pytorch_model.bin).")
+    check_config_fits_weights(folder, architecture, weights, pretrained_cfg_overlay=pretrained_cfg, **kwargs)
+    model = create_timm_model(architecture, pretrained=False, pretrained_cfg_overlay=pretrained_cfg, **kwargs)
+    load_state_dict_into(model, read_state_dict(weights), weights)
     return model
+
+
+FOLDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth")
+# A folder's model may hold this many more values than its weights file (buffers, a head left at its init)
+# before its config.json is taken to describe another model.
+CONFIG_SLACK_VALUES = 16 * 2**20
+
+
+def weights_values(path: Path) -> int:
+    """How many values (tensor elements) a weights file holds at most: counted from a safetensors
+    header (no tensor is read), else the file's size in bytes over 2 (16-bit values at the least)."""
+    if path.suffix == ".safetensors":
+        try:
+            with path.open("rb") as handle:
+                size = int.from_bytes(handle.read(8), "little")
+                if size > 100 * 2**20:  # the format's own bound on its header
+                    raise ValueError(f"a header of {size:,} bytes")
+                header = json.loads(handle.read(size))
+            return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{path.name} is not a readable safetensors file ({exc}).") from exc
+    return path.stat().st_size // 2
+
+
+def check_config_fits_weights(folder: Path, architecture: str, weights: Path, **kwargs: Any) -> None:
+    """Refuse a ``config.json`` that describes a larger model than its weights file holds, before
+    anything is allocated: the model is built on PyTorch's ``meta`` device (shapes only, no memory)
+    and the values of its state dict counted,
+
+        values(model) = Σ numel(t)  over its parameters and buffers,
+
+    against :func:`weights_values` of the file plus :data:`CONFIG_SLACK_VALUES`. A config of depth 400
+    or width 10⁶ beside a 12-block ViT's weights is refused in a second or two (it would otherwise
+    allocate gigabytes before the weights' shapes refuse it). A model that cannot be built on ``meta`` is
+    left to the ordinary load."""
+    try:
+        with torch.device("meta"):
+            shapes = create_timm_model(architecture, pretrained=False, **kwargs).state_dict()
+    except Exception:  # noqa: BLE001 - not buildable on meta: the real build decides, as before
+        return
+    needed = sum(t.numel() for t in shapes.values())
+    held = weights_values(weights)
+    if needed > held + CONFIG_SLACK_VALUES:
+        raise CheckpointError(
+            f"{folder / 'config.json'} describes a {architecture} of {needed / 1e6:,.1f} M values, but "
+            f"{weights.name} holds {held / 1e6:,.1f} M: the config does not fit its weights (check model_args: "
+            "depth, embed_dim, ...). Nothing was built."
+        )
 
 
 def model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Module:
