@@ -411,3 +411,25 @@ def test_relu_sae_trains_and_a_larger_l1_gives_sparser_features():
     assert l0[1] < 0.7 * l0[0]
     with pytest.raises(SAEConfigError, match="l1_coefficient"):
         train_sae_on_activations(acts, architecture="relu")
+
+
+def test_an_sae_config_that_does_not_fit_its_weights_is_refused_before_anything_is_built(tmp_path):
+    """cfg.json's d_sae of 2·10⁹ beside a 256-feature SAE's weights: a typed error naming both shapes,
+    read from the safetensors header (building it would ask for about 6 TB); a cfg.json that is not
+    JSON, or lacks d_in, is a typed error too."""
+    import json
+
+    sae = random_sae(d_in=8, d_sae=256, hook_name=POINT)
+    folder = tmp_path / "sae"
+    save_sae(sae, folder)
+    assert load_sae(folder).config.d_sae == 256
+    cfg = json.loads((folder / "cfg.json").read_text())
+    (folder / "cfg.json").write_text(json.dumps({**cfg, "d_sae": 2_000_000_000}))
+    with pytest.raises(SAEFolderError, match=r"W_enc in .* has shape \(8, 256\), cfg.json says \(8, 2000000000\)"):
+        load_sae(folder)
+    (folder / "cfg.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "d_in"}))
+    with pytest.raises(SAEFolderError, match="d_in and d_sae"):
+        load_sae(folder)
+    (folder / "cfg.json").write_text("{not json")
+    with pytest.raises(SAEFolderError, match="d_in and d_sae"):
+        load_sae(folder)

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .errors import SAEFolderError
@@ -90,6 +91,29 @@ def _architecture_and_k(cfg: dict, folder: Path) -> tuple[str, int | None]:
     )
 
 
+def _check_weight_shapes(weights: Path, d_in: int, d_sae: int) -> None:
+    """Refuse a ``cfg.json`` whose sizes are not those of its weights file before anything is
+    allocated: the shapes come from the safetensors header (no tensor is read),
+
+        W_enc (d_in, d_sae),  W_dec (d_sae, d_in),  b_enc (d_sae,),  b_dec (d_in,)."""
+    expected = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            names = set(handle.keys())
+            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in expected if name in names}
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error for a file that is not one
+        raise SAEFolderError(f"{weights} is not a readable safetensors file ({type(exc).__name__}: {exc}).") from exc
+    missing = [name for name in expected if name not in shapes]
+    if missing:
+        raise SAEFolderError(f"{weights} lacks {', '.join(missing)}: it is not an SAE's weights file.")
+    for name, shape in expected.items():
+        if shapes[name] != shape:
+            raise SAEFolderError(
+                f"{name} in {weights.parent} has shape {shapes[name]}, cfg.json says {shape} (d_in={d_in}, "
+                f"d_sae={d_sae}). Nothing was built."
+            )
+
+
 def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
     """The SAE in ``folder`` (written by :func:`save_sae` or by SAELens, TopK or standard/ReLU).
 
@@ -104,7 +128,14 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
         )
     if not (path / WEIGHTS_FILE).is_file():
         raise SAEFolderError(f"{path} has {CONFIG_FILE} but no {WEIGHTS_FILE}: copy the weights file next to it.")
-    cfg = json.loads((path / CONFIG_FILE).read_text())
+    try:
+        cfg = json.loads((path / CONFIG_FILE).read_text())
+        d_in, d_sae = int(cfg["d_in"]), int(cfg["d_sae"])
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or no whole d_in / d_sae
+        raise SAEFolderError(
+            f"{path / CONFIG_FILE} is not an SAE configuration with whole numbers d_in and d_sae ({type(exc).__name__})."
+        ) from exc
+    _check_weight_shapes(path / WEIGHTS_FILE, d_in, d_sae)
     if cfg.get("normalize_activations", "none") not in ("none", None) or not cfg.get("apply_b_dec_to_input", True):
         raise SAEFolderError(
             f"{path}'s SAE normalises its input ({cfg.get('normalize_activations')!r}) or does not subtract b_dec "
@@ -116,8 +147,8 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
     metadata = cfg.get("metadata") or {}
     dtype = str(cfg.get("dtype", "float32")).removeprefix("torch.")
     config = SAEConfig(
-        d_in=int(cfg["d_in"]),
-        d_sae=int(cfg["d_sae"]),
+        d_in=d_in,
+        d_sae=d_sae,
         architecture=architecture,
         k=k,
         l1_coefficient=metadata.get("l1_coefficient", cfg.get("l1_coefficient")),
