@@ -153,3 +153,32 @@ def test_text_mode_file_objects_and_other_types_are_explained(tmp_path):
         load_image(handle)
     with pytest.raises(ImageLoadError, match="int"):
         load_image(12)
+
+
+@pytest.mark.parametrize("pil_format", ["TIFF", "EPS", "PPM", "ICO"])
+def test_only_the_accepted_formats_are_decoded_whatever_the_name(tmp_path, monkeypatch, pil_format):
+    """Bytes of another format named .png are refused as not an image we read; PIL's other decoders
+    (here TIFF, EPS, PPM, ICO) are never opened on them (each plugin's opener would record it)."""
+    from PIL import Image as PILImage
+
+    buffer = io.BytesIO()
+    image = Image.new("RGB", (32, 32), (200, 10, 10))
+    if pil_format == "EPS":  # writing EPS needs no Ghostscript; reading it would
+        buffer.write(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 32 32\nshowpage\n")
+    else:
+        image.save(buffer, format=pil_format)
+    path = tmp_path / "photo.png"
+    path.write_bytes(buffer.getvalue())
+    PILImage.init()
+    opened = []
+    factory, accept = PILImage.OPEN[pil_format]
+    monkeypatch.setitem(PILImage.OPEN, pil_format, (lambda *a, **k: opened.append(1) or factory(*a, **k), accept))
+    with pytest.raises(ImageLoadError, match="not an image we can read"):
+        load_image(path)
+    assert opened == []
+    # PNG, JPEG, WebP, BMP and GIF bytes still load, under any name
+    for accepted in ("PNG", "JPEG", "WEBP", "BMP", "GIF"):
+        data = io.BytesIO()
+        image.save(data, format=accepted)
+        (tmp_path / "named.tif").write_bytes(data.getvalue())
+        assert load_image(tmp_path / "named.tif").size == (32, 32)

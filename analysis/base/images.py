@@ -11,8 +11,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import ImageLoadError, ImageTooLargeError
 
-__all__ = ["load_image", "to_rgb", "MAX_IMAGE_PIXELS", "too_large_error"]
+__all__ = ["load_image", "to_rgb", "MAX_IMAGE_PIXELS", "ACCEPTED_FORMATS", "too_large_error"]
 
+# The formats an image is decoded as, recognised from its bytes whatever its name: PIL's other decoders
+# (TIFF, EPS through Ghostscript, PSD, ...) are never tried on what a visitor uploads.
+ACCEPTED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")
 MAX_IMAGE_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused (decompression bombs)
 
 
@@ -32,10 +35,11 @@ def too_large_error(label: str, width: int, height: int, limit: int = MAX_IMAGE_
 def _declared_size(data: bytes) -> tuple[int, int] | None:
     """The size an image file declares in its header, read without PIL's decompression-bomb
     check (which refuses very large images before saying how large): the first registered
-    format that accepts the data opens it lazily, no pixel is decoded. ``None`` if none does."""
+    format of :data:`ACCEPTED_FORMATS` that accepts the data opens it lazily, no pixel is decoded.
+    ``None`` if none does."""
     Image.init()
     prefix = data[:16]
-    for name in Image.ID:
+    for name in ACCEPTED_FORMATS:
         factory, accept = Image.OPEN[name]
         accepted = accept(prefix) if accept else True  # as PIL decides (a str: a warning, not a match)
         if isinstance(accepted, str) or not accepted:
@@ -99,7 +103,7 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
     if not data:
         raise ImageLoadError(f"{label} is empty (0 bytes). Choose an image file (JPEG, PNG, WebP, BMP or GIF).")
     try:
-        with Image.open(io.BytesIO(data)) as opened:
+        with Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS) as opened:  # no other decoder is tried
             if opened.width * opened.height > MAX_IMAGE_PIXELS:
                 raise too_large_error(label, opened.width, opened.height)
             opened.seek(0)  # first frame of animations
