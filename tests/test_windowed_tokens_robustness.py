@@ -16,7 +16,6 @@ from PIL import Image
 
 import analysis
 from analysis import AnalysisError, capture_attention, load_vit, mean_attention_distance
-from analysis.records.windowed import windowed_attention_map
 from analysis.robustness import (
     SALIENCY_NAMES,
     check_token_drop,
@@ -368,7 +367,7 @@ def test_probe_of_a_windowed_model_shows_its_last_layers_attention(name, request
     assert torch.equal(result.pixels, perturbed) and result.dropped is not None
     record = capture_attention(vit, perturbed)
     last = vit.spec.num_layers - 1
-    expected = windowed_attention_map(record, last, query="mean")[0]
+    expected = analysis.attention_map(record, last, query="mean")[0]
     assert result.saliency.shape == vit.spec.geometry(last).grid_size
     torch.testing.assert_close(result.saliency, expected, rtol=0, atol=1e-6)
     assert result.saliency_name == SALIENCY_NAMES["windowed"]

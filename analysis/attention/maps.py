@@ -8,8 +8,8 @@ from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..records.attention import AttentionRecord
 from ..records.checks import check_record
-from ..records.queries import Query, query_rows_for, select_query
-from ..records.windowed import WindowedAttentionRecord, windowed_attention_map
+from ..records.queries import Query
+from ..records.token_matrix import query_windows
 
 __all__ = ["attention_map", "attention_rows", "pooling_attention_map"]
 
@@ -27,24 +27,26 @@ def attention_map(
     so a map does not sum to one when the query also attends to them.
 
     ``query`` may also be an input-pixel position ``(y, x)``: the patch that contains it.
-    For a windowed record (Swin) the map lies on that layer's stage grid, zero outside the
-    query's window (:func:`analysis.records.windowed.windowed_attention_map`; queries: a cell index on
-    that grid, ``(y, x)`` or ``"mean"``).
+    One rule for every record (:func:`analysis.records.token_matrix.query_windows`): the query's
+    rows in each window of the layer, averaged, each key slot put on its cell of the layer's grid.
+    A ViT's layer is one window of all its tokens; a windowed layer's map (Swin, SAM) lies on its
+    stage grid, zero outside the query's window (queries: a cell index on that grid, ``(y, x)`` or
+    ``"mean"``), and keys at padding slots are not on the grid, so it may sum to less than one.
 
     Returns:
         ``(B, gh, gw)`` float32.
     """
-    if isinstance(record, WindowedAttentionRecord):
-        return windowed_attention_map(record, layer, head=head, query=query)
-    spec = check_record(record, "attention_map").spec
-    attention = record.attentions[record.layer_position(layer)]  # (B, heads, Q, T)
-    if head is not None:
-        head = check_index("head", head, spec.num_heads, "heads")
-        attention = attention[:, head : head + 1]
-    rows = query_rows_for(record, query)
-    over_keys = select_query(attention, rows).mean(dim=1)  # (B, T)
-    gh, gw = spec.grid_size
-    return spec.split_prefix(over_keys, 1)[1].reshape(-1, gh, gw)
+    rows, query_slots, key_cells, count = query_windows(record, layer, query, head=head)  # (B, windows, heads, R, Wt)
+    mean_head = rows.float().mean(dim=2)  # (B, windows, R, Wt)
+    if query_slots is None:  # every row is the query's
+        per_key = mean_head.sum(dim=2) / count  # (B, windows, Wt)
+    else:  # the query's slots of each window, without a masked copy of the rows
+        per_key = torch.einsum("bwrk,wr->bwk", mean_head, query_slots.to(mean_head.dtype)) / count
+    keys = key_cells >= 0  # prefix and padding slots are not on the grid
+    gh, gw = record.spec.geometry(layer).grid_size
+    out = per_key.new_zeros(per_key.shape[0], gh * gw)
+    out.index_add_(1, key_cells[keys], per_key[:, keys])
+    return out.reshape(-1, gh, gw)
 
 
 def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, probe: int = 0) -> torch.Tensor | None:

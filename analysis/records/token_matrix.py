@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import torch
 
+from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from .attention import AttentionRecordProtocol
+from .attention import AttentionRecord, AttentionRecordProtocol
 from .queries import query_rows_for
 from .windowed import WindowedAttentionRecord, cells_matrix, query_cells, window_pairs
 
-__all__ = ["layer_heads", "layer_windows", "token_matrix", "defined_pairs", "token_rows"]
+__all__ = ["layer_heads", "layer_windows", "token_matrix", "defined_pairs", "token_rows", "query_windows"]
 
 
 def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
@@ -90,3 +91,46 @@ def token_rows(record: AttentionRecordProtocol, layer: int, query) -> list[int]:
     if isinstance(record, WindowedAttentionRecord):
         return query_cells(record.spec.geometry(layer), query)
     return query_rows_for(record, query)  # type: ignore[arg-type]  # a ViT record
+
+
+def query_windows(
+    record: AttentionRecord | WindowedAttentionRecord, layer: int, query, *, head: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, int]:
+    """The attention rows that make up ``query`` in layer ``layer``'s windows, whatever the record:
+
+    * ``rows (B, windows, heads, R, Wt)``: rows of each window, keys over its ``Wt`` slots; a ViT's
+      one window of its ``T`` tokens with ``R`` the query's rows of those the record kept
+      (:func:`~analysis.records.queries.query_rows_for`: ``None`` the class token, else every patch);
+      a windowed layer's own windows, ``R = Wt``;
+    * ``query_slots (windows, R)`` bool: which of those rows belong to the query (a windowed layer's
+      slots of its cells, :func:`~analysis.records.windowed.query_cells`: a cell, a pixel ``(y, x)`` or
+      ``"mean"``), or ``None`` when every row does (a ViT's);
+    * ``key_cells (windows, Wt)`` long: the grid cell of each key slot, −1 for prefix and padding
+      slots (``spec.geometry(layer).window_cells()``);
+    * ``count``: how many query tokens the rows hold (callers average over them).
+
+    ``head``: keep that head only (``heads`` becomes 1), checked against the layer's heads."""
+    if not isinstance(record, (AttentionRecord, WindowedAttentionRecord)):
+        raise AnalysisError(
+            f"This takes the AttentionRecord that capture_attention(vit, pixels) returns, got {type(record).__name__}."
+        )
+    position = record.layer_position(layer)
+    query_slots: torch.Tensor | None = None
+    if isinstance(record, WindowedAttentionRecord):
+        geometry = record.spec.geometry(record.layers[position])
+        rows = record.windows[position]  # (B, windows, heads, Wt, Wt)
+        cells = geometry.window_cells().to(rows.device)
+        wanted = torch.zeros(geometry.grid_size[0] * geometry.grid_size[1], dtype=torch.bool, device=rows.device)
+        wanted[query_cells(geometry, query)] = True
+        query_slots = (cells >= 0) & wanted[cells.clamp(min=0)]  # (windows, Wt)
+        count, heads_name = int(wanted.sum()), f"heads in stage {geometry.stage}"
+    else:
+        geometry = record.spec.geometry(layer)
+        token_rows = query_rows_for(record, query)
+        maps = record.attentions[position]  # (B, heads, Q, T)
+        rows, cells, count = maps[:, None, :, token_rows], geometry.window_cells().to(maps.device), len(token_rows)
+        heads_name = "heads"
+    if head is not None:
+        head = check_index("head", head, rows.shape[2], heads_name)
+        rows = rows[:, :, head : head + 1]
+    return rows, query_slots, cells, count

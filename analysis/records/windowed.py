@@ -12,8 +12,8 @@ Stages differ in grid, heads and window count, so there is one tensor per layer 
 stacked ``(L, B, heads, Q, T)`` like a ViT's ``record.attentions``. Pairs the shift mask
 removes are exactly 0.
 
-:func:`windowed_attention_map` puts one query's row back on its layer's grid, with zeros
-outside the query's window. :func:`analysis.mean_attention_distance` measures these records
+:func:`analysis.attention_map` puts one query's row back on its layer's grid, with zeros
+outside the query's window (the same rule as a ViT's, :func:`analysis.records.token_matrix.query_windows`). :func:`analysis.mean_attention_distance` measures these records
 per layer and head on each stage grid (with :func:`analysis.uniform_attention_distance_by_layer`
 as each layer's reference), and :mod:`analysis.embedding.relative_position` draws the learned
 relative-position biases. :func:`analysis.attention_rollout` composes them exactly within a
@@ -32,14 +32,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import refuse_windowed
 from .attention import AttentionRecord
 from .queries import check_pixel_query
 
-__all__ = ["WindowedAttentionRecord", "window_probabilities", "windowed_attention_map"]
+__all__ = ["WindowedAttentionRecord", "window_probabilities"]
 
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
@@ -129,43 +128,6 @@ def query_cells(geometry: LayerGeometry, query) -> list[int]:
     if isinstance(query, bool) or not isinstance(query, numbers.Integral) or not 0 <= int(query) < gh * gw:
         raise AnalysisError(f"query={query!r} is not a cell of this layer's {gh}x{gw} grid (0..{gh * gw - 1}).")
     return [int(query)]
-
-
-def windowed_attention_map(
-    record: WindowedAttentionRecord, layer: int, *, head: int | None = None, query="mean"
-) -> torch.Tensor:
-    """Attention of one query over its layer's grid, zero outside the query's window.
-
-    For a query cell ``c`` in window ``w`` at slot ``s`` (``window_cells[w, s] == c``):
-
-        map[b, window_cells[w, t]] = A[b, w, head, s, t]     for every non-padding key slot t
-
-    and 0 at every other cell; ``head=None`` averages over heads, ``query="mean"`` averages
-    the maps of all cells. Keys at padding slots (grids that are not whole windows) are not on
-    the grid, so a map may then sum to less than one.
-
-    Returns:
-        ``(B, gh, gw)`` float32 on the layer's grid (``record.spec.geometry(layer).grid_size``).
-    """
-    position = record.layer_position(layer)
-    geometry = record.spec.geometry(record.layers[position])
-    attention = record.windows[position]  # (B, windows, heads, Wt, Wt)
-    if head is not None:
-        head = check_index("head", head, geometry.num_heads, f"heads in stage {geometry.stage}")
-        attention = attention[:, :, head : head + 1]
-    attention = attention.float().mean(dim=2)  # (B, windows, Wt, Wt)
-    cells = geometry.window_cells().to(attention.device)  # (windows, Wt), −1: padding / prefix
-    wanted = torch.zeros(geometry.grid_size[0] * geometry.grid_size[1], dtype=torch.bool, device=attention.device)
-    wanted[query_cells(geometry, query)] = True
-    is_query = (cells >= 0) & wanted[cells.clamp(min=0)]  # (windows, Wt): query slots
-    rows = attention * is_query[None, :, :, None]  # (B, windows, Wt_q, Wt_k), other rows zeroed
-    per_key = rows.sum(dim=2)  # (B, windows, Wt_k)
-    keys = cells >= 0
-    batch = attention.shape[0]
-    out = torch.zeros(batch, geometry.grid_size[0] * geometry.grid_size[1], device=attention.device)
-    out.index_add_(1, cells[keys], per_key[:, keys])
-    out /= int(wanted.sum())
-    return out.reshape(batch, *geometry.grid_size)
 
 
 def cells_matrix(values: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:

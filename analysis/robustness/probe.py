@@ -6,13 +6,12 @@ clean prediction)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
+from ..attention.maps import attention_map
 from ..attention.rollout import attention_rollout
 from ..engine.capture import capture_attention
-from ..records.windowed import WindowedAttentionRecord, windowed_attention_map
 from .cnn import LoadedCNN, cnn_gradcam
 from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
@@ -56,7 +55,7 @@ class Probe:
     saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens), ``(h, w)`` CNN Grad-CAM, or for
     a windowed model (Swin, SAM: no rollout across windows and stages) the last layer's
     attention map on its own grid (``spec.geometry(-1).grid_size``), averaged over every query
-    cell and head (:func:`~analysis.records.windowed.windowed_attention_map` with ``query="mean"``):
+    cell and head (:func:`~analysis.attention.maps.attention_map` with ``query="mean"``):
     how much attention each cell receives. ``saliency_name`` says which
     (a value of :data:`SALIENCY_NAMES`)."""
 
@@ -101,10 +100,7 @@ def probe(
     if not model.spec.attends_globally:
         last = model.spec.num_layers - 1
         record = capture_attention(model, perturbed, layers=[last])
-        # a windowed model's record is a WindowedAttentionRecord (capture_attention's annotation names the plain one)
-        saliency = windowed_attention_map(cast(WindowedAttentionRecord, record), last, query="mean")[
-            0
-        ]  # (gh, gw) of the last layer's grid
+        saliency = attention_map(record, last, query="mean")[0]  # (gh, gw) of the last layer's grid
         return Probe(perturbed, record.logits.float(), dropped, saliency, SALIENCY_NAMES["windowed"])
     record = capture_attention(model, perturbed)
     return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])
