@@ -17,11 +17,10 @@ Either way the module's own computation is unchanged, so logits stay bit-identic
 nothing is stored on the module: hooks live for one call of the engine (:func:`analysis.engine.activations.run_with_cache`), react
 only to the thread that registered them, and are removed in ``finally``.
 
-For gradients with respect to the probabilities (class-specific explanations), ``tap(...,
-differentiable=True)`` makes the fused call itself explicit, for this thread and this call
-only: the listener returns ``P·v`` with ``P = softmax(scale·q·kᵀ + M)`` computed by
-differentiable float32 ops and reports that very ``P``, so ``∂y/∂P`` is the gradient of the
-attention the output was computed from. Explicit-path modules need nothing: the reported
+Gradients with respect to the probabilities (class-specific explanations) are the engine's
+gradient mode (:mod:`analysis.engine.activations.run`): it computes the fused call's scores by
+differentiable ops (:func:`~analysis.model.adapters.probabilities.attention_scores`) and their
+softmax, and returns ``P·v`` from that very ``P``. Explicit-path modules need nothing: the reported
 ``P`` is already the one they multiply with ``v``.
 
 An :class:`AttentionAdapter` describes one attention family (its module types, what its
@@ -41,9 +40,8 @@ from torch.overrides import TorchFunctionMode
 
 from ...base.module_hooks import ModuleHook, add_forward_hook, add_forward_pre_hook
 from .blocks import TIMM_BLOCK, BlockLayout
-from .probabilities import attention_probabilities
 
-__all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend", "differentiable_probabilities"]
+__all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend"]
 
 
 @dataclass(frozen=True)
@@ -75,21 +73,16 @@ class _SdpaListener(TorchFunctionMode):
     stack (and, with ``softmax=True``, every ``softmax`` result: for modules whose explicit
     path has no ``attn_drop``)."""
 
-    def __init__(self, report: Report, *, softmax: bool = False, substitute: bool = False, reuse: bool = False) -> None:
+    def __init__(self, report: Report, *, softmax: bool = False, reuse: bool = False) -> None:
         super().__init__()
         self.report = report
         self.softmax = softmax
-        self.substitute = substitute
         self.reuse = reuse
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             inputs = _sdpa_inputs(*args, **kwargs)
-            if self.substitute:
-                probs = differentiable_probabilities(inputs)  # (B, heads, Q, T) float32, in the graph
-                self.report(AttentionInputs(probs=probs))
-                return attend(probs, inputs.v)
             if self.reuse and _dropout_p(*args, **kwargs) == 0.0:
                 output = self.report(inputs)
                 if output is not None:
@@ -120,16 +113,6 @@ def _sdpa_inputs(
 
 def _dropout_p(query, key, value=None, attn_mask=None, dropout_p=0.0, *args, **kwargs) -> float:
     return float(dropout_p)
-
-
-def differentiable_probabilities(inputs: AttentionInputs) -> torch.Tensor:
-    """``softmax(scale·q·kᵀ + M)`` of one fused call, in float32, by out-of-place
-    (differentiable) ops: :func:`~analysis.model.adapters.probabilities.attention_probabilities`
-    with ``differentiable=True``, the one definition of the rule."""
-    assert inputs.q is not None and inputs.k is not None and inputs.scale is not None, "a fused call's inputs"
-    return attention_probabilities(
-        inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal, differentiable=True
-    )
 
 
 def attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -218,15 +201,12 @@ class AttentionAdapter:
         the offset ``Δ = query − key``, as the module reads them (no gradient). ``None``: no such tables."""
         return None
 
-    def tap(
-        self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False
-    ) -> list[ModuleHook]:
+    def tap(self, module: nn.Module, report: Report, owner: int, *, reuse: bool = False) -> list[ModuleHook]:
         """Hooks on ``module`` that call ``report`` once per forward of ``module`` by thread
-        ``owner``. ``differentiable``: a fused call is replaced by its explicit equivalent
-        whose probabilities are reported (see the module docstring). ``reuse``: when ``report``
+        ``owner``. ``reuse``: when ``report``
         returns the call's output ``P·v`` (from the probabilities it recorded), that replaces the
         fused call, so the scores are computed once (equal to the fused kernel's to float rounding)."""
-        listener = _SdpaListener(report, softmax=self.explicit_softmax, substitute=differentiable, reuse=reuse)
+        listener = _SdpaListener(report, softmax=self.explicit_softmax, reuse=reuse)
         entered: list[bool] = []
 
         def enter(mod, args):

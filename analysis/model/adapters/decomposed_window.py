@@ -37,7 +37,7 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
         "relative-position bias from rel_pos_h / rel_pos_w; q, k after q/k norm"
     )
 
-    def tap(self, module: nn.Module, report: Report, owner: int, *, differentiable: bool = False, reuse: bool = False):
+    def tap(self, module: nn.Module, report: Report, owner: int, *, reuse: bool = False):
         heads = self.num_heads(module)
 
         def unfold(tensor: torch.Tensor | None) -> torch.Tensor | None:  # (B'·heads, ...) -> (B', heads, ...)
@@ -52,7 +52,7 @@ class DecomposedWindowAttentionAdapter(AttentionAdapter):
             )
             return None if output is None else output.flatten(0, 1)  # (B', heads, N, d) -> (B'·heads, N, d)
 
-        return super().tap(module, per_head, owner, differentiable=differentiable, reuse=reuse)
+        return super().tap(module, per_head, owner, reuse=reuse)
 
     def defines(self, site, point: str) -> bool:
         """A windowed SAM block adds its attention branch per window, before un-partitioning:

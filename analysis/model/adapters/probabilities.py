@@ -8,8 +8,8 @@ scores; ``is_causal`` keeps keys ``j ≤ i``. Two ways to evaluate it, one rule:
 
 * the default writes in place (one GEMM straight into ``out``, the mask and the softmax applied
   row by row without temporaries): the capture's fast path, no autograd;
-* ``differentiable=True`` uses out-of-place ops, so gradients flow to q, k and the mask (the
-  class-specific explanations' path through :func:`~analysis.model.adapters.base.differentiable_probabilities`).
+* :func:`attention_scores` gives the scores by out-of-place ops, so gradients flow to q, k and the
+  mask: the engine's gradient mode takes their softmax (the class-specific explanations' path).
 
 :func:`attend_and_record` evaluates it together with the call's output ``P·v`` (the path every
 capture takes when it replaces a fused call: the scores are computed once).
@@ -62,16 +62,13 @@ def attention_probabilities(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     out: torch.Tensor | None = None,
-    differentiable: bool = False,
 ) -> torch.Tensor:
     """``P`` of one attention call (module docstring), ``(B, heads, Q, T)`` float32.
 
     q: ``(B, heads, T, d)``; k: ``(B, kv_heads, T, d)``; ``mask`` broadcastable to
     ``(B, heads, T, T)``. ``rows`` optionally selects query rows. ``out``: optional float32
-    ``(B, heads, Q, T)`` tensor on q's device to write into (not with ``differentiable``).
+    ``(B, heads, Q, T)`` tensor on q's device to write into.
     """
-    if differentiable and out is not None:
-        raise ValueError("attention_probabilities: out= is for the in-place path, not differentiable=True.")
     with torch.autocast(q.device.type, enabled=False):
         if k.shape[1] != q.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
@@ -81,43 +78,28 @@ def attention_probabilities(
         q, k = q.float(), k.float()
         batch, heads, queries, head_dim = q.shape
         tokens = k.shape[2]
-        if differentiable:
-            scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-        else:
-            scores = (
-                out
-                if out is not None
-                else torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
-            )
-            torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
-                scores.view(batch * heads, queries, tokens),
-                q.reshape(batch * heads, queries, head_dim),
-                k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
-                beta=0.0,
-                alpha=scale,
-                out=scores.view(batch * heads, queries, tokens),
-            )
+        scores = (
+            out if out is not None else torch.empty(batch, heads, queries, tokens, dtype=torch.float32, device=q.device)
+        )
+        torch.baddbmm(  # scale·(q·kᵀ) in one GEMM, written straight into the output
+            scores.view(batch * heads, queries, tokens),
+            q.reshape(batch * heads, queries, head_dim),
+            k.reshape(batch * heads, tokens, head_dim).transpose(1, 2),
+            beta=0.0,
+            alpha=scale,
+            out=scores.view(batch * heads, queries, tokens),
+        )
         if is_causal:
             query_index = rows if rows is not None else torch.arange(full_queries, device=q.device)
             keep = torch.arange(tokens, device=q.device)[None, :] <= query_index[:, None]  # (Q, T)
-            scores = (
-                scores.masked_fill(~keep, float("-inf"))
-                if differentiable
-                else scores.masked_fill_(~keep, float("-inf"))
-            )
+            scores = scores.masked_fill_(~keep, float("-inf"))
         if mask is not None:
             if rows is not None and mask.ndim >= 2 and mask.shape[-2] == full_queries and full_queries > 1:
                 mask = mask.index_select(-2, rows)
             if mask.dtype == torch.bool:
-                scores = (
-                    scores.masked_fill(~mask, float("-inf"))
-                    if differentiable
-                    else scores.masked_fill_(~mask, float("-inf"))
-                )
+                scores = scores.masked_fill_(~mask, float("-inf"))
             else:
-                scores = scores + mask.float() if differentiable else scores.add_(mask.float())
-        if differentiable:
-            return scores.softmax(-1)
+                scores = scores.add_(mask.float())
         torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # in place, row by row: no temporary
     return scores
 
