@@ -433,3 +433,32 @@ def test_an_sae_config_that_does_not_fit_its_weights_is_refused_before_anything_
     (folder / "cfg.json").write_text("{not json")
     with pytest.raises(SAEFolderError, match="d_in and d_sae"):
         load_sae(folder)
+
+
+def test_a_clamped_feature_that_did_not_fire_changes_the_logits_as_a_hand_written_hook(vit, pixels):
+    """clamp={i: v} switches on a feature that is 0 on every token of an image (scale= cannot): the
+    logits equal those of a hook written here that sets f_i = v at every chosen token and puts
+    x + decode(f') − decode(f) in place of x."""
+    sae = random_sae(d_in=vit.spec.embed_dim, d_sae=256, k=4, hook_name=POINT, tokens="all")
+    features = feature_activations(vit, pixels[:1], sae)[0]  # (T, d_sae)
+    silent = int((features.abs().sum(0) == 0).nonzero()[0])  # a feature that fires on no token of the image
+    assert torch.equal(
+        run_with_hooks(vit, pixels[:1], splice(vit, sae, scale={silent: 10.0}, keep_error=True)),
+        run_with_hooks(vit, pixels[:1], {}),
+    )  # scaling a silent feature changes nothing
+
+    def by_hand(activation):  # (1, T, D): every token is the SAE's ("all")
+        with torch.no_grad():
+            f = sae.encode(activation)
+            g = f.clone()
+            g[..., silent] = 3.0
+            return activation + sae.decode(g) - sae.decode(f)
+
+    expected = run_with_hooks(vit, pixels[:1], {POINT: by_hand})
+    clamped = run_with_hooks(vit, pixels[:1], splice(vit, sae, clamp={silent: 3.0}, keep_error=True))
+    torch.testing.assert_close(clamped, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(clamped, run_with_hooks(vit, pixels[:1], {}), atol=1e-4)
+    with pytest.raises(SAEFeatureError, match="both scaled and clamped"):
+        splice(vit, sae, scale={silent: 0.0}, clamp={silent: 1.0})
+    with pytest.raises(SAEFeatureError, match="does not exist"):
+        splice(vit, sae, clamp={256: 1.0})

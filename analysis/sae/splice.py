@@ -8,7 +8,10 @@ SAE's chosen tokens the hook replaces ``x`` by
     x  + (x̂' − x̂)                         keep_error=True   (= x̂' + (x − x̂), "the error term kept")
 
 with ``f = encode(x)``, ``x̂ = decode(f)`` and ``f'`` equal to ``f`` except ``f'_i = scale[i] · f_i``
-for each ``{i: scale[i]}`` (0 ablates a feature, > 1 steers towards it). The second form is the
+for each ``{i: scale[i]}`` (0 ablates a feature, > 1 steers towards it) and ``f'_i = clamp[i]`` for
+each ``{i: clamp[i]}`` at every chosen token: clamping switches on a feature that does not fire on
+an image, which scaling cannot (Templeton et al. 2024, "Scaling Monosemanticity", clamp features
+to a value to steer). The second form is the
 error-preserving splice of Marks et al. 2024 ("Sparse Feature Circuits") written so that with no
 intervention ``x̂' − x̂`` is exactly 0 and the clean logits come back bit for bit.
 """
@@ -29,9 +32,32 @@ __all__ = ["splice", "feature_activations", "top_activating", "TopActivating"]
 
 
 def splice(
-    vit, sae: SparseAutoencoder, *, scale: Mapping[int, float] | None = None, keep_error: bool = False
+    vit,
+    sae: SparseAutoencoder,
+    *,
+    scale: Mapping[int, float] | None = None,
+    clamp: Mapping[int, float] | None = None,
+    keep_error: bool = False,
 ) -> dict[str, Hook]:
     """``{sae.config.hook_name: hook}`` that splices the SAE in (module docstring).
+
+    Parameters
+    ----------
+    vit:
+        The LoadedViT the SAE was trained on.
+    sae:
+        The SAE; its ``hook_name`` and ``tokens`` say where it reads and writes.
+    scale:
+        ``{feature: factor}``: ``f'_i = factor · f_i`` (0 ablates).
+    clamp:
+        ``{feature: value}``: ``f'_i = value`` at every chosen token, whether or not it fired.
+    keep_error:
+        Keep the SAE's reconstruction error (``x + decode(f') − decode(f)``), Marks et al. 2024.
+
+    Returns
+    -------
+    dict
+        ``{point: hook}`` for :func:`analysis.engine.activations.run_with_hooks`.
 
     Raises:
         UnknownPointError: the SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
@@ -40,10 +66,15 @@ def splice(
     point = check_point(vit, sae.config.hook_name)
     check_width(sae, vit.spec.embed_dim, point)
     chosen = token_indices(vit.spec, sae.config.tokens)  # (T_chosen,)
-    factors = dict(scale or {})
-    for feature in factors:
+    factors, values = dict(scale or {}), dict(clamp or {})
+    for feature in [*factors, *values]:
         if not 0 <= int(feature) < sae.config.d_sae:
             raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
+    both = sorted(int(feature) for feature in set(map(int, factors)) & set(map(int, values)))
+    if both:
+        raise SAEFeatureError(
+            f"Features {both} are both scaled and clamped: give each feature one of scale= or clamp=."
+        )
 
     def hook(activation: torch.Tensor) -> torch.Tensor:  # (B, T, D)
         x = activation[:, chosen].to(sae.W_enc.device)  # (B, T_chosen, D), where the SAE is (a model on a GPU)
@@ -52,6 +83,8 @@ def splice(
             steered = f.clone()
             for feature, factor in factors.items():
                 steered[..., int(feature)] = steered[..., int(feature)] * float(factor)
+            for feature, value in values.items():
+                steered[..., int(feature)] = float(value)
             if keep_error:
                 new = x + (sae.decode(steered) - sae.decode(f)).to(x.dtype)
             else:
