@@ -1,4 +1,4 @@
-"""Memory bounds of one app server shared by many sessions (documented in the README).
+"""Memory bounds of one app server shared by many sessions (documented in docs/app/index.md).
 
 Least-recently-used entries are evicted beyond these counts.
 """
