@@ -625,6 +625,20 @@ def test_the_view_survives_page_switches(page, server):
             "patch",
             str(patch),
         ), f"{where}: {page.url}"
+        # the slider's text can change before the rerun redraws the chart (a loaded machine): wait for
+        # the drawn opacity, then compare (a wrong one that stays fails after the wait)
+        try:
+            page.wait_for_function(
+                """(want) => {
+                    const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+                    const trace = plot && plot._fullData ? plot._fullData.find(t => t.type === 'heatmap') : null;
+                    return trace && Math.abs(trace.opacity - want) < 1e-6;
+                }""",
+                arg=opacity,
+                timeout=20_000,
+            )
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the assertion below names the value
+            pass
         assert _overlay_opacity(page) == pytest.approx(opacity), where
         assert_no_exception(page, where)
 
