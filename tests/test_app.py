@@ -1714,7 +1714,7 @@ def test_an_unexpected_error_shows_neither_its_message_nor_a_traceback(monkeypat
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model=RANDOM_MODEL, res="64")
-    monkeypatch.setattr(resources, "attention_grid", broken)
+    monkeypatch.setattr(resources, "layer_attention_grids", broken)
     at.run()
     assert at.exception, "the failure is reported"
     shown = " ".join([e.value or "" for e in at.exception] + [line for e in at.exception for line in e.stack_trace])

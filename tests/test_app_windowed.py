@@ -182,7 +182,8 @@ def test_every_page_opens_a_windowed_model(family):
         keys = chart_keys(at)
         if page == "attention":
             assert any(k.endswith("-attn_overlay") for k in keys)
-            assert sum("-attn_grid_s" in k for k in keys) == len(stages)  # one thumbnail mosaic per stage
+            mosaics = sum("-attn_grid_s" in k or k.endswith("-attn_grid") for k in keys)
+            assert mosaics == len(stages)  # one thumbnail mosaic per stage
         elif page == "rollout":
             assert any(k.endswith("-rollout_overlay") for k in keys) and any(k.endswith("-rollout_strip") for k in keys)
         elif page == "explain":
@@ -274,6 +275,37 @@ def test_the_thumbnails_hold_every_layer_and_head_of_each_stage():
                 column = heads if head is None else head
                 expected = analysis.attention_map(record, layer, head=head, query=query)[0].numpy()
                 np.testing.assert_allclose(tiles[row * (heads + 1) + column], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_thumbnails_layer_scale_reads_each_layers_top_inside_the_query_window():
+    """The default thumbnail scale ("one scale per layer", robust range): each layer's maps divided by
+    the 99th percentile of its heads' cells inside the query's window (at least 1.5× uniform, 1/Wt);
+    the cells outside the window are 0 and do not count (over the whole 28×28 grid the percentile
+    would be about 0 and every tile saturated)."""
+    at = open_app("swin")
+    vit = loaded("swin")
+    spec = vit.spec
+    record = record_of(vit)
+    at.radio(key="query_mode").set_value("patch").run()
+    at.number_input(key="query_patch").set_value(0).run()
+    assert_clean(at)
+    assert at.radio(key="thumb_scale").value == "layer" and at.session_state["current"].map_range == "robust"
+    geometry = spec.geometry(0)
+    heads = geometry.num_heads
+    tiles = mosaic_tiles(chart(at, "attn_grid_s0"), geometry.grid_size)
+    windows = {
+        0: hand_window_cells((28, 28), (7, 7), (0, 0), 0, 0),
+        1: hand_window_cells((28, 28), (7, 7), (3, 3), 3, 3),
+    }
+    for layer, cells in windows.items():
+        assert (0, 0) in cells
+        maps = np.stack(
+            [analysis.attention_map(record, layer, head=h, query=(2, 2))[0].numpy() for h in [*range(heads), None]]
+        )  # (heads + 1, 28, 28)
+        in_window = np.array([maps[:, r, c] for r, c in sorted(cells)]).ravel()
+        top = max(np.quantile(in_window.astype(np.float64), 0.99), 1.5 / 49)
+        for column in range(heads + 1):
+            np.testing.assert_allclose(tiles[layer * (heads + 1) + column], maps[column] / top, rtol=1e-4, atol=1e-6)
 
 
 def test_the_attention_page_reproduces_in_python_for_a_swin(npz_downloads, monkeypatch):  # noqa: F811

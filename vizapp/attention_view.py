@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import streamlit as st
 import streamlit.components.v1 as components
@@ -37,9 +38,14 @@ from analysis.views.attention_view import (
     query_row,
     view_args,
     windowed_view_args,
+    windowed_view_bytes,
 )
-from vizapp import limits
+from vizapp import limits, resources
 from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
+from vizapp.windowed import layer_cell_to_query_patch
+
+if TYPE_CHECKING:  # for an annotation only
+    from vizapp.state import Current
 
 __all__ = [
     "COMPONENT_DIR",
@@ -49,11 +55,11 @@ __all__ = [
     "hold_for_first_paint",
     "layer_bytes",
     "note_drawn",
+    "page_view",
     "panel_layers",
     "query_row",
     "sent_layers",
     "served",
-    "windowed_attention_view",
 ]
 
 COMPONENT_DIR = PAGE_DIR
@@ -201,31 +207,82 @@ def attention_view(
     return _component(key=key, default=None, on_change=on_change, **args)
 
 
-def windowed_attention_view(
-    *,
-    data: dict,
-    image_uri: str,
-    spec,
-    layer: int,
-    head: str | int,
-    query_cell: int | None,
-    colorscale: str,
-    map_range: str,
-    opacity: float,
-    key: str,
-    on_change=None,
-):
-    """The view of one windowed layer (Swin, SAM; :func:`analysis.views.attention_view.windowed_view_args`):
-    the hovered cell's attention inside its window. Returns its last click, else None."""
-    args = windowed_view_args(
-        data=data,
-        image_uri=image_uri,
-        spec=spec,
-        layer=layer,
-        head=head,
-        query_cell=query_cell,
-        colorscale=colorscale,
-        map_range=map_range,
-        opacity=opacity,
+def page_view(
+    cur: Current, *, layer: int, head: str | int, query, query_cell: int | None, opacity: float, key: str
+) -> bool:
+    """The instant view of the Attention page for ``layer`` of the current model, with its caption.
+
+    The view holds what fits :data:`vizapp.limits.MAX_VIEW_BYTES`: a model whose every layer attends
+    over one token sequence (a ViT) sends every layer's rows, prefix keys and columns
+    (:func:`analysis.views.attention_view.view_blob`; the layer and head then step in the browser),
+    a model with windowed layers the one layer's windows
+    (:func:`analysis.views.attention_view.windowed_view_blob`). ``query``: the app's query (a ViT's
+    token query); ``query_cell``: its cell on this layer's grid (``None``: the mean). Returns whether
+    the page holds its other charts back until the view has drawn (:func:`hold_for_first_paint`)."""
+    spec, image_uri = cur.spec, resources.background_uri(*cur.args)
+    geometry = spec.geometry(layer)
+    if spec.attends_globally:
+        view_layers = sent_layers(spec, layer)
+        size = layer_bytes(spec)
+    else:
+        size = windowed_view_bytes(geometry)
+        view_layers = (layer,) if size <= limits.MAX_VIEW_BYTES else None
+    held = hold_for_first_paint(view_layers is not None)  # a session's first open: the view draws first ...
+    if view_layers is None:
+        st.caption(
+            f"The instant hover view is off for this layer: its attention for every query is {size / 2**20:.0f} MiB, "
+            f"over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page may hold (VIZAPP_VIEW_MB). Click the chart "
+            "to pick a query."
+        )
+        return held
+    if spec.attends_globally:
+        view_layers = (layer,) if held else view_layers  # ... from this layer's data alone, every layer after
+        attention_view(
+            data=served(*resources.attention_view_blob(*cur.args, view_layers), key=key),
+            image_uri=image_uri,
+            spec=spec,
+            layer=layer,
+            head=head,
+            query=query,
+            colorscale=cur.colorscale,
+            map_range=cur.map_range,
+            opacity=opacity,
+            key=key,
+            on_change=follow_view(key, patches=spec.num_patches, layers=spec.num_layers, heads=spec.num_heads),
+            report_drawn=held,
+            note="" if held else None,
+            left_out=cur.outliers,
+            hide_left_out=cur.hide_outliers,
+        )
+    else:
+        gh, gw = geometry.grid_size
+        args = windowed_view_args(
+            data=served(*resources.windowed_view_blob(*cur.args, layer), key=key),
+            image_uri=image_uri,
+            spec=spec,
+            layer=layer,
+            head=head,
+            query_cell=query_cell,
+            colorscale=cur.colorscale,
+            map_range=cur.map_range,
+            opacity=opacity,
+        )
+        _component(
+            key=key,
+            default=None,
+            on_change=follow_view(
+                key,
+                patches=gh * gw,
+                heads=geometry.num_heads,
+                to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell),
+            ),
+            **{**args, "report_drawn": held},
+        )
+    st.caption(
+        "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch of the layer's "
+        "grid, values to one 255th of each map's range; where a layer attends inside windows, nothing is drawn "
+        "outside the hovered patch's window: the attention there is 0); with the pointer over it, ←/→ step the "
+        "head and ↑/↓ the layer where the view holds every layer (the page follows); click to make the patch the "
+        "query. The same map as a chart, with hover values and downloads:"
     )
-    return _component(key=key, default=None, on_change=on_change, **args)
+    return held

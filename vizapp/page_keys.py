@@ -1,7 +1,7 @@
 """Which page settings survive page switches: each module that draws them declares its own.
 
 A page (``vizapp/views/*.py``) or a module that draws widgets for pages (``ui.py``,
-``windowed_attention.py``, …) names, at its top, the session keys of its settings that
+``attention_view.py``, …) names, at its top, the session keys of its settings that
 :func:`vizapp.state.keep_page_state` keeps when the user switches pages::
 
     KEPT_KEYS = ("filt_mode", "filt_n")  # this page's settings kept across page switches

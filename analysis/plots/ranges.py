@@ -194,7 +194,7 @@ def colour_range(
 
 
 def layer_scaled(
-    maps: np.ndarray, *, uniform: float | None = None, robust: bool = False, left_out=None
+    maps: np.ndarray, *, uniform: float | None = None, robust: bool = False, left_out=None, inside=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(L, n, gh, gw)`` maps (n maps per layer) -> each layer's maps divided by one shared
     top, ``max(max over the layer's maps, UNIFORM_FLOOR·uniform)``, and the ``(L,)`` tops.
@@ -202,12 +202,13 @@ def layer_scaled(
     Within a layer, heads compare by colour; a layer whose maps are all near-uniform stays
     below about ``1/UNIFORM_FLOOR`` of the scale instead of saturating. ``robust``: the top is the
     :data:`ROBUST_QUANTILE` quantile of all the layer's cells without the ``left_out`` cells
-    (flat indices into one ``(gh, gw)`` map), as :func:`colour_range`'s ``"robust"`` range;
-    values above it come out above 1 (a colour scale to 1 clips them).
+    (flat indices into one ``(gh, gw)`` map) and, with ``inside`` (``(gh, gw)`` bool: a windowed
+    query's window), of those cells only, as :func:`colour_range`'s ``"robust"`` range; values above
+    it come out above 1 (a colour scale to 1 clips them).
     """
     values = np.asarray(maps, dtype=np.float32)
     if robust:
-        tops = np.array([robust_top(layer, left_out=left_out) for layer in values], np.float32)
+        tops = np.array([robust_top(layer, left_out=left_out, inside=inside) for layer in values], np.float32)
     else:
         tops = np.nanmax(values.reshape(values.shape[0], -1), axis=1)
     if uniform:
