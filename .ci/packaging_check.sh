@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Packaging: the library installs and runs without the app's dependencies, and the `app` extra
 # adds the app. Builds a wheel of this checkout, installs it with its dependencies into a fresh
-# venv (pip's own configuration supplies torch, as for requirements.txt), then from a folder
+# venv (pip's own configuration supplies torch, as for .venv), then from a folder
 # outside the repository:
 #   1. without the extra: Streamlit is absent, `import analysis` works, `python -m analysis
 #      report` runs on the bundled demo model, the textured demo variants load and classify a scene,
 #      and `import vizapp` raises AppDependencyError
 #      naming `pip install "vit-explorer[app]"`;
-#   2. with the extra: `vit-explorer --help` runs.
+#   2. with the extra: `vit-explorer --help` runs, and no tool of the test, docs or lint extras is installed;
+#   3. the README's `pip install -e ".[app]"` from the checkout: the same, importable from any directory.
 # Slow (a venv, timm and the rest from the index, a report): a step of .ci/run of its own, not part
 # of the README's test command.
 set -euo pipefail
@@ -20,7 +21,7 @@ PYTHON="${PYTHON:-python3}"
 WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
 "$PYTHON" -m venv "$WORK/v"
 # torch and torchvision (with their own dependencies, CUDA libraries included: several GB) are
-# lent from this checkout's .venv, which requirements.txt installed: the fresh venv sees only
+# lent from this checkout's .venv (its `dev` extra): the fresh venv sees only
 # those distributions, through a .pth file, and pip installs everything else the wheel declares
 # from the package index, as for a user. PACKAGING_CHECK_OWN_TORCH=1 lets pip install torch too.
 if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
@@ -67,8 +68,28 @@ if "$WORK/v/bin/vit-explorer" --help >"$WORK/no_app.txt" 2>&1; then
 fi
 grep -q 'vit-explorer\[app\]' "$WORK/no_app.txt"
 
-# 2. with the app extra
+# 2. with the app extra: the app, and none of the project's test, docs or lint tools
 "$WORK/v/bin/pip" install -q "$WHEEL[app]"
 "$WORK/v/bin/vit-explorer" --help >"$WORK/app_help.txt"
 grep -q "streamlit run" "$WORK/app_help.txt" || grep -qi "usage" "$WORK/app_help.txt"
-echo "packaging check: the library without the app extra, and the app with it: ok"
+no_tools() {  # $1: a venv's python; fails naming any tool of the test, docs or lint extras it can import
+  "$1" - <<'PY'
+import importlib.util
+tools = ["pytest", "playwright", "jupyterlab", "mkdocs", "mypy", "ruff", "captum", "onnxruntime", "importlinter"]
+found = [name for name in tools if importlib.util.find_spec(name) is not None]
+assert not found, f"the app extra installed tools of the test, docs or lint extras: {found}"
+PY
+}
+no_tools "$WORK/v/bin/python"
+
+# 3. the README's command from a checkout: `pip install -e ".[app]"` makes analysis and vizapp importable
+# from any directory (the example notebooks' kernels start in examples/), with the same lean set
+"$PYTHON" -m venv "$WORK/e"
+if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
+  "$REPO/.venv/bin/python" "$REPO/.ci/lend_torch.py" "$WORK/e"
+fi
+"$WORK/e/bin/pip" install -q -e "$REPO[app]"
+"$WORK/e/bin/python" -c "import analysis, vizapp; from analysis import asset_path, load_vit; load_vit('demo'); print('editable:', analysis.__file__, asset_path('samples'))"
+"$WORK/e/bin/vit-explorer" --help >/dev/null
+no_tools "$WORK/e/bin/python"
+echo "packaging check: the library without the app extra, the app with it, the README's editable install: ok"

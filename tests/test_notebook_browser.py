@@ -36,9 +36,8 @@ def jupyterlab(folder: Path, log_path: Path):
     the app object exposed to the page (``window.jupyterapp``); stop it afterwards."""
     port, token = free_port(), secrets.token_hex(16)
     env = dict(
-        os.environ,
+        {k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # as a newcomer starts it: the install alone
         HF_HUB_OFFLINE="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         JUPYTER_CONFIG_DIR=str(folder / ".jupyter-config"),
         JUPYTER_RUNTIME_DIR=str(folder / ".jupyter-runtime"),
     )

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-open_clip = pytest.importorskip("open_clip", reason="a test dependency (requirements.txt): pip install open_clip_torch")
+open_clip = pytest.importorskip("open_clip", reason='a tool of the test extra: pip install -e ".[test]"')
 
 from analysis import capture_attention  # noqa: E402
 from analysis.model.loading.two_tower import load_clip  # noqa: E402

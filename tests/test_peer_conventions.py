@@ -2,7 +2,7 @@
 its peer to 1e-5 (relative to the largest value compared).
 
 * integrated gradients' ``quadrature`` and convergence delta: captum's ``IntegratedGradients``
-  itself (a test tool of requirements.txt);
+  itself (a tool of the test extra);
 * Chefer's ``start_layer``: the relevance update of Chefer's published code (Transformer-MM-
   Explainability's notebooks) written out here with explicit loops;
 * LeGrad's ``readout``: LeGrad's published rule (each layer's mean token through the final norm
@@ -52,7 +52,7 @@ def test_integrated_gradients_equal_captums_with_the_same_rule(demo_vit, quadrat
     """captum's IntegratedGradients with ``method=quadrature`` and the same ``n_steps``, baseline
     and targets: the same per-pixel attributions, the same per-patch sums and the same
     convergence delta (``return_convergence_delta=True``)."""
-    import captum.attr as captum_attr  # a test tool of requirements.txt: no skip when it is missing
+    import captum.attr as captum_attr  # a tool of the test extra: no skip when it is missing
 
     vit = demo_vit
     pixels = random_pixels(vit, batch=2, seed=4)

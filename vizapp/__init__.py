@@ -28,6 +28,6 @@ _absent = [name for name in APP_DEPENDENCIES if _missing(name)]
 if _absent:
     raise AppDependencyError(
         f"vizapp, the vit-explorer app, needs {' and '.join(_absent)}, which the library alone does not install: "
-        'pip install "vit-explorer[app]" (in a checkout: pip install -r requirements.txt). '
+        'pip install "vit-explorer[app]" (in a checkout: pip install -e ".[app]"). '
         "The library, analysis, works without them."
     )
