@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 CELL_TIMEOUT_S = 120
+FIGURE_TYPES = {"application/vnd.plotly.v1+json", "image/png"}
 
 
 def test_there_are_example_notebooks():
@@ -35,8 +36,19 @@ def test_the_notebook_runs_top_to_bottom(path, monkeypatch):
     client.execute()
     code = [cell for cell in book.cells if cell.cell_type == "code"]
     assert code and all(cell.execution_count is not None for cell in code)
-    errors = [output for cell in code for output in cell.outputs if output.output_type == "error"]
+    outputs = [output for cell in code for output in cell.outputs]
+    errors = [output for output in outputs if output.output_type == "error"]
     assert not errors, errors
+    # each answers with a figure (plotly, an image, or the instant view's widget, which carries its static copy)
+    data = [output.get("data", {}) for output in outputs]
+    figures = [
+        d for d in data if FIGURE_TYPES & set(d) or {"application/vnd.jupyter.widget-view+json", "text/html"} <= set(d)
+    ]
+    assert figures, f"{path.name} draws no figure"
+    # and leaves no stray output: a progress bar (a tqdm widget, "…%|…"), a warning on stderr
+    bars = [d["text/plain"] for d in data if "%|" in d.get("text/plain", "")]
+    stderr = [output.text for output in outputs if output.output_type == "stream" and output.name == "stderr"]
+    assert not bars and not stderr, (bars, stderr)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])

@@ -149,7 +149,7 @@ def wrap_mae(
 
 def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> LoadedMAE:
     from ..model.loading.files import read_folder_config
-    from ..model.loading.hf_parts import require_transformers
+    from ..model.loading.hf_parts import from_folder, require_transformers
 
     config = read_folder_config(folder)
     if "model_type" not in config:  # timm's hub layout: an encoder
@@ -170,7 +170,7 @@ def _load_folder(folder: Path, name: str, device: torch.device, img_size) -> Loa
         raise _no_decoder(f"{name!r} ({', '.join(architectures)})")
     transformers = require_transformers()
     try:
-        model = transformers.ViTMAEForPreTraining.from_pretrained(str(folder))
+        model = from_folder(transformers.ViTMAEForPreTraining, folder)
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
     return wrap_mae(model, name, device, preprocessor=read_preprocessor(folder), img_size=img_size)

@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from ...base.errors import ModelLoadError
 
-__all__ = ["require_transformers", "first_attribute", "IntermediateOutput"]
+__all__ = ["require_transformers", "first_attribute", "from_folder", "IntermediateOutput"]
 
 
 def require_transformers():
@@ -27,6 +27,22 @@ def require_transformers():
             "This is a Hugging Face transformers model, but transformers is not installed: pip install transformers"
         ) from exc
     return transformers
+
+
+def from_folder(model_class, folder):
+    """``model_class.from_pretrained(folder)`` for a local folder, without transformers' "Loading
+    weights" progress bar: reading a folder takes a moment, and in a notebook the bar is a widget
+    that stays in the saved output (at 0% where the widget state is not kept). The bar's switch is
+    transformers' own global one, set back as it was."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return model_class.from_pretrained(str(folder))
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def first_attribute(obj, *paths):

@@ -28,7 +28,7 @@ from timm.models.vision_transformer import VisionTransformer
 from ...base.errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
 from . import hf_swin
 from .assemble import ConcatLinear, finish, shared_linear, skeleton
-from .hf_parts import IntermediateOutput, first_attribute, require_transformers
+from .hf_parts import IntermediateOutput, first_attribute, from_folder, require_transformers
 from .loaded import LoadedViT, wrap_model
 
 __all__ = [
@@ -370,7 +370,7 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
     if model_class is None:
         model_class = transformers.AutoModel
     try:
-        model = model_class.from_pretrained(str(folder))
+        model = from_folder(model_class, folder)
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
     return wrap_hf(model, name, device, preprocessor=read_preprocessor(folder), **options)

@@ -193,7 +193,7 @@ def load_hf_two_tower_folder(folder: Path, name: str, device: torch.device) -> L
     """A ``save_pretrained`` folder of a ``CLIPModel`` / ``SiglipModel`` (with its tokenizer and
     ``preprocessor_config.json`` when it has them)."""
     from .files import read_folder_config
-    from .hf_parts import require_transformers
+    from .hf_parts import from_folder, require_transformers
     from .hf_transformers import read_preprocessor
 
     config = read_folder_config(folder)
@@ -207,7 +207,7 @@ def load_hf_two_tower_folder(folder: Path, name: str, device: torch.device) -> L
     if model_class is None:
         model_class = transformers.CLIPModel if model_type == "clip" else transformers.SiglipModel
     try:
-        model = model_class.from_pretrained(str(folder))
+        model = from_folder(model_class, folder)
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
     tokenizer, note = _hf_tokenizer(folder)
