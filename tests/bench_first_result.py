@@ -24,7 +24,8 @@ Two measurements, each from the navigation's start (``performance.now()`` in the
 It prints one table per measurement: median and max over the images, per page, model and version.
 
 ``--models``: ``demo`` (the bundled demo ViT), ``dinov2`` (the real DINOv2-S/14 backbone of
-``tests/real_weights.py`` at 224 px: a 16×16 grid, ViT-S-sized; headless, so the class pages say so)
+``tests/real_weights.py`` at 224 px: a 16×16 grid, ViT-S-sized; headless, so the class pages say so),
+``dinov2_518`` (the same at its native 518 px: a 37×37 grid, 1,370 tokens)
 and any app model text (``random:vit_small_patch16_224``: a ViT-S/16 classifier; random weights
 time as trained ones).
 """
@@ -99,10 +100,10 @@ def model_params(model: str) -> dict[str, str]:
     """The app's URL parameters for a ``--models`` entry."""
     if model == "demo":
         return {}
-    if model == "dinov2":
+    if model in ("dinov2", "dinov2_518"):
         from real_weights import real_dinov2_folder  # converted once per machine, cached
 
-        return {"model": str(real_dinov2_folder()), "res": "224"}
+        return {"model": str(real_dinov2_folder()), "res": "518" if model == "dinov2_518" else "224"}
     return {"model": model}
 
 
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         default="demo,dinov2,random:vit_small_patch16_224",
-        help="comma-separated: demo, dinov2, or an app model text",
+        help="comma-separated: demo, dinov2, dinov2_518, or an app model text",
     )
     parser.add_argument("--pages", default="all", help="comma-separated url paths (attention for the default page)")
     parser.add_argument("--repeats", type=int, default=3, help=f"images per page (1 to {len(IMAGES)})")

@@ -113,6 +113,24 @@ def test_top_scenes_histogram_class_effect_and_intervention_are_the_librarys(pag
     assert_same_arrays(script, data, ["top_scenes", "top_peaks", "class_effect"])
 
 
+def test_a_clamped_feature_on_the_page_is_the_librarys(page, demo, npz_downloads):
+    """ "Set it to a value": the page's intervention is ``intervene(clamp={feature: value})``, and its
+    script reproduces it."""
+    vit, sae, pixels, grid = demo
+    feature = top_features(grid, 27)[0]
+    page.number_input(key="feat_feature").set_value(feature).run()
+    page.radio(key="feat_mode").set_value("clamp").run()
+    page.number_input(key="feat_clamp").set_value(2.5).run()
+    assert_clean(page)
+    changed = intervene(vit, sae, pixels, clamp={feature: 2.5})
+    moved = npz_downloads["feat_intervention_data"]
+    assert str(moved["mode"]) == "clamp" and float(moved["factor"]) == 2.5
+    np.testing.assert_allclose(moved["steered_probabilities"], changed.steered_logits.double().softmax(-1), atol=1e-6)
+    np.testing.assert_array_equal(moved["steered_class_map"], changed.steered_class_map.numpy())
+    script = reproduce(page)
+    np.testing.assert_allclose(script["changed"].steered_logits.numpy(), changed.steered_logits.numpy(), atol=1e-6)
+
+
 def test_another_model_is_told_an_sae_is_needed_and_a_misfit_sae_is_refused(page, tmp_path):
     page.radio(key="model_source").set_value("timm").run()
     page.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()

@@ -106,6 +106,24 @@ def test_intervention_matches_the_splice_and_a_per_patch_readout(vit, sae, image
     assert float(result.change_map.max()) > 0
 
 
+def test_a_clamped_feature_switches_on_where_scaling_cannot(vit, sae, images):
+    """``intervene(clamp={i: v})`` is the splice that sets feature ``i`` to ``v`` at every token: for a
+    feature silent on the image, scaling changes nothing and clamping moves the logits exactly as
+    that splice does."""
+    pixels = vit.preprocess(images[1])
+    grid = patch_feature_grid(vit, sae, pixels)[0]  # (gh, gw, d_sae)
+    silent = int((grid.reshape(-1, grid.shape[-1]).abs().sum(0) == 0).nonzero()[0])
+    scaled = intervene(vit, sae, pixels, {silent: 5.0})
+    assert torch.equal(scaled.steered_logits, scaled.clean_logits)  # 5 × 0 = 0
+    clamped = intervene(vit, sae, pixels, clamp={silent: 3.0})
+    hooks = splice(vit, sae, clamp={silent: 3.0}, keep_error=True)
+    torch.testing.assert_close(clamped.steered_logits, run_with_hooks(vit, pixels, hooks)[0])
+    assert float((clamped.steered_logits - clamped.clean_logits).abs().max()) > 1e-3
+    assert float(clamped.change_map.min()) > 0  # every patch token was set, so every one moved
+    with pytest.raises(SAEFeatureError):
+        intervene(vit, sae, pixels, clamp={sae.config.d_sae: 1.0})
+
+
 def test_typed_errors_for_a_wrong_point_and_width(vit, images):
     pixels = vit.preprocess(images[0])
     narrow = SparseAutoencoder(SAEConfig(d_in=16, d_sae=32, k=4, hook_name=POINT))

@@ -664,9 +664,10 @@ def text_prompts_code(
     )
 
 
-def features_code(cur, sae_name: str, *, feature: int, factor: float, patch: int) -> str:
+def features_code(cur, sae_name: str, *, feature: int, factor: float, patch: int, mode: str = "scale") -> str:
     """The Features page: the patch features of the image, the feature index over the demo scenes,
-    the feature's class effect and the intervention (the arrays of the page's downloads)."""
+    the feature's class effect and the intervention (the arrays of the page's downloads): the
+    feature scaled by ``factor`` (``mode="scale"``) or set to it (``"clamp"``)."""
     source = Source.of(cur)
     load = "load_demo_sae()" if sae_name == "demo" else f"load_sae({sae_name!r})"
     lines = _forward(source, imports=["from PIL import Image"], record=False)
@@ -687,7 +688,7 @@ def features_code(cur, sae_name: str, *, feature: int, factor: float, patch: int
         f"top_scenes, top_peaks = index.top_images({int(feature)}, 8)",
         f"activations = index.activations({int(feature)}).numpy()  # its histogram's data",
         f"class_effect = feature_class_effect(vit, sae, {int(feature)}).numpy()  # (C,)",
-        f"changed = intervene(vit, sae, pixels, {{{int(feature)}: {float(factor)!r}}})",
+        f"changed = intervene(vit, sae, pixels, {'scale' if mode == 'scale' else 'clamp'}={{{int(feature)}: {float(factor)!r}}})",
         "print(changed.clean_logits.softmax(-1), changed.steered_logits.softmax(-1))",
     ]
     return _script(lines)

@@ -111,11 +111,13 @@ def class_effect(ref: ModelRef, sae_name: str, feature: int) -> np.ndarray:
 
 @st.cache_data(show_spinner="Running the model with the feature changed…", max_entries=MAX_RESULTS)
 def intervention(
-    ref: ModelRef, sae_name: str, digest: str, _image_bytes: bytes, feature: int, factor: float
+    ref: ModelRef, sae_name: str, digest: str, _image_bytes: bytes, feature: int, factor: float, mode: str = "scale"
 ) -> dict[str, np.ndarray]:
-    """The :class:`~analysis.sae.Intervention` of scaling ``feature`` by ``factor``, as arrays."""
+    """The :class:`~analysis.sae.Intervention` of ``feature`` scaled by ``factor`` (``mode="scale"``) or
+    set to ``factor`` at every token (``mode="clamp"``), as arrays."""
     vit = get_model(ref)
-    result = intervene(vit, get_sae(sae_name), _pixels(ref, _image_bytes), {int(feature): float(factor)})
+    change = {"scale" if mode == "scale" else "clamp": {int(feature): float(factor)}}
+    result = intervene(vit, get_sae(sae_name), _pixels(ref, _image_bytes), **change)
     return {
         "clean_probabilities": vit.probabilities(result.clean_logits).numpy(),  # (C,) by the model's own rule
         "steered_probabilities": vit.probabilities(result.steered_logits).numpy(),

@@ -180,15 +180,26 @@ class Intervention:
     change_map: torch.Tensor
 
 
-def intervene(vit, sae: SparseAutoencoder, pixels: torch.Tensor, scale: Mapping[int, float]) -> Intervention:
+def intervene(
+    vit,
+    sae: SparseAutoencoder,
+    pixels: torch.Tensor,
+    scale: Mapping[int, float] | None = None,
+    *,
+    clamp: Mapping[int, float] | None = None,
+) -> Intervention:
     """The :class:`Intervention` of one image ``pixels (1, 3, H, W)``: ``scale = {feature: factor}``
-    (0 ablates, 2 doubles).
+    (0 ablates, 2 doubles) and ``clamp = {feature: value}`` (the feature set to ``value`` at every
+    token the SAE reads, so a feature silent on this image can be switched on, which scaling cannot),
+    both through :func:`analysis.sae.splice` with the reconstruction error kept: only the features'
+    change reaches the rest of the model.
 
     Raises:
         SAEFeatureError: a feature that does not exist.
         NoClassHeadError: the model has no linear class head after LayerNorms.
     """
-    for feature in scale:
+    scale, clamp = dict(scale or {}), dict(clamp or {})
+    for feature in [*scale, *clamp]:
         check_feature(sae, feature)
     norms, head = _readout(vit)
     last = f"blocks.{vit.spec.num_layers - 1}.resid_post"
@@ -207,6 +218,6 @@ def intervene(vit, sae: SparseAutoencoder, pixels: torch.Tensor, scale: Mapping[
         return cache.output[0].float(), classes, hidden[0].float()
 
     clean_logits, clean_map, clean_hidden = read({})
-    steered_logits, steered_map, steered_hidden = read(splice(vit, sae, scale=dict(scale), keep_error=True))
+    steered_logits, steered_map, steered_hidden = read(splice(vit, sae, scale=scale, clamp=clamp, keep_error=True))
     change = (steered_hidden - clean_hidden).norm(dim=-1).reshape(gh, gw)
     return Intervention(clean_logits, steered_logits, clean_map, steered_map, change)

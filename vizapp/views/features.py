@@ -33,7 +33,8 @@ PATCH = "feat_patch"  # session key: the chosen patch (row-major index)
 FEATURE = "feat_feature"  # session key: the studied feature
 # Kept across page switches (vizapp.page_keys reads these literals); the patch's feature list only
 # sets FEATURE, so it is not kept itself.
-KEPT_KEYS = ("feat_source", "feat_folder", "feat_patch", "feat_feature", "feat_scale")
+KEPT_KEYS = ("feat_source", "feat_folder", "feat_patch", "feat_feature", "feat_mode", "feat_scale", "feat_clamp")
+CHANGES = {"scale": "scale it", "clamp": "set it to a value (clamp)"}
 TRANSIENT_KEYS = ("feat_pick",)
 
 cur = current()
@@ -240,12 +241,33 @@ download_npz(
 st.subheader(f"Change feature {feature} inside the forward pass")
 st.caption(
     "The SAE is spliced in at its layer with its reconstruction error kept, so only the feature's change reaches "
-    "the rest of the model: 0 removes the feature, 1 changes nothing, above 1 amplifies it."
+    "the rest of the model. Scaled: 0 removes the feature, 1 changes nothing, above 1 amplifies it. Clamped: the "
+    "feature takes the value at every token the SAE reads, so a feature that is silent on this image can be "
+    "switched on (steering; scaling a zero leaves it zero)."
 )
-st.session_state.setdefault("feat_scale", 0.0)
-factor = st.slider("Scale the feature by", 0.0, 10.0, step=0.5, key="feat_scale")
+clamp_state("feat_mode", list(CHANGES), "scale")
+mode = st.radio("Change the feature", list(CHANGES), format_func=CHANGES.get, horizontal=True, key="feat_mode")
+if mode == "clamp":
+    peak = float(values_over_set.max()) if values_over_set.size else 1.0  # its largest activation over the scenes
+    st.session_state.setdefault("feat_clamp", round(peak, 3))
+    factor = st.number_input(
+        "Set the feature to",
+        min_value=0.0,
+        step=max(round(peak / 10, 3), 0.001),
+        format="%.3f",
+        key="feat_clamp",
+        help=f"Its largest activation over the {sae_resources.INDEX_SCENES} demo scenes is {peak:.3g}.",
+    )
+    change_label = f"feature = {factor:g}"
+else:
+    st.session_state.setdefault("feat_scale", 0.0)
+    factor = st.slider("Scale the feature by", 0.0, 10.0, step=0.5, key="feat_scale")
+    change_label = f"feature × {factor:g}"
+file_part = f"x{factor:g}" if mode == "scale" else f"set{factor:g}"
 if effect is not None:
-    changed = sae_resources.intervention(cur.model, sae_name, cur.image.digest, cur.image.data, feature, float(factor))
+    changed = sae_resources.intervention(
+        cur.model, sae_name, cur.image.digest, cur.image.data, feature, float(factor), mode
+    )
     clean, steered = changed["clean_probabilities"], changed["steered_probabilities"]
     shown = sorted(set(top_classes(clean, 5)) | set(top_classes(steered, 5)), key=lambda c: -clean[c])
     names = [class_label(cur.vit.class_names, c) for c in shown]
@@ -260,11 +282,11 @@ if effect is not None:
         show_chart(
             figures.grouped_bars(
                 names,
-                [("clean", clean[shown].tolist()), (f"feature × {factor:g}", steered[shown].tolist())],
+                [("clean", clean[shown].tolist()), (change_label, steered[shown].tolist())],
                 y_title="probability",
             ),
             "feat_prediction_change",
-            filename=f"sae_feature_{feature}_x{factor:g}_predictions",
+            filename=f"sae_feature_{feature}_{file_part}_predictions",
         )
     with maps_column:
         classes = len(clean)
@@ -274,7 +296,7 @@ if effect is not None:
                 spec.img_size,
                 [changed["clean_class_map"].astype(np.float32), changed["steered_class_map"].astype(np.float32)],
                 spec.patch_size,
-                ["class map, clean", f"class map, feature × {factor:g}"],
+                ["class map, clean", f"class map, {change_label}"],
                 ncols=2,
                 colorscale=cur.colorscale,
                 zmin=0.0,
@@ -283,7 +305,7 @@ if effect is not None:
                 panel_height=220,
             ),
             "feat_class_maps",
-            filename=f"sae_feature_{feature}_x{factor:g}_class_maps",
+            filename=f"sae_feature_{feature}_{file_part}_class_maps",
         )
         st.caption(
             "Class map: each patch token after the last block read by the final norm and the head (its top class). "
@@ -306,8 +328,8 @@ if effect is not None:
             height=360,
         ),
         "feat_change_map",
-        filename=f"sae_feature_{feature}_x{factor:g}_change",
+        filename=f"sae_feature_{feature}_{file_part}_change",
     )
-    download_npz("feat_intervention_data", f"sae_feature_{feature}_x{factor:g}", feature=np.int64(feature),
-                 factor=np.float64(factor), **changed)  # fmt: skip
-show_code(features_code(cur, sae_name, feature=feature, factor=float(factor), patch=patch))
+    download_npz("feat_intervention_data", f"sae_feature_{feature}_{file_part}", feature=np.int64(feature),
+                 factor=np.float64(factor), mode=mode, **changed)  # fmt: skip
+show_code(features_code(cur, sae_name, feature=feature, factor=float(factor), patch=patch, mode=mode))
