@@ -37,6 +37,7 @@ from analysis.views.attention_view import (
     layers_to_send,
     query_row,
     view_args,
+    view_layout,
     windowed_view_args,
     windowed_view_bytes,
 )
@@ -221,7 +222,8 @@ def page_view(
     the page holds its other charts back until the view has drawn (:func:`hold_for_first_paint`)."""
     spec, image_uri = cur.spec, resources.background_uri(*cur.args)
     geometry = spec.geometry(layer)
-    if spec.attends_globally:
+    tokens = view_layout(spec) == "tokens"
+    if tokens:
         view_layers = sent_layers(spec, layer)
         size = layer_bytes(spec)
     else:
@@ -235,7 +237,7 @@ def page_view(
             "to pick a query."
         )
         return held
-    if spec.attends_globally:
+    if tokens:
         view_layers = (layer,) if held else view_layers  # ... from this layer's data alone, every layer after
         attention_view(
             data=served(*resources.attention_view_blob(*cur.args, view_layers), key=key),

@@ -55,6 +55,7 @@ __all__ = [
     "embed",
     "layer_bytes",
     "layers_to_send",
+    "view_layout",
     "prefix_key_rows",
     "quantised_view",
     "query_row",
@@ -71,6 +72,14 @@ __all__ = [
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
 PAGE = PAGE_DIR / "index.html"
+
+
+def view_layout(spec) -> str:
+    """Which data the view draws a model from: ``"tokens"`` when every layer attends over one token
+    sequence ``[prefix, patches]`` (a ViT: every query's row over the patch keys, the prefix keys and
+    the columns, every layer held when they fit, :func:`view_blob`), ``"windows"`` when its layers
+    attend inside windows on stage grids (Swin, SAM: one layer's windows, :func:`windowed_view_blob`)."""
+    return "tokens" if getattr(spec, "spec", spec).attends_globally else "windows"
 
 
 def layer_bytes(spec, maps: int | None = None) -> int:
