@@ -153,6 +153,63 @@ def test_the_curve_counts_each_corrupted_prediction(demo_models, scenes):
     assert curve.accuracy["ViT"][0, 0] == pytest.approx(correct / len(images))
 
 
+@needs_package
+def test_the_imagenet_c_protocol_corrupts_each_models_input_crop(demo_models):
+    """ImageNet-C's rule (the default): the corruption is the package's own function applied to each
+    model's resized, centre-cropped input at its input size, which is then only normalised; the curve
+    counts exactly those predictions. ``"native"`` corrupts the image at its own size."""
+    from PIL import Image
+
+    size = demo_models["ViT"].spec.img_size[0]
+    big = [
+        Image.fromarray(render_sample(HELD_OUT_SEED, i, 2 * size)[0]).resize((2 * size + 30, 2 * size))
+        for i in range(4)
+    ]
+    package = corruptions._package()
+    model = demo_models["ViT"]
+    for name in ("defocus_blur", "pixelate", "jpeg_compression"):
+        crop = np.asarray(model.model_input_image(big[0]))
+        expected = np.asarray(package.corrupt(crop, corruption_name=name, severity=3), dtype=np.uint8)
+        got = corruptions.model_corruption(model, big[0], name, 3)
+        assert got.shape == (*model.spec.img_size, 3)
+        np.testing.assert_array_equal(got, expected)
+    native = corruptions.model_corruption(model, big[0], "pixelate", 3, protocol="native")
+    assert native.shape == (2 * size, 2 * size + 30, 3)  # the image's own size
+    curve = corruption_curve(demo_models, big, None, corruptions=("pixelate",), severities=(0, 4))
+    assert curve.protocol == "imagenet-c"
+    mean, std = (
+        torch.tensor(v, dtype=torch.float32).view(3, 1, 1) for v in (model.preprocessing.mean, model.preprocessing.std)
+    )
+    for label, severity in ((0, 0), (1, 4)):
+        agree = 0
+        for image in big:
+            crop = np.asarray(model.model_input_image(image))
+            clean_pixels = ((torch.from_numpy(crop.astype(np.float32) / 255).permute(2, 0, 1) - mean) / std)[None]
+            shown = (
+                crop
+                if severity == 0
+                else np.asarray(package.corrupt(crop, corruption_name="pixelate", severity=severity))
+            )
+            pixels = ((torch.from_numpy(shown.astype(np.float32) / 255).permute(2, 0, 1) - mean) / std)[None]
+            with torch.no_grad():
+                agree += int(model.model(pixels).argmax(-1) == model.model(clean_pixels).argmax(-1))
+        assert curve.accuracy["ViT"][0, label] == pytest.approx(agree / len(big))
+    with pytest.raises(CorruptionError, match="protocol"):
+        corruption_curve(demo_models, big, None, corruptions=("pixelate",), severities=(1,), protocol="crop")
+
+
+def test_a_cropped_input_is_only_normalised(demo_models):
+    from PIL import Image
+
+    model = demo_models["CNN"]
+    image = Image.fromarray(render_sample(HELD_OUT_SEED, 0, 100)[0]).resize((130, 100))
+    torch.testing.assert_close(
+        model.preprocess(model.model_input_image(image), cropped=True), model.preprocess(image), rtol=0, atol=0
+    )
+    with pytest.raises(AnalysisError, match="input size"):
+        model.preprocess(image, cropped=True)
+
+
 def test_corruption_error_by_hand():
     """CE_c = Σ_s err(model) / Σ_s err(CNN) over severities 1–5 only; mCE = mean over corruptions."""
     severities = (0, 1, 2)

@@ -810,14 +810,15 @@ def transfer_chunk(
 def corruption_view(
     model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(corrupted image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
-    (``analysis.robustness.corrupt_image`` with seed 0)."""
-    from analysis.robustness import corrupt_image
+    """``(corrupted image (H, W, 3) uint8, probabilities (classes,))``: the model's input crop corrupted
+    (``analysis.robustness.model_corruption`` with seed 0, ImageNet-C's protocol), as the image-set
+    curves corrupt it."""
+    from analysis.robustness import model_corruption
 
     model = loaded_model(model_key)
-    corrupted = corrupt_image(load_image(_image_bytes), corruption, severity, seed=0)
+    corrupted = model_corruption(model, load_image(_image_bytes), corruption, severity, seed=0)
     with torch.no_grad():
-        logits = model.model(model.preprocess(Image.fromarray(corrupted)).to(model.device)).float()
+        logits = model.model(model.preprocess(Image.fromarray(corrupted), cropped=True).to(model.device)).float()
     return corrupted, model.probabilities(logits)[0].cpu().numpy()
 
 

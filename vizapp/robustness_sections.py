@@ -276,7 +276,8 @@ def corruption_section(
     st.subheader("Natural corruptions")
     st.caption(
         "ImageNet-C corruptions at severities 1–5 (Hendrycks & Dietterich 2019), from the `imagecorruptions` "
-        "package's own functions; severity 0 is the clean image."
+        "package's own functions, applied as ImageNet-C was made: to each model's input crop at its input size, "
+        "then normalised; severity 0 is the clean image."
     )
     try:
         names = analysis.robustness.corruption_names()

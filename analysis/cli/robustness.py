@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
     )
     commands = parser.add_subparsers(dest="curve", required=True, metavar="curve")
     from ..robustness.attacks import ATTACKS
-    from ..robustness.corruptions import FAST_CORRUPTIONS
+    from ..robustness.corruptions import FAST_CORRUPTIONS, PROTOCOLS
 
     attack = add_command(
         commands, "attack", help="accuracy against ε (FGSM or PGD, L∞, 0–255 pixel units)", description=__doc__
@@ -94,6 +94,13 @@ def add_parser(subparsers) -> None:
         type=_ints,
         default=(0, 1, 2, 3, 4, 5),
         help="0 (clean) to 5, comma-separated (default 0,1,2,3,4,5)",
+    )
+    corruptions.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="imagenet-c",
+        help="imagenet-c (default): corrupt each model's input crop at its input size, as ImageNet-C was made; "
+        "native: corrupt the image at its own size, then preprocess",
     )
     corruptions.set_defaults(run=run_corruptions)
 
@@ -350,7 +357,13 @@ def run_corruptions(args, ranks: Ranks) -> int:
         if images:
             seeds = [args.seed + i for i in range(ranks.rank, ranks.rank + ranks.world * len(images), ranks.world)]
             curve = corruption_curve(
-                models, images, labels, corruptions=args.corruptions, severities=args.severities, image_seeds=seeds
+                models,
+                images,
+                labels,
+                corruptions=args.corruptions,
+                severities=args.severities,
+                image_seeds=seeds,
+                protocol=args.protocol,
             )  # image i of the whole set: seed + i on any rank
             correct = {n: a * len(images) for n, a in curve.accuracy.items()}
         else:
@@ -373,11 +386,12 @@ def run_corruptions(args, ranks: Ranks) -> int:
         count=np.int64(used),
         images=np.array(description),
         scored_against=np.array(scored),
+        protocol=np.array(args.protocol),
         skipped_images=np.array(skipped, dtype=str),
         world_size=np.int64(ranks.world),
     )
     if "CNN" in accuracy and any(s >= 1 for s in args.severities):
-        whole = CorruptionCurve(tuple(args.corruptions), tuple(args.severities), accuracy, used, scored)
+        whole = CorruptionCurve(tuple(args.corruptions), tuple(args.severities), accuracy, used, scored, args.protocol)
         errors = corruption_errors(whole, "CNN")
         fields.update(
             corruption_error=np.stack([errors[n][0] for n in names]),
@@ -396,7 +410,7 @@ def run_corruptions(args, ranks: Ranks) -> int:
             for j, s in enumerate(args.severities)
         ],
     )
-    print(f"{used} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+    print(f"{used} images ({scored}, protocol {args.protocol}); wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 
 

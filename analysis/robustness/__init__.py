@@ -34,6 +34,7 @@ from .corruptions import (
     corruption_curve,
     corruption_errors,
     corruption_names,
+    model_corruption,
 )
 from .curves import PERTURBATIONS, SET_LEVELS, RobustnessCurve, perturb, robustness_curve
 from .dropped import DroppedTokenPass, kept_attention_distance, kept_rollout, token_drop_attention
@@ -123,6 +124,7 @@ __all__ = [
     "CorruptionError",
     "CorruptionsUnavailableError",
     "corrupt_image",
+    "model_corruption",
     "corruption_curve",
     "corruption_errors",
     "corruption_names",

@@ -7,6 +7,14 @@ packaged for any image size): :func:`corrupt_image` calls ``imagecorruptions.cor
 corruption_name=name, severity=s)`` for ``s`` in 1–5; severity 0 is the clean image. The package is an
 optional extra: ``pip install "vit-explorer[corruptions]"``.
 
+Where the corruption is applied (``protocol``, :func:`model_corruption`):
+
+* ``"imagenet-c"`` (the default): to the model's own input, its resized and centre-cropped image at its
+  input size (:meth:`~analysis.model.loading.loaded.LoadedModel.model_input_image`), then only
+  normalised, as ImageNet-C was made (the corruptions' severities are calibrated on 224×224 crops);
+* ``"native"``: to the image at its own size, then through the model's preprocessing (a blur or noise
+  then shrinks or grows with the resize).
+
 Scores:
 
 * accuracy against severity, per model and corruption (:func:`corruption_curve`);
@@ -19,6 +27,7 @@ Scores:
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import sys
@@ -40,11 +49,15 @@ __all__ = [
     "SEVERITIES",
     "corruption_names",
     "corrupt_image",
+    "model_corruption",
+    "PROTOCOLS",
     "CorruptionCurve",
     "corruption_curve",
     "corruption_errors",
 ]
 
+#: where a corruption is applied: the model's input crop (ImageNet-C's rule) or the image at its own size
+PROTOCOLS = ("imagenet-c", "native")
 #: severity 0 (clean) and the package's five graded severities
 SEVERITIES = (0, 1, 2, 3, 4, 5)
 #: corruptions that take milliseconds on a 224×224 image (glass blur and a few others take seconds)
@@ -160,6 +173,24 @@ def _seeded_impulse_noise(array: np.ndarray, severity: int, seed: int) -> np.nda
     return np.uint8(np.clip(noisy, 0, 1) * 255)
 
 
+def model_corruption(
+    model: LoadedModel, image, name: str, severity: int, *, seed: int | None = None, protocol: str = "imagenet-c"
+) -> np.ndarray:
+    """``(H, W, 3)`` uint8: the corrupted image as ``model`` is fed it under ``protocol``
+    (:data:`PROTOCOLS`, the module docstring): ``"imagenet-c"`` corrupts ``model.model_input_image(image)``
+    (``spec.img_size``; pass it to ``model.top1(..., cropped=True)``), ``"native"`` the image itself
+    (pass it to ``model.top1``). ``seed``: as :func:`corrupt_image`'s."""
+    _check_protocol(protocol)
+    picture = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image, dtype=np.uint8))
+    source = model.model_input_image(picture) if protocol == "imagenet-c" else picture
+    return corrupt_image(source, name, severity, seed=seed)
+
+
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise CorruptionError(f"Unknown protocol {protocol!r}: one of {', '.join(PROTOCOLS)}.")
+
+
 @dataclass(frozen=True)
 class CorruptionCurve:
     """Top-1 accuracy per model, corruption and severity. ``accuracy[m]``: ``(len(corruptions),
@@ -171,6 +202,7 @@ class CorruptionCurve:
     accuracy: dict[str, np.ndarray]
     images: int
     scored_against: str = "labels"
+    protocol: str = "imagenet-c"
 
 
 def corruption_curve(
@@ -183,11 +215,14 @@ def corruption_curve(
     seed: int = 0,
     image_seeds: Sequence[int] | None = None,
     progress: Progress | None = None,
+    protocol: str = "imagenet-c",
 ) -> CorruptionCurve:
     """Accuracy against severity for each model (``{name: loaded model}``) on ``images`` (PIL or uint8).
 
-    Each image is corrupted once per (corruption, severity) at its own size, and every model sees that
-    same corrupted image through its own preprocessing. ``labels``: the true classes (indices in every
+    ``protocol="imagenet-c"``: each image is corrupted once per (corruption, severity) as each model's
+    input crop (models with the same crop share it), then only normalised; ``"native"``: at its own size,
+    and every model sees that same corrupted image through its own preprocessing
+    (:func:`model_corruption`). ``labels``: the true classes (indices in every
     model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
     random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
     whole set's seeds), the same for every corruption and severity.
@@ -198,6 +233,7 @@ def corruption_curve(
             f"{len(images)} images and {0 if labels is None else len(labels)} labels: give at "
             "least one image and, if any labels, one per image."
         )
+    _check_protocol(protocol)
     for name in corruptions:
         for severity in severities:
             _check(name, severity)
@@ -205,14 +241,33 @@ def corruption_curve(
     if len(seeds) != len(images):
         raise CorruptionError(f"{len(seeds)} image seeds for {len(images)} images: give one seed per image.")
     clean = [np.asarray(i.convert("RGB") if isinstance(i, Image.Image) else i, dtype=np.uint8) for i in images]
-    targets = {m: (np.asarray(labels) if labels is not None else model.top1(clean)) for m, model in models.items()}
+    cropped = protocol == "imagenet-c"
+    inputs: dict[bytes, list[np.ndarray]] = {}  # the clean images each group of models corrupts, by content
+    group_of: dict[str, bytes] = {}
+    for m, model in models.items():
+        own = (
+            [np.asarray(model.model_input_image(Image.fromarray(i)), dtype=np.uint8) for i in clean]
+            if cropped
+            else clean
+        )
+        key = hashlib.sha1(b"".join(np.ascontiguousarray(i).tobytes() for i in own)).digest() if cropped else b""
+        inputs.setdefault(key, own)
+        group_of[m] = key
+    targets = {
+        m: np.asarray(labels) if labels is not None else model.top1(inputs[group_of[m]], cropped=cropped)
+        for m, model in models.items()
+    }
     accuracy = {m: np.zeros((len(corruptions), len(severities))) for m in models}
     total, done = len(corruptions) * len(severities), 0
     for c, name in enumerate(corruptions):
         for s, severity in enumerate(severities):
-            corrupted = [corrupt_image(image, name, severity, seed=s) for image, s in zip(clean, seeds)]
+            corrupted = {
+                key: [corrupt_image(image, name, severity, seed=seed) for image, seed in zip(own, seeds)]
+                for key, own in inputs.items()
+            }
             for m, model in models.items():
-                accuracy[m][c, s] = float((model.top1(corrupted) == targets[m]).mean())
+                predicted = model.top1(corrupted[group_of[m]], cropped=cropped)
+                accuracy[m][c, s] = float((predicted == targets[m]).mean())
             done += 1
             tell(progress, done, total)
     return CorruptionCurve(
@@ -221,6 +276,7 @@ def corruption_curve(
         accuracy,
         len(images),
         "labels" if labels is not None else "clean prediction",
+        protocol,
     )
 
 

@@ -99,19 +99,32 @@ class LoadedModel:
     #: how its logits become class probabilities (a key of :data:`PROBABILITY_RULES`)
     probability_rule = "softmax"
 
-    def preprocess(self, image: Image.Image) -> torch.Tensor:
-        """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size."""
-        return self.preprocessing(image)
+    def preprocess(self, image: Image.Image, *, cropped: bool = False) -> torch.Tensor:
+        """PIL image -> ``(1, 3, H, W)`` float tensor (CPU) at the model's input size. ``cropped``: the
+        image is already what :meth:`model_input_image` gives (resized and centre-cropped to
+        ``spec.img_size``), so it is only normalised, not resized again."""
+        if not cropped:
+            return self.preprocessing(image)
+        height, width = self.spec.img_size
+        if image.size != (width, height):
+            raise AnalysisError(
+                f"A cropped input must be the model's input size {width}x{height} (W x H), not "
+                f"{image.size[0]}x{image.size[1]}: pass model_input_image's output."
+            )
+        unit = torch.from_numpy(np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0).permute(2, 0, 1)
+        return self.preprocessing.normalise(unit).unsqueeze(0)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """``(B, classes)`` float32 class probabilities of its ``logits`` by its own rule
         (:func:`class_probabilities` with :attr:`probability_rule`)."""
         return class_probabilities(logits, self.probability_rule)
 
-    def top1(self, images, *, batch_size: int = 32) -> np.ndarray:
+    def top1(self, images, *, batch_size: int = 32, cropped: bool = False) -> np.ndarray:
         """``(N,)`` int64: each image's most probable class (``argmax`` of the logits), the PIL or uint8
         ``(H, W, 3)`` ``images`` fed through its own preprocessing and forward in batches, no gradients.
-        The one prediction rule of the robustness measures, the command line and the pages."""
+        The one prediction rule of the robustness measures, the command line and the pages.
+        ``cropped``: the images are already what :meth:`model_input_image` gives (the model's resized,
+        centre-cropped input at ``spec.img_size``), so they are only normalised, not resized again."""
         classes = []
         with torch.no_grad():
             for start in range(0, len(images), int(batch_size)):
@@ -119,7 +132,7 @@ class LoadedModel:
                     i if isinstance(i, Image.Image) else Image.fromarray(np.asarray(i, dtype=np.uint8))
                     for i in images[start : start + int(batch_size)]
                 ]
-                pixels = torch.cat([self.preprocess(picture) for picture in pictures])
+                pixels = torch.cat([self.preprocess(picture, cropped=cropped) for picture in pictures])
                 classes.append(self.model(pixels.to(self.device, torch.float32)).argmax(-1).cpu().numpy())
         return np.concatenate(classes) if classes else np.zeros(0, dtype=np.int64)
 
