@@ -247,6 +247,7 @@ st.caption(
 )
 clamp_state("feat_mode", list(CHANGES), "scale")
 mode = st.radio("Change the feature", list(CHANGES), format_func=CHANGES.get, horizontal=True, key="feat_mode")
+assert mode is not None, "a radio with options and no index=None always has a value"
 if mode == "clamp":
     peak = float(values_over_set.max()) if values_over_set.size else 1.0  # its largest activation over the scenes
     st.session_state.setdefault("feat_clamp", round(peak, 3))
