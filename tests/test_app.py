@@ -408,6 +408,36 @@ def test_compare_with_a_second_model_that_cannot_load_keeps_the_first(weights_no
     assert len(traces(charts(app)[0], "heatmap")) >= 2
 
 
+def test_compare_draws_both_models_rollouts_on_one_colour_scale(app, npz_downloads):
+    """A second model on the Compare page adds both models' rollout (Figure 6), each the library's
+    ``attention_rollout`` for the query at the same image position, under one colour range."""
+    from analysis import load_image
+    from analysis.plots import colour_range
+    from vizapp.refs import ModelRef
+    from vizapp.resources import get_model
+
+    app.switch_page("views/compare.py").run()
+    app.radio(key="query_mode").set_value("patch").run()
+    app.number_input(key="query_patch").set_value(9).run()
+    app.selectbox(key="cmp_model2").set_value("demo_textured").run()
+    assert_clean(app)
+    image = load_image(app.session_state["current"].image.data)
+    heatmaps = traces(chart(app, "cmp_rollout"), "heatmap")
+    assert len(heatmaps) == 2
+    for heatmap, source in zip(heatmaps, ("demo", "demo_textured")):
+        model = get_model(ModelRef(source))
+        record = analysis.capture_attention(model, model.preprocess(image))
+        expected = analysis.attention_rollout(record, query=9)[0].numpy()
+        np.testing.assert_allclose(array(heatmap["z"]), expected, rtol=1e-5, atol=1e-7)
+    figure = chart(app, "cmp_rollout")
+    assert heatmaps[0]["coloraxis"] == heatmaps[1]["coloraxis"]  # one colour scale over both maps
+    axis = figure["layout"][heatmaps[0]["coloraxis"]]
+    both = np.concatenate([array(h["z"]).ravel() for h in heatmaps])
+    assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(colour_range("robust", both, uniform=1 / 65)[1])
+    data = npz_downloads["cmp_rollout_data"]
+    np.testing.assert_allclose(data["rollout_1"], array(heatmaps[1]["z"]), rtol=1e-6)
+
+
 def test_position_embedding_page(app, vit):
     app.switch_page("views/position.py").run()
     assert_clean(app)

@@ -1,17 +1,20 @@
-"""Compare layers: chosen layers side by side on one colour scale; optionally a second model."""
+"""Compare layers: chosen layers side by side on one colour scale; optionally a second model, on the
+same image, in its own rows, with the rollout (Figure 6) of both models on one colour scale of their own."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from analysis import corresponding_layer, corresponding_query
+from analysis import AnalysisError, corresponding_layer, corresponding_query, masked_image
+from analysis.attention.rollout import rollout_uniform_level
 from analysis.plots import MAP_RANGES, colour_range
 from analysis.records.queries import query_for_layers
 from vizapp import figures, resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, compare_code, show_code
+from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import (
     describe_query,
@@ -22,6 +25,7 @@ from vizapp.ui import (
     patch_click,
     query_controls,
     show_chart,
+    stride_of_map,
 )
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
@@ -270,3 +274,73 @@ show_code(
         query=query_for_layers(spec, query),
     )
 )
+
+
+def rollout_of(args: tuple[ModelRef, str, bytes], model_spec, model_query) -> np.ndarray:
+    """The model's rollout through every layer for its query (:func:`analysis.attention_rollout_by_layer`,
+    mean over heads, nothing discarded, from layer 0: the Rollout page's defaults), ``(gh, gw)`` on
+    layer 0's grid. Raises AnalysisError where it is not defined from layer 0 (a Swin across stages)."""
+    ref, digest, image_bytes = args
+    return resources.rollout_by_layer(
+        ref, digest, image_bytes, "mean", 0.0, 0, query_for_layers(model_spec, model_query)
+    )[-1]
+
+
+if panels2:  # both models' rollout (Figure 6), side by side on one colour scale of their own
+    st.subheader("Rollout of both models (Figure 6)")
+    shown_models = [(cur.args, spec, query, name1), (args2, spec2, query2, name2)]
+    rollouts, rollout_names, rollout_levels, rollout_models = [], [], [], []
+    for model_args, model_spec, model_query, model_name in shown_models:
+        try:
+            rollouts.append(rollout_of(model_args, model_spec, model_query))
+        except AnalysisError as exc:  # e.g. a Swin's rollout across patch merging: the Rollout page's opt-in
+            st.info(f"{escape_markdown(model_name)}: {error_text(exc)}", icon=":material/block:")
+            continue
+        rollout_names.append(model_name)
+        rollout_levels.append(rollout_uniform_level(model_spec, 0))
+        rollout_models.append((model_args, model_spec))
+    if rollouts:
+        rollout_uniform = max(rollout_levels)  # the larger level: neither model's map saturates
+        r_lo, r_hi, r_text = colour_range(
+            cur.map_range, np.concatenate([r.ravel() for r in rollouts]), uniform=rollout_uniform
+        )
+        show_chart(
+            figures.map_panels(
+                [resources.background_uri(*model_args) for model_args, _ in rollout_models],
+                [model_spec.img_size for _, model_spec in rollout_models],
+                rollouts,
+                [stride_of_map(model_spec.img_size, r.shape) for (_, model_spec), r in zip(rollout_models, rollouts)],
+                [
+                    f"{name} · rollout through layer {model_spec.num_layers - 1}"
+                    for name, (_, model_spec) in zip(rollout_names, rollout_models)
+                ],
+                ncols=2,
+                opacity=opacity,
+                colorscale=cur.colorscale,
+                zmin=r_lo,
+                zmax=r_hi,
+                colorbar_title=f"rollout ({r_text})",
+                panel_height=420,
+            ),
+            "cmp_rollout",
+            filename="compare_models_rollout",
+        )
+        st.caption(
+            "Rollout (Abnar & Zuidema 2020) through every layer, mean over heads, from layer 0, for the query at "
+            "the same image position in both models; one colour scale over both maps (each model's uniform level "
+            "differs with its number of tokens: the larger one sets the floor). The Rollout page has the other "
+            "settings and the Figure 6 view of one model."
+        )
+        pictures = [
+            masked_image(resources.forward(*model_args).input_image, r, "bilinear", top=r_hi)
+            for (model_args, _), r in zip(rollout_models, rollouts)
+        ]
+        columns = st.columns(len(pictures))
+        for column, picture, name in zip(columns, pictures, rollout_names):
+            column.image(picture, caption=f"{name}: the input times its rollout (Figure 6)", width=320)
+        download_npz(
+            "cmp_rollout_data",
+            "compare_models_rollout",
+            models=np.array(rollout_names),
+            **{f"rollout_{i}": r for i, r in enumerate(rollouts)},
+        )
