@@ -136,3 +136,22 @@ def test_docstring_references_name_what_exists():
         sys.path.remove(str(REPO / "docs"))
     broken = broken_references()
     assert not broken, "\n".join(broken)
+
+
+def test_the_package_lists_first_what_the_readme_tour_imports():
+    """``analysis.__all__`` (the order of the API reference, mkdocs.yml's ``members_order``) starts with
+    the names the README's tour imports, in that order, and ends with the error classes."""
+    import analysis
+
+    (line,) = [
+        line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("from analysis import ")
+    ]
+    tour = [name.strip() for name in line.removeprefix("from analysis import ").split(",")]
+    assert analysis.__all__[: len(tour)] == tour, analysis.__all__[: len(tour)]
+    errors = [
+        name
+        for name in analysis.__all__
+        if isinstance(getattr(analysis, name), type) and issubclass(getattr(analysis, name), Exception)
+    ]
+    assert analysis.__all__[-len(errors) :] == errors
+    assert len(set(analysis.__all__)) == len(analysis.__all__) and all(hasattr(analysis, n) for n in analysis.__all__)
