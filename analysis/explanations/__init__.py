@@ -1,6 +1,10 @@
 """Why this class? Class-specific explanations of a ViT's prediction.
 
-    >>> maps = explain(vit, pixels, target=None, method="chefer")   # (B, gh, gw), the predicted class
+    >>> from analysis import asset_path, explain, load_image, load_vit
+    >>> vit = load_vit("demo")
+    >>> pixels = vit.preprocess(load_image(asset_path("samples", "scene_1_star.png")))
+    >>> tuple(explain(vit, pixels, target=None, method="chefer").shape)  # (B, gh, gw), the predicted class
+    (1, 8, 8)
 
 Methods (see each function for its formula and source):
 

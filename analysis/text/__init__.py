@@ -1,11 +1,20 @@
 """Text prompts for two-tower image–text models (CLIP, SigLIP).
 
-    >>> clip = load_clip("path/to/clip")                     # a LoadedCLIP; clip.image is a LoadedViT
-    >>> result = zero_shot(clip, pixels, ["a photo of a dog", "a photo of a cat"])
-    >>> result.probabilities                                 # (B, P): the model's own rule
-    >>> explanation = explain_text(clip, pixels, "a photo of a dog", method="chefer")
-    >>> explanation.maps                                     # (B, gh, gw)
-    >>> head_texts(clip, images).of(11, 3).texts             # TextSpan: what head 3 of layer 11 writes
+    >>> import torch
+    >>> from analysis import asset_path, load_clip, load_image
+    >>> from analysis.text import explain_text, head_texts, zero_shot
+    >>> clip = load_clip("demo_clip")  # or open_clip:<arch>, hf:<org/name>, a folder; clip.image is a LoadedViT
+    >>> images = [load_image(path) for path in sorted(asset_path("samples").glob("scene_*.png"))]
+    >>> pixels = clip.preprocess(images[1])  # the star scene, (1, 3, H, W)
+    >>> result = zero_shot(clip, pixels, ["a star", "a ring"])
+    >>> tuple(result.probabilities.shape)  # (B, P), by the model's own rule
+    (1, 2)
+    >>> explanation = explain_text(clip, pixels, "a star", method="chefer")
+    >>> tuple(explanation.maps.shape)  # (B, gh, gw)
+    (1, 8, 8)
+    >>> spans = head_texts(clip, torch.cat([clip.preprocess(image) for image in images]))  # TextSpan, over 3 images
+    >>> spans.of(3, 1).texts  # the texts that describe what head 1 of layer 3 writes
+    ('a circle', 'a cross', 'a ring')
 
 Every analysis scores an image against a prompt with the model's own score
 ``s = exp(t)·cos(u, v) + b`` (:meth:`~analysis.model.loading.LoadedCLIP.logits`).

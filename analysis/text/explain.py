@@ -1,7 +1,11 @@
 """Where in the image does this text match? Maps of one prompt's image–text score.
 
-    >>> explanation = explain_text(clip, pixels, "a photo of a dog", method="chefer")
-    >>> explanation.maps      # (B, gh, gw) float32 on the patch grid, prefix tokens dropped
+    >>> from analysis import asset_path, load_clip, load_image
+    >>> clip = load_clip("demo_clip")
+    >>> pixels = clip.preprocess(load_image(asset_path("samples", "scene_1_star.png")))
+    >>> explanation = explain_text(clip, pixels, "a star", method="chefer")
+    >>> tuple(explanation.maps.shape)  # (B, gh, gw) float32 on the patch grid, prefix tokens dropped
+    (1, 8, 8)
 
 The explained quantity is always the model's own score ``s = exp(t)·cos(u, v) + b`` of each
 image with the prompt (:meth:`~analysis.model.loading.LoadedCLIP.logits`), differentiated with

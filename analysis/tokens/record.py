@@ -28,10 +28,14 @@ class TokenRecord:
         kind: ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
 
     Examples:
-        >>> record = capture_tokens(vit, pixels, kind="key", layers=[5, 0])
-        >>> record.layers                     # (5, 0): the order asked
-        >>> record.layer_tokens(5).shape      # (B, T, D)
-        >>> record.patches(5).shape           # (B, gh·gw, D), a view
+        >>> from analysis import capture_tokens
+        >>> record = capture_tokens(vit, pixels, kind="key", layers=[3, 0])
+        >>> record.layers  # the order asked
+        (3, 0)
+        >>> tuple(record.layer_tokens(3).shape)  # (B, T, D); the demo ViT
+        (1, 65, 128)
+        >>> tuple(record.patches(3).shape)  # (B, gh·gw, D), a view
+        (1, 64, 128)
     """
 
     tokens: torch.Tensor

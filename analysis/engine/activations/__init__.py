@@ -1,10 +1,18 @@
 """Named hook points, one activation cache, and interventions.
 
-    >>> from analysis.engine.activations import run_with_cache, run_with_hooks, HOOK_POINTS
+    >>> from analysis import asset_path, load_image, load_vit
+    >>> from analysis.engine.activations import run_with_cache, run_with_hooks
+    >>> vit = load_vit("demo")  # 4 blocks, 4 heads, 64 patches and a class token
+    >>> pixels = vit.preprocess(load_image(asset_path("samples", "scene_1_star.png")))
     >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
-    >>> logits = run_with_hooks(vit, pixels, {"blocks.0.attn.z": lambda z: z * 0})
-    >>> cache = run_with_cache(vit, pixels, names=["blocks.3.attn.probs"], grad_of=lambda logits: logits[:, 7].sum())
-    >>> cache.grad("blocks.3.attn.probs")         # ∂logit₇/∂P, the shape of cache["blocks.3.attn.probs"]
+    >>> tuple(cache["blocks.0.attn.probs"].shape), tuple(cache["blocks.0.resid_post"].shape)  # (B, heads, T, T), (B, T, D)
+    ((1, 4, 65, 65), (1, 65, 128))
+    >>> logits = run_with_hooks(vit, pixels, {"blocks.0.attn.z": lambda z: z * 0})  # every head of block 0 silenced
+    >>> tuple(logits.shape)
+    (1, 6)
+    >>> cache = run_with_cache(vit, pixels, names=["blocks.3.attn.probs"], grad_of=lambda logits: logits[:, 5].sum())
+    >>> tuple(cache.grad("blocks.3.attn.probs").shape)  # ∂logit₅/∂P, the shape of cache["blocks.3.attn.probs"]
+    (1, 4, 65, 65)
 
 See :mod:`.points` for the table of names and shapes and :mod:`.run` for the guarantees.
 """

@@ -18,9 +18,13 @@ class ActivationCache(Mapping):
     """A read-only mapping ``name → tensor`` of one forward pass, in the order the names were
     asked for, with the model's :class:`~analysis.model.geometry.ViTSpec` of this input and its logits.
 
+        >>> from analysis.engine.activations import run_with_cache
         >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
-        >>> cache["blocks.0.attn.probs"].shape          # (B, heads, T, T)
+        >>> tuple(cache["blocks.0.attn.probs"].shape)  # (B, heads, T, T); the demo ViT
+        (1, 4, 65, 65)
         >>> prefix, patches = cache.prefix("blocks.0.resid_post"), cache.patches("blocks.0.resid_post")
+        >>> tuple(prefix.shape), tuple(patches.shape)  # (B, P, D), (B, gh·gw, D)
+        ((1, 1, 128), (1, 64, 128))
 
     Names are the table's (:mod:`.points`); TransformerLens aliases look up the same entries.
     In gradient mode (``run_with_cache(..., grad_of=fn)``) :meth:`grad` gives each entry's gradient.

@@ -147,9 +147,11 @@ def run_with_hooks(
     """The logits ``(B, outputs)`` (float32, CPU) of a forward pass in which each ``hooks[name]``
     sees the activation at ``name`` and may replace it (``fn(activation) -> tensor | None``).
 
-        >>> def zero_head_3(z):                     # z: (B, T, heads, d)
+        >>> def zero_head_3(z):  # z: (B, T, heads, d)
         ...     z = z.clone(); z[:, :, 3] = 0; return z
-        >>> logits = run_with_hooks(vit, pixels, {"blocks.5.attn.z": zero_head_3})
+        >>> logits = run_with_hooks(vit, pixels, {"blocks.3.attn.z": zero_head_3})  # the demo ViT: 6 classes
+        >>> tuple(logits.shape)
+        (1, 6)
 
     ``differentiable=True``: the forward runs under autograd (gradient mode, module docstring):
     the hooks see the activations in the graph (a hook may keep them, to differentiate later),
@@ -944,8 +946,10 @@ def hooks_around(
     same model pass untouched. ``sites``: the blocks (default :func:`block_sites` of ``model``;
     an MAE passes its encoder layers). A hook may raise :class:`StopForward` to end the forward.
 
-        >>> with hooks_around(vit.model, {"embed.out": lambda x: x[:, :10]}):   # keep 10 tokens
+        >>> with hooks_around(vit.model, {"embed.out": lambda x: x[:, :10]}):  # keep the first 10 tokens
         ...     logits = vit.model(pixels)
+        >>> tuple(logits.shape)
+        (1, 6)
     """
     owner = threading.get_ident()
     handles: list = []
