@@ -41,7 +41,7 @@ def test_a_click_on_a_patch_lists_the_features_that_fire_on_it(page, server, art
     wait_idle(page)
     expect(page.get_by_label(re.compile(r"Patch \(row-major"))).to_have_value(str(patch), timeout=30_000)
     expect(page.get_by_text(f"Features firing on patch {patch}")).to_be_visible(timeout=30_000)
-    options = page.locator("[data-testid='stRadio']", has_text="feature ").last
+    options = page.locator("[data-testid='stRadio']", has=page.get_by_role("radiogroup", name="Features on this patch"))
     expect(options).to_contain_text(f"feature {top} · {float(values[top]):.3f}")
     firing = int((values > 0).sum())
     expect(options.locator("label", has_text=re.compile(r"^feature \d+ · "))).to_have_count(min(8, firing))
