@@ -438,6 +438,21 @@ def test_compare_draws_both_models_rollouts_on_one_colour_scale(app, npz_downloa
     np.testing.assert_allclose(data["rollout_1"], array(heatmaps[1]["z"]), rtol=1e-6)
 
 
+def test_a_page_that_ends_early_still_shows_the_server_time(tmp_path):
+    """The Robustness page stops at once on a headless model (nothing to perturb): the sidebar's
+    server time is drawn all the same (the first-result benchmark waits for it)."""
+    from model_folders import model_folder
+
+    headless = model_folder("vit_tiny_patch16_224", num_classes=0, img_size=64, embed_dim=48, depth=2, num_heads=2)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(model=headless, res="64")
+    at.run()
+    at.switch_page("views/robustness.py").run()
+    assert_clean(at)
+    assert any("no class head" in i.value for i in at.info)
+    assert any(c.value.startswith("Server time for this view") for c in at.sidebar.caption)
+
+
 def test_position_embedding_page(app, vit):
     app.switch_page("views/position.py").run()
     assert_clean(app)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Sequence
-from typing import Literal, cast
+from typing import Literal, NoReturn, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -341,6 +341,13 @@ def refuse_page(exc: Exception) -> None:
 
     st.info(error_text(exc), icon=":material/block:")
     raise PageRefused(str(exc)) from exc
+
+
+def end_page() -> NoReturn:
+    """End the page here, after it has said why there is nothing more to show (an info box): as
+    :func:`refuse_page`, ``app.py`` then still publishes the URL and the sidebar's server time, which
+    ``st.stop()`` would skip."""
+    raise PageRefused("the page ended early")
 
 
 def stride_of_map(image_size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:

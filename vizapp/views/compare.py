@@ -19,6 +19,7 @@ from vizapp.state import current, second_model_control
 from vizapp.ui import (
     describe_query,
     download_npz,
+    end_page,
     head_control,
     head_label,
     outlier_notice,
@@ -103,7 +104,7 @@ with c3:
 layers = list(range(L)) if every else sorted(chosen)
 if not layers:
     st.info("Choose at least one layer.")
-    st.stop()
+    end_page()
 
 NCOLS = min(len(layers), 4)  # wrap into rows of at most 4 panels
 name1 = cur.model.source.split("/")[-1].split(".")[0]

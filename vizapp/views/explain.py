@@ -14,7 +14,7 @@ from vizapp import figures, first_result, inputs, resources
 from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, explain_code, show_code
 from vizapp.state import current, reset_for_new_input
-from vizapp.ui import clamp_state, download_csv, download_npz, outlier_notice, refuse_page, show_chart
+from vizapp.ui import clamp_state, download_csv, download_npz, end_page, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
@@ -140,7 +140,7 @@ with second:
 
 if not methods:
     st.info("Choose at least one method.", icon=":material/info:")
-    st.stop()
+    end_page()
 
 targets = [target] + ([target2] if target2 is not None else [])
 held = first_result.holding("explain")

@@ -9,7 +9,7 @@ from vizapp import figures, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import filters_code, show_code
 from vizapp.state import current
-from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.ui import clamp_state, download_csv, download_npz, end_page, show_chart
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("filt_mode", "filt_n")
@@ -28,7 +28,7 @@ try:
     filters = resources.patch_filters(cur.model)  # (D, C, ph, pw)
 except ValueError as exc:  # AnalysisError: hybrid stems have no pixel filters
     st.info(error_text(exc))
-    st.stop()
+    end_page()
 count = filters.shape[0]
 
 c1, c2, _ = st.columns([2, 2, 3])

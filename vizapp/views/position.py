@@ -15,7 +15,7 @@ from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
 from vizapp.relative_position import render as render_relative_bias
 from vizapp.state import current
-from vizapp.ui import clamp_state, download_csv, download_npz, point_index, selected_point, show_chart
+from vizapp.ui import clamp_state, download_csv, download_npz, end_page, point_index, selected_point, show_chart
 
 # Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
 KEPT_KEYS = ("pos_rs_row", "pos_rs_col", "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w")
@@ -42,7 +42,7 @@ if not kinds:
             else "it has no position embedding at all."
         )
     )
-    st.stop()
+    end_page()
 kind = kinds[0]
 if len(kinds) > 1:
     picked = st.radio("Position encoding", kinds, format_func=KIND_LABELS.get, horizontal=True, key="pos_kind")
@@ -52,7 +52,7 @@ try:
     similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
 except ValueError as exc:  # AnalysisError: e.g. a table that is all zero before training
     st.info(error_text(exc))
-    st.stop()
+    end_page()
 gh, gw = similarity.shape[:2]
 if kind == "rope":
     st.caption(

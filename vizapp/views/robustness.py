@@ -29,6 +29,7 @@ from vizapp.ui import (
     clamp_state,
     download_csv,
     download_npz,
+    end_page,
     refuse_page,
     show_chart,
     stride_of_map,
@@ -85,7 +86,7 @@ if not spec.has_classifier:
         "to perturb. Pick a classifier in the sidebar.",
         icon=":material/info:",
     )
-    st.stop()
+    end_page()
 
 try:
     check_token_drop(vit)
@@ -249,7 +250,7 @@ except analysis.AnalysisError as exc:
     if is_model_refusal(exc, spec):  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
         refuse_page(exc)
     st.error(error_text(exc))
-    st.stop()
+    end_page()
 cnn_before = cnn_after = None
 if cnn is not None:
     try:
