@@ -296,3 +296,31 @@ def test_prefix_tokens_are_named_and_queryable(vits):
 
     expected = torch.nn.functional.cosine_similarity(tokens[0, prefix:].double(), tokens[0, 3].double()[None], dim=-1)
     torch.testing.assert_close(patch_similarity(tokens, vit.spec, "prefix:3").flatten(), expected.float())
+
+
+@pytest.mark.parametrize("registers", [False, True])
+def test_every_querys_similarity_row_is_patch_similarity_of_that_query(registers):
+    """``patch_similarity_rows`` (the Tokens page's instant view, one matrix product) against
+    :func:`analysis.patch_similarity` called query by query: each token by its own query (a prefix
+    token as ``"prefix:<j>"``, a patch by its index), found at its place in the sequence, then the
+    mean patch token."""
+    from analysis.records.queries import resolve_query
+    from analysis.tokens.features import patch_similarity, patch_similarity_rows
+    from model_folders import model_folder
+
+    source = (
+        model_folder("vit_small_patch14_reg4_dinov2", img_size=56, embed_dim=48, depth=2, num_heads=2)
+        if registers
+        else "demo"
+    )
+    vit = analysis.load_vit(source)
+    spec = vit.spec
+    tokens = capture_tokens(vit, random_pixels(vit, seed=3), kind="token", layers=[1]).layer_tokens(1)  # (1, T, D)
+    rows = patch_similarity_rows(tokens, spec)
+    assert rows.shape == (spec.num_tokens + 1, spec.num_patches)
+    queries = [f"prefix:{j}" for j in range(spec.num_prefix_tokens)] + list(range(spec.num_patches))
+    for query in queries:
+        (position,) = resolve_query(spec, query).tokens
+        expected = patch_similarity(tokens, spec, query).ravel()
+        torch.testing.assert_close(rows[position], expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(rows[-1], patch_similarity(tokens, spec, "mean").ravel(), rtol=1e-6, atol=1e-6)

@@ -19,7 +19,7 @@ from ..model.geometry import LayerGeometry, ViTSpec
 from ..model.windowed_support import require_global_attention
 from ..records.queries import resolve_query
 
-__all__ = ["feature_pca", "patch_similarity"]
+__all__ = ["feature_pca", "patch_similarity", "patch_similarity_rows"]
 
 
 def _layout(spec: ViTSpec | LayerGeometry) -> tuple[tuple[int, int], int, bool]:
@@ -110,3 +110,20 @@ def patch_similarity(
     target = patches if other is None else _patches(other, spec)[0]
     similarity = torch.nn.functional.cosine_similarity(target, vector[None], dim=-1, eps=1e-12)
     return similarity.float().reshape(_layout(spec)[0])
+
+
+def patch_similarity_rows(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, image: int = 0) -> torch.Tensor:
+    """``(T + 1, N)`` float32: row ``q < T`` is token ``q``'s cosine similarity to every patch token of
+    image ``image``, row ``T`` the mean patch token's; :func:`patch_similarity` of every query at once
+    (query ``"prefix:<i>"`` or a patch, then ``"mean"``), flattened row-major, as one product
+
+        S = Q·Pᵀ / (max(‖Q‖, ε) · max(‖P‖, ε)ᵀ),   Q = [tokens; mean patch] (T + 1, D), P = patches (N, D),
+
+    in float64 (ε = 1e-12): one matrix product instead of ``T + 1`` calls (DINOv2-S at 518 px: 1,371
+    queries, 2 s → 0.1 s)."""
+    patches = _patches(tokens, spec)[image]  # (N, D) float64
+    queries = torch.cat([torch.as_tensor(tokens)[image].double(), patches.mean(0, keepdim=True)])  # (T + 1, D)
+    eps = 1e-12
+    query_norms = queries.norm(dim=-1).clamp_min(eps)  # (T + 1,)
+    patch_norms = patches.norm(dim=-1).clamp_min(eps)  # (N,)
+    return ((queries @ patches.T) / (query_norms[:, None] * patch_norms[None, :])).float()

@@ -157,11 +157,10 @@ def similarity_view_rows(tokens, spec) -> np.ndarray:
     by query: ``"prefix:<i>"``, then the patches), row ``T`` that of the mean patch token
     (``query="mean"``: the similarity to the mean, not the mean of the similarities)."""
     from ..model.windowed_support import refuse_windowed
-    from ..tokens.features import patch_similarity
+    from ..tokens.features import patch_similarity_rows
 
     refuse_windowed(spec, "similarity_view_rows")
-    queries = [f"prefix:{i}" for i in range(spec.num_prefix_tokens)] + list(range(spec.num_patches)) + ["mean"]
-    rows = np.stack([patch_similarity(tokens, spec, query).numpy().ravel() for query in queries])  # (T + 1, N)
+    rows = patch_similarity_rows(tokens, spec).numpy()  # (T + 1, N): tokens in order, then the mean patch token
     return rows[None, None].astype(np.float32)
 
 

@@ -10,7 +10,7 @@ import analysis
 from analysis.model.loading import DEMO_MODELS
 from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from analysis.similarity import CKAAccumulator
-from vizapp import figures, inputs, resources
+from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, distance_code, show_code
@@ -57,7 +57,7 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
     :func:`analysis.dataset_attention_distance` runs per piece of ``SET_CHUNK`` images (each
     piece cached), so the progress bar advances; undecodable images are skipped and named.
     """
-    if not images:
+    if not images or held:  # a session's first open: this image's distances first, the set once drawn
         return None, None
     pieces = over_image_set(
         images,
@@ -116,6 +116,7 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
     references.append((f"{name} uniform ({gh}×{gw} grid)", uniform))
 
 
+held = first_result.holding("distance")
 name1 = cur.model.source.split("/")[-1]
 name2 = loaded[0].source.split("/")[-1] if loaded is not None else None
 if name2 == name1:  # e.g. the same architecture with and without weights
@@ -142,6 +143,11 @@ for label, values in layer_references:
         layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit], digits=".1f" if unit == "px" else ".3f")
     )
 show_chart(distance_chart, "dist_scatter", filename=f"mean_attention_distance_{unit}")
+first_result.hold_slow_sections(
+    "distance",
+    "The image set's average (one forward pass per image) follows as soon as this chart is on screen.",
+    held=held and bool(images),
+)
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
     download_npz("dist_data", f"mean_attention_distance_{unit}", **arrays, unit=np.array(unit))
