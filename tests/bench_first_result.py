@@ -146,7 +146,7 @@ def open_once(browser, url: str) -> dict:
         return {
             "first": (first - origin) / 1000 if first is not None else None,
             "kind": kind,
-            "complete": (max(marks["busy"], marks["last_chart"], first or 0) - origin) / 1000,
+            "complete": (end - origin) / 1000 if (end := max(marks["busy"], marks["last_chart"], first or 0)) else None,
         }
     finally:
         context.close()
@@ -199,7 +199,7 @@ def bench_pages(
                     firsts = [o["first"] for o in opened if o["first"] is not None]
                     kinds = sorted({o["kind"] for o in opened if o["kind"]})
                     line = (
-                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
+                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened if o['complete'] is not None])} "
                         f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
                     )
                     lines.append(line)
@@ -231,7 +231,8 @@ def bench_starts(
                         time.sleep(settle)
                         opened = open_once(browser, url + "/")
                     first = f"{opened['first']:.2f}" if opened["first"] is not None else "—"
-                    line = f"| {model} | {launcher} | {settle:g} s | {name} | {first} | {opened['complete']:.2f} |"
+                    complete = f"{opened['complete']:.2f}" if opened["complete"] is not None else "—"
+                    line = f"| {model} | {launcher} | {settle:g} s | {name} | {first} | {complete} |"
                     lines.append(line)
                     print(line, flush=True)
     return lines
