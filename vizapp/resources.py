@@ -340,6 +340,17 @@ def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) 
 # --------------------------------------------------------------------------- model-only analyses
 
 
+@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
+def relative_position_layers(ref: ModelRef) -> tuple[str | None, ...]:
+    """Each layer's reading of relative positions (:func:`analysis.embedding.relative_position.relative_position_kind`:
+    ``"bias"``, ``"decomposed"`` or ``None``), once per model: reading a Swin v2's bias runs its
+    position MLP over the table, which the Position page would otherwise redo on every rerun."""
+    from analysis.embedding.relative_position import relative_position_kind
+
+    vit = get_model(ref)
+    return tuple(relative_position_kind(vit, layer) for layer in range(vit.spec.num_layers))
+
+
 @st.cache_data(show_spinner="Comparing position embeddings…", max_entries=16)
 def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None, kind: str | None = None) -> np.ndarray:
     """Cosine similarity of patch position encodings (learned table or rotary features),

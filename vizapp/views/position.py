@@ -8,7 +8,6 @@ import streamlit as st
 
 import analysis
 from analysis import similarity_distance_bins
-from analysis.embedding.relative_position import relative_position_kind
 from analysis.plots.mosaics import ZOOM_HINT
 from vizapp import figures, resources
 from vizapp.messages import error_text
@@ -28,7 +27,7 @@ KIND_LABELS = {
     "rope": "rotary features [sin θp, cos θp] (RoPE)",
 }
 kinds = analysis.position_encoding_kinds(cur.vit)
-if any(relative_position_kind(cur.vit, layer) for layer in range(cur.spec.num_layers)):  # Swin, SAM
+if any(resources.relative_position_layers(cur.model)):  # Swin, SAM
     render_relative_bias(cur)
     if kinds:  # and an absolute table as well: drawn below as a ViT's
         st.subheader("Absolute position table")
