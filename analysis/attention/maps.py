@@ -26,15 +26,30 @@ def attention_map(
     mean over patch queries (:func:`analysis.records.queries.default_query`, as in rollout). Prefix keys (class / distillation / register tokens) are left out,
     so a map does not sum to one when the query also attends to them.
 
-    ``query`` may also be an input-pixel position ``(y, x)``: the patch that contains it.
     One rule for every record (:func:`analysis.records.token_matrix.query_windows`): the query's
     rows in each window of the layer, averaged, each key slot put on its cell of the layer's grid.
     A ViT's layer is one window of all its tokens; a windowed layer's map (Swin, SAM) lies on its
-    stage grid, zero outside the query's window (queries: a cell index on that grid, ``(y, x)`` or
-    ``"mean"``), and keys at padding slots are not on the grid, so it may sum to less than one.
+    stage grid, zero outside the query's window, and keys at padding slots are not on the grid, so
+    it may sum to less than one.
 
-    Returns:
-        ``(B, gh, gw)`` float32.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`), attentions ``(L, B, heads, Q, T)`` or, for a
+        windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    layer : int
+        Model layer index (one the record kept).
+    head : int or None, default None
+        One head; ``None`` averages over the layer's heads.
+    query : int, (y, x), "mean" or None, default None
+        A token index (on a windowed layer: a cell index on its stage grid); an input-pixel
+        position ``(y, x)``, the patch that contains it; ``"mean"``, every patch query averaged;
+        ``None``, the class token when the model has one, else ``"mean"``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on the layer's grid (a ViT's patch grid, a windowed layer's stage grid).
     """
     rows, query_slots, key_cells, count = query_windows(record, layer, query, head=head)  # (B, windows, heads, R, Wt)
     mean_head = rows.float().mean(dim=2)  # (B, windows, R, Wt)
