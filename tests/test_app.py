@@ -436,6 +436,12 @@ def test_compare_draws_both_models_rollouts_on_one_colour_scale(app, npz_downloa
     assert axis["cmin"] == 0 and axis["cmax"] == pytest.approx(colour_range("robust", both, uniform=1 / 65)[1])
     data = npz_downloads["cmp_rollout_data"]
     np.testing.assert_allclose(data["rollout_1"], array(heatmaps[1]["z"]), rtol=1e-6)
+    # "Reproduce in Python" recomputes the second model's panels and both rollouts
+    script = reproduce(app)
+    assert_same_arrays(script, npz_downloads["cmp_data"], ["attention", "second_model_attention"])
+    assert len(script["rollouts"]) == 2
+    for i, rollout in enumerate(script["rollouts"]):
+        np.testing.assert_allclose(rollout, data[f"rollout_{i}"], rtol=1e-5, atol=1e-6)
 
 
 def test_a_page_that_ends_early_still_shows_the_server_time(tmp_path):

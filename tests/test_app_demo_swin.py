@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 import analysis
-from tests.test_app import DEMO_PRESENT, app, array, assert_clean, charts, first_sample, traces  # noqa: F401 - app: fixture
+from tests.test_app import (  # noqa: F401 - app, npz_downloads: fixtures
+    DEMO_PRESENT,
+    app,
+    array,
+    assert_clean,
+    charts,
+    first_sample,
+    npz_downloads,
+    reproduce,
+    traces,
+)
 
 pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models (assets/)")
 
@@ -29,8 +39,9 @@ def test_the_demo_swin_overlays_its_distances_beside_the_demo_vit(app):
     np.testing.assert_allclose(np.sort(drawn[0][np.isfinite(drawn[0])]), np.sort(finite), rtol=1e-4)
 
 
-def test_compare_puts_the_demo_swin_beside_the_demo_vit(app):
+def test_compare_puts_the_demo_swin_beside_the_demo_vit(app, npz_downloads):
     app.switch_page("views/compare.py").run()
+    app.multiselect(key="cmp_layers").set_value([0, 2]).run()
     app.selectbox(key="cmp_model2").set_value("demo_swin").run()
     assert_clean(app)
     assert any(
@@ -38,6 +49,18 @@ def test_compare_puts_the_demo_swin_beside_the_demo_vit(app):
         or any("demo_swin" in str(a.get("text", "")) for a in chart.get("layout", {}).get("annotations", []))
         for chart in charts(app)
     ), "the Swin's panels are labelled"
+    # "Reproduce in Python": the Swin's layers each on its stage grid; only the ViT's rollout is
+    # defined from layer 0 (the Swin's crosses patch merging), on the page and in the script
+    data, script = npz_downloads["cmp_data"], reproduce(app)
+    layers2 = [int(layer) for layer in data["second_model_layers"]]
+    assert sorted(script["second_model_attention"]) == layers2
+    for layer in layers2:
+        np.testing.assert_allclose(
+            script["second_model_attention"][layer], data[f"second_model_attention_layer{layer}"], rtol=1e-5, atol=1e-6
+        )
+    rollouts = npz_downloads["cmp_rollout_data"]
+    assert list(rollouts["models"]) == ["demo"] and len(script["rollouts"]) == 1
+    np.testing.assert_allclose(script["rollouts"][0], rollouts["rollout_0"], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("query_mode", ["patch", "mean"])

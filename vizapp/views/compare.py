@@ -273,6 +273,8 @@ show_code(
         layers=layers,
         head=head,
         query=query_for_layers(spec, query),
+        second=Source.of_model(cur, ref2, spec2) if panels2 else None,
+        second_query=query_for_layers(spec2, query2) if panels2 else None,
     )
 )
 
