@@ -40,7 +40,7 @@ def sections(docstring: str) -> dict[str, list]:
     parsed = griffe.Docstring(docstring, parser="numpy").parse()
     found: dict[str, list] = {}
     for section in parsed:
-        if isinstance(section.value, list):
+        if isinstance(section.value, list) and section.kind.value != "examples":  # examples: (kind, text) pairs
             found.setdefault(section.kind.value, []).extend(section.value)
     return found
 

@@ -63,11 +63,28 @@ def patch_distance_matrix(spec: ViTSpec) -> torch.Tensor:
 
 
 def uniform_attention_distance(spec: ViTSpec) -> float:
-    """The mean attention distance if every patch attended uniformly to every patch
-    (``spec``: a ViTSpec, or a LoadedViT / AttentionRecord, whose spec is used).
+    """The mean attention distance if every patch attended uniformly to every patch.
 
-    A windowed model has no single such number (each layer's window and stride differ):
-    it is refused, naming :func:`uniform_attention_distance_by_layer`."""
+    The mean over query patches of the mean distance from the query's centre to every patch
+    centre, in input pixels (≈116.5 px on a 14×14 grid of 16 px patches). A windowed model has no
+    single such number (each layer's window and stride differ): it is refused, naming
+    :func:`uniform_attention_distance_by_layer`.
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / AttentionRecord, whose ``spec`` is used.
+
+    Returns
+    -------
+    float
+        The uniform-attention distance in input pixels, one value for every layer.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), or ``spec`` neither a ViTSpec nor anything with one.
+    """
     require_global_attention(
         spec,
         lambda given: AnalysisError(
@@ -105,8 +122,7 @@ def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, tor
 
 
 def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
-    """Each layer's mean attention distance under uniform attention, ``(L,)`` float64 in
-    input pixels (``spec``: a ViTSpec, or a LoadedViT / record, whose spec is used).
+    """Each layer's mean attention distance under uniform attention, in input pixels.
 
     A ViT: every layer is :func:`uniform_attention_distance` (all patches to all patches).
     A windowed model: each real query cell attends uniformly to the real cells its window
@@ -118,6 +134,22 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
 
     The reference a layer's measured distance is read against: near it, the heads spread
     over the whole window; far below it, they learned locality beyond what the window gives.
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / record, whose ``spec`` is used (a ViT or a
+        windowed model).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(L,)`` float64 in input pixels, one value per layer of the model (``L = spec.num_layers``).
+
+    Raises
+    ------
+    AnalysisError
+        ``spec`` neither a ViTSpec nor anything with one.
     """
     given = getattr(spec, "spec", spec)
     if not isinstance(given, ViTSpec):
@@ -137,13 +169,19 @@ def uniform_attention_distance_by_layer(spec: ViTSpec) -> torch.Tensor:
 class UniformDistanceReference:
     """What a mean attention distance is read against: its value under uniform attention.
 
-    Attributes:
-        values: ``(L,)`` float64 input pixels, layer ``l``'s reference
-            (:func:`uniform_attention_distance_by_layer`).
-        per_layer: False when one value holds for every layer, because every layer attends over
-            the whole patch grid (a ViT: :func:`uniform_attention_distance`, drawn as one line);
-            True when each layer attends inside its own windows on its own stage grid (Swin,
-            SAM: one reference per layer, drawn as a step per layer).
+    Built by :func:`uniform_distance_reference`; :attr:`value` is the one reference of a model
+    whose layers share it.
+
+    Attributes
+    ----------
+    values : torch.Tensor
+        ``(L,)`` float64 in input pixels, layer ``l``'s reference
+        (:func:`uniform_attention_distance_by_layer`).
+    per_layer : bool
+        False when one value holds for every layer, because every layer attends over the whole
+        patch grid (a ViT: :func:`uniform_attention_distance`, drawn as one line); True when each
+        layer attends inside its own windows on its own stage grid (Swin, SAM: one reference per
+        layer, drawn as a step per layer).
     """
 
     values: torch.Tensor
@@ -162,10 +200,26 @@ class UniformDistanceReference:
 
 def uniform_distance_reference(spec: ViTSpec) -> UniformDistanceReference:
     """The uniform-attention reference of :func:`mean_attention_distance` for the model of
-    ``spec`` (a ViTSpec, or a LoadedViT / record, whose spec is used), in input pixels: one value
-    for every layer of a ViT (:func:`uniform_attention_distance`), or each layer's own for a
-    windowed model (:func:`uniform_attention_distance_by_layer`). See
-    :class:`UniformDistanceReference`."""
+    ``spec``, in input pixels: one value for every layer of a ViT
+    (:func:`uniform_attention_distance`), or each layer's own for a windowed model
+    (:func:`uniform_attention_distance_by_layer`). See :class:`UniformDistanceReference`.
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / record, whose ``spec`` is used.
+
+    Returns
+    -------
+    UniformDistanceReference
+        ``values`` ``(L,)`` float64 in input pixels, one per layer of the model; ``per_layer``
+        False when every layer attends over the one patch grid (a ViT), else True.
+
+    Raises
+    ------
+    AnalysisError
+        ``spec`` neither a ViTSpec nor anything with one.
+    """
     given = getattr(spec, "spec", spec)
     if not isinstance(given, ViTSpec):
         given = check_spec(spec, "uniform_distance_reference")
@@ -182,6 +236,25 @@ def distance_unit_length(spec: ViTSpec, unit: str) -> float:
     measure how far attention reaches across the picture, whatever the input resolution.
     A windowed model has ``"px"`` and ``"image"``; ``"patches"`` only when every layer has the
     same cell size (SAM), and is refused where patch merging changes it (Swin).
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / record, whose ``spec`` is used: its
+        ``patch_size`` ``(ph, pw)`` and ``img_size`` ``(H, W)``.
+    unit : str
+        ``"px"``, ``"patches"`` or ``"image"`` (the keys of :data:`DISTANCE_UNITS`).
+
+    Returns
+    -------
+    float
+        The length of one ``unit`` in input pixels.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``unit``; ``"patches"`` for a windowed model whose cell size changes between
+        stages (Swin); ``spec`` neither a ViTSpec nor anything with one.
     """
     given = getattr(spec, "spec", spec)
     windowed = (
@@ -207,8 +280,28 @@ def distance_unit_length(spec: ViTSpec, unit: str) -> float:
 
 
 def distance_in_units(distance_px, spec: ViTSpec, unit: str):
-    """``distance_px / distance_unit_length(spec, unit)``: a distance (tensor, array or float)
-    from input pixels into ``unit``."""
+    """``distance_px / distance_unit_length(spec, unit)``: a distance from input pixels into ``unit``.
+
+    Parameters
+    ----------
+    distance_px : torch.Tensor, numpy.ndarray or float
+        Distances in input pixels, any shape (e.g. :func:`mean_attention_distance`'s
+        ``(L, heads)``).
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / record, whose ``spec`` is used.
+    unit : str
+        ``"px"``, ``"patches"`` or ``"image"`` (see :func:`distance_unit_length`).
+
+    Returns
+    -------
+    torch.Tensor, numpy.ndarray or float
+        ``distance_px`` divided by the unit's length: the same type and shape.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`distance_unit_length`: an unknown or, for this model, undefined ``unit``.
+    """
     return distance_px / distance_unit_length(spec, unit)
 
 
@@ -287,8 +380,30 @@ def mean_attention_distance(
     widest layer's and is NaN beyond a layer's own heads. Read it against
     :func:`uniform_attention_distance_by_layer`, each layer's uniform reference.
 
-    Returns:
-        ``(L, heads)`` float64, or ``(B, L, heads)`` with ``per_image=True``.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`), attentions ``(L, B, heads, Q, T)`` or, for a
+        windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer. A ViT record must
+        hold every patch query's row (``query_tokens=None``, or every patch token kept).
+    renormalize : bool, default True
+        Divide each query's attention over cell keys by its sum, so attention spent on prefix
+        tokens (class token, registers) and padding keys does not shrink the distance; ``False``
+        counts it as distance 0.
+    per_image : bool, default False
+        Keep the image axis instead of averaging over the batch.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(L, heads)`` float64 in input pixels, or ``(B, L, heads)`` with ``per_image=True``; ``L``
+        the record's layers (``record.layers``, in that order), ``heads`` the widest layer's.
+
+    Raises
+    ------
+    AnalysisError
+        ``record`` is not what :func:`capture_attention` returns, holds no attention (no layers or
+        no images), or is a ViT record that did not keep every patch query's row.
     """
     if not isinstance(record, AttentionRecordProtocol):
         raise AnalysisError(

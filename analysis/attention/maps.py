@@ -71,8 +71,31 @@ def pooling_attention_map(record: AttentionRecord, *, head: int | None = None, p
         map[b, i, j] = P[b, head, probe, prefix + i·gw + j]
 
     with ``head=None`` averaging ``P`` over the pooling head's own heads. Prefix keys are left
-    out, as in :func:`attention_map`. Returns ``(B, gh, gw)`` float32, or ``None`` for a model
-    without an attention-pooling head.
+    out, as in :func:`attention_map`.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) of a ViT; its ``pool_attention``
+        ``(B, heads, probes, T)`` holds the pooling head's probabilities (recorded whatever
+        ``layers`` the capture kept).
+    head : int or None, default None
+        One of the pooling head's own heads (negative counts from the end); ``None`` averages
+        over them.
+    probe : int, default 0
+        Which learned probe query (negative counts from the end).
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``(B, gh, gw)`` float32 on ``spec.grid_size``, or ``None`` for a model without an
+        attention-pooling head.
+
+    Raises
+    ------
+    AnalysisError
+        ``record`` is not an :class:`AttentionRecord`, or is a windowed model's (Swin, SAM);
+        ``head`` or ``probe`` is out of range.
     """
     spec = check_record(record, "pooling_attention_map").spec
     if record.pool_attention is None:
@@ -96,12 +119,30 @@ def attention_rows(record: AttentionRecord, layer: int, *, keys: str = "patches"
     row-major), ``k`` over the ``N`` patch keys row-major on ``spec.grid_size``. Row
     ``prefix + p`` is :func:`attention_map` of patch query ``p``; row ``i < prefix`` that of
     ``"prefix:<i>"``. Column ``k`` over the patch queries is "who looks at patch k".
-    Needs every query row captured (``capture_attention(..., query_tokens=None)``); refuses
-    windowed records (their attention is per window). ``keys="all"``: every key, the prefix
-    tokens first (the full ``T × T`` matrix per head, as a bertviz-style view draws it).
 
-    Returns:
-        ``(B, heads + 1, T, N)`` float32; ``(B, heads + 1, T, T)`` with ``keys="all"``.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`), attentions ``(L, B, heads, Q, T)``, with every
+        query row captured (``capture_attention(..., query_tokens=None)``, ``Q = T``). Windowed
+        records (Swin, SAM) are refused: their attention is per window.
+    layer : int
+        Model layer index (one the record kept; negative counts from the end).
+    keys : str, default "patches"
+        ``"patches"``: the ``N`` patch keys only; ``"all"``: every key, the prefix tokens first
+        (the full ``T × T`` matrix per head, as a bertviz-style view draws it).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads + 1, T, N)`` float32; ``(B, heads + 1, T, T)`` with ``keys="all"``. Index
+        ``heads`` along dim 1 is the mean over heads.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed record; ``keys`` neither ``"patches"`` nor ``"all"``; a record that kept only
+        some query rows; ``layer`` not captured.
     """
     from ..model.windowed_support import refuse_windowed
 

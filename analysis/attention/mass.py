@@ -20,6 +20,26 @@ def top_mass_mask(maps, mass: float = 0.6) -> torch.Tensor:
     keep the smallest ``k`` with ``Σ_{i≤k} a_(i) ≥ mass · Σ_i a_i``: the fewest patches that
     together hold ``mass`` of the attention. ``mass = 1`` keeps every patch with non-zero
     weight (and at least one). Ties at the cut are broken by patch order (row-major first).
+
+    Parameters
+    ----------
+    maps : torch.Tensor or array_like
+        ``(..., gh, gw)`` finite, non-negative maps (attention probabilities, e.g.
+        :func:`attention_map`'s ``(B, gh, gw)``), floating point or int32 / int64; a NumPy array
+        or nested list is converted. Each map is measured in float64.
+    mass : float, default 0.6
+        The fraction of each map's total attention to keep, in ``(0, 1]``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., gh, gw)`` bool, the shape of ``maps``: True on the kept patches.
+
+    Raises
+    ------
+    AnalysisError
+        ``mass`` not a number in ``(0, 1]``; ``maps`` with fewer than 2 dimensions, an empty grid,
+        a dtype other than floating point, int32 or int64, or negative or non-finite values.
     """
     if isinstance(mass, bool) or not isinstance(mass, numbers.Real) or not 0.0 < float(mass) <= 1.0:
         raise AnalysisError(f"mass must be a fraction in (0, 1], got {mass!r}.")

@@ -79,17 +79,30 @@ MERGE_WARNING = (
 
 @dataclass(frozen=True)
 class RolloutMaps:
-    """Rollout maps and where they live.
+    """Rollout maps and where they live (what :func:`rollout_maps` returns).
 
-    Attributes:
-        maps: ``(B, gh, gw)`` float32 (:func:`rollout_maps`) or ``(steps, B, gh, gw)``
-            (``by_layer=True``): rows of ``R`` over ``start_layer``'s grid cells.
-        grid_size: ``(gh, gw)`` cells of the map (``start_layer``'s grid).
-        stride: ``(sy, sx)`` input pixels per map cell: cell ``(r, c)`` covers pixels
-            ``[r·sy, (r+1)·sy) × [c·sx, (c+1)·sx)``.
-        query_grid, query_stride: the grid and stride of ``end_layer``, where the query lives.
-        start_layer, end_layer: the layers composed (inclusive).
-        merged_before: layers before which the merge rule was applied (empty when exact).
+    :attr:`approximate` is True when a merge rule was applied (``merged_before`` not empty).
+
+    Attributes
+    ----------
+    maps : torch.Tensor
+        ``(B, gh, gw)`` float32 (:func:`rollout_maps`) or ``(steps, B, gh, gw)`` float32
+        (``by_layer=True``): rows of ``R`` over ``start_layer``'s grid cells.
+    grid_size : tuple of int
+        ``(gh, gw)`` cells of the map (``start_layer``'s grid).
+    stride : tuple of int
+        ``(sy, sx)`` input pixels per map cell: cell ``(r, c)`` covers pixels
+        ``[r·sy, (r+1)·sy) × [c·sx, (c+1)·sx)``.
+    query_grid : tuple of int
+        The grid ``(gh, gw)`` of ``end_layer``, where the query lives.
+    query_stride : tuple of int
+        The stride ``(sy, sx)`` of ``end_layer``, in input pixels per query-grid cell.
+    start_layer : int
+        The first layer composed (non-negative).
+    end_layer : int
+        The last layer composed (inclusive, non-negative).
+    merged_before : tuple of int, default ()
+        Layers before which the merge rule was applied (empty when exact).
     """
 
     maps: torch.Tensor
@@ -268,16 +281,68 @@ def rollout_maps(
 ) -> RolloutMaps:
     """Rollout of one query with where it lives (see the module docstring).
 
-    ``R`` as in :func:`rollout_matrices`. ``query``: a ViT's ``None`` (the class token when the
-    model has one, else the mean over patch queries), ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or
-    a patch index; a windowed record's cell of ``end_layer``'s grid, an input pixel ``(y, x)`` or
-    ``"mean"`` / ``None`` (every cell: a windowed model has no class token). ``maps`` is the
-    query's row of ``R`` on ``start_layer``'s grid, not rescaled, ``(B, gh, gw)``.
+    ``R = Â_end ⋯ Â_start`` as in :func:`rollout_matrices`: per layer, the heads fused, the
+    weakest pairs discarded (optional), ``Â = ½·A + ½·I`` with each row divided by its sum.
+    ``maps`` is the query's row of ``R`` on ``start_layer``'s grid, not rescaled (a ViT's prefix
+    tokens' columns left out). Warns (RuntimeWarning) on a post-norm model, and when the range
+    crosses patch merging with ``merge="mean_2x2"`` (:attr:`RolloutMaps.approximate`).
 
-    ``by_layer=True``: the rollout after each layer of the range in one pass, ``maps (steps, B,
-    gh, gw)``; entry ``i`` equals the rollout with ``end_layer = start + i``, its query read on
-    that layer's grid (so a cell index is refused when those grids differ: use a pixel or
-    ``"mean"``)."""
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row
+        (``query_tokens=None``) and every layer of the range: attentions ``(L, B, heads, T, T)``
+        or, for a windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in (off-diagonal pairs; on a windowed layer only the pairs its windows define).
+    start_layer : int, default 0
+        First layer composed (negative counts from the end).
+    end_layer : int or None, default None
+        Last layer composed, inclusive (negative counts from the end); ``None``, the last layer.
+    query : int, (y, x), str or None, default None
+        A ViT's ``None`` (the class token when the model has one, else the mean over patch
+        queries), ``"cls"``, ``"mean"``, ``"prefix:<i>"``, a patch index or an input pixel
+        ``(y, x)`` (the patch that contains it); a windowed record's cell of ``end_layer``'s grid,
+        an input pixel ``(y, x)`` or ``"mean"`` / ``None`` (every cell: a windowed model has no
+        class token).
+    stage : int or None, default None
+        Every layer of that stage (negative counts from the last stage; a ViT has stage 0 only)
+        instead of ``start_layer``..``end_layer``, which must then be left at their defaults.
+    merge : str or None, default None
+        ``None`` refuses a range across Swin's patch merging; ``"mean_2x2"`` crosses it with each
+        merged token the mean of its 2×2 parents (:func:`merge_matrix`), an approximation.
+    by_layer : bool, default False
+        The rollout after each layer of the range in one pass, ``maps (steps, B, gh, gw)``; entry
+        ``i`` equals the rollout with ``end_layer = start + i``, its query read on that layer's
+        grid (so a cell index is refused when those grids differ: use a pixel or ``"mean"``).
+        Needs ``end_layer=None``.
+
+    Returns
+    -------
+    RolloutMaps
+        ``maps`` ``(B, gh, gw)`` float32, or ``(steps, B, gh, gw)`` with ``by_layer=True``
+        (``steps = end_layer - start_layer + 1``), with the grid and stride of the map and of the
+        query, the layers composed and those before which the merge rule was applied.
+
+    Raises
+    ------
+    AnalysisError
+        ``record`` not a captured record, or one that kept only some query rows or lacks a layer
+        of the range; a range across patch merging with ``merge=None``; an unknown ``merge`` or
+        ``head_fusion``; ``discard_ratio`` outside ``[0, 1)``; a layer range or ``stage`` that does
+        not exist, or ``stage`` with ``start_layer`` / ``end_layer``; ``by_layer=True`` with
+        ``end_layer``; a query the model does not have, or a cell index with ``by_layer=True``
+        across grids that differ.
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model (rollout's ``½·A + ½·I`` assumes pre-norm blocks), or a range crossed
+        with ``merge="mean_2x2"``.
+    """
     if by_layer and end_layer is not None:
         raise AnalysisError("by_layer=True rolls out to the last layer (of the stage): pass end_layer=None.")
     start, end, merged = _plan(record, start_layer, end_layer, stage, merge)
@@ -320,8 +385,51 @@ def attention_rollout(
     merge: str | None = None,
 ) -> torch.Tensor:
     """Attention rollout of one query over the start layer's grid: :func:`rollout_maps`'s
-    ``maps``, ``(B, gh, gw)`` float32 (a ViT: its patch grid; a windowed record: the grid of
-    ``start_layer``'s stage, the query on ``end_layer``'s grid)."""
+    ``maps`` (a ViT: its patch grid; a windowed record: the grid of ``start_layer``'s stage, the
+    query on ``end_layer``'s grid).
+
+    ``R = Â_end ⋯ Â_start`` as in :func:`rollout_matrices` (Abnar & Zuidema, 2020; see the module
+    docstring), read at the query's row.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row
+        (``query_tokens=None``) and every layer of the range: attentions ``(L, B, heads, T, T)``
+        or, for a windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in.
+    start_layer : int, default 0
+        First layer composed (negative counts from the end).
+    end_layer : int or None, default None
+        Last layer composed, inclusive (negative counts from the end); ``None``, the last layer.
+    query : int, (y, x), str or None, default None
+        As in :func:`rollout_maps`: ``None`` is the class token when the model has one, else the
+        mean over patch (or cell) queries; also ``"cls"``, ``"mean"``, ``"prefix:<i>"``, a patch
+        (cell) index or an input pixel ``(y, x)``.
+    stage : int or None, default None
+        Every layer of that stage instead of ``start_layer``..``end_layer``.
+    merge : str or None, default None
+        ``None`` refuses a range across Swin's patch merging; ``"mean_2x2"`` approximates it.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on ``start_layer``'s grid, not rescaled.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`rollout_maps`.
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model, or a range crossed with ``merge="mean_2x2"``.
+    """
     return rollout_maps(
         record,
         head_fusion=head_fusion,
@@ -344,10 +452,47 @@ def attention_rollout_by_layer(
     stage: int | None = None,
     merge: str | None = None,
 ) -> torch.Tensor:
-    """The rollout after each layer, in one pass: ``(steps, B, gh, gw)`` (:func:`rollout_maps`
-    with ``by_layer=True``). Entry ``i`` equals ``attention_rollout(record, ...,
-    end_layer=start_layer + i)``, but all partial products ``Â_end ⋯ Â_start`` are built
-    incrementally (L matrix products, not L²/2). ``stage``: the layers of that stage only."""
+    """The rollout after each layer, in one pass (:func:`rollout_maps` with ``by_layer=True``).
+
+    Entry ``i`` equals ``attention_rollout(record, ..., end_layer=start_layer + i)``, but all
+    partial products ``Â_end ⋯ Â_start`` are built incrementally (L matrix products, not L²/2).
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row
+        (``query_tokens=None``) and every layer of the range: attentions ``(L, B, heads, T, T)``
+        or, for a windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in.
+    start_layer : int, default 0
+        First layer composed (negative counts from the end); the rollout runs to the last layer.
+    query : int, (y, x), str or None, default None
+        As in :func:`rollout_maps`, read on each step's layer grid: a cell index is refused when
+        the grids of the range differ (use a pixel ``(y, x)`` or ``"mean"``).
+    stage : int or None, default None
+        The layers of that stage only, instead of ``start_layer`` to the last layer.
+    merge : str or None, default None
+        ``None`` refuses a range across Swin's patch merging; ``"mean_2x2"`` approximates it.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(steps, B, gh, gw)`` float32 on ``start_layer``'s grid, ``steps`` the layers of the range.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`rollout_maps`.
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model, or a range crossed with ``merge="mean_2x2"``.
+    """
     return rollout_maps(
         record,
         head_fusion=head_fusion,

@@ -41,7 +41,20 @@ ON_ERROR = ("raise", "skip")
 
 @dataclass(frozen=True)
 class SkippedImage:
-    """An image of a set that could not be used: its position in the set and why."""
+    """An image of a set that could not be used: its position in the set and why.
+
+    :func:`dataset_attention_distance` with ``on_error="skip"`` appends one per image it leaves out.
+
+    Attributes
+    ----------
+    index : int
+        The image's position in the iterable given (0 for the first).
+    name : str
+        What the image was: its path, ``"PIL image <w>x<h>"``, or the type name of anything else
+        (bytes, a file object).
+    reason : str
+        The message of the error that decoding or preprocessing raised.
+    """
 
     index: int
     name: str
@@ -117,26 +130,66 @@ def dataset_attention_distance(
     """Mean attention distance over a set of images, streamed batch by batch.
 
     Equals the mean over images of ``mean_attention_distance(capture_attention(vit, x),
-    per_image=True)``, but only one layer of one batch's attention exists at any time.
+    per_image=True)``, but only one layer of one batch's attention exists at any time. A windowed
+    model (Swin, SAM): each layer on its own stage grid, the head axis :func:`distance_heads`
+    long, NaN beyond a layer's own heads; read it against
+    :func:`~analysis.uniform_attention_distance_by_layer`.
 
-    Args:
-        images: any iterable of PIL images or image paths / bytes (decoded in worker threads).
-        batch_size: images per forward pass. On CUDA out-of-memory the batch is halved, and
-            at batch 1 the work falls back to the CPU with a warning.
-        progress: called as ``progress(done, total)`` after each batch (``total`` is ``None``
-            when ``images`` has no length).
-        workers: decode threads (default: ``min(4, cpu count)``).
-        on_error: ``"raise"`` (default): the first image that cannot be decoded raises its
-            :class:`~analysis.base.errors.ImageLoadError`. ``"skip"``: such images are left out of
-            the mean, each recorded in ``skipped`` as a :class:`SkippedImage` (index, name,
-            reason); a :class:`RuntimeWarning` gives the count when no list is passed.
-        per_image: return every used image's ``(L, heads)`` distances, stacked, instead of the mean.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`load_vit`); each image goes through its ``preprocess`` to ``(3, H, W)``
+        pixels at the model's input size, run in batches ``(b, 3, H, W)``.
+    images : Iterable
+        Any iterable of PIL images or image paths / bytes (decoded in worker threads); a single
+        image or path is refused (wrap it in a list).
+    batch_size : int, default 32
+        Images per forward pass (at least 1). On CUDA out-of-memory the batch is halved, and at
+        batch 1 the work falls back to the CPU with a warning.
+    progress : callable or None, default None
+        Called as ``progress(done, total)`` after each batch, ``done`` counting used and skipped
+        images (``total`` is ``None`` when ``images`` has no length).
+    renormalize : bool, default True
+        As in :func:`~analysis.mean_attention_distance`: each query's attention over cell keys
+        divided by its sum, so attention spent on prefix or padding tokens does not shrink the
+        distance.
+    precision : str, default "auto"
+        Autocast for the forward: ``"auto"`` (bfloat16 / float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``. The distances are reduced in float64 on
+        the CPU, float32 on an accelerator.
+    workers : int or None, default None
+        Decode threads; ``None``: ``min(4, cpu count)``.
+    on_error : str, default "raise"
+        ``"raise"``: the first image that cannot be decoded raises its
+        :class:`~analysis.base.errors.ImageLoadError`. ``"skip"``: such images are left out of
+        the mean, each recorded in ``skipped`` as a :class:`SkippedImage` (index, name, reason); a
+        :class:`RuntimeWarning` gives the count when no list is passed.
+    skipped : list of SkippedImage or None, default None
+        With ``on_error="skip"``, a list the skipped images are appended to (ignored with
+        ``"raise"``).
+    per_image : bool, default False
+        Return every used image's ``(L, heads)`` distances, stacked, instead of the mean.
 
-    Returns:
-        ``(L, heads)`` float64, in input pixels (``(N, L, heads)`` with ``per_image=True``, N the
-        images used). A windowed model (Swin, SAM): each layer on its own stage grid, the head
-        axis :func:`distance_heads` long, NaN beyond a layer's own heads; read it against
-        :func:`~analysis.uniform_attention_distance_by_layer`.
+    Returns
+    -------
+    torch.Tensor
+        ``(L, heads)`` float64, in input pixels, ``L`` every layer of the model (``(N, L, heads)``
+        with ``per_image=True``, N the images used, in order).
+
+    Raises
+    ------
+    AnalysisError
+        ``batch_size`` not an integer of at least 1; ``on_error`` neither ``"raise"`` nor
+        ``"skip"``; ``skipped`` not a list; ``images`` a single image or path; no images given,
+        or none of them usable.
+    ImageLoadError
+        With ``on_error="raise"``, the first image that cannot be decoded.
+
+    Warns
+    -----
+    RuntimeWarning
+        Images skipped with no ``skipped`` list passed (the count); a batch of one that does not
+        fit the device memory, run on the CPU instead.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise AnalysisError(f"batch_size must be an integer of at least 1, got {batch_size!r}.")

@@ -30,7 +30,24 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class ArchiveLimits:
-    """Bounds on what one archive may expand to."""
+    """Bounds on what one archive may expand to.
+
+    Each is checked against the sizes the archive's central directory declares and again against the
+    bytes actually decompressed (:func:`read_image_archive`).
+
+    Attributes
+    ----------
+    max_entries : int, default 256
+        The most image entries one archive may hold; more refuse the whole archive.
+    max_entry_bytes : int, default 50_000_000
+        The most decompressed bytes per image entry. An entry that declares more is skipped (and named in
+        ``ImageArchive.skipped``); one that produces more than it may while decompressing refuses the archive.
+    max_total_bytes : int, default 512_000_000
+        The most decompressed bytes of all image entries together, declared or produced.
+    max_ratio : float, default 100.0
+        The most decompressed bytes per compressed byte of one entry (``max_ratio : 1``). Zip bombs reach
+        1000 : 1 and more; real JPEG/PNG files compress about 1 : 1.
+    """
 
     max_entries: int = 256
     max_entry_bytes: int = 50_000_000
@@ -70,10 +87,32 @@ def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, r
 def read_image_archive(data: bytes, *, label: str = "archive", limits: ArchiveLimits = ArchiveLimits()) -> ImageArchive:
     """The image files inside a zip archive given as bytes.
 
-    Non-image entries, folders and macOS ``__MACOSX`` metadata are ignored. Raises
-    :class:`~analysis.base.errors.ArchiveError` for an unreadable archive, an unsafe entry name, too
-    many images or a zip bomb (declared or actual sizes over ``limits``); images beyond the
-    limits of a normal archive are never decompressed.
+    Non-image entries, folders and macOS ``__MACOSX`` metadata are ignored; an image entry is one whose
+    name ends in one of :data:`IMAGE_SUFFIXES` (``.jpg``, ``.jpeg``, ``.png``, ``.webp``, ``.bmp``,
+    ``.gif``, any case). Nothing is extracted to disk. Images beyond the limits of a normal archive are
+    never decompressed.
+
+    Parameters
+    ----------
+    data : bytes
+        The whole ``.zip`` file.
+    label : str, default "archive"
+        What to call the archive in error messages (e.g. the uploaded file's name).
+    limits : ArchiveLimits, default ArchiveLimits()
+        The bounds on entries, bytes and compression ratio (:class:`ArchiveLimits`).
+
+    Returns
+    -------
+    ImageArchive
+        ``images``: ``(name, bytes)`` of each image entry, in archive order, the bytes undecoded;
+        ``skipped``: one sentence per image entry left out (declared larger than
+        ``limits.max_entry_bytes``, or unreadable inside the archive).
+
+    Raises
+    ------
+    ArchiveError
+        For an unreadable archive, an unsafe entry name (absolute or ``../``), too many images or a zip bomb
+        (declared or actual sizes over ``limits``).
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))

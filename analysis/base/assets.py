@@ -28,7 +28,21 @@ def assets_dir() -> Path:
 
 
 def asset_path(*parts: str) -> Path:
-    """``asset_path("demo_vit")``, ``asset_path("samples", "coffee.jpg")``: the path of a bundled
-    file or folder (whether it exists is the caller's question: a missing demo model gets the
-    caller's own typed error)."""
+    """The path of a bundled file or folder: ``asset_path("demo_vit")``,
+    ``asset_path("samples", "coffee.jpg")``.
+
+    Inside the wheel's copy (``analysis/_assets``) when there is one, else the checkout's ``assets/``
+    (:func:`assets_dir`). Whether it exists is the caller's question: a missing demo model gets the
+    caller's own typed error.
+
+    Parameters
+    ----------
+    *parts : str
+        Path components below the assets folder, joined in order (none: the folder itself).
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute path; not checked to exist.
+    """
     return assets_dir().joinpath(*parts)

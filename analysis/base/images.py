@@ -96,8 +96,29 @@ def load_image(source: bytes | str | os.PathLike | BinaryIO) -> Image.Image:
     """Decode bytes, a path or a binary file object into an RGB ``PIL.Image``.
 
     EXIF orientation is applied, transparency is composited on white, animated images
-    give their first frame. Anything that is not a decodable image raises
-    :class:`ImageLoadError` (a ``ValueError``) with a message meant for people.
+    give their first frame. The format is recognised from the bytes, whatever the name, and only
+    :data:`ACCEPTED_FORMATS` (JPEG, PNG, WebP, BMP, GIF) are decoded.
+
+    Parameters
+    ----------
+    source : bytes, str, os.PathLike or binary file object
+        The encoded image: its bytes (``bytearray`` and ``memoryview`` too), the path of an image file,
+        or a file object opened in binary mode (read from its start when it can seek).
+
+    Returns
+    -------
+    PIL.Image.Image
+        Mode ``"RGB"``, ``W × H`` pixels as stored (after the EXIF rotation), a copy independent of
+        ``source``.
+
+    Raises
+    ------
+    ImageLoadError
+        (a ``ValueError``, with a message meant for people) for anything that is not a decodable image:
+        empty data, a missing file, a text-mode file object, an unrecognised format, truncated or corrupt data.
+    ImageTooLargeError
+        (an :class:`ImageLoadError`) for an image of more than :data:`MAX_IMAGE_PIXELS` pixels
+        (64,000,000, about 8000 × 8000), refused unread as protection against decompression bombs.
     """
     data, label = _read_bytes(source)
     if not data:

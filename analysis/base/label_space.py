@@ -57,13 +57,18 @@ def _known_spellings(size: int) -> tuple[str, tuple[tuple[str, ...], ...]] | Non
 
 @dataclass(frozen=True)
 class LabelSpace:
-    """The classes a classifier predicts.
+    """The classes a classifier predicts (:func:`label_space`).
 
-    Attributes:
-        size: the number of classes (the head's outputs).
-        names: one name per output, in output order; ``None`` when the model does not name them.
-        known: the name of the standard list the names spell (``"ImageNet-1k"``: WordNet ids,
-            timm's descriptions or torchvision's short names, in the usual order), else ``None``.
+    Attributes
+    ----------
+    size : int
+        The number of classes (the head's outputs).
+    names : tuple of str or None
+        One name per output, in output order (``size`` of them); ``None`` when the model does not
+        name them.
+    known : str or None, default None
+        The name of the standard list the names spell (``"ImageNet-1k"``: WordNet ids, timm's
+        descriptions or torchvision's short names, in the usual order), else ``None``.
     """
 
     size: int
@@ -83,8 +88,15 @@ class LabelSpace:
 
 @dataclass(frozen=True)
 class LabelSpaceMatch:
-    """The answer of :func:`shared_label_space`: ``shared`` (also its truth value) and
-    ``reason``, a sentence for people that says why."""
+    """The answer of :func:`shared_label_space`; its truth value is ``shared``.
+
+    Attributes
+    ----------
+    shared : bool
+        Whether the two models predict the same classes, so that their predictions may be compared.
+    reason : str
+        A sentence for people that says why (its first letter is capitalised on construction).
+    """
 
     shared: bool
     reason: str
@@ -97,11 +109,30 @@ class LabelSpaceMatch:
 
 
 def label_space(model) -> LabelSpace | None:
-    """The classes ``model`` (a :class:`~analysis.LoadedViT`, a
-    :class:`~analysis.robustness.LoadedCNN`, anything with ``spec`` and ``class_names``) predicts,
-    read from the model: ``spec.num_outputs`` classes named by ``class_names``. ``None`` when it
-    has no class head (an embedding tower, a headless backbone: ``num_classes`` 0). Names that
-    spell a standard list (:data:`IMAGENET_1K` and the other ImageNet subsets) are ``known`` as it."""
+    """The classes ``model`` predicts, read from the model: ``spec.num_outputs`` classes named by
+    ``class_names``.
+
+    Names that spell a standard list (:data:`IMAGENET_1K` and the other ImageNet subsets) are
+    ``known`` as it. Names whose number is not ``spec.num_outputs`` (names for another head) are
+    dropped: they do not say which output is which.
+
+    Parameters
+    ----------
+    model : LoadedViT, LoadedCNN or similar
+        A loaded model: a :class:`~analysis.LoadedViT`, a :class:`~analysis.robustness.LoadedCNN`,
+        anything with ``spec`` and ``class_names``.
+
+    Returns
+    -------
+    LabelSpace or None
+        Its classes; ``None`` when it has no class head (an embedding tower, a headless backbone:
+        ``num_classes`` 0).
+
+    Raises
+    ------
+    AnalysisError
+        If ``model`` has no ``spec`` or no ``class_names`` (not a loaded model).
+    """
     spec = getattr(model, "spec", None)
     if spec is None or not hasattr(model, "class_names"):
         raise AnalysisError(f"label_space takes a loaded model (load_vit, load_cnn); got {type(model).__name__}.")
@@ -128,8 +159,26 @@ def shared_label_space(
     classes, and output ``i`` is the same class in both: the names are equal in order, or both
     spell the same standard list (ImageNet-1k as WordNet ids, timm's descriptions or
     torchvision's short names). Unnamed classes are never shared, even in equal numbers: that
-    class 3 of one model is class 3 of the other is unknown. ``labels`` name the two models in
-    the reason (``("the ViT", "the CNN")``).
+    class 3 of one model is class 3 of the other is unknown.
+
+    Parameters
+    ----------
+    first : LoadedViT, LoadedCNN or similar
+        A loaded model, as :func:`label_space` takes it.
+    second : LoadedViT, LoadedCNN or similar
+        The other loaded model.
+    labels : tuple of (str, str), default ("the first model", "the second model")
+        The names of the two models in the reason (``("the ViT", "the CNN")``).
+
+    Returns
+    -------
+    LabelSpaceMatch
+        ``shared`` (also its truth value) and ``reason``, a sentence for people that says why.
+
+    Raises
+    ------
+    AnalysisError
+        If either model is not a loaded model (from :func:`label_space`).
     """
     first_label, second_label = labels
     spaces = label_space(first), label_space(second)

@@ -18,6 +18,24 @@ def patch_embedding_filters(vit) -> torch.Tensor:
     A convolution stem (``PatchEmbed.proj``) gives its weight as is; NaFlex's ``Linear`` over
     flattened patches is unflattened in its own patch layout (``(ph, pw, C)`` when
     ``channels_last``, else ``(C, ph, pw)``).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`~analysis.load_vit`), whose patch embedding is one linear projection of the
+        pixels.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(D, C, ph, pw)`` float32 on the CPU, detached: one filter per embedding dimension ``D``,
+        over the ``C`` input channels of a ``ph × pw`` patch.
+
+    Raises
+    ------
+    AnalysisError
+        For a hybrid ViT (a CNN stem before a 1x1 projection) or a patch embedding that is not a single
+        convolution (or NaFlex ``Linear``) over pixels.
     """
     patch_embed = patch_embedding_module(vit.model)
     if getattr(patch_embed, "backbone", None) is not None:
@@ -42,14 +60,30 @@ def patch_embedding_filters(vit) -> torch.Tensor:
 def patch_embedding_components(vit, n_components: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
     """PCA over the D filters of the patch-embedding projection.
 
-    With ``X`` the ``(D, C·ph·pw)`` matrix of flattened filters and ``Xc = X − mean_rows(X)``,
-    the SVD ``Xc = U S Vᵀ`` gives the principal directions (rows of ``Vᵀ``) and the explained
-    variance ratio ``S² / ΣS²``. Each component's sign is fixed so its largest-magnitude
-    entry is positive (PCA signs are arbitrary).
+    With ``X`` the ``(D, C·ph·pw)`` matrix of flattened filters (:func:`patch_embedding_filters`)
+    and ``Xc = X − mean_rows(X)``, the SVD ``Xc = U S Vᵀ`` gives the principal directions (rows of
+    ``Vᵀ``) and the explained variance ratio ``S² / ΣS²``. Each component's sign is fixed so its
+    largest-magnitude entry is positive (PCA signs are arbitrary).
 
-    Returns:
-        ``components (k, C, ph, pw)`` and ``explained_variance_ratio (k,)``, float32,
-        with ``k = min(n_components, D, C·ph·pw)``.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model, as :func:`patch_embedding_filters` takes it.
+    n_components : int, default 28
+        How many leading components to return (at least 1; fewer when the filters span fewer).
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor)
+        ``components (k, C, ph, pw)`` (unit-norm directions, each reshaped as a filter) and
+        ``explained_variance_ratio (k,)`` (each component's share of the total variance over all
+        components, largest first), float32 on the CPU, with ``k = min(n_components, D, C·ph·pw)``.
+
+    Raises
+    ------
+    AnalysisError
+        If ``n_components`` is not an integer of at least 1, or for a patch embedding that
+        :func:`patch_embedding_filters` refuses.
     """
     n_components = check_int("n_components", n_components, minimum=1)
     filters = patch_embedding_filters(vit)  # (D, C, ph, pw)

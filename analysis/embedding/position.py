@@ -36,7 +36,22 @@ __all__ = [
 
 
 def position_encoding_kinds(vit) -> tuple[str, ...]:
-    """The encodings :func:`position_embedding_similarity` can show: "table" and/or "rope"."""
+    """The encodings :func:`position_embedding_similarity` can show: "table" and/or "rope".
+
+    Read from ``vit.spec.position_embedding``: ``"table"`` when it has a learned absolute table,
+    ``"rope"`` when it has rotary embeddings.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`~analysis.load_vit`).
+
+    Returns
+    -------
+    tuple of str
+        ``("table",)``, ``("rope",)``, ``("table", "rope")`` (in that order: the first is the default
+        ``kind``), or ``()`` for a model with neither (a relative-position bias only, or no position at all).
+    """
     kind = vit.spec.position_embedding
     return tuple(k for k, present in (("table", "learned" in kind), ("rope", "rope" in kind)) if present)
 
@@ -110,8 +125,32 @@ def rotary_position_features(vit, *, grid_size: tuple[int, int] | None = None, l
     Read from the model itself: the ``rope`` tensor its forward passes to block ``layer``'s
     attention (``[sin, cos]`` over all frequencies; per-head frequencies, as in mixed-mode
     RoPE, are concatenated), at the engine's point ``blocks.{layer}.attn.rope``
-    (:func:`analysis.engine.activations.run.hooks_around`: this call's thread only). The forward stops
-    there. ``grid_size`` other than the model's needs a model that accepts other input sizes.
+    (:func:`analysis.engine.activations.run.hooks_around`: this call's thread only). The forward,
+    of an all-zero ``(1, 3, gh·ph, gw·pw)`` input, stops there.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A model with rotary position embeddings (DINOv3, EVA-02, PE, rope ViTs).
+    grid_size : (int, int) or None, default None
+        The ``(gh, gw)`` patch grid to compute the features on; ``None``, the model's
+        ``spec.grid_size``. Another grid needs a model that accepts other input sizes (loaded with
+        ``dynamic_img_size=True``).
+    layer : int, default 0
+        The block whose attention's ``rope`` tensor is read (negative from the end).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(gh, gw, F)`` float32 on the CPU, detached, with ``F`` every ``[sin, cos]`` feature of one
+        position (all heads' frequencies side by side).
+
+    Raises
+    ------
+    AnalysisError
+        For a model without rotary embeddings, a ``grid_size`` that is not a pair of positive integers or
+        that the model cannot take, a ``layer`` that does not exist, or a model that passes no rotary
+        tensor (or one of another number of positions) to that block's attention.
     """
     if "rope" not in vit.spec.position_embedding:
         raise AnalysisError(f"{vit.name} has no rotary position embedding (it uses {vit.spec.position_embedding}).")
@@ -159,11 +198,35 @@ def position_embedding_similarity(
 
     with ``e_ij`` the encoding of the patch in row i, column j: the learned table's row
     (``kind="table"``, the paper's Figure 7) or the rotary feature vector ``[sin(θ·p), cos(θ·p)]``
-    (``kind="rope"``; see the module docstring). ``kind=None`` picks the table when there is one.
-    Tile ``S[i, j]`` is the figure's small image for patch (i, j).
+    (``kind="rope"``; see the module docstring). Tile ``S[i, j]`` is the figure's small image for
+    patch (i, j). Prefix positions (class / distillation tokens) are left out.
 
-    Returns:
-        ``(gh, gw, gh, gw)`` float32.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`~analysis.load_vit`), with a learned position table or rotary embeddings
+        (:func:`position_encoding_kinds`).
+    grid_size : (int, int) or None, default None
+        The ``(gh, gw)`` patch grid; ``None``, the table's own grid (``kind="table"``) or the model's
+        (``kind="rope"``). With ``kind="table"`` the table's patch rows are first resampled to it
+        (bicubic, antialiased, as timm does when fine-tuning at a higher resolution); with
+        ``kind="rope"`` the rotary features are computed on it (:func:`rotary_position_features`, at
+        layer 0).
+    kind : {"table", "rope"} or None, default None
+        Which encoding; ``None`` picks the table when there is one, else the rotary features.
+
+    Returns
+    -------
+    torch.Tensor
+        ``S``, ``(gh, gw, gh, gw)`` float32 on the CPU (computed in float64).
+
+    Raises
+    ------
+    AnalysisError
+        For a model without the encoding asked (with ``kind=None``: with neither, a relative-position
+        bias only or no position at all), an unknown ``kind``, a ``grid_size`` that is not a pair of
+        positive integers (or, with ``kind="rope"``, that the model cannot take), or a table with
+        all-zero positions (as before training), where cosine similarity is undefined.
     """
     kinds = position_encoding_kinds(vit)
     if kind is None:
@@ -241,13 +304,32 @@ def similarity_by_distance(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean cosine similarity as a function of the distance between patch centres.
 
-    similarity: ``(gh, gw, gh, gw)``. Distances are Euclidean in grid steps, multiplied by
-    ``unit`` (e.g. ``original_grid / resampled_grid`` to express a resampled grid in the
-    original grid's patches). Returns ``(distances, mean_similarity)``, sorted by distance,
-    one entry per distinct distance (self-similarity at distance 0 included).
+    The mean is over all ordered pairs of patches at that distance. Distances are Euclidean in grid
+    steps, multiplied by ``unit``.
 
-    ``bin_width`` (in the same unit): the bins of :func:`similarity_distance_bins` instead,
-    ``(pair-weighted mean distance, mean similarity)`` per bin.
+    Parameters
+    ----------
+    similarity : numpy.ndarray
+        ``(gh, gw, gh, gw)`` (:func:`position_embedding_similarity`; anything ``numpy.asarray``
+        reads, a CPU tensor too).
+    unit : float, default 1.0
+        The length of one grid step (positive), e.g. ``original_grid / resampled_grid`` to express a
+        resampled grid in the original grid's patches.
+    bin_width : float or None, default None
+        ``None``: one entry per distinct distance. A width (positive, in the same unit): the bins of
+        :func:`similarity_distance_bins` instead.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray)
+        ``(distances, mean_similarity)``, both ``(n,)`` float64 and sorted by distance: one entry per
+        distinct distance (self-similarity at distance 0 included), or with ``bin_width`` one per
+        non-empty bin, ``(pair-weighted mean distance, mean similarity)``.
+
+    Raises
+    ------
+    AnalysisError
+        If ``similarity`` is not ``(gh, gw, gh, gw)``, or ``unit`` or ``bin_width`` is not positive.
     """
     if bin_width is not None:
         bins = similarity_distance_bins(similarity, unit, bin_width)
@@ -259,7 +341,25 @@ def similarity_by_distance(
 
 class DistanceBins(NamedTuple):
     """Similarity against distance, pooled in bins (:func:`similarity_distance_bins`); every
-    field is ``(bins,)``, sorted by distance, empty bins left out."""
+    field is ``(bins,)``, sorted by distance, empty bins left out.
+
+    Attributes
+    ----------
+    lower : numpy.ndarray
+        ``(bins,)`` float64: the bin's lower edge, ``[lower, upper)``; 0 for the self-similarity bin.
+    upper : numpy.ndarray
+        ``(bins,)`` float64: the bin's upper edge (excluded); 0 for the self-similarity bin.
+    distance : numpy.ndarray
+        ``(bins,)`` float64: the mean distance of the bin's pairs.
+    mean : numpy.ndarray
+        ``(bins,)`` float64: the mean similarity of the bin's pairs.
+    std : numpy.ndarray
+        ``(bins,)`` float64: the standard deviation of their similarities (population: divided by the
+        count).
+    count : numpy.ndarray
+        ``(bins,)`` int64: the number of ordered pairs ``(p, p′)`` in the bin (the field shadows
+        ``tuple.count``).
+    """
 
     lower: np.ndarray  # the bin's lower edge [lower, upper); 0 and 0 for the self-similarity bin
     upper: np.ndarray
@@ -272,16 +372,36 @@ class DistanceBins(NamedTuple):
 def similarity_distance_bins(similarity: np.ndarray, unit: float = 1.0, bin_width: float = 1.0) -> DistanceBins:
     """Cosine similarity against distance, as a mean with its spread per distance bin.
 
-    similarity: ``(gh, gw, gh, gw)`` (:func:`position_embedding_similarity`). The pairs are
-    all ordered pairs of patches ``(p, p′)`` (each pair of distinct patches counts once in each
-    direction), at distance ``d = unit · √(Δrow² + Δcol²)``. Pairs with ``d = 0`` (each patch
-    with itself) form their own bin; every other pair falls in bin
+    The pairs are all ordered pairs of patches ``(p, p′)`` (each pair of distinct patches counts
+    once in each direction), at distance ``d = unit · √(Δrow² + Δcol²)``. Pairs with ``d = 0``
+    (each patch with itself) form their own bin; every other pair falls in bin
     ``[k·w, (k + 1)·w)`` with ``k = ⌊d / w⌋`` and ``w = bin_width`` (same unit as ``d``). Per
     non-empty bin: the mean distance and mean similarity of its pairs, the population standard
     deviation ``√(mean(s²) − mean(s)²)`` of their similarities, and their count.
 
     With ``unit = 1`` and ``bin_width = 1``, bins are one patch wide; ``unit`` expresses another
     grid (a resampled one) in the model grid's patches, so both share an axis.
+
+    Parameters
+    ----------
+    similarity : numpy.ndarray
+        ``(gh, gw, gh, gw)`` (:func:`position_embedding_similarity`; anything ``numpy.asarray``
+        reads, a CPU tensor too).
+    unit : float, default 1.0
+        The length of one grid step (positive).
+    bin_width : float, default 1.0
+        The bins' width ``w`` (positive), in the same unit as ``d``.
+
+    Returns
+    -------
+    DistanceBins
+        Per non-empty bin, sorted by distance (the self-similarity bin first): its edges, mean
+        distance, mean similarity, standard deviation and count, each ``(bins,)``.
+
+    Raises
+    ------
+    AnalysisError
+        If ``similarity`` is not ``(gh, gw, gh, gw)``, or ``unit`` or ``bin_width`` is not positive.
     """
     similarity = _checked_similarity(similarity, unit, bin_width, "similarity_distance_bins")
     keys, sums, squares, counts = _displacement_sums(similarity)

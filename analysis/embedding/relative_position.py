@@ -68,12 +68,24 @@ def relative_position_bias(vit, layer: int) -> torch.Tensor:
     computes ``16·sigmoid(cpb_mlp(relative_coords_table))`` as the module does, and timm's
     ``swinv2_cr`` ``meta_mlp(sign(Δ)·log(1 + |Δ|))``.
 
-    Args:
-        vit: a LoadedViT whose attention adds a per-head bias by offset (Swin v1, v2, swinv2_cr).
-        layer: model layer index (negative from the end).
+    Parameters
+    ----------
+    vit : LoadedViT
+        A model whose attention adds a per-head bias by offset (Swin v1, v2, swinv2_cr).
+    layer : int
+        Model layer index (negative from the end).
 
-    Returns:
+    Returns
+    -------
+    torch.Tensor
         ``(heads, 2·wh − 1, 2·ww − 1)`` float32, detached, on the model's device.
+
+    Raises
+    ------
+    AnalysisError
+        If ``vit`` is not a LoadedViT, ``layer`` does not exist, or the layer adds no per-head bias by
+        offset (the message names :func:`decomposed_relative_position` for SAM, else
+        :func:`~analysis.embedding.position.position_embedding_similarity`).
     """
     site, layer = _layer_site(vit, layer, "relative_position_bias")
     bias = site.adapter.relative_position_bias(site.module, vit.spec.geometry(layer).window_size)
@@ -83,9 +95,16 @@ def relative_position_bias(vit, layer: int) -> torch.Tensor:
 
 
 class DecomposedPosition(NamedTuple):
-    """SAM's decomposed relative positions of one layer, as the module uses them:
-    ``rows (2·h − 1, head_dim)`` indexed by ``Δy + h − 1``, ``cols (2·w − 1, head_dim)`` by
-    ``Δx + w − 1`` (``h × w`` the window, or the grid for a global block)."""
+    """SAM's decomposed relative positions of one layer, as the module uses them
+    (:func:`decomposed_relative_position`), with ``h × w`` the window, or the grid for a global block.
+
+    Attributes
+    ----------
+    rows : torch.Tensor
+        ``(2·h − 1, head_dim)`` float32, row ``Δy + h − 1`` for the vertical offset ``Δy = query − key``.
+    cols : torch.Tensor
+        ``(2·w − 1, head_dim)`` float32, row ``Δx + w − 1`` for the horizontal offset ``Δx = query − key``.
+    """
 
     rows: torch.Tensor
     cols: torch.Tensor
@@ -101,9 +120,25 @@ def decomposed_relative_position(vit, layer: int) -> DecomposedPosition:
     image: the tables are what the model learned (shared by all heads). A table whose
     length is not ``2·side − 1`` is resized exactly as the module resizes it.
 
-    Returns:
-        :class:`DecomposedPosition` ``(rows (2h − 1, head_dim), cols (2w − 1, head_dim))``
-        float32, detached.
+    Parameters
+    ----------
+    vit : LoadedViT
+        A model whose attention has decomposed relative-position tables (SAM).
+    layer : int
+        Model layer index (negative from the end).
+
+    Returns
+    -------
+    DecomposedPosition
+        ``(rows (2h − 1, head_dim), cols (2w − 1, head_dim))`` float32, detached, on the model's device,
+        with ``h × w`` the layer's window (the grid for a global block).
+
+    Raises
+    ------
+    AnalysisError
+        If ``vit`` is not a LoadedViT, ``layer`` does not exist, or the layer has no decomposed tables
+        (the message names :func:`relative_position_bias` for Swin, else
+        :func:`~analysis.embedding.position.position_embedding_similarity`).
     """
     site, layer = _layer_site(vit, layer, "decomposed_relative_position")
     tables = site.adapter.decomposed_relative_position(site.module, vit.spec.geometry(layer).window_size)

@@ -73,30 +73,51 @@ def capture_attention(
 ) -> AttentionRecord:
     """Run one forward pass and return every requested layer's attention and the logits.
 
-    Args:
-        vit: a :class:`~analysis.model.loading.LoadedViT`.
-        pixels: ``(B, 3, H, W)`` preprocessed input (any device; moved to the model's).
-        layers: model layer indices to keep (``None``: all). Others keep the fused kernel (an
-            attention-pooling head's is always recorded, as ``P·v``). The record holds them in
-            increasing order, the order of the forward pass that rollout composes;
-            ``record.select_layers([...])`` gives any other order.
-        query_tokens: keep only these query rows (token indices; e.g. ``[0]`` for the class
-            token) to save memory: attentions are then ``(L, B, heads, len(query_tokens), T)``.
-        dtype: storage dtype of the kept maps (``torch.float16`` halves memory); the
-            probabilities themselves are always computed in float32.
-        precision: autocast for the forward: ``"auto"`` (bf16/fp16 on cuda, fp32 on cpu),
-            ``"float32"``, ``"bfloat16"``, ``"float16"``.
-        to_cpu: move the kept maps to CPU memory (default), else keep them on the device.
-        exact_logits: ``False`` (default): each fused attention call's output is computed as
-            ``P·v`` from the very probabilities recorded, so the scores are computed once and
-            capture costs about a plain forward; the logits then equal an uncaptured forward's
-            to float rounding (tested at 1e-5). ``True``: the fused kernel runs untouched
-            beside the capture and the logits are bit-identical, at about 1.1x the cost.
+    Parameters
+    ----------
+    vit : LoadedViT
+        A :class:`~analysis.model.loading.LoadedViT`.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (any device; moved to the model's).
+    layers : int, sequence of int or None, default None
+        Model layer indices to keep (negative ones count from the end; ``None``: all). Others keep
+        the fused kernel (an attention-pooling head's is always recorded, as ``P·v``). The record
+        holds them in increasing order, the order of the forward pass that rollout composes;
+        ``record.select_layers([...])`` gives any other order.
+    query_tokens : sequence of int or None, default None
+        Keep only these query rows (token indices in ``0..T-1``; e.g. ``[0]`` for the class
+        token) to save memory: attentions are then ``(L, B, heads, len(query_tokens), T)``.
+        ``None`` keeps every row; it must be ``None`` for a windowed model (Swin).
+    dtype : torch.dtype, default torch.float32
+        Storage dtype of the kept maps (``torch.float16`` halves memory); the probabilities
+        themselves are always computed in float32.
+    precision : str, default "auto"
+        Autocast for the forward: ``"auto"`` (bf16/fp16 on cuda, fp32 on cpu), ``"float32"``,
+        ``"bfloat16"``, ``"float16"``.
+    to_cpu : bool, default True
+        Move the kept maps (and the logits) to CPU memory, else keep them on the model's device.
+    exact_logits : bool, default False
+        ``False``: each fused attention call's output is computed as ``P·v`` from the very
+        probabilities recorded, so the scores are computed once and capture costs about a plain
+        forward; the logits then equal an uncaptured forward's to float rounding (tested at 1e-5).
+        ``True``: the fused kernel runs untouched beside the capture and the logits are
+        bit-identical, at about 1.1x the cost.
 
-    Returns:
-        An :class:`AttentionRecord` with ``attentions (L, B, heads, Q, T)`` and ``logits``; for
-        a windowed model (Swin) a :class:`~analysis.records.windowed.WindowedAttentionRecord` with one
-        ``(B, windows, heads, Wt, Wt)`` tensor per layer (``query_tokens`` must be ``None``).
+    Returns
+    -------
+    AttentionRecord
+        An :class:`AttentionRecord` with ``attentions`` ``(L, B, heads, Q, T)`` in ``dtype``
+        (``Q == T`` unless ``query_tokens`` is given, then ``Q == len(query_tokens)``) and
+        ``logits`` ``(B, classes)`` float32 (an embedding tower's ``(B, E)``); for a windowed model (Swin) a
+        :class:`~analysis.records.windowed.WindowedAttentionRecord` with one
+        ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+
+    Raises
+    ------
+    AnalysisError
+        For ``pixels`` of the wrong shape or size for the model, a non-floating ``dtype``, a layer
+        outside the model, ``query_tokens`` that are empty, outside ``0..T-1`` or given for a
+        windowed model, or a forward pass in which a requested layer's attention was never computed.
     """
     spec = input_spec(vit, pixels)
     layer_ids = tuple(sorted(resolve_layers(layers, spec.num_layers)))  # the forward order

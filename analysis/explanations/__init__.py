@@ -104,14 +104,39 @@ def methods_for(vit) -> tuple[str, ...]:
 def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:
     """A ``(B, gh, gw)`` float32 CPU map of why the model scores ``target`` on ``pixels``.
 
-    target: a class index, a ``(B,)`` sequence/tensor of them, or ``None`` for each image's
-    predicted class (ignored by ``"attention"`` and ``"rollout"``, which are not
-    class-specific; passing one is an error). ``options`` go to the method
-    (``integrated_gradients``: ``steps``, ``baseline``, ``quadrature``; ``chefer``: ``start_layer``;
-    ``rollout``: ``head_fusion``, ...).
-
     A windowed model's (Swin, SAM) map lies on the grid :func:`explanation_grid` names;
     ``"attention"`` and ``"chefer"`` are refused for it with the reason.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index, a ``(B,)`` sequence/tensor of them, or ``None`` for each image's predicted
+        class (ignored by ``"attention"`` and ``"rollout"``, which are not class-specific;
+        passing one is an error).
+    method : str, default "chefer"
+        One of :data:`EXPLANATION_METHODS`: ``"attention"``, ``"rollout"``, ``"chefer"``,
+        ``"gradcam"``, ``"input_x_gradient"``, ``"integrated_gradients"``, ``"attnlrp"``.
+    **options : Any
+        Keyword options passed on to the method (:func:`method_options` lists them;
+        ``integrated_gradients``: ``steps``, ``baseline``, ``quadrature``; ``chefer``:
+        ``start_layer``; ``rollout``: ``head_fusion``, ...).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on the CPU: a ViT's patch grid, or for a windowed model the grid
+        :func:`explanation_grid` names.
+
+    Raises
+    ------
+    AnalysisError
+        For an unknown ``method``, an option the method does not accept, a ``target`` given to a
+        method that is not class-specific, ``pixels`` that do not fit the model, or a method not
+        defined for a windowed model (``"attention"``, ``"chefer"``).
     """
     if method not in EXPLANATION_METHODS:
         raise AnalysisError(f"Unknown explanation method {method!r}; use one of {', '.join(EXPLANATION_METHODS)}.")

@@ -24,8 +24,28 @@ def scale_by_peak(maps, *, negative: str = "keep") -> np.ndarray:
     """``(..., h, w)`` maps -> float32 maps ``m / max|m|``, each ``(h, w)`` map by its own peak.
 
     NaN cells (e.g. dropped tokens) are ignored for the peak and stay NaN; an all-zero (or
-    all-NaN) map stays as it is. ``negative="zero"`` then sets negative values to 0. An infinite
-    value has no finite scale: it is refused with an AnalysisError (the map overflowed upstream).
+    all-NaN) map stays as it is.
+
+    Parameters
+    ----------
+    maps : array_like
+        ``(..., h, w)`` maps, at least two dimensions (e.g. ``(B, gh, gw)``): a numpy array, a CPU
+        tensor or nested lists, read as float32.
+    negative : str, default "keep"
+        One of :data:`NEGATIVE_HANDLING`: ``"keep"`` leaves negative values, giving values in
+        [−1, 1]; ``"zero"`` then sets negative values to 0, giving values in [0, 1].
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(..., h, w)`` float32, the shape of ``maps``: each ``(h, w)`` map divided by its largest
+        absolute value (NaN cells ignored).
+
+    Raises
+    ------
+    AnalysisError
+        For an infinite value, which has no finite scale (the map overflowed upstream); also
+        for an unknown ``negative`` or ``maps`` with fewer than two dimensions.
     """
     if negative not in NEGATIVE_HANDLING:
         raise AnalysisError(f"negative must be one of {', '.join(NEGATIVE_HANDLING)}, not {negative!r}.")

@@ -24,6 +24,27 @@ def upsample_map(grid_map, size: tuple[int, int], mode: str = "bilinear") -> np.
     Bilinear: pixel centre ``y = (i + ½)·gh/H − ½`` (likewise x) in patch coordinates,
     value = Σ over the 4 neighbouring patch centres of (1 − |Δy|)(1 − |Δx|)·m, with
     coordinates clamped to the grid. Nearest: ``m[⌊i·gh/H⌋, ⌊j·gw/W⌋]``.
+
+    Parameters
+    ----------
+    grid_map : array_like
+        ``(gh, gw)`` map on the patch grid, both sides at least 1 (a numpy array or a CPU tensor),
+        read as float64.
+    size : tuple of int
+        ``(H, W)`` output size in pixels, each at least 1.
+    mode : str, default "bilinear"
+        One of :data:`UPSAMPLING_MODES`: ``"bilinear"`` (smooth) or ``"nearest"`` (exact patch cells).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W)`` float64.
+
+    Raises
+    ------
+    AnalysisError
+        For an unknown ``mode``, a ``grid_map`` that is not a non-empty ``(gh, gw)`` map, or a
+        ``size`` side that is not a positive int.
     """
     if mode not in UPSAMPLING_MODES:
         raise AnalysisError(f"Unknown upsampling mode {mode!r}; use one of {', '.join(UPSAMPLING_MODES)}.")
@@ -43,11 +64,31 @@ def upsample_map(grid_map, size: tuple[int, int], mode: str = "bilinear") -> np.
 def masked_image(image, mask, mode: str = "bilinear", *, top: float | None = None) -> np.ndarray:
     """Figure 6: ``image · min(m / top, 1)``, ``m`` the ``(gh, gw)`` mask upsampled to the image.
 
-    image: ``(H, W, 3)`` uint8 (the pixels the model saw); returns ``(H, W, 3)`` uint8. ``top``:
-    the mask value shown at full brightness (default ``max(m)``, the paper's rule; a robust top
-    such as :func:`analysis.plots.robust_top` keeps one outlier patch from darkening the rest:
-    pixels above it stay at full brightness). A mask whose top is not positive gives a black
-    image.
+    A mask whose top is not positive gives a black image.
+
+    Parameters
+    ----------
+    image : array_like
+        ``(H, W, 3)`` uint8 (the pixels the model saw), e.g. an RGB PIL image or a numpy array.
+    mask : array_like
+        ``(gh, gw)`` mask on the patch grid (e.g. a rollout map), upsampled to ``(H, W)`` by
+        :func:`upsample_map`.
+    mode : str, default "bilinear"
+        The upsampling, one of :data:`UPSAMPLING_MODES`.
+    top : float or None, default None
+        The mask value shown at full brightness (``None``: ``max(m)``, the paper's rule; a robust
+        top such as :func:`analysis.plots.robust_top` keeps one outlier patch from darkening the
+        rest: pixels above it stay at full brightness).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W, 3)`` uint8: the image times the clipped, upsampled mask, rounded.
+
+    Raises
+    ------
+    AnalysisError
+        For an ``image`` that is not ``(H, W, 3)``, or an unknown ``mode``.
     """
     pixels = np.asarray(image)
     if pixels.ndim != 3 or pixels.shape[2] != 3:

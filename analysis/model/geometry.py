@@ -176,7 +176,50 @@ class ViTSpec:
 
     Token order in every sequence is ``[prefix tokens..., patch tokens...]`` where the
     prefix is (class token?) + (distillation token?) + (register tokens); patch tokens
-    are in row-major order over a ``grid_size = (gh, gw)`` grid.
+    are in row-major order over a ``grid_size = (gh, gw)`` grid, so a sequence is
+    ``T = num_prefix_tokens + gh·gw`` tokens long (:attr:`num_tokens`).
+
+    Attributes
+    ----------
+    patch_size : tuple of int
+        ``(ph, pw)`` input pixels per patch (the stride for hybrid stems, whose own patch is a
+        feature-map patch).
+    grid_size : tuple of int
+        ``(gh, gw)`` patches per column / per row (a windowed model: its patch embedding's grid,
+        before any patch merging).
+    num_prefix_tokens : int
+        Class + distillation + register tokens before the patches.
+    num_layers : int
+        Transformer blocks (attention layers) ``L``.
+    num_heads : int
+        Attention heads of the first layer (every layer's for a ViT; a windowed model's stages
+        differ: :meth:`geometry`, :attr:`max_layer_heads`).
+    embed_dim : int
+        Token width the model declares (its ``embed_dim``, else ``num_features``).
+    img_size : tuple of int
+        ``(H, W)`` input resolution ``= grid_size * patch_size``.
+    has_class_token : bool
+        Whether the first prefix token is a class token.
+    position_embedding : str, default "learned"
+        How positions enter the model, one of :data:`POSITION_KINDS`.
+    head : str, default "classifier"
+        What the output is, one of :data:`HEAD_KINDS`.
+    num_outputs : int, default 0
+        Classes (``"classifier"``), embedding width (``"embedding"``), 0 (``"none"``).
+    dynamic_img_size : bool, default False
+        The model accepts other whole-patch input sizes (:meth:`with_image_size`).
+    dynamic_img_pad : bool, default False
+        The model pads partial patches up to whole ones.
+    family : str, default ""
+        The model class, e.g. ``"VisionTransformer"``, ``"Eva"``, ``"Beit"``.
+    residual_norm : str, default "pre"
+        ``"pre"``: ``x + f(norm(x))``; ``"post"``: ``x + norm(f(x))`` (timm's ``*_rpn`` ResPost
+        blocks, Swin V2).
+    prefix_names : tuple of str, default ()
+        One per prefix token, e.g. ``("class", "register 1", ...)``; see :attr:`token_names`.
+    layer_geometry : tuple of LayerGeometry, default ()
+        Windowed / hierarchical models only: one :class:`LayerGeometry` per layer (empty for a
+        ViT; :meth:`geometry` gives every layer's).
     """
 
     patch_size: tuple[int, int]  # (ph, pw) input pixels per patch (the stride for hybrid stems)

@@ -49,16 +49,28 @@ class AttentionRecordProtocol(Protocol):
 class AttentionRecord:
     """Attention captured from one forward pass.
 
-    Attributes:
-        attentions: ``(L, B, heads, Q, T)`` softmax probabilities. ``Q == T`` (every query
-            token) unless the capture asked for ``query_tokens``; rows sum to one over keys.
-        logits: ``(B, classes)`` the model's output for the same forward pass.
-        spec: the token geometry of *this* input (differs from the model's default for
-            ``dynamic_img_size`` models fed another resolution).
-        layers: model layer index of each entry along ``L``.
-        query_tokens: token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
-        pool_attention: ``(B, heads, probes, T)`` attention of an attention-pooling head
-            (SigLIP/PE ``map`` pooling: learned probe queries over the output tokens), else ``None``.
+    What :func:`analysis.engine.capture.capture_attention` returns for a global-attention model (a
+    windowed model's record is :class:`analysis.records.windowed.WindowedAttentionRecord`).
+
+    Attributes
+    ----------
+    attentions : torch.Tensor
+        ``(L, B, heads, Q, T)`` softmax probabilities, stored in the capture's ``dtype`` (float32
+        by default). ``Q == T`` (every query token) unless the capture asked for ``query_tokens``;
+        rows sum to one over keys.
+    logits : torch.Tensor
+        ``(B, classes)`` float32: the model's output for the same forward pass.
+    spec : ViTSpec
+        The token geometry of *this* input (differs from the model's default for
+        ``dynamic_img_size`` models fed another resolution).
+    layers : tuple of int
+        Model layer index of each entry along ``L`` (increasing from a capture;
+        :meth:`select_layers` gives any other order).
+    query_tokens : tuple of int or None, default None
+        Token index of each row along ``Q``, or ``None`` for all ``T`` tokens.
+    pool_attention : torch.Tensor or None, default None
+        ``(B, heads, probes, T)`` attention of an attention-pooling head (SigLIP/PE ``map`` pooling:
+        learned probe queries over the output tokens), else ``None``.
     """
 
     attentions: torch.Tensor

@@ -192,8 +192,31 @@ def select_query(attention: torch.Tensor, rows: list[int]) -> torch.Tensor:
 
 def corresponding_layer(layer: int, from_layers: int, to_layers: int) -> int:
     """The layer at the same relative depth in a model with ``to_layers`` layers:
-    ``round(layer · (to_layers − 1) / (from_layers − 1))`` (the first maps to the first, the
-    last to the last)."""
+
+        round(layer · (to_layers − 1) / (from_layers − 1))
+
+    (the first maps to the first, the last to the last). When either model has a single layer,
+    the result is ``min(layer, to_layers − 1)``.
+
+    Parameters
+    ----------
+    layer : int
+        Layer index in the first model (at least 0).
+    from_layers : int
+        Number of layers of the model ``layer`` comes from (at least 1).
+    to_layers : int
+        Number of layers of the other model (at least 1).
+
+    Returns
+    -------
+    int
+        The layer index in the model with ``to_layers`` layers.
+
+    Raises
+    ------
+    AnalysisError
+        An argument is not an integer (bools refused) or is below its minimum.
+    """
     from_layers = check_int("from_layers", from_layers, minimum=1)
     to_layers = check_int("to_layers", to_layers, minimum=1)
     layer = check_int("layer", layer, minimum=0)
@@ -216,13 +239,45 @@ def corresponding_query(
     *,
     from_has_class_token: bool | None = None,
 ) -> Query:
-    """The same query in another model (or at another grid): the class token (or ``"mean"``
-    without one); ``"mean"`` for the other prefix tokens, whose roles differ between models
+    """The same query in another model (or at another grid).
+
+    The class token becomes the class token (or ``"mean"`` without one); ``"mean"`` stays
+    ``"mean"``, and so do the other prefix tokens, whose roles differ between models
     (``"prefix:0"`` is the class token only when ``from_has_class_token``: in a registers-only
-    model it is a register, so it needs saying); for a patch, the patch of ``to_grid`` that
-    contains the centre of patch ``(r, c)`` of ``from_grid``: ``(⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)``.
-    A pixel query ``(y, x)`` is already a place in the image: turn it into a patch with
-    :func:`patch_of_pixel` first."""
+    model it is a register, so it needs saying); a patch becomes the patch of ``to_grid`` that
+    contains the centre of patch ``(r, c)`` of ``from_grid``:
+
+        (⌊(r + ½)·gh′/gh⌋, ⌊(c + ½)·gw′/gw⌋)
+
+    clipped to ``to_grid``. A pixel query ``(y, x)`` is already a place in the image: turn it into
+    a patch with :func:`patch_of_pixel` first.
+
+    Parameters
+    ----------
+    query : int or str
+        ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a row-major patch index of ``from_grid``.
+    from_grid : (int, int)
+        The ``(gh, gw)`` patch grid the query comes from.
+    to_grid : (int, int)
+        The ``(gh′, gw′)`` grid to map onto (the other model's patch grid).
+    to_has_class_token : bool
+        Whether the other model has a class token (``"cls"`` becomes ``"mean"`` when not).
+    from_has_class_token : bool or None, default None
+        Whether the model the query comes from has a class token (its
+        ``spec.has_class_token``); needed only for ``query="prefix:0"``.
+
+    Returns
+    -------
+    int or str
+        ``"cls"``, ``"mean"`` or a row-major patch index of ``to_grid``.
+
+    Raises
+    ------
+    AnalysisError
+        A grid is not a ``(rows, columns)`` pair of positive integers; ``query`` is a pixel
+        ``(y, x)``, ``"prefix:0"`` without ``from_has_class_token``, a patch index outside
+        ``from_grid``, or none of the forms above.
+    """
     from_grid, to_grid = _grid_pair("from_grid", from_grid), _grid_pair("to_grid", to_grid)
     if query == "cls":
         return "cls" if to_has_class_token else "mean"

@@ -46,14 +46,24 @@ DEMO_IMAGES = 64  # images="demo": this many generated demo scenes (stream 0)
 class SimilarityResult:
     """Linear CKA between the layers of two models over a set of images.
 
-    Attributes:
-        matrix: ``(La, Lb)`` float64; ``matrix[i, j]`` compares layer ``layers_a[i]`` of the
-            first model with layer ``layers_b[j]`` of the second (NaN where a layer's
-            representation does not vary over the images).
-        layers_a, layers_b: one name per compared layer (``"block 3"``, ``"layer2"``).
-        estimator: ``"minibatch"`` or ``"full"``.
-        images: how many images the matrix counts (the minibatch estimator leaves out a last
-            batch of fewer than 4).
+    What :func:`representation_similarity` returns.
+
+    Attributes
+    ----------
+    matrix : numpy.ndarray
+        ``(La, Lb)`` float64; ``matrix[i, j]`` compares layer ``layers_a[i]`` of the first model
+        with layer ``layers_b[j]`` of the second (NaN where a layer's representation does not vary
+        over the images).
+    layers_a : tuple of str
+        One name per compared layer of the first model (``"block 3"``, ``"layer2"``), along
+        ``La``.
+    layers_b : tuple of str
+        One name per compared layer of the second model, along ``Lb``.
+    estimator : str
+        ``"minibatch"`` or ``"full"``.
+    images : int
+        How many images the matrix counts (the minibatch estimator leaves out a last batch of
+        fewer than 4).
     """
 
     matrix: np.ndarray
@@ -216,21 +226,53 @@ def representation_similarity(
 ) -> SimilarityResult:
     """Linear CKA between every layer of ``model_a`` and every layer of ``model_b`` over ``images``.
 
-    Args:
-        model_a, model_b: a :class:`~analysis.model.loading.LoadedViT` (any family, windowed ones
-            included) or a timm CNN (:func:`analysis.robustness.load_cnn`); ``model_b=None``
-            compares ``model_a`` with itself (a symmetric matrix with a diagonal of 1).
-        images: a list of PIL images or paths, a folder, or ``"demo"`` (see :func:`resolve_images`).
-        layers_a, layers_b: indices into :func:`layer_names` (default: every layer).
-        estimator: ``"minibatch"`` (Nguyen et al. 2021: unbiased HSIC per minibatch of
-            ``batch_size`` images, averaged; one batch in memory) or ``"full"`` (Kornblith et al.
-            2019 on the whole set; every image's representations in memory).
-        batch_size: images per forward pass, and per minibatch of the estimator (at least 4).
-        kernel: ``"linear"`` (the only one: CKA with a linear kernel).
-        progress: called with ``(images done, images in all)`` after each batch.
+    Each layer's representation of an image is its whole output there, flattened (see the module
+    docstring); each model preprocesses the images with its own configuration.
 
-    Returns:
-        A :class:`SimilarityResult`.
+    Parameters
+    ----------
+    model_a : LoadedViT or LoadedCNN
+        A :class:`~analysis.model.loading.LoadedViT` (any family, windowed ones included) or a timm
+        CNN (:func:`analysis.robustness.load_cnn`).
+    images : iterable of PIL.Image.Image or paths, str or os.PathLike
+        A list (or other iterable) of PIL images or image paths, a folder of images, or ``"demo"``
+        (``"demo:N"`` for ``N`` generated scenes; see :func:`resolve_images`). At least 2 images.
+    model_b : LoadedViT, LoadedCNN or None, default None
+        The second model, as ``model_a``; ``None`` compares ``model_a`` with itself (a symmetric
+        matrix with a diagonal of 1).
+    layers_a : sequence of int or None, default None
+        Indices into :func:`layer_names` of ``model_a`` (negative ones count from the end);
+        ``None``: every layer.
+    layers_b : sequence of int or None, default None
+        The same for ``model_b`` (``model_a`` when ``model_b`` is ``None``).
+    estimator : str, default "minibatch"
+        ``"minibatch"`` (Nguyen et al. 2021: unbiased HSIC per minibatch of ``batch_size`` images,
+        averaged; one batch in memory) or ``"full"`` (Kornblith et al. 2019 on the whole set;
+        every image's representations in memory).
+    batch_size : int, default 32
+        Images per forward pass, and per minibatch of the estimator (at least 4 with
+        ``estimator="minibatch"``, at least 1 with ``"full"``).
+    kernel : str, default "linear"
+        ``"linear"`` (the only one: CKA with a linear kernel).
+    progress : callable or None, default None
+        Called with ``(images done, images in all)`` after each batch.
+
+    Returns
+    -------
+    SimilarityResult
+        The ``(La, Lb)`` float64 CKA matrix with the compared layers' names, the estimator and
+        the number of images counted.
+
+    Raises
+    ------
+    AnalysisError
+        ``kernel`` is not ``"linear"``, ``estimator`` is neither ``"minibatch"`` nor ``"full"``,
+        ``batch_size`` is too small, ``images`` holds fewer than 2 images (or is a single image,
+        or a path that is not a folder of images), the minibatch estimator got no minibatch of at
+        least 4 images, a layer index is outside its model, or a model is neither a transformer
+        nor a timm CNN with ``forward_intermediates``.
+    ImageLoadError
+        An image path cannot be decoded.
     """
     if kernel != "linear":
         raise AnalysisError(f"kernel must be 'linear' (linear CKA), not {kernel!r}.")

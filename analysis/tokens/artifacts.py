@@ -45,8 +45,24 @@ STANDOUT_RATIO = 2.0
 
 
 def token_norms(tokens) -> torch.Tensor:
-    """``(..., T, D)`` -> ``(..., T)`` Euclidean norms ``‖h‖₂`` in float32. ``tokens``: a tensor,
-    or a :class:`~analysis.tokens.record.TokenRecord` (its ``(L, B, T, D)`` tokens)."""
+    """Euclidean norms ``‖h‖₂`` of tokens: ``(..., T, D)`` -> ``(..., T)``, in float32.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor, array-like or TokenRecord
+        ``(..., T, D)`` tokens (e.g. ``(L, B, T, D)``), or a
+        :class:`~analysis.tokens.record.TokenRecord` (its ``(L, B, T, D)`` tokens).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., T)`` float32 norms (``(L, B, T)`` for a record).
+
+    Raises
+    ------
+    AnalysisError
+        ``tokens`` has fewer than 2 dimensions.
+    """
     tokens = torch.as_tensor(tokens.tokens if isinstance(tokens, TokenRecord) else tokens)
     if tokens.ndim < 2:
         raise AnalysisError(f"token_norms expects (..., T, D) tokens, got shape {tuple(tokens.shape)}.")
@@ -92,8 +108,40 @@ def high_norm_tokens(
     max_fraction: float = MAX_OUTLIER_FRACTION,
     min_ratio: float = MIN_NORM_RATIO,
 ) -> HighNormTokens:
-    """Outlier patch tokens of ``norms (L, B, T)`` (prefix tokens excluded), layer by layer,
-    pooling the batch's patch tokens to fit each layer's split."""
+    """Outlier patch tokens of ``norms`` (prefix tokens excluded), layer by layer, pooling the
+    batch's patch tokens to fit each layer's split.
+
+    Each layer's ``B·N`` patch norms are sorted; the largest gap between neighbouring log-norms
+    among the top ``max_fraction`` of them is the split if the norms across it differ by at least
+    ``min_ratio``, and the threshold is the geometric mean of the two norms at the gap (the
+    module docstring; Darcet et al. 2024).
+
+    Parameters
+    ----------
+    norms : torch.Tensor
+        ``(L, B, T)`` token norms (:func:`token_norms`), prefix tokens first.
+    num_prefix_tokens : int
+        How many leading tokens are prefix tokens, left out (``0 <= num_prefix_tokens < T``).
+    max_fraction : float, default MAX_OUTLIER_FRACTION
+        The split is looked for among the top ``max(1, ⌊max_fraction · B·N⌋)`` patch norms of a
+        layer (0.1, in ``(0, 1)``).
+    min_ratio : float, default MIN_NORM_RATIO
+        The least ratio of the norms across the gap that counts as a split (2.0, above 1).
+
+    Returns
+    -------
+    HighNormTokens
+        ``thresholds`` ``(L,)`` float32 (``inf`` where no outliers), ``mask`` ``(L, B, N)`` bool
+        over the patch tokens (``N = T − num_prefix_tokens``), ``fraction`` ``(L,)`` float32 of
+        patch tokens above the threshold, ``first_layer`` the first position along ``L`` with
+        any (``None`` if none).
+
+    Raises
+    ------
+    AnalysisError
+        ``norms`` is not 3-D, ``num_prefix_tokens`` leaves no patch tokens, ``max_fraction`` is
+        outside ``(0, 1)`` or ``min_ratio`` is not above 1.
+    """
     norms = torch.as_tensor(norms).float()
     if norms.ndim != 3:
         raise AnalysisError(f"high_norm_tokens expects (L, B, T) norms, got shape {tuple(norms.shape)}.")
@@ -137,9 +185,33 @@ def stage_high_norm_tokens(
 
 
 def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """``(L, B, heads)``: the attention the patch queries give to ``key_tokens``, averaged over
-    the patch queries: ``mean_q Σ_{k ∈ key_tokens} A[q, k]``. ``key_tokens`` are token indices
-    (e.g. ``range(num_prefix_tokens)``) or a ``(B, T)`` bool mask (per-image outliers)."""
+    """The attention the patch queries give to ``key_tokens``, averaged over the patch queries:
+
+        mass[l, b, h] = mean_q Σ_{k ∈ key_tokens} A[l, b, h, q, k]
+
+    with ``q`` over every patch query (each must have been captured) and ``k`` over the keys.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`analysis.capture_attention`), attentions ``(L, B, heads, Q, T)``
+        with every patch query row kept; windowed records are refused.
+    key_tokens : sequence of int or torch.Tensor
+        Token indices in ``0..T-1`` (e.g. ``range(num_prefix_tokens)``), or a ``(B, T)`` bool mask
+        (per-image outliers).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(L, B, heads)`` float32.
+
+    Raises
+    ------
+    AnalysisError
+        ``record`` is not an :class:`~analysis.records.attention.AttentionRecord` (a windowed
+        record included), a patch query row was not captured, a mask is not ``(B, T)``, or a token
+        index is outside ``0..T-1``.
+    """
     check_record(record, "attention_mass")
     spec = record.spec
     prefix = spec.num_prefix_tokens
@@ -164,8 +236,26 @@ def outlier_patches(found: HighNormTokens, image: int = 0) -> list[int]:
     are high-norm outliers in *any* layer (the union of ``found.positions(layer, image)``).
 
     This is the one rule by which maps, rollout and their colour ranges leave outliers out
-    (:func:`analysis.plots.colour_range`'s ``left_out``). A windowed model's stage grids differ
-    from layer to layer, so it has no single set: refused with an AnalysisError."""
+    (:func:`analysis.plots.colour_range`'s ``left_out``).
+
+    Parameters
+    ----------
+    found : HighNormTokens
+        The outliers of a ViT (:func:`high_norm_tokens`), ``mask`` ``(L, B, N)``.
+    image : int, default 0
+        The image in the batch, ``0 <= image < B``.
+
+    Returns
+    -------
+    list of int
+        Sorted row-major patch indices on the patch grid.
+
+    Raises
+    ------
+    AnalysisError
+        ``found`` is a windowed model's (its stage grids differ from layer to layer, so it has no
+        single set), or ``image`` is outside the batch.
+    """
     if isinstance(found.mask, tuple):
         raise AnalysisError(
             "outlier_patches needs one patch grid for every layer (a ViT); a windowed model's "

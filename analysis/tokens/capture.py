@@ -59,21 +59,52 @@ def capture_tokens(
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
 ) -> TokenRecord | WindowedTokens:
-    """A :class:`~analysis.tokens.record.TokenRecord` whose ``tokens`` are ``(L, B, T, D)`` on the
-    CPU: ``kind`` (one of :data:`TOKEN_KINDS`) for every requested layer, in the order asked
-    (``None``: all, in increasing order; ``record.layers`` says which), in token order (prefix
-    tokens first, then patches row-major; ``record.prefix()`` / ``record.patches()`` split them).
-    It is a view over :func:`analysis.engine.activations.run_with_cache` (``resid_post``,
-    ``attn.q``/``.k``/``.v``), for every family.
+    """One kind of token of every requested layer, from one forward pass.
 
-    For ``query``/``key``/``value``, ``D = heads · head_dim`` (``kv_heads · head_dim`` for
-    grouped-query keys and values). ``precision``: autocast for the forward, as in
-    :func:`analysis.capture_attention` (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
+    A :class:`~analysis.tokens.record.TokenRecord` whose ``tokens`` are ``(L, B, T, D)`` on the
+    CPU: ``kind`` for every requested layer, in the order asked (``record.layers`` says which),
+    in token order (prefix tokens first, then patches row-major; ``record.prefix()`` /
+    ``record.patches()`` split them). It is a view over
+    :func:`analysis.engine.activations.run_with_cache` (``resid_post``, ``attn.q``/``.k``/``.v``),
+    for every family. For ``query``/``key``/``value``, ``D = heads · head_dim``
+    (``kv_heads · head_dim`` for grouped-query keys and values).
 
     A windowed model (Swin, SAM) returns a :class:`~analysis.tokens.stages.WindowedTokens`:
     each block's ``(B, gh, gw, C)`` output (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on
-    its own stage grid, one tensor per layer (stages differ in grid and width). Only ``kind="token"``: their q/k/v
-    exist per window, not per cell of the grid.
+    its own stage grid, one tensor per layer (stages differ in grid and width). Only
+    ``kind="token"``: their q/k/v exist per window, not per cell of the grid.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    kind : str, default "token"
+        One of :data:`TOKEN_KINDS`: ``"token"`` (each block's output), ``"query"``, ``"key"`` or
+        ``"value"`` (what the block's fused attention call received).
+    layers : int, sequence of int or None, default None
+        Model layer indices (negative ones count from the end), kept in the order asked, each
+        once; ``None``: all, in increasing order.
+    dtype : torch.dtype, default torch.float32
+        Storage dtype of the tokens (a floating dtype).
+    precision : str, default "auto"
+        Autocast for the forward, as in :func:`analysis.capture_attention`: ``"auto"`` (bf16/fp16
+        on cuda, fp32 on the CPU), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    TokenRecord or WindowedTokens
+        A :class:`~analysis.tokens.record.TokenRecord` with ``tokens`` ``(L, B, T, D)`` in
+        ``dtype`` on the CPU; for a windowed model a :class:`~analysis.tokens.stages.WindowedTokens`
+        with one ``(B, gh·gw, C)`` tensor per layer.
+
+    Raises
+    ------
+    AnalysisError
+        ``kind`` is not one of :data:`TOKEN_KINDS`, ``dtype`` is not a floating dtype, ``precision``
+        is none of the four, a layer is outside the model, or ``kind`` is not ``"token"`` on a
+        windowed model.
     """
     if kind not in TOKEN_KINDS:
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
@@ -121,15 +152,41 @@ def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tenso
 def logit_lens(
     vit, pixels: torch.Tensor, *, layers: Sequence[int] | int | None = None, precision: str = "auto"
 ) -> torch.Tensor:
-    """``(L, B, classes)``: block ``l``'s output read by the model's own final norm, pooling and
-    head, ``head(pool(norm(h_l)))`` (``model.forward_head(model.norm(h_l))``), for ``layers``
-    (``None``: :func:`~analysis.tokens.stages.logit_lens_layers`, every layer of a ViT). The
-    last layer equals the logits: the model's forward is exactly that applied to the last block.
+    """The logit lens: block ``l``'s output read by the model's own final norm, pooling and head,
+
+        logits[l] = head(pool(norm(h_l))) = model.forward_head(model.norm(h_l))
+
+    for each of ``layers``. The last layer equals the logits: the model's forward is exactly that
+    applied to the last block.
 
     A windowed model (Swin, SAM): the same read by its own readout after the last block
     (:func:`~analysis.tokens.stages.windowed_readout`: Swin's ``norm``, SAM's ``neck``, then
     ``forward_head``), defined only for the last stage's layers (the grid and width that
     readout takes); ``layers=None`` gives those, and an earlier layer is refused with the reason.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A classifier (:func:`analysis.load_vit`); a model without a class head is refused.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    layers : int, sequence of int or None, default None
+        Model layer indices (negative ones count from the end); a ViT's in the order asked, a
+        windowed model's in increasing order. ``None``:
+        :func:`~analysis.tokens.stages.logit_lens_layers`, every layer of a ViT.
+    precision : str, default "auto"
+        Autocast for the forward, as in :func:`capture_tokens`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(L, B, classes)`` float32 logits on the CPU, one row per layer.
+
+    Raises
+    ------
+    AnalysisError
+        The model has no class head, a layer is outside the model, or (a windowed model) a layer
+        is outside the last stage.
     """
     spec = input_spec(vit, pixels)
     if not spec.has_classifier:

@@ -59,13 +59,43 @@ def _principal_axes(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 def feature_pca(
     tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, n_components: int = 3, foreground: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rgb (B, gh, gw, k), fitted (B, gh, gw) bool)``: patch tokens projected on their first
-    ``k`` principal components, fitted jointly on all images' patches, each component min-max
-    scaled to [0, 1] over the fitted patches (values outside are clipped).
+    """Patch tokens projected on their first ``k`` principal components as colours (the DINOv2
+    figure): fitted jointly on all images' patches, each component min-max scaled to [0, 1] over
+    the fitted patches (values outside are clipped).
 
-    ``foreground=True`` follows DINOv2: a first PCA's first component splits the patches
-    (those above its mean are kept: the larger side is taken as background and dropped when
-    it holds most patches), and the PCA is refitted on the kept ones; the rest is drawn black.
+    ``foreground=True`` follows DINOv2: a first PCA's first component splits the patches at its
+    mean; the larger side is taken as background and dropped (the patches above the mean are kept
+    unless they are the majority), and the PCA is refitted on the kept ones; the rest is drawn
+    black. If ``k`` or fewer patches are kept, every patch is fitted instead.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        ``(B, T, D)`` tokens of one layer, ``T = prefix + gh·gw`` for ``spec`` (a windowed layer's
+        ``(B, gh·gw, C)``).
+    spec : ViTSpec or LayerGeometry
+        A ViT's :class:`~analysis.model.geometry.ViTSpec`, or one layer's
+        :class:`~analysis.model.geometry.LayerGeometry` (``spec.geometry(layer)``; a windowed
+        model's layers need theirs).
+    n_components : int, default 3
+        ``k``, the number of principal components (at least 1, at most ``min(B·gh·gw, D)``); 3
+        for RGB.
+    foreground : bool, default False
+        Fit the PCA on the foreground patches only, as above.
+
+    Returns
+    -------
+    rgb : torch.Tensor
+        ``(B, gh, gw, k)`` float32 in [0, 1]; patches left out of the fit are 0.
+    fitted : torch.Tensor
+        ``(B, gh, gw)`` bool: the patches the PCA was fitted on (all of them without
+        ``foreground``).
+
+    Raises
+    ------
+    AnalysisError
+        ``tokens`` is not ``(B, T, D)`` for ``spec``, ``n_components`` is below 1 or exceeds
+        ``min(B·gh·gw, D)``, or ``spec`` is a windowed model's :class:`~analysis.model.geometry.ViTSpec`.
     """
     k = check_int("n_components", n_components, minimum=1)
     patches = _patches(tokens, spec)  # (B, N, D)
@@ -98,12 +128,42 @@ def patch_similarity(
     other: torch.Tensor | None = None,
     image: int = 0,
 ) -> torch.Tensor:
-    """``(gh, gw)`` cosine similarity of one token of image ``image`` to every patch token, of the
-    same image or of ``other`` (``(B', T, D)`` tokens of another image at the same layer: the
-    correspondence view; its first image is used). ``query``: a patch index, ``"cls"`` (the
-    class token), ``"mean"`` (the mean patch token), ``"prefix:<i>"`` (prefix token i) or an input
-    pixel ``(y, x)`` (its patch), as :func:`analysis.records.queries.resolve_query` reads them.
-    ``cos(u, v) = u·v / (‖u‖‖v‖)``."""
+    """Cosine similarity of one token of image ``image`` to every patch token, of the same image
+    or of another (the correspondence view):
+
+        sim[i, j] = cos(u, v_{i·gw + j}),   cos(u, v) = u·v / (‖u‖‖v‖)
+
+    with ``u`` the query token and ``v`` the patch tokens, in float64.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        ``(B, T, D)`` tokens of one layer, ``T = prefix + gh·gw`` for ``spec``.
+    spec : ViTSpec or LayerGeometry
+        A ViT's :class:`~analysis.model.geometry.ViTSpec`, or one layer's
+        :class:`~analysis.model.geometry.LayerGeometry` (``spec.geometry(layer)``).
+    query : int, str or (int, int)
+        A patch index, ``"cls"`` (the class token), ``"mean"`` (the mean patch token),
+        ``"prefix:<i>"`` (prefix token i) or an input pixel ``(y, x)`` (its patch), as
+        :func:`analysis.records.queries.resolve_query` reads them.
+    other : torch.Tensor or None, default None
+        ``(B', T, D)`` tokens of another image at the same layer (its first image is used);
+        ``None``: the patches of image ``image`` of ``tokens``.
+    image : int, default 0
+        The image of ``tokens`` whose token is the query (and whose patches are compared when
+        ``other`` is ``None``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(gh, gw)`` float32 cosine similarities, in [-1, 1].
+
+    Raises
+    ------
+    AnalysisError
+        ``tokens`` or ``other`` is not ``(B, T, D)`` for ``spec``, ``query`` names no token of the
+        model, or ``spec`` is a windowed model's :class:`~analysis.model.geometry.ViTSpec`.
+    """
     patches = _patches(tokens, spec)[image]  # (N, D)
     resolved = resolve_query(spec, query)
     vector = patches.mean(0) if resolved.mean else torch.as_tensor(tokens)[image, resolved.tokens[0]].double()

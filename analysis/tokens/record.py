@@ -16,26 +16,33 @@ __all__ = ["TokenRecord"]
 
 @dataclass(frozen=True)
 class TokenRecord:
-    """Tokens captured from one forward pass of a global-attention ViT.
+    """Tokens captured from one forward pass of a global-attention ViT: what
+    :func:`~analysis.tokens.capture_tokens` returns for one.
 
-    Attributes:
-        tokens: ``(L, B, T, D)`` on the CPU: entry ``i`` is model layer ``layers[i]``; tokens in
-            model order (the ``spec.num_prefix_tokens`` prefix tokens first, then the patches
-            row-major on ``spec.grid_size``). For ``query``/``key``/``value``, ``D = heads · d``
-            (``kv_heads · d`` for grouped-query keys and values).
-        spec: the token layout of *this* input.
-        layers: model layer index of each entry along ``L``, in the order they were asked for.
-        kind: ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
+    Attributes
+    ----------
+    tokens : torch.Tensor
+        ``(L, B, T, D)`` on the CPU, in the capture's ``dtype`` (float32 by default): entry ``i`` is model layer ``layers[i]``; tokens in model order
+        (the ``spec.num_prefix_tokens`` prefix tokens first, then the patches row-major on
+        ``spec.grid_size``). For ``query``/``key``/``value``, ``D = heads · d`` (``kv_heads · d``
+        for grouped-query keys and values).
+    spec : ViTSpec
+        The token layout of *this* input.
+    layers : tuple of int
+        Model layer index of each entry along ``L``, in the order they were asked for.
+    kind : str, default "token"
+        ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
 
-    Examples:
-        >>> from analysis import capture_tokens
-        >>> record = capture_tokens(vit, pixels, kind="key", layers=[3, 0])
-        >>> record.layers  # the order asked
-        (3, 0)
-        >>> tuple(record.layer_tokens(3).shape)  # (B, T, D); the demo ViT
-        (1, 65, 128)
-        >>> tuple(record.patches(3).shape)  # (B, gh·gw, D), a view
-        (1, 64, 128)
+    Examples
+    --------
+    >>> from analysis import capture_tokens
+    >>> record = capture_tokens(vit, pixels, kind="key", layers=[3, 0])
+    >>> record.layers  # the order asked
+    (3, 0)
+    >>> tuple(record.layer_tokens(3).shape)  # (B, T, D); the demo ViT
+    (1, 65, 128)
+    >>> tuple(record.patches(3).shape)  # (B, gh·gw, D), a view
+    (1, 64, 128)
     """
 
     tokens: torch.Tensor

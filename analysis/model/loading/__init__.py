@@ -95,25 +95,39 @@ def load_vit(
 ) -> LoadedViT:
     """Load a ViT for inspection.
 
-    Args:
-        source: an ``nn.Module``; a bundled demo model (``"demo"``, ``"demo_swin"``, ``"demo_textured"``,
-            ``"demo_swin_textured"``: :data:`DEMO_MODELS`); a timm name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``);
-            ``"hf-hub:org/name"`` (timm weights on the hub); ``"hf:org/name"`` (a transformers
-            model); ``"torchvision:vit_b_16"``; ``"local-dir:folder"`` or a folder (timm hub layout
-            or transformers ``save_pretrained``); or a single weights file (then ``arch`` is required).
-        pretrained: for names only: load pretrained weights (from the local cache, else
-            downloaded). ``False`` gives random weights, the same on every load (seeded with
-            :data:`~analysis.model.loading.random_weights.RANDOM_WEIGHTS_SEED`; the caller's random
-            state is left as it was).
-        device: ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
-        arch: the architecture of a single weights file: a timm name or ``"torchvision:<name>"``.
-        **model_kwargs: for timm sources, passed on to ``timm.create_model`` (``img_size=``,
-            ``num_classes=``, ``dynamic_img_size=``...; they win over a folder's saved
-            ``model_args``). For module objects and foreign models: ``img_size=``, ``mean=``,
-            ``std=`` override the preprocessing.
+    Parameters
+    ----------
+    source : str, os.PathLike or torch.nn.Module
+        An ``nn.Module``; a bundled demo model (``"demo"``, ``"demo_swin"``, ``"demo_textured"``,
+        ``"demo_swin_textured"``: :data:`DEMO_MODELS`); a timm name
+        (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``); ``"hf-hub:org/name"`` (timm weights on
+        the hub); ``"hf:org/name"`` (a transformers model); ``"torchvision:vit_b_16"``;
+        ``"local-dir:folder"`` or a folder (timm hub layout or transformers ``save_pretrained``); or
+        a single weights file (then ``arch`` is required).
+    pretrained : bool, default True
+        For names only: load pretrained weights (from the local cache, else downloaded). ``False``
+        gives random weights, the same on every load (seeded with
+        :data:`~analysis.model.loading.random_weights.RANDOM_WEIGHTS_SEED`; the caller's random
+        state is left as it was).
+    device : str, torch.device or None, default None
+        ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
+    arch : str or None, default None
+        The architecture of a single weights file: a timm name or ``"torchvision:<name>"``.
+    **model_kwargs : Any
+        For timm sources, passed on to ``timm.create_model`` (``img_size=``, ``num_classes=``,
+        ``dynamic_img_size=``...; they win over a folder's saved ``model_args``). For module objects
+        and foreign models: ``img_size=``, ``mean=``, ``std=`` override the preprocessing.
 
-    Raises:
-        ModelLoadError: and its subclasses, with a message that says what to do.
+    Returns
+    -------
+    LoadedViT
+        The model in eval mode on its device, with its geometry (``spec``), its preprocessing and
+        its class names.
+
+    Raises
+    ------
+    ModelLoadError
+        And its subclasses, with a message that says what to do.
     """
     if isinstance(source, nn.Module):
         return objects.wrap_module(source, device=None if device is None else resolve_device(device), **model_kwargs)

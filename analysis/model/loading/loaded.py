@@ -42,7 +42,25 @@ def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Te
     """``(B, classes)`` probabilities of ``logits`` ``(B, classes)`` by a model's own ``rule``: ``"softmax"``
     (an image classifier trained with cross-entropy; CLIP over its prompts, Radford et al. 2021) or
     ``"sigmoid"`` (each class on its own, SigLIP's pairwise loss, Zhai et al. 2023), in float32.
-    The one implementation every analysis and page uses (:meth:`LoadedModel.probabilities`)."""
+    The one implementation every analysis and page uses (:meth:`LoadedModel.probabilities`).
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, classes)`` scores (any floating dtype; computed in float32).
+    rule : str, default "softmax"
+        A key of :data:`PROBABILITY_RULES`: ``"softmax"`` over the last axis, or ``"sigmoid"`` per entry.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, classes)`` float32 probabilities, on the device of ``logits``.
+
+    Raises
+    ------
+    AnalysisError
+        For an unknown ``rule``.
+    """
     if rule == "softmax":
         return logits.float().softmax(-1)
     if rule == "sigmoid":
@@ -51,9 +69,26 @@ def class_probabilities(logits: torch.Tensor, rule: str = "softmax") -> torch.Te
 
 
 def top_classes(scores, k: int | None = None) -> list[int]:
-    """The indices of the ``k`` highest of ``scores`` ``(classes,)`` (probabilities or logits;
-    a tensor, an array or a list), highest first; equal scores in class order (a stable sort);
-    ``k=None``: every class. The one ranking every page and analysis uses."""
+    """The indices of the ``k`` highest of ``scores``, highest first; equal scores in class order
+    (a stable sort). The one ranking every page and analysis uses.
+
+    Parameters
+    ----------
+    scores : torch.Tensor, numpy.ndarray or list of float
+        ``(classes,)`` one image's probabilities or logits.
+    k : int or None, default None
+        How many indices to return (at least 0); ``None``: every class.
+
+    Returns
+    -------
+    list of int
+        Class indices, at most ``k`` of them (every class for ``k=None``), highest score first.
+
+    Raises
+    ------
+    AnalysisError
+        For ``scores`` that are not one-dimensional, or a negative ``k``.
+    """
     values = np.asarray(torch.as_tensor(scores).detach().float().cpu())
     if values.ndim != 1:
         raise AnalysisError(f"top_classes ranks one image's scores, shape (classes,); got shape {values.shape}.")
@@ -65,7 +100,25 @@ def top_classes(scores, k: int | None = None) -> list[int]:
 
 def class_label(class_names, index: int) -> str:
     """The name of class ``index``: ``class_names[index]``, or ``"class {index}"`` when the
-    model has no names (``class_names`` None or empty)."""
+    model has no names (``class_names`` None or empty).
+
+    Parameters
+    ----------
+    class_names : sequence of str or None
+        One name per class (e.g. ``vit.class_names``), or ``None`` / empty for a model without names.
+    index : int
+        The class index.
+
+    Returns
+    -------
+    str
+        The class's name, or ``"class {index}"``.
+
+    Raises
+    ------
+    AnalysisError
+        For an ``index`` outside ``0..len(class_names) - 1`` when the model has names.
+    """
     if class_names and not 0 <= int(index) < len(class_names):
         raise AnalysisError(
             f"Class {index} is not one of the model's {len(class_names)} classes (0 to {len(class_names) - 1})."
@@ -166,14 +219,29 @@ class LoadedModel:
 @dataclass(eq=False)
 class LoadedViT(LoadedModel):
     """A loaded ViT with everything needed to feed it and read it (the fields of
-    :class:`LoadedModel`, and:)
+    :class:`LoadedModel`, and :attr:`source_library`).
 
-    Attributes:
-        model: a timm ViT-like model (``VisionTransformer``, ``Eva``, ``Beit``, ...), eval
-            mode, on ``device``. Hugging Face and torchvision models are assembled into the
-            equivalent timm model from their own modules (weights are shared, not copied).
-        spec: token geometry at the configured input size, position-embedding kind and head kind.
-        source_library: "timm", "transformers" or "torchvision".
+    Attributes
+    ----------
+    model : torch.nn.Module
+        A timm ViT-like model (``VisionTransformer``, ``Eva``, ``Beit``, ...), eval mode, on
+        ``device``. Hugging Face and torchvision models are assembled into the equivalent timm
+        model from their own modules (weights are shared, not copied).
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where the model lives.
+    spec : ViTSpec
+        Token geometry at the configured input size, position-embedding kind and head kind.
+    class_names : list of str or None
+        One name per output class, or ``None`` (also for models without classes).
+    preprocessing : Preprocessing
+        Resize / crop / normalise at ``spec.img_size``.
+    data_config : dict
+        timm's data config it was built from (``input_size`` is ``(3, H, W)`` of ``spec.img_size``).
+    source_library : str, default "timm"
+        ``"timm"``, ``"transformers"``, ``"torchvision"``, or ``"open_clip"`` (the image tower of an
+        open_clip model, :func:`~analysis.model.loading.two_tower.load_clip`).
     """
 
     source_library: str = "timm"

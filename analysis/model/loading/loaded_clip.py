@@ -53,24 +53,38 @@ class TextEncoding:
 class LoadedCLIP:
     """A two-tower image–text model.
 
-    Attributes:
-        image: the image tower as a :class:`LoadedViT`: its output is the image embedding ``u``
-            ``(B, E)`` (CLIP: the class token through ``post_layernorm`` and ``visual_projection``;
-            SigLIP: its attention-pooling head).
-        text_tower: ``(ids (P, S), mask (P, S) | None) -> (P, E)`` text embeddings ``v``.
-        logit_scale: ``exp(t)``, the model's learned temperature (already exponentiated).
-        logit_bias: SigLIP's learned bias ``b``; ``None`` for CLIP.
-        probability: ``"softmax"`` (CLIP) or ``"sigmoid"`` (SigLIP): see :data:`~analysis.model.loading.loaded.PROBABILITY_RULES`.
-        context_length: the most tokens the text tower reads (its position table).
-        tokenizer: the model's tokenizer, or ``None`` (then text must be given as token ids).
-        pad_to_context: pad every prompt to ``context_length`` (SigLIP pools the last position,
-            as it was trained) rather than to the longest prompt.
-        use_attention_mask: pass the tokenizer's attention mask to the text tower (CLIP); SigLIP
-            was trained without one.
-        name: the source it was loaded from.
-        source_library: ``"transformers"`` or ``"open_clip"``.
-        tokenizer_note: why there is no tokenizer, when there is none.
-        vocab_size: the text tower's vocabulary (token ids lie in ``0..vocab_size-1``), when known.
+    Attributes
+    ----------
+    image : LoadedViT
+        The image tower as a :class:`LoadedViT`: its output is the image embedding ``u``
+        ``(B, E)`` (CLIP: the class token through ``post_layernorm`` and ``visual_projection``;
+        SigLIP: its attention-pooling head).
+    text_tower : torch.nn.Module
+        ``(ids (P, S), mask (P, S) | None) -> (P, E)`` text embeddings ``v``.
+    logit_scale : float
+        ``exp(t)``, the model's learned temperature (already exponentiated).
+    logit_bias : float or None
+        SigLIP's learned bias ``b``; ``None`` for CLIP.
+    probability : str
+        ``"softmax"`` (CLIP) or ``"sigmoid"`` (SigLIP): see
+        :data:`~analysis.model.loading.loaded.PROBABILITY_RULES`.
+    context_length : int
+        The most tokens the text tower reads (its position table).
+    tokenizer : Any or None
+        The model's tokenizer, or ``None`` (then text must be given as token ids).
+    name : str
+        The source it was loaded from.
+    pad_to_context : bool, default False
+        Pad every prompt to ``context_length`` (SigLIP pools the last position, as it was
+        trained) rather than to the longest prompt.
+    use_attention_mask : bool, default True
+        Pass the tokenizer's attention mask to the text tower (CLIP); SigLIP was trained without one.
+    source_library : str, default "transformers"
+        ``"transformers"`` or ``"open_clip"``.
+    tokenizer_note : str, default ""
+        Why there is no tokenizer, when there is none.
+    vocab_size : int or None, default None
+        The text tower's vocabulary (token ids lie in ``0..vocab_size-1``), when known.
     """
 
     image: LoadedViT

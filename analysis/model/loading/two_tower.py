@@ -52,19 +52,33 @@ def load_clip(
 ) -> LoadedCLIP:
     """Load a two-tower image–text model.
 
-    Args:
-        source: ``"demo_clip"`` (the bundled demo CLIP, trained on the demo scenes), a Hugging Face
-            ``CLIPModel`` / ``SiglipModel`` ``save_pretrained`` folder (or
-            ``"local-dir:PATH"``), ``"hf:org/name"`` (the local cache, else the hub), such a model
-            object, ``"open_clip:<arch>"`` (e.g. ``"open_clip:ViT-B-32"``, ``"open_clip:hf-hub:org/name"``),
-            or a :class:`LoadedCLIP` (returned as is).
-        device: ``None`` picks cuda, then mps, then cpu.
-        pretrained: ``hf:`` ids only: ``False`` gives random weights.
-        checkpoint: open_clip only: a pretrained tag (``"laion2b_s34b_b79k"``) or a local checkpoint file.
+    Parameters
+    ----------
+    source : str, os.PathLike, torch.nn.Module or LoadedCLIP
+        ``"demo_clip"`` (the bundled demo CLIP, trained on the demo scenes), a Hugging Face
+        ``CLIPModel`` / ``SiglipModel`` ``save_pretrained`` folder (or ``"local-dir:PATH"``),
+        ``"hf:org/name"`` (the local cache, else the hub), such a model object,
+        ``"open_clip:<arch>"`` (e.g. ``"open_clip:ViT-B-32"``, ``"open_clip:hf-hub:org/name"``), or
+        a :class:`LoadedCLIP` (returned as is).
+    device : str, torch.device or None, default None
+        ``None`` picks cuda, then mps, then cpu.
+    pretrained : bool, default True
+        ``hf:`` ids only: ``False`` gives random weights.
+    checkpoint : str or None, default None
+        open_clip only: a pretrained tag (``"laion2b_s34b_b79k"``) or a local checkpoint file.
 
-    Raises:
-        NoTextTowerError: for an image-only model (a ViT, or a CLIP/SigLIP vision tower alone).
-        ModelLoadError: and its subclasses otherwise, with what to do.
+    Returns
+    -------
+    LoadedCLIP
+        The image tower as a :class:`LoadedViT` (``clip.image``) with the text tower, the learned
+        logit scale (and SigLIP's bias), the probability rule and the tokenizer.
+
+    Raises
+    ------
+    NoTextTowerError
+        For an image-only model (a ViT, or a CLIP/SigLIP vision tower alone).
+    ModelLoadError
+        And its subclasses otherwise, with what to do.
     """
     if isinstance(source, LoadedCLIP):
         return source
