@@ -25,25 +25,11 @@ from streamlit_server import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server  # 
 OUT = REPO / "docs" / "img"
 WIDTH = 1100  # px of the saved PNG (the window is 1440 px wide)
 
-#: file stem -> (URL path and query, what the view shows). The URL path is the page's file name.
-SHOTS = {
-    "attention": ("/?query=patch&patch=27", "Attention: one patch's query, layers × heads"),
-    "rollout": ("/rollout", "Rollout and the Figure 6 view"),
-    "explain": ("/explain", "Why this class? Explanations and their deletion / insertion curves"),
-    "compare": ("/compare", "Compare layers on one colour scale"),
-    "tokens": ("/tokens?query=patch&patch=27", "Tokens: feature PCA, similarity, norms, logit lens"),
-    "robustness": ("/robustness", "Robustness: token drop on one image, the ViT beside the demo CNN"),
-    "position": ("/position", "Position-embedding similarity (Figure 7 centre)"),
-    "filters": ("/filters", "Patch-embedding filter components (Figure 7 left)"),
-    "distance": ("/distance", "Mean attention distance against depth (Figure 7 right)"),
-    "circuits": ("/circuits", "Circuits: direct logit attribution, head ablation and activation patching"),
-    "mae": ("/mae", "Masked autoencoder: the demo MAE's reconstruction of a 75%-masked scene (MAE Figure 2)"),
-    "features": ("/features", "Features: the demo SAE's features on a patch, one feature over the demo scenes"),
-    "text_prompts": (
-        "/text_prompts?img=scene_1_star.png",
-        "Text prompts: the demo CLIP's zero-shot probabilities and where each prompt matches",
-    ),
-}
+sys.path.insert(0, str(REPO))
+from vizapp import views  # noqa: E402
+
+#: page name -> (URL path and query, what the view shows): each page's ``PageInfo.screenshot``
+SHOTS = {page.name: page.info.screenshot for page in views.pages()}
 
 
 def wait_until_drawn(page) -> None:

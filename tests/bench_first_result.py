@@ -89,11 +89,11 @@ VIEW_PAINTED = """() => window.attentionView && window.attentionView.paints && w
 NOTHING_DRAWN_S = 10  # a finished run with nothing drawn for this long: the page drew no result (it refused)
 
 
-def app_pages(repo: Path = REPO) -> list[tuple[str, str]]:
-    """(url path, title) of every page, in the app's order, read from ``vizapp/app.py``."""
-    text = (repo / "vizapp" / "app.py").read_text()
-    found = re.findall(r'st\.Page\(VIEWS / "(\w+)\.py", title="([^"]+)"(.*?)\)', text)
-    return [("" if "default=True" in rest else name, title) for name, title, rest in found]
+def app_pages() -> list[tuple[str, str]]:
+    """(url path, title) of every page, in the app's order (:func:`vizapp.views.pages`; the first is at ``/``)."""
+    from vizapp import views
+
+    return [("" if i == 0 else page.name, page.info.title) for i, page in enumerate(views.pages())]
 
 
 def model_params(model: str) -> dict[str, str]:

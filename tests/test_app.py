@@ -263,7 +263,7 @@ def tile_pixels(spec: dict, nrows: int, ncols: int) -> tuple[float, float]:
 
 
 def test_the_rollout_strip_wraps_into_rows_of_thumbnails_of_120_px(app, vit):
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     assert_clean(app)
     strip = chart(app, "rollout_strip")
     layers = vit.spec.num_layers
@@ -313,7 +313,7 @@ def test_clicked_points_resolve_to_their_index():
 
 def test_rollout_page_matches_analysis(app, vit, record):
     spec = vit.spec
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     assert_clean(app)
     start = 1 if spec.num_layers > 1 else 0
     app.radio(key="fusion").set_value("max").run()
@@ -343,7 +343,7 @@ def test_rollout_page_matches_analysis(app, vit, record):
 
 def test_rollout_from_the_last_layer_draws_no_duplicate_strip(app, vit):
     last = vit.spec.num_layers - 1
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     if last > 0:
         app.slider(key="start_layer").set_value(last).run()
     assert_clean(app)
@@ -354,7 +354,7 @@ def test_rollout_from_the_last_layer_draws_no_duplicate_strip(app, vit):
 
 def test_compare_layers_share_one_colour_scale(app, vit, record):
     spec = vit.spec
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     assert_clean(app)
     layers = [0, spec.num_layers - 1]
     app.multiselect(key="cmp_layers").set_value(layers).run()
@@ -401,7 +401,7 @@ def weights_not_cached(monkeypatch):
 
 
 def test_compare_with_a_second_model_that_cannot_load_keeps_the_first(weights_not_cached, app):
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     app.selectbox(key="cmp_model2").set_value("ViT-B/16 AugReg (IN-21k → IN-1k)").run()
     assert_clean(app)
     assert any("Could not load" in e.value for e in app.error)
@@ -416,7 +416,7 @@ def test_compare_draws_both_models_rollouts_on_one_colour_scale(app, npz_downloa
     from vizapp.refs import ModelRef
     from vizapp.resources import get_model
 
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(9).run()
     app.selectbox(key="cmp_model2").set_value("demo_textured").run()
@@ -453,14 +453,14 @@ def test_a_page_that_ends_early_still_shows_the_server_time(tmp_path):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model=headless, res="64")
     at.run()
-    at.switch_page("views/robustness.py").run()
+    at.switch_page("views/robustness/robustness.py").run()
     assert_clean(at)
     assert any("no class head" in i.value for i in at.info)
     assert any(c.value.startswith("Server time for this view") for c in at.sidebar.caption)
 
 
 def test_position_embedding_page(app, vit):
-    app.switch_page("views/position.py").run()
+    app.switch_page("views/position/position.py").run()
     assert_clean(app)
     similarity = analysis.position_embedding_similarity(vit).numpy()
     gh, gw = similarity.shape[:2]
@@ -511,7 +511,7 @@ def test_position_embedding_page(app, vit):
 
 
 def test_patch_embedding_filters_page(app, vit):
-    app.switch_page("views/filters.py").run()
+    app.switch_page("views/filters/filters.py").run()
     assert_clean(app)
     components, ratio = analysis.patch_embedding_components(vit, n_components=min(28, vit.spec.embed_dim))
     variance = next(s for s in charts(app) if traces(s, "bar"))
@@ -527,7 +527,7 @@ def test_patch_embedding_filters_page(app, vit):
 
 
 def test_attention_distance_page(app, vit, record):
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     assert_clean(app)
     scatter = charts(app)[0]
     series = traces(scatter, "scatter")
@@ -541,7 +541,7 @@ def test_attention_distance_page(app, vit, record):
 @pytest.mark.upload
 def test_attention_distance_page_on_my_own_image_set(app, vit):
     """Two uploaded files and a zip holding one more image and a non-image."""
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("inner/blue.png", png_bytes(colour=(20, 30, 220)))
@@ -568,7 +568,7 @@ def test_attention_distance_page_on_my_own_image_set(app, vit):
 def test_distance_units_make_two_models_comparable(app, vit, record):
     """A second model from any source (here random:, another patch size and resolution); in
     patch and image-side units every series and reference line uses its own model's sizes."""
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     app.selectbox(key="dist_model2").set_value("other").run()
     app.text_input(key="dist_model2_other").set_value(RANDOM_MODEL).run()
     assert_clean(app)
@@ -789,7 +789,7 @@ def test_random_weights_show_a_banner_on_every_page(app):
     assert not any(RANDOM_WEIGHTS_BANNER in w.value for w in app.warning) or not DEMO_PRESENT
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()
-    for page in ("views/attention.py", "views/rollout.py", "views/position.py"):
+    for page in ("views/attention/attention.py", "views/rollout/rollout.py", "views/position/position.py"):
         app.switch_page(page).run()
         assert_clean(app)
         assert any(w.value == RANDOM_WEIGHTS_BANNER for w in app.warning), page
@@ -920,7 +920,7 @@ def test_the_url_reproduces_the_view():
     assert flat["res"] == "64" and flat["img"] == "scene_4_ring.png" and flat["patch"] == "5"
     # the Tokens page reads and writes the same layer (issue 50, item 5: it kept a layer of its own,
     # opened at the last layer whatever the URL said, and its slider took `layer` out of the URL)
-    at.switch_page("views/tokens.py").run()
+    at.switch_page("views/tokens/tokens.py").run()
     assert_clean(at)
     assert at.slider(key="layer").value == 2
     at.slider(key="layer").set_value(1).run()
@@ -1001,7 +1001,7 @@ def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
     assert "0–max" in carrier["marker"]["colorbar"]["title"]["text"]
     (targets,) = [t for t in traces(overlay, "scatter") if t.get("name") == "patches"]
     np.testing.assert_allclose(array(targets["customdata"])[:, 4], shown.ravel(), rtol=1e-6)
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     assert_clean(app)
     assert not traces(charts(app)[0], "heatmap")
 
@@ -1040,7 +1040,7 @@ def test_figure6_view_is_the_image_times_the_upsampled_rollout(app, vit, record,
         return original(image, *args, **kwargs)
 
     monkeypatch.setattr(st, "image", spy)
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     assert_clean(app)
     ((image, kwargs),) = shown
     rollout = analysis.attention_rollout(record)[0].numpy()
@@ -1105,7 +1105,7 @@ def drawn_explanation(vit, pixels, reference: np.ndarray) -> np.ndarray:
 
 def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
     spec = vit.spec
-    app.switch_page("views/explain.py").run()
+    app.switch_page("views/explain/explain.py").run()
     assert_clean(app)
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     probabilities = vit.model(pixels).softmax(-1)[0]
@@ -1150,11 +1150,14 @@ def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
         image_pixels = vit.preprocess(analysis.load_image(analysis.asset_path("samples", sample)))
         return vit.model(image_pixels).softmax(-1)[0].argsort(descending=True).tolist()
 
-    for where, sample in (("views/attention.py", "scene_4_ring.png"), ("views/explain.py", first_sample().name)):
+    for where, sample in (
+        ("views/attention/attention.py", "scene_4_ring.png"),
+        ("views/explain/explain.py", first_sample().name),
+    ):
         app.selectbox(key="explain_target").set_value(ranked_for(app.session_state["current"].image.name)[3]).run()
         app.switch_page(where).run()
         app.selectbox(key="image_sample").set_value(sample).run()
-        app.switch_page("views/explain.py").run()
+        app.switch_page("views/explain/explain.py").run()
         assert_clean(app)
         assert app.session_state["current"].image.name == sample
         new = ranked_for(sample)
@@ -1166,7 +1169,7 @@ def test_explain_page_shows_each_method_for_the_chosen_class(app, vit):
 
 def test_explain_page_draws_attnlrp(app, vit):
     pixels = vit.preprocess(analysis.load_image(first_sample()))
-    app.switch_page("views/explain.py").run()
+    app.switch_page("views/explain/explain.py").run()
     app.multiselect(key="explain_methods").set_value(["attnlrp"]).run()
     assert_clean(app)
     (heatmap,) = traces(chart(app, "explain_panels"), "heatmap")
@@ -1179,7 +1182,7 @@ def test_explain_page_draws_attnlrp(app, vit):
 def test_explain_page_on_a_headless_model_says_why_and_keeps_attention(app):
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()  # no classifier
-    app.switch_page("views/explain.py").run()
+    app.switch_page("views/explain/explain.py").run()
     assert_clean(app)
     assert any("no class to explain" in i.value for i in app.info)
     assert set(app.multiselect(key="explain_methods").options) == {"attention (last layer)", "rollout"}
@@ -1192,7 +1195,7 @@ def test_explain_page_on_a_headless_model_says_why_and_keeps_attention(app):
 def test_tokens_page_matches_the_token_analyses(app, vit):
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
-    app.switch_page("views/tokens.py").run()
+    app.switch_page("views/tokens/tokens.py").run()
     app.radio(key="tok_kind").set_value("key").run()
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(5).run()
@@ -1254,7 +1257,7 @@ def test_robustness_page_matches_the_probes_and_curves(app, vit):
     from analysis.robustness import kept_rollout, load_cnn, probe, robustness_curve, token_drop_attention
     from analysis.robustness.curves import SET_LEVELS
 
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert_clean(app)
     spec = vit.spec
     image = analysis.load_image(first_sample())
@@ -1318,7 +1321,7 @@ def test_robustness_page_matches_the_probes_and_curves(app, vit):
 
 
 def test_robustness_page_offers_only_what_the_model_supports(app):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.selectbox(key="rob_cnn").set_value("other").run()
     app.text_input(key="rob_cnn_other").input("no_such_cnn_xyz").run()
     assert_clean(app)
@@ -1341,7 +1344,7 @@ def verdicts(at: AppTest) -> list[str]:
 
 @pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models")
 def test_robustness_compares_the_demo_vit_and_the_bundled_cnn_on_their_shared_classes(app):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert_clean(app)
     assert app.selectbox(key="rob_cnn").value == "demo"
     assert "The ViT and the CNN both predict 6 classes (circle, ring, bar, triangle, cross, star)." in [
@@ -1357,7 +1360,7 @@ def test_robustness_never_compares_an_imagenet_vit_with_the_shapes_cnn(app):
 
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_tiny_patch16_224").run()  # 1000 ImageNet classes
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert_clean(app)
     choice = app.selectbox(key="rob_cnn")
     assert choice.value == "none"  # not the default ...
@@ -1405,7 +1408,7 @@ def test_robustness_compares_an_imagenet_vit_with_an_imagenet_cnn(app, monkeypat
         app.session_state["rob_curves"] = False  # one image is enough here
         app.session_state["rob_perturbation"] = "noise"
         app.session_state["rob_cnn"] = "resnet18.a1_in1k"
-        app.switch_page("views/robustness.py").run()
+        app.switch_page("views/robustness/robustness.py").run()
         assert app.selectbox(key="rob_cnn").value == "resnet18.a1_in1k"
         assert_clean(app)
         assert "The ViT and the CNN both predict the 1000 ImageNet-1k classes." in [c.value for c in app.caption]
@@ -1420,7 +1423,7 @@ def test_robustness_compares_an_imagenet_vit_with_an_imagenet_cnn(app, monkeypat
 def test_robustness_on_a_headless_backbone_gives_no_verdict(app):
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:vit_small_patch14_reg4_dinov2").run()  # num_classes 0
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert_clean(app)
     assert any("no class head" in i.value for i in app.info)
     assert verdicts(app) == [] and "rob_cnn" not in [s.key for s in app.selectbox]
@@ -1482,7 +1485,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
 @pytest.mark.upload
 def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     spec = vit.spec
-    app.switch_page("views/tokens.py").run()
+    app.switch_page("views/tokens/tokens.py").run()
     app.radio(key="query_mode").set_value("patch").run()
     app.number_input(key="query_patch").set_value(5).run()
     app.selectbox(key="tok_other").set_value("__upload__").run()
@@ -1577,7 +1580,7 @@ def test_the_attention_page_reproduces_in_python(app, npz_downloads, layer, head
 
 @needs_demo
 def test_the_rollout_page_reproduces_in_python(app, npz_downloads):
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     app.radio(key="fusion").set_value("max").run()
     app.slider(key="discard_ratio").set_value(0.1).run()
     app.slider(key="start_layer").set_value(1).run()
@@ -1592,7 +1595,7 @@ def test_the_rollout_page_reproduces_in_python(app, npz_downloads):
 @needs_demo
 @pytest.mark.parametrize("unit", ["px", "patches"])
 def test_the_attention_distance_page_reproduces_in_python(app, npz_downloads, unit):
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     app.radio(key="dist_unit").set_value(unit).run()
     assert_clean(app)
     npz = npz_downloads["dist_data"]
@@ -1605,14 +1608,14 @@ def test_the_attention_distance_page_reproduces_in_python(app, npz_downloads, un
 def test_the_model_pages_reproduce_in_python(app, npz_downloads):
     """Position embeddings (and a resampled grid) and the patch-embedding filters (PCA and
     raw) depend on the model only."""
-    app.switch_page("views/position.py").run()
+    app.switch_page("views/position/position.py").run()
     app.checkbox(key="pos_resample").check().run()
     assert_clean(app)
     npz = npz_downloads["pos_data"]
     assert {"similarity", "resampled_similarity"} <= set(npz)
     assert_same_arrays(reproduce(app), npz, ["similarity", "resampled_similarity"])
 
-    app.switch_page("views/filters.py").run()
+    app.switch_page("views/filters/filters.py").run()
     app.slider(key="filt_n").set_value(5).run()
     assert_clean(app)
     assert_same_arrays(reproduce(app), npz_downloads["filt_data"], ["components", "explained_variance_ratio"])
@@ -1636,11 +1639,11 @@ def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
     app.number_input(key="query_patch").set_value(patch).run()
     app.slider(key="opacity").set_value(opacity).run()
     for switch in range(6):
-        page = "views/rollout.py" if switch % 2 == 0 else "views/attention.py"
+        page = "views/rollout/rollout.py" if switch % 2 == 0 else "views/attention/attention.py"
         app.switch_page(page).run()
         assert_clean(app)
         widgets = [app.radio(key="query_mode"), app.number_input(key="query_patch"), app.slider(key="opacity")]
-        if page == "views/attention.py":
+        if page == "views/attention/attention.py":
             widgets += [app.slider(key="layer"), app.selectbox(key="head")]
             title = charts(app)[0]["layout"]["title"]["text"]
             assert title.startswith(f"Layer {layer} · head {head} · query: patch {patch} "), title
@@ -1655,7 +1658,7 @@ def test_settings_survive_page_switches_and_reach_the_browser(app, vit):
 
 @needs_demo
 def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vit):
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     app.multiselect(key="cmp_layers").set_value([0, 2]).run()
     app.selectbox(key="head").set_value(1).run()
     app.radio(key="query_mode").set_value("patch").run()
@@ -1664,7 +1667,7 @@ def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vi
     assert list(npz_downloads["cmp_data"]["layers"]) == [0, 2]
     assert_same_arrays(reproduce(app), npz_downloads["cmp_data"], ["attention"])
 
-    app.switch_page("views/tokens.py").run()
+    app.switch_page("views/tokens/tokens.py").run()
     app.slider(key="layer").set_value(1).run()
     app.radio(key="tok_kind").set_value("key").run()
     other = next(p.name for p in (REPO / "assets" / "samples").iterdir() if p.name != first_sample().name)
@@ -1681,7 +1684,7 @@ def test_the_compare_and_tokens_pages_reproduce_in_python(app, npz_downloads, vi
 
 @needs_demo
 def test_the_explain_page_reproduces_in_python(app, npz_downloads):
-    app.switch_page("views/explain.py").run()
+    app.switch_page("views/explain/explain.py").run()
     app.multiselect(key="explain_methods").set_value(["chefer", "rollout", "integrated_gradients"]).run()
     app.slider(key="ig_steps").set_value(8).run()
     app.toggle(key="explain_compare").set_value(True).run()
@@ -1699,7 +1702,7 @@ def test_the_explain_page_reproduces_in_python(app, npz_downloads):
     "perturbation, selection", [("token_drop", "most_salient"), ("pixel_drop", "random"), ("noise", None)]
 )
 def test_the_robustness_probe_reproduces_in_python(app, npz_downloads, perturbation, selection):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.radio(key="rob_perturbation").set_value(perturbation).run()
     if selection is not None:
         app.radio(key="rob_selection").set_value(selection).run()

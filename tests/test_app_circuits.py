@@ -36,7 +36,7 @@ def demo_inputs():
 
 def test_the_page_draws_the_librarys_attribution_ablation_and_patching(app, demo_inputs):
     vit, pixels = demo_inputs
-    app.switch_page("views/circuits.py").run()
+    app.switch_page("views/circuits/circuits.py").run()
     assert_clean(app)
     target = app.selectbox(key="circ_target").value
     assert target == int(vit.model(pixels).argmax())  # the prediction by default
@@ -57,7 +57,7 @@ def test_the_page_draws_the_librarys_attribution_ablation_and_patching(app, demo
 
 
 def test_a_click_on_a_head_selects_it_and_other_settings_rerun(app):
-    app.switch_page("views/circuits.py").run()
+    app.switch_page("views/circuits/circuits.py").run()
     app.session_state["circ_layer"], app.session_state["circ_head"] = 1, 2  # what a click's on_select sets
     app.run()
     assert_clean(app)
@@ -94,7 +94,7 @@ def test_models_the_analyses_do_not_cover_get_the_reason(model, side, reason):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model=f"random:{model}", res=str(side))
     at.run()
-    at.switch_page("views/circuits.py").run()
+    at.switch_page("views/circuits/circuits.py").run()
     assert_clean(at)
     assert any(reason in i.value for i in at.info), [i.value for i in at.info]
     assert not at.get("plotly_chart")
@@ -102,7 +102,7 @@ def test_models_the_analyses_do_not_cover_get_the_reason(model, side, reason):
 
 @pytest.mark.parametrize("method, corruption", [("mean", "blur"), ("resample", "sample")])
 def test_the_circuits_page_reproduces_in_python(app, npz_downloads, method, corruption):
-    app.switch_page("views/circuits.py").run()
+    app.switch_page("views/circuits/circuits.py").run()
     app.radio(key="circ_method").set_value(method).run()
     app.radio(key="circ_corruption").set_value(corruption).run()
     app.radio(key="circ_point").set_value("attn.z").run()
@@ -117,7 +117,7 @@ def test_a_head_picked_on_a_bigger_model_and_the_auto_sections_follow_the_model(
     """A selected head beyond the current model is clamped (it raised an IndexError), and the
     sections that run without a click are decided again for each model: 16 passes on the demo
     run at once, 72 on a 6-head, 12-layer ViT wait for the toggle."""
-    app.switch_page("views/circuits.py").run()
+    app.switch_page("views/circuits/circuits.py").run()
     assert app.toggle(key="circ_ablate").value is True
     app.session_state["circ_layer"], app.session_state["circ_head"] = 10, 7
     app.run()

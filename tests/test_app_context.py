@@ -38,12 +38,12 @@ def test_demo_model_states_its_scope_on_a_photo_only(app):
     (note,) = [c for c in captions(app) if "synthetic-shapes classifier" in c]
     names = analysis.load_vit("demo").class_names
     assert f"{len(names)}-class" in note and all(name in note for name in names)
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert any("synthetic-shapes classifier" in c for c in captions(app))
 
 
 def test_robustness_labels_the_cnn_panel_with_what_the_cnn_gets(app):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert app.radio(key="rob_perturbation").value == "token_drop"
     labels = image_captions(app)
     assert "ViT · drop tokens 50%" in labels
@@ -182,7 +182,7 @@ def test_a_model_switch_keeps_the_layer_where_the_new_model_has_it(app):
     assert_clean(app)
     demo_last = app.session_state["current"].vit.spec.num_layers - 1
     assert demo_last < 9 and app.slider(key="layer").value == demo_last
-    app.switch_page("views/tokens.py").run()
+    app.switch_page("views/tokens/tokens.py").run()
     app.slider(key="layer").set_value(1).run()
     app.radio(key="model_source").set_value("timm").run()
     app.text_input(key="model_timm").input("random:deit_tiny_patch16_224").run()
@@ -196,7 +196,7 @@ def test_a_pages_toy_model_says_so_on_a_photo_and_real_models_get_the_photos(app
     bundled image set of a model other than the demo models is the photos, not the scenes."""
     from vizapp import inputs
 
-    for page, what in (("views/mae.py", "MAE"), ("views/text_prompts.py", "CLIP")):
+    for page, what in (("views/mae/mae.py", "MAE"), ("views/text_prompts/text_prompts.py", "CLIP")):
         app.switch_page(page).run()
         assert_clean(app)
         assert not [w for w in app.warning if "A toy model on this image" in w.value], page  # a demo scene

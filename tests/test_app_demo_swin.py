@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo
 
 
 def test_the_demo_swin_overlays_its_distances_beside_the_demo_vit(app):
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     choices = app.selectbox(key="dist_model2").options
     assert any("demo Swin" in option for option in choices), choices
     app.selectbox(key="dist_model2").set_value("demo_swin").run()
@@ -40,7 +40,7 @@ def test_the_demo_swin_overlays_its_distances_beside_the_demo_vit(app):
 
 
 def test_compare_puts_the_demo_swin_beside_the_demo_vit(app, npz_downloads):
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     app.multiselect(key="cmp_layers").set_value([0, 2]).run()
     app.selectbox(key="cmp_model2").set_value("demo_swin").run()
     assert_clean(app)
@@ -76,7 +76,7 @@ def test_compare_gives_each_window_size_of_the_demo_swin_its_own_colour_scale(qu
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model="demo_swin")
     at.run()
-    at.switch_page("views/compare.py").run()
+    at.switch_page("views/compare/compare.py").run()
     at.checkbox(key="cmp_all").check().run()
     at.radio(key="query_mode").set_value(query_mode).run()
     assert_clean(at)

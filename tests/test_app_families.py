@@ -67,7 +67,7 @@ def test_app_opens_every_family(name, monkeypatch):
         heatmap = next(t for t in pool_chart["data"] if t.get("type") == "heatmap")
         assert heatmap["dx"] == spec.patch_size[1]
 
-    at.switch_page("views/position.py").run()
+    at.switch_page("views/position/position.py").run()
     assert not at.exception, [e.value for e in at.exception]
 
     def page_text() -> str:
@@ -82,7 +82,7 @@ def test_app_opens_every_family(name, monkeypatch):
         position_text = "rotary"
     assert position_text in page_text()
 
-    for page in ("views/rollout.py", "views/filters.py"):
+    for page in ("views/rollout/rollout.py", "views/filters/filters.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])

@@ -56,7 +56,7 @@ def page():
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
-    at.switch_page("views/features.py").run()
+    at.switch_page("views/features/features.py").run()
     assert_clean(at)
     return at
 
@@ -154,5 +154,5 @@ def test_another_model_is_told_an_sae_is_needed_and_a_misfit_sae_is_refused(page
     assert any("blocks.40" in i.value and "0..11" in i.value for i in page.info)  # the point, the blocks it has
     page.text_input(key="feat_folder").input(str(tmp_path / "nothing")).run()
     assert any("cfg.json" in i.value for i in page.info)
-    page.switch_page("views/attention.py").run()  # the app keeps working
+    page.switch_page("views/attention/attention.py").run()  # the app keeps working
     assert_clean(page)

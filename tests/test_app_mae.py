@@ -48,7 +48,7 @@ def page():
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
-    at.switch_page("views/mae.py").run()
+    at.switch_page("views/mae/mae.py").run()
     assert_clean(at)
     return at
 
@@ -183,7 +183,7 @@ def test_a_timm_mae_encoder_gets_the_decoder_message_and_the_app_keeps_working(p
     (message,) = [i.value for i in page.info]
     assert "without its decoder" in message and "hf:facebook/vit-mae-base" in message
     assert not page.get("plotly_chart")
-    page.switch_page("views/attention.py").run()
+    page.switch_page("views/attention/attention.py").run()
     assert_clean(page)
     assert page.get("plotly_chart")
 

@@ -50,7 +50,7 @@ def _top1(model, images) -> list[int]:
 
 
 def test_the_attack_on_this_image_and_over_the_set_are_the_librarys(app):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     assert_clean(app)
     app.toggle(key="rob_curves").set_value(False)  # the drop curves are tested elsewhere
     app.number_input(key="rob_steps").set_value(2).run()
@@ -96,7 +96,7 @@ def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(ap
         return original(image, caption=caption, width=width, **options)
 
     monkeypatch.setattr(streamlit, "image", recorded)
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False)
     field = app.number_input(key="rob_epsilon")
     assert field.min == 0.0  # the field stops at 0
@@ -112,7 +112,7 @@ def test_a_negative_epsilon_cannot_be_entered_and_zero_keeps_every_prediction(ap
 
 @pytest.mark.skipif(importlib.util.find_spec("imagecorruptions") is None, reason="needs the corruptions extra")
 def test_the_corruption_curves_and_the_mce_are_the_librarys(app):
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False)
     app.multiselect(key="rob_corruption_set").set_value(["gaussian_noise", "pixelate"]).run()
     assert_clean(app)
@@ -138,7 +138,7 @@ def test_without_the_corruptions_package_the_section_says_how_to_install_it(app,
         )
 
     monkeypatch.setattr(corruptions, "_package", missing)
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False).run()
     assert_clean(app)
     shown = [i.value.replace("\\", "") for i in app.info]  # markdown escapes dropped
@@ -152,7 +152,7 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
     from analysis.demo.cue_conflict import cue_conflict_scenes
     from vizapp.robustness_sections import CUE_CONFLICT_SCENES
 
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False)
     app.radio(key="rob_texture_probe").set_value("edges").run()
     assert_clean(app)
@@ -214,7 +214,7 @@ def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, mon
     monkeypatch.setattr(sections, "PATCH_HELD_OUT_SCENES", 12)
     monkeypatch.setattr(sections, "PATCH_EPOCHS", 1)
 
-    app.switch_page("views/robustness.py").run()
+    app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False).run()
     app.button(key="rob_patch_run").click().run()
     assert_clean(app)

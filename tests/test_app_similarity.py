@@ -16,7 +16,7 @@ from vizapp import inputs, resources  # noqa: E402
 
 
 def test_the_distance_page_draws_the_linear_cka_of_the_library(app, npz_downloads):  # noqa: F811
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     assert_clean(app)
     assert not [c for c in app.get("plotly_chart") if c.proto.id.endswith("-dist_cka_chart")]  # on request only
     app.toggle(key="dist_cka").set_value(True).run()

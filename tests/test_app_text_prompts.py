@@ -52,7 +52,7 @@ def page(npz_downloads):
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
-    at.switch_page("views/text_prompts.py").run()
+    at.switch_page("views/text_prompts/text_prompts.py").run()
     assert_clean(at)
     return at
 
@@ -219,7 +219,7 @@ def test_an_image_only_model_gets_the_typed_message_and_the_app_keeps_working(pa
     page.radio(key="tp_source").set_value("demo").run()
     assert_clean(page)
     assert bars(page)[0] == DEMO_PROMPTS
-    page.switch_page("views/attention.py").run()
+    page.switch_page("views/attention/attention.py").run()
     assert_clean(page)
     assert page.get("plotly_chart")
 

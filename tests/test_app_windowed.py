@@ -176,7 +176,7 @@ def test_every_page_opens_a_windowed_model(family):
     sidebar = " ".join(m.value for m in at.sidebar.markdown)
     assert "windowed attention" in sidebar and spec.family in sidebar
     for page in PAGES:
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"views/{page}/{page}.py").run()
         assert_clean(at)
         assert not at.error, (page, [e.value for e in at.error])
         keys = chart_keys(at)
@@ -336,7 +336,7 @@ def test_the_attention_page_reproduces_in_python_for_a_swin(npz_downloads, monke
 
 def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
     at = open_app("swin")
-    at.switch_page("views/compare.py").run()
+    at.switch_page("views/compare/compare.py").run()
     at.multiselect(key="cmp_layers").set_value([1, 7]).run()  # stages 0 and 3
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(0).run()
@@ -362,7 +362,7 @@ def test_compare_puts_a_swin_beside_a_vit_at_the_same_image_position():
 def test_distance_puts_a_swin_beside_a_vit_in_pixels():
     at = open_app("swin")
     vit = loaded("swin")
-    at.switch_page("views/distance.py").run()
+    at.switch_page("views/distance/distance.py").run()
     assert list(at.radio(key="dist_unit").options) == ["input pixels", "fraction of image side"]  # no one patch side
     at.selectbox(key="dist_model2").set_value("other").run()
     at.text_input(key="dist_model2_other").set_value("random:vit_tiny_patch16_224").run()
@@ -384,7 +384,7 @@ def test_distance_puts_a_swin_beside_a_vit_in_pixels():
 def test_the_position_page_draws_the_relative_position_bias(family, npz_downloads):  # noqa: F811
     at = open_app(family)
     vit = loaded(family)
-    at.switch_page("views/position.py").run()
+    at.switch_page("views/position/position.py").run()
     at.selectbox(key="pos_bias_layer").set_value(2).run()
     assert_clean(at)
     text = " ".join(c.value for c in at.caption)
@@ -438,7 +438,7 @@ def trained_looking_sam():
 def test_sams_position_page_draws_its_tables_and_its_absolute_table(trained_looking_sam, npz_downloads):  # noqa: F811
     vit = trained_looking_sam
     at = open_app("sam")
-    at.switch_page("views/position.py").run()
+    at.switch_page("views/position/position.py").run()
     at.selectbox(key="pos_bias_layer").set_value(2).run()
     assert_clean(at)
     rows, cols = analysis.decomposed_relative_position(vit, 2)
@@ -473,7 +473,7 @@ def test_a_refused_analysis_is_shown_as_its_reason(page, resource, monkeypatch):
 
     at = open_app("swin")
     monkeypatch.setattr(resources, resource, refused)
-    at.switch_page(f"views/{page}.py").run()
+    at.switch_page(f"views/{page}/{page}.py").run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     assert any("not yet defined for windowed attention" in i.body for i in at.info), [i.body for i in at.info]
@@ -499,7 +499,7 @@ def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downl
     at = open_app("swin")
     vit = loaded("swin")
     monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)  # the app's random weights
-    at.switch_page("views/distance.py").run()
+    at.switch_page("views/distance/distance.py").run()
     assert_clean(at)
     script = reproduce(at)
     npz = npz_downloads["dist_data"]
@@ -507,7 +507,7 @@ def test_the_distance_and_compare_pages_reproduce_in_python_for_a_swin(npz_downl
     np.testing.assert_allclose(script["uniform_reference"], npz["uniform_reference"], rtol=1e-6)
     assert npz["uniform_reference"].shape == (vit.spec.num_layers,)
 
-    at.switch_page("views/compare.py").run()
+    at.switch_page("views/compare/compare.py").run()
     at.multiselect(key="cmp_layers").set_value([0, 5, 7]).run()  # stages 0, 2 and 3
     at.selectbox(key="head").set_value(5).run()  # stage 0 has 3 heads: its layers show the mean
     at.radio(key="query_mode").set_value("patch").run()
@@ -544,8 +544,8 @@ def test_a_windowed_forward_pass_counts_every_windows_bytes():
 def test_the_url_layer_picks_its_stage_and_both_survive_a_page_switch():
     at = open_app("swin", layer="3", query="patch", patch="40")
     assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
-    at.switch_page("views/distance.py").run()
-    at.switch_page("views/attention.py").run()
+    at.switch_page("views/distance/distance.py").run()
+    at.switch_page("views/attention/attention.py").run()
     assert_clean(at)
     assert at.radio(key="attn_stage").value == 1 and at.slider(key="layer").value == 3
     assert at.number_input(key="query_patch").value == 40
@@ -562,7 +562,7 @@ def test_a_swin_beside_a_vit_in_patch_units_says_why_it_is_left_out():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params.update(model=RANDOM_MODEL, res="64")
     at.run()
-    at.switch_page("views/distance.py").run()
+    at.switch_page("views/distance/distance.py").run()
     at.radio(key="dist_unit").set_value("patches").run()
     at.selectbox(key="dist_model2").set_value("other").run()
     at.text_input(key="dist_model2_other").set_value(model_source("swin")).run()
@@ -598,7 +598,7 @@ def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkey
     vit = loaded(family)
     spec = vit.spec
     record = record_of(vit)
-    at.switch_page("views/rollout.py").run()
+    at.switch_page("views/rollout/rollout.py").run()
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(9).run()
     stages = windowed.stage_layers(spec)
@@ -628,7 +628,7 @@ def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
     at = fresh_app("swinv2")  # 32 -> 16 -> 8 -> 4 cells: every merging 2x2 (the 112 px Swin's 7 -> 4 is refused)
     vit = loaded("swinv2")
     spec = vit.spec
-    at.switch_page("views/rollout.py").run()
+    at.switch_page("views/rollout/rollout.py").run()
     at.radio(key="rollout_span").set_value("across").run()
     at.slider(key="start_layer").set_value(0).run()
     assert_clean(at)
@@ -654,7 +654,7 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     layer = 3  # Swin: stage 1 (14x14 / 16x16 cells); SAM: its one 8x8 grid
-    at.switch_page("views/tokens.py").run()
+    at.switch_page("views/tokens/tokens.py").run()
     at.slider(key="layer").set_value(layer).run()
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(9).run()
@@ -716,7 +716,7 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
     vit = loaded(family)
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
-    at.switch_page("views/explain.py").run()
+    at.switch_page("views/explain/explain.py").run()
     # attention and Chefer are not offered: each named with the library's reason
     for method in GLOBAL_TOKEN_METHODS:
         assert method not in at.multiselect(key="explain_methods").options
@@ -764,7 +764,7 @@ def test_the_robustness_page_probes_a_swin_with_pixel_perturbations(npz_download
     vit = loaded("swin")
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
-    at.switch_page("views/robustness.py").run()
+    at.switch_page("views/robustness/robustness.py").run()
     at.selectbox(key="rob_cnn").set_value("none").run()
     # token drop is not offered: the library's reason is shown
     assert "token_drop" not in at.radio(key="rob_perturbation").options
@@ -816,7 +816,7 @@ def test_the_distance_page_averages_a_swin_over_the_image_set(npz_downloads, mon
 
     at = fresh_app("swin")
     vit = loaded("swin")
-    at.switch_page("views/distance.py").run()
+    at.switch_page("views/distance/distance.py").run()
     assert_clean(at)
     assert not at.info, [i.body for i in at.info]
     paths = inputs.bundled_set(scenes=False)  # a model other than the demo models: the photos

@@ -397,7 +397,7 @@ def test_the_rollout_page_gives_the_view_every_querys_rollout(monkeypatch):
         monkeypatch.setenv("VIZAPP_DEFAULT_MODEL", RANDOM_MODEL)
     app = AppTest.from_file(APP, default_timeout=120)
     app.run()
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     app.radio(key="fusion").set_value("max").run()
     app.slider(key="start_layer").set_value(1).run()
     assert not app.exception, [e.value for e in app.exception]
@@ -449,7 +449,7 @@ def test_the_compare_page_draws_its_layers_as_panels_of_the_view(monkeypatch):
     from analysis.views.attention_view import view_blob
 
     app = _demo_app(monkeypatch)
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     app.selectbox(key="head").set_value(1).run()
     assert not app.exception, [e.value for e in app.exception]
     args = _the_view(app)
@@ -536,7 +536,7 @@ def test_the_tokens_page_holds_every_tokens_similarity_in_the_view(monkeypatch):
     from analysis.views.attention_view import similarity_view_rows, view_blob
 
     app = _demo_app(monkeypatch)
-    app.switch_page("views/tokens.py").run()
+    app.switch_page("views/tokens/tokens.py").run()
     app.slider(key="layer").set_value(1).run()
     app.radio(key="tok_kind").set_value("key").run()
     app.radio(key="query_mode").set_value("patch").run()

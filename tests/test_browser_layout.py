@@ -21,6 +21,7 @@ import pytest
 from layout_probe import layout_defects
 from streamlit_server import CHROMIUM, DEMO_PRESENT, REPO, streamlit_server
 from test_browser import chromium  # noqa: F401 - the module's one Chromium (a fixture)
+from vizapp import views
 
 pytestmark = [
     pytest.mark.skipif(
@@ -29,22 +30,8 @@ pytestmark = [
     pytest.mark.skipif(not DEMO_PRESENT, reason="needs the bundled demo models (assets/)"),
 ]
 
-#: every page of vizapp/app.py: its URL path -> extra URL parameters
-PAGES = {
-    "": "",
-    "rollout": "",
-    "explain": "",
-    "compare": "",
-    "tokens": "",
-    "robustness": "",
-    "circuits": "",
-    "position": "",
-    "filters": "",
-    "distance": "",
-    "mae": "",
-    "text_prompts": "",
-    "features": "",
-}
+#: every page of the app (vizapp.views.pages; the first is at "/"): its URL path -> extra URL parameters
+PAGES = {("" if i == 0 else page.name): "" for i, page in enumerate(views.pages())}
 #: pages too slow on the 518-px model for a test (curves over an image set): a 224-px input
 SLOW_AT_518 = {"robustness": "res=224"}
 MODELS = ("demo", "demo_swin", "grid_37")

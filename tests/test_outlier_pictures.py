@@ -221,17 +221,17 @@ def test_the_attention_and_rollout_pages_leave_planted_outliers_out(planted_fold
     assert np.isnan(z_hidden.ravel()[list(PLANTED)]).all() and np.isfinite(np.delete(z_hidden.ravel(), PLANTED)).all()
     app.checkbox(key="hide_outliers").uncheck().run()
 
-    app.switch_page("views/rollout.py").run()
+    app.switch_page("views/rollout/rollout.py").run()
     assert not app.exception, [e.value for e in app.exception]
     z, zmax, title, outlines = overlay("rollout_overlay")
     assert "top without 3 outlier tokens" in title and zmax < 0.5 * np.nanmax(z)
     assert any("outlier tokens dominate this rollout" in i.value for i in app.info)
 
-    app.switch_page("views/explain.py").run()  # the attention-based explanations sink into them too
+    app.switch_page("views/explain/explain.py").run()  # the attention-based explanations sink into them too
     assert not app.exception, [e.value for e in app.exception]
     assert any(re.search(r"outlier tokens dominate the .+ map", i.value) for i in app.info)
 
-    app.switch_page("views/compare.py").run()
+    app.switch_page("views/compare/compare.py").run()
     assert not app.exception, [e.value for e in app.exception]
     assert any(re.search(r"outlier tokens dominate layer \d+'s map", i.value) for i in app.info)
     (chart,) = [json.loads(c.proto.spec) for c in app.get("plotly_chart") if c.proto.id.endswith("cmp_panels")]

@@ -297,14 +297,18 @@ def test_analysis_console_script_runs_the_command_line(installed, tmp_path):
 
 def test_every_package_folder_is_in_the_wheel_list():
     """pyproject.toml lists its packages (two are mapped folders ``find`` cannot see): a new
-    subpackage of the checkout must be added there, or the wheel would go without it."""
+    subpackage of the checkout must be added there, or the wheel would go without it. The app's
+    page folders (``vizapp/views/<name>/``) travel whole as ``vizapp.views``'s files (``*/*.py``)."""
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    assert setuptools["package-data"]["vizapp.views"] == ["*/*.py"]
     found = {
         ".".join(p.parent.relative_to(REPO).parts)
         for top in ("analysis", "vizapp")
         for p in (REPO / top).rglob("__init__.py")
+        if p.parent.parent != REPO / "vizapp" / "views"  # a page folder
     }
     assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
     assert listed - found == {"analysis._assets", "vizapp._streamlit"}
@@ -348,7 +352,7 @@ def test_the_wheel_carries_the_demo_and_the_settings_but_not_the_screenshots(whe
     ):
         assert f"analysis/_assets/{asset}" in names, asset
     assert not [n for n in names if n.startswith("training/")]  # the demo models' training scripts stay out
-    assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention.py" in names
+    assert "vizapp/_streamlit/config.toml" in names and "vizapp/views/attention/attention.py" in names
     assert "analysis/views/attention_view_page/index.html" in names  # the instant view's page (no build step)
     assert not [n for n in names if "screenshots" in n]
     # 8 MiB until the demo CLIP (2.5 MB of float32 weights that do not compress) joined the demo models,

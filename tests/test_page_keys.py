@@ -1,52 +1,49 @@
-"""Each page declares its own settings kept across page switches (vizapp.page_keys), and the
-session state keeps exactly those (vizapp.state.keep_page_state reads them, its logic unchanged).
+"""Each page declares the settings it keeps across page switches (``PageInfo.kept_keys`` in its
+folder's ``__init__.py``), and the session state keeps exactly those (vizapp.state.keep_page_state
+reads them through :func:`vizapp.views.persistent_keys`).
 
-* every key a module declares (``KEPT_KEYS``, ``TRANSIENT_KEYS``) is one it uses: a string in its
-  code outside the declaration, or the ``<key>_other`` text box of a second-model picker it draws;
-* every literal widget key a page draws (``key="..."``) is declared by it as kept or transient,
-  or kept by the shared module that draws it for pages: a new widget must be given one or the other.
+* every key a page declares (kept or transient) is one its folder's modules use: a string in their
+  code, or the ``<key>_other`` text box of a second-model picker they draw;
+* every literal widget key a page's modules draw (``key="..."``) is declared by the page as kept or
+  transient, or kept by the shared controls (:data:`vizapp.ui.KEPT_KEYS`): a new widget must be given
+  one or the other.
 """
 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-from vizapp import page_keys
+from vizapp import ui, views
 
-PAGES = sorted(p for p in page_keys.DECLARING_MODULES if p.parent.name == "views")
-DECLARING = [
-    p for p in page_keys.DECLARING_MODULES if page_keys.declared_keys(p) or page_keys.declared_keys(p, "TRANSIENT_KEYS")
-]
+PAGES = views.pages()
 
 
-def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+def _trees(page: views.Page) -> list[ast.Module]:
+    """The page's modules (its script and its parts), without the declaring ``__init__.py``."""
+    return [
+        ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(page.script.parent.glob("*.py"))
+        if path.name != "__init__.py"
+    ]
 
 
-def _declaration(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id in ("KEPT_KEYS", "TRANSIENT_KEYS") for t in node.targets
-    )
-
-
-def _strings_used(tree: ast.Module) -> set[str]:
-    """Every string constant of the module's code, outside its key declarations."""
+def _strings_used(trees: list[ast.Module]) -> set[str]:
+    """Every string constant of the modules' code."""
     return {
         node.value
-        for statement in tree.body
-        if not _declaration(statement)
-        for node in ast.walk(statement)
+        for tree in trees
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
 
 
-def _picker_keys(tree: ast.Module) -> set[str]:
+def _picker_keys(trees: list[ast.Module]) -> set[str]:
     """``<key>_other`` of each ``second_model_control("<key>", …)`` call: the picker's text box."""
     return {
         f"{node.args[0].value}_other"
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and getattr(node.func, "id", getattr(node.func, "attr", None)) == "second_model_control"
@@ -55,10 +52,11 @@ def _picker_keys(tree: ast.Module) -> set[str]:
     }
 
 
-def _widget_keys(tree: ast.Module) -> set[str]:
-    """The literal ``key="..."`` of every call in the module (its widgets' keys)."""
+def _widget_keys(trees: list[ast.Module]) -> set[str]:
+    """The literal ``key="..."`` of every call in the modules (their widgets' keys)."""
     return {
         keyword.value.value
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         for keyword in node.keywords
@@ -69,36 +67,40 @@ def _widget_keys(tree: ast.Module) -> set[str]:
 def test_the_session_keeps_exactly_the_declared_keys():
     from vizapp import state
 
-    declared = [key for path in page_keys.DECLARING_MODULES for key in page_keys.declared_keys(path)]
+    declared = list(ui.KEPT_KEYS) + [key for page in PAGES for key in page.info.kept_keys]
     assert set(state.PERSISTENT_KEYS) == set(declared) and len(state.PERSISTENT_KEYS) == len(set(declared))
-    assert len(PAGES) >= 12 and all(page_keys.declared_keys(page) for page in PAGES), "every page declares its keys"
+    assert len(PAGES) >= 13 and all(page.info.kept_keys for page in PAGES), "every page declares its keys"
 
 
-@pytest.mark.parametrize("path", DECLARING, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_declared_key_is_used_by_the_module_that_declares_it(path):
-    tree = _tree(path)
-    used = _strings_used(tree) | _picker_keys(tree)
-    declared = page_keys.declared_keys(path) + page_keys.declared_keys(path, "TRANSIENT_KEYS")
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_declared_key_is_used_by_the_page_that_declares_it(page):
+    trees = _trees(page)
+    used = _strings_used(trees) | _picker_keys(trees)
+    declared = page.info.kept_keys + page.info.transient_keys
     assert [key for key in declared if key not in used] == []
-    assert set(page_keys.declared_keys(path)).isdisjoint(page_keys.declared_keys(path, "TRANSIENT_KEYS"))
+    assert set(page.info.kept_keys).isdisjoint(page.info.transient_keys)
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
-def test_every_widget_key_a_page_draws_is_declared_kept_or_transient(path):
-    shared = {
-        key
-        for module in page_keys.DECLARING_MODULES
-        if module.parent.name != "views"
-        for key in page_keys.declared_keys(module)
-    }
-    declared = set(page_keys.declared_keys(path)) | set(page_keys.declared_keys(path, "TRANSIENT_KEYS")) | shared
-    assert sorted(_widget_keys(_tree(path)) - declared) == []
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_widget_key_a_page_draws_is_declared_kept_or_transient(page):
+    declared = set(page.info.kept_keys) | set(page.info.transient_keys) | set(ui.KEPT_KEYS)
+    assert sorted(_widget_keys(_trees(page)) - declared) == []
 
 
-def test_a_declaration_that_is_not_a_literal_is_refused(tmp_path):
-    module = tmp_path / "page.py"
-    module.write_text("KEYS = ('a',)\nKEPT_KEYS = KEYS\n")
-    with pytest.raises(ValueError, match="literal tuple of strings"):
-        page_keys.declared_keys(module)
-    module.write_text("KEPT_KEYS = ('a', 'b')\n")
-    assert page_keys.declared_keys(module) == ("a", "b")
+def test_a_page_folder_without_its_declaration_or_script_is_refused(tmp_path, monkeypatch):
+    package = tmp_path / "toy_views"
+    (package / "toy").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "toy" / "__init__.py").write_text("")  # no PAGE
+    (package / "toy" / "toy.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="needs PAGE"):
+        views.pages(package, "toy_views")
+    (package / "toy" / "__init__.py").write_text(
+        "from vizapp.views import PageInfo\nPAGE = PageInfo(title='Toy', icon=':material/toys:', order=1)\n"
+    )
+    monkeypatch.delitem(__import__("sys").modules, "toy_views.toy")
+    assert [(page.name, page.info.title) for page in views.pages(package, "toy_views")] == [("toy", "Toy")]
+    (package / "toy" / "toy.py").unlink()
+    with pytest.raises(ValueError, match="toy.py"):
+        views.pages(package, "toy_views")

@@ -73,7 +73,7 @@ def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_fi
     heatmap = trace(figure, "heatmap")
     expected = ns["attention_map"](ns["record"], ns["last"], head=None, query="cls")[0].numpy()
     np.testing.assert_array_equal(np.asarray(heatmap.z), expected)
-    # the app's default range (vizapp/views/attention.py): 0 to the 99th percentile without the
+    # the app's default range (vizapp/views/attention/attention.py): 0 to the 99th percentile without the
     # outlier tokens (the demo has none), at least 4x uniform, never above the maximum
     assert ns["outliers"] == []
     lo, hi, range_text = plots.colour_range("robust", expected, uniform=1 / ns["vit"].spec.num_tokens)

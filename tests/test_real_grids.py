@@ -75,7 +75,7 @@ def test_the_position_page_on_the_real_model(real_dinov2_folder, real_similarity
 
     at = AppTest.from_file(APP, default_timeout=600)
     at.run()
-    at.switch_page("views/position.py").run()  # the position page first: no attention at 518 px is computed
+    at.switch_page("views/position/position.py").run()  # the position page first: no attention at 518 px is computed
     at.radio(key="model_source").set_value("local").run()
     at.text_input(key="model_path").input(str(real_dinov2_folder)).run()
     assert not at.exception, [e.value for e in at.exception]

@@ -29,7 +29,7 @@ def test_the_robustness_page_gives_the_real_backbone_no_verdict(real_dinov2_fold
     at.run()
     at.radio(key="model_source").set_value("local").run()
     at.text_input(key="model_path").input(str(real_dinov2_folder)).run()
-    at.switch_page("views/robustness.py").run()
+    at.switch_page("views/robustness/robustness.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["current"].model.source == str(real_dinov2_folder)
     assert any("no class head" in i.value for i in at.info)

@@ -183,7 +183,7 @@ def test_the_app_offers_the_textured_variants_as_second_models(app):  # noqa: F8
 
     if not DEMO_PRESENT:
         pytest.skip("needs the bundled demo models (assets/)")
-    app.switch_page("views/distance.py").run()
+    app.switch_page("views/distance/distance.py").run()
     choices = app.selectbox(key="dist_model2").options
     assert sum("trained on textured scenes too" in option for option in choices) == 2, choices
     app.selectbox(key="dist_model2").set_value("demo_textured").run()

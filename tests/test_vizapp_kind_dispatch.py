@@ -40,15 +40,21 @@ def test_pages_and_shared_modules_ask_library_facts():
 
 
 def test_the_guard_sees_a_second_dispatch_and_a_shared_one(tmp_path):
-    for relative in ("resources.py", "state.py", "views/tokens.py", "views/compare.py", "python_snippet.py"):
+    for relative in (
+        "resources.py",
+        "state.py",
+        "views/tokens/tokens.py",
+        "views/compare/compare.py",
+        "python_snippet.py",
+    ):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("x = 1\n")
     (tmp_path / "python_snippet.py").write_text("w = not spec.attends_globally\n")
-    (tmp_path / "views/tokens.py").write_text("if spec.attends_globally:\n    pass\ny = spec.attends_globally\n")
-    (tmp_path / "views/compare.py").write_text("a = 1\nb = spec.is_windowed\n")
+    (tmp_path / "views/tokens/tokens.py").write_text("if spec.attends_globally:\n    pass\ny = spec.attends_globally\n")
+    (tmp_path / "views/compare/compare.py").write_text("a = 1\nb = spec.is_windowed\n")
     (tmp_path / "state.py").write_text("z = not spec.attends_globally\n")
     assert kind_branches(tmp_path) == [
         "state.py:1 attends_globally",
-        "views/compare.py:2 is_windowed",
-        "views/tokens.py:3 attends_globally",
+        "views/compare/compare.py:2 is_windowed",
+        "views/tokens/tokens.py:3 attends_globally",
     ]

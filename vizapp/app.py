@@ -1,7 +1,7 @@
 """ViT explorer: ``streamlit run vizapp/app.py`` from the repository root.
 
 The entrypoint only routes: it draws the shared sidebar (model, image) and runs the
-chosen page. Pages live in ``vizapp/views/``.
+chosen page. Pages live in ``vizapp/views/<name>/``, one folder each (:mod:`vizapp.views`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import streamlit as st  # noqa: E402
 
 from analysis.base.assets import asset_path  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
-from vizapp import inputs, url_state  # noqa: E402
+from vizapp import inputs, url_state, views  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
@@ -44,21 +44,9 @@ url_state.restore(
     },
 )
 
-VIEWS = Path(__file__).resolve().parent / "views"
-pages = [
-    st.Page(VIEWS / "attention.py", title="Attention", icon=":material/visibility:", default=True),
-    st.Page(VIEWS / "rollout.py", title="Rollout", icon=":material/layers:"),
-    st.Page(VIEWS / "explain.py", title="Why this class?", icon=":material/help:"),
-    st.Page(VIEWS / "compare.py", title="Compare layers", icon=":material/view_column:"),
-    st.Page(VIEWS / "tokens.py", title="Tokens", icon=":material/scatter_plot:"),
-    st.Page(VIEWS / "robustness.py", title="Robustness", icon=":material/shield:"),
-    st.Page(VIEWS / "circuits.py", title="Circuits", icon=":material/account_tree:"),
-    st.Page(VIEWS / "position.py", title="Position embeddings", icon=":material/grid_on:"),
-    st.Page(VIEWS / "filters.py", title="Patch-embedding filters", icon=":material/filter:"),
-    st.Page(VIEWS / "distance.py", title="Attention distance", icon=":material/straighten:"),
-    st.Page(VIEWS / "mae.py", title="Masked autoencoder", icon=":material/auto_fix_high:"),
-    st.Page(VIEWS / "text_prompts.py", title="Text prompts", icon=":material/text_fields:"),
-    st.Page(VIEWS / "features.py", title="Features", icon=":material/category:"),
+pages = [  # one folder each in vizapp/views/, in their declared order; the first is the default, at "/"
+    st.Page(page.script, title=page.info.title, icon=page.info.icon, url_path=page.name, default=i == 0)
+    for i, page in enumerate(views.pages())
 ]
 page = st.navigation(pages)
 keep_page_state(page.url_path)

@@ -95,7 +95,7 @@ def bench_tokens_click(repeats: int, model: str = "random:vit_base_patch16_224")
     at.run()
     at.radio(key="model_source").set_value("timm").run()
     at.text_input(key="model_timm").input(model).run()
-    at.switch_page("views/tokens.py").run()
+    at.switch_page("views/tokens/tokens.py").run()
     at.radio(key="query_mode").set_value("patch").run()
     if at.exception:
         return {"error": str(at.exception[0].message)[:200]}

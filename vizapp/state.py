@@ -18,9 +18,9 @@ from analysis.plots import MAP_RANGES, UNIFORM_FLOOR
 from vizapp import inputs, refs, resources
 from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
-from vizapp.page_keys import persistent_keys
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import clamp_state
+from vizapp.views import persistent_keys
 
 __all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
 
@@ -60,7 +60,7 @@ MODEL_SOURCES = {
 
 # Page widgets whose values survive page switches (streamlit drops the state of widgets
 # that a run does not draw; re-assigning it keeps it).
-PERSISTENT_KEYS = persistent_keys()  # each page declares its own (KEPT_KEYS; vizapp.page_keys)
+PERSISTENT_KEYS = persistent_keys()  # each page declares its own (PageInfo.kept_keys; vizapp.views)
 
 
 @dataclass(frozen=True)

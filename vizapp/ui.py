@@ -15,7 +15,7 @@ from PIL import Image
 from analysis import ViTSpec, corresponding_query
 from analysis.records.queries import parse_prefix_query, prefix_query
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
+# Settings of the shared controls (head, query) kept across page switches (vizapp.views.persistent_keys).
 KEPT_KEYS = ("head", "query_mode", "query_patch", "query_prefix")
 
 __all__ = [
@@ -414,5 +414,7 @@ def outlier_notice(cur, grid_map, what: str = "this map") -> bool:
         f"leaves them out of its top; {blanked}.",
         icon=":material/report:",
     )
-    st.page_link("views/tokens.py", label="See the outlier tokens on the Tokens page", icon=":material/scatter_plot:")
+    st.page_link(
+        "views/tokens/tokens.py", label="See the outlier tokens on the Tokens page", icon=":material/scatter_plot:"
+    )
     return True

@@ -47,7 +47,18 @@ DISTANCE_UNITS = {
 
 
 def patch_centres(spec: ViTSpec) -> torch.Tensor:
-    """``(N, 2)`` centre of every patch in input pixels, row-major: ``((r + ½)·ph, (c + ½)·pw)``."""
+    """The centre of every patch in input pixels, row-major: ``((r + ½)·ph, (c + ½)·pw)``.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec: its ``grid_size`` ``(gh, gw)`` and ``patch_size`` ``(ph, pw)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N, 2)`` float64, ``N = gh·gw``: each patch's ``(y, x)`` centre.
+    """
     gh, gw = spec.grid_size
     ph, pw = spec.patch_size
     rows = (torch.arange(gh, dtype=torch.float64) + 0.5) * ph
@@ -57,7 +68,18 @@ def patch_centres(spec: ViTSpec) -> torch.Tensor:
 
 
 def patch_distance_matrix(spec: ViTSpec) -> torch.Tensor:
-    """``(N, N)`` Euclidean distance in pixels between patch centres."""
+    """Euclidean distance in input pixels between patch centres (:func:`patch_centres`).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec: its ``grid_size`` and ``patch_size``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N, N)`` float64, entry ``[q, k]`` the distance between patches ``q`` and ``k`` (row-major).
+    """
     centres = patch_centres(spec)
     return torch.cdist(centres, centres)
 
@@ -107,8 +129,15 @@ def window_distance_matrices(geometry: LayerGeometry) -> tuple[torch.Tensor, tor
     borders at their own, far apart, positions). Padding and prefix slots are no image
     position: their rows and columns are 0, and ``real`` marks them False.
 
-    Returns:
-        ``D (windows, Wt, Wt)`` float64 and ``real (windows, Wt)`` bool.
+    Parameters
+    ----------
+    geometry : LayerGeometry
+        The layer's geometry (``spec.geometry(layer)``): its grid, stride and window slots.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor)
+        ``D`` ``(windows, Wt, Wt)`` float64 and ``real`` ``(windows, Wt)`` bool.
     """
     (_, gw), (sy, sx) = geometry.grid_size, geometry.stride
     cells = geometry.window_cells()  # (windows, Wt), −1: padding / prefix
@@ -313,13 +342,40 @@ def attention_distance_per_image(
     renormalize: bool = True,
     compute_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """One layer: ``probs (B, heads, N, T)`` rows of the N patch queries -> ``(B, heads)``.
+    """One layer's mean attention distance per image and head, from the rows of the patch queries.
 
         d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂,   k over patch keys only,
 
     with ``w`` the attention row restricted to patch keys, divided by its sum when
     ``renormalize`` (so attention spent on prefix tokens does not shrink the distance).
-    ``distances`` is :func:`patch_distance_matrix` on the same device.
+
+    Parameters
+    ----------
+    probs : torch.Tensor
+        ``(B, heads, N, T)``: the attention rows of the ``N`` patch queries over all ``T`` tokens
+        (prefix first). A sequence whose patches were partly dropped is accepted: ``(B, heads, N',
+        prefix + N')`` with ``N' ≤ N``.
+    spec : ViTSpec
+        The model's spec, which splits the prefix keys off.
+    distances : torch.Tensor
+        ``(N, N)``: :func:`patch_distance_matrix` on the same device (for a dropped sequence, the
+        kept patches' ``(N', N')``).
+    renormalize : bool, default True
+        Divide each row over patch keys by its sum; ``False`` counts attention on prefix keys as
+        distance 0.
+    compute_dtype : torch.dtype, default torch.float64
+        The dtype the sums run in.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads)`` in ``compute_dtype``, in input pixels.
+
+    Raises
+    ------
+    AnalysisError
+        The last axis of ``probs`` is not this model's token axis (``T`` long, or ``prefix..T`` when
+        patches were dropped).
     """
     weights = spec.split_prefix(probs, -1, dropped=True)[1].to(
         compute_dtype
@@ -338,7 +394,7 @@ def layer_attention_distance(
     query_slots: Sequence[int] | None = None,
     compute_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """One layer: ``windows (B, windows, heads, Q, Wt)`` -> ``(B, heads)``.
+    """One layer's mean attention distance per image and head, from its windows of token slots.
 
         d[b, h] = mean_q Σ_k w[b, h, q, k] · ‖c_q − c_k‖₂
 
@@ -348,8 +404,28 @@ def layer_attention_distance(
     windows, which the module keeps as keys) are never queries, and as keys no image position:
     ``w`` is the row restricted to cell keys, divided by its sum when ``renormalize`` (so attention
     spent on them does not shrink the distance; otherwise it counts as distance 0). Masked pairs
-    are 0 already. ``query_slots``: the slots the ``Q`` rows are, when not every slot's
-    (``Q = Wt``) row is given (a capture that kept only a ViT's patch rows).
+    are 0 already.
+
+    Parameters
+    ----------
+    windows : torch.Tensor
+        ``(B, windows, heads, Q, Wt)``: the layer's attention per window
+        (:func:`analysis.records.token_matrix.layer_windows`).
+    geometry : LayerGeometry
+        The layer's geometry (``spec.geometry(layer)``).
+    renormalize : bool, default True
+        Divide each row over cell keys by its sum; ``False`` counts attention on prefix and
+        padding keys as distance 0.
+    query_slots : sequence of int or None, default None
+        The slots the ``Q`` rows are, when not every slot's (``Q = Wt``) row is given (a capture
+        that kept only a ViT's patch rows); ``None``: ``Q = Wt``, row ``s`` is slot ``s``.
+    compute_dtype : torch.dtype, default torch.float64
+        The dtype the sums run in.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads)`` in ``compute_dtype``, in input pixels.
     """
     distances, real = window_distance_matrices(geometry)  # (windows, Wt, Wt), (windows, Wt)
     distances, real = distances.to(windows.device), real.to(windows.device)

@@ -131,8 +131,22 @@ def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
     (its prefix tokens and every patch of the one grid). A windowed model (Swin, SAM): one over
     the cells of the start layer's stage grid (no prefix tokens).
 
-    Raises:
-        AnalysisError: ``start_layer`` is not a layer of the model.
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec.
+    start_layer : int, default 0
+        The rollout's first layer, whose grid the map lies on (negative counts from the end).
+
+    Returns
+    -------
+    float
+        ``u``, the uniform weight of one token.
+
+    Raises
+    ------
+    AnalysisError
+        ``start_layer`` is not a layer of the model.
     """
     geometry = spec.geometry(check_index("start_layer", start_layer, spec.num_layers, "layers"))
     gh, gw = geometry.grid_size
@@ -140,10 +154,29 @@ def rollout_uniform_level(spec: ViTSpec, start_layer: int = 0) -> float:
 
 
 def merge_matrix(before: LayerGeometry, after: LayerGeometry) -> torch.Tensor:
-    """``(N_after, N_before)`` float64: the mean-of-2×2-parents rule of the module docstring.
+    """The mean-of-2×2-parents rule of the module docstring, as a matrix from the cells before a
+    patch merging to the cells after it:
 
-    Raises AnalysisError when the two grids are not related by a 2×2 patch merging
-    (``after.grid_size == ⌈before.grid_size / 2⌉`` and ``after.stride == 2·before.stride``)."""
+        M[c′, c] = 1 / |P(c′)|  if c ∈ P(c′),  else 0
+
+    Parameters
+    ----------
+    before : LayerGeometry
+        The geometry of the last layer before the merging (``N_before = gh·gw`` cells).
+    after : LayerGeometry
+        The geometry of the first layer after it (``N_after`` cells).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N_after, N_before)`` float64, each row summing to one over the merged cell's real parents.
+
+    Raises
+    ------
+    AnalysisError
+        The two grids are not related by a 2×2 patch merging (``after.grid_size ==
+        ⌈before.grid_size / 2⌉`` and ``after.stride == 2·before.stride``).
+    """
     (gh, gw), (mh, mw) = before.grid_size, after.grid_size
     if (mh, mw) != (-(-gh // 2), -(-gw // 2)) or after.stride != (2 * before.stride[0], 2 * before.stride[1]):
         raise AnalysisError(
@@ -224,12 +257,47 @@ def rollout_steps(
     stage: int | None = None,
     merge: str | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` ``(B, N_layer, N_start)``
-    float64 for layer = start..end (or every layer of ``stage``;
-    :func:`~analysis.attention.rollout_rules.layer_range`): the running products
-    :func:`rollout_matrices` and :func:`attention_rollout_by_layer` read, for a caller that wants
-    every partial rollout in one pass. Warns (RuntimeWarning) on a post-norm model, as every
-    rollout does."""
+    """Yield ``(layer, R_layer)`` with ``R_layer = Â_layer ⋯ Â_start`` for layer = start..end (or
+    every layer of ``stage``; :func:`~analysis.attention.rollout_rules.layer_range`): the running
+    products :func:`rollout_matrices` and :func:`attention_rollout_by_layer` read, for a caller
+    that wants every partial rollout in one pass.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row (``query_tokens=None``)
+        and every layer of the range: attentions ``(L, B, heads, T, T)`` or, for a windowed model,
+        one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    head_fusion : str
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in.
+    start_layer : int
+        First layer composed (negative counts from the end).
+    end_layer : int or None
+        Last layer composed, inclusive (negative counts from the end); ``None``, the last layer.
+    stage : int or None, default None
+        Every layer of that stage instead of ``start_layer``..``end_layer``.
+    merge : str or None, default None
+        ``None`` refuses a range across Swin's patch merging; ``"mean_2x2"`` approximates it
+        (:func:`merge_matrix`).
+
+    Yields
+    ------
+    tuple of (int, torch.Tensor)
+        ``(layer, R_layer)``, ``R_layer`` ``(B, N_layer, N_start)`` float64 (a ViT: ``(B, T, T)``).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`rollout_maps` (raised as the generator runs).
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model, as every rollout does, or a range crossed with ``merge="mean_2x2"``.
+    """
     start, end, merged = _plan(record, start_layer, end_layer, stage, merge)
     yield from compose_rollout(_layers(record, head_fusion, discard_ratio, start, end, merged))
 
@@ -244,13 +312,48 @@ def rollout_matrices(
     stage: int | None = None,
     merge: str | None = None,
 ) -> torch.Tensor:
-    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``, ``(B, N_end, N_start)``
-    float64: rows are ``end_layer``'s tokens, columns ``start_layer``'s (a ViT: ``(B, T, T)``).
+    """The rolled-out token-to-token matrix ``R = Â_end ⋯ Â_start``: rows are ``end_layer``'s
+    tokens, columns ``start_layer``'s.
 
     Per layer: fuse heads, discard (optional), ``Â = ½·A + ½·I``, then each row of ``Â``
     is divided by its sum over keys (``Â / Â.sum(-1, keepdim=True)``) so that every row of
-    ``Â`` and of ``R`` is a probability distribution. ``stage``: every layer of that stage
-    instead of ``start_layer``..``end_layer``; ``merge`` as in the module docstring.
+    ``Â`` and of ``R`` is a probability distribution.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row (``query_tokens=None``)
+        and every layer of the range: attentions ``(L, B, heads, T, T)`` or, for a windowed model,
+        one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in.
+    start_layer : int, default 0
+        First layer composed (negative counts from the end).
+    end_layer : int or None, default None
+        Last layer composed, inclusive (negative counts from the end); ``None``, the last layer.
+    stage : int or None, default None
+        Every layer of that stage instead of ``start_layer``..``end_layer``.
+    merge : str or None, default None
+        As in the module docstring: ``None`` refuses a range across Swin's patch merging;
+        ``"mean_2x2"`` approximates it (:func:`merge_matrix`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, N_end, N_start)`` float64 (a ViT: ``(B, T, T)``).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`rollout_maps`.
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model, or a range crossed with ``merge="mean_2x2"``.
     """
     rollout = None
     for _, step_rollout in rollout_steps(record, head_fusion, discard_ratio, start_layer, end_layer, stage, merge):
@@ -506,8 +609,30 @@ def attention_rollout_by_layer(
 
 
 def patch_grid_rollout(record: AttentionRecord) -> torch.Tensor:
-    """``(B, gh, gw)``: the attention rollout on the model's own patch grid (``spec.grid_size``, the
-    patch embedding's, the grid a salient token drop ranks patches on,
+    """The attention rollout on the model's own patch grid (``spec.grid_size``, the patch
+    embedding's, the grid a salient token drop ranks patches on,
     :func:`analysis.robustness.probe`'s ``saliency``): the first stage's rollout (every layer of a
-    ViT, whose one stage it is), for the default query (a ViT's class token, else the mean cell)."""
+    ViT, whose one stage it is), for the default query (a ViT's class token, else the mean cell).
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass (:func:`capture_attention`) with every query row (``query_tokens=None``)
+        and every layer of the first stage.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on ``spec.grid_size``, not rescaled.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`attention_rollout`.
+
+    Warns
+    -----
+    RuntimeWarning
+        A post-norm model.
+    """
     return attention_rollout(record, stage=0)

@@ -36,7 +36,26 @@ POST_NORM_WARNING = (
 
 
 def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
-    """``(B, heads, T, T)`` -> ``(B, T, T)`` by the mean, max or min over heads."""
+    """Fuse the heads (dim 1) by their mean, max or min.
+
+    Parameters
+    ----------
+    attention : torch.Tensor
+        ``(B, heads, ...)``: a ViT layer's ``(B, heads, T, T)``; a windowed layer's
+        ``(B, heads, windows, Wt, Wt)`` (:func:`analysis.records.token_matrix.layer_heads`).
+    head_fusion : str
+        ``"mean"``, ``"max"`` or ``"min"`` (:data:`HEAD_FUSIONS`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``attention`` without its head axis: ``(B, T, T)`` (``(B, windows, Wt, Wt)``), same dtype.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_fusion``.
+    """
     if head_fusion == "mean":
         return attention.mean(dim=1)
     if head_fusion == "max":
@@ -48,13 +67,30 @@ def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
 
 def discard_lowest(fused: torch.Tensor, discard_ratio: float, candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Zero the ``floor(discard_ratio · T·(T−1))`` smallest off-diagonal entries of each
-    ``(T, T)`` matrix in ``fused (B, T, T)``. The diagonal (a token's attention to itself)
-    is never discarded. Returns a new tensor.
+    ``(T, T)`` matrix in ``fused``. The diagonal (a token's attention to itself) is never
+    discarded.
 
-    ``candidates`` ``(T, T)`` bool, when given, are the pairs that may be discarded instead of
-    every off-diagonal pair (a windowed layer: the pairs its windows define, so the zeros
-    outside a query's window are not counted): the ``floor(discard_ratio · #candidates)``
-    smallest candidates are zeroed."""
+    Parameters
+    ----------
+    fused : torch.Tensor
+        ``(B, T, T)`` attention with the heads already fused.
+    discard_ratio : float
+        Fraction in ``[0, 1)`` of the candidate pairs to zero, per matrix.
+    candidates : torch.Tensor or None, default None
+        ``(T, T)`` bool: the pairs that may be discarded instead of every off-diagonal pair (a
+        windowed layer: the pairs its windows define, so the zeros outside a query's window are
+        not counted); the ``floor(discard_ratio · #candidates)`` smallest candidates are zeroed.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, T, T)``, a new tensor of ``fused``'s dtype.
+
+    Raises
+    ------
+    AnalysisError
+        ``discard_ratio`` outside ``[0, 1)``.
+    """
     if not 0.0 <= discard_ratio < 1.0:
         raise AnalysisError(f"discard_ratio must be in [0, 1), not {discard_ratio}.")
     batch, tokens, _ = fused.shape
@@ -76,8 +112,27 @@ def discard_lowest(fused: torch.Tensor, discard_ratio: float, candidates: torch.
 def mix_identity(
     fused: torch.Tensor, discard_ratio: float = 0.0, candidates: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``fused (B, T, T)`` (heads already fused) -> ``Â = ½·discard(fused) + ½·I``, each row
-    divided by its sum over keys, float64. ``candidates``: see :func:`discard_lowest`."""
+    """One layer's ``Â = ½·discard(fused) + ½·I``, each row divided by its sum over keys.
+
+    Parameters
+    ----------
+    fused : torch.Tensor
+        ``(B, T, T)`` attention with the heads already fused.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of the weakest pairs zeroed first (:func:`discard_lowest`).
+    candidates : torch.Tensor or None, default None
+        ``(T, T)`` bool, the pairs that may be discarded: see :func:`discard_lowest`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, T, T)`` float64, every row summing to one.
+
+    Raises
+    ------
+    AnalysisError
+        ``discard_ratio`` outside ``[0, 1)``.
+    """
     fused = discard_lowest(fused.double(), discard_ratio, candidates)  # (B, T, T)
     eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
     mixed = 0.5 * fused + 0.5 * eye
@@ -85,22 +140,54 @@ def mix_identity(
 
 
 def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
-    """One layer's ``Â``: ``(B, heads, T, T)`` attention -> ``(B, T, T)`` float64,
-    ``Â = ½·fuse(A) + ½·I`` (after the optional discard), each row divided by its sum over keys."""
+    """One layer's ``Â = ½·fuse(A) + ½·I`` (after the optional discard), each row divided by its
+    sum over keys: :func:`fuse_heads`, then :func:`mix_identity`.
+
+    Parameters
+    ----------
+    attention : torch.Tensor
+        ``(B, heads, T, T)`` one layer's attention probabilities.
+    head_fusion : str, default "mean"
+        ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest off-diagonal pairs set to 0.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, T, T)`` float64, every row summing to one.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_fusion``, or ``discard_ratio`` outside ``[0, 1)``.
+    """
     return mix_identity(fuse_heads(attention.double(), head_fusion), discard_ratio)
 
 
 def compose_rollout(
     steps: Iterable[tuple[int, torch.Tensor, torch.Tensor | None]],
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """The one composition of rollout: for each ``(layer, Â_layer (B, T, T), carry)`` yield
+    """The one composition of rollout: for each step ``(layer, Â_layer, carry)`` yield
     ``(layer, R_layer)`` with
 
         R_start = Â_start;   R_layer = Â_layer · C_layer · R_previous
 
-    where ``C_layer`` is ``carry`` ``(T_layer, T_previous)`` when the token set changes before
-    ``layer`` (a windowed model's patch merging, :func:`analysis.attention.rollout.merge_matrix`)
-    and the identity when ``carry`` is None (every ViT layer)."""
+    where ``C_layer`` is ``carry`` when the token set changes before ``layer`` (a windowed
+    model's patch merging, :func:`analysis.attention.rollout.merge_matrix`) and the identity when
+    ``carry`` is None (every ViT layer).
+
+    Parameters
+    ----------
+    steps : iterable of (int, torch.Tensor, torch.Tensor or None)
+        In layer order: the layer, its ``Â_layer`` ``(B, T_layer, T_layer)`` (:func:`mix_identity`)
+        and ``carry`` ``(T_layer, T_previous)`` or ``None``; the first step's ``carry`` is unused.
+
+    Yields
+    ------
+    tuple of (int, torch.Tensor)
+        ``(layer, R_layer)``, ``R_layer`` ``(B, T_layer, T_start)`` in ``Â``'s dtype.
+    """
     rollout = None
     for layer, mixed, carry in steps:
         if rollout is not None and carry is not None:
@@ -110,9 +197,32 @@ def compose_rollout(
 
 
 def layer_range(spec, start_layer: int, end_layer: int | None, stage: int | None = None) -> tuple[int, int]:
-    """``(start, end)`` inclusive, non-negative: ``start_layer``..``end_layer`` (end defaults
-    to the last layer; negative indices count from the end), or every layer of ``stage``
-    (``spec.geometry(l).stage``; negative counts from the last stage; a ViT has stage 0 only)."""
+    """The layers a rollout composes: ``start_layer``..``end_layer``, or every layer of ``stage``.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec (its ``num_layers`` and each layer's ``spec.geometry(l).stage``).
+    start_layer : int
+        First layer (negative counts from the end); must be 0 with ``stage``.
+    end_layer : int or None
+        Last layer, inclusive (negative counts from the end); ``None``, the last layer. Must be
+        ``None`` with ``stage``.
+    stage : int or None, default None
+        Every layer of that stage instead (negative counts from the last stage; a ViT has stage 0
+        only).
+
+    Returns
+    -------
+    tuple of (int, int)
+        ``(start, end)``, inclusive and non-negative, ``start <= end``.
+
+    Raises
+    ------
+    AnalysisError
+        ``stage`` together with ``start_layer`` / ``end_layer``; a ``stage`` the model lacks; a
+        non-integer index; or not ``0 <= start <= end < L``.
+    """
     layers = spec.num_layers
     if stage is not None:
         if check_int("start_layer", start_layer) != 0 or end_layer is not None:

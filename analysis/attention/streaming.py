@@ -77,10 +77,35 @@ def _to_pixels(vit, item) -> torch.Tensor:
 def iter_batches(
     vit, images: Iterable, batch_size: int, workers: int, skipped: list[SkippedImage] | None = None
 ) -> Iterator[torch.Tensor]:
-    """Yield ``(b, 3, H, W)`` batches; the next batch is decoded while the caller works.
+    """Yield the images as preprocessed batches; the next batch is decoded while the caller works.
 
-    With ``skipped`` a list, images that fail to decode or preprocess (typed errors) are left
-    out and recorded there; otherwise the first failure is raised.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`load_vit`); each image goes through its ``preprocess`` to ``(3, H, W)``.
+    images : Iterable
+        PIL images or image paths / bytes, decoded in worker threads.
+    batch_size : int
+        Images per batch (the last may be shorter).
+    workers : int
+        Decode threads (at least 1 is used).
+    skipped : list of SkippedImage or None, default None
+        A list: images that fail to decode or preprocess (typed errors) are left out and a
+        :class:`SkippedImage` appended for each. ``None``: the first failure is raised.
+
+    Yields
+    ------
+    torch.Tensor
+        ``(b, 3, H, W)`` float pixels on the CPU at the model's input size, ``b <= batch_size`` the
+        images of the batch that could be used (a batch none of whose images could be used is not
+        yielded).
+
+    Raises
+    ------
+    ImageLoadError
+        With ``skipped=None``, an image that cannot be decoded.
+    AnalysisError
+        With ``skipped=None``, an image that cannot be preprocessed.
     """
     iterator = enumerate(images)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vit-decode") as pool:
@@ -110,7 +135,18 @@ def iter_batches(
 
 def distance_heads(spec) -> int:
     """Length of the head axis of a distance result: the model's heads, or for a windowed model
-    the most heads of any layer (``spec``: a ViTSpec, or a LoadedViT / record)."""
+    the most heads of any layer.
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or AttentionRecord
+        The model's :class:`ViTSpec`, or a LoadedViT / record, whose ``spec`` is used.
+
+    Returns
+    -------
+    int
+        ``spec.max_layer_heads``.
+    """
     return getattr(spec, "spec", spec).max_layer_heads
 
 

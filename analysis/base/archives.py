@@ -57,7 +57,16 @@ class ArchiveLimits:
 
 @dataclass(frozen=True)
 class ImageArchive:
-    """The images of an archive: ``(name, bytes)`` in archive order, and what was left out."""
+    """The images of an archive: ``(name, bytes)`` in archive order, and what was left out.
+
+    Attributes
+    ----------
+    images : tuple of (str, bytes)
+        ``(name, bytes)`` of each image entry read, in archive order, the bytes undecoded.
+    skipped : tuple of str, default ()
+        One sentence per image entry left out (declared larger than ``max_entry_bytes``, or unreadable
+        inside the archive).
+    """
 
     images: tuple[tuple[str, bytes], ...]
     skipped: tuple[str, ...] = field(default=())

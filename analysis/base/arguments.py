@@ -18,7 +18,27 @@ __all__ = ["check_int", "check_index", "check_pixels", "check_float_dtype", "res
 
 
 def check_int(name: str, value, *, minimum: int | None = None) -> int:
-    """``value`` as an ``int`` (bools refused), at least ``minimum`` if given."""
+    """``value`` as an ``int`` (bools refused), at least ``minimum`` if given.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the error message.
+    value : Any
+        The value to check: any integral number (``int``, a numpy integer), not a ``bool``.
+    minimum : int or None, default None
+        The smallest value accepted; ``None``, no bound.
+
+    Returns
+    -------
+    int
+        ``value`` as a plain ``int``.
+
+    Raises
+    ------
+    AnalysisError
+        ``value`` is not an integer (or is a ``bool``), or is below ``minimum``.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise AnalysisError(f"{name} must be an integer, got {value!r} ({type(value).__name__}).")
     value = int(value)
@@ -28,7 +48,29 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
 
 
 def check_index(name: str, value, size: int, what: str) -> int:
-    """A Python-style index into ``size`` things (``-size <= value < size``), made non-negative."""
+    """A Python-style index into ``size`` things (``-size <= value < size``), made non-negative.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the error message.
+    value : Any
+        The index: an integer (not a ``bool``), negative counting from the end.
+    size : int
+        How many things there are.
+    what : str
+        What the things are called in the error message (e.g. ``"layers"``).
+
+    Returns
+    -------
+    int
+        The index in ``0..size-1``.
+
+    Raises
+    ------
+    AnalysisError
+        ``value`` is not an integer, or is outside ``-size <= value < size``.
+    """
     value = check_int(name, value)
     if not -size <= value < size:
         raise AnalysisError(
@@ -43,7 +85,23 @@ def resolve_layers(layers, num_layers: int) -> tuple[int, ...]:
     count from the end), each once, **in the order asked**. A caller that needs the forward
     pass's order (a record's layers, which rollout composes) sorts the result.
 
-    Raises AnalysisError for an empty sequence, a string, or an index outside the model."""
+    Parameters
+    ----------
+    layers : int, sequence of int or None
+        ``None``, every layer; one layer index or a sequence of them (negative counts from the end).
+    num_layers : int
+        The model's number of layers.
+
+    Returns
+    -------
+    tuple of int
+        The non-negative layer indices, each once, in the order asked (the first occurrence of each).
+
+    Raises
+    ------
+    AnalysisError
+        An empty sequence, a string (or anything not iterable), or an index outside the model.
+    """
     if layers is None:
         return tuple(range(num_layers))
     if isinstance(layers, numbers.Integral):
@@ -58,7 +116,24 @@ def resolve_layers(layers, num_layers: int) -> tuple[int, ...]:
 
 
 def check_pixels(pixels) -> torch.Tensor:
-    """A floating ``(B, 3, H, W)`` tensor with ``B >= 1``."""
+    """A floating ``(B, 3, H, W)`` tensor with ``B >= 1``.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        The model input to check, ``(B, 3, H, W)`` floating point (normalised, as ``vit.preprocess``
+        returns it).
+
+    Returns
+    -------
+    torch.Tensor
+        ``pixels`` itself, unchanged.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` is not a tensor, not floating point, not of shape ``(B, 3, H, W)``, or holds no image.
+    """
     if not isinstance(pixels, torch.Tensor):
         raise AnalysisError(
             f"pixels must be a torch.Tensor of shape (B, 3, H, W), got {type(pixels).__name__}: use vit.preprocess(image)."
@@ -78,7 +153,25 @@ def check_pixels(pixels) -> torch.Tensor:
 
 
 def check_float_dtype(name: str, dtype) -> torch.dtype:
-    """``dtype`` must be a floating torch dtype."""
+    """``dtype`` must be a floating torch dtype.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the error message.
+    dtype : torch.dtype
+        The dtype to check (``torch.float32``, ``torch.float16``, ``torch.bfloat16``, ...).
+
+    Returns
+    -------
+    torch.dtype
+        ``dtype`` itself.
+
+    Raises
+    ------
+    AnalysisError
+        ``dtype`` is not a ``torch.dtype`` or not a floating one.
+    """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise AnalysisError(
             f"{name} must be a floating torch dtype (torch.float32, torch.float16, torch.bfloat16), got {dtype!r}."

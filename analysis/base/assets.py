@@ -23,7 +23,14 @@ CHECKOUT_ASSETS = _PACKAGE.parent / "assets"  # a source checkout (or an editabl
 
 def assets_dir() -> Path:
     """The folder holding the bundled files: the wheel's copy when there is one, else the
-    checkout's ``assets/``."""
+    checkout's ``assets/``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``analysis/_assets`` when that folder exists (an installed wheel), else the checkout's top-level
+        ``assets/`` (not checked to exist).
+    """
     return PACKAGED_ASSETS if PACKAGED_ASSETS.is_dir() else CHECKOUT_ASSETS
 
 

@@ -10,7 +10,24 @@ __all__ = ["resolve_device", "autocast_context"]
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """``None`` picks cuda, then mps, then cpu; anything else is passed to ``torch.device``."""
+    """``None`` picks cuda, then mps, then cpu; anything else is passed to ``torch.device``.
+
+    Parameters
+    ----------
+    device : str, torch.device or None, default None
+        ``None``, the first available of cuda, mps and cpu; else a device ``torch.device`` accepts
+        (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``).
+
+    Returns
+    -------
+    torch.device
+        The device (not checked to be available when given explicitly).
+
+    Raises
+    ------
+    ModelLoadError
+        ``torch.device`` does not accept ``device``.
+    """
     if device is not None:
         try:
             return torch.device(device)
@@ -31,9 +48,25 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 def autocast_context(device: torch.device, precision: str = "auto"):
     """Autocast for the model's forward pass.
 
-    ``precision``: ``"auto"`` (bfloat16 on cuda when supported, else float16 on cuda,
-    float32 elsewhere), ``"float32"``, ``"bfloat16"`` or ``"float16"``. Attention
-    probabilities are always computed in float32 by the capture code, whatever this is.
+    Attention probabilities are always computed in float32 by the capture code, whatever this is.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device the forward pass runs on (its ``type`` is autocast's ``device_type``).
+    precision : str, default "auto"
+        ``"auto"`` (bfloat16 on cuda when supported, else float16 on cuda, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        ``torch.autocast`` with that dtype, or ``contextlib.nullcontext()`` for float32.
+
+    Raises
+    ------
+    AnalysisError
+        ``precision`` is not one of the four names.
     """
     if precision not in ("auto", "float32", "bfloat16", "float16"):
         from .errors import AnalysisError

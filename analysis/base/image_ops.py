@@ -36,7 +36,27 @@ def _check_sigma(sigma) -> float:
 
 
 def gaussian_noise(pixels: torch.Tensor, sigma: float, *, seed: int = 0) -> torch.Tensor:
-    """``x + σ·ε``, ``ε ~ N(0, 1)`` (seeded), in normalised units."""
+    """``x + σ·ε``, ``ε ~ N(0, 1)`` (seeded), in normalised units.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        Normalised images ``(..., H, W)``, usually ``(B, 3, H, W)``.
+    sigma : float
+        Standard deviation ``σ`` of the noise, ``>= 0``, in normalised units.
+    seed : int, default 0
+        Seed of the CPU generator that draws ``ε`` (the same seed, the same noise).
+
+    Returns
+    -------
+    torch.Tensor
+        ``pixels + σ·ε``, same shape and dtype as ``pixels``.
+
+    Raises
+    ------
+    AnalysisError
+        ``sigma`` is not a non-negative number.
+    """
     sigma = _check_sigma(sigma)
     noise = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(int(seed)))
     return pixels + sigma * noise.to(pixels.dtype)
@@ -45,7 +65,25 @@ def gaussian_noise(pixels: torch.Tensor, sigma: float, *, seed: int = 0) -> torc
 def gaussian_blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
     """Separable Gaussian blur with standard deviation ``sigma`` pixels (edges replicated;
     ``sigma = 0`` is the identity): ``k[t] ∝ exp(−t² / 2σ²)`` for ``|t| ≤ ⌈3σ⌉``, normalised
-    to sum 1, applied along rows then columns."""
+    to sum 1, applied along rows then columns.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        Normalised images ``(..., H, W)``, usually ``(B, 3, H, W)``.
+    sigma : float
+        Standard deviation in pixels, ``>= 0``.
+
+    Returns
+    -------
+    torch.Tensor
+        The blurred images, same shape and dtype as ``pixels`` (a copy when ``sigma = 0``).
+
+    Raises
+    ------
+    AnalysisError
+        ``sigma`` is not a non-negative number.
+    """
     sigma = _check_sigma(sigma)
     if sigma == 0:
         return pixels.clone()
@@ -63,7 +101,27 @@ def gaussian_blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
 def baseline_pixels(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
     """The ``baseline`` (one of :data:`BASELINES`) reference image for normalised ``pixels``
     ``(B, 3, H, W)``, same shape: black is ``(0 − mean) / std`` per channel, mean is 0, blur is
-    :func:`gaussian_blur` with ``σ = max(patch side)`` pixels."""
+    :func:`gaussian_blur` with ``σ = max(patch side)`` pixels.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The loaded model: its ``preprocessing`` (mean and std) and ``spec.patch_size``.
+    pixels : torch.Tensor
+        Normalised model input ``(B, 3, H, W)``.
+    baseline : str
+        ``"mean"``, ``"black"`` or ``"blur"``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 3, H, W)``, the reference image in normalised units.
+
+    Raises
+    ------
+    AnalysisError
+        ``baseline`` is not one of :data:`BASELINES`.
+    """
     if baseline not in BASELINES:
         raise AnalysisError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}.")
     if baseline == "black":
@@ -76,7 +134,20 @@ def baseline_pixels(vit, pixels: torch.Tensor, baseline: str) -> torch.Tensor:
 
 def patch_grid(patch_sets, grid_size: tuple[int, int]) -> torch.Tensor:
     """``(K, gh, gw)`` bool: row ``k`` is True at the patches ``patch_sets[k]`` (row-major
-    indices into the ``(gh, gw)`` grid, index ``r·gw + c``)."""
+    indices into the ``(gh, gw)`` grid, index ``r·gw + c``).
+
+    Parameters
+    ----------
+    patch_sets : sequence of sequence of int
+        ``K`` sets of patch indices (lists or tensors), each row-major into the grid.
+    grid_size : tuple of int
+        ``(gh, gw)``, the patch grid.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(K, gh, gw)`` bool on the CPU.
+    """
     gh, gw = grid_size
     grid = torch.zeros(len(patch_sets), gh * gw, dtype=torch.bool)
     for k, patches in enumerate(patch_sets):
@@ -90,7 +161,22 @@ def patch_pixel_mask(
     """``(..., gh, gw)`` patch values -> ``(..., H, W)``: each patch's value over the
     ``ph × pw`` pixels it covers (patch ``(r, c)`` covers rows ``r·ph … (r+1)·ph − 1`` and columns
     ``c·pw … (c+1)·pw − 1``). ``image_size`` larger than ``(gh·ph, gw·pw)`` pads with zeros (the
-    pixels no patch covers, e.g. a border that the patch embedding drops); smaller crops."""
+    pixels no patch covers, e.g. a border that the patch embedding drops); smaller crops.
+
+    Parameters
+    ----------
+    grid : torch.Tensor
+        Patch values ``(..., gh, gw)``, any dtype (e.g. bool from :func:`patch_grid`).
+    patch_size : tuple of int
+        ``(ph, pw)``, a patch's side in pixels.
+    image_size : tuple of int or None, default None
+        ``(H, W)`` of the output; ``None``, ``(gh·ph, gw·pw)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., H, W)``, same dtype as ``grid``.
+    """
     ph, pw = patch_size
     pixels = grid.repeat_interleave(ph, dim=-2).repeat_interleave(pw, dim=-1)  # (..., gh·ph, gw·pw)
     if image_size is None:

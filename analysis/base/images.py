@@ -21,7 +21,24 @@ MAX_IMAGE_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused (d
 
 def too_large_error(label: str, width: int, height: int, limit: int = MAX_IMAGE_PIXELS) -> ImageTooLargeError:
     """The error for an image that declares ``width × height`` pixels, above ``limit``: its size,
-    the limit, and what to do."""
+    the limit, and what to do.
+
+    Parameters
+    ----------
+    label : str
+        What to call the image in the message (its file name, or "the uploaded data").
+    width : int
+        The declared width in pixels.
+    height : int
+        The declared height in pixels.
+    limit : int, default MAX_IMAGE_PIXELS
+        The most pixels accepted (:data:`MAX_IMAGE_PIXELS`, 64,000,000).
+
+    Returns
+    -------
+    ImageTooLargeError
+        The error, not raised; it carries ``width``, ``height`` and ``limit``.
+    """
     return ImageTooLargeError(
         f"{label} is too large: {width:,} × {height:,} = {width * height:,} pixels, above the limit of "
         f"{limit:,} pixels (about {int(limit**0.5):,} × {int(limit**0.5):,}; larger images are refused "
@@ -74,7 +91,19 @@ def _read_bytes(source) -> tuple[bytes, str]:
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL mode to RGB: transparency composited on white, 16/32-bit greyscale rescaled."""
+    """Any PIL mode to RGB: transparency composited on white, 16/32-bit greyscale rescaled.
+
+    Parameters
+    ----------
+    image : PIL.Image.Image
+        An image of any mode (``"RGBA"``, ``"LA"`` and ``"P"`` with transparency are composited on white;
+        ``"I;16*"`` and ``"I"`` have their used range rescaled to 8 bits; ``"F"`` goes through ``"L"``).
+
+    Returns
+    -------
+    PIL.Image.Image
+        Mode ``"RGB"``, same size; ``image`` itself when it already is RGB.
+    """
     if image.mode == "RGB":
         return image
     if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):

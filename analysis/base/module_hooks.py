@@ -42,7 +42,13 @@ class ModuleHook:
     """The handle of a hook added by :func:`add_forward_hook` or :func:`add_forward_pre_hook`.
 
     ``remove()`` takes the hook out (twice does nothing) and gives back the lock that a hook of
-    this thread took when it raised."""
+    this thread took when it raised. A context manager: leaving the ``with`` block removes the hook.
+
+    Parameters
+    ----------
+    handle : torch.utils.hooks.RemovableHandle
+        The handle torch returned when the hook was registered; its ``id`` becomes ``self.id``.
+    """
 
     def __init__(self, handle: RemovableHandle) -> None:
         self._handle = handle
@@ -62,7 +68,23 @@ class ModuleHook:
 
 def add_forward_pre_hook(module: nn.Module, hook: Callable[..., Any], *, with_kwargs: bool = False) -> ModuleHook:
     """``module.register_forward_pre_hook(hook, with_kwargs=...)``, safe while other threads
-    run ``module`` (see the module docstring)."""
+    run ``module`` (see the module docstring).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module whose forward the hook precedes.
+    hook : Callable
+        ``hook(module, args)``, or ``hook(module, args, kwargs)`` with ``with_kwargs=True``, as torch calls
+        pre-hooks; wrapped so that an exception it raises on the adding thread takes the lock.
+    with_kwargs : bool, default False
+        Pass the forward's keyword arguments to ``hook`` too.
+
+    Returns
+    -------
+    ModuleHook
+        The handle; ``remove()`` (or leaving its ``with`` block) takes the hook out.
+    """
     with _LOCK:
         return ModuleHook(module.register_forward_pre_hook(_holding_on_raise(hook), with_kwargs=with_kwargs))
 
@@ -71,7 +93,26 @@ def add_forward_hook(
     module: nn.Module, hook: Callable[..., Any], *, with_kwargs: bool = False, always_call: bool = False
 ) -> ModuleHook:
     """``module.register_forward_hook(hook, with_kwargs=..., always_call=...)``, safe while other
-    threads run ``module`` (see the module docstring)."""
+    threads run ``module`` (see the module docstring).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module whose forward the hook follows.
+    hook : Callable
+        ``hook(module, args, output)``, or ``hook(module, args, kwargs, output)`` with ``with_kwargs=True``,
+        as torch calls forward hooks; wrapped so that an exception it raises on the adding thread takes
+        the lock.
+    with_kwargs : bool, default False
+        Pass the forward's keyword arguments to ``hook`` too.
+    always_call : bool, default False
+        Run ``hook`` even when the forward raises (torch's ``always_call``).
+
+    Returns
+    -------
+    ModuleHook
+        The handle; ``remove()`` (or leaving its ``with`` block) takes the hook out.
+    """
     with _LOCK:
         handle = module.register_forward_hook(_holding_on_raise(hook), with_kwargs=with_kwargs, always_call=always_call)
         return ModuleHook(handle)

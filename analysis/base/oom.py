@@ -15,6 +15,19 @@ OOM_FALLBACK_WARNING = "Out of accelerator memory even for one image: falling ba
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device (or the host) ran out of memory.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The caught exception.
+
+    Returns
+    -------
+    bool
+        True for a ``torch.cuda.OutOfMemoryError`` or a message containing "out of memory" or
+        "can't allocate memory" (any case: MPS and CPU allocators say so in words).
+    """
     text = str(exc).lower()
     return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
 
@@ -27,7 +40,31 @@ def run_with_oom_fallback(
     """``run(batch)``; on out-of-memory, halve the batch and retry each half; a single image
     that still does not fit goes to ``cpu_fallback`` with a ``RuntimeWarning``.
 
-    Returns the results of the pieces, in batch order (one element when nothing failed).
+    Parameters
+    ----------
+    run : Callable
+        ``run(piece) -> Result``, called on ``batch`` and, after an out-of-memory error, on its halves.
+    batch : torch.Tensor
+        ``(B, ...)``, split along its first dimension.
+    cpu_fallback : Callable or None
+        ``cpu_fallback(piece) -> Result`` for a one-image piece that still runs out of memory; ``None``
+        re-raises that error.
+
+    Returns
+    -------
+    list
+        The results of the pieces, in batch order (one element when nothing failed).
+
+    Raises
+    ------
+    RuntimeError
+        An error of ``run`` that is not out-of-memory, or out-of-memory for one image with no
+        ``cpu_fallback``.
+
+    Warns
+    -----
+    RuntimeWarning
+        A one-image piece goes to ``cpu_fallback`` (:data:`OOM_FALLBACK_WARNING`).
     """
     results: list[Result] = []
     pieces = [batch]

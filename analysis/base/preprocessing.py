@@ -35,7 +35,27 @@ _EXACT_RESIZE_PIXELS = 4096 * 4096
 @dataclass(frozen=True)
 class Preprocessing:
     """Resize and crop to ``img_size`` as timm's eval transform does (see :meth:`crop`),
-    scale to [0, 1] and normalise with ``(x - mean) / std`` per channel."""
+    scale to [0, 1] and normalise with ``(x - mean) / std`` per channel.
+
+    Calling it on a PIL image gives the model input ``(1, 3, H, W)`` float32.
+
+    Attributes
+    ----------
+    img_size : tuple of int
+        ``(H, W)``, the model's actual input size (an overridden ``img_size`` wins over the pretrained
+        default).
+    mean : tuple of float
+        Per-channel mean, in ``[0, 1]`` units.
+    std : tuple of float
+        Per-channel standard deviation, in ``[0, 1]`` units.
+    interpolation : str, default "bicubic"
+        PIL resampling of the resize: ``"nearest"``, ``"bilinear"``, ``"bicubic"``, ``"lanczos"``,
+        ``"box"`` or ``"hamming"`` (another name resamples bicubic).
+    crop_pct : float, default 1.0
+        The resize target is ``floor(size / crop_pct)`` before the crop to ``img_size``.
+    crop_mode : str, default "center"
+        ``"center"``, ``"squash"`` or ``"border"``, as in timm's data config (see :meth:`crop`).
+    """
 
     img_size: tuple[int, int]  # (H, W)
     mean: tuple[float, ...]

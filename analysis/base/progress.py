@@ -19,7 +19,17 @@ Progress = Callable[[int, int | None], None]
 
 
 def tell(progress: Progress | None, done: int, total: int | None) -> None:
-    """Call ``progress(done, total)`` when there is a ``progress`` to call."""
+    """Call ``progress(done, total)`` when there is a ``progress`` to call.
+
+    Parameters
+    ----------
+    progress : Progress or None
+        The callback; ``None`` does nothing.
+    done : int
+        Steps finished.
+    total : int or None
+        Steps in all; ``None`` while unknown.
+    """
     if progress is not None:
         progress(int(done), None if total is None else int(total))
 
@@ -28,7 +38,25 @@ def within(progress: Progress | None, start: int, size: int, total: int) -> Prog
     """The progress of an inner loop that fills steps ``start`` to ``start + size`` of the outer
     ``total``: the inner ``(done, inner_total)`` is told to ``progress`` as
     ``(start + ⌊size · done / inner_total⌋, total)`` (just ``start`` while ``inner_total`` is
-    unknown or 0). ``None`` stays ``None``."""
+    unknown or 0). ``None`` stays ``None``.
+
+    Parameters
+    ----------
+    progress : Progress or None
+        The outer callback.
+    start : int
+        The outer step the inner loop starts at.
+    size : int
+        How many outer steps the inner loop fills; the reported step never leaves
+        ``start..start + size``.
+    total : int
+        The outer loop's total steps.
+
+    Returns
+    -------
+    Progress or None
+        The inner loop's callback; ``None`` when ``progress`` is ``None``.
+    """
     if progress is None:
         return None
 

@@ -44,15 +44,25 @@ ABLATIONS = ("zero", "mean", "resample")
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """Effects of ablating each head alone.
+    """Effects of ablating each head alone (what :func:`head_ablation` returns).
 
-    Attributes:
-        delta_logit: ``(B, L, heads)`` target logit after ablation minus before.
-        delta_probability: ``(B, L, heads)`` the same for the target's softmax probability.
-        clean_logit, clean_probability: ``(B,)`` before ablation.
-        targets: ``(B,)`` the class of each image whose logit is measured.
-        method: one of :data:`ABLATIONS`.
-        layers: the model layers of the rows (all, unless ``layers=`` chose some).
+    Attributes
+    ----------
+    delta_logit : torch.Tensor
+        ``(B, L, heads)`` float32: the target logit after ablation minus before. ``L`` the rows of
+        ``layers``, ``heads`` the most heads of any block; NaN beyond a block's own heads.
+    delta_probability : torch.Tensor
+        ``(B, L, heads)`` float32: the same for the target's probability (by the model's own rule).
+    clean_logit : torch.Tensor
+        ``(B,)`` float32: the target logit before ablation.
+    clean_probability : torch.Tensor
+        ``(B,)`` float32: the target probability before ablation.
+    targets : torch.Tensor
+        ``(B,)`` long: the class of each image whose logit is measured.
+    method : str
+        One of :data:`ABLATIONS`.
+    layers : tuple of int, default ()
+        The model layer of each row, ascending (all, unless ``layers=`` chose some).
     """
 
     delta_logit: torch.Tensor
@@ -65,9 +75,22 @@ class HeadAblation:
 
 
 def check_separable_heads(vit, what: str) -> None:
-    """Raise AnalysisError when a block's attention normalises the heads' joint output before its
-    projection (timm ``scale_norm``: BEiT-3, EVA-02-CLIP): there ``attn.z`` mixes the heads, so a
-    single head's output cannot be removed, patched or attributed."""
+    """Refuse a model whose blocks normalise the heads' joint output before the projection
+    (timm ``scale_norm``: BEiT-3, EVA-02-CLIP): there ``attn.z`` mixes the heads, so a single
+    head's output cannot be removed, patched or attributed.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    what : str
+        The analysis that asks, named in the error.
+
+    Raises
+    ------
+    AnalysisError
+        A block's attention has a norm (not ``nn.Identity``) on the heads' joint output.
+    """
     for site in block_sites(vit.model):
         norm = getattr(site.module, "norm", None)
         if isinstance(norm, torch.nn.Module) and not isinstance(norm, torch.nn.Identity):
@@ -131,12 +154,43 @@ def head_ablation(
 ) -> HeadAblation:
     """Ablate every head alone (``L × heads`` forward passes of the batch) and measure the target.
 
-    Args:
-        target: ``None`` (each image's predicted class), a class, or one per image.
-        method: ``"zero"``, ``"mean"`` (over the ``reference`` images, required) or
-            ``"resample"`` (from ``reference``: one image, or one per image).
-        layers: only these layers' heads (one row each, ascending; default all).
-        progress: optional ``progress(done, total)`` after each forward pass.
+    The head's output ``z_{l,h}`` is replaced as ``method`` says (module docstring) and the effect
+    is ``Δ = logit_c(ablated) − logit_c(clean)``, and likewise for the probability. The passes run
+    in float32.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a class head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class measured, as in :func:`~analysis.explanations.gradients.resolve_targets`: a
+        class, one per image, or ``None`` for each image's predicted class.
+    method : str, default "zero"
+        ``"zero"``, ``"mean"`` (the mean over the ``reference`` images, required) or
+        ``"resample"`` (from ``reference``: one image, or one per image).
+    reference : torch.Tensor or None, default None
+        ``(R, 3, H, W)`` preprocessed reference images, for ``"mean"`` and ``"resample"``.
+    layers : int, sequence of int or None, default None
+        Only these layers' heads (one row each, ascending; negative counts from the end);
+        ``None``, every layer.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each forward pass.
+
+    Returns
+    -------
+    HeadAblation
+        ``delta_logit`` and ``delta_probability`` ``(B, L, heads)``, the clean values ``(B,)``,
+        the targets, the method and the layers of the rows.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); a model without a class head, or whose heads are not
+        separable (:func:`check_separable_heads`); an unknown ``method``; ``"mean"`` /
+        ``"resample"`` without a 4-d ``reference``, or ``"resample"`` with neither 1 nor ``B``
+        reference images; a bad ``target`` or ``layers``.
     """
     refuse_windowed(vit, "head_ablation")
     spec = vit.spec
@@ -170,8 +224,22 @@ def heads_by_effect(
     ablation: HeadAblation | torch.Tensor, layers: Sequence[int] | None = None
 ) -> list[tuple[int, int]]:
     """``(layer, head)`` pairs ordered from the largest drop of the target logit to the largest
-    gain: of a :class:`HeadAblation` (mean over its batch), or of an ``(rows, heads)`` array of
-    effects whose rows are ``layers`` (default ``0..rows−1``). NaN entries are left out."""
+    gain (a stable sort: ties keep their row-major order). NaN entries are left out.
+
+    Parameters
+    ----------
+    ablation : HeadAblation or array-like
+        A :class:`HeadAblation` (its ``delta_logit`` averaged over its batch), or an
+        ``(rows, heads)`` array of effects.
+    layers : sequence of int or None, default None
+        The model layer of each row of an array (``None``: ``0..rows−1``); ignored for a
+        :class:`HeadAblation`, whose own ``layers`` are used.
+
+    Returns
+    -------
+    list of tuple of (int, int)
+        ``(layer, head)`` pairs, most negative effect first.
+    """
     if isinstance(ablation, HeadAblation):
         effect, layers = ablation.delta_logit.mean(0), ablation.layers
     else:
@@ -192,7 +260,41 @@ def cumulative_head_ablation(
     reference: torch.Tensor | None = None,
     progress: Progress | None = None,
 ) -> torch.Tensor:
-    """``(K + 1, B)`` target logits with the first ``k`` of ``heads`` ablated together, ``k = 0..K``."""
+    """Target logits with the first ``k`` of ``heads`` ablated together, ``k = 0..K``: the curve of
+    the logit as heads go (e.g. in the order of :func:`heads_by_effect`). The passes run in float32.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a class head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    heads : sequence of (int, int)
+        The ``K`` ``(layer, head)`` pairs, in the order they are removed (negative indices count
+        from the end).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class measured, as in :func:`~analysis.explanations.gradients.resolve_targets`;
+        ``None``, each image's predicted class.
+    method : str, default "zero"
+        ``"zero"``, ``"mean"`` or ``"resample"``, as in :func:`head_ablation`.
+    reference : torch.Tensor or None, default None
+        ``(R, 3, H, W)`` preprocessed reference images, for ``"mean"`` and ``"resample"``.
+    progress : Progress or None, default None
+        Called as ``progress(k, K)`` after each ablated forward pass.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(K + 1, B)`` float32: row ``k`` the target logit with the first ``k`` heads ablated
+        (row 0 the clean logit).
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); a model without a class head, or whose heads are not
+        separable; an entry of ``heads`` not a ``(layer, head)`` pair, or out of range; the
+        errors of ``method`` / ``reference`` / ``target`` as in :func:`head_ablation`.
+    """
     refuse_windowed(vit, "cumulative_head_ablation")
     if not vit.spec.has_classifier:
         raise AnalysisError(f"Head ablation measures a class logit; this model has a {vit.spec.head} head.")

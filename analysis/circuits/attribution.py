@@ -61,26 +61,39 @@ HEAD_VECTORS = ("centred", "textspan")
 
 @dataclass(frozen=True)
 class DirectLogitAttribution:
-    """Each part's direct contribution to the target logit (or logit difference), per token.
-
-    Attributes:
-        embedding: ``(B, T)`` the embeddings' terms (block 0's input), per token.
-        heads: ``(B, L, heads, T)`` head ``h`` of block ``l``, per token (the token where the
-            head *wrote*, i.e. the query position).
-        head_bias: ``(B, L, T)`` each block's output-projection bias (times its layer scale).
-        mlps: ``(B, L, T)`` each block's MLP.
-        constant: ``(B,)`` the norms' shifts ``β`` and the head's bias, through the readout.
-        target_logit: ``(B,)`` the model's own logit (or logit difference) being decomposed.
-        targets: ``(B,)`` the class, or ``(B, 2)`` the pair ``(a, b)`` of ``logit_a − logit_b``.
-        heads_by_source: ``(B, L, heads, T)`` the same head terms by the token each head *read*
-            (the key position: ``c_{l,h,s} = Σ_q P_{l,h}[q, s] · r_q(γ_l ⊙ W_O[:, h] v_{l,h,s})``),
-            when asked for (``by_source=True``), else ``None``. Summed over tokens it equals
-            ``heads`` summed over tokens.
-        pool_mlp: ``(B,)`` an attention-pooling head's MLP branch ``mlp(norm(a))`` along the target,
-            a remainder not split over the parts (``attention_pool=True`` only), else ``None``.
+    """Each part's direct contribution to the target logit (or logit difference), per token (what
+    :func:`direct_logit_attribution` and :func:`output_attribution` return; float32 on the CPU).
 
     ``embedding.sum(-1) + heads.sum((1, 2, 3)) + head_bias.sum((1, 2)) + mlps.sum((1, 2)) +
-    constant`` equals ``target_logit`` (float rounding; tested at 1e-4).
+    constant`` (``+ pool_mlp`` when there is one) equals ``target_logit`` (float rounding; tested
+    at 1e-4).
+
+    Attributes
+    ----------
+    embedding : torch.Tensor
+        ``(B, T)`` the embeddings' terms (block 0's input), per token.
+    heads : torch.Tensor
+        ``(B, L, heads, T)`` head ``h`` of block ``l``, per token (the token where the head
+        *wrote*, i.e. the query position).
+    head_bias : torch.Tensor
+        ``(B, L, T)`` each block's output-projection bias (times its layer scale).
+    mlps : torch.Tensor
+        ``(B, L, T)`` each block's MLP.
+    constant : torch.Tensor
+        ``(B,)`` the norms' shifts ``β`` and the head's bias, through the readout.
+    target_logit : torch.Tensor
+        ``(B,)`` the model's own logit (or logit difference) being decomposed.
+    targets : torch.Tensor
+        ``(B,)`` long, the class, or ``(B, 2)`` the pair ``(a, b)`` of ``logit_a − logit_b``
+        (:func:`output_attribution`: whatever its ``weights_of`` names).
+    heads_by_source : torch.Tensor or None, default None
+        ``(B, L, heads, T)`` the same head terms by the token each head *read* (the key position:
+        ``c_{l,h,s} = Σ_q P_{l,h}[q, s] · r_q(γ_l ⊙ W_O[:, h] v_{l,h,s})``), when asked for
+        (``by_source=True``), else ``None``. Summed over tokens it equals ``heads`` summed over
+        tokens.
+    pool_mlp : torch.Tensor or None, default None
+        ``(B,)`` an attention-pooling head's MLP branch ``mlp(norm(a))`` along the target, a
+        remainder not split over the parts (``attention_pool=True`` only), else ``None``.
     """
 
     embedding: torch.Tensor
@@ -118,23 +131,50 @@ def direct_logit_attribution(
 ) -> DirectLogitAttribution:
     """Decompose the target logit of each image into direct contributions (module docstring).
 
-    Args:
-        vit: a :class:`~analysis.model.loading.LoadedViT` with a linear class head.
-        pixels: ``(B, 3, H, W)`` preprocessed input.
-        target: ``None`` (each image's predicted class), a class, or one class per image.
-        versus: optional second class (or one per image): decompose ``logit_target − logit_versus``.
-        fold_value_biases: ``False`` (default): each head's value bias ``b_V,h`` stays in its head's
-            term (``z_h = P_h·v_h`` with ``v_h = W_V,h x + b_V,h``). ``True``: TransformerLens's
-            convention (``fold_value_biases=True`` of ``HookedTransformer.from_pretrained``): since
-            each row of ``P_h`` sums to 1, ``b_V,h`` reaches the output as the constant
-            ``γ ⊙ W_O[:, h] b_V,h``, which moves from head ``h``'s term into ``head_bias``:
+    By default each head's value bias ``b_V,h`` stays in its head's term (``z_h = P_h·v_h`` with
+    ``v_h = W_V,h x + b_V,h``). With ``fold_value_biases=True``, TransformerLens's convention
+    (``fold_value_biases=True`` of ``HookedTransformer.from_pretrained``): since each row of
+    ``P_h`` sums to 1, ``b_V,h`` reaches the output as the constant ``γ ⊙ W_O[:, h] b_V,h``, which
+    moves from head ``h``'s term into ``head_bias``:
 
-                a_{l,h} = γ ⊙ W_O[:, h] (z_h − b_V,h);    a_l^bias = γ ⊙ (b_O + Σ_h W_O[:, h] b_V,h)
+        a_{l,h} = γ ⊙ W_O[:, h] (z_h − b_V,h);    a_l^bias = γ ⊙ (b_O + Σ_h W_O[:, h] b_V,h)
 
-            The sum over all parts is the same in both.
+    The sum over all parts is the same in both.
 
     The forward pass runs in float32 (no autocast), so the terms sum to the logit to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:class:`~analysis.model.loading.LoadedViT`), with a linear class head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class decomposed (:func:`~analysis.explanations.gradients.resolve_targets`): a class,
+        one per image, or ``None`` for each image's predicted class.
+    versus : int, sequence of int, torch.Tensor or None, default None
+        A second class (or one per image): decompose ``logit_target − logit_versus``; ``None``,
+        the target logit alone.
+    fold_value_biases : bool, default False
+        Move each head's value-bias term into ``head_bias`` (TransformerLens's convention, above).
+
+    Returns
+    -------
+    DirectLogitAttribution
+        Per token: ``embedding`` ``(B, T)``, ``heads`` ``(B, L, heads, T)``, ``head_bias`` and
+        ``mlps`` ``(B, L, T)``; ``constant`` and ``target_logit`` ``(B,)``; ``targets`` ``(B,)``,
+        or ``(B, 2)`` with ``versus``.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); no class head; heads that are not separable
+        (:func:`~analysis.circuits.ablation.check_separable_heads`) or do not sum to the attention
+        branch (post-norm blocks); no linear output projection; a readout that is not norm → pool →
+        norm → linear head (attention or max pooling, a distilled two-head model, a norm that is
+        not a LayerNorm); ``fold_value_biases=True`` without a value projection read here; a bad
+        ``target`` or ``versus``.
     """
     refuse_windowed(vit, "direct_logit_attribution")
     spec = vit.spec
@@ -165,17 +205,47 @@ def output_attribution(
     fold_value_biases: bool = False,
 ) -> DirectLogitAttribution:
     """Decompose ``y_b = Σ_k w_{b,k} · output_{b,k}``, a weighted sum of the model's outputs, into
-    direct contributions (module docstring); ``weights_of(output (B, K)) -> (w (B, K), targets)``
-    picks the weights from the real forward pass (a class's one-hot row; an image–text score's
-    text direction) and names what ``targets`` records. Needs a linear readout (class or
-    embedding head); ``target_logit`` is ``y``. ``by_source``: also split each head's term over
-    the tokens it attended to (``heads_by_source``; Gandelsman et al. 2024's spatial decomposition).
-    ``attention_pool``: read an attention-pooling head with its probabilities frozen, its MLP
-    branch a named remainder (``pool_mlp``; see :class:`_Readout`); else such a head is refused.
-    ``fold_value_biases``: as :func:`direct_logit_attribution` (TransformerLens's convention).
+    direct contributions (module docstring). Needs a linear readout (class or embedding head);
+    ``target_logit`` is ``y``.
 
     The forward pass runs in float32 (no autocast), so the terms sum to ``y`` to float32
     rounding; a lower precision would break the decomposition by more than its checks allow.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a linear class or embedding head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    weights_of : callable
+        ``weights_of(output (B, K)) -> (w (B, K), targets)``: picks the weights from the real
+        forward pass's output (a class's one-hot row; an image–text score's text direction) and
+        names what ``targets`` records.
+    what : str, default "output_attribution"
+        The analysis named in errors.
+    by_source : bool, default False
+        Also split each head's term over the tokens it attended to (``heads_by_source``;
+        Gandelsman et al. 2024's spatial decomposition).
+    attention_pool : bool, default False
+        Read an attention-pooling head with its probabilities frozen, its MLP branch a named
+        remainder (``pool_mlp``; see :class:`_Readout`); ``False``: such a head is refused.
+    fold_value_biases : bool, default False
+        As :func:`direct_logit_attribution` (TransformerLens's convention).
+
+    Returns
+    -------
+    DirectLogitAttribution
+        The terms of ``y`` per token (``embedding`` ``(B, T)``, ``heads`` ``(B, L, heads, T)``, ...),
+        ``target_logit`` ``y`` ``(B,)`` and ``targets`` as ``weights_of`` returned them.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); heads that are not separable or do not sum to the attention
+        branch (post-norm blocks); no linear output projection; a readout that is not norm → pool
+        → norm → linear head as read (an attention-pooling head without ``attention_pool=True``,
+        or one with no frozen linear form; max pooling; a distilled two-head model; a norm that is
+        not a LayerNorm); ``fold_value_biases=True`` without a value projection read here.
     """
     refuse_windowed(vit, what)
     model, spec = vit.model, vit.spec
@@ -259,13 +329,37 @@ def _by_source(
 def head_output_vectors(
     vit, pixels: torch.Tensor, layers=None, *, attention_pool: bool = False, head_vectors: str = HEAD_VECTORS[0]
 ) -> torch.Tensor:
-    """``(B, len(layers), heads, outputs)``: each head's direct contribution to the model's output
-    vector (an embedding, or the logits), summed over the tokens it wrote to, through the readout
-    with its norms' scales frozen and without their shifts (module docstring): the vectors that
-    :func:`output_attribution` reads along one direction. ``layers``: model layer indices (``None``:
-    every layer). ``attention_pool``: as :func:`output_attribution`. ``head_vectors``: ``"centred"``
-    (default, each part centred on its own) or ``"textspan"`` (TextSpan's convention; see
-    :func:`output_vector_parts`)."""
+    """Each head's direct contribution to the model's output vector (an embedding, or the logits),
+    summed over the tokens it wrote to, through the readout with its norms' scales frozen and
+    without their shifts (module docstring): the vectors that :func:`output_attribution` reads
+    along one direction.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a linear class or embedding head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    layers : int, sequence of int or None, default None
+        Model layer indices, in the order asked (negative counts from the end); ``None``, every
+        layer.
+    attention_pool : bool, default False
+        As :func:`output_attribution`.
+    head_vectors : str, default "centred"
+        ``"centred"`` (each part centred on its own) or ``"textspan"`` (TextSpan's convention; see
+        :func:`output_vector_parts`), one of :data:`HEAD_VECTORS`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, len(layers), heads, outputs)`` float32 on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_vectors``; a bad ``layers``; the refusals of :func:`output_attribution`
+        (``"textspan"``: of :func:`output_vector_parts`).
+    """
     if head_vectors not in HEAD_VECTORS:
         raise AnalysisError(f"head_vectors={head_vectors!r} is not a convention; use one of {', '.join(HEAD_VECTORS)}.")
     if head_vectors == "textspan":
@@ -301,20 +395,30 @@ def head_output_vectors(
 
 @dataclass(frozen=True)
 class OutputVectorParts:
-    """The model's output vector (an image embedding, or the logits) as a sum of direct parts.
+    """The model's output vector (an image embedding, or the logits) as a sum of direct parts
+    (what :func:`output_vector_parts` returns; float32 on the CPU).
 
-    Attributes:
-        embedding: ``(B, E)`` the embeddings (block 0's input).
-        heads: ``(B, L, heads, E)`` each head, summed over the tokens it wrote to.
-        head_bias: ``(B, L, E)`` each block's output-projection bias (zero under ``"textspan"``,
-            which shares it among the block's heads).
-        mlps: ``(B, L, E)`` each block's MLP.
-        constant: ``(B, E)`` the norms' shifts and the head's bias (zero under ``"textspan"``, which
-            shares them among the parts).
-        pool_mlp: ``(B, E)`` an attention-pooling head's MLP branch (``attention_pool=True``), else ``None``.
-        output: ``(B, E)`` what the parts sum to: the model's output ``u`` (``"centred"``) or
-            ``u/‖u‖`` (``"textspan"``).
-        head_vectors: the convention, one of :data:`HEAD_VECTORS`.
+    Attributes
+    ----------
+    embedding : torch.Tensor
+        ``(B, E)`` the embeddings (block 0's input).
+    heads : torch.Tensor
+        ``(B, L, heads, E)`` each head, summed over the tokens it wrote to.
+    head_bias : torch.Tensor
+        ``(B, L, E)`` each block's output-projection bias (zero under ``"textspan"``, which shares
+        it among the block's heads).
+    mlps : torch.Tensor
+        ``(B, L, E)`` each block's MLP.
+    constant : torch.Tensor
+        ``(B, E)`` the norms' shifts and the head's bias (zero under ``"textspan"``, which shares
+        them among the parts).
+    pool_mlp : torch.Tensor or None
+        ``(B, E)`` an attention-pooling head's MLP branch (``attention_pool=True``), else ``None``.
+    output : torch.Tensor
+        ``(B, E)`` what the parts sum to: the model's output ``u`` (``"centred"``) or ``u/‖u‖``
+        (``"textspan"``).
+    head_vectors : str
+        The convention, one of :data:`HEAD_VECTORS`.
     """
 
     embedding: torch.Tensor
@@ -353,7 +457,28 @@ def output_vector_parts(
       they sum to ``u/‖u‖``. Defined for a class-token readout through a LayerNorm and a linear
       projection (CLIP); other readouts are refused with the reason.
 
-    ``attention_pool``: as :func:`output_attribution` (``"centred"`` only).
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a linear class or embedding head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
+    head_vectors : str, default "centred"
+        ``"centred"`` or ``"textspan"``, one of :data:`HEAD_VECTORS`.
+    attention_pool : bool, default False
+        As :func:`output_attribution` (``"centred"`` only).
+
+    Returns
+    -------
+    OutputVectorParts
+        The parts ``(B, E)`` (``heads`` ``(B, L, heads, E)``, ``head_bias`` and ``mlps``
+        ``(B, L, E)``) and the ``output`` ``(B, E)`` they sum to.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_vectors``; ``"textspan"`` with a readout other than the class token
+        through a LayerNorm and a linear head; the refusals of :func:`output_attribution`.
     """
     if head_vectors not in HEAD_VECTORS:
         raise AnalysisError(f"head_vectors={head_vectors!r} is not a convention; use one of {', '.join(HEAD_VECTORS)}.")

@@ -19,16 +19,26 @@ __all__ = ["HeadEffectSums", "dataset_head_effects"]
 
 @dataclass(frozen=True)
 class HeadEffectSums:
-    """Sums over the images used (divide by ``count`` for means; sums add across shards).
+    """Sums over the images used (divide by ``count`` for means; sums add across shards), what
+    :func:`dataset_head_effects` returns.
 
-    Attributes:
-        delta_logit, delta_probability: ``(L, heads)`` float64, Σ over images of the change of the
-            predicted class's logit / probability when the head's output is zeroed.
-        direct_logit: ``(L, heads)`` float64, Σ over images of the head's direct logit
-            attribution to the predicted class (NaN where the model's readout refuses it).
-        count: images used.
-        skipped: images that could not be read.
-        attribution_note: why ``direct_logit`` is NaN, or "".
+    Attributes
+    ----------
+    delta_logit : torch.Tensor
+        ``(L, heads)`` float64: Σ over images of the change of the predicted class's logit when
+        the head's output is zeroed (:func:`head_ablation`).
+    delta_probability : torch.Tensor
+        ``(L, heads)`` float64: the same for the predicted class's probability.
+    direct_logit : torch.Tensor
+        ``(L, heads)`` float64: Σ over images of the head's direct logit attribution to the
+        predicted class (:func:`direct_logit_attribution`); all NaN where the model's readout
+        refuses it.
+    count : int
+        Images used.
+    skipped : tuple of SkippedImage, default ()
+        Images that could not be read.
+    attribution_note : str, default ""
+        Why ``direct_logit`` is NaN, or ``""``.
     """
 
     delta_logit: torch.Tensor
@@ -48,7 +58,35 @@ def dataset_head_effects(
     progress: Callable[[int, int | None], None] | None = None,
 ) -> HeadEffectSums:
     """Zero-ablate each head and attribute the logit to each head, on every readable image of
-    ``images`` (paths, bytes or PIL images), for each image's own predicted class."""
+    ``images``, for each image's own predicted class, streamed batch by batch.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a class head.
+    images : Iterable
+        Image paths, bytes or PIL images (read into a list first); unreadable ones are skipped and
+        listed in ``skipped``.
+    batch_size : int, default 16
+        Images per batch.
+    workers : int or None, default None
+        Decode threads; ``None``: ``min(8, cpu count)``.
+    progress : callable or None, default None
+        Called as ``progress(done, total)`` after each batch, ``done`` counting used and skipped
+        images, ``total`` the number of images.
+
+    Returns
+    -------
+    HeadEffectSums
+        The ``(L, heads)`` float64 sums over the images used, their count and the skipped images.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`head_ablation`: a windowed model, a model without a class head, or whose heads
+        are not separable. A refusal of the direct logit attribution is not raised: it becomes
+        ``attribution_note``.
+    """
     images = list(images)
     spec = vit.spec
     shape = (spec.num_layers, spec.num_heads)

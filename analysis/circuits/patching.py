@@ -37,16 +37,26 @@ PATCH_POINTS = ("resid_pre", "attn.z")
 
 @dataclass(frozen=True)
 class PatchingResult:
-    """Effects of patching clean activations into the corrupted run.
+    """Effects of patching clean activations into the corrupted run (what
+    :func:`activation_patching` returns).
 
-    Attributes:
-        effect: ``(L, T)`` for ``resid_pre`` (tokens in the model's order: prefix, then patches
-            row-major), ``(L, heads)`` for ``attn.z``: the normalised effect (module docstring).
-        patched: the metric of each patched run, same shape.
-        clean, corrupted: the metric on the clean and on the corrupted image.
-        point: one of :data:`PATCH_POINTS`.
-        target: the class (or ``(a, b)`` pair of the logit difference) measured.
-        layers: the model layer of each row (all, unless ``layers=`` chose some).
+    Attributes
+    ----------
+    effect : torch.Tensor
+        ``(L, T)`` float32 for ``resid_pre`` (tokens in the model's order: prefix, then patches
+        row-major), ``(L, heads)`` for ``attn.z``: the normalised effect (module docstring).
+    patched : torch.Tensor
+        The metric of each patched run, same shape and dtype.
+    clean : float
+        The metric on the clean image.
+    corrupted : float
+        The metric on the corrupted image.
+    point : str
+        One of :data:`PATCH_POINTS`.
+    target : tuple of int
+        The class measured, ``(c,)``, or the pair ``(a, b)`` of the logit difference.
+    layers : tuple of int, default ()
+        The model layer of each row, ascending (all, unless ``layers=`` chose some).
     """
 
     effect: torch.Tensor
@@ -72,14 +82,47 @@ def activation_patching(
 ) -> PatchingResult:
     """Patch each (layer, token) or (layer, head) of ``clean`` into ``corrupted``, one at a time.
 
-    Args:
-        clean, corrupted: ``(1, 3, H, W)`` preprocessed images of the same size.
-        point: ``"resid_pre"`` or ``"attn.z"``.
-        target: the class measured (``None``: the clean image's prediction); ``versus``: a
-            second class, to measure ``logit_target − logit_versus``.
-        layers: only these layers (one row each, ascending; default all).
-        batch_size: patched copies per forward pass.
-        progress: optional ``progress(done, total)`` after each forward pass.
+    The metric ``m`` is the target logit, or ``logit_target − logit_versus``; the effect is
+    normalised as in the module docstring. The passes run in float32, ``batch_size`` patched
+    copies of the corrupted image per pass.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a class head.
+    clean : torch.Tensor
+        ``(1, 3, H, W)`` the preprocessed clean image, whose activations are patched in.
+    corrupted : torch.Tensor
+        ``(1, 3, H, W)`` the preprocessed corrupted image, of the same size.
+    point : str, default "resid_pre"
+        ``"resid_pre"`` (each block's residual stream input, per token) or ``"attn.z"`` (each
+        head's output, per head).
+    target : int, torch.Tensor or None, default None
+        The class measured (:func:`~analysis.explanations.gradients.resolve_targets`); ``None``,
+        the clean image's prediction.
+    versus : int, torch.Tensor or None, default None
+        A second class, to measure ``logit_target − logit_versus``; ``None``, the target logit alone.
+    layers : int, sequence of int or None, default None
+        Only these layers (one row each, ascending; negative counts from the end); ``None``, every
+        layer.
+    batch_size : int, default 16
+        Patched copies per forward pass.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each forward pass.
+
+    Returns
+    -------
+    PatchingResult
+        ``effect`` and ``patched`` ``(L, T)`` (``resid_pre``) or ``(L, heads)`` (``attn.z``), the
+        clean and corrupted metrics, the point, the classes measured and the layers of the rows.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); an unknown ``point``; ``clean`` / ``corrupted`` not
+        ``(1, 3, H, W)`` tensors of the same shape; a model without a class head, or (``"attn.z"``)
+        whose heads are not separable; a bad ``target``, ``versus`` or ``layers``; clean and
+        corrupted images with the same metric (nothing to restore).
     """
     refuse_windowed(vit, "activation_patching")
     if point not in PATCH_POINTS:

@@ -1,5 +1,5 @@
 """Command line: ``python -m analysis <command>`` (``distance``, ``heads``, ``mae``, ``report``,
-``robustness attack|corruptions``, ``sae train|metrics``).
+``robustness attack|corruptions|texture|patch|probe``, ``sae train|metrics``, ``similarity``).
 
 Every command runs as one process, or under ``torchrun --nproc_per_node=N -m analysis ...``
 as N ranks that split the images and reduce their sums (see :mod:`analysis.cli.distributed`).
@@ -19,6 +19,14 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m analysis`` parser, one subcommand per command module.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; each subcommand's parsed arguments carry its ``run(args, ranks)`` callback as
+        ``args.run``.
+    """
     from . import distance, heads, mae, report, robustness, sae, similarity
 
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
@@ -34,6 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, join the ranks (:func:`analysis.cli.distributed.start`), run the
+    command and leave the process group.
+
+    A :class:`~analysis.cli.common.CommandError` is printed as one ``error:`` line (on the main
+    rank) and becomes the exit code instead of a traceback.
+
+    Parameters
+    ----------
+    argv : list of str or None, default None
+        The arguments after the program name; ``None`` reads ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 done, 1 nothing could be done, 2 bad arguments (argparse's own usage
+        errors exit with 2 through ``SystemExit``).
+    """
     args = build_parser().parse_args(argv)
     ranks = start(args.device)
     try:

@@ -40,8 +40,27 @@ class CommandError(Exception):
 
 
 def add_command(subparsers, name: str, *, help: str, description: str, raw_description: bool = True):
-    """The subcommand ``name`` of ``subparsers`` (its one-line ``help`` in the list of commands, its
-    ``description`` atop its own ``--help``, printed as written unless ``raw_description=False``)."""
+    """The subcommand ``name`` of ``subparsers``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned.
+    name : str
+        The subcommand's name.
+    help : str
+        Its one-line help in the list of commands.
+    description : str
+        The text atop its own ``--help``.
+    raw_description : bool, default True
+        Print ``description`` as written (``argparse.RawDescriptionHelpFormatter``); ``False``
+        lets argparse rewrap it.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The subcommand's parser.
+    """
     formatter = {"formatter_class": argparse.RawDescriptionHelpFormatter} if raw_description else {}
     return subparsers.add_parser(name, help=help, description=description, **formatter)
 
@@ -53,7 +72,16 @@ MODEL_HELP = (
 
 
 def add_model_arguments(parser, *, model_help: str = MODEL_HELP) -> None:
-    """``--model`` (``model_help``: what it accepts), ``--arch``, ``--img-size`` and ``--device``."""
+    """Add ``--model`` (required), ``--arch``, ``--img-size`` and ``--device`` to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    model_help : str, default MODEL_HELP
+        The help of ``--model``: what it accepts (by default what :func:`~analysis.load_vit` accepts,
+        ``random:`` prefix included).
+    """
     parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--arch", default=None, help="the architecture of a bare weights file")
     add_img_size_argument(parser)
@@ -61,12 +89,26 @@ def add_model_arguments(parser, *, model_help: str = MODEL_HELP) -> None:
 
 
 def add_img_size_argument(parser) -> None:
-    """``--img-size``: the input resolution to load the model at."""
+    """Add ``--img-size`` to ``parser``: the input resolution to load the model at (default ``None``,
+    the model's own).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    """
     parser.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's own)")
 
 
 def add_device_argument(parser) -> None:
-    """``--device``: ``cpu`` or ``cuda``, default a GPU per process when there are enough."""
+    """Add ``--device`` to ``parser``: ``cpu`` or ``cuda``; default ``None``, a GPU per process when
+    there are enough, else the CPU (:func:`~analysis.cli.distributed.start`).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    """
     parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -76,14 +118,44 @@ def add_device_argument(parser) -> None:
 
 
 def add_out_argument(parser, help: str) -> None:
-    """``--out`` (required, a path): ``help`` says what is written there."""
+    """Add ``--out`` to ``parser``: required, parsed as a ``pathlib.Path``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    help : str
+        Its help: what is written there.
+    """
     from pathlib import Path
 
     parser.add_argument("--out", required=True, type=Path, help=help)
 
 
 def load_model(args, device: torch.device):
-    """``load_vit`` of ``--model`` on ``device``; an unknown model is a :class:`CommandError`."""
+    """:func:`~analysis.load_vit` of ``--model`` on ``device``.
+
+    A ``random:`` prefix loads the architecture with random weights (``pretrained=False``);
+    ``--arch`` and ``--img-size`` (when given) are passed on.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments with ``model``, ``arch`` and ``img_size``.
+    device : torch.device
+        Where the model is put.
+
+    Returns
+    -------
+    LoadedViT
+        The loaded model, as :func:`~analysis.load_vit` returns it.
+
+    Raises
+    ------
+    CommandError
+        Exit code 1: the model could not be loaded (any :class:`~analysis.base.errors.VitExplorerError`
+        of :func:`~analysis.load_vit`, e.g. an unknown model or unavailable weights).
+    """
     from ..model.loading import load_vit
 
     source, pretrained = args.model, True
@@ -97,13 +169,38 @@ def load_model(args, device: torch.device):
 
 
 def say(ranks: Ranks, message: str) -> None:
+    """Print ``message`` to stderr (flushed) on the main rank only.
+
+    Parameters
+    ----------
+    ranks : Ranks
+        This process's place in the run.
+    message : str
+        One line to print.
+    """
     if ranks.is_main:
         print(message, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
 def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int, int | None], None]]:
-    """A ``progress(done, total)`` callback drawing a tqdm bar on rank 0 (its own shard), silent elsewhere."""
+    """A ``progress(done, total)`` callback drawing a tqdm bar on rank 0 (its own shard), silent elsewhere.
+
+    Parameters
+    ----------
+    ranks : Ranks
+        This process's place in the run; only the main rank draws.
+    total : int
+        Images in rank 0's shard; 0 draws nothing.
+    label : str
+        The bar's description (``" · rank 0 of N"`` appended in a distributed run).
+
+    Yields
+    ------
+    Callable[[int, int or None], None]
+        ``progress(done, total=None)``: moves the bar to ``done`` images (the second argument is
+        ignored); a no-op off the main rank or when ``total`` is 0.
+    """
     if not ranks.is_main or not total:
 
         def silent(done: int, _total: int | None = None) -> None:
@@ -123,7 +220,18 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
 
 
 def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
-    """``--images``, ``--out``, ``--batch-size`` and ``--workers`` of a command over an image set."""
+    """Add ``--images`` (required), ``--out`` (required), ``--batch-size`` and ``--workers`` (decode
+    threads per process, default ``None``) to a command over an image set.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    out_help : str
+        The help of ``--out``: what is written there.
+    batch_size : int
+        The default of ``--batch-size`` (images per forward pass).
+    """
     parser.add_argument("--images", required=True, help="a folder (searched recursively), a .zip, or a glob pattern")
     add_out_argument(parser, out_help)
     parser.add_argument(
@@ -133,10 +241,33 @@ def add_image_set_arguments(parser, *, out_help: str, batch_size: int) -> None:
 
 
 def open_image_set(args, ranks: Ranks, require: Callable | None = None, load: Callable | None = None):
-    """``(source, vit, shard)`` of an image-set command: ``--batch-size`` checked, ``--images``
-    resolved (exit code 2 when it names nothing usable), ``--model`` loaded (by ``load(args,
-    device)``, default :func:`load_model`), ``require(vit)`` (which may raise a
-    :class:`CommandError`) called, this rank's shard taken and the run announced."""
+    """Start an image-set command: ``--batch-size`` checked, ``--images`` resolved, ``--model``
+    loaded, ``require(vit)`` called, this rank's shard taken and the run announced (:func:`say`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments with ``batch_size``, ``images`` and ``model`` (and what ``load`` reads).
+    ranks : Ranks
+        This process's place in the run; the model goes on ``ranks.device``.
+    require : Callable or None, default None
+        ``require(vit)``, called after loading; may raise a :class:`CommandError` to refuse the model.
+    load : Callable or None, default None
+        ``load(args, device)`` returning the model; ``None`` is :func:`load_model`.
+
+    Returns
+    -------
+    tuple of (ImageSource, LoadedViT, ImageSource)
+        ``(source, vit, shard)``: every image, the model, and this rank's shard of ``source``
+        (:meth:`~analysis.cli.sources.ImageSource.shard`).
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--batch-size`` below 1, or ``--images`` names nothing usable
+        (:func:`~analysis.cli.sources.resolve_images` failed); exit code 1: the model could not be
+        loaded; or whatever ``require`` raises.
+    """
     from .sources import resolve_images
 
     if args.batch_size < 1:
@@ -158,8 +289,22 @@ def open_image_set(args, ranks: Ranks, require: Callable | None = None, load: Ca
 
 
 def gather_skipped(ranks: Ranks, shard, skipped) -> list[tuple[str, str]]:
-    """``(name, reason)`` of every rank's skipped images (``SkippedImage`` indices into its shard),
-    in rank order; the same list on every rank."""
+    """Every rank's skipped images, in rank order; the same list on every rank.
+
+    Parameters
+    ----------
+    ranks : Ranks
+        This process's place in the run (a collective call: every rank must make it).
+    shard : ImageSource
+        This rank's shard; its ``names`` name the skipped images.
+    skipped : Iterable of SkippedImage
+        This rank's skipped images, each with an ``index`` into ``shard`` and a ``reason``.
+
+    Returns
+    -------
+    list of tuple of (str, str)
+        ``(name, reason)`` of each skipped image over all ranks.
+    """
     return [
         (names[item.index], item.reason)
         for names, items in ranks.gather((list(shard.names), list(skipped)))
@@ -168,9 +313,33 @@ def gather_skipped(ranks: Ranks, shard, skipped) -> list[tuple[str, str]]:
 
 
 def images_used(ranks: Ranks, shard, source, count: int, skipped) -> tuple[int, list[str]] | None:
-    """After every rank has run its shard: ``(images used over all ranks, "name: reason" of each
-    image left out)`` on the main rank, which also prints what was left out; ``None`` on the
-    others. Raises CommandError (exit 1) when no image could be used at all."""
+    """After every rank has run its shard: how many images were used over all ranks, and which were
+    left out. The main rank also prints a ``skipped name: reason`` line per image left out.
+
+    Parameters
+    ----------
+    ranks : Ranks
+        This process's place in the run (a collective call: every rank must make it).
+    shard : ImageSource
+        This rank's shard.
+    source : ImageSource
+        Every image; its ``problems`` (left out before decoding) are reported too.
+    count : int
+        Images this rank used.
+    skipped : Iterable of SkippedImage
+        This rank's skipped images (indices into ``shard``).
+
+    Returns
+    -------
+    tuple of (int, list of str) or None
+        ``(images used over all ranks, "name: reason" of each image left out)`` on the main rank;
+        ``None`` on the others.
+
+    Raises
+    ------
+    CommandError
+        Exit code 1, on the main rank: no image could be used at all.
+    """
     used = int(ranks.sum(torch.tensor([count], dtype=torch.float64))[0])
     left_out = [f"{name}: {reason}" for name, reason in gather_skipped(ranks, shard, skipped)]
     left_out += list(source.problems)  # left out before decoding

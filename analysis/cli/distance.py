@@ -28,6 +28,14 @@ __all__ = ["add_parser", "run", "shard_distance_sums"]
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``distance`` subcommand: the model arguments, the image-set arguments (``--batch-size``
+    default 32) and :func:`run` as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "distance",
@@ -42,7 +50,37 @@ def add_parser(subparsers) -> None:
 def shard_distance_sums(
     vit, items, *, batch_size: int, workers: int | None, progress=None
 ) -> tuple[torch.Tensor, int, list]:
-    """``(Σ over usable images of the (L, heads) distances, how many, skipped)`` for one shard."""
+    """One shard's sum of per-image attention distances, for the ranks to add up.
+
+    :func:`~analysis.attention.streaming.dataset_attention_distance` with ``per_image=True`` and
+    ``on_error="skip"``; a shard that is empty, or whose every image was skipped, gives zeros.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`~analysis.load_vit`).
+    items : Sequence
+        The shard's images: paths or encoded bytes (:attr:`~analysis.cli.sources.ImageSource.items`).
+    batch_size : int
+        Images per forward pass.
+    workers : int or None
+        Decode threads; ``None``: the default of :func:`~analysis.dataset_attention_distance`.
+    progress : callable or None, default None
+        ``progress(done, total)``, called after each batch.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, int, list of SkippedImage)
+        ``(sums, count, skipped)``: ``(L, heads)`` float64 sum over the usable images of their
+        distances in input pixels (``heads`` as :func:`~analysis.attention.streaming.distance_heads`,
+        NaN beyond a windowed layer's own heads), how many images were used, and the images
+        skipped (indices into ``items``).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`~analysis.dataset_attention_distance`, unless every image was skipped (then zeros).
+    """
     spec = vit.spec
     skipped: list = []
     empty = torch.zeros(spec.num_layers, distance_heads(spec), dtype=torch.float64)
@@ -67,6 +105,29 @@ def shard_distance_sums(
 
 
 def run(args, ranks: Ranks) -> int:
+    """Run ``distance``: every rank sums its shard's distances, the sums are reduced, and the main
+    rank writes ``--out`` (.npz: ``distance`` ``(L, heads)`` in pixels, ``count``, the skipped images,
+    the uniform-attention reference and the model's geometry) with ``OUT.png`` and ``OUT.html``
+    next to it, and prints the mean distance by layer.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of :func:`add_parser`.
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        As :func:`~analysis.cli.common.open_image_set` (exit code 2 or 1); exit code 1 when no
+        image could be used (:func:`~analysis.cli.common.images_used`).
+    """
     source, vit, shard = open_image_set(args, ranks)
     with progress_bar(ranks, len(shard), "distance") as advance:
         sums, count, skipped = shard_distance_sums(

@@ -15,7 +15,20 @@ __all__ = ["Ranks", "start", "stop"]
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place in the run, and the device it computes on."""
+    """This process's place in the run, and the device it computes on (:func:`start`).
+
+    Attributes
+    ----------
+    rank : int
+        This process's rank, 0 for the main one (the one that writes results).
+    world : int
+        How many processes run.
+    device : torch.device
+        Where this process computes.
+    distributed : bool
+        Whether a process group was joined (``world > 1`` under torchrun); otherwise :meth:`sum` and
+        :meth:`gather` are local.
+    """
 
     rank: int
     world: int
@@ -50,8 +63,19 @@ class Ranks:
 
 def start(device: str | None = None) -> Ranks:
     """Join the process group torchrun set up (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
-    rendezvous variables), or run alone. ``device``: ``cpu``, ``cuda`` or None (a GPU per rank
-    when there are enough, else the CPU)."""
+    rendezvous variables), or run alone. Under torchrun the backend is nccl on GPUs, gloo on the CPU,
+    and each rank uses GPU ``LOCAL_RANK``.
+
+    Parameters
+    ----------
+    device : str or None, default None
+        ``"cpu"``, ``"cuda"`` or ``None`` (a GPU per rank when there are enough, else the CPU).
+
+    Returns
+    -------
+    Ranks
+        This process's place; ``Ranks(0, 1, device, False)`` when ``WORLD_SIZE`` is unset or 1.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -69,6 +93,14 @@ def start(device: str | None = None) -> Ranks:
 
 
 def stop(ranks: Ranks) -> None:
+    """Leave the process group (after a barrier, so no rank leaves while others still reduce); a
+    no-op for a run that is not distributed.
+
+    Parameters
+    ----------
+    ranks : Ranks
+        What :func:`start` returned.
+    """
     if ranks.distributed:
         import torch.distributed as dist
 

@@ -25,6 +25,14 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``heads`` subcommand: the model arguments, the image-set arguments (``--batch-size``
+    default 16) and :func:`run` as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "heads",
@@ -37,6 +45,31 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, ranks: Ranks) -> int:
+    """Run ``heads``: every rank sums its shard's head effects
+    (:func:`~analysis.circuits.dataset_head_effects`), the sums are reduced, and the main rank writes
+    ``--out`` (.npz: ``ablation_delta_logit``, ``ablation_delta_probability`` and
+    ``direct_logit_attribution``, each ``(L, heads)``, the mean over the images used, with ``count``,
+    the skipped images and ``attribution_note``) and prints the head whose removal costs the most.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of :func:`add_parser`.
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 1: the model has windowed attention or no classifier head; otherwise as
+        :func:`~analysis.cli.common.open_image_set` and :func:`~analysis.cli.common.images_used`.
+    """
+
     def require(vit) -> None:
         def refusal(windowed: str):
             return CommandError(

@@ -26,6 +26,15 @@ __all__ = ["add_parser", "run", "parse_ratios"]
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``mae`` subcommand: ``--model`` (what :func:`~analysis.mae.load_mae` accepts),
+    ``--ratios`` (default ``0.25,0.5,0.75,0.9``), ``--seed`` (default 0), ``--img-size``,
+    ``--device``, the image-set arguments (``--batch-size`` default 16) and :func:`run` as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "mae",
@@ -47,6 +56,24 @@ def add_parser(subparsers) -> None:
 
 
 def parse_ratios(text: str) -> tuple[float, ...]:
+    """The mask ratios of ``--ratios``. Only parsed here; their range is checked against the model
+    once it is loaded (:func:`analysis.mae.dataset.check_ratios`).
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated numbers, e.g. ``"0.25,0.5,0.75,0.9"``; empty parts are ignored.
+
+    Returns
+    -------
+    tuple of float
+        The ratios, in the order given.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: a part is not a number, or there is no ratio at all.
+    """
     try:
         ratios = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -68,6 +95,31 @@ def load_mae_model(args, device: torch.device):
 
 
 def run(args, ranks: Ranks) -> int:
+    """Run ``mae``: every rank sums its shard's per-image masked-patch MSE at each ratio
+    (:func:`~analysis.mae.dataset.dataset_mae_loss`, image ``i`` of the set masked with MAE's draw
+    from ``--seed`` + i), the sums are reduced, and the main rank writes ``--out`` (.npz: ``ratios``,
+    ``mean_loss`` ``(R,)``, ``visible_patches`` ``(R,)``, ``count``, the skipped images, the seed,
+    ``norm_pix_loss`` and the geometry) and prints the mean loss per ratio.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of :func:`add_parser`.
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--ratios`` unparsable or out of range for the model, ``--batch-size`` below 1
+        or ``--images`` naming nothing usable; exit code 1: the masked autoencoder could not be loaded,
+        or no image could be used.
+    """
     from ..mae.dataset import check_ratios, dataset_mae_loss
 
     ratios = parse_ratios(args.ratios)

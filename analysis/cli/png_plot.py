@@ -15,7 +15,22 @@ _HEAD_COLOURS = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#e16462
 
 
 def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
-    """Round tick values covering ``[lo, hi]`` (steps of 1, 2 or 5 times a power of ten)."""
+    """Round tick values covering ``[lo, hi]`` (steps of 1, 2 or 5 times a power of ten).
+
+    Parameters
+    ----------
+    lo : float
+        Lower end; the first tick is ``lo`` rounded down to a multiple of the step.
+    hi : float
+        Upper end; the last tick is at or above it.
+    count : int, default 6
+        About how many ticks: the step is the smallest nice one of at least ``(hi - lo) / (count - 1)``.
+
+    Returns
+    -------
+    list of float
+        The ticks, ascending, evenly spaced.
+    """
     span = max(hi - lo, 1e-12)
     raw = span / max(count - 1, 1)
     power = 10 ** math.floor(math.log10(raw))
@@ -51,10 +66,32 @@ def distance_png(
     unit: str = "px",
     size: tuple[int, int] = (900, 600),
 ) -> Path:
-    """Write ``distance`` ``(L, heads)`` as dots (x = layer, one colour per head) with the
-    uniform-attention reference as a dashed line (``uniform`` one value), or as a dashed
-    segment over each layer (``uniform`` ``(L,)``: a windowed model's per-layer references).
-    Returns the path."""
+    """Write ``distance`` as a PNG: dots (x = layer, one colour per head) with the uniform-attention
+    reference as a dashed line (``uniform`` one value), or as a dashed segment over each layer
+    (``uniform`` ``(L,)``: a windowed model's per-layer references).
+
+    Parameters
+    ----------
+    distance : numpy.ndarray
+        ``(L, heads)`` mean attention distances; non-finite entries (a windowed layer's missing
+        heads) are not drawn.
+    path : pathlib.Path or str
+        Where the PNG is written (its folder must exist).
+    uniform : float, numpy.ndarray or None, default None
+        The uniform-attention reference: one value (a line across every layer), ``(L,)`` (a segment
+        per layer), or ``None`` (none drawn).
+    title : str, default ""
+        Drawn atop the figure.
+    unit : str, default "px"
+        The distance unit, in the axis label and the reference's legend.
+    size : tuple of (int, int), default (900, 600)
+        ``(width, height)`` in pixels.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
     distance = np.asarray(distance, dtype=np.float64)
     layers, heads = distance.shape
     per_layer = None

@@ -40,6 +40,15 @@ PANELS = {
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``report`` subcommand: the model arguments, ``--images`` (default the bundled sample
+    images), ``--out`` (a folder), ``--examples`` (default 3), ``--batch-size`` (default 32),
+    ``--colorscale`` (default Viridis), ``--view-mb`` (default 12) and :func:`run` as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "report",
@@ -130,6 +139,29 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
 
 
 def run(args, ranks: Ranks) -> int:
+    """Run ``report``: the attention distance over ``--images`` is sharded across the ranks; the main
+    rank draws the other panels (:data:`PANELS`; a panel the model cannot give gets a note instead),
+    attention and rollout on the first ``--examples`` readable images, and writes
+    ``OUT/report.html``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of :func:`add_parser`.
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0 (also when no image could be read: the distance panel then says so).
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--examples`` or ``--view-mb`` negative, or ``--images`` naming nothing
+        usable; exit code 1: the model could not be loaded.
+    """
     from .. import (
         attention_map,
         attention_rollout,

@@ -54,6 +54,14 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``robustness`` command and its curves ``attack``, ``corruptions``, ``texture``,
+    ``patch`` and ``probe``, each with its arguments and its ``run_*`` function as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "robustness",
@@ -286,6 +294,31 @@ def _summed(ranks: Ranks, correct: dict[str, np.ndarray], count: int) -> tuple[d
 
 
 def run_attack(args, ranks: Ranks) -> int:
+    """Run ``robustness attack``: each model's accuracy against the FGSM / PGD budget ε
+    (:func:`~analysis.robustness.attack_curve`) on this rank's images, the correct counts summed over
+    the ranks; the main rank writes ``--out`` (.npz: ``accuracy`` ``(models, epsilons)``, ``models``,
+    ``epsilons``, ``count``, ...) and the ``.csv`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: a negative or no ε, ``--steps`` below 1, ``--demo-scenes`` below 1,
+        ``--images`` naming nothing usable, a model that does not predict the ViT's classes, or an
+        :class:`~analysis.base.errors.AnalysisError` of the attack; exit code 1: the ViT or a comparison model
+        could not be loaded, or no image could be read.
+    """
     from ..robustness.attacks import attack_curve
 
     if args.steps < 1 or any(e < 0 for e in args.epsilons) or not args.epsilons:
@@ -344,6 +377,33 @@ def run_attack(args, ranks: Ranks) -> int:
 
 
 def run_corruptions(args, ranks: Ranks) -> int:
+    """Run ``robustness corruptions``: each model's accuracy against the ImageNet-C severity
+    (:func:`~analysis.robustness.corruption_curve`, image ``i`` of the whole set corrupted with seed
+    ``--seed`` + i on any rank), the correct counts summed over the ranks; the main rank writes
+    ``--out`` (.npz: ``accuracy`` ``(models, corruptions, severities)``, and with a ``--cnn`` and a
+    severity of 1 or more ``corruption_error`` ``(models, corruptions)`` and ``mean_corruption_error``
+    ``(models,)`` relative to the CNN) and the ``.csv`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--demo-scenes`` below 1, ``--images`` naming nothing usable, a model that does
+        not predict the ViT's classes, or an :class:`~analysis.base.errors.AnalysisError` of the curve
+        (an unknown corruption, a severity out of range); exit code 1: the ViT or a comparison model
+        could not be loaded, or no image could be read.
+    """
     from ..robustness.corruptions import (
         CorruptionCurve,
         corruption_curve,
@@ -444,6 +504,35 @@ def _shape_bias_models(args, models: dict[str, LoadedModel], ranks: Ranks) -> di
 
 
 def run_texture(args, ranks: Ranks) -> int:
+    """Run ``robustness texture``: each model's accuracy with the texture taken away
+    (:func:`~analysis.robustness.texture_curve`, scored against the labels or the ViT's clean
+    prediction) and, with ``--cue-conflict N``, the shape bias over N cue-conflict demo scenes (by
+    each bundled demo model's textured variant unless ``--shape-bias-of given``); counts summed over
+    the ranks. The main rank writes ``--out`` (.npz: ``clean_accuracy`` ``(models,)``, ``accuracy``
+    ``(models, probes)``, and ``shape_texture_neither`` ``(models, 3)``, ``shape_bias`` ``(models,)``
+    and ``shape_bias_models`` with ``--cue-conflict``) and the ``.csv`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--cue-conflict`` negative, or given for a ViT that does not predict the demo
+        classes; ``--demo-scenes`` below 1, ``--images`` naming nothing usable, a model that does not
+        predict the ViT's classes, or an :class:`~analysis.base.errors.AnalysisError` of the probes;
+        exit code 1: the ViT or a comparison model
+        could not be loaded (or a textured variant, for the shape bias), or no image could be read.
+    """
     from ..demo.cue_conflict import cue_conflict_scene
     from ..demo.data import CLASS_NAMES
     from ..robustness.texture import ShapeBias, shape_bias_of, texture_curve
@@ -526,10 +615,38 @@ def run_texture(args, ranks: Ranks) -> int:
 
 
 def run_patch(args, ranks: Ranks) -> int:
-    """Every rank trains the same patches (the same scenes and seeds: a universal patch is one
+    """Run ``robustness patch``: each model's accuracy against an adversarial patch's size (its own
+    universal patch, trained on ``--train-scenes`` demo scenes, and a noise patch of the same size as
+    the control), on held-out demo scenes.
+
+    Every rank trains the same patches (the same scenes and seeds: a universal patch is one
     optimisation over the whole training set) and scores its share of the evaluation images at their
     rows of the whole set's positions, so the summed counts are one process's, and
-    :func:`~analysis.robustness.patch_size_curve`'s on the same images."""
+    :func:`~analysis.robustness.patch_size_curve`'s on the same images. The main rank writes ``--out``
+    (.npz: ``accuracy``, ``fooling_rate``, ``noise_accuracy`` and ``noise_fooling_rate``, each
+    ``(models, shares)``, ``clean_accuracy`` ``(models,)``) and the ``.csv`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--train-scenes``, ``--epochs`` or ``--batch-size`` below 1, no share, a ViT
+        that does not predict the demo classes, ``--images`` instead of ``--demo-scenes`` (or
+        ``--demo-scenes`` below 1), a model that does not predict the ViT's classes, or an
+        :class:`~analysis.base.errors.AnalysisError` (a share out of range); exit code 1: the ViT or a comparison model
+        could not be loaded.
+    """
     from ..demo.data import CLASS_NAMES, generate_samples
     from ..robustness.adversarial_patch import (
         evaluate_patch,
@@ -643,6 +760,33 @@ def _gathered_features(model, images, mine: list[int], count: int, ranks: Ranks)
 
 
 def run_probe(args, ranks: Ranks) -> int:
+    """Run ``robustness probe``: the linear-probe accuracy of each block's token against depth
+    (:func:`~analysis.robustness.probe_curve`, Naseer et al. 2021), for the ViT and each ``--also``
+    model, on ``--demo-scenes`` or a ``--folder`` of class subfolders. Every rank extracts the block
+    features of its share of the images; the sums give the whole set on every rank. The main rank
+    writes ``--out`` (.npz: per model ``<name>_layers``, ``<name>_accuracy``, ``<name>_concat_k``,
+    ``<name>_concat_accuracy`` and ``<name>_model_accuracy``) and the ``.csv`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--test-share`` outside ``(0, 1)``, ``--ridge`` negative, ``--demo-scenes``
+        below 2, or an :class:`~analysis.base.errors.AnalysisError` of the probe (e.g. a ``--folder``
+        without class subfolders or images, too few images to split); exit code 1: the ViT or an
+        ``--also`` model could not be loaded.
+    """
     from ..demo.data import generate_samples
     from ..model.loading import load_vit
     from ..robustness.linear_probe import folder_labels, load_image_folder, probe_curve, probe_feature

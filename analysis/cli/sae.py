@@ -34,6 +34,14 @@ def _tokens(text: str) -> str:
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``sae`` command and its actions ``train`` (:func:`run_train`) and ``metrics``
+    (:func:`run_metrics`), each with its arguments.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     from ..sae.demo import SAE_HELD_OUT_SEED, SAE_TRAIN_SEED
 
     parser = subparsers.add_parser(
@@ -136,6 +144,32 @@ def _image_set(args, ranks: Ranks):
 
 
 def run_train(args, ranks: Ranks) -> int:
+    """Run ``sae train``: :func:`~analysis.sae.train_sae` on ``--point`` over the image set,
+    data-parallel over the ranks (each reads its share of every batch, the gradients are summed),
+    checkpointing to ``--out/last`` after each epoch (``--resume`` continues from it). The main rank
+    saves the SAE to ``--out`` (SAELens format) with ``--out/training_log.json`` (the per-step
+    ``loss``, ``mse`` and ``dead_fraction``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--batch-size``, ``--epochs`` or ``--expansion`` below 1, ``--demo-scenes`` below
+        1, ``--images`` naming nothing usable, or an :class:`~analysis.sae.SAEError` of the training
+        (e.g. an unknown hook point); exit code 1: no image could be read, or the model could not be
+        loaded.
+    """
     from ..sae import SAEError, save_sae, train_sae
     from ..sae.parallel import DataParallel
 
@@ -204,6 +238,31 @@ def _load(args):
 
 
 def run_metrics(args, ranks: Ranks) -> int:
+    """Run ``sae metrics``: :func:`~analysis.sae.sae_metrics` of ``--sae`` (a folder, or ``demo``) on
+    the image set, on the main rank only (the other ranks return once the images are checked). Prints
+    the fraction of variance explained, L0, the dead and dense fractions, the KL divergence, top-1
+    agreement and the accuracies (with ``--demo-scenes``' true classes), and with ``--json`` writes them
+    there too.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of the subcommand (:func:`add_parser`).
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--batch-size`` or ``--demo-scenes`` below 1, ``--images`` naming nothing usable,
+        or an :class:`~analysis.sae.SAEError` (an unreadable SAE, one that does not fit the model);
+        exit code 1: no image could be read, or the model could not be loaded.
+    """
     from ..sae import SAEError, sae_metrics
 
     if args.batch_size < 1:

@@ -27,6 +27,15 @@ MODEL_HELP = "what load_vit accepts (demo, a timm name, hf:org/name, a folder; r
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``similarity`` subcommand: ``--model-a`` (required), ``--model-b`` (default model A),
+    ``--images`` (required; also ``demo`` / ``demo:N``), ``--estimator`` (default ``minibatch``),
+    ``--batch-size`` (default 32), ``--out``, ``--device`` and :func:`run` as its callback.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        What ``parser.add_subparsers()`` returned (:func:`analysis.cli.build_parser`).
+    """
     parser = add_command(
         subparsers,
         "similarity",
@@ -46,8 +55,27 @@ def add_parser(subparsers) -> None:
 
 
 def load_any(text: str, device: torch.device):
-    """A transformer (``load_vit``) or, for ``cnn:NAME``, a CNN (``load_cnn``); ``random:`` in
-    front of a name loads random weights. An unknown model is a :class:`CommandError`."""
+    """A transformer (:func:`~analysis.load_vit`) or, for ``cnn:NAME``, a CNN
+    (:func:`~analysis.robustness.load_cnn`).
+
+    Parameters
+    ----------
+    text : str
+        What ``load_vit`` accepts, or ``cnn:NAME``; ``random:`` in front of the name (after ``cnn:``)
+        loads random weights.
+    device : torch.device
+        Where the model is put.
+
+    Returns
+    -------
+    LoadedViT or LoadedCNN
+        The loaded model.
+
+    Raises
+    ------
+    CommandError
+        Exit code 1: the model could not be loaded (an unknown model, unavailable weights, ...).
+    """
     from ..model.loading import load_vit
     from ..robustness import load_cnn
 
@@ -80,6 +108,31 @@ def _images(text: str):
 
 
 def run(args, ranks: Ranks) -> int:
+    """Run ``similarity``: the image set split into minibatches (:func:`~analysis.similarity.minibatches`),
+    whole minibatches dealt to the ranks, each rank's HSIC sums
+    (:func:`~analysis.similarity.accumulate_similarity`) added up; the main rank writes ``--out``
+    (.npz: ``matrix`` ``(La, Lb)`` linear CKA, ``layers_a``, ``layers_b``, ``estimator``, ``images``
+    used, the models) with ``OUT.png`` and ``OUT.html`` next to it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments of :func:`add_parser`.
+    ranks : Ranks
+        This process's place in the run (:func:`analysis.cli.distributed.start`).
+
+    Returns
+    -------
+    int
+        The exit code, 0.
+
+    Raises
+    ------
+    CommandError
+        Exit code 2: ``--batch-size`` below 4 with the minibatch estimator (below 1 with ``full``),
+        ``--estimator full`` on more than one rank, ``--images`` naming nothing usable or fewer than
+        2 images; exit code 1: a model could not be loaded.
+    """
     if args.batch_size < (4 if args.estimator == "minibatch" else 1):
         raise CommandError("--batch-size must be at least 4 for the minibatch estimator.", code=2)
     if args.estimator == "full" and ranks.world > 1:

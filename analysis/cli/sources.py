@@ -21,9 +21,21 @@ CLI_ARCHIVE_LIMITS = ArchiveLimits(
 
 @dataclass(frozen=True)
 class ImageSource:
-    """names: one per image (paths, or ``archive.zip/entry``); items: what
-    :func:`~analysis.dataset_attention_distance` reads (paths, or the entries' bytes);
-    problems: entries left out before decoding (e.g. too large inside the archive)."""
+    """The images ``--images`` names, resolved once (:func:`resolve_images`), sorted by name.
+
+    Attributes
+    ----------
+    description : str
+        What was named, for messages: ``"folder …"``, ``"archive …"``, ``"file …"`` or ``"pattern …"``
+        (with ``"(rank r of w)"`` for a shard).
+    names : tuple of str
+        One per image: paths, or ``archive.zip/entry``.
+    items : tuple
+        What :func:`~analysis.dataset_attention_distance` reads, one per image: paths
+        (``pathlib.Path``), or the archive entries' bytes.
+    problems : tuple of str, default ()
+        Entries left out before decoding (e.g. too large inside the archive), as ``"name: reason"``.
+    """
 
     description: str
     names: tuple[str, ...]
@@ -44,8 +56,28 @@ class ImageSource:
 
 
 def resolve_images(text: str) -> ImageSource:
-    """A folder, a ``.zip`` or a glob pattern -> its images, sorted by name. Raises
-    :class:`~analysis.base.errors.AnalysisError` with what to do when nothing matches."""
+    """A folder, a ``.zip`` or a glob pattern -> its images, sorted by name.
+
+    Parameters
+    ----------
+    text : str
+        A folder (searched recursively for image files), a ``.zip`` archive (read into memory within
+        :data:`CLI_ARCHIVE_LIMITS`), one image file, or a glob pattern (``**`` recursive); ``~`` is
+        expanded.
+
+    Returns
+    -------
+    ImageSource
+        The images, with their names and what was left out of an archive.
+
+    Raises
+    ------
+    AnalysisError
+        Nothing matches (a folder or archive without images, a pattern matching none, a path that
+        does not exist), with what to do.
+    ArchiveError
+        The ``.zip`` is unreadable, unsafe or over :data:`CLI_ARCHIVE_LIMITS`.
+    """
     path = Path(text).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)

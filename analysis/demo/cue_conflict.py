@@ -65,8 +65,20 @@ _NOISE = 6.0  # the demo scenes' image-wide pixel noise (standard deviation, 0-2
 
 
 class Scene(NamedTuple):
-    """A textured scene: uint8 ``(H, W, 3)`` image, the class of its object's shape and of its
-    texture, and the object's pixels, boolean ``(H, W)``."""
+    """A textured scene: its image, the class of its object's shape and of its texture, and the
+    object's pixels.
+
+    Attributes
+    ----------
+    image : numpy.ndarray
+        ``(H, W, 3)`` uint8 image.
+    shape_class : int
+        Class of the object's shape (an index into :data:`analysis.demo.data.CLASS_NAMES`).
+    texture_class : int
+        Class of the texture filling the object.
+    mask : numpy.ndarray
+        ``(H, W)`` bool, the object's pixels.
+    """
 
     image: np.ndarray
     shape_class: int
@@ -75,8 +87,15 @@ class Scene(NamedTuple):
 
 
 class Swatch(NamedTuple):
-    """A texture without a shape: uint8 ``(H, W, 3)`` image, the whole frame one class's texture, and
-    that class."""
+    """A texture without a shape: the whole frame one class's texture, and that class.
+
+    Attributes
+    ----------
+    image : numpy.ndarray
+        ``(H, W, 3)`` uint8 image.
+    texture_class : int
+        Class of the texture (an index into :data:`analysis.demo.data.CLASS_NAMES`).
+    """
 
     image: np.ndarray
     texture_class: int
@@ -114,8 +133,30 @@ def _check_class(texture_class: int) -> int:
 def class_texture(
     texture_class: int, size: int = DEFAULT_SIZE, *, colours=((0, 0, 0), (255, 255, 255)), phase=(0.0, 0.0)
 ) -> np.ndarray:
-    """uint8 ``(size, size, 3)``: texture ``texture_class`` (an index into ``CLASS_NAMES``) in two
-    ``colours`` (first: the ground, second: the pattern), shifted by ``phase`` = ``(φx, φy)`` pixels."""
+    """Texture ``texture_class`` as an image, in two colours, shifted by a phase (the rules of the
+    module docstring).
+
+    Parameters
+    ----------
+    texture_class : int
+        An index into ``CLASS_NAMES``.
+    size : int, default DEFAULT_SIZE
+        Side of the square image in pixels (the texture's period is ``size / 8``).
+    colours : pair of RGB triples, default ((0, 0, 0), (255, 255, 255))
+        First: the ground, second: the pattern; values 0-255.
+    phase : (float, float), default (0.0, 0.0)
+        ``(φx, φy)``, the shift in pixels.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(size, size, 3)`` uint8.
+
+    Raises
+    ------
+    AnalysisError
+        ``texture_class`` is not one of the demo classes.
+    """
     pattern = _pattern(_check_class(texture_class), int(size), (float(phase[0]), float(phase[1])))
     ground, ink = (np.asarray(c, dtype=np.uint8) for c in colours)
     return np.where(pattern[..., None], ink, ground).astype(np.uint8)
@@ -167,13 +208,48 @@ def _check_count(n: int) -> None:
 
 def cue_conflict_scene(seed: int, index: int, size: int = DEFAULT_SIZE) -> Scene:
     """Cue-conflict scene ``index`` of stream ``seed``: an object of one class's shape filled with the
-    texture of another class (chosen uniformly among the others)."""
+    texture of another class (chosen uniformly among the others).
+
+    Parameters
+    ----------
+    seed : int
+        The stream.
+    index : int
+        The scene's index in the stream; the scene depends only on ``(seed, index)``.
+    size : int, default DEFAULT_SIZE
+        Side of the square scene in pixels.
+
+    Returns
+    -------
+    Scene
+        ``image`` ``(size, size, 3)`` uint8, ``shape_class``, ``texture_class`` (never the shape's)
+        and ``mask`` ``(size, size)`` bool.
+    """
     return _scene(seed, index, int(size), conflict=True)
 
 
 def cue_conflict_scenes(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Scene]:
-    """Scenes ``0 .. n−1`` of :func:`cue_conflict_scene` (``(image, shape_class, texture_class, mask)``);
-    a prefix of any longer list of the same ``seed``."""
+    """Scenes ``0 .. n−1`` of :func:`cue_conflict_scene`; a prefix of any longer list of the same ``seed``.
+
+    Parameters
+    ----------
+    n : int
+        Number of scenes, 0 or more.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square scenes in pixels.
+
+    Returns
+    -------
+    list of Scene
+        ``n`` scenes, each ``(image, shape_class, texture_class, mask)``.
+
+    Raises
+    ------
+    AnalysisError
+        ``n`` is negative or not a whole number.
+    """
     _check_count(n)
     return [cue_conflict_scene(seed, i, size) for i in range(int(n))]
 
@@ -181,12 +257,48 @@ def cue_conflict_scenes(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Sce
 def textured_scene(seed: int, index: int, size: int = DEFAULT_SIZE) -> Scene:
     """Scene ``index`` of stream ``seed`` whose object is filled with its own class's texture: shape and
     texture agree (the same object, background and colours as :func:`cue_conflict_scene` of that
-    ``(seed, index)``; only the texture differs)."""
+    ``(seed, index)``; only the texture differs).
+
+    Parameters
+    ----------
+    seed : int
+        The stream.
+    index : int
+        The scene's index in the stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square scene in pixels.
+
+    Returns
+    -------
+    Scene
+        ``image`` ``(size, size, 3)`` uint8, ``shape_class == texture_class``, ``mask``
+        ``(size, size)`` bool.
+    """
     return _scene(seed, index, int(size), conflict=False)
 
 
 def textured_scenes(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Scene]:
-    """Scenes ``0 .. n−1`` of :func:`textured_scene`."""
+    """Scenes ``0 .. n−1`` of :func:`textured_scene`.
+
+    Parameters
+    ----------
+    n : int
+        Number of scenes, 0 or more.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square scenes in pixels.
+
+    Returns
+    -------
+    list of Scene
+        ``n`` scenes whose shape and texture agree.
+
+    Raises
+    ------
+    AnalysisError
+        ``n`` is negative or not a whole number.
+    """
     _check_count(n)
     return [textured_scene(seed, i, size) for i in range(int(n))]
 
@@ -195,7 +307,22 @@ def texture_swatch(seed: int, index: int, size: int = DEFAULT_SIZE) -> Swatch:
     """Swatch ``index`` of stream ``seed``: the whole ``size × size`` frame filled with the texture of a
     uniformly drawn class, in two random colours at least 70 apart (max over channels), its phase random,
     then the demo scenes' pixel noise. No object, no outline and no background: a model that names the
-    texture's class here reads the texture, since no shape is left to read."""
+    texture's class here reads the texture, since no shape is left to read.
+
+    Parameters
+    ----------
+    seed : int
+        The stream (its own: swatch ``i`` is not related to scene ``i`` of the same seed).
+    index : int
+        The swatch's index in the stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square swatch in pixels.
+
+    Returns
+    -------
+    Swatch
+        ``image`` ``(size, size, 3)`` uint8 and its ``texture_class``.
+    """
     size = int(size)
     rng = np.random.default_rng((int(seed), int(index), 4))  # a stream of its own (scenes use 0 to 3)
     texture = int(rng.integers(0, len(CLASS_NAMES)))
@@ -208,6 +335,26 @@ def texture_swatch(seed: int, index: int, size: int = DEFAULT_SIZE) -> Swatch:
 
 
 def texture_swatches(n: int, seed: int, size: int = DEFAULT_SIZE) -> list[Swatch]:
-    """Swatches ``0 .. n−1`` of :func:`texture_swatch`."""
+    """Swatches ``0 .. n−1`` of :func:`texture_swatch`.
+
+    Parameters
+    ----------
+    n : int
+        Number of swatches, 0 or more.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square swatches in pixels.
+
+    Returns
+    -------
+    list of Swatch
+        ``n`` swatches.
+
+    Raises
+    ------
+    AnalysisError
+        ``n`` is negative or not a whole number.
+    """
     _check_count(n)
     return [texture_swatch(seed, i, size) for i in range(int(n))]

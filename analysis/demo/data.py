@@ -67,7 +67,25 @@ def _polygon(draw: ImageDraw.ImageDraw, pts: np.ndarray, cx: float, cy: float, f
 
 
 def draw_object(draw: ImageDraw.ImageDraw, cls: int, cx: float, cy: float, r: float, angle: float, fill) -> None:
-    """Draw class ``cls`` (index into CLASS_NAMES) centred at (cx, cy) with size r."""
+    """Draw class ``cls``'s shape centred at ``(cx, cy)`` with size ``r``.
+
+    Parameters
+    ----------
+    draw : PIL.ImageDraw.ImageDraw
+        The canvas to draw on (an RGB image, or a 1-bit mask with ``fill=1``).
+    cls : int
+        An index into :data:`CLASS_NAMES`.
+    cx : float
+        Centre, x in pixels.
+    cy : float
+        Centre, y in pixels.
+    r : float
+        Size in pixels, about the circumradius (a circle's or ring's radius).
+    angle : float
+        Rotation in radians (no effect on a circle or ring).
+    fill : Any
+        The colour, as ``PIL`` takes it for ``draw``'s image mode.
+    """
     name = CLASS_NAMES[cls]
     if name == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
@@ -102,8 +120,21 @@ def _random_colour(rng: np.random.Generator) -> np.ndarray:
 
 
 def random_background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Float32 (size, size, 3) textured background in [0, 255] (a two-colour gradient, coarse
-    blotches and, sometimes, stripes), drawn from ``rng``."""
+    """A textured background: a two-colour gradient, coarse blotches and, sometimes, stripes.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Where every random choice comes from.
+    size : int
+        Side of the square background in pixels.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(size, size, 3)`` float32, about ``[0, 255]`` but not clipped (the blotches and stripes may
+        go past it).
+    """
     c0, c1 = _random_colour(rng).astype(np.float32), _random_colour(rng).astype(np.float32)
     theta = rng.uniform(0, 2 * math.pi)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / (size - 1)
@@ -127,8 +158,18 @@ def random_background(rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
-    """Draw the clutter that no class owns (thin strokes, specks) on a ``size``×``size`` canvas,
-    from ``rng``: the same for the demo samples and the text scenes."""
+    """Draw the clutter that no class owns (thin strokes, specks, small irregular blobs) on a
+    ``size``×``size`` canvas: the same for the demo samples and the text scenes.
+
+    Parameters
+    ----------
+    draw : PIL.ImageDraw.ImageDraw
+        The RGB canvas to draw on.
+    rng : numpy.random.Generator
+        Where every random choice comes from.
+    size : int
+        Side of the square canvas in pixels (stroke width and speck size scale with it).
+    """
     unit = max(1, int(round(size / 32)))  # stroke width / speck size scale with the image
     # Thin strokes (1 px wide lines / polylines).
     for _ in range(int(rng.integers(2, 6))):
@@ -160,12 +201,28 @@ def draw_distractors(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: 
 def render_sample(
     seed: int, index: int, size: int = DEFAULT_SIZE, *, clutter: bool = True
 ) -> tuple[np.ndarray, int, np.ndarray]:
-    """Render sample ``index`` of stream ``seed``: ``(uint8 HxWx3, label, bool HxW mask)``.
+    """Render sample ``index`` of stream ``seed``: its image, label and object mask.
 
     The object's class and geometry come from their own random stream, so they (and the
-    mask) do not depend on ``clutter``. ``clutter=False`` draws the same object on a plain
-    mid-grey (128) background without distractors or noise -- handy for checking that
-    the mask is exactly the object's pixels.
+    mask) do not depend on ``clutter``.
+
+    Parameters
+    ----------
+    seed : int
+        The stream.
+    index : int
+        The sample's index in the stream; the sample depends only on ``(seed, index)``.
+    size : int, default DEFAULT_SIZE
+        Side of the square image in pixels.
+    clutter : bool, default True
+        ``False`` draws the same object on a plain mid-grey (128) background without distractors
+        or noise -- handy for checking that the mask is exactly the object's pixels.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, int, numpy.ndarray)
+        ``(image, label, mask)``: ``(size, size, 3)`` uint8, the class index into
+        :data:`CLASS_NAMES`, ``(size, size)`` bool.
     """
     rng_obj = np.random.default_rng((int(seed), int(index), 0))
     rng = np.random.default_rng((int(seed), int(index), 1))
@@ -208,8 +265,27 @@ def render_sample(
 def generate_arrays(
     n: int, seed: int, *, size: int = DEFAULT_SIZE, start: int = 0, clutter: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Like :func:`generate_samples` but as arrays: uint8 ``(n,H,W,3)``, int64 ``(n,)``,
-    bool ``(n,H,W)``. ``start`` offsets the sample index (sample ``start + i``)."""
+    """Like :func:`generate_samples` but as arrays.
+
+    Parameters
+    ----------
+    n : int
+        Number of samples.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square images in pixels.
+    start : int, default 0
+        Offset of the sample index: row ``i`` is sample ``start + i``.
+    clutter : bool, default True
+        As in :func:`render_sample`.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(images, labels, masks)``: ``(n, size, size, 3)`` uint8, ``(n,)`` int64,
+        ``(n, size, size)`` bool.
+    """
     images = np.empty((n, size, size, 3), dtype=np.uint8)
     labels = np.empty((n,), dtype=np.int64)
     masks = np.empty((n, size, size), dtype=bool)
@@ -221,7 +297,24 @@ def generate_arrays(
 def generate_samples(
     n: int, seed: int, *, size: int = DEFAULT_SIZE, clutter: bool = True
 ) -> tuple[list[Image.Image], list[int], np.ndarray]:
-    """``n`` scenes from stream ``seed``: (list of RGB PIL images, list of int labels,
-    bool mask array ``(n, size, size)`` marking the labelled object's pixels)."""
+    """``n`` scenes from stream ``seed`` (samples ``0 .. n−1`` of :func:`render_sample`).
+
+    Parameters
+    ----------
+    n : int
+        Number of scenes.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square images in pixels.
+    clutter : bool, default True
+        As in :func:`render_sample`.
+
+    Returns
+    -------
+    tuple of (list of PIL.Image.Image, list of int, numpy.ndarray)
+        ``(images, labels, masks)``: RGB images, class indices into :data:`CLASS_NAMES`, and an
+        ``(n, size, size)`` bool array marking the labelled object's pixels.
+    """
     images, labels, masks = generate_arrays(n, seed, size=size, clutter=clutter)
     return [Image.fromarray(im, "RGB") for im in images], [int(x) for x in labels], masks

@@ -69,7 +69,25 @@ DEFAULT_EVAL_SEED = 2026
 
 
 def locality_gap(vit) -> float:
-    """Neighbour-minus-far cosine similarity of the position embeddings (see module doc)."""
+    """Neighbour-minus-far cosine similarity of the position embeddings (see the module docstring):
+    the mean similarity of 4-neighbour patches minus that of pairs at least half the grid apart.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), with a learned position table or rotary embeddings
+        (what ``position_embedding_similarity`` reads).
+
+    Returns
+    -------
+    float
+        The gap: about 0 for a position-agnostic embedding, clearly above 0 for a local one.
+
+    Raises
+    ------
+    AnalysisError
+        As ``position_embedding_similarity``: a model without position encodings to compare.
+    """
     from analysis import position_embedding_similarity
 
     return similarity_locality_gap(torch.as_tensor(position_embedding_similarity(vit)).float())
@@ -90,7 +108,34 @@ def similarity_locality_gap(sim: torch.Tensor) -> float:
 @torch.no_grad()
 def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: int = 250) -> dict:
     """Accuracy, locality gap, rollout pointing game and its chance level on ``n`` fresh
-    scenes from ``seed``. ``vit`` is what :func:`analysis.load_vit` returns."""
+    scenes from ``seed`` (the metrics of the module docstring).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        What :func:`analysis.load_vit` returns, trained on the demo classes; the scenes are drawn at
+        its ``spec.img_size``.
+    n : int, default 2000
+        Number of scenes.
+    seed : int, default DEFAULT_EVAL_SEED
+        The scenes' stream (2026; no training run used it).
+    batch_size : int, default 250
+        Scenes per forward pass.
+
+    Returns
+    -------
+    dict
+        ``n``, ``seed``, ``accuracy``, ``locality_gap``, ``pointing_game`` and ``pointing_chance``
+        (over the correctly classified scenes; NaN when there are none), ``pointing_game_all`` (over
+        every scene), ``n_correct`` and ``per_class_accuracy`` (class name -> accuracy, NaN for a
+        class that has no scene).
+
+    Raises
+    ------
+    AnalysisError
+        A model without position encodings (:func:`locality_gap`) or whose attention rollout
+        cannot be captured.
+    """
     from analysis import attention_rollout, capture_attention
     from analysis.faithfulness import patch_mask, pointing_score
 
@@ -130,9 +175,26 @@ def evaluate(vit, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: i
 
 @torch.no_grad()
 def accuracy(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size: int = 250) -> float:
-    """Share of ``n`` fresh scenes of ``seed`` whose arg-max logit is the true class. ``model``
-    is what :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn` returns: it is fed
-    through its own ``preprocess``, as the app feeds it."""
+    """Share of ``n`` fresh scenes of ``seed`` whose arg-max logit is the true class.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        What :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn` returns, trained on
+        the demo classes: it is fed through its own ``preprocess``, as the app feeds it. The scenes
+        are drawn at the default size (48 px).
+    n : int, default 2000
+        Number of scenes.
+    seed : int, default DEFAULT_EVAL_SEED
+        The scenes' stream.
+    batch_size : int, default 250
+        Scenes per forward pass.
+
+    Returns
+    -------
+    float
+        The accuracy, in ``[0, 1]``.
+    """
     images, labels, _ = generate_samples(n, seed)
     correct = 0
     for i in range(0, n, batch_size):
@@ -143,7 +205,20 @@ def accuracy(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED, *, batch_size:
 
 
 def demo_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, float]:
-    """:func:`accuracy` of the bundled demo ViT, Swin and CNN on the same ``n`` scenes of ``seed``."""
+    """:func:`accuracy` of the bundled demo ViT, Swin and CNN on the same ``n`` scenes of ``seed``.
+
+    Parameters
+    ----------
+    n : int, default 2000
+        Number of scenes.
+    seed : int, default DEFAULT_EVAL_SEED
+        The scenes' stream.
+
+    Returns
+    -------
+    dict of str to float
+        ``"demo ViT"``, ``"demo Swin"``, ``"demo CNN"`` -> accuracy.
+    """
     from analysis import load_vit
     from analysis.robustness import load_cnn
 
@@ -166,6 +241,22 @@ def cue_accuracies(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[
     * ``texture_only``: the whole frame one class's texture, no object
       (:func:`analysis.demo.cue_conflict.texture_swatches`): chance is ``1 / 6``; above it, the model
       reads texture.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        What :func:`analysis.load_vit` or :func:`analysis.robustness.load_cnn` returns, of the demo
+        classes.
+    n : int, default 2000
+        Number of images of each kind.
+    seed : int, default DEFAULT_EVAL_SEED
+        The stream of every kind.
+
+    Returns
+    -------
+    dict of str to float
+        ``"plain"``, ``"textured"`` (scored against the shape's class) and ``"texture_only"`` ->
+        accuracy.
     """
     from analysis.demo.cue_conflict import texture_swatches, textured_scenes
 
@@ -185,7 +276,21 @@ def cue_accuracies(model, n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[
 
 def demo_cue_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[str, dict[str, float]]:
     """:func:`cue_accuracies` of the bundled demo ViT, Swin and CNN and of their textured variants, on
-    the same images."""
+    the same images.
+
+    Parameters
+    ----------
+    n : int, default 2000
+        Number of images of each kind.
+    seed : int, default DEFAULT_EVAL_SEED
+        The stream of every kind.
+
+    Returns
+    -------
+    dict of str to dict of str to float
+        Model name (``"demo ViT"``, ``"demo ViT, textured"``, ``"demo Swin"``, ...) -> its
+        :func:`cue_accuracies`.
+    """
     from analysis import load_vit
     from analysis.robustness import load_cnn
 
@@ -201,6 +306,20 @@ def demo_cue_accuracies(n: int = 2000, seed: int = DEFAULT_EVAL_SEED) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (``python -m analysis.demo.evaluate``, usage in the module docstring): prints the
+    metrics of :func:`evaluate`, or with ``--compare`` :func:`demo_accuracies`, or with ``--cues``
+    :func:`demo_cue_accuracies`, as text or (``--json``) as JSON.
+
+    Parameters
+    ----------
+    argv : list of str or None, default None
+        The arguments; ``None`` reads ``sys.argv``.
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     p = argparse.ArgumentParser(
         prog="python -m analysis.demo.evaluate", description="Evaluate the demo models on held-out procedural scenes."
     )

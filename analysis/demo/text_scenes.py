@@ -67,7 +67,19 @@ _MIDDLE = 1 / 6  # within a sixth of the side from the centre counts as the midd
 
 @dataclass(frozen=True)
 class SceneObject:
-    """One object: its class index, colour name, centre ``(cx, cy)`` in pixels and bool ``(H, W)`` mask."""
+    """One object of a :class:`TextScene`.
+
+    Attributes
+    ----------
+    label : int
+        Its class, an index into :data:`analysis.demo.data.CLASS_NAMES` (``shape`` is the name).
+    colour : str
+        Its colour's name, a key of :data:`COLOURS`.
+    centre : (float, float)
+        ``(cx, cy)`` in pixels.
+    mask : numpy.ndarray
+        ``(H, W)`` bool, the pixels its own draw call wrote.
+    """
 
     label: int
     colour: str
@@ -81,14 +93,39 @@ class SceneObject:
 
 @dataclass(frozen=True)
 class TextScene:
-    """A uint8 ``(H, W, 3)`` image and its one or two objects."""
+    """A captionable scene: its image and its one or two objects.
+
+    Attributes
+    ----------
+    image : numpy.ndarray
+        ``(H, W, 3)`` uint8 image.
+    objects : tuple of SceneObject
+        One object, or two of different classes and colours (masks that never overlap).
+    """
 
     image: np.ndarray
     objects: tuple[SceneObject, ...]
 
 
 def position_words(cx: float, cy: float, size: int) -> str:
-    """Where a centre lies: ``"left"``, ``"top right"``, ``"middle"``... (vertical word first)."""
+    """Where a centre lies: ``"left"``, ``"top right"``, ``"middle"``... (vertical word first).
+
+    Along each axis, within a sixth of the side from the centre is the middle (no word).
+
+    Parameters
+    ----------
+    cx : float
+        Centre, x in pixels.
+    cy : float
+        Centre, y in pixels.
+    size : int
+        Side of the square scene in pixels.
+
+    Returns
+    -------
+    str
+        ``"top"`` / ``"bottom"``, ``"left"`` / ``"right"``, both (``"top left"``), or ``"middle"``.
+    """
     dx, dy = cx / size - 0.5, cy / size - 0.5
     vertical = "" if abs(dy) < _MIDDLE else ("top" if dy < 0 else "bottom")
     horizontal = "" if abs(dx) < _MIDDLE else ("left" if dx < 0 else "right")
@@ -96,8 +133,23 @@ def position_words(cx: float, cy: float, size: int) -> str:
 
 
 def caption_fields(obj: SceneObject, size: int, rng: np.random.Generator) -> tuple[str, str | None, str | None]:
-    """What a random template of :data:`_TEMPLATES` says of ``obj``: ``(shape, colour or None,
-    position words or None)``."""
+    """What a random template of :data:`_TEMPLATES` says of ``obj``.
+
+    Parameters
+    ----------
+    obj : SceneObject
+        The object to describe.
+    size : int
+        Side of the square scene in pixels (for :func:`position_words`).
+    rng : numpy.random.Generator
+        Picks the template (one draw).
+
+    Returns
+    -------
+    tuple of (str, str or None, str or None)
+        ``(shape, colour or None, position words or None)``: ``None`` where the template does not
+        name it.
+    """
     template = _TEMPLATES[int(rng.integers(len(_TEMPLATES)))]
     return (
         obj.shape,
@@ -107,13 +159,40 @@ def caption_fields(obj: SceneObject, size: int, rng: np.random.Generator) -> tup
 
 
 def caption_text(fields: tuple[str, str | None, str | None]) -> str:
-    """``("star", "red", "left")`` -> ``"a red star on the left"`` (``None`` fields left out)."""
+    """``("star", "red", "left")`` -> ``"a red star on the left"`` (``None`` fields left out).
+
+    Parameters
+    ----------
+    fields : tuple of (str, str or None, str or None)
+        ``(shape, colour, where)``, as :func:`caption_fields` returns.
+
+    Returns
+    -------
+    str
+        The caption.
+    """
     shape, colour, where = fields
     return f"a {colour + ' ' if colour else ''}{shape}{' on the ' + where if where else ''}"
 
 
 def describes(fields: tuple[str, str | None, str | None], obj: SceneObject, size: int) -> bool:
-    """Whether a caption's fields are true of ``obj`` (every field it names matches)."""
+    """Whether a caption's fields are true of ``obj`` (every field it names matches).
+
+    Parameters
+    ----------
+    fields : tuple of (str, str or None, str or None)
+        ``(shape, colour, where)``, as :func:`caption_fields` returns; a ``None`` field matches
+        anything.
+    obj : SceneObject
+        The object.
+    size : int
+        Side of the square scene in pixels (for :func:`position_words`).
+
+    Returns
+    -------
+    bool
+        ``True`` when the shape and every named colour and position match ``obj``.
+    """
     shape, colour, where = fields
     return (
         shape == obj.shape
@@ -123,12 +202,34 @@ def describes(fields: tuple[str, str | None, str | None], obj: SceneObject, size
 
 
 def caption(obj: SceneObject, size: int, rng: np.random.Generator) -> str:
-    """A caption of ``obj`` by a random template of :data:`_TEMPLATES`."""
+    """A caption of ``obj`` by a random template of :data:`_TEMPLATES`.
+
+    Parameters
+    ----------
+    obj : SceneObject
+        The object to name.
+    size : int
+        Side of the square scene in pixels (for :func:`position_words`).
+    rng : numpy.random.Generator
+        Picks the template (one draw).
+
+    Returns
+    -------
+    str
+        ``"a star"``, ``"a red star"``, ``"a star on the left"`` or ``"a red star on the top left"``.
+    """
     return caption_text(caption_fields(obj, size, rng))
 
 
 def caption_words() -> list[str]:
-    """Every word a caption can use (the demo CLIP's vocabulary), in a fixed order."""
+    """Every word a caption can use (the demo CLIP's vocabulary), in a fixed order.
+
+    Returns
+    -------
+    list of str
+        ``"a"``, ``"on"``, ``"the"``, the class names, the colour names, then the position words, each
+        once.
+    """
     words = ["a", "on", "the", *CLASS_NAMES, *COLOURS, "top", "bottom", "left", "right", "middle"]
     return list(dict.fromkeys(words))
 
@@ -145,8 +246,29 @@ def _object_colour(rng: np.random.Generator, under: np.ndarray, exclude: str | N
 
 
 def render_text_scene(seed: int, index: int, size: int = DEFAULT_SIZE, *, objects: int | None = None) -> TextScene:
-    """Scene ``index`` of stream ``seed``. ``objects`` (1 or 2) fixes the number of objects;
-    ``None`` draws it (half the scenes have two)."""
+    """Scene ``index`` of stream ``seed`` (see the module docstring).
+
+    Parameters
+    ----------
+    seed : int
+        The stream.
+    index : int
+        The scene's index in the stream; the scene depends only on ``(seed, index)``.
+    size : int, default DEFAULT_SIZE
+        Side of the square scene in pixels.
+    objects : int or None, default None
+        1 or 2 fixes the number of objects; ``None`` draws it (half the scenes have two).
+
+    Returns
+    -------
+    TextScene
+        ``image`` ``(size, size, 3)`` uint8 and its objects, each with a ``(size, size)`` bool mask.
+
+    Raises
+    ------
+    ValueError
+        ``objects`` is neither 1, 2 nor ``None``.
+    """
     rng_obj = np.random.default_rng((int(seed), int(index), 10))
     rng = np.random.default_rng((int(seed), int(index), 11))
     count = int(rng_obj.integers(1, 3)) if objects is None else int(objects)
@@ -188,5 +310,29 @@ def render_text_scene(seed: int, index: int, size: int = DEFAULT_SIZE, *, object
 def generate_text_scenes(
     n: int, seed: int, *, size: int = DEFAULT_SIZE, objects: int | None = None, start: int = 0
 ) -> list[TextScene]:
-    """Scenes ``start .. start + n - 1`` of stream ``seed`` (see :func:`render_text_scene`)."""
+    """Scenes ``start .. start + n - 1`` of stream ``seed`` (see :func:`render_text_scene`).
+
+    Parameters
+    ----------
+    n : int
+        Number of scenes.
+    seed : int
+        The stream.
+    size : int, default DEFAULT_SIZE
+        Side of the square scenes in pixels.
+    objects : int or None, default None
+        As in :func:`render_text_scene`.
+    start : int, default 0
+        Index of the first scene.
+
+    Returns
+    -------
+    list of TextScene
+        ``n`` scenes.
+
+    Raises
+    ------
+    ValueError
+        ``objects`` is neither 1, 2 nor ``None``.
+    """
     return [render_text_scene(seed, start + i, size, objects=objects) for i in range(n)]

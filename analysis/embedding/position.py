@@ -91,6 +91,26 @@ def patch_position_embeddings(vit, *, grid_size: tuple[int, int] | None = None) 
     ``no_embed_class`` have none. With ``grid_size``, the patch embeddings are first
     resampled to that grid (bicubic, antialiased, as timm does when fine-tuning at a
     higher resolution).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A model with a learned absolute table: ``pos_embed`` ``(1, P + N, D)``, or a
+        ``(1, gh, gw, D)`` table on its own grid (SAM, NaFlex).
+    grid_size : (int, int) or None, default None
+        The ``(gh, gw)`` grid to resample the table to; ``None``, the table's own grid.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(gh, gw, D)`` float32 on the CPU, detached.
+
+    Raises
+    ------
+    AnalysisError
+        If the model has no learned table (the message says whether it uses rotary embeddings
+        or a relative-position bias instead), the table has fewer positions than the grid's
+        patches, or ``grid_size`` is not a pair of positive integers.
     """
     embed, old_grid = _learned_table(vit)  # (1, prefix_in_embed + N, D)
     num_patches = old_grid[0] * old_grid[1]

@@ -148,10 +148,28 @@ def decomposed_relative_position(vit, layer: int) -> DecomposedPosition:
 
 
 def relative_position_kind(vit, layer: int) -> str | None:
-    """Which reading of relative positions model layer ``layer`` has: ``"bias"`` (a per-head bias by
-    offset, :func:`relative_position_bias`), ``"decomposed"`` (query-dependent tables by axis,
-    :func:`decomposed_relative_position`) or ``None`` (neither: an absolute table, rotary features or
-    no position at all; see :func:`~analysis.embedding.position.position_encoding_kinds`)."""
+    """Which reading of relative positions model layer ``layer`` has.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`~analysis.load_vit`).
+    layer : int
+        Model layer index (negative from the end).
+
+    Returns
+    -------
+    str or None
+        ``"bias"`` (a per-head bias by offset, :func:`relative_position_bias`), ``"decomposed"``
+        (query-dependent tables by axis, :func:`decomposed_relative_position`) or ``None`` (neither:
+        an absolute table, rotary features or no position at all; see
+        :func:`~analysis.embedding.position.position_encoding_kinds`).
+
+    Raises
+    ------
+    AnalysisError
+        If ``vit`` is not a LoadedViT or ``layer`` does not exist.
+    """
     site, layer = _layer_site(vit, layer, "relative_position_kind")
     window = vit.spec.geometry(layer).window_size
     if site.adapter.relative_position_bias(site.module, window) is not None:

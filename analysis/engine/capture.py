@@ -50,7 +50,21 @@ def require_every_layer(requested: Sequence[int], seen, what: str = "attention")
 
     Every capture (records, streamed distances, tokens, gradients) calls this after its
     forward: a layer whose adapter saw nothing would otherwise come back as zeros or a stale
-    buffer and be read (or averaged in) as data. ``seen``: the layers the taps reported.
+    buffer and be read (or averaged in) as data.
+
+    Parameters
+    ----------
+    requested : sequence of int
+        The layers the capture asked for.
+    seen : container of int
+        The layers the taps reported (anything ``in`` works: a set, a dict, a list).
+    what : str, default "attention"
+        What was captured, for the error message.
+
+    Raises
+    ------
+    AnalysisError
+        A requested layer is not in ``seen``.
     """
     missing = [layer for layer in requested if layer not in seen]
     if missing:

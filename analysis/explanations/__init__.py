@@ -20,8 +20,9 @@ Methods (see each function for its formula and source):
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"``, ``"attnlrp"`` (stem patch grid) and ``"rollout"``
-(:mod:`analysis.attention.rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason. Maps then lie on different
-grids: :func:`explanation_grid` says which, and :func:`methods_for` lists the defined methods.
+(:mod:`analysis.attention.rollout`) work; ``"attention"`` and ``"chefer"`` are refused with the reason.
+Maps then lie on different grids: :func:`explanation_grid` says which, and :func:`methods_for` lists
+the defined methods.
 """
 
 from __future__ import annotations
@@ -89,14 +90,41 @@ CLASS_SPECIFIC = ("chefer", "gradcam", "input_x_gradient", "integrated_gradients
 
 def method_options(method: str) -> tuple[str, ...]:
     """The keyword options ``explain(..., method=method, **options)`` accepts, read from the
-    method's own signature (``"rollout"`` passes its options to :func:`analysis.attention_rollout`)."""
+    method's own signature (``"rollout"`` passes its options to :func:`analysis.attention_rollout`).
+
+    Parameters
+    ----------
+    method : str
+        A key of :data:`EXPLANATION_METHODS`.
+
+    Returns
+    -------
+    tuple of str
+        The keyword-only parameter names of the method's function, in signature order.
+
+    Raises
+    ------
+    KeyError
+        ``method`` is not a key of :data:`EXPLANATION_METHODS`.
+    """
     function = attention_rollout if method == "rollout" else EXPLANATION_METHODS[method]
     return tuple(p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
 def methods_for(vit) -> tuple[str, ...]:
     """The methods of :data:`EXPLANATION_METHODS` defined for this model: every one for a ViT;
-    a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`."""
+    a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+
+    Returns
+    -------
+    tuple of str
+        Method names, in the order of :data:`EXPLANATION_METHODS`.
+    """
     every = vit.spec.attends_globally
     return tuple(m for m in EXPLANATION_METHODS if every or m not in GLOBAL_TOKEN_METHODS)
 

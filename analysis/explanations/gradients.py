@@ -42,12 +42,18 @@ __all__ = [
 class AttentionGradients:
     """Attention probabilities and the gradient of the target score with respect to them.
 
-    Attributes:
-        attentions: ``(L, B, heads, T, T)`` the probabilities each block multiplied with ``v``.
-        gradients: ``(L, B, heads, T, T)`` ``∂y/∂A`` of the target score ``y``.
-        logits: ``(B, classes)`` of the same forward pass.
-        targets: ``(B,)`` the class explained in each image.
-        spec: the token geometry of this input.
+    Attributes
+    ----------
+    attentions : torch.Tensor
+        ``(L, B, heads, T, T)`` float32 on the CPU: the probabilities each block multiplied with ``v``.
+    gradients : torch.Tensor
+        ``(L, B, heads, T, T)`` float32 on the CPU: ``∂y/∂A`` of the target score ``y``.
+    logits : torch.Tensor
+        ``(B, classes)`` of the same forward pass.
+    targets : torch.Tensor
+        ``(B,)`` long: the class explained in each image.
+    spec : ViTSpec
+        The token geometry of this input.
     """
 
     attentions: torch.Tensor
@@ -76,7 +82,29 @@ def require_classes(spec: ViTSpec, what: str) -> None:
 
 def resolve_targets(target, logits: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
     """``(B,)`` long targets: ``None`` → each image's predicted class; an int → that class for
-    every image; a ``(B,)`` sequence or tensor → one class per image. Checked against the head."""
+    every image; a ``(B,)`` sequence or tensor → one class per image. Checked against the head.
+
+    Parameters
+    ----------
+    target : int, sequence of int, torch.Tensor or None
+        A class index (or a 0-d tensor), a ``(B,)`` sequence or tensor of them, or ``None`` for
+        each image's predicted class.
+    logits : torch.Tensor
+        ``(B, classes)`` class scores.
+    spec : ViTSpec
+        The model's geometry.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B,)`` long on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        A target that is not an integer, a sequence whose length is not ``B``, or a class outside
+        ``0..classes - 1``.
+    """
     batch, classes = logits.shape
     if target is None:
         return logits.argmax(-1).cpu()
@@ -119,6 +147,30 @@ def attention_gradients(vit, pixels: torch.Tensor, target=None, *, precision: st
 
     Fused attention is made explicit for this call and thread only (see
     :mod:`analysis.model.adapters.base`), so ``A`` is exactly what produced the logits.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain, as in :func:`resolve_targets`; ``None``, the prediction of this very pass.
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    AttentionGradients
+        ``(L, B, heads, T, T)`` attentions and ``∂y/∂A``, float32 on the CPU, with the logits,
+        the ``(B,)`` targets and the spec.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), a model without class scores, ``pixels`` that do not fit the
+        model, a bad ``target`` or ``precision``.
     """
     spec, pixels = _prepare(vit, pixels)
     chosen: list[torch.Tensor] = []
@@ -130,8 +182,32 @@ def output_attention_gradients(
     vit, pixels: torch.Tensor, score, *, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Like :func:`attention_gradients` for any scalar ``y = score(output)`` of the model's output
-    ``(B, outputs)`` (an embedding tower too: e.g. an image–text score). Returns ``(L, B, heads, T, T)``
-    attentions, ``(L, B, heads, T, T)`` ``∂y/∂A`` and the ``(B, outputs)`` output, float32 on the CPU."""
+    ``(B, outputs)`` (an embedding tower too: e.g. an image–text score).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    score : callable
+        ``score(output) -> torch.Tensor``, a scalar of the model's ``(B, outputs)`` output.
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(attentions, gradients, output)``: ``(L, B, heads, T, T)`` attentions,
+        ``(L, B, heads, T, T)`` ``∂y/∂A`` and the ``(B, outputs)`` output, float32 on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), ``pixels`` that do not fit the model, a ``score`` that is not
+        callable or a bad ``precision``.
+    """
     refuse_windowed(vit, "Gradients of attention over all tokens (output_attention_gradients)")
     input_spec(vit, pixels)
     pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
@@ -171,7 +247,36 @@ def block_input_gradients(
     vit, pixels: torch.Tensor, target=None, *, layer: int = -1, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec]:
     """The input of block ``layer``'s attention (after its norm, e.g. ``norm1``) and its
-    gradient: ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B,)`` targets, spec."""
+    gradient ``∂y/∂X`` of the target class score ``y``.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain, as in :func:`resolve_targets`; ``None``, the prediction of this very pass.
+    layer : int, default -1
+        Block index (negative counts from the end).
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, torch.Tensor, ViTSpec)
+        ``(B, T, D)`` activations and ``(B, T, D)`` ``∂y/∂X`` (float32 on the CPU), the ``(B,)``
+        long targets, and the spec.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), a model without class scores, ``pixels`` that do not fit the
+        model, a bad ``target`` or ``precision``.
+    IndexError
+        ``layer`` is not a block index.
+    """
     spec, pixels = _prepare(vit, pixels)
     site = block_sites(vit.model)[layer]
     chosen: list[torch.Tensor] = []
@@ -185,7 +290,36 @@ def block_input_score_gradients(
     vit, pixels: torch.Tensor, score, *, layer: int = -1, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Like :func:`block_input_gradients` for any scalar ``y = score(output)`` of the model's
-    output (an embedding tower too): ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X``, ``(B, outputs)`` output."""
+    output (an embedding tower too).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    score : callable
+        ``score(output) -> torch.Tensor``, a scalar of the model's ``(B, outputs)`` output.
+    layer : int, default -1
+        Block index (negative counts from the end).
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(B, T, D)`` activations, ``(B, T, D)`` ``∂y/∂X`` and the ``(B, outputs)`` output, float32
+        on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), ``pixels`` that do not fit the model, a ``score`` that is not
+        callable or a bad ``precision``.
+    IndexError
+        ``layer`` is not a block index.
+    """
     refuse_windowed(vit, "block_input_score_gradients")
     input_spec(vit, pixels)
     pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
@@ -196,8 +330,33 @@ def block_input_score_gradients(
 def pixel_gradients(
     vit, pixels: torch.Tensor, target=None, *, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(∂y/∂x (B, 3, H, W), targets (B,))``; ``target`` as in :func:`resolve_targets`
-    (``None``: the prediction of this very pass)."""
+    """The gradient ``∂y/∂x`` of the target class score ``y`` with respect to the input pixels
+    (any model, windowed ones too).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain, as in :func:`resolve_targets`; ``None``, the prediction of this very pass.
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(gradient, targets)``: ``∂y/∂x`` ``(B, 3, H, W)`` float32 on the CPU and the ``(B,)``
+        long targets.
+
+    Raises
+    ------
+    AnalysisError
+        A model without class scores, ``pixels`` that do not fit the model, a bad ``target`` or
+        ``precision``.
+    """
     spec, pixels = _prepare(vit, pixels, windowed=True)  # model-agnostic: windowed models too
     with torch.enable_grad():
         with autocast_context(vit.device, precision):
@@ -236,12 +395,37 @@ def last_stage_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
     """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
     pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
-    reshaped to the last stage's grid. ``(B, gh, gw, C)`` activations, ``(B, gh, gw, C)``
-    ``∂y/∂X``, ``(B,)`` targets, and the last layer's :class:`~analysis.model.geometry.LayerGeometry`
-    (``grid_size``, ``stride`` in input pixels).
+    reshaped to the last stage's grid.
 
     Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2
-    is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention."""
+    is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain, as in :func:`resolve_targets`; ``None``, the prediction of this very pass.
+    precision : str, default "auto"
+        Autocast of the forward pass: ``"auto"`` (bfloat16 or float16 on CUDA, float32 elsewhere),
+        ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry)
+        ``(B, gh, gw, C)`` activations and ``(B, gh, gw, C)`` ``∂y/∂X`` (float32 on the CPU), the
+        ``(B,)`` long targets, and the last layer's :class:`~analysis.model.geometry.LayerGeometry`
+        (``grid_size``, ``stride`` in input pixels).
+
+    Raises
+    ------
+    AnalysisError
+        A ViT (use :func:`block_input_gradients`), a model without class scores, a last block
+        without a first norm or whose norm output is not on the last stage's grid, ``pixels`` that
+        do not fit the model, a bad ``target`` or ``precision``.
+    """
     spec, pixels = _prepare(vit, pixels, windowed=True)
     if spec.attends_globally:
         raise AnalysisError(

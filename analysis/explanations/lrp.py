@@ -89,14 +89,22 @@ SIGMOID_FUNCTIONS = (torch.sigmoid, torch.Tensor.sigmoid, F.sigmoid)
 
 @dataclass(frozen=True)
 class AttnLRPRelevance:
-    """AttnLRP relevance of one batch.
+    """AttnLRP relevance of one batch, on the CPU.
 
-    ``pixels (B, 3, H, W)``: relevance of each normalised input value, ``x ⊙ ĝ(x)``;
-    ``tokens (B, T)``: relevance of each token of block 0's input (prefix tokens first, summed
-    over the width; a windowed model's cells of the stem's grid, row-major);
-    ``map (B, gh, gw)``: ``pixels`` summed over channels and each patch's pixels;
-    ``logits (B, outputs)``: the model's output; ``targets (B,)``: the explained classes (of
-    :func:`score_relevance`: the explained scores). All float32 on the CPU.
+    Attributes
+    ----------
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` float32: relevance of each normalised input value, ``x ⊙ ĝ(x)``.
+    tokens : torch.Tensor
+        ``(B, T)`` float32: relevance of each token of block 0's input (prefix tokens first, summed
+        over the width; a windowed model's cells of the stem's grid, row-major).
+    map : torch.Tensor
+        ``(B, gh, gw)`` float32: ``pixels`` summed over channels and each patch's pixels.
+    logits : torch.Tensor
+        ``(B, outputs)`` float32: the model's output.
+    targets : torch.Tensor
+        ``(B,)``: the explained classes, long (:func:`attnlrp_relevance`); of
+        :func:`score_relevance`, the explained scores, float32.
     """
 
     pixels: torch.Tensor
@@ -133,14 +141,40 @@ def softmax_rule(scores: torch.Tensor, dim: int) -> torch.Tensor:
     """The softmax of ``scores`` along ``dim`` with its plain gradient: in gradient × input form
     that is AttnLRP's softmax rule ``R(x) = x ⊙ (R(s) − s·Σ R(s))`` (Proposition 3.1),
     since ``ĝ(x) = s ⊙ (ĝ(s) − Σ s⊙ĝ(s))`` and ``R(s) = s⊙ĝ(s)``. The one place every softmax
-    of a rule-following forward goes through."""
+    of a rule-following forward goes through.
+
+    Parameters
+    ----------
+    scores : torch.Tensor
+        Scores of any shape, e.g. ``(B, heads, Q, T)``.
+    dim : int
+        The dimension normalised.
+
+    Returns
+    -------
+    torch.Tensor
+        ``softmax(scores, dim)``, the shape and dtype of ``scores``.
+    """
     return torch.softmax(scores, dim=dim)
 
 
 def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) -> torch.Tensor:
     """One fused attention call ``softmax(scale·q·kᵀ + M)·v`` computed explicitly under the rules:
-    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between. ``(B, heads, Q, d)``.
-    ``depends(t)``: whether ``t`` depends on the explained input."""
+    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between.
+
+    Parameters
+    ----------
+    inputs : AttentionInputs
+        A fused call's arguments: ``q`` ``(B, heads, Q, d)``, ``k`` and ``v`` ``(B, kv_heads, T, d)``,
+        ``scale``, ``mask`` and ``is_causal`` (``q``, ``k``, ``v`` and ``scale`` must be set).
+    depends : callable, default ``lambda t: t.requires_grad``
+        ``depends(t)``: whether the tensor ``t`` depends on the explained input.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads, Q, d)``, the attention output.
+    """
     assert inputs.q is not None and inputs.k is not None and inputs.v is not None, "a fused call's inputs"
     assert inputs.scale is not None, "a fused call's scale"
     q, k = uniform_rule([inputs.q, inputs.k], depends)
@@ -300,7 +334,13 @@ def _softmax_call(func, args, kwargs):
 
 def lrp_rules() -> LrpRules:
     """A fresh :class:`LrpRules` mode: ``with lrp_rules() as rules: rules.mark(x); y = model(x)``
-    runs ``model`` with the AttnLRP backward rules on this thread only."""
+    runs ``model`` with the AttnLRP backward rules on this thread only.
+
+    Returns
+    -------
+    LrpRules
+        A new, not yet entered, torch function mode.
+    """
     return LrpRules()
 
 
@@ -313,16 +353,33 @@ def _pool_to_patches(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
 
 
 def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevance:
-    """AttnLRP relevance (module docstring) of the ``target`` logits (``None``: each image's
-    predicted class; a class index or a ``(B,)`` sequence of them), one forward and one backward
+    """AttnLRP relevance (module docstring) of the ``target`` logits, one forward and one backward
     pass in float32.
 
     Conservation: ``relevance.pixels.sum((1, 2, 3)) = logit − bias terms`` (module docstring);
     ``relevance.tokens.sum(1)`` likewise, less the terms of the patch embedding and the constants
     added before block 0.
 
-    Raises:
-        AnalysisError: a model without classes.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain: a class index or a ``(B,)`` sequence of them (as in
+        :func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+
+    Returns
+    -------
+    AttnLRPRelevance
+        Pixel ``(B, 3, H, W)``, token ``(B, T)`` and patch ``(B, gh, gw)`` relevance, the logits and
+        the ``(B,)`` long targets, on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        A model without classes, ``pixels`` that do not fit the model, or a bad ``target``.
     """
     spec = input_spec(vit, pixels)
     require_classes(spec, "AttnLRP")
@@ -339,8 +396,28 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
 def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
     """AttnLRP relevance of any per-image score of the model's output, ``score(output) -> (B,)``
     (evaluated under the rules too: an ``F.normalize`` in it takes the identity rule, as an image–text
-    cosine does in :func:`analysis.text.explain_text`). ``logits`` holds the model's output,
-    ``targets`` the scores ``(B,)``."""
+    cosine does in :func:`analysis.text.explain_text`).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    score : callable
+        ``score(output) -> torch.Tensor``: one score ``(B,)`` per image of the model's
+        ``(B, outputs)`` output.
+
+    Returns
+    -------
+    AttnLRPRelevance
+        Its ``logits`` hold the model's output, its ``targets`` the ``(B,)`` float32 scores.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` that do not fit the model.
+    """
     spec = input_spec(vit, pixels)
     inputs = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     kept: list[torch.Tensor] = []
@@ -366,10 +443,31 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
 
 
 def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(maps (B, gh, gw), targets (B,))``: AttnLRP relevance (Achtibat et al. 2024) of the
-    normalised input pooled per patch, ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j]·ĝ[c, i, j]``
-    (signed: positive is evidence for the class), ``ĝ`` the gradient under the AttnLRP rules
-    (module docstring). Sums to the logit less the bias terms. A windowed model's map lies on
-    its stem's patch grid (:func:`~analysis.explanations.methods.explanation_grid`)."""
+    """AttnLRP relevance (Achtibat et al. 2024) of the normalised input pooled per patch,
+    ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j]·ĝ[c, i, j]`` (signed: positive is evidence for the
+    class), ``ĝ`` the gradient under the AttnLRP rules (module docstring). Sums to the logit less
+    the bias terms. A windowed model's map lies on its stem's patch grid
+    (:func:`~analysis.explanations.methods.explanation_grid`).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        The class to explain: a class index or a ``(B,)`` sequence of them (as in
+        :func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps and ``(B,)`` long targets, on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`attnlrp_relevance`.
+    """
     relevance = attnlrp_relevance(vit, pixels, target)
     return relevance.map, relevance.targets

@@ -84,7 +84,29 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
     every method. A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``,
     ``"integrated_gradients"`` and ``"attnlrp"`` (relevance at the pixels) the stem's patch grid
     (``spec.grid_size``, ``spec.patch_size``);
-    ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``)."""
+    ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    method : str
+        An explanation method's name (:data:`~analysis.explanations.EXPLANATION_METHODS`).
+    **options : Any
+        The method's options; only ``"rollout"``'s ``start_layer``, ``end_layer`` and ``stage``
+        are read.
+
+    Returns
+    -------
+    tuple of (tuple of int, tuple of int)
+        ``((gh, gw), (sy, sx))``: the map's grid and the input pixels per cell.
+
+    Raises
+    ------
+    AnalysisError
+        ``"attention"`` or ``"chefer"`` for a windowed model (:data:`GLOBAL_TOKEN_METHODS`), or a
+        rollout layer range or ``stage`` not in the model.
+    """
     spec = vit.spec
     if spec.attends_globally:
         return tuple(spec.grid_size), tuple(spec.patch_size)
@@ -111,7 +133,25 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
     """The last block's attention over the patches, mean over heads, for the default query
     (:func:`~analysis.records.queries.default_query`): ``mean_h A_L[h, cls, patches]``, or without a
     class token the mean over every patch query (what a global-average-pooling head reads).
-    ``(B, gh, gw)``. Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
+    Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on the CPU, the patch grid.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), or ``pixels`` that do not fit the model.
+    """
     refuse_global_token_method(vit, "attention")
     queries = [0] if vit.spec.has_class_token else None  # keep only the class token's row when it is the query
     record = capture_attention(vit, pixels, layers=-1, query_tokens=queries)
@@ -120,9 +160,29 @@ def raw_attention(vit, pixels: torch.Tensor) -> torch.Tensor:
 
 def rollout_map(vit, pixels: torch.Tensor, **options) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) of the class token (mean over patch queries
-    without one); ``options`` go to :func:`analysis.attention_rollout`. A windowed model: the
-    mean over every cell (see :mod:`analysis.attention.rollout`; a Swin needs ``stage=k`` or
-    ``merge="mean_2x2"``), on :func:`explanation_grid`'s grid."""
+    without one). A windowed model: the mean over every cell (see :mod:`analysis.attention.rollout`;
+    a Swin needs ``stage=k`` or ``merge="mean_2x2"``), on :func:`explanation_grid`'s grid.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    **options : Any
+        Passed on to :func:`analysis.attention_rollout` (``head_fusion``, ``discard_ratio``,
+        ``start_layer``, ``end_layer``, ``query``, ``stage``, ``merge``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on :func:`explanation_grid`'s grid.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` that do not fit the model, or as :func:`analysis.attention_rollout`.
+    """
     record = capture_attention(vit, pixels)
     return attention_rollout(record, **options).float()
 
@@ -135,12 +195,32 @@ def relevance_from_gradients(
 
         R = I (T×T);   Āˡ = E_h[(∇Aˡ ⊙ Aˡ)⁺];   R ← R + Āˡ·R   for l = start_layer, ..., L − 1
 
-    attentions, gradients: ``(L, B, heads, T, T)``. ``start_layer``: the first block the rule
-    reads (a Python index, ``-1`` the last): ``0``, every block, as Chefer's ViT notebook
-    (Transformer-MM-Explainability, the default here); ``-1``, the last block only, as that
-    repository's CLIP notebook (``interpret(..., start_layer=-1)``). Returns the class token's
-    row of R over the patch tokens, ``(B, gh, gw)``; without a class token, the mean of the
-    patch tokens' rows (every patch query, as global-average pooling reads them).
+    ``R`` is accumulated in float64.
+
+    Parameters
+    ----------
+    attentions : torch.Tensor
+        ``(L, B, heads, T, T)`` attention probabilities ``Aˡ`` of every block.
+    gradients : torch.Tensor
+        ``(L, B, heads, T, T)`` ``∇Aˡ``, the target score's gradient with respect to them.
+    spec : ViTSpec
+        The model's geometry (prefix tokens, ``grid_size``).
+    start_layer : int, default 0
+        The first block the rule reads (a Python index, ``-1`` the last): ``0``, every block, as
+        Chefer's ViT notebook (Transformer-MM-Explainability, the default here); ``-1``, the last
+        block only, as that repository's CLIP notebook (``interpret(..., start_layer=-1)``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on the CPU: the class token's row of R over the patch tokens;
+        without a class token, the mean of the patch tokens' rows (every patch query, as
+        global-average pooling reads them).
+
+    Raises
+    ------
+    AnalysisError
+        ``start_layer`` not an integer, or not a block index.
     """
     layers, batch, _, tokens, _ = attentions.shape
     first = _start_layer(start_layer, layers)
@@ -167,9 +247,32 @@ def _start_layer(start_layer: int, layers: int) -> int:
 def chefer_relevance(
     vit, pixels: torch.Tensor, target=None, *, start_layer: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(maps (B, gh, gw), targets (B,))`` by :func:`relevance_from_gradients` from block
-    ``start_layer`` on (``0``: every block; ``-1``: the last, as Chefer's CLIP notebook). Refused
-    for a windowed model (:data:`GLOBAL_TOKEN_METHODS`)."""
+    """Chefer et al. 2021b relevance maps by :func:`relevance_from_gradients` from block
+    ``start_layer`` on. Refused for a windowed model (:data:`GLOBAL_TOKEN_METHODS`).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index or a ``(B,)`` sequence/tensor of them
+        (:func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+    start_layer : int, default 0
+        The first block the rule reads: ``0``, every block; ``-1``, the last, as Chefer's CLIP notebook.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU and the ``(B,)`` long targets.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM), ``start_layer`` not a block index, a model without class
+        scores, a bad ``target``, ``pixels`` that do not fit the model.
+    """
     refuse_global_token_method(vit, "chefer")
     _start_layer(start_layer, vit.spec.num_layers)  # before the backward pass
     record = attention_gradients(vit, pixels, target)
@@ -190,6 +293,28 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
     (:func:`~analysis.explanations.gradients.last_stage_gradients`),
 
         w_c = mean_{cells} ∂y/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index or a ``(B,)`` sequence/tensor of them
+        (:func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU (a ViT's patch grid, a windowed
+        model's last-stage grid) and the ``(B,)`` long targets.
+
+    Raises
+    ------
+    AnalysisError
+        A model without class scores, a bad ``target``, ``pixels`` that do not fit the model, or a
+        windowed model whose last block has no first norm on the last stage's grid.
     """
     if not vit.spec.attends_globally:
         activations, gradients, targets, _ = last_stage_gradients(vit, pixels, target)  # (B, gh, gw, C)
@@ -200,8 +325,23 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
 
 
 def grad_cam_from(activations: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
-    """Grad-CAM's rule on ``(B, T, D)`` token activations and their gradient:
-    ``map[p] = ReLU(Σ_c mean_patches(∂y/∂X)[c] · X[p, c])`` over the patch tokens, ``(B, gh, gw)``."""
+    """Grad-CAM's rule on token activations and their gradient:
+    ``map[p] = ReLU(Σ_c mean_patches(∂y/∂X)[c] · X[p, c])`` over the patch tokens.
+
+    Parameters
+    ----------
+    activations : torch.Tensor
+        ``(B, T, D)`` token activations ``X``, prefix tokens first.
+    gradients : torch.Tensor
+        ``(B, T, D)`` ``∂y/∂X``.
+    spec : ViTSpec
+        The model's geometry (prefix tokens, ``grid_size``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on the CPU.
+    """
     patches, patch_gradients = spec.split_prefix(activations, 1)[1], spec.split_prefix(gradients, 1)[1]  # (B, N, D)
     weights = patch_gradients.mean(1, keepdim=True)  # (B, 1, D)
     return _grid((patches * weights).sum(-1).clamp(min=0), spec)
@@ -233,7 +373,28 @@ def input_x_gradient(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tens
     """Input × gradient (Shrikumar et al. 2016) pooled per patch:
     ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j] · ∂y/∂x[c, i, j]`` on the normalised input (signed:
     positive is evidence for the class). Model-agnostic: a windowed model's map lies on its
-    stem's patch grid (:func:`explanation_grid`)."""
+    stem's patch grid (:func:`explanation_grid`).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index or a ``(B,)`` sequence/tensor of them
+        (:func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU and the ``(B,)`` long targets.
+
+    Raises
+    ------
+    AnalysisError
+        A model without class scores, a bad ``target``, ``pixels`` that do not fit the model.
+    """
     gradient, targets = pixel_gradients(vit, pixels, target)  # one forward and backward
     return _pool_patches((pixels.detach().float().cpu() * gradient).sum(1), vit.spec), targets
 
@@ -253,6 +414,24 @@ def quadrature_rule(name: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
       weights, which sum to ``1 − 1/n``); needs ``n ≥ 2``, as do the other Riemann rules but the middle one;
     * ``"gausslegendre"`` (captum's default): the Gauss–Legendre nodes ``xₖ`` and weights ``ωₖ`` on
       ``[−1, 1]`` moved to ``[0, 1]``: ``αₖ = (1 + xₖ)/2``, ``wₖ = ωₖ/2``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`IG_QUADRATURES`.
+    steps : int
+        ``n``, the number of points.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(alphas, weights)``, each ``(n,)`` float64.
+
+    Raises
+    ------
+    AnalysisError
+        ``name`` not in :data:`IG_QUADRATURES`, or ``steps < 2`` for a rule other than
+        ``"riemann_middle"`` and ``"gausslegendre"``.
     """
     if name not in IG_QUADRATURES:
         raise AnalysisError(
@@ -278,14 +457,19 @@ def quadrature_rule(name: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass(frozen=True)
 class IntegratedGradients:
-    """Integrated gradients of each image with its convergence delta.
+    """Integrated gradients of each image with its convergence delta, on the CPU.
 
-    Attributes:
-        maps: ``(B, gh, gw)`` the attributions summed over channels and each patch's pixels.
-        attributions: ``(B, 3, H, W)`` the per-pixel attributions ``(x − x′) ⊙ Σₖ wₖ ∂y/∂x(x′ + αₖ(x − x′))``.
-        targets: ``(B,)`` the class explained in each image.
-        convergence_delta: ``(B,)`` ``Σ attributions − (y(x) − y(x′))``, captum's
-            ``return_convergence_delta``: how far the quadrature is from completeness.
+    Attributes
+    ----------
+    maps : torch.Tensor
+        ``(B, gh, gw)`` float32: the attributions summed over channels and each patch's pixels.
+    attributions : torch.Tensor
+        ``(B, 3, H, W)`` float32: the per-pixel attributions ``(x − x′) ⊙ Σₖ wₖ ∂y/∂x(x′ + αₖ(x − x′))``.
+    targets : torch.Tensor
+        ``(B,)`` long: the class explained in each image.
+    convergence_delta : torch.Tensor
+        ``(B,)`` float64: ``Σ attributions − (y(x) − y(x′))``, captum's ``return_convergence_delta``:
+        how far the quadrature is from completeness.
     """
 
     maps: torch.Tensor
@@ -309,11 +493,40 @@ def integrated_gradients(
         IG(x) = (x − x′) ⊙ (1/n) Σ_{k=0}^{n−1} ∂y/∂x (x′ + (k + ½)/n · (x − x′))
 
     summed over channels and each patch's pixels. Completeness: ``Σ_p map[p] ≈ y(x) − y(x′)``,
-    more exactly as ``steps`` grows. ``baseline``: one of :data:`BASELINES`. ``quadrature``: the
-    rule, by captum's names (:func:`quadrature_rule`; ``"riemann_middle"`` is the default here,
-    captum's own default is ``"gausslegendre"``). Model-agnostic: a windowed model's map lies on
-    its stem's patch grid (:func:`explanation_grid`). The convergence delta is in
+    more exactly as ``steps`` grows. Model-agnostic: a windowed model's map lies on its stem's
+    patch grid (:func:`explanation_grid`). The convergence delta is in
     :func:`integrated_gradients_result`.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index or a ``(B,)`` sequence/tensor of them
+        (:func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+    steps : int, default 32
+        ``n``, the number of points on the path (at least 1; 2 for the Riemann rules but the middle one).
+    baseline : str, default "mean"
+        The reference ``x′``, one of :data:`BASELINES`: ``"mean"``, ``"black"`` or ``"blur"``.
+    internal_batch : int, default 16
+        Path points per forward/backward pass (at least 1).
+    quadrature : str, default "riemann_middle"
+        The rule, by captum's names, one of :data:`IG_QUADRATURES` (:func:`quadrature_rule`;
+        ``"riemann_middle"`` is the default here, captum's own default is ``"gausslegendre"``).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU and the ``(B,)`` long targets.
+
+    Raises
+    ------
+    AnalysisError
+        ``steps`` or ``internal_batch`` not a positive integer, an unknown ``quadrature`` (or
+        ``steps < 2`` for a Riemann rule other than the middle one) or ``baseline``, a model without
+        class scores, a bad ``target``, ``pixels`` that do not fit the model.
     """
     result = integrated_gradients_result(
         vit, pixels, target, steps=steps, baseline=baseline, internal_batch=internal_batch, quadrature=quadrature
@@ -339,6 +552,38 @@ def integrated_gradients_result(
     With ``quadrature`` and ``steps`` the same, the attributions and ``δ`` are captum's
     ``IntegratedGradients(model).attribute(x, baselines=x′, target=y, method=quadrature,
     n_steps=steps, return_convergence_delta=True)`` (tested to 1e-5).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input (``vit.preprocess(image)``).
+    target : int, sequence of int, torch.Tensor or None, default None
+        A class index or a ``(B,)`` sequence/tensor of them
+        (:func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class on the clean input.
+    steps : int, default 32
+        ``n``, the number of points on the path (at least 1; 2 for the Riemann rules but the middle one).
+    baseline : str, default "mean"
+        The reference ``x′``, one of :data:`BASELINES`: ``"mean"``, ``"black"`` or ``"blur"``.
+    internal_batch : int, default 16
+        Path points per forward/backward pass (at least 1).
+    quadrature : str, default "riemann_middle"
+        The rule, by captum's names, one of :data:`IG_QUADRATURES` (:func:`quadrature_rule`;
+        ``"riemann_middle"`` is the default here, captum's own default is ``"gausslegendre"``).
+
+    Returns
+    -------
+    IntegratedGradients
+        ``(B, gh, gw)`` maps, ``(B, 3, H, W)`` attributions, ``(B,)`` targets and ``(B,)``
+        convergence deltas, on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        ``steps`` or ``internal_batch`` not a positive integer, an unknown ``quadrature`` (or
+        ``steps < 2`` for a Riemann rule other than the middle one) or ``baseline``, a model without
+        class scores, a bad ``target``, ``pixels`` that do not fit the model.
     """
     steps = check_int("steps", steps, minimum=1)
     internal_batch = check_int("internal_batch", internal_batch, minimum=1)

@@ -39,7 +39,15 @@ COLUMNS = {
 
 @dataclass
 class MethodScores:
-    """Per-image scores of one method (lists grow with each image)."""
+    """Per-image scores of one method (lists grow with each image).
+
+    Attributes
+    ----------
+    method : str
+        The method's name (:data:`RANDOM` for the random baseline).
+    values : dict of str to list of float
+        Column key (of :data:`COLUMNS`) -> one score per image scored; :meth:`mean` averages one.
+    """
 
     method: str
     values: dict[str, list[float]] = field(default_factory=lambda: {key: [] for key in COLUMNS})
@@ -50,7 +58,34 @@ class MethodScores:
 
 
 def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: int = 0, **options) -> torch.Tensor:
-    """``(gh, gw)`` map of one image by ``method`` (or the seeded random baseline)."""
+    """The map of one image by ``method`` (or the seeded random baseline).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(1, 3, H, W)`` preprocessed input (only the first image's map is returned).
+    method : str
+        A method of :data:`~analysis.explanations.EXPLANATION_METHODS`, or :data:`RANDOM`.
+    target : int
+        The class explained (passed only to the class-specific methods).
+    index : int, default 0
+        The random baseline's seed (the image's index).
+    **options : Any
+        Method name -> dict of that method's options for
+        :func:`~analysis.explanations.explain`; only ``options[method]`` is used.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(gh, gw)`` float32 on the CPU (the random map: uniform in ``[0, 1)`` on ``vit.spec.grid_size``).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`~analysis.explanations.explain`.
+    """
     if method == RANDOM:
         generator = torch.Generator().manual_seed(int(index))
         return torch.rand(vit.spec.grid_size, generator=generator)
@@ -71,16 +106,49 @@ def benchmark(
     method_options: dict | None = None,
     progress: Progress | None = None,
 ) -> list[MethodScores]:
-    """Score every method (and :data:`RANDOM`) on ``images``; ``masks[i]`` is image i's
-    ``(H, W)`` bool object mask (pointing and IoU are skipped without masks). Each image is
-    explained for the model's predicted class. The sanity check runs on the first
-    ``sanity_images`` images against a copy with the head and every block re-initialised.
+    """Score every method (and :data:`RANDOM`) on ``images``. Each image is explained for the
+    model's predicted class. The sanity check runs on the first ``sanity_images`` images against
+    a copy with the head and every block re-initialised.
 
     A windowed model's (Swin, SAM) methods give maps on different grids
     (:func:`~analysis.explanations.explanation_grid`): each map is scored on its own grid (its
     cells of the object mask, its cells removed; :func:`~.perturbation.map_cells`), so the
     curves' x axis, the fraction of the image's cells, means the same for every method, while a
-    coarser grid makes the pointing game easier (fewer, larger cells)."""
+    coarser grid makes the pointing game easier (fewer, larger cells).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    images : sequence of PIL.Image.Image
+        The images, each preprocessed by ``vit.preprocess``.
+    masks : sequence of numpy.ndarray, numpy.ndarray or None, default None
+        ``masks[i]``, image ``i``'s ``(H, W)`` bool object mask (an ``(n, H, W)`` array is ``n``
+        masks); ``None`` skips pointing and IoU, as does a mask that covers no cell of a map.
+    methods : sequence of str, default every method of ``EXPLANATION_METHODS``
+        The methods scored, after :data:`RANDOM`.
+    steps : int, default 16
+        Deletion and insertion curves take ``steps + 1`` points on [0, 1].
+    baseline : str, default "mean"
+        What removed patches become, one of :data:`~analysis.explanations.BASELINES`.
+    sanity_images : int, default 20
+        How many images (the first ones) the sanity check runs on; 0 skips it.
+    method_options : dict or None, default None
+        Method name -> dict of that method's options for :func:`~analysis.explanations.explain`.
+    progress : Progress or None, default None
+        Called ``progress(done, len(images))`` after each image.
+
+    Returns
+    -------
+    list of MethodScores
+        One per method, :data:`RANDOM` first, then ``methods`` in order.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown method, a number of masks other than of images, or as
+        :func:`~analysis.explanations.explain` and :func:`~.perturbation.perturbation_curve`.
+    """
     unknown = [m for m in methods if m not in EXPLANATION_METHODS]
     if unknown:
         raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")
@@ -140,8 +208,26 @@ def benchmark(
 
 
 def format_table(results: Sequence[MethodScores], columns: Sequence[str] | None = None) -> str:
-    """A Markdown table, one row per method, the random baseline first; ``columns`` (keys of
-    :data:`COLUMNS`, default all) picks the columns."""
+    """A Markdown table, one row per method, the random baseline first; each cell the mean over
+    images (``n/a`` when no image was scored).
+
+    Parameters
+    ----------
+    results : sequence of MethodScores
+        The rows, in order (as :func:`benchmark` returns them).
+    columns : sequence of str or None, default None
+        Keys of :data:`COLUMNS`, the columns shown; ``None``, all.
+
+    Returns
+    -------
+    str
+        The table, one line per row, no trailing newline.
+
+    Raises
+    ------
+    KeyError
+        A column that is not a key of :data:`COLUMNS`.
+    """
     keys = list(COLUMNS) if columns is None else list(columns)
     headers = ["method", *(COLUMNS[key][0] for key in keys)]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

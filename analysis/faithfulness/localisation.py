@@ -16,7 +16,27 @@ __all__ = ["patch_mask", "pointing_score", "mask_iou"]
 
 def patch_mask(pixel_mask, patch_size: tuple[int, int], grid_size: tuple[int, int]) -> np.ndarray:
     """``(..., H, W)`` bool pixel mask -> ``(..., gh, gw)`` bool: the patch holds at least one
-    object pixel (pixels past the grid's ``gh·ph x gw·pw`` are ignored)."""
+    object pixel (pixels past the grid's ``gh·ph x gw·pw`` are ignored).
+
+    Parameters
+    ----------
+    pixel_mask : array_like
+        ``(..., H, W)`` object mask, read as bool.
+    patch_size : tuple of int
+        ``(ph, pw)``, a cell's side in pixels.
+    grid_size : tuple of int
+        ``(gh, gw)``, the grid.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(..., gh, gw)`` bool.
+
+    Raises
+    ------
+    AnalysisError
+        A mask with fewer than 2 dimensions or smaller than ``gh·ph x gw·pw``.
+    """
     mask = np.asarray(pixel_mask, dtype=bool)
     (ph, pw), (gh, gw) = patch_size, grid_size
     if mask.ndim < 2 or mask.shape[-2] < gh * ph or mask.shape[-1] < gw * pw:
@@ -27,10 +47,7 @@ def patch_mask(pixel_mask, patch_size: tuple[int, int], grid_size: tuple[int, in
 
 
 def pointing_score(saliency, object_patches) -> np.ndarray:
-    """Pointing game (Zhang et al. 2016) on patches, ties split evenly.
-
-    ``saliency (..., gh, gw)``, ``object_patches (..., gh, gw)`` bool -> ``(...)`` float in
-    ``[0, 1]``::
+    """Pointing game (Zhang et al. 2016) on patches, ties split evenly. For each map::
 
         score = |argmax(saliency) ∩ object| / |argmax(saliency)|
 
@@ -49,6 +66,23 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
 
     NaN cells (e.g. dropped tokens) are not candidates for the maximum; a map that is NaN
     everywhere has no maximum and scores NaN.
+
+    Parameters
+    ----------
+    saliency : torch.Tensor or array_like
+        ``(..., gh, gw)`` maps.
+    object_patches : array_like
+        ``(..., gh, gw)`` bool, the object's patches (:func:`patch_mask`), the shape of ``saliency``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(...)`` float64 in ``[0, 1]`` (0-d for one map), NaN for an all-NaN map.
+
+    Raises
+    ------
+    AnalysisError
+        A map with fewer than 2 dimensions, or shapes that differ.
     """
     values = torch.as_tensor(saliency).detach().double().cpu()
     truth = torch.tensor(np.asarray(object_patches, dtype=bool))  # a copy: the mask may be read-only
@@ -66,7 +100,25 @@ def pointing_score(saliency, object_patches) -> np.ndarray:
 
 def mask_iou(saliency, object_patches: np.ndarray) -> float:
     """IoU of the object's patches with the map's top-``k`` patches, ``k`` = the object's
-    patch count (so a perfect ranking scores 1 whatever the object's size)."""
+    patch count (so a perfect ranking scores 1 whatever the object's size). Ties keep patch order.
+
+    Parameters
+    ----------
+    saliency : torch.Tensor or array_like
+        ``(gh, gw)`` map.
+    object_patches : numpy.ndarray
+        ``(gh, gw)`` bool, the object's patches (:func:`patch_mask`).
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``.
+
+    Raises
+    ------
+    AnalysisError
+        The object covers no patch.
+    """
     values = torch.as_tensor(saliency).detach().double().reshape(-1)
     truth = np.asarray(object_patches, dtype=bool).reshape(-1)
     k = int(truth.sum())

@@ -35,7 +35,25 @@ PERTURBATION_FRACTIONS = tuple(i / 10 for i in range(10))
 
 def patch_ranking(saliency: torch.Tensor, *, most_first: bool = True) -> torch.Tensor:
     """``(gh, gw)`` map -> ``(N,)`` row-major patch indices, highest (or lowest) first; ties
-    keep patch order."""
+    keep patch order.
+
+    Parameters
+    ----------
+    saliency : torch.Tensor
+        ``(gh, gw)`` map (any array-like; flattened row-major).
+    most_first : bool, default True
+        Highest saliency first; ``False``, lowest first.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N,)`` long, ``N = gh·gw``.
+
+    Raises
+    ------
+    AnalysisError
+        The map has NaN or infinite values.
+    """
     flat = torch.as_tensor(saliency).detach().reshape(-1).double()
     if not torch.isfinite(flat).all():
         raise AnalysisError("The saliency map has NaN or infinite values: it cannot rank patches.")
@@ -49,8 +67,27 @@ def perturbed_inputs(
     patch_size: tuple[int, int],
     grid_size: tuple[int, int],
 ) -> torch.Tensor:
-    """``(K, 3, H, W)``: copy ``k`` of ``pixels (3, H, W)`` with the patches in ``patch_sets[k]``
-    taken from ``replacement (3, H, W)``."""
+    """``K`` copies of one image, copy ``k`` with the patches in ``patch_sets[k]`` taken from
+    ``replacement``.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        ``(3, H, W)`` the image.
+    replacement : torch.Tensor
+        ``(3, H, W)`` on the device of ``pixels``: where the chosen patches' pixels come from.
+    patch_sets : list of torch.Tensor
+        ``K`` sets of row-major patch indices into the ``(gh, gw)`` grid.
+    patch_size : tuple of int
+        ``(ph, pw)``, a patch's (cell's) side in pixels.
+    grid_size : tuple of int
+        ``(gh, gw)``, the grid.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(K, 3, H, W)`` on the device of ``pixels``; pixels no patch covers are kept.
+    """
     mask = patch_pixel_mask(
         patch_grid(patch_sets, grid_size), patch_size, (pixels.shape[-2], pixels.shape[-1])
     )  # (K, H, W)
@@ -62,7 +99,25 @@ def map_cells(spec, shape: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int,
     """``(grid_size, cell size in pixels)`` of a saliency map of ``shape``: the model's patch
     grid (``spec.grid_size`` of ``spec.patch_size``), or for a windowed model (Swin, SAM) the
     layer grid of that shape (``spec.geometry(l).grid_size`` of ``.stride`` pixels, e.g. the
-    last stage's for Grad-CAM). Any other shape: AnalysisError."""
+    last stage's for Grad-CAM).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's geometry.
+    shape : tuple of int
+        The map's shape ``(gh, gw)``.
+
+    Returns
+    -------
+    tuple of (tuple of int, tuple of int)
+        ``((gh, gw), (sy, sx))``: the grid and a cell's size in input pixels.
+
+    Raises
+    ------
+    AnalysisError
+        ``shape`` is neither the patch grid nor one of the layer grids.
+    """
     if tuple(shape) == tuple(spec.grid_size):
         return tuple(spec.grid_size), tuple(spec.patch_size)
     for geometry in spec.layer_geometry:
@@ -112,17 +167,54 @@ def perturbation_curve(
     chunk: int = 64,
     value=None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(fractions (S,), probabilities (S,))`` of one image ``pixels (1, 3, H, W)``.
+    """The perturbation curve of one image: the model's value at each fraction of patches removed.
 
-    At fraction ``f`` the ``round(f·N)`` patches ranked first by ``saliency (gh, gw)`` are
-    removed (``deletion``) or are the only ones kept (``insertion``); the value is the softmax
-    probability of ``target`` (or, ``metric="top1"``, whether it is still the top class). ``fractions`` default to ``steps + 1`` even points on [0, 1].
-    ``most_first=False`` ranks the lowest saliency first (negative perturbation).
-    ``value``, ``output (K, ...) -> (K,)``, measures something else of the model's output
-    instead of ``metric`` (a two-tower model's image–text score of the image embedding:
-    :func:`~analysis.faithfulness.text_benchmark.text_benchmark`); ``target`` is then unused.
+    At fraction ``f`` the ``round(f·N)`` patches ranked first by ``saliency`` are removed
+    (``deletion``) or are the only ones kept (``insertion``); the value is the softmax
+    probability of ``target`` (or, ``metric="top1"``, whether it is still the top class).
     A windowed model's (Swin, SAM) map may lie on any of its layer grids (:func:`map_cells`):
     its cells are then what is removed.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    pixels : torch.Tensor
+        ``(1, 3, H, W)`` preprocessed input, one image.
+    saliency : torch.Tensor
+        ``(gh, gw)`` map on the patch grid or one of the layer grids, finite.
+    target : int
+        The class whose probability (or top-1) is measured; unused with ``value``.
+    mode : str, default "deletion"
+        One of :data:`CURVE_MODES`: ``"deletion"`` or ``"insertion"``.
+    baseline : str, default "mean"
+        What removed patches become, one of :data:`BASELINES`.
+    steps : int, default 16
+        ``fractions`` default to ``steps + 1`` even points on [0, 1] (at least 1; ignored when
+        ``fractions`` is given).
+    fractions : sequence of float or None, default None
+        The fractions of patches removed (kept); ``None``, the ``steps + 1`` even points.
+    most_first : bool, default True
+        ``False`` ranks the lowest saliency first (negative perturbation).
+    metric : str, default "probability"
+        One of :data:`CURVE_METRICS`: ``"probability"`` or ``"top1"``.
+    chunk : int, default 64
+        Perturbed inputs per forward pass.
+    value : callable or None, default None
+        ``value(output (K, ...)) -> (K,)``, measures something else of the model's output
+        instead of ``metric`` (a two-tower model's image–text score of the image embedding:
+        :func:`~analysis.faithfulness.text_benchmark.text_benchmark`).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(fractions, values)``, each ``(S,)`` float64.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``mode``, ``metric`` or ``baseline``; ``pixels`` not ``(1, 3, H, W)``; a
+        ``saliency`` shape that is no grid of the model, or non-finite values; ``steps < 1``.
     """
     if mode not in CURVE_MODES:
         raise AnalysisError(f"mode must be one of {', '.join(CURVE_MODES)}, got {mode!r}.")
@@ -151,6 +243,19 @@ def perturbation_curve(
 
 
 def area_under_curve(fractions, values) -> float:
-    """Trapezoidal area ``Σ_i (f_{i+1} − f_i)·(v_i + v_{i+1})/2``."""
+    """Trapezoidal area ``Σ_i (f_{i+1} − f_i)·(v_i + v_{i+1})/2``.
+
+    Parameters
+    ----------
+    fractions : array_like
+        ``(S,)`` the x values ``f``.
+    values : array_like
+        ``(S,)`` the y values ``v``.
+
+    Returns
+    -------
+    float
+        The area (0 for one point).
+    """
     f, v = np.asarray(fractions, np.float64), np.asarray(values, np.float64)
     return float(np.sum(np.diff(f) * (v[1:] + v[:-1]) / 2))

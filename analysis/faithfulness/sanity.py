@@ -33,7 +33,28 @@ def _reinitialise(module: nn.Module) -> None:
 def randomized_copy(vit, blocks_from_top: int, *, seed: int = 0):
     """A :class:`~analysis.LoadedViT` whose head and top ``blocks_from_top`` blocks are
     re-initialised (``reset_parameters`` of every layer in them), seeded; the caller's global
-    random state is left as it was."""
+    random state is left as it was. A deep copy: ``vit`` is not touched.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`).
+    blocks_from_top : int
+        How many of the last blocks are re-initialised besides the head (at least 0; more than
+        the model has means all).
+    seed : int, default 0
+        The seed of the re-initialisation.
+
+    Returns
+    -------
+    LoadedViT
+        A copy with the re-initialised, frozen model.
+
+    Raises
+    ------
+    AnalysisError
+        ``blocks_from_top`` is not an integer at least 0.
+    """
     blocks_from_top = check_int("blocks_from_top", blocks_from_top, minimum=0)
     model = copy.deepcopy(vit.model)
     blocks = [block for _, block in model_blocks(model)]  # in order, every family's (Swin: across stages)
@@ -62,7 +83,20 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 def rank_correlation(a, b) -> float:
     """Spearman's ρ of two maps (Pearson correlation of their average ranks); 0 when either
-    map is constant."""
+    map is constant.
+
+    Parameters
+    ----------
+    a : torch.Tensor or array_like
+        A map, e.g. ``(gh, gw)`` (flattened).
+    b : torch.Tensor or array_like
+        A map with as many values as ``a``.
+
+    Returns
+    -------
+    float
+        ρ in ``[-1, 1]``.
+    """
     x = _ranks(np.asarray(torch.as_tensor(a).double().reshape(-1)))
     y = _ranks(np.asarray(torch.as_tensor(b).double().reshape(-1)))
     x, y = x - x.mean(), y - y.mean()

@@ -47,7 +47,40 @@ def text_benchmark(
     progress: Progress | None = None,
 ) -> list[MethodScores]:
     """Score every text method (and :data:`RANDOM`) on ``images``: image ``i`` is explained for
-    ``prompts[i]``, whose object's ``(H, W)`` bool mask is ``masks[i]``."""
+    ``prompts[i]``, whose object's ``(H, W)`` bool mask is ``masks[i]``.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`analysis.load_clip`).
+    images : sequence of PIL.Image.Image
+        The scenes.
+    prompts : sequence of str
+        ``prompts[i]`` names one object of image ``i``.
+    masks : sequence of numpy.ndarray
+        ``masks[i]``, the ``(H, W)`` bool mask of the object ``prompts[i]`` names (pointing and
+        IoU are skipped when it covers no patch).
+    methods : sequence of str or None, default None
+        Methods of :data:`~analysis.text.TEXT_METHODS`; ``None``, all of them.
+    steps : int, default 16
+        Deletion and insertion curves take ``steps + 1`` points on [0, 1].
+    baseline : str, default "mean"
+        What removed patches become, one of :data:`~analysis.explanations.BASELINES`.
+    progress : Progress or None, default None
+        Called ``progress(done, len(images))`` after each image.
+
+    Returns
+    -------
+    list of MethodScores
+        One per method, :data:`RANDOM` first; only the :data:`TEXT_COLUMNS` are filled.
+
+    Raises
+    ------
+    NoTextTowerError
+        ``clip`` is an image-only model.
+    AnalysisError
+        An unknown method, or not one prompt and one mask per image.
+    """
     from ..text import TEXT_METHODS, explain_text
     from ..text.prompts import one_prompt, require_clip, score_value
 

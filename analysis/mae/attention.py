@@ -5,8 +5,9 @@ its attention is ``(1 + V) × (1 + V)`` per head, not ``T × T``. A
 :class:`VisibleAttentionRecord` keeps those maps with the patch index of every visible
 token, so each row and column has its place on the image grid: :meth:`~VisibleAttentionRecord.key_grid`
 puts a query's attention back on the ``(gh, gw)`` grid (NaN where a patch was hidden: it was
-never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value, :func:`visible_attention_distance` and :func:`visible_rollout` run the
-project's distance and rollout rules on the visible set.
+never a key), :meth:`~VisibleAttentionRecord.grid_of` does the same for any per-token value,
+:func:`visible_attention_distance` and :func:`visible_rollout` run the project's distance and
+rollout rules on the visible set.
 
 The probabilities are read during the model's own forward at the engine's
 ``blocks.{i}.attn.probs`` points (:func:`analysis.engine.activations.run.hooks_around`) of the encoder
@@ -42,12 +43,17 @@ __all__ = ["VisibleAttentionRecord", "encoder_attention_taps", "visible_attentio
 class VisibleAttentionRecord:
     """Attention of an MAE encoder over the class token and the visible patches.
 
-    Attributes:
-        attentions: ``(L, B, heads, 1 + V, 1 + V)`` float32 softmax probabilities; token 0 is
-            the class token, token ``1 + j`` is patch ``visible_patches[b, j]``. Rows sum to one.
-        visible_patches: ``(B, V)`` long, the row-major grid index of each visible token, ascending.
-        spec: the geometry of the full input (grid, patch size, image size, layers, heads).
-        layers: model layer index of each entry along ``L`` (every encoder layer).
+    Attributes
+    ----------
+    attentions : torch.Tensor
+        ``(L, B, heads, 1 + V, 1 + V)`` float32 softmax probabilities; token 0 is the class token,
+        token ``1 + j`` is patch ``visible_patches[b, j]``. Rows sum to one.
+    visible_patches : torch.Tensor
+        ``(B, V)`` long, the row-major grid index of each visible token, ascending.
+    spec : ViTSpec
+        The geometry of the full input (grid, patch size, image size, layers, heads).
+    layers : tuple of int
+        Model layer index of each entry along ``L`` (every encoder layer).
     """
 
     attentions: torch.Tensor
@@ -97,10 +103,25 @@ class VisibleAttentionRecord:
 
 
 def visible_attention_distance(record: VisibleAttentionRecord, *, renormalize: bool = True) -> torch.Tensor:
-    """``(B, L, heads)`` float64 mean attention distance in input pixels over the visible set:
+    """Mean attention distance in input pixels over the visible set:
     :func:`~analysis.attention.distance.attention_distance_per_image` with the visible patches' own
     centre-to-centre distances (each query and key a visible patch; the class token is left
-    out as a prefix token is)."""
+    out as a prefix token is).
+
+    Parameters
+    ----------
+    record : VisibleAttentionRecord
+        The encoder's attention, ``(L, B, heads, 1 + V, 1 + V)``
+        (:attr:`~analysis.mae.MAEReconstruction.attention`).
+    renormalize : bool, default True
+        Divide each query's row over the patch keys by its sum; ``False`` counts attention on
+        the class token as distance 0.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, L, heads)`` float64, in input pixels.
+    """
     centres = patch_centres(record.spec)  # (N, 2)
     out = []
     for image in range(record.visible_patches.shape[0]):
@@ -118,9 +139,30 @@ def visible_attention_distance(record: VisibleAttentionRecord, *, renormalize: b
 def visible_rollout(
     record: VisibleAttentionRecord, *, head_fusion: str = "mean", discard_ratio: float = 0.0
 ) -> torch.Tensor:
-    """``(B, 1 + V, 1 + V)`` float64 attention rollout (Abnar & Zuidema 2020) over all layers of
-    the record, on the visible tokens: :func:`~analysis.attention.rollout_rules.rollout_step` and
-    :func:`~analysis.attention.rollout_rules.compose_rollout`, the rules every rollout here uses."""
+    """Attention rollout (Abnar & Zuidema 2020) over all layers of the record, on the visible
+    tokens: :func:`~analysis.attention.rollout_rules.rollout_step` and
+    :func:`~analysis.attention.rollout_rules.compose_rollout`, the rules every rollout here uses.
+
+    Parameters
+    ----------
+    record : VisibleAttentionRecord
+        The encoder's attention, ``(L, B, heads, 1 + V, 1 + V)``.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest off-diagonal pairs set to 0.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 1 + V, 1 + V)`` float64, token 0 the class token; row ``q`` is query ``q``'s rollout
+        over the tokens (:meth:`~VisibleAttentionRecord.grid_of` puts a row's patch columns on the grid).
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_fusion``, or ``discard_ratio`` outside ``[0, 1)``.
+    """
     steps = (
         (layer, rollout_step(record.attentions[i], head_fusion, discard_ratio), None)
         for i, layer in enumerate(record.layers)
@@ -141,7 +183,28 @@ def encoder_attention_taps(
     ``blocks.{i}.attn.probs`` over the encoder layers
     (:func:`analysis.engine.activations.run.hooks_around` with
     :func:`analysis.model.adapters.hf_vit_mae.encoder_sites`), read by each layer's attention adapter,
-    the path every capture takes."""
+    the path every capture takes.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The MAE model (Hugging Face ``ViTMAEForPreTraining`` or a timm one).
+    num_heads : int
+        The heads each encoder layer must have (the config's).
+    sink : callable
+        ``sink(layer, probs)``, called with each encoder layer's index and its ``(B, heads, T, T)``
+        probabilities.
+
+    Yields
+    ------
+    None
+        Nothing; the hooks are registered for the ``with`` block and removed on leaving it.
+
+    Raises
+    ------
+    UnsupportedModelError
+        The encoder layers cannot be found, or a layer's head count differs from ``num_heads``.
+    """
     sites = encoder_sites(model)
     for site in sites:
         heads = site.adapter.num_heads(site.module)

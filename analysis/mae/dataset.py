@@ -24,7 +24,26 @@ __all__ = ["dataset_mae_loss", "check_ratios"]
 
 
 def check_ratios(ratios: Sequence[float], num_patches: int) -> tuple[float, ...]:
-    """The ratios as floats, each leaving at least one of ``num_patches`` visible (typed error otherwise)."""
+    """The ratios as floats, each leaving at least one of ``num_patches`` visible.
+
+    Parameters
+    ----------
+    ratios : sequence of float
+        Mask ratios, each in ``[0, 1)``.
+    num_patches : int
+        ``N``, the patches per image.
+
+    Returns
+    -------
+    tuple of float
+        ``ratios``, in order.
+
+    Raises
+    ------
+    AnalysisError
+        No ratio, a ratio outside ``[0, 1)``, or one that hides all ``N`` patches
+        (:func:`~analysis.mae.masking.visible_count`).
+    """
     ratios = tuple(ratios)
     if not ratios:
         raise AnalysisError("ratios is empty: pass some mask ratios in [0, 1), e.g. 0.25, 0.5, 0.75, 0.9.")
@@ -45,13 +64,44 @@ def dataset_mae_loss(
     skipped: list[SkippedImage] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
 ) -> torch.Tensor:
-    """``(n, R)`` float64: each readable image's reconstruction loss (the mean over its hidden
-    patches, :attr:`~analysis.mae.MAEReconstruction.image_loss`) at each ratio, in image order.
+    """Each readable image's reconstruction loss (the mean over its hidden patches,
+    :attr:`~analysis.mae.MAEReconstruction.image_loss`) at each ratio, in image order.
 
-    ``images``: paths, bytes or PIL images. ``index_of(j)``: the position in the full set of
-    item ``j`` of ``images`` (a shard: ``rank + j·world``; default ``j``), which seeds its mask.
-    ``skipped``: a list that receives the images that could not be read (then they are left
-    out; without it the first unreadable image raises).
+    Parameters
+    ----------
+    mae : LoadedMAE
+        The model (:func:`~analysis.mae.load_mae`).
+    images : iterable
+        Paths, bytes or PIL images.
+    ratios : sequence of float
+        The ``R`` mask ratios, each in ``[0, 1)`` (:func:`check_ratios`).
+    seed : int, default 0
+        Image ``i`` is masked with :func:`~analysis.mae.masking.draw_mask` from ``seed + index_of(i)``.
+    batch_size : int, default 16
+        Images per forward pass (at least 1).
+    workers : int or None, default None
+        Decode threads; ``None``, ``min(8, os.cpu_count())``.
+    index_of : callable or None, default None
+        ``index_of(j)``: the position in the full set of item ``j`` of ``images`` (a shard:
+        ``rank + j·world``; default ``j``), which seeds its mask.
+    skipped : list of SkippedImage or None, default None
+        A list that receives the images that could not be read (then they are left out; without
+        it the first unreadable image raises).
+    progress : callable or None, default None
+        Called ``progress(done, len(images))`` after each batch, ``done`` the items read so far.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(n, R)`` float64, ``n`` the images read.
+
+    Raises
+    ------
+    AnalysisError
+        ``batch_size < 1``, a bad ratio (:func:`check_ratios`), or with ``skipped=None`` an image
+        that cannot be preprocessed.
+    ImageLoadError
+        With ``skipped=None``, an image that cannot be decoded.
     """
     images = list(images)
     if batch_size < 1:

@@ -58,15 +58,32 @@ class LoadedMAE(LoadedModel):
     """A masked autoencoder with everything needed to feed it (the fields of
     :class:`~analysis.model.loading.loaded.LoadedModel`, and:)
 
-    Attributes:
-        model: the transformers ``ViTMAEForPreTraining``, eval mode, frozen, on ``device``.
-        spec: the encoder's geometry at ``preprocessing``'s input size with every patch visible:
-            one class token, ``grid_size`` patches, ``head="none"``.
-        native_img_size: the ``(H, W)`` the model was built for (``config.image_size``); other
-            whole-patch sizes run with the model's own position interpolation.
-        norm_pix_loss: the config's flag: the decoder predicts each patch normalised by its own
-            mean and variance (MAE's ``norm_pix_loss``), and the loss compares with that target.
-        config_mask_ratio: the ratio the model was trained with (``config.mask_ratio``).
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The transformers ``ViTMAEForPreTraining``, eval mode, frozen, on ``device``.
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where the model lives.
+    spec : ViTSpec
+        The encoder's geometry at ``preprocessing``'s input size with every patch visible: one
+        class token, ``grid_size`` patches, ``head="none"``.
+    class_names : list of str or None
+        ``None``: an MAE has no classes.
+    preprocessing : Preprocessing
+        Resize / crop / normalise at ``spec.img_size``.
+    data_config : dict
+        timm-style data config read from the preprocessor (``input_size`` is ``(3, H, W)`` of
+        ``spec.img_size``).
+    native_img_size : tuple of int, default (224, 224)
+        The ``(H, W)`` the model was built for (``config.image_size``); other whole-patch sizes
+        run with the model's own position interpolation.
+    norm_pix_loss : bool, default False
+        The config's flag: the decoder predicts each patch normalised by its own mean and variance
+        (MAE's ``norm_pix_loss``), and the loss compares with that target.
+    config_mask_ratio : float, default 0.75
+        The ratio the model was trained with (``config.mask_ratio``).
     """
 
     native_img_size: tuple[int, int] = (224, 224)
@@ -94,7 +111,35 @@ def _is_mae_encoder(module: nn.Module) -> bool:
 def wrap_mae(
     model: nn.Module, name: str, device: torch.device | None, *, preprocessor: dict | None = None, img_size=None
 ) -> LoadedMAE:
-    """Check that ``model`` is a ``ViTMAEForPreTraining``, then wrap it (``device=None``: where it is)."""
+    """Check that ``model`` is a ``ViTMAEForPreTraining``, then wrap it: eval mode, frozen, on ``device``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers ``ViTMAEForPreTraining``.
+    name : str
+        The name it is known by (:attr:`LoadedMAE.name`).
+    device : torch.device or None
+        Where to move it; ``None``, where its parameters are.
+    preprocessor : dict or None, default None
+        A ``preprocessor_config.json``'s contents; ``None``, the image processor's defaults for ``vit_mae``.
+    img_size : int, tuple of int or None, default None
+        The input size to preprocess to; ``None``, the preprocessor's, else the config's ``image_size``.
+
+    Returns
+    -------
+    LoadedMAE
+        The wrapped model.
+
+    Raises
+    ------
+    MissingDecoderError
+        An MAE encoder without its decoder (timm ``.mae``, ``ViTMAEModel``).
+    UnsupportedModelError
+        Any other model that is not a ``ViTMAEForPreTraining``.
+    ModelLoadError
+        An input size that is not a whole number of patches.
+    """
     if not _is_pretraining_model(model):
         kind = type(model).__name__
         if _is_mae_encoder(model):
@@ -184,18 +229,30 @@ def load_mae(
 ) -> LoadedMAE:
     """Load a masked autoencoder with its decoder.
 
-    Args:
-        source: a ``ViTMAEForPreTraining`` object; a ``save_pretrained`` folder or
-            ``"local-dir:PATH"``; ``"hf:org/name"`` (e.g. ``"hf:facebook/vit-mae-base"``); or
-            ``"demo_mae"``, the bundled demo MAE.
-        device: ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
-        img_size: the input size to preprocess to (default: the preprocessor's, else the
-            config's ``image_size``); other sizes than the model's own run with its own
-            position interpolation (``interpolate_pos_encoding``).
+    Parameters
+    ----------
+    source : str, os.PathLike or torch.nn.Module
+        A ``ViTMAEForPreTraining`` object; a ``save_pretrained`` folder or ``"local-dir:PATH"``;
+        ``"hf:org/name"`` (e.g. ``"hf:facebook/vit-mae-base"``); or ``"demo_mae"``, the bundled demo MAE.
+    device : str, torch.device or None, default None
+        ``None`` picks cuda, then mps, then cpu (a module object stays where it is).
+    img_size : int, tuple of int or None, default None
+        The input size to preprocess to (default: the preprocessor's, else the config's
+        ``image_size``); other sizes than the model's own run with its own position interpolation
+        (``interpolate_pos_encoding``).
 
-    Raises:
-        MissingDecoderError: an MAE encoder without decoder (timm ``.mae``, ``ViTMAEModel``).
-        ModelLoadError: and its subclasses otherwise, with what to do.
+    Returns
+    -------
+    LoadedMAE
+        The model, eval mode, frozen, with its spec and preprocessing.
+
+    Raises
+    ------
+    MissingDecoderError
+        An MAE encoder without decoder (timm ``.mae``, ``ViTMAEModel``).
+    ModelLoadError
+        And its subclasses otherwise (a missing folder or demo, a model that is not an MAE, an
+        input size that is not a whole number of patches), with what to do.
     """
     if isinstance(source, nn.Module):
         return wrap_mae(

@@ -49,24 +49,41 @@ class MAEReconstruction:
     """One masked-autoencoder pass. Images are in the model's input space (normalised as
     ``pixels`` are: show them with ``mae.preprocessing.to_image``).
 
-    Attributes:
-        pixels: ``(B, 3, H, W)`` the input.
-        reconstruction: ``(B, 3, H, W)`` the decoder's prediction of every patch, in pixel space.
-            With ``norm_pix_loss`` the decoder predicts each patch normalised by its own mean and
-            variance; the prediction is un-normalised with the *true* patch's mean and variance
-            (``x̂·√(var + 1e-6) + mean``), as MAE's visualisation notebook does, so hidden patches
-            show the predicted structure at the true patch's brightness and contrast.
-        composite: ``(B, 3, H, W)`` the reconstruction with the visible patches of ``pixels`` pasted back.
-        mask: ``(B, N)`` bool, True = hidden, row-major over ``grid_size``.
-        predictions: ``(B, N, ph·pw·C)`` the decoder's raw output (``logits``), in the loss's target space.
-        patch_loss: ``(B, N)`` float32, every patch's mean squared error against the target
-            (``patchify(pixels)``, normalised per patch with ``norm_pix_loss``). Only hidden
-            patches enter the loss; the visible ones are shown for comparison.
-        image_loss: ``(B,)`` each image's mean ``patch_loss`` over its hidden patches.
-        loss: ``()`` the model's own loss, ``Σ_hidden patch_loss / #hidden`` over the batch
-            (NaN when nothing is hidden).
-        attention: the encoder's attention over the class token and the visible patches.
-        grid_size: ``(gh, gw)``; patch_size: ``(ph, pw)``; norm_pix_loss: the model's flag.
+    All tensors are on the CPU.
+
+    Attributes
+    ----------
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` the input.
+    reconstruction : torch.Tensor
+        ``(B, 3, H, W)`` float32, the decoder's prediction of every patch, in pixel space. With
+        ``norm_pix_loss`` the decoder predicts each patch normalised by its own mean and variance;
+        the prediction is un-normalised with the *true* patch's mean and variance
+        (``x̂·√(var + 1e-6) + mean``), as MAE's visualisation notebook does, so hidden patches show
+        the predicted structure at the true patch's brightness and contrast.
+    composite : torch.Tensor
+        ``(B, 3, H, W)`` float32, the reconstruction with the visible patches of ``pixels`` pasted back.
+    mask : torch.Tensor
+        ``(B, N)`` bool, True = hidden, row-major over ``grid_size``.
+    predictions : torch.Tensor
+        ``(B, N, ph·pw·C)`` float32, the decoder's raw output (``logits``), in the loss's target space.
+    patch_loss : torch.Tensor
+        ``(B, N)`` float32, every patch's mean squared error against the target
+        (``patchify(pixels)``, normalised per patch with ``norm_pix_loss``). Only hidden patches
+        enter the loss; the visible ones are shown for comparison.
+    image_loss : torch.Tensor
+        ``(B,)`` float32, each image's mean ``patch_loss`` over its hidden patches.
+    loss : torch.Tensor
+        ``()`` float32, the model's own loss, ``Σ_hidden patch_loss / #hidden`` over the batch
+        (NaN when nothing is hidden).
+    attention : VisibleAttentionRecord
+        The encoder's attention over the class token and the visible patches.
+    grid_size : tuple of int
+        ``(gh, gw)``.
+    patch_size : tuple of int
+        ``(ph, pw)``.
+    norm_pix_loss : bool
+        The model's flag.
     """
 
     pixels: torch.Tensor
@@ -102,24 +119,43 @@ def mae_reconstruct(
 ) -> MAEReconstruction:
     """Hide patches, let the MAE reconstruct them, and read its encoder's attention, in one pass.
 
-    Args:
-        mae: a :class:`~analysis.mae.LoadedMAE` (or a ``ViTMAEForPreTraining``, wrapped as it is).
-        pixels: ``(B, 3, H, W)`` preprocessed input (``mae.preprocess(image)``), any whole number
-            of patches; sizes other than the model's own use its own position interpolation.
-        mask: ``(B, N)`` or ``(N,)`` bool, True = hidden, row-major over the patch grid; every
-            image must show the same number of patches, at least one. ``None``: drawn from
-            ``seed`` exactly as MAE draws it (per-image uniform noise, argsort, the first
-            ``int(N·(1 − mask_ratio))`` kept; :func:`~analysis.mae.masking.draw_mask`).
-        mask_ratio: the fraction hidden when the mask is drawn, in [0, 1).
-        seed: the noise seed when the mask is drawn (the same seed gives the same mask).
-
     The model computes with exactly this mask: the mask becomes the model's own ``noise``
     (:func:`~analysis.mae.masking.noise_for_mask`, visible patches first in raster order) and,
     for this call only and under a per-model lock, the ``mask_ratio`` its masking reads from
     its config keeps exactly the visible count. The returned mask is the one the model used.
 
-    Returns:
-        A :class:`MAEReconstruction`.
+    Parameters
+    ----------
+    mae : LoadedMAE or torch.nn.Module
+        A :class:`~analysis.mae.LoadedMAE` (or a ``ViTMAEForPreTraining``, wrapped as it is).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (``mae.preprocess(image)``), any whole number of
+        patches; sizes other than the model's own use its own position interpolation.
+    mask : torch.Tensor or None, default None
+        ``(B, N)`` or ``(N,)`` bool, True = hidden, row-major over the patch grid; every image must
+        show the same number of patches, at least one. ``None``: drawn from ``seed`` exactly as MAE
+        draws it (per-image uniform noise, argsort, the first ``int(N·(1 − mask_ratio))`` kept;
+        :func:`~analysis.mae.masking.draw_mask`).
+    mask_ratio : float, default 0.75
+        The fraction hidden when the mask is drawn, in [0, 1) (unused with a ``mask``).
+    seed : int, default 0
+        The noise seed when the mask is drawn (the same seed gives the same mask).
+
+    Returns
+    -------
+    MAEReconstruction
+        The reconstruction, losses, mask and encoder attention of this pass, on the CPU.
+
+    Raises
+    ------
+    AnalysisError
+        ``mae`` neither a :class:`~analysis.mae.LoadedMAE` nor a module; ``pixels`` not
+        ``(B, 3, H, W)`` floating or not a whole number of patches; a bad ``mask``, ``mask_ratio``
+        or ``seed``; a model whose masking does not follow MAE's noise/argsort rule.
+    MissingDecoderError
+        A module that is an MAE encoder without its decoder.
+    UnsupportedModelError
+        Another module that is not a ``ViTMAEForPreTraining``.
     """
     if not isinstance(mae, LoadedMAE):
         if not isinstance(mae, nn.Module):

@@ -70,7 +70,24 @@ def scale_by_peak(maps, *, negative: str = "keep") -> np.ndarray:
 def scale_min_max(maps: torch.Tensor) -> torch.Tensor:
     """``(B, h, w)`` maps -> each map ``(m − min m) / (max m − min m)`` in [0, 1]; a constant map
     becomes all zeros. The dtype and device stay (LeGrad, Bousselham et al. 2024, scales its maps
-    this way)."""
+    this way).
+
+    Parameters
+    ----------
+    maps : torch.Tensor
+        ``(B, h, w)`` floating-point maps; a single ``(h, w)`` map is scaled as one, and with more
+        than three dimensions everything after the first is one map.
+
+    Returns
+    -------
+    torch.Tensor
+        The shape, dtype and device of ``maps``, each map in [0, 1].
+
+    Raises
+    ------
+    AnalysisError
+        If ``maps`` has fewer than two dimensions.
+    """
     if maps.ndim < 2:
         raise AnalysisError(f"scale_min_max expects (B, h, w) maps, got shape {tuple(maps.shape)}.")
     flat = maps.reshape(maps.shape[0], -1) if maps.ndim > 2 else maps.reshape(1, -1)

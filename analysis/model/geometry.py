@@ -63,11 +63,27 @@ HEAD_KINDS = ("classifier", "embedding", "none")
 class LayerGeometry:
     """Where one layer's attention lives on the image (see the module docstring).
 
-    ``grid_size (gh, gw)`` cells of ``stride (sy, sx)`` input pixels; attention inside
-    windows of ``window_size (wh, ww)`` cells after a cyclic shift of ``shift (sh, sw)``
-    cells; ``num_heads`` heads. A global layer has one window of the whole grid and
-    ``prefix_tokens`` extra (class / register) tokens before the cells, the first of them the
-    class token when ``class_token`` (a ViT's layer, :meth:`ViTSpec.geometry`).
+    A global layer has one window of the whole grid and ``prefix_tokens`` extra (class /
+    register) tokens before the cells (a ViT's layer, :meth:`ViTSpec.geometry`).
+
+    Attributes
+    ----------
+    stage : int
+        The layer's stage (0 for a ViT).
+    grid_size : tuple of int
+        ``(gh, gw)`` cells of the layer's grid, numbered row-major.
+    stride : tuple of int
+        ``(sy, sx)`` input pixels per cell.
+    window_size : tuple of int
+        ``(wh, ww)`` cells per attention window.
+    shift : tuple of int, default (0, 0)
+        ``(sh, sw)`` cells of the cyclic shift applied before windowing (Swin's ``torch.roll``).
+    num_heads : int, default 1
+        Attention heads of the layer.
+    prefix_tokens : int, default 0
+        Extra (class / register) tokens before the cells of each window (a global layer's).
+    class_token : bool, default False
+        The first prefix token is a class token.
     """
 
     stage: int
@@ -396,20 +412,63 @@ class ViTSpec:
 
 def as_pair(value) -> tuple[int, int]:
     """``(h, w)`` ints from one size (``16`` -> ``(16, 16)``) or a pair (``[16, 12]``), as model
-    configs give patch, image and window sizes."""
+    configs give patch, image and window sizes.
+
+    Parameters
+    ----------
+    value : int, list or tuple
+        One size, or a list / tuple whose first two entries are ``(h, w)``.
+
+    Returns
+    -------
+    tuple of int
+        ``(h, w)``.
+    """
     if isinstance(value, (list, tuple)):
         return (int(value[0]), int(value[1]))
     return (int(value), int(value))
 
 
 def patch_embedding_module(model: nn.Module) -> nn.Module | None:
-    """``patch_embed`` (timm ViT, Eva, BEiT, relpos) or ``embeds`` (NaFlex)."""
+    """``patch_embed`` (timm ViT, Eva, BEiT, relpos) or ``embeds`` (NaFlex).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The vision model.
+
+    Returns
+    -------
+    torch.nn.Module or None
+        The patch-embedding module, or ``None`` when the model has neither attribute.
+    """
     return getattr(model, "patch_embed", None) or getattr(model, "embeds", None)
 
 
 def input_spec(vit, pixels: torch.Tensor) -> ViTSpec:
     """The spec for this input, checking its shape against the model (``vit.spec``; a model
-    with ``dynamic_img_size`` gets the spec of the input's own size)."""
+    with ``dynamic_img_size`` gets the spec of the input's own size, padded up to whole patches
+    with ``dynamic_img_pad``).
+
+    Parameters
+    ----------
+    vit : LoadedModel
+        The loaded model (anything with a ``spec``).
+    pixels : torch.Tensor
+        The input, ``(B, 3, H, W)`` floating point.
+
+    Returns
+    -------
+    ViTSpec
+        ``vit.spec``, or for a ``dynamic_img_size`` model the spec of an ``H × W`` input.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` is not a floating ``(B, 3, H, W)`` tensor; ``H × W`` is not the model's
+        ``img_size`` (a fixed-size model) or not whole patches (a dynamic model without
+        ``dynamic_img_pad``).
+    """
     check_pixels(pixels)
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     spec = vit.spec

@@ -55,11 +55,32 @@ def _head_kind(model: nn.Module, embedding_output: bool) -> tuple[str, int]:
 
 def spec_from_model(model: nn.Module, *, embedding_output: bool = False, default_img_size=None) -> ViTSpec:
     """Read a :class:`ViTSpec` off a timm ViT-like model (VisionTransformer, Eva, Beit,
-    VisionTransformerRelPos, NaFlexVit).
+    VisionTransformerRelPos, NaFlexVit) or a windowed one (Swin, SAM), through each block's
+    attention adapter (heads, and a windowed layer's :class:`~analysis.model.geometry.LayerGeometry`).
 
-    ``embedding_output``: the model's head projects to an embedding (CLIP/SigLIP/PE towers),
-    not to classes. ``default_img_size``: the input size of models whose patch embedding
-    has none (NaFlex).
+    The patch size is the input-pixel stride ``img_size // grid_size`` when the patch embedding
+    declares both (hybrid stems' own patch is a feature-map patch).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    embedding_output : bool, default False
+        The model's head projects to an embedding (CLIP/SigLIP/PE towers), not to classes.
+    default_img_size : int, tuple of int or None, default None
+        The input size of models whose patch embedding has none (NaFlex); ``None``: 224.
+
+    Returns
+    -------
+    ViTSpec
+        The model's geometry at its configured input size.
+
+    Raises
+    ------
+    UnsupportedModelError
+        No patch embedding (``patch_embed`` or ``embeds``); no transformer blocks, or one whose
+        attention no adapter knows; windowed and global layers mixed; a windowed model with
+        ``dynamic_img_size``.
     """
     embed = patch_embedding_module(model)
     if embed is None:

@@ -34,7 +34,23 @@ WINDOWED_SUPPORT = (
 
 def refuse_windowed(value, what: str, error: type[Exception] = AnalysisError) -> None:
     """Raise ``error`` when ``value`` (a LoadedViT, a spec or a record) is a windowed model:
-    ``what`` is not yet defined for it. Does nothing for a ViT."""
+    ``what`` is not yet defined for it. Does nothing for a ViT.
+
+    Parameters
+    ----------
+    value : LoadedViT, ViTSpec or AttentionRecord
+        What the analysis was given (anything without a windowed spec passes).
+    what : str
+        The analysis, as the message names it.
+    error : type, default AnalysisError
+        The exception class raised, built with :func:`windowed_message`.
+
+    Raises
+    ------
+    AnalysisError
+        ``value`` is a windowed model (or the given ``error`` class), marked as a model refusal
+        (:func:`is_model_refusal`).
+    """
     require_global_attention(value, lambda spec: error(windowed_message(what, spec.family)))
 
 
@@ -42,8 +58,19 @@ def require_global_attention(value, error_for: Callable[[ViTSpec], Exception]) -
     """The one rule for analyses defined only for global attention: raise ``error_for(spec)``
     when ``value`` (a LoadedViT, a spec or a record; anything else passes) is a windowed model.
 
-    ``error_for`` builds the analysis's own typed error from the spec, naming why windows do not
-    define it and what to use instead; :func:`refuse_windowed` is the generic one."""
+    Parameters
+    ----------
+    value : LoadedViT, ViTSpec or AttentionRecord
+        What the analysis was given; anything else passes.
+    error_for : callable
+        ``error_for(spec)`` builds the analysis's own typed error from the spec, naming why windows
+        do not define it and what to use instead; :func:`refuse_windowed` is the generic one.
+
+    Raises
+    ------
+    Exception
+        ``error_for(spec)`` for a windowed model, with ``model_refusal = True`` set on it.
+    """
     spec = getattr(value, "spec", value)
     if isinstance(spec, ViTSpec) and spec.is_windowed:
         error = error_for(spec)
@@ -59,7 +86,20 @@ def is_model_refusal(error: BaseException, model=None) -> bool:
     (naming why and what works instead), or, given the ``model`` it came from (a LoadedViT, a
     spec or a record), any AnalysisError of a windowed model: windowed attention is supported
     analysis by analysis (:data:`WINDOWED_SUPPORT`), so what an analysis of one refuses is what
-    is not yet defined for it. A ViT's other AnalysisErrors are failures."""
+    is not yet defined for it. A ViT's other AnalysisErrors are failures.
+
+    Parameters
+    ----------
+    error : BaseException
+        The error raised.
+    model : LoadedViT, ViTSpec, AttentionRecord or None, default None
+        What the analysis was given, if known.
+
+    Returns
+    -------
+    bool
+        True for a refusal, False for a failure.
+    """
     if getattr(error, "model_refusal", False) is True:
         return True
     spec = getattr(model, "spec", model)
@@ -67,7 +107,20 @@ def is_model_refusal(error: BaseException, model=None) -> bool:
 
 
 def windowed_message(what: str, family: str) -> str:
-    """Why ``what`` refuses a windowed model of class ``family``, and what works instead."""
+    """Why ``what`` refuses a windowed model of class ``family``, and what works instead.
+
+    Parameters
+    ----------
+    what : str
+        The analysis.
+    family : str
+        The model class, e.g. ``"SwinTransformer"``.
+
+    Returns
+    -------
+    str
+        The message, listing :data:`WINDOWED_SUPPORT`.
+    """
     return (
         f"{what}: windowed attention ({family}, attention inside local windows of each stage's grid) is not "
         f"yet supported for Swin or SAM models. What works for windowed models today, in the "

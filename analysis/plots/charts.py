@@ -37,7 +37,24 @@ def predictions_bar(
 ) -> go.Figure:
     """Top-k predictions as horizontal bars, most probable on top. Long class names (ImageNet's
     "tench, Tinca tinca") are wrapped onto lines of at most ``LABEL_WIDTH`` characters rather
-    than clipped; the hover shows the name whole."""
+    than clipped; the hover shows the name whole.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The ``k`` class names, most probable first.
+    probabilities : numpy.ndarray
+        ``(k,)`` probabilities in [0, 1], in the order of ``names``; drawn as percentages.
+    height : int, default 240
+        Figure height (px) at least; it grows with the number of bars and their label lines.
+    x_title : str, default "probability (%)"
+        The x axis's title.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One horizontal bar trace on a 0–100 x axis, each bar labelled with its percentage.
+    """
     probs = np.asarray(probabilities, dtype=np.float64)[::-1] * 100
     full = list(names)[::-1]
     wrapped = [wrap_label(name) for name in full]
@@ -71,10 +88,24 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def similarity_vs_distance(curves: Sequence[tuple[str, Any]], *, height: int = 360) -> go.Figure:  # Any: a DistanceBins
-    """Cosine similarity against patch distance, one curve per ``(name, bins)`` with ``bins``
-    a :class:`analysis.DistanceBins` (:func:`analysis.similarity_distance_bins`): the mean of
-    each bin as a line with markers at the bin's mean distance, a band of ± one standard
-    deviation around it, and the bin's edges and pair count in the hover."""
+    """Cosine similarity against patch distance: the mean of each distance bin as a line with
+    markers at the bin's mean distance, a band of ± one standard deviation around it, and the
+    bin's edges and pair count in the hover.
+
+    Parameters
+    ----------
+    curves : sequence of (str, DistanceBins)
+        One curve per ``(name, bins)`` with ``bins`` a :class:`analysis.DistanceBins`
+        (:func:`analysis.similarity_distance_bins`): its ``distance``, ``mean``, ``std``,
+        ``lower``, ``upper`` and ``count``, each ``(bins,)``.
+    height : int, default 360
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        Per curve a line and a shaded band on a y axis from −1.05 to 1.05.
+    """
     traces = []
     for i, (name, bins) in enumerate(curves):
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
@@ -128,11 +159,30 @@ def perturbation_curves(
     y_title: str = "probability of the class",
     symbol: str = "p",
 ) -> go.Figure:
-    """Deletion (left) and insertion (right) curves, one line per
-    ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``; the AUCs are in
-    the legend. The random baseline, when named ``"random"``, is drawn dashed grey. ``y_title``
-    and ``symbol`` name the measured value (default the class probability, ``p``); a value that
-    goes below 0 (an image–text score) gets an axis from its minimum."""
+    """Deletion (left) and insertion (right) curves; the AUCs are in the legend. The random
+    baseline, when named ``"random"``, is drawn dashed grey. A dotted line in both panels marks
+    the first curve's deletion value at 0% (the unperturbed image). Both panels share the y range
+    of :func:`perturbation_axis_bottom` and :func:`perturbation_axis_top`: a value that goes
+    below 0 (an image–text score) gets an axis from its minimum.
+
+    Parameters
+    ----------
+    curves : sequence of (str, numpy.ndarray, numpy.ndarray, numpy.ndarray, float, float)
+        One line per ``(name, fractions, deletion, insertion, deletion AUC, insertion AUC)``:
+        ``fractions`` ``(S,)`` in [0, 1] (drawn as % of patches), ``deletion`` and ``insertion``
+        ``(S,)`` the measured value at each fraction.
+    height : int, default 380
+        Figure height (px).
+    y_title : str, default "probability of the class"
+        The y axis's title: the measured value.
+    symbol : str, default "p"
+        The measured value's symbol in the hover and the unperturbed-value note.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        Two side-by-side panels (deletion, insertion), one legend entry per curve.
+    """
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -218,7 +268,19 @@ def perturbation_axis_top(curves) -> float:
     """The y-axis top of :func:`perturbation_curves`: 5% above the largest probability on any
     curve (a low-probability class is not flattened onto a 0–1 axis), at most 1.02; both
     panels share it so deletion and insertion compare. A value beyond 1 (an image–text score):
-    5% above its largest."""
+    5% above its largest.
+
+    Parameters
+    ----------
+    curves : sequence of tuple
+        The curves of :func:`perturbation_curves`; items 2 and 3 of each (deletion, insertion,
+        each ``(S,)``) are read, NaN ignored.
+
+    Returns
+    -------
+    float
+        The axis top; 1.02 when no curve has a positive finite value.
+    """
     values = [np.asarray(v, dtype=np.float64) for curve in curves for v in (curve[2], curve[3])]
     peak = max((float(np.nanmax(v)) for v in values if v.size and np.isfinite(v).any()), default=1.0)
     if peak > 1:
@@ -228,7 +290,19 @@ def perturbation_axis_top(curves) -> float:
 
 def perturbation_axis_bottom(curves) -> float:
     """The y-axis bottom of :func:`perturbation_curves`: 0, or 5% below the smallest value when
-    a curve goes below 0 (a score, not a probability)."""
+    a curve goes below 0 (a score, not a probability).
+
+    Parameters
+    ----------
+    curves : sequence of tuple
+        The curves of :func:`perturbation_curves`; items 2 and 3 of each (deletion, insertion,
+        each ``(S,)``) are read, NaN ignored.
+
+    Returns
+    -------
+    float
+        ``0.0``, or ``1.05 ×`` the smallest (negative) value.
+    """
     values = [np.asarray(v, dtype=np.float64) for curve in curves for v in (curve[2], curve[3])]
     low = min((float(np.nanmin(v)) for v in values if v.size and np.isfinite(v).any()), default=0.0)
     return 0.0 if low >= 0 else low * 1.05
@@ -244,10 +318,31 @@ def robustness_curves(
     x_dtick: float | None = None,
     dashed: Sequence[str] = (),
 ) -> go.Figure:
-    """Score against perturbation level, one line per ``(name, levels, scores)`` (scores in
-    [0, 1]); ``chance`` (e.g. 1 / classes) is drawn as a dotted grey line. ``x_dtick``: the x axis's
-    tick step (1 for layers). ``dashed``: names of control lines, each drawn dashed in the colour of
-    the line it controls (the name before its first comma: ``"ViT, noise patch"`` beside ``"ViT"``)."""
+    """Score against perturbation level, one line per curve, on a y axis from 0 to 1.02.
+
+    Parameters
+    ----------
+    curves : sequence of (str, sequence of float, numpy.ndarray)
+        One line per ``(name, levels, scores)``: ``levels`` ``(S,)`` and ``scores`` ``(S,)`` in [0, 1].
+    x_title : str
+        The x axis's title (the perturbation and its unit).
+    y_title : str
+        The y axis's title (the score).
+    chance : float or None, default None
+        The chance level (e.g. 1 / classes), drawn as a dotted grey line; ``None``, no line.
+    height : int, default 380
+        Figure height (px).
+    x_dtick : float or None, default None
+        The x axis's tick step (1 for layers); ``None`` (or 0), plotly's.
+    dashed : sequence of str, default ()
+        Names of control lines, each drawn dashed in the colour of the line it controls (the name
+        before its first comma: ``"ViT, noise patch"`` beside ``"ViT"``).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One line-and-marker trace per curve.
+    """
     solid = [name for name, _, _ in curves if name not in dashed]
     traces = [
         dict(
@@ -299,7 +394,24 @@ def transfer_heatmap(
     names: Sequence[str], accuracy: np.ndarray, *, title: str | None = None, height: int = 340
 ) -> go.Figure:
     """``accuracy (source, target)`` in [0, 1] as a heatmap: row ``i`` the model the attack was made
-    against, column ``j`` the model it was fed to (the diagonal: white-box), each cell labelled."""
+    against, column ``j`` the model it was fed to (the diagonal: white-box), each cell labelled.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The ``M`` model names, for both the rows and the columns.
+    accuracy : numpy.ndarray
+        ``(M, M)`` accuracies in [0, 1], row the source model, column the target.
+    title : str or None, default None
+        Figure title; ``None``, none.
+    height : int, default 340
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One Viridis heatmap on a fixed 0–1 scale, the first source at the top.
+    """
     accuracy = np.asarray(accuracy, dtype=np.float64)
     names = list(names)
     trace = dict(
@@ -341,7 +453,32 @@ def cka_heatmap(
     (:func:`analysis.representation_similarity`) with ``model_a``'s layers down the y axis (the
     first at the bottom, as the paper draws depth) and ``model_b``'s along x, on one scale from 0
     to 1 (the minibatch estimator can dip below 0: those cells take the bottom colour, their value
-    in the hover). A cell a layer's constant representation leaves undefined (NaN) is not drawn."""
+    in the hover). A cell a layer's constant representation leaves undefined (NaN) is not drawn.
+
+    Parameters
+    ----------
+    matrix : numpy.ndarray
+        ``(La, Lb)`` linear CKA, row ``i`` layer ``i`` of model A, column ``j`` layer ``j`` of model B.
+    layers_a : sequence of str
+        The ``La`` labels of model A's layers (the y axis).
+    layers_b : sequence of str
+        The ``Lb`` labels of model B's layers (the x axis).
+    model_a : str, default "model A"
+        Model A's name, in the y axis title and the hover.
+    model_b : str, default "model B"
+        Model B's name, in the x axis title and the hover.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name (:func:`~analysis.plots.style.colour_stops`).
+    title : str or None, default None
+        Figure title; ``None``, none.
+    height : int, default 480
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One heatmap on a fixed 0–1 scale.
+    """
     matrix = np.asarray(matrix, dtype=np.float64)
     trace = dict(
         type="heatmap",
@@ -371,8 +508,27 @@ def grouped_bars(
     y_range: tuple[float, float] | None = (0.0, 1.02),
     height: int = 340,
 ) -> go.Figure:
-    """One bar per (category, series): ``series`` is ``[(name, one value per category)]``, drawn side
-    by side within each category, each value written on its bar (NaN: no bar, "n/a")."""
+    """One bar per (category, series), drawn side by side within each category, each value
+    written on its bar (NaN: no bar, "n/a").
+
+    Parameters
+    ----------
+    categories : sequence of str
+        The ``C`` categories along the x axis.
+    series : sequence of (str, sequence of float)
+        ``[(name, values)]``, ``values`` one per category (``(C,)``).
+    y_title : str
+        The y axis's title.
+    y_range : (float, float) or None, default (0.0, 1.02)
+        The y axis's range; ``None``, plotly's automatic range.
+    height : int, default 340
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One bar trace per series, grouped.
+    """
     traces = [
         dict(
             type="bar",
@@ -398,7 +554,20 @@ def grouped_bars(
 
 
 def explained_variance(ratio: np.ndarray, *, height: int = 320) -> go.Figure:
-    """Explained variance ratio per principal component (bars, left axis) and cumulative (line, right)."""
+    """Explained variance ratio per principal component (bars, left axis) and cumulative (line, right).
+
+    Parameters
+    ----------
+    ratio : numpy.ndarray
+        ``(K,)`` explained variance ratios of the components, in order (fractions; drawn as %).
+    height : int, default 320
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        A bar trace (per component, %) and a line on a 0–100% right axis (cumulative).
+    """
     ratio = np.asarray(ratio, dtype=np.float64)
     k = np.arange(1, ratio.size + 1)
     traces = [
@@ -455,10 +624,29 @@ def attention_distance_scatter(
 ) -> go.Figure:
     """Figure 7 (right): one dot per head at each layer, mean attention distance.
 
-    series: ``(name, (L, heads) distances)`` in ``unit`` (a key of
-    :data:`analysis.DISTANCE_UNITS`); series are shifted sideways a little so they do not hide
-    each other. references: ``(name, value)`` labelled horizontal lines (the distance under
-    uniform attention), in the same unit.
+    Parameters
+    ----------
+    series : sequence of (str, numpy.ndarray)
+        ``(name, distances)`` with ``distances`` ``(L, heads)`` in ``unit``; series are shifted
+        sideways a little so they do not hide each other.
+    references : sequence of (str, float), default ()
+        ``(name, value)`` labelled horizontal dashed lines (the distance under uniform attention),
+        in the same unit.
+    unit : str, default "px"
+        A key of :data:`analysis.DISTANCE_UNITS` (``"px"``, ``"patches"`` or ``"image"``): the unit
+        of the values, named on the y axis and in the hover.
+    height : int, default 460
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One marker trace per series, layer index on the x axis.
+
+    Raises
+    ------
+    KeyError
+        For a ``unit`` that is not one of ``"px"``, ``"patches"``, ``"image"``.
     """
     short = DISTANCE_UNIT_SHORT[unit]
     digits = ".1f" if unit == "px" else (".2f" if unit == "patches" else ".3f")

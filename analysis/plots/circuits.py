@@ -22,7 +22,18 @@ DIVERGING = "RdBu_r"  # negative blue, 0 white, positive red
 
 
 def symmetric_limit(values: np.ndarray) -> float:
-    """``max|v|`` over the finite values (a tiny positive number for an all-zero or empty map)."""
+    """``max|v|`` over the finite values (a tiny positive number for an all-zero or empty map).
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Values of any shape; NaN and infinite ones are ignored.
+
+    Returns
+    -------
+    float
+        ``max|v|``, at least ``1e-12``: the half-range of a diverging scale centred at 0.
+    """
     finite = np.abs(np.asarray(values, dtype=np.float64))
     finite = finite[np.isfinite(finite)]
     return float(max(finite.max(), 1e-12)) if finite.size else 1e-12
@@ -38,8 +49,30 @@ def head_heatmap(
     height: int = 360,
 ) -> go.Figure:
     """``values (rows, heads)`` as a heatmap, layer 0 at the top, on the diverging scale with range
-    ``±max|v|``. ``layers``: the model layer of each row (default ``0..rows−1``). One transparent
-    marker per cell carries ``customdata = [layer, head]`` for clicks; ``selected`` is outlined."""
+    ``±max|v|`` (:func:`symmetric_limit`). One transparent marker per cell carries
+    ``customdata = [layer, head, value]`` for clicks.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        ``(rows, heads)`` signed values, one row per layer.
+    title : str or None
+        Figure title; ``None``, none.
+    colorbar_title : str
+        The colour bar's title; the range ``(±max|v|)`` is appended.
+    selected : (int, int) or None, default None
+        ``(layer, head)`` outlined, ``layer`` a model layer of ``layers``; ``None`` (or a layer not
+        shown), no outline.
+    layers : sequence of int or None, default None
+        The model layer of each row; ``None``, ``0..rows−1``.
+    height : int, default 360
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        A heatmap and a scatter of click markers, ``clickmode="event+select"``.
+    """
     values = np.asarray(values, dtype=np.float64)
     rows, heads = values.shape
     layers = list(range(rows)) if layers is None else [int(layer) for layer in layers]
@@ -113,7 +146,26 @@ def layer_contributions(
     height: int = 300,
 ) -> go.Figure:
     """``per_layer (L, parts)`` as grouped bars per layer (e.g. each block's attention and MLP
-    terms of the direct logit attribution)."""
+    terms of the direct logit attribution).
+
+    Parameters
+    ----------
+    per_layer : numpy.ndarray
+        ``(L, parts)`` signed contributions, row ``l`` layer ``l``.
+    title : str or None
+        Figure title; ``None``, none.
+    unit : str, default "logit"
+        The values' unit, in the y axis title and the hover.
+    names : sequence of str, default ("attention (heads + bias)", "MLP")
+        One name per part (column of ``per_layer``), at most six; only the named parts are drawn.
+    height : int, default 300
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One bar trace per part, grouped by layer.
+    """
     per_layer = np.asarray(per_layer, dtype=np.float64)
     layers = list(range(per_layer.shape[0]))
     traces = [
@@ -141,7 +193,27 @@ def layer_contributions(
 def ablation_curve(
     curve: np.ndarray, labels: Sequence[str], *, title: str | None, clean: float | None = None, height: int = 300
 ) -> go.Figure:
-    """``curve (K + 1,)`` the target logit with the first ``k`` heads of ``labels`` removed."""
+    """``curve (K + 1,)`` the target logit with the first ``k`` heads of ``labels`` removed.
+
+    Parameters
+    ----------
+    curve : numpy.ndarray
+        ``(K + 1,)``: entry ``k`` the target logit with the first ``k`` heads removed (entry 0,
+        none removed).
+    labels : sequence of str
+        The ``K`` removed heads' labels, in the order removed (shown in the hover).
+    title : str or None
+        Figure title; ``None``, none.
+    clean : float or None, default None
+        The clean run's logit, drawn as a dotted horizontal line; ``None``, no line.
+    height : int, default 300
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One line-and-marker trace against the number of heads removed.
+    """
     curve = np.asarray(curve, dtype=np.float64)
     hover = ["none removed", *[f"+ {label}" for label in labels]]
     traces = [
@@ -184,7 +256,27 @@ def patching_heatmap(
     height: int = 360,
 ) -> go.Figure:
     """``effect (rows, T)``, the normalised patching effect of each (layer, token), on the
-    diverging scale with range ``±max|v|`` (1 = the clean answer fully restored)."""
+    diverging scale with range ``±max|v|`` (1 = the clean answer fully restored).
+
+    Parameters
+    ----------
+    effect : numpy.ndarray
+        ``(rows, T)`` normalised effects, one row per layer, one column per token (prefix, then
+        patches row-major).
+    token_labels : sequence of str
+        The ``T`` tokens' labels (or ``(rows, T)`` of them), shown in the hover.
+    title : str or None
+        Figure title; ``None``, none.
+    layers : sequence of int or None, default None
+        The model layer of each row; ``None``, ``0..rows−1``.
+    height : int, default 360
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One heatmap, the first row at the top.
+    """
     effect = np.asarray(effect, dtype=np.float64)
     layers = list(range(effect.shape[0])) if layers is None else [int(layer) for layer in layers]
     limit = symmetric_limit(effect)

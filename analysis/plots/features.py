@@ -15,8 +15,25 @@ __all__ = ["activation_histogram", "class_effect_bars"]
 
 
 def activation_histogram(values: np.ndarray, zeros: int, *, bins: int = 40, height: int = 300) -> go.Figure:
-    """The nonzero activations ``values (n,)`` of one feature over an image set's tokens, as a
-    histogram of token counts (log scale); ``zeros``, the tokens where it is 0, is named in the title."""
+    """The nonzero activations of one feature over an image set's tokens, as a histogram of token
+    counts (log scale); the title gives the share of tokens it fires on.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        ``(n,)`` the feature's nonzero activations, one per token where it fires.
+    zeros : int
+        The number of tokens where it is 0 (named in the title, not drawn).
+    bins : int, default 40
+        The most histogram bins (plotly's ``nbinsx``).
+    height : int, default 300
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One histogram trace on a log-scale y axis.
+    """
     values = np.asarray(values, dtype=np.float64)
     fired = len(values)
     total = fired + int(zeros)
@@ -41,7 +58,24 @@ def activation_histogram(values: np.ndarray, zeros: int, *, bins: int = 40, heig
 
 def class_effect_bars(names: Sequence[str], effects: np.ndarray, *, k: int = 5, height: int = 300) -> go.Figure:
     """The ``k`` classes a direction pushes up most and the ``k`` it pushes down most (all of them
-    when there are at most ``2k``), as horizontal bars of ``effects (C,)``, largest on top."""
+    when there are at most ``2k``), as horizontal bars, largest on top (red up, blue down).
+
+    Parameters
+    ----------
+    names : sequence of str
+        The ``C`` class names.
+    effects : numpy.ndarray
+        ``(C,)`` logit change of each class per unit of the direction.
+    k : int, default 5
+        How many classes to show at each end.
+    height : int, default 300
+        Figure height (px) at least; it grows with the number of bars.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One horizontal bar trace, each bar labelled with its signed effect.
+    """
     effects = np.asarray(effects, dtype=np.float64)
     order = np.argsort(-effects, kind="stable")
     chosen = order if len(order) <= 2 * k else np.concatenate([order[:k], order[-k:]])

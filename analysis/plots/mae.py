@@ -36,7 +36,18 @@ HIDDEN_GREY = (128, 128, 128)
 
 
 def unit_to_uint8(image: np.ndarray) -> np.ndarray:
-    """``(H, W, 3)`` float in 0..1 -> uint8 by ``round(255·clip(x, 0, 1))``; NaN -> :data:`HIDDEN_GREY`."""
+    """``(H, W, 3)`` float in 0..1 -> uint8 by ``round(255·clip(x, 0, 1))``; NaN -> :data:`HIDDEN_GREY`.
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        ``(H, W, 3)`` pixels in the image's own units, 0..1; a pixel with a NaN channel is hidden.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W, 3)`` uint8 RGB.
+    """
     image = np.asarray(image, dtype=np.float64)
     missing = np.isnan(image).any(axis=-1)  # (H, W)
     out = np.round(255 * np.clip(np.nan_to_num(image, nan=0.0), 0.0, 1.0)).astype(np.uint8)
@@ -45,7 +56,18 @@ def unit_to_uint8(image: np.ndarray) -> np.ndarray:
 
 
 def clipped_fraction(image: np.ndarray) -> float:
-    """The share of the finite values of ``image`` outside 0..1 (drawn clipped)."""
+    """The share of the finite values of ``image`` outside 0..1 (drawn clipped).
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        Pixel values of any shape, e.g. ``(H, W, 3)``; NaN and infinite ones are ignored.
+
+    Returns
+    -------
+    float
+        The fraction in [0, 1]; 0.0 when no value is finite.
+    """
     values = np.asarray(image, dtype=np.float64)
     values = values[np.isfinite(values)]
     return float(((values < 0) | (values > 1)).mean()) if values.size else 0.0
@@ -85,10 +107,39 @@ def mae_panels(
     click_hint: str = "click: hide or reveal this patch",
     panel_height: int = 240,
 ) -> go.Figure:
-    """The pictures side by side, each ``(H, W, 3)`` in 0..1 (NaN: hidden), on one pixel scale
-    (:func:`unit_to_uint8`, lossless PNG). Every panel has transparent click targets on its patch
-    centres, ``customdata = [patch, panel, hidden (0/1), row, col]`` (``hidden``: ``(N,)`` bool);
-    the patches in ``outline`` (e.g. the ones the user flipped) are outlined on every panel."""
+    """The pictures side by side on one pixel scale (:func:`unit_to_uint8`, lossless PNG). Every
+    panel has transparent click targets on its patch centres,
+    ``customdata = [patch, panel, hidden (0/1), row, col]``.
+
+    Parameters
+    ----------
+    images : sequence of numpy.ndarray
+        The pictures, each ``(H, W, 3)`` in 0..1 (NaN: hidden).
+    titles : sequence of str
+        One title per picture.
+    grid_size : (int, int)
+        The patch grid ``(gh, gw)``.
+    patch_size : (int, int)
+        A patch's ``(ph, pw)`` in pixels.
+    hidden : numpy.ndarray
+        ``(N,)`` bool (or ``(gh, gw)``, flattened), ``N = gh·gw``: the hidden patches, row-major.
+    outline : sequence of int, default ()
+        Patch indices outlined on every panel (e.g. the ones the user flipped).
+    click_hint : str, default "click: hide or reveal this patch"
+        The hover's side note on the click targets.
+    panel_height : int, default 240
+        The tallest a panel may be (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One image trace per picture, then one scatter of click targets per picture.
+
+    Raises
+    ------
+    ValueError
+        If ``images`` and ``titles`` differ in length.
+    """
     hidden = np.asarray(hidden, dtype=bool).ravel()
     n = len(images)
     (_, gw), (ph, pw) = grid_size, patch_size
@@ -162,11 +213,47 @@ def mae_patch_map(
     height: int = 420,
     chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
-    """A ``(gh, gw)`` patch map (NaN cells drawn empty: the background shows) over a picture
-    ``(H, W, 3)`` in 0..1 (:func:`unit_to_uint8`), on the stated range ``zmin..zmax``; click
-    targets as in :func:`mae_panels` (panel 0) with the cell's value in the hover;
-    ``outline``: a patch to outline (the query). Sized as :func:`attention_overlay` (at most
-    ``height``, short enough for a chart ``chart_width`` px wide)."""
+    """A patch map (NaN cells drawn empty: the background shows) over a picture, on the stated
+    range ``zmin..zmax``; click targets as in :func:`mae_panels` (panel 0) with the cell's value
+    appended, ``customdata = [patch, 0, hidden, row, col, value]``. Sized as
+    :func:`attention_overlay` (at most ``height``, short enough for a chart ``chart_width`` px wide).
+
+    Parameters
+    ----------
+    background : numpy.ndarray
+        ``(H, W, 3)`` picture in 0..1 (:func:`unit_to_uint8`; NaN: hidden).
+    values : numpy.ndarray
+        ``(gh, gw)`` map, e.g. the per-patch error; NaN cells are not drawn.
+    patch_size : (int, int)
+        A patch's ``(ph, pw)`` in pixels.
+    hidden : numpy.ndarray
+        ``(gh·gw,)`` bool (or ``(gh, gw)``, flattened): the hidden patches, row-major.
+    zmin : float
+        The colour scale's bottom.
+    zmax : float
+        The colour scale's top.
+    colorbar_title : str
+        The colour bar's title.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    title : str or None, default None
+        Figure title; ``None``, none.
+    opacity : float, default 0.75
+        The map's opacity over the picture.
+    outline : int or None, default None
+        A patch index to outline (the query); ``None`` or an index off the grid, none.
+    click_hint : str, default ""
+        The hover's side note on the click targets.
+    height : int, default 420
+        The tallest the figure may be (px).
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px) the figure is planned for.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        The picture, the heatmap and the click targets, on pixel axes.
+    """
     values = np.asarray(values, dtype=np.float64)
     (gh, gw), (ph, pw) = values.shape, patch_size
     height_px, width_px = np.asarray(background).shape[:2]
@@ -230,9 +317,34 @@ def mae_loss_by_ratio(
     current_ratio: float | None = None,
     height: int = 380,
 ) -> go.Figure:
-    """Reconstruction loss against mask ratio: one thin grey line per image (``losses (n, R)``,
-    named by ``names``) and their mean in colour; ``current_ratio`` is marked with a dotted line.
-    The y axis starts at 0."""
+    """Reconstruction loss against mask ratio: one thin grey line per image and their mean (NaN
+    ignored) in colour. The y axis starts at 0.
+
+    Parameters
+    ----------
+    ratios : sequence of float
+        The ``R`` mask ratios, in [0, 1].
+    losses : numpy.ndarray
+        ``(n, R)`` losses, one row per image.
+    names : sequence of str
+        The ``n`` images' names (in the hover).
+    y_title : str
+        The y axis's title (the loss).
+    current_ratio : float or None, default None
+        A ratio marked with a dotted vertical line; ``None``, none.
+    height : int, default 380
+        Figure height (px).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One line per image, then the mean line (when there is an image).
+
+    Raises
+    ------
+    ValueError
+        If ``names`` and the rows of ``losses`` differ in number.
+    """
     losses = np.asarray(losses, dtype=np.float64)
     ratios = [float(r) for r in ratios]
     traces = [

@@ -113,7 +113,24 @@ def _cell_average(big: np.ndarray, nrows: int, ncols: int, gh: int, gw: int, ph:
 
 
 def colorized_png(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> str:
-    """Lossless PNG data URI of ``z`` mapped through ``colorscale`` on ``zmin..zmax`` (:func:`colorize`)."""
+    """Lossless PNG data URI of ``z`` mapped through ``colorscale`` on ``zmin..zmax`` (:func:`colorize`).
+
+    Parameters
+    ----------
+    z : numpy.ndarray
+        ``(h, w)`` values; NaN becomes white.
+    colorscale : str
+        A plotly colour scale's name.
+    zmin : float
+        The value of the scale's first colour.
+    zmax : float
+        The value of the scale's last colour.
+
+    Returns
+    -------
+    str
+        A ``data:image/png;base64,...`` URI of the ``(h, w)`` picture.
+    """
     return image_data_uri(colorize(z, colorscale, zmin, zmax), lossless=True)
 
 
@@ -123,7 +140,19 @@ class MosaicLayout:
     ``i // ncols``, column ``i % ncols``). A row of tiles that would be too wide for the page's column at
     ``tile_pixels`` a tile wraps onto ``sub_rows`` rows of ``per_row`` tiles each: tile ``(r, c)`` is drawn at
     row ``r·sub_rows + c // per_row``, column ``c % per_row``. A drawn column then holds the logical columns
-    ``c, c + per_row, …`` (its label joins theirs: ``"0 / 6"``)."""
+    ``c, c + per_row, …`` (its label joins theirs: ``"0 / 6"``).
+
+    Attributes
+    ----------
+    nrows : int
+        Logical rows of tiles.
+    ncols : int
+        Logical columns of tiles.
+    per_row : int
+        Tiles per drawn row (``ncols`` when a row does not wrap).
+    sub_rows : int
+        Drawn rows per logical row (1 when a row does not wrap).
+    """
 
     nrows: int
     ncols: int
@@ -208,18 +237,65 @@ def mosaic(
     Without ``height`` it is a mosaic of thumbnails: the figure's width and height follow the
     number of columns and rows so that every tile's shorter side is ``tile_pixels`` screen
     pixels (cells square; margins :data:`THUMBNAIL_MARGIN`, the plot area exactly the tiles), or
-    less where that would be wider than :data:`THUMBNAIL_MAX_WIDTH`.
-    With ``height``, the figure has that height and the page's width. ``col_labels`` /
-    ``row_labels`` label every column (row) up to :data:`DENSE_GRID` of them, else every k-th
-    (:func:`grid_tick_step`). ``zoom``: a drag zooms into a box (:data:`ZOOM_HINT`), else it pans.
+    less where that would be wider than :data:`THUMBNAIL_MAX_WIDTH`; a row too wide for that wraps
+    onto sub-rows (:class:`MosaicLayout`).
+    With ``height``, the figure is at most that tall, no taller than a chart ``chart_width`` px
+    wide can draw it, at the page's width.
 
-    One heatmap cell per patch; thin white lines separate tiles. With
-    ``normalize_each`` each tile is divided by its own maximum (colour bar 0..1).
-    Above :data:`MAX_HEATMAP_CELLS` cells the mosaic is sent as a colour-mapped PNG, made by
-    ``png_uri(values, colorscale, zmin, zmax)`` (default :func:`colorized_png`; the app passes
-    one that keeps the pictures it made per digest).
+    One heatmap cell per patch; thin white lines separate tiles (up to 32 rows and columns of
+    tiles). Above :data:`MAX_HEATMAP_CELLS` cells the mosaic is sent as a colour-mapped PNG
+    (each tile cell-averaged down to fit :data:`MAX_IMAGE_SIDE`, said in the title).
     The last trace has one transparent marker per tile centre (point index = tile
-    index = ``customdata[0]``), so clicking a tile selects it.
+    index = ``customdata[0]``, ``customdata[1]`` the tile's maximum), so clicking a tile selects it.
+
+    Parameters
+    ----------
+    tiles : numpy.ndarray
+        ``(n, gh, gw)`` maps; NaN cells are not drawn.
+    ncols : int
+        Tiles per row (clamped to ``1..n``).
+    tile_names : sequence of str
+        The ``n`` tiles' names, in the hover.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    zmin : float or None, default None
+        The colour scale's bottom; ``None``, the tiles' minimum.
+    zmax : float or None, default None
+        The colour scale's top; ``None``, the tiles' maximum.
+    normalize_each : bool, default False
+        Divide each tile by its own largest absolute value; without ``zmin`` the colour bar then
+        runs from ``min(0, minimum)`` to 1.
+    colorbar_title : str, default "value"
+        The colour bar's title, wrapped to the bar's length.
+    x_title : str or None, default None
+        The x axis's title (above the tiles); ``None``, none.
+    y_title : str or None, default None
+        The y axis's title; ``None``, none.
+    col_labels : sequence of str or None, default None
+        One label per column, shown for every column up to :data:`DENSE_GRID` of them, else every
+        k-th (:func:`grid_tick_step`); ``None``, no labels.
+    row_labels : sequence of str or None, default None
+        One label per row, as ``col_labels``; a wrapped row is labelled on its first sub-row.
+    highlight : int or None, default None
+        A tile index outlined; ``None`` or an index out of range, none.
+    height : int or None, default None
+        The tallest the figure may be (px); ``None``, a mosaic of thumbnails.
+    title : str or None, default None
+        Figure title; ``None``, none.
+    png_uri : callable or None, default None
+        ``png_uri(values, colorscale, zmin, zmax) -> str`` makes the PNG of a big mosaic; ``None``,
+        :func:`colorized_png` (the app passes one that keeps the pictures it made per digest).
+    tile_pixels : int, default THUMBNAIL_PIXELS
+        Screen pixels on a thumbnail tile's shorter side (without ``height``).
+    zoom : bool, default False
+        A drag zooms into a box (:data:`ZOOM_HINT`); else it pans.
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px) a figure of a given ``height`` is planned for.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        A heatmap (or a PNG image and a colour-bar trace), then the tile click targets.
     """
     tiles = np.asarray(tiles)
     n, gh, gw = tiles.shape
@@ -425,9 +501,28 @@ def position_similarity_mosaic(
     png_uri: Callable[[np.ndarray, str, float, float], str] | None = None,
     chart_width: float = CHART_WIDTH_PX,
 ) -> go.Figure:
-    """Figure 7 (centre): ``(gh, gw, gh, gw)`` cosine similarities, one tile per patch (row i,
-    col j: patch (i, j) against every patch), on the fixed range -1..1. Tiles are labelled by
-    their patch's row and column (every k-th above :data:`DENSE_GRID`); a drag zooms."""
+    """Figure 7 (centre): cosine similarities, one tile per patch (row i, col j: patch (i, j)
+    against every patch), on the fixed range -1..1. Tiles are labelled by their patch's row and
+    column (every k-th above :data:`DENSE_GRID`); a drag zooms. A :func:`mosaic` at most 640 px tall.
+
+    Parameters
+    ----------
+    similarity : numpy.ndarray
+        ``(gh, gw, gh, gw)`` cosine similarities, ``[i, j]`` patch ``(i, j)``'s tile.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    highlight : int or None, default None
+        A tile (patch) index ``i·gw + j`` outlined; ``None``, none.
+    png_uri : callable or None, default None
+        As in :func:`mosaic`: ``png_uri(values, colorscale, zmin, zmax) -> str``.
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px); widened so that a tile is at least 9 px (the page scrolls).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        The mosaic figure.
+    """
     similarity = np.asarray(similarity)
     n_h, n_w = similarity.shape[:2]
     return mosaic(
@@ -451,7 +546,23 @@ def position_similarity_mosaic(
 
 
 def filter_components_grid(components: np.ndarray, ratio: np.ndarray, *, ncols: int = 7) -> go.Figure:
-    """Figure 7 (left): principal components ``(k, C, ph, pw)`` of the patch-embedding filters as RGB tiles."""
+    """Figure 7 (left): principal components of the patch-embedding filters as RGB tiles
+    (:func:`rgb_patch_grid`), each named by its share of the variance.
+
+    Parameters
+    ----------
+    components : numpy.ndarray
+        ``(k, C, ph, pw)`` principal components.
+    ratio : numpy.ndarray
+        ``(k,)`` explained variance ratio of each component.
+    ncols : int, default 7
+        Tiles per row.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        The RGB grid.
+    """
     ratio = np.asarray(ratio)
     return rgb_patch_grid(
         np.asarray(components),
@@ -471,7 +582,26 @@ def similarity_tile(
     """One patch's cosine similarity to every patch, ``(gh, gw)``, with the patch outlined
     (sized as :func:`~analysis.plots.overlays.attention_overlay`, for a chart ``chart_width`` px wide);
     every row and column labelled up to :data:`DENSE_GRID`, else every k-th
-    (:func:`grid_tick_step`); a drag zooms into a box."""
+    (:func:`grid_tick_step`); a drag zooms into a box.
+
+    Parameters
+    ----------
+    similarity : numpy.ndarray
+        ``(gh, gw)`` cosine similarities in [-1, 1].
+    patch : (int, int)
+        The patch's ``(row, column)``, outlined and named in the title.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    height : int, default 420
+        The tallest the figure may be (px).
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px) the figure is planned for.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One heatmap on the fixed range -1..1.
+    """
     similarity = np.asarray(similarity)
     gh, gw = similarity.shape
     height, plot_height = image_figure_height(height, (gh, gw), chart_width, titled=True)
@@ -530,6 +660,24 @@ def rgb_patch_grid(
     """Filters or components ``(k, C, ph, pw)`` as RGB tiles, each min-max scaled to [0, 1].
 
     One-channel filters are shown in grey; more than three channels show the first three.
+
+    Parameters
+    ----------
+    patches : numpy.ndarray
+        ``(k, C, ph, pw)`` filters or components.
+    ncols : int
+        Tiles per row (clamped to ``1..k``).
+    tile_names : sequence of str
+        The ``k`` tiles' names, in the hover.
+    gap : int, default 1
+        White pixels between tiles.
+    height : int or None, default None
+        Figure height (px); ``None``, from the grid's aspect (160 to 900 px, plus 30).
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        One image trace (the tiles on white) and the hover markers on the tile centres.
     """
     patches = np.asarray(patches)
     k, channels, ph, pw = patches.shape

@@ -45,8 +45,27 @@ def clipped_outline(
 ) -> dict | None:
     """One line trace outlining every cell of the ``(gh, gw)`` map above ``zmax`` (the cells a
     robust colour range clips to its top colour, :func:`analysis.plots.clipped_cells`), cell
-    ``(r, c)`` spanning ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels; ``None`` when no
-    cell is above. The line is dark on a light top colour and white on a dark one."""
+    ``(r, c)`` outlined at ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels shifted by half a
+    pixel (+0.5 on both axes). The line is dark on a light top colour and white on a dark one.
+
+    Parameters
+    ----------
+    attention : numpy.ndarray
+        ``(gh, gw)`` map; NaN cells are never above.
+    stride : (int, int)
+        A cell's ``(sh, sw)`` in input pixels (the patch size).
+    zmax : float or None
+        The colour scale's top; ``None``, nothing is outlined.
+    colorscale : str
+        The map's plotly colour scale (its top colour picks the line's).
+    **axes : Any
+        The trace's axes, e.g. ``xaxis="x2", yaxis="y2"``.
+
+    Returns
+    -------
+    dict or None
+        A dotted ``scatter`` line trace, or ``None`` when ``zmax`` is ``None`` or no cell is above.
+    """
     if zmax is None:
         return None
     gh, gw = np.asarray(attention).shape
@@ -143,20 +162,56 @@ def attention_overlay(
 ) -> go.Figure:
     """The model-input image with a patch map on top.
 
-    background: the ``image_size = (H, W)`` model-input image, as an ``(H, W, 3)`` uint8 array
-    (``np.asarray(vit.model_input_image(image))``) or a data URI (:func:`image_data_uri`).
-    attention: ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``,
-    unless ``upsampled`` (the same map at ``(H, W)`` pixels, e.g. bilinear) is given: then
-    that is drawn instead, while hover and clicks still read the patch values.
     The last trace is one transparent marker per patch centre (row-major, so point
-    index = patch index, also in ``customdata[0]``): clicking selects the patch under
-    the cursor (``hoverdistance=-1`` picks the nearest centre, i.e. the containing patch).
-    Cells above ``zmax`` (a robust range's clipped cells) are outlined (:func:`clipped_outline`);
-    NaN cells (tokens left out of the map) are not drawn. ``uniform``: the value of uniform
-    attention (``1/T``), marked on the colour bar (:func:`~analysis.plots.ranges.colour_bar_ticks`).
+    index = patch index, also in ``customdata[0]``; ``customdata = [patch, 0, row, col, value]``):
+    clicking selects the patch under the cursor (``hoverdistance=-1`` picks the nearest centre,
+    i.e. the containing patch). Cells above ``zmax`` (a robust range's clipped cells) are outlined
+    (:func:`clipped_outline`); NaN cells (tokens left out of the map) are not drawn.
     The figure is at most ``height`` px tall, and short enough that on a chart ``chart_width``
     px wide the image's height limits it (:func:`image_figure_height`): the colour bar, as
     long as the plot area, is then as tall as the image.
+
+    Parameters
+    ----------
+    background : str or numpy.ndarray
+        The model-input image, as an ``(H, W, 3)`` uint8 array
+        (``np.asarray(vit.model_input_image(image))``) or a data URI (:func:`image_data_uri`).
+    image_size : (int, int)
+        The image's ``(H, W)`` in input pixels.
+    attention : numpy.ndarray
+        ``(gh, gw)`` map; cell ``(r, c)`` is drawn exactly over patch ``(r, c)``.
+    patch_size : (int, int)
+        A patch's ``(ph, pw)`` in input pixels.
+    opacity : float, default 0.6
+        The map's opacity over the image.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    zmin : float or None, default None
+        The colour scale's bottom; ``None``, the map's minimum.
+    zmax : float or None, default None
+        The colour scale's top; ``None``, the map's maximum (and no outline).
+    title : str or None, default None
+        Figure title; ``None``, none.
+    colorbar_title : str, default "attention weight (probability)"
+        The colour bar's title, wrapped to the bar's length.
+    query_patch : int or None, default None
+        A patch index outlined (the query); ``None`` or an index off the grid, none.
+    height : int, default 560
+        The tallest the figure may be (px).
+    upsampled : numpy.ndarray or None, default None
+        The same map at ``(H, W)`` pixels (e.g. bilinear), drawn instead of the patch cells as a
+        colour-mapped PNG, while hover and clicks still read the patch values.
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px) the figure is planned for.
+    uniform : float or None, default None
+        The value of uniform attention (``1/T``), marked on the colour bar
+        (:func:`~analysis.plots.ranges.colour_bar_ticks`); ``None``, not marked.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        The image, the map (a heatmap, or a PNG with an invisible colour-bar trace), the outline
+        of the clipped cells if any, and the click targets, on pixel axes.
     """
     height_px, width_px = image_size
     height, plot_height = image_figure_height(height, (height_px, width_px), chart_width, titled=bool(title))
@@ -257,21 +312,68 @@ def map_panels(
 ) -> go.Figure:
     """Several patch maps over their images, side by side on ONE shared colour scale.
 
-    ``background`` (arrays or data URIs, as in :func:`attention_overlay`), ``image_size`` and
-    ``patch_size`` may be one value for all panels or
-    one per panel (two models of different geometry on the same image). Each panel has
-    transparent click targets on its patch centres with ``customdata = [patch, panel, value]``;
-    ``query_patches[i]`` (a patch index of panel i's grid) is outlined. ``slots[i]`` places
-    panel i in grid cell ``slots[i]`` (row-major; default i), so a second model can start on a
-    new row. ``color_groups[i]`` picks panel i's colour scale, with ``group_ranges[g] = (lo, hi,
-    colour bar title)`` (default: one scale, ``zmin``..``zmax``, over all panels).
-    ``upsampled[i]``, when given, is panel i's map at its image's pixels, drawn instead of
-    the patch cells (see :func:`attention_overlay`).
+    Each panel has transparent click targets on its patch centres with
+    ``customdata = [patch, panel, value]``; the cells above its scale's top are outlined
+    (:func:`clipped_outline`).
 
     Layout (:mod:`analysis.plots.layout`): each image is at most ``panel_height`` px tall and
     no taller than a chart ``chart_width`` px wide lets its width draw it, so its height limits
     it and each colour bar is exactly as tall as the rows of its panels; titles are wrapped to
     their panel's width, with room above each row for the longest.
+
+    Parameters
+    ----------
+    background : str, numpy.ndarray or sequence of them
+        The image (an ``(H, W, 3)`` uint8 array or a data URI, as in :func:`attention_overlay`),
+        one for all panels or one per panel.
+    image_size : (int, int) or sequence of (int, int)
+        ``(H, W)``, one for all panels or one per panel (two models of different geometry on the
+        same image).
+    maps : sequence of numpy.ndarray
+        One ``(gh, gw)`` map per panel, on that panel's grid.
+    patch_size : (int, int) or sequence of (int, int)
+        ``(ph, pw)``, one for all panels or one per panel.
+    titles : sequence of str
+        One title per panel (``""``: none).
+    ncols : int, default 4
+        Panels per row (at most the number of slots used).
+    opacity : float, default 0.6
+        The maps' opacity over the images.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name, for every colour scale.
+    zmin : float or None, default None
+        The shared scale's bottom; ``None``, the minimum over all maps.
+    zmax : float or None, default None
+        The shared scale's top; ``None``, the maximum over all maps.
+    colorbar_title : str, default "attention weight (probability)"
+        The shared colour bar's title (without ``group_ranges``).
+    panel_height : int, default 260
+        The tallest an image may be (px).
+    query_patches : sequence of (int or None) or None, default None
+        ``query_patches[i]``, a patch index of panel i's grid, is outlined.
+    slots : sequence of int or None, default None
+        ``slots[i]`` places panel i in grid cell ``slots[i]`` (row-major); ``None``, panel i in cell
+        i. A second model can so start on a new row.
+    color_groups : sequence of int or None, default None
+        ``color_groups[i]`` picks panel i's colour scale in ``group_ranges``; ``None``, group 0 for all.
+    group_ranges : sequence of (float, float, str) or None, default None
+        ``group_ranges[g] = (lo, hi, colour bar title)``, one colour bar per group beside its
+        rows; ``None``, one scale ``zmin``..``zmax`` over all panels.
+    upsampled : sequence of (numpy.ndarray or None) or None, default None
+        ``upsampled[i]``, when given, is panel i's map at its image's ``(H, W)`` pixels, drawn
+        instead of the patch cells (see :func:`attention_overlay`).
+    chart_width : float, default CHART_WIDTH_PX
+        The chart's width (px) the figure is planned for.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        Per panel its image, map and outline, then the click targets of every panel.
+
+    Raises
+    ------
+    ValueError
+        If per-panel ``background``, ``image_size`` or ``patch_size`` lists differ from ``maps`` in length.
     """
     n = len(maps)
     one = isinstance(background, str) or (isinstance(background, np.ndarray) and background.ndim == 3)

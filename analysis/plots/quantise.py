@@ -31,8 +31,12 @@ LEVELS = 255  # codes 0..255
 class QuantisedMaps:
     """Maps stored as uint8 codes with one ``(lo, hi)`` per map.
 
-    codes: ``(..., n)`` uint8, one map per entry of the leading axes.
-    ranges: ``(..., 2)`` float32, each map's ``(lo, hi)``; ``v = lo + code / 255 · (hi − lo)``.
+    Attributes
+    ----------
+    codes : numpy.ndarray
+        ``(..., n)`` uint8, one map per entry of the leading axes.
+    ranges : numpy.ndarray
+        ``(..., 2)`` float32, each map's ``(lo, hi)``; ``v = lo + code / 255 · (hi − lo)``.
     """
 
     codes: np.ndarray
@@ -55,7 +59,24 @@ class QuantisedMaps:
 
 def quantise_maps(values) -> QuantisedMaps:
     """``(..., n)`` finite values -> :class:`QuantisedMaps` (one ``[min, max]`` per map, the
-    module's rule). Raises AnalysisError on NaN or infinite values (no code stands for them)."""
+    module's rule).
+
+    Parameters
+    ----------
+    values : array_like
+        ``(..., n)`` finite values, one map along the last axis per entry of the leading axes;
+        read as float32.
+
+    Returns
+    -------
+    QuantisedMaps
+        ``codes`` ``(..., n)`` uint8 and ``ranges`` ``(..., 2)`` float32.
+
+    Raises
+    ------
+    AnalysisError
+        For NaN or infinite values (no code stands for them), a 0-d input or an empty last axis.
+    """
     values = np.asarray(values, dtype=np.float32)
     if values.ndim == 0 or values.shape[-1] == 0:
         raise AnalysisError(f"quantise_maps needs maps along the last axis, got shape {values.shape}.")

@@ -73,12 +73,27 @@ def _kept_values(shown, left_out, inside=None) -> np.ndarray:
 
 def robust_top(shown, *, left_out=None, inside=None, quantile: float = ROBUST_QUANTILE) -> float:
     """The top of the ``"robust"`` range: ``quantile(values, q)`` over the finite cells of
-    ``shown`` that are not in ``left_out`` (flat, row-major cell indices of each ``(h, w)`` map
-    of ``shown``: the outlier tokens),
-    with numpy's default (linear) interpolation: sorted values ``v``, ``p = q·(n − 1)``,
-    ``v[⌊p⌋] + (p − ⌊p⌋)·(v[⌊p⌋+1] − v[⌊p⌋])``. ``inside``: a boolean ``(h, w)`` map of the
-    cells that are drawn (a windowed model's query window); the others do not count. ``0.0``
-    when no cell is left."""
+    ``shown`` that are not in ``left_out``, with numpy's default (linear) interpolation: sorted
+    values ``v``, ``p = q·(n − 1)``, ``v[⌊p⌋] + (p − ⌊p⌋)·(v[⌊p⌋+1] − v[⌊p⌋])``.
+
+    Parameters
+    ----------
+    shown : array_like
+        One ``(h, w)`` map or a stack ``(..., h, w)`` of them (all their cells count together).
+    left_out : sequence of int or None, default None
+        Flat, row-major cell indices of each ``(h, w)`` map (the outlier tokens) that do not count;
+        indices outside the map are ignored. When every cell is left out, all of them count.
+    inside : array_like or None, default None
+        A boolean ``(h, w)`` map of the cells that are drawn (a windowed model's query window);
+        the others do not count.
+    quantile : float, default ROBUST_QUANTILE
+        The quantile ``q`` in [0, 1] (:data:`ROBUST_QUANTILE`, 0.99).
+
+    Returns
+    -------
+    float
+        The quantile; ``0.0`` when no finite cell counts.
+    """
     values = _kept_values(shown, left_out, inside)
     if not values.size:
         values = _kept_values(shown, None, inside)  # every cell left out: fall back to all of them
@@ -95,7 +110,22 @@ def robust_scaled(grid_map, *, left_out=None) -> tuple[np.ndarray, float]:
 
     The explanation maps' counterpart of :func:`colour_range`'s ``"robust"`` mode: one cell (an
     artifact token's) cannot set the top and leave the rest of the map dark, as dividing by the
-    peak (:func:`analysis.scale_by_peak`) does on real models."""
+    peak (:func:`analysis.scale_by_peak`) does on real models.
+
+    Parameters
+    ----------
+    grid_map : array_like
+        A signed ``(gh, gw)`` map (or a stack ``(..., gh, gw)``, one top for all); NaN allowed.
+    left_out : sequence of int or None, default None
+        Flat, row-major cell indices (the outlier tokens) that do not set the top
+        (:func:`robust_top`).
+
+    Returns
+    -------
+    (numpy.ndarray, float)
+        The scaled map, float32 in the shape of ``grid_map`` (values above 1 are clipped cells),
+        and the top ``t``.
+    """
     values = np.asarray(grid_map, dtype=np.float64)
     positive = np.where(np.isnan(values), np.nan, np.clip(values, 0.0, None))
     top = robust_top(positive, left_out=left_out)
@@ -108,7 +138,20 @@ def robust_scaled(grid_map, *, left_out=None) -> tuple[np.ndarray, float]:
 
 def clipped_cells(shown, hi: float) -> np.ndarray:
     """Flat (row-major) indices of the cells of ``shown`` above the colour scale's top ``hi``:
-    drawn at the top colour, so they are outlined and counted in the colour bar."""
+    drawn at the top colour, so they are outlined and counted in the colour bar.
+
+    Parameters
+    ----------
+    shown : array_like
+        The map, e.g. ``(gh, gw)``; NaN cells are never above.
+    hi : float
+        The colour scale's top.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(k,)`` int64 flat indices, ascending.
+    """
     values = np.asarray(shown, dtype=np.float64).ravel()
     return np.flatnonzero(np.isfinite(values) & (values > hi))
 
@@ -131,7 +174,24 @@ def colour_bar_ticks(lo: float, hi: float, *, uniform: float | None = None, coun
     """Plotly colour-bar ticks for the scale ``lo..hi``: about ``count`` round values (steps of
     1, 2, 2.5 or 5 times a power of ten) and, where it lies inside the scale, the uniform level,
     labelled ``"uniform"`` (round values closer to it than a third of a step are dropped).
-    Returns ``{"tickvals": [...], "ticktext": [...]}`` for a colour bar's settings."""
+
+    Parameters
+    ----------
+    lo : float
+        The scale's bottom.
+    hi : float
+        The scale's top.
+    uniform : float or None, default None
+        The uniform level ``1/T``; ``None`` (or 0), not marked.
+    count : int, default 5
+        About how many round values.
+
+    Returns
+    -------
+    dict
+        ``{"tickvals": [...], "ticktext": [...]}`` for a colour bar's settings, ascending; ``{}``
+        when ``hi <= lo``.
+    """
     if not hi > lo:
         return {}
     raw = (hi - lo) / max(count - 1, 1)
@@ -157,16 +217,37 @@ def colour_range(
 ) -> tuple[float, float, str]:
     """``(lo, hi, label)`` of the colour scale for the map ``shown``.
 
-    ``"robust"`` (default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
-    the quantile never above the map's maximum: a few outlier cells (``left_out``: flat indices of the
-    outlier tokens' cells, which never set the top) cannot wash out the rest; the label says
-    how many cells lie above the top and how high they go (they are drawn outlined). ``inside``:
-    the drawn cells (a windowed query's window), the only ones the quantile counts.
-    ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``. ``"minmax"``: ``[min, max]`` of ``shown``, the most contrast. ``"shared"``:
-    ``[0, max(everything)]`` (e.g. every layer and head for this query), so maps compare by
-    colour. The label says which, with the numbers, and (``uniform``: the value of uniform
-    attention, ``1/T``; ``None`` for maps that are not probabilities) the uniform level and the
-    top in its units: ``"0–p99: 0–0.0083; uniform 0.0051 (top 1.6×); 2 cells above (max 0.0096)"``.
+    ``"robust"`` (the app's default): ``[0, max(robust_top(shown, left_out), UNIFORM_FLOOR·uniform)]``,
+    the quantile never above the map's maximum: a few outlier cells cannot wash out the rest; the
+    label says how many cells lie above the top and how high they go (they are drawn outlined).
+    ``"zero"``: ``[0, max(max(shown), UNIFORM_FLOOR·uniform)]``. ``"minmax"``: ``[min, max]`` of
+    ``shown``, the most contrast. ``"shared"``: ``[0, max(everything)]`` (e.g. every layer and head
+    for this query), so maps compare by colour. The label says which, with the numbers, and the
+    uniform level and the top in its units:
+    ``"0–p99: 0–0.0083; uniform 0.0051 (top 1.6×); 2 cells above (max 0.0096)"``.
+
+    Parameters
+    ----------
+    mode : str
+        A key of :data:`MAP_RANGES`: ``"robust"``, ``"zero"``, ``"minmax"`` or ``"shared"``; another
+        string spans ``[0, max(shown)]``, named by itself in the label.
+    shown : numpy.ndarray
+        The map drawn, e.g. ``(gh, gw)``; NaN cells are ignored.
+    everything : numpy.ndarray or None, default None
+        For ``"shared"``: all the maps it shares the scale with, any shape; ``None``, ``shown``.
+    uniform : float or None, default None
+        The value of uniform attention, ``1/T``; ``None`` for maps that are not probabilities
+        (no floor, nothing about it in the label).
+    left_out : sequence of int or None, default None
+        For ``"robust"``: flat indices of the outlier tokens' cells, which never set the top.
+    inside : array_like or None, default None
+        For ``"robust"``: a boolean ``(gh, gw)`` map of the drawn cells (a windowed query's
+        window), the only ones the quantile counts.
+
+    Returns
+    -------
+    (float, float, str)
+        ``lo``, ``hi`` (above ``lo``: at least ``lo + 1e-12``) and the label.
     """
     values = shown if mode != "shared" or everything is None else everything
     finite_shown = np.asarray(shown, dtype=np.float64)[np.isfinite(shown)]
@@ -205,6 +286,26 @@ def layer_scaled(
     (flat indices into one ``(gh, gw)`` map) and, with ``inside`` (``(gh, gw)`` bool: a windowed
     query's window), of those cells only, as :func:`colour_range`'s ``"robust"`` range; values above
     it come out above 1 (a colour scale to 1 clips them).
+
+    Parameters
+    ----------
+    maps : numpy.ndarray
+        ``(L, n, gh, gw)`` maps, ``n`` per layer.
+    uniform : float or None, default None
+        The value of uniform attention ``1/T``: each top is at least ``UNIFORM_FLOOR·uniform``;
+        ``None``, no floor.
+    robust : bool, default False
+        The top is the layer's robust top (:func:`robust_top`) instead of its maximum.
+    left_out : sequence of int or None, default None
+        With ``robust``: flat indices into one ``(gh, gw)`` map that do not count.
+    inside : array_like or None, default None
+        With ``robust``: ``(gh, gw)`` bool, the only cells that count.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        The scaled maps ``(L, n, gh, gw)`` float32 and the tops ``(L,)`` float32 (a top that is
+        not positive becomes 1).
     """
     values = np.asarray(maps, dtype=np.float32)
     if robust:

@@ -56,7 +56,20 @@ SERIES_COLOURS = ("#440154", "#21918c", "#e16462", "#fca636", "#3b528b", "#5ec96
 
 
 def image_data_uri(image: np.ndarray, *, lossless: bool = False) -> str:
-    """``(H, W, 3)`` uint8 -> data URI (PNG for small images or ``lossless``, else JPEG q92)."""
+    """``(H, W, 3)`` uint8 -> data URI (PNG for small images or ``lossless``, else JPEG q92).
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        ``(H, W, 3)`` RGB, read as uint8.
+    lossless : bool, default False
+        Always PNG; otherwise PNG only up to 128 × 128 pixels, JPEG (quality 92) above.
+
+    Returns
+    -------
+    str
+        ``"data:image/png;base64,..."`` or ``"data:image/jpeg;base64,..."``.
+    """
     pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8), "RGB")
     buffer = io.BytesIO()
     if lossless or pil.width * pil.height <= 128 * 128:
@@ -69,7 +82,21 @@ def image_data_uri(image: np.ndarray, *, lossless: bool = False) -> str:
 
 
 def patch_centres(grid_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Row-major ``(x, y)`` pixel centres of every patch."""
+    """Row-major ``(x, y)`` pixel centres of every patch.
+
+    Parameters
+    ----------
+    grid_size : (int, int)
+        The patch grid ``(gh, gw)``.
+    patch_size : (int, int)
+        A patch's ``(ph, pw)`` in input pixels.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``xs`` and ``ys``, each ``(gh·gw,)`` float64, patch ``r·gw + c`` at
+        ``((c + 0.5)·pw, (r + 0.5)·ph)``.
+    """
     gh, gw = grid_size
     ph, pw = patch_size
     ys, xs = np.meshgrid((np.arange(gh) + 0.5) * ph, (np.arange(gw) + 0.5) * pw, indexing="ij")
@@ -97,13 +124,34 @@ def colour_stops(name: str) -> list[list]:
     among them) wherever they appear in a figure, whatever ``theme=`` says; Magma's and
     Inferno's first stop is exactly ``#000004`` and came out pink. Writing every stop as
     ``rgb(...)`` keeps the scale as it is.
+
+    Parameters
+    ----------
+    name : str
+        A plotly colour scale's name (e.g. one of :data:`COLORSCALES`, or ``"RdBu_r"``).
+
+    Returns
+    -------
+    list of list
+        ``[[position, "rgb(r, g, b)"], ...]``, positions from 0 to 1, a new list on every call.
     """
     return [list(stop) for stop in _stops(name)]
 
 
 def colour_lut(colorscale: str) -> np.ndarray:
     """``(256, 3)`` uint8: the named scale sampled at 256 evenly spaced positions, the colours
-    :func:`colorize` maps to (entry ``round((z − zmin) / (zmax − zmin) · 255)``)."""
+    :func:`colorize` maps to (entry ``round((z − zmin) / (zmax − zmin) · 255)``).
+
+    Parameters
+    ----------
+    colorscale : str
+        A plotly colour scale's name.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(256, 3)`` uint8 RGB.
+    """
     return np.array(
         [[int(v) for v in c[c.index("(") + 1 : -1].split(",")[:3]] for c in sample_colorscale(colorscale, 256)],
         dtype=np.uint8,
@@ -111,7 +159,24 @@ def colour_lut(colorscale: str) -> np.ndarray:
 
 
 def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.ndarray:
-    """Map ``z`` through ``colorscale`` to uint8 RGB (:func:`colour_lut`); NaN becomes white."""
+    """Map ``z`` through ``colorscale`` to uint8 RGB (:func:`colour_lut`); NaN becomes white.
+
+    Parameters
+    ----------
+    z : numpy.ndarray
+        Values of any shape, e.g. a ``(gh, gw)`` map; NaN allowed.
+    colorscale : str
+        A plotly colour scale's name.
+    zmin : float
+        The value of the scale's first colour (lower values are clipped to it).
+    zmax : float
+        The value of the scale's last colour (higher values are clipped to it).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(*z.shape, 3)`` uint8 RGB.
+    """
     lut = colour_lut(colorscale)  # (256, 3)
     scaled = (np.nan_to_num(z, nan=zmin) - zmin) / max(zmax - zmin, 1e-12)
     index = np.clip(np.round(scaled * 255), 0, 255).astype(np.int64)
@@ -121,7 +186,22 @@ def colorize(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> np.nda
 
 
 def image_axes(width: int, height: int, *, titles: bool = True) -> dict:
-    """Layout for pixel axes with y pointing down, square pixels, no padding."""
+    """Layout for pixel axes with y pointing down, square pixels, no padding.
+
+    Parameters
+    ----------
+    width : int
+        The image width ``W`` in input pixels: the x range ``[0, W]``.
+    height : int
+        The image height ``H`` in input pixels: the y range ``[H, 0]``.
+    titles : bool, default True
+        Whether the axes are titled ("x (input px)", "y (input px)").
+
+    Returns
+    -------
+    dict
+        ``xaxis`` and ``yaxis`` layout properties.
+    """
     return dict(
         xaxis=dict(
             range=[0, width],
@@ -168,7 +248,19 @@ _PAGE_STYLE = dict(
 
 def styled_layout(**layout) -> dict:
     """``layout`` with the app's plain white style: every ``xaxis*`` / ``yaxis*`` given gets
-    plotly_white's axis colours unless it sets its own (plain x and y axes are added)."""
+    plotly_white's axis colours unless it sets its own (plain x and y axes are added).
+
+    Parameters
+    ----------
+    **layout : Any
+        Plotly layout properties; they override the page style, ``font`` is merged into it, and
+        an axis title given as a dict gets a 15 px ``standoff`` unless it sets one.
+
+    Returns
+    -------
+    dict
+        The layout properties, with ``template=None`` and a white page.
+    """
     out = {**_PAGE_STYLE, **layout}
     out["font"] = {"color": "#2a3f5f", **_FONT, **layout.get("font", {})}
     for name in {"xaxis", "yaxis", *(k for k in layout if k.startswith(("xaxis", "yaxis")))}:
@@ -203,25 +295,92 @@ def _base_layout(*, title: str | None, height: int, **extra) -> dict:
 
 def styled_figure(traces: list, *, title: str | None, height: int, **layout) -> go.Figure:
     """One-shot construction: plotly validates the whole figure once (much faster than
-    incremental ``add_*``/``update_*`` calls, which matters for a 150 ms rerun budget)."""
+    incremental ``add_*``/``update_*`` calls, which matters for a 150 ms rerun budget).
+
+    Parameters
+    ----------
+    traces : list
+        The traces, as dicts (with ``type``) or plotly trace objects.
+    title : str or None
+        Figure title, at the top left; ``None``, none (a smaller top margin).
+    height : int
+        Figure height (px).
+    **layout : Any
+        Further layout properties (axes, legend, shapes, margin...), styled by
+        :func:`styled_layout`.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        The figure.
+    """
     return go.Figure(data=traces, layout=_base_layout(title=title, height=height, **layout))
 
 
 def restyle_figure(fig: go.Figure, *, title: str | None, height: int, **extra) -> go.Figure:
-    """``fig`` with the layout of :func:`styled_figure` (title, height, margins, style) applied."""
+    """``fig`` with the layout of :func:`styled_figure` (title, height, margins, style) applied.
+
+    Parameters
+    ----------
+    fig : plotly.graph_objects.Figure
+        The figure, updated in place.
+    title : str or None
+        Figure title; ``None``, none.
+    height : int
+        Figure height (px).
+    **extra : Any
+        Further layout properties, as in :func:`styled_figure`.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        ``fig`` itself.
+    """
     fig.update_layout(**_base_layout(title=title, height=height, **extra))
     return fig
 
 
 def highlight_rect(x0: float, y0: float, x1: float, y1: float) -> dict:
-    """The outline that marks the selected patch or tile."""
+    """The outline that marks the selected patch or tile.
+
+    Parameters
+    ----------
+    x0 : float
+        One x edge, in the x axis's units (e.g. input pixels).
+    y0 : float
+        One y edge, in the y axis's units.
+    x1 : float
+        The other x edge.
+    y1 : float
+        The other y edge.
+
+    Returns
+    -------
+    dict
+        A plotly ``rect`` shape in :data:`HIGHLIGHT`, drawn above the traces.
+    """
     return dict(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, line=dict(color=HIGHLIGHT, width=2.5), layer="above")
 
 
 def image_colorbar(title: str, *, domain: tuple[float, float] = (0.0, 1.0), plot_height: float | None = None) -> dict:
     """A colour bar beside images on the y ``domain`` of the plot area: as long as that domain
     and centred on it (:func:`~analysis.plots.layout.colorbar_geometry`). With the plot area's
-    ``plot_height`` (px), a title longer than the bar is wrapped to the bar's length."""
+    ``plot_height`` (px), a title longer than the bar is wrapped to the bar's length.
+
+    Parameters
+    ----------
+    title : str
+        The colour bar's title, on its right side.
+    domain : (float, float), default (0.0, 1.0)
+        The images' y domain ``(bottom, top)``, as fractions of the plot height.
+    plot_height : float or None, default None
+        The plot area's height (px); ``None`` (or 0), the title is not wrapped.
+
+    Returns
+    -------
+    dict
+        Plotly colour-bar properties.
+    """
     place, length_px = colorbar_geometry(domain, plot_height or 0.0)
     if plot_height and len(title) > chars_fitting(length_px, _FONT["size"]):
         title = wrap_label(title, chars_fitting(length_px, _FONT["size"]))
@@ -229,8 +388,19 @@ def image_colorbar(title: str, *, domain: tuple[float, float] = (0.0, 1.0), plot
 
 
 def as_background(image) -> str:
-    """A figure's background: a data URI as it is, or an ``(H, W, 3)`` uint8 array (e.g.
-    ``np.asarray(vit.model_input_image(image))``) encoded by :func:`image_data_uri`."""
+    """A figure's background: a data URI as it is, or an ``(H, W, 3)`` uint8 array encoded by
+    :func:`image_data_uri`.
+
+    Parameters
+    ----------
+    image : str or array_like
+        A data URI, or an ``(H, W, 3)`` uint8 image (e.g. ``np.asarray(vit.model_input_image(image))``).
+
+    Returns
+    -------
+    str
+        A data URI.
+    """
     if isinstance(image, str):
         return image
     return image_data_uri(np.asarray(image, dtype=np.uint8))

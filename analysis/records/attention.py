@@ -26,7 +26,17 @@ class AttentionRecordProtocol(Protocol):
     one ``(L, B, heads, Q, T)`` stack) and :class:`analysis.records.windowed.WindowedAttentionRecord`
     (one ``(B, windows, heads, Wt, Wt)`` tensor per layer). An analysis asks the record for a
     layer's position, maps and geometry, and branches on the record's type at most once, where
-    the two layouts need two implementations."""
+    the two layouts need two implementations.
+
+    Attributes
+    ----------
+    logits : torch.Tensor
+        ``(B, classes)`` the model's output for the same forward pass.
+    spec : ViTSpec
+        The token geometry of this input, with ``spec.geometry(l)`` each layer's.
+    layers : tuple of int
+        Model layer index of each captured layer, in the record's order.
+    """
 
     logits: torch.Tensor
     spec: ViTSpec

@@ -18,7 +18,27 @@ __all__ = ["check_record", "check_spec"]
 
 
 def check_record(value, function: str):
-    """``value`` must be an :class:`~analysis.records.attention.AttentionRecord`."""
+    """``value`` must be an :class:`~analysis.records.attention.AttentionRecord` of a
+    global-attention model.
+
+    Parameters
+    ----------
+    value : object
+        What the caller passed as the record.
+    function : str
+        The public function that asks, named in the error.
+
+    Returns
+    -------
+    AttentionRecord
+        ``value`` itself.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model's record (Swin, SAM: named, with the reason), or ``value`` not an
+        :class:`~analysis.records.attention.AttentionRecord`.
+    """
     refuse_windowed(value, function)  # a windowed (Swin, SAM) record: named, with the reason
     if not isinstance(value, AttentionRecord):
         raise AnalysisError(
@@ -29,7 +49,26 @@ def check_record(value, function: str):
 
 
 def check_spec(value, function: str):
-    """A :class:`~analysis.model.geometry.ViTSpec`, also read off a LoadedViT or an AttentionRecord."""
+    """A :class:`~analysis.model.geometry.ViTSpec` of a global-attention model, also read off a
+    LoadedViT or an AttentionRecord.
+
+    Parameters
+    ----------
+    value : ViTSpec, LoadedViT or AttentionRecord
+        The spec, or anything whose ``spec`` is one.
+    function : str
+        The public function that asks, named in the error.
+
+    Returns
+    -------
+    ViTSpec
+        ``value`` or its ``spec``.
+
+    Raises
+    ------
+    AnalysisError
+        ``value`` neither a ViTSpec nor anything with one, or a windowed model's (Swin, SAM).
+    """
     spec = getattr(value, "spec", value)
     if not isinstance(spec, ViTSpec):
         raise AnalysisError(f"{function} takes a ViTSpec (vit.spec or record.spec), got {type(value).__name__}.")

@@ -35,13 +35,35 @@ Query = str | int | tuple[int, int]  # "cls" | "mean" | "prefix:<i>" | row-major
 
 
 def prefix_query(index: int) -> str:
-    """The query of prefix token ``index`` (0 = the class token when there is one; then the
-    distillation token and registers, as ``spec.token_names`` names them)."""
+    """The query of prefix token ``index``: ``"prefix:<index>"``.
+
+    Parameters
+    ----------
+    index : int
+        The prefix token (0 = the class token when there is one; then the distillation token and
+        registers, as ``spec.token_names`` names them).
+
+    Returns
+    -------
+    str
+        ``"prefix:<index>"``.
+    """
     return f"prefix:{int(index)}"
 
 
 def parse_prefix_query(query) -> int | None:
-    """``"prefix:<i>"`` -> ``i``; anything else -> None."""
+    """The prefix token a ``"prefix:<i>"`` query names.
+
+    Parameters
+    ----------
+    query : object
+        Any query.
+
+    Returns
+    -------
+    int or None
+        ``i`` for ``"prefix:<i>"`` (``i`` decimal digits); ``None`` for anything else.
+    """
     if isinstance(query, str) and query.startswith("prefix:") and query[7:].isdigit():
         return int(query[7:])
     return None
@@ -52,7 +74,20 @@ def default_query(spec, query: Query | None = None) -> Query:
     head reads, i.e. the class token when the model has one, else the mean over every patch
     query (global-average pooling). Every map of one query (``attention_map``,
     ``attention_rollout``, ``attention_rollout_by_layer``) defaults to this, so the default
-    works on every model; ``"cls"`` asked for explicitly on a model without one is an error."""
+    works on every model; ``"cls"`` asked for explicitly on a model without one is an error.
+
+    Parameters
+    ----------
+    spec : ViTSpec or LayerGeometry
+        The model's spec (its ``has_class_token``) or one layer's geometry (its ``class_token``).
+    query : int, (y, x), str or None, default None
+        The caller's query; anything but ``None`` is returned as it is.
+
+    Returns
+    -------
+    int, (y, x) or str
+        ``query``, or for ``None``: ``"cls"`` when the model has a class token, else ``"mean"``.
+    """
     if query is None:
         has_class_token = getattr(spec, "has_class_token", getattr(spec, "class_token", False))  # spec or geometry
         return "cls" if has_class_token else "mean"
@@ -61,12 +96,19 @@ def default_query(spec, query: Query | None = None) -> Query:
 
 @dataclass(frozen=True)
 class QueryTokens:
-    """A query resolved on a model's tokens ``[prefix, patches]``.
+    """A query resolved on a model's tokens ``[prefix, patches]`` (what :func:`resolve_query`
+    returns).
 
-    ``query``: its canonical form (``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index ``int``;
-    an input pixel becomes the patch that contains it); ``tokens``: the token positions whose
-    rows make it up (``"mean"``: every patch, averaged by callers); ``mean``: whether it is the
-    mean over the patches."""
+    Attributes
+    ----------
+    query : int or str
+        Its canonical form: ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index ``int`` (an
+        input pixel becomes the patch that contains it).
+    tokens : tuple of int
+        The token positions whose rows make it up (``"mean"``: every patch, averaged by callers).
+    mean : bool, default False
+        Whether it is the mean over the patches.
+    """
 
     query: Query
     tokens: tuple[int, ...]
@@ -87,9 +129,25 @@ def resolve_query(spec: ViTSpec | LayerGeometry, query: Query | None) -> QueryTo
     (class, distillation or register token); a tuple ``(y, x)`` is the patch that contains input
     pixel ``(y, x)`` (:func:`patch_of_pixel`); ``None`` is :func:`default_query`.
 
-    Raises:
-        AnalysisError: the query is none of these, names a token the model lacks, or ``spec``
-            is a windowed model's (whose layers differ in grid: pass one layer's geometry).
+    Parameters
+    ----------
+    spec : ViTSpec or LayerGeometry
+        The model's spec, or one layer's geometry (its grid and prefix tokens).
+    query : int, (y, x), str or None
+        ``"cls"``, ``"mean"``, ``"prefix:<i>"``, a row-major patch index, an input pixel
+        ``(y, x)``, or ``None``.
+
+    Returns
+    -------
+    QueryTokens
+        The canonical query and the token positions that make it up.
+
+    Raises
+    ------
+    AnalysisError
+        The query is none of these, names a token the model lacks (``"cls"`` without a class
+        token, a prefix or patch index out of range, a pixel outside the input), or ``spec`` is a
+        windowed model's (whose layers differ in grid: pass one layer's geometry).
     """
     if isinstance(spec, ViTSpec):
         refuse_windowed(spec, "Token queries over [prefix, patches]")
@@ -141,8 +199,24 @@ def query_for_layers(spec: ViTSpec, query: Query) -> Query:
     so each layer reads the cell of its own grid that holds that pixel
     (:meth:`~analysis.model.geometry.ViTSpec.layer_cell`); ``"mean"`` and a pixel stay as they are.
 
-    Raises:
-        AnalysisError: a windowed model's patch index outside ``spec.grid_size``.
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec.
+    query : int, (y, x) or str
+        The app's query: ``"mean"``, ``"cls"``, ``"prefix:<i>"``, a pixel ``(y, x)`` or a
+        row-major patch index of ``spec.grid_size``.
+
+    Returns
+    -------
+    int, (y, x) or str
+        ``query`` unchanged, or for a windowed model's patch index the ``(y, x)`` pixel at its
+        centre.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model's patch index outside ``spec.grid_size``.
     """
     if spec.attends_globally or not isinstance(query, numbers.Integral) or isinstance(query, bool):
         return query
@@ -154,8 +228,27 @@ def query_for_layers(spec: ViTSpec, query: Query) -> Query:
 
 def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
     """Positions along the record's ``Q`` axis whose attention rows make up ``query``: the
-    tokens :func:`resolve_query` gives, where the record holds them (``"mean"``: every patch
-    query, averaged by callers; ``None``: :func:`default_query`)."""
+    tokens :func:`resolve_query` gives, where the record holds them.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A ViT's captured pass, attentions ``(L, B, heads, Q, T)``.
+    query : int, (y, x), str or None
+        As :func:`resolve_query` takes it (``"mean"``: every patch query, averaged by callers;
+        ``None``: :func:`default_query`).
+
+    Returns
+    -------
+    list of int
+        Indices along ``Q``, one per token of the query.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed record; a query :func:`resolve_query` refuses; a token whose row the record
+        did not keep (``query_tokens``).
+    """
     refuse_windowed(record, "Token queries over [prefix, patches]")
     return record.query_rows(list(resolve_query(record.spec, query).tokens))
 
@@ -163,7 +256,25 @@ def query_rows_for(record: AttentionRecord, query: Query | None) -> list[int]:
 def patch_of_pixel(spec, pixel: tuple[int, int]) -> int:
     """The row-major patch that contains input pixel ``(y, x)`` (of the ``spec.img_size``
     input the model sees): ``⌊y/ph⌋·gw + ⌊x/pw⌋``, as :meth:`~analysis.model.geometry.LayerGeometry.cell_of_pixel`.
-    ``spec`` may be one layer's ``LayerGeometry`` (the input it covers: grid × stride)."""
+
+    Parameters
+    ----------
+    spec : ViTSpec or LayerGeometry
+        The model's spec, or one layer's ``LayerGeometry`` (the input it covers: grid × stride;
+        the result is then a cell of its grid).
+    pixel : tuple of (int, int)
+        ``(y, x)`` integers inside the input.
+
+    Returns
+    -------
+    int
+        The row-major patch (cell) index.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixel`` not two integers inside the input.
+    """
     if isinstance(spec, LayerGeometry):
         size = (spec.grid_size[0] * spec.stride[0], spec.grid_size[1] * spec.stride[1])
         return spec.cell_of_pixel(*check_pixel_query(pixel, size))

@@ -26,20 +26,58 @@ __all__ = ["layer_heads", "layer_windows", "token_matrix", "defined_pairs", "tok
 
 
 def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
-    """Layer ``layer``'s probabilities with the heads first, ``(B, heads, ...)``: a ViT's
-    ``(B, heads, Q, T)``; a windowed record's ``(B, heads, windows, Wt, Wt)``. Reduce the heads
-    (dim 1), then :func:`token_matrix`: heads fused on the windows cost ``1/heads`` of fusing
-    them on the dense matrix, and give the same values (0 outside a window in every head)."""
+    """Layer ``layer``'s probabilities with the heads first. Reduce the heads (dim 1), then
+    :func:`token_matrix`: heads fused on the windows cost ``1/heads`` of fusing them on the dense
+    matrix, and give the same values (0 outside a window in every head).
+
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass (:func:`capture_attention`): attentions ``(L, B, heads, Q, T)`` or, for a
+        windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    layer : int
+        Model layer index (one the record kept; negative counts from the end).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads, ...)``: a ViT's ``(B, heads, Q, T)``; a windowed record's
+        ``(B, heads, windows, Wt, Wt)``.
+
+    Raises
+    ------
+    AnalysisError
+        ``layer`` not a layer the record kept.
+    """
     maps = record.layer_maps(layer)
     return maps.transpose(1, 2) if isinstance(record, WindowedAttentionRecord) else maps
 
 
 def layer_windows(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
-    """Layer ``layer``'s probabilities as windows of token slots, ``(B, windows, heads, Wt, Wt)``,
-    the slots those of ``spec.geometry(layer).window_cells()`` (−1: a prefix or padding slot, not
-    a cell): a windowed record's own; a ViT's as one window of its ``T`` tokens, prefix first,
-    ``(B, 1, heads, T, T)``. Every cell's row is needed: a ViT record that kept only some query
-    rows raises AnalysisError unless it kept every patch's (its missing prefix rows are then 0)."""
+    """Layer ``layer``'s probabilities as windows of token slots, the slots those of
+    ``spec.geometry(layer).window_cells()`` (−1: a prefix or padding slot, not a cell): a windowed
+    record's own; a ViT's as one window of its ``T`` tokens, prefix first.
+
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass (:func:`capture_attention`): attentions ``(L, B, heads, Q, T)`` or, for a
+        windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer. Every cell's row is
+        needed: a ViT record that kept only some query rows must have kept every patch's (its
+        missing prefix rows are then 0).
+    layer : int
+        Model layer index (one the record kept; negative counts from the end).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, windows, heads, Wt, Wt)``; a ViT's ``(B, 1, heads, T, T)``.
+
+    Raises
+    ------
+    AnalysisError
+        ``layer`` not a layer the record kept; a ViT record that did not keep every patch's row.
+    """
     if isinstance(record, WindowedAttentionRecord):
         return record.layer_windows(layer)
     maps = record.layer_maps(layer)  # (B, heads, Q, T)
@@ -55,11 +93,30 @@ def layer_windows(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
 
 
 def token_matrix(record: AttentionRecordProtocol, values: torch.Tensor, layer: int) -> torch.Tensor:
-    """``values`` of layer ``layer`` in the record's layout with the heads reduced (what
-    :func:`layer_heads` gives, less its dim 1) -> ``(B, N, N)`` over the layer's tokens.
+    """Layer ``layer``'s values as one dense matrix over the layer's ``N`` tokens (a ViT: ``N = T``;
+    a windowed layer: its ``gh·gw`` grid cells, 0 between cells that share no window).
 
-    Raises AnalysisError for a ViT record that kept only some query rows (``query_tokens``),
-    and for a windowed layer with prefix tokens in its windows (not on the grid)."""
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        The captured pass whose layout ``values`` is in.
+    values : torch.Tensor
+        Layer ``layer``'s values in the record's layout with the heads reduced (what
+        :func:`layer_heads` gives, less its dim 1): ``(B, T, T)``, or ``(B, windows, Wt, Wt)``.
+    layer : int
+        Model layer index.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, N, N)`` in ``values``'s dtype.
+
+    Raises
+    ------
+    AnalysisError
+        A ViT record that kept only some query rows (``query_tokens``), or a windowed layer with
+        prefix tokens in its windows (not on the grid).
+    """
     if isinstance(record, WindowedAttentionRecord):
         geometry = record.spec.geometry(layer)
         if geometry.prefix_tokens:
@@ -74,20 +131,54 @@ def token_matrix(record: AttentionRecordProtocol, values: torch.Tensor, layer: i
 
 
 def defined_pairs(record: AttentionRecordProtocol, layer: int) -> torch.Tensor | None:
-    """``(N, N)`` bool: the (query, key) token pairs layer ``layer``'s attention is defined on,
-    without the diagonal (what rollout's ``discard_ratio`` may discard): a windowed layer's
-    same-window pairs (:func:`~analysis.records.windowed.window_pairs`); ``None`` for global
-    attention, where every pair is."""
+    """The (query, key) token pairs layer ``layer``'s attention is defined on, without the
+    diagonal (what rollout's ``discard_ratio`` may discard).
+
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass.
+    layer : int
+        Model layer index.
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``(N, N)`` bool, a windowed layer's same-window pairs kept by the shift mask
+        (:func:`~analysis.records.windowed.window_pairs`); ``None`` for global attention, where
+        every pair is.
+    """
     if isinstance(record, WindowedAttentionRecord):
         return window_pairs(record.spec.geometry(layer))
     return None
 
 
 def token_rows(record: AttentionRecordProtocol, layer: int, query) -> list[int]:
-    """The rows of layer ``layer``'s token matrix that make up ``query`` (callers average them):
-    a ViT's tokens of :func:`~analysis.records.queries.resolve_query` (``None``: the class token,
-    else every patch); a windowed layer's cells of ``query``, a cell index, an input pixel
-    ``(y, x)`` or ``"mean"`` (:func:`~analysis.records.windowed.query_cells`)."""
+    """The rows of layer ``layer``'s token matrix (:func:`token_matrix`) that make up ``query``
+    (callers average them).
+
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass.
+    layer : int
+        Model layer index (a windowed layer's grid; a ViT's rows are the same in every layer).
+    query : int, (y, x), str or None
+        A ViT's query as :func:`~analysis.records.queries.resolve_query` takes it (``None``: the
+        class token, else every patch); a windowed layer's cell index, input pixel ``(y, x)``,
+        ``"mean"`` or ``None`` (every cell; :func:`~analysis.records.windowed.query_cells`).
+
+    Returns
+    -------
+    list of int
+        Row indices: a ViT's positions along the record's ``Q`` axis, a windowed layer's
+        row-major cells.
+
+    Raises
+    ------
+    AnalysisError
+        A query the model does not have (or, on a ViT, a token whose row the record did not keep).
+    """
     if isinstance(record, WindowedAttentionRecord):
         return query_cells(record.spec.geometry(layer), query)
     return query_rows_for(record, query)  # type: ignore[arg-type]  # a ViT record
@@ -109,7 +200,31 @@ def query_windows(
       slots (``spec.geometry(layer).window_cells()``);
     * ``count``: how many query tokens the rows hold (callers average over them).
 
-    ``head``: keep that head only (``heads`` becomes 1), checked against the layer's heads."""
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass (:func:`capture_attention`): attentions ``(L, B, heads, Q, T)`` or, for a
+        windowed model, one ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+    layer : int
+        Model layer index (one the record kept; negative counts from the end).
+    query : int, (y, x), str or None
+        A ViT's query as :func:`~analysis.records.queries.resolve_query` takes it; a windowed
+        layer's cell index on its grid, input pixel ``(y, x)``, ``"mean"`` or ``None`` (every cell).
+    head : int or None, default None
+        Keep that head only (``heads`` becomes 1; negative counts from the end), checked against
+        the layer's heads; ``None``, every head.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor or None, torch.Tensor, int)
+        ``(rows, query_slots, key_cells, count)`` as above.
+
+    Raises
+    ------
+    AnalysisError
+        ``record`` neither record type; ``layer`` not captured; a query the model does not have
+        (or whose rows the record did not keep); ``head`` out of range.
+    """
     if not isinstance(record, (AttentionRecord, WindowedAttentionRecord)):
         raise AnalysisError(
             f"This takes the AttentionRecord that capture_attention(vit, pixels) returns, got {type(record).__name__}."

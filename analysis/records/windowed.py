@@ -42,13 +42,29 @@ __all__ = ["WindowedAttentionRecord", "window_probabilities"]
 
 
 def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
-    """One windowed attention call's probabilities ``(B·windows, heads, Wt, Wt)`` (timm's
-    batch-major window order) as ``(B, windows, heads, Wt, Wt)``, with the pairs the shift
-    mask removes set to exactly 0 (a new tensor: ``probs`` may be the module's own, which it
-    still multiplies with ``v``).
+    """One windowed attention call's probabilities per image and window, with the pairs the shift
+    mask removes set to exactly 0 (a new tensor when there is a mask: ``probs`` may be the
+    module's own, which it still multiplies with ``v``).
 
-    Raises AnalysisError when the masked pairs carried real probability (more than 1e-6 of a
-    row): then the geometry read off the model is not the one the module used."""
+    Parameters
+    ----------
+    probs : torch.Tensor
+        ``(B·windows, heads, Wt, Wt)`` the call's probabilities, in timm's batch-major window order.
+    geometry : LayerGeometry
+        The layer's geometry: its window count, window tokens ``Wt``, heads and shift mask.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, windows, heads, Wt, Wt)``, ``probs``'s dtype.
+
+    Raises
+    ------
+    AnalysisError
+        ``probs`` not of the shape the geometry predicts, or the masked pairs carried real
+        probability (more than 1e-6 of a row): then the geometry read off the model is not the
+        one the module used.
+    """
     windows, tokens = geometry.num_windows, geometry.window_tokens
     if probs.shape[0] % windows or tuple(probs.shape[-2:]) != (tokens, tokens) or probs.shape[1] != geometry.num_heads:
         raise AnalysisError(
@@ -72,12 +88,22 @@ def window_probabilities(probs: torch.Tensor, geometry: LayerGeometry) -> torch.
 class WindowedAttentionRecord:
     """Windowed attention captured from one forward pass (see the module docstring).
 
-    Attributes:
-        windows: one ``(B, windows, heads, Wt, Wt)`` tensor per captured layer, in the order
-            of ``layers``; the geometry of layer ``l`` is ``spec.geometry(l)``.
-        logits: ``(B, classes)`` the model's output for the same forward pass.
-        spec: the model's spec, with ``spec.layer_geometry`` one entry per layer.
-        layers: model layer index of each entry of ``windows``.
+    Attributes
+    ----------
+    windows : tuple of torch.Tensor
+        One ``(B, windows, heads, Wt, Wt)`` tensor per captured layer, in the order of
+        ``layers``; the geometry of layer ``l`` is ``spec.geometry(l)``.
+    logits : torch.Tensor
+        ``(B, classes)`` the model's output for the same forward pass.
+    spec : ViTSpec
+        The model's spec, with ``spec.layer_geometry`` one entry per layer.
+    layers : tuple of int
+        Model layer index of each entry of ``windows``.
+    query_tokens : None, default None
+        Always ``None``: every window slot's row is kept (as :class:`AttentionRecord`'s field).
+    pool_attention : None, default None
+        Always ``None``: a windowed model has no attention-pooling head here (as
+        :class:`AttentionRecord`'s field).
     """
 
     windows: tuple[torch.Tensor, ...]

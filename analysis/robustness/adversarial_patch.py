@@ -81,17 +81,25 @@ class PatchError(AnalysisError):
 
 @dataclass(frozen=True)
 class AdversarialPatch:
-    """A trained universal patch.
+    """A trained universal patch (:func:`train_patch`); ``side`` is its side in pixels.
 
-    Attributes:
-        patch: ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU (a picture: paste it with
-            :func:`paste_patch` into images in ``[0, 1]``).
-        share: the share of the image area it covers (``side² / (H·W)`` is the exact share).
-        image_size: ``(H, W)`` of the images it was trained on.
-        target: the target class, or ``None`` (untargeted).
-        position: the fixed ``(top, left)`` it was trained at, or ``None`` (random positions).
-        model_name: the model it was optimised against.
-        losses: the mean training loss of each epoch (the cross-entropy that was raised or lowered).
+    Attributes
+    ----------
+    patch : torch.Tensor
+        ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU (a picture: paste it with
+        :func:`paste_patch` into images in ``[0, 1]``).
+    share : float
+        The share of the image area asked for (``side² / (H·W)`` is the exact share).
+    image_size : tuple of int
+        ``(H, W)`` of the images it was trained on.
+    target : int or None
+        The target class, or ``None`` (untargeted).
+    position : tuple of int or None
+        The fixed ``(top, left)`` it was trained at, or ``None`` (random positions).
+    model_name : str
+        The model it was optimised against.
+    losses : tuple of float
+        The mean training loss of each epoch (the cross-entropy that was raised or lowered).
     """
 
     patch: torch.Tensor
@@ -111,11 +119,16 @@ class AdversarialPatch:
 class PatchEvaluation:
     """One patch on one model over an image set (the same positions for every patch compared).
 
-    Attributes:
-        clean_accuracy: top-1 accuracy without the patch.
-        accuracy: top-1 accuracy with the patch pasted.
-        fooling_rate: share of images whose top-1 prediction changed when the patch was pasted.
-        target_rate: share of patched images predicted as the target class (``None`` untargeted).
+    Attributes
+    ----------
+    clean_accuracy : float
+        Top-1 accuracy without the patch.
+    accuracy : float
+        Top-1 accuracy with the patch pasted.
+    fooling_rate : float
+        Share of images whose top-1 prediction changed when the patch was pasted.
+    target_rate : float or None
+        Share of patched images predicted as the target class (``None`` untargeted).
     """
 
     clean_accuracy: float
@@ -127,15 +140,27 @@ class PatchEvaluation:
 @dataclass(frozen=True)
 class PatchCurve:
     """Accuracy and fooling rate against patch size, each model with its own trained patch and with a
-    noise patch of the same size at the same positions. Arrays are ``(len(shares),)`` per model name.
+    noise patch of the same size at the same positions (:func:`patch_size_curve`). Arrays are
+    ``(len(shares),)`` float64 per model name.
 
-    Attributes:
-        shares: the shares of the image area.
-        accuracy / fooling_rate: with the model's own adversarial patch.
-        noise_accuracy / noise_fooling_rate: with the uniform-noise control patch.
-        clean_accuracy: per model, without any patch.
-        patches: per model, its trained patch at each share.
-        images: the number of images evaluated.
+    Attributes
+    ----------
+    shares : tuple of float
+        The shares of the image area.
+    accuracy : dict of str to numpy.ndarray
+        Top-1 accuracy with the model's own adversarial patch.
+    fooling_rate : dict of str to numpy.ndarray
+        Fooling rate of the model's own adversarial patch.
+    noise_accuracy : dict of str to numpy.ndarray
+        Top-1 accuracy with the uniform-noise control patch.
+    noise_fooling_rate : dict of str to numpy.ndarray
+        Fooling rate of the uniform-noise control patch.
+    clean_accuracy : dict of str to float
+        Per model, the accuracy without any patch.
+    patches : dict of str to tuple of AdversarialPatch
+        Per model, its trained patch at each share.
+    images : int
+        The number of images evaluated.
     """
 
     shares: tuple[float, ...]
@@ -150,17 +175,25 @@ class PatchCurve:
 
 @dataclass(frozen=True)
 class PatchAttention:
-    """Where a ViT's class token looks once the patch is pasted, per captured layer.
+    """Where a ViT's class token looks once the patch is pasted, per captured layer (:func:`patch_attention_share`).
 
-    Attributes:
-        layers: model layer index of each entry.
-        patched_share: ``(L, B)`` the class token's attention (mean over heads) on the tokens of the
-            patches the square covers, in the patched images.
-        clean_share: ``(L, B)`` the same tokens' share in the clean images.
-        tokens: the token indices (prefix tokens first, then patches row-major) the square covers.
-        patched: the attention record of the patched images (for maps and rollout).
-        clean: the attention record of the clean images.
-        patched_pixels: ``(B, 3, H, W)`` the patched images as the model's preprocessed input.
+    Attributes
+    ----------
+    layers : tuple of int
+        Model layer index of each entry.
+    patched_share : numpy.ndarray
+        ``(L, B)`` float32: the class token's attention (mean over heads) on the tokens of the
+        patches the square covers, in the patched images.
+    clean_share : numpy.ndarray
+        ``(L, B)`` float32: the same tokens' share in the clean images.
+    tokens : tuple of int
+        The token indices (prefix tokens first, then patches row-major) the square covers.
+    patched : AttentionRecord
+        The attention record of the patched images (for maps and rollout).
+    clean : AttentionRecord
+        The attention record of the clean images.
+    patched_pixels : torch.Tensor
+        ``(B, 3, H, W)`` the patched images as the model's preprocessed input, on the CPU.
     """
 
     layers: tuple[int, ...]
@@ -176,11 +209,25 @@ class PatchAttention:
 
 
 def patch_side(image_size: Sequence[int], share: float) -> int:
-    """The side ``round(√(share · H · W))`` in pixels of a square patch covering ``share`` of an
+    """The side ``round(√(share · H · W))`` in pixels (at least 1) of a square patch covering ``share`` of an
     ``(H, W)`` image.
 
-    Raises:
-        PatchError: ``share`` outside (0, 1), or a square that does not fit in the image.
+    Parameters
+    ----------
+    image_size : Sequence of int
+        ``(H, W)``.
+    share : float
+        The share of the image area, strictly between 0 and 1.
+
+    Returns
+    -------
+    int
+        The side in pixels.
+
+    Raises
+    ------
+    PatchError
+        ``share`` outside (0, 1), or a square that does not fit in the image.
     """
     height, width = (int(v) for v in image_size)
     if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 < share < 1:
@@ -210,8 +257,29 @@ def _check_position(position: Sequence[int], side: int, image_size: Sequence[int
 def random_patch_positions(
     count: int, image_size: Sequence[int], side: int, *, generator: torch.Generator
 ) -> torch.Tensor:
-    """``(count, 2)`` long ``(top, left)`` positions, uniform over the places where a ``side`` px
-    square fits in an ``(H, W)`` image, drawn from ``generator``."""
+    """Random positions, uniform over the places where a ``side`` px square fits in an ``(H, W)`` image.
+
+    Parameters
+    ----------
+    count : int
+        How many positions.
+    image_size : Sequence of int
+        ``(H, W)``.
+    side : int
+        The square's side in pixels.
+    generator : torch.Generator
+        The (CPU) generator they are drawn from.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(count, 2)`` int64 ``(top, left)`` positions.
+
+    Raises
+    ------
+    PatchError
+        The square does not fit in the image.
+    """
     height, width = (int(v) for v in image_size)
     if side > min(height, width):
         raise PatchError(f"A {side} px patch does not fit in the {height}×{width} image: choose a smaller patch.")
@@ -229,8 +297,25 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
         out[b, c, y, x] = patch[c, y − top_b, x − left_b]   if the pixel lies under the square,
                           images[b, c, y, x]                  otherwise.
 
-    Raises:
-        PatchError: a patch larger than the images, a position off the image, a channel mismatch.
+    Parameters
+    ----------
+    images : torch.Tensor
+        ``(B, C, H, W)`` images (in ``[0, 1]``, as :func:`unit_images` gives them).
+    patch : torch.Tensor
+        ``(C, s, s)`` the square.
+    positions : array-like of int
+        ``(B, 2)`` ``(top, left)`` per image, or one ``(top, left)`` for every image.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)``, the dtype and device of ``images``.
+
+    Raises
+    ------
+    PatchError
+        Images that are not 4-D or a patch that is not 3-D, a patch larger than the images, a position
+        off the image or a position count that is neither ``B`` nor one, a channel mismatch.
     """
     if images.ndim != 4 or patch.ndim != 3:
         raise PatchError(
@@ -271,18 +356,45 @@ def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.T
 
 
 def model_input(model, unit: torch.Tensor) -> torch.Tensor:
-    """``(B, C, H, W)`` images in ``[0, 1]`` (as :func:`unit_images` gives them, a patch pasted or not)
-    normalised as the model's preprocessing does, ``(x − mean) / std``, on the model's device: what its
-    forward takes (:meth:`~analysis.base.preprocessing.Preprocessing.normalise`, the one rule)."""
+    """Images in ``[0, 1]`` normalised as the model's preprocessing does, ``(x − mean) / std``, on the
+    model's device: what its forward takes (:meth:`~analysis.base.preprocessing.Preprocessing.normalise`,
+    the one rule).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        The model whose normalisation is applied.
+    unit : torch.Tensor
+        ``(B, C, H, W)`` images in ``[0, 1]`` (as :func:`unit_images` gives them, a patch pasted or not).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)`` normalised, on the model's device.
+    """
     return model.preprocessing.normalise(unit.to(model.device))
 
 
 def unit_images(model, images: Sequence) -> torch.Tensor:
-    """``(B, C, H, W)`` float32 in ``[0, 1]`` on the model's device: PIL ``images`` resized and cropped by
-    the model's own preprocessing, the normalisation undone (``x·std + mean``).
+    """PIL ``images`` resized and cropped by the model's own preprocessing, the normalisation undone
+    (``x·std + mean``, clipped to ``[0, 1]``).
 
-    Raises:
-        PatchError: no images.
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        The model whose preprocessing is used.
+    images : Sequence
+        ``B`` PIL images; at least one.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)`` float32 in ``[0, 1]`` on the model's device, ``(H, W)`` its input size.
+
+    Raises
+    ------
+    PatchError
+        No images.
     """
     if not len(images):
         raise PatchError("No images: give at least one image (and its label).")
@@ -330,24 +442,47 @@ def train_patch(
     seed: int = 0,
     progress: Progress | None = None,
 ) -> AdversarialPatch:
-    """Optimise a universal patch against ``model`` over ``images`` (PIL images) with their true
-    ``labels`` (indices in the model's classes).
+    """Optimise a universal patch against ``model`` over ``images`` (see the module docstring).
 
-    Args:
-        model: a :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
-        share: the share of the image area the square covers, in (0, 1).
-        target: a class index to push every image towards, or ``None`` (untargeted: the true class's
-            cross-entropy is raised).
-        epochs: passes over the image set, each in shuffled mini-batches of ``batch_size``.
-        optimiser: ``"adam"`` (learning rate ``step_size``, default 0.1) or ``"sign"`` (step
-            ``step_size``, default 2/255, in ``[0, 1]`` units); see :data:`PATCH_OPTIMISERS`.
-        position: a fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
-        seed: seeds the starting patch (uniform noise), the shuffles and the positions.
-        progress: ``progress(done, total)`` after each mini-batch (:mod:`analysis.base.progress`).
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
+    images : Sequence
+        PIL images, through the model's own resize and crop (:func:`unit_images`).
+    labels : Sequence of int
+        Their true classes (indices in the model's classes), one per image.
+    share : float, default 0.05
+        The share of the image area the square covers, in (0, 1) (:func:`patch_side`).
+    target : int or None, default None
+        A class index to push every image towards, or ``None`` (untargeted: the true class's
+        cross-entropy is raised).
+    epochs : int, default 5
+        Passes over the image set, each in shuffled mini-batches of ``batch_size``.
+    batch_size : int, default 16
+        Images per mini-batch, 1 or more.
+    optimiser : str, default "adam"
+        ``"adam"`` or ``"sign"``; see :data:`PATCH_OPTIMISERS`.
+    step_size : float or None, default None
+        Adam's learning rate (``None``: 0.1), or the signed step in ``[0, 1]`` units (``None``: 2/255).
+    position : Sequence of int or None, default None
+        A fixed ``(top, left)`` in pixels, or ``None`` for random positions at every step.
+    seed : int, default 0
+        Seeds the starting patch (uniform noise), the shuffles and the positions.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each mini-batch (:mod:`analysis.base.progress`).
 
-    Raises:
-        PatchError: no images, a share outside (0, 1), a patch larger than the image, a position off
-            the image, an unknown optimiser, no epochs, a target outside the model's classes.
+    Returns
+    -------
+    AdversarialPatch
+        The patch, ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU, with its settings and losses.
+
+    Raises
+    ------
+    PatchError
+        No images, a label count that does not match, a share outside (0, 1), a patch larger than the
+        image, a position off the image, an unknown optimiser, no epochs or an empty batch, a target
+        outside the model's classes, a model without class logits.
     """
     if optimiser not in PATCH_OPTIMISERS:
         raise PatchError(f"Unknown optimiser {optimiser!r}: choose one of {', '.join(PATCH_OPTIMISERS)}.")
@@ -409,7 +544,22 @@ def train_patch(
 
 
 def noise_patch(side: int, *, channels: int = 3, seed: int = 0) -> torch.Tensor:
-    """The control: a ``(channels, side, side)`` patch of uniform noise in ``[0, 1]``, drawn from ``seed``."""
+    """The control: a patch of uniform noise in ``[0, 1]``, drawn from ``seed``.
+
+    Parameters
+    ----------
+    side : int
+        The side in pixels.
+    channels : int, default 3
+        Colour channels.
+    seed : int, default 0
+        Seed of the noise.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(channels, side, side)`` float32 on the CPU.
+    """
     return torch.rand((channels, int(side), int(side)), generator=torch.Generator().manual_seed(int(seed)))
 
 
@@ -457,9 +607,33 @@ def evaluate_patch(
     ``positions``, ``(N, 2)`` ``(top, left)`` per image (for example this shard's rows of
     :func:`random_patch_positions` over a whole set).
 
-    Raises:
-        PatchError: no images, a patch larger than the images, a label count that does not match,
-            positions of another count than the images or off the image.
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A model with class logits.
+    images : Sequence
+        ``N`` PIL images.
+    labels : Sequence of int
+        Their true classes, one per image.
+    patch : AdversarialPatch or torch.Tensor
+        The patch; an :class:`AdversarialPatch` also gives the target for ``target_rate``.
+    position : Sequence of int or None, default None
+        One fixed ``(top, left)`` for every image; ``None``, random positions.
+    seed : int, default 0
+        Seed of the random positions.
+    positions : torch.Tensor or None, default None
+        ``(N, 2)`` ``(top, left)`` per image; overrides ``position`` and ``seed``.
+
+    Returns
+    -------
+    PatchEvaluation
+        Clean and patched accuracy, fooling rate and (targeted patches) target rate.
+
+    Raises
+    ------
+    PatchError
+        No images, a patch larger than the images, a label count that does not match,
+        positions of another count than the images or off the image, a model without class logits.
     """
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
     target = patch.target if isinstance(patch, AdversarialPatch) else None
@@ -501,8 +675,47 @@ def patch_size_curve(
     and is scored on ``eval_images`` (default: the training images) with that patch and with a noise
     patch of the same size, at the same positions (drawn from ``seed + 1``, or ``position``).
 
-    Raises:
-        PatchError: no models, no images, a share outside (0, 1), a patch larger than an image.
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers; at least one.
+    images : Sequence
+        PIL training images.
+    labels : Sequence of int
+        Their true classes.
+    shares : Sequence of float, default (0.01, 0.02, 0.05, 0.1)
+        Shares of the image area, each in (0, 1).
+    eval_images : Sequence or None, default None
+        PIL images the patches are scored on; ``None``, the training images.
+    eval_labels : Sequence of int or None, default None
+        Their classes; ``None``, ``labels``.
+    target : int or None, default None
+        As :func:`train_patch`'s.
+    epochs : int, default 5
+        As :func:`train_patch`'s.
+    batch_size : int, default 16
+        As :func:`train_patch`'s.
+    optimiser : str, default "adam"
+        As :func:`train_patch`'s (:data:`PATCH_OPTIMISERS`).
+    position : Sequence of int or None, default None
+        A fixed ``(top, left)`` for training and scoring; ``None``, random positions.
+    seed : int, default 0
+        Share ``k`` trains with ``seed + 1000·k``; the scoring positions use ``seed + 1``, the noise
+        patch ``seed + 2``.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` over every training mini-batch and evaluation
+        (:mod:`analysis.base.progress`).
+
+    Returns
+    -------
+    PatchCurve
+        Per model and share: accuracy and fooling rate with its own patch and with the noise patch.
+
+    Raises
+    ------
+    PatchError
+        No models, no images, a share outside (0, 1), a patch larger than an image; as
+        :func:`train_patch`.
     """
     if not models:
         raise PatchError("No models: give at least one {name: model}.")
@@ -576,11 +789,36 @@ def patch_transfer_matrix(
     """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on ``images`` with the
     patch of model ``i`` (``patches[names[i]]``, an :class:`AdversarialPatch` or a tensor) pasted, the
     same positions for every pair (the diagonal: white-box). Each model reads the patched picture
-    through its own preprocessing, so the models must share an input size. ``progress``:
-    ``progress(done, total)`` after each pair (:mod:`analysis.base.progress`).
+    through its own preprocessing, so the models must share an input size.
 
-    Raises:
-        PatchError: models with different input sizes, a model without a patch, no images.
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers with one input size.
+    patches : Mapping of str to AdversarialPatch or torch.Tensor
+        One patch per model name (e.g. from :func:`train_patch`).
+    images : Sequence
+        PIL images.
+    labels : Sequence of int
+        Their true classes.
+    position : Sequence of int or None, default None
+        One fixed ``(top, left)``; ``None``, random positions drawn from ``seed``.
+    seed : int, default 0
+        Seed of the random positions.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each pair (:mod:`analysis.base.progress`).
+
+    Returns
+    -------
+    tuple of (list of str, numpy.ndarray)
+        ``(names, accuracy)``: the model names in order and ``(M, M)`` float64, ``accuracy[i, j]``
+        model ``j``'s top-1 accuracy with model ``i``'s patch.
+
+    Raises
+    ------
+    PatchError
+        Models with different input sizes, a model without a patch, no images, a label count that
+        does not match, a position off the image, a model without class logits.
     """
     names = list(models)
     missing = [name for name in names if name not in patches]
@@ -608,7 +846,27 @@ def patch_transfer_matrix(
 
 def patch_tokens(spec, position: Sequence[int], side: int) -> tuple[int, ...]:
     """Token indices (``spec.num_prefix_tokens + row·gw + col``) of the patches whose ``ph × pw`` pixel
-    cell overlaps a ``side`` px square at ``position = (top, left)`` (at least one pixel in common)."""
+    cell overlaps a ``side`` px square at ``position = (top, left)`` (at least one pixel in common).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's geometry (``img_size``, ``patch_size``, ``grid_size``).
+    position : Sequence of int
+        ``(top, left)`` of the square, in input pixels.
+    side : int
+        The square's side in pixels.
+
+    Returns
+    -------
+    tuple of int
+        The token indices, row-major.
+
+    Raises
+    ------
+    PatchError
+        The square does not lie inside ``spec.img_size``.
+    """
     top, left = _check_position(position, side, spec.img_size)
     (ph, pw), (gh, gw) = spec.patch_size, spec.grid_size
     rows = range(top // ph, min(gh, (top + side - 1) // ph + 1))
@@ -619,7 +877,18 @@ def patch_tokens(spec, position: Sequence[int], side: int) -> tuple[int, ...]:
 def measures_patch_attention(model) -> bool:
     """Whether :func:`patch_attention_share` is defined for ``model``: a ViT with attention layers
     that attend over the whole image (False for a CNN, which has none, and for a windowed model,
-    whose attention is per window)."""
+    whose attention is per window).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        Any loaded model (one without a ``spec`` gives False).
+
+    Returns
+    -------
+    bool
+        True for a global-attention ViT.
+    """
     spec = getattr(model, "spec", None)
     return spec is not None and int(spec.num_layers) > 0 and spec.attends_globally
 
@@ -634,8 +903,27 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
     (the class token when the model has one, else the mean over patch queries, as
     :func:`analysis.attention_map` reads it). The records of both passes come back for maps and rollout.
 
-    Raises:
-        PatchError: a windowed model (its attention is per window), no images, a patch off the image.
+    Parameters
+    ----------
+    vit : LoadedViT
+        A global-attention ViT (:func:`measures_patch_attention`).
+    images : Sequence
+        ``B`` PIL images.
+    patch : AdversarialPatch or torch.Tensor
+        The patch, ``(C, s, s)`` in ``[0, 1]``.
+    position : Sequence of int
+        ``(top, left)`` where it is pasted in every image, in input pixels.
+
+    Returns
+    -------
+    PatchAttention
+        The shares ``(L, B)`` patched and clean, the covered tokens and both records.
+
+    Raises
+    ------
+    PatchError
+        A model without attention layers (a CNN), a windowed model (its attention is per window), no
+        images, a patch off the image.
     """
     spec = vit.spec
     if int(spec.num_layers) < 1:

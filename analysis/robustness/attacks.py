@@ -85,17 +85,46 @@ def pgd(
     targeted: bool = False,
     seed: int = 0,
 ) -> torch.Tensor:
-    """The PGD adversarial images of ``pixels`` ``(B, 3, H, W)`` (the model's preprocessed input), as
+    """The PGD adversarial images of ``pixels`` (the model's preprocessed input), as
     preprocessed input again (feed them to the model as they are).
 
-    Args:
-        model: a :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
-        labels: ``(B,)`` the true classes (untargeted: the loss is raised), or with ``targeted`` the
-            target classes (the loss is lowered).
-        epsilon: L∞ budget in 0–255 pixel units; ``step_size``: α in the same units (default ``2.5·ε/steps``).
-        random_start: start from ``x + U(−ε, ε)`` (clipped to the image), drawn from ``seed``.
-
+    ``xₜ₊₁ = Π(xₜ + α·sign(∇ₓ L(f(xₜ), y)))`` on the image in ``[0, 1]``, ``Π`` the clip to the
+    ε-ball around ``x`` and then to ``[0, 1]`` (Madry et al. 2018; see the module docstring).
     ``epsilon=0`` returns the input image (every prediction unchanged).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A :class:`~analysis.LoadedViT` or :class:`~analysis.robustness.LoadedCNN` with class logits.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input (the model's normalisation).
+    labels : array-like of int
+        ``(B,)`` the true classes (untargeted: the loss is raised), or with ``targeted`` the
+        target classes (the loss is lowered).
+    epsilon : float
+        L∞ budget in 0–255 pixel units, 0 or more (the papers' 4/255 is ``4``).
+    steps : int, default 10
+        Signed-gradient steps, at least 1.
+    step_size : float or None, default None
+        α in the same 0–255 units; ``None``, ``2.5·ε/steps``.
+    random_start : bool, default True
+        Start from ``x + U(−ε, ε)`` (clipped to the image), drawn from ``seed``.
+    targeted : bool, default False
+        Step towards ``labels`` (lower their loss) instead of away from them.
+    seed : int, default 0
+        Seed of the random start.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 3, H, W)`` adversarial input, normalised as ``pixels``, of ``pixels``' dtype, on the
+        model's device.
+
+    Raises
+    ------
+    AttackError
+        ``epsilon`` negative or not finite; ``steps < 1``; not one label per image; a model without
+        class logits ``(B, classes)``.
     """
     _check(epsilon, steps)
     forward = _logits_of(model)
@@ -122,7 +151,33 @@ def pgd(
 
 
 def fgsm(model, pixels: torch.Tensor, labels, *, epsilon: float, targeted: bool = False) -> torch.Tensor:
-    """FGSM: one PGD step of size ε from the clean image (no random start); see :func:`pgd`."""
+    """FGSM: one PGD step of size ε from the clean image (no random start); see :func:`pgd`.
+
+    ``x' = clip(x + ε·sign(∇ₓ L(f(x), y)))`` (Goodfellow et al. 2015).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A model with class logits.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    labels : array-like of int
+        ``(B,)`` the true classes, or with ``targeted`` the target classes.
+    epsilon : float
+        L∞ budget (and step) in 0–255 pixel units.
+    targeted : bool, default False
+        Step towards ``labels`` instead of away from them.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 3, H, W)`` adversarial input, normalised as ``pixels``, on the model's device.
+
+    Raises
+    ------
+    AttackError
+        As :func:`pgd`.
+    """
     return pgd(
         model, pixels, labels, epsilon=epsilon, steps=1, step_size=epsilon, random_start=False, targeted=targeted
     )
@@ -131,7 +186,36 @@ def fgsm(model, pixels: torch.Tensor, labels, *, epsilon: float, targeted: bool 
 def attack(
     name: str, model, pixels: torch.Tensor, labels, *, epsilon: float, steps: int = 10, seed: int = 0
 ) -> torch.Tensor:
-    """:func:`fgsm` or :func:`pgd` by ``name`` (a key of :data:`ATTACKS`)."""
+    """:func:`fgsm` or :func:`pgd` by ``name`` (a key of :data:`ATTACKS`), untargeted; PGD with its
+    default step size ``2.5·ε/steps`` and a random start.
+
+    Parameters
+    ----------
+    name : str
+        ``"fgsm"`` or ``"pgd"``.
+    model : LoadedViT or LoadedCNN
+        A model with class logits.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    labels : array-like of int
+        ``(B,)`` the true classes.
+    epsilon : float
+        L∞ budget in 0–255 pixel units.
+    steps : int, default 10
+        PGD's steps (FGSM ignores it).
+    seed : int, default 0
+        Seed of PGD's random start (FGSM ignores it).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 3, H, W)`` adversarial input, normalised as ``pixels``, on the model's device.
+
+    Raises
+    ------
+    AttackError
+        An unknown ``name``; as :func:`pgd`.
+    """
     if name == "fgsm":
         return fgsm(model, pixels, labels, epsilon=epsilon)
     if name == "pgd":
@@ -149,7 +233,19 @@ def _predict(model, pixels: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class AttackCurve:
     """Top-1 accuracy of each model on its own adversarial images, per ε (0–255 units).
-    ``accuracy[m]``: ``(len(epsilons),)``; the ε = 0 entry is the clean accuracy."""
+
+    Attributes
+    ----------
+    attack : str
+        The attack's name (a key of :data:`ATTACKS`).
+    epsilons : tuple of float
+        The budgets, 0–255 units.
+    accuracy : dict of str to numpy.ndarray
+        Model name -> ``(len(epsilons),)`` float64 top-1 accuracy; the ε = 0 entry is the clean
+        accuracy.
+    images : int
+        How many images were attacked.
+    """
 
     attack: str
     epsilons: tuple[float, ...]
@@ -168,9 +264,38 @@ def attack_curve(
     seed: int = 0,
     progress: Progress | None = None,
 ) -> AttackCurve:
-    """Accuracy against ε for each model (``{name: loaded model}``) on ``images`` (PIL images, each
-    preprocessed by each model) with their true ``labels`` (indices in each model's classes).
-    ``progress(done, total)`` after each (model, ε) (:mod:`analysis.base.progress`)."""
+    """Accuracy against ε for each model on its own (white-box) adversarial images.
+
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers (ViTs and CNNs).
+    images : Sequence
+        PIL images, each preprocessed by each model.
+    labels : Sequence of int
+        The true classes (indices in each model's classes), one per image.
+    epsilons : Sequence of float, default (0, 1, 2, 4, 8)
+        L∞ budgets in 0–255 pixel units.
+    attack_name : str, default "pgd"
+        A key of :data:`ATTACKS`.
+    steps : int, default 10
+        PGD's steps.
+    seed : int, default 0
+        Seed of PGD's random start.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each (model, ε) (:mod:`analysis.base.progress`).
+
+    Returns
+    -------
+    AttackCurve
+        ``accuracy[name]`` ``(len(epsilons),)`` per model.
+
+    Raises
+    ------
+    AttackError
+        No images, or not one label per image; a negative ε or ``steps < 1``; an unknown attack; a
+        model without class logits.
+    """
     if len(images) != len(labels) or not images:
         raise AttackError(f"{len(images)} images and {len(labels)} labels: give one label per image, at least one.")
     for eps in epsilons:
@@ -200,10 +325,42 @@ def transfer_matrix(
     steps: int = 10,
     seed: int = 0,
 ) -> tuple[list[str], np.ndarray]:
-    """``(names, accuracy)``: ``accuracy[i, j]`` is model ``j``'s top-1 accuracy on the adversarial images
-    made against model ``i`` (the diagonal: white-box). The images cross between models as pictures in
-    ``[0, 1]`` as the source model saw them (its resize and crop; each model normalises them its own way),
-    so the models must share input size and classes."""
+    """How adversarial images made against one model fool the others.
+
+    The images cross between models as pictures in ``[0, 1]`` as the source model saw them (its
+    resize and crop; each model normalises them its own way), so the models must share input size
+    and classes.
+
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers with one input size and the same classes.
+    images : Sequence
+        PIL images, preprocessed by each source model.
+    labels : Sequence of int
+        The true classes, one per image.
+    epsilon : float
+        L∞ budget in 0–255 pixel units.
+    attack_name : str, default "pgd"
+        A key of :data:`ATTACKS`.
+    steps : int, default 10
+        PGD's steps.
+    seed : int, default 0
+        Seed of PGD's random start.
+
+    Returns
+    -------
+    tuple of (list of str, numpy.ndarray)
+        ``(names, accuracy)``: the model names in order and ``(M, M)`` float64, ``accuracy[i, j]``
+        model ``j``'s top-1 accuracy on the adversarial images made against model ``i`` (the
+        diagonal: white-box).
+
+    Raises
+    ------
+    AttackError
+        The models take different input sizes (the classes are not checked); a negative ε or
+        ``steps < 1``; an unknown attack; not one label per image; a model without class logits.
+    """
     _check(epsilon, steps)
     names = list(models)
     sizes = {tuple(models[n].spec.img_size) for n in names}

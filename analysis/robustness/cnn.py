@@ -45,14 +45,59 @@ IMAGENET_1K_CNNS = ("resnet50.a1_in1k", "resnet18.a1_in1k", "convnext_tiny.fb_in
 class LoadedCNN(LoadedModel):
     """A CNN classifier, fed like :class:`~analysis.LoadedViT` (the same :class:`LoadedModel`
     fields). Its ``spec`` has no tokens and no layers: only a patch grid (``patch_size``
-    pixels per cell) on which pixel drops and shuffles are placed."""
+    pixels per cell) on which pixel drops and shuffles are placed.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The timm CNN, eval mode, gradients off, on ``device``.
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where the model lives.
+    spec : ViTSpec
+        Its drop grid: ``patch_size`` ``(cell, cell)``, ``grid_size`` ``(gh, gw)``, ``img_size``
+        ``(gh·cell, gw·cell)``; no prefix tokens, layers or heads (``num_layers = 0``).
+    class_names : list of str or None
+        One name per output class, or ``None``.
+    preprocessing : Preprocessing
+        Resize / crop / normalise at ``spec.img_size``.
+    data_config : dict
+        timm's data config it was built from.
+    """
 
 
 def load_cnn(source: str = "demo", *, pretrained: bool = True, patch_size: int | None = None, device=None) -> LoadedCNN:
-    """``"demo"`` (``assets/demo_cnn``, its drop grid the demo ViT's 6 px patches) or
-    ``"demo_textured"`` (``assets/demo_cnn_textured``, the same grid; :data:`DEMO_CNNS`), a timm CNN
-    name (weights from the local cache or the hub; ``pretrained=False`` for random weights),
-    or a folder in timm's hub layout. ``patch_size``: the drop grid's cell (default 16 px)."""
+    """Load a CNN classifier to compare with a ViT under the robustness probes.
+
+    Parameters
+    ----------
+    source : str, default "demo"
+        ``"demo"`` (``assets/demo_cnn``, its drop grid the demo ViT's 6 px patches) or
+        ``"demo_textured"`` (``assets/demo_cnn_textured``, the same grid; :data:`DEMO_CNNS`), a timm
+        CNN name (weights from the local cache or the hub), or a folder in timm's hub layout
+        (``config.json`` and ``model.safetensors``; a ``local-dir:`` prefix is allowed).
+    pretrained : bool, default True
+        For a timm name: ``False`` builds it with (seeded) random weights instead.
+    patch_size : int or None, default None
+        The drop grid's cell in pixels; ``None``, 6 px for the demo CNNs, else 16 px.
+    device : str, torch.device or None, default None
+        Where to put the model; ``None``, the first available of cuda, mps and cpu.
+
+    Returns
+    -------
+    LoadedCNN
+        The model in eval mode with gradients off; its ``spec`` grid is the input size divided
+        by the cell, rounded down (``img_size`` is whole cells).
+
+    Raises
+    ------
+    ModelPathNotFoundError
+        A path-like ``source`` that names nothing.
+    ModelLoadError
+        A bundled demo CNN is missing; timm could not build or load the model; ``source`` is a
+        transformer (use :func:`load_vit`); an unknown ``device``.
+    """
     import timm
 
     demo = source in DEMO_CNNS
@@ -129,8 +174,28 @@ def _cnn_from_folder(timm, folder: Path, config: dict) -> nn.Module:
 def cnn_gradcam(cnn: LoadedCNN, pixels: torch.Tensor, target: int | None = None) -> torch.Tensor:
     """Grad-CAM (Selvaraju et al. 2017) on the CNN's last feature map ``F`` ``(B, C, h, w)``
     (timm's ``forward_features``): ``relu(Σ_c α_c F_c)`` with ``α_c = mean_hw ∂y_target/∂F_c``.
-    ``target``: a class index (``None``: each image's prediction). Returns ``(B, h, w)`` float32
-    at the feature map's own resolution (upsample it to compare with a ViT's patch map)."""
+
+    Parameters
+    ----------
+    cnn : LoadedCNN
+        A timm CNN from :func:`load_cnn` (with ``forward_features`` / ``forward_head``).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    target : int or None, default None
+        The class index explained for every image; ``None``, each image's prediction.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, h, w)`` float32 on the CPU, at the feature map's own resolution (upsample it to
+        compare with a ViT's patch map).
+
+    Raises
+    ------
+    AnalysisError
+        The model has no ``forward_features`` / ``forward_head``; its features are not a
+        ``(B, C, h, w)`` map; ``target`` is not one of its classes.
+    """
     model: Any = cnn.model  # a timm CNN: forward_features / forward_head, read by name
     if not (hasattr(model, "forward_features") and hasattr(model, "forward_head")):
         raise AnalysisError(

@@ -113,7 +113,18 @@ def _package():
 
 
 def corruption_names() -> tuple[str, ...]:
-    """The package's corruptions (``get_corruption_names("all")``: the 15 of ImageNet-C and 4 extra)."""
+    """The package's corruptions (``get_corruption_names("all")``: the 15 of ImageNet-C and 4 extra).
+
+    Returns
+    -------
+    tuple of str
+        The 19 corruption names, in the package's order.
+
+    Raises
+    ------
+    CorruptionsUnavailableError
+        The optional ``imagecorruptions`` package is not installed.
+    """
     return tuple(_package().get_corruption_names("all"))
 
 
@@ -126,14 +137,39 @@ def _check(name: str, severity: int) -> None:
 
 
 def corrupt_image(image, name: str, severity: int, *, seed: int | None = None) -> np.ndarray:
-    """``(H, W, 3)`` uint8: ``image`` (PIL or ``(H, W, 3)`` uint8) corrupted by the package's
-    ``corrupt(image, corruption_name=name, severity=severity)``; ``severity=0`` returns it unchanged.
+    """``image`` corrupted by the package's ``corrupt(image, corruption_name=name, severity=severity)``.
 
     The package's random corruptions (noise, snow, spatter, …) draw from NumPy's global generator:
     with ``seed``, that generator is seeded with it for the call and restored afterwards, so the
     result is reproducible and the caller's random stream is left as it was. ``impulse_noise`` draws
     through scikit-image without a generator (operating-system entropy, whatever NumPy's seed): with
-    ``seed`` it is drawn from ``numpy.random.default_rng(seed)`` instead, the package's rule otherwise."""
+    ``seed`` it is drawn from ``numpy.random.default_rng(seed)`` instead, the package's rule otherwise.
+
+    Parameters
+    ----------
+    image : PIL.Image.Image or numpy.ndarray
+        A PIL image (converted to RGB) or an ``(H, W, 3)`` uint8 array.
+    name : str
+        One of :func:`corruption_names`.
+    severity : int
+        1–5; 0 returns a copy of the image unchanged.
+    seed : int or None, default None
+        Seed of the random corruptions, as above; ``None``, the package's own randomness.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W, 3)`` uint8.
+
+    Raises
+    ------
+    CorruptionsUnavailableError
+        The optional ``imagecorruptions`` package is not installed (also for ``severity=0``: the
+        name is checked against it).
+    CorruptionError
+        ``severity`` outside 0–5 or not whole; an unknown ``name``; the package's corruption fails
+        with the installed libraries.
+    """
     _check(name, severity)
     array = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image, dtype=np.uint8)
     if severity == 0:
@@ -176,10 +212,38 @@ def _seeded_impulse_noise(array: np.ndarray, severity: int, seed: int) -> np.nda
 def model_corruption(
     model: LoadedModel, image, name: str, severity: int, *, seed: int | None = None, protocol: str = "imagenet-c"
 ) -> np.ndarray:
-    """``(H, W, 3)`` uint8: the corrupted image as ``model`` is fed it under ``protocol``
-    (:data:`PROTOCOLS`, the module docstring): ``"imagenet-c"`` corrupts ``model.model_input_image(image)``
-    (``spec.img_size``; pass it to ``model.top1(..., cropped=True)``), ``"native"`` the image itself
-    (pass it to ``model.top1``). ``seed``: as :func:`corrupt_image`'s."""
+    """The corrupted image as ``model`` is fed it under ``protocol`` (:data:`PROTOCOLS`, the module docstring).
+
+    Parameters
+    ----------
+    model : LoadedModel
+        The model whose input crop ``"imagenet-c"`` corrupts (a ViT or a CNN).
+    image : PIL.Image.Image or numpy.ndarray
+        A PIL image or an ``(H, W, 3)`` uint8 array.
+    name : str
+        One of :func:`corruption_names`.
+    severity : int
+        0 (clean) to 5.
+    seed : int or None, default None
+        As :func:`corrupt_image`'s.
+    protocol : str, default "imagenet-c"
+        ``"imagenet-c"`` corrupts ``model.model_input_image(image)`` (``spec.img_size``; pass the
+        result to ``model.top1(..., cropped=True)``); ``"native"`` the image itself (pass it to
+        ``model.top1``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W, 3)`` uint8: ``spec.img_size`` under ``"imagenet-c"``, the image's own size under
+        ``"native"``.
+
+    Raises
+    ------
+    CorruptionError
+        An unknown ``protocol``; as :func:`corrupt_image`.
+    CorruptionsUnavailableError
+        The optional ``imagecorruptions`` package is not installed.
+    """
     _check_protocol(protocol)
     picture = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image, dtype=np.uint8))
     source = model.model_input_image(picture) if protocol == "imagenet-c" else picture
@@ -193,9 +257,24 @@ def _check_protocol(protocol: str) -> None:
 
 @dataclass(frozen=True)
 class CorruptionCurve:
-    """Top-1 accuracy per model, corruption and severity. ``accuracy[m]``: ``(len(corruptions),
-    len(severities))``; a severity-0 column is the clean accuracy. ``scored_against``: ``"labels"``,
-    or ``"clean prediction"`` when no labels were given (each model's own clean prediction is its target)."""
+    """Top-1 accuracy per model, corruption and severity (:func:`corruption_curve`).
+
+    Attributes
+    ----------
+    corruptions : tuple of str
+        The ``C`` corruptions, rows of each accuracy table.
+    severities : tuple of int
+        The ``S`` severities, its columns.
+    accuracy : dict of str to numpy.ndarray
+        Model name -> ``(C, S)`` float64 top-1 accuracy; a severity-0 column is the clean accuracy.
+    images : int
+        How many images were scored.
+    scored_against : str, default "labels"
+        ``"labels"``, or ``"clean prediction"`` when no labels were given (each model's own clean
+        prediction is its target).
+    protocol : str, default "imagenet-c"
+        Where the corruptions were applied (:data:`PROTOCOLS`).
+    """
 
     corruptions: tuple[str, ...]
     severities: tuple[int, ...]
@@ -222,11 +301,42 @@ def corruption_curve(
     ``protocol="imagenet-c"``: each image is corrupted once per (corruption, severity) as each model's
     input crop (models with the same crop share it), then only normalised; ``"native"``: at its own size,
     and every model sees that same corrupted image through its own preprocessing
-    (:func:`model_corruption`). ``labels``: the true classes (indices in every
-    model's classes); without them each model is scored against its own clean prediction. Image ``i``'s
-    random corruptions use seed ``seed + i`` (or ``image_seeds[i]``: a shard of a larger set passes the
-    whole set's seeds), the same for every corruption and severity.
-    ``progress(done, total)`` after each (corruption, severity) (:mod:`analysis.base.progress`).
+    (:func:`model_corruption`).
+
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, ViTs and CNNs alike.
+    images : Sequence
+        PIL images or ``(H, W, 3)`` uint8 arrays; at least one.
+    labels : Sequence of int or None, default None
+        The true classes (indices in every model's classes), one per image; ``None``, each model is
+        scored against its own clean prediction.
+    corruptions : Sequence of str, default FAST_CORRUPTIONS
+        Names from :func:`corruption_names`.
+    severities : Sequence of int, default SEVERITIES
+        Each in 0–5 (0, the clean image).
+    seed : int, default 0
+        Image ``i``'s random corruptions use seed ``seed + i``, the same for every corruption and severity.
+    image_seeds : Sequence of int or None, default None
+        One seed per image instead of ``seed + i`` (a shard of a larger set passes the whole set's seeds).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each (corruption, severity) (:mod:`analysis.base.progress`).
+    protocol : str, default "imagenet-c"
+        Where the corruptions are applied (:data:`PROTOCOLS`).
+
+    Returns
+    -------
+    CorruptionCurve
+        ``accuracy[name]`` ``(len(corruptions), len(severities))`` per model.
+
+    Raises
+    ------
+    CorruptionError
+        No images; labels given but not one per image; ``image_seeds`` not one per image; an unknown
+        ``protocol``, corruption or severity; a corruption that fails with the installed libraries.
+    CorruptionsUnavailableError
+        The optional ``imagecorruptions`` package is not installed.
     """
     if not images or (labels is not None and len(labels) != len(images)):
         raise CorruptionError(
@@ -281,10 +391,29 @@ def corruption_curve(
 
 
 def corruption_errors(curve: CorruptionCurve, baseline: str) -> dict[str, tuple[np.ndarray, float]]:
-    """``{model: (CE per corruption (len(corruptions),), mCE)}`` relative to ``baseline`` (a model of
-    ``curve``): ``CE_c = Σ_{s≥1} (1 − acc_{s,c}) / Σ_{s≥1} (1 − acc^{baseline}_{s,c})``, ``mCE`` their mean
+    """Corruption errors relative to ``baseline``:
+    ``CE_c = Σ_{s≥1} (1 − acc_{s,c}) / Σ_{s≥1} (1 − acc^{baseline}_{s,c})``, ``mCE`` their mean
     (Hendrycks & Dietterich 2019; severity 0, the clean image, is left out). The baseline's own CE is 1.
-    A corruption the baseline never gets wrong has no CE (NaN), left out of the mean."""
+    A corruption the baseline never gets wrong has no CE (NaN), left out of the mean.
+
+    Parameters
+    ----------
+    curve : CorruptionCurve
+        A :func:`corruption_curve` result with at least one severity in 1–5.
+    baseline : str
+        One of ``curve``'s models (the comparison CNN, in place of the paper's AlexNet).
+
+    Returns
+    -------
+    dict of str to tuple of (numpy.ndarray, float)
+        ``{model: (CE, mCE)}`` for every model of ``curve``: ``CE`` ``(len(corruptions),)`` float64
+        (NaN where the baseline makes no error), ``mCE`` a float (NaN when no CE is finite).
+
+    Raises
+    ------
+    CorruptionError
+        ``baseline`` is not a model of ``curve``; the curve has no severity 1–5.
+    """
     if baseline not in curve.accuracy:
         raise CorruptionError(f"No baseline {baseline!r} in the curve: choose one of {', '.join(curve.accuracy)}.")
     graded = np.asarray(curve.severities) >= 1

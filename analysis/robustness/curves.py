@@ -43,15 +43,38 @@ SET_LEVELS = {
 
 @dataclass(frozen=True)
 class RobustnessCurve:
-    """One value per level. ``score``: top-1 accuracy against ``labels``, or, without labels,
-    agreement with the clean prediction (``metric`` says which). ``probability``: mean softmax
-    probability of the label (or the clean prediction). ViT only (NaN otherwise):
-    ``attention_distance`` (mean over layers, heads and images, input pixels) and
-    ``rollout_entropy`` (nats, of the class-token rollout normalised over the patches); under
-    token drop both are of the shorter sequence, over the patches that remain. A windowed
-    model (Swin, SAM) has ``attention_distance``, each layer on its own stage grid
+    """One value per level of one perturbation, averaged over an image set (:func:`robustness_curve`).
+
+    ViT only (NaN otherwise, and with ``attention=False``): ``attention_distance`` and
+    ``rollout_entropy``; under token drop both are of the shorter sequence, over the patches that
+    remain (NaN at a level that drops every patch). A windowed model (Swin, SAM) has
+    ``attention_distance``, each layer on its own stage grid
     (:func:`~analysis.mean_attention_distance`, averaged over every layer's own heads), and
-    ``rollout_entropy`` NaN (no class-token rollout across its windows and stages)."""
+    ``rollout_entropy`` NaN (no class-token rollout across its windows and stages).
+
+    Attributes
+    ----------
+    perturbation : str
+        The key of :data:`PERTURBATIONS` measured.
+    levels : tuple of float
+        The ``S`` levels, in the order given.
+    metric : str
+        ``"accuracy"`` (top-1 against ``labels``) or ``"agreement"`` (with the clean prediction,
+        without labels).
+    score : numpy.ndarray
+        ``(S,)`` float64: top-1 accuracy against the labels, or agreement with the clean prediction
+        (``metric`` says which).
+    probability : numpy.ndarray
+        ``(S,)`` float64: mean probability of the label (or the clean prediction), by the model's
+        own rule (softmax for a classifier).
+    attention_distance : numpy.ndarray
+        ``(S,)`` float64: mean attention distance in input pixels, over layers, heads and images.
+    rollout_entropy : numpy.ndarray
+        ``(S,)`` float64: entropy in nats of the class-token rollout normalised over the patches,
+        mean over images.
+    images : int
+        How many images were scored.
+    """
 
     perturbation: str
     levels: tuple[float, ...]
@@ -75,11 +98,43 @@ def perturb(
     mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(pixels', dropped token indices or None)`` for one image batch at one level.
-    ``selection``, ``saliency`` and ``mask`` choose the dropped patches (:func:`patch_drop_indices`).
 
     Every perturbation but token drop is a function of the pixels and the patch grid only
     (``vit.spec.patch_size``, ``vit.spec.grid_size``: a windowed model's stem patches), so a
-    ViT, a Swin, SAM or a CNN with the same grid get the same pixels."""
+    ViT, a Swin, SAM or a CNN with the same grid get the same pixels.
+
+    Parameters
+    ----------
+    vit : LoadedViT or LoadedCNN
+        The model whose ``spec`` defines the patch grid.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed images.
+    perturbation : str
+        A key of :data:`PERTURBATIONS`.
+    level : float
+        The level (:data:`PERTURBATIONS` says what it means; a shuffle's is a whole grid size).
+    seed : int, default 0
+        Seed of random drops, shuffles and noise.
+    selection : str, default "random"
+        With ``saliency`` and ``mask``, chooses the dropped patches (:func:`patch_drop_indices`,
+        :data:`DROP_SELECTIONS`).
+    saliency : array-like or None, default None
+        Per-patch saliency for the ``"most_salient"`` / ``"least_salient"`` selections.
+    mask : array-like or None, default None
+        The object's ``(gh, gw)`` patch mask for the ``"foreground"`` / ``"background"`` selections.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor or None)
+        The ``(B, 3, H, W)`` perturbed pixels (for ``"token_drop"``: ``pixels`` itself) and, for
+        ``"token_drop"`` only, the patch indices to drop (for :func:`token_drop`), else ``None``.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``perturbation``; a bad drop ``level`` / ``selection`` / ``saliency`` / ``mask``;
+        a shuffle grid that does not split the patch grid into whole patches.
+    """
     spec = vit.spec
     if perturbation in ("pixel_drop", "token_drop"):
         indices = patch_drop_indices(spec, level, selection=selection, seed=seed, saliency=saliency, mask=mask)
@@ -113,10 +168,41 @@ def robustness_curve(
     """Score ``vit`` (a :class:`~analysis.LoadedViT`, or a CNN from :func:`load_cnn`) on every
     image at every level of ``perturbation`` (:data:`PERTURBATIONS`).
 
-    images: paths, bytes, PIL images or preprocessed ``(3, H, W)`` tensors. Image ``i`` at any
-    level uses seed ``seed + i``, so random drops and shuffles are reproducible. Images are
-    processed one at a time (``progress(done, total)`` after each), so memory does not grow
-    with the set. ``attention=False`` skips the attention summary (faster).
+    Image ``i`` at any level uses seed ``seed + i``, so random drops and shuffles are
+    reproducible. Images are processed one at a time, so memory does not grow with the set.
+
+    Parameters
+    ----------
+    vit : LoadedViT or LoadedCNN
+        A classifier (a model without a class head is refused).
+    images : Sequence
+        Paths, bytes, PIL images or preprocessed ``(3, H, W)`` tensors.
+    perturbation : str
+        A key of :data:`PERTURBATIONS`.
+    levels : Sequence of float
+        The levels to measure, e.g. :data:`SET_LEVELS` ``[perturbation]``; shuffle levels are whole
+        grid sizes.
+    labels : Sequence of int or None, default None
+        One class index per image: the score is accuracy; ``None``, agreement with the clean
+        prediction.
+    seed : int, default 0
+        Image ``i`` uses ``seed + i``.
+    attention : bool, default True
+        ``False`` skips the attention summary (faster; its values are then NaN).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each image.
+
+    Returns
+    -------
+    RobustnessCurve
+        One value per level, averaged over the images.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``perturbation``; no levels or no images; as many labels as images not given, or
+        a label out of range; a shuffle level that is not a whole grid size (or does not divide the
+        patch grid); token drop on a model that cannot drop tokens; a model without a class head.
     """
     if perturbation not in PERTURBATIONS:
         raise AnalysisError(f"perturbation must be one of {', '.join(PERTURBATIONS)}, got {perturbation!r}.")

@@ -22,8 +22,16 @@ __all__ = ["DroppedTokenPass", "token_drop_attention", "kept_rollout", "kept_att
 class DroppedTokenPass:
     """One forward pass with tokens dropped.
 
-    attentions: ``(L, B, heads, T', T')`` float32 over the kept tokens ``kept`` (``(T',)``
-    indices into the full sequence: the prefix tokens, then the kept patches in order).
+    Attributes
+    ----------
+    logits : torch.Tensor
+        ``(B, classes)`` float32 on the CPU.
+    attentions : torch.Tensor
+        ``(L, B, heads, T', T')`` float32 on the CPU, every layer's attention over the kept tokens.
+    kept : torch.Tensor
+        ``(T',)`` int64 indices into the full sequence: the prefix tokens, then the kept patches in order.
+    spec : ViTSpec
+        The spec of the input (full sequence, before the drop).
     """
 
     logits: torch.Tensor
@@ -36,7 +44,28 @@ def token_drop_attention(vit, pixels: torch.Tensor, indices) -> DroppedTokenPass
     """Logits and every layer's attention of ``vit`` on ``pixels`` ``(B, 3, H, W)`` with the
     patch tokens ``indices`` removed after the position embedding (this thread, one call).
     Refused, with the reason, where token drop is not defined (:func:`check_token_drop`:
-    CNNs, windowed models, positions that are not a learned absolute table)."""
+    CNNs, windowed models, positions that are not a learned absolute table).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A ViT from :func:`load_vit` with a learned absolute position embedding.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    indices : array-like of int
+        Row-major patch indices to drop (e.g. :func:`patch_drop_indices`'s).
+
+    Returns
+    -------
+    DroppedTokenPass
+        Float32 logits and every layer's attention over the ``T'`` kept tokens.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`check_token_drop`; ``pixels`` does not fit the model; a layer's attention was
+        never computed during the forward.
+    """
     check_token_drop(vit)
     spec = input_spec(vit, pixels)
     dropped = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
@@ -64,7 +93,28 @@ def kept_rollout(passed: DroppedTokenPass, *, head_fusion: str = "mean", discard
     """Rollout ``R = Â_L ⋯ Â_1`` (:func:`~analysis.attention.rollout_rules.rollout_step`) of the shorter
     sequence; the class token's row (without one: the mean over kept patch queries) over the
     kept patches, scattered onto the ``(B, gh, gw)`` grid, NaN where a patch was dropped.
-    With nothing dropped it equals :func:`~analysis.attention_rollout`."""
+    With nothing dropped it equals :func:`~analysis.attention_rollout`.
+
+    Parameters
+    ----------
+    passed : DroppedTokenPass
+        A pass of :func:`token_drop_attention`, attentions ``(L, B, heads, T', T')``.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity
+        is mixed in.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw)`` float32 on ``spec.grid_size``, NaN at the dropped patches.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``head_fusion``; ``discard_ratio`` outside ``[0, 1)``.
+    """
     spec = passed.spec
     rollout = None
     for attention in passed.attentions:  # (B, heads, T', T')
@@ -86,7 +136,18 @@ def kept_attention_distance(passed: DroppedTokenPass) -> torch.Tensor:
     """Mean attention distance (input pixels) of the shorter sequence, ``(L, heads)`` float64:
     for each kept patch query, ``Σ_k w_qk·‖c_q − c_k‖`` over the kept patch keys (``w``
     renormalised over them), averaged over kept queries and images. Patches keep their
-    original centres. With nothing dropped it equals :func:`~analysis.mean_attention_distance`."""
+    original centres. With nothing dropped it equals :func:`~analysis.mean_attention_distance`.
+
+    Parameters
+    ----------
+    passed : DroppedTokenPass
+        A pass of :func:`token_drop_attention`, attentions ``(L, B, heads, T', T')``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(L, heads)`` float64, in input pixels.
+    """
     spec = passed.spec
     patches = spec.split_prefix(passed.kept, 0, dropped=True)[1] - spec.num_prefix_tokens  # (N',)
     distances = patch_distance_matrix(spec)[patches][:, patches]  # (N', N')

@@ -62,13 +62,18 @@ class ProbeError(AnalysisError):
 
 @dataclass(frozen=True)
 class ImageFolderSet:
-    """A labelled image set read from a folder with one subfolder per class.
+    """A labelled image set read from a folder with one subfolder per class (:func:`load_image_folder`).
 
-    Attributes:
-        images: the decoded RGB images, class by class (subfolders in sorted order, files sorted).
-        labels: the index of each image's class in ``class_names``.
-        class_names: the subfolder names, sorted.
-        paths: each image's file.
+    Attributes
+    ----------
+    images : list of PIL.Image.Image
+        The decoded RGB images, class by class (subfolders in sorted order, files sorted).
+    labels : list of int
+        The index of each image's class in ``class_names``.
+    class_names : list of str
+        The subfolder names, sorted.
+    paths : list of pathlib.Path
+        Each image's file.
     """
 
     images: list
@@ -81,16 +86,28 @@ class ImageFolderSet:
 class LinearProbeCurve:
     """Linear-probe accuracy by depth for one model.
 
-    Attributes:
-        layers: model layer index of each entry of ``accuracy``.
-        accuracy: ``(len(layers),)`` test accuracy of the probe on each block's token.
-        concat_k: the ``k`` of each entry of ``concat_accuracy``.
-        concat_accuracy: ``(len(concat_k),)`` test accuracy on the last ``k`` blocks' tokens concatenated.
-        model_accuracy: the model's own top-1 accuracy on the test split (``None`` for a headless model or
-            when its classes are not the labels'; pass ``model_labels=False`` to skip it).
-        feature: ``"class token"`` or ``"mean patch token"``.
-        train_indices / test_indices: which images fitted the probe and which scored it (disjoint).
-        ridge: the ridge penalty λ.
+    Attributes
+    ----------
+    layers : tuple of int
+        Model layer index of each entry of ``accuracy``.
+    accuracy : numpy.ndarray
+        ``(len(layers),)`` float64 test accuracy of the probe on each block's token.
+    concat_k : tuple of int
+        The ``k`` of each entry of ``concat_accuracy`` (those of the request between 1 and the number
+        of blocks).
+    concat_accuracy : numpy.ndarray
+        ``(len(concat_k),)`` float64 test accuracy on the last ``k`` blocks' tokens concatenated.
+    model_accuracy : float or None
+        The model's own top-1 accuracy on the test split (``None`` for a headless model or
+        when its classes are not the labels'; pass ``model_labels=False`` to skip it).
+    feature : str
+        ``"class token"`` or ``"mean patch token"``.
+    train_indices : numpy.ndarray
+        Sorted int64 indices of the images that fitted the probe.
+    test_indices : numpy.ndarray
+        Sorted int64 indices of the images that scored it (disjoint from ``train_indices``).
+    ridge : float
+        The ridge penalty λ.
     """
 
     layers: tuple[int, ...]
@@ -107,8 +124,25 @@ class LinearProbeCurve:
 def load_image_folder(folder: str | os.PathLike, *, max_per_class: int | None = None) -> ImageFolderSet:
     """The images of ``folder``'s class subfolders (``folder/<class>/<image>``), labelled by subfolder.
 
-    Raises:
-        ProbeError: the folder does not exist, has no class subfolders, or they hold no images.
+    Class subfolders are the non-hidden subfolders, sorted; images are the files ending in
+    ``.png``, ``.jpg``, ``.jpeg``, ``.webp``, ``.bmp`` or ``.gif``, sorted.
+
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        The root folder (``~`` expanded).
+    max_per_class : int or None, default None
+        Keep at most the first this many images of each class; ``None``, all.
+
+    Returns
+    -------
+    ImageFolderSet
+        The decoded images with their labels, class names and paths.
+
+    Raises
+    ------
+    ProbeError
+        The folder does not exist, has no class subfolders, or they hold no images.
     """
     root = Path(folder).expanduser()
     if not root.is_dir():
@@ -132,11 +166,27 @@ def load_image_folder(folder: str | os.PathLike, *, max_per_class: int | None = 
 
 
 def split_indices(count: int, test_share: float = 0.5, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, test)``: disjoint sorted index arrays covering ``range(count)``, the test part
-    ``round(test_share · count)`` images drawn by a permutation seeded with ``seed``.
+    """A seeded split of ``range(count)`` into a training and a test part.
 
-    Raises:
-        ProbeError: a test share outside (0, 1), or fewer than one image on either side.
+    Parameters
+    ----------
+    count : int
+        How many images.
+    test_share : float, default 0.5
+        Share of the images in the test part, strictly between 0 and 1.
+    seed : int, default 0
+        Seed of the permutation that draws the test part.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray)
+        ``(train, test)``: disjoint sorted int64 index arrays covering ``range(count)``, the test part
+        ``round(test_share · count)`` images.
+
+    Raises
+    ------
+    ProbeError
+        A test share outside (0, 1), or fewer than one image on either side.
     """
     if not 0 < float(test_share) < 1:
         raise ProbeError(f"test_share={test_share!r}: the test part is a share of the images strictly between 0 and 1.")
@@ -148,8 +198,18 @@ def split_indices(count: int, test_share: float = 0.5, *, seed: int = 0) -> tupl
 
 
 def probe_feature(spec) -> str:
-    """The token :func:`block_features` reads for a model of ``spec``: ``"class token"``, or ``"mean
-    patch token"`` (no class token, or a windowed model's stage grid)."""
+    """The token :func:`block_features` reads for a model of ``spec``.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's geometry.
+
+    Returns
+    -------
+    str
+        ``"class token"``, or ``"mean patch token"`` (no class token, or a windowed model's stage grid).
+    """
     return "class token" if spec.has_class_token else "mean patch token"
 
 
@@ -161,12 +221,36 @@ def block_features(
     batch_size: int = 64,
     progress: Progress | None = None,
 ) -> tuple[tuple[int, ...], list[torch.Tensor], torch.Tensor]:
-    """``(layers, features, logits)``: per block ``l``, ``(N, D_l)`` float32 features of ``images`` (PIL)
-    from its output: the class token when the model has one, else the mean patch token (a windowed
-    model: the mean over its stage grid); and the model's ``(N, outputs)`` logits (``(N, 0)`` headless).
+    """Each block's output token of every image, and the model's logits, read in batches.
 
-    Raises:
-        ProbeError: no images.
+    The feature of block ``l`` is its output's class token when the model has one, else the mean
+    patch token (a windowed model: the mean over its stage grid).
+
+    Parameters
+    ----------
+    model : LoadedViT
+        A ViT or a windowed model (Swin, SAM); a model without blocks (a CNN) is refused.
+    images : Sequence
+        ``N`` PIL images, each fed through ``model.preprocess``.
+    layers : Sequence of int or None, default None
+        Model layer indices (negative count from the end), in the order asked; ``None``, all, increasing.
+    batch_size : int, default 64
+        Images per forward pass.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` (images read, ``N``) after each batch.
+
+    Returns
+    -------
+    tuple of (tuple of int, list of torch.Tensor, torch.Tensor)
+        ``(layers, features, logits)``: the layers read; per layer ``(N, D_l)`` float32 features on
+        the CPU; the model's ``(N, outputs)`` float32 logits (``(N, 0)`` for a headless model).
+
+    Raises
+    ------
+    ProbeError
+        No images; a model without transformer blocks.
+    AnalysisError
+        A layer the model does not have.
     """
     if not len(images):
         raise ProbeError("No images: give at least one image per class.")
@@ -206,7 +290,22 @@ def _pooled(tokens: torch.Tensor, spec) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class RidgeProbe:
-    """A fitted closed-form ridge probe: ``scores = ((x − mean) / std) · weight + bias``."""
+    """A fitted closed-form ridge probe (:func:`fit_ridge_probe`): ``scores = ((x − mean) / std) · weight + bias``,
+    the predicted class ``classes[argmax scores]`` (:meth:`predict`).
+
+    Attributes
+    ----------
+    mean : torch.Tensor
+        ``(D,)`` float64, the training features' mean.
+    std : torch.Tensor
+        ``(D,)`` float64, their standard deviation (population, at least ``1e-8``).
+    weight : torch.Tensor
+        ``(D, K)`` float64, ``W``.
+    bias : torch.Tensor
+        ``(K,)`` float64, the one-hot targets' mean.
+    classes : torch.Tensor
+        ``(K,)`` int64, the distinct training labels, sorted.
+    """
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -225,8 +324,24 @@ def fit_ridge_probe(features: torch.Tensor, labels, *, ridge: float = 1.0) -> Ri
     ``W = (XᵀX + λI)⁻¹ XᵀY`` on standardised, centred features ``X`` ``(n, D)`` and centred one-hot
     targets ``Y`` ``(n, K)``, the bias the targets' mean. ``K`` runs over the distinct labels.
 
-    Raises:
-        ProbeError: a negative penalty, or a label count that does not match the features.
+    Parameters
+    ----------
+    features : torch.Tensor
+        ``(n, D)`` training features (any real dtype; array-likes are accepted).
+    labels : array-like of int
+        ``(n,)`` the class of each row.
+    ridge : float, default 1.0
+        The penalty λ, 0 or more.
+
+    Returns
+    -------
+    RidgeProbe
+        The fitted probe, in float64.
+
+    Raises
+    ------
+    ProbeError
+        A negative penalty, features that are not 2-D, or a label count that does not match the rows.
     """
     if not float(ridge) >= 0:
         raise ProbeError(f"ridge={ridge!r}: the penalty λ is 0 or more.")
@@ -248,16 +363,55 @@ def fit_ridge_probe(features: torch.Tensor, labels, *, ridge: float = 1.0) -> Ri
 def probe_accuracy(
     train_features: torch.Tensor, train_labels, test_features: torch.Tensor, test_labels, *, ridge: float = 1.0
 ) -> float:
-    """Test accuracy of a ridge probe (:func:`fit_ridge_probe`) fitted on the training features."""
+    """Test accuracy of a ridge probe (:func:`fit_ridge_probe`) fitted on the training features.
+
+    Parameters
+    ----------
+    train_features : torch.Tensor
+        ``(n, D)`` features the probe is fitted on.
+    train_labels : array-like of int
+        ``(n,)`` their classes.
+    test_features : torch.Tensor
+        ``(m, D)`` features it is scored on.
+    test_labels : array-like of int
+        ``(m,)`` their classes.
+    ridge : float, default 1.0
+        The penalty λ, 0 or more.
+
+    Returns
+    -------
+    float
+        The share of test rows predicted right, in ``[0, 1]``.
+
+    Raises
+    ------
+    ProbeError
+        As :func:`fit_ridge_probe`.
+    """
     probe = fit_ridge_probe(train_features, train_labels, ridge=ridge)
     truth = torch.as_tensor(list(test_labels)).long()
     return float((probe.predict(torch.as_tensor(test_features)) == truth).double().mean())
 
 
 def folder_labels(model, folder: ImageFolderSet, model_labels: bool = True) -> tuple[list, list[int], bool]:
-    """``(images, labels, model_labels)`` of a folder: the labels are the model's own class indices when
-    ``model_labels`` and every subfolder is named after one of the model's classes (then the model's own
-    accuracy can be reported, and the third value is True), else the subfolder indices."""
+    """The images and labels of a folder, labelled in the model's own classes where they can be.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        The model whose ``class_names`` the subfolders are matched against.
+    folder : ImageFolderSet
+        The labelled folder.
+    model_labels : bool, default True
+        Try the model's own class indices; ``False``, always the subfolder indices.
+
+    Returns
+    -------
+    tuple of (list, list of int, bool)
+        ``(images, labels, model_labels)``: the labels are the model's own class indices when
+        ``model_labels`` and every subfolder is named after one of the model's classes (then the model's
+        own accuracy can be reported, and the third value is True), else the subfolder indices.
+    """
     names = list(getattr(model, "class_names", None) or [])
     if model_labels and names and all(name in names for name in folder.class_names):
         return folder.images, [names.index(folder.class_names[label]) for label in folder.labels], True
@@ -280,12 +434,41 @@ def linear_probe_curve(
     :class:`ImageFolderSet` with ``labels=None``): each block's token (:func:`block_features`), the probe
     fitted on a seeded training split and scored on the disjoint test split (:func:`split_indices`),
     and the last ``k`` blocks' tokens concatenated for each ``k`` in ``concat_k`` (those up to the
-    number of blocks). ``model_labels``: the labels are indices in the model's own classes, so its own
-    accuracy on the test split is reported beside the probe's (a folder: when its subfolders are named
-    after the model's classes).
+    number of blocks).
 
-    Raises:
-        ProbeError: no images, labels that do not match, too few images to split.
+    Parameters
+    ----------
+    model : LoadedViT
+        A ViT or a windowed model (Swin, SAM); not a CNN.
+    images : Sequence or ImageFolderSet
+        PIL images, or an :class:`ImageFolderSet` (then ``labels`` is ignored and taken from the folder,
+        :func:`folder_labels`).
+    labels : Sequence of int or None
+        One class per image; ``None`` only with an :class:`ImageFolderSet`.
+    test_share : float, default 0.5
+        Share of the images in the test split, strictly between 0 and 1.
+    concat_k : Sequence of int, default (2, 4)
+        Each ``k``: the probe on the last ``k`` blocks' tokens concatenated.
+    ridge : float, default 1.0
+        The ridge penalty λ, 0 or more.
+    seed : int, default 0
+        Seed of the split.
+    model_labels : bool, default True
+        The labels are indices in the model's own classes, so its own accuracy on the test split is
+        reported beside the probe's (a folder: when its subfolders are named after the model's classes).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` while the features are read (:func:`block_features`).
+
+    Returns
+    -------
+    LinearProbeCurve
+        The probe's accuracy per block and per concatenation, and the split.
+
+    Raises
+    ------
+    ProbeError
+        No images, labels that do not match, too few images to split, a model without blocks, a
+        negative ``ridge``.
     """
     if isinstance(images, ImageFolderSet):
         images, labels, model_labels = folder_labels(model, images, model_labels)
@@ -323,11 +506,41 @@ def probe_curve(
 ) -> LinearProbeCurve:
     """:func:`linear_probe_curve` from features already read: ``layers`` and ``features`` (per block
     ``(N, D_l)``) and ``logits`` ``(N, outputs)`` as :func:`block_features` gives them (for example
-    gathered from the ranks of a ``torchrun`` job), ``labels`` ``(N,)``, ``feature`` the token's name
-    (``"class token"`` or ``"mean patch token"``).
+    gathered from the ranks of a ``torchrun`` job).
 
-    Raises:
-        ProbeError: labels that do not match the features, too few images to split.
+    Parameters
+    ----------
+    layers : Sequence of int
+        The model layer index of each entry of ``features``.
+    features : Sequence of torch.Tensor
+        Per block, ``(N, D_l)`` features.
+    logits : torch.Tensor
+        ``(N, outputs)`` the model's logits (``(N, 0)`` for a headless model).
+    labels : Sequence of int
+        ``(N,)`` one class per image.
+    feature : str
+        The token's name, ``"class token"`` or ``"mean patch token"`` (:func:`probe_feature`).
+    test_share : float, default 0.5
+        Share of the images in the test split, strictly between 0 and 1.
+    concat_k : Sequence of int, default (2, 4)
+        Each ``k``: the probe on the last ``k`` blocks' features concatenated (those up to the number of
+        blocks).
+    ridge : float, default 1.0
+        The ridge penalty λ, 0 or more.
+    seed : int, default 0
+        Seed of the split.
+    model_labels : bool, default True
+        Report the model's own test accuracy (when its logits cover every label).
+
+    Returns
+    -------
+    LinearProbeCurve
+        The probe's accuracy per block and per concatenation, and the split.
+
+    Raises
+    ------
+    ProbeError
+        Labels that do not match the features, too few images to split, a negative ``ridge``.
     """
     if len(labels) != int(logits.shape[0]) or any(int(f.shape[0]) != len(labels) for f in features):
         raise ProbeError(
@@ -378,7 +591,39 @@ def linear_probe_curves(
     progress: Progress | None = None,
 ) -> dict[str, LinearProbeCurve]:
     """:func:`linear_probe_curve` for several models (``{name: loaded model}``) on the same images and the
-    same split, side by side."""
+    same split, side by side.
+
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, ViTs or windowed models; at least one.
+    images : Sequence
+        PIL images.
+    labels : Sequence of int or None, default None
+        One class per image (needed: ``None`` is refused).
+    test_share : float, default 0.5
+        Share of the images in the test split, strictly between 0 and 1.
+    concat_k : Sequence of int, default (2, 4)
+        Each ``k``: the probe on the last ``k`` blocks' tokens concatenated.
+    ridge : float, default 1.0
+        The ridge penalty λ, 0 or more.
+    seed : int, default 0
+        Seed of the split, the same for every model.
+    model_labels : bool, default True
+        The labels are indices in the models' own classes (each model's own accuracy is reported).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)``, each model one equal share of the total.
+
+    Returns
+    -------
+    dict of str to LinearProbeCurve
+        One curve per model, by name.
+
+    Raises
+    ------
+    ProbeError
+        No models; as :func:`linear_probe_curve`.
+    """
     if not models:
         raise ProbeError("No models: give at least one {name: model}.")
     curves = {}

@@ -49,7 +49,39 @@ def patch_drop_indices(
 ) -> torch.Tensor:
     """Row-major indices of the patches to drop: ``round(fraction · n)`` of the ``n``
     candidates (all patches, or the object's / the background's patches), chosen by
-    ``selection`` (:data:`DROP_SELECTIONS`). Ties in saliency keep patch order."""
+    ``selection`` (:data:`DROP_SELECTIONS`). Ties in saliency keep patch order.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's geometry; its ``grid_size`` ``(gh, gw)`` holds the ``gh·gw`` patches.
+    fraction : float
+        Fraction in ``[0, 1]`` of the candidates to drop.
+    selection : str, default "random"
+        One of :data:`DROP_SELECTIONS`: ``"random"`` (seeded), ``"most_salient"`` /
+        ``"least_salient"`` (needs ``saliency``), ``"foreground"`` / ``"background"`` (needs
+        ``mask``; the fraction is then of that region).
+    seed : int, default 0
+        Seed of the random choice (``"random"``, ``"foreground"``, ``"background"``).
+    saliency : array-like or None, default None
+        A saliency map with one value per patch, e.g. ``(gh, gw)`` from ``explain`` or rollout.
+    mask : array-like or None, default None
+        The object's ``(gh, gw)`` boolean patch mask (any shape with ``gh·gw`` values).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(round(fraction · n),)`` int64 row-major patch indices: sorted ascending for
+        ``"random"`` / ``"foreground"`` / ``"background"``, in saliency order (most or least
+        salient first) for the saliency selections.
+
+    Raises
+    ------
+    AnalysisError
+        ``fraction`` outside ``[0, 1]``; an unknown ``selection``; a saliency selection without
+        ``saliency`` or with a map of the wrong size; a region selection without ``mask`` or
+        with a mask of the wrong size.
+    """
     fraction = _check_fraction(fraction)
     if selection not in DROP_SELECTIONS:
         raise AnalysisError(f"selection must be one of {', '.join(DROP_SELECTIONS)}, got {selection!r}.")
@@ -78,7 +110,24 @@ def patch_drop_indices(
 
 def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, fill: float = 0.0) -> torch.Tensor:
     """``(B, 3, H, W)`` copy with the patches ``indices`` set to ``fill`` (0 in normalised
-    space: the dataset mean colour). Works for any model, CNNs included."""
+    space: the dataset mean colour). Works for any model, CNNs included.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` normalised model input.
+    spec : ViTSpec
+        The geometry that defines the patches (``grid_size``, ``patch_size``).
+    indices : torch.Tensor
+        Row-major patch indices to drop, e.g. :func:`patch_drop_indices`'s.
+    fill : float, default 0.0
+        The value written into the dropped patches' pixels (all channels).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, 3, H, W)``, the dtype and device of ``pixels``; ``pixels`` itself is unchanged.
+    """
     dropped = patch_pixel_mask(
         patch_grid([indices], spec.grid_size)[0], spec.patch_size, (pixels.shape[-2], pixels.shape[-1])
     )  # (H, W)
@@ -87,7 +136,26 @@ def drop_pixels(pixels: torch.Tensor, spec: ViTSpec, indices: torch.Tensor, *, f
 
 def check_token_drop(vit):
     """The module after which :func:`token_drop` removes tokens, or a typed error saying why
-    this model cannot drop tokens (a CNN; a windowed model; RoPE or relative positions)."""
+    this model cannot drop tokens (a CNN; a windowed model; RoPE or relative positions).
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A model from :func:`load_vit` (anything else is refused).
+
+    Returns
+    -------
+    torch.nn.Module
+        The model's ``patch_drop`` module (timm's ``VisionTransformer``), which runs right after
+        the position embedding.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model (Swin, SAM); an object without ``model`` / ``spec`` or a model without
+        ``blocks`` (a CNN); a model without ``patch_drop``, without a learned absolute position
+        embedding, or not of the ``VisionTransformer`` family.
+    """
     model = getattr(vit, "model", None)
     spec = getattr(vit, "spec", None)
     require_global_attention(
@@ -116,7 +184,27 @@ def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
     ``indices`` right after the position embedding (the paper's protocol); prefix tokens are
     kept. Needs a ViT with an absolute position embedding added before the blocks (timm's
     ``VisionTransformer``: ViT, DeiT, DINOv2, SigLIP, ...): with RoPE or relative-position
-    bias the remaining tokens' positions would be wrong, so those are refused."""
+    bias the remaining tokens' positions would be wrong, so those are refused.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A ViT from :func:`load_vit` that :func:`check_token_drop` accepts.
+    indices : torch.Tensor
+        Row-major patch indices to drop (e.g. :func:`patch_drop_indices`'s); none at all leaves
+        the forward unchanged.
+
+    Yields
+    ------
+    None
+        Nothing; the drop applies to the forwards run inside the ``with`` block.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`check_token_drop`; inside the block, a forward whose sequence after the position
+        embedding does not have the ``T`` tokens of ``vit.spec``.
+    """
     check_token_drop(vit)
     spec = vit.spec
     keep_patches = torch.ones(spec.num_patches, dtype=torch.bool)
@@ -135,14 +223,47 @@ def token_drop(vit, indices: torch.Tensor) -> Iterator[None]:
 
 
 def shuffle_grids(spec: ViTSpec) -> list[int]:
-    """Shuffle grids ``g`` whose ``g x g`` blocks are whole patches: ``g`` divides both sides of the patch grid."""
+    """Shuffle grids ``g`` whose ``g x g`` blocks are whole patches: ``g`` divides both sides of the patch grid.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's geometry (its patch grid ``grid_size``).
+
+    Returns
+    -------
+    list of int
+        Every such ``g``, ascending, from 1.
+    """
     gh, gw = spec.grid_size
     return [g for g in range(1, min(gh, gw) + 1) if gh % g == 0 and gw % g == 0]
 
 
 def shuffle_patches(pixels: torch.Tensor, spec: ViTSpec, grid: int, *, seed: int = 0) -> torch.Tensor:
     """Cut the image into ``grid x grid`` blocks and permute them (seeded; ``grid=1`` returns
-    the pixels unchanged). The same permutation for every image of the batch."""
+    the pixels unchanged). The same permutation for every image of the batch.
+
+    Parameters
+    ----------
+    pixels : torch.Tensor
+        ``(B, C, H, W)`` images.
+    spec : ViTSpec
+        The geometry whose patch grid the blocks must tile in whole patches.
+    grid : int
+        Blocks per side; one of :func:`shuffle_grids`'s.
+    seed : int, default 0
+        Seed of the permutation.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)``, a new tensor (a copy for ``grid=1``).
+
+    Raises
+    ------
+    AnalysisError
+        ``grid`` not an integer ``>= 1``, or not one of :func:`shuffle_grids`'s.
+    """
     grid = check_int("grid", grid, minimum=1)
     allowed = shuffle_grids(spec)
     if grid not in allowed:

@@ -29,7 +29,18 @@ SALIENCY_NAMES = {
 
 def is_last_layer_attention(saliency_name: str) -> bool:
     """Whether a probe's map (its ``saliency_name``) is a windowed model's last-layer attention on
-    that layer's own grid (:data:`SALIENCY_NAMES` ``["windowed"]``), not a rollout over the patch grid."""
+    that layer's own grid (:data:`SALIENCY_NAMES` ``["windowed"]``), not a rollout over the patch grid.
+
+    Parameters
+    ----------
+    saliency_name : str
+        A :class:`Probe`'s ``saliency_name`` (a value of :data:`SALIENCY_NAMES`).
+
+    Returns
+    -------
+    bool
+        ``True`` for the windowed model's last-layer attention.
+    """
     return saliency_name == SALIENCY_NAMES["windowed"]
 
 
@@ -37,7 +48,22 @@ def saliency_description(saliency_name: str, grid: tuple[int, int], image_size: 
     """What a probe's ``(gh, gw)`` map over an ``image_size`` ``(H, W)`` input is, for a caption:
     its ``saliency_name``, and for a windowed model's map (:func:`is_last_layer_attention`) the grid
     it lies on, ``", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across
-    windows and stages)"`` with ``sx = max(1, ⌊W/gw⌋)``."""
+    windows and stages)"`` with ``sx = max(1, ⌊W/gw⌋)``.
+
+    Parameters
+    ----------
+    saliency_name : str
+        The probe's ``saliency_name`` (a value of :data:`SALIENCY_NAMES`).
+    grid : tuple of int
+        ``(gh, gw)``, the map's shape.
+    image_size : tuple of int
+        ``(H, W)`` of the model's input.
+
+    Returns
+    -------
+    str
+        ``saliency_name``, with the grid clause appended for a windowed model's map.
+    """
     if not is_last_layer_attention(saliency_name):
         return saliency_name
     gh, gw = int(grid[0]), int(grid[1])
@@ -50,14 +76,25 @@ def saliency_description(saliency_name: str, grid: tuple[int, int], image_size: 
 
 @dataclass(frozen=True)
 class Probe:
-    """pixels ``(1, 3, H, W)`` as the model saw them (under token drop: the clean pixels);
-    logits ``(1, classes)``; dropped: the removed patch indices (drops only, else None);
-    saliency: ``(gh, gw)`` ViT rollout (NaN at dropped tokens), ``(h, w)`` CNN Grad-CAM, or for
-    a windowed model (Swin, SAM: no rollout across windows and stages) the last layer's
-    attention map on its own grid (``spec.geometry(-1).grid_size``), averaged over every query
-    cell and head (:func:`~analysis.attention.maps.attention_map` with ``query="mean"``):
-    how much attention each cell receives. ``saliency_name`` says which
-    (a value of :data:`SALIENCY_NAMES`)."""
+    """One image under one perturbation level: what :func:`probe` returns.
+
+    Attributes
+    ----------
+    pixels : torch.Tensor
+        ``(1, 3, H, W)`` as the model saw them (under token drop: the clean pixels).
+    logits : torch.Tensor
+        ``(1, classes)`` float32.
+    dropped : torch.Tensor or None
+        The removed patch indices, row-major (pixel and token drops only, else ``None``).
+    saliency : torch.Tensor
+        ``(gh, gw)`` ViT class-token rollout (under token drop: NaN at the dropped tokens),
+        ``(h, w)`` CNN Grad-CAM, or for a windowed model (Swin, SAM: no rollout across windows and
+        stages) the last layer's attention map on its own grid (``spec.geometry(-1).grid_size``),
+        averaged over every query cell and head (:func:`~analysis.attention.maps.attention_map`
+        with ``query="mean"``): how much attention each cell receives.
+    saliency_name : str
+        Which of those ``saliency`` is (a value of :data:`SALIENCY_NAMES`).
+    """
 
     pixels: torch.Tensor
     logits: torch.Tensor
@@ -79,9 +116,42 @@ def probe(
     target: int | None = None,
 ) -> Probe:
     """``model`` (a :class:`~analysis.LoadedViT` or :class:`LoadedCNN`) on one ``(1, 3, H, W)``
-    image under ``perturbation`` at ``level`` (see :func:`~analysis.robustness.perturb`; the
-    selection only matters for drops). ``target``: the CNN's Grad-CAM class (default: its
-    prediction on these pixels)."""
+    image under ``perturbation`` at ``level`` (see :func:`~analysis.robustness.perturb`).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        The model probed.
+    pixels : torch.Tensor
+        ``(1, 3, H, W)`` preprocessed image.
+    perturbation : str
+        A key of :data:`PERTURBATIONS` (``"token_drop"`` needs a ViT :func:`check_token_drop` accepts).
+    level : float
+        The perturbation's level (:data:`PERTURBATIONS` says what it means).
+    seed : int, default 0
+        Seed of random drops, shuffles and noise.
+    selection : str, default "random"
+        Which patches a drop removes (:data:`DROP_SELECTIONS`); only matters for drops.
+    saliency : array-like or None, default None
+        Per-patch saliency for ``"most_salient"`` / ``"least_salient"`` drops
+        (:func:`patch_drop_indices`).
+    mask : array-like or None, default None
+        The object's ``(gh, gw)`` patch mask for ``"foreground"`` / ``"background"`` drops.
+    target : int or None, default None
+        The CNN's Grad-CAM class; ``None``, its prediction on these pixels. Unused for a ViT.
+
+    Returns
+    -------
+    Probe
+        The perturbed input, logits, dropped patches and the model's map.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``perturbation``; token drop on a model that cannot drop tokens; a bad drop
+        ``level`` / ``selection`` / ``saliency`` / ``mask`` (:func:`patch_drop_indices`) or shuffle
+        grid; a Grad-CAM ``target`` out of range.
+    """
     if perturbation == "token_drop":
         check_token_drop(model)
     dropped = None

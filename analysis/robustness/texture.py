@@ -108,7 +108,18 @@ def _flat(mask) -> np.ndarray:
 def sobel_magnitude(grey: np.ndarray) -> np.ndarray:
     """float64 ``(H, W)`` gradient magnitude ``M = √(Gx² + Gy²)`` of a grey image, where ``Gx`` and
     ``Gy`` are the 3×3 Sobel kernels ``[[−1, 0, 1], [−2, 0, 2], [−1, 0, 1]]`` and its transpose applied as
-    a correlation (``G(y, x) = Σ_{i,j∈{−1,0,1}} K(i, j)·I(y+i, x+j)``), the border replicated."""
+    a correlation (``G(y, x) = Σ_{i,j∈{−1,0,1}} K(i, j)·I(y+i, x+j)``), the border replicated.
+
+    Parameters
+    ----------
+    grey : numpy.ndarray
+        ``(H, W)`` grey image, any real dtype (e.g. BT.601 luma in 0–255).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W)`` float64, 0 or more.
+    """
     height, width = grey.shape
     padded = np.pad(grey.astype(np.float64), 1, mode="edge")  # (H+2, W+2)
     gx = np.zeros((height, width))
@@ -127,7 +138,24 @@ def edge_map(image, *, threshold: float = 0.2) -> Image.Image:
     The grey level ``Y`` (BT.601 luma) gives the Sobel magnitude ``M = √(Gx² + Gy²)``
     (:func:`sobel_magnitude`, border replicated); a pixel is an edge, black (0), when
     ``M > 0`` and ``M ≥ threshold · max M`` over the image, and white (255) otherwise. A flat image
-    has no edges (all white). ``threshold`` in ``(0, 1]``.
+    has no edges (all white).
+
+    Parameters
+    ----------
+    image : PIL.Image.Image or numpy.ndarray
+        A PIL image, or an ``(H, W)`` grey or ``(H, W, 3)`` array (clipped to 0–255, as uint8).
+    threshold : float, default 0.2
+        In ``(0, 1]``: the fraction of the largest gradient magnitude that makes an edge.
+
+    Returns
+    -------
+    PIL.Image.Image
+        RGB, ``H × W``, black edges on white.
+
+    Raises
+    ------
+    TextureError
+        ``threshold`` outside ``(0, 1]``; an array that is neither ``(H, W)`` nor ``(H, W, 3)``.
     """
     if not 0 < threshold <= 1:
         raise TextureError(
@@ -146,6 +174,23 @@ def kuwahara(image, *, radius: int = 2) -> Image.Image:
     the border replicated). The pixel takes the mean colour (each of R, G, B, rounded) of the window
     whose grey level ``Y`` (BT.601 luma) has the least variance ``mean(Y²) − mean(Y)²``; on a tie the
     first of top-left, top-right, bottom-left, bottom-right. Vectorised over all pixels at once.
+
+    Parameters
+    ----------
+    image : PIL.Image.Image or numpy.ndarray
+        A PIL image, or an ``(H, W)`` grey or ``(H, W, 3)`` array (clipped to 0–255, as uint8).
+    radius : int, default 2
+        ``r``, a whole number of pixels, 1 or more.
+
+    Returns
+    -------
+    PIL.Image.Image
+        RGB, ``H × W``.
+
+    Raises
+    ------
+    TextureError
+        ``radius`` not a whole number ``>= 1``; an array that is neither ``(H, W)`` nor ``(H, W, 3)``.
     """
     if int(radius) != radius or radius < 1:
         raise TextureError(f"radius={radius!r}: the Kuwahara radius is a whole number of pixels, 1 or more.")
@@ -176,15 +221,30 @@ def remove_texture(image, probe: str, *, mask=None, radius: int = 2, threshold: 
     """``image`` (PIL or uint8 array) with its texture taken away by ``probe`` (a key of
     :data:`TEXTURE_PROBES`), as an RGB PIL image of the same size.
 
-    Args:
-        image: the picture.
-        probe: ``"silhouette"``, ``"edges"`` or ``"kuwahara"``.
-        mask: the object's pixels, boolean ``(H, W)``; the silhouette needs it, the others ignore it.
-        radius: the Kuwahara radius (:func:`kuwahara`).
-        threshold: the edge threshold, a fraction of the largest gradient (:func:`edge_map`).
+    Parameters
+    ----------
+    image : PIL.Image.Image or numpy.ndarray
+        The picture: a PIL image, or an ``(H, W)`` grey or ``(H, W, 3)`` uint8 array.
+    probe : str
+        ``"silhouette"``, ``"edges"`` or ``"kuwahara"``.
+    mask : numpy.ndarray or None, default None
+        The object's pixels, boolean (or 0/1) ``(H, W)``; the silhouette needs it, the others ignore it.
+    radius : int, default 2
+        The Kuwahara radius (:func:`kuwahara`).
+    threshold : float, default 0.2
+        The edge threshold, a fraction of the largest gradient (:func:`edge_map`).
 
-    Raises:
-        TextureError: an unknown probe, a silhouette without a mask, or a mask of another size.
+    Returns
+    -------
+    PIL.Image.Image
+        RGB, ``H × W``.
+
+    Raises
+    ------
+    TextureError
+        An unknown probe; a silhouette without a mask, or with a mask of another size or with values
+        other than 0 and 1; a bad ``radius`` or ``threshold`` for the probe that uses it; an array that
+        is neither ``(H, W)`` nor ``(H, W, 3)``.
     """
     _check_probe(probe)
     if probe == "silhouette":
@@ -199,8 +259,17 @@ def remove_texture(image, probe: str, *, mask=None, radius: int = 2, threshold: 
 class TextureCurve:
     """Top-1 accuracy of each model on clean images and on each texture probe of them.
 
-    ``clean[m]``: the clean accuracy; ``accuracy[m]``: ``(len(probes),)``, one accuracy per probe in
-    the order of ``probes``; ``images``: how many images each accuracy is over."""
+    Attributes
+    ----------
+    probes : tuple of str
+        The probes measured (keys of :data:`TEXTURE_PROBES`), in order.
+    clean : dict of str to float
+        Model name -> the clean accuracy.
+    accuracy : dict of str to numpy.ndarray
+        Model name -> ``(len(probes),)`` float64, one accuracy per probe in the order of ``probes``.
+    images : int
+        How many images each accuracy is over.
+    """
 
     probes: tuple[str, ...]
     clean: dict[str, float]
@@ -223,13 +292,39 @@ def texture_curve(
     texture probe of them, against their true ``labels`` (indices in every model's classes).
 
     Each image is probed once (:func:`remove_texture`) and every model sees that same picture through its
-    own preprocessing. ``probes``: keys of :data:`TEXTURE_PROBES`; by default all of them when ``masks``
-    (one boolean ``(H, W)`` per image) are given, else those that need no mask.
-    ``progress(done, total)`` after the clean step and after each probe (:mod:`analysis.base.progress`).
+    own preprocessing.
 
-    Raises:
-        TextureError: no images, a label or mask count other than the image count, an unknown probe, or
-            the silhouette without masks.
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers (ViTs and CNNs).
+    images : Sequence
+        PIL images or uint8 ``(H, W, 3)`` (or grey ``(H, W)``) arrays; at least one.
+    labels : Sequence of int
+        The true classes, one per image.
+    probes : Sequence of str or None, default None
+        Keys of :data:`TEXTURE_PROBES`; ``None``, all of them when ``masks`` are given, else those
+        that need no mask.
+    masks : Sequence or numpy.ndarray or None, default None
+        One boolean ``(H, W)`` object mask per image (the silhouette needs them).
+    radius : int, default 2
+        The Kuwahara radius (:func:`kuwahara`).
+    threshold : float, default 0.2
+        The edge threshold (:func:`edge_map`).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after the clean step and after each probe
+        (:mod:`analysis.base.progress`).
+
+    Returns
+    -------
+    TextureCurve
+        The clean accuracy and one accuracy per probe, per model.
+
+    Raises
+    ------
+    TextureError
+        No images, a label or mask count other than the image count, an unknown probe, or
+        the silhouette without masks (or with a mask of another size).
     """
     if not images or len(labels) != len(images):
         raise TextureError(f"{len(images)} images and {len(labels)} labels: give one label per image, at least one.")
@@ -262,8 +357,18 @@ def texture_curve(
 
 @dataclass(frozen=True)
 class ShapeBias:
-    """A model's decisions on cue-conflict images: ``shape`` (the shape's class), ``texture`` (the
-    texture's class), ``neither`` (any other class)."""
+    """A model's decisions on cue-conflict images (:func:`shape_bias`). ``fraction`` is the shape
+    bias ``shape / (shape + texture)`` (NaN when no decision followed either cue; ``note`` says why).
+
+    Attributes
+    ----------
+    shape : int
+        Decisions for the shape's class.
+    texture : int
+        Decisions for the texture's class.
+    neither : int
+        Decisions for any other class.
+    """
 
     shape: int
     texture: int
@@ -300,9 +405,25 @@ def shape_bias(
     ``shape decisions / (shape decisions + texture decisions)``. Decisions for any other class count
     as ``neither`` and are left out of the fraction.
 
-    Raises:
-        TextureError: the three sequences differ in length, or an image's shape and texture classes
-            agree (it is no cue conflict).
+    Parameters
+    ----------
+    predictions : Sequence of int or numpy.ndarray
+        ``(N,)`` the model's predicted class per image.
+    shape_labels : Sequence of int or numpy.ndarray
+        ``(N,)`` the class of each image's shape.
+    texture_labels : Sequence of int or numpy.ndarray
+        ``(N,)`` the class of each image's texture, not its shape's.
+
+    Returns
+    -------
+    ShapeBias
+        The counts; its ``fraction`` is the shape bias.
+
+    Raises
+    ------
+    TextureError
+        The three sequences differ in length, or an image's shape and texture classes
+        agree (it is no cue conflict).
     """
     decisions, shapes, textures = (
         np.asarray(x, dtype=np.int64).reshape(-1) for x in (predictions, shape_labels, texture_labels)
@@ -326,13 +447,27 @@ def shape_bias(
 def shape_bias_of(
     models: Mapping[str, LoadedModel], scenes: Sequence, *, progress: Progress | None = None
 ) -> dict[str, ShapeBias]:
-    """``{name: ShapeBias}`` of each model (``{name: loaded model}``) over cue-conflict ``scenes``: each an
-    ``(image, shape_class, texture_class, ...)`` tuple, as
-    ``analysis.demo.cue_conflict.cue_conflict_scenes`` makes them.
-    ``progress(done, total)`` after each model (:mod:`analysis.base.progress`).
+    """The shape bias (:func:`shape_bias`) of each model over cue-conflict ``scenes``.
 
-    Raises:
-        TextureError: no scenes, or a scene whose shape and texture classes agree.
+    Parameters
+    ----------
+    models : Mapping of str to LoadedModel
+        ``{name: loaded model}``, classifiers.
+    scenes : Sequence
+        Cue-conflict scenes, each an ``(image, shape_class, texture_class, ...)`` tuple, as
+        ``analysis.demo.cue_conflict.cue_conflict_scenes`` makes them (the image PIL or uint8 array).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each model (:mod:`analysis.base.progress`).
+
+    Returns
+    -------
+    dict of str to ShapeBias
+        ``{name: ShapeBias}``, one per model.
+
+    Raises
+    ------
+    TextureError
+        No scenes, or a scene whose shape and texture classes agree.
     """
     if not scenes:
         raise TextureError("No cue-conflict scenes: give at least one (image, shape_class, texture_class) scene.")

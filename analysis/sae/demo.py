@@ -38,15 +38,28 @@ HELD_OUT_SCENES = 256
 
 
 def demo_sae_path():
-    """The bundled demo SAE's folder (``assets/demo_sae``, or the wheel's copy)."""
+    """The bundled demo SAE's folder (``assets/demo_sae``, or the wheel's copy).
+
+    Returns
+    -------
+    pathlib.Path
+        The folder; whether it exists is not checked (:func:`load_demo_sae` does).
+    """
     return asset_path(DEMO_SAE_NAME)
 
 
 def load_demo_sae() -> SparseAutoencoder:
     """The bundled demo SAE, for ``load_vit("demo")`` (module docstring).
 
-    Raises:
-        SAEFolderError: the bundled folder is missing (rebuild it with ``python -m training.train_demo_sae``).
+    Returns
+    -------
+    SparseAutoencoder
+        The TopK SAE on the demo ViT's :data:`DEMO_SAE_POINT` patch tokens.
+
+    Raises
+    ------
+    SAEFolderError
+        The bundled folder is missing (rebuild it with ``python -m training.train_demo_sae``).
     """
     folder = demo_sae_path()
     if not (folder / CONFIG_FILE).is_file():
@@ -62,7 +75,33 @@ def held_out_metrics(
 ) -> SAEMetrics:
     """:func:`~analysis.sae.sae_metrics` of ``sae`` on the demo scenes ``0..count − 1`` of stream
     :data:`SAE_HELD_OUT_SEED`, with their true classes (so the accuracy drop is measured): the
-    numbers of the demo SAE's card."""
+    numbers of the demo SAE's card.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The demo ViT (``load_vit("demo")``); the scenes are drawn at its ``spec.img_size``.
+    sae : SparseAutoencoder
+        The SAE to measure (e.g. :func:`load_demo_sae`).
+    count : int, default HELD_OUT_SCENES
+        How many held-out scenes (256 for the card).
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each batch.
+
+    Returns
+    -------
+    SAEMetrics
+        With ``accuracy_clean`` and ``accuracy_spliced``.
+
+    Raises
+    ------
+    NoImagesError
+        ``count`` is 0.
+    UnknownPointError
+        The SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    """
     from ..demo.data import generate_samples
 
     images, labels, _ = generate_samples(int(count), SAE_HELD_OUT_SEED, size=vit.spec.img_size[0])

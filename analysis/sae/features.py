@@ -44,18 +44,54 @@ __all__ = [
 
 
 def check_feature(sae: SparseAutoencoder, feature: int) -> int:
-    """``feature`` as an int; :class:`SAEFeatureError` outside ``0..d_sae − 1``."""
+    """``feature`` as an int, checked to be one of the SAE's.
+
+    Parameters
+    ----------
+    sae : SparseAutoencoder
+        The SAE.
+    feature : int
+        A feature index.
+
+    Returns
+    -------
+    int
+        ``int(feature)``.
+
+    Raises
+    ------
+    SAEFeatureError
+        ``feature`` outside ``0..d_sae − 1``.
+    """
     if not 0 <= int(feature) < sae.config.d_sae:
         raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
     return int(feature)
 
 
 def patch_feature_grid(vit, sae: SparseAutoencoder, pixels: torch.Tensor) -> torch.Tensor:
-    """``(B, gh, gw, d_sae)``: the SAE's features of each patch token of ``pixels (B, 3, H, W)``.
+    """The SAE's features of each patch token of ``pixels`` (the SAE applied to the patch tokens at
+    its hook point, whatever tokens it was trained on).
 
-    Raises:
-        UnknownPointError: the SAE's point is not a ``(B, T, D)`` point of ``vit``.
-        SAEWidthError: the SAE's ``d_in`` is not the model's width.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model the SAE was trained on (:func:`analysis.load_vit`).
+    sae : SparseAutoencoder
+        The SAE; its ``hook_name`` says where it reads.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed images.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw, d_sae)`` float32 on ``spec.grid_size``.
+
+    Raises
+    ------
+    UnknownPointError
+        The SAE's point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
     """
     point = check_point(vit, sae.config.hook_name)
     check_width(sae, vit.spec.embed_dim, point)
@@ -69,11 +105,16 @@ def patch_feature_grid(vit, sae: SparseAutoencoder, pixels: torch.Tensor) -> tor
 class FeatureIndex:
     """Where each feature fires over an image set (patch tokens).
 
-    Attributes:
-        peaks: ``(N, d_sae)`` each feature's largest activation on each image's patches.
-        token_features: ``(nnz,)`` the feature of every nonzero activation of every patch token.
-        token_values: ``(nnz,)`` its value.
-        tokens: how many patch tokens were read (``N · gh · gw``).
+    Attributes
+    ----------
+    peaks : torch.Tensor
+        ``(N, d_sae)`` float32, each feature's largest activation on each image's patches.
+    token_features : torch.Tensor
+        ``(nnz,)`` int64, the feature of every nonzero activation of every patch token.
+    token_values : torch.Tensor
+        ``(nnz,)`` float32, its value.
+    tokens : int
+        How many patch tokens were read (``N · gh · gw``).
     """
 
     peaks: torch.Tensor
@@ -107,7 +148,37 @@ class FeatureIndex:
 def build_feature_index(
     vit, sae: SparseAutoencoder, images, *, batch_size: int = 32, progress: Progress | None = None
 ) -> FeatureIndex:
-    """The :class:`FeatureIndex` of ``images`` (PIL images or an ``(N, 3, H, W)`` tensor), streamed."""
+    """The :class:`FeatureIndex` of ``images``, streamed in batches.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model the SAE was trained on.
+    sae : SparseAutoencoder
+        The SAE.
+    images : sequence of PIL.Image.Image or torch.Tensor
+        PIL images (each through ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor.
+    batch_size : int, default 32
+        Images per forward pass.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each batch (images).
+
+    Returns
+    -------
+    FeatureIndex
+        Each feature's peak per image and every nonzero activation of every patch token.
+
+    Raises
+    ------
+    NoImagesError
+        No images.
+    UnknownPointError
+        The SAE's point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    SAEConfigError
+        ``batch_size`` below 1.
+    """
     peaks, features, values = [], [], []
     tokens = done = 0
     total = count_images(images)
@@ -144,12 +215,30 @@ def _readout(vit) -> tuple[list[nn.Module], nn.Linear]:
 
 
 def feature_class_effect(vit, sae: SparseAutoencoder, feature: int) -> torch.Tensor:
-    """``(C,)``: ``W_head · (γ ⊙ (d − mean(d)))`` for the decoder row ``d`` of ``feature``, through
-    each LayerNorm of the readout in turn (module docstring).
+    """``W_head · (γ ⊙ (d − mean(d)))`` for the decoder row ``d`` of ``feature``, through each
+    LayerNorm of the readout in turn (module docstring): the direction's class effect if it reached
+    the readout unchanged.
 
-    Raises:
-        SAEFeatureError: no such feature.
-        NoClassHeadError: the model has no linear class head after LayerNorms.
+    Parameters
+    ----------
+    vit : LoadedViT
+        A classifier with a linear head after LayerNorms (e.g. the demo ViT).
+    sae : SparseAutoencoder
+        The SAE.
+    feature : int
+        The feature, ``0..d_sae − 1``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(C,)`` float32 on the CPU (computed in float64), the change of each class's logit.
+
+    Raises
+    ------
+    SAEFeatureError
+        No such feature.
+    NoClassHeadError
+        The model has no linear class head after LayerNorms.
     """
     direction = sae.W_dec[check_feature(sae, feature)].detach().double()  # (D,)
     norms, head = _readout(vit)
@@ -165,12 +254,20 @@ def feature_class_effect(vit, sae: SparseAutoencoder, feature: int) -> torch.Ten
 class Intervention:
     """One image, clean and with features scaled (the SAE spliced in, its error kept).
 
-    Attributes:
-        clean_logits, steered_logits: ``(C,)``.
-        clean_class_map, steered_class_map: ``(gh, gw)`` each patch token's top class after the
-            last block, read by the final norm and the head.
-        change_map: ``(gh, gw)`` ``‖h'_L − h_L‖`` per patch token: where the intervention changed
-            the last block's output.
+    Attributes
+    ----------
+    clean_logits : torch.Tensor
+        ``(C,)`` float32, the model's logits.
+    steered_logits : torch.Tensor
+        ``(C,)`` float32, the logits with the intervention.
+    clean_class_map : torch.Tensor
+        ``(gh, gw)`` int64, each patch token's top class after the last block, read by the final
+        norm and the head.
+    steered_class_map : torch.Tensor
+        ``(gh, gw)`` int64, the same with the intervention.
+    change_map : torch.Tensor
+        ``(gh, gw)`` float32, ``‖h'_L − h_L‖`` per patch token: where the intervention changed the
+        last block's output.
     """
 
     clean_logits: torch.Tensor
@@ -188,15 +285,39 @@ def intervene(
     *,
     clamp: Mapping[int, float] | None = None,
 ) -> Intervention:
-    """The :class:`Intervention` of one image ``pixels (1, 3, H, W)``: ``scale = {feature: factor}``
-    (0 ablates, 2 doubles) and ``clamp = {feature: value}`` (the feature set to ``value`` at every
-    token the SAE reads, so a feature silent on this image can be switched on, which scaling cannot),
-    both through :func:`analysis.sae.splice` with the reconstruction error kept: only the features'
-    change reaches the rest of the model.
+    """The :class:`Intervention` of one image: features scaled or clamped, both through
+    :func:`analysis.sae.splice` with the reconstruction error kept: only the features' change
+    reaches the rest of the model.
 
-    Raises:
-        SAEFeatureError: a feature that does not exist.
-        NoClassHeadError: the model has no linear class head after LayerNorms.
+    Parameters
+    ----------
+    vit : LoadedViT
+        A classifier with a linear head after LayerNorms, the model the SAE was trained on.
+    sae : SparseAutoencoder
+        The SAE.
+    pixels : torch.Tensor
+        ``(1, 3, H, W)``, one preprocessed image.
+    scale : Mapping[int, float] or None, default None
+        ``{feature: factor}`` (0 ablates, 2 doubles).
+    clamp : Mapping[int, float] or None, default None
+        ``{feature: value}``: the feature set to ``value`` at every token the SAE reads, so a feature
+        silent on this image can be switched on, which scaling cannot.
+
+    Returns
+    -------
+    Intervention
+        The clean and steered logits and class maps, and the change map.
+
+    Raises
+    ------
+    SAEFeatureError
+        A feature that does not exist, or one both scaled and clamped.
+    NoClassHeadError
+        The model has no linear class head after LayerNorms.
+    UnknownPointError
+        The SAE's point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
     """
     scale, clamp = dict(scale or {}), dict(clamp or {})
     for feature in [*scale, *clamp]:

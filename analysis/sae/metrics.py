@@ -28,9 +28,33 @@ __all__ = ["SAEMetrics", "sae_metrics"]
 
 @dataclass(frozen=True)
 class SAEMetrics:
-    """The numbers of :func:`sae_metrics` (module docstring). ``accuracy_clean`` and
-    ``accuracy_spliced`` are ``None`` without labels; ``fire_rate`` ``(d_sae,)`` is each feature's
-    share of tokens on which it fires."""
+    """The numbers of :func:`sae_metrics` (module docstring: the formulas).
+
+    Attributes
+    ----------
+    fraction_variance_explained : float
+        ``FVE = 1 − Σ‖x − x̂‖² / Σ‖x − x̄‖²`` over every chosen token.
+    l0 : float
+        The mean number of nonzero features per token.
+    dead_fraction : float
+        Share of features that never fire on these tokens.
+    dense_fraction : float
+        Share of features that fire on more than ``dense_threshold`` of the tokens.
+    kl_divergence : float
+        ``KL(clean ‖ spliced)`` of the softmax of the logits, averaged over images.
+    top1_agreement : float
+        Share of images whose top class is unchanged by the splice.
+    accuracy_clean : float or None
+        Top-1 accuracy of the clean logits; ``None`` without labels.
+    accuracy_spliced : float or None
+        Top-1 accuracy with the reconstruction spliced in; ``None`` without labels.
+    tokens : int
+        How many tokens were measured.
+    images : int
+        How many images were measured.
+    fire_rate : torch.Tensor
+        ``(d_sae,)`` float32, each feature's share of tokens on which it fires.
+    """
 
     fraction_variance_explained: float
     l0: float
@@ -62,12 +86,40 @@ def sae_metrics(
     dense_threshold: float = 0.1,
     progress: Progress | None = None,
 ) -> SAEMetrics:
-    """Measure ``sae`` on ``images`` (PIL images or an ``(N, 3, H, W)`` tensor), streamed in batches.
+    """Measure ``sae`` on ``images``, streamed in batches (module docstring: the metrics).
 
-    Raises:
-        NoImagesError: no images.
-        UnknownPointError: the SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
-        SAEWidthError: the SAE's ``d_in`` is not the model's width.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model the SAE was trained on (:func:`analysis.load_vit`).
+    sae : SparseAutoencoder
+        The SAE; its ``hook_name`` and ``tokens`` say where it reads (and is spliced in).
+    images : sequence of PIL.Image.Image or torch.Tensor
+        PIL images (each through ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor.
+    labels : sequence of int or None, default None
+        The ``N`` true classes; with them the top-1 accuracy, clean and spliced, is measured.
+    batch_size : int, default 16
+        Images per forward pass.
+    dense_threshold : float, default 0.1
+        A feature that fires on more than this share of the tokens counts as dense.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)`` after each batch (images).
+
+    Returns
+    -------
+    SAEMetrics
+        The reconstruction, sparsity and downstream numbers.
+
+    Raises
+    ------
+    NoImagesError
+        No images.
+    UnknownPointError
+        The SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    SAEConfigError
+        ``batch_size`` below 1; ``tokens="class"`` on a model without a class token.
     """
     point = check_point(vit, sae.config.hook_name)
     check_width(sae, vit.spec.embed_dim, point)

@@ -39,16 +39,32 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.
 class SAEConfig:
     """What an SAE is and where it reads.
 
-    Attributes:
-        d_in: the width of the activations (the layer's ``D``).
-        d_sae: the number of features (``expansion · d_in``).
-        architecture: ``"topk"`` or ``"relu"``.
-        k: features kept per token (TopK only; ``1 ≤ k ≤ d_sae``).
-        l1_coefficient: the sparsity penalty ``λ`` of a ReLU SAE's loss (training only).
-        hook_name: the hook point it reads, e.g. ``"blocks.3.resid_post"``.
-        tokens: ``"patches"``, ``"class"`` or ``"all"`` (see :data:`TOKEN_CHOICES`).
-        model_name: the model source it was trained on (``LoadedViT.name``).
-        dtype: the parameters' dtype, a name such as ``"float32"``.
+    Attributes
+    ----------
+    d_in : int
+        The width of the activations (the layer's ``D``).
+    d_sae : int
+        The number of features (``expansion · d_in``).
+    architecture : str, default "topk"
+        ``"topk"`` or ``"relu"`` (:data:`ARCHITECTURES`).
+    k : int or None, default None
+        Features kept per token (TopK only, where it is required; ``1 ≤ k ≤ d_sae``).
+    l1_coefficient : float or None, default None
+        The sparsity penalty ``λ`` of a ReLU SAE's loss (training only).
+    hook_name : str, default ""
+        The hook point it reads, e.g. ``"blocks.3.resid_post"``.
+    tokens : str, default "patches"
+        ``"patches"``, ``"class"`` or ``"all"`` (see :data:`TOKEN_CHOICES`).
+    model_name : str, default ""
+        The model source it was trained on (``LoadedViT.name``).
+    dtype : str, default "float32"
+        The parameters' dtype, a name: ``"float32"``, ``"float64"``, ``"float16"`` or ``"bfloat16"``.
+
+    Raises
+    ------
+    SAEConfigError
+        An unknown ``architecture``, ``tokens`` or ``dtype``; ``d_in`` or ``d_sae`` below 1; a TopK
+        SAE whose ``k`` is ``None`` or outside ``1..d_sae``.
     """
 
     d_in: int
@@ -87,8 +103,21 @@ class SAEConfig:
 
 def topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
     """``TopK_k(relu(pre))`` over the last axis: the ``k`` largest of ``relu(pre)`` kept, the rest
-    zeroed (Gao et al. 2024, Eq. 3). ``pre``: ``(..., d_sae)`` → same shape, at most ``k`` nonzero
-    per row, exactly ``k`` when at least ``k`` entries of ``pre`` are positive."""
+    zeroed (Gao et al. 2024, Eq. 3).
+
+    Parameters
+    ----------
+    pre : torch.Tensor
+        ``(..., d_sae)`` pre-activations.
+    k : int
+        Entries kept per row, ``1 ≤ k ≤ d_sae``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., d_sae)``, ``pre``'s dtype: at most ``k`` nonzero per row, exactly ``k`` when at least
+        ``k`` entries of ``pre`` are positive.
+    """
     values, indices = torch.topk(pre, k, dim=-1)  # (..., k)
     return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
 
@@ -96,9 +125,28 @@ def topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
 class SparseAutoencoder(nn.Module):
     """A sparse autoencoder over one hook point's activations (module docstring: the formulas).
 
-    Parameters (SAELens's names): ``W_enc (d_in, d_sae)``, ``b_enc (d_sae,)``, ``W_dec (d_sae, d_in)``,
-    ``b_dec (d_in,)``. A new SAE has unit-norm random decoder rows, ``W_enc = W_decᵀ`` (Gao et al.
-    2024's initialisation) and zero biases; ``generator`` makes it reproducible.
+    Its weights have SAELens's names. A new SAE has unit-norm random decoder rows, ``W_enc = W_decᵀ``
+    (Gao et al. 2024's initialisation) and zero biases.
+
+    Parameters
+    ----------
+    config : SAEConfig
+        What the SAE is (widths, architecture, ``k``, dtype) and where it reads.
+    generator : torch.Generator or None, default None
+        Draws the random decoder rows (on the CPU): makes a new SAE reproducible.
+
+    Attributes
+    ----------
+    config : SAEConfig
+        As given.
+    W_enc : torch.nn.Parameter
+        ``(d_in, d_sae)`` encoder, ``config.dtype``.
+    b_enc : torch.nn.Parameter
+        ``(d_sae,)`` encoder bias.
+    W_dec : torch.nn.Parameter
+        ``(d_sae, d_in)`` decoder, one feature direction per row (unit norm).
+    b_dec : torch.nn.Parameter
+        ``(d_in,)`` decoder bias, also subtracted from the input.
     """
 
     def __init__(self, config: SAEConfig, *, generator: torch.Generator | None = None) -> None:

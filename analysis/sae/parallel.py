@@ -27,10 +27,15 @@ def _identity(tensor: torch.Tensor) -> torch.Tensor:
 class DataParallel:
     """This process's place among the ranks.
 
-    Attributes:
-        rank: this process's rank, ``0 ≤ rank < world``.
-        world: how many ranks train together.
-        sum: ``tensor → tensor`` summed over the ranks (a new tensor, on any device).
+    Attributes
+    ----------
+    rank : int, default 0
+        This process's rank, ``0 ≤ rank < world``.
+    world : int, default 1
+        How many ranks train together.
+    sum : Callable[[torch.Tensor], torch.Tensor]
+        ``tensor → tensor`` summed over the ranks (a new tensor, on any device); by default a clone
+        (one process alone).
     """
 
     rank: int = 0

@@ -21,8 +21,27 @@ RESIDUAL_POINTS = ("resid_pre", "ln1.out", "attn.in", "attn.out", "resid_mid", "
 
 
 def check_point(vit, point: str) -> str:
-    """``point`` as the engine names it; :class:`UnknownPointError` unless it is one of this model's
-    ``blocks.{i}.<point>`` with ``<point>`` in :data:`RESIDUAL_POINTS` (or ``ln_final.out``)."""
+    """``point`` as the engine names it, checked to be an SAE input of ``vit``.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), a global-attention ViT.
+    point : str
+        A hook point, ``blocks.{i}.<point>`` with ``<point>`` in :data:`RESIDUAL_POINTS`, or
+        ``ln_final.out``.
+
+    Returns
+    -------
+    str
+        The point as the engine names it.
+
+    Raises
+    ------
+    UnknownPointError
+        ``point`` is not one of this model's ``blocks.{i}.<point>`` with ``<point>`` in
+        :data:`RESIDUAL_POINTS` (or ``ln_final.out``), or the model is windowed (Swin, SAM).
+    """
     spec = vit.spec
     require_global_attention(
         spec,
@@ -48,8 +67,26 @@ def check_point(vit, point: str) -> str:
 
 
 def token_indices(spec, tokens: str) -> torch.Tensor:
-    """The token positions ``(T_chosen,)`` of ``tokens`` in a ``[prefix..., patches...]`` sequence
-    (patches: ``prefix .. prefix + gh·gw``; class: the prefix token named "class")."""
+    """The token positions of ``tokens`` in a ``[prefix..., patches...]`` sequence.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec (``vit.spec``).
+    tokens : str
+        ``"patches"`` (positions ``prefix .. prefix + gh·gw − 1``), ``"class"`` (the prefix token
+        named "class") or ``"all"``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(T_chosen,)`` int64 positions.
+
+    Raises
+    ------
+    SAEConfigError
+        An unknown ``tokens``, or ``"class"`` for a model without a class token.
+    """
     prefix, patches = spec.num_prefix_tokens, spec.num_patches
     if tokens == "patches":
         return torch.arange(prefix, prefix + patches)
@@ -64,17 +101,53 @@ def token_indices(spec, tokens: str) -> torch.Tensor:
 
 
 def count_images(images) -> int:
-    """How many images ``images`` holds (a sequence of PIL images or an ``(N, 3, H, W)`` tensor)."""
+    """How many images ``images`` holds.
+
+    Parameters
+    ----------
+    images : sequence of PIL.Image.Image or torch.Tensor
+        A sequence of PIL images or an ``(N, 3, H, W)`` tensor.
+
+    Returns
+    -------
+    int
+        ``N``.
+    """
     return int(images.shape[0]) if isinstance(images, torch.Tensor) else len(images)
 
 
 def pixel_batches(vit, images, batch_size: int, *, rank: int = 0, world: int = 1) -> Iterator[torch.Tensor]:
-    """``(b, 3, H, W)`` preprocessed batches of ``images``: PIL images (each through
-    ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor. Only one batch is
-    held at a time. With ``world > 1`` (data-parallel training, :mod:`analysis.sae.parallel`) each
-    batch of ``batch_size`` images keeps only this ``rank``'s images ``rank, rank + world, ...``
-    (an empty ``(0, 3, H, W)`` batch when it has none), so the ranks' batches together are the
-    one-process batch. :class:`NoImagesError` for no images."""
+    """Preprocessed batches of ``images``, one held at a time.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model whose ``preprocess`` reads PIL images.
+    images : sequence of PIL.Image.Image or torch.Tensor
+        PIL images (each through ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)``
+        tensor.
+    batch_size : int
+        Images per batch (before the split over ranks), at least 1.
+    rank : int, default 0
+        This process's rank.
+    world : int, default 1
+        With ``world > 1`` (data-parallel training, :mod:`analysis.sae.parallel`) each batch of
+        ``batch_size`` images keeps only this ``rank``'s images ``rank, rank + world, ...``, so the
+        ranks' batches together are the one-process batch.
+
+    Yields
+    ------
+    torch.Tensor
+        ``(b, 3, H, W)`` float32 batches; an empty ``(0, 3, H, W)`` batch where this rank has no
+        image of a batch.
+
+    Raises
+    ------
+    NoImagesError
+        No images.
+    SAEConfigError
+        ``batch_size`` below 1.
+    """
     total = count_images(images)
     if total == 0:
         raise NoImagesError(
@@ -105,8 +178,30 @@ def check_width(sae: SparseAutoencoder, width: int, point: str) -> None:
 
 
 def read_tokens(vit, pixels: torch.Tensor, point: str, tokens: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(chosen (B, T_chosen, D) float32, logits (B, outputs))`` of one forward pass over
-    ``pixels (B, 3, H, W)``: ``cache[point]`` at the ``tokens`` positions (:func:`token_indices`)."""
+    """One forward pass: the activations at ``point`` of the chosen tokens, and the model's output.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed images.
+    point : str
+        The hook point, as :func:`check_point` returns it.
+    tokens : str
+        ``"patches"``, ``"class"`` or ``"all"`` (:func:`token_indices`).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(chosen, logits)``: ``cache[point]`` at the ``tokens`` positions, ``(B, T_chosen, D)``
+        float32, and the output ``(B, outputs)``.
+
+    Raises
+    ------
+    SAEConfigError
+        As :func:`token_indices`.
+    """
     cache = run_with_cache(vit, pixels, names=[point])
     acts = cache[point]  # (B, T, D)
     return acts[:, token_indices(vit.spec, tokens)].float(), cache.output

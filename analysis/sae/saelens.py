@@ -41,7 +41,21 @@ _TENSORS = ("W_enc", "W_dec", "b_enc", "b_dec")
 
 
 def save_sae(sae: SparseAutoencoder, folder: str | os.PathLike) -> Path:
-    """Write ``sae`` to ``folder`` (created) in SAELens's format (module docstring); returns the folder."""
+    """Write ``sae`` to ``folder`` in SAELens's format (module docstring): ``cfg.json`` and
+    ``sae_weights.safetensors`` (the weights copied to the CPU), replacing those files if present.
+
+    Parameters
+    ----------
+    sae : SparseAutoencoder
+        The SAE; its config's token choice and L1 coefficient go into ``metadata``.
+    folder : str or os.PathLike
+        The folder, created with its parents if missing.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder.
+    """
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     config = sae.config
@@ -117,8 +131,25 @@ def _check_weight_shapes(weights: Path, d_in: int, d_sae: int) -> None:
 def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
     """The SAE in ``folder`` (written by :func:`save_sae` or by SAELens, TopK or standard/ReLU).
 
-    Raises:
-        SAEFolderError: no ``cfg.json`` or weights file, or a configuration this library cannot apply.
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        A folder holding ``cfg.json`` and ``sae_weights.safetensors``. A folder whose ``metadata``
+        names no token choice (one SAELens wrote) reads ``tokens="all"``.
+
+    Returns
+    -------
+    SparseAutoencoder
+        On the CPU, in eval mode, in the ``cfg.json``'s dtype.
+
+    Raises
+    ------
+    SAEFolderError
+        No ``cfg.json`` or weights file; a ``cfg.json`` without whole ``d_in`` / ``d_sae``; weights
+        whose shapes disagree with it; or a configuration this library cannot apply (input
+        normalisation, no ``b_dec`` subtraction, decoder-norm rescaling, another architecture).
+    SAEConfigError
+        A configuration :class:`SAEConfig` refuses (e.g. an unknown dtype).
     """
     path = Path(folder)
     if not (path / CONFIG_FILE).is_file():

@@ -43,25 +43,33 @@ def splice(
 
     Parameters
     ----------
-    vit:
-        The LoadedViT the SAE was trained on.
-    sae:
+    vit : LoadedViT
+        The model the SAE was trained on.
+    sae : SparseAutoencoder
         The SAE; its ``hook_name`` and ``tokens`` say where it reads and writes.
-    scale:
+    scale : Mapping[int, float] or None, default None
         ``{feature: factor}``: ``f'_i = factor · f_i`` (0 ablates).
-    clamp:
+    clamp : Mapping[int, float] or None, default None
         ``{feature: value}``: ``f'_i = value`` at every chosen token, whether or not it fired.
-    keep_error:
+    keep_error : bool, default False
         Keep the SAE's reconstruction error (``x + decode(f') − decode(f)``), Marks et al. 2024.
 
     Returns
     -------
-    dict
-        ``{point: hook}`` for :func:`analysis.engine.activations.run_with_hooks`.
+    dict of str to Hook
+        ``{point: hook}`` for :func:`analysis.engine.activations.run_with_hooks`; the hook maps the
+        ``(B, T, D)`` activation to a new one of the same shape and dtype.
 
-    Raises:
-        UnknownPointError: the SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
-        SAEWidthError: the SAE's ``d_in`` is not the model's width.
+    Raises
+    ------
+    UnknownPointError
+        The SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    SAEFeatureError
+        A feature of ``scale`` or ``clamp`` outside ``0..d_sae − 1``, or one in both.
+    SAEConfigError
+        ``tokens="class"`` on a model without a class token.
     """
     point = check_point(vit, sae.config.hook_name)
     check_width(sae, vit.spec.embed_dim, point)
@@ -97,7 +105,32 @@ def splice(
 
 
 def feature_activations(vit, pixels: torch.Tensor, sae: SparseAutoencoder) -> torch.Tensor:
-    """The SAE's features ``(B, T_chosen, d_sae)`` on ``pixels (B, 3, H, W)`` at its hook point and tokens."""
+    """The SAE's features on ``pixels`` at its hook point and tokens.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model the SAE was trained on.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed images.
+    sae : SparseAutoencoder
+        The SAE; its ``hook_name`` and ``tokens`` say where it reads.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, T_chosen, d_sae)`` float32, ``T_chosen`` the SAE's tokens (``gh·gw`` for
+        ``"patches"``).
+
+    Raises
+    ------
+    UnknownPointError
+        The SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    SAEConfigError
+        ``tokens="class"`` on a model without a class token.
+    """
     point = check_point(vit, sae.config.hook_name)
     chosen, _ = read_tokens(vit, pixels, point, sae.config.tokens)  # (B, T_chosen, D)
     check_width(sae, chosen.shape[-1], point)
@@ -109,12 +142,17 @@ def feature_activations(vit, pixels: torch.Tensor, sae: SparseAutoencoder) -> to
 class TopActivating:
     """The images on which one feature fires most.
 
-    Attributes:
-        feature: the feature.
-        indices: ``(k,)`` the images' positions in the image set, highest first.
-        values: ``(k,)`` each image's largest activation of the feature over the SAE's tokens.
-        maps: ``(k, gh, gw)`` the feature's activation on each patch token (the SAE applied to the
-            patch tokens, whatever tokens it was trained on), on the model's patch grid.
+    Attributes
+    ----------
+    feature : int
+        The feature.
+    indices : torch.Tensor
+        ``(k,)`` int64, the images' positions in the image set, highest first.
+    values : torch.Tensor
+        ``(k,)`` float32, each image's largest activation of the feature over the SAE's tokens.
+    maps : torch.Tensor
+        ``(k, gh, gw)`` float32, the feature's activation on each patch token (the SAE applied to the
+        patch tokens, whatever tokens it was trained on), on the model's patch grid.
     """
 
     feature: int
@@ -127,7 +165,42 @@ def top_activating(
     vit, sae: SparseAutoencoder, images, feature: int, k: int = 8, *, batch_size: int = 16
 ) -> TopActivating:
     """The ``k`` images of ``images`` with the highest maximum activation of ``feature``
-    (streamed in batches; ties keep the earlier image), with their per-patch maps."""
+    (streamed in batches; ties keep the earlier image), with their per-patch maps.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model the SAE was trained on.
+    sae : SparseAutoencoder
+        The SAE.
+    images : sequence of PIL.Image.Image or torch.Tensor
+        PIL images (each through ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor.
+    feature : int
+        The feature, ``0..d_sae − 1``.
+    k : int, default 8
+        How many images; fewer when ``images`` holds fewer.
+    batch_size : int, default 16
+        Images per forward pass.
+
+    Returns
+    -------
+    TopActivating
+        The images' indices, peak values and ``(k, gh, gw)`` maps, highest first (images where the
+        feature does not fire included when fewer than ``k`` fire).
+
+    Raises
+    ------
+    SAEFeatureError
+        No such feature.
+    NoImagesError
+        No images.
+    UnknownPointError
+        The SAE's hook point is not a ``(B, T, D)`` point of ``vit``.
+    SAEWidthError
+        The SAE's ``d_in`` is not the model's width.
+    SAEConfigError
+        ``batch_size`` below 1; ``tokens="class"`` on a model without a class token.
+    """
     if not 0 <= int(feature) < sae.config.d_sae:
         raise SAEFeatureError(f"Feature {feature} does not exist: this SAE has features 0..{sae.config.d_sae - 1}.")
     point = check_point(vit, sae.config.hook_name)

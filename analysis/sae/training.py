@@ -25,7 +25,8 @@ mean is its cheap stand-in). The seed fixes the initialisation and the order of 
 
 **Checkpoints.** With ``checkpoint_dir``, after each epoch ``checkpoint_dir/last/`` holds the SAE in
 SAELens's format (``cfg.json`` + ``sae_weights.safetensors``), ``optimizer.safetensors`` (Adam's
-moments) and ``state.json`` (epochs done, step, each feature's steps since it fired).
+moments), ``state.json`` (epochs done, step) and ``state.safetensors`` (each feature's steps since
+it fired).
 ``resume=True`` continues from there, to the same weights as a run that was never interrupted.
 
 **Ranks.** With ``parallel`` (:class:`~analysis.sae.parallel.DataParallel`, e.g. under ``torchrun``)
@@ -58,8 +59,16 @@ AUX_COEFFICIENT = 1 / 32
 
 @dataclass
 class TrainingState:
-    """What a run carries from step to step: the step count and, per feature, the steps since it
-    last fired ``(d_sae,)`` (a feature is dead after ``dead_after`` of them)."""
+    """What a run carries from step to step (:func:`sae_step` updates it in place).
+
+    Attributes
+    ----------
+    step : int
+        Optimiser steps taken.
+    since_fired : torch.Tensor
+        ``(d_sae,)`` int64, per feature the steps since it last fired (a feature is dead after
+        ``dead_after`` of them).
+    """
 
     step: int
     since_fired: torch.Tensor  # (d_sae,) int64
@@ -67,8 +76,18 @@ class TrainingState:
 
 @dataclass
 class TrainingLog:
-    """The losses of each step (``loss``: the total, ``mse``: ``mean ‖x − x̂‖²``) and the dead
-    fraction at the end of each epoch."""
+    """The losses of each step and the dead fraction at the end of each epoch (of this run: a
+    resumed run logs only the epochs it trained).
+
+    Attributes
+    ----------
+    loss : list of float
+        Each step's total loss (reconstruction, L1 for a ReLU SAE, and AuxK).
+    mse : list of float
+        Each step's ``mean ‖x − x̂‖²`` over the tokens.
+    dead_fraction : list of float
+        At the end of each epoch, the share of features that have not fired in ``dead_after`` steps.
+    """
 
     loss: list[float] = field(default_factory=list)
     mse: list[float] = field(default_factory=list)
@@ -90,9 +109,39 @@ def sae_step(
     dead_after: int,
     parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[float, float]:
-    """One optimiser step on tokens ``x (n, d_in)`` (module docstring: loss, warm-up, AuxK);
-    updates ``state`` and returns ``(loss, mse)``, means over the tokens of every rank (``parallel``:
-    ``x`` is this rank's share of the batch, the gradients are summed over the ranks)."""
+    """One optimiser step on a batch of tokens (module docstring: loss, warm-up, AuxK); updates
+    ``state`` in place.
+
+    Parameters
+    ----------
+    sae : SparseAutoencoder
+        The SAE, trained in place.
+    optimizer : torch.optim.Optimizer
+        The optimiser of ``sae``'s parameters (Adam); its learning rate is set for this step.
+    x : torch.Tensor
+        ``(n, d_in)`` tokens, this rank's share of the batch (``n`` may be 0 on some ranks).
+    state : TrainingState
+        The step count and each feature's steps since it fired.
+    lr : float
+        The learning rate after the warm-up.
+    warmup_steps : int
+        Steps of linear warm-up: step ``s`` uses ``lr · min(1, (s + 1) / warmup_steps)``.
+    dead_after : int
+        A feature that has not fired in this many steps is dead (it takes part in AuxK).
+    parallel : DataParallel, default SINGLE_PROCESS
+        This process's rank; the token count, gradients and firing features are summed over the
+        ranks.
+
+    Returns
+    -------
+    tuple of (float, float)
+        ``(loss, mse)``, means over the tokens of every rank.
+
+    Raises
+    ------
+    NoImagesError
+        No tokens on any rank.
+    """
     x = x.to(sae.W_enc.dtype)
     count = float(parallel.reduce(torch.tensor([float(x.shape[0])], dtype=torch.float64))[0])  # N, all ranks
     if count == 0:
@@ -257,8 +306,61 @@ def train_sae_on_activations(
     checkpoint_dir=None,
     resume: bool = False,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
-    """Train an SAE on activations ``acts (N, d_in)`` (module docstring), ``batch_size`` rows a step,
-    the rows in a seeded random order each epoch. Returns ``(sae, log)``; progress counts steps."""
+    """Train an SAE on activations (module docstring), ``batch_size`` rows a step, the rows in a
+    seeded random order each epoch.
+
+    Parameters
+    ----------
+    acts : torch.Tensor
+        ``(N, d_in)`` activations, ``N ≥ 1``.
+    architecture : str, default "topk"
+        ``"topk"`` or ``"relu"``.
+    expansion : int, default 8
+        ``d_sae = expansion · d_in``, a positive integer.
+    k : int or None, default None
+        Features kept per token (TopK, required there; ``1 ≤ k ≤ d_sae``).
+    l1_coefficient : float or None, default None
+        The sparsity penalty ``λ`` (ReLU, required there; ``≥ 0``).
+    lr : float, default 1e-3
+        Adam's learning rate after the warm-up.
+    warmup_steps : int, default 100
+        Steps of linear learning-rate warm-up.
+    epochs : int, default 1
+        Passes over ``acts``.
+    batch_size : int, default 256
+        Rows per step.
+    seed : int, default 0
+        Fixes the initialisation and the row order of each epoch.
+    dead_after : int, default 200
+        Steps without firing after which a feature is dead (AuxK).
+    point : str, default ""
+        The hook point the activations come from, recorded in the config.
+    tokens : str, default "all"
+        The token choice the activations come from, recorded in the config.
+    model_name : str, default ""
+        The model they come from, recorded in the config.
+    dtype : str, default "float32"
+        The SAE's parameter dtype.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)``, counting steps of all epochs.
+    checkpoint_dir : str, os.PathLike or None, default None
+        Where ``last/`` is written after each epoch (module docstring).
+    resume : bool, default False
+        Continue from ``checkpoint_dir/last/`` when it holds a checkpoint (its SAE and config).
+
+    Returns
+    -------
+    tuple of (SparseAutoencoder, TrainingLog)
+        ``(sae, log)``: the trained SAE in eval mode and its losses.
+
+    Raises
+    ------
+    NoImagesError
+        ``acts`` is not a non-empty 2-D tensor.
+    SAEConfigError
+        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` below 1,
+        an unknown architecture, token choice or dtype.
+    """
     if acts.ndim != 2 or acts.shape[0] == 0:
         raise NoImagesError(
             f"train_sae_on_activations needs a non-empty (N, d_in) tensor; got shape {tuple(acts.shape)}."
@@ -321,19 +423,69 @@ def train_sae(
     resume: bool = False,
     parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
-    """Train an SAE on ``vit``'s activations at ``point`` over ``images`` (PIL images or an
-    ``(N, 3, H, W)`` preprocessed tensor), streamed: each step runs one forward pass over
-    ``batch_size`` images (:func:`analysis.engine.activations.run_with_cache`) and trains on their chosen
-    ``tokens`` (``(batch_size · T_chosen, D)``, in a seeded order), so only one batch's
-    activations are held. ``expansion``: ``d_sae = expansion · D``; ``k`` (TopK) or
-    ``l1_coefficient`` (ReLU). Returns ``(sae, log)``; progress counts steps of all epochs.
-    ``parallel``: this process's rank among data-parallel ranks (module docstring), each reading its
-    share of every batch of the same ``images``; the default trains alone.
+    """Train an SAE on ``vit``'s activations at ``point`` over ``images``, streamed: each step runs
+    one forward pass over ``batch_size`` images (:func:`analysis.engine.activations.run_with_cache`)
+    and trains on their chosen ``tokens`` (``(batch_size · T_chosen, D)``, in a seeded order), so only
+    one batch's activations are held.
 
-    Raises:
-        UnknownPointError: ``point`` is not a ``(B, T, D)`` point of this model.
-        NoImagesError: no images.
-        SAEConfigError: ``k`` outside ``1..d_sae``, an unknown architecture or token choice.
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`), a global-attention ViT.
+    images : sequence of PIL.Image.Image or torch.Tensor
+        PIL images (each through ``vit.preprocess``) or an already preprocessed ``(N, 3, H, W)`` tensor.
+    point : str
+        The hook point, ``blocks.{i}.<point>`` with ``<point>`` in :data:`RESIDUAL_POINTS`, or
+        ``ln_final.out``.
+    architecture : str, default "topk"
+        ``"topk"`` or ``"relu"``.
+    expansion : int, default 8
+        ``d_sae = expansion · D``, a positive integer.
+    k : int or None, default None
+        Features kept per token (TopK, required there; ``1 ≤ k ≤ d_sae``).
+    l1_coefficient : float or None, default None
+        The sparsity penalty ``λ`` (ReLU, required there; ``≥ 0``).
+    lr : float, default 1e-3
+        Adam's learning rate after the warm-up.
+    warmup_steps : int, default 100
+        Steps of linear learning-rate warm-up.
+    epochs : int, default 1
+        Passes over ``images``.
+    batch_size : int, default 16
+        Images per step.
+    tokens : str, default "patches"
+        ``"patches"``, ``"class"`` or ``"all"`` (:data:`TOKEN_CHOICES`).
+    seed : int, default 0
+        Fixes the initialisation and the token order of each step.
+    dead_after : int, default 200
+        Steps without firing after which a feature is dead (AuxK).
+    dtype : str, default "float32"
+        The SAE's parameter dtype.
+    progress : Progress or None, default None
+        Called as ``progress(done, total)``, counting steps of all epochs.
+    checkpoint_dir : str, os.PathLike or None, default None
+        Where ``last/`` is written after each epoch (module docstring); only rank 0 writes.
+    resume : bool, default False
+        Continue from ``checkpoint_dir/last/`` when it holds a checkpoint (its SAE and config).
+    parallel : DataParallel, default SINGLE_PROCESS
+        This process's rank among data-parallel ranks (module docstring), each reading its share of
+        every batch of the same ``images``; the default trains alone.
+
+    Returns
+    -------
+    tuple of (SparseAutoencoder, TrainingLog)
+        ``(sae, log)``: the trained SAE in eval mode and its losses.
+
+    Raises
+    ------
+    UnknownPointError
+        ``point`` is not a ``(B, T, D)`` point of this model.
+    NoImagesError
+        No images.
+    SAEConfigError
+        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` below 1,
+        an unknown architecture, token choice or dtype, ``tokens="class"`` on a model without a class
+        token.
     """
     name = check_point(vit, point)
     total = count_images(images)

@@ -38,16 +38,48 @@ ESTIMATORS = ("minibatch", "full")
 
 
 def gram(features: torch.Tensor) -> torch.Tensor:
-    """``(L, n, p)`` or ``(n, p)`` representations -> their linear-kernel Gram matrices
-    ``X·Xᵀ``, ``(L, n, n)`` or ``(n, n)``, float64."""
+    """The linear-kernel Gram matrices ``K = X·Xᵀ`` of representations, in float64.
+
+    Parameters
+    ----------
+    features : torch.Tensor
+        ``(n, p)`` one layer's representations of ``n`` images, or ``(L, n, p)`` for ``L`` layers;
+        any float dtype (cast to float64 first).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(n, n)`` or ``(L, n, n)`` float64.
+    """
     x = features.double()
     return x @ x.transpose(-1, -2)
 
 
 def hsic_biased(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
-    """Kornblith et al.'s biased HSIC of every pair: ``(La, n, n)``, ``(Lb, n, n)`` -> ``(La, Lb)``,
-    ``tr(K_i·H·L_j·H) / (n − 1)²`` (``H`` the centring matrix), computed as the Frobenius product
-    of the centred Gram matrices."""
+    """Kornblith et al.'s biased HSIC of every pair of layers:
+
+        HSIC[i, j] = tr(K_i·H·L_j·H) / (n − 1)²
+
+    with ``H = I − 11ᵀ/n`` the centring matrix, computed as the Frobenius product of the centred
+    Gram matrices ``H·K·H``.
+
+    Parameters
+    ----------
+    grams_a : torch.Tensor
+        ``(La, n, n)`` Gram matrices (:func:`gram`) of the first model's layers.
+    grams_b : torch.Tensor
+        ``(Lb, n, n)`` Gram matrices of the second model's layers, over the same ``n`` images.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(La, Lb)``, in the Gram matrices' dtype (float64 from :func:`gram`).
+
+    Raises
+    ------
+    AnalysisError
+        Fewer than 2 images (``n < 2``).
+    """
     n = grams_a.shape[-1]
     if n < 2:
         raise AnalysisError(f"CKA needs at least 2 images, got {n}.")
@@ -60,8 +92,26 @@ def hsic_biased(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
 
 
 def hsic_unbiased(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
-    """The unbiased HSIC of Song et al. 2012 of every pair (the formula in the module docstring):
-    ``(La, m, m)``, ``(Lb, m, m)`` -> ``(La, Lb)``; ``m ≥ 4`` images."""
+    """The unbiased HSIC of Song et al. 2012 of every pair of layers on one minibatch (the formula
+    ``HSIC₁`` in the module docstring: the Gram matrices with their diagonals set to 0).
+
+    Parameters
+    ----------
+    grams_a : torch.Tensor
+        ``(La, m, m)`` Gram matrices (:func:`gram`) of the first model's layers, ``m ≥ 4`` images.
+    grams_b : torch.Tensor
+        ``(Lb, m, m)`` Gram matrices of the second model's layers, over the same ``m`` images.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(La, Lb)``, in the Gram matrices' dtype (float64 from :func:`gram`).
+
+    Raises
+    ------
+    AnalysisError
+        Fewer than 4 images (``m < 4``).
+    """
     m = grams_a.shape[-1]
     if m < 4:
         raise AnalysisError(f"The unbiased HSIC needs minibatches of at least 4 images, got {m}.")
@@ -75,8 +125,27 @@ def hsic_unbiased(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
 
 
 def cka_from_hsic(cross: torch.Tensor, self_a: torch.Tensor, self_b: torch.Tensor) -> torch.Tensor:
-    """``CKA[i, j] = cross[i, j] / √(self_a[i] · self_b[j])``; a layer whose representation does
-    not vary over the images (``HSIC(K, K) = 0``) gives NaN, not a number it does not have."""
+    """CKA from the HSIC of every pair and of each layer with itself:
+
+        CKA[i, j] = cross[i, j] / √(self_a[i] · self_b[j])
+
+    A layer whose representation does not vary over the images (``HSIC(K, K) = 0``, or within
+    ``1e-12`` of the largest self-HSIC: rounding) gives NaN, not a number it does not have.
+
+    Parameters
+    ----------
+    cross : torch.Tensor
+        ``(La, Lb)`` float64, ``HSIC(K_i, L_j)``.
+    self_a : torch.Tensor
+        ``(La,)`` float64, ``HSIC(K_i, K_i)`` of the first model's layers.
+    self_b : torch.Tensor
+        ``(Lb,)`` float64, ``HSIC(L_j, L_j)`` of the second model's layers.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(La, Lb)`` float64, NaN in the rows and columns of constant layers.
+    """
     scale = max(float(self_a.abs().max()), float(self_b.abs().max()), torch.finfo(torch.float64).tiny)
     # a self-HSIC within rounding of 0 (centring a constant representation leaves ~1e-16 of the largest) is 0
     self_a = torch.where(self_a > 1e-12 * scale, self_a, torch.zeros_like(self_a))
@@ -89,11 +158,31 @@ class CKAAccumulator:
     """Linear CKA between the layers of two models, fed one batch of images at a time.
 
     ``add(features_a, features_b)``: each a list with one ``(b, p_layer)`` tensor per layer, the
-    same ``b`` images in the same order. ``matrix()``: ``(La, Lb)`` float64. ``"minibatch"``: each
-    ``add`` is one minibatch (``b ≥ 4``; a smaller one is not counted in ``images_used``);
-    ``"full"``: the representations are kept (in their dtype, on the CPU) until :meth:`matrix`. With
+    same ``b`` images in the same order. ``matrix()``: ``(La, Lb)`` float64. With
     ``features_b=None`` a model is compared with itself (the matrix is then symmetric, its
-    diagonal 1).
+    diagonal 1). :meth:`reduce` adds up the minibatch sums of several processes; :meth:`merged`
+    those of several accumulators.
+
+    Parameters
+    ----------
+    estimator : str, default "minibatch"
+        ``"minibatch"``: each ``add`` is one minibatch (``b ≥ 4``; a smaller one is not counted in
+        ``images_used``), its unbiased HSIC summed; ``"full"``: the representations are kept (in
+        their dtype, on the CPU) until :meth:`matrix` (:data:`ESTIMATORS`).
+
+    Attributes
+    ----------
+    estimator : str
+        The estimator.
+    images_seen : int
+        Images added.
+    images_used : int
+        Images the matrix counts (``"minibatch"`` leaves out minibatches of fewer than 4).
+
+    Raises
+    ------
+    AnalysisError
+        ``estimator`` is not one of :data:`ESTIMATORS`.
     """
 
     def __init__(self, estimator: str = "minibatch") -> None:

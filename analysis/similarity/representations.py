@@ -88,9 +88,25 @@ def _cnn_stages(model) -> list[str]:
 
 
 def layer_names(model) -> list[str]:
-    """One name per layer whose output :func:`block_outputs` gives: ``"block i"`` for a
-    transformer (with its stage for a windowed model: ``"block 4 (stage 2)"``), the stage modules
-    of a CNN (``"layer1"``, ...)."""
+    """One name per layer whose output :func:`block_outputs` gives.
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A transformer (:func:`~analysis.load_vit`) or a timm CNN (:func:`analysis.robustness.load_cnn`).
+
+    Returns
+    -------
+    list of str
+        ``"block i"`` for each block of a transformer (with its stage for a model of several stages:
+        ``"block 4 (stage 2)"``), the stage modules of a CNN's ``feature_info`` (``"layer1"``, ...).
+
+    Raises
+    ------
+    AnalysisError
+        ``model`` is neither a transformer nor a timm CNN with ``forward_intermediates`` and
+        ``feature_info``.
+    """
     if _is_transformer(model):
         spec = model.spec
         stages = {spec.geometry(layer).stage for layer in range(spec.num_layers)}
@@ -102,8 +118,29 @@ def layer_names(model) -> list[str]:
 
 
 def block_outputs(model, pixels: torch.Tensor, layers: Sequence[int]) -> list[torch.Tensor]:
-    """The representations of ``layers`` (indices into :func:`layer_names`) for a batch of
-    preprocessed ``pixels``: one ``(B, features)`` float32 tensor per layer, on the CPU."""
+    """The representations of ``layers`` for a batch of images: each layer's whole output, flattened
+    per image (a transformer's ``blocks.{i}.resid_post``, a CNN's stage output).
+
+    Parameters
+    ----------
+    model : LoadedViT or LoadedCNN
+        A transformer (:func:`~analysis.load_vit`) or a timm CNN (:func:`analysis.robustness.load_cnn`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed by ``model.preprocess``.
+    layers : Sequence of int
+        Indices into :func:`layer_names` (not checked here).
+
+    Returns
+    -------
+    list of torch.Tensor
+        One ``(B, features)`` float32 tensor per layer, on the CPU: ``features = T·D`` for a ViT,
+        ``gh·gw·C`` for a windowed model's stage grid, ``C·h·w`` for a CNN stage.
+
+    Raises
+    ------
+    AnalysisError
+        ``model`` is neither a transformer nor a timm CNN with ``forward_intermediates``.
+    """
     if _is_transformer(model):
         names = [f"blocks.{layer}.resid_post" for layer in layers]
         cache = run_with_cache(model, pixels, names)
@@ -115,9 +152,28 @@ def block_outputs(model, pixels: torch.Tensor, layers: Sequence[int]) -> list[to
 
 
 def resolve_images(images) -> list[Image.Image] | list[Path]:
-    """``images`` as a list: a list (or other iterable) of PIL images or paths as they are; a
-    folder: its image files, sorted by name; ``"demo"``: :data:`DEMO_IMAGES` generated demo
-    scenes (``"demo:N"`` for ``N``)."""
+    """``images`` as a list.
+
+    Parameters
+    ----------
+    images : iterable of PIL.Image.Image or paths, str or os.PathLike
+        A list (or other iterable) of PIL images or paths, kept as they are; a folder: its image
+        files (not searched below it), sorted by name; ``"demo"``: :data:`DEMO_IMAGES` generated demo
+        scenes of stream 0 (``"demo:N"`` for ``N``).
+
+    Returns
+    -------
+    list of PIL.Image.Image or list of pathlib.Path
+        The images or paths, in order.
+
+    Raises
+    ------
+    AnalysisError
+        A path that is not a folder, a folder without images, a single PIL image, or ``"demo:N"``
+        with ``N`` below 1.
+    ValueError
+        ``"demo:N"`` with an ``N`` that is not an integer.
+    """
     if isinstance(images, str) and (images == "demo" or images.startswith("demo:")):
         count = DEMO_IMAGES if images == "demo" else check_int("demo images", int(images.split(":", 1)[1]), minimum=1)
         return generate_samples(count, seed=0)[0]
@@ -179,11 +235,46 @@ def accumulate_similarity(
     progress: Callable[[int], None] | None = None,
     skipped: list[str] | None = None,
 ) -> tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]]:
-    """The CKA accumulator fed ``batches`` (each a list of images or paths, one minibatch), with
-    the names of the layers compared: what :func:`representation_similarity` and the command line
-    (one process per share of the minibatches, :meth:`CKAAccumulator.reduce`) build on.
-    ``progress(images)`` after each batch. ``skipped``: a list that names each image that could not
-    be decoded, left out of its minibatch (without it such an image raises ImageLoadError)."""
+    """The CKA accumulator fed ``batches``, with the names of the layers compared: what
+    :func:`representation_similarity` and the command line (one process per share of the
+    minibatches, :meth:`CKAAccumulator.reduce`) build on.
+
+    Parameters
+    ----------
+    model_a : LoadedViT or LoadedCNN
+        A transformer (:func:`~analysis.load_vit`) or a timm CNN (:func:`analysis.robustness.load_cnn`).
+    batches : Iterable of Sequence
+        The minibatches, each a list of PIL images or image paths / bytes (one forward pass and,
+        with ``"minibatch"``, one HSIC estimate each).
+    model_b : LoadedViT, LoadedCNN or None, default None
+        The second model; ``None`` compares ``model_a`` with itself (each layer read once).
+    layers_a : Sequence of int or None, default None
+        Indices into :func:`layer_names` of ``model_a`` (negative ones count from the end);
+        ``None``: every layer.
+    layers_b : Sequence of int or None, default None
+        The same for ``model_b`` (``model_a`` when ``model_b`` is ``None``).
+    estimator : str, default "minibatch"
+        ``"minibatch"`` or ``"full"`` (:class:`CKAAccumulator`).
+    progress : Callable[[int], None] or None, default None
+        Called with the number of images of each batch (skipped ones included) after it.
+    skipped : list of str or None, default None
+        A list that names each image that could not be decoded (``"name: reason"``), left out of its
+        minibatch; without it such an image raises.
+
+    Returns
+    -------
+    tuple of (CKAAccumulator, tuple of str, tuple of str)
+        ``(accumulator, names_a, names_b)``: the fed accumulator (its :meth:`~CKAAccumulator.matrix`
+        is ``(La, Lb)``) and the names of the compared layers of each model.
+
+    Raises
+    ------
+    AnalysisError
+        ``estimator`` unknown, a layer index outside its model (or no layer), a model that is
+        neither a transformer nor a timm CNN with ``forward_intermediates``.
+    ImageLoadError
+        An image cannot be decoded and ``skipped`` is ``None``.
+    """
     second = model_a if model_b is None else model_b
     chosen_a, chosen_b = _chosen(model_a, layers_a, "model_a"), _chosen(second, layers_b, "model_b")
     accumulator = CKAAccumulator(estimator)
@@ -208,7 +299,20 @@ def accumulate_similarity(
 
 
 def minibatches(items: Sequence, batch_size: int) -> list[Sequence]:
-    """``items`` in consecutive minibatches of ``batch_size`` (the last one may be shorter)."""
+    """``items`` in consecutive minibatches of ``batch_size`` (the last one may be shorter).
+
+    Parameters
+    ----------
+    items : Sequence
+        Images or paths, sliced as they are.
+    batch_size : int
+        Items per minibatch (not checked; at least 1).
+
+    Returns
+    -------
+    list of Sequence
+        The slices of ``items``, in order.
+    """
     return [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
 
 

@@ -48,16 +48,21 @@ REMAINDER_TERMS = ("embedding", "mlps", "head_bias", "constant", "pool_mlp", "lo
 class TextDecomposition:
     """One prompt's score ``s`` of each image, term by term.
 
-    Attributes:
-        terms: the direct contributions, each along the text direction ``w = exp(t)·v̂/‖u‖``:
-            ``heads (B, L, heads, T)``, ``embedding (B, T)``, ``mlps (B, L, T)``, ``head_bias (B, L, T)``,
-            ``constant (B,)`` (:class:`~analysis.circuits.DirectLogitAttribution`; ``terms.target_logit``
-            is ``s − b``), and ``heads_by_source (B, L, heads, T)``: each head's term split over the
-            tokens it attended to (Gandelsman et al.'s spatial decomposition; the patches' share is
-            the ``"decomposition"`` map).
-        logit_bias: ``b``, SigLIP's learned bias (0 for CLIP).
-        score: ``(B,)`` the model's own score ``s``.
-        spec: the token geometry (``spec.split_prefix`` separates the class token from the patches).
+    Attributes
+    ----------
+    terms : DirectLogitAttribution
+        The direct contributions, each along the text direction ``w = exp(t)·v̂/‖u‖``, float32 on the CPU:
+        ``heads (B, L, heads, T)``, ``embedding (B, T)``, ``mlps (B, L, T)``, ``head_bias (B, L, T)``,
+        ``constant (B,)`` (:class:`~analysis.circuits.DirectLogitAttribution`; ``terms.target_logit``
+        is ``s − b``), ``heads_by_source (B, L, heads, T)``: each head's term split over the
+        tokens it attended to (Gandelsman et al.'s spatial decomposition; the patches' share is
+        the ``"decomposition"`` map), and ``pool_mlp (B,)`` for an attention-pooling head (else ``None``).
+    logit_bias : float
+        ``b``, SigLIP's learned bias (0 for CLIP).
+    score : torch.Tensor
+        ``(B,)`` the model's own score ``s``.
+    spec : ViTSpec
+        The token geometry (``spec.split_prefix`` separates the class token from the patches).
     """
 
     terms: DirectLogitAttribution
@@ -101,8 +106,35 @@ class TextDecomposition:
 
 
 def text_decomposition(clip, pixels: torch.Tensor, prompt) -> TextDecomposition:
-    """Decompose each image's score with ``prompt`` (a string, one row of token ids, or a
-    :class:`~analysis.model.loading.TextEncoding` of one prompt); see the module docstring."""
+    """Decompose each image's score with ``prompt``; see the module docstring.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`); its image tower must be a global-attention ViT
+        with a linear readout or an attention-pooling head.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    prompt : str, token ids or TextEncoding
+        One prompt: a string, one row of token ids, or a
+        :class:`~analysis.model.loading.TextEncoding` of one prompt.
+
+    Returns
+    -------
+    TextDecomposition
+        The terms of each image's score, ``score`` ``(B,)``; :meth:`TextDecomposition.total` equals it to
+        float32 rounding.
+
+    Raises
+    ------
+    NoTextTowerError
+        ``clip`` is an image-only model.
+    TextPromptError
+        ``prompt`` is empty, not one prompt, or text for a model without a tokenizer.
+    AnalysisError
+        ``pixels`` does not fit the image tower, or the tower is one the direct attribution refuses
+        (windowed, heads mixed by an inner norm).
+    """
     clip = require_clip(clip, "text_decomposition")
     spec = input_spec(clip.image, pixels)
     text = prompt if isinstance(prompt, TextEncoding) else one_prompt(clip, prompt)

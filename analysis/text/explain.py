@@ -57,14 +57,22 @@ __all__ = [
 class TextExplanation:
     """One prompt's map over each image.
 
-    Attributes:
-        maps: ``(B, gh, gw)`` float32 on the patch grid (prefix tokens dropped).
-        scores: ``(B,)`` the model's score ``exp(t)·cos(u, v) + b`` of each image with the prompt.
-        method: the method's name.
-        prompt: the prompt (``None`` when token ids were given).
-        readout: which token's relevance the map reads (``"chefer"``), or what the map's values are.
-        notices: what was done to the prompt (truncated to the text tower's length).
-        decomposition: the full :class:`TextDecomposition` (``"decomposition"`` only).
+    Attributes
+    ----------
+    maps : torch.Tensor
+        ``(B, gh, gw)`` float32 on the CPU, on the patch grid (prefix tokens dropped).
+    scores : torch.Tensor
+        ``(B,)`` float32, the model's score ``exp(t)·cos(u, v) + b`` of each image with the prompt.
+    method : str
+        The method's name (a key of :data:`TEXT_METHODS`).
+    prompt : str or None
+        The prompt (``None`` when token ids were given).
+    readout : str
+        Which token's relevance the map reads (``"chefer"``), or what the map's values are.
+    notices : tuple of str, default ()
+        What was done to the prompt (truncated to the text tower's length).
+    decomposition : TextDecomposition or None, default None
+        The full :class:`TextDecomposition` (``"decomposition"`` only).
     """
 
     maps: torch.Tensor
@@ -98,7 +106,30 @@ def chefer_text(clip, pixels: torch.Tensor, text, *, start_layer: int = 0) -> tu
     the rule the class explanations use); ``start_layer=-1`` reads the last block only, as that
     notebook's ``interpret`` does by default. The map is the class token's row of R over the patches;
     a model without a class token (SigLIP, pooled by attention over every token) gives the mean of
-    the patch tokens' rows. Returns ``(maps (B, gh, gw), scores (B,), readout)``."""
+    the patch tokens' rows.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+    start_layer : int, default 0
+        The first block the rule reads (a Python index; ``-1``, the last block only).
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str)
+        ``(maps, scores, readout)``: ``(B, gh, gw)`` float32 maps and ``(B,)`` float32 scores on the CPU,
+        and which token's row of R the map is.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed image tower, ``pixels`` that do not fit it, or ``start_layer`` not a block index.
+    """
     vit = clip.image
     refuse_global_token_method(vit, "chefer")
     spec = input_spec(vit, pixels)
@@ -114,6 +145,26 @@ def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.
     (:func:`~analysis.explanations.methods.grad_cam_from`):
 
         w_c = mean_patches ∂s/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str)
+        ``(maps, scores, readout)``: ``(B, gh, gw)`` float32 maps (``>= 0``) and ``(B,)`` float32 scores on
+        the CPU, and what the map's values are.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed image tower, or ``pixels`` that do not fit it.
     """
     vit = clip.image
     spec = input_spec(vit, pixels)
@@ -131,6 +182,25 @@ def token_embeddings(model: Any, final: torch.Tensor) -> torch.Tensor:  # a timm
       embedding the head gives when its probe attends only to that token (softmax over one key
       is 1), then ``fc_norm`` and the head. (MaskCLIP, Zhou et al. 2022, reads CLIP's attention
       pool the same way.)
+
+    Parameters
+    ----------
+    model : Any
+        The image tower's timm model (``clip.image.model``): its ``norm``, ``attn_pool`` or
+        ``global_pool``, ``fc_norm``, ``head_drop`` and ``head``.
+    final : torch.Tensor
+        ``(B, T, D)``, the last block's output (``resid_post``), prefix tokens first.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, T, E)`` in ``final``'s dtype and device, each token's own embedding (not normalised).
+
+    Raises
+    ------
+    AnalysisError
+        An attention-pooling head with its own position table, or a pooling other than ``"token"`` or
+        ``"avg"`` without such a head.
     """
     batch, tokens, dim = final.shape
     normed = model.norm(final)
@@ -154,7 +224,28 @@ def patch_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Te
         map[p] = cos(readout(x_L[p]), v)      ∈ [−1, 1]
 
     (the dense reading of CLIP features of MaskCLIP, Zhou et al. 2022, and Gandelsman et al. 2024's
-    spatial decomposition read at the last layer). Not scaled by ``exp(t)``: a cosine."""
+    spatial decomposition read at the last layer). Not scaled by ``exp(t)``: a cosine.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str)
+        ``(maps, scores, readout)``: ``(B, gh, gw)`` float32 cosines and ``(B,)`` float32 scores on the
+        CPU, and what the map's values are.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` that do not fit the image tower, or a readout :func:`token_embeddings` refuses.
+    """
     vit = clip.image
     spec = input_spec(vit, pixels)
     last = f"blocks.{spec.num_layers - 1}.resid_post"
@@ -173,7 +264,28 @@ def decomposition_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, 
     ``map[s] = Σ_l Σ_h Σ_q P_{l,h}[q, s] · w·R(γ_l ⊙ W_O[:, h] v_{l,h,s})`` (Gandelsman et al. 2024's
     spatial decomposition; the query ``q`` is the token the readout reads: CLIP's class token, every
     token a SigLIP's pooling probe attends to, by its frozen probabilities).
-    Signed, in units of the score."""
+    Signed, in units of the score.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str, TextDecomposition)
+        ``(maps, scores, readout, decomposition)``: ``(B, gh, gw)`` float32 maps on the CPU, the ``(B,)``
+        scores, what the map's values are, and the full :class:`TextDecomposition`.
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`~analysis.text.text_decomposition`.
+    """
     decomposition = text_decomposition(clip, pixels, text)
     return (
         decomposition.head_maps().sum((1, 2)),
@@ -188,7 +300,29 @@ def attnlrp_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.
     ``s = exp(t)·cos(u, v) + b``, pooled per patch like the class map. The cosine's normalisation
     ``u/‖u‖`` takes the identity rule (its norm detached), so ``s − b`` is linear in ``u`` and the
     map sums to ``s − b`` less the image tower's bias terms. Signed, in units of the score.
-    Refused for a windowed model."""
+    A windowed image tower takes the same rules (its map on the stem's patch grid, as in
+    :mod:`analysis.explanations.lrp`).
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str)
+        ``(maps, scores, readout)``: ``(B, gh, gw)`` float32 relevance and ``(B,)`` float32 scores on the
+        CPU, and what the map's values are.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` that do not fit the image tower.
+    """
     relevance = score_relevance(clip.image, pixels, score_value(clip, text.embeddings))
     return relevance.map, relevance.targets, "each patch's AttnLRP relevance (its pixels' sum), in units of the score"
 
@@ -205,11 +339,40 @@ TEXT_METHODS: dict[str, Callable[..., Any]] = {
 
 
 def explain_text(clip, pixels: torch.Tensor, prompt, method: str = "chefer", **options) -> TextExplanation:
-    """A ``(B, gh, gw)`` map of where each image matches ``prompt`` (a string, or one row of token
-    ids), by ``method`` (one of :data:`TEXT_METHODS`), with the model's score and any notice
-    about the prompt (truncation). ``options`` go to the method (``"legrad"``: ``layers``, how
-    many of the last blocks it reads). Raises NoTextTowerError for an image-only model and
-    TextPromptError for an empty prompt."""
+    """A ``(B, gh, gw)`` map of where each image matches ``prompt``, by ``method``, with the model's
+    score and any notice about the prompt (truncation).
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    prompt : str or token ids
+        One prompt: a string, or one row of token ids.
+    method : str, default "chefer"
+        One of :data:`TEXT_METHODS`: ``"chefer"``, ``"gradcam"``, ``"patch_text"``, ``"decomposition"``,
+        ``"legrad"`` or ``"attnlrp"``.
+    **options : Any
+        Keyword options of the method (``"chefer"``: ``start_layer``; ``"legrad"``: ``layers``, how
+        many of the last blocks it reads, and ``readout``); another method takes none.
+
+    Returns
+    -------
+    TextExplanation
+        ``maps`` ``(B, gh, gw)`` and ``scores`` ``(B,)``, float32 on the CPU, with the method, prompt,
+        readout and notices (``decomposition`` for ``"decomposition"``).
+
+    Raises
+    ------
+    NoTextTowerError
+        ``clip`` is an image-only model.
+    TextPromptError
+        An empty prompt, more than one, or text without a tokenizer.
+    AnalysisError
+        An unknown method or an option it does not take, ``pixels`` that do not fit the image tower, or
+        what the method refuses (e.g. ``"chefer"`` and ``"gradcam"`` on a windowed tower).
+    """
     clip = require_clip(clip, "explain_text")
     if method not in TEXT_METHODS:
         raise AnalysisError(f"Unknown text explanation method {method!r}; use one of {', '.join(TEXT_METHODS)}.")

@@ -51,12 +51,19 @@ DEFAULT_VOCABULARY = Path(__file__).with_name("vocabulary.txt")
 class HeadDescription:
     """One head's texts, in the order TextSpan picked them.
 
-    Attributes:
-        layer, head: which head.
-        texts: the picked descriptions.
-        shares: the share of the head's variance over the images each explains (0–1, they add up).
-        variance: the head's total variance ``Σ_e Var_k(c_{k,e})`` (embedding units squared): a head
-            that barely varies has little to describe, whatever its shares.
+    Attributes
+    ----------
+    layer : int
+        The head's model layer.
+    head : int
+        The head's index in its layer.
+    texts : tuple of str
+        The picked descriptions.
+    shares : tuple of float
+        The share of the head's variance over the images each explains (0–1, they add up).
+    variance : float
+        The head's total variance ``Σ_e Var_k(c_{k,e})`` (embedding units squared): a head
+        that barely varies has little to describe, whatever its shares.
     """
 
     layer: int
@@ -73,8 +80,21 @@ class HeadDescription:
 
 @dataclass(frozen=True)
 class HeadTexts:
-    """``head_texts``' result: one :class:`HeadDescription` per head, layers in order, and any
-    notice about the vocabulary (descriptions truncated to the text tower's length)."""
+    """``head_texts``' result: one :class:`HeadDescription` per head, layers in the order asked, and
+    any notice about the vocabulary (descriptions truncated to the text tower's length).
+
+    Attributes
+    ----------
+    heads : tuple of HeadDescription
+        Every head of each described layer, layer by layer (in the order asked), heads in order;
+        :meth:`of` finds one.
+    images : int
+        How many images the variances are over (``N``).
+    vocabulary_size : int
+        How many distinct descriptions were searched.
+    notices : tuple of str, default ()
+        What was done to the vocabulary (descriptions truncated to the text tower's length).
+    """
 
     heads: tuple[HeadDescription, ...]
     images: int
@@ -91,7 +111,18 @@ class HeadTexts:
 
 
 def default_vocabulary() -> list[str]:
-    """The bundled descriptions (:data:`DEFAULT_VOCABULARY`)."""
+    """The bundled descriptions (:data:`DEFAULT_VOCABULARY`).
+
+    Returns
+    -------
+    list of str
+        One description per non-blank line of the file, stripped.
+
+    Raises
+    ------
+    TextPromptError
+        The file cannot be read.
+    """
     return _read_vocabulary(DEFAULT_VOCABULARY)
 
 
@@ -122,11 +153,32 @@ def _vocabulary(vocabulary) -> list[str]:
 def text_span(
     contributions: torch.Tensor, texts: torch.Tensor, count: int, rank: int | None = None
 ) -> tuple[list[int], list[float], float]:
-    """TextSpan's greedy search (module docstring) on ``contributions`` ``(K, E)`` and text
-    embeddings ``texts`` ``(M, E)`` (used as given; pass unit vectors). Returns the picked text
-    indices, the share of the variance each explains and the total variance. Stops early when
-    nothing is left to explain. ``rank``: project the texts onto the span of the contributions'
-    top ``rank`` right singular vectors first (the paper's code: 80); ``None``: no projection."""
+    """TextSpan's greedy search (module docstring), computed in float64. Stops early when
+    nothing is left to explain.
+
+    Parameters
+    ----------
+    contributions : torch.Tensor
+        ``(K, E)`` one head's direct contributions ``C`` over ``K`` images.
+    texts : torch.Tensor
+        ``(M, E)`` text embeddings (used as given; pass unit vectors).
+    count : int
+        The most texts to pick (``>= 1``; named ``texts_per_head`` in errors).
+    rank : int or None, default None
+        Project the texts onto the span of the contributions' top ``rank`` right singular vectors
+        first (the paper's code: 80); ``None``: no projection.
+
+    Returns
+    -------
+    tuple of (list of int, list of float, float)
+        ``(picked, shares, total)``: the picked text indices in order, the share of the variance each
+        explains, and the total variance ``Σ_e Var_k(C_{k,e})``.
+
+    Raises
+    ------
+    AnalysisError
+        ``count`` or ``rank`` is not an integer ``>= 1``.
+    """
     count = check_int("texts_per_head", count, minimum=1)
     data = contributions.double()
     candidates = texts.double().clone()
@@ -173,13 +225,50 @@ def head_texts(
     progress: Progress | None = None,
     head_vectors: str = HEAD_VECTORS[0],
 ) -> HeadTexts:
-    """Describe each head of ``layers`` (``None``: every layer) by the ``texts_per_head`` texts of
-    ``vocabulary`` (``None``: the bundled :data:`DEFAULT_VOCABULARY`; a text file, one description a
-    line; or a list) that explain most of its direct contribution's variance over ``images`` (a
-    ``(N, 3, H, W)`` preprocessed tensor or a list of PIL images, N ≥ 2), by :func:`text_span`.
-    ``rank``: as :func:`text_span` (``None``: no projection). ``progress(done, total)`` is called
-    after each batch of images with the images read so far. ``head_vectors``: ``"centred"``
-    (default) or ``"textspan"`` (TextSpan's repository's vectors; module docstring)."""
+    """Describe each head of ``layers`` by the ``texts_per_head`` texts of ``vocabulary`` that explain
+    most of its direct contribution's variance over ``images``, by :func:`text_span`.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`) with a global-attention image tower.
+    images : torch.Tensor or list of PIL.Image.Image
+        A ``(N, 3, H, W)`` preprocessed tensor or a list of PIL images, ``N ≥ 2``.
+    vocabulary : str, os.PathLike, sequence of str or None, default None
+        ``None``: the bundled :data:`DEFAULT_VOCABULARY`; the path of a text file, one description a
+        line (a ``str`` is always a path); or a list of descriptions. Blank descriptions are dropped,
+        repeated ones kept once.
+    layers : int, sequence of int or None, default None
+        Model layer indices (negative count from the end), described in the order asked; ``None``: every
+        layer.
+    texts_per_head : int, default 5
+        The most texts picked per head.
+    rank : int or None, default 80
+        As :func:`text_span` (``None``: no projection).
+    batch_size : int, default 16
+        Images per forward pass.
+    progress : Progress or None, default None
+        ``progress(done, total)`` is called after each batch of images with the images read so far.
+    head_vectors : str, default "centred"
+        ``"centred"`` or ``"textspan"`` (TextSpan's repository's vectors; module docstring).
+
+    Returns
+    -------
+    HeadTexts
+        One :class:`HeadDescription` per head of each layer, with the image count, the vocabulary size
+        and any notices.
+
+    Raises
+    ------
+    NoTextTowerError
+        ``clip`` is an image-only model.
+    TextPromptError
+        An unreadable vocabulary file, an empty vocabulary or one of another type.
+    AnalysisError
+        ``images`` neither a tensor nor a non-empty list, fewer than 2 images, pixels that do not fit the
+        image tower, a bad ``layers``, ``batch_size``, ``texts_per_head``, ``rank`` or ``head_vectors``,
+        or an image tower the direct attribution refuses (windowed, heads mixed by an inner norm).
+    """
     clip = require_clip(clip, "head_texts")
     pixels = _pixels(clip, images)
     input_spec(clip.image, pixels)

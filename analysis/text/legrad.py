@@ -44,9 +44,35 @@ LEGRAD_READOUTS = ("class_token", "mean_tokens")
 def legrad_text(
     clip, pixels: torch.Tensor, text, *, layers: int = LEGRAD_LAYERS, readout: str = LEGRAD_READOUTS[0]
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """``(maps (B, gh, gw) in 0–1, scores (B,), readout)``; see the module docstring. ``layers``:
-    how many of the last blocks to read (1 to all). ``readout``: one of :data:`LEGRAD_READOUTS`
-    (``"mean_tokens"`` reproduces LeGrad's open_clip code)."""
+    """LeGrad's map of one prompt's score over each image; see the module docstring.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        A two-tower model (:func:`~analysis.load_clip`) with a global-attention image tower.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` images preprocessed for the image tower.
+    text : TextEncoding
+        One prompt's encoding (:func:`~analysis.text.prompts.one_prompt`), ``embeddings`` ``(1, E)``.
+    layers : int, default LEGRAD_LAYERS
+        How many of the last blocks to read (1 to all; :data:`LEGRAD_LAYERS`, 2).
+    readout : str, default "class_token"
+        One of :data:`LEGRAD_READOUTS` (``"mean_tokens"`` reproduces LeGrad's open_clip code, class-token
+        models only).
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, str)
+        ``(maps, scores, readout)``: ``(B, gh, gw)`` float32 maps in 0–1 (min–max per image) and ``(B,)``
+        float32 scores on the CPU, and what the map's values are.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed image tower, ``pixels`` that do not fit it, ``layers`` not an integer in
+        ``1..L``, an unknown ``readout`` or ``"mean_tokens"`` on a tower that does not pool its class
+        token, or a block whose attention or output the forward pass never reached.
+    """
     vit = clip.image
     refuse_windowed(vit, "LeGrad")
     spec = input_spec(vit, pixels)

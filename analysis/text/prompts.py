@@ -11,7 +11,25 @@ __all__ = ["require_clip", "one_prompt", "image_embeddings", "score_of", "score_
 
 
 def require_clip(clip, what: str) -> LoadedCLIP:
-    """``clip`` if it is a two-tower model, else a NoTextTowerError that says what to load."""
+    """``clip`` if it is a two-tower model, else a NoTextTowerError that says what to load.
+
+    Parameters
+    ----------
+    clip : Any
+        The model passed to a text analysis.
+    what : str
+        The analysis's name, for the error message.
+
+    Returns
+    -------
+    LoadedCLIP
+        ``clip`` itself.
+
+    Raises
+    ------
+    NoTextTowerError
+        ``clip`` is not a :class:`~analysis.model.loading.LoadedCLIP` (an image-only model).
+    """
     if isinstance(clip, LoadedCLIP):
         return clip
     name = getattr(clip, "name", type(clip).__name__)
@@ -23,7 +41,26 @@ def require_clip(clip, what: str) -> LoadedCLIP:
 
 
 def one_prompt(clip: LoadedCLIP, prompt) -> TextEncoding:
-    """The encoding of exactly one prompt (a string, or one row of token ids)."""
+    """The encoding of exactly one prompt (a string, or one row of token ids).
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        The two-tower model.
+    prompt : str or token ids
+        A string (needs the tokenizer), or token ids ``(1, S)`` (a tensor or a list of one list).
+
+    Returns
+    -------
+    TextEncoding
+        Its ``embeddings`` are ``(1, E)`` float32.
+
+    Raises
+    ------
+    TextPromptError
+        More or fewer than one prompt, an empty prompt, ids longer than the text tower reads, or text
+        without a tokenizer.
+    """
     encoding = clip.encode_text(prompt)
     if encoding.embeddings.shape[0] != 1:
         raise TextPromptError(
@@ -33,13 +70,39 @@ def one_prompt(clip: LoadedCLIP, prompt) -> TextEncoding:
 
 
 def image_embeddings(clip: LoadedCLIP, pixels: torch.Tensor) -> torch.Tensor:
-    """``(B, E)`` image embeddings ``u`` (the image tower's output), float32."""
+    """``(B, E)`` image embeddings ``u`` (the image tower's output), float32.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        The two-tower model.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed images (moved to the model's device as float32).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, E)`` float32 on the model's device, in the graph when called under autograd.
+    """
     return clip.image.model(pixels.to(clip.device, dtype=torch.float32)).float()
 
 
 def score_of(clip: LoadedCLIP, text_embedding: torch.Tensor):
     """``score(u (B, E)) -> Σ_b s_b``, the image–text score summed over images (their gradients
-    are per image: images do not interact)."""
+    are per image: images do not interact).
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        The two-tower model (its ``logits``: scale and bias).
+    text_embedding : torch.Tensor
+        One prompt's embedding ``v`` ``(1, E)``.
+
+    Returns
+    -------
+    Callable
+        ``score(u)``: ``u`` ``(B, E)`` image embeddings -> a scalar tensor, differentiable.
+    """
 
     def score(output: torch.Tensor) -> torch.Tensor:
         return clip.logits(output, text_embedding).sum()
@@ -50,7 +113,20 @@ def score_of(clip: LoadedCLIP, text_embedding: torch.Tensor):
 def score_value(clip: LoadedCLIP, text_embedding: torch.Tensor):
     """``value(u (K, E)) -> (K,)``: each image's score ``exp(t)·cos(u_k, v) + b`` with one prompt's
     embedding ``v`` ``(1, E)``: what :func:`~analysis.faithfulness.perturbation_curve` measures
-    (``value=``) for a text explanation's deletion and insertion curves."""
+    (``value=``) for a text explanation's deletion and insertion curves.
+
+    Parameters
+    ----------
+    clip : LoadedCLIP
+        The two-tower model (its ``logits``: scale and bias).
+    text_embedding : torch.Tensor
+        One prompt's embedding ``v`` ``(1, E)``.
+
+    Returns
+    -------
+    Callable
+        ``value(u)``: ``u`` ``(K, E)`` image embeddings -> ``(K,)`` float32 scores.
+    """
 
     def value(output: torch.Tensor) -> torch.Tensor:
         return clip.logits(output, text_embedding)[:, 0]
@@ -64,8 +140,25 @@ TEMPLATE_SLOT = "{}"
 
 def prompts_from_template(template: str, classes) -> list[str]:
     """``template`` with each class name in its ``{}`` (CLIP's zero-shot prompts, Radford et al.
-    2021: ``"a photo of a {}"``). Blank class names are dropped; a template without exactly one
-    ``{}``, or no class name, is a TextPromptError."""
+    2021: ``"a photo of a {}"``). Blank class names are dropped.
+
+    Parameters
+    ----------
+    template : str
+        A prompt with exactly one ``{}`` where the class name goes.
+    classes : iterable
+        The class names (each through ``str`` and stripped; blank ones dropped).
+
+    Returns
+    -------
+    list of str
+        One prompt per non-blank class name, in order.
+
+    Raises
+    ------
+    TextPromptError
+        ``template`` is not a string with exactly one ``{}``, or no class name is left.
+    """
     if not isinstance(template, str) or template.count(TEMPLATE_SLOT) != 1:
         raise TextPromptError(
             f"The template {template!r} must hold exactly one {TEMPLATE_SLOT} where the class name goes, "

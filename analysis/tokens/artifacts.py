@@ -71,10 +71,22 @@ def token_norms(tokens) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class HighNormTokens:
-    """Per layer: ``thresholds (L,)`` (``inf`` where no outliers), ``mask (L, B, N)`` over the
-    patch tokens, ``fraction (L,)`` of patch tokens above the threshold, ``first_layer`` with
-    any (``None`` if none). A windowed model's ``mask`` is a tuple of ``(B, N_l)``, one per layer
-    (its layers differ in grid)."""
+    """High-norm outlier tokens, layer by layer: what :func:`high_norm_tokens` (a ViT) and
+    :func:`stage_high_norm_tokens` (a windowed model) return.
+
+    Attributes
+    ----------
+    thresholds : torch.Tensor
+        ``(L,)`` float32 norm threshold of each layer, ``inf`` where it has no outliers.
+    mask : torch.Tensor or tuple of torch.Tensor
+        ``(L, B, N)`` bool over the patch tokens (prefix tokens left out), ``True`` above the
+        threshold; a windowed model's is a tuple of ``(B, N_l)`` bool, one per layer (its layers
+        differ in grid), ``N_l = gh·gw`` of the layer's stage grid.
+    fraction : torch.Tensor
+        ``(L,)`` float32 share of the layer's patch tokens (over the batch) above the threshold.
+    first_layer : int or None
+        The first position along ``L`` with any outlier; ``None`` if none.
+    """
 
     thresholds: torch.Tensor
     mask: torch.Tensor | tuple[torch.Tensor, ...]
@@ -166,10 +178,29 @@ def stage_high_norm_tokens(
     each layer on its own stage grid with the same rule as :func:`high_norm_tokens` (the
     layer's ``‖h‖₂`` over the batch, the largest log-gap in the top ``max_fraction``).
 
-    Returns a :class:`HighNormTokens` whose ``mask`` is a tuple of ``(B, gh·gw)`` masks, one
-    per captured layer (grids differ), ``thresholds``/``fraction`` ``(L,)`` and
-    ``first_layer`` the first with outliers; layers are counted along ``tokens.layers``, as
-    :func:`high_norm_tokens` counts them along its ``L``."""
+    Parameters
+    ----------
+    tokens : WindowedTokens
+        A windowed model's captured block outputs (:func:`~analysis.tokens.capture_tokens`), one
+        ``(B, gh·gw, C)`` tensor per captured layer; there are no prefix tokens.
+    max_fraction : float, default MAX_OUTLIER_FRACTION
+        As in :func:`high_norm_tokens` (0.1, in ``(0, 1)``), per layer.
+    min_ratio : float, default MIN_NORM_RATIO
+        As in :func:`high_norm_tokens` (2.0, above 1).
+
+    Returns
+    -------
+    HighNormTokens
+        ``mask`` a tuple of ``(B, gh·gw)`` bool masks, one per captured layer (grids differ),
+        ``thresholds`` and ``fraction`` ``(L,)`` float32, ``first_layer`` the first with outliers;
+        layers are counted along ``tokens.layers`` (positions, not model layer indices), as
+        :func:`high_norm_tokens` counts them along its ``L``.
+
+    Raises
+    ------
+    AnalysisError
+        ``max_fraction`` is outside ``(0, 1)`` or ``min_ratio`` is not above 1.
+    """
     per_layer = [
         high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
         for layer_tokens in tokens.tokens
@@ -267,8 +298,24 @@ def outlier_patches(found: HighNormTokens, image: int = 0) -> list[int]:
 
 
 def outlier_share(values, cells: Sequence[int]) -> float:
-    """The share of a non-negative map's mass on the cells ``cells`` (flat row-major indices):
-    ``Σ_{c ∈ cells} m_c / Σ_c m_c`` over finite cells (0 for an empty or all-zero map)."""
+    """The share of a non-negative map's mass on the cells ``cells``:
+
+        share = Σ_{c ∈ cells} m_c / Σ_c m_c
+
+    over finite cells (non-finite ones count as 0).
+
+    Parameters
+    ----------
+    values : torch.Tensor, numpy.ndarray or array-like
+        The map, any shape (e.g. ``(gh, gw)``), flattened row-major; read in float64.
+    cells : Sequence of int
+        Flat row-major indices into the map (e.g. :func:`outlier_patches`).
+
+    Returns
+    -------
+    float
+        The share in ``[0, 1]``; 0 when ``cells`` is empty or the map's finite mass is not positive.
+    """
     flat = torch.as_tensor(values, dtype=torch.float64).flatten()
     flat = torch.where(torch.isfinite(flat), flat, torch.zeros_like(flat))
     total = float(flat.sum())
@@ -281,8 +328,28 @@ def outlier_share(values, cells: Sequence[int]) -> float:
 def dominated_by_outliers(values, cells: Sequence[int], *, share: float = DOMINANT_SHARE) -> bool:
     """Whether the outlier tokens ``cells`` stand out in a map: they hold at least ``share`` of
     its mass (:func:`outlier_share`), or its largest cell ``m_max`` is one of them and
-    ``m_max ≥ STANDOUT_RATIO · quantile(m_others, 0.99)`` (the other cells' 99th percentile, numpy's
-    linear rule). On a flat map the largest cell is barely above the others, whichever it is."""
+
+        m_max ≥ STANDOUT_RATIO · quantile(m_others, 0.99)
+
+    (the other finite cells' 99th percentile, numpy's linear rule; :data:`STANDOUT_RATIO`). On a
+    flat map the largest cell is barely above the others, whichever it is.
+
+    Parameters
+    ----------
+    values : torch.Tensor, numpy.ndarray or array-like
+        The map, any shape (e.g. ``(gh, gw)``), flattened row-major; read in float64, non-finite
+        cells ignored.
+    cells : Sequence of int
+        The outliers' flat row-major indices into the map (:func:`outlier_patches`).
+    share : float, default DOMINANT_SHARE
+        The least share of the mass (0.25) on ``cells`` that counts as dominating.
+
+    Returns
+    -------
+    bool
+        ``False`` when ``cells`` is empty; ``True`` when the largest cell is an outlier and no other
+        finite cell is left to compare it with.
+    """
     if not len(cells):
         return False
     if outlier_share(values, cells) >= share:

@@ -38,10 +38,22 @@ def _heads_concatenated(x: torch.Tensor) -> torch.Tensor:
 
 
 def capture_limits(spec: ViTSpec) -> str:
-    """What :func:`capture_tokens` cannot give for the model ``spec``, in one sentence for a reader;
-    ``""`` when every kind of :data:`TOKEN_KINDS` is defined on one token sequence (a ViT). A windowed
-    model (Swin, SAM) computes queries, keys and values window by window: only block outputs, each
-    layer on its own stage grid."""
+    """What :func:`capture_tokens` cannot give for the model ``spec``, in one sentence for a reader.
+
+    A windowed model (Swin, SAM) computes queries, keys and values window by window: only block
+    outputs, each layer on its own stage grid.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec (``vit.spec``).
+
+    Returns
+    -------
+    str
+        The sentence; ``""`` when every kind of :data:`TOKEN_KINDS` is defined on one token sequence
+        (a ViT).
+    """
     if spec.attends_globally:
         return ""
     return (

@@ -173,14 +173,39 @@ def patch_similarity(
 
 
 def patch_similarity_rows(tokens: torch.Tensor, spec: ViTSpec | LayerGeometry, *, image: int = 0) -> torch.Tensor:
-    """``(T + 1, N)`` float32: row ``q < T`` is token ``q``'s cosine similarity to every patch token of
-    image ``image``, row ``T`` the mean patch token's; :func:`patch_similarity` of every query at once
-    (query ``"prefix:<i>"`` or a patch, then ``"mean"``), flattened row-major, as one product
+    """Every token's cosine similarity to every patch token of image ``image``, and the mean patch
+    token's: :func:`patch_similarity` of every query at once (query ``"prefix:<i>"`` or a patch, then
+    ``"mean"``), flattened row-major, as one product
 
         S = Q·Pᵀ / (max(‖Q‖, ε) · max(‖P‖, ε)ᵀ),   Q = [tokens; mean patch] (T + 1, D), P = patches (N, D),
 
     in float64 (ε = 1e-12): one matrix product instead of ``T + 1`` calls (DINOv2-S at 518 px: 1,371
-    queries, 2 s → 0.1 s)."""
+    queries, 2 s → 0.1 s).
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        ``(B, T, D)`` tokens of one layer, ``T = prefix + gh·gw`` for ``spec`` (a windowed layer's
+        ``(B, gh·gw, C)``).
+    spec : ViTSpec or LayerGeometry
+        A ViT's :class:`~analysis.model.geometry.ViTSpec`, or one layer's
+        :class:`~analysis.model.geometry.LayerGeometry` (``spec.geometry(layer)``; a windowed
+        model's layers need theirs).
+    image : int, default 0
+        The image of ``tokens`` whose tokens are the queries and whose patches are compared.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(T + 1, N)`` float32, ``N = gh·gw``: row ``q < T`` is token ``q``'s similarity to each patch
+        (row-major), row ``T`` the mean patch token's; in [-1, 1].
+
+    Raises
+    ------
+    AnalysisError
+        ``tokens`` is not ``(B, T, D)`` for ``spec``, or ``spec`` is a windowed model's
+        :class:`~analysis.model.geometry.ViTSpec`.
+    """
     patches = _patches(tokens, spec)[image]  # (N, D) float64
     queries = torch.cat([torch.as_tensor(tokens)[image].double(), patches.mean(0, keepdim=True)])  # (T + 1, D)
     eps = 1e-12

@@ -35,12 +35,16 @@ __all__ = ["WindowedTokens", "logit_lens_layers", "windowed_readout"]
 class WindowedTokens:
     """Block outputs of a windowed model, captured in one forward pass.
 
-    Attributes:
-        tokens: one ``(B, gh·gw, C)`` tensor per captured layer, in the order of ``layers``:
-            the block's ``(B, gh, gw, C)`` output with its cells row-major on the layer's stage
-            grid ``spec.geometry(layer).grid_size``; ``C`` the stage's width.
-        spec: the model's spec (``spec.layer_geometry`` one entry per layer).
-        layers: model layer index of each entry of ``tokens``.
+    Attributes
+    ----------
+    tokens : tuple of torch.Tensor
+        One ``(B, gh·gw, C)`` tensor per captured layer, in the order of ``layers``: the block's
+        ``(B, gh, gw, C)`` output with its cells row-major on the layer's stage grid
+        ``spec.geometry(layer).grid_size``; ``C`` the stage's width.
+    spec : ViTSpec
+        The model's spec (``spec.layer_geometry`` one entry per layer).
+    layers : tuple of int
+        Model layer index of each entry of ``tokens``.
     """
 
     tokens: tuple[torch.Tensor, ...]
@@ -66,9 +70,20 @@ class WindowedTokens:
 
 
 def logit_lens_layers(spec) -> tuple[int, ...]:
-    """The layers the logit lens reads (``spec``: a ViTSpec, or a LoadedViT / record whose spec
-    is used): every layer of a ViT; for a windowed model, the layers of the last block's stage,
-    whose outputs have the grid and width the model's final readout takes."""
+    """The layers the logit lens reads: every layer of a ViT; for a windowed model, the layers of the
+    last block's stage, whose outputs have the grid and width the model's final readout takes.
+
+    Parameters
+    ----------
+    spec : ViTSpec, LoadedViT or record
+        A :class:`~analysis.model.geometry.ViTSpec`, or anything with a ``spec`` attribute (a
+        loaded model, a record), whose spec is used.
+
+    Returns
+    -------
+    tuple of int
+        Model layer indices, ascending.
+    """
     geometries = getattr(spec, "spec", spec).geometries()  # a ViT's: one stage, one grid
     last = geometries[-1]
     return tuple(
@@ -96,7 +111,24 @@ def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
 def windowed_readout(model: Any):  # a timm Swin / SAM: forward_head, neck, norm read by name
     """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
     lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``;
-    timm's ``swinv2_cr``: ``forward_head(h as NCHW)``."""
+    timm's ``swinv2_cr``: ``forward_head(h as NCHW)``.
+
+    Parameters
+    ----------
+    model : Any
+        The timm Swin (v1, v2, ``swinv2_cr``) or SAM image encoder; its ``forward_head``, ``neck``,
+        ``norm`` and ``layers`` are read by name.
+
+    Returns
+    -------
+    Callable[[torch.Tensor], torch.Tensor]
+        The readout: a last-stage block's ``(B, gh, gw, C)`` output -> ``(B, classes)`` logits.
+
+    Raises
+    ------
+    AnalysisError
+        ``model`` is none of these (its readout after the last block is not known).
+    """
     if isinstance(
         getattr(model, "neck", None), nn.Module
     ):  # SAM: forward_features ends with neck(x.permute(0, 3, 1, 2))

@@ -78,13 +78,37 @@ def view_layout(spec) -> str:
     """Which data the view draws a model from: ``"tokens"`` when every layer attends over one token
     sequence ``[prefix, patches]`` (a ViT: every query's row over the patch keys, the prefix keys and
     the columns, every layer held when they fit, :func:`view_blob`), ``"windows"`` when its layers
-    attend inside windows on stage grids (Swin, SAM: one layer's windows, :func:`windowed_view_blob`)."""
+    attend inside windows on stage grids (Swin, SAM: one layer's windows, :func:`windowed_view_blob`).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec, or anything that has one as ``.spec`` (a LoadedViT, a record).
+
+    Returns
+    -------
+    str
+        ``"tokens"`` or ``"windows"``.
+    """
     return "tokens" if getattr(spec, "spec", spec).attends_globally else "windows"
 
 
 def layer_bytes(spec, maps: int | None = None) -> int:
     """Bytes of one layer's codes (before base64, which adds a third): rows, columns and prefix
-    keys of ``maps`` maps (default: every head and their mean; the rollout has one)."""
+    keys of ``maps`` maps (default: every head and their mean; the rollout has one).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        A ViT's spec: ``num_heads``, ``num_tokens`` ``T``, ``num_patches`` ``N`` and ``num_prefix_tokens`` ``P``.
+    maps : int or None, default None
+        Maps per layer; ``None``, ``heads + 1``.
+
+    Returns
+    -------
+    int
+        ``maps · ((T + 1)·N + N·N + T·P)`` (the ranges not counted).
+    """
     maps = spec.num_heads + 1 if maps is None else maps
     tokens, patches = spec.num_tokens, spec.num_patches
     return maps * ((tokens + 1) * patches + patches * patches + tokens * spec.num_prefix_tokens)
@@ -93,7 +117,22 @@ def layer_bytes(spec, maps: int | None = None) -> int:
 def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | None:
     """The layers the view holds under ``budget_bytes`` of codes: every layer when they fit (layer
     and head then switch in the browser), else only ``layer`` (a new layer is new data), else
-    ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12."""
+    ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        A ViT's spec (:func:`layer_bytes`).
+    layer : int
+        The layer shown.
+    budget_bytes : int
+        The most bytes of codes the page may hold.
+
+    Returns
+    -------
+    tuple of int or None
+        Every layer ``0..L-1``, or ``(layer,)``, or ``None``.
+    """
     one = layer_bytes(spec)
     if one * spec.num_layers <= budget_bytes:
         return tuple(range(spec.num_layers))
@@ -103,7 +142,26 @@ def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | Non
 def attention_view_rows(record, layers) -> np.ndarray:
     """``(len(layers), heads + 1, T + 1, N)`` float32, the view's rows for image 0 of ``record``:
     ``[l, h, q]`` is token ``q``'s attention over the patch keys (:func:`analysis.attention_rows`),
-    ``[l, h, T]`` the mean over the patch queries; ``h = heads`` the mean over heads."""
+    ``[l, h, T]`` the mean over the patch queries; ``h = heads`` the mean over heads.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass of a ViT (:func:`analysis.capture_attention`) with every query row
+        (``query_tokens=None``); image 0 is read.
+    layers : sequence of int
+        Model layer indices the record kept (negative count from the end), in the order wanted.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(layers), heads + 1, T + 1, N)`` float32.
+
+    Raises
+    ------
+    AnalysisError
+        No layer, a windowed record, a record that kept only some query rows, or a layer it did not keep.
+    """
     if not layers:
         raise AnalysisError("the attention view needs at least one layer.")
     return np.stack([_with_mean_query(attention_rows(record, int(layer))[0].numpy(), record.spec) for layer in layers])
@@ -112,7 +170,26 @@ def attention_view_rows(record, layers) -> np.ndarray:
 def prefix_key_rows(record, layers) -> np.ndarray:
     """``(len(layers), heads + 1, T, P)`` float32: ``[l, h, q, j]`` is token ``q``'s attention to
     prefix key ``j`` (:func:`analysis.attention_rows` with ``keys="all"``, its first ``P`` keys);
-    ``h = heads`` the mean over heads. With :func:`attention_view_rows` the full ``T × T`` matrix."""
+    ``h = heads`` the mean over heads. With :func:`attention_view_rows` the full ``T × T`` matrix.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass of a ViT (:func:`analysis.capture_attention`) with every query row
+        (``query_tokens=None``); image 0 is read.
+    layers : sequence of int
+        Model layer indices the record kept (negative count from the end), in the order wanted.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(layers), heads + 1, T, P)`` float32 (``P = 0``: an empty last axis).
+
+    Raises
+    ------
+    AnalysisError
+        No layer, a windowed record, a record that kept only some query rows, or a layer it did not keep.
+    """
     if not layers:
         raise AnalysisError("the attention view needs at least one layer.")
     spec = record.spec
@@ -126,7 +203,18 @@ def rollout_view_defined(spec) -> bool:
     LoadedViT / record, whose spec is used): True when every layer attends over the one token
     sequence ``[prefix, patches]`` (a ViT), so every query's rollout is a row of one ``T × T``
     product; False for a windowed model (Swin, SAM), whose rollout lies on stage grids and which
-    :func:`rollout_view_rows` refuses. A page draws the instant rollout view only where this holds."""
+    :func:`rollout_view_rows` refuses. A page draws the instant rollout view only where this holds.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec, or a LoadedViT / record whose ``.spec`` is used.
+
+    Returns
+    -------
+    bool
+        Whether the model attends globally.
+    """
     return bool(getattr(spec, "spec", spec).attends_globally)
 
 
@@ -137,7 +225,31 @@ def rollout_view_rows(
     ``(end layers, (steps, 1, T + 1, N) float32)``. ``[i, 0, q]`` is token ``q``'s row of
     ``R = Â_end ⋯ Â_start`` (:func:`analysis.attention.rollout.rollout_matrices`, the same composition) over the patch
     keys, i.e. :func:`analysis.attention_rollout` of that query with ``end_layer = start + i``;
-    ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only."""
+    ``[i, 0, T]`` the mean over the patch queries (``query="mean"``). A ViT only.
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass of a ViT with every query row (``query_tokens=None``) and every layer from
+        ``start_layer`` on; image 0 is read.
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"`` over heads.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0 before the identity is mixed in.
+    start_layer : int, default 0
+        First layer composed (negative counts from the end).
+
+    Returns
+    -------
+    tuple of (list of int, numpy.ndarray)
+        ``(ends, rows)``: the end layer of each step, and ``(steps, 1, T + 1, N)`` float32 view rows.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed record, or what :func:`analysis.attention_rollout` refuses (a bad ``head_fusion``,
+        ``discard_ratio`` or ``start_layer``, missing layers or query rows).
+    """
     from ..attention.rollout import rollout_steps
     from ..model.windowed_support import refuse_windowed
 
@@ -155,7 +267,25 @@ def similarity_view_rows(tokens, spec) -> np.ndarray:
     """``(1, 1, T + 1, N)`` float32 view rows of one layer's tokens (a ViT's ``(1, T, D)``): row ``q``
     is token ``q``'s cosine similarity to every patch token (:func:`analysis.patch_similarity`, query
     by query: ``"prefix:<i>"``, then the patches), row ``T`` that of the mean patch token
-    (``query="mean"``: the similarity to the mean, not the mean of the similarities)."""
+    (``query="mean"``: the similarity to the mean, not the mean of the similarities).
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        ``(B, T, D)`` tokens of one layer (image 0 is read), ``T = prefix + gh·gw`` for ``spec``.
+    spec : ViTSpec
+        A ViT's spec.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(1, 1, T + 1, N)`` float32 cosine similarities in ``[−1, 1]``.
+
+    Raises
+    ------
+    AnalysisError
+        A windowed model's spec.
+    """
     from ..model.windowed_support import refuse_windowed
     from ..tokens.features import patch_similarity_rows
 
@@ -175,7 +305,30 @@ def quantised_view(rows: np.ndarray, spec, prefix_keys: np.ndarray | None = None
     """``(layers, maps, T + 1, N)`` view rows and ``(layers, maps, T, P)`` prefix keys (or None:
     none sent) -> ``(rows, cols, pre)`` :class:`analysis.plots.QuantisedMaps` (the module
     docstring's layout; a column is "who looks at patch k" over the patch queries; ``pre`` one
-    map per layer and head, ``(layers, maps, 0)`` codes when there is nothing to send)."""
+    map per layer and head, ``(layers, maps, 0)`` codes when there is nothing to send).
+
+    Parameters
+    ----------
+    rows : numpy.ndarray
+        ``(layers, maps, T + 1, N)`` float32 view rows (:func:`attention_view_rows`,
+        :func:`rollout_view_rows`, :func:`similarity_view_rows`).
+    spec : ViTSpec
+        A ViT's spec (its prefix and patch counts).
+    prefix_keys : numpy.ndarray or None, default None
+        ``(layers, maps, T, P)`` float32 (:func:`prefix_key_rows`), or ``None``: none sent.
+
+    Returns
+    -------
+    tuple of QuantisedMaps
+        ``(rows, cols, pre)``: codes ``(layers, maps, T + 1, N)``, ``(layers, maps, N, N)`` (quantised per
+        column: key ``k`` over the patch queries) and ``(layers, maps, T · P)`` uint8, each with one
+        ``(lo, hi)`` float32 per map.
+
+    Raises
+    ------
+    AnalysisError
+        NaN or infinite values (:func:`analysis.plots.quantise_maps`).
+    """
     prefix, patches = spec.num_prefix_tokens, spec.num_patches
     cols = rows[:, :, prefix : prefix + patches].transpose(0, 1, 3, 2)  # (layers, maps, N keys, N queries)
     if prefix_keys is None or prefix_keys.shape[-1] == 0:
@@ -197,7 +350,31 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
     docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
     Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
-    ``rows``: other view rows than attention's (e.g. :func:`rollout_view_rows`)."""
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass of a ViT (:func:`analysis.capture_attention`) with every query row
+        (``query_tokens=None``); image 0 is read.
+    layers : sequence of int
+        The layers the data holds: model layer indices the record kept, or with ``rows`` the layers its
+        first axis stands for.
+    rows : numpy.ndarray or None, default None
+        Other view rows than attention's, ``(len(layers), maps, T + 1, N)`` float32 (e.g.
+        :func:`rollout_view_rows`), sent without prefix keys; ``None``, the record's attention.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``row_ranges``, ``cols``, ``col_ranges``, ``pre``, ``pre_ranges`` (base64 ``str``),
+        ``matrix`` (``True`` for attention's own maps, with ``pre``), ``layers`` (list of int) and
+        ``data_id`` (16 hex digits).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`attention_view_rows`, or non-finite ``rows``.
+    """
     layers, matrix = [int(layer) for layer in layers], rows is None
     row_maps, cols, pre = _view_maps(record, layers, rows)
     row_codes, row_ranges = row_maps.as_base64()
@@ -221,8 +398,29 @@ def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, di
     """The same maps as one binary file, for a page that fetches it once (the app: then only the
     small arguments travel with each rerun): ``row_ranges``, ``col_ranges``, ``pre_ranges``
     (little-endian float32), ``rows``, ``cols``, ``pre`` (uint8), back to back in C order.
-    Returns ``(bytes, {"layers", "data_id", "matrix"})``; ``matrix``: whether these are attention's
-    own maps, with ``pre`` (the page then offers the ``T × T`` matrix)."""
+
+    Parameters
+    ----------
+    record : AttentionRecord
+        A captured pass of a ViT (:func:`analysis.capture_attention`) with every query row
+        (``query_tokens=None``); image 0 is read.
+    layers : sequence of int
+        The layers the data holds, as in :func:`view_data`.
+    rows : numpy.ndarray or None, default None
+        Other view rows than attention's, ``(len(layers), maps, T + 1, N)`` float32; ``None``, the
+        record's attention.
+
+    Returns
+    -------
+    tuple of (bytes, dict)
+        ``(blob, {"layers", "data_id", "matrix"})``; ``matrix``: whether these are attention's
+        own maps, with ``pre`` (the page then offers the ``T × T`` matrix).
+
+    Raises
+    ------
+    AnalysisError
+        As :func:`view_data`.
+    """
     layers = [int(layer) for layer in layers]
     maps = _view_maps(record, layers, rows)
     blob = b"".join(
@@ -239,7 +437,26 @@ def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, di
 def query_row(query, spec) -> int:
     """The row of ``rows`` that holds the app's query (``"cls"``, ``"prefix:<i>"``, a patch
     index, a ``(y, x)`` input pixel, ``"mean"``), parsed by :func:`analysis.records.queries.resolve_query`:
-    the query's token, or ``spec.num_tokens`` (the row after the tokens) for ``"mean"``."""
+    the query's token, or ``spec.num_tokens`` (the row after the tokens) for ``"mean"``.
+
+    Parameters
+    ----------
+    query : int, (y, x), str or None
+        The app's query; ``None``, the default query (the class token when the model has one, else
+        ``"mean"``).
+    spec : ViTSpec
+        A ViT's spec.
+
+    Returns
+    -------
+    int
+        A row index in ``0..T`` of the view's rows.
+
+    Raises
+    ------
+    AnalysisError
+        A query :func:`analysis.records.queries.resolve_query` refuses.
+    """
     resolved = resolve_query(spec, query)
     return spec.num_tokens if resolved.mean else resolved.tokens[0]
 
@@ -272,24 +489,81 @@ def view_args(
     hide_left_out: bool = False,
 ) -> dict:
     """The page's arguments (what ``streamlit:render`` carries): the data, the geometry read from
-    ``spec``, the shown layer / head (``"mean"`` or an index) / query, the colour scale's 256
-    colours and range rule (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
+    ``spec``, the shown layer / head / query, the colour scale's 256 colours and range rule
+    (:func:`analysis.plots.colour_range`'s), and ``note``, shown under the view.
 
-    Other maps than attention's (the rollout) name what they hold: ``heads`` (maps per layer less
-    one; default the model's heads, the last map their mean), ``head_names`` (one per map),
-    ``value_name``, ``layer_label`` ("Layer", "Rollout to layer"), ``shared_name`` (what the
-    ``"shared"`` range spans) and ``report_layer`` (whether a layer step is reported to Python;
-    without it ↑/↓ stay within the held layers). ``report_head``: whether a head step is reported
-    (a page with a Head box follows it; there is nothing to step without heads).
+    Other maps than attention's (the rollout) name what they hold with ``heads``, ``head_names``,
+    ``value_name``, ``layer_label``, ``shared_name`` and ``report_layer``.
 
-    ``panels``: held layers drawn side by side on one colour scale (the Compare page; the
-    ``"shared"`` range then spans their heads). ``fixed_range``: ``(lo, hi)`` for maps on a fixed
-    scale (cosine similarity, −1 to 1); it replaces ``map_range`` and the uniform level. ``columns``:
-    whether to offer the "who looks at this patch" toggle (not for maps that are not attention).
-    ``report_drawn``: report ``{"event": "drawn"}`` once the first map is on the canvas (the app
-    holds its other charts back until then). ``left_out``: row-major patch indices of the outlier
-    tokens (:func:`analysis.tokens.outlier_patches`), which never set a ``"robust"`` range's top;
-    ``hide_left_out``: draw them blank in the maps of where a patch looks."""
+    Parameters
+    ----------
+    data : dict
+        :func:`view_data`'s dict (inline data), or :func:`view_blob`'s metadata (the page fetches the
+        bytes); its ``layers`` are the held layers.
+    image_uri : str
+        The model-input image the maps are drawn on, as a ``data:`` URI or URL (``""`` when the caller
+        fills it in later).
+    spec : ViTSpec
+        A ViT's spec (image and grid size, patch size, prefix tokens, heads, token names).
+    layer : int
+        The layer shown (one of the held layers).
+    head : str or int
+        ``"mean"`` or a head index.
+    query : int, (y, x), str or None
+        The query shown, as :func:`query_row` reads it.
+    colorscale : str
+        A plotly colour scale's name (:func:`analysis.plots.colour_lut`).
+    map_range : str
+        The colour range rule: ``"robust"``, ``"zero"``, ``"minmax"`` or ``"shared"``
+        (:func:`analysis.plots.colour_range`).
+    opacity : float
+        The maps' opacity over the image, 0 to 1.
+    max_height : int, default 520
+        The view's largest height in CSS pixels.
+    note : str, default ""
+        Text shown under the view.
+    heads : int or None, default None
+        Maps per layer less one; default the model's heads, the last map their mean (the rollout: 0).
+    head_names : list of str or None, default None
+        One name per map; ``None``, the page's own (head indices and "mean").
+    value_name : str, default "attention probability"
+        What the maps' values are.
+    layer_label : str, default "Layer"
+        What a layer is called ("Layer", "Rollout to layer").
+    report_layer : bool, default True
+        Whether a layer step is reported to Python; without it ↑/↓ stay within the held layers.
+    shared_name : str, default "0–max of this layer's heads"
+        What the ``"shared"`` range spans.
+    panels : list of int or None, default None
+        Held layers drawn side by side on one colour scale (the Compare page; the ``"shared"`` range
+        then spans their heads).
+    fixed_range : tuple of float or None, default None
+        ``(lo, hi)`` for maps on a fixed scale (cosine similarity, −1 to 1); it replaces ``map_range``
+        and the uniform level.
+    columns : bool, default True
+        Whether to offer the "who looks at this patch" toggle (not for maps that are not attention).
+    report_drawn : bool, default False
+        Report ``{"event": "drawn"}`` once the first map is on the canvas (the app holds its other charts
+        back until then).
+    report_head : bool, default True
+        Whether a head step is reported (a page with a Head box follows it; there is nothing to step
+        without heads, ``heads = 0``).
+    left_out : iterable of int, default ()
+        Row-major patch indices of the outlier tokens (:func:`analysis.tokens.outlier_patches`), which
+        never set a ``"robust"`` range's top.
+    hide_left_out : bool, default False
+        Draw the ``left_out`` patches blank in the maps of where a patch looks.
+
+    Returns
+    -------
+    dict
+        The page's arguments, JSON-serialisable, ``data``'s entries included.
+
+    Raises
+    ------
+    AnalysisError
+        ``panels`` that are not held layers, or a query :func:`query_row` refuses.
+    """
     heads = spec.num_heads if heads is None else int(heads)
     if panels is not None and not set(panels) <= {int(layer) for layer in data["layers"]}:
         raise AnalysisError(f"the view's panels {list(panels)} must be held layers ({data['layers']}).")
@@ -335,7 +609,21 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
     """The view as a self-contained HTML fragment for a static page (the report): the page's own
     file inlined in an ``<iframe srcdoc>``, and a few lines that play Streamlit's part (answer its
     ``componentReady`` with ``streamlit:render`` and ``args``, follow ``setFrameHeight``;
-    a click's value has nowhere to go). Needs no network."""
+    a click's value has nowhere to go). Needs no network.
+
+    Parameters
+    ----------
+    args : dict
+        The page's arguments (:func:`view_args` or :func:`windowed_view_args`) with the data inline and
+        the image as a ``data:`` URI.
+    title : str, default "instant attention view"
+        The iframe's title (HTML-escaped).
+
+    Returns
+    -------
+    str
+        An ``<iframe>`` and two ``<script>`` elements, to be placed in a page as they are.
+    """
     page = PAGE.read_text(encoding="utf-8")
     payload = json.dumps(args, separators=(",", ":")).replace("</", "<\\/")
     return (
@@ -361,7 +649,18 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
 def windowed_view_bytes(geometry) -> int:
     """Bytes of one windowed layer's codes (:func:`windowed_view_blob`): every window's every
     query slot over its key slots, per head and their mean. Swin-T stage 1: 0.6 MiB; a SAM
-    global layer (one window of 4096 cells): 208 MiB, no view."""
+    global layer (one window of 4096 cells): 208 MiB, no view.
+
+    Parameters
+    ----------
+    geometry : LayerGeometry
+        The layer's geometry (``spec.geometry(layer)``): heads, windows, slots ``Wt`` a window.
+
+    Returns
+    -------
+    int
+        ``(heads + 1) · windows · Wt²`` (the ranges, cells and mean map not counted).
+    """
     return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens**2
 
 
@@ -378,8 +677,25 @@ def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
     * ``mean``: ``(heads + 1, N)`` uint8, :func:`analysis.attention_map` with ``query="mean"``.
 
     Scattered onto the grid, a query cell's row is :func:`analysis.attention_map` of that cell
-    (zero outside its window, which the page leaves undrawn). Returns ``(bytes, {"layers",
-    "data_id", "windowed"})``."""
+    (zero outside its window, which the page leaves undrawn).
+
+    Parameters
+    ----------
+    record : WindowedAttentionRecord
+        A captured pass of a windowed model (Swin, SAM); image 0 is read.
+    layer : int
+        A model layer index the record kept.
+
+    Returns
+    -------
+    tuple of (bytes, dict)
+        ``(blob, {"layers": [layer], "windowed": True, "data_id"})``.
+
+    Raises
+    ------
+    AnalysisError
+        A layer the record did not keep.
+    """
     from ..attention.maps import attention_map
 
     geometry = record.spec.geometry(layer)
@@ -430,7 +746,40 @@ def windowed_view_args(
     layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
     the mean over cells), the uniform level ``1/Wt`` of a window, whether a head step is reported
     (``report_head``; the layer is the page's alone). Rows only: a key's "who looks
-    at it" is not offered (each row is quantised on its own range)."""
+    at it" is not offered (each row is quantised on its own range).
+
+    Parameters
+    ----------
+    data : dict
+        :func:`windowed_view_blob`'s metadata.
+    image_uri : str
+        The model-input image, as a ``data:`` URI or URL (``""`` when the caller fills it in later).
+    spec : ViTSpec
+        The windowed model's spec (``spec.geometry(layer)`` gives the layer's grid, stride and heads).
+    layer : int
+        The layer shown.
+    head : str or int
+        ``"mean"`` or a head index.
+    query_cell : int or None
+        The query, a row-major cell of the layer's grid; ``None``, the mean over cells.
+    colorscale : str
+        A plotly colour scale's name (:func:`analysis.plots.colour_lut`).
+    map_range : str
+        The colour range rule (:func:`analysis.plots.colour_range`).
+    opacity : float
+        The maps' opacity over the image, 0 to 1.
+    max_height : int, default 520
+        The view's largest height in CSS pixels.
+    note : str, default ""
+        Text shown under the view.
+    report_head : bool, default True
+        Whether a head step is reported to Python.
+
+    Returns
+    -------
+    dict
+        The page's arguments, JSON-serialisable, ``data``'s entries included.
+    """
     geometry = spec.geometry(layer)
     heads, cells = geometry.num_heads, geometry.grid_size[0] * geometry.grid_size[1]
     return dict(

@@ -357,18 +357,48 @@ def attention_view(
     opacity: float = 0.6,
     budget_mb: float = DEFAULT_BUDGET_MB,
 ):
-    """The instant attention view of image 0 of ``record`` (:func:`analysis.capture_attention`'s,
-    or a windowed record) as a Jupyter widget: the app's view page, hover in the browser.
+    """The instant attention view of image 0 of ``record`` as a Jupyter widget: the app's view page,
+    hover in the browser.
 
-    ``image``: the model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)``
-    uint8 array). ``layer`` (default the last), ``head`` (``"mean"`` or an index) and ``query``
-    (default ``"cls"`` with a class token, else ``"mean"``) start the view and stay two-way traits
-    of the returned widget: ``w.query`` after a click, ``w.layer = 5`` redraws. ``budget_mb``: the
-    codes the page may hold (:func:`analysis.views.attention_view.layers_to_send`).
+    ``layer``, ``head`` and ``query`` start the view and stay two-way traits of the returned widget:
+    ``w.query`` after a click, ``w.layer = 5`` redraws.
 
-    Raises:
-        NotebookDependencyError: anywidget is not installed.
-        AnalysisError: a layer, head or image that does not fit the model.
+    Parameters
+    ----------
+    record : AttentionRecord
+        :func:`analysis.capture_attention`'s record with every query row, or a windowed record.
+    image : PIL.Image.Image or numpy.ndarray
+        The model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)`` uint8 array
+        of ``spec.img_size``).
+    layer : int or None, default None
+        The layer shown first; ``None``, the last.
+    head : str or int, default "mean"
+        ``"mean"`` or a head index.
+    query : int, (y, x), str or None, default None
+        ``None``: ``"cls"`` with a class token, else ``"mean"``; also ``"prefix:<i>"``, a patch index or an
+        input pixel ``(y, x)`` (a windowed record: a cell index of the layer's grid or ``"mean"``).
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    map_range : str, default "robust"
+        The colour range rule: ``"robust"``, ``"zero"``, ``"minmax"`` or ``"shared"``
+        (:func:`analysis.plots.colour_range`).
+    opacity : float, default 0.6
+        The maps' opacity over the image, 0 to 1.
+    budget_mb : float, default DEFAULT_BUDGET_MB
+        The MiB of codes the page may hold (:func:`analysis.views.attention_view.layers_to_send`;
+        :data:`DEFAULT_BUDGET_MB`, 64).
+
+    Returns
+    -------
+    AttentionViewWidget
+        The anywidget widget (:func:`widget_class`); display it in a notebook cell.
+
+    Raises
+    ------
+    NotebookDependencyError
+        anywidget is not installed.
+    AnalysisError
+        A layer, head, query or image that does not fit the model, or one layer over the budget.
     """
     spec = record.spec
     return _widget(
@@ -415,11 +445,45 @@ def rollout_view(
 ):
     """The app's instant rollout view as a widget: every query's attention rollout from
     ``start_layer`` up to each layer (:func:`analysis.views.attention_view.rollout_view_rows`), all held in
-    the page; ``layer`` (default the last) is the end layer shown, ``query`` a two-way trait as in
-    :func:`attention_view` (↑/↓ step the end layer within the held ones). A ViT only.
+    the page (↑/↓ step the end layer within the held ones). A ViT only.
 
-    Raises:
-        NotebookDependencyError: anywidget is not installed.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A ViT's record with every query row and every layer from ``start_layer`` on.
+    image : PIL.Image.Image or numpy.ndarray
+        The model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)`` uint8 array
+        of ``spec.img_size``).
+    head_fusion : str, default "mean"
+        How each layer's heads are fused: ``"mean"``, ``"max"`` or ``"min"``.
+    discard_ratio : float, default 0.0
+        Fraction in ``[0, 1)`` of each fused matrix's weakest pairs set to 0.
+    start_layer : int, default 0
+        First layer composed (negative counts from the end).
+    layer : int or None, default None
+        The end layer shown first; ``None``, the last.
+    query : int, (y, x), str or None, default None
+        A two-way trait as in :func:`attention_view`.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    map_range : str, default "robust"
+        The colour range rule: ``"robust"``, ``"zero"``, ``"minmax"`` or ``"shared"``
+        (:func:`analysis.plots.colour_range`).
+    opacity : float, default 0.6
+        The maps' opacity over the image, 0 to 1.
+
+    Returns
+    -------
+    AttentionViewWidget
+        The anywidget widget (:func:`widget_class`); display it in a notebook cell.
+
+    Raises
+    ------
+    NotebookDependencyError
+        anywidget is not installed.
+    AnalysisError
+        A windowed record, a rollout :func:`analysis.attention_rollout` refuses, or a layer, query or
+        image that does not fit.
     """
     from .attention_view import rollout_view_rows
 
@@ -464,8 +528,38 @@ def compare_layers_view(
     any panel shows that patch's attention in every layer. ``head`` and ``query`` are two-way
     traits. A ViT only.
 
-    Raises:
-        NotebookDependencyError: anywidget is not installed.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A ViT's record with every query row and each of ``layers``.
+    image : PIL.Image.Image or numpy.ndarray
+        The model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)`` uint8 array
+        of ``spec.img_size``).
+    layers : sequence of int
+        The layers compared, one panel each, in this order.
+    head : str or int, default "mean"
+        ``"mean"`` or a head index.
+    query : int, (y, x), str or None, default None
+        A two-way trait as in :func:`attention_view`.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    map_range : str, default "robust"
+        The colour range rule: ``"robust"``, ``"zero"``, ``"minmax"`` or ``"shared"``
+        (:func:`analysis.plots.colour_range`).
+    opacity : float, default 0.6
+        The maps' opacity over the image, 0 to 1.
+
+    Returns
+    -------
+    AttentionViewWidget
+        The anywidget widget (:func:`widget_class`); display it in a notebook cell.
+
+    Raises
+    ------
+    NotebookDependencyError
+        anywidget is not installed.
+    AnalysisError
+        A windowed record, a layer the record did not keep, or a head, query or image that does not fit.
     """
     widget_class()
     spec = record.spec
@@ -496,12 +590,39 @@ def token_similarity_view(
     opacity: float = 0.7,
 ):
     """The app's Tokens view as a widget: every token's cosine similarity to every patch token of
-    one layer (:func:`analysis.views.attention_view.similarity_view_rows`), on −1 to 1. ``tokens``: that
-    layer's ``(1, T, D)`` tokens (``capture_tokens(vit, pixels, kind=kind).tokens[layer]``);
-    ``kind`` names them. A ViT only.
+    one layer (:func:`analysis.views.attention_view.similarity_view_rows`), on −1 to 1. A ViT only.
 
-    Raises:
-        NotebookDependencyError: anywidget is not installed.
+    Parameters
+    ----------
+    record : AttentionRecord
+        A ViT's record of the same image (its spec).
+    tokens : torch.Tensor
+        That layer's ``(1, T, D)`` tokens (``capture_tokens(vit, pixels, kind=kind).tokens[layer]``).
+    image : PIL.Image.Image or numpy.ndarray
+        The model-input image (``vit.model_input_image(image)``, a PIL image or ``(H, W, 3)`` uint8 array
+        of ``spec.img_size``).
+    layer : int
+        The layer the tokens come from.
+    kind : str, default "token"
+        What the tokens are, for the map's name (``capture_tokens``' ``kind``).
+    query : int, (y, x), str or None, default None
+        A two-way trait as in :func:`attention_view`.
+    colorscale : str, default "Viridis"
+        A plotly colour scale's name.
+    opacity : float, default 0.7
+        The maps' opacity over the image, 0 to 1.
+
+    Returns
+    -------
+    AttentionViewWidget
+        The anywidget widget (:func:`widget_class`); display it in a notebook cell.
+
+    Raises
+    ------
+    NotebookDependencyError
+        anywidget is not installed.
+    AnalysisError
+        A windowed model, or a query or image that does not fit.
     """
     from .attention_view import similarity_view_rows
 

@@ -18,23 +18,39 @@ class ActivationCache(Mapping):
     """A read-only mapping ``name → tensor`` of one forward pass, in the order the names were
     asked for, with the model's :class:`~analysis.model.geometry.ViTSpec` of this input and its logits.
 
-        >>> from analysis.engine.activations import run_with_cache
-        >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
-        >>> tuple(cache["blocks.0.attn.probs"].shape)  # (B, heads, T, T); the demo ViT
-        (1, 4, 65, 65)
-        >>> prefix, patches = cache.prefix("blocks.0.resid_post"), cache.patches("blocks.0.resid_post")
-        >>> tuple(prefix.shape), tuple(patches.shape)  # (B, P, D), (B, gh·gw, D)
-        ((1, 1, 128), (1, 64, 128))
-
     Names are the table's (:mod:`.points`); TransformerLens aliases look up the same entries.
     In gradient mode (``run_with_cache(..., grad_of=fn)``) :meth:`grad` gives each entry's gradient.
+    Built by :func:`~analysis.engine.activations.run.run_with_cache`, not by hand.
 
-    Attributes:
-        spec: the token layout of this input.
-        logits: ``(B, outputs)`` float32, the model's output for the same pass (``None`` when the
-            pass stopped early, ``stop_at_layer``).
-        residual: with ``stop_at_layer=n``, the residual stream after block ``n − 1`` (float32),
-            else ``None``.
+    Parameters
+    ----------
+    activations : dict of str to torch.Tensor
+        Canonical hook-point name -> activation of the pass, batch axis first (e.g. ``attn.probs``
+        ``(B, heads, T, T)``, ``resid_post`` ``(B, T, D)``); copied into a new dict.
+    spec : ViTSpec
+        The token layout of this input (kept as ``spec``).
+    logits : torch.Tensor or None
+        ``(B, outputs)`` float32, the model's output for the same pass (kept as ``logits``); ``None``
+        when the pass stopped early (``stop_at_layer``).
+    stacks : dict of str to torch.Tensor or None, default None
+        Point kind (e.g. ``"attn.probs"``) -> ``(L, B, ...)`` tensor whose slices are that kind's entries,
+        returned by :meth:`stack` without a copy; ``None``, no stacked kind.
+    grads : dict of str to torch.Tensor or None, default None
+        Canonical name -> ``∂y/∂a`` of that entry, same shape (gradient mode, read by :meth:`grad`);
+        ``None``, no gradients.
+    residual : torch.Tensor or None, default None
+        With ``stop_at_layer=n``, the residual stream after block ``n − 1`` ``(B, T, D)`` float32 (kept as
+        ``residual``), else ``None``.
+
+    Examples
+    --------
+    >>> from analysis.engine.activations import run_with_cache
+    >>> cache = run_with_cache(vit, pixels, names=["blocks.0.attn.probs", "blocks.0.resid_post"])
+    >>> tuple(cache["blocks.0.attn.probs"].shape)  # (B, heads, T, T); the demo ViT
+    (1, 4, 65, 65)
+    >>> prefix, patches = cache.prefix("blocks.0.resid_post"), cache.patches("blocks.0.resid_post")
+    >>> tuple(prefix.shape), tuple(patches.shape)  # (B, P, D), (B, gh·gw, D)
+    ((1, 1, 128), (1, 64, 128))
     """
 
     def __init__(

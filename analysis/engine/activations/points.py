@@ -132,7 +132,19 @@ __all__ = [
 class HookPoint:
     """One kind of point in every block: its name after ``blocks.{i}.``, its shape, and which
     axes index tokens (``token_axes[0]`` is the one :meth:`ActivationCache.patches` splits by
-    default). Model-level points (``ln_final.*``, ``pool.probs``) carry their whole name."""
+    default). Model-level points (``ln_final.*``, ``pool.probs``) carry their whole name.
+
+    Attributes
+    ----------
+    suffix : str
+        The name after ``blocks.{i}.`` (e.g. ``"attn.probs"``), or a model-level point's whole name.
+    shape : str
+        Its shape in a global-attention ViT, as prose (e.g. ``"(B, heads, Q, K)"``).
+    token_axes : tuple of int
+        The axes that index tokens (``attn.probs``: ``(2, 3)``, queries then keys).
+    meaning : str
+        What it is, in a few words.
+    """
 
     suffix: str
     shape: str
@@ -208,7 +220,18 @@ _NAME = re.compile(r"blocks\.(\d+)\.(.+)")
 
 def canonical_name(name: str) -> str:
     """The table's name for ``name``, which may be a TransformerLens alias
-    (``"blocks.3.attn.hook_z"`` → ``"blocks.3.attn.z"``); other names are returned unchanged."""
+    (``"blocks.3.attn.hook_z"`` → ``"blocks.3.attn.z"``); other names are returned unchanged.
+
+    Parameters
+    ----------
+    name : str
+        A hook-point name, ours or TransformerLens's (a non-string is returned as it is).
+
+    Returns
+    -------
+    str
+        The table's name; not checked to be a hook point (:func:`parse_hook_name` checks).
+    """
     if not isinstance(name, str):
         return name
     if name in _FROM_TRANSFORMERLENS:
@@ -220,14 +243,44 @@ def canonical_name(name: str) -> str:
 
 
 def hook_point_names(num_layers: int) -> list[str]:
-    """Every block point of a model with ``num_layers`` blocks, in forward order."""
+    """Every block point of a model with ``num_layers`` blocks, in forward order.
+
+    Parameters
+    ----------
+    num_layers : int
+        The model's number of blocks ``L``.
+
+    Returns
+    -------
+    list of str
+        ``blocks.{i}.<point>`` for ``i`` in ``0..L-1`` and each point of :data:`HOOK_POINTS`
+        (model-level points not included).
+    """
     return [f"blocks.{layer}.{point.suffix}" for layer in range(num_layers) for point in HOOK_POINTS]
 
 
 def parse_hook_name(name: str, num_layers: int) -> tuple[int, HookPoint]:
     """``"blocks.3.attn.z"`` (or its TransformerLens alias ``"blocks.3.attn.hook_z"``) →
     ``(3, HookPoint("attn.z", ...))``; a model-level name (``"ln_final.out"``, ``"pool.probs"``) →
-    ``(num_layers, point)`` (after every block); AnalysisError naming the valid names otherwise."""
+    ``(num_layers, point)`` (after every block); AnalysisError naming the valid names otherwise.
+
+    Parameters
+    ----------
+    name : str
+        A hook-point name, ours or its TransformerLens alias.
+    num_layers : int
+        The model's number of blocks ``L``.
+
+    Returns
+    -------
+    tuple of (int, HookPoint)
+        ``(layer, point)``; ``layer`` is ``num_layers`` for a model-level point.
+
+    Raises
+    ------
+    AnalysisError
+        ``name`` is not a hook point, or names a block outside ``0..num_layers-1``.
+    """
     name = canonical_name(name)
     if name in _MODEL_BY_NAME:
         return num_layers, _MODEL_BY_NAME[name]

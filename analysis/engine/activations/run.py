@@ -89,29 +89,56 @@ def run_with_cache(
 ) -> ActivationCache:
     """One forward pass that keeps the activations at ``names`` (see :mod:`analysis.engine.activations.points`).
 
-    Args:
-        vit: a :class:`~analysis.model.loading.LoadedViT` (windowed models: the points are laid out
-            per stage grid and per window, see :mod:`analysis.engine.activations.points`).
-        pixels: ``(B, 3, H, W)`` preprocessed input.
-        names: ``None`` (every point of every block this model defines, ``ln_final.*`` when it
-            has a final norm, and ``pool.probs`` when it has an attention-pooling head), a name, a
-            list of names (the cache keeps that order; TransformerLens names are accepted), or a
-            predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
-            ``attn.q``/``.k``/``.v``/``.scores`` exist only on the fused attention path (the
-            default): on a model built with ``fused_attn=False`` leave them out (a typed error says so).
-        hooks: optional interventions ``{name: fn}`` applied in the same pass (see
-            :func:`run_with_hooks`); a cached point that is also hooked holds the replacement.
-        dtype: storage dtype of floating activations (and their gradients); ``precision``:
-            autocast of the forward (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU); ``to_cpu``:
-            keep them in CPU memory.
-        grad_of: gradient mode (module docstring): ``fn(output) -> scalar``; the cache then
-            also holds ``cache.grad(name)``, ``∂fn(output)/∂activation`` of every cached name.
-        stop_at_layer: run blocks ``0..n−1`` only and return: ``cache.residual`` is the stream
-            after block ``n − 1`` (``n = 0``: block 0's input), ``cache.logits`` is ``None``; names
-            of later blocks and of the model's head are refused (``names=None``: blocks ``< n``).
-
     Without hooks and gradients, a batch that runs out of accelerator memory is split in halves
     (and a single image falls back to the CPU), as :func:`analysis.capture_attention` does.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        A :class:`~analysis.model.loading.LoadedViT` (windowed models: the points are laid out
+        per stage grid and per window, see :mod:`analysis.engine.activations.points`).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    names : str, iterable of str, callable or None, default None
+        ``None`` (every point of every block this model defines, ``ln_final.*`` when it
+        has a final norm, and ``pool.probs`` when it has an attention-pooling head), a name, a
+        list of names (the cache keeps that order; TransformerLens names are accepted), or a
+        predicate ``fn(name) -> bool`` (TransformerLens's ``names_filter``).
+        ``attn.q``/``.k``/``.v``/``.scores`` exist only on the fused attention path (the
+        default): on a model built with ``fused_attn=False`` leave them out (a typed error says so).
+    hooks : mapping of str to Hook or None, default None
+        Optional interventions ``{name: fn}`` applied in the same pass (see
+        :func:`run_with_hooks`); a cached point that is also hooked holds the replacement.
+    dtype : torch.dtype, default torch.float32
+        Storage dtype of floating activations (and their gradients).
+    precision : str, default "auto"
+        Autocast of the forward (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU; or ``"float32"``,
+        ``"bfloat16"``, ``"float16"``).
+    to_cpu : bool, default True
+        Keep the activations in CPU memory (else on the model's device).
+    grad_of : Callable or None, default None
+        Gradient mode (module docstring): ``fn(output) -> scalar``; the cache then
+        also holds ``cache.grad(name)``, ``∂fn(output)/∂activation`` of every cached name.
+    stop_at_layer : int or None, default None
+        ``n`` in ``0..L``: run blocks ``0..n−1`` only and return: ``cache.residual`` is the stream
+        after block ``n − 1`` (``n = 0``: block 0's input), ``cache.logits`` is ``None``; names
+        of later blocks and of the model's head are refused (``names=None``: blocks ``< n``).
+
+    Returns
+    -------
+    ActivationCache
+        ``name → tensor`` in the order asked (each as the tables of :mod:`.points` give its shape, e.g.
+        ``attn.probs`` ``(B, heads, T, T)``), with ``spec``, ``logits`` ``(B, outputs)`` float32 and, in
+        gradient mode, :meth:`ActivationCache.grad`.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` does not fit the model; ``dtype`` is not floating; ``stop_at_layer`` is outside
+        ``0..L``; ``grad_of`` is not callable or does not return one number in the graph; an unknown
+        name, or one at or after ``stop_at_layer``; a hook that is not callable, given twice (a name and
+        its alias) or returns a tensor of another shape; a point the model does not compute
+        (``attn.q``/``.k``/``.v``/``.scores`` with ``fused_attn=False``).
     """
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
@@ -147,15 +174,41 @@ def run_with_hooks(
     """The logits ``(B, outputs)`` (float32, CPU) of a forward pass in which each ``hooks[name]``
     sees the activation at ``name`` and may replace it (``fn(activation) -> tensor | None``).
 
-        >>> def zero_head_3(z):  # z: (B, T, heads, d)
-        ...     z = z.clone(); z[:, :, 3] = 0; return z
-        >>> logits = run_with_hooks(vit, pixels, {"blocks.3.attn.z": zero_head_3})  # the demo ViT: 6 classes
-        >>> tuple(logits.shape)
-        (1, 6)
+    Parameters
+    ----------
+    vit : LoadedViT
+        The loaded model.
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` preprocessed input.
+    hooks : mapping of str to Hook
+        ``{name: fn}`` (names of :mod:`.points` or their TransformerLens aliases), applied in forward order;
+        ``fn`` returns ``None`` to keep the activation or a tensor of its shape to replace it.
+    precision : str, default "auto"
+        Autocast of the forward (``"auto"``: bf16/fp16 on cuda, fp32 on the CPU).
+    differentiable : bool, default False
+        The forward runs under autograd (gradient mode, module docstring):
+        the hooks see the activations in the graph (a hook may keep them, to differentiate later),
+        and the model's output is returned as it produced it, in the graph, on the model's device.
 
-    ``differentiable=True``: the forward runs under autograd (gradient mode, module docstring):
-    the hooks see the activations in the graph (a hook may keep them, to differentiate later),
-    and the model's output is returned as it produced it, in the graph, on the model's device.
+    Returns
+    -------
+    torch.Tensor
+        ``(B, outputs)`` float32 on the CPU; with ``differentiable=True``, the output as the model
+        produced it (its dtype, on its device, in the graph).
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` does not fit the model; an unknown name; a hook that is not callable, given twice
+        (a name and its alias), or returns a tensor of another shape.
+
+    Examples
+    --------
+    >>> def zero_head_3(z):  # z: (B, T, heads, d)
+    ...     z = z.clone(); z[:, :, 3] = 0; return z
+    >>> logits = run_with_hooks(vit, pixels, {"blocks.3.attn.z": zero_head_3})  # the demo ViT: 6 classes
+    >>> tuple(logits.shape)
+    (1, 6)
     """
     spec = input_spec(vit, pixels)
     hooks = _check_hooks(hooks, spec.num_layers)
@@ -943,13 +996,38 @@ def hooks_around(
 ) -> Iterator[None]:
     """Within the block, every forward of ``model`` run by the calling thread calls
     ``hooks[name](value)`` at the points of :data:`AROUND_POINTS`; other threads' forwards of the
-    same model pass untouched. ``sites``: the blocks (default :func:`block_sites` of ``model``;
-    an MAE passes its encoder layers). A hook may raise :class:`StopForward` to end the forward.
+    same model pass untouched. A hook may raise :class:`StopForward` to end the forward.
 
-        >>> with hooks_around(vit.model, {"embed.out": lambda x: x[:, :10]}):  # keep the first 10 tokens
-        ...     logits = vit.model(pixels)
-        >>> tuple(logits.shape)
-        (1, 6)
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The timm model (``vit.model``).
+    hooks : mapping of str to Hook
+        ``{name: fn}`` with names of :data:`AROUND_POINTS`: ``"embed.out"`` (``(B, T, D)``; ``fn`` may
+        return a replacement, fewer tokens allowed), ``"blocks.{i}.attn.rope"`` (the rotary tensor) and
+        ``"blocks.{i}.attn.probs"`` (``(B, heads, T, T)`` float32); the last two are read only (``fn`` must
+        return ``None``).
+    sites : sequence of AttentionSite or None, default None
+        The blocks (default :func:`block_sites` of ``model``; an MAE passes its encoder layers).
+
+    Yields
+    ------
+    None
+        The hooks are registered for the block's duration and removed on leaving it; a
+        :class:`StopForward` raised inside the block is swallowed.
+
+    Raises
+    ------
+    AnalysisError
+        A hook that is not callable; a name not of :data:`AROUND_POINTS`, or a block outside the model;
+        ``"embed.out"`` on a model without ``patch_drop``; a read-only hook that returns a tensor.
+
+    Examples
+    --------
+    >>> with hooks_around(vit.model, {"embed.out": lambda x: x[:, :10]}):  # keep the first 10 tokens
+    ...     logits = vit.model(pixels)
+    >>> tuple(logits.shape)
+    (1, 6)
     """
     owner = threading.get_ident()
     handles: list = []

@@ -38,16 +38,29 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
 class ActivationStore:
     """The kept activations of one forward pass.
 
-    Args:
-        kept: the names to keep, in the order asked.
-        num_layers: the model's block count (to parse the names).
-        dtype: storage dtype of floating activations.
-        device: where they are kept.
-        stack: one ``(L, …)`` buffer per point kind of the ``blocks.*`` names (see the module docstring).
-        pin: stage CPU buffers in pinned memory (a CUDA forward keeping its values on the CPU);
-            the caller synchronises before reading them.
-        track: also hold each kept name's live tensor, in the autograd graph (``live``), for
-            gradient mode's ``torch.autograd.grad``.
+    Parameters
+    ----------
+    kept : list of str
+        The names to keep (canonical hook-point names), in the order asked.
+    num_layers : int
+        The model's block count (to parse the names).
+    dtype : torch.dtype
+        Storage dtype of floating activations (others keep their own).
+    device : torch.device
+        Where they are kept.
+    stack : bool, default False
+        One ``(L, …)`` buffer per point kind of the ``blocks.*`` names (see the module docstring).
+    pin : bool, default False
+        Stage CPU buffers in pinned memory (a CUDA forward keeping its values on the CPU);
+        the caller synchronises before reading them.
+    track : bool, default False
+        Also hold each kept name's live tensor, in the autograd graph (``live``), for
+        gradient mode's ``torch.autograd.grad``.
+
+    Raises
+    ------
+    AnalysisError
+        With ``stack=True``, a kept name that is not a hook point.
     """
 
     def __init__(

@@ -48,9 +48,25 @@ __all__ = ["AttentionInputs", "AttentionAdapter", "Report", "attend"]
 class AttentionInputs:
     """What one attention call used: either the scores' ingredients or the probabilities.
 
-    ``q (B, heads, Q, d)``, ``k (B, kv_heads, T, d)``, ``mask`` broadcastable to
-    ``(B, heads, Q, T)`` (float bias or boolean keep-mask), ``scale`` the factor on q·kᵀ;
-    or ``probs (B, heads, Q, T)`` already computed by the module.
+    A fused call (``F.scaled_dot_product_attention``) fills ``q``, ``k``, ``scale``, ``mask``,
+    ``is_causal`` and ``v``; an explicit one fills ``probs`` only.
+
+    Attributes
+    ----------
+    q : torch.Tensor or None, default None
+        Queries ``(B, heads, Q, d)`` as the module passes them (after q/k norm, RoPE).
+    k : torch.Tensor or None, default None
+        Keys ``(B, kv_heads, T, d)``.
+    scale : float or None, default None
+        The factor on q·kᵀ (SDPA's default ``d ** -0.5`` when the call passed none).
+    mask : torch.Tensor or None, default None
+        Broadcastable to ``(B, heads, Q, T)``: a float bias or a boolean keep-mask.
+    is_causal : bool, default False
+        The call's ``is_causal`` flag.
+    probs : torch.Tensor or None, default None
+        Probabilities ``(B, heads, Q, T)`` already computed by the module (explicit path).
+    v : torch.Tensor or None, default None
+        Values ``(B, kv_heads, T, d)`` of a fused call.
     """
 
     q: torch.Tensor | None = None
@@ -116,9 +132,21 @@ def _dropout_p(query, key, value=None, attn_mask=None, dropout_p=0.0, *args, **k
 
 
 def attend(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``P·v`` ``(B, heads, Q, d)`` in ``v``'s dtype from ``probs (B, heads, Q, T)`` and
-    ``v (B, kv_heads, T, d)``, ``v`` repeated for grouped-query heads: the attention output that
-    an adapter's explicit path and the engine's edited probabilities both compute."""
+    """``P·v``: the attention output that an adapter's explicit path and the engine's edited
+    probabilities both compute, ``v`` repeated for grouped-query heads (computed outside autocast).
+
+    Parameters
+    ----------
+    probs : torch.Tensor
+        Probabilities ``(B, heads, Q, T)``; cast to ``value``'s dtype.
+    value : torch.Tensor
+        Values ``(B, kv_heads, T, d)``, ``heads`` a multiple of ``kv_heads``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads, Q, d)`` in ``value``'s dtype.
+    """
     if value.shape[1] != probs.shape[1]:
         value = value.repeat_interleave(probs.shape[1] // value.shape[1], dim=1)
     with torch.autocast(value.device.type, enabled=False):
@@ -131,6 +159,24 @@ class AttentionAdapter:
     Subclasses set ``name``, ``module_types`` and ``includes`` (what the probabilities
     include, e.g. "rotary position embedding on patch tokens"). The default :meth:`tap`
     follows the fused/explicit contract in the module docstring.
+
+    Attributes
+    ----------
+    name : str, default "attention"
+        The family's name.
+    module_types : tuple of type, default ()
+        The ``nn.Module`` types of this family's attention modules.
+    includes : str, default "softmax(q·kᵀ·scale)"
+        What the probabilities include, e.g. "rotary position embedding on patch tokens".
+    explicit_softmax : bool, default False
+        The explicit path has no ``attn_drop``: the result of its ``softmax`` call is read instead.
+    windowed : bool, default False
+        Attends inside windows: one call sees ``(B·windows, heads, Wt, Wt)``, not all tokens (Swin, SAM).
+    always_explicit : bool, default False
+        Never calls the fused kernel (its softmax is always explicit, e.g. Swin v2's cosine attention).
+    block_layout : BlockLayout, default TIMM_BLOCK
+        Where the blocks that hold this attention keep their norms, branches and MLP
+        (:mod:`analysis.model.adapters.blocks`).
     """
 
     name: str = "attention"

@@ -50,11 +50,24 @@ def _default_branches() -> dict[str, tuple[str, ...]]:
 class BlockLayout:
     """The submodules of one family's block where the engine reads its points (module docstring).
 
-    ``norms``: ``{"ln1": paths, "ln2": paths}``; ``branches``: ``{"attn": paths, "mlp": paths}``,
-    the modules whose output each branch adds to the residual stream; ``mlp_first`` /
-    ``mlp_output``: the MLP's first and output linear layers; ``stream_norm``: a norm the block
-    applies to the residual stream after adding its MLP branch (none by default). Timm's names by default (the
-    loaders of other libraries' ViTs rename their blocks' modules to these)."""
+    Timm's names by default (the loaders of other libraries' ViTs rename their blocks' modules to
+    these). Each entry is a tuple of dotted paths from the block, alternatives: the first present
+    one wins.
+
+    Attributes
+    ----------
+    norms : Mapping[str, tuple of str], default {"ln1": ("norm1",), "ln2": ("norm2",)}
+        ``{"ln1": paths, "ln2": paths}``: the block's first and second norm.
+    branches : Mapping[str, tuple of str], default {"attn": ("drop_path1",), "mlp": ("drop_path2",)}
+        ``{"attn": paths, "mlp": paths}``: the modules whose output each branch adds to the residual
+        stream.
+    mlp_first : tuple of str, default ("mlp.fc1_g", "mlp.fc1")
+        The MLP's first linear layer (a SwiGLU: its gate).
+    mlp_output : tuple of str, default ("mlp.fc2",)
+        The MLP's output linear layer.
+    stream_norm : tuple of str, default ()
+        A norm the block applies to the residual stream after adding its MLP branch (none by default).
+    """
 
     norms: Mapping[str, tuple[str, ...]] = field(default_factory=_default_norms)
     branches: Mapping[str, tuple[str, ...]] = field(default_factory=_default_branches)

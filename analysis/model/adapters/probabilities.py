@@ -35,9 +35,29 @@ def attention_scores(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """``scale·q·kᵀ + M`` ``(B, heads, Q, T)`` float32, by out-of-place (differentiable) ops: the
-    scores whose softmax over keys is :func:`attention_probabilities` (pairs a mask removes are
-    ``−inf``). Shapes as there."""
+    """``scale·q·kᵀ + M`` by out-of-place (differentiable) ops: the scores whose softmax over keys
+    is :func:`attention_probabilities` (pairs a mask removes are ``−inf``), computed in float32
+    with autocast off.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        Queries ``(B, heads, Q, d)``.
+    k : torch.Tensor
+        Keys ``(B, kv_heads, T, d)``, repeated per head for grouped-query attention.
+    scale : float
+        The factor on q·kᵀ.
+    mask : torch.Tensor or None, default None
+        Broadcastable to ``(B, heads, Q, T)``: a boolean keep-mask (``False`` → ``−inf``) or a float
+        bias added to the scores.
+    is_causal : bool, default False
+        Keep only keys ``j ≤ i`` for query ``i``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads, Q, T)`` float32 scores.
+    """
     with torch.autocast(q.device.type, enabled=False):
         if k.shape[1] != q.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
@@ -63,11 +83,31 @@ def attention_probabilities(
     is_causal: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``P`` of one attention call (module docstring), ``(B, heads, Q, T)`` float32.
+    """``P`` of one attention call (module docstring), computed in place: one GEMM straight into
+    the output, the mask and the softmax applied row by row without temporaries (no autograd).
 
-    q: ``(B, heads, T, d)``; k: ``(B, kv_heads, T, d)``; ``mask`` broadcastable to
-    ``(B, heads, T, T)``. ``rows`` optionally selects query rows. ``out``: optional float32
-    ``(B, heads, Q, T)`` tensor on q's device to write into.
+    Parameters
+    ----------
+    q : torch.Tensor
+        Queries ``(B, heads, T, d)``.
+    k : torch.Tensor
+        Keys ``(B, kv_heads, T, d)``, repeated per head for grouped-query attention.
+    scale : float
+        The factor on q·kᵀ.
+    rows : torch.Tensor or None, default None
+        Integer indices ``(Q,)`` of the query rows to compute; ``None``, all ``T`` (``Q = T``).
+    mask : torch.Tensor or None, default None
+        Broadcastable to ``(B, heads, T, T)`` (its query rows are selected with ``rows``): a boolean
+        keep-mask (``False`` → ``−inf``) or a float bias added to the scores.
+    is_causal : bool, default False
+        Keep only keys ``j ≤ i`` for query ``i`` (``i`` the full-sequence index of a selected row).
+    out : torch.Tensor or None, default None
+        A float32 ``(B, heads, Q, T)`` tensor on ``q``'s device to write into.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, heads, Q, T)`` float32 probabilities (``out`` when given).
     """
     with torch.autocast(q.device.type, enabled=False):
         if k.shape[1] != q.shape[1]:
@@ -110,9 +150,23 @@ _ONE_IMAGE_BYTES = 1 << 20  # from this size of one image's maps on, attend_and_
 
 def attend_and_record(inputs: AttentionInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(P, P·v)`` for one fused attention call: ``P = softmax(scale·q·kᵀ + M)`` in float32 as
-    :func:`attention_probabilities` (into ``out`` when given), and the call's output ``P·v`` in
-    ``v``'s dtype, computed a few images at a time so each piece of ``P`` is multiplied with
-    ``v`` while it is still in cache. ``P (B, heads, T, T)``, ``P·v (B, heads, T, d)``."""
+    :func:`attention_probabilities`, and the call's output ``P·v`` in ``v``'s dtype, computed a
+    few images at a time so each piece of ``P`` is multiplied with ``v`` while it is still in cache.
+
+    Parameters
+    ----------
+    inputs : AttentionInputs
+        A fused call's inputs: ``q (B, heads, T, d)``, ``k`` and ``v (B, kv_heads, T, d)``,
+        ``scale``, and optionally ``mask`` and ``is_causal``.
+    out : torch.Tensor or None, default None
+        A float32 ``(B, heads, T, T)`` tensor on ``q``'s device to write ``P`` into.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``P (B, heads, T, T)`` float32 (``out`` when given) and ``P·v (B, heads, T, d)`` in ``v``'s
+        dtype.
+    """
     q, k, v, mask, scale = inputs.q, inputs.k, inputs.v, inputs.mask, inputs.scale
     assert q is not None and k is not None and v is not None and scale is not None, "a fused call's inputs"
     batch, heads, queries, _ = q.shape

@@ -30,6 +30,18 @@ def skeleton(model_class: type[nn.Module] = VisionTransformer, **kwargs) -> Any:
     torch < 2.4 has no meta kernel for ``Tensor.item()``, which timm's stochastic-depth
     schedule calls; there the skeleton is built on the CPU instead (random init, then
     replaced all the same).
+
+    Parameters
+    ----------
+    model_class : type, default VisionTransformer
+        The timm model class to build (timm's ``VisionTransformer``, or a Swin class).
+    **kwargs : Any
+        Its constructor arguments (``img_size``, ``patch_size``, ``embed_dim``, ``depth``, ...).
+
+    Returns
+    -------
+    Any
+        The ``model_class`` instance, parameters on the ``meta`` device (on the CPU under torch < 2.4).
     """
     try:
         with torch.device("meta"):
@@ -39,7 +51,20 @@ def skeleton(model_class: type[nn.Module] = VisionTransformer, **kwargs) -> Any:
 
 
 def shared_linear(weight: nn.Parameter, bias: nn.Parameter | None) -> nn.Linear:
-    """An ``nn.Linear`` whose parameters *are* ``weight`` and ``bias`` (no copy)."""
+    """An ``nn.Linear`` whose parameters *are* ``weight`` and ``bias`` (no copy).
+
+    Parameters
+    ----------
+    weight : torch.nn.Parameter
+        ``(out_features, in_features)``.
+    bias : torch.nn.Parameter or None
+        ``(out_features,)``, or ``None`` for a layer without bias.
+
+    Returns
+    -------
+    torch.nn.Linear
+        ``in_features → out_features``, sharing the given tensors.
+    """
     out_features, in_features = weight.shape
     with torch.device("meta"):
         linear = nn.Linear(in_features, out_features, bias=bias is not None)
@@ -51,7 +76,14 @@ def shared_linear(weight: nn.Parameter, bias: nn.Parameter | None) -> nn.Linear:
 
 class ConcatLinear(nn.Module):
     """``x -> cat([q(x), k(x), v(x)], -1)``: separate q/k/v projections (Hugging Face) as the
-    fused ``qkv`` projection timm's ``Attention`` expects, sharing the original modules."""
+    fused ``qkv`` projection timm's ``Attention`` expects, sharing the original modules.
+
+    Parameters
+    ----------
+    *parts : torch.nn.Module
+        The projections, in the order their outputs are concatenated along the last axis
+        (``q``, ``k``, ``v``).
+    """
 
     def __init__(self, *parts: nn.Module) -> None:
         super().__init__()
@@ -64,7 +96,28 @@ class ConcatLinear(nn.Module):
 def finish(
     model: VisionTransformer, source: str, extra_check: Callable[[nn.Module], None] | None = None
 ) -> VisionTransformer:
-    """Check that no skeleton tensor is left, then put the model in eval mode."""
+    """Check that no skeleton tensor is left, then put the model in eval mode.
+
+    Parameters
+    ----------
+    model : VisionTransformer
+        The filled-in :func:`skeleton`.
+    source : str
+        The foreign library's name, as the error writes it (``"Hugging Face"``).
+    extra_check : callable or None, default None
+        Called with ``model`` after the meta check, to refuse it for family-specific reasons.
+
+    Returns
+    -------
+    VisionTransformer
+        ``model`` in eval mode.
+
+    Raises
+    ------
+    ModelLoadError
+        A parameter or buffer is still on the ``meta`` device (the first six are named); or
+        whatever ``extra_check`` raises.
+    """
     leftover = [name for name, tensor in (*model.named_parameters(), *model.named_buffers()) if tensor.is_meta]
     if leftover:
         raise ModelLoadError(

@@ -17,7 +17,27 @@ __all__ = ["read_state_dict", "load_state_dict_into", "npz_num_classes"]
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Read tensors from safetensors, or from a pickle with ``weights_only=True`` (never code)."""
+    """Read tensors from safetensors, or from a pickle with ``weights_only=True`` (never code).
+
+    A checkpoint that nests its weights under ``"state_dict"``, ``"model"``, ``"model_state_dict"``
+    or ``"module"`` is unwrapped, and a ``"module."`` prefix on every key (DataParallel) is removed.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A ``.safetensors`` file, else a ``torch.save`` pickle; read onto the CPU.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The state dict.
+
+    Raises
+    ------
+    CheckpointError
+        The file is missing, unreadable, unsafe (code or custom classes in a pickle), or does not
+        hold a dict of tensors.
+    """
     try:
         if path.suffix.lower() == ".safetensors":
             from safetensors.torch import load_file
@@ -65,7 +85,23 @@ def _resample_position_embedding(model: Any, state_dict: dict) -> dict:  # a tim
 
 
 def load_state_dict_into(model: nn.Module, state_dict: dict, path: Path) -> None:
-    """Strict load, after resampling ``pos_embed``; a mismatch names the keys and shapes."""
+    """Strict load, after resampling ``pos_embed`` (bicubic, as timm does) when the checkpoint's
+    square grid differs from the model's.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to fill, as configured.
+    state_dict : dict
+        Parameter name to tensor, as :func:`read_state_dict` returns it.
+    path : pathlib.Path
+        The file it came from, as the error names it.
+
+    Raises
+    ------
+    CheckpointError
+        Missing or unexpected keys, or shapes that differ; the message names them.
+    """
     state_dict = _resample_position_embedding(model, state_dict)
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
@@ -92,7 +128,23 @@ def load_state_dict_into(model: nn.Module, state_dict: dict, path: Path) -> None
 
 
 def npz_num_classes(path: Path) -> int:
-    """Classes of the head stored in a Google ViT .npz (0 when it has none)."""
+    """Classes of the head stored in a Google ViT .npz (0 when it has none).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The ``.npz`` archive (read with ``allow_pickle=False``).
+
+    Returns
+    -------
+    int
+        Length of ``head/bias``, or 0.
+
+    Raises
+    ------
+    CheckpointError
+        The file is not a readable ``.npz`` archive.
+    """
     import numpy as np
 
     try:

@@ -118,7 +118,18 @@ def _refusal(arch: str, module: str) -> UnsupportedModelError:
 
 def check_supported_module(model: object) -> None:
     """Refuse a timm model *object* of a family this tool cannot inspect, with the same reason
-    as its name would get (other objects pass: their blocks are checked by the adapters)."""
+    as its name would get (other objects pass: their blocks are checked by the adapters).
+
+    Parameters
+    ----------
+    model : object
+        A model object; only those whose class lives in ``timm.models.*`` are checked.
+
+    Raises
+    ------
+    UnsupportedModelError
+        Its timm module is a known refused family (Hiera, MaxViT, CaiT, ...) or a convolutional network.
+    """
     module = type(model).__module__
     if not module.startswith("timm.models."):
         return
@@ -128,7 +139,20 @@ def check_supported_module(model: object) -> None:
 
 
 def check_supported_architecture(architecture: str) -> None:
-    """Raise a typed error for an unknown timm name, or one this tool cannot inspect (saying why)."""
+    """Raise a typed error for an unknown timm name, or one this tool cannot inspect (saying why).
+
+    Parameters
+    ----------
+    architecture : str
+        A timm model name, optionally with an ``hf-hub:`` prefix and a ``.tag`` (both ignored).
+
+    Raises
+    ------
+    ModelLoadError
+        timm does not know the name (up to five close names are suggested).
+    UnsupportedModelError
+        The model is not in :data:`SUPPORTED_MODULES`; the message says why its family is refused.
+    """
     arch = architecture.removeprefix("hf-hub:").split(".")[0]
     if not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models(), n=5, cutoff=0.6)
@@ -144,7 +168,21 @@ _EMBEDDING_MARKERS = ("clip", "siglip", "_pe_core", "_pe_lang", "_pe_spatial")
 
 def is_embedding_tower(name: str, num_classes: int) -> bool:
     """A CLIP/SigLIP/PE image tower whose head (if any) projects to an image-text embedding,
-    not to classes: those names, unless their tag says they were fine-tuned on classes."""
+    not to classes: those names, unless their tag says they were fine-tuned on classes.
+
+    Parameters
+    ----------
+    name : str
+        The timm model name (``hf-hub:`` prefix and ``org/`` allowed), its ``.tag`` included.
+    num_classes : int
+        The model's output width; 0 (no head) is never an embedding tower.
+
+    Returns
+    -------
+    bool
+        True for a ``clip`` / ``siglip`` / ``_pe_core`` / ``_pe_lang`` / ``_pe_spatial`` name whose
+        tag has no ``ft_in`` and whose width is not an ImageNet class count (1000, 11821, 21841, 21843).
+    """
     arch, _, tag = name.removeprefix("hf-hub:").rpartition("/")[2].partition(".")
     if num_classes == 0 or not any(marker in arch for marker in _EMBEDDING_MARKERS):
         return False

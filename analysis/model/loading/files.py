@@ -36,6 +36,19 @@ _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
 def looks_like_file(source: str) -> bool:
+    """Whether a model source is a single weights file: it ends with a weights-file suffix
+    (:data:`SINGLE_FILE_SUFFIXES`) or names an existing file.
+
+    Parameters
+    ----------
+    source : str
+        The model source as given.
+
+    Returns
+    -------
+    bool
+        True for a file source.
+    """
     return source.lower().endswith(SINGLE_FILE_SUFFIXES) or Path(source).is_file()
 
 
@@ -47,7 +60,18 @@ def looks_like_path(source: str) -> bool:
     (:data:`SINGLE_FILE_SUFFIXES`). Names never do: timm names are letters, digits, ``_``, ``-``
     and a ``.tag`` (``vit_base_patch16_224.augreg2_in21k_ft_in1k``), and the ``hf-hub:``,
     ``hf:`` and ``torchvision:`` names (which may hold an ``org/name``) are not paths. A bare
-    word such as ``my_model`` is a name unless a folder or file of that name exists.
+    word such as ``my_model`` is a name here (False), although the loader still opens a folder or file of
+    that name when one exists.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        The model source as given (surrounding whitespace ignored).
+
+    Returns
+    -------
+    bool
+        True when it is written as a path.
     """
     text = os.fspath(source).strip()
     if text.startswith(_NAME_SCHEMES):
@@ -64,8 +88,24 @@ def looks_like_path(source: str) -> bool:
 
 def existing_model_path(source: str) -> Path:
     """The path a path-like model source (see :func:`looks_like_path`) names, ``~`` expanded and
-    any ``local-dir:`` prefix removed. Raises :class:`~analysis.base.errors.ModelPathNotFoundError`,
-    naming the path and the folder a relative path was looked up from, when nothing is there."""
+    any ``local-dir:`` prefix removed.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        The model source as given.
+
+    Returns
+    -------
+    pathlib.Path
+        The existing folder or file.
+
+    Raises
+    ------
+    ModelPathNotFoundError
+        Nothing is there; the message names the path and, for a relative one, the absolute path it
+        was looked up as.
+    """
     given = os.fspath(source).strip().removeprefix("local-dir:")
     path = Path(given).expanduser()
     if path.exists():
@@ -81,6 +121,23 @@ def existing_model_path(source: str) -> Path:
 
 
 def read_folder_config(folder: Path) -> dict:
+    """The ``config.json`` of a model folder (timm hub layout or a Hugging Face ``save_pretrained`` folder).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The model folder.
+
+    Returns
+    -------
+    dict
+        The parsed JSON object.
+
+    Raises
+    ------
+    CheckpointError
+        The folder has no ``config.json``, or it cannot be read or does not hold a JSON object.
+    """
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise CheckpointError(
@@ -98,7 +155,37 @@ def read_folder_config(folder: Path) -> dict:
 
 
 def model_from_timm_folder(folder: Path, config: dict, model_kwargs: dict) -> nn.Module:
-    """Build from timm's hub layout: config.json (+ model.safetensors or pytorch_model.bin)."""
+    """Build from timm's hub layout: config.json (+ model.safetensors, pytorch_model.bin or model.pth).
+
+    The config's ``model_args`` and ``num_classes`` (else ``pretrained_cfg["num_classes"]``) are the
+    constructor arguments, ``model_kwargs`` overriding them; the config is checked against the
+    weights' size first (:func:`check_config_fits_weights`), then the weights are loaded strictly.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The model folder.
+    config : dict
+        Its ``config.json`` (:func:`read_folder_config`), with ``architecture``, ``model_args``
+        and ``pretrained_cfg``.
+    model_kwargs : dict
+        Extra ``timm.create_model`` arguments, taking precedence over the config's.
+
+    Returns
+    -------
+    torch.nn.Module
+        The timm model with the folder's weights (not yet in eval mode).
+
+    Raises
+    ------
+    CheckpointError
+        The config names no ``architecture``; the folder has no weights file; the config describes
+        a larger model than the weights; the weights do not fit the model.
+    UnsupportedModelError
+        The architecture is one this tool cannot inspect.
+    ModelLoadError
+        timm does not know the architecture or cannot build it.
+    """
     architecture = config.get("architecture")
     if not architecture:
         raise CheckpointError(
@@ -129,7 +216,23 @@ CONFIG_SLACK_VALUES = 16 * 2**20
 
 def weights_values(path: Path) -> int:
     """How many values (tensor elements) a weights file holds at most: counted from a safetensors
-    header (no tensor is read), else the file's size in bytes over 2 (16-bit values at the least)."""
+    header (no tensor is read), else the file's size in bytes over 2 (16-bit values at the least).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The weights file.
+
+    Returns
+    -------
+    int
+        The number of values.
+
+    Raises
+    ------
+    CheckpointError
+        A ``.safetensors`` file whose header cannot be read (or declares more than 100 MiB).
+    """
     if path.suffix == ".safetensors":
         try:
             with path.open("rb") as handle:
@@ -153,7 +256,25 @@ def check_config_fits_weights(folder: Path, architecture: str, weights: Path, **
     against :func:`weights_values` of the file plus :data:`CONFIG_SLACK_VALUES`. A config of depth 400
     or width 10⁶ beside a 12-block ViT's weights is refused in a second or two (it would otherwise
     allocate gigabytes before the weights' shapes refuse it). A model that cannot be built on ``meta`` is
-    left to the ordinary load."""
+    left to the ordinary load.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The model folder, as the error names its ``config.json``.
+    architecture : str
+        The timm architecture the config names.
+    weights : pathlib.Path
+        The folder's weights file.
+    **kwargs : Any
+        The ``timm.create_model`` arguments the config gives.
+
+    Raises
+    ------
+    CheckpointError
+        The model holds more than the file's values plus :data:`CONFIG_SLACK_VALUES`, or the file is
+        an unreadable safetensors file.
+    """
     try:
         with torch.device("meta"):
             shapes = create_timm_model(architecture, pretrained=False, **kwargs).state_dict()
@@ -170,6 +291,35 @@ def check_config_fits_weights(folder: Path, architecture: str, weights: Path, **
 
 
 def model_from_file(path: Path, arch: str | None, model_kwargs: dict) -> nn.Module:
+    """Build the timm model ``arch`` and load a single weights file into it.
+
+    A Google ViT ``.npz`` is loaded by timm's ``load_pretrained`` (its ``num_classes`` read from the
+    archive); any other file is read as a state dict (:func:`read_state_dict`), ``num_classes``
+    taken from its ``head.weight`` (0 without one) unless given, and loaded strictly.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The weights file (:data:`SINGLE_FILE_SUFFIXES`).
+    arch : str or None
+        The timm architecture it was trained with; required.
+    model_kwargs : dict
+        Extra ``timm.create_model`` arguments.
+
+    Returns
+    -------
+    torch.nn.Module
+        The timm model with the file's weights (not yet in eval mode).
+
+    Raises
+    ------
+    CheckpointError
+        The file does not exist, no ``arch`` was given, or the file is unreadable or does not fit.
+    UnsupportedModelError
+        ``arch`` is one this tool cannot inspect.
+    ModelLoadError
+        timm does not know ``arch`` or cannot build it.
+    """
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file not found: {path}. Check the path (it is read on the server).")
     if not arch:

@@ -102,7 +102,31 @@ def _v2_block(layer: Any) -> SwinBlockParts:
 
 
 def to_timm_swin(model: Any, img_size: tuple[int, int] | None = None) -> tuple[nn.Module, str]:
-    """The timm Swin made of ``model``'s own modules, and its head kind ("classifier" or "none")."""
+    """The timm Swin made of ``model``'s own modules, and its head kind ("classifier" or "none").
+
+    Parameters
+    ----------
+    model : Any
+        A transformers ``SwinForImageClassification`` / ``SwinModel`` or ``Swinv2ForImageClassification``
+        / ``Swinv2Model``.
+    img_size : tuple of int or None, default None
+        ``(H, W)`` input size; ``None``, the config's ``image_size`` (the only size accepted).
+
+    Returns
+    -------
+    tuple of (torch.nn.Module, str)
+        The timm ``SwinTransformer`` / ``SwinTransformerV2`` in eval mode, sharing every weight, and
+        ``"classifier"`` or ``"none"``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        Not a Swin classifier or base model; absolute position embeddings; an attention layout not
+        recognised; a patch grid that does not halve evenly, or stage grids that are not whole windows
+        (or windows / shifts other than timm's).
+    ModelLoadError
+        ``img_size`` differs from the config's ``image_size``.
+    """
     config = model.config
     v2 = config.model_type == "swinv2"
     backbone = first_attribute(model, "swinv2" if v2 else "swin") or model

@@ -76,6 +76,18 @@ _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "bo
 
 
 def is_hf_model(module: nn.Module) -> bool:
+    """Whether ``module`` is a Hugging Face ``transformers`` model (its class lives in ``transformers.*``).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A model object.
+
+    Returns
+    -------
+    bool
+        True for a transformers class.
+    """
     return type(module).__module__.startswith("transformers.")
 
 
@@ -277,7 +289,32 @@ def _fill_attention_pool(pool: Any, head: Any) -> None:
 
 def preprocessing_config(model_type: str, preprocessor: dict | None) -> tuple[dict, tuple[int, int] | None]:
     """timm-style data config and input size from a ``preprocessor_config.json`` (or the
-    image processor's defaults for the model type). Size ``None``: the model's own."""
+    image processor's defaults for the model type).
+
+    A ``crop_size`` (with ``do_center_crop``) gives a centre crop of ``crop_pct`` = crop side over
+    ``shortest_edge``; a ``size`` of ``height`` and ``width`` a squash; a ``shortest_edge`` alone a
+    square centre crop of that side.
+
+    Parameters
+    ----------
+    model_type : str
+        The transformers ``model_type`` (``"vit"``, ``"deit"``, ``"dinov2"``, ``"clip"``,
+        ``"siglip"``, ``"swin"``, ``"swinv2"``, ``"vit_mae"``; a ``_with_registers`` suffix is dropped).
+    preprocessor : dict or None
+        The parsed ``preprocessor_config.json`` (``image_mean``, ``image_std``, ``resample``,
+        ``size``, ``crop_size``, ``do_center_crop``); ``None`` or empty: the defaults only.
+
+    Returns
+    -------
+    tuple of (dict, tuple of int or None)
+        The data config (``mean``, ``std``, ``interpolation``, ``crop_pct``, ``crop_mode``) and the
+        ``(H, W)`` input size, ``None`` for the model's own.
+
+    Raises
+    ------
+    KeyError
+        ``model_type`` has no defaults.
+    """
     config = dict(_DEFAULT_PREPROCESSING[model_type.removesuffix("_with_registers")])
     if not preprocessor:
         return config, None
@@ -323,7 +360,44 @@ def wrap_hf(
     mean=None,
     std=None,
 ) -> LoadedViT:
-    """Wrap a transformers model (its modules are shared with the timm model made of them)."""
+    """Wrap a transformers model (its modules are shared with the timm model made of them).
+
+    The model is converted once into the equivalent timm ViT or Swin (module docstring); class
+    names come from the config's ``id2label`` when it names every class.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A supported transformers model (:data:`SUPPORTED_MODEL_TYPES`); put in eval mode.
+    name : str
+        The source it was loaded from.
+    device : torch.device or None
+        Where to put it; ``None`` leaves it where its parameters are.
+    freeze : bool, default True
+        Turn off ``requires_grad`` on every parameter; ``False`` leaves them as they are.
+    preprocessor : dict or None, default None
+        The parsed ``preprocessor_config.json`` (:func:`preprocessing_config`); ``None``: the
+        image processor's defaults.
+    img_size : int, tuple of int or None, default None
+        Input size ``H`` or ``(H, W)``, overriding the preprocessor's.
+    mean : sequence of float or None, default None
+        Per-channel normalisation mean, overriding the preprocessor's.
+    std : sequence of float or None, default None
+        Per-channel normalisation std, overriding the preprocessor's.
+
+    Returns
+    -------
+    LoadedViT
+        With ``source_library="transformers"``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        A model type or layout that is not supported (see also :func:`~.hf_swin.to_timm_swin`).
+    ModelLoadError
+        An input size that is not whole patches (a Swin: not the config's), or a model that cannot
+        move to ``device``.
+    """
     model.eval()
     swin = _model_type(model) in hf_swin.SWIN_MODEL_TYPES
     model_type = _model_type(model) if swin else _parts(model)["type"]
@@ -352,7 +426,36 @@ def wrap_hf(
 
 
 def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, **options) -> LoadedViT:
-    """A ``save_pretrained`` folder (config.json with ``model_type``)."""
+    """A ``save_pretrained`` folder (config.json with ``model_type``), loaded with the class its
+    ``architectures`` names (else ``AutoModel``) and wrapped by :func:`wrap_hf` with the folder's
+    ``preprocessor_config.json``.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The model folder.
+    config : dict
+        Its parsed ``config.json``.
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where to put the model.
+    **options : Any
+        :func:`wrap_hf`'s keyword arguments (``freeze``, ``img_size``, ``mean``, ``std``).
+
+    Returns
+    -------
+    LoadedViT
+        With ``source_library="transformers"``.
+
+    Raises
+    ------
+    ModelLoadError
+        transformers is not installed, cannot load the folder, or cannot read its preprocessor config.
+    UnsupportedModelError
+        A masked autoencoder (``vit_mae``: use :func:`analysis.mae.load_mae`) or another model type
+        that is not supported.
+    """
     transformers = require_transformers()
     model_type = str(config.get("model_type"))
     if model_type == "vit_mae":
@@ -377,7 +480,23 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
 
 
 def read_preprocessor(folder: Path) -> dict | None:
-    """The folder's ``preprocessor_config.json`` as a dict, or ``None`` when it has none."""
+    """The folder's ``preprocessor_config.json`` as a dict, or ``None`` when it has none.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The model folder.
+
+    Returns
+    -------
+    dict or None
+        The parsed JSON.
+
+    Raises
+    ------
+    ModelLoadError
+        The file exists but cannot be read or parsed.
+    """
     path = folder / "preprocessor_config.json"
     if not path.is_file():
         return None
@@ -389,7 +508,28 @@ def read_preprocessor(folder: Path) -> dict | None:
 
 def hf_snapshot(repo_id: str, *, pretrained: bool = True) -> Path:
     """The local folder of ``"hf:org/name"`` (its json files, and its safetensors when
-    ``pretrained``): from the local Hugging Face cache, else downloaded from the hub."""
+    ``pretrained``): from the local Hugging Face cache, else downloaded from the hub.
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repository, ``org/name``.
+    pretrained : bool, default True
+        Fetch the ``*.safetensors`` weights as well as the ``*.json`` files.
+
+    Returns
+    -------
+    pathlib.Path
+        The snapshot folder.
+
+    Raises
+    ------
+    ModelLoadError
+        transformers is not installed.
+    WeightsUnavailableError
+        Offline (``HF_HUB_OFFLINE``) with no cached ``config.json``, or the download fails (offline,
+        missing repository, authentication).
+    """
     require_transformers()
     from huggingface_hub import snapshot_download
 
@@ -410,7 +550,33 @@ def hf_snapshot(repo_id: str, *, pretrained: bool = True) -> Path:
 
 
 def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **options) -> LoadedViT:
-    """``"hf:org/name"``: a transformers model from the local Hugging Face cache, else the hub."""
+    """``"hf:org/name"``: a transformers model from the local Hugging Face cache, else the hub.
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repository, ``org/name``.
+    device : torch.device
+        Where to put the model.
+    pretrained : bool, default True
+        Load its weights; ``False`` builds the class from its config with random weights.
+    **options : Any
+        :func:`wrap_hf`'s keyword arguments (``freeze``, ``img_size``, ``mean``, ``std``).
+
+    Returns
+    -------
+    LoadedViT
+        Named ``"hf:<repo_id>"``, with ``source_library="transformers"``.
+
+    Raises
+    ------
+    WeightsUnavailableError
+        The repository is neither cached nor downloadable.
+    UnsupportedModelError
+        A model type that is not supported, or a class (``architectures``) this transformers lacks.
+    ModelLoadError
+        transformers is not installed or cannot load the model.
+    """
     from .files import read_folder_config
 
     folder = hf_snapshot(repo_id, pretrained=pretrained)

@@ -25,7 +25,27 @@ _HUB_PROBE_TIMEOUT_S = 3.0
 
 
 def create_timm_model(name: str, **kwargs: Any) -> nn.Module:
-    """``timm.create_model`` with its failures translated into one typed error."""
+    """``timm.create_model`` with its failures translated into one typed error.
+
+    Parameters
+    ----------
+    name : str
+        The timm model name.
+    **kwargs : Any
+        ``timm.create_model``'s arguments (``pretrained``, ``num_classes``, ``img_size``, ...).
+
+    Returns
+    -------
+    torch.nn.Module
+        The model timm builds.
+
+    Raises
+    ------
+    WeightsUnavailableError
+        The pretrained weights are not cached and the hub cannot be reached.
+    ModelLoadError
+        Any other failure of timm (the message holds timm's).
+    """
     try:
         return timm.create_model(name, **kwargs)
     except WeightsUnavailableError:
@@ -61,6 +81,18 @@ def _exception_chain(exc: BaseException | None):
 
 
 def offline_message(name: str) -> str:
+    """The message of a :class:`~analysis.base.errors.WeightsUnavailableError`: what to do instead.
+
+    Parameters
+    ----------
+    name : str
+        The model whose weights are missing.
+
+    Returns
+    -------
+    str
+        The message.
+    """
     return (
         f"Pretrained weights for {name!r} are not in the local cache and cannot be downloaded "
         "(offline or HF_HUB_OFFLINE=1). Use the bundled 'demo' model, a local folder or weights "
@@ -85,19 +117,47 @@ def _timm_hub_id(name: str) -> str | None:
 
 def pretrained_weights_cached(name: str) -> bool:
     """Whether a timm model's pretrained weights are in the local Hugging Face cache (so it
-    loads offline)."""
+    loads offline).
+
+    Parameters
+    ----------
+    name : str
+        The timm model name (with its ``.tag``).
+
+    Returns
+    -------
+    bool
+        False as well for a model whose weights are not on the Hugging Face hub.
+    """
     hub_id = _timm_hub_id(name)
     return in_hf_cache(hub_id) if hub_id else False
 
 
 def hub_reachable() -> bool:
     """Whether weights can be downloaded now: ``HF_HUB_OFFLINE`` is not set and
-    huggingface.co answers within a few seconds."""
+    huggingface.co answers within a few seconds.
+
+    Returns
+    -------
+    bool
+        True when a TCP connection to huggingface.co:443 opens in time.
+    """
     return not hub_offline_env() and can_reach("huggingface.co", 443)
 
 
 def ensure_pretrained_available(name: str) -> None:
-    """Fail within seconds, not minutes, when weights are neither cached nor reachable."""
+    """Fail within seconds, not minutes, when weights are neither cached nor reachable.
+
+    Parameters
+    ----------
+    name : str
+        The timm model name (with its ``.tag``).
+
+    Raises
+    ------
+    WeightsUnavailableError
+        The weights are not cached, and ``HF_HUB_OFFLINE`` is set or huggingface.co does not answer.
+    """
     hub_id = _timm_hub_id(name)
     if hub_id and in_hf_cache(hub_id):
         return
@@ -105,6 +165,23 @@ def ensure_pretrained_available(name: str) -> None:
 
 
 def ensure_hub_reachable(hub_id: str | None, name: str, filenames: tuple[str, ...] | None = None) -> None:
+    """Fail within seconds when a hub repository's weights are not cached and cannot be downloaded.
+
+    Parameters
+    ----------
+    hub_id : str or None
+        The Hugging Face repository (``org/name``); ``None``, no cache to look in.
+    name : str
+        The model name, as the error writes it.
+    filenames : tuple of str or None, default None
+        The weights files to look for in the cache; ``None``, the usual ones
+        (``model.safetensors``, ``open_clip_model.safetensors``, ``pytorch_model.bin``, ...).
+
+    Raises
+    ------
+    WeightsUnavailableError
+        None of them is cached, and ``HF_HUB_OFFLINE`` is set or huggingface.co does not answer.
+    """
     if hub_id and in_hf_cache(hub_id, filenames):
         return
     if hub_offline_env() or not can_reach("huggingface.co", 443):

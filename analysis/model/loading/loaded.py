@@ -131,14 +131,25 @@ class LoadedModel:
     """A loaded image model with its preprocessing: what feeding it needs, for a ViT
     (:class:`LoadedViT`) and for a comparison CNN (:class:`~analysis.robustness.LoadedCNN`).
 
-    Attributes:
-        model: the ``nn.Module``, eval mode, on ``device``.
-        name: the source it was loaded from.
-        device: where the model lives.
-        spec: its geometry (for a ViT: tokens, position-embedding kind and head kind).
-        class_names: one name per output class, or ``None`` (also for models without classes).
-        preprocessing: resize / crop / normalise at ``spec.img_size``.
-        data_config: timm's data config it was built from.
+    Its class attribute ``probability_rule`` (``"softmax"`` unless a subclass says otherwise, a key
+    of :data:`PROBABILITY_RULES`) says how its logits become class probabilities.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The model, eval mode, on ``device``.
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where the model lives.
+    spec : ViTSpec
+        Its geometry (for a ViT: tokens, position-embedding kind and head kind).
+    class_names : list of str or None
+        One name per output class, or ``None`` (also for models without classes).
+    preprocessing : Preprocessing
+        Resize / crop / normalise at ``spec.img_size``.
+    data_config : dict, default {}
+        timm's data config it was built from.
     """
 
     model: nn.Module
@@ -272,6 +283,22 @@ class LoadedViT(LoadedModel):
 
 
 def class_names_for(model: nn.Module, label_names: list[str] | None) -> list[str] | None:
+    """One name per class of ``model``: ``label_names`` when it names each of ``model.num_classes``,
+    else timm's ImageNet descriptions for a 1000 / 11821 / 21841 / 21843-class head whose subset
+    timm infers, else ``None`` (never an error).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The classifier (its ``num_classes`` is read).
+    label_names : list of str or None
+        The names its source gives (e.g. a transformers config's ``id2label``).
+
+    Returns
+    -------
+    list of str or None
+        The names, or ``None``.
+    """
     num_classes = int(getattr(model, "num_classes", 0) or 0)
     if label_names and len(label_names) == num_classes:
         return [str(n) for n in label_names]
@@ -305,10 +332,46 @@ def wrap_model(
     default_img_size: tuple[int, int] | None = None,
     freeze: bool = True,
 ) -> LoadedViT:
-    """Check that ``model`` is a ViT the adapters can read, then wrap it.
+    """Check that ``model`` is a ViT the adapters can read, then wrap it: its spec read off it
+    (:func:`~analysis.model.spec.spec_from_model`), placed on ``device`` in eval mode, its
+    preprocessing built at ``spec.img_size``.
 
-    ``device=None`` leaves the model where it is (model objects from a notebook);
-    ``freeze=False`` leaves ``requires_grad`` untouched (the caller's own module).
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A timm ViT-like model (or one assembled from another library's modules).
+    name : str
+        The source it was loaded from.
+    device : torch.device or None
+        Where to put it; ``None`` leaves the model where it is (model objects from a notebook).
+    label_names : list of str or None, default None
+        Class names from the source (:func:`class_names_for`); kept only for a classifier.
+    embedding_output : bool, default False
+        The head projects to an image-text embedding (CLIP/SigLIP/PE towers), not to classes.
+    data_config : dict or None, default None
+        timm-style data config (mean, std, interpolation, crop); ``None``: timm's
+        ``resolve_data_config`` for the model. Its ``input_size`` is set to ``(3, H, W)`` of ``spec.img_size``.
+    source_library : str, default "timm"
+        :attr:`LoadedViT.source_library`.
+    default_img_size : tuple of int or None, default None
+        ``(H, W)`` input size of a model whose patch embedding has none (NaFlex); ``None``: its
+        ``pretrained_cfg``'s ``input_size``, else 224.
+    freeze : bool, default True
+        Turn off ``requires_grad``; ``False`` leaves it untouched (the caller's own module).
+
+    Returns
+    -------
+    LoadedViT
+        The wrapped model.
+
+    Raises
+    ------
+    UnsupportedModelError
+        No patch embedding; a block whose attention no adapter knows; windowed and global layers
+        mixed, or a windowed model with ``dynamic_img_size``; an ``img_size`` that is not a multiple
+        of the patch size.
+    ModelLoadError
+        The model cannot move to ``device``.
     """
     if patch_embedding_module(model) is None:
         raise UnsupportedModelError(
@@ -348,8 +411,25 @@ def wrap_model(
 
 
 def place_model(model: nn.Module, device: torch.device | None) -> tuple[nn.Module, torch.device]:
-    """``(model on device, device)``; ``device=None`` keeps it where its parameters are. A model
-    that cannot move (e.g. no such GPU) is a ModelLoadError that says to use the CPU."""
+    """``(model on device, device)``; ``device=None`` keeps it where its parameters are.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    device : torch.device or None
+        Where to move it; ``None``: the device of its first parameter (the CPU without parameters).
+
+    Returns
+    -------
+    tuple of (torch.nn.Module, torch.device)
+        The moved model and its device.
+
+    Raises
+    ------
+    ModelLoadError
+        The model cannot move (e.g. no such GPU); the message says to use the CPU.
+    """
     if device is None:
         return model, next((p.device for p in model.parameters()), torch.device("cpu"))
     try:

@@ -33,14 +33,19 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "spi
 
 @dataclass(frozen=True)
 class TextEncoding:
-    """Prompts through the text tower.
+    """Prompts through the text tower (:meth:`LoadedCLIP.encode_text`).
 
-    Attributes:
-        embeddings: ``(P, E)`` float32 text embeddings in the joint space (not normalised).
-        token_ids: ``(P, S)`` the ids the text tower read (after truncation and padding).
-        prompts: the prompts, or ``None`` when token ids were given.
-        notices: what was done to the input that the caller must know (a prompt truncated to
-            the text tower's length); empty when nothing was.
+    Attributes
+    ----------
+    embeddings : torch.Tensor
+        ``(P, E)`` float32 text embeddings in the joint space (not normalised).
+    token_ids : torch.Tensor
+        ``(P, S)`` long: the ids the text tower read (after truncation and padding).
+    prompts : tuple of str or None
+        The prompts, or ``None`` when token ids were given.
+    notices : tuple of str, default ()
+        What was done to the input that the caller must know (a prompt truncated to the text
+        tower's length); empty when nothing was.
     """
 
     embeddings: torch.Tensor

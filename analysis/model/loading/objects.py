@@ -31,6 +31,40 @@ def wrap_module(
     std=None,
     **unknown,
 ) -> LoadedViT:
+    """Wrap a model object a notebook already holds (module docstring): a timm model as it is, a
+    Hugging Face or torchvision model assembled into the equivalent timm model from its own modules.
+
+    Its ``requires_grad`` flags are left as they are (not frozen), and its device too unless
+    ``device`` is given.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A timm ViT-like model, a transformers vision model or a torchvision ViT / Swin.
+    device : torch.device or None, default None
+        Where to move it; ``None`` leaves it where it is.
+    img_size : int, tuple of int or None, default None
+        Input size ``H`` or ``(H, W)``: a torchvision Swin is built at it, a transformers model's
+        position table resized to it; other models take it only when built with ``dynamic_img_size``.
+    mean : sequence of float or None, default None
+        Per-channel normalisation mean, overriding the model's.
+    std : sequence of float or None, default None
+        Per-channel normalisation std, overriding the model's.
+    **unknown : Any
+        Refused: any other option.
+
+    Returns
+    -------
+    LoadedViT
+        Named ``"<module.Class object>"``.
+
+    Raises
+    ------
+    ModelLoadError
+        An unknown option; an ``img_size`` the model cannot take.
+    UnsupportedModelError
+        A model (or timm family) this tool cannot inspect.
+    """
     if unknown:
         raise ModelLoadError(
             f"Unexpected options for a model object: {', '.join(sorted(unknown))}. A module is wrapped as "
@@ -54,7 +88,30 @@ def wrap_module(
 
 
 def apply_overrides(vit: LoadedViT, *, img_size=None, mean=None, std=None) -> LoadedViT:
-    """The same model with another input size (dynamic-size models only) or normalisation."""
+    """The same model with another input size (dynamic-size models only) or normalisation.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The wrapped model.
+    img_size : int, tuple of int or None, default None
+        Input size ``H`` or ``(H, W)``, whole patches; ``None`` keeps ``spec.img_size``.
+    mean : sequence of float or None, default None
+        Per-channel normalisation mean; ``None`` keeps the model's.
+    std : sequence of float or None, default None
+        Per-channel normalisation std; ``None`` keeps the model's.
+
+    Returns
+    -------
+    LoadedViT
+        ``vit`` itself when nothing changes, else a copy with the new spec, data config and
+        preprocessing (the same ``nn.Module``).
+
+    Raises
+    ------
+    ModelLoadError
+        Another ``img_size`` for a model without ``dynamic_img_size``, or one that is not whole patches.
+    """
     spec = vit.spec
     if img_size is not None:
         height, width = as_pair(img_size)

@@ -47,8 +47,33 @@ def _open_clip():
 
 
 def load_open_clip(arch: str, device: torch.device, *, checkpoint: str | None = None):
-    """``arch``: an open_clip model name (``"ViT-B-32"``) or ``"hf-hub:org/name"``; ``checkpoint``:
-    a pretrained tag or a local checkpoint file (``None``: random weights, or the hub model's own)."""
+    """An open_clip model through its documented API (module docstring), as a
+    :class:`~.loaded_clip.LoadedCLIP` (:func:`wrap_open_clip`).
+
+    Parameters
+    ----------
+    arch : str
+        An open_clip model name (``"ViT-B-32"``) or ``"hf-hub:org/name"``.
+    device : torch.device
+        Where to put the model.
+    checkpoint : str or None, default None
+        A pretrained tag or a local checkpoint file; ``None``: random weights, or the hub model's own.
+
+    Returns
+    -------
+    LoadedCLIP
+        Named ``"open_clip:<arch>"``, with open_clip's tokenizer.
+
+    Raises
+    ------
+    ModelLoadError
+        open_clip is not installed (``pip install open_clip_torch``), ``arch`` is empty, or open_clip
+        cannot build the model.
+    WeightsUnavailableError
+        The weights cannot be downloaded (offline).
+    UnsupportedModelError
+        An image tower that is not open_clip's own ViT (see :func:`wrap_open_clip`).
+    """
     open_clip = _open_clip()
     if not arch.strip():
         raise ModelLoadError("'open_clip:' needs an architecture, e.g. 'open_clip:ViT-B-32'.")
@@ -153,7 +178,36 @@ def _data_config(visual: Any) -> dict:
 
 
 def wrap_open_clip(model: Any, name: str, device: torch.device, *, tokenizer):
-    """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.loaded_clip.LoadedCLIP`."""
+    """An open_clip ``CLIP`` / ``CustomTextCLIP`` model as a :class:`~.loaded_clip.LoadedCLIP`.
+
+    The model is put in eval mode and frozen; its image tower becomes the equivalent timm ViT
+    (module docstring), its text tower is ``model.encode_text``.
+
+    Parameters
+    ----------
+    model : Any
+        The open_clip model (with ``visual`` and ``encode_text``).
+    name : str
+        The source it was loaded from.
+    device : torch.device
+        Where to put both towers.
+    tokenizer : Any or None
+        open_clip's tokenizer for it; ``None``: text must be given as token ids.
+
+    Returns
+    -------
+    LoadedCLIP
+        With ``source_library="open_clip"``; ``probability`` ``"sigmoid"`` when the model has a
+        ``logit_bias`` (SigLIP), else ``"softmax"``.
+
+    Raises
+    ------
+    NoTextTowerError
+        The model has no ``encode_text`` or ``visual``.
+    UnsupportedModelError
+        Its image tower is a timm trunk, attention-pooled (CoCa), pooled otherwise than by the class
+        token or a plain mean, or lacks the parts of open_clip's ``VisionTransformer``.
+    """
     if not hasattr(model, "encode_text") or not hasattr(model, "visual"):
         from ...base.errors import NoTextTowerError
 

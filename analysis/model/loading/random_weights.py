@@ -25,7 +25,20 @@ RANDOM_WEIGHTS_SEED = 0
 @contextlib.contextmanager
 def seeded_random_weights(seed: int = RANDOM_WEIGHTS_SEED, *, enabled: bool = True) -> Iterator[None]:
     """Build under ``torch.manual_seed(seed)``, restoring the caller's CPU random state after
-    (models are initialised on the CPU). ``enabled=False``: do nothing (pretrained weights)."""
+    (models are initialised on the CPU).
+
+    Parameters
+    ----------
+    seed : int, default RANDOM_WEIGHTS_SEED
+        The seed of the build (:data:`RANDOM_WEIGHTS_SEED`, 0).
+    enabled : bool, default True
+        ``False``: do nothing (pretrained weights).
+
+    Yields
+    ------
+    None
+        Control to the ``with`` block that builds the model.
+    """
     if not enabled:
         yield
         return

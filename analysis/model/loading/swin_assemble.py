@@ -36,11 +36,45 @@ __all__ = ["SwinBlockParts", "SwinParts", "assemble_swin", "KeyBiasFreeLinear", 
 
 @dataclass
 class SwinBlockParts:
-    """One block's modules. ``window``/``shift`` are what the foreign block uses at this input.
+    """One block's modules.
 
-    v1 (pre-norm, ``x + attn(norm1(x))``): ``bias_table`` ``((2wh−1)(2ww−1), heads)``.
-    v2 (post-norm, ``x + norm1(attn(x))``): ``logit_scale (heads, 1, 1)``, ``cpb_mlp`` and
-    ``coords_table (1, 2wh−1, 2ww−1, 2)``. ``position_index`` is ``(Wt·Wt,)`` or ``(Wt, Wt)``.
+    v1 (pre-norm, ``x + attn(norm1(x))``) sets ``bias_table``; v2 (post-norm,
+    ``x + norm1(attn(x))``) sets ``logit_scale``, ``cpb_mlp`` and ``coords_table``.
+
+    Attributes
+    ----------
+    norm1 : torch.nn.Module
+        The first norm (v1: before attention; v2: after it).
+    qkv : torch.nn.Module
+        The fused projection ``x (…, C) -> [q, k, v] (…, 3C)``.
+    proj : torch.nn.Module
+        The attention's output projection.
+    norm2 : torch.nn.Module
+        The second norm (v1: before the MLP; v2: after it).
+    mlp : torch.nn.Module
+        ``x (…, C) -> (…, C)``, the whole MLP branch before its residual add.
+    position_index : torch.Tensor
+        The relative-position index, ``(Wt·Wt,)`` or ``(Wt, Wt)`` long.
+    window : tuple of int
+        ``(wh, ww)``: the window the foreign block uses at this input.
+    shift : tuple of int
+        ``(sh, sw)``: the cyclic shift the foreign block uses at this input.
+    attn_drop : torch.nn.Module
+        Dropout on the attention probabilities.
+    proj_drop : torch.nn.Module
+        Dropout after the output projection.
+    drop_path1 : torch.nn.Module
+        Stochastic depth of the attention branch.
+    drop_path2 : torch.nn.Module
+        Stochastic depth of the MLP branch.
+    bias_table : torch.nn.Parameter or None, default None
+        v1: the relative-position bias table ``((2wh−1)(2ww−1), heads)``.
+    logit_scale : torch.nn.Parameter or None, default None
+        v2: the cosine attention's ``(heads, 1, 1)`` log temperature.
+    cpb_mlp : torch.nn.Module or None, default None
+        v2: the continuous position-bias MLP.
+    coords_table : torch.Tensor or None, default None
+        v2: the relative coordinates ``(1, 2wh−1, 2ww−1, 2)`` fed to ``cpb_mlp``.
     """
 
     norm1: nn.Module
@@ -63,8 +97,35 @@ class SwinBlockParts:
 
 @dataclass
 class SwinParts:
-    """The whole model: ``stages[s]`` the blocks of stage ``s``; ``mergings[s − 1]`` the
-    ``(norm, reduction)`` of the patch merging before stage ``s ≥ 1``."""
+    """The whole model, described once for :func:`assemble_swin`.
+
+    Attributes
+    ----------
+    v2 : bool
+        Swin V2 (post-norm, cosine attention) rather than v1.
+    img_size : tuple of int
+        ``(H, W)`` input size.
+    patch_size : int
+        Input pixels per patch side.
+    embed_dim : int
+        Width ``C`` of the first stage.
+    num_heads : tuple of int
+        Attention heads per stage.
+    mlp_ratio : float
+        MLP hidden width over the block width.
+    stem_proj : torch.nn.Module
+        The patch projection, a ``Conv2d`` ``(B, 3, H, W) -> (B, C, gh, gw)``.
+    stem_norm : torch.nn.Module
+        The norm after it (with any embedding dropout).
+    stages : list of list of SwinBlockParts
+        ``stages[s]``: the blocks of stage ``s``.
+    mergings : list of tuple of torch.nn.Module
+        ``mergings[s − 1]``: the ``(norm, reduction)`` of the patch merging before stage ``s ≥ 1``.
+    norm : torch.nn.Module
+        The final norm.
+    classifier : torch.nn.Module or None
+        The head ``(B, C) -> (B, classes)``; ``None``: no head.
+    """
 
     v2: bool
     img_size: tuple[int, int]
@@ -83,7 +144,13 @@ class SwinParts:
 class KeyBiasFreeLinear(nn.Module):
     """``F.linear(x, W, [b_q, 0, b_v])``: a fused q/k/v projection whose key bias is forced to
     zero in every call (torchvision's Swin V2 zeroes it in ``shifted_window_attention``),
-    sharing the wrapped ``nn.Linear``'s parameters."""
+    sharing the wrapped ``nn.Linear``'s parameters.
+
+    Parameters
+    ----------
+    linear : torch.nn.Linear
+        The fused ``C -> 3C`` projection, bias ``[b_q, b_k, b_v]`` (or none).
+    """
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -98,7 +165,15 @@ class KeyBiasFreeLinear(nn.Module):
 
 
 class MlpWithDropout(nn.Module):
-    """``dropout(mlp(x))``: a block's MLP followed by the block's own dropout on its output."""
+    """``dropout(mlp(x))``: a block's MLP followed by the block's own dropout on its output.
+
+    Parameters
+    ----------
+    mlp : torch.nn.Module
+        The block's MLP.
+    dropout : torch.nn.Module
+        The block's dropout, applied to the MLP's output.
+    """
 
     def __init__(self, mlp: nn.Module, dropout: nn.Module) -> None:
         super().__init__()
@@ -133,7 +208,30 @@ def _check_geometry(model: Any, parts: SwinParts, source: str) -> None:
 
 
 def assemble_swin(parts: SwinParts, source: str) -> nn.Module:
-    """The timm Swin (v1 or v2) made of ``parts``' own modules (shared, not copied)."""
+    """The timm Swin (v1 or v2) made of ``parts``' own modules (shared, not copied).
+
+    Only the shift mask is timm's own, recomputed from each block's geometry (no weights).
+
+    Parameters
+    ----------
+    parts : SwinParts
+        The foreign model's modules.
+    source : str
+        The foreign library's name, as errors write it (``"transformers"``, ``"torchvision"``).
+
+    Returns
+    -------
+    torch.nn.Module
+        The timm ``SwinTransformer`` / ``SwinTransformerV2``, in eval mode.
+
+    Raises
+    ------
+    UnsupportedModelError
+        A v1 model whose stages use different windows; a stage grid that is not a whole number of
+        windows; a block whose window or shift is not the one timm derives from its grid.
+    ModelLoadError
+        A part of the skeleton was left unreplaced (:func:`finish`).
+    """
     windows = {tuple(block.window) for stage in parts.stages for block in stage}
     first_windows = [tuple(stage[0].window) for stage in parts.stages]
     options = dict(

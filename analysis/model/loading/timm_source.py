@@ -15,6 +15,33 @@ __all__ = ["model_from_timm_name"]
 
 
 def model_from_timm_name(name: str, pretrained: bool, model_kwargs: dict) -> nn.Module:
+    """Build a timm model by name, failing fast (in seconds) when pretrained weights are neither
+    cached nor downloadable.
+
+    Parameters
+    ----------
+    name : str
+        A timm model name with an optional pretrained ``.tag``
+        (``vit_base_patch16_224.augreg2_in21k_ft_in1k``), or an ``hf-hub:org/name`` id.
+    pretrained : bool
+        Load the pretrained weights; ``False``, random ones.
+    model_kwargs : dict
+        Extra ``timm.create_model`` arguments.
+
+    Returns
+    -------
+    torch.nn.Module
+        The timm model (not yet in eval mode).
+
+    Raises
+    ------
+    ModelLoadError
+        An unknown timm name (close names suggested) or pretrained tag, or timm cannot build it.
+    UnsupportedModelError
+        An architecture this tool cannot inspect.
+    WeightsUnavailableError
+        The pretrained weights are not cached and the hub cannot be reached.
+    """
     if name.startswith("hf-hub:"):
         if pretrained:
             ensure_hub_reachable(name.removeprefix("hf-hub:").split("@")[0], name)

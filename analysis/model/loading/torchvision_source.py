@@ -51,6 +51,18 @@ def _torchvision():
 
 
 def is_torchvision_vit(module: nn.Module) -> bool:
+    """Whether ``module`` is torchvision's ``VisionTransformer`` (``vit_b_16``, ...).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A model object.
+
+    Returns
+    -------
+    bool
+        True for a ``torchvision.models`` ``VisionTransformer``.
+    """
     return type(module).__module__.startswith("torchvision.models") and type(module).__name__ == "VisionTransformer"
 
 
@@ -105,8 +117,40 @@ def wrap_torchvision(
     freeze: bool = True,
     img_size=None,
 ) -> LoadedViT:
-    """``img_size``: the input size of a Swin (torchvision's Swins take any; the converted
-    model has one). A ViT has its own."""
+    """Wrap a torchvision ViT or Swin as the timm model made of its own modules (shared, not copied).
+
+    Parameters
+    ----------
+    tv : torch.nn.Module
+        A torchvision ``VisionTransformer`` or ``SwinTransformer``; put in eval mode.
+    name : str
+        The source it was loaded from.
+    device : torch.device or None
+        Where to put it; ``None`` leaves it where its parameters are.
+    data_config : dict or None, default None
+        timm-style data config; ``None``: torchvision's ImageNet eval transform (resize 256
+        bilinear, centre crop 224, ImageNet mean and std).
+    label_names : list of str or None, default None
+        Class names (the weights' ``categories``).
+    freeze : bool, default True
+        Turn off ``requires_grad``; ``False`` leaves it untouched.
+    img_size : int, tuple of int or None, default None
+        The input size of a Swin (torchvision's Swins take any; the converted model has one;
+        ``None``: :func:`~.torchvision_swin.default_img_size`). A ViT has its own: refused for it.
+
+    Returns
+    -------
+    LoadedViT
+        With ``source_library="torchvision"``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        Not a torchvision ViT or Swin (a convolutional network), or a layout that cannot be converted
+        (see :func:`~.torchvision_swin.to_timm_swin`).
+    ModelLoadError
+        ``img_size`` given for a ViT, or a model that cannot move to ``device``.
+    """
     if not (is_torchvision_vit(tv) or is_torchvision_swin(tv)):
         raise UnsupportedModelError(
             f"{name}: torchvision's {type(tv).__name__} is a convolutional network, not a Vision "
@@ -160,7 +204,36 @@ def _weights_data_config(weights) -> dict:
 
 def load_torchvision(source: str, device: torch.device, *, pretrained: bool = True, **kwargs) -> LoadedViT:
     """``"torchvision:vit_b_16"``: torchvision's default weights (from the torch hub cache,
-    else downloaded), or random weights with ``pretrained=False``."""
+    else downloaded), or random weights with ``pretrained=False``.
+
+    The preprocessing is the weights' own eval transform; a Swin is converted at the weights'
+    crop size unless ``img_size`` is given.
+
+    Parameters
+    ----------
+    source : str
+        ``"torchvision:<name>"`` (or the bare name) of a ViT (:data:`TORCHVISION_VITS`) or Swin.
+    device : torch.device
+        Where to put the model.
+    pretrained : bool, default True
+        Load the default weights; ``False``, random ones.
+    **kwargs : Any
+        ``img_size=`` for a Swin; nothing else is accepted.
+
+    Returns
+    -------
+    LoadedViT
+        With ``source_library="torchvision"``.
+
+    Raises
+    ------
+    ModelLoadError
+        An unknown torchvision model, or options it does not take.
+    UnsupportedModelError
+        A torchvision model that is not a transformer.
+    WeightsUnavailableError
+        The weights are not in the torch hub cache and cannot be downloaded.
+    """
     torchvision = _torchvision()
     name = _architecture(source)
     img_size = kwargs.pop("img_size", None) if name in TORCHVISION_SWINS else None
@@ -191,8 +264,37 @@ def load_torchvision(source: str, device: torch.device, *, pretrained: bool = Tr
 
 
 def load_torchvision_file(path: Path, arch: str, device: torch.device, **kwargs) -> LoadedViT:
-    """A torchvision ViT or Swin state dict (``.pth``/``.safetensors``) with ``arch="torchvision:vit_b_16"``
-    (a Swin also takes ``img_size=``)."""
+    """A torchvision ViT or Swin state dict (``.pth``/``.safetensors``) with ``arch="torchvision:vit_b_16"``.
+
+    ``num_classes`` is read from the head's weight and a ViT's ``image_size`` from its square
+    position table, unless given.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The weights file.
+    arch : str
+        ``"torchvision:<name>"`` (or the bare name) of a ViT or Swin.
+    device : torch.device
+        Where to put the model.
+    **kwargs : Any
+        ``torchvision.models.get_model`` arguments (``num_classes``, ``image_size``, ...); a Swin
+        also takes ``img_size=``.
+
+    Returns
+    -------
+    LoadedViT
+        Named ``str(path)``, with ``source_library="torchvision"``.
+
+    Raises
+    ------
+    CheckpointError
+        The file is missing, unreadable, or does not fit the model.
+    ModelLoadError
+        An unknown torchvision model, or torchvision cannot build it with these options.
+    UnsupportedModelError
+        A torchvision model that is not a transformer.
+    """
     torchvision = _torchvision()
     name = _architecture(arch)
     if not path.is_file():

@@ -34,6 +34,18 @@ TORCHVISION_SWINS = ("swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "sw
 
 
 def is_torchvision_swin(module: nn.Module) -> bool:
+    """Whether ``module`` is torchvision's ``SwinTransformer`` (v1 or v2).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A model object.
+
+    Returns
+    -------
+    bool
+        True for ``torchvision.models.swin_transformer.SwinTransformer``.
+    """
     return (
         type(module).__module__ == "torchvision.models.swin_transformer" and type(module).__name__ == "SwinTransformer"
     )
@@ -44,7 +56,18 @@ def _is_v2(tv: Any) -> bool:
 
 
 def default_img_size(tv: Any) -> int:
-    """The crop size of torchvision's Swin weights: 256 for v2, 224 for v1."""
+    """The crop size of torchvision's Swin weights: 256 for v2, 224 for v1.
+
+    Parameters
+    ----------
+    tv : Any
+        A torchvision ``SwinTransformer``.
+
+    Returns
+    -------
+    int
+        The input side.
+    """
     return 256 if _is_v2(tv) else 224
 
 
@@ -78,7 +101,26 @@ def _block(block: Any, grid: tuple[int, int], v2: bool) -> SwinBlockParts:
 
 
 def to_timm_swin(tv: Any, img_size: int | tuple[int, int] | None = None) -> nn.Module:
-    """The timm Swin made of ``tv``'s own modules (shared, not copied), at ``img_size``."""
+    """The timm Swin made of ``tv``'s own modules (shared, not copied), at ``img_size``.
+
+    Parameters
+    ----------
+    tv : Any
+        A torchvision ``SwinTransformer`` (v1 or v2).
+    img_size : int, tuple of int or None, default None
+        Input size ``H`` or ``(H, W)``; ``None``: :func:`default_img_size`.
+
+    Returns
+    -------
+    torch.nn.Module
+        The timm ``SwinTransformer`` / ``SwinTransformerV2``, in eval mode.
+
+    Raises
+    ------
+    UnsupportedModelError
+        ``img_size`` is not whole patches; the patch grid does not halve evenly at every patch
+        merging; a stage grid is not whole windows (:func:`~.swin_assemble.assemble_swin`).
+    """
     size = as_pair(img_size or default_img_size(tv))
     features = list(tv.features)
     stem, stages, mergings = features[0], features[1::2], features[2::2]

@@ -11,9 +11,6 @@ from vizapp.python_snippet import filters_code, show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, show_chart
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("filt_mode", "filt_n")
-
 cur = current()
 spec = cur.spec
 MODES = {"pca": "principal components", "raw": "raw filters"}

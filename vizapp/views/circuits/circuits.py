@@ -16,23 +16,6 @@ from vizapp.python_snippet import Source, circuits_code, show_code
 from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_npz, point_customdata, refuse_page, selected_point, show_chart
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = (
-    "circ_target",
-    "circ_layer",
-    "circ_head",
-    "circ_method",
-    "circ_reference",
-    "circ_ablate",
-    "circ_cumulative",
-    "circ_corruption",
-    "circ_sample",
-    "circ_level",
-    "circ_point",
-    "circ_patch",
-    "circ_patch_layer",
-)
-
 cur = current()
 spec = cur.spec
 L, H = spec.num_layers, spec.num_heads

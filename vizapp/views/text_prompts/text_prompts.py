@@ -33,25 +33,6 @@ from vizapp.ui import (
     show_chart,
 )
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = (
-    "tp_source",
-    "tp_other",
-    "tp_mode",
-    "tp_prompts",
-    "tp_template",
-    "tp_classes",
-    "tp_methods",
-    "tp_mapped",
-    "tp_focus",
-    "tp_head",
-    "tp_curve_method",
-    "tp_set",
-    "tp_texts_per_head",
-)
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("tp_describe",)
-
 SOURCES = {"demo": "the bundled demo CLIP", "other": "a Hugging Face CLIP or SigLIP (hf:org/name or a folder)"}
 MODES = {"prompts": "prompts, one a line", "classes": "class names and a template"}
 METHOD_LABELS = {

@@ -31,11 +31,7 @@ TOP_FEATURES = 8  # features listed for the chosen patch
 TOP_SCENES = 8  # top-activating demo scenes of the chosen feature
 PATCH = "feat_patch"  # session key: the chosen patch (row-major index)
 FEATURE = "feat_feature"  # session key: the studied feature
-# Kept across page switches (vizapp.page_keys reads these literals); the patch's feature list only
-# sets FEATURE, so it is not kept itself.
-KEPT_KEYS = ("feat_source", "feat_folder", "feat_patch", "feat_feature", "feat_mode", "feat_scale", "feat_clamp")
 CHANGES = {"scale": "scale it", "clamp": "set it to a value (clamp)"}
-TRANSIENT_KEYS = ("feat_pick",)
 
 cur = current()
 spec = cur.spec

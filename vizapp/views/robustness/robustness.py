@@ -35,22 +35,6 @@ from vizapp.ui import (
     stride_of_map,
 )
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = (
-    "rob_perturbation",
-    "rob_fraction",
-    "rob_selection",
-    "rob_grid",
-    "rob_noise",
-    "rob_blur",
-    "rob_seed",
-    "rob_cnn",
-    "rob_cnn_other",
-    "rob_set",
-    "rob_curves",
-    "rob_swin",
-)
-
 PERTURBATION_LABELS = {
     "token_drop": "drop tokens",
     "pixel_drop": "drop patches (pixels)",

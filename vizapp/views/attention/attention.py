@@ -46,11 +46,6 @@ from vizapp.windowed import (
     window_shapes,
 )
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("layer", "attn_stage", "head", "opacity", "thumb_scale", "dino_show", "dino_mass")
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("attn_view",)
-
 OUTSIDE_MASK_BRIGHTNESS = 0.3  # top-mass panels: the image outside a head's mask, dimmed
 
 

@@ -12,12 +12,9 @@ from analysis.plots.mosaics import ZOOM_HINT
 from vizapp import figures, resources
 from vizapp.messages import error_text
 from vizapp.python_snippet import position_code, show_code
-from vizapp.relative_position import render as render_relative_bias
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, point_index, selected_point, show_chart
-
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("pos_rs_row", "pos_rs_col", "pos_kind", "pos_row", "pos_col", "pos_resample", "pos_grid_h", "pos_grid_w")
+from vizapp.views.position.relative_position import render as render_relative_bias
 
 cur = current()
 

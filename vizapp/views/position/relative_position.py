@@ -20,9 +20,6 @@ from vizapp.messages import error_text
 from vizapp.ui import clamp_state, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("pos_bias_layer",)
-
 __all__ = ["render"]
 
 

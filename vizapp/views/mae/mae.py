@@ -32,11 +32,6 @@ from vizapp.ui import (
     show_chart,
 )
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("mae_source", "mae_other", "mae_ratio", "mae_seed", "mae_layer", "mae_head", "mae_curves")
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("mae_cls_query", "mae_reset")
-
 SOURCES = {"demo": "the bundled demo MAE", "hf": "a Hugging Face ViTMAEForPreTraining (hf:org/name or a folder)"}
 SET_RATIOS = (0.1, 0.25, 0.5, 0.75, 0.9)
 FLIPPED = "mae_flipped"  # session key: the patches the user's clicks switched (hidden <-> visible), sorted

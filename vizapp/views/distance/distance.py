@@ -19,9 +19,6 @@ from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 from vizapp.windowed import layer_reference_trace
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("dist_set", "dist_model2", "dist_model2_other", "dist_unit", "dist_cka")
-
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}
 

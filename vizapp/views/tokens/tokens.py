@@ -18,11 +18,6 @@ from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("layer", "tok_kind", "tok_foreground", "tok_other")
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("tok_other_upload", "tok_view")
-
 UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
 KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value": "value"}
 

@@ -17,17 +17,6 @@ from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, outlier_notice, refuse_page, show_chart
 from vizapp.windowed import stage_label, stage_layers
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = (
-    "explain_methods",
-    "explain_target",
-    "explain_compare",
-    "explain_target2",
-    "ig_steps",
-    "ig_baseline",
-    "explain_rollout_stage",
-)
-
 METHOD_LABELS = {
     "attention": "attention (last layer)",
     "rollout": "rollout",

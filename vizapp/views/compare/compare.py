@@ -29,11 +29,6 @@ from vizapp.ui import (
     stride_of_map,
 )
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("opacity", "cmp_layers", "cmp_all", "cmp_model2", "cmp_model2_other", "cmp_separate")
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("cmp_view",)
-
 cur = current()
 spec = cur.spec
 L = spec.num_layers

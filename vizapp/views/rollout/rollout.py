@@ -29,11 +29,6 @@ from vizapp.ui import (
 )
 from vizapp.windowed import stage_label, stage_layers
 
-# Settings kept across page switches (vizapp.page_keys; vizapp.state.keep_page_state).
-KEPT_KEYS = ("opacity", "fusion", "discard_ratio", "start_layer", "rollout_norm", "rollout_span", "rollout_merge")
-# Widget keys deliberately not kept (a chart's selection, a one-shot control).
-TRANSIENT_KEYS = ("rollout_view",)
-
 cur = current()
 spec = cur.spec
 L = spec.num_layers
