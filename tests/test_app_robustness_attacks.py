@@ -150,7 +150,7 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
     """This image's edge map and each model's prediction on it; over the samples, each model's agreement
     with its own clean prediction on each probe; the shape bias over the page's cue-conflict scenes."""
     from analysis.demo.cue_conflict import cue_conflict_scenes
-    from vizapp.robustness_sections import CUE_CONFLICT_SCENES
+    from vizapp.views.robustness.sections import CUE_CONFLICT_SCENES
 
     app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False)
@@ -208,7 +208,7 @@ def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, mon
 
     from analysis.demo.data import render_sample
     from analysis.robustness import patch_attention_share, patch_size_curve, patch_transfer_matrix
-    from vizapp import robustness_sections as sections
+    from vizapp.views.robustness import sections
 
     monkeypatch.setattr(sections, "PATCH_TRAIN_SCENES", 8)
     monkeypatch.setattr(sections, "PATCH_HELD_OUT_SCENES", 12)

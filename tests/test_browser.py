@@ -529,7 +529,7 @@ def test_the_shape_bias_measured_in_the_browser_is_the_librarys(page, server):
     import analysis
     from analysis.demo.cue_conflict import cue_conflict_scenes
     from analysis.robustness import load_cnn, shape_bias_of
-    from vizapp.robustness_sections import CUE_CONFLICT_SCENES
+    from vizapp.views.robustness.sections import CUE_CONFLICT_SCENES
 
     page.goto(server + "/robustness")
     wait_idle(page)

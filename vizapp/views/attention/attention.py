@@ -22,7 +22,7 @@ from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from analysis.records.queries import query_for_layers
 from vizapp import figures, resources, ui
 from vizapp.attention_view import page_view
-from vizapp.python_snippet import Source, attention_code, show_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -37,6 +37,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.attention.recipe import attention_code
 from vizapp.windowed import (
     layer_cell_to_query_patch,
     stage_label,

@@ -10,11 +10,13 @@ from analysis.base.errors import AnalysisError
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.model.windowed_support import refuse_windowed
 from analysis.plots import colour_range
-from vizapp import circuit_results, figures, first_result, inputs, resources
+from vizapp import figures, first_result, inputs, resources
 from vizapp.messages import error_text
-from vizapp.python_snippet import Source, circuits_code, show_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_npz, point_customdata, refuse_page, selected_point, show_chart
+from vizapp.views.circuits import results as circuit_results
+from vizapp.views.circuits.recipe import circuits_code
 
 cur = current()
 spec = cur.spec

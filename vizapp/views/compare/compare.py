@@ -13,7 +13,7 @@ from analysis.records.queries import query_for_layers
 from vizapp import figures, resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
-from vizapp.python_snippet import Source, compare_code, show_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import (
@@ -28,6 +28,7 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
+from vizapp.views.compare.recipe import compare_code
 
 cur = current()
 spec = cur.spec

@@ -13,10 +13,11 @@ from analysis.similarity import CKAAccumulator
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
-from vizapp.python_snippet import Source, distance_code, show_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.views.distance.recipe import distance_code
 from vizapp.windowed import layer_reference_trace
 
 cur = current()

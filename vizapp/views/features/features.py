@@ -14,7 +14,7 @@ from analysis.model.loading.loaded import class_label, top_classes
 from analysis.sae import DEMO_SAE_POINT, SAEError
 from vizapp import figures, resources, sae_resources
 from vizapp.messages import error_text, escape_markdown
-from vizapp.python_snippet import features_code, show_code
+from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import (
     PageRefused,
@@ -25,6 +25,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.features.recipe import features_code
 
 SOURCES = {"demo": "the bundled demo SAE", "folder": "an SAE folder on the server (SAELens format)"}
 TOP_FEATURES = 8  # features listed for the chosen patch

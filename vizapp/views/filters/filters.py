@@ -7,9 +7,10 @@ import streamlit as st
 
 from vizapp import figures, resources
 from vizapp.messages import error_text
-from vizapp.python_snippet import filters_code, show_code
+from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, show_chart
+from vizapp.views.filters.recipe import filters_code
 
 cur = current()
 spec = cur.spec

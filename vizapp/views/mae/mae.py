@@ -18,7 +18,7 @@ from analysis.mae.loading import MAE_WITH_DECODER
 from vizapp import figures, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown, toy_model_note
-from vizapp.python_snippet import mae_code, show_code
+from vizapp.python_snippet import show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import (
@@ -31,6 +31,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.mae.recipe import mae_code
 
 SOURCES = {"demo": "the bundled demo MAE", "hf": "a Hugging Face ViTMAEForPreTraining (hf:org/name or a folder)"}
 SET_RATIOS = (0.1, 0.25, 0.5, 0.75, 0.9)

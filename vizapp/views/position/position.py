@@ -11,9 +11,10 @@ from analysis import similarity_distance_bins
 from analysis.plots.mosaics import ZOOM_HINT
 from vizapp import figures, resources
 from vizapp.messages import error_text
-from vizapp.python_snippet import position_code, show_code
+from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, point_index, selected_point, show_chart
+from vizapp.views.position.recipe import position_code
 from vizapp.views.position.relative_position import render as render_relative_bias
 
 cur = current()

@@ -22,8 +22,7 @@ from analysis.robustness import (
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
-from vizapp.python_snippet import Source, robustness_code, show_code
-from vizapp.robustness_sections import attack_section, corruption_section, patch_section, texture_section
+from vizapp.python_snippet import Source, show_code
 from vizapp.state import DEMO_SWIN, current
 from vizapp.ui import (
     clamp_state,
@@ -34,6 +33,8 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
+from vizapp.views.robustness.recipe import robustness_code
+from vizapp.views.robustness.sections import attack_section, corruption_section, patch_section, texture_section
 
 PERTURBATION_LABELS = {
     "token_drop": "drop tokens",

@@ -13,7 +13,7 @@ from analysis.records.queries import query_for_layers
 from analysis.views.attention_view import rollout_view_defined
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
-from vizapp.python_snippet import Source, rollout_code, show_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.state import current
 from vizapp.ui import (
     clamp_state,
@@ -27,6 +27,7 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
+from vizapp.views.rollout.recipe import rollout_code
 from vizapp.windowed import stage_label, stage_layers
 
 cur = current()

@@ -21,7 +21,7 @@ from analysis.plots.circuits import DIVERGING, symmetric_limit
 from analysis.text import TEXT_METHODS, prompts_from_template
 from vizapp import figures, inputs, resources
 from vizapp.messages import error_text, escape_markdown, toy_model_note
-from vizapp.python_snippet import show_code, text_prompts_code
+from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import (
     PageRefused,
@@ -32,6 +32,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.text_prompts.recipe import text_prompts_code
 
 SOURCES = {"demo": "the bundled demo CLIP", "other": "a Hugging Face CLIP or SigLIP (hf:org/name or a folder)"}
 MODES = {"prompts": "prompts, one a line", "classes": "class names and a template"}

@@ -13,10 +13,11 @@ from analysis.tokens.stages import check_logit_lens_layer
 from vizapp import figures, inputs, resources
 from vizapp.attention_view import attention_view, follow_view, served
 from vizapp.messages import error_text, escape_markdown
-from vizapp.python_snippet import Source, show_code, tokens_code
+from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
+from vizapp.views.tokens.recipe import tokens_code
 
 UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
 KIND_LABELS = {"token": "block output", "query": "query", "key": "key", "value": "value"}
