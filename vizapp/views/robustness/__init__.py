@@ -21,6 +21,23 @@ PAGE = PageInfo(
         "rob_curves",
         "rob_swin",
     ),
-    transient_keys=(),
+    # the attack, corruption, texture and patch sections (sections.py): not kept across a page switch
+    # (their choices depend on the models the page has loaded; each section starts from its defaults)
+    transient_keys=(
+        "rob_attack",
+        "rob_epsilon",
+        "rob_steps",
+        "rob_transfer_epsilon",
+        "rob_attack_run",
+        "rob_corruption",
+        "rob_severity",
+        "rob_corruption_set",
+        "rob_corruption_run",
+        "rob_texture_probe",
+        "rob_texture_run",
+        "rob_shape_bias_models",
+        "rob_shape_bias_run",
+        "rob_patch_run",
+    ),
     screenshot=("/robustness", "Robustness: token drop on one image, the ViT beside the demo CNN"),
 )
