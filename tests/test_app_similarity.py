@@ -31,9 +31,24 @@ def test_the_distance_page_draws_the_linear_cka_of_the_library(app, npz_download
     assert int(npz_downloads["dist_cka_data"]["images"]) == len(paths)
 
     app.selectbox(key="dist_model2").set_value("demo_swin").run()  # a windowed second model
+    app.radio(key="dist_cka_with").set_value("second").run()
     assert_clean(app)
     swin = analysis.load_vit("demo_swin")
     against = analysis.representation_similarity(vit, paths, swin, batch_size=resources.SET_CHUNK)
     (heatmap,) = traces(chart(app, "dist_cka_chart"), "heatmap")
     np.testing.assert_allclose(array(heatmap["z"]), against.matrix, atol=1e-6)
     assert tuple(heatmap["x"]) == against.layers_b and "stage" in heatmap["x"][-1]
+
+    # against a CNN (Raghu et al.'s ViT against ResNet): the demo CNN's stage outputs, as the library
+    app.radio(key="dist_cka_with").set_value("cnn").run()
+    assert_clean(app)
+    from analysis.robustness import load_cnn
+
+    against_cnn = analysis.representation_similarity(vit, paths, load_cnn("demo"), batch_size=resources.SET_CHUNK)
+    (heatmap,) = traces(chart(app, "dist_cka_chart"), "heatmap")
+    np.testing.assert_allclose(array(heatmap["z"]), against_cnn.matrix, atol=1e-6)
+    assert tuple(heatmap["x"]) == against_cnn.layers_b != against.layers_b
+    np.testing.assert_allclose(npz_downloads["dist_cka_data"]["matrix"], against_cnn.matrix, atol=1e-6)
+    app.text_input(key="dist_cka_cnn").set_value("no_such_cnn_anywhere").run()
+    assert_clean(app)
+    assert any("Could not load the CNN" in e.value for e in app.error)

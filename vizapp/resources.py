@@ -288,19 +288,25 @@ def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) ->
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
 def similarity_chunk(
-    ref_a: ModelRef, ref_b: ModelRef | None, digests: tuple[str, ...], _images: tuple[bytes, ...]
+    ref_a: ModelRef,
+    ref_b: ModelRef | None,
+    digests: tuple[str, ...],
+    _images: tuple[bytes, ...],
+    cnn_b: tuple[str, bool] | None = None,
 ) -> tuple[tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]], tuple[tuple[int, str], ...]]:
     """Linear CKA's minibatch sums over one piece of an image set (one minibatch of up to
     :data:`SET_CHUNK` images; a piece of fewer than 4 is not counted), layer by layer of
-    ``ref_a`` against ``ref_b`` (``None``: ``ref_a`` itself), and ``(index, reason)`` of each image
-    that could not be decoded. :meth:`analysis.similarity.CKAAccumulator.merged` adds the pieces up."""
+    ``ref_a`` against ``ref_b``, or against the CNN ``cnn_b`` (``(source, pretrained)``, as
+    :func:`get_cnn` takes it; each stage's output), or against ``ref_a`` itself when both are
+    ``None``; and ``(index, reason)`` of each image that could not be decoded.
+    :meth:`analysis.similarity.CKAAccumulator.merged` adds the pieces up."""
     decoded, skipped = [], []
     for index, data in enumerate(_images):
         try:
             decoded.append(analysis.load_image(data))
         except analysis.ImageLoadError as exc:
             skipped.append((index, str(exc)))
-    model_b = None if ref_b is None else get_model(ref_b)
+    model_b = get_cnn(*cnn_b) if cnn_b is not None else None if ref_b is None else get_model(ref_b)
     return accumulate_similarity(get_model(ref_a), [decoded] if decoded else [], model_b), tuple(skipped)
 
 

@@ -328,7 +328,8 @@ if panels2:  # both models' rollout (Figure 6), side by side on one colour scale
             "Rollout (Abnar & Zuidema 2020) through every layer, mean over heads, from layer 0, for the query at "
             "the same image position in both models; one colour scale over both maps (each model's uniform level "
             "differs with its number of tokens: the larger one sets the floor). The Rollout page has the other "
-            "settings and the Figure 6 view of one model."
+            "settings and the Figure 6 view of one model; the Attention distance page draws both models' "
+            "distance against depth (Figure 7 right) and their linear CKA over an image set."
         )
         pictures = [
             masked_image(resources.forward(*model_args).input_image, r, "bilinear", top=r_hi)

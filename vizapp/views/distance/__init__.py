@@ -7,7 +7,15 @@ PAGE = PageInfo(
     title="Attention distance",
     icon=":material/straighten:",
     order=9,
-    kept_keys=("dist_set", "dist_model2", "dist_model2_other", "dist_unit", "dist_cka"),
+    kept_keys=(
+        "dist_set",
+        "dist_model2",
+        "dist_model2_other",
+        "dist_unit",
+        "dist_cka",
+        "dist_cka_with",
+        "dist_cka_cnn",
+    ),
     transient_keys=(),
     screenshot=("/distance", "Mean attention distance against depth (Figure 7 right)"),
 )

@@ -174,20 +174,45 @@ st.caption(
     "How alike every layer's representation of the image set is to every other's: linear CKA (Kornblith et "
     "al. 2019) of each image's whole output after a block, the way Raghu et al. 2021 compare ViTs with "
     f"CNNs; Nguyen et al. 2021's estimator on minibatches of {resources.SET_CHUNK} images. The first model "
-    "against the second, or against itself (a symmetric matrix, 1 on its diagonal). The command line "
-    "(`python -m analysis similarity`) also takes CNNs."
+    "against the second, against a CNN (each stage's output: Raghu et al.'s ViT against ResNet), or against "
+    "itself (a symmetric matrix, 1 on its diagonal). The command line is `python -m analysis similarity`."
 )
+against = {"self": f"{name1} itself", **({"second": f"the second model, {name2}"} if loaded else {}), "cnn": "a CNN"}
+clamp_state("dist_cka_with", list(against), "second" if loaded else "self")
+k1, k2 = st.columns([3, 2], gap="medium")
+with k1:
+    with_what = st.radio("Compare with", list(against), format_func=against.get, key="dist_cka_with", horizontal=True)
+cnn_b: tuple[str, bool] | None = None
+if with_what == "cnn":
+    st.session_state.setdefault("dist_cka_cnn", "demo")
+    with k2:
+        cnn_text = st.text_input(
+            "CNN",
+            key="dist_cka_cnn",
+            placeholder="demo, resnet50.a1_in1k or random:resnet18",
+            help="The demo CNN, any timm CNN or a folder in timm's layout (weights from the local cache or the "
+            "hub; random: for random weights). Its stages' outputs are compared with the transformer's blocks.",
+        ).strip()
+    cnn_b = (cnn_text.removeprefix("random:"), not cnn_text.startswith("random:")) if cnn_text else None
+    if cnn_b is not None:
+        try:
+            resources.get_cnn(*cnn_b)
+        except Exception as exc:  # noqa: BLE001 - shown; the page's other charts still stand
+            st.error(f"Could not load the CNN **{escape_markdown(cnn_b[0])}**: {error_text(exc)}")
+            cnn_b = None
 st.session_state.setdefault("dist_cka", False)
-if images and st.toggle(
-    "Compute linear CKA over the image set", key="dist_cka", help="One forward pass per image and model."
+if (
+    images
+    and (with_what != "cnn" or cnn_b is not None)
+    and st.toggle("Compute linear CKA over the image set", key="dist_cka", help="One forward pass per image and model.")
 ):
-    ref_b = loaded[0] if loaded is not None else None
+    ref_b = loaded[0] if loaded is not None and with_what == "second" else None
     cka_problems: list[str] = []
     pieces = over_image_set(
         images,
         "Linear CKA",
         lambda chunk, _start: resources.similarity_chunk(
-            cur.model, ref_b, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
+            cur.model, ref_b, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), cnn_b
         ),
         cka_problems,
     )
@@ -198,7 +223,12 @@ if images and st.toggle(
     except analysis.AnalysisError as exc:  # fewer than 4 usable images
         st.info(error_text(exc), icon=":material/block:")
     else:
-        second_name = name2 if ref_b is not None and name2 is not None else name1
+        if cnn_b is not None:
+            second_name = f"CNN {cnn_b[0]}"
+        elif ref_b is not None and name2 is not None:
+            second_name = name2
+        else:
+            second_name = name1
         show_chart(
             figures.cka_heatmap(
                 matrix,
