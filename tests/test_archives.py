@@ -91,3 +91,22 @@ def test_not_a_zip():
     with pytest.raises(ArchiveError, match="not a readable zip") as info:
         read_image_archive(b"PK but not really", label="x.zip")
     assert isinstance(info.value, ImageLoadError)  # the app treats it like any bad upload
+
+
+def test_an_archive_of_more_pixels_than_its_budget_is_refused_from_the_headers(monkeypatch):
+    """Four 56-megapixel PNGs (224 MP) are within the default budget of 256 MP and come back undecoded;
+    a fifth refuses the archive, before any pixel is decoded: decoding them would cost the server
+    minutes (a zip of a hundred 64 MP images took 157 s of one core)."""
+    from test_image_hardening import blank_png
+
+    big = blank_png(8_000, 7_000)
+    loads, load = [], Image.Image.load
+    monkeypatch.setattr(Image.Image, "load", lambda self: loads.append(self.size) or load(self))
+    four = read_image_archive(_zip({f"{i}.png": big for i in range(4)}))
+    assert [name for name, _ in four.images] == ["0.png", "1.png", "2.png", "3.png"]
+    with pytest.raises(ArchiveError, match="more than 256 megapixels of images in all"):
+        read_image_archive(_zip({f"{i}.png": big for i in range(5)}))
+    assert loads == []
+    small = ArchiveLimits(max_total_pixels=100)  # the bound is the one given
+    with pytest.raises(ArchiveError, match="more than 0 megapixels"):
+        read_image_archive(_zip({"a.png": _png()}), limits=small)

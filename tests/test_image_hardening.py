@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from analysis import ImageLoadError, ImageTooLargeError, load_image
-from analysis.base.images import MAX_IMAGE_PIXELS
+from analysis.base.images import MAX_DECODE_BYTES, MAX_IMAGE_PIXELS, decode_peak_bytes
 
 
 def _encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -127,7 +127,7 @@ def test_a_too_large_image_file_names_the_file(tmp_path):
 def test_a_too_large_image_whose_size_cannot_be_read_still_says_too_large(monkeypatch):
     import analysis.base.images
 
-    monkeypatch.setattr(analysis.base.images, "_declared_size", lambda data: None)
+    monkeypatch.setattr(analysis.base.images, "declared_image", lambda data: None)
     with pytest.raises(ImageTooLargeError, match=f"too large: above the limit of {MAX_IMAGE_PIXELS:,} pixels"):
         load_image(blank_png(20_000, 20_000))
 
@@ -182,3 +182,92 @@ def test_only_the_accepted_formats_are_decoded_whatever_the_name(tmp_path, monke
         image.save(data, format=accepted)
         (tmp_path / "named.tif").write_bytes(data.getvalue())
         assert load_image(tmp_path / "named.tif").size == (32, 32)
+
+
+def png_header(width: int, height: int, bit_depth: int, colour_type: int) -> bytes:
+    """A PNG that declares ``width × height`` pixels of a colour type (2: RGB, 6: RGBA) and holds one
+    empty row: enough for a header, never decodable whole."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, 0)
+    body = zlib.compress(b"\x00" * (1 + width * 8))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def test_an_image_whose_decode_would_exceed_the_budget_is_refused_before_a_pixel_is_decoded(monkeypatch):
+    """A 16-bit RGBA PNG under the pixel limit (7,600 × 7,600 = 57.8 MP) would take 8 bytes a pixel
+    to decode and composite (462 MB): refused from its header. The same size in RGB (4 bytes a pixel)
+    is within the budget: it goes on to decode (and this one, holding one row, is then refused as
+    truncated)."""
+    width = height = 7_600
+    assert width * height < MAX_IMAGE_PIXELS
+    assert decode_peak_bytes(width, height, "RGBA") > MAX_DECODE_BYTES >= decode_peak_bytes(width, height, "RGB")
+    loads, load = [], Image.Image.load
+    monkeypatch.setattr(Image.Image, "load", lambda self: loads.append(self.mode) or load(self))
+    start = time.monotonic()
+    with pytest.raises(ImageTooLargeError, match=r"7,600 × 7,600 pixels in mode RGBA take about 441 MiB to decode"):
+        load_image(png_header(width, height, 16, 6))
+    assert time.monotonic() - start < 3 and loads == []
+    with pytest.raises(ImageLoadError, match="truncated or corrupt"):
+        load_image(png_header(width, height, 8, 2))
+
+
+PEAK_SCRIPT = """
+import io, os, resource, sys
+import numpy as np
+from PIL import Image
+from analysis.base.images import decode_peak_bytes, load_image
+
+side = int(sys.argv[1])
+blocks = np.random.default_rng(0).integers(0, 255, (side // 40, side // 40, 4), dtype=np.uint8)
+base = Image.fromarray(blocks, "RGBA").resize((side, side), Image.Resampling.NEAREST)
+palette = base.convert("RGB").convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+grey16 = Image.fromarray(np.asarray(base.convert("L"), dtype=np.uint16) * 257)
+images = {"RGB": base.convert("RGB"), "RGBA": base, "LA": base.convert("LA"), "L": base.convert("L"),
+          "P": palette, "I;16": grey16}
+encoded = {}
+for mode, image in images.items():
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", **({"transparency": 0} if mode == "P" else {}))
+    encoded[mode] = buffer.getvalue()
+buffer = io.BytesIO(); images["RGB"].save(buffer, format="JPEG", quality=90); encoded["JPEG"] = buffer.getvalue()
+del images, base, palette, grey16, blocks
+import ctypes, gc
+gc.collect()
+Image.core.clear_cache()  # PIL's cached blocks, then the C heap's free pages: a decode below takes fresh ones
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+for name, data in encoded.items():
+    read, write = os.pipe()
+    if os.fork() == 0:  # a child: its peak starts at what it holds now
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        image = load_image(data)
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+        with Image.open(io.BytesIO(data)) as opened:
+            stated = decode_peak_bytes(*opened.size, opened.mode)
+        os.write(write, f"{name} {grown / side**2:.3f} {stated / side**2:.3f}".encode())
+        os._exit(0)
+    os.close(write)
+    print(os.read(read, 200).decode())
+    os.wait()
+"""
+
+
+def test_each_modes_decode_peak_stays_within_what_decode_peak_bytes_states():
+    """Measured: the peak resident memory a decode adds, in a forked process per image (8 MP each),
+    at most what :func:`decode_peak_bytes` states (which the budget check uses), and not far below it
+    (the statement is the pipeline's, not a loose bound)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, "2800"], capture_output=True, text=True, timeout=240, check=True
+    )
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip()]
+    measured = {name: (float(grown), float(stated)) for name, grown, stated in rows}
+    assert set(measured) == {"RGB", "RGBA", "LA", "L", "P", "I;16", "JPEG"}, result.stdout
+    for name, (grown, stated) in measured.items():
+        fixed = 2 * 2**20 / 2800**2  # the decoders' own buffers, about 2 MiB whatever the size
+        assert grown <= stated + fixed, f"{name}: {grown:.2f} bytes a pixel at the peak, stated {stated}"
+        assert grown >= stated - 1.5, f"{name}: {grown:.2f} bytes a pixel at the peak, stated {stated} (too loose)"

@@ -21,6 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 
 from .errors import ArchiveError
+from .images import declared_image
 
 __all__ = ["ArchiveLimits", "ImageArchive", "read_image_archive", "IMAGE_SUFFIXES"]
 
@@ -47,12 +48,17 @@ class ArchiveLimits:
     max_ratio : float, default 100.0
         The most decompressed bytes per compressed byte of one entry (``max_ratio : 1``). Zip bombs reach
         1000 : 1 and more; real JPEG/PNG files compress about 1 : 1.
+    max_total_pixels : int, default 256_000_000
+        The most pixels the image entries declare together (read from each header, nothing decoded): the
+        decoding time an archive may cost, about four 64-megapixel images (a few seconds of one core);
+        more refuse the archive.
     """
 
     max_entries: int = 256
     max_entry_bytes: int = 50_000_000
     max_total_bytes: int = 512_000_000
     max_ratio: float = 100.0
+    max_total_pixels: int = 256_000_000
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,8 @@ def read_image_archive(data: bytes, *, label: str = "archive", limits: ArchiveLi
     ------
     ArchiveError
         For an unreadable archive, an unsafe entry name (absolute or ``../``), too many images or a zip bomb
-        (declared or actual sizes over ``limits``).
+        (declared or actual sizes over ``limits``), or images of more pixels together than
+        ``limits.max_total_pixels``.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
@@ -153,7 +160,7 @@ def read_image_archive(data: bytes, *, label: str = "archive", limits: ArchiveLi
             )
         images: list[tuple[str, bytes]] = []
         skipped: list[str] = []
-        total = 0
+        total = pixels = 0
         for info in wanted:
             if info.file_size > limits.max_entry_bytes:
                 skipped.append(f"{info.filename}: larger than {limits.max_entry_bytes / 1e6:.0f} MB, skipped.")
@@ -174,6 +181,13 @@ def read_image_archive(data: bytes, *, label: str = "archive", limits: ArchiveLi
                 raise ArchiveError(
                     f"{label} expands beyond {limits.max_total_bytes / 1e6:.0f} MB of images: it looks crafted, "
                     "so it was not read."
+                )
+            header = declared_image(content)  # from the header alone: no pixel is decoded here
+            pixels += header[0] * header[1] if header is not None else 0
+            if pixels > limits.max_total_pixels:
+                raise ArchiveError(
+                    f"{label} holds more than {limits.max_total_pixels / 1e6:,.0f} megapixels of images in all "
+                    f"(decoding them would take minutes of the server's time): upload fewer or smaller images."
                 )
             images.append((info.filename, content))
     return ImageArchive(images=tuple(images), skipped=tuple(skipped))
