@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if not {"-h", "--help", "--version"} & set(args):
         from vizapp import preload
 
+        preload.import_libraries()  # before any session: concurrent first imports met half-made modules
         preload.start()  # the default model loads while the server starts
     return streamlit_cli.main()
 

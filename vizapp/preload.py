@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-__all__ = ["RUNTIME_WAIT_S", "enabled", "preload_default", "start"]
+__all__ = ["RUNTIME_WAIT_S", "enabled", "import_libraries", "preload_default", "start"]
 
 RUNTIME_WAIT_S = 120.0  # how long the thread waits for Streamlit's runtime before it gives up
 _started: threading.Thread | None = None
@@ -39,14 +39,24 @@ def _wait_for_runtime(limit_s: float) -> bool:
     return True
 
 
+def import_libraries() -> None:
+    """Import what every page needs (torch and timm through :mod:`analysis`, plotly and the pandas
+    it imports through :mod:`vizapp.figures`) in the calling thread, before the server takes a
+    session: several sessions' first runs importing them at once met half-initialised modules (a
+    page showed ``partially initialized module 'pandas' has no attribute 'Series'``)."""
+    import pandas  # noqa: F401 - plotly's express and its figures' data frames
+    import plotly.graph_objects  # noqa: F401
+
+    import analysis  # noqa: F401 - torch and timm: most of a cold start
+    import vizapp.figures  # noqa: F401
+
+
 def preload_default() -> None:
-    """Import the libraries, load the default model and capture its pass on the first sample.
-    Runs in :func:`start`'s thread; a failure is printed (the page says it again when opened)."""
+    """Load the default model and capture its pass on the first sample (the libraries are imported
+    already: :func:`import_libraries`). Runs in :func:`start`'s thread; a failure is printed (the
+    page says it again when opened)."""
     started = time.perf_counter()
     try:
-        import analysis  # noqa: F401 - torch and timm: most of a cold start
-        import vizapp.figures  # noqa: F401 - plotly
-
         # cached results made before the runtime exists would live in a store of their own
         if not _wait_for_runtime(RUNTIME_WAIT_S):
             return
