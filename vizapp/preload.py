@@ -44,9 +44,10 @@ def import_libraries() -> None:
     it imports through :mod:`vizapp.figures`) in the calling thread, before the server takes a
     session: several sessions' first runs importing them at once met half-initialised modules (a
     page showed ``partially initialized module 'pandas' has no attribute 'Series'``)."""
-    import pandas  # noqa: F401 - plotly's express and its figures' data frames
-    import plotly.graph_objects  # noqa: F401
+    import importlib
 
+    for name in ("pandas", "plotly.graph_objects"):  # plotly, and the data frames its figures take
+        importlib.import_module(name)
     import analysis  # noqa: F401 - torch and timm: most of a cold start
     import vizapp.figures  # noqa: F401
 
