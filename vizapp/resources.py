@@ -31,12 +31,8 @@ import analysis
 from analysis import (
     attention_map,
     capture_attention,
-    dataset_attention_distance,
     load_image,
     load_vit,
-    mean_attention_distance,
-    patch_embedding_components,
-    pooling_attention_map,
     position_embedding_similarity,
     upsample_map,
 )
@@ -44,7 +40,6 @@ from analysis.attention.rollout import patch_grid_rollout
 from analysis.explanations import CLASS_SPECIFIC
 from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
-from analysis.similarity import CKAAccumulator, accumulate_similarity
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
@@ -175,39 +170,12 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
-def rollout_view_blob(
-    ref: ModelRef, digest: str, _image_bytes: bytes, head_fusion: str, discard_ratio: float, start_layer: int
-) -> tuple[bytes, dict]:
-    """Every query's rollout after each layer ``start_layer..L-1`` (a ViT), quantised for the
-    browser view (:func:`analysis.views.attention_view.rollout_view_rows`, as one served file)."""
-    from analysis.views.attention_view import rollout_view_rows, view_blob
-
-    record = forward(ref, digest, _image_bytes).record
-    ends, rows = rollout_view_rows(
-        record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer
-    )
-    return view_blob(record, ends, rows)
-
-
-@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
 def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> tuple[bytes, dict]:
     """One windowed layer's attention, every window's every query, quantised for the browser view
     (:func:`analysis.views.attention_view.windowed_view_blob`, from the one windowed record)."""
     from analysis.views.attention_view import windowed_view_blob as blob
 
     return blob(forward(ref, digest, _image_bytes).record, layer)
-
-
-@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
-def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> tuple[bytes, dict]:
-    """Every token's cosine similarity to the patch tokens of one layer (a ViT), quantised for the
-    browser view (:func:`analysis.views.attention_view.similarity_view_rows`, as one served file)."""
-    from analysis.views.attention_view import similarity_view_rows, view_blob
-
-    record = forward(ref, digest, _image_bytes).record
-    return view_blob(
-        record, [layer], similarity_view_rows(layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec)
-    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
@@ -239,18 +207,6 @@ def layer_attention_grids(
     return tuple(maps)
 
 
-@st.cache_data(show_spinner="Gathering the pooling attention…", max_entries=MAX_RESULTS)
-def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
-    """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
-    float32 (index ``heads`` is the mean over heads), or ``None`` without such a head."""
-    record = forward(ref, digest, _image_bytes).record
-    if record.pool_attention is None:
-        return None
-    heads = record.pool_attention.shape[1]
-    maps = [pooling_attention_map(record, head=head)[0] for head in [*range(heads), None]]
-    return torch.stack(maps).numpy().astype(np.float32)
-
-
 @st.cache_data(show_spinner="Computing attention rollout…", max_entries=MAX_RESULTS)
 def rollout_by_layer(
     ref: ModelRef,
@@ -280,61 +236,6 @@ def rollout_by_layer(
     return strip[:, 0].numpy().astype(np.float32)
 
 
-@st.cache_data(show_spinner="Measuring attention distances…", max_entries=MAX_RESULTS)
-def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
-    """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
-    return mean_attention_distance(forward(ref, digest, _image_bytes).record).numpy()
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def similarity_chunk(
-    ref_a: ModelRef,
-    ref_b: ModelRef | None,
-    digests: tuple[str, ...],
-    _images: tuple[bytes, ...],
-    cnn_b: tuple[str, bool] | None = None,
-) -> tuple[tuple[CKAAccumulator, tuple[str, ...], tuple[str, ...]], tuple[tuple[int, str], ...]]:
-    """Linear CKA's minibatch sums over one piece of an image set (one minibatch of up to
-    :data:`SET_CHUNK` images; a piece of fewer than 4 is not counted), layer by layer of
-    ``ref_a`` against ``ref_b``, or against the CNN ``cnn_b`` (``(source, pretrained)``, as
-    :func:`get_cnn` takes it; each stage's output), or against ``ref_a`` itself when both are
-    ``None``; and ``(index, reason)`` of each image that could not be decoded.
-    :meth:`analysis.similarity.CKAAccumulator.merged` adds the pieces up."""
-    decoded, skipped = [], []
-    for index, data in enumerate(_images):
-        try:
-            decoded.append(analysis.load_image(data))
-        except analysis.ImageLoadError as exc:
-            skipped.append((index, str(exc)))
-    model_b = get_cnn(*cnn_b) if cnn_b is not None else None if ref_b is None else get_model(ref_b)
-    return accumulate_similarity(get_model(ref_a), [decoded] if decoded else [], model_b), tuple(skipped)
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def set_chunk_distances(
-    ref: ModelRef, digests: tuple[str, ...], _images: tuple[bytes, ...]
-) -> tuple[np.ndarray, tuple[tuple[int, str], ...]]:
-    """Mean attention distance of each image of one piece of an image set, through
-    :func:`analysis.dataset_attention_distance` (streamed: no attention map is kept).
-
-    Returns ``(n_used, L, heads)`` pixels and ``(index in the piece, reason)`` for every image
-    that could not be decoded. The app calls this per :data:`SET_CHUNK` images, so a progress
-    bar can advance between pieces and a grown image set reuses the pieces already computed.
-    """
-    vit = get_model(ref)
-    skipped: list[analysis.SkippedImage] = []
-    spec = vit.spec
-    try:
-        per_image = dataset_attention_distance(
-            vit, list(_images), batch_size=len(_images), on_error="skip", skipped=skipped, per_image=True, workers=1
-        )
-    except analysis.AnalysisError:
-        if len(skipped) != len(_images):
-            raise
-        per_image = torch.zeros(0, spec.num_layers, spec.num_heads)
-    return per_image.numpy(), tuple((item.index, item.reason) for item in skipped)
-
-
 @st.cache_data(show_spinner=False, max_entries=16)
 def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) -> analysis.UniformDistanceReference:
     """The mean attention distance under uniform attention, px, for this image's spec
@@ -344,17 +245,6 @@ def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) 
 
 
 # --------------------------------------------------------------------------- model-only analyses
-
-
-@st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
-def relative_position_layers(ref: ModelRef) -> tuple[str | None, ...]:
-    """Each layer's reading of relative positions (:func:`analysis.embedding.relative_position.relative_position_kind`:
-    ``"bias"``, ``"decomposed"`` or ``None``), once per model: reading a Swin v2's bias runs its
-    position MLP over the table, which the Position page would otherwise redo on every rerun."""
-    from analysis.embedding.relative_position import relative_position_kind
-
-    vit = get_model(ref)
-    return tuple(relative_position_kind(vit, layer) for layer in range(vit.spec.num_layers))
 
 
 @st.cache_data(show_spinner="Comparing position embeddings…", max_entries=16)
@@ -377,22 +267,6 @@ def decomposed_position(ref: ModelRef, layer: int) -> tuple[np.ndarray, np.ndarr
     float32 (:func:`analysis.decomposed_relative_position`)."""
     tables = analysis.decomposed_relative_position(get_model(ref), layer)
     return tables.rows.cpu().numpy(), tables.cols.cpu().numpy()
-
-
-@st.cache_data(show_spinner="Computing the filters' principal components…", max_entries=16)
-def patch_components(ref: ModelRef, n_components: int) -> tuple[np.ndarray, np.ndarray]:
-    """Principal components of the patch-embedding filters: ``(k, C, ph, pw)``, ``(k,)``."""
-    components, ratio = patch_embedding_components(get_model(ref), n_components=n_components)
-    return components.numpy(), ratio.numpy()
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def patch_filters(ref: ModelRef) -> np.ndarray:
-    """The raw patch-embedding filters ``(D, C, ph, pw)`` float32."""
-    return analysis.patch_embedding_filters(get_model(ref)).numpy()
-
-
-# --------------------------------------------------------------------------- explanations
 
 
 def _explain_pixels(ref: ModelRef, _image_bytes: bytes) -> tuple[analysis.LoadedViT, torch.Tensor]:
@@ -456,19 +330,6 @@ def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, lay
     if isinstance(features, WindowedTokens):
         return features.layer_tokens(layer).clone()
     return torch.from_numpy(np.array(features[layer : layer + 1]))
-
-
-@st.cache_data(show_spinner="Fitting the PCA…", max_entries=MAX_RESULTS)
-def token_pca(
-    ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int, foreground: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer (a
-    windowed model: on that layer's stage grid)."""
-    spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
-    rgb, fitted = analysis.feature_pca(
-        layer_tokens(ref, digest, _image_bytes, kind, layer), spec.geometry(layer), foreground=foreground
-    )
-    return rgb[0].numpy(), fitted[0].numpy()
 
 
 @dataclass(frozen=True)
@@ -578,17 +439,6 @@ def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[in
     ]  # (L, 1, T); a copy: the shared array is read-only
     found = analysis.high_norm_tokens(norms, get_model(ref).spec.num_prefix_tokens)  # the Tokens page's rule
     return tuple(analysis.outlier_patches(found))
-
-
-@st.cache_data(show_spinner="Reading every layer through the head…", max_entries=MAX_RESULTS)
-def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
-    """``(L', classes)`` softmax of ``analysis.logit_lens``: one row per layer of
-    ``analysis.tokens.logit_lens_layers`` (every layer of a ViT; a windowed model's last stage)."""
-    vit = get_model(ref)
-    return vit.probabilities(analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0]).numpy()
-
-
-# --------------------------------------------------------------------------- robustness
 
 
 @st.cache_resource(show_spinner="Loading the comparison CNN…", max_entries=2)
@@ -926,45 +776,6 @@ def get_mae(source: str):
     return load_mae(source)
 
 
-@st.cache_resource(show_spinner="Hiding patches and reconstructing…", max_entries=MAX_RESULTS)
-def mae_pass(source: str, digest: str, _image_bytes: bytes, hidden: tuple[bool, ...]):
-    """One :func:`~analysis.mae.mae_reconstruct` of the image with exactly the ``hidden`` patches
-    (row-major, True = hidden) hidden: the :class:`~analysis.mae.MAEReconstruction`, kept once per
-    process and shared read-only (its attention is ``(L, 1, heads, 1 + V, 1 + V)``), never copied."""
-    from analysis.mae import mae_reconstruct
-
-    mae = get_mae(source)
-    pixels = mae.preprocess(load_image(_image_bytes))  # (1, 3, H, W)
-    return mae_reconstruct(mae, pixels, mask=torch.tensor(hidden, dtype=torch.bool).unsqueeze(0))
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def mae_loss_chunk(
-    source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], ratios: tuple[float, ...], seed: int, start: int
-) -> tuple[np.ndarray, tuple[tuple[int, str], ...]]:
-    """``(n, R)`` float64 reconstruction loss of each readable image of one piece of a set at each
-    ratio (:func:`analysis.mae.dataset_mae_loss`; image ``i`` of the piece is item ``start + i`` of
-    the set and masked from seed ``seed + start + i``, as ``python -m analysis mae`` does), and
-    ``(index in the piece, reason)`` per image that could not be read."""
-    from analysis.attention.streaming import SkippedImage
-    from analysis.mae import dataset_mae_loss
-
-    skipped: list[SkippedImage] = []
-    losses = dataset_mae_loss(
-        get_mae(source),
-        list(_images),
-        ratios,
-        seed=seed,
-        batch_size=SET_CHUNK,
-        workers=1,
-        index_of=lambda j: start + j,
-        skipped=skipped,
-    )
-    return losses.numpy(), tuple((item.index, item.reason) for item in skipped)
-
-
-# --------------------------------------------------------------------------- text prompts
-
 DEMO_CLIP = "demo_clip"  # the bundled demo CLIP (analysis.load_clip)
 
 
@@ -979,24 +790,6 @@ def get_clip(source: str):
 def clip_pixels(source: str, _image_bytes: bytes) -> torch.Tensor:
     """``(1, 3, H, W)``: the image through the two-tower model's own preprocessing."""
     return get_clip(source).preprocess(load_image(_image_bytes))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def clip_background_uri(source: str, digest: str, _image_bytes: bytes) -> str:
-    """The image as the image tower sees it (resized, cropped), as a data URI for map backgrounds."""
-    from vizapp.figures import image_data_uri
-
-    image = get_clip(source).image.model_input_image(load_image(_image_bytes))
-    return image_data_uri(np.asarray(image))
-
-
-@st.cache_data(show_spinner="Scoring the prompts…", max_entries=MAX_RESULTS)
-def text_zero_shot(source: str, digest: str, _image_bytes: bytes, prompts: tuple[str, ...]):
-    """:func:`analysis.text.zero_shot` of the image with ``prompts`` (a :class:`~analysis.text.ZeroShot`).
-    Raises TextPromptError for an empty prompt."""
-    from analysis.text import zero_shot
-
-    return zero_shot(get_clip(source), clip_pixels(source, _image_bytes), list(prompts))
 
 
 @st.cache_data(show_spinner="Explaining the prompt (a forward and a backward pass)…", max_entries=4 * MAX_RESULTS)
@@ -1028,25 +821,6 @@ def text_decomposition(source: str, digest: str, _image_bytes: bytes, prompt: st
         "score": float(result.score[0]),
         "total": float(result.total()[0]),
     }
-
-
-@st.cache_data(show_spinner="Deleting and inserting patches…", max_entries=MAX_RESULTS)
-def text_curves(
-    source: str, digest: str, _image_bytes: bytes, prompt: str, method: str, steps: int = 16
-) -> dict[str, np.ndarray]:
-    """Deletion and insertion curves of the image–text score for ``method``'s map of ``prompt``
-    (:func:`analysis.faithfulness.perturbation_curve` with :func:`analysis.text.score_value`; the mean
-    colour stands in for removed patches): ``{"fractions", "deletion", "insertion"}``, ``(steps + 1,)`` each."""
-    from analysis.faithfulness import perturbation_curve
-    from analysis.text import score_value
-    from analysis.text.prompts import one_prompt
-
-    clip, pixels = get_clip(source), clip_pixels(source, _image_bytes)
-    saliency = torch.from_numpy(text_map(source, digest, _image_bytes, prompt, method)[0])
-    value = score_value(clip, one_prompt(clip, prompt).embeddings)
-    fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode="deletion", steps=steps, value=value)
-    _, insertion = perturbation_curve(clip.image, pixels, saliency, 0, mode="insertion", steps=steps, value=value)
-    return {"fractions": fractions, "deletion": deletion, "insertion": insertion}
 
 
 PATCH_RESULTS = 4  # adversarial-patch trainings kept (the least recently used is dropped first)

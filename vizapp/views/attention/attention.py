@@ -37,6 +37,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.attention import compute
 from vizapp.views.attention.recipe import attention_code
 from vizapp.windowed import (
     layer_cell_to_query_patch,
@@ -241,7 +242,7 @@ with right:
     if not held:
         predictions_panel(cur)
 
-pooling = resources.pooling_attention(*cur.args)  # (heads + 1, gh, gw) or None
+pooling = compute.pooling_attention(*cur.args)  # (heads + 1, gh, gw) or None
 if pooling is not None and not held:
     st.subheader("Attention-pooling head")
     st.caption(

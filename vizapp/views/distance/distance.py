@@ -17,6 +17,7 @@ from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ModelRef
 from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
+from vizapp.views.distance import compute
 from vizapp.views.distance.recipe import distance_code
 from vizapp.windowed import layer_reference_trace
 
@@ -60,7 +61,7 @@ def set_average(ref: ModelRef, label: str) -> tuple[np.ndarray | None, np.ndarra
     pieces = over_image_set(
         images,
         label,
-        lambda chunk, _start: resources.set_chunk_distances(
+        lambda chunk, _start: compute.set_chunk_distances(
             ref, tuple(i.digest for i in chunk), tuple(i.data for i in chunk)
         ),
         problems,
@@ -85,7 +86,7 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
     args = (ref, cur.image.digest, cur.image.data)
     spec = resources.forward(*args).record.spec
     to_unit = 1.0 / analysis.distance_unit_length(spec, unit)
-    current_image = resources.image_attention_distance(*args) * to_unit
+    current_image = compute.image_attention_distance(*args) * to_unit
     series.append((f"{name} · {cur.image.name}", current_image))
     arrays[f"{prefix}current_image"] = current_image
     try:
@@ -211,7 +212,7 @@ if (
     pieces = over_image_set(
         images,
         "Linear CKA",
-        lambda chunk, _start: resources.similarity_chunk(
+        lambda chunk, _start: compute.similarity_chunk(
             cur.model, ref_b, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), cnn_b
         ),
         cka_problems,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizapp import figures, resources
+from vizapp import figures
 from vizapp.messages import error_text
 from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, show_chart
+from vizapp.views.filters import compute
 from vizapp.views.filters.recipe import filters_code
 
 cur = current()
@@ -23,7 +24,7 @@ st.caption(
 )
 
 try:
-    filters = resources.patch_filters(cur.model)  # (D, C, ph, pw)
+    filters = compute.patch_filters(cur.model)  # (D, C, ph, pw)
 except ValueError as exc:  # AnalysisError: hybrid stems have no pixel filters
     st.info(error_text(exc))
     end_page()
@@ -41,7 +42,7 @@ with c2:
 
 ph, pw = filters.shape[-2:]
 if mode == "pca":
-    components, ratio = resources.patch_components(cur.model, int(n))
+    components, ratio = compute.patch_components(cur.model, int(n))
     left, right = st.columns([3, 2], gap="medium")
     with left:
         st.markdown(f"**First {len(ratio)} principal components** of {count} filters of {pw}×{ph} px")

@@ -31,6 +31,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.mae import compute
 from vizapp.views.mae.recipe import mae_code
 
 SOURCES = {"demo": "the bundled demo MAE", "hf": "a Hugging Face ViTMAEForPreTraining (hf:org/name or a folder)"}
@@ -147,7 +148,7 @@ with reset_column:
 drawn = draw_mask(1, num_patches, float(ratio), seed)[0]  # (N,) True = hidden
 mask = flip_patches(drawn, flipped)  # (N,)
 try:
-    result = resources.mae_pass(source, cur.image.digest, cur.image.data, tuple(bool(v) for v in mask.tolist()))
+    result = compute.mae_pass(source, cur.image.digest, cur.image.data, tuple(bool(v) for v in mask.tolist()))
 except analysis.AnalysisError as exc:  # e.g. every patch hidden: what a reconstruction needs
     st.error(error_text(exc) + " Reveal a patch (click it) or reset your clicks.", icon=":material/error:")
     raise PageRefused(str(exc)) from exc
@@ -333,7 +334,7 @@ if curve:
     problems: list[str] = []
 
     def piece(chunk, start):
-        losses, skipped = resources.mae_loss_chunk(
+        losses, skipped = compute.mae_loss_chunk(
             source, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), SET_RATIOS, seed, start
         )
         left_out = {index for index, _ in skipped}

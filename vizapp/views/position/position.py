@@ -14,6 +14,7 @@ from vizapp.messages import error_text
 from vizapp.python_snippet import show_code
 from vizapp.state import current
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, point_index, selected_point, show_chart
+from vizapp.views.position import compute
 from vizapp.views.position.recipe import position_code
 from vizapp.views.position.relative_position import render as render_relative_bias
 
@@ -25,7 +26,7 @@ KIND_LABELS = {
     "rope": "rotary features [sin θp, cos θp] (RoPE)",
 }
 kinds = analysis.position_encoding_kinds(cur.vit)
-if any(resources.relative_position_layers(cur.model)):  # Swin, SAM
+if any(compute.relative_position_layers(cur.model)):  # Swin, SAM
     render_relative_bias(cur)
     if kinds:  # and an absolute table as well: drawn below as a ViT's
         st.subheader("Absolute position table")

@@ -27,6 +27,7 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
+from vizapp.views.rollout import compute
 from vizapp.views.rollout.recipe import rollout_code
 from vizapp.windowed import stage_label, stage_layers
 
@@ -119,9 +120,7 @@ def instant_view() -> None:
     view_bytes = len(end_layers) * layer_bytes(spec, maps=1)
     if view_bytes <= limits.MAX_VIEW_BYTES:
         attention_view(
-            data=served(
-                *resources.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"
-            ),
+            data=served(*compute.rollout_view_blob(*cur.args, fusion, float(discard), int(start)), key="rollout_view"),
             image_uri=resources.background_uri(*cur.args),
             spec=spec,
             layer=end,

@@ -32,6 +32,7 @@ from vizapp.ui import (
     selected_point,
     show_chart,
 )
+from vizapp.views.text_prompts import compute
 from vizapp.views.text_prompts.recipe import text_prompts_code
 
 SOURCES = {"demo": "the bundled demo CLIP", "other": "a Hugging Face CLIP or SigLIP (hf:org/name or a folder)"}
@@ -149,14 +150,14 @@ with entry:
             if blank and prompts:
                 st.caption(f"{blank} blank line{'s' if blank != 1 else ''} skipped.")
             if not prompts:  # the library's own message for no prompt
-                resources.text_zero_shot(*image_args, ())
+                compute.text_zero_shot(*image_args, ())
         else:
             template = st.text_input(
                 "Template", key="tp_template", help="One {} where each class name goes, e.g. 'a photo of a {}'."
             )
             classes = st.text_input("Class names (comma-separated)", key="tp_classes")
             prompts = prompts_from_template(template, classes.replace("\n", ",").split(","))
-        zero_shot = resources.text_zero_shot(*image_args, tuple(prompts))
+        zero_shot = compute.text_zero_shot(*image_args, tuple(prompts))
     except AnalysisError as exc:  # TextPromptError (an empty prompt, a bad template): typed, never silence
         st.error(error_text(exc), icon=":material/error:")
         raise PageRefused(str(exc)) from exc
@@ -242,7 +243,7 @@ maps = np.stack([np.stack([raw[p, m] for m in methods]) for p in mapped])  # (pr
 scaled = scale_by_peak(maps, negative="zero")  # each map by its own peak |value|
 index_of = {p: i for i, p in enumerate(prompts)}
 titles = [f"{METHOD_LABELS[m]} · {p} ({probabilities[index_of[p]]:.0%})" for p in mapped for m in methods]
-background = resources.clip_background_uri(*image_args)
+background = compute.clip_background_uri(*image_args)
 ncols = len(methods)
 show_chart(
     figures.map_panels(
@@ -403,7 +404,7 @@ curve_method = st.selectbox(
 curves, rows, curve_data = [], [], {}
 for name in ["random", curve_method]:
     try:
-        result = resources.text_curves(*image_args, focus, name, STEPS)
+        result = compute.text_curves(*image_args, focus, name, STEPS)
     except AnalysisError as exc:  # the map is not defined for this model: the library's reason
         st.info(f"No curves for **{METHOD_LABELS.get(name, name)}**: {error_text(exc)}", icon=":material/block:")
         raise PageRefused(str(exc)) from exc

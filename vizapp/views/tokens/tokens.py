@@ -17,6 +17,7 @@ from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ImageRef
 from vizapp.state import current
 from vizapp.ui import clamp_state, describe_query, download_npz, patch_click, query_controls, refuse_page, show_chart
+from vizapp.views.tokens import compute
 from vizapp.views.tokens.recipe import tokens_code
 
 UPLOAD = "__upload__"  # the correspondence picker's "upload an image" choice
@@ -49,7 +50,7 @@ with right:
 
 try:
     layer_tokens = resources.layer_tokens(*cur.args, kind, layer)  # (1, T, D)
-    rgb, fitted = resources.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
+    rgb, fitted = compute.token_pca(*cur.args, kind, layer, foreground)  # (gh, gw, 3), (gh, gw)
 except AnalysisError as exc:  # e.g. not yet defined for windowed models (Swin, SAM): say why
     refuse_page(exc)
 # the layer's own grid: a windowed model's stage grid (cells of its stride), a ViT's patch grid
@@ -136,7 +137,7 @@ sim_left, sim_right = st.columns(2, gap="medium")
 with sim_left:
     if spec.attends_globally:  # the instant view of one token grid: every token's similarity map, held in the page
         attention_view(
-            data=served(*resources.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
+            data=served(*compute.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
             image_uri=resources.background_uri(*cur.args),
             spec=spec,
             layer=layer,
@@ -324,7 +325,7 @@ def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: st
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.Figure, go.Figure]:
-    lens = resources.logit_lens_probabilities(ref, digest, _image_bytes)  # (L', classes): rows of lens_layers
+    lens = compute.logit_lens_probabilities(ref, digest, _image_bytes)  # (L', classes): rows of lens_layers
     names = get_names(lens.shape[1])
     final = int(lens[-1].argmax())
     curve = go.Figure(
@@ -419,7 +420,7 @@ if spec.has_classifier and curve is not None:
         else:
             show_chart(top5, "tok_lens_top5", filename=f"logit_lens_top5_L{layer}")
             st.caption(f"Top-5 when layer {layer}'s output is read by the model's own final norm and head.")
-    lens = resources.logit_lens_probabilities(*cur.args)
+    lens = compute.logit_lens_probabilities(*cur.args)
     download_npz(
         "tok_lens_data",
         "logit_lens",
