@@ -10,9 +10,9 @@ import torch
 from analysis import (
     pooling_attention_map,
 )
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef
-from vizapp.resources import forward
 
 __all__ = ["pooling_attention"]
 
@@ -21,7 +21,7 @@ __all__ = ["pooling_attention"]
 def pooling_attention(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray | None:
     """The attention-pooling head's first probe over the patch tokens: ``(heads + 1, gh, gw)``
     float32 (index ``heads`` is the mean over heads), or ``None`` without such a head."""
-    record = forward(ref, digest, _image_bytes).record
+    record = resources.forward(ref, digest, _image_bytes).record
     if record.pool_attention is None:
         return None
     heads = record.pool_attention.shape[1]

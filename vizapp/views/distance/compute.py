@@ -13,9 +13,9 @@ from analysis import (
     mean_attention_distance,
 )
 from analysis.similarity import CKAAccumulator, accumulate_similarity
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef
-from vizapp.resources import forward, get_cnn, get_model
 
 __all__ = ["image_attention_distance", "set_chunk_distances", "similarity_chunk"]
 
@@ -23,7 +23,7 @@ __all__ = ["image_attention_distance", "set_chunk_distances", "similarity_chunk"
 @st.cache_data(show_spinner="Measuring attention distances…", max_entries=MAX_RESULTS)
 def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
-    record = forward(ref, digest, _image_bytes).record  # a ViT's or a windowed model's: one rule reads both
+    record = resources.forward(ref, digest, _image_bytes).record  # a ViT's or a windowed model's: one rule reads both
     return mean_attention_distance(record).numpy()  # type: ignore[arg-type]  # annotated for the ViT record
 
 
@@ -47,8 +47,8 @@ def similarity_chunk(
             decoded.append(analysis.load_image(data))
         except analysis.ImageLoadError as exc:
             skipped.append((index, str(exc)))
-    model_b = get_cnn(*cnn_b) if cnn_b is not None else None if ref_b is None else get_model(ref_b)
-    return accumulate_similarity(get_model(ref_a), [decoded] if decoded else [], model_b), tuple(skipped)
+    model_b = resources.get_cnn(*cnn_b) if cnn_b is not None else None if ref_b is None else resources.get_model(ref_b)
+    return accumulate_similarity(resources.get_model(ref_a), [decoded] if decoded else [], model_b), tuple(skipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
@@ -62,7 +62,7 @@ def set_chunk_distances(
     that could not be decoded. The app calls this per :data:`SET_CHUNK` images, so a progress
     bar can advance between pieces and a grown image set reuses the pieces already computed.
     """
-    vit = get_model(ref)
+    vit = resources.get_model(ref)
     skipped: list[analysis.SkippedImage] = []
     spec = vit.spec
     try:

@@ -10,8 +10,8 @@ import analysis
 from analysis import (
     patch_embedding_components,
 )
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.refs import ModelRef
-from vizapp.resources import get_model
 
 __all__ = ["patch_components", "patch_filters"]
 
@@ -19,14 +19,14 @@ __all__ = ["patch_components", "patch_filters"]
 @st.cache_data(show_spinner="Computing the filters' principal components…", max_entries=16)
 def patch_components(ref: ModelRef, n_components: int) -> tuple[np.ndarray, np.ndarray]:
     """Principal components of the patch-embedding filters: ``(k, C, ph, pw)``, ``(k,)``."""
-    components, ratio = patch_embedding_components(get_model(ref), n_components=n_components)
+    components, ratio = patch_embedding_components(resources.get_model(ref), n_components=n_components)
     return components.numpy(), ratio.numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def patch_filters(ref: ModelRef) -> np.ndarray:
     """The raw patch-embedding filters ``(D, C, ph, pw)`` float32."""
-    return analysis.patch_embedding_filters(get_model(ref)).numpy()
+    return analysis.patch_embedding_filters(resources.get_model(ref)).numpy()
 
 
 # --------------------------------------------------------------------------- explanations

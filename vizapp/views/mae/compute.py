@@ -10,8 +10,8 @@ import torch
 from analysis import (
     load_image,
 )
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
-from vizapp.resources import SET_CHUNK, get_mae
 
 __all__ = ["mae_loss_chunk", "mae_pass"]
 
@@ -23,7 +23,7 @@ def mae_pass(source: str, digest: str, _image_bytes: bytes, hidden: tuple[bool, 
     process and shared read-only (its attention is ``(L, 1, heads, 1 + V, 1 + V)``), never copied."""
     from analysis.mae import mae_reconstruct
 
-    mae = get_mae(source)
+    mae = resources.get_mae(source)
     pixels = mae.preprocess(load_image(_image_bytes))  # (1, 3, H, W)
     return mae_reconstruct(mae, pixels, mask=torch.tensor(hidden, dtype=torch.bool).unsqueeze(0))
 
@@ -41,11 +41,11 @@ def mae_loss_chunk(
 
     skipped: list[SkippedImage] = []
     losses = dataset_mae_loss(
-        get_mae(source),
+        resources.get_mae(source),
         list(_images),
         ratios,
         seed=seed,
-        batch_size=SET_CHUNK,
+        batch_size=resources.SET_CHUNK,
         workers=1,
         index_of=lambda j: start + j,
         skipped=skipped,

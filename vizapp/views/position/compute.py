@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef
-from vizapp.resources import get_model
 
 __all__ = ["relative_position_layers"]
 
@@ -19,5 +19,5 @@ def relative_position_layers(ref: ModelRef) -> tuple[str | None, ...]:
     position MLP over the table, which the Position page would otherwise redo on every rerun."""
     from analysis.embedding.relative_position import relative_position_kind
 
-    vit = get_model(ref)
+    vit = resources.get_model(ref)
     return tuple(relative_position_kind(vit, layer) for layer in range(vit.spec.num_layers))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_FORWARDS
 from vizapp.refs import ModelRef
-from vizapp.resources import forward
 
 __all__ = ["rollout_view_blob"]
 
@@ -20,7 +20,7 @@ def rollout_view_blob(
     browser view (:func:`analysis.views.attention_view.rollout_view_rows`, as one served file)."""
     from analysis.views.attention_view import rollout_view_rows, view_blob
 
-    record = forward(ref, digest, _image_bytes).record
+    record = resources.forward(ref, digest, _image_bytes).record
     ends, rows = rollout_view_rows(
         record, head_fusion=head_fusion, discard_ratio=discard_ratio, start_layer=start_layer
     )

@@ -10,8 +10,8 @@ import torch
 from analysis import (
     load_image,
 )
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
-from vizapp.resources import clip_pixels, get_clip, text_map
 
 __all__ = ["clip_background_uri", "text_curves", "text_zero_shot"]
 
@@ -21,7 +21,7 @@ def clip_background_uri(source: str, digest: str, _image_bytes: bytes) -> str:
     """The image as the image tower sees it (resized, cropped), as a data URI for map backgrounds."""
     from vizapp.figures import image_data_uri
 
-    image = get_clip(source).image.model_input_image(load_image(_image_bytes))
+    image = resources.get_clip(source).image.model_input_image(load_image(_image_bytes))
     return image_data_uri(np.asarray(image))
 
 
@@ -31,7 +31,7 @@ def text_zero_shot(source: str, digest: str, _image_bytes: bytes, prompts: tuple
     Raises TextPromptError for an empty prompt."""
     from analysis.text import zero_shot
 
-    return zero_shot(get_clip(source), clip_pixels(source, _image_bytes), list(prompts))
+    return zero_shot(resources.get_clip(source), resources.clip_pixels(source, _image_bytes), list(prompts))
 
 
 @st.cache_data(show_spinner="Deleting and inserting patches…", max_entries=MAX_RESULTS)
@@ -45,8 +45,8 @@ def text_curves(
     from analysis.text import score_value
     from analysis.text.prompts import one_prompt
 
-    clip, pixels = get_clip(source), clip_pixels(source, _image_bytes)
-    saliency = torch.from_numpy(text_map(source, digest, _image_bytes, prompt, method)[0])
+    clip, pixels = resources.get_clip(source), resources.clip_pixels(source, _image_bytes)
+    saliency = torch.from_numpy(resources.text_map(source, digest, _image_bytes, prompt, method)[0])
     value = score_value(clip, one_prompt(clip, prompt).embeddings)
     fractions, deletion = perturbation_curve(clip.image, pixels, saliency, 0, mode="deletion", steps=steps, value=value)
     _, insertion = perturbation_curve(clip.image, pixels, saliency, 0, mode="insertion", steps=steps, value=value)

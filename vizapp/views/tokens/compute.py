@@ -10,9 +10,9 @@ import analysis
 from analysis import (
     load_image,
 )
+from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_FORWARDS, MAX_RESULTS
 from vizapp.refs import ModelRef
-from vizapp.resources import forward, get_model, layer_tokens
 
 __all__ = ["logit_lens_probabilities", "similarity_view_blob", "token_pca"]
 
@@ -23,9 +23,11 @@ def similarity_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, kind: 
     browser view (:func:`analysis.views.attention_view.similarity_view_rows`, as one served file)."""
     from analysis.views.attention_view import similarity_view_rows, view_blob
 
-    record = forward(ref, digest, _image_bytes).record
+    record = resources.forward(ref, digest, _image_bytes).record
     return view_blob(
-        record, [layer], similarity_view_rows(layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec)
+        record,
+        [layer],
+        similarity_view_rows(resources.layer_tokens(ref, digest, _image_bytes, kind, layer), record.spec),
     )
 
 
@@ -35,9 +37,9 @@ def token_pca(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(rgb (gh, gw, 3), fitted (gh, gw))`` of ``analysis.feature_pca`` on one layer (a
     windowed model: on that layer's stage grid)."""
-    spec = get_model(ref).spec  # preprocess resizes every image to the model's own input size
+    spec = resources.get_model(ref).spec  # preprocess resizes every image to the model's own input size
     rgb, fitted = analysis.feature_pca(
-        layer_tokens(ref, digest, _image_bytes, kind, layer), spec.geometry(layer), foreground=foreground
+        resources.layer_tokens(ref, digest, _image_bytes, kind, layer), spec.geometry(layer), foreground=foreground
     )
     return rgb[0].numpy(), fitted[0].numpy()
 
@@ -46,7 +48,7 @@ def token_pca(
 def logit_lens_probabilities(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """``(L', classes)`` softmax of ``analysis.logit_lens``: one row per layer of
     ``analysis.tokens.logit_lens_layers`` (every layer of a ViT; a windowed model's last stage)."""
-    vit = get_model(ref)
+    vit = resources.get_model(ref)
     return vit.probabilities(analysis.logit_lens(vit, vit.preprocess(load_image(_image_bytes)))[:, 0]).numpy()
 
 
