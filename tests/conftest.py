@@ -66,6 +66,7 @@ SPLIT_FILES = frozenset(
         "test_app_windowed.py",
         "test_cli.py",
         "test_cli_sae.py",
+        "test_url_settings.py",
         "test_docs_examples.py",
         "test_mae_cli.py",
         "test_notebooks.py",

@@ -239,3 +239,58 @@ def test_hovering_the_view_does_not_take_the_keys_from_a_field_being_typed_in(pa
     expect(field).to_have_value("22")
     page.wait_for_timeout(500)
     assert frame.evaluate("() => window.attentionView.layer") == layer
+
+
+def decoded_params(page) -> dict[str, object]:
+    from urllib.parse import parse_qsl, urlsplit
+
+    from vizapp.url_state import decode_setting
+
+    return {key: decode_setting(value) for key, value in parse_qsl(urlsplit(page.url).query, keep_blank_values=True)}
+
+
+@pytest.mark.parametrize(
+    "path, settings, shown",
+    [
+        ("tokens", {"layer": 1, "tok_kind": "query", "tok_foreground": True}, "layer 1"),
+        ("rollout", {"fusion": "max", "discard_ratio": 0.05, "rollout_norm": False}, "max"),
+        ("explain", {"explain_methods": ["attention"], "explain_compare": True}, "Second class"),
+        ("circuits", {"circ_ablate": False, "circ_method": "mean"}, "Ablate every head"),
+    ],
+)
+def test_a_link_opens_each_pages_settings_and_keeps_them_through_a_rerun(page, server, path, settings, shown):
+    """A page's own settings from a link: the page draws with them, the URL keeps them, and they
+    survive the next rerun (the browser's own widget values come back with it: a widget the
+    browser drew with its default would undo the link here)."""
+    from urllib.parse import urlencode
+
+    from playwright.sync_api import expect
+
+    from vizapp.url_state import encode_setting
+
+    page.goto(f"{server}/{path}?{urlencode({k: encode_setting(v) for k, v in settings.items()})}")
+    wait_idle(page)
+    assert_no_exception(page, f"{path} from a link")
+    expect(page.get_by_text(shown).first).to_be_visible()  # drawn with the link's settings:
+    if path == "rollout":
+        slider = page.locator("[data-testid='stSlider']", has_text="Discard ratio")
+        expect(slider.locator("[data-testid='stSliderThumbValue']")).to_have_text("0.05")
+    if path == "circuits":
+        toggle = page.locator("[data-testid='stCheckbox']", has_text="Ablate every head").locator("input")
+        expect(toggle).not_to_be_checked()
+    params = decoded_params(page)
+    assert {k: params.get(k) for k in settings} == settings, page.url
+    # a rerun from the browser: another colour scale (every page has the sidebar's)
+    selectbox = page.locator("section[data-testid='stSidebar'] [data-testid='stSelectbox']", has_text="Colour scale")
+    selectbox.scroll_into_view_if_needed()
+    selectbox.locator("input").first.click()
+    page.keyboard.type("Cividis")
+    page.locator("[role='option']", has_text=re.compile("^Cividis$")).click(timeout=15_000)
+    page.wait_for_function("() => location.search.includes('colours=Cividis')", timeout=30_000)
+    wait_idle(page)
+    params = decoded_params(page)
+    assert {k: params.get(k) for k in settings} == settings, page.url
+    page.reload()
+    wait_idle(page)
+    params = decoded_params(page)
+    assert {k: params.get(k) for k in settings} == settings and params["colours"] == "Cividis", page.url

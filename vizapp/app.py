@@ -17,13 +17,14 @@ if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
     sys.path.insert(0, str(REPO_ROOT))
 
 import streamlit as st  # noqa: E402
+from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from analysis.base.assets import asset_path  # noqa: E402
 from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp import inputs, url_state, views  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
-from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, render_sidebar  # noqa: E402
+from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, kept_key, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
 
 started = time.perf_counter()
@@ -31,6 +32,14 @@ FAVICON = asset_path("favicon.png")  # shipped: a Material icon would come from 
 st.set_page_config(page_title="ViT explorer", page_icon=str(FAVICON) if FAVICON.is_file() else None, layout="wide")
 # Streamlit's SessionStateProxy is a mapping in all but its declared type
 session = cast(MutableMapping[str, object], st.session_state)
+
+folders = views.pages()  # one folder each in vizapp/views/, in their declared order; the first is the default, at "/"
+pages = [
+    st.Page(page.script, title=page.info.title, icon=page.info.icon, url_path=page.name, default=i == 0)
+    for i, page in enumerate(folders)
+]
+page = st.navigation(pages)
+page_keys = url_state.page_url_keys(next(f for f in folders if f.info.title == page.title).info.kept_keys)
 url_state.restore(
     session,
     st.query_params,
@@ -42,25 +51,29 @@ url_state.restore(
         "map_cells": list(MAP_CELLS),
         "query_mode": list(QUERY_LABELS),
     },
+    page_keys=page_keys,
 )
-
-pages = [  # one folder each in vizapp/views/, in their declared order; the first is the default, at "/"
-    st.Page(page.script, title=page.info.title, icon=page.info.icon, url_path=page.name, default=i == 0)
-    for i, page in enumerate(views.pages())
-]
-page = st.navigation(pages)
 keep_page_state(page.url_path)
 current = render_sidebar()
-url_state.publish(st.query_params, session, current.model, st.session_state.get("image_upload") is not None)
+uploaded = st.session_state.get("image_upload") is not None
+url_state.publish(st.query_params, session, current.model, uploaded, page_keys)
 timing = st.sidebar.empty()
 try:
     page.run()
 except PageRefused:  # the page showed why the library refused it (ui.refuse_page)
-    pass
+    url_state.settle_linked_settings(session)
 except SlowSectionsHeld:  # a first open drew its first result; the rest follows once it is on screen
     pass
+except (StreamlitAPIException, ValueError, TypeError):
+    # a link's page setting that parses but does not fit its widget (a slider value out of range):
+    # open the page with its defaults instead; any other failure is raised as it is
+    if url_state.drop_linked_settings(session, kept_key):
+        st.rerun()
+    raise
+else:  # the page drew whole with the link's settings: from now on they are the page's own
+    url_state.settle_linked_settings(session)
 # again: a page may have adjusted a setting while it ran (a clamp to a smaller model, a click)
-url_state.publish(st.query_params, session, current.model, st.session_state.get("image_upload") is not None)
+url_state.publish(st.query_params, session, current.model, uploaded, page_keys)
 elapsed_ms = (time.perf_counter() - started) * 1000
 st.session_state["last_run_ms"] = elapsed_ms
 timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")

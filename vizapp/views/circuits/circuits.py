@@ -10,7 +10,7 @@ from analysis.base.errors import AnalysisError
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.model.windowed_support import refuse_windowed
 from analysis.plots import colour_range
-from vizapp import figures, first_result, inputs, resources
+from vizapp import figures, first_result, inputs, resources, url_state
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current, reset_for_new_input
@@ -75,12 +75,14 @@ def pick_head(chart_key: str):
 
 def auto_toggle(key: str, passes: int) -> None:
     """Sections of at most AUTO_PASSES forward passes run without a click: decided again for
-    each model (and setting) the section is drawn for, not once per session."""
+    each model (and setting) the section is drawn for, not once per session; a link's own choice
+    stands for the page's first draw."""
     decided_for = f"_{key}_decided_for"
     signature = (cur.model, passes)
     if st.session_state.get(decided_for) != signature:
         st.session_state[decided_for] = signature
-        st.session_state[key] = passes <= AUTO_PASSES
+        if not url_state.set_by_link(st.session_state, key):
+            st.session_state[key] = passes <= AUTO_PASSES
 
 
 selected = (int(st.session_state["circ_layer"]), int(st.session_state["circ_head"]))
