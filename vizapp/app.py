@@ -16,6 +16,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # streamlit puts only vizapp/ on sys.path
     sys.path.insert(0, str(REPO_ROOT))
 
+from vizapp import preload  # noqa: E402 - the standard library only
+
+preload.import_libraries()  # sessions opened together on a fresh server: one imports, the others wait
+
 import streamlit as st  # noqa: E402
 from streamlit.errors import StreamlitAPIException  # noqa: E402
 

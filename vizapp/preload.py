@@ -5,7 +5,8 @@ thread imports the libraries (torch, timm, plotly), waits for Streamlit's runtim
 default model (:func:`vizapp.refs.default_model_ref`, ``$VIZAPP_DEFAULT_MODEL``) into the cache
 every session shares (:func:`vizapp.resources.get_model`) and captures its pass on the image a page
 opens on (the first bundled sample). ``streamlit run vizapp/app.py`` has no start-up hook, so there
-the first open loads the model. ``VIZAPP_PRELOAD=0`` turns it off. Nothing here draws: the thread
+the first open loads the model, and the app's script imports the libraries first, one session at a
+time (:func:`import_libraries`). ``VIZAPP_PRELOAD=0`` turns the preload off. Nothing here draws: the thread
 has no script run, so it calls the cached functions only.
 """
 
@@ -21,6 +22,7 @@ __all__ = ["RUNTIME_WAIT_S", "enabled", "import_libraries", "preload_default", "
 RUNTIME_WAIT_S = 120.0  # how long the thread waits for Streamlit's runtime before it gives up
 _started: threading.Thread | None = None
 _lock = threading.Lock()
+_imports = threading.Lock()  # one thread imports the pages' libraries; the others wait for it
 
 
 def enabled() -> bool:
@@ -43,13 +45,18 @@ def import_libraries() -> None:
     """Import what every page needs (torch and timm through :mod:`analysis`, plotly and the pandas
     it imports through :mod:`vizapp.figures`) in the calling thread, before the server takes a
     session: several sessions' first runs importing them at once met half-initialised modules (a
-    page showed ``partially initialized module 'pandas' has no attribute 'Series'``)."""
+    page showed ``partially initialized module 'pandas' has no attribute 'Series'``).
+
+    One thread at a time: ``streamlit run vizapp/app.py`` has no start-up hook, so the app's script
+    calls this first, and the sessions opened together on a fresh server wait here for the first
+    one's imports instead of meeting its half-made modules."""
     import importlib
 
-    for name in ("pandas", "plotly.graph_objects"):  # plotly, and the data frames its figures take
-        importlib.import_module(name)
-    import analysis  # noqa: F401 - torch and timm: most of a cold start
-    import vizapp.figures  # noqa: F401
+    with _imports:
+        for name in ("pandas", "plotly.graph_objects"):  # plotly, and the data frames its figures take
+            importlib.import_module(name)
+        importlib.import_module("analysis")  # torch and timm: most of a cold start
+        importlib.import_module("vizapp.figures")
 
 
 def preload_default() -> None:
