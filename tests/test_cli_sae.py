@@ -68,7 +68,7 @@ def test_two_torchrun_ranks_train_the_weights_of_one_process_and_of_the_api(vit,
     record = json.loads((two / "training_log.json").read_text())
     assert record["world_size"] == 2 and len(record["mse"]) == 6
     assert record["mse"] == pytest.approx(log.mse, rel=1e-5)  # the loss over both ranks' tokens
-    assert record["dead_fraction"] == pytest.approx(log.dead_fraction)
+    assert record["inactive_fraction"] == pytest.approx(log.inactive_fraction)
     assert load_sae(two).config == reference.config
     assert (two / "last" / "state.json").is_file()  # rank 0's checkpoint
 

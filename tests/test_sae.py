@@ -283,6 +283,14 @@ def test_saelens_loads_our_folder_and_encodes_the_same(tmp_path):
         theirs.save_model(str(tmp_path / f"{architecture}_back"))
         back = load_sae(tmp_path / f"{architecture}_back")
         assert torch.allclose(back.encode(x), ours.encode(x), atol=1e-6, rtol=0)
+    # an SAE with input normalisation: written folded (normalize_activations "none"), so SAELens reads
+    # raw model activations to our features and decodes to the model's units
+    normalised = random_sae("topk", d_in=8, d_sae=32, k=4, hook_name=POINT, norm_scaling_factor=0.3)
+    theirs = sae_lens.SAE.load_from_disk(str(save_sae(normalised, tmp_path / "normalised")))
+    x = torch.randn(20, 8, generator=torch.Generator().manual_seed(9)) * 4
+    f = normalised.encode(x)
+    assert torch.allclose(theirs.encode(x), f, atol=1e-5, rtol=0)
+    assert torch.allclose(theirs.decode(f), normalised.decode(f), atol=1e-5, rtol=0)
 
 
 def test_train_sae_checkpoints_and_resumes_to_the_same_weights(vit, pixels, tmp_path):
@@ -299,11 +307,11 @@ def test_train_sae_checkpoints_and_resumes_to_the_same_weights(vit, pixels, tmp_
         assert not torch.equal(getattr(first, name), getattr(whole, name)), name
     assert resumed.config.hook_name == POINT and resumed.config.d_in == vit.spec.embed_dim
     assert torch.allclose(resumed.W_dec.norm(dim=1), torch.ones(resumed.config.d_sae), atol=1e-5)
-    # b_dec started at the first batch's mean patch token
+    # b_dec started at the first buffer's mean patch token: here the buffer (16 batches of 2) holds all 6 images
     fresh, _ = train_sae(vit, pixels, POINT, epochs=1, **{**kwargs, "lr": 0.0})
-    first_batch = run_with_cache(vit, pixels[:2], names=[POINT])[POINT][:, vit.spec.num_prefix_tokens :]
-    first_batch = first_batch.reshape(-1, vit.spec.embed_dim)
-    assert torch.allclose(fresh.b_dec, first_batch.mean(0), atol=1e-6)
+    first_buffer = run_with_cache(vit, pixels, names=[POINT])[POINT][:, vit.spec.num_prefix_tokens :]
+    first_buffer = first_buffer.reshape(-1, vit.spec.embed_dim)
+    assert torch.allclose(fresh.b_dec, first_buffer.mean(0), atol=1e-6)
 
 
 def test_top_activating_against_a_loop(vit, pixels):

@@ -1,8 +1,9 @@
 """``python -m analysis sae train|metrics``: train a sparse autoencoder on one hook point of a ViT
-over an image set (data-parallel under ``torchrun``: each rank reads its share of every batch and
-the gradients are summed, so N ranks train the weights one process would), or print a saved SAE's
-quality on an image set (fraction of variance explained, L0, dead and dense fractions, and the KL
-divergence and accuracy drop with the SAE spliced into the forward pass).
+over an image set, the tokens of many images shuffled together (data-parallel under ``torchrun``:
+each rank reads its share of every shuffle buffer and the gradients are summed, so N ranks train
+the weights one process would), or print a saved SAE's quality on an image set (fraction of
+variance explained, L0, the dead fraction (never firing on the image set) and dense fraction, and
+the KL divergence and accuracy drop with the SAE spliced into the forward pass).
 
 ``train`` writes the SAE to ``--out`` in SAELens's format (``cfg.json`` + ``sae_weights.safetensors``),
 the per-step losses to ``--out/training_log.json`` and, after each epoch, a checkpoint to
@@ -66,7 +67,13 @@ def add_parser(subparsers) -> None:
     train.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default 1e-3)")
     train.add_argument("--warmup", type=int, default=100, help="linear warm-up steps (default 100)")
     train.add_argument("--epochs", type=int, default=1, help="passes over the images (default 1)")
-    train.add_argument("--batch-size", type=int, default=16, help="images per step, over all ranks (default 16)")
+    train.add_argument(
+        "--batch-size", type=int, default=16, help="images' tokens per step, over all ranks (default 16)"
+    )
+    train.add_argument(
+        "--buffer-batches", type=int, default=16, help="steps per shuffle buffer: tokens of this many batches mixed"
+    )
+    train.add_argument("--normalise", action="store_true", help="scale inputs to a mean norm of sqrt(width)")
     train.add_argument("--seed", type=int, default=0, help="the initialisation and token order (default 0)")
     train.add_argument("--dead-after", type=int, default=200, help="steps without firing before a feature is dead")
     train.add_argument("--resume", action="store_true", help="continue from --out/last")
@@ -145,10 +152,11 @@ def _image_set(args, ranks: Ranks):
 
 def run_train(args, ranks: Ranks) -> int:
     """Run ``sae train``: :func:`~analysis.sae.train_sae` on ``--point`` over the image set,
-    data-parallel over the ranks (each reads its share of every batch, the gradients are summed),
+    data-parallel over the ranks (each reads its share of every shuffle buffer, the gradients are summed),
     checkpointing to ``--out/last`` after each epoch (``--resume`` continues from it). The main rank
     saves the SAE to ``--out`` (SAELens format) with ``--out/training_log.json`` (the per-step
-    ``loss``, ``mse`` and ``dead_fraction``).
+    ``loss`` and ``mse``, the per-epoch ``inactive_fraction``: the share of features that fired in none
+    of the last ``--dead-after`` steps, and ``norm_scaling_factor``).
 
     Parameters
     ----------
@@ -165,7 +173,8 @@ def run_train(args, ranks: Ranks) -> int:
     Raises
     ------
     CommandError
-        Exit code 2: ``--batch-size``, ``--epochs`` or ``--expansion`` below 1, ``--demo-scenes`` below
+        Exit code 2: ``--batch-size``, ``--buffer-batches``, ``--epochs`` or ``--expansion`` below 1,
+        ``--demo-scenes`` below
         1, ``--images`` naming nothing usable, or an :class:`~analysis.sae.SAEError` of the training
         (e.g. an unknown hook point); exit code 1: no image could be read, or the model could not be
         loaded.
@@ -173,7 +182,7 @@ def run_train(args, ranks: Ranks) -> int:
     from ..sae import SAEError, save_sae, train_sae
     from ..sae.parallel import DataParallel
 
-    for name in ("batch_size", "epochs", "expansion"):
+    for name in ("batch_size", "buffer_batches", "epochs", "expansion"):
         if getattr(args, name) < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1.", code=2)
     description, images, _ = _image_set(args, ranks)
@@ -198,9 +207,11 @@ def run_train(args, ranks: Ranks) -> int:
                 warmup_steps=args.warmup,
                 epochs=args.epochs,
                 batch_size=args.batch_size,
+                buffer_batches=args.buffer_batches,
                 tokens=args.tokens,
                 seed=args.seed,
                 dead_after=args.dead_after,
+                normalise=args.normalise,
                 progress=advance,
                 checkpoint_dir=args.out,
                 resume=args.resume,
@@ -219,12 +230,17 @@ def run_train(args, ranks: Ranks) -> int:
         "world_size": ranks.world,
         "loss": log.loss,
         "mse": log.mse,
-        "dead_fraction": log.dead_fraction,
+        "inactive_fraction": log.inactive_fraction,
+        "norm_scaling_factor": sae.config.norm_scaling_factor,
     }
     (args.out / "training_log.json").write_text(json.dumps(record, indent=1))
     last = f"last mse {log.mse[-1]:.4g}, " if log.mse else ""
-    dead = f"dead fraction {log.dead_fraction[-1]:.3f}" if log.dead_fraction else "nothing left to train"
-    print(f"{sae.config.d_sae} features on {sae.config.hook_name}: {last}{dead}; wrote {args.out}")
+    inactive = (
+        f"inactive fraction {log.inactive_fraction[-1]:.3f} (no firing in the last {args.dead_after} steps)"
+        if log.inactive_fraction
+        else "nothing left to train"
+    )
+    print(f"{sae.config.d_sae} features on {sae.config.hook_name}: {last}{inactive}; wrote {args.out}")
     return 0
 
 

@@ -7,7 +7,8 @@ what zeroing or scaling a feature inside the forward pass changes.
 * :func:`build_feature_index`: over ``N`` images, each feature's peak per image ``(N, d_sae)`` and
   every nonzero activation (feature, value) of every patch token: top-activating images and the
   activation histogram of a feature without another pass.
-* :func:`feature_class_effect`: the decoder row ``d = W_dec[i]`` read through the model's
+* :func:`feature_class_effect`: the decoder row ``d = W_dec[i] / s`` (in the model's units; ``s``
+  the SAE's input scale, 1 without normalisation) read through the model's
   readout with the norm's scale frozen, ``Δlogit = W_head · (γ ⊙ (d − mean(d)))`` (the LayerNorm's
   linear part; the "top logits" of a feature in Neuronpedia / TransformerLens's ``W_dec @ W_U``,
   here with the norm's centering and gain). A direction's class effect *if it reached the
@@ -215,7 +216,8 @@ def _readout(vit) -> tuple[list[nn.Module], nn.Linear]:
 
 
 def feature_class_effect(vit, sae: SparseAutoencoder, feature: int) -> torch.Tensor:
-    """``W_head · (γ ⊙ (d − mean(d)))`` for the decoder row ``d`` of ``feature``, through each
+    """``W_head · (γ ⊙ (d − mean(d)))`` for the decoder row ``d = W_dec[feature] / s`` (what one unit
+    of the feature adds to the activation, in the model's units), through each
     LayerNorm of the readout in turn (module docstring): the direction's class effect if it reached
     the readout unchanged.
 
@@ -240,7 +242,9 @@ def feature_class_effect(vit, sae: SparseAutoencoder, feature: int) -> torch.Ten
     NoClassHeadError
         The model has no linear class head after LayerNorms.
     """
-    direction = sae.W_dec[check_feature(sae, feature)].detach().double()  # (D,)
+    direction = sae.W_dec[check_feature(sae, feature)].detach().double()  # (D,), the SAE's units
+    if sae.config.norm_scaling_factor is not None:  # one unit of the feature adds W_dec[i] / s to x
+        direction = direction / float(sae.config.norm_scaling_factor)
     norms, head = _readout(vit)
     for norm in norms:
         if isinstance(norm, nn.LayerNorm):

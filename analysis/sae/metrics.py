@@ -3,8 +3,10 @@
 * fraction of variance explained ``FVE = 1 − Σ‖x − x̂‖² / Σ‖x − x̄‖²`` (sums over every chosen token
   of every image; ``x̄`` their mean), computed streaming with ``Σ‖x − x̄‖² = Σ‖x‖² − N‖x̄‖²``;
 * ``L0``: the mean number of nonzero features per token;
-* dead fraction: features that never fire on these tokens; dense fraction: features that fire on
-  more than ``dense_threshold`` (10%) of them;
+* dead fraction: the share of features that fire on none of these tokens (``fire_rate = 0`` over
+  the whole evaluation set; not training's :attr:`~analysis.sae.TrainingLog.inactive_fraction`,
+  silent in the last ``dead_after`` steps); dense fraction: features that fire on more than
+  ``dense_threshold`` (10%) of them;
 * downstream: the logits with the reconstruction spliced in (:func:`analysis.sae.splice`),
   ``KL(clean ‖ spliced) = Σ_c p_c (log p_c − log q_c)`` of the softmax of the logits, averaged over
   images, and the top-1 agreement of the two (the share of images whose top class is unchanged);
@@ -37,7 +39,8 @@ class SAEMetrics:
     l0 : float
         The mean number of nonzero features per token.
     dead_fraction : float
-        Share of features that never fire on these tokens.
+        Share of features that fire (``f_i ≠ 0``) on none of the measured tokens, i.e. whose
+        ``fire_rate`` is 0 over the whole evaluation set.
     dense_fraction : float
         Share of features that fire on more than ``dense_threshold`` of the tokens.
     kl_divergence : float

@@ -11,7 +11,21 @@ For an activation ``x`` (one token's ``(d_in,)`` vector) the SAE computes
     x̂   = f W_dec + b_dec                                W_dec: (d_sae, d_in), b_dec: (d_in,)
 
 These are SAELens's names, shapes and formulas (``apply_b_dec_to_input=True``), so a saved SAE is
-read by SAELens unchanged (:mod:`analysis.sae.saelens`). The rows of ``W_dec`` (one direction per
+read by SAELens unchanged (:mod:`analysis.sae.saelens`).
+
+**Input normalisation.** An SAE trained with ``normalise=True`` (:func:`~analysis.sae.train_sae`)
+carries a scalar ``s = config.norm_scaling_factor`` and works in scaled units: it reads ``s·x``
+and its reconstruction ``f W_dec + b_dec`` is of ``s·x``, so in the model's units
+
+    pre = (s·x − b_dec) W_enc + b_enc,        x̂ = (f W_dec + b_dec) / s
+
+:meth:`SparseAutoencoder.encode`, :meth:`~SparseAutoencoder.decode` and ``forward`` take and give
+the model's units (the splice, the metrics and the feature readers need nothing else);
+:meth:`~SparseAutoencoder.decode_scaled` is the reconstruction in the SAE's units (the training
+loss). ``s = sqrt(d_in) / E‖x‖`` over training tokens, so that ``E‖s·x‖ = sqrt(d_in)``: SAELens's
+``normalize_activations="expected_average_only_in"`` (its ``ActivationScaler``), and saev's
+``scale_norm`` without ``scale_mean``. With ``norm_scaling_factor=None`` (the default) no scaling
+is applied at all, so the formulas above are computed exactly as without the option. The rows of ``W_dec`` (one direction per
 feature) are kept at unit norm during training: :meth:`SparseAutoencoder.remove_parallel_gradient`
 before each optimiser step (the gradient's component along each row is removed, so a step does not
 grow the row to first order) and :meth:`SparseAutoencoder.normalise_decoder` after it (both as in
@@ -20,6 +34,7 @@ Gao et al. 2024, Section 2.4 / Appendix A, and Anthropic's "Towards Monosemantic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -59,12 +74,16 @@ class SAEConfig:
         The model source it was trained on (``LoadedViT.name``).
     dtype : str, default "float32"
         The parameters' dtype, a name: ``"float32"``, ``"float64"``, ``"float16"`` or ``"bfloat16"``.
+    norm_scaling_factor : float or None, default None
+        The input scale ``s`` (module docstring): the SAE reads ``s·x`` and writes back
+        ``(f W_dec + b_dec) / s``; ``None`` reads ``x`` as it is.
 
     Raises
     ------
     SAEConfigError
         An unknown ``architecture``, ``tokens`` or ``dtype``; ``d_in`` or ``d_sae`` below 1; a TopK
-        SAE whose ``k`` is ``None`` or outside ``1..d_sae``.
+        SAE whose ``k`` is ``None`` or outside ``1..d_sae``; a ``norm_scaling_factor`` that is not a
+        finite positive number.
     """
 
     d_in: int
@@ -76,6 +95,7 @@ class SAEConfig:
     tokens: str = "patches"
     model_name: str = ""
     dtype: str = "float32"
+    norm_scaling_factor: float | None = None
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -94,6 +114,9 @@ class SAEConfig:
                 )
         if self.dtype not in _DTYPES:
             raise SAEConfigError(f"Unknown dtype {self.dtype!r}: use one of {', '.join(_DTYPES)}.")
+        scale = self.norm_scaling_factor
+        if scale is not None and not (math.isfinite(float(scale)) and float(scale) > 0):
+            raise SAEConfigError(f"norm_scaling_factor must be a finite positive number or None; got {scale}.")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -160,9 +183,17 @@ class SparseAutoencoder(nn.Module):
         self.b_enc = nn.Parameter(torch.zeros(config.d_sae, dtype=dtype))
         self.b_dec = nn.Parameter(torch.zeros(config.d_in, dtype=dtype))
 
+    def scale_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``s·x`` in the parameters' dtype, the model's units to the SAE's (``x`` unchanged but for
+        the dtype when ``norm_scaling_factor`` is ``None``): ``(..., d_in)`` → ``(..., d_in)``."""
+        x = x.to(self.W_enc.dtype)
+        scale = self.config.norm_scaling_factor
+        return x if scale is None else x * float(scale)
+
     def pre_activation(self, x: torch.Tensor) -> torch.Tensor:
-        """``pre = (x − b_dec) W_enc + b_enc``: ``x (..., d_in)`` → ``(..., d_sae)``."""
-        return (x.to(self.W_enc.dtype) - self.b_dec) @ self.W_enc + self.b_enc
+        """``pre = (s·x − b_dec) W_enc + b_enc`` of activations ``x (..., d_in)`` in the model's units
+        (``s`` = 1 without normalisation) → ``(..., d_sae)``."""
+        return (self.scale_input(x) - self.b_dec) @ self.W_enc + self.b_enc
 
     def activation(self, pre: torch.Tensor) -> torch.Tensor:
         """The architecture's nonlinearity on ``pre (..., d_sae)``: ``relu`` or ``TopK_k ∘ relu``."""
@@ -174,12 +205,21 @@ class SparseAutoencoder(nn.Module):
         """The features ``f (..., d_sae)`` of activations ``x (..., d_in)``."""
         return self.activation(self.pre_activation(x))
 
-    def decode(self, f: torch.Tensor) -> torch.Tensor:
-        """The reconstruction ``x̂ = f W_dec + b_dec``: ``(..., d_sae)`` → ``(..., d_in)``."""
+    def decode_scaled(self, f: torch.Tensor) -> torch.Tensor:
+        """The reconstruction in the SAE's units, ``f W_dec + b_dec`` (of ``s·x``):
+        ``(..., d_sae)`` → ``(..., d_in)``."""
         return f.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
 
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        """The reconstruction in the model's units, ``x̂ = (f W_dec + b_dec) / s`` (``s`` = 1 without
+        normalisation): ``(..., d_sae)`` → ``(..., d_in)``."""
+        scaled = self.decode_scaled(f)  # (..., d_in)
+        scale = self.config.norm_scaling_factor
+        return scaled if scale is None else scaled / float(scale)
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(x̂ (..., d_in), f (..., d_sae))`` of ``x (..., d_in)``."""
+        """``(x̂ (..., d_in), f (..., d_sae))`` of ``x (..., d_in)``, both ``x`` and ``x̂`` in the
+        model's units."""
         f = self.encode(x)
         return self.decode(f), f
 

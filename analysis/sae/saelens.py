@@ -16,6 +16,20 @@ top level and mark TopK as ``activation_fn: "topk"`` with ``activation_fn_kwargs
 :func:`load_sae` reads those too. What this library cannot apply (a ``normalize_activations``
 other than ``"none"``, ``apply_b_dec_to_input: false``, decoder-norm rescaling, other
 architectures) is refused with :class:`~analysis.sae.SAEFolderError`.
+
+**An SAE with input normalisation** (``config.norm_scaling_factor = s``, :mod:`analysis.sae.model`)
+is written as SAELens's trainer writes its own at the end of a normalised run
+(``SAE.fold_activation_norm_scaling_factor``): the scale folded into the weights,
+
+    W_enc·s,   W_dec / s,   b_enc,   b_dec / s,      normalize_activations: "none"
+
+so SAELens's ``load_from_disk`` encodes raw model activations to the same features and decodes to
+the model's units (SAELens's ``"expected_average_only_in"`` keeps no factor in ``cfg.json`` and
+would read raw activations as if scaled: it is never written). ``metadata.norm_scaling_factor``
+records ``s``, and :func:`load_sae` unfolds it (``W_enc / s``, ``W_dec·s``, ``b_dec·s``) into the
+normalised SAE: the same features, with weights equal to the saved SAE's up to one rounding of
+each product (a float32 ulp), not bit for bit. An SAE without normalisation is written and read
+exactly as before, bit for bit.
 """
 
 from __future__ import annotations
@@ -43,11 +57,14 @@ _TENSORS = ("W_enc", "W_dec", "b_enc", "b_dec")
 def save_sae(sae: SparseAutoencoder, folder: str | os.PathLike) -> Path:
     """Write ``sae`` to ``folder`` in SAELens's format (module docstring): ``cfg.json`` and
     ``sae_weights.safetensors`` (the weights copied to the CPU), replacing those files if present.
+    An SAE with input normalisation is written with its scale folded into the weights, so that
+    SAELens reads raw model activations (module docstring).
 
     Parameters
     ----------
     sae : SparseAutoencoder
-        The SAE; its config's token choice and L1 coefficient go into ``metadata``.
+        The SAE; its config's token choice, L1 coefficient and ``norm_scaling_factor`` (when set) go
+        into ``metadata``.
     folder : str or os.PathLike
         The folder, created with its parents if missing.
 
@@ -60,7 +77,24 @@ def save_sae(sae: SparseAutoencoder, folder: str | os.PathLike) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     config = sae.config
     tensors = {name: getattr(sae, name).detach().cpu().contiguous() for name in _TENSORS}
+    scale = config.norm_scaling_factor
+    if scale is not None:  # folded in, as SAELens's fold_activation_norm_scaling_factor (module docstring)
+        tensors["W_enc"] = (tensors["W_enc"] * float(scale)).contiguous()  # (d_in, d_sae)
+        tensors["W_dec"] = (tensors["W_dec"] / float(scale)).contiguous()  # (d_sae, d_in)
+        tensors["b_dec"] = (tensors["b_dec"] / float(scale)).contiguous()  # (d_in,)
     save_file(tensors, str(path / WEIGHTS_FILE))
+    metadata = {
+        "sae_lens_version": SAELENS_FORMAT_VERSION,
+        "sae_lens_training_version": SAELENS_FORMAT_VERSION,
+        "model_name": config.model_name,
+        "hook_name": config.hook_name,
+        "hook_head_index": None,
+        "prepend_bos": False,
+        "tokens": config.tokens,
+        "l1_coefficient": config.l1_coefficient,
+    }
+    if scale is not None:
+        metadata["norm_scaling_factor"] = float(scale)
     cfg = {
         "d_in": config.d_in,
         "d_sae": config.d_sae,
@@ -70,16 +104,7 @@ def save_sae(sae: SparseAutoencoder, folder: str | os.PathLike) -> Path:
         "normalize_activations": "none",
         "reshape_activations": "none",
         "architecture": "topk" if config.architecture == "topk" else "standard",
-        "metadata": {
-            "sae_lens_version": SAELENS_FORMAT_VERSION,
-            "sae_lens_training_version": SAELENS_FORMAT_VERSION,
-            "model_name": config.model_name,
-            "hook_name": config.hook_name,
-            "hook_head_index": None,
-            "prepend_bos": False,
-            "tokens": config.tokens,
-            "l1_coefficient": config.l1_coefficient,
-        },
+        "metadata": metadata,
     }
     if config.architecture == "topk":
         cfg["k"] = config.k
@@ -135,7 +160,9 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
     ----------
     folder : str or os.PathLike
         A folder holding ``cfg.json`` and ``sae_weights.safetensors``. A folder whose ``metadata``
-        names no token choice (one SAELens wrote) reads ``tokens="all"``.
+        names no token choice (one SAELens wrote) reads ``tokens="all"``; one whose ``metadata``
+        holds ``norm_scaling_factor`` (written by :func:`save_sae` for a normalised SAE) is unfolded
+        into that normalised SAE (module docstring).
 
     Returns
     -------
@@ -170,7 +197,8 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
     if cfg.get("normalize_activations", "none") not in ("none", None) or not cfg.get("apply_b_dec_to_input", True):
         raise SAEFolderError(
             f"{path}'s SAE normalises its input ({cfg.get('normalize_activations')!r}) or does not subtract b_dec "
-            "before encoding; this library applies neither. Fold the normalisation into the weights first."
+            "before encoding, and its cfg.json does not hold the scale; this library applies neither. Fold the "
+            "normalisation into the weights first (SAELens: sae.fold_activation_norm_scaling_factor(factor))."
         )
     if cfg.get("rescale_acts_by_decoder_norm"):
         raise SAEFolderError(f"{path}'s TopK SAE rescales by decoder norms; fold them into W_enc with SAELens first.")
@@ -187,6 +215,9 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
         tokens=str(metadata.get("tokens") or "all"),
         model_name=str(metadata.get("model_name") or cfg.get("model_name") or ""),
         dtype=dtype,
+        norm_scaling_factor=None
+        if metadata.get("norm_scaling_factor") is None
+        else float(metadata["norm_scaling_factor"]),
     )
     weights = load_file(str(path / WEIGHTS_FILE))
     missing = [name for name in _TENSORS if name not in weights]
@@ -201,5 +232,10 @@ def load_sae(folder: str | os.PathLike) -> SparseAutoencoder:
                     f"{name} in {path} has shape {tuple(weights[name].shape)}, cfg.json says {tuple(target.shape)}."
                 )
             target.copy_(weights[name].to(target.dtype))
+        scale = config.norm_scaling_factor
+        if scale is not None:  # unfold what save_sae folded in (module docstring)
+            sae.W_enc.div_(float(scale))
+            sae.W_dec.mul_(float(scale))
+            sae.b_dec.mul_(float(scale))
     sae.eval()
     return sae

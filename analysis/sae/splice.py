@@ -7,7 +7,9 @@ SAE's chosen tokens the hook replaces ``x`` by
     x̂' = decode(f')                       keep_error=False
     x  + (x̂' − x̂)                         keep_error=True   (= x̂' + (x − x̂), "the error term kept")
 
-with ``f = encode(x)``, ``x̂ = decode(f)`` and ``f'`` equal to ``f`` except ``f'_i = scale[i] · f_i``
+with ``f = encode(x)``, ``x̂ = decode(f)`` (both in the model's units: an SAE with input
+normalisation reads ``s·x`` and writes back ``(f W_dec + b_dec) / s``, :mod:`analysis.sae.model`)
+and ``f'`` equal to ``f`` except ``f'_i = scale[i] · f_i``
 for each ``{i: scale[i]}`` (0 ablates a feature, > 1 steers towards it) and ``f'_i = clamp[i]`` for
 each ``{i: clamp[i]}`` at every chosen token: clamping switches on a feature that does not fire on
 an image, which scaling cannot (Templeton et al. 2024, "Scaling Monosemanticity", clamp features

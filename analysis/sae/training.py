@@ -1,44 +1,88 @@
 """Training an SAE: on a tensor of activations (:func:`train_sae_on_activations`) or streamed from a
 ViT's images (:func:`train_sae`); both take the same optimiser step (:func:`sae_step`).
 
-**Loss.** With ``e = x − x̂`` the reconstruction error of a batch of tokens,
+**Loss.** With ``e = s·x − (f W_dec + b_dec)`` the reconstruction error of a batch of tokens in the
+SAE's units (``s`` the input scale below, 1 without normalisation),
 
     L = mean_tokens ‖e‖²                                       (TopK)
     L = mean_tokens (‖e‖² + λ ‖f‖₁)                             (ReLU; the decoder rows have unit
                                                                  norm, so ‖f‖₁ = Σ_i f_i ‖W_dec,i‖)
 
 plus, for both, the **AuxK** auxiliary loss for dead features (Gao et al. 2024, "Scaling and
-evaluating sparse autoencoders", Appendix A.2): a feature is *dead* when it has not fired in the
-last ``dead_after`` steps; ``ê = TopK_{k_aux}(relu(pre_dead)) W_dec`` reconstructs the error from
-the ``k_aux = min(dead count, d_in // 2)`` largest dead pre-activations, and
+evaluating sparse autoencoders", Appendix A.2): during training a feature counts as dead, here
+called *inactive*, when it has not fired in the last ``dead_after`` steps;
+``ê = TopK_{k_aux}(relu(pre_inactive)) W_dec`` reconstructs the error from the
+``k_aux = min(inactive count, d_in // 2)`` largest inactive pre-activations, and
 
     L_aux = mean_tokens ‖e − ê‖²,       loss = L + α L_aux       (α = 1/32, ``e`` detached)
 
-which gives dead features a gradient towards the directions the live ones miss (chosen over
+which gives inactive features a gradient towards the directions the live ones miss (chosen over
 resampling: it needs no extra pass over the data and keeps training deterministic).
+:attr:`TrainingLog.inactive_fraction` is their share at the end of each epoch; it is not
+:attr:`~analysis.sae.SAEMetrics.dead_fraction`, the share of features that never fire on a whole
+evaluation set.
+
+**Token order.** A step trains on ``batch_size`` images' worth of tokens drawn across many images,
+as saev's and SAELens's shuffled activation stores do, never on the tokens of a few images at once.
+:func:`train_sae` fills a buffer with the chosen tokens of ``buffer_batches · batch_size`` images,
+shuffles them and cuts them into ``buffer_batches`` batches; the rule, per epoch ``e``, with one
+generator seeded by ``(seed, e)``:
+
+    1. the image order is a random permutation of the ``N`` images;
+    2. consecutive runs of ``buffer_batches · batch_size`` images of that order are the buffers (the
+       last may be shorter);
+    3. a buffer's ``m · T`` token rows (``T`` chosen tokens per image, row ``p·T + t`` for the ``t``-th
+       token of its ``p``-th image) are permuted, and each ``batch_size · T`` consecutive rows of the
+       permutation are one step's batch (the last may be shorter).
+
+So an epoch has ``ceil(N / batch_size)`` steps, every token is used once, and at most one buffer's
+tokens are held (``buffer_batches · batch_size · T · d_in`` floats, split over the ranks).
+:func:`train_sae_on_activations` holds all its rows already, so its buffer is the whole tensor: each
+epoch is a seeded permutation of all rows. The same seed gives bit-identical weights.
+
+**Input normalisation.** With ``normalise=True`` the SAE trains on ``s·x`` with the scalar
+
+    s = sqrt(d_in) / mean_tokens ‖x‖           (so the mean norm of s·x is sqrt(d_in))
+
+estimated on the first buffer of the first epoch (all of ``acts`` for
+:func:`train_sae_on_activations`), kept in ``config.norm_scaling_factor`` and applied wherever the
+SAE reads or writes activations (:mod:`analysis.sae.model`). This is SAELens's
+``normalize_activations="expected_average_only_in"`` (``ActivationScaler.estimate_scaling_factor``:
+``sqrt(d_in) / mean ‖x‖``) and saev's ``scale_norm`` without ``scale_mean`` (``x / scalar`` with
+``scalar = mean ‖x‖ / sqrt(d_vit)``); Anthropic's "Scaling Monosemanticity" asks for a mean
+*squared* norm of ``d_in``, which differs by the spread of the norms (``E‖x‖² ≥ (E‖x‖)²``). It
+makes ``lr``, ``l1_coefficient`` and the losses comparable across layers and models whose
+activations differ in scale. Off by default: the weights of an unnormalised run are what they were.
 
 **Optimiser.** Adam (β = (0.9, 0.999)) with a linear warm-up of the learning rate over
 ``warmup_steps`` steps, then constant. Before each step the gradient's component parallel to each
 decoder row is removed, after it the rows are renormalised (:class:`~analysis.sae.SparseAutoencoder`).
-``b_dec`` starts at the mean activation of the first batch (Gao et al.: the geometric median; the
-mean is its cheap stand-in). The seed fixes the initialisation and the order of tokens in each batch.
+``b_dec`` starts at the mean of the first buffer's tokens (in the SAE's units; Gao et al.: the
+geometric median; the mean is its cheap stand-in). The seed fixes the initialisation and the order
+of images and tokens.
 
 **Checkpoints.** With ``checkpoint_dir``, after each epoch ``checkpoint_dir/last/`` holds the SAE in
 SAELens's format (``cfg.json`` + ``sae_weights.safetensors``), ``optimizer.safetensors`` (Adam's
 moments), ``state.json`` (epochs done, step) and ``state.safetensors`` (each feature's steps since
-it fired).
+it fired, and the SAE's parameters exactly: a normalised SAE's folder holds them folded,
+:mod:`analysis.sae.saelens`).
 ``resume=True`` continues from there, to the same weights as a run that was never interrupted.
 
 **Ranks.** With ``parallel`` (:class:`~analysis.sae.parallel.DataParallel`, e.g. under ``torchrun``)
-each rank reads its share of every batch's images, the losses are means over all ranks' tokens and
-the gradients are summed over the ranks before each step, so every rank holds the weights one
-process would; only rank 0 writes checkpoints.
+every rank draws the same orders from the seed; rank ``r`` of ``W`` reads the images at positions
+``r, r + W, ...`` of each buffer and trains on the rows of each step's batch that come from them,
+the losses are means over all ranks' tokens and the gradients are summed over the ranks before each
+step, so the ranks together take the one-process step on the one-process batch and every rank
+holds the weights one process would; only rank 0 writes checkpoints.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,12 +93,17 @@ from ..base.progress import Progress, tell
 from .errors import NoImagesError, SAEConfigError
 from .model import SAEConfig, SparseAutoencoder, topk_activation
 from .parallel import SINGLE_PROCESS, DataParallel
-from .reading import check_point, count_images, pixel_batches, read_tokens
+from .reading import check_point, count_images, images_slice, pixel_batches, read_tokens, token_indices
 from .saelens import load_sae, save_sae
 
 __all__ = ["TrainingState", "TrainingLog", "sae_step", "train_sae", "train_sae_on_activations", "AUX_COEFFICIENT"]
 
 AUX_COEFFICIENT = 1 / 32
+
+#: one buffer of a run (module docstring): this rank's token rows ``(n, d_in)``, and for each step of
+#: the buffer the rows of that tensor that are this rank's share of the step's batch (``(n_step,)``
+#: int64 each).
+Buffer = tuple[torch.Tensor, list[torch.Tensor]]
 
 
 @dataclass
@@ -66,8 +115,8 @@ class TrainingState:
     step : int
         Optimiser steps taken.
     since_fired : torch.Tensor
-        ``(d_sae,)`` int64, per feature the steps since it last fired (a feature is dead after
-        ``dead_after`` of them).
+        ``(d_sae,)`` int64, per feature the steps since it last fired (a feature is inactive, and
+        takes part in AuxK, after ``dead_after`` of them).
     """
 
     step: int
@@ -76,22 +125,25 @@ class TrainingState:
 
 @dataclass
 class TrainingLog:
-    """The losses of each step and the dead fraction at the end of each epoch (of this run: a
+    """The losses of each step and the inactive fraction at the end of each epoch (of this run: a
     resumed run logs only the epochs it trained).
 
     Attributes
     ----------
     loss : list of float
-        Each step's total loss (reconstruction, L1 for a ReLU SAE, and AuxK).
+        Each step's total loss (reconstruction, L1 for a ReLU SAE, and AuxK), in the SAE's units.
     mse : list of float
-        Each step's ``mean ‖x − x̂‖²`` over the tokens.
-    dead_fraction : list of float
-        At the end of each epoch, the share of features that have not fired in ``dead_after`` steps.
+        Each step's ``mean ‖s·x − (f W_dec + b_dec)‖²`` over the tokens (``s`` = 1 without input
+        normalisation; with it, in the normalised units).
+    inactive_fraction : list of float
+        At the end of each epoch, the share of features that fired on no token of the last
+        ``dead_after`` steps (the features AuxK trains). Not
+        :attr:`~analysis.sae.SAEMetrics.dead_fraction` (never firing on an evaluation set).
     """
 
     loss: list[float] = field(default_factory=list)
     mse: list[float] = field(default_factory=list)
-    dead_fraction: list[float] = field(default_factory=list)
+    inactive_fraction: list[float] = field(default_factory=list)
 
 
 def _make_optimizer(sae: SparseAutoencoder, lr: float) -> torch.optim.Adam:
@@ -119,7 +171,8 @@ def sae_step(
     optimizer : torch.optim.Optimizer
         The optimiser of ``sae``'s parameters (Adam); its learning rate is set for this step.
     x : torch.Tensor
-        ``(n, d_in)`` tokens, this rank's share of the batch (``n`` may be 0 on some ranks).
+        ``(n, d_in)`` tokens in the model's units, this rank's share of the batch (``n`` may be 0 on
+        some ranks); the SAE scales them (``config.norm_scaling_factor``).
     state : TrainingState
         The step count and each feature's steps since it fired.
     lr : float
@@ -127,7 +180,7 @@ def sae_step(
     warmup_steps : int
         Steps of linear warm-up: step ``s`` uses ``lr · min(1, (s + 1) / warmup_steps)``.
     dead_after : int
-        A feature that has not fired in this many steps is dead (it takes part in AuxK).
+        A feature that has not fired in this many steps is inactive (it takes part in AuxK).
     parallel : DataParallel, default SINGLE_PROCESS
         This process's rank; the token count, gradients and firing features are summed over the
         ranks.
@@ -135,32 +188,32 @@ def sae_step(
     Returns
     -------
     tuple of (float, float)
-        ``(loss, mse)``, means over the tokens of every rank.
+        ``(loss, mse)``, means over the tokens of every rank, in the SAE's units.
 
     Raises
     ------
     NoImagesError
         No tokens on any rank.
     """
-    x = x.to(sae.W_enc.dtype)
+    x = sae.scale_input(x)  # (n, d_in) in the SAE's units: s·x, or x without normalisation
     count = float(parallel.reduce(torch.tensor([float(x.shape[0])], dtype=torch.float64))[0])  # N, all ranks
     if count == 0:
         raise NoImagesError("An SAE training step got no tokens on any rank: give it at least one image.")
     for group in optimizer.param_groups:
         group["lr"] = lr * min(1.0, (state.step + 1) / max(1, warmup_steps))
-    pre = sae.pre_activation(x)  # (n, d_sae)
+    pre = (x - sae.b_dec) @ sae.W_enc + sae.b_enc  # (n, d_sae): sae.pre_activation of the unscaled x
     f = sae.activation(pre)  # (n, d_sae)
-    x_hat = sae.decode(f)  # (n, d_in)
+    x_hat = sae.decode_scaled(f)  # (n, d_in), the SAE's units
     error = x - x_hat  # (n, d_in)
     mse = error.pow(2).sum() / count
     loss = mse
     if sae.config.architecture == "relu":
         loss = loss + float(sae.config.l1_coefficient or 0.0) * f.abs().sum() / count
-    dead = state.since_fired >= dead_after  # (d_sae,)
-    k_aux = min(int(dead.sum()), sae.config.d_in // 2)
+    inactive = state.since_fired >= dead_after  # (d_sae,)
+    k_aux = min(int(inactive.sum()), sae.config.d_in // 2)
     if k_aux > 0:
-        dead_pre = pre.masked_fill(~dead, float("-inf"))  # (n, d_sae): live features never chosen
-        f_aux = topk_activation(dead_pre, k_aux).nan_to_num(0.0)  # (n, d_sae)
+        inactive_pre = pre.masked_fill(~inactive, float("-inf"))  # (n, d_sae): live features never chosen
+        f_aux = topk_activation(inactive_pre, k_aux).nan_to_num(0.0)  # (n, d_sae)
         e_hat = f_aux @ sae.W_dec  # (n, d_in)
         loss = loss + AUX_COEFFICIENT * (error.detach() - e_hat).pow(2).sum() / count
     optimizer.zero_grad(set_to_none=True)
@@ -221,7 +274,8 @@ def _save_checkpoint(folder: Path, sae, optimizer, state: TrainingState, epochs_
             for key, value in optimizer.state.get(param, {}).items():
                 moments[f"{names[id(param)]}.{key}"] = torch.as_tensor(value).detach().clone().contiguous()
     save_file(moments, str(last / "optimizer.safetensors"))
-    save_file({"since_fired": state.since_fired.contiguous()}, str(last / "state.safetensors"))
+    exact = {f"sae.{name}": param.detach().cpu().contiguous() for name, param in sae.named_parameters()}
+    save_file({"since_fired": state.since_fired.contiguous(), **exact}, str(last / "state.safetensors"))
     (last / "state.json").write_text(json.dumps({"epochs_done": epochs_done, "step": state.step}))
 
 
@@ -235,16 +289,57 @@ def _load_checkpoint(folder: Path, lr: float):
         if entries:
             optimizer.state[param] = entries
     info = json.loads((last / "state.json").read_text())
-    since = load_file(str(last / "state.safetensors"))["since_fired"]
+    saved = load_file(str(last / "state.safetensors"))
+    with torch.no_grad():  # the exact parameters (the folder's are folded for a normalised SAE)
+        for name, param in sae.named_parameters():
+            param.copy_(saved[f"sae.{name}"])
+    since = saved["since_fired"]
     return sae, optimizer, TrainingState(step=int(info["step"]), since_fired=since), int(info["epochs_done"])
 
 
+def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator of one epoch's orders: the same on every rank, and for a resumed epoch."""
+    return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+
+
+def _rank_rows(rows: torch.Tensor, per_image: int, parallel: DataParallel) -> torch.Tensor:
+    """This rank's share of a batch of a buffer's global rows (module docstring), as rows of its own
+    tokens: global row ``g = p·T + t`` (image position ``p``, token ``t``) belongs to rank ``p mod W``,
+    which holds it at row ``(p div W)·T + t``.
+
+    ``rows``: ``(n,)`` int64 global rows; returns ``(n_rank,)`` int64 local rows, in ``rows``' order."""
+    position, token = rows // per_image, rows % per_image  # (n,), (n,)
+    mine = position % parallel.world == parallel.rank  # (n,)
+    return (position[mine] // parallel.world) * per_image + token[mine]
+
+
+def _initial_sae(
+    config: SAEConfig, tokens: torch.Tensor, *, seed: int, normalise: bool, parallel: DataParallel
+) -> SparseAutoencoder:
+    """A new SAE for ``tokens`` ``(n, d_in)``, this rank's rows of the first buffer: with ``normalise``
+    its ``norm_scaling_factor`` is ``s = sqrt(d_in) / mean ‖x‖``; ``b_dec`` is ``s`` times the mean
+    token (module docstring), both over every rank's rows."""
+    x = tokens.double()  # (n, d_in)
+    count = torch.tensor([float(x.shape[0])], dtype=torch.float64)
+    summed = parallel.reduce(torch.cat([x.sum(0), x.norm(dim=1).sum().reshape(1), count]))  # (d_in + 2,)
+    mean, mean_norm = summed[:-2] / summed[-1], float(summed[-2] / summed[-1])  # (d_in,), float
+    if normalise:
+        if not mean_norm > 0:
+            raise SAEConfigError("normalise=True needs tokens that are not all zero: their mean norm is 0.")
+        config = dataclasses.replace(config, norm_scaling_factor=math.sqrt(config.d_in) / mean_norm)
+    sae = _new_sae(config, seed)
+    scale = config.norm_scaling_factor
+    with torch.no_grad():
+        sae.b_dec.copy_((mean if scale is None else mean * scale).to(sae.b_dec.dtype))
+    return sae
+
+
 def _run(
-    batches_of_epoch,
+    buffers_of_epoch: Callable[[int], Iterator[Buffer]],
     total_steps: int,
     config: SAEConfig,
-    first_batch,
     *,
+    normalise: bool,
     epochs,
     lr,
     warmup_steps,
@@ -257,28 +352,37 @@ def _run(
 ) -> tuple[SparseAutoencoder, TrainingLog]:
     log = TrainingLog()
     folder = None if checkpoint_dir is None else Path(checkpoint_dir)
+    first_epoch: Iterator[Buffer] | None = None
     if resume and folder is not None and (folder / "last" / "state.json").exists():
         sae, optimizer, state, start_epoch = _load_checkpoint(folder, lr)
     else:
-        sae = _new_sae(config, seed)
-        first = first_batch().double()  # (n, d_in): this rank's share of the first batch
-        summed = parallel.reduce(torch.cat([first.sum(0), torch.tensor([float(first.shape[0])], dtype=torch.float64)]))
-        with torch.no_grad():
-            sae.b_dec.copy_((summed[:-1] / summed[-1]).to(sae.b_dec.dtype))
+        stream = buffers_of_epoch(0)
+        first = next(stream)  # the first buffer: the input scale and b_dec, then trained on as usual
+        sae = _initial_sae(config, first[0], seed=seed, normalise=normalise, parallel=parallel)
+        first_epoch = itertools.chain([first], stream)
         optimizer = _make_optimizer(sae, lr)
         state = TrainingState(step=0, since_fired=torch.zeros(config.d_sae, dtype=torch.long))
         start_epoch = 0
     steps_per_epoch = total_steps // max(1, epochs)
     tell(progress, start_epoch * steps_per_epoch, total_steps)
     for epoch in range(start_epoch, int(epochs)):
-        for x in batches_of_epoch(epoch):
-            loss, mse = sae_step(
-                sae, optimizer, x, state, lr=lr, warmup_steps=warmup_steps, dead_after=dead_after, parallel=parallel
-            )
-            log.loss.append(loss)
-            log.mse.append(mse)
-            tell(progress, min(state.step, total_steps), total_steps)
-        log.dead_fraction.append(float((state.since_fired >= dead_after).float().mean()))
+        buffers = first_epoch if epoch == 0 and first_epoch is not None else buffers_of_epoch(epoch)
+        for tokens, steps in buffers:  # (n, d_in), this rank's rows of each step
+            for rows in steps:
+                loss, mse = sae_step(
+                    sae,
+                    optimizer,
+                    tokens[rows],
+                    state,
+                    lr=lr,
+                    warmup_steps=warmup_steps,
+                    dead_after=dead_after,
+                    parallel=parallel,
+                )
+                log.loss.append(loss)
+                log.mse.append(mse)
+                tell(progress, min(state.step, total_steps), total_steps)
+        log.inactive_fraction.append(float((state.since_fired >= dead_after).float().mean()))
         if folder is not None and parallel.is_main:
             _save_checkpoint(folder, sae, optimizer, state, epoch + 1)
     sae.eval()
@@ -298,6 +402,7 @@ def train_sae_on_activations(
     batch_size: int = 256,
     seed: int = 0,
     dead_after: int = 200,
+    normalise: bool = False,
     point: str = "",
     tokens: str = "all",
     model_name: str = "",
@@ -307,7 +412,7 @@ def train_sae_on_activations(
     resume: bool = False,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
     """Train an SAE on activations (module docstring), ``batch_size`` rows a step, the rows in a
-    seeded random order each epoch.
+    seeded random order each epoch (a permutation of all ``N`` rows: the buffer is ``acts``).
 
     Parameters
     ----------
@@ -332,7 +437,10 @@ def train_sae_on_activations(
     seed : int, default 0
         Fixes the initialisation and the row order of each epoch.
     dead_after : int, default 200
-        Steps without firing after which a feature is dead (AuxK).
+        Steps without firing after which a feature is inactive (AuxK).
+    normalise : bool, default False
+        Train on ``s·x`` with ``s = sqrt(d_in) / mean ‖x‖`` over all of ``acts`` (module docstring),
+        kept in the SAE's ``config.norm_scaling_factor``.
     point : str, default ""
         The hook point the activations come from, recorded in the config.
     tokens : str, default "all"
@@ -358,8 +466,9 @@ def train_sae_on_activations(
     NoImagesError
         ``acts`` is not a non-empty 2-D tensor.
     SAEConfigError
-        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` below 1,
-        an unknown architecture, token choice or dtype.
+        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` or
+        ``batch_size`` below 1, an unknown architecture, token choice or dtype; ``normalise`` with
+        all-zero activations.
     """
     if acts.ndim != 2 or acts.shape[0] == 0:
         raise NoImagesError(
@@ -378,18 +487,19 @@ def train_sae_on_activations(
     )
     count = acts.shape[0]
     size = int(batch_size)
+    if size < 1:
+        raise SAEConfigError(f"batch_size must be at least 1 (got {batch_size}).")
 
-    def batches(epoch: int) -> Iterator[torch.Tensor]:
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch))
-        for start in range(0, count, size):
-            yield acts[order[start : start + size]]
+    def buffers(epoch: int) -> Iterator[Buffer]:
+        order = torch.randperm(count, generator=_epoch_generator(seed, epoch))  # (N,)
+        yield acts, [order[start : start + size] for start in range(0, count, size)]
 
     steps = -(-count // size) * int(epochs)
     return _run(
-        batches,
+        buffers,
         steps,
         config,
-        lambda: acts[:size].float(),
+        normalise=normalise,
         epochs=epochs,
         lr=lr,
         warmup_steps=warmup_steps,
@@ -414,19 +524,22 @@ def train_sae(
     warmup_steps: int = 100,
     epochs: int = 1,
     batch_size: int = 16,
+    buffer_batches: int = 16,
     tokens: str = "patches",
     seed: int = 0,
     dead_after: int = 200,
+    normalise: bool = False,
     dtype: str = "float32",
     progress: Progress | None = None,
     checkpoint_dir=None,
     resume: bool = False,
     parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[SparseAutoencoder, TrainingLog]:
-    """Train an SAE on ``vit``'s activations at ``point`` over ``images``, streamed: each step runs
-    one forward pass over ``batch_size`` images (:func:`analysis.engine.activations.run_with_cache`)
-    and trains on their chosen ``tokens`` (``(batch_size · T_chosen, D)``, in a seeded order), so only
-    one batch's activations are held.
+    """Train an SAE on ``vit``'s activations at ``point`` over ``images``, streamed through a shuffle
+    buffer (module docstring): the chosen ``tokens`` of ``buffer_batches · batch_size`` images are
+    read (forward passes of ``batch_size`` images, :func:`analysis.engine.activations.run_with_cache`),
+    shuffled together and trained on ``batch_size · T_chosen`` rows a step, so a step mixes the
+    tokens of many images and only one buffer's activations are held.
 
     Parameters
     ----------
@@ -452,13 +565,20 @@ def train_sae(
     epochs : int, default 1
         Passes over ``images``.
     batch_size : int, default 16
-        Images per step.
+        Images' worth of tokens per step (``batch_size · T_chosen`` rows), and images per forward
+        pass.
+    buffer_batches : int, default 16
+        Steps per shuffle buffer: the tokens of ``buffer_batches · batch_size`` images are shuffled
+        together (1: within each step's images only).
     tokens : str, default "patches"
         ``"patches"``, ``"class"`` or ``"all"`` (:data:`TOKEN_CHOICES`).
     seed : int, default 0
-        Fixes the initialisation and the token order of each step.
+        Fixes the initialisation, each epoch's image order and each buffer's token order.
     dead_after : int, default 200
-        Steps without firing after which a feature is dead (AuxK).
+        Steps without firing after which a feature is inactive (AuxK).
+    normalise : bool, default False
+        Train on ``s·x`` with ``s = sqrt(D) / mean ‖x‖`` over the first buffer's tokens (module
+        docstring), kept in the SAE's ``config.norm_scaling_factor``.
     dtype : str, default "float32"
         The SAE's parameter dtype.
     progress : Progress or None, default None
@@ -469,7 +589,7 @@ def train_sae(
         Continue from ``checkpoint_dir/last/`` when it holds a checkpoint (its SAE and config).
     parallel : DataParallel, default SINGLE_PROCESS
         This process's rank among data-parallel ranks (module docstring), each reading its share of
-        every batch of the same ``images``; the default trains alone.
+        every buffer of the same ``images``; the default trains alone.
 
     Returns
     -------
@@ -483,9 +603,9 @@ def train_sae(
     NoImagesError
         No images.
     SAEConfigError
-        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` below 1,
-        an unknown architecture, token choice or dtype, ``tokens="class"`` on a model without a class
-        token.
+        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion``,
+        ``batch_size`` or ``buffer_batches`` below 1, an unknown architecture, token choice or dtype,
+        ``tokens="class"`` on a model without a class token; ``normalise`` with all-zero tokens.
     """
     name = check_point(vit, point)
     total = count_images(images)
@@ -506,29 +626,41 @@ def train_sae(
         dtype=dtype,
     )
 
-    def tokens_of(pixels: torch.Tensor) -> torch.Tensor:
-        if pixels.shape[0] == 0:  # this rank has no image in this batch
-            return torch.zeros(0, width)
-        chosen, _ = read_tokens(vit, pixels, name, tokens)  # (b, T_chosen, D)
-        return chosen.reshape(-1, chosen.shape[-1])  # (b·T_chosen, D)
+    size, per_buffer = int(batch_size), int(batch_size) * int(buffer_batches)
+    if size < 1 or int(buffer_batches) < 1:
+        raise SAEConfigError(f"batch_size and buffer_batches must be at least 1 (got {batch_size}, {buffer_batches}).")
+    per_image = int(token_indices(vit.spec, tokens).numel())  # T_chosen
 
-    def my_batches():
-        return pixel_batches(vit, images, batch_size, rank=parallel.rank, world=parallel.world)
+    def tokens_of(indices: list[int]) -> torch.Tensor:
+        """The chosen tokens of the images at ``indices``, ``(len · T_chosen, D)`` float32, read
+        ``batch_size`` images a forward pass."""
+        parts = [torch.zeros(0, width)]
+        for start in range(0, len(indices), size):
+            chunk = images_slice(images, indices[start : start + size])
+            for pixels in pixel_batches(vit, chunk, size):  # one batch
+                chosen, _ = read_tokens(vit, pixels, name, tokens)  # (b, T_chosen, D)
+                parts.append(chosen.reshape(-1, width))
+        return torch.cat(parts)
 
-    def batches(epoch: int) -> Iterator[torch.Tensor]:
-        for index, pixels in enumerate(my_batches()):
-            x = tokens_of(pixels)
-            order = torch.randperm(
-                x.shape[0], generator=torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch * 65_537 + index)
-            )
-            yield x[order]
+    def buffers(epoch: int) -> Iterator[Buffer]:
+        generator = _epoch_generator(seed, epoch)
+        order = torch.randperm(total, generator=generator)  # (N,) this epoch's image order
+        for start in range(0, total, per_buffer):
+            held = order[start : start + per_buffer]  # (m,) the buffer's images, by position p
+            mine = held[parallel.rank :: parallel.world].tolist()  # positions rank, rank + W, ...
+            rows = torch.randperm(held.numel() * per_image, generator=generator)  # (m·T,) global rows
+            step_rows = size * per_image
+            steps = [
+                _rank_rows(rows[at : at + step_rows], per_image, parallel) for at in range(0, rows.numel(), step_rows)
+            ]
+            yield tokens_of(mine), steps
 
-    steps = -(-total // int(batch_size)) * int(epochs)
+    steps = -(-total // size) * int(epochs)
     return _run(
-        batches,
+        buffers,
         steps,
         config,
-        lambda: tokens_of(next(my_batches())),
+        normalise=normalise,
         epochs=epochs,
         lr=lr,
         warmup_steps=warmup_steps,
