@@ -430,3 +430,38 @@ def test_torchvision_explanations_equal_autograd_on_the_torchvision_model():
     assert expected.abs().sum() > 0
     torch.testing.assert_close(explain(vit, pixels, target=target, method="gradcam"), expected, atol=1e-5, rtol=1e-4)
     assert torch.isfinite(explain(vit, pixels, target=target, method="chefer")).all()
+
+
+@pytest.mark.parametrize(
+    "change, what", [(dict(num_hidden_layers=400), "depth 400"), (dict(hidden_size=1_000_000), "width 10^6")]
+)
+def test_a_hf_config_larger_than_its_weights_is_refused_before_anything_is_built(tmp_path, monkeypatch, change, what):
+    """A save_pretrained folder whose config.json describes a far larger model than its weights (a
+    2-layer ViT-Ti) is refused with a typed error naming both sizes; the model is only built on the
+    meta device (no memory). transformers itself would build all 400 layers and fill the 398 without
+    weights at random. The folder with its own config still loads."""
+    import json
+
+    import analysis.model.loading.hf_transformers as hf
+    from analysis import CheckpointError
+
+    width = dict(hidden_size=192, num_attention_heads=3, intermediate_size=768)
+    config = transformers.ViTConfig(**{**SMALL, **width}, num_labels=3)
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path)
+    assert load_vit(tmp_path, device="cpu").spec.num_layers == 2
+    devices = []
+    built = transformers.ViTForImageClassification._from_config
+
+    def recorded(*args, **kwargs):
+        devices.append(str(torch.get_default_device()))
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.ViTForImageClassification, "_from_config", recorded)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError, match=r"describes a model of [\d,.]+ M values, but its weights hold"):
+        load_vit(tmp_path, device="cpu")
+    assert devices == ["meta"], (what, devices)
+    assert time.perf_counter() - started < 20, what
+    assert hf.check_hf_config_fits_weights(tmp_path.parent, transformers.ViTModel) is None  # no weights: not its call

@@ -25,7 +25,7 @@ import torch.nn as nn
 from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
-from ...base.errors import ModelLoadError, UnsupportedModelError, WeightsUnavailableError
+from ...base.errors import CheckpointError, ModelLoadError, UnsupportedModelError, WeightsUnavailableError
 from . import hf_swin
 from .assemble import ConcatLinear, finish, shared_linear, skeleton
 from .hf_parts import IntermediateOutput, first_attribute, from_folder, require_transformers
@@ -42,6 +42,7 @@ __all__ = [
     "hf_snapshot",
     "preprocessing_config",
     "read_preprocessor",
+    "check_hf_config_fits_weights",
 ]
 
 SUPPORTED_MODEL_TYPES = (
@@ -472,11 +473,74 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
     model_class = getattr(transformers, architectures[0], None) if architectures else None
     if model_class is None:
         model_class = transformers.AutoModel
+    check_hf_config_fits_weights(folder, model_class)
     try:
         model = from_folder(model_class, folder)
     except Exception as exc:  # noqa: BLE001 - corrupt or mismatched folders
         raise ModelLoadError(f"transformers could not load {folder}: {type(exc).__name__}: {str(exc)[:400]}") from exc
     return wrap_hf(model, name, device, preprocessor=read_preprocessor(folder), **options)
+
+
+#: A model built from a hub config with random weights (no weights file to compare with) may hold at
+#: most this many values (8 GiB in float32: more than a ViT-g); a larger config is refused unbuilt.
+MAX_RANDOM_VALUES = 2**31
+
+
+def _values_on_meta(model_class: Any, folder: Path) -> int | None:
+    """The values (parameters and buffers) of ``model_class`` built from the folder's config on
+    PyTorch's ``meta`` device (shapes only, no memory); None when it cannot be built there."""
+    transformers = require_transformers()
+    try:
+        model_config = transformers.AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):
+            built = (
+                model_class.from_config(model_config)
+                if model_class is transformers.AutoModel
+                else model_class._from_config(model_config)
+            )
+        return sum(t.numel() for t in built.state_dict().values())
+    except Exception:  # noqa: BLE001 - not buildable on meta: the real load decides
+        return None
+
+
+def check_hf_config_fits_weights(folder: Path, model_class: Any) -> None:
+    """Refuse a Hugging Face folder whose ``config.json`` describes a larger model than its weights
+    hold, before anything is allocated: ``model_class`` is built from the config on the ``meta``
+    device and its values counted,
+
+        values(model) = Σ numel(t)  over its parameters and buffers,
+
+    against the values of the folder's ``*.safetensors`` files (their headers:
+    :func:`~analysis.model.loading.files.weights_values`; a ``pytorch_model.bin`` counts its bytes / 2)
+    plus :data:`~analysis.model.loading.files.CONFIG_SLACK_VALUES`. A ViT config of depth 400 or
+    width 10⁶ beside a small model's weights is refused without building it (transformers would
+    allocate it whole before the weights' shapes refuse it).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        A ``save_pretrained`` folder (or a hub snapshot).
+    model_class : type
+        The transformers class the folder is loaded with.
+
+    Raises
+    ------
+    CheckpointError
+        The model holds more than the weights plus the slack, or a safetensors header is unreadable.
+    """
+    from .files import CONFIG_SLACK_VALUES, weights_values
+
+    weights = sorted(folder.glob("*.safetensors")) or [p for p in (folder / "pytorch_model.bin",) if p.is_file()]
+    if not weights:  # nothing to compare with: transformers' own load says what is missing
+        return
+    held = sum(weights_values(path) for path in weights)
+    needed = _values_on_meta(model_class, folder)
+    if needed is not None and needed > held + CONFIG_SLACK_VALUES:
+        raise CheckpointError(
+            f"{folder / 'config.json'} describes a model of {needed / 1e6:,.1f} M values, but its weights hold "
+            f"{held / 1e6:,.1f} M: the config does not fit its weights (check num_hidden_layers, hidden_size, ...). "
+            "Nothing was built."
+        )
 
 
 def read_preprocessor(folder: Path) -> dict | None:
@@ -590,5 +654,11 @@ def load_hf(repo_id: str, device: torch.device, *, pretrained: bool = True, **op
     if model_class is None:
         raise UnsupportedModelError(
             f"{repo_id}: this transformers has no {architectures[0]} class (config.json's architectures): upgrade transformers."
+        )
+    needed = _values_on_meta(model_class, folder)
+    if needed is not None and needed > MAX_RANDOM_VALUES:
+        raise CheckpointError(
+            f"hf:{repo_id}'s config.json describes a model of {needed / 1e6:,.1f} M values, more than "
+            f"{MAX_RANDOM_VALUES / 1e6:,.0f} M: refused before building it with random weights."
         )
     return wrap_hf(model_class._from_config(model_config), f"hf:{repo_id}", device, **options)
