@@ -216,3 +216,59 @@ def test_concurrent_sessions_share_the_picture_cache_safely():
     assert not errors, errors[:5]
     assert sorted(computed) == sorted(set(computed)) and len(computed) == 12  # each key computed once
     assert len(store) <= store.max_entries
+
+
+def _models_held(value, seen=None, path="session") -> list[str]:
+    """Paths, inside ``value``, of every torch module or loaded model it holds (dataclass fields,
+    named tuples, sequences and mappings walked)."""
+    import dataclasses
+
+    import torch
+
+    import analysis
+
+    seen = set() if seen is None else seen
+    if id(value) in seen or isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return []
+    seen.add(id(value))
+    if isinstance(value, (torch.nn.Module, analysis.LoadedViT)):
+        return [path]
+    found = []
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            found += _models_held(getattr(value, field.name), seen, f"{path}.{field.name}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found += _models_held(item, seen, f"{path}[{key!r}]")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for i, item in enumerate(value):
+            found += _models_held(item, seen, f"{path}[{i}]")
+    return found
+
+
+def test_a_session_holds_model_keys_not_models():
+    """The cache's eviction must free a model however many sessions chose it: no session keeps one
+    in its state (the issue: eight models in open tabs stayed in memory after eviction). After the
+    cache is cleared the session's next run loads the model again, with the same (seeded) weights."""
+    import os
+
+    import torch
+    from streamlit.testing.v1 import AppTest
+
+    from vizapp import resources
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
+    at.query_params.update(model="random:vit_tiny_patch16_224", res="32")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.switch_page("views/tokens/tokens.py").run()
+    state = {key: at.session_state[key] for key in at.session_state}
+    assert _models_held(state) == []
+    before = [p.detach().clone() for p in at.session_state["current"].vit.model.parameters()]
+    resources.get_model.clear()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    after = list(at.session_state["current"].vit.model.parameters())
+    assert len(after) == len(before) and all(torch.equal(a, b) for a, b in zip(after, before))
+    assert _models_held({key: at.session_state[key] for key in at.session_state}) == []

@@ -65,10 +65,13 @@ PERSISTENT_KEYS = persistent_keys()  # each page declares its own (PageInfo.kept
 
 @dataclass(frozen=True)
 class Current:
-    """What every page works on: the model that loaded and the image that decoded."""
+    """What every page works on: the model that loaded and the image that decoded.
+
+    A session holds the model's key, never the model: :attr:`vit` looks it up in the cache every
+    session shares (:func:`vizapp.resources.get_model`), so the cache's eviction frees a model
+    however many open sessions chose it (reloaded on their next run; random weights are seeded)."""
 
     model: ModelRef
-    vit: analysis.LoadedViT
     image: ImageRef
     colorscale: str
     map_range: str = "robust"  # a key of analysis.plots.MAP_RANGES
@@ -87,6 +90,11 @@ class Current:
             return None
         height, width = image_size or self.spec.img_size
         return analysis.upsample_map(grid_map, (height, width), self.map_cells)
+
+    @property
+    def vit(self) -> analysis.LoadedViT:
+        """The model, from the shared cache (loaded again if another session's choice evicted it)."""
+        return resources.get_model(self.model)
 
     @property
     def spec(self) -> analysis.ViTSpec:
@@ -554,7 +562,6 @@ def render_sidebar() -> Current:
     )
     selection = Current(
         model=model,
-        vit=vit,
         image=image,
         colorscale=colorscale,
         map_range=map_range,
