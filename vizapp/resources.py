@@ -43,6 +43,7 @@ from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustn
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
+from vizapp.memory import release_on_free
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
 
@@ -57,7 +58,9 @@ def get_model(ref: ModelRef) -> analysis.LoadedViT:
     (:class:`~vizapp.access.SourceRefusedError` where a shared server refuses the source)."""
     check_source(ref.source, pretrained=ref.pretrained)
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
-    return load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    release_on_free(vit)  # once evicted (sessions hold keys, not models): memory back to the system
+    return vit
 
 
 # --------------------------------------------------------------------------- the forward pass
@@ -133,12 +136,14 @@ def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
     probabilities = vit.probabilities(logits).numpy() if vit.spec.has_classifier else np.zeros(0, np.float32)
     input_image = np.asarray(vit.model_input_image(image), dtype=np.uint8)
     input_image.flags.writeable = False
-    return Forward(
+    captured = Forward(
         record=record,
         input_image=input_image,
         probabilities=probabilities.astype(np.float32),
         notes=tuple(str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)),
     )
+    release_on_free(captured)  # once the record store evicts it: its memory back to the system
+    return captured
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
