@@ -1482,6 +1482,33 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     resources.layer_attention_grids.clear()
 
 
+def test_a_resolution_whose_record_exceeds_the_budget_is_refused_before_the_forward(app, vit, monkeypatch):
+    """One record larger than every record's budget (VIZAPP_MAX_RECORD_MB) is refused before the
+    model runs, with its size and what to do; the model and image shown before stay (the store would
+    otherwise keep that one record whatever its size). The size is Σ windows·heads·Wt² entries."""
+    import vizapp.resources as resources
+    from vizapp.refs import ModelRef
+
+    ref = ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=96)
+    spec = resources.get_model(ref).spec
+    tokens = spec.num_prefix_tokens + 36  # 96 px: a 6×6 grid of 16 px patches
+    assert resources.record_bytes(spec) == spec.num_layers * spec.num_heads * tokens**2 * 4
+    monkeypatch.setattr(resources, "MAX_RECORD_BYTES", resources.record_bytes(spec) - 1)
+    ran = []
+    monkeypatch.setattr(resources, "capture_attention", lambda *a, **k: ran.append(1))
+    with pytest.raises(resources.RecordTooLargeError, match=r"GiB, more than this server keeps.*lower resolution"):
+        resources.forward(ref, "digest-of-nothing", b"")
+    assert ran == []
+    before = app.session_state["current"].model
+    app.sidebar.radio(key="model_source").set_value("timm").run()
+    app.sidebar.text_input(key="model_timm").set_value("random:vit_tiny_patch16_224").run()
+    app.sidebar.number_input(key="resolution").set_value(96).run()
+    assert_clean(app)
+    assert app.session_state["current"].model in (before, ModelRef("vit_tiny_patch16_224", False, img_size=None))
+    assert app.session_state["current"].model.img_size != 96
+    assert any("lower resolution" in e.value for e in app.error), [e.value for e in app.error]
+
+
 @pytest.mark.upload
 def test_tokens_correspondence_into_an_uploaded_image(app, vit):
     spec = vit.spec

@@ -29,6 +29,7 @@ from PIL import Image
 
 import analysis
 from analysis import (
+    ModelLoadError,
     attention_map,
     capture_attention,
     load_image,
@@ -92,12 +93,46 @@ class Forward:
         return sum(t.numel() * t.element_size() for t in tensors) + self.input_image.nbytes + self.probabilities.nbytes
 
 
+def _record_entries(spec: analysis.ViTSpec) -> int:
+    # one (windows, heads, Wt, Wt) tensor per layer; a ViT's layer is one window of all T tokens
+    return sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.geometries())
+
+
 def record_dtype(spec: analysis.ViTSpec) -> torch.dtype:
     """float32, or float16 when one image's float32 record would exceed
     :data:`~vizapp.limits.FLOAT16_RECORD_BYTES` (the probabilities are still computed in float32)."""
-    # one (windows, heads, Wt, Wt) tensor per layer; a ViT's layer is one window of all T tokens
-    entries = sum(g.num_windows * g.num_heads * g.window_tokens**2 for g in spec.geometries())
-    return torch.float16 if entries * 4 > FLOAT16_RECORD_BYTES else torch.float32
+    return torch.float16 if _record_entries(spec) * 4 > FLOAT16_RECORD_BYTES else torch.float32
+
+
+def record_bytes(spec: analysis.ViTSpec) -> int:
+    """The bytes of one image's attention record at :func:`record_dtype`: Σ over layers of
+    ``windows · heads · Wt²`` entries (a ViT: one window of all ``T`` tokens), 4 or 2 bytes each."""
+    return _record_entries(spec) * (2 if record_dtype(spec) == torch.float16 else 4)
+
+
+class RecordTooLargeError(ModelLoadError):
+    """One image's attention record would not fit the server's record budget
+    (:data:`~vizapp.limits.MAX_RECORD_BYTES`); nothing was run."""
+
+
+def check_record_fits(ref: ModelRef, spec: analysis.ViTSpec) -> None:
+    """Refuse, before the forward pass, a model and resolution whose one record alone exceeds the
+    budget every record shares (``VIZAPP_MAX_RECORD_MB``): the store keeps its newest record
+    whatever its size, so one link could otherwise hold gigabytes.
+
+    Raises
+    ------
+    RecordTooLargeError
+        With the record's size, the budget and what to do.
+    """
+    needed = record_bytes(spec)
+    if needed > MAX_RECORD_BYTES:
+        side = "×".join(str(s) for s in spec.img_size)
+        raise RecordTooLargeError(
+            f"At {side} px, one image's attention record of {ref.label} would take {needed / 2**30:,.1f} GiB, more "
+            f"than this server keeps for all records ({MAX_RECORD_BYTES / 2**30:,.1f} GiB, VIZAPP_MAX_RECORD_MB). "
+            "Choose a lower resolution."
+        )
 
 
 @st.cache_resource(show_spinner=False)
@@ -128,6 +163,7 @@ def preload_forward(ref: ModelRef, digest: str, image_bytes: bytes) -> Forward:
 
 def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
     vit = get_model(ref)
+    check_record_fits(ref, vit.spec)
     image = load_image(_image_bytes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
