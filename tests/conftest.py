@@ -61,6 +61,7 @@ def pytest_configure(config):
 # independent, long, and would otherwise leave one worker running them alone at the end.
 SPLIT_FILES = frozenset(
     {
+        "test_adversarial_patch.py",
         "test_app.py",
         "test_app_robustness_attacks.py",
         "test_app_windowed.py",

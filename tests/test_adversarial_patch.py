@@ -1,6 +1,7 @@
 """Universal adversarial patches (analysis.robustness.adversarial_patch): pasting against explicit slicing, the
-attention share on the patch against an explicit loop over the record, a trained patch against a noise patch
-on held-out demo scenes, and the typed errors."""
+attention share on the patch against an explicit loop over the record, the step budget against a loop written
+out, the default patches against a noise patch on held-out demo scenes (disjoint from the training scenes), a
+targeted patch's loss and its target-hit rate against a count by hand, and the typed errors."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import torch
 from PIL import Image
 
 from analysis import load_vit
+from analysis.cli.robustness import BENCHMARK_SEED
 from analysis.demo.data import render_sample
 from analysis.robustness import load_cnn
 from analysis.robustness.adversarial_patch import (
+    PATCH_SHARE,
+    PATCH_STEPS,
+    PATCH_TRAIN_SCENES,
+    PATCH_TRAIN_SEED,
     AdversarialPatch,
     PatchError,
+    demo_patch_scenes,
     evaluate_patch,
     noise_patch,
     paste_patch,
@@ -25,10 +32,12 @@ from analysis.robustness.adversarial_patch import (
     patch_transfer_matrix,
     random_patch_positions,
     train_patch,
+    unit_images,
 )
 
 TRAIN_SEED = 5151  # the patch's training scenes: not a training or validation stream of the demo models
 HELD_OUT_SEED = 4242  # the scenes it is scored on: another stream again
+RING = 1  # the target class of the targeted patches (a demo class every demo model can be pushed towards)
 
 
 @pytest.fixture(scope="module")
@@ -104,39 +113,184 @@ def test_attention_share_equals_a_loop_over_the_record(demo_vit):
     assert not torch.equal(found.patched.attentions, found.clean.attentions)
 
 
-def test_a_trained_patch_beats_a_noise_patch_on_held_out_scenes(demo_vit):
-    """Trained on 48 scenes (seed 5151), 5 epochs of batches of 8, Adam at 0.1, 10% of the image area
-    (15 px on the 48 px scenes), random positions; scored on 150 held-out scenes (seed 4242) at the same
-    random positions as a uniform-noise patch of the same size. Measured: clean 0.940, noise patch 0.720,
-    trained patch 0.680, a margin of 4 points (fooling rate 0.260 against 0.227). The margin depends on the
-    training seed (seeds 1, 2, 3: 0.693, 0.707, 0.707; seed 2000, as patch_size_curve trains at 10%: 0.733,
-    no better than noise). The demo ViT reads the object's shape, and a 15 px square of noise already hides
-    much of it, so the margin is small: the assertion is "strictly lower" at seed 0, and the numbers are
-    printed (pytest -s)."""
-    size = demo_vit.spec.img_size[0]
-    train_images, train_labels = scenes(TRAIN_SEED, 48, size)
-    test_images, test_labels = scenes(HELD_OUT_SEED, 150, size)
+def test_default_patches_beat_a_noise_patch_on_held_out_scenes(demo_vit):
+    """The default settings (a 10% patch, 15 px on the 48 px scenes; 150 Adam steps of 32 of the 512
+    training scenes of stream 5151) against the same-size noise patch at the same random positions, on 200
+    held-out scenes of the command line's stream (20261204), for the demo ViT and the demo CNN: what
+    ``python -m analysis robustness patch --model demo --cnn demo --demo-scenes 200 --out patch.npz``
+    prints. Measured: ViT 0.615 against noise 0.695 (8.0 points), CNN 0.625 against 0.785 (16.0 points),
+    clean 0.925 and 1.000. The acceptance: the trained patch lowers held-out accuracy at least 5 points
+    more than the noise patch on one of the two models at least (pytest -s prints the numbers)."""
+    scenes = demo_patch_scenes(200, BENCHMARK_SEED)
     calls = []
-    patch = train_patch(
-        demo_vit,
-        train_images,
-        train_labels,
-        share=0.1,
-        epochs=5,
-        batch_size=8,
-        step_size=0.1,
-        seed=0,
+    curve = patch_size_curve(
+        {"ViT": demo_vit, "CNN": load_cnn("demo")},
+        scenes.train_images,
+        scenes.train_labels,
+        shares=(PATCH_SHARE,),
+        eval_images=scenes.held_out_images,
+        eval_labels=scenes.held_out_labels,
+        seed=BENCHMARK_SEED,
         progress=lambda done, total: calls.append((done, total)),
     )
-    assert calls == [(done, 30) for done in range(1, 31)]  # 5 epochs of 6 batches of 8
-    assert patch.patch.shape == (3, 15, 15) and 0 <= float(patch.patch.min()) and float(patch.patch.max()) <= 1
-    trained = evaluate_patch(demo_vit, test_images, test_labels, patch, seed=1)
-    noise = evaluate_patch(demo_vit, test_images, test_labels, noise_patch(patch.side, seed=2), seed=1)
-    print(
-        f"clean {trained.clean_accuracy:.3f}  noise patch {noise.accuracy:.3f}  trained patch {trained.accuracy:.3f}  "
-        f"fooling {trained.fooling_rate:.3f} vs {noise.fooling_rate:.3f}"
+    total = 2 * (PATCH_STEPS + 1)  # per model: its training's steps, then its evaluation
+    assert calls[-1] == (total, total) and [d for d, _ in calls] == sorted(d for d, _ in calls)
+    margins = {}
+    for name in ("ViT", "CNN"):
+        (found,) = curve.patches[name]
+        assert found.side == 15 and found.steps == PATCH_STEPS
+        own, noise = float(curve.accuracy[name][0]), float(curve.noise_accuracy[name][0])
+        margins[name] = noise - own
+        print(
+            f"{name}: clean {curve.clean_accuracy[name]:.3f}  trained patch {own:.3f}  noise patch {noise:.3f}  "
+            f"margin {100 * margins[name]:.1f} points"
+        )
+    assert max(margins.values()) >= 0.05, margins
+
+
+def test_a_targeted_patch_lowers_its_loss(demo_vit):
+    """The loss of a targeted patch is the target's cross-entropy, lowered: at the default settings on the demo
+    ViT (class 1, ring; the default 512 training scenes; seed 0), the mean over the last 10 of the 150 steps
+    lies well below the mean over the first 10 (measured 2.695 and 1.738; the command line's targeted run,
+    another seed, hits ring on 0.495 of its held-out scenes against 0.275 with the noise patch)."""
+    scenes = demo_patch_scenes(1, BENCHMARK_SEED)
+    found = train_patch(demo_vit, scenes.train_images, scenes.train_labels, target=RING, seed=0)
+    losses = np.array(found.losses)
+    assert found.target == RING and losses.shape == (PATCH_STEPS,) and np.isfinite(losses).all()
+    first, last = losses[:10].mean(), losses[-10:].mean()
+    print(f"targeted loss: first 10 steps {first:.3f}, last 10 steps {last:.3f}")
+    assert last < first - 0.3, (first, last)
+
+
+def test_the_target_hit_rate_is_a_count_of_the_predictions():
+    """target_rate is the share of patched images whose top-1 prediction is the target, counted here by hand
+    over the predictions (the patch written into each image by slicing, at the same positions), for a
+    targeted patch of the demo CNN (60 steps) and for the noise patch; patch_size_curve's target rates are
+    the same counts."""
+    cnn = load_cnn("demo")
+    train, train_labels = scenes(TRAIN_SEED, 128, 48)
+    images, labels = scenes(HELD_OUT_SEED, 40, 48)
+    patch = train_patch(cnn, train, train_labels, target=RING, steps=60, seed=0)
+    where = random_patch_positions(40, (48, 48), patch.side, generator=torch.Generator().manual_seed(5))
+    noise = noise_patch(patch.side, seed=6)
+
+    def hand_count(square) -> tuple[float, int]:
+        hits = 0
+        for b, image in enumerate(images):
+            unit = unit_images(cnn, [image])
+            top, left = (int(v) for v in where[b])
+            unit[0, :, top : top + patch.side, left : left + patch.side] = square
+            with torch.no_grad():
+                predicted = int(cnn.model(cnn.preprocessing.normalise(unit)).argmax(-1))
+            hits += predicted == RING
+        return hits / len(images), hits
+
+    own, own_hits = hand_count(patch.patch)
+    control, _ = hand_count(noise)
+    assert evaluate_patch(cnn, images, labels, patch, positions=where).target_rate == pytest.approx(own, abs=1e-6)
+    assert evaluate_patch(cnn, images, labels, noise, positions=where, target=RING).target_rate == pytest.approx(
+        control, abs=1e-6
     )
-    assert trained.accuracy < noise.accuracy < trained.clean_accuracy
+    assert evaluate_patch(cnn, images, labels, noise, positions=where).target_rate is None  # no target, no rate
+    print(f"target-hit rate {own:.3f} ({own_hits} of 40), noise {control:.3f}")
+    assert own > control  # the targeted patch hits its target more often than noise does
+    # patch_size_curve: one short targeted training, its rates against counts at its own positions
+    curve = patch_size_curve(
+        {"cnn": cnn}, train[:8], train_labels[:8], shares=(0.05,), eval_images=images, eval_labels=labels,
+        target=RING, steps=2, batch_size=4, seed=3,
+    )  # fmt: skip
+    (short,) = curve.patches["cnn"]
+    drawn = random_patch_positions(40, (48, 48), short.side, generator=torch.Generator().manual_seed(3 + 1))
+    for square, rate in (
+        (short.patch, curve.target_rate),
+        (noise_patch(short.side, seed=3 + 2), curve.noise_target_rate),
+    ):
+        pasted = paste_patch(unit_images(cnn, images), square, drawn)
+        with torch.no_grad():
+            predicted = cnn.model(cnn.preprocessing.normalise(pasted)).argmax(-1)
+        assert rate is not None and rate["cnn"][0] == pytest.approx(int((predicted == RING).sum()) / 40, abs=1e-6)
+    assert curve.target == RING
+    untargeted = patch_size_curve({"cnn": cnn}, train[:8], train_labels[:8], shares=(0.05,), steps=1, batch_size=8)
+    assert untargeted.target is None and untargeted.target_rate is None and untargeted.noise_target_rate is None
+
+
+def test_held_out_scenes_are_disjoint_from_the_training_scenes():
+    """demo_patch_scenes: the training scenes are samples 0..n−1 of stream 5151, the held-out ones samples
+    0..m−1 of the seed's stream, and no held-out scene equals a training scene pixel for pixel (here: the
+    command line's default sets); the training stream as the held-out one is refused."""
+    found = demo_patch_scenes(200, BENCHMARK_SEED)
+    assert len(found.train_images) == PATCH_TRAIN_SCENES == 512 and len(found.held_out_images) == 200
+    train = [np.asarray(image) for image in found.train_images]
+    held = [np.asarray(image) for image in found.held_out_images]
+    for i in (0, 511):
+        image, label, _ = render_sample(PATCH_TRAIN_SEED, i)
+        assert np.array_equal(train[i], image) and found.train_labels[i] == label
+    image, label, _ = render_sample(BENCHMARK_SEED, 199)
+    assert np.array_equal(held[199], image) and found.held_out_labels[199] == label
+    assert not {a.tobytes() for a in train} & {a.tobytes() for a in held}
+    assert len({a.tobytes() for a in held}) == 200  # and 200 different scenes
+    with pytest.raises(PatchError, match="train on"):
+        demo_patch_scenes(10, PATCH_TRAIN_SEED)
+    with pytest.raises(PatchError, match="at least"):
+        demo_patch_scenes(0, 1)
+
+
+def test_a_held_out_scene_equal_to_a_training_scene_is_refused(monkeypatch):
+    """Another stream whose scene 2 were training scene 7 (pixel for pixel) is refused, naming it."""
+    from analysis.demo.data import generate_arrays
+    from analysis.robustness import adversarial_patch
+
+    def colliding(n, seed, **kwargs):
+        images, labels, masks = generate_arrays(n, seed, **kwargs)
+        if seed != PATCH_TRAIN_SEED:
+            images[2] = generate_arrays(1, PATCH_TRAIN_SEED, start=7)[0][0]
+        return images, labels, masks
+
+    monkeypatch.setattr(adversarial_patch, "generate_arrays", colliding)
+    with pytest.raises(PatchError, match=r"Held-out scenes \[2\] of stream 4242 equal training scenes"):
+        demo_patch_scenes(5, HELD_OUT_SEED, train_scenes=10)
+
+
+def test_the_step_budget_equals_a_reference_loop(demo_vit):
+    """steps=5 of batch_size=2 over 3 images crosses two passes (batches of 2, 1 | 2, 1 | 2), each pass a new
+    seeded shuffle, each image at its own random position: the patch and the losses equal a loop written out
+    here (signed steps, so the reference is exact). epochs=2 is 2·⌈3/2⌉ = 4 steps, the same start."""
+    images, labels = scenes(TRAIN_SEED, 3, 48)
+    unit = unit_images(demo_vit, images)
+    truth = torch.tensor(labels)
+    side, step = patch_side((48, 48), 0.05), 0.01
+    generator = torch.Generator().manual_seed(11)
+    patch = torch.rand((3, side, side), generator=generator)
+    expected = []
+    while len(expected) < 5:
+        order = torch.randperm(3, generator=generator)
+        for batch in (order[:2], order[2:]):
+            if len(expected) == 5:
+                break
+            where = random_patch_positions(len(batch), (48, 48), side, generator=generator)
+            square = patch.clone().requires_grad_(True)
+            logits = demo_vit.model(demo_vit.preprocessing.normalise(paste_patch(unit[batch], square, where)))
+            loss = torch.nn.functional.cross_entropy(logits, truth[batch])
+            (gradient,) = torch.autograd.grad(-loss, square)
+            patch = (patch - step * gradient.sign()).clamp(0, 1)
+            expected.append(float(loss.detach()))
+    calls = []
+    found = train_patch(
+        demo_vit, images, labels, share=0.05, steps=5, batch_size=2, optimiser="sign", step_size=step, seed=11,
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    assert torch.allclose(found.patch, patch, atol=1e-6)
+    np.testing.assert_allclose(found.losses, expected, rtol=1e-5)
+    assert calls == [(done, 5) for done in range(1, 6)]
+    by_epochs = train_patch(
+        demo_vit, images, labels, share=0.05, epochs=2, batch_size=2, optimiser="sign", step_size=step, seed=11
+    )
+    assert by_epochs.steps == 4
+    np.testing.assert_allclose(by_epochs.losses, expected[:4], rtol=1e-5)
+    with pytest.raises(PatchError, match="one way"):
+        train_patch(demo_vit, images, labels, steps=2, epochs=1)
+    with pytest.raises(PatchError, match="at least one step"):
+        train_patch(demo_vit, images, labels, steps=0)
 
 
 def test_size_curve_scores_each_models_own_patch_and_the_noise_control(demo_vit):

@@ -201,18 +201,17 @@ def test_the_texture_probes_and_the_shape_bias_are_the_librarys(app):
 
 def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, monkeypatch):
     """After "Train the patches": each model's accuracy with its own patch and with the noise patch per
-    share, the transfer matrix of the largest patches, and the ViT's class-token attention share on its
-    patch pasted at this image's centre, all equal to analysis.robustness on the same demo scenes (fewer
-    of them than the page trains on, to keep the test short)."""
-    from PIL import Image
-
-    from analysis.demo.data import render_sample
-    from analysis.robustness import patch_attention_share, patch_size_curve, patch_transfer_matrix
+    share (and the margins at the largest share), the transfer matrix of the largest patches, and the ViT's
+    class-token attention share on its patch pasted at this image's centre, all equal to analysis.robustness
+    on the same demo scenes (fewer of them, and fewer steps, than the page trains with, to keep the test
+    short); then a targeted run, whose target-hit rates the page states."""
+    from analysis.robustness import demo_patch_scenes, patch_attention_share, patch_size_curve, patch_transfer_matrix
     from vizapp.views.robustness import sections
 
     monkeypatch.setattr(sections, "PATCH_TRAIN_SCENES", 8)
     monkeypatch.setattr(sections, "PATCH_HELD_OUT_SCENES", 12)
-    monkeypatch.setattr(sections, "PATCH_EPOCHS", 1)
+    monkeypatch.setattr(sections, "PATCH_STEPS", 2)
+    monkeypatch.setattr(sections, "PATCH_BATCH_SIZE", 4)
 
     app.switch_page("views/robustness/robustness.py").run()
     app.toggle(key="rob_curves").set_value(False).run()
@@ -220,21 +219,26 @@ def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, mon
     assert_clean(app)
     seed = int(app.session_state["rob_seed"]) if "rob_seed" in app.session_state else 0
 
-    def scenes(stream, count):
-        found = [render_sample(stream, i) for i in range(count)]
-        return [Image.fromarray(image) for image, _, _ in found], [label for _, label, _ in found]
-
     models = _models()
-    train, train_labels = scenes(5151, sections.PATCH_TRAIN_SCENES)
-    held, held_labels = scenes(seed, sections.PATCH_HELD_OUT_SCENES)
-    curve = patch_size_curve(
-        models, train, train_labels, shares=sections.PATCH_SHARES, eval_images=held, eval_labels=held_labels,
-        epochs=sections.PATCH_EPOCHS, batch_size=8, seed=seed,
-    )  # fmt: skip
+    scenes = demo_patch_scenes(sections.PATCH_HELD_OUT_SCENES, seed, train_scenes=sections.PATCH_TRAIN_SCENES)
+    held, held_labels = scenes.held_out_images, scenes.held_out_labels
+
+    def curve_of(target):
+        return patch_size_curve(
+            models, scenes.train_images, scenes.train_labels, shares=sections.PATCH_SHARES, eval_images=held,
+            eval_labels=held_labels, target=target, steps=sections.PATCH_STEPS,
+            batch_size=sections.PATCH_BATCH_SIZE, seed=seed,
+        )  # fmt: skip
+
+    curve = curve_of(None)
     drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_patch_chart"), "scatter")}
     for name in models:
         np.testing.assert_allclose(drawn[name], curve.accuracy[name], atol=1e-9)
         np.testing.assert_allclose(drawn[f"{name}, noise patch"], curve.noise_accuracy[name], atol=1e-9)
+        own, noise = curve.accuracy[name][-1], curve.noise_accuracy[name][-1]
+        stated = f"**{name}:** accuracy {own:.3f} with its own 10% patch, {noise:.3f} with the noise patch"
+        assert any(stated in m.value and f"({100 * (noise - own):+.1f} points)" in m.value for m in app.markdown)
+    assert not any("predicted as" in m.value for m in app.markdown)  # untargeted: no target-hit rate
     largest = {name: patches[-1] for name, patches in curve.patches.items()}
     _, matrix = patch_transfer_matrix(models, largest, held, held_labels, seed=seed + 1)
     (heatmap,) = traces(chart(app, "rob_patch_transfer_chart"), "heatmap")
@@ -247,3 +251,13 @@ def test_the_patch_curves_transfer_and_attention_share_are_the_librarys(app, mon
     drawn = {t["name"]: array(t["y"]) for t in traces(chart(app, "rob_patch_attention_chart"), "scatter")}
     np.testing.assert_allclose(drawn["patched"], share.patched_share[:, 0], atol=1e-6)
     np.testing.assert_allclose(drawn["clean (the same tokens)"], share.clean_share[:, 0], atol=1e-6)
+
+    app.selectbox(key="rob_patch_target").set_value(1).run()  # ring
+    app.button(key="rob_patch_run").click().run()
+    assert_clean(app)
+    targeted = curve_of(1)
+    assert targeted.target_rate is not None and targeted.noise_target_rate is not None
+    for name in models:
+        hits, noise_hits = targeted.target_rate[name][-1], targeted.noise_target_rate[name][-1]
+        stated = f"predicted as *ring* {hits:.3f} of the time with its patch, {noise_hits:.3f} with the noise"
+        assert any(f"**{name}:**" in m.value and stated in m.value for m in app.markdown), name

@@ -225,6 +225,38 @@ def test_patch_curve_on_two_ranks_equals_one_process_and_the_library(tmp_path, o
     assert int(np.load(two)["world_size"]) == 2
 
 
+def test_a_targeted_patch_prints_its_target_hit_rate_and_the_training_stream_is_refused(tmp_path):
+    """--target ring: the .npz's target-hit rates (the patch's and the noise patch's) and each step's training
+    loss are patch_size_curve's on the same scenes, and the printed line states them; --seed 5151 (the
+    training stream) is refused before any training, since its scenes would not be held out."""
+    from analysis.robustness import demo_patch_scenes
+
+    out = tmp_path / "targeted.npz"
+    common = ["-m", "analysis", "robustness", "patch", "--model", "demo", "--cnn", "demo", "--demo-scenes", "6"]
+    common += ["--train-scenes", "8", "--steps", "3", "--batch-size", "4", "--shares", "0.1"]
+    result = run(*common, "--seed", str(SEED), "--target", "ring", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    scenes = demo_patch_scenes(6, SEED, train_scenes=8)
+    curve = patch_size_curve(
+        {"ViT": load_vit("demo"), "CNN": load_cnn("demo")}, scenes.train_images, scenes.train_labels,
+        shares=(0.1,), eval_images=scenes.held_out_images, eval_labels=scenes.held_out_labels, target=1, steps=3,
+        batch_size=4, seed=SEED,
+    )  # fmt: skip
+    assert curve.target_rate is not None and curve.noise_target_rate is not None
+    saved = np.load(out)
+    np.testing.assert_allclose(saved["target_rate"], np.stack([curve.target_rate["ViT"], curve.target_rate["CNN"]]))
+    np.testing.assert_allclose(
+        saved["noise_target_rate"], np.stack([curve.noise_target_rate["ViT"], curve.noise_target_rate["CNN"]])
+    )
+    np.testing.assert_allclose(saved["losses"], [[curve.patches[n][0].losses] for n in ("ViT", "CNN")], rtol=1e-6)
+    assert int(saved["target"]) == 1 and int(saved["steps"]) == 3 and int(saved["batch_size"]) == 4
+    hits = f"{curve.target_rate['CNN'][0]:.3f} / {curve.noise_target_rate['CNN'][0]:.3f}"
+    assert f"target-hit rate, own patch / noise patch: 0.1: {hits}" in result.stdout
+    refused = run(*common, "--seed", "5151", "--out", str(tmp_path / "refused.npz"))
+    assert refused.returncode == 2 and "--seed 5151 is the stream the patches train on" in refused.stderr
+    assert "adversarial patches on" not in refused.stderr  # refused before the models are loaded
+
+
 def test_linear_probe_on_two_ranks_equals_one_process_and_the_library(tmp_path, on_two_ranks):
     """Each rank reads the features of every other scene; their sum is the whole set in order, so the
     probe, its split and its accuracies equal one process's and linear_probe_curve's."""

@@ -864,65 +864,6 @@ def text_decomposition(source: str, digest: str, _image_bytes: bytes, prompt: st
     }
 
 
-PATCH_RESULTS = 4  # adversarial-patch trainings kept (the least recently used is dropped first)
-
-
-@st.cache_resource(show_spinner=False)
-def _patch_results() -> RecordStore:
-    """Adversarial-patch trainings so far, process-wide and locked (sessions share them): key -> dict."""
-    return RecordStore(PATCH_RESULTS, 2**62, size=lambda value: 0)
-
-
-def stored_patch_curve(key: tuple):
-    """The patch curve of ``key`` (:func:`compute_patch_curve`'s arguments but ``progress``), if trained."""
-    return _patch_results().peek(key)
-
-
-def compute_patch_curve(
-    model_keys: tuple[tuple, ...],
-    shares: tuple[float, ...],
-    train_scenes: int,
-    held_out_scenes: int,
-    epochs: int,
-    seed: int,
-    progress=None,
-) -> dict:
-    """Each model's own universal patch per share, trained on ``train_scenes`` demo scenes (stream ``PATCH_TRAIN_SEED``)
-    and scored with the noise control on ``held_out_scenes`` held-out ones (stream ``seed``)
-    (:func:`analysis.robustness.patch_size_curve`), and the transfer matrix of the largest share's patches
-    (:func:`analysis.robustness.patch_transfer_matrix`). Kept for later runs and sessions.
-    ``progress(done, total)``: the training's progress (of the session that trains)."""
-    key = (model_keys, shares, train_scenes, held_out_scenes, epochs, seed)
-    return _patch_results().get(
-        key, lambda: _patch_curve(model_keys, shares, train_scenes, held_out_scenes, epochs, seed, progress)
-    )
-
-
-def _patch_curve(model_keys, shares, train_scenes, held_out_scenes, epochs, seed, progress) -> dict:
-    from analysis.demo.data import generate_samples
-    from analysis.robustness import PATCH_TRAIN_SEED, patch_size_curve, patch_transfer_matrix
-
-    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
-    train, train_labels, _ = generate_samples(train_scenes, PATCH_TRAIN_SEED)
-    held, held_labels, _ = generate_samples(held_out_scenes, seed)
-    curve = patch_size_curve(
-        models, train, train_labels, shares=shares, eval_images=held, eval_labels=held_labels, epochs=epochs,
-        batch_size=8, seed=seed, progress=progress,
-    )  # fmt: skip
-    largest = {name: patches[-1] for name, patches in curve.patches.items()}
-    sizes = {tuple(int(v) for v in model.spec.img_size) for model in models.values()}
-    matrix = patch_transfer_matrix(models, largest, held, held_labels, seed=seed + 1)[1] if len(sizes) == 1 else None
-    order = list(models)
-    return {
-        "accuracy": np.stack([curve.accuracy[n] for n in order]),  # (models, shares)
-        "noise_accuracy": np.stack([curve.noise_accuracy[n] for n in order]),
-        "fooling_rate": np.stack([curve.fooling_rate[n] for n in order]),
-        "clean_accuracy": np.array([curve.clean_accuracy[n] for n in order]),
-        "largest_patches": [largest[n].patch.numpy() for n in order],  # (C, s, s) each, in [0, 1]
-        "transfer": matrix,  # (models, models) or None (input sizes differ)
-    }
-
-
 @st.cache_data(show_spinner="Pasting the patch…", max_entries=MAX_RESULTS)
 def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np.ndarray) -> dict:
     """``patch`` ``(C, s, s)`` in [0, 1] pasted at the centre of the image as the model sees it: the patched

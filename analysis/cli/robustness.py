@@ -26,8 +26,14 @@ import torch
 
 from ..base.errors import AnalysisError, VitExplorerError
 from ..model.loading.loaded import LoadedModel
-from ..robustness.adversarial_patch import PATCH_TRAIN_SEED
-from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, say
+from ..robustness.adversarial_patch import (
+    PATCH_BATCH_SIZE,
+    PATCH_SHARE,
+    PATCH_STEPS,
+    PATCH_TRAIN_SCENES,
+    PATCH_TRAIN_SEED,
+)
+from .common import CommandError, add_command, add_model_arguments, add_out_argument, load_model, progress_bar, say
 from .distributed import Ranks
 
 __all__ = ["add_parser", "run_attack", "run_corruptions", "run_texture", "run_patch", "run_probe", "BENCHMARK_SEED"]
@@ -51,6 +57,19 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _target(text: str) -> int:
+    """A class index, or a demo class name (its index in :data:`analysis.demo.data.CLASS_NAMES`)."""
+    from ..demo.data import CLASS_NAMES
+
+    name = text.strip()
+    if name in CLASS_NAMES:
+        return CLASS_NAMES.index(name)
+    try:
+        return int(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: a class index or one of {', '.join(CLASS_NAMES)}") from exc
 
 
 def add_parser(subparsers) -> None:
@@ -157,18 +176,31 @@ def add_parser(subparsers) -> None:
     patch.add_argument(
         "--train-scenes",
         type=int,
-        default=48,
-        help=f"the demo scenes each patch is trained on (stream {PATCH_TRAIN_SEED}; the models must predict the "
-        "demo classes; default 48)",
+        default=PATCH_TRAIN_SCENES,
+        help=f"the demo scenes each patch is trained on (stream {PATCH_TRAIN_SEED}, disjoint from the held-out "
+        f"scenes; the models must predict the demo classes; default {PATCH_TRAIN_SCENES})",
     )
     patch.add_argument(
         "--shares",
         type=_floats,
-        default=(0.02, 0.05, 0.1),
-        help="shares of the image area the square covers, comma-separated (default 0.02,0.05,0.1)",
+        default=(PATCH_SHARE,),
+        help=f"shares of the image area the square covers, comma-separated (default {PATCH_SHARE:g}; "
+        "e.g. 0.02,0.05,0.1 for a curve, one training per share and model)",
     )
-    patch.add_argument("--epochs", type=int, default=5, help="passes over the training scenes (default 5)")
-    patch.add_argument("--batch-size", type=int, default=8, help="training mini-batch (default 8)")
+    patch.add_argument("--steps", type=int, default=None, help=f"optimiser steps per patch (default {PATCH_STEPS})")
+    patch.add_argument(
+        "--batch-size", type=int, default=PATCH_BATCH_SIZE, help=f"images per step (default {PATCH_BATCH_SIZE})"
+    )
+    patch.add_argument(
+        "--epochs", type=int, default=None, help="instead of --steps: whole passes over the training scenes"
+    )
+    patch.add_argument(
+        "--target",
+        type=_target,
+        default=None,
+        help="a targeted patch: the class (index or demo class name) every image is pushed towards; the output "
+        "adds the share of patched images predicted as it (default: untargeted)",
+    )
     patch.set_defaults(run=run_patch)
 
     probe = add_command(
@@ -615,16 +647,22 @@ def run_texture(args, ranks: Ranks) -> int:
 
 
 def run_patch(args, ranks: Ranks) -> int:
-    """Run ``robustness patch``: each model's accuracy against an adversarial patch's size (its own
-    universal patch, trained on ``--train-scenes`` demo scenes, and a noise patch of the same size as
-    the control), on held-out demo scenes.
+    """Run ``robustness patch``: each model's accuracy against an adversarial patch (its own universal
+    patch per share, trained for ``--steps`` steps of ``--batch-size`` images on ``--train-scenes``
+    demo scenes, and a noise patch of the same size as the control), on held-out demo scenes of
+    stream ``--seed``, disjoint from the training scenes (:func:`~analysis.robustness.demo_patch_scenes`).
+    With ``--target``, the patches are targeted and the output adds the target-hit rate (the share of
+    patched images predicted as the target) with each patch.
 
     Every rank trains the same patches (the same scenes and seeds: a universal patch is one
-    optimisation over the whole training set) and scores its share of the evaluation images at their
-    rows of the whole set's positions, so the summed counts are one process's, and
-    :func:`~analysis.robustness.patch_size_curve`'s on the same images. The main rank writes ``--out``
-    (.npz: ``accuracy``, ``fooling_rate``, ``noise_accuracy`` and ``noise_fooling_rate``, each
-    ``(models, shares)``, ``clean_accuracy`` ``(models,)``) and the ``.csv`` next to it.
+    optimisation over the whole training set; the main rank draws the training's progress bar) and
+    scores its share of the evaluation images at their rows of the whole set's positions, so the
+    summed counts are one process's, and :func:`~analysis.robustness.patch_size_curve`'s on the same
+    images. The main rank prints, per model and share, the accuracy with its own patch and with the
+    noise patch and the margin between them, and writes ``--out`` (.npz: ``accuracy``,
+    ``fooling_rate``, ``noise_accuracy`` and ``noise_fooling_rate``, each ``(models, shares)``;
+    targeted, ``target_rate`` and ``noise_target_rate`` too; ``clean_accuracy`` ``(models,)``;
+    ``losses`` ``(models, shares, steps)``, the training loss of each step) and the ``.csv`` next to it.
 
     Parameters
     ----------
@@ -641,14 +679,17 @@ def run_patch(args, ranks: Ranks) -> int:
     Raises
     ------
     CommandError
-        Exit code 2: ``--train-scenes``, ``--epochs`` or ``--batch-size`` below 1, no share, a ViT
-        that does not predict the demo classes, ``--images`` instead of ``--demo-scenes`` (or
-        ``--demo-scenes`` below 1), a model that does not predict the ViT's classes, or an
-        :class:`~analysis.base.errors.AnalysisError` (a share out of range); exit code 1: the ViT or a comparison model
-        could not be loaded.
+        Exit code 2: ``--train-scenes``, ``--steps``, ``--epochs`` or ``--batch-size`` below 1, both
+        ``--steps`` and ``--epochs``, no share, a ViT that does not predict the demo classes,
+        ``--images`` instead of ``--demo-scenes`` (or ``--demo-scenes`` below 1), ``--seed`` equal to the
+        training stream, a target outside the classes, a model that does not predict the ViT's classes,
+        or an :class:`~analysis.base.errors.AnalysisError` (a share out of range); exit code 1: the ViT
+        or a comparison model could not be loaded.
     """
-    from ..demo.data import CLASS_NAMES, generate_samples
+    from ..base.progress import within
+    from ..demo.data import CLASS_NAMES
     from ..robustness.adversarial_patch import (
+        demo_patch_scenes,
         evaluate_patch,
         noise_patch,
         patch_side,
@@ -657,10 +698,20 @@ def run_patch(args, ranks: Ranks) -> int:
         unit_images,
     )
 
-    if args.train_scenes < 1 or args.epochs < 1 or args.batch_size < 1 or not args.shares:
+    budget = [args.train_scenes, args.batch_size, *(v for v in (args.steps, args.epochs) if v is not None)]
+    if min(budget) < 1 or not args.shares:
         raise CommandError(
-            "--train-scenes, --epochs and --batch-size must be at least 1, with one share at least.", code=2
+            "--train-scenes, --steps, --epochs and --batch-size must be at least 1, with one share at least.", code=2
         )
+    if args.steps is not None and args.epochs is not None:
+        raise CommandError("Give the training budget one way: --steps or --epochs.", code=2)
+    if args.seed == PATCH_TRAIN_SEED:
+        raise CommandError(
+            f"--seed {args.seed} is the stream the patches train on: score them on held-out scenes of another seed.",
+            code=2,
+        )
+    if args.target is not None and not 0 <= args.target < len(CLASS_NAMES):
+        raise CommandError(f"--target {args.target}: a demo class index 0..{len(CLASS_NAMES) - 1}.", code=2)
     models = _models(args, ranks)
     if list(models["ViT"].class_names or ()) != list(CLASS_NAMES):
         raise CommandError(
@@ -677,32 +728,43 @@ def run_patch(args, ranks: Ranks) -> int:
     description, images, labels, skipped = _images(args, ranks)
     whole = int(args.demo_scenes)
     mine = list(range(ranks.rank, whole, ranks.world))  # this rank's rows of the whole evaluation set
-    say(ranks, f"adversarial patches on {', '.join(models)}: {description}, shares {list(args.shares)}")
-    train_images, train_labels, _ = generate_samples(args.train_scenes, PATCH_TRAIN_SEED)
-    measures = ("clean", "accuracy", "fooling_rate", "noise_accuracy", "noise_fooling_rate")
+    target = "untargeted" if args.target is None else f"target {CLASS_NAMES[args.target]} ({args.target})"
+    say(ranks, f"adversarial patches on {', '.join(models)}: {description}, shares {list(args.shares)}, {target}")
+    measures = ["clean", "accuracy", "fooling_rate", "noise_accuracy", "noise_fooling_rate"]
+    if args.target is not None:
+        measures += ["target_rate", "noise_target_rate"]
     counts = {name: np.zeros((len(measures), len(args.shares))) for name in models}
+    losses: dict[str, list] = {name: [] for name in models}
     try:
         for share in args.shares:
             patch_side((10**6, 10**6), share)  # the share's range, before any training
-        for name, model in models.items():
-            size = tuple(int(v) for v in unit_images(model, train_images[:1]).shape[-2:])  # (H, W) it sees
-            targets = labels  # the demo scenes' true classes
-            for k, share in enumerate(args.shares):
-                found = train_patch(
-                    model, train_images, train_labels, share=share, epochs=args.epochs,
-                    batch_size=args.batch_size, seed=args.seed + 1000 * k,
-                )  # fmt: skip
-                where = random_patch_positions(
-                    whole, size, found.side, generator=torch.Generator().manual_seed(args.seed + 1)
-                )[mine]
-                if not images:
-                    continue
-                adversarial = evaluate_patch(model, images, targets, found, positions=where)
-                noise = noise_patch(found.side, channels=int(found.patch.shape[0]), seed=args.seed + 2)
-                control = evaluate_patch(model, images, targets, noise, positions=where)
-                measured = [adversarial.clean_accuracy, adversarial.accuracy, adversarial.fooling_rate]
-                measured += [control.accuracy, control.fooling_rate]
-                counts[name][:, k] = np.array(measured) * len(images)
+        scenes = demo_patch_scenes(whole, args.seed, train_scenes=args.train_scenes)  # checked disjoint
+        per_patch = args.steps if args.epochs is None else args.epochs * -(-args.train_scenes // args.batch_size)
+        per_patch = PATCH_STEPS if per_patch is None else int(per_patch)
+        total = len(models) * len(args.shares) * per_patch
+        with progress_bar(ranks, total, "patch training (steps)") as advance:
+            for m, (name, model) in enumerate(models.items()):
+                size = tuple(int(v) for v in unit_images(model, scenes.train_images[:1]).shape[-2:])  # (H, W)
+                for k, share in enumerate(args.shares):
+                    found = train_patch(
+                        model, scenes.train_images, scenes.train_labels, share=share, target=args.target,
+                        steps=args.steps, batch_size=args.batch_size, epochs=args.epochs, seed=args.seed + 1000 * k,
+                        progress=within(advance, (m * len(args.shares) + k) * per_patch, per_patch, total),
+                    )  # fmt: skip
+                    losses[name].append(found.losses)
+                    where = random_patch_positions(
+                        whole, size, found.side, generator=torch.Generator().manual_seed(args.seed + 1)
+                    )[mine]
+                    if not images:
+                        continue
+                    adversarial = evaluate_patch(model, images, labels, found, positions=where)
+                    noise = noise_patch(found.side, channels=int(found.patch.shape[0]), seed=args.seed + 2)
+                    control = evaluate_patch(model, images, labels, noise, positions=where, target=args.target)
+                    measured = [adversarial.clean_accuracy, adversarial.accuracy, adversarial.fooling_rate]
+                    measured += [control.accuracy, control.fooling_rate]
+                    if adversarial.target_rate is not None and control.target_rate is not None:  # --target
+                        measured += [adversarial.target_rate, control.target_rate]
+                    counts[name][:, k] = np.array(measured, dtype=np.float64) * len(images)
     except AnalysisError as exc:
         raise CommandError(str(exc), code=2) from exc
     names = list(models)
@@ -716,9 +778,12 @@ def run_patch(args, ranks: Ranks) -> int:
         shares=np.array(args.shares),
         **{m: rates[:, i] for i, m in enumerate(measures) if m != "clean"},
         clean_accuracy=rates[:, 0, 0],
+        losses=np.array([losses[n] for n in names], dtype=np.float64),  # (models, shares, steps)
         count=np.int64(whole),
         train_scenes=np.int64(args.train_scenes),
-        epochs=np.int64(args.epochs),
+        steps=np.int64(per_patch),
+        batch_size=np.int64(args.batch_size),
+        target=np.int64(-1 if args.target is None else args.target),
         images=np.array(description),
         scored_against=np.array(scored),
         skipped_images=np.array(skipped, dtype=str),
@@ -732,12 +797,31 @@ def run_patch(args, ranks: Ranks) -> int:
         if m != "clean"
     ]
     _write(args.out, fields, ["model", "share", "measure", "value"], rows)
+    print(
+        f"{per_patch} steps of {args.batch_size} scenes per patch ({args.train_scenes} training scenes, stream "
+        f"{PATCH_TRAIN_SEED}), {target}"
+    )
     for i, n in enumerate(names):
         print(
-            f"{n:<12} clean {rates[i, 0, 0]:.3f}; own patch / noise patch: "
-            + ", ".join(f"{s:g}: {rates[i, 1, k]:.3f} / {rates[i, 3, k]:.3f}" for k, s in enumerate(args.shares))
+            f"{n:<12} clean {rates[i, 0, 0]:.3f}; own patch / noise patch (margin): "
+            + ", ".join(
+                f"{s:g}: {rates[i, 1, k]:.3f} / {rates[i, 3, k]:.3f} ({100 * (rates[i, 3, k] - rates[i, 1, k]):+.1f} points)"
+                for k, s in enumerate(args.shares)
+            )
         )
-    print(f"{whole} images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
+        if args.target is not None:
+            print(
+                f"{'':<12} target-hit rate, own patch / noise patch: "
+                + ", ".join(f"{s:g}: {rates[i, 5, k]:.3f} / {rates[i, 6, k]:.3f}" for k, s in enumerate(args.shares))
+            )
+        print(
+            f"{'':<12} training loss, mean of the first / last 10 steps: "
+            + ", ".join(
+                f"{s:g}: {np.mean(losses[n][k][:10]):.3f} / {np.mean(losses[n][k][-10:]):.3f}"
+                for k, s in enumerate(args.shares)
+            )
+        )
+    print(f"{whole} held-out images ({scored}); wrote {args.out} and {args.out.with_suffix('.csv')}")
     return 0
 
 

@@ -15,8 +15,17 @@ normalisation ``(x − mean) / std`` (as :mod:`analysis.robustness.attacks` does
 the same picture for every model. The patch side is ``round(√(share · H · W))`` pixels for a
 ``share`` of the image area.
 
+Training is a step budget: ``steps`` optimiser steps, each on a mini-batch of ``batch_size`` images
+drawn without replacement from a seeded shuffle of the set (a new shuffle after each pass), each image
+at its own random position; the loss of every step is kept (:attr:`AdversarialPatch.losses`). The
+defaults (:data:`PATCH_SHARE`, :data:`PATCH_STEPS`, :data:`PATCH_BATCH_SIZE`, on
+:data:`PATCH_TRAIN_SCENES` demo scenes) train a patch that beats the noise control on held-out scenes
+(docs/guides/robustness.md has the numbers); :func:`demo_patch_scenes` gives training and held-out demo
+scenes that are disjoint.
+
 The fooling rate is the share of images whose top-1 prediction changes when the patch is pasted
-(Moosavi-Dezfooli et al. 2017); the control is a uniform-noise patch of the same size at the same
+(Moosavi-Dezfooli et al. 2017); the target rate (targeted patches) the share of patched images
+predicted as the target; the control is a uniform-noise patch of the same size at the same
 positions. :func:`patch_attention_share` measures where a ViT's attention goes once the patch is
 pasted: the class token's attention (mean over heads) on the tokens of the patches the square
 covers, per layer, patched against clean.
@@ -35,6 +44,7 @@ import torch.nn.functional as F
 from ..attention.maps import attention_map
 from ..base.errors import AnalysisError
 from ..base.progress import Progress, tell, within
+from ..demo.data import generate_arrays
 from ..engine.capture import capture_attention
 from ..model.loading.loaded import LoadedModel
 from ..model.windowed_support import require_global_attention
@@ -43,14 +53,20 @@ from ..records.attention import AttentionRecord
 __all__ = [
     "PATCH_OPTIMISERS",
     "PATCH_TRAIN_SEED",
+    "PATCH_SHARE",
+    "PATCH_STEPS",
+    "PATCH_BATCH_SIZE",
+    "PATCH_TRAIN_SCENES",
     "PatchError",
     "AdversarialPatch",
+    "PatchScenes",
     "PatchEvaluation",
     "PatchCurve",
     "PatchAttention",
     "patch_side",
     "paste_patch",
     "random_patch_positions",
+    "demo_patch_scenes",
     "unit_images",
     "model_input",
     "train_patch",
@@ -66,6 +82,13 @@ __all__ = [
 #: the demo scene stream the command line and the Robustness page train patches on (not a training,
 #: validation or held-out stream of the demo models)
 PATCH_TRAIN_SEED = 5151
+
+#: the default share of the image area (a 15 px square on the 48 px demo scenes)
+PATCH_SHARE = 0.1
+#: the default step budget: optimiser steps, and images per step
+PATCH_STEPS, PATCH_BATCH_SIZE = 150, 32
+#: the demo scenes of stream PATCH_TRAIN_SEED the command line and the Robustness page train on
+PATCH_TRAIN_SCENES = 512
 
 #: optimiser name -> what one step does
 PATCH_OPTIMISERS = {
@@ -99,7 +122,9 @@ class AdversarialPatch:
     model_name : str
         The model it was optimised against.
     losses : tuple of float
-        The mean training loss of each epoch (the cross-entropy that was raised or lowered).
+        The training loss of each step, in order: the mini-batch's mean cross-entropy of the true
+        class (untargeted: raised) or of the target (targeted: lowered), with the patch as it was
+        before the step.
     """
 
     patch: torch.Tensor
@@ -113,6 +138,37 @@ class AdversarialPatch:
     @property
     def side(self) -> int:
         return int(self.patch.shape[-1])
+
+    @property
+    def steps(self) -> int:
+        """The optimiser steps it was trained for (one loss each)."""
+        return len(self.losses)
+
+
+@dataclass(frozen=True)
+class PatchScenes:
+    """Demo scenes to train a patch on and disjoint held-out scenes to score it on (:func:`demo_patch_scenes`).
+
+    Attributes
+    ----------
+    train_images : list of PIL.Image.Image
+        The training scenes, samples ``0 .. n−1`` of stream :data:`PATCH_TRAIN_SEED`.
+    train_labels : list of int
+        Their classes.
+    held_out_images : list of PIL.Image.Image
+        The held-out scenes, samples ``0 .. m−1`` of stream ``held_out_seed``; none equals a
+        training scene pixel for pixel.
+    held_out_labels : list of int
+        Their classes.
+    held_out_seed : int
+        The held-out stream.
+    """
+
+    train_images: list
+    train_labels: list[int]
+    held_out_images: list
+    held_out_labels: list[int]
+    held_out_seed: int
 
 
 @dataclass(frozen=True)
@@ -161,6 +217,14 @@ class PatchCurve:
         Per model, its trained patch at each share.
     images : int
         The number of images evaluated.
+    target : int or None
+        The target class of the patches, or ``None`` (untargeted).
+    target_rate : dict of str to numpy.ndarray or None
+        Targeted patches: per model, ``(len(shares),)`` the share of the patched images predicted as
+        ``target`` (images of the target class count too); ``None`` untargeted.
+    noise_target_rate : dict of str to numpy.ndarray or None
+        The same share with the noise patch pasted instead (the rate a patch that knows nothing of
+        the target gets); ``None`` untargeted.
     """
 
     shares: tuple[float, ...]
@@ -171,6 +235,9 @@ class PatchCurve:
     clean_accuracy: dict[str, float]
     patches: dict[str, tuple[AdversarialPatch, ...]]
     images: int
+    target: int | None = None
+    target_rate: dict[str, np.ndarray] | None = None
+    noise_target_rate: dict[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +353,59 @@ def random_patch_positions(
     tops = torch.randint(0, height - side + 1, (count,), generator=generator)
     lefts = torch.randint(0, width - side + 1, (count,), generator=generator)
     return torch.stack([tops, lefts], dim=1)
+
+
+def demo_patch_scenes(held_out_scenes: int, seed: int, *, train_scenes: int = PATCH_TRAIN_SCENES) -> PatchScenes:
+    """Demo scenes to train a patch on (``train_scenes`` of stream :data:`PATCH_TRAIN_SEED`) and
+    ``held_out_scenes`` held-out ones of stream ``seed`` to score it on, checked disjoint: no held-out
+    scene equals a training scene pixel for pixel (what the command line and the Robustness page
+    train and score on).
+
+    Parameters
+    ----------
+    held_out_scenes : int
+        Held-out scenes, 1 or more.
+    seed : int
+        Their stream; not :data:`PATCH_TRAIN_SEED`.
+    train_scenes : int, default PATCH_TRAIN_SCENES
+        Training scenes, 1 or more.
+
+    Returns
+    -------
+    PatchScenes
+        The two sets, PIL images at the demo models' 48 px with their classes.
+
+    Raises
+    ------
+    PatchError
+        A count below 1, ``seed`` equal to :data:`PATCH_TRAIN_SEED` (the held-out scenes would be
+        the training scenes), or a held-out scene equal to a training scene.
+    """
+    from PIL import Image
+
+    if int(train_scenes) < 1 or int(held_out_scenes) < 1:
+        raise PatchError(
+            f"train_scenes={train_scenes!r}, held_out_scenes={held_out_scenes!r}: train on one scene and score "
+            "on one scene at least."
+        )
+    if int(seed) == PATCH_TRAIN_SEED:
+        raise PatchError(
+            f"seed={seed}: stream {PATCH_TRAIN_SEED} is the one the patches train on, so its scenes are not held "
+            "out; score on another seed."
+        )
+    train, train_labels, _ = generate_arrays(int(train_scenes), PATCH_TRAIN_SEED)
+    held, held_labels, _ = generate_arrays(int(held_out_scenes), int(seed))
+    seen = {image.tobytes() for image in train}
+    shared = [i for i, image in enumerate(held) if image.tobytes() in seen]
+    if shared:
+        raise PatchError(f"Held-out scenes {shared[:5]} of stream {seed} equal training scenes: score on another seed.")
+    return PatchScenes(
+        train_images=[Image.fromarray(image, "RGB") for image in train],
+        train_labels=[int(v) for v in train_labels],
+        held_out_images=[Image.fromarray(image, "RGB") for image in held],
+        held_out_labels=[int(v) for v in held_labels],
+        held_out_seed=int(seed),
+    )
 
 
 def paste_patch(images: torch.Tensor, patch: torch.Tensor, positions) -> torch.Tensor:
@@ -432,17 +552,23 @@ def train_patch(
     images: Sequence,
     labels: Sequence[int],
     *,
-    share: float = 0.05,
+    share: float = PATCH_SHARE,
     target: int | None = None,
-    epochs: int = 5,
-    batch_size: int = 16,
+    steps: int | None = None,
+    batch_size: int = PATCH_BATCH_SIZE,
+    epochs: int | None = None,
     optimiser: str = "adam",
     step_size: float | None = None,
     position: Sequence[int] | None = None,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> AdversarialPatch:
-    """Optimise a universal patch against ``model`` over ``images`` (see the module docstring).
+    """Optimise a universal patch against ``model`` over ``images`` (see the module docstring) for a
+    budget of ``steps`` optimiser steps of ``batch_size`` images each.
+
+    The images are drawn in passes over a seeded shuffle of the set (a new shuffle for each pass; the
+    last mini-batch of a pass holds what is left), until the budget is spent. On one CPU core the
+    defaults take about 20 s on the demo ViT and 5 s on the demo CNN.
 
     Parameters
     ----------
@@ -452,15 +578,18 @@ def train_patch(
         PIL images, through the model's own resize and crop (:func:`unit_images`).
     labels : Sequence of int
         Their true classes (indices in the model's classes), one per image.
-    share : float, default 0.05
-        The share of the image area the square covers, in (0, 1) (:func:`patch_side`).
+    share : float, default PATCH_SHARE
+        The share of the image area the square covers, in (0, 1) (:func:`patch_side`; 0.1).
     target : int or None, default None
         A class index to push every image towards, or ``None`` (untargeted: the true class's
         cross-entropy is raised).
-    epochs : int, default 5
-        Passes over the image set, each in shuffled mini-batches of ``batch_size``.
-    batch_size : int, default 16
-        Images per mini-batch, 1 or more.
+    steps : int or None, default None
+        Optimiser steps, 1 or more; ``None``: :data:`PATCH_STEPS` (150), or ``epochs`` passes.
+    batch_size : int, default PATCH_BATCH_SIZE
+        Images per step, 1 or more (32).
+    epochs : int or None, default None
+        Instead of ``steps``: this many whole passes over the images, ``epochs · ⌈N / batch_size⌉``
+        steps.
     optimiser : str, default "adam"
         ``"adam"`` or ``"sign"``; see :data:`PATCH_OPTIMISERS`.
     step_size : float or None, default None
@@ -470,26 +599,30 @@ def train_patch(
     seed : int, default 0
         Seeds the starting patch (uniform noise), the shuffles and the positions.
     progress : Progress or None, default None
-        Called as ``progress(done, total)`` after each mini-batch (:mod:`analysis.base.progress`).
+        Called as ``progress(done, steps)`` after each step (:mod:`analysis.base.progress`).
 
     Returns
     -------
     AdversarialPatch
-        The patch, ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU, with its settings and losses.
+        The patch, ``(C, side, side)`` float32 in ``[0, 1]`` on the CPU, with its settings and the loss
+        of each step.
 
     Raises
     ------
     PatchError
         No images, a label count that does not match, a share outside (0, 1), a patch larger than the
-        image, a position off the image, an unknown optimiser, no epochs or an empty batch, a target
-        outside the model's classes, a model without class logits.
+        image, a position off the image, an unknown optimiser, fewer than one step or epoch, both
+        ``steps`` and ``epochs``, an empty batch, a target outside the model's classes, a model
+        without class logits.
     """
     if optimiser not in PATCH_OPTIMISERS:
         raise PatchError(f"Unknown optimiser {optimiser!r}: choose one of {', '.join(PATCH_OPTIMISERS)}.")
-    if int(epochs) < 1 or int(batch_size) < 1:
+    if steps is not None and epochs is not None:
+        raise PatchError(f"steps={steps!r} and epochs={epochs!r}: give the budget one way, steps or epochs.")
+    if int(batch_size) < 1 or (steps is not None and int(steps) < 1) or (epochs is not None and int(epochs) < 1):
         raise PatchError(
-            f"epochs={epochs!r}, batch_size={batch_size!r}: train for at least one epoch of batches "
-            "of at least one image."
+            f"steps={steps!r}, epochs={epochs!r}, batch_size={batch_size!r}: train for at least one step (or "
+            "epoch) of batches of at least one image."
         )
     unit = unit_images(model, images)  # (N, C, H, W) in [0, 1]
     truth = _label_tensor(labels, unit.shape[0])
@@ -499,18 +632,23 @@ def train_patch(
     classes = int(model.spec.num_outputs)
     if target is not None and not 0 <= int(target) < max(classes, 1):
         raise PatchError(f"target={target!r}: the model has classes 0..{classes - 1}.")
+    count, size = int(unit.shape[0]), int(batch_size)
+    if epochs is not None:
+        total = int(epochs) * math.ceil(count / size)
+    else:
+        total = PATCH_STEPS if steps is None else int(steps)
     generator = torch.Generator().manual_seed(int(seed))
     patch = torch.rand((unit.shape[1], side, side), generator=generator).to(unit.device).requires_grad_(True)
     step = (0.1 if optimiser == "adam" else 2 / 255) if step_size is None else float(step_size)
     adam = torch.optim.Adam([patch], lr=step) if optimiser == "adam" else None
     sign = -1.0 if target is None else 1.0  # minimise sign · CE
-    batches = math.ceil(unit.shape[0] / int(batch_size))
-    total, done, losses = int(epochs) * batches, 0, []
-    for _ in range(int(epochs)):
-        order = torch.randperm(unit.shape[0], generator=generator)
-        epoch_loss = 0.0
-        for start in range(0, unit.shape[0], int(batch_size)):
-            chosen = order[start : start + int(batch_size)]
+    losses: list[float] = []
+    while len(losses) < total:
+        order = torch.randperm(count, generator=generator)  # one pass
+        for start in range(0, count, size):
+            if len(losses) == total:
+                break
+            chosen = order[start : start + size]
             where = (
                 torch.tensor([fixed])
                 if fixed is not None
@@ -528,10 +666,8 @@ def train_patch(
                 else:
                     patch -= step * gradient.sign()
                 patch.clamp_(0, 1)
-            epoch_loss += float(loss.detach()) * len(chosen)
-            done += 1
-            tell(progress, done, total)
-        losses.append(epoch_loss / unit.shape[0])
+            losses.append(float(loss.detach()))
+            tell(progress, len(losses), total)
     return AdversarialPatch(
         patch=patch.detach().cpu().float(),
         share=float(share),
@@ -600,6 +736,7 @@ def evaluate_patch(
     position: Sequence[int] | None = None,
     seed: int = 0,
     positions: torch.Tensor | None = None,
+    target: int | None = None,
 ) -> PatchEvaluation:
     """Accuracy and fooling rate of ``model`` on ``images`` with ``patch`` pasted (an
     :class:`AdversarialPatch` or a ``(C, s, s)`` tensor in ``[0, 1]``), at ``position`` or at random
@@ -623,11 +760,14 @@ def evaluate_patch(
         Seed of the random positions.
     positions : torch.Tensor or None, default None
         ``(N, 2)`` ``(top, left)`` per image; overrides ``position`` and ``seed``.
+    target : int or None, default None
+        The class whose rate ``target_rate`` reports (e.g. a noise patch's rate of a targeted patch's
+        class); ``None``: the :class:`AdversarialPatch`'s own target.
 
     Returns
     -------
     PatchEvaluation
-        Clean and patched accuracy, fooling rate and (targeted patches) target rate.
+        Clean and patched accuracy, fooling rate and (a target) target rate.
 
     Raises
     ------
@@ -636,7 +776,8 @@ def evaluate_patch(
         positions of another count than the images or off the image, a model without class logits.
     """
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
-    target = patch.target if isinstance(patch, AdversarialPatch) else None
+    if target is None and isinstance(patch, AdversarialPatch):
+        target = patch.target
     unit = unit_images(model, images)
     truth = _label_tensor(labels, unit.shape[0])
     if tensor.shape[-1] > min(unit.shape[-2:]):
@@ -663,8 +804,9 @@ def patch_size_curve(
     eval_images: Sequence | None = None,
     eval_labels: Sequence[int] | None = None,
     target: int | None = None,
-    epochs: int = 5,
-    batch_size: int = 16,
+    steps: int | None = None,
+    batch_size: int = PATCH_BATCH_SIZE,
+    epochs: int | None = None,
     optimiser: str = "adam",
     position: Sequence[int] | None = None,
     seed: int = 0,
@@ -690,10 +832,12 @@ def patch_size_curve(
     eval_labels : Sequence of int or None, default None
         Their classes; ``None``, ``labels``.
     target : int or None, default None
+        As :func:`train_patch`'s; the curve then has the target rates too.
+    steps : int or None, default None
+        As :func:`train_patch`'s (``None``: :data:`PATCH_STEPS`, or ``epochs`` passes), per patch.
+    batch_size : int, default PATCH_BATCH_SIZE
         As :func:`train_patch`'s.
-    epochs : int, default 5
-        As :func:`train_patch`'s.
-    batch_size : int, default 16
+    epochs : int or None, default None
         As :func:`train_patch`'s.
     optimiser : str, default "adam"
         As :func:`train_patch`'s (:data:`PATCH_OPTIMISERS`).
@@ -709,7 +853,8 @@ def patch_size_curve(
     Returns
     -------
     PatchCurve
-        Per model and share: accuracy and fooling rate with its own patch and with the noise patch.
+        Per model and share: accuracy and fooling rate (targeted: and target rate) with its own patch
+        and with the noise patch.
 
     Raises
     ------
@@ -723,10 +868,14 @@ def patch_size_curve(
         patch_side((10**6, 10**6), share)  # the share's range, before any training
     held_out = images if eval_images is None else eval_images
     held_labels = labels if eval_labels is None else eval_labels
-    # progress: per (model, share), its training's mini-batches and one step for the evaluation
-    training = int(epochs) * math.ceil(len(images) / int(batch_size)) if int(batch_size) > 0 else 0
+    # progress: per (model, share), its training's steps and one step for the evaluation
+    if epochs is not None:
+        training = int(epochs) * math.ceil(len(images) / int(batch_size)) if int(batch_size) > 0 else 0
+    else:
+        training = PATCH_STEPS if steps is None else int(steps)
     total, done = len(models) * len(shares) * (training + 1), 0
-    fields: dict[str, dict[str, np.ndarray]] = {key: {} for key in ("acc", "fool", "noise_acc", "noise_fool")}
+    keys = ("acc", "fool", "noise_acc", "noise_fool", "target", "noise_target")
+    fields: dict[str, dict[str, np.ndarray]] = {key: {} for key in keys}
     clean_accuracy, patches = {}, {}
     for name, model in models.items():
         unit = unit_images(model, held_out)
@@ -741,8 +890,9 @@ def patch_size_curve(
                 labels,
                 share=share,
                 target=target,
-                epochs=epochs,
+                steps=steps,
                 batch_size=batch_size,
+                epochs=epochs,
                 optimiser=optimiser,
                 position=position,
                 seed=seed + 1000 * k,
@@ -752,12 +902,14 @@ def patch_size_curve(
             where = _positions(unit.shape[0], unit.shape[-2:], found.side, position, seed + 1)
             adversarial = _evaluation(model, unit, truth, found.patch, where, target, clean)
             control = _evaluation(
-                model, unit, truth, noise_patch(found.side, channels=unit.shape[1], seed=seed + 2), where, None, clean
+                model, unit, truth, noise_patch(found.side, channels=unit.shape[1], seed=seed + 2), where, target, clean
             )
             rows["acc"].append(adversarial.accuracy)
             rows["fool"].append(adversarial.fooling_rate)
             rows["noise_acc"].append(control.accuracy)
             rows["noise_fool"].append(control.fooling_rate)
+            rows["target"].append(np.nan if adversarial.target_rate is None else adversarial.target_rate)
+            rows["noise_target"].append(np.nan if control.target_rate is None else control.target_rate)
             done += training + 1
             tell(progress, done, total)
         for key in fields:
@@ -773,6 +925,9 @@ def patch_size_curve(
         clean_accuracy=clean_accuracy,
         patches=patches,
         images=len(held_out),
+        target=None if target is None else int(target),
+        target_rate=None if target is None else fields["target"],
+        noise_target_rate=None if target is None else fields["noise_target"],
     )
 
 

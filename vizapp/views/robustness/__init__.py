@@ -37,6 +37,7 @@ PAGE = PageInfo(
         "rob_texture_run",
         "rob_shape_bias_models",
         "rob_shape_bias_run",
+        "rob_patch_target",
         "rob_patch_run",
     ),
     screenshot=("/robustness", "Robustness: token drop on one image, the ViT beside the demo CNN"),

@@ -19,6 +19,9 @@ from analysis.model.loading import TEXTURED_DEMO_MODELS
 from analysis.robustness import (
     ATTACKS,
     FAST_CORRUPTIONS,
+    PATCH_BATCH_SIZE,
+    PATCH_STEPS,
+    PATCH_TRAIN_SCENES,
     TEXTURE_PROBES,
     TEXTURED_DEMO_CNNS,
     CorruptionCurve,
@@ -30,6 +33,7 @@ from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import download_csv, download_npz, show_chart
+from vizapp.views.robustness import compute
 
 __all__ = [
     "attack_section",
@@ -41,7 +45,8 @@ __all__ = [
     "PATCH_SHARES",
     "PATCH_TRAIN_SCENES",
     "PATCH_HELD_OUT_SCENES",
-    "PATCH_EPOCHS",
+    "PATCH_STEPS",
+    "PATCH_BATCH_SIZE",
     "SHAPE_BIAS_MODELS",
     "textured_variant",
 ]
@@ -52,10 +57,11 @@ SET_EPSILONS = (0.0, 1.0, 2.0, 4.0, 8.0)
 ATTACK_LABELS = {"fgsm": "FGSM (one step)", "pgd": "PGD (L∞, random start)"}
 #: cue-conflict scenes of the shape-bias measure (the demo classes)
 CUE_CONFLICT_SCENES = 60
-#: the page's adversarial-patch training: shares of the image area, demo scenes to train on and to score
-#: on, epochs (a universal patch per model and share, analysis.robustness.patch_size_curve)
-PATCH_SHARES: tuple[float, ...] = (0.02, 0.05, 0.1)
-PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_EPOCHS = 32, 60, 3
+#: the page's adversarial-patch training: shares of the image area and held-out demo scenes to score on; the
+#: training scenes and the step budget (PATCH_TRAIN_SCENES, PATCH_STEPS of PATCH_BATCH_SIZE scenes) are the
+#: library's defaults (a universal patch per model and share, analysis.robustness.patch_size_curve)
+PATCH_SHARES: tuple[float, ...] = (0.05, 0.1)
+PATCH_HELD_OUT_SCENES = 200
 #: the probes that need no mask (an uploaded photo has none)
 MASKLESS_PROBES = tuple(p for p in TEXTURE_PROBES if p != "silhouette")
 #: whose shape bias the page measures: the textured variants of the bundled demo models, or the page's
@@ -554,6 +560,25 @@ def texture_section(
     )
 
 
+def _patch_margins(labels: Sequence[str], shares: Sequence[float], stored: dict, names, target: int | None) -> str:
+    """Per model, at the largest share: the held-out accuracy with its own patch and with the noise patch, the
+    margin between them in points and, targeted, the target-hit rate of each."""
+    k, lines = len(shares) - 1, []
+    for m, label in enumerate(labels):
+        own, noise = float(stored["accuracy"][m, k]), float(stored["noise_accuracy"][m, k])
+        line = (
+            f"**{label}:** accuracy {own:.3f} with its own {100 * shares[k]:g}% patch, {noise:.3f} with the noise "
+            f"patch ({100 * (noise - own):+.1f} points)"
+        )
+        if target is not None and stored["target_rate"] is not None:
+            line += (
+                f"; predicted as *{names[target]}* {float(stored['target_rate'][m, k]):.3f} of the time with its "
+                f"patch, {float(stored['noise_target_rate'][m, k]):.3f} with the noise"
+            )
+        lines.append(line)
+    return "  \n".join(lines)
+
+
 def patch_section(
     models: Sequence[tuple[str, tuple]], image: ImageRef, class_names, seed: int, *, demo_classes: bool
 ) -> None:
@@ -562,8 +587,10 @@ def patch_section(
     shares = PATCH_SHARES
     st.caption(
         "A universal patch (Brown et al. 2017): one square, a share of the image area, optimised over a set of "
-        "images so that pasting it anywhere lowers a model's accuracy; each model gets its own, and a square of "
-        "uniform noise of the same size at the same places is the control."
+        "images so that pasting it anywhere lowers a model's accuracy (or, targeted, pushes every image towards "
+        "one class); each model gets its own, and a square of uniform noise of the same size at the same places "
+        "is the control. The patches train on demo scenes and are scored on held-out ones (stream = the seed "
+        "above), never the same scenes."
     )
     if not demo_classes:
         st.caption(
@@ -571,20 +598,30 @@ def patch_section(
             "your model: `analysis.robustness.patch_size_curve` on your own labelled images."
         )
         return
+    names = list(class_names or ())
+    chosen = st.selectbox(
+        "Patch target",
+        [None, *range(len(names))],
+        format_func=lambda c: "none (untargeted: lower the accuracy)" if c is None else f"targeted: {names[c]}",
+        key="rob_patch_target",
+        help="Targeted: every patched image is pushed towards this class; the page then shows how often the "
+        "patched held-out scenes are predicted as it (the target-hit rate).",
+    )
+    target = None if chosen is None else int(chosen)
     keys, labels = tuple(key for _, key in models), [label for label, _ in models]
-    settings = (shares, PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_EPOCHS)
+    settings = (shares, PATCH_TRAIN_SCENES, PATCH_HELD_OUT_SCENES, PATCH_STEPS, PATCH_BATCH_SIZE, target)
     key = (keys, *settings, seed)
-    stored = resources.stored_patch_curve(key)
+    stored = compute.stored_patch_curve(key)
     if stored is None:
         if not st.button(
-            f"Train the patches ({len(models)} models × {len(shares)} sizes, {PATCH_TRAIN_SCENES} demo scenes, "
-            f"{PATCH_EPOCHS} epochs)",
+            f"Train the patches ({len(models)} models × {len(shares)} sizes, {PATCH_STEPS} steps of "
+            f"{PATCH_BATCH_SIZE} of {PATCH_TRAIN_SCENES} demo scenes each)",
             key="rob_patch_run",
         ):
             return
         bar = st.progress(0.0, text="Training the patches…")
         try:
-            stored = resources.compute_patch_curve(
+            stored = compute.compute_patch_curve(
                 keys, *settings, seed,
                 progress=lambda done, total: bar.progress(done / total, text=f"Training the patches: step {done} / {total}"),
             )  # fmt: skip
@@ -593,6 +630,7 @@ def patch_section(
             return
         finally:
             bar.empty()
+    st.markdown(_patch_margins(labels, shares, stored, names, target))
     percent = [100 * s for s in shares]
     curves = [(label, percent, stored["accuracy"][m]) for m, label in enumerate(labels)]
     curves += [(f"{label}, noise patch", percent, stored["noise_accuracy"][m]) for m, label in enumerate(labels)]
@@ -641,10 +679,11 @@ def patch_section(
                 "rob_patch_attention_chart",
                 filename="patch_attention",
             )
+    hits = () if stored["target_rate"] is None else ("target_rate", "noise_target_rate")
     download_csv(
         "rob_patch_data",
         "patch_curve",
-        ["model", "share", "accuracy", "noise_accuracy", "fooling_rate"],
+        ["model", "share", "accuracy", "noise_accuracy", "fooling_rate", *hits],
         [
             (
                 label,
@@ -652,6 +691,7 @@ def patch_section(
                 float(stored["accuracy"][m, k]),
                 float(stored["noise_accuracy"][m, k]),
                 float(stored["fooling_rate"][m, k]),
+                *(float(stored[field][m, k]) for field in hits),
             )
             for m, label in enumerate(labels)
             for k, s in enumerate(shares)
