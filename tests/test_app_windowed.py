@@ -39,7 +39,7 @@ from tests.test_app import (  # noqa: E402
     tiles_of,
     traces,
 )
-from vizapp import windowed  # noqa: E402
+from vizapp import layer_grids  # noqa: E402
 
 TIMEOUT = 180
 # family -> (timm name, input side in px, model_args). Each family's own stages, windows, shifts and
@@ -141,11 +141,11 @@ def test_the_window_outline_is_the_window_arithmetic(grid, window, shift):
         for b in range(cols):
             expected = hand_window_cells(grid, window, shift, a, b)
             for r, c in expected:
-                rectangles = windowed.window_rectangles(geometry, r * grid[1] + c)
+                rectangles = layer_grids.window_rectangles(geometry, r * grid[1] + c)
                 cells = covered(rectangles, stride)
                 assert sorted(cells) == sorted(expected), (a, b, rectangles)  # the window, each cell once
     if shift == (2, 2) and grid == (8, 8):  # the corner window: rows 6,7,0,1 x cols 6,7,0,1
-        assert sorted(windowed.window_rectangles(geometry, 0)) == sorted(
+        assert sorted(layer_grids.window_rectangles(geometry, 0)) == sorted(
             [
                 (0, 0, 2 * 4, 2 * 8),
                 (6 * 4, 0, 8 * 4, 2 * 8),
@@ -160,7 +160,7 @@ def test_a_click_on_any_layer_grid_queries_that_cell_on_that_layer():
     for layer in range(spec.num_layers):
         geometry = spec.geometry(layer)
         for cell in range(geometry.grid_size[0] * geometry.grid_size[1]):
-            patch = windowed.layer_cell_to_query_patch(spec, geometry, cell)
+            patch = layer_grids.layer_cell_to_query_patch(spec, geometry, cell)
             assert geometry.cell_of_pixel(*spec.patch_centre(patch)) == cell
 
 
@@ -172,7 +172,7 @@ def test_every_page_opens_a_windowed_model(family):
     at = open_app(family)
     vit = loaded(family)
     spec = vit.spec
-    stages = windowed.stage_layers(spec)
+    stages = layer_grids.stage_layers(spec)
     sidebar = " ".join(m.value for m in at.sidebar.markdown)
     assert "windowed attention" in sidebar and spec.family in sidebar
     for page in PAGES:
@@ -233,7 +233,7 @@ def test_the_attention_page_outlines_the_query_window_and_draws_its_map():
     np.testing.assert_allclose(
         shown, analysis.attention_map(record, 1, head=None, query=(2, 2))[0].numpy(), rtol=1e-5, atol=1e-7
     )
-    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
+    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == layer_grids.WINDOW_SHAPE_NAME]
     # cell (0, 0) sits in the last rolled window: rows and columns 24..27 and 0..2
     expected_cells = hand_window_cells((28, 28), (7, 7), (3, 3), 3, 3)
     assert (0, 0) in expected_cells
@@ -249,7 +249,7 @@ def test_the_attention_page_outlines_the_query_window_and_draws_its_map():
     at.radio(key="attn_stage").set_value(1).run()
     assert_clean(at)
     layer = at.slider(key="layer").value
-    assert layer in windowed.stage_layers(spec)[1]
+    assert layer in layer_grids.stage_layers(spec)[1]
     overlay = chart(at, "attn_overlay")
     assert overlay_map(overlay).shape == spec.geometry(layer).grid_size == (14, 14)
     assert traces(overlay, "heatmap")[0]["dx"] == 8
@@ -265,7 +265,7 @@ def test_the_thumbnails_hold_every_layer_and_head_of_each_stage():
     at.radio(key="thumb_scale").set_value("shared").run()
     assert_clean(at)
     query = spec.patch_centre(5 * 28 + 9)
-    for stage, layers in windowed.stage_layers(spec).items():
+    for stage, layers in layer_grids.stage_layers(spec).items():
         geometry = spec.geometry(layers[0])
         heads = geometry.num_heads
         tiles = mosaic_tiles(chart(at, f"attn_grid_s{stage}"), geometry.grid_size)  # rows of many heads wrap
@@ -601,7 +601,7 @@ def test_the_rollout_page_rolls_out_within_a_stage(family, npz_downloads, monkey
     at.switch_page("views/rollout/rollout.py").run()
     at.radio(key="query_mode").set_value("patch").run()
     at.number_input(key="query_patch").set_value(9).run()
-    stages = windowed.stage_layers(spec)
+    stages = layer_grids.stage_layers(spec)
     if len(stages) > 1:
         at.radio(key="rollout_span").set_value(1).run()
         expected = analysis.attention_rollout(record, stage=1, query=pixel_query(spec, 9))[0].numpy()
@@ -725,7 +725,7 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
     assert "method='attention' is not defined for a windowed model" in info
     methods = ["rollout", "gradcam", "input_x_gradient", "attnlrp"] if spec.has_classifier else ["rollout"]
     at.multiselect(key="explain_methods").set_value(methods).run()
-    stages = windowed.stage_layers(spec)
+    stages = layer_grids.stage_layers(spec)
     rollout_options = {}
     if len(stages) > 1:
         at.selectbox(key="explain_rollout_stage").set_value(1).run()
@@ -853,7 +853,7 @@ def test_a_torchvision_swin_opens_with_its_windows_outlined():
     inside = np.zeros((56, 56), bool)
     inside[21:28, 14:21] = True
     assert np.all(shown[~inside] == 0) and shown[inside].sum() > 0.99
-    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == windowed.WINDOW_SHAPE_NAME]
+    outline = [s for s in overlay["layout"]["shapes"] if s.get("name") == layer_grids.WINDOW_SHAPE_NAME]
     assert [(int(s["x0"]), int(s["y0"]), int(s["x1"]), int(s["y1"])) for s in outline] == [(56, 84, 84, 112)]
 
 

@@ -57,7 +57,7 @@ def test_a_windowed_patch_query_becomes_the_pixel_at_its_centre(swin):
     assert query_for_layers(spec, 23) == (6, 46)  # row 1, column 11
     assert query_for_layers(spec, 143) == (46, 46)
     assert query_for_layers(spec, "mean") == "mean" and query_for_layers(spec, (5, 7)) == (5, 7)
-    for patch in range(144):  # the page's rule before: vizapp.windowed.query_pixel, written out
+    for patch in range(144):  # the page's rule before: vizapp.layer_grids.query_pixel, written out
         r, c = divmod(patch, 12)
         pixel = query_for_layers(spec, patch)
         assert pixel == (r * 4 + 2, c * 4 + 2)

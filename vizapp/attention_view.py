@@ -43,7 +43,7 @@ from analysis.views.attention_view import (
 )
 from vizapp import limits, resources
 from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
-from vizapp.windowed import layer_cell_to_query_patch
+from vizapp.layer_grids import layer_cell_to_query_patch
 
 if TYPE_CHECKING:  # for an annotation only
     from vizapp.state import Current

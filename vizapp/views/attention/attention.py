@@ -22,6 +22,14 @@ from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from analysis.records.queries import query_for_layers
 from vizapp import figures, resources, ui
 from vizapp.attention_view import page_view
+from vizapp.layer_grids import (
+    layer_cell_to_query_patch,
+    stage_label,
+    stage_layers,
+    window_members,
+    window_rectangles,
+    window_shapes,
+)
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -39,14 +47,6 @@ from vizapp.ui import (
 )
 from vizapp.views.attention import compute
 from vizapp.views.attention.recipe import attention_code
-from vizapp.windowed import (
-    layer_cell_to_query_patch,
-    stage_label,
-    stage_layers,
-    window_members,
-    window_rectangles,
-    window_shapes,
-)
 
 OUTSIDE_MASK_BRIGHTNESS = 0.3  # top-mass panels: the image outside a head's mask, dimmed
 

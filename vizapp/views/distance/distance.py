@@ -12,6 +12,7 @@ from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from analysis.similarity import CKAAccumulator
 from vizapp import figures, first_result, inputs, resources
 from vizapp.image_sets import over_image_set
+from vizapp.layer_grids import layer_reference_trace
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ModelRef
@@ -19,7 +20,6 @@ from vizapp.state import current, second_model_control
 from vizapp.ui import clamp_state, download_csv, download_npz, show_chart
 from vizapp.views.distance import compute
 from vizapp.views.distance.recipe import distance_code
-from vizapp.windowed import layer_reference_trace
 
 cur = current()
 SETS = {"samples": "bundled sample images", "mine": "my images (files or a .zip)"}

@@ -11,12 +11,12 @@ from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS
 from analysis.faithfulness import area_under_curve
 from analysis.plots import robust_scaled
 from vizapp import figures, first_result, inputs, resources
+from vizapp.layer_grids import stage_label, stage_layers
 from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, outlier_notice, refuse_page, show_chart
 from vizapp.views.explain.recipe import explain_code
-from vizapp.windowed import stage_label, stage_layers
 
 METHOD_LABELS = {
     "attention": "attention (last layer)",

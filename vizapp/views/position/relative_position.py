@@ -16,9 +16,9 @@ import streamlit as st
 
 from analysis import AnalysisError
 from vizapp import figures, resources, ui
+from vizapp.layer_grids import stage_label, stage_layers
 from vizapp.messages import error_text
 from vizapp.ui import clamp_state, show_chart
-from vizapp.windowed import stage_label, stage_layers
 
 __all__ = ["render"]
 

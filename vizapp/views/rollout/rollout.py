@@ -13,6 +13,7 @@ from analysis.records.queries import query_for_layers
 from analysis.views.attention_view import rollout_view_defined
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
+from vizapp.layer_grids import stage_label, stage_layers
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current
 from vizapp.ui import (
@@ -29,7 +30,6 @@ from vizapp.ui import (
 )
 from vizapp.views.rollout import compute
 from vizapp.views.rollout.recipe import rollout_code
-from vizapp.windowed import stage_label, stage_layers
 
 cur = current()
 spec = cur.spec

@@ -1,6 +1,8 @@
-"""What the pages need for windowed models (Swin v1/v2, SAM's image encoder).
+"""Layers' grids, stages and windows as the pages draw them, for every family: a ViT is one stage
+whose layers are one window of all tokens; Swin v1/v2 and SAM's image encoder have stage grids and
+windows.
 
-A windowed model's layers live on stage grids (:class:`analysis.model.geometry.LayerGeometry`: grid, stride
+A model's layers live on stage grids (:class:`analysis.model.geometry.LayerGeometry`: grid, stride
 in input pixels, windows, shift). The app keeps one query for every layer as a cell of the
 finest grid (``spec.grid_size``, the patch embedding's, as the ViT pages do) and hands the
 library the *pixel* at that cell's centre: each layer then finds the cell of its own grid
