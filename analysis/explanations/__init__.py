@@ -16,7 +16,9 @@ Methods (see each function for its formula and source):
 * ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``,
   ``quadrature``; the convergence delta: :func:`integrated_gradients_result`);
 * ``"attnlrp"``: AttnLRP (Achtibat et al. 2024) layer-wise relevance pooled per patch
-  (:mod:`analysis.explanations.lrp`; :func:`attnlrp_relevance` also gives per-token relevance).
+  (:mod:`analysis.explanations.lrp`; :func:`attnlrp_relevance` also gives per-token relevance);
+  by default LXT's ViT recipe, CP-LRP inside attention and the γ-rule on the convolution and linear
+  layers (``attention``, ``gamma``; ``attention="attnlrp", gamma=None`` is the paper's rules throughout).
 
 Windowed models (Swin, SAM): ``"gradcam"`` (last stage), ``"input_x_gradient"``,
 ``"integrated_gradients"``, ``"attnlrp"`` (stem patch grid) and ``"rollout"``
@@ -151,7 +153,7 @@ def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **op
     **options : Any
         Keyword options passed on to the method (:func:`method_options` lists them;
         ``integrated_gradients``: ``steps``, ``baseline``, ``quadrature``; ``chefer``:
-        ``start_layer``; ``rollout``: ``head_fusion``, ...).
+        ``start_layer``; ``attnlrp``: ``attention``, ``gamma``; ``rollout``: ``head_fusion``, ...).
 
     Returns
     -------

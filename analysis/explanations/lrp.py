@@ -40,19 +40,50 @@ and the relative-position bias (a table or a meta-network of the coordinates) ar
 to the scores, absorbed like any bias. The relevance then lies on the stem's patch grid, as
 input × gradient's does. ``tests/test_attnlrp.py`` checks conservation on Swin v1, v2 and V2-CR.
 
+**Variants** (keyword options of :func:`attnlrp_relevance`, :func:`attnlrp` and
+``explain(..., method="attnlrp", attention=..., gamma=...)``):
+
+* ``attention="attnlrp"`` — the paper's rules above inside attention (uniform rule on ``q·kᵀ`` and
+  ``P·v``, the softmax rule); ``attention="cp"`` — CP-LRP (Ali et al., ICML 2022, "XAI for
+  Transformers: Better Explanations through Conservative Propagation"): the attention probabilities
+  are constants (detached), so ``P·v`` is linear in ``v`` and passes its whole relevance to ``v``;
+  the softmax and ``q·kᵀ`` receive none. LXT implements it the same way (``stop_gradient`` on ``q``
+  and ``k`` in ``lxt.efficient``; ``attention.detach()`` then the ε-rule on ``P·v`` in
+  ``lxt.explicit.special.multi_head_attention_cp``) and uses it inside a ViT's attention (the
+  paper's Appendix A.2.3, "Tackling noise in vision transformers").
+* ``gamma`` — the generalised LRP-γ rule (Montavon et al. 2019; Andéol et al. 2021, as zennit's
+  ``rules.Gamma`` defines it, which LXT's ViT recipe registers on ``Conv2d`` and ``Linear``) on every
+  ``F.conv2d`` (``"conv"``) and ``F.linear`` (``"linear"``) call that reads the input: with
+  ``x⁺ = max(x, 0)``, ``x⁻ = min(x, 0)``, ``w⁽⁺⁾ = w + γ·max(w, 0)``, ``w⁽⁻⁾ = w + γ·min(w, 0)``, an
+  output ``z_j > 0`` shares its relevance ``R_j`` in proportion to the contributions
+  ``x_i⁺·w⁽⁺⁾_ij`` and ``x_i⁻·w⁽⁻⁾_ij`` (the ones that raise it, boosted), over the denominator
+  ``D_j = Σ_i (x_i⁺ w⁽⁺⁾_ij + x_i⁻ w⁽⁻⁾_ij) + b_j + γ·max(b_j, 0)``; an output ``z_j < 0`` the same
+  with ``w⁽⁺⁾`` and ``w⁽⁻⁾`` (and ``min(b_j, 0)``) swapped; ``z_j = 0`` passes none. ``γ = 0`` is the
+  ε-rule (the plain gradient). :func:`gamma_rule` writes it in gradient × input form.
+
+**Conservation of the variants.** ``attention="cp"`` absorbs no softmax term: every op inside
+attention then passes its relevance on whole (``P·v`` linear in ``v``), so with the biases zeroed
+``Σ_pixels R(x) = y_target`` exactly. The γ-rule is conservative except for its modified bias:
+a layer passes on ``Σ_j R_j·(1 − b′_j/D_j)``, ``b′_j = b_j + γ·max(b_j, 0)`` (``min`` where
+``z_j < 0``); with the biases zeroed it is exact. ``tests/test_attnlrp.py`` checks both.
+
 The rules act while one thread runs one call (a :class:`~torch.overrides.TorchFunctionMode` on
 this thread's stack), so a model shared by several threads is never modified.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from ..base.errors import AnalysisError
 from ..engine.activations import run_with_hooks
 from ..model.adapters.base import AttentionInputs, attend
 from ..model.adapters.probabilities import attention_scores
@@ -60,6 +91,9 @@ from ..model.geometry import ViTSpec, input_spec
 from .gradients import require_classes, resolve_targets
 
 __all__ = [
+    "ATTENTION_RULES",
+    "DEFAULT_ATTENTION",
+    "DEFAULT_GAMMA",
     "AttnLRPRelevance",
     "attnlrp",
     "attnlrp_relevance",
@@ -67,6 +101,8 @@ __all__ = [
     "lrp_rules",
     "lrp_attention",
     "softmax_rule",
+    "gamma_rule",
+    "gamma_values",
 ]
 
 # Element-wise non-linearities that take the identity rule (ReLU's f(x)/x is its gradient already).
@@ -85,6 +121,14 @@ PRODUCT_FUNCTIONS = (
 )
 SOFTMAX_FUNCTIONS = (torch.softmax, torch.Tensor.softmax, F.softmax)
 SIGMOID_FUNCTIONS = (torch.sigmoid, torch.Tensor.sigmoid, F.sigmoid)
+# The γ-rule's layer kinds: the functions each kind covers.
+GAMMA_FUNCTIONS = {F.linear: "linear", F.conv2d: "conv"}
+#: The rules inside attention: the paper's (``"attnlrp"``) or CP-LRP's (``"cp"``).
+ATTENTION_RULES = ("attnlrp", "cp")
+#: ``explain(..., method="attnlrp")``'s recipe, chosen by deletion AUC (docs/guides/explanations.md):
+#: CP-LRP inside attention and the γ-rule on the convolution and the linear layers.
+DEFAULT_ATTENTION = "cp"
+DEFAULT_GAMMA: Mapping[str, float | None] = MappingProxyType({"conv": 0.25, "linear": 0.1})
 
 
 @dataclass(frozen=True)
@@ -158,9 +202,12 @@ def softmax_rule(scores: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.softmax(scores, dim=dim)
 
 
-def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) -> torch.Tensor:
+def lrp_attention(
+    inputs: AttentionInputs, depends=lambda t: t.requires_grad, attention: str = "attnlrp"
+) -> torch.Tensor:
     """One fused attention call ``softmax(scale·q·kᵀ + M)·v`` computed explicitly under the rules:
-    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between.
+    uniform rule on ``q·kᵀ`` and on ``P·v``, :func:`softmax_rule` in between (``attention="attnlrp"``);
+    or CP-LRP (``attention="cp"``): ``P`` a constant, ``v`` takes the whole gradient of ``P·v``.
 
     Parameters
     ----------
@@ -169,6 +216,8 @@ def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) ->
         ``scale``, ``mask`` and ``is_causal`` (``q``, ``k``, ``v`` and ``scale`` must be set).
     depends : callable, default ``lambda t: t.requires_grad``
         ``depends(t)``: whether the tensor ``t`` depends on the explained input.
+    attention : str, default "attnlrp"
+        One of :data:`ATTENTION_RULES`.
 
     Returns
     -------
@@ -177,11 +226,108 @@ def lrp_attention(inputs: AttentionInputs, depends=lambda t: t.requires_grad) ->
     """
     assert inputs.q is not None and inputs.k is not None and inputs.v is not None, "a fused call's inputs"
     assert inputs.scale is not None, "a fused call's scale"
+    if attention == "cp":
+        scores = attention_scores(inputs.q, inputs.k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)
+        return attend(torch.softmax(scores, dim=-1).detach(), inputs.v)  # (B, heads, Q, d); P constant
     q, k = uniform_rule([inputs.q, inputs.k], depends)
     scores = attention_scores(q, k, inputs.scale, mask=inputs.mask, is_causal=inputs.is_causal)  # (B, heads, Q, T)
     probs = softmax_rule(scores, dim=-1)
     probs, value = uniform_rule([probs, inputs.v], lambda t: t is probs or depends(t))
     return attend(probs, value)
+
+
+def gamma_rule(
+    layer, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gamma: float, **kwargs
+) -> torch.Tensor:
+    """``layer(x, weight, bias, **kwargs)`` (``F.linear`` or ``F.conv2d``) unchanged in value, with the
+    generalised γ-rule (module docstring; zennit's ``rules.Gamma``) as its backward in gradient ×
+    input form: ``x ⊙ ĝ(x)`` is the relevance ``R_i = Σ_j c_ij/D_j · R_j``, ``R_j = y_j·ĝ(y)_j``.
+
+    Written with autograd: ``D⁺ = layer(x⁺, w⁽⁺⁾, b + γb⁺) + layer(x⁻, w⁽⁻⁾)`` and
+    ``D⁻ = layer(x⁺, w⁽⁻⁾, b + γb⁻) + layer(x⁻, w⁽⁺⁾)``; the output is ``y`` in value and
+    ``(y/D)·D`` in gradient (``D = D⁺`` where ``y > 0``, ``D⁻`` where ``y < 0``, nothing where ``y = 0``),
+    so ``ĝ(x)_i = Σ_j ĝ(y)_j·y_j/D_j·∂D_j/∂x_i``, ``x_i⁺ = x_i·[x_i > 0]`` with the mask a constant
+    (``ĝ(x)_i = 0`` where ``x_i = 0``, whose relevance is 0, as zennit's).
+
+    Parameters
+    ----------
+    layer : callable
+        ``F.linear`` or ``F.conv2d``.
+    x : torch.Tensor
+        The layer's input, e.g. ``(B, T, in)`` or ``(B, C, H, W)``.
+    weight : torch.Tensor
+        The layer's weight, ``(out, in)`` or ``(out, C/groups, kh, kw)``.
+    bias : torch.Tensor or None
+        ``(out,)``, or ``None``.
+    gamma : float
+        ``γ ≥ 0``; 0 is the ε-rule (the plain gradient).
+    **kwargs : Any
+        The layer's other arguments (a convolution's ``stride``, ``padding``, ``dilation``, ``groups``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``layer(x, weight, bias, **kwargs)``, its shape and dtype.
+    """
+    y = layer(x, weight, bias, **kwargs)
+    positive_x, negative_x = x * (x > 0).to(x.dtype), x * (x < 0).to(x.dtype)
+    w_pos, w_neg = weight + gamma * weight.clamp(min=0), weight + gamma * weight.clamp(max=0)
+    b_pos = b_neg = None
+    if bias is not None:
+        b_pos, b_neg = bias + gamma * bias.clamp(min=0), bias + gamma * bias.clamp(max=0)
+    raising = layer(positive_x, w_pos, b_pos, **kwargs) + layer(negative_x, w_neg, None, **kwargs)  # D⁺
+    lowering = layer(positive_x, w_neg, b_neg, **kwargs) + layer(negative_x, w_pos, None, **kwargs)  # D⁻
+    y_value = y.detach()
+    denominator = torch.where(y_value > 0, raising, lowering)
+    stable = denominator.detach()
+    ratio = torch.where(y_value == 0, torch.zeros_like(y_value), y_value / torch.where(stable == 0, 1, stable))
+    return y_value + (denominator - stable) * ratio
+
+
+def gamma_values(gamma) -> dict[str, float | None]:
+    """``{"conv": γ or None, "linear": γ or None}`` from a ``gamma`` option: ``None`` (no γ-rule),
+    one float (both kinds) or a mapping of some of the kinds to a float or ``None``.
+
+    Parameters
+    ----------
+    gamma : float, mapping of str to float or None, or None
+        The option, as :func:`attnlrp_relevance` takes it.
+
+    Returns
+    -------
+    dict of str to float or None
+        Both kinds, ``None`` where the ε-rule (the plain gradient) stays.
+
+    Raises
+    ------
+    AnalysisError
+        A kind other than ``"conv"`` and ``"linear"``, or a γ that is not a finite number ≥ 0.
+    """
+    kinds = tuple(GAMMA_FUNCTIONS.values())
+    if gamma is None:
+        values: dict = {}
+    elif isinstance(gamma, Mapping):
+        unknown = sorted(set(gamma) - set(kinds))
+        if unknown:
+            raise AnalysisError(f"gamma has unknown layer kinds {unknown}; use some of {', '.join(kinds)}.")
+        values = dict(gamma)
+    else:
+        values = dict.fromkeys(kinds, gamma)
+    out: dict[str, float | None] = {}
+    for kind in kinds:
+        value = values.get(kind)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise AnalysisError(f"gamma[{kind!r}] must be a finite number ≥ 0 (or None), not {value!r}.")
+            value = float(value)
+        out[kind] = value
+    return out
+
+
+def _check_attention(attention: str) -> str:
+    if attention not in ATTENTION_RULES:
+        raise AnalysisError(f"attention={attention!r}: use one of {', '.join(map(repr, ATTENTION_RULES))}.")
+    return attention
 
 
 def _sdpa_arguments(
@@ -248,8 +394,10 @@ class LrpRules(TorchFunctionMode):
     to a tensor computed from the input, never to one computed from parameters alone (an
     attention-pooling head's latent query, a learned temperature, a layer scale)."""
 
-    def __init__(self) -> None:
+    def __init__(self, attention: str = "attnlrp", gamma=None) -> None:
         super().__init__()
+        self.attention = _check_attention(attention)
+        self.gamma = gamma_values(gamma)
         self.dependent = WeakTensorKeyDictionary()  # tensor -> True: computed from the input
         # gates written out, x·σ(c·x) (QuickGELU, SiLU): σ's output -> its input; c·x -> x
         self.sigmoid_input = WeakTensorKeyDictionary()
@@ -267,6 +415,8 @@ class LrpRules(TorchFunctionMode):
         kwargs = kwargs or {}
         if not any(self.depends(leaf) for leaf in _leaves((args, kwargs))):
             return func(*args, **kwargs)  # nothing here comes from the input: no rule applies
+        if self.attention == "cp" and func in SOFTMAX_FUNCTIONS and self.depends(args[0] if args else None):
+            return func(*args, **kwargs).detach()  # CP-LRP: attention probabilities are constants (not marked)
         result = self.apply_rule(func, args, kwargs)
         for leaf in _leaves(result):
             if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
@@ -286,7 +436,9 @@ class LrpRules(TorchFunctionMode):
     def apply_rule(self, func, args, kwargs):
         first = args[0] if args else None
         if func is F.scaled_dot_product_attention:
-            return lrp_attention(_sdpa_arguments(*args, **kwargs), self.depends)
+            return lrp_attention(_sdpa_arguments(*args, **kwargs), self.depends, self.attention)
+        if func in GAMMA_FUNCTIONS and self.gamma[GAMMA_FUNCTIONS[func]] is not None and self.depends(first):
+            return _gamma_call(func, self.gamma[GAMMA_FUNCTIONS[func]], args, kwargs)
         if func in _NORMS and self.depends(first):
             return _NORMS[func](*args, **kwargs)
         if func in SOFTMAX_FUNCTIONS and self.depends(first):
@@ -332,16 +484,37 @@ def _softmax_call(func, args, kwargs):
     return softmax_rule(scores if dtype is None else scores.to(dtype), dim)
 
 
-def lrp_rules() -> LrpRules:
+def _gamma_call(func, gamma: float, args, kwargs):
+    """An ``F.linear`` / ``F.conv2d`` call through :func:`gamma_rule`."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    x, weight, bias = bound.pop("input"), bound.pop("weight"), bound.pop("bias", None)
+    return gamma_rule(func, x, weight, bias, gamma, **bound)
+
+
+def lrp_rules(*, attention: str = "attnlrp", gamma=None) -> LrpRules:
     """A fresh :class:`LrpRules` mode: ``with lrp_rules() as rules: rules.mark(x); y = model(x)``
     runs ``model`` with the AttnLRP backward rules on this thread only.
+
+    Parameters
+    ----------
+    attention : str, default "attnlrp"
+        The rules inside attention, one of :data:`ATTENTION_RULES` (module docstring).
+    gamma : float, mapping of str to float or None, or None, default None
+        The γ-rule's values (:func:`gamma_values`); ``None``, the ε-rule everywhere.
 
     Returns
     -------
     LrpRules
         A new, not yet entered, torch function mode.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown ``attention`` or a bad ``gamma``.
     """
-    return LrpRules()
+    return LrpRules(attention, gamma)
 
 
 def _pool_to_patches(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
@@ -352,13 +525,20 @@ def _pool_to_patches(values: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
     return values[:, : gh * ph, : gw * pw].reshape(-1, gh, ph, gw, pw).sum((2, 4))
 
 
-def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevance:
+def attnlrp_relevance(
+    vit, pixels: torch.Tensor, target=None, *, attention: str = DEFAULT_ATTENTION, gamma=DEFAULT_GAMMA
+) -> AttnLRPRelevance:
     """AttnLRP relevance (module docstring) of the ``target`` logits, one forward and one backward
-    pass in float32.
+    pass in float32. The default recipe is LXT's for ViTs, CP-LRP inside attention and the γ-rule
+    on the convolution (γ 0.25) and the linear layers (γ 0.1), the most faithful by deletion AUC
+    (docs/guides/explanations.md); ``attention="attnlrp", gamma=None`` is the paper's rules throughout.
 
-    Conservation: ``relevance.pixels.sum((1, 2, 3)) = logit − bias terms`` (module docstring);
-    ``relevance.tokens.sum(1)`` likewise, less the terms of the patch embedding and the constants
-    added before block 0.
+    Conservation: ``relevance.pixels.sum((1, 2, 3)) = logit − bias terms`` (module docstring), the
+    bias terms by variant: the paper's rules absorb each bias (``b·ĝ``), the constants added to the
+    stream and each softmax's term; CP-LRP no softmax term; the γ-rule its modified biases
+    ``Σ_j R_j·b′_j/D_j`` instead of ``b·ĝ``. With the biases zeroed, CP-LRP with or without the γ-rule
+    conserves the logit exactly. ``relevance.tokens.sum(1)`` likewise, less the terms of the patch
+    embedding and the constants added before block 0.
 
     Parameters
     ----------
@@ -369,6 +549,11 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
     target : int, sequence of int, torch.Tensor or None, default None
         The class to explain: a class index or a ``(B,)`` sequence of them (as in
         :func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
+    attention : str, default DEFAULT_ATTENTION ("cp")
+        The rules inside attention: ``"attnlrp"`` (the paper's) or ``"cp"`` (CP-LRP).
+    gamma : float, mapping of str to float or None, or None, default DEFAULT_GAMMA
+        The γ-rule on ``"conv"`` and ``"linear"`` layers (:func:`gamma_values`): one γ for both, a
+        mapping of the kinds to a γ or ``None``; ``None``, the ε-rule (the plain gradient) on both.
 
     Returns
     -------
@@ -379,7 +564,8 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
     Raises
     ------
     AnalysisError
-        A model without classes, ``pixels`` that do not fit the model, or a bad ``target``.
+        A model without classes, ``pixels`` that do not fit the model, a bad ``target``, an unknown
+        ``attention`` or a bad ``gamma``.
     """
     spec = input_spec(vit, pixels)
     require_classes(spec, "AttnLRP")
@@ -389,14 +575,15 @@ def attnlrp_relevance(vit, pixels: torch.Tensor, target=None) -> AttnLRPRelevanc
         chosen.append(resolve_targets(target, logits.detach().float().cpu(), spec))
         return logits.float().gather(1, chosen[0].to(logits.device)[:, None])[:, 0]
 
-    relevance = score_relevance(vit, pixels, class_scores)
+    relevance = score_relevance(vit, pixels, class_scores, attention=attention, gamma=gamma)
     return AttnLRPRelevance(relevance.pixels, relevance.tokens, relevance.map, relevance.logits, chosen[0])
 
 
-def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
+def score_relevance(vit, pixels: torch.Tensor, score, *, attention: str = "attnlrp", gamma=None) -> AttnLRPRelevance:
     """AttnLRP relevance of any per-image score of the model's output, ``score(output) -> (B,)``
     (evaluated under the rules too: an ``F.normalize`` in it takes the identity rule, as an image–text
-    cosine does in :func:`analysis.text.explain_text`).
+    cosine does in :func:`analysis.text.explain_text`). Its default is the paper's rules throughout
+    (what :func:`analysis.text.explain_text` shows); :func:`attnlrp_relevance`'s is LXT's ViT recipe.
 
     Parameters
     ----------
@@ -407,6 +594,10 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
     score : callable
         ``score(output) -> torch.Tensor``: one score ``(B,)`` per image of the model's
         ``(B, outputs)`` output.
+    attention : str, default "attnlrp"
+        The rules inside attention: ``"attnlrp"`` (the paper's) or ``"cp"`` (CP-LRP).
+    gamma : float, mapping of str to float or None, or None, default None
+        The γ-rule on ``"conv"`` and ``"linear"`` layers (:func:`gamma_values`); ``None``, none.
 
     Returns
     -------
@@ -416,8 +607,9 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
     Raises
     ------
     AnalysisError
-        ``pixels`` that do not fit the model.
+        ``pixels`` that do not fit the model, an unknown ``attention`` or a bad ``gamma``.
     """
+    rules_mode = lrp_rules(attention=attention, gamma=gamma)  # checks the options first
     spec = input_spec(vit, pixels)
     inputs = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
     kept: list[torch.Tensor] = []
@@ -426,7 +618,7 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
         kept.append(stream)
 
     with torch.enable_grad():
-        with lrp_rules() as rules:
+        with rules_mode as rules:
             rules.mark(inputs)
             output = run_with_hooks(vit, inputs, {"blocks.0.resid_pre": keep}, precision="float32", differentiable=True)
             scores = score(output)  # (B,)
@@ -442,12 +634,16 @@ def score_relevance(vit, pixels: torch.Tensor, score) -> AttnLRPRelevance:
     )
 
 
-def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
+def attnlrp(
+    vit, pixels: torch.Tensor, target=None, *, attention: str = DEFAULT_ATTENTION, gamma=DEFAULT_GAMMA
+) -> tuple[torch.Tensor, torch.Tensor]:
     """AttnLRP relevance (Achtibat et al. 2024) of the normalised input pooled per patch,
     ``map[p] = Σ_{c, (i, j) ∈ p} x[c, i, j]·ĝ[c, i, j]`` (signed: positive is evidence for the
     class), ``ĝ`` the gradient under the AttnLRP rules (module docstring). Sums to the logit less
     the bias terms. A windowed model's map lies on its stem's patch grid
-    (:func:`~analysis.explanations.methods.explanation_grid`).
+    (:func:`~analysis.explanations.methods.explanation_grid`). The default recipe is LXT's for ViTs
+    (CP-LRP inside attention, the γ-rule on the convolution and linear layers); the paper's rules
+    throughout are ``attention="attnlrp", gamma=None`` (:func:`attnlrp_relevance`).
 
     Parameters
     ----------
@@ -459,6 +655,11 @@ def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch
         The class to explain: a class index or a ``(B,)`` sequence of them (as in
         :func:`~analysis.explanations.resolve_targets`); ``None``, each image's predicted class.
 
+    attention : str, default DEFAULT_ATTENTION ("cp")
+        The rules inside attention: ``"attnlrp"`` (the paper's) or ``"cp"`` (CP-LRP).
+    gamma : float, mapping of str to float or None, or None, default DEFAULT_GAMMA
+        The γ-rule on ``"conv"`` and ``"linear"`` layers (:func:`gamma_values`); ``None``, none.
+
     Returns
     -------
     tuple of torch.Tensor
@@ -469,5 +670,5 @@ def attnlrp(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch
     AnalysisError
         As :func:`attnlrp_relevance`.
     """
-    relevance = attnlrp_relevance(vit, pixels, target)
+    relevance = attnlrp_relevance(vit, pixels, target, attention=attention, gamma=gamma)
     return relevance.map, relevance.targets

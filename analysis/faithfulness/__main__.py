@@ -30,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=BENCHMARK_SEED, help="demo scene stream")
     parser.add_argument("--images", type=Path, help="a folder of images (for models other than the demo)")
     parser.add_argument(
-        "--methods", default=None, help=f"comma-separated (default: every method; {', '.join(EXPLANATION_METHODS)})"
+        "--methods",
+        default=None,
+        help=f"comma-separated (default: every method; {', '.join(EXPLANATION_METHODS)}), or separated by ';' "
+        "when a method carries options: \"attnlrp(attention='cp', gamma=None);chefer\"",
     )
     parser.add_argument("--steps", type=int, default=16, help="points on the deletion / insertion curves")
     parser.add_argument("--ig-steps", type=int, default=32, help="integrated-gradients steps")
@@ -80,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _methods(text: str | None, default) -> list[str]:
-    return list(default) if text is None else [m.strip() for m in text.split(",") if m.strip()]
+    if text is None:
+        return list(default)
+    return [m.strip() for m in text.split(";" if ";" in text or "(" in text else ",") if m.strip()]
 
 
 def _progress(started: float):

@@ -5,6 +5,7 @@ and time per image. ``python -m analysis.faithfulness`` runs it from a command l
 
 from __future__ import annotations
 
+import ast
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from .localisation import mask_iou, patch_mask, pointing_score
 from .perturbation import PERTURBATION_FRACTIONS, area_under_curve, map_cells, perturbation_curve
 from .sanity import randomized_copy, rank_correlation
 
-__all__ = ["RANDOM", "COLUMNS", "MethodScores", "benchmark", "format_table", "method_maps"]
+__all__ = ["RANDOM", "COLUMNS", "MethodScores", "benchmark", "format_table", "method_maps", "parse_method"]
 
 RANDOM = "random"  # the baseline: a uniformly random map per image (seeded by image index)
 
@@ -57,6 +58,45 @@ class MethodScores:
         return float(np.mean(scores)) if scores else float("nan")
 
 
+def parse_method(label: str) -> tuple[str, dict]:
+    """A method's name and options from a label: ``"attnlrp"`` is the method with its defaults,
+    ``"attnlrp(attention='cp', gamma=0.25)"`` the method with those options (Python literals;
+    a bare name such as ``cp`` reads as a string), so that one table compares a method's variants.
+
+    Parameters
+    ----------
+    label : str
+        A method of :data:`~analysis.explanations.EXPLANATION_METHODS` or :data:`RANDOM`, optionally
+        followed by keyword options in parentheses.
+
+    Returns
+    -------
+    tuple of (str, dict)
+        The method's name and its options (empty for a plain name).
+
+    Raises
+    ------
+    AnalysisError
+        A label that is not a name followed by keyword arguments of literal values.
+    """
+    label = label.strip()
+    if "(" not in label:
+        return label, {}
+    try:
+        call = ast.parse(label, mode="eval").body
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
+            raise ValueError("not name(key=value, ...)")
+        options = {}
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise ValueError("no **options")
+            value = keyword.value
+            options[keyword.arg] = value.id if isinstance(value, ast.Name) else ast.literal_eval(value)
+    except (SyntaxError, ValueError) as exc:
+        raise AnalysisError(f"Cannot read the method {label!r} ({exc}); write name(key=value, ...).") from exc
+    return call.func.id, options
+
+
 def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: int = 0, **options) -> torch.Tensor:
     """The map of one image by ``method`` (or the seeded random baseline).
 
@@ -67,7 +107,8 @@ def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: i
     pixels : torch.Tensor
         ``(1, 3, H, W)`` preprocessed input (only the first image's map is returned).
     method : str
-        A method of :data:`~analysis.explanations.EXPLANATION_METHODS`, or :data:`RANDOM`.
+        A method of :data:`~analysis.explanations.EXPLANATION_METHODS`, or :data:`RANDOM`, or a
+        label with options (:func:`parse_method`), which add to (and override) ``options[name]``.
     target : int
         The class explained (passed only to the class-specific methods).
     index : int, default 0
@@ -89,9 +130,10 @@ def method_maps(vit, pixels: torch.Tensor, method: str, target: int, *, index: i
     if method == RANDOM:
         generator = torch.Generator().manual_seed(int(index))
         return torch.rand(vit.spec.grid_size, generator=generator)
-    kwargs = dict(options.get(method, {}))
-    target_arg = target if method in CLASS_SPECIFIC else None
-    return explain(vit, pixels, target=target_arg, method=method, **kwargs)[0]
+    name, own = parse_method(method)
+    kwargs = {**options.get(name, {}), **own}
+    target_arg = target if name in CLASS_SPECIFIC else None
+    return explain(vit, pixels, target=target_arg, method=name, **kwargs)[0]
 
 
 def benchmark(
@@ -126,7 +168,8 @@ def benchmark(
         ``masks[i]``, image ``i``'s ``(H, W)`` bool object mask (an ``(n, H, W)`` array is ``n``
         masks); ``None`` skips pointing and IoU, as does a mask that covers no cell of a map.
     methods : sequence of str, default every method of ``EXPLANATION_METHODS``
-        The methods scored, after :data:`RANDOM`.
+        The methods scored, after :data:`RANDOM`; a label with options (:func:`parse_method`,
+        ``"attnlrp(attention='cp')"``) scores that variant, as a row of its own.
     steps : int, default 16
         Deletion and insertion curves take ``steps + 1`` points on [0, 1].
     baseline : str, default "mean"
@@ -149,7 +192,7 @@ def benchmark(
         An unknown method, a number of masks other than of images, or as
         :func:`~analysis.explanations.explain` and :func:`~.perturbation.perturbation_curve`.
     """
-    unknown = [m for m in methods if m not in EXPLANATION_METHODS]
+    unknown = [m for m in methods if parse_method(m)[0] not in EXPLANATION_METHODS]
     if unknown:
         raise AnalysisError(f"Unknown methods {unknown}; use some of {', '.join(EXPLANATION_METHODS)}.")
     if masks is not None and len(masks) != len(images):
