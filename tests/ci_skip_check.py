@@ -2,9 +2,11 @@
 
 A skip is the right answer on a laptop without Chromium or transformers, and the wrong one in
 CI, where it would let the most realistic tests (a real browser, eight concurrent sessions,
-uploads driven through the app, the Hugging Face conversions) pass by not running. The tests
-CI must run are every test of :data:`REQUIRED_MODULES`, of the real-weights tier
-(``test_real_*.py``) and every test marked ``upload``.
+uploads driven through the app, the Hugging Face conversions, the third-party libraries' own
+rules) pass by not running. The tests CI must run are every test of :data:`REQUIRED_MODULES`, of
+the real-weights tier (``test_real_*.py``) and every test with one of :data:`REQUIRED_MARKERS`
+(the app's uploads and the tiers of ``.ci/run``: LXT, torchattacks, the browser layout, real
+weights, SAELens).
 A job that cannot run some of them deselects them by name or marker (``-m "not upload"``);
 deselected tests are not skipped and do not trip this check.
 
@@ -32,8 +34,9 @@ REQUIRED_MODULES = (
 )
 #: ... and every test file of the real-weights tier (``test_real_*.py``: a real pretrained ViT)
 REQUIRED_PREFIX = "test_real_"
-#: the marker of the other tests that must run in CI (the app's uploads)
-REQUIRED_MARKER = "upload"
+#: the markers of the other tests that must run in CI: the app's uploads, and the tiers that
+#: ``.ci/run`` runs with what they need installed (a tier that skipped would pass by not running)
+REQUIRED_MARKERS = ("upload", "lxt", "attack_library", "layout", "real_weights", "sae_lens")
 
 _skipped: list[tuple[str, str]] = []  # (node id, reason)
 
@@ -56,7 +59,7 @@ def _reason(report) -> str:
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", f"{REQUIRED_MARKER}: drives a file upload through the app (must run in CI)")
+    config.addinivalue_line("markers", "upload: drives a file upload through the app (must run in CI)")
 
 
 def pytest_collectreport(report) -> None:
@@ -68,7 +71,7 @@ def pytest_collectreport(report) -> None:
 def pytest_runtest_logreport(report) -> None:
     if not report.skipped or hasattr(report, "wasxfail"):  # an expected failure is not a skip
         return
-    if _required_module(report.nodeid) or REQUIRED_MARKER in report.keywords:
+    if _required_module(report.nodeid) or any(marker in report.keywords for marker in REQUIRED_MARKERS):
         _skipped.append((report.nodeid, _reason(report)))
 
 

@@ -22,6 +22,10 @@ SYNTHETIC = {
     ),
     "test_other.py": "import pytest\n\n@pytest.mark.skip(reason='optional')\ndef test_optional():\n    pass\n",
     "test_real_pictures.py": "import pytest\n\ndef test_real():\n    pytest.skip('no registry here')\n",
+    "test_rules.py": (
+        "import pytest\n\n@pytest.mark.lxt\ndef test_lxt():\n    pytest.importorskip('zennit_not_here')\n\n"
+        "@pytest.mark.attack_library\ndef test_attacks():\n    pytest.skip('no torchattacks here')\n"
+    ),
 }
 
 
@@ -56,10 +60,12 @@ def test_in_ci_a_skipped_required_test_fails_the_run_and_is_named(tmp_path):
         "test_browser.py::test_page",
         "test_foreign_models.py",
         "test_real_pictures.py::test_real",
+        "test_rules.py::test_attacks",
+        "test_rules.py::test_lxt",
     ], out
     assert "no chromium here" in out and "no_such_module_here" in out and "old AppTest" in out
-    assert "no registry here" in out
-    assert "4 required test(s) skipped, so this run fails" in out
+    assert "no registry here" in out and "zennit_not_here" in out and "no torchattacks here" in out
+    assert "6 required test(s) skipped, so this run fails" in out
 
 
 def test_outside_ci_the_same_skips_pass(tmp_path):
@@ -171,7 +177,7 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
         "packaging_check.sh",
         "python -m pytest -q -m real_weights or layout or attack_library or lxt tests",
         "python3 -m pip install -q --no-deps --target .ci-attacks torchattacks==3.5.1",
-        "python3 -m pip install -q --no-deps --target .ci-lxt lxt==2.1",
+        "python3 -m pip install -q --no-deps --target .ci-lxt lxt==2.1 zennit==0.5.1",
         "python tests/min_versions_smoke.py",
         "python -m pytest -q tests/test_app.py tests/test_app_families.py -m not upload",
         "python -m pytest -q -n 0 -m sae_lens tests/test_sae.py",
@@ -229,7 +235,7 @@ def test_under_xdist_a_skipped_required_test_still_fails_the_run(tmp_path):
     """The skip check runs in the controller of a parallel run (the workers' reports reach it)."""
     result = _pytest(_synthetic(tmp_path), "-n", "2", ci="true")
     assert result.returncode == 1, result.stdout
-    assert "4 required test(s) skipped, so this run fails" in result.stdout, result.stdout
+    assert "6 required test(s) skipped, so this run fails" in result.stdout, result.stdout
 
 
 def test_every_app_test_that_uploads_is_marked_upload():
