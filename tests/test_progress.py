@@ -27,3 +27,28 @@ def test_within_maps_an_inner_count_onto_its_span_of_the_outer_total():
     second(7, 3)  # past its end: held at the span's end
     assert calls == [(2, 12), (4, 12), (6, 12), (8, 12), (8, 12), (9, 12), (10, 12), (12, 12), (12, 12)]
     assert within(None, 0, 1, 1) is None
+
+
+def test_the_command_lines_bar_counts_in_its_unit_on_rank_0_only(capsys):
+    """``analysis.cli.common.progress_bar``: rank 0 draws a bar of ``total`` in the unit it is given
+    (images by default, steps for patch training); another rank draws nothing."""
+    import torch
+
+    from analysis.cli.common import progress_bar
+    from analysis.cli.distributed import Ranks
+
+    with progress_bar(
+        Ranks(rank=0, world=1, device=torch.device("cpu"), distributed=False), 4, "patch training", unit="step"
+    ) as advance:
+        advance(2)
+        advance(4, 4)
+    drawn = capsys.readouterr().err
+    assert "patch training" in drawn and "4/4" in drawn and "step/s" in drawn and "img" not in drawn
+    with progress_bar(Ranks(rank=0, world=1, device=torch.device("cpu"), distributed=False), 3, "images") as advance:
+        advance(3)
+    assert "img/s" in capsys.readouterr().err
+    with progress_bar(
+        Ranks(rank=1, world=2, device=torch.device("cpu"), distributed=False), 4, "patch training", unit="step"
+    ) as advance:
+        advance(4)
+    assert capsys.readouterr().err == ""

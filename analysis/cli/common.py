@@ -183,7 +183,9 @@ def say(ranks: Ranks, message: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int, int | None], None]]:
+def progress_bar(
+    ranks: Ranks, total: int, label: str, *, unit: str = "img"
+) -> Iterator[Callable[[int, int | None], None]]:
     """A ``progress(done, total)`` callback drawing a tqdm bar on rank 0 (its own shard), silent elsewhere.
 
     Parameters
@@ -194,6 +196,8 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
         Images in rank 0's shard; 0 draws nothing.
     label : str
         The bar's description (``" · rank 0 of N"`` appended in a distributed run).
+    unit : str, default "img"
+        What the bar counts (``"step"`` for a training loop).
 
     Yields
     ------
@@ -211,7 +215,7 @@ def progress_bar(ranks: Ranks, total: int, label: str) -> Iterator[Callable[[int
     from tqdm.auto import tqdm
 
     description = label if ranks.world == 1 else f"{label} · rank 0 of {ranks.world}"
-    with tqdm(total=total, desc=description, unit="img", file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(total=total, desc=description, unit=unit, file=sys.stderr, dynamic_ncols=True) as bar:
 
         def advance(done: int, _total: int | None = None) -> None:
             bar.update(done - bar.n)

@@ -742,7 +742,7 @@ def run_patch(args, ranks: Ranks) -> int:
         per_patch = args.steps if args.epochs is None else args.epochs * -(-args.train_scenes // args.batch_size)
         per_patch = PATCH_STEPS if per_patch is None else int(per_patch)
         total = len(models) * len(args.shares) * per_patch
-        with progress_bar(ranks, total, "patch training (steps)") as advance:
+        with progress_bar(ranks, total, "patch training", unit="step") as advance:
             for m, (name, model) in enumerate(models.items()):
                 size = tuple(int(v) for v in unit_images(model, scenes.train_images[:1]).shape[-2:])  # (H, W)
                 for k, share in enumerate(args.shares):
