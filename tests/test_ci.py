@@ -198,6 +198,8 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
     deselected = re.search(r'-m "not (.+?)"', (REPO / "pytest.ini").read_text()).group(1).split(" and not ")
     assert sorted(deselected) == ["attack_library", "layout", "lxt", "real_weights", "sae_lens"]
     assert "(steps" not in result.stderr and re.search(r"^readme-tests\s+0\s", result.stdout, re.M)
+    # each step's line: exit status, wall seconds and the CPU seconds of what it ran
+    assert re.search(r"^readme-tests\s+0\s+\d+s\s+\d+s CPU$", result.stdout, re.M), result.stdout
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
