@@ -1440,7 +1440,7 @@ def test_a_rerun_reads_the_shared_record_without_copying_it(app, monkeypatch):
     import vizapp.resources as resources
 
     current = app.session_state["current"]
-    store = resources.record_store()
+    store = resources.memory_store()
     shared = resources.forward(*current.args)
     computed = store.computed
     pickled = []
@@ -1465,7 +1465,7 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
 
     monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
     assert resources.record_dtype(vit.spec) == torch.float16
-    resources.record_store().clear()
+    resources.memory_store().clear()
     app.slider(key="layer").set_value(0).run()
     assert_clean(app)
     current = app.session_state["current"]
@@ -1478,26 +1478,32 @@ def test_records_above_the_float16_limit_are_kept_in_float16(app, monkeypatch, v
     expected = analysis.attention_map(record, layer, head=None, query="cls" if vit.spec.has_class_token else "mean")
     drawn = overlay_map(chart(app, "attn_overlay"))
     np.testing.assert_allclose(drawn, expected[0].numpy(), rtol=2e-3, atol=1e-5)  # float16: 11 significant bits
-    resources.record_store().clear()
+    resources.memory_store().clear()
     resources.layer_attention_grids.clear()
 
 
 def test_a_resolution_whose_record_exceeds_the_budget_is_refused_before_the_forward(app, vit, monkeypatch):
-    """One record larger than every record's budget (VIZAPP_MAX_RECORD_MB) is refused before the
-    model runs, with its size and what to do; the model and image shown before stay (the store would
-    otherwise keep that one record whatever its size). The size is Σ windows·heads·Wt² entries."""
+    """A model whose weights and one image's record together exceed the memory budget every model and
+    record shares (VIZAPP_MEMORY_MB) is refused before the model runs, with the sizes and what to do;
+    the model and image shown before stay (the store would otherwise keep that one pass whatever its
+    size). The record's size is Σ windows·heads·Wt² entries, the model's its parameters and buffers."""
     import vizapp.resources as resources
     from vizapp.refs import ModelRef
 
     ref = ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=96)
-    spec = resources.get_model(ref).spec
+    loaded = resources.get_model(ref)
+    spec = loaded.spec
     tokens = spec.num_prefix_tokens + 36  # 96 px: a 6×6 grid of 16 px patches
     assert resources.record_bytes(spec) == spec.num_layers * spec.num_heads * tokens**2 * 4
-    monkeypatch.setattr(resources, "MAX_RECORD_BYTES", resources.record_bytes(spec) - 1)
-    resources.record_store().clear()  # an earlier test of this worker may have stored this very pass
+    weights = sum(t.numel() * t.element_size() for t in [*loaded.model.parameters(), *loaded.model.buffers()])
+    assert resources.model_bytes(loaded) == weights  # no tied weights in a timm ViT
+    monkeypatch.setattr(resources, "MEMORY_BUDGET_BYTES", resources.record_bytes(spec) + weights - 1)
+    resources.memory_store().clear()  # an earlier test of this worker may have stored this very pass
     ran = []
     monkeypatch.setattr(resources, "capture_attention", lambda *a, **k: ran.append(1))
-    with pytest.raises(resources.RecordTooLargeError, match=r"GiB, more than this server keeps.*lower resolution"):
+    with pytest.raises(
+        resources.MemoryBudgetError, match=r"GiB; with the model's .* more than this server keeps.*lower resolution"
+    ):
         resources.forward(ref, "digest-of-nothing", b"")
     assert ran == []
     before = app.session_state["current"].model
@@ -1508,7 +1514,40 @@ def test_a_resolution_whose_record_exceeds_the_budget_is_refused_before_the_forw
     assert app.session_state["current"].model in (before, ModelRef("vit_tiny_patch16_224", False, img_size=None))
     assert app.session_state["current"].model.img_size != 96
     assert any("lower resolution" in e.value for e in app.error), [e.value for e in app.error]
-    resources.record_store().clear()
+    resources.memory_store().clear()
+
+
+def test_models_and_passes_share_one_memory_budget(monkeypatch):
+    """Eight models through the shared store under a budget of about two: what the store holds never
+    exceeds the budget (the newest model and its pass always fit together), the oldest of any kind
+    go first, and a model alone over the budget is refused by name, nothing kept."""
+    import vizapp.resources as resources
+    from vizapp.refs import ModelRef
+
+    refs = [ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=32 + 16 * i) for i in range(8)]
+    resources.memory_store().clear()
+    first = resources.get_model(refs[0])
+    budget = int(2.5 * resources.model_bytes(first))
+    monkeypatch.setattr(resources, "MEMORY_BUDGET_BYTES", budget)
+    monkeypatch.setattr(resources.memory_store(), "max_bytes", budget)
+    image = analysis.asset_path("samples", "scene_1_star.png").read_bytes()
+    assert resources.memory_note() is None  # one model, well under the budget: no sidebar line
+    for ref in refs:
+        resources.forward(ref, f"digest {ref.img_size}", image)
+        held = resources.memory_store().usage()
+        assert resources.memory_store().nbytes <= budget, held
+        store = resources.memory_store()
+        assert ("model", ref) in store and ("forward", ref, f"digest {ref.img_size}") in store, store.keys()
+    assert held["model"][0] == 2, held  # the two newest models fit, with their passes (and older passes)
+    note = resources.memory_note()  # the budget bit: the sidebar says so, with the numbers
+    passes = held["forward"][0]
+    assert note is not None and f"of {budget / 2**30:,.2f} GiB held by 2 model(s) and {passes} captured" in note, note
+    monkeypatch.setattr(resources, "MEMORY_BUDGET_BYTES", resources.model_bytes(first) - 1)
+    resources.memory_store().clear()
+    with pytest.raises(resources.MemoryBudgetError, match="of weights, more than this server keeps"):
+        resources.get_model(refs[0])
+    assert len(resources.memory_store()) == 0
+    resources.memory_store().clear()
 
 
 @pytest.mark.upload
@@ -1771,7 +1810,7 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
     import vizapp.resources as resources
 
     monkeypatch.setattr(resources, "FLOAT16_RECORD_BYTES", 1)
-    resources.record_store().clear()
+    resources.memory_store().clear()
     resources.layer_attention_grids.clear()
     try:
         app.slider(key="layer").set_value(1).run()
@@ -1782,7 +1821,7 @@ def test_a_float16_record_is_reproduced_in_float16(app, npz_downloads, monkeypat
         script = reproduce(app)
         np.testing.assert_array_equal(script["attention"], npz["attention"])  # the same float16 record
     finally:
-        resources.record_store().clear()
+        resources.memory_store().clear()
         resources.layer_attention_grids.clear()
 
 

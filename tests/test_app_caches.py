@@ -266,7 +266,7 @@ def test_a_session_holds_model_keys_not_models():
     state = {key: at.session_state[key] for key in at.session_state}
     assert _models_held(state) == []
     before = [p.detach().clone() for p in at.session_state["current"].vit.model.parameters()]
-    resources.get_model.clear()
+    resources.memory_store().clear()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     after = list(at.session_state["current"].vit.model.parameters())
@@ -283,16 +283,52 @@ def test_an_evicted_model_gives_its_memory_back_to_the_system(monkeypatch):
     from vizapp import memory, resources
     from vizapp.refs import ModelRef
 
-    resources.get_model.clear()  # models of earlier tests
+    resources.memory_store().clear()  # models of earlier tests
     gc.collect()
     calls = []
     monkeypatch.setattr(memory, "return_freed_memory", lambda: calls.append(1) or True)
     resources.get_model(ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=48))
     gc.collect()
     assert calls == []  # held by the cache
-    resources.get_model.clear()
+    resources.memory_store().clear()
     gc.collect()
     assert calls == [1]
     if memory._TRIM is not None:  # glibc: the real call runs
         monkeypatch.undo()
         assert memory.return_freed_memory() is True
+
+
+def test_eight_models_keep_the_processs_memory_under_the_budget_and_it_falls_back(monkeypatch):
+    """Eight distinct ViT-S/16 (88 MB of weights each; 700 MB if all were kept) asked for in turn,
+    as eight visitors would, under a memory budget of 300 MB: the process's resident memory grows by
+    at most the budget plus a stated slack of 120 MB (a model being built before the older ones go,
+    allocator pages), and once the store lets go it falls back to within that slack of the start."""
+    import gc
+    import os
+
+    from streamlit_server import rss_mib
+    from vizapp import resources
+    from vizapp.refs import ModelRef
+
+    budget, slack = 300 * 2**20, 120
+    resources.memory_store().clear()
+    gc.collect()
+    monkeypatch.setattr(resources, "MEMORY_BUDGET_BYTES", budget)
+    monkeypatch.setattr(resources.memory_store(), "max_bytes", budget)
+    refs = [ModelRef("vit_small_patch16_224", pretrained=False, img_size=32 + 16 * i) for i in range(8)]
+    resources.get_model(refs[0])  # the first model's allocator pages: then measure from here
+    resources.memory_store().clear()
+    gc.collect()
+    start = rss_mib(os.getpid())
+    peak = start
+    for ref in refs:
+        resources.get_model(ref)
+        gc.collect()
+        peak = max(peak, rss_mib(os.getpid()))
+        assert resources.memory_store().nbytes <= budget
+    resources.memory_store().clear()
+    gc.collect()
+    end = rss_mib(os.getpid())
+    print(f"RSS at the start {start:.0f} MiB, peak {peak:.0f} MiB, after the store let go {end:.0f} MiB")
+    assert peak - start < budget / 2**20 + slack, (start, peak)
+    assert end - start < slack, (start, end)

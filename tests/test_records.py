@@ -187,3 +187,23 @@ def test_head_descriptions_are_kept_in_the_locked_store():
     assert len(calls) == 1
     assert resources.stored_head_texts("demo-clip", ("d1", "d2"), 3) == ("texts", ())
     store.clear()
+
+
+def test_kinds_have_their_own_counts_and_share_one_byte_budget():
+    """Models and passes in one store (the app's memory budget): each kind's count pushes out the
+    oldest of that kind only; the shared bytes push out the oldest of any kind; the newest stays."""
+    store = RecordStore(max_entries={"model": 2, "forward": 3}, max_bytes=100, size=len, kind=lambda key: key[0])
+    for name in ("m1", "m2"):
+        store.get(("model", name), lambda: b"x" * 10)
+    for name in ("f1", "f2", "f3"):
+        store.get(("forward", name), lambda: b"x" * 5)
+    store.get(("model", "m3"), lambda: b"x" * 10)  # a third model: m1 goes, no pass does
+    assert store.keys() == [("model", "m2"), ("forward", "f1"), ("forward", "f2"), ("forward", "f3"), ("model", "m3")]
+    assert store.usage() == {"model": (2, 20), "forward": (3, 15)} and store.evicted_for_bytes == 0
+    store.get(("forward", "f2"), lambda: pytest.fail("recomputed"))  # touched: f1 is the oldest pass now
+    store.get(("forward", "big"), lambda: b"x" * 70)  # 35 + 70 = 105 > 100: the oldest of any kind go
+    # m2 (10) goes for the bytes (95 ≤ 100); the pass count is 4 > 3: f1, the oldest pass, goes too
+    assert store.keys() == [("forward", "f3"), ("model", "m3"), ("forward", "f2"), ("forward", "big")]
+    assert store.nbytes == 90 and store.evicted_for_bytes == 1
+    store.get(("model", "huge"), lambda: b"x" * 500)  # alone over the budget: everything else goes, it stays
+    assert store.keys() == [("model", "huge")] and store.evicted_for_bytes == 5

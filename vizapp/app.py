@@ -28,6 +28,7 @@ from analysis.plots import MAP_RANGES  # noqa: E402
 from vizapp import inputs, url_state, views  # noqa: E402
 from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
+from vizapp.resources import memory_note  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, kept_key, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
 
@@ -81,3 +82,6 @@ url_state.publish(st.query_params, session, current.model, uploaded, page_keys)
 elapsed_ms = (time.perf_counter() - started) * 1000
 st.session_state["last_run_ms"] = elapsed_ms
 timing.caption(f"Server time for this view: {elapsed_ms:.0f} ms")
+memory = memory_note()
+if memory:
+    st.sidebar.caption(memory)

@@ -1,6 +1,8 @@
-"""Memory bounds of one app server shared by many sessions (documented in docs/app/index.md).
+"""Memory bounds of one app server shared by many sessions (documented in docs/app/index.md and
+docs/deployment.md).
 
-Least-recently-used entries are evicted beyond these counts.
+Least-recently-used entries are evicted beyond these counts, and models and captured passes beyond
+the one byte budget they share.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 __all__ = [
     "MAX_MODELS",
     "MAX_FORWARDS",
-    "MAX_RECORD_BYTES",
+    "MEMORY_BUDGET_BYTES",
     "FLOAT16_RECORD_BYTES",
     "MAX_RESULTS",
     "MAX_DATASET_IMAGES",
@@ -27,9 +29,9 @@ def _limit(name: str, default: int) -> int:
         return default
 
 
-MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (cache_resource)
+MAX_MODELS = _limit("VIZAPP_MAX_MODELS", 4)  # loaded models kept (resources.memory_store)
 MAX_FORWARDS = _limit("VIZAPP_MAX_FORWARDS", 8)  # captured forward passes (full attention records)
-MAX_RECORD_BYTES = _limit("VIZAPP_MAX_RECORD_MB", 4096) * 2**20  # ... and their total memory
+MEMORY_BUDGET_BYTES = _limit("VIZAPP_MEMORY_MB", 6144) * 2**20  # what models and passes hold together
 FLOAT16_RECORD_BYTES = _limit("VIZAPP_FLOAT16_RECORD_MB", 1024) * 2**20  # larger records are kept in float16
 MAX_RESULTS = _limit("VIZAPP_MAX_RESULTS", 64)  # small derived arrays per analysis
 MAX_DATASET_IMAGES = 256  # images averaged over on the distance page

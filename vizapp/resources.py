@@ -3,12 +3,13 @@
 Data flow: image bytes -> RGB image -> model input -> one captured forward pass
 (:func:`forward`, cached per model, image and resolution) -> analyses -> figures.
 
-* ``st.cache_resource`` holds models: one shared instance per :class:`ModelRef` for all
-  sessions. ``analysis`` captures attention with per-call, per-thread hooks, so sharing
-  a model between browser sessions is safe.
-* :func:`forward` keeps each captured pass once per process (:mod:`vizapp.records`): the
-  same read-only object for every session and rerun, never pickled or copied, LRU by count
-  (``VIZAPP_MAX_FORWARDS``) and bytes (``VIZAPP_MAX_RECORD_MB``).
+* :func:`memory_store` holds models and captured passes, once per process (:mod:`vizapp.records`):
+  one shared instance per :class:`ModelRef` and per (model, image) for all sessions, the same
+  read-only object for every session and rerun, never pickled or copied; least recently used
+  first beyond a count of each kind (``VIZAPP_MAX_MODELS``, ``VIZAPP_MAX_FORWARDS``) and one byte
+  budget both share (``VIZAPP_MEMORY_MB``). Sessions hold keys, never the objects, so an evicted
+  model or pass is freed. ``analysis`` captures attention with per-call, per-thread hooks, so
+  sharing a model between browser sessions is safe.
 * ``st.cache_data`` holds small derived results (numpy arrays, small dataclasses): every
   caller gets its own copy. Image bytes are passed as ``_image_bytes`` (not hashed) next to their
   SHA-1 ``digest`` (hashed), so a rerun never re-hashes megabytes.
@@ -43,7 +44,7 @@ from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.access import check_source
-from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RECORD_BYTES, MAX_RESULTS
+from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RESULTS, MEMORY_BUDGET_BYTES
 from vizapp.memory import release_on_free
 from vizapp.records import RecordStore
 from vizapp.refs import ModelRef
@@ -53,15 +54,41 @@ SET_CHUNK = 8  # images per cached piece of an image-set average (the progress b
 # --------------------------------------------------------------------------- the model
 
 
-@st.cache_resource(show_spinner=False, max_entries=MAX_MODELS)
 def get_model(ref: ModelRef) -> analysis.LoadedViT:
-    """The loaded model (shared by every session). Raises ModelLoadError with a message for people
-    (:class:`~vizapp.access.SourceRefusedError` where a shared server refuses the source)."""
+    """The loaded model, shared by every session (:func:`memory_store`, kind ``"model"``). Raises
+    ModelLoadError with a message for people (:class:`~vizapp.access.SourceRefusedError` where a
+    shared server refuses the source, :class:`MemoryBudgetError` for a model the budget cannot hold)."""
+    return memory_store().get(("model", ref), lambda: _load_model(ref))
+
+
+def _load_model(ref: ModelRef) -> analysis.LoadedViT:
     check_source(ref.source, pretrained=ref.pretrained)
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
     vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    held = model_bytes(vit)
+    if held > MEMORY_BUDGET_BYTES:
+        raise MemoryBudgetError(
+            f"{ref.label} holds {held / 2**30:,.2f} GiB of weights, more than this server keeps for all models and "
+            f"captured passes ({MEMORY_BUDGET_BYTES / 2**30:,.2f} GiB, VIZAPP_MEMORY_MB). Choose a smaller model."
+        )
     release_on_free(vit)  # once evicted (sessions hold keys, not models): memory back to the system
     return vit
+
+
+def model_bytes(vit) -> int:
+    """The bytes a loaded model holds: its parameters and buffers, each storage counted once (tied
+    weights share one)."""
+    seen: dict[int, int] = {}
+    for tensor in [*vit.model.parameters(), *vit.model.buffers()]:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+class MemoryBudgetError(ModelLoadError):
+    """A model, or a model with one image's attention record, would hold more than the server's
+    memory budget (:data:`~vizapp.limits.MEMORY_BUDGET_BYTES`, ``VIZAPP_MEMORY_MB``); nothing was
+    kept or run."""
 
 
 # --------------------------------------------------------------------------- the forward pass
@@ -110,41 +137,63 @@ def record_bytes(spec: analysis.ViTSpec) -> int:
     return _record_entries(spec) * (2 if record_dtype(spec) == torch.float16 else 4)
 
 
-class RecordTooLargeError(ModelLoadError):
-    """One image's attention record would not fit the server's record budget
-    (:data:`~vizapp.limits.MAX_RECORD_BYTES`); nothing was run."""
-
-
-def check_record_fits(ref: ModelRef, spec: analysis.ViTSpec) -> None:
-    """Refuse, before the forward pass, a model and resolution whose one record alone exceeds the
-    budget every record shares (``VIZAPP_MAX_RECORD_MB``): the store keeps its newest record
-    whatever its size, so one link could otherwise hold gigabytes.
+def check_record_fits(ref: ModelRef, vit: analysis.LoadedViT) -> None:
+    """Refuse, before the forward pass, a model and resolution whose weights and one image's record
+    together exceed the budget every model and record shares (``VIZAPP_MEMORY_MB``): the store keeps
+    its newest value whatever its size, so one link could otherwise hold gigabytes; and a pair that
+    fits is never pushed out by itself (the model and its pass stay together).
 
     Raises
     ------
-    RecordTooLargeError
-        With the record's size, the budget and what to do.
+    MemoryBudgetError
+        With the sizes, the budget and what to do.
     """
-    needed = record_bytes(spec)
-    if needed > MAX_RECORD_BYTES:
-        side = "×".join(str(s) for s in spec.img_size)
-        raise RecordTooLargeError(
-            f"At {side} px, one image's attention record of {ref.label} would take {needed / 2**30:,.1f} GiB, more "
-            f"than this server keeps for all records ({MAX_RECORD_BYTES / 2**30:,.1f} GiB, VIZAPP_MAX_RECORD_MB). "
-            "Choose a lower resolution."
+    record, weights = record_bytes(vit.spec), model_bytes(vit)
+    if record + weights > MEMORY_BUDGET_BYTES:
+        side = "×".join(str(s) for s in vit.spec.img_size)
+        raise MemoryBudgetError(
+            f"At {side} px, one image's attention record of {ref.label} would take {record / 2**30:,.2f} GiB; with "
+            f"the model's {weights / 2**30:,.2f} GiB that is more than this server keeps for all models and "
+            f"captured passes ({MEMORY_BUDGET_BYTES / 2**30:,.2f} GiB, VIZAPP_MEMORY_MB). Choose a lower resolution."
         )
 
 
+def _held_bytes(value) -> int:
+    """What a value of :func:`memory_store` holds: a pass's record and image, a model's weights."""
+    return value.nbytes if isinstance(value, Forward) else model_bytes(value)
+
+
 @st.cache_resource(show_spinner=False)
-def record_store() -> RecordStore[Forward]:
-    """The process's captured forward passes (shared by every session; LRU by count and bytes)."""
-    return RecordStore(MAX_FORWARDS, MAX_RECORD_BYTES, size=lambda f: f.nbytes)
+def memory_store() -> RecordStore:
+    """The process's loaded models (keys ``("model", ref)``) and captured forward passes (keys
+    ``("forward", ref, digest)``), shared by every session: LRU by each kind's count and by the
+    bytes they hold together (:data:`~vizapp.limits.MEMORY_BUDGET_BYTES`)."""
+    return RecordStore(
+        {"model": MAX_MODELS, "forward": MAX_FORWARDS}, MEMORY_BUDGET_BYTES, size=_held_bytes, kind=lambda key: key[0]
+    )
+
+
+def memory_note() -> str | None:
+    """The sidebar's line on the server's memory budget, when it bites: once the budget has pushed a
+    model or pass out (it will be loaded or computed again when asked for), or at 90% of it; else
+    ``None``."""
+    store = memory_store()
+    held = store.usage()
+    used = sum(size for _, size in held.values())
+    if not store.evicted_for_bytes and used < 0.9 * store.max_bytes:
+        return None
+    models, passes = held.get("model", (0, 0))[0], held.get("forward", (0, 0))[0]
+    return (
+        f"Server memory: {used / 2**30:,.2f} of {store.max_bytes / 2**30:,.2f} GiB held by {models} model(s) and "
+        f"{passes} captured pass(es), shared by every visitor (VIZAPP_MEMORY_MB); the least recently used "
+        "are loaded or computed again when needed."
+    )
 
 
 def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
     """The single forward pass for (model, image, resolution): everything else derives from it.
 
-    Kept once per process in :func:`record_store` and returned as the same object to every
+    Kept once per process in :func:`memory_store` and returned as the same object to every
     caller: treat it as read-only. A rerun reads slices of it; nothing is copied or unpickled.
     """
 
@@ -152,18 +201,18 @@ def forward(ref: ModelRef, digest: str, _image_bytes: bytes) -> Forward:
         with st.spinner("Running the model…", show_time=True):
             return _capture_forward(ref, _image_bytes)
 
-    return record_store().get((ref, digest), run)
+    return memory_store().get(("forward", ref, digest), run)
 
 
 def preload_forward(ref: ModelRef, digest: str, image_bytes: bytes) -> Forward:
     """:func:`forward` outside a script run (no spinner to draw): the server's start-up preload
     (:mod:`vizapp.preload`) puts the pass where the first page looks for it."""
-    return record_store().get((ref, digest), lambda: _capture_forward(ref, image_bytes))
+    return memory_store().get(("forward", ref, digest), lambda: _capture_forward(ref, image_bytes))
 
 
 def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
     vit = get_model(ref)
-    check_record_fits(ref, vit.spec)
+    check_record_fits(ref, vit)
     image = load_image(_image_bytes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
