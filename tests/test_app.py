@@ -34,6 +34,7 @@ from streamlit import __version__ as st_version  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import analysis  # noqa: E402
+from analysis import plots  # noqa: E402
 from analysis.plots.layout import plain_label  # noqa: E402
 from vizapp import figures  # noqa: E402
 
@@ -288,10 +289,10 @@ def test_top5_predictions_match_logits(app, vit, record):
 
 def test_long_class_names_are_wrapped_not_clipped():
     name = "great white shark, white shark, man-eater, man-eating shark, Carcharodon carcharias"
-    figure = figures.predictions_bar([name, "cat"], np.array([0.7, 0.3]))
+    figure = plots.predictions_bar([name, "cat"], np.array([0.7, 0.3]))
     ticks = figure.to_plotly_json()["layout"]["yaxis"]["ticktext"]
     top = ticks[-1].split("<br>")
-    assert len(top) > 1 and all(len(line) <= figures.LABEL_WIDTH for line in top)
+    assert len(top) > 1 and all(len(line) <= plots.LABEL_WIDTH for line in top)
     assert " ".join(top) == name  # every word is kept
     assert ticks[0] == "cat"
 
@@ -736,7 +737,7 @@ def test_mosaic_puts_each_tile_in_its_place():
 
 def test_overlay_cells_are_patches():
     attention = np.arange(6, dtype=np.float32).reshape(2, 3)
-    fig = figures.attention_overlay("data:image/png;base64,", (32, 48), attention, (16, 16), query_patch=4)
+    fig = plots.attention_overlay("data:image/png;base64,", (32, 48), attention, (16, 16), query_patch=4)
     heatmap = fig.data[1]
     assert (heatmap.x0, heatmap.dx, heatmap.y0, heatmap.dy) == (8, 16, 8, 16)
     click = fig.data[2]
@@ -989,11 +990,9 @@ def test_smooth_cells_draw_the_bilinearly_upsampled_map(app, vit, record):
     assert drawn.shape == (*spec.img_size, 3)
     colorscale = app.session_state["colorscale"]
     smooth = analysis.upsample_map(shown, spec.img_size, "bilinear")
-    expected = figures.colorize(smooth, colorscale, 0.0, float(shown.max()))
+    expected = plots.colorize(smooth, colorscale, 0.0, float(shown.max()))
     np.testing.assert_array_equal(drawn, expected)
-    cells = figures.colorize(
-        analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max())
-    )
+    cells = plots.colorize(analysis.upsample_map(shown, spec.img_size, "nearest"), colorscale, 0.0, float(shown.max()))
     assert (drawn != cells).any()  # not the exact cells under another name
     # the colour bar still states the range, and hover still reads the patch values
     (carrier,) = [t for t in traces(overlay, "scatter") if t.get("name") == "colour bar"]

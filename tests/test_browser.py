@@ -228,7 +228,7 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
     scale itself, first stop to last."""
     import plotly.colors
 
-    from vizapp.figures import COLORSCALES
+    from analysis.plots import COLORSCALES
 
     page.goto(server)
     wait_idle(page)

@@ -51,8 +51,10 @@ def test_resolution_step(vit, swin):
 
 
 def test_layout_summary(vit, swin):
-    assert vit.spec.layout_summary == ("patch 6×6 px · grid 8×8", "4 layers × 4 heads · 1 prefix token")
-    assert swin.spec.layout_summary == (
+    from vizapp.state import layout_summary
+
+    assert layout_summary(vit.spec) == ("patch 6×6 px · grid 8×8", "4 layers × 4 heads · 1 prefix token")
+    assert layout_summary(swin.spec) == (
         "patch 4×4 px · stage grids 12×12 → 6×6 → 3×3",
         "6 layers · heads per stage 2/4/8 · windowed attention (SwinTransformer)",
     )
@@ -66,12 +68,17 @@ def test_layout_summary(vit, swin):
         img_size=(48, 40),
         has_class_token=False,
     )  # width × height, plural tokens, no class token
-    assert pooled.layout_summary == ("patch 8×16 px · grid 5×3", "2 layers × 6 heads · 4 prefix tokens, no class token")
+    assert layout_summary(pooled) == (
+        "patch 8×16 px · grid 5×3",
+        "2 layers × 6 heads · 4 prefix tokens, no class token",
+    )
 
 
 def test_headless_output_and_outlier_grid(vit, swin):
-    assert vit.spec.headless_output == "pooled features"
-    assert swin.spec.headless_output == "features"
+    from vizapp.ui import headless_output
+
+    assert headless_output(vit.spec) == "pooled features"
+    assert headless_output(swin.spec) == "features"
     assert vit.spec.outlier_grid == (8, 8)
     assert swin.spec.outlier_grid is None
 

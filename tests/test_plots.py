@@ -66,8 +66,6 @@ def test_the_readme_block_makes_one_figure_per_page(readme_figures):
 def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_figures):
     """The array background is the app's data URI; the map, the colour stops, the range and the
     colour bar's statement are the app's."""
-    from vizapp import figures
-
     ns = readme_figures
     figure = ns["attention"]
     heatmap = trace(figure, "heatmap")
@@ -79,15 +77,15 @@ def test_the_readme_attention_figure_is_the_app_figure_of_the_same_map(readme_fi
     lo, hi, range_text = plots.colour_range("robust", expected, uniform=1 / ns["vit"].spec.num_tokens)
     top = max(min(float(np.quantile(expected, 0.99)), float(expected.max())), 4 / ns["vit"].spec.num_tokens)
     assert (heatmap.zmin, heatmap.zmax) == (0.0, pytest.approx(top))
-    assert [list(stop) for stop in heatmap.colorscale] == figures.colour_stops("Viridis")
+    assert [list(stop) for stop in heatmap.colorscale] == plots.colour_stops("Viridis")
     from analysis.plots.layout import plain_label  # a long colour-bar title is wrapped to the bar
 
     assert (
         plain_label(heatmap.colorbar.title.text) == f"attention probability ({range_text})" and "uniform" in range_text
     )
     assert figure.layout.xaxis.title.text == "x (input px)" and list(figure.layout.yaxis.range) == [ns["size"][0], 0]
-    app = figures.attention_overlay(
-        figures.image_data_uri(ns["picture"]),
+    app = plots.attention_overlay(
+        plots.image_data_uri(ns["picture"]),
         ns["size"],
         expected,
         ns["patch"],
@@ -126,13 +124,13 @@ def test_the_readme_figures_state_their_ranges_and_units(readme_figures):
     assert len(names) == 8 and names[0] == f"PC 1: {float(ns['explained'][0]) * 100:.2f}% of variance"
 
 
-def test_the_app_draws_with_the_library_builders():
+def test_the_app_figures_module_holds_only_its_own():
+    """The pages draw with analysis.plots' builders, imported from there: vizapp.figures re-exports
+    none of them, only its two mosaics with the PNG cache."""
     from vizapp import figures
 
-    for name in figures.__all__:
-        if name in ("mosaic", "position_similarity_mosaic"):
-            continue
-        assert getattr(figures, name) is getattr(plots, name), name
+    assert figures.__all__ == ["mosaic", "position_similarity_mosaic"]
+    assert not [name for name in plots.__all__ if name not in figures.__all__ and hasattr(figures, name)]
 
 
 @pytest.mark.parametrize("shape", [(5, 3, 4), (80, 50, 50)])  # heatmap cells, and a PNG above MAX_HEATMAP_CELLS

@@ -82,7 +82,7 @@ def test_sessions_opened_together_import_the_pages_libraries_one_at_a_time():
         "    try:\n"
         "        preload.import_libraries()\n"
         "        import sys\n"
-        "        whole.append(hasattr(sys.modules['pandas'], 'Series') and hasattr(sys.modules['vizapp.figures'], 'COLORSCALES'))\n"
+        "        whole.append(hasattr(sys.modules['pandas'], 'Series') and hasattr(sys.modules['vizapp.figures'], 'position_similarity_mosaic'))\n"
         "    except Exception:\n"
         "        traceback.print_exc()\n"
         "threads = [threading.Thread(target=session) for _ in range(6)]\n"

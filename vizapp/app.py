@@ -24,9 +24,8 @@ import streamlit as st  # noqa: E402
 from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from analysis.base.assets import asset_path  # noqa: E402
-from analysis.plots import MAP_RANGES  # noqa: E402
+from analysis.plots import COLORSCALES, MAP_RANGES  # noqa: E402
 from vizapp import inputs, url_state, views  # noqa: E402
-from vizapp.figures import COLORSCALES  # noqa: E402
 from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.resources import memory_note  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, kept_key, render_sidebar  # noqa: E402

@@ -1,9 +1,9 @@
-"""The app's figures: :mod:`analysis.plots` (numpy in, ``go.Figure`` out), plus what only the
-app needs, the colour-mapped mosaic PNGs kept per digest of their values (a rerun that only
-moves a highlight does not re-encode the same picture).
+"""What only the app adds to :mod:`analysis.plots`' figures: the colour-mapped mosaic PNGs kept
+per digest of their values (a rerun that only moves a highlight does not re-encode the same
+picture).
 
-The pages import their figure builders from here; every builder but the two mosaics is
-:mod:`analysis.plots`'s own.
+The pages import every other figure builder from :mod:`analysis.plots` itself; from here only
+the two mosaics, :func:`mosaic` and :func:`position_similarity_mosaic`, with that cache.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis import plots
-from analysis.plots import *  # noqa: F403 - the pages draw with analysis.plots' own builders
 from vizapp.records import RecordStore
 
-__all__ = list(plots.__all__)  # mosaic and position_similarity_mosaic below: the same, with the PNG cache
+__all__ = ["mosaic", "position_similarity_mosaic"]  # analysis.plots' own, with the PNG cache
 
 _PICTURES = RecordStore(max_entries=32, max_bytes=64 * 2**20, size=len)  # PNG data URIs of colour-mapped arrays
 
@@ -32,11 +31,11 @@ def _colorized_uri(z: np.ndarray, colorscale: str, zmin: float, zmax: float) -> 
     )  # the store holds these URIs
 
 
-def mosaic(tiles: np.ndarray, ncols: int, **options) -> go.Figure:  # type: ignore[no-redef]  # replaces plots'
+def mosaic(tiles: np.ndarray, ncols: int, **options) -> go.Figure:
     """:func:`analysis.plots.mosaic` with the app's cached PNG pictures."""
     return plots.mosaic(tiles, ncols, png_uri=_colorized_uri, **options)
 
 
-def position_similarity_mosaic(similarity: np.ndarray, **options) -> go.Figure:  # type: ignore[no-redef]  # as mosaic
+def position_similarity_mosaic(similarity: np.ndarray, **options) -> go.Figure:
     """:func:`analysis.plots.position_similarity_mosaic` with the app's cached PNG pictures."""
     return plots.position_similarity_mosaic(similarity, png_uri=_colorized_uri, **options)

@@ -234,7 +234,7 @@ def _capture_forward(ref: ModelRef, _image_bytes: bytes) -> Forward:
 @st.cache_data(show_spinner=False, max_entries=16)
 def background_uri(ref: ModelRef, digest: str, _image_bytes: bytes) -> str:
     """The model-input image as a data URI, for figure backgrounds."""
-    from vizapp.figures import image_data_uri
+    from analysis.plots import image_data_uri
 
     return image_data_uri(forward(ref, digest, _image_bytes).input_image)
 

@@ -14,15 +14,14 @@ import streamlit as st
 
 import analysis
 from analysis.model.loading.hub import hub_reachable, pretrained_weights_cached
-from analysis.plots import MAP_RANGES, UNIFORM_FLOOR
+from analysis.plots import COLORSCALES, MAP_RANGES, UNIFORM_FLOOR
 from vizapp import inputs, refs, resources
-from vizapp.figures import COLORSCALES
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
 from vizapp.ui import clamp_state
 from vizapp.views import persistent_keys
 
-__all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS"]
+__all__ = ["Current", "current", "render_sidebar", "keep_page_state", "CURATED_MODELS", "layout_summary"]
 
 # How a patch map is drawn on the image (the sidebar's "Map cells"): values of
 # ``analysis.upsample_map``'s modes.
@@ -502,6 +501,32 @@ RANDOM_WEIGHTS_BANNER = (
 )
 
 
+def layout_summary(spec: analysis.ViTSpec) -> tuple[str, str]:
+    """Two lines that describe the model's token layout, as the sidebar shows them.
+
+    A ViT: ``("patch 16×16 px · grid 14×14", "12 layers × 3 heads · 1 prefix token")`` (with
+    ``", no class token"`` when it has none). A windowed model: ``("patch 4×4 px · stage grids
+    56×56 → 28×28", "4 layers · heads per stage 2/4 · windowed attention (SwinTransformer)")``:
+    each distinct (stage, grid, heads) once, in stage order. Sizes are written width×height."""
+    (ph, pw), (gh, gw) = spec.patch_size, spec.grid_size
+    if spec.is_windowed:  # per-stage grids and heads
+        stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
+        grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
+        heads = "/".join(str(n) for _, _, n in stages)
+        return (
+            f"patch {pw}×{ph} px · stage grids {grids}",
+            f"{spec.num_layers} layers · heads per stage {heads} · windowed attention ({spec.family})",
+        )
+    prefix = spec.num_prefix_tokens
+    prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
+    if not spec.has_class_token:
+        prefix_text += ", no class token"
+    return (
+        f"patch {pw}×{ph} px · grid {gw}×{gh}",
+        f"{spec.num_layers} layers × {spec.num_heads} heads · {prefix_text}",
+    )
+
+
 def render_sidebar() -> Current:
     """Draw the sidebar, resolve the (model, image) pair and store it as ``current()``."""
     st.sidebar.header("ViT explorer")
@@ -515,7 +540,7 @@ def render_sidebar() -> Current:
         # a new step is a new widget for some Streamlit versions (1.52 resets its value): carry it over
         st.session_state[RESOLUTION_PENDING] = st.session_state.get("resolution", 0)
         st.rerun()  # redraw the resolution stepper with this model's step (models are cached)
-    layout = "  \n".join(spec.layout_summary)  # patch and grid(s), then layers, heads and tokens
+    layout = "  \n".join(layout_summary(spec))  # patch and grid(s), then layers, heads and tokens
     st.sidebar.markdown(
         f"**{escape_markdown(model.label)}**  \n"
         f"input **{spec.img_size[1]}×{spec.img_size[0]} px** · {layout}  \n"

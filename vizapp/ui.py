@@ -37,6 +37,7 @@ __all__ = [
     "PageRefused",
     "refuse_page",
     "stride_of_map",
+    "headless_output",
 ]
 
 
@@ -358,17 +359,24 @@ def stride_of_map(image_size: tuple[int, int], grid: tuple[int, int]) -> tuple[i
     return (max(1, height // gh), max(1, width // gw))
 
 
+def headless_output(spec: ViTSpec) -> str:
+    """What a model without a head (``head == "none"``) outputs, in words: ``"pooled features"``
+    for a ViT (its pooled tokens), ``"features"`` for a windowed model (its last stage's)."""
+    return "features" if spec.is_windowed else "pooled features"
+
+
 def predictions_panel(cur) -> None:
     """The Attention page's right column: the top-5 predictions (with the demo model's scope note),
     or why there are none (an embedding tower, or no head). ``cur``: the page's ``state.Current``."""
-    from vizapp import figures, inputs, resources
+    from analysis.plots import predictions_bar
+    from vizapp import inputs, resources
     from vizapp.messages import demo_scope_note
 
     spec = cur.spec
     if spec.has_classifier:
         st.subheader("Top-5 predictions")
         names, probabilities = resources.top_predictions(*cur.args)
-        show_chart(figures.predictions_bar(names, probabilities), "predictions", filename="predictions")
+        show_chart(predictions_bar(names, probabilities), "predictions", filename="predictions")
         scope = demo_scope_note(cur.model.source, cur.vit.class_names, inputs.is_demo_scene(cur.image))
         if scope:
             st.caption(scope)
@@ -379,7 +387,7 @@ def predictions_panel(cur) -> None:
         )
     else:
         st.caption(
-            f"No class predictions: this model has no classification head (its output is {spec.headless_output})."
+            f"No class predictions: this model has no classification head (its output is {headless_output(spec)})."
         )
 
 

@@ -321,38 +321,6 @@ class ViTSpec:
         return math.lcm(*sides)
 
     @property
-    def layout_summary(self) -> tuple[str, str]:
-        """Two lines that describe the token layout, as the app's sidebar shows them.
-
-        A ViT: ``("patch 16×16 px · grid 14×14", "12 layers × 3 heads · 1 prefix token")`` (with
-        ``", no class token"`` when it has none). A windowed model: ``("patch 4×4 px · stage grids
-        56×56 → 28×28", "4 layers · heads per stage 2/4 · windowed attention (SwinTransformer)")``:
-        each distinct (stage, grid, heads) once, in stage order. Sizes are written width×height."""
-        (ph, pw), (gh, gw) = self.patch_size, self.grid_size
-        if self.is_windowed:  # per-stage grids and heads
-            stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in self.layer_geometry})
-            grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
-            heads = "/".join(str(n) for _, _, n in stages)
-            return (
-                f"patch {pw}×{ph} px · stage grids {grids}",
-                f"{self.num_layers} layers · heads per stage {heads} · windowed attention ({self.family})",
-            )
-        prefix = self.num_prefix_tokens
-        prefix_text = f"{prefix} prefix token{'s' if prefix != 1 else ''}"
-        if not self.has_class_token:
-            prefix_text += ", no class token"
-        return (
-            f"patch {pw}×{ph} px · grid {gw}×{gh}",
-            f"{self.num_layers} layers × {self.num_heads} heads · {prefix_text}",
-        )
-
-    @property
-    def headless_output(self) -> str:
-        """What a model without a head (``head == "none"``) outputs, in words: ``"pooled features"``
-        for a ViT (its pooled tokens), ``"features"`` for a windowed model (its last stage's)."""
-        return "features" if self.is_windowed else "pooled features"
-
-    @property
     def outlier_grid(self) -> tuple[int, int] | None:
         """The one patch grid on which an image's outlier tokens are indices
         (:func:`analysis.tokens.outlier_patches`): :attr:`grid_size` for a ViT, whose every layer's

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import masked_image, top_mass_mask
+from analysis import masked_image, plots, top_mass_mask
 from analysis.plots import UNIFORM_FLOOR, colour_range, layer_scaled
 from analysis.records.queries import query_for_layers
 from vizapp import figures, resources, ui
@@ -182,7 +182,7 @@ stage_text = f" (stage {stage})" if len(stages) > 1 else ""
 with left:
     held = page_view(cur, layer=layer, head=head, query=query, query_cell=query_cell, opacity=opacity, key="attn_view")
     outlier_notice(cur, shown, "this map")
-    figure = figures.attention_overlay(
+    figure = plots.attention_overlay(
         resources.background_uri(*cur.args),
         spec.img_size,
         cur.shown(shown),
@@ -195,7 +195,7 @@ with left:
         title=f"Layer {layer}{stage_text} · {head_label(head)} · query: {query_text}",
         query_patch=query_cell,
         upsampled=cur.upsampled(cur.shown(shown)),
-        chart_width=figures.column_width(3 / 5),
+        chart_width=plots.column_width(3 / 5),
         uniform=uniform,
     )
     if inside is not None and query_cell is not None:
@@ -256,7 +256,7 @@ if pooling is not None and not held:
     pool_uniform = 1 / spec.num_tokens
     pool_lo, pool_hi, pool_range = colour_range(cur.map_range, pooling[pool_column], pooling, uniform=pool_uniform)
     show_chart(
-        figures.attention_overlay(
+        plots.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
             pooling[pool_column],
@@ -397,7 +397,7 @@ if (
     input_image = resources.forward(*cur.args).input_image  # (H, W, 3) uint8, shared read-only
     dimmed = [masked_image(input_image, np.where(mask, 1.0, OUTSIDE_MASK_BRIGHTNESS), "nearest") for mask in masks]
     show_chart(
-        figures.map_panels(
+        plots.map_panels(
             dimmed,
             spec.img_size,
             list(kept),

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import class_label, top_classes
+from analysis import class_label, plots, top_classes
 from analysis.base.errors import AnalysisError
 from analysis.circuits import ABLATIONS, PATCH_POINTS, heads_by_effect
 from analysis.model.windowed_support import refuse_windowed
 from analysis.plots import colour_range
-from vizapp import figures, first_result, inputs, resources, url_state
+from vizapp import first_result, inputs, resources, url_state
 from vizapp.messages import error_text
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current, reset_for_new_input
@@ -105,7 +105,7 @@ if dla is not None:
     left, right = st.columns([3, 2], gap="medium")
     with left:
         show_chart(
-            figures.head_heatmap(
+            plots.head_heatmap(
                 per_head,
                 title="Each head's direct contribution to the target logit",
                 colorbar_title="logit",
@@ -117,7 +117,7 @@ if dla is not None:
         )
     with right:
         show_chart(
-            figures.layer_contributions(per_layer, title="Per layer"),
+            plots.layer_contributions(per_layer, title="Per layer"),
             "circ_dla_layers",
             filename="direct_logit_attribution_per_layer",
         )
@@ -174,7 +174,7 @@ if run_ablation:
     left, right = st.columns([3, 2], gap="medium")
     with left:
         show_chart(
-            figures.head_heatmap(
+            plots.head_heatmap(
                 delta,
                 title=f"Change of the target logit when one head is removed ({method})",
                 colorbar_title="Δ logit",
@@ -189,7 +189,7 @@ if run_ablation:
         if st.toggle("Remove the most important heads one after another", key="circ_cumulative"):
             curve = circuit_results.ablation_curve(*cur.args, target, method, reference, tuple(worst))
             show_chart(
-                figures.ablation_curve(
+                plots.ablation_curve(
                     curve,
                     [f"L{layer} H{h}" for layer, h in worst],
                     title="Cumulative ablation",
@@ -224,7 +224,7 @@ with left:
         cur.map_range, cur.shown(grid), uniform=1 / spec.num_tokens, left_out=cur.left_out(grid)
     )
     show_chart(
-        figures.attention_overlay(
+        plots.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
             cur.shown(grid),
@@ -234,7 +234,7 @@ with left:
             zmax=hi,
             title=f"Its attention ({'class token' if query == 'cls' else 'mean over queries'})",
             colorbar_title=f"attention probability ({range_text})",
-            chart_width=figures.column_width(1 / 2),
+            chart_width=plots.column_width(1 / 2),
         ),
         "circ_head_attention",
         filename=f"head_L{layer}_H{head}_attention",
@@ -250,20 +250,20 @@ with right:
         )
     elif dla is not None:
         per_patch = on_patches.reshape(spec.grid_size)
-        limit = figures.symmetric_limit(per_patch)
+        limit = plots.symmetric_limit(per_patch)
         show_chart(
-            figures.attention_overlay(
+            plots.attention_overlay(
                 resources.background_uri(*cur.args),
                 spec.img_size,
                 per_patch,
                 spec.patch_size,
-                colorscale=figures.DIVERGING,
+                colorscale=plots.DIVERGING,
                 zmin=-limit,
                 zmax=limit,
                 opacity=0.75,
                 title="Its direct logit attribution where it writes",
                 colorbar_title=f"logit (±{limit:.3g})",
-                chart_width=figures.column_width(1 / 2),
+                chart_width=plots.column_width(1 / 2),
             ),
             "circ_head_dla",
             filename=f"head_L{layer}_H{head}_dla",
@@ -323,7 +323,7 @@ if st.toggle(
         st.caption(f"Target logit: clean {float(rows[0]['clean']):.3f}, corrupted {float(rows[0]['corrupted']):.3f}.")
         if point == "attn.z":
             show_chart(
-                figures.head_heatmap(
+                plots.head_heatmap(
                     effect,
                     title="Restored share of the clean answer, per head",
                     colorbar_title="effect",
@@ -341,7 +341,7 @@ if st.toggle(
             left, right = st.columns([3, 2], gap="medium")
             with left:
                 show_chart(
-                    figures.patching_heatmap(
+                    plots.patching_heatmap(
                         effect, labels, title="Restored share of the clean answer, per layer and token"
                     ),
                     "circ_patch_tokens",
@@ -351,20 +351,20 @@ if st.toggle(
                 clamp_state("circ_patch_layer", (0, L - 1), 0)
                 shown = st.slider("Layer drawn on the image", 0, L - 1, key="circ_patch_layer") if L > 1 else 0
                 on_grid = spec.split_prefix(effect[shown], 0)[1].reshape(spec.grid_size)
-                limit = figures.symmetric_limit(effect)
+                limit = plots.symmetric_limit(effect)
                 show_chart(
-                    figures.attention_overlay(
+                    plots.attention_overlay(
                         resources.background_uri(*cur.args),
                         spec.img_size,
                         on_grid,
                         spec.patch_size,
-                        colorscale=figures.DIVERGING,
+                        colorscale=plots.DIVERGING,
                         zmin=-limit,
                         zmax=limit,
                         opacity=0.75,
                         title=f"Layer {shown}: patching each patch token",
                         colorbar_title=f"effect (±{limit:.3g})",
-                        chart_width=figures.column_width(2 / 5),
+                        chart_width=plots.column_width(2 / 5),
                     ),
                     "circ_patch_image",
                     filename=f"patching_layer_{shown}",

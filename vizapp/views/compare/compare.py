@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import AnalysisError, corresponding_layer, corresponding_query, masked_image
+from analysis import AnalysisError, corresponding_layer, corresponding_query, masked_image, plots
 from analysis.attention.rollout import rollout_uniform_level
 from analysis.plots import MAP_RANGES, colour_range
 from analysis.records.queries import query_for_layers
-from vizapp import figures, resources
+from vizapp import resources
 from vizapp.attention_view import attention_view, follow_view, panel_layers, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code
@@ -201,7 +201,7 @@ else:
     group_ranges = [(lo, hi, f"attention probability ({range_text})")]
     groups = [0] * len(groups)
     scale_text = "one colour scale over all panels"
-figure = figures.map_panels(
+figure = plots.map_panels(
     backgrounds,
     sizes,
     [cur.shown(p) for p in panels] + panels2,
@@ -304,7 +304,7 @@ if panels2:  # both models' rollout (Figure 6), side by side on one colour scale
             cur.map_range, np.concatenate([r.ravel() for r in rollouts]), uniform=rollout_uniform
         )
         show_chart(
-            figures.map_panels(
+            plots.map_panels(
                 [resources.background_uri(*model_args) for model_args, _ in rollout_models],
                 [model_spec.img_size for _, model_spec in rollout_models],
                 rollouts,

@@ -7,10 +7,11 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis import plots
 from analysis.model.loading import DEMO_MODELS
 from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from analysis.similarity import CKAAccumulator
-from vizapp import figures, first_result, inputs, resources
+from vizapp import first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.layer_grids import layer_reference_trace
 from vizapp.messages import error_text, escape_markdown
@@ -136,7 +137,7 @@ for problem in problems:
 if which == "mine" and not images:
     st.info("Upload images (or a .zip of images) to average over them.")
 
-distance_chart = figures.attention_distance_scatter(series, references=references, unit=unit)
+distance_chart = plots.attention_distance_scatter(series, references=references, unit=unit)
 for label, values in layer_references:
     distance_chart.add_trace(
         layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit], digits=".1f" if unit == "px" else ".3f")
@@ -231,7 +232,7 @@ if (
         else:
             second_name = name1
         show_chart(
-            figures.cka_heatmap(
+            plots.cka_heatmap(
                 matrix,
                 layers_a,
                 layers_b,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import AnalysisError, scale_by_peak, top_classes
+from analysis import AnalysisError, plots, scale_by_peak, top_classes
 from analysis.explanations import BASELINES, CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
 from analysis.faithfulness import area_under_curve
 from analysis.plots import robust_scaled
-from vizapp import figures, first_result, inputs, resources
+from vizapp import first_result, inputs, resources
 from vizapp.layer_grids import stage_label, stage_layers
 from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, show_code
@@ -167,7 +167,7 @@ for class_index in targets:
         raw[f"{method}_class{class_index}" if class_index is not None else method] = grid_map
 
 ncols = min(len(methods), 2)  # panels about 430 px wide (three in a row drew them at 210 px)
-figure = figures.map_panels(
+figure = plots.map_panels(
     resources.background_uri(*cur.args),
     spec.img_size,
     maps,
@@ -232,7 +232,7 @@ if class_specific:
         curves.append((label, fractions, deletion, insertion, deletion_auc, insertion_auc))
         rows.extend([label, float(f), float(d), float(i)] for f, d, i in zip(fractions, deletion, insertion))
     bar.empty()
-    show_chart(figures.perturbation_curves(curves), "explain_curves", filename="deletion_insertion")
+    show_chart(plots.perturbation_curves(curves), "explain_curves", filename="deletion_insertion")
     st.caption(
         "The class's probability as the patches a map ranks first are replaced by the mean colour "
         "(deletion) or restored onto a mean-colour image (insertion). A faithful map beats the random one "

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analysis import plots
 from analysis.model.loading.loaded import class_label, top_classes
 from analysis.sae import DEMO_SAE_POINT, SAEError
-from vizapp import figures, resources, sae_resources
+from vizapp import resources, sae_resources
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import show_code
 from vizapp.state import current
@@ -106,7 +107,7 @@ patch = int(st.session_state[PATCH])
 left, right = st.columns([3, 2], gap="medium")
 with left:
     show_chart(
-        figures.attention_overlay(
+        plots.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
             activity,
@@ -116,7 +117,7 @@ with left:
             title="Total feature activation on each patch (click a patch)",
             colorbar_title="Σ activations",
             query_patch=patch,
-            chart_width=figures.column_width(3 / 5),
+            chart_width=plots.column_width(3 / 5),
         ),
         "feat_activity",
         filename="sae_activation_per_patch",
@@ -153,7 +154,7 @@ with right:
 feature = int(st.session_state[FEATURE])
 feature_map = grid[..., feature]  # (gh, gw)
 show_chart(
-    figures.attention_overlay(
+    plots.attention_overlay(
         resources.background_uri(*cur.args),
         spec.img_size,
         feature_map,
@@ -187,7 +188,7 @@ scenes, peaks = index.top_images(feature, TOP_SCENES)
 if len(scenes):
     pictures, maps = sae_resources.scene_maps(cur.model, sae_name, feature, tuple(int(i) for i in scenes))
     show_chart(
-        figures.map_panels(
+        plots.map_panels(
             list(pictures),
             spec.img_size,
             list(maps),
@@ -210,7 +211,7 @@ values_over_set = index.activations(feature).numpy()
 with hist_column:
     st.markdown("**Activation histogram** (patch tokens where it fires)")
     show_chart(
-        figures.activation_histogram(values_over_set, index.tokens - len(values_over_set)),
+        plots.activation_histogram(values_over_set, index.tokens - len(values_over_set)),
         "feat_histogram",
         filename=f"sae_feature_{feature}_histogram",
     )
@@ -220,7 +221,7 @@ with class_column:
     try:
         effect = sae_resources.class_effect(cur.model, sae_name, feature)
         names = [class_label(cur.vit.class_names, c) for c in range(len(effect))]
-        show_chart(figures.class_effect_bars(names, effect), "feat_classes", filename=f"sae_feature_{feature}_classes")
+        show_chart(plots.class_effect_bars(names, effect), "feat_classes", filename=f"sae_feature_{feature}_classes")
     except SAEError as exc:  # no linear class head
         st.info(error_text(exc), icon=":material/block:")
 download_npz(
@@ -278,7 +279,7 @@ if effect is not None:
             f"({100 * steered[top_steered]:.1f} %)"
         )
         show_chart(
-            figures.grouped_bars(
+            plots.grouped_bars(
                 names,
                 [("clean", clean[shown].tolist()), (change_label, steered[shown].tolist())],
                 y_title="probability",
@@ -289,7 +290,7 @@ if effect is not None:
     with maps_column:
         classes = len(clean)
         show_chart(
-            figures.map_panels(
+            plots.map_panels(
                 resources.background_uri(*cur.args),
                 spec.img_size,
                 [changed["clean_class_map"].astype(np.float32), changed["steered_class_map"].astype(np.float32)],
@@ -313,7 +314,7 @@ if effect is not None:
         )
     change = changed["change_map"]
     show_chart(
-        figures.attention_overlay(
+        plots.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
             change,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizapp import figures
+from analysis import plots
 from vizapp.messages import error_text
 from vizapp.python_snippet import show_code
 from vizapp.state import current
@@ -46,11 +46,11 @@ if mode == "pca":
     left, right = st.columns([3, 2], gap="medium")
     with left:
         st.markdown(f"**First {len(ratio)} principal components** of {count} filters of {pw}×{ph} px")
-        grid = figures.filter_components_grid(components, ratio)
+        grid = plots.filter_components_grid(components, ratio)
         show_chart(grid, "filt_grid", filename="patch_embedding_components")
     with right:
         st.markdown("**Explained variance**")
-        show_chart(figures.explained_variance(ratio), "filt_variance", filename="patch_embedding_variance")
+        show_chart(plots.explained_variance(ratio), "filt_variance", filename="patch_embedding_variance")
     d1, d2, _ = st.columns([1, 1, 4])
     with d1:
         download_npz("filt_data", "patch_embedding_components", components=components, explained_variance_ratio=ratio)
@@ -64,7 +64,7 @@ if mode == "pca":
 else:
     shown = filters[: int(n)]
     st.markdown(f"**First {len(shown)} of {count} filters** ({pw}×{ph} px, {filters.shape[1]} channels)")
-    grid = figures.rgb_patch_grid(shown, 8, tile_names=[f"filter {i} (embedding dim {i})" for i in range(len(shown))])
+    grid = plots.rgb_patch_grid(shown, 8, tile_names=[f"filter {i} (embedding dim {i})" for i in range(len(shown))])
     show_chart(grid, "filt_grid", filename="patch_embedding_filters")
     download_npz("filt_data", "patch_embedding_filters", filters=shown)
 show_code(filters_code(cur.model, mode=mode, n=int(n)))

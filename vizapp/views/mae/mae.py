@@ -12,10 +12,11 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis import plots
 from analysis.base.errors import MissingDecoderError
 from analysis.mae import FIGURE_2_PANELS, draw_mask, figure_2_images, flip_patches, hidden_patch_loss
 from analysis.mae.loading import MAE_WITH_DECODER
-from vizapp import figures, inputs, resources
+from vizapp import inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import show_code
@@ -181,7 +182,7 @@ def toggle_patch(chart_key: str) -> None:
 clicks = st.session_state.get(CLICKS, 0)
 panels_key = f"mae_panels_{clicks}"
 show_chart(
-    figures.mae_panels(
+    plots.mae_panels(
         [pictures[name] for name in FIGURE_2_PANELS],
         list(FIGURE_2_PANELS.values()),
         grid,
@@ -198,7 +199,7 @@ loss_units = (
     if result.norm_pix_loss
     else "the model's normalised input units, (x − mean) / std"
 )
-clipped = figures.clipped_fraction(pictures["reconstruction"])
+clipped = plots.clipped_fraction(pictures["reconstruction"])
 st.markdown(
     f"**{hidden_count} of {num_patches}** patches hidden ({hidden_count / num_patches:.0%}; the draw hides "
     f"{int(drawn.sum())}, your clicks switched {len(flipped)}, outlined) · "
@@ -217,7 +218,7 @@ st.caption(
 )
 with st.container(horizontal=True):
     for name, title in FIGURE_2_PANELS.items():
-        download_png(f"mae_png_{name}", f"mae_{name}", figures.unit_to_uint8(pictures[name]), label=f"{title} (.png)")
+        download_png(f"mae_png_{name}", f"mae_{name}", plots.unit_to_uint8(pictures[name]), label=f"{title} (.png)")
 
 error_column, attention_column = st.columns(2, gap="medium")
 with error_column:
@@ -225,7 +226,7 @@ with error_column:
     error = hidden_patch_loss(result)  # (gh, gw), NaN on visible patches
     top = float(np.nanmax(error)) if np.isfinite(error).any() else 1.0
     show_chart(
-        figures.mae_patch_map(
+        plots.mae_patch_map(
             pictures["composite"],
             error,
             spec.patch_size,
@@ -234,7 +235,7 @@ with error_column:
             zmax=top,
             colorscale=cur.colorscale,
             colorbar_title=f"squared error (0 to max {top:.3g})",
-            chart_width=figures.column_width(1 / 2),
+            chart_width=plots.column_width(1 / 2),
         ),
         "mae_error",
         filename="mae_patch_error",
@@ -278,7 +279,7 @@ with attention_column:
 
     who = "the class token" if query is None else f"patch {query} (row {query // grid[1]}, col {query % grid[1]})"
     show_chart(
-        figures.mae_patch_map(
+        plots.mae_patch_map(
             pictures["masked"],
             attention,
             spec.patch_size,
@@ -290,7 +291,7 @@ with attention_column:
             outline=query,
             click_hint="click a visible patch: make it the query",
             title=f"query: {who}",
-            chart_width=figures.column_width(1 / 2),
+            chart_width=plots.column_width(1 / 2),
         ),
         attention_key,
         filename="mae_visible_attention",
@@ -344,7 +345,7 @@ if curve:
     losses = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, len(SET_RATIOS)))
     names = [name for p in pieces for name in p[1]]
     show_chart(
-        figures.mae_loss_by_ratio(
+        plots.mae_loss_by_ratio(
             SET_RATIOS,
             losses,
             names,

@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis import similarity_distance_bins
+from analysis import plots, similarity_distance_bins
 from analysis.plots.mosaics import ZOOM_HINT
 from vizapp import figures, resources
 from vizapp.messages import error_text
@@ -78,7 +78,7 @@ def tile_figure(sim: np.ndarray, highlight: int | None):
     """The whole mosaic, the page's width: on a 14×14 grid each tile's cells are about 4 px (3/5 of the
     page drew them at 1.5 px)."""
     return figures.position_similarity_mosaic(
-        sim, colorscale=cur.colorscale, highlight=highlight, chart_width=figures.column_width(1.0)
+        sim, colorscale=cur.colorscale, highlight=highlight, chart_width=plots.column_width(1.0)
     )
 
 
@@ -95,8 +95,8 @@ with left:
     col = c_col.number_input("Tile column", 0, gw - 1, step=1, key="pos_col")
 with right:
     show_chart(
-        figures.similarity_tile(
-            similarity[row, col], (row, col), colorscale=cur.colorscale, chart_width=figures.column_width(3 / 5)
+        plots.similarity_tile(
+            similarity[row, col], (row, col), colorscale=cur.colorscale, chart_width=plots.column_width(3 / 5)
         ),
         "pos_tile",
         filename=f"position_similarity_r{row}_c{col}",
@@ -155,11 +155,11 @@ if resample:
             rs_row = rr.number_input("Tile row", 0, int(new_h) - 1, step=1, key="pos_rs_row")
             rs_col = rc.number_input("Tile column", 0, int(new_w) - 1, step=1, key="pos_rs_col")
             show_chart(
-                figures.similarity_tile(
+                plots.similarity_tile(
                     resampled[rs_row, rs_col],
                     (rs_row, rs_col),
                     colorscale=cur.colorscale,
-                    chart_width=figures.column_width(2 / 5),
+                    chart_width=plots.column_width(2 / 5),
                 ),
                 "pos_rs_tile",
                 filename=f"position_similarity_{new_h}x{new_w}_r{rs_row}_c{rs_col}",
@@ -182,7 +182,7 @@ st.caption(
     "cosine similarity at the bin's mean distance, the band ± one standard deviation; hover for the bin and its "
     "number of pairs (each pair counted in both directions)."
 )
-show_chart(figures.similarity_vs_distance(curves), "pos_curve", filename="position_similarity_vs_distance")
+show_chart(plots.similarity_vs_distance(curves), "pos_curve", filename="position_similarity_vs_distance")
 d1, d2, _ = st.columns([1, 1, 4])
 with d1:
     download_npz("pos_data", "position_similarity", **arrays)

@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis import IMAGENET_1K, label_space, shared_label_space
+from analysis import IMAGENET_1K, label_space, plots, shared_label_space
 from analysis.demo.data import CLASS_NAMES as DEMO_CLASS_NAMES
 from analysis.model.loading import DEMO_MODELS
 from analysis.model.windowed_support import is_model_refusal
@@ -19,7 +19,7 @@ from analysis.robustness import (
     saliency_description,
     shuffle_grids,
 )
-from vizapp import figures, first_result, inputs, resources
+from vizapp import first_result, inputs, resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import demo_scope_note, error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code
@@ -262,7 +262,7 @@ for index, (column, (title, view, class_names)) in enumerate(zip(columns, panels
         st.image(view.input_image, caption=title, width="stretch", output_format="PNG")
         st.markdown(prediction_text("prediction", view.probabilities, class_names))
         labels, probabilities = top5(view.probabilities, class_names)
-        show_chart(figures.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}", filename="top5")
+        show_chart(plots.predictions_bar(labels, probabilities, height=200), f"rob_top5_{index}", filename="top5")
 summary = [change_text("ViT", before, after)] + ([change_text("CNN", cnn_before, cnn_after)] if cnn is not None else [])
 st.markdown(" · ".join(summary))
 scope = demo_scope_note(cur.model.source, names, inputs.is_demo_scene(cur.image))
@@ -278,7 +278,7 @@ def pair_scaled(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 maps = list(pair_scaled(before.saliency, after.saliency))
-backgrounds = [figures.image_data_uri(before.input_image), figures.image_data_uri(after.input_image)]
+backgrounds = [plots.image_data_uri(before.input_image), plots.image_data_uri(after.input_image)]
 sizes = [spec.img_size] * 2
 cells = [stride_of_map(spec.img_size, m.shape) for m in maps]  # each map's own grid (windowed: a stage grid)
 titles = [f"ViT {before.saliency_name} · clean", f"ViT {after.saliency_name} · perturbed"]
@@ -286,12 +286,12 @@ if cnn is not None:
     h, w = cnn_before.saliency.shape
     height_px, width_px = cnn.spec.img_size
     maps += list(pair_scaled(cnn_before.saliency, cnn_after.saliency))
-    backgrounds += [figures.image_data_uri(cnn_before.input_image), figures.image_data_uri(cnn_after.input_image)]
+    backgrounds += [plots.image_data_uri(cnn_before.input_image), plots.image_data_uri(cnn_after.input_image)]
     sizes += [cnn.spec.img_size] * 2
     cells += [(height_px // h, width_px // w)] * 2
     titles += ["CNN Grad-CAM · clean", "CNN Grad-CAM · perturbed"]
 show_chart(
-    figures.map_panels(
+    plots.map_panels(
         backgrounds,
         sizes,
         maps,
@@ -430,7 +430,7 @@ if images and st.toggle(
             rows += [("Swin", lv, float(a), float(p)) for lv, a, p in zip(swin_levels, swin_score, swin_probability)]
     if curves:
         show_chart(
-            figures.robustness_curves(
+            plots.robustness_curves(
                 curves,
                 x_title=LEVEL_AXIS[perturbation],
                 y_title=f"agreement with the clean prediction ({used} images)",

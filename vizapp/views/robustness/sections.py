@@ -15,6 +15,7 @@ import numpy as np
 import streamlit as st
 
 import analysis
+from analysis import plots
 from analysis.model.loading import TEXTURED_DEMO_MODELS
 from analysis.robustness import (
     ATTACKS,
@@ -28,7 +29,7 @@ from analysis.robustness import (
     ShapeBias,
     corruption_errors,
 )
-from vizapp import figures, resources
+from vizapp import resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
@@ -208,7 +209,7 @@ def attack_section(
     if not curves:
         return
     show_chart(
-        figures.robustness_curves(
+        plots.robustness_curves(
             curves,
             x_title="ε (0–255 pixel units)",
             y_title=f"agreement with the clean prediction ({used} images)",
@@ -249,7 +250,7 @@ def attack_section(
         if agreed:
             matrix = sum(s for s, _ in results) / agreed
             labels = [label for label, _ in models]
-            show_chart(figures.transfer_heatmap(labels, matrix), "rob_transfer_chart", filename="attack_transfer")
+            show_chart(plots.transfer_heatmap(labels, matrix), "rob_transfer_chart", filename="attack_transfer")
             st.caption(
                 f"Accuracy of each column's model on the {name.upper()} images (ε = {transfer_epsilon:g}) made "
                 f"against each row's model, over the {agreed} images where every model predicts the same clean "
@@ -354,7 +355,7 @@ def corruption_section(
     )
     curves = [(label, severities, accuracy[m].mean(0)) for m, label in enumerate(labels)]
     show_chart(
-        figures.robustness_curves(
+        plots.robustness_curves(
             curves,
             x_title="severity (0: clean)",
             y_title=f"agreement, mean over {len(chosen)} corruptions ({used} images)",
@@ -444,7 +445,7 @@ def texture_section(
         if used:
             agreement = sum(s for s, _ in results) / used  # (models, probes)
             show_chart(
-                figures.grouped_bars(
+                plots.grouped_bars(
                     list(MASKLESS_PROBES),
                     [(label, agreement[m]) for m, label in enumerate(labels)],
                     y_title=f"agreement with the clean prediction ({used} images)",
@@ -526,7 +527,7 @@ def texture_section(
         return
     biases = [ShapeBias(*(int(v) for v in row)) for row in counts]
     show_chart(
-        figures.grouped_bars(
+        plots.grouped_bars(
             ["shape bias"],
             [(label, [b.fraction]) for label, b in zip(labels, biases)],
             y_title="shape / (shape + texture)",
@@ -635,7 +636,7 @@ def patch_section(
     curves = [(label, percent, stored["accuracy"][m]) for m, label in enumerate(labels)]
     curves += [(f"{label}, noise patch", percent, stored["noise_accuracy"][m]) for m, label in enumerate(labels)]
     show_chart(
-        figures.robustness_curves(
+        plots.robustness_curves(
             curves,
             x_title="patch size (% of the image area)",
             y_title=f"top-1 accuracy ({PATCH_HELD_OUT_SCENES} held-out demo scenes)",
@@ -646,7 +647,7 @@ def patch_section(
     )
     if stored["transfer"] is not None:
         show_chart(
-            figures.transfer_heatmap(
+            plots.transfer_heatmap(
                 labels, stored["transfer"], title=f"The {100 * shares[-1]:g}% patches pasted on each model"
             ),
             "rob_patch_transfer_chart",
@@ -667,7 +668,7 @@ def patch_section(
     if "layers" in pasted:
         with right:
             show_chart(
-                figures.robustness_curves(
+                plots.robustness_curves(
                     [
                         ("patched", pasted["layers"], pasted["patched_share"]),
                         ("clean (the same tokens)", pasted["layers"], pasted["clean_share"]),

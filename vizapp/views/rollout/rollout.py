@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis import AnalysisError, masked_image
+from analysis import AnalysisError, masked_image, plots
 from analysis.attention.rollout import MERGE_WARNING, rollout_uniform_level
 from analysis.attention.rollout_rules import POST_NORM_WARNING
 from analysis.plots import colour_range, robust_top
@@ -158,7 +158,7 @@ with left:
     if has_view:
         instant_view()
     outlier_notice(cur, final, "this rollout")
-    figure = figures.attention_overlay(
+    figure = plots.attention_overlay(
         resources.background_uri(*cur.args),
         spec.img_size,
         cur.shown(final),
@@ -171,7 +171,7 @@ with left:
         title=f"Rollout layers {start}–{end} · {fusion} fusion · discard {discard:.2f} · query: {query_text}",
         query_patch=query if isinstance(query, int) and grid == tuple(spec.grid_size) else None,
         upsampled=cur.upsampled(cur.shown(final)),
-        chart_width=figures.column_width(3 / 5),
+        chart_width=plots.column_width(3 / 5),
         uniform=uniform,
     )
     show_chart(

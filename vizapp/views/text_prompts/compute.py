@@ -19,7 +19,7 @@ __all__ = ["clip_background_uri", "text_curves", "text_zero_shot"]
 @st.cache_data(show_spinner=False, max_entries=16)
 def clip_background_uri(source: str, digest: str, _image_bytes: bytes) -> str:
     """The image as the image tower sees it (resized, cropped), as a data URI for map backgrounds."""
-    from vizapp.figures import image_data_uri
+    from analysis.plots import image_data_uri
 
     image = resources.get_clip(source).image.model_input_image(load_image(_image_bytes))
     return image_data_uri(np.asarray(image))

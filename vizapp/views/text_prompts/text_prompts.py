@@ -13,13 +13,13 @@ import numpy as np
 import streamlit as st
 
 import analysis
-from analysis import AnalysisError, NoTextTowerError, scale_by_peak
+from analysis import AnalysisError, NoTextTowerError, plots, scale_by_peak
 from analysis.demo.data import CLASS_NAMES
 from analysis.faithfulness import area_under_curve
 from analysis.model.loading.loaded import PROBABILITY_RULES
 from analysis.plots.circuits import DIVERGING, symmetric_limit
 from analysis.text import TEXT_METHODS, prompts_from_template
-from vizapp import figures, inputs, resources
+from vizapp import inputs, resources
 from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import show_code
 from vizapp.state import current
@@ -174,9 +174,7 @@ rule_text = (
 )
 with scores_column:
     show_chart(
-        figures.predictions_bar(
-            prompts, probabilities, x_title=f"zero-shot probability (%): {PROBABILITY_RULES[rule]}"
-        ),
+        plots.predictions_bar(prompts, probabilities, x_title=f"zero-shot probability (%): {PROBABILITY_RULES[rule]}"),
         "tp_zero_shot",
         filename="text_zero_shot",
     )
@@ -246,7 +244,7 @@ titles = [f"{METHOD_LABELS[m]} · {p} ({probabilities[index_of[p]]:.0%})" for p 
 background = compute.clip_background_uri(*image_args)
 ncols = len(methods)
 show_chart(
-    figures.map_panels(
+    plots.map_panels(
         background,
         spec.img_size,
         list(scaled.reshape(-1, *spec.grid_size)),
@@ -317,7 +315,7 @@ def choose_head() -> None:
 heat_column, head_column = st.columns([3, 2], gap="medium")
 with heat_column:
     show_chart(
-        figures.head_heatmap(
+        plots.head_heatmap(
             heads, title=f"contributions to s('{focus}')", colorbar_title="score units", selected=(layer, head)
         ),
         heatmap_key,
@@ -336,7 +334,7 @@ with head_column:
     head_map = parts["head_maps"][layer, head]  # (gh, gw), score units
     limit = symmetric_limit(head_map)
     show_chart(
-        figures.map_panels(
+        plots.map_panels(
             background,
             spec.img_size,
             [head_map],
@@ -349,7 +347,7 @@ with head_column:
             zmax=limit,
             colorbar_title=f"score units (±{limit:.3g})",
             panel_height=300,
-            chart_width=figures.column_width(2 / 5),
+            chart_width=plots.column_width(2 / 5),
         ),
         "tp_head_map",
         filename=f"text_head_L{layer}H{head}",
@@ -424,7 +422,7 @@ for name in ["random", curve_method]:
     )
     curve_data["fractions"] = fractions
 show_chart(
-    figures.perturbation_curves(curves, y_title="image–text score s", symbol="s"),
+    plots.perturbation_curves(curves, y_title="image–text score s", symbol="s"),
     "tp_curves",
     filename="text_deletion_insertion",
 )

@@ -7,10 +7,10 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis import AnalysisError, ViTSpec, patch_similarity, top_classes
+from analysis import AnalysisError, ViTSpec, patch_similarity, plots, top_classes
 from analysis.tokens import TOKEN_KINDS, capture_limits, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
-from vizapp import figures, inputs, resources
+from vizapp import inputs, resources
 from vizapp.attention_view import attention_view, follow_view, served
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code
@@ -63,7 +63,7 @@ layer_query = spec.layer_cell(layer, query) if isinstance(query, int) else query
 with left:
     st.subheader(f"PCA of the {KIND_LABELS[kind]}s · layer {layer}")
     index = np.arange(gh * gw)
-    xs, ys = figures.patch_centres(grid, (ph, pw))
+    xs, ys = plots.patch_centres(grid, (ph, pw))
     pca_figure = go.Figure(
         data=[
             dict(
@@ -88,7 +88,7 @@ with left:
                 hovertemplate="patch %{customdata[0]:.0f}<extra>click: similarity to this patch</extra>",
             ),
         ],
-        layout=figures.styled_layout(
+        layout=plots.styled_layout(
             height=420,
             margin=dict(l=10, r=10, t=10, b=10),
             hovermode="closest",
@@ -102,7 +102,7 @@ with left:
                     y0=(layer_query // gw) * ph,
                     x1=(layer_query % gw + 1) * pw,
                     y1=(layer_query // gw + 1) * ph,
-                    line=dict(color=figures.HIGHLIGHT, width=2.5),
+                    line=dict(color=plots.HIGHLIGHT, width=2.5),
                 )
             ]
             if isinstance(layer_query, int)
@@ -162,7 +162,7 @@ with sim_left:
             "−1 to 1, values to one 255th of each map's range); click to make it the query. The chart:"
         )
     show_chart(
-        figures.attention_overlay(
+        plots.attention_overlay(
             resources.background_uri(*cur.args),
             spec.img_size,
             similarity,
@@ -176,7 +176,7 @@ with sim_left:
             query_patch=layer_query if isinstance(layer_query, int) else None,
             height=420,
             upsampled=cur.upsampled(similarity),
-            chart_width=figures.column_width(1 / 2),
+            chart_width=plots.column_width(1 / 2),
         ),
         "tok_similarity",
         filename=f"similarity_{kind}_L{layer}",
@@ -211,7 +211,7 @@ with sim_right:
         other_tokens = resources.layer_tokens(*other_args, kind, layer)
         other_similarity = patch_similarity(layer_tokens, layout, similarity_query, other=other_tokens).numpy()
         show_chart(
-            figures.attention_overlay(
+            plots.attention_overlay(
                 resources.background_uri(*other_args),
                 spec.img_size,
                 other_similarity,
@@ -224,7 +224,7 @@ with sim_right:
                 title=f"{other_name}: similarity to this image's {query_text}",
                 height=420,
                 upsampled=cur.upsampled(other_similarity),
-                chart_width=figures.column_width(1 / 2),
+                chart_width=plots.column_width(1 / 2),
             ),
             "tok_other_similarity",
             filename=f"correspondence_{kind}_L{layer}",
@@ -251,7 +251,7 @@ def norm_figures(
     summary = resources.token_norms(ref, digest, _image_bytes)
     layer_norms = summary.patch_norms(layer)  # (N,) on the layer's grid
     found = summary.outliers(layer)
-    overlay = figures.attention_overlay(
+    overlay = plots.attention_overlay(
         resources.background_uri(ref, digest, _image_bytes),
         spec.img_size,
         layer_norms.reshape(gh, gw),
@@ -263,7 +263,7 @@ def norm_figures(
         colorbar_title="‖block output‖₂ (0–max)",
         title=f"Layer {layer}: {len(found)} outlier patch(es)",
         height=420,
-        chart_width=figures.column_width(1 / 2),
+        chart_width=plots.column_width(1 / 2),
     )
     for patch in found:
         r, c = divmod(patch, gw)
@@ -277,7 +277,7 @@ def norm_figures(
         )
     histogram = go.Figure(
         data=[dict(type="histogram", x=layer_norms, nbinsx=40, marker=dict(color="#3b528b"), name="patch tokens")],
-        layout=figures.styled_layout(
+        layout=plots.styled_layout(
             height=420,
             margin=dict(l=10, r=10, t=40, b=10),
             bargap=0.05,
@@ -308,12 +308,12 @@ def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: st
                 z=value,
                 zmin=0,
                 zmax=1,
-                colorscale=figures.colour_stops(colorscale),
+                colorscale=plots.colour_stops(colorscale),
                 colorbar=dict(title=dict(text="mass (0–1)", side="right")),
                 hovertemplate="layer %{y}, head %{x}<br>mass %{z:.3f}<extra></extra>",
             )
         ],
-        layout=figures.styled_layout(
+        layout=plots.styled_layout(
             height=360,
             margin=dict(l=10, r=10, t=40, b=10),
             title=dict(text=f"To the {name}", font=dict(size=14)),
@@ -340,7 +340,7 @@ def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.
                 hovertemplate="layer %{x}<br>p = %{y:.3f}<extra></extra>",
             )
         ],
-        layout=figures.styled_layout(
+        layout=plots.styled_layout(
             height=340,
             margin=dict(l=10, r=10, t=40, b=10),
             title=dict(text=f"Probability of the final class ({names[final]}) per layer", font=dict(size=14)),
@@ -352,7 +352,7 @@ def lens_figures(ref, digest: str, _image_bytes: bytes, layer: int) -> tuple[go.
         return curve, None
     row = lens_layers.index(layer)
     order = top_classes(lens[row], 5)
-    return curve, figures.predictions_bar([names[i] for i in order], lens[row, order])
+    return curve, plots.predictions_bar([names[i] for i in order], lens[row, order])
 
 
 lens_layers = list(logit_lens_layers(spec))  # every layer of a ViT; a windowed model's last stage
