@@ -27,7 +27,7 @@ WHEEL="$(ls "$WORK"/dist/vit_explorer-*.whl)"
 if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
   "$REPO/.venv/bin/python" "$REPO/.ci/lend_torch.py" "$WORK/v"
 fi
-"$WORK/v/bin/pip" install -q "$WHEEL"
+"$WORK/v/bin/pip" install -q --no-compile "$WHEEL"
 
 mkdir "$WORK/elsewhere" && cd "$WORK/elsewhere"
 export HF_HUB_OFFLINE=1
@@ -69,7 +69,7 @@ fi
 grep -q 'vit-explorer\[app\]' "$WORK/no_app.txt"
 
 # 2. with the app extra: the app, and none of the project's test, docs or lint tools
-"$WORK/v/bin/pip" install -q "$WHEEL[app]"
+"$WORK/v/bin/pip" install -q --no-compile "$WHEEL[app]"
 "$WORK/v/bin/vit-explorer" --help >"$WORK/app_help.txt"
 grep -q "streamlit run" "$WORK/app_help.txt" || grep -qi "usage" "$WORK/app_help.txt"
 no_tools() {  # $1: a venv's python; fails naming any tool of the test, docs or lint extras it can import
@@ -88,7 +88,7 @@ no_tools "$WORK/v/bin/python"
 if [ "${PACKAGING_CHECK_OWN_TORCH:-0}" != 1 ]; then
   "$REPO/.venv/bin/python" "$REPO/.ci/lend_torch.py" "$WORK/e"
 fi
-"$WORK/e/bin/pip" install -q -e "$REPO[app]"
+"$WORK/e/bin/pip" install -q --no-compile -e "$REPO[app]"
 "$WORK/e/bin/python" -c "import analysis, vizapp; from analysis import asset_path, load_vit; load_vit('demo'); print('editable:', analysis.__file__, asset_path('samples'))"
 "$WORK/e/bin/vit-explorer" --help >/dev/null
 no_tools "$WORK/e/bin/python"

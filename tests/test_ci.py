@@ -168,6 +168,7 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
     commands = [call.split(" [CI=")[0].strip() for call in calls]
     expected = [
         "python3 -m venv .venv",
+        "pip install -q --no-compile -e .[dev]",
         "pip install -q -e .[dev]",
         "python -m pytest -q tests",  # the README's
         "lint-imports",
@@ -187,8 +188,11 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
     # SAELens's venv borrows .venv's torch; both side venvs install after .venv, never beside it
     # (three CUDA builds of torch unpacking at once filled a CI machine's disk)
     assert "python .ci/lend_torch.py .venv-sae" in commands, commands
-    venv_installed = commands.index("pip install -q -e .[dev]")
-    for side in ("pip install -q sae-lens", "pip install -q -r .ci/min-versions.txt pytest>=8.0 pytest-xdist>=3.6"):
+    venv_installed = commands.index("pip install -q --no-compile -e .[dev]")
+    for side in (
+        "pip install -q --no-compile sae-lens",
+        "pip install -q --no-compile -r .ci/min-versions.txt pytest>=8.0 pytest-xdist>=3.6",
+    ):
         assert commands.index(side) > venv_installed, (side, commands)
     mkdocs = [c for c in commands if c.startswith("mkdocs ")]
     assert len(mkdocs) == 1 and mkdocs[0].startswith("mkdocs build --strict") and " -q" not in mkdocs[0], mkdocs
