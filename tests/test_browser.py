@@ -222,18 +222,23 @@ def _rgb(colour: str) -> tuple[int, int, int]:
     return tuple(int(round(float(v))) for v in unlabel_rgb(colour)[:3])
 
 
-def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
+def test_colour_scales_are_drawn_with_their_true_stops(page, server):
     """Streamlit's chart theme once replaced the dark first stop of Magma/Inferno with pink
     (#ffabab): near-zero attention looked like mid-range. What the browser draws must be the
-    scale itself, first stop to last."""
-    import plotly.colors
-
+    scale itself, first stop to last: the default scale as the page opens, then Magma (whose first
+    stop the theme replaced) and Cividis chosen in the sidebar. Every scale reaches the browser by
+    the same path (the figures' colorscale, the chart drawn with ``theme=None``): the others are
+    checked as plotly figures in tests/test_plots.py."""
     from analysis.plots import COLORSCALES
 
     page.goto(server)
     wait_idle(page)
     sidebar = page.locator("section[data-testid='stSidebar']")
-    for name in COLORSCALES:
+    assert COLORSCALES[0] == "Viridis"  # the default, drawn without a choice
+    for index, name in enumerate(("Viridis", "Magma", "Cividis")):
+        if index == 0:
+            _check_drawn_scale(page, name)
+            continue
         selectbox = sidebar.locator("[data-testid='stSelectbox']", has_text="Colour scale")
         selectbox.scroll_into_view_if_needed()  # the sidebar is long: the box may sit at the window's edge
         selectbox.locator("input").first.click()
@@ -245,17 +250,24 @@ def test_every_colour_scale_is_drawn_with_its_true_stops(page, server):
             page.screenshot(path=str(REPO / "artifacts" / "browser" / "colour_scale_failure.png"))
             raise
         wait_idle(page)
-        true_scale = [_rgb(c) for _, c in plotly.colors.get_colorscale(name)]
-        for _ in range(60):  # charts re-render one by one after the rerun: poll until all are new
-            drawn = _drawn_colour_stops(page)
-            if drawn and all(_rgb(stops[-1]) == true_scale[-1] for stops in drawn):
-                break
-            page.wait_for_timeout(250)
-        assert drawn, f"no heatmap drawn with {name}"
-        for stops in drawn:
-            got = [_rgb(c) for c in stops]
-            assert got[0] == true_scale[0] and got[-1] == true_scale[-1], (name, got[0], true_scale[0], drawn)
-            assert got == true_scale, name
+        _check_drawn_scale(page, name)
+
+
+def _check_drawn_scale(page, name: str) -> None:
+    """Every heatmap and colour axis the browser drew uses plotly's scale ``name``, stop for stop."""
+    import plotly.colors
+
+    true_scale = [_rgb(c) for _, c in plotly.colors.get_colorscale(name)]
+    for _ in range(60):  # charts re-render one by one after the rerun: poll until all are new
+        drawn = _drawn_colour_stops(page)
+        if drawn and all(_rgb(stops[-1]) == true_scale[-1] for stops in drawn):
+            break
+        page.wait_for_timeout(250)
+    assert drawn, f"no heatmap drawn with {name}"
+    for stops in drawn:
+        got = [_rgb(c) for c in stops]
+        assert got[0] == true_scale[0] and got[-1] == true_scale[-1], (name, got[0], true_scale[0], drawn)
+        assert got == true_scale, name
 
 
 def test_smooth_maps_are_drawn_as_an_image_with_a_true_colour_bar(page, server, artifacts):

@@ -453,3 +453,20 @@ def test_robust_scaled_divides_the_positive_part_by_its_99th_percentile_without_
     with_nan = np.array([[np.nan, 1.0], [2.0, -1.0]])
     scaled, _ = robust_scaled(with_nan)
     assert np.isnan(scaled[0, 0]) and scaled[1, 1] == 0.0
+
+
+@pytest.mark.parametrize("name", plots.COLORSCALES)
+def test_every_colour_scale_reaches_the_figure_stop_for_stop_and_never_as_hex(name):
+    """Each scale the app offers is drawn as plotly's own stops, each written ``rgb(...)``: Streamlit's
+    front end swaps a few hex colours of its theme wherever they appear (Magma's and Inferno's first
+    stop, ``#000004``, came out pink). The browser test draws Viridis, Magma and Cividis this way."""
+    import plotly.colors
+
+    figure = plots.attention_overlay(np.zeros((8, 8, 3), np.uint8), (8, 8), np.eye(4), (2, 2), colorscale=name)
+    stops = trace(figure, "heatmap").colorscale
+    expected = plotly.colors.get_colorscale(name)
+    assert [position for position, _ in stops] == pytest.approx([position for position, _ in expected])
+    for (_, drawn), (_, true) in zip(stops, expected):
+        assert drawn.startswith("rgb("), drawn
+        want = plotly.colors.hex_to_rgb(true) if true.startswith("#") else plotly.colors.unlabel_rgb(true)
+        assert plotly.colors.unlabel_rgb(drawn) == pytest.approx(tuple(float(v) for v in want)), (name, drawn, true)
