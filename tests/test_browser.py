@@ -184,13 +184,31 @@ def test_explorer_in_chromium(page, server, artifacts):
     wait_idle(page)
     assert_no_exception(page, "thumbnail click")
 
-    # every other page
+    # every other page, to its first result: its header and a first chart or image drawn, no
+    # exception (every section of every page runs in the AppTests, tests/test_app*.py, and in the
+    # browser in CI's layout tier, tests/test_browser_layout.py, for three models)
     for index, (name, header) in enumerate(PAGES.items(), start=4):
         page.locator("[data-testid='stSidebarNav'] a", has_text=name).first.click()
         expect(page.locator("h2", has_text=header).first).to_be_visible()
-        wait_idle(page)
+        wait_first_result(page)
         assert_no_exception(page, name)
         page.screenshot(path=str(artifacts / f"{index:02d}_{name.lower().replace(' ', '_')}.png"))
+
+
+def wait_first_result(page) -> None:
+    """Wait until the open page has drawn a first result: a plotly chart, the instant view or an
+    image in the main area, after the run that drew it ended (the status widget gone)."""
+    page.wait_for_function(
+        """() => {
+            const main = document.querySelector('section[data-testid="stMain"]') || document;
+            const drawn = main.querySelector(
+                '[data-testid="stPlotlyChart"] .main-svg, iframe:not([title*="first_result"]), [data-testid="stImage"] img'
+            );
+            return drawn && !document.querySelector('[data-testid="stStatusWidget"]');
+        }""",
+        polling=200,
+        timeout=120_000,
+    )
 
 
 def _drawn_colour_stops(page) -> list[list[str]]:
