@@ -72,13 +72,15 @@ def test_every_loader_of_the_app_asks_first(shared, tmp_path):
     outside the roots before reading it."""
     from vizapp import resources, sae_resources
     from vizapp.refs import ModelRef
+    from vizapp.views.mae import compute as mae_compute
+    from vizapp.views.text_prompts import compute as text_compute
 
     outside = str(tmp_path / "nowhere")
     loaders = {
         "model": lambda: resources.get_model(ModelRef(outside)),
         "cnn": lambda: resources.get_cnn(outside),
-        "mae": lambda: resources.get_mae(outside),
-        "clip": lambda: resources.get_clip(outside),
+        "mae": lambda: mae_compute.get_mae(outside),
+        "clip": lambda: text_compute.get_clip(outside),
         "sae": lambda: sae_resources.get_sae(outside),
     }
     for _name, load in loaders.items():

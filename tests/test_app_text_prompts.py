@@ -40,7 +40,7 @@ DEMO_PROMPTS = ["a circle", "a ring", "a bar", "a triangle", "a cross", "a star"
 @pytest.fixture(scope="module")
 def demo():
     """The demo CLIP the app uses (its process-wide cached instance) and the image the app opens on."""
-    from vizapp.resources import get_clip
+    from vizapp.views.text_prompts.compute import get_clip
 
     clip = get_clip("demo_clip")
     return clip, clip.preprocess(analysis.load_image(first_sample()))
@@ -282,7 +282,7 @@ def test_a_siglip_folder_is_scored_by_its_own_sigmoid(page, tmp_path):
     model instance the app cached."""
     pytest.importorskip("tokenizers")
     import text_models
-    from vizapp.resources import get_clip
+    from vizapp.views.text_prompts.compute import get_clip
 
     text_models.save("siglip", tmp_path)
     page.radio(key="tp_source").set_value("other").run()

@@ -408,7 +408,7 @@ def test_the_position_page_draws_the_relative_position_bias(family, npz_download
 def trained_looking_sam():
     """The app's random SAM with its position tables drawn (std 0.5; timm starts them at zero),
     restored afterwards; the page's caches of them are cleared both times."""
-    import vizapp.resources as resources
+    from vizapp.views.position import compute
 
     vit = loaded("sam")
     saved = {
@@ -419,8 +419,8 @@ def trained_looking_sam():
     generator = torch.Generator().manual_seed(5)
 
     def clear():
-        resources.decomposed_position.clear()
-        resources.position_similarity.clear()
+        compute.decomposed_position.clear()
+        compute.position_similarity.clear()
 
     with torch.no_grad():
         for name, parameter in vit.model.named_parameters():
@@ -455,24 +455,24 @@ def test_sams_position_page_draws_its_tables_and_its_absolute_table(trained_look
 
 
 @pytest.mark.parametrize(
-    "page, resource",
+    "page, module, resource",
     [
-        ("rollout", "rollout_by_layer"),
-        ("explain", "explanation"),
-        ("tokens", "layer_tokens"),
-        ("robustness", "vit_probe"),
+        ("rollout", "vizapp.resources", "rollout_by_layer"),
+        ("explain", "vizapp.views.explain.compute", "explanation"),
+        ("tokens", "vizapp.resources", "layer_tokens"),
+        ("robustness", "vizapp.views.robustness.compute", "vit_probe"),
     ],
 )
-def test_a_refused_analysis_is_shown_as_its_reason(page, resource, monkeypatch):
+def test_a_refused_analysis_is_shown_as_its_reason(page, module, resource, monkeypatch):
     """Where the library refuses a windowed model (typed AnalysisError), the page says why as
-    information and the run ends cleanly: no traceback, the URL still published."""
-    import vizapp.resources as resources
+    information and the run ends cleanly: no traceback, the URL still published. ``module``: where
+    the page looks the cached computation up (the shared resources or the page's own compute.py)."""
 
     def refused(*args, **kwargs):
         raise analysis.AnalysisError("not yet defined for windowed attention (test)")
 
     at = open_app("swin")
-    monkeypatch.setattr(resources, resource, refused)
+    monkeypatch.setattr(f"{module}.{resource}", refused)
     at.switch_page(f"views/{page}/{page}.py").run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]

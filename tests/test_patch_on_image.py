@@ -1,4 +1,4 @@
-"""The Robustness page's pasted patch (vizapp.resources.patch_on_image): one forward per picture.
+"""The Robustness page's pasted patch (vizapp.views.robustness.compute.patch_on_image): one forward per picture.
 
 For a ViT the class token's share on the patch needs the attention of the clean and the patched
 picture; the probabilities come from the logits of those same passes (no second forward). Each
@@ -16,8 +16,8 @@ from PIL import Image
 
 from analysis.demo.data import render_sample
 from analysis.robustness import model_input, paste_patch, patch_attention_share, unit_images
-from vizapp import resources
 from vizapp.refs import ModelRef
+from vizapp.views.robustness import compute
 
 
 def _png(seed: int = 3) -> bytes:
@@ -29,18 +29,18 @@ def _png(seed: int = 3) -> bytes:
 
 @pytest.mark.parametrize("model_key", [("vit", ModelRef("demo")), ("cnn", "demo", True)], ids=["vit", "cnn"])
 def test_each_picture_runs_the_model_once_and_gives_the_plain_forwards_values(model_key):
-    model = resources.loaded_model(model_key)
+    model = compute.loaded_model(model_key)
     data = _png()
     patch = np.random.default_rng(0).random((3, 16, 16)).astype(np.float32)
     pictures = []
     handle = model.model.register_forward_pre_hook(lambda module, args: pictures.append(args[0].shape[0]))
     try:
-        result = resources.patch_on_image.__wrapped__(model_key, "digest", data, patch)
+        result = compute.patch_on_image.__wrapped__(model_key, "digest", data, patch)
     finally:
         handle.remove()
     assert sum(pictures) == 2  # the clean and the patched picture, each through the model once
 
-    image = resources.load_image(data)
+    image = compute.load_image(data)
     unit = unit_images(model, [image])
     position = ((unit.shape[-2] - 16) // 2, (unit.shape[-1] - 16) // 2)
     patched = paste_patch(unit, torch.as_tensor(patch), position)

@@ -162,20 +162,20 @@ def test_peek_reads_without_computing_and_counts_as_a_use():
 
 def test_head_descriptions_are_kept_in_the_locked_store():
     """Concurrent sessions share the head descriptions: one locked store, each key computed once."""
-    from vizapp import resources
+    from vizapp.views.text_prompts import compute
 
-    assert isinstance(resources._head_text_results(), RecordStore)
+    assert isinstance(compute._head_text_results(), RecordStore)
     calls = []
-    store = resources._head_text_results()
+    store = compute._head_text_results()
     store.clear()
-    original = resources._head_texts
+    original = compute._head_texts
     try:
-        resources._head_texts = lambda *args: calls.append(args) or ("texts", ())
+        compute._head_texts = lambda *args: calls.append(args) or ("texts", ())
         barrier = threading.Barrier(4)
 
         def ask():
             barrier.wait()
-            resources.compute_head_texts("demo-clip", ("d1", "d2"), (b"1", b"2"), 3)
+            compute.compute_head_texts("demo-clip", ("d1", "d2"), (b"1", b"2"), 3)
 
         threads = [threading.Thread(target=ask) for _ in range(4)]
         for thread in threads:
@@ -183,9 +183,9 @@ def test_head_descriptions_are_kept_in_the_locked_store():
         for thread in threads:
             thread.join()
     finally:
-        resources._head_texts = original
+        compute._head_texts = original
     assert len(calls) == 1
-    assert resources.stored_head_texts("demo-clip", ("d1", "d2"), 3) == ("texts", ())
+    assert compute.stored_head_texts("demo-clip", ("d1", "d2"), 3) == ("texts", ())
     store.clear()
 
 

@@ -14,8 +14,9 @@ server (``VIZAPP_SHARED=1``) trusts no visitor, nor any link a visitor opens, wi
 
 A refusal is a :class:`SourceRefusedError` whose message is the same whether the path exists or not,
 so that no visitor learns anything about the server's files. Every loader of
-:mod:`vizapp.resources` and :mod:`vizapp.sae_resources` asks :func:`check_source` first, so the
-sidebar, a link, the second-model boxes and the MAE, CLIP, CNN and SAE boxes all obey it.
+:mod:`vizapp.resources`, :mod:`vizapp.sae_resources` and of a page's own ``compute.py`` (the MAE
+and Text prompts pages') asks :func:`check_source` first, so the sidebar, a link, the second-model
+boxes and the MAE, CLIP, CNN and SAE boxes all obey it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""Every cached loader and cached analysis of the app, in one place.
+"""The app's shared caches: the model store and the cached results that several pages use.
+
+A computation that only one page uses belongs beside that page, in ``vizapp/views/<page>/compute.py``
+(which may import this module; this module never imports a page). Here: the models and captured
+passes (:func:`get_model`, :func:`forward`, :func:`memory_store`), the comparison CNN
+(:func:`get_cnn`: Attention distance and Robustness), and the derived results pages share (a
+pass's predictions, attention maps and views, rollout, tokens and their outliers, the decoding of
+a piece of an image set).
 
 Data flow: image bytes -> RGB image -> model input -> one captured forward pass
 (:func:`forward`, cached per model, image and resolution) -> analyses -> figures.
@@ -26,7 +33,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import streamlit as st
 import torch
-from PIL import Image
 
 import analysis
 from analysis import (
@@ -35,13 +41,9 @@ from analysis import (
     capture_attention,
     load_image,
     load_vit,
-    position_embedding_similarity,
-    upsample_map,
 )
-from analysis.attention.rollout import patch_grid_rollout
-from analysis.explanations import CLASS_SPECIFIC
 from analysis.records.windowed import WindowedAttentionRecord
-from analysis.robustness import LoadedCNN, drop_pixels, load_cnn, probe, robustness_curve
+from analysis.robustness import LoadedCNN, load_cnn
 from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RESULTS, MEMORY_BUDGET_BYTES
@@ -326,75 +328,6 @@ def rollout_by_layer(
     return strip[:, 0].numpy().astype(np.float32)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) -> analysis.UniformDistanceReference:
-    """The mean attention distance under uniform attention, px, for this image's spec
-    (:func:`analysis.uniform_distance_reference`): one value for every layer of a ViT, or
-    each layer's own window on its stage grid for a windowed model."""
-    return analysis.uniform_distance_reference(forward(ref, digest, _image_bytes).record.spec)
-
-
-# --------------------------------------------------------------------------- model-only analyses
-
-
-@st.cache_data(show_spinner="Comparing position embeddings…", max_entries=16)
-def position_similarity(ref: ModelRef, grid_size: tuple[int, int] | None = None, kind: str | None = None) -> np.ndarray:
-    """Cosine similarity of patch position encodings (learned table or rotary features),
-    ``(gh, gw, gh, gw)`` float32."""
-    return position_embedding_similarity(get_model(ref), grid_size=grid_size, kind=kind).numpy()
-
-
-@st.cache_data(show_spinner="Reading the relative-position bias…", max_entries=32)
-def relative_position_bias(ref: ModelRef, layer: int) -> np.ndarray:
-    """A Swin layer's relative-position bias per head, ``(heads, 2·wh − 1, 2·ww − 1)`` float32
-    (:func:`analysis.relative_position_bias`; v2: computed from ``cpb_mlp``)."""
-    return analysis.relative_position_bias(get_model(ref), layer).cpu().numpy()
-
-
-@st.cache_data(show_spinner="Reading the decomposed position tables…", max_entries=32)
-def decomposed_position(ref: ModelRef, layer: int) -> tuple[np.ndarray, np.ndarray]:
-    """SAM's decomposed tables of one layer: rows ``(2h − 1, head_dim)``, cols ``(2w − 1, head_dim)``
-    float32 (:func:`analysis.decomposed_relative_position`)."""
-    tables = analysis.decomposed_relative_position(get_model(ref), layer)
-    return tables.rows.cpu().numpy(), tables.cols.cpu().numpy()
-
-
-def _explain_pixels(ref: ModelRef, _image_bytes: bytes) -> tuple[analysis.LoadedViT, torch.Tensor]:
-    vit = get_model(ref)
-    return vit, vit.preprocess(load_image(_image_bytes))
-
-
-@st.cache_data(show_spinner="Explaining the class (one forward and backward pass)…", max_entries=MAX_RESULTS)
-def explanation(
-    ref: ModelRef, digest: str, _image_bytes: bytes, method: str, target: int | None, options: tuple = ()
-) -> np.ndarray:
-    """``(gh, gw)`` float32 map of ``method`` for class ``target`` (``analysis.explain``;
-    ``"random"``: the faithfulness benchmark's seeded random map). ``options``: (name, value) pairs."""
-    from analysis.faithfulness.benchmark import RANDOM, method_maps
-
-    vit, pixels = _explain_pixels(ref, _image_bytes)
-    if method == RANDOM:
-        return method_maps(vit, pixels, RANDOM, 0, index=0).numpy().astype(np.float32)
-    return analysis.explain(vit, pixels, target=target, method=method, **dict(options))[0].numpy().astype(np.float32)
-
-
-@st.cache_data(show_spinner="Deleting and inserting patches…", max_entries=MAX_RESULTS)
-def perturbation_curves(
-    ref: ModelRef, digest: str, _image_bytes: bytes, method: str, target: int, options: tuple = (), steps: int = 16
-) -> dict[str, np.ndarray]:
-    """Deletion and insertion curves of one map: ``{"fractions", "deletion", "insertion"}``
-    ``(steps + 1,)`` each: the target's probability as its top-ranked patches are removed /
-    restored (the mean colour stands in for removed patches)."""
-    from analysis.faithfulness import perturbation_curve
-
-    vit, pixels = _explain_pixels(ref, _image_bytes)
-    class_target = target if method in CLASS_SPECIFIC else None
-    saliency = torch.from_numpy(explanation(ref, digest, _image_bytes, method, class_target, options))
-    fractions, deletion = perturbation_curve(vit, pixels, saliency, target, mode="deletion", steps=steps)
-    _, insertion = perturbation_curve(vit, pixels, saliency, target, mode="insertion", steps=steps)
-    return {"fractions": fractions, "deletion": deletion, "insertion": insertion}
-
-
 # --------------------------------------------------------------------------- tokens
 
 
@@ -531,6 +464,9 @@ def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[in
     return tuple(analysis.outlier_patches(found))
 
 
+# --------------------------------------------------------------------------- the comparison CNN, image sets
+
+
 @st.cache_resource(show_spinner="Loading the comparison CNN…", max_entries=2)
 def get_cnn(source: str, pretrained: bool = True) -> LoadedCNN:
     """The comparison CNN (``analysis.robustness.load_cnn``), shared by every session."""
@@ -538,119 +474,9 @@ def get_cnn(source: str, pretrained: bool = True) -> LoadedCNN:
     return load_cnn(source, pretrained=pretrained)
 
 
-@dataclass(frozen=True)
-class ProbeView:
-    """One model on one image at one perturbation level (``analysis.robustness.probe``).
-
-    input_image: ``(H, W, 3)`` uint8 as the model saw it (token drop: dropped patches shown
-    as the mean colour, though the model never saw them); probabilities ``(classes,)``;
-    saliency: ``(gh, gw)`` rollout (NaN where a token was dropped), ``(h, w)`` Grad-CAM, or a
-    windowed model's last-layer attention on that layer's grid; saliency_name: which (a value of
-    ``analysis.robustness.SALIENCY_NAMES``); dropped: the removed patch indices, or None.
-    """
-
-    input_image: np.ndarray
-    probabilities: np.ndarray
-    saliency: np.ndarray
-    dropped: np.ndarray | None
-    saliency_name: str = ""
-
-
-def _probe_view(
-    model,
-    pixels: torch.Tensor,
-    perturbation: str,
-    level: float,
-    selection: str,
-    seed: int,
-    clean_saliency: np.ndarray | None,
-    target: int | None = None,
-) -> ProbeView:
-    result = probe(
-        model, pixels, perturbation, level, seed=seed, selection=selection, saliency=clean_saliency, target=target
-    )
-    shown = result.pixels
-    if perturbation == "token_drop":
-        shown = drop_pixels(result.pixels, model.spec, result.dropped)
-    return ProbeView(
-        input_image=model.preprocessing.to_image(shown[0]),
-        probabilities=model.probabilities(result.logits[0:1])[0].numpy().astype(np.float32),
-        saliency=result.saliency.numpy().astype(np.float32),
-        dropped=None if result.dropped is None else result.dropped.numpy(),
-        saliency_name=result.saliency_name,
-    )
-
-
-@st.cache_data(show_spinner="Perturbing the input and running the ViT…", max_entries=MAX_RESULTS)
-def vit_probe(
-    ref: ModelRef, digest: str, _image_bytes: bytes, perturbation: str, level: float, selection: str, seed: int
-) -> ProbeView:
-    """The ViT under one perturbation; salient drops rank patches by the clean class-token rollout
-    (a windowed model: the rollout of its first stage for the mean cell, exact and on the stem's
-    patch grid, the grid the drops use)."""
-    vit = get_model(ref)
-    saliency = None
-    if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
-        record = forward(ref, digest, _image_bytes).record
-        saliency = patch_grid_rollout(record)[0].numpy()
-    return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
-
-
-@st.cache_data(show_spinner="Perturbing the input and running the CNN…", max_entries=MAX_RESULTS)
-def cnn_probe(
-    source: str,
-    pretrained: bool,
-    digest: str,
-    _image_bytes: bytes,
-    perturbation: str,
-    level: float,
-    selection: str,
-    seed: int,
-) -> ProbeView:
-    """The comparison CNN under one perturbation (token drop becomes pixel drop: a CNN has no
-    tokens). Grad-CAM explains the clean prediction before and after; salient drops rank the
-    CNN's drop grid by its clean Grad-CAM, bilinearly resized to that grid."""
-    cnn = get_cnn(source, pretrained)
-    pixels = cnn.preprocess(load_image(_image_bytes))
-    clean = _probe_view(cnn, pixels, "pixel_drop", 0.0, "random", 0, None)
-    target = int(np.argmax(clean.probabilities))
-    saliency = None
-    if selection != "random":
-        saliency = upsample_map(clean.saliency, cnn.spec.grid_size, "bilinear")  # resized to the drop grid
-    kind = "pixel_drop" if perturbation == "token_drop" else perturbation
-    return _probe_view(cnn, pixels, kind, level, selection, seed, saliency, target)
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def robustness_chunk(
-    model_key: tuple,
-    digests: tuple[str, ...],
-    _images: tuple[bytes, ...],
-    perturbation: str,
-    levels: tuple[float, ...],
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray, int, tuple[tuple[int, str], ...]]:
-    """Agreement with the clean prediction, summed over one piece of an image set, per level
-    (``analysis.robustness.robustness_curve``; image ``i`` of the piece uses seed ``seed + i``).
-    ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``. Returns the summed
-    agreement and probability ``(levels,)``, the images used, and ``(index, reason)`` per skipped image."""
-    model = loaded_model(model_key)
-    images, skipped = _decoded(_images)
-    score, probability = np.zeros(len(levels)), np.zeros(len(levels))
-    for index, image in images:  # one image at a time, each with its own seed
-        curve = robustness_curve(model, [image], perturbation, levels, seed=seed + index, attention=False)
-        score += curve.score
-        probability += curve.probability
-    return score, probability, len(images), tuple(skipped)
-
-
-def loaded_model(model_key: tuple):
-    """The model of a page's ``model_key``: ``("vit", ModelRef)`` or ``("cnn", source, pretrained)``."""
-    return get_model(model_key[1]) if model_key[0] == "vit" else get_cnn(*model_key[1:])
-
-
-def _decoded(_images: tuple[bytes, ...]) -> tuple[list, list[tuple[int, str]]]:
-    """``([(index, PIL image)], [(index, reason)])`` of a piece of an image set."""
+def decoded_images(_images: tuple[bytes, ...]) -> tuple[list, list[tuple[int, str]]]:
+    """``([(index, PIL image)], [(index, reason)])`` of a piece of an image set (the Robustness page's
+    pieces, the Text prompts page's head descriptions)."""
     images, skipped = [], []
     for index, data in enumerate(_images):
         try:
@@ -658,333 +484,3 @@ def _decoded(_images: tuple[bytes, ...]) -> tuple[list, list[tuple[int, str]]]:
         except analysis.ImageLoadError as exc:
             skipped.append((index, str(exc)))
     return images, skipped
-
-
-@dataclass(frozen=True)
-class AttackView:
-    """One model attacked on one image against its own clean prediction (``analysis.robustness.attack``).
-
-    clean_probabilities, adversarial_probabilities: ``(classes,)``; adversarial_image: ``(H, W, 3)`` uint8
-    as the model saw it; perturbation: ``(H, W, 3)`` float, adversarial − clean in 0–255 pixel units."""
-
-    clean_probabilities: np.ndarray
-    adversarial_probabilities: np.ndarray
-    adversarial_image: np.ndarray
-    perturbation: np.ndarray
-
-
-@st.cache_data(show_spinner="Attacking the image…", max_entries=MAX_RESULTS)
-def attack_view(
-    model_key: tuple, digest: str, _image_bytes: bytes, attack_name: str, epsilon: float, steps: int, seed: int
-) -> AttackView:
-    """FGSM or PGD of ε (0–255 units) on this image, untargeted, against the model's clean prediction."""
-    from analysis.robustness import attack
-
-    model = loaded_model(model_key)
-    pixels = model.preprocess(load_image(_image_bytes)).to(model.device)  # (1, 3, H, W)
-    with torch.no_grad():
-        clean_logits = model.model(pixels).float()
-    target = clean_logits.argmax(-1)
-    adversarial = attack(attack_name, model, pixels, target, epsilon=epsilon, steps=steps, seed=seed)
-    with torch.no_grad():
-        adversarial_logits = model.model(adversarial.to(model.device)).float()
-    to_unit = model.preprocessing.unnormalise
-    clean_unit = to_unit(pixels).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()  # (H, W, 3) in [0, 1]
-    unit = to_unit(adversarial.to(model.device)).clamp(0, 1)[0].permute(1, 2, 0).cpu().numpy()
-    return AttackView(
-        model.probabilities(clean_logits)[0].cpu().numpy(),  # the model's own rule
-        model.probabilities(adversarial_logits)[0].cpu().numpy(),
-        np.round(unit * 255).astype(np.uint8),
-        (unit - clean_unit) * 255.0,
-    )
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def attack_chunk(
-    model_key: tuple,
-    digests: tuple[str, ...],
-    _images: tuple[bytes, ...],
-    attack_name: str,
-    epsilons: tuple[float, ...],
-    steps: int,
-    seed: int,
-) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
-    """``analysis.robustness.attack_curve`` on one piece of an image set, each image scored against the
-    model's own clean prediction: the summed agreement ``(epsilons,)``, the images used, the skipped."""
-    from analysis.robustness import attack_curve
-
-    model = loaded_model(model_key)
-    images, skipped = _decoded(_images)
-    if not images:
-        return np.zeros(len(epsilons)), 0, tuple(skipped)
-    pictures = [image for _, image in images]
-    curve = attack_curve(
-        {"model": model},
-        pictures,
-        model.top1(pictures).tolist(),
-        epsilons=epsilons,
-        attack_name=attack_name,
-        steps=steps,
-        seed=seed,
-    )
-    return curve.accuracy["model"] * len(pictures), len(pictures), tuple(skipped)
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def transfer_chunk(
-    model_keys: tuple[tuple, ...],
-    digests: tuple[str, ...],
-    _images: tuple[bytes, ...],
-    attack_name: str,
-    epsilon: float,
-    steps: int,
-    seed: int,
-) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
-    """``analysis.robustness.transfer_matrix`` on the images of one piece where every model predicts the
-    same clean class (that class is the label): the summed ``(models, models)`` accuracy, the images used,
-    the skipped (unreadable, or the models disagree on the clean image)."""
-    from analysis.robustness import transfer_matrix
-
-    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
-    images, skipped = _decoded(_images)
-    agreed, labels = [], []
-    for index, image in images:
-        classes = {int(model.top1([image])[0]) for model in models.values()}
-        if len(classes) == 1:
-            agreed.append(image)
-            labels.append(classes.pop())
-        else:
-            skipped.append((index, "the models disagree on the clean image (left out of the transfer)"))
-    if not agreed:
-        return np.zeros((len(models), len(models))), 0, tuple(skipped)
-    _, matrix = transfer_matrix(
-        models, agreed, labels, epsilon=epsilon, attack_name=attack_name, steps=steps, seed=seed
-    )
-    return matrix * len(agreed), len(agreed), tuple(skipped)
-
-
-@st.cache_data(show_spinner="Corrupting the image…", max_entries=MAX_RESULTS)
-def corruption_view(
-    model_key: tuple, digest: str, _image_bytes: bytes, corruption: str, severity: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(corrupted image (H, W, 3) uint8, probabilities (classes,))``: the model's input crop corrupted
-    (``analysis.robustness.model_corruption`` with seed 0, ImageNet-C's protocol), as the image-set
-    curves corrupt it."""
-    from analysis.robustness import model_corruption
-
-    model = loaded_model(model_key)
-    corrupted = model_corruption(model, load_image(_image_bytes), corruption, severity, seed=0)
-    with torch.no_grad():
-        logits = model.model(model.preprocess(Image.fromarray(corrupted), cropped=True).to(model.device)).float()
-    return corrupted, model.probabilities(logits)[0].cpu().numpy()
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def corruption_chunk(
-    model_keys: tuple[tuple, ...],
-    digests: tuple[str, ...],
-    _images: tuple[bytes, ...],
-    corruptions: tuple[str, ...],
-    severities: tuple[int, ...],
-    seed: int,
-) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
-    """``analysis.robustness.corruption_curve`` on one piece, each model scored against its own clean
-    prediction (image ``i`` of the piece: seed ``seed + i``): the summed agreement ``(models, corruptions,
-    severities)``, the images used, the skipped."""
-    from analysis.robustness import corruption_curve
-
-    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
-    images, skipped = _decoded(_images)
-    if not images:
-        return np.zeros((len(models), len(corruptions), len(severities))), 0, tuple(skipped)
-    curve = corruption_curve(
-        models,
-        [image for _, image in images],
-        None,
-        corruptions=corruptions,
-        severities=severities,
-        image_seeds=[seed + index for index, _ in images],
-    )
-    return np.stack([curve.accuracy[name] for name in models]) * len(images), len(images), tuple(skipped)
-
-
-@st.cache_data(show_spinner="Taking the texture away…", max_entries=MAX_RESULTS)
-def texture_view(model_key: tuple, digest: str, _image_bytes: bytes, probe: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(the probed image (H, W, 3) uint8 at the image's own size, probabilities (classes,))``
-    (``analysis.robustness.remove_texture``; a probe that needs no mask)."""
-    from analysis.robustness import remove_texture
-
-    model = loaded_model(model_key)
-    probed = remove_texture(load_image(_image_bytes), probe).convert("RGB")
-    with torch.no_grad():
-        logits = model.model(model.preprocess(probed).to(model.device)).float()
-    return np.asarray(probed), model.probabilities(logits)[0].cpu().numpy()
-
-
-@st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)
-def texture_chunk(
-    model_keys: tuple[tuple, ...], digests: tuple[str, ...], _images: tuple[bytes, ...], probes: tuple[str, ...]
-) -> tuple[np.ndarray, int, tuple[tuple[int, str], ...]]:
-    """``analysis.robustness.texture_curve`` on one piece of an image set, each model scored against its
-    own clean prediction: the summed agreement ``(models, probes)``, the images used, the skipped."""
-    from analysis.robustness import texture_curve
-
-    images, skipped = _decoded(_images)
-    if not images:
-        return np.zeros((len(model_keys), len(probes))), 0, tuple(skipped)
-    pictures = [image for _, image in images]
-    sums = []
-    for key in model_keys:
-        model = loaded_model(key)
-        curve = texture_curve({"model": model}, pictures, model.top1(pictures).tolist(), probes=probes)
-        sums.append(curve.accuracy["model"] * len(pictures))
-    return np.stack(sums), len(pictures), tuple(skipped)
-
-
-@st.cache_data(show_spinner="Showing the models cue-conflict scenes…", max_entries=8)
-def shape_bias_counts(model_keys: tuple[tuple, ...], scenes: int, seed: int) -> np.ndarray:
-    """``(models, 3)`` int: each model's shape, texture and neither decisions over ``scenes`` cue-conflict
-    scenes of stream ``seed`` (``analysis.robustness.shape_bias_of``; the models predict the demo classes)."""
-    from analysis.demo.cue_conflict import cue_conflict_scenes
-    from analysis.robustness import shape_bias_of
-
-    models = {str(i): loaded_model(key) for i, key in enumerate(model_keys)}
-    biases = shape_bias_of(models, cue_conflict_scenes(scenes, seed))
-    return np.array([[b.shape, b.texture, b.neither] for b in biases.values()], dtype=np.int64)
-
-
-# --------------------------------------------------------------------------- masked autoencoders
-
-
-@st.cache_resource(show_spinner="Loading the masked autoencoder…", max_entries=2)
-def get_mae(source: str):
-    """The :class:`~analysis.mae.LoadedMAE` of ``source`` (``"demo_mae"``, ``hf:org/name`` or a
-    folder), shared by every session. Raises MissingDecoderError for an encoder alone."""
-    from analysis.mae import load_mae
-
-    check_source(source)
-    return load_mae(source)
-
-
-DEMO_CLIP = "demo_clip"  # the bundled demo CLIP (analysis.load_clip)
-
-
-@st.cache_resource(show_spinner="Loading the image–text model…", max_entries=2)
-def get_clip(source: str):
-    """The :class:`~analysis.LoadedCLIP` of ``source`` (``"demo_clip"``, ``hf:org/name`` or a
-    CLIP / SigLIP folder), shared by every session. Raises NoTextTowerError for an image-only model."""
-    check_source(source)
-    return analysis.load_clip(source)
-
-
-def clip_pixels(source: str, _image_bytes: bytes) -> torch.Tensor:
-    """``(1, 3, H, W)``: the image through the two-tower model's own preprocessing."""
-    return get_clip(source).preprocess(load_image(_image_bytes))
-
-
-@st.cache_data(show_spinner="Explaining the prompt (a forward and a backward pass)…", max_entries=4 * MAX_RESULTS)
-def text_map(source: str, digest: str, _image_bytes: bytes, prompt: str, method: str) -> tuple[np.ndarray, float, str]:
-    """``(map (gh, gw) float32, score, readout)`` of :func:`analysis.text.explain_text`; ``method``
-    ``"random"``: the faithfulness benchmark's seeded random map (seed 0)."""
-    from analysis.faithfulness.benchmark import RANDOM, method_maps
-    from analysis.text import explain_text
-
-    clip, pixels = get_clip(source), clip_pixels(source, _image_bytes)
-    if method == RANDOM:
-        return method_maps(clip.image, pixels, RANDOM, 0, index=0).numpy().astype(np.float32), float("nan"), "random"
-    explanation = explain_text(clip, pixels, prompt, method=method)
-    return explanation.maps[0].numpy().astype(np.float32), float(explanation.scores[0]), explanation.readout
-
-
-@st.cache_data(show_spinner="Decomposing the score over layers and heads…", max_entries=MAX_RESULTS)
-def text_decomposition(source: str, digest: str, _image_bytes: bytes, prompt: str) -> dict:
-    """:func:`analysis.text.text_decomposition` of the image's score with ``prompt``: ``heads``
-    ``(L, heads)``, ``head_maps`` ``(L, heads, gh, gw)``, ``remainder`` (name -> float), ``score``
-    and ``total`` (the sum of every term)."""
-    from analysis.text import text_decomposition as decompose
-
-    result = decompose(get_clip(source), clip_pixels(source, _image_bytes), prompt)
-    return {
-        "heads": result.heads()[0].numpy(),
-        "head_maps": result.head_maps()[0].numpy(),
-        "remainder": {name: float(value[0]) for name, value in result.remainder().items()},
-        "score": float(result.score[0]),
-        "total": float(result.total()[0]),
-    }
-
-
-@st.cache_data(show_spinner="Pasting the patch…", max_entries=MAX_RESULTS)
-def patch_on_image(model_key: tuple, digest: str, _image_bytes: bytes, patch: np.ndarray) -> dict:
-    """``patch`` ``(C, s, s)`` in [0, 1] pasted at the centre of the image as the model sees it: the patched
-    picture ``(H, W, 3)`` uint8, the clean and patched probabilities ``(classes,)`` and, for a
-    global-attention ViT, the class token's attention share on the patch's tokens per layer
-    (:func:`analysis.robustness.patch_attention_share`: ``layers``, ``clean_share``, ``patched_share``)."""
-    from analysis.robustness import (
-        measures_patch_attention,
-        model_input,
-        paste_patch,
-        patch_attention_share,
-        unit_images,
-    )
-
-    model = loaded_model(model_key)
-    image = load_image(_image_bytes)
-    unit = unit_images(model, [image])  # (1, C, H, W) in [0, 1]
-    side = int(patch.shape[-1])
-    position = ((int(unit.shape[-2]) - side) // 2, (int(unit.shape[-1]) - side) // 2)
-    patched = paste_patch(unit, torch.as_tensor(patch), position)
-    result: dict = {"picture": np.round(patched[0].permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8)}
-    if measures_patch_attention(model):
-        # one forward per picture: the share's attention records hold the logits of the same passes
-        share = patch_attention_share(model, [image], torch.as_tensor(patch), position)
-        logits = torch.cat([share.clean.logits, share.patched.logits]).float()
-        result.update(
-            layers=np.array(share.layers), clean_share=share.clean_share[:, 0], patched_share=share.patched_share[:, 0]
-        )
-    else:
-        with torch.no_grad():
-            logits = model.model(model_input(model, torch.cat([unit, patched]))).float()
-    probabilities = model.probabilities(logits).cpu().numpy()
-    result.update(clean=probabilities[0], patched=probabilities[1])
-    return result
-
-
-HEAD_TEXT_RESULTS = 8  # descriptions kept (the least recently used is dropped first)
-
-
-@st.cache_resource(show_spinner=False)
-def _head_text_results() -> RecordStore:
-    """Head descriptions computed so far, process-wide and locked (sessions share them):
-    key -> ``(HeadTexts, skipped)``; each key computed once even when sessions ask at once."""
-    return RecordStore(HEAD_TEXT_RESULTS, 2**62, size=lambda value: 0)
-
-
-def stored_head_texts(source: str, digests: tuple[str, ...], texts_per_head: int):
-    """The head descriptions of this model over these images, if computed already, else None."""
-    return _head_text_results().peek((source, digests, texts_per_head))
-
-
-def compute_head_texts(
-    source: str, digests: tuple[str, ...], _images: tuple[bytes, ...], texts_per_head: int, progress=None
-):
-    """:func:`analysis.text.head_texts` of every head over the readable images (the bundled
-    vocabulary), kept for later runs: ``(HeadTexts, ((index, reason), ...) skipped)``.
-    ``progress(done, total)``: after each batch of images (of the session that computes them)."""
-    return _head_text_results().get(
-        (source, digests, texts_per_head), lambda: _head_texts(source, _images, texts_per_head, progress)
-    )
-
-
-def _head_texts(source: str, _images: tuple[bytes, ...], texts_per_head: int, progress):
-    from analysis.text import head_texts
-
-    decoded, skipped = _decoded(_images)
-    images = [image for _, image in decoded]
-    if len(images) < 2:
-        raise analysis.AnalysisError(
-            f"Head descriptions need at least 2 readable images (a variance over images); {len(images)} could be read."
-        )
-    result = head_texts(
-        get_clip(source), images, texts_per_head=texts_per_head, batch_size=SET_CHUNK, progress=progress
-    )
-    return result, tuple(skipped)

@@ -509,8 +509,9 @@ def layout_summary(spec: analysis.ViTSpec) -> tuple[str, str]:
     56×56 → 28×28", "4 layers · heads per stage 2/4 · windowed attention (SwinTransformer)")``:
     each distinct (stage, grid, heads) once, in stage order. Sizes are written width×height."""
     (ph, pw), (gh, gw) = spec.patch_size, spec.grid_size
-    if spec.is_windowed:  # per-stage grids and heads
-        stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in spec.layer_geometry})
+    geometries = spec.geometries()
+    if not all(g.is_global for g in geometries):  # layers attending inside windows: per-stage grids and heads
+        stages = sorted({(g.stage, g.grid_size, g.num_heads) for g in geometries})
         grids = " → ".join(f"{w}×{h}" for _, (h, w), _ in stages)
         heads = "/".join(str(n) for _, _, n in stages)
         return (

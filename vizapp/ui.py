@@ -361,8 +361,9 @@ def stride_of_map(image_size: tuple[int, int], grid: tuple[int, int]) -> tuple[i
 
 def headless_output(spec: ViTSpec) -> str:
     """What a model without a head (``head == "none"``) outputs, in words: ``"pooled features"``
-    for a ViT (its pooled tokens), ``"features"`` for a windowed model (its last stage's)."""
-    return "features" if spec.is_windowed else "pooled features"
+    for a ViT (its pooled tokens), ``"features"`` for a model whose layers attend inside windows (its
+    last stage's)."""
+    return "pooled features" if all(g.is_global for g in spec.geometries()) else "features"
 
 
 def predictions_panel(cur) -> None:

@@ -17,7 +17,7 @@ from vizapp import resources  # looked up at each call: a test may replace one
 from vizapp.limits import MAX_RESULTS
 from vizapp.refs import ModelRef
 
-__all__ = ["image_attention_distance", "set_chunk_distances", "similarity_chunk"]
+__all__ = ["image_attention_distance", "set_chunk_distances", "similarity_chunk", "uniform_distance_reference"]
 
 
 @st.cache_data(show_spinner="Measuring attention distances…", max_entries=MAX_RESULTS)
@@ -74,3 +74,11 @@ def set_chunk_distances(
             raise
         per_image = torch.zeros(0, spec.num_layers, spec.num_heads)
     return per_image.numpy(), tuple((item.index, item.reason) for item in skipped)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def uniform_distance_reference(ref: ModelRef, digest: str, _image_bytes: bytes) -> analysis.UniformDistanceReference:
+    """The mean attention distance under uniform attention, px, for this image's spec
+    (:func:`analysis.uniform_distance_reference`): one value for every layer of a ViT, or
+    each layer's own window on its stage grid for a windowed model."""
+    return analysis.uniform_distance_reference(resources.forward(ref, digest, _image_bytes).record.spec)

@@ -99,7 +99,7 @@ def add_model(ref: ModelRef, name: str, prefix: str) -> None:
     if mean is not None and stack is not None:  # both or neither
         series.append((f"{name} · mean over {len(stack)} images", mean * to_unit))
         arrays[f"{prefix}set_mean"], arrays[f"{prefix}set_per_image"] = mean * to_unit, stack * to_unit
-    reference = resources.uniform_distance_reference(*args)  # a ViT: one for every layer; windowed: each layer's
+    reference = compute.uniform_distance_reference(*args)  # a ViT: one for every layer; windowed: each layer's
     references_by_model.append(reference)
     if reference.per_layer:  # each layer's window on its stage grid: a step per layer
         per_layer = reference.values.numpy() * to_unit

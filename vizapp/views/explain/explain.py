@@ -16,6 +16,7 @@ from vizapp.messages import demo_scope_note, error_text
 from vizapp.python_snippet import Source, show_code
 from vizapp.state import current, reset_for_new_input
 from vizapp.ui import clamp_state, download_csv, download_npz, end_page, outlier_notice, refuse_page, show_chart
+from vizapp.views.explain import compute
 from vizapp.views.explain.recipe import explain_code
 
 METHOD_LABELS = {
@@ -139,7 +140,7 @@ if held:  # a session's first open: the cheapest chosen map now, the rest once i
 refused: dict[str, str] = {}  # method -> why the library refused it for this model (typed AnalysisError)
 for method in methods:
     try:
-        resources.explanation(*cur.args, method, targets[0] if method in CLASS_SPECIFIC else None, options[method])
+        compute.explanation(*cur.args, method, targets[0] if method in CLASS_SPECIFIC else None, options[method])
     except AnalysisError as exc:
         refused[method] = error_text(exc)
         continue
@@ -155,7 +156,7 @@ robust = cur.map_range == "robust"  # the sidebar's map colour range; the other 
 for class_index in targets:
     for method in methods:
         explained = class_index if method in CLASS_SPECIFIC else None
-        grid_map = resources.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
+        grid_map = compute.explanation(*cur.args, method, explained, options[method])  # (gh, gw)
         if robust:  # the default: one artifact cell cannot set the top and leave the map dark
             maps.append(robust_scaled(grid_map, left_out=cur.left_out(grid_map))[0])
         else:
@@ -219,7 +220,7 @@ if class_specific:
     for done, method in enumerate(measured):
         bar.progress(done / len(measured), text=f"Deleting and inserting patches… map {done + 1} of {len(measured)}")
         try:
-            result = resources.perturbation_curves(*cur.args, method, target, options.get(method, ()))
+            result = compute.perturbation_curves(*cur.args, method, target, options.get(method, ()))
         except AnalysisError as exc:  # not yet defined for this model: say so, keep the other curves
             st.info(
                 f"No deletion / insertion curve for **{METHOD_LABELS.get(method, method)}**: {error_text(exc)}",

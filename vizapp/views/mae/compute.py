@@ -11,9 +11,20 @@ from analysis import (
     load_image,
 )
 from vizapp import resources  # looked up at each call: a test may replace one
+from vizapp.access import check_source
 from vizapp.limits import MAX_RESULTS
 
-__all__ = ["mae_loss_chunk", "mae_pass"]
+__all__ = ["get_mae", "mae_loss_chunk", "mae_pass"]
+
+
+@st.cache_resource(show_spinner="Loading the masked autoencoder…", max_entries=2)
+def get_mae(source: str):
+    """The :class:`~analysis.mae.LoadedMAE` of ``source`` (``"demo_mae"``, ``hf:org/name`` or a
+    folder), shared by every session. Raises MissingDecoderError for an encoder alone."""
+    from analysis.mae import load_mae
+
+    check_source(source)
+    return load_mae(source)
 
 
 @st.cache_resource(show_spinner="Hiding patches and reconstructing…", max_entries=MAX_RESULTS)
@@ -23,7 +34,7 @@ def mae_pass(source: str, digest: str, _image_bytes: bytes, hidden: tuple[bool, 
     process and shared read-only (its attention is ``(L, 1, heads, 1 + V, 1 + V)``), never copied."""
     from analysis.mae import mae_reconstruct
 
-    mae = resources.get_mae(source)
+    mae = get_mae(source)
     pixels = mae.preprocess(load_image(_image_bytes))  # (1, 3, H, W)
     return mae_reconstruct(mae, pixels, mask=torch.tensor(hidden, dtype=torch.bool).unsqueeze(0))
 
@@ -41,7 +52,7 @@ def mae_loss_chunk(
 
     skipped: list[SkippedImage] = []
     losses = dataset_mae_loss(
-        resources.get_mae(source),
+        get_mae(source),
         list(_images),
         ratios,
         seed=seed,

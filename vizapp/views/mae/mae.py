@@ -16,7 +16,7 @@ from analysis import plots
 from analysis.base.errors import MissingDecoderError
 from analysis.mae import FIGURE_2_PANELS, draw_mask, figure_2_images, flip_patches, hidden_patch_loss
 from analysis.mae.loading import MAE_WITH_DECODER
-from vizapp import inputs, resources
+from vizapp import inputs
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import show_code
@@ -85,7 +85,7 @@ elif choice == "hf":
         st.info(f"Type a Hugging Face ViTMAEForPreTraining, e.g. `{MAE_WITH_DECODER}`, or pick the demo MAE.")
         raise PageRefused("no MAE named")
 try:
-    mae = resources.get_mae(source)
+    mae = compute.get_mae(source)
 except MissingDecoderError as exc:  # an encoder alone: the library says where to get the decoder
     st.info(error_text(exc), icon=":material/block:")
     if choice == "sidebar":

@@ -9,7 +9,7 @@ import streamlit as st
 import analysis
 from analysis import plots, similarity_distance_bins
 from analysis.plots.mosaics import ZOOM_HINT
-from vizapp import figures, resources
+from vizapp import figures
 from vizapp.messages import error_text
 from vizapp.python_snippet import show_code
 from vizapp.state import current
@@ -47,7 +47,7 @@ if len(kinds) > 1:
     assert picked is not None, "a widget with options and no index=None always has a value"
     kind = picked
 try:
-    similarity = resources.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
+    similarity = compute.position_similarity(cur.model, None, kind)  # (gh, gw, gh, gw)
 except ValueError as exc:  # AnalysisError: e.g. a table that is all zero before training
     st.info(error_text(exc))
     end_page()
@@ -123,7 +123,7 @@ if resample:
     new_h = g1.number_input("Rows", 2, 64, step=1, key="pos_grid_h")
     new_w = g2.number_input("Columns", 2, 64, step=1, key="pos_grid_w")
     try:
-        resampled = resources.position_similarity(cur.model, (int(new_h), int(new_w)), kind)
+        resampled = compute.position_similarity(cur.model, (int(new_h), int(new_w)), kind)
     except ValueError as exc:
         st.error(error_text(exc))
     else:

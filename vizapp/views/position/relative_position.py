@@ -15,10 +15,11 @@ import numpy as np
 import streamlit as st
 
 from analysis import AnalysisError
-from vizapp import figures, resources, ui
+from vizapp import figures, ui
 from vizapp.layer_grids import stage_label, stage_layers
 from vizapp.messages import error_text
 from vizapp.ui import clamp_state, show_chart
+from vizapp.views.position import compute
 
 __all__ = ["render"]
 
@@ -56,7 +57,7 @@ def render(cur) -> None:
     geometry = spec.geometry(layer)
     wh, ww = geometry.window_size
     try:
-        bias = resources.relative_position_bias(cur.model, layer)  # (heads, 2wh − 1, 2ww − 1)
+        bias = compute.relative_position_bias(cur.model, layer)  # (heads, 2wh − 1, 2ww − 1)
     except AnalysisError:
         bias = None
     if bias is not None and not np.any(bias):
@@ -97,7 +98,7 @@ def render(cur) -> None:
         )
         return
     try:
-        rows, cols = resources.decomposed_position(cur.model, layer)  # (2h − 1, C), (2w − 1, C)
+        rows, cols = compute.decomposed_position(cur.model, layer)  # (2h − 1, C), (2w − 1, C)
     except AnalysisError as exc:
         st.info(error_text(exc))
         return

@@ -33,6 +33,7 @@ from vizapp.ui import (
     show_chart,
     stride_of_map,
 )
+from vizapp.views.robustness import compute
 from vizapp.views.robustness.recipe import robustness_code
 from vizapp.views.robustness.sections import attack_section, corruption_section, patch_section, texture_section
 
@@ -229,8 +230,8 @@ def change_text(model: str, clean, perturbed) -> str:
 
 clean_level = 1 if perturbation == "shuffle" else 0.0  # g = 1 is no shuffle
 try:
-    before = resources.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
-    after = resources.vit_probe(*cur.args, perturbation, float(level), selection, seed)
+    before = compute.vit_probe(*cur.args, perturbation, clean_level, selection, seed)
+    after = compute.vit_probe(*cur.args, perturbation, float(level), selection, seed)
 except analysis.AnalysisError as exc:
     if is_model_refusal(exc, spec):  # e.g. not yet defined for windowed models (Swin, SAM): the reason, as information
         refuse_page(exc)
@@ -240,8 +241,8 @@ cnn_before = cnn_after = None
 if cnn is not None:
     try:
         args = (*cnn_key, cur.image.digest, cur.image.data, perturbation)
-        cnn_before = resources.cnn_probe(*args, clean_level, selection, seed)
-        cnn_after = resources.cnn_probe(*args, float(level), selection, seed)
+        cnn_before = compute.cnn_probe(*args, clean_level, selection, seed)
+        cnn_after = compute.cnn_probe(*args, float(level), selection, seed)
     except Exception as exc:  # noqa: BLE001 - shown; the ViT's half stays
         st.error(f"The CNN could not process the image: {error_text(exc)}")
         cnn = None
@@ -373,7 +374,7 @@ def set_curve(model_key: tuple, label: str, kind: str, model_levels: tuple[float
     """Mean agreement and probability per level over the set, streamed in cached pieces."""
 
     def piece(chunk, start):
-        *sums, skipped = resources.robustness_chunk(
+        *sums, skipped = compute.robustness_chunk(
             model_key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), kind, model_levels, seed + start
         )
         return sums, skipped

@@ -4,7 +4,7 @@ over an image set (accuracy against ε or severity, the transfer matrix, the mea
 relative to the CNN, the agreement on each texture probe, the shape bias on cue-conflict scenes).
 
 ``models`` is ``[(label, model_key)]``, the ViT first, every model already checked to predict the ViT's
-classes (``analysis.shared_label_space``); ``model_key`` as in :func:`vizapp.resources.loaded_model`.
+classes (``analysis.shared_label_space``); ``model_key`` as in :func:`vizapp.views.robustness.compute.loaded_model`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from analysis.robustness import (
     ShapeBias,
     corruption_errors,
 )
-from vizapp import resources
 from vizapp.image_sets import over_image_set
 from vizapp.messages import error_text, escape_markdown
 from vizapp.refs import ImageRef, ModelRef
@@ -138,9 +137,7 @@ def attack_section(
     views = []
     try:
         for label, key in models:
-            views.append(
-                (label, resources.attack_view(key, image.digest, image.data, name, float(epsilon), steps, seed))
-            )
+            views.append((label, compute.attack_view(key, image.digest, image.data, name, float(epsilon), steps, seed)))
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return
@@ -194,7 +191,7 @@ def attack_section(
     for label, key in models:
 
         def piece(chunk, start, key=key):
-            sums, count, skipped = resources.attack_chunk(
+            sums, count, skipped = compute.attack_chunk(
                 key, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), name, SET_EPSILONS, steps, seed
             )
             return (sums, count), skipped
@@ -234,7 +231,7 @@ def attack_section(
         transfer_problems: list[str] = []
 
         def transfer_piece(chunk, start):
-            sums, count, skipped = resources.transfer_chunk(
+            sums, count, skipped = compute.transfer_chunk(
                 keys,
                 tuple(i.digest for i in chunk),
                 tuple(i.data for i in chunk),
@@ -306,7 +303,7 @@ def corruption_section(
         severity = int(st.slider("Severity", 0, 5, key="rob_severity"))
     try:
         views = [
-            (label, *resources.corruption_view(key, image.digest, image.data, corruption, severity))
+            (label, *compute.corruption_view(key, image.digest, image.data, corruption, severity))
             for label, key in models
         ]
     except analysis.AnalysisError as exc:
@@ -335,7 +332,7 @@ def corruption_section(
     keys, severities = tuple(key for _, key in models), (0, 1, 2, 3, 4, 5)
 
     def piece(chunk, start):
-        sums, count, skipped = resources.corruption_chunk(
+        sums, count, skipped = compute.corruption_chunk(
             keys, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), tuple(chosen), severities, seed + start
         )
         return (sums, count), skipped
@@ -417,7 +414,7 @@ def texture_section(
     probe = st.radio("Texture probe", MASKLESS_PROBES, key="rob_texture_probe", horizontal=True)
     assert probe is not None  # a radio with options and a default always has a value
     try:
-        views = [(label, *resources.texture_view(key, image.digest, image.data, probe)) for label, key in models]
+        views = [(label, *compute.texture_view(key, image.digest, image.data, probe)) for label, key in models]
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return
@@ -431,7 +428,7 @@ def texture_section(
     if images and st.session_state.get("rob_texture_asked"):
 
         def piece(chunk, start):
-            sums, count, skipped = resources.texture_chunk(
+            sums, count, skipped = compute.texture_chunk(
                 keys, tuple(i.digest for i in chunk), tuple(i.data for i in chunk), MASKLESS_PROBES
             )
             return (sums, count), skipped
@@ -521,7 +518,7 @@ def texture_section(
     if not st.session_state.get("rob_shape_bias_asked"):
         return
     try:
-        counts = resources.shape_bias_counts(keys, CUE_CONFLICT_SCENES, seed)  # (models, 3)
+        counts = compute.shape_bias_counts(keys, CUE_CONFLICT_SCENES, seed)  # (models, 3)
     except (analysis.AnalysisError, analysis.ModelLoadError) as exc:
         st.error(error_text(exc))
         return
@@ -655,7 +652,7 @@ def patch_section(
         )
     first = models[0]
     try:
-        pasted = resources.patch_on_image(first[1], image.digest, image.data, stored["largest_patches"][0])
+        pasted = compute.patch_on_image(first[1], image.digest, image.data, stored["largest_patches"][0])
     except analysis.AnalysisError as exc:
         st.error(error_text(exc))
         return

@@ -19,7 +19,7 @@ from analysis.faithfulness import area_under_curve
 from analysis.model.loading.loaded import PROBABILITY_RULES
 from analysis.plots.circuits import DIVERGING, symmetric_limit
 from analysis.text import TEXT_METHODS, prompts_from_template
-from vizapp import inputs, resources
+from vizapp import inputs
 from vizapp.messages import error_text, escape_markdown, toy_model_note
 from vizapp.python_snippet import show_code
 from vizapp.state import current
@@ -80,7 +80,7 @@ choice = st.radio(
     help="The page has its own model: a two-tower model scores images against text, which the "
     "sidebar's classifiers do not. The image is the sidebar's.",
 )
-source = resources.DEMO_CLIP
+source = compute.DEMO_CLIP
 if choice == "other":
     source = st.text_input(
         "CLIP or SigLIP",
@@ -93,7 +93,7 @@ if choice == "other":
         st.info("Type a Hugging Face CLIP or SigLIP, e.g. `hf:openai/clip-vit-base-patch32`, or pick the demo CLIP.")
         raise PageRefused("no image-text model named")
 try:
-    clip = resources.get_clip(source)
+    clip = compute.get_clip(source)
 except NoTextTowerError as exc:  # an image-only model: the library says what to load instead
     st.error(error_text(exc), icon=":material/block:")
     st.caption(
@@ -106,7 +106,7 @@ except Exception as exc:  # noqa: BLE001 - any load failure is shown; the rest o
     raise PageRefused(str(exc)) from exc
 
 spec = clip.spec
-demo = source == resources.DEMO_CLIP
+demo = source == compute.DEMO_CLIP
 if demo and not inputs.is_demo_scene(cur.image):
     st.warning(
         toy_model_note(
@@ -229,7 +229,7 @@ for prompt in mapped:
         if method in refused:
             continue
         try:
-            raw[prompt, method] = resources.text_map(*image_args, prompt, method)[0]
+            raw[prompt, method] = compute.text_map(*image_args, prompt, method)[0]
         except AnalysisError as exc:  # not defined for this model: the library's reason
             refused[method] = error_text(exc)
 for method, reason in refused.items():
@@ -288,7 +288,7 @@ clamp_state("tp_focus", prompts, mapped[0])
 st.session_state.setdefault("tp_focus", mapped[0])
 focus = st.selectbox("Prompt to decompose (and to score below)", prompts, key="tp_focus")
 try:
-    parts = resources.text_decomposition(*image_args, focus)
+    parts = compute.text_decomposition(*image_args, focus)
 except AnalysisError as exc:  # e.g. heads that do not separate: the library's reason; the sections above stay
     st.info(error_text(exc), icon=":material/block:")
     raise PageRefused(str(exc)) from exc
@@ -469,7 +469,7 @@ with count_column:
     per_head = int(st.number_input("Texts per head", 1, 10, key="tp_texts_per_head"))
 images, problems = inputs.image_set(which, "tp_files", scenes=choice == "demo")
 digests = tuple(i.digest for i in images)
-stored = resources.stored_head_texts(source, digests, per_head)
+stored = compute.stored_head_texts(source, digests, per_head)
 if stored is None and st.button(
     f"Describe the heads over {len(images)} images",
     key="tp_describe",
@@ -478,7 +478,7 @@ if stored is None and st.button(
 ):
     bar = st.progress(0.0, text=f"Reading the heads: 0 / {len(images)} images")
     try:
-        stored = resources.compute_head_texts(
+        stored = compute.compute_head_texts(
             source,
             digests,
             tuple(i.data for i in images),
