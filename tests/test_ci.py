@@ -232,6 +232,18 @@ def test_ci_run_stops_when_the_venv_cannot_be_made(tmp_path):
     assert not [c for c in commands if "pytest" in c or c in ("mypy", "lint-imports", "packaging_check.sh")], commands
 
 
+def test_a_side_venv_that_fails_stops_its_job_and_fails_the_run(tmp_path):
+    """The minimum-versions job starts as soon as its venv is made (beside the README's tests); a venv
+    that cannot be made leaves its job unrun, named, and fails the run; the other jobs still run."""
+    result, calls = _fake_machine(tmp_path, fail="-r .ci/min-versions.txt")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"^min-venv\s+3\s", result.stdout, re.M) and re.search(r"^min-versions\s+1\s", result.stdout, re.M)
+    assert "not run: the step min-venv failed" in result.stdout
+    commands = [call.split(" [CI=")[0].strip() for call in calls]
+    assert "python tests/min_versions_smoke.py" not in commands
+    assert "python -m pytest -q -n 0 -m sae_lens tests/test_sae.py" in commands  # SAELens's job still ran
+
+
 def test_a_failing_tier_fails_the_run(tmp_path):
     result, _ = _fake_machine(tmp_path, fail="-m real_weights")
     assert result.returncode == 1 and re.search(r"^tiers\s+3\s", result.stdout, re.M), result.stdout

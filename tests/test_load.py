@@ -1,8 +1,8 @@
 """Load test on loopback: one app server, 8 concurrent browser sessions.
 
 One ``streamlit run`` server; eight Chromium sessions at once, each choosing one of two
-models (folders written here, so the test can recompute their answers) and uploading a
-different image. Each session reads its attention map back from the drawn plotly figure and it must equal what the
+models (folders written here, so the test can recompute their answers; in the first wave typed in
+the sidebar, in the second named by a link) and uploading a different image. Each session reads its attention map back from the drawn plotly figure and it must equal what the
 analysis API gives for that model and image: no cross-talk between sessions, no hang, no
 exception on screen. A second wave of sessions must not grow the server's memory beyond a
 bound, since models and attention records sit in LRU caches (``VIZAPP_MAX_*``).
@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -91,18 +92,25 @@ async def _shown_map(page, expected: np.ndarray, seconds: float = 45.0) -> np.nd
         await page.wait_for_timeout(250)
 
 
-async def _session(browser, url: str, model: Path, image: Path, expected: np.ndarray, downloads: Path, index: int):
+async def _session(
+    browser, url: str, model: Path, image: Path, expected: np.ndarray, downloads: Path, index: int, via_link: bool
+):
+    """One visitor: opens the app, chooses ``model`` (typed in the sidebar's path box, or named by
+    a link, ``?model=PATH``, when ``via_link``), uploads ``image`` and reads the map drawn."""
     context = await browser.new_context(viewport={"width": 1280, "height": 1000})
     page = await context.new_page()
     page.set_default_timeout(180_000)
     try:
-        await page.goto(url)
-        await _wait_idle(page)
         sidebar = page.locator("section[data-testid='stSidebar']")
-        await sidebar.get_by_text("Local folder or checkpoint").click()
-        path_box = sidebar.get_by_role("textbox", name="Folder or checkpoint path (on the server)")
-        await path_box.fill(str(model))
-        await path_box.press("Enter")
+        if via_link:
+            await page.goto(f"{url}/?model={quote(str(model))}")
+        else:
+            await page.goto(url)
+            await _wait_idle(page)
+            await sidebar.get_by_text("Local folder or checkpoint").click()
+            path_box = sidebar.get_by_role("textbox", name="Folder or checkpoint path (on the server)")
+            await path_box.fill(str(model))
+            await path_box.press("Enter")
         await page.wait_for_function(
             "path => document.querySelector('section[data-testid=\"stSidebar\"]').innerText.includes(path)",
             arg=str(model),
@@ -128,7 +136,7 @@ async def _session(browser, url: str, model: Path, image: Path, expected: np.nda
         await context.close()
 
 
-async def _wave(url: str, jobs, downloads: Path) -> list[np.ndarray]:
+async def _wave(url: str, jobs, downloads: Path, *, via_link: bool = False) -> list[np.ndarray]:
     """Run one session per (model, image, expected map) job, all at once."""
     from playwright.async_api import async_playwright
 
@@ -136,7 +144,7 @@ async def _wave(url: str, jobs, downloads: Path) -> list[np.ndarray]:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             return await asyncio.wait_for(
-                asyncio.gather(*(_session(browser, url, *job, downloads, i) for i, job in enumerate(jobs))),
+                asyncio.gather(*(_session(browser, url, *job, downloads, i, via_link) for i, job in enumerate(jobs))),
                 timeout=480,
             )
         finally:
@@ -157,7 +165,7 @@ def test_eight_concurrent_browser_sessions_get_their_own_results(tmp_path):
         results = asyncio.run(_wave(url, first, downloads))
         after_first = rss_mib(process.pid)
         second = [(models[i % 2], images[SESSIONS + i], expected[SESSIONS + i]) for i in range(SESSIONS)]
-        results += asyncio.run(_wave(url, second, downloads))
+        results += asyncio.run(_wave(url, second, downloads, via_link=True))  # the model named by a link
         after_second = rss_mib(process.pid)
         assert process.poll() is None, "the server died"
     for (model, image, want), got in zip(first + second, results):
