@@ -465,3 +465,30 @@ def test_a_hf_config_larger_than_its_weights_is_refused_before_anything_is_built
     assert devices == ["meta"], (what, devices)
     assert time.perf_counter() - started < 20, what
     assert hf.check_hf_config_fits_weights(tmp_path.parent, transformers.ViTModel) is None  # no weights: not its call
+
+
+def test_the_hf_config_check_keeps_its_message_with_the_counts_of_real_builds(tmp_path):
+    """check_hf_config_fits_weights on a 400-layer ViT-Ti config beside a 13-value model.safetensors:
+    the message, written out, with the model's values extrapolated from real 1- and 2-layer builds
+    (each layer adds the same values)."""
+    from safetensors.torch import save_file
+
+    import analysis.model.loading.hf_transformers as hf
+    from analysis import CheckpointError
+
+    width = dict(hidden_size=192, num_attention_heads=3, intermediate_size=768)
+
+    def values(layers: int) -> int:
+        model = transformers.ViTModel(transformers.ViTConfig(**{**SMALL, **width, "num_hidden_layers": layers}))
+        return sum(t.numel() for t in model.state_dict().values())
+
+    needed = values(1) + 399 * (values(2) - values(1))
+    transformers.ViTConfig(**{**SMALL, **width, "num_hidden_layers": 400}).save_pretrained(tmp_path)
+    save_file({"a": torch.zeros(2, 5), "b": torch.zeros(3)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError) as caught:
+        hf.check_hf_config_fits_weights(tmp_path, transformers.ViTModel)
+    assert str(caught.value) == (
+        f"{tmp_path / 'config.json'} describes a model of {needed / 1e6:,.1f} M values, but its weights hold "
+        f"{13 / 1e6:,.1f} M: the config does not fit its weights (check num_hidden_layers, hidden_size, ...). "
+        "Nothing was built."
+    )

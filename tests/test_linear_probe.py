@@ -18,6 +18,7 @@ from analysis.robustness.linear_probe import (
     block_features,
     fit_ridge_probe,
     linear_probe_curve,
+    linear_probe_curves,
     load_image_folder,
     split_indices,
 )
@@ -151,3 +152,41 @@ def test_a_folder_of_demo_scenes_is_probed_in_the_models_own_classes(demo_vit, t
         names=[f"blocks.{layers[-1]}.resid_post"],
     )[f"blocks.{layers[-1]}.resid_post"]
     torch.testing.assert_close(features[-1], tokens.float().mean(dim=(1, 2)), atol=1e-5, rtol=1e-5)
+
+
+def test_curves_of_a_folder_equal_the_curves_of_its_images_as_a_list(demo_vit, tmp_path):
+    """linear_probe_curves on an ImageFolderSet (no len()) against the same call on the folder's images
+    as a list, labelled by hand in each model's own classes: the same split, accuracies and progress,
+    whose total is models · images."""
+    from analysis.demo.data import CLASS_NAMES
+
+    images, labels = scenes(HELD_OUT_SEED, 12, demo_vit.spec.img_size[0])
+    for i, (image, label) in enumerate(zip(images, labels)):
+        (tmp_path / CLASS_NAMES[label]).mkdir(exist_ok=True)
+        image.save(tmp_path / CLASS_NAMES[label] / f"{i:03d}.png")
+    folder = load_image_folder(tmp_path)
+    assert not hasattr(folder, "__len__")
+    models = {"vit": demo_vit, "again": demo_vit}
+    by_hand = [demo_vit.class_names.index(folder.class_names[label]) for label in folder.labels]
+    seen_folder: list[tuple[int, int]] = []
+    seen_list: list[tuple[int, int]] = []
+    kwargs = dict(concat_k=(2,), seed=3)
+    from_folder = linear_probe_curves(models, folder, None, progress=lambda *a: seen_folder.append(a), **kwargs)
+    from_list = linear_probe_curves(
+        models, list(folder.images), by_hand, progress=lambda *a: seen_list.append(a), **kwargs
+    )
+    assert list(from_folder) == list(from_list) == ["vit", "again"]
+    for name in models:
+        ours, theirs = from_folder[name], from_list[name]
+        assert np.array_equal(ours.train_indices, theirs.train_indices)
+        assert np.array_equal(ours.test_indices, theirs.test_indices)
+        assert np.array_equal(ours.accuracy, theirs.accuracy)
+        assert np.array_equal(ours.concat_accuracy, theirs.concat_accuracy)
+        assert ours.model_accuracy is not None and ours.model_accuracy == theirs.model_accuracy
+    assert seen_folder == seen_list and seen_folder[-1] == (2 * 12, 2 * 12)
+
+
+def test_curves_refuse_images_that_are_not_a_sequence(demo_vit):
+    images, labels = scenes(HELD_OUT_SEED, 4, demo_vit.spec.img_size[0])
+    with pytest.raises(ProbeError, match="images must be a sequence of PIL images or an ImageFolderSet.*got generator"):
+        linear_probe_curves({"vit": demo_vit}, (image for image in images), labels)

@@ -404,3 +404,58 @@ def test_a_config_larger_than_its_weights_is_refused_before_anything_is_built(tm
         analysis.load_vit(str(folder))
     assert devices == ["meta"], (what, devices)
     assert time.perf_counter() - started < 20, what
+
+
+class _Values(torch.nn.Module):
+    """A module of exactly ``count`` values (one buffer)."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.register_buffer("x", torch.empty(count))
+
+
+def test_the_shared_check_counts_the_model_on_meta_against_the_files_plus_16_mebivalues(tmp_path):
+    """values_beyond_weights, the part both config checks share: a file of 2·5 + 3 = 13 values, read
+    twice (26); the model fits up to 26 + 16·2²⁰ values and is refused one value later; a model that
+    cannot be built on meta is not this check's call; an unreadable header is a typed error."""
+    import analysis.model.loading.files as files
+
+    weights = tmp_path / "w.safetensors"
+    save_file({"a": torch.zeros(2, 5), "b": torch.zeros(3)}, str(weights))
+    limit = 26 + 16 * 2**20
+    assert files.values_beyond_weights(lambda: _Values(limit), [weights, weights]) is None
+    assert files.values_beyond_weights(lambda: _Values(limit + 1), [weights, weights]) == (limit + 1, 26)
+    assert files.values_beyond_weights(lambda: torch.nn.Linear(5000, 4000), [weights]) == (5000 * 4000 + 4000, 13)
+
+    def unbuildable():
+        raise RuntimeError("no meta")
+
+    assert files.values_beyond_weights(unbuildable, [weights]) is None
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 16)
+    with pytest.raises(CheckpointError, match=r"^bad\.safetensors is not a readable safetensors file"):
+        files.values_beyond_weights(lambda: _Values(1), [bad])
+
+
+def test_the_timm_config_check_keeps_its_message_with_the_counts_of_real_builds(tmp_path):
+    """check_config_fits_weights on a depth-400 ViT-Ti against a 13-value file: the message, written
+    out, with the model's values extrapolated from real depth-1 and depth-2 builds (each block adds
+    the same values)."""
+    import timm
+
+    import analysis.model.loading.files as files
+
+    def values(depth: int) -> int:
+        model = timm.create_model(ARCH, pretrained=False, img_size=32, depth=depth)
+        return sum(t.numel() for t in model.state_dict().values())
+
+    needed = values(1) + 399 * (values(2) - values(1))
+    weights = tmp_path / "w.safetensors"
+    save_file({"a": torch.zeros(2, 5), "b": torch.zeros(3)}, str(weights))
+    with pytest.raises(CheckpointError) as caught:
+        files.check_config_fits_weights(tmp_path, ARCH, weights, img_size=32, depth=400)
+    assert str(caught.value) == (
+        f"{tmp_path / 'config.json'} describes a {ARCH} of {needed / 1e6:,.1f} M values, but w.safetensors holds "
+        f"{13 / 1e6:,.1f} M: the config does not fit its weights (check model_args: depth, embed_dim, ...). "
+        "Nothing was built."
+    )

@@ -31,6 +31,7 @@ from analysis.plots import (
     clipped_cells,
     colour_range,
     layer_scaled,
+    map_panels,
     robust_top,
 )
 from analysis.tokens import dominated_by_outliers, outlier_share
@@ -105,13 +106,59 @@ def test_clipped_cells_are_outlined_one_closed_square_each():
     assert xs.count(None) == 2
     squares = [(xs[i : i + 5], ys[i : i + 5]) for i in (0, 6)]
     for (sx, sy), (row, col) in zip(squares, [(0, 1), (2, 3)]):
-        assert sorted(set(sx)) == [col * 10 + 0.5, col * 10 + 10.5] and sorted(set(sy)) == [
-            row * 10 + 0.5,
-            row * 10 + 10.5,
-        ]
+        assert sorted(set(sx)) == [col * 10, col * 10 + 10] and sorted(set(sy)) == [row * 10, row * 10 + 10]
         assert (sx[0], sy[0]) == (sx[-1], sy[-1])  # closed
     unclipped = attention_overlay(np.zeros((30, 40, 3), np.uint8), (30, 40), shown, (10, 10), zmin=0, zmax=7.0)
     assert not [t for t in unclipped.data if "above the colour range" in (t.name or "")]
+
+
+def _cell_edges(layer: dict, row: int, col: int) -> tuple[list[float], list[float]]:
+    """Cell (row, col)'s edges from a plotly trace's own placement: a heatmap's cell c is centred at
+    x0 + c·dx, so spans x0 + (c − ½)·dx .. x0 + (c + ½)·dx; an image layer's pixel p likewise. Returns
+    ([left, right], [top, bottom])."""
+    x0, dx, y0, dy = (float(layer[key]) for key in ("x0", "dx", "y0", "dy"))
+    return [x0 + (col - 0.5) * dx, x0 + (col + 0.5) * dx], [y0 + (row - 0.5) * dy, y0 + (row + 0.5) * dy]
+
+
+def _outline_corners(trace) -> tuple[list, list]:
+    """The one closed square of an outline trace: its five path points, without the None separator."""
+    xs, ys = list(trace["x"]), list(trace["y"])
+    assert xs[5:] == [None] and ys[5:] == [None] and (xs[0], ys[0]) == (xs[4], ys[4])
+    return xs[:5], ys[:5]
+
+
+def test_the_outline_of_a_clipped_cell_is_that_cells_edges_in_the_figure():
+    """One clipped cell (row 2, col 1) of a 3 × 4 map of 8 × 12-pixel cells: its outline's corners
+    are the cell's edges as the heatmap places it (x0, dx, y0, dy), the same for the bilinear PNG
+    layer (one 1-pixel cell per input pixel: the cell spans its 8 × 12 pixels) and in map_panels."""
+    row, col, (ph, pw) = 2, 1, (8, 12)
+    shown = np.zeros((3, 4), np.float32)
+    shown[row, col] = 5.0
+    background = np.zeros((3 * ph, 4 * pw, 3), np.uint8)
+
+    def check(figure, layer: dict, cell: tuple[int, int, int, int]):
+        """cell = (first pixel row, last pixel row, first pixel col, last pixel col) in layer's units."""
+        (outline,) = [t for t in figure.to_dict()["data"] if t.get("name") == "1 above the colour range"]
+        xs, ys = _outline_corners(outline)
+        (left, _), (top, _) = _cell_edges(layer, cell[0], cell[2])
+        (_, right), (_, bottom) = _cell_edges(layer, cell[1], cell[3])
+        assert xs == [left, right, right, left, left]
+        assert ys == [top, top, bottom, bottom, top]
+
+    figure = attention_overlay(background, (3 * ph, 4 * pw), shown, (ph, pw), zmin=0, zmax=1.0)
+    (heatmap,) = [t for t in figure.to_dict()["data"] if t["type"] == "heatmap"]
+    assert (heatmap["x0"], heatmap["dx"], heatmap["y0"], heatmap["dy"]) == (pw / 2, pw, ph / 2, ph)
+    check(figure, heatmap, (row, row, col, col))
+    assert _cell_edges(heatmap, row, col) == ([12.0, 24.0], [16.0, 24.0])  # (c·pw, (c+1)·pw), (r·ph, (r+1)·ph)
+
+    smooth = np.kron(shown, np.ones((ph, pw), np.float32))  # (24, 48): the same map at input pixels
+    figure = attention_overlay(background, (3 * ph, 4 * pw), shown, (ph, pw), zmin=0, zmax=1.0, upsampled=smooth)
+    (png,) = [t for t in figure.to_dict()["data"] if t.get("name") == "attention (bilinear)"]
+    check(figure, png, (row * ph, (row + 1) * ph - 1, col * pw, (col + 1) * pw - 1))
+
+    panels = map_panels(background, (3 * ph, 4 * pw), [shown], (ph, pw), ["one"], zmin=0, zmax=1.0)
+    (heatmap,) = [t for t in panels.to_dict()["data"] if t["type"] == "heatmap"]
+    check(panels, heatmap, (row, row, col, col))
 
 
 def test_layer_scaled_robust_and_masked_image_top():

@@ -379,3 +379,62 @@ def test_inactive_fraction_is_the_share_of_features_silent_in_the_last_dead_afte
     _, never = train_sae_on_activations(acts, k=2, expansion=4, batch_size=8, epochs=2, dead_after=10**9)
     assert never.inactive_fraction == [0.0, 0.0]
     assert not hasattr(never, "dead_fraction")
+
+
+# ----------------------------------------------------------------------------------- argument checks
+
+
+class _Unreadable:
+    """An image source that fails the test if anything reads it (not even its length)."""
+
+    def __len__(self):
+        raise AssertionError("the images were touched before the sizes were checked")
+
+    def __getitem__(self, index):
+        raise AssertionError("the images were touched before the sizes were checked")
+
+
+BAD_SIZES = [
+    # (argument, value, the message check_int writes for it, spelt out)
+    ("batch_size", 0, "batch_size must be at least 1, got 0."),
+    ("batch_size", -3, "batch_size must be at least 1, got -3."),
+    ("batch_size", 2.5, "batch_size must be an integer, got 2.5 (float)."),
+    ("batch_size", True, "batch_size must be an integer, got True (bool)."),
+    ("buffer_batches", 0, "buffer_batches must be at least 1, got 0."),
+    ("epochs", 0, "epochs must be at least 1, got 0."),
+    ("epochs", -1, "epochs must be at least 1, got -1."),
+    ("expansion", 0, "expansion must be at least 1, got 0."),
+    ("dead_after", 0, "dead_after must be at least 1, got 0."),
+    ("warmup_steps", -1, "warmup_steps must be at least 0, got -1."),
+]
+
+
+@pytest.mark.parametrize(("argument", "value", "message"), BAD_SIZES)
+def test_train_sae_refuses_a_bad_size_before_reading_any_image(vit, argument, value, message):
+    with pytest.raises(SAEConfigError) as caught:
+        train_sae(vit, _Unreadable(), POINT, k=4, **{"expansion": 2, argument: value})
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("argument", "value", "message"), [s for s in BAD_SIZES if s[0] != "buffer_batches"])
+def test_train_sae_on_activations_refuses_the_same_bad_sizes(argument, value, message):
+    acts = torch.ones(4, 3)
+    with pytest.raises(SAEConfigError) as caught:
+        train_sae_on_activations(acts, k=1, **{"expansion": 2, argument: value})
+    assert str(caught.value) == message
+
+
+def test_zero_warmup_steps_is_no_warm_up_and_numpy_sizes_are_plain_integers():
+    """warmup_steps = 0 and 1 both give step s the rate lr · min(1, (s + 1) / max(1, w)) = lr, so
+    the same weights; a numpy integer batch size trains as the same Python integer."""
+    import numpy as np
+
+    acts = torch.randn(12, 4, generator=torch.Generator().manual_seed(1))
+    kwargs = dict(k=2, expansion=2, epochs=2, seed=3)
+    none, _ = train_sae_on_activations(acts, warmup_steps=0, batch_size=5, **kwargs)
+    one, _ = train_sae_on_activations(acts, warmup_steps=1, batch_size=5, **kwargs)
+    numpy_size, log = train_sae_on_activations(acts, warmup_steps=0, batch_size=np.int64(5), **kwargs)
+    assert len(log.loss) == 2 * math.ceil(12 / 5)
+    for name in PARAMETERS:
+        assert torch.equal(getattr(none, name), getattr(one, name)), name
+        assert torch.equal(getattr(numpy_size, name), getattr(none, name)), name

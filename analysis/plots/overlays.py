@@ -45,8 +45,10 @@ def clipped_outline(
 ) -> dict | None:
     """One line trace outlining every cell of the ``(gh, gw)`` map above ``zmax`` (the cells a
     robust colour range clips to its top colour, :func:`analysis.plots.clipped_cells`), cell
-    ``(r, c)`` outlined at ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels shifted by half a
-    pixel (+0.5 on both axes). The line is dark on a light top colour and white on a dark one.
+    ``(r, c)`` outlined at ``[c·sw, (c+1)·sw] × [r·sh, (r+1)·sh]`` input pixels: exactly the edges
+    of the cell the heatmap draws (``x0 = sw/2``, ``dx = sw``), of its image pixels (``x0 = 0.5``,
+    ``dx = 1``: pixel ``i`` spans ``[i, i+1]``) and of the query patch's highlight. The line is dark
+    on a light top colour and white on a dark one.
 
     Parameters
     ----------
@@ -77,7 +79,7 @@ def clipped_outline(
     ys: list[float | None] = []
     for cell in above.tolist():
         r, c = divmod(cell, gw)
-        x0, y0, x1, y1 = c * sw + 0.5, r * sh + 0.5, (c + 1) * sw + 0.5, (r + 1) * sh + 0.5
+        x0, y0, x1, y1 = c * sw, r * sh, (c + 1) * sw, (r + 1) * sh
         xs += [x0, x1, x1, x0, x0, None]
         ys += [y0, y0, y1, y1, y0, None]
     top = colour_lut(colorscale)[-1].astype(float)

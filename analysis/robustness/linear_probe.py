@@ -418,6 +418,35 @@ def folder_labels(model, folder: ImageFolderSet, model_labels: bool = True) -> t
     return folder.images, list(folder.labels), False
 
 
+def _image_count(images) -> int:
+    """How many images ``images`` holds: the images of an :class:`ImageFolderSet`, else ``len(images)``.
+
+    Parameters
+    ----------
+    images : Sequence or ImageFolderSet
+        PIL images, or a labelled folder.
+
+    Returns
+    -------
+    int
+        The number of images.
+
+    Raises
+    ------
+    ProbeError
+        ``images`` is neither an :class:`ImageFolderSet` nor a sized, indexable sequence (e.g. a
+        generator, which the features of each model could not read again).
+    """
+    if isinstance(images, ImageFolderSet):
+        return len(images.images)
+    if not isinstance(images, Sequence) and not (hasattr(images, "__len__") and hasattr(images, "__getitem__")):
+        raise ProbeError(
+            f"images must be a sequence of PIL images or an ImageFolderSet (load_image_folder), got "
+            f"{type(images).__name__}: make it a list."
+        )
+    return len(images)
+
+
 def linear_probe_curve(
     model,
     images: Sequence,
@@ -467,15 +496,14 @@ def linear_probe_curve(
     Raises
     ------
     ProbeError
-        No images, labels that do not match, too few images to split, a model without blocks, a
-        negative ``ridge``.
+        No images, ``images`` neither a sequence nor an :class:`ImageFolderSet`, labels that do not
+        match, too few images to split, a model without blocks, a negative ``ridge``.
     """
     if isinstance(images, ImageFolderSet):
         images, labels, model_labels = folder_labels(model, images, model_labels)
-    if labels is None or len(labels) != len(images):
-        raise ProbeError(
-            f"{0 if labels is None else len(labels)} labels for {len(images)} images: give one label per image."
-        )
+    count = _image_count(images)
+    if labels is None or len(labels) != count:
+        raise ProbeError(f"{0 if labels is None else len(labels)} labels for {count} images: give one label per image.")
     layers, features, logits = block_features(model, images, progress=progress)
     return probe_curve(
         layers,
@@ -597,10 +625,11 @@ def linear_probe_curves(
     ----------
     models : Mapping of str to LoadedModel
         ``{name: loaded model}``, ViTs or windowed models; at least one.
-    images : Sequence
-        PIL images.
+    images : Sequence or ImageFolderSet
+        PIL images, or an :class:`ImageFolderSet` (then ``labels`` is ignored and each model's labels
+        are taken from the folder, :func:`folder_labels`).
     labels : Sequence of int or None, default None
-        One class per image (needed: ``None`` is refused).
+        One class per image; ``None`` only with an :class:`ImageFolderSet`.
     test_share : float, default 0.5
         Share of the images in the test split, strictly between 0 and 1.
     concat_k : Sequence of int, default (2, 4)
@@ -622,12 +651,13 @@ def linear_probe_curves(
     Raises
     ------
     ProbeError
-        No models; as :func:`linear_probe_curve`.
+        No models; ``images`` neither a sequence nor an :class:`ImageFolderSet`; as
+        :func:`linear_probe_curve`.
     """
     if not models:
         raise ProbeError("No models: give at least one {name: model}.")
     curves = {}
-    steps = len(images)  # each model's share: one step per image read
+    steps = _image_count(images)  # each model's share: one step per image read
     for number, (name, model) in enumerate(models.items()):
         curves[name] = linear_probe_curve(
             model,

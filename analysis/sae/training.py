@@ -89,6 +89,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..base.arguments import check_int
+from ..base.errors import AnalysisError
 from ..base.progress import Progress, tell
 from .errors import NoImagesError, SAEConfigError
 from .model import SAEConfig, SparseAutoencoder, topk_activation
@@ -249,8 +251,6 @@ def _new_sae(config: SAEConfig, seed: int) -> SparseAutoencoder:
 def _config(d_in, *, architecture, expansion, k, l1_coefficient, point, tokens, model_name, dtype) -> SAEConfig:
     if architecture == "relu" and (l1_coefficient is None or l1_coefficient < 0):
         raise SAEConfigError("A ReLU SAE needs l1_coefficient ≥ 0 (its sparsity penalty), e.g. 1e-3.")
-    if int(expansion) < 1:
-        raise SAEConfigError(f"expansion must be a positive integer (d_sae = expansion · d_in); got {expansion}.")
     return SAEConfig(
         d_in=int(d_in),
         d_sae=int(expansion) * int(d_in),
@@ -262,6 +262,41 @@ def _config(d_in, *, architecture, expansion, k, l1_coefficient, point, tokens, 
         model_name=model_name,
         dtype=dtype,
     )
+
+
+def _check_sizes(*, expansion, epochs, batch_size, warmup_steps, dead_after, buffer_batches=1) -> tuple[int, ...]:
+    """The integer sizes of a training run, checked before any work: ``expansion``, ``epochs``,
+    ``batch_size``, ``buffer_batches`` and ``dead_after`` at least 1, ``warmup_steps`` at least 0
+    (:func:`~analysis.base.arguments.check_int`: integers, not bools or floats).
+
+    Parameters
+    ----------
+    expansion, epochs, batch_size, warmup_steps, dead_after, buffer_batches : Any
+        The arguments of :func:`train_sae` (``buffer_batches`` only there) as given.
+
+    Returns
+    -------
+    tuple of int
+        ``(expansion, epochs, batch_size, warmup_steps, dead_after, buffer_batches)`` as plain ints.
+
+    Raises
+    ------
+    SAEConfigError
+        One of them is not an integer or is below its minimum; the message names it, the value and
+        the minimum.
+    """
+    sizes = (
+        ("expansion", expansion, 1),
+        ("epochs", epochs, 1),
+        ("batch_size", batch_size, 1),
+        ("warmup_steps", warmup_steps, 0),
+        ("dead_after", dead_after, 1),
+        ("buffer_batches", buffer_batches, 1),
+    )
+    try:
+        return tuple(check_int(name, value, minimum=minimum) for name, value, minimum in sizes)
+    except AnalysisError as error:
+        raise SAEConfigError(str(error)) from None
 
 
 def _save_checkpoint(folder: Path, sae, optimizer, state: TrainingState, epochs_done: int) -> None:
@@ -429,15 +464,15 @@ def train_sae_on_activations(
     lr : float, default 1e-3
         Adam's learning rate after the warm-up.
     warmup_steps : int, default 100
-        Steps of linear learning-rate warm-up.
+        Steps of linear learning-rate warm-up, ``≥ 0`` (0: none).
     epochs : int, default 1
-        Passes over ``acts``.
+        Passes over ``acts``, ``≥ 1``.
     batch_size : int, default 256
-        Rows per step.
+        Rows per step, ``≥ 1``.
     seed : int, default 0
         Fixes the initialisation and the row order of each epoch.
     dead_after : int, default 200
-        Steps without firing after which a feature is inactive (AuxK).
+        Steps without firing after which a feature is inactive (AuxK), ``≥ 1``.
     normalise : bool, default False
         Train on ``s·x`` with ``s = sqrt(d_in) / mean ‖x‖`` over all of ``acts`` (module docstring),
         kept in the SAE's ``config.norm_scaling_factor``.
@@ -466,10 +501,14 @@ def train_sae_on_activations(
     NoImagesError
         ``acts`` is not a non-empty 2-D tensor.
     SAEConfigError
-        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion`` or
-        ``batch_size`` below 1, an unknown architecture, token choice or dtype; ``normalise`` with
-        all-zero activations.
+        ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion``,
+        ``epochs``, ``batch_size`` or ``dead_after`` not an integer ``≥ 1``, ``warmup_steps`` not an
+        integer ``≥ 0``, an unknown architecture, token choice or dtype; ``normalise`` with all-zero
+        activations.
     """
+    expansion, epochs, size, warmup_steps, dead_after, _ = _check_sizes(
+        expansion=expansion, epochs=epochs, batch_size=batch_size, warmup_steps=warmup_steps, dead_after=dead_after
+    )
     if acts.ndim != 2 or acts.shape[0] == 0:
         raise NoImagesError(
             f"train_sae_on_activations needs a non-empty (N, d_in) tensor; got shape {tuple(acts.shape)}."
@@ -486,15 +525,12 @@ def train_sae_on_activations(
         dtype=dtype,
     )
     count = acts.shape[0]
-    size = int(batch_size)
-    if size < 1:
-        raise SAEConfigError(f"batch_size must be at least 1 (got {batch_size}).")
 
     def buffers(epoch: int) -> Iterator[Buffer]:
         order = torch.randperm(count, generator=_epoch_generator(seed, epoch))  # (N,)
         yield acts, [order[start : start + size] for start in range(0, count, size)]
 
-    steps = -(-count // size) * int(epochs)
+    steps = -(-count // size) * epochs
     return _run(
         buffers,
         steps,
@@ -561,9 +597,9 @@ def train_sae(
     lr : float, default 1e-3
         Adam's learning rate after the warm-up.
     warmup_steps : int, default 100
-        Steps of linear learning-rate warm-up.
+        Steps of linear learning-rate warm-up, ``≥ 0`` (0: none).
     epochs : int, default 1
-        Passes over ``images``.
+        Passes over ``images``, ``≥ 1``.
     batch_size : int, default 16
         Images' worth of tokens per step (``batch_size · T_chosen`` rows), and images per forward
         pass.
@@ -575,7 +611,7 @@ def train_sae(
     seed : int, default 0
         Fixes the initialisation, each epoch's image order and each buffer's token order.
     dead_after : int, default 200
-        Steps without firing after which a feature is inactive (AuxK).
+        Steps without firing after which a feature is inactive (AuxK), ``≥ 1``.
     normalise : bool, default False
         Train on ``s·x`` with ``s = sqrt(D) / mean ‖x‖`` over the first buffer's tokens (module
         docstring), kept in the SAE's ``config.norm_scaling_factor``.
@@ -604,9 +640,19 @@ def train_sae(
         No images.
     SAEConfigError
         ``k`` outside ``1..d_sae``, a ReLU SAE without ``l1_coefficient ≥ 0``, ``expansion``,
-        ``batch_size`` or ``buffer_batches`` below 1, an unknown architecture, token choice or dtype,
-        ``tokens="class"`` on a model without a class token; ``normalise`` with all-zero tokens.
+        ``epochs``, ``batch_size``, ``buffer_batches`` or ``dead_after`` not an integer ``≥ 1``,
+        ``warmup_steps`` not an integer ``≥ 0`` (all checked before any image is read), an unknown
+        architecture, token choice or dtype, ``tokens="class"`` on a model without a class token;
+        ``normalise`` with all-zero tokens.
     """
+    expansion, epochs, size, warmup_steps, dead_after, buffer_batches = _check_sizes(
+        expansion=expansion,
+        epochs=epochs,
+        batch_size=batch_size,
+        warmup_steps=warmup_steps,
+        dead_after=dead_after,
+        buffer_batches=buffer_batches,
+    )
     name = check_point(vit, point)
     total = count_images(images)
     if total == 0:
@@ -626,9 +672,7 @@ def train_sae(
         dtype=dtype,
     )
 
-    size, per_buffer = int(batch_size), int(batch_size) * int(buffer_batches)
-    if size < 1 or int(buffer_batches) < 1:
-        raise SAEConfigError(f"batch_size and buffer_batches must be at least 1 (got {batch_size}, {buffer_batches}).")
+    per_buffer = size * buffer_batches
     per_image = int(token_indices(vit.spec, tokens).numel())  # T_chosen
 
     def tokens_of(indices: list[int]) -> torch.Tensor:
@@ -655,7 +699,7 @@ def train_sae(
             ]
             yield tokens_of(mine), steps
 
-    steps = -(-total // size) * int(epochs)
+    steps = -(-total // size) * epochs
     return _run(
         buffers,
         steps,

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ __all__ = [
     "model_from_file",
     "check_config_fits_weights",
     "weights_values",
+    "values_on_meta",
+    "values_beyond_weights",
 ]
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
@@ -246,6 +249,62 @@ def weights_values(path: Path) -> int:
     return path.stat().st_size // 2
 
 
+def values_on_meta(build: Callable[[], Any]) -> int | None:
+    """The values of the model ``build()`` makes on PyTorch's ``meta`` device (shapes only, no
+    memory): ``Σ numel(t)`` over its state dict (parameters and buffers).
+
+    Parameters
+    ----------
+    build : Callable[[], torch.nn.Module]
+        Builds the model (from a config, without weights); called once, on ``meta``.
+
+    Returns
+    -------
+    int or None
+        The number of values; ``None`` when the model cannot be built on ``meta`` (then the real
+        build decides).
+    """
+    try:
+        with torch.device("meta"):
+            shapes = build().state_dict()
+        return sum(t.numel() for t in shapes.values())
+    except Exception:  # noqa: BLE001 - not buildable on meta: the real build decides
+        return None
+
+
+def values_beyond_weights(build: Callable[[], Any], weights: Sequence[Path]) -> tuple[int, int] | None:
+    """The part :func:`check_config_fits_weights` and
+    :func:`~analysis.model.loading.hf_transformers.check_hf_config_fits_weights` share: the values
+    of the model ``build()`` makes (:func:`values_on_meta`) against those the ``weights`` files hold
+    (:func:`weights_values`, read first), refused when
+
+        values(model) > values(weights) + CONFIG_SLACK_VALUES.
+
+    Parameters
+    ----------
+    build : Callable[[], torch.nn.Module]
+        Builds the model the config describes; called once, on ``meta``.
+    weights : Sequence of pathlib.Path
+        The weights files, their values summed.
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        ``(needed, held)``, the model's and the files' values, when the model does not fit them;
+        ``None`` when it fits or cannot be built on ``meta``.
+
+    Raises
+    ------
+    CheckpointError
+        A weights file is an unreadable safetensors file.
+    """
+    held = sum(weights_values(path) for path in weights)
+    needed = values_on_meta(build)
+    if needed is None or needed <= held + CONFIG_SLACK_VALUES:
+        return None
+    return needed, held
+
+
 def check_config_fits_weights(folder: Path, architecture: str, weights: Path, **kwargs: Any) -> None:
     """Refuse a ``config.json`` that describes a larger model than its weights file holds, before
     anything is allocated: the model is built on PyTorch's ``meta`` device (shapes only, no memory)
@@ -275,14 +334,9 @@ def check_config_fits_weights(folder: Path, architecture: str, weights: Path, **
         The model holds more than the file's values plus :data:`CONFIG_SLACK_VALUES`, or the file is
         an unreadable safetensors file.
     """
-    try:
-        with torch.device("meta"):
-            shapes = create_timm_model(architecture, pretrained=False, **kwargs).state_dict()
-    except Exception:  # noqa: BLE001 - not buildable on meta: the real build decides, as before
-        return
-    needed = sum(t.numel() for t in shapes.values())
-    held = weights_values(weights)
-    if needed > held + CONFIG_SLACK_VALUES:
+    beyond = values_beyond_weights(lambda: create_timm_model(architecture, pretrained=False, **kwargs), [weights])
+    if beyond is not None:
+        needed, held = beyond
         raise CheckpointError(
             f"{folder / 'config.json'} describes a {architecture} of {needed / 1e6:,.1f} M values, but "
             f"{weights.name} holds {held / 1e6:,.1f} M: the config does not fit its weights (check model_args: "

@@ -17,6 +17,7 @@ Swin the same way, in :mod:`.hf_swin`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -486,21 +487,26 @@ def load_hf_folder(folder: Path, config: dict, name: str, device: torch.device, 
 MAX_RANDOM_VALUES = 2**31
 
 
+def _config_build(model_class: Any, folder: Path) -> Callable[[], Any]:
+    """A function that builds ``model_class`` from the folder's config (no weights), for
+    :func:`~analysis.model.loading.files.values_on_meta`."""
+    transformers = require_transformers()
+
+    def build():
+        model_config = transformers.AutoConfig.from_pretrained(str(folder))
+        if model_class is transformers.AutoModel:
+            return model_class.from_config(model_config)
+        return model_class._from_config(model_config)
+
+    return build
+
+
 def _values_on_meta(model_class: Any, folder: Path) -> int | None:
     """The values (parameters and buffers) of ``model_class`` built from the folder's config on
     PyTorch's ``meta`` device (shapes only, no memory); None when it cannot be built there."""
-    transformers = require_transformers()
-    try:
-        model_config = transformers.AutoConfig.from_pretrained(str(folder))
-        with torch.device("meta"):
-            built = (
-                model_class.from_config(model_config)
-                if model_class is transformers.AutoModel
-                else model_class._from_config(model_config)
-            )
-        return sum(t.numel() for t in built.state_dict().values())
-    except Exception:  # noqa: BLE001 - not buildable on meta: the real load decides
-        return None
+    from .files import values_on_meta
+
+    return values_on_meta(_config_build(model_class, folder))
 
 
 def check_hf_config_fits_weights(folder: Path, model_class: Any) -> None:
@@ -528,14 +534,14 @@ def check_hf_config_fits_weights(folder: Path, model_class: Any) -> None:
     CheckpointError
         The model holds more than the weights plus the slack, or a safetensors header is unreadable.
     """
-    from .files import CONFIG_SLACK_VALUES, weights_values
+    from .files import values_beyond_weights
 
     weights = sorted(folder.glob("*.safetensors")) or [p for p in (folder / "pytorch_model.bin",) if p.is_file()]
     if not weights:  # nothing to compare with: transformers' own load says what is missing
         return
-    held = sum(weights_values(path) for path in weights)
-    needed = _values_on_meta(model_class, folder)
-    if needed is not None and needed > held + CONFIG_SLACK_VALUES:
+    beyond = values_beyond_weights(_config_build(model_class, folder), weights)
+    if beyond is not None:
+        needed, held = beyond
         raise CheckpointError(
             f"{folder / 'config.json'} describes a model of {needed / 1e6:,.1f} M values, but its weights hold "
             f"{held / 1e6:,.1f} M: the config does not fit its weights (check num_hidden_layers, hidden_size, ...). "
