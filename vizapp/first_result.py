@@ -19,20 +19,45 @@ from pathlib import Path
 import streamlit as st
 import streamlit.components.v1 as components
 
-__all__ = ["HOLD_LIMIT_S", "PAGE_DIR", "SlowSectionsHeld", "hold_slow_sections", "holding", "release_after_limit"]
+__all__ = [
+    "HOLD_LIMIT_S",
+    "PAGE_DIR",
+    "RUNNING_PAGE",
+    "SlowSectionsHeld",
+    "hold_slow_sections",
+    "holding",
+    "note_running_page",
+    "release_after_limit",
+]
 
 PAGE_DIR = Path(__file__).resolve().parent / "first_result_page"
 _watcher = components.declare_component("first_result", path=str(PAGE_DIR))
 HOLD_LIMIT_S = 8.0  # the slow sections come after this long even if nothing reports (a failed iframe)
 
 
+RUNNING_PAGE = "_first_result_running_page"  # session key: the page of the session's latest full run
+
+
+def note_running_page(page: str) -> None:
+    """Record the page a full run of the app is about to run (``app.py``, before ``page.run()``),
+    for :func:`release_after_limit`."""
+    st.session_state[RUNNING_PAGE] = page
+
+
 def release_after_limit(drawn: str, since: float) -> None:
     """A held page's fallback: a fragment that runs with the page, then every :data:`HOLD_LIMIT_S`,
     and once the hold (begun at ``since``, ``time.monotonic()``) has lasted that long without the
-    browser reporting, marks ``st.session_state[drawn]`` and reruns the whole app in full."""
+    browser reporting, marks ``st.session_state[drawn]`` and reruns the whole app in full, on the
+    held page: so only while the session is still there. A visitor who clicked another page meanwhile
+    has started a full run of it (:func:`note_running_page`), and a rerun of the held page would take
+    them back (Streamlit reruns the page of the fragment, and its newest rerun request wins): 8
+    visitors clicking a page a second lost the last click that way (tests/test_load.py)."""
+    held_on = st.session_state.get(RUNNING_PAGE)
 
     @st.fragment(run_every=HOLD_LIMIT_S)
     def release() -> None:
+        if st.session_state.get(RUNNING_PAGE) != held_on:
+            return  # the visitor went to another page: its run comes, not this one's
         if not st.session_state.get(drawn) and time.monotonic() - since >= HOLD_LIMIT_S:
             st.session_state[drawn] = True
             st.rerun(scope="app")
