@@ -46,10 +46,17 @@ def test_the_view_draws_before_plotly_and_the_code_highlighter_load_and_then_the
     assert page.get_by_text("Reproduce in Python").count() == 1
     chunks = page.evaluate(CHART_CHUNKS)
     assert len(chunks) == 2, chunks  # both were needed in the end
-    for name, requested in chunks:
-        assert requested > painted, (
-            f"{name} was requested {requested:.0f} ms after opening, before the view drew ({painted:.0f} ms)"
-        )
+    from vizapp.attention_view import HOLD_LIMIT_S
+
+    # The hold lasts at most HOLD_LIMIT_S from the page's first run, which comes after the
+    # navigation: a view that drew within that long of the navigation drew inside the hold, and
+    # plotly must have waited for it. A view slower than that (a CI machine under load once took
+    # 24 s) is released by design (test_the_charts_come_even_if_the_view_never_draws).
+    if painted < HOLD_LIMIT_S * 1000:
+        for name, requested in chunks:
+            assert requested > painted, (
+                f"{name} was requested {requested:.0f} ms after opening, before the view drew ({painted:.0f} ms)"
+            )
     assert page.get_by_text("The chart follows as soon as the view above has drawn.").count() == 0
     assert_no_exception(page, "the Attention page after its first paint")
 
