@@ -233,8 +233,8 @@ def test_ci_run_stops_when_the_venv_cannot_be_made(tmp_path):
 
 
 def test_a_side_venv_that_fails_stops_its_job_and_fails_the_run(tmp_path):
-    """The minimum-versions job starts as soon as its venv is made (beside the README's tests); a venv
-    that cannot be made leaves its job unrun, named, and fails the run; the other jobs still run."""
+    """A side venv that cannot be made leaves its job unrun, named, and fails the run; the other jobs
+    still run."""
     result, calls = _fake_machine(tmp_path, fail="-r .ci/min-versions.txt")
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(r"^min-venv\s+3\s", result.stdout, re.M) and re.search(r"^min-versions\s+1\s", result.stdout, re.M)
