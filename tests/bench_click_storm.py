@@ -47,7 +47,7 @@ def _path(url: str) -> str:
     return url.split("?")[0].split("/", 3)[-1].strip("/") if url.count("/") >= 3 else ""
 
 
-async def _visitor(browser, url: str, index: int, seconds: float, seed: int) -> dict:
+async def _visitor(browser, url: str, index: int, seconds: float, seed: int, settle_s: float) -> dict:
     rng = random.Random(seed * 1000 + index)
     context = await browser.new_context(viewport={"width": 1280, "height": 1000})
     page = await context.new_page()
@@ -69,9 +69,11 @@ async def _visitor(browser, url: str, index: int, seconds: float, seed: int) -> 
         clicked = time.monotonic()
         header = HEADERS.get(last, last)
         try:
-            await page.locator("h2", has_text=header).first.wait_for(timeout=120_000)
+            await page.locator("h2", has_text=header).first.wait_for(timeout=settle_s * 1000)
             await page.wait_for_function(
-                "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=120_000
+                "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                polling=200,
+                timeout=settle_s * 1000,
             )
             result["ended_on_last"] = _path(page.url) == PAGES[last]
         except Exception:  # noqa: BLE001 - a page that never came is the finding
@@ -84,13 +86,13 @@ async def _visitor(browser, url: str, index: int, seconds: float, seed: int) -> 
     return result
 
 
-async def _storm(url: str, sessions: int, seconds: float, seed: int) -> list[dict]:
+async def _storm(url: str, sessions: int, seconds: float, seed: int, settle_s: float) -> list[dict]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            return await asyncio.gather(*(_visitor(browser, url, i, seconds, seed) for i in range(sessions)))
+            return await asyncio.gather(*(_visitor(browser, url, i, seconds, seed, settle_s) for i in range(sessions)))
         finally:
             await browser.close()
 
@@ -100,11 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=180.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=300.0,
+        help="seconds a session may take to show its last click once the clicks stop",
+    )
     parser.add_argument("--log", type=Path, default=Path("artifacts/click_storm_streamlit.log"))
     args = parser.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
     with streamlit_server(args.log) as (url, process):
-        results = asyncio.run(_storm(url, args.sessions, args.seconds, args.seed))
+        results = asyncio.run(_storm(url, args.sessions, args.seconds, args.seed, args.settle))
         alive = process.poll() is None
     for row in results:
         print(row)

@@ -16,6 +16,13 @@ Two measurements, each from the navigation's start (``performance.now()`` in the
   instant view's canvas painted (its ``attentionView.paints``) or an image of the page's main area
   loaded (e.g. a perturbed input with its prediction); ``complete``: the script run finished (the
   sidebar's server time shown and no running indicator for 1.5 s).
+* **Each page, reached by a click** (``--click``): for each model and image, one session opens the
+  Attention page and waits until its run is over; then it clicks every other page in the sidebar
+  in turn, as a visitor moves through the app. ``first result``: from the click to the first
+  result of the new page drawn (a chart, image or instant view of its own run: the previous page's
+  elements, which Streamlit marks stale until the new run replaces them, do not count);
+  ``complete``: from the click to the end of its run. The new session's start (the app's
+  JavaScript, the websocket) is in the first measurement and not in this one.
 * **First open after a server start**: a fresh server (``--start`` launchers: ``streamlit``, i.e.
   ``python -m streamlit run vizapp/app.py``, and ``cli``, the ``vit-explorer`` command), the default
   page opened ``--settle`` seconds after the server first answers; for the bundled demo and, as the
@@ -115,6 +122,142 @@ def _views_painted(page) -> list[float]:
             if (at := frame.evaluate(VIEW_PAINTED)) is not None:
                 painted.append(at)
     return painted
+
+
+# Installed in the page just before a click: when the clicked page's header (``title``) is drawn by
+# the new run and, after it, its first result (not a stale element of the previous page).
+AFTER_CLICK = r"""(title) => {
+  const now = () => performance.timeOrigin + performance.now();
+  const fresh = (el) => { const c = el.closest('[data-testid="stElementContainer"]'); return !c || c.getAttribute('data-stale') !== 'true'; };
+  const m = {t0: now(), header: null, first: null, kind: null};
+  window.__click = m;
+  const check = () => {
+    if (m.header === null) {
+      for (const h of document.querySelectorAll('[data-testid="stMain"] h2')) {
+        if (h.textContent.trim() === title && fresh(h)) { m.header = now(); break; }
+      }
+    }
+    if (m.header !== null && m.first === null) {
+      for (const svg of document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg')) {
+        if (fresh(svg)) { m.first = now(); m.kind = 'chart'; break; }
+      }
+      for (const img of document.querySelectorAll('[data-testid="stMain"] [data-testid="stImage"] img')) {
+        if (m.first === null && img.complete && img.naturalWidth && fresh(img)) { m.first = now(); m.kind = 'image'; }
+      }
+    }
+    if (m.first === null) requestAnimationFrame(check);
+  };
+  requestAnimationFrame(check);
+  return m.t0;
+}"""
+#: a page whose header is not its title in the navigation
+HEADERS = {"Rollout": "Attention rollout"}
+QUIET_S = 1.5  # a run is over once no status widget has shown for this long
+
+
+def _wait_quiet(page, since: float, deadline: float) -> None:
+    """Wait until no run has been busy for :data:`QUIET_S` (the page's ``__marks``), after ``since``."""
+    while True:
+        page.wait_for_timeout(200)
+        busy = page.evaluate("() => (window.__marks ? window.__marks.busy : 0)")
+        clock = page.evaluate("() => performance.timeOrigin + performance.now()")
+        if clock - max(busy, since) > QUIET_S * 1000 and not page.evaluate(
+            "() => !!document.querySelector('iframe[title*=\"first_result\"]')"
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still running after {OPEN_TIMEOUT_S} s")
+
+
+def click_through(browser, url: str, pages: list[tuple[str, str]]) -> dict[str, dict]:
+    """One session: open ``url`` (the Attention page), then click each of ``pages`` in the sidebar;
+    per page title, the first result and the end of its run in s since the click."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1100})
+    context.add_init_script(MARKS)
+    page = context.new_page()
+    page.set_default_timeout(OPEN_TIMEOUT_S * 1000)
+    results = {}
+    try:
+        page.goto(url)
+        page.wait_for_selector("[data-testid='stSidebarNav'] a")
+        _wait_quiet(page, 0, time.monotonic() + OPEN_TIMEOUT_S)
+        nav = page.locator("[data-testid='stSidebarNav']")
+        for _path, title in pages:
+            link = nav.get_by_role("link", name=title, exact=True)
+            if not link.is_visible():  # under the navigation's "View more"
+                nav.get_by_role("button").filter(has_text="View").first.click()
+            t0 = page.evaluate(AFTER_CLICK, HEADERS.get(title, title))
+            link.click()
+            deadline = time.monotonic() + OPEN_TIMEOUT_S
+            while True:
+                page.wait_for_timeout(100)
+                m = page.evaluate("() => window.__click")
+                views = [at for at in _views_painted(page) if at > t0]
+                if m["first"] is not None or views or time.monotonic() > deadline:
+                    break
+                if (
+                    m["header"] is not None
+                    and page.evaluate(FINISHED)
+                    and time.monotonic() > deadline - OPEN_TIMEOUT_S + NOTHING_DRAWN_S
+                ):
+                    break  # the run ended with nothing drawn (a page that refused)
+            _wait_quiet(page, t0, deadline)
+            m = page.evaluate("() => window.__click")
+            views = [at for at in _views_painted(page) if at > t0]
+            candidates = [(at, "view") for at in views] + ([(m["first"], m["kind"])] if m["first"] else [])
+            first, kind = min(candidates) if candidates else (None, None)
+            busy = page.evaluate("() => window.__marks.busy")
+            results[title] = {
+                "first": (first - t0) / 1000 if first is not None else None,
+                "kind": kind,
+                "complete": (max(busy, first or 0) - t0) / 1000,
+            }
+    finally:
+        context.close()
+    return results
+
+
+def bench_clicks(
+    browser, versions: dict[str, Path], models: list[str], pages: list[tuple[str, str]], repeats: int, log_dir: Path
+) -> list[str]:
+    lines = [
+        "Each page reached by a click, warm server: first result / complete, s since the click (median / max over "
+        f"{repeats} images, one session per image)",
+        "| page | model | version | first result | complete | drawn first |",
+        "|---|---|---|---|---|---|",
+    ]
+    clicked = [(path, title) for path, title in pages if path]  # the sessions start on the Attention page
+    for model in models:
+        params = model_params(model)
+        with contextlib.ExitStack() as stack:
+            urls = {}
+            for name, repo in versions.items():
+                log = log_dir / f"bench_first_result_click_{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
+                urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
+            images = IMAGES[:repeats]
+            for _name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
+                for image in images:
+                    open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
+            results = {(title, name): [] for _path, title in clicked for name in urls}
+            for image in images:
+                for name, url in urls.items():
+                    opened = click_through(
+                        browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}", clicked
+                    )
+                    for title, result in opened.items():
+                        results[title, name].append(result)
+            for _path, title in clicked:
+                for name in urls:
+                    opened = results[title, name]
+                    firsts = [o["first"] for o in opened if o["first"] is not None]
+                    kinds = sorted({o["kind"] for o in opened if o["kind"]})
+                    line = (
+                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
+                        f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
+                    )
+                    lines.append(line)
+                    print(line, flush=True)
+    return lines
 
 
 def open_once(browser, url: str) -> dict:
@@ -255,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--start", default="streamlit,cli", help="launchers for the first open after a start")
     parser.add_argument("--settle", default="0,20", help="seconds between the server's first answer and the open")
+    parser.add_argument(
+        "--click",
+        action="store_true",
+        help="reach each page by a click in one session instead of a new session per page",
+    )
     options = parser.parse_args(argv)
     if not 1 <= options.repeats <= len(IMAGES):
         parser.error(f"--repeats must be 1 to {len(IMAGES)}")
@@ -277,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             if models and pages:
-                lines += bench_pages(browser, versions, models, pages, options.repeats, log_dir)
+                bench = bench_clicks if options.click else bench_pages
+                lines += bench(browser, versions, models, pages, options.repeats, log_dir)
             if start_models:
                 lines += bench_starts(
                     browser,

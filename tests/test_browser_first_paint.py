@@ -6,6 +6,8 @@ thread with the page, and plotly's bundle (4.7 MB) and the code highlighter (1.5
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS
@@ -62,11 +64,12 @@ def test_the_view_draws_before_plotly_and_the_code_highlighter_load_and_then_the
 
 
 def test_the_charts_come_even_if_the_view_never_draws(fresh_page, server):
-    """The view's page fails to load: after the hold's limit the page draws its charts anyway."""
+    """The view's data never arrives, so it draws nothing: after the hold's limit the view reports
+    anyway (its own timer in the browser) and the page draws its charts."""
     from vizapp.attention_view import HOLD_LIMIT_S
 
     page = fresh_page
-    page.route("**/component/**attention_view**", lambda route: route.abort())
+    page.route("**/*.bin", lambda route: route.abort())  # the view's data file (vizapp.attention_view.served)
     page.goto(server)
     page.get_by_text("The chart follows as soon as the view above has drawn.").wait_for()
     page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=(HOLD_LIMIT_S + 60) * 1000)
@@ -123,12 +126,21 @@ def test_why_this_class_draws_its_cheapest_map_first_and_the_other_maps_and_curv
     assert_no_exception(page, "the Why this class? page after its first result")
 
 
+def _blind_watcher(route) -> None:
+    """The watcher's page, unable to see any result on screen (its ``drawn`` always false)."""
+    response = route.fetch()
+    text = response.text()
+    assert "function drawn(doc) {" in text
+    route.fulfill(response=response, body=text.replace("function drawn(doc) {", "function drawn(doc) { return false;"))
+
+
 def test_the_slow_sections_come_even_if_nothing_reports_the_first_result(fresh_page, server):
-    """The watcher's page fails to load: after the hold's limit the page runs in full anyway."""
+    """The watcher never sees the first result: after the hold's limit it reports anyway (its own
+    timer in the browser) and the page runs in full."""
     from vizapp.first_result import HOLD_LIMIT_S
 
     page = fresh_page
-    page.route("**/component/**first_result**", lambda route: route.abort())
+    page.route(re.compile(r"/component/[^/?]*first_result[^/?]*/index\.html"), _blind_watcher)
     page.goto(server + "/explain")
     page.get_by_text(HELD).wait_for()
     page.get_by_text("Deletion and insertion").first.wait_for(timeout=(HOLD_LIMIT_S + 90) * 1000)

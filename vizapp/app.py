@@ -26,7 +26,7 @@ from streamlit.errors import StreamlitAPIException  # noqa: E402
 from analysis.base.assets import asset_path  # noqa: E402
 from analysis.plots import COLORSCALES, MAP_RANGES  # noqa: E402
 from vizapp import inputs, url_state, views  # noqa: E402
-from vizapp.first_result import SlowSectionsHeld, note_running_page  # noqa: E402
+from vizapp.first_result import SlowSectionsHeld  # noqa: E402
 from vizapp.resources import memory_note  # noqa: E402
 from vizapp.state import CURATED_MODELS, MAP_CELLS, keep_page_state, kept_key, render_sidebar  # noqa: E402
 from vizapp.ui import QUERY_LABELS, PageRefused  # noqa: E402
@@ -62,7 +62,6 @@ current = render_sidebar()
 uploaded = st.session_state.get("image_upload") is not None
 url_state.publish(st.query_params, session, current.model, uploaded, page_keys)
 timing = st.sidebar.empty()
-note_running_page(page.url_path)
 try:
     page.run()
 except PageRefused:  # the page showed why the library refused it (ui.refuse_page)

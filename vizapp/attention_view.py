@@ -18,7 +18,10 @@ First paint (:func:`hold_for_first_paint`): the view's iframe shares the browser
 the page, and plotly's bundle (4.7 MB of JavaScript), its charts and the code highlighter (1.5 MB)
 held it for 1.5–2 s on a 2-core machine before the view could draw. So the first time a session
 opens the page, the page sends the view first and its other charts once the view reports
-``{"event": "drawn"}`` (or after :data:`HOLD_LIMIT_S`, should it never report).
+``{"event": "drawn"}``; the view reports anyway after :data:`HOLD_LIMIT_S` should no map come (its
+data never arrived). The limit is kept by the browser, never by a rerun from the server: a rerun the
+server asks for takes the place of a click the visitor made meanwhile (Streamlit's newest rerun
+request names the page), which lost clicks under load.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from analysis.views.attention_view import (
     windowed_view_bytes,
 )
 from vizapp import limits, resources
-from vizapp.first_result import HOLD_LIMIT_S, release_after_limit
+from vizapp.first_result import HOLD_LIMIT_S
 from vizapp.layer_grids import layer_cell_to_query_patch
 
 if TYPE_CHECKING:  # for an annotation only
@@ -80,15 +83,14 @@ def hold_for_first_paint(shown: bool) -> bool:
     """Whether the page should send only the view now and its plotly charts and code block once
     the view has drawn: the first time this session shows a view (``shown``) in a browser. Without
     a browser (no request headers: AppTest, a script) nothing would report, so nothing is held.
-    Holds at most :data:`HOLD_LIMIT_S` (a fragment timer then reruns the page)."""
+    Holds at most :data:`HOLD_LIMIT_S`: the view reports by then, drawn or not, and any later run
+    of the page releases the hold (should the view's page itself never load)."""
     if not shown or st.session_state.get(DRAWN) or not st.context.headers:
         return False
     since = st.session_state.setdefault(HELD_SINCE, time.monotonic())
     if time.monotonic() - since >= HOLD_LIMIT_S:
         st.session_state[DRAWN] = True
         return False
-
-    release_after_limit(DRAWN, since)
     return True
 
 
@@ -252,6 +254,7 @@ def page_view(
             key=key,
             on_change=follow_view(key, patches=spec.num_patches, layers=spec.num_layers, heads=spec.num_heads),
             report_drawn=held,
+            drawn_limit_s=HOLD_LIMIT_S,
             note="" if held else None,
             left_out=cur.outliers,
             hide_left_out=cur.hide_outliers,
@@ -278,7 +281,7 @@ def page_view(
                 heads=geometry.num_heads,
                 to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell),
             ),
-            **{**args, "report_drawn": held},
+            **{**args, "report_drawn": held, "drawn_limit_s": HOLD_LIMIT_S},
         )
     st.caption(
         "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch of the layer's "

@@ -7,8 +7,13 @@ so nothing shows until the analyses are done. So the first time a session opens 
 page draws its cheap part (the prediction, a first map) and ends its run there
 (:func:`hold_slow_sections`); a zero-height component (``vizapp/first_result_page``) watches the
 page and reports once a result is on screen, and the page then runs in full, its slow sections
-below the first result with their progress. At most :data:`HOLD_LIMIT_S` (a fragment timer then
-reruns the page), and never without a browser (AppTest, a script), so the numbers never change.
+below the first result with their progress. At most :data:`HOLD_LIMIT_S` (the watcher reports by
+then, result or not), and never without a browser (AppTest, a script), so the numbers never change.
+
+The limit is kept in the browser, never by a rerun the server asks for (a fragment timer once did):
+Streamlit folds the rerun requests that arrive during a run into one, and the newest names the page,
+so a rerun of the held page that came after a visitor's click took the visitor back to it (a click
+storm of eight visitors lost last clicks that way; ``tests/bench_click_storm.py``).
 """
 
 from __future__ import annotations
@@ -22,47 +27,14 @@ import streamlit.components.v1 as components
 __all__ = [
     "HOLD_LIMIT_S",
     "PAGE_DIR",
-    "RUNNING_PAGE",
     "SlowSectionsHeld",
     "hold_slow_sections",
     "holding",
-    "note_running_page",
-    "release_after_limit",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "first_result_page"
 _watcher = components.declare_component("first_result", path=str(PAGE_DIR))
-HOLD_LIMIT_S = 8.0  # the slow sections come after this long even if nothing reports (a failed iframe)
-
-
-RUNNING_PAGE = "_first_result_running_page"  # session key: the page of the session's latest full run
-
-
-def note_running_page(page: str) -> None:
-    """Record the page a full run of the app is about to run (``app.py``, before ``page.run()``),
-    for :func:`release_after_limit`."""
-    st.session_state[RUNNING_PAGE] = page
-
-
-def release_after_limit(drawn: str, since: float) -> None:
-    """A held page's fallback: a fragment that runs with the page, then every :data:`HOLD_LIMIT_S`,
-    and once the hold (begun at ``since``, ``time.monotonic()``) has lasted that long without the
-    browser reporting, marks ``st.session_state[drawn]`` and reruns the whole app in full, on the
-    held page: so only while the session is still there. A visitor who clicked another page meanwhile
-    has started a full run of it (:func:`note_running_page`), and a rerun of the held page would take
-    them back (Streamlit reruns the page of the fragment, and its newest rerun request wins): 8
-    visitors clicking a page a second lost the last click that way (tests/test_load.py)."""
-    held_on = st.session_state.get(RUNNING_PAGE)
-
-    @st.fragment(run_every=HOLD_LIMIT_S)
-    def release() -> None:
-        if st.session_state.get(RUNNING_PAGE) != held_on:
-            return  # the visitor went to another page: its run comes, not this one's
-        if not st.session_state.get(drawn) and time.monotonic() - since >= HOLD_LIMIT_S:
-            st.session_state[drawn] = True
-            st.rerun(scope="app")
-
-    release()
+HOLD_LIMIT_S = 8.0  # the slow sections come after this long even if no result is seen on screen
 
 
 class SlowSectionsHeld(Exception):
@@ -90,8 +62,10 @@ def holding(page: str) -> bool:
 def hold_slow_sections(page: str, follows: str, *, held: bool | None = None) -> None:
     """End this run of ``page`` here when it is ``held`` (default: :func:`holding`; a page that
     drew less because it was held passes what it decided): say what ``follows``, watch for the
-    first result on screen and rerun the page in full once it is (or after :data:`HOLD_LIMIT_S`).
-    Call it after the page's first result; otherwise it returns and the page goes on."""
+    first result on screen and rerun the page in full once it is (or once the rest of
+    :data:`HOLD_LIMIT_S` has passed, by the watcher's timer in the browser; should the watcher's
+    page itself never load, the page's next run is in full). Call it after the page's first
+    result; otherwise it returns and the page goes on."""
     if not (holding(page) if held is None else held):
         return
     drawn = _drawn_key(page)
@@ -104,7 +78,6 @@ def hold_slow_sections(page: str, follows: str, *, held: bool | None = None) -> 
             st.session_state[drawn] = True
 
     st.caption(f":material/hourglass_top: {follows}")
-    _watcher(key=key, default=None, on_change=on_change)
-
-    release_after_limit(drawn, since)
+    left_s = max(0.0, HOLD_LIMIT_S - (time.monotonic() - since))
+    _watcher(key=key, default=None, on_change=on_change, limit_ms=round(1000 * left_s))
     raise SlowSectionsHeld

@@ -484,6 +484,7 @@ def view_args(
     fixed_range: tuple[float, float] | None = None,
     columns: bool = True,
     report_drawn: bool = False,
+    drawn_limit_s: float = 8.0,
     report_head: bool = True,
     left_out=(),
     hide_left_out: bool = False,
@@ -544,7 +545,11 @@ def view_args(
         Whether to offer the "who looks at this patch" toggle (not for maps that are not attention).
     report_drawn : bool, default False
         Report ``{"event": "drawn"}`` once the first map is on the canvas (the app holds its other charts
-        back until then).
+        back until then), or ``{"event": "drawn", "late": true}`` after ``drawn_limit_s`` when no map
+        came (its data never arrived).
+    drawn_limit_s : float, default 8.0
+        With ``report_drawn``: the seconds after the first render within which the page reports,
+        drawn or not (the browser's own timer).
     report_head : bool, default True
         Whether a head step is reported (a page with a Head box follows it; there is nothing to step
         without heads, ``heads = 0``).
@@ -597,6 +602,7 @@ def view_args(
         report_layer=bool(report_layer),
         shared_name=shared_name,
         report_drawn=bool(report_drawn),
+        drawn_limit_s=float(drawn_limit_s),
         report_head=bool(report_head) and heads > 0,
         opacity=float(opacity),
         max_height=int(max_height),
