@@ -6,12 +6,13 @@ Starts ``streamlit run vizapp/app.py`` (the demo model), opens ``--sessions`` Ch
 once right after the server answers, and has each click a page link of the sidebar every second for
 ``--seconds`` seconds (a seeded random page other than the one it is on). After each click it counts
 an exception on screen; at the end each session must show the page it clicked last (its URL path and
-its header) once its run is over. Prints, per session, the clicks, the exceptions seen, whether it
-ended on its last click, and the seconds that took after the last click; exits 1 if any session
-lost its last click or showed an exception.
+its header) once its run is over (no running indicator for 2 s). Prints, per session, the clicks,
+the exceptions seen, whether it ended on its last click, and the seconds its runs went on after the
+last click; exits 1 if any session lost its last click, was still running ``--settle`` seconds
+after it, or showed an exception, or if the server died.
 
-A benchmark, not a test: the suite's load test (``tests/test_load.py``) clicks seven pages a
-second in eight sessions; this runs the issue's three minutes.
+Not in the README's tests (six minutes of two cores); CI runs it as a step of its own, alone on
+the machine, after every other step (``.ci/run``: ``click-storm``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ PAGES = {
     "Attention distance": "distance",
 }
 HEADERS = {"Rollout": "Attention rollout"}  # a page whose header is not its label
+# True once Streamlit's running indicator has been absent for 2 s in a row (window.__quietSince reset before)
+QUIET = """() => {
+  const now = performance.now();
+  if (document.querySelector('[data-testid="stStatusWidget"]')) { window.__quietSince = null; return false; }
+  if (window.__quietSince === null || window.__quietSince === undefined) window.__quietSince = now;
+  return now - window.__quietSince > 2000;
+}"""
 
 
 def _path(url: str) -> str:
@@ -52,7 +60,14 @@ async def _visitor(browser, url: str, index: int, seconds: float, seed: int, set
     context = await browser.new_context(viewport={"width": 1280, "height": 1000})
     page = await context.new_page()
     page.set_default_timeout(180_000)
-    result = {"session": index, "clicks": 0, "exceptions": 0, "ended_on_last": False, "settle_s": None}
+    result = {
+        "session": index,
+        "clicks": 0,
+        "exceptions": 0,
+        "ended_on_last": False,
+        "settled": False,
+        "settle_s": None,
+    }
     try:
         await page.goto(url)
         await page.wait_for_selector("[data-testid='stSidebarNav'] a")
@@ -68,17 +83,17 @@ async def _visitor(browser, url: str, index: int, seconds: float, seed: int, set
             result["exceptions"] += await page.locator("[data-testid='stException']").count()
         clicked = time.monotonic()
         header = HEADERS.get(last, last)
-        try:
+        try:  # the run is over: no running indicator for 2 s in a row
             await page.locator("h2", has_text=header).first.wait_for(timeout=settle_s * 1000)
-            await page.wait_for_function(
-                "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                polling=200,
-                timeout=settle_s * 1000,
-            )
-            result["ended_on_last"] = _path(page.url) == PAGES[last]
-        except Exception:  # noqa: BLE001 - a page that never came is the finding
-            result["ended_on_last"] = False
+            await page.evaluate("() => { window.__quietSince = null; }")
+            await page.wait_for_function(QUIET, polling=200, timeout=settle_s * 1000)
+            result["settled"] = True
+        except Exception:  # noqa: BLE001 - still running at the limit: reported as slow
+            result["settled"] = False
         result["settle_s"] = round(time.monotonic() - clicked, 1)
+        result["ended_on_last"] = (
+            _path(page.url) == PAGES[last] and await page.locator("h2", has_text=header).count() > 0
+        )
         result["last"], result["shown"] = last, _path(page.url) or "(attention)"
         result["exceptions"] += await page.locator("[data-testid='stException']").count()
     finally:
@@ -117,13 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     for row in results:
         print(row)
     lost = [r["session"] for r in results if not r["ended_on_last"]]
+    slow = [r["session"] for r in results if not r["settled"]]
     exceptions = sum(r["exceptions"] for r in results)
+    settled = [r["settle_s"] for r in results if r["settled"]]
     print(
         f"{len(results)} sessions, {sum(r['clicks'] for r in results)} clicks in {args.seconds:.0f} s: "
-        f"{len(lost)} ended elsewhere than their last click {lost}, {exceptions} exceptions seen, "
-        f"server {'alive' if alive else 'dead'}"
+        f"{len(lost)} ended elsewhere than their last click {lost}, {len(slow)} still running "
+        f"{args.settle:.0f} s after it {slow}, {exceptions} exceptions seen, server {'alive' if alive else 'dead'}; "
+        f"runs over {max(settled, default=float('nan')):.0f} s at most after the last click"
     )
-    return 0 if not lost and not exceptions and alive else 1
+    return 0 if not lost and not slow and not exceptions and alive else 1
 
 
 if __name__ == "__main__":

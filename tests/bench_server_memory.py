@@ -56,7 +56,6 @@ async def _visitor(browser, url: str, params: dict, timeout_s: float) -> dict:
     began = time.monotonic()
     try:
         await page.goto(f"{url}/?{urllib.parse.urlencode(params)}")
-        await page.locator("h2", has_text="Attention").first.wait_for()
         await page.wait_for_function(
             "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
             " && (document.querySelector('[data-testid=\"stPlotlyChart\"] .main-svg')"
@@ -68,7 +67,7 @@ async def _visitor(browser, url: str, params: dict, timeout_s: float) -> dict:
         said = (await alert.first.inner_text())[:140].replace("\n", " ") if await alert.count() else ""
         exceptions = await page.locator("[data-testid='stException']").count()
         return {
-            "model": params["model"],
+            "model": params.get("model", "demo"),
             "s": round(time.monotonic() - began, 1),
             "alert": said,
             "exceptions": exceptions,
@@ -91,7 +90,7 @@ async def _visit(url: str, visits: list[dict], timeout_s: float) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-mb", type=int, default=2048, help="VIZAPP_MEMORY_MB for the server")
-    parser.add_argument("--slack-mb", type=int, default=1024, help="what the budget does not count (see above)")
+    parser.add_argument("--slack-mb", type=int, default=512, help="what the budget does not count (see above)")
     parser.add_argument("--rest", type=float, default=20.0, help="seconds after the visitors leave")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a session may take")
     parser.add_argument("--log", type=Path, default=Path("artifacts/server_memory_streamlit.log"))

@@ -332,3 +332,46 @@ def test_eight_models_keep_the_processs_memory_under_the_budget_and_it_falls_bac
     print(f"RSS at the start {start:.0f} MiB, peak {peak:.0f} MiB, after the store let go {end:.0f} MiB")
     assert peak - start < budget / 2**20 + slack, (start, peak)
     assert end - start < slack, (start, end)
+
+
+def test_models_asked_for_at_once_are_built_one_at_a_time(monkeypatch):
+    """Sessions opening different models at the same moment build them one after another: a model
+    being built is not in the store yet, so builds side by side would each hold a model beside the
+    budget (eight ViT-B at once: +2.9 GiB at the peak under 2 GiB; tests/bench_server_memory.py).
+    Every model still arrives, each built once."""
+    import threading
+    import time
+
+    from vizapp import resources
+    from vizapp.refs import ModelRef
+
+    resources.memory_store().clear()
+    building, most, built = [0], [0], []
+    count = threading.Lock()
+    real_load = resources.load_vit
+
+    def slow_load(*args, **kwargs):
+        with count:
+            building[0] += 1
+            most[0] = max(most[0], building[0])
+        time.sleep(0.2)  # long enough for every other thread to arrive meanwhile
+        try:
+            vit = real_load(*args, **kwargs)
+            built.append(kwargs.get("img_size"))
+            return vit
+        finally:
+            with count:
+                building[0] -= 1
+
+    monkeypatch.setattr(resources, "load_vit", slow_load)
+    refs = [ModelRef("vit_tiny_patch16_224", pretrained=False, img_size=32 + 16 * i) for i in range(4)]
+    models = {}
+    threads = [threading.Thread(target=lambda r=r: models.update({r: resources.get_model(r)})) for r in refs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1, f"{most[0]} models were built at the same time"
+    assert sorted(built) == [32, 48, 64, 80]
+    assert [models[r].spec.img_size for r in refs] == [(32, 32), (48, 48), (64, 64), (80, 80)]
+    resources.memory_store().clear()

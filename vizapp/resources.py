@@ -27,6 +27,7 @@ forward pass is cached, and so are the small per-query arrays derived from it.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -63,10 +64,17 @@ def get_model(ref: ModelRef) -> analysis.LoadedViT:
     return memory_store().get(("model", ref), lambda: _load_model(ref))
 
 
+#: one model built at a time, whatever the number of sessions: the store bounds what is kept, but a
+#: model being built is not in it yet, so eight visitors opening eight ViT-B at once held eight models
+#: beside the budget (tests/bench_server_memory.py: +2.9 GiB at the peak under a 2 GiB budget)
+_BUILDING = threading.Lock()
+
+
 def _load_model(ref: ModelRef) -> analysis.LoadedViT:
     check_source(ref.source, pretrained=ref.pretrained)
     kwargs = {"img_size": ref.img_size} if ref.img_size else {}
-    vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
+    with _BUILDING:
+        vit = load_vit(ref.source, pretrained=ref.pretrained, arch=ref.arch or None, **kwargs)
     held = model_bytes(vit)
     if held > MEMORY_BUDGET_BYTES:
         raise MemoryBudgetError(
