@@ -35,7 +35,7 @@ POST_NORM_WARNING = (
 )
 
 
-def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
+def fuse_heads(attention: torch.Tensor, head_fusion: str, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Fuse the heads (dim 1) by their mean, max or min.
 
     Parameters
@@ -45,11 +45,14 @@ def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
         ``(B, heads, windows, Wt, Wt)`` (:func:`analysis.records.token_matrix.layer_heads`).
     head_fusion : str
         ``"mean"``, ``"max"`` or ``"min"`` (:data:`HEAD_FUSIONS`).
+    dtype : torch.dtype or None, default None
+        The result's dtype (the mean accumulated in it), without a converted copy of every head
+        first; ``None``, ``attention``'s.
 
     Returns
     -------
     torch.Tensor
-        ``attention`` without its head axis: ``(B, T, T)`` (``(B, windows, Wt, Wt)``), same dtype.
+        ``attention`` without its head axis: ``(B, T, T)`` (``(B, windows, Wt, Wt)``), in ``dtype``.
 
     Raises
     ------
@@ -57,11 +60,16 @@ def fuse_heads(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
         An unknown ``head_fusion``.
     """
     if head_fusion == "mean":
-        return attention.mean(dim=1)
+        if dtype is None or dtype == attention.dtype:
+            return attention.mean(dim=1)
+        total = attention[:, 0].to(dtype)  # head by head: a converted copy of one head at a time
+        for head in range(1, attention.shape[1]):
+            total += attention[:, head]
+        return total / attention.shape[1]
     if head_fusion == "max":
-        return attention.amax(dim=1)
+        return attention.amax(dim=1).to(dtype or attention.dtype)
     if head_fusion == "min":
-        return attention.amin(dim=1)
+        return attention.amin(dim=1).to(dtype or attention.dtype)
     raise AnalysisError(f"head_fusion must be one of {HEAD_FUSIONS}, not {head_fusion!r}.")
 
 
@@ -134,9 +142,9 @@ def mix_identity(
         ``discard_ratio`` outside ``[0, 1)``.
     """
     fused = discard_lowest(fused.double(), discard_ratio, candidates)  # (B, T, T)
-    eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
-    mixed = 0.5 * fused + 0.5 * eye
-    return mixed / mixed.sum(dim=-1, keepdim=True)  # rows (queries) sum to one over keys
+    mixed = fused * 0.5  # ½·A + ½·I, the identity's half added on the diagonal in place
+    mixed.diagonal(dim1=-2, dim2=-1).add_(0.5)
+    return mixed.div_(mixed.sum(dim=-1, keepdim=True))  # rows (queries) sum to one over keys
 
 
 def rollout_step(attention: torch.Tensor, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
