@@ -131,6 +131,15 @@ AFTER_CLICK = r"""(title) => {
   const fresh = (el) => { const c = el.closest('[data-testid="stElementContainer"]'); return !c || c.getAttribute('data-stale') !== 'true'; };
   const m = {t0: now(), header: null, first: null, kind: null};
   window.__click = m;
+  // What the previous page left: a chart of its counts only once plotly redraws it for the new page
+  // (Streamlit reuses an element in the same place), an image only once its source changes; a
+  // leftover the new run never replaced (a page that refused early) never counts.
+  const oldCharts = new WeakSet(document.querySelectorAll('.js-plotly-plot'));
+  const oldImages = new Map([...document.querySelectorAll('[data-testid="stMain"] [data-testid="stImage"] img')].map((img) => [img, img.src]));
+  const note = (kind) => { if (m.header !== null && m.first === null) { m.first = now(); m.kind = kind; } };
+  for (const div of document.querySelectorAll('.js-plotly-plot')) {
+    if (div.on) div.on('plotly_afterplot', () => { if (fresh(div)) note('chart'); });
+  }
   const check = () => {
     if (m.header === null) {
       for (const h of document.querySelectorAll('[data-testid="stMain"] h2')) {
@@ -139,10 +148,12 @@ AFTER_CLICK = r"""(title) => {
     }
     if (m.header !== null && m.first === null) {
       for (const svg of document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg')) {
-        if (fresh(svg)) { m.first = now(); m.kind = 'chart'; break; }
+        const div = svg.closest('.js-plotly-plot');
+        if (div && !oldCharts.has(div) && fresh(svg)) { note('chart'); break; }
       }
       for (const img of document.querySelectorAll('[data-testid="stMain"] [data-testid="stImage"] img')) {
-        if (m.first === null && img.complete && img.naturalWidth && fresh(img)) { m.first = now(); m.kind = 'image'; }
+        const changed = !oldImages.has(img) || oldImages.get(img) !== img.src;
+        if (changed && img.complete && img.naturalWidth && fresh(img)) note('image');
       }
     }
     if (m.first === null) requestAnimationFrame(check);
@@ -210,7 +221,8 @@ def click_through(browser, url: str, pages: list[tuple[str, str]]) -> dict[str, 
             results[title] = {
                 "first": (first - t0) / 1000 if first is not None else None,
                 "kind": kind,
-                "complete": (max(busy, first or 0) - t0) / 1000,
+                # the run's end: the last moment it was busy, its first result or its header, after the click
+                "complete": (max(busy, first or 0, m["header"] or 0, t0) - t0) / 1000,
             }
     finally:
         context.close()
