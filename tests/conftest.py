@@ -35,7 +35,8 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "layout: the browser layout tier (tests/test_browser_layout.py); deselected by pytest.ini, run by "
+        "layout: the browser tier that visits every page (tests/test_browser_layout.py's layout checks, "
+        "tests/test_browser_view_state.py's links of every page); deselected by pytest.ini, run by "
         "`pytest -m layout tests` (a step of .ci/run)",
     )
     config.addinivalue_line(

@@ -294,3 +294,61 @@ def test_a_link_opens_each_pages_settings_and_keeps_them_through_a_rerun(page, s
     wait_idle(page)
     params = decoded_params(page)
     assert {k: params.get(k) for k in settings} == settings and params["colours"] == "Cividis", page.url
+
+
+# Every other page's link (the four above run in the README's tests; these in CI's browser tier,
+# marker `layout`, which visits every page): one setting a page keeps, set away from its default,
+# and the widget the page drew with it: ("radio", option label), ("checkbox", label) or
+# ("number", label, value).
+EVERY_OTHER_PAGE = {
+    "attention": ({"thumb_scale": "shared"}, ("radio", "one shared scale")),
+    "compare": ({"cmp_all": True}, ("checkbox", "All layers")),
+    "robustness": ({"rob_perturbation": "noise"}, ("radio", "Gaussian noise")),
+    "position": ({"pos_row": 0}, ("number", "Tile row", "0")),
+    "filters": ({"filt_mode": "raw"}, ("radio", "raw filters")),
+    "distance": ({"dist_unit": "patches"}, ("radio", "patches")),
+    "mae": ({"mae_seed": 7}, ("number", "Seed", "7")),
+    "text_prompts": ({"tp_mode": "classes"}, ("radio", "class names and a template")),
+    "features": ({"feat_mode": "clamp"}, ("radio", "set it to a value (clamp)")),
+}
+LINKED_IN_THE_README_TESTS = ("tokens", "rollout", "explain", "circuits")
+
+
+def test_every_page_has_a_link_test():
+    from vizapp import views
+
+    assert sorted([*EVERY_OTHER_PAGE, *LINKED_IN_THE_README_TESTS]) == sorted(page.name for page in views.pages())
+
+
+@pytest.mark.layout
+@pytest.mark.parametrize("path", sorted(EVERY_OTHER_PAGE))
+def test_a_link_opens_every_other_pages_setting_and_a_reload_keeps_it(page, server, path):
+    """As above for the other pages: the page draws its widget with the link's value, the URL keeps
+    it after the run, and a reload opens the page with it again."""
+    from urllib.parse import urlencode
+
+    from playwright.sync_api import expect
+
+    from vizapp.url_state import encode_setting
+
+    settings, (kind, label, *value) = EVERY_OTHER_PAGE[path]
+    url = f"{server}/{'' if path == 'attention' else path}?{urlencode({k: encode_setting(v) for k, v in settings.items()})}"
+
+    def drawn_with_the_link() -> None:
+        main = page.locator("[data-testid='stMain']")
+        if kind == "radio":
+            expect(main.get_by_role("radio", name=label, exact=True)).to_be_checked()
+        elif kind == "checkbox":
+            expect(main.get_by_role("checkbox", name=label, exact=True)).to_be_checked()
+        else:
+            expect(main.locator("[data-testid='stNumberInput']", has_text=label).locator("input")).to_have_value(value[0])
+        params = decoded_params(page)
+        assert {k: params.get(k) for k in settings} == settings, page.url
+
+    page.goto(url)
+    wait_idle(page)
+    assert_no_exception(page, f"{path} from a link")
+    drawn_with_the_link()
+    page.reload()
+    wait_idle(page)
+    drawn_with_the_link()
