@@ -341,7 +341,9 @@ def test_a_link_opens_every_other_pages_setting_and_a_reload_keeps_it(page, serv
         elif kind == "checkbox":
             expect(main.get_by_role("checkbox", name=label, exact=True)).to_be_checked()
         else:
-            expect(main.locator("[data-testid='stNumberInput']", has_text=label).locator("input")).to_have_value(value[0])
+            expect(main.locator("[data-testid='stNumberInput']", has_text=label).locator("input")).to_have_value(
+                value[0]
+            )
         params = decoded_params(page)
         assert {k: params.get(k) for k in settings} == settings, page.url
 
