@@ -229,27 +229,59 @@ def click_through(browser, url: str, pages: list[tuple[str, str]]) -> dict[str, 
     return results
 
 
+TABLE_HEAD = ("| page | model | version | first result | complete | drawn first |", "|---|---|---|---|---|---|")
+
+
+def _table_line(title: str, model: str, version: str, opened: list[dict]) -> str:
+    """One row of a page's results (printed as it comes): median / max of the first results and of the completions."""
+    firsts = [o["first"] for o in opened if o["first"] is not None]
+    completes = [o["complete"] for o in opened if o["complete"] is not None]
+    kinds = sorted({o["kind"] for o in opened if o["kind"]})
+    line = (
+        f"| {title} | {model} | {version} | {_stats(firsts)} | {_stats(completes)} "
+        f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
+    )
+    print(line, flush=True)
+    return line
+
+
+def warm_servers(
+    stack: contextlib.ExitStack,
+    browser,
+    versions: dict[str, Path],
+    model: str,
+    repeats: int,
+    log_dir: Path,
+    tag: str = "",
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """One server per version, in ``stack``, each warmed (the model loaded, each of the first
+    ``repeats`` images' forward pass captured, by opening the Attention page on it); their URLs by
+    version and the images."""
+    params = model_params(model)
+    urls = {}
+    for name, repo in versions.items():
+        log = log_dir / f"bench_first_result_{tag}{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
+        urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
+    images = IMAGES[:repeats]
+    for url in urls.values():
+        for image in images:
+            open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
+    return urls, images
+
+
 def bench_clicks(
     browser, versions: dict[str, Path], models: list[str], pages: list[tuple[str, str]], repeats: int, log_dir: Path
 ) -> list[str]:
     lines = [
         "Each page reached by a click, warm server: first result / complete, s since the click (median / max over "
         f"{repeats} images, one session per image)",
-        "| page | model | version | first result | complete | drawn first |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     clicked = [(path, title) for path, title in pages if path]  # the sessions start on the Attention page
     for model in models:
         params = model_params(model)
         with contextlib.ExitStack() as stack:
-            urls = {}
-            for name, repo in versions.items():
-                log = log_dir / f"bench_first_result_click_{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
-                urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
-            images = IMAGES[:repeats]
-            for _name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
-                for image in images:
-                    open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
+            urls, images = warm_servers(stack, browser, versions, model, repeats, log_dir, "click_")
             results = {(title, name): [] for _path, title in clicked for name in urls}
             for image in images:
                 for name, url in urls.items():
@@ -260,15 +292,7 @@ def bench_clicks(
                         results[title, name].append(result)
             for _path, title in clicked:
                 for name in urls:
-                    opened = results[title, name]
-                    firsts = [o["first"] for o in opened if o["first"] is not None]
-                    kinds = sorted({o["kind"] for o in opened if o["kind"]})
-                    line = (
-                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened])} "
-                        f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
-                    )
-                    lines.append(line)
-                    print(line, flush=True)
+                    lines.append(_table_line(title, model, name, results[title, name]))
     return lines
 
 
@@ -329,20 +353,12 @@ def bench_pages(
     lines = [
         "Each page, warm server: first result / complete, s since opening (median / max over "
         f"{repeats} images, each open the page's first for its image)",
-        "| page | model | version | first result | complete | drawn first |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for model in models:
         params = model_params(model)
         with contextlib.ExitStack() as stack:
-            urls = {}
-            for name, repo in versions.items():
-                log = log_dir / f"bench_first_result_{name}_{re.sub(r'[^A-Za-z0-9]+', '_', model)}.log"
-                urls[name], _ = stack.enter_context(streamlit_server(log, repo=repo))
-            images = IMAGES[:repeats]
-            for _name, url in urls.items():  # warm: the model loaded, each image's forward pass captured
-                for image in images:
-                    open_once(browser, f"{url}/?{urllib.parse.urlencode({**params, 'img': image})}")
+            urls, images = warm_servers(stack, browser, versions, model, repeats, log_dir)
             results = {(path, name): [] for path, _ in pages for name in urls}
             for path, title in pages:
                 for image in images:
@@ -350,15 +366,7 @@ def bench_pages(
                         query = urllib.parse.urlencode({**params, "img": image})
                         results[path, name].append(open_once(browser, f"{url}/{path}?{query}"))
                 for name in urls:
-                    opened = results[path, name]
-                    firsts = [o["first"] for o in opened if o["first"] is not None]
-                    kinds = sorted({o["kind"] for o in opened if o["kind"]})
-                    line = (
-                        f"| {title} | {model} | {name} | {_stats(firsts)} | {_stats([o['complete'] for o in opened if o['complete'] is not None])} "
-                        f"| {', '.join(kinds) or 'nothing (the page refused)'} |"
-                    )
-                    lines.append(line)
-                    print(line, flush=True)
+                    lines.append(_table_line(title, model, name, results[path, name]))
     return lines
 
 

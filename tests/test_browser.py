@@ -162,25 +162,22 @@ def test_explorer_in_chromium(page, server, artifacts):
 
     # click the top-left thumbnail (layer 0, head 0): it opens large
     grid = page.locator("[data-testid='stPlotlyChart']").nth(2)  # overlay, top-5, then the grid
-    grid.scroll_into_view_if_needed()
-    tiles = grid.locator(".nsewdrag").first.bounding_box()
     heads = int(re.search(r"(\d+) heads", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
     layers = int(re.search(r"(\d+) layers", page.locator("section[data-testid='stSidebar']").inner_text()).group(1))
-    tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
-    ty = tiles["y"] + tiles["height"] * 0.5 / layers
     title = page.locator("[data-testid='stPlotlyChart']").first.locator(".gtitle")
-    for attempt in range(3):  # a click plotly lost while a rerun redrew the grid (CI, a loaded machine) is repeated
-        _hover_and_click(page, grid, tx, ty)
+    for attempt in range(4):  # a click plotly lost while a rerun redrew the grid (CI, a loaded machine) is repeated
+        wait_idle(page)
+        grid.scroll_into_view_if_needed()
+        tiles = grid.locator(".nsewdrag").first.bounding_box()  # aimed afresh: the page may have moved
+        tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
+        ty = tiles["y"] + tiles["height"] * 0.5 / layers
+        _hover_and_click(page, grid, tx, ty, label="layer 0, head 0")
         try:
             expect(title).to_contain_text("Layer 0 · head 0", timeout=20_000)
             break
         except AssertionError:
-            if attempt == 2:
+            if attempt == 3:
                 raise
-            wait_idle(page)
-            tiles = grid.locator(".nsewdrag").first.bounding_box()
-            tx = tiles["x"] + tiles["width"] * 0.5 / (heads + 1)
-            ty = tiles["y"] + tiles["height"] * 0.5 / layers
     wait_idle(page)
     assert_no_exception(page, "thumbnail click")
 
@@ -390,16 +387,18 @@ def _click_patch(page, chart, row: int, col: int, gh: int, gw: int, panel: int =
     _hover_and_click(page, chart, x, y)
 
 
-def _hover_and_click(page, chart, x: float, y: float) -> None:
-    """Move to (x, y), wait until plotly shows the hovered point's label, then click: plotly
-    throttles hover and its click reports the hovered point, so a click before the label (a loaded
-    machine) would report the previous one or none."""
+def _hover_and_click(page, chart, x: float, y: float, label: str | None = None) -> None:
+    """Move to (x, y), wait until plotly shows the hovered point's label (containing ``label``, when
+    given), then click: plotly throttles hover and its click reports the hovered point, so a click
+    before the label (a loaded machine) would report the previous one or none."""
     page.mouse.move(x, y)
     page.wait_for_timeout(300)
+    hovered = chart.locator(".hoverlayer .hovertext")
     try:
-        chart.locator(".hoverlayer .hovertext").first.wait_for(state="attached", timeout=15_000)
+        (hovered.filter(has_text=label) if label else hovered).first.wait_for(state="attached", timeout=15_000)
     except Exception:  # a chart whose traces show no label: the wait above is all there is
-        pass
+        page.mouse.move(x + 1, y + 1)  # a nudge, so plotly hovers afresh
+        page.wait_for_timeout(300)
     page.mouse.click(x, y)
 
 
