@@ -374,43 +374,37 @@ def _on_start_grid(record, over_keys: torch.Tensor, start: int) -> torch.Tensor:
     return over_keys[:, first.prefix_tokens :].reshape(-1, *first.grid_size).float()
 
 
-def _rolled_out_row(record, head_fusion, discard_ratio, start, end, merged, query) -> torch.Tensor:
-    """The query's row of ``R = Â_end · C_end · Â_end-1 ⋯ Â_start`` (:func:`compose_rollout`),
-    averaged over the query's rows, ``(B, N_start)`` float64, without forming ``R``: the row
-    vector ``u = mean_q(e_q)ᵀ`` is carried from the last layer to the first, ``u ← u · Â_layer``
-    (and ``u ← u · C_layer`` across a merge), one vector-matrix product a layer: ``O(L·N²)``
-    instead of ``R``'s ``O(L·N³)`` (DINOv2-S at 518 px, N = 1,370: 12 products of 1,370² instead
-    of 1,370³). The mean over rows commutes with the products (both linear), so this is the
-    same row as :func:`_query_row` of ``R``, up to float64 rounding."""
-    row = None
-    for layer, mixed, carry in _layers(record, head_fusion, discard_ratio, start, end, merged, last_first=True):
+def _carried_down(record, steps, query) -> torch.Tensor:
+    """The query's row of ``R = Â_top · C_top · Â_top-1 ⋯ Â_start`` (:func:`compose_rollout`),
+    averaged over the query's rows (read on the top layer's grid), ``(B, N_start)`` float64,
+    without forming ``R``: ``steps`` are ``(layer, Â_layer, carry)`` from the top layer down to
+    the start, and the row vector ``u = mean_q(e_q)ᵀ · Â_top`` is carried down, ``u ← u · C`` across
+    a merge and ``u ← u · Â_layer``, one vector-matrix product a layer: ``O(L·N²)`` instead of
+    ``R``'s ``O(L·N³)`` (DINOv2-S at 518 px, N = 1,370: 12 products of 1,370² instead of 1,370³).
+    The mean over rows commutes with the products (both linear), so this is the row
+    :func:`_query_row` reads from ``R``, up to float64 rounding."""
+    row, carry = None, None
+    for layer, mixed, layer_carry in steps:
         if row is None:
-            row = mixed[:, token_rows(record, end, query), :].mean(dim=1, keepdim=True)  # (B, 1, N_end)
+            row = mixed[:, token_rows(record, layer, query), :].mean(dim=1, keepdim=True)  # (B, 1, N_top)
         else:
+            if carry is not None:
+                row = row @ carry.to(
+                    row
+                )  # across the merge before the layer above: (B, 1, T_above) · (T_above, T_layer)
             row = row @ mixed
-        if carry is not None and layer != start:
-            row = row @ carry.to(row)  # (B, 1, T_layer) · (T_layer, T_previous)
+        carry = layer_carry
     assert row is not None, "layer_range gives start <= end"
     return row[:, 0]
 
 
 def _rolled_out_rows_by_layer(record, head_fusion, discard_ratio, start, end, merged, query) -> list[torch.Tensor]:
-    """:func:`_rolled_out_row` for every end layer of start..end, each on the start layer's grid
-    ``(B, gh, gw)`` float32: the query's row of ``R_layer`` (read on ``layer``'s grid) carried
-    down to the start layer as a vector. ``O(L²·N²)`` with every ``Â`` held at once (L matrices of
-    ``N²`` float64), against ``O(L·N³)`` for the products ``R_layer`` themselves (DINOv2-S at 518 px:
+    """:func:`_carried_down` for every end layer of start..end, each ``(B, N_start)``: every ``Â``
+    held at once (L matrices of ``N²`` float64) and each end layer's row carried down,
+    ``O(L²·N²)`` against ``O(L·N³)`` for the products ``R_layer`` themselves (DINOv2-S at 518 px:
     78 vector-matrix products of 1,370² instead of 12 matrix products of 1,370³)."""
     steps = list(_layers(record, head_fusion, discard_ratio, start, end, merged))  # [(layer, Â, carry)], start first
-    maps = []
-    for index, (layer, mixed, carry) in enumerate(steps):
-        row = mixed[:, token_rows(record, layer, query), :].mean(dim=1, keepdim=True)  # (B, 1, N_layer)
-        for below in range(index - 1, -1, -1):
-            if carry is not None:
-                row = row @ carry.to(row)  # across the merge before the layer just applied
-            _, below_mixed, carry = steps[below]
-            row = row @ below_mixed
-        maps.append(_on_start_grid(record, row[:, 0], start))
-    return maps
+    return [_carried_down(record, reversed(steps[: index + 1]), query) for index in range(len(steps))]
 
 
 def rollout_maps(
@@ -501,10 +495,11 @@ def rollout_maps(
                 "pass an input pixel (y, x) or 'mean'."
             )
     if by_layer:
-        maps = torch.stack(_rolled_out_rows_by_layer(record, head_fusion, discard_ratio, start, end, merged, query))
-    else:  # one query's row: carried through the layers as a vector, R never formed
-        row = _rolled_out_row(record, head_fusion, discard_ratio, start, end, merged, query)
-        maps = _on_start_grid(record, row, start)
+        rows = _rolled_out_rows_by_layer(record, head_fusion, discard_ratio, start, end, merged, query)
+        maps = torch.stack([_on_start_grid(record, row, start) for row in rows])
+    else:  # one query's row: carried down through the layers as a vector (each Â made as it is needed)
+        steps = _layers(record, head_fusion, discard_ratio, start, end, merged, last_first=True)
+        maps = _on_start_grid(record, _carried_down(record, steps, query), start)
     first, last = spec.geometry(start), spec.geometry(end)
     return RolloutMaps(
         maps=maps,
