@@ -11,8 +11,8 @@ the exceptions seen, whether it ended on its last click, and the seconds its run
 last click; exits 1 if any session lost its last click, was still running ``--settle`` seconds
 after it, or showed an exception, or if the server died.
 
-Not in the README's tests (six minutes of two cores); CI runs it as a step of its own, alone on
-the machine, after every other step (``.ci/run``: ``click-storm``).
+Not in the README's tests (six minutes of two cores); CI runs it for 90 s as a step of its own,
+alone on the machine, after every other step (``.ci/run``: ``click-storm``).
 """
 
 from __future__ import annotations
