@@ -647,7 +647,7 @@ def test_rollout_across_swin_stages_needs_the_approximation_opt_in():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_downloads, monkeypatch):  # noqa: F811
-    from analysis.tokens import logit_lens_layers, stage_high_norm_tokens
+    from analysis.tokens import logit_lens_layers
 
     at = fresh_app(family)
     vit = loaded(family)
@@ -675,7 +675,15 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     np.testing.assert_allclose(overlay_map(chart(at, "tok_similarity")), similarity, rtol=1e-5, atol=1e-6)
     norms = analysis.token_norms(tokens)[0].numpy()
     np.testing.assert_allclose(overlay_map(chart(at, "tok_norms")).ravel(), norms, rtol=1e-5)
-    found = stage_high_norm_tokens(features)
+    found = analysis.high_norm_tokens(features)  # each layer on its own stage grid
+    # no attention-mass charts: no prefix tokens, and (with outliers) the library's reason why not
+    note = (
+        f"The attention mass is not defined for this {spec.family}"
+        if any(bool(mask.any()) for mask in found.mask)
+        else "No prefix tokens and no outliers in this model and image."
+    )
+    assert any(c.body.startswith(note) for c in at.caption), [c.body for c in at.caption]
+    assert not [k for k in chart_keys(at) if "tok_mass" in k]
     np.testing.assert_array_equal(npz_downloads["tok_norm_data"]["thresholds"], found.thresholds.numpy())
     monkeypatch.setattr(analysis, "load_vit", lambda source, **kwargs: vit)
     script = reproduce(at)
@@ -683,9 +691,10 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     np.testing.assert_allclose(
         script["similarity"], npz_downloads["tok_similarity_data"]["similarity"], rtol=1e-5, atol=1e-6
     )
-    np.testing.assert_allclose(
-        script["norms"], npz_downloads["tok_norm_data"][f"norms_layer{layer}"].ravel(), rtol=1e-5
-    )
+    saved = npz_downloads["tok_norm_data"]  # layers of one grid (SAM's) stacked, else one array per layer
+    saved_norms = saved["norms"][layer] if "norms" in saved else saved[f"norms_layer{layer}"].ravel()
+    assert ("norms" in saved) == (len({g.grid_size for g in spec.geometries()}) == 1)
+    np.testing.assert_allclose(script["norms"][layer], saved_norms, rtol=1e-5)
     if spec.has_classifier:  # the logit lens: rows are the last stage's layers, labelled by them
         lens_layers = logit_lens_layers(vit)
         assert layer not in lens_layers  # stage 1: the lens says why it is not defined there

@@ -187,9 +187,7 @@ def test_ci_runs_the_readme_command_and_every_tier_with_ci_set(tmp_path):
         assert command in commands, (command, commands)
     # the click storm (eight sessions, 90 s), alone: after every other step's commands
     storm = next(
-        i
-        for i, c in enumerate(commands)
-        if c.startswith("python tests/bench_click_storm.py --sessions 8 --seconds 90")
+        i for i, c in enumerate(commands) if c.startswith("python tests/bench_click_storm.py --sessions 8 --seconds 90")
     )
     assert storm == len(commands) - 1, commands
     # SAELens's venv borrows .venv's torch; both side venvs install after .venv, never beside it

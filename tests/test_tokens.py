@@ -145,6 +145,25 @@ def test_high_norm_tokens_finds_exactly_the_edited_tokens():
     assert torch.allclose(found.fraction, torch.full((vit.spec.num_layers,), 2 / vit.spec.num_patches))
     clean = high_norm_tokens(token_norms(capture_tokens(vit, pixels)), prefix)
     assert clean.first_layer is None and not clean.mask.any() and torch.isinf(clean.thresholds).all()
+    # the record itself: each layer read on its geometry (prefix left out) gives the same outliers
+    from_record = high_norm_tokens(capture_tokens(edited, pixels))
+    assert torch.equal(from_record.mask, found.mask) and torch.equal(from_record.thresholds, found.thresholds)
+    assert torch.equal(from_record.fraction, found.fraction) and from_record.first_layer == found.first_layer
+    with pytest.raises(AnalysisError, match="drop num_prefix_tokens"):
+        high_norm_tokens(capture_tokens(edited, pixels), prefix)
+    with pytest.raises(AnalysisError, match="how many leading tokens"):
+        high_norm_tokens(token_norms(capture_tokens(edited, pixels)))
+
+
+def test_a_records_layers_split_into_prefix_and_grid_cells_by_their_geometry(models):
+    vit = models["registers"]  # class + 4 registers, a 4x4 grid
+    captured = capture_tokens(vit, random_pixels(vit), layers=[1, 0])
+    prefix, (gh, gw) = vit.spec.num_prefix_tokens, vit.spec.grid_size
+    layer = captured.tokens[0]  # model layer 1, (B, T, D)
+    assert torch.equal(captured.prefix(1), layer[:, :prefix]) and torch.equal(captured.patches(1), layer[:, prefix:])
+    torch.testing.assert_close(captured.grid_tokens(1)[:, 2, 3], layer[:, prefix + 2 * gw + 3], rtol=0, atol=0)
+    assert torch.equal(captured.patches(), captured.tokens[:, :, prefix:])  # every layer of one grid at once
+    assert captured.geometry(0).prefix_tokens == prefix and captured.geometry(0).grid_size == (gh, gw)
 
 
 def test_token_norms_and_attention_mass_against_loops(models):

@@ -27,14 +27,14 @@ from analysis.robustness import (
     token_drop_attention,
 )
 from analysis.tokens import (
-    WindowedTokens,
+    TokenRecord,
+    attention_mass,
     capture_tokens,
     feature_pca,
     high_norm_tokens,
     logit_lens,
     logit_lens_layers,
     patch_similarity,
-    stage_high_norm_tokens,
     token_norms,
 )
 from windowed_models import no_hooks_left, small_pixels, small_sam, small_swin
@@ -103,7 +103,7 @@ def test_block_outputs_equal_the_model_run_stage_by_stage(name, request, pixels)
     vit = request.getfixturevalue(name)
     reference = (sam_block_outputs if name == "sam" else swin_stage_outputs)(vit.model, pixels)
     captured = capture_tokens(vit, pixels)
-    assert isinstance(captured, WindowedTokens) and captured.layers == tuple(range(vit.spec.num_layers))
+    assert isinstance(captured, TokenRecord) and captured.layers == tuple(range(vit.spec.num_layers))
     for layer, expected in enumerate(reference):
         grid = vit.spec.geometry(layer).grid_size
         assert tuple(expected.shape[1:3]) == grid
@@ -190,8 +190,8 @@ def test_high_norm_tokens_per_stage_find_a_planted_outlier(swin, pixels):
     captured = capture_tokens(swin, pixels)
     planted = [t.clone() for t in captured.tokens]
     planted[2][1, 5] *= 50.0  # image 1, cell 5 of layer 2 (an 8x8 grid)
-    tokens = WindowedTokens(tokens=tuple(planted), spec=captured.spec, layers=captured.layers)
-    found = stage_high_norm_tokens(tokens)
+    tokens = TokenRecord(tokens=tuple(planted), spec=captured.spec, layers=captured.layers)
+    found = high_norm_tokens(tokens)  # each layer on its own stage grid
     assert found.first_layer == 2 and found.positions(2, image=1) == [5] and found.positions(2, image=0) == []
     assert [tuple(m.shape) for m in found.mask] == [(2, 256), (2, 256), (2, 64), (2, 64)]
     for position, layer_tokens in enumerate(planted):  # the ViT rule, one layer at a time
@@ -199,6 +199,13 @@ def test_high_norm_tokens_per_stage_find_a_planted_outlier(swin, pixels):
         assert torch.equal(found.mask[position], alone.mask[0])
         assert float(found.thresholds[position]) == float(alone.thresholds[0])
     assert float(found.fraction[2]) == pytest.approx(1 / 128)
+    # the stages differ in grid: a whole-record read says so and names the per-layer one
+    for whole in (lambda: tokens.patches(), lambda: token_norms(tokens)):
+        with pytest.raises(AnalysisError, match="one layer at a time"):
+            whole()
+    assert tokens.prefix(2).shape == (2, 0, 64) and tokens.grid_tokens(2).shape == (2, 8, 8, 64)
+    with pytest.raises(AnalysisError, match="attention mass is not defined for this Swin.*inside their windows"):
+        attention_mass(capture_attention(swin, pixels), [0])
 
 
 # --------------------------------------------------------------------------- streamed distance

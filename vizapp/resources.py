@@ -37,6 +37,7 @@ import torch
 
 import analysis
 from analysis import (
+    AnalysisError,
     ModelLoadError,
     attention_map,
     capture_attention,
@@ -45,7 +46,6 @@ from analysis import (
 )
 from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, load_cnn
-from analysis.tokens import WindowedTokens, stage_high_norm_tokens
 from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RESULTS, MEMORY_BUDGET_BYTES
 from vizapp.memory import release_on_free
@@ -340,42 +340,34 @@ def rollout_by_layer(
 
 
 @st.cache_resource(show_spinner="Capturing the tokens…", max_entries=MAX_FORWARDS)
-def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> np.ndarray | WindowedTokens:
-    """``(L, T, D)`` float32, read-only and shared (never copied on a rerun):
-    ``analysis.capture_tokens`` of one image (``kind``: token, query, key, value). A windowed
-    model (Swin, SAM): its :class:`~analysis.tokens.stages.WindowedTokens` (one ``(1, gh·gw, C)``
-    tensor per layer, each on its stage grid); the library refuses other kinds than ``token``."""
+def tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str) -> analysis.TokenRecord:
+    """``analysis.capture_tokens`` of one image (``kind``: token, query, key, value), shared by every
+    session and never copied on a rerun: read it, do not write to it. Each layer ``(1, T_l, D_l)``
+    on its own grid (``record.geometry(l)``); the library refuses other kinds than ``token`` on a
+    windowed model."""
     vit = get_model(ref)
-    features = analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)
-    if isinstance(features, WindowedTokens):
-        return features
-    features = features.tokens[:, 0].numpy()  # every layer, in order
-    features.flags.writeable = False
-    return features
+    return analysis.capture_tokens(vit, vit.preprocess(load_image(_image_bytes)), kind=kind)
 
 
 def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, layer: int) -> torch.Tensor:
-    """``(1, T, D)``: one layer of :func:`tokens` (a small copy the caller owns); a windowed
-    model's ``(1, gh·gw, C)`` on the layer's own grid."""
-    features = tokens(ref, digest, _image_bytes, kind)
-    if isinstance(features, WindowedTokens):
-        return features.layer_tokens(layer).clone()
-    return torch.from_numpy(np.array(features[layer : layer + 1]))
+    """``(1, T_l, D_l)``: one layer of :func:`tokens` (a small copy the caller owns), on the layer's
+    own grid."""
+    return tokens(ref, digest, _image_bytes, kind).layer_tokens(layer).clone()
 
 
 @dataclass(frozen=True)
 class TokenNorms:
-    """Block-output norms and the high-norm outliers found in them (patch tokens).
+    """Block-output norms and the high-norm outliers found in them (patch tokens), layer by layer.
 
-    A ViT: ``norms (L, T)``, ``mask (L, N)``. A windowed model: one ``(gh·gw,)`` norm and mask
-    array per layer (tuples: stage grids differ), no prefix tokens; read them per layer with
-    :meth:`patch_norms` / :meth:`outliers`. ``arrays``: what the page's download holds (a ViT's
-    stacked arrays; a windowed model's per layer, on its grid); ``grid_note`` and ``mass_note``: what
-    the page says about the grids and about a missing attention mass."""
+    ``norms``: one ``(T_l,)`` array per layer (prefix tokens first), ``mask``: one ``(N_l,)`` array of
+    its patch (grid-cell) tokens; read them per layer with :meth:`patch_norms` / :meth:`outliers`.
+    ``arrays``: what the page's download holds (stacked ``(L, …)`` arrays when every layer has one
+    grid, else one array per layer on its grid); ``grid_note`` and ``mass_note``: what the page
+    says about the grids and about a missing attention mass."""
 
-    norms: np.ndarray | tuple[np.ndarray, ...]
+    norms: tuple[np.ndarray, ...]
     thresholds: np.ndarray  # (L,), inf where none
-    mask: np.ndarray | tuple[np.ndarray, ...]  # (L, N) bool
+    mask: tuple[np.ndarray, ...]  # (N_l,) bool per layer
     fraction: np.ndarray  # (L,)
     first_layer: int | None
     prefix_mass: np.ndarray | None  # (L, heads) attention of patch queries to the prefix tokens
@@ -396,65 +388,65 @@ class TokenNorms:
 
 @st.cache_data(show_spinner="Measuring token norms…", max_entries=MAX_RESULTS)
 def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
-    """Norms, outliers (``analysis.high_norm_tokens``; a windowed model:
-    ``analysis.tokens.stage_high_norm_tokens``, each layer on its stage grid) and attention
-    masses (``analysis.attention_mass``; not for a windowed model: no prefix tokens, and its
-    attention is per window)."""
-    features = tokens(ref, digest, _image_bytes, "token")
-    if isinstance(features, WindowedTokens):
-        found = stage_high_norm_tokens(features)
-        norms = tuple(analysis.token_norms(t)[0].numpy() for t in features.tokens)  # (gh·gw,) per layer
-        masks = tuple(m[0].numpy() for m in found.mask)
-        grids = [features.geometry(layer).grid_size for layer in features.layers]
-        return TokenNorms(
-            norms=norms,
-            thresholds=found.thresholds.numpy(),
-            mask=masks,
-            fraction=found.fraction.numpy(),
-            first_layer=found.first_layer,
-            prefix_mass=None,
-            outlier_mass=None,
-            arrays={
-                "thresholds": found.thresholds.numpy(),
-                **{f"norms_layer{i}": n.reshape(grid) for i, (n, grid) in enumerate(zip(norms, grids))},
-                **{f"outlier_mask_layer{i}": m.reshape(grid) for i, (m, grid) in enumerate(zip(masks, grids))},
-            },
-            grid_note=" A windowed model: each layer's cells on its own stage grid.",
-            mass_note=(
-                f"Not defined for this {features.spec.family}: it has no prefix tokens, and its cells attend only "
-                "inside their windows, so the mass to the outliers of a layer is not one number per head over the "
-                "whole image."
-            ),
-        )
-    record = forward(ref, digest, _image_bytes).record
-    spec = record.spec
-    prefix = spec.num_prefix_tokens
-    norms = analysis.token_norms(torch.from_numpy(np.array(features)))[:, None]
-    found = analysis.high_norm_tokens(norms, prefix)  # mask (L, 1, N)
-    prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
-    outlier_mass = None
-    if found.mask.any():
-        outlier_mass = np.stack(
-            [
-                analysis.attention_mass(
-                    record.select_layers([layer]),
-                    torch.cat([torch.zeros(1, prefix, dtype=torch.bool), found.mask[layer]], dim=1),
-                )[0, 0].numpy()
-                for layer in range(spec.num_layers)
-            ]
-        )
-    stacked = {"norms": norms[:, 0].numpy(), "thresholds": found.thresholds.numpy(), "mask": found.mask[:, 0].numpy()}
+    """Norms and outliers (``analysis.high_norm_tokens`` of the block outputs, each layer on its own
+    grid) and the attention masses to the prefix tokens and to the outliers
+    (``analysis.attention_mass``; where the library refuses it, the page says why)."""
+    features = tokens(ref, digest, _image_bytes, "token")  # one image, every layer
+    found = analysis.high_norm_tokens(features)
+    norms = tuple(analysis.token_norms(features.layer_tokens(layer))[0].numpy() for layer in features.layers)
+    masks = tuple(mask[0].numpy() for mask in found.mask)  # (N_l,) per layer
+    grids = [features.geometry(layer).grid_size for layer in features.layers]
+    prefix = features.geometry(features.layers[0]).prefix_tokens
+    thresholds = found.thresholds.numpy()
+    if len({grid for grid in grids}) == 1:
+        arrays = {"norms": np.stack(norms), "thresholds": thresholds, "outlier_mask": np.stack(masks)}
+        grid_note = ""
+    else:
+        arrays = {
+            "thresholds": thresholds,
+            **{f"norms_layer{i}": n.reshape(grid) for i, (n, grid) in enumerate(zip(norms, grids))},
+            **{f"outlier_mask_layer{i}": m.reshape(grid) for i, (m, grid) in enumerate(zip(masks, grids))},
+        }
+        grid_note = " Each layer's cells on its own grid."
+    prefix_mass = outlier_mass = None
+    mass_note = TokenNorms.mass_note
+    try:
+        prefix_mass, outlier_mass = _attention_masses(forward(ref, digest, _image_bytes).record, masks, prefix)
+    except AnalysisError as refusal:
+        mass_note = str(refusal)[:1].upper() + str(refusal)[1:]  # the library's reason
     return TokenNorms(
-        norms=stacked["norms"],
-        thresholds=stacked["thresholds"],
-        mask=stacked["mask"],
+        norms=norms,
+        thresholds=thresholds,
+        mask=masks,
         fraction=found.fraction.numpy(),
         first_layer=found.first_layer,
         prefix_mass=prefix_mass,
         outlier_mass=outlier_mass,
         prefix=prefix,
-        arrays={"norms": stacked["norms"], "thresholds": stacked["thresholds"], "outlier_mask": stacked["mask"]},
+        arrays=arrays,
+        grid_note=grid_note,
+        mass_note=mass_note,
     )
+
+
+def _attention_masses(
+    record, masks: tuple[np.ndarray, ...], prefix: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(to the prefix tokens, to each layer's outliers)``, each ``(L, heads)`` or ``None`` where there
+    are none (``analysis.attention_mass`` of image 0)."""
+    prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
+    if not any(mask.any() for mask in masks):
+        return prefix_mass, None
+    outlier_mass = np.stack(
+        [
+            analysis.attention_mass(
+                record.select_layers([layer]),
+                torch.cat([torch.zeros(1, prefix, dtype=torch.bool), torch.from_numpy(mask)[None]], dim=1),
+            )[0, 0].numpy()
+            for layer, mask in enumerate(masks)
+        ]
+    )
+    return prefix_mass, outlier_mass
 
 
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
@@ -464,11 +456,7 @@ def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[in
     without one patch grid for every layer (``spec.outlier_grid is None``: a windowed model)."""
     if get_model(ref).spec.outlier_grid is None:
         return ()
-    features = tokens(ref, digest, _image_bytes, "token")  # (L, T, D), shared with the Tokens page
-    norms = analysis.token_norms(torch.from_numpy(np.array(features)))[
-        :, None
-    ]  # (L, 1, T); a copy: the shared array is read-only
-    found = analysis.high_norm_tokens(norms, get_model(ref).spec.num_prefix_tokens)  # the Tokens page's rule
+    found = analysis.high_norm_tokens(tokens(ref, digest, _image_bytes, "token"))  # the Tokens page's rule
     return tuple(analysis.outlier_patches(found))
 
 

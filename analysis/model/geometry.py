@@ -325,7 +325,7 @@ class ViTSpec:
         """The one patch grid on which an image's outlier tokens are indices
         (:func:`analysis.tokens.outlier_patches`): :attr:`grid_size` for a ViT, whose every layer's
         tokens lie on it; ``None`` for a windowed model (each stage has its own grid, outliers are
-        found layer by layer: :func:`analysis.tokens.stage_high_norm_tokens`)."""
+        found layer by layer: :func:`analysis.tokens.high_norm_tokens` of the record)."""
         return None if self.is_windowed else self.grid_size
 
     @property

@@ -1,5 +1,6 @@
-"""Inside the tokens: block outputs and attention's q/k/v, the logit lens, high-norm artifacts
-(windowed models: each block's output on its stage grid, :mod:`analysis.tokens.stages`)."""
+"""Inside the tokens: block outputs and attention's q/k/v, the logit lens, high-norm artifacts,
+in one record for every family (:class:`~analysis.tokens.record.TokenRecord`: each layer on its
+own grid; a windowed model's stages, :mod:`analysis.tokens.stages`)."""
 
 from .artifacts import (
     DOMINANT_SHARE,
@@ -12,13 +13,12 @@ from .artifacts import (
     high_norm_tokens,
     outlier_patches,
     outlier_share,
-    stage_high_norm_tokens,
     token_norms,
 )
 from .capture import TOKEN_KINDS, capture_limits, capture_tokens, logit_lens
 from .features import feature_pca, patch_similarity
 from .record import TokenRecord
-from .stages import WindowedTokens, logit_lens_layers
+from .stages import logit_lens_layers
 
 __all__ = [
     "TOKEN_KINDS",
@@ -27,13 +27,11 @@ __all__ = [
     "logit_lens",
     "logit_lens_layers",
     "TokenRecord",
-    "WindowedTokens",
     "feature_pca",
     "patch_similarity",
     "token_norms",
     "high_norm_tokens",
     "HighNormTokens",
-    "stage_high_norm_tokens",
     "attention_mass",
     "MAX_OUTLIER_FRACTION",
     "MIN_NORM_RATIO",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base.errors import AnalysisError
+from ..model.windowed_support import require_global_attention
 from ..records.attention import AttentionRecord
 from ..records.checks import check_record
 from .record import TokenRecord
@@ -28,7 +29,6 @@ __all__ = [
     "HighNormTokens",
     "token_norms",
     "high_norm_tokens",
-    "stage_high_norm_tokens",
     "attention_mass",
     "outlier_patches",
     "outlier_share",
@@ -50,8 +50,9 @@ def token_norms(tokens) -> torch.Tensor:
     Parameters
     ----------
     tokens : torch.Tensor, array-like or TokenRecord
-        ``(..., T, D)`` tokens (e.g. ``(L, B, T, D)``), or a
-        :class:`~analysis.tokens.record.TokenRecord` (its ``(L, B, T, D)`` tokens).
+        ``(..., T, D)`` tokens (e.g. ``(L, B, T, D)``, or one layer's ``record.layer_tokens(l)``),
+        or a :class:`~analysis.tokens.record.TokenRecord` whose layers share one grid (its
+        ``(L, B, T, D)`` tokens).
 
     Returns
     -------
@@ -61,9 +62,17 @@ def token_norms(tokens) -> torch.Tensor:
     Raises
     ------
     AnalysisError
-        ``tokens`` has fewer than 2 dimensions.
+        ``tokens`` has fewer than 2 dimensions, or is a record whose layers differ in grid (a
+        windowed model's: pass ``record.layer_tokens(l)``).
     """
-    tokens = torch.as_tensor(tokens.tokens if isinstance(tokens, TokenRecord) else tokens)
+    if isinstance(tokens, TokenRecord):
+        if not isinstance(tokens.tokens, torch.Tensor):
+            raise AnalysisError(
+                f"token_norms of a whole record needs layers of one grid; this {tokens.spec.family}'s layers differ "
+                "(stage grids): pass record.layer_tokens(layer), one layer at a time."
+            )
+        tokens = tokens.tokens  # (L, B, T, D)
+    tokens = torch.as_tensor(tokens)
     if tokens.ndim < 2:
         raise AnalysisError(f"token_norms expects (..., T, D) tokens, got shape {tuple(tokens.shape)}.")
     return tokens.float().norm(dim=-1)
@@ -71,8 +80,7 @@ def token_norms(tokens) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class HighNormTokens:
-    """High-norm outlier tokens, layer by layer: what :func:`high_norm_tokens` (a ViT) and
-    :func:`stage_high_norm_tokens` (a windowed model) return.
+    """High-norm outlier tokens, layer by layer: what :func:`high_norm_tokens` returns.
 
     Attributes
     ----------
@@ -80,8 +88,8 @@ class HighNormTokens:
         ``(L,)`` float32 norm threshold of each layer, ``inf`` where it has no outliers.
     mask : torch.Tensor or tuple of torch.Tensor
         ``(L, B, N)`` bool over the patch tokens (prefix tokens left out), ``True`` above the
-        threshold; a windowed model's is a tuple of ``(B, N_l)`` bool, one per layer (its layers
-        differ in grid), ``N_l = gh·gw`` of the layer's stage grid.
+        threshold; when the layers differ in grid (a windowed model's stages) a tuple of
+        ``(B, N_l)`` bool, one per layer, ``N_l = gh·gw`` of the layer's grid.
     fraction : torch.Tensor
         ``(L,)`` float32 share of the layer's patch tokens (over the batch) above the threshold.
     first_layer : int or None
@@ -114,8 +122,8 @@ def _gap_threshold(norms: torch.Tensor, max_fraction: float, min_ratio: float) -
 
 
 def high_norm_tokens(
-    norms: torch.Tensor,
-    num_prefix_tokens: int,
+    norms: torch.Tensor | TokenRecord,
+    num_prefix_tokens: int | None = None,
     *,
     max_fraction: float = MAX_OUTLIER_FRACTION,
     min_ratio: float = MIN_NORM_RATIO,
@@ -128,12 +136,18 @@ def high_norm_tokens(
     ``min_ratio``, and the threshold is the geometric mean of the two norms at the gap (the
     module docstring; Darcet et al. 2024).
 
+    Given a :class:`~analysis.tokens.record.TokenRecord` (block outputs), each layer is measured on
+    its own geometry (its prefix tokens left out, its grid's cells kept): one rule for a ViT's
+    layers and a windowed model's stage grids.
+
     Parameters
     ----------
-    norms : torch.Tensor
-        ``(L, B, T)`` token norms (:func:`token_norms`), prefix tokens first.
-    num_prefix_tokens : int
-        How many leading tokens are prefix tokens, left out (``0 <= num_prefix_tokens < T``).
+    norms : torch.Tensor or TokenRecord
+        ``(L, B, T)`` token norms (:func:`token_norms`), prefix tokens first; or a record, whose
+        layers' ``‖h‖₂`` are measured here.
+    num_prefix_tokens : int or None, default None
+        How many leading tokens of ``norms`` are prefix tokens, left out
+        (``0 <= num_prefix_tokens < T``); ``None`` (only) for a record, which says it per layer.
     max_fraction : float, default MAX_OUTLIER_FRACTION
         The split is looked for among the top ``max(1, ⌊max_fraction · B·N⌋)`` patch norms of a
         layer (0.1, in ``(0, 1)``).
@@ -144,16 +158,28 @@ def high_norm_tokens(
     -------
     HighNormTokens
         ``thresholds`` ``(L,)`` float32 (``inf`` where no outliers), ``mask`` ``(L, B, N)`` bool
-        over the patch tokens (``N = T − num_prefix_tokens``), ``fraction`` ``(L,)`` float32 of
-        patch tokens above the threshold, ``first_layer`` the first position along ``L`` with
-        any (``None`` if none).
+        over the patch tokens (``N = T − num_prefix_tokens``; a tuple of ``(B, N_l)`` when a
+        record's layers differ in grid), ``fraction`` ``(L,)`` float32 of patch tokens above the
+        threshold, ``first_layer`` the first position along ``L`` (``record.layers``'s order)
+        with any (``None`` if none).
 
     Raises
     ------
     AnalysisError
-        ``norms`` is not 3-D, ``num_prefix_tokens`` leaves no patch tokens, ``max_fraction`` is
-        outside ``(0, 1)`` or ``min_ratio`` is not above 1.
+        ``norms`` is not 3-D, ``num_prefix_tokens`` is missing for norms, given for a record, or
+        leaves no patch tokens, ``max_fraction`` is outside ``(0, 1)`` or ``min_ratio`` is not
+        above 1.
     """
+    if isinstance(norms, TokenRecord):
+        if num_prefix_tokens is not None:
+            raise AnalysisError(
+                "high_norm_tokens reads a record's prefix tokens from its layers: drop num_prefix_tokens."
+            )
+        return _record_outliers(norms, max_fraction, min_ratio)
+    if num_prefix_tokens is None:
+        raise AnalysisError(
+            "high_norm_tokens(norms, num_prefix_tokens): say how many leading tokens are prefix tokens."
+        )
     norms = torch.as_tensor(norms).float()
     if norms.ndim != 3:
         raise AnalysisError(f"high_norm_tokens expects (L, B, T) norms, got shape {tuple(norms.shape)}.")
@@ -171,45 +197,25 @@ def high_norm_tokens(
     )
 
 
-def stage_high_norm_tokens(
-    tokens, *, max_fraction: float = MAX_OUTLIER_FRACTION, min_ratio: float = MIN_NORM_RATIO
-) -> HighNormTokens:
-    """Outlier tokens of a windowed model's :class:`~analysis.tokens.stages.WindowedTokens`,
-    each layer on its own stage grid with the same rule as :func:`high_norm_tokens` (the
-    layer's ``‖h‖₂`` over the batch, the largest log-gap in the top ``max_fraction``).
-
-    Parameters
-    ----------
-    tokens : WindowedTokens
-        A windowed model's captured block outputs (:func:`~analysis.tokens.capture_tokens`), one
-        ``(B, gh·gw, C)`` tensor per captured layer; there are no prefix tokens.
-    max_fraction : float, default MAX_OUTLIER_FRACTION
-        As in :func:`high_norm_tokens` (0.1, in ``(0, 1)``), per layer.
-    min_ratio : float, default MIN_NORM_RATIO
-        As in :func:`high_norm_tokens` (2.0, above 1).
-
-    Returns
-    -------
-    HighNormTokens
-        ``mask`` a tuple of ``(B, gh·gw)`` bool masks, one per captured layer (grids differ),
-        ``thresholds`` and ``fraction`` ``(L,)`` float32, ``first_layer`` the first with outliers;
-        layers are counted along ``tokens.layers`` (positions, not model layer indices), as
-        :func:`high_norm_tokens` counts them along its ``L``.
-
-    Raises
-    ------
-    AnalysisError
-        ``max_fraction`` is outside ``(0, 1)`` or ``min_ratio`` is not above 1.
-    """
+def _record_outliers(record: TokenRecord, max_fraction: float, min_ratio: float) -> HighNormTokens:
+    """:func:`high_norm_tokens` of a record: each layer on its own geometry, then the layers joined
+    (``mask`` stacked when every layer has the same patch count, else one per layer)."""
     per_layer = [
-        high_norm_tokens(token_norms(layer_tokens)[None], 0, max_fraction=max_fraction, min_ratio=min_ratio)
-        for layer_tokens in tokens.tokens
+        high_norm_tokens(
+            token_norms(record.layer_tokens(layer))[None],
+            record.geometry(layer).prefix_tokens,
+            max_fraction=max_fraction,
+            min_ratio=min_ratio,
+        )
+        for layer in record.layers
     ]  # each over one layer: mask (1, B, N_l)
+    masks = [found.mask[0] for found in per_layer]
     fraction = torch.cat([found.fraction for found in per_layer])
     with_outliers = torch.nonzero(fraction > 0).flatten().tolist()
+    one_grid = len({mask.shape for mask in masks}) == 1
     return HighNormTokens(
         thresholds=torch.cat([found.thresholds for found in per_layer]),
-        mask=tuple(found.mask[0] for found in per_layer),
+        mask=torch.stack(masks) if one_grid else tuple(masks),
         fraction=fraction,
         first_layer=with_outliers[0] if with_outliers else None,
     )
@@ -243,6 +249,14 @@ def attention_mass(record: AttentionRecord, key_tokens: Sequence[int] | torch.Te
         record included), a patch query row was not captured, a mask is not ``(B, T)``, or a token
         index is outside ``0..T-1``.
     """
+    require_global_attention(
+        record,
+        lambda spec: AnalysisError(
+            f"the attention mass is not defined for this {spec.family}: it has no prefix tokens, and its cells "
+            "attend only inside their windows, so the mass to a set of tokens is not one number per head over the "
+            "whole image."
+        ),
+    )
     check_record(record, "attention_mass")
     spec = record.spec
     prefix = spec.num_prefix_tokens

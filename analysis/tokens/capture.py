@@ -1,8 +1,8 @@
 """What the tokens carry: each block's output, and the queries, keys and values its attention
 really uses; the logit lens (each block's output read by the model's own head).
 
-Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer
-(:class:`~analysis.tokens.stages.WindowedTokens`); the logit lens on the last stage's layers.
+Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer of the
+same :class:`~analysis.tokens.record.TokenRecord`; the logit lens on the last stage's layers.
 
 Both are views over the one activation engine (:func:`analysis.engine.activations.run_with_cache`):
 its hooks live for one call and one thread and are always removed; the model is never modified.
@@ -21,7 +21,7 @@ from ..engine.activations import run_with_cache
 from ..model.geometry import ViTSpec, input_spec
 from ..model.windowed_support import require_global_attention
 from .record import TokenRecord
-from .stages import WindowedTokens, check_logit_lens_layer, logit_lens_layers, windowed_readout
+from .stages import check_logit_lens_layer, logit_lens_layers, windowed_readout
 
 __all__ = ["TOKEN_KINDS", "capture_tokens", "capture_limits", "logit_lens"]
 
@@ -70,7 +70,7 @@ def capture_tokens(
     layers: Sequence[int] | int | None = None,
     dtype: torch.dtype = torch.float32,
     precision: str = "auto",
-) -> TokenRecord | WindowedTokens:
+) -> TokenRecord:
     """One kind of token of every requested layer, from one forward pass.
 
     A :class:`~analysis.tokens.record.TokenRecord` whose ``tokens`` are ``(L, B, T, D)`` on the
@@ -81,9 +81,9 @@ def capture_tokens(
     for every family. For ``query``/``key``/``value``, ``D = heads · head_dim``
     (``kv_heads · head_dim`` for grouped-query keys and values).
 
-    A windowed model (Swin, SAM) returns a :class:`~analysis.tokens.stages.WindowedTokens`:
-    each block's ``(B, gh, gw, C)`` output (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on
-    its own stage grid, one tensor per layer (stages differ in grid and width). Only
+    A windowed model (Swin, SAM) gives the same record with one tensor per layer: each block's
+    ``(B, gh, gw, C)`` output (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on its own stage
+    grid (stages differ in grid and width; ``record.geometry(l)`` says which). Only
     ``kind="token"``: their q/k/v exist per window, not per cell of the grid.
 
     Parameters
@@ -106,10 +106,9 @@ def capture_tokens(
 
     Returns
     -------
-    TokenRecord or WindowedTokens
-        A :class:`~analysis.tokens.record.TokenRecord` with ``tokens`` ``(L, B, T, D)`` in
-        ``dtype`` on the CPU; for a windowed model a :class:`~analysis.tokens.stages.WindowedTokens`
-        with one ``(B, gh·gw, C)`` tensor per layer.
+    TokenRecord
+        ``tokens`` ``(L, B, T, D)`` in ``dtype`` on the CPU; for a windowed model one
+        ``(B, gh·gw, C)`` tensor per layer.
 
     Raises
     ------
@@ -136,7 +135,7 @@ def capture_tokens(
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
     if not spec.attends_globally:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
         grid_tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
-        return WindowedTokens(tokens=grid_tokens, spec=spec, layers=layer_ids)
+        return TokenRecord(tokens=grid_tokens, spec=spec, layers=layer_ids)
     values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
     tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
     return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
@@ -216,7 +215,6 @@ def logit_lens(
             asked = [check_logit_lens_layer(spec, layer) for layer in requested]
             layer_ids = tuple(sorted(resolve_layers(asked, spec.num_layers)))
         captured = capture_tokens(vit, pixels, kind="token", layers=layer_ids, precision=precision)
-        assert isinstance(captured, WindowedTokens), "a windowed model's tokens"
         readout = windowed_readout(model)
         hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
     else:

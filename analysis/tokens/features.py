@@ -1,12 +1,11 @@
 """Patch features as pictures: PCA of the patch tokens as RGB (the DINOv2 figure) and the
 cosine similarity of one token to every patch, in the same image or another.
 
-Both take the tokens with their layout: a ViT's ``(B, T, D)`` tokens with its
-:class:`~analysis.model.geometry.ViTSpec` or with one layer's ``spec.geometry(layer)`` (the same patch grid,
-prefix tokens and class token), or one layer of a windowed model's
-:class:`~analysis.tokens.stages.WindowedTokens` (``(B, gh·gw, C)``) with that layer's
-:class:`~analysis.model.geometry.LayerGeometry` (its stage grid; no prefix tokens, no class token). So
-``spec.geometry(layer)`` reads one layer's tokens of either kind.
+Both take one layer's tokens with their layout: ``record.layer_tokens(l)`` of a
+:class:`~analysis.tokens.record.TokenRecord` with ``record.geometry(l)`` (a
+:class:`~analysis.model.geometry.LayerGeometry`: a ViT's patch grid after its prefix tokens and class
+token; a windowed model's stage grid, no prefix tokens, no class token), for every family; a ViT's
+``(B, T, D)`` tokens may also come with its :class:`~analysis.model.geometry.ViTSpec`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What :func:`~analysis.tokens.capture_tokens` returns for a ViT: the tokens of the layers
-asked for, in the order asked, with the spec that says which are prefix and which are patches."""
+"""What :func:`~analysis.tokens.capture_tokens` returns for every family: the tokens of the layers
+asked for, in the order asked, each layer read with its own geometry (which tokens are prefix
+tokens, which grid the rest lie on)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,34 @@ import torch
 
 from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..model.geometry import ViTSpec
+from ..model.geometry import LayerGeometry, ViTSpec
 
 __all__ = ["TokenRecord"]
 
 
 @dataclass(frozen=True)
 class TokenRecord:
-    """Tokens captured from one forward pass of a global-attention ViT: what
-    :func:`~analysis.tokens.capture_tokens` returns for one.
+    """Tokens captured from one forward pass, one layer at a time in one layout for every family.
+
+    Layer ``l``'s tokens are ``(B, T_l, D_l)``: its geometry's ``prefix_tokens`` first (class,
+    distillation, register tokens of a ViT; none on a windowed model's stage grid), then one token
+    per cell of ``geometry(l).grid_size``, row-major. A ViT's layers all share one ``T`` and ``D``
+    and are stored as one ``(L, B, T, D)`` tensor; a windowed model's (Swin, SAM) stages differ in
+    grid and width (patch merging halves the grid and doubles the channels) and are stored as one
+    tensor per layer. :meth:`layer_tokens`, :meth:`patches`, :meth:`grid_tokens` and
+    :meth:`geometry` read either.
 
     Attributes
     ----------
-    tokens : torch.Tensor
-        ``(L, B, T, D)`` on the CPU, in the capture's ``dtype`` (float32 by default): entry ``i`` is model layer ``layers[i]``; tokens in model order
-        (the ``spec.num_prefix_tokens`` prefix tokens first, then the patches row-major on
-        ``spec.grid_size``). For ``query``/``key``/``value``, ``D = heads · d`` (``kv_heads · d``
-        for grouped-query keys and values).
+    tokens : torch.Tensor or tuple of torch.Tensor
+        ``(L, B, T, D)`` on the CPU in the capture's ``dtype`` (float32 by default) when every
+        layer has the same token count and width, else one ``(B, T_l, D_l)`` tensor per layer;
+        entry ``i`` is model layer ``layers[i]``. For ``query``/``key``/``value``,
+        ``D = heads · d`` (``kv_heads · d`` for grouped-query keys and values).
     spec : ViTSpec
-        The token layout of *this* input.
+        The token layout of *this* input (``spec.geometry(l)`` for each layer).
     layers : tuple of int
-        Model layer index of each entry along ``L``, in the order they were asked for.
+        Model layer index of each entry of ``tokens``, in the order they were asked for.
     kind : str, default "token"
         ``"token"`` (block outputs), ``"query"``, ``"key"`` or ``"value"``.
 
@@ -43,15 +51,17 @@ class TokenRecord:
     (1, 65, 128)
     >>> tuple(record.patches(3).shape)  # (B, gh·gw, D), a view
     (1, 64, 128)
+    >>> tuple(record.grid_tokens(3).shape)  # (B, gh, gw, D)
+    (1, 8, 8, 128)
     """
 
-    tokens: torch.Tensor
+    tokens: torch.Tensor | tuple[torch.Tensor, ...]
     spec: ViTSpec
     layers: tuple[int, ...]
     kind: str = "token"
 
     def layer_position(self, layer: int) -> int:
-        """Position along ``L`` of model layer ``layer`` (negative indices count from the end)."""
+        """Position in ``tokens`` of model layer ``layer`` (negative indices count from the end)."""
         layer = check_index("layer", layer, self.spec.num_layers, "layers")
         if layer not in self.layers:
             raise AnalysisError(
@@ -61,17 +71,45 @@ class TokenRecord:
         return self.layers.index(layer)
 
     def layer_tokens(self, layer: int) -> torch.Tensor:
-        """Model layer ``layer``'s ``(B, T, D)`` tokens (a view)."""
+        """Model layer ``layer``'s ``(B, T_l, D_l)`` tokens (a view)."""
         return self.tokens[self.layer_position(layer)]
 
+    def geometry(self, layer: int) -> LayerGeometry:
+        """Model layer ``layer``'s geometry (``spec.geometry``): its prefix tokens, grid and stride."""
+        return self.spec.geometry(self.layers[self.layer_position(layer)])
+
+    def _stacked(self, what: str) -> torch.Tensor:
+        if isinstance(self.tokens, torch.Tensor):
+            return self.tokens
+        raise AnalysisError(
+            f"TokenRecord.{what}() of every layer at once needs layers of one grid and width; this "
+            f"{self.spec.family}'s layers differ (stage grids): pass layer=, one layer at a time."
+        )
+
+    def _split(self, layer: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer is None:
+            tokens = self._stacked("prefix/patches")
+            return self.spec.split_prefix(tokens, tokens.ndim - 2)
+        tokens, geometry = self.layer_tokens(layer), self.geometry(layer)
+        prefix, cells = geometry.prefix_tokens, geometry.grid_size[0] * geometry.grid_size[1]
+        if tokens.shape[-2] != prefix + cells:
+            raise AnalysisError(
+                f"Layer {layer} holds {tokens.shape[-2]} tokens; its geometry predicts {prefix} prefix + "
+                f"{geometry.grid_size[0]}x{geometry.grid_size[1]} cells."
+            )
+        return tokens[..., :prefix, :], tokens[..., prefix:, :]
+
     def prefix(self, layer: int | None = None) -> torch.Tensor:
-        """The prefix tokens (class, distillation, registers): ``(L, B, prefix, D)``, or
-        ``(B, prefix, D)`` of one ``layer``. A view."""
-        tokens = self.tokens if layer is None else self.layer_tokens(layer)
-        return self.spec.split_prefix(tokens, tokens.ndim - 2)[0]
+        """The prefix tokens (class, distillation, registers): ``(B, prefix, D)`` of one ``layer``
+        (``prefix`` may be 0), or ``(L, B, prefix, D)`` of every layer of one grid. A view."""
+        return self._split(layer)[0]
 
     def patches(self, layer: int | None = None) -> torch.Tensor:
-        """The patch tokens, row-major on ``spec.grid_size``: ``(L, B, gh·gw, D)``, or
-        ``(B, gh·gw, D)`` of one ``layer``. A view."""
-        tokens = self.tokens if layer is None else self.layer_tokens(layer)
-        return self.spec.split_prefix(tokens, tokens.ndim - 2)[1]
+        """The patch (grid-cell) tokens, row-major on the layer's grid: ``(B, gh·gw, D)`` of one
+        ``layer``, or ``(L, B, gh·gw, D)`` of every layer of one grid. A view."""
+        return self._split(layer)[1]
+
+    def grid_tokens(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s patch tokens on its grid: ``(B, gh, gw, D)`` (a view)."""
+        patches = self.patches(layer)
+        return patches.reshape(patches.shape[0], *self.geometry(layer).grid_size, patches.shape[-1])

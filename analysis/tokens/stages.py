@@ -2,12 +2,11 @@
 
 Every block of these models works on an NHWC map ``(B, gh, gw, C)`` of its stage grid
 (:class:`~analysis.model.geometry.LayerGeometry`): stages differ in grid and width (Swin's patch merging
-halves the grid and doubles the channels), so the block outputs cannot be one
-``(L, B, T, D)`` tensor as a ViT's are. :func:`~analysis.tokens.capture_tokens` returns a
-:class:`WindowedTokens` instead, one ``(B, gh·gw, C)`` tensor per layer, cells row-major on
-that layer's grid (no prefix tokens). :func:`~analysis.tokens.feature_pca` and
-:func:`~analysis.tokens.patch_similarity` take one layer's tokens with its geometry
-(``tokens.layer_tokens(l)``, ``tokens.geometry(l)``).
+halves the grid and doubles the channels), so :func:`~analysis.tokens.capture_tokens`'s
+:class:`~analysis.tokens.record.TokenRecord` holds one ``(B, gh·gw, C)`` tensor per layer, cells
+row-major on that layer's grid (no prefix tokens), where a ViT's is one ``(L, B, T, D)`` tensor.
+:func:`~analysis.tokens.feature_pca` and :func:`~analysis.tokens.patch_similarity` take one layer's
+tokens with its geometry (``tokens.layer_tokens(l)``, ``tokens.geometry(l)``) for either.
 
 The logit lens (``head(readout(h_l))``) is defined only for layers whose output the model's
 own readout accepts: those of the last block's stage (same grid and width). Swin's readout is
@@ -17,56 +16,15 @@ its final ``norm`` then ``forward_head`` (average pooling and the classifier); S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from ..base.arguments import check_index
 from ..base.errors import AnalysisError
-from ..model.geometry import LayerGeometry, ViTSpec
-from ..records.attention import AttentionRecord
+from ..model.geometry import ViTSpec
 
-__all__ = ["WindowedTokens", "logit_lens_layers", "windowed_readout"]
-
-
-@dataclass(frozen=True)
-class WindowedTokens:
-    """Block outputs of a windowed model, captured in one forward pass.
-
-    Attributes
-    ----------
-    tokens : tuple of torch.Tensor
-        One ``(B, gh·gw, C)`` tensor per captured layer, in the order of ``layers``: the block's
-        ``(B, gh, gw, C)`` output with its cells row-major on the layer's stage grid
-        ``spec.geometry(layer).grid_size``; ``C`` the stage's width.
-    spec : ViTSpec
-        The model's spec (``spec.layer_geometry`` one entry per layer).
-    layers : tuple of int
-        Model layer index of each entry of ``tokens``.
-    """
-
-    tokens: tuple[torch.Tensor, ...]
-    spec: ViTSpec
-    layers: tuple[int, ...]
-
-    def layer_position(self, layer: int) -> int:
-        """Position in ``tokens`` of model layer ``layer`` (negative indices count from the end)."""
-        return AttentionRecord.layer_position(self, layer)  # type: ignore[arg-type]  # the same rule, over .layers
-
-    def layer_tokens(self, layer: int) -> torch.Tensor:
-        """Layer ``layer``'s ``(B, gh·gw, C)`` tokens."""
-        return self.tokens[self.layer_position(layer)]
-
-    def geometry(self, layer: int) -> LayerGeometry:
-        """Layer ``layer``'s :class:`~analysis.model.geometry.LayerGeometry` (its grid, stride, stage)."""
-        return self.spec.geometry(check_index("layer", layer, self.spec.num_layers, "layers"))
-
-    def grid_tokens(self, layer: int) -> torch.Tensor:
-        """Layer ``layer``'s tokens as the block gave them: ``(B, gh, gw, C)``."""
-        tokens = self.layer_tokens(layer)
-        return tokens.reshape(tokens.shape[0], *self.geometry(layer).grid_size, tokens.shape[-1])
+__all__ = ["logit_lens_layers", "windowed_readout"]
 
 
 def logit_lens_layers(spec) -> tuple[int, ...]:
