@@ -616,6 +616,13 @@ def test_upload_replaces_the_sample(app, vit):
     layer = app.slider(key="layer").value
     expected = analysis.attention_map(rec, layer, head=None, query=query)[0].numpy()
     np.testing.assert_allclose(overlay_map(charts(app)[0]), expected, rtol=1e-5, atol=1e-7)
+    # the predictions follow the image too (a cache keyed without the image would keep the sample's)
+    bars = array(traces(charts(app)[1], "bar")[0]["x"])[::-1]
+    top = np.sort(rec.logits[0].softmax(-1).numpy())[::-1][:5] * 100
+    sample = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(first_sample())))
+    before = np.sort(sample.logits[0].softmax(-1).numpy())[::-1][:5] * 100
+    assert not np.allclose(top, before, rtol=1e-3), "the two images must rank their classes differently"
+    np.testing.assert_allclose(bars, top, rtol=1e-4)
 
 
 @pytest.mark.upload

@@ -375,3 +375,47 @@ def test_models_asked_for_at_once_are_built_one_at_a_time(monkeypatch):
     assert sorted(built) == [32, 48, 64, 80]
     assert [models[r].spec.img_size for r in refs] == [(32, 32), (48, 48), (64, 64), (80, 80)]
     resources.memory_store().clear()
+
+
+def _cached_functions():
+    """``(module, name, signature)`` of every Streamlit-cached function of the importable app modules
+    (the pages' ``compute.py`` and ``results.py`` included; the page scripts themselves run on import)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from streamlit.runtime.caching.cache_utils import CachedFunc
+
+    import vizapp
+
+    names = [
+        info.name
+        for info in pkgutil.walk_packages(vizapp.__path__, "vizapp.")
+        if not info.ispkg and not _is_page_script(info.name) and info.name != "vizapp.app"
+    ]
+    for name in names:
+        module = importlib.import_module(name)
+        for attribute, value in vars(module).items():
+            if isinstance(value, CachedFunc) and value._info.func.__module__ == name:
+                yield name, attribute, inspect.signature(value._info.func)
+
+
+def _is_page_script(module: str) -> bool:
+    """``vizapp.views.<page>.<page>``: a page's own script, which Streamlit runs (importing it draws the page)."""
+    parts = module.split(".")
+    return parts[:2] == ["vizapp", "views"] and len(parts) == 4 and parts[2] == parts[3]
+
+
+def test_a_cached_function_of_an_image_is_keyed_by_the_images_digest():
+    """Streamlit hashes every argument whose name does not start with ``_``: a cached function that
+    reads ``_image_bytes`` (not hashed: large) must also take the image's ``digest``, or it hands one
+    image's result to every image (a cached Top-5 without it showed the first image's classes for
+    each upload; ``test_app.py::test_upload_replaces_the_sample`` checks that one in the app)."""
+    found = list(_cached_functions())
+    assert len(found) > 20, found  # the scan reaches the resources and the pages' computations
+    unkeyed = [
+        f"{module}.{name}{signature}"
+        for module, name, signature in found
+        if "_image_bytes" in signature.parameters and "digest" not in signature.parameters
+    ]
+    assert not unkeyed, unkeyed
