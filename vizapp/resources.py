@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import streamlit as st
@@ -37,14 +37,12 @@ import torch
 
 import analysis
 from analysis import (
-    AnalysisError,
     ModelLoadError,
     attention_map,
     capture_attention,
     load_image,
     load_vit,
 )
-from analysis.records.windowed import WindowedAttentionRecord
 from analysis.robustness import LoadedCNN, load_cnn
 from vizapp.access import check_source
 from vizapp.limits import FLOAT16_RECORD_BYTES, MAX_FORWARDS, MAX_MODELS, MAX_RESULTS, MEMORY_BUDGET_BYTES
@@ -108,15 +106,15 @@ class MemoryBudgetError(ModelLoadError):
 class Forward:
     """One captured forward pass of one image through one model.
 
-    record: attention ``(L, 1, heads, T, T)`` and logits of the pass; for a windowed model
-        (Swin, SAM) a :class:`~analysis.records.windowed.WindowedAttentionRecord`, one
-        ``(1, windows, heads, Wt, Wt)`` tensor per layer in ``record.windows``.
+    record: the attention and logits of the pass (:func:`analysis.capture_attention`), each layer's
+        maps ``record.layer_maps(l)`` on its own geometry: a ViT's ``(1, heads, T, T)``, a windowed
+        model's (Swin, SAM) ``(1, windows, heads, Wt, Wt)``.
     input_image: ``(H, W, 3)`` uint8, exactly the pixels the model saw.
     probabilities: ``(classes,)`` softmax of the logits; empty unless the model has a
         classification head (embedding towers and headless models have no classes).
     """
 
-    record: analysis.AttentionRecord | WindowedAttentionRecord
+    record: analysis.AttentionRecord  # what capture_attention returns for every family
     input_image: np.ndarray
     probabilities: np.ndarray
     notes: tuple[str, ...] = ()  # e.g. "out of GPU memory: ran on the CPU", shown to the user
@@ -125,7 +123,7 @@ class Forward:
     def nbytes(self) -> int:
         """Memory held: the attention record (maps, pooling maps, logits) and the input image."""
         record = self.record
-        maps = list(record.windows) if isinstance(record, WindowedAttentionRecord) else [record.attentions]
+        maps = [record.layer_maps(layer) for layer in record.layers]  # views: each layer's bytes once
         tensors = [*maps, record.logits] + ([record.pool_attention] if record.pool_attention is not None else [])
         return sum(t.numel() * t.element_size() for t in tensors) + self.input_image.nbytes + self.probabilities.nbytes
 
@@ -355,104 +353,10 @@ def layer_tokens(ref: ModelRef, digest: str, _image_bytes: bytes, kind: str, lay
     return tokens(ref, digest, _image_bytes, kind).layer_tokens(layer).clone()
 
 
-@dataclass(frozen=True)
-class TokenNorms:
-    """Block-output norms and the high-norm outliers found in them (patch tokens), layer by layer.
-
-    ``norms``: one ``(T_l,)`` array per layer (prefix tokens first), ``mask``: one ``(N_l,)`` array of
-    its patch (grid-cell) tokens; read them per layer with :meth:`patch_norms` / :meth:`outliers`.
-    ``arrays``: what the page's download holds (stacked ``(L, …)`` arrays when every layer has one
-    grid, else one array per layer on its grid); ``grid_note`` and ``mass_note``: what the page
-    says about the grids and about a missing attention mass."""
-
-    norms: tuple[np.ndarray, ...]
-    thresholds: np.ndarray  # (L,), inf where none
-    mask: tuple[np.ndarray, ...]  # (N_l,) bool per layer
-    fraction: np.ndarray  # (L,)
-    first_layer: int | None
-    prefix_mass: np.ndarray | None  # (L, heads) attention of patch queries to the prefix tokens
-    outlier_mass: np.ndarray | None  # (L, heads) ... to the outlier patches of each layer
-    prefix: int = 0  # prefix tokens in front of each row of ``norms``
-    arrays: dict = field(default_factory=dict)  # name -> array, the download
-    grid_note: str = ""  # appended to the outlier caption
-    mass_note: str = "No prefix tokens and no outliers in this model and image."  # when both masses are None
-
-    def patch_norms(self, layer: int) -> np.ndarray:
-        """``(N_l,)`` the patch (cell) tokens' norms of one layer, row-major on its grid."""
-        return self.norms[layer][self.prefix :]
-
-    def outliers(self, layer: int) -> list[int]:
-        """Row-major indices of one layer's outlier patches (cells)."""
-        return np.flatnonzero(self.mask[layer]).tolist()
-
-
-@st.cache_data(show_spinner="Measuring token norms…", max_entries=MAX_RESULTS)
-def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
-    """Norms and outliers (``analysis.high_norm_tokens`` of the block outputs, each layer on its own
-    grid) and the attention masses to the prefix tokens and to the outliers
-    (``analysis.attention_mass``; where the library refuses it, the page says why)."""
-    features = tokens(ref, digest, _image_bytes, "token")  # one image, every layer
-    found = analysis.high_norm_tokens(features)
-    norms = tuple(analysis.token_norms(features.layer_tokens(layer))[0].numpy() for layer in features.layers)
-    masks = tuple(mask[0].numpy() for mask in found.mask)  # (N_l,) per layer
-    grids = [features.geometry(layer).grid_size for layer in features.layers]
-    prefix = features.geometry(features.layers[0]).prefix_tokens
-    thresholds = found.thresholds.numpy()
-    if len({grid for grid in grids}) == 1:
-        arrays = {"norms": np.stack(norms), "thresholds": thresholds, "outlier_mask": np.stack(masks)}
-        grid_note = ""
-    else:
-        arrays = {
-            "thresholds": thresholds,
-            **{f"norms_layer{i}": n.reshape(grid) for i, (n, grid) in enumerate(zip(norms, grids))},
-            **{f"outlier_mask_layer{i}": m.reshape(grid) for i, (m, grid) in enumerate(zip(masks, grids))},
-        }
-        grid_note = " Each layer's cells on its own grid."
-    prefix_mass = outlier_mass = None
-    mass_note = TokenNorms.mass_note
-    try:
-        prefix_mass, outlier_mass = _attention_masses(forward(ref, digest, _image_bytes).record, masks, prefix)
-    except AnalysisError as refusal:
-        mass_note = str(refusal)[:1].upper() + str(refusal)[1:]  # the library's reason
-    return TokenNorms(
-        norms=norms,
-        thresholds=thresholds,
-        mask=masks,
-        fraction=found.fraction.numpy(),
-        first_layer=found.first_layer,
-        prefix_mass=prefix_mass,
-        outlier_mass=outlier_mass,
-        prefix=prefix,
-        arrays=arrays,
-        grid_note=grid_note,
-        mass_note=mass_note,
-    )
-
-
-def _attention_masses(
-    record, masks: tuple[np.ndarray, ...], prefix: int
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``(to the prefix tokens, to each layer's outliers)``, each ``(L, heads)`` or ``None`` where there
-    are none (``analysis.attention_mass`` of image 0)."""
-    prefix_mass = analysis.attention_mass(record, list(range(prefix)))[:, 0].numpy() if prefix else None
-    if not any(mask.any() for mask in masks):
-        return prefix_mass, None
-    outlier_mass = np.stack(
-        [
-            analysis.attention_mass(
-                record.select_layers([layer]),
-                torch.cat([torch.zeros(1, prefix, dtype=torch.bool), torch.from_numpy(mask)[None]], dim=1),
-            )[0, 0].numpy()
-            for layer, mask in enumerate(masks)
-        ]
-    )
-    return prefix_mass, outlier_mass
-
-
 @st.cache_data(show_spinner=False, max_entries=MAX_RESULTS)
 def outlier_patches(ref: ModelRef, digest: str, _image_bytes: bytes) -> tuple[int, ...]:
     """This image's outlier tokens as maps see them (:func:`analysis.outlier_patches` of
-    :func:`token_norms`: high-norm in any layer), row-major patch indices; ``()`` for a model
+    :func:`analysis.high_norm_tokens` of the block outputs: high-norm in any layer), row-major patch indices; ``()`` for a model
     without one patch grid for every layer (``spec.outlier_grid is None``: a windowed model)."""
     if get_model(ref).spec.outlier_grid is None:
         return ()

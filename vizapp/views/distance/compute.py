@@ -24,7 +24,7 @@ __all__ = ["image_attention_distance", "set_chunk_distances", "similarity_chunk"
 def image_attention_distance(ref: ModelRef, digest: str, _image_bytes: bytes) -> np.ndarray:
     """Mean attention distance of the current image, ``(L, heads)`` pixels (from the cached pass)."""
     record = resources.forward(ref, digest, _image_bytes).record  # a ViT's or a windowed model's: one rule reads both
-    return mean_attention_distance(record).numpy()  # type: ignore[arg-type]  # annotated for the ViT record
+    return mean_attention_distance(record).numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=4 * MAX_RESULTS)

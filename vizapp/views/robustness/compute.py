@@ -98,7 +98,7 @@ def vit_probe(
     saliency = None
     if selection != "random":  # the clean rollout, from the shared captured pass (no second forward)
         record = resources.forward(ref, digest, _image_bytes).record
-        saliency = patch_grid_rollout(record)[0].numpy()  # type: ignore[arg-type]  # annotated for the ViT record
+        saliency = patch_grid_rollout(record)[0].numpy()
     return _probe_view(vit, vit.preprocess(load_image(_image_bytes)), perturbation, level, selection, seed, saliency)
 
 

@@ -248,7 +248,7 @@ st.subheader("Token norms and high-norm outliers")
 def norm_figures(
     ref, digest: str, _image_bytes: bytes, layer: int, colorscale: str
 ) -> tuple[go.Figure, go.Figure, list[int]]:
-    summary = resources.token_norms(ref, digest, _image_bytes)
+    summary = compute.token_norms(ref, digest, _image_bytes)
     layer_norms = summary.patch_norms(layer)  # (N,) on the layer's grid
     found = summary.outliers(layer)
     overlay = plots.attention_overlay(
@@ -299,7 +299,7 @@ def norm_figures(
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def mass_figure(ref, digest: str, _image_bytes: bytes, name: str, colorscale: str) -> go.Figure:
-    summary = resources.token_norms(ref, digest, _image_bytes)
+    summary = compute.token_norms(ref, digest, _image_bytes)
     value = summary.prefix_mass if name == "prefix tokens" else summary.outlier_mass
     return go.Figure(
         data=[
@@ -362,7 +362,7 @@ def get_names(classes: int) -> list[str]:
     return cur.vit.class_names or [f"class {i}" for i in range(classes)]
 
 
-summary = resources.token_norms(*cur.args)
+summary = compute.token_norms(*cur.args)
 norm_overlay, histogram, found = norm_figures(*cur.args, layer, cur.colorscale)
 norm_left, norm_right = st.columns(2, gap="medium")
 with norm_left:
