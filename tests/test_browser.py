@@ -76,7 +76,9 @@ def page(server, chromium):
 
 def wait_idle(page) -> None:
     """Wait until the script run finished (the status widget disappears) and charts are drawn."""
-    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", state="attached")
+    # a module's first page waits on a cold server (CI imports without bytecode, beside the static checks
+    # and the installs): 60 s was once too little for both workers' first page at CI's busiest minute
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", state="attached", timeout=180_000)
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", polling=200, timeout=60_000
     )

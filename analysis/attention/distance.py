@@ -286,14 +286,15 @@ def distance_unit_length(spec: ViTSpec, unit: str) -> float:
         stages (Swin); ``spec`` neither a ViTSpec nor anything with one.
     """
     given = getattr(spec, "spec", spec)
-    windowed = (
-        isinstance(given, ViTSpec) and not given.attends_globally
-    )  # px and image units exist; one patch side does not
-    spec = given if windowed else check_spec(spec, "distance_unit_length")
-    strides = {geometry.stride for geometry in spec.layer_geometry}
-    if windowed and unit == "patches" and len(strides) > 1:
+    if not isinstance(given, ViTSpec):
         raise AnalysisError(
-            f"distance unit 'patches': this windowed model ({spec.family}) has a different cell size on each stage "
+            f"distance_unit_length takes a ViTSpec (vit.spec or record.spec), got {type(spec).__name__}."
+        )
+    spec = given
+    strides = {geometry.stride for geometry in spec.geometries()}  # px and image units always exist
+    if unit == "patches" and len(strides) > 1:
+        raise AnalysisError(
+            f"distance unit 'patches': this model ({spec.family}) has a different cell size on each stage "
             f"({', '.join(f'{sy}x{sx}' for sy, sx in sorted(strides))} px: patch merging), so there is no one patch "
             "side; use 'px' or 'image'."
         )

@@ -163,17 +163,19 @@ def write_distance(
     """``out`` (.npz: distance, count and metadata), and Figure 7 (right) as ``.png`` and ``.html``.
 
     ``uniform_distance_by_layer`` ``(L,)``: each layer's distance under uniform attention
-    (:func:`~analysis.uniform_attention_distance_by_layer`). A ViT also has the one value
-    ``uniform_distance``; a windowed model has none (each layer attends inside its own
-    windows) and instead its per-layer ``layer_grid_size``, ``layer_stride``,
-    ``layer_window_size`` and ``layer_num_heads`` (the head axis is NaN beyond them)."""
-    from ..attention.distance import uniform_attention_distance_by_layer
+    (:func:`~analysis.attention.distance.uniform_distance_reference`), and each layer's geometry:
+    ``layer_grid_size``, ``layer_stride``, ``layer_window_size`` and ``layer_num_heads`` (the head
+    axis is NaN beyond a layer's heads). A model whose layers all attend over the one patch grid (a
+    ViT) also has the one value ``uniform_distance``; one whose layers attend inside their own
+    windows (Swin, SAM) has none."""
+    from ..attention.distance import uniform_distance_reference
     from .png_plot import distance_png
 
     spec = vit.spec
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    by_layer = uniform_attention_distance_by_layer(spec).numpy()  # (L,)
+    reference = uniform_distance_reference(spec)
+    by_layer = reference.values.numpy()  # (L,)
     fields = dict(
         distance=distance,
         count=np.int64(count),
@@ -189,17 +191,15 @@ def write_distance(
         num_prefix_tokens=np.int64(spec.num_prefix_tokens),
         world_size=np.int64(world),
     )
-    if not spec.attends_globally:  # each layer's own geometry
-        geometry = spec.layer_geometry
-        fields.update(
-            layer_grid_size=np.array([g.grid_size for g in geometry]),
-            layer_stride=np.array([g.stride for g in geometry]),
-            layer_window_size=np.array([g.window_size for g in geometry]),
-            layer_num_heads=np.array([g.num_heads for g in geometry]),
-        )
-        uniform = None
-    else:
-        uniform = float(by_layer[0])
+    geometry = spec.geometries()  # each layer's own
+    fields.update(
+        layer_grid_size=np.array([g.grid_size for g in geometry]),
+        layer_stride=np.array([g.stride for g in geometry]),
+        layer_window_size=np.array([g.window_size for g in geometry]),
+        layer_num_heads=np.array([g.num_heads for g in geometry]),
+    )
+    uniform = None if reference.per_layer else reference.value
+    if uniform is not None:
         fields.update(uniform_distance=np.float64(uniform))
     np.savez(out, **fields)
     title = f"{model} · mean over {count} images"
