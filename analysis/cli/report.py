@@ -173,7 +173,6 @@ def run(args, ranks: Ranks) -> int:
         outlier_patches,
         patch_embedding_components,
         position_embedding_similarity,
-        token_norms,
     )
     from ..views.attention_view import embed, layers_to_send, view_args, view_data
 
@@ -223,10 +222,8 @@ def run(args, ranks: Ranks) -> int:
             continue
         pixels = vit.preprocess(image)
         record = capture_attention(vit, pixels)
-        outliers = (
-            outlier_patches(high_norm_tokens(token_norms(capture_tokens(vit, pixels)), spec.num_prefix_tokens))
-            if spec.attends_globally
-            else []
+        outliers = (  # on the one patch grid every layer shares (spec.outlier_grid), as the app's maps
+            outlier_patches(high_norm_tokens(capture_tokens(vit, pixels))) if spec.outlier_grid is not None else []
         )
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
         last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
