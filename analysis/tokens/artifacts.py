@@ -66,12 +66,7 @@ def token_norms(tokens) -> torch.Tensor:
         windowed model's: pass ``record.layer_tokens(l)``).
     """
     if isinstance(tokens, TokenRecord):
-        if not isinstance(tokens.tokens, torch.Tensor):
-            raise AnalysisError(
-                f"token_norms of a whole record needs layers of one grid; this {tokens.spec.family}'s layers differ "
-                "(stage grids): pass record.layer_tokens(layer), one layer at a time."
-            )
-        tokens = tokens.tokens  # (L, B, T, D)
+        tokens = tokens.every_layer("token_norms(record)")  # (L, B, T, D)
     tokens = torch.as_tensor(tokens)
     if tokens.ndim < 2:
         raise AnalysisError(f"token_norms expects (..., T, D) tokens, got shape {tuple(tokens.shape)}.")

@@ -78,17 +78,35 @@ class TokenRecord:
         """Model layer ``layer``'s geometry (``spec.geometry``): its prefix tokens, grid and stride."""
         return self.spec.geometry(self.layers[self.layer_position(layer)])
 
-    def _stacked(self, what: str) -> torch.Tensor:
+    def every_layer(self, what: str = "TokenRecord.every_layer()") -> torch.Tensor:
+        """Every layer's tokens at once, ``(L, B, T, D)`` (a view), for layers of one grid and width.
+
+        Parameters
+        ----------
+        what : str, default "TokenRecord.every_layer()"
+            The read that needs them, as the error names it.
+
+        Returns
+        -------
+        torch.Tensor
+            ``tokens`` itself, ``(L, B, T, D)``.
+
+        Raises
+        ------
+        AnalysisError
+            The layers differ in grid or width (a windowed model's stages): read them one layer at a
+            time (:meth:`layer_tokens`, :meth:`patches` with ``layer=``).
+        """
         if isinstance(self.tokens, torch.Tensor):
             return self.tokens
         raise AnalysisError(
-            f"TokenRecord.{what}() of every layer at once needs layers of one grid and width; this "
-            f"{self.spec.family}'s layers differ (stage grids): pass layer=, one layer at a time."
+            f"{what} of every layer at once needs layers of one grid and width; this {self.spec.family}'s "
+            "layers differ (stage grids): read them one layer at a time (layer_tokens(layer), patches(layer))."
         )
 
     def _split(self, layer: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         if layer is None:
-            tokens = self._stacked("prefix/patches")
+            tokens = self.every_layer("TokenRecord.prefix()/patches()")
             return self.spec.split_prefix(tokens, tokens.ndim - 2)
         tokens, geometry = self.layer_tokens(layer), self.geometry(layer)
         prefix, cells = geometry.prefix_tokens, geometry.grid_size[0] * geometry.grid_size[1]

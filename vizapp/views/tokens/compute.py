@@ -102,7 +102,7 @@ def token_norms(ref: ModelRef, digest: str, _image_bytes: bytes) -> TokenNorms:
     grids = [features.geometry(layer).grid_size for layer in features.layers]
     prefix = features.geometry(features.layers[0]).prefix_tokens
     thresholds = found.thresholds.numpy()
-    if len({grid for grid in grids}) == 1:
+    if len(set(grids)) == 1:
         arrays = {"norms": np.stack(norms), "thresholds": thresholds, "outlier_mask": np.stack(masks)}
         grid_note = ""
     else:
