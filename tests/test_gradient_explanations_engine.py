@@ -124,14 +124,22 @@ def test_block_input_gradients_equal_a_plain_hook_on_the_attention_input(family,
     torch.testing.assert_close(found, expected[1], **EXACT)
 
 
-def test_last_stage_gradients_equal_a_plain_hook_on_the_last_norm():
-    vit, pixels = small_swin(bias_seed=1), small_pixels()
-    activation, found, _targets, geometry = gradients.last_stage_gradients(vit, pixels, target=2)
+@pytest.mark.parametrize("family", ["small_swin", "vit", "relpos_rpn"])
+def test_last_block_gradients_equal_a_plain_hook_on_the_last_norm(family, family_vits):
+    """Every family reads the last block's norm1 output on the last layer's grid (a ViT's prefix
+    tokens dropped): a Swin (NHWC), a ViT with a class token, a post-norm ViT (norm1 after attention)."""
+    if family == "small_swin":
+        vit, pixels = small_swin(bias_seed=1), small_pixels()
+    else:
+        vit, pixels = family_vits[family], family_pixels(family)
+    activation, found, _targets, geometry = gradients.last_block_gradients(vit, pixels, target=2)
     norm = block_sites(vit.model)[-1].block.norm1
     expected = _plain_hook_reference(vit, pixels, norm, "output", _score(2))
-    grid = geometry.grid_size
-    torch.testing.assert_close(activation, expected[0].reshape(2, *grid, -1), **EXACT)
-    torch.testing.assert_close(found, expected[1].reshape(2, *grid, -1), **EXACT)
+    prefix, grid = geometry.prefix_tokens, geometry.grid_size
+    assert prefix == (0 if family == "small_swin" else vit.spec.num_prefix_tokens)
+    for got, want in zip((activation, found), expected):
+        want = want.reshape(len(pixels), -1, want.shape[-1])[:, prefix:]  # (B, gh·gw, C), prefix dropped
+        torch.testing.assert_close(got, want.reshape(len(pixels), *grid, -1), **EXACT)
 
 
 def test_legrad_equals_the_unfused_modules_and_plain_hooks(tmp_path):

@@ -39,7 +39,7 @@ from ..attention.rollout import attention_rollout
 from ..base.errors import AnalysisError
 from ..base.image_ops import BASELINES
 from ..model.geometry import input_spec
-from .gradients import AttentionGradients, attention_gradients, last_stage_gradients, resolve_targets
+from .gradients import AttentionGradients, attention_gradients, last_block_gradients, resolve_targets
 from .lrp import AttnLRPRelevance, attnlrp, attnlrp_relevance
 from .methods import (
     GLOBAL_TOKEN_METHODS,
@@ -66,7 +66,7 @@ __all__ = [
     "AttentionGradients",
     "relevance_from_gradients",
     "resolve_targets",
-    "last_stage_gradients",
+    "last_block_gradients",
     "explanation_grid",
     "methods_for",
     "GLOBAL_TOKEN_METHODS",

@@ -32,7 +32,8 @@ __all__ = [
     "resolve_targets",
     "block_input_gradients",
     "pixel_gradients",
-    "last_stage_gradients",
+    "last_block_gradients",
+    "on_layer_grid",
     "output_attention_gradients",
     "block_input_score_gradients",
 ]
@@ -367,38 +368,59 @@ def pixel_gradients(
 
 
 def _last_block_norm_name(vit) -> str:
-    """``blocks.{L-1}.ln1.out``, the last block's first norm: pytorch-grad-cam's target layer for Swin."""
+    """``blocks.{L-1}.ln1.out``, the last block's first norm: pytorch-grad-cam's target layer."""
     site = block_sites(vit.model)[-1]
     if site.block is None or site.adapter.block_norm(site.block, "ln1") is None:
         raise AnalysisError(
-            f"Grad-CAM on the last stage reads the last block's norm (norm1 or layernorm_before); "
-            f"{type(site.block).__name__} has none, so this windowed model is not supported by method='gradcam'."
+            f"Grad-CAM reads the last block's first norm (norm1, ln_1 or layernorm_before); "
+            f"{type(site.block).__name__} has none, so this model is not supported by method='gradcam'."
         )
     return f"blocks.{site.layer}.ln1.out"
 
 
-def _on_grid(activations: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """``(B, gh, gw, C)`` (timm works NHWC) or ``(B, gh·gw, C)`` -> ``(B, gh, gw, C)``."""
-    gh, gw = grid
-    if activations.ndim == 4 and tuple(activations.shape[1:3]) == (gh, gw):
-        return activations
-    if activations.ndim == 3 and activations.shape[1] == gh * gw:
-        return activations.reshape(activations.shape[0], gh, gw, activations.shape[-1])
+def on_layer_grid(tokens: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
+    """A layer's tokens on its grid of cells, its prefix tokens (class, registers) left out.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        ``(B, prefix + gh·gw, C)`` (prefix tokens first, as a ViT's sequence) or ``(B, gh, gw, C)``
+        (timm's windowed models work NHWC).
+    geometry : LayerGeometry
+        The layer's geometry: ``prefix_tokens`` and ``grid_size`` ``(gh, gw)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, gh, gw, C)``, a view of ``tokens`` where it can be.
+
+    Raises
+    ------
+    AnalysisError
+        ``tokens`` of neither shape: the geometry read off the model is not the one its blocks used.
+    """
+    (gh, gw), prefix = geometry.grid_size, geometry.prefix_tokens
+    if tokens.ndim == 4 and tuple(tokens.shape[1:3]) == (gh, gw):
+        return tokens
+    if tokens.ndim == 3 and tokens.shape[1] == prefix + gh * gw:
+        return tokens[:, prefix:].reshape(tokens.shape[0], gh, gw, tokens.shape[-1])
     raise AnalysisError(
-        f"The last block's norm gave {tuple(activations.shape)} activations; the last stage's grid is {gh}x{gw} "
-        "cells: this windowed model is not supported by method='gradcam'."
+        f"A layer gave {tuple(tokens.shape)} activations; its geometry is {prefix} prefix tokens and a "
+        f"{gh}x{gw} grid: this model is not supported by method='gradcam'."
     )
 
 
-def last_stage_gradients(
+def last_block_gradients(
     vit, pixels: torch.Tensor, target=None, *, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
-    """A windowed model's (Swin, SAM) last-stage activations and their gradient, as
-    pytorch-grad-cam reads a Swin: the output of the last block's first norm (``norm1``)
-    reshaped to the last stage's grid.
+    """The last block's first-norm output ``X`` and its gradient ``∂y/∂X`` on the last layer's
+    grid, as pytorch-grad-cam reads a ViT (``blocks[-1].norm1``, class token dropped) and a Swin
+    (``layers[-1].blocks[-1].norm1``): any model, its prefix tokens left out
+    (:func:`on_layer_grid`).
 
-    Swin v1 and SAM are pre-norm, so this is the input of the last attention branch; Swin v2
-    is post-norm (``x + norm1(attn(x))``), so it is the normalised output of the last attention.
+    A pre-norm block (ViT, DeiT, DINOv2, CLIP, EVA, Swin v1, SAM) feeds ``X`` to its attention;
+    a post-norm block (Swin v2, a ``res-post-norm`` ViT: ``x + norm1(attn(x))``) adds it to the
+    residual stream, so ``X`` is its normalised attention output.
 
     Parameters
     ----------
@@ -422,18 +444,14 @@ def last_stage_gradients(
     Raises
     ------
     AnalysisError
-        A ViT (use :func:`block_input_gradients`), a model without class scores, a last block
-        without a first norm or whose norm output is not on the last stage's grid, ``pixels`` that
-        do not fit the model, a bad ``target`` or ``precision``.
+        A model without class scores, a last block without a first norm or whose norm output is
+        not on the last layer's grid, ``pixels`` that do not fit the model, a bad ``target`` or
+        ``precision``.
     """
     spec, pixels = _prepare(vit, pixels, windowed=True)
-    if spec.attends_globally:
-        raise AnalysisError(
-            "last_stage_gradients reads a windowed model (Swin, SAM); for a ViT use block_input_gradients."
-        )
     geometry = spec.geometry(spec.num_layers - 1)
     chosen: list[torch.Tensor] = []
     activation, gradient, _ = _gradient_at(
         vit, pixels, _last_block_norm_name(vit), _class_score(target, spec, chosen), precision
     )
-    return _on_grid(activation, geometry.grid_size), _on_grid(gradient, geometry.grid_size), chosen[0], geometry
+    return on_layer_grid(activation, geometry), on_layer_grid(gradient, geometry), chosen[0], geometry

@@ -28,8 +28,7 @@ from ..model.geometry import ViTSpec
 from ..model.windowed_support import require_global_attention
 from .gradients import (
     attention_gradients,
-    block_input_gradients,
-    last_stage_gradients,
+    last_block_gradients,
     pixel_gradients,
     require_classes,
     resolve_targets,
@@ -81,7 +80,7 @@ def refuse_global_token_method(vit, method: str) -> None:
 def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(grid_size, stride)`` of the map ``explain(vit, ..., method=method, **options)``
     returns: ``(gh, gw)`` cells of ``(sy, sx)`` input pixels each. A ViT: its patch grid for
-    every method. A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``,
+    every method (its one grid). A windowed model: ``"gradcam"`` the last stage's grid; ``"input_x_gradient"``,
     ``"integrated_gradients"`` and ``"attnlrp"`` (relevance at the pixels) the stem's patch grid
     (``spec.grid_size``, ``spec.patch_size``);
     ``"rollout"`` the grid of its start layer (``start_layer`` or the first layer of ``stage``).
@@ -108,8 +107,6 @@ def explanation_grid(vit, method: str, **options) -> tuple[tuple[int, int], tupl
         rollout layer range or ``stage`` not in the model.
     """
     spec = vit.spec
-    if spec.attends_globally:
-        return tuple(spec.grid_size), tuple(spec.patch_size)
     if method in GLOBAL_TOKEN_METHODS:
         refuse_global_token_method(vit, method)
     if method == "gradcam":
@@ -281,18 +278,13 @@ def chefer_relevance(
 
 
 def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Grad-CAM (Selvaraju et al. 2017) on the patch tokens of the last block's attention
-    input ``X`` (after ``norm1``, the layer pytorch-grad-cam recommends for ViTs):
+    """Grad-CAM (Selvaraju et al. 2017) on the last block's first-norm output ``X`` on the last
+    layer's grid of cells (``norm1``: the layer pytorch-grad-cam reads for ViTs and Swin;
+    :func:`~analysis.explanations.gradients.last_block_gradients`), prefix tokens left out:
 
-        w_c = mean_patches ∂y/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
+        w_c = mean_cells ∂y/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
 
-    Prefix tokens are dropped from both the weights and the map.
-
-    A windowed model (Swin, SAM): pytorch-grad-cam's Swin recipe, on the last stage's grid
-    (:func:`explanation_grid`): ``X`` is the last block's ``norm1`` output ``(B, gh, gw, C)``
-    (:func:`~analysis.explanations.gradients.last_stage_gradients`),
-
-        w_c = mean_{cells} ∂y/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
+    The grid is a ViT's patch grid, a windowed model's last stage (:func:`explanation_grid`).
 
     Parameters
     ----------
@@ -307,44 +299,38 @@ def grad_cam(vit, pixels: torch.Tensor, target=None) -> tuple[torch.Tensor, torc
     Returns
     -------
     tuple of torch.Tensor
-        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU (a ViT's patch grid, a windowed
-        model's last-stage grid) and the ``(B,)`` long targets.
+        ``(maps, targets)``: ``(B, gh, gw)`` float32 maps on the CPU and the ``(B,)`` long targets.
 
     Raises
     ------
     AnalysisError
         A model without class scores, a bad ``target``, ``pixels`` that do not fit the model, or a
-        windowed model whose last block has no first norm on the last stage's grid.
+        last block without a first norm on the last layer's grid.
     """
-    if not vit.spec.attends_globally:
-        activations, gradients, targets, _ = last_stage_gradients(vit, pixels, target)  # (B, gh, gw, C)
-        weights = gradients.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, C)
-        return (activations * weights).sum(-1).clamp(min=0).float(), targets
-    activations, gradients, targets, spec = block_input_gradients(vit, pixels, target)
-    return grad_cam_from(activations, gradients, spec), targets
+    activations, gradients, targets, _ = last_block_gradients(vit, pixels, target)  # (B, gh, gw, C)
+    return grad_cam_from(activations, gradients), targets
 
 
-def grad_cam_from(activations: torch.Tensor, gradients: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
-    """Grad-CAM's rule on token activations and their gradient:
-    ``map[p] = ReLU(Σ_c mean_patches(∂y/∂X)[c] · X[p, c])`` over the patch tokens.
+def grad_cam_from(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM's rule on activations on a grid of cells and their gradient:
+    ``map[r, x] = ReLU(Σ_c mean_cells(∂y/∂X)[c] · X[r, x, c])``.
 
     Parameters
     ----------
     activations : torch.Tensor
-        ``(B, T, D)`` token activations ``X``, prefix tokens first.
+        ``(B, gh, gw, C)`` activations ``X`` on a layer's grid
+        (:func:`~analysis.explanations.gradients.on_layer_grid`).
     gradients : torch.Tensor
-        ``(B, T, D)`` ``∂y/∂X``.
-    spec : ViTSpec
-        The model's geometry (prefix tokens, ``grid_size``).
+        ``(B, gh, gw, C)`` ``∂y/∂X``.
 
     Returns
     -------
     torch.Tensor
-        ``(B, gh, gw)`` float32 on the CPU.
+        ``(B, gh, gw)`` float32, on the device of the inputs.
     """
-    patches, patch_gradients = spec.split_prefix(activations, 1)[1], spec.split_prefix(gradients, 1)[1]  # (B, N, D)
-    weights = patch_gradients.mean(1, keepdim=True)  # (B, 1, D)
-    return _grid((patches * weights).sum(-1).clamp(min=0), spec)
+    cells, cell_gradients = activations.flatten(1, 2), gradients.flatten(1, 2)  # (B, N, C)
+    weights = cell_gradients.mean(1, keepdim=True)  # (B, 1, C)
+    return (cells * weights).sum(-1).clamp(min=0).float().reshape(activations.shape[:3])
 
 
 def _pool_patches(pixel_map: torch.Tensor, spec: ViTSpec) -> torch.Tensor:

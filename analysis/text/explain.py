@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ..base.errors import AnalysisError
 from ..engine.activations import run_with_cache
-from ..explanations.gradients import block_input_score_gradients, output_attention_gradients
+from ..explanations.gradients import block_input_score_gradients, on_layer_grid, output_attention_gradients
 from ..explanations.lrp import score_relevance
 from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
 from ..model.geometry import ViTSpec, input_spec
@@ -170,7 +170,9 @@ def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.
     spec = input_spec(vit, pixels)
     activations, gradients, output = block_input_score_gradients(vit, pixels, score_of(clip, text.embeddings))
     scores = clip.logits(output, text.embeddings)[:, 0]
-    return grad_cam_from(activations, gradients, spec), scores, "ReLU of the gradient-weighted last attention input"
+    last = spec.geometry(spec.num_layers - 1)
+    on_grid = grad_cam_from(on_layer_grid(activations, last), on_layer_grid(gradients, last)).cpu()
+    return on_grid, scores, "ReLU of the gradient-weighted last attention input"
 
 
 def token_embeddings(model: Any, final: torch.Tensor) -> torch.Tensor:  # a timm ViT: norm, head... read by name
