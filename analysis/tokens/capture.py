@@ -10,10 +10,9 @@ its hooks live for one call and one thread and are always removed; the model is 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn as nn
 
 from ..base.arguments import check_float_dtype, resolve_layers
 from ..base.errors import AnalysisError
@@ -21,7 +20,7 @@ from ..engine.activations import run_with_cache
 from ..model.geometry import ViTSpec, input_spec
 from ..model.windowed_support import require_global_attention
 from .record import TokenRecord
-from .stages import check_logit_lens_layer, logit_lens_layers, windowed_readout
+from .stages import check_logit_lens_layer, final_readout, logit_lens_layers
 
 __all__ = ["TOKEN_KINDS", "capture_tokens", "capture_limits", "logit_lens"]
 
@@ -133,12 +132,10 @@ def capture_tokens(
     layer_ids = resolve_layers(layers, spec.num_layers)
     names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
-    if not spec.attends_globally:  # each block's NHWC output (B, gh, gw, C) on its stage grid -> (B, gh·gw, C)
-        grid_tokens = tuple(_grid_tokens(cache[name], spec, layer) for name, layer in zip(names, layer_ids))
-        return TokenRecord(tokens=grid_tokens, spec=spec, layers=layer_ids)
-    values = [cache[name] for name in names]  # (B, T, D), or (B, heads, T, d) for q/k/v
-    tokens = torch.stack(values if kind == "token" else [_heads_concatenated(value) for value in values])
-    return TokenRecord(tokens=tokens, spec=spec, layers=layer_ids, kind=kind)  # tokens (L, B, T, D)
+    values = [_layer_sequence(cache[name], spec, layer, kind) for name, layer in zip(names, layer_ids)]  # (B, T_l, D_l)
+    if len({tuple(value.shape) for value in values}) == 1:  # one grid and width: (L, B, T, D)
+        return TokenRecord(tokens=torch.stack(values), spec=spec, layers=layer_ids, kind=kind)
+    return TokenRecord(tokens=tuple(values), spec=spec, layers=layer_ids, kind=kind)  # stage grids differ
 
 
 _POINT = {
@@ -149,15 +146,22 @@ _POINT = {
 }  # analysis.engine.activations names
 
 
-def _grid_tokens(output: torch.Tensor, spec: ViTSpec, layer: int) -> torch.Tensor:
-    """A windowed block's ``(B, gh, gw, C)`` output as ``(B, gh·gw, C)``, checked against its geometry."""
+def _layer_sequence(output: torch.Tensor, spec: ViTSpec, layer: int, kind: str) -> torch.Tensor:
+    """One layer's activation as ``(B, T, D)`` tokens, prefix first: a ``(B, heads, T, d)`` query,
+    key or value with its heads side by side; a block's ``(B, T, D)`` output as it is, a windowed
+    block's NHWC ``(B, gh, gw, C)`` cell by cell (row-major on its grid, checked against the layer's
+    geometry)."""
+    if kind != "token":
+        return _heads_concatenated(output)
+    if output.ndim == 3:
+        return output
     grid = spec.geometry(layer).grid_size
-    if output.ndim != 4 or tuple(output.shape[1:3]) != tuple(grid):
-        raise AnalysisError(
-            f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts (B, {grid[0]}, {grid[1]}, C) "
-            "on its stage grid: this windowed model is not supported."
-        )
-    return output.reshape(output.shape[0], grid[0] * grid[1], output.shape[-1])
+    if output.ndim == 4 and tuple(output.shape[1:3]) == tuple(grid):  # NHWC on the stage grid
+        return output.reshape(output.shape[0], grid[0] * grid[1], output.shape[-1])
+    raise AnalysisError(
+        f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts (B, {grid[0]}, {grid[1]}, C) "
+        "on its stage grid: this model is not supported."
+    )
 
 
 def logit_lens(
@@ -170,10 +174,11 @@ def logit_lens(
     for each of ``layers``. The last layer equals the logits: the model's forward is exactly that
     applied to the last block.
 
-    A windowed model (Swin, SAM): the same read by its own readout after the last block
-    (:func:`~analysis.tokens.stages.windowed_readout`: Swin's ``norm``, SAM's ``neck``, then
-    ``forward_head``), defined only for the last stage's layers (the grid and width that
-    readout takes); ``layers=None`` gives those, and an earlier layer is refused with the reason.
+    ``norm`` and ``forward_head`` are the model's own readout after its last block
+    (:func:`~analysis.tokens.stages.final_readout`: SAM's is its ``neck``, then ``forward_head``).
+    The lens is defined for the layers whose output that readout takes: every layer of a ViT, the
+    last stage's of a windowed model (Swin, SAM; its grid and width); ``layers=None`` gives those,
+    and any other layer is refused with the reason.
 
     Parameters
     ----------
@@ -182,8 +187,7 @@ def logit_lens(
     pixels : torch.Tensor
         ``(B, 3, H, W)`` preprocessed input (``vit.preprocess(image)``).
     layers : int, sequence of int or None, default None
-        Model layer indices (negative ones count from the end); a ViT's in the order asked, a
-        windowed model's in increasing order. ``None``:
+        Model layer indices (negative ones count from the end), in the order asked. ``None``:
         :func:`~analysis.tokens.stages.logit_lens_layers`, every layer of a ViT.
     precision : str, default "auto"
         Autocast for the forward, as in :func:`capture_tokens`.
@@ -205,30 +209,15 @@ def logit_lens(
             "The logit lens reads each layer through the class head, and this model has none "
             f"({spec.head} head): load a classifier."
         )
-    model = vit.model
-    hidden_states: Iterable[torch.Tensor]
-    if not spec.attends_globally:
-        if layers is None:
-            layer_ids = logit_lens_layers(spec)
-        else:
-            requested = [layers] if isinstance(layers, int) else list(layers)
-            asked = [check_logit_lens_layer(spec, layer) for layer in requested]
-            layer_ids = tuple(sorted(resolve_layers(asked, spec.num_layers)))
-        captured = capture_tokens(vit, pixels, kind="token", layers=layer_ids, precision=precision)
-        readout = windowed_readout(model)
-        hidden_states = [captured.grid_tokens(layer) for layer in captured.layers]  # (B, gh, gw, C) each
+    if layers is None:
+        layer_ids = logit_lens_layers(spec)
     else:
-        head_norm = getattr(model, "norm", None) or nn.Identity()
-
-        def head_readout(hidden: torch.Tensor) -> torch.Tensor:
-            return model.forward_head(head_norm(hidden))
-
-        readout = head_readout
-        hidden_states = capture_tokens(
-            vit, pixels, kind="token", layers=layers, precision=precision
-        ).tokens  # (L, B, T, D)
+        layer_ids = tuple(check_logit_lens_layer(spec, layer) for layer in resolve_layers(layers, spec.num_layers))
+    names = [f"blocks.{layer}.resid_post" for layer in layer_ids]  # each block's output in its own layout
+    cache = run_with_cache(vit, pixels, names=names, precision=precision)  # (B, T, D); NHWC (B, gh, gw, C)
+    readout = final_readout(vit.model)
     out = []
     with torch.no_grad():
-        for hidden in hidden_states:
-            out.append(readout(hidden.to(vit.device)).float().cpu())
+        for name in names:
+            out.append(readout(cache[name].to(vit.device)).float().cpu())
     return torch.stack(out)

@@ -1,17 +1,9 @@
-"""Tokens of a windowed or hierarchical model (Swin v1/v2, SAM's image encoder).
-
-Every block of these models works on an NHWC map ``(B, gh, gw, C)`` of its stage grid
-(:class:`~analysis.model.geometry.LayerGeometry`): stages differ in grid and width (Swin's patch merging
-halves the grid and doubles the channels), so :func:`~analysis.tokens.capture_tokens`'s
-:class:`~analysis.tokens.record.TokenRecord` holds one ``(B, gh·gw, C)`` tensor per layer, cells
-row-major on that layer's grid (no prefix tokens), where a ViT's is one ``(L, B, T, D)`` tensor.
-:func:`~analysis.tokens.feature_pca` and :func:`~analysis.tokens.patch_similarity` take one layer's
-tokens with its geometry (``tokens.layer_tokens(l)``, ``tokens.geometry(l)``) for either.
+"""Which layers the logit lens reads, and the readout it reads them with, for every family.
 
 The logit lens (``head(readout(h_l))``) is defined only for layers whose output the model's
-own readout accepts: those of the last block's stage (same grid and width). Swin's readout is
-its final ``norm`` then ``forward_head`` (average pooling and the classifier); SAM's is its
-``neck`` (convolutions on the whole map) then ``forward_head``.
+own readout accepts: those of the last block's stage (same grid and width), every layer of a
+ViT. A ViT's and a Swin's readout is the final ``norm`` then ``forward_head`` (pooling and the
+classifier); SAM's is its ``neck`` (convolutions on the whole map) then ``forward_head``.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..model.geometry import ViTSpec
 
-__all__ = ["logit_lens_layers", "windowed_readout"]
+__all__ = ["logit_lens_layers", "final_readout"]
 
 
 def logit_lens_layers(spec) -> tuple[int, ...]:
@@ -66,21 +58,23 @@ def check_logit_lens_layer(spec: ViTSpec, layer: int) -> int:
     return layer
 
 
-def windowed_readout(model: Any):  # a timm Swin / SAM: forward_head, neck, norm read by name
-    """``h (B, gh, gw, C) -> logits``: what the model does after its last block (the logit
-    lens's map). Swin (v1, v2): ``forward_head(norm(h))``; SAM: ``forward_head(neck(h as NCHW))``;
-    timm's ``swinv2_cr``: ``forward_head(h as NCHW)``.
+def final_readout(model: Any):  # timm's ViT / Swin / SAM: forward_head, neck, norm read by name
+    """``h -> logits``: what the model does after its last block (the logit lens's map), on a
+    block's output in its own layout (a ViT's ``(B, T, D)``, a windowed model's NHWC
+    ``(B, gh, gw, C)``). A ViT or a Swin (v1, v2): ``forward_head(norm(h))`` (``norm`` may be
+    absent: then ``forward_head(h)``); SAM: ``forward_head(neck(h as NCHW))``; timm's
+    ``swinv2_cr``: ``forward_head(h as NCHW)``.
 
     Parameters
     ----------
     model : Any
-        The timm Swin (v1, v2, ``swinv2_cr``) or SAM image encoder; its ``forward_head``, ``neck``,
-        ``norm`` and ``layers`` are read by name.
+        The loaded model (a timm ViT, Swin v1/v2, ``swinv2_cr`` or SAM image encoder); its
+        ``forward_head``, ``neck`` and ``norm`` are read by name.
 
     Returns
     -------
     Callable[[torch.Tensor], torch.Tensor]
-        The readout: a last-stage block's ``(B, gh, gw, C)`` output -> ``(B, classes)`` logits.
+        The readout: a block's output (of the last stage) -> ``(B, classes)`` logits.
 
     Raises
     ------
@@ -93,7 +87,7 @@ def windowed_readout(model: Any):  # a timm Swin / SAM: forward_head, neck, norm
         return lambda hidden: model.forward_head(model.neck(hidden.permute(0, 3, 1, 2)))
     if type(model).__name__ == "SwinTransformerV2Cr":  # its last stage hands the head (B, C, gh, gw), no final norm
         return lambda hidden: model.forward_head(hidden.permute(0, 3, 1, 2))
-    if isinstance(getattr(model, "layers", None), nn.Sequential):  # Swin: forward_features ends with norm(x)
+    if callable(getattr(model, "forward_head", None)):  # ViT, Swin: forward_features ends with norm(x)
         norm = getattr(model, "norm", None) or nn.Identity()
         return lambda hidden: model.forward_head(norm(hidden))
     raise AnalysisError(f"logit lens: the readout after the last block of {type(model).__name__} is not known.")
