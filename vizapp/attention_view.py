@@ -102,7 +102,10 @@ def sent_layers(spec, layer: int) -> tuple[int, ...] | None:
 def panel_layers(spec, layers) -> tuple[int, ...] | None:
     """The layers the page gets to draw ``layers`` side by side (the Compare page): every layer when
     they fit ``VIZAPP_VIEW_MB`` (the same file as the Attention page's), else ``layers`` alone when
-    they fit, else ``None`` (no view)."""
+    they fit, else ``None`` (no view; also where the view draws one layer's windows at a time,
+    :func:`~analysis.views.attention_view.view_layout`)."""
+    if view_layout(spec) != "tokens":
+        return None
     every = layers_to_send(spec, 0, limits.MAX_VIEW_BYTES)
     if every is not None and len(every) == spec.num_layers:
         return every

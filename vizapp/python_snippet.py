@@ -73,7 +73,9 @@ class Source:
         from vizapp.resources import record_dtype
 
         float16 = record_dtype(spec) == torch.float16
-        return cls(model, cur.image.name, sample_path(cur.image), float16, not spec.attends_globally)
+        from analysis.views.attention_view import view_layout
+
+        return cls(model, cur.image.name, sample_path(cur.image), float16, view_layout(spec) != "tokens")
 
 
 def load_model_lines(model: ModelRef) -> list[str]:

@@ -32,6 +32,7 @@ from ..base.progress import Progress
 from ..engine.activations.run import visit_forward
 from ..engine.capture import require_every_layer
 from ..model.geometry import input_spec
+from ..records.token_matrix import hook_windows
 from .distance import layer_attention_distance
 
 __all__ = ["dataset_attention_distance", "distance_heads", "iter_batches", "SkippedImage"]
@@ -244,9 +245,9 @@ def dataset_attention_distance(
     spec = vit.spec
     layers = tuple(range(spec.num_layers))
     prefix = spec.num_prefix_tokens
-    patch_queries = (
-        list(range(prefix, prefix + spec.num_patches)) if spec.attends_globally else None
-    )  # a ViT keeps its patch rows only (in its one window, slot = token index); windows stay whole
+    # where prefix tokens share the patches' window (a ViT's one window, slot = token index), only the
+    # patch rows are kept; windows without prefix slots stay whole
+    patch_queries = list(range(prefix, prefix + spec.num_patches)) if prefix else None
     heads = distance_heads(spec)
     compute_dtype = torch.float64 if vit.device.type == "cpu" else torch.float32
     totals = torch.zeros(spec.num_layers, heads, dtype=torch.float64)
@@ -259,9 +260,8 @@ def dataset_attention_distance(
         seen: set[int] = set()
 
         def reduce(layer: int, probs: torch.Tensor) -> None:
-            # a ViT's (b, heads, N, T) patch rows, one window of all its tokens; a windowed layer's own windows
             geometry = batch_spec.geometry(layer)
-            windows, slots = (probs[:, None], patch_queries) if patch_queries is not None else (probs, None)
+            windows, slots = hook_windows(probs), patch_queries  # (b, windows, heads, Q, Wt)
             if windows.shape[2] != geometry.num_heads or windows.shape[-1] != geometry.window_tokens:
                 raise AnalysisError(
                     f"Layer {layer} attended over {windows.shape[-1]} tokens with {windows.shape[2]} heads, but the "

@@ -22,7 +22,15 @@ from .attention import AttentionRecord, AttentionRecordProtocol
 from .queries import query_rows_for
 from .windowed import WindowedAttentionRecord, cells_matrix, query_cells, window_pairs
 
-__all__ = ["layer_heads", "layer_windows", "token_matrix", "defined_pairs", "token_rows", "query_windows"]
+__all__ = [
+    "layer_heads",
+    "layer_windows",
+    "hook_windows",
+    "token_matrix",
+    "defined_pairs",
+    "token_rows",
+    "query_windows",
+]
 
 
 def layer_heads(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
@@ -90,6 +98,25 @@ def layer_windows(record: AttentionRecordProtocol, layer: int) -> torch.Tensor:
         full[:, :, list(kept)] = maps
         maps = full
     return maps[:, None]
+
+
+def hook_windows(probs: torch.Tensor) -> torch.Tensor:
+    """One ``blocks.{l}.attn.probs`` hook's probabilities as windows of token slots, the layout of
+    :func:`layer_windows`: a windowed layer's ``(B, windows, heads, Wt, Wt)`` as they come, a
+    global layer's ``(B, heads, Q, T)`` as its one window ``(B, 1, heads, Q, T)`` (a view).
+
+    Parameters
+    ----------
+    probs : torch.Tensor
+        ``(B, heads, Q, T)`` (a ViT's layer: ``Q`` the rows the forward kept) or
+        ``(B, windows, heads, Wt, Wt)`` (a windowed layer, :func:`~analysis.records.windowed.window_probabilities`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, windows, heads, Q, Wt)``.
+    """
+    return probs if probs.ndim == 5 else probs[:, None]
 
 
 def token_matrix(record: AttentionRecordProtocol, values: torch.Tensor, layer: int) -> torch.Tensor:

@@ -221,7 +221,7 @@ st.caption(
     f"{head_label(head)} · query: {describe_query(query, spec)} · {scale_text}, "
     + MAP_RANGES[cur.map_range].replace("the map's", "the panels'").replace("the map", "the panels")
 )
-held = panel_layers(spec, layers) if spec.attends_globally else None  # the instant view needs one token grid
+held = panel_layers(spec, layers)  # None: no instant view (over the budget, or one layer's windows at a time)
 if held is not None:  # the instant view of the first model's panels (a ViT)
     attention_view(
         data=served(*resources.attention_view_blob(*cur.args, held), key="cmp_view"),

@@ -10,6 +10,7 @@ import streamlit as st
 from analysis import AnalysisError, ViTSpec, patch_similarity, plots, top_classes
 from analysis.tokens import TOKEN_KINDS, capture_limits, logit_lens_layers
 from analysis.tokens.stages import check_logit_lens_layer
+from analysis.views.attention_view import view_layout
 from vizapp import inputs, resources
 from vizapp.attention_view import attention_view, follow_view, served
 from vizapp.messages import error_text, escape_markdown
@@ -135,7 +136,9 @@ similarity = patch_similarity(layer_tokens, layout, similarity_query).numpy()  #
 st.subheader(f"Cosine similarity to the {query_text} · {KIND_LABELS[kind]}s, layer {layer}")
 sim_left, sim_right = st.columns(2, gap="medium")
 with sim_left:
-    if spec.attends_globally:  # the instant view of one token grid: every token's similarity map, held in the page
+    if (
+        view_layout(spec) == "tokens"
+    ):  # the instant view of one token grid: every token's similarity map, held in the page
         attention_view(
             data=served(*compute.similarity_view_blob(*cur.args, kind, layer), key="tok_view"),
             image_uri=resources.background_uri(*cur.args),
