@@ -37,8 +37,8 @@ from ..base.errors import AnalysisError
 from ..model.adapters import pool_site
 from ..model.geometry import input_spec
 from ..model.windowed_support import require_global_attention
+from ..records.assemble import assemble_record, stacks_layers
 from ..records.attention import AttentionRecord
-from ..records.windowed import WindowedAttentionRecord
 from .activations.points import POOL_NAME
 from .activations.run import cache_forward
 
@@ -122,9 +122,9 @@ def capture_attention(
     AttentionRecord
         An :class:`AttentionRecord` with ``attentions`` ``(L, B, heads, Q, T)`` in ``dtype``
         (``Q == T`` unless ``query_tokens`` is given, then ``Q == len(query_tokens)``) and
-        ``logits`` ``(B, classes)`` float32 (an embedding tower's ``(B, E)``); for a windowed model (Swin) a
-        :class:`~analysis.records.windowed.WindowedAttentionRecord` with one
-        ``(B, windows, heads, Wt, Wt)`` tensor per layer.
+        ``logits`` ``(B, classes)`` float32 (an embedding tower's ``(B, E)``); for a model whose layers
+        attend inside windows (Swin, SAM) a record with one ``(B, windows, heads, Wt, Wt)`` tensor per
+        layer instead (:func:`~analysis.records.assemble.assemble_record` says which).
 
     Raises
     ------
@@ -162,32 +162,14 @@ def capture_attention(
         to_cpu=to_cpu,
         query_rows=query_tokens,
         exact=exact_logits,
-        stack=spec.attends_globally,
+        stack=stacks_layers(spec),
     )
-    if not spec.attends_globally:  # one (B, windows, heads, Wt, Wt) tensor per layer: stages differ in shape
-        # The windowed record stands in for the plain one (the same fields and queries, refusing what windows
-        # do not define); the annotation names the plain record, which every other model gets.
-        return WindowedAttentionRecord(
-            windows=tuple(cache[name] for name in names),
-            logits=cache.output,  # type: ignore[return-value]
-            spec=spec,
-            layers=layer_ids,
-        )
-    attentions = cache.stack("attn.probs")  # (L, B, heads, Q, T), the store's own buffer
-    if attentions.shape[2] != spec.num_heads:
-        raise AnalysisError(
-            f"Captured {attentions.shape[2]} attention maps per layer, expected {spec.num_heads} heads."
-        )
-    if attentions.shape[-1] != spec.num_tokens:
-        raise AnalysisError(
-            f"Captured {attentions.shape[-1]} tokens but the spec predicts {spec.num_tokens} "
-            f"({spec.num_prefix_tokens} prefix + {spec.grid_size[0]}x{spec.grid_size[1]} patches)."
-        )
-    return AttentionRecord(
-        attentions=attentions,
-        logits=cache.output,
-        spec=spec,
-        layers=layer_ids,
+    maps = cache.stack("attn.probs") if stacks_layers(spec) else [cache[name] for name in names]
+    return assemble_record(  # (L, B, heads, Q, T), the store's own buffer; or one tensor of windows per layer
+        maps,
+        cache.output,
+        spec,
+        layer_ids,
         query_tokens=query_tokens,
         pool_attention=cache.get(POOL_NAME),
     )
