@@ -403,6 +403,7 @@ def test_global_token_methods_are_refused_with_the_reason(swin, sam, pixels):
         with pytest.raises(AnalysisError, match="not defined for a windowed model"):
             explanation_grid(vit, "chefer")
         assert methods_for(vit) == ("rollout", "gradcam", "input_x_gradient", "integrated_gradients", "attnlrp")
+    assert methods_for(analysis.load_vit("demo")) == tuple(analysis.EXPLANATION_METHODS)  # a ViT: every one
     with pytest.raises(AnalysisError, match="windowed attention"):
         analysis.explanations.attention_gradients(swin, pixels[:1])
     assert "gradcam" in WINDOWED_SUPPORT and "attention_rollout" in WINDOWED_SUPPORT

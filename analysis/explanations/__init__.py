@@ -52,6 +52,7 @@ from .methods import (
     integrated_gradients,
     integrated_gradients_result,
     raw_attention,
+    refuse_global_token_method,
     relevance_from_gradients,
     rollout_map,
 )
@@ -114,8 +115,9 @@ def method_options(method: str) -> tuple[str, ...]:
 
 
 def methods_for(vit) -> tuple[str, ...]:
-    """The methods of :data:`EXPLANATION_METHODS` defined for this model: every one for a ViT;
-    a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`.
+    """The methods of :data:`EXPLANATION_METHODS` defined for this model: those :func:`explain`
+    does not refuse for it (every one for a ViT; a windowed model, Swin or SAM, leaves out
+    :data:`GLOBAL_TOKEN_METHODS`, by the one rule that refuses them).
 
     Parameters
     ----------
@@ -127,8 +129,16 @@ def methods_for(vit) -> tuple[str, ...]:
     tuple of str
         Method names, in the order of :data:`EXPLANATION_METHODS`.
     """
-    every = vit.spec.attends_globally
-    return tuple(m for m in EXPLANATION_METHODS if every or m not in GLOBAL_TOKEN_METHODS)
+    return tuple(m for m in EXPLANATION_METHODS if m not in GLOBAL_TOKEN_METHODS or _defined(vit, m))
+
+
+def _defined(vit, method: str) -> bool:
+    """Whether :func:`~analysis.explanations.methods.refuse_global_token_method` lets ``method`` through."""
+    try:
+        refuse_global_token_method(vit, method)
+    except AnalysisError:
+        return False
+    return True
 
 
 def explain(vit, pixels: torch.Tensor, target=None, method: str = "chefer", **options) -> torch.Tensor:
