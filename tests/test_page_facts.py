@@ -22,7 +22,7 @@ from analysis.robustness import (
     probe,
     saliency_description,
 )
-from analysis.views.attention_view import rollout_view_defined, rollout_view_rows
+from analysis.views.attention_view import rollout_view_rows, view_layout
 from conftest import random_pixels
 
 
@@ -94,17 +94,16 @@ def test_a_windowed_rollout_uniform_level_is_one_over_the_cells_of_its_map(swin)
         assert rollout_uniform_level(swin.spec, first) == 1 / strip[-1, 0].numel()
 
 
-# --------------------------------------------------------------------------- rollout_view_defined
+# --------------------------------------------------------------------------- the rollout view's layout
 
 
 def test_the_rollout_view_is_defined_for_a_vit_only(demo, swin):
     vit_record = analysis.capture_attention(demo, random_pixels(demo, 1))
-    assert rollout_view_defined(demo.spec) and rollout_view_defined(demo) and rollout_view_defined(vit_record)
+    assert view_layout(demo.spec) == view_layout(demo) == view_layout(vit_record) == "tokens"
     ends, rows = rollout_view_rows(vit_record)
     assert ends == [0, 1, 2, 3] and rows.shape == (4, 1, 66, 64)
     swin_record = analysis.capture_attention(swin, random_pixels(swin, 1))
-    assert not rollout_view_defined(swin.spec) and not rollout_view_defined(swin)
-    assert not rollout_view_defined(swin_record)
+    assert view_layout(swin.spec) == view_layout(swin) == view_layout(swin_record) == "windows"
     with pytest.raises(analysis.AnalysisError):
         rollout_view_rows(swin_record)
 

@@ -59,7 +59,6 @@ __all__ = [
     "prefix_key_rows",
     "quantised_view",
     "query_row",
-    "rollout_view_defined",
     "rollout_view_rows",
     "similarity_view_rows",
     "view_args",
@@ -196,26 +195,6 @@ def prefix_key_rows(record, layers) -> np.ndarray:
     return np.stack(
         [spec.split_prefix(attention_rows(record, int(layer), keys="all")[0].numpy(), -1)[0] for layer in layers]
     )
-
-
-def rollout_view_defined(spec) -> bool:
-    """Whether :func:`rollout_view_rows` is defined for the model of ``spec`` (a ViTSpec, or a
-    LoadedViT / record, whose spec is used): True when every layer attends over the one token
-    sequence ``[prefix, patches]`` (a ViT), so every query's rollout is a row of one ``T × T``
-    product; False for a windowed model (Swin, SAM), whose rollout lies on stage grids and which
-    :func:`rollout_view_rows` refuses. A page draws the instant rollout view only where this holds.
-
-    Parameters
-    ----------
-    spec : ViTSpec
-        The model's spec, or a LoadedViT / record whose ``.spec`` is used.
-
-    Returns
-    -------
-    bool
-        Whether the model attends globally.
-    """
-    return bool(getattr(spec, "spec", spec).attends_globally)
 
 
 def rollout_view_rows(

@@ -10,7 +10,7 @@ from analysis.attention.rollout import MERGE_WARNING, rollout_uniform_level
 from analysis.attention.rollout_rules import POST_NORM_WARNING
 from analysis.plots import colour_range, robust_top
 from analysis.records.queries import query_for_layers
-from analysis.views.attention_view import rollout_view_defined
+from analysis.views.attention_view import view_layout
 from vizapp import figures, limits, resources
 from vizapp.attention_view import attention_view, follow_view, layer_bytes, served
 from vizapp.layer_grids import stage_label, stage_layers
@@ -112,7 +112,7 @@ lo, hi, range_text = colour_range(cur.map_range, cur.shown(final), strip, unifor
 
 # the instant view of every query's rollout after each layer: where the library defines it (a ViT), within
 # VIZAPP_VIEW_MB
-has_view = rollout_view_defined(spec)
+has_view = view_layout(spec) == "tokens"  # every query's rollout is a row of one T × T product
 
 
 def instant_view() -> None:
