@@ -92,7 +92,7 @@ def _analyses(analysis, vit, pixels, images) -> dict[str, Callable]:
         "rollout_maps": lambda: analysis.rollout_maps(record),
         "distance": lambda: analysis.mean_attention_distance(record),
         "uniform_distance": lambda: analysis.uniform_attention_distance_by_layer(spec),
-        "dataset_distance": lambda: analysis.dataset_attention_distance(vit, images, batch_size=2, workers=0),
+        "dataset_distance": lambda: analysis.dataset_attention_distance(vit, images, batch_size=2, workers=1),
         "position_similarity": lambda: analysis.position_embedding_similarity(vit),
         "relative_position_bias": lambda: [analysis.relative_position_bias(vit, layer) for layer in (0, last)],
         "decomposed_relative_position": lambda: analysis.decomposed_relative_position(vit, last),

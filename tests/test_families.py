@@ -296,8 +296,12 @@ def test_rollout_says_when_blocks_are_post_norm(family_vits):
     with pytest.warns(RuntimeWarning, match="post-norm"):
         attention_rollout(capture_attention(post, family_pixels("relpos_rpn")))
     assert "heuristic" in POST_NORM_WARNING
+    eva_post = load_vit(
+        "eva02_tiny_patch14_224", pretrained=False, device="cpu", img_size=28, depth=1, use_post_norm=True
+    )  # EvaBlockPostNorm: x + norm1(attn(x))
+    assert type(eva_post.model.blocks[0]).__name__ == "EvaBlockPostNorm" and eva_post.spec.residual_norm == "post"
     pre = family_vits["relpos"]
-    assert pre.spec.residual_norm == "pre"
+    assert pre.spec.residual_norm == "pre" and family_vits["eva02"].spec.residual_norm == "pre"
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         attention_rollout(capture_attention(pre, family_pixels("relpos")))

@@ -138,6 +138,7 @@ def test_swin_logit_lens_is_norm_and_head_on_the_last_stage(name, request, pixel
             torch.testing.assert_close(lens[position], expected, rtol=0, atol=1e-6)
         torch.testing.assert_close(lens[-1], model(pixels), rtol=0, atol=1e-6)  # the last layer is the output
     torch.testing.assert_close(logit_lens(vit, pixels, layers=[-1]), lens[1:], rtol=0, atol=0)
+    torch.testing.assert_close(logit_lens(vit, pixels, layers=[3, 2]), lens.flip(0), rtol=0, atol=0)  # order asked
     for layer in (0, 1, -4):
         with pytest.raises(
             AnalysisError, match=r"layer \d is in stage 0 \(16x16 grid\).*defined only for layers \[2, 3\]"
@@ -147,8 +148,12 @@ def test_swin_logit_lens_is_norm_and_head_on_the_last_stage(name, request, pixel
 
 def test_sam_logit_lens_is_neck_and_head_on_every_block(sam, pixels):
     model = sam.model
-    reference = sam_block_outputs(model, pixels)
+    reference = sam_block_outputs(model, pixels)  # (B, gh, gw, C) each
     assert logit_lens_layers(sam) == (0, 1, 2, 3)  # one stage: every block has the width the neck takes
+    tokens = capture_tokens(sam, pixels)  # every layer on one 8x8 grid at one width: stacked, as a ViT's
+    assert tokens.every_layer().shape == (4, 2, 64, sam.model.blocks[0].norm1.normalized_shape[0])
+    for layer, hidden in enumerate(reference):
+        torch.testing.assert_close(tokens.grid_tokens(layer), hidden, rtol=0, atol=0)
     lens = logit_lens(sam, pixels)
     with torch.no_grad():
         for layer, hidden in enumerate(reference):

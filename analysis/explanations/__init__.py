@@ -11,7 +11,7 @@ Methods (see each function for its formula and source):
 * ``"attention"``: the last block's class-token attention, mean over heads (not class-specific);
 * ``"rollout"``: attention rollout (not class-specific);
 * ``"chefer"``: Chefer et al. 2021b gradient-weighted relevance propagation;
-* ``"gradcam"``: Grad-CAM on the last block's attention input;
+* ``"gradcam"``: Grad-CAM on the last block's first-norm output (a pre-norm block's attention input);
 * ``"input_x_gradient"``: input × gradient pooled per patch;
 * ``"integrated_gradients"``: integrated gradients pooled per patch (``steps``, ``baseline``,
   ``quadrature``; the convergence delta: :func:`integrated_gradients_result`);
@@ -115,9 +115,10 @@ def method_options(method: str) -> tuple[str, ...]:
 
 
 def methods_for(vit) -> tuple[str, ...]:
-    """The methods of :data:`EXPLANATION_METHODS` defined for this model: those :func:`explain`
-    does not refuse for it (every one for a ViT; a windowed model, Swin or SAM, leaves out
-    :data:`GLOBAL_TOKEN_METHODS`, by the one rule that refuses them).
+    """The methods of :data:`EXPLANATION_METHODS` defined for this model's attention: every one for
+    a ViT; a windowed model (Swin, SAM) leaves out :data:`GLOBAL_TOKEN_METHODS`, by the one rule
+    that refuses them. (A model without class scores is refused the class-specific ones
+    separately, :data:`CLASS_SPECIFIC`.)
 
     Parameters
     ----------

@@ -33,6 +33,7 @@ __all__ = [
     "block_input_gradients",
     "pixel_gradients",
     "last_block_gradients",
+    "last_block_score_gradients",
     "on_layer_grid",
     "output_attention_gradients",
     "block_input_score_gradients",
@@ -418,9 +419,10 @@ def last_block_gradients(
     (``layers[-1].blocks[-1].norm1``): any model, its prefix tokens left out
     (:func:`on_layer_grid`).
 
-    A pre-norm block (ViT, DeiT, DINOv2, CLIP, EVA, Swin v1, SAM) feeds ``X`` to its attention;
-    a post-norm block (Swin v2, a ``res-post-norm`` ViT: ``x + norm1(attn(x))``) adds it to the
-    residual stream, so ``X`` is its normalised attention output.
+    A pre-norm block (``spec.residual_norm == "pre"``: ViT, DeiT, DINOv2, CLIP, EVA, Swin v1, SAM)
+    feeds ``X`` to its attention; a post-norm block (Swin v2, timm's ``ResPost*`` and
+    ``EvaBlockPostNorm`` blocks: ``x + norm1(attn(x))``) adds it to the residual stream, so ``X``
+    is its normalised attention output.
 
     Parameters
     ----------
@@ -449,9 +451,50 @@ def last_block_gradients(
         ``precision``.
     """
     spec, pixels = _prepare(vit, pixels, windowed=True)
-    geometry = spec.geometry(spec.num_layers - 1)
     chosen: list[torch.Tensor] = []
-    activation, gradient, _ = _gradient_at(
-        vit, pixels, _last_block_norm_name(vit), _class_score(target, spec, chosen), precision
+    activations, gradients, _, geometry = _last_block_norm_gradients(
+        vit, pixels, spec, _class_score(target, spec, chosen), precision
     )
-    return on_layer_grid(activation, geometry), on_layer_grid(gradient, geometry), chosen[0], geometry
+    return activations, gradients, chosen[0], geometry
+
+
+def last_block_score_gradients(
+    vit, pixels: torch.Tensor, score, *, precision: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
+    """Like :func:`last_block_gradients` for any scalar ``y = score(output)`` of the model's output
+    (an image tower's embedding too): the last block's first-norm output ``X`` and ``∂y/∂X`` on the
+    last layer's grid.
+
+    Parameters
+    ----------
+    vit : LoadedViT
+        The model (:func:`analysis.load_vit`, or a two-tower model's ``image``).
+    pixels : torch.Tensor
+        ``(B, 3, H, W)`` floating preprocessed input.
+    score : callable
+        ``score(output) -> torch.Tensor``, a scalar of the model's ``(B, outputs)`` output.
+    precision : str, default "auto"
+        Autocast of the forward pass, as in :func:`last_block_gradients`.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry)
+        ``(B, gh, gw, C)`` activations and ``∂y/∂X`` (float32 on the CPU), the model's output and
+        the last layer's geometry.
+
+    Raises
+    ------
+    AnalysisError
+        ``pixels`` that do not fit the model, a last block without a first norm on the last
+        layer's grid, or a bad ``precision``.
+    """
+    spec = input_spec(vit, pixels)
+    pixels = pixels.detach().to(vit.device, dtype=torch.float32).clone().requires_grad_(True)
+    return _last_block_norm_gradients(vit, pixels, spec, score, precision)
+
+
+def _last_block_norm_gradients(vit, pixels: torch.Tensor, spec: ViTSpec, score, precision: str):
+    """``(X, ∂y/∂X, output, geometry)`` at ``blocks.{L-1}.ln1.out``, ``X`` on the last layer's grid."""
+    geometry = spec.geometry(spec.num_layers - 1)
+    activation, gradient, output = _gradient_at(vit, pixels, _last_block_norm_name(vit), score, precision)
+    return on_layer_grid(activation, geometry), on_layer_grid(gradient, geometry), output, geometry

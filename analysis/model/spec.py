@@ -138,6 +138,7 @@ def _prefix_names(model: nn.Module, embed: nn.Module | None) -> tuple[str, ...]:
 
 
 def _residual_norm(model: nn.Module) -> str:
-    """ "post" when the blocks normalise the branch output (timm ``ResPost*Block``), else "pre"."""
-    post = ("ResPost", "SwinTransformerV2Block", "SwinTransformerV2CrBlock")  # Swin V2 blocks: x + norm(attn(x))
+    """ "post" when the blocks normalise the branch output, ``x + norm(attn(x))`` (timm's ``ResPost*Block``,
+    ``EvaBlockPostNorm`` and Swin v2's blocks), else "pre"."""
+    post = ("ResPost", "EvaBlockPostNorm", "SwinTransformerV2Block", "SwinTransformerV2CrBlock")
     return "post" if any(type(block).__name__.startswith(post) for _, block in model_blocks(model)) else "pre"

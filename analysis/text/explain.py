@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ..base.errors import AnalysisError
 from ..engine.activations import run_with_cache
-from ..explanations.gradients import block_input_score_gradients, on_layer_grid, output_attention_gradients
+from ..explanations.gradients import last_block_score_gradients, output_attention_gradients
 from ..explanations.lrp import score_relevance
 from ..explanations.methods import grad_cam_from, refuse_global_token_method, relevance_from_gradients
 from ..model.geometry import ViTSpec, input_spec
@@ -140,11 +140,12 @@ def chefer_text(clip, pixels: torch.Tensor, text, *, start_layer: int = 0) -> tu
 
 
 def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """Grad-CAM (Selvaraju et al. 2017) of the image–text score ``s`` on the patch tokens of the
-    last block's attention input ``X`` (after its norm), as the class Grad-CAM
-    (:func:`~analysis.explanations.methods.grad_cam_from`):
+    """Grad-CAM (Selvaraju et al. 2017) of the image–text score ``s`` on the last block's first-norm
+    output ``X`` on the last layer's grid (a pre-norm tower's last attention input), as the class
+    Grad-CAM (:func:`~analysis.explanations.methods.grad_cam`,
+    :func:`~analysis.explanations.gradients.last_block_score_gradients`):
 
-        w_c = mean_patches ∂s/∂X[p, c];   map[p] = ReLU(Σ_c w_c · X[p, c])
+        w_c = mean_cells ∂s/∂X[r, x, c];   map[r, x] = ReLU(Σ_c w_c · X[r, x, c])
 
     Parameters
     ----------
@@ -164,15 +165,12 @@ def gradcam_text(clip, pixels: torch.Tensor, text) -> tuple[torch.Tensor, torch.
     Raises
     ------
     AnalysisError
-        A windowed image tower, or ``pixels`` that do not fit it.
+        ``pixels`` that do not fit the image tower.
     """
     vit = clip.image
-    spec = input_spec(vit, pixels)
-    activations, gradients, output = block_input_score_gradients(vit, pixels, score_of(clip, text.embeddings))
+    activations, gradients, output, _ = last_block_score_gradients(vit, pixels, score_of(clip, text.embeddings))
     scores = clip.logits(output, text.embeddings)[:, 0]
-    last = spec.geometry(spec.num_layers - 1)
-    on_grid = grad_cam_from(on_layer_grid(activations, last), on_layer_grid(gradients, last)).cpu()
-    return on_grid, scores, "ReLU of the gradient-weighted last attention input"
+    return grad_cam_from(activations, gradients), scores, "ReLU of the gradient-weighted last attention input"
 
 
 def token_embeddings(model: Any, final: torch.Tensor) -> torch.Tensor:  # a timm ViT: norm, head... read by name

@@ -1,8 +1,8 @@
 """What the tokens carry: each block's output, and the queries, keys and values its attention
 really uses; the logit lens (each block's output read by the model's own head).
 
-Windowed models (Swin, SAM): each block's output on its stage grid, one tensor per layer of the
-same :class:`~analysis.tokens.record.TokenRecord`; the logit lens on the last stage's layers.
+Windowed models (Swin, SAM): each block's output on its stage grid, in the same
+:class:`~analysis.tokens.record.TokenRecord`; the logit lens on the last stage's layers.
 
 Both are views over the one activation engine (:func:`analysis.engine.activations.run_with_cache`):
 its hooks live for one call and one thread and are always removed; the model is never modified.
@@ -80,10 +80,12 @@ def capture_tokens(
     for every family. For ``query``/``key``/``value``, ``D = heads · head_dim``
     (``kv_heads · head_dim`` for grouped-query keys and values).
 
-    A windowed model (Swin, SAM) gives the same record with one tensor per layer: each block's
-    ``(B, gh, gw, C)`` output (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on its own stage
-    grid (stages differ in grid and width; ``record.geometry(l)`` says which). Only
-    ``kind="token"``: their q/k/v exist per window, not per cell of the grid.
+    A windowed model (Swin, SAM) gives the same record: each block's ``(B, gh, gw, C)`` output
+    (the cache's ``resid_post``) as ``(B, gh·gw, C)`` on its own stage grid (``record.geometry(l)``
+    says which). Only ``kind="token"``: their q/k/v exist per window, not per cell of the grid.
+    Layers of one grid and width are stacked, as a ViT's (SAM's, a Swin's layers of one stage);
+    layers that differ (a Swin's stages: patch merging halves the grid and doubles the width) are
+    kept one tensor each.
 
     Parameters
     ----------
@@ -106,8 +108,8 @@ def capture_tokens(
     Returns
     -------
     TokenRecord
-        ``tokens`` ``(L, B, T, D)`` in ``dtype`` on the CPU; for a windowed model one
-        ``(B, gh·gw, C)`` tensor per layer.
+        ``tokens`` ``(L, B, T, D)`` in ``dtype`` on the CPU; where the layers differ in grid or width
+        (a Swin's stages), one ``(B, T_l, D_l)`` tensor per layer.
 
     Raises
     ------
@@ -153,14 +155,15 @@ def _layer_sequence(output: torch.Tensor, spec: ViTSpec, layer: int, kind: str) 
     geometry)."""
     if kind != "token":
         return _heads_concatenated(output)
-    if output.ndim == 3:
+    geometry = spec.geometry(layer)
+    (gh, gw), prefix = geometry.grid_size, geometry.prefix_tokens
+    if output.ndim == 3 and output.shape[1] == prefix + gh * gw:
         return output
-    grid = spec.geometry(layer).grid_size
-    if output.ndim == 4 and tuple(output.shape[1:3]) == tuple(grid):  # NHWC on the stage grid
-        return output.reshape(output.shape[0], grid[0] * grid[1], output.shape[-1])
+    if output.ndim == 4 and tuple(output.shape[1:3]) == (gh, gw) and not prefix:  # NHWC on the stage grid
+        return output.reshape(output.shape[0], gh * gw, output.shape[-1])
     raise AnalysisError(
-        f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts (B, {grid[0]}, {grid[1]}, C) "
-        "on its stage grid: this model is not supported."
+        f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts {prefix} prefix tokens and a "
+        f"{gh}x{gw} grid, (B, {prefix + gh * gw}, D) or (B, {gh}, {gw}, C): this model is not supported."
     )
 
 

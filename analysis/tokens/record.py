@@ -21,10 +21,9 @@ class TokenRecord:
 
     Layer ``l``'s tokens are ``(B, T_l, D_l)``: its geometry's ``prefix_tokens`` first (class,
     distillation, register tokens of a ViT; none on a windowed model's stage grid), then one token
-    per cell of ``geometry(l).grid_size``, row-major. A ViT's layers all share one ``T`` and ``D``
-    and are stored as one ``(L, B, T, D)`` tensor; a windowed model's (Swin, SAM) stages differ in
-    grid and width (patch merging halves the grid and doubles the channels) and are stored as one
-    tensor per layer. :meth:`layer_tokens`, :meth:`patches`, :meth:`grid_tokens` and
+    per cell of ``geometry(l).grid_size``, row-major. Layers that share one ``T`` and ``D`` (a ViT's,
+    SAM's) are stored as one ``(L, B, T, D)`` tensor; a Swin's stages differ in grid and width
+    (patch merging halves the grid and doubles the channels) and are stored as one tensor per layer. :meth:`layer_tokens`, :meth:`patches`, :meth:`grid_tokens` and
     :meth:`geometry` read either.
 
     Attributes
