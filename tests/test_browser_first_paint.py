@@ -19,19 +19,25 @@ CHART_CHUNKS = """() => performance.getEntriesByType('resource')
     .filter(r => /PlotlyChart|StreamlitSyntaxHighlighter/.test(r.name)).map(r => [r.name, r.startTime])"""
 
 
-@pytest.fixture
-def fresh_page(server):
-    """A new browser context: a new Streamlit session and an empty browser cache, as a first visit."""
+@pytest.fixture(scope="module")
+def first_visit_browser():
+    """One Chromium for the module (Playwright's sync API runs one at a time)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 1100})
-        tab = context.new_page()
-        tab.set_default_timeout(120_000)
-        yield tab
-        context.close()
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def fresh_page(server, first_visit_browser):
+    """A new browser context: a new Streamlit session and an empty browser cache, as a first visit."""
+    context = first_visit_browser.new_context(viewport={"width": 1440, "height": 1100})
+    tab = context.new_page()
+    tab.set_default_timeout(120_000)
+    yield tab
+    context.close()
 
 
 def test_the_view_draws_before_plotly_and_the_code_highlighter_load_and_then_the_charts_come(fresh_page, server):

@@ -1,6 +1,7 @@
 """Load test on loopback: one app server, 8 concurrent browser sessions.
 
-One ``streamlit run`` server; eight Chromium sessions at once, each choosing one of two
+One ``streamlit run`` server; eight browser tabs at once (eight Streamlit sessions: one per
+connection), each choosing one of two
 models (folders written here, so the test can recompute their answers; in the first wave typed in
 the sidebar, in the second named by a link) and uploading a different image. Each session reads its
 attention map back from the drawn plotly figure and it must equal what the analysis API gives for
@@ -94,11 +95,11 @@ async def _shown_map(page, expected: np.ndarray, seconds: float = 45.0) -> np.nd
 
 
 async def _session(
-    browser, url: str, model: Path, image: Path, expected: np.ndarray, downloads: Path, index: int, via_link: bool
+    context, url: str, model: Path, image: Path, expected: np.ndarray, downloads: Path, index: int, via_link: bool
 ):
-    """One visitor: opens the app, chooses ``model`` (typed in the sidebar's path box, or named by
-    a link, ``?model=PATH``, when ``via_link``), uploads ``image`` and reads the map drawn."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+    """One visitor: opens the app in a tab of its own (its own Streamlit session: one per
+    connection), chooses ``model`` (typed in the sidebar's path box, or named by a link,
+    ``?model=PATH``, when ``via_link``), uploads ``image`` and reads the map drawn."""
     page = await context.new_page()
     page.set_default_timeout(180_000)
     try:
@@ -135,22 +136,35 @@ async def _session(
         await page.screenshot(path=str(downloads / f"session_{index}.png"))
         return shown
     finally:
-        await context.close()
+        await page.close()
 
 
-async def _wave(url: str, jobs, downloads: Path, *, via_link: bool = False) -> list[np.ndarray]:
-    """Run one session per (model, image, expected map) job, all at once."""
+async def _waves(url: str, waves, downloads: Path, between) -> list[np.ndarray]:
+    """Run each wave's sessions, one per (model, image, expected map) job, all at once; a wave is
+    ``(jobs, via_link)``, and ``between()`` runs after each. The tabs share one browser context,
+    so its cache holds the app's scripts after the first page (as one visitor's browser would):
+    what is measured is the server's answers, not eight downloads of the same bundle."""
     from playwright.async_api import async_playwright
 
+    results: list[np.ndarray] = []
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            return await asyncio.wait_for(
-                asyncio.gather(*(_session(browser, url, *job, downloads, i, via_link) for i, job in enumerate(jobs))),
-                timeout=480,
-            )
+            context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+            for wave, (jobs, via_link) in enumerate(waves):
+                results += await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            _session(context, url, *job, downloads, wave * len(jobs) + i, via_link)
+                            for i, job in enumerate(jobs)
+                        )
+                    ),
+                    timeout=480,
+                )
+                between()
         finally:
             await browser.close()
+    return results
 
 
 def test_eight_concurrent_browser_sessions_get_their_own_results(tmp_path):
@@ -164,11 +178,11 @@ def test_eight_concurrent_browser_sessions_get_their_own_results(tmp_path):
     limits = {"VIZAPP_MAX_FORWARDS": "4", "VIZAPP_MAX_RESULTS": "16"}
     with streamlit_server(artifacts / "load_test_streamlit.log", limits) as (url, process):
         first = [(models[i % 2], images[i], expected[i]) for i in range(SESSIONS)]
-        results = asyncio.run(_wave(url, first, downloads))
-        after_first = rss_mib(process.pid)
         second = [(models[i % 2], images[SESSIONS + i], expected[SESSIONS + i]) for i in range(SESSIONS)]
-        results += asyncio.run(_wave(url, second, downloads, via_link=True))  # the model named by a link
-        after_second = rss_mib(process.pid)
+        memory: list[float] = []  # the server's RSS after each wave
+        waves = [(first, False), (second, True)]  # the second wave names the model by a link
+        results = asyncio.run(_waves(url, waves, downloads, lambda: memory.append(rss_mib(process.pid))))
+        after_first, after_second = memory
         assert process.poll() is None, "the server died"
     for (model, image, want), got in zip(first + second, results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=f"{model.name} {image.name}")
