@@ -199,26 +199,3 @@ def real_vit(real_dinov2_folder):
 def real_vit_224(real_dinov2_folder):
     """The real backbone at 224 × 224 (16 × 16 grid; the position table resampled as timm does)."""
     return load_vit(str(real_dinov2_folder), device="cpu", img_size=224)
-
-
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
-    """Where the browser tests leave their screenshots and server logs."""
-    folder = Path(os.environ.get("VIZAPP_ARTIFACTS", Path(__file__).resolve().parent.parent / "artifacts")) / "browser"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-@pytest.fixture(scope="session")
-def server(artifacts):
-    """One ``streamlit run`` of the app for every browser test module this worker runs (each test
-    opens its own tab, so its own Streamlit session): a server's start and its first model load
-    are paid once per worker rather than once per module."""
-    from streamlit_server import streamlit_server
-
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    try:
-        with streamlit_server(artifacts / f"streamlit_{worker}.log") as (url, _process):
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))

@@ -9,6 +9,7 @@ exception is shown anywhere. Screenshots land in ``artifacts/browser/`` (or
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,22 @@ PAGES = {  # navigation label -> page header
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium (apt-get install -y chromium)"
 )
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    folder = Path(os.environ.get("VIZAPP_ARTIFACTS", REPO / "artifacts")) / "browser"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(artifacts):
+    try:
+        with streamlit_server(artifacts / "streamlit.log") as (url, _process):
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

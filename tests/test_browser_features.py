@@ -9,7 +9,7 @@ import re
 import pytest
 
 from streamlit_server import CHROMIUM, REPO
-from test_browser import _click_patch, assert_no_exception, chromium, page, wait_idle  # noqa: F401 - fixtures
+from test_browser import _click_patch, artifacts, assert_no_exception, chromium, page, server, wait_idle  # noqa: F401 - fixtures
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium"),

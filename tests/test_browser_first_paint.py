@@ -11,7 +11,7 @@ import re
 import pytest
 
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS
-from test_browser import assert_no_exception, attention_view_frame, wait_idle
+from test_browser import artifacts, assert_no_exception, attention_view_frame, server, wait_idle  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")
 

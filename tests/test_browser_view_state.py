@@ -15,10 +15,12 @@ import pytest
 from model_folders import narrow_swin
 from streamlit_server import CHROMIUM
 from test_browser import (  # noqa: F401 - fixtures
+    artifacts,
     assert_no_exception,
     attention_view_frame,
     chromium,
     page,
+    server,
     view_patch_position,
     wait_idle,
 )
