@@ -870,7 +870,7 @@ def test_a_torchvision_swin_opens_with_its_windows_outlined():
 
 
 def unpack_windowed_blob(blob: bytes, geometry) -> dict:
-    """``windowed_view_blob``'s bytes as the page reads them."""
+    """``attention_view_blob``'s bytes of a windowed layer as the page reads them."""
     heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
     cells_n = geometry.grid_size[0] * geometry.grid_size[1]
     sizes = [
@@ -895,7 +895,7 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
     does, are ``attention_map`` of each cell within half a step of each row's range."""
     import json
 
-    from analysis.views.attention_view import windowed_view_blob
+    from analysis.views.attention_view import attention_view_blob
 
     at = open_app(family)
     vit = loaded(family)
@@ -922,7 +922,7 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
         False,
     )
     assert args["uniform"] == pytest.approx(1 / geometry.window_tokens)
-    blob, meta = windowed_view_blob(record, layer)
+    blob, meta = attention_view_blob(record, [layer])
     assert args["data_id"] == meta["data_id"]  # the page fetches exactly this file
     data = unpack_windowed_blob(blob, geometry)
     heads, windows, slots = geometry.num_heads + 1, geometry.num_windows, geometry.window_tokens
@@ -950,12 +950,12 @@ def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, l
 
 def test_a_sam_global_layer_over_the_view_budget_keeps_the_chart(monkeypatch):
     import vizapp.limits
-    from analysis.views.attention_view import windowed_view_bytes
+    from analysis.views.attention_view import view_layer_bytes
 
     vit = loaded("sam")
     spec = vit.spec
     glob = next(layer for layer in range(spec.num_layers) if spec.geometry(layer).is_global)
-    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", windowed_view_bytes(spec.geometry(glob)) - 1)
+    monkeypatch.setattr(vizapp.limits, "MAX_VIEW_BYTES", view_layer_bytes(spec, glob) - 1)
     at = open_app("sam", layer=str(glob))
     assert at.session_state["layer"] == glob
     assert not [c for c in at.get("component_instance") if c.proto.component_name.endswith("attention_view")]

@@ -1513,12 +1513,12 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
     """A windowed layer (Swin with its shifted windows wrapping the border; SAM with windows padded
     past the grid): hovering a cell draws ``attention_map`` of that cell on the layer's grid within
     one colour step inside the cell's window, and nothing (transparent) outside it; the pinned
-    "mean" query draws the whole grid. The data: ``windowed_view_blob`` of the windowed record."""
+    "mean" query draws the whole grid. The data: ``attention_view_blob`` of the windowed record."""
     import base64
 
     import analysis
     from analysis.plots import colour_range
-    from analysis.views.attention_view import windowed_view_args, windowed_view_blob
+    from analysis.views.attention_view import attention_view_args, attention_view_blob
     from windowed_models import small_pixels, small_sam, small_swin
 
     vit = small_swin() if family == "swin" else small_sam()
@@ -1526,14 +1526,14 @@ def test_a_windowed_layer_in_the_view_draws_the_hovered_cells_window_only(static
     spec, geometry = record.spec, record.spec.geometry(layer)
     assert not geometry.is_global
     grid, scale = geometry.grid_size, "Viridis"
-    blob, meta = windowed_view_blob(record, layer)
-    args = windowed_view_args(
+    blob, meta = attention_view_blob(record, [layer])
+    args = attention_view_args(
         data={**meta, "data_b64": base64.b64encode(blob).decode("ascii")},
         image_uri=_grey_png_uri(spec.img_size),
         spec=spec,
         layer=layer,
         head="mean",
-        query_cell=None,
+        query="mean",
         colorscale=scale,
         map_range="zero",
         opacity=1.0,

@@ -16,10 +16,10 @@ from analysis import attention_map, capture_attention, load_image, load_vit
 from analysis.base.errors import AnalysisError
 from analysis.views.attention_view import (
     PAGE,
+    attention_view_blob,
     embed,
     view_args,
     view_blob,
-    windowed_view_blob,
 )
 from analysis.views.widgets import (
     WIDGET_ESM,
@@ -129,15 +129,23 @@ def test_traits_round_trip_between_python_and_the_page(demo):
 
 def test_a_pixel_query_opens_the_view_on_the_patch_that_holds_it(demo, swin):
     """``query=(y, x)``, an input pixel as :func:`analysis.attention_map` takes it, opens the view on
-    the row-major patch ``⌊y/ph⌋·gw + ⌊x/pw⌋`` (worked by hand here); a windowed view refuses it."""
+    the row-major patch ``⌊y/ph⌋·gw + ⌊x/pw⌋`` (worked by hand here); a windowed view on the cell of
+    the shown layer's grid that holds it, ``⌊y/sy⌋·gw + ⌊x/sx⌋`` with that layer's stride; a prefix
+    token, which a windowed layer does not have, is refused."""
     vit, record, image = demo
     (ph, pw), (_, gw) = vit.spec.patch_size, vit.spec.grid_size
     y, x = 3 * ph + 2, 5 * pw + 1
     widget = attention_view(record, image, layer=1, query=(y, x))
     assert widget.query == 3 * gw + 5 and widget._args["query_patch"] == 3 * gw + 5
     swin_vit, swin_record, swin_image = swin
-    with pytest.raises(AnalysisError, match="not an input pixel"):
-        attention_view(swin_record, swin_image, query=(0, 0))
+    layer = 0
+    geometry = swin_vit.spec.geometry(layer)
+    (sy, sx), (gh, gw) = geometry.stride, geometry.grid_size
+    assert gh > 2 and gw > 1
+    windowed = attention_view(swin_record, swin_image, layer=layer, query=(2 * sy + 1, sx + 3))
+    assert windowed.query == 2 * gw + 1 and windowed._args["query_patch"] == 2 * gw + 1
+    with pytest.raises(AnalysisError, match="cell index"):
+        attention_view(swin_record, swin_image, query="cls")
 
 
 def test_a_layer_the_page_does_not_hold_sends_new_data(demo):
@@ -158,10 +166,10 @@ def _layer_mib(spec, maps):
 def test_windowed_models_send_their_windowed_layer(swin):
     _vit, record, image = swin
     widget = attention_view(record, image, layer=0, query=4)
-    blob, _meta = windowed_view_blob(record, 0)
+    blob, _meta = attention_view_blob(record, [0])
     assert widget.data_bytes() == blob and widget._args["windowed"] and widget._args["query_row"] == 4
     widget.layer = 1
-    assert widget.data_bytes() == windowed_view_blob(record, 1)[0]
+    assert widget.data_bytes() == attention_view_blob(record, [1])[0]
 
 
 def test_the_static_fallback_shows_the_same_map(demo):

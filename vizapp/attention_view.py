@@ -2,7 +2,7 @@
 Streamlit custom component (the folder ``analysis/views/attention_view_page``, served by Streamlit; the
 HTML report inlines the same file).
 
-The data (:func:`analysis.views.attention_view.view_blob`) is one binary file served by Streamlit's
+The data (:func:`analysis.views.attention_view.attention_view_blob`) is one binary file served by Streamlit's
 media endpoint and fetched by the page once per image and model, so a rerun sends only the small
 arguments. The page holds every layer when they fit :data:`vizapp.limits.MAX_VIEW_BYTES`
 (``VIZAPP_VIEW_MB``): the layer (↑/↓) and head (←/→, ◀/▶) then
@@ -26,6 +26,7 @@ request names the page), which lost clicks under load.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,13 +37,13 @@ from streamlit import runtime
 
 from analysis.views.attention_view import (
     PAGE_DIR,
+    attention_view_args,
     layer_bytes,
     layers_to_send,
     query_row,
     view_args,
+    view_layer_bytes,
     view_layout,
-    windowed_view_args,
-    windowed_view_bytes,
 )
 from vizapp import limits, resources
 from vizapp.first_result import HOLD_LIMIT_S
@@ -157,12 +158,16 @@ def _index_below(value, count: int) -> bool:
 
 
 def fallback_note(spec, layers) -> str:
-    """What the view says when it holds fewer than all layers."""
-    if len(layers) == spec.num_layers:
+    """What the view says when the budget left out layers it could otherwise hold (nothing when it
+    holds all it ever holds: every layer of a ViT, one layer of a model whose layers lie on
+    different grids)."""
+    unbounded = layers_to_send(spec, int(layers[0]), sys.maxsize) or ()
+    if len(layers) >= len(unbounded):
         return ""
+    every = sum(view_layer_bytes(spec, layer) for layer in unbounded)
     return (
-        f"Only this layer is in the page: all {spec.num_layers} layers are "
-        f"{layer_bytes(spec) * spec.num_layers / 2**20:.1f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
+        f"Only this layer is in the page: all {len(unbounded)} layers are "
+        f"{every / 2**20:.1f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
         "of VIZAPP_VIEW_MB; a layer step (↑/↓) asks the server for the new layer."
     )
 
@@ -218,74 +223,55 @@ def page_view(
 ) -> bool:
     """The instant view of the Attention page for ``layer`` of the current model, with its caption.
 
-    The view holds what fits :data:`vizapp.limits.MAX_VIEW_BYTES`: a model whose every layer attends
-    over one token sequence (a ViT) sends every layer's rows, prefix keys and columns
-    (:func:`analysis.views.attention_view.view_blob`; the layer and head then step in the browser),
-    a model with windowed layers the one layer's windows
-    (:func:`analysis.views.attention_view.windowed_view_blob`). ``query``: the app's query (a ViT's
-    token query); ``query_cell``: its cell on this layer's grid (``None``: the mean). Returns whether
-    the page holds its other charts back until the view has drawn (:func:`hold_for_first_paint`)."""
+    The view holds what fits :data:`vizapp.limits.MAX_VIEW_BYTES`
+    (:func:`analysis.views.attention_view.layers_to_send`): every layer when they fit (the layer and
+    head then step in the browser), else the shown layer, else nothing (a caption says why).
+    ``query``: the app's query; ``query_cell``: its cell on this layer's grid (``None``: the mean).
+    Returns whether the page holds its other charts back until the view has drawn
+    (:func:`hold_for_first_paint`)."""
     spec, image_uri = cur.spec, resources.background_uri(*cur.args)
     geometry = spec.geometry(layer)
-    tokens = view_layout(spec) == "tokens"
-    if tokens:
-        view_layers = sent_layers(spec, layer)
-        size = layer_bytes(spec)
-    else:
-        size = windowed_view_bytes(geometry)
-        view_layers = (layer,) if size <= limits.MAX_VIEW_BYTES else None
+    view_layers = sent_layers(spec, layer)
     held = hold_for_first_paint(view_layers is not None)  # a session's first open: the view draws first ...
     if view_layers is None:
         st.caption(
-            f"The instant hover view is off for this layer: its attention for every query is {size / 2**20:.0f} MiB, "
-            f"over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB the page may hold (VIZAPP_VIEW_MB). Click the chart "
-            "to pick a query."
+            f"The instant hover view is off for this layer: its attention for every query is "
+            f"{view_layer_bytes(spec, layer) / 2**20:.0f} MiB, over the {limits.MAX_VIEW_BYTES / 2**20:.0f} MiB "
+            "the page may hold (VIZAPP_VIEW_MB). Click the chart to pick a query."
         )
         return held
-    if tokens:
-        view_layers = (layer,) if held else view_layers  # ... from this layer's data alone, every layer after
-        attention_view(
-            data=served(*resources.attention_view_blob(*cur.args, view_layers), key=key),
-            image_uri=image_uri,
-            spec=spec,
-            layer=layer,
-            head=head,
-            query=query,
-            colorscale=cur.colorscale,
-            map_range=cur.map_range,
-            opacity=opacity,
-            key=key,
-            on_change=follow_view(key, patches=spec.num_patches, layers=spec.num_layers, heads=spec.num_heads),
-            report_drawn=held,
-            drawn_limit_s=HOLD_LIMIT_S,
-            note="" if held else None,
-            left_out=cur.outliers,
-            hide_left_out=cur.hide_outliers,
-        )
-    else:
-        gh, gw = geometry.grid_size
-        args = windowed_view_args(
-            data=served(*resources.windowed_view_blob(*cur.args, layer), key=key),
-            image_uri=image_uri,
-            spec=spec,
-            layer=layer,
-            head=head,
-            query_cell=query_cell,
-            colorscale=cur.colorscale,
-            map_range=cur.map_range,
-            opacity=opacity,
-        )
-        _component(
-            key=key,
-            default=None,
-            on_change=follow_view(
-                key,
-                patches=gh * gw,
-                heads=geometry.num_heads,
-                to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell),
-            ),
-            **{**args, "report_drawn": held, "drawn_limit_s": HOLD_LIMIT_S},
-        )
+    view_layers = (layer,) if held else view_layers  # ... from this layer's data alone, every layer after
+    gh, gw = geometry.grid_size
+    data = served(*resources.attention_view_blob(*cur.args, view_layers), key=key)
+    args = attention_view_args(
+        data=data,
+        image_uri=image_uri,
+        spec=spec,
+        layer=layer,
+        head=head,
+        query=query,
+        query_cell=query_cell,
+        colorscale=cur.colorscale,
+        map_range=cur.map_range,
+        opacity=opacity,
+        report_drawn=held,
+        drawn_limit_s=HOLD_LIMIT_S,
+        note="" if held else fallback_note(spec, data["layers"]),
+        left_out=cur.outliers,
+        hide_left_out=cur.hide_outliers,
+    )
+    _component(
+        key=key,
+        default=None,
+        on_change=follow_view(
+            key,
+            patches=gh * gw,
+            layers=spec.num_layers,
+            heads=geometry.num_heads,
+            to_query=lambda cell: layer_cell_to_query_patch(spec, geometry, cell),
+        ),
+        **args,
+    )
     st.caption(
         "Instant view: hover a patch to see its attention (drawn in the browser, one cell per patch of the layer's "
         "grid, values to one 255th of each map's range; where a layer attends inside windows, nothing is drawn "

@@ -267,22 +267,14 @@ def attention_grid(ref: ModelRef, digest: str, _image_bytes: bytes, query: str |
     return np.stack(layer_attention_grids(ref, digest, _image_bytes, query))
 
 
-@st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)
-def windowed_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layer: int) -> tuple[bytes, dict]:
-    """One windowed layer's attention, every window's every query, quantised for the browser view
-    (:func:`analysis.views.attention_view.windowed_view_blob`, from the one windowed record)."""
-    from analysis.views.attention_view import windowed_view_blob as blob
-
-    return blob(forward(ref, digest, _image_bytes).record, layer)
-
-
 @st.cache_resource(show_spinner=False, max_entries=MAX_FORWARDS)  # up to 12 MiB each (VIZAPP_VIEW_MB)
 def attention_view_blob(ref: ModelRef, digest: str, _image_bytes: bytes, layers: tuple[int, ...]) -> tuple[bytes, dict]:
-    """Every query's attention in ``layers``, quantised for the browser view, as the one file
-    the page fetches (:func:`analysis.views.attention_view.view_blob`; shared read-only: bytes)."""
-    from analysis.views.attention_view import view_blob
+    """Every query's attention in ``layers`` (a ViT's held layers, a windowed model's one layer),
+    quantised for the browser view, as the one file the page fetches
+    (:func:`analysis.views.attention_view.attention_view_blob`; shared read-only: bytes)."""
+    from analysis.views.attention_view import attention_view_blob as blob
 
-    return view_blob(forward(ref, digest, _image_bytes).record, layers)
+    return blob(forward(ref, digest, _image_bytes).record, layers)
 
 
 @st.cache_data(show_spinner="Gathering the attention maps…", max_entries=MAX_RESULTS)

@@ -51,6 +51,8 @@ from ..records.queries import resolve_query
 __all__ = [
     "PAGE",
     "PAGE_DIR",
+    "attention_view_args",
+    "attention_view_blob",
     "attention_view_rows",
     "embed",
     "layer_bytes",
@@ -64,9 +66,8 @@ __all__ = [
     "view_args",
     "view_blob",
     "view_data",
-    "windowed_view_args",
-    "windowed_view_blob",
-    "windowed_view_bytes",
+    "view_layer_bytes",
+    "view_query",
 ]
 
 PAGE_DIR = Path(__file__).resolve().parent / "attention_view_page"
@@ -77,7 +78,9 @@ def view_layout(spec) -> str:
     """Which data the view draws a model from: ``"tokens"`` when every layer attends over one token
     sequence ``[prefix, patches]`` (a ViT: every query's row over the patch keys, the prefix keys and
     the columns, every layer held when they fit, :func:`view_blob`), ``"windows"`` when its layers
-    attend inside windows on stage grids (Swin, SAM: one layer's windows, :func:`windowed_view_blob`).
+    attend inside windows on stage grids (Swin, SAM: one layer's windows, every window's query rows
+    over its key slots). :func:`attention_view_blob` and :func:`attention_view_args` ask it; callers
+    need not.
 
     Parameters
     ----------
@@ -117,11 +120,13 @@ def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | Non
     """The layers the view holds under ``budget_bytes`` of codes: every layer when they fit (layer
     and head then switch in the browser), else only ``layer`` (a new layer is new data), else
     ``None`` (one layer is over the budget: no view). ViT-B/16: 0.96 MiB a layer, 11.5 MiB all 12.
+    A model whose layers attend inside windows is held one layer at a time (its layers lie on
+    different grids): ``(layer,)`` or ``None``.
 
     Parameters
     ----------
     spec : ViTSpec
-        A ViT's spec (:func:`layer_bytes`).
+        The model's spec (:func:`view_layer_bytes`).
     layer : int
         The layer shown.
     budget_bytes : int
@@ -132,10 +137,33 @@ def layers_to_send(spec, layer: int, budget_bytes: int) -> tuple[int, ...] | Non
     tuple of int or None
         Every layer ``0..L-1``, or ``(layer,)``, or ``None``.
     """
-    one = layer_bytes(spec)
-    if one * spec.num_layers <= budget_bytes:
+    one = view_layer_bytes(spec, layer)
+    if view_layout(spec) == "tokens" and one * spec.num_layers <= budget_bytes:
         return tuple(range(spec.num_layers))
     return (int(layer),) if one <= budget_bytes else None
+
+
+def view_layer_bytes(spec, layer: int) -> int:
+    """Bytes of the codes :func:`attention_view_blob` sends for ``layer`` (before base64): a ViT's
+    rows, columns and prefix keys (:func:`layer_bytes`, the same for every layer), a windowed
+    layer's every window's query rows over its key slots, ``(heads + 1) · windows · Wt²``
+    (Swin-T's first stage 0.6 MiB; a SAM global layer, one window of 4096 cells, 208 MiB).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec.
+    layer : int
+        A layer index.
+
+    Returns
+    -------
+    int
+        Bytes of codes (the ranges, cells and mean map not counted).
+    """
+    if view_layout(spec) == "tokens":
+        return layer_bytes(spec)
+    return _windowed_bytes(spec.geometry(layer))
 
 
 def attention_view_rows(record, layers) -> np.ndarray:
@@ -599,7 +627,7 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
     Parameters
     ----------
     args : dict
-        The page's arguments (:func:`view_args` or :func:`windowed_view_args`) with the data inline and
+        The page's arguments (:func:`attention_view_args` or :func:`view_args`) with the data inline and
         the image as a ``data:`` URI.
     title : str, default "instant attention view"
         The iframe's title (HTML-escaped).
@@ -631,8 +659,8 @@ def embed(args: dict, *, title: str = "instant attention view") -> str:
 # --------------------------------------------------------------------------- windowed models (Swin, SAM)
 
 
-def windowed_view_bytes(geometry) -> int:
-    """Bytes of one windowed layer's codes (:func:`windowed_view_blob`): every window's every
+def _windowed_bytes(geometry) -> int:
+    """Bytes of one windowed layer's codes (:func:`_windowed_blob`): every window's every
     query slot over its key slots, per head and their mean. Swin-T stage 1: 0.6 MiB; a SAM
     global layer (one window of 4096 cells): 208 MiB, no view.
 
@@ -649,7 +677,7 @@ def windowed_view_bytes(geometry) -> int:
     return (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens**2
 
 
-def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
+def _windowed_blob(record, layer: int) -> tuple[bytes, dict]:
     """One windowed layer of image 0 of ``record`` (a :class:`analysis.records.windowed.WindowedAttentionRecord`)
     for the view, as one binary file. Back to back in C order, ``Wt`` slots a window, ``N`` cells:
 
@@ -712,7 +740,7 @@ def windowed_view_blob(record, layer: int) -> tuple[bytes, dict]:
     }
 
 
-def windowed_view_args(
+def _windowed_args(
     *,
     data: dict,
     image_uri: str,
@@ -726,8 +754,10 @@ def windowed_view_args(
     max_height: int = 520,
     note: str = "",
     report_head: bool = True,
+    report_drawn: bool = False,
+    drawn_limit_s: float = 8.0,
 ) -> dict:
-    """The page's arguments for one windowed layer (:func:`windowed_view_blob`'s ``data``): the
+    """The page's arguments for one windowed layer (:func:`_windowed_blob`'s ``data``): the
     layer's own grid (cells of its stride), its heads, the query as a cell of that grid (``None``:
     the mean over cells), the uniform level ``1/Wt`` of a window, whether a head step is reported
     (``report_head``; the layer is the page's alone). Rows only: a key's "who looks
@@ -736,7 +766,7 @@ def windowed_view_args(
     Parameters
     ----------
     data : dict
-        :func:`windowed_view_blob`'s metadata.
+        :func:`_windowed_blob`'s metadata.
     image_uri : str
         The model-input image, as a ``data:`` URI or URL (``""`` when the caller fills it in later).
     spec : ViTSpec
@@ -759,6 +789,10 @@ def windowed_view_args(
         Text shown under the view.
     report_head : bool, default True
         Whether a head step is reported to Python.
+    report_drawn : bool, default False
+        Report ``{"event": "drawn"}`` once the first map is drawn (:func:`view_args`).
+    drawn_limit_s : float, default 8.0
+        With ``report_drawn``: the seconds within which the page reports, drawn or not.
 
     Returns
     -------
@@ -791,6 +825,8 @@ def windowed_view_args(
         layer_label="Layer",
         report_layer=False,
         report_head=bool(report_head),
+        report_drawn=bool(report_drawn),
+        drawn_limit_s=float(drawn_limit_s),
         shared_name="0–max of this layer's heads",
         panels=None,
         fixed_range=None,
@@ -804,3 +840,193 @@ def windowed_view_args(
         note=note,
         **data,
     )
+
+
+# --------------------------------------------------------------------------- every model: one entry point
+
+
+def attention_view_blob(record, layers) -> tuple[bytes, dict]:
+    """The view's data for ``layers`` of image 0 of ``record``, as one binary file, for any model:
+    a ViT's rows, columns and prefix keys of every held layer (:func:`view_blob`), or one windowed
+    layer's windows. The windowed layout, back to back in C order, ``Wt`` slots a window, ``N`` cells:
+
+    * ``row_ranges``: ``(heads + 1, windows, Wt, 2)`` float32, ``mean_ranges``: ``(heads + 1, 2)``;
+    * ``cells``: ``(windows, Wt)`` int32, the grid cell of each slot (``−1``: padding or prefix),
+      :meth:`analysis.model.geometry.LayerGeometry.window_cells`;
+    * ``rows``: ``(heads + 1, windows, Wt, Wt)`` uint8: ``[h, w, s, t]`` is the attention of the
+      query in slot ``s`` of window ``w`` to key slot ``t`` (head ``heads`` the mean over heads),
+      quantised per row, the keys off the grid set to 0 (never drawn);
+    * ``mean``: ``(heads + 1, N)`` uint8, :func:`analysis.attention_map` with ``query="mean"``.
+
+    Parameters
+    ----------
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass (:func:`analysis.capture_attention`) with every query row; image 0 is read.
+    layers : sequence of int
+        The layers to hold (:func:`layers_to_send`): any kept layers of a ViT, one layer of a
+        windowed model.
+
+    Returns
+    -------
+    tuple of (bytes, dict)
+        ``(blob, meta)``: ``meta`` has ``layers``, ``data_id`` (16 hex digits) and ``matrix`` (a ViT)
+        or ``windowed`` (a windowed layer), which :func:`attention_view_args` passes on.
+
+    Raises
+    ------
+    AnalysisError
+        A layer the record did not keep, query rows it did not keep, or several layers of a
+        windowed model.
+    """
+    layers = [int(layer) for layer in layers]
+    if view_layout(record) == "tokens":
+        return view_blob(record, layers)
+    if len(layers) != 1:
+        raise AnalysisError(
+            f"the view holds one layer of a model whose layers attend inside windows, not {layers}: "
+            "its layers lie on different grids; send one layer (layers_to_send)."
+        )
+    return _windowed_blob(record, layers[0])
+
+
+def view_query(spec, layer: int, query):
+    """The query as the view reads it for ``layer``: a ViT's token query
+    (:func:`analysis.records.queries.resolve_query`: ``None`` → ``"cls"`` with a class token, else
+    ``"mean"``; an input pixel ``(y, x)`` → its patch), a windowed layer's cell of its own grid or
+    ``"mean"`` (``None`` → ``"mean"``; an input pixel → the cell that holds it).
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec.
+    layer : int
+        The layer shown.
+    query : int, (y, x), str or None
+        ``"cls"``, ``"prefix:<i>"``, a patch (cell) index, an input pixel, ``"mean"`` or ``None``.
+
+    Returns
+    -------
+    int or str
+        A patch or cell index, or a token name (``"cls"``, ``"prefix:<i>"``, ``"mean"``).
+
+    Raises
+    ------
+    AnalysisError
+        A query the model's layer does not have (a prefix token of a windowed layer, a cell off its
+        grid, a pixel outside the image).
+    """
+    if view_layout(spec) == "tokens":
+        return resolve_query(spec, query).query
+    geometry = spec.geometry(layer)
+    cells = geometry.grid_size[0] * geometry.grid_size[1]
+    if query is None or query == "mean":
+        return "mean"
+    if isinstance(query, tuple) and len(query) == 2:
+        (height, width), (y, x) = spec.img_size, query
+        if not (0 <= y < height and 0 <= x < width):
+            raise AnalysisError(f"query pixel {query!r} is outside the {height}×{width} input image.")
+        return int(geometry.cell_of_pixel(y, x))
+    if isinstance(query, int) and not isinstance(query, bool) and 0 <= query < cells:
+        return int(query)
+    raise AnalysisError(
+        f"query={query!r}: layer {layer} attends inside windows on a {geometry.grid_size[0]}×"
+        f"{geometry.grid_size[1]} grid; its queries are a cell index (0..{cells - 1}), an input pixel "
+        "(y, x) or 'mean'."
+    )
+
+
+def attention_view_args(
+    *,
+    data: dict,
+    image_uri: str,
+    spec,
+    layer: int,
+    head: str | int,
+    query,
+    colorscale: str,
+    map_range: str,
+    opacity: float,
+    query_cell: int | None = None,
+    max_height: int = 520,
+    note: str = "",
+    report_head: bool = True,
+    report_drawn: bool = False,
+    drawn_limit_s: float = 8.0,
+    left_out=(),
+    hide_left_out: bool = False,
+) -> dict:
+    """The page's arguments for attention's own maps of any model (:func:`attention_view_blob`'s
+    data): :func:`view_args` for a ViT; for a windowed layer its own grid (cells of its stride),
+    its heads, the query as a cell of that grid, the uniform level ``1/Wt`` of a window, rows only
+    (each row is quantised on its own range, so "who looks at this key" is not offered).
+
+    Parameters
+    ----------
+    data : dict
+        :func:`attention_view_blob`'s metadata (the page fetches the bytes), or a ViT's
+        :func:`view_data` (inline).
+    image_uri : str
+        The model-input image, as a ``data:`` URI or URL (``""`` when the caller fills it in later).
+    spec : ViTSpec
+        The model's spec.
+    layer : int
+        The layer shown (one of the held layers).
+    head : str or int
+        ``"mean"`` or a head index.
+    query : int, (y, x), str or None
+        The query shown (:func:`view_query`).
+    colorscale : str
+        A plotly colour scale's name (:func:`analysis.plots.colour_lut`).
+    map_range : str
+        The colour range rule (:func:`analysis.plots.colour_range`).
+    opacity : float
+        The maps' opacity over the image, 0 to 1.
+    query_cell : int or None, default None
+        A windowed layer's query cell when the caller has it already (the app maps its query onto
+        the layer's grid); ``None``, read from ``query``. A ViT's view ignores it.
+    max_height : int, default 520
+        The view's largest height in CSS pixels.
+    note : str, default ""
+        Text shown under the view.
+    report_head : bool, default True
+        Whether a head step is reported to Python.
+    report_drawn : bool, default False
+        Report ``{"event": "drawn"}`` once the first map is drawn (:func:`view_args`).
+    drawn_limit_s : float, default 8.0
+        With ``report_drawn``: the seconds within which the page reports, drawn or not.
+    left_out : iterable of int, default ()
+        Outlier patches of a ViT's one patch grid (:func:`view_args`); a windowed layer has none.
+    hide_left_out : bool, default False
+        Draw ``left_out`` blank (:func:`view_args`).
+
+    Returns
+    -------
+    dict
+        The page's arguments, JSON-serialisable, ``data``'s entries included.
+
+    Raises
+    ------
+    AnalysisError
+        A query :func:`view_query` refuses.
+    """
+    style = dict(
+        data=data,
+        image_uri=image_uri,
+        spec=spec,
+        layer=layer,
+        head=head,
+        colorscale=colorscale,
+        map_range=map_range,
+        opacity=opacity,
+        max_height=max_height,
+        note=note,
+        report_head=report_head,
+        report_drawn=report_drawn,
+        drawn_limit_s=drawn_limit_s,
+    )
+    if view_layout(spec) == "tokens":
+        return view_args(**style, query=query, left_out=left_out, hide_left_out=hide_left_out)
+    if query_cell is None:
+        shown = view_query(spec, layer, query)
+        query_cell = None if shown == "mean" else int(shown)
+    return _windowed_args(**style, query_cell=query_cell)

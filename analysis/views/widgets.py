@@ -6,7 +6,7 @@ page in an ``<iframe srcdoc>`` and plays Streamlit's part of the page's message 
 :func:`analysis.views.attention_view.embed` does for the report, with a few lines more:
 
 * ``streamlit:componentReady`` -> ``streamlit:render`` with the arguments
-  (:func:`analysis.views.attention_view.view_args`, or ``windowed_view_args`` for a windowed layer);
+  (:func:`analysis.views.attention_view.attention_view_args`, or ``view_args`` for other maps);
 * ``streamlit:setComponentValue`` (a click, a layer or head step) -> the widget's traits
   ``query``, ``layer`` and ``head``, which Python reads;
 * a change of those traits from Python -> new arguments -> the page redraws.
@@ -37,12 +37,13 @@ from ..base.errors import AnalysisError
 from ..records.queries import resolve_query
 from .attention_view import (
     PAGE,
+    attention_view_args,
+    attention_view_blob,
     embed,
     layers_to_send,
     view_args,
     view_blob,
-    windowed_view_args,
-    windowed_view_blob,
+    view_query,
 )
 
 __all__ = [
@@ -130,7 +131,7 @@ def widget_class():
     class AttentionViewWidget(anywidget.AnyWidget):
         """The instant attention view of one record. Traits Python reads and sets: ``layer``,
         ``head`` (``"mean"`` or an index) and ``query`` (``"cls"``, ``"prefix:<i>"``, a patch
-        index, ``"mean"``; a windowed layer: a cell index or ``"mean"``). A click in the view sets
+        index, ``"mean"``; a windowed layer: a cell index of its grid or ``"mean"``). A click in the view sets
         ``query`` to the patch; ←/→ and ↑/↓ set ``head`` and ``layer``."""
 
         _esm = WIDGET_ESM
@@ -173,8 +174,8 @@ def widget_class():
             return self._held
 
         def data_bytes(self) -> bytes:
-            """The binary data the page holds (:func:`analysis.views.attention_view.view_blob`'s layout,
-            or :func:`analysis.views.attention_view.windowed_view_blob`'s for a windowed model)."""
+            """The binary data the page holds (:func:`analysis.views.attention_view.attention_view_blob`'s
+            layout; :func:`analysis.views.attention_view.view_blob`'s for other maps)."""
             return self._data
 
         def page_args(self) -> dict:
@@ -236,7 +237,8 @@ def widget_class():
 
 
 class _AttentionSource:
-    """Attention's own maps; :func:`_attention_source` picks the kind once, from the record."""
+    """Attention's own maps of any model: every layer under the budget for a ViT (or the one shown),
+    one layer at a time for a windowed model (:func:`analysis.views.attention_view.layers_to_send`)."""
 
     def __init__(self, record, budget_bytes: int):
         self.record, self.budget = record, budget_bytes
@@ -249,15 +251,10 @@ class _AttentionSource:
         if head != "mean" and not (isinstance(head, int) and 0 <= head < heads):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index (0..{heads - 1}).')
 
-
-class _GlobalAttentionSource(_AttentionSource):
-    """A ViT's maps: every layer under the budget (or the one shown), queries as
-    :func:`analysis.records.queries.resolve_query` writes them."""
-
-    def query(self, query):
-        """``None`` -> the default; a ``(y, x)`` input pixel -> the row-major patch that holds it;
-        ``"cls"``, ``"mean"``, ``"prefix:<i>"`` or a patch index as they are."""
-        return resolve_query(self.record.spec, query).query
+    def query(self, query, layer: int):
+        """The query as the view reads it on ``layer`` (:func:`analysis.views.attention_view.view_query`:
+        a ViT's token query; a windowed layer's cell index or ``"mean"``)."""
+        return view_query(self.record.spec, layer, query)
 
     def data(self, layer: int):
         held = layers_to_send(self.record.spec, layer, self.budget)
@@ -266,42 +263,13 @@ class _GlobalAttentionSource(_AttentionSource):
                 f"one layer of this model is over the view's budget of "
                 f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb."
             )
-        blob, meta = view_blob(self.record, held)
+        blob, meta = attention_view_blob(self.record, held)
         return held, blob, meta
 
     def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
-        return view_args(data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query=query, **style)
-
-
-class _WindowedAttentionSource(_AttentionSource):
-    """A windowed model's maps (Swin, SAM): one layer at a time, on its stage grid; queries are a
-    cell of that grid or ``"mean"``."""
-
-    def query(self, query):
-        """``None`` -> ``"mean"``; a cell index or ``"mean"`` as they are; an input pixel is refused."""
-        if query is None:
-            return "mean"
-        if isinstance(query, tuple):
-            raise AnalysisError(
-                f"query={query!r}: the windowed view takes a cell index of its stage grid or 'mean', not an input pixel."
-            )
-        return query
-
-    def data(self, layer: int):
-        blob, meta = windowed_view_blob(self.record, layer)
-        return (layer,), blob, meta
-
-    def args(self, meta: dict, layer: int, head, query, style: dict) -> dict:
-        cell = None if query == "mean" else int(query)
-        return windowed_view_args(
-            data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query_cell=cell, **style
+        return attention_view_args(
+            data=meta, image_uri="", spec=self.record.spec, layer=layer, head=head, query=query, **style
         )
-
-
-def _attention_source(record, budget_bytes: int) -> _AttentionSource:
-    """The view's source for ``record``: the one place the widget asks the model's kind."""
-    kind = _GlobalAttentionSource if record.spec.attends_globally else _WindowedAttentionSource
-    return kind(record, budget_bytes)
 
 
 class _HeldMapsSource:
@@ -318,8 +286,8 @@ class _HeldMapsSource:
         if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index of this view.')
 
-    def query(self, query):
-        """As :meth:`_GlobalAttentionSource.query`: held maps lie on one token grid."""
+    def query(self, query, layer: int):
+        """A token query (:func:`analysis.records.queries.resolve_query`): held maps lie on one token grid."""
         return resolve_query(self.spec, query).query
 
     def data(self, layer: int):
@@ -376,7 +344,8 @@ def attention_view(
         ``"mean"`` or a head index.
     query : int, (y, x), str or None, default None
         ``None``: ``"cls"`` with a class token, else ``"mean"``; also ``"prefix:<i>"``, a patch index or an
-        input pixel ``(y, x)`` (a windowed record: a cell index of the layer's grid or ``"mean"``).
+        input pixel ``(y, x)`` (a windowed record: a cell index of the layer's grid, an input pixel or
+        ``"mean"``).
     colorscale : str, default "Viridis"
         A plotly colour scale's name.
     map_range : str, default "robust"
@@ -402,7 +371,7 @@ def attention_view(
     """
     spec = record.spec
     return _widget(
-        _attention_source(record, int(budget_mb * 2**20)),
+        _AttentionSource(record, int(budget_mb * 2**20)),
         image,
         spec,
         layer=spec.num_layers - 1 if layer is None else layer,
@@ -423,7 +392,7 @@ def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, o
         background,
         layer=int(layer),
         head=head,
-        query=source.query(query),
+        query=source.query(query, int(layer)),
         colorscale=colorscale,
         map_range=map_range,
         opacity=opacity,
