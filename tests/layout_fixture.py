@@ -72,6 +72,7 @@ def _arrays(value, key: str, out: dict) -> None:
 
 def _analyses(analysis, vit, pixels, images) -> dict[str, Callable]:
     """Name -> a call of one public analysis on this model and input."""
+    from analysis import robustness
     from analysis.explanations import EXPLANATION_METHODS
     from analysis.records.token_matrix import layer_windows
 
@@ -105,6 +106,8 @@ def _analyses(analysis, vit, pixels, images) -> dict[str, Callable]:
         "keys": lambda: analysis.capture_tokens(vit, pixels, kind="key", layers=[0]).layer_tokens(0),
         "logit_lens": lambda: analysis.logit_lens(vit, pixels),
         "attention_mass": lambda: analysis.attention_mass(record, [0]),
+        "robustness_probe": lambda: robustness.probe(vit, pixels[:1], "pixel_drop", 0.25, seed=0),
+        "robustness_curve": lambda: robustness.robustness_curve(vit, images[:2], "pixel_drop", [0.0, 0.5]),
     }
     for method in EXPLANATION_METHODS:
         target = {} if method in ("attention", "rollout") else {"target": 1}  # not class-specific: no target

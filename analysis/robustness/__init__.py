@@ -68,7 +68,8 @@ from .perturbations import (
     shuffle_patches,
     token_drop,
 )
-from .probe import SALIENCY_NAMES, Probe, is_last_layer_attention, probe, saliency_description
+from .probe import Probe, probe
+from .saliency import SALIENCY_NAMES, attention_saliency, is_last_layer_attention, saliency_description
 from .texture import (
     TEXTURE_PROBES,
     ShapeBias,
@@ -150,6 +151,7 @@ __all__ = [
     "Probe",
     "probe",
     "SALIENCY_NAMES",
+    "attention_saliency",
     "saliency_description",
     "is_last_layer_attention",
     "DroppedTokenPass",

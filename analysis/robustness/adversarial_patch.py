@@ -1044,8 +1044,28 @@ def measures_patch_attention(model) -> bool:
     bool
         True for a global-attention ViT.
     """
-    spec = getattr(model, "spec", None)
-    return spec is not None and int(spec.num_layers) > 0 and spec.attends_globally
+    try:
+        _refuse_patch_attention(model)
+    except (PatchError, AttributeError):
+        return False
+    return True
+
+
+def _refuse_patch_attention(vit) -> None:
+    """PatchError unless :func:`patch_attention_share` is defined for ``vit`` (:func:`measures_patch_attention`)."""
+    spec = vit.spec
+    if int(spec.num_layers) < 1:
+        raise PatchError(
+            f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
+            "the patch is defined for ViTs."
+        )
+    require_global_attention(
+        spec,
+        lambda spec: PatchError(
+            f"{spec.family} attends within windows: the class-token share on the patch is defined for "
+            "global-attention ViTs. Compare its accuracy with patch_size_curve instead."
+        ),
+    )
 
 
 def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int]) -> PatchAttention:
@@ -1080,19 +1100,8 @@ def patch_attention_share(vit, images: Sequence, patch, position: Sequence[int])
         A model without attention layers (a CNN), a windowed model (its attention is per window), no
         images, a patch off the image.
     """
+    _refuse_patch_attention(vit)
     spec = vit.spec
-    if int(spec.num_layers) < 1:
-        raise PatchError(
-            f"{getattr(vit, 'name', 'This model')} has no attention (a CNN?): the share of attention on "
-            "the patch is defined for ViTs."
-        )
-    require_global_attention(
-        spec,
-        lambda spec: PatchError(
-            f"{spec.family} attends within windows: the class-token share on the patch is defined for "
-            "global-attention ViTs. Compare its accuracy with patch_size_curve instead."
-        ),
-    )
     tensor = patch.patch if isinstance(patch, AdversarialPatch) else torch.as_tensor(patch, dtype=torch.float32)
     side = int(tensor.shape[-1])
     tokens = patch_tokens(spec, position, side)

@@ -12,14 +12,13 @@ import torch
 from PIL import Image
 
 from ..attention.distance import mean_attention_distance
-from ..attention.rollout import attention_rollout
 from ..base.errors import AnalysisError
 from ..base.image_ops import gaussian_blur, gaussian_noise
 from ..base.images import load_image
 from ..base.progress import Progress
-from ..engine.capture import capture_attention
 from .dropped import kept_attention_distance, kept_rollout, token_drop_attention
 from .perturbations import check_token_drop, drop_pixels, patch_drop_indices, shuffle_patches, token_drop
+from .saliency import SALIENCY_NAMES, attention_saliency
 
 __all__ = ["PERTURBATIONS", "SET_LEVELS", "RobustnessCurve", "perturb", "robustness_curve"]
 
@@ -228,8 +227,7 @@ def robustness_curve(
     probability = np.zeros(steps)
     distance = np.zeros(steps)
     entropy = np.zeros(steps)
-    windowed = not spec.attends_globally
-    with_attention = attention and (hasattr(vit.model, "blocks") or windowed)  # ViTs, Swin, SAM: not CNNs
+    with_attention = attention and int(getattr(spec, "num_layers", 0)) > 0  # ViTs, Swin, SAM: not CNNs
     for index, image in enumerate(images):
         if isinstance(image, torch.Tensor):
             pixels = image[None]
@@ -251,16 +249,14 @@ def robustness_curve(
                 else:
                     distance[step] += float(kept_attention_distance(passed).mean())
                     entropy[step] += float(_entropy(kept[~kept.isnan()][None])[0])
-            elif with_attention and windowed:
-                record = capture_attention(vit, perturbed)  # (B, windows, heads, Wt, Wt) per layer
+            elif with_attention:
+                record, saliency, name = attention_saliency(vit, perturbed, every_layer=True)
                 logits = record.logits
                 distance[step] += float(mean_attention_distance(record).nanmean())  # NaN: heads a layer lacks
-                entropy[step] = math.nan
-            elif with_attention:
-                record = capture_attention(vit, perturbed)
-                logits = record.logits
-                distance[step] += float(mean_attention_distance(record).mean())
-                entropy[step] += float(_entropy(attention_rollout(record))[0])
+                if name == SALIENCY_NAMES["vit"]:  # the rollout's entropy; no rollout, no entropy
+                    entropy[step] += float(_entropy(saliency)[0])
+                else:
+                    entropy[step] = math.nan
             else:
                 with torch.no_grad():
                     if dropped is not None:

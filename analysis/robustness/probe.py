@@ -9,69 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention.maps import attention_map
-from ..attention.rollout import attention_rollout
-from ..engine.capture import capture_attention
 from .cnn import LoadedCNN, cnn_gradcam
 from .curves import perturb
 from .dropped import kept_rollout, token_drop_attention
 from .perturbations import check_token_drop, drop_pixels, patch_drop_indices
+from .saliency import SALIENCY_NAMES, attention_saliency
 
-__all__ = ["Probe", "probe", "SALIENCY_NAMES", "saliency_description", "is_last_layer_attention"]
-
-#: what ``Probe.saliency`` is, per kind of model
-SALIENCY_NAMES = {
-    "vit": "class-token attention rollout",
-    "windowed": "last layer's attention, mean over every query cell and head",
-    "cnn": "Grad-CAM",
-}
-
-
-def is_last_layer_attention(saliency_name: str) -> bool:
-    """Whether a probe's map (its ``saliency_name``) is a windowed model's last-layer attention on
-    that layer's own grid (:data:`SALIENCY_NAMES` ``["windowed"]``), not a rollout over the patch grid.
-
-    Parameters
-    ----------
-    saliency_name : str
-        A :class:`Probe`'s ``saliency_name`` (a value of :data:`SALIENCY_NAMES`).
-
-    Returns
-    -------
-    bool
-        ``True`` for the windowed model's last-layer attention.
-    """
-    return saliency_name == SALIENCY_NAMES["windowed"]
-
-
-def saliency_description(saliency_name: str, grid: tuple[int, int], image_size: tuple[int, int]) -> str:
-    """What a probe's ``(gh, gw)`` map over an ``image_size`` ``(H, W)`` input is, for a caption:
-    its ``saliency_name``, and for a windowed model's map (:func:`is_last_layer_attention`) the grid
-    it lies on, ``", on the last layer's {gw}×{gh} grid ({sx} px cells; no rollout across
-    windows and stages)"`` with ``sx = max(1, ⌊W/gw⌋)``.
-
-    Parameters
-    ----------
-    saliency_name : str
-        The probe's ``saliency_name`` (a value of :data:`SALIENCY_NAMES`).
-    grid : tuple of int
-        ``(gh, gw)``, the map's shape.
-    image_size : tuple of int
-        ``(H, W)`` of the model's input.
-
-    Returns
-    -------
-    str
-        ``saliency_name``, with the grid clause appended for a windowed model's map.
-    """
-    if not is_last_layer_attention(saliency_name):
-        return saliency_name
-    gh, gw = int(grid[0]), int(grid[1])
-    width = int(image_size[1])
-    return (
-        f"{saliency_name}, on the last layer's {gw}×{gh} grid "
-        f"({max(1, width // gw)} px cells; no rollout across windows and stages)"
-    )
+__all__ = ["Probe", "probe"]
 
 
 @dataclass(frozen=True)
@@ -167,10 +111,5 @@ def probe(
     if perturbation == "token_drop":
         passed = token_drop_attention(model, perturbed, dropped)
         return Probe(perturbed, passed.logits, dropped, kept_rollout(passed)[0])
-    if not model.spec.attends_globally:
-        last = model.spec.num_layers - 1
-        record = capture_attention(model, perturbed, layers=[last])
-        saliency = attention_map(record, last, query="mean")[0]  # (gh, gw) of the last layer's grid
-        return Probe(perturbed, record.logits.float(), dropped, saliency, SALIENCY_NAMES["windowed"])
-    record = capture_attention(model, perturbed)
-    return Probe(perturbed, record.logits.float(), dropped, attention_rollout(record)[0])
+    record, saliency, name = attention_saliency(model, perturbed)
+    return Probe(perturbed, record.logits.float(), dropped, saliency[0], name)

@@ -53,12 +53,38 @@ def capture_limits(spec: ViTSpec) -> str:
         The sentence; ``""`` when every kind of :data:`TOKEN_KINDS` is defined on one token sequence
         (a ViT).
     """
-    if spec.attends_globally:
+    refused = [kind for kind in TOKEN_KINDS if _kind_refusal(spec, kind) is not None]
+    if not refused:
         return ""
+    named = [_PLURAL[kind] for kind in refused]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
     return (
-        f"This {spec.family} computes queries, keys and values window by window: only block outputs are defined, "
+        f"This {spec.family} computes {listed} window by window: only block outputs are defined, "
         "each layer on its own stage grid."
     )
+
+
+_PLURAL = {"token": "block outputs", "query": "queries", "key": "keys", "value": "values"}
+
+
+def _kind_refusal(spec: ViTSpec, kind: str) -> AnalysisError | None:
+    """Why :func:`capture_tokens` refuses ``kind`` for this model (``None``: it does not): a
+    query, key or value where the model's attention computes them window by window (the model
+    layer's one rule, :func:`analysis.model.windowed_support.require_global_attention`)."""
+    if kind == "token":
+        return None
+    try:
+        require_global_attention(
+            spec,
+            lambda spec: AnalysisError(
+                f"capture_tokens(kind={kind!r}): a windowed model ({spec.family}) computes its {kind}s window by "
+                "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
+                "(each block's output on its stage grid)."
+            ),
+        )
+    except AnalysisError as refusal:
+        return refusal
+    return None
 
 
 def capture_tokens(
@@ -122,15 +148,9 @@ def capture_tokens(
         raise AnalysisError(f"kind must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}.")
     check_float_dtype("dtype", dtype)
     spec = input_spec(vit, pixels)
-    if kind != "token":
-        require_global_attention(
-            spec,
-            lambda spec: AnalysisError(
-                f"capture_tokens(kind={kind!r}): a windowed model ({spec.family}) computes its {kind}s window by "
-                "window (shifted, padded windows of each stage grid), not one per grid cell; capture kind='token' "
-                "(each block's output on its stage grid)."
-            ),
-        )
+    refusal = _kind_refusal(spec, kind)
+    if refusal is not None:
+        raise refusal
     layer_ids = resolve_layers(layers, spec.num_layers)
     names = [f"blocks.{layer}.{_POINT[kind]}" for layer in layer_ids]  # a view over the activation cache
     cache = run_with_cache(vit, pixels, names=names, dtype=dtype, precision=precision)
