@@ -888,7 +888,7 @@ def unpack_windowed_blob(blob: bytes, geometry) -> dict:
     return out
 
 
-@pytest.mark.parametrize("family, layer", [("swin", 1), ("sam", 0)])
+@pytest.mark.parametrize("family, layer", [("swin", 1), ("swin", 3), ("sam", 0)])  # swin 3: a coarser grid's cell
 def test_the_windowed_attention_page_gives_the_view_its_layers_windows(family, layer):
     """The view of a windowed layer: its own grid and stride, the query as the layer's cell, and
     data from the windowed record whose rows, scattered through the window's cells as the page
