@@ -116,15 +116,8 @@ def decode(codes, ranges):
 
 
 def unpack(data, spec):
-    """``view_data``'s base64 text -> (rows, row_ranges, cols, col_ranges) arrays, layers first."""
-    held, heads, tokens, patches = len(data["layers"]), spec.num_heads, spec.num_tokens, spec.num_patches
-    rows = np.frombuffer(base64.b64decode(data["rows"]), np.uint8).reshape(held, heads + 1, tokens + 1, patches)
-    row_ranges = np.frombuffer(base64.b64decode(data["row_ranges"]), "<f4").reshape(held, heads + 1, tokens + 1, 2)
-    cols = np.frombuffer(base64.b64decode(data["cols"]), np.uint8).reshape(held, heads + 1, patches, patches)
-    col_ranges = np.frombuffer(base64.b64decode(data["col_ranges"]), "<f4").reshape(held, heads + 1, patches, 2)
-    pre = np.frombuffer(base64.b64decode(data["pre"]), np.uint8).reshape(held, heads + 1, -1)
-    pre_ranges = np.frombuffer(base64.b64decode(data["pre_ranges"]), "<f4").reshape(held, heads + 1, 2)
-    return rows, row_ranges, cols, col_ranges, pre, pre_ranges
+    """``view_data``'s base64 text -> (rows, row_ranges, cols, col_ranges, pre, pre_ranges) arrays, layers first."""
+    return unpack_blob(base64.b64decode(data["data_b64"]), data["layers"], spec, data["matrix"])
 
 
 def test_view_data_holds_every_query_and_the_columns_of_every_layer():

@@ -15,10 +15,18 @@ import cli_runner
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 SAMPLES = REPO / "assets" / "samples"
-#: the demo model, and a random DeiT with a distillation token at 64 px (a 4 x 4 grid)
+#: the demo model, a random DeiT with a distillation token at 64 px (a 4 x 4 grid), and the demo Swin
+#: (windowed layers on stage grids: no position embedding, no rollout across stages)
 MODELS = {
     "demo": ["--model", "demo"],
     "deit": ["--model", "random:deit_tiny_distilled_patch16_224", "--img-size", "64"],
+    "swin": ["--model", "demo_swin"],
+}
+#: the sections each report draws figures in, and how many figures at least
+FIGURES = {
+    "demo": ({"filters", "position", "distance", "attention"}, 6),
+    "deit": ({"filters", "position", "distance", "attention"}, 6),
+    "swin": ({"filters", "distance", "attention"}, 5),
 }
 
 
@@ -43,7 +51,7 @@ def test_plotly_js_comes_once_before_every_figure(reports, label):
     page = reports[label].read_text(encoding="utf-8")
     library = [m.start() for m in re.finditer(r"\* plotly\.js v\d", page)]
     figures = [m.start() for m in re.finditer(r'class="plotly-graph-div"', page)]
-    assert len(library) == 1 and len(figures) >= 6, (len(library), len(figures))
+    assert len(library) == 1 and len(figures) >= FIGURES[label][1], (len(library), len(figures))
     assert library[0] < figures[0]
 
 
@@ -100,8 +108,10 @@ def test_the_report_draws_every_figure_offline_without_a_console_error(reports, 
     assert errors == [], errors
     assert requests == [], requests  # the file needs nothing from the network
     assert all(sections.values()), sections
-    assert {f["id"] for f in figures} >= {"filters", "position", "distance", "attention"}, figures
-    assert len(figures) >= 6 and all(f["svg"] and f["traces"] > 0 and f["marks"] > 0 for f in figures), figures
+    assert {f["id"] for f in figures} >= FIGURES[label][0], figures
+    assert len(figures) >= FIGURES[label][1] and all(
+        f["svg"] and f["traces"] > 0 and f["marks"] > 0 for f in figures
+    ), figures
     assert warning_shown == (label == "deit")
 
 
@@ -129,24 +139,20 @@ def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
 
     import analysis
     from analysis.views.attention_view import PAGE
+    from test_attention_view import unpack_blob
 
     views = embedded_views(reports["demo"])
-    assert len(views) == 2 and len(embedded_views(reports["deit"])) == 2
+    assert len(views) == 2 and len(embedded_views(reports["deit"])) == 2 and len(embedded_views(reports["swin"])) == 2
     vit = analysis.load_vit("demo")
     spec = vit.spec
-    heads, queries, patches = spec.num_heads, spec.num_tokens + 1, spec.num_patches
+    heads, patches = spec.num_heads, spec.num_patches
     for name, page, args in views:
         assert page == PAGE.read_text(encoding="utf-8")
         assert args["layers"] == list(range(spec.num_layers)) and args["layer"] == spec.num_layers - 1
         assert (args["head"], args["query_row"], args["range_mode"]) == (heads, 0, "robust")  # mean, class token
         assert args["image"].startswith("data:image/png;base64,")
         record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
-        codes = np.frombuffer(base64.b64decode(args["rows"]), np.uint8).reshape(
-            spec.num_layers, heads + 1, queries, patches
-        )
-        ranges = np.frombuffer(base64.b64decode(args["row_ranges"]), "<f4").reshape(
-            spec.num_layers, heads + 1, queries, 2
-        )
+        codes, ranges = unpack_blob(base64.b64decode(args["data_b64"]), args["layers"], spec)[:2]
         for layer in range(spec.num_layers):
             for head, query in ((None, "cls"), (0, 5), (heads - 1, patches - 1)):
                 row = 0 if query == "cls" else spec.num_prefix_tokens + query
@@ -155,6 +161,47 @@ def test_the_report_embeds_the_apps_view_page_with_each_records_data(reports):
                 got = lo + codes[layer, column, row] / 255 * (hi - lo)
                 exact = analysis.attention_map(record, layer, head=head, query=query)[0].numpy().ravel()
                 assert np.abs(got - exact).max() <= (exact.max() - exact.min()) / 510 + 1e-7, (name, layer, head, query)
+
+
+def test_a_windowed_models_report_draws_its_last_layers_windows_and_says_why_there_is_no_rollout(reports):
+    """The demo Swin's report: each instant view holds the last layer's windows on that layer's
+    grid (its mean map decodes to ``attention_map(query="mean")`` within half a step), the distance
+    chart's uniform reference is one value per layer (``uniform_attention_distance_by_layer``), and
+    the rollout section gives the refusal's reason instead of a map."""
+    import html
+    import json
+
+    import numpy as np
+
+    import analysis
+
+    vit = analysis.load_vit("demo_swin")
+    spec, last = vit.spec, vit.spec.num_layers - 1
+    geometry = spec.geometry(last)
+    (gh, gw), heads = geometry.grid_size, geometry.num_heads
+    windows, slots = geometry.num_windows, geometry.window_tokens
+    for name, _page, args in embedded_views(reports["swin"]):
+        assert args["windowed"] is True and args["layers"] == [last] and args["layer"] == last
+        assert (args["grid"], args["patch_size"]) == (list(geometry.grid_size), list(geometry.stride))
+        blob = base64.b64decode(args["data_b64"])
+        start = 8 * (heads + 1) * (windows * slots + 1) + 4 * windows * slots + (heads + 1) * windows * slots**2
+        mean_ranges = np.frombuffer(blob, "<f4", 2 * (heads + 1), 8 * (heads + 1) * windows * slots).reshape(-1, 2)
+        mean = np.frombuffer(blob, np.uint8, (heads + 1) * gh * gw, start).reshape(heads + 1, gh * gw)
+        assert len(blob) == start + (heads + 1) * gh * gw
+        record = analysis.capture_attention(vit, vit.preprocess(analysis.load_image(SAMPLES / name)))
+        exact = analysis.attention_map(record, last, head=None, query="mean")[0].numpy().ravel()
+        lo, hi = mean_ranges[heads]
+        assert np.abs(lo + mean[heads] / 255 * (hi - lo) - exact).max() <= (hi - lo) / 510 + 1e-7
+    text = reports["swin"].read_text(encoding="utf-8")
+    rollout = re.search(r"<section id='rollout'>(.*?)</section>", text, re.S).group(1)
+    assert "<img" not in rollout and html.escape("Roll out within one stage") in rollout
+    distance = re.search(r"<section id='distance'>(.*?)</section>", text, re.S).group(1)
+    figure = json.loads(re.search(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", distance, re.S).group(1))
+    (reference,) = [trace for trace in figure if trace.get("mode") == "lines"]
+    y = reference["y"]  # plotly's typed array ({"dtype", "bdata"}) or a list
+    y = np.frombuffer(base64.b64decode(y["bdata"]), y["dtype"]) if isinstance(y, dict) else np.asarray(y, float)
+    steps = y.reshape(-1, 3)[:, 0]  # a flat piece per layer, then a gap
+    np.testing.assert_allclose(steps, analysis.uniform_attention_distance_by_layer(spec).numpy(), rtol=1e-12)
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")

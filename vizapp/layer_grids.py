@@ -30,7 +30,6 @@ __all__ = [
     "window_rectangles",
     "window_shapes",
     "WINDOW_SHAPE_NAME",
-    "layer_reference_trace",
 ]
 
 WINDOW_SHAPE_NAME = "query window"  # the ``name`` of each outline rectangle (tests read it)
@@ -124,22 +123,3 @@ def window_shapes(rectangles: Sequence[tuple[int, int, int, int]]) -> list[dict]
         )
         for x0, y0, x1, y1 in rectangles
     ]
-
-
-def layer_reference_trace(name: str, values: np.ndarray, *, digits: str = ".1f", unit: str = "px") -> dict:
-    """A dashed step line over the layers: each layer's uniform-attention reference
-    (:func:`analysis.uniform_attention_distance_by_layer`), for the attention-distance chart."""
-    values = np.asarray(values, dtype=np.float64)
-    layers = np.arange(len(values))
-    xs = np.stack([layers - 0.45, layers + 0.45, layers + 0.45]).T.ravel()  # a flat piece per layer, gaps between
-    ys = np.stack([values, values, np.full_like(values, np.nan)]).T.ravel()
-    return dict(
-        type="scatter",
-        x=xs,
-        y=ys,
-        mode="lines",
-        name=name,
-        line=dict(dash="dash", color="#777", width=1.5),
-        hovertemplate="%{y:" + digits + "} " + unit + "<extra>" + name + "</extra>",
-        connectgaps=False,
-    )

@@ -112,7 +112,7 @@ class _Page:
 
 
 def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -> str | None:
-    from ..attention.distance import uniform_attention_distance
+    from ..attention.distance import uniform_attention_distance_by_layer
 
     shard = source.shard(ranks.rank, ranks.world)
     with progress_bar(ranks, len(shard), "distance") as advance:
@@ -127,9 +127,13 @@ def _distance_panel(page: _Page, vit, source: ImageSource, ranks: Ranks, args) -
         page.section("distance", note=f"None of the {len(source)} images could be read.")
         return None
     distance = (total / used).numpy()
-    uniform = float(uniform_attention_distance(vit.spec))
+    uniform = uniform_attention_distance_by_layer(vit.spec).numpy()  # (L,): each layer's grid or window
+    one = bool(np.all(uniform == uniform[0]))  # a ViT: one grid, one reference line
     figure = plots.attention_distance_scatter(
-        [(f"mean over {used} images", distance)], references=[("uniform attention", uniform)], unit="px"
+        [(f"mean over {used} images", distance)],
+        references=[("uniform attention", float(uniform[0]))] if one else (),
+        layer_references=() if one else [("uniform attention in each layer's windows", uniform)],
+        unit="px",
     )
     note = f"{used} images from {source.description}" + (
         f"; {skipped_count} unreadable, skipped" if skipped_count else ""
@@ -174,7 +178,7 @@ def run(args, ranks: Ranks) -> int:
         patch_embedding_components,
         position_embedding_similarity,
     )
-    from ..views.attention_view import embed, layers_to_send, view_args, view_data
+    from ..views.attention_view import attention_view_args, embed, layers_to_send, view_data
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)
@@ -226,25 +230,28 @@ def run(args, ranks: Ranks) -> int:
             outlier_patches(high_norm_tokens(capture_tokens(vit, pixels))) if spec.outlier_grid is not None else []
         )
         background = plots.image_data_uri(np.asarray(vit.model_input_image(image), dtype=np.uint8))
-        last = attention_map(record, spec.num_layers - 1, head=None, query=query)[0].numpy()
-        lo, hi, range_text = plots.colour_range("robust", last, uniform=1 / spec.num_tokens, left_out=outliers)
+        last_layer = spec.num_layers - 1
+        geometry = spec.geometry(last_layer)  # the last layer's grid (a Swin's last stage), its window's tokens
+        last = attention_map(record, last_layer, head=None, query=query)[0].numpy()
+        uniform = 1 / geometry.window_tokens
+        lo, hi, range_text = plots.colour_range("robust", last, uniform=uniform, left_out=outliers)
         label = Path(name).name
-        view_layers = layers_to_send(spec, spec.num_layers - 1, int(args.view_mb * 2**20))
+        view_layers = layers_to_send(spec, last_layer, int(args.view_mb * 2**20))
         if view_layers is not None:
             note = (
                 ""
-                if len(view_layers) == spec.num_layers
+                if len(view_layers) == len(layers_to_send(spec, last_layer, sys.maxsize) or ())
                 else (
                     f"Only the last layer is in this file (all {spec.num_layers} layers exceed --view-mb {args.view_mb:g})."
                 )
             )
             attention_parts.append(
                 embed(
-                    view_args(
+                    attention_view_args(
                         data=view_data(record, view_layers),
                         image_uri=background,
                         spec=spec,
-                        layer=spec.num_layers - 1,
+                        layer=last_layer,
                         head="mean",
                         query=query,
                         colorscale=args.colorscale,
@@ -263,17 +270,21 @@ def run(args, ranks: Ranks) -> int:
                     background,
                     spec.img_size,
                     last,
-                    spec.patch_size,
+                    tuple(geometry.stride),
                     colorscale=args.colorscale,
                     zmin=lo,
                     zmax=hi,
-                    title=f"{label} · layer {spec.num_layers - 1} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
+                    title=f"{label} · layer {last_layer} · mean over heads · query: {'class token' if query == 'cls' else 'mean of the patches'}",
                     colorbar_title=f"attention probability ({range_text})",
                     height=460,
                 )
             )
         )
-        rollout = attention_rollout(record)[0].numpy()
+        try:
+            rollout = attention_rollout(record)[0].numpy()
+        except AnalysisError as exc:  # e.g. a Swin: no rollout across its stages without an approximation
+            rollout_parts.append(f"<p class='note'>{html.escape(label)}: {html.escape(str(exc))}</p>")
+            continue
         top = plots.robust_top(rollout, left_out=outliers)
         shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear", top=top)
         rollout_parts.append(

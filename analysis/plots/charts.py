@@ -619,6 +619,7 @@ def attention_distance_scatter(
     series: Sequence[tuple[str, np.ndarray]],
     *,
     references: Sequence[tuple[str, float]] = (),
+    layer_references: Sequence[tuple[str, np.ndarray]] = (),
     unit: str = "px",
     height: int = 460,
 ) -> go.Figure:
@@ -632,6 +633,10 @@ def attention_distance_scatter(
     references : sequence of (str, float), default ()
         ``(name, value)`` labelled horizontal dashed lines (the distance under uniform attention),
         in the same unit.
+    layer_references : sequence of (str, numpy.ndarray), default ()
+        ``(name, values)`` with ``values`` ``(L,)``: one reference per layer, drawn as a dashed step
+        line, a flat piece over each layer (a windowed model's uniform distance, which differs by
+        stage: :func:`analysis.uniform_attention_distance_by_layer`), in the same unit.
     unit : str, default "px"
         A key of :data:`analysis.DISTANCE_UNITS` (``"px"``, ``"patches"`` or ``"image"``): the unit
         of the values, named on the y axis and in the hover.
@@ -679,6 +684,21 @@ def attention_distance_scatter(
                 + "<extra>"
                 + name
                 + "</extra>",
+            )
+        )
+    for name, values in layer_references:  # a flat piece per layer, gaps between
+        values = np.asarray(values, dtype=np.float64)
+        layers = np.arange(len(values))
+        traces.append(
+            dict(
+                type="scatter",
+                x=np.stack([layers - 0.45, layers + 0.45, layers + 0.45]).T.ravel(),
+                y=np.stack([values, values, np.full_like(values, np.nan)]).T.ravel(),
+                mode="lines",
+                name=name,
+                line=dict(dash="dash", color="#777", width=1.5),
+                hovertemplate="%{y:" + digits + "} " + short + "<extra>" + name + "</extra>",
+                connectgaps=False,
             )
         )
     shapes, annotations = [], []

@@ -14,7 +14,8 @@ patch key, per head and for their mean, quantised to one byte per value
 a step). Hovering a patch redraws its map in the next animation frame; arrow keys step the head
 (←/→) and the layer (↑/↓) in the page when it holds all layers (:func:`layers_to_send`).
 
-The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds:
+A ViT's data (:func:`view_blob`), for the ``len(layers)`` layers it holds (a windowed layer's:
+:func:`attention_view_blob`):
 
 * ``rows``: ``(len(layers), heads + 1, T + 1, N)`` codes: row ``q < T`` is token ``q``'s
   attention over the patch keys (:func:`analysis.attention_rows`), row ``T`` the mean over the
@@ -28,9 +29,10 @@ The data, ``view_data(record, layers)``, for the ``len(layers)`` layers it holds
   Empty (``P = 0``, or maps with no prefix keys, such as the rollout's).
 * ``row_ranges`` / ``col_ranges`` / ``pre_ranges``: each map's ``(lo, hi)`` as little-endian float32.
 
-:func:`view_data` gives them as base64 text (inline, the report), :func:`view_blob` as one binary
-file (the app serves it; the page fetches it once). The Rollout page sends other rows in the same
-layout (:func:`rollout_view_rows`: one map per layer, the rollout up to that layer).
+:func:`view_blob` gives them as one binary file (the app serves it; the page fetches it once),
+:func:`view_data` the same bytes as base64 text (inline: the report). The Rollout page sends
+other rows in the same layout (:func:`rollout_view_rows`: one map per layer, the rollout up to
+that layer).
 """
 
 from __future__ import annotations
@@ -354,18 +356,17 @@ def _view_maps(record, layers, rows):
 
 
 def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
-    """The quantised maps of ``layers`` (image 0 of ``record``) as base64 text (the module
-    docstring's layout), with ``layers`` and ``data_id`` (a digest: the page decodes new data only).
-    Inline data, as the report sends it; the app sends :func:`view_blob`'s bytes by URL instead.
+    """The view's data inline, for a page with no server to fetch it from (the report, the
+    widget's static output): the same bytes as the served file (:func:`attention_view_blob`, or
+    :func:`view_blob` of ``rows``), as base64 text in ``data_b64``, with the file's metadata.
 
     Parameters
     ----------
-    record : AttentionRecord
-        A captured pass of a ViT (:func:`analysis.capture_attention`) with every query row
-        (``query_tokens=None``); image 0 is read.
+    record : AttentionRecord or WindowedAttentionRecord
+        A captured pass (:func:`analysis.capture_attention`) with every query row; image 0 is read.
     layers : sequence of int
-        The layers the data holds: model layer indices the record kept, or with ``rows`` the layers its
-        first axis stands for.
+        The layers the data holds (:func:`layers_to_send`), or with ``rows`` the layers its first
+        axis stands for.
     rows : numpy.ndarray or None, default None
         Other view rows than attention's, ``(len(layers), maps, T + 1, N)`` float32 (e.g.
         :func:`rollout_view_rows`), sent without prefix keys; ``None``, the record's attention.
@@ -373,32 +374,18 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     Returns
     -------
     dict
-        ``rows``, ``row_ranges``, ``cols``, ``col_ranges``, ``pre``, ``pre_ranges`` (base64 ``str``),
-        ``matrix`` (``True`` for attention's own maps, with ``pre``), ``layers`` (list of int) and
-        ``data_id`` (16 hex digits).
+        ``data_b64`` (``str``) and the metadata of :func:`attention_view_blob` (``layers``,
+        ``data_id``, ``matrix`` or ``windowed``).
 
     Raises
     ------
     AnalysisError
-        As :func:`attention_view_rows`, or non-finite ``rows``.
+        As :func:`attention_view_blob`, or non-finite ``rows``.
     """
-    layers, matrix = [int(layer) for layer in layers], rows is None
-    row_maps, cols, pre = _view_maps(record, layers, rows)
-    row_codes, row_ranges = row_maps.as_base64()
-    col_codes, col_ranges = cols.as_base64()
-    pre_codes, pre_ranges = pre.as_base64()
-    digest = hashlib.sha1(f"{layers}:{row_codes}:{row_ranges}:{pre_codes}".encode()).hexdigest()[:16]
-    return {
-        "rows": row_codes,
-        "row_ranges": row_ranges,
-        "cols": col_codes,
-        "col_ranges": col_ranges,
-        "pre": pre_codes,
-        "pre_ranges": pre_ranges,
-        "matrix": matrix,
-        "layers": layers,
-        "data_id": digest,
-    }
+    import base64
+
+    blob, meta = attention_view_blob(record, layers) if rows is None else view_blob(record, layers, rows)
+    return {**meta, "data_b64": base64.b64encode(blob).decode("ascii")}
 
 
 def view_blob(record, layers, rows: np.ndarray | None = None) -> tuple[bytes, dict]:

@@ -9,11 +9,9 @@ import streamlit as st
 import analysis
 from analysis import plots
 from analysis.model.loading import DEMO_MODELS
-from analysis.plots.charts import DISTANCE_UNIT_SHORT
 from analysis.similarity import CKAAccumulator
 from vizapp import first_result, inputs, resources
 from vizapp.image_sets import over_image_set
-from vizapp.layer_grids import layer_reference_trace
 from vizapp.messages import error_text, escape_markdown
 from vizapp.python_snippet import Source, show_code
 from vizapp.refs import ModelRef
@@ -137,11 +135,9 @@ for problem in problems:
 if which == "mine" and not images:
     st.info("Upload images (or a .zip of images) to average over them.")
 
-distance_chart = plots.attention_distance_scatter(series, references=references, unit=unit)
-for label, values in layer_references:
-    distance_chart.add_trace(
-        layer_reference_trace(label, values, unit=DISTANCE_UNIT_SHORT[unit], digits=".1f" if unit == "px" else ".3f")
-    )
+distance_chart = plots.attention_distance_scatter(
+    series, references=references, layer_references=layer_references, unit=unit
+)
 show_chart(distance_chart, "dist_scatter", filename=f"mean_attention_distance_{unit}")
 first_result.hold_slow_sections(
     "distance",
