@@ -655,7 +655,7 @@ def attention_distance_scatter(
     """
     short = DISTANCE_UNIT_SHORT[unit]
     digits = ".1f" if unit == "px" else (".2f" if unit == "patches" else ".3f")
-    traces = []
+    traces: list[dict[str, Any]] = []
     count = len(series)
     for i, (name, values) in enumerate(series):
         values = np.asarray(values)
