@@ -25,6 +25,7 @@ from ..engine.activations.run import run_with_cache
 from ..model.adapters.registry import block_sites
 from ..model.geometry import LayerGeometry, ViTSpec, input_spec
 from ..model.windowed_support import refuse_windowed
+from ..records.layer_tokens import layer_grid
 
 __all__ = [
     "AttentionGradients",
@@ -34,7 +35,6 @@ __all__ = [
     "pixel_gradients",
     "last_block_gradients",
     "last_block_score_gradients",
-    "on_layer_grid",
     "output_attention_gradients",
     "block_input_score_gradients",
 ]
@@ -379,45 +379,13 @@ def _last_block_norm_name(vit) -> str:
     return f"blocks.{site.layer}.ln1.out"
 
 
-def on_layer_grid(tokens: torch.Tensor, geometry: LayerGeometry) -> torch.Tensor:
-    """A layer's tokens on its grid of cells, its prefix tokens (class, registers) left out.
-
-    Parameters
-    ----------
-    tokens : torch.Tensor
-        ``(B, prefix + gh·gw, C)`` (prefix tokens first, as a ViT's sequence) or ``(B, gh, gw, C)``
-        (timm's windowed models work NHWC).
-    geometry : LayerGeometry
-        The layer's geometry: ``prefix_tokens`` and ``grid_size`` ``(gh, gw)``.
-
-    Returns
-    -------
-    torch.Tensor
-        ``(B, gh, gw, C)``, a view of ``tokens`` where it can be.
-
-    Raises
-    ------
-    AnalysisError
-        ``tokens`` of neither shape: the geometry read off the model is not the one its blocks used.
-    """
-    (gh, gw), prefix = geometry.grid_size, geometry.prefix_tokens
-    if tokens.ndim == 4 and tuple(tokens.shape[1:3]) == (gh, gw):
-        return tokens
-    if tokens.ndim == 3 and tokens.shape[1] == prefix + gh * gw:
-        return tokens[:, prefix:].reshape(tokens.shape[0], gh, gw, tokens.shape[-1])
-    raise AnalysisError(
-        f"A layer gave {tuple(tokens.shape)} activations; its geometry is {prefix} prefix tokens and a "
-        f"{gh}x{gw} grid: this model is not supported by method='gradcam'."
-    )
-
-
 def last_block_gradients(
     vit, pixels: torch.Tensor, target=None, *, precision: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerGeometry]:
     """The last block's first-norm output ``X`` and its gradient ``∂y/∂X`` on the last layer's
     grid, as pytorch-grad-cam reads a ViT (``blocks[-1].norm1``, class token dropped) and a Swin
     (``layers[-1].blocks[-1].norm1``): any model, its prefix tokens left out
-    (:func:`on_layer_grid`).
+    (:func:`analysis.records.layer_tokens.layer_grid`).
 
     A pre-norm block (``spec.residual_norm == "pre"``: ViT, DeiT, DINOv2, CLIP, EVA, Swin v1, SAM)
     feeds ``X`` to its attention; a post-norm block (Swin v2, timm's ``ResPost*`` and
@@ -497,4 +465,9 @@ def _last_block_norm_gradients(vit, pixels: torch.Tensor, spec: ViTSpec, score, 
     """``(X, ∂y/∂X, output, geometry)`` at ``blocks.{L-1}.ln1.out``, ``X`` on the last layer's grid."""
     geometry = spec.geometry(spec.num_layers - 1)
     activation, gradient, output = _gradient_at(vit, pixels, _last_block_norm_name(vit), score, precision)
-    return on_layer_grid(activation, geometry), on_layer_grid(gradient, geometry), output, geometry
+    return (
+        layer_grid(activation, geometry, what="Grad-CAM's layer"),
+        layer_grid(gradient, geometry, what="Grad-CAM's layer"),
+        output,
+        geometry,
+    )

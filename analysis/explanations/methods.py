@@ -319,7 +319,7 @@ def grad_cam_from(activations: torch.Tensor, gradients: torch.Tensor) -> torch.T
     ----------
     activations : torch.Tensor
         ``(B, gh, gw, C)`` activations ``X`` on a layer's grid
-        (:func:`~analysis.explanations.gradients.on_layer_grid`).
+        (:func:`~analysis.records.layer_tokens.layer_grid`).
     gradients : torch.Tensor
         ``(B, gh, gw, C)`` ``∂y/∂X``.
 

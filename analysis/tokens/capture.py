@@ -19,6 +19,7 @@ from ..base.errors import AnalysisError
 from ..engine.activations import run_with_cache
 from ..model.geometry import ViTSpec, input_spec
 from ..model.windowed_support import require_global_attention
+from ..records.layer_tokens import layer_sequence
 from .record import TokenRecord
 from .stages import check_logit_lens_layer, final_readout, logit_lens_layers
 
@@ -170,21 +171,11 @@ _POINT = {
 
 def _layer_sequence(output: torch.Tensor, spec: ViTSpec, layer: int, kind: str) -> torch.Tensor:
     """One layer's activation as ``(B, T, D)`` tokens, prefix first: a ``(B, heads, T, d)`` query,
-    key or value with its heads side by side; a block's ``(B, T, D)`` output as it is, a windowed
-    block's NHWC ``(B, gh, gw, C)`` cell by cell (row-major on its grid, checked against the layer's
-    geometry)."""
+    key or value with its heads side by side; a block's output as one sequence
+    (:func:`analysis.records.layer_tokens.layer_sequence`, checked against the layer's geometry)."""
     if kind != "token":
         return _heads_concatenated(output)
-    geometry = spec.geometry(layer)
-    (gh, gw), prefix = geometry.grid_size, geometry.prefix_tokens
-    if output.ndim == 3 and output.shape[1] == prefix + gh * gw:
-        return output
-    if output.ndim == 4 and tuple(output.shape[1:3]) == (gh, gw) and not prefix:  # NHWC on the stage grid
-        return output.reshape(output.shape[0], gh * gw, output.shape[-1])
-    raise AnalysisError(
-        f"Block {layer} gave a {tuple(output.shape)} output; its geometry predicts {prefix} prefix tokens and a "
-        f"{gh}x{gw} grid, (B, {prefix + gh * gw}, D) or (B, {gh}, {gw}, C): this model is not supported."
-    )
+    return layer_sequence(output, spec.geometry(layer), what=f"Block {layer}")
 
 
 def logit_lens(

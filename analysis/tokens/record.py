@@ -11,6 +11,7 @@ import torch
 from ..base.arguments import check_index
 from ..base.errors import AnalysisError
 from ..model.geometry import LayerGeometry, ViTSpec
+from ..records.layer_tokens import layer_grid
 
 __all__ = ["TokenRecord"]
 
@@ -128,5 +129,4 @@ class TokenRecord:
 
     def grid_tokens(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s patch tokens on its grid: ``(B, gh, gw, D)`` (a view)."""
-        patches = self.patches(layer)
-        return patches.reshape(patches.shape[0], *self.geometry(layer).grid_size, patches.shape[-1])
+        return layer_grid(self.layer_tokens(layer), self.geometry(layer))
