@@ -151,7 +151,7 @@ def capture_attention(
         if bad:
             raise AnalysisError(f"Query tokens {bad} are outside 0..{spec.num_tokens - 1}.")
     names = [f"blocks.{layer}.attn.probs" for layer in layer_ids]
-    has_pool = pool_site(vit.model) is not None
+    has_pool, stack = pool_site(vit.model) is not None, stacks_layers(spec)
     cache = cache_forward(
         vit,
         pixels,
@@ -162,9 +162,9 @@ def capture_attention(
         to_cpu=to_cpu,
         query_rows=query_tokens,
         exact=exact_logits,
-        stack=stacks_layers(spec),
+        stack=stack,
     )
-    maps = cache.stack("attn.probs") if stacks_layers(spec) else [cache[name] for name in names]
+    maps = cache.stack("attn.probs") if stack else [cache[name] for name in names]
     return assemble_record(  # (L, B, heads, Q, T), the store's own buffer; or one tensor of windows per layer
         maps,
         cache.output,
