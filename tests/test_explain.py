@@ -249,7 +249,7 @@ def test_bad_requests_are_typed_errors(models):
             call()
     headless = make_vit("class_token", num_classes=0)
     for method in ("chefer", "gradcam", "input_x_gradient", "integrated_gradients"):
-        with pytest.raises(AnalysisError, match="no class to explain"):
+        with pytest.raises(AnalysisError, match=r"no class to explain\. Use method='attention' or 'rollout', or load"):
             explain(headless, pixels_for(headless), method=method)
     assert explain(headless, pixels_for(headless), method="rollout").shape[1:] == headless.spec.grid_size
 

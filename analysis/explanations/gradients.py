@@ -24,7 +24,7 @@ from ..base.errors import AnalysisError
 from ..engine.activations.run import run_with_cache
 from ..model.adapters.registry import block_sites
 from ..model.geometry import LayerGeometry, ViTSpec, input_spec
-from ..model.windowed_support import refuse_windowed
+from ..model.windowed_support import refuse_windowed, require_global_attention
 from ..records.layer_tokens import layer_grid
 
 __all__ = [
@@ -74,12 +74,19 @@ def require_classes(spec: ViTSpec, what: str) -> None:
         }.get(spec.head, f"a {spec.head} head")
         raise AnalysisError(
             f"{what} explains a class score, but this model has {kind}: there is no class to explain. "
-            + (
-                "Use method='rollout', or load a classifier."
-                if not spec.attends_globally  # no 'attention' for Swin / SAM
-                else "Use method='attention' or 'rollout', or load a classifier."
-            )
+            f"Use {_class_free_methods(spec)}, or load a classifier."
         )
+
+
+def _class_free_methods(spec: ViTSpec) -> str:
+    """The methods that need no class this model has, as advice: ``'rollout'``, and ``'attention'``
+    where the model layer's rule lets a global-token method through (the rule that refuses it,
+    :func:`analysis.explanations.methods.refuse_global_token_method`)."""
+    try:
+        require_global_attention(spec, lambda spec: AnalysisError(spec.family))
+    except AnalysisError:
+        return "method='rollout'"
+    return "method='attention' or 'rollout'"
 
 
 def resolve_targets(target, logits: torch.Tensor, spec: ViTSpec) -> torch.Tensor:
