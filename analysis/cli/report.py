@@ -216,8 +216,10 @@ def run(args, ranks: Ranks) -> int:
     rollout_parts: list[Any] = []
     problems: list[str] = []
     query = "cls" if spec.has_class_token else "mean"
+    examples = 0
+    refusals: dict[str, None] = {}  # why the model has no rollout, each reason once (in order)
     for name, item in zip(source.names, source.items):
-        if len(rollout_parts) >= args.examples:
+        if examples >= args.examples:
             break
         try:
             image = load_image(item)
@@ -280,10 +282,11 @@ def run(args, ranks: Ranks) -> int:
                 )
             )
         )
+        examples += 1
         try:
             rollout = attention_rollout(record)[0].numpy()
         except AnalysisError as exc:  # e.g. a Swin: no rollout across its stages without an approximation
-            rollout_parts.append(f"<p class='note'>{html.escape(label)}: {html.escape(str(exc))}</p>")
+            refusals[str(exc)] = None
             continue
         top = plots.robust_top(rollout, left_out=outliers)
         shown = masked_image(np.asarray(vit.model_input_image(image), dtype=np.uint8), rollout, "bilinear", top=top)
@@ -295,7 +298,10 @@ def run(args, ranks: Ranks) -> int:
         )
     if attention_parts:
         page.section("attention", "".join(attention_parts))
-        page.section("rollout", "<div class='row'>" + "".join(rollout_parts) + "</div>")
+        reasons = "".join(f"<p class='note'>{html.escape(reason)}</p>" for reason in refusals)
+        page.section(
+            "rollout", reasons + ("<div class='row'>" + "".join(rollout_parts) + "</div>" if rollout_parts else "")
+        )
     else:
         for panel in ("attention", "rollout"):
             page.section(panel, note="No example images (--examples 0, or none could be read).")
