@@ -2,7 +2,7 @@
 token(s)" uses, and each former parser gives the results it gave before, on every query form.
 
 The three parsers it replaced are kept below as they were (``_old_*``), the reference: the view's
-``query_row``, the analyses' ``query_rows_for``, the notebook widgets' ``_GlobalAttentionSource.query``; and the
+``query_row``, the analyses' ``query_rows_for``, the notebook widget's (``view_query``, for a ViT); and the
 query part of ``patch_similarity``. Pixel queries ``(y, x)`` are new to ``query_row`` and
 ``patch_similarity`` (the first failed on them, the second ignored them): they are checked
 against the patch computed by hand, ``⌊y/ph⌋·gw + ⌊x/pw⌋``.
@@ -11,7 +11,6 @@ against the patch computed by hand, ``⌊y/ph⌋·gw + ⌊x/pw⌋``.
 from __future__ import annotations
 
 import numbers
-import types
 
 import pytest
 import torch
@@ -20,8 +19,7 @@ import analysis
 from analysis.base.errors import AnalysisError
 from analysis.records.queries import parse_prefix_query, patch_of_pixel, query_rows_for, resolve_query
 from analysis.tokens.features import patch_similarity
-from analysis.views.attention_view import query_row
-from analysis.views.widgets import _GlobalAttentionSource
+from analysis.views.attention_view import query_row, view_query
 from conftest import make_vit, random_pixels
 
 KINDS = ("class_token", "registers", "distilled", "no_class_token", "non_square")
@@ -154,8 +152,7 @@ def test_the_views_row_is_as_before_and_a_pixel_is_its_patch(models, kind):
 def test_the_widgets_query_is_as_before_on_every_query_form(models, kind):
     spec = models[kind].spec
     for query in _valid_queries(spec):
-        source = _GlobalAttentionSource(types.SimpleNamespace(spec=spec), budget_bytes=0)
-        assert source.query(query) == _old_widget_query(spec, query), query
+        assert view_query(spec, spec.num_layers - 1, query) == _old_widget_query(spec, query), query
 
 
 @pytest.mark.parametrize("kind", KINDS)
