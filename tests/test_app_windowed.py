@@ -52,6 +52,8 @@ SWIN_V2 = ("swinv2_tiny_window8_256", 128, NARROW_SWIN)
 SAM = ("samvit_base_patch16", 128, dict(embed_dim=64, depth=6, num_heads=2, global_attn_indexes=(2, 5)))
 # ^ one 8x8 grid: 14x14 windows padded, and global blocks
 FAMILIES = {"swin": SWIN, "swinv2": SWIN_V2, "sam": SAM}
+# The demo ViT beside them, for the tests written once for every layout (one token sequence, windows)
+LAYOUTS = {"vit": ("demo", 48, None), **FAMILIES}
 # Also opened on every page: timm's swinv2_cr (its own window module). torchvision's Swin-T (converted at
 # the boundary into timm's Swin, at its own 224 px, random weights by name) opens on the Attention page
 OTHER_FAMILIES = {
@@ -64,14 +66,14 @@ PAGES = ("attention", "rollout", "explain", "compare", "tokens", "robustness", "
 def model_source(family: str) -> str:
     """What the app opens for ``family``: a folder named after its timm architecture (its small
     ``model_args``, random weights), or the name itself for a model built by name."""
-    name, side, model_args = {**FAMILIES, **OTHER_FAMILIES}[family]
+    name, side, model_args = {**LAYOUTS, **OTHER_FAMILIES}[family]
     return name if model_args is None else model_folder(name, img_size=side, **model_args)
 
 
 def model_ref(family: str):
     from vizapp.refs import ModelRef
 
-    source, side = model_source(family), {**FAMILIES, **OTHER_FAMILIES}[family][1]
+    source, side = model_source(family), {**LAYOUTS, **OTHER_FAMILIES}[family][1]
     return ModelRef(source, pretrained=source != "torchvision:swin_t", img_size=side)
 
 
@@ -88,7 +90,7 @@ def open_app(family: str, **params) -> AppTest:
     at.query_params.update(model=("" if ref.pretrained else "random:") + ref.source, res=str(ref.img_size), **params)
     at.run()
     assert_clean(at)
-    assert at.session_state["current"].spec.is_windowed
+    assert at.session_state["current"].spec.is_windowed == (family in FAMILIES or family in OTHER_FAMILIES)
     return at
 
 
@@ -716,23 +718,42 @@ def test_the_tokens_page_reads_each_layer_on_its_stage_grid(family, npz_download
     assert any("window by window" in i.body for i in at.info), [i.body for i in at.info]
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+#: each method as the Explain page's method box names it
+EXPLAIN_LABELS = {
+    "attention": "attention (last layer)",
+    "rollout": "rollout",
+    "chefer": "Chefer et al. 2021",
+    "gradcam": "Grad-CAM",
+    "input_x_gradient": "input × gradient",
+    "integrated_gradients": "integrated gradients",
+    "attnlrp": "AttnLRP (Achtibat et al. 2024)",
+}
+
+
+@pytest.mark.parametrize("family", sorted(LAYOUTS))
 def test_the_explain_page_draws_each_method_on_its_grid(family):
-    from analysis.explanations import GLOBAL_TOKEN_METHODS, explanation_grid
+    """Every layout, one test: each method the model has is drawn on the grid the library names
+    (``explanation_grid``) as its positive part over its 99th percentile (the outlier tokens left
+    out where the model has one patch grid for them), and deletion / insertion come per map; each
+    method the model does not have is left out with the library's reason."""
+    from analysis.explanations import CLASS_SPECIFIC, EXPLANATION_METHODS, explanation_grid, methods_for
     from analysis.faithfulness import perturbation_curve
 
+    assert set(EXPLAIN_LABELS) == set(EXPLANATION_METHODS)
     at = fresh_app(family)
     vit = loaded(family)
     spec = vit.spec
     pixels = vit.preprocess(analysis.load_image(first_sample()))
     at.switch_page("views/explain/explain.py").run()
-    # attention and Chefer are not offered: each named with the library's reason
-    for method in GLOBAL_TOKEN_METHODS:
-        assert method not in at.multiselect(key="explain_methods").options
+    offered = methods_for(vit)
     info = " ".join(i.body for i in at.info).replace("\\", "")
-    assert "method='chefer' is not defined for a windowed model" in info
-    assert "method='attention' is not defined for a windowed model" in info
-    methods = ["rollout", "gradcam", "input_x_gradient", "attnlrp"] if spec.has_classifier else ["rollout"]
+    shown = at.multiselect(key="explain_methods").options  # the labels a visitor reads
+    for method, label in EXPLAIN_LABELS.items():  # what the model does not have is not offered, and said why
+        in_page = method in offered and (spec.has_classifier or method not in CLASS_SPECIFIC)
+        assert (label in shown) == in_page, (method, shown)
+        assert (f"method={method!r} is not defined for a windowed model" in info) == (method not in offered), method
+    drawable = ("rollout", "chefer", "gradcam", "input_x_gradient", "attnlrp")
+    methods = [m for m in drawable if m in offered][:4] if spec.has_classifier else ["rollout"]  # 4 at most
     at.multiselect(key="explain_methods").set_value(methods).run()
     stages = layer_grids.stage_layers(spec)
     rollout_options = {}
@@ -744,6 +765,11 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
     target = at.selectbox(key="explain_target").value if spec.has_classifier else None
     heatmaps = traces(chart(at, "explain_panels"), "heatmap")
     assert len(heatmaps) == len(methods)
+    outliers = (  # the image's outlier tokens, on the one patch grid every layer shares (none for windows)
+        []
+        if spec.outlier_grid is None
+        else analysis.outlier_patches(analysis.high_norm_tokens(analysis.capture_tokens(vit, pixels)))
+    )
     for trace, method in zip(heatmaps, methods):
         options = rollout_options if method == "rollout" else {}
         kwargs = {} if method == "rollout" else {"target": target}
@@ -751,10 +777,11 @@ def test_the_explain_page_draws_each_method_on_its_grid(family):
         grid, stride = explanation_grid(vit, method, **options)
         assert reference.shape == grid and (trace["dy"], trace["dx"]) == stride, method
         drawn = array(trace["z"]).reshape(grid)
-        # by default over its robust top (a windowed model has no outlier grid: no cell left out); a random
-        # Swin v2's Grad-CAM can be all 0 (ReLU): drawn as 0
+        # by default over its robust top without the outlier cells; a random Swin v2's Grad-CAM can be
+        # all 0 (ReLU): drawn as 0
         positive = np.clip(reference, 0, None)
-        top = np.quantile(positive, 0.99) or positive.max()
+        kept = np.delete(positive.ravel(), list(outliers))
+        top = np.quantile(kept, 0.99) or kept.max()
         np.testing.assert_allclose(drawn, positive / top if top > 0 else positive, rtol=1e-4, atol=1e-6)
     if spec.has_classifier:  # deletion / insertion on each map's own grid, next to the random map
         curves = chart(at, "explain_curves")
