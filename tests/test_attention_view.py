@@ -221,20 +221,6 @@ def test_the_prefix_keys_complete_each_heads_full_matrix(family):
         analysis.attention_rows(record, 0, keys="prefix")
 
 
-def test_the_served_file_holds_the_same_maps_as_the_inline_data():
-    from analysis.views.attention_view import view_blob, view_data
-
-    vit = load_family("dinov2_registers")
-    record = analysis.capture_attention(vit, family_pixels("dinov2_registers", batch=1))
-    blob, meta = view_blob(record, (1, 0))
-    assert meta["layers"] == [1, 0] and meta["matrix"] is True
-    inline = unpack(view_data(record, [1, 0]), record.spec)
-    assert inline[4].shape[-1] == record.spec.num_tokens * record.spec.num_prefix_tokens
-    for got, expected in zip(unpack_blob(blob, meta["layers"], record.spec), inline):
-        np.testing.assert_array_equal(got, expected)
-    assert view_blob(record, (1,))[1]["data_id"] != meta["data_id"]
-
-
 def test_all_layers_are_sent_when_they_fit_else_the_current_one():
     from analysis.views.attention_view import layer_bytes, layers_to_send
 

@@ -172,6 +172,48 @@ def test_windowed_models_send_their_windowed_layer(swin):
     assert widget.data_bytes() == attention_view_blob(record, [1])[0]
 
 
+def test_a_windowed_query_follows_the_layer_to_the_same_place(swin):
+    """A cell query is a cell of the shown layer's grid: a step to a stage of another stride moves
+    it to the cell under the old cell's centre pixel (worked by hand here), and a refused layer
+    leaves the widget as it was (its data and arguments still agree)."""
+    vit, record, image = swin
+    spec = vit.spec
+    first, coarse = spec.geometry(0), spec.geometry(2)
+    assert first.stride != coarse.stride
+    (sy, sx), gw = first.stride, first.grid_size[1]
+    widget = attention_view(record, image, layer=0, query=(spec.img_size[0] - 1, spec.img_size[1] - 1))
+    cell = widget.query
+    assert cell == first.grid_size[0] * gw - 1  # the bottom-right cell
+    widget.layer = 2
+    (cy, cx), cgw = coarse.stride, coarse.grid_size[1]
+    row, col = divmod(cell, gw)
+    expected = ((row * sy + sy // 2) // cy) * cgw + (col * sx + sx // 2) // cx
+    assert widget.query == expected and widget._args["query_patch"] == expected and widget._args["layer"] == 2
+    assert widget.data_bytes() == attention_view_blob(record, [2])[0]
+    before = (widget._args, widget.data_bytes())
+    with pytest.raises(AnalysisError, match="layer"):
+        widget.layer = spec.num_layers
+    assert (widget._args, widget.data_bytes()) == before
+    with pytest.raises(AnalysisError, match="layer 99"):
+        attention_view(record, image, layer=99)
+
+
+def test_a_windowed_layer_over_the_budget_is_refused_with_its_size(swin):
+    from analysis.views.attention_view import layers_to_send, view_layer_bytes
+
+    vit, record, image = swin
+    spec = vit.spec
+    one = view_layer_bytes(spec, 0)
+    geometry = spec.geometry(0)
+    assert one == (geometry.num_heads + 1) * geometry.num_windows * geometry.window_tokens**2
+    assert layers_to_send(spec, 0, 10 * one * spec.num_layers) == (0,)  # one layer at a time, however large
+    assert layers_to_send(spec, 0, one - 1) is None
+    with pytest.raises(AnalysisError, match=rf"{one / 2**20:.0f} MiB, over the view's budget"):
+        attention_view(record, image, layer=0, budget_mb=(one - 1) / 2**20)
+    with pytest.raises(AnalysisError, match="one layer of a model whose layers attend inside windows"):
+        attention_view_blob(record, [0, 1])
+
+
 def test_the_static_fallback_shows_the_same_map(demo):
     """figure() draws attention_map of the shown layer, head and query; the notebook output's
     text/html is the report's self-contained view with the same arguments."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import numbers
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,7 @@ __all__ = [
     "attention_view_blob",
     "attention_view_rows",
     "embed",
+    "follow_query",
     "layer_bytes",
     "layers_to_send",
     "view_layout",
@@ -913,13 +915,40 @@ def view_query(spec, layer: int, query):
         if not (0 <= y < height and 0 <= x < width):
             raise AnalysisError(f"query pixel {query!r} is outside the {height}×{width} input image.")
         return int(geometry.cell_of_pixel(y, x))
-    if isinstance(query, int) and not isinstance(query, bool) and 0 <= query < cells:
+    if isinstance(query, numbers.Integral) and not isinstance(query, bool) and 0 <= int(query) < cells:
         return int(query)
     raise AnalysisError(
         f"query={query!r}: layer {layer} attends inside windows on a {geometry.grid_size[0]}×"
         f"{geometry.grid_size[1]} grid; its queries are a cell index (0..{cells - 1}), an input pixel "
         "(y, x) or 'mean'."
     )
+
+
+def follow_query(spec, query, from_layer: int, to_layer: int):
+    """The view's query of layer ``from_layer`` (:func:`view_query`) as the same place on layer
+    ``to_layer``: a cell moves to the cell of ``to_layer``'s grid under its centre pixel (a Swin's
+    stages have grids of different strides; a ViT's patch stays itself); a token name stays.
+
+    Parameters
+    ----------
+    spec : ViTSpec
+        The model's spec.
+    query : int or str
+        A cell of ``from_layer``'s grid, or a token name (``"cls"``, ``"prefix:<i>"``, ``"mean"``).
+    from_layer, to_layer : int
+        The layer the query was read on, and the layer shown next.
+
+    Returns
+    -------
+    int or str
+        The query on ``to_layer`` (:func:`view_query`'s form).
+    """
+    if not isinstance(query, numbers.Integral) or isinstance(query, bool):
+        return query
+    geometry = spec.geometry(from_layer)
+    (sy, sx), gw = geometry.stride, geometry.grid_size[1]
+    row, col = divmod(int(query), gw)
+    return view_query(spec, to_layer, (row * sy + sy // 2, col * sx + sx // 2))
 
 
 def attention_view_args(
@@ -950,8 +979,8 @@ def attention_view_args(
     Parameters
     ----------
     data : dict
-        :func:`attention_view_blob`'s metadata (the page fetches the bytes), or a ViT's
-        :func:`view_data` (inline).
+        :func:`attention_view_blob`'s metadata (the page fetches the bytes), or :func:`view_data`
+        (inline).
     image_uri : str
         The model-input image, as a ``data:`` URI or URL (``""`` when the caller fills it in later).
     spec : ViTSpec
@@ -1012,7 +1041,8 @@ def attention_view_args(
         drawn_limit_s=drawn_limit_s,
     )
     if view_layout(spec) == "tokens":
-        return view_args(**style, query=query, left_out=left_out, hide_left_out=hide_left_out)
+        shown = view_query(spec, layer, query)  # an input pixel -> its patch, which the page pins
+        return view_args(**style, query=shown, left_out=left_out, hide_left_out=hide_left_out)
     if query_cell is None:
         shown = view_query(spec, layer, query)
         query_cell = None if shown == "mean" else int(shown)

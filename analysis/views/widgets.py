@@ -40,9 +40,11 @@ from .attention_view import (
     attention_view_args,
     attention_view_blob,
     embed,
+    follow_query,
     layers_to_send,
     view_args,
     view_blob,
+    view_layer_bytes,
     view_query,
 )
 
@@ -159,6 +161,7 @@ def widget_class():
             self._style = {"colorscale": colorscale, "map_range": map_range, "opacity": opacity}
             self._held: tuple[int, ...] = ()
             self._meta: dict = {}
+            self._query_layer = int(layer)  # the layer whose grid the query's cell is on
             super().__init__(layer=int(layer), head=head, query=query, _image=image_uri)
             self._refresh()
             self.observe(lambda change: self._refresh(), names=["layer", "head", "query"])
@@ -190,14 +193,20 @@ def widget_class():
             }
 
         def _refresh(self):
-            """New arguments (and new data when the layer is not held) for the current traits."""
+            """New arguments (and new data when the layer is not held) for the current traits; a
+            cell query follows the layer to the same place of the image (:func:`follow_query`).
+            Nothing changes when the traits are refused."""
             layer = int(self.layer)
             self._source.check(layer, self.head)
-            if layer not in self._held:
-                self._held, self._data, self._meta = self._source.data(layer)
-            args = self._source.args(self._meta, layer, self.head, self.query, self._style)
+            query = self._source.follow(self.query, self._query_layer, layer)
+            held, data, meta = (self._held, self._data, self._meta)
+            if layer not in held:
+                held, data, meta = self._source.data(layer)
+            args = self._source.args(meta, layer, self.head, query, self._style)
             args.pop("image")
-            self._args = args
+            self._held, self._data, self._meta, self._args, self._query_layer = held, data, meta, args, layer
+            if query != self.query:
+                self.query = query  # the trait follows (its observer finds nothing left to do)
 
         def figure(self):
             """The plotly figure of the map the view shows (the static fallback): the shown layer,
@@ -256,11 +265,16 @@ class _AttentionSource:
         a ViT's token query; a windowed layer's cell index or ``"mean"``)."""
         return view_query(self.record.spec, layer, query)
 
+    def follow(self, query, from_layer: int, to_layer: int):
+        """The query of ``from_layer`` on ``to_layer`` (:func:`analysis.views.attention_view.follow_query`)."""
+        return query if from_layer == to_layer else follow_query(self.record.spec, query, from_layer, to_layer)
+
     def data(self, layer: int):
         held = layers_to_send(self.record.spec, layer, self.budget)
         if held is None:
+            size = view_layer_bytes(self.record.spec, layer) / 2**20
             raise AnalysisError(
-                f"one layer of this model is over the view's budget of "
+                f"layer {layer}'s attention for every query is {size:.0f} MiB, over the view's budget of "
                 f"{self.budget / 2**20:.0f} MiB; pass a larger budget_mb."
             )
         blob, meta = attention_view_blob(self.record, held)
@@ -285,6 +299,10 @@ class _HeldMapsSource:
         heads = self.labels.get("heads", self.spec.num_heads)
         if head != "mean" and not (isinstance(head, int) and 0 <= head < max(heads, 1)):
             raise AnalysisError(f'head {head!r} is not "mean" or a head index of this view.')
+
+    def follow(self, query, from_layer: int, to_layer: int):
+        """The query as it is: held maps lie on one token grid."""
+        return query
 
     def query(self, query, layer: int):
         """A token query (:func:`analysis.records.queries.resolve_query`): held maps lie on one token grid."""
@@ -386,6 +404,7 @@ def attention_view(
 def _widget(source, image, spec, *, layer, head, query, colorscale, map_range, opacity):
     cls = widget_class()
     background = _image_array(image, spec)
+    source.check(int(layer), head)  # before the query, which is read on the layer's grid
     return cls(
         source,
         plots.image_data_uri(background),
