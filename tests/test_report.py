@@ -204,6 +204,26 @@ def test_a_windowed_models_report_draws_its_last_layers_windows_and_says_why_the
     np.testing.assert_allclose(steps, analysis.uniform_attention_distance_by_layer(spec).numpy(), rtol=1e-12)
 
 
+def test_a_view_over_view_mb_is_left_out_with_its_size(tmp_path):
+    """A last layer whose data exceeds ``--view-mb`` gets no view, and a note that says how large it is."""
+    import analysis
+    from analysis.views.attention_view import view_layer_bytes
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "scene_0_bar.png").write_bytes((SAMPLES / "scene_0_bar.png").read_bytes())
+    budget = 1e-4  # MiB: 104 bytes, under the demo Swin's last layer
+    args = ["report", "--model", "demo_swin", "--images", str(images), "--out", str(tmp_path), "--view-mb", f"{budget}"]
+    result = cli_runner.run("-m", "analysis", *args, "--examples", "1")
+    assert result.returncode == 0, result.stderr
+    spec = analysis.load_vit("demo_swin").spec
+    size = view_layer_bytes(spec, spec.num_layers - 1)
+    assert size > budget * 2**20
+    text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert not embedded_views(tmp_path / "report.html")
+    assert f"the last layer's attention for every query is {size / 2**20:.3g} MiB, over --view-mb {budget:g}" in text
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium not installed at /usr/bin/chromium")
 def test_hovering_a_patch_in_the_saved_report_draws_its_map(reports):
     """Opened from file:// with no network: the view in the report draws the hovered patch's

@@ -68,7 +68,8 @@ def add_parser(subparsers) -> None:
         type=float,
         default=12,
         help="the instant view's data per example: every layer when they fit in this many MiB, "
-        "else the last layer only; 0 leaves the view out (default 12)",
+        "else the last layer only (a windowed model's view holds its last layer), and no view when "
+        "that does not fit either; 0 leaves the view out (default 12)",
     )
     parser.set_defaults(run=run)
 
@@ -178,7 +179,7 @@ def run(args, ranks: Ranks) -> int:
         patch_embedding_components,
         position_embedding_similarity,
     )
-    from ..views.attention_view import attention_view_args, embed, layers_to_send, view_data
+    from ..views.attention_view import attention_view_args, embed, layers_to_send, view_data, view_layer_bytes
 
     if args.examples < 0:
         raise CommandError("--examples must be 0 or more.", code=2)
@@ -239,6 +240,11 @@ def run(args, ranks: Ranks) -> int:
         lo, hi, range_text = plots.colour_range("robust", last, uniform=uniform, left_out=outliers)
         label = Path(name).name
         view_layers = layers_to_send(spec, last_layer, int(args.view_mb * 2**20))
+        if view_layers is None and args.view_mb > 0:
+            attention_parts.append(
+                f"<p class='note'>No instant view of {html.escape(label)}: the last layer's attention for every "
+                f"query is {view_layer_bytes(spec, last_layer) / 2**20:.3g} MiB, over --view-mb {args.view_mb:g}.</p>"
+            )
         if view_layers is not None:
             note = (
                 ""
