@@ -236,7 +236,7 @@ def run(args, ranks: Ranks) -> int:
         last_layer = spec.num_layers - 1
         geometry = spec.geometry(last_layer)  # the last layer's grid (a Swin's last stage), its window's tokens
         last = attention_map(record, last_layer, head=None, query=query)[0].numpy()
-        uniform = 1 / geometry.window_tokens
+        uniform = geometry.uniform_attention(mean_query=query == "mean")  # the colour floor, as the app's
         lo, hi, range_text = plots.colour_range("robust", last, uniform=uniform, left_out=outliers)
         label = Path(name).name
         view_layers = layers_to_send(spec, last_layer, int(args.view_mb * 2**20))
