@@ -64,9 +64,7 @@ def finest_cell_of_pixel(spec: ViTSpec, y: float, x: float) -> int:
 def layer_cell_to_query_patch(spec: ViTSpec, geometry: LayerGeometry, cell: int) -> int:
     """A click on cell ``cell`` of a layer's grid, as the app's query: the finest-grid cell
     under that cell's centre pixel (so the layer's own cell of the query is the clicked one)."""
-    (sy, sx), gw = geometry.stride, geometry.grid_size[1]
-    r, c = divmod(int(cell), gw)
-    return finest_cell_of_pixel(spec, r * sy + sy / 2, c * sx + sx / 2)
+    return finest_cell_of_pixel(spec, *geometry.cell_centre(cell))
 
 
 def window_members(geometry: LayerGeometry, cell: int) -> np.ndarray:

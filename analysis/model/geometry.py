@@ -153,6 +153,14 @@ class LayerGeometry:
         (sy, sx), (gh, gw) = self.stride, self.grid_size
         return min(int(y) // sy, gh - 1) * gw + min(int(x) // sx, gw - 1)
 
+    def cell_centre(self, cell: int) -> tuple[int, int]:
+        """The input pixel ``(y, x)`` at the centre of row-major cell ``cell``:
+        ``(r·sy + ⌊sy/2⌋, c·sx + ⌊sx/2⌋)`` with ``(r, c) = divmod(cell, gw)``; :meth:`cell_of_pixel`
+        of it is ``cell`` again."""
+        (sy, sx), gw = self.stride, self.grid_size[1]
+        row, col = divmod(int(cell), gw)
+        return (row * sy + sy // 2, col * sx + sx // 2)
+
 
 @functools.lru_cache(maxsize=64)
 def _window_cells(geometry: LayerGeometry) -> torch.Tensor:

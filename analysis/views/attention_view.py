@@ -37,6 +37,7 @@ that layer).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import json
@@ -384,8 +385,6 @@ def view_data(record, layers, rows: np.ndarray | None = None) -> dict:
     AnalysisError
         As :func:`attention_view_blob`, or non-finite ``rows``.
     """
-    import base64
-
     blob, meta = attention_view_blob(record, layers) if rows is None else view_blob(record, layers, rows)
     return {**meta, "data_b64": base64.b64encode(blob).decode("ascii")}
 
@@ -945,10 +944,7 @@ def follow_query(spec, query, from_layer: int, to_layer: int):
     """
     if not isinstance(query, numbers.Integral) or isinstance(query, bool):
         return query
-    geometry = spec.geometry(from_layer)
-    (sy, sx), gw = geometry.stride, geometry.grid_size[1]
-    row, col = divmod(int(query), gw)
-    return view_query(spec, to_layer, (row * sy + sy // 2, col * sx + sx // 2))
+    return view_query(spec, to_layer, spec.geometry(from_layer).cell_centre(int(query)))
 
 
 def attention_view_args(
